@@ -1,0 +1,89 @@
+// Command airlock runs untrusted code in layered Linux jails: once from the
+// command line (airlock run), as a service with stateful sessions (airlock
+// serve), and reports what this host can enforce (airlock doctor).
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/internal/errdefs"
+	"airlock/internal/jail"
+)
+
+// Exit statuses of airlock itself (sysexits.h), distinct from those of the
+// sandboxed program, which airlock run passes through.
+const (
+	exitUsage       = 64  // bad flags or arguments
+	exitNoInput     = 66  // an input file cannot be read
+	exitUnavailable = 69  // the host cannot build the configured jail
+	exitSoftware    = 70  // an internal error
+	exitConfig      = 78  // the configuration is invalid
+	exitKilled      = 137 // airlock killed the program (reason on stderr)
+)
+
+const usage = `airlock runs untrusted code in layered Linux jails.
+
+Usage:
+  airlock run [flags] FILE|- [ARGS...]   run a program once in a fresh jail
+  airlock serve [flags]                   serve the HTTP API with sessions
+  airlock doctor [flags]                  show what this host can enforce
+  airlock bench [flags]                   measure latency against baselines
+  airlock version
+
+Run "airlock COMMAND -h" for the flags of a command.
+`
+
+var version = "dev"
+
+func main() {
+	// A sealed re-execution of this binary is a sandbox's init.
+	if len(os.Args) > 0 && os.Args[0] == jail.InitArg0 {
+		jail.InitMain()
+		return
+	}
+	// Descriptors inherited from whoever started airlock must never reach
+	// a sandbox: mark them all close-on-exec before anything is started.
+	unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(exitUsage)
+	}
+	cmd, args := os.Args[1], os.Args[2:]
+	var code int
+	switch cmd {
+	case "run":
+		code = runCmd(args, os.Stdin, os.Stdout, os.Stderr)
+	case "doctor":
+		code = doctorCmd(args, os.Stdout, os.Stderr)
+	case "serve":
+		code = serveCmd(args, os.Stderr)
+	case "bench":
+		code = benchCmd(args, os.Stdout, os.Stderr)
+	case "version", "--version":
+		fmt.Println("airlock", version)
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+	default:
+		fmt.Fprintf(os.Stderr, "airlock: unknown command %q\n\n%s", cmd, usage)
+		code = exitUsage
+	}
+	os.Exit(code)
+}
+
+// exitFor maps an error to airlock's exit status and prints it.
+func exitFor(stderr io.Writer, err error) int {
+	fmt.Fprintf(stderr, "airlock: %v\n", err)
+	switch {
+	case errors.Is(err, errdefs.ErrInvalidArgument):
+		return exitUsage
+	case errors.Is(err, errdefs.ErrUnavailable):
+		return exitUnavailable
+	default:
+		return exitSoftware
+	}
+}

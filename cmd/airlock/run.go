@@ -1,0 +1,322 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"airlock/internal/config"
+	"airlock/internal/errdefs"
+	"airlock/internal/jail"
+	"airlock/internal/runtimes"
+	"airlock/internal/workspace"
+)
+
+// multiFlag collects a repeated flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// limitFlags binds the limit flags shared by run and serve.
+type limitFlags struct {
+	timeout, cpuTime, memory, pids, disk, maxOutput, cpus string
+}
+
+func (f *limitFlags) bind(fs *flag.FlagSet) {
+	fs.StringVar(&f.timeout, "timeout", "", "wall-clock limit, e.g. 5s (default 30s)")
+	fs.StringVar(&f.cpuTime, "cpu-time", "", "CPU-time limit over all processes, e.g. 10s (default 30s)")
+	fs.StringVar(&f.memory, "memory", "", "memory limit including tmpfs files, e.g. 256M (default 512M)")
+	fs.StringVar(&f.pids, "pids", "", "process and thread limit (default 256)")
+	fs.StringVar(&f.disk, "disk", "", "size of /workspace and of /tmp, e.g. 100M (default 256M)")
+	fs.StringVar(&f.maxOutput, "max-output", "", "cap on captured stdout and on stderr, e.g. 1M (default 1M)")
+	fs.StringVar(&f.cpus, "cpus", "", "CPU quota in cores, e.g. 0.5 (default 1)")
+}
+
+// limits parses the flags that were given into a Limits request.
+func (f *limitFlags) limits() (config.Limits, error) {
+	var l config.Limits
+	var err error
+	set := func(name, v string, parse func(string) error) {
+		if v == "" || err != nil {
+			return
+		}
+		if e := parse(v); e != nil {
+			err = fmt.Errorf("--%s: %w", name, e)
+		}
+	}
+	set("timeout", f.timeout, func(s string) (e error) { l.Timeout, e = config.ParseDuration(s); return })
+	set("cpu-time", f.cpuTime, func(s string) (e error) { l.CPUTime, e = config.ParseDuration(s); return })
+	set("memory", f.memory, func(s string) (e error) { l.Memory, e = config.ParseSize(s); return })
+	set("pids", f.pids, func(s string) (e error) { l.Pids, e = config.ParseCount(s); return })
+	set("disk", f.disk, func(s string) (e error) { l.Disk, e = config.ParseSize(s); return })
+	set("max-output", f.maxOutput, func(s string) (e error) { l.MaxOutput, e = config.ParseSize(s); return })
+	set("cpus", f.cpus, func(s string) error {
+		v, e := strconv.ParseFloat(s, 64)
+		if e != nil || v <= 0 {
+			return fmt.Errorf("%w: %q: want a positive number of cores", errdefs.ErrInvalidArgument, s)
+		}
+		l.CPUs = v
+		return nil
+	})
+	return l, err
+}
+
+func loadConfig(path string) (config.Config, error) {
+	if path == "" {
+		path = os.Getenv("AIRLOCK_CONFIG")
+	}
+	return config.Load(path)
+}
+
+// runOutput is the --json result of airlock run.
+type runOutput struct {
+	ExitCode        int         `json:"exit_code"`
+	Stdout          string      `json:"stdout"`
+	Stderr          string      `json:"stderr"`
+	StdoutTruncated bool        `json:"stdout_truncated"`
+	StderrTruncated bool        `json:"stderr_truncated"`
+	DurationMs      float64     `json:"duration_ms"`
+	CPUMs           float64     `json:"cpu_ms"`
+	PeakMemoryBytes int64       `json:"peak_memory_bytes"`
+	Killed          bool        `json:"killed"`
+	KillReason      string      `json:"kill_reason"`
+	Files           []fileEntry `json:"files"`
+	FilesTruncated  bool        `json:"files_truncated,omitempty"`
+}
+
+type fileEntry struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+}
+
+func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("airlock run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		lang, cfgPath string
+		asJSON        bool
+		envs, files   multiFlag
+		lf            limitFlags
+	)
+	fs.StringVar(&lang, "lang", "", "language: python, bash or javascript (default from the file extension, else python)")
+	fs.BoolVar(&asJSON, "json", false, "print one JSON object with the result instead of streaming output")
+	fs.Var(&envs, "env", "set an environment variable `K=V` in the sandbox (repeatable)")
+	fs.Var(&files, "file", "copy host file `HOSTPATH[:NAME]` into /workspace (repeatable)")
+	fs.StringVar(&cfgPath, "config", "", "configuration file (default $AIRLOCK_CONFIG)")
+	lf.bind(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: airlock run [flags] FILE|- [ARGS...]\n\nRuns FILE (or the program on stdin) once in a fresh jail with /workspace as\nits working directory; ARGS are passed to the program. Exits with the\nprogram's status, or %d when airlock killed it.\n\nFlags:\n", exitKilled)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return exitUsage
+	}
+	if fs.NArg() < 1 {
+		fmt.Fprintln(stderr, "airlock run: missing FILE (use - to read the program from stdin)")
+		fs.Usage()
+		return exitUsage
+	}
+	src, progArgs := fs.Arg(0), fs.Args()[1:]
+	cfg, err := loadConfig(cfgPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock run: %v\n", err)
+		return exitConfig
+	}
+	req, err := lf.limits()
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock run: %v\n", err)
+		return exitUsage
+	}
+	limits, err := config.Resolve(req, cfg.Defaults, cfg.Max)
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock run: %v\n", err)
+		return exitUsage
+	}
+	if lang == "" {
+		lang = runtimes.LanguageForFile(src)
+	}
+	rt, err := runtimes.Lookup(cfg, lang)
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock run: --lang: %v\n", err)
+		return exitUsage
+	}
+	var env []string
+	for _, e := range envs {
+		if err := runtimes.ValidEnv(e); err != nil {
+			fmt.Fprintf(stderr, "airlock run: --env: %v\n", err)
+			return exitUsage
+		}
+		env = append(env, e)
+	}
+
+	// The program itself.
+	var code []byte
+	name := "main" + rt.Ext
+	if src == "-" {
+		code, err = io.ReadAll(io.LimitReader(stdin, int64(limits.Disk)+1))
+	} else {
+		code, err = readHostFile(src, int64(limits.Disk))
+		name = filepath.Base(src)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock run: cannot read the program: %v\n", err)
+		return exitNoInput
+	}
+	if int64(len(code)) > int64(limits.Disk) {
+		fmt.Fprintf(stderr, "airlock run: the program is larger than --disk (%s)\n", limits.Disk)
+		return exitNoInput
+	}
+	if name, err = workspace.Clean(name); err != nil || name == "" {
+		fmt.Fprintf(stderr, "airlock run: cannot use %q as a file name in /workspace\n", filepath.Base(src))
+		return exitUsage
+	}
+	inputs := []jail.InputFile{{Path: name, Data: bytes.NewReader(code)}}
+	seen := map[string]bool{name: true}
+	for _, spec := range files {
+		host, dst, ok := strings.Cut(spec, ":")
+		if !ok {
+			dst = filepath.Base(host)
+		}
+		clean, err := workspace.Clean(dst)
+		if err != nil || clean == "" {
+			fmt.Fprintf(stderr, "airlock run: --file %s: bad name in /workspace: %v\n", spec, err)
+			return exitUsage
+		}
+		if seen[clean] {
+			fmt.Fprintf(stderr, "airlock run: --file %s: /workspace/%s is given twice\n", spec, clean)
+			return exitUsage
+		}
+		seen[clean] = true
+		data, err := readHostFile(host, int64(limits.Disk))
+		if err != nil {
+			fmt.Fprintf(stderr, "airlock run: --file %s: %v\n", spec, err)
+			return exitNoInput
+		}
+		inputs = append(inputs, jail.InputFile{Path: clean, Data: bytes.NewReader(data)})
+	}
+
+	jail.Trace("cli parsed")
+	opts := jail.OptionsFrom(cfg)
+	host, err := jail.NewHost(opts)
+	if err != nil {
+		return exitFor(stderr, err)
+	}
+	defer host.Close()
+	// Leftovers of CLI runs that were killed before they could clean up.
+	jail.Trace("host ready")
+	host.Cgroups().Sweep("r-", jail.StaleRun)
+	jail.Trace("swept")
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	runReq := jail.RunRequest{
+		Spec: jail.Spec{
+			Name:   "r-" + strconv.Itoa(os.Getpid()),
+			Slot:   jail.CLISlot(),
+			Limits: limits,
+		},
+		Argv:  append(rt.Command("/workspace/"+name), progArgs...),
+		Env:   append(rt.Env(limits), env...),
+		Files: inputs,
+		Hide:  []string{name},
+	}
+	if !asJSON {
+		runReq.Stdout, runReq.Stderr = stdout, stderr
+	}
+	res, err := host.Run(ctx, runReq)
+	if err != nil {
+		return exitFor(stderr, err)
+	}
+	if asJSON {
+		out := runOutput{
+			ExitCode:        res.ExitCode,
+			Stdout:          strings.ToValidUTF8(string(res.Stdout), "\uFFFD"),
+			Stderr:          strings.ToValidUTF8(string(res.Stderr), "\uFFFD"),
+			StdoutTruncated: res.StdoutTruncated,
+			StderrTruncated: res.StderrTruncated,
+			DurationMs:      ms(res.Duration.Seconds()),
+			CPUMs:           ms(res.CPU.Seconds()),
+			PeakMemoryBytes: res.PeakMemory,
+			Killed:          res.Killed,
+			KillReason:      res.KillReason,
+			Files:           []fileEntry{},
+			FilesTruncated:  res.FilesTruncated,
+		}
+		for _, f := range res.Files {
+			out.Files = append(out.Files, fileEntry{Path: f.Path, Size: f.Size})
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(out); err != nil {
+			return exitSoftware
+		}
+	} else {
+		if res.StdoutTruncated {
+			fmt.Fprintf(stderr, "\nairlock: stdout truncated at %s (--max-output)\n", limits.MaxOutput)
+		}
+		if res.StderrTruncated {
+			fmt.Fprintf(stderr, "\nairlock: stderr truncated at %s (--max-output)\n", limits.MaxOutput)
+		}
+		if res.Killed {
+			fmt.Fprintf(stderr, "airlock: killed: %s\n", describeKill(res.KillReason, limits))
+		}
+	}
+	if res.Killed {
+		return exitKilled
+	}
+	return res.ExitCode
+}
+
+func ms(seconds float64) float64 {
+	return float64(int64(seconds*1e6)) / 1e3
+}
+
+func describeKill(reason string, l config.Limits) string {
+	switch reason {
+	case jail.KillTimeout:
+		return fmt.Sprintf("wall-clock limit of %s reached (--timeout)", l.Timeout)
+	case jail.KillCPUTime:
+		return fmt.Sprintf("CPU-time limit of %s reached (--cpu-time)", l.CPUTime)
+	case jail.KillMemory:
+		return fmt.Sprintf("out of memory (limit %s, --memory)", l.Memory)
+	case jail.KillPids:
+		return fmt.Sprintf("process limit of %d reached (--pids)", l.Pids)
+	case jail.KillOutput:
+		return fmt.Sprintf("output over %s (--max-output)", l.MaxOutput)
+	}
+	return reason
+}
+
+// readHostFile reads a regular host file of at most max bytes.
+func readHostFile(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if st.Size() > max {
+		return nil, fmt.Errorf("%s is larger than --disk (%d bytes)", path, max)
+	}
+	return io.ReadAll(io.LimitReader(f, max+1))
+}

@@ -1,0 +1,645 @@
+package cgroup
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/fs"
+	"github.com/opencontainers/cgroups/fs2"
+	"golang.org/x/sys/unix"
+)
+
+// v1Controllers are the v1 hierarchies a sandbox cgroup is created in.
+var v1Controllers = []string{"memory", "pids", "cpu", "cpuacct"}
+
+// Host is the set of hierarchies and the parent cgroup sandboxes live under.
+type Host struct {
+	v2     bool
+	v2Dir  string            // parent directory on the unified hierarchy
+	v1Dirs map[string]string // controller -> parent directory
+	memsw  bool              // v1 swap accounting present
+
+	notifyOnce sync.Once
+	notify     *notifier
+	notifyErr  error
+}
+
+// Open finds the hierarchies, creates the parent cgroup and, on v2,
+// enables the memory, pids and cpu controllers for its children.
+func Open(parent string) (*Host, error) {
+	if parent == "" || filepath.IsAbs(parent) || strings.Contains(parent, "..") {
+		return nil, fmt.Errorf("cgroup: bad parent %q", parent)
+	}
+	if cgroups.IsCgroup2UnifiedMode() {
+		return openV2(parent)
+	}
+	return openV1(parent)
+}
+
+func openV2(parent string) (*Host, error) {
+	const root = "/sys/fs/cgroup"
+	dir := filepath.Join(root, parent)
+	// Enable the controllers from the root down to the parent, so that
+	// each sandbox cgroup under it can use them.
+	want := []string{"memory", "pids", "cpu"}
+	avail, err := os.ReadFile(filepath.Join(root, "cgroup.controllers"))
+	if err != nil {
+		return nil, fmt.Errorf("cgroup v2: %w", err)
+	}
+	for _, c := range want {
+		if !hasWord(string(avail), c) {
+			return nil, fmt.Errorf("cgroup v2: controller %q is not available at %s", c, root)
+		}
+	}
+	cur := root
+	for _, part := range append([]string{""}, strings.Split(parent, "/")...) {
+		if part != "" {
+			cur = filepath.Join(cur, part)
+			if err := os.Mkdir(cur, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+				return nil, fmt.Errorf("cgroup v2: %w", err)
+			}
+		}
+		if err := enableControllers(cur, want); err != nil {
+			return nil, err
+		}
+	}
+	return &Host{v2: true, v2Dir: dir}, nil
+}
+
+func enableControllers(dir string, want []string) error {
+	have, err := cgroups.ReadFile(dir, "cgroup.subtree_control")
+	if err != nil {
+		return fmt.Errorf("cgroup v2: %w", err)
+	}
+	var add []string
+	for _, c := range want {
+		if !hasWord(have, c) {
+			add = append(add, "+"+c)
+		}
+	}
+	if len(add) == 0 {
+		return nil
+	}
+	if err := cgroups.WriteFile(dir, "cgroup.subtree_control", strings.Join(add, " ")); err != nil {
+		return fmt.Errorf("cgroup v2: enable %v in %s (a cgroup with processes cannot delegate controllers; run airlock in its own cgroup or set cgroup_parent): %w", add, dir, err)
+	}
+	return nil
+}
+
+func openV1(parent string) (*Host, error) {
+	mounts, err := cgroups.GetCgroupMounts(false)
+	if err != nil {
+		return nil, fmt.Errorf("cgroup v1: %w", err)
+	}
+	h := &Host{v1Dirs: map[string]string{}}
+	for _, c := range v1Controllers {
+		for _, m := range mounts {
+			for _, s := range m.Subsystems {
+				if s == c {
+					h.v1Dirs[c] = filepath.Join(m.Mountpoint, parent)
+				}
+			}
+		}
+		if h.v1Dirs[c] == "" {
+			return nil, fmt.Errorf("cgroup v1: controller %q is not mounted (and cgroup v2 is not the unified hierarchy)", c)
+		}
+	}
+	for _, d := range uniq(h.v1Dirs) {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("cgroup v1: %w", err)
+		}
+	}
+	_, err = os.Stat(filepath.Join(h.v1Dirs["memory"], "memory.memsw.limit_in_bytes"))
+	h.memsw = err == nil
+	return h, nil
+}
+
+// Version is 1 or 2.
+func (h *Host) Version() int {
+	if h.v2 {
+		return 2
+	}
+	return 1
+}
+
+// Describe says where sandbox cgroups go, for doctor.
+func (h *Host) Describe() string {
+	if h.v2 {
+		return "v2 at " + h.v2Dir + " (memory, pids, cpu)"
+	}
+	var parts []string
+	for _, c := range v1Controllers {
+		parts = append(parts, c+"="+h.v1Dirs[c])
+	}
+	return "v1 " + strings.Join(parts, " ")
+}
+
+// Cgroup is one sandbox's cgroup.
+type Cgroup struct {
+	h     *Host
+	name  string
+	mgr   cgroups.Manager
+	dirfd int // v2: the directory, for CLONE_INTO_CGROUP
+
+	events   chan Event
+	stopOnce sync.Once
+	stop     chan struct{}
+	watchers []*os.File
+	wds      []int32
+}
+
+// New creates the cgroup name under the parent with limits r.
+func (h *Host) New(name string, r Resources) (_ *Cgroup, err error) {
+	if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
+		return nil, fmt.Errorf("cgroup: bad name %q", name)
+	}
+	c := &Cgroup{h: h, name: name, dirfd: -1, events: make(chan Event, 4), stop: make(chan struct{})}
+	cfg := &cgroups.Cgroup{Resources: &cgroups.Resources{}}
+	if h.v2 {
+		c.mgr, err = fs2.NewManager(cfg, filepath.Join(h.v2Dir, name))
+	} else {
+		paths := map[string]string{}
+		for ctl, d := range h.v1Dirs {
+			paths[ctl] = filepath.Join(d, name)
+		}
+		c.mgr, err = fs.NewManager(cfg, paths)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cgroup: %w", err)
+	}
+	if err := c.mgr.Apply(-1); err != nil {
+		c.mgr.Destroy()
+		return nil, fmt.Errorf("cgroup: create %s: %w", name, err)
+	}
+	defer func() {
+		if err != nil {
+			c.Destroy()
+		}
+	}()
+	if err := c.Set(r); err != nil {
+		return nil, err
+	}
+	if h.v2 {
+		fd, err := unix.Open(c.mgr.Path(""), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("cgroup: open %s: %w", name, err)
+		}
+		c.dirfd = fd
+	}
+	if err := c.watch(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Name is the cgroup's name under the parent.
+func (c *Cgroup) Name() string { return c.name }
+
+// Set changes the limits.
+func (c *Cgroup) Set(r Resources) error {
+	if r.Memory <= 0 || r.Pids <= 0 || r.CPUs <= 0 {
+		return fmt.Errorf("cgroup: every limit must be positive: %+v", r)
+	}
+	const period = 100000
+	quota := int64(r.CPUs * period)
+	if quota < 1000 {
+		quota = 1000 // the kernel's minimum is 1ms
+	}
+	pids := r.Pids
+	res := &cgroups.Resources{
+		Memory:    r.Memory,
+		PidsLimit: &pids,
+		CpuQuota:  quota,
+		CpuPeriod: period,
+	}
+	if c.h.v2 || c.h.memsw {
+		res.MemorySwap = r.Memory // memory+swap == memory: no swap
+	}
+	if !c.h.v2 {
+		zero := uint64(0)
+		res.MemorySwappiness = &zero
+	}
+	if err := c.mgr.Set(res); err != nil {
+		return fmt.Errorf("cgroup: set limits on %s: %w", c.name, err)
+	}
+	if c.h.v2 {
+		// One OOM kill ends the whole sandbox, as on v1 airlock does by hand.
+		if err := cgroups.WriteFile(c.mgr.Path(""), "memory.oom.group", "1"); err != nil {
+			return fmt.Errorf("cgroup: memory.oom.group: %w", err)
+		}
+	}
+	return nil
+}
+
+// IntoFD returns the directory fd to clone a process straight into the
+// cgroup (v2 only).
+func (c *Cgroup) IntoFD() (int, bool) { return c.dirfd, c.dirfd >= 0 }
+
+// Add moves pid into the cgroup in every hierarchy.
+func (c *Cgroup) Add(pid int) error {
+	if err := c.mgr.AddPid("", pid); err != nil {
+		return fmt.Errorf("cgroup: add %d to %s: %w", pid, c.name, err)
+	}
+	return nil
+}
+
+// ProcsFiles opens cgroup.procs of every hierarchy for writing, so that a
+// process that receives them can move itself in by writing "0".
+func (c *Cgroup) ProcsFiles() ([]*os.File, error) {
+	var out []*os.File
+	for _, d := range uniq(c.mgr.GetPaths()) {
+		f, err := cgroups.OpenFile(d, "cgroup.procs", os.O_WRONLY)
+		if err != nil {
+			for _, f := range out {
+				f.Close()
+			}
+			return nil, fmt.Errorf("cgroup: %w", err)
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+func (c *Cgroup) dir(ctl string) string {
+	if c.h.v2 {
+		return c.mgr.Path("")
+	}
+	return c.mgr.Path(ctl)
+}
+
+// Stats reads the counters.
+func (c *Cgroup) Stats() (Stats, error) {
+	var s Stats
+	var err error
+	if c.h.v2 {
+		var us uint64
+		us, err = keyed(c.dir(""), "cpu.stat", "usage_usec")
+		s.CPU = time.Duration(us) * time.Microsecond
+		if err == nil {
+			s.MemoryPeak, err = readInt(c.dir(""), "memory.peak")
+		}
+		if err == nil {
+			s.OOMKills, err = keyed(c.dir(""), "memory.events", "oom_kill")
+		}
+	} else {
+		var ns int64
+		ns, err = readInt(c.dir("cpuacct"), "cpuacct.usage")
+		s.CPU = time.Duration(ns)
+		if err == nil {
+			s.MemoryPeak, err = readInt(c.dir("memory"), "memory.max_usage_in_bytes")
+		}
+		if err == nil {
+			s.OOMKills, err = keyed(c.dir("memory"), "memory.oom_control", "oom_kill")
+		}
+	}
+	if err == nil {
+		s.PidsMax, err = keyed(c.dir("pids"), "pids.events", "max")
+	}
+	if err != nil {
+		return Stats{}, fmt.Errorf("cgroup: stats of %s: %w", c.name, err)
+	}
+	return s, nil
+}
+
+// CPU reads only the CPU time, the one counter read on a timer.
+func (c *Cgroup) CPU() (time.Duration, error) {
+	if c.h.v2 {
+		us, err := keyed(c.dir(""), "cpu.stat", "usage_usec")
+		return time.Duration(us) * time.Microsecond, err
+	}
+	ns, err := readInt(c.dir("cpuacct"), "cpuacct.usage")
+	return time.Duration(ns), err
+}
+
+// Events delivers OOM kills and pids-limit hits as they happen. The
+// channel is never closed; stop reading after Destroy.
+func (c *Cgroup) Events() <-chan Event { return c.events }
+
+// watch arms kernel notifications: inotify on pids.events (both versions)
+// and memory.events (v2), an eventfd on memory.oom_control (v1).
+func (c *Cgroup) watch() error {
+	type target struct {
+		dir, file, key string
+		ev             Event
+	}
+	targets := []target{{c.dir("pids"), "pids.events", "max", EventPidsMax}}
+	if c.h.v2 {
+		targets = append(targets, target{c.dir(""), "memory.events", "oom_kill", EventOOM})
+	}
+	n, err := c.h.notifier()
+	if err != nil {
+		return err
+	}
+	for _, t := range targets {
+		last, _ := keyed(t.dir, t.file, t.key)
+		var mu sync.Mutex
+		wd, err := n.add(filepath.Join(t.dir, t.file), func() {
+			v, err := keyed(t.dir, t.file, t.key)
+			mu.Lock()
+			up := err == nil && v > last
+			if up {
+				last = v
+			}
+			mu.Unlock()
+			if up {
+				c.emit(t.ev)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		c.wds = append(c.wds, wd)
+	}
+	if !c.h.v2 {
+		efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+		if err != nil {
+			return fmt.Errorf("cgroup: eventfd: %w", err)
+		}
+		oom, err := cgroups.OpenFile(c.dir("memory"), "memory.oom_control", os.O_RDONLY)
+		if err != nil {
+			unix.Close(efd)
+			return fmt.Errorf("cgroup: %w", err)
+		}
+		err = cgroups.WriteFile(c.dir("memory"), "cgroup.event_control", fmt.Sprintf("%d %d", efd, oom.Fd()))
+		oom.Close()
+		if err != nil {
+			unix.Close(efd)
+			return fmt.Errorf("cgroup: register OOM eventfd: %w", err)
+		}
+		f := os.NewFile(uintptr(efd), "eventfd")
+		c.watchers = append(c.watchers, f)
+		dir := c.dir("memory")
+		last, _ := keyed(dir, "memory.oom_control", "oom_kill")
+		go func() {
+			buf := make([]byte, 8)
+			for {
+				// The eventfd also fires when the cgroup goes away; the
+				// counter is then unchanged or unreadable.
+				if _, err := f.Read(buf); err != nil {
+					return
+				}
+				n, err := keyed(dir, "memory.oom_control", "oom_kill")
+				if err != nil {
+					return
+				}
+				if n > last {
+					last = n
+					c.emit(EventOOM)
+				}
+			}
+		}()
+	}
+	return nil
+}
+
+// PollPids covers a gap of cgroup v1: the kernel does not notify changes
+// of a v1 pids.events, so while a program runs the counter is read every
+// 50ms instead. On v2, where inotify works, it returns at once.
+func (c *Cgroup) PollPids(stop <-chan struct{}) {
+	if c.h.v2 {
+		return
+	}
+	dir := c.dir("pids")
+	last, err := keyed(dir, "pids.events", "max")
+	if err != nil {
+		return
+	}
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		n, err := keyed(dir, "pids.events", "max")
+		if err != nil {
+			return
+		}
+		if n > last {
+			last = n
+			c.emit(EventPidsMax)
+		}
+	}
+}
+
+func (c *Cgroup) emit(ev Event) {
+	select {
+	case c.events <- ev:
+	case <-c.stop:
+	default:
+	}
+}
+
+// notifier is one inotify instance shared by every cgroup of the host:
+// closing an inotify instance waits for an SRCU grace period (milliseconds),
+// removing a watch from a live one does not.
+type notifier struct {
+	f       *os.File
+	mu      sync.Mutex
+	watches map[int32]func()
+}
+
+func (h *Host) notifier() (*notifier, error) {
+	h.notifyOnce.Do(func() {
+		fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+		if err != nil {
+			h.notifyErr = fmt.Errorf("cgroup: inotify: %w", err)
+			return
+		}
+		h.notify = &notifier{f: os.NewFile(uintptr(fd), "inotify"), watches: map[int32]func(){}}
+		go h.notify.loop()
+	})
+	return h.notify, h.notifyErr
+}
+
+func (n *notifier) add(path string, fn func()) (int32, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	wd, err := unix.InotifyAddWatch(int(n.f.Fd()), path, unix.IN_MODIFY)
+	if err != nil {
+		return -1, fmt.Errorf("cgroup: watch %s: %w", path, err)
+	}
+	n.watches[int32(wd)] = fn
+	return int32(wd), nil
+}
+
+func (n *notifier) remove(wd int32) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.watches[wd]; ok {
+		delete(n.watches, wd)
+		unix.InotifyRmWatch(int(n.f.Fd()), uint32(wd))
+	}
+}
+
+func (n *notifier) loop() {
+	buf := make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))
+	for {
+		r, err := n.f.Read(buf)
+		if err != nil {
+			return
+		}
+		for off := 0; off+unix.SizeofInotifyEvent <= r; {
+			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+			off += unix.SizeofInotifyEvent + int(ev.Len)
+			n.mu.Lock()
+			fn := n.watches[ev.Wd]
+			if ev.Mask&unix.IN_IGNORED != 0 {
+				delete(n.watches, ev.Wd)
+			}
+			n.mu.Unlock()
+			if fn != nil && ev.Mask&unix.IN_MODIFY != 0 {
+				fn()
+			}
+		}
+	}
+}
+
+// Kill sends SIGKILL to every process in the cgroup.
+func (c *Cgroup) Kill() error {
+	if c.h.v2 {
+		if err := cgroups.WriteFile(c.dir(""), "cgroup.kill", "1"); err == nil {
+			return nil
+		}
+	}
+	for i := 0; i < 100; i++ {
+		pids, err := cgroups.GetPids(c.dir("pids"))
+		if err != nil || len(pids) == 0 {
+			return err
+		}
+		for _, p := range pids {
+			unix.Kill(p, unix.SIGKILL)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return fmt.Errorf("cgroup: %s still has processes", c.name)
+}
+
+// Destroy stops the watchers and removes the cgroup. The cgroup must be
+// empty; Kill it and reap its processes first.
+func (c *Cgroup) Destroy() error {
+	c.stopOnce.Do(func() {
+		close(c.stop)
+		if c.h.notify != nil {
+			for _, wd := range c.wds {
+				c.h.notify.remove(wd)
+			}
+		}
+		for _, f := range c.watchers {
+			f.Close()
+		}
+		if c.dirfd >= 0 {
+			unix.Close(c.dirfd)
+		}
+	})
+	if err := c.mgr.Destroy(); err != nil {
+		return fmt.Errorf("cgroup: remove %s: %w", c.name, err)
+	}
+	return nil
+}
+
+// Sweep kills and removes the cgroups under the parent whose name starts
+// with prefix and for which stale returns true: what a killed airlock
+// process left behind.
+func (h *Host) Sweep(prefix string, stale func(name string) bool) error {
+	dirs := []string{h.v2Dir}
+	if !h.v2 {
+		dirs = uniq(h.v1Dirs)
+	}
+	names := map[string]bool{}
+	for _, d := range dirs {
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			return fmt.Errorf("cgroup: sweep %s: %w", d, err)
+		}
+		for _, e := range ents {
+			if e.IsDir() && strings.HasPrefix(e.Name(), prefix) && stale(e.Name()) {
+				names[e.Name()] = true
+			}
+		}
+	}
+	var errs []error
+	for name := range names {
+		c := &Cgroup{h: h, name: name, dirfd: -1, stop: make(chan struct{})}
+		cfg := &cgroups.Cgroup{Resources: &cgroups.Resources{}}
+		var err error
+		if h.v2 {
+			c.mgr, err = fs2.NewManager(cfg, filepath.Join(h.v2Dir, name))
+		} else {
+			paths := map[string]string{}
+			for ctl, d := range h.v1Dirs {
+				paths[ctl] = filepath.Join(d, name)
+			}
+			c.mgr, err = fs.NewManager(cfg, paths)
+		}
+		if err == nil {
+			c.Kill()
+			err = c.Destroy()
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func uniq(m map[string]string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, v := range m {
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func hasWord(s, w string) bool {
+	for _, f := range strings.Fields(s) {
+		if f == w {
+			return true
+		}
+	}
+	return false
+}
+
+func readInt(dir, file string) (int64, error) {
+	s, err := cgroups.ReadFile(dir, file)
+	if err != nil {
+		return 0, err
+	}
+	s = strings.TrimSpace(s)
+	if s == "max" {
+		return -1, nil
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
+
+// keyed reads "key value" from a flat-keyed cgroup file.
+func keyed(dir, file, key string) (uint64, error) {
+	s, err := cgroups.ReadFile(dir, file)
+	if err != nil {
+		return 0, err
+	}
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), " ")
+		if ok && k == key {
+			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, nil
+}

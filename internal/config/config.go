@@ -1,0 +1,288 @@
+// Package config owns airlock's configuration: one struct with defaults,
+// loaded from an optional JSON file, checked by Validate, and the limit
+// types (sizes, durations, counts) that flags, the config file and API
+// requests share.
+//
+// It must never touch the host (no syscalls, no files other than the config
+// file it is asked to read), so that it stays a pure, fuzzable parser.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"airlock/internal/errdefs"
+)
+
+// Mode says whether an optional protection layer must be applied.
+type Mode string
+
+const (
+	// Required: refuse to run code when the layer cannot be applied.
+	Required Mode = "required"
+	// Off: the operator explicitly disabled the layer. Doctor says so.
+	Off Mode = "off"
+)
+
+// Protections lists the layers an operator may switch off. Namespaces,
+// pivot_root, capabilities, no_new_privs and cgroup limits are not optional.
+type Protections struct {
+	Seccomp  Mode `json:"seccomp"`
+	Landlock Mode `json:"landlock"`
+}
+
+// Runtimes are the interpreters sandboxes may run. They must live under
+// /usr, which is the only host tree a sandbox sees.
+type Runtimes struct {
+	Python string `json:"python"`
+	Bash   string `json:"bash"`
+	Node   string `json:"node"`
+	// PythonPackages are checked by doctor and preloaded by warm pools.
+	PythonPackages []string `json:"python_packages"`
+}
+
+// Config is the whole of airlock's configuration.
+type Config struct {
+	// StateDir holds the server's run-time state (an empty mount point
+	// for sandbox roots). It is created 0700 and owned by root.
+	StateDir string `json:"state_dir"`
+	// CacheDir holds data computed once per host and shared read-only
+	// by sandboxes (the matplotlib font list).
+	CacheDir string `json:"cache_dir"`
+	// CgroupParent is the cgroup, relative to each hierarchy's root,
+	// under which every sandbox gets its own cgroup.
+	CgroupParent string `json:"cgroup_parent"`
+	// IDBase is the first host uid/gid given to sandboxes. Each sandbox
+	// gets two ids of its own; host root is never mapped in.
+	IDBase uint32 `json:"id_base"`
+
+	Runtimes    Runtimes    `json:"runtimes"`
+	Protections Protections `json:"protections"`
+
+	// Defaults apply to every limit a request leaves unset; Max caps
+	// every limit a request may ask for.
+	Defaults Limits `json:"defaults"`
+	Max      Limits `json:"max"`
+
+	Server Server `json:"server"`
+	Pool   Pool   `json:"pool"`
+}
+
+// Server configures `airlock serve`.
+type Server struct {
+	Listen string `json:"listen"`
+	// MaxSessions caps live sessions (pooled sandboxes not counted).
+	MaxSessions int `json:"max_sessions"`
+	// MaxConcurrentExecutions caps executions running at once, one-shot
+	// ones included. Further requests wait up to QueueTimeout.
+	MaxConcurrentExecutions int      `json:"max_concurrent_executions"`
+	QueueTimeout            Duration `json:"queue_timeout"`
+	// MaxBodyBytes caps JSON request bodies; file uploads are capped by
+	// MaxFileBytes instead.
+	MaxBodyBytes Size `json:"max_body_bytes"`
+	MaxFileBytes Size `json:"max_file_bytes"`
+	// IdleTimeout is the default idle timeout of a session; MaxIdleTimeout
+	// caps what a client may ask for.
+	IdleTimeout    Duration `json:"idle_timeout"`
+	MaxIdleTimeout Duration `json:"max_idle_timeout"`
+	// InterruptGrace is how long an interpreter has to yield after an
+	// interrupt before its session is killed.
+	InterruptGrace Duration `json:"interrupt_grace"`
+	// MaxEnv caps the number of environment variables a client may set.
+	MaxEnv int `json:"max_env"`
+}
+
+// Pool configures the warm pools of pre-started sandboxes.
+type Pool struct {
+	// Size is the number of ready sandboxes kept per language; 0 disables
+	// the pool for that language.
+	Size map[string]int `json:"size"`
+	// Zygote enables the pre-imported Python template interpreter.
+	Zygote bool `json:"zygote"`
+	// Preload lists the modules the Python template imports.
+	Preload []string `json:"preload"`
+	// Parallel is the number of sandboxes built at once when refilling.
+	Parallel int `json:"parallel"`
+}
+
+// Default returns the built-in configuration.
+func Default() Config {
+	return Config{
+		StateDir:     "/run/airlock",
+		CacheDir:     "/var/cache/airlock",
+		CgroupParent: "airlock",
+		IDBase:       1_000_000,
+		Runtimes: Runtimes{
+			Python:         "/usr/bin/python3",
+			Bash:           "/usr/bin/bash",
+			Node:           "/usr/bin/node",
+			PythonPackages: []string{"numpy", "pandas", "matplotlib", "sklearn"},
+		},
+		Protections: Protections{Seccomp: Required, Landlock: Required},
+		Defaults:    DefaultLimits(),
+		Max:         DefaultMaxLimits(),
+		Server: Server{
+			Listen:                  "127.0.0.1:8080",
+			MaxSessions:             512,
+			MaxConcurrentExecutions: 64,
+			QueueTimeout:            Duration(10 * time.Second),
+			MaxBodyBytes:            8 << 20,
+			MaxFileBytes:            256 << 20,
+			IdleTimeout:             Duration(15 * time.Minute),
+			MaxIdleTimeout:          Duration(24 * time.Hour),
+			InterruptGrace:          Duration(2 * time.Second),
+			MaxEnv:                  128,
+		},
+		Pool: Pool{
+			Size:     map[string]int{"python": 8, "bash": 2, "javascript": 2},
+			Zygote:   true,
+			Preload:  []string{"numpy", "pandas", "matplotlib", "matplotlib.pyplot"},
+			Parallel: runtime.NumCPU(),
+		},
+	}
+}
+
+// Load reads a JSON config file over the defaults. Unknown fields are an
+// error, so that a typo does not silently fall back to a default.
+func Load(path string) (Config, error) {
+	c := Default()
+	if path == "" {
+		return c, c.Validate()
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: config: %v", errdefs.ErrInvalidArgument, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, 1<<20))
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: config %s: %v", errdefs.ErrInvalidArgument, path, err)
+	}
+	if err := Decode(data, &c); err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, c.Validate()
+}
+
+// Decode strictly decodes JSON into v: unknown fields and trailing data
+// are errors.
+func Decode(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: trailing data after the JSON value", errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Validate checks the configuration as a whole.
+func (c Config) Validate() error {
+	var errs []error
+	for name, p := range map[string]string{"state_dir": c.StateDir, "cache_dir": c.CacheDir} {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
+			errs = append(errs, fmt.Errorf("%s %q must be a clean absolute path other than /", name, p))
+		}
+	}
+	if c.CgroupParent == "" || strings.Contains(c.CgroupParent, "..") || filepath.IsAbs(c.CgroupParent) ||
+		filepath.Clean(c.CgroupParent) != c.CgroupParent {
+		errs = append(errs, fmt.Errorf("cgroup_parent %q must be a clean relative path such as \"airlock\"", c.CgroupParent))
+	}
+	if c.IDBase < 65536 || uint64(c.IDBase)+idSpan > 1<<31 {
+		errs = append(errs, fmt.Errorf("id_base %d must be at least 65536 and leave room for %d ids below 2^31", c.IDBase, idSpan))
+	}
+	for name, p := range map[string]string{"python": c.Runtimes.Python, "bash": c.Runtimes.Bash, "node": c.Runtimes.Node} {
+		if !strings.HasPrefix(p, "/usr/") || filepath.Clean(p) != p {
+			errs = append(errs, fmt.Errorf("runtimes.%s %q must be a clean path under /usr, the only host tree sandboxes see", name, p))
+		}
+	}
+	for name, m := range map[string]Mode{"seccomp": c.Protections.Seccomp, "landlock": c.Protections.Landlock} {
+		if m != Required && m != Off {
+			errs = append(errs, fmt.Errorf("protections.%s %q must be \"required\" or \"off\"", name, m))
+		}
+	}
+	if err := c.Max.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("max: %v", err))
+	}
+	if _, err := Resolve(c.Defaults, c.Defaults, c.Max); err != nil {
+		errs = append(errs, fmt.Errorf("defaults: %v", err))
+	}
+	s := c.Server
+	if s.MaxSessions < 1 || s.MaxConcurrentExecutions < 1 || s.MaxEnv < 0 {
+		errs = append(errs, errors.New("server.max_sessions and server.max_concurrent_executions must be at least 1"))
+	}
+	if s.MaxBodyBytes < 1024 || s.MaxFileBytes < 1 {
+		errs = append(errs, errors.New("server.max_body_bytes must be at least 1K and server.max_file_bytes positive"))
+	}
+	if s.IdleTimeout <= 0 || s.MaxIdleTimeout < s.IdleTimeout {
+		errs = append(errs, errors.New("server.idle_timeout must be positive and at most server.max_idle_timeout"))
+	}
+	if s.InterruptGrace <= 0 || s.QueueTimeout < 0 {
+		errs = append(errs, errors.New("server.interrupt_grace must be positive and server.queue_timeout not negative"))
+	}
+	for lang, n := range c.Pool.Size {
+		if !KnownLanguage(lang) {
+			errs = append(errs, fmt.Errorf("pool.size: unknown language %q", lang))
+		}
+		if n < 0 || n > 4096 {
+			errs = append(errs, fmt.Errorf("pool.size.%s %d must be between 0 and 4096", lang, n))
+		}
+	}
+	if c.Pool.Parallel < 1 || c.Pool.Parallel > 256 {
+		errs = append(errs, fmt.Errorf("pool.parallel %d must be between 1 and 256", c.Pool.Parallel))
+	}
+	for _, m := range c.Pool.Preload {
+		if !validModuleName(m) {
+			errs = append(errs, fmt.Errorf("pool.preload: %q is not a Python module name", m))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
+	}
+	return nil
+}
+
+// idSpan is the number of host ids airlock may use above IDBase: two per
+// sandbox, for every pid a CLI run may have plus the server's slots.
+const idSpan = 2 * (1<<22 + 1<<16)
+
+// Languages airlock can run.
+var Languages = []string{"python", "bash", "javascript"}
+
+// KnownLanguage reports whether lang is one of Languages.
+func KnownLanguage(lang string) bool {
+	for _, l := range Languages {
+		if l == lang {
+			return true
+		}
+	}
+	return false
+}
+
+func validModuleName(m string) bool {
+	if m == "" || len(m) > 128 {
+		return false
+	}
+	for _, part := range strings.Split(m, ".") {
+		if part == "" {
+			return false
+		}
+		for i, r := range part {
+			ok := r == '_' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (i > 0 && r >= '0' && r <= '9')
+			if !ok {
+				return false
+			}
+		}
+	}
+	return true
+}

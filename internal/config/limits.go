@@ -1,0 +1,149 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"airlock/internal/errdefs"
+)
+
+// Limits bound one sandbox. A zero field means "use the default". Every
+// field a client asks for is checked against the server's maximum by
+// Resolve; nothing a client sends can exceed it.
+type Limits struct {
+	// Timeout is the wall-clock limit of one run or one execution.
+	Timeout Duration `json:"timeout,omitempty"`
+	// CPUTime is the CPU time (all processes, all cores) one run or one
+	// execution may use, enforced from outside through the cgroup.
+	CPUTime Duration `json:"cpu_time,omitempty"`
+	// Memory is the memory of the whole sandbox, including its tmpfs
+	// files; there is no swap.
+	Memory Size `json:"memory,omitempty"`
+	// Pids is the number of processes and threads the sandbox may have.
+	Pids Count `json:"pids,omitempty"`
+	// Disk is the size of /workspace and, separately, of /tmp. Both are
+	// memory-backed and also count towards Memory.
+	Disk Size `json:"disk,omitempty"`
+	// Inodes is the number of files /workspace and /tmp may each hold.
+	Inodes Count `json:"inodes,omitempty"`
+	// MaxOutput caps captured stdout and, separately, stderr.
+	MaxOutput Size `json:"max_output,omitempty"`
+	// CPUs is the CPU bandwidth quota in cores (0.5 = half a core).
+	CPUs float64 `json:"cpus,omitempty"`
+	// NoFile is RLIMIT_NOFILE.
+	NoFile Count `json:"nofile,omitempty"`
+}
+
+// DefaultLimits are used for every field a caller leaves unset.
+func DefaultLimits() Limits {
+	return Limits{
+		Timeout:   Duration(30 * time.Second),
+		CPUTime:   Duration(30 * time.Second),
+		Memory:    512 << 20,
+		Pids:      256,
+		Disk:      256 << 20,
+		Inodes:    65536,
+		MaxOutput: 1 << 20,
+		CPUs:      1,
+		NoFile:    1024,
+	}
+}
+
+// DefaultMaxLimits are the server's caps on what a client may ask for.
+func DefaultMaxLimits() Limits {
+	return Limits{
+		Timeout:   Duration(15 * time.Minute),
+		CPUTime:   Duration(30 * time.Minute),
+		Memory:    8 << 30,
+		Pids:      4096,
+		Disk:      8 << 30,
+		Inodes:    1 << 20,
+		MaxOutput: 64 << 20,
+		CPUs:      64,
+		NoFile:    65536,
+	}
+}
+
+// Floors below which a sandbox cannot even start its runtime.
+const (
+	minMemory    = 16 << 20
+	minDisk      = 1 << 20
+	minPids      = 8
+	minNoFile    = 32
+	minInodes    = 64
+	minCPUs      = 0.01
+	minTimeout   = Duration(time.Millisecond)
+	minMaxOutput = 0
+)
+
+// Merge returns l with every zero field taken from def.
+func (l Limits) Merge(def Limits) Limits {
+	if l.Timeout == 0 {
+		l.Timeout = def.Timeout
+	}
+	if l.CPUTime == 0 {
+		l.CPUTime = def.CPUTime
+	}
+	if l.Memory == 0 {
+		l.Memory = def.Memory
+	}
+	if l.Pids == 0 {
+		l.Pids = def.Pids
+	}
+	if l.Disk == 0 {
+		l.Disk = def.Disk
+	}
+	if l.Inodes == 0 {
+		l.Inodes = def.Inodes
+	}
+	if l.MaxOutput == 0 {
+		l.MaxOutput = def.MaxOutput
+	}
+	if l.CPUs == 0 {
+		l.CPUs = def.CPUs
+	}
+	if l.NoFile == 0 {
+		l.NoFile = def.NoFile
+	}
+	return l
+}
+
+// Resolve fills unset fields of the requested limits from def and checks
+// every field against max and against the floors a sandbox needs. The error
+// names the field and the bound, so a client can correct its request.
+func Resolve(req, def, max Limits) (Limits, error) {
+	l := req.Merge(def)
+	var errs []error
+	check := func(name string, v, lo, hi float64, show func(float64) string) {
+		switch {
+		case v < lo:
+			errs = append(errs, fmt.Errorf("%s %s is below the minimum %s", name, show(v), show(lo)))
+		case v > hi:
+			errs = append(errs, fmt.Errorf("%s %s exceeds the server maximum %s", name, show(v), show(hi)))
+		}
+	}
+	sz := func(f float64) string { return Size(f).String() }
+	dur := func(f float64) string { return Duration(f).String() }
+	num := func(f float64) string { return fmt.Sprintf("%g", f) }
+	check("timeout", float64(l.Timeout), float64(minTimeout), float64(max.Timeout), dur)
+	check("cpu_time", float64(l.CPUTime), float64(minTimeout), float64(max.CPUTime), dur)
+	check("memory", float64(l.Memory), minMemory, float64(max.Memory), sz)
+	check("pids", float64(l.Pids), minPids, float64(max.Pids), num)
+	check("disk", float64(l.Disk), minDisk, float64(max.Disk), sz)
+	check("inodes", float64(l.Inodes), minInodes, float64(max.Inodes), num)
+	check("max_output", float64(l.MaxOutput), minMaxOutput, float64(max.MaxOutput), sz)
+	check("cpus", l.CPUs, minCPUs, max.CPUs, num)
+	check("nofile", float64(l.NoFile), minNoFile, float64(max.NoFile), num)
+	if err := errors.Join(errs...); err != nil {
+		return Limits{}, fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
+	}
+	return l, nil
+}
+
+// Validate checks a complete set of limits (defaults or maximums) for
+// internal consistency.
+func (l Limits) Validate() error {
+	_, err := Resolve(l, l, l)
+	return err
+}

@@ -1,0 +1,305 @@
+package doctor
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"airlock/internal/cgroup"
+	"airlock/internal/config"
+	"airlock/internal/exeseal"
+	"airlock/internal/jail"
+	"airlock/internal/landlock"
+	"airlock/internal/seccomp"
+)
+
+// Run checks the host against the configuration.
+func Run(ctx context.Context, cfg config.Config) *Report {
+	r := &Report{}
+	if os.Geteuid() != 0 {
+		r.add("root", Fail, "airlock must run as root: it maps each sandbox to unprivileged host ids of its own")
+		return r
+	}
+	r.add("root", OK, "running as root; host root is never mapped into a sandbox")
+
+	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err != nil || strings.TrimSpace(string(b)) == "0" {
+		r.add("user namespaces", Fail, "user namespaces are disabled (user.max_user_namespaces = %s)", strings.TrimSpace(string(b)))
+	} else {
+		r.add("user namespaces", OK, "available (max %s)", strings.TrimSpace(string(b)))
+	}
+	var missing []string
+	for _, ns := range []string{"pid", "mnt", "net", "ipc", "uts", "cgroup", "user"} {
+		if _, err := os.Stat("/proc/self/ns/" + ns); err != nil {
+			missing = append(missing, ns)
+		}
+	}
+	if len(missing) > 0 {
+		r.add("namespaces", Fail, "missing: %s", strings.Join(missing, ", "))
+	} else {
+		r.add("namespaces", OK, "user, pid, mount, network (loopback only), ipc, uts and cgroup: all applied")
+	}
+
+	if cg, err := cgroup.Open(cfg.CgroupParent); err != nil {
+		r.add("cgroups", Fail, "%v", err)
+	} else {
+		note := ""
+		if cg.Version() == 1 {
+			note = "\nv1 caveats: moving a process into a cgroup waits for an RCU grace period (a few ms per cold run);\nthe pids-limit counter is polled every 50ms while code runs because v1 does not notify it"
+		}
+		r.add("cgroups", OK, "%s: memory (no swap, OOM kills the sandbox), pids and CPU quota applied%s", cg.Describe(), note)
+	}
+
+	if cfg.Protections.Seccomp == config.Off {
+		r.add("seccomp", Off, "disabled by configuration (protections.seccomp)")
+	} else if err := seccomp.Available(); err != nil {
+		r.add("seccomp", Fail, "%v", err)
+	} else if prog, err := seccomp.Build(seccomp.DefaultPolicy()); err != nil {
+		r.add("seccomp", Fail, "%v", err)
+	} else {
+		p := seccomp.DefaultPolicy()
+		r.add("seccomp", OK, "filter of %d instructions: foreign architectures and x32 killed, %d syscalls denied, %d answer ENOSYS,\nsocket families other than unix/inet/inet6 (and netlink route) refused, raw sockets, TIOCSTI and namespace clones refused",
+			len(prog), len(p.Deny), len(p.NotImplemented))
+	}
+
+	if cfg.Protections.Landlock == config.Off {
+		r.add("landlock", Off, "disabled by configuration (protections.landlock)")
+	} else if abi, err := landlock.ABI(); err != nil {
+		r.add("landlock", Fail, "%v (set protections.landlock to \"off\" to run without it)", err)
+	} else {
+		extra := ""
+		if abi >= 6 {
+			extra = "; signals and abstract unix sockets scoped to the sandbox"
+		}
+		r.add("landlock", OK, "ABI %d: writes only to /workspace, /tmp and /dev/shm; reads and exec only inside the sandbox root%s", abi, extra)
+	}
+
+	if exe, err := exeseal.Open(); err != nil {
+		r.add("sealed init", Fail, "%v", err)
+	} else {
+		r.add("sealed init", OK, "the init runs from a %s of the airlock binary (CVE-2019-5736)", exe.Method)
+		exe.Close()
+	}
+	if !r.OK() {
+		return r
+	}
+
+	h, err := jail.NewHost(jail.OptionsFrom(cfg))
+	if err != nil {
+		r.add("jail", Fail, "%v", err)
+		return r
+	}
+	defer h.Close()
+	h.Cgroups().Sweep("r-", jail.StaleRun)
+	probe(ctx, r, h, cfg)
+	runtimes(ctx, r, h, cfg)
+	return r
+}
+
+// run runs argv in a fresh sandbox and returns its stdout.
+func run(ctx context.Context, h *jail.Host, cfg config.Config, argv []string, env ...string) (string, string, error) {
+	l := cfg.Defaults
+	l.Timeout = config.Duration(60 * time.Second)
+	l.CPUTime = config.Duration(60 * time.Second)
+	res, err := h.Run(ctx, jail.RunRequest{
+		Spec: jail.Spec{Name: "r-" + strconv.Itoa(os.Getpid()), Slot: jail.CLISlot(), Limits: l},
+		Argv: argv,
+		Env:  env,
+	})
+	if err != nil {
+		return "", "", err
+	}
+	if res.Killed {
+		return string(res.Stdout), string(res.Stderr), fmt.Errorf("killed: %s", res.KillReason)
+	}
+	if res.ExitCode != 0 {
+		return string(res.Stdout), string(res.Stderr), fmt.Errorf("exit status %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
+	}
+	return string(res.Stdout), string(res.Stderr), nil
+}
+
+// probe builds a jail and asks a program inside what it got.
+func probe(ctx context.Context, r *Report, h *jail.Host, cfg config.Config) {
+	script := `cat /proc/self/status; echo ---; cat /proc/net/dev; echo ---; cat /proc/1/environ >/dev/null 2>&1 && echo init-readable; : > /etc/x 2>/dev/null && echo root-writable; echo done`
+	out, _, err := run(ctx, h, cfg, []string{cfg.Runtimes.Bash, "-c", script})
+	if err != nil {
+		r.add("jail", Fail, "a probe program could not run in a jail: %v", err)
+		return
+	}
+	status := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	var ifaces []string
+	section := 0
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "---":
+			section++
+		case section == 0:
+			if k, v, ok := strings.Cut(line, ":"); ok {
+				status[k] = strings.TrimSpace(v)
+			}
+		case section == 1:
+			if k, _, ok := strings.Cut(line, ":"); ok && !strings.Contains(k, "|") {
+				ifaces = append(ifaces, strings.TrimSpace(k))
+			}
+		}
+	}
+	var bad []string
+	for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+		if status[k] != "0000000000000000" {
+			bad = append(bad, k+"="+status[k])
+		}
+	}
+	if status["NoNewPrivs"] != "1" {
+		bad = append(bad, "NoNewPrivs="+status["NoNewPrivs"])
+	}
+	if cfg.Protections.Seccomp == config.Required && status["Seccomp"] != "2" {
+		bad = append(bad, "Seccomp="+status["Seccomp"])
+	}
+	if u := strings.Fields(status["Uid"]); len(u) == 0 || u[0] != strconv.Itoa(jail.SandboxUID) {
+		bad = append(bad, "Uid="+status["Uid"])
+	}
+	if len(ifaces) != 1 || ifaces[0] != "lo" {
+		bad = append(bad, "interfaces="+strings.Join(ifaces, ","))
+	}
+	if strings.Contains(out, "init-readable") {
+		bad = append(bad, "the init's /proc entry is readable")
+	}
+	if strings.Contains(out, "root-writable") {
+		bad = append(bad, "the root filesystem is writable")
+	}
+	if !strings.Contains(out, "done") {
+		bad = append(bad, "the probe did not finish")
+	}
+	if len(bad) > 0 {
+		r.add("jail", Fail, "a jail was built but a program inside saw: %s", strings.Join(bad, "; "))
+		return
+	}
+	r.add("jail", OK, "built one: the program inside ran as uid %d with no capabilities, no_new_privs, seccomp, only lo, a read-only root", jail.SandboxUID)
+}
+
+func runtimes(ctx context.Context, r *Report, h *jail.Host, cfg config.Config) {
+	if _, err := os.Stat(cfg.Runtimes.Python); err != nil {
+		r.add("python", Warn, "%s not found: install python3 (the default language)", cfg.Runtimes.Python)
+	} else {
+		mplDir := filepath.Join(cfg.CacheDir, "matplotlib")
+		var imports []string
+		for _, p := range cfg.Runtimes.PythonPackages {
+			imports = append(imports, fmt.Sprintf("try:\n import %s as m; print(%q, getattr(m, '__version__', '?'))\nexcept Exception as e: print(%q, 'MISSING', type(e).__name__)", p, p, p))
+		}
+		script := "import sys; print('python', sys.version.split()[0])\n" + strings.Join(imports, "\n") + `
+import os
+try:
+    import matplotlib.font_manager
+    os.makedirs('/workspace/mpl', exist_ok=True)
+    for f in os.listdir(os.environ['MPLCONFIGDIR']):
+        if f.startswith('fontlist'):
+            open('/workspace/mpl/' + f, 'wb').write(open(os.path.join(os.environ['MPLCONFIGDIR'], f), 'rb').read())
+except Exception as e:
+    print('fontcache', e)
+`
+		out, _, err := runKeep(ctx, h, cfg, []string{cfg.Runtimes.Python, "-c", script}, mplDir)
+		if err != nil {
+			r.add("python", Warn, "%s does not run in a jail: %v", cfg.Runtimes.Python, err)
+		} else {
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			r.add("python", OK, "%s", lines[0])
+			var have, lack []string
+			for _, l := range lines[1:] {
+				f := strings.Fields(l)
+				if len(f) >= 2 && f[1] == "MISSING" {
+					lack = append(lack, f[0])
+				} else if len(f) >= 2 && f[0] != "fontcache" {
+					have = append(have, f[0]+" "+f[1])
+				}
+			}
+			if len(lack) > 0 {
+				r.add("python packages", Warn, "missing: %s (install the Debian packages, e.g. python3-%s); present: %s", strings.Join(lack, ", "), lack[0], strings.Join(have, ", "))
+			} else {
+				r.add("python packages", OK, "%s", strings.Join(have, ", "))
+			}
+			if _, err := os.Stat(mplDir); err == nil {
+				r.add("matplotlib cache", OK, "font list cached in %s, copied into each sandbox's /tmp", mplDir)
+			}
+		}
+	}
+	for _, rt := range []struct{ name, path, arg string }{{"bash", cfg.Runtimes.Bash, "--version"}, {"node", cfg.Runtimes.Node, "--version"}} {
+		if _, err := os.Stat(rt.path); err != nil {
+			r.add(rt.name, Warn, "%s not found", rt.path)
+			continue
+		}
+		out, _, err := run(ctx, h, cfg, []string{rt.path, rt.arg})
+		if err != nil {
+			r.add(rt.name, Warn, "%s does not run in a jail: %v", rt.path, err)
+			continue
+		}
+		first, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
+		r.add(rt.name, OK, "%s", first)
+	}
+}
+
+// runKeep is run, and then copies the files the program left in
+// /workspace/mpl into dir (the host-side font cache), through the
+// workspace handle that never follows links.
+func runKeep(ctx context.Context, h *jail.Host, cfg config.Config, argv []string, dir string) (string, string, error) {
+	l := cfg.Defaults
+	l.Timeout = config.Duration(120 * time.Second)
+	l.CPUTime = config.Duration(120 * time.Second)
+	var out, errOut string
+	var copyErr error
+	res, err := h.RunWith(ctx, jail.RunRequest{
+		Spec: jail.Spec{Name: "r-" + strconv.Itoa(os.Getpid()), Slot: jail.CLISlot(), Limits: l},
+		Argv: argv,
+		Env:  []string{"MPLCONFIGDIR=/tmp/mplbuild"},
+	}, func(sb *jail.Sandbox) {
+		ents, _, err := sb.Workspace().List("mpl", false)
+		if err != nil || len(ents) == 0 {
+			return
+		}
+		tmp := dir + ".new"
+		os.RemoveAll(tmp)
+		if err := os.MkdirAll(tmp, 0o755); err != nil {
+			copyErr = err
+			return
+		}
+		for _, e := range ents {
+			if e.Type != "file" {
+				continue
+			}
+			f, _, err := sb.Workspace().Open(e.Path)
+			if err != nil {
+				continue
+			}
+			data, err := io.ReadAll(io.LimitReader(f, 64<<20))
+			f.Close()
+			if err != nil || !bytes.HasPrefix(bytes.TrimSpace(data), []byte("{")) {
+				continue
+			}
+			if err := os.WriteFile(filepath.Join(tmp, filepath.Base(e.Path)), data, 0o644); err != nil {
+				copyErr = err
+				return
+			}
+		}
+		os.RemoveAll(dir)
+		copyErr = os.Rename(tmp, dir)
+	})
+	if err != nil {
+		return "", "", err
+	}
+	out, errOut = string(res.Stdout), string(res.Stderr)
+	if res.ExitCode != 0 || res.Killed {
+		return out, errOut, fmt.Errorf("exit %d %s: %s", res.ExitCode, res.KillReason, strings.TrimSpace(errOut))
+	}
+	if copyErr != nil && !errors.Is(copyErr, os.ErrNotExist) {
+		return out, errOut, copyErr
+	}
+	return out, errOut, nil
+}

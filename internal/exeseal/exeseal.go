@@ -1,0 +1,20 @@
+// Package exeseal gives the host an executable copy of the running airlock
+// binary that no sandbox can write or re-open for writing, for re-executing
+// as a sandbox's init (runc CVE-2019-5736).
+//
+// The preferred form is a detached, read-only, nosuid bind mount of the
+// binary made with open_tree(2): it costs no copy, belongs to no mount
+// namespace (so nobody can remount it writable), and the kernel refuses any
+// write through it with EROFS. Where that is unavailable, a sealed memfd
+// copy is used instead.
+//
+// It must never hand out a path into the host filesystem.
+package exeseal
+
+// Method names how the executable was sealed.
+type Method string
+
+const (
+	DetachedMount Method = "read-only detached mount"
+	SealedMemfd   Method = "sealed memfd copy"
+)

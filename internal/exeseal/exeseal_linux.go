@@ -1,0 +1,77 @@
+package exeseal
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// Exe is a sealed executable.
+type Exe struct {
+	f      *os.File
+	Method Method
+}
+
+// Open seals the running binary.
+func Open() (*Exe, error) {
+	if e, err := openDetached(); err == nil {
+		return e, nil
+	}
+	return openMemfd()
+}
+
+// Path is the path to execute, valid in this process and in children
+// created before Close. It names this process's descriptor, never a file.
+func (e *Exe) Path() string { return "/proc/self/fd/" + strconv.Itoa(int(e.f.Fd())) }
+
+// Fd returns the descriptor.
+func (e *Exe) Fd() int { return int(e.f.Fd()) }
+
+// Close releases the executable. Running inits keep their own reference.
+func (e *Exe) Close() error { return e.f.Close() }
+
+func openDetached() (*Exe, error) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, "/proc/self/exe", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("open_tree: %w", err)
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("mount_setattr: %w", err)
+	}
+	// Prove the seal: a writable open must fail with EROFS.
+	wfd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(fd), unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err == nil {
+		unix.Close(wfd)
+		unix.Close(fd)
+		return nil, fmt.Errorf("detached mount is writable")
+	}
+	return &Exe{f: os.NewFile(uintptr(fd), "airlock-exe"), Method: DetachedMount}, nil
+}
+
+func openMemfd() (*Exe, error) {
+	src, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return nil, fmt.Errorf("exeseal: %w", err)
+	}
+	defer src.Close()
+	fd, err := unix.MemfdCreate("airlock", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("exeseal: memfd_create: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "airlock-exe")
+	if _, err := io.Copy(f, src); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("exeseal: copy: %w", err)
+	}
+	seals := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("exeseal: seal: %w", err)
+	}
+	return &Exe{f: f, Method: SealedMemfd}, nil
+}

@@ -1,0 +1,562 @@
+package jail
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/internal/cgroup"
+	"airlock/internal/cleanup"
+	"airlock/internal/errdefs"
+	"airlock/internal/exeseal"
+	"airlock/internal/landlock"
+	"airlock/internal/rootfs"
+	"airlock/internal/seccomp"
+	"airlock/internal/workspace"
+)
+
+// Host builds sandboxes. Everything that can be done once (sealing the
+// executable, finding the cgroup hierarchies, compiling the seccomp
+// filter, probing Landlock) is done by NewHost.
+type Host struct {
+	opts     Options
+	exe      *exeseal.Exe
+	cg       *cgroup.Host
+	seccomp  []byte // nil when the layer is off
+	abi      int    // 0 when the layer is off
+	staging  string
+	tmpCopy  map[string]string
+	baseRoot rootfs.Spec
+}
+
+// NewHost prepares the host. It fails with errdefs.ErrUnavailable when a
+// configured protection cannot be applied here: airlock refuses to run
+// code with weaker isolation than configured.
+func NewHost(o Options) (_ *Host, err error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("%w: airlock must run as root to build jails (it maps every sandbox to an unprivileged host uid)", errdefs.ErrUnavailable)
+	}
+	var undo cleanup.Stack
+	defer func() {
+		if err != nil {
+			undo.Run()
+		}
+	}()
+	h := &Host{opts: o}
+	var problems []error
+	if h.exe, err = exeseal.Open(); err != nil {
+		problems = append(problems, fmt.Errorf("cannot seal the init executable: %v", err))
+	} else {
+		undo.Add(h.exe.Close)
+	}
+	if h.cg, err = cgroup.Open(o.CgroupParent); err != nil {
+		problems = append(problems, err)
+	}
+	if o.Seccomp {
+		if err := seccomp.Available(); err != nil {
+			problems = append(problems, err)
+		} else if prog, err := seccomp.Build(seccomp.DefaultPolicy()); err != nil {
+			problems = append(problems, err)
+		} else {
+			h.seccomp = prog.Bytes()
+		}
+	}
+	if o.Landlock {
+		if abi, err := landlock.ABI(); err != nil {
+			problems = append(problems, fmt.Errorf("%v (set protections.landlock to \"off\" to run without it)", err))
+		} else {
+			h.abi = abi
+		}
+	}
+	if err := errors.Join(problems...); err != nil {
+		return nil, fmt.Errorf("%w: %v; run `airlock doctor` for details", errdefs.ErrUnavailable, err)
+	}
+	h.staging = filepath.Join(o.StateDir, "root")
+	for _, d := range []string{o.StateDir, h.staging} {
+		if err := ensureDir(d, 0o755); err != nil {
+			return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+		}
+	}
+	h.tmpCopy = map[string]string{}
+	mpl := filepath.Join(o.CacheDir, "matplotlib")
+	if st, err := os.Stat(mpl); err == nil && st.IsDir() {
+		h.tmpCopy["matplotlib"] = mpl
+	}
+	h.baseRoot = rootfs.DefaultSpec(h.staging, "sandbox")
+	h.baseRoot.Files = o.RootFiles
+	return h, nil
+}
+
+// ensureDir makes dir a root-owned directory, refusing a symlink.
+func ensureDir(dir string, mode os.FileMode) error {
+	if err := os.Mkdir(dir, mode); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	sys := st.Sys().(*syscall.Stat_t)
+	if !st.IsDir() || sys.Uid != 0 {
+		return fmt.Errorf("%s must be a directory owned by root", dir)
+	}
+	return os.Chmod(dir, mode)
+}
+
+// Close releases what NewHost acquired. Running sandboxes keep working.
+func (h *Host) Close() error {
+	if h.exe != nil {
+		return h.exe.Close()
+	}
+	return nil
+}
+
+// Cgroups is the cgroup host, for sweeping and reporting.
+func (h *Host) Cgroups() *cgroup.Host { return h.cg }
+
+// Protections describes the layers every sandbox gets, for reports.
+func (h *Host) Protections() map[string]string {
+	p := map[string]string{
+		"exe":    string(h.exe.Method),
+		"cgroup": h.cg.Describe(),
+	}
+	if h.seccomp != nil {
+		p["seccomp"] = "on"
+	} else {
+		p["seccomp"] = "off"
+	}
+	if h.abi > 0 {
+		p["landlock"] = fmt.Sprintf("ABI %d", h.abi)
+	} else {
+		p["landlock"] = "off"
+	}
+	return p
+}
+
+// IDs returns the host uid/gid of the sandbox's root and user for slot.
+func (h *Host) IDs(slot uint32) (root, user int) {
+	base := int(h.opts.IDBase) + 2*int(slot)
+	return base, base + 1
+}
+
+// Sandbox is a running jail: an init process waiting for programs.
+type Sandbox struct {
+	h        *Host
+	spec     Spec
+	cg       *cgroup.Cgroup
+	cmd      *exec.Cmd
+	pidfd    int
+	ctl      *conn
+	ws       *workspace.Dir
+	ruleset  *os.File
+	initErr  *cappedBuffer
+	errDone  chan struct{}
+	hostUser int
+	started  time.Time
+
+	reqMu   sync.Mutex
+	replies chan message
+	exits   chan Exit
+	dead    chan struct{} // closed when the control socket ends
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start builds a sandbox and waits until its init is ready.
+func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
+	if spec.Hostname == "" {
+		spec.Hostname = "sandbox"
+	}
+	if spec.ReadyTimeout == 0 {
+		spec.ReadyTimeout = 10 * time.Second
+	}
+	l := spec.Limits
+	var undo cleanup.Stack
+	defer func() {
+		if err != nil {
+			undo.Run()
+		}
+	}()
+	s := &Sandbox{h: h, spec: spec, pidfd: -1, replies: make(chan message, 1), exits: make(chan Exit, 16),
+		dead: make(chan struct{}), errDone: make(chan struct{}), started: time.Now()}
+
+	trace("start")
+	cg, err := h.cg.New(spec.Name, cgroup.Resources{Memory: int64(l.Memory), Pids: int64(l.Pids), CPUs: l.CPUs})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	s.cg = cg
+	undo.Add(func() error { cg.Kill(); return cg.Destroy() })
+
+	trace("cgroup created")
+	hostEnd, initEnd, err := socketpair()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		hostEnd.Close()
+		initEnd.Close()
+		return nil, err
+	}
+	rootID, userID := h.IDs(spec.Slot)
+	s.hostUser = userID
+	attr := &syscall.SysProcAttr{
+		Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
+		UidMappings: []syscall.SysProcIDMap{
+			{ContainerID: 0, HostID: rootID, Size: 1},
+			{ContainerID: SandboxUID, HostID: userID, Size: 1},
+		},
+		GidMappings: []syscall.SysProcIDMap{
+			{ContainerID: 0, HostID: rootID, Size: 1},
+			{ContainerID: SandboxGID, HostID: userID, Size: 1},
+		},
+		// Become root of the new user namespace before exec, so that the
+		// init keeps its capabilities there (and only there); the empty
+		// group list drops the host's supplementary groups, which would
+		// otherwise follow it in.
+		Credential:                 &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
+		GidMappingsEnableSetgroups: true,
+		Setsid:                     true,
+		// No Pdeathsig: it fires when the creating OS thread exits, which
+		// Go does whenever a locked goroutine ends. The init notices its
+		// host going away by the control socket closing instead.
+		PidFD: &s.pidfd,
+	}
+	if fd, ok := cg.IntoFD(); ok {
+		attr.UseCgroupFD, attr.CgroupFD = true, fd
+	}
+	s.cmd = &exec.Cmd{
+		Path:        h.exe.Path(),
+		Args:        []string{InitArg0},
+		Env:         []string{"GOMAXPROCS=1", "GOGC=200"},
+		ExtraFiles:  []*os.File{initEnd},
+		Stderr:      errW,
+		SysProcAttr: attr,
+	}
+	err = s.cmd.Start()
+	trace("init started")
+	initEnd.Close()
+	errW.Close()
+	if err != nil {
+		hostEnd.Close()
+		errR.Close()
+		return nil, fmt.Errorf("%w: cannot start the sandbox init (are user namespaces enabled? see `airlock doctor`): %v", errdefs.ErrUnavailable, err)
+	}
+	undo.AddFunc(func() {
+		s.kill()
+		s.cmd.Wait()
+		if s.pidfd >= 0 {
+			unix.Close(s.pidfd)
+		}
+	})
+	s.initErr = &cappedBuffer{max: 16 << 10}
+	go func() {
+		io.Copy(s.initErr, errR)
+		errR.Close()
+		close(s.errDone)
+	}()
+	if s.ctl, err = newConn(hostEnd, 64<<10); err != nil {
+		return nil, err
+	}
+	undo.Add(s.ctl.close)
+	// On cgroup v1 the init has to be moved into its cgroup, which waits
+	// for an RCU grace period; it overlaps with building the root.
+	_, placed := cg.IntoFD()
+	moved := make(chan error, 1)
+	if !placed {
+		pid := s.cmd.Process.Pid
+		go func() { moved <- cg.Add(pid) }()
+	}
+
+	root := h.baseRoot
+	root.Hostname = spec.Hostname
+	root.Etc = rootfs.GeneratedEtc(spec.Hostname)
+	root.Disk = int64(l.Disk)
+	root.Inodes = int64(l.Inodes)
+	root.Shm = min(int64(l.Disk), 64<<20)
+	root.TmpCopy = h.tmpCopy
+	setup := &setupMsg{
+		Root:     root,
+		Seccomp:  h.seccomp,
+		Landlock: h.abi,
+		UID:      SandboxUID,
+		GID:      SandboxGID,
+		Placed:   placed,
+		Rlimits: []rlimit{
+			{Resource: unix.RLIMIT_NOFILE, Cur: uint64(l.NoFile), Max: uint64(l.NoFile)},
+			{Resource: unix.RLIMIT_FSIZE, Cur: uint64(l.Disk), Max: uint64(l.Disk)},
+			{Resource: unix.RLIMIT_CORE, Cur: 0, Max: 0},
+			{Resource: unix.RLIMIT_STACK, Cur: 8 << 20, Max: 8 << 20},
+			{Resource: unix.RLIMIT_MEMLOCK, Cur: 64 << 10, Max: 64 << 10},
+			{Resource: unix.RLIMIT_MSGQUEUE, Cur: 0, Max: 0},
+		},
+	}
+	if err := s.ctl.send(message{Op: opSetup, Setup: setup}); err != nil {
+		if !placed {
+			<-moved
+		}
+		return nil, s.startErr("send setup", err)
+	}
+	if !placed {
+		if err := <-moved; err != nil {
+			return nil, s.startErr("move the init into its cgroup", err)
+		}
+		trace("moved into cgroup")
+		if err := s.ctl.send(message{Op: opPlaced}); err != nil {
+			return nil, s.startErr("send placed", err)
+		}
+	}
+	deadline := time.Now().Add(spec.ReadyTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	s.ctl.setDeadline(deadline)
+	trace("setup sent")
+	m, files, err := s.ctl.recv()
+	trace("ready")
+	s.ctl.setDeadline(time.Time{})
+	if err != nil {
+		return nil, s.startErr("wait for the init", err)
+	}
+	if m.Op != opReady || len(files) < 1 {
+		for _, f := range files {
+			f.Close()
+		}
+		if m.Op == opError {
+			return nil, fmt.Errorf("%w: the sandbox could not be built: %s", errdefs.ErrUnavailable, m.Error)
+		}
+		return nil, s.startErr("wait for the init", fmt.Errorf("unexpected %q", m.Op))
+	}
+	wsfd, err := unix.Dup(int(files[0].Fd()))
+	files[0].Close()
+	if err != nil {
+		for _, f := range files[1:] {
+			f.Close()
+		}
+		return nil, err
+	}
+	unix.CloseOnExec(wsfd)
+	s.ws = workspace.New(wsfd, userID, userID)
+	if len(files) > 1 {
+		s.ruleset = files[1]
+		for _, f := range files[2:] {
+			f.Close()
+		}
+	}
+	go s.readLoop()
+	undo.Release()
+	return s, nil
+}
+
+func (s *Sandbox) startErr(what string, err error) error {
+	s.kill()
+	s.cmd.Wait()
+	<-s.errDone
+	msg := bytes.TrimSpace(s.initErr.Bytes())
+	if len(msg) > 0 {
+		return fmt.Errorf("%w: sandbox init failed (%s: %v): %s", errdefs.ErrUnavailable, what, err, msg)
+	}
+	return fmt.Errorf("%w: sandbox init failed: %s: %v", errdefs.ErrUnavailable, what, err)
+}
+
+// initDiag returns what the init printed, for error messages.
+func (s *Sandbox) initDiag() string {
+	select {
+	case <-s.errDone:
+	case <-time.After(100 * time.Millisecond):
+	}
+	if b := bytes.TrimSpace(s.initErr.Bytes()); len(b) > 0 {
+		return ": " + string(b)
+	}
+	return ""
+}
+
+func (s *Sandbox) readLoop() {
+	defer close(s.dead)
+	for {
+		m, files, err := s.ctl.recv()
+		for _, f := range files {
+			f.Close() // the init sends no descriptors after ready
+		}
+		if err != nil {
+			return
+		}
+		switch m.Op {
+		case opSpawned, opError:
+			select {
+			case s.replies <- m:
+			default:
+			}
+		case opExit:
+			e := Exit{Pid: m.Pid, Status: syscall.WaitStatus(m.Status)}
+			if m.Usage != nil {
+				e.CPU = time.Duration(m.Usage.UserNs + m.Usage.SysNs)
+			}
+			select {
+			case s.exits <- e:
+			default:
+			}
+		}
+	}
+}
+
+// Spawn starts p in the sandbox and returns its pid inside the sandbox.
+// The descriptors in p.Files are duplicated into the sandbox; the caller
+// keeps (and should close) its own copies.
+func (s *Sandbox) Spawn(p Process) (int, error) {
+	if len(p.Argv) == 0 {
+		return 0, fmt.Errorf("%w: empty command", errdefs.ErrInvalidArgument)
+	}
+	fds := make([]int, len(p.Files))
+	for i, f := range p.Files {
+		fds[i] = int(f.Fd())
+	}
+	s.reqMu.Lock()
+	defer s.reqMu.Unlock()
+	if err := s.ctl.send(message{Op: opSpawn, Spawn: &spawnMsg{Argv: p.Argv, Env: p.Env, Dir: p.Dir, NFiles: len(fds)}}, fds...); err != nil {
+		return 0, fmt.Errorf("jail: spawn: %w", err)
+	}
+	select {
+	case m := <-s.replies:
+		if m.Op == opError {
+			return 0, fmt.Errorf("%w: %s", errdefs.ErrUnavailable, m.Error)
+		}
+		trace("spawned")
+		return m.Pid, nil
+	case <-s.dead:
+		return 0, fmt.Errorf("%w: the sandbox ended%s", errdefs.ErrGone, s.initDiag())
+	case <-time.After(10 * time.Second):
+		return 0, fmt.Errorf("jail: spawn: no answer from the sandbox init")
+	}
+}
+
+// Exits delivers the exit of every program started with Spawn.
+func (s *Sandbox) Exits() <-chan Exit { return s.exits }
+
+// Dead is closed when the sandbox's init is gone.
+func (s *Sandbox) Dead() <-chan struct{} { return s.dead }
+
+// Events delivers the cgroup's OOM and pids-limit events.
+func (s *Sandbox) Events() <-chan cgroup.Event { return s.cg.Events() }
+
+// Stats reads the sandbox's cgroup counters.
+func (s *Sandbox) Stats() (cgroup.Stats, error) { return s.cg.Stats() }
+
+// CPU reads the sandbox's total CPU time.
+func (s *Sandbox) CPU() (time.Duration, error) { return s.cg.CPU() }
+
+// Cgroup is the sandbox's cgroup.
+func (s *Sandbox) Cgroup() *cgroup.Cgroup { return s.cg }
+
+// Workspace is the host's handle on the sandbox's /workspace. It stays
+// usable after the sandbox's processes are gone, until Close.
+func (s *Sandbox) Workspace() *workspace.Dir { return s.ws }
+
+// InitPid is the host pid of the sandbox's init.
+func (s *Sandbox) InitPid() int { return s.cmd.Process.Pid }
+
+// PidFD is a pidfd of the init.
+func (s *Sandbox) PidFD() int { return s.pidfd }
+
+// Ruleset is the sandbox's Landlock ruleset, nil when the layer is off.
+func (s *Sandbox) Ruleset() *os.File { return s.ruleset }
+
+// Seccomp is the raw seccomp filter, nil when the layer is off.
+func (s *Sandbox) Seccomp() []byte { return s.h.seccomp }
+
+// HostUser is the host uid (and gid) of the sandbox user.
+func (s *Sandbox) HostUser() int { return s.hostUser }
+
+// Name is the sandbox's cgroup name.
+func (s *Sandbox) Name() string { return s.spec.Name }
+
+// kill sends SIGKILL to the init; the kernel then kills every process in
+// the sandbox's pid namespace.
+func (s *Sandbox) kill() {
+	if s.pidfd >= 0 {
+		if unix.PidfdSendSignal(s.pidfd, unix.SIGKILL, nil, 0) == nil {
+			return
+		}
+	}
+	if s.cmd.Process != nil {
+		s.cmd.Process.Kill()
+	}
+}
+
+// Kill ends every process in the sandbox without releasing its resources;
+// the workspace stays readable. Close must still be called.
+func (s *Sandbox) Kill() {
+	s.kill()
+}
+
+// Close kills everything in the sandbox, waits until it is gone, and
+// removes its cgroup. It is safe to call more than once and from any
+// goroutine, and never gives up half-way.
+func (s *Sandbox) Close() error {
+	s.closeOnce.Do(func() {
+		var errs []error
+		trace("close")
+		s.kill()
+		s.cmd.Wait() // reaps the init; the kernel has reaped the rest
+		trace("init reaped")
+		<-s.errDone
+		s.ctl.close()
+		<-s.dead
+		// A process that joined the cgroup without entering the pid
+		// namespace (a template child mid-join) is killed here.
+		if err := s.cg.Kill(); err != nil {
+			errs = append(errs, err)
+		}
+		trace("cgroup killed")
+		if err := s.cg.Destroy(); err != nil {
+			errs = append(errs, err)
+		}
+		trace("cgroup destroyed")
+		if s.ws != nil {
+			s.ws.Close()
+		}
+		if s.ruleset != nil {
+			s.ruleset.Close()
+		}
+		if s.pidfd >= 0 {
+			unix.Close(s.pidfd)
+			s.pidfd = -1
+		}
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+// cappedBuffer keeps the first max bytes written to it.
+type cappedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	max int
+}
+
+func (c *cappedBuffer) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if room := c.max - c.buf.Len(); room > 0 {
+		c.buf.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
+}
+
+func (c *cappedBuffer) Bytes() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]byte(nil), c.buf.Bytes()...)
+}

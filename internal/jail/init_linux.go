@@ -1,0 +1,381 @@
+package jail
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/internal/landlock"
+	"airlock/internal/rootfs"
+	"airlock/internal/seccomp"
+)
+
+// InitMain is the sandbox init: PID 1 of the sandbox, re-executed from the
+// sealed airlock binary by Host.Start. It never returns.
+func InitMain() {
+	// Nobody inside may ptrace, read the memory of, or open /proc/1/exe of
+	// the init, whatever uid they have.
+	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	closeInherited()
+	ctl, err := newConn(os.NewFile(3, "ctl"), maxMessage)
+	if err != nil {
+		fatal(err)
+	}
+	m, files, err := ctl.recv()
+	closeFiles(files)
+	if err != nil || m.Op != opSetup || m.Setup == nil {
+		fatal(fmt.Errorf("no setup message: %v", err))
+	}
+	st, err := setup(m.Setup, func() error {
+		if m.Setup.Placed {
+			return nil
+		}
+		m, files, err := ctl.recv()
+		closeFiles(files)
+		if err != nil || m.Op != opPlaced {
+			return fmt.Errorf("waiting to be placed in the cgroup: %v %q", err, m.Op)
+		}
+		return nil
+	})
+	if err != nil {
+		ctl.send(message{Op: opError, Error: err.Error()})
+		os.Exit(1)
+	}
+	fds := []int{st.workspace}
+	if st.ruleset >= 0 {
+		fds = append(fds, st.ruleset)
+	}
+	if err := ctl.send(message{Op: opReady}, fds...); err != nil {
+		os.Exit(1)
+	}
+	unix.Close(st.workspace)
+	serve(ctl, st)
+}
+
+// closeInherited closes every descriptor above the control socket that is
+// not close-on-exec: none of them is ours (everything Go opens is
+// close-on-exec), so they can only be host descriptors that leaked in
+// through the host's own parent, and must not reach sandboxed code.
+func closeInherited() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		fatal(fmt.Errorf("list inherited descriptors: %w", err))
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= 3 {
+			continue
+		}
+		if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && flags&unix.FD_CLOEXEC == 0 {
+			unix.Close(fd)
+		}
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintf(os.Stderr, "airlock-init: %v\n", err)
+	os.Exit(1)
+}
+
+func closeFiles(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
+}
+
+type initState struct {
+	cfg       *setupMsg
+	workspace int // O_PATH fd of /workspace, sent to the host
+	ruleset   int // Landlock ruleset fd, or -1
+	spawner   chan spawnReq
+}
+
+func setup(cfg *setupMsg, placed func() error) (*initState, error) {
+	// The host's supplementary groups would otherwise follow us in.
+	if err := syscall.Setgroups(nil); err != nil {
+		return nil, fmt.Errorf("drop supplementary groups: %w", err)
+	}
+	if err := rootfs.Build(cfg.Root); err != nil {
+		return nil, err
+	}
+	if err := rootfs.Hostname(cfg.Root.Hostname); err != nil {
+		return nil, err
+	}
+	if err := rootfs.LoopbackUp(); err != nil {
+		return nil, err
+	}
+	// Once we are in our cgroup, a cgroup namespace rooted there hides the
+	// host's cgroup layout. Every thread must switch, since programs are
+	// forked from one of them.
+	if err := placed(); err != nil {
+		return nil, err
+	}
+	if _, _, errno := syscall.AllThreadsSyscall(unix.SYS_UNSHARE, unix.CLONE_NEWCGROUP, 0, 0); errno != 0 {
+		return nil, fmt.Errorf("unshare cgroup namespace: %w", errno)
+	}
+	st := &initState{cfg: cfg, ruleset: -1}
+	if cfg.Landlock > 0 {
+		fd, err := landlock.Create(landlock.SandboxRules(), cfg.Landlock)
+		if err != nil {
+			return nil, err
+		}
+		st.ruleset = fd
+	}
+	ws, err := unix.Open("/workspace", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open /workspace: %w", err)
+	}
+	st.workspace = ws
+	if err := unix.Chdir("/workspace"); err != nil {
+		return nil, err
+	}
+	// Replace the host's /dev/null on 0 and 1 with the sandbox's own.
+	if null, err := unix.Open("/dev/null", unix.O_RDWR|unix.O_CLOEXEC, 0); err == nil {
+		unix.Dup3(null, 0, 0)
+		unix.Dup3(null, 1, 0)
+		unix.Close(null)
+	}
+	for _, r := range cfg.Rlimits {
+		lim := syscall.Rlimit{Cur: r.Cur, Max: r.Max}
+		if err := syscall.Setrlimit(r.Resource, &lim); err != nil {
+			return nil, fmt.Errorf("setrlimit %d: %w", r.Resource, err)
+		}
+	}
+	st.spawner = make(chan spawnReq)
+	ready := make(chan error)
+	go spawner(st, ready)
+	if err := <-ready; err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// serve answers the host and reaps children until the host goes away.
+// Losing the host (EOF) ends the init, and with it the whole sandbox.
+func serve(ctl *conn, st *initState) {
+	type incoming struct {
+		m     message
+		files []*os.File
+		err   error
+	}
+	msgs := make(chan incoming)
+	go func() {
+		for {
+			m, files, err := ctl.recv()
+			msgs <- incoming{m, files, err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGCHLD)
+	watched := map[int]bool{}
+	for {
+		select {
+		case in := <-msgs:
+			if in.err != nil {
+				os.Exit(0)
+			}
+			switch in.m.Op {
+			case opSpawn:
+				pid, err := spawn(st, in.m.Spawn, in.files)
+				closeFiles(in.files)
+				if err != nil {
+					ctl.send(message{Op: opError, Error: err.Error()})
+					continue
+				}
+				watched[pid] = true
+				ctl.send(message{Op: opSpawned, Pid: pid})
+			default:
+				closeFiles(in.files)
+				ctl.send(message{Op: opError, Error: "unknown request " + strconv.Quote(in.m.Op)})
+			}
+		case <-sigs:
+		}
+		// Reap every child that ended: spawned programs are reported,
+		// orphans the kernel re-parented to us are just collected.
+		for {
+			var ws syscall.WaitStatus
+			var ru syscall.Rusage
+			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, &ru)
+			if err != nil || pid <= 0 {
+				break
+			}
+			if watched[pid] {
+				delete(watched, pid)
+				ctl.send(message{Op: opExit, Pid: pid, Status: int(ws), Usage: &exitUsage{
+					UserNs: ru.Utime.Nano(), SysNs: ru.Stime.Nano(), MaxRSS: ru.Maxrss << 10}})
+			}
+		}
+	}
+}
+
+type spawnReq struct {
+	m     *spawnMsg
+	files []*os.File
+	reply chan spawnRes
+}
+
+type spawnRes struct {
+	pid int
+	err error
+}
+
+func spawn(st *initState, m *spawnMsg, files []*os.File) (int, error) {
+	if m == nil || len(m.Argv) == 0 || m.NFiles != len(files) {
+		return 0, fmt.Errorf("bad spawn request")
+	}
+	reply := make(chan spawnRes)
+	st.spawner <- spawnReq{m: m, files: files, reply: reply}
+	r := <-reply
+	return r.pid, r.err
+}
+
+// spawner owns one OS thread that carries every restriction a sandboxed
+// program gets: an empty capability bounding set, no ambient or inheritable
+// capabilities, no_new_privs, the Landlock domain and the seccomp filter.
+// Programs are forked from this thread, so they inherit all of it, and the
+// init's other threads stay free to manage the sandbox. The goroutine never
+// unlocks its thread, so the Go runtime never reuses it for anything else.
+func spawner(st *initState, ready chan<- error) {
+	runtime.LockOSThread()
+	if err := restrictThread(st.cfg, st.ruleset); err != nil {
+		ready <- err
+		return
+	}
+	ready <- nil
+	for req := range st.spawner {
+		pid, err := forkExec(st.cfg, req.m, req.files)
+		req.reply <- spawnRes{pid, err}
+	}
+}
+
+func restrictThread(cfg *setupMsg, ruleset int) error {
+	last, err := capLastCap()
+	if err != nil {
+		return err
+	}
+	for c := 0; c <= last; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	// Keep effective and permitted (the fork needs CAP_SETUID/SETGID to
+	// become the sandbox user, which then clears them); clear inheritable.
+	var hdr = unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	if cfg.Landlock > 0 {
+		if err := landlock.RestrictThread(ruleset); err != nil {
+			return err
+		}
+	}
+	if len(cfg.Seccomp) > 0 {
+		if err := seccomp.InstallThread(programFromBytes(cfg.Seccomp)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func programFromBytes(b []byte) seccomp.Program {
+	prog := make(seccomp.Program, len(b)/8)
+	for i := range prog {
+		w := b[8*i:]
+		prog[i].Op = *(*uint16)(unsafe.Pointer(&w[0]))
+		prog[i].Jt, prog[i].Jf = w[2], w[3]
+		prog[i].K = *(*uint32)(unsafe.Pointer(&w[4]))
+	}
+	return prog
+}
+
+func capLastCap() (int, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err != nil {
+		return 0, fmt.Errorf("read cap_last_cap: %w", err)
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// forkExec runs on the restricted thread.
+func forkExec(cfg *setupMsg, m *spawnMsg, files []*os.File) (int, error) {
+	fds := make([]uintptr, len(files))
+	for i, f := range files {
+		fds[i] = f.Fd()
+	}
+	dir := m.Dir
+	if dir == "" {
+		dir = "/workspace"
+	}
+	pid, err := syscall.ForkExec(m.Argv[0], m.Argv, &syscall.ProcAttr{
+		Dir:   dir,
+		Env:   m.Env,
+		Files: fds,
+		Sys: &syscall.SysProcAttr{
+			Setsid:     true,
+			Credential: &syscall.Credential{Uid: uint32(cfg.UID), Gid: uint32(cfg.GID), Groups: []uint32{}},
+		},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("start %s: %w", m.Argv[0], err)
+	}
+	if err := verify(pid, cfg); err != nil {
+		syscall.Kill(pid, syscall.SIGKILL)
+		return 0, err
+	}
+	return pid, nil
+}
+
+// verify reads back what the kernel says about the new program and
+// refuses to let it run if any layer is missing.
+func verify(pid int, cfg *setupMsg) error {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
+	want := map[string]string{
+		"CapInh": "0000000000000000", "CapPrm": "0000000000000000", "CapEff": "0000000000000000",
+		"CapBnd": "0000000000000000", "CapAmb": "0000000000000000", "NoNewPrivs": "1",
+	}
+	uid := strconv.Itoa(cfg.UID)
+	want["Uid"] = strings.Join([]string{uid, uid, uid, uid}, "\t")
+	if len(cfg.Seccomp) > 0 {
+		want["Seccomp"] = "2"
+	}
+	got := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if ok {
+			got[k] = strings.TrimSpace(v)
+		}
+	}
+	for k, v := range want {
+		if got[k] != v {
+			return fmt.Errorf("refusing to run: the program's %s is %q, want %q", k, got[k], v)
+		}
+	}
+	return nil
+}

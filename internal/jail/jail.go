@@ -1,0 +1,133 @@
+// Package jail owns the sandbox itself: starting an init process in new
+// user, pid, mount, network, ipc, uts and cgroup namespaces, inside its own
+// cgroup, from a sealed copy of the airlock binary; having that init build
+// the root filesystem, bring up loopback and prepare the Landlock ruleset;
+// starting programs in it with every capability dropped, no_new_privs,
+// Landlock, seccomp and rlimits applied; reporting their exit; and tearing
+// everything down so that nothing is left.
+//
+// The host side (Host, Sandbox) never trusts the sandbox: it learns only
+// pids and exit statuses from the init, and only descriptors the init made
+// before any sandboxed code ran. The init side (InitMain) is re-executed
+// airlock code and must never run sandboxed code with more privilege than
+// the sandbox user has.
+package jail
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"airlock/internal/config"
+)
+
+// InitArg0 is argv[0] of a re-executed sandbox init.
+const InitArg0 = "airlock-init"
+
+// Options configure a Host. They come from config.Config.
+type Options struct {
+	StateDir     string
+	CacheDir     string
+	CgroupParent string
+	IDBase       uint32
+	Seccomp      bool // required by configuration
+	Landlock     bool // required by configuration
+	// RootFiles are extra read-only files under /opt in every sandbox.
+	RootFiles map[string]string
+}
+
+// OptionsFrom derives Options from the configuration.
+func OptionsFrom(c config.Config) Options {
+	return Options{
+		StateDir:     c.StateDir,
+		CacheDir:     c.CacheDir,
+		CgroupParent: c.CgroupParent,
+		IDBase:       c.IDBase,
+		Seccomp:      c.Protections.Seccomp == config.Required,
+		Landlock:     c.Protections.Landlock == config.Required,
+	}
+}
+
+// Spec describes one sandbox.
+type Spec struct {
+	// Name names the sandbox's cgroup; it must be unique among live ones.
+	Name string
+	// Slot picks the sandbox's pair of host ids; it must be unique among
+	// live sandboxes (see CLISlot and ServerSlotBase).
+	Slot uint32
+	// Limits bound the sandbox.
+	Limits config.Limits
+	// Hostname of the sandbox; "sandbox" when empty.
+	Hostname string
+	// ReadyTimeout bounds the start; 10s when zero.
+	ReadyTimeout time.Duration
+}
+
+// CLISlot returns the id slot of a one-shot CLI run: its own pid, unique
+// among live processes for as long as the run lives.
+func CLISlot() uint32 { return uint32(os.Getpid()) }
+
+// ServerSlotBase is the first slot the server allocates, above every pid.
+const ServerSlotBase = 1 << 22
+
+// Process is a program to start in a sandbox.
+type Process struct {
+	Argv []string
+	Env  []string
+	Dir  string
+	// Files become the program's fds 0, 1, 2, ... Nothing else is open.
+	Files []*os.File
+}
+
+// Exit is how a program in a sandbox ended.
+type Exit struct {
+	Pid    int
+	Status syscall.WaitStatus
+	// CPU is the user+system time of the program and its reaped children.
+	CPU time.Duration
+}
+
+// Code is the exit code in shell convention: 128+N for a signal.
+func (e Exit) Code() int {
+	if e.Status.Signaled() {
+		return 128 + int(e.Status.Signal())
+	}
+	return e.Status.ExitStatus()
+}
+
+// Sandbox user identity inside every sandbox.
+const (
+	SandboxUID = 1000
+	SandboxGID = 1000
+)
+
+// BaseEnv is the environment every sandboxed program starts from; callers
+// add their own variables on top.
+func BaseEnv() []string {
+	return []string{
+		"PATH=/usr/local/bin:/usr/bin:/bin",
+		"HOME=/workspace",
+		"USER=user",
+		"LOGNAME=user",
+		"SHELL=/bin/bash",
+		"LANG=C.UTF-8",
+		"TMPDIR=/tmp",
+		"MPLBACKEND=Agg",
+		"MPLCONFIGDIR=/tmp/matplotlib",
+		"PYTHONDONTWRITEBYTECODE=1",
+		"OPENBLAS_NUM_THREADS=1",
+		"OMP_NUM_THREADS=1",
+	}
+}
+
+// StaleRun reports whether the cgroup of a CLI run ("r-<pid>") belongs to
+// a process that no longer exists.
+func StaleRun(name string) bool {
+	pid, err := strconv.Atoi(strings.TrimPrefix(name, "r-"))
+	if err != nil || pid <= 0 {
+		return false
+	}
+	return syscall.Kill(pid, 0) == syscall.ESRCH
+}

@@ -1,0 +1,70 @@
+package jail
+
+import (
+	"airlock/internal/rootfs"
+)
+
+// The host and a sandbox's init talk over a SOCK_SEQPACKET socketpair: one
+// JSON message per packet, descriptors alongside as SCM_RIGHTS. The init
+// is airlock's own code, but the host still treats what it says as data:
+// it only ever learns pids, exit statuses and the descriptors handed over
+// before any sandboxed code ran.
+
+const (
+	opSetup   = "setup"   // host -> init: build the jail
+	opPlaced  = "placed"  // host -> init: the init is in its cgroup (v1)
+	opReady   = "ready"   // init -> host: built; fds: workspace, landlock ruleset
+	opSpawn   = "spawn"   // host -> init: start a program; fds: its stdio and extras
+	opSpawned = "spawned" // init -> host: the program's pid (inside)
+	opExit    = "exit"    // init -> host: a spawned program ended
+	opError   = "error"   // init -> host: a request failed
+)
+
+type message struct {
+	Op     string     `json:"op"`
+	Setup  *setupMsg  `json:"setup,omitempty"`
+	Spawn  *spawnMsg  `json:"spawn,omitempty"`
+	Pid    int        `json:"pid,omitempty"`
+	Status int        `json:"status,omitempty"` // raw wait status
+	Error  string     `json:"error,omitempty"`
+	Usage  *exitUsage `json:"usage,omitempty"`
+}
+
+type setupMsg struct {
+	Root rootfs.Spec `json:"root"`
+	// Seccomp is the raw filter; empty means the layer is off.
+	Seccomp []byte `json:"seccomp,omitempty"`
+	// Landlock is the ABI to build a ruleset for; 0 means off.
+	Landlock int      `json:"landlock,omitempty"`
+	Rlimits  []rlimit `json:"rlimits"`
+	UID      int      `json:"uid"`
+	GID      int      `json:"gid"`
+	// Placed says the init was cloned straight into its cgroup (v2).
+	// Otherwise the host moves it there while the root is being built
+	// and says opPlaced when done; nothing runs in the sandbox before.
+	Placed bool `json:"placed"`
+}
+
+type rlimit struct {
+	Resource int    `json:"resource"`
+	Cur      uint64 `json:"cur"`
+	Max      uint64 `json:"max"`
+}
+
+type spawnMsg struct {
+	Argv []string `json:"argv"`
+	Env  []string `json:"env"`
+	Dir  string   `json:"dir"`
+	// NFiles is the number of descriptors sent with the message; they
+	// become the program's fds 0..NFiles-1.
+	NFiles int `json:"nfiles"`
+}
+
+type exitUsage struct {
+	UserNs int64 `json:"user_ns"`
+	SysNs  int64 `json:"sys_ns"`
+	MaxRSS int64 `json:"max_rss"`
+}
+
+// maxMessage caps a control message; the socket buffers are sized for it.
+const maxMessage = 1 << 20

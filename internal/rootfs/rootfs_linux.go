@@ -1,0 +1,348 @@
+package rootfs
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// Build assembles the root under s.Staging and pivots into it. It must be
+// called by the sandbox init, in a fresh mount namespace of its own user
+// namespace, inside the sandbox's pid namespace (so that /proc shows it).
+func Build(s Spec) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	// Nothing done here may propagate back to the host.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("rootfs: make / private: %w", err)
+	}
+	root := s.Staging
+	if err := mountTmpfs(root, unix.MS_NOSUID|unix.MS_NODEV, "size=4m,nr_inodes=4096,mode=0755"); err != nil {
+		return err
+	}
+	for _, d := range []string{"usr", "etc", "dev", "proc", "tmp", "workspace", "opt", "run", "root"} {
+		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
+			return fmt.Errorf("rootfs: %w", err)
+		}
+	}
+	for _, l := range []struct{ name, target string }{
+		{"bin", "usr/bin"}, {"sbin", "usr/sbin"}, {"lib", "usr/lib"}, {"lib64", "usr/lib64"}, {"lib32", "usr/lib32"}, {"libx32", "usr/libx32"},
+	} {
+		// Merged-/usr links, only where the host has the target.
+		if _, err := os.Stat("/" + l.target); err != nil {
+			continue
+		}
+		if err := os.Symlink(l.target, filepath.Join(root, l.name)); err != nil {
+			return fmt.Errorf("rootfs: %w", err)
+		}
+	}
+	if err := bindReadOnly("/usr", filepath.Join(root, "usr"), true); err != nil {
+		return err
+	}
+	if err := buildEtc(root, s); err != nil {
+		return err
+	}
+	if err := buildDev(root, s); err != nil {
+		return err
+	}
+	if err := buildProc(root); err != nil {
+		return err
+	}
+	scratch := fmt.Sprintf("size=%d,nr_inodes=%d", s.Disk, s.Inodes)
+	if err := mountTmpfs(filepath.Join(root, "workspace"), unix.MS_NOSUID|unix.MS_NODEV,
+		fmt.Sprintf("%s,mode=0755,uid=%d,gid=%d", scratch, s.UID, s.GID)); err != nil {
+		return err
+	}
+	if err := mountTmpfs(filepath.Join(root, "tmp"), unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, scratch+",mode=1777"); err != nil {
+		return err
+	}
+	for _, name := range sortedKeys(s.TmpCopy) {
+		if err := copyDir(s.TmpCopy[name], filepath.Join(root, "tmp", name), s.UID, s.GID); err != nil {
+			return err
+		}
+	}
+	for _, p := range sortedKeys(s.Files) {
+		dst := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return fmt.Errorf("rootfs: %w", err)
+		}
+		if err := os.WriteFile(dst, []byte(s.Files[p]), 0o644); err != nil {
+			return fmt.Errorf("rootfs: %w", err)
+		}
+	}
+	if err := os.Symlink("/usr/share/zoneinfo/Etc/UTC", filepath.Join(root, "etc", "localtime")); err != nil {
+		return fmt.Errorf("rootfs: %w", err)
+	}
+
+	// pivot_root(".", ".") stacks the old root under the new one; the
+	// detach then drops every host mount from this namespace.
+	if err := unix.Chdir(root); err != nil {
+		return fmt.Errorf("rootfs: %w", err)
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("rootfs: pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("rootfs: detach old root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return fmt.Errorf("rootfs: %w", err)
+	}
+	// The root itself becomes read-only; scratch mounts on it stay writable.
+	if err := setattr("/", false, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV); err != nil {
+		return err
+	}
+	return nil
+}
+
+func buildEtc(root string, s Spec) error {
+	etc := filepath.Join(root, "etc")
+	for _, name := range sortedKeys(s.Etc) {
+		if err := writeFile(filepath.Join(etc, name), s.Etc[name]); err != nil {
+			return err
+		}
+	}
+	for _, name := range s.EtcCopy {
+		src, err := os.Open(filepath.Join("/etc", name))
+		if err != nil {
+			continue // optional
+		}
+		err = copyFile(src, filepath.Join(etc, name), 0o644, -1, -1)
+		src.Close()
+		if err != nil {
+			return err
+		}
+	}
+	for _, name := range s.EtcBind {
+		src := filepath.Join("/etc", name)
+		st, err := os.Stat(src)
+		if err != nil || !st.IsDir() {
+			continue // optional
+		}
+		dst := filepath.Join(etc, name)
+		if err := os.MkdirAll(dst, 0o755); err != nil {
+			return fmt.Errorf("rootfs: %w", err)
+		}
+		if err := bindReadOnly(src, dst, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func buildDev(root string, s Spec) error {
+	dev := filepath.Join(root, "dev")
+	if err := mountTmpfs(dev, unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755"); err != nil {
+		return err
+	}
+	for _, d := range Devices {
+		dst := filepath.Join(dev, d)
+		if err := writeFile(dst, ""); err != nil {
+			return err
+		}
+		if err := unix.Mount("/dev/"+d, dst, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("rootfs: bind /dev/%s: %w", d, err)
+		}
+		// Device nodes need dev semantics; everything else is nodev.
+		if err := setattr(dst, false, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC); err != nil {
+			return err
+		}
+	}
+	for _, l := range []struct{ name, target string }{
+		{"fd", "/proc/self/fd"}, {"stdin", "/proc/self/fd/0"}, {"stdout", "/proc/self/fd/1"}, {"stderr", "/proc/self/fd/2"},
+	} {
+		if err := os.Symlink(l.target, filepath.Join(dev, l.name)); err != nil {
+			return fmt.Errorf("rootfs: %w", err)
+		}
+	}
+	shm := filepath.Join(dev, "shm")
+	if err := os.Mkdir(shm, 0o755); err != nil {
+		return fmt.Errorf("rootfs: %w", err)
+	}
+	if err := mountTmpfs(shm, unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, fmt.Sprintf("size=%d,nr_inodes=%d,mode=1777", s.Shm, s.Inodes)); err != nil {
+		return err
+	}
+	// /dev itself is read-only once populated.
+	return setattr(dev, false, unix.MOUNT_ATTR_RDONLY)
+}
+
+func buildProc(root string) error {
+	proc := filepath.Join(root, "proc")
+	if err := unix.Mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("rootfs: mount proc: %w", err)
+	}
+	null := filepath.Join(root, "dev", "null")
+	for _, f := range MaskedFiles {
+		dst := filepath.Join(proc, f)
+		if _, err := os.Lstat(dst); err != nil {
+			continue
+		}
+		if err := unix.Mount(null, dst, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("rootfs: mask /proc/%s: %w", f, err)
+		}
+		if err := setattr(dst, false, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC); err != nil {
+			return err
+		}
+	}
+	for _, d := range MaskedDirs {
+		dst := filepath.Join(proc, d)
+		if st, err := os.Lstat(dst); err != nil || !st.IsDir() {
+			continue
+		}
+		if err := mountTmpfs(dst, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,nr_inodes=1,mode=0555"); err != nil {
+			return err
+		}
+	}
+	for _, d := range ReadOnlyProc {
+		dst := filepath.Join(proc, d)
+		if _, err := os.Lstat(dst); err != nil {
+			continue
+		}
+		if err := bindReadOnly(dst, dst, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func mountTmpfs(dst string, flags uintptr, data string) error {
+	if err := unix.Mount("tmpfs", dst, "tmpfs", flags, data); err != nil {
+		return fmt.Errorf("rootfs: mount tmpfs on %s: %w", dst, err)
+	}
+	return nil
+}
+
+// bindReadOnly binds src onto dst and makes it (and, if rec, every mount
+// below it) read-only, nosuid and nodev.
+func bindReadOnly(src, dst string, rec bool) error {
+	flags := uintptr(unix.MS_BIND)
+	if rec {
+		flags |= unix.MS_REC
+	}
+	if err := unix.Mount(src, dst, "", flags, ""); err != nil {
+		return fmt.Errorf("rootfs: bind %s: %w", src, err)
+	}
+	return setattr(dst, rec, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+}
+
+// setattr only ever adds restrictions; flags locked by the host stay.
+func setattr(path string, rec bool, set uint64) error {
+	flags := unix.AT_SYMLINK_NOFOLLOW
+	if rec {
+		flags |= unix.AT_RECURSIVE
+	}
+	if err := unix.MountSetattr(unix.AT_FDCWD, path, uint(flags), &unix.MountAttr{Attr_set: set}); err != nil {
+		return fmt.Errorf("rootfs: restrict %s: %w", path, err)
+	}
+	return nil
+}
+
+func writeFile(path, content string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("rootfs: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return fmt.Errorf("rootfs: %w", err)
+	}
+	if _, err := f.WriteString(content); err != nil {
+		f.Close()
+		return fmt.Errorf("rootfs: %w", err)
+	}
+	return f.Close()
+}
+
+func copyFile(src *os.File, dst string, mode os.FileMode, uid, gid int) error {
+	st, err := src.Stat()
+	if err != nil || !st.Mode().IsRegular() || st.Size() > 64<<20 {
+		return nil // only plain files of sane size
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return fmt.Errorf("rootfs: %w", err)
+	}
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return fmt.Errorf("rootfs: %w", err)
+	}
+	_, err = io.Copy(out, src)
+	if err == nil && uid >= 0 {
+		err = out.Chown(uid, gid)
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("rootfs: copy to %s: %w", dst, err)
+	}
+	return nil
+}
+
+// copyDir copies the regular files directly in src into dst, owned by
+// uid:gid. Sub-directories and anything else are ignored.
+func copyDir(src, dst string, uid, gid int) error {
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("rootfs: %w", err)
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return fmt.Errorf("rootfs: %w", err)
+	}
+	if err := os.Chown(dst, uid, gid); err != nil {
+		return fmt.Errorf("rootfs: %w", err)
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(src, e.Name()), os.O_RDONLY|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			continue
+		}
+		err = copyFile(f, filepath.Join(dst, e.Name()), 0o644, uid, gid)
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// LoopbackUp brings up lo in the current network namespace.
+func LoopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("rootfs: loopback: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return fmt.Errorf("rootfs: loopback: %w", err)
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("rootfs: loopback flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP | unix.IFF_RUNNING)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("rootfs: loopback up: %w", err)
+	}
+	return nil
+}
+
+// Hostname sets the UTS hostname.
+func Hostname(name string) error {
+	if err := unix.Sethostname([]byte(name)); err != nil {
+		return fmt.Errorf("rootfs: sethostname: %w", err)
+	}
+	return nil
+}
+
+var _ = strconv.Itoa

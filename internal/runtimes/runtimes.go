@@ -1,0 +1,93 @@
+// Package runtimes owns the languages airlock runs: which interpreter runs
+// a language, how a program file is started, the environment each gets,
+// and (for sessions) the small in-sandbox runtime programs embedded in the
+// airlock binary.
+//
+// It must never decide anything about isolation: every runtime runs in the
+// same jail with the same layers.
+package runtimes
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"airlock/internal/config"
+	"airlock/internal/errdefs"
+)
+
+// Runtime is one language.
+type Runtime struct {
+	Lang   string
+	Binary string
+	Ext    string
+}
+
+// Lookup returns the runtime for lang.
+func Lookup(c config.Config, lang string) (Runtime, error) {
+	switch lang {
+	case "python", "python3", "py":
+		return Runtime{Lang: "python", Binary: c.Runtimes.Python, Ext: ".py"}, nil
+	case "bash", "sh", "shell":
+		return Runtime{Lang: "bash", Binary: c.Runtimes.Bash, Ext: ".sh"}, nil
+	case "javascript", "js", "node":
+		return Runtime{Lang: "javascript", Binary: c.Runtimes.Node, Ext: ".js"}, nil
+	}
+	return Runtime{}, fmt.Errorf("%w: unknown language %q (want python, bash or javascript)", errdefs.ErrInvalidArgument, lang)
+}
+
+// LanguageForFile guesses the language from a file name; python if unsure.
+func LanguageForFile(name string) string {
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".sh", ".bash":
+		return "bash"
+	case ".js", ".mjs", ".cjs":
+		return "javascript"
+	}
+	return "python"
+}
+
+// Command is the argv that runs the program file at path.
+func (r Runtime) Command(path string) []string {
+	return []string{r.Binary, path}
+}
+
+// Env is the language's environment on top of the jail's base.
+func (r Runtime) Env(l config.Limits) []string {
+	threads := strconv.Itoa(int(math.Max(1, math.Ceil(l.CPUs))))
+	env := []string{"OPENBLAS_NUM_THREADS=" + threads, "OMP_NUM_THREADS=" + threads}
+	switch r.Lang {
+	case "python":
+		env = append(env, "PYTHONUNBUFFERED=1")
+	case "javascript":
+		env = append(env, "NODE_OPTIONS=--max-old-space-size="+strconv.FormatInt(max(int64(l.Memory)>>20*3/4, 16), 10))
+	}
+	return env
+}
+
+// ValidEnv checks a K=V environment entry from a client.
+func ValidEnv(kv string) error {
+	k, _, ok := strings.Cut(kv, "=")
+	if !ok {
+		return fmt.Errorf("%w: %q: want K=V", errdefs.ErrInvalidArgument, kv)
+	}
+	return ValidEnvName(k, kv)
+}
+
+// ValidEnvName checks an environment variable name.
+func ValidEnvName(k, shown string) error {
+	if k == "" || len(k) > 256 {
+		return fmt.Errorf("%w: %q: bad variable name", errdefs.ErrInvalidArgument, shown)
+	}
+	for i, r := range k {
+		if !(r == '_' || (r >= 'A' && r <= 'Z') || (r >= 'a' && r <= 'z') || (i > 0 && r >= '0' && r <= '9')) {
+			return fmt.Errorf("%w: %q: variable names are letters, digits and _", errdefs.ErrInvalidArgument, shown)
+		}
+	}
+	if strings.ContainsRune(shown, 0) {
+		return fmt.Errorf("%w: environment values must not contain NUL", errdefs.ErrInvalidArgument)
+	}
+	return nil
+}

@@ -1,0 +1,374 @@
+package workspace
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/internal/errdefs"
+)
+
+// resolve is how every path beneath the root is resolved.
+const resolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
+
+// Dir is the host's handle on a sandbox's /workspace.
+type Dir struct {
+	fd       int // O_PATH directory fd of the tmpfs root
+	uid, gid int // host ids of the sandbox user, who owns what we create
+}
+
+// New takes ownership of fd, an O_PATH descriptor of the workspace root.
+// Files the host creates are given to uid:gid (host ids).
+func New(fd, uid, gid int) *Dir { return &Dir{fd: fd, uid: uid, gid: gid} }
+
+// Close releases the descriptor; the tmpfs goes away with its last user.
+func (d *Dir) Close() error {
+	if d.fd < 0 {
+		return nil
+	}
+	err := unix.Close(d.fd)
+	d.fd = -1
+	return err
+}
+
+func (d *Dir) open(rel string, flags uint64, mode uint64) (int, error) {
+	if rel == "" {
+		rel = "."
+	}
+	fd, err := unix.Openat2(d.fd, rel, &unix.OpenHow{Flags: flags | unix.O_CLOEXEC | unix.O_NOFOLLOW, Mode: mode, Resolve: resolve})
+	if err != nil {
+		return -1, mapErr(rel, err)
+	}
+	return fd, nil
+}
+
+func mapErr(rel string, err error) error {
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return fmt.Errorf("%w: %s: no such file or directory", errdefs.ErrNotFound, shown(rel))
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV):
+		return fmt.Errorf("%w: %s: path goes through a symlink or mount, which the host never follows", errdefs.ErrInvalidArgument, shown(rel))
+	case errors.Is(err, unix.ENOTDIR):
+		return fmt.Errorf("%w: %s: a parent is not a directory", errdefs.ErrInvalidArgument, shown(rel))
+	case errors.Is(err, unix.EISDIR):
+		return fmt.Errorf("%w: %s: is a directory", errdefs.ErrInvalidArgument, shown(rel))
+	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT), errors.Is(err, unix.EFBIG):
+		return fmt.Errorf("%w: %s: the workspace is full", errdefs.ErrTooLarge, shown(rel))
+	case errors.Is(err, unix.EEXIST), errors.Is(err, unix.ENOTEMPTY):
+		return fmt.Errorf("%w: %s: %v", errdefs.ErrConflict, shown(rel), err)
+	case errors.Is(err, unix.ENAMETOOLONG):
+		return fmt.Errorf("%w: %s: name too long", errdefs.ErrInvalidArgument, shown(rel))
+	}
+	return fmt.Errorf("workspace: %s: %w", shown(rel), err)
+}
+
+func shown(rel string) string {
+	if rel == "" || rel == "." {
+		return "/workspace"
+	}
+	return "/workspace/" + rel
+}
+
+// Open opens a regular file for reading. Anything else (directory, FIFO,
+// device, socket, symlink) is refused. The returned info is taken from the
+// open descriptor, so it describes exactly what will be read.
+func (d *Dir) Open(rel string) (*os.File, Entry, error) {
+	if rel == "" {
+		return nil, Entry{}, fmt.Errorf("%w: /workspace: is a directory", errdefs.ErrInvalidArgument)
+	}
+	// O_NONBLOCK: opening a FIFO must not wait for a writer.
+	fd, err := d.open(rel, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, Entry{}, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, Entry{}, mapErr(rel, err)
+	}
+	e := entryOf(rel, &st)
+	if e.Type != "file" {
+		unix.Close(fd)
+		return nil, Entry{}, fmt.Errorf("%w: %s: is a %s, not a regular file", errdefs.ErrInvalidArgument, shown(rel), e.Type)
+	}
+	// Back to blocking reads for a regular file (no effect, but explicit).
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, Entry{}, mapErr(rel, err)
+	}
+	return os.NewFile(uintptr(fd), shown(rel)), e, nil
+}
+
+// Stat describes rel without following a final symlink.
+func (d *Dir) Stat(rel string) (Entry, error) {
+	fd, err := d.open(rel, unix.O_PATH, 0)
+	if err != nil {
+		return Entry{}, err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return Entry{}, mapErr(rel, err)
+	}
+	return entryOf(rel, &st), nil
+}
+
+var tmpSeq atomic.Uint64
+
+// asUser runs fn on a thread whose filesystem ids are the sandbox user's.
+// Files it creates belong to that user (the tmpfs belongs to the sandbox's
+// user namespace, where host root has no id), and it can write only where
+// the sandbox user could. The thread is never given back to the Go
+// runtime: it exits with the goroutine.
+func (d *Dir) asUser(fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		unix.Setfsgid(d.gid)
+		unix.Setfsuid(d.uid)
+		gid, _ := unix.SetfsgidRetGid(-1)
+		uid, _ := unix.SetfsuidRetUid(-1)
+		if uid != d.uid || gid != d.gid {
+			errc <- fmt.Errorf("workspace: cannot take the sandbox user's ids")
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
+
+// Write streams r into rel, replacing an existing file atomically, and
+// creating missing parent directories. At most max bytes are accepted;
+// more is an ErrTooLarge and leaves nothing behind. It returns the number
+// of bytes written.
+func (d *Dir) Write(rel string, r io.Reader, max int64, mode os.FileMode) (n int64, err error) {
+	err = d.asUser(func() error {
+		n, err = d.write(rel, r, max, mode)
+		return err
+	})
+	return n, err
+}
+
+func (d *Dir) write(rel string, r io.Reader, max int64, mode os.FileMode) (int64, error) {
+	if rel == "" {
+		return 0, fmt.Errorf("%w: /workspace: is a directory", errdefs.ErrInvalidArgument)
+	}
+	dir, name := path.Split(rel)
+	pfd, err := d.mkdirAll(strings.TrimSuffix(dir, "/"))
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(pfd)
+	tmp := ".airlock-upload-" + strconv.FormatUint(tmpSeq.Add(1), 10) + "-" + strconv.Itoa(os.Getpid())
+	fd, err := unix.Openat(pfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(mode.Perm()))
+	if err != nil {
+		return 0, mapErr(rel, err)
+	}
+	f := os.NewFile(uintptr(fd), tmp)
+	ok := false
+	defer func() {
+		f.Close()
+		if !ok {
+			unix.Unlinkat(pfd, tmp, 0)
+		}
+	}()
+	n, err := io.Copy(f, io.LimitReader(r, max+1))
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return 0, mapErr(rel, pe.Err)
+		}
+		return 0, fmt.Errorf("workspace: %s: %w", shown(rel), err)
+	}
+	if n > max {
+		return 0, fmt.Errorf("%w: %s: larger than the limit of %d bytes", errdefs.ErrTooLarge, shown(rel), max)
+	}
+	if err := unix.Renameat(pfd, tmp, pfd, name); err != nil {
+		return 0, mapErr(rel, err)
+	}
+	ok = true
+	return n, nil
+}
+
+// Mkdir creates rel and its missing parents.
+func (d *Dir) Mkdir(rel string) error {
+	return d.asUser(func() error {
+		fd, err := d.mkdirAll(rel)
+		if err != nil {
+			return err
+		}
+		return unix.Close(fd)
+	})
+}
+
+// mkdirAll creates the directories of rel one component at a time, each
+// resolved beneath the root, and returns a descriptor of the last one.
+func (d *Dir) mkdirAll(rel string) (int, error) {
+	cur, err := unix.Dup(d.fd)
+	if err != nil {
+		return -1, err
+	}
+	unix.CloseOnExec(cur)
+	if rel == "" {
+		return cur, nil
+	}
+	done := ""
+	for _, part := range strings.Split(rel, "/") {
+		done = path.Join(done, part)
+		err := unix.Mkdirat(cur, part, 0o755)
+		if err != nil && !errors.Is(err, unix.EEXIST) {
+			unix.Close(cur)
+			return -1, mapErr(done, err)
+		}
+		next, err := unix.Openat2(cur, part, &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+			Resolve: resolve,
+		})
+		unix.Close(cur)
+		if err != nil {
+			return -1, mapErr(done, err)
+		}
+		cur = next
+	}
+	return cur, nil
+}
+
+// Remove deletes a file, a symlink (not its target) or, if recursive, a
+// directory tree.
+func (d *Dir) Remove(rel string, recursive bool) error {
+	if rel == "" {
+		return fmt.Errorf("%w: refusing to remove /workspace itself", errdefs.ErrInvalidArgument)
+	}
+	dir, name := path.Split(rel)
+	pfd, err := d.open(strings.TrimSuffix(dir, "/"), unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	return removeAt(pfd, name, rel, recursive, 0)
+}
+
+func removeAt(pfd int, name, rel string, recursive bool, depth int) error {
+	err := unix.Unlinkat(pfd, name, 0)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, unix.EISDIR) {
+		return mapErr(rel, err)
+	}
+	if err := unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR); err == nil {
+		return nil
+	} else if !errors.Is(err, unix.ENOTEMPTY) || !recursive {
+		return mapErr(rel, err)
+	}
+	if depth > 4096 {
+		return fmt.Errorf("%w: %s: too deep to remove", errdefs.ErrInvalidArgument, shown(rel))
+	}
+	fd, err := unix.Openat2(pfd, name, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: resolve})
+	if err != nil {
+		return mapErr(rel, err)
+	}
+	f := os.NewFile(uintptr(fd), rel)
+	defer f.Close()
+	for {
+		names, err := f.Readdirnames(256)
+		for _, n := range names {
+			if err := removeAt(fd, n, path.Join(rel, n), true, depth+1); err != nil {
+				return err
+			}
+		}
+		if err == io.EOF || len(names) == 0 {
+			break
+		}
+		if err != nil {
+			return mapErr(rel, err)
+		}
+	}
+	return mapErr(rel, unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR))
+}
+
+// List returns the entries under rel, recursively if asked, sorted by
+// path, without following symlinks. At most MaxListLength entries are
+// returned; truncated says whether there were more.
+func (d *Dir) List(rel string, recursive bool) (entries []Entry, truncated bool, err error) {
+	fd, err := d.open(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, false, err
+	}
+	err = list(fd, rel, recursive, &entries, 0)
+	if errors.Is(err, errFull) {
+		truncated, err = true, nil
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Path < entries[j].Path })
+	return entries, truncated, err
+}
+
+var errFull = errors.New("list full")
+
+// list reads the directory fd (and closes it).
+func list(fd int, rel string, recursive bool, out *[]Entry, depth int) error {
+	f := os.NewFile(uintptr(fd), rel)
+	defer f.Close()
+	for {
+		names, rerr := f.Readdirnames(256)
+		for _, n := range names {
+			if len(*out) >= MaxListLength {
+				return errFull
+			}
+			var st unix.Stat_t
+			if err := unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				continue // vanished meanwhile
+			}
+			p := path.Join(rel, n)
+			e := entryOf(p, &st)
+			*out = append(*out, e)
+			if recursive && e.Type == "dir" && depth < MaxPathDepth*4 {
+				cfd, err := unix.Openat2(fd, n, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: resolve})
+				if err != nil {
+					continue // swapped for something else meanwhile
+				}
+				if err := list(cfd, p, true, out, depth+1); err != nil {
+					return err
+				}
+			}
+		}
+		if rerr == io.EOF || len(names) == 0 {
+			return nil
+		}
+		if rerr != nil {
+			return mapErr(rel, rerr)
+		}
+	}
+}
+
+func entryOf(rel string, st *unix.Stat_t) Entry {
+	e := Entry{
+		Path:    rel,
+		Size:    st.Size,
+		Mode:    fmt.Sprintf("%04o", st.Mode&0o7777),
+		ModTime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec).UTC(),
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		e.Type = "file"
+	case unix.S_IFDIR:
+		e.Type = "dir"
+		e.Size = 0
+	case unix.S_IFLNK:
+		e.Type = "symlink"
+	default:
+		e.Type = "other"
+		e.Size = 0
+	}
+	return e
+}

@@ -1,0 +1,26 @@
+#!/bin/sh
+# Installs what airlock and its tests need on Debian 12: the language
+# runtimes sandboxes use (python3 with numpy, pandas, matplotlib and
+# scikit-learn from Debian, since PyPI is not reachable; bash; nodejs) and
+# the baselines the benchmark compares against (bubblewrap, hyperfine).
+set -eu
+if [ "$(id -u)" != 0 ]; then
+	echo "install-deps: run as root" >&2
+	exit 1
+fi
+pkgs="python3 python3-numpy python3-pandas python3-matplotlib python3-sklearn
+      bash coreutils nodejs ca-certificates fonts-dejavu-core bubblewrap hyperfine curl"
+missing=""
+for p in $pkgs; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+	echo "install-deps: installing$missing"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q
+	# shellcheck disable=SC2086
+	apt-get install -y -q --no-install-recommends $missing
+fi
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+	echo "install-deps: note: add /usr/local/go/bin to PATH" >&2
+fi
