@@ -253,8 +253,9 @@ func (c Config) Validate() error {
 }
 
 // idSpan is the number of host ids airlock may use above IDBase: two per
-// sandbox, for every pid a CLI run may have plus the server's slots.
-const idSpan = 2 * (1<<22 + 1<<16)
+// sandbox slot. Slots below 2^22 are CLI runs (their pid), the server
+// allocates from 2^22, tests from 2^23.
+const idSpan = 2 * (1 << 24)
 
 // Languages airlock can run.
 var Languages = []string{"python", "bash", "javascript"}

@@ -1,0 +1,95 @@
+package jail
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"airlock/internal/config"
+)
+
+// The test binary is what Host re-executes as each sandbox's init.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 0 && os.Args[0] == InitArg0 {
+		InitMain()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+var testSeq atomic.Uint32
+
+// testSpec returns a spec with a unique name and id slot.
+func testSpec(l config.Limits) Spec {
+	n := testSeq.Add(1)
+	return Spec{
+		Name:   "t-" + itoa(os.Getpid()) + "-" + itoa(int(n)),
+		Slot:   1<<23 | uint32(os.Getpid()&0xffff)<<6 | n&63,
+		Limits: l,
+	}
+}
+
+func itoa(n int) string { return string(appendInt(nil, n)) }
+
+func appendInt(b []byte, n int) []byte {
+	if n >= 10 {
+		b = appendInt(b, n/10)
+	}
+	return append(b, byte('0'+n%10))
+}
+
+// testHost builds a Host for privileged tests, or skips when not root.
+func testHost(t testing.TB) *Host {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("privileged test: needs root to build jails (CI runs as root)")
+	}
+	cfg := config.Default()
+	cfg.StateDir = "/run/airlock-test"
+	cfg.CgroupParent = "airlock-test"
+	h, err := NewHost(OptionsFrom(cfg))
+	if err != nil {
+		t.Fatalf("NewHost: %v", err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return h
+}
+
+// testLimits are small, fast limits for tests.
+func testLimits() config.Limits {
+	l := config.DefaultLimits()
+	l.Timeout = config.Duration(20 * time.Second)
+	l.CPUTime = config.Duration(20 * time.Second)
+	l.Memory = 256 << 20
+	l.Disk = 64 << 20
+	l.Pids = 64
+	return l
+}
+
+// runProgram runs argv in a fresh sandbox with limits l.
+func runProgram(t testing.TB, h *Host, l config.Limits, argv []string, files ...InputFile) *RunResult {
+	t.Helper()
+	res, err := h.Run(context.Background(), RunRequest{Spec: testSpec(l), Argv: argv, Files: files})
+	if err != nil {
+		t.Fatalf("Run %v: %v", argv, err)
+	}
+	return res
+}
+
+// runPython runs code as /workspace/main.py.
+func runPython(t testing.TB, h *Host, l config.Limits, code string) *RunResult {
+	t.Helper()
+	return runProgram(t, h, l, []string{"/usr/bin/python3", "/workspace/main.py"},
+		InputFile{Path: "main.py", Data: bytes.NewReader([]byte(code))})
+}
+
+func TestRunPrint(t *testing.T) {
+	h := testHost(t)
+	res := runPython(t, h, testLimits(), "print('hello from the jail')")
+	if res.ExitCode != 0 || string(res.Stdout) != "hello from the jail\n" || res.Killed {
+		t.Fatalf("got exit %d killed %v stdout %q stderr %q", res.ExitCode, res.Killed, res.Stdout, res.Stderr)
+	}
+}
