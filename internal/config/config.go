@@ -79,6 +79,9 @@ type Config struct {
 // Server configures `airlock serve`.
 type Server struct {
 	Listen string `json:"listen"`
+	// Token, when set, is required as "Authorization: Bearer <token>" on
+	// every request but /healthz.
+	Token string `json:"token"`
 	// MaxSessions caps live sessions (pooled sandboxes not counted).
 	MaxSessions int `json:"max_sessions"`
 	// MaxConcurrentExecutions caps executions running at once, one-shot
@@ -180,7 +183,9 @@ func Decode(data []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
 	}
-	if dec.More() {
+	// Not dec.More(): it reports false before a stray "]" or "}", which
+	// would let `{...}]` through. Only the end of the input may follow.
+	if _, err := dec.Token(); err != io.EOF {
 		return fmt.Errorf("%w: trailing data after the JSON value", errdefs.ErrInvalidArgument)
 	}
 	return nil

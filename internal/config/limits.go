@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"airlock/internal/errdefs"
@@ -117,6 +118,10 @@ func Resolve(req, def, max Limits) (Limits, error) {
 	var errs []error
 	check := func(name string, v, lo, hi float64, show func(float64) string) {
 		switch {
+		case math.IsNaN(v):
+			// NaN compares false with both bounds; it must not pass as
+			// within them (cpus is a float a caller can set to NaN).
+			errs = append(errs, fmt.Errorf("%s is not a number", name))
 		case v < lo:
 			errs = append(errs, fmt.Errorf("%s %s is below the minimum %s", name, show(v), show(lo)))
 		case v > hi:

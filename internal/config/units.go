@@ -189,6 +189,12 @@ func parseJSONNumber(b []byte, max float64) (int64, error) {
 	return int64(f), nil
 }
 
+// integral reports whether the JSON number b has no fractional part.
+func integral(b []byte) bool {
+	f, err := strconv.ParseFloat(string(b), 64)
+	return err == nil && f == math.Trunc(f)
+}
+
 // Count is a non-negative integer limit (pids, open files) that rejects
 // negative, fractional-overflow and absurd values in JSON with a clear error.
 type Count int64
@@ -211,6 +217,11 @@ func (c *Count) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	n, err := parseJSONNumber(b, maxCount)
+	if err == nil && !integral(b) {
+		// A count has no fractions: 1.5 must not quietly become 1 (nor
+		// 0.5 become 0, which means "the default").
+		err = fmt.Errorf("not an integer")
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %s: want a non-negative integer", errdefs.ErrInvalidArgument, truncate(b))
 	}

@@ -17,6 +17,7 @@ import (
 
 	"airlock/internal/cgroup"
 	"airlock/internal/cleanup"
+	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/exeseal"
 	"airlock/internal/landlock"
@@ -120,6 +121,10 @@ func (h *Host) Close() error {
 	}
 	return nil
 }
+
+// SeccompProgram is the raw seccomp filter every sandbox gets (nil when
+// the layer is off).
+func (h *Host) SeccompProgram() []byte { return h.seccomp }
 
 // Cgroups is the cgroup host, for sweeping and reporting.
 func (h *Host) Cgroups() *cgroup.Host { return h.cg }
@@ -294,14 +299,7 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 		UID:      SandboxUID,
 		GID:      SandboxGID,
 		Placed:   placed,
-		Rlimits: []rlimit{
-			{Resource: unix.RLIMIT_NOFILE, Cur: uint64(l.NoFile), Max: uint64(l.NoFile)},
-			{Resource: unix.RLIMIT_FSIZE, Cur: uint64(l.Disk), Max: uint64(l.Disk)},
-			{Resource: unix.RLIMIT_CORE, Cur: 0, Max: 0},
-			{Resource: unix.RLIMIT_STACK, Cur: 8 << 20, Max: 8 << 20},
-			{Resource: unix.RLIMIT_MEMLOCK, Cur: 64 << 10, Max: 64 << 10},
-			{Resource: unix.RLIMIT_MSGQUEUE, Cur: 0, Max: 0},
-		},
+		Rlimits:  rlimitsFor(l),
 	}
 	if err := s.ctl.send(message{Op: opSetup, Setup: setup}); err != nil {
 		if !placed {
@@ -394,7 +392,7 @@ func (s *Sandbox) readLoop() {
 			return
 		}
 		switch m.Op {
-		case opSpawned, opError:
+		case opSpawned, opError, opAdapted:
 			select {
 			case s.replies <- m:
 			default:
@@ -433,6 +431,9 @@ func (s *Sandbox) Spawn(p Process) (int, error) {
 		if m.Op == opError {
 			return 0, fmt.Errorf("%w: %s", errdefs.ErrUnavailable, m.Error)
 		}
+		if m.Op != opSpawned {
+			return 0, fmt.Errorf("jail: spawn: unexpected %q", m.Op)
+		}
 		trace("spawned")
 		return m.Pid, nil
 	case <-s.dead:
@@ -441,6 +442,48 @@ func (s *Sandbox) Spawn(p Process) (int, error) {
 		return 0, fmt.Errorf("jail: spawn: no answer from the sandbox init")
 	}
 }
+
+// Signal sends sig to the process pid inside the sandbox, or to its
+// process group. The init refuses pid 1 and below.
+func (s *Sandbox) Signal(pid int, sig syscall.Signal, group bool) error {
+	return s.ctl.send(message{Op: opSignal, Pid: pid, Signal: int(sig), Group: group})
+}
+
+// Watch asks for the exit of pid (a child of the init that Spawn did not
+// start) to be delivered on Exits.
+func (s *Sandbox) Watch(pid int) error {
+	return s.ctl.send(message{Op: opWatch, Pid: pid})
+}
+
+// Adapt gives a pre-started sandbox new limits: the cgroup's memory, pids
+// and CPU, the sizes of /workspace and /tmp, and the rlimits of the
+// program pid (inside). The scratch trees must still be empty.
+func (s *Sandbox) Adapt(l config.Limits, pid int) error {
+	if err := s.cg.Set(cgroup.Resources{Memory: int64(l.Memory), Pids: int64(l.Pids), CPUs: l.CPUs}); err != nil {
+		return err
+	}
+	s.reqMu.Lock()
+	defer s.reqMu.Unlock()
+	msg := &adaptMsg{Disk: int64(l.Disk), Inodes: int64(l.Inodes), Rlimits: rlimitsFor(l)}
+	if err := s.ctl.send(message{Op: opAdapt, Pid: pid, Adapt: msg}); err != nil {
+		return fmt.Errorf("jail: adapt: %w", err)
+	}
+	select {
+	case m := <-s.replies:
+		if m.Op != opAdapted {
+			return fmt.Errorf("jail: adapt: %s", m.Error)
+		}
+		s.spec.Limits = l
+		return nil
+	case <-s.dead:
+		return fmt.Errorf("%w: the sandbox ended", errdefs.ErrGone)
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("jail: adapt: no answer from the sandbox init")
+	}
+}
+
+// Limits are the sandbox's current limits.
+func (s *Sandbox) Limits() config.Limits { return s.spec.Limits }
 
 // Exits delivers the exit of every program started with Spawn.
 func (s *Sandbox) Exits() <-chan Exit { return s.exits }
@@ -537,6 +580,28 @@ func (s *Sandbox) Close() error {
 		s.closeErr = errors.Join(errs...)
 	})
 	return s.closeErr
+}
+
+// rlimitsFor returns the rlimits of every sandboxed program.
+func rlimitsFor(l config.Limits) []rlimit {
+	return []rlimit{
+		{Resource: unix.RLIMIT_NOFILE, Cur: uint64(l.NoFile), Max: uint64(l.NoFile)},
+		{Resource: unix.RLIMIT_FSIZE, Cur: uint64(l.Disk), Max: uint64(l.Disk)},
+		{Resource: unix.RLIMIT_CORE, Cur: 0, Max: 0},
+		{Resource: unix.RLIMIT_STACK, Cur: 8 << 20, Max: 8 << 20},
+		{Resource: unix.RLIMIT_MEMLOCK, Cur: 64 << 10, Max: 64 << 10},
+		{Resource: unix.RLIMIT_MSGQUEUE, Cur: 0, Max: 0},
+	}
+}
+
+// RlimitTriples is rlimitsFor as (resource, cur, max) triples, for the
+// Python template's children.
+func RlimitTriples(l config.Limits) [][3]uint64 {
+	var out [][3]uint64
+	for _, r := range rlimitsFor(l) {
+		out = append(out, [3]uint64{uint64(r.Resource), r.Cur, r.Max})
+	}
+	return out
 }
 
 // cappedBuffer keeps the first max bytes written to it.

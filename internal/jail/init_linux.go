@@ -35,6 +35,12 @@ func InitMain() {
 	if err != nil || m.Op != opSetup || m.Setup == nil {
 		fatal(fmt.Errorf("no setup message: %v", err))
 	}
+	if m.Setup.Template != nil {
+		if err := execTemplate(ctl, m.Setup); err != nil {
+			ctl.send(message{Op: opError, Error: err.Error()})
+			os.Exit(1)
+		}
+	}
 	st, err := setup(m.Setup, func() error {
 		if m.Setup.Placed {
 			return nil
@@ -90,6 +96,60 @@ func closeFiles(files []*os.File) {
 	for _, f := range files {
 		f.Close()
 	}
+}
+
+// execTemplate builds the sandbox-shaped root and replaces this process
+// with the template program, keeping only the capabilities it needs. The
+// control socket becomes the program's fd 3.
+func execTemplate(ctl *conn, cfg *setupMsg) error {
+	t := cfg.Template
+	if len(t.Argv) == 0 {
+		return fmt.Errorf("template: empty command")
+	}
+	if err := rootfs.Build(cfg.Root); err != nil {
+		return err
+	}
+	if err := rootfs.LoopbackUp(); err != nil {
+		return err
+	}
+	if err := unix.Chdir("/workspace"); err != nil {
+		return err
+	}
+	last, err := capLastCap()
+	if err != nil {
+		return err
+	}
+	keep := map[int]bool{}
+	for _, c := range t.KeepCaps {
+		keep[c] = true
+	}
+	for c := 0; c <= last; c++ {
+		if keep[c] {
+			continue
+		}
+		// The bounding set is per thread; exec makes this thread the
+		// only one, and root's capabilities after exec are the bounding
+		// set.
+		if _, _, errno := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); errno != 0 {
+			return fmt.Errorf("template: drop capability %d: %w", c, errno)
+		}
+	}
+	for _, r := range cfg.Rlimits {
+		lim := syscall.Rlimit{Cur: r.Cur, Max: r.Max}
+		if err := syscall.Setrlimit(r.Resource, &lim); err != nil {
+			return fmt.Errorf("template: setrlimit %d: %w", r.Resource, err)
+		}
+	}
+	f, err := ctl.c.File()
+	if err != nil {
+		return err
+	}
+	// Nothing but the exec runs after this: fd 3 may have been the Go
+	// poller's.
+	if err := unix.Dup3(int(f.Fd()), 3, 0); err != nil {
+		return err
+	}
+	return syscall.Exec(t.Argv[0], t.Argv, t.Env)
 }
 
 type initState struct {
@@ -180,6 +240,9 @@ func serve(ctl *conn, st *initState) {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGCHLD)
 	watched := map[int]bool{}
+	// Exits of children nobody watched yet (a template child's runtime is
+	// re-parented to us before the host can ask), newest last.
+	var unwatched []message
 	for {
 		select {
 		case in := <-msgs:
@@ -196,6 +259,37 @@ func serve(ctl *conn, st *initState) {
 				}
 				watched[pid] = true
 				ctl.send(message{Op: opSpawned, Pid: pid})
+			case opSignal:
+				closeFiles(in.files)
+				target := in.m.Pid
+				if target <= 1 {
+					continue // never ourselves, never everyone
+				}
+				if in.m.Group {
+					target = -target
+				}
+				syscall.Kill(target, syscall.Signal(in.m.Signal))
+			case opAdapt:
+				closeFiles(in.files)
+				if err := adapt(in.m.Pid, in.m.Adapt); err != nil {
+					ctl.send(message{Op: opError, Error: err.Error()})
+				} else {
+					ctl.send(message{Op: opAdapted})
+				}
+			case opWatch:
+				closeFiles(in.files)
+				found := false
+				for i, e := range unwatched {
+					if e.Pid == in.m.Pid {
+						ctl.send(e)
+						unwatched = append(unwatched[:i], unwatched[i+1:]...)
+						found = true
+						break
+					}
+				}
+				if !found && in.m.Pid > 1 {
+					watched[in.m.Pid] = true
+				}
 			default:
 				closeFiles(in.files)
 				ctl.send(message{Op: opError, Error: "unknown request " + strconv.Quote(in.m.Op)})
@@ -211,13 +305,46 @@ func serve(ctl *conn, st *initState) {
 			if err != nil || pid <= 0 {
 				break
 			}
+			exit := message{Op: opExit, Pid: pid, Status: int(ws), Usage: &exitUsage{
+				UserNs: ru.Utime.Nano(), SysNs: ru.Stime.Nano(), MaxRSS: ru.Maxrss << 10}}
 			if watched[pid] {
 				delete(watched, pid)
-				ctl.send(message{Op: opExit, Pid: pid, Status: int(ws), Usage: &exitUsage{
-					UserNs: ru.Utime.Nano(), SysNs: ru.Stime.Nano(), MaxRSS: ru.Maxrss << 10}})
+				ctl.send(exit)
+			} else {
+				unwatched = append(unwatched, exit)
+				if len(unwatched) > 64 {
+					unwatched = unwatched[1:]
+				}
 			}
 		}
 	}
+}
+
+// adapt gives a pre-started sandbox the limits of the session it is
+// handed to: new sizes for the scratch tmpfs mounts (they are empty, so
+// shrinking works) and rlimits for the runtime process.
+func adapt(pid int, a *adaptMsg) error {
+	if a == nil || a.Disk <= 0 || a.Inodes <= 0 {
+		return fmt.Errorf("adapt: bad request")
+	}
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d", a.Disk, a.Inodes)
+	for _, m := range []struct {
+		path  string
+		flags uintptr
+	}{{"/workspace", unix.MS_NOSUID | unix.MS_NODEV}, {"/tmp", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC}} {
+		if err := unix.Mount("tmpfs", m.path, "tmpfs", unix.MS_REMOUNT|m.flags, opts); err != nil {
+			return fmt.Errorf("adapt: resize %s: %w", m.path, err)
+		}
+	}
+	if pid > 1 {
+		for _, r := range a.Rlimits {
+			lim := unix.Rlimit{Cur: r.Cur, Max: r.Max}
+			if err := unix.Prlimit(pid, r.Resource, &lim, nil); err != nil {
+				return fmt.Errorf("adapt: rlimit %d of %d: %w", r.Resource, pid, err)
+			}
+		}
+	}
+	return nil
 }
 
 type spawnReq struct {

@@ -15,6 +15,7 @@ package jail
 
 import (
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -131,3 +132,5 @@ func StaleRun(name string) bool {
 	}
 	return syscall.Kill(pid, 0) == syscall.ESRCH
 }
+
+func numCPU() int { return runtime.NumCPU() }

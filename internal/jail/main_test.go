@@ -17,7 +17,9 @@ func TestMain(m *testing.M) {
 		InitMain()
 		return
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	closeSharedHost()
+	os.Exit(code)
 }
 
 var testSeq atomic.Uint32
@@ -25,11 +27,13 @@ var testSeq atomic.Uint32
 // testSpec returns a spec with a unique name and id slot.
 func testSpec(l config.Limits) Spec {
 	n := testSeq.Add(1)
-	return Spec{
+	s := Spec{
 		Name:   "t-" + itoa(os.Getpid()) + "-" + itoa(int(n)),
 		Slot:   1<<23 | uint32(os.Getpid()&0xffff)<<6 | n&63,
 		Limits: l,
 	}
+	logSpec(s) // so that the leak guard knows which ids and cgroups to check
+	return s
 }
 
 func itoa(n int) string { return string(appendInt(nil, n)) }
@@ -41,21 +45,30 @@ func appendInt(b []byte, n int) []byte {
 	return append(b, byte('0'+n%10))
 }
 
-// testHost builds a Host for privileged tests, or skips when not root.
+// testHost returns the Host for privileged tests, or skips when not root.
+// Every test gets the same Host (see sharedHost), and a guard that fails
+// the test if it leaves anything behind: a cgroup, a mount, a process with
+// one of its sandboxes' host ids, a descriptor or a goroutine. Call it
+// before registering any other cleanup, so that the guard runs last.
 func testHost(t testing.TB) *Host {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("privileged test: needs root to build jails (CI runs as root)")
 	}
-	cfg := config.Default()
-	cfg.StateDir = "/run/airlock-test"
-	cfg.CgroupParent = "airlock-test"
-	h, err := NewHost(OptionsFrom(cfg))
+	h, err := sharedHost()
 	if err != nil {
 		t.Fatalf("NewHost: %v", err)
 	}
-	t.Cleanup(func() { h.Close() })
+	guardHost(t, h)
 	return h
+}
+
+// newTestHostOptions are the options of every test Host.
+func newTestHostOptions() Options {
+	cfg := config.Default()
+	cfg.StateDir = "/run/airlock-test"
+	cfg.CgroupParent = "airlock-test"
+	return OptionsFrom(cfg)
 }
 
 // testLimits are small, fast limits for tests.

@@ -17,6 +17,10 @@ const (
 	opSpawn   = "spawn"   // host -> init: start a program; fds: its stdio and extras
 	opSpawned = "spawned" // init -> host: the program's pid (inside)
 	opExit    = "exit"    // init -> host: a spawned program ended
+	opSignal  = "signal"  // host -> init: signal a process (group) inside
+	opWatch   = "watch"   // host -> init: report the exit of this child too
+	opAdapt   = "adapt"   // host -> init: resize the scratch trees, set a program's rlimits
+	opAdapted = "adapted" // init -> host: done
 	opError   = "error"   // init -> host: a request failed
 )
 
@@ -28,6 +32,15 @@ type message struct {
 	Status int        `json:"status,omitempty"` // raw wait status
 	Error  string     `json:"error,omitempty"`
 	Usage  *exitUsage `json:"usage,omitempty"`
+	Signal int        `json:"signal,omitempty"`
+	Group  bool       `json:"group,omitempty"`
+	Adapt  *adaptMsg  `json:"adapt,omitempty"`
+}
+
+type adaptMsg struct {
+	Disk    int64    `json:"disk"`
+	Inodes  int64    `json:"inodes"`
+	Rlimits []rlimit `json:"rlimits"`
 }
 
 type setupMsg struct {
@@ -39,10 +52,20 @@ type setupMsg struct {
 	Rlimits  []rlimit `json:"rlimits"`
 	UID      int      `json:"uid"`
 	GID      int      `json:"gid"`
+	// Template, when set, makes the init a template process instead of a
+	// sandbox's PID 1: see Host.StartTemplate.
+	Template *templateMsg `json:"template,omitempty"`
 	// Placed says the init was cloned straight into its cgroup (v2).
 	// Otherwise the host moves it there while the root is being built
 	// and says opPlaced when done; nothing runs in the sandbox before.
 	Placed bool `json:"placed"`
+}
+
+type templateMsg struct {
+	Argv []string `json:"argv"`
+	Env  []string `json:"env"`
+	// KeepCaps are the capabilities left in the bounding set.
+	KeepCaps []int `json:"keep_caps"`
 }
 
 type rlimit struct {

@@ -43,6 +43,9 @@ type Spec struct {
 	// TmpCopy are host directories whose regular files are copied into
 	// /tmp/<name>, owned by the sandbox user (the matplotlib font cache).
 	TmpCopy map[string]string `json:"tmp_copy"`
+	// NoProc leaves /proc empty: for a template process that runs in the
+	// host's pid namespace and has no business seeing it.
+	NoProc bool `json:"no_proc,omitempty"`
 }
 
 // Sandbox user identity inside every sandbox.

@@ -51,8 +51,10 @@ func Build(s Spec) error {
 	if err := buildDev(root, s); err != nil {
 		return err
 	}
-	if err := buildProc(root); err != nil {
-		return err
+	if !s.NoProc {
+		if err := buildProc(root); err != nil {
+			return err
+		}
 	}
 	scratch := fmt.Sprintf("size=%d,nr_inodes=%d", s.Disk, s.Inodes)
 	if err := mountTmpfs(filepath.Join(root, "workspace"), unix.MS_NOSUID|unix.MS_NODEV,
@@ -138,7 +140,9 @@ func buildEtc(root string, s Spec) error {
 
 func buildDev(root string, s Spec) error {
 	dev := filepath.Join(root, "dev")
-	if err := mountTmpfs(dev, unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755"); err != nil {
+	// nodev too: the device nodes below are bind mounts with flags of
+	// their own, so the tmpfs itself never needs device semantics.
+	if err := mountTmpfs(dev, unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755"); err != nil {
 		return err
 	}
 	for _, d := range Devices {

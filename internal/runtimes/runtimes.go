@@ -67,6 +67,35 @@ func (r Runtime) Env(l config.Limits) []string {
 	return env
 }
 
+// RuntimeDir is where the embedded session runtimes live in every sandbox.
+const RuntimeDir = "/opt/airlock"
+
+// SessionCommand is the argv of the language's session runtime.
+func (r Runtime) SessionCommand() []string {
+	switch r.Lang {
+	case "python":
+		return []string{r.Binary, "-I", "-B", RuntimeDir + "/python/airlock_runtime.py"}
+	case "javascript":
+		return []string{r.Binary, RuntimeDir + "/javascript/runtime.js"}
+	default:
+		return []string{r.Binary, "--noprofile", "--norc", RuntimeDir + "/bash/runtime.sh"}
+	}
+}
+
+// SessionEnv is the environment the session runtime starts with.
+func (r Runtime) SessionEnv(l config.Limits) []string {
+	env := r.Env(l)
+	if r.Lang == "python" {
+		// Figures come back as display data, with or without plt.show().
+		env = append(env, "MPLBACKEND=module://airlock_mpl")
+	}
+	return env
+}
+
+// Framed reports whether the runtime speaks the JSON frame protocol (bash
+// speaks the NUL-terminated one).
+func (r Runtime) Framed() bool { return r.Lang != "bash" }
+
 // ValidEnv checks a K=V environment entry from a client.
 func ValidEnv(kv string) error {
 	k, _, ok := strings.Cut(kv, "=")

@@ -59,7 +59,7 @@ func mapErr(rel string, err error) error {
 	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV):
 		return fmt.Errorf("%w: %s: path goes through a symlink or mount, which the host never follows", errdefs.ErrInvalidArgument, shown(rel))
 	case errors.Is(err, unix.ENOTDIR):
-		return fmt.Errorf("%w: %s: a parent is not a directory", errdefs.ErrInvalidArgument, shown(rel))
+		return fmt.Errorf("%w: %s: not a directory (or a parent is not)", errdefs.ErrInvalidArgument, shown(rel))
 	case errors.Is(err, unix.EISDIR):
 		return fmt.Errorf("%w: %s: is a directory", errdefs.ErrInvalidArgument, shown(rel))
 	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT), errors.Is(err, unix.EFBIG):
@@ -134,6 +134,16 @@ func (d *Dir) asUser(fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
+		// Go cannot end the process's main thread: when a locked goroutine
+		// ends there, the thread is parked for good instead of exiting.
+		// Give it back its own filesystem ids first, so that no host
+		// thread keeps the sandbox user's ids after the call.
+		prevUID, _ := unix.SetfsuidRetUid(-1)
+		prevGID, _ := unix.SetfsgidRetGid(-1)
+		defer func() {
+			unix.Setfsuid(prevUID)
+			unix.Setfsgid(prevGID)
+		}()
 		unix.Setfsgid(d.gid)
 		unix.Setfsuid(d.uid)
 		gid, _ := unix.SetfsgidRetGid(-1)
@@ -357,6 +367,8 @@ func entryOf(rel string, st *unix.Stat_t) Entry {
 		Size:    st.Size,
 		Mode:    fmt.Sprintf("%04o", st.Mode&0o7777),
 		ModTime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec).UTC(),
+		Ino:     st.Ino,
+		ModNano: st.Mtim.Nano(),
 	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/internal/api"
+	"airlock/internal/config"
+	"airlock/internal/jail"
+	"airlock/internal/pool"
+	"airlock/internal/runtimes"
+	"airlock/internal/session"
+)
+
+func serveCmd(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("airlock serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "configuration file (default $AIRLOCK_CONFIG)")
+	listen := fs.String("listen", "", "address to listen on (default 127.0.0.1:8080)")
+	verbose := fs.Bool("v", false, "log every request")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: airlock serve [flags]\n\nServes the HTTP API (see /v1/openapi.json). SIGTERM ends every session and\nleaves nothing behind.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return exitUsage
+	}
+	cfg, err := loadConfig(*cfgPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock serve: %v\n", err)
+		return exitConfig
+	}
+	if *listen != "" {
+		cfg.Server.Listen = *listen
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	opts := jail.OptionsFrom(cfg)
+	opts.RootFiles = runtimes.RootFiles()
+	host, err := jail.NewHost(opts)
+	if err != nil {
+		return exitFor(stderr, err)
+	}
+	defer host.Close()
+	// One server per state directory and cgroup parent: everything named
+	// s-* under them is ours, and whatever a killed predecessor left is
+	// removed now.
+	lock, err := lockState(cfg.StateDir)
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock serve: %v\n", err)
+		return exitUnavailable
+	}
+	defer lock.Close()
+	if err := host.Cgroups().Sweep("s-", func(string) bool { return true }); err != nil {
+		log.Warn("removing cgroups left by a previous server", "err", err)
+	}
+	host.Cgroups().Sweep("r-", jail.StaleRun)
+
+	slots := &session.Slots{}
+	var source session.Source = &session.ColdSource{Host: host, Config: cfg, Slots: slots}
+	var pl *pool.Pool
+	if cfg.Pool.Zygote || anyPool(cfg) {
+		pl = pool.New(cfg, host, slots, log)
+		defer pl.Close()
+		source = pl
+	}
+	mgr := session.NewManager(cfg, source, log)
+	apiSrv := api.New(mgr, cfg, log, version)
+	if pl != nil {
+		apiSrv.Stats = pl.Stats
+	}
+	ln, err := net.Listen("tcp", cfg.Server.Listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock serve: %v\n", err)
+		return exitUnavailable
+	}
+	srv := &http.Server{
+		Handler:           apiSrv,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("airlock serving", "listen", ln.Addr().String(), "version", version, "protections", host.Protections())
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case err := <-errc:
+		log.Error("server failed", "err", err)
+	}
+	shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	srv.Shutdown(shutdown)
+	mgr.Close()
+	log.Info("all sessions ended")
+	return 0
+}
+
+func anyPool(cfg config.Config) bool {
+	for _, n := range cfg.Pool.Size {
+		if n > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// lockState takes an exclusive lock on the state directory.
+func lockState(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "server.lock"), os.O_CREATE|os.O_RDWR|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("another airlock server uses %s", dir)
+	}
+	return f, nil
+}

@@ -1,0 +1,316 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"mime"
+	"net/http"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+
+	"airlock/internal/errdefs"
+	"airlock/internal/session"
+	"airlock/internal/workspace"
+)
+
+func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
+	var req session.CreateRequest
+	if err := s.decode(w, r, &req); err != nil {
+		fail(w, err)
+		return
+	}
+	sess, err := s.m.Create(r.Context(), req)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/sessions/"+sess.ID())
+	writeJSON(w, http.StatusCreated, sess.Info())
+}
+
+func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"sessions": s.m.List()})
+}
+
+func (s *Server) session(w http.ResponseWriter, r *http.Request) (*session.Session, bool) {
+	sess, err := s.m.Get(r.PathValue("id"))
+	if err != nil {
+		fail(w, err)
+		return nil, false
+	}
+	return sess, true
+}
+
+func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
+	if sess, ok := s.session(w, r); ok {
+		writeJSON(w, http.StatusOK, sess.Info())
+	}
+}
+
+func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
+	if err := s.m.Delete(r.PathValue("id")); err != nil {
+		fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) interrupt(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.session(w, r)
+	if !ok {
+		return
+	}
+	running, err := sess.Interrupt()
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"interrupted": running})
+}
+
+// wantsStream reports whether the client asked for NDJSON events.
+func wantsStream(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept"), ",") {
+		mt, _, _ := mime.ParseMediaType(strings.TrimSpace(part))
+		if mt == "application/x-ndjson" || mt == "application/jsonl" {
+			return true
+		}
+	}
+	return false
+}
+
+// eventWriter streams events as NDJSON. Events are queued by whichever
+// goroutine produces them and written by one goroutine, so a slow client
+// never blocks the sandbox's output pipes; the queue is bounded by the
+// execution's own output caps.
+type eventWriter struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	mu      sync.Mutex
+	cond    *sync.Cond
+	queue   [][]byte
+	closed  bool
+	started bool
+	done    chan struct{}
+}
+
+func newEventWriter(w http.ResponseWriter) *eventWriter {
+	ew := &eventWriter{w: w, rc: http.NewResponseController(w), done: make(chan struct{})}
+	ew.cond = sync.NewCond(&ew.mu)
+	return ew
+}
+
+func (ew *eventWriter) emit(ev session.Event) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(ev); err != nil {
+		return
+	}
+	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	ew.mu.Lock()
+	if !ew.started {
+		ew.started = true
+		go ew.loop()
+	}
+	ew.queue = append(ew.queue, append(b, '\n'))
+	ew.cond.Signal()
+	ew.mu.Unlock()
+}
+
+func (ew *eventWriter) loop() {
+	defer close(ew.done)
+	h := ew.w.Header()
+	h.Set("Content-Type", "application/x-ndjson")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	ew.w.WriteHeader(http.StatusOK)
+	broken := false
+	for {
+		ew.mu.Lock()
+		for len(ew.queue) == 0 && !ew.closed {
+			ew.cond.Wait()
+		}
+		batch := ew.queue
+		ew.queue = nil
+		closed := ew.closed
+		ew.mu.Unlock()
+		if !broken {
+			for _, b := range batch {
+				if _, err := ew.w.Write(b); err != nil {
+					broken = true // the client left; keep draining
+					break
+				}
+			}
+			if !broken {
+				ew.rc.Flush()
+			}
+		}
+		if closed && len(batch) == 0 {
+			return
+		}
+	}
+}
+
+// finish waits until every event is written. It reports whether any was.
+func (ew *eventWriter) finish() bool {
+	ew.mu.Lock()
+	started := ew.started
+	ew.closed = true
+	ew.cond.Signal()
+	ew.mu.Unlock()
+	if started {
+		<-ew.done
+	}
+	return started
+}
+
+func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.session(w, r)
+	if !ok {
+		return
+	}
+	var req session.ExecuteRequest
+	if err := s.decode(w, r, &req); err != nil {
+		fail(w, err)
+		return
+	}
+	if !wantsStream(r) {
+		res, err := sess.Execute(r.Context(), req, nil)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+		return
+	}
+	ew := newEventWriter(w)
+	_, err := sess.Execute(r.Context(), req, ew.emit)
+	if !ew.finish() && err != nil {
+		fail(w, err) // nothing streamed yet: a plain error response
+	}
+}
+
+func (s *Server) executeOnce(w http.ResponseWriter, r *http.Request) {
+	var req session.OneShotRequest
+	if err := s.decode(w, r, &req); err != nil {
+		fail(w, err)
+		return
+	}
+	if !wantsStream(r) {
+		res, err := s.m.RunOnce(r.Context(), req, nil)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+		return
+	}
+	ew := newEventWriter(w)
+	_, err := s.m.RunOnce(r.Context(), req, ew.emit)
+	if !ew.finish() && err != nil {
+		fail(w, err)
+	}
+}
+
+func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.session(w, r)
+	if !ok {
+		return
+	}
+	dir, err := workspace.Clean(r.URL.Query().Get("path"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	recursive, _ := strconv.ParseBool(r.URL.Query().Get("recursive"))
+	sess.Touch()
+	entries, truncated, err := sess.Workspace().List(dir, recursive)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	if entries == nil {
+		entries = []workspace.Entry{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"path": dir, "entries": entries, "truncated": truncated})
+}
+
+func (s *Server) filePath(w http.ResponseWriter, r *http.Request) (*session.Session, string, bool) {
+	sess, ok := s.session(w, r)
+	if !ok {
+		return nil, "", false
+	}
+	p, err := workspace.Clean(r.PathValue("path"))
+	if err != nil {
+		fail(w, err)
+		return nil, "", false
+	}
+	if p == "" {
+		fail(w, fmt.Errorf("%w: name a file under /workspace", errdefs.ErrInvalidArgument))
+		return nil, "", false
+	}
+	sess.Touch()
+	return sess, p, true
+}
+
+func (s *Server) download(w http.ResponseWriter, r *http.Request) {
+	sess, p, ok := s.filePath(w, r)
+	if !ok {
+		return
+	}
+	f, e, err := sess.Workspace().Open(p)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	defer f.Close()
+	if mime.TypeByExtension(path.Ext(p)) == "" {
+		w.Header().Set("Content-Type", "application/octet-stream")
+	}
+	// Files come from sandboxed code: a browser must never render one as
+	// a page of the API's own origin.
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(p)}))
+	w.Header().Set("Content-Security-Policy", "sandbox; default-src 'none'")
+	// ServeContent streams from the descriptor opened beneath the root and
+	// answers Range requests.
+	http.ServeContent(w, r, path.Base(p), e.ModTime, f)
+}
+
+func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
+	sess, p, ok := s.filePath(w, r)
+	if !ok {
+		return
+	}
+	max := int64(s.cfg.Server.MaxFileBytes)
+	if lim := int64(sess.Limits().Disk); lim < max {
+		max = lim
+	}
+	if r.ContentLength > max {
+		fail(w, fmt.Errorf("%w: the file is %d bytes, more than the limit of %d", errdefs.ErrTooLarge, r.ContentLength, max))
+		return
+	}
+	n, err := sess.Workspace().Write(p, r.Body, max, 0o644)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"path": p, "size": n})
+}
+
+func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request) {
+	sess, p, ok := s.filePath(w, r)
+	if !ok {
+		return
+	}
+	recursive, _ := strconv.ParseBool(r.URL.Query().Get("recursive"))
+	if err := sess.Workspace().Remove(p, recursive); err != nil {
+		fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,152 @@
+package jail
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/internal/cgroup"
+	"airlock/internal/cleanup"
+	"airlock/internal/errdefs"
+)
+
+// TemplateSpec describes a template process: trusted code (the Python
+// template interpreter) that runs as host root with a few capabilities, in
+// private mount, network, ipc and uts namespaces whose root filesystem is
+// laid out exactly like a sandbox's, so that everything it loads and
+// caches has the paths a sandbox will see. It never runs sandboxed code;
+// its children join sandboxes and drop everything before they do.
+type TemplateSpec struct {
+	Name     string // its cgroup's name
+	Memory   int64
+	Pids     int64
+	Argv     []string
+	Env      []string
+	KeepCaps []int
+}
+
+// Template is a running template process. Conn is its fd 3 (SOCK_SEQPACKET).
+type Template struct {
+	cmd     *exec.Cmd
+	cg      *cgroup.Cgroup
+	Conn    *net.UnixConn
+	initErr *cappedBuffer
+	errDone chan struct{}
+}
+
+// StartTemplate starts a template process.
+func (h *Host) StartTemplate(ctx context.Context, spec TemplateSpec) (_ *Template, err error) {
+	var undo cleanup.Stack
+	defer func() {
+		if err != nil {
+			undo.Run()
+		}
+	}()
+	cg, err := h.cg.New(spec.Name, cgroup.Resources{Memory: spec.Memory, Pids: spec.Pids, CPUs: float64(max(1, numCPU()))})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	undo.Add(func() error { cg.Kill(); return cg.Destroy() })
+	hostEnd, initEnd, err := socketpair()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		hostEnd.Close()
+		initEnd.Close()
+		return nil, err
+	}
+	t := &Template{cg: cg, initErr: &cappedBuffer{max: 16 << 10}, errDone: make(chan struct{})}
+	attr := &syscall.SysProcAttr{
+		Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
+		Setsid:     true,
+	}
+	if fd, ok := cg.IntoFD(); ok {
+		attr.UseCgroupFD, attr.CgroupFD = true, fd
+	}
+	t.cmd = &exec.Cmd{
+		Path: h.exe.Path(), Args: []string{InitArg0}, Env: []string{"GOMAXPROCS=1"},
+		ExtraFiles: []*os.File{initEnd}, Stderr: errW, SysProcAttr: attr,
+	}
+	err = t.cmd.Start()
+	initEnd.Close()
+	errW.Close()
+	if err != nil {
+		hostEnd.Close()
+		errR.Close()
+		return nil, fmt.Errorf("%w: start template: %v", errdefs.ErrUnavailable, err)
+	}
+	undo.AddFunc(func() { t.cmd.Process.Kill(); t.cmd.Wait() })
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := errR.Read(buf)
+			t.initErr.Write(buf[:n])
+			if err != nil {
+				break
+			}
+		}
+		errR.Close()
+		close(t.errDone)
+	}()
+	if _, ok := cg.IntoFD(); !ok {
+		if err := cg.Add(t.cmd.Process.Pid); err != nil {
+			hostEnd.Close()
+			return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+		}
+	}
+	ctl, err := newConn(hostEnd, 64<<10)
+	if err != nil {
+		return nil, err
+	}
+	root := h.baseRoot
+	root.Disk, root.Inodes, root.Shm = 64<<20, 4096, 1<<20
+	root.TmpCopy = h.tmpCopy
+	root.NoProc = true
+	setup := &setupMsg{
+		Root:     root,
+		Template: &templateMsg{Argv: spec.Argv, Env: spec.Env, KeepCaps: spec.KeepCaps},
+		Placed:   true,
+		Rlimits: []rlimit{
+			{Resource: unix.RLIMIT_CORE, Cur: 0, Max: 0},
+			{Resource: unix.RLIMIT_NOFILE, Cur: 4096, Max: 4096},
+		},
+	}
+	if err := ctl.send(message{Op: opSetup, Setup: setup}); err != nil {
+		ctl.close()
+		return nil, fmt.Errorf("%w: template setup: %v", errdefs.ErrUnavailable, err)
+	}
+	t.Conn = ctl.c
+	return t, nil
+}
+
+// Pid is the template's host pid.
+func (t *Template) Pid() int { return t.cmd.Process.Pid }
+
+// Diag returns what the template printed on stderr, for error messages.
+func (t *Template) Diag() string {
+	select {
+	case <-t.errDone:
+	case <-time.After(100 * time.Millisecond):
+	}
+	return string(t.initErr.Bytes())
+}
+
+// Close kills the template and removes its cgroup.
+func (t *Template) Close() error {
+	t.cmd.Process.Kill()
+	t.cmd.Wait()
+	t.Conn.Close()
+	t.cg.Kill()
+	return t.cg.Destroy()
+}
+
+// Wait waits for the template to exit.
+func (t *Template) Wait() error { return t.cmd.Wait() }

@@ -1,0 +1,402 @@
+// Package pool owns the warm pools: per language, a number of sandboxes
+// built ahead of time with their runtime started (Python ones forked from
+// the template interpreter, with the heavy libraries already imported),
+// refilled in the background, adapted to the limits of the session that
+// takes one, and the template interpreter's restarts.
+//
+// It must never hand out a sandbox twice, never hand out one whose jail or
+// runtime died while it waited, and never let anything that happened in one
+// sandbox affect another: every instance is built fresh and used once.
+package pool
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"airlock/internal/cleanup"
+	"airlock/internal/config"
+	"airlock/internal/errdefs"
+	"airlock/internal/jail"
+	"airlock/internal/runtimes"
+	"airlock/internal/session"
+	"airlock/internal/zygote"
+)
+
+// Pool is a session.Source backed by warm instances.
+type Pool struct {
+	cfg   config.Config
+	host  *jail.Host
+	slots *session.Slots
+	log   *slog.Logger
+	build chan struct{} // bounds concurrent builds
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	queues map[string]*queue
+
+	zmu       sync.Mutex
+	zyg       *zygote.Zygote
+	zygFails  int
+	zygNotify chan struct{}
+}
+
+type queue struct {
+	lang    string
+	size    int
+	profile config.Limits
+	mu      sync.Mutex
+	ready   []*session.Instance
+	pending int
+	kick    chan struct{}
+
+	hits, misses, built, discarded atomic.Uint64
+	buildNanos                     atomic.Int64
+}
+
+// New starts the pools (and the Python template, if configured). It
+// returns at once; pools fill in the background.
+func New(cfg config.Config, host *jail.Host, slots *session.Slots, log *slog.Logger) *Pool {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Pool{
+		cfg: cfg, host: host, slots: slots, log: log,
+		build: make(chan struct{}, cfg.Pool.Parallel),
+		ctx:   ctx, cancel: cancel,
+		queues:    map[string]*queue{},
+		zygNotify: make(chan struct{}, 1),
+	}
+	for _, lang := range config.Languages {
+		q := &queue{lang: lang, size: cfg.Pool.Size[lang], profile: cfg.Defaults, kick: make(chan struct{}, 1)}
+		p.queues[lang] = q
+		if q.size > 0 {
+			p.wg.Add(1)
+			go p.refill(q)
+		}
+	}
+	if cfg.Pool.Zygote {
+		p.wg.Add(1)
+		go p.keepZygote()
+	}
+	return p
+}
+
+// Get implements session.Source: a warm instance adapted to l if one is
+// ready, else one built now.
+func (p *Pool) Get(ctx context.Context, lang string, l config.Limits) (*session.Instance, error) {
+	q, ok := p.queues[lang]
+	if !ok {
+		return nil, fmt.Errorf("%w: unknown language %q", errdefs.ErrInvalidArgument, lang)
+	}
+	for {
+		inst := q.take()
+		if inst == nil {
+			break
+		}
+		q.signal()
+		if !inst.Healthy() {
+			q.discarded.Add(1)
+			go inst.Close()
+			continue
+		}
+		if l != inst.Limits {
+			if err := inst.Adapt(l); err != nil {
+				p.log.Warn("cannot adapt a pooled sandbox; building one", "err", err)
+				q.discarded.Add(1)
+				go inst.Close()
+				break
+			}
+		}
+		q.hits.Add(1)
+		return inst, nil
+	}
+	q.misses.Add(1)
+	q.signal()
+	return p.newInstance(ctx, lang, l)
+}
+
+func (q *queue) take() *session.Instance {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.ready) == 0 {
+		return nil
+	}
+	// Oldest first: an instance never waits longer than it must.
+	inst := q.ready[0]
+	q.ready = q.ready[1:]
+	return inst
+}
+
+func (q *queue) signal() {
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
+}
+
+// refill keeps q at its size.
+func (p *Pool) refill(q *queue) {
+	defer p.wg.Done()
+	for {
+		q.mu.Lock()
+		want := q.size - len(q.ready) - q.pending
+		if want > 0 {
+			q.pending += want
+		}
+		q.mu.Unlock()
+		for i := 0; i < want; i++ {
+			select {
+			case p.build <- struct{}{}:
+			case <-p.ctx.Done():
+				return
+			}
+			go func() {
+				defer func() { <-p.build }()
+				start := time.Now()
+				inst, err := p.newInstance(p.ctx, q.lang, q.profile)
+				q.mu.Lock()
+				q.pending--
+				if err == nil && p.ctx.Err() == nil {
+					q.ready = append(q.ready, inst)
+					inst = nil
+				}
+				q.mu.Unlock()
+				if inst != nil {
+					inst.Close()
+				}
+				if err != nil {
+					if p.ctx.Err() == nil {
+						p.log.Warn("pool: building a sandbox failed", "language", q.lang, "err", err)
+						// Do not spin on a persistent failure.
+						select {
+						case <-time.After(time.Second):
+						case <-p.ctx.Done():
+						}
+					}
+				} else {
+					q.built.Add(1)
+					q.buildNanos.Add(int64(time.Since(start)))
+				}
+				q.signal()
+			}()
+		}
+		select {
+		case <-q.kick:
+		case <-p.ctx.Done():
+			return
+		}
+	}
+}
+
+// newInstance builds one instance from scratch: through the template
+// when it runs, else (or if the template fails) by executing the runtime.
+func (p *Pool) newInstance(ctx context.Context, lang string, l config.Limits) (*session.Instance, error) {
+	if z := p.zygote(); z != nil && lang == "python" {
+		inst, err := p.buildWith(ctx, lang, l, z)
+		if err == nil {
+			return inst, nil
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		p.log.Warn("python template could not start a runtime; starting it cold", "err", err)
+	}
+	return p.buildWith(ctx, lang, l, nil)
+}
+
+func (p *Pool) buildWith(ctx context.Context, lang string, l config.Limits, z *zygote.Zygote) (_ *session.Instance, err error) {
+	rt, err := runtimes.Lookup(p.cfg, lang)
+	if err != nil {
+		return nil, err
+	}
+	slot, err := p.slots.Get()
+	if err != nil {
+		return nil, err
+	}
+	var undo cleanup.Stack
+	defer func() {
+		if err != nil {
+			undo.Run()
+		}
+	}()
+	undo.AddFunc(func() { p.slots.Put(slot) })
+	sb, err := p.host.Start(ctx, jail.Spec{Name: "s-" + strconv.FormatUint(uint64(slot), 10), Slot: slot, Limits: l})
+	if err != nil {
+		return nil, err
+	}
+	undo.Add(sb.Close)
+	var inst *session.Instance
+	if z != nil {
+		inst, err = session.StartRuntimeZygote(ctx, sb, z, rt, l)
+	} else {
+		inst, err = session.StartRuntime(sb, rt, l)
+	}
+	if err != nil {
+		return nil, err
+	}
+	undo.Release()
+	inst.SetRelease(func() { p.slots.Put(slot) })
+	return inst, nil
+}
+
+func (p *Pool) zygote() *zygote.Zygote {
+	p.zmu.Lock()
+	defer p.zmu.Unlock()
+	if p.zyg == nil {
+		return nil
+	}
+	select {
+	case <-p.zyg.Dead():
+		return nil
+	default:
+		return p.zyg
+	}
+}
+
+// keepZygote starts the Python template and restarts it when it dies,
+// backing off when it keeps failing.
+func (p *Pool) keepZygote() {
+	defer p.wg.Done()
+	backoff := time.Second
+	for p.ctx.Err() == nil {
+		z, err := zygote.Start(p.ctx, p.host, p.cfg, p.host.SeccompProgram(), p.log)
+		if err != nil {
+			p.zmu.Lock()
+			p.zygFails++
+			p.zmu.Unlock()
+			p.log.Warn("python template failed to start; python sandboxes start cold meanwhile", "err", err, "retry_in", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-p.ctx.Done():
+				return
+			}
+			backoff = min(backoff*2, time.Minute)
+			continue
+		}
+		backoff = time.Second
+		if len(z.Errors) > 0 {
+			p.log.Warn("python template could not preload some modules", "errors", z.Errors)
+		}
+		p.log.Info("python template ready", "pid", z.Pid(), "preload_ms", z.Started.Milliseconds())
+		p.zmu.Lock()
+		p.zyg = z
+		p.zmu.Unlock()
+		select {
+		case p.zygNotify <- struct{}{}:
+		default:
+		}
+		// Instances built before the template was up started cold;
+		// replace them so that pooled sessions get the warm template.
+		p.recycle("python")
+		select {
+		case <-z.Dead():
+			p.log.Warn("python template died; restarting")
+		case <-p.ctx.Done():
+		}
+		z.Close()
+		p.zmu.Lock()
+		p.zyg = nil
+		p.zmu.Unlock()
+	}
+}
+
+// recycle discards the ready instances of lang (the pool refills).
+func (p *Pool) recycle(lang string) {
+	q := p.queues[lang]
+	q.mu.Lock()
+	old := q.ready
+	q.ready = nil
+	q.mu.Unlock()
+	for _, inst := range old {
+		inst.Close()
+	}
+	q.signal()
+}
+
+// ZygoteReady is signalled whenever the template (re)starts.
+func (p *Pool) ZygoteReady() <-chan struct{} { return p.zygNotify }
+
+// Stats reports the pools' state, for /healthz and the benchmark.
+func (p *Pool) Stats() any {
+	type qs struct {
+		Ready      int     `json:"ready"`
+		Target     int     `json:"target"`
+		Building   int     `json:"building"`
+		Hits       uint64  `json:"hits"`
+		Misses     uint64  `json:"misses"`
+		Built      uint64  `json:"built"`
+		Discarded  uint64  `json:"discarded"`
+		AvgBuildMs float64 `json:"avg_build_ms"`
+	}
+	out := map[string]any{}
+	for lang, q := range p.queues {
+		q.mu.Lock()
+		s := qs{Ready: len(q.ready), Target: q.size, Building: q.pending}
+		q.mu.Unlock()
+		s.Hits, s.Misses, s.Built, s.Discarded = q.hits.Load(), q.misses.Load(), q.built.Load(), q.discarded.Load()
+		if s.Built > 0 {
+			s.AvgBuildMs = float64(q.buildNanos.Load()) / float64(s.Built) / 1e6
+		}
+		out[lang] = s
+	}
+	p.zmu.Lock()
+	z, fails := p.zyg, p.zygFails
+	p.zmu.Unlock()
+	out["python_template"] = map[string]any{"running": z != nil, "failures": fails}
+	return out
+}
+
+// WaitReady waits until every pool is full (or ctx ends).
+func (p *Pool) WaitReady(ctx context.Context) error {
+	for {
+		full := true
+		for _, q := range p.queues {
+			q.mu.Lock()
+			if len(q.ready) < q.size {
+				full = false
+			}
+			q.mu.Unlock()
+		}
+		if p.cfg.Pool.Zygote && p.cfg.Pool.Size["python"] > 0 && p.zygote() == nil {
+			full = false
+		}
+		if full {
+			return nil
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Close stops refilling and frees every pooled instance and the template.
+func (p *Pool) Close() {
+	p.cancel()
+	p.wg.Wait()
+	// Builds in flight may still finish; wait for their slots.
+	for i := 0; i < cap(p.build); i++ {
+		p.build <- struct{}{}
+	}
+	for _, q := range p.queues {
+		q.mu.Lock()
+		old := q.ready
+		q.ready = nil
+		q.mu.Unlock()
+		for _, inst := range old {
+			inst.Close()
+		}
+	}
+	p.zmu.Lock()
+	if p.zyg != nil {
+		p.zyg.Close()
+		p.zyg = nil
+	}
+	p.zmu.Unlock()
+}

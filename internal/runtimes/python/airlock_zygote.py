@@ -1,0 +1,313 @@
+"""The Python template interpreter ("zygote") of airlock.
+
+It runs outside every sandbox, as host root with a handful of capabilities,
+in private mount/network/ipc/uts namespaces whose root filesystem is laid out
+exactly like a sandbox's (so everything it loads has the paths a sandbox
+sees). It imports the heavy libraries once; then, for every new sandbox, it
+forks a child that:
+
+  1. moves itself into the sandbox's cgroup (descriptors opened by the host),
+  2. enters all of the sandbox's namespaces at once (setns on a pidfd of the
+     sandbox's init), and forks again so that the grandchild is inside the
+     sandbox's pid namespace;
+and the grandchild then, before running anything else:
+  3. takes the runtime's descriptors as 0-3 and closes every other one,
+  4. drops the capability bounding set, becomes the sandbox user, clears
+     every capability, sets no_new_privs, enforces the sandbox's Landlock
+     ruleset and seccomp filter, and reads back /proc/self/status to check
+     all of it, exiting if anything is missing;
+  5. serves the session protocol (airlock_runtime.serve).
+
+The zygote never executes code it receives: requests carry only descriptors
+and numbers from the airlock server. Anything that goes wrong in a child
+ends that child, never the zygote.
+
+Trade-offs (documented in the threat model): every session forked from one
+zygote shares its address-space layout (ASLR is per zygote, not per
+session) and its hash seed; random generators are reseeded in each child.
+"""
+
+import array
+import base64
+import ctypes
+import gc
+import importlib
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+JOIN = (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC |
+        CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_NEWPID)
+
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAPBSET_DROP = 24
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+PR_SET_KEEPCAPS = 8
+SECCOMP_SET_MODE_FILTER = 1
+SECCOMP_FILTER_FLAG_TSYNC = 1
+CAP_VERSION_3 = 0x20080522
+
+MAX_FDS = 32
+MAX_MSG = 1 << 20
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+libc.prctl.restype = ctypes.c_int
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+class CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def check(ret, what):
+    if ret < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, "%s: %s" % (what, os.strerror(err)))
+    return ret
+
+
+class Zygote:
+    def __init__(self, sock):
+        self.sock = sock
+        self.cfg = {}
+        self.filter = None  # keeps the seccomp program alive
+
+    def send(self, msg, fds=()):
+        data = json.dumps(msg).encode()
+        anc = []
+        if fds:
+            anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+        self.sock.sendmsg([data], anc)
+
+    def recv(self):
+        fds = array.array("i")
+        msg, anc, flags, _ = self.sock.recvmsg(MAX_MSG, socket.CMSG_SPACE(MAX_FDS * fds.itemsize))
+        for level, typ, data in anc:
+            if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+                fds.frombytes(data[:len(data) - (len(data) % fds.itemsize)])
+        if not msg:
+            for fd in fds:
+                os.close(fd)
+            return None, []
+        for fd in fds:
+            os.set_inheritable(fd, False)
+        return json.loads(msg), list(fds)
+
+    def configure(self, cfg):
+        self.cfg = cfg
+        prog = base64.b64decode(cfg.get("seccomp") or "")
+        if prog:
+            buf = ctypes.create_string_buffer(prog, len(prog))
+            self.filter = (buf, SockFprog(len(prog) // 8, ctypes.addressof(buf)))
+        errors = {}
+        for name in cfg.get("preload", []):
+            try:
+                importlib.import_module(name)
+            except Exception as e:  # a missing package must not stop the template
+                errors[name] = "%s: %s" % (type(e).__name__, e)
+        import airlock_runtime  # noqa: F401 (loaded once, shared by every child)
+        # Objects that exist now are shared copy-on-write with every child:
+        # keep the cycle collector from touching (and so copying) them.
+        gc.collect()
+        gc.freeze()
+        return errors
+
+    def serve(self):
+        cfg, fds = self.recv()
+        if cfg is None or cfg.get("type") != "config":
+            sys.exit(2)
+        errors = self.configure(cfg)
+        self.send({"type": "ready", "pid": os.getpid(), "errors": errors})
+        while True:
+            msg, fds = self.recv()
+            if msg is None:
+                return
+            self.reap()
+            if msg.get("type") != "fork":
+                for fd in fds:
+                    os.close(fd)
+                continue
+            try:
+                pid = os.fork()
+            except OSError as e:
+                for fd in fds:
+                    os.close(fd)
+                self.send({"type": "fork_error", "id": msg.get("id"), "error": str(e)})
+                continue
+            if pid == 0:
+                code = 1
+                try:
+                    self.child(msg, fds)
+                    code = 0
+                except BaseException as e:  # report, never return to the loop
+                    try:
+                        self.send({"type": "fork_error", "id": msg.get("id"),
+                                   "error": "%s: %s" % (type(e).__name__, e)})
+                    except BaseException:
+                        pass
+                finally:
+                    os._exit(code)
+            for fd in fds:
+                os.close(fd)
+
+    def reap(self):
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+
+    def child(self, req, fds):
+        """The first child: joins the sandbox, forks the runtime, reports."""
+        nprocs = int(req["nprocs"])
+        want = 1 + nprocs + (1 if req.get("landlock") else 0) + 4
+        if len(fds) != want:
+            raise ValueError("got %d descriptors, want %d" % (len(fds), want))
+        pidfd = fds[0]
+        procs = fds[1:1 + nprocs]
+        rest = fds[1 + nprocs:]
+        ruleset = rest.pop(0) if req.get("landlock") else -1
+        stdio = rest
+        for fd in procs:
+            os.write(fd, b"0")
+            os.close(fd)
+        check(libc.syscall(self.cfg["nr_setns"], pidfd, JOIN), "setns")
+        os.close(pidfd)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                self.runtime(req, ruleset, stdio)
+            finally:
+                os._exit(70)
+        pfd = os.pidfd_open(pid)
+        self.send({"type": "forked", "id": req["id"], "pid": pid}, [pfd])
+
+    def runtime(self, req, ruleset, stdio):
+        """The grandchild: becomes the sandboxed session runtime."""
+        os.setsid()
+        for target, fd in enumerate(stdio):
+            os.dup2(fd, target, inheritable=True)
+        keep = {0, 1, 2, 3}
+        if ruleset >= 0:
+            # Park the ruleset where the range close below will not reach.
+            os.dup2(ruleset, 4, inheritable=False)
+            ruleset = 4
+            keep.add(4)
+        os.closerange(max(keep) + 1, 1 << 20)
+        for sig in range(1, signal.NSIG):
+            if sig in (signal.SIGKILL, signal.SIGSTOP):
+                continue
+            try:
+                signal.signal(sig, signal.SIG_DFL)
+            except (OSError, ValueError, RuntimeError):
+                pass
+        try:
+            self.drop(req, ruleset)
+        except BaseException as e:
+            # Nothing has run yet; say why, in the session protocol, and stop.
+            self.fail("%s: %s" % (type(e).__name__, e))
+        if ruleset >= 0:
+            os.close(ruleset)
+        self.reseed()
+        sys.argv = [os.path.join(HERE, "airlock_runtime.py")]
+        import airlock_runtime
+        airlock_runtime.serve(3)
+        os._exit(0)
+
+    def fail(self, why):
+        frame = json.dumps({"type": "error", "name": "JailError", "value": why}).encode()
+        try:
+            os.write(3, struct.pack(">I", len(frame)) + frame)
+        finally:
+            os._exit(3)
+
+    def drop(self, req, ruleset):
+        cfg = self.cfg
+        os.chdir("/workspace")
+        import resource
+        for res, cur, mx in req.get("rlimits", []):
+            resource.setrlimit(res, (cur, mx))
+        for cap in range(int(cfg["cap_last_cap"]) + 1):
+            check(libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), "drop capability %d" % cap)
+        uid, gid = int(cfg["uid"]), int(cfg["gid"])
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        check(libc.prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0), "keepcaps")
+        os.setresuid(uid, uid, uid)
+        hdr = CapHeader(CAP_VERSION_3, 0)
+        data = (CapData * 2)()
+        check(libc.syscall(cfg["nr_capset"], ctypes.byref(hdr), ctypes.byref(data)), "capset")
+        check(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "ambient")
+        check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+        if ruleset >= 0:
+            check(libc.syscall(cfg["nr_landlock_restrict_self"], ruleset, 0), "landlock")
+        if self.filter is not None:
+            check(libc.syscall(cfg["nr_seccomp"], SECCOMP_SET_MODE_FILTER,
+                               SECCOMP_FILTER_FLAG_TSYNC, ctypes.byref(self.filter[1])), "seccomp")
+        self.verify(uid, gid)
+
+    def verify(self, uid, gid):
+        status = {}
+        with open("/proc/self/status") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                status[k] = v.strip()
+        want = {k: "0000000000000000" for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")}
+        want["NoNewPrivs"] = "1"
+        want["Uid"] = "\t".join([str(uid)] * 4)
+        want["Gid"] = "\t".join([str(gid)] * 4)
+        want["Groups"] = ""
+        if self.filter is not None:
+            want["Seccomp"] = "2"
+        for k, v in want.items():
+            if status.get(k) != v:
+                raise RuntimeError("refusing to run: %s is %r, want %r" % (k, status.get(k), v))
+
+    def reseed(self):
+        # Every child starts from the same memory image: give each its own
+        # random state (random reseeds itself on os.fork; numpy does not).
+        np = sys.modules.get("numpy")
+        if np is not None:
+            try:
+                np.random.seed()
+            except Exception:
+                pass
+
+
+def main():
+    sys.path.insert(0, HERE)
+    sock = socket.socket(fileno=3)
+    try:
+        Zygote(sock).serve()
+    except Exception:
+        traceback.print_exc()
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

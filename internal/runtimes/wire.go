@@ -1,0 +1,162 @@
+package runtimes
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// The framing of docs/runtime-protocol.md: a 4-byte big-endian length and
+// that many bytes of JSON. Everything read here comes from the sandbox and
+// is treated as untrusted input: sizes are capped, and a malformed frame
+// ends the session instead of being guessed at.
+
+// MaxFrame is the largest frame accepted from a runtime.
+const MaxFrame = 64 << 20
+
+// ErrFrame is returned for a malformed frame.
+var ErrFrame = errors.New("malformed frame from the runtime")
+
+// Message is one message in either direction. Only the fields of its Type
+// are set.
+type Message struct {
+	Type string `json:"type"`
+	ID   string `json:"id,omitempty"`
+
+	// execute
+	Code string `json:"code,omitempty"`
+	// configure
+	Env map[string]string `json:"env,omitempty"`
+	Cwd string            `json:"cwd,omitempty"`
+
+	// hello
+	Language string `json:"language,omitempty"`
+	Version  string `json:"version,omitempty"`
+	Pid      int    `json:"pid,omitempty"`
+
+	// display, result
+	Data     map[string]json.RawMessage `json:"data,omitempty"`
+	Metadata json.RawMessage            `json:"metadata,omitempty"`
+
+	// error
+	Name      string   `json:"name,omitempty"`
+	Value     string   `json:"value,omitempty"`
+	Traceback []string `json:"traceback,omitempty"`
+
+	// done
+	Status         string `json:"status,omitempty"`
+	ExecutionCount int    `json:"execution_count,omitempty"`
+	ExitCode       int    `json:"exit_code,omitempty"`
+}
+
+// FrameWriter writes frames; it is safe for concurrent use.
+type FrameWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+// NewFrameWriter writes frames to w.
+func NewFrameWriter(w io.Writer) *FrameWriter { return &FrameWriter{w: w} }
+
+// Write sends one message.
+func (fw *FrameWriter) Write(m Message) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if len(b) > MaxFrame {
+		return fmt.Errorf("frame of %d bytes is too large", len(b))
+	}
+	buf := make([]byte, 4+len(b))
+	binary.BigEndian.PutUint32(buf, uint32(len(b)))
+	copy(buf[4:], b)
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	_, err = fw.w.Write(buf)
+	return err
+}
+
+// FrameReader reads frames from an untrusted runtime.
+type FrameReader struct {
+	r   *bufio.Reader
+	max int
+}
+
+// NewFrameReader reads frames of at most max bytes (MaxFrame if 0).
+func NewFrameReader(r io.Reader, max int) *FrameReader {
+	if max <= 0 || max > MaxFrame {
+		max = MaxFrame
+	}
+	return &FrameReader{r: bufio.NewReaderSize(r, 64<<10), max: max}
+}
+
+// Read returns the next message. io.EOF means the runtime closed the
+// socket between frames; anything else is ErrFrame or a read error.
+func (fr *FrameReader) Read() (Message, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(fr.r, hdr[:]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return Message{}, fmt.Errorf("%w: truncated header", ErrFrame)
+		}
+		return Message{}, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n == 0 || int64(n) > int64(fr.max) {
+		return Message{}, fmt.Errorf("%w: length %d", ErrFrame, n)
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(fr.r, buf); err != nil {
+		return Message{}, fmt.Errorf("%w: truncated body: %v", ErrFrame, err)
+	}
+	return DecodeMessage(buf)
+}
+
+// DecodeMessage parses one frame body.
+func DecodeMessage(b []byte) (Message, error) {
+	var m Message
+	if err := json.Unmarshal(b, &m); err != nil {
+		return Message{}, fmt.Errorf("%w: %v", ErrFrame, err)
+	}
+	switch m.Type {
+	case "hello", "configured", "display", "result", "error", "done":
+	default:
+		return Message{}, fmt.Errorf("%w: unknown type %q", ErrFrame, truncate(m.Type, 32))
+	}
+	for k := range m.Data {
+		if !ValidMIME(k) {
+			return Message{}, fmt.Errorf("%w: bad MIME type %q", ErrFrame, truncate(k, 64))
+		}
+	}
+	return m, nil
+}
+
+// ValidMIME accepts type/subtype with the characters MIME allows.
+func ValidMIME(s string) bool {
+	if len(s) == 0 || len(s) > 128 {
+		return false
+	}
+	slash := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '/':
+			slash++
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case c == '.' || c == '+' || c == '-' || c == '_':
+		default:
+			return false
+		}
+	}
+	return slash == 1 && s[0] != '/' && s[len(s)-1] != '/'
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}

@@ -1,0 +1,181 @@
+package session
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"airlock/internal/runtimes"
+)
+
+// conn is the server's end of a runtime's control socket.
+type conn interface {
+	// configure replaces the runtime's environment.
+	configure(env map[string]string) error
+	// execute starts running code; the outcome arrives on events.
+	execute(id, code string) error
+	// events delivers display, result, error and done messages. It is
+	// closed when the runtime goes away or misbehaves; err then says why.
+	events() <-chan runtimes.Message
+	err() error
+	close()
+}
+
+// framedConn speaks the length-prefixed JSON protocol (python, javascript).
+type framedConn struct {
+	f      *os.File
+	w      *runtimes.FrameWriter
+	ch     chan runtimes.Message
+	rerr   error
+	hello  runtimes.Message
+	config chan struct{}
+}
+
+// newFramedConn takes the socket and waits for the runtime's hello.
+func newFramedConn(f *os.File, maxFrame int) (*framedConn, error) {
+	c := &framedConn{f: f, w: runtimes.NewFrameWriter(f), ch: make(chan runtimes.Message, 64), config: make(chan struct{}, 1)}
+	r := runtimes.NewFrameReader(f, maxFrame)
+	m, err := r.Read()
+	if err != nil {
+		return nil, fmt.Errorf("runtime did not start: %w", err)
+	}
+	if m.Type == "error" {
+		return nil, fmt.Errorf("runtime did not start: %s", truncate(m.Value, 1024))
+	}
+	if m.Type != "hello" {
+		return nil, fmt.Errorf("runtime did not start: got %q before hello", m.Type)
+	}
+	c.hello = m
+	go func() {
+		defer close(c.ch)
+		for {
+			m, err := r.Read()
+			if err != nil {
+				if err != io.EOF {
+					c.rerr = err
+				}
+				return
+			}
+			if m.Type == "configured" {
+				select {
+				case c.config <- struct{}{}:
+				default:
+				}
+				continue
+			}
+			if m.Type == "hello" {
+				c.rerr = fmt.Errorf("%w: a second hello", runtimes.ErrFrame)
+				return
+			}
+			c.ch <- m
+		}
+	}()
+	return c, nil
+}
+
+func (c *framedConn) configure(env map[string]string) error {
+	if err := c.w.Write(runtimes.Message{Type: "configure", Env: env, Cwd: "/workspace"}); err != nil {
+		return err
+	}
+	<-c.config
+	return nil
+}
+
+func (c *framedConn) execute(id, code string) error {
+	return c.w.Write(runtimes.Message{Type: "execute", ID: id, Code: code})
+}
+
+func (c *framedConn) events() <-chan runtimes.Message { return c.ch }
+func (c *framedConn) err() error                      { return c.rerr }
+func (c *framedConn) close()                          { c.f.Close() }
+
+// bashConn drives the bash runtime: NUL-terminated code in, the exit
+// status as NUL-terminated digits out.
+type bashConn struct {
+	f    *os.File
+	ch   chan runtimes.Message
+	ids  chan string
+	rerr error
+}
+
+func newBashConn(f *os.File) *bashConn {
+	c := &bashConn{f: f, ch: make(chan runtimes.Message, 4), ids: make(chan string, 1)}
+	go func() {
+		defer close(c.ch)
+		r := bufio.NewReader(f)
+		for {
+			s, err := r.ReadString(0)
+			if err != nil {
+				return
+			}
+			code, err := strconv.Atoi(strings.TrimSuffix(s, "\x00"))
+			if err != nil || code < 0 || code > 255 {
+				c.rerr = fmt.Errorf("%w: bad exit status %q", runtimes.ErrFrame, s)
+				return
+			}
+			var id string
+			select {
+			case id = <-c.ids:
+			default:
+				c.rerr = fmt.Errorf("%w: a status nobody asked for", runtimes.ErrFrame)
+				return
+			}
+			status := "ok"
+			if code != 0 {
+				status = "error"
+			}
+			c.ch <- runtimes.Message{Type: "done", ID: id, Status: status, ExitCode: code}
+		}
+	}()
+	return c
+}
+
+func (c *bashConn) configure(env map[string]string) error {
+	// Unset every exported variable the shell started with, then export
+	// exactly env; values are single-quoted so nothing in them is run.
+	var b strings.Builder
+	b.WriteString("for __airlock_v in $(compgen -e); do unset \"$__airlock_v\"; done; unset __airlock_v\n")
+	for k, v := range env {
+		fmt.Fprintf(&b, "export %s=%s\n", k, shellQuote(v))
+	}
+	b.WriteString("cd /workspace")
+	if err := c.execute("configure", b.String()); err != nil {
+		return err
+	}
+	m, ok := <-c.ch
+	if !ok || m.ExitCode != 0 {
+		return fmt.Errorf("configuring the shell failed")
+	}
+	return nil
+}
+
+func (c *bashConn) execute(id, code string) error {
+	if strings.ContainsRune(code, 0) {
+		return fmt.Errorf("bash code must not contain NUL bytes")
+	}
+	select {
+	case c.ids <- id:
+	default:
+		return fmt.Errorf("an execution is already running")
+	}
+	_, err := io.WriteString(c.f, code+"\x00")
+	return err
+}
+
+func (c *bashConn) events() <-chan runtimes.Message { return c.ch }
+func (c *bashConn) err() error                      { return c.rerr }
+func (c *bashConn) close()                          { c.f.Close() }
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

@@ -1,0 +1,463 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"airlock/internal/cgroup"
+	"airlock/internal/config"
+	"airlock/internal/errdefs"
+	"airlock/internal/jail"
+	"airlock/internal/runtimes"
+	"airlock/internal/workspace"
+)
+
+// Output is one rich output, a Jupyter MIME bundle.
+type Output struct {
+	// Type is "result" (the value of the final expression) or "display".
+	Type     string                     `json:"type"`
+	Data     map[string]json.RawMessage `json:"data"`
+	Metadata json.RawMessage            `json:"metadata,omitempty"`
+}
+
+// ExecError is an uncaught exception.
+type ExecError struct {
+	Name      string   `json:"name"`
+	Value     string   `json:"value"`
+	Traceback []string `json:"traceback"`
+}
+
+// FileChange is a file an execution created, modified or deleted.
+type FileChange struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	Change string `json:"change"` // created, modified or deleted
+}
+
+// Result is the outcome of one execution.
+type Result struct {
+	Stdout          string       `json:"stdout"`
+	Stderr          string       `json:"stderr"`
+	StdoutTruncated bool         `json:"stdout_truncated"`
+	StderrTruncated bool         `json:"stderr_truncated"`
+	Results         []Output     `json:"results"`
+	ResultsDropped  int          `json:"results_dropped,omitempty"`
+	Error           *ExecError   `json:"error"`
+	ExitCode        int          `json:"exit_code"`
+	ExecutionCount  int          `json:"execution_count"`
+	DurationMs      float64      `json:"duration_ms"`
+	CPUMs           float64      `json:"cpu_ms"`
+	PeakMemoryBytes int64        `json:"peak_memory_bytes"`
+	Killed          bool         `json:"killed"`
+	KillReason      string       `json:"kill_reason"`
+	SessionEnded    bool         `json:"session_ended,omitempty"`
+	EndReason       string       `json:"end_reason,omitempty"`
+	FilesChanged    []FileChange `json:"files_changed"`
+}
+
+// Event is one streamed step of an execution, in the order it happened.
+type Event struct {
+	Type     string                     `json:"type"` // stdout, stderr, result, display, error, end
+	Text     string                     `json:"text,omitempty"`
+	Data     map[string]json.RawMessage `json:"data,omitempty"`
+	Metadata json.RawMessage            `json:"metadata,omitempty"`
+	Error    *ExecError                 `json:"error,omitempty"`
+	Result   *Result                    `json:"result,omitempty"`
+	Files    []OutputFile               `json:"files,omitempty"` // one-shot end only
+}
+
+// ExecuteRequest runs code in a session.
+type ExecuteRequest struct {
+	Code    string          `json:"code"`
+	Timeout config.Duration `json:"timeout"`
+}
+
+// MaxCode caps the code of one execution.
+const MaxCode = 4 << 20
+
+// execution collects what one execution produced.
+type execution struct {
+	mu       sync.Mutex
+	stdout   stream
+	stderr   stream
+	outputs  []Output
+	dropped  int
+	outBytes int
+	maxRich  int
+	err      *ExecError
+	emit     func(Event)
+	overflow chan struct{}
+	overOnce sync.Once
+}
+
+func newExecution(maxOutput int, emit func(Event)) *execution {
+	ex := &execution{emit: emit, overflow: make(chan struct{}), maxRich: max(maxOutput*16, 32<<20)}
+	over := func() { ex.overOnce.Do(func() { close(ex.overflow) }) }
+	ex.stdout = stream{max: maxOutput, overflow: over}
+	ex.stderr = stream{max: maxOutput, overflow: over}
+	if emit != nil {
+		ex.stdout.live = func(s string) { emit(Event{Type: "stdout", Text: s}) }
+		ex.stderr.live = func(s string) { emit(Event{Type: "stderr", Text: s}) }
+	}
+	return ex
+}
+
+func (ex *execution) output(p []byte, isErr bool) {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if isErr {
+		ex.stderr.write(p)
+	} else {
+		ex.stdout.write(p)
+	}
+}
+
+func (ex *execution) rich(m runtimes.Message) {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	// Streams first: what was printed before this output was flushed
+	// before it was sent.
+	ex.stdout.flush()
+	ex.stderr.flush()
+	size := len(m.Metadata)
+	for _, v := range m.Data {
+		size += len(v)
+	}
+	if ex.outBytes+size > ex.maxRich {
+		ex.dropped++
+		return
+	}
+	ex.outBytes += size
+	o := Output{Type: m.Type, Data: m.Data, Metadata: m.Metadata}
+	ex.outputs = append(ex.outputs, o)
+	if ex.emit != nil {
+		ex.emit(Event{Type: m.Type, Data: m.Data, Metadata: m.Metadata})
+	}
+}
+
+// Execute runs code in the session. Only one execution runs at a time; a
+// second concurrent call gets errdefs.ErrConflict. emit, if not nil,
+// receives events as they happen, the last one of type "end".
+func (s *Session) Execute(ctx context.Context, req ExecuteRequest, emit func(Event)) (*Result, error) {
+	return s.execute(ctx, req, emit, false)
+}
+
+// execute is Execute; slotHeld says the caller already holds an execution
+// slot (one-shot runs take it before building their jail).
+func (s *Session) execute(ctx context.Context, req ExecuteRequest, emit func(Event), slotHeld bool) (*Result, error) {
+	if len(req.Code) > MaxCode {
+		return nil, fmt.Errorf("%w: code is larger than %d bytes", errdefs.ErrTooLarge, MaxCode)
+	}
+	timeout := req.Timeout.D()
+	if timeout == 0 {
+		timeout = s.limits.Timeout.D()
+	}
+	if timeout < 0 || timeout > s.m.cfg.Max.Timeout.D() {
+		return nil, fmt.Errorf("%w: timeout %s exceeds the server maximum %s", errdefs.ErrInvalidArgument, timeout, s.m.cfg.Max.Timeout)
+	}
+	if s.lang == "bash" && strings.ContainsRune(req.Code, 0) {
+		return nil, fmt.Errorf("%w: bash code must not contain NUL bytes", errdefs.ErrInvalidArgument)
+	}
+	if !s.execMu.TryLock() {
+		return nil, fmt.Errorf("%w: the session is already executing code; wait for it or interrupt it", errdefs.ErrConflict)
+	}
+	defer s.execMu.Unlock()
+	s.mu.Lock()
+	if s.endReason != "" {
+		reason := s.endReason
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: %s", errdefs.ErrGone, reason)
+	}
+	s.mu.Unlock()
+	if !slotHeld {
+		release, err := s.m.acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+	}
+
+	ex := newExecution(int(s.limits.MaxOutput), emit)
+	before := snapshot(s.ws)
+	sb := s.inst.Sandbox
+	cpu0, _ := sb.CPU()
+	s.mu.Lock()
+	if s.endReason != "" { // ended while we waited for a slot
+		reason := s.endReason
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: %s", errdefs.ErrGone, reason)
+	}
+	s.busy = true
+	s.cur = ex
+	s.execCount++
+	id := "e" + strconv.Itoa(s.execCount)
+	s.lastUsed = time.Now()
+	s.mu.Unlock()
+	select {
+	case <-s.interrupt: // a stale request from before this execution
+	default:
+	}
+	defer func() {
+		s.mu.Lock()
+		s.busy = false
+		s.cur = nil
+		s.lastUsed = time.Now()
+		if s.idleTimer != nil && s.endReason == "" {
+			s.idleTimer.Reset(s.idle)
+		}
+		ended := s.endReason != ""
+		s.mu.Unlock()
+		if ended {
+			s.teardownOnce.Do(s.teardown)
+		}
+	}()
+
+	start := time.Now()
+	res := &Result{Results: []Output{}, FilesChanged: []FileChange{}}
+	if err := s.inst.conn.execute(id, req.Code); err != nil {
+		s.end(EndProtocol)
+		return nil, fmt.Errorf("%w: %s", errdefs.ErrGone, EndProtocol)
+	}
+
+	stop := make(chan struct{})
+	defer close(stop)
+	cpuOver := make(chan struct{})
+	go watchCPU(sb, cpu0, s.limits.CPUTime.D(), s.limits.CPUs, stop, cpuOver)
+	go sb.Cgroup().PollPids(stop)
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	var grace <-chan time.Time
+	interrupted := ""
+	interruptFor := func(reason string) {
+		if interrupted != "" {
+			return
+		}
+		interrupted = reason
+		s.signalRuntime(syscall.SIGINT)
+		grace = time.After(s.m.cfg.Server.InterruptGrace.D())
+	}
+	events := s.inst.conn.events()
+	var done *runtimes.Message
+	endReason := ""
+loop:
+	for {
+		select {
+		case m, ok := <-events:
+			if !ok {
+				endReason = s.connLost()
+				break loop
+			}
+			if m.ID != id {
+				continue // a late message of an earlier execution
+			}
+			switch m.Type {
+			case "display", "result":
+				ex.rich(m)
+			case "error":
+				ex.mu.Lock()
+				ex.stdout.flush()
+				ex.stderr.flush()
+				ex.err = &ExecError{Name: m.Name, Value: m.Value, Traceback: m.Traceback}
+				if ex.err.Traceback == nil {
+					ex.err.Traceback = []string{}
+				}
+				ex.mu.Unlock()
+				if emit != nil {
+					emit(Event{Type: "error", Error: ex.err})
+				}
+			case "done":
+				done = &m
+				break loop
+			}
+		case <-deadline.C:
+			interruptFor(jail.KillTimeout)
+		case <-cpuOver:
+			interruptFor(jail.KillCPUTime)
+		case <-ex.overflow:
+			interruptFor(jail.KillOutput)
+		case <-s.interrupt:
+			interruptFor("interrupt")
+		case <-grace:
+			endReason = EndUnresponsive
+			break loop
+		case ev := <-sb.Events():
+			switch ev {
+			case cgroup.EventOOM:
+				endReason = EndOOM
+			case cgroup.EventPidsMax:
+				endReason = EndPids
+			}
+			if endReason != "" {
+				break loop
+			}
+		case <-s.ended:
+			endReason = s.EndReason()
+			break loop
+		case <-ctx.Done():
+			// The client went away: stop the code, keep the session.
+			interruptFor("interrupt")
+		}
+	}
+	res.DurationMs = ms(time.Since(start))
+	if endReason != "" {
+		s.end(endReason)
+		<-sb.Dead()
+	}
+	// Everything the runtime wrote before done is in the pipes now.
+	s.out.drain()
+	s.errp.drain()
+	if endReason != "" {
+		// The jail is dead: the pipes are at end of file.
+		<-s.out.done
+		<-s.errp.done
+	}
+	s.mu.Lock()
+	s.cur = nil
+	execCount := s.execCount
+	s.mu.Unlock()
+
+	ex.mu.Lock()
+	ex.stdout.flush()
+	ex.stderr.flush()
+	res.Stdout, res.StdoutTruncated = toValidUTF8(ex.stdout.buf), ex.stdout.truncated
+	res.Stderr, res.StderrTruncated = toValidUTF8(ex.stderr.buf), ex.stderr.truncated
+	res.Results = append(res.Results, ex.outputs...)
+	res.ResultsDropped = ex.dropped
+	res.Error = ex.err
+	ex.mu.Unlock()
+	res.ExecutionCount = execCount
+	if st, err := sb.Stats(); err == nil {
+		res.CPUMs = ms(st.CPU - cpu0)
+		res.PeakMemoryBytes = st.MemoryPeak
+	}
+	switch {
+	case endReason != "":
+		res.SessionEnded, res.EndReason = true, endReason
+		res.Killed, res.ExitCode = true, 137
+		res.KillReason = killReasonFor(endReason, interrupted)
+		if res.Error == nil {
+			res.Error = &ExecError{Name: "SessionEnded", Value: "session ended: " + endReason, Traceback: []string{}}
+		}
+	case done != nil:
+		res.ExitCode = done.ExitCode
+		if done.ExecutionCount > 0 {
+			res.ExecutionCount = done.ExecutionCount
+		}
+		if interrupted != "" && interrupted != "interrupt" {
+			res.Killed, res.KillReason = true, interrupted
+		}
+		if s.lang == "bash" && interrupted != "" && res.Error == nil {
+			res.Error = &ExecError{Name: "KeyboardInterrupt", Value: "interrupted", Traceback: []string{}}
+		}
+	}
+	res.FilesChanged = diff(before, snapshot(s.ws))
+	if emit != nil {
+		emit(Event{Type: "end", Result: res})
+	}
+	return res, nil
+}
+
+// connLost explains a runtime that closed its control socket.
+func (s *Session) connLost() string {
+	if err := s.inst.conn.err(); err != nil {
+		s.m.log.Warn("runtime protocol error", "session", s.id, "err", err)
+		return EndProtocol
+	}
+	// Give the init a moment to report how the runtime ended.
+	select {
+	case e := <-s.inst.Sandbox.Exits():
+		return s.deathReason(e)
+	case <-time.After(200 * time.Millisecond):
+	}
+	return s.deathReason(jail.Exit{})
+}
+
+func killReasonFor(endReason, interrupted string) string {
+	switch endReason {
+	case EndOOM:
+		return jail.KillMemory
+	case EndPids:
+		return jail.KillPids
+	case EndUnresponsive:
+		if interrupted != "interrupt" {
+			return interrupted
+		}
+	}
+	return ""
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// watchCPU closes over when the sandbox has used budget of CPU time since
+// base. It checks when the budget could first be spent at the sandbox's
+// CPU quota, so a program far from its limit costs nothing.
+func watchCPU(sb *jail.Sandbox, base, budget time.Duration, cpus float64, stop <-chan struct{}, over chan<- struct{}) {
+	if cpus <= 0 {
+		cpus = 1
+	}
+	for {
+		used, err := sb.CPU()
+		if err != nil {
+			return
+		}
+		if used-base >= budget {
+			close(over)
+			return
+		}
+		t := time.NewTimer(time.Duration(float64(budget-(used-base))/cpus) + time.Millisecond)
+		select {
+		case <-t.C:
+		case <-stop:
+			t.Stop()
+			return
+		}
+	}
+}
+
+type fileState struct {
+	size, mtime int64
+	ino         uint64
+}
+
+// snapshot lists the workspace's regular files (capped at the listing
+// limit) to tell what an execution changed.
+func snapshot(ws *workspace.Dir) map[string]fileState {
+	ents, _, err := ws.List("", true)
+	if err != nil {
+		return nil
+	}
+	out := make(map[string]fileState, len(ents))
+	for _, e := range ents {
+		if e.Type == "file" {
+			out[e.Path] = fileState{size: e.Size, mtime: e.ModNano, ino: e.Ino}
+		}
+	}
+	return out
+}
+
+func diff(before, after map[string]fileState) []FileChange {
+	out := []FileChange{}
+	for p, a := range after {
+		b, ok := before[p]
+		switch {
+		case !ok:
+			out = append(out, FileChange{Path: p, Size: a.size, Change: "created"})
+		case a != b:
+			out = append(out, FileChange{Path: p, Size: a.size, Change: "modified"})
+		}
+	}
+	for p, b := range before {
+		if _, ok := after[p]; !ok {
+			out = append(out, FileChange{Path: p, Size: b.size, Change: "deleted"})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}

@@ -1,0 +1,156 @@
+package session
+
+import (
+	"os"
+	"sync"
+	"syscall"
+	"unicode/utf8"
+)
+
+// pipeReader reads one of a runtime's output pipes for the whole life of
+// the session and hands every chunk to the current execution. Reads happen
+// under mu, both in the reader loop and in drain, so that when the runtime
+// says an execution is done, drain can pick up exactly the bytes written
+// before that (they are in the pipe or already delivered, never in
+// flight).
+type pipeReader struct {
+	f    *os.File
+	rc   syscall.RawConn
+	mu   sync.Mutex
+	buf  []byte
+	sink func([]byte) // called under mu
+	done chan struct{}
+}
+
+func newPipeReader(f *os.File, sink func([]byte)) (*pipeReader, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	p := &pipeReader{f: f, rc: rc, buf: make([]byte, 32<<10), sink: sink, done: make(chan struct{})}
+	go p.loop()
+	return p, nil
+}
+
+func (p *pipeReader) loop() {
+	defer close(p.done)
+	for {
+		eof := false
+		err := p.rc.Read(func(fd uintptr) bool {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			n, err := syscall.Read(int(fd), p.buf)
+			switch {
+			case n > 0:
+				p.sink(p.buf[:n])
+				return true
+			case err == syscall.EAGAIN:
+				return false // wait for the poller
+			default:
+				eof = true // EOF or a real error: the writers are gone
+				return true
+			}
+		})
+		if err != nil || eof {
+			return
+		}
+	}
+}
+
+// drain delivers everything currently in the pipe.
+func (p *pipeReader) drain() {
+	p.rc.Control(func(fd uintptr) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for {
+			n, _ := syscall.Read(int(fd), p.buf)
+			if n <= 0 {
+				return
+			}
+			p.sink(p.buf[:n])
+		}
+	})
+}
+
+func (p *pipeReader) close() {
+	p.f.Close()
+	<-p.done
+}
+
+// stream keeps one execution's stdout or stderr: the first max bytes, a
+// truncation flag, and live chunks that never split a UTF-8 sequence.
+type stream struct {
+	max       int
+	buf       []byte
+	truncated bool
+	pending   []byte // an incomplete UTF-8 sequence held back from live output
+	live      func(string)
+	overflow  func()
+}
+
+func (s *stream) write(p []byte) {
+	room := s.max - len(s.buf)
+	if len(p) > room {
+		p = p[:max(room, 0)]
+		if !s.truncated {
+			s.truncated = true
+			if s.overflow != nil {
+				s.overflow()
+			}
+		}
+	}
+	if len(p) == 0 {
+		return
+	}
+	s.buf = append(s.buf, p...)
+	if s.live == nil {
+		return
+	}
+	chunk := append(s.pending, p...)
+	cut := completeUTF8(chunk)
+	s.pending = append([]byte(nil), chunk[cut:]...)
+	if cut > 0 {
+		s.live(toValidUTF8(chunk[:cut]))
+	}
+}
+
+// flush emits whatever is held back, even if incomplete.
+func (s *stream) flush() {
+	if s.live != nil && len(s.pending) > 0 {
+		s.live(toValidUTF8(s.pending))
+	}
+	s.pending = nil
+}
+
+// completeUTF8 returns the length of the longest prefix of b that does not
+// end in the middle of a UTF-8 sequence.
+func completeUTF8(b []byte) int {
+	n := len(b)
+	for i := 1; i <= 3 && i <= n; i++ {
+		c := b[n-i]
+		if c < 0x80 {
+			return n // ASCII: complete
+		}
+		if c >= 0xC0 { // a leading byte: complete if its sequence fits
+			need := 2
+			if c >= 0xE0 {
+				need = 3
+			}
+			if c >= 0xF0 {
+				need = 4
+			}
+			if need > i {
+				return n - i
+			}
+			return n
+		}
+	}
+	return n
+}
+
+func toValidUTF8(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	return string([]rune(string(b))) // invalid bytes become U+FFFD
+}

@@ -1,0 +1,283 @@
+// Package zygote owns the Python template interpreter: starting it (as a
+// jail template process that has imported numpy, pandas and matplotlib
+// once), asking it to fork a runtime into a freshly built sandbox, and
+// restarting it if it dies.
+//
+// It must never send the template anything but descriptors and numbers:
+// the template runs as host root (with few capabilities) and must never
+// execute anything derived from a request.
+package zygote
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/internal/config"
+	"airlock/internal/errdefs"
+	"airlock/internal/jail"
+	"airlock/internal/runtimes"
+)
+
+// Capabilities the template keeps: entering a sandbox's user namespace
+// and the rest of its namespaces through a pidfd of its non-dumpable init
+// (SYS_ADMIN, SYS_CHROOT, SYS_PTRACE), and, as root of that namespace,
+// becoming the sandbox user and dropping everything (SETUID, SETGID,
+// SETPCAP).
+var keepCaps = []int{unix.CAP_SYS_ADMIN, unix.CAP_SYS_CHROOT, unix.CAP_SYS_PTRACE, unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_SETPCAP}
+
+// Zygote is a running template interpreter.
+type Zygote struct {
+	t   *jail.Template
+	log *slog.Logger
+
+	mu      sync.Mutex
+	next    int
+	pending map[int]chan result
+	dead    chan struct{}
+	Errors  map[string]string // preload failures
+	Started time.Duration     // how long the preload took
+}
+
+type result struct {
+	pid   int
+	pidfd *os.File
+	err   error
+}
+
+type message struct {
+	Type     string            `json:"type"`
+	ID       int               `json:"id,omitempty"`
+	Pid      int               `json:"pid,omitempty"`
+	Error    string            `json:"error,omitempty"`
+	Errors   map[string]string `json:"errors,omitempty"`
+	NProcs   int               `json:"nprocs,omitempty"`
+	Landlock bool              `json:"landlock,omitempty"`
+	Rlimits  [][3]uint64       `json:"rlimits,omitempty"`
+}
+
+type configMsg struct {
+	Type           string   `json:"type"`
+	Seccomp        string   `json:"seccomp"`
+	Preload        []string `json:"preload"`
+	UID            int      `json:"uid"`
+	GID            int      `json:"gid"`
+	CapLastCap     int      `json:"cap_last_cap"`
+	NrSetns        int      `json:"nr_setns"`
+	NrCapset       int      `json:"nr_capset"`
+	NrSeccomp      int      `json:"nr_seccomp"`
+	NrLandlockSelf int      `json:"nr_landlock_restrict_self"`
+}
+
+// Start launches the template and waits until it has imported preload.
+func Start(ctx context.Context, h *jail.Host, cfg config.Config, seccomp []byte, log *slog.Logger) (*Zygote, error) {
+	rt, err := runtimes.Lookup(cfg, "python")
+	if err != nil {
+		return nil, err
+	}
+	env := append(jail.BaseEnv(), rt.SessionEnv(cfg.Defaults)...)
+	t, err := h.StartTemplate(ctx, jail.TemplateSpec{
+		Name:     "zygote-python",
+		Memory:   2 << 30,
+		Pids:     4096,
+		Argv:     []string{rt.Binary, "-I", "-B", runtimes.RuntimeDir + "/python/airlock_zygote.py"},
+		Env:      env,
+		KeepCaps: keepCaps,
+	})
+	if err != nil {
+		return nil, err
+	}
+	z := &Zygote{t: t, log: log, pending: map[int]chan result{}, dead: make(chan struct{})}
+	last, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err != nil {
+		t.Close()
+		return nil, err
+	}
+	var lastCap int
+	fmt.Sscanf(string(last), "%d", &lastCap)
+	cm := configMsg{
+		Type: "config", Seccomp: base64.StdEncoding.EncodeToString(seccomp), Preload: cfg.Pool.Preload,
+		UID: jail.SandboxUID, GID: jail.SandboxGID, CapLastCap: lastCap,
+		NrSetns: unix.SYS_SETNS, NrCapset: unix.SYS_CAPSET, NrSeccomp: unix.SYS_SECCOMP, NrLandlockSelf: unix.SYS_LANDLOCK_RESTRICT_SELF,
+	}
+	b, _ := json.Marshal(cm)
+	start := time.Now()
+	if _, _, err := t.Conn.WriteMsgUnix(b, nil, nil); err != nil {
+		t.Close()
+		return nil, fmt.Errorf("%w: python template: %v", errdefs.ErrUnavailable, err)
+	}
+	deadline := time.Now().Add(120 * time.Second)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	t.Conn.SetReadDeadline(deadline)
+	m, _, err := z.read()
+	t.Conn.SetReadDeadline(time.Time{})
+	if err != nil || m.Type != "ready" {
+		diag := t.Diag()
+		t.Close()
+		if err == nil {
+			err = fmt.Errorf("unexpected %q %s", m.Type, m.Error)
+		}
+		return nil, fmt.Errorf("%w: python template did not start: %v %s", errdefs.ErrUnavailable, err, diag)
+	}
+	z.Errors = m.Errors
+	z.Started = time.Since(start)
+	go z.loop()
+	return z, nil
+}
+
+func (z *Zygote) read() (message, []*os.File, error) {
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(8*4))
+	n, oobn, flags, _, err := z.t.Conn.ReadMsgUnix(buf, oob)
+	var files []*os.File
+	if oobn > 0 {
+		if cms, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+			for _, cm := range cms {
+				if fds, err := unix.ParseUnixRights(&cm); err == nil {
+					for _, fd := range fds {
+						files = append(files, os.NewFile(uintptr(fd), "pidfd"))
+					}
+				}
+			}
+		}
+	}
+	if err != nil || n == 0 || flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+		for _, f := range files {
+			f.Close()
+		}
+		if err == nil {
+			err = errors.New("template closed its socket")
+		}
+		return message{}, nil, err
+	}
+	var m message
+	if err := json.Unmarshal(buf[:n], &m); err != nil {
+		for _, f := range files {
+			f.Close()
+		}
+		return message{}, nil, err
+	}
+	return m, files, nil
+}
+
+func (z *Zygote) loop() {
+	defer func() {
+		z.mu.Lock()
+		close(z.dead)
+		for id, ch := range z.pending {
+			ch <- result{err: fmt.Errorf("%w: the python template died", errdefs.ErrUnavailable)}
+			delete(z.pending, id)
+		}
+		z.mu.Unlock()
+	}()
+	for {
+		m, files, err := z.read()
+		if err != nil {
+			z.log.Warn("python template ended", "err", err, "stderr", z.t.Diag())
+			return
+		}
+		z.mu.Lock()
+		ch := z.pending[m.ID]
+		delete(z.pending, m.ID)
+		z.mu.Unlock()
+		r := result{pid: m.Pid}
+		switch {
+		case ch == nil:
+		case m.Type == "forked" && len(files) == 1:
+			r.pidfd = files[0]
+			files = nil
+		case m.Type == "fork_error":
+			r.err = fmt.Errorf("%w: python template: %s", errdefs.ErrUnavailable, m.Error)
+		default:
+			r.err = fmt.Errorf("%w: python template: unexpected %q", errdefs.ErrUnavailable, m.Type)
+		}
+		for _, f := range files {
+			f.Close()
+		}
+		if ch != nil {
+			ch <- r
+		} else if r.pidfd != nil {
+			r.pidfd.Close()
+		}
+	}
+}
+
+// Dead is closed when the template is gone.
+func (z *Zygote) Dead() <-chan struct{} { return z.dead }
+
+// Fork starts the Python session runtime in sb: the template forks a
+// child into sb's cgroup and namespaces, which becomes the sandbox user
+// with every layer applied. stdio are the runtime's fds 0-3. It returns
+// the runtime's host pid and a pidfd of it.
+func (z *Zygote) Fork(ctx context.Context, sb *jail.Sandbox, l config.Limits, stdio [4]*os.File) (int, *os.File, error) {
+	procs, err := sb.Cgroup().ProcsFiles()
+	if err != nil {
+		return 0, nil, err
+	}
+	defer func() {
+		for _, f := range procs {
+			f.Close()
+		}
+	}()
+	fds := []int{sb.PidFD()}
+	for _, f := range procs {
+		fds = append(fds, int(f.Fd()))
+	}
+	landlock := sb.Ruleset() != nil
+	if landlock {
+		fds = append(fds, int(sb.Ruleset().Fd()))
+	}
+	for _, f := range stdio {
+		fds = append(fds, int(f.Fd()))
+	}
+	ch := make(chan result, 1)
+	z.mu.Lock()
+	select {
+	case <-z.dead:
+		z.mu.Unlock()
+		return 0, nil, fmt.Errorf("%w: the python template is not running", errdefs.ErrUnavailable)
+	default:
+	}
+	z.next++
+	id := z.next
+	z.pending[id] = ch
+	z.mu.Unlock()
+	m := message{Type: "fork", ID: id, NProcs: len(procs), Landlock: landlock, Rlimits: jail.RlimitTriples(l)}
+	b, _ := json.Marshal(m)
+	if _, _, err := z.t.Conn.WriteMsgUnix(b, unix.UnixRights(fds...), nil); err != nil {
+		z.mu.Lock()
+		delete(z.pending, id)
+		z.mu.Unlock()
+		return 0, nil, fmt.Errorf("%w: python template: %v", errdefs.ErrUnavailable, err)
+	}
+	select {
+	case r := <-ch:
+		return r.pid, r.pidfd, r.err
+	case <-ctx.Done():
+		z.mu.Lock()
+		delete(z.pending, id)
+		z.mu.Unlock()
+		return 0, nil, ctx.Err()
+	case <-time.After(30 * time.Second):
+		z.mu.Lock()
+		delete(z.pending, id)
+		z.mu.Unlock()
+		return 0, nil, fmt.Errorf("%w: python template did not answer", errdefs.ErrUnavailable)
+	}
+}
+
+// Pid is the template's host pid.
+func (z *Zygote) Pid() int { return z.t.Pid() }
+
+// Close stops the template.
+func (z *Zygote) Close() error { return z.t.Close() }
