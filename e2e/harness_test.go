@@ -87,7 +87,6 @@ var serverSeq int
 // warm (if any).
 func startServer(t testing.TB, overrides map[string]any) *server {
 	t.Helper()
-	bin := airlockBinary(t)
 	serverSeq++
 	name := fmt.Sprintf("airlock-e2e-%d-%d", os.Getpid(), serverSeq)
 	cfg := map[string]any{
@@ -110,6 +109,14 @@ func startServer(t testing.TB, overrides map[string]any) *server {
 		}
 		cfg[k] = v
 	}
+	return startServerNamed(t, name, cfg)
+}
+
+// startServerNamed starts a server with exactly cfg; name is its state
+// directory under /run and its cgroup parent.
+func startServerNamed(t testing.TB, name string, cfg map[string]any) *server {
+	t.Helper()
+	bin := airlockBinary(t)
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "config.json")
 	b, _ := json.Marshal(cfg)

@@ -71,8 +71,10 @@ func serveCmd(args []string, stderr io.Writer) int {
 		return exitUnavailable
 	}
 	defer lock.Close()
-	if err := host.Cgroups().Sweep("s-", func(string) bool { return true }); err != nil {
-		log.Warn("removing cgroups left by a previous server", "err", err)
+	for _, prefix := range []string{"s-", "zygote-"} {
+		if err := host.Cgroups().Sweep(prefix, func(string) bool { return true }); err != nil {
+			log.Warn("removing cgroups left by a previous server", "err", err)
+		}
 	}
 	host.Cgroups().Sweep("r-", jail.StaleRun)
 

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"runtime/debug"
 	"strings"
@@ -172,8 +173,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // unknown fields rejected, nothing after the object. An empty body is an
 // empty object.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return fmt.Errorf("%w: Content-Type must be application/json, not %q", errdefs.ErrInvalidArgument, ct)
+	// JSON is all we read. curl -d labels it form-urlencoded, so that and
+	// text/plain are taken as JSON too; anything else is a mistake.
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, _ := mime.ParseMediaType(ct)
+		switch mt {
+		case "application/json", "application/x-www-form-urlencoded", "text/plain":
+		default:
+			return fmt.Errorf("%w: Content-Type must be application/json, not %q", errdefs.ErrInvalidArgument, ct)
+		}
 	}
 	body := http.MaxBytesReader(w, r.Body, int64(s.cfg.Server.MaxBodyBytes))
 	data, err := io.ReadAll(body)

@@ -412,6 +412,6 @@ func uniq(s []string) []string {
 
 // sentinels are errdefs' sentinel errors.
 var sentinels = []error{
-	errdefs.ErrInvalidArgument, errdefs.ErrNotFound, errdefs.ErrConflict, errdefs.ErrTooLarge,
+	errdefs.ErrInvalidArgument, errdefs.ErrNotFound, errdefs.ErrPermission, errdefs.ErrConflict, errdefs.ErrTooLarge,
 	errdefs.ErrLimit, errdefs.ErrUnavailable, errdefs.ErrGone, errdefs.ErrTimeout, errdefs.ErrUnsupported,
 }

@@ -123,6 +123,16 @@ func openV1(parent string) (*Host, error) {
 	return h, nil
 }
 
+// Close releases the host-wide event watcher. Cgroups made by h must be
+// destroyed first.
+func (h *Host) Close() error {
+	h.notifyOnce.Do(func() {}) // no watcher can start after this
+	if h.notify != nil {
+		return h.notify.f.Close()
+	}
+	return nil
+}
+
 // Version is 1 or 2.
 func (h *Host) Version() int {
 	if h.v2 {
@@ -387,13 +397,25 @@ func (c *Cgroup) watch() error {
 				if _, err := f.Read(buf); err != nil {
 					return
 				}
-				n, err := keyed(dir, "memory.oom_control", "oom_kill")
-				if err != nil {
-					return
-				}
-				if n > last {
-					last = n
-					c.emit(EventOOM)
+				// The eventfd fires as the cgroup comes under OOM, before
+				// the OOM killer has picked and counted its victim: one
+				// read of the counter would usually see it unchanged and
+				// lose the event. Give the counter a moment to catch up.
+				for i := 0; i < 100; i++ {
+					n, err := keyed(dir, "memory.oom_control", "oom_kill")
+					if err != nil {
+						return
+					}
+					if n > last {
+						last = n
+						c.emit(EventOOM)
+						break
+					}
+					select {
+					case <-c.stop:
+						return
+					case <-time.After(10 * time.Millisecond):
+					}
 				}
 			}
 		}()

@@ -19,6 +19,8 @@ var (
 	ErrInvalidArgument = errors.New("invalid argument")
 	// ErrNotFound: the named session, file or route does not exist.
 	ErrNotFound = errors.New("not found")
+	// ErrPermission: the sandbox user may not access the file.
+	ErrPermission = errors.New("permission denied")
 	// ErrConflict: the resource is busy (e.g. a session already executing).
 	ErrConflict = errors.New("conflict")
 	// ErrTooLarge: a body, file or workspace exceeds a configured size.
@@ -45,6 +47,8 @@ func Code(err error) string {
 		return "invalid_argument"
 	case errors.Is(err, ErrNotFound):
 		return "not_found"
+	case errors.Is(err, ErrPermission):
+		return "permission_denied"
 	case errors.Is(err, ErrConflict):
 		return "conflict"
 	case errors.Is(err, ErrTooLarge):
@@ -73,6 +77,8 @@ func HTTPStatus(err error) int {
 		return http.StatusBadRequest
 	case "not_found":
 		return http.StatusNotFound
+	case "permission_denied":
+		return http.StatusForbidden
 	case "conflict":
 		return http.StatusConflict
 	case "too_large":

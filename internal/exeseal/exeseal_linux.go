@@ -43,7 +43,14 @@ func openDetached() (*Exe, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("mount_setattr: %w", err)
 	}
-	// Prove the seal: a writable open must fail with EROFS.
+	// Prove the seal. A failing writable open alone proves nothing: the
+	// binary is running, so the kernel answers ETXTBSY before it looks at
+	// the mount. The mount itself must say it is read-only.
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(fd, &st); err != nil || st.Flags&unix.ST_RDONLY == 0 {
+		unix.Close(fd)
+		return nil, fmt.Errorf("detached mount is not read-only (%v)", err)
+	}
 	wfd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(fd), unix.O_WRONLY|unix.O_CLOEXEC, 0)
 	if err == nil {
 		unix.Close(wfd)

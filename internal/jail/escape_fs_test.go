@@ -102,6 +102,14 @@ func TestEscapeWriteOutsideWorkspace(t *testing.T) {
 		}
 		return fileState{st.Mode(), st.ModTime(), st.Size()}
 	}
+	// Should a protection fail, what the probe made on the host goes away
+	// again (after the test has reported it).
+	t.Cleanup(func() {
+		for _, d := range append(append([]string{}, dirs...), "/tmp", "/var/tmp", "/run/airlock-test/root") {
+			os.RemoveAll(filepath.Join(d, name))
+			unix.Lremovexattr(d, "user."+name)
+		}
+	})
 	watched := []string{"/usr", "/usr/bin", "/usr/lib", "/usr/bin/python3", "/etc", "/etc/passwd", "/etc/hosts", "/", "/root", "/run"}
 	before := map[string]fileState{}
 	for _, p := range watched {

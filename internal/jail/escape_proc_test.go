@@ -161,6 +161,20 @@ func TestInitExecutableSealed(t *testing.T) {
 	if err := unix.Truncate(exe, 0); !errors.Is(err, unix.EROFS) && !errors.Is(err, unix.ETXTBSY) {
 		t.Errorf("truncate: %v, want EROFS or ETXTBSY", err)
 	}
+	// ETXTBSY alone would last only while something runs the binary: with
+	// a detached mount, the mount the init runs from is read-only itself.
+	if h.Protections()["exe"] == "read-only detached mount" {
+		fd, err := unix.Open(exe, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st unix.Statfs_t
+		err = unix.Fstatfs(fd, &st)
+		unix.Close(fd)
+		if err != nil || st.Flags&unix.ST_RDONLY == 0 {
+			t.Errorf("the init runs from a writable mount: flags %#x, %v", st.Flags, err)
+		}
+	}
 	// From inside, it cannot even be opened, let alone for writing.
 	if _, err := sb.Workspace().Write("main.py", strings.NewReader(`
 import os

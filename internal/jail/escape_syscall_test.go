@@ -210,6 +210,16 @@ def mknod(path, mode, dev):
         os.unlink(path)
     return r
 
+# Payloads that would do no harm even if a layer were missing: the current
+# time, read-only adjtimex (modes 0), a module that does not exist.
+def now_timeval():
+    t = time.time()
+    return ctypes.create_string_buffer(struct.pack("<qq", int(t), int((t % 1) * 1e6)))
+
+def now_timespec():
+    t = time.time()
+    return ctypes.create_string_buffer(struct.pack("<qq", int(t), int((t % 1) * 1e9)))
+
 def sock(domain, type_, proto):
     return closing(sc("socket", domain, type_, proto))
 
@@ -278,7 +288,7 @@ cases = [
     ("kexec_file_load", lambda: sc("kexec_file_load", 0, 0, 1, b"", 2)),
     ("init_module", lambda: sc("init_module", buf, 64, b"")),
     ("finit_module", lambda: sc("finit_module", 0, b"", 0)),
-    ("delete_module", lambda: sc("delete_module", b"ext4", os.O_NONBLOCK)),
+    ("delete_module", lambda: sc("delete_module", b"airlock_no_such_module", os.O_NONBLOCK)),
     ("reboot", lambda: sc("reboot", 0xfee1dead, 672274793, 0, 0)),
     ("syslog read all", lambda: sc("syslog", 3, buf, 4096)),
     ("syslog size", lambda: sc("syslog", 10, 0, 0)),
@@ -296,10 +306,10 @@ cases = [
     ("acct", lambda: sc("acct", b"/tmp/acct")),
     ("swapon", lambda: sc("swapon", b"/tmp/swap", 0)),
     ("swapoff", lambda: sc("swapoff", b"/tmp/swap")),
-    ("settimeofday", lambda: sc("settimeofday", buf, 0)),
-    ("clock_settime", lambda: sc("clock_settime", 0, buf)),
-    ("adjtimex", lambda: sc("adjtimex", buf)),
-    ("clock_adjtime", lambda: sc("clock_adjtime", 0, buf)),
+    ("settimeofday", lambda: sc("settimeofday", now_timeval(), 0)),
+    ("clock_settime", lambda: sc("clock_settime", 0, now_timespec())),
+    ("adjtimex", lambda: sc("adjtimex", ctypes.create_string_buffer(256))),
+    ("clock_adjtime", lambda: sc("clock_adjtime", 0, ctypes.create_string_buffer(256))),
     ("quotactl", lambda: sc("quotactl", 0x800002, b"/", 0, 0)),
     ("fanotify_init", lambda: closing(sc("fanotify_init", 0, 0))),
     ("move_pages", lambda: sc("move_pages", 0, 0, 0, 0, 0, 0)),

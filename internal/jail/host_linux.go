@@ -116,10 +116,14 @@ func ensureDir(dir string, mode os.FileMode) error {
 
 // Close releases what NewHost acquired. Running sandboxes keep working.
 func (h *Host) Close() error {
-	if h.exe != nil {
-		return h.exe.Close()
+	var errs []error
+	if h.cg != nil {
+		errs = append(errs, h.cg.Close())
 	}
-	return nil
+	if h.exe != nil {
+		errs = append(errs, h.exe.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // SeccompProgram is the raw seccomp filter every sandbox gets (nil when

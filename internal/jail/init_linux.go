@@ -106,6 +106,10 @@ func execTemplate(ctl *conn, cfg *setupMsg) error {
 	if len(t.Argv) == 0 {
 		return fmt.Errorf("template: empty command")
 	}
+	last, err := capLastCap() // before the root without /proc
+	if err != nil {
+		return err
+	}
 	if err := rootfs.Build(cfg.Root); err != nil {
 		return err
 	}
@@ -113,10 +117,6 @@ func execTemplate(ctl *conn, cfg *setupMsg) error {
 		return err
 	}
 	if err := unix.Chdir("/workspace"); err != nil {
-		return err
-	}
-	last, err := capLastCap()
-	if err != nil {
 		return err
 	}
 	keep := map[int]bool{}
@@ -146,10 +146,17 @@ func execTemplate(ctl *conn, cfg *setupMsg) error {
 	}
 	// Nothing but the exec runs after this: fd 3 may have been the Go
 	// poller's.
-	if err := unix.Dup3(int(f.Fd()), 3, 0); err != nil {
-		return err
+	if fd := int(f.Fd()); fd == 3 {
+		if _, err := unix.FcntlInt(3, unix.F_SETFD, 0); err != nil {
+			return fmt.Errorf("template: control socket: %w", err)
+		}
+	} else if err := unix.Dup3(fd, 3, 0); err != nil {
+		return fmt.Errorf("template: control socket: %w", err)
 	}
-	return syscall.Exec(t.Argv[0], t.Argv, t.Env)
+	if err := syscall.Exec(t.Argv[0], t.Argv, t.Env); err != nil {
+		return fmt.Errorf("template: exec %s: %w", t.Argv[0], err)
+	}
+	return nil
 }
 
 type initState struct {

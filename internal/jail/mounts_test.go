@@ -38,7 +38,7 @@ for name in json.loads(sys.argv[2]):
         dirs[name] = os.listdir("/proc/" + name)
     except FileNotFoundError:
         continue
-print(json.dumps({"mounts": mounts, "masked": masked, "dirs": dirs}))
+print(json.dumps({"mounts": mounts, "masked": masked, "dirs": dirs, "sys": os.path.lexists("/sys")}))
 print("DONE")
 `
 
@@ -53,6 +53,7 @@ func TestRootMounts(t *testing.T) {
 		}
 		Masked map[string][2]any
 		Dirs   map[string][]string
+		Sys    bool
 	}
 	if err := json.Unmarshal([]byte(linesWith(res.Stdout, "{")[0]), &got); err != nil {
 		t.Fatal(err)
@@ -99,6 +100,9 @@ func TestRootMounts(t *testing.T) {
 		if m.Point == "/" && !slices.Contains(m.Opts, "ro") {
 			t.Errorf("the root is writable: %v", m.Opts)
 		}
+	}
+	if got.Sys {
+		t.Error("/sys exists in the sandbox")
 	}
 	for name, v := range got.Masked {
 		if v[0] != "chr 1:3" || v[1] != float64(0) {

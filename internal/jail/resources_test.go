@@ -98,6 +98,48 @@ while True:
 	}
 }
 
+func TestResourceMemoryBombInChild(t *testing.T) {
+	// One OOM kill ends the whole sandbox (cgroup v2: memory.oom.group;
+	// v1: airlock, on the OOM event), even when the process killed is not
+	// the program itself.
+	h := testHost(t)
+	l := limits(func(l *config.Limits) { l.Memory = 128 << 20 })
+	res := runPython(t, h, l, `
+import os, time
+pid = os.fork()
+if pid == 0:
+    chunks = []
+    while True:
+        chunks.append(b"\x01" * (8 << 20))
+os.waitpid(pid, 0)
+print("child gone", flush=True)
+time.sleep(30)
+print("PARENT SURVIVED")
+`)
+	mustBeKilled(t, res, KillMemory)
+	if bytes.Contains(res.Stdout, []byte("SURVIVED")) || res.Duration > 3*time.Second {
+		t.Errorf("the sandbox lived on after the OOM kill: %s", describe(res))
+	}
+}
+
+func TestResourceTmpfsCountsAsMemory(t *testing.T) {
+	// /workspace is memory: filling it past the memory limit (below its
+	// own size) ends the run out of memory, and the host is unaffected.
+	h := testHost(t)
+	l := limits(func(l *config.Limits) { l.Memory = 128 << 20; l.Disk = 256 << 20 })
+	res := runPython(t, h, l, `
+chunk = b"\x01" * (1 << 20)
+for i in range(1000):
+    with open("/workspace/f%d" % i, "wb") as f:
+        f.write(chunk)
+print("WROTE ALL")
+`)
+	mustBeKilled(t, res, KillMemory)
+	if bytes.Contains(res.Stdout, []byte("WROTE ALL")) || res.PeakMemory > int64(l.Memory) {
+		t.Errorf("%s", describe(res))
+	}
+}
+
 // fillProbe fills each directory with 1 MiB files (each below
 // RLIMIT_FSIZE, so that only the filesystem's size can stop it) and
 // reports the errno and the bytes written.
@@ -215,7 +257,7 @@ func TestResourceHugeOutput(t *testing.T) {
 			if stream == "stderr" {
 				got, truncated, other = res.Stderr, res.StderrTruncated, res.Stdout
 			}
-			if len(got) != int(l.MaxOutput) || !truncated || bytes.Trim(got, "A") != nil && len(bytes.Trim(got, "A")) != 0 {
+			if len(got) != int(l.MaxOutput) || !truncated || len(bytes.Trim(got, "A")) != 0 {
 				t.Errorf("%s: %d bytes kept, truncated %v; want exactly %d", stream, len(got), truncated, l.MaxOutput)
 			}
 			if len(other) != 0 {

@@ -197,7 +197,13 @@ func watchCPU(sb *Sandbox, budget time.Duration, cpus float64, stop <-chan struc
 	for {
 		used, err := sb.CPU()
 		if err != nil {
-			return
+			// Never stop enforcing: look again shortly.
+			select {
+			case <-time.After(100 * time.Millisecond):
+				continue
+			case <-stop:
+				return
+			}
 		}
 		if used >= budget {
 			kill()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -146,6 +147,132 @@ func TestStdinAndArgs(t *testing.T) {
 		t.Errorf("%s", describe(res))
 	}
 }
+
+func TestStdinNotRead(t *testing.T) {
+	// Far more input than a pipe holds, for a program that never reads
+	// it: Run still returns, and the copying goroutine ends (the guard
+	// checks).
+	h := testHost(t)
+	res := runReq(t, h, testLimits(), RunRequest{
+		Argv:  []string{"/bin/true"},
+		Stdin: bytes.NewReader(make([]byte, 10<<20)),
+	})
+	if res.ExitCode != 0 || res.Killed {
+		t.Errorf("%s", describe(res))
+	}
+}
+
+func TestConcurrentRuns(t *testing.T) {
+	// Sandboxes running side by side see only their own files and get
+	// only their own output.
+	h := testHost(t)
+	const n = 6
+	type out struct {
+		token string
+		res   *RunResult
+		err   error
+	}
+	results := make(chan out, n)
+	for i := 0; i < n; i++ {
+		token := "run-" + strconv.Itoa(i) + "-" + randomToken(t)
+		spec := testSpec(testLimits())
+		go func() {
+			res, err := h.Run(context.Background(), RunRequest{
+				Spec:  spec,
+				Argv:  []string{"/usr/bin/python3", "/workspace/main.py", token},
+				Files: []InputFile{{Path: "main.py", Data: strings.NewReader(concurrentProbe)}, {Path: token, Data: strings.NewReader(token)}},
+			})
+			results <- out{token, res, err}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		o := <-results
+		if o.err != nil {
+			t.Errorf("run %s: %v", o.token, o.err)
+			continue
+		}
+		want := "['main.py', '" + o.token + "'] " + o.token + "\n"
+		if o.res.ExitCode != 0 || string(o.res.Stdout) != want {
+			t.Errorf("run %s: want %q, got %s", o.token, want, describe(o.res))
+		}
+	}
+}
+
+func TestIsolationBetweenLiveSandboxes(t *testing.T) {
+	// Sandbox A holds a TCP listener on its loopback, an abstract socket,
+	// a SysV shared memory segment, a process and a file in /tmp. Sandbox
+	// B, running at the same time, reaches none of them.
+	h := testHost(t)
+	a := startSandbox(t, h, testLimits())
+	token := randomToken(t)
+	if _, err := a.Workspace().Write("main.py", strings.NewReader(`
+import ctypes, os, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+tcp = socket.socket()
+tcp.bind(("127.0.0.1", 45678))
+tcp.listen(8)
+ab = socket.socket(socket.AF_UNIX)
+ab.bind("\0airlock-live-" + sys.argv[1])
+ab.listen(8)
+shm = libc.shmget(0x41424344, 4096, 0o1666)
+with open("/tmp/a-" + sys.argv[1], "w") as f:
+    f.write("a")
+print("READY", os.getpid(), shm, flush=True)
+sys.stdin.read()
+`), 1<<20, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := spawnPipes(t, a, "/usr/bin/python3", "/workspace/main.py", token)
+	ready := strings.Fields(r.readLine(t))
+	if len(ready) != 3 || ready[0] != "READY" || ready[2] == "-1" {
+		t.Fatalf("sandbox A: %v (stderr %s)", ready, r.stderr.String())
+	}
+
+	res := runPythonArgs(t, h, testLimits(), `
+import ctypes, os, signal, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+token = sys.argv[1]
+def attempt(what, fn):
+    try:
+        fn()
+        print("REACHED", what)
+    except OSError as e:
+        print("refused", what, e.errno)
+attempt("tcp", lambda: socket.create_connection(("127.0.0.1", 45678), timeout=2))
+attempt("abstract", lambda: socket.socket(socket.AF_UNIX).connect("\0airlock-live-" + token))
+def shm():
+    if libc.shmget(0x41424344, 0, 0) < 0:
+        raise OSError(ctypes.get_errno(), "shmget")
+attempt("shm", shm)
+attempt("tmp", lambda: open("/tmp/a-" + token).read())
+# Pids are per sandbox (A's program may well have B's pid), so A cannot
+# even be named: everything B may signal dies, and A must not.
+try:
+    os.kill(-1, signal.SIGKILL)
+except ProcessLookupError:
+    pass  # nobody else to signal
+print("DONE")
+`, token)
+	mustFinish(t, res)
+	if reached := linesWith(res.Stdout, "REACHED"); len(reached) > 0 {
+		t.Errorf("sandbox B reached sandbox A: %v", reached)
+	}
+	if n := len(linesWith(res.Stdout, "refused")); n != 4 {
+		t.Errorf("%d of 4 attempts refused: %s", n, describe(res))
+	}
+	// A is unharmed: its program ends only now, normally.
+	if e, _ := r.wait(t, a); e.Code() != 0 {
+		t.Errorf("sandbox A exited %d: %s", e.Code(), r.stderr.String())
+	}
+}
+
+const concurrentProbe = `
+import os, sys, time
+with open("/tmp/mine", "w") as f:
+    f.write(sys.argv[1])
+time.sleep(0.2)  # overlap with the others
+print(sorted(os.listdir("/workspace")), open("/tmp/mine").read())
+`
 
 func TestRunCancelled(t *testing.T) {
 	h := testHost(t)

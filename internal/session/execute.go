@@ -257,6 +257,13 @@ loop:
 			if m.ID != id {
 				continue // a late message of an earlier execution
 			}
+			if m.Type != "done" {
+				// What the code printed before this output is in the pipes
+				// (the runtime flushes before it sends): take it first, so
+				// that streamed events keep their order.
+				s.out.drain()
+				s.errp.drain()
+			}
 			switch m.Type {
 			case "display", "result":
 				ex.rich(m)
@@ -405,7 +412,13 @@ func watchCPU(sb *jail.Sandbox, base, budget time.Duration, cpus float64, stop <
 	for {
 		used, err := sb.CPU()
 		if err != nil {
-			return
+			// Never stop enforcing: look again shortly.
+			select {
+			case <-time.After(100 * time.Millisecond):
+				continue
+			case <-stop:
+				return
+			}
 		}
 		if used-base >= budget {
 			close(over)

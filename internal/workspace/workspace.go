@@ -15,6 +15,7 @@ import (
 	"path"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"airlock/internal/errdefs"
@@ -57,7 +58,9 @@ func Clean(p string) (string, error) {
 		return bad("not valid UTF-8")
 	}
 	for _, r := range p {
-		if r < 0x20 || r == 0x7f {
+		// C0, DEL and C1 (U+0080-U+009F, which holds CSI and NEL): a
+		// terminal or log showing the path must not act on it.
+		if unicode.IsControl(r) {
 			return bad("contains a control character")
 		}
 	}

@@ -66,6 +66,8 @@ func mapErr(rel string, err error) error {
 		return fmt.Errorf("%w: %s: the workspace is full", errdefs.ErrTooLarge, shown(rel))
 	case errors.Is(err, unix.EEXIST), errors.Is(err, unix.ENOTEMPTY):
 		return fmt.Errorf("%w: %s: %v", errdefs.ErrConflict, shown(rel), err)
+	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+		return fmt.Errorf("%w: %s: the sandbox user may not access it", errdefs.ErrPermission, shown(rel))
 	case errors.Is(err, unix.ENAMETOOLONG):
 		return fmt.Errorf("%w: %s: name too long", errdefs.ErrInvalidArgument, shown(rel))
 	}
@@ -82,7 +84,15 @@ func shown(rel string) string {
 // Open opens a regular file for reading. Anything else (directory, FIFO,
 // device, socket, symlink) is refused. The returned info is taken from the
 // open descriptor, so it describes exactly what will be read.
-func (d *Dir) Open(rel string) (*os.File, Entry, error) {
+func (d *Dir) Open(rel string) (f *os.File, e Entry, err error) {
+	err = d.asUser(func() error {
+		f, e, err = d.openFile(rel)
+		return err
+	})
+	return f, e, err
+}
+
+func (d *Dir) openFile(rel string) (*os.File, Entry, error) {
 	if rel == "" {
 		return nil, Entry{}, fmt.Errorf("%w: /workspace: is a directory", errdefs.ErrInvalidArgument)
 	}
@@ -110,7 +120,15 @@ func (d *Dir) Open(rel string) (*os.File, Entry, error) {
 }
 
 // Stat describes rel without following a final symlink.
-func (d *Dir) Stat(rel string) (Entry, error) {
+func (d *Dir) Stat(rel string) (e Entry, err error) {
+	err = d.asUser(func() error {
+		e, err = d.stat(rel)
+		return err
+	})
+	return e, err
+}
+
+func (d *Dir) stat(rel string) (Entry, error) {
 	fd, err := d.open(rel, unix.O_PATH, 0)
 	if err != nil {
 		return Entry{}, err
@@ -134,15 +152,19 @@ func (d *Dir) asUser(fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		// Go cannot end the process's main thread: when a locked goroutine
-		// ends there, the thread is parked for good instead of exiting.
-		// Give it back its own filesystem ids first, so that no host
-		// thread keeps the sandbox user's ids after the call.
 		prevUID, _ := unix.SetfsuidRetUid(-1)
 		prevGID, _ := unix.SetfsgidRetGid(-1)
 		defer func() {
+			// Give the thread back to the Go runtime only once it has its
+			// own ids again; otherwise it stays locked, and Go ends it (or,
+			// for the main thread, parks it for good) with this goroutine.
 			unix.Setfsuid(prevUID)
 			unix.Setfsgid(prevGID)
+			uid, _ := unix.SetfsuidRetUid(-1)
+			gid, _ := unix.SetfsgidRetGid(-1)
+			if uid == prevUID && gid == prevGID {
+				runtime.UnlockOSThread()
+			}
 		}()
 		unix.Setfsgid(d.gid)
 		unix.Setfsuid(d.uid)
@@ -256,6 +278,10 @@ func (d *Dir) mkdirAll(rel string) (int, error) {
 // Remove deletes a file, a symlink (not its target) or, if recursive, a
 // directory tree.
 func (d *Dir) Remove(rel string, recursive bool) error {
+	return d.asUser(func() error { return d.remove(rel, recursive) })
+}
+
+func (d *Dir) remove(rel string, recursive bool) error {
 	if rel == "" {
 		return fmt.Errorf("%w: refusing to remove /workspace itself", errdefs.ErrInvalidArgument)
 	}
@@ -304,13 +330,26 @@ func removeAt(pfd int, name, rel string, recursive bool, depth int) error {
 			return mapErr(rel, err)
 		}
 	}
-	return mapErr(rel, unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR))
+	// mapErr turns every error, nil included, into a non-nil one: a
+	// successful removal of the emptied directory must return nil.
+	if err := unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR); err != nil {
+		return mapErr(rel, err)
+	}
+	return nil
 }
 
 // List returns the entries under rel, recursively if asked, sorted by
 // path, without following symlinks. At most MaxListLength entries are
 // returned; truncated says whether there were more.
 func (d *Dir) List(rel string, recursive bool) (entries []Entry, truncated bool, err error) {
+	err = d.asUser(func() error {
+		entries, truncated, err = d.list(rel, recursive)
+		return err
+	})
+	return entries, truncated, err
+}
+
+func (d *Dir) list(rel string, recursive bool) (entries []Entry, truncated bool, err error) {
 	fd, err := d.open(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, false, err

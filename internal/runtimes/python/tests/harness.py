@@ -314,3 +314,54 @@ class Runtime:
                     os.killpg(self.pid, signal.SIGKILL)
                     os.waitpid(self.pid, 0)
                 self.pid = None
+
+
+def tiny_png(width: int = 2, height: int = 2) -> bytes:
+    """A valid RGB PNG (stdlib only)."""
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + kind + data +
+                struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+
+    raw = b"".join(b"\x00" + b"\xff\x00\x00" * width for _ in range(height))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)) +
+            chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+class SessionMixin:
+    """unittest helpers around one runtime shared by a TestCase class."""
+
+    rt: Runtime
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.rt = Runtime()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        try:
+            cls.rt.send({"type": "shutdown"})
+        except OSError:
+            pass
+        cls.rt.close()
+
+    def ok(self, code: str, **kwargs: Any) -> Execution:
+        """Execute code and assert it succeeded."""
+        ex = self.rt.execute(code, **kwargs)
+        if ex.status != "ok":
+            self.fail(f"{code!r} failed: {ex.error}\nstdout: {ex.out}\nstderr: {ex.err}")
+        return ex
+
+    def value(self, code: str) -> Optional[str]:
+        """text/plain of code's result (None if there is no result)."""
+        return self.ok(code).text
+
+    def failing(self, code: str, name: str, status: str = "error", **kwargs: Any) -> Execution:
+        ex = self.rt.execute(code, **kwargs)
+        self.assertEqual(ex.status, status, ex.messages)
+        self.assertIsNotNone(ex.error, ex.messages)
+        self.assertEqual(ex.error["name"], name, ex.error)
+        for line in ex.error["traceback"]:
+            self.assertNotIn("airlock_runtime", line, ex.error["traceback"])
+        return ex

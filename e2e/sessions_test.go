@@ -1,0 +1,600 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"image/png"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// One server for the session tests; each test makes its own sessions.
+var (
+	sharedOnce sync.Once
+	shared     *server
+)
+
+func sharedServer(t *testing.T) *server {
+	t.Helper()
+	sharedOnce.Do(func() {
+		shared = startServer(&persistentTB{T: t}, nil)
+	})
+	if shared == nil {
+		t.Fatal("no server")
+	}
+	shared.t = t
+	return shared
+}
+
+// persistentTB lets the shared server outlive the test that started it:
+// it is stopped by TestMain.
+type persistentTB struct {
+	*testing.T
+}
+
+func (p *persistentTB) Cleanup(func()) {}
+
+func (p *persistentTB) TempDir() string {
+	d, err := os.MkdirTemp("", "airlock-e2e")
+	if err != nil {
+		p.Fatal(err)
+	}
+	return d
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared != nil {
+		shared.t = &stopTB{}
+		shared.stop()
+		checkNothingLeft(shared.name)
+	}
+	os.Exit(code)
+}
+
+// stopTB reports failures of the final stop on stderr (no test is running).
+type stopTB struct{ testing.TB }
+
+func (stopTB) Errorf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "e2e: "+format+"\n", args...)
+	os.Exit(1)
+}
+func (stopTB) Helper() {}
+
+func TestStatePersists(t *testing.T) {
+	s := sharedServer(t)
+	id := s.newSession("python", nil)
+	s.exec(id, "import math\nx = 41\ndef f(v):\n    return v + 1")
+	r := s.exec(id, "f(x)")
+	if got := r.text("result"); got != "42" {
+		t.Fatalf("final expression: got %q (%+v)", got, r)
+	}
+	r = s.exec(id, "print(math.pi > 3)")
+	if r.Stdout != "True\n" || len(r.Results) != 0 {
+		t.Fatalf("print: got stdout %q results %v", r.Stdout, r.Results)
+	}
+	r = s.exec(id, "x = 5;")
+	if len(r.Results) != 0 {
+		t.Fatalf("a statement has no value, got %v", r.Results)
+	}
+}
+
+func TestPlotIsPNG(t *testing.T) {
+	s := sharedServer(t)
+	id := s.newSession("python", nil)
+	for _, code := range []string{
+		"import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('without show')",
+		"import matplotlib.pyplot as plt\nplt.figure()\nplt.bar(['a', 'b'], [3, 4])\nplt.show()",
+	} {
+		r := s.exec(id, code)
+		var found bool
+		for _, o := range r.Results {
+			raw, ok := o.Data["image/png"]
+			if !ok {
+				continue
+			}
+			var b64 string
+			if err := json.Unmarshal(raw, &b64); err != nil {
+				t.Fatal(err)
+			}
+			data, err := base64.StdEncoding.DecodeString(b64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			img, err := png.Decode(bytes.NewReader(data))
+			if err != nil {
+				t.Fatalf("not a PNG: %v", err)
+			}
+			if img.Bounds().Dx() < 100 {
+				t.Fatalf("tiny image %v", img.Bounds())
+			}
+			found = true
+		}
+		if !found {
+			t.Fatalf("no image/png for %q: %+v", code, r)
+		}
+	}
+}
+
+func TestDataFrameHTML(t *testing.T) {
+	s := sharedServer(t)
+	id := s.newSession("python", nil)
+	r := s.exec(id, "import pandas as pd\npd.DataFrame({'city': ['Oslo', 'Lima'], 'temp': [3, 19]})")
+	if len(r.Results) != 1 || r.Results[0].Type != "result" {
+		t.Fatalf("results: %+v", r.Results)
+	}
+	var html, text string
+	json.Unmarshal(r.Results[0].Data["text/html"], &html)
+	json.Unmarshal(r.Results[0].Data["text/plain"], &text)
+	if !strings.Contains(html, "<table") || !strings.Contains(html, "Oslo") || !strings.Contains(text, "Lima") {
+		t.Fatalf("html %q text %q", truncate(html, 200), text)
+	}
+}
+
+func TestExceptionThenNormalCall(t *testing.T) {
+	s := sharedServer(t)
+	id := s.newSession("python", nil)
+	s.exec(id, "y = 7")
+	r := s.exec(id, "def g():\n    return 1 / 0\ng()")
+	if r.Error == nil || r.Error.Name != "ZeroDivisionError" || r.ExitCode != 1 {
+		t.Fatalf("error: %+v exit %d", r.Error, r.ExitCode)
+	}
+	tb := strings.Join(r.Error.Traceback, "\n")
+	if !strings.Contains(tb, "1 / 0") || strings.Contains(tb, "airlock_runtime") {
+		t.Fatalf("traceback should show the user's code only:\n%s", tb)
+	}
+	r = s.exec(id, "y * 6")
+	if r.Error != nil || r.text("result") != "42" {
+		t.Fatalf("after an exception: %+v", r)
+	}
+	r = s.exec(id, "def broken(:\n  pass")
+	if r.Error == nil || r.Error.Name != "SyntaxError" {
+		t.Fatalf("syntax error: %+v", r.Error)
+	}
+	if r := s.exec(id, "y"); r.text("result") != "7" {
+		t.Fatalf("after a syntax error: %+v", r)
+	}
+}
+
+func TestTimeoutKeepsState(t *testing.T) {
+	s := sharedServer(t)
+	id := s.newSession("python", nil)
+	s.exec(id, "kept = 'still here'")
+	for _, code := range []string{"while True:\n    pass", "import time\ntime.sleep(60)"} {
+		var r execResult
+		start := time.Now()
+		status := s.do("POST", "/v1/sessions/"+id+"/execute", map[string]any{"code": code, "timeout": "1s"}, &r)
+		if status != 200 || !r.Killed || r.KillReason != "timeout" || r.Error == nil || r.Error.Name != "KeyboardInterrupt" {
+			t.Fatalf("%q: status %d result %+v", code, status, r)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("timeout took %v", d)
+		}
+		if r := s.exec(id, "kept"); r.text("result") != "'still here'" {
+			t.Fatalf("state lost after a timeout: %+v", r)
+		}
+	}
+}
+
+func TestCPUTimeKeepsState(t *testing.T) {
+	s := sharedServer(t)
+	id := s.newSession("python", map[string]any{"limits": map[string]any{"cpu_time": "1s"}})
+	s.exec(id, "z = 3")
+	r := s.exec(id, "while True:\n    pass")
+	if !r.Killed || r.KillReason != "cpu_time" {
+		t.Fatalf("got %+v", r)
+	}
+	if r := s.exec(id, "z"); r.text("result") != "3" {
+		t.Fatalf("state lost: %+v", r)
+	}
+}
+
+func TestOOMEndsSessionCleanly(t *testing.T) {
+	s := sharedServer(t)
+	id := s.newSession("python", map[string]any{"limits": map[string]any{"memory": "128M"}})
+	r := s.exec(id, "blocks = []\nwhile True:\n    blocks.append(bytearray(16 << 20))")
+	if !r.Killed || r.KillReason != "memory" || !r.SessionEnded || r.EndReason != "out of memory" {
+		t.Fatalf("got %+v", r)
+	}
+	var e apiError
+	if status := s.do("POST", "/v1/sessions/"+id+"/execute", map[string]any{"code": "1"}, &e); status != 410 {
+		t.Fatalf("after OOM: status %d %+v", status, e)
+	}
+	if !strings.Contains(e.Error.Message, "session ended: out of memory") || e.Error.Code != "session_ended" {
+		t.Fatalf("after OOM: %+v", e)
+	}
+	if status := s.do("GET", "/v1/sessions/"+id, nil, &e); status != 410 {
+		t.Fatalf("GET after OOM: %d", status)
+	}
+	// Other sessions are unaffected.
+	other := s.newSession("python", nil)
+	if r := s.exec(other, "1 + 1"); r.text("result") != "2" {
+		t.Fatalf("a new session after an OOM: %+v", r)
+	}
+}
+
+func TestStreamedEventsInOrderAndEarly(t *testing.T) {
+	s := sharedServer(t)
+	id := s.newSession("python", nil)
+	body, _ := json.Marshal(map[string]any{"code": "import time, sys\nprint('first', flush=True)\ntime.sleep(1.5)\nprint('oops', file=sys.stderr)\ndisplay({'text/plain': 'shown'}, raw=True)\n1 / 0"})
+	req, _ := http.NewRequest("POST", s.URL+"/v1/sessions/"+id+"/execute", bytes.NewReader(body))
+	req.Header.Set("Accept", "application/x-ndjson")
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "application/x-ndjson" {
+		t.Fatalf("content type %q", ct)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var types []string
+	var firstAt time.Duration
+	var end struct {
+		Result execResult `json:"result"`
+	}
+	for sc.Scan() {
+		var ev struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("bad event %q: %v", sc.Text(), err)
+		}
+		if len(types) == 0 {
+			firstAt = time.Since(start)
+			if ev.Type != "stdout" || ev.Text != "first\n" {
+				t.Fatalf("first event %+v", ev)
+			}
+		}
+		types = append(types, ev.Type)
+		if ev.Type == "end" {
+			json.Unmarshal(sc.Bytes(), &end)
+		}
+	}
+	if firstAt > time.Second {
+		t.Fatalf("the first event came after %v, not before the execution ended", firstAt)
+	}
+	want := []string{"stdout", "stderr", "display", "error", "end"}
+	if strings.Join(types, ",") != strings.Join(want, ",") {
+		t.Fatalf("events %v, want %v", types, want)
+	}
+	if end.Result.Stdout != "first\n" || end.Result.Stderr != "oops\n" || end.Result.Error == nil {
+		t.Fatalf("end event result %+v", end.Result)
+	}
+}
+
+func TestBinaryFileRoundTrip(t *testing.T) {
+	s := sharedServer(t)
+	id := s.newSession("python", nil)
+	data := make([]byte, 3<<20+17)
+	rand.Read(data)
+	var up struct {
+		Path string `json:"path"`
+		Size int64  `json:"size"`
+	}
+	if status := s.do("PUT", "/v1/sessions/"+id+"/files/in/blob.bin", data, &up); status != 201 || up.Size != int64(len(data)) {
+		t.Fatalf("upload: %d %+v", status, up)
+	}
+	r := s.exec(id, "import hashlib\nb = open('in/blob.bin', 'rb').read()\nopen('out.bin', 'wb').write(b[::-1])\nhashlib.sha256(b).hexdigest()")
+	if len(r.FilesChanged) != 1 || r.FilesChanged[0].Path != "out.bin" || r.FilesChanged[0].Change != "created" {
+		t.Fatalf("files_changed %+v", r.FilesChanged)
+	}
+	status, got := s.raw("GET", "/v1/sessions/"+id+"/files/in/blob.bin", nil, nil)
+	if status != 200 || !bytes.Equal(got, data) {
+		t.Fatalf("download: %d, %d bytes, equal %v", status, len(got), bytes.Equal(got, data))
+	}
+	status, got = s.raw("GET", "/v1/sessions/"+id+"/files/out.bin", nil, nil)
+	rev := make([]byte, len(data))
+	for i := range data {
+		rev[i] = data[len(data)-1-i]
+	}
+	if status != 200 || !bytes.Equal(got, rev) {
+		t.Fatalf("download of a file written by code: %d", status)
+	}
+	var list struct {
+		Entries []struct {
+			Path string `json:"path"`
+			Type string `json:"type"`
+			Size int64  `json:"size"`
+		} `json:"entries"`
+	}
+	if status := s.do("GET", "/v1/sessions/"+id+"/files?path=in", nil, &list); status != 200 || len(list.Entries) != 1 || list.Entries[0].Path != "in/blob.bin" {
+		t.Fatalf("list: %d %+v", status, list)
+	}
+	if status, _ := s.raw("DELETE", "/v1/sessions/"+id+"/files/out.bin", nil, nil); status != 204 {
+		t.Fatalf("delete: %d", status)
+	}
+	if status, _ := s.raw("GET", "/v1/sessions/"+id+"/files/out.bin", nil, nil); status != 404 {
+		t.Fatalf("deleted file: %d", status)
+	}
+	// Over the file cap: refused without keeping anything.
+	var e apiError
+	small := s.newSession("python", map[string]any{"limits": map[string]any{"disk": "1M"}})
+	if status := s.do("PUT", "/v1/sessions/"+small+"/files/big", make([]byte, 2<<20), &e); status != 413 {
+		t.Fatalf("oversized upload: %d %+v", status, e)
+	}
+}
+
+func TestTraversalRejected(t *testing.T) {
+	s := sharedServer(t)
+	id := s.newSession("python", nil)
+	// Code plants links that point outside its workspace.
+	r := s.exec(id, `import os
+os.symlink('/etc/passwd', 'passwd-link')
+os.symlink('/', 'root-link')
+os.makedirs('d', exist_ok=True)
+os.symlink('/etc', 'd/etc')
+os.mkfifo('fifo')
+try:
+    os.link('/etc/passwd', 'hard')
+except OSError as e:
+    print('hardlink refused:', e.errno)
+`)
+	if !strings.Contains(r.Stdout, "hardlink refused") {
+		t.Fatalf("hardlink to a host file: %+v", r)
+	}
+	base := "/v1/sessions/" + id + "/files/"
+	for _, p := range []string{
+		"../etc/passwd", "..%2fetc%2fpasswd", "%2e%2e/%2e%2e/etc/passwd", "a/../../etc/passwd",
+		"passwd-link", "root-link/etc/passwd", "d/etc/passwd", "fifo", "%00", "x%00y",
+		"%2fetc%2fpasswd", strings.Repeat("a", 300), strings.Repeat("d/", 40) + "f", "d",
+	} {
+		status, body := s.raw("GET", base+p, nil, nil)
+		if status == 200 || bytes.Contains(body, []byte("root:x:0:0")) {
+			t.Errorf("GET %s: status %d body %q", p, status, truncate(string(body), 80))
+		}
+		if status >= 500 {
+			t.Errorf("GET %s: server error %d", p, status)
+		}
+		switch p {
+		case "passwd-link", "fifo", "d":
+			// Writing these names replaces the link or FIFO itself (see
+			// below) or fails on a directory; they are not traversals.
+			continue
+		}
+		status, _ = s.raw("PUT", base+p, "x", nil)
+		if status == 201 {
+			t.Errorf("PUT %s: accepted", p)
+		}
+	}
+	// Writing through a planted link must not follow it.
+	status, _ := s.raw("PUT", base+"d/etc/evil", "x", nil)
+	if status == 201 {
+		t.Fatal("PUT through a symlinked directory was accepted")
+	}
+	if _, err := os.Stat("/etc/evil"); err == nil {
+		t.Fatal("/etc/evil exists on the host")
+	}
+	// Replacing a link by a file through the API replaces the link, never
+	// its target.
+	if status, _ := s.raw("PUT", base+"passwd-link", "replaced", nil); status != 201 {
+		t.Fatalf("PUT over a symlink: %d", status)
+	}
+	hostPasswd, _ := os.ReadFile("/etc/passwd")
+	if bytes.Equal(hostPasswd, []byte("replaced")) {
+		t.Fatal("the host's /etc/passwd was overwritten")
+	}
+}
+
+// A file swapped for a symlink while the server reads it never yields the
+// link's target.
+func TestSwapRace(t *testing.T) {
+	s := sharedServer(t)
+	id := s.newSession("python", nil)
+	secret := fmt.Sprintf("host-secret-%d", time.Now().UnixNano())
+	hostFile := filepath.Join("/tmp", "airlock-e2e-secret")
+	os.WriteFile(hostFile, []byte(secret), 0o644)
+	defer os.Remove(hostFile)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var e apiError
+		s.do("POST", "/v1/sessions/"+id+"/execute", map[string]any{"timeout": "4s", "code": `import os, time
+end = time.time() + 3
+while time.time() < end:
+    open('f.tmp', 'w').write('innocent')
+    os.replace('f.tmp', 'target')
+    os.symlink('/tmp/airlock-e2e-secret', 'l.tmp')
+    os.replace('l.tmp', 'target')
+`}, &e)
+	}()
+	deadline := time.Now().Add(3 * time.Second)
+	n := 0
+	for time.Now().Before(deadline) {
+		status, body := s.raw("GET", "/v1/sessions/"+id+"/files/target", nil, nil)
+		if bytes.Contains(body, []byte("host-secret")) {
+			t.Fatalf("read the host file through a swapped symlink (status %d)", status)
+		}
+		if status >= 500 {
+			t.Fatalf("server error %d", status)
+		}
+		n++
+	}
+	<-done
+	t.Logf("%d reads raced with the swaps", n)
+}
+
+func TestSessionsAreIsolated(t *testing.T) {
+	s := sharedServer(t)
+	a := s.newSession("python", nil)
+	b := s.newSession("python", nil)
+	s.exec(a, "secret = 'only-in-a'\nopen('a.txt', 'w').write('a')\nimport subprocess\np = subprocess.Popen(['sleep', '300'])")
+	r := s.exec(b, `import os
+print(sorted(os.listdir('/workspace')))
+print([open(f'/proc/{p}/cmdline').read() for p in os.listdir('/proc') if p.isdigit()])
+print('secret' in globals())
+`)
+	if strings.Contains(r.Stdout, "a.txt") || strings.Contains(r.Stdout, "sleep") || !strings.Contains(r.Stdout, "False") {
+		t.Fatalf("session b sees session a: %q", r.Stdout)
+	}
+	// Same name in both, different values.
+	s.exec(b, "secret = 'only-in-b'")
+	if r := s.exec(a, "secret"); r.text("result") != "'only-in-a'" {
+		t.Fatalf("%+v", r)
+	}
+	// Random state differs although both came from the same template.
+	ra := s.exec(a, "import random, numpy\n(random.random(), float(numpy.random.rand()))")
+	rb := s.exec(b, "import random, numpy\n(random.random(), float(numpy.random.rand()))")
+	if ra.text("result") == rb.text("result") {
+		t.Fatalf("two sessions drew the same random numbers: %s", ra.text("result"))
+	}
+}
+
+func TestMalformedRequests(t *testing.T) {
+	s := sharedServer(t)
+	id := s.newSession("python", nil)
+	big := `{"code": "` + strings.Repeat("x", 9<<20) + `"}`
+	cases := []struct {
+		method, path, body string
+		status             int
+	}{
+		{"POST", "/v1/sessions", `{`, 400},
+		{"POST", "/v1/sessions", `[]`, 400},
+		{"POST", "/v1/sessions", `{"language": 3}`, 400},
+		{"POST", "/v1/sessions", `{"language": "cobol"}`, 400},
+		{"POST", "/v1/sessions", `{"nope": 1}`, 400},
+		{"POST", "/v1/sessions", `{"limits": {"memory": -1}}`, 400},
+		{"POST", "/v1/sessions", `{"limits": {"memory": "99999999999T"}}`, 400},
+		{"POST", "/v1/sessions", `{"limits": {"memory": 1e300}}`, 400},
+		{"POST", "/v1/sessions", `{"limits": {"memory": "64G"}}`, 400},
+		{"POST", "/v1/sessions", `{"limits": {"timeout": "forever"}}`, 400},
+		{"POST", "/v1/sessions", `{"limits": {"pids": 1.5e20}}`, 400},
+		{"POST", "/v1/sessions", `{"limits": {"cpus": "lots"}}`, 400},
+		{"POST", "/v1/sessions", `{"env": {"BAD NAME": "x"}}`, 400},
+		{"POST", "/v1/sessions", `{"timeout_idle": -5}`, 400},
+		{"POST", "/v1/sessions", `{} {}`, 400},
+		{"POST", "/v1/sessions/" + id + "/execute", `{"code": 1}`, 400},
+		{"POST", "/v1/sessions/" + id + "/execute", `{"code": "1", "timeout": "99h"}`, 400},
+		{"POST", "/v1/sessions/" + id + "/execute", big, 413},
+		{"POST", "/v1/sessions/nope/execute", `{"code": "1"}`, 404},
+		{"PATCH", "/v1/sessions", `{}`, 405},
+		{"GET", "/v2/whatever", ``, 404},
+		{"POST", "/v1/execute", `{"files": [{"path": "../x", "content": "y"}], "code": "1"}`, 400},
+		{"POST", "/v1/execute", `{"files": [{"path": "a", "content_base64": "!!"}], "code": "1"}`, 400},
+	}
+	for _, c := range cases {
+		status, body := s.raw(c.method, c.path, c.body, map[string]string{"Content-Type": "application/json"})
+		if status != c.status {
+			t.Errorf("%s %s %s: status %d, want %d: %s", c.method, c.path, truncate(c.body, 60), status, c.status, truncate(string(body), 200))
+			continue
+		}
+		var e apiError
+		if err := json.Unmarshal(body, &e); err != nil || e.Error.Code == "" || e.Error.Message == "" {
+			t.Errorf("%s %s: not a JSON error: %q", c.method, c.path, truncate(string(body), 200))
+		}
+	}
+	// The session is still fine.
+	if r := s.exec(id, "2 + 2"); r.text("result") != "4" {
+		t.Fatalf("%+v", r)
+	}
+}
+
+func TestConcurrentExecutionConflicts(t *testing.T) {
+	s := sharedServer(t)
+	id := s.newSession("python", nil)
+	first := make(chan int, 1)
+	go func() {
+		status, _ := s.raw("POST", "/v1/sessions/"+id+"/execute", map[string]any{"code": "import time\ntime.sleep(2)"}, nil)
+		first <- status
+	}()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		var info sessionInfo
+		s.do("GET", "/v1/sessions/"+id, nil, &info)
+		if info.State == "busy" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the session never became busy")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var e apiError
+	if status := s.do("POST", "/v1/sessions/"+id+"/execute", map[string]any{"code": "1"}, &e); status != 409 || e.Error.Code != "conflict" {
+		t.Fatalf("second execution: %d %+v", status, e)
+	}
+	if status := <-first; status != 200 {
+		t.Fatalf("first execution: %d", status)
+	}
+}
+
+func TestInterrupt(t *testing.T) {
+	s := sharedServer(t)
+	id := s.newSession("python", nil)
+	s.exec(id, "n = 0")
+	res := make(chan execResult, 1)
+	go func() { res <- s.exec(id, "import time\nwhile True:\n    n += 1\n    time.sleep(0.01)") }()
+	time.Sleep(300 * time.Millisecond)
+	var out struct {
+		Interrupted bool `json:"interrupted"`
+	}
+	if status := s.do("POST", "/v1/sessions/"+id+"/interrupt", nil, &out); status != 200 || !out.Interrupted {
+		t.Fatalf("interrupt: %d %+v", status, out)
+	}
+	r := <-res
+	if r.Error == nil || r.Error.Name != "KeyboardInterrupt" || r.Killed {
+		t.Fatalf("interrupted execution: %+v", r)
+	}
+	if r := s.exec(id, "n > 0"); r.text("result") != "True" {
+		t.Fatalf("state after interrupt: %+v", r)
+	}
+}
+
+func TestOneShotExecute(t *testing.T) {
+	s := sharedServer(t)
+	var r execResult
+	status := s.do("POST", "/v1/execute", map[string]any{
+		"language": "python",
+		"code":     "import pandas as pd\ndf = pd.read_csv('in.csv')\ndf['b'] = df['a'] * 2\ndf.to_csv('out.csv', index=False)\nprint(df['b'].sum())",
+		"files":    []map[string]string{{"path": "in.csv", "content": "a\n1\n2\n3\n"}},
+	}, &r)
+	if status != 200 || r.Stdout != "12\n" || r.Error != nil {
+		t.Fatalf("one-shot: %d %+v", status, r)
+	}
+	if len(r.Files) != 1 || r.Files[0].Path != "out.csv" {
+		t.Fatalf("files %+v", r.Files)
+	}
+	got, _ := base64.StdEncoding.DecodeString(r.Files[0].ContentBase64)
+	if string(got) != "a,b\n1,2\n2,4\n3,6\n" {
+		t.Fatalf("out.csv = %q", got)
+	}
+	// A one-shot run leaves no session behind.
+	var list struct {
+		Sessions []sessionInfo `json:"sessions"`
+	}
+	s.do("GET", "/v1/sessions", nil, &list)
+	for _, si := range list.Sessions {
+		if si.State == "busy" {
+			t.Fatalf("busy session after a one-shot: %+v", si)
+		}
+	}
+}
+
+func TestDeleteAndIdle(t *testing.T) {
+	s := sharedServer(t)
+	id := s.newSession("python", map[string]any{"timeout_idle": "1s"})
+	time.Sleep(2500 * time.Millisecond)
+	var e apiError
+	if status := s.do("GET", "/v1/sessions/"+id, nil, &e); status != 410 || !strings.Contains(e.Error.Message, "idle") {
+		t.Fatalf("idle session: %d %+v", status, e)
+	}
+	id = s.newSession("python", nil)
+	if status, _ := s.raw("DELETE", "/v1/sessions/"+id, nil, nil); status != 204 {
+		t.Fatalf("delete: %d", status)
+	}
+	if status := s.do("POST", "/v1/sessions/"+id+"/execute", map[string]any{"code": "1"}, &e); status != 410 {
+		t.Fatalf("after delete: %d", status)
+	}
+}

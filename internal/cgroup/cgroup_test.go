@@ -1,0 +1,328 @@
+package cgroup
+
+import (
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// testParent is where these tests make their cgroups: apart from the jail
+// tests' "airlock-test", which may run at the same time.
+const testParent = "airlock-test-cgroup"
+
+func TestOpenRejectsBadParents(t *testing.T) {
+	// Checked before anything touches the host: no root needed.
+	for _, p := range []string{"", "/airlock", "/sys/fs/cgroup", "../airlock", "a/../../b", "..", "a/.."} {
+		if h, err := Open(p); err == nil {
+			t.Errorf("Open(%q) = %+v", p, h)
+		}
+	}
+}
+
+func testCgroupHost(t *testing.T) *Host {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("privileged test: needs root to create cgroups")
+	}
+	h, err := Open(testParent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+var seq int
+
+// newCgroup makes a uniquely named cgroup, checked to be gone when the
+// test ends.
+func newCgroup(t *testing.T, h *Host, r Resources) *Cgroup {
+	t.Helper()
+	seq++
+	name := "c-" + strconv.Itoa(os.Getpid()) + "-" + strconv.Itoa(seq)
+	c, err := h.New(name, r)
+	if err != nil {
+		t.Fatalf("New(%s): %v", name, err)
+	}
+	t.Cleanup(func() {
+		c.Kill()
+		c.Destroy()
+		if left := dirsOf(h, name); len(left) > 0 {
+			t.Errorf("cgroup directories left: %v", left)
+		}
+	})
+	return c
+}
+
+// dirsOf lists the directories of cgroup name that exist, in every
+// hierarchy.
+func dirsOf(h *Host, name string) []string {
+	var out []string
+	cand := []string{filepath.Join(h.v2Dir, name)}
+	if !h.v2 {
+		cand = nil
+		for _, d := range uniq(h.v1Dirs) {
+			cand = append(cand, filepath.Join(d, name))
+		}
+	}
+	for _, d := range cand {
+		if _, err := os.Stat(d); err == nil {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func read(t *testing.T, dir, file string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// sleeper starts a host process that waits for a line on stdin and then
+// runs script, and puts it into c.
+func sleeper(t *testing.T, c *Cgroup, script string) (*exec.Cmd, io.WriteCloser) {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", "read go; "+script)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		in.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	if err := c.Add(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, in
+}
+
+func TestNewRejectsBadNames(t *testing.T) {
+	h := testCgroupHost(t)
+	for _, name := range []string{"", ".", "..", "a/b", "/x", "../x", "x\x00y"} {
+		if c, err := h.New(name, Resources{Memory: 64 << 20, Pids: 8, CPUs: 1}); err == nil {
+			c.Destroy()
+			t.Errorf("New(%q) succeeded", name)
+		}
+	}
+	// Limits that are not positive: nothing is left behind either.
+	for _, r := range []Resources{{Memory: 0, Pids: 8, CPUs: 1}, {Memory: 64 << 20, Pids: 0, CPUs: 1},
+		{Memory: 64 << 20, Pids: 8, CPUs: 0}, {Memory: -1, Pids: 8, CPUs: 1}} {
+		name := "bad-" + strconv.Itoa(os.Getpid())
+		if c, err := h.New(name, r); err == nil {
+			c.Destroy()
+			t.Errorf("New with %+v succeeded", r)
+		}
+		if left := dirsOf(h, name); len(left) > 0 {
+			t.Errorf("a refused New left %v", left)
+		}
+	}
+}
+
+func TestLimitsApplied(t *testing.T) {
+	h := testCgroupHost(t)
+	c := newCgroup(t, h, Resources{Memory: 64 << 20, Pids: 16, CPUs: 0.5})
+	if h.v2 {
+		d := c.dir("")
+		for file, want := range map[string]string{"memory.max": strconv.Itoa(64 << 20), "memory.swap.max": "0",
+			"pids.max": "16", "cpu.max": "50000 100000", "memory.oom.group": "1"} {
+			if got := read(t, d, file); got != want {
+				t.Errorf("%s = %q, want %q", file, got, want)
+			}
+		}
+	} else {
+		mem := c.dir("memory")
+		if got := read(t, mem, "memory.limit_in_bytes"); got != strconv.Itoa(64<<20) {
+			t.Errorf("memory.limit_in_bytes = %s", got)
+		}
+		if h.memsw {
+			if got := read(t, mem, "memory.memsw.limit_in_bytes"); got != strconv.Itoa(64<<20) {
+				t.Errorf("memory.memsw.limit_in_bytes = %s: swap is not off", got)
+			}
+		}
+		if got := read(t, mem, "memory.swappiness"); got != "0" {
+			t.Errorf("memory.swappiness = %s", got)
+		}
+		if got := read(t, c.dir("pids"), "pids.max"); got != "16" {
+			t.Errorf("pids.max = %s", got)
+		}
+		if got := read(t, c.dir("cpu"), "cpu.cfs_quota_us"); got != "50000" {
+			t.Errorf("cpu.cfs_quota_us = %s", got)
+		}
+		if got := read(t, c.dir("cpu"), "cpu.cfs_period_us"); got != "100000" {
+			t.Errorf("cpu.cfs_period_us = %s", got)
+		}
+	}
+	// A tiny CPU share is raised to the kernel's 1ms minimum.
+	if err := c.Set(Resources{Memory: 32 << 20, Pids: 4, CPUs: 0.001}); err != nil {
+		t.Fatal(err)
+	}
+	if h.v2 {
+		if got := read(t, c.dir(""), "cpu.max"); got != "1000 100000" {
+			t.Errorf("cpu.max = %q", got)
+		}
+	} else if got := read(t, c.dir("cpu"), "cpu.cfs_quota_us"); got != "1000" {
+		t.Errorf("cpu.cfs_quota_us = %s", got)
+	}
+	if err := c.Set(Resources{Memory: 32 << 20, Pids: -1, CPUs: 1}); err == nil {
+		t.Error("Set with negative pids succeeded")
+	}
+}
+
+func TestAddKillDestroy(t *testing.T) {
+	h := testCgroupHost(t)
+	c := newCgroup(t, h, Resources{Memory: 64 << 20, Pids: 16, CPUs: 1})
+	cmd, in := sleeper(t, c, "sleep 30 & sleep 30 & wait")
+	io.WriteString(in, "go\n")
+	cg, _ := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/cgroup")
+	if !strings.Contains(string(cg), "/"+testParent+"/"+c.Name()) {
+		t.Fatalf("the process is not in the cgroup: %s", cg)
+	}
+	if _, err := c.Stats(); err != nil {
+		t.Errorf("Stats: %v", err)
+	}
+	if err := c.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Errorf("the process ended with %v, want SIGKILL", err)
+	}
+	if err := c.Destroy(); err != nil {
+		t.Errorf("Destroy: %v", err)
+	}
+	if left := dirsOf(h, c.Name()); len(left) > 0 {
+		t.Errorf("left: %v", left)
+	}
+}
+
+func waitEvent(t *testing.T, c *Cgroup, want Event) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-c.Events():
+			if ev == want {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no %v event within 10s", want)
+		}
+	}
+}
+
+func TestPidsEvent(t *testing.T) {
+	h := testCgroupHost(t)
+	c := newCgroup(t, h, Resources{Memory: 64 << 20, Pids: 4, CPUs: 1})
+	_, in := sleeper(t, c, "for i in 1 2 3 4 5 6 7 8; do sleep 30 & done; wait")
+	stop := make(chan struct{})
+	defer close(stop)
+	go c.PollPids(stop)
+	io.WriteString(in, "go\n")
+	waitEvent(t, c, EventPidsMax)
+	if s, err := c.Stats(); err != nil || s.PidsMax == 0 {
+		t.Errorf("Stats = %+v, %v; want refused forks counted", s, err)
+	}
+}
+
+func TestOOMEvent(t *testing.T) {
+	h := testCgroupHost(t)
+	c := newCgroup(t, h, Resources{Memory: 32 << 20, Pids: 16, CPUs: 1})
+	cmd, in := sleeper(t, c, `exec /usr/bin/python3 -c 'b = [b"x" * (4 << 20) for _ in range(64)]'`)
+	io.WriteString(in, "go\n")
+	waitEvent(t, c, EventOOM)
+	cmd.Wait()
+	s, err := c.Stats()
+	if err != nil || s.OOMKills == 0 || s.MemoryPeak > 32<<20 || s.MemoryPeak < 16<<20 {
+		t.Errorf("Stats = %+v, %v; want an OOM kill at a peak close to 32M", s, err)
+	}
+	if s.CPU <= 0 {
+		t.Errorf("no CPU time counted: %+v", s)
+	}
+}
+
+func TestSweep(t *testing.T) {
+	h := testCgroupHost(t)
+	prefix := "sweep-" + strconv.Itoa(os.Getpid()) + "-"
+	r := Resources{Memory: 64 << 20, Pids: 8, CPUs: 1}
+	stale, err := h.New(prefix+"stale", r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := h.New(prefix+"live", r)
+	if err != nil {
+		stale.Destroy()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		live.Kill()
+		live.Destroy()
+		stale.Destroy()
+	})
+	cmd, in := sleeper(t, stale, "sleep 30")
+	io.WriteString(in, "go\n")
+	var asked []string
+	if err := h.Sweep(prefix, func(name string) bool {
+		asked = append(asked, name)
+		return name == prefix+"stale"
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// (Asked once per hierarchy on v1.)
+	seen := map[string]bool{}
+	for _, n := range asked {
+		seen[n] = true
+	}
+	if len(seen) != 2 || !seen[prefix+"stale"] || !seen[prefix+"live"] {
+		t.Errorf("Sweep asked about %v, want the two cgroups with the prefix", asked)
+	}
+	if left := dirsOf(h, prefix+"stale"); len(left) > 0 {
+		t.Errorf("the stale cgroup is still there: %v", left)
+	}
+	if len(dirsOf(h, prefix+"live")) == 0 {
+		t.Error("Sweep removed a live cgroup")
+	}
+	// The stale cgroup's process was killed with it.
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Error("the stale cgroup's process survived the sweep")
+	}
+}
+
+func TestCPUAccounting(t *testing.T) {
+	h := testCgroupHost(t)
+	c := newCgroup(t, h, Resources{Memory: 64 << 20, Pids: 8, CPUs: 1})
+	cmd, in := sleeper(t, c, "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done")
+	io.WriteString(in, "go\n")
+	cmd.Wait()
+	used, err := c.CPU()
+	if err != nil || used < 10*time.Millisecond {
+		t.Errorf("CPU = %v, %v; want the loop's CPU time", used, err)
+	}
+}
+
+func TestEventString(t *testing.T) {
+	for ev, want := range map[Event]string{EventOOM: "oom", EventPidsMax: "pids", 0: "unknown", 99: "unknown"} {
+		if ev.String() != want {
+			t.Errorf("%d.String() = %q", ev, ev.String())
+		}
+	}
+}

@@ -1,0 +1,108 @@
+package exeseal
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// checkSealed fails unless nothing can change the executable behind e:
+// neither by opening its path for writing nor by writing or truncating
+// through a descriptor that did open.
+func checkSealed(t *testing.T, e *Exe) {
+	t.Helper()
+	for _, flags := range []int{unix.O_WRONLY, unix.O_RDWR, unix.O_WRONLY | unix.O_TRUNC, unix.O_WRONLY | unix.O_APPEND} {
+		fd, err := unix.Open(e.Path(), flags|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue // refused outright (EROFS for the detached mount)
+		}
+		if n, err := unix.Write(fd, []byte{0}); err == nil || n > 0 {
+			t.Errorf("%s: wrote through a descriptor opened with %#x", e.Method, flags)
+		}
+		if err := unix.Ftruncate(fd, 0); err == nil {
+			t.Errorf("%s: truncated through a descriptor opened with %#x", e.Method, flags)
+		}
+		unix.Close(fd)
+	}
+	if _, err := unix.Write(e.Fd(), []byte{0}); err == nil {
+		t.Errorf("%s: wrote through its own descriptor", e.Method)
+	}
+	// Still the running binary, byte for byte, and still executable.
+	self, err := os.ReadFile("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := os.ReadFile(e.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(self, sealed) {
+		t.Errorf("%s: content differs from /proc/self/exe", e.Method)
+	}
+	out, err := exec.Command(e.Path(), "-test.run=^$").CombinedOutput()
+	if err != nil {
+		t.Errorf("%s: cannot execute it: %v %s", e.Method, err, out)
+	}
+}
+
+func TestOpen(t *testing.T) {
+	e, err := Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if os.Geteuid() == 0 && e.Method != DetachedMount {
+		t.Logf("as root, expected a detached mount, got %s", e.Method)
+	}
+	checkSealed(t, e)
+}
+
+func TestMemfd(t *testing.T) {
+	e, err := openMemfd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	seals, err := unix.FcntlInt(uintptr(e.Fd()), unix.F_GET_SEALS, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
+	if seals&want != want {
+		t.Errorf("seals %#x, want %#x", seals, want)
+	}
+	// The seals themselves cannot be changed any more.
+	if _, err := unix.FcntlInt(uintptr(e.Fd()), unix.F_ADD_SEALS, unix.F_SEAL_FUTURE_WRITE); !errors.Is(err, unix.EPERM) {
+		t.Errorf("adding a seal: %v, want EPERM", err)
+	}
+	checkSealed(t, e)
+}
+
+func TestDetached(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("privileged test: open_tree needs root")
+	}
+	e, err := openDetached()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	// The mount is read-only: not merely busy (a running binary answers
+	// ETXTBSY to a writable open whatever its mount).
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(e.Fd(), &st); err != nil || st.Flags&unix.ST_RDONLY == 0 {
+		t.Errorf("the detached mount is not read-only: flags %#x, %v", st.Flags, err)
+	}
+	fd, err := unix.Open(e.Path(), unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err == nil {
+		unix.Close(fd)
+	}
+	if !errors.Is(err, unix.EROFS) && !errors.Is(err, unix.ETXTBSY) {
+		t.Errorf("open for writing: %v, want EROFS or ETXTBSY", err)
+	}
+	checkSealed(t, e)
+}

@@ -1,0 +1,358 @@
+"""The protocol of docs/runtime-protocol.md: hello, configure, execute, shutdown, framing."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import struct
+import sys
+import tempfile
+import time
+import unittest
+
+import harness
+from harness import Runtime, SessionMixin
+
+
+class HelloConfigureShutdownTest(unittest.TestCase):
+    def test_hello(self) -> None:
+        rt = Runtime(configure=False)
+        try:
+            self.assertEqual(rt.hello["language"], "python")
+            self.assertEqual(rt.hello["version"], "%d.%d.%d" % sys.version_info[:3])
+            self.assertEqual(rt.hello["pid"], rt.pid)
+        finally:
+            rt.close()
+
+    def test_configure_replaces_environment_and_changes_directory(self) -> None:
+        rt = Runtime(configure=False)
+        try:
+            with tempfile.TemporaryDirectory() as d:
+                env = {"ONLY": "this", "PATH": "/usr/bin:/bin", "EMPTY": "", "UNICODE": "h\u00e9llo"}
+                reply = rt.configure(env=env, cwd=d)
+                self.assertNotIn("error", reply)
+                ex = rt.execute("import os, json\nprint(json.dumps(dict(os.environ)))\nos.getcwd()")
+                self.assertEqual(ex.status, "ok", ex.messages)
+                self.assertEqual(json.loads(ex.out), env)
+                self.assertEqual(ex.text, repr(os.path.realpath(d)))
+                ex = rt.execute("!echo $ONLY")
+                self.assertEqual(ex.out, "this\n")
+        finally:
+            rt.close()
+
+    def test_configure_bad_directory_is_reported_not_fatal(self) -> None:
+        rt = Runtime(configure=False)
+        try:
+            reply = rt.configure(env={"A": "1"}, cwd="/nonexistent/dir")
+            self.assertIn("nonexistent", reply.get("error", ""))
+            self.assertEqual(rt.execute("1 + 1").text, "2")
+        finally:
+            rt.close()
+
+    def test_shutdown_exits_zero_and_runs_atexit(self) -> None:
+        rt = Runtime()
+        try:
+            rt.execute("import atexit\natexit.register(print, 'bye', flush=True)")
+            rt.send({"type": "shutdown"})
+            self.assertEqual(rt.wait_exit(), 0)
+            out, _ = rt._drain_pipes()
+            self.assertEqual(out, b"bye\n")
+        finally:
+            rt.close()
+
+    def test_eof_exits_zero(self) -> None:
+        rt = Runtime()
+        try:
+            rt.sock.shutdown(socket.SHUT_WR)
+            self.assertEqual(rt.wait_exit(), 0)
+        finally:
+            rt.close()
+
+    def test_shutdown_does_not_wait_for_user_threads(self) -> None:
+        rt = Runtime()
+        try:
+            rt.execute("import threading, time\nthreading.Thread(target=time.sleep, args=(60,)).start()")
+            rt.send({"type": "shutdown"})
+            self.assertEqual(rt.wait_exit(timeout=10), 0)
+        finally:
+            rt.close()
+
+
+class MalformedFrameTest(unittest.TestCase):
+    """Any malformed frame is fatal: exit status 2."""
+
+    def assertFatal(self, data: bytes, close: bool = False) -> None:
+        rt = Runtime()
+        try:
+            self.assertEqual(rt.execute("x = 1").status, "ok")
+            rt.send_raw(data)
+            if close:
+                rt.sock.shutdown(socket.SHUT_WR)
+            self.assertEqual(rt.wait_exit(), 2)
+            _, err = rt._drain_pipes()
+            self.assertIn(b"fatal protocol error", err)
+        finally:
+            rt.close()
+
+    def frame(self, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + body
+
+    def test_invalid_json(self) -> None:
+        self.assertFatal(self.frame(b"{not json"))
+
+    def test_not_an_object(self) -> None:
+        self.assertFatal(self.frame(b"[1, 2]"))
+
+    def test_trailing_data(self) -> None:
+        self.assertFatal(self.frame(b'{"type": "shutdown"} x'))
+
+    def test_invalid_utf8(self) -> None:
+        self.assertFatal(self.frame(b'{"type": "\xff"}'))
+
+    def test_unknown_type(self) -> None:
+        self.assertFatal(self.frame(b'{"type": "launch-missiles"}'))
+
+    def test_execute_without_code(self) -> None:
+        self.assertFatal(self.frame(b'{"type": "execute", "id": "e9"}'))
+
+    def test_oversized_frame(self) -> None:
+        self.assertFatal(struct.pack(">I", (64 << 20) + 1))
+
+    def test_empty_frame(self) -> None:
+        self.assertFatal(struct.pack(">I", 0))
+
+    def test_eof_inside_frame(self) -> None:
+        self.assertFatal(struct.pack(">I", 100) + b'{"type"', close=True)
+
+    def test_bad_configure(self) -> None:
+        self.assertFatal(self.frame(b'{"type": "configure", "env": {"A": 1}}'))
+
+
+class ExecuteTest(SessionMixin, unittest.TestCase):
+    def test_state_persists(self) -> None:
+        self.ok("import math\ncounter = 40\ndef bump(n):\n    global counter\n    counter += n\n    return counter")
+        self.ok("class Thing:\n    size = 3")
+        self.assertEqual(self.value("bump(1) + Thing.size"), "44")
+        self.assertEqual(self.value("counter"), "41")
+        self.assertEqual(self.value("math.floor(2.5)"), "2")
+
+    def test_final_expression(self) -> None:
+        self.assertEqual(self.value("1 + 1"), "2")
+        self.assertEqual(self.value('"s"'), "'s'")
+        self.assertEqual(self.value("x = 5\nx * 2"), "10")
+        self.assertEqual(self.value("[1, 2]  # comment"), "[1, 2]")
+        self.assertEqual(self.value("a = 1; a + 1"), "2")
+        self.assertEqual(self.value("(1 +\n 2)"), "3")
+
+    def test_no_result(self) -> None:
+        self.assertIsNone(self.value("None"))
+        self.assertIsNone(self.value("y = 3"))
+        self.assertIsNone(self.value("1 + 1;"))
+        self.assertIsNone(self.value("1 + 1;  # suppressed"))
+        self.assertIsNone(self.value("print('x')"))
+        self.assertIsNone(self.value(""))
+        self.assertIsNone(self.value("# only a comment"))
+        self.assertIsNone(self.value("if True:\n    5"))
+
+    def test_only_the_last_expression_is_shown(self) -> None:
+        ex = self.ok("1\n2\n3")
+        self.assertEqual(ex.text, "3")
+
+    def test_underscore(self) -> None:
+        self.ok("40 + 2")
+        self.assertEqual(self.value("_"), "42")
+        self.ok("'a'")
+        self.ok("'b'")
+        self.assertEqual(self.value("(_, __, ___)"), "('b', 'a', 42)")
+        self.ok("_ = 'mine'")
+        self.ok("'new result'")
+        self.assertEqual(self.value("_"), "'mine'")  # a user-assigned _ is left alone
+
+    def test_execution_count_and_result_fields(self) -> None:
+        ex1 = self.ok("10")
+        ex2 = self.ok("20")
+        self.assertEqual(ex2.done["execution_count"], ex1.done["execution_count"] + 1)
+        self.assertEqual(ex2.result["execution_count"], ex2.done["execution_count"])
+        self.assertEqual(ex2.result["metadata"], {})
+        self.assertEqual(ex2.done["exit_code"], 0)
+
+    def test_stdout_and_stderr(self) -> None:
+        ex = self.ok("import sys\nprint('out', end='')\nprint('err', file=sys.stderr, end='')\n"
+                     "sys.stdout.write('partial')")
+        self.assertEqual(ex.out, "outpartial")
+        self.assertEqual(ex.err, "err")
+
+    def test_subprocess_output(self) -> None:
+        ex = self.ok("import subprocess\nprint('before')\nsubprocess.run(['echo', 'child'])\nprint('after')")
+        self.assertEqual(ex.out, "before\nchild\nafter\n")
+
+    def test_unicode_output(self) -> None:
+        ex = self.ok("print('h\u00e9llo \u2603')\n'\u2603 \\udc80'")
+        self.assertEqual(ex.out, "h\u00e9llo \u2603\n")
+        self.assertEqual(ex.text, "'\u2603 \\udc80'")
+        ex = self.ok("print('\\udc80')")  # unencodable: backslashreplace
+        self.assertEqual(ex.out, "\\udc80\n")
+
+    def test_main_module(self) -> None:
+        ex = self.ok("if __name__ == '__main__':\n    print('main')\nimport sys\n"
+                     "sys.modules['__main__'].__dict__ is globals()")
+        self.assertEqual(ex.out, "main\n")
+        self.assertEqual(ex.text, "True")
+
+    def test_pickle_class_and_function_defined_in_cell(self) -> None:
+        self.ok("import pickle\nclass Point:\n    def __init__(self, x):\n        self.x = x\n"
+                "def double(v):\n    return 2 * v")
+        self.assertEqual(self.value("p = pickle.loads(pickle.dumps(Point(3)))\n(type(p) is Point, p.x)"),
+                         "(True, 3)")
+        self.assertEqual(self.value("pickle.loads(pickle.dumps(double))(4)"), "8")
+
+    def test_inspect_getsource_of_cell_function(self) -> None:
+        self.ok("def documented():\n    return 'src'")
+        self.assertIn("return 'src'", self.value("import inspect\ninspect.getsource(documented)"))
+
+    def test_future_import_persists(self) -> None:
+        self.ok("from __future__ import annotations")
+        self.assertEqual(self.value("def f(x: UndefinedName) -> None: pass\nf.__annotations__['x']"),
+                         "'UndefinedName'")
+
+    def test_input_raises_eoferror(self) -> None:
+        self.failing("input('name? ')", "EOFError")
+
+    def test_import_from_working_directory(self) -> None:
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "airlock_test_helper_mod.py"), "w") as f:
+                f.write("VALUE = 7\n")
+            self.ok(f"import os\nos.chdir({d!r})")
+            self.assertEqual(self.value("import airlock_test_helper_mod\nairlock_test_helper_mod.VALUE"), "7")
+
+    def test_argv(self) -> None:
+        self.assertEqual(self.value("import sys\nsys.argv"), "['']")
+
+
+class ErrorTest(SessionMixin, unittest.TestCase):
+    def test_exception_then_normal_call(self) -> None:
+        ex = self.failing("print('partial')\n1/0", "ZeroDivisionError")
+        self.assertEqual(ex.out, "partial\n")
+        self.assertEqual(ex.error["value"], "division by zero")
+        self.assertEqual(ex.done["exit_code"], 1)
+        tb = ex.error["traceback"]
+        n = ex.done["execution_count"]
+        self.assertEqual(tb[0], "Traceback (most recent call last):")
+        self.assertIn(f"  Cell In[{n}], line 2", tb)
+        self.assertIn("    1/0", tb)
+        self.assertEqual(tb[-1], "ZeroDivisionError: division by zero")
+        self.assertEqual(self.value("x = 5\nx"), "5")
+
+    def test_traceback_through_functions_of_earlier_cells(self) -> None:
+        first = self.ok("def inner():\n    raise ValueError('bad value')\n")
+        n1 = first.done["execution_count"]
+        ex = self.failing("def outer():\n    inner()\nouter()", "ValueError")
+        n2 = ex.done["execution_count"]
+        tb = ex.error["traceback"]
+        self.assertIn(f"  Cell In[{n2}], line 3", tb)
+        self.assertIn(f"  Cell In[{n2}], line 2, in outer", tb)
+        self.assertIn(f"  Cell In[{n1}], line 2, in inner", tb)
+        self.assertIn("    raise ValueError('bad value')", tb)
+        self.assertEqual(tb[-1], "ValueError: bad value")
+
+    def test_library_frames_are_kept(self) -> None:
+        ex = self.failing("import json\njson.loads('{')", "JSONDecodeError")
+        self.assertTrue(any('File "' in line and "json" in line for line in ex.error["traceback"]))
+
+    def test_chained_exceptions(self) -> None:
+        ex = self.failing("try:\n    1/0\nexcept Exception as e:\n    raise KeyError('k') from e", "KeyError")
+        text = "\n".join(ex.error["traceback"])
+        self.assertIn("ZeroDivisionError", text)
+        self.assertIn("direct cause", text)
+
+    def test_syntax_error(self) -> None:
+        ex = self.failing("never_assigned = 1\ny = (", "SyntaxError")
+        n = ex.done["execution_count"]
+        self.assertEqual(ex.error["traceback"], [
+            f"  Cell In[{n}], line 2", "    y = (", "        ^", "SyntaxError: '(' was never closed"])
+        self.assertNotIn("<cell", ex.error["value"])
+        # Nothing ran.
+        self.failing("never_assigned", "NameError")
+
+    def test_indentation_error(self) -> None:
+        ex = self.failing("def f():\nreturn 1", "IndentationError")
+        self.assertIn("    return 1", ex.error["traceback"])
+        self.assertTrue(any(set(line.strip()) == {"^"} for line in ex.error["traceback"]))
+
+    def test_system_exit(self) -> None:
+        ex = self.failing("import sys\nsys.exit(3)", "SystemExit")
+        self.assertEqual(ex.done["exit_code"], 3)
+        self.assertEqual(ex.error["value"], "3")
+        ex = self.failing("raise SystemExit('message')", "SystemExit")
+        self.assertEqual(ex.done["exit_code"], 1)
+        self.assertEqual(ex.error["value"], "message")
+        self.assertEqual(self.value("'still alive'"), "'still alive'")
+
+    def test_clean_system_exit_is_ok(self) -> None:
+        ex = self.ok("print('a')\nexit()\nprint('b')")
+        self.assertEqual(ex.out, "a\n")
+        self.assertIsNone(ex.error)
+        self.ok("import sys\nsys.exit(0)")
+        self.assertEqual(self.value("1"), "1")
+
+    def test_user_raised_keyboard_interrupt_is_an_error(self) -> None:
+        ex = self.failing("raise KeyboardInterrupt", "KeyboardInterrupt", status="error")
+        self.assertEqual(ex.done["exit_code"], 1)
+
+    def test_base_exception_subclasses(self) -> None:
+        self.failing("class Boom(BaseException):\n    pass\nraise Boom('x')", "Boom")
+        self.failing("raise GeneratorExit", "GeneratorExit")
+        self.assertEqual(self.value("2 + 2"), "4")
+
+    def test_recursion_error(self) -> None:
+        ex = self.failing("def f(n):\n    return f(n + 1)\nf(0)", "RecursionError")
+        self.assertLess(len(ex.error["traceback"]), 100)  # repeated frames are collapsed
+        self.assertTrue(any("repeated" in line for line in ex.error["traceback"]))
+        self.assertEqual(self.value("sum(range(10))"), "45")
+
+    def test_exception_with_broken_str(self) -> None:
+        ex = self.failing("class E(Exception):\n    def __str__(self):\n        raise RuntimeError\nraise E()", "E")
+        self.assertEqual(self.value("1"), "1")
+
+    def test_exception_notes(self) -> None:
+        ex = self.failing("e = ValueError('v')\ne.add_note('a note')\nraise e", "ValueError")
+        self.assertIn("a note", ex.error["traceback"])
+
+    def test_huge_exception_message_is_capped(self) -> None:
+        ex = self.failing("raise ValueError('x' * (20 << 20))", "ValueError")
+        self.assertLess(len(ex.error["value"]), 5 << 20)
+        self.assertLess(sum(map(len, ex.error["traceback"])), 10 << 20)
+
+
+class PerformanceTest(unittest.TestCase):
+    def test_trivial_execution_round_trip(self) -> None:
+        rt = Runtime()
+        try:
+            sock = rt.sock
+            sock.setblocking(True)
+
+            def roundtrip(i: int) -> float:
+                body = json.dumps({"type": "execute", "id": f"p{i}", "code": "x = 1"}).encode()
+                t0 = time.perf_counter()
+                sock.sendall(struct.pack(">I", len(body)) + body)
+                n = struct.unpack(">I", sock.recv(4, socket.MSG_WAITALL))[0]
+                msg = json.loads(sock.recv(n, socket.MSG_WAITALL))
+                elapsed = time.perf_counter() - t0
+                self.assertEqual(msg["type"], "done")
+                return elapsed
+
+            for i in range(50):
+                roundtrip(i)
+            times = [roundtrip(i) for i in range(50, 550)]
+            median = statistics.median(times)
+            print(f"\n  x = 1 round trip: median {median * 1e6:.0f} \u00b5s, "
+                  f"p90 {sorted(times)[int(len(times) * 0.9)] * 1e6:.0f} \u00b5s", file=sys.stderr)
+            self.assertLess(median, 0.001)
+        finally:
+            rt.close()
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,510 @@
+package workspace
+
+// Privileged tests of Dir on a real tmpfs, mounted like a sandbox's
+// /workspace (nosuid, nodev, owned by the sandbox user) in a private mount
+// namespace that only a throwaway thread ever enters: the host's mount
+// table never sees it, and the tmpfs lives on through the descriptors.
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/internal/errdefs"
+)
+
+// testUID owns the tmpfs, as the sandbox user's host id does.
+const testUID = 1_999_000
+
+// testDir returns a Dir on a fresh tmpfs mounted with opts, and a second
+// O_PATH descriptor of its root through which the test (as root) plays
+// the sandbox and sets traps.
+func testDir(t *testing.T, opts string) (*Dir, int) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("privileged test: needs root to mount a tmpfs and take the sandbox user's ids")
+	}
+	mnt := t.TempDir()
+	type result struct {
+		fd  int
+		err error
+	}
+	c := make(chan result)
+	go func() {
+		// Never unlocked: the thread, and its private mount namespace
+		// with it, ends with the goroutine.
+		runtime.LockOSThread()
+		fail := func(err error) { c <- result{-1, err} }
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			fail(fmt.Errorf("unshare: %w", err))
+			return
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			fail(err)
+			return
+		}
+		data := fmt.Sprintf("%s,mode=0755,uid=%d,gid=%d", opts, testUID, testUID)
+		if err := unix.Mount("tmpfs", mnt, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+			fail(fmt.Errorf("mount: %w", err))
+			return
+		}
+		fd, err := unix.Open(mnt, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		c <- result{fd, err}
+	}()
+	r := <-c
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	ctl, err := unix.FcntlInt(uintptr(r.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := New(r.fd, testUID, testUID)
+	t.Cleanup(func() {
+		d.Close()
+		unix.Close(ctl)
+	})
+	return d, ctl
+}
+
+// outside makes a host directory with a secret file, the target of the
+// traps, and checks at the end that nothing in it changed.
+func outside(t *testing.T) (dir, secret string) {
+	t.Helper()
+	dir = t.TempDir()
+	secret = "secret-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if err := os.WriteFile(filepath.Join(dir, "secret"), []byte(secret), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	// Writable by the sandbox user: only the confinement, not
+	// permissions, may stop a write that reaches it.
+	if err := os.Chmod(filepath.Dir(dir), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ents, _ := os.ReadDir(dir)
+		if len(ents) != 1 || ents[0].Name() != "secret" {
+			t.Errorf("the host directory changed: %v", ents)
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, "secret")); err != nil || string(b) != secret {
+			t.Errorf("the host file changed: %q %v", b, err)
+		}
+	})
+	return dir, secret
+}
+
+func readAll(t *testing.T, d *Dir, rel string) (string, Entry, error) {
+	t.Helper()
+	f, e, err := d.Open(rel)
+	if err != nil {
+		return "", e, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	return string(b), e, err
+}
+
+func mustWrite(t *testing.T, d *Dir, rel, content string) {
+	t.Helper()
+	if n, err := d.Write(rel, strings.NewReader(content), 1<<20, 0o644); err != nil || n != int64(len(content)) {
+		t.Fatalf("Write(%q) = %d, %v", rel, n, err)
+	}
+}
+
+func owner(t *testing.T, ctl int, rel string) int {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Fstatat(ctl, rel, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		t.Fatalf("stat %s: %v", rel, err)
+	}
+	return int(st.Uid)
+}
+
+func TestDirRoundTrip(t *testing.T) {
+	d, ctl := testDir(t, "size=4m,nr_inodes=1024")
+	mustWrite(t, d, "a/b/c.txt", "hello")
+	got, e, err := readAll(t, d, "a/b/c.txt")
+	if err != nil || got != "hello" || e.Type != "file" || e.Size != 5 || e.Path != "a/b/c.txt" || e.Mode != "0644" {
+		t.Fatalf("Open = %q %+v %v", got, e, err)
+	}
+	// Created as the sandbox user, parents included.
+	for _, p := range []string{"a", "a/b", "a/b/c.txt"} {
+		if u := owner(t, ctl, p); u != testUID {
+			t.Errorf("%s is owned by %d, want %d", p, u, testUID)
+		}
+	}
+	// Replacing is atomic: a new inode, the old content never half-written.
+	var before, after unix.Stat_t
+	unix.Fstatat(ctl, "a/b/c.txt", &before, 0)
+	if _, err := d.Write("a/b/c.txt", strings.NewReader("bye"), 1<<20, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	unix.Fstatat(ctl, "a/b/c.txt", &after, 0)
+	if before.Ino == after.Ino {
+		t.Error("Write replaced the file in place")
+	}
+	if got, e, _ := readAll(t, d, "a/b/c.txt"); got != "bye" || e.Mode != "0600" {
+		t.Errorf("after rewrite: %q %+v", got, e)
+	}
+	if err := d.Mkdir("x/y/z"); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := d.Stat("x/y"); err != nil || e.Type != "dir" {
+		t.Errorf("Stat(x/y) = %+v, %v", e, err)
+	}
+	if e, err := d.Stat(""); err != nil || e.Type != "dir" {
+		t.Errorf("Stat(root) = %+v, %v", e, err)
+	}
+	entries, truncated, err := d.List("", true)
+	var paths []string
+	for _, e := range entries {
+		paths = append(paths, e.Path+":"+e.Type)
+	}
+	want := "a:dir a/b:dir a/b/c.txt:file x:dir x/y:dir x/y/z:dir"
+	if err != nil || truncated || strings.Join(paths, " ") != want {
+		t.Errorf("List = %v %v %v, want %s", paths, truncated, err, want)
+	}
+	if entries, _, err := d.List("a", false); err != nil || len(entries) != 1 || entries[0].Path != "a/b" {
+		t.Errorf("List(a) = %+v, %v", entries, err)
+	}
+
+	// Remove: a file, a non-empty directory only when recursive.
+	if err := d.Remove("a/b/c.txt", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Stat("a/b/c.txt"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("removed file: %v", err)
+	}
+	if err := d.Remove("x", false); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("Remove(non-empty, not recursive) = %v, want ErrConflict", err)
+	}
+	if err := d.Remove("x", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Remove("x", true); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Remove(gone) = %v, want ErrNotFound", err)
+	}
+	if err := d.Remove("", true); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("Remove(root) = %v", err)
+	}
+	// Directories are not files.
+	if _, _, err := d.Open("a"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("Open(dir) = %v", err)
+	}
+	if _, _, err := d.Open(""); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("Open(root) = %v", err)
+	}
+	if _, err := d.Write("", strings.NewReader("x"), 10, 0o644); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("Write(root) = %v", err)
+	}
+	if _, err := d.Write("a", strings.NewReader("x"), 10, 0o644); err == nil {
+		t.Error("Write over a directory succeeded")
+	}
+	// A parent that is a file.
+	mustWrite(t, d, "file", "f")
+	if _, err := d.Write("file/child", strings.NewReader("x"), 10, 0o644); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("Write under a file = %v", err)
+	}
+}
+
+func TestDirSizeLimits(t *testing.T) {
+	d, _ := testDir(t, "size=256k,nr_inodes=64")
+	if n, err := d.Write("ten", strings.NewReader("0123456789"), 10, 0o644); err != nil || n != 10 {
+		t.Errorf("Write at the limit = %d, %v", n, err)
+	}
+	if _, err := d.Write("eleven", strings.NewReader("0123456789A"), 10, 0o644); !errors.Is(err, errdefs.ErrTooLarge) {
+		t.Errorf("Write over the limit = %v, want ErrTooLarge", err)
+	}
+	// The filesystem fills up before the per-file limit: ENOSPC is
+	// ErrTooLarge too, and neither leaves a partial file.
+	_, err := d.Write("big", bytes.NewReader(make([]byte, 1<<20)), 10<<20, 0o644)
+	if !errors.Is(err, errdefs.ErrTooLarge) {
+		t.Errorf("Write of 1M into 256k = %v, want ErrTooLarge", err)
+	}
+	// Out of inodes.
+	var ierr error
+	for i := 0; i < 100 && ierr == nil; i++ {
+		_, ierr = d.Write("n"+strconv.Itoa(i), strings.NewReader(""), 10, 0o644)
+	}
+	if !errors.Is(ierr, errdefs.ErrTooLarge) {
+		t.Errorf("running out of inodes: %v, want ErrTooLarge", ierr)
+	}
+	entries, _, err := d.List("", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Path, ".airlock-upload") || e.Path == "eleven" || e.Path == "big" {
+			t.Errorf("a failed write left %s", e.Path)
+		}
+	}
+}
+
+func TestDirRefusesSymlinks(t *testing.T) {
+	d, ctl := testDir(t, "size=4m,nr_inodes=1024")
+	host, secret := outside(t)
+	for name, target := range map[string]string{
+		"abs":      filepath.Join(host, "secret"),
+		"rel":      "../../../../../../../../" + strings.TrimPrefix(filepath.Join(host, "secret"), "/"),
+		"dirlink":  host,
+		"proclink": "/proc/self/root" + filepath.Join(host, "secret"),
+		"fdlink":   "/proc/self/fd/" + strconv.Itoa(ctl),
+		"self":     "self",
+		"inside":   "real",
+	} {
+		if err := unix.Symlinkat(target, ctl, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustWrite(t, d, "real", "inside")
+
+	for _, p := range []string{"abs", "rel", "proclink", "fdlink", "self", "inside", "dirlink/secret", "fdlink/secret", "dirlink/../real"} {
+		got, _, err := readAll(t, d, p)
+		if err == nil {
+			t.Errorf("Open(%q) followed a symlink and read %q", p, got)
+		}
+		if strings.Contains(got, secret) {
+			t.Errorf("Open(%q) leaked the secret", p)
+		}
+	}
+	// Stat and List describe a link without following it.
+	if e, err := d.Stat("abs"); err != nil || e.Type != "symlink" {
+		t.Errorf("Stat(abs) = %+v, %v", e, err)
+	}
+	for _, p := range []string{"dirlink", "dirlink/", "fdlink"} {
+		if _, _, err := d.List(p, true); err == nil {
+			t.Errorf("List(%q) followed a symlink", p)
+		}
+	}
+	entries, _, _ := d.List("", true)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Path, "dirlink/") || strings.HasPrefix(e.Path, "fdlink/") {
+			t.Errorf("List descended through a symlink: %s", e.Path)
+		}
+	}
+	// Writing, creating and removing through a linked directory fail.
+	if _, err := d.Write("dirlink/new", strings.NewReader("x"), 10, 0o644); err == nil {
+		t.Error("Write through a directory symlink succeeded")
+	}
+	if _, err := d.Write("dirlink/secret", strings.NewReader("x"), 10, 0o644); err == nil {
+		t.Error("Write over a file through a directory symlink succeeded")
+	}
+	if err := d.Mkdir("dirlink/sub"); err == nil {
+		t.Error("Mkdir through a directory symlink succeeded")
+	}
+	if err := d.Remove("dirlink/secret", false); err == nil {
+		t.Error("Remove through a directory symlink succeeded")
+	}
+	if err := d.Remove("fdlink/secret", true); err == nil {
+		t.Error("Remove through a magic link succeeded")
+	}
+	// Writing a link's own name replaces the link, not its target;
+	// removing it removes the link.
+	mustWrite(t, d, "abs", "replaced")
+	if e, err := d.Stat("abs"); err != nil || e.Type != "file" {
+		t.Errorf("after Write, abs is %+v, %v", e, err)
+	}
+	if err := d.Remove("dirlink", true); err != nil {
+		t.Errorf("Remove(dirlink) = %v", err)
+	}
+}
+
+func TestDirSymlinkSwappedForParent(t *testing.T) {
+	d, ctl := testDir(t, "size=4m,nr_inodes=1024")
+	host, secret := outside(t)
+	mustWrite(t, d, "d/f1", "one")
+	// The sandbox swaps the directory for a link to the host.
+	if err := unix.Renameat(ctl, "d", ctl, "d.old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Symlinkat(host, ctl, "d"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Write("d/f2", strings.NewReader("two"), 10, 0o644); err == nil {
+		t.Error("Write followed the swapped-in link")
+	}
+	if _, err := d.Write("d/secret", strings.NewReader("owned"), 10, 0o644); err == nil {
+		t.Error("Write over the host file through the swapped-in link")
+	}
+	if got, _, err := readAll(t, d, "d/secret"); err == nil || strings.Contains(got, secret) {
+		t.Errorf("Open through the swapped-in link: %q %v", got, err)
+	}
+	if err := d.Remove("d/secret", false); err == nil {
+		t.Error("Remove through the swapped-in link succeeded")
+	}
+	if got, _, err := readAll(t, d, "d.old/f1"); err != nil || got != "one" {
+		t.Errorf("the moved directory: %q %v", got, err)
+	}
+	// An exchange that swaps the link in while Write creates the parent
+	// chain: the race is lost at every step because each component is
+	// opened beneath the previous one without following links.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 2000; i++ {
+			unix.Renameat2(ctl, "d", ctl, "d.old", unix.RENAME_EXCHANGE)
+		}
+	}()
+	for i := 0; i < 200; i++ {
+		d.Write("d/race"+strconv.Itoa(i), strings.NewReader("r"), 10, 0o644)
+	}
+	<-done
+}
+
+func TestDirRefusesSpecialFiles(t *testing.T) {
+	d, ctl := testDir(t, "size=4m,nr_inodes=1024")
+	for name, mode := range map[string]uint32{"fifo": unix.S_IFIFO | 0o666, "sock": unix.S_IFSOCK | 0o666, "null": unix.S_IFCHR | 0o666} {
+		dev := 0
+		if name == "null" {
+			dev = int(unix.Mkdev(1, 3))
+		}
+		if err := unix.Mknodat(ctl, name, mode, dev); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := d.Open(name)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Errorf("Open(%s) succeeded", name)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Open(%s) blocked", name)
+		}
+		if e, err := d.Stat(name); err != nil || e.Type != "other" || e.Size != 0 {
+			t.Errorf("Stat(%s) = %+v, %v", name, e, err)
+		}
+	}
+}
+
+func TestDirHardlinks(t *testing.T) {
+	d, ctl := testDir(t, "size=4m,nr_inodes=1024")
+	mustWrite(t, d, "h1", "original")
+	if err := unix.Linkat(ctl, "h1", ctl, "h2", 0); err != nil {
+		t.Fatal(err)
+	}
+	// A write never goes through a hardlink into the other name.
+	mustWrite(t, d, "h1", "new")
+	if got, _, err := readAll(t, d, "h2"); err != nil || got != "original" {
+		t.Errorf("h2 = %q, %v; the write went through the hardlink", got, err)
+	}
+	// And a hardlink to a file outside the tmpfs cannot be made at all.
+	host, _ := outside(t)
+	hfd, err := unix.Open(host, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(hfd)
+	if err := unix.Linkat(hfd, "secret", ctl, "hostlink", 0); !errors.Is(err, unix.EXDEV) {
+		t.Errorf("hardlink across filesystems: %v", err)
+	}
+}
+
+func TestDirRefusesTraversal(t *testing.T) {
+	// Dir's methods take cleaned paths, but refuse escapes anyway.
+	//
+	// Only reads aim at host files. Removes and writes aim only at paths
+	// that, were the confinement broken, would land in this test's own
+	// directory, so that a regression fails the test without harming the
+	// host.
+	d, _ := testDir(t, "size=4m,nr_inodes=1024")
+	host, secret := outside(t)
+	up := strings.Repeat("../", 40)
+	for _, p := range []string{"..", "../x", "a/../../x", up + "etc/passwd", "/etc/passwd", "/proc/self/root/etc/passwd",
+		filepath.Join(host, "secret"), up + strings.TrimPrefix(host, "/") + "/secret"} {
+		if got, _, err := readAll(t, d, p); err == nil || strings.Contains(got, secret) {
+			t.Errorf("Open(%q) succeeded", p)
+		}
+		if _, err := d.Stat(p); err == nil {
+			t.Errorf("Stat(%q) succeeded", p)
+		}
+		if _, _, err := d.List(p, false); err == nil {
+			t.Errorf("List(%q) succeeded", p)
+		}
+	}
+	for _, p := range []string{filepath.Join(host, "secret"), up + strings.TrimPrefix(host, "/") + "/secret",
+		"/proc/self/root" + filepath.Join(host, "secret")} {
+		if err := d.Remove(p, false); err == nil {
+			t.Errorf("Remove(%q) succeeded", p)
+		}
+	}
+	if err := d.Remove("..", false); err == nil {
+		t.Error("Remove(..) succeeded")
+	}
+	for _, p := range []string{filepath.Join(host, "new"), up + strings.TrimPrefix(host, "/") + "/new", "/proc/self/root" + host + "/new"} {
+		if _, err := d.Write(p, strings.NewReader("x"), 10, 0o644); err == nil {
+			t.Errorf("Write(%q) succeeded", p)
+		}
+		if err := d.Mkdir(p); err == nil {
+			t.Errorf("Mkdir(%q) succeeded", p)
+		}
+	}
+}
+
+func TestDirWritesOnlyAsTheSandboxUser(t *testing.T) {
+	d, ctl := testDir(t, "size=4m,nr_inodes=1024")
+	// A directory the sandbox user cannot write: the host cannot either.
+	if err := unix.Mkdirat(ctl, "rootonly", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Write("rootonly/x", strings.NewReader("x"), 10, 0o644); err == nil {
+		t.Error("Write into a directory the sandbox user cannot write succeeded")
+	}
+	if err := d.Mkdir("rootonly/sub"); err == nil {
+		t.Error("Mkdir in a directory the sandbox user cannot write succeeded")
+	}
+	// No thread of this process keeps the sandbox user's ids afterwards
+	// (Go parks rather than ends the main thread when a locked goroutine
+	// ends on it).
+	for i := 0; i < 20; i++ {
+		mustWrite(t, d, "f"+strconv.Itoa(i), "x")
+	}
+	tasks, _ := os.ReadDir("/proc/self/task")
+	for _, task := range tasks {
+		b, _ := os.ReadFile("/proc/self/task/" + task.Name() + "/status")
+		for _, l := range strings.Split(string(b), "\n") {
+			if (strings.HasPrefix(l, "Uid:") || strings.HasPrefix(l, "Gid:")) && strings.Contains(l, strconv.Itoa(testUID)) {
+				t.Errorf("thread %s kept the sandbox user's ids: %s", task.Name(), l)
+			}
+		}
+	}
+}
+
+func TestDirListLimit(t *testing.T) {
+	d, ctl := testDir(t, "size=8m,nr_inodes=20000")
+	if err := unix.Mkdirat(ctl, "many", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dfd, err := unix.Openat(ctl, "many", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(dfd)
+	for i := 0; i < MaxListLength+5; i++ {
+		fd, err := unix.Openat(dfd, strconv.Itoa(i), unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(fd)
+	}
+	entries, truncated, err := d.List("", true)
+	if err != nil || !truncated || len(entries) != MaxListLength {
+		t.Errorf("List of %d entries = %d entries, truncated %v, %v", MaxListLength+6, len(entries), truncated, err)
+	}
+}
