@@ -249,7 +249,7 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 	s.cmd = &exec.Cmd{
 		Path:        h.exe.Path(),
 		Args:        []string{InitArg0},
-		Env:         []string{"GOMAXPROCS=1", "GOGC=200"},
+		Env:         append([]string{"GOMAXPROCS=1", "GOGC=200"}, traceEnv()...),
 		ExtraFiles:  []*os.File{initEnd},
 		Stderr:      errW,
 		SysProcAttr: attr,
@@ -453,12 +453,6 @@ func (s *Sandbox) Signal(pid int, sig syscall.Signal, group bool) error {
 	return s.ctl.send(message{Op: opSignal, Pid: pid, Signal: int(sig), Group: group})
 }
 
-// Watch asks for the exit of pid (a child of the init that Spawn did not
-// start) to be delivered on Exits.
-func (s *Sandbox) Watch(pid int) error {
-	return s.ctl.send(message{Op: opWatch, Pid: pid})
-}
-
 // Adapt gives a pre-started sandbox new limits: the cgroup's memory, pids
 // and CPU, the sizes of /workspace and /tmp, and the rlimits of the
 // program pid (inside). The scratch trees must still be empty.
@@ -559,6 +553,9 @@ func (s *Sandbox) Close() error {
 		s.cmd.Wait() // reaps the init; the kernel has reaped the rest
 		trace("init reaped")
 		<-s.errDone
+		if tracing {
+			os.Stderr.Write(s.initErr.Bytes())
+		}
 		s.ctl.close()
 		<-s.dead
 		// A process that joined the cgroup without entering the pid

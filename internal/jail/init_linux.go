@@ -166,7 +166,17 @@ type initState struct {
 	spawner   chan spawnReq
 }
 
+func itrace(what string) {
+	if os.Getenv("AIRLOCK_TRACE") != "" {
+		var ru syscall.Rusage
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		fmt.Fprintf(os.Stderr, "init %s cpu=%.2fms\n", what, float64(ru.Utime.Nano()+ru.Stime.Nano())/1e6)
+	}
+}
+
 func setup(cfg *setupMsg, placed func() error) (*initState, error) {
+	itrace("setup start")
+	defer itrace("setup end")
 	// The host's supplementary groups would otherwise follow us in.
 	if err := syscall.Setgroups(nil); err != nil {
 		return nil, fmt.Errorf("drop supplementary groups: %w", err)
@@ -174,6 +184,7 @@ func setup(cfg *setupMsg, placed func() error) (*initState, error) {
 	if err := rootfs.Build(cfg.Root); err != nil {
 		return nil, err
 	}
+	itrace("rootfs built")
 	if err := rootfs.Hostname(cfg.Root.Hostname); err != nil {
 		return nil, err
 	}
@@ -247,9 +258,6 @@ func serve(ctl *conn, st *initState) {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGCHLD)
 	watched := map[int]bool{}
-	// Exits of children nobody watched yet (a template child's runtime is
-	// re-parented to us before the host can ask), newest last.
-	var unwatched []message
 	for {
 		select {
 		case in := <-msgs:
@@ -283,20 +291,6 @@ func serve(ctl *conn, st *initState) {
 				} else {
 					ctl.send(message{Op: opAdapted})
 				}
-			case opWatch:
-				closeFiles(in.files)
-				found := false
-				for i, e := range unwatched {
-					if e.Pid == in.m.Pid {
-						ctl.send(e)
-						unwatched = append(unwatched[:i], unwatched[i+1:]...)
-						found = true
-						break
-					}
-				}
-				if !found && in.m.Pid > 1 {
-					watched[in.m.Pid] = true
-				}
 			default:
 				closeFiles(in.files)
 				ctl.send(message{Op: opError, Error: "unknown request " + strconv.Quote(in.m.Op)})
@@ -317,11 +311,6 @@ func serve(ctl *conn, st *initState) {
 			if watched[pid] {
 				delete(watched, pid)
 				ctl.send(exit)
-			} else {
-				unwatched = append(unwatched, exit)
-				if len(unwatched) > 64 {
-					unwatched = unwatched[1:]
-				}
 			}
 		}
 	}

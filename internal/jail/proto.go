@@ -18,7 +18,6 @@ const (
 	opSpawned = "spawned" // init -> host: the program's pid (inside)
 	opExit    = "exit"    // init -> host: a spawned program ended
 	opSignal  = "signal"  // host -> init: signal a process (group) inside
-	opWatch   = "watch"   // host -> init: report the exit of this child too
 	opAdapt   = "adapt"   // host -> init: resize the scratch trees, set a program's rlimits
 	opAdapted = "adapted" // init -> host: done
 	opError   = "error"   // init -> host: a request failed

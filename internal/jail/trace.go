@@ -20,3 +20,10 @@ func trace(what string) {
 
 // Trace is trace for other packages.
 func Trace(what string) { trace(what) }
+
+func traceEnv() []string {
+	if tracing {
+		return []string{"AIRLOCK_TRACE=1"}
+	}
+	return nil
+}

@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -225,16 +226,21 @@ func (p *Pool) buildWith(ctx context.Context, lang string, l config.Limits, z *z
 		}
 	}()
 	undo.AddFunc(func() { p.slots.Put(slot) })
+	t0 := time.Now()
 	sb, err := p.host.Start(ctx, jail.Spec{Name: "s-" + strconv.FormatUint(uint64(slot), 10), Slot: slot, Limits: l})
 	if err != nil {
 		return nil, err
 	}
 	undo.Add(sb.Close)
+	t1 := time.Now()
 	var inst *session.Instance
 	if z != nil {
 		inst, err = session.StartRuntimeZygote(ctx, sb, z, rt, l)
 	} else {
 		inst, err = session.StartRuntime(sb, rt, l)
+	}
+	if os.Getenv("AIRLOCK_TRACE") != "" {
+		p.log.Info("build", "lang", lang, "jail_ms", t1.Sub(t0).Milliseconds(), "runtime_ms", time.Since(t1).Milliseconds())
 	}
 	if err != nil {
 		return nil, err

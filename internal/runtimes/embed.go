@@ -6,7 +6,7 @@ import (
 	"path"
 )
 
-//go:embed python/*.py
+//go:embed python/*.py javascript/*.js bash/*.sh
 var files embed.FS
 
 // RootFiles are the session runtimes, placed read-only under RuntimeDir in

@@ -86,8 +86,10 @@ func (r Runtime) SessionCommand() []string {
 func (r Runtime) SessionEnv(l config.Limits) []string {
 	env := r.Env(l)
 	if r.Lang == "python" {
-		// Figures come back as display data, with or without plt.show().
-		env = append(env, "MPLBACKEND=module://airlock_mpl")
+		// Figures come back as display data, with or without plt.show();
+		// the path lets Python programs the session starts find the
+		// backend (outside a session it behaves as plain Agg).
+		env = append(env, "MPLBACKEND=module://airlock_mpl", "PYTHONPATH="+RuntimeDir+"/python")
 	}
 	return env
 }

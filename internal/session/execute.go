@@ -381,6 +381,7 @@ func (s *Session) connLost() string {
 	select {
 	case e := <-s.inst.Sandbox.Exits():
 		return s.deathReason(e)
+	case <-s.inst.gone:
 	case <-time.After(200 * time.Millisecond):
 	}
 	return s.deathReason(jail.Exit{})

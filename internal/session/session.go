@@ -229,12 +229,13 @@ func (m *Manager) start(ctx context.Context, rt runtimes.Runtime, limits config.
 	}
 	inst.stdout, inst.stderr = nil, nil // owned by the readers now
 	env := map[string]string{}
-	for _, kv := range append(jail.BaseEnv(), rt.Env(limits)...) {
+	for _, kv := range jail.BaseEnv() {
 		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
 	}
-	if rt.Lang == "python" {
-		env["MPLBACKEND"] = "module://airlock_mpl"
+	for _, kv := range rt.SessionEnv(limits) {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
 	}
 	for k, v := range userEnv {
 		env[k] = v
@@ -426,6 +427,8 @@ func (s *Session) monitor() {
 			if e.Pid == s.inst.RuntimePid {
 				s.end(s.deathReason(e))
 			}
+		case <-s.inst.gone:
+			s.end(s.deathReason(jail.Exit{}))
 		case <-sb.Dead():
 			s.end(s.deathReason(jail.Exit{}))
 		case <-s.ended:

@@ -31,6 +31,9 @@ type Instance struct {
 	stderr     *os.File
 	release    func()
 	Started    time.Time
+	// gone is closed when a runtime the init did not start (one from the
+	// template) has exited; nil for runtimes the init reports itself.
+	gone chan struct{}
 }
 
 // Close tears the instance down (it was never handed out, or its session
@@ -57,6 +60,8 @@ func (in *Instance) SetRelease(fn func()) { in.release = fn }
 // a pooled instance that died while it waited must not be handed out.
 func (in *Instance) Healthy() bool {
 	select {
+	case <-in.gone:
+		return false
 	case <-in.Sandbox.Dead():
 		return false
 	case e := <-in.Sandbox.Exits():
@@ -177,12 +182,39 @@ func StartRuntime(sb *jail.Sandbox, rt runtimes.Runtime, l config.Limits) (*Inst
 // template interpreter z fork it in, with numpy, pandas and matplotlib
 // already imported.
 func StartRuntimeZygote(ctx context.Context, sb *jail.Sandbox, z *zygote.Zygote, rt runtimes.Runtime, l config.Limits) (*Instance, error) {
-	return startRuntime(sb, rt, l, func(stdio [4]*os.File) (int, error) {
-		_, pidfd, err := z.Fork(ctx, sb, l, stdio)
+	var pidfd *os.File
+	inst, err := startRuntime(sb, rt, l, func(stdio [4]*os.File) (int, error) {
+		var err error
+		_, pidfd, err = z.Fork(ctx, sb, l, stdio)
+		return 0, err // the runtime's pid inside comes with its hello
+	})
+	if err != nil {
 		if pidfd != nil {
 			pidfd.Close()
 		}
-		return 0, err // the runtime's pid inside comes with its hello
+		return nil, err
+	}
+	// The runtime is the template's child, not the init's: its exit is
+	// seen through its pidfd.
+	inst.gone = make(chan struct{})
+	go watchPidfd(pidfd, inst.gone)
+	return inst, nil
+}
+
+// watchPidfd closes gone when the process of pidfd exits (a pidfd polls
+// readable then), and closes the pidfd. pidfd must be pollable (opened
+// non-blocking), so that the wait costs no thread.
+func watchPidfd(pidfd *os.File, gone chan struct{}) {
+	defer close(gone)
+	defer pidfd.Close()
+	rc, err := pidfd.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Read(func(fd uintptr) bool {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, _ := unix.Poll(fds, 0)
+		return n > 0
 	})
 }
 
@@ -244,12 +276,6 @@ func startRuntime(sb *jail.Sandbox, rt runtimes.Runtime, l config.Limits, start 
 			if pid = fc.hello.Pid; pid <= 1 {
 				fc.close()
 				return nil, fmt.Errorf("%w: %s session runtime: bad pid %d in hello", errdefs.ErrUnavailable, rt.Lang, pid)
-			}
-			// The init did not start it, so it must be told to report
-			// its exit.
-			if err := sb.Watch(pid); err != nil {
-				fc.close()
-				return nil, err
 			}
 		}
 		cn = fc

@@ -145,6 +145,9 @@ func (z *Zygote) read() (message, []*os.File, error) {
 			for _, cm := range cms {
 				if fds, err := unix.ParseUnixRights(&cm); err == nil {
 					for _, fd := range fds {
+						// Non-blocking before it is wrapped, so that the
+						// Go poller can wait on it.
+						unix.SetNonblock(fd, true)
 						files = append(files, os.NewFile(uintptr(fd), "pidfd"))
 					}
 				}

@@ -381,12 +381,18 @@ def _json_value(value: Any) -> Any:
     return value
 
 
+#: What the server accepts as a MIME type (runtimes.ValidMIME).
+_VALID_MIME = re.compile(r"[A-Za-z0-9.+_-]+/[A-Za-z0-9.+_-]+")
+
+
 def _normalize_bundle(data: dict, metadata: dict) -> tuple[dict, dict]:
     """Make a MIME bundle wire-ready: base64 binaries, valid JSON, capped text."""
     out: dict[str, Any] = {}
     dropped = []
     for mime, value in list(data.items()):
-        if type(mime) is not str:
+        if type(mime) is not str or len(mime) > 128 or not _VALID_MIME.fullmatch(mime):
+            # The server treats a frame with a malformed MIME type as fatal.
+            dropped.append(f"{_safe_str(mime, 40)!r} (not a MIME type)")
             continue
         try:
             if mime in _BINARY_MIMES:
@@ -497,7 +503,11 @@ def publish_display_data(data: dict, metadata: Optional[dict] = None, **_ignored
     """
     if not isinstance(data, dict):
         raise TypeError("data must be a dict of MIME type to value")
-    data, metadata = _normalize_bundle(data, metadata or {})
+    _publish(*_normalize_bundle(data, metadata or {}))
+
+
+def _publish(data: dict, metadata: dict) -> None:
+    """Publish an already normalized bundle."""
     session = _session
     if session is None:
         if "text/plain" in data:
@@ -523,7 +533,8 @@ def display(*objs: Any, include: Optional[Iterable[str]] = None,
         data, md = format_display_data(obj, include=include, exclude=exclude)
         if metadata:
             md.update(metadata)
-        publish_display_data(data, md)
+            data, md = _normalize_bundle(data, md)  # revalidates the merged metadata
+        _publish(data, md)
     if display_id:
         return DisplayHandle(display_id if isinstance(display_id, str) else None)
     return None
@@ -1755,9 +1766,9 @@ class CapturedIO:
 # Tracebacks
 # ---------------------------------------------------------------------------
 
-_CELL_FILE = re.compile(r"<cell-(\d+)>\Z")
-_CELL_NAME = re.compile(r"<cell-(\d+)>")
-_CELL_FRAME_LINE = re.compile(r'^(.*?)File "<cell-(\d+)>", line (\d+)(?:, in (.*))?$')
+# Cells are compiled with the file name "Cell In[N]" (IPython's wording).
+_CELL_FILE = re.compile(r"Cell In\[(\d+)\]\Z")
+_CELL_FRAME_LINE = re.compile(r'^(.*?)File "Cell In\[(\d+)\]", line (\d+)(?:, in (.*))?$')
 
 
 def _runtime_file() -> str:
@@ -1799,7 +1810,7 @@ def _cell_line(m: re.Match) -> str:
 def _format_exception(exc: BaseException, magic_lines: dict) -> tuple[str, str, list[str]]:
     """(name, value, traceback lines) of an exception, IPython style."""
     name = type(exc).__name__
-    value = _CELL_NAME.sub(r"Cell In[\1]", _safe_str(exc, TEXT_LIMIT))
+    value = _safe_str(exc, TEXT_LIMIT)
     if isinstance(exc, UsageError):
         return name, value, [f"UsageError: {value}"]  # no traceback, as in IPython
     te = traceback.TracebackException(type(exc), exc, exc.__traceback__, compact=True)
@@ -1855,9 +1866,34 @@ def _flush_stdio() -> None:
         try:
             s.flush()
         except KeyboardInterrupt:
-            raise
+            if session is not None and session.busy:
+                raise  # user code is running: the interrupt is for it
         except BaseException:  # noqa: BLE001 - closed streams, closed fds, odd objects
             pass
+
+
+def _discard_buffered_output(streams: Iterable[Any], saved_fds: dict) -> None:
+    """Empty the buffers of inherited streams without writing to fds 1/2.
+
+    A zygote may have buffered output when it forked; it belongs to the
+    template, not to this session.  Flush it into /dev/null.
+    """
+    if 1 not in saved_fds or 2 not in saved_fds:
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        for s in streams:
+            try:
+                if s is not None:
+                    s.flush()
+            except Exception:  # noqa: BLE001 - closed or odd objects
+                pass
+    finally:
+        os.dup2(saved_fds[1], 1)
+        os.dup2(saved_fds[2], 2)
+        os.close(null)
 
 
 def _is_closed(stream: Any) -> bool:
@@ -1891,14 +1927,11 @@ class _Session:
                 self.saved_fds[n] = os.dup(n)
             except OSError:
                 pass
-        for s in (sys.stdout, sys.stderr):
-            try:
-                if s is not None:
-                    s.flush()
-            except Exception:  # noqa: BLE001
-                pass
+        _discard_buffered_output((sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__),
+                                 self.saved_fds)
         self.stdout = _text_stream(1)
         self.stderr = _text_stream(2)
+        self.retired: list[io.TextIOWrapper] = []
         sys.stdout = sys.__stdout__ = self.stdout
         sys.stderr = sys.__stderr__ = self.stderr
         if sys.stdin is None or _is_closed(sys.stdin):
@@ -1946,6 +1979,12 @@ class _Session:
             except Exception:  # noqa: BLE001
                 pass
 
+        # Signals as in a freshly started interpreter (a zygote may have reset
+        # them all to SIG_DFL): SIGPIPE and SIGXFSZ ignored, so that writing to
+        # a closed pipe raises BrokenPipeError instead of killing the session.
+        for name in ("SIGPIPE", "SIGXFSZ"):
+            if hasattr(_signal, name):
+                _signal.signal(getattr(_signal, name), _signal.SIG_IGN)
         self.sigint = self._on_sigint
         _signal.signal(_signal.SIGINT, self.sigint)
 
@@ -2045,17 +2084,39 @@ class _Session:
             if msg is None:
                 return
             kind = msg["type"]
+            if kind == "shutdown":
+                return
             if kind == "execute":
                 msg_id, code = msg.get("id"), msg.get("code")
                 if type(msg_id) is not str or type(code) is not str:
                     self.fatal("execute needs a string 'id' and a string 'code'")
-                self.execute(msg_id, code)
-            elif kind == "configure":
-                self.configure(msg)
-            elif kind == "shutdown":
-                return
-            else:
+            elif kind != "configure":
                 self.fatal(f"unknown message type {kind!r}")
+            try:
+                if kind == "execute":
+                    self.execute(msg_id, code)
+                else:
+                    self.configure(msg)
+            except BaseException as e:  # noqa: BLE001 - a bug here must not end the session
+                self._internal_error(e)
+
+    def _internal_error(self, e: BaseException) -> None:
+        """Last resort for a bug in the runtime: note it, and end the execution."""
+        self.busy = False
+        try:
+            os.write(2, f"airlock runtime: internal error: {type(e).__name__}\n".encode())
+        except OSError:
+            pass
+        exec_id = self.exec_id
+        if exec_id is not None:  # its done was not sent
+            with self.chan.lock:
+                self.exec_id = None
+                self._write(_encode({
+                    "type": "error", "id": exec_id, "name": "InternalError",
+                    "value": "airlock runtime error", "traceback": []}))
+                self._write(_encode({
+                    "type": "done", "id": exec_id, "status": "error",
+                    "execution_count": self.execution_count, "exit_code": 1}))
 
     def fatal(self, why: str) -> None:
         _flush_stdio()
@@ -2129,17 +2190,22 @@ class _Session:
             if report is None:
                 report = self._report(error)
         finally:
+            # First our SIGINT handler back (user code may have replaced it with
+            # one that raises anywhere), then interrupts off.
+            self._restore_sigint()
             self.busy = False
         self.pending_interrupt = False
+        self._repair_stdio()
 
         status, exit_code = "ok", 0
         if isinstance(error, SystemExit):
             code_ = error.code
-            if code_ is None or code_ == 0:
+            if code_ is None or (isinstance(code_, int) and code_ == 0):
                 report = None  # a clean exit is not an error
             else:
+                # Like a process: an int is the status (mod 256); anything else is 1.
                 status = "error"
-                exit_code = code_ if isinstance(code_, int) and 0 < code_ < 256 else 1
+                exit_code = (int(code_) & 0xFF or 1) if isinstance(code_, int) else 1
         elif isinstance(error, KeyboardInterrupt) and self.interrupted:
             status, exit_code = "interrupted", 1
         elif error is not None:
@@ -2162,7 +2228,6 @@ class _Session:
             with self.chan.lock:
                 self.exec_id = None
                 self._write(self._payload(done))
-            self._after_execution()
 
     def _check_fork(self) -> None:
         # User code forked and the child returned from the cell: it must not
@@ -2184,7 +2249,7 @@ class _Session:
 
     def run_cell(self, code: str, count: int) -> Any:
         """Compile and run a cell; return its final expression value or _NO_VALUE."""
-        filename = f"<cell-{count}>"
+        filename = f"Cell In[{count}]"  # also what warnings and SyntaxErrors show
         self.filename = filename
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
         return self.run_source(code, filename)
@@ -2271,8 +2336,16 @@ class _Session:
         if backend is not None:
             backend.flush_figures()
 
-    def _after_execution(self) -> None:
-        """Repair what user code may have broken, before the next message."""
+    def _restore_sigint(self) -> None:
+        try:
+            if _signal.getsignal(_signal.SIGINT) is not self.sigint:
+                _signal.signal(_signal.SIGINT, self.sigint)
+        except (ValueError, OSError):
+            pass
+
+    def _repair_stdio(self) -> None:
+        """Repair what user code may have broken before the next message:
+        closed fds 0-2, closed or missing sys streams, a tiny recursion limit."""
         for fd, saved in self.saved_fds.items():
             try:
                 os.fstat(fd)
@@ -2280,7 +2353,19 @@ class _Session:
                 try:
                     os.dup2(saved, fd)
                 except OSError:
-                    pass
+                    continue
+                name = {1: "stdout", 2: "stderr"}.get(fd)
+                if name is not None:
+                    # Our stream may still buffer what could not be written while
+                    # fd was closed: retire it (kept alive, so never flushed) rather
+                    # than let that output surface in the next execution.
+                    old = getattr(self, name)
+                    self.retired.append(old)
+                    setattr(self, name, _text_stream(fd))
+                    if getattr(sys, name, None) is old:
+                        setattr(sys, name, getattr(self, name))
+                    if getattr(sys, f"__{name}__", None) is old:
+                        setattr(sys, f"__{name}__", getattr(self, name))
         for name, fd in (("stdout", 1), ("stderr", 2)):
             current = getattr(sys, name, None)
             if current is None or _is_closed(current):
@@ -2292,11 +2377,6 @@ class _Session:
                 setattr(sys, f"__{name}__", ours)
         if sys.stdin is None or _is_closed(sys.stdin):
             sys.stdin = sys.__stdin__ = _text_stream(0, "r")
-        try:
-            if _signal.getsignal(_signal.SIGINT) is not self.sigint:
-                _signal.signal(_signal.SIGINT, self.sigint)
-        except (ValueError, OSError):
-            pass
         if sys.getrecursionlimit() < 200:
             sys.setrecursionlimit(1000)
 

@@ -94,6 +94,10 @@ class Zygote:
         self.sock = sock
         self.cfg = {}
         self.filter = None  # keeps the seccomp program alive
+        self.pid = os.getpid()
+        # To point pid_for_children back at our own namespace after a fork.
+        self.self_pidfd = os.pidfd_open(self.pid)
+        os.set_inheritable(self.self_pidfd, False)
 
     def send(self, msg, fds=()):
         data = json.dumps(msg).encode()
@@ -140,6 +144,9 @@ class Zygote:
         if cfg is None or cfg.get("type") != "config":
             sys.exit(2)
         errors = self.configure(cfg)
+        # Every runtime is our child: reap it as soon as it ends, since a
+        # zombie keeps its cgroup busy and its pid namespace from ending.
+        signal.signal(signal.SIGCHLD, lambda *_: self.reap())
         self.send({"type": "ready", "pid": os.getpid(), "errors": errors})
         while True:
             msg, fds = self.recv()
@@ -151,27 +158,53 @@ class Zygote:
                     os.close(fd)
                 continue
             try:
-                pid = os.fork()
-            except OSError as e:
-                for fd in fds:
-                    os.close(fd)
-                self.send({"type": "fork_error", "id": msg.get("id"), "error": str(e)})
-                continue
-            if pid == 0:
-                code = 1
+                pid = self.fork_into(msg, fds)
+            except BaseException as e:
+                pid = None
+                err = "%s: %s" % (type(e).__name__, e)
+            if pid == 0:  # the runtime, inside the sandbox's pid namespace
                 try:
-                    self.child(msg, fds)
-                    code = 0
-                except BaseException as e:  # report, never return to the loop
-                    try:
-                        self.send({"type": "fork_error", "id": msg.get("id"),
-                                   "error": "%s: %s" % (type(e).__name__, e)})
-                    except BaseException:
-                        pass
+                    self.runtime(msg, fds)
                 finally:
-                    os._exit(code)
+                    os._exit(70)
             for fd in fds:
                 os.close(fd)
+            if pid is None:
+                self.send({"type": "fork_error", "id": msg.get("id"), "error": err})
+                continue
+            pfd = os.pidfd_open(pid)
+            try:
+                self.send({"type": "forked", "id": msg["id"], "pid": pid}, [pfd])
+            finally:
+                os.close(pfd)
+
+    def fork_into(self, req, fds):
+        """Forks the runtime straight into the sandbox's pid namespace.
+
+        The template points its pid_for_children at the sandbox's namespace
+        (through the init's pidfd), forks, and points it back at its own
+        at once: one fork, no intermediate process, and the runtime is the
+        template's own child, reaped here when it ends.
+        """
+        nprocs = int(req["nprocs"])
+        want = 1 + nprocs + (1 if req.get("landlock") else 0) + 4
+        if len(fds) != want:
+            raise ValueError("got %d descriptors, want %d" % (len(fds), want))
+        check(libc.syscall(self.cfg["nr_setns"], fds[0], CLONE_NEWPID), "setns pid")
+        try:
+            pid = os.fork()
+        except BaseException:
+            self.restore_pidns()
+            raise
+        if pid != 0:
+            self.restore_pidns()
+        return pid
+
+    def restore_pidns(self):
+        # Should this ever fail, the next fork would land in the wrong
+        # sandbox: die instead, and let the server start a new template.
+        if libc.syscall(self.cfg["nr_setns"], self.self_pidfd, CLONE_NEWPID) != 0:
+            os._exit(1)
 
     def reap(self):
         while True:
@@ -182,51 +215,42 @@ class Zygote:
             if pid == 0:
                 return
 
-    def child(self, req, fds):
-        """The first child: joins the sandbox, forks the runtime, reports."""
+    def runtime(self, req, fds):
+        """The child: joins the sandbox and becomes its session runtime.
+
+        Nothing here may touch the template's socket: the first thing done
+        is to put the runtime's own descriptors on 0-3, so that fd 3 (and
+        fail()) is the runtime's control socket from then on.
+        """
         nprocs = int(req["nprocs"])
-        want = 1 + nprocs + (1 if req.get("landlock") else 0) + 4
-        if len(fds) != want:
-            raise ValueError("got %d descriptors, want %d" % (len(fds), want))
         pidfd = fds[0]
         procs = fds[1:1 + nprocs]
         rest = fds[1 + nprocs:]
         ruleset = rest.pop(0) if req.get("landlock") else -1
-        stdio = rest
-        for fd in procs:
-            os.write(fd, b"0")
-            os.close(fd)
-        check(libc.syscall(self.cfg["nr_setns"], pidfd, JOIN), "setns")
-        os.close(pidfd)
-        pid = os.fork()
-        if pid == 0:
-            try:
-                self.runtime(req, ruleset, stdio)
-            finally:
-                os._exit(70)
-        pfd = os.pidfd_open(pid)
-        self.send({"type": "forked", "id": req["id"], "pid": pid}, [pfd])
-
-    def runtime(self, req, ruleset, stdio):
-        """The grandchild: becomes the sandboxed session runtime."""
-        os.setsid()
-        for target, fd in enumerate(stdio):
+        for target, fd in enumerate(rest):
             os.dup2(fd, target, inheritable=True)
-        keep = {0, 1, 2, 3}
-        if ruleset >= 0:
-            # Park the ruleset where the range close below will not reach.
-            os.dup2(ruleset, 4, inheritable=False)
-            ruleset = 4
-            keep.add(4)
-        os.closerange(max(keep) + 1, 1 << 20)
-        for sig in range(1, signal.NSIG):
-            if sig in (signal.SIGKILL, signal.SIGSTOP):
-                continue
-            try:
-                signal.signal(sig, signal.SIG_DFL)
-            except (OSError, ValueError, RuntimeError):
-                pass
         try:
+            # First into the sandbox's cgroup, so that what this process
+            # allocates from now on is charged (and limited) there, then
+            # into the rest of its namespaces (it is in the pid one).
+            for fd in procs:
+                os.write(fd, b"0")
+            check(libc.syscall(self.cfg["nr_setns"], pidfd, JOIN & ~CLONE_NEWPID), "setns")
+            os.setsid()
+            keep = {0, 1, 2, 3}
+            if ruleset >= 0:
+                # Park the ruleset where the range close below misses it.
+                os.dup2(ruleset, 4, inheritable=False)
+                ruleset = 4
+                keep.add(4)
+            os.closerange(max(keep) + 1, 1 << 20)
+            for sig in range(1, signal.NSIG):
+                if sig in (signal.SIGKILL, signal.SIGSTOP):
+                    continue
+                try:
+                    signal.signal(sig, signal.SIG_DFL)
+                except (OSError, ValueError, RuntimeError):
+                    pass
             self.drop(req, ruleset)
         except BaseException as e:
             # Nothing has run yet; say why, in the session protocol, and stop.

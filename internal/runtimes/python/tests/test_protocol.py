@@ -12,7 +12,6 @@ import tempfile
 import time
 import unittest
 
-import harness
 from harness import Runtime, SessionMixin
 
 
@@ -226,6 +225,14 @@ class ExecuteTest(SessionMixin, unittest.TestCase):
                 f.write("VALUE = 7\n")
             self.ok(f"import os\nos.chdir({d!r})")
             self.assertEqual(self.value("import airlock_test_helper_mod\nairlock_test_helper_mod.VALUE"), "7")
+
+    def test_warnings_name_the_cell(self) -> None:
+        ex = self.ok("import warnings\nwarnings.warn('careful')")
+        n = ex.done["execution_count"]
+        self.assertEqual(ex.err, f"Cell In[{n}]:2: UserWarning: careful\n  warnings.warn('careful')\n")
+
+    def test_help(self) -> None:
+        self.assertIn("Return the number of items", self.ok("help(len)").out)
 
     def test_argv(self) -> None:
         self.assertEqual(self.value("import sys\nsys.argv"), "['']")

@@ -1,0 +1,96 @@
+"""SIGINT to the process group: interrupts executions, ignored while idle."""
+
+from __future__ import annotations
+
+import time
+import unittest
+
+from harness import SessionMixin
+
+
+class InterruptTest(SessionMixin, unittest.TestCase):
+    def interrupted(self, code: str) -> dict:
+        ex = self.rt.execute("print('started', flush=True)\n" + code, timeout=30, interrupt_on=b"started")
+        self.assertEqual(ex.status, "interrupted", ex.messages)
+        self.assertEqual(ex.error["name"], "KeyboardInterrupt")
+        self.assertEqual(ex.done["exit_code"], 1)
+        for line in ex.error["traceback"]:
+            self.assertNotIn("airlock_runtime", line)
+        return ex.error
+
+    def test_busy_loop(self) -> None:
+        self.ok("kept = 'state'")
+        error = self.interrupted("while True:\n    pass")
+        self.assertEqual(error["traceback"][-1], "KeyboardInterrupt")
+        self.assertEqual(self.value("kept"), "'state'")
+
+    def test_sleep(self) -> None:
+        self.ok("import time\ncounter = 1")
+        error = self.interrupted("counter += 1\ntime.sleep(100)\ncounter += 100")
+        self.assertIn("    time.sleep(100)", error["traceback"])
+        self.assertEqual(self.value("counter"), "2")
+
+    def test_shell_command(self) -> None:
+        error = self.interrupted("!sleep 100\nprint('not reached')")
+        self.assertEqual(len(error["traceback"]), 4, error["traceback"])  # no subprocess internals
+        self.assertEqual(self.value("'fine'"), "'fine'")
+
+    def test_subprocess(self) -> None:
+        self.interrupted("import subprocess\nsubprocess.run(['sleep', '100'])")
+        self.assertEqual(self.value("1 + 1"), "2")
+
+    def test_top_level_await(self) -> None:
+        self.interrupted("import asyncio\nawait asyncio.sleep(100)")
+        self.assertEqual(self.value("import asyncio\nawait asyncio.sleep(0)\n'loop ok'"), "'loop ok'")
+
+    def test_output_and_display_heavy_loop(self) -> None:
+        # Interrupts must never break a frame halfway through.
+        self.interrupted("i = 0\nwhile True:\n    i += 1\n    display({'text/plain': 'x' * 5000}, raw=True)\n"
+                         "    print('y' * 1000)")
+        self.assertEqual(self.value("i > 0"), "True")
+
+    def test_interrupt_during_repr(self) -> None:
+        self.ok("class Slow:\n    def __repr__(self):\n        print('started', flush=True)\n"
+                "        while True: pass")
+        ex = self.rt.execute("Slow()", timeout=30, interrupt_on=b"started")
+        self.assertEqual(ex.status, "interrupted", ex.messages)
+        self.assertEqual(self.value("'after'"), "'after'")
+
+    def test_user_code_catching_the_interrupt(self) -> None:
+        ex = self.rt.execute("import time\nprint('started', flush=True)\ntry:\n    time.sleep(100)\n"
+                             "except KeyboardInterrupt:\n    print('caught')\n'fine'",
+                             timeout=30, interrupt_on=b"started")
+        self.assertEqual(ex.status, "ok", ex.messages)
+        self.assertEqual(ex.out, "started\ncaught\n")
+        self.assertEqual(ex.text, "'fine'")
+
+    def test_idle_sigint_is_ignored(self) -> None:
+        self.ok("idle_state = 7")
+        for _ in range(3):
+            self.rt.interrupt()
+            time.sleep(0.05)
+        time.sleep(0.2)
+        self.assertTrue(self.rt.alive())
+        self.assertEqual(self.value("idle_state"), "7")
+
+    def test_sigint_right_after_a_cell_that_installed_a_raising_handler(self) -> None:
+        for _ in range(20):
+            ex = self.ok("import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler);")
+            self.rt.interrupt()  # as soon as done arrives
+            ex = self.rt.execute("'next'")
+            self.assertEqual(ex.status, "ok", ex.messages)
+            self.assertNotIn("internal error", ex.err)
+        self.assertTrue(self.rt.alive())
+
+    def test_user_signal_handler_is_replaced_after_the_cell(self) -> None:
+        self.ok("import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)")
+        self.rt.interrupt()
+        time.sleep(0.2)
+        self.assertTrue(self.rt.alive())
+        self.interrupted("while True: pass")
+        self.ok("signal.signal(signal.SIGINT, signal.SIG_IGN)")
+        self.interrupted("while True: pass")
+
+
+if __name__ == "__main__":
+    unittest.main()

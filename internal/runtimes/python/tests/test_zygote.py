@@ -1,0 +1,111 @@
+"""The zygote way: import the runtime and the heavy libraries, fork, serve() in the child."""
+
+from __future__ import annotations
+
+import unittest
+
+import harness
+from harness import PYTHON, Runtime, png_bytes
+
+ZYGOTE = r"""
+import os, signal, sys
+sys.path.insert(0, {runtime_dir!r})
+import airlock_runtime                      # must have no side effects
+import numpy, pandas
+import matplotlib.pyplot as plt
+plt.figure(); plt.plot([1, 2])              # an open figure and a loaded backend in the template
+sys.stdout.write("zygote output must not leak\n")  # buffered, never flushed before the fork
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # the template itself ignores interrupts
+pid = os.fork()
+if pid == 0:
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # airlock_zygote resets every signal
+        signal.signal(sig, signal.SIG_DFL)
+    airlock_runtime.serve(3)
+    os._exit(0)
+os.close(3)
+_, status = os.waitpid(pid, 0)
+os._exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+@unittest.skipUnless(all(map(harness.has_module, ("numpy", "pandas", "matplotlib"))),
+                     "numpy, pandas and matplotlib are needed for the zygote test")
+class ZygoteTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls) -> None:
+        script = ZYGOTE.format(runtime_dir=harness.RUNTIME_DIR)
+        env = harness.base_env()
+        del env["PYTHONUNBUFFERED"]  # so that the template's stdout is buffered at the fork
+        cls.rt = Runtime(argv=[PYTHON, "-I", "-B", "-c", script], env=env)
+        cls.first = cls.rt.execute("template_names = sorted(k for k in globals() if not k.startswith('__'))")
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.rt.send({"type": "shutdown"})
+        cls.rt.close()
+
+    def ok(self, code: str, **kwargs):
+        ex = self.rt.execute(code, **kwargs)
+        self.assertEqual(ex.status, "ok", (ex.messages, ex.err))
+        return ex
+
+    def test_hello_comes_from_the_child(self) -> None:
+        self.assertNotEqual(self.rt.hello["pid"], self.rt.pid)
+        ex = self.ok("import os\nos.getpid()")
+        self.assertEqual(ex.text, str(self.rt.hello["pid"]))
+
+    def test_libraries_are_preloaded(self) -> None:
+        ex = self.ok("import sys\nsorted(m for m in ('numpy', 'pandas', 'matplotlib.pyplot') if m in sys.modules)")
+        self.assertEqual(ex.text, "['matplotlib.pyplot', 'numpy', 'pandas']")
+
+    def test_no_leftovers_from_the_template(self) -> None:
+        ex = self.first
+        self.assertEqual(ex.status, "ok", ex.messages)
+        self.assertEqual(ex.displays, [])  # the template's open figure was closed
+        self.assertEqual(ex.out, "")  # its buffered output was discarded
+        self.assertEqual(self.ok("template_names").text, "[]")
+        self.assertEqual(self.ok("__name__").text, "'__main__'")
+
+    def test_state_and_results(self) -> None:
+        self.ok("import numpy as np\na = np.arange(6).reshape(2, 3)")
+        self.assertEqual(self.ok("a.sum()").text, "15")
+
+    def test_dataframe(self) -> None:
+        ex = self.ok("import pandas as pd\npd.DataFrame({'a': [1, 2]})")
+        self.assertIn("<table", ex.result["data"]["text/html"])
+
+    def test_plots(self) -> None:
+        ex = self.ok("import matplotlib.pyplot as plt\nplt.plot([3, 1, 2])\nplt.show()\nplt.bar([1], [2]);")
+        self.assertEqual(len(ex.displays), 2)
+        for d in ex.displays:
+            self.assertTrue(png_bytes(d["data"]["image/png"]).startswith(b"\x89PNG\r\n\x1a\n"))
+
+    def test_display_and_ipython(self) -> None:
+        ex = self.ok("from IPython.display import HTML\ndisplay(HTML('<i>z</i>'))")
+        self.assertEqual(ex.displays[0]["data"]["text/html"], "<i>z</i>")
+
+    def test_errors(self) -> None:
+        ex = self.rt.execute("1/0")
+        self.assertEqual(ex.error["name"], "ZeroDivisionError")
+        self.assertFalse(any("airlock_runtime" in line for line in ex.error["traceback"]))
+
+    def test_interrupt(self) -> None:
+        ex = self.rt.execute("import time\nprint('started', flush=True)\ntime.sleep(100)",
+                             interrupt_on=b"started", timeout=30)
+        self.assertEqual(ex.status, "interrupted", ex.messages)
+        self.assertEqual(self.ok("'after'").text, "'after'")
+
+    def test_broken_pipe_raises_instead_of_killing(self) -> None:
+        ex = self.rt.execute("import os, signal\nprint(signal.getsignal(signal.SIGPIPE) is signal.SIG_IGN)\n"
+                             "r, w = os.pipe()\nos.close(r)\nos.write(w, b'x')")
+        self.assertEqual(ex.out, "True\n")
+        self.assertEqual(ex.error["name"], "BrokenPipeError")
+        self.assertEqual(self.ok("'alive'").text, "'alive'")
+
+    def test_pickle(self) -> None:
+        self.ok("import pickle\nclass Z:\n    pass")
+        self.assertEqual(self.ok("type(pickle.loads(pickle.dumps(Z()))).__name__").text, "'Z'")
+
+
+if __name__ == "__main__":
+    unittest.main()
