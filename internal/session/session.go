@@ -62,6 +62,9 @@ type Info struct {
 	IdleTimeout config.Duration `json:"timeout_idle"`
 	Limits      config.Limits   `json:"limits"`
 	Executions  int             `json:"executions"`
+	// Sandbox names the session's cgroup under the server's cgroup parent,
+	// for operators (and the benchmark's memory figures).
+	Sandbox string `json:"sandbox"`
 }
 
 // Manager owns every session of a server.
@@ -370,6 +373,7 @@ func (s *Session) Info() Info {
 		ID: s.id, Language: s.lang, State: state, EndReason: s.endReason,
 		CreatedAt: s.create.UTC(), LastUsedAt: s.lastUsed.UTC(),
 		IdleTimeout: config.Duration(s.idle), Limits: s.limits, Executions: s.execCount,
+		Sandbox: s.inst.Sandbox.Name(),
 	}
 }
 

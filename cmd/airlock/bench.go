@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"airlock/internal/bench"
+)
+
+func benchCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("airlock bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o bench.Options
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	fs.BoolVar(&o.Smoke, "smoke", false, "tiny counts: check that every scenario runs (numbers mean nothing)")
+	fs.StringVar(&o.Only, "only", "", "comma-separated scenarios: exec, create_pandas, concurrent_create, oneshot, density, airlock_run")
+	fs.StringVar(&o.Python, "python", "/usr/bin/python3", "python for the baselines")
+	verbose := fs.Bool("v", false, "say what runs")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: airlock bench [flags]\n\nStarts an airlock server of its own (as root) and measures the speed and\ndensity scenarios against baselines run in the same invocation.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return exitUsage
+	}
+	if *verbose {
+		o.Verbose = stderr
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(stderr, "airlock bench: must run as root (it starts an airlock server)")
+		return exitUnavailable
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	r, err := bench.Run(ctx, o)
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock bench: %v\n", err)
+		return exitSoftware
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(r)
+	} else {
+		r.Print(stdout)
+	}
+	if len(r.Errors) > 0 {
+		return exitSoftware
+	}
+	return 0
+}

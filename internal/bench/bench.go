@@ -1,0 +1,425 @@
+// Package bench owns `airlock bench`: it starts a real airlock server (this
+// very binary, as a child process, with its own state directory and cgroup
+// parent), drives the scenarios of the speed and density targets over
+// HTTP, runs the baselines that can run on this machine in the same
+// invocation (bare python3, bubblewrap + python3, airlock run), and
+// reports medians, tail latencies, throughput, memory and ratios.
+//
+// It measures; it never asserts how fast anything must be. The smoke mode
+// only checks that every scenario runs.
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Options select what to run.
+type Options struct {
+	Smoke   bool   // tiny counts: checks that everything works
+	Binary  string // the airlock binary (default: this executable)
+	Python  string // /usr/bin/python3
+	Only    string // comma-separated scenario names; all when empty
+	Verbose io.Writer
+}
+
+// Stat summarises a set of durations.
+type Stat struct {
+	N    int     `json:"n"`
+	P50  float64 `json:"p50_ms"`
+	P99  float64 `json:"p99_ms"`
+	Mean float64 `json:"mean_ms"`
+	Max  float64 `json:"max_ms"`
+}
+
+func stats(d []time.Duration) Stat {
+	if len(d) == 0 {
+		return Stat{}
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	var sum time.Duration
+	for _, v := range s {
+		sum += v
+	}
+	ms := func(v time.Duration) float64 { return float64(v.Microseconds()) / 1000 }
+	p99 := s[min(len(s)-1, (len(s)*99+99)/100-1)]
+	return Stat{N: len(s), P50: ms(s[len(s)/2]), P99: ms(p99), Mean: ms(sum / time.Duration(len(s))), Max: ms(s[len(s)-1])}
+}
+
+// Row is one line of the result table.
+type Row struct {
+	Scenario string  `json:"scenario"`
+	Metric   string  `json:"metric"`
+	Value    float64 `json:"value"`
+	Unit     string  `json:"unit"`
+	Target   string  `json:"target,omitempty"`
+	Baseline string  `json:"baseline,omitempty"`
+	Ratio    string  `json:"ratio,omitempty"`
+	Note     string  `json:"note,omitempty"`
+}
+
+// Report is the whole result.
+type Report struct {
+	Date    string         `json:"date"`
+	Machine string         `json:"machine"`
+	Smoke   bool           `json:"smoke"`
+	Rows    []Row          `json:"rows"`
+	Stats   map[string]any `json:"stats"`
+	Errors  []string       `json:"errors,omitempty"`
+}
+
+func (r *Report) add(row Row) { r.Rows = append(r.Rows, row) }
+
+// Print writes the report as a table.
+func (r *Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "airlock bench, %s, %s%s\n\n", r.Date, r.Machine, map[bool]string{true: " (smoke: tiny counts, numbers mean nothing)"}[r.Smoke])
+	fmt.Fprintf(w, "| scenario | metric | value | target | baseline | ratio |\n|---|---|---|---|---|---|\n")
+	for _, row := range r.Rows {
+		val := fmt.Sprintf("%.2f %s", row.Value, row.Unit)
+		if row.Unit == "req/s" || row.Unit == "sessions" || row.Unit == "MB" {
+			val = fmt.Sprintf("%.1f %s", row.Value, row.Unit)
+		}
+		if row.Note != "" {
+			val += " (" + row.Note + ")"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", row.Scenario, row.Metric, val, row.Target, row.Baseline, row.Ratio)
+	}
+	for _, e := range r.Errors {
+		fmt.Fprintf(w, "\nerror: %s\n", e)
+	}
+}
+
+// Run runs the benchmark.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if o.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		o.Binary = exe
+	}
+	if o.Python == "" {
+		o.Python = "/usr/bin/python3"
+	}
+	if o.Verbose == nil {
+		o.Verbose = io.Discard
+	}
+	r := &Report{Date: time.Now().UTC().Format("2006-01-02"), Machine: machine(), Smoke: o.Smoke, Stats: map[string]any{}}
+	want := func(name string) bool {
+		if o.Only == "" {
+			return true
+		}
+		for _, n := range strings.Split(o.Only, ",") {
+			if strings.TrimSpace(n) == name {
+				return true
+			}
+		}
+		return false
+	}
+	n := func(full, smoke int) int {
+		if o.Smoke {
+			return smoke
+		}
+		return full
+	}
+	dur := func(full, smoke time.Duration) time.Duration {
+		if o.Smoke {
+			return smoke
+		}
+		return full
+	}
+	poolSize := n(64, 4)
+	srv, err := startServer(ctx, o, poolSize)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.stop()
+	fmt.Fprintf(o.Verbose, "server up at %s; warming pools\n", srv.url)
+	if err := srv.waitWarm(ctx, 3*time.Minute); err != nil {
+		return nil, err
+	}
+	try := func(name string, fn func() error) {
+		if !want(name) {
+			return
+		}
+		fmt.Fprintf(o.Verbose, "running %s\n", name)
+		if err := srv.waitWarm(ctx, 3*time.Minute); err != nil {
+			r.Errors = append(r.Errors, fmt.Sprintf("%s: %v", name, err))
+			return
+		}
+		if err := fn(); err != nil {
+			r.Errors = append(r.Errors, fmt.Sprintf("%s: %v", name, err))
+		}
+	}
+	try("exec", func() error { return benchExec(ctx, srv, r, n(2000, 30)) })
+	try("create_pandas", func() error { return benchCreatePandas(ctx, srv, r, o, n(100, 3), n(10, 1)) })
+	try("concurrent_create", func() error { return benchConcurrent(ctx, srv, r, n(50, 4)) })
+	try("oneshot", func() error { return benchOneShot(ctx, srv, r, o, dur(10*time.Second, time.Second)) })
+	try("density", func() error { return benchDensity(ctx, srv, r, n(300, 3)) })
+	try("airlock_run", func() error { return benchRun(ctx, r, o, n(40, 2)) })
+	st, _ := srv.health(ctx)
+	r.Stats["pool"] = st
+	return r, nil
+}
+
+func machine() string {
+	var u syscall.Utsname
+	syscall.Uname(&u)
+	rel := strings.TrimRight(string(bytesOf(u.Release[:])), "\x00")
+	mem := ""
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb int64
+		fmt.Sscanf(strings.SplitN(string(b), "\n", 2)[0], "MemTotal: %d kB", &kb)
+		mem = fmt.Sprintf(", %d GiB", (kb+(1<<19))>>20)
+	}
+	cg := "cgroup v1"
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		cg = "cgroup v2"
+	}
+	return fmt.Sprintf("%d cores%s, Linux %s, %s, %s", runtime.NumCPU(), mem, rel, cg, runtime.Version())
+}
+
+func bytesOf(a []int8) []byte {
+	b := make([]byte, len(a))
+	for i, v := range a {
+		b[i] = byte(v)
+	}
+	return b
+}
+
+// server is the airlock server under test.
+type server struct {
+	cmd    *exec.Cmd
+	url    string
+	name   string
+	dir    string
+	client *http.Client
+	stderr *bytes.Buffer
+	mu     sync.Mutex
+}
+
+func startServer(ctx context.Context, o Options, poolSize int) (*server, error) {
+	name := fmt.Sprintf("airlock-bench-%d", os.Getpid())
+	dir, err := os.MkdirTemp("", "airlock-bench")
+	if err != nil {
+		return nil, err
+	}
+	cfg := map[string]any{
+		"state_dir":     "/run/" + name,
+		"cgroup_parent": name,
+		"server": map[string]any{
+			"listen": "127.0.0.1:0", "max_sessions": 1024, "max_concurrent_executions": 256,
+		},
+		"pool": map[string]any{"size": map[string]int{"python": poolSize, "bash": 1, "javascript": 1}, "zygote": true},
+	}
+	b, _ := json.Marshal(cfg)
+	cfgPath := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
+		return nil, err
+	}
+	s := &server{name: name, dir: dir, stderr: &bytes.Buffer{}}
+	s.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0}, Timeout: 5 * time.Minute}
+	s.cmd = exec.Command(o.Binary, "serve", "--config", cfgPath)
+	pr, pw := io.Pipe()
+	s.cmd.Stderr = pw
+	if err := s.cmd.Start(); err != nil {
+		return nil, err
+	}
+	addr := make(chan string, 1)
+	go func() {
+		re := regexp.MustCompile(`listen=(127\.0\.0\.1:\d+)`)
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			line := sc.Text()
+			s.mu.Lock()
+			if s.stderr.Len() < 1<<20 {
+				s.stderr.WriteString(line + "\n")
+			}
+			s.mu.Unlock()
+			if m := re.FindStringSubmatch(line); m != nil {
+				select {
+				case addr <- m[1]:
+				default:
+				}
+			}
+		}
+	}()
+	select {
+	case a := <-addr:
+		s.url = "http://" + a
+	case <-time.After(30 * time.Second):
+		s.stop()
+		return nil, fmt.Errorf("server did not start: %s", s.log())
+	}
+	return s, nil
+}
+
+func (s *server) log() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stderr.String()
+}
+
+func (s *server) stop() {
+	if s.cmd.Process != nil {
+		s.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { s.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			s.cmd.Process.Kill()
+		}
+	}
+	os.RemoveAll(s.dir)
+	os.RemoveAll("/run/" + s.name)
+	for _, ctl := range []string{"memory", "pids", "cpu", "cpuacct", ""} {
+		os.Remove(filepath.Join("/sys/fs/cgroup", ctl, s.name))
+	}
+}
+
+// call sends a JSON request; out may be nil.
+func (s *server) call(ctx context.Context, method, path string, body, out any) error {
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, s.url+path, r)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, bytes.TrimSpace(data))
+	}
+	if out != nil {
+		return json.Unmarshal(data, out)
+	}
+	return nil
+}
+
+type poolStats map[string]json.RawMessage
+
+func (s *server) health(ctx context.Context) (poolStats, error) {
+	var h struct {
+		Pool poolStats `json:"pool"`
+	}
+	err := s.call(ctx, "GET", "/healthz", nil, &h)
+	return h.Pool, err
+}
+
+// waitWarm waits until every pool is full and the template runs.
+func (s *server) waitWarm(ctx context.Context, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		p, err := s.health(ctx)
+		if err == nil {
+			warm := true
+			for k, raw := range p {
+				if k == "python_template" {
+					var z struct{ Running bool }
+					json.Unmarshal(raw, &z)
+					warm = warm && z.Running
+					continue
+				}
+				var q struct{ Ready, Target int }
+				json.Unmarshal(raw, &q)
+				warm = warm && q.Ready >= q.Target
+			}
+			if warm {
+				return nil
+			}
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return fmt.Errorf("pools did not fill in %v", limit)
+}
+
+type session struct {
+	ID      string `json:"id"`
+	Sandbox string `json:"sandbox"`
+}
+
+type result struct {
+	Stdout  string `json:"stdout"`
+	Results []struct {
+		Data map[string]json.RawMessage `json:"data"`
+	} `json:"results"`
+	Error *struct {
+		Name  string `json:"name"`
+		Value string `json:"value"`
+	} `json:"error"`
+	Killed bool `json:"killed"`
+}
+
+func (s *server) newSession(ctx context.Context) (session, error) {
+	var sess session
+	err := s.call(ctx, "POST", "/v1/sessions", map[string]string{"language": "python"}, &sess)
+	return sess, err
+}
+
+func (s *server) exec(ctx context.Context, id, code string) (result, error) {
+	var res result
+	if err := s.call(ctx, "POST", "/v1/sessions/"+id+"/execute", map[string]string{"code": code}, &res); err != nil {
+		return res, err
+	}
+	if res.Error != nil || res.Killed {
+		return res, fmt.Errorf("execution failed: %+v", res.Error)
+	}
+	return res, nil
+}
+
+func (s *server) deleteSession(ctx context.Context, id string) {
+	s.call(ctx, "DELETE", "/v1/sessions/"+id, nil, nil)
+}
+
+// timeCmd runs a command n times and returns the wall times.
+func timeCmd(ctx context.Context, n int, argv ...string) ([]time.Duration, error) {
+	var out []time.Duration
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("%s: %v: %s", strings.Join(argv, " "), err, b)
+		}
+		out = append(out, time.Since(start))
+	}
+	return out, nil
+}
+
+func ratio(a, b float64) string {
+	if a <= 0 || b <= 0 {
+		return ""
+	}
+	if a >= b {
+		return fmt.Sprintf("%.1f× slower", a/b)
+	}
+	return fmt.Sprintf("%.1f× faster", b/a)
+}

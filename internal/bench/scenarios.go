@@ -1,0 +1,353 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+const pandasCode = "import pandas as pd; pd.DataFrame({'a': [1, 2]}).sum()"
+
+// benchExec: `x = 1` in a warm session over HTTP.
+func benchExec(ctx context.Context, srv *server, r *Report, n int) error {
+	sess, err := srv.newSession(ctx)
+	if err != nil {
+		return err
+	}
+	defer srv.deleteSession(ctx, sess.ID)
+	for i := 0; i < 20; i++ { // warm the connection and the interpreter
+		if _, err := srv.exec(ctx, sess.ID, "x = 1"); err != nil {
+			return err
+		}
+	}
+	lat := make([]time.Duration, 0, n)
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		if _, err := srv.exec(ctx, sess.ID, "x = 1"); err != nil {
+			return err
+		}
+		lat = append(lat, time.Since(start))
+	}
+	s := stats(lat)
+	r.add(Row{Scenario: "warm session: execute `x = 1` over HTTP", Metric: "p50", Value: s.P50, Unit: "ms", Target: "≤ 1 ms"})
+	r.add(Row{Scenario: "warm session: execute `x = 1` over HTTP", Metric: "p99", Value: s.P99, Unit: "ms", Target: "≤ 5 ms"})
+	r.Stats["exec"] = s
+	return nil
+}
+
+// benchCreatePandas: create a session and run a pandas snippet as its
+// first execution, create to result; against a cold python doing the same
+// outside any sandbox.
+func benchCreatePandas(ctx context.Context, srv *server, r *Report, o Options, n, nBase int) error {
+	lat := make([]time.Duration, 0, n)
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		sess, err := srv.newSession(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := srv.exec(ctx, sess.ID, pandasCode); err != nil {
+			return err
+		}
+		lat = append(lat, time.Since(start))
+		srv.deleteSession(ctx, sess.ID)
+	}
+	base, err := timeCmd(ctx, nBase, o.Python, "-c", pandasCode+"; print('ok')")
+	if err != nil {
+		return err
+	}
+	s, b := stats(lat), stats(base)
+	name := "create a session + first execution `" + pandasCode + "`"
+	r.add(Row{Scenario: name, Metric: "p50", Value: s.P50, Unit: "ms", Target: "≤ 20 ms, ≥ 20× faster than cold python",
+		Baseline: fmt.Sprintf("cold python3 -c: %.1f ms", b.P50), Ratio: ratio(s.P50, b.P50)})
+	r.add(Row{Scenario: name, Metric: "p99", Value: s.P99, Unit: "ms"})
+	r.Stats["create_pandas"] = s
+	r.Stats["cold_python_pandas"] = b
+	return nil
+}
+
+// benchConcurrent: 50 session creations at once, each followed by one
+// print(1).
+func benchConcurrent(ctx context.Context, srv *server, r *Report, n int) error {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	lat := make([]time.Duration, 0, n)
+	var ids []string
+	var firstErr error
+	start := make(chan struct{})
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			t := time.Now()
+			sess, err := srv.newSession(ctx)
+			if err == nil {
+				_, err = srv.exec(ctx, sess.ID, "print(1)")
+			}
+			d := time.Since(t)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if firstErr == nil {
+					firstErr = err
+				}
+				return
+			}
+			lat = append(lat, d)
+			ids = append(ids, sess.ID)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for _, id := range ids {
+		srv.deleteSession(ctx, id)
+	}
+	if firstErr != nil {
+		return firstErr
+	}
+	s := stats(lat)
+	name := fmt.Sprintf("%d concurrent session creations, each + `print(1)`", n)
+	r.add(Row{Scenario: name, Metric: "p50", Value: s.P50, Unit: "ms"})
+	r.add(Row{Scenario: name, Metric: "p99", Value: s.P99, Unit: "ms", Target: "≤ 150 ms"})
+	r.Stats["concurrent_create"] = s
+	return nil
+}
+
+// benchOneShot: POST /v1/execute of print(1) with 4 clients, sustained;
+// against bare python3 and bubblewrap + python3 run one after another.
+func benchOneShot(ctx context.Context, srv *server, r *Report, o Options, d time.Duration) error {
+	const clients = 4
+	var mu sync.Mutex
+	var lat []time.Duration
+	var firstErr error
+	end := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for i := 0; i < clients; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				t := time.Now()
+				var res result
+				err := srv.call(ctx, "POST", "/v1/execute", map[string]string{"code": "print(1)"}, &res)
+				if err == nil && res.Stdout != "1\n" {
+					err = fmt.Errorf("unexpected stdout %q", res.Stdout)
+				}
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				if err == nil {
+					lat = append(lat, time.Since(t))
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	s := stats(lat)
+	rps := float64(len(lat)) / d.Seconds()
+	// The baseline: as many bare `python3 -c 'print(1)'` as 4 clients can
+	// start and finish in the same time, no sandbox at all.
+	var baseN int
+	end = time.Now().Add(d)
+	for i := 0; i < clients; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				if _, err := timeCmd(ctx, 1, o.Python, "-c", "print(1)"); err != nil {
+					return
+				}
+				mu.Lock()
+				baseN++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	baseRPS := float64(baseN) / d.Seconds()
+	name := "one-shot POST /v1/execute `print(1)`, 4 clients"
+	r.add(Row{Scenario: name, Metric: "throughput", Value: rps, Unit: "req/s", Target: "≥ 150 req/s",
+		Baseline: fmt.Sprintf("bare python3 -c, 4 at a time: %.1f req/s", baseRPS), Ratio: ratio(1/rps, 1/baseRPS)})
+	r.add(Row{Scenario: name, Metric: "p50", Value: s.P50, Unit: "ms"})
+	r.add(Row{Scenario: name, Metric: "p99", Value: s.P99, Unit: "ms"})
+	r.Stats["oneshot"] = s
+	return nil
+}
+
+// benchDensity: n idle Python sessions with numpy and pandas imported,
+// all alive at once; proportional memory (PSS) of each session's processes.
+func benchDensity(ctx context.Context, srv *server, r *Report, n int) error {
+	sessions := make([]session, 0, n)
+	defer func() {
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 16)
+		for _, s := range sessions {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() { defer wg.Done(); srv.deleteSession(ctx, s.ID); <-sem }()
+		}
+		wg.Wait()
+	}()
+	var mu sync.Mutex
+	var firstErr error
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			sess, err := srv.newSession(ctx)
+			if err == nil {
+				_, err = srv.exec(ctx, sess.ID, "import numpy, pandas")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if firstErr == nil {
+					firstErr = err
+				}
+				return
+			}
+			sessions = append(sessions, sess)
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	// Every one of them still answers.
+	alive := 0
+	for _, s := range sessions {
+		if _, err := srv.exec(ctx, s.ID, "x = 1"); err == nil {
+			alive++
+		}
+	}
+	var total int64
+	procs := 0
+	for _, s := range sessions {
+		pids := cgroupPids(srv.name, s.Sandbox)
+		for _, pid := range pids {
+			total += pss(pid)
+			procs++
+		}
+	}
+	per := float64(total) / float64(max(1, len(sessions))) / 1024
+	r.add(Row{Scenario: "idle Python sessions with numpy and pandas imported", Metric: "alive at once", Value: float64(alive), Unit: "sessions", Target: "≥ 300"})
+	r.add(Row{Scenario: "idle Python sessions with numpy and pandas imported", Metric: "PSS per session", Value: per, Unit: "MB", Target: "≤ 15 MB",
+		Note: fmt.Sprintf("%d processes: init and interpreter", procs)})
+	r.Stats["density_sessions"] = alive
+	r.Stats["density_pss_mb"] = per
+	return nil
+}
+
+// cgroupPids lists the processes of a sandbox's cgroup.
+func cgroupPids(parent, name string) []int {
+	for _, dir := range []string{
+		filepath.Join("/sys/fs/cgroup/pids", parent, name),
+		filepath.Join("/sys/fs/cgroup", parent, name),
+	} {
+		b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		if err != nil {
+			continue
+		}
+		var out []int
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				out = append(out, pid)
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// pss is a process's proportional set size in KiB.
+func pss(pid int) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var kb int64
+		if n, _ := fmt.Sscanf(sc.Text(), "Pss: %d kB", &kb); n == 1 {
+			return kb
+		}
+	}
+	return 0
+}
+
+// benchRun: airlock run of print(1) against bare python3 and bubblewrap +
+// python3, interleaved so that all three see the same machine.
+func benchRun(ctx context.Context, r *Report, o Options, n int) error {
+	dir, err := os.MkdirTemp("", "airlock-bench-run")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	prog := filepath.Join(dir, "p.py")
+	if err := os.WriteFile(prog, []byte("print(1)\n"), 0o644); err != nil {
+		return err
+	}
+	variants := []struct {
+		name string
+		argv []string
+	}{
+		{"bare python3 -c 'print(1)'", []string{o.Python, "-c", "print(1)"}},
+		{"airlock run p.py", []string{o.Binary, "run", prog}},
+	}
+	if bw, err := exec.LookPath("bwrap"); err == nil {
+		variants = append(variants, struct {
+			name string
+			argv []string
+		}{"bwrap + python3 -c 'print(1)'", []string{bw, "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+			"--symlink", "usr/bin", "/bin", "--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+			"--unshare-all", "--die-with-parent", "--new-session", o.Python, "-c", "print(1)"}})
+	}
+	times := make([][]time.Duration, len(variants))
+	for i := 0; i < n+3; i++ {
+		for j, v := range variants {
+			d, err := timeCmd(ctx, 1, v.argv...)
+			if err != nil {
+				return err
+			}
+			if i >= 3 { // warm-up runs are dropped
+				times[j] = append(times[j], d[0])
+			}
+		}
+	}
+	base := stats(times[0])
+	for j, v := range variants {
+		s := stats(times[j])
+		row := Row{Scenario: "one program run from the command line: " + v.name, Metric: "median", Value: s.P50, Unit: "ms"}
+		if j > 0 {
+			row.Baseline = fmt.Sprintf("bare python3: %.1f ms", base.P50)
+			row.Ratio = fmt.Sprintf("%+.1f ms", s.P50-base.P50)
+		}
+		if v.name == "airlock run p.py" {
+			row.Target = "≤ 3 ms over bare python"
+		}
+		r.add(row)
+		r.Stats["run: "+v.name] = s
+	}
+	return nil
+}
