@@ -115,6 +115,14 @@ func serveCmd(args []string, stderr io.Writer) int {
 			pprof.Lookup("goroutine").WriteTo(stderr, 1)
 		}
 	}()
+	if p := os.Getenv("AIRLOCK_CPUPROFILE"); p != "" {
+		// A CPU profile of the whole run, written at shutdown (for
+		// performance work).
+		if f, err := os.Create(p); err == nil {
+			pprof.StartCPUProfile(f)
+			defer func() { pprof.StopCPUProfile(); f.Close() }()
+		}
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("airlock serving", "listen", ln.Addr().String(), "version", version, "protections", host.Protections())

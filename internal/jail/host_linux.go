@@ -93,8 +93,16 @@ func NewHost(o Options) (_ *Host, err error) {
 	if st, err := os.Stat(mpl); err == nil && st.IsDir() {
 		h.tmpCopy["matplotlib"] = mpl
 	}
-	h.baseRoot = rootfs.DefaultSpec(h.staging, "sandbox")
+	h.baseRoot = rootfs.DefaultSpec(h.staging, Hostname)
 	h.baseRoot.Files = o.RootFiles
+	// The static part of the root is written once per host and bound
+	// read-only into every sandbox.
+	tmpl, err := rootfs.PrepareTemplate(o.StateDir, h.baseRoot)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	h.baseRoot.Template = tmpl
+	h.baseRoot.Etc, h.baseRoot.EtcCopy, h.baseRoot.Files = nil, nil, nil
 	return h, nil
 }
 
@@ -184,9 +192,6 @@ type Sandbox struct {
 
 // Start builds a sandbox and waits until its init is ready.
 func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
-	if spec.Hostname == "" {
-		spec.Hostname = "sandbox"
-	}
 	if spec.ReadyTimeout == 0 {
 		spec.ReadyTimeout = 10 * time.Second
 	}
@@ -290,8 +295,6 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 	}
 
 	root := h.baseRoot
-	root.Hostname = spec.Hostname
-	root.Etc = rootfs.GeneratedEtc(spec.Hostname)
 	root.Disk = int64(l.Disk)
 	root.Inodes = int64(l.Inodes)
 	root.Shm = min(int64(l.Disk), 64<<20)

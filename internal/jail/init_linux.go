@@ -25,12 +25,15 @@ func InitMain() {
 	// Nobody inside may ptrace, read the memory of, or open /proc/1/exe of
 	// the init, whatever uid they have.
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	itrace("main")
 	closeInherited()
 	ctl, err := newConn(os.NewFile(3, "ctl"), maxMessage)
 	if err != nil {
 		fatal(err)
 	}
+	itrace("conn")
 	m, files, err := ctl.recv()
+	itrace("received")
 	closeFiles(files)
 	if err != nil || m.Op != opSetup || m.Setup == nil {
 		fatal(fmt.Errorf("no setup message: %v", err))
@@ -166,8 +169,9 @@ type initState struct {
 	spawner   chan spawnReq
 }
 
+// itrace reports the init's own CPU time at a step, with AIRLOCK_TRACE.
 func itrace(what string) {
-	if os.Getenv("AIRLOCK_TRACE") != "" {
+	if tracing {
 		var ru syscall.Rusage
 		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 		fmt.Fprintf(os.Stderr, "init %s cpu=%.2fms\n", what, float64(ru.Utime.Nano()+ru.Stime.Nano())/1e6)

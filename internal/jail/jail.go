@@ -24,6 +24,9 @@ import (
 	"airlock/internal/config"
 )
 
+// Hostname of every sandbox.
+const Hostname = "sandbox"
+
 // InitArg0 is argv[0] of a re-executed sandbox init.
 const InitArg0 = "airlock-init"
 
@@ -60,8 +63,6 @@ type Spec struct {
 	Slot uint32
 	// Limits bound the sandbox.
 	Limits config.Limits
-	// Hostname of the sandbox; "sandbox" when empty.
-	Hostname string
 	// ReadyTimeout bounds the start; 10s when zero.
 	ReadyTimeout time.Duration
 }

@@ -43,6 +43,10 @@ type Spec struct {
 	// TmpCopy are host directories whose regular files are copied into
 	// /tmp/<name>, owned by the sandbox user (the matplotlib font cache).
 	TmpCopy map[string]string `json:"tmp_copy"`
+	// Template, when set, is a host directory made by PrepareTemplate
+	// that holds the static part of the root (then Etc, EtcCopy and Files
+	// are already in it and need not be sent).
+	Template string `json:"template,omitempty"`
 	// NoProc leaves /proc empty: for a template process that runs in the
 	// host's pid namespace and has no business seeing it.
 	NoProc bool `json:"no_proc,omitempty"`
@@ -105,6 +109,11 @@ func (s Spec) Validate() error {
 	}
 	if err := check("staging", s.Staging, true); err != nil {
 		return err
+	}
+	if s.Template != "" {
+		if err := check("template", s.Template, true); err != nil {
+			return err
+		}
 	}
 	for name := range s.Etc {
 		if err := check("etc file", name, false); err != nil {

@@ -1,12 +1,14 @@
 package rootfs
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -23,29 +25,26 @@ func Build(s Spec) error {
 		return fmt.Errorf("rootfs: make / private: %w", err)
 	}
 	root := s.Staging
-	if err := mountTmpfs(root, unix.MS_NOSUID|unix.MS_NODEV, "size=4m,nr_inodes=4096,mode=0755"); err != nil {
-		return err
-	}
-	for _, d := range []string{"usr", "etc", "dev", "proc", "tmp", "workspace", "opt", "run", "root"} {
-		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
-			return fmt.Errorf("rootfs: %w", err)
+	if s.Template != "" {
+		// The static part was written once by the host: bind it read-only.
+		if err := unix.Mount(s.Template, root, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("rootfs: bind template: %w", err)
 		}
-	}
-	for _, l := range []struct{ name, target string }{
-		{"bin", "usr/bin"}, {"sbin", "usr/sbin"}, {"lib", "usr/lib"}, {"lib64", "usr/lib64"}, {"lib32", "usr/lib32"}, {"libx32", "usr/libx32"},
-	} {
-		// Merged-/usr links, only where the host has the target.
-		if _, err := os.Stat("/" + l.target); err != nil {
-			continue
+		if err := setattr(root, false, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV); err != nil {
+			return err
 		}
-		if err := os.Symlink(l.target, filepath.Join(root, l.name)); err != nil {
-			return fmt.Errorf("rootfs: %w", err)
+	} else {
+		if err := mountTmpfs(root, unix.MS_NOSUID|unix.MS_NODEV, "size=4m,nr_inodes=4096,mode=0755"); err != nil {
+			return err
+		}
+		if err := populate(root, s); err != nil {
+			return err
 		}
 	}
 	if err := bindReadOnly("/usr", filepath.Join(root, "usr"), true); err != nil {
 		return err
 	}
-	if err := buildEtc(root, s); err != nil {
+	if err := bindEtc(root, s); err != nil {
 		return err
 	}
 	if err := buildDev(root, s); err != nil {
@@ -69,18 +68,6 @@ func Build(s Spec) error {
 			return err
 		}
 	}
-	for _, p := range sortedKeys(s.Files) {
-		dst := filepath.Join(root, p)
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return fmt.Errorf("rootfs: %w", err)
-		}
-		if err := os.WriteFile(dst, []byte(s.Files[p]), 0o644); err != nil {
-			return fmt.Errorf("rootfs: %w", err)
-		}
-	}
-	if err := os.Symlink("/usr/share/zoneinfo/Etc/UTC", filepath.Join(root, "etc", "localtime")); err != nil {
-		return fmt.Errorf("rootfs: %w", err)
-	}
 
 	// pivot_root(".", ".") stacks the old root under the new one; the
 	// detach then drops every host mount from this namespace.
@@ -97,13 +84,34 @@ func Build(s Spec) error {
 		return fmt.Errorf("rootfs: %w", err)
 	}
 	// The root itself becomes read-only; scratch mounts on it stay writable.
-	if err := setattr("/", false, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV); err != nil {
-		return err
+	if s.Template == "" {
+		if err := setattr("/", false, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-func buildEtc(root string, s Spec) error {
+// populate writes the static part of the root into root: mount points,
+// the merged-/usr links, /etc (generated, copied from the host, and mount
+// points for the bound directories) and the extra files.
+func populate(root string, s Spec) error {
+	for _, d := range []string{"usr", "etc", "dev", "proc", "tmp", "workspace", "opt", "run"} {
+		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
+			return fmt.Errorf("rootfs: %w", err)
+		}
+	}
+	for _, l := range []struct{ name, target string }{
+		{"bin", "usr/bin"}, {"sbin", "usr/sbin"}, {"lib", "usr/lib"}, {"lib64", "usr/lib64"}, {"lib32", "usr/lib32"}, {"libx32", "usr/libx32"},
+	} {
+		// Merged-/usr links, only where the host has the target.
+		if _, err := os.Stat("/" + l.target); err != nil {
+			continue
+		}
+		if err := os.Symlink(l.target, filepath.Join(root, l.name)); err != nil {
+			return fmt.Errorf("rootfs: %w", err)
+		}
+	}
 	etc := filepath.Join(root, "etc")
 	for _, name := range sortedKeys(s.Etc) {
 		if err := writeFile(filepath.Join(etc, name), s.Etc[name]); err != nil {
@@ -122,14 +130,95 @@ func buildEtc(root string, s Spec) error {
 		}
 	}
 	for _, name := range s.EtcBind {
+		if st, err := os.Stat(filepath.Join("/etc", name)); err == nil && st.IsDir() {
+			if err := os.MkdirAll(filepath.Join(etc, name), 0o755); err != nil {
+				return fmt.Errorf("rootfs: %w", err)
+			}
+		}
+	}
+	if err := os.Symlink("/usr/share/zoneinfo/Etc/UTC", filepath.Join(etc, "localtime")); err != nil {
+		return fmt.Errorf("rootfs: %w", err)
+	}
+	for _, p := range sortedKeys(s.Files) {
+		dst := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return fmt.Errorf("rootfs: %w", err)
+		}
+		if err := os.WriteFile(dst, []byte(s.Files[p]), 0o644); err != nil {
+			return fmt.Errorf("rootfs: %w", err)
+		}
+	}
+	return nil
+}
+
+// PrepareTemplate writes the static part of the root once, into a
+// directory under dir named after a hash of what goes in it, and returns
+// its path. Sandboxes bind it read-only instead of writing it each time.
+// Concurrent callers agree on the same directory; a change on the host (a
+// copied /etc file) or in the spec gives a new one.
+func PrepareTemplate(dir string, s Spec) (string, error) {
+	h := sha256.New()
+	io.WriteString(h, "airlock-rootfs-v1\x00")
+	for _, k := range sortedKeys(s.Etc) {
+		fmt.Fprintf(h, "etc %q %q\n", k, s.Etc[k])
+	}
+	for _, name := range s.EtcCopy {
+		if st, err := os.Stat(filepath.Join("/etc", name)); err == nil {
+			sys := st.Sys().(*syscall.Stat_t)
+			fmt.Fprintf(h, "copy %q %d %d %d\n", name, st.Size(), st.ModTime().UnixNano(), sys.Ino)
+		}
+	}
+	for _, name := range s.EtcBind {
+		if st, err := os.Stat(filepath.Join("/etc", name)); err == nil && st.IsDir() {
+			fmt.Fprintf(h, "bind %q\n", name)
+		}
+	}
+	for _, l := range []string{"usr/lib64", "usr/lib32", "usr/libx32"} {
+		if _, err := os.Stat("/" + l); err == nil {
+			fmt.Fprintf(h, "link %q\n", l)
+		}
+	}
+	for _, k := range sortedKeys(s.Files) {
+		fmt.Fprintf(h, "file %q %q\n", k, s.Files[k])
+	}
+	final := filepath.Join(dir, fmt.Sprintf("rootfs-%x", h.Sum(nil)[:12]))
+	if st, err := os.Lstat(final); err == nil && st.IsDir() {
+		return final, nil
+	}
+	tmp, err := os.MkdirTemp(dir, ".rootfs-")
+	if err != nil {
+		return "", fmt.Errorf("rootfs: template: %w", err)
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		os.RemoveAll(tmp)
+		return "", fmt.Errorf("rootfs: template: %w", err)
+	}
+	if err := populate(tmp, s); err != nil {
+		os.RemoveAll(tmp)
+		return "", err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		os.RemoveAll(tmp)
+		if st, err2 := os.Lstat(final); err2 == nil && st.IsDir() {
+			return final, nil // another process made the same one first
+		}
+		return "", fmt.Errorf("rootfs: template: %w", err)
+	}
+	return final, nil
+}
+
+// bindEtc binds the host's /etc directories (certificates, fonts,
+// alternatives...) read-only onto their mount points.
+func bindEtc(root string, s Spec) error {
+	for _, name := range s.EtcBind {
 		src := filepath.Join("/etc", name)
 		st, err := os.Stat(src)
 		if err != nil || !st.IsDir() {
 			continue // optional
 		}
-		dst := filepath.Join(etc, name)
-		if err := os.MkdirAll(dst, 0o755); err != nil {
-			return fmt.Errorf("rootfs: %w", err)
+		dst := filepath.Join(root, "etc", name)
+		if _, err := os.Lstat(dst); err != nil {
+			continue // appeared after the template was made
 		}
 		if err := bindReadOnly(src, dst, false); err != nil {
 			return err
