@@ -598,3 +598,62 @@ func TestDeleteAndIdle(t *testing.T) {
 		t.Fatalf("after delete: %d", status)
 	}
 }
+
+func TestBashSession(t *testing.T) {
+	s := sharedServer(t)
+	id := s.newSession("bash", map[string]any{"env": map[string]string{"PROJECT": "demo"}})
+	r := s.exec(id, "mkdir -p work && cd work && export STAGE=two && f() { echo \"f:$1\"; }")
+	if r.ExitCode != 0 {
+		t.Fatalf("%+v", r)
+	}
+	r = s.exec(id, "pwd; echo $STAGE $PROJECT; f x; echo oops >&2; false")
+	if r.Stdout != "/workspace/work\ntwo demo\nf:x\n" || r.Stderr != "oops\n" || r.ExitCode != 1 {
+		t.Fatalf("%+v", r)
+	}
+	var res execResult
+	s.do("POST", "/v1/sessions/"+id+"/execute", map[string]any{"code": "sleep 30", "timeout": "1s"}, &res)
+	if !res.Killed || res.KillReason != "timeout" {
+		t.Fatalf("timeout: %+v", res)
+	}
+	if r := s.exec(id, "echo still $STAGE"); r.Stdout != "still two\n" {
+		t.Fatalf("after timeout: %+v", r)
+	}
+	var e apiError
+	if status := s.do("POST", "/v1/sessions/"+id+"/execute", map[string]any{"code": "echo a\x00b"}, &e); status != 400 {
+		t.Fatalf("NUL in bash code: %d %+v", status, e)
+	}
+}
+
+func TestJavaScriptSession(t *testing.T) {
+	s := sharedServer(t)
+	id := s.newSession("javascript", nil)
+	s.exec(id, "let total = 40\nconst add = (a, b) => a + b")
+	r := s.exec(id, "console.log('adding'); add(total, 2)")
+	if r.Stdout != "adding\n" || r.text("result") != "42" {
+		t.Fatalf("%+v", r)
+	}
+	r = s.exec(id, "let total = 1; total")
+	if r.Error != nil || r.text("result") != "1" {
+		t.Fatalf("redeclaration: %+v", r)
+	}
+	r = s.exec(id, "await new Promise(r => setTimeout(r, 20)); 'awaited'")
+	if r.text("result") != "'awaited'" {
+		t.Fatalf("top-level await: %+v", r)
+	}
+	r = s.exec(id, "null.x")
+	if r.Error == nil || r.Error.Name != "TypeError" {
+		t.Fatalf("error: %+v", r)
+	}
+	r = s.exec(id, "display({'text/html': '<b>hi</b>'}); require('fs').readdirSync('/workspace').length")
+	if len(r.Results) != 2 || r.Results[0].Type != "display" {
+		t.Fatalf("display: %+v", r)
+	}
+	var res execResult
+	s.do("POST", "/v1/sessions/"+id+"/execute", map[string]any{"code": "while (true) {}", "timeout": "1s"}, &res)
+	if !res.Killed || res.KillReason != "timeout" {
+		t.Fatalf("timeout: %+v", res)
+	}
+	if r := s.exec(id, "total + 1"); r.text("result") != "2" {
+		t.Fatalf("after timeout: %+v", r)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -63,7 +64,7 @@ func (f *limitFlags) limits() (config.Limits, error) {
 	set("max-output", f.maxOutput, func(s string) (e error) { l.MaxOutput, e = config.ParseSize(s); return })
 	set("cpus", f.cpus, func(s string) error {
 		v, e := strconv.ParseFloat(s, 64)
-		if e != nil || v <= 0 {
+		if e != nil || !(v > 0) || math.IsInf(v, 0) {
 			return fmt.Errorf("%w: %q: want a positive number of cores", errdefs.ErrInvalidArgument, s)
 		}
 		l.CPUs = v

@@ -108,6 +108,9 @@ func (h *Host) StartTemplate(ctx context.Context, spec TemplateSpec) (_ *Templat
 	}
 	root := h.baseRoot
 	root.Disk, root.Inodes, root.Shm = 64<<20, 4096, 1<<20
+	// The template runs as root without CAP_DAC_OVERRIDE: its scratch
+	// copies must be its own to be writable.
+	root.UID, root.GID = 0, 0
 	root.TmpCopy = h.tmpCopy
 	root.NoProc = true
 	setup := &setupMsg{

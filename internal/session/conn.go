@@ -32,11 +32,12 @@ type framedConn struct {
 	rerr   error
 	hello  runtimes.Message
 	config chan struct{}
+	done   chan struct{} // closed when the reader stops
 }
 
 // newFramedConn takes the socket and waits for the runtime's hello.
 func newFramedConn(f *os.File, maxFrame int) (*framedConn, error) {
-	c := &framedConn{f: f, w: runtimes.NewFrameWriter(f), ch: make(chan runtimes.Message, 64), config: make(chan struct{}, 1)}
+	c := &framedConn{f: f, w: runtimes.NewFrameWriter(f), ch: make(chan runtimes.Message, 64), config: make(chan struct{}, 1), done: make(chan struct{})}
 	r := runtimes.NewFrameReader(f, maxFrame)
 	m, err := r.Read()
 	if err != nil {
@@ -50,6 +51,7 @@ func newFramedConn(f *os.File, maxFrame int) (*framedConn, error) {
 	}
 	c.hello = m
 	go func() {
+		defer close(c.done)
 		defer close(c.ch)
 		for {
 			m, err := r.Read()
@@ -80,8 +82,12 @@ func (c *framedConn) configure(env map[string]string) error {
 	if err := c.w.Write(runtimes.Message{Type: "configure", Env: env, Cwd: "/workspace"}); err != nil {
 		return err
 	}
-	<-c.config
-	return nil
+	select {
+	case <-c.config:
+		return nil
+	case <-c.done:
+		return fmt.Errorf("the runtime went away")
+	}
 }
 
 func (c *framedConn) execute(id, code string) error {

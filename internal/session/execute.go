@@ -315,6 +315,7 @@ loop:
 	res.DurationMs = ms(time.Since(start))
 	if endReason != "" {
 		s.end(endReason)
+		endReason = s.EndReason() // whoever ended it first said why
 		<-sb.Dead()
 	}
 	// Everything the runtime wrote before done is in the pipes now.
@@ -382,6 +383,9 @@ func (s *Session) connLost() string {
 	case e := <-s.inst.Sandbox.Exits():
 		return s.deathReason(e)
 	case <-s.inst.gone:
+		if e, ok := s.inst.runtimeExit(); ok {
+			return s.deathReason(e)
+		}
 	case <-time.After(200 * time.Millisecond):
 	}
 	return s.deathReason(jail.Exit{})

@@ -209,8 +209,24 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Session, erro
 }
 
 // start gets an instance and turns it into a configured, unregistered
-// session.
+// session. An instance whose runtime died just before it was handed out
+// (it passed the health check a moment earlier) is replaced.
 func (m *Manager) start(ctx context.Context, rt runtimes.Runtime, limits config.Limits, userEnv map[string]string, idle time.Duration) (*Session, error) {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		var s *Session
+		s, err = m.startOnce(ctx, rt, limits, userEnv, idle)
+		if err == nil || ctx.Err() != nil || !errors.Is(err, errRuntimeGone) {
+			return s, err
+		}
+		m.log.Warn("a sandbox's runtime died before its session started; trying another", "err", err)
+	}
+	return nil, err
+}
+
+var errRuntimeGone = errors.New("runtime gone")
+
+func (m *Manager) startOnce(ctx context.Context, rt runtimes.Runtime, limits config.Limits, userEnv map[string]string, idle time.Duration) (*Session, error) {
 	inst, err := m.source.Get(ctx, rt.Lang, limits)
 	if err != nil {
 		return nil, err
@@ -254,7 +270,10 @@ func (m *Manager) start(ctx context.Context, rt runtimes.Runtime, limits config.
 	}
 	if err != nil {
 		s.teardownOnce.Do(s.teardown)
-		return nil, fmt.Errorf("%w: configuring the %s runtime: %v", errdefs.ErrUnavailable, rt.Lang, err)
+		if ctx.Err() == nil {
+			err = fmt.Errorf("%w: %w", errRuntimeGone, err)
+		}
+		return nil, fmt.Errorf("%w: configuring the %s runtime: %w", errdefs.ErrUnavailable, rt.Lang, err)
 	}
 	return s, nil
 }
@@ -432,7 +451,8 @@ func (s *Session) monitor() {
 				s.end(s.deathReason(e))
 			}
 		case <-s.inst.gone:
-			s.end(s.deathReason(jail.Exit{}))
+			e, _ := s.inst.runtimeExit()
+			s.end(s.deathReason(e))
 		case <-sb.Dead():
 			s.end(s.deathReason(jail.Exit{}))
 		case <-s.ended:
@@ -447,12 +467,14 @@ func (s *Session) deathReason(e jail.Exit) string {
 		return EndOOM
 	}
 	switch {
+	case e.Pid == 0:
+		return "the interpreter ended"
 	case e.Status.Signaled():
 		return fmt.Sprintf("the interpreter was killed by signal %d (%s)", e.Status.Signal(), e.Status.Signal())
 	case e.Status.Exited():
 		return fmt.Sprintf("the interpreter exited with status %d", e.Status.ExitStatus())
 	}
-	return "the sandbox ended"
+	return "the interpreter ended"
 }
 
 // end ends the session once, for reason, and frees everything.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -32,8 +33,25 @@ type Instance struct {
 	release    func()
 	Started    time.Time
 	// gone is closed when a runtime the init did not start (one from the
-	// template) has exited; nil for runtimes the init reports itself.
-	gone chan struct{}
+	// template) has exited, and exit then says how; both nil for runtimes
+	// the init reports itself.
+	gone       chan struct{}
+	exitKnown  chan struct{} // closed once exitStatus is set
+	exitStatus syscall.WaitStatus
+}
+
+// runtimeExit returns how a template runtime ended, if the template says
+// so soon; any number of goroutines may ask.
+func (in *Instance) runtimeExit() (jail.Exit, bool) {
+	if in.exitKnown == nil {
+		return jail.Exit{}, false
+	}
+	select {
+	case <-in.exitKnown:
+		return jail.Exit{Pid: in.RuntimePid, Status: in.exitStatus}, true
+	case <-time.After(200 * time.Millisecond):
+		return jail.Exit{}, false
+	}
 }
 
 // Close tears the instance down (it was never handed out, or its session
@@ -182,22 +200,29 @@ func StartRuntime(sb *jail.Sandbox, rt runtimes.Runtime, l config.Limits) (*Inst
 // template interpreter z fork it in, with numpy, pandas and matplotlib
 // already imported.
 func StartRuntimeZygote(ctx context.Context, sb *jail.Sandbox, z *zygote.Zygote, rt runtimes.Runtime, l config.Limits) (*Instance, error) {
-	var pidfd *os.File
+	var fk *zygote.Forked
 	inst, err := startRuntime(sb, rt, l, func(stdio [4]*os.File) (int, error) {
 		var err error
-		_, pidfd, err = z.Fork(ctx, sb, l, stdio)
+		fk, err = z.Fork(ctx, sb, l, stdio)
 		return 0, err // the runtime's pid inside comes with its hello
 	})
 	if err != nil {
-		if pidfd != nil {
-			pidfd.Close()
+		if fk != nil {
+			fk.Pidfd.Close()
 		}
 		return nil, err
 	}
 	// The runtime is the template's child, not the init's: its exit is
-	// seen through its pidfd.
+	// seen through its pidfd, and how it ended comes from the template.
 	inst.gone = make(chan struct{})
-	go watchPidfd(pidfd, inst.gone)
+	inst.exitKnown = make(chan struct{})
+	go watchPidfd(fk.Pidfd, inst.gone)
+	go func() {
+		if st, ok := <-fk.Exit; ok {
+			inst.exitStatus = st
+			close(inst.exitKnown)
+		}
+	}()
 	return inst, nil
 }
 

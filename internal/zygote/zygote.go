@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -42,6 +43,7 @@ type Zygote struct {
 	mu      sync.Mutex
 	next    int
 	pending map[int]chan result
+	exits   map[int]chan syscall.WaitStatus // host pid -> how it ended
 	dead    chan struct{}
 	Errors  map[string]string // preload failures
 	Started time.Duration     // how long the preload took
@@ -50,6 +52,7 @@ type Zygote struct {
 type result struct {
 	pid   int
 	pidfd *os.File
+	exit  chan syscall.WaitStatus
 	err   error
 }
 
@@ -62,6 +65,7 @@ type message struct {
 	NProcs   int               `json:"nprocs,omitempty"`
 	Landlock bool              `json:"landlock,omitempty"`
 	Rlimits  [][3]uint64       `json:"rlimits,omitempty"`
+	Status   int               `json:"status,omitempty"`
 }
 
 type configMsg struct {
@@ -95,7 +99,7 @@ func Start(ctx context.Context, h *jail.Host, cfg config.Config, seccomp []byte,
 	if err != nil {
 		return nil, err
 	}
-	z := &Zygote{t: t, log: log, pending: map[int]chan result{}, dead: make(chan struct{})}
+	z := &Zygote{t: t, log: log, pending: map[int]chan result{}, exits: map[int]chan syscall.WaitStatus{}, dead: make(chan struct{})}
 	last, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
 	if err != nil {
 		t.Close()
@@ -189,6 +193,18 @@ func (z *Zygote) loop() {
 			z.log.Warn("python template ended", "err", err, "stderr", z.t.Diag())
 			return
 		}
+		if m.Type == "exited" {
+			for _, f := range files {
+				f.Close()
+			}
+			z.mu.Lock()
+			if ch, ok := z.exits[m.Pid]; ok {
+				ch <- syscall.WaitStatus(m.Status)
+				delete(z.exits, m.Pid)
+			}
+			z.mu.Unlock()
+			continue
+		}
 		z.mu.Lock()
 		ch := z.pending[m.ID]
 		delete(z.pending, m.ID)
@@ -199,6 +215,12 @@ func (z *Zygote) loop() {
 		case m.Type == "forked" && len(files) == 1:
 			r.pidfd = files[0]
 			files = nil
+			// Registered before the reply is handed over, so that an exit
+			// reported right after cannot be missed.
+			r.exit = make(chan syscall.WaitStatus, 1)
+			z.mu.Lock()
+			z.exits[m.Pid] = r.exit
+			z.mu.Unlock()
 		case m.Type == "fork_error":
 			r.err = fmt.Errorf("%w: python template: %s", errdefs.ErrUnavailable, m.Error)
 		default:
@@ -218,14 +240,22 @@ func (z *Zygote) loop() {
 // Dead is closed when the template is gone.
 func (z *Zygote) Dead() <-chan struct{} { return z.dead }
 
+// Forked is a runtime the template started.
+type Forked struct {
+	Pid   int      // host pid
+	Pidfd *os.File // pollable; readable once the runtime has exited
+	// Exit delivers how the runtime ended, as the template reaps it (not
+	// if the template died first: then only Pidfd tells).
+	Exit <-chan syscall.WaitStatus
+}
+
 // Fork starts the Python session runtime in sb: the template forks a
 // child into sb's cgroup and namespaces, which becomes the sandbox user
-// with every layer applied. stdio are the runtime's fds 0-3. It returns
-// the runtime's host pid and a pidfd of it.
-func (z *Zygote) Fork(ctx context.Context, sb *jail.Sandbox, l config.Limits, stdio [4]*os.File) (int, *os.File, error) {
+// with every layer applied. stdio are the runtime's fds 0-3.
+func (z *Zygote) Fork(ctx context.Context, sb *jail.Sandbox, l config.Limits, stdio [4]*os.File) (*Forked, error) {
 	procs, err := sb.Cgroup().ProcsFiles()
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
 	defer func() {
 		for _, f := range procs {
@@ -248,7 +278,7 @@ func (z *Zygote) Fork(ctx context.Context, sb *jail.Sandbox, l config.Limits, st
 	select {
 	case <-z.dead:
 		z.mu.Unlock()
-		return 0, nil, fmt.Errorf("%w: the python template is not running", errdefs.ErrUnavailable)
+		return nil, fmt.Errorf("%w: the python template is not running", errdefs.ErrUnavailable)
 	default:
 	}
 	z.next++
@@ -261,21 +291,24 @@ func (z *Zygote) Fork(ctx context.Context, sb *jail.Sandbox, l config.Limits, st
 		z.mu.Lock()
 		delete(z.pending, id)
 		z.mu.Unlock()
-		return 0, nil, fmt.Errorf("%w: python template: %v", errdefs.ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: python template: %v", errdefs.ErrUnavailable, err)
 	}
 	select {
 	case r := <-ch:
-		return r.pid, r.pidfd, r.err
+		if r.err != nil {
+			return nil, r.err
+		}
+		return &Forked{Pid: r.pid, Pidfd: r.pidfd, Exit: r.exit}, nil
 	case <-ctx.Done():
 		z.mu.Lock()
 		delete(z.pending, id)
 		z.mu.Unlock()
-		return 0, nil, ctx.Err()
+		return nil, ctx.Err()
 	case <-time.After(30 * time.Second):
 		z.mu.Lock()
 		delete(z.pending, id)
 		z.mu.Unlock()
-		return 0, nil, fmt.Errorf("%w: python template did not answer", errdefs.ErrUnavailable)
+		return nil, fmt.Errorf("%w: python template did not answer", errdefs.ErrUnavailable)
 	}
 }
 

@@ -207,13 +207,19 @@ class Zygote:
             os._exit(1)
 
     def reap(self):
+        """Reaps ended runtimes and tells the server how each ended (a
+        runtime is our child, not its sandbox's init's)."""
         while True:
             try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
+                pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
+            try:
+                self.send({"type": "exited", "pid": pid, "status": status})
+            except OSError:
+                pass
 
     def runtime(self, req, fds):
         """The child: joins the sandbox and becomes its session runtime.

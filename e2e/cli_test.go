@@ -1,0 +1,243 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// runCLI runs the airlock binary with args and stdin.
+func runCLI(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(airlockBinary(t), args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	code = 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return o.String(), e.String(), code
+}
+
+type runJSON struct {
+	ExitCode        int     `json:"exit_code"`
+	Stdout          string  `json:"stdout"`
+	Stderr          string  `json:"stderr"`
+	StdoutTruncated bool    `json:"stdout_truncated"`
+	StderrTruncated bool    `json:"stderr_truncated"`
+	DurationMs      float64 `json:"duration_ms"`
+	CPUMs           float64 `json:"cpu_ms"`
+	PeakMemoryBytes int64   `json:"peak_memory_bytes"`
+	Killed          bool    `json:"killed"`
+	KillReason      string  `json:"kill_reason"`
+	Files           []struct {
+		Path string `json:"path"`
+		Size int64  `json:"size"`
+	} `json:"files"`
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestRunStreamsAndPassesStatus(t *testing.T) {
+	prog := writeFile(t, "hello.py", "import sys\nprint('out', sys.argv[1:])\nprint('err', file=sys.stderr)\nsys.exit(3)\n")
+	out, errOut, code := runCLI(t, "", "run", prog, "a", "b c")
+	if out != "out ['a', 'b c']\n" || errOut != "err\n" || code != 3 {
+		t.Fatalf("stdout %q stderr %q code %d", out, errOut, code)
+	}
+}
+
+func TestRunJSON(t *testing.T) {
+	prog := writeFile(t, "fit.py", `import numpy as np, pandas as pd, matplotlib.pyplot as plt
+from sklearn.linear_model import LinearRegression
+x = np.arange(20.0)
+df = pd.DataFrame({"x": x, "y": 2 * x + 1})
+m = LinearRegression().fit(df[["x"]], df["y"])
+plt.plot(df.x, m.predict(df[["x"]]))
+plt.savefig("fit.png")
+open("notes.txt", "w").write("slope %.1f" % m.coef_[0])
+print(round(m.coef_[0], 3))
+import sys; sys.stdout.buffer.write(b"\xff\xfe\n")
+`)
+	data := writeFile(t, "in.csv", "a,b\n1,2\n")
+	out, errOut, code := runCLI(t, "", "run", "--json", "--file", data+":data/in.csv", prog)
+	if code != 0 {
+		t.Fatalf("code %d stderr %s", code, errOut)
+	}
+	var r runJSON
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("not one JSON object: %v\n%s", err, out)
+	}
+	if r.ExitCode != 0 || !strings.HasPrefix(r.Stdout, "2.0\n") || !strings.Contains(r.Stdout, "\uFFFD") || r.Killed || r.KillReason != "" {
+		t.Fatalf("%+v", r)
+	}
+	if r.DurationMs <= 0 || r.CPUMs <= 0 || r.PeakMemoryBytes <= 0 {
+		t.Fatalf("missing measurements: %+v", r)
+	}
+	files := map[string]int64{}
+	for _, f := range r.Files {
+		files[f.Path] = f.Size
+	}
+	if files["fit.png"] < 1000 || files["notes.txt"] != 9 || files["data/in.csv"] != 8 {
+		t.Fatalf("files %+v", r.Files)
+	}
+	if _, ok := files["fit.py"]; ok {
+		t.Fatal("the program file itself is listed")
+	}
+}
+
+func TestRunKillsAndFlags(t *testing.T) {
+	cases := []struct {
+		name, code string
+		args       []string
+		reason     string
+	}{
+		{"timeout", "import time\ntime.sleep(30)", []string{"--timeout", "1s"}, "timeout"},
+		{"cpu", "while True: pass", []string{"--cpu-time", "1s", "--timeout", "20s"}, "cpu_time"},
+		{"memory", "b = []\nwhile True: b.append(bytearray(16 << 20))", []string{"--memory", "64M"}, "memory"},
+		{"output", "while True: print('x' * 1000)", []string{"--max-output", "10K"}, "output"},
+		{"pids", "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass", []string{"--pids", "16", "--timeout", "20s"}, "pids"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			prog := writeFile(t, "p.py", c.code)
+			out, errOut, code := runCLI(t, "", append(append([]string{"run", "--json"}, c.args...), prog)...)
+			var r runJSON
+			if err := json.Unmarshal([]byte(out), &r); err != nil {
+				t.Fatalf("%v: %s %s", err, out, errOut)
+			}
+			if code != 137 || !r.Killed || r.KillReason != c.reason {
+				t.Fatalf("code %d result %+v", code, r)
+			}
+			if c.reason == "output" && (!r.StdoutTruncated || len(r.Stdout) != 10<<10) {
+				t.Fatalf("output cap: truncated %v, %d bytes", r.StdoutTruncated, len(r.Stdout))
+			}
+		})
+	}
+	// Without --json, the reason goes to stderr.
+	prog := writeFile(t, "s.py", "import time\ntime.sleep(30)")
+	_, errOut, code := runCLI(t, "", "run", "--timeout", "500ms", prog)
+	if code != 137 || !strings.Contains(errOut, "killed: wall-clock limit") {
+		t.Fatalf("code %d stderr %q", code, errOut)
+	}
+}
+
+func TestRunStdinAndLanguages(t *testing.T) {
+	out, _, code := runCLI(t, "print(6 * 7)\n", "run", "-")
+	if out != "42\n" || code != 0 {
+		t.Fatalf("python from stdin: %q %d", out, code)
+	}
+	out, _, code = runCLI(t, "echo $((6 * 7)); echo \"$GREETING\"\n", "run", "--lang", "bash", "--env", "GREETING=hi there", "-")
+	if out != "42\nhi there\n" || code != 0 {
+		t.Fatalf("bash: %q %d", out, code)
+	}
+	js := writeFile(t, "p.js", "console.log([1, 2, 3].map(x => x * 2).join(','))\n")
+	out, _, code = runCLI(t, "", "run", js)
+	if out != "2,4,6\n" || code != 0 {
+		t.Fatalf("javascript by extension: %q %d", out, code)
+	}
+}
+
+func TestRunBadInput(t *testing.T) {
+	prog := writeFile(t, "p.py", "print(1)")
+	cases := []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"run"}, 64, "missing FILE"},
+		{[]string{"run", "--memory", "lots", prog}, 64, "--memory"},
+		{[]string{"run", "--timeout", "-5s", prog}, 64, "--timeout"},
+		{[]string{"run", "--memory", "999T", prog}, 64, "exceeds the server maximum"},
+		{[]string{"run", "--cpus", "NaN", prog}, 64, "--cpus"},
+		{[]string{"run", "--lang", "cobol", prog}, 64, "unknown language"},
+		{[]string{"run", "--env", "1BAD=x", prog}, 64, "--env"},
+		{[]string{"run", "--env", "NOEQUALS", prog}, 64, "--env"},
+		{[]string{"run", "--no-such-flag", prog}, 64, "not defined"},
+		{[]string{"run", "/nonexistent/p.py"}, 66, "cannot read the program"},
+		{[]string{"run", "/etc"}, 66, "not a regular file"},
+		{[]string{"run", "--file", "/nonexistent", prog}, 66, "--file"},
+		{[]string{"run", "--file", prog + ":../escape", prog}, 64, "bad name"},
+		{[]string{"frobnicate"}, 64, "unknown command"},
+	}
+	for _, c := range cases {
+		_, errOut, code := runCLI(t, "", c.args...)
+		if code != c.code || !strings.Contains(errOut, c.msg) || strings.Contains(errOut, "panic") {
+			t.Errorf("%v: code %d, stderr %q; want %d and %q", c.args, code, errOut, c.code, c.msg)
+		}
+	}
+}
+
+func TestDoctor(t *testing.T) {
+	out, errOut, code := runCLI(t, "", "doctor", "--json")
+	if code != 0 {
+		t.Fatalf("doctor failed (%d): %s %s", code, out, errOut)
+	}
+	var r struct {
+		OK     bool `json:"ok"`
+		Checks []struct {
+			Name, Status, Detail string
+		} `json:"checks"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	for _, c := range r.Checks {
+		seen[c.Name] = c.Status
+	}
+	for _, name := range []string{"namespaces", "cgroups", "seccomp", "landlock", "sealed init", "jail", "python", "python packages", "bash", "node"} {
+		if seen[name] != "ok" {
+			t.Errorf("check %q: %q", name, seen[name])
+		}
+	}
+	// A configuration that requires a layer the host cannot give fails.
+	cfg := writeFile(t, "c.json", `{"protections": {"seccomp": "sometimes"}}`)
+	_, errOut, code = runCLI(t, "", "doctor", "--config", cfg)
+	if code != 78 || !strings.Contains(errOut, "protections.seccomp") {
+		t.Fatalf("bad config: %d %q", code, errOut)
+	}
+}
+
+func TestBenchSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short mode")
+	}
+	out, errOut, code := runCLI(t, "", "bench", "--smoke", "--json")
+	if code != 0 {
+		t.Fatalf("bench --smoke failed (%d): %s\n%s", code, out, errOut)
+	}
+	var r struct {
+		Rows []struct {
+			Scenario string  `json:"scenario"`
+			Metric   string  `json:"metric"`
+			Value    float64 `json:"value"`
+		} `json:"rows"`
+		Errors []string `json:"errors"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Errors) > 0 || len(r.Rows) < 10 {
+		t.Fatalf("errors %v, %d rows", r.Errors, len(r.Rows))
+	}
+	for _, row := range r.Rows {
+		if row.Value <= 0 {
+			t.Errorf("%s %s: %v", row.Scenario, row.Metric, row.Value)
+		}
+	}
+}

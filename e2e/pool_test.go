@@ -1,0 +1,164 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// poolOf reads the pool figures of one language.
+func (s *server) poolOf(lang string) (ready, target int) {
+	var h struct {
+		Pool map[string]json.RawMessage `json:"pool"`
+	}
+	s.do("GET", "/healthz", nil, &h)
+	var q struct {
+		Ready  int `json:"ready"`
+		Target int `json:"target"`
+	}
+	json.Unmarshal(h.Pool[lang], &q)
+	return q.Ready, q.Target
+}
+
+// checkFresh makes a few sessions and checks that they work and start
+// clean: nothing from earlier sessions is visible.
+func checkFresh(t *testing.T, s *server, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		id := s.newSession("python", nil)
+		r := s.exec(id, "import os, pandas\nsorted(os.listdir('/workspace')) + sorted(os.listdir('/tmp'))")
+		if r.Error != nil || r.text("result") != "['matplotlib']" {
+			t.Fatalf("session %d after abuse: %+v", i, r)
+		}
+		s.raw("DELETE", "/v1/sessions/"+id, nil, nil)
+	}
+}
+
+func TestPoolSurvivesAbuse(t *testing.T) {
+	s := sharedServer(t)
+	abuses := []struct {
+		name, code string
+		limits     map[string]any
+		endReason  string
+	}{
+		{"out of memory", "b = []\nwhile True:\n    b.append(bytearray(32 << 20))", map[string]any{"memory": "160M"}, "out of memory"},
+		{"fork bomb", "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", map[string]any{"pids": 32}, "process limit reached"},
+		{"interpreter exits", "import os\nos._exit(7)", nil, "the interpreter exited with status 7"},
+		{"interpreter crashes", "import ctypes\nctypes.string_at(0)", nil, "killed by signal 11"},
+		{"interpreter kills itself", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", nil, "killed by signal 9"},
+	}
+	for _, a := range abuses {
+		t.Run(a.name, func(t *testing.T) {
+			extra := map[string]any{}
+			if a.limits != nil {
+				extra["limits"] = a.limits
+			}
+			id := s.newSession("python", extra)
+			s.exec(id, "open('/workspace/left-behind', 'w').write('x')\nopen('/tmp/left-behind', 'w').write('x')")
+			var r execResult
+			status := s.do("POST", "/v1/sessions/"+id+"/execute", map[string]any{"code": a.code, "timeout": "20s"}, &r)
+			if status != 200 || !r.SessionEnded || !strings.Contains(r.EndReason, a.endReason) {
+				t.Fatalf("status %d, result %+v", status, r)
+			}
+			var e apiError
+			if status := s.do("POST", "/v1/sessions/"+id+"/execute", map[string]any{"code": "1"}, &e); status != 410 {
+				t.Fatalf("after the abuse: %d %+v", status, e)
+			}
+			checkFresh(t, s, 3)
+		})
+	}
+}
+
+// A pooled sandbox whose interpreter is killed while it waits is never
+// handed out.
+func TestKilledWhilePooled(t *testing.T) {
+	s := startServer(t, map[string]any{"pool": map[string]any{"size": map[string]int{"python": 3, "bash": 0, "javascript": 0}}})
+	// The pooled interpreters: children of the template running as a
+	// sandbox user, in no session yet.
+	var killed []int
+	for _, p := range sandboxProcs(s.name) {
+		pid, _ := strconv.Atoi(strings.Fields(p)[0])
+		cmd, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		// Pooled interpreters run as a sandbox user; the template, in
+		// the same cgroup tree, as root.
+		if strings.Contains(string(cmd), "airlock_zygote") && !strings.Contains(p, "(uid 0)") {
+			syscall.Kill(pid, syscall.SIGKILL)
+			killed = append(killed, pid)
+		}
+	}
+	if len(killed) == 0 {
+		t.Fatal("found no pooled interpreter to kill")
+	}
+	for i := 0; i < 5; i++ {
+		id := s.newSession("python", nil)
+		if r := s.exec(id, "21 * 2"); r.text("result") != "42" {
+			t.Fatalf("session %d after pooled interpreters were killed: %+v", i, r)
+		}
+	}
+	// The pool refills.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ready, target := s.poolOf("python")
+		if ready >= target {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool did not refill: %d/%d", ready, target)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// The template interpreter can die; sessions keep coming, and it is
+// restarted.
+func TestTemplateRestarts(t *testing.T) {
+	s := startServer(t, map[string]any{"pool": map[string]any{"size": map[string]int{"python": 1, "bash": 0, "javascript": 0}}})
+	var zpid int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		st, _ := os.ReadFile("/proc/" + e.Name() + "/status")
+		if strings.Contains(string(cmd), "airlock_zygote") && strings.Contains(string(st), "Uid:\t0\t") {
+			cg, _ := os.ReadFile("/proc/" + e.Name() + "/cgroup")
+			if strings.Contains(string(cg), "/"+s.name+"/") {
+				zpid = pid
+			}
+		}
+	}
+	if zpid == 0 {
+		t.Fatal("template not found")
+	}
+	syscall.Kill(zpid, syscall.SIGKILL)
+	for i := 0; i < 3; i++ {
+		id := s.newSession("python", nil)
+		if r := s.exec(id, "import pandas\n'ok'"); r.text("result") != "'ok'" {
+			t.Fatalf("session %d after the template died: %+v", i, r)
+		}
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var h struct {
+			Pool struct {
+				Template struct {
+					Running bool `json:"running"`
+				} `json:"python_template"`
+			} `json:"pool"`
+		}
+		s.do("GET", "/healthz", nil, &h)
+		if h.Pool.Template.Running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the template was not restarted")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
