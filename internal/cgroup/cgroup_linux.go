@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -165,6 +166,7 @@ type Cgroup struct {
 	stop     chan struct{}
 	watchers []*os.File
 	wds      []int32
+	pidsSeen atomic.Uint64 // pids.events "max" as last seen by PollPids
 }
 
 // New creates the cgroup name under the parent with limits r.
@@ -431,27 +433,24 @@ func (c *Cgroup) PollPids(stop <-chan struct{}) {
 		return
 	}
 	dir := c.dir("pids")
-	last, err := keyed(dir, "pids.events", "max")
-	if err != nil {
-		return
-	}
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
+		// Against the last value any poller saw (0 for a new cgroup), so
+		// that a limit hit before this poller started is not missed.
+		n, err := keyed(dir, "pids.events", "max")
+		if err != nil {
+			return
+		}
+		if last := c.pidsSeen.Load(); n > last && c.pidsSeen.CompareAndSwap(last, n) {
+			c.emit(EventPidsMax)
+		}
 		select {
 		case <-stop:
 			return
 		case <-c.stop:
 			return
 		case <-t.C:
-		}
-		n, err := keyed(dir, "pids.events", "max")
-		if err != nil {
-			return
-		}
-		if n > last {
-			last = n
-			c.emit(EventPidsMax)
 		}
 	}
 }
