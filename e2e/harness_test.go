@@ -82,6 +82,10 @@ func (s *syncBuffer) String() string {
 
 var serverSeq int
 
+// e2eIDBase keeps the test servers' sandbox ids apart from those of any
+// other airlock server on the machine, so leak checks see only ours.
+const e2eIDBase = 1_500_000_000
+
 // startServer starts a server with its own state dir and cgroup parent;
 // overrides are merged into the config file. It waits until the pools are
 // warm (if any).
@@ -92,6 +96,7 @@ func startServer(t testing.TB, overrides map[string]any) *server {
 	cfg := map[string]any{
 		"state_dir":     "/run/" + name,
 		"cgroup_parent": name,
+		"id_base":       e2eIDBase,
 		"server":        map[string]any{"listen": "127.0.0.1:0"},
 		"pool": map[string]any{
 			"size":   map[string]int{"python": 2, "bash": 1, "javascript": 1},

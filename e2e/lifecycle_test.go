@@ -13,11 +13,11 @@ import (
 )
 
 // sandboxProcs lists host processes whose real uid is one of the ids the
-// server hands out (see config.IDBase and jail.ServerSlotBase), or that sit
+// test servers hand out (e2eIDBase and jail.ServerSlotBase), or that sit
 // in a cgroup under parent.
 func sandboxProcs(parent string) []string {
-	const idBase, serverSlotBase = 1_000_000, 1 << 22
-	lo, hi := idBase+2*serverSlotBase, idBase+2*(serverSlotBase+1<<20)
+	const serverSlotBase = 1 << 22
+	lo, hi := e2eIDBase+2*serverSlotBase, e2eIDBase+2*(serverSlotBase+1<<20)
 	var out []string
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {

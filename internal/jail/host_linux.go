@@ -281,7 +281,7 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 		errR.Close()
 		close(s.errDone)
 	}()
-	if s.ctl, err = newConn(hostEnd, 64<<10); err != nil {
+	if s.ctl, err = newConn(hostEnd, 4<<10); err != nil {
 		return nil, err
 	}
 	undo.Add(s.ctl.close)

@@ -27,7 +27,7 @@ func InitMain() {
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	itrace("main")
 	closeInherited()
-	ctl, err := newConn(os.NewFile(3, "ctl"), maxMessage)
+	ctl, err := newConn(os.NewFile(3, "ctl"), 64<<10)
 	if err != nil {
 		fatal(err)
 	}
@@ -232,12 +232,6 @@ func setup(cfg *setupMsg, placed func() error) (*initState, error) {
 			return nil, fmt.Errorf("setrlimit %d: %w", r.Resource, err)
 		}
 	}
-	st.spawner = make(chan spawnReq)
-	ready := make(chan error)
-	go spawner(st, ready)
-	if err := <-ready; err != nil {
-		return nil, err
-	}
 	return st, nil
 }
 
@@ -361,6 +355,17 @@ type spawnRes struct {
 func spawn(st *initState, m *spawnMsg, files []*os.File) (int, error) {
 	if m == nil || len(m.Argv) == 0 || m.NFiles != len(files) {
 		return 0, fmt.Errorf("bad spawn request")
+	}
+	// The restricted thread is made on first use: a sandbox whose program
+	// joins from the Python template never needs it.
+	if st.spawner == nil {
+		st.spawner = make(chan spawnReq)
+		ready := make(chan error)
+		go spawner(st, ready)
+		if err := <-ready; err != nil {
+			st.spawner = nil
+			return 0, err
+		}
 	}
 	reply := make(chan spawnRes)
 	st.spawner <- spawnReq{m: m, files: files, reply: reply}

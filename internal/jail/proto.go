@@ -89,4 +89,4 @@ type exitUsage struct {
 }
 
 // maxMessage caps a control message; the socket buffers are sized for it.
-const maxMessage = 1 << 20
+const maxMessage = 64 << 10

@@ -91,7 +91,7 @@ func NewFrameReader(r io.Reader, max int) *FrameReader {
 	if max <= 0 || max > MaxFrame {
 		max = MaxFrame
 	}
-	return &FrameReader{r: bufio.NewReaderSize(r, 64<<10), max: max}
+	return &FrameReader{r: bufio.NewReaderSize(r, 8<<10), max: max}
 }
 
 // Read returns the next message. io.EOF means the runtime closed the

@@ -27,7 +27,7 @@ func newPipeReader(f *os.File, sink func([]byte)) (*pipeReader, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &pipeReader{f: f, rc: rc, buf: make([]byte, 32<<10), sink: sink, done: make(chan struct{})}
+	p := &pipeReader{f: f, rc: rc, buf: make([]byte, 16<<10), sink: sink, done: make(chan struct{})}
 	go p.loop()
 	return p, nil
 }

@@ -39,6 +39,8 @@ var keepCaps = []int{unix.CAP_SYS_ADMIN, unix.CAP_SYS_CHROOT, unix.CAP_SYS_PTRAC
 type Zygote struct {
 	t   *jail.Template
 	log *slog.Logger
+	// Read buffers, used by one reader at a time (Start, then loop).
+	buf, oob []byte
 
 	mu      sync.Mutex
 	next    int
@@ -140,8 +142,10 @@ func Start(ctx context.Context, h *jail.Host, cfg config.Config, seccomp []byte,
 }
 
 func (z *Zygote) read() (message, []*os.File, error) {
-	buf := make([]byte, 64<<10)
-	oob := make([]byte, unix.CmsgSpace(8*4))
+	if z.buf == nil {
+		z.buf, z.oob = make([]byte, 64<<10), make([]byte, unix.CmsgSpace(8*4))
+	}
+	buf, oob := z.buf, z.oob
 	n, oobn, flags, _, err := z.t.Conn.ReadMsgUnix(buf, oob)
 	var files []*os.File
 	if oobn > 0 {
