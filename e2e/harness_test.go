@@ -61,6 +61,9 @@ type server struct {
 	stderr *syncBuffer
 	done   chan error
 	cfg    map[string]any
+	// cfgPath is the server's configuration file; a CLI given it finds
+	// the server's socket.
+	cfgPath string
 }
 
 type syncBuffer struct {
@@ -82,9 +85,21 @@ func (s *syncBuffer) String() string {
 
 var serverSeq int
 
-// e2eIDBase keeps the test servers' sandbox ids apart from those of any
-// other airlock server on the machine, so leak checks see only ours.
-const e2eIDBase = 1_500_000_000
+// Each test server gets its own host ids, apart from those of any other
+// airlock server on the machine and from each other, so that a leak check
+// sees only the processes of the server it checks. A server's sandboxes
+// use ids idBase+2*slot, slots from jail.ServerSlotBase (2^22) up, fewer
+// than 2^20 of them: bases 2^22 apart never overlap.
+const (
+	e2eIDBase = 1_500_000_000
+	e2eIDStep = 1 << 22
+)
+
+// idBases maps a server's name (its cgroup parent) to its id base.
+var (
+	idBasesMu sync.Mutex
+	idBases   = map[string]int{}
+)
 
 // startServer starts a server with its own state dir and cgroup parent;
 // overrides are merged into the config file. It waits until the pools are
@@ -93,10 +108,14 @@ func startServer(t testing.TB, overrides map[string]any) *server {
 	t.Helper()
 	serverSeq++
 	name := fmt.Sprintf("airlock-e2e-%d-%d", os.Getpid(), serverSeq)
+	base := e2eIDBase + serverSeq*e2eIDStep
+	idBasesMu.Lock()
+	idBases[name] = base
+	idBasesMu.Unlock()
 	cfg := map[string]any{
 		"state_dir":     "/run/" + name,
 		"cgroup_parent": name,
-		"id_base":       e2eIDBase,
+		"id_base":       base,
 		"server":        map[string]any{"listen": "127.0.0.1:0"},
 		"pool": map[string]any{
 			"size":   map[string]int{"python": 2, "bash": 1, "javascript": 1},
@@ -128,7 +147,7 @@ func startServerNamed(t testing.TB, name string, cfg map[string]any) *server {
 	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := &server{t: t, name: name, stderr: &syncBuffer{}, done: make(chan error, 1), cfg: cfg}
+	s := &server{t: t, name: name, stderr: &syncBuffer{}, done: make(chan error, 1), cfg: cfg, cfgPath: cfgPath}
 	s.cmd = exec.Command(bin, "serve", "--config", cfgPath)
 	pr, pw := io.Pipe()
 	s.cmd.Stderr = io.MultiWriter(s.stderr, pw)

@@ -13,11 +13,17 @@ import (
 )
 
 // sandboxProcs lists host processes whose real uid is one of the ids the
-// test servers hand out (e2eIDBase and jail.ServerSlotBase), or that sit
-// in a cgroup under parent.
+// test server named parent hands out (see idBases), or that sit in a
+// cgroup under parent.
 func sandboxProcs(parent string) []string {
 	const serverSlotBase = 1 << 22
-	lo, hi := e2eIDBase+2*serverSlotBase, e2eIDBase+2*(serverSlotBase+1<<20)
+	idBasesMu.Lock()
+	base, ok := idBases[parent]
+	idBasesMu.Unlock()
+	lo, hi := base+2*serverSlotBase, base+2*(serverSlotBase+1<<20)
+	if !ok {
+		lo, hi = -1, -1
+	}
 	var out []string
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {

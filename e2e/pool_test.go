@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -113,10 +114,10 @@ func TestKilledWhilePooled(t *testing.T) {
 	}
 }
 
-// The template interpreter can die; sessions keep coming, and it is
-// restarted.
-func TestTemplateRestarts(t *testing.T) {
-	s := startServer(t, map[string]any{"pool": map[string]any{"size": map[string]int{"python": 1, "bash": 0, "javascript": 0}}})
+// templatePid finds the server's template interpreter: the one that
+// runs as root in the server's cgroups.
+func templatePid(t *testing.T, s *server) int {
+	t.Helper()
 	var zpid int
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
@@ -136,7 +137,14 @@ func TestTemplateRestarts(t *testing.T) {
 	if zpid == 0 {
 		t.Fatal("template not found")
 	}
-	syscall.Kill(zpid, syscall.SIGKILL)
+	return zpid
+}
+
+// The template interpreter can die; sessions keep coming, and it is
+// restarted.
+func TestTemplateRestarts(t *testing.T) {
+	s := startServer(t, map[string]any{"pool": map[string]any{"size": map[string]int{"python": 1, "bash": 0, "javascript": 0}}})
+	syscall.Kill(templatePid(t, s), syscall.SIGKILL)
 	for i := 0; i < 3; i++ {
 		id := s.newSession("python", nil)
 		if r := s.exec(id, "import pandas\n'ok'"); r.text("result") != "'ok'" {
@@ -160,5 +168,85 @@ func TestTemplateRestarts(t *testing.T) {
 			t.Fatal("the template was not restarted")
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// zygoteZombies lists the template's children that have exited but were
+// not reaped. One left there keeps its sandbox's pid namespace, and so its
+// init and the server's teardown, from ending.
+func zygoteZombies(t *testing.T, s *server) []int {
+	t.Helper()
+	var zombies []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, _ := os.ReadFile("/proc/" + e.Name() + "/status")
+		if !strings.Contains(string(st), "State:\tZ") {
+			continue
+		}
+		var ppid int
+		for _, line := range strings.Split(string(st), "\n") {
+			if v, ok := strings.CutPrefix(line, "PPid:\t"); ok {
+				ppid, _ = strconv.Atoi(v)
+			}
+		}
+		cmd, _ := os.ReadFile("/proc/" + strconv.Itoa(ppid) + "/cmdline")
+		cg, _ := os.ReadFile("/proc/" + strconv.Itoa(ppid) + "/cgroup")
+		if strings.Contains(string(cmd), "airlock_zygote") && strings.Contains(string(cg), "/"+s.name+"/") {
+			zombies = append(zombies, pid)
+		}
+	}
+	return zombies
+}
+
+// Runtimes that end in quick succession, while the template has nothing
+// else to do, are all reaped at once: a SIGCHLD that arrives as the
+// template goes back to waiting for work must not wait for the next
+// request.
+func TestTemplateReapsEveryRuntime(t *testing.T) {
+	s := startServer(t, map[string]any{"pool": map[string]any{"size": map[string]int{"python": 2, "bash": 0, "javascript": 0}}})
+	zpid := templatePid(t, s)
+	for round := 0; round < 6; round++ {
+		var ids []string
+		for i := 0; i < 10; i++ {
+			ids = append(ids, s.newSession("python", nil))
+		}
+		s.waitWarm() // no fork request will wake the template from here on
+		// Extra SIGCHLDs keep the template's handler busy, so that real
+		// deaths keep landing while it runs (where a handler-only reaper
+		// misses them).
+		stop := make(chan struct{})
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					syscall.Kill(zpid, syscall.SIGCHLD)
+					time.Sleep(20 * time.Microsecond)
+				}
+			}
+		}()
+		var wg sync.WaitGroup
+		for i, id := range ids {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				time.Sleep(time.Duration(i) * 300 * time.Microsecond)
+				s.raw("POST", "/v1/sessions/"+id+"/execute", map[string]any{"code": "import os\nos._exit(0)"}, nil)
+			}()
+		}
+		wg.Wait()
+		close(stop)
+		deadline := time.Now().Add(2 * time.Second)
+		for len(zygoteZombies(t, s)) > 0 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if z := zygoteZombies(t, s); len(z) > 0 {
+			t.Fatalf("round %d: the template left runtimes unreaped: %v", round, z)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -20,6 +21,7 @@ import (
 	"airlock/internal/errdefs"
 	"airlock/internal/jail"
 	"airlock/internal/runtimes"
+	"airlock/internal/session"
 	"airlock/internal/workspace"
 )
 
@@ -106,7 +108,7 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var (
 		lang, cfgPath string
-		asJSON        bool
+		asJSON, cold  bool
 		envs, files   multiFlag
 		lf            limitFlags
 	)
@@ -115,9 +117,10 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.Var(&envs, "env", "set an environment variable `K=V` in the sandbox (repeatable)")
 	fs.Var(&files, "file", "copy host file `HOSTPATH[:NAME]` into /workspace (repeatable)")
 	fs.StringVar(&cfgPath, "config", "", "configuration file (default $AIRLOCK_CONFIG)")
+	fs.BoolVar(&cold, "cold", false, "build the jail in this process even when a local server runs")
 	lf.bind(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: airlock run [flags] FILE|- [ARGS...]\n\nRuns FILE (or the program on stdin) once in a fresh jail with /workspace as\nits working directory; ARGS are passed to the program. Exits with the\nprogram's status, or %d when airlock killed it.\n\nFlags:\n", exitKilled)
+		fmt.Fprintf(stderr, "Usage: airlock run [flags] FILE|- [ARGS...]\n\nRuns FILE (or the program on stdin) once in a fresh jail with /workspace as\nits working directory; ARGS are passed to the program. Exits with the\nprogram's status, or %d when airlock killed it. When an airlock server\nruns on this machine (its socket, server.socket in the configuration),\nthe program runs in one of its pre-started jails; otherwise, or with\n--cold, this process builds the jail.\n\nFlags:\n", exitKilled)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -185,7 +188,7 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "airlock run: cannot use %q as a file name in /workspace\n", filepath.Base(src))
 		return exitUsage
 	}
-	inputs := []jail.InputFile{{Path: name, Data: bytes.NewReader(code)}}
+	inputs := []hostFile{{name, code}}
 	seen := map[string]bool{name: true}
 	for _, spec := range files {
 		host, dst, ok := strings.Cut(spec, ":")
@@ -207,10 +210,45 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "airlock run: --file %s: %v\n", spec, err)
 			return exitNoInput
 		}
-		inputs = append(inputs, jail.InputFile{Path: clean, Data: bytes.NewReader(data)})
+		inputs = append(inputs, hostFile{clean, data})
 	}
 
 	jail.Trace("cli parsed")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if socket := cfg.SocketPath(); socket != "" && !cold {
+		preq := session.ProgramRequest{
+			Language: rt.Lang, Code: string(code), Filename: name, Args: progArgs,
+			Limits: req, Env: map[string]string{}, FileContents: new(bool),
+		}
+		for _, kv := range env {
+			k, v, _ := strings.Cut(kv, "=")
+			preq.Env[k] = v
+		}
+		for _, f := range inputs[1:] {
+			preq.Files = append(preq.Files, session.InputFile{Path: f.path, ContentBase64: base64.StdEncoding.EncodeToString(f.data)})
+		}
+		res, err := runRemote(ctx, socket, preq, !asJSON, stdout, stderr)
+		if !errors.Is(err, errNoServer) {
+			jail.Trace("remote done")
+			if err != nil {
+				return exitFor(stderr, err)
+			}
+			out := runOutput{
+				ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr,
+				StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
+				DurationMs: res.DurationMs, CPUMs: res.CPUMs, PeakMemoryBytes: res.PeakMemoryBytes,
+				Killed: res.Killed, KillReason: res.KillReason, Files: []fileEntry{},
+			}
+			for _, f := range res.Files {
+				out.Files = append(out.Files, fileEntry{Path: f.Path, Size: f.Size})
+			}
+			if res.Limits != nil {
+				limits = *res.Limits
+			}
+			return report(out, limits, asJSON, stdout, stderr)
+		}
+	}
 	opts := jail.OptionsFrom(cfg)
 	host, err := jail.NewHost(opts)
 	if err != nil {
@@ -222,18 +260,18 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	host.Cgroups().Sweep("r-", jail.StaleRun)
 	jail.Trace("swept")
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	runReq := jail.RunRequest{
 		Spec: jail.Spec{
 			Name:   "r-" + strconv.Itoa(os.Getpid()),
 			Slot:   jail.CLISlot(),
 			Limits: limits,
 		},
-		Argv:  append(rt.Command("/workspace/"+name), progArgs...),
-		Env:   append(rt.Env(limits), env...),
-		Files: inputs,
-		Hide:  []string{name},
+		Argv: append(rt.Command("/workspace/"+name), progArgs...),
+		Env:  append(rt.Env(limits), env...),
+		Hide: []string{name},
+	}
+	for _, f := range inputs {
+		runReq.Files = append(runReq.Files, jail.InputFile{Path: f.path, Data: bytes.NewReader(f.data)})
 	}
 	if !asJSON {
 		runReq.Stdout, runReq.Stderr = stdout, stderr
@@ -242,44 +280,50 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return exitFor(stderr, err)
 	}
+	out := runOutput{
+		ExitCode:        res.ExitCode,
+		Stdout:          strings.ToValidUTF8(string(res.Stdout), "\uFFFD"),
+		Stderr:          strings.ToValidUTF8(string(res.Stderr), "\uFFFD"),
+		StdoutTruncated: res.StdoutTruncated,
+		StderrTruncated: res.StderrTruncated,
+		DurationMs:      ms(res.Duration.Seconds()),
+		CPUMs:           ms(res.CPU.Seconds()),
+		PeakMemoryBytes: res.PeakMemory,
+		Killed:          res.Killed,
+		KillReason:      res.KillReason,
+		Files:           []fileEntry{},
+		FilesTruncated:  res.FilesTruncated,
+	}
+	for _, f := range res.Files {
+		out.Files = append(out.Files, fileEntry{Path: f.Path, Size: f.Size})
+	}
+	return report(out, limits, asJSON, stdout, stderr)
+}
+
+// report prints a run's result (the JSON object, or notes on stderr after
+// the streamed output) and returns the exit status of airlock run.
+func report(out runOutput, limits config.Limits, asJSON bool, stdout, stderr io.Writer) int {
 	if asJSON {
-		out := runOutput{
-			ExitCode:        res.ExitCode,
-			Stdout:          strings.ToValidUTF8(string(res.Stdout), "\uFFFD"),
-			Stderr:          strings.ToValidUTF8(string(res.Stderr), "\uFFFD"),
-			StdoutTruncated: res.StdoutTruncated,
-			StderrTruncated: res.StderrTruncated,
-			DurationMs:      ms(res.Duration.Seconds()),
-			CPUMs:           ms(res.CPU.Seconds()),
-			PeakMemoryBytes: res.PeakMemory,
-			Killed:          res.Killed,
-			KillReason:      res.KillReason,
-			Files:           []fileEntry{},
-			FilesTruncated:  res.FilesTruncated,
-		}
-		for _, f := range res.Files {
-			out.Files = append(out.Files, fileEntry{Path: f.Path, Size: f.Size})
-		}
 		enc := json.NewEncoder(stdout)
 		enc.SetEscapeHTML(false)
 		if err := enc.Encode(out); err != nil {
 			return exitSoftware
 		}
 	} else {
-		if res.StdoutTruncated {
+		if out.StdoutTruncated {
 			fmt.Fprintf(stderr, "\nairlock: stdout truncated at %s (--max-output)\n", limits.MaxOutput)
 		}
-		if res.StderrTruncated {
+		if out.StderrTruncated {
 			fmt.Fprintf(stderr, "\nairlock: stderr truncated at %s (--max-output)\n", limits.MaxOutput)
 		}
-		if res.Killed {
-			fmt.Fprintf(stderr, "airlock: killed: %s\n", describeKill(res.KillReason, limits))
+		if out.Killed {
+			fmt.Fprintf(stderr, "airlock: killed: %s\n", describeKill(out.KillReason, limits))
 		}
 	}
-	if res.Killed {
+	if out.Killed {
 		return exitKilled
 	}
-	return res.ExitCode
+	return out.ExitCode
 }
 
 func ms(seconds float64) float64 {
@@ -300,6 +344,12 @@ func describeKill(reason string, l config.Limits) string {
 		return fmt.Sprintf("output over %s (--max-output)", l.MaxOutput)
 	}
 	return reason
+}
+
+// hostFile is a file for /workspace, read from the host by the CLI.
+type hostFile struct {
+	path string
+	data []byte
 }
 
 // readHostFile reads a regular host file of at most max bytes.

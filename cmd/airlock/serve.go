@@ -78,6 +78,19 @@ func serveCmd(args []string, stderr io.Writer) int {
 		}
 	}
 	host.Cgroups().Sweep("r-", jail.StaleRun)
+	if err := host.SweepTemplates(); err != nil {
+		log.Warn("removing old root templates", "err", err)
+	}
+	// The local socket comes before anything else runs in this process:
+	// the umask that keeps it private is process-wide.
+	var uln net.Listener
+	if path := cfg.SocketPath(); path != "" {
+		if uln, err = listenUnix(path); err != nil {
+			fmt.Fprintf(stderr, "airlock serve: %v\n", err)
+			return exitUnavailable
+		}
+		defer os.Remove(path)
+	}
 
 	slots := &session.Slots{}
 	var source session.Source = &session.ColdSource{Host: host, Config: cfg, Slots: slots}
@@ -123,9 +136,12 @@ func serveCmd(args []string, stderr io.Writer) int {
 			defer func() { pprof.StopCPUProfile(); f.Close() }()
 		}
 	}
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Info("airlock serving", "listen", ln.Addr().String(), "version", version, "protections", host.Protections())
+	if uln != nil {
+		go func() { errc <- srv.Serve(uln) }()
+	}
+	log.Info("airlock serving", "listen", ln.Addr().String(), "socket", cfg.SocketPath(), "version", version, "protections", host.Protections())
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")
@@ -147,6 +163,29 @@ func anyPool(cfg config.Config) bool {
 		}
 	}
 	return false
+}
+
+// listenUnix listens on a unix socket at path that only this user can
+// reach. A socket left by a killed server is replaced (the caller holds
+// the state lock); any other file there is an error.
+func listenUnix(path string) (net.Listener, error) {
+	if st, err := os.Lstat(path); err == nil {
+		if st.Mode().Type() != os.ModeSocket {
+			return nil, fmt.Errorf("%s exists and is not a socket", path)
+		}
+		os.Remove(path)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	old := unix.Umask(0o177)
+	ln, err := net.Listen("unix", path)
+	unix.Umask(old)
+	if err != nil {
+		return nil, err
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false) // removed by the caller
+	return ln, nil
 }
 
 // lockState takes an exclusive lock on the state directory.

@@ -18,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 	"mime"
+	"net"
 	"net/http"
 	"runtime/debug"
 	"strings"
@@ -64,6 +65,7 @@ func New(m *session.Manager, cfg config.Config, log *slog.Logger, version string
 	route("PUT /v1/sessions/{id}/files/{path...}", s.upload)
 	route("DELETE /v1/sessions/{id}/files/{path...}", s.deleteFile)
 	route("POST /v1/execute", s.executeOnce)
+	route("POST /v1/run", s.runProgram)
 	// Method-less patterns are less specific than the ones above: they
 	// only catch a known path with the wrong method.
 	for path, allow := range map[string]string{
@@ -71,6 +73,7 @@ func New(m *session.Manager, cfg config.Config, log *slog.Logger, version string
 		"/v1/sessions/{id}": "GET, DELETE", "/v1/sessions/{id}/execute": "POST",
 		"/v1/sessions/{id}/interrupt": "POST", "/v1/sessions/{id}/files": "GET",
 		"/v1/sessions/{id}/files/{path...}": "GET, PUT, DELETE", "/v1/execute": "POST",
+		"/v1/run": "POST",
 	} {
 		s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
@@ -99,7 +102,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", rec.status, "ms", time.Since(start).Milliseconds())
 	}()
-	if tok := s.cfg.Server.Token; tok != "" && r.URL.Path != "/healthz" {
+	if tok := s.cfg.Server.Token; tok != "" && r.URL.Path != "/healthz" && !local(r) {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
 			rec.Header().Set("WWW-Authenticate", "Bearer")
@@ -108,6 +111,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.mux.ServeHTTP(rec, r)
+}
+
+// local reports whether r came over the server's unix socket, which only
+// the server's own user can reach (its file mode is 0600).
+func local(r *http.Request) bool {
+	_, ok := r.Context().Value(http.LocalAddrContextKey).(*net.UnixAddr)
+	return ok
 }
 
 type statusRecorder struct {

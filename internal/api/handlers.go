@@ -155,6 +155,20 @@ func (ew *eventWriter) loop() {
 	}
 }
 
+// end finishes the stream: an error after events went out becomes a last
+// "failed" event, an error before any a plain error response.
+func (ew *eventWriter) end(err error) {
+	ew.mu.Lock()
+	started := ew.started
+	ew.mu.Unlock()
+	if err != nil && started {
+		ew.emit(session.Event{Type: "failed", Error: &session.ExecError{Name: errdefs.Code(err), Value: err.Error(), Traceback: []string{}}})
+	}
+	if !ew.finish() && err != nil {
+		fail(ew.w, err)
+	}
+}
+
 // finish waits until every event is written. It reports whether any was.
 func (ew *eventWriter) finish() bool {
 	ew.mu.Lock()
@@ -189,9 +203,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	ew := newEventWriter(w)
 	_, err := sess.Execute(r.Context(), req, ew.emit)
-	if !ew.finish() && err != nil {
-		fail(w, err) // nothing streamed yet: a plain error response
-	}
+	ew.end(err)
 }
 
 func (s *Server) executeOnce(w http.ResponseWriter, r *http.Request) {
@@ -211,9 +223,27 @@ func (s *Server) executeOnce(w http.ResponseWriter, r *http.Request) {
 	}
 	ew := newEventWriter(w)
 	_, err := s.m.RunOnce(r.Context(), req, ew.emit)
-	if !ew.finish() && err != nil {
+	ew.end(err)
+}
+
+func (s *Server) runProgram(w http.ResponseWriter, r *http.Request) {
+	var req session.ProgramRequest
+	if err := s.decode(w, r, &req); err != nil {
 		fail(w, err)
+		return
 	}
+	if !wantsStream(r) {
+		res, err := s.m.RunProgram(r.Context(), req, nil)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+		return
+	}
+	ew := newEventWriter(w)
+	_, err := s.m.RunProgram(r.Context(), req, ew.emit)
+	ew.end(err)
 }
 
 func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {

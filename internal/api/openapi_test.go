@@ -33,6 +33,7 @@ var apiRoutes = []string{
 	"PUT /v1/sessions/{id}/files/{path...}",
 	"DELETE /v1/sessions/{id}/files/{path...}",
 	"POST /v1/execute",
+	"POST /v1/run",
 }
 
 // httpMethods are the operation keys of an OpenAPI 3.0 path item.

@@ -172,7 +172,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	try("concurrent_create", func() error { return benchConcurrent(ctx, srv, r, n(50, 4)) })
 	try("oneshot", func() error { return benchOneShot(ctx, srv, r, o, dur(10*time.Second, time.Second)) })
 	try("density", func() error { return benchDensity(ctx, srv, r, n(300, 3)) })
-	try("airlock_run", func() error { return benchRun(ctx, r, o, n(40, 2)) })
+	try("airlock_run", func() error { return benchRun(ctx, srv, r, o, n(40, 2)) })
 	st, _ := srv.health(ctx)
 	r.Stats["pool"] = st
 	return r, nil
@@ -205,13 +205,14 @@ func bytesOf(a []int8) []byte {
 
 // server is the airlock server under test.
 type server struct {
-	cmd    *exec.Cmd
-	url    string
-	name   string
-	dir    string
-	client *http.Client
-	stderr *bytes.Buffer
-	mu     sync.Mutex
+	cmd     *exec.Cmd
+	url     string
+	name    string
+	dir     string
+	cfgPath string // its configuration: `airlock run --config` finds its socket
+	client  *http.Client
+	stderr  *bytes.Buffer
+	mu      sync.Mutex
 }
 
 func startServer(ctx context.Context, o Options, poolSize int) (*server, error) {
@@ -233,7 +234,7 @@ func startServer(ctx context.Context, o Options, poolSize int) (*server, error) 
 	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
 		return nil, err
 	}
-	s := &server{name: name, dir: dir, stderr: &bytes.Buffer{}}
+	s := &server{name: name, dir: dir, cfgPath: cfgPath, stderr: &bytes.Buffer{}}
 	s.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0}, Timeout: 5 * time.Minute}
 	s.cmd = exec.Command(o.Binary, "serve", "--config", cfgPath)
 	pr, pw := io.Pipe()
@@ -289,8 +290,16 @@ func (s *server) stop() {
 	}
 	os.RemoveAll(s.dir)
 	os.RemoveAll("/run/" + s.name)
-	for _, ctl := range []string{"memory", "pids", "cpu", "cpuacct", ""} {
-		os.Remove(filepath.Join("/sys/fs/cgroup", ctl, s.name))
+	// A server that had to be killed leaves its (empty) cgroups behind.
+	for _, ctl := range []string{"memory", "pids", "cpu", "cpuacct", "unified", ""} {
+		parent := filepath.Join("/sys/fs/cgroup", ctl, s.name)
+		kids, _ := os.ReadDir(parent)
+		for _, k := range kids {
+			if k.IsDir() {
+				os.Remove(filepath.Join(parent, k.Name()))
+			}
+		}
+		os.Remove(parent)
 	}
 }
 

@@ -79,6 +79,11 @@ type Config struct {
 // Server configures `airlock serve`.
 type Server struct {
 	Listen string `json:"listen"`
+	// Socket is a unix socket serving the same API to local clients,
+	// without the token: it is accessible to the server's user only.
+	// `airlock run` sends its programs there when a server runs. Empty
+	// means <state_dir>/airlock.sock; "off" disables it.
+	Socket string `json:"socket"`
 	// Token, when set, is required as "Authorization: Bearer <token>" on
 	// every request but /healthz.
 	Token string `json:"token"`
@@ -191,9 +196,23 @@ func Decode(data []byte, v any) error {
 	return nil
 }
 
+// SocketPath is the server's unix socket, "" when it is off.
+func (c Config) SocketPath() string {
+	switch c.Server.Socket {
+	case "off":
+		return ""
+	case "":
+		return filepath.Join(c.StateDir, "airlock.sock")
+	}
+	return c.Server.Socket
+}
+
 // Validate checks the configuration as a whole.
 func (c Config) Validate() error {
 	var errs []error
+	if p := c.Server.Socket; p != "" && p != "off" && (!filepath.IsAbs(p) || filepath.Clean(p) != p) {
+		errs = append(errs, fmt.Errorf("server.socket %q must be a clean absolute path, or \"off\"", p))
+	}
 	for name, p := range map[string]string{"state_dir": c.StateDir, "cache_dir": c.CacheDir} {
 		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
 			errs = append(errs, fmt.Errorf("%s %q must be a clean absolute path other than /", name, p))

@@ -97,3 +97,25 @@ func HTTPStatus(err error) int {
 		return http.StatusInternalServerError
 	}
 }
+
+// FromCode rebuilds an error from a code that Code returned (as an API
+// client receives it), so that errors.Is works on the client side too.
+func FromCode(code, msg string) error {
+	for _, sentinel := range []error{ErrInvalidArgument, ErrNotFound, ErrPermission, ErrConflict,
+		ErrTooLarge, ErrLimit, ErrGone, ErrTimeout, ErrUnsupported, ErrUnavailable} {
+		if Code(sentinel) == code {
+			return &remoteError{sentinel: sentinel, msg: msg}
+		}
+	}
+	return errors.New(msg)
+}
+
+// remoteError carries a peer's message verbatim (it already names its
+// sentinel) while matching that sentinel.
+type remoteError struct {
+	sentinel error
+	msg      string
+}
+
+func (e *remoteError) Error() string { return e.msg }
+func (e *remoteError) Unwrap() error { return e.sentinel }

@@ -317,10 +317,9 @@ print("DONE")
 	if len(opened) > 0 {
 		t.Errorf("the host followed the sandbox's links: %v", opened)
 	}
-	for _, f := range res.Files {
-		if f.Type != "file" {
-			t.Errorf("result lists %+v as a file", f)
-		}
+	// Links and fifos are not files the program left: none is listed.
+	if len(res.Files) > 0 {
+		t.Errorf("result lists %+v as files", res.Files)
 	}
 	if b, err := os.ReadFile(target); err != nil || string(b) != secret {
 		t.Errorf("the link target changed: %q %v", b, err)

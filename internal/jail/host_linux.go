@@ -106,6 +106,12 @@ func NewHost(o Options) (_ *Host, err error) {
 	return h, nil
 }
 
+// SweepTemplates removes root templates of other airlock versions or host
+// configurations from the state directory (see rootfs.SweepTemplates).
+func (h *Host) SweepTemplates() error {
+	return rootfs.SweepTemplates(h.opts.StateDir, h.baseRoot.Template)
+}
+
 // ensureDir makes dir a root-owned directory, refusing a symlink.
 func ensureDir(dir string, mode os.FileMode) error {
 	if err := os.Mkdir(dir, mode); err != nil && !errors.Is(err, os.ErrExist) {

@@ -55,8 +55,10 @@ type RunResult struct {
 	PeakMemory      int64
 	Killed          bool
 	KillReason      string
-	Files           []workspace.Entry
-	FilesTruncated  bool
+	// Files are the regular files the program created or modified in
+	// /workspace (the inputs only if it changed them).
+	Files          []workspace.Change
+	FilesTruncated bool
 }
 
 // capture keeps the first max bytes of a stream, forwards them to an

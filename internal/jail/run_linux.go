@@ -10,6 +10,7 @@ import (
 
 	"airlock/internal/cgroup"
 	"airlock/internal/errdefs"
+	"airlock/internal/workspace"
 )
 
 // Run starts a fresh sandbox, places the input files, runs the program
@@ -42,6 +43,7 @@ func (h *Host) RunWith(ctx context.Context, req RunRequest, after func(*Sandbox)
 			return nil, fmt.Errorf("copy %s into the sandbox: %w", f.Path, err)
 		}
 	}
+	before, _ := workspace.TakeSnapshot(sb.Workspace())
 
 	var (
 		killOnce   sync.Once
@@ -167,19 +169,17 @@ wait:
 	res.Stdout, res.StdoutTruncated = stdout.result()
 	res.Stderr, res.StderrTruncated = stderr.result()
 
-	entries, truncated, err := sb.Workspace().List("", true)
-	if err == nil {
-		hide := map[string]bool{}
-		for _, p := range req.Hide {
-			hide[p] = true
-		}
-		for _, e := range entries {
-			if e.Type == "file" && !hide[e.Path] {
-				res.Files = append(res.Files, e)
-			}
-		}
-		res.FilesTruncated = truncated
+	now, truncated := workspace.TakeSnapshot(sb.Workspace())
+	hide := map[string]bool{}
+	for _, p := range req.Hide {
+		hide[p] = true
 	}
+	for _, c := range before.Changes(now) {
+		if c.Change != "deleted" && !hide[c.Path] {
+			res.Files = append(res.Files, c)
+		}
+	}
+	res.FilesTruncated = truncated
 	if after != nil {
 		after(sb)
 	}

@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -205,6 +207,69 @@ func PrepareTemplate(dir string, s Spec) (string, error) {
 		return "", fmt.Errorf("rootfs: template: %w", err)
 	}
 	return final, nil
+}
+
+// SweepTemplates removes the templates in dir other than keep: those of
+// earlier airlock versions or host configurations, and half-written ones
+// of a process that died. A template a sandbox still has as its root (an
+// `airlock run` of another version), or one made in the last minute, is
+// left alone.
+func SweepTemplates(dir, keep string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	var used map[string]bool
+	for _, e := range ents {
+		name := e.Name()
+		if !e.IsDir() || filepath.Join(dir, name) == keep ||
+			!(strings.HasPrefix(name, "rootfs-") || strings.HasPrefix(name, ".rootfs-")) {
+			continue
+		}
+		if info, err := e.Info(); err != nil || time.Since(info.ModTime()) < time.Minute {
+			continue
+		}
+		if used == nil {
+			used = mountedTemplates()
+		}
+		if used[name] {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// mountedTemplates names the templates some process has mounted (in any
+// mount namespace): the root field of a mountinfo line is the path of the
+// mount's source within its filesystem.
+func mountedTemplates() map[string]bool {
+	used := map[string]bool{}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		if _, err := strconv.Atoi(p.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", p.Name(), "mountinfo"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 4 {
+				continue
+			}
+			for _, part := range strings.Split(f[3], "/") {
+				if strings.HasPrefix(part, "rootfs-") {
+					used[part] = true
+				}
+			}
+		}
+	}
+	return used
 }
 
 // bindEtc binds the host's /etc directories (certificates, fonts,

@@ -211,6 +211,7 @@ type jsMsg struct {
 	Type           string                     `json:"type"`
 	ID             string                     `json:"id,omitempty"`
 	Code           string                     `json:"code"` // always sent: "" is a valid cell
+	Argv           []string                   `json:"argv,omitempty"`
 	Env            map[string]string          `json:"env,omitempty"`
 	Cwd            string                     `json:"cwd,omitempty"`
 	Language       string                     `json:"language,omitempty"`
@@ -456,6 +457,51 @@ func (p *rtProc) expectError(code, name, status string, exitCode int) jsExec {
 		p.t.Errorf("%q: result despite the error: %v", code, e)
 	}
 	return e
+}
+
+// Program mode: run starts `node FILE ARGS` with exactly the given
+// environment, reports its status in done and ends the runtime.
+func TestJavaScriptProgram(t *testing.T) {
+	node, _ := exec.LookPath("node")
+	cases := []struct {
+		name, source string
+		argv0        string
+		want         int
+		stdout       string
+		stderr       string
+	}{
+		{"exit status", `console.log(process.argv.slice(2).join('|'), process.env.ONLY, Object.keys(process.env).length, process.cwd() === require('path').dirname(__filename), typeof display);
+console.error('to stderr'); process.exitCode = 3;`, "", 3, "a|b c| only 1 true undefined\n", "to stderr\n"},
+		{"uncaught", "throw new Error('boom')", "", 1, "", "Error: boom"},
+		{"signal", "process.kill(process.pid, 'SIGKILL')", "", 137, "", ""},
+		{"stdin is empty", "console.log(require('fs').readFileSync(0).length)", "", 0, "0\n", ""},
+		{"missing interpreter", "", "/nonexistent/node", 127, "", "/nonexistent/node"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, dir := startJS(t)
+			file := filepath.Join(dir, "prog.js")
+			if err := os.WriteFile(file, []byte(c.source), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			argv0 := node
+			if c.argv0 != "" {
+				argv0 = c.argv0
+			}
+			p.sendJS(jsMsg{Type: "run", ID: "p1", Argv: []string{argv0, file, "a", "b c", ""}, Env: map[string]string{"ONLY": "only"}, Cwd: dir})
+			m := p.recvJS()
+			if m.Type != "done" || m.ID != "p1" || m.Status != "exited" || m.ExitCode == nil || *m.ExitCode != c.want {
+				t.Fatalf("done: %+v, want exit code %d", m, c.want)
+			}
+			if code := p.waitExit(10 * time.Second); code != c.want&0xff {
+				t.Errorf("runtime exit status %d, want %d", code, c.want)
+			}
+			stdout, stderr := p.output()
+			if stdout != c.stdout || !strings.Contains(stderr, c.stderr) {
+				t.Errorf("stdout %q stderr %q, want %q and %q in stderr", stdout, stderr, c.stdout, c.stderr)
+			}
+		})
+	}
 }
 
 func TestJavaScriptStatePersists(t *testing.T) {

@@ -29,9 +29,12 @@ type Message struct {
 
 	// execute
 	Code string `json:"code,omitempty"`
-	// configure
+	// configure, run
 	Env map[string]string `json:"env,omitempty"`
 	Cwd string            `json:"cwd,omitempty"`
+	// run: the interpreter, the program file and its arguments
+	Argv  []string `json:"argv,omitempty"`
+	Fresh bool     `json:"fresh,omitempty"`
 
 	// hello
 	Language string `json:"language,omitempty"`

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -17,6 +18,9 @@ type conn interface {
 	configure(env map[string]string) error
 	// execute starts running code; the outcome arrives on events.
 	execute(id, code string) error
+	// run starts a program in place of the runtime; its done (if the
+	// runtime lives to send it) carries the program's exit status.
+	run(id string, p program) error
 	// events delivers display, result, error and done messages. It is
 	// closed when the runtime goes away or misbehaves; err then says why.
 	events() <-chan runtimes.Message
@@ -94,6 +98,10 @@ func (c *framedConn) execute(id, code string) error {
 	return c.w.Write(runtimes.Message{Type: "execute", ID: id, Code: code})
 }
 
+func (c *framedConn) run(id string, p program) error {
+	return c.w.Write(runtimes.Message{Type: "run", ID: id, Argv: p.argv, Env: p.env, Cwd: "/workspace", Fresh: p.fresh})
+}
+
 func (c *framedConn) events() <-chan runtimes.Message { return c.ch }
 func (c *framedConn) err() error                      { return c.rerr }
 func (c *framedConn) close()                          { c.f.Close() }
@@ -169,6 +177,27 @@ func (c *bashConn) execute(id, code string) error {
 	}
 	_, err := io.WriteString(c.f, code+"\x00")
 	return err
+}
+
+// run has the shell start the program with exactly p.env, on an empty
+// stdin; the shell's status for the command is the program's. Every word
+// is single-quoted, so nothing in it is expanded or run.
+func (c *bashConn) run(id string, p program) error {
+	var b strings.Builder
+	b.WriteString("/usr/bin/env -i")
+	keys := make([]string, 0, len(p.env))
+	for k := range p.env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		b.WriteString(" " + shellQuote(k+"="+p.env[k]))
+	}
+	for _, a := range p.argv {
+		b.WriteString(" " + shellQuote(a))
+	}
+	b.WriteString(" </dev/null")
+	return c.execute(id, b.String())
 }
 
 func (c *bashConn) events() <-chan runtimes.Message { return c.ch }

@@ -2,14 +2,15 @@ package session
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"airlock/internal/cgroup"
 	"airlock/internal/config"
@@ -35,11 +36,7 @@ type ExecError struct {
 }
 
 // FileChange is a file an execution created, modified or deleted.
-type FileChange struct {
-	Path   string `json:"path"`
-	Size   int64  `json:"size"`
-	Change string `json:"change"` // created, modified or deleted
-}
+type FileChange = workspace.Change
 
 // Result is the outcome of one execution.
 type Result struct {
@@ -70,13 +67,29 @@ type Event struct {
 	Metadata json.RawMessage            `json:"metadata,omitempty"`
 	Error    *ExecError                 `json:"error,omitempty"`
 	Result   *Result                    `json:"result,omitempty"`
-	Files    []OutputFile               `json:"files,omitempty"` // one-shot end only
+	Files    []OutputFile               `json:"files,omitempty"`  // one-shot end only
+	Limits   *config.Limits             `json:"limits,omitempty"` // one-shot end only
+	// DataBase64 replaces Text for a program's output that is not valid
+	// UTF-8 (program runs only), so streamed bytes arrive unchanged.
+	DataBase64 string `json:"data_base64,omitempty"`
 }
 
 // ExecuteRequest runs code in a session.
 type ExecuteRequest struct {
 	Code    string          `json:"code"`
 	Timeout config.Duration `json:"timeout"`
+
+	prog *program // a program run instead of Code (RunProgram)
+}
+
+// program is a program file the runtime runs in its place, as `airlock
+// run` would: it gets exactly env, an empty stdin and /workspace as its
+// directory, and its exit status is the execution's. The runtime ends with
+// it, so only a one-shot session runs one.
+type program struct {
+	argv  []string
+	env   map[string]string
+	fresh bool // start a new interpreter (the client set PYTHON* variables)
 }
 
 // MaxCode caps the code of one execution.
@@ -97,14 +110,25 @@ type execution struct {
 	overOnce sync.Once
 }
 
-func newExecution(maxOutput int, emit func(Event)) *execution {
+// newExecution collects an execution's output; lossless streams bytes that
+// are not UTF-8 as data_base64 instead of replacing them.
+func newExecution(maxOutput int, emit func(Event), lossless bool) *execution {
 	ex := &execution{emit: emit, overflow: make(chan struct{}), maxRich: max(maxOutput*16, 32<<20)}
 	over := func() { ex.overOnce.Do(func() { close(ex.overflow) }) }
 	ex.stdout = stream{max: maxOutput, overflow: over}
 	ex.stderr = stream{max: maxOutput, overflow: over}
 	if emit != nil {
-		ex.stdout.live = func(s string) { emit(Event{Type: "stdout", Text: s}) }
-		ex.stderr.live = func(s string) { emit(Event{Type: "stderr", Text: s}) }
+		live := func(kind string) func([]byte) {
+			return func(b []byte) {
+				if lossless && !utf8.Valid(b) {
+					emit(Event{Type: kind, DataBase64: base64.StdEncoding.EncodeToString(b)})
+					return
+				}
+				emit(Event{Type: kind, Text: toValidUTF8(b)})
+			}
+		}
+		ex.stdout.live = live("stdout")
+		ex.stderr.live = live("stderr")
 	}
 	return ex
 }
@@ -184,8 +208,9 @@ func (s *Session) execute(ctx context.Context, req ExecuteRequest, emit func(Eve
 		defer release()
 	}
 
-	ex := newExecution(int(s.limits.MaxOutput), emit)
-	before := snapshot(s.ws)
+	prog := req.prog
+	ex := newExecution(int(s.limits.MaxOutput), emit, prog != nil)
+	before, _ := workspace.TakeSnapshot(s.ws)
 	sb := s.inst.Sandbox
 	cpu0, _ := sb.CPU()
 	s.mu.Lock()
@@ -221,7 +246,13 @@ func (s *Session) execute(ctx context.Context, req ExecuteRequest, emit func(Eve
 
 	start := time.Now()
 	res := &Result{Results: []Output{}, FilesChanged: []FileChange{}}
-	if err := s.inst.conn.execute(id, req.Code); err != nil {
+	var err error
+	if prog != nil {
+		err = s.inst.conn.run(id, *prog)
+	} else {
+		err = s.inst.conn.execute(id, req.Code)
+	}
+	if err != nil {
 		s.end(EndProtocol)
 		return nil, fmt.Errorf("%w: %s", errdefs.ErrGone, EndProtocol)
 	}
@@ -245,12 +276,19 @@ func (s *Session) execute(ctx context.Context, req ExecuteRequest, emit func(Eve
 	}
 	events := s.inst.conn.events()
 	var done *runtimes.Message
+	var progExit *jail.Exit // a program that ended the runtime itself
 	endReason := ""
 loop:
 	for {
 		select {
 		case m, ok := <-events:
 			if !ok {
+				if prog != nil {
+					if e, ok := s.runtimeExit(); ok {
+						progExit = &e
+						break loop
+					}
+				}
 				endReason = s.connLost()
 				break loop
 			}
@@ -284,12 +322,28 @@ loop:
 				break loop
 			}
 		case <-deadline.C:
+			if prog != nil {
+				interrupted, endReason = jail.KillTimeout, EndKilled
+				break loop
+			}
 			interruptFor(jail.KillTimeout)
 		case <-cpuOver:
+			if prog != nil {
+				interrupted, endReason = jail.KillCPUTime, EndKilled
+				break loop
+			}
 			interruptFor(jail.KillCPUTime)
 		case <-ex.overflow:
+			if prog != nil {
+				interrupted, endReason = jail.KillOutput, EndKilled
+				break loop
+			}
 			interruptFor(jail.KillOutput)
 		case <-s.interrupt:
+			if prog != nil {
+				interrupted, endReason = "interrupt", EndKilled
+				break loop
+			}
 			interruptFor("interrupt")
 		case <-grace:
 			endReason = EndUnresponsive
@@ -308,6 +362,10 @@ loop:
 			endReason = s.EndReason()
 			break loop
 		case <-ctx.Done():
+			if prog != nil {
+				interrupted, endReason = "interrupt", EndKilled
+				break loop
+			}
 			// The client went away: stop the code, keep the session.
 			interruptFor("interrupt")
 		}
@@ -321,8 +379,13 @@ loop:
 	// Everything the runtime wrote before done is in the pipes now.
 	s.out.drain()
 	s.errp.drain()
-	if endReason != "" {
-		// The jail is dead: the pipes are at end of file.
+	if endReason != "" || progExit != nil {
+		// The jail is dead, or the program ended the runtime: the pipes
+		// reach end of file once whatever else holds them is gone.
+		if progExit != nil {
+			s.end("the program exited")
+			<-sb.Dead()
+		}
 		<-s.out.done
 		<-s.errp.done
 	}
@@ -346,6 +409,21 @@ loop:
 		res.PeakMemoryBytes = st.MemoryPeak
 	}
 	switch {
+	case prog != nil && (endReason != "" || progExit != nil):
+		// A program's result is what `airlock run` reports: its status,
+		// or how airlock killed it; the session was only its vehicle.
+		res.ExitCode = 137
+		if progExit != nil {
+			res.ExitCode = progExit.Code()
+		}
+		if endReason != "" || s.oomKilled() {
+			res.Killed = true
+			res.KillReason = killReasonFor(endReason, interrupted)
+			if s.oomKilled() {
+				res.KillReason = jail.KillMemory
+			}
+			res.ExitCode = 137
+		}
 	case endReason != "":
 		res.SessionEnded, res.EndReason = true, endReason
 		res.Killed, res.ExitCode = true, 137
@@ -365,7 +443,8 @@ loop:
 			res.Error = &ExecError{Name: "KeyboardInterrupt", Value: "interrupted", Traceback: []string{}}
 		}
 	}
-	res.FilesChanged = diff(before, snapshot(s.ws))
+	after, _ := workspace.TakeSnapshot(s.ws)
+	res.FilesChanged = before.Changes(after)
 	if emit != nil {
 		emit(Event{Type: "end", Result: res})
 	}
@@ -391,12 +470,35 @@ func (s *Session) connLost() string {
 	return s.deathReason(jail.Exit{})
 }
 
+// runtimeExit is how the runtime ended, once its control socket closed;
+// false if no one says so soon.
+func (s *Session) runtimeExit() (jail.Exit, bool) {
+	select {
+	case e := <-s.inst.Sandbox.Exits():
+		return e, true
+	case <-s.inst.gone:
+		return s.inst.runtimeExit()
+	case <-time.After(200 * time.Millisecond):
+	}
+	return jail.Exit{}, false
+}
+
+// oomKilled reports whether the kernel's OOM killer struck in the sandbox.
+func (s *Session) oomKilled() bool {
+	st, err := s.inst.Sandbox.Stats()
+	return err == nil && st.OOMKills > 0
+}
+
 func killReasonFor(endReason, interrupted string) string {
 	switch endReason {
 	case EndOOM:
 		return jail.KillMemory
 	case EndPids:
 		return jail.KillPids
+	case EndKilled:
+		if interrupted != "interrupt" {
+			return interrupted
+		}
 	case EndUnresponsive:
 		if interrupted != "interrupt" {
 			return interrupted
@@ -437,45 +539,4 @@ func watchCPU(sb *jail.Sandbox, base, budget time.Duration, cpus float64, stop <
 			return
 		}
 	}
-}
-
-type fileState struct {
-	size, mtime int64
-	ino         uint64
-}
-
-// snapshot lists the workspace's regular files (capped at the listing
-// limit) to tell what an execution changed.
-func snapshot(ws *workspace.Dir) map[string]fileState {
-	ents, _, err := ws.List("", true)
-	if err != nil {
-		return nil
-	}
-	out := make(map[string]fileState, len(ents))
-	for _, e := range ents {
-		if e.Type == "file" {
-			out[e.Path] = fileState{size: e.Size, mtime: e.ModNano, ino: e.Ino}
-		}
-	}
-	return out
-}
-
-func diff(before, after map[string]fileState) []FileChange {
-	out := []FileChange{}
-	for p, a := range after {
-		b, ok := before[p]
-		switch {
-		case !ok:
-			out = append(out, FileChange{Path: p, Size: a.size, Change: "created"})
-		case a != b:
-			out = append(out, FileChange{Path: p, Size: a.size, Change: "modified"})
-		}
-	}
-	for p, b := range before {
-		if _, ok := after[p]; !ok {
-			out = append(out, FileChange{Path: p, Size: b.size, Change: "deleted"})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
-	return out
 }

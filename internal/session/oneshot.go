@@ -6,10 +6,12 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
+	"airlock/internal/jail"
 	"airlock/internal/runtimes"
 	"airlock/internal/workspace"
 )
@@ -31,6 +33,28 @@ type OneShotRequest struct {
 	Env      map[string]string `json:"env"`
 }
 
+// ProgramRequest runs a program file once in a fresh jail, as `airlock
+// run` does: `python3 FILE ARGS` (or bash, or node) in /workspace.
+type ProgramRequest struct {
+	Language string `json:"language"`
+	// Code is the program's text, written to /workspace/Filename.
+	Code string `json:"code"`
+	// Filename defaults to main.py, main.sh or main.js.
+	Filename string            `json:"filename"`
+	Args     []string          `json:"args"`
+	Files    []InputFile       `json:"files"`
+	Limits   config.Limits     `json:"limits"`
+	Env      map[string]string `json:"env"`
+	// FileContents false lists output files without their content.
+	FileContents *bool `json:"file_contents"`
+}
+
+// Caps on a program's arguments.
+const (
+	MaxArgs     = 4096
+	MaxArgBytes = 256 << 10
+)
+
 // OutputFile is a file a one-shot execution created or modified.
 type OutputFile struct {
 	Path          string `json:"path"`
@@ -41,19 +65,104 @@ type OutputFile struct {
 	Omitted bool `json:"omitted,omitempty"`
 }
 
-// OneShotResult is a Result plus the output files.
+// OneShotResult is a Result plus the output files and the limits that
+// applied (the request's, capped and completed by the server's).
 type OneShotResult struct {
 	*Result
-	Files []OutputFile `json:"files"`
+	Files  []OutputFile   `json:"files"`
+	Limits *config.Limits `json:"limits"`
 }
 
 // MaxOneShotFiles caps the total content of output files returned inline.
 const MaxOneShotFiles = 16 << 20
 
 // RunOnce runs code once in a fresh jail and returns what it printed,
-// displayed and wrote. The jail is gone when RunOnce returns.
+// displayed and wrote.
 func (m *Manager) RunOnce(ctx context.Context, req OneShotRequest, emit func(Event)) (*OneShotResult, error) {
-	lang := req.Language
+	if len(req.Code) > MaxCode {
+		return nil, fmt.Errorf("%w: code is larger than %d bytes", errdefs.ErrTooLarge, MaxCode)
+	}
+	o, err := m.prepareOneShot(req.Language, req.Limits, req.Env, req.Files)
+	if err != nil {
+		return nil, err
+	}
+	o.configure = true
+	return m.oneShot(ctx, o, ExecuteRequest{Code: req.Code, Timeout: o.limits.Timeout}, emit, true)
+}
+
+// RunProgram runs a program once in a fresh jail and returns its exit
+// status, output and files, as `airlock run` reports them. A pooled
+// runtime runs it (a Python one in its own, already warm interpreter), so
+// it starts in about a millisecond. Output that is not UTF-8 streams as
+// data_base64.
+func (m *Manager) RunProgram(ctx context.Context, req ProgramRequest, emit func(Event)) (*OneShotResult, error) {
+	if len(req.Code) > MaxCode {
+		return nil, fmt.Errorf("%w: the program is larger than %d bytes", errdefs.ErrTooLarge, MaxCode)
+	}
+	if len(req.Args) > MaxArgs {
+		return nil, fmt.Errorf("%w: more than %d arguments", errdefs.ErrInvalidArgument, MaxArgs)
+	}
+	size := 0
+	for _, a := range req.Args {
+		size += len(a) + 1
+		if strings.ContainsRune(a, 0) {
+			return nil, fmt.Errorf("%w: arguments must not contain NUL", errdefs.ErrInvalidArgument)
+		}
+	}
+	if size > MaxArgBytes {
+		return nil, fmt.Errorf("%w: the arguments are larger than %d bytes", errdefs.ErrInvalidArgument, MaxArgBytes)
+	}
+	o, err := m.prepareOneShot(req.Language, req.Limits, req.Env, req.Files)
+	if err != nil {
+		return nil, err
+	}
+	name := req.Filename
+	if name == "" {
+		name = "main" + o.rt.Ext
+	}
+	if name, err = workspace.Clean(name); err != nil || name == "" {
+		return nil, fmt.Errorf("%w: filename %q: want a file name in /workspace", errdefs.ErrInvalidArgument, req.Filename)
+	}
+	for _, f := range o.files {
+		if f.path == name {
+			return nil, fmt.Errorf("%w: files: %s is the program's own file name", errdefs.ErrInvalidArgument, name)
+		}
+	}
+	o.files = append(o.files, inputFile{name, []byte(req.Code)})
+	env := map[string]string{}
+	for _, kv := range append(jail.BaseEnv(), o.rt.Env(o.limits)...) {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	fresh := false
+	for k, v := range req.Env {
+		env[k] = v
+		fresh = fresh || strings.HasPrefix(k, "PYTHON")
+	}
+	prog := &program{
+		argv:  append(o.rt.Command("/workspace/"+name), req.Args...),
+		env:   env,
+		fresh: fresh && o.rt.Lang == "python",
+	}
+	contents := req.FileContents == nil || *req.FileContents
+	return m.oneShot(ctx, o, ExecuteRequest{Timeout: o.limits.Timeout, prog: prog}, emit, contents)
+}
+
+type inputFile struct {
+	path string
+	data []byte
+}
+
+// oneShotPlan is a checked one-shot request.
+type oneShotPlan struct {
+	rt        runtimes.Runtime
+	limits    config.Limits
+	env       map[string]string
+	files     []inputFile
+	configure bool // give the runtime the session environment (cells)
+}
+
+func (m *Manager) prepareOneShot(lang string, req config.Limits, env map[string]string, in []InputFile) (*oneShotPlan, error) {
 	if lang == "" {
 		lang = "python"
 	}
@@ -61,24 +170,17 @@ func (m *Manager) RunOnce(ctx context.Context, req OneShotRequest, emit func(Eve
 	if err != nil {
 		return nil, err
 	}
-	limits, err := config.Resolve(req.Limits, m.cfg.Defaults, m.cfg.Max)
+	limits, err := config.Resolve(req, m.cfg.Defaults, m.cfg.Max)
 	if err != nil {
 		return nil, err
 	}
-	if err := ValidateEnv(req.Env, m.cfg.Server.MaxEnv); err != nil {
+	if err := ValidateEnv(env, m.cfg.Server.MaxEnv); err != nil {
 		return nil, err
 	}
-	if len(req.Code) > MaxCode {
-		return nil, fmt.Errorf("%w: code is larger than %d bytes", errdefs.ErrTooLarge, MaxCode)
-	}
-	type file struct {
-		path string
-		data []byte
-	}
-	var files []file
+	o := &oneShotPlan{rt: rt, limits: limits, env: env}
 	total := int64(0)
 	seen := map[string]bool{}
-	for i, f := range req.Files {
+	for i, f := range in {
 		p, err := workspace.Clean(f.Path)
 		if err != nil {
 			return nil, err
@@ -103,25 +205,49 @@ func (m *Manager) RunOnce(ctx context.Context, req OneShotRequest, emit func(Eve
 		if int64(len(data)) > int64(m.cfg.Server.MaxFileBytes) || total > int64(limits.Disk) {
 			return nil, fmt.Errorf("%w: files[%d]: the files exceed the file size or disk limit", errdefs.ErrTooLarge, i)
 		}
-		files = append(files, file{p, data})
+		o.files = append(o.files, inputFile{p, data})
 	}
+	return o, nil
+}
 
+// oneShot runs one execution in a fresh session and returns the result
+// with the files it created or modified. The response does not wait for
+// the jail's teardown; the execution slot does, so a burst of requests
+// cannot outrun the cleanup.
+func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req ExecuteRequest, emit func(Event), contents bool) (*OneShotResult, error) {
 	// Take the execution slot first: a burst of one-shot requests must
 	// queue before it builds jails, not after.
 	release, err := m.acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer release()
-	s, err := m.start(ctx, rt, limits, req.Env, time.Hour)
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		release()
+		return nil, fmt.Errorf("%w: the server is shutting down", errdefs.ErrUnavailable)
+	}
+	m.bg.Add(1) // under mu: Close waits only after it set closed
+	m.mu.Unlock()
+	var env map[string]string
+	if o.configure {
+		env = sessionEnv(o.rt, o.limits, o.env)
+	}
+	s, err := m.start(ctx, o.rt, o.limits, env, time.Hour)
 	if err != nil {
+		m.bg.Done()
+		release()
 		return nil, err
 	}
 	defer func() {
-		s.end("one-shot execution finished")
-		<-s.gone
+		go func() {
+			defer m.bg.Done()
+			s.end("one-shot execution finished")
+			<-s.gone
+			release()
+		}()
 	}()
-	for _, f := range files {
+	for _, f := range o.files {
 		if _, err := s.ws.Write(f.path, bytes.NewReader(f.data), int64(len(f.data)), 0o644); err != nil {
 			return nil, err
 		}
@@ -135,36 +261,40 @@ func (m *Manager) RunOnce(ctx context.Context, req OneShotRequest, emit func(Eve
 			}
 		}
 	}
-	res, err := s.execute(ctx, ExecuteRequest{Code: req.Code, Timeout: limits.Timeout}, inner, true)
+	res, err := s.execute(ctx, req, inner, true)
 	if err != nil {
 		return nil, err
 	}
-	out := &OneShotResult{Result: res, Files: []OutputFile{}}
+	out := &OneShotResult{Result: res, Files: []OutputFile{}, Limits: &o.limits}
 	budget := int64(MaxOneShotFiles)
 	for _, c := range res.FilesChanged {
 		if c.Change == "deleted" {
 			continue
 		}
 		of := OutputFile{Path: c.Path, Size: c.Size}
-		if c.Size > budget {
+		switch {
+		case !contents:
+		case c.Size > budget:
 			of.Omitted = true
-		} else if f, e, err := s.ws.Open(c.Path); err == nil {
-			data, err := io.ReadAll(io.LimitReader(f, budget+1))
-			f.Close()
-			if err == nil && int64(len(data)) <= budget {
-				of.Size = e.Size
-				of.ContentBase64 = base64.StdEncoding.EncodeToString(data)
-				budget -= int64(len(data))
+		default:
+			if f, e, err := s.ws.Open(c.Path); err == nil {
+				data, err := io.ReadAll(io.LimitReader(f, budget+1))
+				f.Close()
+				if err == nil && int64(len(data)) <= budget {
+					of.Size = e.Size
+					of.ContentBase64 = base64.StdEncoding.EncodeToString(data)
+					budget -= int64(len(data))
+				} else {
+					of.Omitted = true
+				}
 			} else {
 				of.Omitted = true
 			}
-		} else {
-			of.Omitted = true
 		}
 		out.Files = append(out.Files, of)
 	}
 	if emit != nil {
-		emit(Event{Type: "end", Result: res, Files: out.Files})
+		emit(Event{Type: "end", Result: res, Files: out.Files, Limits: out.Limits})
 	}
 	return out, nil
 }

@@ -84,7 +84,7 @@ type stream struct {
 	buf       []byte
 	truncated bool
 	pending   []byte // an incomplete UTF-8 sequence held back from live output
-	live      func(string)
+	live      func([]byte)
 	overflow  func()
 }
 
@@ -110,14 +110,14 @@ func (s *stream) write(p []byte) {
 	cut := completeUTF8(chunk)
 	s.pending = append([]byte(nil), chunk[cut:]...)
 	if cut > 0 {
-		s.live(toValidUTF8(chunk[:cut]))
+		s.live(chunk[:cut])
 	}
 }
 
 // flush emits whatever is held back, even if incomplete.
 func (s *stream) flush() {
 	if s.live != nil && len(s.pending) > 0 {
-		s.live(toValidUTF8(s.pending))
+		s.live(s.pending)
 	}
 	s.pending = nil
 }

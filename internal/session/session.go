@@ -41,6 +41,7 @@ const (
 	EndUnresponsive = "the interpreter did not stop after an interrupt"
 	EndShutdown     = "server shut down"
 	EndProtocol     = "the interpreter broke the protocol"
+	EndKilled       = "killed" // a program run airlock stopped at a limit
 )
 
 // CreateRequest asks for a new session.
@@ -80,6 +81,7 @@ type Manager struct {
 	endOrder []string
 	creating int
 	closed   bool
+	bg       sync.WaitGroup // teardowns of one-shot jails, after their response
 }
 
 // NewManager returns a manager that gets its sandboxes from source.
@@ -190,7 +192,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Session, erro
 		m.mu.Unlock()
 	}()
 
-	s, err := m.start(ctx, rt, limits, req.Env, idle)
+	s, err := m.start(ctx, rt, limits, sessionEnv(rt, limits, req.Env), idle)
 	if err != nil {
 		return nil, err
 	}
@@ -208,14 +210,29 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Session, erro
 	return s, nil
 }
 
-// start gets an instance and turns it into a configured, unregistered
-// session. An instance whose runtime died just before it was handed out
-// (it passed the health check a moment earlier) is replaced.
-func (m *Manager) start(ctx context.Context, rt runtimes.Runtime, limits config.Limits, userEnv map[string]string, idle time.Duration) (*Session, error) {
+// sessionEnv is the environment of a session's runtime: the jail's base,
+// the language's, then the client's.
+func sessionEnv(rt runtimes.Runtime, limits config.Limits, userEnv map[string]string) map[string]string {
+	env := map[string]string{}
+	for _, kv := range append(jail.BaseEnv(), rt.SessionEnv(limits)...) {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	for k, v := range userEnv {
+		env[k] = v
+	}
+	return env
+}
+
+// start gets an instance and turns it into an unregistered session,
+// configured with env unless env is nil (a program run brings its own).
+// An instance whose runtime died just before it was handed out (it passed
+// the health check a moment earlier) is replaced.
+func (m *Manager) start(ctx context.Context, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration) (*Session, error) {
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		var s *Session
-		s, err = m.startOnce(ctx, rt, limits, userEnv, idle)
+		s, err = m.startOnce(ctx, rt, limits, env, idle)
 		if err == nil || ctx.Err() != nil || !errors.Is(err, errRuntimeGone) {
 			return s, err
 		}
@@ -226,7 +243,7 @@ func (m *Manager) start(ctx context.Context, rt runtimes.Runtime, limits config.
 
 var errRuntimeGone = errors.New("runtime gone")
 
-func (m *Manager) startOnce(ctx context.Context, rt runtimes.Runtime, limits config.Limits, userEnv map[string]string, idle time.Duration) (*Session, error) {
+func (m *Manager) startOnce(ctx context.Context, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration) (*Session, error) {
 	inst, err := m.source.Get(ctx, rt.Lang, limits)
 	if err != nil {
 		return nil, err
@@ -247,17 +264,8 @@ func (m *Manager) startOnce(ctx context.Context, rt runtimes.Runtime, limits con
 		return nil, err
 	}
 	inst.stdout, inst.stderr = nil, nil // owned by the readers now
-	env := map[string]string{}
-	for _, kv := range jail.BaseEnv() {
-		k, v, _ := strings.Cut(kv, "=")
-		env[k] = v
-	}
-	for _, kv := range rt.SessionEnv(limits) {
-		k, v, _ := strings.Cut(kv, "=")
-		env[k] = v
-	}
-	for k, v := range userEnv {
-		env[k] = v
+	if env == nil {
+		return s, nil
 	}
 	cfgDone := make(chan error, 1)
 	go func() { cfgDone <- inst.conn.configure(env) }()
@@ -347,6 +355,7 @@ func (m *Manager) Close() {
 		go func() { defer wg.Done(); s.end(EndShutdown); <-s.gone }()
 	}
 	wg.Wait()
+	m.bg.Wait()
 }
 
 // acquire takes an execution slot, waiting up to the queue timeout.

@@ -8,7 +8,7 @@
  * and the contract is docs/runtime-protocol.md:
  *
  *   - fd 3 is the control socket: frames of a 4-byte big-endian length and
- *     UTF-8 JSON. The server sends configure, execute and shutdown; the
+ *     UTF-8 JSON. The server sends configure, execute, run and shutdown; the
  *     runtime sends hello once, then per execution any number of display,
  *     at most one result, at most one error and exactly one done, last. A
  *     malformed frame makes the runtime exit 2.
@@ -105,6 +105,8 @@ const util = require('util');
 const vm = require('vm');
 const Module = require('module');
 const { Writable } = require('stream');
+const { spawnSync } = require('child_process');
+const { constants: osConstants } = require('os');
 
 // --- references the runtime keeps (user code runs in this realm) ----------
 
@@ -279,6 +281,18 @@ function dispatch(msg) {
     case 'execute':
       if (typeof msg.id !== 'string' || typeof msg.code !== 'string') fatal('execute needs a string "id" and a string "code"');
       break;
+    case 'run': {
+      const { id, argv, env, cwd } = msg;
+      if (typeof id !== 'string') fatal('run needs a string "id"');
+      if (!ArrayIsArray(argv) || argv.length < 2 || argv.some((a) => typeof a !== 'string' || a.includes('\0'))) {
+        fatal('run: "argv" must be the interpreter, the program and its arguments, as strings');
+      }
+      if (env === null || typeof env !== 'object' || ArrayIsArray(env) || ObjectValues(env).some((v) => typeof v !== 'string')) {
+        fatal('run: "env" must map strings to strings');
+      }
+      if (cwd !== undefined && cwd !== null && typeof cwd !== 'string') fatal('run: "cwd" must be a string');
+      break;
+    }
     case 'configure': {
       const { env, cwd } = msg;
       if (env !== undefined && env !== null) {
@@ -306,6 +320,7 @@ async function pump() {
       const msg = queue.shift();
       try {
         if (msg.type === 'configure') configure(msg);
+        else if (msg.type === 'run') runProgram(msg);
         else await execute(msg.id, msg.code);
       } catch (e) { // a bug in the runtime: note it and go on
         writeErr(`airlock runtime: internal error: ${safeString(() => e.stack, '?')}\n`);
@@ -336,6 +351,32 @@ function configure(msg) {
   const reply = { type: 'configured' };
   if (errors.length) reply.error = errors.join('; ');
   send(reply);
+}
+
+/**
+ * Program mode: runs `node FILE ARGS` as a child on the runtime's stdout and
+ * stderr (stdin empty), sends one done with its exit status (128+N for a
+ * signal) and exits. A program run is the runtime's last act; nothing of the
+ * session's globals reaches the program, which gets a fresh Node.
+ */
+function runProgram(msg) {
+  const r = spawnSync(msg.argv[0], msg.argv.slice(1), {
+    stdio: ['ignore', 1, 2], env: msg.env, cwd: msg.cwd || undefined, windowsHide: true,
+  });
+  let code;
+  if (r.error) {
+    writeErr(`airlock: cannot start ${msg.argv[0]}: ${r.error.message}\n`);
+    code = 127;
+  } else if (r.status !== null) {
+    code = r.status;
+  } else {
+    code = 128 + (osConstants.signals[r.signal] || 0);
+  }
+  send({ type: 'done', id: msg.id, status: 'exited', execution_count: 1, exit_code: code });
+  for (const fd of [1, 2]) {
+    try { fs.closeSync(fd); } catch (_) { /* already closed */ }
+  }
+  realExit(code);
 }
 
 // --- the user's globals -------------------------------------------------------

@@ -34,6 +34,7 @@ import gc
 import importlib
 import json
 import os
+import select
 import signal
 import socket
 import struct
@@ -145,14 +146,29 @@ class Zygote:
             sys.exit(2)
         errors = self.configure(cfg)
         # Every runtime is our child: reap it as soon as it ends, since a
-        # zombie keeps its cgroup busy and its pid namespace from ending.
-        signal.signal(signal.SIGCHLD, lambda *_: self.reap())
+        # zombie keeps its cgroup busy and its pid namespace (and so its
+        # init, and the server's teardown) from ending. A Python signal
+        # handler alone would not do: a SIGCHLD that lands after it last
+        # called waitpid but before the loop blocks in recvmsg again waits
+        # for the next message. The C handler writes the wakeup pipe, which
+        # the loop below waits on; and it reaps once a second regardless.
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
         self.send({"type": "ready", "pid": os.getpid(), "errors": errors})
         while True:
+            ready, _, _ = select.select([self.sock, wake_r], [], [], 1.0)
+            try:
+                while os.read(wake_r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+            self.reap()
+            if self.sock not in ready:
+                continue
             msg, fds = self.recv()
             if msg is None:
                 return
-            self.reap()
             if msg.get("type") != "fork":
                 for fd in fds:
                     os.close(fd)
@@ -228,6 +244,9 @@ class Zygote:
         is to put the runtime's own descriptors on 0-3, so that fd 3 (and
         fail()) is the runtime's control socket from then on.
         """
+        # The template's wakeup pipe is closed below; signals must not be
+        # written to whatever file later gets its number.
+        signal.set_wakeup_fd(-1)
         nprocs = int(req["nprocs"])
         pidfd = fds[0]
         procs = fds[1:1 + nprocs]

@@ -274,6 +274,8 @@ class Runtime:
         if ranks != sorted(ranks):
             raise ProtocolViolation(f"messages out of order: {[m['type'] for m in ex.messages]}")
         d = ex.done
+        if d["status"] == "exited":  # a program run: exit_code is the program's
+            return
         if d["status"] == "ok" and (d["exit_code"] != 0 or ex.error is not None):
             raise ProtocolViolation(f"inconsistent done: {d} {ex.error}")
         if d["status"] in ("error", "interrupted") and ex.error is None:
