@@ -60,5 +60,14 @@ json -X POST $API/v1/sessions/$SESSION/execute -d '{"code": "len(df)"}' | field 
 echo "-- delete the session"
 curl -fsS -X DELETE $API/v1/sessions/$SESSION -o /dev/null -w "%{http_code}\n"
 json $API/v1/sessions/$SESSION -o /dev/null -w "%{http_code}\n" || true
+
+echo
+echo "== airlock run while the server runs: the program gets one of its pre-started jails"
+printf 'import sys\nprint("hello from", sys.argv[1:])\n' >"$OUT/hello.py"
+for mode in --cold ""; do
+	start=$(date +%s%N)
+	$A run $mode "$OUT/hello.py" a b
+	echo "   airlock run ${mode:-(through the server)}: $((($(date +%s%N) - start) / 1000000)) ms"
+done
 echo
 echo "demo done; the plot is in $OUT/revenue.png"

@@ -161,33 +161,69 @@ func benchOneShot(ctx context.Context, srv *server, r *Report, o Options, d time
 	}
 	s := stats(lat)
 	rps := float64(len(lat)) / d.Seconds()
-	// The baseline: as many bare `python3 -c 'print(1)'` as 4 clients can
-	// start and finish in the same time, no sandbox at all.
-	var baseN int
-	end = time.Now().Add(d)
+	// The baselines: as many bare `python3 -c 'print(1)'` as 4 clients can
+	// start and finish in the same time, no sandbox at all; the same in
+	// bubblewrap; and bubblewrap running /usr/bin/true, the cost of fresh
+	// namespaces and mounts alone, a ceiling for any design that gives
+	// every run its own.
+	baseRPS := throughput(ctx, clients, d, o.Python, "-c", "print(1)")
+	name := "one-shot POST /v1/execute `print(1)`, 4 clients"
+	r.add(Row{Scenario: name, Metric: "throughput", Value: rps, Unit: "req/s", Target: "≥ 150 req/s",
+		Baseline: fmt.Sprintf("bare python3 -c, 4 at a time: %.1f req/s", baseRPS), Ratio: ratio(1/rps, 1/baseRPS)})
+	if bw := bwrapArgv(); bw != nil {
+		bwPy := throughput(ctx, clients, d, append(bw, o.Python, "-c", "print(1)")...)
+		r.add(Row{Scenario: name, Metric: "throughput vs bubblewrap", Value: rps, Unit: "req/s",
+			Baseline: fmt.Sprintf("bwrap + python3 -c, 4 at a time: %.1f req/s", bwPy), Ratio: ratio(1/rps, 1/bwPy)})
+		bwTrue := throughput(ctx, clients, d, append(bw, "/usr/bin/true")...)
+		r.add(Row{Scenario: name, Metric: "throughput vs namespaces alone", Value: rps, Unit: "req/s",
+			Baseline: fmt.Sprintf("bwrap + true, 4 at a time: %.1f req/s", bwTrue), Ratio: ratio(1/rps, 1/bwTrue)})
+	}
+	r.add(Row{Scenario: name, Metric: "p50", Value: s.P50, Unit: "ms"})
+	r.add(Row{Scenario: name, Metric: "p99", Value: s.P99, Unit: "ms"})
+	r.Stats["oneshot"] = s
+	return nil
+}
+
+// throughput runs argv over and over from clients goroutines for d and
+// returns the completed runs per second.
+func throughput(ctx context.Context, clients int, d time.Duration, argv ...string) float64 {
+	var mu sync.Mutex
+	var n int
+	end := time.Now().Add(d)
+	var wg sync.WaitGroup
 	for i := 0; i < clients; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(end) {
-				if _, err := timeCmd(ctx, 1, o.Python, "-c", "print(1)"); err != nil {
+				if _, err := timeCmd(ctx, 1, argv...); err != nil {
 					return
 				}
 				mu.Lock()
-				baseN++
+				n++
 				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
-	baseRPS := float64(baseN) / d.Seconds()
-	name := "one-shot POST /v1/execute `print(1)`, 4 clients"
-	r.add(Row{Scenario: name, Metric: "throughput", Value: rps, Unit: "req/s", Target: "≥ 150 req/s",
-		Baseline: fmt.Sprintf("bare python3 -c, 4 at a time: %.1f req/s", baseRPS), Ratio: ratio(1/rps, 1/baseRPS)})
-	r.add(Row{Scenario: name, Metric: "p50", Value: s.P50, Unit: "ms"})
-	r.add(Row{Scenario: name, Metric: "p99", Value: s.P99, Unit: "ms"})
-	r.Stats["oneshot"] = s
-	return nil
+	return float64(n) / d.Seconds()
+}
+
+// bwrapArgv is bubblewrap with a root like airlock's (host /usr read-only,
+// fresh /proc, /dev and /tmp, every namespace unshared), ready for the
+// program's argv; nil when bubblewrap is not installed.
+func bwrapArgv(binds ...string) []string {
+	bw, err := exec.LookPath("bwrap")
+	if err != nil {
+		return nil
+	}
+	argv := []string{bw, "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+		"--symlink", "usr/bin", "/bin", "--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache", "--proc", "/proc", "--dev", "/dev",
+		"--tmpfs", "/tmp"}
+	for _, b := range binds {
+		argv = append(argv, "--ro-bind", b, b)
+	}
+	return append(argv, "--unshare-all", "--die-with-parent", "--new-session")
 }
 
 // benchDensity: n idle Python sessions with numpy and pandas imported,
@@ -320,13 +356,11 @@ func benchRun(ctx context.Context, srv *server, r *Report, o Options, n int) err
 		{viaServer, []string{o.Binary, "run", "--config", srv.cfgPath, prog}},
 		{"airlock run --cold p.py (no server)", []string{o.Binary, "run", "--cold", "--config", srv.cfgPath, prog}},
 	}
-	if bw, err := exec.LookPath("bwrap"); err == nil {
+	if bw := bwrapArgv(prog); bw != nil {
 		variants = append(variants, struct {
 			name string
 			argv []string
-		}{"bwrap + python3 p.py", []string{bw, "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-			"--symlink", "usr/bin", "/bin", "--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache", "--proc", "/proc", "--dev", "/dev",
-			"--tmpfs", "/tmp", "--ro-bind", prog, prog, "--unshare-all", "--die-with-parent", "--new-session", o.Python, prog}})
+		}{"bwrap + python3 p.py", append(bw, o.Python, prog)})
 	}
 	times := make([][]time.Duration, len(variants))
 	for i := 0; i < n+3; i++ {
