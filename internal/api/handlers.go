@@ -192,18 +192,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	if !wantsStream(r) {
-		res, err := sess.Execute(r.Context(), req, nil)
-		if err != nil {
-			fail(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, res)
-		return
-	}
-	ew := newEventWriter(w)
-	_, err := sess.Execute(r.Context(), req, ew.emit)
-	ew.end(err)
+	respond(w, r, func(emit func(session.Event)) (any, error) { return sess.Execute(r.Context(), req, emit) })
 }
 
 func (s *Server) executeOnce(w http.ResponseWriter, r *http.Request) {
@@ -212,18 +201,7 @@ func (s *Server) executeOnce(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	if !wantsStream(r) {
-		res, err := s.m.RunOnce(r.Context(), req, nil)
-		if err != nil {
-			fail(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, res)
-		return
-	}
-	ew := newEventWriter(w)
-	_, err := s.m.RunOnce(r.Context(), req, ew.emit)
-	ew.end(err)
+	respond(w, r, func(emit func(session.Event)) (any, error) { return s.m.RunOnce(r.Context(), req, emit) })
 }
 
 func (s *Server) runProgram(w http.ResponseWriter, r *http.Request) {
@@ -232,8 +210,14 @@ func (s *Server) runProgram(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	respond(w, r, func(emit func(session.Event)) (any, error) { return s.m.RunProgram(r.Context(), req, emit) })
+}
+
+// respond runs an execution and answers with its result as one JSON body,
+// or, when the client accepts NDJSON, streams its events as they happen.
+func respond(w http.ResponseWriter, r *http.Request, run func(emit func(session.Event)) (any, error)) {
 	if !wantsStream(r) {
-		res, err := s.m.RunProgram(r.Context(), req, nil)
+		res, err := run(nil)
 		if err != nil {
 			fail(w, err)
 			return
@@ -242,7 +226,7 @@ func (s *Server) runProgram(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ew := newEventWriter(w)
-	_, err := s.m.RunProgram(r.Context(), req, ew.emit)
+	_, err := run(ew.emit)
 	ew.end(err)
 }
 

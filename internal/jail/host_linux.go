@@ -172,18 +172,63 @@ func (h *Host) IDs(slot uint32) (root, user int) {
 	return base, base + 1
 }
 
+// initProc is a started init: the sealed airlock binary re-executed as
+// InitArg0, its control socket on fd 3, its stderr kept for errors.
+type initProc struct {
+	cmd     *exec.Cmd
+	initErr *cappedBuffer // the first 16 KiB of its stderr
+	errDone chan struct{} // closed when its stderr reaches end of file
+}
+
+// startInit starts an init into p with env and attr, straight into cg
+// when the kernel can (cgroup v2), and returns the host's end of its
+// control socket. Nothing of the host but that socket and the stderr pipe
+// reaches it: every other descriptor is close-on-exec.
+func (h *Host) startInit(p *initProc, env []string, attr *syscall.SysProcAttr, cg *cgroup.Cgroup) (*os.File, error) {
+	hostEnd, initEnd, err := socketpair()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		hostEnd.Close()
+		initEnd.Close()
+		return nil, err
+	}
+	if fd, ok := cg.IntoFD(); ok {
+		attr.UseCgroupFD, attr.CgroupFD = true, fd
+	}
+	p.cmd = &exec.Cmd{
+		Path: h.exe.Path(), Args: []string{InitArg0}, Env: env,
+		ExtraFiles: []*os.File{initEnd}, Stderr: errW, SysProcAttr: attr,
+	}
+	err = p.cmd.Start()
+	initEnd.Close()
+	errW.Close()
+	if err != nil {
+		hostEnd.Close()
+		errR.Close()
+		return nil, err
+	}
+	p.initErr, p.errDone = &cappedBuffer{max: 16 << 10}, make(chan struct{})
+	go func() {
+		io.Copy(p.initErr, errR)
+		errR.Close()
+		close(p.errDone)
+	}()
+	return hostEnd, nil
+}
+
 // Sandbox is a running jail: an init process waiting for programs.
 type Sandbox struct {
-	h        *Host
-	spec     Spec
-	cg       *cgroup.Cgroup
-	cmd      *exec.Cmd
+	h    *Host
+	spec Spec
+	cg   *cgroup.Cgroup
+	initProc
 	pidfd    int
 	ctl      *conn
 	ws       *workspace.Dir
 	ruleset  *os.File
-	initErr  *cappedBuffer
-	errDone  chan struct{}
 	hostUser int
 	started  time.Time
 
@@ -209,7 +254,7 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 		}
 	}()
 	s := &Sandbox{h: h, spec: spec, pidfd: -1, replies: make(chan message, 1), exits: make(chan Exit, 16),
-		dead: make(chan struct{}), errDone: make(chan struct{}), started: time.Now()}
+		dead: make(chan struct{}), started: time.Now()}
 
 	trace("start")
 	cg, err := h.cg.New(spec.Name, cgroup.Resources{Memory: int64(l.Memory), Pids: int64(l.Pids), CPUs: l.CPUs})
@@ -220,16 +265,6 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 	undo.Add(func() error { cg.Kill(); return cg.Destroy() })
 
 	trace("cgroup created")
-	hostEnd, initEnd, err := socketpair()
-	if err != nil {
-		return nil, err
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		hostEnd.Close()
-		initEnd.Close()
-		return nil, err
-	}
 	rootID, userID := h.IDs(spec.Slot)
 	s.hostUser = userID
 	attr := &syscall.SysProcAttr{
@@ -254,24 +289,9 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 		// host going away by the control socket closing instead.
 		PidFD: &s.pidfd,
 	}
-	if fd, ok := cg.IntoFD(); ok {
-		attr.UseCgroupFD, attr.CgroupFD = true, fd
-	}
-	s.cmd = &exec.Cmd{
-		Path:        h.exe.Path(),
-		Args:        []string{InitArg0},
-		Env:         append([]string{"GOMAXPROCS=1", "GOGC=200"}, traceEnv()...),
-		ExtraFiles:  []*os.File{initEnd},
-		Stderr:      errW,
-		SysProcAttr: attr,
-	}
-	err = s.cmd.Start()
+	hostEnd, err := h.startInit(&s.initProc, append([]string{"GOMAXPROCS=1", "GOGC=200"}, traceEnv()...), attr, cg)
 	trace("init started")
-	initEnd.Close()
-	errW.Close()
 	if err != nil {
-		hostEnd.Close()
-		errR.Close()
 		return nil, fmt.Errorf("%w: cannot start the sandbox init (are user namespaces enabled? see `airlock doctor`): %v", errdefs.ErrUnavailable, err)
 	}
 	undo.AddFunc(func() {
@@ -281,12 +301,6 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 			unix.Close(s.pidfd)
 		}
 	})
-	s.initErr = &cappedBuffer{max: 16 << 10}
-	go func() {
-		io.Copy(s.initErr, errR)
-		errR.Close()
-		close(s.errDone)
-	}()
 	if s.ctl, err = newConn(hostEnd, 4<<10); err != nil {
 		return nil, err
 	}

@@ -102,7 +102,7 @@ func (h *Host) RunWith(ctx context.Context, req RunRequest, after func(*Sandbox)
 	}()
 
 	stopCPU := make(chan struct{})
-	go watchCPU(sb, l.CPUTime.D(), l.CPUs, stopCPU, func() { kill(KillCPUTime) })
+	go WatchCPU(sb, 0, l.CPUTime.D(), l.CPUs, stopCPU, func() { kill(KillCPUTime) })
 	go sb.Cgroup().PollPids(stopCPU)
 	timeout := time.NewTimer(l.Timeout.D())
 	defer timeout.Stop()
@@ -186,11 +186,12 @@ wait:
 	return res, nil
 }
 
-// watchCPU kills the sandbox when its CPU time exceeds budget. It checks
-// at the earliest moment the budget could be spent, given that the
-// sandbox cannot use more than cpus cores, so it costs nothing while the
-// program is far from its limit.
-func watchCPU(sb *Sandbox, budget time.Duration, cpus float64, stop <-chan struct{}, kill func()) {
+// WatchCPU calls over once the sandbox has used budget of CPU time since
+// it had used base. It looks at the earliest moment the budget could be
+// spent, given that the sandbox cannot use more than cpus cores, so it
+// costs nothing while the code is far from its limit. It returns when
+// stop is closed.
+func WatchCPU(sb *Sandbox, base, budget time.Duration, cpus float64, stop <-chan struct{}, over func()) {
 	if cpus <= 0 {
 		cpus = 1
 	}
@@ -205,12 +206,11 @@ func watchCPU(sb *Sandbox, budget time.Duration, cpus float64, stop <-chan struc
 				return
 			}
 		}
-		if used >= budget {
-			kill()
+		if used-base >= budget {
+			over()
 			return
 		}
-		wait := time.Duration(float64(budget-used)/cpus) + time.Millisecond
-		t := time.NewTimer(wait)
+		t := time.NewTimer(time.Duration(float64(budget-(used-base))/cpus) + time.Millisecond)
 		select {
 		case <-t.C:
 		case <-stop:

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"syscall"
 	"time"
 
@@ -33,11 +31,9 @@ type TemplateSpec struct {
 
 // Template is a running template process. Conn is its fd 3 (SOCK_SEQPACKET).
 type Template struct {
-	cmd     *exec.Cmd
-	cg      *cgroup.Cgroup
-	Conn    *net.UnixConn
-	initErr *cappedBuffer
-	errDone chan struct{}
+	initProc
+	cg   *cgroup.Cgroup
+	Conn *net.UnixConn
 }
 
 // StartTemplate starts a template process.
@@ -53,49 +49,16 @@ func (h *Host) StartTemplate(ctx context.Context, spec TemplateSpec) (_ *Templat
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
 	undo.Add(func() error { cg.Kill(); return cg.Destroy() })
-	hostEnd, initEnd, err := socketpair()
-	if err != nil {
-		return nil, err
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		hostEnd.Close()
-		initEnd.Close()
-		return nil, err
-	}
-	t := &Template{cg: cg, initErr: &cappedBuffer{max: 16 << 10}, errDone: make(chan struct{})}
+	t := &Template{cg: cg}
 	attr := &syscall.SysProcAttr{
 		Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
 		Setsid:     true,
 	}
-	if fd, ok := cg.IntoFD(); ok {
-		attr.UseCgroupFD, attr.CgroupFD = true, fd
-	}
-	t.cmd = &exec.Cmd{
-		Path: h.exe.Path(), Args: []string{InitArg0}, Env: []string{"GOMAXPROCS=1"},
-		ExtraFiles: []*os.File{initEnd}, Stderr: errW, SysProcAttr: attr,
-	}
-	err = t.cmd.Start()
-	initEnd.Close()
-	errW.Close()
+	hostEnd, err := h.startInit(&t.initProc, []string{"GOMAXPROCS=1"}, attr, cg)
 	if err != nil {
-		hostEnd.Close()
-		errR.Close()
 		return nil, fmt.Errorf("%w: start template: %v", errdefs.ErrUnavailable, err)
 	}
 	undo.AddFunc(func() { t.cmd.Process.Kill(); t.cmd.Wait() })
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := errR.Read(buf)
-			t.initErr.Write(buf[:n])
-			if err != nil {
-				break
-			}
-		}
-		errR.Close()
-		close(t.errDone)
-	}()
 	if _, ok := cg.IntoFD(); !ok {
 		if err := cg.Add(t.cmd.Process.Pid); err != nil {
 			hostEnd.Close()

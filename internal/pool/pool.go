@@ -13,17 +13,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"airlock/internal/cleanup"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/jail"
-	"airlock/internal/runtimes"
 	"airlock/internal/session"
 	"airlock/internal/zygote"
 )
@@ -198,7 +194,7 @@ func (p *Pool) refill(q *queue) {
 // when it runs, else (or if the template fails) by executing the runtime.
 func (p *Pool) newInstance(ctx context.Context, lang string, l config.Limits) (*session.Instance, error) {
 	if z := p.zygote(); z != nil && lang == "python" {
-		inst, err := p.buildWith(ctx, lang, l, z)
+		inst, err := session.NewInstance(ctx, p.host, p.cfg, p.slots, lang, l, z)
 		if err == nil {
 			return inst, nil
 		}
@@ -207,47 +203,7 @@ func (p *Pool) newInstance(ctx context.Context, lang string, l config.Limits) (*
 		}
 		p.log.Warn("python template could not start a runtime; starting it cold", "err", err)
 	}
-	return p.buildWith(ctx, lang, l, nil)
-}
-
-func (p *Pool) buildWith(ctx context.Context, lang string, l config.Limits, z *zygote.Zygote) (_ *session.Instance, err error) {
-	rt, err := runtimes.Lookup(p.cfg, lang)
-	if err != nil {
-		return nil, err
-	}
-	slot, err := p.slots.Get()
-	if err != nil {
-		return nil, err
-	}
-	var undo cleanup.Stack
-	defer func() {
-		if err != nil {
-			undo.Run()
-		}
-	}()
-	undo.AddFunc(func() { p.slots.Put(slot) })
-	t0 := time.Now()
-	sb, err := p.host.Start(ctx, jail.Spec{Name: "s-" + strconv.FormatUint(uint64(slot), 10), Slot: slot, Limits: l})
-	if err != nil {
-		return nil, err
-	}
-	undo.Add(sb.Close)
-	t1 := time.Now()
-	var inst *session.Instance
-	if z != nil {
-		inst, err = session.StartRuntimeZygote(ctx, sb, z, rt, l)
-	} else {
-		inst, err = session.StartRuntime(sb, rt, l)
-	}
-	if os.Getenv("AIRLOCK_TRACE") != "" {
-		p.log.Info("build", "lang", lang, "jail_ms", t1.Sub(t0).Milliseconds(), "runtime_ms", time.Since(t1).Milliseconds())
-	}
-	if err != nil {
-		return nil, err
-	}
-	undo.Release()
-	inst.SetRelease(func() { p.slots.Put(slot) })
-	return inst, nil
+	return session.NewInstance(ctx, p.host, p.cfg, p.slots, lang, l, nil)
 }
 
 func (p *Pool) zygote() *zygote.Zygote {
@@ -314,6 +270,12 @@ func (p *Pool) keepZygote() {
 // recycle discards the ready instances of lang (the pool refills).
 func (p *Pool) recycle(lang string) {
 	q := p.queues[lang]
+	q.discard()
+	q.signal()
+}
+
+// discard closes the ready instances.
+func (q *queue) discard() {
 	q.mu.Lock()
 	old := q.ready
 	q.ready = nil
@@ -321,7 +283,6 @@ func (p *Pool) recycle(lang string) {
 	for _, inst := range old {
 		inst.Close()
 	}
-	q.signal()
 }
 
 // ZygoteReady is signalled whenever the template (re)starts.
@@ -391,13 +352,7 @@ func (p *Pool) Close() {
 		p.build <- struct{}{}
 	}
 	for _, q := range p.queues {
-		q.mu.Lock()
-		old := q.ready
-		q.ready = nil
-		q.mu.Unlock()
-		for _, inst := range old {
-			inst.Close()
-		}
+		q.discard()
 	}
 	p.zmu.Lock()
 	if p.zyg != nil {

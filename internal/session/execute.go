@@ -260,7 +260,7 @@ func (s *Session) execute(ctx context.Context, req ExecuteRequest, emit func(Eve
 	stop := make(chan struct{})
 	defer close(stop)
 	cpuOver := make(chan struct{})
-	go watchCPU(sb, cpu0, s.limits.CPUTime.D(), s.limits.CPUs, stop, cpuOver)
+	go jail.WatchCPU(sb, cpu0, s.limits.CPUTime.D(), s.limits.CPUs, stop, func() { close(cpuOver) })
 	go sb.Cgroup().PollPids(stop)
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
@@ -508,35 +508,3 @@ func killReasonFor(endReason, interrupted string) string {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// watchCPU closes over when the sandbox has used budget of CPU time since
-// base. It checks when the budget could first be spent at the sandbox's
-// CPU quota, so a program far from its limit costs nothing.
-func watchCPU(sb *jail.Sandbox, base, budget time.Duration, cpus float64, stop <-chan struct{}, over chan<- struct{}) {
-	if cpus <= 0 {
-		cpus = 1
-	}
-	for {
-		used, err := sb.CPU()
-		if err != nil {
-			// Never stop enforcing: look again shortly.
-			select {
-			case <-time.After(100 * time.Millisecond):
-				continue
-			case <-stop:
-				return
-			}
-		}
-		if used-base >= budget {
-			close(over)
-			return
-		}
-		t := time.NewTimer(time.Duration(float64(budget-(used-base))/cpus) + time.Millisecond)
-		select {
-		case <-t.C:
-		case <-stop:
-			t.Stop()
-			return
-		}
-	}
-}

@@ -86,7 +86,7 @@ func (m *Manager) RunOnce(ctx context.Context, req OneShotRequest, emit func(Eve
 	if err != nil {
 		return nil, err
 	}
-	o.configure = true
+	o.runtimeEnv = sessionEnv(o.rt, o.limits, o.env)
 	return m.oneShot(ctx, o, ExecuteRequest{Code: req.Code, Timeout: o.limits.Timeout}, emit, true)
 }
 
@@ -144,6 +144,9 @@ func (m *Manager) RunProgram(ctx context.Context, req ProgramRequest, emit func(
 		env:   env,
 		fresh: fresh && o.rt.Lang == "python",
 	}
+	// The runtime gets the program's environment first too: the round trip
+	// also proves it alive, and a pooled one that died is replaced.
+	o.runtimeEnv = env
 	contents := req.FileContents == nil || *req.FileContents
 	return m.oneShot(ctx, o, ExecuteRequest{Timeout: o.limits.Timeout, prog: prog}, emit, contents)
 }
@@ -155,11 +158,12 @@ type inputFile struct {
 
 // oneShotPlan is a checked one-shot request.
 type oneShotPlan struct {
-	rt        runtimes.Runtime
-	limits    config.Limits
-	env       map[string]string
-	files     []inputFile
-	configure bool // give the runtime the session environment (cells)
+	rt     runtimes.Runtime
+	limits config.Limits
+	env    map[string]string
+	files  []inputFile
+	// runtimeEnv configures the runtime before the execution.
+	runtimeEnv map[string]string
 }
 
 func (m *Manager) prepareOneShot(lang string, req config.Limits, env map[string]string, in []InputFile) (*oneShotPlan, error) {
@@ -229,11 +233,7 @@ func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req ExecuteReques
 	}
 	m.bg.Add(1) // under mu: Close waits only after it set closed
 	m.mu.Unlock()
-	var env map[string]string
-	if o.configure {
-		env = sessionEnv(o.rt, o.limits, o.env)
-	}
-	s, err := m.start(ctx, o.rt, o.limits, env, time.Hour)
+	s, err := m.start(ctx, o.rt, o.limits, o.runtimeEnv, time.Hour)
 	if err != nil {
 		m.bg.Done()
 		release()

@@ -224,10 +224,10 @@ func sessionEnv(rt runtimes.Runtime, limits config.Limits, userEnv map[string]st
 	return env
 }
 
-// start gets an instance and turns it into an unregistered session,
-// configured with env unless env is nil (a program run brings its own).
-// An instance whose runtime died just before it was handed out (it passed
-// the health check a moment earlier) is replaced.
+// start gets an instance and turns it into an unregistered session whose
+// runtime has env. The configuration round trip also shows the runtime
+// alive: one that died just before it was handed out (it passed the
+// health check a moment earlier) is replaced.
 func (m *Manager) start(ctx context.Context, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration) (*Session, error) {
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
@@ -264,9 +264,6 @@ func (m *Manager) startOnce(ctx context.Context, rt runtimes.Runtime, limits con
 		return nil, err
 	}
 	inst.stdout, inst.stderr = nil, nil // owned by the readers now
-	if env == nil {
-		return s, nil
-	}
 	cfgDone := make(chan error, 1)
 	go func() { cfgDone <- inst.conn.configure(env) }()
 	select {

@@ -71,9 +71,6 @@ func (in *Instance) Close() error {
 	return err
 }
 
-// SetRelease sets what Close does last (returning the id slot).
-func (in *Instance) SetRelease(fn func()) { in.release = fn }
-
 // Healthy reports whether the instance's jail and runtime are still alive;
 // a pooled instance that died while it waited must not be handed out.
 func (in *Instance) Healthy() bool {
@@ -153,12 +150,20 @@ type ColdSource struct {
 }
 
 // Get implements Source.
-func (c *ColdSource) Get(ctx context.Context, lang string, l config.Limits) (_ *Instance, err error) {
-	rt, err := runtimes.Lookup(c.Config, lang)
+func (c *ColdSource) Get(ctx context.Context, lang string, l config.Limits) (*Instance, error) {
+	return NewInstance(ctx, c.Host, c.Config, c.Slots, lang, l, nil)
+}
+
+// NewInstance builds a sandbox for lang with limits l and starts the
+// language's session runtime in it: forked from the template z when z is
+// not nil, executed in the sandbox otherwise. Closing the instance frees
+// its id slot.
+func NewInstance(ctx context.Context, h *jail.Host, cfg config.Config, slots *Slots, lang string, l config.Limits, z *zygote.Zygote) (_ *Instance, err error) {
+	rt, err := runtimes.Lookup(cfg, lang)
 	if err != nil {
 		return nil, err
 	}
-	slot, err := c.Slots.Get()
+	slot, err := slots.Get()
 	if err != nil {
 		return nil, err
 	}
@@ -168,18 +173,23 @@ func (c *ColdSource) Get(ctx context.Context, lang string, l config.Limits) (_ *
 			undo.Run()
 		}
 	}()
-	undo.AddFunc(func() { c.Slots.Put(slot) })
-	sb, err := c.Host.Start(ctx, jail.Spec{Name: "s-" + strconv.FormatUint(uint64(slot), 10), Slot: slot, Limits: l})
+	undo.AddFunc(func() { slots.Put(slot) })
+	sb, err := h.Start(ctx, jail.Spec{Name: "s-" + strconv.FormatUint(uint64(slot), 10), Slot: slot, Limits: l})
 	if err != nil {
 		return nil, err
 	}
 	undo.Add(sb.Close)
-	inst, err := StartRuntime(sb, rt, l)
+	var inst *Instance
+	if z != nil {
+		inst, err = StartRuntimeZygote(ctx, sb, z, rt, l)
+	} else {
+		inst, err = StartRuntime(sb, rt, l)
+	}
 	if err != nil {
 		return nil, err
 	}
 	undo.Release()
-	inst.release = func() { c.Slots.Put(slot) }
+	inst.release = func() { slots.Put(slot) }
 	return inst, nil
 }
 

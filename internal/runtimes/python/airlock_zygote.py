@@ -134,11 +134,30 @@ class Zygote:
             except Exception as e:  # a missing package must not stop the template
                 errors[name] = "%s: %s" % (type(e).__name__, e)
         import airlock_runtime  # noqa: F401 (loaded once, shared by every child)
+        self.warm_up()
         # Objects that exist now are shared copy-on-write with every child:
         # keep the cycle collector from touching (and so copying) them.
         gc.collect()
         gc.freeze()
         return errors
+
+    def warm_up(self):
+        """Runs what a session's first execution typically runs (a small
+        DataFrame, its sum, both formatted as the runtime sends them), so
+        that the lazy imports and caches this fills belong to the template,
+        shared by every child, instead of costing each child its first
+        execution. It leaves nothing behind but those."""
+        try:
+            import airlock_runtime
+            values = [1, "text", [1, 2]]
+            pd = sys.modules.get("pandas")
+            if pd is not None:
+                df = pd.DataFrame({"a": [1, 2], "b": [0.5, 1.5]})
+                values += [df, df.sum(), df.describe()]
+            for v in values:
+                airlock_runtime.format_display_data(v)
+        except Exception:  # a warm-up that fails only costs speed
+            pass
 
     def serve(self):
         cfg, fds = self.recv()
