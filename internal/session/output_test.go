@@ -1,0 +1,113 @@
+package session
+
+import (
+	"bytes"
+	"encoding/base64"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// The live chunks of a stream never split a UTF-8 sequence, whatever the
+// pipe's chunk boundaries; together they are the captured bytes.
+func TestStreamChunksKeepUTF8Whole(t *testing.T) {
+	text := "héllo wörld ✓ 😀 end"
+	for split := 1; split <= len(text); split++ {
+		var got []string
+		s := stream{max: 1 << 20, live: func(b []byte) { got = append(got, string(b)) }}
+		for i := 0; i < len(text); i += split {
+			s.write([]byte(text[i:min(i+split, len(text))]))
+		}
+		s.flush()
+		for _, c := range got {
+			if !utf8.ValidString(c) {
+				t.Fatalf("split %d: chunk %q is not UTF-8", split, c)
+			}
+		}
+		if strings.Join(got, "") != text || string(s.buf) != text {
+			t.Fatalf("split %d: chunks %q, buf %q", split, got, s.buf)
+		}
+	}
+}
+
+func TestStreamTruncates(t *testing.T) {
+	overflows := 0
+	var live bytes.Buffer
+	s := stream{max: 10, live: func(b []byte) { live.Write(b) }, overflow: func() { overflows++ }}
+	s.write([]byte("0123456"))
+	s.write([]byte("789abc"))
+	s.write([]byte("more"))
+	s.flush()
+	if string(s.buf) != "0123456789" || !s.truncated || overflows != 1 || live.String() != "0123456789" {
+		t.Fatalf("buf %q truncated %v overflows %d live %q", s.buf, s.truncated, overflows, live.String())
+	}
+}
+
+// Program runs stream bytes that are not UTF-8 unchanged, as base64; cells
+// replace them, as the final result always does.
+func TestExecutionEvents(t *testing.T) {
+	for _, lossless := range []bool{false, true} {
+		var events []Event
+		ex := newExecution(1<<20, func(e Event) { events = append(events, e) }, lossless)
+		ex.output([]byte("ok\n"), false)
+		ex.output([]byte{0xff, 0x00, 'x'}, false)
+		ex.output([]byte("err\n"), true)
+		ex.stdout.flush()
+		var out []byte
+		for _, e := range events {
+			if e.Type != "stdout" {
+				continue
+			}
+			if e.DataBase64 != "" {
+				if !lossless || e.Text != "" {
+					t.Fatalf("lossless=%v: event %+v", lossless, e)
+				}
+				b, err := base64.StdEncoding.DecodeString(e.DataBase64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, b...)
+			} else {
+				out = append(out, e.Text...)
+			}
+		}
+		want := "ok\n\xff\x00x"
+		if !lossless {
+			want = "ok\n\uFFFD\x00x"
+		}
+		if string(out) != want {
+			t.Errorf("lossless=%v: streamed %q, want %q", lossless, out, want)
+		}
+		if got := toValidUTF8(ex.stdout.buf); got != "ok\n\uFFFD\x00x" {
+			t.Errorf("lossless=%v: result %q", lossless, got)
+		}
+		if n := len(events); events[n-1].Type != "stderr" && events[n-2].Type != "stderr" {
+			t.Errorf("no stderr event in %+v", events)
+		}
+	}
+}
+
+func TestValidateEnv(t *testing.T) {
+	cases := []struct {
+		env map[string]string
+		ok  bool
+	}{
+		{map[string]string{"A": "1", "_B2": ""}, true},
+		{map[string]string{"1A": "x"}, false},
+		{map[string]string{"A-B": "x"}, false},
+		{map[string]string{"A": "x\x00y"}, false},
+		{map[string]string{"A": strings.Repeat("x", 300<<10)}, false},
+	}
+	for _, c := range cases {
+		if err := ValidateEnv(c.env, 128); (err == nil) != c.ok {
+			t.Errorf("%v: %v", c.env, err)
+		}
+	}
+	many := map[string]string{}
+	for i := 0; i < 129; i++ {
+		many["V"+strings.Repeat("x", i)] = ""
+	}
+	if ValidateEnv(many, 128) == nil {
+		t.Error("129 variables accepted with a cap of 128")
+	}
+}
