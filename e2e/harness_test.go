@@ -216,18 +216,17 @@ func (s *server) waitWarm() {
 // stop sends SIGTERM and waits; it fails the test if the server does not
 // exit cleanly within 30s.
 func (s *server) stop() {
-	if s.cmd.ProcessState != nil {
-		return
-	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-s.done:
-		if err != nil {
-			s.t.Errorf("server exit: %v\n%s", err, s.stderr.String())
+	if s.cmd.ProcessState == nil {
+		s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-s.done:
+			if err != nil {
+				s.t.Errorf("server exit: %v\n%s", err, s.stderr.String())
+			}
+		case <-time.After(30 * time.Second):
+			s.cmd.Process.Kill()
+			s.t.Errorf("server did not stop after SIGTERM:\n%s", s.stderr.String())
 		}
-	case <-time.After(30 * time.Second):
-		s.cmd.Process.Kill()
-		s.t.Errorf("server did not stop after SIGTERM:\n%s", s.stderr.String())
 	}
 	os.RemoveAll(filepath.Join("/run", s.name))
 	for _, ctl := range []string{"memory", "pids", "cpu", "cpuacct", "unified", ""} {

@@ -3,12 +3,15 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -205,5 +208,60 @@ func TestRunFallsBackWithoutServer(t *testing.T) {
 		if out != "cold\n" || code != 0 {
 			t.Errorf("socket %s: %q %q %d", socket, out, errOut, code)
 		}
+	}
+}
+
+// Inputs too large for one request to the server (server.max_body_bytes,
+// 8M by default) make airlock run build the jail itself.
+func TestRunLargeInputFallsBackToCold(t *testing.T) {
+	s := sharedServer(t)
+	big := writeFile(t, "big.bin", strings.Repeat("x", 9<<20))
+	prog := writeFile(t, "size.py", "import os\nprint(os.path.getsize('big.bin'))")
+	out, errOut, code := runCLI(t, "", "run", "--config", s.cfgPath, "--file", big, prog)
+	if out != "9437184\n" || code != 0 {
+		t.Fatalf("%q %q %d", out, errOut, code)
+	}
+}
+
+// The server's unix socket is its user's alone, and serves the API without
+// the token the TCP listener requires.
+func TestUnixSocket(t *testing.T) {
+	s := startServer(t, map[string]any{
+		"server": map[string]any{"token": "s3cret"},
+		"pool":   map[string]any{"size": map[string]int{"python": 1, "bash": 0, "javascript": 0}},
+	})
+	sock := filepath.Join("/run", s.name, "airlock.sock")
+	st, err := os.Stat(sock)
+	if err != nil || st.Mode()&os.ModeSocket == 0 || st.Mode().Perm() != 0o600 {
+		t.Fatalf("socket %s: %v %v", sock, st.Mode(), err)
+	}
+	if status, _ := s.raw("GET", "/v1/sessions", nil, nil); status != 401 {
+		t.Fatalf("TCP without the token: %d", status)
+	}
+	uc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	resp, err := uc.Get("http://airlock/v1/sessions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("unix socket without the token: %d", resp.StatusCode)
+	}
+	// airlock run finds the server there, token or not.
+	prog := writeFile(t, "p.py", "print('via socket')")
+	before := s.poolUses()
+	out, errOut, code := runCLI(t, "", "run", "--config", s.cfgPath, prog)
+	if out != "via socket\n" || code != 0 || s.poolUses() == before {
+		t.Fatalf("%q %q %d", out, errOut, code)
+	}
+	// A server that stops removes its socket.
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-s.done; err != nil {
+		t.Fatalf("server exit: %v", err)
+	}
+	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
+		t.Errorf("the socket is left after the server stopped: %v", err)
 	}
 }

@@ -229,7 +229,9 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			preq.Files = append(preq.Files, session.InputFile{Path: f.path, ContentBase64: base64.StdEncoding.EncodeToString(f.data)})
 		}
 		res, err := runRemote(ctx, socket, preq, !asJSON, stdout, stderr)
-		if !errors.Is(err, errNoServer) {
+		// Inputs larger than the server takes in one request (its
+		// max_body_bytes) are refused before anything runs: run here.
+		if !errors.Is(err, errNoServer) && !errors.Is(err, errdefs.ErrTooLarge) {
 			jail.Trace("remote done")
 			if err != nil {
 				return exitFor(stderr, err)

@@ -408,21 +408,24 @@ loop:
 		res.CPUMs = ms(st.CPU - cpu0)
 		res.PeakMemoryBytes = st.MemoryPeak
 	}
+	// One OOM kill ends a program's whole sandbox, as with `airlock run`,
+	// even when the event lost the race with the program's exit.
+	oom := prog != nil && s.oomKilled()
 	switch {
-	case prog != nil && (endReason != "" || progExit != nil):
+	case prog != nil && (endReason != "" || progExit != nil || oom):
 		// A program's result is what `airlock run` reports: its status,
 		// or how airlock killed it; the session was only its vehicle.
-		res.ExitCode = 137
 		if progExit != nil {
 			res.ExitCode = progExit.Code()
+		} else if done != nil {
+			res.ExitCode = done.ExitCode
 		}
-		if endReason != "" || s.oomKilled() {
-			res.Killed = true
+		if endReason != "" || oom {
+			res.Killed, res.ExitCode = true, 137
 			res.KillReason = killReasonFor(endReason, interrupted)
-			if s.oomKilled() {
+			if oom {
 				res.KillReason = jail.KillMemory
 			}
-			res.ExitCode = 137
 		}
 	case endReason != "":
 		res.SessionEnded, res.EndReason = true, endReason
