@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -86,10 +87,22 @@ func TestSIGTERMLeavesNothing(t *testing.T) {
 	ids := []string{s.newSession("python", nil), s.newSession("bash", nil), s.newSession("python", nil)}
 	s.exec(ids[0], "import subprocess\nsubprocess.Popen(['sleep', '600'], start_new_session=True)")
 	s.exec(ids[1], "nohup sleep 600 >/dev/null 2>&1 &")
-	busy := make(chan int, 1)
+	busy := make(chan string, 1)
 	go func() {
-		status, _ := s.raw("POST", "/v1/sessions/"+ids[2]+"/execute", map[string]any{"code": "import time\ntime.sleep(600)"}, nil)
-		busy <- status
+		// Not s.raw: it fails the test from this goroutine on a dropped
+		// connection, which is the very thing checked below.
+		resp, err := client.Post(s.URL+"/v1/sessions/"+ids[2]+"/execute", "application/json", strings.NewReader(`{"code": "import time\ntime.sleep(600)"}`))
+		if err != nil {
+			busy <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		var r struct {
+			SessionEnded bool   `json:"session_ended"`
+			EndReason    string `json:"end_reason"`
+		}
+		json.NewDecoder(resp.Body).Decode(&r)
+		busy <- fmt.Sprintf("%d ended=%v %s", resp.StatusCode, r.SessionEnded, r.EndReason)
 	}()
 	time.Sleep(300 * time.Millisecond)
 	if p := sandboxProcs(s.name); len(p) == 0 {
@@ -99,9 +112,17 @@ func TestSIGTERMLeavesNothing(t *testing.T) {
 	s.stop()
 	t.Logf("SIGTERM to exit: %v", time.Since(start))
 	select {
-	case <-busy:
+	case got := <-busy:
+		// The client of the running execution hears why, rather than
+		// seeing its connection drop.
+		if want := "200 ended=true server shut down"; got != want {
+			t.Errorf("running execution at SIGTERM: %q, want %q", got, want)
+		}
 	case <-time.After(10 * time.Second):
 		t.Error("a running execution did not end with the server")
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("SIGTERM with an execution running took %v: the execution held the shutdown", took)
 	}
 	if left := checkNothingLeft(s.name); len(left) > 0 {
 		t.Fatalf("left behind after SIGTERM:\n%s", strings.Join(left, "\n"))
@@ -138,5 +159,28 @@ func TestSIGKILLThenRestartCleansUp(t *testing.T) {
 	s2.stop()
 	if left := checkNothingLeft(s.name); len(left) > 0 {
 		t.Fatalf("left behind:\n%s", strings.Join(left, "\n"))
+	}
+}
+
+// A warm pool ends with the server, and quickly: its runtimes are the
+// template's children, so the template must outlive them (orphaned to the
+// host's init, each teardown would wait for that init to reap).
+func TestSIGTERMWithWarmPoolIsQuick(t *testing.T) {
+	const pooled = 12
+	s := startServer(t, map[string]any{"pool": map[string]any{"size": map[string]int{"python": pooled, "bash": 0, "javascript": 0}}})
+	s.waitWarm()
+	if p := sandboxProcs(s.name); len(p) < pooled {
+		t.Fatalf("%d sandbox processes before SIGTERM, want at least %d: the check below would prove little", len(p), pooled)
+	}
+	start := time.Now()
+	s.stop()
+	took := time.Since(start)
+	t.Logf("SIGTERM to exit with %d pooled sessions: %v", pooled, took)
+	// Generous: a healthy stop takes well under a second per dozen.
+	if took > 10*time.Second {
+		t.Errorf("stopping a warm pool of %d took %v", pooled, took)
+	}
+	if left := checkNothingLeft(s.name); len(left) > 0 {
+		t.Fatalf("left behind after SIGTERM:\n%s", strings.Join(left, "\n"))
 	}
 }

@@ -150,8 +150,13 @@ func serveCmd(args []string, stderr io.Writer) int {
 	}
 	shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	srv.Shutdown(shutdown)
+	// Listeners close at once; sessions end alongside, so that executions
+	// in flight answer "server shutting down" instead of holding the
+	// shutdown until their own timeouts.
+	drained := make(chan struct{})
+	go func() { srv.Shutdown(shutdown); close(drained) }()
 	mgr.Close()
+	<-drained
 	log.Info("all sessions ended")
 	return 0
 }

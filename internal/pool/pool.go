@@ -259,6 +259,11 @@ func (p *Pool) keepZygote() {
 		case <-z.Dead():
 			p.log.Warn("python template died; restarting")
 		case <-p.ctx.Done():
+			// Close ends the template after the pooled runtimes, its
+			// children: were it to go first, they would be orphaned to the
+			// host's init, and each sandbox's teardown would wait for that
+			// init to reap them.
+			return
 		}
 		z.Close()
 		p.zmu.Lock()
@@ -280,9 +285,11 @@ func (q *queue) discard() {
 	old := q.ready
 	q.ready = nil
 	q.mu.Unlock()
+	var wg sync.WaitGroup
 	for _, inst := range old {
-		inst.Close()
+		wg.Go(func() { inst.Close() })
 	}
+	wg.Wait()
 }
 
 // ZygoteReady is signalled whenever the template (re)starts.
