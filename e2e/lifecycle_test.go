@@ -104,13 +104,38 @@ func TestSIGTERMLeavesNothing(t *testing.T) {
 		json.NewDecoder(resp.Body).Decode(&r)
 		busy <- fmt.Sprintf("%d ended=%v %s", resp.StatusCode, r.SessionEnded, r.EndReason)
 	}()
-	time.Sleep(300 * time.Millisecond)
+	// A one-shot run in flight ends with the server too, not at its own
+	// timeout.
+	oneShot := make(chan string, 1)
+	go func() {
+		resp, err := client.Post(s.URL+"/v1/execute", "application/json", strings.NewReader(`{"code": "import time\ntime.sleep(600)", "limits": {"timeout": "60s"}}`))
+		if err != nil {
+			oneShot <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		var r struct {
+			SessionEnded bool   `json:"session_ended"`
+			EndReason    string `json:"end_reason"`
+		}
+		json.NewDecoder(resp.Body).Decode(&r)
+		oneShot <- fmt.Sprintf("%d ended=%v %s", resp.StatusCode, r.SessionEnded, r.EndReason)
+	}()
+	time.Sleep(500 * time.Millisecond)
 	if p := sandboxProcs(s.name); len(p) == 0 {
 		t.Fatal("no sandbox processes found before SIGTERM: the check below would prove nothing")
 	}
 	start := time.Now()
 	s.stop()
 	t.Logf("SIGTERM to exit: %v", time.Since(start))
+	select {
+	case got := <-oneShot:
+		if want := "200 ended=true server shut down"; got != want {
+			t.Errorf("one-shot running at SIGTERM: %q, want %q", got, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("a running one-shot did not end with the server")
+	}
 	select {
 	case got := <-busy:
 		// The client of the running execution hears why, rather than

@@ -240,7 +240,10 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	recursive, _ := strconv.ParseBool(r.URL.Query().Get("recursive"))
+	recursive, ok := boolQuery(w, r, "recursive")
+	if !ok {
+		return
+	}
 	sess.Touch()
 	entries, truncated, err := sess.Workspace().List(dir, recursive)
 	if err != nil {
@@ -282,6 +285,14 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer f.Close()
+	// The workspace holds at most Disk bytes; a file that claims more is
+	// sparse, and streaming its holes would cost the server for nothing.
+	// (RLIMIT_FSIZE already stops the sandbox making one; this is the
+	// host's own check.)
+	if disk := int64(sess.Limits().Disk); e.Size > disk {
+		fail(w, fmt.Errorf("%w: %s is a sparse file of %d bytes, more than the workspace's %d", errdefs.ErrTooLarge, p, e.Size, disk))
+		return
+	}
 	if mime.TypeByExtension(path.Ext(p)) == "" {
 		w.Header().Set("Content-Type", "application/octet-stream")
 	}
@@ -321,10 +332,28 @@ func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	recursive, _ := strconv.ParseBool(r.URL.Query().Get("recursive"))
+	recursive, ok := boolQuery(w, r, "recursive")
+	if !ok {
+		return
+	}
 	if err := sess.Workspace().Remove(p, recursive); err != nil {
 		fail(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// boolQuery reads an optional boolean query parameter; a value that is not
+// one is the client's mistake, answered here.
+func boolQuery(w http.ResponseWriter, r *http.Request, name string) (bool, bool) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return false, true
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		fail(w, fmt.Errorf("%w: query parameter %s=%q: want true or false", errdefs.ErrInvalidArgument, name, v))
+		return false, false
+	}
+	return b, true
 }

@@ -364,7 +364,9 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 		}
 		return nil, s.startErr("wait for the init", fmt.Errorf("unexpected %q", m.Op))
 	}
-	wsfd, err := unix.Dup(int(files[0].Fd()))
+	// F_DUPFD_CLOEXEC, not dup and then FD_CLOEXEC: a sandbox init started
+	// in between by another goroutine must not inherit it.
+	wsfd, err := unix.FcntlInt(files[0].Fd(), unix.F_DUPFD_CLOEXEC, 0)
 	files[0].Close()
 	if err != nil {
 		for _, f := range files[1:] {
@@ -372,7 +374,6 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 		}
 		return nil, err
 	}
-	unix.CloseOnExec(wsfd)
 	s.ws = workspace.New(wsfd, userID, userID)
 	if len(files) > 1 {
 		s.ruleset = files[1]

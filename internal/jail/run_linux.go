@@ -43,7 +43,7 @@ func (h *Host) RunWith(ctx context.Context, req RunRequest, after func(*Sandbox)
 			return nil, fmt.Errorf("copy %s into the sandbox: %w", f.Path, err)
 		}
 	}
-	before, _ := workspace.TakeSnapshot(sb.Workspace())
+	before := workspace.TakeSnapshot(sb.Workspace())
 
 	var (
 		killOnce   sync.Once
@@ -169,7 +169,7 @@ wait:
 	res.Stdout, res.StdoutTruncated = stdout.result()
 	res.Stderr, res.StderrTruncated = stderr.result()
 
-	now, truncated := workspace.TakeSnapshot(sb.Workspace())
+	now := workspace.TakeSnapshot(sb.Workspace())
 	hide := map[string]bool{}
 	for _, p := range req.Hide {
 		hide[p] = true
@@ -179,7 +179,7 @@ wait:
 			res.Files = append(res.Files, c)
 		}
 	}
-	res.FilesTruncated = truncated
+	res.FilesTruncated = before.Truncated || now.Truncated
 	if after != nil {
 		after(sb)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync"
 	"syscall"
 	"time"
 
@@ -32,8 +33,10 @@ type TemplateSpec struct {
 // Template is a running template process. Conn is its fd 3 (SOCK_SEQPACKET).
 type Template struct {
 	initProc
-	cg   *cgroup.Cgroup
-	Conn *net.UnixConn
+	cg        *cgroup.Cgroup
+	Conn      *net.UnixConn
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // StartTemplate starts a template process.
@@ -105,13 +108,17 @@ func (t *Template) Diag() string {
 	return string(t.initErr.Bytes())
 }
 
-// Close kills the template and removes its cgroup.
+// Close kills the template and removes its cgroup; it may be called more
+// than once, from any goroutine.
 func (t *Template) Close() error {
-	t.cmd.Process.Kill()
-	t.cmd.Wait()
-	t.Conn.Close()
-	t.cg.Kill()
-	return t.cg.Destroy()
+	t.closeOnce.Do(func() {
+		t.cmd.Process.Kill()
+		t.cmd.Wait()
+		t.Conn.Close()
+		t.cg.Kill()
+		t.closeErr = t.cg.Destroy()
+	})
+	return t.closeErr
 }
 
 // Wait waits for the template to exit.

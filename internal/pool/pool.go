@@ -32,9 +32,10 @@ type Pool struct {
 	log   *slog.Logger
 	build chan struct{} // bounds concurrent builds
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	closing sync.WaitGroup // instances discarded by Get, being torn down
 
 	queues map[string]*queue
 
@@ -98,14 +99,14 @@ func (p *Pool) Get(ctx context.Context, lang string, l config.Limits) (*session.
 		q.signal()
 		if !inst.Healthy() {
 			q.discarded.Add(1)
-			go inst.Close()
+			p.closing.Go(func() { inst.Close() })
 			continue
 		}
 		if l != inst.Limits {
 			if err := inst.Adapt(l); err != nil {
 				p.log.Warn("cannot adapt a pooled sandbox; building one", "err", err)
 				q.discarded.Add(1)
-				go inst.Close()
+				p.closing.Go(func() { inst.Close() })
 				break
 			}
 		}
@@ -354,6 +355,7 @@ func (p *Pool) WaitReady(ctx context.Context) error {
 func (p *Pool) Close() {
 	p.cancel()
 	p.wg.Wait()
+	p.closing.Wait()
 	// Builds in flight may still finish; wait for their slots.
 	for i := 0; i < cap(p.build); i++ {
 		p.build <- struct{}{}

@@ -8,6 +8,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"airlock/internal/runtimes"
 )
@@ -25,6 +28,9 @@ type conn interface {
 	// closed when the runtime goes away or misbehaves; err then says why.
 	events() <-chan runtimes.Message
 	err() error
+	// sendBy bounds how long sending a request may wait for the runtime
+	// to read it (zero: no bound).
+	sendBy(t time.Time)
 	close()
 }
 
@@ -37,11 +43,18 @@ type framedConn struct {
 	hello  runtimes.Message
 	config chan struct{}
 	done   chan struct{} // closed when the reader stops
+	quit   chan struct{} // closed by close: the reader must not block
+	once   sync.Once
+	// cur is the execution whose messages are wanted, nil between
+	// executions. The runtime's socket is reachable by the code it runs:
+	// frames nobody asked for are dropped, not queued, or an idle
+	// session could pin 64 frames of 64 MiB in the server.
+	cur atomic.Pointer[string]
 }
 
 // newFramedConn takes the socket and waits for the runtime's hello.
 func newFramedConn(f *os.File, maxFrame int) (*framedConn, error) {
-	c := &framedConn{f: f, w: runtimes.NewFrameWriter(f), ch: make(chan runtimes.Message, 64), config: make(chan struct{}, 1), done: make(chan struct{})}
+	c := &framedConn{f: f, w: runtimes.NewFrameWriter(f), ch: make(chan runtimes.Message, 64), config: make(chan struct{}, 1), done: make(chan struct{}), quit: make(chan struct{})}
 	r := runtimes.NewFrameReader(f, maxFrame)
 	m, err := r.Read()
 	if err != nil {
@@ -76,7 +89,18 @@ func newFramedConn(f *os.File, maxFrame int) (*framedConn, error) {
 				c.rerr = fmt.Errorf("%w: a second hello", runtimes.ErrFrame)
 				return
 			}
-			c.ch <- m
+			want := c.cur.Load()
+			if want == nil || m.ID != *want {
+				continue
+			}
+			if m.Type == "done" {
+				c.cur.CompareAndSwap(want, nil)
+			}
+			select {
+			case c.ch <- m:
+			case <-c.quit:
+				return
+			}
 		}
 	}()
 	return c, nil
@@ -95,16 +119,22 @@ func (c *framedConn) configure(env map[string]string) error {
 }
 
 func (c *framedConn) execute(id, code string) error {
+	c.cur.Store(&id)
 	return c.w.Write(runtimes.Message{Type: "execute", ID: id, Code: code})
 }
 
 func (c *framedConn) run(id string, p program) error {
+	c.cur.Store(&id)
 	return c.w.Write(runtimes.Message{Type: "run", ID: id, Argv: p.argv, Env: p.env, Cwd: "/workspace", Fresh: p.fresh})
 }
 
 func (c *framedConn) events() <-chan runtimes.Message { return c.ch }
+func (c *framedConn) sendBy(t time.Time)              { c.f.SetWriteDeadline(t) }
 func (c *framedConn) err() error                      { return c.rerr }
-func (c *framedConn) close()                          { c.f.Close() }
+func (c *framedConn) close() {
+	c.once.Do(func() { close(c.quit) })
+	c.f.Close()
+}
 
 // bashConn drives the bash runtime: NUL-terminated code in, the exit
 // status as NUL-terminated digits out.
@@ -201,6 +231,7 @@ func (c *bashConn) run(id string, p program) error {
 }
 
 func (c *bashConn) events() <-chan runtimes.Message { return c.ch }
+func (c *bashConn) sendBy(t time.Time)              { c.f.SetWriteDeadline(t) }
 func (c *bashConn) err() error                      { return c.rerr }
 func (c *bashConn) close()                          { c.f.Close() }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,6 +59,9 @@ type Result struct {
 	SessionEnded    bool         `json:"session_ended,omitempty"`
 	EndReason       string       `json:"end_reason,omitempty"`
 	FilesChanged    []FileChange `json:"files_changed"`
+	// FilesTruncated: the workspace holds more than a listing may, and
+	// files_changed may miss some.
+	FilesTruncated bool `json:"files_truncated,omitempty"`
 }
 
 // Event is one streamed step of an execution, in the order it happened.
@@ -210,11 +215,17 @@ func (s *Session) execute(ctx context.Context, req ExecuteRequest, emit func(Eve
 
 	prog := req.prog
 	ex := newExecution(int(s.limits.MaxOutput), emit, prog != nil)
-	before, _ := workspace.TakeSnapshot(s.ws)
+	s.mu.Lock()
+	ended := s.endReason
+	s.mu.Unlock()
+	if ended != "" { // ended while we waited for a slot
+		return nil, fmt.Errorf("%w: %s", errdefs.ErrGone, ended)
+	}
+	before := workspace.TakeSnapshot(s.ws)
 	sb := s.inst.Sandbox
 	cpu0, _ := sb.CPU()
 	s.mu.Lock()
-	if s.endReason != "" { // ended while we waited for a slot
+	if s.endReason != "" {
 		reason := s.endReason
 		s.mu.Unlock()
 		return nil, fmt.Errorf("%w: %s", errdefs.ErrGone, reason)
@@ -247,14 +258,23 @@ func (s *Session) execute(ctx context.Context, req ExecuteRequest, emit func(Eve
 	start := time.Now()
 	res := &Result{Results: []Output{}, FilesChanged: []FileChange{}}
 	var err error
+	// A runtime whose code stopped it reading its socket (SIGSTOP, a
+	// thread holding the GIL) must not hold the execution past its
+	// timeout: the request, half sent, ends the session.
+	s.inst.conn.sendBy(start.Add(timeout))
 	if prog != nil {
 		err = s.inst.conn.run(id, *prog)
 	} else {
 		err = s.inst.conn.execute(id, req.Code)
 	}
+	s.inst.conn.sendBy(time.Time{})
 	if err != nil {
-		s.end(EndProtocol)
-		return nil, fmt.Errorf("%w: %s", errdefs.ErrGone, EndProtocol)
+		why := EndProtocol
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			why = EndNotReading
+		}
+		s.end(why)
+		return nil, fmt.Errorf("%w: %s", errdefs.ErrGone, why)
 	}
 
 	stop := make(chan struct{})
@@ -275,6 +295,9 @@ func (s *Session) execute(ctx context.Context, req ExecuteRequest, emit func(Eve
 		grace = time.After(s.m.cfg.Server.InterruptGrace.D())
 	}
 	events := s.inst.conn.events()
+	// Each of these stays ready once it fires: after the first time it is
+	// set to nil, or the loop would spin until the runtime answers.
+	cpuOverC, overflowC, clientGone := (<-chan struct{})(cpuOver), (<-chan struct{})(ex.overflow), ctx.Done()
 	var done *runtimes.Message
 	var progExit *jail.Exit // a program that ended the runtime itself
 	endReason := ""
@@ -327,13 +350,15 @@ loop:
 				break loop
 			}
 			interruptFor(jail.KillTimeout)
-		case <-cpuOver:
+		case <-cpuOverC:
+			cpuOverC = nil
 			if prog != nil {
 				interrupted, endReason = jail.KillCPUTime, EndKilled
 				break loop
 			}
 			interruptFor(jail.KillCPUTime)
-		case <-ex.overflow:
+		case <-overflowC:
+			overflowC = nil
 			if prog != nil {
 				interrupted, endReason = jail.KillOutput, EndKilled
 				break loop
@@ -361,7 +386,8 @@ loop:
 		case <-s.ended:
 			endReason = s.EndReason()
 			break loop
-		case <-ctx.Done():
+		case <-clientGone:
+			clientGone = nil
 			if prog != nil {
 				interrupted, endReason = "interrupt", EndKilled
 				break loop
@@ -446,8 +472,9 @@ loop:
 			res.Error = &ExecError{Name: "KeyboardInterrupt", Value: "interrupted", Traceback: []string{}}
 		}
 	}
-	after, _ := workspace.TakeSnapshot(s.ws)
+	after := workspace.TakeSnapshot(s.ws)
 	res.FilesChanged = before.Changes(after)
+	res.FilesTruncated = before.Truncated || after.Truncated
 	if emit != nil {
 		emit(Event{Type: "end", Result: res})
 	}

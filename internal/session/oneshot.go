@@ -239,11 +239,25 @@ func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req ExecuteReques
 		release()
 		return nil, err
 	}
+	// Registered so that Close ends it with the sessions; if Close came
+	// first, it is ended here and the execution below says so.
+	m.mu.Lock()
+	closed := m.closed
+	if !closed {
+		m.oneShots[s] = struct{}{}
+	}
+	m.mu.Unlock()
+	if closed {
+		s.end(EndShutdown)
+	}
 	defer func() {
 		go func() {
 			defer m.bg.Done()
 			s.end("one-shot execution finished")
 			<-s.gone
+			m.mu.Lock()
+			delete(m.oneShots, s)
+			m.mu.Unlock()
 			release()
 		}()
 	}()
@@ -277,11 +291,13 @@ func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req ExecuteReques
 		case c.Size > budget:
 			of.Omitted = true
 		default:
-			if f, e, err := s.ws.Open(c.Path); err == nil {
+			if f, _, err := s.ws.Open(c.Path); err == nil {
 				data, err := io.ReadAll(io.LimitReader(f, budget+1))
 				f.Close()
 				if err == nil && int64(len(data)) <= budget {
-					of.Size = e.Size
+					// What was read: a process left behind may still be
+					// changing the file.
+					of.Size = int64(len(data))
 					of.ContentBase64 = base64.StdEncoding.EncodeToString(data)
 					budget -= int64(len(data))
 				} else {

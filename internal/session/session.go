@@ -41,6 +41,7 @@ const (
 	EndUnresponsive = "the interpreter did not stop after an interrupt"
 	EndShutdown     = "server shut down"
 	EndProtocol     = "the interpreter broke the protocol"
+	EndNotReading   = "the interpreter stopped reading its requests"
 	EndKilled       = "killed" // a program run airlock stopped at a limit
 )
 
@@ -81,7 +82,8 @@ type Manager struct {
 	endOrder []string
 	creating int
 	closed   bool
-	bg       sync.WaitGroup // teardowns of one-shot jails, after their response
+	oneShots map[*Session]struct{} // running one-shot and program runs
+	bg       sync.WaitGroup        // one-shot runs and their teardowns
 }
 
 // NewManager returns a manager that gets its sandboxes from source.
@@ -94,6 +96,7 @@ func NewManager(cfg config.Config, source Source, log *slog.Logger) *Manager {
 		execs:    make(chan struct{}, cfg.Server.MaxConcurrentExecutions),
 		sessions: map[string]*Session{},
 		ended:    map[string]string{},
+		oneShots: map[*Session]struct{}{},
 	}
 }
 
@@ -196,15 +199,18 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Session, erro
 	if err != nil {
 		return nil, err
 	}
+	// The timer exists before the session is visible: end and Touch, from
+	// other requests, use it.
+	s.idleTimer = time.AfterFunc(idle, s.checkIdle)
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
+		s.idleTimer.Stop()
 		s.teardownOnce.Do(s.teardown)
 		return nil, fmt.Errorf("%w: the server is shutting down", errdefs.ErrUnavailable)
 	}
 	m.sessions[s.id] = s
 	m.mu.Unlock()
-	s.idleTimer = time.AfterFunc(idle, s.checkIdle)
 	go s.monitor()
 	m.log.Info("session created", "session", s.id, "language", s.lang, "sandbox", s.inst.Sandbox.Name(), "ms", time.Since(s.inst.Started).Milliseconds())
 	return s, nil
@@ -341,8 +347,11 @@ func (m *Manager) Delete(id string) error {
 func (m *Manager) Close() {
 	m.mu.Lock()
 	m.closed = true
-	all := make([]*Session, 0, len(m.sessions))
+	all := make([]*Session, 0, len(m.sessions)+len(m.oneShots))
 	for _, s := range m.sessions {
+		all = append(all, s)
+	}
+	for s := range m.oneShots {
 		all = append(all, s)
 	}
 	m.mu.Unlock()
@@ -406,7 +415,7 @@ func (s *Session) Info() Info {
 func (s *Session) Touch() {
 	s.mu.Lock()
 	s.lastUsed = time.Now()
-	if s.idleTimer != nil {
+	if s.idleTimer != nil && s.endReason == "" {
 		s.idleTimer.Reset(s.idle)
 	}
 	s.mu.Unlock()
@@ -495,12 +504,16 @@ func (s *Session) end(reason string) {
 		close(s.ended)
 		m := s.m
 		m.mu.Lock()
-		delete(m.sessions, s.id)
-		m.ended[s.id] = reason
-		m.endOrder = append(m.endOrder, s.id)
-		if len(m.endOrder) > 10000 {
-			delete(m.ended, m.endOrder[0])
-			m.endOrder = m.endOrder[1:]
+		// A one-shot's id was never a client's to ask about again: only
+		// sessions are remembered (for a 410 rather than a 404).
+		if _, ok := m.sessions[s.id]; ok {
+			delete(m.sessions, s.id)
+			m.ended[s.id] = reason
+			m.endOrder = append(m.endOrder, s.id)
+			if len(m.endOrder) > 10000 {
+				delete(m.ended, m.endOrder[0])
+				m.endOrder = m.endOrder[1:]
+			}
 		}
 		m.mu.Unlock()
 		s.inst.Sandbox.Kill()

@@ -16,41 +16,51 @@ type fileState struct {
 }
 
 // Snapshot is the state of a workspace's regular files at one moment.
-type Snapshot map[string]fileState
+type Snapshot struct {
+	files map[string]fileState
+	// Truncated: the workspace held more than a listing may (see List),
+	// and some files are not in the snapshot.
+	Truncated bool
+}
 
-// TakeSnapshot records the workspace's regular files, up to the listing
-// limit (truncated says it was reached); a workspace that cannot be
-// listed yields an empty snapshot.
-func TakeSnapshot(d *Dir) (s Snapshot, truncated bool) {
+// TakeSnapshot records the workspace's regular files, within the listing
+// limits; a workspace that cannot be listed yields an empty, truncated
+// snapshot.
+func TakeSnapshot(d *Dir) Snapshot {
 	ents, truncated, err := d.List("", true)
 	if err != nil {
-		return nil, false
+		return Snapshot{Truncated: true}
 	}
-	out := make(Snapshot, len(ents))
+	out := Snapshot{files: make(map[string]fileState, len(ents)), Truncated: truncated}
 	for _, e := range ents {
 		if e.Type == "file" {
-			out[e.Path] = fileState{size: e.Size, mtime: e.ModNano, ino: e.Ino}
+			out.files[e.Path] = fileState{size: e.Size, mtime: e.ModNano, ino: e.Ino}
 		}
 	}
-	return out, truncated
+	return out
 }
 
 // Changes lists what differs in after, sorted by path. A file rewritten in
 // place with the same size and time stamp goes unnoticed, as with make.
+// What a truncated snapshot lacks is not reported: a file missing from a
+// truncated before may have existed, one missing from a truncated after
+// may still exist.
 func (before Snapshot) Changes(after Snapshot) []Change {
 	out := []Change{}
-	for p, a := range after {
-		b, ok := before[p]
+	for p, a := range after.files {
+		b, ok := before.files[p]
 		switch {
-		case !ok:
+		case !ok && !before.Truncated:
 			out = append(out, Change{Path: p, Size: a.size, Change: "created"})
-		case a != b:
+		case ok && a != b:
 			out = append(out, Change{Path: p, Size: a.size, Change: "modified"})
 		}
 	}
-	for p, b := range before {
-		if _, ok := after[p]; !ok {
-			out = append(out, Change{Path: p, Size: b.size, Change: "deleted"})
+	if !after.Truncated {
+		for p, b := range before.files {
+			if _, ok := after.files[p]; !ok {
+				out = append(out, Change{Path: p, Size: b.size, Change: "deleted"})
+			}
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })

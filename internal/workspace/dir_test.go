@@ -381,8 +381,10 @@ func TestDirRefusesSpecialFiles(t *testing.T) {
 		}()
 		select {
 		case err := <-done:
-			if err == nil {
-				t.Errorf("Open(%s) succeeded", name)
+			// A client's mistake (or the sandbox's doing), never a
+			// server error.
+			if !errors.Is(err, errdefs.ErrInvalidArgument) && !errors.Is(err, errdefs.ErrPermission) {
+				t.Errorf("Open(%s) = %v, want an invalid-argument or permission error", name, err)
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatalf("Open(%s) blocked", name)
@@ -506,5 +508,141 @@ func TestDirListLimit(t *testing.T) {
 	entries, truncated, err := d.List("", true)
 	if err != nil || !truncated || len(entries) != MaxListLength {
 		t.Errorf("List of %d entries = %d entries, truncated %v, %v", MaxListLength+6, len(entries), truncated, err)
+	}
+}
+
+// A tree the sandbox builds deeper and longer than any client may name:
+// listings and snapshots stop at the limits (and say so), and removal
+// works to a bounded depth.
+func TestDirDeepTree(t *testing.T) {
+	d, ctl := testDir(t, "size=16m,nr_inodes=4096")
+	long := strings.Repeat("d", MaxNameLen)
+	mkchain := func(top string, levels int) {
+		t.Helper()
+		// Owned by the sandbox user, as if its code had built it.
+		mkdir := func(dfd int, name string) {
+			t.Helper()
+			if err := unix.Mkdirat(dfd, name, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Fchownat(dfd, name, testUID, testUID, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mkdir(ctl, top)
+		cur, err := unix.Openat(ctl, top, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 1; i < levels; i++ {
+			mkdir(cur, long)
+			next, err := unix.Openat(cur, long, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			unix.Close(cur)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cur = next
+		}
+		fd, err := unix.Openat(cur, "bottom", unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(fd)
+		unix.Close(cur)
+	}
+	mkchain("deep", 40)
+	entries, truncated, err := d.List("", true)
+	if err != nil || !truncated {
+		t.Fatalf("List = %d entries, truncated %v, %v; want truncated", len(entries), truncated, err)
+	}
+	for _, e := range entries {
+		if len(e.Path) > MaxPathLen || strings.Count(e.Path, "/")+1 > MaxPathDepth {
+			t.Fatalf("listed %d bytes, %d levels deep: beyond what a client may name", len(e.Path), strings.Count(e.Path, "/")+1)
+		}
+	}
+	if len(entries) == 0 {
+		t.Fatal("nothing listed")
+	}
+	// The same limits hold listing from inside the tree.
+	sub := "deep/" + long + "/" + long
+	entries, truncated, err = d.List(sub, true)
+	if err != nil || !truncated || len(entries) == 0 {
+		t.Fatalf("List(%s...) = %d entries, truncated %v, %v", sub[:10], len(entries), truncated, err)
+	}
+	for _, e := range entries {
+		if len(e.Path) > MaxPathLen || strings.Count(e.Path, "/")+1 > MaxPathDepth {
+			t.Fatalf("listed %d bytes, %d levels deep", len(e.Path), strings.Count(e.Path, "/")+1)
+		}
+	}
+	if snap := TakeSnapshot(d); !snap.Truncated {
+		t.Error("snapshot of a tree beyond the limits not marked truncated")
+	}
+	if err := d.Remove("deep", true); err != nil {
+		t.Fatalf("Remove of a 40-level tree: %v", err)
+	}
+	mkchain("deeper", 4*MaxPathDepth+10)
+	if err := d.Remove("deeper", true); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("Remove of a %d-level tree = %v, want an invalid-argument error", 4*MaxPathDepth+10, err)
+	}
+}
+
+// Close may run (the session ending) while requests use the workspace:
+// they then fail with ErrGone, never on a stale descriptor.
+func TestDirCloseWhileInUse(t *testing.T) {
+	d, _ := testDir(t, "size=4m,nr_inodes=1024")
+	mustWrite(t, d, "f", "content")
+	stop := make(chan struct{})
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			for {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				_, _, err := d.List("", true)
+				if err == nil {
+					_, _, err = readAll(t, d, "f")
+				}
+				if err != nil && !errors.Is(err, errdefs.ErrGone) {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(20 * time.Millisecond)
+	d.Close()
+	time.Sleep(20 * time.Millisecond)
+	close(stop)
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Errorf("a request racing Close: %v, want ErrGone", err)
+		}
+	}
+	if _, _, err := d.List("", false); !errors.Is(err, errdefs.ErrGone) {
+		t.Errorf("List after Close = %v, want ErrGone", err)
+	}
+	if _, err := d.Write("g", strings.NewReader("x"), 10, 0o644); !errors.Is(err, errdefs.ErrGone) {
+		t.Errorf("Write after Close = %v, want ErrGone", err)
+	}
+}
+
+type failingReader struct{}
+
+func (failingReader) Read([]byte) (int, error) { return 0, io.ErrUnexpectedEOF }
+
+// An upload whose body ends early is the client's failure, and leaves
+// nothing behind.
+func TestDirWriteBodyFails(t *testing.T) {
+	d, _ := testDir(t, "size=4m,nr_inodes=1024")
+	_, err := d.Write("up", io.MultiReader(strings.NewReader("partial"), failingReader{}), 1<<20, 0o644)
+	if !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("Write with a failing body = %v, want an invalid-argument error", err)
+	}
+	if entries, _, err := d.List("", true); err != nil || len(entries) != 0 {
+		t.Errorf("left behind: %v %v", entries, err)
 	}
 }

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -8,9 +9,8 @@ import (
 	"path"
 	"runtime"
 	"sort"
-	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -21,9 +21,11 @@ import (
 // resolve is how every path beneath the root is resolved.
 const resolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
 
-// Dir is the host's handle on a sandbox's /workspace.
+// Dir is the host's handle on a sandbox's /workspace. Its methods may be
+// called from any goroutine, also while Close runs.
 type Dir struct {
-	fd       int // O_PATH directory fd of the tmpfs root
+	mu       sync.Mutex
+	fd       int // O_PATH directory fd of the tmpfs root; -1 once closed
 	uid, gid int // host ids of the sandbox user, who owns what we create
 }
 
@@ -33,6 +35,8 @@ func New(fd, uid, gid int) *Dir { return &Dir{fd: fd, uid: uid, gid: gid} }
 
 // Close releases the descriptor; the tmpfs goes away with its last user.
 func (d *Dir) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if d.fd < 0 {
 		return nil
 	}
@@ -70,6 +74,10 @@ func mapErr(rel string, err error) error {
 		return fmt.Errorf("%w: %s: the sandbox user may not access it", errdefs.ErrPermission, shown(rel))
 	case errors.Is(err, unix.ENAMETOOLONG):
 		return fmt.Errorf("%w: %s: name too long", errdefs.ErrInvalidArgument, shown(rel))
+	case errors.Is(err, unix.ENXIO), errors.Is(err, unix.ENODEV):
+		return fmt.Errorf("%w: %s: a socket or device, not a regular file", errdefs.ErrInvalidArgument, shown(rel))
+	case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.ETXTBSY), errors.Is(err, unix.EBUSY):
+		return fmt.Errorf("%w: %s: in use by the sandbox (try again)", errdefs.ErrConflict, shown(rel))
 	}
 	return fmt.Errorf("workspace: %s: %w", shown(rel), err)
 }
@@ -85,7 +93,7 @@ func shown(rel string) string {
 // device, socket, symlink) is refused. The returned info is taken from the
 // open descriptor, so it describes exactly what will be read.
 func (d *Dir) Open(rel string) (f *os.File, e Entry, err error) {
-	err = d.asUser(func() error {
+	err = d.asUser(func(d *Dir) error {
 		f, e, err = d.openFile(rel)
 		return err
 	})
@@ -121,7 +129,7 @@ func (d *Dir) openFile(rel string) (*os.File, Entry, error) {
 
 // Stat describes rel without following a final symlink.
 func (d *Dir) Stat(rel string) (e Entry, err error) {
-	err = d.asUser(func() error {
+	err = d.asUser(func(d *Dir) error {
 		e, err = d.stat(rel)
 		return err
 	})
@@ -141,14 +149,28 @@ func (d *Dir) stat(rel string) (Entry, error) {
 	return entryOf(rel, &st), nil
 }
 
-var tmpSeq atomic.Uint64
-
 // asUser runs fn on a thread whose filesystem ids are the sandbox user's.
 // Files it creates belong to that user (the tmpfs belongs to the sandbox's
 // user namespace, where host root has no id), and it can write only where
 // the sandbox user could. The thread is never given back to the Go
 // runtime: it exits with the goroutine.
-func (d *Dir) asUser(fn func() error) error {
+//
+// fn gets a Dir of its own, on a duplicate of the root descriptor: the
+// session may end (and Close run) meanwhile, and a descriptor number
+// closed under fn could be reused for another sandbox's workspace.
+func (d *Dir) asUser(fn func(root *Dir) error) error {
+	d.mu.Lock()
+	if d.fd < 0 {
+		d.mu.Unlock()
+		return fmt.Errorf("%w: its workspace is gone", errdefs.ErrGone)
+	}
+	fd, err := unix.FcntlInt(uintptr(d.fd), unix.F_DUPFD_CLOEXEC, 0)
+	d.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	root := &Dir{fd: fd, uid: d.uid, gid: d.gid}
+	defer root.Close()
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -174,7 +196,7 @@ func (d *Dir) asUser(fn func() error) error {
 			errc <- fmt.Errorf("workspace: cannot take the sandbox user's ids")
 			return
 		}
-		errc <- fn()
+		errc <- fn(root)
 	}()
 	return <-errc
 }
@@ -184,7 +206,7 @@ func (d *Dir) asUser(fn func() error) error {
 // more is an ErrTooLarge and leaves nothing behind. It returns the number
 // of bytes written.
 func (d *Dir) Write(rel string, r io.Reader, max int64, mode os.FileMode) (n int64, err error) {
-	err = d.asUser(func() error {
+	err = d.asUser(func(d *Dir) error {
 		n, err = d.write(rel, r, max, mode)
 		return err
 	})
@@ -201,7 +223,8 @@ func (d *Dir) write(rel string, r io.Reader, max int64, mode os.FileMode) (int64
 		return 0, err
 	}
 	defer unix.Close(pfd)
-	tmp := ".airlock-upload-" + strconv.FormatUint(tmpSeq.Add(1), 10) + "-" + strconv.Itoa(os.Getpid())
+	// A name the sandbox cannot guess, so that it cannot take it first.
+	tmp := ".airlock-upload-" + rand.Text()
 	fd, err := unix.Openat(pfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(mode.Perm()))
 	if err != nil {
 		return 0, mapErr(rel, err)
@@ -220,7 +243,8 @@ func (d *Dir) write(rel string, r io.Reader, max int64, mode os.FileMode) (int64
 		if errors.As(err, &pe) {
 			return 0, mapErr(rel, pe.Err)
 		}
-		return 0, fmt.Errorf("workspace: %s: %w", shown(rel), err)
+		// Not the file's error, so the body's: the client stopped sending.
+		return 0, fmt.Errorf("%w: %s: reading the upload: %v", errdefs.ErrInvalidArgument, shown(rel), err)
 	}
 	if n > max {
 		return 0, fmt.Errorf("%w: %s: larger than the limit of %d bytes", errdefs.ErrTooLarge, shown(rel), max)
@@ -234,7 +258,7 @@ func (d *Dir) write(rel string, r io.Reader, max int64, mode os.FileMode) (int64
 
 // Mkdir creates rel and its missing parents.
 func (d *Dir) Mkdir(rel string) error {
-	return d.asUser(func() error {
+	return d.asUser(func(d *Dir) error {
 		fd, err := d.mkdirAll(rel)
 		if err != nil {
 			return err
@@ -246,11 +270,10 @@ func (d *Dir) Mkdir(rel string) error {
 // mkdirAll creates the directories of rel one component at a time, each
 // resolved beneath the root, and returns a descriptor of the last one.
 func (d *Dir) mkdirAll(rel string) (int, error) {
-	cur, err := unix.Dup(d.fd)
+	cur, err := unix.FcntlInt(uintptr(d.fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
 	}
-	unix.CloseOnExec(cur)
 	if rel == "" {
 		return cur, nil
 	}
@@ -278,7 +301,7 @@ func (d *Dir) mkdirAll(rel string) (int, error) {
 // Remove deletes a file, a symlink (not its target) or, if recursive, a
 // directory tree.
 func (d *Dir) Remove(rel string, recursive bool) error {
-	return d.asUser(func() error { return d.remove(rel, recursive) })
+	return d.asUser(func(d *Dir) error { return d.remove(rel, recursive) })
 }
 
 func (d *Dir) remove(rel string, recursive bool) error {
@@ -291,35 +314,50 @@ func (d *Dir) remove(rel string, recursive bool) error {
 		return err
 	}
 	defer unix.Close(pfd)
-	return removeAt(pfd, name, rel, recursive, 0)
+	r := remover{rel: rel, recursive: recursive, budget: 4 * MaxListLength * MaxPathDepth}
+	return r.removeAt(pfd, name, 0)
 }
 
-func removeAt(pfd int, name, rel string, recursive bool, depth int) error {
+// remover removes a tree the sandbox built, and may still be changing: its
+// depth and the number of entries it visits are bounded, and errors name
+// the path asked for (building every entry's path would cost memory
+// quadratic in the depth).
+type remover struct {
+	rel       string
+	recursive bool
+	budget    int // entries left to visit
+}
+
+func (r *remover) removeAt(pfd int, name string, depth int) error {
+	r.budget--
+	if r.budget < 0 {
+		return fmt.Errorf("%w: %s: too many entries, or the sandbox keeps adding them", errdefs.ErrConflict, shown(r.rel))
+	}
 	err := unix.Unlinkat(pfd, name, 0)
 	if err == nil {
 		return nil
 	}
 	if !errors.Is(err, unix.EISDIR) {
-		return mapErr(rel, err)
+		return mapErr(r.rel, err)
 	}
 	if err := unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR); err == nil {
 		return nil
-	} else if !errors.Is(err, unix.ENOTEMPTY) || !recursive {
-		return mapErr(rel, err)
+	} else if !errors.Is(err, unix.ENOTEMPTY) || !r.recursive {
+		return mapErr(r.rel, err)
 	}
-	if depth > 4096 {
-		return fmt.Errorf("%w: %s: too deep to remove", errdefs.ErrInvalidArgument, shown(rel))
+	if depth >= 4*MaxPathDepth {
+		return fmt.Errorf("%w: %s: more than %d levels deep; it goes with the session", errdefs.ErrInvalidArgument, shown(r.rel), 4*MaxPathDepth)
 	}
 	fd, err := unix.Openat2(pfd, name, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: resolve})
 	if err != nil {
-		return mapErr(rel, err)
+		return mapErr(r.rel, err)
 	}
-	f := os.NewFile(uintptr(fd), rel)
+	f := os.NewFile(uintptr(fd), name)
 	defer f.Close()
 	for {
 		names, err := f.Readdirnames(256)
 		for _, n := range names {
-			if err := removeAt(fd, n, path.Join(rel, n), true, depth+1); err != nil {
+			if err := r.removeAt(fd, n, depth+1); err != nil {
 				return err
 			}
 		}
@@ -327,13 +365,13 @@ func removeAt(pfd int, name, rel string, recursive bool, depth int) error {
 			break
 		}
 		if err != nil {
-			return mapErr(rel, err)
+			return mapErr(r.rel, err)
 		}
 	}
 	// mapErr turns every error, nil included, into a non-nil one: a
 	// successful removal of the emptied directory must return nil.
 	if err := unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR); err != nil {
-		return mapErr(rel, err)
+		return mapErr(r.rel, err)
 	}
 	return nil
 }
@@ -342,7 +380,7 @@ func removeAt(pfd int, name, rel string, recursive bool, depth int) error {
 // path, without following symlinks. At most MaxListLength entries are
 // returned; truncated says whether there were more.
 func (d *Dir) List(rel string, recursive bool) (entries []Entry, truncated bool, err error) {
-	err = d.asUser(func() error {
+	err = d.asUser(func(d *Dir) error {
 		entries, truncated, err = d.list(rel, recursive)
 		return err
 	})
@@ -354,41 +392,68 @@ func (d *Dir) list(rel string, recursive bool) (entries []Entry, truncated bool,
 	if err != nil {
 		return nil, false, err
 	}
-	err = list(fd, rel, recursive, &entries, 0)
-	if errors.Is(err, errFull) {
-		truncated, err = true, nil
+	l := lister{recursive: recursive}
+	depth := 1 // components in the path of rel's entries
+	if rel != "" {
+		depth += strings.Count(rel, "/") + 1
 	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].Path < entries[j].Path })
-	return entries, truncated, err
+	err = l.list(fd, rel, depth)
+	if errors.Is(err, errFull) {
+		l.truncated, err = true, nil
+	}
+	sort.Slice(l.out, func(i, j int) bool { return l.out[i].Path < l.out[j].Path })
+	return l.out, l.truncated, err
 }
 
 var errFull = errors.New("list full")
 
-// list reads the directory fd (and closes it).
-func list(fd int, rel string, recursive bool, out *[]Entry, depth int) error {
+// lister walks a tree the sandbox built: what it keeps is bounded by
+// MaxListLength entries of at most MaxPathLen bytes, whatever the tree.
+type lister struct {
+	recursive bool
+	out       []Entry
+	truncated bool // something was left out
+}
+
+// list reads the directory fd (and closes it); depth counts the
+// components of its entries' paths.
+func (l *lister) list(fd int, rel string, depth int) error {
 	f := os.NewFile(uintptr(fd), rel)
 	defer f.Close()
 	for {
 		names, rerr := f.Readdirnames(256)
 		for _, n := range names {
-			if len(*out) >= MaxListLength {
+			if len(l.out) >= MaxListLength {
 				return errFull
+			}
+			p := path.Join(rel, n)
+			if len(p) > MaxPathLen {
+				// No client could name it anyway.
+				l.truncated = true
+				continue
 			}
 			var st unix.Stat_t
 			if err := unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 				continue // vanished meanwhile
 			}
-			p := path.Join(rel, n)
 			e := entryOf(p, &st)
-			*out = append(*out, e)
-			if recursive && e.Type == "dir" && depth < MaxPathDepth*4 {
-				cfd, err := unix.Openat2(fd, n, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: resolve})
-				if err != nil {
-					continue // swapped for something else meanwhile
-				}
-				if err := list(cfd, p, true, out, depth+1); err != nil {
-					return err
-				}
+			l.out = append(l.out, e)
+			if !l.recursive || e.Type != "dir" {
+				continue
+			}
+			if depth >= MaxPathDepth {
+				l.truncated = true
+				continue
+			}
+			cfd, err := unix.Openat2(fd, n, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: resolve})
+			if err != nil {
+				// Swapped for something else meanwhile, or made
+				// unreadable: its contents are not in the list.
+				l.truncated = true
+				continue
+			}
+			if err := l.list(cfd, p, depth+1); err != nil {
+				return err
 			}
 		}
 		if rerr == io.EOF || len(names) == 0 {

@@ -189,6 +189,12 @@ func (z *Zygote) loop() {
 			ch <- result{err: fmt.Errorf("%w: the python template died", errdefs.ErrUnavailable)}
 			delete(z.pending, id)
 		}
+		// How the runtimes still running end will never be told: their
+		// watchers stop waiting.
+		for pid, ch := range z.exits {
+			close(ch)
+			delete(z.exits, pid)
+		}
 		z.mu.Unlock()
 	}()
 	for {
@@ -291,10 +297,13 @@ func (z *Zygote) Fork(ctx context.Context, sb *jail.Sandbox, l config.Limits, st
 	z.mu.Unlock()
 	m := message{Type: "fork", ID: id, NProcs: len(procs), Landlock: landlock, Rlimits: jail.RlimitTriples(l)}
 	b, _ := json.Marshal(m)
+	// Concurrent forks share the deadline; each only moves it later.
+	z.t.Conn.SetWriteDeadline(time.Now().Add(forkTimeout))
 	if _, _, err := z.t.Conn.WriteMsgUnix(b, unix.UnixRights(fds...), nil); err != nil {
-		z.mu.Lock()
-		delete(z.pending, id)
-		z.mu.Unlock()
+		z.forget(id, ch)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			z.wedged()
+		}
 		return nil, fmt.Errorf("%w: python template: %v", errdefs.ErrUnavailable, err)
 	}
 	select {
@@ -304,16 +313,46 @@ func (z *Zygote) Fork(ctx context.Context, sb *jail.Sandbox, l config.Limits, st
 		}
 		return &Forked{Pid: r.pid, Pidfd: r.pidfd, Exit: r.exit}, nil
 	case <-ctx.Done():
-		z.mu.Lock()
-		delete(z.pending, id)
-		z.mu.Unlock()
+		z.forget(id, ch)
 		return nil, ctx.Err()
-	case <-time.After(30 * time.Second):
-		z.mu.Lock()
-		delete(z.pending, id)
-		z.mu.Unlock()
+	case <-time.After(forkTimeout):
+		z.forget(id, ch)
+		z.wedged()
 		return nil, fmt.Errorf("%w: python template did not answer", errdefs.ErrUnavailable)
 	}
+}
+
+// forkTimeout bounds a fork request; a template that takes longer is
+// stuck, and is replaced.
+const forkTimeout = 30 * time.Second
+
+// forget withdraws a fork request nobody waits for any more. A reply the
+// reader already took is on its way into ch: its pidfd is closed when it
+// arrives.
+func (z *Zygote) forget(id int, ch chan result) {
+	z.mu.Lock()
+	_, waiting := z.pending[id]
+	delete(z.pending, id)
+	z.mu.Unlock()
+	if waiting {
+		return
+	}
+	go func() {
+		select {
+		case r := <-ch:
+			if r.pidfd != nil {
+				r.pidfd.Close()
+			}
+		case <-z.dead:
+		}
+	}()
+}
+
+// wedged ends a template that stopped reading or answering, so that the
+// pool starts another instead of every Python build waiting on this one.
+func (z *Zygote) wedged() {
+	z.log.Warn("python template stopped answering; ending it")
+	z.t.Close()
 }
 
 // Pid is the template's host pid.

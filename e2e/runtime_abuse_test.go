@@ -1,0 +1,166 @@
+package e2e
+
+// Code in a session can reach its runtime's control socket and stop the
+// runtime itself. None of that may cost the server memory it did not
+// bound, or hold an execution past its timeout.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// serverRSS is the server process's resident memory in bytes.
+func serverRSS(t *testing.T, s *server) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(s.cmd.Process.Pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+// Frames written to the control socket between executions are dropped by
+// the server, not queued.
+func TestStrayFramesAreNotQueued(t *testing.T) {
+	s := startServer(t, nil)
+	id := s.newSession("python", nil)
+	// After the execution ends, a forked child (the runtime's own threads
+	// do not run between executions) writes 96 frames of 4 MiB each, for
+	// an execution that does not exist, to every socket it inherited.
+	r := s.exec(id, `
+import json, os, struct, time
+if os.fork() == 0:
+    time.sleep(0.3)
+    body = json.dumps({"type": "display", "id": "stray", "data": {"text/plain": "x" * (4 << 20)}}).encode()
+    frame = struct.pack(">I", len(body)) + body
+    fds = []
+    for n in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink("/proc/self/fd/" + n).startswith("socket:"):
+                fds.append(int(n))
+        except OSError:  # the listing's own descriptor
+            pass
+    for _ in range(96):
+        for fd in fds:
+            try:
+                os.write(fd, frame)
+            except OSError:
+                pass
+    os._exit(0)
+print("started")
+`)
+	if !strings.Contains(r.Stdout, "started") {
+		t.Fatalf("setup failed: %+v", r)
+	}
+	before := serverRSS(t, s)
+	time.Sleep(4 * time.Second)
+	grown := serverRSS(t, s) - before
+	t.Logf("server RSS grew by %d MiB while the runtime sent 384 MiB of stray frames", grown>>20)
+	if grown > 128<<20 {
+		t.Errorf("server RSS grew by %d MiB: stray frames are being kept", grown>>20)
+	}
+	// The session still works, and none of the stray output shows up.
+	r = s.exec(id, "print(6 * 7)")
+	if strings.TrimSpace(r.Stdout) != "42" || len(r.Results) != 0 {
+		t.Errorf("after the flood: stdout %q, %d results", r.Stdout, len(r.Results))
+	}
+}
+
+// A runtime that stopped reading (here: stopped by its own code) cannot
+// hold an execution request past its timeout, even one too large for the
+// socket's buffer.
+func TestStoppedRuntimeDoesNotHangExecute(t *testing.T) {
+	s := startServer(t, nil)
+	id := s.newSession("python", nil)
+	s.exec(id, `
+import os, signal, threading, time
+threading.Thread(target=lambda: (time.sleep(0.3), os.kill(os.getpid(), signal.SIGSTOP)), daemon=True).start()
+`)
+	time.Sleep(time.Second)
+	code := "x = '" + strings.Repeat("a", 2<<20) + "'"
+	body, _ := json.Marshal(map[string]any{"code": code, "timeout": "2s"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	status, data := postCtx(ctx, t, s.URL+"/v1/sessions/"+id+"/execute", body)
+	took := time.Since(start)
+	t.Logf("execute against a stopped runtime: %d after %v: %s", status, took, truncate(string(data), 200))
+	if ctx.Err() != nil {
+		t.Fatal("execute against a stopped runtime hung")
+	}
+	if took > 15*time.Second {
+		t.Errorf("execute against a stopped runtime took %v with a 2s timeout", took)
+	}
+	if status != 410 {
+		t.Errorf("status %d, want 410 (the session ended)", status)
+	}
+}
+
+func postCtx(ctx context.Context, t *testing.T, url string, body []byte) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, []byte(err.Error())
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, data
+}
+
+// What code leaves in its workspace for the file API to trip on: a bound
+// socket, a sparse file (RLIMIT_FSIZE keeps it within the workspace size,
+// and the download refuses anything larger), and odd query values. Each
+// is a clear client error, never a 500 or an endless download.
+func TestFileAPIOddities(t *testing.T) {
+	s := sharedServer(t)
+	id := s.newSession("python", nil)
+	r := s.exec(id, `import os, socket
+sock = socket.socket(socket.AF_UNIX)
+sock.bind('sock')
+try:
+    with open('sparse', 'wb') as f:
+        f.truncate(1 << 40)
+except OSError as e:
+    print('sparse refused:', e.errno)
+os.makedirs('dir/sub', exist_ok=True)
+`)
+	if strings.TrimSpace(r.Stdout) != "sparse refused: 27" {
+		t.Fatalf("setup: %+v", r)
+	}
+	base := "/v1/sessions/" + id + "/files"
+	for _, tc := range []struct {
+		method, path string
+		want         int
+	}{
+		{"GET", base + "/sock", 400},
+		{"GET", base + "?path=dir&recursive=yes", 400},
+		{"GET", base + "?path=dir&recursive=true", 200},
+		{"DELETE", base + "/dir?recursive=please", 400},
+		{"DELETE", base + "/dir?recursive=1", 204},
+	} {
+		status, body := s.raw(tc.method, tc.path, nil, nil)
+		if status != tc.want {
+			t.Errorf("%s %s: %d %s, want %d", tc.method, tc.path, status, truncate(string(body), 200), tc.want)
+		}
+	}
+}
