@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path"
 	"runtime"
@@ -237,7 +238,7 @@ func (d *Dir) write(rel string, r io.Reader, max int64, mode os.FileMode) (int64
 			unix.Unlinkat(pfd, tmp, 0)
 		}
 	}()
-	n, err := io.Copy(f, io.LimitReader(r, max+1))
+	n, err := io.Copy(f, io.LimitReader(r, min(max, math.MaxInt64-1)+1))
 	if err != nil {
 		var pe *os.PathError
 		if errors.As(err, &pe) {
