@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,7 +37,15 @@ type runFunc func(stdin string, args ...string) (stdout, stderr string, code int
 func runModes(t *testing.T, f func(t *testing.T, run runFunc)) {
 	t.Run("cold", func(t *testing.T) {
 		f(t, func(stdin string, args ...string) (string, string, int) {
-			return runCLI(t, stdin, withFlags(args, "--cold")...)
+			out, errOut, code := runCLI(t, stdin, withFlags(args, "--cold")...)
+			// The default configuration's cgroup parent goes with the
+			// run, unless a server of that configuration uses it.
+			if _, err := os.Stat("/run/airlock/airlock.sock"); errors.Is(err, os.ErrNotExist) {
+				if left := checkNothingLeft("airlock"); len(left) > 0 {
+					t.Errorf("airlock run --cold %v left:\n%s", args, strings.Join(left, "\n"))
+				}
+			}
+			return out, errOut, code
 		})
 	})
 	t.Run("server", func(t *testing.T) {

@@ -51,6 +51,13 @@ func sandboxProcs(parent string) []string {
 	return out
 }
 
+// isCgroup2 says whether /sys/fs/cgroup is the unified hierarchy (and so
+// holds cgroups, not the v1 mount points).
+func isCgroup2() bool {
+	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
+	return err == nil
+}
+
 // checkNothingLeft reports leftovers of a server that used parent as its
 // cgroup parent and /run/parent as its state directory.
 func checkNothingLeft(parent string) []string {
@@ -62,11 +69,15 @@ func checkNothingLeft(parent string) []string {
 			left = append(left, "processes: "+strings.Join(p, ", "))
 		}
 		for _, ctl := range []string{"memory", "pids", "cpu", "cpuacct", "unified", ""} {
-			ents, _ := os.ReadDir(filepath.Join("/sys/fs/cgroup", ctl, parent))
+			dir := filepath.Join("/sys/fs/cgroup", ctl, parent)
+			ents, err := os.ReadDir(dir)
 			for _, e := range ents {
 				if e.IsDir() {
 					left = append(left, "cgroup "+filepath.Join(ctl, parent, e.Name()))
 				}
+			}
+			if err == nil && (ctl != "" || isCgroup2()) {
+				left = append(left, "cgroup parent "+dir)
 			}
 		}
 		mi, _ := os.ReadFile("/proc/self/mountinfo")

@@ -56,7 +56,10 @@ func TestMain(m *testing.M) {
 	if shared != nil {
 		shared.t = &stopTB{}
 		shared.stop()
-		checkNothingLeft(shared.name)
+		if left := checkNothingLeft(shared.name); len(left) > 0 {
+			fmt.Fprintf(os.Stderr, "left behind by the shared server:\n%s\n", strings.Join(left, "\n"))
+			code = 1
+		}
 	}
 	os.Exit(code)
 }
@@ -475,6 +478,8 @@ func TestMalformedRequests(t *testing.T) {
 		{"POST", "/v1/sessions", `{"env": {"BAD NAME": "x"}}`, 400},
 		{"POST", "/v1/sessions", `{"timeout_idle": -5}`, 400},
 		{"POST", "/v1/sessions", `{} {}`, 400},
+		{"POST", "/v1/sessions", `{}]`, 400},
+		{"POST", "/v1/sessions", `{"language": "python"}}`, 400},
 		{"POST", "/v1/sessions/" + id + "/execute", `{"code": 1}`, 400},
 		{"POST", "/v1/sessions/" + id + "/execute", `{"code": "1", "timeout": "99h"}`, 400},
 		{"POST", "/v1/sessions/" + id + "/execute", big, 413},

@@ -219,11 +219,7 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if socket := cfg.SocketPath(); socket != "" && !cold {
 		preq := session.ProgramRequest{
 			Language: rt.Lang, Code: string(code), Filename: name, Args: progArgs,
-			Limits: req, Env: map[string]string{}, FileContents: new(bool),
-		}
-		for _, kv := range env {
-			k, v, _ := strings.Cut(kv, "=")
-			preq.Env[k] = v
+			Limits: req, Env: session.EnvMap(env), FileContents: new(bool),
 		}
 		for _, f := range inputs[1:] {
 			preq.Files = append(preq.Files, session.InputFile{Path: f.path, ContentBase64: base64.StdEncoding.EncodeToString(f.data)})
@@ -241,6 +237,7 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 				StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
 				DurationMs: res.DurationMs, CPUMs: res.CPUMs, PeakMemoryBytes: res.PeakMemoryBytes,
 				Killed: res.Killed, KillReason: res.KillReason, Files: []fileEntry{},
+				FilesTruncated: res.FilesTruncated,
 			}
 			for _, f := range res.Files {
 				out.Files = append(out.Files, fileEntry{Path: f.Path, Size: f.Size})

@@ -201,13 +201,8 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		data = []byte("{}")
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if err := config.Decode(data, v); err != nil {
 		return fmt.Errorf("%w: request body: %s", errdefs.ErrInvalidArgument, describeJSONError(err))
-	}
-	if dec.More() {
-		return fmt.Errorf("%w: request body: unexpected data after the JSON object", errdefs.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -222,15 +217,14 @@ func describeJSONError(err error) string {
 		}
 		return fmt.Sprintf("want %s, got %s", ute.Type, ute.Value)
 	case errors.As(err, &se):
-		return fmt.Sprintf("invalid JSON at byte %d: %v", se.Offset, err)
+		return fmt.Sprintf("invalid JSON at byte %d: %v", se.Offset, se)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return "truncated JSON"
 	}
-	// Unknown fields, and errors from our own unmarshalers, which name
-	// the problem already.
-	msg := err.Error()
-	msg = strings.TrimPrefix(msg, "json: ")
-	return strings.TrimPrefix(msg, errdefs.ErrInvalidArgument.Error()+": ")
+	// Unknown fields, trailing data, and errors from our own
+	// unmarshalers, which name the problem already.
+	msg := strings.TrimPrefix(err.Error(), errdefs.ErrInvalidArgument.Error()+": ")
+	return strings.TrimPrefix(msg, "json: ")
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {

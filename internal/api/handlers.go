@@ -110,13 +110,12 @@ func (ew *eventWriter) emit(ev session.Event) {
 	if err := enc.Encode(ev); err != nil {
 		return
 	}
-	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	ew.mu.Lock()
 	if !ew.started {
 		ew.started = true
 		go ew.loop()
 	}
-	ew.queue = append(ew.queue, append(b, '\n'))
+	ew.queue = append(ew.queue, buf.Bytes()) // a line: Encode ends it with \n
 	ew.cond.Signal()
 	ew.mu.Unlock()
 }

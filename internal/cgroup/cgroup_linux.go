@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,6 +29,9 @@ type Host struct {
 	v2Dir  string            // parent directory on the unified hierarchy
 	v1Dirs map[string]string // controller -> parent directory
 	memsw  bool              // v1 swap accounting present
+	// made: directories above the parent that Open created, outermost
+	// first; Close removes them (and the parent) once they are empty.
+	made []string
 
 	notifyOnce sync.Once
 	notify     *notifier
@@ -61,19 +65,34 @@ func openV2(parent string) (*Host, error) {
 			return nil, fmt.Errorf("cgroup v2: controller %q is not available at %s", c, root)
 		}
 	}
+	h := &Host{v2: true, v2Dir: dir}
+	if err := enableControllers(root, want); err != nil {
+		return nil, err
+	}
 	cur := root
-	for _, part := range append([]string{""}, strings.Split(parent, "/")...) {
-		if part != "" {
-			cur = filepath.Join(cur, part)
-			if err := os.Mkdir(cur, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-				return nil, fmt.Errorf("cgroup v2: %w", err)
-			}
+	for _, part := range strings.Split(parent, "/") {
+		cur = filepath.Join(cur, part)
+		if err := h.mkdir(cur); err != nil {
+			return nil, fmt.Errorf("cgroup v2: %w", err)
 		}
 		if err := enableControllers(cur, want); err != nil {
 			return nil, err
 		}
 	}
-	return &Host{v2: true, v2Dir: dir}, nil
+	return h, nil
+}
+
+// mkdir creates dir if it is missing, remembering that it did.
+func (h *Host) mkdir(dir string) error {
+	err := os.Mkdir(dir, 0o755)
+	if err == nil {
+		h.made = append(h.made, dir)
+		return nil
+	}
+	if errors.Is(err, os.ErrExist) {
+		return nil
+	}
+	return err
 }
 
 func enableControllers(dir string, want []string) error {
@@ -115,8 +134,12 @@ func openV1(parent string) (*Host, error) {
 		}
 	}
 	for _, d := range uniq(h.v1Dirs) {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, fmt.Errorf("cgroup v1: %w", err)
+		cur := strings.TrimSuffix(d, parent)
+		for _, part := range strings.Split(parent, "/") {
+			cur = filepath.Join(cur, part)
+			if err := h.mkdir(cur); err != nil {
+				return nil, fmt.Errorf("cgroup v1: %w", err)
+			}
 		}
 	}
 	_, err = os.Stat(filepath.Join(h.v1Dirs["memory"], "memory.memsw.limit_in_bytes"))
@@ -124,14 +147,35 @@ func openV1(parent string) (*Host, error) {
 	return h, nil
 }
 
-// Close releases the host-wide event watcher. Cgroups made by h must be
-// destroyed first.
+// Close releases the host-wide event watcher and removes the parent
+// cgroup, and the directories above it that Open created, if nothing uses
+// them any more. Cgroups made by h must be destroyed first.
+//
+// The parent is airlock's own, whoever created it: a parent left by a
+// killed process goes with the next clean exit. A parent another airlock
+// process still uses is not empty and stays; one that process's next
+// sandbox finds gone is created again on the way (the cgroup managers
+// create missing ancestors).
 func (h *Host) Close() error {
 	h.notifyOnce.Do(func() {}) // no watcher can start after this
+	var err error
 	if h.notify != nil {
-		return h.notify.f.Close()
+		err = h.notify.f.Close()
 	}
-	return nil
+	dirs := uniq(h.v1Dirs)
+	if h.v2 {
+		dirs = []string{h.v2Dir}
+	}
+	for i := len(h.made) - 1; i >= 0; i-- {
+		if !slices.Contains(dirs, h.made[i]) {
+			dirs = append(dirs, h.made[i])
+		}
+	}
+	for _, d := range dirs {
+		// EBUSY or ENOTEMPTY: in use by another sandbox or server.
+		unix.Rmdir(d)
+	}
+	return err
 }
 
 // Version is 1 or 2.

@@ -35,7 +35,54 @@ func testCgroupHost(t *testing.T) *Host {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { h.Close() })
 	return h
+}
+
+// parentDirs are the parent's directories on every hierarchy in use.
+func parentDirs(h *Host) []string {
+	if h.v2 {
+		return []string{h.v2Dir}
+	}
+	return uniq(h.v1Dirs)
+}
+
+// The parent goes with the last Host that closes, and not before: a
+// parent with a sandbox in it stays.
+func TestCloseRemovesTheParent(t *testing.T) {
+	a := testCgroupHost(t)
+	b := testCgroupHost(t)
+	cg, err := b.New("busy", Resources{Memory: 64 << 20, Pids: 16, CPUs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs := parentDirs(a)
+	if len(dirs) == 0 {
+		t.Fatal("no parent directories")
+	}
+	a.Close()
+	for _, d := range dirs {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("parent %s removed while a cgroup under it lives: %v", d, err)
+		}
+	}
+	if err := cg.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	for _, d := range dirs {
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("parent %s left after the last Close: %v", d, err)
+		}
+	}
+	// A Host whose parent was removed under it still makes cgroups.
+	c := testCgroupHost(t)
+	os.Remove(parentDirs(c)[0])
+	cg, err = c.New("again", Resources{Memory: 64 << 20, Pids: 16, CPUs: 1})
+	if err != nil {
+		t.Fatalf("New after the parent went: %v", err)
+	}
+	cg.Destroy()
 }
 
 var seq int

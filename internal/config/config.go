@@ -186,7 +186,7 @@ func Decode(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
+		return fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 	}
 	// Not dec.More(): it reports false before a stray "]" or "}", which
 	// would let `{...}]` through. Only the end of the input may follow.

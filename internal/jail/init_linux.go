@@ -109,7 +109,7 @@ func execTemplate(ctl *conn, cfg *setupMsg) error {
 	if len(t.Argv) == 0 {
 		return fmt.Errorf("template: empty command")
 	}
-	last, err := capLastCap() // before the root without /proc
+	last, err := CapLastCap() // before the root without /proc
 	if err != nil {
 		return err
 	}
@@ -393,7 +393,7 @@ func spawner(st *initState, ready chan<- error) {
 }
 
 func restrictThread(cfg *setupMsg, ruleset int) error {
-	last, err := capLastCap()
+	last, err := CapLastCap()
 	if err != nil {
 		return err
 	}
@@ -443,7 +443,8 @@ func programFromBytes(b []byte) seccomp.Program {
 	return prog
 }
 
-func capLastCap() (int, error) {
+// CapLastCap is the highest capability number this kernel knows.
+func CapLastCap() (int, error) {
 	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
 	if err != nil {
 		return 0, fmt.Errorf("read cap_last_cap: %w", err)

@@ -39,10 +39,9 @@ type Pool struct {
 
 	queues map[string]*queue
 
-	zmu       sync.Mutex
-	zyg       *zygote.Zygote
-	zygFails  int
-	zygNotify chan struct{}
+	zmu      sync.Mutex
+	zyg      *zygote.Zygote
+	zygFails int
 }
 
 type queue struct {
@@ -66,8 +65,7 @@ func New(cfg config.Config, host *jail.Host, slots *session.Slots, log *slog.Log
 		cfg: cfg, host: host, slots: slots, log: log,
 		build: make(chan struct{}, cfg.Pool.Parallel),
 		ctx:   ctx, cancel: cancel,
-		queues:    map[string]*queue{},
-		zygNotify: make(chan struct{}, 1),
+		queues: map[string]*queue{},
 	}
 	for _, lang := range config.Languages {
 		q := &queue{lang: lang, size: cfg.Pool.Size[lang], profile: cfg.Defaults, kick: make(chan struct{}, 1)}
@@ -102,7 +100,7 @@ func (p *Pool) Get(ctx context.Context, lang string, l config.Limits) (*session.
 			p.closing.Go(func() { inst.Close() })
 			continue
 		}
-		if l != inst.Limits {
+		if l != inst.Sandbox.Limits() {
 			if err := inst.Adapt(l); err != nil {
 				p.log.Warn("cannot adapt a pooled sandbox; building one", "err", err)
 				q.discarded.Add(1)
@@ -227,7 +225,7 @@ func (p *Pool) keepZygote() {
 	defer p.wg.Done()
 	backoff := time.Second
 	for p.ctx.Err() == nil {
-		z, err := zygote.Start(p.ctx, p.host, p.cfg, p.host.SeccompProgram(), p.log)
+		z, err := zygote.Start(p.ctx, p.host, p.cfg, p.log)
 		if err != nil {
 			p.zmu.Lock()
 			p.zygFails++
@@ -249,10 +247,6 @@ func (p *Pool) keepZygote() {
 		p.zmu.Lock()
 		p.zyg = z
 		p.zmu.Unlock()
-		select {
-		case p.zygNotify <- struct{}{}:
-		default:
-		}
 		// Instances built before the template was up started cold;
 		// replace them so that pooled sessions get the warm template.
 		p.recycle("python")
@@ -293,9 +287,6 @@ func (q *queue) discard() {
 	wg.Wait()
 }
 
-// ZygoteReady is signalled whenever the template (re)starts.
-func (p *Pool) ZygoteReady() <-chan struct{} { return p.zygNotify }
-
 // Stats reports the pools' state, for /healthz and the benchmark.
 func (p *Pool) Stats() any {
 	type qs struct {
@@ -324,31 +315,6 @@ func (p *Pool) Stats() any {
 	p.zmu.Unlock()
 	out["python_template"] = map[string]any{"running": z != nil, "failures": fails}
 	return out
-}
-
-// WaitReady waits until every pool is full (or ctx ends).
-func (p *Pool) WaitReady(ctx context.Context) error {
-	for {
-		full := true
-		for _, q := range p.queues {
-			q.mu.Lock()
-			if len(q.ready) < q.size {
-				full = false
-			}
-			q.mu.Unlock()
-		}
-		if p.cfg.Pool.Zygote && p.cfg.Pool.Size["python"] > 0 && p.zygote() == nil {
-			full = false
-		}
-		if full {
-			return nil
-		}
-		select {
-		case <-time.After(20 * time.Millisecond):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 }
 
 // Close stops refilling and frees every pooled instance and the template.

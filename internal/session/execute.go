@@ -285,7 +285,7 @@ func (s *Session) execute(ctx context.Context, req ExecuteRequest, emit func(Eve
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	var grace <-chan time.Time
-	interrupted := ""
+	interrupted, endReason := "", ""
 	interruptFor := func(reason string) {
 		if interrupted != "" {
 			return
@@ -294,13 +294,23 @@ func (s *Session) execute(ctx context.Context, req ExecuteRequest, emit func(Eve
 		s.signalRuntime(syscall.SIGINT)
 		grace = time.After(s.m.cfg.Server.InterruptGrace.D())
 	}
+	// stopFor stops the execution for reason: code is interrupted and
+	// keeps its session; a program is killed with its sandbox at once
+	// (true: the loop ends).
+	stopFor := func(reason string) bool {
+		if prog != nil {
+			interrupted, endReason = reason, EndKilled
+			return true
+		}
+		interruptFor(reason)
+		return false
+	}
 	events := s.inst.conn.events()
 	// Each of these stays ready once it fires: after the first time it is
 	// set to nil, or the loop would spin until the runtime answers.
 	cpuOverC, overflowC, clientGone := (<-chan struct{})(cpuOver), (<-chan struct{})(ex.overflow), ctx.Done()
 	var done *runtimes.Message
 	var progExit *jail.Exit // a program that ended the runtime itself
-	endReason := ""
 loop:
 	for {
 		select {
@@ -345,31 +355,23 @@ loop:
 				break loop
 			}
 		case <-deadline.C:
-			if prog != nil {
-				interrupted, endReason = jail.KillTimeout, EndKilled
+			if stopFor(jail.KillTimeout) {
 				break loop
 			}
-			interruptFor(jail.KillTimeout)
 		case <-cpuOverC:
 			cpuOverC = nil
-			if prog != nil {
-				interrupted, endReason = jail.KillCPUTime, EndKilled
+			if stopFor(jail.KillCPUTime) {
 				break loop
 			}
-			interruptFor(jail.KillCPUTime)
 		case <-overflowC:
 			overflowC = nil
-			if prog != nil {
-				interrupted, endReason = jail.KillOutput, EndKilled
+			if stopFor(jail.KillOutput) {
 				break loop
 			}
-			interruptFor(jail.KillOutput)
 		case <-s.interrupt:
-			if prog != nil {
-				interrupted, endReason = "interrupt", EndKilled
+			if stopFor("interrupt") {
 				break loop
 			}
-			interruptFor("interrupt")
 		case <-grace:
 			endReason = EndUnresponsive
 			break loop
@@ -387,13 +389,11 @@ loop:
 			endReason = s.EndReason()
 			break loop
 		case <-clientGone:
+			// The client went away: stop the code, keep the session.
 			clientGone = nil
-			if prog != nil {
-				interrupted, endReason = "interrupt", EndKilled
+			if stopFor("interrupt") {
 				break loop
 			}
-			// The client went away: stop the code, keep the session.
-			interruptFor("interrupt")
 		}
 	}
 	res.DurationMs = ms(time.Since(start))
@@ -430,13 +430,14 @@ loop:
 	res.Error = ex.err
 	ex.mu.Unlock()
 	res.ExecutionCount = execCount
-	if st, err := sb.Stats(); err == nil {
+	st, serr := sb.Stats()
+	if serr == nil {
 		res.CPUMs = ms(st.CPU - cpu0)
 		res.PeakMemoryBytes = st.MemoryPeak
 	}
 	// One OOM kill ends a program's whole sandbox, as with `airlock run`,
 	// even when the event lost the race with the program's exit.
-	oom := prog != nil && s.oomKilled()
+	oom := prog != nil && serr == nil && st.OOMKills > 0
 	switch {
 	case prog != nil && (endReason != "" || progExit != nil || oom):
 		// A program's result is what `airlock run` reports: its status,
@@ -487,17 +488,8 @@ func (s *Session) connLost() string {
 		s.m.log.Warn("runtime protocol error", "session", s.id, "err", err)
 		return EndProtocol
 	}
-	// Give the init a moment to report how the runtime ended.
-	select {
-	case e := <-s.inst.Sandbox.Exits():
-		return s.deathReason(e)
-	case <-s.inst.gone:
-		if e, ok := s.inst.runtimeExit(); ok {
-			return s.deathReason(e)
-		}
-	case <-time.After(200 * time.Millisecond):
-	}
-	return s.deathReason(jail.Exit{})
+	e, _ := s.runtimeExit() // unknown: the zero Exit
+	return s.deathReason(e)
 }
 
 // runtimeExit is how the runtime ended, once its control socket closed;
@@ -525,11 +517,7 @@ func killReasonFor(endReason, interrupted string) string {
 		return jail.KillMemory
 	case EndPids:
 		return jail.KillPids
-	case EndKilled:
-		if interrupted != "interrupt" {
-			return interrupted
-		}
-	case EndUnresponsive:
+	case EndKilled, EndUnresponsive:
 		if interrupted != "interrupt" {
 			return interrupted
 		}

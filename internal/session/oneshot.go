@@ -129,11 +129,7 @@ func (m *Manager) RunProgram(ctx context.Context, req ProgramRequest, emit func(
 		}
 	}
 	o.files = append(o.files, inputFile{name, []byte(req.Code)})
-	env := map[string]string{}
-	for _, kv := range append(jail.BaseEnv(), o.rt.Env(o.limits)...) {
-		k, v, _ := strings.Cut(kv, "=")
-		env[k] = v
-	}
+	env := EnvMap(append(jail.BaseEnv(), o.rt.Env(o.limits)...))
 	fresh := false
 	for k, v := range req.Env {
 		env[k] = v

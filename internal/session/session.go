@@ -216,14 +216,20 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Session, erro
 	return s, nil
 }
 
-// sessionEnv is the environment of a session's runtime: the jail's base,
-// the language's, then the client's.
-func sessionEnv(rt runtimes.Runtime, limits config.Limits, userEnv map[string]string) map[string]string {
-	env := map[string]string{}
-	for _, kv := range append(jail.BaseEnv(), rt.SessionEnv(limits)...) {
+// EnvMap turns K=V pairs into a map; a later pair wins.
+func EnvMap(kvs []string) map[string]string {
+	env := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
 		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
 	}
+	return env
+}
+
+// sessionEnv is the environment of a session's runtime: the jail's base,
+// the language's, then the client's.
+func sessionEnv(rt runtimes.Runtime, limits config.Limits, userEnv map[string]string) map[string]string {
+	env := EnvMap(append(jail.BaseEnv(), rt.SessionEnv(limits)...))
 	for k, v := range userEnv {
 		env[k] = v
 	}
@@ -437,9 +443,6 @@ func (s *Session) checkIdle() {
 	s.end(EndIdle)
 }
 
-// Ended is closed when the session ends.
-func (s *Session) Ended() <-chan struct{} { return s.ended }
-
 // EndReason says why the session ended ("" while it lives).
 func (s *Session) EndReason() string {
 	s.mu.Lock()
@@ -478,7 +481,7 @@ func (s *Session) monitor() {
 
 // deathReason explains why the runtime or the jail went away.
 func (s *Session) deathReason(e jail.Exit) string {
-	if st, err := s.inst.Sandbox.Stats(); err == nil && st.OOMKills > 0 {
+	if s.oomKilled() {
 		return EndOOM
 	}
 	switch {

@@ -22,8 +22,6 @@ import (
 // Instance is a sandbox with a session runtime started in it, waiting for
 // its first configure. It is handed to exactly one session.
 type Instance struct {
-	Lang    string
-	Limits  config.Limits
 	Sandbox *jail.Sandbox
 	// RuntimePid is the runtime's pid inside the sandbox.
 	RuntimePid int
@@ -79,13 +77,11 @@ func (in *Instance) Healthy() bool {
 		return false
 	case <-in.Sandbox.Dead():
 		return false
-	case e := <-in.Sandbox.Exits():
-		_ = e
+	case <-in.Sandbox.Exits():
 		return false
-	case _, ok := <-in.conn.events():
-		// An idle runtime says nothing: a message or a closed channel
-		// means it is broken.
-		_ = ok
+	case <-in.conn.events():
+		// Closed: the runtime broke off (what an idle runtime sends
+		// unasked is dropped before it gets here).
 		return false
 	default:
 		return true
@@ -93,13 +89,7 @@ func (in *Instance) Healthy() bool {
 }
 
 // Adapt gives the instance the limits of the session that takes it.
-func (in *Instance) Adapt(l config.Limits) error {
-	if err := in.Sandbox.Adapt(l, in.RuntimePid); err != nil {
-		return err
-	}
-	in.Limits = l
-	return nil
-}
+func (in *Instance) Adapt(l config.Limits) error { return in.Sandbox.Adapt(l, in.RuntimePid) }
 
 // Source provides instances.
 type Source interface {
@@ -318,5 +308,5 @@ func startRuntime(sb *jail.Sandbox, rt runtimes.Runtime, l config.Limits, start 
 		cn = newBashConn(ours)
 	}
 	undo.Release()
-	return &Instance{Lang: rt.Lang, Limits: l, Sandbox: sb, RuntimePid: pid, conn: cn, stdout: outR, stderr: errR, Started: time.Now()}, nil
+	return &Instance{Sandbox: sb, RuntimePid: pid, conn: cn, stdout: outR, stderr: errR, Started: time.Now()}, nil
 }

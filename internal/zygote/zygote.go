@@ -84,7 +84,7 @@ type configMsg struct {
 }
 
 // Start launches the template and waits until it has imported preload.
-func Start(ctx context.Context, h *jail.Host, cfg config.Config, seccomp []byte, log *slog.Logger) (*Zygote, error) {
+func Start(ctx context.Context, h *jail.Host, cfg config.Config, log *slog.Logger) (*Zygote, error) {
 	rt, err := runtimes.Lookup(cfg, "python")
 	if err != nil {
 		return nil, err
@@ -102,15 +102,13 @@ func Start(ctx context.Context, h *jail.Host, cfg config.Config, seccomp []byte,
 		return nil, err
 	}
 	z := &Zygote{t: t, log: log, pending: map[int]chan result{}, exits: map[int]chan syscall.WaitStatus{}, dead: make(chan struct{})}
-	last, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	lastCap, err := jail.CapLastCap()
 	if err != nil {
 		t.Close()
 		return nil, err
 	}
-	var lastCap int
-	fmt.Sscanf(string(last), "%d", &lastCap)
 	cm := configMsg{
-		Type: "config", Seccomp: base64.StdEncoding.EncodeToString(seccomp), Preload: cfg.Pool.Preload,
+		Type: "config", Seccomp: base64.StdEncoding.EncodeToString(h.SeccompProgram()), Preload: cfg.Pool.Preload,
 		UID: jail.SandboxUID, GID: jail.SandboxGID, CapLastCap: lastCap,
 		NrSetns: unix.SYS_SETNS, NrCapset: unix.SYS_CAPSET, NrSeccomp: unix.SYS_SECCOMP, NrLandlockSelf: unix.SYS_LANDLOCK_RESTRICT_SELF,
 	}
