@@ -2,14 +2,14 @@
 # Installs what airlock and its tests need on Debian 12: the language
 # runtimes sandboxes use (python3 with numpy, pandas, matplotlib and
 # scikit-learn from Debian, since PyPI is not reachable; bash; nodejs) and
-# the baselines the benchmark compares against (bubblewrap, hyperfine).
+# the baseline the benchmark compares against (bubblewrap).
 set -eu
 if [ "$(id -u)" != 0 ]; then
 	echo "install-deps: run as root" >&2
 	exit 1
 fi
 pkgs="python3 python3-numpy python3-pandas python3-matplotlib python3-sklearn
-      bash coreutils nodejs ca-certificates fonts-dejavu-core bubblewrap hyperfine curl"
+      bash coreutils nodejs ca-certificates fonts-dejavu-core bubblewrap curl"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -232,7 +232,15 @@ func (h *Host) New(name string, r Resources) (_ *Cgroup, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("cgroup: %w", err)
 	}
-	if err := c.mgr.Apply(-1); err != nil {
+	// Another airlock process closing may remove the empty parent at any
+	// moment; creating the cgroup again creates the parent with it.
+	for try := 0; ; try++ {
+		err = c.mgr.Apply(-1)
+		if err == nil || !errors.Is(err, os.ErrNotExist) || try == 2 {
+			break
+		}
+	}
+	if err != nil {
 		c.mgr.Destroy()
 		return nil, fmt.Errorf("cgroup: create %s: %w", name, err)
 	}
@@ -245,6 +253,11 @@ func (h *Host) New(name string, r Resources) (_ *Cgroup, err error) {
 		return nil, err
 	}
 	if h.v2 {
+		// One OOM kill ends the whole sandbox, as on v1 airlock does by
+		// hand.
+		if err := cgroups.WriteFile(c.mgr.Path(""), "memory.oom.group", "1"); err != nil {
+			return nil, fmt.Errorf("cgroup: memory.oom.group: %w", err)
+		}
 		fd, err := unix.Open(c.mgr.Path(""), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return nil, fmt.Errorf("cgroup: open %s: %w", name, err)
@@ -286,12 +299,6 @@ func (c *Cgroup) Set(r Resources) error {
 	}
 	if err := c.mgr.Set(res); err != nil {
 		return fmt.Errorf("cgroup: set limits on %s: %w", c.name, err)
-	}
-	if c.h.v2 {
-		// One OOM kill ends the whole sandbox, as on v1 airlock does by hand.
-		if err := cgroups.WriteFile(c.mgr.Path(""), "memory.oom.group", "1"); err != nil {
-			return fmt.Errorf("cgroup: memory.oom.group: %w", err)
-		}
 	}
 	return nil
 }

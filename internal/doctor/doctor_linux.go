@@ -50,6 +50,7 @@ func Run(ctx context.Context, cfg config.Config) *Report {
 	if cg, err := cgroup.Open(cfg.CgroupParent); err != nil {
 		r.add("cgroups", Fail, "%v", err)
 	} else {
+		defer cg.Close()
 		note := ""
 		if cg.Version() == 1 {
 			note = "\nv1 caveats: moving a process into a cgroup waits for an RCU grace period (a few ms per cold run);\nthe pids-limit counter is polled every 50ms while code runs because v1 does not notify it"

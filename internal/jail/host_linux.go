@@ -128,7 +128,9 @@ func ensureDir(dir string, mode os.FileMode) error {
 	return os.Chmod(dir, mode)
 }
 
-// Close releases what NewHost acquired. Running sandboxes keep working.
+// Close releases what NewHost acquired, and removes the cgroup parent if
+// nothing uses it; every sandbox must be closed first (their OOM and pids
+// events stop with it).
 func (h *Host) Close() error {
 	var errs []error
 	if h.cg != nil {

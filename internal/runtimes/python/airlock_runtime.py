@@ -901,9 +901,9 @@ class IFrame:
                 f'frameborder="0" allowfullscreen{extras}></iframe>')
 
 
-def _html_escape(s: str) -> str:
-    return (str(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-            .replace('"', "&quot;").replace("'", "&#x27;"))
+def _html_escape(s: Any) -> str:
+    import html
+    return html.escape(str(s))
 
 
 _DISPLAY_EXPORTS = (

@@ -149,7 +149,7 @@ class Zygote:
         execution. It leaves nothing behind but those."""
         try:
             import airlock_runtime
-            values = [1, "text", [1, 2]]
+            values = [1, "text", [1, 2], list(range(40))]  # the last: pprint
             pd = sys.modules.get("pandas")
             if pd is not None:
                 df = pd.DataFrame({"a": [1, 2], "b": [0.5, 1.5]})
@@ -302,10 +302,8 @@ class Zygote:
         if ruleset >= 0:
             os.close(ruleset)
         self.reseed()
-        sys.argv = [os.path.join(HERE, "airlock_runtime.py")]
         import airlock_runtime
-        airlock_runtime.serve(3)
-        os._exit(0)
+        airlock_runtime.main()  # as the standalone runtime ends: atexit, flush, exit
 
     def fail(self, why):
         frame = json.dumps({"type": "error", "name": "JailError", "value": why}).encode()

@@ -20,8 +20,7 @@ pid = os.fork()
 if pid == 0:
     for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # airlock_zygote resets every signal
         signal.signal(sig, signal.SIG_DFL)
-    airlock_runtime.serve(3)
-    os._exit(0)
+    airlock_runtime.main()                  # as airlock_zygote.py ends its child
 os.close(3)
 _, status = os.waitpid(pid, 0)
 os._exit(os.waitstatus_to_exitcode(status))
@@ -48,6 +47,18 @@ class ZygoteTest(unittest.TestCase):
         ex = self.rt.execute(code, **kwargs)
         self.assertEqual(ex.status, "ok", (ex.messages, ex.err))
         return ex
+
+    def test_shutdown_runs_atexit_in_the_child(self) -> None:
+        # A session forked from the template ends as a standalone one does.
+        rt = Runtime(argv=[PYTHON, "-I", "-B", "-c", ZYGOTE.format(runtime_dir=harness.RUNTIME_DIR)])
+        try:
+            rt.execute("import atexit\natexit.register(print, 'bye', flush=True)")
+            rt.send({"type": "shutdown"})
+            self.assertEqual(rt.wait_exit(), 0)
+            out, _ = rt._drain_pipes()
+            self.assertEqual(out, b"bye\n")
+        finally:
+            rt.close()
 
     def test_hello_comes_from_the_child(self) -> None:
         self.assertNotEqual(self.rt.hello["pid"], self.rt.pid)
