@@ -93,45 +93,38 @@ func checkNothingLeft(parent string) []string {
 	}
 }
 
+// postEnding posts body to path in the background and reports how the
+// answer ended its session: "status ended=bool reason", or the transport
+// error. Not s.raw: that fails the test from another goroutine on a
+// dropped connection, which is what callers check for.
+func postEnding(s *server, path, body string) <-chan string {
+	out := make(chan string, 1)
+	go func() {
+		resp, err := client.Post(s.URL+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			out <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		var r struct {
+			SessionEnded bool   `json:"session_ended"`
+			EndReason    string `json:"end_reason"`
+		}
+		json.NewDecoder(resp.Body).Decode(&r)
+		out <- fmt.Sprintf("%d ended=%v %s", resp.StatusCode, r.SessionEnded, r.EndReason)
+	}()
+	return out
+}
+
 func TestSIGTERMLeavesNothing(t *testing.T) {
 	s := startServer(t, nil)
 	ids := []string{s.newSession("python", nil), s.newSession("bash", nil), s.newSession("python", nil)}
 	s.exec(ids[0], "import subprocess\nsubprocess.Popen(['sleep', '600'], start_new_session=True)")
 	s.exec(ids[1], "nohup sleep 600 >/dev/null 2>&1 &")
-	busy := make(chan string, 1)
-	go func() {
-		// Not s.raw: it fails the test from this goroutine on a dropped
-		// connection, which is the very thing checked below.
-		resp, err := client.Post(s.URL+"/v1/sessions/"+ids[2]+"/execute", "application/json", strings.NewReader(`{"code": "import time\ntime.sleep(600)"}`))
-		if err != nil {
-			busy <- err.Error()
-			return
-		}
-		defer resp.Body.Close()
-		var r struct {
-			SessionEnded bool   `json:"session_ended"`
-			EndReason    string `json:"end_reason"`
-		}
-		json.NewDecoder(resp.Body).Decode(&r)
-		busy <- fmt.Sprintf("%d ended=%v %s", resp.StatusCode, r.SessionEnded, r.EndReason)
-	}()
+	busy := postEnding(s, "/v1/sessions/"+ids[2]+"/execute", `{"code": "import time\ntime.sleep(600)"}`)
 	// A one-shot run in flight ends with the server too, not at its own
 	// timeout.
-	oneShot := make(chan string, 1)
-	go func() {
-		resp, err := client.Post(s.URL+"/v1/execute", "application/json", strings.NewReader(`{"code": "import time\ntime.sleep(600)", "limits": {"timeout": "60s"}}`))
-		if err != nil {
-			oneShot <- err.Error()
-			return
-		}
-		defer resp.Body.Close()
-		var r struct {
-			SessionEnded bool   `json:"session_ended"`
-			EndReason    string `json:"end_reason"`
-		}
-		json.NewDecoder(resp.Body).Decode(&r)
-		oneShot <- fmt.Sprintf("%d ended=%v %s", resp.StatusCode, r.SessionEnded, r.EndReason)
-	}()
+	oneShot := postEnding(s, "/v1/execute", `{"code": "import time\ntime.sleep(600)", "limits": {"timeout": "60s"}}`)
 	time.Sleep(500 * time.Millisecond)
 	if p := sandboxProcs(s.name); len(p) == 0 {
 		t.Fatal("no sandbox processes found before SIGTERM: the check below would prove nothing")
@@ -165,6 +158,24 @@ func TestSIGTERMLeavesNothing(t *testing.T) {
 	}
 }
 
+// cgroupInodes maps the cgroups under parent on the memory (v1) or
+// unified hierarchy to their inode numbers: a name the next server uses
+// again is a new directory.
+func cgroupInodes(parent string) map[string]uint64 {
+	dir := filepath.Join("/sys/fs/cgroup/memory", parent)
+	if isCgroup2() {
+		dir = filepath.Join("/sys/fs/cgroup", parent)
+	}
+	ents, _ := os.ReadDir(dir)
+	out := map[string]uint64{}
+	for _, e := range ents {
+		if info, err := e.Info(); err == nil && e.IsDir() {
+			out[e.Name()] = info.Sys().(*syscall.Stat_t).Ino
+		}
+	}
+	return out
+}
+
 func TestSIGKILLThenRestartCleansUp(t *testing.T) {
 	s := startServer(t, nil)
 	id := s.newSession("python", nil)
@@ -182,16 +193,21 @@ func TestSIGKILLThenRestartCleansUp(t *testing.T) {
 	if p := sandboxProcs(s.name); len(p) > 0 {
 		t.Fatalf("sandbox processes survived the server's SIGKILL: %v", p)
 	}
-	// A new server on the same state removes the leftover cgroups.
-	s2 := startServerNamed(t, s.name, cfg)
-	_ = s2
-	var h map[string]any
-	if status := s2.do("GET", "/healthz", nil, &h); status != 200 {
-		t.Fatalf("health after restart: %d", status)
+	// The dead server's (empty) cgroups are still there...
+	left := cgroupInodes(s.name)
+	if len(left) == 0 {
+		t.Fatal("no cgroups left by the killed server: the check below would prove nothing")
 	}
-	// Sandboxes of the dead server are gone; the new server's own pool
-	// lives under the same parent, so compare names: none of the dead
-	// server's must remain.
+	// ...until a new server on the same state removes them. Its own pool
+	// lives under the same parent, with the same names: none of the dead
+	// server's directories may remain.
+	s2 := startServerNamed(t, s.name, cfg)
+	now := cgroupInodes(s.name)
+	for n, ino := range left {
+		if now[n] == ino {
+			t.Errorf("cgroup %s of the killed server survived the restart", n)
+		}
+	}
 	s2.stop()
 	if left := checkNothingLeft(s.name); len(left) > 0 {
 		t.Fatalf("left behind:\n%s", strings.Join(left, "\n"))

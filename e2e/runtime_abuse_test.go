@@ -55,12 +55,15 @@ if os.fork() == 0:
                 fds.append(int(n))
         except OSError:  # the listing's own descriptor
             pass
+    sent = 0
     for _ in range(96):
         for fd in fds:
             try:
-                os.write(fd, frame)
+                sent += os.write(fd, frame)
             except OSError:
                 pass
+    with open("/workspace/sent", "w") as f:
+        f.write(str(sent))
     os._exit(0)
 print("started")
 `)
@@ -69,6 +72,11 @@ print("started")
 	}
 	before := serverRSS(t, s)
 	time.Sleep(4 * time.Second)
+	// The flood reached the server: without that, no growth proves nothing.
+	_, body := s.raw("GET", "/v1/sessions/"+id+"/files/sent", nil, nil)
+	if n, err := strconv.ParseInt(string(body), 10, 64); err != nil || n < 256<<20 {
+		t.Fatalf("the flood did not run as planned: sent %q", body)
+	}
 	grown := serverRSS(t, s) - before
 	t.Logf("server RSS grew by %d MiB while the runtime sent 384 MiB of stray frames", grown>>20)
 	if grown > 128<<20 {

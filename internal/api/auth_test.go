@@ -29,6 +29,8 @@ func TestAuthentication(t *testing.T) {
 		{"no token", "/v1/sessions", "", tcp, http.StatusUnauthorized},
 		{"wrong token", "/v1/sessions", "Bearer nope", tcp, http.StatusUnauthorized},
 		{"not a bearer token", "/v1/sessions", "Basic s3cret", tcp, http.StatusUnauthorized},
+		{"right token plus more", "/v1/sessions", "Bearer s3cretX", tcp, http.StatusUnauthorized},
+		{"prefix of the token", "/v1/sessions", "Bearer s3cre", tcp, http.StatusUnauthorized},
 		{"right token", "/v1/sessions", "Bearer s3cret", tcp, http.StatusOK},
 		{"health needs none", "/healthz", "", tcp, http.StatusOK},
 		{"unix socket needs none", "/v1/sessions", "", unix, http.StatusOK},

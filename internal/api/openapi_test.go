@@ -378,7 +378,7 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 		"unauthorized", "method_not_allowed", "not_found", // written by api.go itself
 		errdefs.Code(errors.New("anything else")), // internal
 	}
-	for _, e := range sentinels {
+	for _, e := range errdefs.Sentinels() {
 		codes = append(codes, errdefs.Code(e))
 	}
 	for _, c := range codes {
@@ -393,7 +393,7 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 	// Each error status an operation documents must be one the server can
 	// produce for some code.
 	statuses := map[string]bool{"401": true, "405": true, "416": true, "500": true}
-	for _, e := range sentinels {
+	for _, e := range errdefs.Sentinels() {
 		statuses[strconv.Itoa(errdefs.HTTPStatus(e))] = true
 	}
 	for k, op := range operations(doc) {
@@ -409,10 +409,4 @@ func uniq(s []string) []string {
 	out := slices.Clone(s)
 	slices.Sort(out)
 	return slices.Compact(out)
-}
-
-// sentinels are errdefs' sentinel errors.
-var sentinels = []error{
-	errdefs.ErrInvalidArgument, errdefs.ErrNotFound, errdefs.ErrPermission, errdefs.ErrConflict, errdefs.ErrTooLarge,
-	errdefs.ErrLimit, errdefs.ErrUnavailable, errdefs.ErrGone, errdefs.ErrTimeout, errdefs.ErrUnsupported,
 }

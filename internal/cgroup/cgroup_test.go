@@ -56,6 +56,7 @@ func TestCloseRemovesTheParent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { cg.Destroy() })
 	dirs := parentDirs(a)
 	if len(dirs) == 0 {
 		t.Fatal("no parent directories")
@@ -77,12 +78,18 @@ func TestCloseRemovesTheParent(t *testing.T) {
 	}
 	// A Host whose parent was removed under it still makes cgroups.
 	c := testCgroupHost(t)
-	os.Remove(parentDirs(c)[0])
-	cg, err = c.New("again", Resources{Memory: 64 << 20, Pids: 16, CPUs: 1})
+	for _, d := range parentDirs(c) {
+		if err := os.Remove(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again, err := c.New("again", Resources{Memory: 64 << 20, Pids: 16, CPUs: 1})
 	if err != nil {
 		t.Fatalf("New after the parent went: %v", err)
 	}
-	cg.Destroy()
+	if err := again.Destroy(); err != nil {
+		t.Error(err)
+	}
 }
 
 var seq int

@@ -15,7 +15,8 @@ func TestStack(t *testing.T) {
 		errs    []error
 	}{
 		{"runs in reverse order, joins errors", false, []int{3, 2, 1}, []error{e1, e2}},
-		{"released: runs nothing", true, nil, nil},
+		// Release forgets what was pushed before it, not what comes after.
+		{"released: runs only later undos", true, []int{4}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -26,6 +27,7 @@ func TestStack(t *testing.T) {
 			s.Add(func() error { ran = append(ran, 3); return e2 })
 			if c.release {
 				s.Release()
+				s.AddFunc(func() { ran = append(ran, 4) })
 			}
 			err := s.Run()
 			if !slices.Equal(ran, c.want) {
@@ -39,10 +41,14 @@ func TestStack(t *testing.T) {
 			if c.errs == nil && err != nil {
 				t.Errorf("error %v", err)
 			}
-			// Never twice.
+			// Never twice: in both cases the first Run ran something, which
+			// a second Run must not run again.
+			if len(ran) == 0 {
+				t.Fatal("the first Run ran nothing; the check below would be vacuous")
+			}
 			ran = nil
-			if s.Run(); len(ran) != 0 {
-				t.Errorf("a second Run ran %v", ran)
+			if err := s.Run(); len(ran) != 0 || err != nil {
+				t.Errorf("a second Run ran %v, error %v", ran, err)
 			}
 		})
 	}

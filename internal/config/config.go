@@ -242,8 +242,11 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("defaults: %v", err))
 	}
 	s := c.Server
-	if s.MaxSessions < 1 || s.MaxConcurrentExecutions < 1 || s.MaxEnv < 0 {
+	if s.MaxSessions < 1 || s.MaxConcurrentExecutions < 1 {
 		errs = append(errs, errors.New("server.max_sessions and server.max_concurrent_executions must be at least 1"))
+	}
+	if s.MaxEnv < 0 {
+		errs = append(errs, errors.New("server.max_env must not be negative"))
 	}
 	if s.MaxBodyBytes < 1024 || s.MaxFileBytes < 1 {
 		errs = append(errs, errors.New("server.max_body_bytes must be at least 1K and server.max_file_bytes positive"))

@@ -2,6 +2,7 @@ package config
 
 import (
 	"encoding/json"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -42,6 +43,9 @@ func FuzzParseDuration(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		d, err := ParseDuration(s)
 		if err != nil {
+			if d != 0 {
+				t.Errorf("ParseDuration(%q) returned %v with an error", s, d)
+			}
 			return
 		}
 		if d < 0 || d > maxDuration {
@@ -60,8 +64,18 @@ func FuzzParseCount(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		c, err := ParseCount(s)
-		if err == nil && (c < 0 || c > maxCount) {
-			t.Fatalf("ParseCount(%q) = %d", s, c)
+		if err != nil {
+			if c != 0 {
+				t.Errorf("ParseCount(%q) returned %d with an error", s, c)
+			}
+			return
+		}
+		if c < 0 || c > maxCount {
+			t.Fatalf("ParseCount(%q) = %d, out of [0, %d]", s, c, int64(maxCount))
+		}
+		back, err := ParseCount(strconv.FormatInt(int64(c), 10))
+		if err != nil || back != c {
+			t.Fatalf("ParseCount(%q) = %d, but %d reads back as %d, %v", s, c, c, back, err)
 		}
 	})
 }
@@ -145,10 +159,12 @@ func FuzzCountJSON(f *testing.F) {
 }
 
 // FuzzLimitsDecode decodes whole limit objects as API requests carry them
-// and resolves them: a resolved result always lies within the maxima.
+// and resolves them: a resolved result always lies within the maxima, and
+// marshalling, decoding and resolving it again gives it back unchanged.
 func FuzzLimitsDecode(f *testing.F) {
 	for _, s := range []string{`{}`, `{"memory":"1G","pids":64}`, `{"cpus":0.5,"timeout":"2s"}`, `{"cpus":1e308}`,
-		`{"memory":-1}`, `{"nofile":1.5}`, `{"disk":"8G","inodes":1048576}`, `{"x":1}`, `{"cpu_time":1e-9}`} {
+		`{"memory":-1}`, `{"nofile":1.5}`, `{"disk":"8G","inodes":1048576}`, `{"x":1}`, `{"cpu_time":1e-9}`,
+		`{"timeout":"1.5s","cpu_time":0.25,"memory":"1.5G","max_output":"1000","cpus":0.3,"nofile":"77","inodes":100,"pids":9,"disk":12345678}`} {
 		f.Add([]byte(s))
 	}
 	def, max := DefaultLimits(), DefaultMaxLimits()
@@ -168,6 +184,18 @@ func FuzzLimitsDecode(f *testing.F) {
 		}
 		if l.Memory < minMemory || l.Pids < minPids || !(l.CPUs >= minCPUs) || l.Timeout <= 0 || l.CPUTime <= 0 {
 			t.Fatalf("%s resolved to %+v, below the floors", b, l)
+		}
+		out, err := json.Marshal(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Limits
+		if err := Decode(out, &back); err != nil {
+			t.Fatalf("%s resolved to %+v, marshalled as %s, which does not decode: %v", b, l, out, err)
+		}
+		again, err := Resolve(back, def, max)
+		if err != nil || again != l {
+			t.Fatalf("%s resolved to %+v, marshalled as %s, resolved again as %+v, %v", b, l, out, again, err)
 		}
 	})
 }

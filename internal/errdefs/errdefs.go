@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 )
 
 // Sentinel errors. Wrap them with fmt.Errorf("...: %w", ErrX) and add a
@@ -37,6 +38,13 @@ var (
 	// ErrUnsupported: a feature this build or request does not support.
 	ErrUnsupported = errors.New("unsupported")
 )
+
+// sentinels lists every sentinel error above.
+var sentinels = []error{ErrInvalidArgument, ErrNotFound, ErrPermission, ErrConflict,
+	ErrTooLarge, ErrLimit, ErrGone, ErrTimeout, ErrUnsupported, ErrUnavailable}
+
+// Sentinels returns every sentinel error, each of which has its own Code.
+func Sentinels() []error { return slices.Clone(sentinels) }
 
 // Code returns the stable, machine-readable code for err.
 func Code(err error) string {
@@ -101,8 +109,7 @@ func HTTPStatus(err error) int {
 // FromCode rebuilds an error from a code that Code returned (as an API
 // client receives it), so that errors.Is works on the client side too.
 func FromCode(code, msg string) error {
-	for _, sentinel := range []error{ErrInvalidArgument, ErrNotFound, ErrPermission, ErrConflict,
-		ErrTooLarge, ErrLimit, ErrGone, ErrTimeout, ErrUnsupported, ErrUnavailable} {
+	for _, sentinel := range sentinels {
 		if Code(sentinel) == code {
 			return &remoteError{sentinel: sentinel, msg: msg}
 		}

@@ -1,21 +1,97 @@
 package errdefs
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
 )
 
+// codes is the public error vocabulary, as documented in the API's Error
+// schema (internal/api/openapi.json).
+var codes = []struct {
+	sentinel error
+	code     string
+	status   int
+}{
+	{ErrInvalidArgument, "invalid_argument", 400},
+	{ErrNotFound, "not_found", 404},
+	{ErrPermission, "permission_denied", 403},
+	{ErrConflict, "conflict", 409},
+	{ErrTooLarge, "too_large", 413},
+	{ErrLimit, "limit_reached", 429},
+	{ErrGone, "session_ended", 410},
+	{ErrTimeout, "timeout", 504},
+	{ErrUnsupported, "unsupported", 501},
+	{ErrUnavailable, "unavailable", 503},
+}
+
+// Every sentinel has its documented code and status, and Sentinels lists
+// exactly the sentinels of that table.
+func TestCodesAndStatuses(t *testing.T) {
+	for _, c := range codes {
+		err := fmt.Errorf("doing something: %w", c.sentinel)
+		if got := Code(err); got != c.code {
+			t.Errorf("Code(%v) = %q, want %q", err, got, c.code)
+		}
+		if got := HTTPStatus(err); got != c.status {
+			t.Errorf("HTTPStatus(%v) = %d, want %d", err, got, c.status)
+		}
+	}
+	for _, c := range []struct {
+		err    error
+		code   string
+		status int
+	}{
+		{nil, "", 200},
+		{errors.New("boom"), "internal", 500},
+		{fmt.Errorf("waiting: %w", context.DeadlineExceeded), "timeout", 504},
+	} {
+		if got := Code(c.err); got != c.code {
+			t.Errorf("Code(%v) = %q, want %q", c.err, got, c.code)
+		}
+		if got := HTTPStatus(c.err); got != c.status {
+			t.Errorf("HTTPStatus(%v) = %d, want %d", c.err, got, c.status)
+		}
+	}
+	all := Sentinels()
+	if len(all) != len(codes) {
+		t.Errorf("Sentinels() has %d errors, the table %d", len(all), len(codes))
+	}
+	for i, c := range codes {
+		found := false
+		for _, e := range all {
+			found = found || e == c.sentinel
+		}
+		if !found {
+			t.Errorf("Sentinels() lacks %v", c.sentinel)
+		}
+		for _, d := range codes[:i] {
+			if d.code == c.code {
+				t.Errorf("%v and %v share code %q", d.sentinel, c.sentinel, c.code)
+			}
+		}
+	}
+	all[0] = nil
+	if Sentinels()[0] == nil {
+		t.Error("Sentinels() returns its internal slice")
+	}
+}
+
 // An error that crossed the API (as code and message) still matches its
-// sentinel on the client side, keeps its message, and maps to the same
-// status.
+// sentinel, and only it, on the client side, keeps its message, and maps to
+// the same code and status.
 func TestFromCodeRoundTrip(t *testing.T) {
-	for _, sentinel := range []error{ErrInvalidArgument, ErrNotFound, ErrPermission, ErrConflict, ErrTooLarge,
-		ErrLimit, ErrUnavailable, ErrGone, ErrTimeout, ErrUnsupported} {
-		sent := fmt.Errorf("%w: details", sentinel)
-		got := FromCode(Code(sent), sent.Error())
-		if !errors.Is(got, sentinel) || got.Error() != sent.Error() || HTTPStatus(got) != HTTPStatus(sent) {
-			t.Errorf("%v: came back as %v (status %d, want %d)", sent, got, HTTPStatus(got), HTTPStatus(sent))
+	for _, c := range codes {
+		sent := fmt.Errorf("%w: details", c.sentinel)
+		got := FromCode(c.code, sent.Error())
+		if !errors.Is(got, c.sentinel) || got.Error() != sent.Error() || Code(got) != c.code || HTTPStatus(got) != c.status {
+			t.Errorf("%v: came back as %v (code %q, status %d; want %q, %d)", sent, got, Code(got), HTTPStatus(got), c.code, c.status)
+		}
+		for _, other := range codes {
+			if other.sentinel != c.sentinel && errors.Is(got, other.sentinel) {
+				t.Errorf("%v: came back matching %v too", sent, other.sentinel)
+			}
 		}
 	}
 	for _, code := range []string{"internal", "", "no_such_code"} {

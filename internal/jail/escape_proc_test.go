@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"airlock/internal/exeseal"
 )
 
 // procProbe tries to reach a host process by its host pid, lists the
@@ -161,9 +163,11 @@ func TestInitExecutableSealed(t *testing.T) {
 	if err := unix.Truncate(exe, 0); !errors.Is(err, unix.EROFS) && !errors.Is(err, unix.ETXTBSY) {
 		t.Errorf("truncate: %v, want EROFS or ETXTBSY", err)
 	}
-	// ETXTBSY alone would last only while something runs the binary: with
-	// a detached mount, the mount the init runs from is read-only itself.
-	if h.Protections()["exe"] == "read-only detached mount" {
+	// ETXTBSY alone would last only while something runs the binary: what
+	// the init runs from must be unwritable in itself, a read-only mount or
+	// a sealed memfd.
+	switch method := h.Protections()["exe"]; method {
+	case string(exeseal.DetachedMount):
 		fd, err := unix.Open(exe, unix.O_PATH|unix.O_CLOEXEC, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -174,6 +178,22 @@ func TestInitExecutableSealed(t *testing.T) {
 		if err != nil || st.Flags&unix.ST_RDONLY == 0 {
 			t.Errorf("the init runs from a writable mount: flags %#x, %v", st.Flags, err)
 		}
+	case string(exeseal.SealedMemfd):
+		if link, err := os.Readlink(exe); err != nil || !strings.HasPrefix(link, "/memfd:") {
+			t.Errorf("the init does not run from a memfd: %q %v", link, err)
+		}
+		fd, err := unix.Open(exe, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+		unix.Close(fd)
+		want := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
+		if err != nil || seals&want != want {
+			t.Errorf("the init's memfd has seals %#x, want %#x: %v", seals, want, err)
+		}
+	default:
+		t.Errorf("unknown sealing method %q", method)
 	}
 	// From inside, it cannot even be opened, let alone for writing.
 	if _, err := sb.Workspace().Write("main.py", strings.NewReader(`

@@ -554,3 +554,29 @@ type foreignABI struct {
 	name string
 	args []string
 }
+
+// A positive control for the escape tests above: many of their refusals
+// (EPERM) would come from the missing capabilities alone, so the filter
+// and no_new_privs are checked to be on in the very process that tries.
+func TestEveryLayerApplied(t *testing.T) {
+	h := testHost(t)
+	res := runPython(t, h, testLimits(), `
+for line in open("/proc/self/status"):
+    if line.split(":")[0] in ("Seccomp", "Seccomp_filters", "NoNewPrivs", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        print(line.strip())
+print("DONE")
+`)
+	mustFinish(t, res)
+	got := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(string(res.Stdout)), "\n") {
+		k, v, _ := strings.Cut(l, ":")
+		got[k] = strings.TrimSpace(v)
+	}
+	want := map[string]string{"Seccomp": "2", "NoNewPrivs": "1", "CapInh": "0000000000000000", "CapPrm": "0000000000000000",
+		"CapEff": "0000000000000000", "CapBnd": "0000000000000000", "CapAmb": "0000000000000000"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %q, want %q (%s)", k, got[k], v, describe(res))
+		}
+	}
+}

@@ -540,9 +540,6 @@ func (s *Sandbox) PidFD() int { return s.pidfd }
 // Ruleset is the sandbox's Landlock ruleset, nil when the layer is off.
 func (s *Sandbox) Ruleset() *os.File { return s.ruleset }
 
-// Seccomp is the raw seccomp filter, nil when the layer is off.
-func (s *Sandbox) Seccomp() []byte { return s.h.seccomp }
-
 // HostUser is the host uid (and gid) of the sandbox user.
 func (s *Sandbox) HostUser() int { return s.hostUser }
 

@@ -321,14 +321,8 @@ func adapt(pid int, a *adaptMsg) error {
 	if a == nil || a.Disk <= 0 || a.Inodes <= 0 {
 		return fmt.Errorf("adapt: bad request")
 	}
-	opts := fmt.Sprintf("size=%d,nr_inodes=%d", a.Disk, a.Inodes)
-	for _, m := range []struct {
-		path  string
-		flags uintptr
-	}{{"/workspace", unix.MS_NOSUID | unix.MS_NODEV}, {"/tmp", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC}} {
-		if err := unix.Mount("tmpfs", m.path, "tmpfs", unix.MS_REMOUNT|m.flags, opts); err != nil {
-			return fmt.Errorf("adapt: resize %s: %w", m.path, err)
-		}
+	if err := rootfs.ResizeScratch(a.Disk, a.Inodes); err != nil {
+		return fmt.Errorf("adapt: %w", err)
 	}
 	if pid > 1 {
 		for _, r := range a.Rlimits {

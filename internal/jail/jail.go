@@ -15,7 +15,6 @@ package jail
 
 import (
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -133,5 +132,3 @@ func StaleRun(name string) bool {
 	}
 	return syscall.Kill(pid, 0) == syscall.ESRCH
 }
-
-func numCPU() int { return runtime.NumCPU() }

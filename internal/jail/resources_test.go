@@ -5,11 +5,14 @@ package jail
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -390,8 +393,18 @@ func TestResourceDaemonDoesNotSurvive(t *testing.T) {
 
 func TestEscapeKillEverything(t *testing.T) {
 	h := testHost(t)
-	sleeper := startHostProcess(t, nil, "/bin/sleep", "60")
-	res := runPythonArgs(t, h, testLimits(), `
+	// The host process runs as the sandbox user's own host id, so that
+	// permissions would not stop a signal: only the pid namespace does.
+	spec := testSpec(testLimits())
+	_, user := h.IDs(spec.Slot)
+	sleeper := exec.Command("/bin/sleep", "60")
+	sleeper.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(user), Gid: uint32(user)}}
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sleeper.Process.Kill(); sleeper.Wait() })
+	res, err := h.Run(context.Background(), RunRequest{Spec: spec, Argv: []string{"/usr/bin/python3", "/workspace/main.py", strconv.Itoa(sleeper.Process.Pid)},
+		Files: []InputFile{{Path: "main.py", Data: strings.NewReader(`
 import os, signal, sys, time
 kids = []
 for i in range(3):
@@ -411,11 +424,17 @@ for pid in (1, int(sys.argv[1])):
     except OSError as e:
         print("refused", pid, e.errno)
 print("DONE")
-`, strconv.Itoa(sleeper.Process.Pid))
+`)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	// The program survived its own kill(-1), its children did not, the
 	// init did not get the signal (the run ended normally), and the host
-	// process is untouched.
+	// process is untouched: not even visible (ESRCH, not EPERM).
 	mustFinish(t, res)
+	if want := "refused " + strconv.Itoa(sleeper.Process.Pid) + " 3"; len(linesWith(res.Stdout, want)) != 1 {
+		t.Errorf("the host process was not invisible (want %q): %s", want, describe(res))
+	}
 	if got := len(linesWith(res.Stdout, "child 9")); got != 3 {
 		t.Errorf("%d of 3 children killed: %s", got, describe(res))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -47,7 +48,7 @@ func (h *Host) StartTemplate(ctx context.Context, spec TemplateSpec) (_ *Templat
 			undo.Run()
 		}
 	}()
-	cg, err := h.cg.New(spec.Name, cgroup.Resources{Memory: spec.Memory, Pids: spec.Pids, CPUs: float64(max(1, numCPU()))})
+	cg, err := h.cg.New(spec.Name, cgroup.Resources{Memory: spec.Memory, Pids: spec.Pids, CPUs: float64(runtime.NumCPU())})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
@@ -120,6 +121,3 @@ func (t *Template) Close() error {
 	})
 	return t.closeErr
 }
-
-// Wait waits for the template to exit.
-func (t *Template) Wait() error { return t.cmd.Wait() }

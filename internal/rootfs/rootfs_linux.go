@@ -27,21 +27,15 @@ func Build(s Spec) error {
 		return fmt.Errorf("rootfs: make / private: %w", err)
 	}
 	root := s.Staging
-	if s.Template != "" {
-		// The static part was written once by the host: bind it read-only.
-		if err := unix.Mount(s.Template, root, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("rootfs: bind template: %w", err)
-		}
-		if err := setattr(root, false, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV); err != nil {
-			return err
-		}
-	} else {
-		if err := mountTmpfs(root, unix.MS_NOSUID|unix.MS_NODEV, "size=4m,nr_inodes=4096,mode=0755"); err != nil {
-			return err
-		}
-		if err := populate(root, s); err != nil {
-			return err
-		}
+	if s.Template == "" {
+		return fmt.Errorf("rootfs: no template (PrepareTemplate writes it)")
+	}
+	// The static part was written once by the host: bind it read-only.
+	if err := unix.Mount(s.Template, root, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("rootfs: bind template: %w", err)
+	}
+	if err := setattr(root, false, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV); err != nil {
+		return err
 	}
 	if err := bindReadOnly("/usr", filepath.Join(root, "usr"), true); err != nil {
 		return err
@@ -57,12 +51,12 @@ func Build(s Spec) error {
 			return err
 		}
 	}
-	scratch := fmt.Sprintf("size=%d,nr_inodes=%d", s.Disk, s.Inodes)
-	if err := mountTmpfs(filepath.Join(root, "workspace"), unix.MS_NOSUID|unix.MS_NODEV,
+	scratch := scratchOptions(s.Disk, s.Inodes)
+	if err := mountTmpfs(filepath.Join(root, "workspace"), workspaceFlags,
 		fmt.Sprintf("%s,mode=0755,uid=%d,gid=%d", scratch, s.UID, s.GID)); err != nil {
 		return err
 	}
-	if err := mountTmpfs(filepath.Join(root, "tmp"), unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, scratch+",mode=1777"); err != nil {
+	if err := mountTmpfs(filepath.Join(root, "tmp"), tmpFlags, scratch+",mode=1777"); err != nil {
 		return err
 	}
 	for _, name := range sortedKeys(s.TmpCopy) {
@@ -84,12 +78,6 @@ func Build(s Spec) error {
 	}
 	if err := unix.Chdir("/"); err != nil {
 		return fmt.Errorf("rootfs: %w", err)
-	}
-	// The root itself becomes read-only; scratch mounts on it stay writable.
-	if s.Template == "" {
-		if err := setattr("/", false, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV); err != nil {
-			return err
-		}
 	}
 	return nil
 }
@@ -153,6 +141,29 @@ func populate(root string, s Spec) error {
 	return nil
 }
 
+// The scratch mounts' flags, for Build and ResizeScratch alike: a remount
+// replaces every flag, and must not drop one.
+const (
+	workspaceFlags = unix.MS_NOSUID | unix.MS_NODEV
+	tmpFlags       = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+)
+
+func scratchOptions(disk, inodes int64) string {
+	return fmt.Sprintf("size=%d,nr_inodes=%d", disk, inodes)
+}
+
+// ResizeScratch gives the (empty) /workspace and /tmp of the sandbox this
+// process has pivoted into new sizes.
+func ResizeScratch(disk, inodes int64) error {
+	opts := scratchOptions(disk, inodes)
+	for path, flags := range map[string]uintptr{"/workspace": workspaceFlags, "/tmp": tmpFlags} {
+		if err := unix.Mount("tmpfs", path, "tmpfs", unix.MS_REMOUNT|flags, opts); err != nil {
+			return fmt.Errorf("resize %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
 // PrepareTemplate writes the static part of the root once, into a
 // directory under dir named after a hash of what goes in it, and returns
 // its path. Sandboxes bind it read-only instead of writing it each time.
@@ -185,6 +196,10 @@ func PrepareTemplate(dir string, s Spec) (string, error) {
 	}
 	final := filepath.Join(dir, fmt.Sprintf("rootfs-%x", h.Sum(nil)[:12]))
 	if st, err := os.Lstat(final); err == nil && st.IsDir() {
+		// Fresh again: SweepTemplates spares what was used in the last
+		// minute, and this one is about to be mounted.
+		now := time.Now()
+		os.Chtimes(final, now, now)
 		return final, nil
 	}
 	tmp, err := os.MkdirTemp(dir, ".rootfs-")

@@ -202,6 +202,35 @@ func (p *rtProc) alive() bool {
 	}
 }
 
+// survives waits d and fails the test if the runtime has exited by then.
+func (p *rtProc) survives(d time.Duration, what string) {
+	p.t.Helper()
+	time.Sleep(d)
+	if !p.alive() {
+		p.t.Fatalf("%s ended the runtime", what)
+	}
+}
+
+// sigintSoon sends SIGINT once what was just started is surely running,
+// and returns when it was sent.
+func (p *rtProc) sigintSoon() time.Time {
+	p.t.Helper()
+	time.Sleep(300 * time.Millisecond)
+	sent := time.Now()
+	p.sigint()
+	return sent
+}
+
+// ignoresIdleSIGINT sends SIGINT twice while nothing runs: the runtime must
+// survive it.
+func (p *rtProc) ignoresIdleSIGINT() {
+	p.t.Helper()
+	p.sigint()
+	time.Sleep(100 * time.Millisecond)
+	p.sigint()
+	p.survives(100*time.Millisecond, "SIGINT while idle")
+}
+
 // --- JavaScript --------------------------------------------------------------
 
 const jsRuntimePath = "javascript/runtime.js"
@@ -469,13 +498,14 @@ func TestJavaScriptProgram(t *testing.T) {
 		want         int
 		stdout       string
 		stderr       string
+		stderrPart   bool // stderr is only part of it (Node's report of an uncaught error)
 	}{
 		{"exit status", `console.log(process.argv.slice(2).join('|'), process.env.ONLY, Object.keys(process.env).length, process.cwd() === require('path').dirname(__filename), typeof display);
-console.error('to stderr'); process.exitCode = 3;`, "", 3, "a|b c| only 1 true undefined\n", "to stderr\n"},
-		{"uncaught", "throw new Error('boom')", "", 1, "", "Error: boom"},
-		{"signal", "process.kill(process.pid, 'SIGKILL')", "", 137, "", ""},
-		{"stdin is empty", "console.log(require('fs').readFileSync(0).length)", "", 0, "0\n", ""},
-		{"missing interpreter", "", "/nonexistent/node", 127, "", "/nonexistent/node"},
+console.error('to stderr'); process.exitCode = 3;`, "", 3, "a|b c| only 1 true undefined\n", "to stderr\n", false},
+		{"uncaught", "throw new Error('boom')", "", 1, "", "\nError: boom\n", true},
+		{"signal", "process.kill(process.pid, 'SIGKILL')", "", 137, "", "", false},
+		{"stdin is empty", "console.log(require('fs').readFileSync(0).length)", "", 0, "0\n", "", false},
+		{"missing interpreter", "", "/nonexistent/node", 127, "", "airlock: cannot start /nonexistent/node: spawnSync /nonexistent/node ENOENT\n", false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -497,8 +527,11 @@ console.error('to stderr'); process.exitCode = 3;`, "", 3, "a|b c| only 1 true u
 				t.Errorf("runtime exit status %d, want %d", code, c.want)
 			}
 			stdout, stderr := p.output()
-			if stdout != c.stdout || !strings.Contains(stderr, c.stderr) {
-				t.Errorf("stdout %q stderr %q, want %q and %q in stderr", stdout, stderr, c.stdout, c.stderr)
+			if stdout != c.stdout {
+				t.Errorf("stdout %q, want %q", stdout, c.stdout)
+			}
+			if c.stderrPart && !strings.Contains(stderr, c.stderr) || !c.stderrPart && stderr != c.stderr {
+				t.Errorf("stderr %q, want %q (part of it: %v)", stderr, c.stderr, c.stderrPart)
 			}
 		})
 	}
@@ -734,31 +767,23 @@ func TestJavaScriptInterrupt(t *testing.T) {
 	t.Parallel()
 	p, _ := startJS(t)
 	p.mustOK("let n = 0")
-	check := func(code string) {
-		t.Helper()
-		id := p.startExec(code)
-		time.Sleep(300 * time.Millisecond)
-		p.sigint()
+	for _, c := range []struct{ code, after, want string }{
+		{"while (true) { n++ }", "n > 0", "true"}, // state kept
+		{"await new Promise(() => {})", "", ""},
+		{"const child = require('child_process').execSync('sleep 30')", "", ""},
+		{"n = -1; await new Promise(r => setTimeout(r, 60000)); n = 1", "n", "-1"},
+	} {
+		id := p.startExec(c.code)
+		p.sigintSoon()
 		e := p.waitExec(id)
 		if e.err == nil || e.err.Name != "KeyboardInterrupt" || e.done.Status != "interrupted" || *e.done.ExitCode != 1 {
-			t.Fatalf("%q: want an interrupt, got %v", code, e)
+			t.Fatalf("%q: want an interrupt, got %v", c.code, e)
+		}
+		if c.after != "" {
+			p.expectResult(c.after, c.want)
 		}
 	}
-	check("while (true) { n++ }")
-	p.expectResult("n > 0", "true") // state kept
-	check("await new Promise(() => {})")
-	check("const child = require('child_process').execSync('sleep 30')")
-	check("n = -1; await new Promise(r => setTimeout(r, 60000)); n = 1")
-	p.expectResult("n", "-1")
-
-	// SIGINT while idle is ignored.
-	p.sigint()
-	time.Sleep(100 * time.Millisecond)
-	p.sigint()
-	time.Sleep(100 * time.Millisecond)
-	if !p.alive() {
-		t.Fatal("the runtime died of SIGINT while idle")
-	}
+	p.ignoresIdleSIGINT()
 	p.expectResult("'still here'", "'still here'")
 }
 
@@ -775,18 +800,22 @@ func TestJavaScriptProcessExit(t *testing.T) {
 	if e.done.Status != "ok" || *e.done.ExitCode != 0 || e.err != nil || e.result != nil {
 		t.Errorf("process.exit(0): %v", e)
 	}
-	// Codes are what a process would exit with.
-	p.expectError("process.exit(256)", "SystemExit", "error", 1)
-	p.expectError("process.exit(-1)", "SystemExit", "error", 255)
-	p.expectError("process.exitCode = 6; process.exit()", "SystemExit", "error", 6)
-	// From a callback while the execution awaits.
-	p.expectError("setTimeout(() => process.exit(4), 5); await new Promise(r => setTimeout(r, 2000))", "SystemExit", "error", 4)
+	for _, c := range []struct {
+		code string
+		exit int
+	}{
+		// Codes are what a process would exit with.
+		{"process.exit(256)", 1},
+		{"process.exit(-1)", 255},
+		{"process.exitCode = 6; process.exit()", 6},
+		// From a callback while the execution awaits.
+		{"setTimeout(() => process.exit(4), 5); await new Promise(r => setTimeout(r, 2000))", 4},
+	} {
+		p.expectError(c.code, "SystemExit", "error", c.exit)
+	}
 	// While idle it is ignored.
 	p.mustOK("setTimeout(() => process.exit(9), 10)")
-	time.Sleep(200 * time.Millisecond)
-	if !p.alive() {
-		t.Fatal("process.exit in a timer ended the runtime")
-	}
+	p.survives(200*time.Millisecond, "process.exit in a timer while idle")
 	p.expectResult("'alive'", "'alive'")
 }
 
@@ -868,23 +897,29 @@ func TestJavaScriptProtocol(t *testing.T) {
 	raw := func(body string) []byte {
 		return append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...)
 	}
-	bad := map[string][]byte{
-		"bad JSON":        raw("{x}"),
-		"unknown type":    raw(`{"type":"bad"}`),
-		"not an object":   raw("[1]"),
-		"zero length":     raw(""),
-		"too long":        binary.BigEndian.AppendUint32(nil, MaxFrameForTests+1),
-		"execute no id":   raw(`{"type":"execute","code":"1"}`),
-		"execute no code": raw(`{"type":"execute","id":"x"}`),
-		"invalid UTF-8":   raw("\"\xff\""),
-		"env not a map":   raw(`{"type":"configure","env":["x"]}`),
-		"env not strings": raw(`{"type":"configure","env":{"A":1}}`),
-		"truncated":       raw(`{"type":"execute","id":"x","code":"1"}`)[:10],
+	// Each malformed input ends the runtime with status 2 and the reason
+	// (after "fatal protocol error: ") on stderr.
+	bad := map[string]struct {
+		input []byte
+		why   string
+	}{
+		"bad JSON":        {raw("{x}"), "bad JSON: "},
+		"unknown type":    {raw(`{"type":"bad"}`), `unknown message type "bad"`},
+		"not an object":   {raw("[1]"), `a message must be an object with a string "type"`},
+		"zero length":     {raw(""), "frame length 0"},
+		"too long":        {binary.BigEndian.AppendUint32(nil, MaxFrameForTests+1), "frame length 67108865"},
+		"execute no id":   {raw(`{"type":"execute","code":"1"}`), `execute needs a string "id" and a string "code"`},
+		"execute no code": {raw(`{"type":"execute","id":"x"}`), `execute needs a string "id" and a string "code"`},
+		// A well-formed execute but for one byte that is not UTF-8.
+		"invalid UTF-8":   {raw("{\"type\":\"execute\",\"id\":\"x\",\"code\":\"'\xff'\"}"), "bad JSON: The encoded data was not valid for encoding utf-8"},
+		"env not a map":   {raw(`{"type":"configure","env":["x"]}`), `configure: "env" must map strings to strings`},
+		"env not strings": {raw(`{"type":"configure","env":{"A":1}}`), `configure: "env" must map strings to strings`},
+		"truncated":       {raw(`{"type":"execute","id":"x","code":"1"}`)[:10], "truncated frame at end of input"},
 	}
 	for _, name := range slices.Sorted(maps.Keys(bad)) {
 		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
 			p := start(t)
-			if _, err := p.ctl.Write(bad[name]); err != nil {
+			if _, err := p.ctl.Write(bad[name].input); err != nil {
 				t.Fatal(err)
 			}
 			if name == "truncated" {
@@ -892,6 +927,10 @@ func TestJavaScriptProtocol(t *testing.T) {
 			}
 			if code := p.waitExit(10 * time.Second); code != 2 {
 				t.Errorf("exit status %d, want 2", code)
+			}
+			want := "airlock runtime: fatal protocol error: " + bad[name].why
+			if _, stderr := p.output(); !strings.HasPrefix(stderr, want) {
+				t.Errorf("stderr %q, want it to start with %q", stderr, want)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -33,32 +34,34 @@ func TestFrameRoundTrip(t *testing.T) {
 }
 
 func TestFrameReaderRejects(t *testing.T) {
-	huge := make([]byte, 4)
-	binary.BigEndian.PutUint32(huge, MaxFrame+1)
+	huge := binary.BigEndian.AppendUint32(nil, MaxFrame+1)
 	tests := []struct {
 		name  string
 		input []byte
 		max   int
+		why   string // in the error message
 	}{
-		{"zero length", frame(""), 0},
-		{"over the cap", huge, 0},
-		{"over a small cap", frame(`{"type":"done","id":"` + strings.Repeat("x", 100) + `"}`), 64},
-		{"truncated header", []byte{0, 0}, 0},
-		{"truncated body", frame(`{"type":"done"}`)[:8], 0},
-		{"not json", frame(`not json`), 0},
-		{"unknown type", frame(`{"type":"execute","code":"x"}`), 0},
-		{"bad mime key", frame(`{"type":"display","data":{"text/plain\u0000":"x"}}`), 0},
-		{"mime without slash", frame(`{"type":"display","data":{"textplain":"x"}}`), 0},
-		{"wrong field type", frame(`{"type":"done","exit_code":"zero"}`), 0},
+		// The length checks come before the body is read: the reasons name
+		// the length, not bad JSON or a truncated body.
+		{"zero length", frame(""), 0, "length 0"},
+		{"over the cap", huge, 0, "length 67108865"},
+		{"over a small cap", frame(`{"type":"done","id":"` + strings.Repeat("x", 100) + `"}`), 64, "length 123"}, // 123 > 64,
+		{"truncated header", []byte{0, 0}, 0, "truncated header"},
+		{"truncated body", frame(`{"type":"done"}`)[:8], 0, "truncated body"},
+		{"not json", frame(`not json`), 0, "invalid character"},
+		{"unknown type", frame(`{"type":"execute","code":"x"}`), 0, `unknown type "execute"`},
+		{"bad mime key", frame(`{"type":"display","data":{"text/plain\u0000":"x"}}`), 0, "bad MIME type"},
+		{"mime without slash", frame(`{"type":"display","data":{"textplain":"x"}}`), 0, `bad MIME type "textplain"`},
+		{"wrong field type", frame(`{"type":"done","exit_code":"zero"}`), 0, "cannot unmarshal"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := NewFrameReader(bytes.NewReader(tc.input), tc.max).Read()
-			if err == nil {
-				t.Fatal("accepted")
+			if !errors.Is(err, ErrFrame) {
+				t.Fatalf("got %v, want ErrFrame", err)
 			}
-			if errors.Is(err, io.EOF) {
-				t.Fatalf("clean EOF for a broken frame: %v", err)
+			if !strings.Contains(err.Error(), tc.why) {
+				t.Fatalf("error %q does not say %q", err, tc.why)
 			}
 		})
 	}
@@ -71,19 +74,36 @@ func TestFrameReaderCleanEOF(t *testing.T) {
 }
 
 func TestValidMIME(t *testing.T) {
+	long := "application/" + strings.Repeat("x", 116) // 128 bytes, the limit
 	for s, want := range map[string]bool{
-		"text/plain": true, "image/png": true, "application/vnd.dataresource+json": true, "text/x-python": true,
-		"": false, "text": false, "/plain": false, "text/": false, "a/b/c": false, "text/pl ain": false, "text/plain;charset=utf-8": false,
+		"text/plain": true, "image/png": true, "application/vnd.dataresource+json": true, "text/x-python": true, long: true,
+		"": false, "text": false, "/plain": false, "text/": false, "a/b/c": false, "text/pl ain": false, "text/plain;charset=utf-8": false, long + "x": false,
 	} {
 		if got := ValidMIME(s); got != want {
-			t.Errorf("ValidMIME(%q) = %v, want %v", s, got, want)
+			t.Errorf("ValidMIME(%q) (%d bytes) = %v, want %v", s, len(s), got, want)
 		}
 	}
 }
 
-// FuzzFrameReader feeds arbitrary bytes from a (hostile) runtime: the
-// reader must never panic, never return a message of an unknown type, and
-// never allocate beyond its cap.
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}
+
+// FuzzFrameReader feeds arbitrary bytes from a (hostile) runtime, with a
+// small cap and with the default one (max 0: MaxFrame). The reader must
+// never panic; it must return exactly the frames the input holds, in step
+// with the framing, each decoded as DecodeMessage does and none longer than
+// the cap; a frame whose length is 0 or over the cap must be refused for
+// its length; and it must never pull more than one largest frame (4+cap
+// bytes) from the input beyond what it has returned.
 func FuzzFrameReader(f *testing.F) {
 	f.Add(frame(`{"type":"hello","language":"python","pid":2}`))
 	f.Add(frame(`{"type":"display","id":"e1","data":{"image/png":"iVBOR"},"metadata":{}}`))
@@ -91,22 +111,57 @@ func FuzzFrameReader(f *testing.F) {
 	f.Add(append(frame(`{"type":"done","id":"e1","status":"ok"}`), frame(`{"type":"result","data":{"text/plain":"1"}}`)...))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{0, 0, 0, 3, '{', '}', '}'})
+	f.Add([]byte{0, 0, 0, 0})
+	f.Add(append([]byte{0, 1, 0, 1}, frame(`{"type":"done"}`)...))  // over the small cap only
+	f.Add(append(frame(`{"type":"done"}`), make([]byte, 1<<17)...)) // more than 4+cap bytes after a frame
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r := NewFrameReader(bytes.NewReader(data), 1<<16)
-		for i := 0; i < 64; i++ {
-			m, err := r.Read()
-			if err != nil {
-				return
+		for _, max := range []int{1 << 16, 0} {
+			limit := max
+			if limit == 0 {
+				limit = MaxFrame
 			}
-			switch m.Type {
-			case "hello", "configured", "display", "result", "error", "done":
-			default:
-				t.Fatalf("accepted type %q", m.Type)
-			}
-			for k := range m.Data {
-				if !ValidMIME(k) {
-					t.Fatalf("accepted MIME %q", k)
+			cr := &countingReader{r: bytes.NewReader(data)}
+			r := NewFrameReader(cr, max)
+			off := 0 // where the next frame starts in data
+			for i := 0; i < 64; i++ {
+				m, err := r.Read()
+				if cr.n > off+4+limit {
+					t.Fatalf("max %d: read %d bytes of input after returning %d", max, cr.n, off)
 				}
+				rest := data[off:]
+				if len(rest) == 0 {
+					if err != io.EOF {
+						t.Fatalf("max %d: at the end of input: %v, want io.EOF", max, err)
+					}
+					break
+				}
+				if len(rest) < 4 {
+					if !errors.Is(err, ErrFrame) {
+						t.Fatalf("max %d: %d bytes of header: %v, want ErrFrame", max, len(rest), err)
+					}
+					break
+				}
+				n := int(binary.BigEndian.Uint32(rest))
+				if n == 0 || n > limit {
+					if !errors.Is(err, ErrFrame) || !strings.Contains(err.Error(), "length") {
+						t.Fatalf("max %d: frame of length %d: got %+v, %v; want a length error", max, n, m, err)
+					}
+					break
+				}
+				if len(rest) < 4+n {
+					if !errors.Is(err, ErrFrame) {
+						t.Fatalf("max %d: truncated frame: got %+v, %v", max, m, err)
+					}
+					break
+				}
+				want, werr := DecodeMessage(rest[4 : 4+n])
+				if (err == nil) != (werr == nil) || !reflect.DeepEqual(m, want) {
+					t.Fatalf("max %d: frame %q: got %+v, %v; DecodeMessage gives %+v, %v", max, rest[4:4+n], m, err, want, werr)
+				}
+				if err != nil {
+					break
+				}
+				off += 4 + n
 			}
 		}
 	})

@@ -3,20 +3,35 @@ package session
 import (
 	"bytes"
 	"encoding/base64"
+	"errors"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"airlock/internal/errdefs"
 )
 
 // The live chunks of a stream never split a UTF-8 sequence, whatever the
-// pipe's chunk boundaries; together they are the captured bytes.
+// pipe's chunk boundaries, and hold nothing back but an incomplete one:
+// after each write they are the bytes written so far up to the last
+// complete character. Together they are the captured bytes.
 func TestStreamChunksKeepUTF8Whole(t *testing.T) {
 	text := "héllo wörld ✓ 😀 end"
 	for split := 1; split <= len(text); split++ {
 		var got []string
 		s := stream{max: 1 << 20, live: func(b []byte) { got = append(got, string(b)) }}
 		for i := 0; i < len(text); i += split {
-			s.write([]byte(text[i:min(i+split, len(text))]))
+			end := min(i+split, len(text))
+			s.write([]byte(text[i:end]))
+			complete := end // back to the start of the character end is in
+			for complete < len(text) && !utf8.RuneStart(text[complete]) {
+				complete--
+			}
+			if live := strings.Join(got, ""); live != text[:complete] {
+				t.Fatalf("split %d: after writing %q the chunks are %q, want %q", split, text[:end], live, text[:complete])
+			}
 		}
 		s.flush()
 		for _, c := range got {
@@ -81,8 +96,8 @@ func TestExecutionEvents(t *testing.T) {
 		if got := toValidUTF8(ex.stdout.buf); got != "ok\n\uFFFD\x00x" {
 			t.Errorf("lossless=%v: result %q", lossless, got)
 		}
-		if n := len(events); events[n-1].Type != "stderr" && events[n-2].Type != "stderr" {
-			t.Errorf("no stderr event in %+v", events)
+		if !slices.ContainsFunc(events, func(e Event) bool { return e.Type == "stderr" && e.Text == "err\n" }) {
+			t.Errorf("lossless=%v: no stderr event with \"err\\n\" in %+v", lossless, events)
 		}
 	}
 }
@@ -92,22 +107,37 @@ func TestValidateEnv(t *testing.T) {
 		env map[string]string
 		ok  bool
 	}{
-		{map[string]string{"A": "1", "_B2": ""}, true},
+		{nil, true},
+		{map[string]string{"A": "1", "_B2": "", "a": strings.Repeat("x", 200<<10)}, true},
 		{map[string]string{"1A": "x"}, false},
 		{map[string]string{"A-B": "x"}, false},
+		{map[string]string{"": "x"}, false},
+		{map[string]string{strings.Repeat("A", 257): "x"}, false},
 		{map[string]string{"A": "x\x00y"}, false},
 		{map[string]string{"A": strings.Repeat("x", 300<<10)}, false},
+		{map[string]string{"A": strings.Repeat("x", 128<<10), "B": strings.Repeat("x", 128<<10)}, false},
 	}
 	for _, c := range cases {
-		if err := ValidateEnv(c.env, 128); (err == nil) != c.ok {
-			t.Errorf("%v: %v", c.env, err)
+		err := ValidateEnv(c.env, 128)
+		if c.ok && err != nil {
+			t.Errorf("%.40v: %v", c.env, err)
+		}
+		if !c.ok && !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%.40v: %v, want ErrInvalidArgument", c.env, err)
 		}
 	}
-	many := map[string]string{}
-	for i := 0; i < 129; i++ {
-		many["V"+strings.Repeat("x", i)] = ""
-	}
-	if ValidateEnv(many, 128) == nil {
-		t.Error("129 variables accepted with a cap of 128")
+	// Exactly maxN variables are allowed, one more is not.
+	for _, maxN := range []int{0, 1, 128} {
+		env := map[string]string{}
+		for i := 0; i < maxN; i++ {
+			env["V"+strconv.Itoa(i)] = "x"
+		}
+		if err := ValidateEnv(env, maxN); err != nil {
+			t.Errorf("%d variables with a cap of %d: %v", len(env), maxN, err)
+		}
+		env["V"+strconv.Itoa(maxN)] = "x"
+		if err := ValidateEnv(env, maxN); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%d variables with a cap of %d: %v, want ErrInvalidArgument", len(env), maxN, err)
+		}
 	}
 }

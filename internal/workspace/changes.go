@@ -34,7 +34,7 @@ func TakeSnapshot(d *Dir) Snapshot {
 	out := Snapshot{files: make(map[string]fileState, len(ents)), Truncated: truncated}
 	for _, e := range ents {
 		if e.Type == "file" {
-			out.files[e.Path] = fileState{size: e.Size, mtime: e.ModNano, ino: e.Ino}
+			out.files[e.Path] = fileState{size: e.Size, mtime: e.ModTime.UnixNano(), ino: e.Ino}
 		}
 	}
 	return out

@@ -36,9 +36,8 @@ type Entry struct {
 	Size    int64     `json:"size"`
 	Mode    string    `json:"mode"`
 	ModTime time.Time `json:"mtime"`
-	// Ino and ModNano tell a rewritten file from an untouched one.
-	Ino     uint64 `json:"-"`
-	ModNano int64  `json:"-"`
+	// Ino (with ModTime) tells a rewritten file from an untouched one.
+	Ino uint64 `json:"-"`
 }
 
 // Clean validates a client-supplied path relative to /workspace and

@@ -118,7 +118,11 @@ func (d *Dir) openFile(rel string) (*os.File, Entry, error) {
 	e := entryOf(rel, &st)
 	if e.Type != "file" {
 		unix.Close(fd)
-		return nil, Entry{}, fmt.Errorf("%w: %s: is a %s, not a regular file", errdefs.ErrInvalidArgument, shown(rel), e.Type)
+		what := map[string]string{"dir": "a directory", "symlink": "a symlink"}[e.Type]
+		if what == "" {
+			what = "a FIFO, socket or device"
+		}
+		return nil, Entry{}, fmt.Errorf("%w: %s: is %s, not a regular file", errdefs.ErrInvalidArgument, shown(rel), what)
 	}
 	// Back to blocking reads for a regular file (no effect, but explicit).
 	if err := unix.SetNonblock(fd, false); err != nil {
@@ -174,6 +178,10 @@ func (d *Dir) asUser(fn func(root *Dir) error) error {
 	defer root.Close()
 	errc := make(chan error, 1)
 	go func() {
+		var err error
+		// Answered last, once the thread has its own ids back: the
+		// caller may look at its threads as soon as it has the answer.
+		defer func() { errc <- err }()
 		runtime.LockOSThread()
 		prevUID, _ := unix.SetfsuidRetUid(-1)
 		prevGID, _ := unix.SetfsgidRetGid(-1)
@@ -194,10 +202,10 @@ func (d *Dir) asUser(fn func(root *Dir) error) error {
 		gid, _ := unix.SetfsgidRetGid(-1)
 		uid, _ := unix.SetfsuidRetUid(-1)
 		if uid != d.uid || gid != d.gid {
-			errc <- fmt.Errorf("workspace: cannot take the sandbox user's ids")
+			err = fmt.Errorf("workspace: cannot take the sandbox user's ids")
 			return
 		}
-		errc <- fn(root)
+		err = fn(root)
 	}()
 	return <-errc
 }
@@ -473,7 +481,6 @@ func entryOf(rel string, st *unix.Stat_t) Entry {
 		Mode:    fmt.Sprintf("%04o", st.Mode&0o7777),
 		ModTime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec).UTC(),
 		Ino:     st.Ino,
-		ModNano: st.Mtim.Nano(),
 	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:

@@ -50,6 +50,7 @@ class ProgramModeTest(unittest.TestCase):
 
     def via_runtime(self, path: str, args: list, env: dict, fresh: bool = False) -> tuple[bytes, bytes, int]:
         rt = Runtime(env=base_env())
+        self.runtime_pid = rt.hello["pid"]
         try:
             rt.send({"type": "run", "id": "p1", "argv": [PYTHON, path, *args], "env": env,
                      "cwd": self.dir, "fresh": fresh})
@@ -196,6 +197,21 @@ class ProgramModeTest(unittest.TestCase):
         out, _, _ = self.same("import sys\nprint(sys.flags.hash_randomization, 'numpy' in sys.modules)\n",
                               fresh=True, PYTHONHASHSEED="0")
         self.assertEqual(out, b"0 False\n")
+
+    def test_fresh_mode_runs_a_new_process(self) -> None:
+        # Fresh: a new python3, a child of the runtime. Otherwise the runtime
+        # itself runs the program.
+        path = self.write("import os\nprint(os.getpid(), os.getppid())\n")
+        for fresh in (False, True):
+            with self.subTest(fresh=fresh):
+                out, _, code = self.via_runtime(path, [], program_env(), fresh=fresh)
+                self.assertEqual(code, 0)
+                pid, ppid = map(int, out.split())
+                if fresh:
+                    self.assertEqual(ppid, self.runtime_pid)
+                    self.assertNotEqual(pid, self.runtime_pid)
+                else:
+                    self.assertEqual(pid, self.runtime_pid)
 
     def test_missing_interpreter_in_fresh_mode(self) -> None:
         path = self.write("print(1)\n")

@@ -80,9 +80,9 @@ class HelloConfigureShutdownTest(unittest.TestCase):
 
 
 class MalformedFrameTest(unittest.TestCase):
-    """Any malformed frame is fatal: exit status 2."""
+    """Any malformed frame is fatal: exit status 2, and the reason on stderr."""
 
-    def assertFatal(self, data: bytes, close: bool = False) -> None:
+    def assertFatal(self, data: bytes, why: str, close: bool = False) -> None:
         rt = Runtime()
         try:
             self.assertEqual(rt.execute("x = 1").status, "ok")
@@ -91,7 +91,8 @@ class MalformedFrameTest(unittest.TestCase):
                 rt.sock.shutdown(socket.SHUT_WR)
             self.assertEqual(rt.wait_exit(), 2)
             _, err = rt._drain_pipes()
-            self.assertIn(b"fatal protocol error", err)
+            self.assertTrue(err.startswith(b"airlock runtime: fatal protocol error: " + why.encode()),
+                            f"stderr {err!r} does not give the reason {why!r}")
         finally:
             rt.close()
 
@@ -99,34 +100,37 @@ class MalformedFrameTest(unittest.TestCase):
         return struct.pack(">I", len(body)) + body
 
     def test_invalid_json(self) -> None:
-        self.assertFatal(self.frame(b"{not json"))
+        self.assertFatal(self.frame(b"{not json"), "invalid JSON")
 
     def test_not_an_object(self) -> None:
-        self.assertFatal(self.frame(b"[1, 2]"))
+        self.assertFatal(self.frame(b"[1, 2]"), "a message must be a JSON object with a string 'type'")
 
     def test_trailing_data(self) -> None:
-        self.assertFatal(self.frame(b'{"type": "shutdown"} x'))
+        self.assertFatal(self.frame(b'{"type": "shutdown"} x'), "trailing data after the JSON object")
 
     def test_invalid_utf8(self) -> None:
-        self.assertFatal(self.frame(b'{"type": "\xff"}'))
+        # A well-formed execute but for one byte that is not UTF-8.
+        self.assertFatal(self.frame(b'{"type": "execute", "id": "e9", "code": "\'\xff\'"}'), "frame is not UTF-8")
 
     def test_unknown_type(self) -> None:
-        self.assertFatal(self.frame(b'{"type": "launch-missiles"}'))
+        self.assertFatal(self.frame(b'{"type": "launch-missiles"}'), "unknown message type 'launch-missiles'")
 
     def test_execute_without_code(self) -> None:
-        self.assertFatal(self.frame(b'{"type": "execute", "id": "e9"}'))
+        self.assertFatal(self.frame(b'{"type": "execute", "id": "e9"}'),
+                         "execute needs a string 'id' and a string 'code'")
 
     def test_oversized_frame(self) -> None:
-        self.assertFatal(struct.pack(">I", (64 << 20) + 1))
+        self.assertFatal(struct.pack(">I", (64 << 20) + 1), f"frame of {(64 << 20) + 1} bytes exceeds")
 
     def test_empty_frame(self) -> None:
-        self.assertFatal(struct.pack(">I", 0))
+        self.assertFatal(struct.pack(">I", 0), "invalid JSON")  # an empty body is no JSON
 
     def test_eof_inside_frame(self) -> None:
-        self.assertFatal(struct.pack(">I", 100) + b'{"type"', close=True)
+        self.assertFatal(struct.pack(">I", 100) + b'{"type"', "end of file inside a frame", close=True)
 
     def test_bad_configure(self) -> None:
-        self.assertFatal(self.frame(b'{"type": "configure", "env": {"A": 1}}'))
+        self.assertFatal(self.frame(b'{"type": "configure", "env": {"A": 1}}'),
+                         "configure: 'env' must map strings to strings")
 
 
 class ExecuteTest(SessionMixin, unittest.TestCase):
