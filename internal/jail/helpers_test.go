@@ -68,8 +68,15 @@ func sharedHost() (*Host, error) {
 }
 
 func closeSharedHost() {
-	if shared.h != nil {
-		shared.h.Close()
+	if shared.h == nil {
+		return
+	}
+	shared.h.Close() // and with it the cgroup parent
+	// The state directory (root templates) goes too, unless something is
+	// still mounted from it: then it is a leak the tests must show.
+	dir := newTestHostOptions().StateDir
+	if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil && !strings.Contains(string(mi), dir+"/") {
+		os.RemoveAll(dir)
 	}
 }
 
