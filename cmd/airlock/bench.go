@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,23 +13,16 @@ import (
 )
 
 func benchCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("airlock bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	c := newCommand("bench", "Usage: airlock bench [flags]\n\nStarts an airlock server of its own (as root) and measures the speed and\ndensity scenarios against baselines run in the same invocation.\n\nFlags:\n", stderr)
+	fs := c.fs
 	var o bench.Options
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	fs.BoolVar(&o.Smoke, "smoke", false, "tiny counts: check that every scenario runs (numbers mean nothing)")
 	fs.StringVar(&o.Only, "only", "", "comma-separated scenarios: exec, create_pandas, concurrent_create, oneshot, density, airlock_run")
 	fs.StringVar(&o.Python, "python", "/usr/bin/python3", "python for the baselines")
 	verbose := fs.Bool("v", false, "say what runs")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: airlock bench [flags]\n\nStarts an airlock server of its own (as root) and measures the speed and\ndensity scenarios against baselines run in the same invocation.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return exitUsage
+	if code, ok := c.parse(args); !ok {
+		return code
 	}
 	if *verbose {
 		o.Verbose = stderr

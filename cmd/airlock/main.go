@@ -5,12 +5,14 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
 
+	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/jail"
 )
@@ -86,4 +88,53 @@ func exitFor(stderr io.Writer, err error) int {
 	default:
 		return exitSoftware
 	}
+}
+
+// command is what every subcommand starts from: its flags, printing its
+// usage text on -h or a bad flag, and its name in messages.
+type command struct {
+	name   string
+	fs     *flag.FlagSet
+	stderr io.Writer
+}
+
+func newCommand(name, usage string, stderr io.Writer) *command {
+	c := &command{name: name, fs: flag.NewFlagSet("airlock "+name, flag.ContinueOnError), stderr: stderr}
+	c.fs.SetOutput(stderr)
+	c.fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		c.fs.PrintDefaults()
+	}
+	return c
+}
+
+// configFlag is the --config flag.
+func (c *command) configFlag() *string {
+	return c.fs.String("config", "", "configuration file (default $AIRLOCK_CONFIG)")
+}
+
+// parse parses args; when it fails (or -h asked for the usage), the
+// command ends with code.
+func (c *command) parse(args []string) (code int, ok bool) {
+	if err := c.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return exitUsage, false
+	}
+	return 0, true
+}
+
+// loadConfig loads the configuration at path ($AIRLOCK_CONFIG if empty);
+// when it cannot, the command ends with code.
+func (c *command) loadConfig(path string) (cfg config.Config, code int, ok bool) {
+	if path == "" {
+		path = os.Getenv("AIRLOCK_CONFIG")
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "airlock %s: %v\n", c.name, err)
+		return cfg, exitConfig, false
+	}
+	return cfg, 0, true
 }

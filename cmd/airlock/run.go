@@ -75,13 +75,6 @@ func (f *limitFlags) limits() (config.Limits, error) {
 	return l, err
 }
 
-func loadConfig(path string) (config.Config, error) {
-	if path == "" {
-		path = os.Getenv("AIRLOCK_CONFIG")
-	}
-	return config.Load(path)
-}
-
 // runOutput is the --json result of airlock run.
 type runOutput struct {
 	ExitCode        int         `json:"exit_code"`
@@ -104,30 +97,23 @@ type fileEntry struct {
 }
 
 func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("airlock run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	c := newCommand("run", fmt.Sprintf("Usage: airlock run [flags] FILE|- [ARGS...]\n\nRuns FILE (or the program on stdin) once in a fresh jail with /workspace as\nits working directory; ARGS are passed to the program. Exits with the\nprogram's status, or %d when airlock killed it. When an airlock server\nruns on this machine (its socket, server.socket in the configuration),\nthe program runs in one of its pre-started jails; otherwise, or with\n--cold, this process builds the jail.\n\nFlags:\n", exitKilled), stderr)
+	fs := c.fs
 	var (
-		lang, cfgPath string
-		asJSON, cold  bool
-		envs, files   multiFlag
-		lf            limitFlags
+		lang         string
+		asJSON, cold bool
+		envs, files  multiFlag
+		lf           limitFlags
 	)
 	fs.StringVar(&lang, "lang", "", "language: python, bash or javascript (default from the file extension, else python)")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object with the result instead of streaming output")
 	fs.Var(&envs, "env", "set an environment variable `K=V` in the sandbox (repeatable)")
 	fs.Var(&files, "file", "copy host file `HOSTPATH[:NAME]` into /workspace (repeatable)")
-	fs.StringVar(&cfgPath, "config", "", "configuration file (default $AIRLOCK_CONFIG)")
+	cfgPath := c.configFlag()
 	fs.BoolVar(&cold, "cold", false, "build the jail in this process even when a local server runs")
 	lf.bind(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: airlock run [flags] FILE|- [ARGS...]\n\nRuns FILE (or the program on stdin) once in a fresh jail with /workspace as\nits working directory; ARGS are passed to the program. Exits with the\nprogram's status, or %d when airlock killed it. When an airlock server\nruns on this machine (its socket, server.socket in the configuration),\nthe program runs in one of its pre-started jails; otherwise, or with\n--cold, this process builds the jail.\n\nFlags:\n", exitKilled)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return exitUsage
+	if status, ok := c.parse(args); !ok {
+		return status
 	}
 	if fs.NArg() < 1 {
 		fmt.Fprintln(stderr, "airlock run: missing FILE (use - to read the program from stdin)")
@@ -135,10 +121,9 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	src, progArgs := fs.Arg(0), fs.Args()[1:]
-	cfg, err := loadConfig(cfgPath)
-	if err != nil {
-		fmt.Fprintf(stderr, "airlock run: %v\n", err)
-		return exitConfig
+	cfg, status, ok := c.loadConfig(*cfgPath)
+	if !ok {
+		return status
 	}
 	req, err := lf.limits()
 	if err != nil {

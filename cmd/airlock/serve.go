@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,25 +25,16 @@ import (
 )
 
 func serveCmd(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("airlock serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfgPath := fs.String("config", "", "configuration file (default $AIRLOCK_CONFIG)")
-	listen := fs.String("listen", "", "address to listen on (default 127.0.0.1:8080)")
-	verbose := fs.Bool("v", false, "log every request")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: airlock serve [flags]\n\nServes the HTTP API (see /v1/openapi.json). SIGTERM ends every session and\nleaves nothing behind.\n\nFlags:\n")
-		fs.PrintDefaults()
+	c := newCommand("serve", "Usage: airlock serve [flags]\n\nServes the HTTP API (see /v1/openapi.json). SIGTERM ends every session and\nleaves nothing behind.\n\nFlags:\n", stderr)
+	cfgPath := c.configFlag()
+	listen := c.fs.String("listen", "", "address to listen on (default 127.0.0.1:8080)")
+	verbose := c.fs.Bool("v", false, "log every request")
+	if code, ok := c.parse(args); !ok {
+		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return exitUsage
-	}
-	cfg, err := loadConfig(*cfgPath)
-	if err != nil {
-		fmt.Fprintf(stderr, "airlock serve: %v\n", err)
-		return exitConfig
+	cfg, code, ok := c.loadConfig(*cfgPath)
+	if !ok {
+		return code
 	}
 	if *listen != "" {
 		cfg.Server.Listen = *listen

@@ -76,42 +76,12 @@ func benchCreatePandas(ctx context.Context, srv *server, r *Report, o Options, n
 // benchConcurrent: 50 session creations at once, each followed by one
 // print(1).
 func benchConcurrent(ctx context.Context, srv *server, r *Report, n int) error {
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	lat := make([]time.Duration, 0, n)
-	var ids []string
-	var firstErr error
-	start := make(chan struct{})
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			t := time.Now()
-			sess, err := srv.newSession(ctx)
-			if err == nil {
-				_, err = srv.exec(ctx, sess.ID, "print(1)")
-			}
-			d := time.Since(t)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				if firstErr == nil {
-					firstErr = err
-				}
-				return
-			}
-			lat = append(lat, d)
-			ids = append(ids, sess.ID)
-		}()
+	sessions, lat, err := openSessions(ctx, srv, n, n, "print(1)")
+	for _, sess := range sessions {
+		srv.deleteSession(ctx, sess.ID)
 	}
-	close(start)
-	wg.Wait()
-	for _, id := range ids {
-		srv.deleteSession(ctx, id)
-	}
-	if firstErr != nil {
-		return firstErr
+	if err != nil {
+		return err
 	}
 	s := stats(lat)
 	name := fmt.Sprintf("%d concurrent session creations, each + `print(1)`", n)
@@ -229,7 +199,7 @@ func bwrapArgv(binds ...string) []string {
 // benchDensity: n idle Python sessions with numpy and pandas imported,
 // all alive at once; proportional memory (PSS) of each session's processes.
 func benchDensity(ctx context.Context, srv *server, r *Report, n int) error {
-	sessions := make([]session, 0, n)
+	var sessions []session
 	defer func() {
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 16)
@@ -240,34 +210,9 @@ func benchDensity(ctx context.Context, srv *server, r *Report, n int) error {
 		}
 		wg.Wait()
 	}()
-	var mu sync.Mutex
-	var firstErr error
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			sess, err := srv.newSession(ctx)
-			if err == nil {
-				_, err = srv.exec(ctx, sess.ID, "import numpy, pandas")
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				if firstErr == nil {
-					firstErr = err
-				}
-				return
-			}
-			sessions = append(sessions, sess)
-		}()
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return firstErr
+	var err error
+	if sessions, _, err = openSessions(ctx, srv, n, 8, "import numpy, pandas"); err != nil {
+		return err
 	}
 	// Every one of them still answers.
 	alive := 0
@@ -393,4 +338,50 @@ func benchRun(ctx context.Context, srv *server, r *Report, o Options, n int) err
 		r.Stats["run: "+v.name] = s
 	}
 	return nil
+}
+
+// openSessions creates n Python sessions, at most parallel at a time (all
+// let go at once), each running code as its first execution. It returns the
+// sessions created (to delete), each success's create-to-result latency,
+// and the first error.
+func openSessions(ctx context.Context, srv *server, n, parallel int, code string) ([]session, []time.Duration, error) {
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		sessions []session
+		lat      = make([]time.Duration, 0, n)
+		firstErr error
+	)
+	sem := make(chan struct{}, parallel)
+	start := make(chan struct{})
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			t := time.Now()
+			sess, err := srv.newSession(ctx)
+			if err == nil {
+				_, err = srv.exec(ctx, sess.ID, code)
+			}
+			d := time.Since(t)
+			mu.Lock()
+			defer mu.Unlock()
+			if sess.ID != "" {
+				sessions = append(sessions, sess)
+			}
+			if err != nil {
+				if firstErr == nil {
+					firstErr = err
+				}
+				return
+			}
+			lat = append(lat, d)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return sessions, lat, firstErr
 }

@@ -318,6 +318,19 @@ class Runtime:
                 self.pid = None
 
 
+def check_shutdown_runs_atexit(test, rt: "Runtime") -> None:
+    """A registered atexit handler runs when rt is told to shut down, and rt
+    exits 0; rt is closed afterwards."""
+    try:
+        rt.execute("import atexit\natexit.register(print, 'bye', flush=True)")
+        rt.send({"type": "shutdown"})
+        test.assertEqual(rt.wait_exit(), 0)
+        out, _ = rt._drain_pipes()
+        test.assertEqual(out, b"bye\n")
+    finally:
+        rt.close()
+
+
 def tiny_png(width: int = 2, height: int = 2) -> bytes:
     """A valid RGB PNG (stdlib only)."""
     import zlib

@@ -12,6 +12,7 @@ import tempfile
 import time
 import unittest
 
+import harness
 from harness import Runtime, SessionMixin
 
 
@@ -51,15 +52,7 @@ class HelloConfigureShutdownTest(unittest.TestCase):
             rt.close()
 
     def test_shutdown_exits_zero_and_runs_atexit(self) -> None:
-        rt = Runtime()
-        try:
-            rt.execute("import atexit\natexit.register(print, 'bye', flush=True)")
-            rt.send({"type": "shutdown"})
-            self.assertEqual(rt.wait_exit(), 0)
-            out, _ = rt._drain_pipes()
-            self.assertEqual(out, b"bye\n")
-        finally:
-            rt.close()
+        harness.check_shutdown_runs_atexit(self, Runtime())
 
     def test_eof_exits_zero(self) -> None:
         rt = Runtime()

@@ -50,15 +50,8 @@ class ZygoteTest(unittest.TestCase):
 
     def test_shutdown_runs_atexit_in_the_child(self) -> None:
         # A session forked from the template ends as a standalone one does.
-        rt = Runtime(argv=[PYTHON, "-I", "-B", "-c", ZYGOTE.format(runtime_dir=harness.RUNTIME_DIR)])
-        try:
-            rt.execute("import atexit\natexit.register(print, 'bye', flush=True)")
-            rt.send({"type": "shutdown"})
-            self.assertEqual(rt.wait_exit(), 0)
-            out, _ = rt._drain_pipes()
-            self.assertEqual(out, b"bye\n")
-        finally:
-            rt.close()
+        script = ZYGOTE.format(runtime_dir=harness.RUNTIME_DIR)
+        harness.check_shutdown_runs_atexit(self, Runtime(argv=[PYTHON, "-I", "-B", "-c", script]))
 
     def test_hello_comes_from_the_child(self) -> None:
         self.assertNotEqual(self.rt.hello["pid"], self.rt.pid)
