@@ -29,8 +29,8 @@ type Host struct {
 	v2Dir  string            // parent directory on the unified hierarchy
 	v1Dirs map[string]string // controller -> parent directory
 	memsw  bool              // v1 swap accounting present
-	// made: directories above the parent that Open created, outermost
-	// first; Close removes them (and the parent) once they are empty.
+	// made: the directories Open created (the parent, and any above it),
+	// outermost first; Close removes them once they are empty.
 	made []string
 
 	notifyOnce sync.Once
