@@ -7,5 +7,6 @@ cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 PATH="$PATH:/usr/local/go/bin"
 export CGO_ENABLED=0
+./scripts/check-hygiene.sh
 go vet ./...
 go test -count=1 -timeout 60m ./...
