@@ -1,6 +1,9 @@
 // Package errdefs owns airlock's error vocabulary: a small set of sentinel
-// errors that every other package wraps with %w, and the one place where an
-// error is mapped to an HTTP status and a stable machine-readable code.
+// errors that every other package wraps with %w, the one table that gives
+// each a stable machine-readable code and an HTTP status, and Error, which
+// keeps what a client may read apart from detail that only the server's
+// log may see. Transports (the HTTP API today; MCP and others next) adapt
+// this table; they never map errors themselves.
 //
 // It must never import another airlock package, so that every package can
 // use it.
@@ -18,10 +21,14 @@ import (
 var (
 	// ErrInvalidArgument: the caller sent something malformed or out of range.
 	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrUnauthenticated: the request lacks the credentials the server wants.
+	ErrUnauthenticated = errors.New("unauthorized")
 	// ErrNotFound: the named session, file or route does not exist.
 	ErrNotFound = errors.New("not found")
 	// ErrPermission: the sandbox user may not access the file.
 	ErrPermission = errors.New("permission denied")
+	// ErrMethodNotAllowed: the route exists, but not with this method.
+	ErrMethodNotAllowed = errors.New("method not allowed")
 	// ErrConflict: the resource is busy (e.g. a session already executing).
 	ErrConflict = errors.New("conflict")
 	// ErrTooLarge: a body, file or workspace exceeds a configured size.
@@ -39,82 +46,160 @@ var (
 	ErrUnsupported = errors.New("unsupported")
 )
 
-// sentinels lists every sentinel error above.
-var sentinels = []error{ErrInvalidArgument, ErrNotFound, ErrPermission, ErrConflict,
-	ErrTooLarge, ErrLimit, ErrGone, ErrTimeout, ErrUnsupported, ErrUnavailable}
-
-// Sentinels returns every sentinel error, each of which has its own Code.
-func Sentinels() []error { return slices.Clone(sentinels) }
-
-// Code returns the stable, machine-readable code for err.
-func Code(err error) string {
-	switch {
-	case err == nil:
-		return ""
-	case errors.Is(err, ErrInvalidArgument):
-		return "invalid_argument"
-	case errors.Is(err, ErrNotFound):
-		return "not_found"
-	case errors.Is(err, ErrPermission):
-		return "permission_denied"
-	case errors.Is(err, ErrConflict):
-		return "conflict"
-	case errors.Is(err, ErrTooLarge):
-		return "too_large"
-	case errors.Is(err, ErrLimit):
-		return "limit_reached"
-	case errors.Is(err, ErrGone):
-		return "session_ended"
-	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
-	case errors.Is(err, ErrUnsupported):
-		return "unsupported"
-	case errors.Is(err, ErrUnavailable):
-		return "unavailable"
-	default:
-		return "internal"
-	}
+// Kind is one row of the error table.
+type Kind struct {
+	// Err is the sentinel (nil for Internal).
+	Err error
+	// Code is the stable, machine-readable name clients see.
+	Code string
+	// HTTPStatus is the status the HTTP API answers with.
+	HTTPStatus int
 }
 
-// HTTPStatus maps err to the HTTP status the API answers with.
-func HTTPStatus(err error) int {
-	switch Code(err) {
-	case "":
-		return http.StatusOK
-	case "invalid_argument":
-		return http.StatusBadRequest
-	case "not_found":
-		return http.StatusNotFound
-	case "permission_denied":
-		return http.StatusForbidden
-	case "conflict":
-		return http.StatusConflict
-	case "too_large":
-		return http.StatusRequestEntityTooLarge
-	case "limit_reached":
-		return http.StatusTooManyRequests
-	case "session_ended":
-		return http.StatusGone
-	case "timeout":
-		return http.StatusGatewayTimeout
-	case "unsupported":
-		return http.StatusNotImplemented
-	case "unavailable":
-		return http.StatusServiceUnavailable
-	default:
-		return http.StatusInternalServerError
+// Internal is the kind of every error that wraps no sentinel: the
+// server's own failure, whose text clients never see.
+var Internal = Kind{Code: "internal", HTTPStatus: http.StatusInternalServerError}
+
+// kinds is the one table from error kind to code and status. An error
+// takes the first row it matches.
+var kinds = []Kind{
+	{ErrInvalidArgument, "invalid_argument", http.StatusBadRequest},
+	{ErrUnauthenticated, "unauthorized", http.StatusUnauthorized},
+	{ErrNotFound, "not_found", http.StatusNotFound},
+	{ErrPermission, "permission_denied", http.StatusForbidden},
+	{ErrMethodNotAllowed, "method_not_allowed", http.StatusMethodNotAllowed},
+	{ErrConflict, "conflict", http.StatusConflict},
+	{ErrTooLarge, "too_large", http.StatusRequestEntityTooLarge},
+	{ErrLimit, "limit_reached", http.StatusTooManyRequests},
+	{ErrGone, "session_ended", http.StatusGone},
+	{ErrTimeout, "timeout", http.StatusGatewayTimeout},
+	{ErrUnsupported, "unsupported", http.StatusNotImplemented},
+	{ErrUnavailable, "unavailable", http.StatusServiceUnavailable},
+}
+
+// Kinds returns every row of the table, Internal last.
+func Kinds() []Kind { return append(slices.Clone(kinds), Internal) }
+
+// Sentinels returns every sentinel error, each of which has its own Code.
+func Sentinels() []error {
+	out := make([]error, len(kinds))
+	for i, k := range kinds {
+		out[i] = k.Err
 	}
+	return out
+}
+
+// KindOf returns the row err belongs to: the kind of an *Error, else the
+// first sentinel err wraps, else Internal. A deadline that ran out is a
+// timeout. nil has the zero Kind.
+func KindOf(err error) Kind {
+	if err == nil {
+		return Kind{}
+	}
+	var e *Error
+	if errors.As(err, &e) && e.Kind != nil {
+		err = e.Kind
+	}
+	for _, k := range kinds {
+		if errors.Is(err, k.Err) {
+			return k
+		}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return kindOf(ErrTimeout)
+	}
+	return Internal
+}
+
+func kindOf(sentinel error) Kind {
+	for _, k := range kinds {
+		if k.Err == sentinel {
+			return k
+		}
+	}
+	return Internal
+}
+
+// Code returns the stable, machine-readable code for err ("" for nil).
+func Code(err error) string { return KindOf(err).Code }
+
+// HTTPStatus maps err to the HTTP status the API answers with (200 for
+// nil).
+func HTTPStatus(err error) int {
+	if err == nil {
+		return http.StatusOK
+	}
+	return KindOf(err).HTTPStatus
+}
+
+// Error is an error of a kind whose message for clients (Public) is kept
+// apart from detail that may carry host internals (host paths, the init's
+// stderr, errors of the host's own calls): transports send Public and log
+// Detail. Error() has both, for logs and for the operator's command line.
+type Error struct {
+	Kind   error // a sentinel
+	Public string
+	Detail error
+}
+
+// Private returns an error of kind whose clients read only public; detail
+// goes to the server's log.
+func Private(kind error, public string, detail error) error {
+	return &Error{Kind: kind, Public: public, Detail: detail}
+}
+
+func (e *Error) Error() string {
+	msg := e.Public
+	if e.Kind != nil {
+		msg = e.Kind.Error() + ": " + msg
+	}
+	if e.Detail != nil {
+		msg += ": " + e.Detail.Error()
+	}
+	return msg
+}
+
+// Unwrap gives the kind only: the detail is not part of what callers may
+// match on.
+func (e *Error) Unwrap() error { return e.Kind }
+
+// Message returns what a client may read about err: the public part of an
+// *Error, nothing of an internal error's text, else the error's own
+// message (which, for a sentinel-wrapped error, was written for clients).
+func Message(err error) string {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		if e.Kind != nil {
+			return e.Kind.Error() + ": " + e.Public
+		}
+		return e.Public
+	}
+	if KindOf(err).Err == nil {
+		return "internal error"
+	}
+	return err.Error()
 }
 
 // FromCode rebuilds an error from a code that Code returned (as an API
 // client receives it), so that errors.Is works on the client side too.
 func FromCode(code, msg string) error {
-	for _, sentinel := range sentinels {
-		if Code(sentinel) == code {
-			return &remoteError{sentinel: sentinel, msg: msg}
-		}
+	if k := KindFor(code); k.Err != nil {
+		return &remoteError{sentinel: k.Err, msg: msg}
 	}
 	return errors.New(msg)
+}
+
+// KindFor returns the row of code; Internal for a code it does not know.
+func KindFor(code string) Kind {
+	for _, k := range kinds {
+		if k.Code == code {
+			return k
+		}
+	}
+	return Internal
 }
 
 // remoteError carries a peer's message verbatim (it already names its

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -15,8 +16,10 @@ var codes = []struct {
 	status   int
 }{
 	{ErrInvalidArgument, "invalid_argument", 400},
+	{ErrUnauthenticated, "unauthorized", 401},
 	{ErrNotFound, "not_found", 404},
 	{ErrPermission, "permission_denied", 403},
+	{ErrMethodNotAllowed, "method_not_allowed", 405},
 	{ErrConflict, "conflict", 409},
 	{ErrTooLarge, "too_large", 413},
 	{ErrLimit, "limit_reached", 429},
@@ -98,6 +101,54 @@ func TestFromCodeRoundTrip(t *testing.T) {
 		got := FromCode(code, "boom")
 		if got.Error() != "boom" || Code(got) != "internal" {
 			t.Errorf("code %q: %v is %q", code, got, Code(got))
+		}
+	}
+}
+
+// A private error matches its kind, maps to its kind's code and status,
+// and shows clients its public message only; its detail stays in Error()
+// for the log. An error of no kind shows clients nothing of its text.
+func TestPrivateDetail(t *testing.T) {
+	detail := errors.New("mount /run/airlock/root/s-7: permission denied; init stderr: boom")
+	err := fmt.Errorf("configuring: %w", Private(ErrUnavailable, "the sandbox could not be started", detail))
+	if !errors.Is(err, ErrUnavailable) || Code(err) != "unavailable" || HTTPStatus(err) != 503 {
+		t.Errorf("%v: code %q status %d", err, Code(err), HTTPStatus(err))
+	}
+	if errors.Is(err, detail) {
+		t.Error("the detail must not be matchable: it is not part of the error's contract")
+	}
+	if got, want := Message(err), "unavailable: the sandbox could not be started"; got != want {
+		t.Errorf("Message = %q, want %q", got, want)
+	}
+	if !strings.Contains(err.Error(), detail.Error()) {
+		t.Errorf("Error() = %q lacks the detail", err)
+	}
+	// The kind of a private error wins over a sentinel its detail wraps.
+	inner := Private(ErrUnavailable, "no sandbox", fmt.Errorf("%w: gone", ErrGone))
+	if Code(inner) != "unavailable" {
+		t.Errorf("Code = %q, want unavailable", Code(inner))
+	}
+	internal := fmt.Errorf("open /sys/fs/cgroup/memory/airlock/s-1: %w", errors.New("EBUSY"))
+	if got := Message(internal); strings.Contains(got, "/sys") || got == "" {
+		t.Errorf("Message of an internal error = %q", got)
+	}
+	if got := Message(fmt.Errorf("%w: no session %q", ErrNotFound, "x")); got != `not found: no session "x"` {
+		t.Errorf("Message of a sentinel error = %q", got)
+	}
+	if Message(nil) != "" {
+		t.Error("Message(nil) is not empty")
+	}
+}
+
+// Every row of the table is what KindFor finds for its code.
+func TestKindsTable(t *testing.T) {
+	all := Kinds()
+	if all[len(all)-1].Code != "internal" {
+		t.Error("Internal is not the last kind")
+	}
+	for _, k := range all {
+		if got := KindFor(k.Code); got.Code != k.Code || got.HTTPStatus != k.HTTPStatus {
+			t.Errorf("KindFor(%q) = %+v, want %+v", k.Code, got, k)
 		}
 	}
 }

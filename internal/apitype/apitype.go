@@ -1,0 +1,316 @@
+// Package apitype owns airlock's wire types: every request and response
+// body of the HTTP API (sessions, executions, one-shot and program runs,
+// files, health, errors), the streamed events, and the machine-readable
+// vocabularies they carry (kill reasons, end codes, event types). The
+// server, the Go client, the command line, the benchmark and the
+// end-to-end tests all use these types, and internal/api checks them
+// field by field against the OpenAPI document.
+//
+// It must never hold behaviour beyond naming values, and never import
+// another airlock package but config (whose limit types are on the wire),
+// so that any client can use it without pulling in the server.
+package apitype
+
+import (
+	"encoding/json"
+	"time"
+
+	"airlock/internal/config"
+)
+
+// Languages are the canonical language names responses carry.
+const (
+	Python     = "python"
+	Bash       = "bash"
+	JavaScript = "javascript"
+)
+
+// CreateSessionRequest asks for a new session (POST /v1/sessions). Every
+// field is optional.
+type CreateSessionRequest struct {
+	Language    string            `json:"language,omitempty"`
+	Limits      config.Limits     `json:"limits,omitzero"`
+	Env         map[string]string `json:"env,omitempty"`
+	IdleTimeout config.Duration   `json:"timeout_idle,omitempty"`
+}
+
+// Session states.
+const (
+	StateIdle  = "idle"
+	StateBusy  = "busy"
+	StateEnded = "ended"
+)
+
+// Session describes a session.
+type Session struct {
+	ID       string `json:"id"`
+	Language string `json:"language"`
+	State    string `json:"state"` // StateIdle, StateBusy or StateEnded
+	// EndReason and EndCode say why the session ended (state ended).
+	EndReason   string          `json:"end_reason,omitempty"`
+	EndCode     EndCode         `json:"end_code,omitempty"`
+	CreatedAt   time.Time       `json:"created_at"`
+	LastUsedAt  time.Time       `json:"last_used_at"`
+	IdleTimeout config.Duration `json:"timeout_idle"`
+	Limits      config.Limits   `json:"limits"`
+	Executions  int             `json:"executions"`
+	// Sandbox names the session's cgroup under the server's cgroup
+	// parent, for operators (and the benchmark's memory figures).
+	Sandbox string `json:"sandbox"`
+}
+
+// SessionList is GET /v1/sessions.
+type SessionList struct {
+	Sessions []Session `json:"sessions"`
+}
+
+// ExecuteRequest runs code in a session.
+type ExecuteRequest struct {
+	Code string `json:"code,omitempty"`
+	// Timeout overrides the session's limits.timeout for this execution.
+	Timeout config.Duration `json:"timeout,omitempty"`
+}
+
+// InterruptResult is POST /v1/sessions/{id}/interrupt.
+type InterruptResult struct {
+	Interrupted bool `json:"interrupted"`
+}
+
+// Output is one rich output, a Jupyter MIME bundle.
+type Output struct {
+	// Type is OutputResult (the value of the final expression) or
+	// OutputDisplay.
+	Type     string                     `json:"type"`
+	Data     map[string]json.RawMessage `json:"data"`
+	Metadata json.RawMessage            `json:"metadata,omitempty"`
+}
+
+// ExecError is an uncaught exception, or why an execution stopped.
+type ExecError struct {
+	Name      string   `json:"name"`
+	Value     string   `json:"value"`
+	Traceback []string `json:"traceback"`
+}
+
+// File change kinds.
+const (
+	Created  = "created"
+	Modified = "modified"
+	Deleted  = "deleted"
+)
+
+// FileChange is a file an execution created, modified or deleted.
+type FileChange struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	Change string `json:"change"` // Created, Modified or Deleted
+}
+
+// Result is the outcome of one execution.
+type Result struct {
+	Stdout          string     `json:"stdout"`
+	Stderr          string     `json:"stderr"`
+	StdoutTruncated bool       `json:"stdout_truncated"`
+	StderrTruncated bool       `json:"stderr_truncated"`
+	Results         []Output   `json:"results"`
+	ResultsDropped  int        `json:"results_dropped,omitempty"`
+	Error           *ExecError `json:"error"`
+	ExitCode        int        `json:"exit_code"`
+	ExecutionCount  int        `json:"execution_count"`
+	DurationMs      float64    `json:"duration_ms"`
+	CPUMs           float64    `json:"cpu_ms"`
+	PeakMemoryBytes int64      `json:"peak_memory_bytes"`
+	Killed          bool       `json:"killed"`
+	KillReason      KillReason `json:"kill_reason"`
+	// SessionEnded says the execution ended its session; EndReason and
+	// EndCode say why.
+	SessionEnded bool         `json:"session_ended,omitempty"`
+	EndReason    string       `json:"end_reason,omitempty"`
+	EndCode      EndCode      `json:"end_code,omitempty"`
+	FilesChanged []FileChange `json:"files_changed"`
+	// FilesTruncated: the workspace holds more than a listing may, and
+	// FilesChanged may miss some.
+	FilesTruncated bool `json:"files_truncated,omitempty"`
+}
+
+// InputFile is a file placed in /workspace before a one-shot or program
+// run. Content (text) or ContentBase64 (bytes), not both.
+type InputFile struct {
+	Path          string `json:"path"`
+	Content       string `json:"content,omitempty"`
+	ContentBase64 string `json:"content_base64,omitempty"`
+}
+
+// OneShotRequest runs code once in a fresh sandbox (POST /v1/execute).
+type OneShotRequest struct {
+	Language string            `json:"language,omitempty"`
+	Code     string            `json:"code,omitempty"`
+	Files    []InputFile       `json:"files,omitempty"`
+	Limits   config.Limits     `json:"limits,omitzero"`
+	Env      map[string]string `json:"env,omitempty"`
+}
+
+// ProgramRequest runs a program file once in a fresh sandbox, as `airlock
+// run` does (POST /v1/run).
+type ProgramRequest struct {
+	Language string `json:"language,omitempty"`
+	// Code is the program's text, written to /workspace/Filename.
+	Code string `json:"code,omitempty"`
+	// Filename defaults to main.py, main.sh or main.js.
+	Filename string            `json:"filename,omitempty"`
+	Args     []string          `json:"args,omitempty"`
+	Files    []InputFile       `json:"files,omitempty"`
+	Limits   config.Limits     `json:"limits,omitzero"`
+	Env      map[string]string `json:"env,omitempty"`
+	// FileContents false lists output files without their content.
+	FileContents *bool `json:"file_contents,omitempty"`
+}
+
+// OutputFile is a file a one-shot or program run created or modified.
+type OutputFile struct {
+	Path          string `json:"path"`
+	Size          int64  `json:"size"`
+	ContentBase64 string `json:"content_base64,omitempty"`
+	// Omitted says the content was left out: the files together exceed
+	// the response's cap.
+	Omitted bool `json:"omitted,omitempty"`
+}
+
+// OneShotResult is a Result plus the output files and the limits that
+// applied (the request's, completed by the server's defaults).
+type OneShotResult struct {
+	*Result
+	Files  []OutputFile   `json:"files"`
+	Limits *config.Limits `json:"limits"`
+}
+
+// Event types of a streamed execution.
+const (
+	EventStdout  = "stdout"
+	EventStderr  = "stderr"
+	EventResult  = "result"
+	EventDisplay = "display"
+	EventError   = "error"
+	EventEnd     = "end"
+	// EventFailed ends a stream whose request failed after it started:
+	// Error.Name is the error code, Error.Value the message.
+	EventFailed = "failed"
+)
+
+// EventTypes lists every event type.
+func EventTypes() []string {
+	return []string{EventStdout, EventStderr, EventResult, EventDisplay, EventError, EventEnd, EventFailed}
+}
+
+// Output types (Output.Type).
+const (
+	OutputResult  = EventResult
+	OutputDisplay = EventDisplay
+)
+
+// Event is one streamed step of an execution, in the order it happened.
+type Event struct {
+	Type     string                     `json:"type"`
+	Text     string                     `json:"text,omitempty"`
+	Data     map[string]json.RawMessage `json:"data,omitempty"`
+	Metadata json.RawMessage            `json:"metadata,omitempty"`
+	Error    *ExecError                 `json:"error,omitempty"`
+	Result   *Result                    `json:"result,omitempty"`
+	Files    []OutputFile               `json:"files,omitempty"`  // one-shot and program end only
+	Limits   *config.Limits             `json:"limits,omitempty"` // one-shot and program end only
+	// DataBase64 replaces Text for a program's output that is not valid
+	// UTF-8 (program runs only), so streamed bytes arrive unchanged.
+	DataBase64 string `json:"data_base64,omitempty"`
+}
+
+// Entry is a file or directory in /workspace.
+type Entry struct {
+	Path    string    `json:"path"`
+	Type    string    `json:"type"` // file, dir, symlink or other
+	Size    int64     `json:"size"`
+	Mode    string    `json:"mode"`
+	ModTime time.Time `json:"mtime"`
+}
+
+// FileList is GET /v1/sessions/{id}/files.
+type FileList struct {
+	Path      string  `json:"path"`
+	Entries   []Entry `json:"entries"`
+	Truncated bool    `json:"truncated"`
+}
+
+// UploadResult is PUT /v1/sessions/{id}/files/{path}.
+type UploadResult struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+}
+
+// Health is GET /healthz.
+type Health struct {
+	Status   string `json:"status"`
+	Version  string `json:"version"`
+	Sessions int    `json:"sessions"`
+	// Pool has one PoolStats per language and, under "python_template",
+	// a TemplateStats; absent without warm pools.
+	Pool map[string]json.RawMessage `json:"pool,omitempty"`
+}
+
+// PoolStats are one language's warm-pool figures.
+type PoolStats struct {
+	Ready      int     `json:"ready"`
+	Target     int     `json:"target"`
+	Building   int     `json:"building"`
+	Hits       uint64  `json:"hits"`
+	Misses     uint64  `json:"misses"`
+	Built      uint64  `json:"built"`
+	Discarded  uint64  `json:"discarded"`
+	AvgBuildMs float64 `json:"avg_build_ms"`
+}
+
+// TemplateStats describe the Python template interpreter.
+type TemplateStats struct {
+	Running  bool `json:"running"`
+	Failures int  `json:"failures"`
+}
+
+// TemplateKey is the key of TemplateStats in Health.Pool.
+const TemplateKey = "python_template"
+
+// Warm reports whether every pool is full and the template runs (true
+// without pools).
+func (h *Health) Warm() bool {
+	for k, raw := range h.Pool {
+		if k == TemplateKey {
+			var t TemplateStats
+			if json.Unmarshal(raw, &t) != nil || !t.Running {
+				return false
+			}
+			continue
+		}
+		var q PoolStats
+		if json.Unmarshal(raw, &q) != nil || q.Ready < q.Target {
+			return false
+		}
+	}
+	return true
+}
+
+// ErrorBody is the body of every error response.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is what an error response says.
+type ErrorDetail struct {
+	// Code is machine-readable (see errdefs); Message is for people and
+	// never carries host internals.
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// EndCode says why the session ended (code session_ended).
+	EndCode EndCode `json:"end_code,omitempty"`
+	// RequestID names the request in the server's log.
+	RequestID string `json:"request_id,omitempty"`
+}
+
+// RequestIDHeader carries a request's id, both ways.
+const RequestIDHeader = "X-Request-Id"
