@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"airlock/internal/apitype"
 )
 
 // runCLI runs the airlock binary with args and stdin.
@@ -72,35 +75,24 @@ func withFlags(args []string, flags ...string) []string {
 
 // poolUses counts the sandboxes the server's pools have handed out.
 func (s *server) poolUses() int {
-	var h struct {
-		Pool map[string]json.RawMessage `json:"pool"`
+	h, err := s.c.Health(context.Background())
+	if err != nil {
+		s.t.Fatal(err)
 	}
-	s.do("GET", "/healthz", nil, &h)
 	n := 0
-	for _, raw := range h.Pool {
-		var q struct{ Hits, Misses int }
+	for k, raw := range h.Pool {
+		if k == apitype.TemplateKey {
+			continue
+		}
+		var q apitype.PoolStats
 		json.Unmarshal(raw, &q)
-		n += q.Hits + q.Misses
+		n += int(q.Hits + q.Misses)
 	}
 	return n
 }
 
-type runJSON struct {
-	ExitCode        int     `json:"exit_code"`
-	Stdout          string  `json:"stdout"`
-	Stderr          string  `json:"stderr"`
-	StdoutTruncated bool    `json:"stdout_truncated"`
-	StderrTruncated bool    `json:"stderr_truncated"`
-	DurationMs      float64 `json:"duration_ms"`
-	CPUMs           float64 `json:"cpu_ms"`
-	PeakMemoryBytes int64   `json:"peak_memory_bytes"`
-	Killed          bool    `json:"killed"`
-	KillReason      string  `json:"kill_reason"`
-	Files           []struct {
-		Path string `json:"path"`
-		Size int64  `json:"size"`
-	} `json:"files"`
-}
+// runJSON is what airlock run --json prints.
+type runJSON = apitype.RunOutput
 
 func writeFile(t *testing.T, name, content string) string {
 	t.Helper()
@@ -167,7 +159,7 @@ func testRunKillsAndFlags(t *testing.T, runCLI runFunc) {
 	cases := []struct {
 		name, code string
 		args       []string
-		reason     string
+		reason     apitype.KillReason
 	}{
 		{"timeout", "import time\ntime.sleep(30)", []string{"--timeout", "1s"}, "timeout"},
 		{"cpu", "while True: pass", []string{"--cpu-time", "1s", "--timeout", "20s"}, "cpu_time"},

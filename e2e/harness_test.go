@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,6 +20,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"airlock/internal/apitype"
+	"airlock/internal/client"
+	"airlock/internal/config"
 )
 
 var (
@@ -64,6 +69,8 @@ type server struct {
 	// cfgPath is the server's configuration file; a CLI given it finds
 	// the server's socket.
 	cfgPath string
+	// c is the server's API client (package client).
+	c *client.Client
 }
 
 type syncBuffer struct {
@@ -170,6 +177,7 @@ func startServerNamed(t testing.TB, name string, cfg map[string]any) *server {
 	select {
 	case a := <-addr:
 		s.URL = "http://" + a
+		s.c = client.New(s.URL, client.WithHTTPClient(&http.Client{Timeout: 5 * time.Minute, Transport: s.checked(http.DefaultTransport)}))
 	case err := <-s.done:
 		t.Fatalf("server exited: %v\n%s", err, s.stderr.String())
 	case <-time.After(30 * time.Second):
@@ -182,35 +190,11 @@ func startServerNamed(t testing.TB, name string, cfg map[string]any) *server {
 
 // waitWarm waits until /healthz reports full pools and a running template.
 func (s *server) waitWarm() {
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		var h struct {
-			Pool map[string]json.RawMessage `json:"pool"`
-		}
-		if code := s.do("GET", "/healthz", nil, &h); code == 200 {
-			warm := true
-			for k, raw := range h.Pool {
-				if k == "python_template" {
-					var z struct{ Running bool }
-					json.Unmarshal(raw, &z)
-					if !z.Running {
-						warm = false
-					}
-					continue
-				}
-				var q struct{ Ready, Target int }
-				json.Unmarshal(raw, &q)
-				if q.Ready < q.Target {
-					warm = false
-				}
-			}
-			if warm {
-				return
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := s.c.WaitWarm(ctx); err != nil {
+		s.t.Logf("pools not warm after 60s (%v); continuing\n%s", err, s.stderr.String())
 	}
-	s.t.Logf("pools not warm after 60s; continuing\n%s", s.stderr.String())
 }
 
 // stop sends SIGTERM and waits; it fails the test if the server does not
@@ -234,22 +218,13 @@ func (s *server) stop() {
 	os.RemoveAll(filepath.Join("/run", s.name))
 }
 
-var client = &http.Client{Timeout: 5 * time.Minute}
+// rawClient sends the requests of raw: it follows redirects, as clients
+// such as curl -L and python-requests do.
+var rawClient = &http.Client{Timeout: 5 * time.Minute}
 
-// do sends a JSON request and decodes a JSON answer into out (if not nil).
-func (s *server) do(method, path string, body any, out any) int {
-	s.t.Helper()
-	code, data := s.raw(method, path, body, nil)
-	if out != nil && len(data) > 0 {
-		if err := json.Unmarshal(data, out); err != nil {
-			s.t.Fatalf("%s %s: decoding %q: %v", method, path, truncate(string(data), 500), err)
-		}
-	}
-	return code
-}
-
-// raw sends a request; body may be nil, []byte, string or a value to
-// marshal as JSON.
+// raw sends a request as it is, for requests the client package would not
+// send (malformed bodies, odd paths and headers); body may be nil, []byte,
+// string or a value to marshal as JSON.
 func (s *server) raw(method, path string, body any, hdr map[string]string) (int, []byte) {
 	s.t.Helper()
 	var r io.Reader
@@ -273,7 +248,7 @@ func (s *server) raw(method, path string, body any, hdr map[string]string) (int,
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	resp, err := client.Do(req)
+	resp, err := rawClient.Do(req)
 	if err != nil {
 		// Errorf, not Fatalf: callers run on other goroutines too, where
 		// Fatalf would leave them hanging; status 0 fails their checks.
@@ -282,6 +257,9 @@ func (s *server) raw(method, path string, body any, hdr map[string]string) (int,
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode >= 400 {
+		s.checkErrorBody(method+" "+path, data)
+	}
 	return resp.StatusCode, data
 }
 
@@ -292,57 +270,121 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// Session helpers.
-
-type sessionInfo struct {
-	ID        string `json:"id"`
-	Language  string `json:"language"`
-	State     string `json:"state"`
-	EndReason string `json:"end_reason"`
+// Host internals: what an error sent to a client must never name. The
+// server's state directory and cgroup parent carry its name; the init
+// prefixes what it prints with airlock-init.
+func (s *server) hostMarkers() []string {
+	markers := []string{s.name, "/sys/fs/cgroup", "airlock-init", "goroutine "}
+	if binPath != "" {
+		markers = append(markers, filepath.Dir(binPath))
+	}
+	return markers
 }
 
-type apiError struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
+// checkErrorBody fails the test when an error body or a failed event
+// names host internals. Every error the suite sees passes here (the
+// client's responses through checked, raw's directly).
+func (s *server) checkErrorBody(where string, body []byte) {
+	for _, m := range s.hostMarkers() {
+		if bytes.Contains(body, []byte(m)) {
+			s.t.Errorf("%s: an error sent to the client names host internals (%q): %s", where, m, truncate(string(body), 500))
+		}
+	}
 }
 
-type execResult struct {
-	Stdout          string `json:"stdout"`
-	Stderr          string `json:"stderr"`
-	StdoutTruncated bool   `json:"stdout_truncated"`
-	Results         []struct {
-		Type string                     `json:"type"`
-		Data map[string]json.RawMessage `json:"data"`
-	} `json:"results"`
-	Error *struct {
-		Name      string   `json:"name"`
-		Value     string   `json:"value"`
-		Traceback []string `json:"traceback"`
-	} `json:"error"`
-	ExitCode        int     `json:"exit_code"`
-	DurationMs      float64 `json:"duration_ms"`
-	CPUMs           float64 `json:"cpu_ms"`
-	PeakMemoryBytes int64   `json:"peak_memory_bytes"`
-	Killed          bool    `json:"killed"`
-	KillReason      string  `json:"kill_reason"`
-	SessionEnded    bool    `json:"session_ended"`
-	EndReason       string  `json:"end_reason"`
-	FilesChanged    []struct {
-		Path   string `json:"path"`
-		Size   int64  `json:"size"`
-		Change string `json:"change"`
-	} `json:"files_changed"`
-	Files []struct {
-		Path          string `json:"path"`
-		Size          int64  `json:"size"`
-		ContentBase64 string `json:"content_base64"`
-	} `json:"files"`
+// checked wraps the client's transport: error responses, and the failed
+// events of streams, go through checkErrorBody.
+func (s *server) checked(next http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := next.RoundTrip(req)
+		if err != nil {
+			return resp, err
+		}
+		where := req.Method + " " + req.URL.Path
+		if resp.StatusCode >= 400 {
+			data, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			s.checkErrorBody(where, data)
+			resp.Body = io.NopCloser(bytes.NewReader(data))
+		} else if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/x-ndjson") {
+			resp.Body = &eventChecker{ReadCloser: resp.Body, check: func(line []byte) { s.checkErrorBody(where, line) }}
+		}
+		return resp, nil
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// eventChecker hands every failed event of an NDJSON stream to check.
+type eventChecker struct {
+	io.ReadCloser
+	check   func([]byte)
+	pending []byte
+}
+
+func (e *eventChecker) Read(p []byte) (int, error) {
+	n, err := e.ReadCloser.Read(p)
+	e.pending = append(e.pending, p[:n]...)
+	for {
+		line, rest, ok := bytes.Cut(e.pending, []byte("\n"))
+		if !ok {
+			break
+		}
+		if bytes.Contains(line, []byte(`"type":"failed"`)) {
+			e.check(line)
+		}
+		e.pending = rest
+	}
+	if len(e.pending) > 64<<10 {
+		e.pending = nil // a long line of output, never a failed event
+	}
+	return n, err
+}
+
+// Session helpers, on the client package.
+
+// newSession creates a session; extra holds more fields of the request,
+// as JSON would.
+func (s *server) newSession(lang string, extra map[string]any) string {
+	s.t.Helper()
+	body := map[string]any{"language": lang}
+	for k, v := range extra {
+		body[k] = v
+	}
+	var req apitype.CreateSessionRequest
+	b, _ := json.Marshal(body)
+	if err := json.Unmarshal(b, &req); err != nil {
+		s.t.Fatalf("create %s session: %v", lang, err)
+	}
+	info, err := s.c.CreateSession(context.Background(), req)
+	if err != nil {
+		s.t.Fatalf("create %s session: %v", lang, err)
+	}
+	return info.ID
+}
+
+// execute runs req in a session.
+func (s *server) execute(id string, req apitype.ExecuteRequest) (*apitype.Result, error) {
+	return s.c.Execute(context.Background(), id, req, nil)
+}
+
+// exec runs code in a session; an error response fails the test.
+func (s *server) exec(id, code string) *apitype.Result {
+	s.t.Helper()
+	res, err := s.execute(id, apitype.ExecuteRequest{Code: code})
+	if err != nil {
+		s.t.Fatalf("execute %q: %v", truncate(code, 80), err)
+	}
+	return res
 }
 
 // text returns the text/plain of the first result of type typ.
-func (r execResult) text(typ string) string {
+func text(r *apitype.Result, typ string) string {
+	if r == nil {
+		return ""
+	}
 	for _, o := range r.Results {
 		if o.Type == typ {
 			var s string
@@ -353,28 +395,43 @@ func (r execResult) text(typ string) string {
 	return ""
 }
 
-func (s *server) newSession(lang string, extra map[string]any) string {
-	s.t.Helper()
-	body := map[string]any{"language": lang}
-	for k, v := range extra {
-		body[k] = v
+// apiError returns err as the server's error, or nil if it is not one.
+func apiError(err error) *client.Error {
+	var e *client.Error
+	if errors.As(err, &e) {
+		return e
 	}
-	var info sessionInfo
-	if code := s.do("POST", "/v1/sessions", body, &info); code != 201 {
-		s.t.Fatalf("create %s session: status %d", lang, code)
-	}
-	return info.ID
+	return nil
 }
 
-func (s *server) exec(id, code string) execResult {
-	s.t.Helper()
-	var res execResult
-	status, data := s.raw("POST", "/v1/sessions/"+id+"/execute", map[string]any{"code": code}, nil)
-	if status != 200 {
-		s.t.Fatalf("execute %q: status %d: %s", truncate(code, 80), status, data)
+// wantError fails the test unless err is the server's error of status and
+// code; it returns the error.
+func wantError(t testing.TB, what string, err error, status int, code string) *client.Error {
+	t.Helper()
+	e := apiError(err)
+	if e == nil || e.Status != status || e.Code != code {
+		t.Fatalf("%s: %v (%+v), want %d %s", what, err, e, status, code)
 	}
-	if err := json.Unmarshal(data, &res); err != nil {
-		s.t.Fatal(err)
+	return e
+}
+
+// limits parses limits as a request would give them ("memory": "128M").
+func limits(t testing.TB, kv map[string]any) config.Limits {
+	t.Helper()
+	var l config.Limits
+	b, _ := json.Marshal(kv)
+	if err := json.Unmarshal(b, &l); err != nil {
+		t.Fatalf("limits %v: %v", kv, err)
 	}
-	return res
+	return l
+}
+
+// duration parses a duration as a request would give it.
+func duration(t testing.TB, s string) config.Duration {
+	t.Helper()
+	d, err := config.ParseDuration(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

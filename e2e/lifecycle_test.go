@@ -100,7 +100,7 @@ func checkNothingLeft(parent string) []string {
 func postEnding(s *server, path, body string) <-chan string {
 	out := make(chan string, 1)
 	go func() {
-		resp, err := client.Post(s.URL+path, "application/json", strings.NewReader(body))
+		resp, err := rawClient.Post(s.URL+path, "application/json", strings.NewReader(body))
 		if err != nil {
 			out <- err.Error()
 			return

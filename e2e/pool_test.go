@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"strconv"
@@ -9,18 +10,17 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"airlock/internal/apitype"
 )
 
 // poolOf reads the pool figures of one language.
 func (s *server) poolOf(lang string) (ready, target int) {
-	var h struct {
-		Pool map[string]json.RawMessage `json:"pool"`
+	h, err := s.c.Health(context.Background())
+	if err != nil {
+		s.t.Fatal(err)
 	}
-	s.do("GET", "/healthz", nil, &h)
-	var q struct {
-		Ready  int `json:"ready"`
-		Target int `json:"target"`
-	}
+	var q apitype.PoolStats
 	json.Unmarshal(h.Pool[lang], &q)
 	return q.Ready, q.Target
 }
@@ -32,10 +32,12 @@ func checkFresh(t *testing.T, s *server, n int) {
 	for i := 0; i < n; i++ {
 		id := s.newSession("python", nil)
 		r := s.exec(id, "import os, pandas\nsorted(os.listdir('/workspace')) + sorted(os.listdir('/tmp'))")
-		if r.Error != nil || r.text("result") != "['matplotlib']" {
+		if r.Error != nil || text(r, "result") != "['matplotlib']" {
 			t.Fatalf("session %d after abuse: %+v", i, r)
 		}
-		s.raw("DELETE", "/v1/sessions/"+id, nil, nil)
+		if err := s.c.DeleteSession(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -45,12 +47,13 @@ func TestPoolSurvivesAbuse(t *testing.T) {
 		name, code string
 		limits     map[string]any
 		endReason  string
+		endCode    apitype.EndCode
 	}{
-		{"out of memory", "b = []\nwhile True:\n    b.append(bytearray(32 << 20))", map[string]any{"memory": "160M"}, "out of memory"},
-		{"fork bomb", "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", map[string]any{"pids": 32}, "process limit reached"},
-		{"interpreter exits", "import os\nos._exit(7)", nil, "the interpreter exited with status 7"},
-		{"interpreter crashes", "import ctypes\nctypes.string_at(0)", nil, "killed by signal 11"},
-		{"interpreter kills itself", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", nil, "killed by signal 9"},
+		{"out of memory", "b = []\nwhile True:\n    b.append(bytearray(32 << 20))", map[string]any{"memory": "160M"}, "out of memory", apitype.EndOOM},
+		{"fork bomb", "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", map[string]any{"pids": 32}, "process limit reached", apitype.EndPids},
+		{"interpreter exits", "import os\nos._exit(7)", nil, "the interpreter exited with status 7", apitype.EndInterpreterExited},
+		{"interpreter crashes", "import ctypes\nctypes.string_at(0)", nil, "killed by signal 11", apitype.EndInterpreterExited},
+		{"interpreter kills itself", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", nil, "killed by signal 9", apitype.EndInterpreterExited},
 	}
 	for _, a := range abuses {
 		t.Run(a.name, func(t *testing.T) {
@@ -60,14 +63,13 @@ func TestPoolSurvivesAbuse(t *testing.T) {
 			}
 			id := s.newSession("python", extra)
 			s.exec(id, "open('/workspace/left-behind', 'w').write('x')\nopen('/tmp/left-behind', 'w').write('x')")
-			var r execResult
-			status := s.do("POST", "/v1/sessions/"+id+"/execute", map[string]any{"code": a.code, "timeout": "20s"}, &r)
-			if status != 200 || !r.SessionEnded || !strings.Contains(r.EndReason, a.endReason) {
-				t.Fatalf("status %d, result %+v", status, r)
+			r, err := s.execute(id, apitype.ExecuteRequest{Code: a.code, Timeout: duration(t, "20s")})
+			if err != nil || !r.SessionEnded || !strings.Contains(r.EndReason, a.endReason) || r.EndCode != a.endCode {
+				t.Fatalf("%v, result %+v", err, r)
 			}
-			var e apiError
-			if status := s.do("POST", "/v1/sessions/"+id+"/execute", map[string]any{"code": "1"}, &e); status != 410 {
-				t.Fatalf("after the abuse: %d %+v", status, e)
+			_, err = s.execute(id, apitype.ExecuteRequest{Code: "1"})
+			if e := wantError(t, "after the abuse", err, 410, "session_ended"); e.EndCode != a.endCode {
+				t.Fatalf("after the abuse: %+v", e)
 			}
 			checkFresh(t, s, 3)
 		})
@@ -96,7 +98,7 @@ func TestKilledWhilePooled(t *testing.T) {
 	}
 	for i := 0; i < 5; i++ {
 		id := s.newSession("python", nil)
-		if r := s.exec(id, "21 * 2"); r.text("result") != "42" {
+		if r := s.exec(id, "21 * 2"); text(r, "result") != "42" {
 			t.Fatalf("session %d after pooled interpreters were killed: %+v", i, r)
 		}
 	}
@@ -154,23 +156,21 @@ func TestTemplateRestarts(t *testing.T) {
 	syscall.Kill(old, syscall.SIGKILL)
 	for i := 0; i < 3; i++ {
 		id := s.newSession("python", nil)
-		if r := s.exec(id, "import pandas\n'ok'"); r.text("result") != "'ok'" {
+		if r := s.exec(id, "import pandas\n'ok'"); text(r, "result") != "'ok'" {
 			t.Fatalf("session %d after the template died: %+v", i, r)
 		}
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		var h struct {
-			Pool struct {
-				Template struct {
-					Running bool `json:"running"`
-				} `json:"python_template"`
-			} `json:"pool"`
+		h, err := s.c.Health(context.Background())
+		if err != nil {
+			t.Fatal(err)
 		}
-		s.do("GET", "/healthz", nil, &h)
+		var tmpl apitype.TemplateStats
+		json.Unmarshal(h.Pool[apitype.TemplateKey], &tmpl)
 		// Running, and a new process: the health report alone may still
 		// describe the dead one.
-		if h.Pool.Template.Running && findTemplatePid(s) > 0 && findTemplatePid(s) != old {
+		if tmpl.Running && findTemplatePid(s) > 0 && findTemplatePid(s) != old {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -245,7 +245,7 @@ func TestTemplateReapsEveryRuntime(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				time.Sleep(time.Duration(i) * 300 * time.Microsecond)
-				s.raw("POST", "/v1/sessions/"+id+"/execute", map[string]any{"code": "import os\nos._exit(0)"}, nil)
+				s.execute(id, apitype.ExecuteRequest{Code: "import os\nos._exit(0)"})
 			}()
 		}
 		wg.Wait()

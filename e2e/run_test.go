@@ -1,40 +1,35 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"airlock/internal/apitype"
+	"airlock/internal/client"
 )
 
-// runProgram posts to /v1/run and decodes the answer.
-func (s *server) runProgram(body map[string]any) (int, execResult, apiError) {
+// runProgram runs a program through the API; an error response fails the
+// test.
+func (s *server) runProgram(req apitype.ProgramRequest) *apitype.OneShotResult {
 	s.t.Helper()
-	status, data := s.raw("POST", "/v1/run", body, nil)
-	var r execResult
-	var e apiError
-	if status == 200 {
-		if err := json.Unmarshal(data, &r); err != nil {
-			s.t.Fatalf("decoding %s: %v", truncate(string(data), 300), err)
-		}
-	} else {
-		json.Unmarshal(data, &e)
+	r, err := s.c.RunProgram(context.Background(), req, nil)
+	if err != nil {
+		s.t.Fatalf("POST /v1/run: %v", err)
 	}
-	return status, r, e
+	return r
 }
 
 func TestRunProgramAPI(t *testing.T) {
 	s := sharedServer(t)
-	status, r, e := s.runProgram(map[string]any{
-		"code": `import sys, os
+	r := s.runProgram(apitype.ProgramRequest{
+		Code: `import sys, os
 print(sys.argv, __name__, os.getcwd(), os.environ["GREETING"])
 print("warm:", "numpy" in sys.modules, file=sys.stderr)
 data = open("in/data.txt").read()
@@ -42,15 +37,12 @@ open("out.txt", "w").write(data.upper())
 open("in/data.txt", "a").write("!")
 sys.exit(4)
 `,
-		"filename": "tool.py",
-		"args":     []string{"x", "y z"},
-		"env":      map[string]string{"GREETING": "hello"},
-		"files":    []map[string]string{{"path": "in/data.txt", "content": "abc"}, {"path": "unused.bin", "content_base64": "AAE="}},
-		"limits":   map[string]string{"memory": "300M"},
+		Filename: "tool.py",
+		Args:     []string{"x", "y z"},
+		Env:      map[string]string{"GREETING": "hello"},
+		Files:    []apitype.InputFile{{Path: "in/data.txt", Content: "abc"}, {Path: "unused.bin", ContentBase64: "AAE="}},
+		Limits:   limits(t, map[string]any{"memory": "300M"}),
 	})
-	if status != 200 {
-		t.Fatalf("status %d: %+v", status, e)
-	}
 	if r.ExitCode != 4 || r.Killed || r.Error != nil ||
 		r.Stdout != "['/workspace/tool.py', 'x', 'y z'] __main__ /workspace hello\n" || r.Stderr != "warm: True\n" {
 		t.Fatalf("%+v", r)
@@ -67,9 +59,9 @@ sys.exit(4)
 	}
 
 	// PYTHON* variables need a new interpreter, and get one.
-	_, r, _ = s.runProgram(map[string]any{
-		"code": "import sys\nprint(sys.flags.hash_randomization, 'numpy' in sys.modules)",
-		"env":  map[string]string{"PYTHONHASHSEED": "0"},
+	r = s.runProgram(apitype.ProgramRequest{
+		Code: "import sys\nprint(sys.flags.hash_randomization, 'numpy' in sys.modules)",
+		Env:  map[string]string{"PYTHONHASHSEED": "0"},
 	})
 	if r.Stdout != "0 False\n" || r.ExitCode != 0 {
 		t.Fatalf("fresh interpreter: %+v", r)
@@ -79,7 +71,7 @@ sys.exit(4)
 		{"bash", `echo "$0 $1 $#"; echo "${GREETING:-unset} ${HOME}"; exit 7`, "/workspace/main.sh a 1\nhi /workspace\n"},
 		{"javascript", `console.log(process.argv.slice(2).join(','), process.env.GREETING); process.exitCode = 7`, "a hi\n"},
 	} {
-		_, r, _ = s.runProgram(map[string]any{"language": c.lang, "code": c.code, "args": []string{"a"}, "env": map[string]string{"GREETING": "hi"}})
+		r = s.runProgram(apitype.ProgramRequest{Language: c.lang, Code: c.code, Args: []string{"a"}, Env: map[string]string{"GREETING": "hi"}})
 		if r.Stdout != c.want || r.ExitCode != 7 || r.Killed {
 			t.Errorf("%s: %+v", c.lang, r)
 		}
@@ -90,20 +82,20 @@ func TestRunProgramLimitsAndCrashes(t *testing.T) {
 	s := sharedServer(t)
 	cases := []struct {
 		name, code string
-		limits     map[string]string
-		reason     string
+		limits     map[string]any
+		reason     apitype.KillReason
 	}{
-		{name: "timeout", code: "import time\ntime.sleep(30)", limits: map[string]string{"timeout": "1s"}, reason: "timeout"},
-		{name: "cpu", code: "while True: pass", limits: map[string]string{"cpu_time": "1s", "timeout": "20s"}, reason: "cpu_time"},
-		{name: "memory", code: "b = []\nwhile True: b.append(bytearray(16 << 20))", limits: map[string]string{"memory": "64M"}, reason: "memory"},
-		{name: "output", code: "while True: print('x' * 1000)", limits: map[string]string{"max_output": "10K"}, reason: "output"},
-		{name: "pids", code: "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass", limits: map[string]string{"pids": "16", "timeout": "20s"}, reason: "pids"},
+		{name: "timeout", code: "import time\ntime.sleep(30)", limits: map[string]any{"timeout": "1s"}, reason: "timeout"},
+		{name: "cpu", code: "while True: pass", limits: map[string]any{"cpu_time": "1s", "timeout": "20s"}, reason: "cpu_time"},
+		{name: "memory", code: "b = []\nwhile True: b.append(bytearray(16 << 20))", limits: map[string]any{"memory": "64M"}, reason: "memory"},
+		{name: "output", code: "while True: print('x' * 1000)", limits: map[string]any{"max_output": "10K"}, reason: "output"},
+		{name: "pids", code: "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass", limits: map[string]any{"pids": "16", "timeout": "20s"}, reason: "pids"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			status, r, e := s.runProgram(map[string]any{"code": c.code, "limits": c.limits})
-			if status != 200 || !r.Killed || r.KillReason != c.reason || r.ExitCode != 137 || r.Error != nil {
-				t.Fatalf("status %d %+v %+v", status, r, e)
+			r := s.runProgram(apitype.ProgramRequest{Code: c.code, Limits: limits(t, c.limits)})
+			if !r.Killed || r.KillReason != c.reason || r.ExitCode != 137 || r.Error != nil || r.SessionEnded || r.EndCode != "" {
+				t.Fatalf("%+v", r)
 			}
 		})
 	}
@@ -113,14 +105,14 @@ func TestRunProgramLimitsAndCrashes(t *testing.T) {
 		"import os, signal\nos.kill(os.getpid(), 11)":      139,
 		"import os\nos.fork() or os._exit(0)\nos._exit(2)": 2,
 	} {
-		_, r, _ := s.runProgram(map[string]any{"code": code})
+		r := s.runProgram(apitype.ProgramRequest{Code: code})
 		if r.ExitCode != want || r.Killed {
 			t.Errorf("%q: %+v, want exit code %d", code, r, want)
 		}
 	}
 	// Leftovers of one run are invisible to the next.
-	s.runProgram(map[string]any{"code": "open('/tmp/left', 'w').write('x'); open('left', 'w').write('x')"})
-	_, r, _ := s.runProgram(map[string]any{"code": "import os\nprint(os.path.exists('/tmp/left'), os.path.exists('left'))"})
+	s.runProgram(apitype.ProgramRequest{Code: "open('/tmp/left', 'w').write('x'); open('left', 'w').write('x')"})
+	r := s.runProgram(apitype.ProgramRequest{Code: "import os\nprint(os.path.exists('/tmp/left'), os.path.exists('left'))"})
 	if r.Stdout != "False False\n" {
 		t.Fatalf("a later run sees an earlier one: %q", r.Stdout)
 	}
@@ -128,29 +120,11 @@ func TestRunProgramLimitsAndCrashes(t *testing.T) {
 
 func TestRunProgramStreamsBytes(t *testing.T) {
 	s := sharedServer(t)
-	body, _ := json.Marshal(map[string]any{
-		"code": "import sys\nsys.stdout.buffer.write(b'text\\n'); sys.stdout.buffer.write(b'\\xff\\x00bin'); print('err', file=sys.stderr)",
-	})
-	req, _ := http.NewRequest("POST", s.URL+"/v1/run", bytes.NewReader(body))
-	req.Header.Set("Accept", "application/x-ndjson")
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var stdout, stderr []byte
-	var end *execResult
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		var ev struct {
-			Type       string      `json:"type"`
-			Text       string      `json:"text"`
-			DataBase64 string      `json:"data_base64"`
-			Result     *execResult `json:"result"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			t.Fatal(err)
-		}
+	var end *apitype.Result
+	res, err := s.c.RunProgram(context.Background(), apitype.ProgramRequest{
+		Code: "import sys\nsys.stdout.buffer.write(b'text\\n'); sys.stdout.buffer.write(b'\\xff\\x00bin'); print('err', file=sys.stderr)",
+	}, func(ev apitype.Event) {
 		chunk := []byte(ev.Text)
 		if ev.DataBase64 != "" {
 			chunk, _ = base64.StdEncoding.DecodeString(ev.DataBase64)
@@ -163,29 +137,34 @@ func TestRunProgramStreamsBytes(t *testing.T) {
 		case "end":
 			end = ev.Result
 		}
-	}
-	if string(stdout) != "text\n\xff\x00bin" || string(stderr) != "err\n" || end == nil || end.ExitCode != 0 {
-		t.Fatalf("stdout %q stderr %q end %+v", stdout, stderr, end)
+	})
+	if err != nil || string(stdout) != "text\n\xff\x00bin" || string(stderr) != "err\n" || end == nil || end.ExitCode != 0 || res.Result != end {
+		t.Fatalf("%v: stdout %q stderr %q end %+v", err, stdout, stderr, end)
 	}
 }
 
 func TestRunProgramBadRequests(t *testing.T) {
 	s := sharedServer(t)
 	for _, c := range []struct {
-		body map[string]any
-		msg  string
+		req apitype.ProgramRequest
+		msg string
 	}{
-		{map[string]any{"code": "1", "filename": "../x.py"}, "filename"},
-		{map[string]any{"code": "1", "filename": "main.py", "files": []map[string]string{{"path": "main.py", "content": "x"}}}, "program's own"},
-		{map[string]any{"code": "1", "args": []string{"a\x00b"}}, "NUL"},
-		{map[string]any{"code": "1", "language": "cobol"}, "unknown language"},
-		{map[string]any{"code": "1", "limits": map[string]string{"memory": "999T"}}, "maximum"},
-		{map[string]any{"code": "1", "argv": []string{"x"}}, "unknown field"},
+		{apitype.ProgramRequest{Code: "1", Filename: "../x.py"}, "filename"},
+		{apitype.ProgramRequest{Code: "1", Filename: "main.py", Files: []apitype.InputFile{{Path: "main.py", Content: "x"}}}, "program's own"},
+		{apitype.ProgramRequest{Code: "1", Args: []string{"a\x00b"}}, "NUL"},
+		{apitype.ProgramRequest{Code: "1", Language: "cobol"}, "unknown language"},
+		{apitype.ProgramRequest{Code: "1", Limits: limits(t, map[string]any{"memory": "999T"})}, "maximum"},
 	} {
-		status, _, e := s.runProgram(c.body)
-		if status != 400 || !strings.Contains(e.Error.Message, c.msg) {
-			t.Errorf("%v: %d %+v, want 400 and %q", c.body, status, e, c.msg)
+		_, err := s.c.RunProgram(context.Background(), c.req, nil)
+		if e := apiError(err); e == nil || e.Status != 400 || e.Code != "invalid_argument" || !strings.Contains(e.Message, c.msg) {
+			t.Errorf("%+v: %v, want 400 and %q", c.req, err, c.msg)
 		}
+	}
+	// A request the client would never send.
+	status, body := s.raw("POST", "/v1/run", map[string]any{"code": "1", "argv": []string{"x"}}, nil)
+	var e apitype.ErrorBody
+	if json.Unmarshal(body, &e); status != 400 || !strings.Contains(e.Error.Message, "unknown field") {
+		t.Errorf("an unknown field: %d %s", status, body)
 	}
 }
 
@@ -235,19 +214,14 @@ func TestUnixSocket(t *testing.T) {
 	if err != nil || st.Mode()&os.ModeSocket == 0 || st.Mode().Perm() != 0o600 {
 		t.Fatalf("socket %s: %v %v", sock, st.Mode(), err)
 	}
-	if status, _ := s.raw("GET", "/v1/sessions", nil, nil); status != 401 {
-		t.Fatalf("TCP without the token: %d", status)
+	ctx := context.Background()
+	_, err = s.c.Sessions(ctx)
+	wantError(t, "TCP without the token", err, 401, "unauthorized")
+	if _, err := client.New(s.URL, client.WithToken("s3cret")).Sessions(ctx); err != nil {
+		t.Fatalf("TCP with the token: %v", err)
 	}
-	uc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}}}
-	resp, err := uc.Get("http://airlock/v1/sessions")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("unix socket without the token: %d", resp.StatusCode)
+	if _, err := client.Unix(sock).Sessions(ctx); err != nil {
+		t.Fatalf("unix socket without the token: %v", err)
 	}
 	// airlock run finds the server there, token or not.
 	prog := writeFile(t, "p.py", "print('via socket')")

@@ -126,7 +126,7 @@ func postCtx(ctx context.Context, t *testing.T, url string, body []byte) (int, [
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
+	resp, err := rawClient.Do(req)
 	if err != nil {
 		return 0, []byte(err.Error())
 	}

@@ -3,11 +3,13 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"image/png"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"airlock/internal/apitype"
 )
 
 // One server for the session tests; each test makes its own sessions.
@@ -78,7 +82,7 @@ func TestStatePersists(t *testing.T) {
 	id := s.newSession("python", nil)
 	s.exec(id, "import math\nx = 41\ndef f(v):\n    return v + 1")
 	r := s.exec(id, "f(x)")
-	if got := r.text("result"); got != "42" {
+	if got := text(r, "result"); got != "42" {
 		t.Fatalf("final expression: got %q (%+v)", got, r)
 	}
 	r = s.exec(id, "print(math.pi > 3)")
@@ -156,14 +160,14 @@ func TestExceptionThenNormalCall(t *testing.T) {
 		t.Fatalf("traceback should show the user's code only:\n%s", tb)
 	}
 	r = s.exec(id, "y * 6")
-	if r.Error != nil || r.text("result") != "42" {
+	if r.Error != nil || text(r, "result") != "42" {
 		t.Fatalf("after an exception: %+v", r)
 	}
 	r = s.exec(id, "def broken(:\n  pass")
 	if r.Error == nil || r.Error.Name != "SyntaxError" {
 		t.Fatalf("syntax error: %+v", r.Error)
 	}
-	if r := s.exec(id, "y"); r.text("result") != "7" {
+	if r := s.exec(id, "y"); text(r, "result") != "7" {
 		t.Fatalf("after a syntax error: %+v", r)
 	}
 }
@@ -173,16 +177,15 @@ func TestTimeoutKeepsState(t *testing.T) {
 	id := s.newSession("python", nil)
 	s.exec(id, "kept = 'still here'")
 	for _, code := range []string{"while True:\n    pass", "import time\ntime.sleep(60)"} {
-		var r execResult
 		start := time.Now()
-		status := s.do("POST", "/v1/sessions/"+id+"/execute", map[string]any{"code": code, "timeout": "1s"}, &r)
-		if status != 200 || !r.Killed || r.KillReason != "timeout" || r.Error == nil || r.Error.Name != "KeyboardInterrupt" {
-			t.Fatalf("%q: status %d result %+v", code, status, r)
+		r, err := s.execute(id, apitype.ExecuteRequest{Code: code, Timeout: duration(t, "1s")})
+		if err != nil || !r.Killed || r.KillReason != "timeout" || r.Error == nil || r.Error.Name != "KeyboardInterrupt" {
+			t.Fatalf("%q: %v, result %+v", code, err, r)
 		}
 		if d := time.Since(start); d > 5*time.Second {
 			t.Fatalf("timeout took %v", d)
 		}
-		if r := s.exec(id, "kept"); r.text("result") != "'still here'" {
+		if r := s.exec(id, "kept"); text(r, "result") != "'still here'" {
 			t.Fatalf("state lost after a timeout: %+v", r)
 		}
 	}
@@ -196,7 +199,7 @@ func TestCPUTimeKeepsState(t *testing.T) {
 	if !r.Killed || r.KillReason != "cpu_time" {
 		t.Fatalf("got %+v", r)
 	}
-	if r := s.exec(id, "z"); r.text("result") != "3" {
+	if r := s.exec(id, "z"); text(r, "result") != "3" {
 		t.Fatalf("state lost: %+v", r)
 	}
 }
@@ -205,22 +208,19 @@ func TestOOMEndsSessionCleanly(t *testing.T) {
 	s := sharedServer(t)
 	id := s.newSession("python", map[string]any{"limits": map[string]any{"memory": "128M"}})
 	r := s.exec(id, "blocks = []\nwhile True:\n    blocks.append(bytearray(16 << 20))")
-	if !r.Killed || r.KillReason != "memory" || !r.SessionEnded || r.EndReason != "out of memory" {
+	if !r.Killed || r.KillReason != "memory" || !r.SessionEnded || r.EndReason != "out of memory" || r.EndCode != apitype.EndOOM {
 		t.Fatalf("got %+v", r)
 	}
-	var e apiError
-	if status := s.do("POST", "/v1/sessions/"+id+"/execute", map[string]any{"code": "1"}, &e); status != 410 {
-		t.Fatalf("after OOM: status %d %+v", status, e)
-	}
-	if !strings.Contains(e.Error.Message, "session ended: out of memory") || e.Error.Code != "session_ended" {
+	_, err := s.execute(id, apitype.ExecuteRequest{Code: "1"})
+	e := wantError(t, "after OOM", err, 410, "session_ended")
+	if !strings.Contains(e.Message, "session ended: out of memory") || e.EndCode != apitype.EndOOM {
 		t.Fatalf("after OOM: %+v", e)
 	}
-	if status := s.do("GET", "/v1/sessions/"+id, nil, &e); status != 410 {
-		t.Fatalf("GET after OOM: %d", status)
-	}
+	_, err = s.c.Session(context.Background(), id)
+	wantError(t, "GET after OOM", err, 410, "session_ended")
 	// Other sessions are unaffected.
 	other := s.newSession("python", nil)
-	if r := s.exec(other, "1 + 1"); r.text("result") != "2" {
+	if r := s.exec(other, "1 + 1"); text(r, "result") != "2" {
 		t.Fatalf("a new session after an OOM: %+v", r)
 	}
 }
@@ -232,7 +232,7 @@ func TestStreamedEventsInOrderAndEarly(t *testing.T) {
 	req, _ := http.NewRequest("POST", s.URL+"/v1/sessions/"+id+"/execute", bytes.NewReader(body))
 	req.Header.Set("Accept", "application/x-ndjson")
 	start := time.Now()
-	resp, err := client.Do(req)
+	resp, err := rawClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +245,7 @@ func TestStreamedEventsInOrderAndEarly(t *testing.T) {
 	var types []string
 	var firstAt time.Duration
 	var end struct {
-		Result execResult `json:"result"`
+		Result apitype.Result `json:"result"`
 	}
 	for sc.Scan() {
 		var ev struct {
@@ -283,51 +283,48 @@ func TestBinaryFileRoundTrip(t *testing.T) {
 	id := s.newSession("python", nil)
 	data := make([]byte, 3<<20+17)
 	rand.Read(data)
-	var up struct {
-		Path string `json:"path"`
-		Size int64  `json:"size"`
-	}
-	if status := s.do("PUT", "/v1/sessions/"+id+"/files/in/blob.bin", data, &up); status != 201 || up.Size != int64(len(data)) {
-		t.Fatalf("upload: %d %+v", status, up)
+	ctx := context.Background()
+	up, err := s.c.Upload(ctx, id, "in/blob.bin", bytes.NewReader(data), int64(len(data)))
+	if err != nil || up.Size != int64(len(data)) || up.Path != "in/blob.bin" {
+		t.Fatalf("upload: %v %+v", err, up)
 	}
 	r := s.exec(id, "import hashlib\nb = open('in/blob.bin', 'rb').read()\nopen('out.bin', 'wb').write(b[::-1])\nhashlib.sha256(b).hexdigest()")
 	if len(r.FilesChanged) != 1 || r.FilesChanged[0].Path != "out.bin" || r.FilesChanged[0].Change != "created" {
 		t.Fatalf("files_changed %+v", r.FilesChanged)
 	}
-	status, got := s.raw("GET", "/v1/sessions/"+id+"/files/in/blob.bin", nil, nil)
-	if status != 200 || !bytes.Equal(got, data) {
-		t.Fatalf("download: %d, %d bytes, equal %v", status, len(got), bytes.Equal(got, data))
+	download := func(p string) ([]byte, error) {
+		rc, err := s.c.Download(ctx, id, p)
+		if err != nil {
+			return nil, err
+		}
+		defer rc.Close()
+		return io.ReadAll(rc)
 	}
-	status, got = s.raw("GET", "/v1/sessions/"+id+"/files/out.bin", nil, nil)
+	got, err := download("in/blob.bin")
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("download: %v, %d bytes, equal %v", err, len(got), bytes.Equal(got, data))
+	}
+	got, err = download("out.bin")
 	rev := make([]byte, len(data))
 	for i := range data {
 		rev[i] = data[len(data)-1-i]
 	}
-	if status != 200 || !bytes.Equal(got, rev) {
-		t.Fatalf("download of a file written by code: %d", status)
+	if err != nil || !bytes.Equal(got, rev) {
+		t.Fatalf("download of a file written by code: %v", err)
 	}
-	var list struct {
-		Entries []struct {
-			Path string `json:"path"`
-			Type string `json:"type"`
-			Size int64  `json:"size"`
-		} `json:"entries"`
+	list, err := s.c.ListFiles(ctx, id, "in", false)
+	if err != nil || len(list.Entries) != 1 || list.Entries[0].Path != "in/blob.bin" || list.Entries[0].Type != "file" || list.Entries[0].Size != int64(len(data)) {
+		t.Fatalf("list: %v %+v", err, list)
 	}
-	if status := s.do("GET", "/v1/sessions/"+id+"/files?path=in", nil, &list); status != 200 || len(list.Entries) != 1 || list.Entries[0].Path != "in/blob.bin" {
-		t.Fatalf("list: %d %+v", status, list)
+	if err := s.c.DeleteFile(ctx, id, "out.bin", false); err != nil {
+		t.Fatalf("delete: %v", err)
 	}
-	if status, _ := s.raw("DELETE", "/v1/sessions/"+id+"/files/out.bin", nil, nil); status != 204 {
-		t.Fatalf("delete: %d", status)
-	}
-	if status, _ := s.raw("GET", "/v1/sessions/"+id+"/files/out.bin", nil, nil); status != 404 {
-		t.Fatalf("deleted file: %d", status)
-	}
+	_, err = download("out.bin")
+	wantError(t, "deleted file", err, 404, "not_found")
 	// Over the file cap: refused without keeping anything.
-	var e apiError
 	small := s.newSession("python", map[string]any{"limits": map[string]any{"disk": "1M"}})
-	if status := s.do("PUT", "/v1/sessions/"+small+"/files/big", make([]byte, 2<<20), &e); status != 413 {
-		t.Fatalf("oversized upload: %d %+v", status, e)
-	}
+	_, err = s.c.Upload(ctx, small, "big", bytes.NewReader(make([]byte, 2<<20)), 2<<20)
+	wantError(t, "oversized upload", err, 413, "too_large")
 }
 
 func TestTraversalRejected(t *testing.T) {
@@ -363,7 +360,7 @@ except OSError as e:
 		}
 		check := func(method string, status int, body []byte) {
 			t.Helper()
-			var e apiError
+			var e apitype.ErrorBody
 			json.Unmarshal(body, &e)
 			if status != want || bytes.Contains(body, []byte("root:x:0:0")) || (want == 400 && e.Error.Code != "invalid_argument") {
 				t.Errorf("%s %s: status %d body %q, want %d", method, truncate(p, 40), status, truncate(string(body), 120), want)
@@ -447,14 +444,14 @@ print('secret' in globals())
 	}
 	// Same name in both, different values.
 	s.exec(b, "secret = 'only-in-b'")
-	if r := s.exec(a, "secret"); r.text("result") != "'only-in-a'" {
+	if r := s.exec(a, "secret"); text(r, "result") != "'only-in-a'" {
 		t.Fatalf("%+v", r)
 	}
 	// Random state differs although both came from the same template.
 	ra := s.exec(a, "import random, numpy\n(random.random(), float(numpy.random.rand()))")
 	rb := s.exec(b, "import random, numpy\n(random.random(), float(numpy.random.rand()))")
-	if ra.text("result") == rb.text("result") {
-		t.Fatalf("two sessions drew the same random numbers: %s", ra.text("result"))
+	if text(ra, "result") == text(rb, "result") {
+		t.Fatalf("two sessions drew the same random numbers: %s", text(ra, "result"))
 	}
 }
 
@@ -498,13 +495,13 @@ func TestMalformedRequests(t *testing.T) {
 			t.Errorf("%s %s %s: status %d, want %d: %s", c.method, c.path, truncate(c.body, 60), status, c.status, truncate(string(body), 200))
 			continue
 		}
-		var e apiError
-		if err := json.Unmarshal(body, &e); err != nil || e.Error.Code == "" || e.Error.Message == "" {
+		var e apitype.ErrorBody
+		if err := json.Unmarshal(body, &e); err != nil || e.Error.Code == "" || e.Error.Message == "" || e.Error.RequestID == "" {
 			t.Errorf("%s %s: not a JSON error: %q", c.method, c.path, truncate(string(body), 200))
 		}
 	}
 	// The session is still fine.
-	if r := s.exec(id, "2 + 2"); r.text("result") != "4" {
+	if r := s.exec(id, "2 + 2"); text(r, "result") != "4" {
 		t.Fatalf("%+v", r)
 	}
 }
@@ -519,8 +516,10 @@ func TestConcurrentExecutionConflicts(t *testing.T) {
 	}()
 	deadline := time.Now().Add(3 * time.Second)
 	for {
-		var info sessionInfo
-		s.do("GET", "/v1/sessions/"+id, nil, &info)
+		info, err := s.c.Session(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if info.State == "busy" {
 			break
 		}
@@ -529,10 +528,8 @@ func TestConcurrentExecutionConflicts(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	var e apiError
-	if status := s.do("POST", "/v1/sessions/"+id+"/execute", map[string]any{"code": "1"}, &e); status != 409 || e.Error.Code != "conflict" {
-		t.Fatalf("second execution: %d %+v", status, e)
-	}
+	_, err := s.execute(id, apitype.ExecuteRequest{Code: "1"})
+	wantError(t, "second execution", err, 409, "conflict")
 	if status := <-first; status != 200 {
 		t.Fatalf("first execution: %d", status)
 	}
@@ -542,40 +539,37 @@ func TestInterrupt(t *testing.T) {
 	s := sharedServer(t)
 	id := s.newSession("python", nil)
 	s.exec(id, "n = 0")
-	res := make(chan execResult, 1)
+	res := make(chan *apitype.Result, 1)
 	go func() {
 		// Not s.exec: it may fail the test, which only this goroutine may.
-		var r execResult
-		_, data := s.raw("POST", "/v1/sessions/"+id+"/execute", map[string]any{"code": "import time\nwhile True:\n    n += 1\n    time.sleep(0.01)"}, nil)
-		json.Unmarshal(data, &r)
+		r, err := s.execute(id, apitype.ExecuteRequest{Code: "import time\nwhile True:\n    n += 1\n    time.sleep(0.01)"})
+		if err != nil {
+			t.Errorf("the interrupted execution: %v", err)
+		}
 		res <- r
 	}()
 	time.Sleep(300 * time.Millisecond)
-	var out struct {
-		Interrupted bool `json:"interrupted"`
-	}
-	if status := s.do("POST", "/v1/sessions/"+id+"/interrupt", nil, &out); status != 200 || !out.Interrupted {
-		t.Fatalf("interrupt: %d %+v", status, out)
+	if interrupted, err := s.c.Interrupt(context.Background(), id); err != nil || !interrupted {
+		t.Fatalf("interrupt: %v %v", err, interrupted)
 	}
 	r := <-res
-	if r.Error == nil || r.Error.Name != "KeyboardInterrupt" || r.Killed {
+	if r == nil || r.Error == nil || r.Error.Name != "KeyboardInterrupt" || r.Killed {
 		t.Fatalf("interrupted execution: %+v", r)
 	}
-	if r := s.exec(id, "n > 0"); r.text("result") != "True" {
+	if r := s.exec(id, "n > 0"); text(r, "result") != "True" {
 		t.Fatalf("state after interrupt: %+v", r)
 	}
 }
 
 func TestOneShotExecute(t *testing.T) {
 	s := sharedServer(t)
-	var r execResult
-	status := s.do("POST", "/v1/execute", map[string]any{
-		"language": "python",
-		"code":     "import pandas as pd\ndf = pd.read_csv('in.csv')\ndf['b'] = df['a'] * 2\ndf.to_csv('out.csv', index=False)\nprint(df['b'].sum())",
-		"files":    []map[string]string{{"path": "in.csv", "content": "a\n1\n2\n3\n"}},
-	}, &r)
-	if status != 200 || r.Stdout != "12\n" || r.Error != nil {
-		t.Fatalf("one-shot: %d %+v", status, r)
+	r, err := s.c.RunOnce(context.Background(), apitype.OneShotRequest{
+		Language: "python",
+		Code:     "import pandas as pd\ndf = pd.read_csv('in.csv')\ndf['b'] = df['a'] * 2\ndf.to_csv('out.csv', index=False)\nprint(df['b'].sum())",
+		Files:    []apitype.InputFile{{Path: "in.csv", Content: "a\n1\n2\n3\n"}},
+	}, nil)
+	if err != nil || r.Stdout != "12\n" || r.Error != nil {
+		t.Fatalf("one-shot: %v %+v", err, r)
 	}
 	if len(r.Files) != 1 || r.Files[0].Path != "out.csv" {
 		t.Fatalf("files %+v", r.Files)
@@ -585,11 +579,11 @@ func TestOneShotExecute(t *testing.T) {
 		t.Fatalf("out.csv = %q", got)
 	}
 	// A one-shot run leaves no session behind.
-	var list struct {
-		Sessions []sessionInfo `json:"sessions"`
+	list, err := s.c.Sessions(context.Background())
+	if err != nil {
+		t.Fatal(err)
 	}
-	s.do("GET", "/v1/sessions", nil, &list)
-	for _, si := range list.Sessions {
+	for _, si := range list {
 		if si.State == "busy" {
 			t.Fatalf("busy session after a one-shot: %+v", si)
 		}
@@ -600,16 +594,18 @@ func TestDeleteAndIdle(t *testing.T) {
 	s := sharedServer(t)
 	id := s.newSession("python", map[string]any{"timeout_idle": "1s"})
 	time.Sleep(2500 * time.Millisecond)
-	var e apiError
-	if status := s.do("GET", "/v1/sessions/"+id, nil, &e); status != 410 || !strings.Contains(e.Error.Message, "idle") {
-		t.Fatalf("idle session: %d %+v", status, e)
+	ctx := context.Background()
+	_, err := s.c.Session(ctx, id)
+	if e := wantError(t, "idle session", err, 410, "session_ended"); !strings.Contains(e.Message, "idle") || e.EndCode != apitype.EndIdle {
+		t.Fatalf("idle session: %+v", e)
 	}
 	id = s.newSession("python", nil)
-	if status, _ := s.raw("DELETE", "/v1/sessions/"+id, nil, nil); status != 204 {
-		t.Fatalf("delete: %d", status)
+	if err := s.c.DeleteSession(ctx, id); err != nil {
+		t.Fatalf("delete: %v", err)
 	}
-	if status := s.do("POST", "/v1/sessions/"+id+"/execute", map[string]any{"code": "1"}, &e); status != 410 {
-		t.Fatalf("after delete: %d", status)
+	_, err = s.execute(id, apitype.ExecuteRequest{Code: "1"})
+	if e := wantError(t, "after delete", err, 410, "session_ended"); e.EndCode != apitype.EndDeleted {
+		t.Fatalf("after delete: %+v", e)
 	}
 }
 
@@ -624,18 +620,15 @@ func TestBashSession(t *testing.T) {
 	if r.Stdout != "/workspace/work\ntwo demo\nf:x\n" || r.Stderr != "oops\n" || r.ExitCode != 1 {
 		t.Fatalf("%+v", r)
 	}
-	var res execResult
-	s.do("POST", "/v1/sessions/"+id+"/execute", map[string]any{"code": "sleep 30", "timeout": "1s"}, &res)
-	if !res.Killed || res.KillReason != "timeout" {
-		t.Fatalf("timeout: %+v", res)
+	res, err := s.execute(id, apitype.ExecuteRequest{Code: "sleep 30", Timeout: duration(t, "1s")})
+	if err != nil || !res.Killed || res.KillReason != "timeout" {
+		t.Fatalf("timeout: %v %+v", err, res)
 	}
 	if r := s.exec(id, "echo still $STAGE"); r.Stdout != "still two\n" {
 		t.Fatalf("after timeout: %+v", r)
 	}
-	var e apiError
-	if status := s.do("POST", "/v1/sessions/"+id+"/execute", map[string]any{"code": "echo a\x00b"}, &e); status != 400 {
-		t.Fatalf("NUL in bash code: %d %+v", status, e)
-	}
+	_, err = s.execute(id, apitype.ExecuteRequest{Code: "echo a\x00b"})
+	wantError(t, "NUL in bash code", err, 400, "invalid_argument")
 }
 
 func TestJavaScriptSession(t *testing.T) {
@@ -643,15 +636,15 @@ func TestJavaScriptSession(t *testing.T) {
 	id := s.newSession("javascript", nil)
 	s.exec(id, "let total = 40\nconst add = (a, b) => a + b")
 	r := s.exec(id, "console.log('adding'); add(total, 2)")
-	if r.Stdout != "adding\n" || r.text("result") != "42" {
+	if r.Stdout != "adding\n" || text(r, "result") != "42" {
 		t.Fatalf("%+v", r)
 	}
 	r = s.exec(id, "let total = 1; total")
-	if r.Error != nil || r.text("result") != "1" {
+	if r.Error != nil || text(r, "result") != "1" {
 		t.Fatalf("redeclaration: %+v", r)
 	}
 	r = s.exec(id, "await new Promise(r => setTimeout(r, 20)); 'awaited'")
-	if r.text("result") != "'awaited'" {
+	if text(r, "result") != "'awaited'" {
 		t.Fatalf("top-level await: %+v", r)
 	}
 	r = s.exec(id, "null.x")
@@ -662,12 +655,11 @@ func TestJavaScriptSession(t *testing.T) {
 	if len(r.Results) != 2 || r.Results[0].Type != "display" {
 		t.Fatalf("display: %+v", r)
 	}
-	var res execResult
-	s.do("POST", "/v1/sessions/"+id+"/execute", map[string]any{"code": "while (true) {}", "timeout": "1s"}, &res)
-	if !res.Killed || res.KillReason != "timeout" {
-		t.Fatalf("timeout: %+v", res)
+	res, err := s.execute(id, apitype.ExecuteRequest{Code: "while (true) {}", Timeout: duration(t, "1s")})
+	if err != nil || !res.Killed || res.KillReason != "timeout" {
+		t.Fatalf("timeout: %v %+v", err, res)
 	}
-	if r := s.exec(id, "total + 1"); r.text("result") != "2" {
+	if r := s.exec(id, "total + 1"); text(r, "result") != "2" {
 		t.Fatalf("after timeout: %+v", r)
 	}
 }

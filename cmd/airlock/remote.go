@@ -1,20 +1,14 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
-	"time"
 
-	"airlock/internal/errdefs"
-	"airlock/internal/session"
+	"airlock/internal/apitype"
+	"airlock/internal/client"
 )
 
 // errNoServer says no local server answered: run the program here.
@@ -26,93 +20,44 @@ var errNoServer = errors.New("no local airlock server")
 // builds itself. It returns errNoServer, before sending anything, when no
 // server listens at socket; any later failure is final (the program may
 // have run).
-func runRemote(ctx context.Context, socket string, req session.ProgramRequest, stream bool, stdout, stderr io.Writer) (*session.OneShotResult, error) {
-	conn, err := net.DialTimeout("unix", socket, time.Second)
-	if err != nil {
-		return nil, errNoServer
-	}
-	used := false
-	client := &http.Client{Transport: &http.Transport{
-		DialContext: func(context.Context, string, string) (net.Conn, error) {
-			if used {
-				return nil, errors.New("one connection per run")
-			}
-			used = true
-			return conn, nil
-		},
-		DisableCompression: true,
-	}}
-	defer client.CloseIdleConnections()
-	body, err := json.Marshal(req)
-	if err != nil {
-		conn.Close()
-		return nil, err
-	}
-	hreq, err := http.NewRequestWithContext(ctx, "POST", "http://airlock/v1/run", bytes.NewReader(body))
-	if err != nil {
-		conn.Close()
-		return nil, err
-	}
-	hreq.Header.Set("Content-Type", "application/json")
+func runRemote(ctx context.Context, socket string, req apitype.ProgramRequest, stream bool, stdout, stderr io.Writer) (*apitype.OneShotResult, error) {
+	c := client.Unix(socket)
+	defer c.CloseIdleConnections()
+	var onEvent func(apitype.Event)
+	var outErr error
 	if stream {
-		hreq.Header.Set("Accept", "application/x-ndjson")
-	}
-	resp, err := client.Do(hreq)
-	if err != nil {
-		return nil, fmt.Errorf("the local airlock server at %s: %w", socket, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error struct{ Code, Message string } `json:"error"`
-		}
-		if json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&e) != nil || e.Error.Message == "" {
-			return nil, fmt.Errorf("the local airlock server answered %s", resp.Status)
-		}
-		return nil, errdefs.FromCode(e.Error.Code, e.Error.Message)
-	}
-	if !stream {
-		var res session.OneShotResult
-		if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || res.Result == nil {
-			return nil, fmt.Errorf("the local airlock server sent a bad result: %v", err)
-		}
-		return &res, nil
-	}
-	// NDJSON: output as it happens, then one end event with the result.
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 64<<20)
-	for sc.Scan() {
-		var ev session.Event
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return nil, fmt.Errorf("the local airlock server sent a bad event: %v", err)
-		}
-		switch ev.Type {
-		case "stdout", "stderr":
+		// Output as it happens; the end event carries the result.
+		onEvent = func(ev apitype.Event) {
 			w := stdout
-			if ev.Type == "stderr" {
+			switch ev.Type {
+			case apitype.EventStdout:
+			case apitype.EventStderr:
 				w = stderr
+			default:
+				return
 			}
 			data := []byte(ev.Text)
 			if ev.DataBase64 != "" {
+				var err error
 				if data, err = base64.StdEncoding.DecodeString(ev.DataBase64); err != nil {
-					return nil, fmt.Errorf("the local airlock server sent bad output: %v", err)
+					outErr = fmt.Errorf("the local airlock server sent bad output: %v", err)
+					return
 				}
 			}
 			w.Write(data)
-		case "end":
-			if ev.Result == nil {
-				return nil, errors.New("the local airlock server sent an end without a result")
-			}
-			return &session.OneShotResult{Result: ev.Result, Files: ev.Files, Limits: ev.Limits}, nil
-		case "failed":
-			if ev.Error == nil {
-				return nil, errors.New("the local airlock server failed the run")
-			}
-			return nil, errdefs.FromCode(ev.Error.Name, ev.Error.Value)
 		}
 	}
-	if err := sc.Err(); err != nil {
+	res, err := c.RunProgram(ctx, req, onEvent)
+	var answered *client.Error
+	switch {
+	case errors.Is(err, client.ErrUnreachable):
+		return nil, errNoServer
+	case errors.As(err, &answered):
+		return nil, err // the server's own words
+	case err != nil:
 		return nil, fmt.Errorf("the local airlock server at %s: %w", socket, err)
+	case outErr != nil:
+		return nil, outErr
 	}
-	return nil, errors.New("the local airlock server ended the stream without a result")
+	return res, nil
 }

@@ -17,11 +17,11 @@ import (
 	"strings"
 	"syscall"
 
+	"airlock/internal/apitype"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/jail"
 	"airlock/internal/runtimes"
-	"airlock/internal/session"
 	"airlock/internal/workspace"
 )
 
@@ -73,27 +73,6 @@ func (f *limitFlags) limits() (config.Limits, error) {
 		return nil
 	})
 	return l, err
-}
-
-// runOutput is the --json result of airlock run.
-type runOutput struct {
-	ExitCode        int         `json:"exit_code"`
-	Stdout          string      `json:"stdout"`
-	Stderr          string      `json:"stderr"`
-	StdoutTruncated bool        `json:"stdout_truncated"`
-	StderrTruncated bool        `json:"stderr_truncated"`
-	DurationMs      float64     `json:"duration_ms"`
-	CPUMs           float64     `json:"cpu_ms"`
-	PeakMemoryBytes int64       `json:"peak_memory_bytes"`
-	Killed          bool        `json:"killed"`
-	KillReason      string      `json:"kill_reason"`
-	Files           []fileEntry `json:"files"`
-	FilesTruncated  bool        `json:"files_truncated,omitempty"`
-}
-
-type fileEntry struct {
-	Path string `json:"path"`
-	Size int64  `json:"size"`
 }
 
 func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -202,12 +181,12 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if socket := cfg.SocketPath(); socket != "" && !cold {
-		preq := session.ProgramRequest{
+		preq := apitype.ProgramRequest{
 			Language: rt.Lang, Code: string(code), Filename: name, Args: progArgs,
-			Limits: req, Env: session.EnvMap(env), FileContents: new(bool),
+			Limits: req, Env: runtimes.EnvMap(env), FileContents: new(bool),
 		}
 		for _, f := range inputs[1:] {
-			preq.Files = append(preq.Files, session.InputFile{Path: f.path, ContentBase64: base64.StdEncoding.EncodeToString(f.data)})
+			preq.Files = append(preq.Files, apitype.InputFile{Path: f.path, ContentBase64: base64.StdEncoding.EncodeToString(f.data)})
 		}
 		res, err := runRemote(ctx, socket, preq, !asJSON, stdout, stderr)
 		// Inputs larger than the server takes in one request (its
@@ -217,15 +196,15 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			if err != nil {
 				return exitFor(stderr, err)
 			}
-			out := runOutput{
+			out := apitype.RunOutput{
 				ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr,
 				StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
 				DurationMs: res.DurationMs, CPUMs: res.CPUMs, PeakMemoryBytes: res.PeakMemoryBytes,
-				Killed: res.Killed, KillReason: res.KillReason, Files: []fileEntry{},
+				Killed: res.Killed, KillReason: res.KillReason, Files: []apitype.RunFile{},
 				FilesTruncated: res.FilesTruncated,
 			}
 			for _, f := range res.Files {
-				out.Files = append(out.Files, fileEntry{Path: f.Path, Size: f.Size})
+				out.Files = append(out.Files, apitype.RunFile{Path: f.Path, Size: f.Size})
 			}
 			if res.Limits != nil {
 				limits = *res.Limits
@@ -264,7 +243,7 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return exitFor(stderr, err)
 	}
-	out := runOutput{
+	out := apitype.RunOutput{
 		ExitCode:        res.ExitCode,
 		Stdout:          strings.ToValidUTF8(string(res.Stdout), "\uFFFD"),
 		Stderr:          strings.ToValidUTF8(string(res.Stderr), "\uFFFD"),
@@ -275,18 +254,18 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		PeakMemoryBytes: res.PeakMemory,
 		Killed:          res.Killed,
 		KillReason:      res.KillReason,
-		Files:           []fileEntry{},
+		Files:           []apitype.RunFile{},
 		FilesTruncated:  res.FilesTruncated,
 	}
 	for _, f := range res.Files {
-		out.Files = append(out.Files, fileEntry{Path: f.Path, Size: f.Size})
+		out.Files = append(out.Files, apitype.RunFile{Path: f.Path, Size: f.Size})
 	}
 	return report(out, limits, asJSON, stdout, stderr)
 }
 
 // report prints a run's result (the JSON object, or notes on stderr after
 // the streamed output) and returns the exit status of airlock run.
-func report(out runOutput, limits config.Limits, asJSON bool, stdout, stderr io.Writer) int {
+func report(out apitype.RunOutput, limits config.Limits, asJSON bool, stdout, stderr io.Writer) int {
 	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetEscapeHTML(false)
@@ -314,20 +293,20 @@ func ms(seconds float64) float64 {
 	return float64(int64(seconds*1e6)) / 1e3
 }
 
-func describeKill(reason string, l config.Limits) string {
+func describeKill(reason apitype.KillReason, l config.Limits) string {
 	switch reason {
-	case jail.KillTimeout:
+	case apitype.KillTimeout:
 		return fmt.Sprintf("wall-clock limit of %s reached (--timeout)", l.Timeout)
-	case jail.KillCPUTime:
+	case apitype.KillCPUTime:
 		return fmt.Sprintf("CPU-time limit of %s reached (--cpu-time)", l.CPUTime)
-	case jail.KillMemory:
+	case apitype.KillMemory:
 		return fmt.Sprintf("out of memory (limit %s, --memory)", l.Memory)
-	case jail.KillPids:
+	case apitype.KillPids:
 		return fmt.Sprintf("process limit of %d reached (--pids)", l.Pids)
-	case jail.KillOutput:
+	case apitype.KillOutput:
 		return fmt.Sprintf("output over %s (--max-output)", l.MaxOutput)
 	}
-	return reason
+	return string(reason)
 }
 
 // hostFile is a file for /workspace, read from the host by the CLI.

@@ -1,17 +1,23 @@
-// Package api owns airlock's HTTP API under /v1: routing, strict JSON
-// decoding with size caps, mapping every error to a status and a JSON body
-// in one place, streaming executions as NDJSON, and streaming files in and
-// out of a session's workspace.
+// Package api owns airlock's HTTP API under /v1: routing (one table),
+// strict JSON decoding with size caps (one function), the HTTP adapter of
+// errdefs' table (every error becomes a status and a JSON body in one
+// place, with the request's id; detail goes to the log), request ids,
+// authentication, streaming executions as NDJSON, and streaming files in
+// and out of a session's workspace. Its wire types are package apitype's.
 //
-// It must never answer a client's mistake with a 500, never hold a whole
-// upload or download in memory, and never let a request reach a sandbox
-// with a limit above the server's maximum (package session enforces the
-// limits; this package only parses).
+// It must never answer a client's mistake with a 500, never put host
+// internals in a response, never hold a whole upload or download in
+// memory, and never let a request reach a sandbox with a limit above the
+// server's maximum (package session enforces the limits; this package only
+// parses).
 package api
 
 import (
 	"bytes"
+	"context"
+	"crypto/rand"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,11 +27,14 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	_ "embed"
 
+	"airlock/internal/apitype"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/session"
@@ -44,73 +53,114 @@ type Server struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 	version string
+	// idPrefix and seq make request ids unique to this server's life.
+	idPrefix string
+	seq      atomic.Uint64
 	// Stats, when set, adds pool figures to /healthz.
-	Stats func() any
+	Stats func() map[string]any
+}
+
+// route is one operation of the API.
+type route struct {
+	method, pattern string
+	handle          func(*Server, http.ResponseWriter, *http.Request)
+}
+
+// routes is the API: every operation, in one table (the OpenAPI document
+// describes the same set; a test holds them together).
+var routes = []route{
+	{"GET", "/healthz", (*Server).health},
+	{"GET", "/v1/openapi.json", (*Server).openapi},
+	{"POST", "/v1/sessions", (*Server).createSession},
+	{"GET", "/v1/sessions", (*Server).listSessions},
+	{"GET", "/v1/sessions/{id}", (*Server).getSession},
+	{"DELETE", "/v1/sessions/{id}", (*Server).deleteSession},
+	{"POST", "/v1/sessions/{id}/execute", (*Server).execute},
+	{"POST", "/v1/sessions/{id}/interrupt", (*Server).interrupt},
+	{"GET", "/v1/sessions/{id}/files", (*Server).listFiles},
+	{"GET", "/v1/sessions/{id}/files/{path...}", (*Server).download},
+	{"PUT", "/v1/sessions/{id}/files/{path...}", (*Server).upload},
+	{"DELETE", "/v1/sessions/{id}/files/{path...}", (*Server).deleteFile},
+	{"POST", "/v1/execute", (*Server).executeOnce},
+	{"POST", "/v1/run", (*Server).runProgram},
 }
 
 // New returns the API handler.
 func New(m *session.Manager, cfg config.Config, log *slog.Logger, version string) *Server {
-	s := &Server{m: m, cfg: cfg, log: log, mux: http.NewServeMux(), version: version}
-	route := func(pattern string, h http.HandlerFunc) { s.mux.HandleFunc(pattern, h) }
-	route("GET /healthz", s.health)
-	route("GET /v1/openapi.json", s.openapi)
-	route("POST /v1/sessions", s.createSession)
-	route("GET /v1/sessions", s.listSessions)
-	route("GET /v1/sessions/{id}", s.getSession)
-	route("DELETE /v1/sessions/{id}", s.deleteSession)
-	route("POST /v1/sessions/{id}/execute", s.execute)
-	route("POST /v1/sessions/{id}/interrupt", s.interrupt)
-	route("GET /v1/sessions/{id}/files", s.listFiles)
-	route("GET /v1/sessions/{id}/files/{path...}", s.download)
-	route("PUT /v1/sessions/{id}/files/{path...}", s.upload)
-	route("DELETE /v1/sessions/{id}/files/{path...}", s.deleteFile)
-	route("POST /v1/execute", s.executeOnce)
-	route("POST /v1/run", s.runProgram)
+	var b [4]byte
+	rand.Read(b[:])
+	s := &Server{m: m, cfg: cfg, log: log, mux: http.NewServeMux(), version: version, idPrefix: hex.EncodeToString(b[:]) + "-"}
+	allow := map[string][]string{}
+	for _, rt := range routes {
+		s.mux.HandleFunc(rt.method+" "+rt.pattern, func(w http.ResponseWriter, r *http.Request) { rt.handle(s, w, r) })
+		allow[rt.pattern] = append(allow[rt.pattern], rt.method)
+	}
 	// Method-less patterns are less specific than the ones above: they
 	// only catch a known path with the wrong method.
-	for path, allow := range map[string]string{
-		"/healthz": "GET", "/v1/openapi.json": "GET", "/v1/sessions": "GET, POST",
-		"/v1/sessions/{id}": "GET, DELETE", "/v1/sessions/{id}/execute": "POST",
-		"/v1/sessions/{id}/interrupt": "POST", "/v1/sessions/{id}/files": "GET",
-		"/v1/sessions/{id}/files/{path...}": "GET, PUT, DELETE", "/v1/execute": "POST",
-		"/v1/run": "POST",
-	} {
-		s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Allow", allow)
-			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", fmt.Sprintf("%s is not allowed here; use %s", r.Method, allow))
+	for pattern, methods := range allow {
+		methods := strings.Join(methods, ", ")
+		s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", methods)
+			fail(w, fmt.Errorf("%w: %s is not allowed here; use %s", errdefs.ErrMethodNotAllowed, r.Method, methods))
 		})
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found", "no such endpoint; see /v1/openapi.json")
+		fail(w, fmt.Errorf("%w: no such endpoint; see /v1/openapi.json", errdefs.ErrNotFound))
 	})
 	return s
 }
 
-// ServeHTTP adds panic recovery, authentication and a request log.
+// Handle serves h at pattern (a ServeMux pattern) behind everything the
+// API's own routes get: the request id, authentication, panic recovery
+// and the request log. Call it before serving.
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// ServeHTTP gives every request an id, recovers panics, authenticates, and
+// logs the request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+	rw := &response{ResponseWriter: w, status: http.StatusOK, id: s.requestID(r), log: s.log}
+	rw.Header().Set(apitype.RequestIDHeader, rw.id)
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {
 				panic(p)
 			}
-			s.log.Error("panic in handler", "panic", p, "stack", string(debug.Stack()))
-			if !rec.wrote {
-				writeError(rec, http.StatusInternalServerError, "internal", "internal error")
+			s.log.Error("panic in handler", "request", rw.id, "panic", p, "stack", string(debug.Stack()))
+			if !rw.wrote {
+				fail(rw, errors.New("panic"))
 			}
 		}
-		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", rec.status, "ms", time.Since(start).Milliseconds())
+		s.log.Debug("request", "request", rw.id, "method", r.Method, "path", r.URL.Path, "status", rw.status, "ms", time.Since(start).Milliseconds())
 	}()
 	if tok := s.cfg.Server.Token; tok != "" && r.URL.Path != "/healthz" && !local(r) {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
-			rec.Header().Set("WWW-Authenticate", "Bearer")
-			writeError(rec, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token")
+			rw.Header().Set("WWW-Authenticate", "Bearer")
+			fail(rw, fmt.Errorf("%w: missing or wrong bearer token", errdefs.ErrUnauthenticated))
 			return
 		}
 	}
-	s.mux.ServeHTTP(rec, r)
+	s.mux.ServeHTTP(rw, r)
+}
+
+// requestID is the client's X-Request-Id when it is a sane token, else a
+// new one.
+func (s *Server) requestID(r *http.Request) string {
+	if id := r.Header.Get(apitype.RequestIDHeader); id != "" && len(id) <= 128 && saneID(id) {
+		return id
+	}
+	return s.idPrefix + strconv.FormatUint(s.seq.Add(1), 10)
+}
+
+func saneID(id string) bool {
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
+			return false
+		}
+	}
+	return true
 }
 
 // local reports whether r came over the server's unix socket, which only
@@ -120,49 +170,61 @@ func local(r *http.Request) bool {
 	return ok
 }
 
-type statusRecorder struct {
+// response is every handler's ResponseWriter: it remembers the status for
+// the log, and the request's id and logger for fail.
+type response struct {
 	http.ResponseWriter
 	status int
 	wrote  bool
+	id     string
+	log    *slog.Logger
 }
 
-func (r *statusRecorder) WriteHeader(code int) {
+func (r *response) WriteHeader(code int) {
 	if !r.wrote {
 		r.status, r.wrote = code, true
 	}
 	r.ResponseWriter.WriteHeader(code)
 }
 
-func (r *statusRecorder) Write(b []byte) (int, error) {
+func (r *response) Write(b []byte) (int, error) {
 	r.wrote = true
 	return r.ResponseWriter.Write(b)
 }
 
-func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+func (r *response) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
-// errorBody is every error response.
-type errorBody struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	var b errorBody
-	b.Error.Code, b.Error.Message = code, msg
-	writeJSON(w, status, b)
-}
-
-// fail maps err to its status in the one place that does so.
+// fail answers err: the one place an error becomes an HTTP response. The
+// status and code come from errdefs' table, the message is what a client
+// may read (errdefs.Message), and the detail of a private or internal
+// error goes to the log under the request's id, which the body names.
 func fail(w http.ResponseWriter, err error) {
-	status := errdefs.HTTPStatus(err)
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		status = http.StatusRequestEntityTooLarge
 		err = fmt.Errorf("%w: the request body is larger than %d bytes", errdefs.ErrTooLarge, mbe.Limit)
 	}
-	writeError(w, status, errdefs.Code(err), err.Error())
+	kind := errdefs.KindOf(err)
+	body := apitype.ErrorBody{Error: apitype.ErrorDetail{Code: kind.Code, Message: errdefs.Message(err)}}
+	var ended *session.EndedError
+	if errors.As(err, &ended) {
+		body.Error.EndCode = ended.End.Code
+	}
+	if rw, ok := w.(*response); ok {
+		body.Error.RequestID = rw.id
+		var private *errdefs.Error
+		switch {
+		case errors.Is(err, context.Canceled):
+			rw.log.Debug("request cancelled", "request", rw.id, "err", err) // its client left
+		case kind.Err == nil:
+			rw.log.Error("request failed", "request", rw.id, "err", err)
+		case errors.As(err, &private):
+			rw.log.Warn("request failed", "request", rw.id, "code", kind.Code, "err", err)
+		}
+	}
+	if kind.Err == nil && body.Error.RequestID != "" {
+		body.Error.Message = "internal error; the server log has the details (request " + body.Error.RequestID + ")"
+	}
+	writeJSON(w, kind.HTTPStatus, body)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -181,7 +243,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // decode reads one JSON object from the body, strictly: a size cap,
 // unknown fields rejected, nothing after the object. An empty body is an
-// empty object.
+// empty object. Every JSON body the API reads goes through here.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 	// JSON is all we read. curl -d labels it form-urlencoded, so that and
 	// text/plain are taken as JSON too; anything else is a mistake.
@@ -228,9 +290,14 @@ func describeJSONError(err error) string {
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	body := map[string]any{"status": "ok", "version": s.version, "sessions": s.m.Count()}
+	body := apitype.Health{Status: "ok", Version: s.version, Sessions: s.m.Count()}
 	if s.Stats != nil {
-		body["pool"] = s.Stats()
+		body.Pool = map[string]json.RawMessage{}
+		for k, v := range s.Stats() {
+			if b, err := json.Marshal(v); err == nil {
+				body.Pool[k] = b
+			}
+		}
 	}
 	writeJSON(w, http.StatusOK, body)
 }

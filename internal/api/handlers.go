@@ -11,13 +11,14 @@ import (
 	"strings"
 	"sync"
 
+	"airlock/internal/apitype"
 	"airlock/internal/errdefs"
 	"airlock/internal/session"
 	"airlock/internal/workspace"
 )
 
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
-	var req session.CreateRequest
+	var req apitype.CreateSessionRequest
 	if err := s.decode(w, r, &req); err != nil {
 		fail(w, err)
 		return
@@ -32,7 +33,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"sessions": s.m.List()})
+	writeJSON(w, http.StatusOK, apitype.SessionList{Sessions: s.m.List()})
 }
 
 func (s *Server) session(w http.ResponseWriter, r *http.Request) (*session.Session, bool) {
@@ -68,7 +69,7 @@ func (s *Server) interrupt(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]bool{"interrupted": running})
+	writeJSON(w, http.StatusOK, apitype.InterruptResult{Interrupted: running})
 }
 
 // wantsStream reports whether the client asked for NDJSON events.
@@ -103,7 +104,7 @@ func newEventWriter(w http.ResponseWriter) *eventWriter {
 	return ew
 }
 
-func (ew *eventWriter) emit(ev session.Event) {
+func (ew *eventWriter) emit(ev apitype.Event) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -161,7 +162,7 @@ func (ew *eventWriter) end(err error) {
 	started := ew.started
 	ew.mu.Unlock()
 	if err != nil && started {
-		ew.emit(session.Event{Type: "failed", Error: &session.ExecError{Name: errdefs.Code(err), Value: err.Error(), Traceback: []string{}}})
+		ew.emit(apitype.Event{Type: apitype.EventFailed, Error: &apitype.ExecError{Name: errdefs.Code(err), Value: errdefs.Message(err), Traceback: []string{}}})
 	}
 	if !ew.finish() && err != nil {
 		fail(ew.w, err)
@@ -186,35 +187,35 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var req session.ExecuteRequest
+	var req apitype.ExecuteRequest
 	if err := s.decode(w, r, &req); err != nil {
 		fail(w, err)
 		return
 	}
-	respond(w, r, func(emit func(session.Event)) (any, error) { return sess.Execute(r.Context(), req, emit) })
+	respond(w, r, func(emit func(apitype.Event)) (any, error) { return sess.Execute(r.Context(), req, emit) })
 }
 
 func (s *Server) executeOnce(w http.ResponseWriter, r *http.Request) {
-	var req session.OneShotRequest
+	var req apitype.OneShotRequest
 	if err := s.decode(w, r, &req); err != nil {
 		fail(w, err)
 		return
 	}
-	respond(w, r, func(emit func(session.Event)) (any, error) { return s.m.RunOnce(r.Context(), req, emit) })
+	respond(w, r, func(emit func(apitype.Event)) (any, error) { return s.m.RunOnce(r.Context(), req, emit) })
 }
 
 func (s *Server) runProgram(w http.ResponseWriter, r *http.Request) {
-	var req session.ProgramRequest
+	var req apitype.ProgramRequest
 	if err := s.decode(w, r, &req); err != nil {
 		fail(w, err)
 		return
 	}
-	respond(w, r, func(emit func(session.Event)) (any, error) { return s.m.RunProgram(r.Context(), req, emit) })
+	respond(w, r, func(emit func(apitype.Event)) (any, error) { return s.m.RunProgram(r.Context(), req, emit) })
 }
 
 // respond runs an execution and answers with its result as one JSON body,
 // or, when the client accepts NDJSON, streams its events as they happen.
-func respond(w http.ResponseWriter, r *http.Request, run func(emit func(session.Event)) (any, error)) {
+func respond(w http.ResponseWriter, r *http.Request, run func(emit func(apitype.Event)) (any, error)) {
 	if !wantsStream(r) {
 		res, err := run(nil)
 		if err != nil {
@@ -244,15 +245,12 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sess.Touch()
-	entries, truncated, err := sess.Workspace().List(dir, recursive)
+	entries, truncated, err := sess.Files().List(dir, recursive)
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	if entries == nil {
-		entries = []workspace.Entry{}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"path": dir, "entries": entries, "truncated": truncated})
+	writeJSON(w, http.StatusOK, apitype.FileList{Path: dir, Entries: wireEntries(entries), Truncated: truncated})
 }
 
 func (s *Server) filePath(w http.ResponseWriter, r *http.Request) (*session.Session, string, bool) {
@@ -278,7 +276,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	f, e, err := sess.Workspace().Open(p)
+	f, e, err := sess.Files().Open(p)
 	if err != nil {
 		fail(w, err)
 		return
@@ -318,12 +316,12 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		fail(w, fmt.Errorf("%w: the file is %d bytes, more than the limit of %d", errdefs.ErrTooLarge, r.ContentLength, max))
 		return
 	}
-	n, err := sess.Workspace().Write(p, r.Body, max, 0o644)
+	n, err := sess.Files().Write(p, r.Body, max, 0o644)
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"path": p, "size": n})
+	writeJSON(w, http.StatusCreated, apitype.UploadResult{Path: p, Size: n})
 }
 
 func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request) {
@@ -335,7 +333,7 @@ func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := sess.Workspace().Remove(p, recursive); err != nil {
+	if err := sess.Files().Remove(p, recursive); err != nil {
 		fail(w, err)
 		return
 	}
@@ -355,4 +353,13 @@ func boolQuery(w http.ResponseWriter, r *http.Request, name string) (bool, bool)
 		return false, false
 	}
 	return b, true
+}
+
+// wireEntries are workspace entries as the API sends them.
+func wireEntries(entries []workspace.Entry) []apitype.Entry {
+	out := make([]apitype.Entry, len(entries))
+	for i, e := range entries {
+		out[i] = apitype.Entry{Path: e.Path, Type: e.Type, Size: e.Size, Mode: e.Mode, ModTime: e.ModTime}
+	}
+	return out
 }

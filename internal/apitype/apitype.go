@@ -314,3 +314,26 @@ type ErrorDetail struct {
 
 // RequestIDHeader carries a request's id, both ways.
 const RequestIDHeader = "X-Request-Id"
+
+// RunOutput is what `airlock run --json` prints.
+type RunOutput struct {
+	ExitCode        int        `json:"exit_code"`
+	Stdout          string     `json:"stdout"`
+	Stderr          string     `json:"stderr"`
+	StdoutTruncated bool       `json:"stdout_truncated"`
+	StderrTruncated bool       `json:"stderr_truncated"`
+	DurationMs      float64    `json:"duration_ms"`
+	CPUMs           float64    `json:"cpu_ms"`
+	PeakMemoryBytes int64      `json:"peak_memory_bytes"`
+	Killed          bool       `json:"killed"`
+	KillReason      KillReason `json:"kill_reason"`
+	// Files are what the program created or modified in /workspace.
+	Files          []RunFile `json:"files"`
+	FilesTruncated bool      `json:"files_truncated,omitempty"`
+}
+
+// RunFile is a file of RunOutput.
+type RunFile struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+}

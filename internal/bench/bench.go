@@ -27,6 +27,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"airlock/internal/apitype"
+	"airlock/internal/client"
 )
 
 // Options select what to run.
@@ -173,8 +176,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	try("oneshot", func() error { return benchOneShot(ctx, srv, r, o, dur(10*time.Second, time.Second)) })
 	try("density", func() error { return benchDensity(ctx, srv, r, n(300, 3)) })
 	try("airlock_run", func() error { return benchRun(ctx, srv, r, o, n(40, 2)) })
-	st, _ := srv.health(ctx)
-	r.Stats["pool"] = st
+	if h, err := srv.health(ctx); err == nil {
+		r.Stats["pool"] = h.Pool
+	}
 	return r, nil
 }
 
@@ -210,7 +214,7 @@ type server struct {
 	name    string
 	dir     string
 	cfgPath string // its configuration: `airlock run --config` finds its socket
-	client  *http.Client
+	client  *client.Client
 	stderr  *bytes.Buffer
 	mu      sync.Mutex
 }
@@ -235,7 +239,6 @@ func startServer(ctx context.Context, o Options, poolSize int) (*server, error) 
 		return nil, err
 	}
 	s := &server{name: name, dir: dir, cfgPath: cfgPath, stderr: &bytes.Buffer{}}
-	s.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0}, Timeout: 5 * time.Minute}
 	s.cmd = exec.Command(o.Binary, "serve", "--config", cfgPath)
 	pr, pw := io.Pipe()
 	s.cmd.Stderr = pw
@@ -264,6 +267,8 @@ func startServer(ctx context.Context, o Options, poolSize int) (*server, error) 
 	select {
 	case a := <-addr:
 		s.url = "http://" + a
+		s.client = client.New(s.url, client.WithHTTPClient(&http.Client{
+			Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0}, Timeout: 5 * time.Minute}))
 	case <-time.After(30 * time.Second):
 		s.stop()
 		return nil, fmt.Errorf("server did not start: %s", s.log())
@@ -303,101 +308,28 @@ func (s *server) stop() {
 	}
 }
 
-// call sends a JSON request; out may be nil.
-func (s *server) call(ctx context.Context, method, path string, body, out any) error {
-	var r io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		r = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, s.url+path, r)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode >= 300 {
-		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, bytes.TrimSpace(data))
-	}
-	if out != nil {
-		return json.Unmarshal(data, out)
+// health is the server's /healthz.
+func (s *server) health(ctx context.Context) (*apitype.Health, error) { return s.client.Health(ctx) }
+
+// waitWarm waits until every pool is full and the template runs.
+func (s *server) waitWarm(ctx context.Context, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	if err := s.client.WaitWarm(ctx); err != nil {
+		return fmt.Errorf("pools did not fill in %v: %w", limit, err)
 	}
 	return nil
 }
 
-type poolStats map[string]json.RawMessage
-
-func (s *server) health(ctx context.Context) (poolStats, error) {
-	var h struct {
-		Pool poolStats `json:"pool"`
-	}
-	err := s.call(ctx, "GET", "/healthz", nil, &h)
-	return h.Pool, err
+func (s *server) newSession(ctx context.Context) (*apitype.Session, error) {
+	return s.client.CreateSession(ctx, apitype.CreateSessionRequest{Language: apitype.Python})
 }
 
-// waitWarm waits until every pool is full and the template runs.
-func (s *server) waitWarm(ctx context.Context, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
-		p, err := s.health(ctx)
-		if err == nil {
-			warm := true
-			for k, raw := range p {
-				if k == "python_template" {
-					var z struct{ Running bool }
-					json.Unmarshal(raw, &z)
-					warm = warm && z.Running
-					continue
-				}
-				var q struct{ Ready, Target int }
-				json.Unmarshal(raw, &q)
-				warm = warm && q.Ready >= q.Target
-			}
-			if warm {
-				return nil
-			}
-		}
-		select {
-		case <-time.After(20 * time.Millisecond):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return fmt.Errorf("pools did not fill in %v", limit)
-}
-
-type session struct {
-	ID      string `json:"id"`
-	Sandbox string `json:"sandbox"`
-}
-
-type result struct {
-	Stdout  string `json:"stdout"`
-	Results []struct {
-		Data map[string]json.RawMessage `json:"data"`
-	} `json:"results"`
-	Error *struct {
-		Name  string `json:"name"`
-		Value string `json:"value"`
-	} `json:"error"`
-	Killed bool `json:"killed"`
-}
-
-func (s *server) newSession(ctx context.Context) (session, error) {
-	var sess session
-	err := s.call(ctx, "POST", "/v1/sessions", map[string]string{"language": "python"}, &sess)
-	return sess, err
-}
-
-func (s *server) exec(ctx context.Context, id, code string) (result, error) {
-	var res result
-	if err := s.call(ctx, "POST", "/v1/sessions/"+id+"/execute", map[string]string{"code": code}, &res); err != nil {
-		return res, err
+// exec runs code in a session; an exception or a kill is an error.
+func (s *server) exec(ctx context.Context, id, code string) (*apitype.Result, error) {
+	res, err := s.client.Execute(ctx, id, apitype.ExecuteRequest{Code: code}, nil)
+	if err != nil {
+		return nil, err
 	}
 	if res.Error != nil || res.Killed {
 		return res, fmt.Errorf("execution failed: %+v", res.Error)
@@ -406,7 +338,7 @@ func (s *server) exec(ctx context.Context, id, code string) (result, error) {
 }
 
 func (s *server) deleteSession(ctx context.Context, id string) {
-	s.call(ctx, "DELETE", "/v1/sessions/"+id, nil, nil)
+	s.client.DeleteSession(ctx, id)
 }
 
 // timeCmd runs a command n times and returns the wall times.

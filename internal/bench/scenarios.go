@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"airlock/internal/apitype"
 )
 
 const pandasCode = "import pandas as pd; pd.DataFrame({'a': [1, 2]}).sum()"
@@ -106,8 +108,7 @@ func benchOneShot(ctx context.Context, srv *server, r *Report, o Options, d time
 			defer wg.Done()
 			for time.Now().Before(end) {
 				t := time.Now()
-				var res result
-				err := srv.call(ctx, "POST", "/v1/execute", map[string]string{"code": "print(1)"}, &res)
+				res, err := srv.client.RunOnce(ctx, apitype.OneShotRequest{Code: "print(1)"}, nil)
 				if err == nil && res.Stdout != "1\n" {
 					err = fmt.Errorf("unexpected stdout %q", res.Stdout)
 				}
@@ -199,7 +200,7 @@ func bwrapArgv(binds ...string) []string {
 // benchDensity: n idle Python sessions with numpy and pandas imported,
 // all alive at once; proportional memory (PSS) of each session's processes.
 func benchDensity(ctx context.Context, srv *server, r *Report, n int) error {
-	var sessions []session
+	var sessions []*apitype.Session
 	defer func() {
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 16)
@@ -344,11 +345,11 @@ func benchRun(ctx context.Context, srv *server, r *Report, o Options, n int) err
 // let go at once), each running code as its first execution. It returns the
 // sessions created (to delete), each success's create-to-result latency,
 // and the first error.
-func openSessions(ctx context.Context, srv *server, n, parallel int, code string) ([]session, []time.Duration, error) {
+func openSessions(ctx context.Context, srv *server, n, parallel int, code string) ([]*apitype.Session, []time.Duration, error) {
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
-		sessions []session
+		sessions []*apitype.Session
 		lat      = make([]time.Duration, 0, n)
 		firstErr error
 	)
@@ -369,7 +370,7 @@ func openSessions(ctx context.Context, srv *server, n, parallel int, code string
 			d := time.Since(t)
 			mu.Lock()
 			defer mu.Unlock()
-			if sess.ID != "" {
+			if sess != nil {
 				sessions = append(sessions, sess)
 			}
 			if err != nil {

@@ -261,7 +261,7 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 	trace("start")
 	cg, err := h.cg.New(spec.Name, cgroup.Resources{Memory: int64(l.Memory), Pids: int64(l.Pids), CPUs: l.CPUs})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+		return nil, errdefs.Private(errdefs.ErrUnavailable, "the sandbox's cgroup could not be created", err)
 	}
 	s.cg = cg
 	undo.Add(func() error { cg.Kill(); return cg.Destroy() })
@@ -294,7 +294,7 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 	hostEnd, err := h.startInit(&s.initProc, append([]string{"GOMAXPROCS=1", "GOGC=200"}, traceEnv()...), attr, cg)
 	trace("init started")
 	if err != nil {
-		return nil, fmt.Errorf("%w: cannot start the sandbox init (are user namespaces enabled? see `airlock doctor`): %v", errdefs.ErrUnavailable, err)
+		return nil, errdefs.Private(errdefs.ErrUnavailable, "cannot start the sandbox init (are user namespaces enabled? see `airlock doctor`)", err)
 	}
 	undo.AddFunc(func() {
 		s.kill()
@@ -362,7 +362,7 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 			f.Close()
 		}
 		if m.Op == opError {
-			return nil, fmt.Errorf("%w: the sandbox could not be built: %s", errdefs.ErrUnavailable, m.Error)
+			return nil, errdefs.Private(errdefs.ErrUnavailable, "the sandbox could not be built", errors.New(m.Error))
 		}
 		return nil, s.startErr("wait for the init", fmt.Errorf("unexpected %q", m.Op))
 	}
@@ -392,11 +392,13 @@ func (s *Sandbox) startErr(what string, err error) error {
 	s.kill()
 	s.cmd.Wait()
 	<-s.errDone
+	// What the init printed and the host's own errors are for the log:
+	// they name host paths.
 	msg := bytes.TrimSpace(s.initErr.Bytes())
 	if len(msg) > 0 {
-		return fmt.Errorf("%w: sandbox init failed (%s: %v): %s", errdefs.ErrUnavailable, what, err, msg)
+		return errdefs.Private(errdefs.ErrUnavailable, "sandbox init failed", fmt.Errorf("%s: %v: %s", what, err, msg))
 	}
-	return fmt.Errorf("%w: sandbox init failed: %s: %v", errdefs.ErrUnavailable, what, err)
+	return errdefs.Private(errdefs.ErrUnavailable, "sandbox init failed", fmt.Errorf("%s: %v", what, err))
 }
 
 // initDiag returns what the init printed, for error messages.
@@ -406,9 +408,9 @@ func (s *Sandbox) initDiag() string {
 	case <-time.After(100 * time.Millisecond):
 	}
 	if b := bytes.TrimSpace(s.initErr.Bytes()); len(b) > 0 {
-		return ": " + string(b)
+		return "the init said: " + string(b)
 	}
-	return ""
+	return "the init said nothing"
 }
 
 func (s *Sandbox) readLoop() {
@@ -459,7 +461,7 @@ func (s *Sandbox) Spawn(p Process) (int, error) {
 	select {
 	case m := <-s.replies:
 		if m.Op == opError {
-			return 0, fmt.Errorf("%w: %s", errdefs.ErrUnavailable, m.Error)
+			return 0, errdefs.Private(errdefs.ErrUnavailable, "the sandbox could not start the program", errors.New(m.Error))
 		}
 		if m.Op != opSpawned {
 			return 0, fmt.Errorf("jail: spawn: unexpected %q", m.Op)
@@ -467,7 +469,7 @@ func (s *Sandbox) Spawn(p Process) (int, error) {
 		trace("spawned")
 		return m.Pid, nil
 	case <-s.dead:
-		return 0, fmt.Errorf("%w: the sandbox ended%s", errdefs.ErrGone, s.initDiag())
+		return 0, errdefs.Private(errdefs.ErrGone, "the sandbox ended", errors.New(s.initDiag()))
 	case <-time.After(10 * time.Second):
 		return 0, fmt.Errorf("jail: spawn: no answer from the sandbox init")
 	}

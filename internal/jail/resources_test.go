@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"airlock/internal/apitype"
 	"airlock/internal/config"
 )
 
@@ -28,7 +29,7 @@ func limits(f func(*config.Limits)) config.Limits {
 }
 
 // mustBeKilled fails unless airlock killed the run for reason.
-func mustBeKilled(t *testing.T, res *RunResult, reason string) {
+func mustBeKilled(t *testing.T, res *RunResult, reason apitype.KillReason) {
 	t.Helper()
 	if !res.Killed || res.KillReason != reason || res.ExitCode != 137 {
 		t.Fatalf("want killed for %q (exit 137): %s", reason, describe(res))
@@ -52,7 +53,7 @@ func TestResourceForkBomb(t *testing.T) {
 			} else {
 				res = runPython(t, h, l, c.code)
 			}
-			mustBeKilled(t, res, KillPids)
+			mustBeKilled(t, res, apitype.KillPids)
 			if d := time.Since(start); d > l.Timeout.D() {
 				t.Errorf("the run took %v, longer than its timeout", d)
 			}
@@ -84,7 +85,7 @@ time.sleep(60)
 	if n, _ := strconv.Atoi(string(m[1])); n < 8 || n >= int(l.Pids) {
 		t.Errorf("%d threads started under a pids limit of %d", n, l.Pids)
 	}
-	mustBeKilled(t, res, KillPids)
+	mustBeKilled(t, res, apitype.KillPids)
 }
 
 func TestResourceMemoryBomb(t *testing.T) {
@@ -95,7 +96,7 @@ chunks = []
 while True:
     chunks.append(b"\x01" * (8 << 20))
 `)
-	mustBeKilled(t, res, KillMemory)
+	mustBeKilled(t, res, apitype.KillMemory)
 	if res.PeakMemory < int64(l.Memory)/2 || res.PeakMemory > int64(l.Memory) {
 		t.Errorf("peak memory %d, want close to the limit %d", res.PeakMemory, l.Memory)
 	}
@@ -119,7 +120,7 @@ print("child gone", flush=True)
 time.sleep(30)
 print("PARENT SURVIVED")
 `)
-	mustBeKilled(t, res, KillMemory)
+	mustBeKilled(t, res, apitype.KillMemory)
 	if bytes.Contains(res.Stdout, []byte("SURVIVED")) || res.Duration > 3*time.Second {
 		t.Errorf("the sandbox lived on after the OOM kill: %s", describe(res))
 	}
@@ -137,7 +138,7 @@ for i in range(1000):
         f.write(chunk)
 print("WROTE ALL")
 `)
-	mustBeKilled(t, res, KillMemory)
+	mustBeKilled(t, res, apitype.KillMemory)
 	if bytes.Contains(res.Stdout, []byte("WROTE ALL")) || res.PeakMemory > int64(l.Memory) {
 		t.Errorf("%s", describe(res))
 	}
@@ -255,7 +256,7 @@ func TestResourceHugeOutput(t *testing.T) {
 				req.Stderr = live
 			}
 			res := runReq(t, h, l, req)
-			mustBeKilled(t, res, KillOutput)
+			mustBeKilled(t, res, apitype.KillOutput)
 			got, truncated, other := res.Stdout, res.StdoutTruncated, res.Stderr
 			if stream == "stderr" {
 				got, truncated, other = res.Stderr, res.StderrTruncated, res.Stdout
@@ -309,7 +310,7 @@ func TestResourceCPUTime(t *testing.T) {
 		l.Timeout = config.Duration(10 * time.Second)
 	})
 	res := runPython(t, h, l, "while True:\n    pass\n")
-	mustBeKilled(t, res, KillCPUTime)
+	mustBeKilled(t, res, apitype.KillCPUTime)
 	if res.CPU < time.Second || res.CPU > 1500*time.Millisecond {
 		t.Errorf("killed after %v of CPU (in %v); want just over 1s", res.CPU, res.Duration)
 	}
@@ -319,7 +320,7 @@ func TestResourceTimeout(t *testing.T) {
 	h := testHost(t)
 	l := limits(func(l *config.Limits) { l.Timeout = config.Duration(time.Second) })
 	res := runPython(t, h, l, "import time\ntime.sleep(60)\n")
-	mustBeKilled(t, res, KillTimeout)
+	mustBeKilled(t, res, apitype.KillTimeout)
 	if res.Duration < time.Second || res.Duration > 3*time.Second {
 		t.Errorf("killed after %v, want just over 1s", res.Duration)
 	}

@@ -6,16 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"airlock/internal/apitype"
 	"airlock/internal/workspace"
-)
-
-// Kill reasons, as reported in results.
-const (
-	KillTimeout = "timeout"
-	KillCPUTime = "cpu_time"
-	KillMemory  = "memory"
-	KillPids    = "pids"
-	KillOutput  = "output"
 )
 
 // InputFile is a file placed in /workspace before the program starts.
@@ -54,7 +46,7 @@ type RunResult struct {
 	CPU             time.Duration
 	PeakMemory      int64
 	Killed          bool
-	KillReason      string
+	KillReason      apitype.KillReason
 	// Files are the regular files the program created or modified in
 	// /workspace (the inputs only if it changed them).
 	Files          []workspace.Change
@@ -62,14 +54,15 @@ type RunResult struct {
 }
 
 // capture keeps the first max bytes of a stream, forwards them to an
-// optional live writer, and reports overflow once.
+// optional live writer, and reports overflow once, by closing overflow
+// (which the two streams of a run share).
 type capture struct {
-	mu         sync.Mutex
-	max        int64
-	buf        bytes.Buffer
-	live       io.Writer
-	truncated  bool
-	onOverflow func()
+	mu        sync.Mutex
+	max       int64
+	buf       bytes.Buffer
+	live      io.Writer
+	truncated bool
+	overflow  func()
 }
 
 func (c *capture) Write(p []byte) (int, error) {
@@ -81,8 +74,8 @@ func (c *capture) Write(p []byte) (int, error) {
 		p = p[:max(room, 0)]
 		if !c.truncated {
 			c.truncated = true
-			if c.onOverflow != nil {
-				go c.onOverflow()
+			if c.overflow != nil {
+				c.overflow()
 			}
 		}
 	}

@@ -8,8 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"airlock/internal/cgroup"
+	"airlock/internal/apitype"
 	"airlock/internal/errdefs"
+	"airlock/internal/watch"
 	"airlock/internal/workspace"
 )
 
@@ -24,12 +25,44 @@ func (h *Host) Run(ctx context.Context, req RunRequest) (*RunResult, error) {
 // everything it started are dead, before the sandbox is torn down: its
 // workspace is still readable (and nothing can change it any more).
 func (h *Host) RunWith(ctx context.Context, req RunRequest, after func(*Sandbox)) (*RunResult, error) {
-	l := req.Spec.Limits
 	sb, err := h.Start(ctx, req.Spec)
 	if err != nil {
 		return nil, err
 	}
 	defer sb.Close()
+	r, err := begin(sb, req)
+	if err != nil {
+		return nil, err
+	}
+	l := req.Spec.Limits
+	o := watch.Watch(ctx, sb, watch.Code[Exit](r), watch.Spec{
+		Policy:  watch.Kill,
+		Timeout: l.Timeout.D(),
+		CPUTime: l.CPUTime.D(), CPUs: l.CPUs,
+		Overflow: r.overflow,
+		// The init going away ends the run; finish says how.
+		Ended:   sb.Dead(),
+		EndedBy: func() apitype.End { return apitype.Ended(apitype.EndInterpreterExited) },
+	})
+	return r.finish(ctx, sb, req, o, after)
+}
+
+// run is one program running in a sandbox of its own; as the watch's
+// Code, its reports are the init's exit messages.
+type run struct {
+	sb             *Sandbox
+	stdout, stderr *capture
+	readers        sync.WaitGroup
+	overflow       chan struct{}
+	before         workspace.Snapshot
+	start          time.Time
+	exit           *Exit
+}
+
+// begin places the input files and starts the program with its output
+// captured.
+func begin(sb *Sandbox, req RunRequest) (_ *run, err error) {
+	l := req.Spec.Limits
 	maxFile := req.MaxFileBytes
 	if maxFile <= 0 {
 		maxFile = int64(l.Disk)
@@ -43,106 +76,87 @@ func (h *Host) RunWith(ctx context.Context, req RunRequest, after func(*Sandbox)
 			return nil, fmt.Errorf("copy %s into the sandbox: %w", f.Path, err)
 		}
 	}
-	before := workspace.TakeSnapshot(sb.Workspace())
+	r := &run{sb: sb, overflow: make(chan struct{}), before: workspace.TakeSnapshot(sb.Workspace())}
+	var once sync.Once
+	over := func() { once.Do(func() { close(r.overflow) }) }
+	r.stdout = &capture{max: int64(l.MaxOutput), live: req.Stdout, overflow: over}
+	r.stderr = &capture{max: int64(l.MaxOutput), live: req.Stderr, overflow: over}
 
-	var (
-		killOnce   sync.Once
-		killReason string
-		killed     = make(chan struct{})
-	)
-	kill := func(reason string) {
-		killOnce.Do(func() {
-			killReason = reason
-			sb.Kill()
-			close(killed)
-		})
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	pipe := func() (*os.File, *os.File) {
+		if err != nil {
+			return nil, nil
+		}
+		var rd, wr *os.File
+		if rd, wr, err = os.Pipe(); err == nil {
+			files = append(files, rd, wr)
+		}
+		return rd, wr
 	}
-	stdout := &capture{max: int64(l.MaxOutput), live: req.Stdout, onOverflow: func() { kill(KillOutput) }}
-	stderr := &capture{max: int64(l.MaxOutput), live: req.Stderr, onOverflow: func() { kill(KillOutput) }}
-
-	inR, inW, err := os.Pipe()
+	inR, inW := pipe()
+	outR, outW := pipe()
+	errR, errW := pipe()
 	if err != nil {
 		return nil, err
 	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		inR.Close()
-		inW.Close()
-		return nil, err
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		inR.Close()
-		inW.Close()
-		outR.Close()
-		outW.Close()
-		return nil, err
-	}
-	var readers sync.WaitGroup
-	readers.Add(2)
-	go func() { io.Copy(stdout, outR); outR.Close(); readers.Done() }()
-	go func() { io.Copy(stderr, errR); errR.Close(); readers.Done() }()
-	start := time.Now()
+	files = []*os.File{inW} // until the stdin copier owns it
+	r.readers.Add(2)
+	go func() { io.Copy(r.stdout, outR); outR.Close(); r.readers.Done() }()
+	go func() { io.Copy(r.stderr, errR); errR.Close(); r.readers.Done() }()
+	r.start = time.Now()
 	trace("spawn")
 	_, err = sb.Spawn(Process{Argv: req.Argv, Env: append(BaseEnv(), req.Env...), Dir: "/workspace", Files: []*os.File{inR, outW, errW}})
+	// The sandbox has its copies: ours must go, or the readers never see
+	// the end of the output.
 	inR.Close()
 	outW.Close()
 	errW.Close()
 	if err != nil {
-		inW.Close()
 		sb.Kill()
-		readers.Wait()
+		r.readers.Wait()
 		return nil, err
 	}
+	files = nil
 	go func() {
 		if req.Stdin != nil {
 			io.Copy(inW, req.Stdin)
 		}
 		inW.Close()
 	}()
+	return r, nil
+}
 
-	stopCPU := make(chan struct{})
-	go WatchCPU(sb, 0, l.CPUTime.D(), l.CPUs, stopCPU, func() { kill(KillCPUTime) })
-	go sb.Cgroup().PollPids(stopCPU)
-	timeout := time.NewTimer(l.Timeout.D())
-	defer timeout.Stop()
+func (r *run) Reports() <-chan Exit { return r.sb.Exits() }
 
-	res := &RunResult{ExitCode: -1}
-	var exit *Exit
-wait:
-	for {
-		select {
-		case e := <-sb.Exits():
-			exit = &e
-			break wait
-		case <-timeout.C:
-			kill(KillTimeout)
-		case ev := <-sb.Events():
-			switch ev {
-			case cgroup.EventOOM:
-				kill(KillMemory)
-			case cgroup.EventPidsMax:
-				kill(KillPids)
-			}
-		case <-ctx.Done():
-			kill("")
-		case <-killed:
-			break wait
-		case <-sb.Dead():
-			break wait
-		}
-	}
+// Handle takes the program's exit: the only program of the sandbox.
+func (r *run) Handle(e Exit) bool {
+	r.exit = &e
+	return true
+}
+
+func (r *run) Closed() (apitype.End, bool) { return apitype.End{}, false } // Exits never closes
+
+// Interrupt is never asked for: a run's limits kill.
+func (r *run) Interrupt() {}
+
+// finish kills whatever is left, collects the output and the files, and
+// says how the program ended.
+func (r *run) finish(ctx context.Context, sb *Sandbox, req RunRequest, o watch.Outcome, after func(*Sandbox)) (*RunResult, error) {
 	trace("exited")
-	res.Duration = time.Since(start)
-	close(stopCPU)
+	res := &RunResult{ExitCode: -1, Duration: time.Since(r.start)}
 	// Whatever the program left running (daemons included) dies with the
 	// sandbox; only then do the output pipes reach end of file.
 	sb.Kill()
 	<-sb.Dead()
-	readers.Wait()
+	r.readers.Wait()
 	trace("killed")
 
-	killOnce.Do(func() {}) // later kill attempts are moot; read killReason safely
+	killReason := o.KillReason()
 	stats, serr := sb.Stats()
 	if serr == nil {
 		res.CPU = stats.CPU
@@ -150,14 +164,14 @@ wait:
 		// One OOM kill ends the whole sandbox, even when the event lost
 		// the race with the program's exit.
 		if stats.OOMKills > 0 && killReason == "" && ctx.Err() == nil {
-			killReason = KillMemory
+			killReason = apitype.KillMemory
 		}
 	}
 	switch {
 	case killReason != "":
 		res.Killed, res.KillReason, res.ExitCode = true, killReason, 137
-	case exit != nil:
-		res.ExitCode = exit.Code()
+	case r.exit != nil && o.Finished:
+		res.ExitCode = r.exit.Code()
 	case ctx.Err() != nil:
 		return nil, fmt.Errorf("%w: run cancelled: %v", errdefs.ErrTimeout, ctx.Err())
 	default:
@@ -166,56 +180,22 @@ wait:
 	if ctx.Err() != nil && killReason == "" {
 		return nil, fmt.Errorf("%w: run cancelled: %v", errdefs.ErrTimeout, ctx.Err())
 	}
-	res.Stdout, res.StdoutTruncated = stdout.result()
-	res.Stderr, res.StderrTruncated = stderr.result()
+	res.Stdout, res.StdoutTruncated = r.stdout.result()
+	res.Stderr, res.StderrTruncated = r.stderr.result()
 
 	now := workspace.TakeSnapshot(sb.Workspace())
 	hide := map[string]bool{}
 	for _, p := range req.Hide {
 		hide[p] = true
 	}
-	for _, c := range before.Changes(now) {
+	for _, c := range r.before.Changes(now) {
 		if c.Change != "deleted" && !hide[c.Path] {
 			res.Files = append(res.Files, c)
 		}
 	}
-	res.FilesTruncated = before.Truncated || now.Truncated
+	res.FilesTruncated = r.before.Truncated || now.Truncated
 	if after != nil {
 		after(sb)
 	}
 	return res, nil
-}
-
-// WatchCPU calls over once the sandbox has used budget of CPU time since
-// it had used base. It looks at the earliest moment the budget could be
-// spent, given that the sandbox cannot use more than cpus cores, so it
-// costs nothing while the code is far from its limit. It returns when
-// stop is closed.
-func WatchCPU(sb *Sandbox, base, budget time.Duration, cpus float64, stop <-chan struct{}, over func()) {
-	if cpus <= 0 {
-		cpus = 1
-	}
-	for {
-		used, err := sb.CPU()
-		if err != nil {
-			// Never stop enforcing: look again shortly.
-			select {
-			case <-time.After(100 * time.Millisecond):
-				continue
-			case <-stop:
-				return
-			}
-		}
-		if used-base >= budget {
-			over()
-			return
-		}
-		t := time.NewTimer(time.Duration(float64(budget-(used-base))/cpus) + time.Millisecond)
-		select {
-		case <-t.C:
-		case <-stop:
-			t.Stop()
-			return
-		}
-	}
 }

@@ -17,18 +17,20 @@ import (
 	"sync/atomic"
 	"time"
 
+	"airlock/internal/apitype"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
+	"airlock/internal/instance"
 	"airlock/internal/jail"
-	"airlock/internal/session"
+	"airlock/internal/runtimes"
 	"airlock/internal/zygote"
 )
 
-// Pool is a session.Source backed by warm instances.
+// Pool is an instance.Source backed by warm instances.
 type Pool struct {
 	cfg   config.Config
 	host  *jail.Host
-	slots *session.Slots
+	slots *instance.Slots
 	log   *slog.Logger
 	build chan struct{} // bounds concurrent builds
 
@@ -45,11 +47,11 @@ type Pool struct {
 }
 
 type queue struct {
-	lang    string
+	rt      runtimes.Runtime
 	size    int
 	profile config.Limits
 	mu      sync.Mutex
-	ready   []*session.Instance
+	ready   []*instance.Instance
 	pending int
 	kick    chan struct{}
 
@@ -59,7 +61,7 @@ type queue struct {
 
 // New starts the pools (and the Python template, if configured). It
 // returns at once; pools fill in the background.
-func New(cfg config.Config, host *jail.Host, slots *session.Slots, log *slog.Logger) *Pool {
+func New(cfg config.Config, host *jail.Host, slots *instance.Slots, log *slog.Logger) *Pool {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{
 		cfg: cfg, host: host, slots: slots, log: log,
@@ -67,8 +69,12 @@ func New(cfg config.Config, host *jail.Host, slots *session.Slots, log *slog.Log
 		ctx:   ctx, cancel: cancel,
 		queues: map[string]*queue{},
 	}
-	for _, lang := range config.Languages {
-		q := &queue{lang: lang, size: cfg.Pool.Size[lang], profile: cfg.Defaults, kick: make(chan struct{}, 1)}
+	for _, lang := range runtimes.Names() {
+		rt, err := runtimes.Lookup(cfg, lang)
+		if err != nil {
+			panic(err) // the table's own names
+		}
+		q := &queue{rt: rt, size: cfg.Pool.Size[lang], profile: cfg.Defaults, kick: make(chan struct{}, 1)}
 		p.queues[lang] = q
 		if q.size > 0 {
 			p.wg.Add(1)
@@ -82,12 +88,12 @@ func New(cfg config.Config, host *jail.Host, slots *session.Slots, log *slog.Log
 	return p
 }
 
-// Get implements session.Source: a warm instance adapted to l if one is
+// Get implements instance.Source: a warm instance adapted to l if one is
 // ready, else one built now.
-func (p *Pool) Get(ctx context.Context, lang string, l config.Limits) (*session.Instance, error) {
-	q, ok := p.queues[lang]
+func (p *Pool) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits) (*instance.Instance, error) {
+	q, ok := p.queues[rt.Lang]
 	if !ok {
-		return nil, fmt.Errorf("%w: unknown language %q", errdefs.ErrInvalidArgument, lang)
+		return nil, fmt.Errorf("%w: unknown language %q", errdefs.ErrInvalidArgument, rt.Lang)
 	}
 	for {
 		inst := q.take()
@@ -100,7 +106,14 @@ func (p *Pool) Get(ctx context.Context, lang string, l config.Limits) (*session.
 			p.closing.Go(func() { inst.Close() })
 			continue
 		}
-		if l != inst.Sandbox.Limits() {
+		if from := inst.Limits(); l != from {
+			if !rt.Adapts(from, l) {
+				// Its runtime took the pool's limits at start (a flag, a
+				// heap size): build one with the session's own.
+				q.discarded.Add(1)
+				p.closing.Go(func() { inst.Close() })
+				break
+			}
 			if err := inst.Adapt(l); err != nil {
 				p.log.Warn("cannot adapt a pooled sandbox; building one", "err", err)
 				q.discarded.Add(1)
@@ -113,10 +126,10 @@ func (p *Pool) Get(ctx context.Context, lang string, l config.Limits) (*session.
 	}
 	q.misses.Add(1)
 	q.signal()
-	return p.newInstance(ctx, lang, l)
+	return p.newInstance(ctx, rt, l)
 }
 
-func (q *queue) take() *session.Instance {
+func (q *queue) take() *instance.Instance {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.ready) == 0 {
@@ -154,7 +167,7 @@ func (p *Pool) refill(q *queue) {
 			go func() {
 				defer func() { <-p.build }()
 				start := time.Now()
-				inst, err := p.newInstance(p.ctx, q.lang, q.profile)
+				inst, err := p.newInstance(p.ctx, q.rt, q.profile)
 				q.mu.Lock()
 				q.pending--
 				if err == nil && p.ctx.Err() == nil {
@@ -167,7 +180,7 @@ func (p *Pool) refill(q *queue) {
 				}
 				if err != nil {
 					if p.ctx.Err() == nil {
-						p.log.Warn("pool: building a sandbox failed", "language", q.lang, "err", err)
+						p.log.Warn("pool: building a sandbox failed", "language", q.rt.Lang, "err", err)
 						// Do not spin on a persistent failure.
 						select {
 						case <-time.After(time.Second):
@@ -191,9 +204,9 @@ func (p *Pool) refill(q *queue) {
 
 // newInstance builds one instance from scratch: through the template
 // when it runs, else (or if the template fails) by executing the runtime.
-func (p *Pool) newInstance(ctx context.Context, lang string, l config.Limits) (*session.Instance, error) {
-	if z := p.zygote(); z != nil && lang == "python" {
-		inst, err := session.NewInstance(ctx, p.host, p.cfg, p.slots, lang, l, z)
+func (p *Pool) newInstance(ctx context.Context, rt runtimes.Runtime, l config.Limits) (*instance.Instance, error) {
+	if z := p.zygote(); z != nil && rt.Template {
+		inst, err := instance.New(ctx, p.host, p.slots, rt, l, z)
 		if err == nil {
 			return inst, nil
 		}
@@ -202,7 +215,7 @@ func (p *Pool) newInstance(ctx context.Context, lang string, l config.Limits) (*
 		}
 		p.log.Warn("python template could not start a runtime; starting it cold", "err", err)
 	}
-	return session.NewInstance(ctx, p.host, p.cfg, p.slots, lang, l, nil)
+	return instance.New(ctx, p.host, p.slots, rt, l, nil)
 }
 
 func (p *Pool) zygote() *zygote.Zygote {
@@ -249,7 +262,7 @@ func (p *Pool) keepZygote() {
 		p.zmu.Unlock()
 		// Instances built before the template was up started cold;
 		// replace them so that pooled sessions get the warm template.
-		p.recycle("python")
+		p.recycleTemplated()
 		select {
 		case <-z.Dead():
 			p.log.Warn("python template died; restarting")
@@ -267,11 +280,15 @@ func (p *Pool) keepZygote() {
 	}
 }
 
-// recycle discards the ready instances of lang (the pool refills).
-func (p *Pool) recycle(lang string) {
-	q := p.queues[lang]
-	q.discard()
-	q.signal()
+// recycleTemplated discards the ready instances of the languages the
+// template starts (the pools refill).
+func (p *Pool) recycleTemplated() {
+	for _, q := range p.queues {
+		if q.rt.Template {
+			q.discard()
+			q.signal()
+		}
+	}
 }
 
 // discard closes the ready instances.
@@ -287,22 +304,13 @@ func (q *queue) discard() {
 	wg.Wait()
 }
 
-// Stats reports the pools' state, for /healthz and the benchmark.
-func (p *Pool) Stats() any {
-	type qs struct {
-		Ready      int     `json:"ready"`
-		Target     int     `json:"target"`
-		Building   int     `json:"building"`
-		Hits       uint64  `json:"hits"`
-		Misses     uint64  `json:"misses"`
-		Built      uint64  `json:"built"`
-		Discarded  uint64  `json:"discarded"`
-		AvgBuildMs float64 `json:"avg_build_ms"`
-	}
+// Stats reports the pools' state, for /healthz and the benchmark: a
+// apitype.PoolStats per language and the apitype.TemplateStats.
+func (p *Pool) Stats() map[string]any {
 	out := map[string]any{}
 	for lang, q := range p.queues {
 		q.mu.Lock()
-		s := qs{Ready: len(q.ready), Target: q.size, Building: q.pending}
+		s := apitype.PoolStats{Ready: len(q.ready), Target: q.size, Building: q.pending}
 		q.mu.Unlock()
 		s.Hits, s.Misses, s.Built, s.Discarded = q.hits.Load(), q.misses.Load(), q.built.Load(), q.discarded.Load()
 		if s.Built > 0 {
@@ -313,7 +321,7 @@ func (p *Pool) Stats() any {
 	p.zmu.Lock()
 	z, fails := p.zyg, p.zygFails
 	p.zmu.Unlock()
-	out["python_template"] = map[string]any{"running": z != nil, "failures": fails}
+	out[apitype.TemplateKey] = apitype.TemplateStats{Running: z != nil, Failures: fails}
 	return out
 }
 

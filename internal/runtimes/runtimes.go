@@ -1,7 +1,12 @@
-// Package runtimes owns the languages airlock runs: which interpreter runs
-// a language, how a program file is started, the environment each gets,
-// and (for sessions) the small in-sandbox runtime programs embedded in the
-// airlock binary.
+// Package runtimes owns the languages airlock runs, as one table of
+// descriptors: which interpreter runs a language, its names and file
+// extensions, how a program file is started, the environment each gets,
+// which protocol its session runtime speaks, whether the template
+// interpreter can start it, what its code may contain, and how its limits
+// adapt; and (for sessions) the small in-sandbox runtime programs embedded
+// in the airlock binary and their wire protocol. Everything that differs
+// between languages is a field here, never a comparison with a language's
+// name elsewhere.
 //
 // It must never decide anything about isolation: every runtime runs in the
 // same jail with the same layers.
@@ -11,6 +16,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -18,35 +24,153 @@ import (
 	"airlock/internal/errdefs"
 )
 
-// Runtime is one language.
+// RuntimeDir is where the embedded session runtimes live in every sandbox.
+const RuntimeDir = "/opt/airlock"
+
+// Language describes one language.
+type Language struct {
+	// Lang is the canonical name; Aliases are the other names clients
+	// may use.
+	Lang    string
+	Aliases []string
+	// Ext is the extension of a program file airlock names itself
+	// (main.py); Exts are every extension that selects the language.
+	Ext  string
+	Exts []string
+	// binary picks the interpreter from the configuration.
+	binary func(config.Runtimes) string
+	// Framed: the session runtime speaks the JSON frame protocol
+	// (docs/runtime-protocol.md); otherwise it reads NUL-terminated code
+	// and answers with a status (bash).
+	Framed bool
+	// Template: the template interpreter can fork this language's
+	// session runtime, with its libraries already imported.
+	Template bool
+	// sessionArgs follow the binary in the session runtime's argv,
+	// templateArgs in the template interpreter's.
+	sessionArgs, templateArgs []string
+	// NULInCode: code may contain NUL bytes (the NUL-terminated protocol
+	// cannot carry them).
+	NULInCode bool
+	// ReportsInterrupt: the runtime reports an interrupted execution as
+	// an error itself (KeyboardInterrupt); for the others the server adds
+	// that error.
+	ReportsInterrupt bool
+	// FreshEnvPrefix: a program given a variable with this prefix, which
+	// only a new interpreter reads, runs in a new interpreter instead of
+	// the pooled one.
+	FreshEnvPrefix string
+	// env is the language's environment for a sandbox with limits l,
+	// added to the jail's base.
+	env func(l config.Limits) []string
+	// sessionEnv is added for the session runtime.
+	sessionEnv []string
+	// AdaptInPlace reports whether a runtime started with limits from can
+	// serve a session with limits to once its sandbox is adapted; nil:
+	// every limit adapts in place.
+	AdaptInPlace func(from, to config.Limits) bool
+}
+
+// languages is the table.
+var languages = []*Language{
+	{
+		Lang: "python", Aliases: []string{"python3", "py"}, Ext: ".py", Exts: []string{".py"},
+		binary:      func(r config.Runtimes) string { return r.Python },
+		Framed:      true,
+		Template:    true,
+		sessionArgs: []string{"-I", "-B", RuntimeDir + "/python/airlock_runtime.py"},
+		// The template interpreter is Python too: the same runtime
+		// package, forked into sandboxes with its imports done.
+		templateArgs:     []string{"-I", "-B", RuntimeDir + "/python/airlock_zygote.py"},
+		NULInCode:        true,
+		ReportsInterrupt: true,
+		FreshEnvPrefix:   "PYTHON",
+		env:              func(config.Limits) []string { return []string{"PYTHONUNBUFFERED=1"} },
+		// Figures come back as display data, with or without plt.show();
+		// the path lets Python programs the session starts find the
+		// backend (outside a session it behaves as plain Agg).
+		sessionEnv: []string{"MPLBACKEND=module://airlock_mpl", "PYTHONPATH=" + RuntimeDir + "/python"},
+	},
+	{
+		Lang: "bash", Aliases: []string{"sh", "shell"}, Ext: ".sh", Exts: []string{".sh", ".bash"},
+		binary:      func(r config.Runtimes) string { return r.Bash },
+		sessionArgs: []string{"--noprofile", "--norc", RuntimeDir + "/bash/runtime.sh"},
+		env:         func(config.Limits) []string { return nil },
+	},
+	{
+		Lang: "javascript", Aliases: []string{"js", "node"}, Ext: ".js", Exts: []string{".js", ".mjs", ".cjs"},
+		binary:           func(r config.Runtimes) string { return r.Node },
+		Framed:           true,
+		sessionArgs:      []string{RuntimeDir + "/javascript/runtime.js"},
+		NULInCode:        true,
+		ReportsInterrupt: true,
+		env: func(l config.Limits) []string {
+			return []string{"NODE_OPTIONS=--max-old-space-size=" + strconv.FormatInt(max(int64(l.Memory)>>20*3/4, 16), 10)}
+		},
+	},
+}
+
+// Names lists the canonical names of every language.
+func Names() []string {
+	out := make([]string, len(languages))
+	for i, l := range languages {
+		out[i] = l.Lang
+	}
+	return out
+}
+
+// find returns the language called name (or an alias of it).
+func find(name string) *Language {
+	for _, l := range languages {
+		if l.Lang == name || slices.Contains(l.Aliases, name) {
+			return l
+		}
+	}
+	return nil
+}
+
+// Runtime is a language with its interpreter as configured.
 type Runtime struct {
-	Lang   string
+	*Language
 	Binary string
-	Ext    string
 }
 
 // Lookup returns the runtime for lang.
 func Lookup(c config.Config, lang string) (Runtime, error) {
-	switch lang {
-	case "python", "python3", "py":
-		return Runtime{Lang: "python", Binary: c.Runtimes.Python, Ext: ".py"}, nil
-	case "bash", "sh", "shell":
-		return Runtime{Lang: "bash", Binary: c.Runtimes.Bash, Ext: ".sh"}, nil
-	case "javascript", "js", "node":
-		return Runtime{Lang: "javascript", Binary: c.Runtimes.Node, Ext: ".js"}, nil
+	l := find(lang)
+	if l == nil {
+		return Runtime{}, fmt.Errorf("%w: unknown language %q (want %s)", errdefs.ErrInvalidArgument, lang, wanted())
 	}
-	return Runtime{}, fmt.Errorf("%w: unknown language %q (want python, bash or javascript)", errdefs.ErrInvalidArgument, lang)
+	return Runtime{Language: l, Binary: l.binary(c.Runtimes)}, nil
 }
 
-// LanguageForFile guesses the language from a file name; python if unsure.
-func LanguageForFile(name string) string {
-	switch strings.ToLower(filepath.Ext(name)) {
-	case ".sh", ".bash":
-		return "bash"
-	case ".js", ".mjs", ".cjs":
-		return "javascript"
+// wanted lists the canonical names for messages: "a, b or c".
+func wanted() string {
+	n := Names()
+	return strings.Join(n[:len(n)-1], ", ") + " or " + n[len(n)-1]
+}
+
+// Templates returns the runtimes the template interpreter starts.
+func Templates(c config.Config) []Runtime {
+	var out []Runtime
+	for _, l := range languages {
+		if l.Template {
+			out = append(out, Runtime{Language: l, Binary: l.binary(c.Runtimes)})
+		}
 	}
-	return "python"
+	return out
+}
+
+// LanguageForFile guesses the language from a file name; the first
+// language of the table (python) if unsure.
+func LanguageForFile(name string) string {
+	ext := strings.ToLower(filepath.Ext(name))
+	for _, l := range languages {
+		if slices.Contains(l.Exts, ext) {
+			return l.Lang
+		}
+	}
+	return languages[0].Lang
 }
 
 // Command is the argv that runs the program file at path.
@@ -58,45 +182,40 @@ func (r Runtime) Command(path string) []string {
 func (r Runtime) Env(l config.Limits) []string {
 	threads := strconv.Itoa(int(math.Max(1, math.Ceil(l.CPUs))))
 	env := []string{"OPENBLAS_NUM_THREADS=" + threads, "OMP_NUM_THREADS=" + threads}
-	switch r.Lang {
-	case "python":
-		env = append(env, "PYTHONUNBUFFERED=1")
-	case "javascript":
-		env = append(env, "NODE_OPTIONS=--max-old-space-size="+strconv.FormatInt(max(int64(l.Memory)>>20*3/4, 16), 10))
-	}
-	return env
+	return append(env, r.env(l)...)
 }
-
-// RuntimeDir is where the embedded session runtimes live in every sandbox.
-const RuntimeDir = "/opt/airlock"
 
 // SessionCommand is the argv of the language's session runtime.
 func (r Runtime) SessionCommand() []string {
-	switch r.Lang {
-	case "python":
-		return []string{r.Binary, "-I", "-B", RuntimeDir + "/python/airlock_runtime.py"}
-	case "javascript":
-		return []string{r.Binary, RuntimeDir + "/javascript/runtime.js"}
-	default:
-		return []string{r.Binary, "--noprofile", "--norc", RuntimeDir + "/bash/runtime.sh"}
-	}
+	return append([]string{r.Binary}, r.sessionArgs...)
+}
+
+// TemplateCommand is the argv of the template interpreter (Template
+// languages only).
+func (r Runtime) TemplateCommand() []string {
+	return append([]string{r.Binary}, r.templateArgs...)
 }
 
 // SessionEnv is the environment the session runtime starts with.
 func (r Runtime) SessionEnv(l config.Limits) []string {
-	env := r.Env(l)
-	if r.Lang == "python" {
-		// Figures come back as display data, with or without plt.show();
-		// the path lets Python programs the session starts find the
-		// backend (outside a session it behaves as plain Agg).
-		env = append(env, "MPLBACKEND=module://airlock_mpl", "PYTHONPATH="+RuntimeDir+"/python")
+	return append(r.Env(l), r.sessionEnv...)
+}
+
+// Adapts reports whether a runtime started with limits from can serve
+// limits to.
+func (r Runtime) Adapts(from, to config.Limits) bool {
+	return r.AdaptInPlace == nil || r.AdaptInPlace(from, to)
+}
+
+// EnvMap turns K=V pairs into a map; a later pair wins.
+func EnvMap(kvs []string) map[string]string {
+	env := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
 	}
 	return env
 }
-
-// Framed reports whether the runtime speaks the JSON frame protocol (bash
-// speaks the NUL-terminated one).
-func (r Runtime) Framed() bool { return r.Lang != "bash" }
 
 // ValidEnv checks a K=V environment entry from a client.
 func ValidEnv(kv string) error {

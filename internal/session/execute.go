@@ -3,121 +3,51 @@ package session
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
-	"airlock/internal/cgroup"
-	"airlock/internal/config"
+	"airlock/internal/apitype"
 	"airlock/internal/errdefs"
-	"airlock/internal/jail"
+	"airlock/internal/instance"
 	"airlock/internal/runtimes"
+	"airlock/internal/watch"
 	"airlock/internal/workspace"
 )
 
-// Output is one rich output, a Jupyter MIME bundle.
-type Output struct {
-	// Type is "result" (the value of the final expression) or "display".
-	Type     string                     `json:"type"`
-	Data     map[string]json.RawMessage `json:"data"`
-	Metadata json.RawMessage            `json:"metadata,omitempty"`
-}
-
-// ExecError is an uncaught exception.
-type ExecError struct {
-	Name      string   `json:"name"`
-	Value     string   `json:"value"`
-	Traceback []string `json:"traceback"`
-}
-
-// FileChange is a file an execution created, modified or deleted.
-type FileChange = workspace.Change
-
-// Result is the outcome of one execution.
-type Result struct {
-	Stdout          string       `json:"stdout"`
-	Stderr          string       `json:"stderr"`
-	StdoutTruncated bool         `json:"stdout_truncated"`
-	StderrTruncated bool         `json:"stderr_truncated"`
-	Results         []Output     `json:"results"`
-	ResultsDropped  int          `json:"results_dropped,omitempty"`
-	Error           *ExecError   `json:"error"`
-	ExitCode        int          `json:"exit_code"`
-	ExecutionCount  int          `json:"execution_count"`
-	DurationMs      float64      `json:"duration_ms"`
-	CPUMs           float64      `json:"cpu_ms"`
-	PeakMemoryBytes int64        `json:"peak_memory_bytes"`
-	Killed          bool         `json:"killed"`
-	KillReason      string       `json:"kill_reason"`
-	SessionEnded    bool         `json:"session_ended,omitempty"`
-	EndReason       string       `json:"end_reason,omitempty"`
-	FilesChanged    []FileChange `json:"files_changed"`
-	// FilesTruncated: the workspace holds more than a listing may, and
-	// files_changed may miss some.
-	FilesTruncated bool `json:"files_truncated,omitempty"`
-}
-
-// Event is one streamed step of an execution, in the order it happened.
-type Event struct {
-	Type     string                     `json:"type"` // stdout, stderr, result, display, error, end
-	Text     string                     `json:"text,omitempty"`
-	Data     map[string]json.RawMessage `json:"data,omitempty"`
-	Metadata json.RawMessage            `json:"metadata,omitempty"`
-	Error    *ExecError                 `json:"error,omitempty"`
-	Result   *Result                    `json:"result,omitempty"`
-	Files    []OutputFile               `json:"files,omitempty"`  // one-shot end only
-	Limits   *config.Limits             `json:"limits,omitempty"` // one-shot end only
-	// DataBase64 replaces Text for a program's output that is not valid
-	// UTF-8 (program runs only), so streamed bytes arrive unchanged.
-	DataBase64 string `json:"data_base64,omitempty"`
-}
-
-// ExecuteRequest runs code in a session.
-type ExecuteRequest struct {
-	Code    string          `json:"code"`
-	Timeout config.Duration `json:"timeout"`
-
-	prog *program // a program run instead of Code (RunProgram)
-}
-
-// program is a program file the runtime runs in its place, as `airlock
-// run` would: it gets exactly env, an empty stdin and /workspace as its
-// directory, and its exit status is the execution's. The runtime ends with
-// it, so only a one-shot session runs one.
-type program struct {
-	argv  []string
-	env   map[string]string
-	fresh bool // start a new interpreter (the client set PYTHON* variables)
-}
-
 // MaxCode caps the code of one execution.
 const MaxCode = 4 << 20
+
+// request is one execution: code, or a program run in place of the
+// runtime (program runs only).
+type request struct {
+	code    string
+	timeout time.Duration // 0: the session's
+	prog    *instance.Program
+	kind    string // ExecSession, ExecOneShot or ExecProgram
+}
 
 // execution collects what one execution produced.
 type execution struct {
 	mu       sync.Mutex
 	stdout   stream
 	stderr   stream
-	outputs  []Output
+	outputs  []apitype.Output
 	dropped  int
 	outBytes int
 	maxRich  int
-	err      *ExecError
-	emit     func(Event)
+	err      *apitype.ExecError
+	emit     func(apitype.Event)
 	overflow chan struct{}
 	overOnce sync.Once
 }
 
 // newExecution collects an execution's output; lossless streams bytes that
 // are not UTF-8 as data_base64 instead of replacing them.
-func newExecution(maxOutput int, emit func(Event), lossless bool) *execution {
+func newExecution(maxOutput int, emit func(apitype.Event), lossless bool) *execution {
 	ex := &execution{emit: emit, overflow: make(chan struct{}), maxRich: max(maxOutput*16, 32<<20)}
 	over := func() { ex.overOnce.Do(func() { close(ex.overflow) }) }
 	ex.stdout = stream{max: maxOutput, overflow: over}
@@ -126,14 +56,14 @@ func newExecution(maxOutput int, emit func(Event), lossless bool) *execution {
 		live := func(kind string) func([]byte) {
 			return func(b []byte) {
 				if lossless && !utf8.Valid(b) {
-					emit(Event{Type: kind, DataBase64: base64.StdEncoding.EncodeToString(b)})
+					emit(apitype.Event{Type: kind, DataBase64: base64.StdEncoding.EncodeToString(b)})
 					return
 				}
-				emit(Event{Type: kind, Text: toValidUTF8(b)})
+				emit(apitype.Event{Type: kind, Text: toValidUTF8(b)})
 			}
 		}
-		ex.stdout.live = live("stdout")
-		ex.stderr.live = live("stderr")
+		ex.stdout.live = live(apitype.EventStdout)
+		ex.stderr.live = live(apitype.EventStderr)
 	}
 	return ex
 }
@@ -164,262 +94,258 @@ func (ex *execution) rich(m runtimes.Message) {
 		return
 	}
 	ex.outBytes += size
-	o := Output{Type: m.Type, Data: m.Data, Metadata: m.Metadata}
+	o := apitype.Output{Type: m.Type, Data: m.Data, Metadata: m.Metadata}
 	ex.outputs = append(ex.outputs, o)
 	if ex.emit != nil {
-		ex.emit(Event{Type: m.Type, Data: m.Data, Metadata: m.Metadata})
+		ex.emit(apitype.Event{Type: m.Type, Data: m.Data, Metadata: m.Metadata})
+	}
+}
+
+func (ex *execution) error(m runtimes.Message) {
+	ex.mu.Lock()
+	ex.stdout.flush()
+	ex.stderr.flush()
+	ex.err = &apitype.ExecError{Name: m.Name, Value: m.Value, Traceback: m.Traceback}
+	if ex.err.Traceback == nil {
+		ex.err.Traceback = []string{}
+	}
+	ex.mu.Unlock()
+	if ex.emit != nil {
+		ex.emit(apitype.Event{Type: apitype.EventError, Error: ex.err})
 	}
 }
 
 // Execute runs code in the session. Only one execution runs at a time; a
 // second concurrent call gets errdefs.ErrConflict. emit, if not nil,
 // receives events as they happen, the last one of type "end".
-func (s *Session) Execute(ctx context.Context, req ExecuteRequest, emit func(Event)) (*Result, error) {
-	return s.execute(ctx, req, emit, false)
+func (s *Session) Execute(ctx context.Context, req apitype.ExecuteRequest, emit func(apitype.Event)) (*apitype.Result, error) {
+	return s.execute(ctx, request{code: req.Code, timeout: req.Timeout.D(), kind: ExecSession}, emit, false)
 }
 
-// execute is Execute; slotHeld says the caller already holds an execution
-// slot (one-shot runs take it before building their jail).
-func (s *Session) execute(ctx context.Context, req ExecuteRequest, emit func(Event), slotHeld bool) (*Result, error) {
-	if len(req.Code) > MaxCode {
+// execute is Execute: begin, watch, finish. slotHeld says the caller
+// already holds an execution slot (one-shot runs take it before building
+// their jail).
+func (s *Session) execute(ctx context.Context, req request, emit func(apitype.Event), slotHeld bool) (*apitype.Result, error) {
+	r, err := s.begin(ctx, req, emit, slotHeld)
+	if err != nil {
+		return nil, err
+	}
+	defer r.release()
+	o := watch.Watch(ctx, s.inst, watch.Code[runtimes.Message](r), r.spec)
+	return s.finishExecution(r, o), nil
+}
+
+// running is one execution under way: what begin set up, what the watch
+// hands the runtime's messages to, and what finish reads.
+type running struct {
+	s       *Session
+	req     request
+	id      string
+	ex      *execution
+	emit    func(apitype.Event)
+	before  workspace.Snapshot
+	cpu0    time.Duration
+	start   time.Time
+	spec    watch.Spec
+	release func()
+	// How it ended, as the runtime said: its done, or a program's exit.
+	done     *runtimes.Message
+	progExit *int
+}
+
+// begin checks the request, takes the session (and an execution slot),
+// and sends the code or program to the runtime.
+func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Event), slotHeld bool) (_ *running, err error) {
+	if len(req.code) > MaxCode {
 		return nil, fmt.Errorf("%w: code is larger than %d bytes", errdefs.ErrTooLarge, MaxCode)
 	}
-	timeout := req.Timeout.D()
+	timeout := req.timeout
 	if timeout == 0 {
 		timeout = s.limits.Timeout.D()
 	}
 	if timeout < 0 || timeout > s.m.cfg.Max.Timeout.D() {
 		return nil, fmt.Errorf("%w: timeout %s exceeds the server maximum %s", errdefs.ErrInvalidArgument, timeout, s.m.cfg.Max.Timeout)
 	}
-	if s.lang == "bash" && strings.ContainsRune(req.Code, 0) {
-		return nil, fmt.Errorf("%w: bash code must not contain NUL bytes", errdefs.ErrInvalidArgument)
+	if !s.lang.NULInCode && strings.ContainsRune(req.code, 0) {
+		return nil, fmt.Errorf("%w: %s code must not contain NUL bytes", errdefs.ErrInvalidArgument, s.lang.Lang)
 	}
 	if !s.execMu.TryLock() {
 		return nil, fmt.Errorf("%w: the session is already executing code; wait for it or interrupt it", errdefs.ErrConflict)
 	}
-	defer s.execMu.Unlock()
-	s.mu.Lock()
-	if s.endReason != "" {
-		reason := s.endReason
-		s.mu.Unlock()
-		return nil, fmt.Errorf("%w: %s", errdefs.ErrGone, reason)
+	// What is held is given back in reverse order, by release or here.
+	var held []func()
+	r := &running{s: s, req: req, emit: emit}
+	r.release = func() {
+		for i := len(held) - 1; i >= 0; i-- {
+			held[i]()
+		}
 	}
-	s.mu.Unlock()
+	defer func() {
+		if err != nil {
+			r.release()
+		}
+	}()
+	held = append(held, s.execMu.Unlock)
+	if end := s.End(); !end.Zero() {
+		return nil, gone(end)
+	}
 	if !slotHeld {
 		release, err := s.m.acquire(ctx)
 		if err != nil {
 			return nil, err
 		}
-		defer release()
+		held = append(held, release)
 	}
 
 	prog := req.prog
-	ex := newExecution(int(s.limits.MaxOutput), emit, prog != nil)
-	s.mu.Lock()
-	ended := s.endReason
-	s.mu.Unlock()
-	if ended != "" { // ended while we waited for a slot
-		return nil, fmt.Errorf("%w: %s", errdefs.ErrGone, ended)
+	r.ex = newExecution(int(s.limits.MaxOutput), emit, prog != nil)
+	if end := s.End(); !end.Zero() { // ended while we waited for a slot
+		return nil, gone(end)
 	}
-	before := workspace.TakeSnapshot(s.ws)
-	sb := s.inst.Sandbox
-	cpu0, _ := sb.CPU()
+	r.before = workspace.TakeSnapshot(s.workspace())
+	r.cpu0, _ = s.inst.CPU()
 	s.mu.Lock()
-	if s.endReason != "" {
-		reason := s.endReason
+	if !s.end.Zero() {
+		end := s.end
 		s.mu.Unlock()
-		return nil, fmt.Errorf("%w: %s", errdefs.ErrGone, reason)
+		return nil, gone(end)
 	}
 	s.busy = true
-	s.cur = ex
+	s.cur = r.ex
 	s.execCount++
-	id := "e" + strconv.Itoa(s.execCount)
+	r.id = "e" + strconv.Itoa(s.execCount)
 	s.lastUsed = time.Now()
 	s.mu.Unlock()
-	select {
-	case <-s.interrupt: // a stale request from before this execution
-	default:
-	}
-	defer func() {
+	held = append(held, func() {
 		s.mu.Lock()
 		s.busy = false
 		s.cur = nil
 		s.lastUsed = time.Now()
-		if s.idleTimer != nil && s.endReason == "" {
+		if s.idleTimer != nil && s.end.Zero() {
 			s.idleTimer.Reset(s.idle)
 		}
-		ended := s.endReason != ""
+		ended := !s.end.Zero()
 		s.mu.Unlock()
 		if ended {
 			s.teardownOnce.Do(s.teardown)
 		}
-	}()
+	})
+	select {
+	case <-s.interrupt: // a stale request from before this execution
+	default:
+	}
+	if s.m.obs != nil {
+		s.m.obs.ExecutionStarted(ExecutionEvent{Kind: req.kind, Session: s.id, Language: s.lang.Lang})
+	}
 
-	start := time.Now()
-	res := &Result{Results: []Output{}, FilesChanged: []FileChange{}}
-	var err error
+	r.start = time.Now()
 	// A runtime whose code stopped it reading its socket (SIGSTOP, a
 	// thread holding the GIL) must not hold the execution past its
 	// timeout: the request, half sent, ends the session.
-	s.inst.conn.sendBy(start.Add(timeout))
 	if prog != nil {
-		err = s.inst.conn.run(id, *prog)
+		err = s.inst.Run(r.id, *prog, r.start.Add(timeout))
 	} else {
-		err = s.inst.conn.execute(id, req.Code)
+		err = s.inst.Execute(r.id, req.code, r.start.Add(timeout))
 	}
-	s.inst.conn.sendBy(time.Time{})
 	if err != nil {
-		why := EndProtocol
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			why = EndNotReading
+		end := instance.SendFailure(err)
+		s.terminate(end)
+		s.m.log.Warn("sending to the runtime failed", "session", s.id, "err", err)
+		if s.m.obs != nil {
+			s.m.obs.ExecutionFinished(ExecutionEvent{Kind: req.kind, Session: s.id, Language: s.lang.Lang, Duration: time.Since(r.start), End: end})
 		}
-		s.end(why)
-		return nil, fmt.Errorf("%w: %s", errdefs.ErrGone, why)
+		return nil, gone(s.End())
 	}
+	policy := watch.Interrupt
+	if prog != nil {
+		// A program is stopped like `airlock run` stops it: at once,
+		// with its sandbox, which was only its vehicle.
+		policy = watch.Kill
+	}
+	r.spec = watch.Spec{
+		Policy:  policy,
+		Timeout: timeout,
+		CPUTime: s.limits.CPUTime.D(), CPUBase: r.cpu0, CPUs: s.limits.CPUs,
+		Grace:      s.m.cfg.Server.InterruptGrace.D(),
+		Overflow:   r.ex.overflow,
+		Interrupts: s.interrupt,
+		Ended:      s.ended,
+		EndedBy:    s.End,
+	}
+	return r, nil
+}
 
-	stop := make(chan struct{})
-	defer close(stop)
-	cpuOver := make(chan struct{})
-	go jail.WatchCPU(sb, cpu0, s.limits.CPUTime.D(), s.limits.CPUs, stop, func() { close(cpuOver) })
-	go sb.Cgroup().PollPids(stop)
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	var grace <-chan time.Time
-	interrupted, endReason := "", ""
-	interruptFor := func(reason string) {
-		if interrupted != "" {
-			return
-		}
-		interrupted = reason
-		s.signalRuntime(syscall.SIGINT)
-		grace = time.After(s.m.cfg.Server.InterruptGrace.D())
+// Reports are the runtime's messages.
+func (r *running) Reports() <-chan runtimes.Message { return r.s.inst.Messages() }
+
+// Handle takes one of the runtime's messages; done finishes the execution.
+func (r *running) Handle(m runtimes.Message) bool {
+	if m.ID != r.id {
+		return false // a late message of an earlier execution
 	}
-	// stopFor stops the execution for reason: code is interrupted and
-	// keeps its session; a program is killed with its sandbox at once
-	// (true: the loop ends).
-	stopFor := func(reason string) bool {
-		if prog != nil {
-			interrupted, endReason = reason, EndKilled
-			return true
-		}
-		interruptFor(reason)
-		return false
+	if m.Type != "done" {
+		// What the code printed before this output is in the pipes (the
+		// runtime flushes before it sends): take it first, so that
+		// streamed events keep their order.
+		r.s.inst.Drain()
 	}
-	events := s.inst.conn.events()
-	// Each of these stays ready once it fires: after the first time it is
-	// set to nil, or the loop would spin until the runtime answers.
-	cpuOverC, overflowC, clientGone := (<-chan struct{})(cpuOver), (<-chan struct{})(ex.overflow), ctx.Done()
-	var done *runtimes.Message
-	var progExit *jail.Exit // a program that ended the runtime itself
-loop:
-	for {
-		select {
-		case m, ok := <-events:
-			if !ok {
-				if prog != nil {
-					if e, ok := s.runtimeExit(); ok {
-						progExit = &e
-						break loop
-					}
-				}
-				endReason = s.connLost()
-				break loop
-			}
-			if m.ID != id {
-				continue // a late message of an earlier execution
-			}
-			if m.Type != "done" {
-				// What the code printed before this output is in the pipes
-				// (the runtime flushes before it sends): take it first, so
-				// that streamed events keep their order.
-				s.out.drain()
-				s.errp.drain()
-			}
-			switch m.Type {
-			case "display", "result":
-				ex.rich(m)
-			case "error":
-				ex.mu.Lock()
-				ex.stdout.flush()
-				ex.stderr.flush()
-				ex.err = &ExecError{Name: m.Name, Value: m.Value, Traceback: m.Traceback}
-				if ex.err.Traceback == nil {
-					ex.err.Traceback = []string{}
-				}
-				ex.mu.Unlock()
-				if emit != nil {
-					emit(Event{Type: "error", Error: ex.err})
-				}
-			case "done":
-				done = &m
-				break loop
-			}
-		case <-deadline.C:
-			if stopFor(jail.KillTimeout) {
-				break loop
-			}
-		case <-cpuOverC:
-			cpuOverC = nil
-			if stopFor(jail.KillCPUTime) {
-				break loop
-			}
-		case <-overflowC:
-			overflowC = nil
-			if stopFor(jail.KillOutput) {
-				break loop
-			}
-		case <-s.interrupt:
-			if stopFor("interrupt") {
-				break loop
-			}
-		case <-grace:
-			endReason = EndUnresponsive
-			break loop
-		case ev := <-sb.Events():
-			switch ev {
-			case cgroup.EventOOM:
-				endReason = EndOOM
-			case cgroup.EventPidsMax:
-				endReason = EndPids
-			}
-			if endReason != "" {
-				break loop
-			}
-		case <-s.ended:
-			endReason = s.EndReason()
-			break loop
-		case <-clientGone:
-			// The client went away: stop the code, keep the session.
-			clientGone = nil
-			if stopFor("interrupt") {
-				break loop
-			}
+	switch m.Type {
+	case "display", "result":
+		r.ex.rich(m)
+	case "error":
+		r.ex.error(m)
+	case "done":
+		r.done = &m
+		return true
+	}
+	return false
+}
+
+// Closed explains the runtime's connection closing: a program that
+// exited, or the runtime gone.
+func (r *running) Closed() (apitype.End, bool) {
+	if r.req.prog != nil {
+		if code, ok := r.s.inst.ProgramExit(); ok {
+			r.progExit = &code
+			return apitype.Ended(apitype.EndProgramExited), true
 		}
 	}
-	res.DurationMs = ms(time.Since(start))
-	if endReason != "" {
-		s.end(endReason)
-		endReason = s.EndReason() // whoever ended it first said why
-		<-sb.Dead()
+	end, err := r.s.inst.Lost()
+	if err != nil {
+		r.s.m.log.Warn("runtime protocol error", "session", r.s.id, "err", err)
+	}
+	return end, false
+}
+
+// Interrupt interrupts the runtime (KeyboardInterrupt).
+func (r *running) Interrupt() { r.s.inst.Interrupt() }
+
+// finishExecution ends the session if the execution must, collects the
+// output, and says how the execution ended.
+func (s *Session) finishExecution(r *running, o watch.Outcome) *apitype.Result {
+	res := &apitype.Result{Results: []apitype.Output{}, FilesChanged: []apitype.FileChange{}}
+	res.DurationMs = ms(time.Since(r.start))
+	ended := !o.End.Zero()
+	if ended {
+		s.terminate(o.End)
+		if !o.Finished {
+			o.End = s.End() // whoever ended it first said why
+		}
+		<-s.inst.Dead()
 	}
 	// Everything the runtime wrote before done is in the pipes now.
-	s.out.drain()
-	s.errp.drain()
-	if endReason != "" || progExit != nil {
-		// The jail is dead, or the program ended the runtime: the pipes
-		// reach end of file once whatever else holds them is gone.
-		if progExit != nil {
-			s.end("the program exited")
-			<-sb.Dead()
-		}
-		<-s.out.done
-		<-s.errp.done
+	s.inst.Drain()
+	if ended {
+		// The jail is dead: the pipes reach end of file once whatever
+		// else holds them is gone.
+		s.inst.WaitOutput()
 	}
 	s.mu.Lock()
 	s.cur = nil
-	execCount := s.execCount
+	res.ExecutionCount = s.execCount
 	s.mu.Unlock()
 
+	ex := r.ex
 	ex.mu.Lock()
 	ex.stdout.flush()
 	ex.stderr.flush()
@@ -428,101 +354,72 @@ loop:
 	res.Results = append(res.Results, ex.outputs...)
 	res.ResultsDropped = ex.dropped
 	res.Error = ex.err
+	outBytes := len(ex.stdout.buf) + len(ex.stderr.buf)
 	ex.mu.Unlock()
-	res.ExecutionCount = execCount
-	st, serr := sb.Stats()
+	st, serr := s.inst.Stats()
 	if serr == nil {
-		res.CPUMs = ms(st.CPU - cpu0)
+		res.CPUMs = ms(st.CPU - r.cpu0)
 		res.PeakMemoryBytes = st.MemoryPeak
 	}
+	prog := r.req.prog != nil
 	// One OOM kill ends a program's whole sandbox, as with `airlock run`,
 	// even when the event lost the race with the program's exit.
-	oom := prog != nil && serr == nil && st.OOMKills > 0
+	oom := prog && serr == nil && st.OOMKills > 0
 	switch {
-	case prog != nil && (endReason != "" || progExit != nil || oom):
+	case prog && (ended || oom):
 		// A program's result is what `airlock run` reports: its status,
 		// or how airlock killed it; the session was only its vehicle.
-		if progExit != nil {
-			res.ExitCode = progExit.Code()
-		} else if done != nil {
-			res.ExitCode = done.ExitCode
+		if r.progExit != nil {
+			res.ExitCode = *r.progExit
+		} else if r.done != nil {
+			res.ExitCode = r.done.ExitCode
 		}
-		if endReason != "" || oom {
+		if (ended && o.End.Code != apitype.EndProgramExited) || oom {
 			res.Killed, res.ExitCode = true, 137
-			res.KillReason = killReasonFor(endReason, interrupted)
+			res.KillReason = o.KillReason()
 			if oom {
-				res.KillReason = jail.KillMemory
+				res.KillReason = apitype.KillMemory
 			}
 		}
-	case endReason != "":
-		res.SessionEnded, res.EndReason = true, endReason
+	case ended:
+		res.SessionEnded, res.EndReason, res.EndCode = true, o.End.Reason, o.End.Code
 		res.Killed, res.ExitCode = true, 137
-		res.KillReason = killReasonFor(endReason, interrupted)
+		res.KillReason = o.KillReason()
 		if res.Error == nil {
-			res.Error = &ExecError{Name: "SessionEnded", Value: "session ended: " + endReason, Traceback: []string{}}
+			res.Error = &apitype.ExecError{Name: "SessionEnded", Value: "session ended: " + o.End.Reason, Traceback: []string{}}
 		}
-	case done != nil:
-		res.ExitCode = done.ExitCode
-		if done.ExecutionCount > 0 {
-			res.ExecutionCount = done.ExecutionCount
+	case r.done != nil:
+		res.ExitCode = r.done.ExitCode
+		if r.done.ExecutionCount > 0 {
+			res.ExecutionCount = r.done.ExecutionCount
 		}
-		if interrupted != "" && interrupted != "interrupt" {
-			res.Killed, res.KillReason = true, interrupted
+		if o.Interrupted() {
+			res.Killed, res.KillReason = true, o.Stopped
 		}
-		if s.lang == "bash" && interrupted != "" && res.Error == nil {
-			res.Error = &ExecError{Name: "KeyboardInterrupt", Value: "interrupted", Traceback: []string{}}
-		}
-	}
-	after := workspace.TakeSnapshot(s.ws)
-	res.FilesChanged = before.Changes(after)
-	res.FilesTruncated = before.Truncated || after.Truncated
-	if emit != nil {
-		emit(Event{Type: "end", Result: res})
-	}
-	return res, nil
-}
-
-// connLost explains a runtime that closed its control socket.
-func (s *Session) connLost() string {
-	if err := s.inst.conn.err(); err != nil {
-		s.m.log.Warn("runtime protocol error", "session", s.id, "err", err)
-		return EndProtocol
-	}
-	e, _ := s.runtimeExit() // unknown: the zero Exit
-	return s.deathReason(e)
-}
-
-// runtimeExit is how the runtime ended, once its control socket closed;
-// false if no one says so soon.
-func (s *Session) runtimeExit() (jail.Exit, bool) {
-	select {
-	case e := <-s.inst.Sandbox.Exits():
-		return e, true
-	case <-s.inst.gone:
-		return s.inst.runtimeExit()
-	case <-time.After(200 * time.Millisecond):
-	}
-	return jail.Exit{}, false
-}
-
-// oomKilled reports whether the kernel's OOM killer struck in the sandbox.
-func (s *Session) oomKilled() bool {
-	st, err := s.inst.Sandbox.Stats()
-	return err == nil && st.OOMKills > 0
-}
-
-func killReasonFor(endReason, interrupted string) string {
-	switch endReason {
-	case EndOOM:
-		return jail.KillMemory
-	case EndPids:
-		return jail.KillPids
-	case EndKilled, EndUnresponsive:
-		if interrupted != "interrupt" {
-			return interrupted
+		if !s.lang.ReportsInterrupt && o.Stopped != "" && res.Error == nil {
+			res.Error = &apitype.ExecError{Name: "KeyboardInterrupt", Value: "interrupted", Traceback: []string{}}
 		}
 	}
-	return ""
+	after := workspace.TakeSnapshot(s.workspace())
+	for _, c := range r.before.Changes(after) {
+		res.FilesChanged = append(res.FilesChanged, apitype.FileChange{Path: c.Path, Size: c.Size, Change: c.Change})
+	}
+	res.FilesTruncated = r.before.Truncated || after.Truncated
+	if r.emit != nil {
+		r.emit(apitype.Event{Type: apitype.EventEnd, Result: res})
+	}
+	if s.m.obs != nil {
+		var end apitype.End
+		if ended {
+			end = o.End
+		}
+		s.m.obs.ExecutionFinished(ExecutionEvent{
+			Kind: r.req.kind, Session: s.id, Language: s.lang.Lang,
+			Duration: time.Since(r.start), CPU: time.Duration(res.CPUMs * float64(time.Millisecond)), PeakMemory: res.PeakMemoryBytes,
+			Killed: res.Killed, KillReason: res.KillReason, End: end, ExitCode: res.ExitCode, OutputBytes: int64(outBytes),
+		})
+	}
+	return res
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -9,45 +9,14 @@ import (
 	"strings"
 	"time"
 
+	"airlock/internal/apitype"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
+	"airlock/internal/instance"
 	"airlock/internal/jail"
 	"airlock/internal/runtimes"
 	"airlock/internal/workspace"
 )
-
-// InputFile is a file placed in /workspace before a one-shot execution.
-// Exactly one of Content (text) and ContentBase64 (bytes) is used.
-type InputFile struct {
-	Path          string `json:"path"`
-	Content       string `json:"content,omitempty"`
-	ContentBase64 string `json:"content_base64,omitempty"`
-}
-
-// OneShotRequest runs code once in a fresh jail.
-type OneShotRequest struct {
-	Language string            `json:"language"`
-	Code     string            `json:"code"`
-	Files    []InputFile       `json:"files"`
-	Limits   config.Limits     `json:"limits"`
-	Env      map[string]string `json:"env"`
-}
-
-// ProgramRequest runs a program file once in a fresh jail, as `airlock
-// run` does: `python3 FILE ARGS` (or bash, or node) in /workspace.
-type ProgramRequest struct {
-	Language string `json:"language"`
-	// Code is the program's text, written to /workspace/Filename.
-	Code string `json:"code"`
-	// Filename defaults to main.py, main.sh or main.js.
-	Filename string            `json:"filename"`
-	Args     []string          `json:"args"`
-	Files    []InputFile       `json:"files"`
-	Limits   config.Limits     `json:"limits"`
-	Env      map[string]string `json:"env"`
-	// FileContents false lists output files without their content.
-	FileContents *bool `json:"file_contents"`
-}
 
 // Caps on a program's arguments.
 const (
@@ -55,30 +24,12 @@ const (
 	MaxArgBytes = 256 << 10
 )
 
-// OutputFile is a file a one-shot execution created or modified.
-type OutputFile struct {
-	Path          string `json:"path"`
-	Size          int64  `json:"size"`
-	ContentBase64 string `json:"content_base64,omitempty"`
-	// Omitted says the content was left out: the files together exceed
-	// the response's cap. Use a session to fetch large outputs.
-	Omitted bool `json:"omitted,omitempty"`
-}
-
-// OneShotResult is a Result plus the output files and the limits that
-// applied (the request's, capped and completed by the server's).
-type OneShotResult struct {
-	*Result
-	Files  []OutputFile   `json:"files"`
-	Limits *config.Limits `json:"limits"`
-}
-
 // MaxOneShotFiles caps the total content of output files returned inline.
 const MaxOneShotFiles = 16 << 20
 
 // RunOnce runs code once in a fresh jail and returns what it printed,
 // displayed and wrote.
-func (m *Manager) RunOnce(ctx context.Context, req OneShotRequest, emit func(Event)) (*OneShotResult, error) {
+func (m *Manager) RunOnce(ctx context.Context, req apitype.OneShotRequest, emit func(apitype.Event)) (*apitype.OneShotResult, error) {
 	if len(req.Code) > MaxCode {
 		return nil, fmt.Errorf("%w: code is larger than %d bytes", errdefs.ErrTooLarge, MaxCode)
 	}
@@ -87,7 +38,7 @@ func (m *Manager) RunOnce(ctx context.Context, req OneShotRequest, emit func(Eve
 		return nil, err
 	}
 	o.runtimeEnv = sessionEnv(o.rt, o.limits, o.env)
-	return m.oneShot(ctx, o, ExecuteRequest{Code: req.Code, Timeout: o.limits.Timeout}, emit, true)
+	return m.oneShot(ctx, o, request{code: req.Code, timeout: o.limits.Timeout.D(), kind: ExecOneShot}, emit, true)
 }
 
 // RunProgram runs a program once in a fresh jail and returns its exit
@@ -95,7 +46,7 @@ func (m *Manager) RunOnce(ctx context.Context, req OneShotRequest, emit func(Eve
 // runtime runs it (a Python one in its own, already warm interpreter), so
 // it starts in about a millisecond. Output that is not UTF-8 streams as
 // data_base64.
-func (m *Manager) RunProgram(ctx context.Context, req ProgramRequest, emit func(Event)) (*OneShotResult, error) {
+func (m *Manager) RunProgram(ctx context.Context, req apitype.ProgramRequest, emit func(apitype.Event)) (*apitype.OneShotResult, error) {
 	if len(req.Code) > MaxCode {
 		return nil, fmt.Errorf("%w: the program is larger than %d bytes", errdefs.ErrTooLarge, MaxCode)
 	}
@@ -129,22 +80,22 @@ func (m *Manager) RunProgram(ctx context.Context, req ProgramRequest, emit func(
 		}
 	}
 	o.files = append(o.files, inputFile{name, []byte(req.Code)})
-	env := EnvMap(append(jail.BaseEnv(), o.rt.Env(o.limits)...))
+	env := runtimes.EnvMap(append(jail.BaseEnv(), o.rt.Env(o.limits)...))
 	fresh := false
 	for k, v := range req.Env {
 		env[k] = v
-		fresh = fresh || strings.HasPrefix(k, "PYTHON")
+		fresh = fresh || (o.rt.FreshEnvPrefix != "" && strings.HasPrefix(k, o.rt.FreshEnvPrefix))
 	}
-	prog := &program{
-		argv:  append(o.rt.Command("/workspace/"+name), req.Args...),
-		env:   env,
-		fresh: fresh && o.rt.Lang == "python",
+	prog := &instance.Program{
+		Argv:  append(o.rt.Command("/workspace/"+name), req.Args...),
+		Env:   env,
+		Fresh: fresh,
 	}
 	// The runtime gets the program's environment first too: the round trip
 	// also proves it alive, and a pooled one that died is replaced.
 	o.runtimeEnv = env
 	contents := req.FileContents == nil || *req.FileContents
-	return m.oneShot(ctx, o, ExecuteRequest{Timeout: o.limits.Timeout, prog: prog}, emit, contents)
+	return m.oneShot(ctx, o, request{timeout: o.limits.Timeout.D(), prog: prog, kind: ExecProgram}, emit, contents)
 }
 
 type inputFile struct {
@@ -162,11 +113,8 @@ type oneShotPlan struct {
 	runtimeEnv map[string]string
 }
 
-func (m *Manager) prepareOneShot(lang string, req config.Limits, env map[string]string, in []InputFile) (*oneShotPlan, error) {
-	if lang == "" {
-		lang = "python"
-	}
-	rt, err := runtimes.Lookup(m.cfg, lang)
+func (m *Manager) prepareOneShot(lang string, req config.Limits, env map[string]string, in []apitype.InputFile) (*oneShotPlan, error) {
+	rt, err := m.lookup(lang)
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +162,7 @@ func (m *Manager) prepareOneShot(lang string, req config.Limits, env map[string]
 // with the files it created or modified. The response does not wait for
 // the jail's teardown; the execution slot does, so a burst of requests
 // cannot outrun the cleanup.
-func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req ExecuteRequest, emit func(Event), contents bool) (*OneShotResult, error) {
+func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req request, emit func(apitype.Event), contents bool) (*apitype.OneShotResult, error) {
 	// Take the execution slot first: a burst of one-shot requests must
 	// queue before it builds jails, not after.
 	release, err := m.acquire(ctx)
@@ -244,12 +192,12 @@ func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req ExecuteReques
 	}
 	m.mu.Unlock()
 	if closed {
-		s.end(EndShutdown)
+		s.terminate(apitype.Ended(apitype.EndShutdown))
 	}
 	defer func() {
 		go func() {
 			defer m.bg.Done()
-			s.end("one-shot execution finished")
+			s.terminate(apitype.Ended(apitype.EndFinished))
 			<-s.gone
 			m.mu.Lock()
 			delete(m.oneShots, s)
@@ -258,15 +206,15 @@ func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req ExecuteReques
 		}()
 	}()
 	for _, f := range o.files {
-		if _, err := s.ws.Write(f.path, bytes.NewReader(f.data), int64(len(f.data)), 0o644); err != nil {
+		if _, err := s.workspace().Write(f.path, bytes.NewReader(f.data), int64(len(f.data)), 0o644); err != nil {
 			return nil, err
 		}
 	}
 	// The final event carries the files too, so it is sent here.
-	var inner func(Event)
+	var inner func(apitype.Event)
 	if emit != nil {
-		inner = func(e Event) {
-			if e.Type != "end" {
+		inner = func(e apitype.Event) {
+			if e.Type != apitype.EventEnd {
 				emit(e)
 			}
 		}
@@ -275,19 +223,19 @@ func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req ExecuteReques
 	if err != nil {
 		return nil, err
 	}
-	out := &OneShotResult{Result: res, Files: []OutputFile{}, Limits: &o.limits}
+	out := &apitype.OneShotResult{Result: res, Files: []apitype.OutputFile{}, Limits: &o.limits}
 	budget := int64(MaxOneShotFiles)
 	for _, c := range res.FilesChanged {
-		if c.Change == "deleted" {
+		if c.Change == apitype.Deleted {
 			continue
 		}
-		of := OutputFile{Path: c.Path, Size: c.Size}
+		of := apitype.OutputFile{Path: c.Path, Size: c.Size}
 		switch {
 		case !contents:
 		case c.Size > budget:
 			of.Omitted = true
 		default:
-			if f, _, err := s.ws.Open(c.Path); err == nil {
+			if f, _, err := s.workspace().Open(c.Path); err == nil {
 				data, err := io.ReadAll(io.LimitReader(f, budget+1))
 				f.Close()
 				if err == nil && int64(len(data)) <= budget {
@@ -306,7 +254,7 @@ func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req ExecuteReques
 		out.Files = append(out.Files, of)
 	}
 	if emit != nil {
-		emit(Event{Type: "end", Result: res, Files: out.Files, Limits: out.Limits})
+		emit(apitype.Event{Type: apitype.EventEnd, Result: res, Files: out.Files, Limits: out.Limits})
 	}
 	return out, nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"airlock/internal/apitype"
 	"airlock/internal/errdefs"
 )
 
@@ -62,8 +63,8 @@ func TestStreamTruncates(t *testing.T) {
 // replace them, as the final result always does.
 func TestExecutionEvents(t *testing.T) {
 	for _, lossless := range []bool{false, true} {
-		var events []Event
-		ex := newExecution(1<<20, func(e Event) { events = append(events, e) }, lossless)
+		var events []apitype.Event
+		ex := newExecution(1<<20, func(e apitype.Event) { events = append(events, e) }, lossless)
 		ex.output([]byte("ok\n"), false)
 		ex.output([]byte{0xff, 0x00, 'x'}, false)
 		ex.output([]byte("err\n"), true)
@@ -96,7 +97,7 @@ func TestExecutionEvents(t *testing.T) {
 		if got := toValidUTF8(ex.stdout.buf); got != "ok\n\uFFFD\x00x" {
 			t.Errorf("lossless=%v: result %q", lossless, got)
 		}
-		if !slices.ContainsFunc(events, func(e Event) bool { return e.Type == "stderr" && e.Text == "err\n" }) {
+		if !slices.ContainsFunc(events, func(e apitype.Event) bool { return e.Type == "stderr" && e.Text == "err\n" }) {
 			t.Errorf("lossless=%v: no stderr event with \"err\\n\" in %+v", lossless, events)
 		}
 	}

@@ -1,14 +1,16 @@
-// Package session owns stateful sessions: one long-lived jail per session
-// with a persistent interpreter, executions in it one at a time with
-// per-execution timeouts, CPU limits and output caps, interrupts that keep
-// the session's state, the end of a session (deleted, idle, out of memory,
-// process limit, interpreter gone) and the clear error every later call
-// gets, and one-shot executions in a fresh jail.
+// Package session owns stateful sessions: one long-lived instance (a jail
+// with a persistent interpreter) per session, executions in it one at a
+// time with per-execution timeouts, CPU limits and output caps, interrupts
+// that keep the session's state, the end of a session (deleted, idle, out
+// of memory, process limit, interpreter gone) and the clear error every
+// later call gets, one-shot executions and program runs in a fresh
+// instance, and the Observer that hears all of it.
 //
 // It must never trust what a runtime says beyond the data it carries: an
-// execution ends by the runtime's done, by the session's own timers, or by
-// the jail dying, never by waiting forever; and nothing a runtime sends can
-// grow the server's memory past the configured caps.
+// execution ends by the runtime's done, by the session's own limits (see
+// package watch), or by the jail dying, never by waiting forever; and
+// nothing a runtime sends can grow the server's memory past the configured
+// caps. It reaches sandboxes only through package instance.
 package session
 
 import (
@@ -19,66 +21,38 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
-	"airlock/internal/cgroup"
+	"airlock/internal/apitype"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
+	"airlock/internal/instance"
 	"airlock/internal/jail"
 	"airlock/internal/runtimes"
 	"airlock/internal/workspace"
 )
 
-// Why sessions end.
-const (
-	EndDeleted      = "deleted"
-	EndIdle         = "idle timeout"
-	EndOOM          = "out of memory"
-	EndPids         = "process limit reached"
-	EndUnresponsive = "the interpreter did not stop after an interrupt"
-	EndShutdown     = "server shut down"
-	EndProtocol     = "the interpreter broke the protocol"
-	EndNotReading   = "the interpreter stopped reading its requests"
-	EndKilled       = "killed" // a program run airlock stopped at a limit
-)
+// EndedError is the error of every call to a session that ended: it
+// matches errdefs.ErrGone and carries why.
+type EndedError struct{ End apitype.End }
 
-// CreateRequest asks for a new session.
-type CreateRequest struct {
-	Language    string            `json:"language"`
-	Limits      config.Limits     `json:"limits"`
-	Env         map[string]string `json:"env"`
-	IdleTimeout config.Duration   `json:"timeout_idle"`
-}
+func (e *EndedError) Error() string { return "session ended: " + e.End.Reason }
+func (e *EndedError) Unwrap() error { return errdefs.ErrGone }
 
-// Info describes a session.
-type Info struct {
-	ID          string          `json:"id"`
-	Language    string          `json:"language"`
-	State       string          `json:"state"` // idle, busy or ended
-	EndReason   string          `json:"end_reason,omitempty"`
-	CreatedAt   time.Time       `json:"created_at"`
-	LastUsedAt  time.Time       `json:"last_used_at"`
-	IdleTimeout config.Duration `json:"timeout_idle"`
-	Limits      config.Limits   `json:"limits"`
-	Executions  int             `json:"executions"`
-	// Sandbox names the session's cgroup under the server's cgroup parent,
-	// for operators (and the benchmark's memory figures).
-	Sandbox string `json:"sandbox"`
-}
+func gone(end apitype.End) error { return &EndedError{End: end} }
 
 // Manager owns every session of a server.
 type Manager struct {
 	cfg    config.Config
-	source Source
+	source instance.Source
 	log    *slog.Logger
+	obs    Observer      // nil: nobody listens
 	execs  chan struct{} // bounds concurrent executions, one-shot included
 
 	mu       sync.Mutex
 	sessions map[string]*Session
-	ended    map[string]string // recently ended id -> reason
+	ended    map[string]apitype.End // recently ended id -> why
 	endOrder []string
 	creating int
 	closed   bool
@@ -87,7 +61,7 @@ type Manager struct {
 }
 
 // NewManager returns a manager that gets its sandboxes from source.
-func NewManager(cfg config.Config, source Source, log *slog.Logger) *Manager {
+func NewManager(cfg config.Config, source instance.Source, log *slog.Logger) *Manager {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -95,8 +69,17 @@ func NewManager(cfg config.Config, source Source, log *slog.Logger) *Manager {
 		cfg: cfg, source: source, log: log,
 		execs:    make(chan struct{}, cfg.Server.MaxConcurrentExecutions),
 		sessions: map[string]*Session{},
-		ended:    map[string]string{},
+		ended:    map[string]apitype.End{},
 		oneShots: map[*Session]struct{}{},
+	}
+}
+
+// Observe adds observers; call it before the manager serves anything.
+func (m *Manager) Observe(obs ...Observer) {
+	for _, o := range obs {
+		if o != nil {
+			m.obs = joinObservers(m.obs, o)
+		}
 	}
 }
 
@@ -104,13 +87,10 @@ func NewManager(cfg config.Config, source Source, log *slog.Logger) *Manager {
 type Session struct {
 	m      *Manager
 	id     string
-	lang   string
+	lang   runtimes.Runtime
 	limits config.Limits
 	idle   time.Duration
-	inst   *Instance
-	ws     *workspace.Dir
-	out    *pipeReader
-	errp   *pipeReader
+	inst   *instance.Instance
 	create time.Time
 
 	execMu sync.Mutex // one execution at a time
@@ -118,7 +98,7 @@ type Session struct {
 	mu        sync.Mutex
 	lastUsed  time.Time
 	busy      bool
-	endReason string
+	end       apitype.End
 	execCount int
 	cur       *execution
 	idleTimer *time.Timer
@@ -154,13 +134,19 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Create starts a session.
-func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Session, error) {
-	lang := req.Language
+// lookup resolves a request's language; the first of the table when
+// empty.
+func (m *Manager) lookup(lang string) (runtimes.Runtime, error) {
 	if lang == "" {
-		lang = "python"
+		lang = runtimes.Names()[0]
 	}
-	rt, err := runtimes.Lookup(m.cfg, lang)
+	return runtimes.Lookup(m.cfg, lang)
+}
+
+// Create starts a session.
+func (m *Manager) Create(ctx context.Context, req apitype.CreateSessionRequest) (*Session, error) {
+	begun := time.Now()
+	rt, err := m.lookup(req.Language)
 	if err != nil {
 		return nil, err
 	}
@@ -212,24 +198,17 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Session, erro
 	m.sessions[s.id] = s
 	m.mu.Unlock()
 	go s.monitor()
-	m.log.Info("session created", "session", s.id, "language", s.lang, "sandbox", s.inst.Sandbox.Name(), "ms", time.Since(s.inst.Started).Milliseconds())
-	return s, nil
-}
-
-// EnvMap turns K=V pairs into a map; a later pair wins.
-func EnvMap(kvs []string) map[string]string {
-	env := make(map[string]string, len(kvs))
-	for _, kv := range kvs {
-		k, v, _ := strings.Cut(kv, "=")
-		env[k] = v
+	m.log.Info("session created", "session", s.id, "language", s.lang.Lang, "sandbox", s.inst.Name(), "ms", time.Since(s.inst.Started()).Milliseconds())
+	if m.obs != nil {
+		m.obs.SessionCreated(SessionEvent{Session: s.id, Language: s.lang.Lang, Sandbox: s.inst.Name(), Limits: limits, Duration: time.Since(begun)})
 	}
-	return env
+	return s, nil
 }
 
 // sessionEnv is the environment of a session's runtime: the jail's base,
 // the language's, then the client's.
 func sessionEnv(rt runtimes.Runtime, limits config.Limits, userEnv map[string]string) map[string]string {
-	env := EnvMap(append(jail.BaseEnv(), rt.SessionEnv(limits)...))
+	env := runtimes.EnvMap(append(jail.BaseEnv(), rt.SessionEnv(limits)...))
 	for k, v := range userEnv {
 		env[k] = v
 	}
@@ -256,41 +235,27 @@ func (m *Manager) start(ctx context.Context, rt runtimes.Runtime, limits config.
 var errRuntimeGone = errors.New("runtime gone")
 
 func (m *Manager) startOnce(ctx context.Context, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration) (*Session, error) {
-	inst, err := m.source.Get(ctx, rt.Lang, limits)
+	inst, err := m.source.Get(ctx, rt, limits)
 	if err != nil {
 		return nil, err
 	}
 	s := &Session{
-		m: m, id: newID(), lang: rt.Lang, limits: limits, idle: idle, inst: inst,
-		ws: inst.Sandbox.Workspace(), create: time.Now(), lastUsed: time.Now(),
+		m: m, id: newID(), lang: rt, limits: limits, idle: idle, inst: inst,
+		create: time.Now(), lastUsed: time.Now(),
 		ended: make(chan struct{}), interrupt: make(chan struct{}, 1), gone: make(chan struct{}),
 	}
-	if s.out, err = newPipeReader(inst.stdout, func(p []byte) { s.output(p, false) }); err != nil {
+	if err := inst.Attach(s.output); err != nil {
 		inst.Close()
 		return nil, err
 	}
-	if s.errp, err = newPipeReader(inst.stderr, func(p []byte) { s.output(p, true) }); err != nil {
-		inst.Sandbox.Kill()
-		s.out.close()
-		inst.Close()
-		return nil, err
-	}
-	inst.stdout, inst.stderr = nil, nil // owned by the readers now
-	cfgDone := make(chan error, 1)
-	go func() { cfgDone <- inst.conn.configure(env) }()
-	select {
-	case err = <-cfgDone:
-	case <-time.After(30 * time.Second):
-		err = errors.New("no answer")
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
-	if err != nil {
+	if err := inst.Configure(ctx, env); err != nil {
 		s.teardownOnce.Do(s.teardown)
-		if ctx.Err() == nil {
-			err = fmt.Errorf("%w: %w", errRuntimeGone, err)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: configuring the %s runtime: %w", errdefs.ErrUnavailable, rt.Lang, err)
 		}
-		return nil, fmt.Errorf("%w: configuring the %s runtime: %w", errdefs.ErrUnavailable, rt.Lang, err)
+		// Retried by start: the detail is for the log only.
+		return nil, fmt.Errorf("%w: %w", errRuntimeGone,
+			errdefs.Private(errdefs.ErrUnavailable, fmt.Sprintf("the %s runtime did not answer its configuration", rt.Lang), err))
 	}
 	return s, nil
 }
@@ -302,8 +267,8 @@ func (m *Manager) Get(id string) (*Session, error) {
 	if s, ok := m.sessions[id]; ok {
 		return s, nil
 	}
-	if reason, ok := m.ended[id]; ok {
-		return nil, fmt.Errorf("%w: %s", errdefs.ErrGone, reason)
+	if end, ok := m.ended[id]; ok {
+		return nil, gone(end)
 	}
 	return nil, fmt.Errorf("%w: no session %q", errdefs.ErrNotFound, truncateID(id))
 }
@@ -316,14 +281,14 @@ func truncateID(id string) string {
 }
 
 // List describes every live session, oldest first.
-func (m *Manager) List() []Info {
+func (m *Manager) List() []apitype.Session {
 	m.mu.Lock()
 	all := make([]*Session, 0, len(m.sessions))
 	for _, s := range m.sessions {
 		all = append(all, s)
 	}
 	m.mu.Unlock()
-	out := make([]Info, 0, len(all))
+	out := make([]apitype.Session, 0, len(all))
 	for _, s := range all {
 		out = append(out, s.Info())
 	}
@@ -344,7 +309,7 @@ func (m *Manager) Delete(id string) error {
 	if err != nil {
 		return err
 	}
-	s.end(EndDeleted)
+	s.terminate(apitype.Ended(apitype.EndDeleted))
 	return nil
 }
 
@@ -364,7 +329,7 @@ func (m *Manager) Close() {
 	var wg sync.WaitGroup
 	for _, s := range all {
 		wg.Add(1)
-		go func() { defer wg.Done(); s.end(EndShutdown); <-s.gone }()
+		go func() { defer wg.Done(); s.terminate(apitype.Ended(apitype.EndShutdown)); <-s.gone }()
 	}
 	wg.Wait()
 	m.bg.Wait()
@@ -392,28 +357,25 @@ func (m *Manager) acquire(ctx context.Context) (func(), error) {
 // ID is the session's id.
 func (s *Session) ID() string { return s.id }
 
-// Workspace is the host's handle on the session's /workspace.
-func (s *Session) Workspace() *workspace.Dir { return s.ws }
-
 // Limits are the session's limits.
 func (s *Session) Limits() config.Limits { return s.limits }
 
 // Info describes the session.
-func (s *Session) Info() Info {
+func (s *Session) Info() apitype.Session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	state := "idle"
+	state := apitype.StateIdle
 	if s.busy {
-		state = "busy"
+		state = apitype.StateBusy
 	}
-	if s.endReason != "" {
-		state = "ended"
+	if !s.end.Zero() {
+		state = apitype.StateEnded
 	}
-	return Info{
-		ID: s.id, Language: s.lang, State: state, EndReason: s.endReason,
+	return apitype.Session{
+		ID: s.id, Language: s.lang.Lang, State: state, EndReason: s.end.Reason, EndCode: s.end.Code,
 		CreatedAt: s.create.UTC(), LastUsedAt: s.lastUsed.UTC(),
 		IdleTimeout: config.Duration(s.idle), Limits: s.limits, Executions: s.execCount,
-		Sandbox: s.inst.Sandbox.Name(),
+		Sandbox: s.inst.Name(),
 	}
 }
 
@@ -421,7 +383,7 @@ func (s *Session) Info() Info {
 func (s *Session) Touch() {
 	s.mu.Lock()
 	s.lastUsed = time.Now()
-	if s.idleTimer != nil && s.endReason == "" {
+	if s.idleTimer != nil && s.end.Zero() {
 		s.idleTimer.Reset(s.idle)
 	}
 	s.mu.Unlock()
@@ -434,72 +396,35 @@ func (s *Session) checkIdle() {
 	s.mu.Unlock()
 	if busy || idleFor < s.idle {
 		s.mu.Lock()
-		if s.idleTimer != nil && s.endReason == "" {
+		if s.idleTimer != nil && s.end.Zero() {
 			s.idleTimer.Reset(max(s.idle-idleFor, time.Second))
 		}
 		s.mu.Unlock()
 		return
 	}
-	s.end(EndIdle)
+	s.terminate(apitype.Ended(apitype.EndIdle))
 }
 
-// EndReason says why the session ended ("" while it lives).
-func (s *Session) EndReason() string {
+// End says why the session ended (zero while it lives).
+func (s *Session) End() apitype.End {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.endReason
+	return s.end
 }
 
-// monitor ends the session when its jail reports trouble while no
-// execution is watching: an OOM kill, the process limit, the runtime
-// exiting, the jail dying.
+// monitor ends the session when its sandbox reports trouble while no
+// execution is watching.
 func (s *Session) monitor() {
-	sb := s.inst.Sandbox
-	for {
-		select {
-		case ev := <-sb.Events():
-			switch ev {
-			case cgroup.EventOOM:
-				s.end(EndOOM)
-			case cgroup.EventPidsMax:
-				s.end(EndPids)
-			}
-		case e := <-sb.Exits():
-			if e.Pid == s.inst.RuntimePid {
-				s.end(s.deathReason(e))
-			}
-		case <-s.inst.gone:
-			e, _ := s.inst.runtimeExit()
-			s.end(s.deathReason(e))
-		case <-sb.Dead():
-			s.end(s.deathReason(jail.Exit{}))
-		case <-s.ended:
-			return
-		}
+	if end := s.inst.Monitor(s.ended); !end.Zero() {
+		s.terminate(end)
 	}
 }
 
-// deathReason explains why the runtime or the jail went away.
-func (s *Session) deathReason(e jail.Exit) string {
-	if s.oomKilled() {
-		return EndOOM
-	}
-	switch {
-	case e.Pid == 0:
-		return "the interpreter ended"
-	case e.Status.Signaled():
-		return fmt.Sprintf("the interpreter was killed by signal %d (%s)", e.Status.Signal(), e.Status.Signal())
-	case e.Status.Exited():
-		return fmt.Sprintf("the interpreter exited with status %d", e.Status.ExitStatus())
-	}
-	return "the interpreter ended"
-}
-
-// end ends the session once, for reason, and frees everything.
-func (s *Session) end(reason string) {
+// terminate ends the session once, for end, and frees everything.
+func (s *Session) terminate(end apitype.End) {
 	s.endOnce.Do(func() {
 		s.mu.Lock()
-		s.endReason = reason
+		s.end = end
 		if s.idleTimer != nil {
 			s.idleTimer.Stop()
 		}
@@ -509,9 +434,10 @@ func (s *Session) end(reason string) {
 		m.mu.Lock()
 		// A one-shot's id was never a client's to ask about again: only
 		// sessions are remembered (for a 410 rather than a 404).
-		if _, ok := m.sessions[s.id]; ok {
+		_, registered := m.sessions[s.id]
+		if registered {
 			delete(m.sessions, s.id)
-			m.ended[s.id] = reason
+			m.ended[s.id] = end
 			m.endOrder = append(m.endOrder, s.id)
 			if len(m.endOrder) > 10000 {
 				delete(m.ended, m.endOrder[0])
@@ -519,29 +445,25 @@ func (s *Session) end(reason string) {
 			}
 		}
 		m.mu.Unlock()
-		s.inst.Sandbox.Kill()
+		s.inst.Kill()
 		// A running execution notices the jail dying and frees it all
 		// when it returns; otherwise free it now.
 		s.mu.Lock()
-		busy := s.busy
+		busy, execs := s.busy, s.execCount
 		s.mu.Unlock()
 		if !busy {
 			s.teardownOnce.Do(s.teardown)
 		}
-		m.log.Info("session ended", "session", s.id, "reason", reason)
+		m.log.Info("session ended", "session", s.id, "reason", end.Reason)
+		if registered && m.obs != nil {
+			m.obs.SessionEnded(SessionEvent{Session: s.id, Language: s.lang.Lang, Sandbox: s.inst.Name(), Limits: s.limits,
+				Duration: time.Since(s.create), Executions: execs, End: end})
+		}
 	})
 }
 
 func (s *Session) teardown() {
 	defer close(s.gone)
-	s.inst.Sandbox.Kill()
-	<-s.inst.Sandbox.Dead()
-	if s.out != nil {
-		s.out.close()
-	}
-	if s.errp != nil {
-		s.errp.close()
-	}
 	if err := s.inst.Close(); err != nil {
 		s.m.log.Error("session teardown", "session", s.id, "err", err)
 	}
@@ -562,10 +484,10 @@ func (s *Session) output(p []byte, isErr bool) {
 // whether there was one.
 func (s *Session) Interrupt() (bool, error) {
 	s.mu.Lock()
-	busy, reason := s.busy, s.endReason
+	busy, end := s.busy, s.end
 	s.mu.Unlock()
-	if reason != "" {
-		return false, fmt.Errorf("%w: %s", errdefs.ErrGone, reason)
+	if !end.Zero() {
+		return false, gone(end)
 	}
 	if !busy {
 		return false, nil
@@ -577,6 +499,6 @@ func (s *Session) Interrupt() (bool, error) {
 	return true, nil
 }
 
-func (s *Session) signalRuntime(sig syscall.Signal) {
-	s.inst.Sandbox.Signal(s.inst.RuntimePid, sig, true)
-}
+// Workspace is the host's handle on the session's /workspace, for the
+// session's own use; clients go through Files.
+func (s *Session) workspace() *workspace.Dir { return s.inst.Workspace() }

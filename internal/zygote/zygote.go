@@ -85,16 +85,17 @@ type configMsg struct {
 
 // Start launches the template and waits until it has imported preload.
 func Start(ctx context.Context, h *jail.Host, cfg config.Config, log *slog.Logger) (*Zygote, error) {
-	rt, err := runtimes.Lookup(cfg, "python")
-	if err != nil {
-		return nil, err
+	tmpl := runtimes.Templates(cfg)
+	if len(tmpl) != 1 {
+		return nil, fmt.Errorf("%w: want one language with a template, not %d", errdefs.ErrUnsupported, len(tmpl))
 	}
+	rt := tmpl[0]
 	env := append(jail.BaseEnv(), rt.SessionEnv(cfg.Defaults)...)
 	t, err := h.StartTemplate(ctx, jail.TemplateSpec{
-		Name:     "zygote-python",
+		Name:     "zygote-" + rt.Lang,
 		Memory:   2 << 30,
 		Pids:     4096,
-		Argv:     []string{rt.Binary, "-I", "-B", runtimes.RuntimeDir + "/python/airlock_zygote.py"},
+		Argv:     rt.TemplateCommand(),
 		Env:      env,
 		KeepCaps: keepCaps,
 	})

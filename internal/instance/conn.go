@@ -1,4 +1,4 @@
-package session
+package instance
 
 import (
 	"bufio"
@@ -23,7 +23,7 @@ type conn interface {
 	execute(id, code string) error
 	// run starts a program in place of the runtime; its done (if the
 	// runtime lives to send it) carries the program's exit status.
-	run(id string, p program) error
+	run(id string, p Program) error
 	// events delivers display, result, error and done messages. It is
 	// closed when the runtime goes away or misbehaves; err then says why.
 	events() <-chan runtimes.Message
@@ -123,9 +123,9 @@ func (c *framedConn) execute(id, code string) error {
 	return c.w.Write(runtimes.Message{Type: "execute", ID: id, Code: code})
 }
 
-func (c *framedConn) run(id string, p program) error {
+func (c *framedConn) run(id string, p Program) error {
 	c.cur.Store(&id)
-	return c.w.Write(runtimes.Message{Type: "run", ID: id, Argv: p.argv, Env: p.env, Cwd: "/workspace", Fresh: p.fresh})
+	return c.w.Write(runtimes.Message{Type: "run", ID: id, Argv: p.Argv, Env: p.Env, Cwd: "/workspace", Fresh: p.Fresh})
 }
 
 func (c *framedConn) events() <-chan runtimes.Message { return c.ch }
@@ -209,21 +209,21 @@ func (c *bashConn) execute(id, code string) error {
 	return err
 }
 
-// run has the shell start the program with exactly p.env, on an empty
+// run has the shell start the program with exactly p.Env, on an empty
 // stdin; the shell's status for the command is the program's. Every word
 // is single-quoted, so nothing in it is expanded or run.
-func (c *bashConn) run(id string, p program) error {
+func (c *bashConn) run(id string, p Program) error {
 	var b strings.Builder
 	b.WriteString("/usr/bin/env -i")
-	keys := make([]string, 0, len(p.env))
-	for k := range p.env {
+	keys := make([]string, 0, len(p.Env))
+	for k := range p.Env {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		b.WriteString(" " + shellQuote(k+"="+p.env[k]))
+		b.WriteString(" " + shellQuote(k+"="+p.Env[k]))
 	}
-	for _, a := range p.argv {
+	for _, a := range p.Argv {
 		b.WriteString(" " + shellQuote(a))
 	}
 	b.WriteString(" </dev/null")

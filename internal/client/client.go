@@ -1,0 +1,431 @@
+// Package client is airlock's Go client: typed calls for every operation
+// of the HTTP API (sessions, executions with optional streaming, files,
+// one-shot and program runs, health) over TCP or the server's unix socket,
+// with errors that errors.Is-match errdefs' sentinels. The command line,
+// the benchmark and the end-to-end tests use it.
+//
+// It must never import server-side packages (only apitype, errdefs and
+// config), and never hide a server's error: every failure comes back as
+// an *Error with the status, code, message and request id the server sent,
+// or as the transport's own error.
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"airlock/internal/apitype"
+	"airlock/internal/errdefs"
+)
+
+// Client talks to one airlock server.
+type Client struct {
+	base  string // "http://host:port", no trailing slash
+	http  *http.Client
+	token string
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithToken sends "Authorization: Bearer token" (server.token).
+func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+
+// WithHTTPClient replaces the HTTP client (transport, timeouts).
+func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
+
+// New returns a client of the server at baseURL ("http://127.0.0.1:8080").
+func New(baseURL string, opts ...Option) *Client {
+	c := &Client{base: strings.TrimRight(baseURL, "/"), http: &http.Client{}}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Unix returns a client of the server listening on the unix socket at
+// path (server.socket; no token needed). A local server answers at once
+// or not at all: connecting gives up after a second.
+func Unix(path string, opts ...Option) *Client {
+	d := net.Dialer{Timeout: time.Second}
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			conn, err := d.DialContext(ctx, "unix", path)
+			if err != nil {
+				return nil, &unreachable{err}
+			}
+			return conn, nil
+		},
+		DisableCompression: true,
+	}
+	return New("http://airlock", append([]Option{WithHTTPClient(&http.Client{Transport: tr})}, opts...)...)
+}
+
+// ErrUnreachable matches a failure to connect: nothing was sent.
+var ErrUnreachable = errors.New("the airlock server cannot be reached")
+
+type unreachable struct{ err error }
+
+func (u *unreachable) Error() string { return ErrUnreachable.Error() + ": " + u.err.Error() }
+func (u *unreachable) Unwrap() []error {
+	return []error{ErrUnreachable, u.err}
+}
+
+// Error is an error response of the server.
+type Error struct {
+	Status    int
+	Code      string
+	Message   string
+	EndCode   apitype.EndCode // why the session ended (code session_ended)
+	RequestID string
+}
+
+func (e *Error) Error() string {
+	if e.Message != "" {
+		return e.Message
+	}
+	return fmt.Sprintf("airlock server: %d %s", e.Status, http.StatusText(e.Status))
+}
+
+// Unwrap gives the errdefs sentinel of the error's code, so that
+// errors.Is(err, errdefs.ErrGone) works on this side too.
+func (e *Error) Unwrap() error { return errdefs.KindFor(e.Code).Err }
+
+// StatusOf is the HTTP status of a server's error (0 if err is not one).
+func StatusOf(err error) int {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Status
+	}
+	return 0
+}
+
+// CloseIdleConnections closes idle connections to the server.
+func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
+
+// request builds a request; body is JSON-encoded unless it is nil or an
+// io.Reader.
+func (c *Client) request(ctx context.Context, method, path string, body any) (*http.Request, error) {
+	var r io.Reader
+	switch b := body.(type) {
+	case nil:
+	case io.Reader:
+		r = b
+	default:
+		data, err := json.Marshal(b)
+		if err != nil {
+			return nil, err
+		}
+		r = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, r)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := body.(io.Reader); !ok && body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	return req, nil
+}
+
+// do sends req and returns the response if its status is a success; an
+// error response becomes an *Error.
+func (c *Client) do(req *http.Request) (*http.Response, error) {
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 300 && resp.StatusCode != http.StatusNotModified {
+		defer resp.Body.Close()
+		return nil, readError(resp)
+	}
+	return resp, nil
+}
+
+// readError turns an error response into an *Error.
+func readError(resp *http.Response) error {
+	e := &Error{Status: resp.StatusCode, RequestID: resp.Header.Get(apitype.RequestIDHeader)}
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var body apitype.ErrorBody
+	if json.Unmarshal(data, &body) == nil && body.Error.Code != "" {
+		e.Code, e.Message, e.EndCode = body.Error.Code, body.Error.Message, body.Error.EndCode
+		if body.Error.RequestID != "" {
+			e.RequestID = body.Error.RequestID
+		}
+	} else {
+		// Not the API's error body (a 416's text, a proxy's page).
+		e.Message = strings.TrimSpace(string(data))
+		if e.Message == "" {
+			e.Message = fmt.Sprintf("airlock server: %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
+		}
+	}
+	return e
+}
+
+// call sends a JSON request and decodes a JSON answer into out (if not
+// nil).
+func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
+	req, err := c.request(ctx, method, path, in)
+	if err != nil {
+		return err
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("airlock server: bad response to %s %s: %w", method, path, err)
+	}
+	return nil
+}
+
+// Health is GET /healthz.
+func (c *Client) Health(ctx context.Context) (*apitype.Health, error) {
+	var h apitype.Health
+	if err := c.call(ctx, "GET", "/healthz", nil, &h); err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
+// WaitWarm waits until the server answers and its pools are full, or ctx
+// ends.
+func (c *Client) WaitWarm(ctx context.Context) error {
+	for {
+		h, err := c.Health(ctx)
+		if err == nil && h.Warm() {
+			return nil
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			if err == nil {
+				err = errors.New("pools not full")
+			}
+			return fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+	}
+}
+
+// CreateSession starts a session.
+func (c *Client) CreateSession(ctx context.Context, req apitype.CreateSessionRequest) (*apitype.Session, error) {
+	var s apitype.Session
+	if err := c.call(ctx, "POST", "/v1/sessions", req, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// Session describes a session.
+func (c *Client) Session(ctx context.Context, id string) (*apitype.Session, error) {
+	var s apitype.Session
+	if err := c.call(ctx, "GET", sessionPath(id), nil, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// Sessions lists the live sessions.
+func (c *Client) Sessions(ctx context.Context) ([]apitype.Session, error) {
+	var l apitype.SessionList
+	if err := c.call(ctx, "GET", "/v1/sessions", nil, &l); err != nil {
+		return nil, err
+	}
+	return l.Sessions, nil
+}
+
+// DeleteSession ends a session.
+func (c *Client) DeleteSession(ctx context.Context, id string) error {
+	return c.call(ctx, "DELETE", sessionPath(id), nil, nil)
+}
+
+// Interrupt interrupts a session's running execution; false if none ran.
+func (c *Client) Interrupt(ctx context.Context, id string) (bool, error) {
+	var r apitype.InterruptResult
+	err := c.call(ctx, "POST", sessionPath(id)+"/interrupt", nil, &r)
+	return r.Interrupted, err
+}
+
+// Execute runs code in a session. With onEvent, the execution streams:
+// onEvent gets every event as it happens, the end event last.
+func (c *Client) Execute(ctx context.Context, id string, req apitype.ExecuteRequest, onEvent func(apitype.Event)) (*apitype.Result, error) {
+	if onEvent == nil {
+		var res apitype.Result
+		if err := c.call(ctx, "POST", sessionPath(id)+"/execute", req, &res); err != nil {
+			return nil, err
+		}
+		return &res, nil
+	}
+	end, err := c.stream(ctx, sessionPath(id)+"/execute", req, onEvent)
+	if err != nil {
+		return nil, err
+	}
+	return end.Result, nil
+}
+
+// RunOnce runs code once in a fresh sandbox (POST /v1/execute); onEvent as
+// for Execute.
+func (c *Client) RunOnce(ctx context.Context, req apitype.OneShotRequest, onEvent func(apitype.Event)) (*apitype.OneShotResult, error) {
+	return c.oneShot(ctx, "/v1/execute", req, onEvent)
+}
+
+// RunProgram runs a program once in a fresh sandbox (POST /v1/run);
+// onEvent as for Execute.
+func (c *Client) RunProgram(ctx context.Context, req apitype.ProgramRequest, onEvent func(apitype.Event)) (*apitype.OneShotResult, error) {
+	return c.oneShot(ctx, "/v1/run", req, onEvent)
+}
+
+func (c *Client) oneShot(ctx context.Context, path string, req any, onEvent func(apitype.Event)) (*apitype.OneShotResult, error) {
+	if onEvent == nil {
+		var res apitype.OneShotResult
+		if err := c.call(ctx, "POST", path, req, &res); err != nil {
+			return nil, err
+		}
+		if res.Result == nil {
+			return nil, fmt.Errorf("airlock server: a result without its fields")
+		}
+		return &res, nil
+	}
+	end, err := c.stream(ctx, path, req, onEvent)
+	if err != nil {
+		return nil, err
+	}
+	return &apitype.OneShotResult{Result: end.Result, Files: end.Files, Limits: end.Limits}, nil
+}
+
+// stream posts req asking for NDJSON and hands every event to onEvent
+// until the end event, which it returns; a failed event is the request's
+// error.
+func (c *Client) stream(ctx context.Context, path string, in any, onEvent func(apitype.Event)) (*apitype.Event, error) {
+	req, err := c.request(ctx, "POST", path, in)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/x-ndjson")
+	resp, err := c.do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 256<<20)
+	for sc.Scan() {
+		var ev apitype.Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return nil, fmt.Errorf("airlock server: a bad event: %w", err)
+		}
+		onEvent(ev)
+		switch ev.Type {
+		case apitype.EventEnd:
+			if ev.Result == nil {
+				return nil, errors.New("airlock server: an end event without a result")
+			}
+			return &ev, nil
+		case apitype.EventFailed:
+			e := &Error{Status: resp.StatusCode, RequestID: resp.Header.Get(apitype.RequestIDHeader)}
+			if ev.Error != nil {
+				e.Code, e.Message = ev.Error.Name, ev.Error.Value
+			}
+			return nil, e
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return nil, errors.New("airlock server: the stream ended without a result")
+}
+
+// Upload writes r (size bytes, or -1 if unknown) to path in a session's
+// /workspace.
+func (c *Client) Upload(ctx context.Context, id, path string, r io.Reader, size int64) (*apitype.UploadResult, error) {
+	req, err := c.request(ctx, "PUT", filePath(id, path), r)
+	if err != nil {
+		return nil, err
+	}
+	if size >= 0 {
+		req.ContentLength = size
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := c.do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var up apitype.UploadResult
+	if err := json.NewDecoder(resp.Body).Decode(&up); err != nil {
+		return nil, fmt.Errorf("airlock server: bad upload response: %w", err)
+	}
+	return &up, nil
+}
+
+// Download opens a file of a session's /workspace; the caller closes it.
+func (c *Client) Download(ctx context.Context, id, path string) (io.ReadCloser, error) {
+	req, err := c.request(ctx, "GET", filePath(id, path), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// ListFiles lists dir ("" for /workspace itself) of a session.
+func (c *Client) ListFiles(ctx context.Context, id, dir string, recursive bool) (*apitype.FileList, error) {
+	q := url.Values{}
+	if dir != "" {
+		q.Set("path", dir)
+	}
+	if recursive {
+		q.Set("recursive", "true")
+	}
+	p := sessionPath(id) + "/files"
+	if len(q) > 0 {
+		p += "?" + q.Encode()
+	}
+	var l apitype.FileList
+	if err := c.call(ctx, "GET", p, nil, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// DeleteFile removes path of a session (a directory with recursive).
+func (c *Client) DeleteFile(ctx context.Context, id, path string, recursive bool) error {
+	p := filePath(id, path)
+	if recursive {
+		p += "?recursive=" + strconv.FormatBool(recursive)
+	}
+	return c.call(ctx, "DELETE", p, nil, nil)
+}
+
+func sessionPath(id string) string { return "/v1/sessions/" + url.PathEscape(id) }
+
+// filePath escapes each segment of a workspace path.
+func filePath(id, path string) string {
+	parts := strings.Split(path, "/")
+	for i, p := range parts {
+		parts[i] = url.PathEscape(p)
+	}
+	return sessionPath(id) + "/files/" + strings.Join(parts, "/")
+}

@@ -1,0 +1,526 @@
+// Package instance owns a sandbox with a language's session runtime
+// started in it and connected: building one (cold, or forked from the
+// template interpreter), the runtime's control connection in both
+// protocols (JSON frames, bash's NUL-terminated blocks), its output pipes,
+// and the operations a session performs on it (configure, execute, run a
+// program, interrupt, adapt limits, watch for its end, close). Pools keep
+// instances warm; sessions use them; neither reaches into the jail for
+// anything an instance offers.
+//
+// It must never hand one instance to two owners, never trust what the
+// runtime sends beyond its data (frames are capped and checked, frames
+// nobody asked for are dropped), and never let a client see host internals
+// in its errors: they go to the server's log.
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/internal/apitype"
+	"airlock/internal/cgroup"
+	"airlock/internal/cleanup"
+	"airlock/internal/config"
+	"airlock/internal/errdefs"
+	"airlock/internal/jail"
+	"airlock/internal/runtimes"
+	"airlock/internal/workspace"
+	"airlock/internal/zygote"
+)
+
+// Instance is a sandbox with a session runtime started in it, waiting for
+// its first configure. It is handed to exactly one session.
+type Instance struct {
+	sb *jail.Sandbox
+	rt runtimes.Runtime
+	// pid is the runtime's pid inside the sandbox.
+	pid     int
+	conn    conn
+	stdout  *os.File // read ends of the runtime's output pipes, until Attach
+	stderr  *os.File
+	out     *pipeReader
+	errp    *pipeReader
+	release func()
+	started time.Time
+	// gone is closed when a runtime the init did not start (one from the
+	// template) has exited, and exit then says how; both nil for runtimes
+	// the init reports itself.
+	gone       chan struct{}
+	exitKnown  chan struct{} // closed once exitStatus is set
+	exitStatus syscall.WaitStatus
+}
+
+// Source provides instances.
+type Source interface {
+	// Get returns a new instance of rt with exactly limits l.
+	Get(ctx context.Context, rt runtimes.Runtime, l config.Limits) (*Instance, error)
+}
+
+// Program is a program file a runtime runs in its place, as `airlock run`
+// would: it gets exactly Env, an empty stdin and /workspace as its
+// directory, and its exit status is the execution's. The runtime ends with
+// it.
+type Program struct {
+	Argv []string
+	Env  map[string]string
+	// Fresh starts a new interpreter (the client set variables only a new
+	// one reads).
+	Fresh bool
+}
+
+// Language is the instance's runtime.
+func (in *Instance) Language() runtimes.Runtime { return in.rt }
+
+// Limits are the sandbox's current limits.
+func (in *Instance) Limits() config.Limits { return in.sb.Limits() }
+
+// Name names the sandbox (its cgroup).
+func (in *Instance) Name() string { return in.sb.Name() }
+
+// Started is when the instance was ready.
+func (in *Instance) Started() time.Time { return in.started }
+
+// Workspace is the host's handle on the sandbox's /workspace.
+func (in *Instance) Workspace() *workspace.Dir { return in.sb.Workspace() }
+
+// CPU is the sandbox's total CPU time.
+func (in *Instance) CPU() (time.Duration, error) { return in.sb.CPU() }
+
+// Stats are the sandbox's cgroup counters.
+func (in *Instance) Stats() (cgroup.Stats, error) { return in.sb.Stats() }
+
+// Events delivers the sandbox's OOM and process-limit events.
+func (in *Instance) Events() <-chan cgroup.Event { return in.sb.Events() }
+
+// PollPids makes up for cgroup v1's missing pids events until stop closes.
+func (in *Instance) PollPids(stop <-chan struct{}) { in.sb.PollPids(stop) }
+
+// Dead is closed when the sandbox is gone.
+func (in *Instance) Dead() <-chan struct{} { return in.sb.Dead() }
+
+// Kill ends every process of the sandbox; Close must still be called.
+func (in *Instance) Kill() { in.sb.Kill() }
+
+// Interrupt sends SIGINT to the runtime's process group: Python raises
+// KeyboardInterrupt, and the state is kept.
+func (in *Instance) Interrupt() { in.sb.Signal(in.pid, syscall.SIGINT, true) }
+
+// Close tears the instance down (it was never handed out, or its session
+// ended); it waits until everything in the sandbox is gone.
+func (in *Instance) Close() error {
+	in.conn.close()
+	err := in.sb.Close()
+	for _, p := range []*pipeReader{in.out, in.errp} {
+		if p != nil {
+			p.close()
+		}
+	}
+	for _, f := range []*os.File{in.stdout, in.stderr} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	if in.release != nil {
+		in.release()
+	}
+	return err
+}
+
+// Healthy reports whether the instance's jail and runtime are still alive;
+// a pooled instance that died while it waited must not be handed out.
+func (in *Instance) Healthy() bool {
+	select {
+	case <-in.gone:
+		return false
+	case <-in.sb.Dead():
+		return false
+	case <-in.sb.Exits():
+		return false
+	case <-in.conn.events():
+		// Closed: the runtime broke off (what an idle runtime sends
+		// unasked is dropped before it gets here).
+		return false
+	default:
+		return true
+	}
+}
+
+// Adapt gives the instance the limits of the session that takes it.
+func (in *Instance) Adapt(l config.Limits) error { return in.sb.Adapt(l, in.pid) }
+
+// Attach starts reading the runtime's stdout and stderr for the rest of
+// its life: every chunk goes to sink, in order per stream.
+func (in *Instance) Attach(sink func(p []byte, stderr bool)) (err error) {
+	if in.out, err = newPipeReader(in.stdout, func(p []byte) { sink(p, false) }); err != nil {
+		return err
+	}
+	in.stdout = nil
+	if in.errp, err = newPipeReader(in.stderr, func(p []byte) { sink(p, true) }); err != nil {
+		return err
+	}
+	in.stderr = nil
+	return nil
+}
+
+// Drain delivers what is in the output pipes now: everything the runtime
+// wrote before its latest message (it flushes before it sends).
+func (in *Instance) Drain() {
+	in.out.drain()
+	in.errp.drain()
+}
+
+// WaitOutput waits until the output pipes reach end of file, which they do
+// once the sandbox is dead (or the runtime and all it started are gone).
+func (in *Instance) WaitOutput() {
+	<-in.out.done
+	<-in.errp.done
+}
+
+// Configure replaces the runtime's environment; the round trip also shows
+// the runtime alive.
+func (in *Instance) Configure(ctx context.Context, env map[string]string) error {
+	done := make(chan error, 1)
+	go func() { done <- in.conn.configure(env) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(30 * time.Second):
+		return errors.New("no answer")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Execute sends code to run as execution id; what it produces arrives on
+// Messages. A runtime that does not read the request by sendBy (the code
+// stopped it: SIGSTOP, a thread holding the GIL) fails it.
+func (in *Instance) Execute(id, code string, sendBy time.Time) error {
+	in.conn.sendBy(sendBy)
+	defer in.conn.sendBy(time.Time{})
+	return in.conn.execute(id, code)
+}
+
+// Run starts p in place of the runtime as execution id.
+func (in *Instance) Run(id string, p Program, sendBy time.Time) error {
+	in.conn.sendBy(sendBy)
+	defer in.conn.sendBy(time.Time{})
+	return in.conn.run(id, p)
+}
+
+// SendFailure says how a failed Execute or Run ends the session.
+func SendFailure(err error) apitype.End {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return apitype.Ended(apitype.EndNotReading)
+	}
+	return apitype.Ended(apitype.EndProtocol)
+}
+
+// Messages delivers the display, result, error and done messages of the
+// current execution. It is closed when the runtime goes away or
+// misbehaves; Lost then says why.
+func (in *Instance) Messages() <-chan runtimes.Message { return in.conn.events() }
+
+// Lost explains Messages closing: the runtime broke the protocol (err,
+// for the log) or went away.
+func (in *Instance) Lost() (apitype.End, error) {
+	if err := in.conn.err(); err != nil {
+		return apitype.Ended(apitype.EndProtocol), err
+	}
+	e, _ := in.runtimeExit() // unknown: the zero Exit
+	return in.death(e), nil
+}
+
+// ProgramExit is the exit status of a program that ended the runtime (in
+// shell convention), once Messages closed; false if no one says so soon.
+func (in *Instance) ProgramExit() (int, bool) {
+	e, ok := in.runtimeExit()
+	return e.Code(), ok
+}
+
+// Monitor waits, while no execution watches, for the sandbox to end on its
+// own (an OOM kill, the process limit, the runtime exiting, the jail
+// dying) and says why; it returns the zero End when stop is closed first.
+func (in *Instance) Monitor(stop <-chan struct{}) apitype.End {
+	for {
+		select {
+		case ev := <-in.sb.Events():
+			switch ev {
+			case cgroup.EventOOM:
+				return apitype.Ended(apitype.EndOOM)
+			case cgroup.EventPidsMax:
+				return apitype.Ended(apitype.EndPids)
+			}
+		case e := <-in.sb.Exits():
+			if e.Pid == in.pid {
+				return in.death(e)
+			}
+		case <-in.gone:
+			e, _ := in.templateExit()
+			return in.death(e)
+		case <-in.sb.Dead():
+			return in.death(jail.Exit{})
+		case <-stop:
+			return apitype.End{}
+		}
+	}
+}
+
+// death explains why the runtime or the jail went away.
+func (in *Instance) death(e jail.Exit) apitype.End {
+	if st, err := in.sb.Stats(); err == nil && st.OOMKills > 0 {
+		return apitype.Ended(apitype.EndOOM)
+	}
+	end := apitype.Ended(apitype.EndInterpreterExited)
+	switch {
+	case e.Pid == 0:
+	case e.Status.Signaled():
+		end.Reason = fmt.Sprintf("the interpreter was killed by signal %d (%s)", e.Status.Signal(), e.Status.Signal())
+	case e.Status.Exited():
+		end.Reason = fmt.Sprintf("the interpreter exited with status %d", e.Status.ExitStatus())
+	}
+	return end
+}
+
+// runtimeExit is how the runtime ended, once its control socket closed;
+// false if no one says so soon.
+func (in *Instance) runtimeExit() (jail.Exit, bool) {
+	select {
+	case e := <-in.sb.Exits():
+		return e, true
+	case <-in.gone:
+		return in.templateExit()
+	case <-time.After(200 * time.Millisecond):
+	}
+	return jail.Exit{}, false
+}
+
+// templateExit returns how a template runtime ended, if the template says
+// so soon; any number of goroutines may ask.
+func (in *Instance) templateExit() (jail.Exit, bool) {
+	if in.exitKnown == nil {
+		return jail.Exit{}, false
+	}
+	select {
+	case <-in.exitKnown:
+		return jail.Exit{Pid: in.pid, Status: in.exitStatus}, true
+	case <-time.After(200 * time.Millisecond):
+		return jail.Exit{}, false
+	}
+}
+
+// Slots hands out the id slots of server sandboxes. A slot is reused only
+// after its sandbox is gone, so no two live sandboxes share host ids.
+type Slots struct {
+	mu   sync.Mutex
+	free []uint32
+	next uint32
+}
+
+// Max number of server sandboxes alive at once.
+const maxSlots = 1 << 20
+
+// Get returns a free slot.
+func (s *Slots) Get() (uint32, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.free); n > 0 {
+		slot := s.free[n-1]
+		s.free = s.free[:n-1]
+		return slot, nil
+	}
+	if s.next >= maxSlots {
+		return 0, fmt.Errorf("%w: no free sandbox id slots", errdefs.ErrLimit)
+	}
+	s.next++
+	return jail.ServerSlotBase + s.next - 1, nil
+}
+
+// Put returns a slot.
+func (s *Slots) Put(slot uint32) {
+	s.mu.Lock()
+	s.free = append(s.free, slot)
+	s.mu.Unlock()
+}
+
+// Cold builds every instance from scratch: a new jail, then the runtime
+// executed in it.
+type Cold struct {
+	Host  *jail.Host
+	Slots *Slots
+}
+
+// Get implements Source.
+func (c *Cold) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits) (*Instance, error) {
+	return New(ctx, c.Host, c.Slots, rt, l, nil)
+}
+
+// New builds a sandbox with limits l and starts rt's session runtime in
+// it: forked from the template z when z is not nil, executed in the
+// sandbox otherwise. Closing the instance frees its id slot.
+func New(ctx context.Context, h *jail.Host, slots *Slots, rt runtimes.Runtime, l config.Limits, z *zygote.Zygote) (_ *Instance, err error) {
+	slot, err := slots.Get()
+	if err != nil {
+		return nil, err
+	}
+	var undo cleanup.Stack
+	defer func() {
+		if err != nil {
+			undo.Run()
+		}
+	}()
+	undo.AddFunc(func() { slots.Put(slot) })
+	sb, err := h.Start(ctx, jail.Spec{Name: "s-" + strconv.FormatUint(uint64(slot), 10), Slot: slot, Limits: l})
+	if err != nil {
+		return nil, err
+	}
+	undo.Add(sb.Close)
+	var inst *Instance
+	if z != nil {
+		inst, err = startZygote(ctx, sb, z, rt, l)
+	} else {
+		inst, err = start(sb, rt, l)
+	}
+	if err != nil {
+		return nil, err
+	}
+	undo.Release()
+	inst.release = func() { slots.Put(slot) }
+	return inst, nil
+}
+
+// start executes rt's session runtime in sb and waits until it is ready.
+func start(sb *jail.Sandbox, rt runtimes.Runtime, l config.Limits) (*Instance, error) {
+	return startRuntime(sb, rt, func(stdio [4]*os.File) (int, error) {
+		return sb.Spawn(jail.Process{
+			Argv:  rt.SessionCommand(),
+			Env:   append(jail.BaseEnv(), rt.SessionEnv(l)...),
+			Dir:   "/workspace",
+			Files: stdio[:],
+		})
+	})
+}
+
+// startZygote starts rt's session runtime in sb by having the template
+// interpreter z fork it in, with its libraries already imported.
+func startZygote(ctx context.Context, sb *jail.Sandbox, z *zygote.Zygote, rt runtimes.Runtime, l config.Limits) (*Instance, error) {
+	var fk *zygote.Forked
+	inst, err := startRuntime(sb, rt, func(stdio [4]*os.File) (int, error) {
+		var err error
+		fk, err = z.Fork(ctx, sb, l, stdio)
+		return 0, err // the runtime's pid inside comes with its hello
+	})
+	if err != nil {
+		if fk != nil {
+			fk.Pidfd.Close()
+		}
+		return nil, err
+	}
+	// The runtime is the template's child, not the init's: its exit is
+	// seen through its pidfd, and how it ended comes from the template.
+	inst.gone = make(chan struct{})
+	inst.exitKnown = make(chan struct{})
+	go watchPidfd(fk.Pidfd, inst.gone)
+	go func() {
+		if st, ok := <-fk.Exit; ok {
+			inst.exitStatus = st
+			close(inst.exitKnown)
+		}
+	}()
+	return inst, nil
+}
+
+// watchPidfd closes gone when the process of pidfd exits (a pidfd polls
+// readable then), and closes the pidfd. pidfd must be pollable (opened
+// non-blocking), so that the wait costs no thread.
+func watchPidfd(pidfd *os.File, gone chan struct{}) {
+	defer close(gone)
+	defer pidfd.Close()
+	rc, err := pidfd.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Read(func(fd uintptr) bool {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, _ := unix.Poll(fds, 0)
+		return n > 0
+	})
+}
+
+// startRuntime starts the runtime with start, which gets its fds 0-3 and
+// returns its pid inside the sandbox (0 if the runtime will tell).
+func startRuntime(sb *jail.Sandbox, rt runtimes.Runtime, start func([4]*os.File) (int, error)) (_ *Instance, err error) {
+	var undo cleanup.Stack
+	defer func() {
+		if err != nil {
+			undo.Run()
+		}
+	}()
+	pipe := func() (*os.File, *os.File) {
+		if err != nil {
+			return nil, nil
+		}
+		var r, w *os.File
+		r, w, err = os.Pipe()
+		if err == nil {
+			undo.AddFunc(func() { r.Close(); w.Close() })
+		}
+		return r, w
+	}
+	inR, inW := pipe()
+	outR, outW := pipe()
+	errR, errW := pipe()
+	if err != nil {
+		return nil, err
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	// Our end is non-blocking so that the Go poller serves it (and read
+	// deadlines work); theirs becomes blocking when Spawn passes it on.
+	unix.SetNonblock(fds[0], true)
+	ours, theirs := os.NewFile(uintptr(fds[0]), "runtime-ctl"), os.NewFile(uintptr(fds[1]), "runtime-ctl")
+	undo.AddFunc(func() { ours.Close() })
+	inW.Close() // the runtime's stdin is empty
+	pid, err := start([4]*os.File{inR, outW, errW, theirs})
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	theirs.Close()
+	if err != nil {
+		if ctx := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded); ctx {
+			return nil, err
+		}
+		return nil, errdefs.Private(errdefs.ErrUnavailable, fmt.Sprintf("the %s runtime could not be started", rt.Lang), err)
+	}
+	var cn conn
+	if rt.Framed {
+		// The hello must come quickly; a runtime that cannot start (a
+		// missing interpreter, say) would otherwise hang the request.
+		ours.SetReadDeadline(time.Now().Add(30 * time.Second))
+		fc, err := newFramedConn(ours, runtimes.MaxFrame)
+		ours.SetReadDeadline(time.Time{})
+		if err != nil {
+			return nil, errdefs.Private(errdefs.ErrUnavailable, fmt.Sprintf("the %s runtime did not start", rt.Lang), err)
+		}
+		if pid == 0 {
+			if pid = fc.hello.Pid; pid <= 1 {
+				fc.close()
+				return nil, errdefs.Private(errdefs.ErrUnavailable, fmt.Sprintf("the %s runtime did not start", rt.Lang), fmt.Errorf("bad pid %d in hello", pid))
+			}
+		}
+		cn = fc
+	} else {
+		cn = newBashConn(ours)
+	}
+	undo.Release()
+	return &Instance{sb: sb, rt: rt, pid: pid, conn: cn, stdout: outR, stderr: errR, started: time.Now()}, nil
+}

@@ -1,0 +1,286 @@
+// Package server is airlock's composition root: it builds the jail host,
+// takes the state directory's lock, sweeps what a killed predecessor left,
+// starts the warm pools (and with them the template interpreter), the
+// session manager and the API, listens on TCP and on the root-only unix
+// socket, handles signals (SIGTERM and SIGINT shut down, SIGUSR1 dumps
+// every goroutine, AIRLOCK_CPUPROFILE profiles the run), and shuts all of
+// it down in order. New listeners, handlers (MCP, metrics) and session
+// observers (audit, quotas) are wired here, one line each.
+//
+// It must never hold policy of its own: what a request may do is decided
+// by api and session, how a sandbox is built by instance and jail. And it
+// must never leave anything behind after Shutdown.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/internal/api"
+	"airlock/internal/config"
+	"airlock/internal/errdefs"
+	"airlock/internal/instance"
+	"airlock/internal/jail"
+	"airlock/internal/pool"
+	"airlock/internal/runtimes"
+	"airlock/internal/session"
+)
+
+// Options are what the command line adds to the configuration.
+type Options struct {
+	Version string
+	Log     *slog.Logger
+	// Stderr receives goroutine dumps (SIGUSR1).
+	Stderr io.Writer
+	// Observers hear what sessions do (metrics, audit, quotas).
+	Observers []session.Observer
+}
+
+// Server is a running airlock server.
+type Server struct {
+	cfg  config.Config
+	opts Options
+	log  *slog.Logger
+
+	host    *jail.Host
+	lock    *os.File
+	pool    *pool.Pool // nil without warm pools
+	manager *session.Manager
+	api     *api.Server
+	http    *http.Server
+
+	listeners []net.Listener
+	socket    string // the unix socket's path, removed at shutdown
+	errc      chan error
+	closers   []func() // run in reverse order by Shutdown
+	once      sync.Once
+}
+
+// New builds the server: host, lock, sweeps, pools, manager, API and the
+// listeners (the unix socket first: the umask that keeps it private is
+// process-wide). Nothing is served until Start.
+func New(cfg config.Config, opts Options) (_ *Server, err error) {
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	if opts.Stderr == nil {
+		opts.Stderr = os.Stderr
+	}
+	s := &Server{cfg: cfg, opts: opts, log: opts.Log, errc: make(chan error, 4)}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	hostOpts := jail.OptionsFrom(cfg)
+	hostOpts.RootFiles = runtimes.RootFiles()
+	if s.host, err = jail.NewHost(hostOpts); err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func() { s.host.Close() })
+	// One server per state directory and cgroup parent: everything named
+	// s-* under them is ours, and whatever a killed predecessor left is
+	// removed now.
+	if s.lock, err = lockState(cfg.StateDir); err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func() { s.lock.Close() })
+	s.sweep()
+	if path := cfg.SocketPath(); path != "" {
+		ln, err := listenUnix(path)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+		}
+		s.socket = path
+		s.closers = append(s.closers, func() { ln.Close(); os.Remove(path) })
+		s.listeners = append(s.listeners, ln)
+	}
+
+	slots := &instance.Slots{}
+	var source instance.Source = &instance.Cold{Host: s.host, Slots: slots}
+	if cfg.Pool.Zygote || anyPool(cfg) {
+		s.pool = pool.New(cfg, s.host, slots, s.log)
+		s.closers = append(s.closers, s.pool.Close)
+		source = s.pool
+	}
+	s.manager = session.NewManager(cfg, source, s.log)
+	s.manager.Observe(opts.Observers...)
+	s.api = api.New(s.manager, cfg, s.log, opts.Version)
+	if s.pool != nil {
+		s.api.Stats = s.pool.Stats
+	}
+	// Further handlers (MCP at /mcp, metrics) go here:
+	// s.api.Handle("/mcp", ...), behind the API's ids, auth and logs.
+
+	ln, err := net.Listen("tcp", cfg.Server.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	s.listeners = append(s.listeners, ln)
+	s.closers = append(s.closers, func() { ln.Close() })
+	s.http = &http.Server{
+		Handler:           s.api,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	return s, nil
+}
+
+// sweep removes the cgroups and root templates a previous server left.
+func (s *Server) sweep() {
+	for _, prefix := range []string{"s-", "zygote-"} {
+		if err := s.host.Cgroups().Sweep(prefix, func(string) bool { return true }); err != nil {
+			s.log.Warn("removing cgroups left by a previous server", "err", err)
+		}
+	}
+	s.host.Cgroups().Sweep("r-", jail.StaleRun)
+	if err := s.host.SweepTemplates(); err != nil {
+		s.log.Warn("removing old root templates", "err", err)
+	}
+}
+
+// Addr is the TCP address the server listens on.
+func (s *Server) Addr() net.Addr { return s.listeners[len(s.listeners)-1].Addr() }
+
+// Start serves on every listener.
+func (s *Server) Start() {
+	for _, ln := range s.listeners {
+		go func() { s.errc <- s.http.Serve(ln) }()
+	}
+	s.log.Info("airlock serving", "listen", s.Addr().String(), "socket", s.socket, "version", s.opts.Version, "protections", s.host.Protections())
+}
+
+// Done delivers the error of a listener that failed.
+func (s *Server) Done() <-chan error { return s.errc }
+
+// Shutdown stops listening and ends every session; it returns when every
+// sandbox is gone, or ctx ends the HTTP drain early.
+func (s *Server) Shutdown(ctx context.Context) {
+	s.once.Do(func() {
+		// Listeners close at once; sessions end alongside, so that
+		// executions in flight answer "server shut down" instead of
+		// holding the shutdown until their own timeouts.
+		drained := make(chan struct{})
+		go func() { s.http.Shutdown(ctx); close(drained) }()
+		s.manager.Close()
+		<-drained
+		s.close()
+		s.log.Info("all sessions ended")
+	})
+}
+
+// close releases what New acquired, in reverse order.
+func (s *Server) close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
+}
+
+// Run runs a server until SIGTERM or SIGINT (or ctx ends), then shuts it
+// down.
+func Run(ctx context.Context, cfg config.Config, opts Options) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	s, err := New(cfg, opts)
+	if err != nil {
+		return err
+	}
+	// SIGUSR1 writes every goroutine's stack to the log, for diagnosing a
+	// stuck server without stopping it.
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
+	go func() {
+		for range usr1 {
+			pprof.Lookup("goroutine").WriteTo(s.opts.Stderr, 1)
+		}
+	}()
+	if p := os.Getenv("AIRLOCK_CPUPROFILE"); p != "" {
+		// A CPU profile of the whole run, written at shutdown (for
+		// performance work).
+		if f, err := os.Create(p); err == nil {
+			pprof.StartCPUProfile(f)
+			defer func() { pprof.StopCPUProfile(); f.Close() }()
+		}
+	}
+	s.Start()
+	var failed error
+	select {
+	case <-ctx.Done():
+		s.log.Info("shutting down")
+	case failed = <-s.Done():
+		s.log.Error("server failed", "err", failed)
+	}
+	shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	s.Shutdown(shutdown)
+	if errors.Is(failed, http.ErrServerClosed) {
+		failed = nil
+	}
+	return failed
+}
+
+func anyPool(cfg config.Config) bool {
+	for _, n := range cfg.Pool.Size {
+		if n > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// listenUnix listens on a unix socket at path that only this user can
+// reach. A socket left by a killed server is replaced (the caller holds
+// the state lock); any other file there is an error.
+func listenUnix(path string) (net.Listener, error) {
+	if st, err := os.Lstat(path); err == nil {
+		if st.Mode().Type() != os.ModeSocket {
+			return nil, fmt.Errorf("%s exists and is not a socket", path)
+		}
+		os.Remove(path)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	old := unix.Umask(0o177)
+	ln, err := net.Listen("unix", path)
+	unix.Umask(old)
+	if err != nil {
+		return nil, err
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false) // removed at shutdown
+	return ln, nil
+}
+
+// lockState takes an exclusive lock on the state directory.
+func lockState(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "server.lock"), os.O_CREATE|os.O_RDWR|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%w: another airlock server uses %s", errdefs.ErrUnavailable, dir)
+	}
+	return f, nil
+}

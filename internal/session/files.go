@@ -1,0 +1,86 @@
+package session
+
+import (
+	"io"
+	"os"
+	"time"
+
+	"airlock/internal/workspace"
+)
+
+// Files is a session's /workspace as clients reach it. Every operation is
+// reported to the manager's observers; the rest is the workspace's (which
+// never follows a link out of it).
+type Files struct{ s *Session }
+
+// Files returns the session's files.
+func (s *Session) Files() Files { return Files{s} }
+
+func (f Files) report(op, path string, n int64, start time.Time, err error) {
+	if obs := f.s.m.obs; obs != nil {
+		obs.FileTransferred(FileEvent{Session: f.s.id, Op: op, Path: path, Bytes: n, Duration: time.Since(start), Err: err})
+	}
+}
+
+// Write writes the file at p from r, at most max bytes.
+func (f Files) Write(p string, r io.Reader, max int64, mode os.FileMode) (int64, error) {
+	start := time.Now()
+	n, err := f.s.workspace().Write(p, r, max, mode)
+	f.report(FileUpload, p, n, start, err)
+	return n, err
+}
+
+// Open opens the regular file at p for reading; its download is reported
+// when it is closed.
+func (f Files) Open(p string) (io.ReadSeekCloser, workspace.Entry, error) {
+	start := time.Now()
+	file, e, err := f.s.workspace().Open(p)
+	if err != nil {
+		f.report(FileDownload, p, 0, start, err)
+		return nil, e, err
+	}
+	if f.s.m.obs == nil {
+		return file, e, nil // as is: a response can send it with sendfile
+	}
+	return &download{file: file, f: f, path: p, start: start}, e, nil
+}
+
+// download counts what is read of a file until it is closed. (It does not
+// embed the file: a promoted WriteTo would copy around the count.)
+type download struct {
+	file  *os.File
+	f     Files
+	path  string
+	start time.Time
+	n     int64
+}
+
+func (d *download) Read(p []byte) (int, error) {
+	n, err := d.file.Read(p)
+	d.n += int64(n)
+	return n, err
+}
+
+func (d *download) Seek(offset int64, whence int) (int64, error) { return d.file.Seek(offset, whence) }
+
+func (d *download) Close() error {
+	err := d.file.Close()
+	d.f.report(FileDownload, d.path, d.n, d.start, nil)
+	return err
+}
+
+// List lists the directory dir (the workspace for ""), recursively or not.
+func (f Files) List(dir string, recursive bool) ([]workspace.Entry, bool, error) {
+	start := time.Now()
+	entries, truncated, err := f.s.workspace().List(dir, recursive)
+	f.report(FileList, dir, 0, start, err)
+	return entries, truncated, err
+}
+
+// Remove removes p (a directory only if recursive, or empty).
+func (f Files) Remove(p string, recursive bool) error {
+	start := time.Now()
+	err := f.s.workspace().Remove(p, recursive)
+	f.report(FileRemove, p, 0, start, err)
+	return err
+}

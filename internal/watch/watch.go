@@ -1,0 +1,258 @@
+// Package watch owns the one state machine that looks after code running
+// in a sandbox until it finishes or is stopped: the wall-clock timeout, the
+// CPU-time budget read from the cgroup, the output cap, interrupts from a
+// client or its going away, the OOM and process-limit events, the grace an
+// interrupted interpreter gets, the runtime breaking off, and the sandbox
+// ending for other reasons. Sessions (code and program runs) and `airlock
+// run` building its own jail both use it; what differs between them is a
+// Policy, not a second loop.
+//
+// It decides and reports; it must never kill, end or tear down anything
+// itself (its caller does, from the Outcome), and never block past the
+// code finishing or a stop it has decided.
+package watch
+
+import (
+	"context"
+	"time"
+
+	"airlock/internal/apitype"
+	"airlock/internal/cgroup"
+)
+
+// Sandbox is what a watch reads of the sandbox the code runs in.
+type Sandbox interface {
+	// CPU is the sandbox's total CPU time.
+	CPU() (time.Duration, error)
+	// Events delivers the cgroup's OOM and process-limit events.
+	Events() <-chan cgroup.Event
+	// PollPids runs while the watch does, until stop is closed (cgroup v1
+	// reads its pids counter meanwhile; v2 returns at once).
+	PollPids(stop <-chan struct{})
+}
+
+// Code is the running code as a watch sees it. M is what it reports.
+type Code[M any] interface {
+	// Reports delivers what the code reports, in order; it is closed
+	// when no more can come.
+	Reports() <-chan M
+	// Handle takes one report and says whether the code has finished.
+	Handle(M) (finished bool)
+	// Closed explains Reports closing: whether that is the code finishing
+	// (a program that exited), and how the sandbox must end.
+	Closed() (end apitype.End, finished bool)
+	// Interrupt asks the code to stop and keep its state (SIGINT).
+	Interrupt()
+}
+
+// Policy says what a limit does to the code.
+type Policy int
+
+const (
+	// Interrupt: the code is interrupted and keeps its sandbox; if it has
+	// not finished after Spec.Grace, the sandbox ends (unresponsive).
+	Interrupt Policy = iota
+	// Kill: the code is stopped at once with its sandbox (end killed).
+	Kill
+)
+
+// ByClient is the Stopped reason of a client's interrupt or the client
+// going away; it is never reported as a kill reason.
+const ByClient apitype.KillReason = "interrupt"
+
+// Spec says what to watch.
+type Spec struct {
+	Policy  Policy
+	Timeout time.Duration
+	// CPUTime is the budget of CPU time from CPUBase on; the sandbox can
+	// use at most CPUs cores.
+	CPUTime, CPUBase time.Duration
+	CPUs             float64
+	// Grace is how long interrupted code has to finish (Interrupt).
+	Grace time.Duration
+	// Overflow is closed when the output exceeds its cap.
+	Overflow <-chan struct{}
+	// Interrupts delivers a client's requests to interrupt.
+	Interrupts <-chan struct{}
+	// Ended is closed when the sandbox was ended by someone else;
+	// EndedBy then says why.
+	Ended   <-chan struct{}
+	EndedBy func() apitype.End
+	// Clock replaces time for tests; nil is the real one.
+	Clock Clock
+}
+
+// Outcome is how a watch ended.
+type Outcome struct {
+	// Finished: the code said it finished (done, or its exit).
+	Finished bool
+	// Stopped is the first reason the code was stopped: a limit (a kill
+	// reason), ByClient, or "" if nothing stopped it.
+	Stopped apitype.KillReason
+	// End is why the sandbox must end (or ended); zero if it lives on.
+	End apitype.End
+}
+
+// KillReason is the kill reason to report: the limit that ended the
+// sandbox (memory, pids), or the one that stopped code which then had to
+// be killed; "" when a client stopped it or the sandbox ended otherwise.
+func (o Outcome) KillReason() apitype.KillReason {
+	switch o.End.Code {
+	case apitype.EndOOM:
+		return apitype.KillMemory
+	case apitype.EndPids:
+		return apitype.KillPids
+	case apitype.EndKilled, apitype.EndUnresponsive:
+		if o.Stopped != ByClient {
+			return o.Stopped
+		}
+	}
+	return ""
+}
+
+// Interrupted reports whether a limit (not a client) interrupted code that
+// then finished.
+func (o Outcome) Interrupted() bool { return o.Stopped != "" && o.Stopped != ByClient }
+
+// Watch looks after code until it finishes, is stopped for good, or its
+// sandbox ends; ctx ending means its client went away.
+func Watch[M any](ctx context.Context, sb Sandbox, code Code[M], s Spec) (o Outcome) {
+	clock := s.Clock
+	if clock == nil {
+		clock = realClock{}
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	cpuOver := make(chan struct{})
+	go CPU(sb, s.CPUBase, s.CPUTime, s.CPUs, stop, func() { close(cpuOver) }, clock)
+	go sb.PollPids(stop)
+	deadline, stopDeadline := clock.Timer(s.Timeout)
+	defer stopDeadline()
+	var grace <-chan time.Time
+	var stopGrace func()
+	defer func() {
+		if stopGrace != nil {
+			stopGrace()
+		}
+	}()
+	// stopFor stops the code for reason and reports whether the watch is
+	// over: killed code is; interrupted code gets its grace (once: the
+	// first reason is the one reported).
+	stopFor := func(reason apitype.KillReason) bool {
+		if s.Policy == Kill {
+			if o.Stopped == "" {
+				o.Stopped = reason
+			}
+			o.End = apitype.Ended(apitype.EndKilled)
+			return true
+		}
+		if o.Stopped != "" {
+			return false
+		}
+		o.Stopped = reason
+		code.Interrupt()
+		grace, stopGrace = clock.Timer(s.Grace)
+		return false
+	}
+	reports := code.Reports()
+	// Each of these stays ready once it fires: after the first time it is
+	// set to nil, or the loop would spin until the code answers.
+	cpuOverC, overflowC, clientGone := (<-chan struct{})(cpuOver), s.Overflow, ctx.Done()
+	for {
+		select {
+		case m, ok := <-reports:
+			if !ok {
+				o.End, o.Finished = code.Closed()
+				return o
+			}
+			if code.Handle(m) {
+				o.Finished = true
+				return o
+			}
+		case <-deadline:
+			deadline = nil
+			if stopFor(apitype.KillTimeout) {
+				return o
+			}
+		case <-cpuOverC:
+			cpuOverC = nil
+			if stopFor(apitype.KillCPUTime) {
+				return o
+			}
+		case <-overflowC:
+			overflowC = nil
+			if stopFor(apitype.KillOutput) {
+				return o
+			}
+		case <-s.Interrupts:
+			if stopFor(ByClient) {
+				return o
+			}
+		case <-clientGone:
+			clientGone = nil
+			if stopFor(ByClient) {
+				return o
+			}
+		case <-grace:
+			o.End = apitype.Ended(apitype.EndUnresponsive)
+			return o
+		case ev := <-sb.Events():
+			switch ev {
+			case cgroup.EventOOM:
+				o.End = apitype.Ended(apitype.EndOOM)
+				return o
+			case cgroup.EventPidsMax:
+				o.End = apitype.Ended(apitype.EndPids)
+				return o
+			}
+		case <-s.Ended:
+			o.End = s.EndedBy()
+			return o
+		}
+	}
+}
+
+// CPU calls over once the sandbox has used budget of CPU time since it had
+// used base. It looks at the earliest moment the budget could be spent,
+// given that the sandbox cannot use more than cpus cores, so it costs
+// nothing while the code is far from its limit. It returns when stop is
+// closed.
+func CPU(sb Sandbox, base, budget time.Duration, cpus float64, stop <-chan struct{}, over func(), clock Clock) {
+	if cpus <= 0 {
+		cpus = 1
+	}
+	if clock == nil {
+		clock = realClock{}
+	}
+	for {
+		used, err := sb.CPU()
+		wait := 100 * time.Millisecond // never stop enforcing: look again shortly
+		if err == nil {
+			if used-base >= budget {
+				over()
+				return
+			}
+			wait = time.Duration(float64(budget-(used-base))/cpus) + time.Millisecond
+		}
+		c, cancel := clock.Timer(wait)
+		select {
+		case <-c:
+		case <-stop:
+			cancel()
+			return
+		}
+	}
+}
+
+// Clock makes timers.
+type Clock interface {
+	// Timer fires once after d; stop releases it.
+	Timer(d time.Duration) (c <-chan time.Time, stop func())
+}
+
+type realClock struct{}
+
+func (realClock) Timer(d time.Duration) (<-chan time.Time, func()) {
+	t := time.NewTimer(d)
+	return t.C, func() { t.Stop() }
+}

@@ -1,0 +1,244 @@
+package watch
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"airlock/internal/apitype"
+	"airlock/internal/cgroup"
+)
+
+// fakeClock hands out timers the test fires by their duration.
+type fakeClock struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	timers map[time.Duration][]chan time.Time
+}
+
+func newFakeClock() *fakeClock {
+	c := &fakeClock{timers: map[time.Duration][]chan time.Time{}}
+	c.cond = sync.NewCond(&c.mu)
+	return c
+}
+
+func (c *fakeClock) Timer(d time.Duration) (<-chan time.Time, func()) {
+	ch := make(chan time.Time, 1)
+	c.mu.Lock()
+	c.timers[d] = append(c.timers[d], ch)
+	c.cond.Broadcast()
+	c.mu.Unlock()
+	return ch, func() {}
+}
+
+// fire fires the oldest unfired timer of duration d, waiting for the
+// watch to make it.
+func (c *fakeClock) fire(d time.Duration) {
+	c.mu.Lock()
+	for len(c.timers[d]) == 0 {
+		c.cond.Wait()
+	}
+	ch := c.timers[d][0]
+	c.timers[d] = c.timers[d][1:]
+	c.mu.Unlock()
+	ch <- time.Now()
+}
+
+type fakeSandbox struct {
+	cpu     atomic.Int64
+	events  chan cgroup.Event
+	polling chan struct{} // closed when PollPids has returned
+}
+
+func (f *fakeSandbox) CPU() (time.Duration, error)   { return time.Duration(f.cpu.Load()), nil }
+func (f *fakeSandbox) Events() <-chan cgroup.Event   { return f.events }
+func (f *fakeSandbox) PollPids(stop <-chan struct{}) { <-stop; close(f.polling) }
+
+// fakeCode reports strings; "done" finishes it.
+type fakeCode struct {
+	reports    chan string
+	handled    []string
+	closedEnd  apitype.End
+	closedFin  bool
+	interrupts chan struct{}
+	calls      atomic.Int32
+}
+
+func (f *fakeCode) Reports() <-chan string { return f.reports }
+func (f *fakeCode) Handle(m string) bool {
+	f.handled = append(f.handled, m)
+	return m == "done"
+}
+func (f *fakeCode) Closed() (apitype.End, bool) { return f.closedEnd, f.closedFin }
+func (f *fakeCode) Interrupt() {
+	f.calls.Add(1)
+	f.interrupts <- struct{}{}
+}
+
+const (
+	timeout = time.Hour
+	grace   = 2 * time.Hour
+	budget  = 3 * time.Hour
+)
+
+// harness drives one Watch.
+type harness struct {
+	t         *testing.T
+	clock     *fakeClock
+	sb        *fakeSandbox
+	code      *fakeCode
+	cancel    context.CancelFunc
+	overflow  chan struct{}
+	interrupt chan struct{}
+	ended     chan struct{}
+	endedBy   apitype.End
+}
+
+func (h *harness) report(m string)      { h.code.reports <- m }
+func (h *harness) timeout()             { h.clock.fire(timeout) }
+func (h *harness) grace()               { h.clock.fire(grace) }
+func (h *harness) event(e cgroup.Event) { h.sb.events <- e }
+func (h *harness) closeReports(end apitype.End, finished bool) {
+	h.code.closedEnd, h.code.closedFin = end, finished
+	close(h.code.reports)
+}
+func (h *harness) interrupted() {
+	h.t.Helper()
+	select {
+	case <-h.code.interrupts:
+	case <-time.After(10 * time.Second):
+		h.t.Fatal("the code was not interrupted")
+	}
+}
+
+func TestWatch(t *testing.T) {
+	oom, deleted := apitype.Ended(apitype.EndOOM), apitype.Ended(apitype.EndDeleted)
+	for _, c := range []struct {
+		name       string
+		policy     Policy
+		cpu        time.Duration // used at once: over budget when >= budget
+		steps      func(h *harness)
+		want       Outcome
+		kill       apitype.KillReason
+		interrupts int
+		handled    []string
+	}{
+		{name: "done", steps: func(h *harness) { h.report("display"); h.report("done") },
+			want: Outcome{Finished: true}, handled: []string{"display", "done"}},
+		{name: "timeout, interrupt, then done", steps: func(h *harness) { h.timeout(); h.interrupted(); h.report("done") },
+			want: Outcome{Finished: true, Stopped: apitype.KillTimeout}, interrupts: 1, handled: []string{"done"}},
+		{name: "timeout, interrupt, grace runs out", steps: func(h *harness) { h.timeout(); h.interrupted(); h.grace() },
+			want: Outcome{Stopped: apitype.KillTimeout, End: apitype.Ended(apitype.EndUnresponsive)}, kill: apitype.KillTimeout, interrupts: 1},
+		{name: "CPU over", cpu: budget, steps: func(h *harness) { h.interrupted(); h.report("done") },
+			want: Outcome{Finished: true, Stopped: apitype.KillCPUTime}, interrupts: 1, handled: []string{"done"}},
+		{name: "CPU over, killed", policy: Kill, cpu: budget + time.Second, steps: func(h *harness) {},
+			want: Outcome{Stopped: apitype.KillCPUTime, End: apitype.Ended(apitype.EndKilled)}, kill: apitype.KillCPUTime},
+		{name: "output overflow", steps: func(h *harness) { close(h.overflow); h.interrupted(); h.report("done") },
+			want: Outcome{Finished: true, Stopped: apitype.KillOutput}, interrupts: 1, handled: []string{"done"}},
+		{name: "OOM event", steps: func(h *harness) { h.event(cgroup.EventOOM) },
+			want: Outcome{End: oom}, kill: apitype.KillMemory},
+		{name: "OOM after a timeout", steps: func(h *harness) { h.timeout(); h.interrupted(); h.event(cgroup.EventOOM) },
+			want: Outcome{Stopped: apitype.KillTimeout, End: oom}, kill: apitype.KillMemory, interrupts: 1},
+		{name: "process limit", steps: func(h *harness) { h.event(cgroup.EventPidsMax) },
+			want: Outcome{End: apitype.Ended(apitype.EndPids)}, kill: apitype.KillPids},
+		{name: "runtime closes its connection", steps: func(h *harness) { h.closeReports(apitype.Ended(apitype.EndProtocol), false) },
+			want: Outcome{End: apitype.Ended(apitype.EndProtocol)}},
+		{name: "program exits", steps: func(h *harness) { h.closeReports(apitype.Ended(apitype.EndProgramExited), true) },
+			want: Outcome{Finished: true, End: apitype.Ended(apitype.EndProgramExited)}},
+		{name: "client gone", steps: func(h *harness) { h.cancel(); h.interrupted(); h.report("done") },
+			want: Outcome{Finished: true, Stopped: ByClient}, interrupts: 1, handled: []string{"done"}},
+		{name: "client interrupt, then timeout: one interrupt, the first reason", steps: func(h *harness) {
+			h.interrupt <- struct{}{}
+			h.interrupted()
+			h.timeout()
+			h.grace()
+		}, want: Outcome{Stopped: ByClient, End: apitype.Ended(apitype.EndUnresponsive)}, interrupts: 1},
+		{name: "ended by someone else", steps: func(h *harness) { h.endedBy = deleted; close(h.ended) },
+			want: Outcome{End: deleted}},
+		{name: "killed at the timeout", policy: Kill, steps: func(h *harness) { h.timeout() },
+			want: Outcome{Stopped: apitype.KillTimeout, End: apitype.Ended(apitype.EndKilled)}, kill: apitype.KillTimeout},
+		{name: "killed when the client goes", policy: Kill, steps: func(h *harness) { h.cancel() },
+			want: Outcome{Stopped: ByClient, End: apitype.Ended(apitype.EndKilled)}},
+		{name: "killed at the output cap", policy: Kill, steps: func(h *harness) { close(h.overflow) },
+			want: Outcome{Stopped: apitype.KillOutput, End: apitype.Ended(apitype.EndKilled)}, kill: apitype.KillOutput},
+		{name: "killed program, OOM", policy: Kill, steps: func(h *harness) { h.event(cgroup.EventOOM) },
+			want: Outcome{End: oom}, kill: apitype.KillMemory},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			h := &harness{
+				t: t, clock: newFakeClock(), cancel: cancel,
+				sb:        &fakeSandbox{events: make(chan cgroup.Event), polling: make(chan struct{})},
+				code:      &fakeCode{reports: make(chan string), interrupts: make(chan struct{}, 8)},
+				overflow:  make(chan struct{}),
+				interrupt: make(chan struct{}),
+				ended:     make(chan struct{}),
+			}
+			spec := Spec{
+				Policy: c.policy, Timeout: timeout, CPUTime: budget, CPUs: 1, Grace: grace,
+				Overflow: h.overflow, Interrupts: h.interrupt, Ended: h.ended,
+				EndedBy: func() apitype.End { return h.endedBy }, Clock: h.clock,
+			}
+			h.sb.cpu.Store(int64(c.cpu))
+			done := make(chan Outcome, 1)
+			go func() { done <- Watch(ctx, h.sb, Code[string](h.code), spec) }()
+			c.steps(h)
+			var got Outcome
+			select {
+			case got = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Watch did not return")
+			}
+			if got != c.want {
+				t.Errorf("outcome %+v, want %+v", got, c.want)
+			}
+			if k := got.KillReason(); k != c.kill {
+				t.Errorf("kill reason %q, want %q", k, c.kill)
+			}
+			if n := int(h.code.calls.Load()); n != c.interrupts {
+				t.Errorf("%d interrupts, want %d", n, c.interrupts)
+			}
+			if len(h.code.handled) != len(c.handled) {
+				t.Errorf("handled %q, want %q", h.code.handled, c.handled)
+			}
+			select {
+			case <-h.sb.polling:
+			case <-time.After(10 * time.Second):
+				t.Error("the pids poller was not stopped")
+			}
+		})
+	}
+}
+
+// The CPU watcher sleeps until the budget could first be spent at the
+// sandbox's CPU quota, and fires once it is.
+func TestCPUWaitsForTheEarliestMoment(t *testing.T) {
+	clock := newFakeClock()
+	sb := &fakeSandbox{}
+	sb.cpu.Store(int64(10 * time.Second))
+	over := make(chan struct{})
+	stop := make(chan struct{})
+	defer close(stop)
+	go CPU(sb, 10*time.Second, 4*time.Second, 2, stop, func() { close(over) }, clock)
+	// 4s of budget at 2 cores: not before 2s (and a millisecond).
+	clock.mu.Lock()
+	for len(clock.timers[2*time.Second+time.Millisecond]) == 0 {
+		clock.cond.Wait()
+	}
+	clock.mu.Unlock()
+	select {
+	case <-over:
+		t.Fatal("over before the budget was spent")
+	default:
+	}
+	sb.cpu.Store(int64(14 * time.Second))
+	clock.fire(2*time.Second + time.Millisecond)
+	select {
+	case <-over:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not over with the budget spent")
+	}
+}
