@@ -191,6 +191,9 @@ func (s *server) waitWarm() {
 			warm := true
 			for k, raw := range h.Pool {
 				if k == "python_template" {
+					if pool, _ := s.cfg["pool"].(map[string]any); pool["zygote"] == false {
+						continue // none is started
+					}
 					var z struct{ Running bool }
 					json.Unmarshal(raw, &z)
 					if !z.Running {

@@ -44,6 +44,8 @@ type Server struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 	version string
+	// transfers counts file uploads and downloads (see transfer.go).
+	transfers transfers
 	// Stats, when set, adds pool figures to /healthz.
 	Stats func() any
 }
@@ -228,7 +230,7 @@ func describeJSONError(err error) string {
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	body := map[string]any{"status": "ok", "version": s.version, "sessions": s.m.Count()}
+	body := map[string]any{"status": "ok", "version": s.version, "sessions": s.m.Count(), "transfers": s.transfers.inProgress()}
 	if s.Stats != nil {
 		body["pool"] = s.Stats()
 	}
