@@ -184,6 +184,8 @@ func TestConfigValidate(t *testing.T) {
 	ok.Pool.Preload = []string{"numpy", "matplotlib.pyplot", "_private", "a1.b2"}
 	ok.Pool.Size = map[string]int{"python": 0, "bash": 4096, "javascript": 1}
 	ok.IDBase = 65536
+	ok.Server.MaxSessionTransfers = ok.Server.MaxConcurrentTransfers
+	ok.Server.TransferStallTimeout = Duration(time.Second)
 	if err := ok.Validate(); err != nil {
 		t.Errorf("valid edge values refused: %v", err)
 	}

@@ -650,3 +650,76 @@ func TestDirWriteBodyFails(t *testing.T) {
 		t.Errorf("left behind: %v %v", entries, err)
 	}
 }
+
+// threads is the number of threads of the test process.
+func threads(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(rest))
+			return n
+		}
+	}
+	t.Fatal("no Threads in /proc/self/status")
+	return 0
+}
+
+// stalledBody sends one byte, then nothing until released, like a client
+// that stalls.
+type stalledBody struct {
+	waiting chan<- struct{}
+	release <-chan struct{}
+	reads   int
+}
+
+func (b *stalledBody) Read(p []byte) (int, error) {
+	b.reads++
+	switch b.reads {
+	case 1:
+		return copy(p, "x"), nil
+	case 2:
+		b.waiting <- struct{}{}
+		<-b.release
+	}
+	return 0, io.EOF
+}
+
+// Writes whose bodies stall hold no OS thread: only opening and renaming
+// the file run on a thread of the sandbox user's, never the reading of the
+// body (thousands of stalled uploads would otherwise be thousands of
+// locked threads, and the Go runtime aborts at 10000).
+func TestDirStalledWritesHoldNoThread(t *testing.T) {
+	d, _ := testDir(t, "size=4m,nr_inodes=1024")
+	mustWrite(t, d, "warm", "x") // the thread pool as it is with no write waiting
+	before := threads(t)
+	const n = 64
+	waiting := make(chan struct{}, n)
+	release := make(chan struct{})
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := d.Write(fmt.Sprintf("f%d", i), &stalledBody{waiting: waiting, release: release}, 10, 0o644)
+			errs <- err
+		}()
+	}
+	for range n {
+		<-waiting
+	}
+	during := threads(t)
+	close(release)
+	for range n {
+		if err := <-errs; err != nil {
+			t.Errorf("Write: %v", err)
+		}
+	}
+	if during > before+n/4 {
+		t.Errorf("%d writes waiting for their bodies: %d threads, %d before", n, during, before)
+	}
+	if entries, _, err := d.List("", false); err != nil || len(entries) != n+1 {
+		t.Errorf("List = %d entries, %v; want %d", len(entries), err, n+1)
+	}
+}
