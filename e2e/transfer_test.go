@@ -373,7 +373,9 @@ func sandboxMemory(t *testing.T, s *server, id string) int64 {
 // a runtime starts (spawned by the sandbox's init; forked by the Python
 // template) have the same init, which writes the file.
 func TestUploadChargedToSandbox(t *testing.T) {
-	t.Run("bash", func(t *testing.T) { checkUploadCharged(t, transferServer(t, 8, 4), "bash", "wc -c < charged; ls -A | wc -l") })
+	t.Run("bash", func(t *testing.T) {
+		checkUploadCharged(t, transferServer(t, 8, 4), "bash", "wc -c < charged; ls -A | wc -l")
+	})
 	t.Run("python-template", func(t *testing.T) {
 		checkUploadCharged(t, sharedServer(t), "python", "import os; print(os.path.getsize('charged')); print(len(os.listdir('.')))")
 	})

@@ -4,7 +4,8 @@
 // out of a session's workspace.
 //
 // It must never answer a client's mistake with a 500, never hold a whole
-// upload or download in memory, and never let a request reach a sandbox
+// upload or download in memory, never let a file transfer outlast its
+// caps or a client that stopped moving, and never let a request reach a sandbox
 // with a limit above the server's maximum (package session enforces the
 // limits; this package only parses).
 package api
