@@ -723,3 +723,52 @@ func TestDirStalledWritesHoldNoThread(t *testing.T) {
 		t.Errorf("List = %d entries, %v; want %d", len(entries), err, n+1)
 	}
 }
+
+// Write tells the client's errors (its body's) from the file's and from
+// the Copier's own, and leaves nothing behind after any of them.
+func TestDirCopierErrors(t *testing.T) {
+	d, _ := testDir(t, "size=4m,nr_inodes=1024")
+	broken := errors.New("the copier broke")
+	for _, c := range []struct {
+		name string
+		copy Copier
+		code string // errdefs code
+		msg  string
+		body io.Reader
+	}{
+		{"body", hostCopy, "invalid_argument", "reading the upload: unexpected EOF",
+			io.MultiReader(strings.NewReader("partial"), failingReader{})},
+		{"body already classified", hostCopy, "invalid_argument", "the client stalled", stalledClient{}},
+		{"file", func(dst *os.File, src io.Reader) (int64, error) {
+			return 0, &os.PathError{Op: "write", Path: dst.Name(), Err: unix.ENOSPC}
+		}, "too_large", "the workspace is full", nil},
+		{"memory", func(dst *os.File, src io.Reader) (int64, error) {
+			return 0, &os.PathError{Op: "write", Path: dst.Name(), Err: unix.ENOMEM}
+		}, "too_large", "the session's memory is full", nil},
+		{"sandbox gone", func(dst *os.File, src io.Reader) (int64, error) {
+			return 0, fmt.Errorf("%w: the sandbox ended", errdefs.ErrGone)
+		}, "session_ended", "the sandbox ended", nil},
+		{"copier's own", func(dst *os.File, src io.Reader) (int64, error) {
+			io.Copy(dst, src)
+			return 0, broken
+		}, "internal", "the copier broke", nil},
+	} {
+		d.copy = c.copy
+		if c.body == nil {
+			c.body = strings.NewReader("data")
+		}
+		_, err := d.Write("f", c.body, 10, 0o644)
+		if errdefs.Code(err) != c.code || !strings.Contains(fmt.Sprint(err), c.msg) {
+			t.Errorf("%s: Write = %v, want code %s saying %q", c.name, err, c.code, c.msg)
+		}
+		if entries, _, err := d.List("", true); err != nil || len(entries) != 0 {
+			t.Errorf("%s: left behind %+v %v", c.name, entries, err)
+		}
+	}
+}
+
+type stalledClient struct{}
+
+func (stalledClient) Read([]byte) (int, error) {
+	return 0, fmt.Errorf("%w: the client stalled", errdefs.ErrInvalidArgument)
+}

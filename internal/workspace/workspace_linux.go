@@ -38,9 +38,10 @@ type Dir struct {
 // init write them). It runs on the caller's goroutine, on no locked
 // thread and with no changed ids, so it may wait for a slow src.
 //
-// Errors writing dst must be *os.PathError; errors that already wrap an
-// errdefs sentinel are passed on as they are; any other error is taken
-// as src's (the client's).
+// Errors reading src must be returned as they are (or wrapped): they are
+// the client's. Errors writing dst must be *os.PathError, mapped like
+// every file error. Any other error is the Copier's own and is passed on
+// as it is.
 type Copier func(dst *os.File, src io.Reader) (int64, error)
 
 // New takes ownership of fd, an O_PATH descriptor of the workspace root.
@@ -247,10 +248,11 @@ func (d *Dir) Write(rel string, r io.Reader, max int64, mode os.FileMode) (int64
 		return 0, err
 	}
 	defer up.close()
-	n, err := d.copy(up.f, io.LimitReader(r, min(max, math.MaxInt64-1)+1))
+	src := &source{r: io.LimitReader(r, min(max, math.MaxInt64-1)+1)}
+	n, err := d.copy(up.f, src)
 	switch {
 	case err != nil:
-		err = up.copyErr(err)
+		err = up.copyErr(err, src.err)
 	case n > max:
 		err = fmt.Errorf("%w: %s: larger than the limit of %d bytes", errdefs.ErrTooLarge, shown(rel), max)
 	default:
@@ -294,17 +296,36 @@ func (d *Dir) create(rel string, mode os.FileMode) (*upload, error) {
 	return &upload{rel: rel, pfd: pfd, tmp: tmp, name: name, f: os.NewFile(uintptr(fd), tmp)}, nil
 }
 
-// copyErr classifies an error of the Copier (see Copier).
-func (u *upload) copyErr(err error) error {
+// source remembers the error of the last read, to tell the client's
+// errors from the Copier's.
+type source struct {
+	r   io.Reader
+	err error
+}
+
+func (s *source) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && err != io.EOF {
+		s.err = err
+	}
+	return n, err
+}
+
+// copyErr classifies an error of the Copier (see Copier); srcErr is the
+// error its source returned, if any.
+func (u *upload) copyErr(err, srcErr error) error {
 	var pe *os.PathError
-	if errors.As(err, &pe) {
+	switch {
+	case srcErr != nil && errors.Is(err, srcErr):
+		if errdefs.Code(srcErr) != "internal" {
+			return srcErr // the caller's own words (a stalled client)
+		}
+		// The client stopped sending, or sent a broken body.
+		return fmt.Errorf("%w: %s: reading the upload: %v", errdefs.ErrInvalidArgument, shown(u.rel), srcErr)
+	case errors.As(err, &pe):
 		return mapErr(u.rel, pe.Err)
 	}
-	if errdefs.Code(err) != "internal" {
-		return err
-	}
-	// Not the file's error, so the body's: the client stopped sending.
-	return fmt.Errorf("%w: %s: reading the upload: %v", errdefs.ErrInvalidArgument, shown(u.rel), err)
+	return err
 }
 
 func (u *upload) commit() error {
