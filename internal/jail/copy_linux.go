@@ -236,7 +236,10 @@ func (s *Sandbox) feed(w *os.File, src io.Reader, inFlight int64) (int64, error)
 func (s *Sandbox) roomFor(n int64) error {
 	used, limit, err := s.cg.Memory()
 	if err != nil {
-		return s.goneOr(err)
+		// Without the cgroup's path: this reaches the client.
+		var errno syscall.Errno
+		errors.As(err, &errno)
+		return s.goneOr(fmt.Errorf("jail: cannot read the sandbox's memory use (errno %d)", errno))
 	}
 	if limit < 0 {
 		return nil
