@@ -26,5 +26,9 @@ if [ ! -d "$out" ]; then
 	rm -rf "$out.tmp"
 	"$bin/k8sschemas" -spec "$mod/api/openapi-spec/swagger.json" -out "$out.tmp" -kube-version "$version" >&2
 	mv "$out.tmp" "$out"
+	# Older versions and generators go.
+	for d in "$cache/schemas/"*; do
+		[ "$d" = "$out" ] || rm -rf "$d"
+	done
 fi
 echo "$out"
