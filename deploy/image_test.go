@@ -178,6 +178,38 @@ func TestImagePackages(t *testing.T) {
 	}
 }
 
+// TestDockerfileSources: the Dockerfile's build stage copies go.mod,
+// go.sum, cmd/ and internal/ only; the binary must need nothing else of
+// the repository (Docker is not run in CI, so this is checked here).
+func TestDockerfileSources(t *testing.T) {
+	root := repoRoot(t)
+	df, _ := os.ReadFile(filepath.Join(root, "deploy/image/Dockerfile"))
+	for _, want := range []string{"COPY go.mod go.sum ./", "COPY cmd ./cmd", "COPY internal ./internal"} {
+		if !strings.Contains(string(df), want) {
+			t.Fatalf("the Dockerfile lacks %q", want)
+		}
+	}
+	out, err := run(root, nil, "go", "list", "-deps", "-f", "{{if not .Standard}}{{.Dir}}{{range .EmbedFiles}} {{.}}{{end}}{{end}}", "./cmd/airlock")
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		dir := strings.Fields(line)[0]
+		rel, err := filepath.Rel(root, dir)
+		if err != nil || strings.HasPrefix(rel, "..") {
+			continue // a module dependency, downloaded by go mod download
+		}
+		if !strings.HasPrefix(rel, "cmd/") && !strings.HasPrefix(rel, "internal/") {
+			t.Errorf("cmd/airlock needs %s, which the Dockerfile does not copy", rel)
+		}
+		for _, f := range strings.Fields(line)[1:] {
+			if strings.Contains(f, "..") {
+				t.Errorf("%s embeds %s, outside its directory", rel, f)
+			}
+		}
+	}
+}
+
 // chartConfig is the configuration the chart renders for its default
 // values, without the keys airlock does not know yet.
 func chartConfig(t *testing.T) map[string]any {
