@@ -38,7 +38,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 case $out in /*) ;; *) out=$(pwd)/$out ;; esac
 mkdir -p "$cache/rootfs" "$cache/layers" "$(dirname "$out")"
-bin=$("$repo/deploy/tools/install.sh" | tail -1)
+bin=$("$repo/deploy/tools/install.sh") # prints only its directory
 
 # Layer 1: the Debian root, built once per key.
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}

@@ -14,7 +14,7 @@ cd "$(dirname "$0")"
 PATH="$PATH:/usr/local/go/bin"
 version=${K8S_VERSION:-1.37.2}
 cache=${AIRLOCK_DEPLOY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/airlock-deploy}
-bin=$(./install.sh | tail -1)
+bin=$(./install.sh) # prints only its directory
 key=$( (cat k8sschemas/main.go; echo "$version") | sha256sum | cut -c1-12)
 out=$cache/schemas/$version-$key
 if [ ! -d "$out" ]; then
