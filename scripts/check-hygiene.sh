@@ -21,4 +21,9 @@ if ! go mod tidy -diff >/dev/null; then
 	go mod tidy -diff >&2 || true
 	exit 1
 fi
+# The deployment tools are a module of their own (deploy/tools).
+if ! (cd deploy/tools && go mod tidy -diff >/dev/null); then
+	echo "check-hygiene: deploy/tools/go.mod/go.sum are not tidy; run go mod tidy there" >&2
+	exit 1
+fi
 echo "check-hygiene: ok"

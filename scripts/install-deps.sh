@@ -1,15 +1,18 @@
 #!/bin/sh
 # Installs what airlock and its tests need on Debian 12: the language
 # runtimes sandboxes use (python3 with numpy, pandas, matplotlib and
-# scikit-learn from Debian, since PyPI is not reachable; bash; nodejs) and
-# the baseline the benchmark compares against (bubblewrap).
+# scikit-learn from Debian, since PyPI is not reachable; bash; nodejs), the
+# baseline the benchmark compares against (bubblewrap), and what the
+# deployment tests run (deploy/): nginx and dnsmasq for the chart's router
+# on loopback, debootstrap for the container image.
 set -eu
 if [ "$(id -u)" != 0 ]; then
 	echo "install-deps: run as root" >&2
 	exit 1
 fi
 pkgs="python3 python3-numpy python3-pandas python3-matplotlib python3-sklearn
-      bash coreutils nodejs ca-certificates fonts-dejavu-core bubblewrap curl"
+      bash coreutils nodejs ca-certificates fonts-dejavu-core bubblewrap curl
+      nginx dnsmasq-base debootstrap"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -17,6 +20,13 @@ done
 if [ -n "$missing" ]; then
 	echo "install-deps: installing$missing"
 	export DEBIAN_FRONTEND=noninteractive
+	# No service starts (nginx's package would listen on port 80): the
+	# tests run their own nginx and dnsmasq on loopback.
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+		chmod 0755 /usr/sbin/policy-rc.d
+		trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+	fi
 	apt-get update -q
 	# shellcheck disable=SC2086
 	apt-get install -y -q --no-install-recommends $missing

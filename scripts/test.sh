@@ -1,12 +1,19 @@
 #!/bin/sh
 # The second of the README's two commands: installs what the tests need
 # and runs every test tier (unit, privileged jail integration, end-to-end
-# over HTTP, fuzz corpora replay, benchmark smoke).
+# over HTTP, fuzz corpora replay, benchmark smoke, and the deployment
+# artifacts: chart, router and image, see deploy/doc.go).
 set -eu
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 PATH="$PATH:/usr/local/go/bin"
 export CGO_ENABLED=0
+# The deployment tests build helm and kubeconform (Go module proxy) and the
+# image (debootstrap from Debian's mirror): slow the first time, cached
+# afterwards, so a developer's plain `go test ./...` skips them and says
+# why. Here they run, and a missing tool is a failure, never a skip.
+export AIRLOCK_TEST_DEPLOY=1
 ./scripts/check-hygiene.sh
 go vet ./...
+(cd deploy/tools && go vet ./...)
 go test -count=1 -timeout 60m ./...

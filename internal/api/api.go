@@ -7,9 +7,10 @@
 //
 // It must never answer a client's mistake with a 500, never put host
 // internals in a response, never hold a whole upload or download in
-// memory, and never let a request reach a sandbox with a limit above the
-// server's maximum (package session enforces the limits; this package only
-// parses).
+// memory, never let a file transfer outlast its caps or a client that
+// stopped moving, and never let a request reach a sandbox with a limit
+// above the server's maximum (package session enforces the limits; this
+// package only parses).
 package api
 
 import (
@@ -56,6 +57,8 @@ type Server struct {
 	// idPrefix and seq make request ids unique to this server's life.
 	idPrefix string
 	seq      atomic.Uint64
+	// transfers counts file uploads and downloads (see transfer.go).
+	transfers transfers
 	// Stats, when set, adds pool figures to /healthz.
 	Stats func() map[string]any
 }
@@ -290,7 +293,7 @@ func describeJSONError(err error) string {
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	body := apitype.Health{Status: "ok", Version: s.version, Sessions: s.m.Count()}
+	body := apitype.Health{Status: "ok", Version: s.version, Sessions: s.m.Count(), Transfers: s.transfers.inProgress()}
 	if s.Stats != nil {
 		body.Pool = map[string]json.RawMessage{}
 		for k, v := range s.Stats() {

@@ -276,6 +276,12 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	t, ok := s.beginTransfer(w, r, sess.ID(), false)
+	if !ok {
+		return
+	}
+	defer t.done()
+	w = t.writer(w)
 	f, e, err := sess.Files().Open(p)
 	if err != nil {
 		fail(w, err)
@@ -316,7 +322,12 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		fail(w, fmt.Errorf("%w: the file is %d bytes, more than the limit of %d", errdefs.ErrTooLarge, r.ContentLength, max))
 		return
 	}
-	n, err := sess.Files().Write(p, r.Body, max, 0o644)
+	t, ok := s.beginTransfer(w, r, sess.ID(), true)
+	if !ok {
+		return
+	}
+	defer t.done()
+	n, err := sess.Files().Write(p, t.body(r.Body), max, 0o644)
 	if err != nil {
 		fail(w, err)
 		return

@@ -250,6 +250,8 @@ type Health struct {
 	Status   string `json:"status"`
 	Version  string `json:"version"`
 	Sessions int    `json:"sessions"`
+	// Transfers are the file uploads and downloads in progress.
+	Transfers int `json:"transfers"`
 	// Pool has one PoolStats per language and, under "python_template",
 	// a TemplateStats; absent without warm pools.
 	Pool map[string]json.RawMessage `json:"pool,omitempty"`

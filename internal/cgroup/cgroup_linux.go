@@ -373,6 +373,29 @@ func (c *Cgroup) Stats() (Stats, error) {
 	return s, nil
 }
 
+// Memory reads the memory limit and the part of the usage reclaim cannot
+// take back (usage less inactive file cache; tmpfs pages count, there
+// being no swap). A writer that must not drive the cgroup into its OOM
+// killer checks it before it charges more. An unlimited cgroup has a
+// limit of -1 (v2) or a huge number (v1).
+func (c *Cgroup) Memory() (used, limit int64, err error) {
+	dir, lim, cur, inactive := c.dir("memory"), "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"
+	if c.h.v2 {
+		lim, cur, inactive = "memory.max", "memory.current", "inactive_file"
+	}
+	if limit, err = readInt(dir, lim); err == nil {
+		used, err = readInt(dir, cur)
+	}
+	var cache uint64
+	if err == nil {
+		cache, err = keyed(dir, "memory.stat", inactive)
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("cgroup: memory of %s: %w", c.name, err)
+	}
+	return max(used-int64(cache), 0), limit, nil
+}
+
 // CPU reads only the CPU time, the one counter read on a timer.
 func (c *Cgroup) CPU() (time.Duration, error) {
 	if c.h.v2 {

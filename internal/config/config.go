@@ -106,6 +106,15 @@ type Server struct {
 	InterruptGrace Duration `json:"interrupt_grace"`
 	// MaxEnv caps the number of environment variables a client may set.
 	MaxEnv int `json:"max_env"`
+	// MaxConcurrentTransfers caps file uploads and downloads in progress
+	// on the server, MaxSessionTransfers those of one session; one more
+	// is refused at once with 429.
+	MaxConcurrentTransfers int `json:"max_concurrent_transfers"`
+	MaxSessionTransfers    int `json:"max_session_transfers"`
+	// TransferStallTimeout ends an upload whose client sent nothing, or a
+	// download whose client read nothing, for that long. A slow transfer
+	// that keeps moving is never cut off.
+	TransferStallTimeout Duration `json:"transfer_stall_timeout"`
 }
 
 // Pool configures the warm pools of pre-started sandboxes.
@@ -148,6 +157,9 @@ func Default() Config {
 			MaxIdleTimeout:          Duration(24 * time.Hour),
 			InterruptGrace:          Duration(2 * time.Second),
 			MaxEnv:                  128,
+			MaxConcurrentTransfers:  64,
+			MaxSessionTransfers:     4,
+			TransferStallTimeout:    Duration(30 * time.Second),
 		},
 		Pool: Pool{
 			Size:     map[string]int{"python": 8, "bash": 2, "javascript": 2},
@@ -256,6 +268,12 @@ func (c Config) Validate() error {
 	}
 	if s.InterruptGrace <= 0 || s.QueueTimeout < 0 {
 		errs = append(errs, errors.New("server.interrupt_grace must be positive and server.queue_timeout not negative"))
+	}
+	if s.MaxConcurrentTransfers < 1 || s.MaxSessionTransfers < 1 || s.MaxSessionTransfers > s.MaxConcurrentTransfers {
+		errs = append(errs, errors.New("server.max_concurrent_transfers and server.max_session_transfers must be at least 1, the second at most the first"))
+	}
+	if s.TransferStallTimeout < Duration(time.Second) || s.TransferStallTimeout > Duration(time.Hour) {
+		errs = append(errs, errors.New("server.transfer_stall_timeout must be between 1s and 1h"))
 	}
 	for lang, n := range c.Pool.Size {
 		if !KnownLanguage(lang) {

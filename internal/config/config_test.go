@@ -151,6 +151,11 @@ func TestConfigValidate(t *testing.T) {
 		{"max_idle below idle", func(c *Config) { c.Server.MaxIdleTimeout = c.Server.IdleTimeout - 1 }, "idle_timeout"},
 		{"interrupt_grace 0", func(c *Config) { c.Server.InterruptGrace = 0 }, "interrupt_grace"},
 		{"queue_timeout negative", func(c *Config) { c.Server.QueueTimeout = -1 }, "queue_timeout"},
+		{"max_concurrent_transfers 0", func(c *Config) { c.Server.MaxConcurrentTransfers = 0 }, "max_concurrent_transfers"},
+		{"max_session_transfers 0", func(c *Config) { c.Server.MaxSessionTransfers = 0 }, "max_session_transfers"},
+		{"session transfers over server", func(c *Config) { c.Server.MaxSessionTransfers = c.Server.MaxConcurrentTransfers + 1 }, "max_session_transfers"},
+		{"transfer_stall_timeout 0", func(c *Config) { c.Server.TransferStallTimeout = 0 }, "transfer_stall_timeout"},
+		{"transfer_stall_timeout 2h", func(c *Config) { c.Server.TransferStallTimeout = Duration(2 * time.Hour) }, "transfer_stall_timeout"},
 		{"pool unknown language", func(c *Config) { c.Pool.Size = map[string]int{"cobol": 1} }, "unknown language"},
 		{"pool negative", func(c *Config) { c.Pool.Size = map[string]int{"python": -1} }, "pool.size.python"},
 		{"pool huge", func(c *Config) { c.Pool.Size = map[string]int{"bash": 5000} }, "pool.size.bash"},
@@ -179,6 +184,8 @@ func TestConfigValidate(t *testing.T) {
 	ok.Pool.Preload = []string{"numpy", "matplotlib.pyplot", "_private", "a1.b2"}
 	ok.Pool.Size = map[string]int{"python": 0, "bash": 4096, "javascript": 1}
 	ok.IDBase = 65536
+	ok.Server.MaxSessionTransfers = ok.Server.MaxConcurrentTransfers
+	ok.Server.TransferStallTimeout = Duration(time.Second)
 	if err := ok.Validate(); err != nil {
 		t.Errorf("valid edge values refused: %v", err)
 	}

@@ -236,6 +236,7 @@ type Sandbox struct {
 
 	reqMu   sync.Mutex
 	replies chan message
+	copies  copies // files the init is writing (see writeFile)
 	exits   chan Exit
 	dead    chan struct{} // closed when the control socket ends
 
@@ -376,7 +377,7 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 		}
 		return nil, err
 	}
-	s.ws = workspace.New(wsfd, userID, userID)
+	s.ws = workspace.New(wsfd, userID, userID, s.writeFile)
 	if len(files) > 1 {
 		s.ruleset = files[1]
 		for _, f := range files[2:] {
@@ -429,6 +430,8 @@ func (s *Sandbox) readLoop() {
 			case s.replies <- m:
 			default:
 			}
+		case opCopied:
+			s.copies.deliver(m)
 		case opExit:
 			e := Exit{Pid: m.Pid, Status: syscall.WaitStatus(m.Status)}
 			if m.Usage != nil {

@@ -282,6 +282,10 @@ func serve(ctl *conn, st *initState) {
 					target = -target
 				}
 				syscall.Kill(target, syscall.Signal(in.m.Signal))
+			case opCopy:
+				// The copy owns the descriptors from here; it answers
+				// with opCopied when the host closes the pipe.
+				go copyIn(ctl, in.m.Copy, in.files)
 			case opAdapt:
 				closeFiles(in.files)
 				if err := adapt(in.m.Pid, in.m.Adapt); err != nil {

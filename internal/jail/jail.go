@@ -3,12 +3,15 @@
 // cgroup, from a sealed copy of the airlock binary; having that init build
 // the root filesystem, bring up loopback and prepare the Landlock ruleset;
 // starting programs in it with every capability dropped, no_new_privs,
-// Landlock, seccomp and rlimits applied; reporting their exit; and tearing
-// everything down so that nothing is left.
+// Landlock, seccomp and rlimits applied; reporting their exit; writing
+// files the host opened into the workspace from inside, so that their
+// memory is the sandbox's; and tearing everything down so that nothing is
+// left.
 //
 // The host side (Host, Sandbox) never trusts the sandbox: it learns only
-// pids and exit statuses from the init, and only descriptors the init made
-// before any sandboxed code ran. The init side (InitMain) is re-executed
+// pids, exit statuses and byte counts from the init, and only descriptors
+// the init made before any sandboxed code ran; the init never resolves a
+// path for the host. The init side (InitMain) is re-executed
 // airlock code and must never run sandboxed code with more privilege than
 // the sandbox user has.
 package jail

@@ -21,6 +21,8 @@ const (
 	opAdapt   = "adapt"   // host -> init: resize the scratch trees, set a program's rlimits
 	opAdapted = "adapted" // init -> host: done
 	opError   = "error"   // init -> host: a request failed
+	opCopy    = "copy"    // host -> init: copy a pipe into a file; fds: the file, the pipe's read end
+	opCopied  = "copied"  // init -> host: a copy ended (how many bytes, which error)
 )
 
 type message struct {
@@ -34,6 +36,15 @@ type message struct {
 	Signal int        `json:"signal,omitempty"`
 	Group  bool       `json:"group,omitempty"`
 	Adapt  *adaptMsg  `json:"adapt,omitempty"`
+	Copy   *copyMsg   `json:"copy,omitempty"`
+}
+
+// copyMsg names a copy (several may run at once) and, in the reply, says
+// how it ended.
+type copyMsg struct {
+	ID    uint64 `json:"id"`
+	N     int64  `json:"n,omitempty"`     // bytes written to the file
+	Errno int    `json:"errno,omitempty"` // the error of a failed read or write, if it had one
 }
 
 type adaptMsg struct {

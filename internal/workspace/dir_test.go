@@ -69,13 +69,17 @@ func testDir(t *testing.T, opts string) (*Dir, int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := New(r.fd, testUID, testUID)
+	d := New(r.fd, testUID, testUID, hostCopy)
 	t.Cleanup(func() {
 		d.Close()
 		unix.Close(ctl)
 	})
 	return d, ctl
 }
+
+// hostCopy writes from the test process itself (the jail's Copier writes
+// from the sandbox's init; see package jail).
+func hostCopy(dst *os.File, src io.Reader) (int64, error) { return io.Copy(dst, src) }
 
 // outside makes a host directory with a secret file, the target of the
 // traps, and checks at the end that nothing in it changed.
@@ -645,4 +649,126 @@ func TestDirWriteBodyFails(t *testing.T) {
 	if entries, _, err := d.List("", true); err != nil || len(entries) != 0 {
 		t.Errorf("left behind: %v %v", entries, err)
 	}
+}
+
+// threads is the number of threads of the test process.
+func threads(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(rest))
+			return n
+		}
+	}
+	t.Fatal("no Threads in /proc/self/status")
+	return 0
+}
+
+// stalledBody sends one byte, then nothing until released, like a client
+// that stalls.
+type stalledBody struct {
+	waiting chan<- struct{}
+	release <-chan struct{}
+	reads   int
+}
+
+func (b *stalledBody) Read(p []byte) (int, error) {
+	b.reads++
+	switch b.reads {
+	case 1:
+		return copy(p, "x"), nil
+	case 2:
+		b.waiting <- struct{}{}
+		<-b.release
+	}
+	return 0, io.EOF
+}
+
+// Writes whose bodies stall hold no OS thread: only opening and renaming
+// the file run on a thread of the sandbox user's, never the reading of the
+// body (thousands of stalled uploads would otherwise be thousands of
+// locked threads, and the Go runtime aborts at 10000).
+func TestDirStalledWritesHoldNoThread(t *testing.T) {
+	d, _ := testDir(t, "size=4m,nr_inodes=1024")
+	mustWrite(t, d, "warm", "x") // the thread pool as it is with no write waiting
+	before := threads(t)
+	const n = 64
+	waiting := make(chan struct{}, n)
+	release := make(chan struct{})
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := d.Write(fmt.Sprintf("f%d", i), &stalledBody{waiting: waiting, release: release}, 10, 0o644)
+			errs <- err
+		}()
+	}
+	for range n {
+		<-waiting
+	}
+	during := threads(t)
+	close(release)
+	for range n {
+		if err := <-errs; err != nil {
+			t.Errorf("Write: %v", err)
+		}
+	}
+	if during > before+n/4 {
+		t.Errorf("%d writes waiting for their bodies: %d threads, %d before", n, during, before)
+	}
+	if entries, _, err := d.List("", false); err != nil || len(entries) != n+1 {
+		t.Errorf("List = %d entries, %v; want %d", len(entries), err, n+1)
+	}
+}
+
+// Write tells the client's errors (its body's) from the file's and from
+// the Copier's own, and leaves nothing behind after any of them.
+func TestDirCopierErrors(t *testing.T) {
+	d, _ := testDir(t, "size=4m,nr_inodes=1024")
+	broken := errors.New("the copier broke")
+	for _, c := range []struct {
+		name string
+		copy Copier
+		code string // errdefs code
+		msg  string
+		body io.Reader
+	}{
+		{"body", hostCopy, "invalid_argument", "reading the upload: unexpected EOF",
+			io.MultiReader(strings.NewReader("partial"), failingReader{})},
+		{"body already classified", hostCopy, "invalid_argument", "the client stalled", stalledClient{}},
+		{"file", func(dst *os.File, src io.Reader) (int64, error) {
+			return 0, &os.PathError{Op: "write", Path: dst.Name(), Err: unix.ENOSPC}
+		}, "too_large", "the workspace is full", nil},
+		{"memory", func(dst *os.File, src io.Reader) (int64, error) {
+			return 0, &os.PathError{Op: "write", Path: dst.Name(), Err: unix.ENOMEM}
+		}, "too_large", "the session's memory is full", nil},
+		{"sandbox gone", func(dst *os.File, src io.Reader) (int64, error) {
+			return 0, fmt.Errorf("%w: the sandbox ended", errdefs.ErrGone)
+		}, "session_ended", "the sandbox ended", nil},
+		{"copier's own", func(dst *os.File, src io.Reader) (int64, error) {
+			io.Copy(dst, src)
+			return 0, broken
+		}, "internal", "the copier broke", nil},
+	} {
+		d.copy = c.copy
+		if c.body == nil {
+			c.body = strings.NewReader("data")
+		}
+		_, err := d.Write("f", c.body, 10, 0o644)
+		if errdefs.Code(err) != c.code || !strings.Contains(fmt.Sprint(err), c.msg) {
+			t.Errorf("%s: Write = %v, want code %s saying %q", c.name, err, c.code, c.msg)
+		}
+		if entries, _, err := d.List("", true); err != nil || len(entries) != 0 {
+			t.Errorf("%s: left behind %+v %v", c.name, entries, err)
+		}
+	}
+}
+
+type stalledClient struct{}
+
+func (stalledClient) Read([]byte) (int, error) {
+	return 0, fmt.Errorf("%w: the client stalled", errdefs.ErrInvalidArgument)
 }

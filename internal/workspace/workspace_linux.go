@@ -28,11 +28,26 @@ type Dir struct {
 	mu       sync.Mutex
 	fd       int // O_PATH directory fd of the tmpfs root; -1 once closed
 	uid, gid int // host ids of the sandbox user, who owns what we create
+	copy     Copier
 }
 
+// A Copier writes everything src yields into dst, a regular file Write
+// opened beneath the root, and returns the number of bytes written. It
+// decides whose memory the file's pages are charged to: tmpfs charges
+// whichever process writes them (the jail's Copier has the sandbox's own
+// init write them). It runs on the caller's goroutine, on no locked
+// thread and with no changed ids, so it may wait for a slow src.
+//
+// Errors reading src must be returned as they are (or wrapped): they are
+// the client's. Errors writing dst must be *os.PathError, mapped like
+// every file error. Any other error is the Copier's own and is passed on
+// as it is.
+type Copier func(dst *os.File, src io.Reader) (int64, error)
+
 // New takes ownership of fd, an O_PATH descriptor of the workspace root.
-// Files the host creates are given to uid:gid (host ids).
-func New(fd, uid, gid int) *Dir { return &Dir{fd: fd, uid: uid, gid: gid} }
+// Files the host creates are given to uid:gid (host ids); copy writes
+// their contents.
+func New(fd, uid, gid int, copy Copier) *Dir { return &Dir{fd: fd, uid: uid, gid: gid, copy: copy} }
 
 // Close releases the descriptor; the tmpfs goes away with its last user.
 func (d *Dir) Close() error {
@@ -69,6 +84,10 @@ func mapErr(rel string, err error) error {
 		return fmt.Errorf("%w: %s: is a directory", errdefs.ErrInvalidArgument, shown(rel))
 	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT), errors.Is(err, unix.EFBIG):
 		return fmt.Errorf("%w: %s: the workspace is full", errdefs.ErrTooLarge, shown(rel))
+	case errors.Is(err, unix.ENOMEM):
+		// The sandbox's memory cgroup refused the pages (files in
+		// /workspace count towards limits.memory).
+		return fmt.Errorf("%w: %s: the session's memory is full", errdefs.ErrTooLarge, shown(rel))
 	case errors.Is(err, unix.EEXIST), errors.Is(err, unix.ENOTEMPTY):
 		return fmt.Errorf("%w: %s: %v", errdefs.ErrConflict, shown(rel), err)
 	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
@@ -214,55 +233,118 @@ func (d *Dir) asUser(fn func(root *Dir) error) error {
 // creating missing parent directories. At most max bytes are accepted;
 // more is an ErrTooLarge and leaves nothing behind. It returns the number
 // of bytes written.
-func (d *Dir) Write(rel string, r io.Reader, max int64, mode os.FileMode) (n int64, err error) {
-	err = d.asUser(func(d *Dir) error {
-		n, err = d.write(rel, r, max, mode)
+//
+// Only opening the file and renaming it into place run as the sandbox
+// user, on a thread of their own; r is read, and the file written, by
+// the Dir's Copier on the caller's goroutine, so a client that sends
+// slowly holds no thread.
+func (d *Dir) Write(rel string, r io.Reader, max int64, mode os.FileMode) (int64, error) {
+	var up *upload
+	err := d.asUser(func(root *Dir) (err error) {
+		up, err = root.create(rel, mode)
 		return err
 	})
-	return n, err
+	if err != nil {
+		return 0, err
+	}
+	defer up.close()
+	src := &source{r: io.LimitReader(r, min(max, math.MaxInt64-1)+1)}
+	n, err := d.copy(up.f, src)
+	switch {
+	case err != nil:
+		err = up.copyErr(err, src.err)
+	case n > max:
+		err = fmt.Errorf("%w: %s: larger than the limit of %d bytes", errdefs.ErrTooLarge, shown(rel), max)
+	default:
+		// As the sandbox user again: the session may have ended meanwhile
+		// (ErrGone), and nothing is renamed where it could not rename.
+		err = d.asUser(func(*Dir) error { return up.commit() })
+	}
+	if err != nil {
+		d.asUser(func(*Dir) error { up.abort(); return nil })
+		return 0, err
+	}
+	return n, nil
 }
 
-func (d *Dir) write(rel string, r io.Reader, max int64, mode os.FileMode) (int64, error) {
+// upload is a file being written under a temporary name.
+type upload struct {
+	rel  string
+	pfd  int    // O_PATH descriptor of its directory
+	tmp  string // its temporary name there
+	name string // its final name there
+	f    *os.File
+	done bool // renamed into place
+}
+
+func (d *Dir) create(rel string, mode os.FileMode) (*upload, error) {
 	if rel == "" {
-		return 0, fmt.Errorf("%w: /workspace: is a directory", errdefs.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: /workspace: is a directory", errdefs.ErrInvalidArgument)
 	}
 	dir, name := path.Split(rel)
 	pfd, err := d.mkdirAll(strings.TrimSuffix(dir, "/"))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	defer unix.Close(pfd)
 	// A name the sandbox cannot guess, so that it cannot take it first.
 	tmp := ".airlock-upload-" + rand.Text()
 	fd, err := unix.Openat(pfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(mode.Perm()))
 	if err != nil {
-		return 0, mapErr(rel, err)
+		unix.Close(pfd)
+		return nil, mapErr(rel, err)
 	}
-	f := os.NewFile(uintptr(fd), tmp)
-	ok := false
-	defer func() {
-		f.Close()
-		if !ok {
-			unix.Unlinkat(pfd, tmp, 0)
+	return &upload{rel: rel, pfd: pfd, tmp: tmp, name: name, f: os.NewFile(uintptr(fd), tmp)}, nil
+}
+
+// source remembers the error of the last read, to tell the client's
+// errors from the Copier's.
+type source struct {
+	r   io.Reader
+	err error
+}
+
+func (s *source) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && err != io.EOF {
+		s.err = err
+	}
+	return n, err
+}
+
+// copyErr classifies an error of the Copier (see Copier); srcErr is the
+// error its source returned, if any.
+func (u *upload) copyErr(err, srcErr error) error {
+	var pe *os.PathError
+	switch {
+	case srcErr != nil && errors.Is(err, srcErr):
+		if errdefs.Code(srcErr) != "internal" {
+			return srcErr // the caller's own words (a stalled client)
 		}
-	}()
-	n, err := io.Copy(f, io.LimitReader(r, min(max, math.MaxInt64-1)+1))
-	if err != nil {
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			return 0, mapErr(rel, pe.Err)
-		}
-		// Not the file's error, so the body's: the client stopped sending.
-		return 0, fmt.Errorf("%w: %s: reading the upload: %v", errdefs.ErrInvalidArgument, shown(rel), err)
+		// The client stopped sending, or sent a broken body.
+		return fmt.Errorf("%w: %s: reading the upload: %v", errdefs.ErrInvalidArgument, shown(u.rel), srcErr)
+	case errors.As(err, &pe):
+		return mapErr(u.rel, pe.Err)
 	}
-	if n > max {
-		return 0, fmt.Errorf("%w: %s: larger than the limit of %d bytes", errdefs.ErrTooLarge, shown(rel), max)
+	return err
+}
+
+func (u *upload) commit() error {
+	if err := unix.Renameat(u.pfd, u.tmp, u.pfd, u.name); err != nil {
+		return mapErr(u.rel, err)
 	}
-	if err := unix.Renameat(pfd, tmp, pfd, name); err != nil {
-		return 0, mapErr(rel, err)
+	u.done = true
+	return nil
+}
+
+func (u *upload) abort() {
+	if !u.done {
+		unix.Unlinkat(u.pfd, u.tmp, 0)
 	}
-	ok = true
-	return n, nil
+}
+
+func (u *upload) close() {
+	u.f.Close()
+	unix.Close(u.pfd)
 }
 
 // Mkdir creates rel and its missing parents.
