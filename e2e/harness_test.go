@@ -190,24 +190,11 @@ func startServerNamed(t testing.TB, name string, cfg map[string]any) *server {
 
 // waitWarm waits until /healthz reports full pools and a running template.
 func (s *server) waitWarm() {
-	// A server without a template reports one that does not run.
-	pool, _ := s.cfg["pool"].(map[string]any)
-	noTemplate := pool["zygote"] == false
-	deadline := time.Now().Add(60 * time.Second)
-	var err error
-	for time.Now().Before(deadline) {
-		var h *apitype.Health
-		if h, err = s.c.Health(context.Background()); err == nil {
-			if noTemplate {
-				delete(h.Pool, apitype.TemplateKey)
-			}
-			if h.Warm() {
-				return
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := s.c.WaitWarm(ctx); err != nil {
+		s.t.Logf("pools not warm after 60s (%v); continuing\n%s", err, s.stderr.String())
 	}
-	s.t.Logf("pools not warm after 60s (%v); continuing\n%s", err, s.stderr.String())
 }
 
 // stop sends SIGTERM and waits; it fails the test if the server does not

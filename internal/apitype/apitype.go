@@ -252,8 +252,9 @@ type Health struct {
 	Sessions int    `json:"sessions"`
 	// Transfers are the file uploads and downloads in progress.
 	Transfers int `json:"transfers"`
-	// Pool has one PoolStats per language and, under "python_template",
-	// a TemplateStats; absent without warm pools.
+	// Pool has one PoolStats per language and, under "python_template"
+	// when the template is configured, a TemplateStats; absent without
+	// warm pools.
 	Pool map[string]json.RawMessage `json:"pool,omitempty"`
 }
 

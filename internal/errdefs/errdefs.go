@@ -183,15 +183,6 @@ func Message(err error) string {
 	return err.Error()
 }
 
-// FromCode rebuilds an error from a code that Code returned (as an API
-// client receives it), so that errors.Is works on the client side too.
-func FromCode(code, msg string) error {
-	if k := KindFor(code); k.Err != nil {
-		return &remoteError{sentinel: k.Err, msg: msg}
-	}
-	return errors.New(msg)
-}
-
 // KindFor returns the row of code; Internal for a code it does not know.
 func KindFor(code string) Kind {
 	for _, k := range kinds {
@@ -201,13 +192,3 @@ func KindFor(code string) Kind {
 	}
 	return Internal
 }
-
-// remoteError carries a peer's message verbatim (it already names its
-// sentinel) while matching that sentinel.
-type remoteError struct {
-	sentinel error
-	msg      string
-}
-
-func (e *remoteError) Error() string { return e.msg }
-func (e *remoteError) Unwrap() error { return e.sentinel }

@@ -396,12 +396,25 @@ func New(ctx context.Context, h *jail.Host, slots *Slots, rt runtimes.Runtime, l
 	return inst, nil
 }
 
+// RuntimeEnv is the environment of rt's session runtime in a sandbox with
+// limits l: the jail's base, then the language's.
+func RuntimeEnv(rt runtimes.Runtime, l config.Limits) []string {
+	return append(jail.BaseEnv(), rt.SessionEnv(l)...)
+}
+
+// ProgramEnv is the environment of a program file of rt run in a sandbox
+// with limits l, as `airlock run` gives it: the jail's base, then the
+// language's.
+func ProgramEnv(rt runtimes.Runtime, l config.Limits) []string {
+	return append(jail.BaseEnv(), rt.Env(l)...)
+}
+
 // start executes rt's session runtime in sb and waits until it is ready.
 func start(sb *jail.Sandbox, rt runtimes.Runtime, l config.Limits) (*Instance, error) {
 	return startRuntime(sb, rt, func(stdio [4]*os.File) (int, error) {
 		return sb.Spawn(jail.Process{
 			Argv:  rt.SessionCommand(),
-			Env:   append(jail.BaseEnv(), rt.SessionEnv(l)...),
+			Env:   RuntimeEnv(rt, l),
 			Dir:   "/workspace",
 			Files: stdio[:],
 		})

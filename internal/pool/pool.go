@@ -304,8 +304,9 @@ func (q *queue) discard() {
 	wg.Wait()
 }
 
-// Stats reports the pools' state, for /healthz and the benchmark: a
-// apitype.PoolStats per language and the apitype.TemplateStats.
+// Stats reports the pools' state, for /healthz and the benchmark: an
+// apitype.PoolStats per language and, when it is configured, the
+// template's apitype.TemplateStats.
 func (p *Pool) Stats() map[string]any {
 	out := map[string]any{}
 	for lang, q := range p.queues {
@@ -318,10 +319,12 @@ func (p *Pool) Stats() map[string]any {
 		}
 		out[lang] = s
 	}
-	p.zmu.Lock()
-	z, fails := p.zyg, p.zygFails
-	p.zmu.Unlock()
-	out[apitype.TemplateKey] = apitype.TemplateStats{Running: z != nil, Failures: fails}
+	if p.cfg.Pool.Zygote { // a template that is off is not reported as down
+		p.zmu.Lock()
+		z, fails := p.zyg, p.zygFails
+		p.zmu.Unlock()
+		out[apitype.TemplateKey] = apitype.TemplateStats{Running: z != nil, Failures: fails}
+	}
 	return out
 }
 

@@ -48,6 +48,10 @@ type Options struct {
 	Stderr io.Writer
 	// Observers hear what sessions do (metrics, audit, quotas).
 	Observers []session.Observer
+	// Handlers are served beside the API at their ServeMux patterns (MCP
+	// at "/mcp", metrics), behind the API's request ids, authentication
+	// and request log.
+	Handlers map[string]http.Handler
 }
 
 // Server is a running airlock server.
@@ -61,13 +65,32 @@ type Server struct {
 	pool    *pool.Pool // nil without warm pools
 	manager *session.Manager
 	api     *api.Server
-	http    *http.Server
 
-	listeners []net.Listener
+	listeners []listener
+	tcp       net.Addr
 	socket    string // the unix socket's path, removed at shutdown
 	errc      chan error
 	closers   []func() // run in reverse order by Shutdown
 	once      sync.Once
+}
+
+// listener is one address the server serves, with its handler.
+type listener struct {
+	ln   net.Listener
+	http *http.Server
+}
+
+// serve adds a listener that serves h from Start on: the one place a
+// listener is added (a metrics port, say, is one more call).
+func (s *Server) serve(ln net.Listener, h http.Handler) {
+	s.listeners = append(s.listeners, listener{ln: ln, http: &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}})
+	s.closers = append(s.closers, func() { ln.Close() })
 }
 
 // New builds the server: host, lock, sweeps, pools, manager, API and the
@@ -80,7 +103,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	if opts.Stderr == nil {
 		opts.Stderr = os.Stderr
 	}
-	s := &Server{cfg: cfg, opts: opts, log: opts.Log, errc: make(chan error, 4)}
+	s := &Server{cfg: cfg, opts: opts, log: opts.Log}
 	defer func() {
 		if err != nil {
 			s.close()
@@ -100,14 +123,13 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	}
 	s.closers = append(s.closers, func() { s.lock.Close() })
 	s.sweep()
+	var unixLn net.Listener
 	if path := cfg.SocketPath(); path != "" {
-		ln, err := listenUnix(path)
-		if err != nil {
+		if unixLn, err = listenUnix(path); err != nil {
 			return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 		}
 		s.socket = path
-		s.closers = append(s.closers, func() { ln.Close(); os.Remove(path) })
-		s.listeners = append(s.listeners, ln)
+		s.closers = append(s.closers, func() { unixLn.Close(); os.Remove(path) })
 	}
 
 	slots := &instance.Slots{}
@@ -123,21 +145,18 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	if s.pool != nil {
 		s.api.Stats = s.pool.Stats
 	}
-	// Further handlers (MCP at /mcp, metrics) go here:
-	// s.api.Handle("/mcp", ...), behind the API's ids, auth and logs.
+	for pattern, h := range opts.Handlers {
+		s.api.Handle(pattern, h)
+	}
 
 	ln, err := net.Listen("tcp", cfg.Server.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
-	s.listeners = append(s.listeners, ln)
-	s.closers = append(s.closers, func() { ln.Close() })
-	s.http = &http.Server{
-		Handler:           s.api,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	s.tcp = ln.Addr()
+	s.serve(ln, s.api)
+	if unixLn != nil {
+		s.serve(unixLn, s.api)
 	}
 	return s, nil
 }
@@ -156,17 +175,21 @@ func (s *Server) sweep() {
 }
 
 // Addr is the TCP address the server listens on.
-func (s *Server) Addr() net.Addr { return s.listeners[len(s.listeners)-1].Addr() }
+func (s *Server) Addr() net.Addr { return s.tcp }
+
+// Manager is the server's session manager.
+func (s *Server) Manager() *session.Manager { return s.manager }
 
 // Start serves on every listener.
 func (s *Server) Start() {
-	for _, ln := range s.listeners {
-		go func() { s.errc <- s.http.Serve(ln) }()
+	s.errc = make(chan error, len(s.listeners)) // every Serve returns once
+	for _, l := range s.listeners {
+		go func() { s.errc <- l.http.Serve(l.ln) }()
 	}
 	s.log.Info("airlock serving", "listen", s.Addr().String(), "socket", s.socket, "version", s.opts.Version, "protections", s.host.Protections())
 }
 
-// Done delivers the error of a listener that failed.
+// Done delivers the error of a listener that failed (after Start).
 func (s *Server) Done() <-chan error { return s.errc }
 
 // Shutdown stops listening and ends every session; it returns when every
@@ -176,10 +199,12 @@ func (s *Server) Shutdown(ctx context.Context) {
 		// Listeners close at once; sessions end alongside, so that
 		// executions in flight answer "server shut down" instead of
 		// holding the shutdown until their own timeouts.
-		drained := make(chan struct{})
-		go func() { s.http.Shutdown(ctx); close(drained) }()
+		var drained sync.WaitGroup
+		for _, l := range s.listeners {
+			drained.Go(func() { l.http.Shutdown(ctx) })
+		}
 		s.manager.Close()
-		<-drained
+		drained.Wait()
 		s.close()
 		s.log.Info("all sessions ended")
 	})

@@ -13,7 +13,6 @@ import (
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/instance"
-	"airlock/internal/jail"
 	"airlock/internal/runtimes"
 	"airlock/internal/workspace"
 )
@@ -80,7 +79,7 @@ func (m *Manager) RunProgram(ctx context.Context, req apitype.ProgramRequest, em
 		}
 	}
 	o.files = append(o.files, inputFile{name, []byte(req.Code)})
-	env := runtimes.EnvMap(append(jail.BaseEnv(), o.rt.Env(o.limits)...))
+	env := runtimes.EnvMap(instance.ProgramEnv(o.rt, o.limits))
 	fresh := false
 	for k, v := range req.Env {
 		env[k] = v

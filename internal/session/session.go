@@ -28,7 +28,6 @@ import (
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/instance"
-	"airlock/internal/jail"
 	"airlock/internal/runtimes"
 	"airlock/internal/workspace"
 )
@@ -208,7 +207,7 @@ func (m *Manager) Create(ctx context.Context, req apitype.CreateSessionRequest) 
 // sessionEnv is the environment of a session's runtime: the jail's base,
 // the language's, then the client's.
 func sessionEnv(rt runtimes.Runtime, limits config.Limits, userEnv map[string]string) map[string]string {
-	env := runtimes.EnvMap(append(jail.BaseEnv(), rt.SessionEnv(limits)...))
+	env := runtimes.EnvMap(instance.RuntimeEnv(rt, limits))
 	for k, v := range userEnv {
 		env[k] = v
 	}
