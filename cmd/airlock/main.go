@@ -1,6 +1,11 @@
 // Command airlock runs untrusted code in layered Linux jails: once from the
 // command line (airlock run), as a service with stateful sessions (airlock
 // serve), and reports what this host can enforce (airlock doctor).
+//
+// It owns the flags and how results are printed, nothing more: the server
+// is composed in internal/server, API calls go through internal/client,
+// and policy lives in the packages below. It must never grow logic a
+// server or a test would need too.
 package main
 
 import (

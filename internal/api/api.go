@@ -212,7 +212,7 @@ func fail(w http.ResponseWriter, err error) {
 	if errors.As(err, &ended) {
 		body.Error.EndCode = ended.End.Code
 	}
-	if rw, ok := w.(*response); ok {
+	if rw := responseOf(w); rw != nil {
 		body.Error.RequestID = rw.id
 		var private *errdefs.Error
 		switch {
@@ -228,6 +228,21 @@ func fail(w http.ResponseWriter, err error) {
 		body.Error.Message = "internal error; the server log has the details (request " + body.Error.RequestID + ")"
 	}
 	writeJSON(w, kind.HTTPStatus, body)
+}
+
+// responseOf finds the request's *response under the wrappers of w (a
+// download's stall deadline, say); nil outside ServeHTTP.
+func responseOf(w http.ResponseWriter) *response {
+	for {
+		switch rw := w.(type) {
+		case *response:
+			return rw
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = rw.Unwrap()
+		default:
+			return nil
+		}
+	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -30,20 +30,26 @@ func TestFailKeepsDetailInTheLog(t *testing.T) {
 		message string // what the body's message must be
 		endCode apitype.EndCode
 		logged  bool // the secret is in the log
+		wrapped bool // fail gets a wrapper of the response
 	}{
 		{"private", fmt.Errorf("starting: %w", errdefs.Private(errdefs.ErrUnavailable, "the sandbox could not be started", errors.New(secret))),
-			503, "unavailable", "unavailable: the sandbox could not be started", "", true},
-		{"internal", fmt.Errorf("open %s", secret), 500, "internal", "internal error; the server log has the details (request req-1)", "", true},
+			503, "unavailable", "unavailable: the sandbox could not be started", "", true, false},
+		{"internal", fmt.Errorf("open %s", secret), 500, "internal", "internal error; the server log has the details (request req-1)", "", true, false},
 		{"client's mistake", fmt.Errorf("%w: memory 16G exceeds the server maximum 8G", errdefs.ErrInvalidArgument),
-			400, "invalid_argument", "invalid argument: memory 16G exceeds the server maximum 8G", "", false},
-		{"ended", &session.EndedError{End: apitype.Ended(apitype.EndOOM)}, 410, "session_ended", "session ended: out of memory", apitype.EndOOM, false},
+			400, "invalid_argument", "invalid argument: memory 16G exceeds the server maximum 8G", "", false, false},
+		{"ended", &session.EndedError{End: apitype.Ended(apitype.EndOOM)}, 410, "session_ended", "session ended: out of memory", apitype.EndOOM, false, false},
 		{"body too large", fmt.Errorf("reading: %w", &http.MaxBytesError{Limit: 1024}), 413, "too_large",
-			"too large: the request body is larger than 1024 bytes", "", false},
+			"too large: the request body is larger than 1024 bytes", "", false, false},
+		{"internal, through a wrapper", fmt.Errorf("open %s", secret), 500, "internal", "internal error; the server log has the details (request req-1)", "", true, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var logs bytes.Buffer
 			rec := httptest.NewRecorder()
-			fail(&response{ResponseWriter: rec, id: "req-1", log: slog.New(slog.NewTextHandler(&logs, nil))}, c.err)
+			var w http.ResponseWriter = &response{ResponseWriter: rec, id: "req-1", log: slog.New(slog.NewTextHandler(&logs, nil))}
+			if c.wrapped {
+				w = unwrapper{w} // as a download's errors are answered
+			}
+			fail(w, c.err)
 			var body apitype.ErrorBody
 			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
 				t.Fatal(err)
@@ -92,3 +98,8 @@ func TestRequestIDs(t *testing.T) {
 		seen[got] = true
 	}
 }
+
+// unwrapper wraps a ResponseWriter as middleware does.
+type unwrapper struct{ http.ResponseWriter }
+
+func (u unwrapper) Unwrap() http.ResponseWriter { return u.ResponseWriter }
