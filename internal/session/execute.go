@@ -361,45 +361,13 @@ func (s *Session) finishExecution(r *running, o watch.Outcome) *apitype.Result {
 		res.CPUMs = ms(st.CPU - r.cpu0)
 		res.PeakMemoryBytes = st.MemoryPeak
 	}
-	prog := r.req.prog != nil
 	// One OOM kill ends a program's whole sandbox, as with `airlock run`,
 	// even when the event lost the race with the program's exit.
-	oom := prog && serr == nil && st.OOMKills > 0
-	switch {
-	case prog && (ended || oom):
-		// A program's result is what `airlock run` reports: its status,
-		// or how airlock killed it; the session was only its vehicle.
-		if r.progExit != nil {
-			res.ExitCode = *r.progExit
-		} else if r.done != nil {
-			res.ExitCode = r.done.ExitCode
-		}
-		if (ended && o.End.Code != apitype.EndProgramExited) || oom {
-			res.Killed, res.ExitCode = true, 137
-			res.KillReason = o.KillReason()
-			if oom {
-				res.KillReason = apitype.KillMemory
-			}
-		}
-	case ended:
-		res.SessionEnded, res.EndReason, res.EndCode = true, o.End.Reason, o.End.Code
-		res.Killed, res.ExitCode = true, 137
-		res.KillReason = o.KillReason()
-		if res.Error == nil {
-			res.Error = &apitype.ExecError{Name: "SessionEnded", Value: "session ended: " + o.End.Reason, Traceback: []string{}}
-		}
-	case r.done != nil:
-		res.ExitCode = r.done.ExitCode
-		if r.done.ExecutionCount > 0 {
-			res.ExecutionCount = r.done.ExecutionCount
-		}
-		if o.Interrupted() {
-			res.Killed, res.KillReason = true, o.Stopped
-		}
-		if !s.lang.ReportsInterrupt && o.Stopped != "" && res.Error == nil {
-			res.Error = &apitype.ExecError{Name: "KeyboardInterrupt", Value: "interrupted", Traceback: []string{}}
-		}
-	}
+	oom := serr == nil && st.OOMKills > 0
+	verdict{
+		prog: r.req.prog != nil, outcome: o, oom: oom, progExit: r.progExit, done: r.done,
+		reportsInterrupt: s.lang.ReportsInterrupt,
+	}.settle(res)
 	after := workspace.TakeSnapshot(s.workspace())
 	for _, c := range r.before.Changes(after) {
 		res.FilesChanged = append(res.FilesChanged, apitype.FileChange{Path: c.Path, Size: c.Size, Change: c.Change})
@@ -420,6 +388,64 @@ func (s *Session) finishExecution(r *running, o watch.Outcome) *apitype.Result {
 		})
 	}
 	return res
+}
+
+// verdict is what decides how an execution ended.
+type verdict struct {
+	prog    bool // a program run
+	outcome watch.Outcome
+	// oom: the sandbox's cgroup counted an OOM kill.
+	oom bool
+	// How the runtime said it ended: a program's exit status, or its
+	// done.
+	progExit *int
+	done     *runtimes.Message
+	// reportsInterrupt: the runtime reports an interrupted execution
+	// itself (runtimes.Language.ReportsInterrupt).
+	reportsInterrupt bool
+}
+
+// settle fills in how the execution ended: its exit code, whether and why
+// it was killed, whether it ended its session and why, and the error a
+// client sees for an interrupt or the session's end.
+func (v verdict) settle(res *apitype.Result) {
+	o := v.outcome
+	ended := !o.End.Zero()
+	switch {
+	case v.prog && (ended || v.oom):
+		// A program's result is what `airlock run` reports: its status,
+		// or how airlock killed it; the session was only its vehicle.
+		if v.progExit != nil {
+			res.ExitCode = *v.progExit
+		} else if v.done != nil {
+			res.ExitCode = v.done.ExitCode
+		}
+		if (ended && o.End.Code != apitype.EndProgramExited) || v.oom {
+			res.Killed, res.ExitCode = true, 137
+			res.KillReason = o.KillReason()
+			if v.oom {
+				res.KillReason = apitype.KillMemory
+			}
+		}
+	case ended:
+		res.SessionEnded, res.EndReason, res.EndCode = true, o.End.Reason, o.End.Code
+		res.Killed, res.ExitCode = true, 137
+		res.KillReason = o.KillReason()
+		if res.Error == nil {
+			res.Error = &apitype.ExecError{Name: "SessionEnded", Value: "session ended: " + o.End.Reason, Traceback: []string{}}
+		}
+	case v.done != nil:
+		res.ExitCode = v.done.ExitCode
+		if v.done.ExecutionCount > 0 {
+			res.ExecutionCount = v.done.ExecutionCount
+		}
+		if o.Interrupted() {
+			res.Killed, res.KillReason = true, o.Stopped
+		}
+		if !v.reportsInterrupt && o.Stopped != "" && res.Error == nil {
+			res.Error = &apitype.ExecError{Name: "KeyboardInterrupt", Value: "interrupted", Traceback: []string{}}
+		}
+	}
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
