@@ -1,0 +1,156 @@
+package instance
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"airlock/internal/config"
+	"airlock/internal/jail"
+	"airlock/internal/runtimes"
+)
+
+// The test binary is what the jail host re-executes as each sandbox's init.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 0 && os.Args[0] == jail.InitArg0 {
+		jail.InitMain()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+func testHost(t *testing.T) (*jail.Host, config.Config) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("privileged test: needs root to build jails (CI runs as root)")
+	}
+	cfg := config.Default()
+	cfg.StateDir = "/run/airlock-instance-test"
+	cfg.CgroupParent = "airlock-instance-test"
+	opts := jail.OptionsFrom(cfg)
+	opts.RootFiles = runtimes.RootFiles()
+	h, err := jail.NewHost(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		h.Close()
+		os.RemoveAll(cfg.StateDir)
+	})
+	return h, cfg
+}
+
+// An instance of every language, built cold, through its exported API
+// only (what pool and session use): it starts healthy, takes its
+// environment, runs code whose output arrives before its done, reports
+// its end when its sandbox is killed, and leaves nothing behind.
+func TestInstanceLifecycle(t *testing.T) {
+	h, cfg := testHost(t)
+	code := map[string]string{
+		"python":     "import os; print('hi', os.environ['GREETING'])",
+		"bash":       "echo hi $GREETING",
+		"javascript": "console.log('hi', process.env.GREETING)",
+	}
+	slots := &Slots{}
+	for _, lang := range runtimes.Names() {
+		t.Run(lang, func(t *testing.T) {
+			rt, err := runtimes.Lookup(cfg, lang)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := cfg.Defaults
+			l.Memory = 256 << 20
+			ctx := context.Background()
+			src := &Cold{Host: h, Slots: slots}
+			inst, err := src.Get(ctx, rt, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			closed := false
+			defer func() {
+				if !closed {
+					inst.Close()
+				}
+			}()
+			if !inst.Healthy() || inst.Language().Lang != lang || inst.Limits() != l || !strings.HasPrefix(inst.Name(), "s-") {
+				t.Fatalf("a new instance: healthy %v, %s, %+v, %q", inst.Healthy(), inst.Language().Lang, inst.Limits(), inst.Name())
+			}
+			var mu sync.Mutex
+			var out strings.Builder
+			if err := inst.Attach(func(p []byte, stderr bool) {
+				mu.Lock()
+				defer mu.Unlock()
+				if !stderr {
+					out.Write(p)
+				}
+			}); err != nil {
+				t.Fatal(err)
+			}
+			env := runtimes.EnvMap(RuntimeEnv(rt, l))
+			env["GREETING"] = "there"
+			if err := inst.Configure(ctx, env); err != nil {
+				t.Fatal(err)
+			}
+			if err := inst.Execute("e1", code[lang], time.Now().Add(10*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			timeout := time.After(20 * time.Second)
+		wait:
+			for {
+				select {
+				case m, ok := <-inst.Messages():
+					if !ok {
+						end, err := inst.Lost()
+						t.Fatalf("the runtime went away: %+v %v", end, err)
+					}
+					if m.ID == "e1" && m.Type == "done" {
+						break wait
+					}
+				case <-timeout:
+					t.Fatal("no done")
+				}
+			}
+			inst.Drain()
+			mu.Lock()
+			got := out.String()
+			mu.Unlock()
+			if got != "hi there\n" {
+				t.Errorf("output %q", got)
+			}
+
+			// Killed, it says why, and its sandbox goes entirely.
+			ended := make(chan struct{})
+			stop := make(chan struct{})
+			defer close(stop)
+			go func() {
+				defer close(ended)
+				if end := inst.Monitor(stop); end.Zero() {
+					t.Error("Monitor said nothing of the kill")
+				}
+			}()
+			inst.Kill()
+			select {
+			case <-ended:
+			case <-time.After(20 * time.Second):
+				t.Fatal("Monitor did not see the kill")
+			}
+			if inst.Healthy() {
+				t.Error("a killed instance is healthy")
+			}
+			name := inst.Name()
+			closed = true
+			if err := inst.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+			for _, hier := range []string{"memory", "pids"} {
+				if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", hier, cfg.CgroupParent, name)); !os.IsNotExist(err) {
+					t.Errorf("%s cgroup of %s left after Close: %v", hier, name, err)
+				}
+			}
+		})
+	}
+}
