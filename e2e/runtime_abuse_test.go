@@ -136,23 +136,21 @@ func postCtx(ctx context.Context, t *testing.T, url string, body []byte) (int, [
 }
 
 // What code leaves in its workspace for the file API to trip on: a bound
-// socket, a sparse file (RLIMIT_FSIZE keeps it within the workspace size,
-// and the download refuses anything larger), and odd query values. Each
-// is a clear client error, never a 500 or an endless download.
+// socket, a sparse file larger than the workspace (the sandbox may make
+// one; the download refuses it), and odd query values. Each is a clear
+// client error, never a 500 or an endless download.
 func TestFileAPIOddities(t *testing.T) {
 	s := sharedServer(t)
 	id := s.newSession("python", nil)
 	r := s.exec(id, `import os, socket
 sock = socket.socket(socket.AF_UNIX)
 sock.bind('sock')
-try:
-    with open('sparse', 'wb') as f:
-        f.truncate(1 << 40)
-except OSError as e:
-    print('sparse refused:', e.errno)
+with open('sparse', 'wb') as f:
+    f.truncate(1 << 40)
+print('sparse', os.stat('sparse').st_size)
 os.makedirs('dir/sub', exist_ok=True)
 `)
-	if strings.TrimSpace(r.Stdout) != "sparse refused: 27" {
+	if strings.TrimSpace(r.Stdout) != "sparse 1099511627776" {
 		t.Fatalf("setup: %+v", r)
 	}
 	base := "/v1/sessions/" + id + "/files"
@@ -161,6 +159,7 @@ os.makedirs('dir/sub', exist_ok=True)
 		want         int
 	}{
 		{"GET", base + "/sock", 400},
+		{"GET", base + "/sparse", 413},
 		{"GET", base + "?path=dir&recursive=yes", 400},
 		{"GET", base + "?path=dir&recursive=true", 200},
 		{"DELETE", base + "/dir?recursive=please", 400},

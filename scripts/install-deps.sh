@@ -4,7 +4,8 @@
 # scikit-learn from Debian, since PyPI is not reachable; bash; nodejs), the
 # baseline the benchmark compares against (bubblewrap), and what the
 # deployment tests run (deploy/): nginx and dnsmasq for the chart's router
-# on loopback, debootstrap for the container image.
+# on loopback, debootstrap for the container image; and CPython's own test
+# suite (libpython3.11-testsuite), a sample of which runs inside a sandbox.
 set -eu
 if [ "$(id -u)" != 0 ]; then
 	echo "install-deps: run as root" >&2
@@ -12,7 +13,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 pkgs="python3 python3-numpy python3-pandas python3-matplotlib python3-sklearn
       bash coreutils nodejs ca-certificates fonts-dejavu-core bubblewrap curl
-      nginx dnsmasq-base debootstrap"
+      nginx dnsmasq-base debootstrap libpython3.11-testsuite"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
