@@ -5,7 +5,7 @@
 # artifacts: chart, router and image, see deploy/doc.go).
 set -eu
 cd "$(dirname "$0")/.."
-./scripts/install-deps.sh
+./scripts/install-deps.sh --tests
 PATH="$PATH:/usr/local/go/bin"
 export CGO_ENABLED=0
 # The deployment tests build helm and kubeconform (Go module proxy) and the
