@@ -346,18 +346,15 @@ except OSError as e:
 		t.Fatalf("hardlink to a host file: %+v", r)
 	}
 	base := "/v1/sessions/" + id + "/files/"
-	// Literal dot segments never reach the handler: the router cleans them
-	// away, and the cleaned path is no endpoint (404). Every other trick
-	// reaches workspace.Clean or openat2 and is refused there (400).
+	// Literal dot segments are refused before routing (no redirect, see
+	// TestNoRedirects); every other trick reaches workspace.Clean or
+	// openat2 and is refused there: 400 either way.
 	for _, p := range []string{
 		"../etc/passwd", "..%2fetc%2fpasswd", "%2e%2e/%2e%2e/etc/passwd", "a/../../etc/passwd",
 		"passwd-link", "root-link/etc/passwd", "d/etc/passwd", "fifo", "%00", "x%00y",
 		"%2fetc%2fpasswd", strings.Repeat("a", 300), strings.Repeat("d/", 40) + "f", "d",
 	} {
 		want := 400
-		if strings.HasPrefix(p, "../") || strings.Contains(p, "/../") {
-			want = 404
-		}
 		check := func(method string, status int, body []byte) {
 			t.Helper()
 			var e apitype.ErrorBody
@@ -661,5 +658,48 @@ func TestJavaScriptSession(t *testing.T) {
 	}
 	if r := s.exec(id, "total + 1"); text(r, "result") != "2" {
 		t.Fatalf("after timeout: %+v", r)
+	}
+}
+
+// No API answer is a redirect: Go's router would redirect a path with
+// empty or dot segments to its cleaned form, another resource (files/..
+// is the session itself), and a client that follows redirects (curl -L,
+// python-requests) would then delete or read that. Each is a 400 and
+// nothing happens to either session.
+func TestNoRedirects(t *testing.T) {
+	s := sharedServer(t)
+	id := s.newSession("python", nil)
+	other := s.newSession("python", nil)
+	s.exec(other, "open('secret.txt', 'w').write('other session')")
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, tc := range []struct{ method, path string }{
+		{"DELETE", "/v1/sessions/" + id + "/files/.."},
+		{"DELETE", "/v1/sessions/" + id + "/files/./.."},
+		{"GET", "/v1/sessions/" + id + "/files/a/../../../" + other + "/files/secret.txt"},
+		{"DELETE", "/v1/sessions/" + id + "/files/a/../../../" + other},
+		{"GET", "/v1/sessions/" + id + "/files//etc/passwd"},
+		{"GET", "/v1//sessions"},
+		{"GET", "/v1/sessions/./" + id},
+		{"POST", "/v1/sessions/" + id + "/execute/.."},
+		{"GET", "/v1/sessions/" + id + "/files/%2e%2e"},
+	} {
+		req, _ := http.NewRequest(tc.method, s.URL+tc.path, nil)
+		resp, err := noFollow.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", tc.method, tc.path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var e apitype.ErrorBody
+		json.Unmarshal(body, &e)
+		if resp.StatusCode != 400 || e.Error.Code != "invalid_argument" || resp.Header.Get("Location") != "" {
+			t.Errorf("%s %s: %d %s (Location %q), want 400 invalid_argument", tc.method, tc.path, resp.StatusCode, truncate(string(body), 200), resp.Header.Get("Location"))
+		}
+	}
+	if r := s.exec(id, "print('alive')"); strings.TrimSpace(r.Stdout) != "alive" {
+		t.Errorf("the session after the requests: %+v", r)
+	}
+	if r := s.exec(other, "print(open('secret.txt').read())"); strings.TrimSpace(r.Stdout) != "other session" {
+		t.Errorf("the other session's file: %+v", r)
 	}
 }
