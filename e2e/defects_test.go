@@ -363,3 +363,35 @@ print("done")`)
 	}
 	t.Logf("server peak memory %s", hwm)
 }
+
+// A file whose name holds control characters is listed and, being
+// listed, can be downloaded and deleted by that name.
+func TestControlCharacterNames(t *testing.T) {
+	s := sharedServer(t)
+	id := s.newSession("python", nil)
+	name := "a\x1b[31mb\tc\nd"
+	s.exec(id, "open('a\\x1b[31mb\\tc\\nd', 'w').write('odd')")
+	list, err := s.c.ListFiles(context.Background(), id, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range list.Entries {
+		found = found || e.Path == name
+	}
+	if !found {
+		t.Fatalf("listing %+v lacks %q", list.Entries, name)
+	}
+	rc, err := s.c.Download(context.Background(), id, name)
+	if err != nil {
+		t.Fatalf("download %q: %v", name, err)
+	}
+	b, _ := io.ReadAll(rc)
+	rc.Close()
+	if string(b) != "odd" {
+		t.Fatalf("download %q: %q", name, b)
+	}
+	if err := s.c.DeleteFile(context.Background(), id, name, false); err != nil {
+		t.Fatalf("delete %q: %v", name, err)
+	}
+}
