@@ -71,9 +71,15 @@ print("started")
 		t.Fatalf("setup failed: %+v", r)
 	}
 	before := serverRSS(t, s)
-	time.Sleep(4 * time.Second)
+	// The flood is over when its child writes what it sent.
+	var body []byte
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var status int
+		if status, body = s.raw("GET", "/v1/sessions/"+id+"/files/sent", nil, nil); status == 200 && len(body) > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
 	// The flood reached the server: without that, no growth proves nothing.
-	_, body := s.raw("GET", "/v1/sessions/"+id+"/files/sent", nil, nil)
 	if n, err := strconv.ParseInt(string(body), 10, 64); err != nil || n < 256<<20 {
 		t.Fatalf("the flood did not run as planned: sent %q", body)
 	}
@@ -99,7 +105,12 @@ func TestStoppedRuntimeDoesNotHangExecute(t *testing.T) {
 import os, signal, threading, time
 threading.Thread(target=lambda: (time.sleep(0.3), os.kill(os.getpid(), signal.SIGSTOP)), daemon=True).start()
 `)
-	time.Sleep(time.Second)
+	// Wait until the runtime is stopped.
+	for deadline := time.Now().Add(30 * time.Second); !anyStopped(s.name); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the runtime did not stop itself")
+		}
+	}
 	code := "x = '" + strings.Repeat("a", 2<<20) + "'"
 	body, _ := json.Marshal(map[string]any{"code": code, "timeout": "2s"})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -170,4 +181,15 @@ os.makedirs('dir/sub', exist_ok=True)
 			t.Errorf("%s %s: %d %s, want %d", tc.method, tc.path, status, truncate(string(body), 200), tc.want)
 		}
 	}
+}
+
+// anyStopped reports whether a process in one of parent's sandboxes is
+// stopped (SIGSTOP).
+func anyStopped(parent string) bool {
+	for _, p := range sandboxPids(parent) {
+		if strings.HasPrefix(procStatus(p)["State"], "T") {
+			return true
+		}
+	}
+	return false
 }

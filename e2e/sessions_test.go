@@ -402,7 +402,7 @@ func TestSwapRace(t *testing.T) {
 	hostFile := filepath.Join("/tmp", "airlock-e2e-secret")
 	os.WriteFile(hostFile, []byte(secret), 0o644)
 	defer os.Remove(hostFile)
-	done := postEnding(s, "/v1/sessions/"+id+"/execute", `{"timeout": "4s", "code": "import os, time\nend = time.time() + 3\nwhile time.time() < end:\n    open('f.tmp', 'w').write('innocent')\n    os.replace('f.tmp', 'target')\n    os.symlink('/tmp/airlock-e2e-secret', 'l.tmp')\n    os.replace('l.tmp', 'target')\n"}`)
+	_, done := postEnding(s, "/v1/sessions/"+id+"/execute", `{"timeout": "4s", "code": "import os, time\nend = time.time() + 3\nwhile time.time() < end:\n    open('f.tmp', 'w').write('innocent')\n    os.replace('f.tmp', 'target')\n    os.symlink('/tmp/airlock-e2e-secret', 'l.tmp')\n    os.replace('l.tmp', 'target')\n"}`)
 	deadline := time.Now().Add(3 * time.Second)
 	files, links := 0, 0
 	for time.Now().Before(deadline) {
@@ -537,15 +537,22 @@ func TestInterrupt(t *testing.T) {
 	id := s.newSession("python", nil)
 	s.exec(id, "n = 0")
 	res := make(chan *apitype.Result, 1)
+	running := make(chan struct{})
 	go func() {
 		// Not s.exec: it may fail the test, which only this goroutine may.
-		r, err := s.execute(id, apitype.ExecuteRequest{Code: "import time\nwhile True:\n    n += 1\n    time.sleep(0.01)"})
+		var once sync.Once
+		r, err := s.c.Execute(context.Background(), id, apitype.ExecuteRequest{Code: "import time\nprint('running', flush=True)\nwhile True:\n    n += 1\n    time.sleep(0.01)"},
+			func(ev apitype.Event) {
+				if ev.Type == apitype.EventStdout {
+					once.Do(func() { close(running) })
+				}
+			})
 		if err != nil {
 			t.Errorf("the interrupted execution: %v", err)
 		}
 		res <- r
 	}()
-	time.Sleep(300 * time.Millisecond)
+	<-running // the loop has begun: the interrupt lands in it
 	if interrupted, err := s.c.Interrupt(context.Background(), id); err != nil || !interrupted {
 		t.Fatalf("interrupt: %v %v", err, interrupted)
 	}
@@ -590,9 +597,14 @@ func TestOneShotExecute(t *testing.T) {
 func TestDeleteAndIdle(t *testing.T) {
 	s := sharedServer(t)
 	id := s.newSession("python", map[string]any{"timeout_idle": "1s"})
-	time.Sleep(2500 * time.Millisecond)
 	ctx := context.Background()
-	_, err := s.c.Session(ctx, id)
+	// Wait for the idle timeout to end it (the check runs once a second).
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err = s.c.Session(ctx, id); err != nil || time.Now().After(deadline) {
+			break
+		}
+	}
 	if e := wantError(t, "idle session", err, 410, "session_ended"); !strings.Contains(e.Message, "idle") || e.EndCode != apitype.EndIdle {
 		t.Fatalf("idle session: %+v", e)
 	}
