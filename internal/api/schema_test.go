@@ -40,6 +40,11 @@ var schemaTypes = map[string]reflect.Type{
 	"Health":               reflect.TypeFor[apitype.Health](),
 	"InterruptResult":      reflect.TypeFor[apitype.InterruptResult](),
 	"ProgramRequest":       reflect.TypeFor[apitype.ProgramRequest](),
+	"CommandRequest":       reflect.TypeFor[apitype.CommandRequest](),
+	"CommandResult":        reflect.TypeFor[apitype.CommandResult](),
+	"CommandList":          reflect.TypeFor[apitype.CommandList](),
+	"SignalRequest":        reflect.TypeFor[apitype.SignalRequest](),
+	"StdinRequest":         reflect.TypeFor[apitype.StdinRequest](),
 }
 
 // scalarSchemas are the components that are not objects: the limit

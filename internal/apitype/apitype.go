@@ -216,8 +216,10 @@ type Event struct {
 	Metadata json.RawMessage            `json:"metadata,omitempty"`
 	Error    *ExecError                 `json:"error,omitempty"`
 	Result   *Result                    `json:"result,omitempty"`
-	Files    []OutputFile               `json:"files,omitempty"`  // one-shot and program end only
-	Limits   *config.Limits             `json:"limits,omitempty"` // one-shot and program end only
+	// Command is the end event's result of a shell command (commands).
+	Command *CommandResult `json:"command,omitempty"`
+	Files   []OutputFile   `json:"files,omitempty"`  // one-shot and program end only
+	Limits  *config.Limits `json:"limits,omitempty"` // one-shot and program end only
 	// DataBase64 replaces Text for a program's output that is not valid
 	// UTF-8 (program runs only), so streamed bytes arrive unchanged.
 	DataBase64 string `json:"data_base64,omitempty"`
@@ -339,4 +341,67 @@ type RunOutput struct {
 type RunFile struct {
 	Path string `json:"path"`
 	Size int64  `json:"size"`
+}
+
+// CommandRequest is POST /v1/sessions/{id}/commands: a shell command run
+// with `bash -c` as a new process in the session's sandbox, beside its
+// interpreter.
+type CommandRequest struct {
+	Command string `json:"command"`
+	// Timeout bounds the command; the session's limits.timeout when absent
+	// (none for a background command).
+	Timeout config.Duration   `json:"timeout,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	// Cwd is the directory it starts in; /workspace when empty.
+	Cwd string `json:"cwd,omitempty"`
+	// Background returns at once with the command's id; its output and
+	// status are read with GET .../commands/{cid}.
+	Background bool `json:"background,omitempty"`
+	// Stdin is written to the command's standard input, which is then
+	// closed unless the command runs in the background.
+	Stdin string `json:"stdin,omitempty"`
+}
+
+// Command states.
+const (
+	CommandRunning = "running"
+	CommandExited  = "exited"
+)
+
+// CommandResult describes a command: running, or how it ended.
+type CommandResult struct {
+	ID              string     `json:"id"`
+	Command         string     `json:"command"`
+	State           string     `json:"state"` // running or exited
+	Pid             int        `json:"pid"`   // inside the sandbox
+	ExitCode        int        `json:"exit_code"`
+	Stdout          string     `json:"stdout"`
+	Stderr          string     `json:"stderr"`
+	StdoutTruncated bool       `json:"stdout_truncated"`
+	StderrTruncated bool       `json:"stderr_truncated"`
+	StartedAt       time.Time  `json:"started_at"`
+	DurationMs      float64    `json:"duration_ms"`
+	CPUMs           float64    `json:"cpu_ms"`
+	Killed          bool       `json:"killed"`
+	KillReason      KillReason `json:"kill_reason"`
+	// Signal names the signal that ended it, if one did ("SIGTERM").
+	Signal string `json:"signal,omitempty"`
+}
+
+// CommandList is GET /v1/sessions/{id}/commands.
+type CommandList struct {
+	Commands []CommandResult `json:"commands"`
+}
+
+// SignalRequest is POST .../commands/{cid}/signal.
+type SignalRequest struct {
+	// Signal is a name ("SIGTERM", "TERM") or a number; SIGTERM when empty.
+	Signal string `json:"signal,omitempty"`
+}
+
+// StdinRequest is POST .../commands/{cid}/stdin.
+type StdinRequest struct {
+	Data string `json:"data,omitempty"`
+	// Close closes the command's standard input after Data.
+	Close bool `json:"close,omitempty"`
 }

@@ -282,6 +282,60 @@ func (c *Client) Execute(ctx context.Context, id string, req apitype.ExecuteRequ
 	return end.Result, nil
 }
 
+// RunCommand runs a shell command in a session's sandbox (POST
+// .../commands); onEvent as for Execute. A background command returns at
+// once, running.
+func (c *Client) RunCommand(ctx context.Context, id string, req apitype.CommandRequest, onEvent func(apitype.Event)) (*apitype.CommandResult, error) {
+	if onEvent == nil || req.Background {
+		var res apitype.CommandResult
+		if err := c.call(ctx, "POST", sessionPath(id)+"/commands", req, &res); err != nil {
+			return nil, err
+		}
+		return &res, nil
+	}
+	end, err := c.stream(ctx, sessionPath(id)+"/commands", req, onEvent)
+	if err != nil {
+		return nil, err
+	}
+	if end.Command == nil {
+		return nil, errors.New("airlock server: a command's end event without its result")
+	}
+	return end.Command, nil
+}
+
+// Command describes one of a session's commands, waiting up to wait (if
+// not zero) for it to end.
+func (c *Client) Command(ctx context.Context, id, cid string, wait time.Duration) (*apitype.CommandResult, error) {
+	p := sessionPath(id) + "/commands/" + url.PathEscape(cid)
+	if wait > 0 {
+		p += "?wait=" + url.QueryEscape(wait.String())
+	}
+	var res apitype.CommandResult
+	if err := c.call(ctx, "GET", p, nil, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// Commands lists a session's commands.
+func (c *Client) Commands(ctx context.Context, id string) ([]apitype.CommandResult, error) {
+	var res apitype.CommandList
+	if err := c.call(ctx, "GET", sessionPath(id)+"/commands", nil, &res); err != nil {
+		return nil, err
+	}
+	return res.Commands, nil
+}
+
+// SignalCommand signals a running command's process group.
+func (c *Client) SignalCommand(ctx context.Context, id, cid, signal string) error {
+	return c.call(ctx, "POST", sessionPath(id)+"/commands/"+url.PathEscape(cid)+"/signal", apitype.SignalRequest{Signal: signal}, nil)
+}
+
+// CommandStdin writes to a running command's standard input.
+func (c *Client) CommandStdin(ctx context.Context, id, cid, data string, close bool) error {
+	return c.call(ctx, "POST", sessionPath(id)+"/commands/"+url.PathEscape(cid)+"/stdin", apitype.StdinRequest{Data: data, Close: close}, nil)
+}
+
 // RunOnce runs code once in a fresh sandbox (POST /v1/execute); onEvent as
 // for Execute.
 func (c *Client) RunOnce(ctx context.Context, req apitype.OneShotRequest, onEvent func(apitype.Event)) (*apitype.OneShotResult, error) {
@@ -336,7 +390,7 @@ func (c *Client) stream(ctx context.Context, path string, in any, onEvent func(a
 		onEvent(ev)
 		switch ev.Type {
 		case apitype.EventEnd:
-			if ev.Result == nil {
+			if ev.Result == nil && ev.Command == nil {
 				return nil, errors.New("airlock server: an end event without a result")
 			}
 			return &ev, nil

@@ -121,6 +121,9 @@ type Server struct {
 	// the server's memory for rich outputs is at most this times
 	// max_concurrent_executions.
 	MaxRichOutput Size `json:"max_rich_output"`
+	// MaxSessionCommands caps the shell commands running at once in one
+	// session (POST /v1/sessions/{id}/commands); one more gets 429.
+	MaxSessionCommands int `json:"max_session_commands"`
 }
 
 // Pool configures the warm pools of pre-started sandboxes.
@@ -167,6 +170,7 @@ func Default() Config {
 			MaxSessionTransfers:     4,
 			TransferStallTimeout:    Duration(30 * time.Second),
 			MaxRichOutput:           32 << 20,
+			MaxSessionCommands:      16,
 		},
 		Pool: Pool{
 			Size:     map[string]int{"python": 8, "bash": 2, "javascript": 2},
@@ -281,6 +285,9 @@ func (c Config) Validate() error {
 	}
 	if s.TransferStallTimeout < Duration(time.Second) || s.TransferStallTimeout > Duration(time.Hour) {
 		errs = append(errs, errors.New("server.transfer_stall_timeout must be between 1s and 1h"))
+	}
+	if s.MaxSessionCommands < 1 || s.MaxSessionCommands > 1024 {
+		errs = append(errs, errors.New("server.max_session_commands must be between 1 and 1024"))
 	}
 	if s.MaxRichOutput < 64<<10 || s.MaxRichOutput > 1<<30 {
 		errs = append(errs, errors.New("server.max_rich_output must be between 64K and 1G"))

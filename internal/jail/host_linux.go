@@ -238,7 +238,12 @@ type Sandbox struct {
 	replies chan message
 	copies  copies // files the init is writing (see writeFile)
 	exits   chan Exit
-	dead    chan struct{} // closed when the control socket ends
+	// waiters get the exits of the programs SpawnWait started, instead
+	// of exits; watchNext is the waiter of the spawn under way.
+	waitMu    sync.Mutex
+	waiters   map[int]chan Exit
+	watchNext chan Exit
+	dead      chan struct{} // closed when the control socket ends
 
 	closeOnce sync.Once
 	closeErr  error
@@ -256,7 +261,7 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 			undo.Run()
 		}
 	}()
-	s := &Sandbox{h: h, spec: spec, pidfd: -1, replies: make(chan message, 1), exits: make(chan Exit, 16),
+	s := &Sandbox{h: h, spec: spec, pidfd: -1, replies: make(chan message, 1), exits: make(chan Exit, 16), waiters: map[int]chan Exit{},
 		dead: make(chan struct{}), started: time.Now()}
 
 	trace("start")
@@ -426,6 +431,16 @@ func (s *Sandbox) readLoop() {
 		}
 		switch m.Op {
 		case opSpawned, opError, opAdapted:
+			if m.Op == opSpawned {
+				// Registered before the reply is handed over: the exit,
+				// which follows on this socket, cannot be missed.
+				s.waitMu.Lock()
+				if s.watchNext != nil {
+					s.waiters[m.Pid] = s.watchNext
+					s.watchNext = nil
+				}
+				s.waitMu.Unlock()
+			}
 			select {
 			case s.replies <- m:
 			default:
@@ -436,6 +451,14 @@ func (s *Sandbox) readLoop() {
 			e := Exit{Pid: m.Pid, Status: syscall.WaitStatus(m.Status)}
 			if m.Usage != nil {
 				e.CPU = time.Duration(m.Usage.UserNs + m.Usage.SysNs)
+			}
+			s.waitMu.Lock()
+			w, ok := s.waiters[m.Pid]
+			delete(s.waiters, m.Pid)
+			s.waitMu.Unlock()
+			if ok {
+				w <- e
+				continue
 			}
 			select {
 			case s.exits <- e:
@@ -449,6 +472,13 @@ func (s *Sandbox) readLoop() {
 // The descriptors in p.Files are duplicated into the sandbox; the caller
 // keeps (and should close) its own copies.
 func (s *Sandbox) Spawn(p Process) (int, error) {
+	s.reqMu.Lock()
+	defer s.reqMu.Unlock()
+	return s.spawnLocked(p)
+}
+
+// spawnLocked is Spawn with reqMu held.
+func (s *Sandbox) spawnLocked(p Process) (int, error) {
 	if len(p.Argv) == 0 {
 		return 0, fmt.Errorf("%w: empty command", errdefs.ErrInvalidArgument)
 	}
@@ -456,8 +486,6 @@ func (s *Sandbox) Spawn(p Process) (int, error) {
 	for i, f := range p.Files {
 		fds[i] = int(f.Fd())
 	}
-	s.reqMu.Lock()
-	defer s.reqMu.Unlock()
 	if err := s.ctl.send(message{Op: opSpawn, Spawn: &spawnMsg{Argv: p.Argv, Env: p.Env, Dir: p.Dir, NFiles: len(fds)}}, fds...); err != nil {
 		return 0, fmt.Errorf("jail: spawn: %w", err)
 	}
@@ -476,6 +504,26 @@ func (s *Sandbox) Spawn(p Process) (int, error) {
 	case <-time.After(10 * time.Second):
 		return 0, fmt.Errorf("jail: spawn: no answer from the sandbox init")
 	}
+}
+
+// SpawnWait starts p like Spawn; how it ends is delivered on the returned
+// channel only (not on Exits). The channel is never closed: a sandbox that
+// dies first closes Dead instead.
+func (s *Sandbox) SpawnWait(p Process) (int, <-chan Exit, error) {
+	ch := make(chan Exit, 1)
+	s.reqMu.Lock()
+	s.waitMu.Lock()
+	s.watchNext = ch
+	s.waitMu.Unlock()
+	pid, err := s.spawnLocked(p)
+	s.waitMu.Lock()
+	s.watchNext = nil
+	s.waitMu.Unlock()
+	s.reqMu.Unlock()
+	if err != nil {
+		return 0, nil, err
+	}
+	return pid, ch, nil
 }
 
 // Signal sends sig to the process pid inside the sandbox, or to its

@@ -45,6 +45,7 @@ const (
 	ExecSession = "session" // code in a client's session
 	ExecOneShot = "oneshot" // POST /v1/execute
 	ExecProgram = "program" // POST /v1/run
+	ExecCommand = "command" // a shell command in a session
 )
 
 // ExecutionEvent describes an execution; what it produced is set when it

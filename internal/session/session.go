@@ -93,7 +93,10 @@ type Session struct {
 	limits config.Limits
 	idle   time.Duration
 	inst   *instance.Instance
+	env    map[string]string // the runtime's, which commands start from
 	create time.Time
+
+	cmds commands // shell commands (commands.go)
 
 	execMu sync.Mutex // one execution at a time
 
@@ -250,7 +253,7 @@ func (m *Manager) startOnce(ctx context.Context, rt runtimes.Runtime, limits con
 		return nil, err
 	}
 	s := &Session{
-		m: m, id: newID(), lang: rt, limits: limits, idle: idle, inst: inst,
+		m: m, id: newID(), lang: rt, limits: limits, idle: idle, inst: inst, env: env,
 		create: time.Now(), lastUsed: time.Now(),
 		ended: make(chan struct{}), gone: make(chan struct{}),
 	}

@@ -1,0 +1,99 @@
+package instance
+
+import (
+	"os"
+	"syscall"
+	"time"
+
+	"airlock/internal/jail"
+)
+
+// Command is a program started in an instance's sandbox beside its
+// runtime (a session's shell command): the same namespaces, cgroup,
+// limits, user and layers, a process group of its own, and pipes for its
+// standard streams.
+type Command struct {
+	// Pid is its pid inside the sandbox.
+	Pid int
+	// Stdin is the write end of its standard input; Stdout and Stderr
+	// the read ends of its output. The caller closes them.
+	Stdin          *os.File
+	Stdout, Stderr *os.File
+
+	sb     *jail.Sandbox
+	done   chan struct{}
+	result CommandExit
+	exited bool
+}
+
+// CommandExit is how a command ended.
+type CommandExit struct {
+	Code   int            // shell convention: 128+N after a signal
+	Signal syscall.Signal // 0 unless a signal ended it
+	CPU    time.Duration  // its own and its reaped children's
+}
+
+// StartCommand starts argv in the sandbox with exactly env, in dir.
+func (in *Instance) StartCommand(argv, env []string, dir string) (_ *Command, err error) {
+	var files []*os.File
+	defer func() {
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+		}
+	}()
+	pipe := func() (r, w *os.File) {
+		if err != nil {
+			return nil, nil
+		}
+		if r, w, err = os.Pipe(); err == nil {
+			files = append(files, r, w)
+		}
+		return r, w
+	}
+	inR, inW := pipe()
+	outR, outW := pipe()
+	errR, errW := pipe()
+	if err != nil {
+		return nil, err
+	}
+	pid, exit, err := in.sb.SpawnWait(jail.Process{Argv: argv, Env: env, Dir: dir, Files: []*os.File{inR, outW, errW}})
+	// The sandbox has its own copies of these now.
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		errR.Close()
+		files = nil
+		return nil, err
+	}
+	c := &Command{Pid: pid, Stdin: inW, Stdout: outR, Stderr: errR, sb: in.sb, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		select {
+		case e := <-exit:
+			c.result, c.exited = CommandExit{Code: e.Code(), CPU: e.CPU}, true
+			if e.Status.Signaled() {
+				c.result.Signal = e.Status.Signal()
+			}
+		case <-in.sb.Dead():
+		}
+	}()
+	return c, nil
+}
+
+// Done is closed when the command has ended, or its sandbox has.
+func (c *Command) Done() <-chan struct{} { return c.done }
+
+// Exit is how the command ended, once Done is closed; false if its sandbox
+// died first (everything in it is gone then).
+func (c *Command) Exit() (CommandExit, bool) {
+	<-c.done
+	return c.result, c.exited
+}
+
+// Signal sends sig to the command's process group.
+func (c *Command) Signal(sig syscall.Signal) error { return c.sb.Signal(c.Pid, sig, true) }

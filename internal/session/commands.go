@@ -1,0 +1,478 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/internal/apitype"
+	"airlock/internal/config"
+	"airlock/internal/errdefs"
+	"airlock/internal/instance"
+)
+
+// commandLanguage is what observers hear a command's language is.
+const commandLanguage = "bash"
+
+// keptCommands is how many ended commands a session remembers (for GET);
+// older ones are forgotten first.
+const keptCommands = 64
+
+// outputGrace is how long a command's output is still read after it
+// exited: a process it left in the background may hold its pipes open
+// for ever, and what it prints later is not the command's.
+const outputGrace = 100 * time.Millisecond
+
+// commands are a session's shell commands.
+type commands struct {
+	mu      sync.Mutex
+	next    int
+	byID    map[string]*command
+	order   []string // ids, oldest first
+	running int
+}
+
+// command is one shell command: running, or how it ended.
+type command struct {
+	id, line   string
+	background bool
+	started    time.Time
+	c          *instance.Command
+
+	mu      sync.Mutex
+	stdout  stream
+	stderr  stream
+	reason  apitype.KillReason // why airlock killed it, if it did
+	killed  bool
+	res     *apitype.CommandResult // set once it ended
+	stdinMu sync.Mutex
+	closed  bool // stdin
+	done    chan struct{}
+}
+
+// RunCommand runs req.Command with `bash -c` as a new process in the
+// session's sandbox, beside its interpreter (whose state it does not
+// touch): the same filesystem, namespaces, cgroup and limits, the same
+// user and layers, the session's environment plus req.Env. A foreground
+// command returns how it ended (emit, if not nil, gets its output as it
+// comes and an end event); a background one returns at once, running.
+func (s *Session) RunCommand(ctx context.Context, req apitype.CommandRequest, emit func(apitype.Event)) (*apitype.CommandResult, error) {
+	if strings.TrimSpace(req.Command) == "" {
+		return nil, fmt.Errorf("%w: command is empty", errdefs.ErrInvalidArgument)
+	}
+	if len(req.Command) > MaxCode || len(req.Stdin) > MaxCode {
+		return nil, fmt.Errorf("%w: command or stdin is larger than %d bytes", errdefs.ErrTooLarge, MaxCode)
+	}
+	if strings.ContainsRune(req.Command, 0) {
+		return nil, fmt.Errorf("%w: the command must not contain NUL bytes", errdefs.ErrInvalidArgument)
+	}
+	if err := ValidateEnv(req.Env, s.m.cfg.Server.MaxEnv); err != nil {
+		return nil, err
+	}
+	dir := req.Cwd
+	if dir == "" {
+		dir = "/workspace"
+	}
+	if !strings.HasPrefix(dir, "/") || strings.ContainsRune(dir, 0) || len(dir) > 4096 {
+		return nil, fmt.Errorf("%w: cwd %q must be an absolute path in the sandbox", errdefs.ErrInvalidArgument, truncateID(dir))
+	}
+	timeout := req.Timeout.D()
+	if timeout == 0 && !req.Background {
+		timeout = s.limits.Timeout.D()
+	}
+	if timeout != 0 && (timeout < config.MinTimeout.D() || timeout > s.m.cfg.Max.Timeout.D()) {
+		return nil, fmt.Errorf("%w: timeout %s must be between %s and the server maximum %s", errdefs.ErrInvalidArgument, timeout, config.MinTimeout, s.m.cfg.Max.Timeout)
+	}
+	if end := s.End(); !end.Zero() {
+		return nil, gone(end)
+	}
+	release := func() {}
+	if !req.Background {
+		// A foreground command is an execution like any other: it takes
+		// a slot and keeps the session in use.
+		r, err := s.m.acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		unuse := s.Use()
+		release = func() { unuse(); r() }
+	}
+	defer func() { release() }()
+
+	s.cmds.mu.Lock()
+	if s.cmds.running >= s.m.cfg.Server.MaxSessionCommands {
+		n := s.cmds.running
+		s.cmds.mu.Unlock()
+		return nil, fmt.Errorf("%w: %d commands are running in this session, the maximum (server.max_session_commands); wait for one or signal it", errdefs.ErrLimit, n)
+	}
+	s.cmds.running++
+	s.cmds.next++
+	id := "c" + strconv.Itoa(s.cmds.next)
+	s.cmds.mu.Unlock()
+	started := false
+	defer func() {
+		if !started {
+			s.cmds.mu.Lock()
+			s.cmds.running--
+			s.cmds.mu.Unlock()
+		}
+	}()
+
+	env := make(map[string]string, len(s.env)+len(req.Env))
+	for k, v := range s.env {
+		env[k] = v
+	}
+	for k, v := range req.Env {
+		env[k] = v
+	}
+	kv := make([]string, 0, len(env))
+	for k, v := range env {
+		kv = append(kv, k+"="+v)
+	}
+	sort.Strings(kv)
+	c, err := s.inst.StartCommand([]string{s.m.cfg.Runtimes.Bash, "-c", req.Command}, kv, dir)
+	if err != nil {
+		if end := s.End(); !end.Zero() {
+			return nil, gone(end)
+		}
+		return nil, err
+	}
+	started = true
+	cmd := &command{id: id, line: req.Command, background: req.Background, started: time.Now(), c: c, done: make(chan struct{})}
+	max := int(s.limits.MaxOutput)
+	cmd.stdout = stream{max: max}
+	cmd.stderr = stream{max: max}
+	if emit != nil && !req.Background {
+		cmd.stdout.live = func(b []byte) { emit(apitype.Event{Type: apitype.EventStdout, Text: toValidUTF8(b)}) }
+		cmd.stderr.live = func(b []byte) { emit(apitype.Event{Type: apitype.EventStderr, Text: toValidUTF8(b)}) }
+	}
+	s.cmds.mu.Lock()
+	if s.cmds.byID == nil {
+		s.cmds.byID = map[string]*command{}
+	}
+	s.cmds.byID[id] = cmd
+	s.cmds.order = append(s.cmds.order, id)
+	s.cmds.mu.Unlock()
+	if s.m.obs != nil {
+		s.m.obs.ExecutionStarted(ExecutionEvent{Kind: ExecCommand, Session: s.id, Language: commandLanguage})
+	}
+
+	if req.Stdin != "" || !req.Background {
+		go func() {
+			if req.Stdin != "" {
+				cmd.writeStdin([]byte(req.Stdin), false)
+			}
+			if !req.Background {
+				cmd.writeStdin(nil, true)
+			}
+		}()
+	}
+	var readers sync.WaitGroup
+	for _, p := range []struct {
+		f *os.File
+		s *stream
+	}{{c.Stdout, &cmd.stdout}, {c.Stderr, &cmd.stderr}} {
+		readers.Go(func() { cmd.read(p.f, p.s) })
+	}
+	stats0, _ := s.inst.Stats()
+	go s.watchCommand(cmd, timeout, &readers, stats0.OOMKills)
+
+	if req.Background {
+		res := cmd.result()
+		return &res, nil
+	}
+	select {
+	case <-cmd.done:
+	case <-ctx.Done():
+		// The client left: the command goes too.
+		cmd.kill("")
+		<-cmd.done
+	}
+	res := cmd.result()
+	if emit != nil {
+		emit(apitype.Event{Type: apitype.EventEnd, Command: &res})
+	}
+	return &res, nil
+}
+
+// watchCommand waits for cmd to end (killing it at its timeout), reads the
+// last of its output, and records how it ended.
+func (s *Session) watchCommand(cmd *command, timeout time.Duration, readers *sync.WaitGroup, oom0 uint64) {
+	var deadline <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
+	select {
+	case <-cmd.c.Done():
+	case <-deadline:
+		cmd.kill(apitype.KillTimeout)
+	}
+	exit, exited := cmd.c.Exit()
+	// Output still in the pipes is the command's; a process it left
+	// running may hold them open for ever.
+	cmd.c.Stdout.SetReadDeadline(time.Now().Add(outputGrace))
+	cmd.c.Stderr.SetReadDeadline(time.Now().Add(outputGrace))
+	readers.Wait()
+	cmd.c.Stdout.Close()
+	cmd.c.Stderr.Close()
+	cmd.writeStdin(nil, true)
+
+	st, serr := s.inst.Stats()
+	cmd.mu.Lock()
+	res := cmd.snapshotLocked()
+	res.State = apitype.CommandExited
+	res.CPUMs = ms(exit.CPU)
+	switch {
+	case !exited:
+		// The sandbox died under it: the session ended.
+		res.Killed, res.ExitCode = true, 137
+		res.Signal = "SIGKILL"
+	default:
+		res.ExitCode = exit.Code
+		if exit.Signal != 0 {
+			res.Signal = unix.SignalName(exit.Signal)
+		}
+	}
+	if cmd.killed {
+		res.Killed, res.KillReason = true, cmd.reason
+	}
+	if serr == nil && st.OOMKills > oom0 && (res.Signal == "SIGKILL" || !exited) {
+		res.Killed, res.KillReason = true, apitype.KillMemory
+	}
+	cmd.res = &res
+	cmd.mu.Unlock()
+	close(cmd.done)
+
+	s.cmds.mu.Lock()
+	s.cmds.running--
+	s.forgetOldCommandsLocked()
+	s.cmds.mu.Unlock()
+	if s.m.obs != nil {
+		s.m.obs.ExecutionFinished(ExecutionEvent{
+			Kind: ExecCommand, Session: s.id, Language: commandLanguage,
+			Duration: time.Since(cmd.started), CPU: exit.CPU, Killed: res.Killed, KillReason: res.KillReason,
+			ExitCode: res.ExitCode, OutputBytes: int64(len(res.Stdout) + len(res.Stderr)),
+		})
+	}
+}
+
+// forgetOldCommandsLocked drops the oldest ended commands beyond
+// keptCommands.
+func (s *Session) forgetOldCommandsLocked() {
+	for len(s.cmds.order) > keptCommands {
+		dropped := false
+		for i, id := range s.cmds.order {
+			if c := s.cmds.byID[id]; c != nil && c.ended() {
+				delete(s.cmds.byID, id)
+				s.cmds.order = append(s.cmds.order[:i], s.cmds.order[i+1:]...)
+				dropped = true
+				break
+			}
+		}
+		if !dropped {
+			return
+		}
+	}
+}
+
+func (cmd *command) ended() bool {
+	select {
+	case <-cmd.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// read copies one of the command's output pipes into its stream until
+// end of file or the read deadline set once the command exited.
+func (cmd *command) read(f *os.File, st *stream) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			cmd.mu.Lock()
+			st.write(buf[:n])
+			cmd.mu.Unlock()
+		}
+		if err != nil {
+			cmd.mu.Lock()
+			st.flush()
+			cmd.mu.Unlock()
+			return
+		}
+	}
+}
+
+// kill ends the command's process group, for reason ("" when the client
+// left or asked).
+func (cmd *command) kill(reason apitype.KillReason) {
+	cmd.mu.Lock()
+	if !cmd.killed {
+		cmd.killed, cmd.reason = true, reason
+	}
+	cmd.mu.Unlock()
+	cmd.c.Signal(syscall.SIGKILL)
+}
+
+// writeStdin writes data to the command's stdin and closes it if close.
+func (cmd *command) writeStdin(data []byte, close bool) error {
+	cmd.stdinMu.Lock()
+	defer cmd.stdinMu.Unlock()
+	if cmd.closed {
+		if len(data) > 0 {
+			return fmt.Errorf("%w: the command's standard input is closed", errdefs.ErrConflict)
+		}
+		return nil
+	}
+	if len(data) > 0 {
+		// A command that does not read its input must not hold the
+		// request for ever.
+		cmd.c.Stdin.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		_, err := cmd.c.Stdin.Write(data)
+		cmd.c.Stdin.SetWriteDeadline(time.Time{})
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return fmt.Errorf("%w: the command did not read its standard input", errdefs.ErrTimeout)
+			}
+			return fmt.Errorf("%w: the command's standard input is closed (%v)", errdefs.ErrConflict, errors.Unwrap(err))
+		}
+	}
+	if close {
+		cmd.closed = true
+		cmd.c.Stdin.Close()
+	}
+	return nil
+}
+
+// result describes the command now.
+func (cmd *command) result() apitype.CommandResult {
+	cmd.mu.Lock()
+	defer cmd.mu.Unlock()
+	if cmd.res != nil {
+		return *cmd.res
+	}
+	res := cmd.snapshotLocked()
+	res.State = apitype.CommandRunning
+	return res
+}
+
+func (cmd *command) snapshotLocked() apitype.CommandResult {
+	return apitype.CommandResult{
+		ID: cmd.id, Command: cmd.line, Pid: cmd.c.Pid,
+		Stdout: toValidUTF8(cmd.stdout.buf), Stderr: toValidUTF8(cmd.stderr.buf),
+		StdoutTruncated: cmd.stdout.truncated, StderrTruncated: cmd.stderr.truncated,
+		StartedAt: cmd.started.UTC(), DurationMs: ms(time.Since(cmd.started)),
+	}
+}
+
+// command finds one of the session's commands.
+func (s *Session) command(id string) (*command, error) {
+	if end := s.End(); !end.Zero() {
+		return nil, gone(end)
+	}
+	s.cmds.mu.Lock()
+	defer s.cmds.mu.Unlock()
+	if c := s.cmds.byID[id]; c != nil {
+		return c, nil
+	}
+	return nil, fmt.Errorf("%w: no command %q in this session", errdefs.ErrNotFound, truncateID(id))
+}
+
+// Command describes a command, waiting up to wait for it to end.
+func (s *Session) Command(ctx context.Context, id string, wait time.Duration) (*apitype.CommandResult, error) {
+	cmd, err := s.command(id)
+	if err != nil {
+		return nil, err
+	}
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-cmd.done:
+		case <-t.C:
+		case <-ctx.Done():
+		case <-s.ended:
+		}
+	}
+	res := cmd.result()
+	return &res, nil
+}
+
+// Commands describes the session's commands, oldest first.
+func (s *Session) Commands() []apitype.CommandResult {
+	s.cmds.mu.Lock()
+	cmds := make([]*command, 0, len(s.cmds.order))
+	for _, id := range s.cmds.order {
+		cmds = append(cmds, s.cmds.byID[id])
+	}
+	s.cmds.mu.Unlock()
+	out := make([]apitype.CommandResult, 0, len(cmds))
+	for _, c := range cmds {
+		out = append(out, c.result())
+	}
+	return out
+}
+
+// SignalCommand sends a signal (a name such as "SIGTERM" or "TERM", or a
+// number; SIGTERM when empty) to a running command's process group.
+func (s *Session) SignalCommand(id, signal string) error {
+	cmd, err := s.command(id)
+	if err != nil {
+		return err
+	}
+	sig, err := ParseSignal(signal)
+	if err != nil {
+		return err
+	}
+	if cmd.ended() {
+		return fmt.Errorf("%w: command %s has ended", errdefs.ErrConflict, id)
+	}
+	return cmd.c.Signal(sig)
+}
+
+// CommandStdin writes to a running command's standard input, and closes it
+// if close.
+func (s *Session) CommandStdin(id string, data []byte, close bool) error {
+	cmd, err := s.command(id)
+	if err != nil {
+		return err
+	}
+	if cmd.ended() {
+		return fmt.Errorf("%w: command %s has ended", errdefs.ErrConflict, id)
+	}
+	return cmd.writeStdin(data, close)
+}
+
+// ParseSignal reads a signal name ("SIGTERM", "term") or number; SIGTERM
+// when empty.
+func ParseSignal(v string) (syscall.Signal, error) {
+	if v == "" {
+		return syscall.SIGTERM, nil
+	}
+	if n, err := strconv.Atoi(v); err == nil {
+		if n < 1 || n > 64 {
+			return 0, fmt.Errorf("%w: signal %d is out of range", errdefs.ErrInvalidArgument, n)
+		}
+		return syscall.Signal(n), nil
+	}
+	name := strings.ToUpper(v)
+	if !strings.HasPrefix(name, "SIG") {
+		name = "SIG" + name
+	}
+	if sig := unix.SignalNum(name); sig != 0 {
+		return sig, nil
+	}
+	return 0, fmt.Errorf("%w: unknown signal %q", errdefs.ErrInvalidArgument, truncateID(v))
+}
