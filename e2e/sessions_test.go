@@ -663,3 +663,41 @@ func TestJavaScriptSession(t *testing.T) {
 		t.Fatalf("after timeout: %+v", r)
 	}
 }
+
+// An empty cell does nothing and keeps the session: {"code": ""}, {} or
+// blanks in a session of each language, and an empty one-shot execution.
+// (The runtimes' frames used to drop an empty code, which ended the
+// session with a protocol error.)
+func TestEmptyCell(t *testing.T) {
+	s := sharedServer(t)
+	state := map[string][2]string{ // code that binds a value, code that reads it
+		"python":     {"kept = 41", "print(kept + 1)"},
+		"javascript": {"var kept = 41", "console.log(kept + 1)"},
+		"bash":       {"kept=41", "echo $((kept + 1))"},
+	}
+	hdr := map[string]string{"Content-Type": "application/json"}
+	for _, lang := range []string{"python", "javascript", "bash"} {
+		t.Run(lang, func(t *testing.T) {
+			id := s.newSession(lang, nil)
+			s.exec(id, state[lang][0])
+			for _, body := range []string{`{"code": ""}`, `{}`, `{"code": " \n\t"}`} {
+				status, data := s.raw("POST", "/v1/sessions/"+id+"/execute", body, hdr)
+				var r apitype.Result
+				if err := json.Unmarshal(data, &r); status != 200 || err != nil || r.Error != nil || r.Killed || r.SessionEnded ||
+					r.ExitCode != 0 || r.Stdout != "" || r.Stderr != "" || len(r.Results) != 0 {
+					t.Fatalf("%s: %d %s", body, status, data)
+				}
+				if r := s.exec(id, state[lang][1]); r.Stdout != "42\n" || r.Error != nil {
+					t.Fatalf("after %s: %+v", body, r)
+				}
+			}
+		})
+	}
+	for _, lang := range []string{"python", "javascript", "bash"} {
+		status, data := s.raw("POST", "/v1/execute", map[string]any{"language": lang, "code": ""}, hdr)
+		var r apitype.OneShotResult
+		if err := json.Unmarshal(data, &r); status != 200 || err != nil || r.Result == nil || r.Error != nil || r.Killed || r.ExitCode != 0 || r.Stdout != "" || r.Stderr != "" {
+			t.Errorf("one-shot %s with empty code: %d %s", lang, status, data)
+		}
+	}
+}

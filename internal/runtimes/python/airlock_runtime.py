@@ -2094,7 +2094,8 @@ class _Session:
             if kind == "shutdown":
                 return
             if kind == "execute":
-                msg_id, code = msg.get("id"), msg.get("code")
+                # No code is an empty cell, as "" is: it does nothing.
+                msg_id, code = msg.get("id"), msg.get("code", "")
                 if type(msg_id) is not str or type(code) is not str:
                     self.fatal("execute needs a string 'id' and a string 'code'")
             elif kind == "run":
