@@ -701,3 +701,58 @@ func TestEmptyCell(t *testing.T) {
 		}
 	}
 }
+
+// A JavaScript session can use the memory it was granted, though pooled
+// runtimes start with the pool's (V8 sizes its heap once, at start), and
+// running out of it, which V8 reports by aborting, is reported as memory.
+func TestJavaScriptMemory(t *testing.T) {
+	s := sharedServer(t)
+	s.waitWarm()
+	discarded := func() uint64 {
+		t.Helper()
+		h, err := s.c.Health(context.Background())
+		var st apitype.PoolStats
+		if err == nil {
+			err = json.Unmarshal(h.Pool["javascript"], &st)
+		}
+		if err != nil || st.Target == 0 {
+			t.Fatalf("health: %v %+v", err, h)
+		}
+		return st.Discarded
+	}
+	before := discarded()
+	// Most of a 2G grant, over three times the heap of the pool's 512M.
+	id := s.newSession("javascript", map[string]any{"limits": map[string]any{"memory": "2G"}})
+	r, err := s.execute(id, apitype.ExecuteRequest{Timeout: duration(t, "60s"), Code: `
+const keep = [];
+for (let mb = 0; mb < 1200; mb++) keep.push(new Array(128 * 1024).fill(mb)); // 1 MiB each
+console.log(keep.length, require('v8').getHeapStatistics().used_heap_size > 1200e6);`})
+	if err != nil || r.Error != nil || r.Stdout != "1200 true\n" {
+		t.Fatalf("allocating 1200 MiB in a 2G session: %v %+v", err, r)
+	}
+	// The heap follows the grant both ways: a small session's V8 gives up
+	// (and aborts) before the sandbox's memory limit is reached; that is
+	// running out of memory all the same.
+	id = s.newSession("javascript", map[string]any{"limits": map[string]any{"memory": "256M"}})
+	r, err = s.execute(id, apitype.ExecuteRequest{Timeout: duration(t, "60s"), Code: `
+const keep = [];
+for (;;) keep.push(new Array(128 * 1024).fill(1));`})
+	if err != nil || !r.Killed || r.KillReason != "memory" || !r.SessionEnded || r.EndReason != "out of memory" || r.EndCode != apitype.EndOOM {
+		t.Fatalf("exhausting a 256M session: %v %+v", err, r)
+	}
+	if !strings.Contains(r.Stderr, "JavaScript heap out of memory") {
+		t.Fatalf("V8 did not run out of heap itself (the test means to check how its abort is reported): %q", truncate(r.Stderr, 2000))
+	}
+	// The pool's runtime, which could not serve them, is left for others.
+	if n := discarded(); n != before {
+		t.Errorf("%d pooled javascript runtimes discarded", n-before)
+	}
+	// Spoofing V8's message and aborting is no memory exhaustion.
+	id = s.newSession("javascript", nil)
+	r, err = s.execute(id, apitype.ExecuteRequest{Code: `
+console.error('FATAL ERROR: Reached heap limit Allocation failed - JavaScript heap out of memory');
+process.abort();`})
+	if err != nil || !r.SessionEnded || r.KillReason == "memory" || r.EndCode == apitype.EndOOM {
+		t.Fatalf("a plain abort: %v %+v", err, r)
+	}
+}
