@@ -920,12 +920,12 @@ func TestJavaScriptProtocol(t *testing.T) {
 		input []byte
 		why   string
 	}{
-		"bad JSON":        {raw("{x}"), "bad JSON: "},
-		"unknown type":    {raw(`{"type":"bad"}`), `unknown message type "bad"`},
-		"not an object":   {raw("[1]"), `a message must be an object with a string "type"`},
-		"zero length":     {raw(""), "frame length 0"},
-		"too long":        {binary.BigEndian.AppendUint32(nil, MaxFrameForTests+1), "frame length 67108865"},
-		"execute no id":   {raw(`{"type":"execute","code":"1"}`), `execute needs a string "id" and a string "code"`},
+		"bad JSON":         {raw("{x}"), "bad JSON: "},
+		"unknown type":     {raw(`{"type":"bad"}`), `unknown message type "bad"`},
+		"not an object":    {raw("[1]"), `a message must be an object with a string "type"`},
+		"zero length":      {raw(""), "frame length 0"},
+		"too long":         {binary.BigEndian.AppendUint32(nil, MaxFrameForTests+1), "frame length 67108865"},
+		"execute no id":    {raw(`{"type":"execute","code":"1"}`), `execute needs a string "id" and a string "code"`},
 		"execute bad code": {raw(`{"type":"execute","id":"x","code":1}`), `execute needs a string "id" and a string "code"`},
 		// A well-formed execute but for one byte that is not UTF-8.
 		"invalid UTF-8":   {raw("{\"type\":\"execute\",\"id\":\"x\",\"code\":\"'\xff'\"}"), "bad JSON: The encoded data was not valid for encoding utf-8"},

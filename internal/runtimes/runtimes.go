@@ -84,7 +84,7 @@ var languages = []*Language{
 		binary:      func(r config.Runtimes) string { return r.Python },
 		Framed:      true,
 		Template:    true,
-		sessionArgs: []string{"-I", "-B", RuntimeDir + "/python/airlock_runtime.py"},
+		sessionArgs: []string{"-I", "-B", RuntimeDir + "/python/airlock_runtime"},
 		// The template interpreter is Python too: the same runtime
 		// package, forked into sandboxes with its imports done.
 		templateArgs:     []string{"-I", "-B", RuntimeDir + "/python/airlock_zygote.py"},

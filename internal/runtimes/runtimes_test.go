@@ -29,7 +29,7 @@ func TestLanguageTable(t *testing.T) {
 		fresh        string
 	}{
 		{[]string{"python", "python3", "py"}, "python", "/usr/bin/python3", ".py",
-			[]string{"/usr/bin/python3", "-I", "-B", "/opt/airlock/python/airlock_runtime.py"},
+			[]string{"/usr/bin/python3", "-I", "-B", "/opt/airlock/python/airlock_runtime"},
 			"PYTHONUNBUFFERED=1", "MPLBACKEND=module://airlock_mpl", true, true, true, "PYTHON"},
 		{[]string{"bash", "sh", "shell"}, "bash", "/usr/bin/bash", ".sh",
 			[]string{"/usr/bin/bash", "--noprofile", "--norc", "/opt/airlock/bash/runtime.sh"},
@@ -149,6 +149,27 @@ func TestJavaScriptHeap(t *testing.T) {
 	} {
 		if got := c.rt.OutOfMemory(def, c.status, c.peak); got != c.want {
 			t.Errorf("%s: OutOfMemory(%v, %d MiB) = %v", c.rt.Lang, c.status, c.peak/mib, got)
+		}
+	}
+}
+
+// Every runtime's files are shipped, the Python package whole (its
+// __init__.py and __main__.py too, which a directory pattern would leave
+// out), and its tests are not.
+func TestRootFiles(t *testing.T) {
+	files := RootFiles()
+	want := []string{"javascript/runtime.js", "bash/runtime.sh", "python/airlock_zygote.py", "python/airlock_mpl.py"}
+	for _, name := range []string{"__init__", "__main__", "wire", "current", "display", "tracebacks", "magics", "program", "session"} {
+		want = append(want, "python/airlock_runtime/"+name+".py")
+	}
+	for _, name := range want {
+		if files[RuntimeDir+"/"+name] == "" {
+			t.Errorf("%s is not shipped", name)
+		}
+	}
+	for p := range files {
+		if strings.Contains(p, "/tests/") || strings.Contains(p, "__pycache__") {
+			t.Errorf("%s is shipped", p)
 		}
 	}
 }

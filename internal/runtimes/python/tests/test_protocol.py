@@ -165,6 +165,16 @@ class ExecuteTest(SessionMixin, unittest.TestCase):
             self.assertEqual((ex.status, ex.done["exit_code"], ex.out, ex.err), ("ok", 0, "", ""), msg)
             self.assertEqual(self.value("(kept + 1, _)"), "(42, 42)", msg)
 
+    def test_runtime_modules_are_not_top_level(self) -> None:
+        # The runtime is a package: user code's `import session` or `import
+        # display` must not find its modules, and its directory (for
+        # airlock_mpl) comes after the cwd and the standard library.
+        ex = self.ok("import importlib.util, sys\n"
+                     "print([n for n in ('wire', 'current', 'display', 'magics', 'tracebacks', 'program', 'session')\n"
+                     "       if importlib.util.find_spec(n) is not None or n in sys.modules])\n"
+                     "print(sys.path[0] == '', sys.path[-1] == __import__('airlock_runtime').current.RUNTIME_DIR)")
+        self.assertEqual(ex.out, "[]\nTrue True\n")
+
     def test_only_the_last_expression_is_shown(self) -> None:
         ex = self.ok("1\n2\n3")
         self.assertEqual(ex.text, "3")
