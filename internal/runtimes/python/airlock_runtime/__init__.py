@@ -30,15 +30,29 @@ patch, the real builtins module. Importing the package has no side
 effects: everything per session happens in :func:`serve`. The one piece
 of state is the running session, ``current.session``.
 
-Why not IPython's own InteractiveShell (Debian python3-ipython) for the
-display and magics layers: measured through the real server, imported once
-in the template and forked, it kept warm executions as they are but made a
-session's first execution about 3.5 ms (30 %) slower and each idle session
-about 1 MB (13 %) larger, added 15 Debian packages and 0.6 s to every
-template start, and would still need airlock's own pieces around it
-(frames on the wire, tracebacks without colours or runtime frames, no
-network for %pip, no history database, no profile directory). IPython
-stays the reference for behaviour: names, formats and magics follow it.
+Why not IPython's own InteractiveShell (Debian python3-ipython 8.5) for the
+display and magics layers: a prototype that created the shell once in the
+template and ran every cell through ``run_cell`` (history off, IPython's
+formatters, display publisher and displayhook sending airlock's frames) was
+measured through the real server against this package, IPython installed
+for both, on a shared 2-core machine (medians of 9 and 12 runs of
+``airlock bench --only exec,create_pandas``; 40 idle sessions with numpy
+and pandas imported)::
+
+                                        hand-written   InteractiveShell
+    warm `x = 1` over HTTP, p50         0.49 ms        0.49 ms
+    create + first pandas cell, p50     10.2 ms        11.8 ms  (+1.1 to +3.6 ms per round)
+      the same outside a sandbox: CPU   9.7-10.1 ms    11.8-13.3 ms (+18 % COW faults)
+    PSS per idle session                7.0-7.7 MB     8.0 MB
+    template RSS (shared)               69-75 MB       90-96 MB
+    template start                                     +0.6 s (imports)
+
+It keeps warm executions but not the first one, costs memory, needs 15
+more Debian packages, and would still need airlock's own pieces around it
+(frames on the wire, tracebacks without colours or runtime frames, %pip
+without a network, no history database or profile directory), so the
+layers stay hand-written, with IPython as the reference for behaviour:
+names, formats and magics follow it.
 """
 
 from __future__ import annotations
