@@ -24,6 +24,7 @@ import (
 	"airlock/internal/apitype"
 	"airlock/internal/client"
 	"airlock/internal/config"
+	"airlock/internal/testenv"
 )
 
 var (
@@ -36,7 +37,7 @@ var (
 func airlockBinary(t testing.TB) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("end-to-end test: needs root to build jails (CI runs as root)")
+		testenv.Skip(t, "end-to-end test: needs root to build jails (CI runs as root)")
 	}
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "airlock-e2e-bin")

@@ -4,13 +4,17 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"airlock/internal/apitype"
 )
 
 // sandboxProcs lists host processes whose real uid is one of the ids the
@@ -93,27 +97,43 @@ func checkNothingLeft(parent string) []string {
 	}
 }
 
-// postEnding posts body to path in the background and reports how the
-// answer ended its session: "status ended=bool reason", or the transport
-// error. Not s.raw: that fails the test from another goroutine on a
-// dropped connection, which is what callers check for.
-func postEnding(s *server, path, body string) <-chan string {
+// postEnding posts body to path in the background, streaming, and reports
+// how the answer ended its session: "status ended=bool reason", or the
+// transport error. started is closed at the first output the code prints.
+// Not s.raw: that fails the test from another goroutine on a dropped
+// connection, which is what callers check for.
+func postEnding(s *server, path, body string) (started <-chan struct{}, ended <-chan string) {
 	out := make(chan string, 1)
+	first := make(chan struct{})
 	go func() {
-		resp, err := rawClient.Post(s.URL+path, "application/json", strings.NewReader(body))
+		var once sync.Once
+		defer once.Do(func() { close(first) })
+		req, _ := http.NewRequest("POST", s.URL+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/x-ndjson")
+		resp, err := rawClient.Do(req)
 		if err != nil {
 			out <- err.Error()
 			return
 		}
 		defer resp.Body.Close()
-		var r struct {
-			SessionEnded bool   `json:"session_ended"`
-			EndReason    string `json:"end_reason"`
+		var r apitype.Result
+		dec := json.NewDecoder(resp.Body)
+		for {
+			var ev apitype.Event
+			if err := dec.Decode(&ev); err != nil {
+				break
+			}
+			if ev.Type == apitype.EventStdout {
+				once.Do(func() { close(first) })
+			}
+			if ev.Type == apitype.EventEnd && ev.Result != nil {
+				r = *ev.Result
+			}
 		}
-		json.NewDecoder(resp.Body).Decode(&r)
 		out <- fmt.Sprintf("%d ended=%v %s", resp.StatusCode, r.SessionEnded, r.EndReason)
 	}()
-	return out
+	return first, out
 }
 
 func TestSIGTERMLeavesNothing(t *testing.T) {
@@ -121,11 +141,12 @@ func TestSIGTERMLeavesNothing(t *testing.T) {
 	ids := []string{s.newSession("python", nil), s.newSession("bash", nil), s.newSession("python", nil)}
 	s.exec(ids[0], "import subprocess\nsubprocess.Popen(['sleep', '600'], start_new_session=True)")
 	s.exec(ids[1], "nohup sleep 600 >/dev/null 2>&1 &")
-	busy := postEnding(s, "/v1/sessions/"+ids[2]+"/execute", `{"code": "import time\ntime.sleep(600)"}`)
+	busyStarted, busy := postEnding(s, "/v1/sessions/"+ids[2]+"/execute", `{"code": "import time\nprint('started', flush=True)\ntime.sleep(600)"}`)
 	// A one-shot run in flight ends with the server too, not at its own
 	// timeout.
-	oneShot := postEnding(s, "/v1/execute", `{"code": "import time\ntime.sleep(600)", "limits": {"timeout": "60s"}}`)
-	time.Sleep(500 * time.Millisecond)
+	oneShotStarted, oneShot := postEnding(s, "/v1/execute", `{"code": "import time\nprint('started', flush=True)\ntime.sleep(600)", "limits": {"timeout": "60s"}}`)
+	<-busyStarted
+	<-oneShotStarted
 	if p := sandboxProcs(s.name); len(p) == 0 {
 		t.Fatal("no sandbox processes found before SIGTERM: the check below would prove nothing")
 	}

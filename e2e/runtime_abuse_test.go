@@ -71,9 +71,15 @@ print("started")
 		t.Fatalf("setup failed: %+v", r)
 	}
 	before := serverRSS(t, s)
-	time.Sleep(4 * time.Second)
+	// The flood is over when its child writes what it sent.
+	var body []byte
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var status int
+		if status, body = s.raw("GET", "/v1/sessions/"+id+"/files/sent", nil, nil); status == 200 && len(body) > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
 	// The flood reached the server: without that, no growth proves nothing.
-	_, body := s.raw("GET", "/v1/sessions/"+id+"/files/sent", nil, nil)
 	if n, err := strconv.ParseInt(string(body), 10, 64); err != nil || n < 256<<20 {
 		t.Fatalf("the flood did not run as planned: sent %q", body)
 	}
@@ -99,7 +105,12 @@ func TestStoppedRuntimeDoesNotHangExecute(t *testing.T) {
 import os, signal, threading, time
 threading.Thread(target=lambda: (time.sleep(0.3), os.kill(os.getpid(), signal.SIGSTOP)), daemon=True).start()
 `)
-	time.Sleep(time.Second)
+	// Wait until the runtime is stopped.
+	for deadline := time.Now().Add(30 * time.Second); !anyStopped(s.name); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the runtime did not stop itself")
+		}
+	}
 	code := "x = '" + strings.Repeat("a", 2<<20) + "'"
 	body, _ := json.Marshal(map[string]any{"code": code, "timeout": "2s"})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -136,23 +147,21 @@ func postCtx(ctx context.Context, t *testing.T, url string, body []byte) (int, [
 }
 
 // What code leaves in its workspace for the file API to trip on: a bound
-// socket, a sparse file (RLIMIT_FSIZE keeps it within the workspace size,
-// and the download refuses anything larger), and odd query values. Each
-// is a clear client error, never a 500 or an endless download.
+// socket, a sparse file larger than the workspace (the sandbox may make
+// one; the download refuses it), and odd query values. Each is a clear
+// client error, never a 500 or an endless download.
 func TestFileAPIOddities(t *testing.T) {
 	s := sharedServer(t)
 	id := s.newSession("python", nil)
 	r := s.exec(id, `import os, socket
 sock = socket.socket(socket.AF_UNIX)
 sock.bind('sock')
-try:
-    with open('sparse', 'wb') as f:
-        f.truncate(1 << 40)
-except OSError as e:
-    print('sparse refused:', e.errno)
+with open('sparse', 'wb') as f:
+    f.truncate(1 << 40)
+print('sparse', os.stat('sparse').st_size)
 os.makedirs('dir/sub', exist_ok=True)
 `)
-	if strings.TrimSpace(r.Stdout) != "sparse refused: 27" {
+	if strings.TrimSpace(r.Stdout) != "sparse 1099511627776" {
 		t.Fatalf("setup: %+v", r)
 	}
 	base := "/v1/sessions/" + id + "/files"
@@ -161,6 +170,7 @@ os.makedirs('dir/sub', exist_ok=True)
 		want         int
 	}{
 		{"GET", base + "/sock", 400},
+		{"GET", base + "/sparse", 413},
 		{"GET", base + "?path=dir&recursive=yes", 400},
 		{"GET", base + "?path=dir&recursive=true", 200},
 		{"DELETE", base + "/dir?recursive=please", 400},
@@ -171,4 +181,15 @@ os.makedirs('dir/sub', exist_ok=True)
 			t.Errorf("%s %s: %d %s, want %d", tc.method, tc.path, status, truncate(string(body), 200), tc.want)
 		}
 	}
+}
+
+// anyStopped reports whether a process in one of parent's sandboxes is
+// stopped (SIGSTOP).
+func anyStopped(parent string) bool {
+	for _, p := range sandboxPids(parent) {
+		if strings.HasPrefix(procStatus(p)["State"], "T") {
+			return true
+		}
+	}
+	return false
 }

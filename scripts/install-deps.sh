@@ -1,18 +1,23 @@
 #!/bin/sh
-# Installs what airlock and its tests need on Debian 12: the language
-# runtimes sandboxes use (python3 with numpy, pandas, matplotlib and
-# scikit-learn from Debian, since PyPI is not reachable; bash; nodejs), the
-# baseline the benchmark compares against (bubblewrap), and what the
-# deployment tests run (deploy/): nginx and dnsmasq for the chart's router
-# on loopback, debootstrap for the container image.
+# Installs what airlock needs on Debian 12: the language runtimes
+# sandboxes use (python3 with numpy, pandas, matplotlib and scikit-learn
+# from Debian, since PyPI is not reachable; bash; nodejs), curl for the
+# demo and the baseline the benchmark compares against (bubblewrap).
+# With --tests, also what only the tests use: nginx and dnsmasq for the
+# chart's router on loopback, debootstrap for the container image, and
+# CPython's own test suite (libpython3.11-testsuite), a sample of which
+# runs inside a sandbox.
 set -eu
 if [ "$(id -u)" != 0 ]; then
 	echo "install-deps: run as root" >&2
 	exit 1
 fi
 pkgs="python3 python3-numpy python3-pandas python3-matplotlib python3-sklearn
-      bash coreutils nodejs ca-certificates fonts-dejavu-core bubblewrap curl
-      nginx dnsmasq-base debootstrap"
+      bash coreutils nodejs ca-certificates fonts-dejavu-core bubblewrap curl"
+test_pkgs="nginx dnsmasq-base debootstrap libpython3.11-testsuite"
+if [ "${1:-}" = --tests ]; then
+	pkgs="$pkgs $test_pkgs"
+fi
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -5,7 +5,7 @@
 # artifacts: chart, router and image, see deploy/doc.go).
 set -eu
 cd "$(dirname "$0")/.."
-./scripts/install-deps.sh
+./scripts/install-deps.sh --tests
 PATH="$PATH:/usr/local/go/bin"
 export CGO_ENABLED=0
 # The deployment tests build helm and kubeconform (Go module proxy) and the
@@ -13,6 +13,9 @@ export CGO_ENABLED=0
 # afterwards, so a developer's plain `go test ./...` skips them and says
 # why. Here they run, and a missing tool is a failure, never a skip.
 export AIRLOCK_TEST_DEPLOY=1
+# Every tier runs: a test that would skip here (not root, a tool missing)
+# fails instead (internal/testenv).
+export AIRLOCK_TEST_STRICT=1
 ./scripts/check-hygiene.sh
 go vet ./...
 (cd deploy/tools && go vet ./...)

@@ -144,7 +144,59 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.mux.ServeHTTP(rw, r)
+	if !canonical(r.URL.Path) {
+		// Go's ServeMux would answer a redirect to the cleaned path: to
+		// another resource (files/.. is the session itself), which a
+		// client that follows redirects would then act on.
+		fail(rw, fmt.Errorf("%w: the path %q has empty, . or .. segments; name the resource directly", errdefs.ErrInvalidArgument, truncateForMessage(r.URL.Path)))
+		return
+	}
+	s.mux.ServeHTTP(noRedirects{rw}, r)
+}
+
+// canonical reports whether p is an absolute path with no empty, "." or
+// ".." segment (a trailing slash is kept: it is a different resource).
+func canonical(p string) bool {
+	if !strings.HasPrefix(p, "/") {
+		return false
+	}
+	for _, seg := range strings.Split(strings.TrimSuffix(p[1:], "/"), "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return p == "/"
+		}
+	}
+	return true
+}
+
+func truncateForMessage(s string) string {
+	if len(s) > 256 {
+		return s[:256] + "..."
+	}
+	return s
+}
+
+// noRedirects turns any redirect the mux would still answer into a 404
+// of the API's own: no API response is ever a redirect.
+type noRedirects struct{ *response }
+
+func (n noRedirects) WriteHeader(code int) {
+	switch code {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		n.response.Header().Del("Location")
+		n.response.redirected = true
+		fail(n.response, fmt.Errorf("%w: no such endpoint; see /v1/openapi.json", errdefs.ErrNotFound))
+		return
+	}
+	n.response.WriteHeader(code) // a 304 of a download, say, stays
+}
+
+func (n noRedirects) Unwrap() http.ResponseWriter { return n.response }
+
+func (n noRedirects) Write(b []byte) (int, error) {
+	if n.response.redirected {
+		return len(b), nil // the redirect's own body
+	}
+	return n.response.Write(b)
 }
 
 // requestID is the client's X-Request-Id when it is a sane token, else a
@@ -181,6 +233,8 @@ type response struct {
 	wrote  bool
 	id     string
 	log    *slog.Logger
+	// redirected: the mux answered a redirect, replaced by a 404
+	redirected bool
 }
 
 func (r *response) WriteHeader(code int) {
@@ -276,7 +330,13 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 	body := http.MaxBytesReader(w, r.Body, int64(s.cfg.Server.MaxBodyBytes))
 	data, err := io.ReadAll(body)
 	if err != nil {
-		return err
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		// A body cut short or with a broken chunked encoding is the
+		// client's: what it sent cannot be read.
+		return errdefs.Private(errdefs.ErrInvalidArgument, "the request body could not be read (truncated, or a malformed chunked encoding)", err)
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		data = []byte("{}")

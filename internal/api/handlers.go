@@ -276,7 +276,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	t, ok := s.beginTransfer(w, r, sess.ID(), false)
+	t, ok := s.beginTransfer(w, r, sess, false)
 	if !ok {
 		return
 	}
@@ -290,8 +290,6 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 	defer f.Close()
 	// The workspace holds at most Disk bytes; a file that claims more is
 	// sparse, and streaming its holes would cost the server for nothing.
-	// (RLIMIT_FSIZE already stops the sandbox making one; this is the
-	// host's own check.)
 	if disk := int64(sess.Limits().Disk); e.Size > disk {
 		fail(w, fmt.Errorf("%w: %s is a sparse file of %d bytes, more than the workspace's %d", errdefs.ErrTooLarge, p, e.Size, disk))
 		return
@@ -322,7 +320,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		fail(w, fmt.Errorf("%w: the file is %d bytes, more than the limit of %d", errdefs.ErrTooLarge, r.ContentLength, max))
 		return
 	}
-	t, ok := s.beginTransfer(w, r, sess.ID(), true)
+	t, ok := s.beginTransfer(w, r, sess, true)
 	if !ok {
 		return
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"airlock/internal/errdefs"
+	"airlock/internal/session"
 )
 
 // transfers counts the transfers in progress.
@@ -41,11 +42,12 @@ type transfer struct {
 	end   func()
 }
 
-// beginTransfer counts a transfer for session id and starts its stall
-// clock: on the request's reads for an upload, on the response's writes
-// for a download. Over a cap it answers 429 itself and returns false.
-// The caller must call done.
-func (s *Server) beginTransfer(w http.ResponseWriter, r *http.Request, id string, upload bool) (*transfer, bool) {
+// beginTransfer counts a transfer for sess, keeps sess in use (a long
+// transfer is not idleness) and starts its stall clock: on the request's
+// reads for an upload, on the response's writes for a download. Over a
+// cap it answers 429 itself and returns false. The caller must call done.
+func (s *Server) beginTransfer(w http.ResponseWriter, r *http.Request, sess *session.Session, upload bool) (*transfer, bool) {
+	id := sess.ID()
 	rc := http.NewResponseController(w)
 	stall := s.cfg.Server.TransferStallTimeout.D()
 	// Only the direction the client drives: a download's connection is
@@ -85,8 +87,10 @@ func (s *Server) beginTransfer(w http.ResponseWriter, r *http.Request, id string
 		return nil, false
 	}
 	var once sync.Once
+	unuse := sess.Use()
 	return &transfer{rc: rc, stall: stall, end: func() {
 		once.Do(func() {
+			unuse()
 			t.mu.Lock()
 			t.total--
 			if t.bySession[id]--; t.bySession[id] <= 0 {

@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"airlock/internal/testenv"
 	"errors"
 	"io"
 	"os"
@@ -29,7 +30,7 @@ func TestOpenRejectsBadParents(t *testing.T) {
 func testCgroupHost(t *testing.T) *Host {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("privileged test: needs root to create cgroups")
+		testenv.Skip(t, "privileged test: needs root to create cgroups")
 	}
 	h, err := Open(testParent)
 	if err != nil {

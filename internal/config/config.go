@@ -115,6 +115,12 @@ type Server struct {
 	// download whose client read nothing, for that long. A slow transfer
 	// that keeps moving is never cut off.
 	TransferStallTimeout Duration `json:"transfer_stall_timeout"`
+	// MaxRichOutput caps the rich outputs (display and result data: plots,
+	// tables) the server holds for one execution; later ones are dropped
+	// and counted in results_dropped. It does not grow with max_output, so
+	// the server's memory for rich outputs is at most this times
+	// max_concurrent_executions.
+	MaxRichOutput Size `json:"max_rich_output"`
 }
 
 // Pool configures the warm pools of pre-started sandboxes.
@@ -160,6 +166,7 @@ func Default() Config {
 			MaxConcurrentTransfers:  64,
 			MaxSessionTransfers:     4,
 			TransferStallTimeout:    Duration(30 * time.Second),
+			MaxRichOutput:           32 << 20,
 		},
 		Pool: Pool{
 			Size:     map[string]int{"python": 8, "bash": 2, "javascript": 2},
@@ -274,6 +281,9 @@ func (c Config) Validate() error {
 	}
 	if s.TransferStallTimeout < Duration(time.Second) || s.TransferStallTimeout > Duration(time.Hour) {
 		errs = append(errs, errors.New("server.transfer_stall_timeout must be between 1s and 1h"))
+	}
+	if s.MaxRichOutput < 64<<10 || s.MaxRichOutput > 1<<30 {
+		errs = append(errs, errors.New("server.max_rich_output must be between 64K and 1G"))
 	}
 	for lang, n := range c.Pool.Size {
 		if !KnownLanguage(lang) {

@@ -156,6 +156,8 @@ func TestConfigValidate(t *testing.T) {
 		{"session transfers over server", func(c *Config) { c.Server.MaxSessionTransfers = c.Server.MaxConcurrentTransfers + 1 }, "max_session_transfers"},
 		{"transfer_stall_timeout 0", func(c *Config) { c.Server.TransferStallTimeout = 0 }, "transfer_stall_timeout"},
 		{"transfer_stall_timeout 2h", func(c *Config) { c.Server.TransferStallTimeout = Duration(2 * time.Hour) }, "transfer_stall_timeout"},
+		{"max_rich_output small", func(c *Config) { c.Server.MaxRichOutput = 1 << 10 }, "max_rich_output"},
+		{"max_rich_output 2G", func(c *Config) { c.Server.MaxRichOutput = 2 << 30 }, "max_rich_output"},
 		{"pool unknown language", func(c *Config) { c.Pool.Size = map[string]int{"cobol": 1} }, "unknown language"},
 		{"pool negative", func(c *Config) { c.Pool.Size = map[string]int{"python": -1} }, "pool.size.python"},
 		{"pool huge", func(c *Config) { c.Pool.Size = map[string]int{"bash": 5000} }, "pool.size.bash"},

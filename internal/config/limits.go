@@ -67,6 +67,10 @@ func DefaultMaxLimits() Limits {
 }
 
 // Floors below which a sandbox cannot even start its runtime.
+// MinTimeout is the shortest timeout (and CPU time) of one execution or
+// run a client may ask for.
+const MinTimeout = Duration(time.Millisecond)
+
 const (
 	minMemory    = 16 << 20
 	minDisk      = 1 << 20
@@ -74,7 +78,6 @@ const (
 	minNoFile    = 32
 	minInodes    = 64
 	minCPUs      = 0.01
-	minTimeout   = Duration(time.Millisecond)
 	minMaxOutput = 0
 )
 
@@ -131,8 +134,8 @@ func Resolve(req, def, max Limits) (Limits, error) {
 	sz := func(f float64) string { return Size(f).String() }
 	dur := func(f float64) string { return Duration(f).String() }
 	num := func(f float64) string { return fmt.Sprintf("%g", f) }
-	check("timeout", float64(l.Timeout), float64(minTimeout), float64(max.Timeout), dur)
-	check("cpu_time", float64(l.CPUTime), float64(minTimeout), float64(max.CPUTime), dur)
+	check("timeout", float64(l.Timeout), float64(MinTimeout), float64(max.Timeout), dur)
+	check("cpu_time", float64(l.CPUTime), float64(MinTimeout), float64(max.CPUTime), dur)
 	check("memory", float64(l.Memory), minMemory, float64(max.Memory), sz)
 	check("pids", float64(l.Pids), minPids, float64(max.Pids), num)
 	check("disk", float64(l.Disk), minDisk, float64(max.Disk), sz)

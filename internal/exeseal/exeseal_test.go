@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"testing"
 
+	"airlock/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -84,7 +85,7 @@ func TestMemfd(t *testing.T) {
 
 func TestDetached(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("privileged test: open_tree needs root")
+		testenv.Skip(t, "privileged test: open_tree needs root")
 	}
 	e, err := openDetached()
 	if err != nil {

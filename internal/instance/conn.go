@@ -41,7 +41,7 @@ type framedConn struct {
 	ch     chan runtimes.Message
 	rerr   error
 	hello  runtimes.Message
-	config chan struct{}
+	config chan string   // a configured reply's error, "" if none
 	done   chan struct{} // closed when the reader stops
 	quit   chan struct{} // closed by close: the reader must not block
 	once   sync.Once
@@ -54,7 +54,7 @@ type framedConn struct {
 
 // newFramedConn takes the socket and waits for the runtime's hello.
 func newFramedConn(f *os.File, maxFrame int) (*framedConn, error) {
-	c := &framedConn{f: f, w: runtimes.NewFrameWriter(f), ch: make(chan runtimes.Message, 64), config: make(chan struct{}, 1), done: make(chan struct{}), quit: make(chan struct{})}
+	c := &framedConn{f: f, w: runtimes.NewFrameWriter(f), ch: make(chan runtimes.Message, 64), config: make(chan string, 1), done: make(chan struct{}), quit: make(chan struct{})}
 	r := runtimes.NewFrameReader(f, maxFrame)
 	m, err := r.Read()
 	if err != nil {
@@ -80,7 +80,7 @@ func newFramedConn(f *os.File, maxFrame int) (*framedConn, error) {
 			}
 			if m.Type == "configured" {
 				select {
-				case c.config <- struct{}{}:
+				case c.config <- m.Error:
 				default:
 				}
 				continue
@@ -111,7 +111,12 @@ func (c *framedConn) configure(env map[string]string) error {
 		return err
 	}
 	select {
-	case <-c.config:
+	case e := <-c.config:
+		if e != "" {
+			// A runtime that could not take its environment or directory
+			// would run code somewhere it should not: it is not used.
+			return fmt.Errorf("the runtime could not be configured: %s", truncate(e, 1024))
+		}
 		return nil
 	case <-c.done:
 		return fmt.Errorf("the runtime went away")

@@ -463,6 +463,12 @@ func watchPidfd(pidfd *os.File, gone chan struct{}) {
 	rc.Read(func(fd uintptr) bool {
 		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 		n, _ := unix.Poll(fds, 0)
+		if n > 0 {
+			// Ours to reap only if its template died and it was handed to
+			// the server (a child subreaper); the template's otherwise,
+			// and this fails with ECHILD.
+			unix.Waitid(unix.P_PIDFD, int(fd), nil, unix.WEXITED|unix.WNOHANG, nil)
+		}
 		return n > 0
 	})
 }

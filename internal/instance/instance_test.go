@@ -12,6 +12,7 @@ import (
 	"airlock/internal/config"
 	"airlock/internal/jail"
 	"airlock/internal/runtimes"
+	"airlock/internal/testenv"
 )
 
 // The test binary is what the jail host re-executes as each sandbox's init.
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) {
 func testHost(t *testing.T) (*jail.Host, config.Config) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("privileged test: needs root to build jails (CI runs as root)")
+		testenv.Skip(t, "privileged test: needs root to build jails (CI runs as root)")
 	}
 	cfg := config.Default()
 	cfg.StateDir = "/run/airlock-instance-test"

@@ -611,11 +611,13 @@ func (s *Sandbox) Close() error {
 	return s.closeErr
 }
 
-// rlimitsFor returns the rlimits of every sandboxed program.
+// rlimitsFor returns the rlimits of every sandboxed program. There is no
+// RLIMIT_FSIZE: the tmpfs sizes bound what a sandbox can store, and a file
+// size limit only broke sparse writes at large offsets (the host refuses
+// to stream a sparse file larger than the workspace on its own).
 func rlimitsFor(l config.Limits) []rlimit {
 	return []rlimit{
 		{Resource: unix.RLIMIT_NOFILE, Cur: uint64(l.NoFile), Max: uint64(l.NoFile)},
-		{Resource: unix.RLIMIT_FSIZE, Cur: uint64(l.Disk), Max: uint64(l.Disk)},
 		{Resource: unix.RLIMIT_CORE, Cur: 0, Max: 0},
 		{Resource: unix.RLIMIT_STACK, Cur: 8 << 20, Max: 8 << 20},
 		{Resource: unix.RLIMIT_MEMLOCK, Cur: 64 << 10, Max: 64 << 10},

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"airlock/internal/config"
+	"airlock/internal/testenv"
 )
 
 // The test binary is what Host re-executes as each sandbox's init.
@@ -53,7 +54,7 @@ func appendInt(b []byte, n int) []byte {
 func testHost(t testing.TB) *Host {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("privileged test: needs root to build jails (CI runs as root)")
+		testenv.Skip(t, "privileged test: needs root to build jails (CI runs as root)")
 	}
 	h, err := sharedHost()
 	if err != nil {

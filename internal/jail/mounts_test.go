@@ -58,7 +58,7 @@ func TestRootMounts(t *testing.T) {
 	if err := json.Unmarshal([]byte(linesWith(res.Stdout, "{")[0]), &got); err != nil {
 		t.Fatal(err)
 	}
-	writable := map[string]bool{"/workspace": true, "/tmp": true, "/dev/shm": true, "/proc": true}
+	writable := map[string]bool{"/workspace": true, "/tmp": true, "/dev/shm": true, "/proc": true, "/dev/pts": true}
 	devices := map[string]bool{}
 	for _, d := range rootfs.Devices {
 		writable["/dev/"+d] = true
@@ -76,17 +76,18 @@ func TestRootMounts(t *testing.T) {
 		}
 		// Only bind mounts of the device nodes (including the /proc
 		// masks, which are /dev/null) keep device semantics.
-		if !has("nodev") && !(m.FSType == "devtmpfs" && devices[m.Root]) {
+		if !has("nodev") && !(m.FSType == "devtmpfs" && devices[m.Root]) && !(m.FSType == "devpts" && m.Point == "/dev/pts") {
 			t.Errorf("%s is mounted without nodev: %v (%s %s)", m.Point, m.Opts, m.FSType, m.Root)
 		}
-		if (m.Point == "/tmp" || m.Point == "/dev/shm" || m.Point == "/proc" || m.Point == "/dev") && !has("noexec") {
+		// /tmp and /dev/shm are executable like /workspace (see rootfs).
+		if (m.Point == "/proc" || m.Point == "/dev" || m.Point == "/dev/pts") && !has("noexec") {
 			t.Errorf("%s is mounted without noexec: %v", m.Point, m.Opts)
 		}
 		// Host filesystems appear only as the trees the spec binds: /usr,
 		// directories of /etc, and the read-only root template the host
 		// wrote under its state directory.
 		switch m.FSType {
-		case "tmpfs", "proc", "devtmpfs":
+		case "tmpfs", "proc", "devtmpfs", "devpts":
 		default:
 			template := m.Point == "/" && strings.Contains(m.Root, "/airlock-test/rootfs-")
 			if m.Root != "/usr" && !strings.HasPrefix(m.Root, "/etc/") && !template {
@@ -94,7 +95,7 @@ func TestRootMounts(t *testing.T) {
 			}
 		}
 	}
-	for _, p := range []string{"/", "/usr", "/workspace", "/tmp", "/dev", "/dev/shm", "/proc", "/proc/sys"} {
+	for _, p := range []string{"/", "/usr", "/workspace", "/tmp", "/dev", "/dev/shm", "/dev/pts", "/proc", "/proc/sys"} {
 		if !seen[p] {
 			t.Errorf("no mount on %s", p)
 		}

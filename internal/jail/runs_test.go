@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"airlock/internal/errdefs"
+	"airlock/internal/testenv"
 )
 
 func TestIsolationBetweenRuns(t *testing.T) {
@@ -120,7 +121,7 @@ func TestExitCodes(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if _, err := os.Stat(c.argv[0]); err != nil {
-				t.Skipf("%s is not installed", c.argv[0])
+				testenv.Skip(t, "%s is not installed (scripts/install-deps.sh installs it)", c.argv[0])
 			}
 			res := runReq(t, h, testLimits(), RunRequest{Argv: c.argv, Files: []InputFile{{Path: c.file, Data: strings.NewReader(c.code)}}})
 			if res.ExitCode != c.exit || res.Killed {

@@ -23,6 +23,10 @@ type Rules struct {
 	WritableDirs []string
 	// WritableFiles are single files (device nodes) that may be written.
 	WritableFiles []string
+	// DeviceDirs are trees of device nodes (the sandbox's own devpts)
+	// whose files may be read, written and given device ioctls, with no
+	// right to create or remove anything in them.
+	DeviceDirs []string
 }
 
 // SandboxRules are the rules for the standard sandbox layout.
@@ -31,5 +35,6 @@ func SandboxRules() Rules {
 		ReadExec:      []string{"/"},
 		WritableDirs:  []string{"/workspace", "/tmp", "/dev/shm"},
 		WritableFiles: []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"},
+		DeviceDirs:    []string{"/dev/pts"},
 	}
 }

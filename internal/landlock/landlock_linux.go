@@ -118,6 +118,12 @@ func Create(r Rules, abi int) (int, error) {
 			return -1, err
 		}
 	}
+	for _, p := range r.DeviceDirs {
+		if err := add(p, fileWrite|fsReadDir); err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+	}
 	return fd, nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"testing"
 
+	"airlock/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -23,7 +24,7 @@ func abi(t *testing.T) int {
 	t.Helper()
 	v, err := ABI()
 	if err != nil {
-		t.Skipf("landlock is not enabled: %v", err)
+		testenv.Skip(t, "landlock is not enabled: %v", err)
 	}
 	if v < 1 {
 		t.Fatalf("ABI %d", v)
@@ -211,7 +212,7 @@ func TestRestrictThread(t *testing.T) {
 
 func TestScopes(t *testing.T) {
 	if v := abi(t); v < 6 {
-		t.Skipf("signal and abstract socket scoping need ABI 6, have %d", v)
+		testenv.Skip(t, "signal and abstract socket scoping need ABI 6, have %d", v)
 	}
 	cmd := exec.Command("/bin/sleep", "30")
 	if err := cmd.Start(); err != nil {

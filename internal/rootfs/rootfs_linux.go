@@ -142,10 +142,14 @@ func populate(root string, s Spec) error {
 }
 
 // The scratch mounts' flags, for Build and ResizeScratch alike: a remount
-// replaces every flag, and must not drop one.
+// replaces every flag, and must not drop one. /tmp is executable like
+// /workspace: code that can write /workspace can already run what it
+// writes, and noexec on /tmp only broke real programs (scripts and
+// shutil.which in /tmp, PROT_EXEC maps of its files) without protecting
+// anything.
 const (
 	workspaceFlags = unix.MS_NOSUID | unix.MS_NODEV
-	tmpFlags       = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	tmpFlags       = unix.MS_NOSUID | unix.MS_NODEV
 )
 
 func scratchOptions(disk, inodes int64) string {
@@ -327,8 +331,12 @@ func buildDev(root string, s Spec) error {
 			return err
 		}
 	}
+	if err := mountPts(dev); err != nil {
+		return err
+	}
 	for _, l := range []struct{ name, target string }{
 		{"fd", "/proc/self/fd"}, {"stdin", "/proc/self/fd/0"}, {"stdout", "/proc/self/fd/1"}, {"stderr", "/proc/self/fd/2"},
+		{"ptmx", "pts/ptmx"},
 	} {
 		if err := os.Symlink(l.target, filepath.Join(dev, l.name)); err != nil {
 			return fmt.Errorf("rootfs: %w", err)
@@ -338,11 +346,31 @@ func buildDev(root string, s Spec) error {
 	if err := os.Mkdir(shm, 0o755); err != nil {
 		return fmt.Errorf("rootfs: %w", err)
 	}
-	if err := mountTmpfs(shm, unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, fmt.Sprintf("size=%d,nr_inodes=%d,mode=1777", s.Shm, s.Inodes)); err != nil {
+	// Executable for the same reason as /tmp (JITs and libffi map their
+	// files here with PROT_EXEC).
+	if err := mountTmpfs(shm, unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,nr_inodes=%d,mode=1777", s.Shm, s.Inodes)); err != nil {
 		return err
 	}
 	// /dev itself is read-only once populated.
 	return setattr(dev, false, unix.MOUNT_ATTR_RDONLY)
+}
+
+// mountPts gives the sandbox a devpts instance of its own, so that
+// os.openpty, pty.spawn, script, pexpect and terminal programs work. With
+// newinstance it shares no pty with the host or another sandbox: its
+// /dev/pts lists only the sandbox's own terminals, and /dev/ptmx is a
+// symlink to this instance's ptmx. Slaves get the creating user's group
+// (no tty group is mapped); the mount is nosuid and noexec, and keeps dev
+// semantics, which a pty needs.
+func mountPts(dev string) error {
+	pts := filepath.Join(dev, "pts")
+	if err := os.Mkdir(pts, 0o755); err != nil {
+		return fmt.Errorf("rootfs: %w", err)
+	}
+	if err := unix.Mount("devpts", pts, "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+		return fmt.Errorf("rootfs: mount devpts: %w", err)
+	}
+	return nil
 }
 
 func buildProc(root string) error {

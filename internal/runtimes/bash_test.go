@@ -1,6 +1,7 @@
 package runtimes
 
 import (
+	"airlock/internal/testenv"
 	"bufio"
 	"errors"
 	"os"
@@ -28,7 +29,7 @@ func startBash(t *testing.T) (*bashProc, string) {
 	t.Helper()
 	bash, err := exec.LookPath("bash")
 	if err != nil {
-		t.Skipf("skipping the bash session runtime tests: bash is not installed (%v)", err)
+		testenv.Skip(t, "skipping the bash session runtime tests: bash is not installed (%v)", err)
 	}
 	script, err := filepath.Abs(bashRuntimePath)
 	if err != nil {

@@ -1,6 +1,7 @@
 package runtimes
 
 import (
+	"airlock/internal/testenv"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
@@ -316,7 +317,7 @@ func startJS(t *testing.T) (*rtProc, string) {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
-		t.Skipf("skipping the JavaScript session runtime tests: node is not installed (%v)", err)
+		testenv.Skip(t, "skipping the JavaScript session runtime tests: node is not installed (%v)", err)
 	}
 	script, err := filepath.Abs(jsRuntimePath)
 	if err != nil {
@@ -901,7 +902,7 @@ func TestJavaScriptProtocol(t *testing.T) {
 	t.Parallel()
 	node, err := exec.LookPath("node")
 	if err != nil {
-		t.Skipf("skipping the JavaScript session runtime tests: node is not installed (%v)", err)
+		testenv.Skip(t, "skipping the JavaScript session runtime tests: node is not installed (%v)", err)
 	}
 	script, _ := filepath.Abs(jsRuntimePath)
 	start := func(t *testing.T) *rtProc {

@@ -1,6 +1,7 @@
 package runtimes
 
 import (
+	"airlock/internal/testenv"
 	"context"
 	"os"
 	"os/exec"
@@ -14,7 +15,7 @@ import (
 func TestPythonRuntime(t *testing.T) {
 	const python = "/usr/bin/python3"
 	if _, err := os.Stat(python); err != nil {
-		t.Skipf("skipping the Python session runtime tests: %s is not available (%v)", python, err)
+		testenv.Skip(t, "skipping the Python session runtime tests: %s is not available (%v)", python, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

@@ -54,6 +54,9 @@ type Message struct {
 	Status         string `json:"status,omitempty"`
 	ExecutionCount int    `json:"execution_count,omitempty"`
 	ExitCode       int    `json:"exit_code,omitempty"`
+
+	// configured: what could not be set (a variable, the directory)
+	Error string `json:"error,omitempty"`
 }
 
 // MarshalJSON writes only the fields that are set, except that an

@@ -104,6 +104,13 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		opts.Stderr = os.Stderr
 	}
 	s := &Server{cfg: cfg, opts: opts, log: opts.Log}
+	// The template's runtimes are its children; should it die, they
+	// become ours instead of the host init's, and are reaped here (see
+	// zygote.Close and instance's pidfd watch): a host init slow to reap
+	// would otherwise hold every such sandbox's teardown.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return nil, fmt.Errorf("%w: become a child subreaper: %v", errdefs.ErrUnavailable, err)
+	}
 	defer func() {
 		if err != nil {
 			s.close()

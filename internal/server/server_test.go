@@ -20,6 +20,7 @@ import (
 	"airlock/internal/errdefs"
 	"airlock/internal/jail"
 	"airlock/internal/session"
+	"airlock/internal/testenv"
 )
 
 // The test binary is what the jail host re-executes as each sandbox's init.
@@ -97,7 +98,7 @@ func anyOf[E any](E) bool { return true }
 func testServer(t *testing.T, rec *recorder) (*Server, config.Config) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("privileged test: needs root to build jails (CI runs as root)")
+		testenv.Skip(t, "privileged test: needs root to build jails (CI runs as root)")
 	}
 	cfg := config.Default()
 	cfg.StateDir = "/run/airlock-server-test"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"airlock/internal/apitype"
+	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/instance"
 	"airlock/internal/runtimes"
@@ -20,6 +22,11 @@ import (
 
 // MaxCode caps the code of one execution.
 const MaxCode = 4 << 20
+
+// sendFloor is the least time a runtime gets to read a request before it
+// counts as no longer reading (which ends its session): a short timeout
+// bounds the code, not the write of the request.
+const sendFloor = time.Second
 
 // request is one execution: code, or a program run in place of the
 // runtime (program runs only).
@@ -43,12 +50,15 @@ type execution struct {
 	emit     func(apitype.Event)
 	overflow chan struct{}
 	overOnce sync.Once
+	// interrupt carries a client's request to interrupt this execution.
+	interrupt chan struct{}
 }
 
-// newExecution collects an execution's output; lossless streams bytes that
-// are not UTF-8 as data_base64 instead of replacing them.
-func newExecution(maxOutput int, emit func(apitype.Event), lossless bool) *execution {
-	ex := &execution{emit: emit, overflow: make(chan struct{}), maxRich: max(maxOutput*16, 32<<20)}
+// newExecution collects an execution's output: stdout and stderr up to
+// maxOutput each, rich outputs up to maxRich in all. lossless streams
+// bytes that are not UTF-8 as data_base64 instead of replacing them.
+func newExecution(maxOutput, maxRich int, emit func(apitype.Event), lossless bool) *execution {
+	ex := &execution{emit: emit, overflow: make(chan struct{}), interrupt: make(chan struct{}, 1), maxRich: maxRich}
 	over := func() { ex.overOnce.Do(func() { close(ex.overflow) }) }
 	ex.stdout = stream{max: maxOutput, overflow: over}
 	ex.stderr = stream{max: maxOutput, overflow: over}
@@ -163,8 +173,8 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 	if timeout == 0 {
 		timeout = s.limits.Timeout.D()
 	}
-	if timeout < 0 || timeout > s.m.cfg.Max.Timeout.D() {
-		return nil, fmt.Errorf("%w: timeout %s exceeds the server maximum %s", errdefs.ErrInvalidArgument, timeout, s.m.cfg.Max.Timeout)
+	if timeout < config.MinTimeout.D() || timeout > s.m.cfg.Max.Timeout.D() {
+		return nil, fmt.Errorf("%w: timeout %s must be between %s and the server maximum %s", errdefs.ErrInvalidArgument, timeout, config.MinTimeout, s.m.cfg.Max.Timeout)
 	}
 	if !s.lang.NULInCode && strings.ContainsRune(req.code, 0) {
 		return nil, fmt.Errorf("%w: %s code must not contain NUL bytes", errdefs.ErrInvalidArgument, s.lang.Lang)
@@ -198,7 +208,7 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 	}
 
 	prog := req.prog
-	r.ex = newExecution(int(s.limits.MaxOutput), emit, prog != nil)
+	r.ex = newExecution(int(s.limits.MaxOutput), int(s.m.cfg.Server.MaxRichOutput), emit, prog != nil)
 	if end := s.End(); !end.Zero() { // ended while we waited for a slot
 		return nil, gone(end)
 	}
@@ -230,22 +240,19 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 			s.teardownOnce.Do(s.teardown)
 		}
 	})
-	select {
-	case <-s.interrupt: // a stale request from before this execution
-	default:
-	}
 	if s.m.obs != nil {
 		s.m.obs.ExecutionStarted(ExecutionEvent{Kind: req.kind, Session: s.id, Language: s.lang.Lang})
 	}
 
 	r.start = time.Now()
 	// A runtime whose code stopped it reading its socket (SIGSTOP, a
-	// thread holding the GIL) must not hold the execution past its
+	// thread holding the GIL) must not hold the execution long past its
 	// timeout: the request, half sent, ends the session.
+	sendBy := r.start.Add(max(timeout, sendFloor))
 	if prog != nil {
-		err = s.inst.Run(r.id, *prog, r.start.Add(timeout))
+		err = s.inst.Run(r.id, *prog, sendBy)
 	} else {
-		err = s.inst.Execute(r.id, req.code, r.start.Add(timeout))
+		err = s.inst.Execute(r.id, req.code, sendBy)
 	}
 	if err != nil {
 		end := instance.SendFailure(err)
@@ -268,7 +275,7 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 		CPUTime: s.limits.CPUTime.D(), CPUBase: r.cpu0, CPUs: s.limits.CPUs,
 		Grace:      s.m.cfg.Server.InterruptGrace.D(),
 		Overflow:   r.ex.overflow,
-		Interrupts: s.interrupt,
+		Interrupts: r.ex.interrupt,
 		Ended:      s.ended,
 		EndedBy:    s.End,
 	}
@@ -355,6 +362,9 @@ func (s *Session) finishExecution(r *running, o watch.Outcome) *apitype.Result {
 	res.ResultsDropped = ex.dropped
 	res.Error = ex.err
 	outBytes := len(ex.stdout.buf) + len(ex.stderr.buf)
+	if ex.outBytes+outBytes >= bigOutput {
+		s.m.returnMemory()
+	}
 	ex.mu.Unlock()
 	st, serr := s.inst.Stats()
 	if serr == nil {
@@ -449,3 +459,20 @@ func (v verdict) settle(res *apitype.Result) {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// bigOutput is the output of one execution after which the server gives
+// memory back to the system once the result is sent.
+const bigOutput = 8 << 20
+
+// returnMemory gives the heap's free memory back to the system soon, at
+// most once every few seconds: the buffers of a large result are garbage
+// once it is sent, and the Go runtime alone would return them only
+// minutes later.
+func (m *Manager) returnMemory() {
+	now := time.Now().UnixNano()
+	last := m.lastFree.Load()
+	if now-last < int64(5*time.Second) || !m.lastFree.CompareAndSwap(last, now) {
+		return
+	}
+	time.AfterFunc(time.Second, debug.FreeOSMemory)
+}

@@ -64,7 +64,7 @@ func TestStreamTruncates(t *testing.T) {
 func TestExecutionEvents(t *testing.T) {
 	for _, lossless := range []bool{false, true} {
 		var events []apitype.Event
-		ex := newExecution(1<<20, func(e apitype.Event) { events = append(events, e) }, lossless)
+		ex := newExecution(1<<20, 32<<20, func(e apitype.Event) { events = append(events, e) }, lossless)
 		ex.output([]byte("ok\n"), false)
 		ex.output([]byte{0xff, 0x00, 'x'}, false)
 		ex.output([]byte("err\n"), true)

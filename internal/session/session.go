@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"airlock/internal/apitype"
@@ -54,9 +55,11 @@ type Manager struct {
 	ended    map[string]apitype.End // recently ended id -> why
 	endOrder []string
 	creating int
+	creates  sync.WaitGroup // creations under way, waited for by Close
 	closed   bool
 	oneShots map[*Session]struct{} // running one-shot and program runs
 	bg       sync.WaitGroup        // one-shot runs and their teardowns
+	lastFree atomic.Int64          // unix nanoseconds of the last returnMemory
 }
 
 // NewManager returns a manager that gets its sandboxes from source.
@@ -97,13 +100,13 @@ type Session struct {
 	mu        sync.Mutex
 	lastUsed  time.Time
 	busy      bool
+	inUse     int // file transfers in progress: they keep the session alive
 	end       apitype.End
 	execCount int
 	cur       *execution
 	idleTimer *time.Timer
 	ended     chan struct{}
 	endOnce   sync.Once
-	interrupt chan struct{} // a client asked to interrupt
 
 	teardownOnce sync.Once
 	gone         chan struct{} // closed when everything is freed
@@ -173,15 +176,23 @@ func (m *Manager) Create(ctx context.Context, req apitype.CreateSessionRequest) 
 		return nil, fmt.Errorf("%w: %d sessions are open, the server maximum", errdefs.ErrLimit, m.cfg.Server.MaxSessions)
 	}
 	m.creating++
+	m.creates.Add(1)
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
 		m.creating--
 		m.mu.Unlock()
+		m.creates.Done()
 	}()
 
 	s, err := m.start(ctx, rt, limits, sessionEnv(rt, limits, req.Env), idle)
 	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		// The client left while its sandbox was being built: nobody
+		// would ever learn this session's id.
+		s.teardownOnce.Do(s.teardown)
 		return nil, err
 	}
 	// The timer exists before the session is visible: end and Touch, from
@@ -241,7 +252,7 @@ func (m *Manager) startOnce(ctx context.Context, rt runtimes.Runtime, limits con
 	s := &Session{
 		m: m, id: newID(), lang: rt, limits: limits, idle: idle, inst: inst,
 		create: time.Now(), lastUsed: time.Now(),
-		ended: make(chan struct{}), interrupt: make(chan struct{}, 1), gone: make(chan struct{}),
+		ended: make(chan struct{}), gone: make(chan struct{}),
 	}
 	if err := inst.Attach(s.output); err != nil {
 		inst.Close()
@@ -317,6 +328,11 @@ func (m *Manager) Delete(id string) error {
 func (m *Manager) Close() {
 	m.mu.Lock()
 	m.closed = true
+	m.mu.Unlock()
+	// A creation under way sees closed when it is done and tears its
+	// sandbox down itself; none may outlive Close.
+	m.creates.Wait()
+	m.mu.Lock()
 	all := make([]*Session, 0, len(m.sessions)+len(m.oneShots))
 	for _, s := range m.sessions {
 		all = append(all, s)
@@ -388,20 +404,40 @@ func (s *Session) Touch() {
 	s.mu.Unlock()
 }
 
+// Use marks the session in use until done is called: a file transfer in
+// progress keeps it from idling out however long it takes.
+func (s *Session) Use() (done func()) {
+	s.mu.Lock()
+	s.inUse++
+	s.lastUsed = time.Now()
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.inUse--
+			s.mu.Unlock()
+			s.Touch()
+		})
+	}
+}
+
+// checkIdle ends the session if it has been idle for its idle timeout.
+// The decision and the claim of the session's end are one step under
+// its lock, so that an execution or transfer cannot begin in between.
 func (s *Session) checkIdle() {
 	s.mu.Lock()
 	idleFor := time.Since(s.lastUsed)
-	busy := s.busy
-	s.mu.Unlock()
-	if busy || idleFor < s.idle {
-		s.mu.Lock()
+	if s.busy || s.inUse > 0 || idleFor < s.idle || !s.end.Zero() {
 		if s.idleTimer != nil && s.end.Zero() {
 			s.idleTimer.Reset(max(s.idle-idleFor, time.Second))
 		}
 		s.mu.Unlock()
 		return
 	}
-	s.terminate(apitype.Ended(apitype.EndIdle))
+	s.end = apitype.Ended(apitype.EndIdle)
+	s.mu.Unlock()
+	s.terminate(s.end)
 }
 
 // End says why the session ended (zero while it lives).
@@ -423,7 +459,10 @@ func (s *Session) monitor() {
 func (s *Session) terminate(end apitype.End) {
 	s.endOnce.Do(func() {
 		s.mu.Lock()
-		s.end = end
+		if s.end.Zero() {
+			s.end = end
+		}
+		end = s.end // claimed already (checkIdle)
 		if s.idleTimer != nil {
 			s.idleTimer.Stop()
 		}
@@ -483,16 +522,18 @@ func (s *Session) output(p []byte, isErr bool) {
 // whether there was one.
 func (s *Session) Interrupt() (bool, error) {
 	s.mu.Lock()
-	busy, end := s.busy, s.end
+	ex, end := s.cur, s.end
 	s.mu.Unlock()
 	if !end.Zero() {
 		return false, gone(end)
 	}
-	if !busy {
+	if ex == nil {
 		return false, nil
 	}
+	// Each execution has its own channel: a request for one can never
+	// land on the next.
 	select {
-	case s.interrupt <- struct{}{}:
+	case ex.interrupt <- struct{}{}:
 	default:
 	}
 	return true, nil

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"airlock/internal/errdefs"
+	"airlock/internal/testenv"
 )
 
 // testUID owns the tmpfs, as the sandbox user's host id does.
@@ -32,7 +33,7 @@ const testUID = 1_999_000
 func testDir(t *testing.T, opts string) (*Dir, int) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("privileged test: needs root to mount a tmpfs and take the sandbox user's ids")
+		testenv.Skip(t, "privileged test: needs root to mount a tmpfs and take the sandbox user's ids")
 	}
 	mnt := t.TempDir()
 	type result struct {

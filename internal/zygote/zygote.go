@@ -46,6 +46,12 @@ type Zygote struct {
 	next    int
 	pending map[int]chan result
 	exits   map[int]chan syscall.WaitStatus // host pid -> how it ended
+	// pidfds hold every runtime not yet reported ended; when the template
+	// dies they become orphans, the server's children now (it is a child
+	// subreaper), reaped by Close through them (never by pid: a pid may
+	// be reused).
+	pidfds  map[int]*os.File
+	orphans []*os.File
 	dead    chan struct{}
 	Errors  map[string]string // preload failures
 	Started time.Duration     // how long the preload took
@@ -102,7 +108,7 @@ func Start(ctx context.Context, h *jail.Host, cfg config.Config, log *slog.Logge
 	if err != nil {
 		return nil, err
 	}
-	z := &Zygote{t: t, log: log, pending: map[int]chan result{}, exits: map[int]chan syscall.WaitStatus{}, dead: make(chan struct{})}
+	z := &Zygote{t: t, log: log, pending: map[int]chan result{}, exits: map[int]chan syscall.WaitStatus{}, pidfds: map[int]*os.File{}, dead: make(chan struct{})}
 	lastCap, err := jail.CapLastCap()
 	if err != nil {
 		t.Close()
@@ -194,6 +200,10 @@ func (z *Zygote) loop() {
 			close(ch)
 			delete(z.exits, pid)
 		}
+		for pid, f := range z.pidfds {
+			z.orphans = append(z.orphans, f)
+			delete(z.pidfds, pid)
+		}
 		z.mu.Unlock()
 	}()
 	for {
@@ -211,6 +221,10 @@ func (z *Zygote) loop() {
 				ch <- syscall.WaitStatus(m.Status)
 				delete(z.exits, m.Pid)
 			}
+			if f, ok := z.pidfds[m.Pid]; ok {
+				f.Close()
+				delete(z.pidfds, m.Pid)
+			}
 			z.mu.Unlock()
 			continue
 		}
@@ -227,8 +241,12 @@ func (z *Zygote) loop() {
 			// Registered before the reply is handed over, so that an exit
 			// reported right after cannot be missed.
 			r.exit = make(chan syscall.WaitStatus, 1)
+			own, _ := unix.FcntlInt(r.pidfd.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 			z.mu.Lock()
 			z.exits[m.Pid] = r.exit
+			if own >= 0 {
+				z.pidfds[m.Pid] = os.NewFile(uintptr(own), "runtime-pidfd")
+			}
 			z.mu.Unlock()
 		case m.Type == "fork_error":
 			r.err = fmt.Errorf("%w: python template: %s", errdefs.ErrUnavailable, m.Error)
@@ -358,4 +376,19 @@ func (z *Zygote) wedged() {
 func (z *Zygote) Pid() int { return z.t.Pid() }
 
 // Close stops the template.
-func (z *Zygote) Close() error { return z.t.Close() }
+func (z *Zygote) Close() error {
+	err := z.t.Close()
+	// The template is gone (and its socket closed, so the reader ends),
+	// and with it the parent of its runtimes: those that already ended
+	// wait as zombies of the server, which reaps them now (the rest are
+	// reaped as they end, see instance's pidfd watch).
+	<-z.dead
+	z.mu.Lock()
+	for _, f := range z.orphans {
+		unix.Waitid(unix.P_PIDFD, int(f.Fd()), nil, unix.WEXITED|unix.WNOHANG, nil)
+		f.Close()
+	}
+	z.orphans = nil
+	z.mu.Unlock()
+	return err
+}
