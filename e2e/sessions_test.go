@@ -673,6 +673,99 @@ func TestJavaScriptSession(t *testing.T) {
 	}
 }
 
+// An empty cell does nothing and keeps the session: {"code": ""}, {} or
+// blanks in a session of each language, and an empty one-shot execution.
+// (The runtimes' frames used to drop an empty code, which ended the
+// session with a protocol error.)
+func TestEmptyCell(t *testing.T) {
+	s := sharedServer(t)
+	state := map[string][2]string{ // code that binds a value, code that reads it
+		"python":     {"kept = 41", "print(kept + 1)"},
+		"javascript": {"var kept = 41", "console.log(kept + 1)"},
+		"bash":       {"kept=41", "echo $((kept + 1))"},
+	}
+	hdr := map[string]string{"Content-Type": "application/json"}
+	for _, lang := range []string{"python", "javascript", "bash"} {
+		t.Run(lang, func(t *testing.T) {
+			id := s.newSession(lang, nil)
+			s.exec(id, state[lang][0])
+			for _, body := range []string{`{"code": ""}`, `{}`, `{"code": " \n\t"}`} {
+				status, data := s.raw("POST", "/v1/sessions/"+id+"/execute", body, hdr)
+				var r apitype.Result
+				if err := json.Unmarshal(data, &r); status != 200 || err != nil || r.Error != nil || r.Killed || r.SessionEnded ||
+					r.ExitCode != 0 || r.Stdout != "" || r.Stderr != "" || len(r.Results) != 0 {
+					t.Fatalf("%s: %d %s", body, status, data)
+				}
+				if r := s.exec(id, state[lang][1]); r.Stdout != "42\n" || r.Error != nil {
+					t.Fatalf("after %s: %+v", body, r)
+				}
+			}
+		})
+	}
+	for _, lang := range []string{"python", "javascript", "bash"} {
+		status, data := s.raw("POST", "/v1/execute", map[string]any{"language": lang, "code": ""}, hdr)
+		var r apitype.OneShotResult
+		if err := json.Unmarshal(data, &r); status != 200 || err != nil || r.Result == nil || r.Error != nil || r.Killed || r.ExitCode != 0 || r.Stdout != "" || r.Stderr != "" {
+			t.Errorf("one-shot %s with empty code: %d %s", lang, status, data)
+		}
+	}
+}
+
+// A JavaScript session can use the memory it was granted, though pooled
+// runtimes start with the pool's (V8 sizes its heap once, at start), and
+// running out of it, which V8 reports by aborting, is reported as memory.
+func TestJavaScriptMemory(t *testing.T) {
+	s := sharedServer(t)
+	s.waitWarm()
+	discarded := func() uint64 {
+		t.Helper()
+		h, err := s.c.Health(context.Background())
+		var st apitype.PoolStats
+		if err == nil {
+			err = json.Unmarshal(h.Pool["javascript"], &st)
+		}
+		if err != nil || st.Target == 0 {
+			t.Fatalf("health: %v %+v", err, h)
+		}
+		return st.Discarded
+	}
+	before := discarded()
+	// Most of a 2G grant, over three times the heap of the pool's 512M.
+	id := s.newSession("javascript", map[string]any{"limits": map[string]any{"memory": "2G"}})
+	r, err := s.execute(id, apitype.ExecuteRequest{Timeout: duration(t, "60s"), Code: `
+const keep = [];
+for (let mb = 0; mb < 1200; mb++) keep.push(new Array(128 * 1024).fill(mb)); // 1 MiB each
+console.log(keep.length, require('v8').getHeapStatistics().used_heap_size > 1200e6);`})
+	if err != nil || r.Error != nil || r.Stdout != "1200 true\n" {
+		t.Fatalf("allocating 1200 MiB in a 2G session: %v %+v", err, r)
+	}
+	// The heap follows the grant both ways: a small session's V8 gives up
+	// (and aborts) before the sandbox's memory limit is reached; that is
+	// running out of memory all the same.
+	id = s.newSession("javascript", map[string]any{"limits": map[string]any{"memory": "256M"}})
+	r, err = s.execute(id, apitype.ExecuteRequest{Timeout: duration(t, "60s"), Code: `
+const keep = [];
+for (;;) keep.push(new Array(128 * 1024).fill(1));`})
+	if err != nil || !r.Killed || r.KillReason != "memory" || !r.SessionEnded || r.EndReason != "out of memory" || r.EndCode != apitype.EndOOM {
+		t.Fatalf("exhausting a 256M session: %v %+v", err, r)
+	}
+	if !strings.Contains(r.Stderr, "JavaScript heap out of memory") {
+		t.Fatalf("V8 did not run out of heap itself (the test means to check how its abort is reported): %q", truncate(r.Stderr, 2000))
+	}
+	// The pool's runtime, which could not serve them, is left for others.
+	if n := discarded(); n != before {
+		t.Errorf("%d pooled javascript runtimes discarded", n-before)
+	}
+	// Spoofing V8's message and aborting is no memory exhaustion.
+	id = s.newSession("javascript", nil)
+	r, err = s.execute(id, apitype.ExecuteRequest{Code: `
+console.error('FATAL ERROR: Reached heap limit Allocation failed - JavaScript heap out of memory');
+process.abort();`})
+	if err != nil || !r.SessionEnded || r.KillReason == "memory" || r.EndCode == apitype.EndOOM {
+		t.Fatalf("a plain abort: %v %+v", err, r)
+	}
+}
+
 // No API answer is a redirect: Go's router would redirect a path with
 // empty or dot segments to its cleaned form, another resource (files/..
 // is the session itself), and a client that follows redirects (curl -L,

@@ -275,7 +275,7 @@ func (in *Instance) Monitor(stop <-chan struct{}) apitype.End {
 
 // death explains why the runtime or the jail went away.
 func (in *Instance) death(e jail.Exit) apitype.End {
-	if st, err := in.sb.Stats(); err == nil && st.OOMKills > 0 {
+	if st, err := in.sb.Stats(); err == nil && (st.OOMKills > 0 || in.rt.OutOfMemory(in.Limits(), e.Status, st.MemoryPeak)) {
 		return apitype.Ended(apitype.EndOOM)
 	}
 	end := apitype.Ended(apitype.EndInterpreterExited)

@@ -95,6 +95,12 @@ func (p *Pool) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits) (*
 	if !ok {
 		return nil, fmt.Errorf("%w: unknown language %q", errdefs.ErrInvalidArgument, rt.Lang)
 	}
+	if !rt.Adapts(q.profile, l) {
+		// The pool's runtimes took its limits at start (a flag, a heap
+		// size) and cannot serve these: leave them to sessions they can.
+		q.misses.Add(1)
+		return p.newInstance(ctx, rt, l)
+	}
 	for {
 		inst := q.take()
 		if inst == nil {

@@ -146,6 +146,19 @@ func TestBashStatuses(t *testing.T) {
 	b.expect("return 3; echo not reached", 3, "")
 }
 
+// An empty block is an empty cell: status 0, no output, and the state
+// (including $?, which a comment does not reset either) as it was, as
+// after an empty line at a prompt.
+func TestBashEmptyBlock(t *testing.T) {
+	t.Parallel()
+	b, _ := startBash(t)
+	b.expect("x=kept; cd /; (exit 3)", 3, "")
+	for _, code := range []string{"", " \t\n\n"} {
+		b.expect(code, 0, "")
+		b.expect("echo \"$? $x $PWD\"; (exit 3)", 3, "3 kept /\n")
+	}
+}
+
 func TestBashInterrupt(t *testing.T) {
 	t.Parallel()
 	b, _ := startBash(t)

@@ -6,7 +6,11 @@ import (
 	"path"
 )
 
-//go:embed python/*.py javascript/*.js bash/*.sh
+// The Python runtime is a package: its directory is named file by file
+// (a directory pattern would leave out __init__.py and __main__.py, as it
+// does every name starting with _ or .), and python/tests is not shipped.
+//
+//go:embed python/*.py python/airlock_runtime/*.py javascript/*.js bash/*.sh
 var files embed.FS
 
 // RootFiles are the session runtimes, placed read-only under RuntimeDir in

@@ -881,6 +881,23 @@ func TestJavaScriptConfigure(t *testing.T) {
 	p.expectResult("require('child_process').execSync('echo $AIRLOCK_TEST').toString().trim()", "'yes'")
 }
 
+// An empty cell (no code, "" or blanks) does nothing: status ok, no
+// result, no output, and the state is kept.
+func TestJavaScriptEmptyCell(t *testing.T) {
+	t.Parallel()
+	p, _ := startJS(t)
+	p.mustOK("let kept = 41")
+	for i, body := range []string{`{"type":"execute","id":"%s"}`, `{"type":"execute","id":"%s","code":""}`, `{"type":"execute","id":"%s","code":" \n\t"}`} {
+		id := fmt.Sprintf("empty%d", i)
+		p.sendFrame([]byte(fmt.Sprintf(body, id)))
+		e := p.waitExec(id)
+		if e.done.Status != "ok" || *e.done.ExitCode != 0 || e.result != nil || e.err != nil || len(e.displays) != 0 || e.stdout != "" || e.stderr != "" {
+			t.Fatalf("%s: %v", body, e)
+		}
+		p.expectResult("kept + 1", "42")
+	}
+}
+
 func TestJavaScriptProtocol(t *testing.T) {
 	t.Parallel()
 	node, err := exec.LookPath("node")
@@ -904,13 +921,13 @@ func TestJavaScriptProtocol(t *testing.T) {
 		input []byte
 		why   string
 	}{
-		"bad JSON":        {raw("{x}"), "bad JSON: "},
-		"unknown type":    {raw(`{"type":"bad"}`), `unknown message type "bad"`},
-		"not an object":   {raw("[1]"), `a message must be an object with a string "type"`},
-		"zero length":     {raw(""), "frame length 0"},
-		"too long":        {binary.BigEndian.AppendUint32(nil, MaxFrameForTests+1), "frame length 67108865"},
-		"execute no id":   {raw(`{"type":"execute","code":"1"}`), `execute needs a string "id" and a string "code"`},
-		"execute no code": {raw(`{"type":"execute","id":"x"}`), `execute needs a string "id" and a string "code"`},
+		"bad JSON":         {raw("{x}"), "bad JSON: "},
+		"unknown type":     {raw(`{"type":"bad"}`), `unknown message type "bad"`},
+		"not an object":    {raw("[1]"), `a message must be an object with a string "type"`},
+		"zero length":      {raw(""), "frame length 0"},
+		"too long":         {binary.BigEndian.AppendUint32(nil, MaxFrameForTests+1), "frame length 67108865"},
+		"execute no id":    {raw(`{"type":"execute","code":"1"}`), `execute needs a string "id" and a string "code"`},
+		"execute bad code": {raw(`{"type":"execute","id":"x","code":1}`), `execute needs a string "id" and a string "code"`},
 		// A well-formed execute but for one byte that is not UTF-8.
 		"invalid UTF-8":   {raw("{\"type\":\"execute\",\"id\":\"x\",\"code\":\"'\xff'\"}"), "bad JSON: The encoded data was not valid for encoding utf-8"},
 		"env not a map":   {raw(`{"type":"configure","env":["x"]}`), `configure: "env" must map strings to strings`},

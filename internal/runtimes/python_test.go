@@ -10,7 +10,7 @@ import (
 )
 
 // TestPythonRuntime runs the Python session runtime's own test suite
-// (python/tests, unittest), which starts airlock_runtime.py the way the
+// (python/tests, unittest), which starts the airlock_runtime package the way the
 // server does and drives it over the frame protocol.
 func TestPythonRuntime(t *testing.T) {
 	const python = "/usr/bin/python3"

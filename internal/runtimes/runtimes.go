@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
@@ -69,6 +70,11 @@ type Language struct {
 	// serve a session with limits to once its sandbox is adapted; nil:
 	// every limit adapts in place.
 	AdaptInPlace func(from, to config.Limits) bool
+	// heap is the size of the heap the interpreter gives itself in a
+	// sandbox with limits l and aborts (SIGABRT) when it is full, before
+	// the sandbox's memory limit is reached (V8); nil: the interpreter
+	// has no limit of its own, only the sandbox's.
+	heap func(l config.Limits) int64
 }
 
 // languages is the table.
@@ -78,7 +84,7 @@ var languages = []*Language{
 		binary:      func(r config.Runtimes) string { return r.Python },
 		Framed:      true,
 		Template:    true,
-		sessionArgs: []string{"-I", "-B", RuntimeDir + "/python/airlock_runtime.py"},
+		sessionArgs: []string{"-I", "-B", RuntimeDir + "/python/airlock_runtime"},
 		// The template interpreter is Python too: the same runtime
 		// package, forked into sandboxes with its imports done.
 		templateArgs:     []string{"-I", "-B", RuntimeDir + "/python/airlock_zygote.py"},
@@ -105,9 +111,23 @@ var languages = []*Language{
 		NULInCode:        true,
 		ReportsInterrupt: true,
 		env: func(l config.Limits) []string {
-			return []string{"NODE_OPTIONS=--max-old-space-size=" + strconv.FormatInt(max(int64(l.Memory)>>20*3/4, 16), 10)}
+			return []string{"NODE_OPTIONS=--max-old-space-size=" + strconv.FormatInt(v8Heap(l)>>20, 10)}
 		},
+		// V8 sizes its heap once, at start: a pooled runtime serves only
+		// sessions whose memory gives the heap it has. (One sized from the
+		// server's maximum instead, left to the cgroup, does not collect
+		// garbage until it is killed: V8's heuristics follow its limit.)
+		AdaptInPlace: func(from, to config.Limits) bool { return v8Heap(from) == v8Heap(to) },
+		heap:         v8Heap,
 	},
+}
+
+// v8Heap is the size of V8's old space in a sandbox with limits l: its
+// memory less room for node itself, buffers and the sandbox's files (a
+// quarter of it, at most 256 MiB), in whole MiB, at least 16 MiB.
+func v8Heap(l config.Limits) int64 {
+	m := int64(l.Memory)
+	return max(m-min(m/4, 256<<20), 16<<20) >> 20 << 20
 }
 
 // Names lists the canonical names of every language.
@@ -205,6 +225,20 @@ func (r Runtime) SessionEnv(l config.Limits) []string {
 // limits to.
 func (r Runtime) Adapts(from, to config.Limits) bool {
 	return r.AdaptInPlace == nil || r.AdaptInPlace(from, to)
+}
+
+// OutOfMemory reports whether a runtime that ended with status, in a
+// sandbox with limits l whose memory use peaked at peak bytes, ran out of
+// memory though the kernel's OOM killer did not act: an interpreter that
+// gives itself a heap sized from l (V8) aborts when it is full. Only what
+// airlock measured counts, never what the sandbox printed (anyone can
+// print V8's message): the abort, and a peak that reached most of the
+// heap, which V8 gives up only near its end.
+func (r Runtime) OutOfMemory(l config.Limits, status syscall.WaitStatus, peak int64) bool {
+	if r.heap == nil || !status.Signaled() || status.Signal() != syscall.SIGABRT {
+		return false
+	}
+	return peak >= r.heap(l)/4*3
 }
 
 // EnvMap turns K=V pairs into a map; a later pair wins.

@@ -3,7 +3,9 @@ package runtimes
 import (
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"airlock/internal/config"
@@ -27,7 +29,7 @@ func TestLanguageTable(t *testing.T) {
 		fresh        string
 	}{
 		{[]string{"python", "python3", "py"}, "python", "/usr/bin/python3", ".py",
-			[]string{"/usr/bin/python3", "-I", "-B", "/opt/airlock/python/airlock_runtime.py"},
+			[]string{"/usr/bin/python3", "-I", "-B", "/opt/airlock/python/airlock_runtime"},
 			"PYTHONUNBUFFERED=1", "MPLBACKEND=module://airlock_mpl", true, true, true, "PYTHON"},
 		{[]string{"bash", "sh", "shell"}, "bash", "/usr/bin/bash", ".sh",
 			[]string{"/usr/bin/bash", "--noprofile", "--norc", "/opt/airlock/bash/runtime.sh"},
@@ -59,8 +61,8 @@ func TestLanguageTable(t *testing.T) {
 			if !slices.Equal(senv[:len(env)], env) || (c.sessionEnv != "" && !slices.Contains(senv, c.sessionEnv)) {
 				t.Errorf("%s: SessionEnv = %q", name, senv)
 			}
-			if !rt.Adapts(l, config.DefaultMaxLimits()) {
-				t.Errorf("%s: limits do not adapt in place", name)
+			if want := c.lang != "javascript"; rt.Adapts(l, config.DefaultMaxLimits()) != want {
+				t.Errorf("%s: limits adapt in place: %v, want %v", name, !want, want)
 			}
 		}
 	}
@@ -89,6 +91,85 @@ func TestLanguageForFile(t *testing.T) {
 	} {
 		if got := LanguageForFile(name); got != want {
 			t.Errorf("LanguageForFile(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
+
+// V8 sizes its heap from the sandbox's memory once, at start: pooled
+// runtimes serve only sessions that would give them the same heap, and
+// V8's abort when the heap is full counts as running out of memory only
+// when airlock saw the memory used.
+func TestJavaScriptHeap(t *testing.T) {
+	const mib = 1 << 20
+	js, err := Lookup(config.Default(), "javascript")
+	if err != nil {
+		t.Fatal(err)
+	}
+	py, _ := Lookup(config.Default(), "python")
+	mem := func(n int64) config.Limits { l := config.DefaultLimits(); l.Memory = config.Size(n); return l }
+	for memory, heap := range map[int64]int64{
+		16 * mib: 16 * mib, 20 * mib: 16 * mib, 64 * mib: 48 * mib, 512 * mib: 384 * mib, 513 * mib: 384 * mib,
+		1 << 30: 768 * mib, 2 << 30: 1792 * mib, 8 << 30: 7936 * mib,
+	} {
+		if got := v8Heap(mem(memory)); got != heap {
+			t.Errorf("heap for %d MiB: %d MiB, want %d", memory/mib, got/mib, heap/mib)
+		}
+		want := "NODE_OPTIONS=--max-old-space-size=" + strconv.FormatInt(heap/mib, 10)
+		if env := js.Env(mem(memory)); !slices.Contains(env, want) {
+			t.Errorf("Env for %d MiB = %q, want %q in it", memory/mib, env, want)
+		}
+	}
+	def := config.DefaultLimits()
+	cpus := def
+	cpus.CPUs *= 2
+	for _, c := range []struct {
+		to   config.Limits
+		want bool
+	}{{def, true}, {cpus, true}, {mem(513 * mib), true}, {mem(2 << 30), false}, {mem(256 * mib), false}} {
+		if got := js.Adapts(def, c.to); got != c.want {
+			t.Errorf("javascript adapts from %d MiB to %d MiB: %v", def.Memory/mib, c.to.Memory/mib, got)
+		}
+		if !py.Adapts(def, c.to) {
+			t.Errorf("python does not adapt to %+v", c.to)
+		}
+	}
+	abort, kill, exit134 := syscall.WaitStatus(syscall.SIGABRT), syscall.WaitStatus(syscall.SIGKILL), syscall.WaitStatus(134<<8)
+	for _, c := range []struct {
+		rt     Runtime
+		status syscall.WaitStatus
+		peak   int64
+		want   bool
+	}{
+		{js, abort, 300 * mib, true}, // 3/4 of the 384 MiB heap is 288
+		{js, abort, 280 * mib, false},
+		{js, abort, 0, false},
+		{js, kill, 500 * mib, false},
+		{js, exit134, 500 * mib, false},
+		{py, abort, 500 * mib, false},
+	} {
+		if got := c.rt.OutOfMemory(def, c.status, c.peak); got != c.want {
+			t.Errorf("%s: OutOfMemory(%v, %d MiB) = %v", c.rt.Lang, c.status, c.peak/mib, got)
+		}
+	}
+}
+
+// Every runtime's files are shipped, the Python package whole (its
+// __init__.py and __main__.py too, which a directory pattern would leave
+// out), and its tests are not.
+func TestRootFiles(t *testing.T) {
+	files := RootFiles()
+	want := []string{"javascript/runtime.js", "bash/runtime.sh", "python/airlock_zygote.py", "python/airlock_mpl.py"}
+	for _, name := range []string{"__init__", "__main__", "wire", "current", "display", "tracebacks", "magics", "program", "session"} {
+		want = append(want, "python/airlock_runtime/"+name+".py")
+	}
+	for _, name := range want {
+		if files[RuntimeDir+"/"+name] == "" {
+			t.Errorf("%s is not shipped", name)
+		}
+	}
+	for p := range files {
+		if strings.Contains(p, "/tests/") || strings.Contains(p, "__pycache__") {
+			t.Errorf("%s is shipped", p)
 		}
 	}
 }

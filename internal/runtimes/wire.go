@@ -27,7 +27,7 @@ type Message struct {
 	Type string `json:"type"`
 	ID   string `json:"id,omitempty"`
 
-	// execute
+	// execute (always sent, see MarshalJSON)
 	Code string `json:"code,omitempty"`
 	// configure, run
 	Env map[string]string `json:"env,omitempty"`
@@ -57,6 +57,20 @@ type Message struct {
 
 	// configured: what could not be set (a variable, the directory)
 	Error string `json:"error,omitempty"`
+}
+
+// MarshalJSON writes only the fields that are set, except that an
+// execute always carries its code: an empty cell is a cell, and a runtime
+// must not have to guess what a missing "code" means.
+func (m Message) MarshalJSON() ([]byte, error) {
+	type fields Message // without this method
+	if m.Type != "execute" {
+		return json.Marshal(fields(m))
+	}
+	return json.Marshal(struct {
+		fields
+		Code string `json:"code"` // shadows the embedded omitempty one
+	}{fields(m), m.Code})
 }
 
 // FrameWriter writes frames; it is safe for concurrent use.

@@ -166,3 +166,25 @@ func FuzzFrameReader(f *testing.F) {
 		}
 	})
 }
+
+// An execute carries its code even when it is empty (an empty cell), and
+// nothing else grows a "code" field.
+func TestExecuteAlwaysCarriesCode(t *testing.T) {
+	for _, tc := range []struct {
+		m    Message
+		want string
+	}{
+		{Message{Type: "execute", ID: "e1", Code: ""}, `{"type":"execute","id":"e1","code":""}`},
+		{Message{Type: "execute", ID: "e2", Code: "x = 1"}, `{"type":"execute","id":"e2","code":"x = 1"}`},
+		{Message{Type: "configure", Cwd: "/workspace"}, `{"type":"configure","cwd":"/workspace"}`},
+		{Message{Type: "done", ID: "e1", Status: "ok"}, `{"type":"done","id":"e1","status":"ok"}`},
+	} {
+		var buf bytes.Buffer
+		if err := NewFrameWriter(&buf).Write(tc.m); err != nil {
+			t.Fatal(err)
+		}
+		if got := string(buf.Bytes()[4:]); got != tc.want {
+			t.Errorf("%s: wrote %s, want %s", tc.m.Type, got, tc.want)
+		}
+	}
+}

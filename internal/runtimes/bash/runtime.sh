@@ -221,6 +221,14 @@ while :; do
         builtin exit 0
     done
 
+    # A block of nothing but blanks is an empty cell: it does nothing, and
+    # $? stays what the previous block left, as after an empty line at a
+    # prompt.
+    if [[ $__airlock_code != *[![:space:]]* ]]; then
+        builtin printf '0\0' >&3
+        continue
+    fi
+
     # Run it with the options the user left on, errtrace forced on so the
     # ERR trap sees failures inside functions.
     __airlock_running=1 __airlock_interrupted= __airlock_status=

@@ -279,6 +279,8 @@ function dispatch(msg) {
       realExit(0);
       break;
     case 'execute':
+      // No code is an empty cell, as '' is: it does nothing.
+      if (msg.code === undefined) msg.code = '';
       if (typeof msg.id !== 'string' || typeof msg.code !== 'string') fatal('execute needs a string "id" and a string "code"');
       break;
     case 'run': {

@@ -79,7 +79,7 @@ def figure_mimebundle(fig: Figure) -> tuple[dict, dict]:
 def _runtime() -> Any:
     """The airlock runtime module when a session is running, else None."""
     rt = sys.modules.get("airlock_runtime")
-    if rt is None or getattr(rt, "_session", None) is None:
+    if rt is None or rt.current.session is None:
         return None
     return rt
 

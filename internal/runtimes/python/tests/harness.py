@@ -1,6 +1,6 @@
-"""Drive airlock_runtime.py over its control socket, like the server does.
+"""Drive the airlock_runtime package over its control socket, like the server does.
 
-The runtime runs as ``python3 -I -B airlock_runtime.py`` in its own process
+The runtime runs as ``python3 -I -B airlock_runtime`` in its own process
 group with fd 3 = one end of a socketpair and fds 1/2 = pipes; this module
 speaks the framing of docs/runtime-protocol.md and collects each
 execution's messages together with the stdout/stderr bytes written before
@@ -27,7 +27,7 @@ from typing import Any, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUNTIME_DIR = os.path.dirname(HERE)
-RUNTIME = os.path.join(RUNTIME_DIR, "airlock_runtime.py")
+RUNTIME = os.path.join(RUNTIME_DIR, "airlock_runtime")
 PYTHON = sys.executable
 
 # One matplotlib cache for the whole run (building it is slow).

@@ -108,8 +108,8 @@ class MalformedFrameTest(unittest.TestCase):
     def test_unknown_type(self) -> None:
         self.assertFatal(self.frame(b'{"type": "launch-missiles"}'), "unknown message type 'launch-missiles'")
 
-    def test_execute_without_code(self) -> None:
-        self.assertFatal(self.frame(b'{"type": "execute", "id": "e9"}'),
+    def test_execute_with_code_not_a_string(self) -> None:
+        self.assertFatal(self.frame(b'{"type": "execute", "id": "e9", "code": 1}'),
                          "execute needs a string 'id' and a string 'code'")
 
     def test_oversized_frame(self) -> None:
@@ -151,6 +151,29 @@ class ExecuteTest(SessionMixin, unittest.TestCase):
         self.assertIsNone(self.value(""))
         self.assertIsNone(self.value("# only a comment"))
         self.assertIsNone(self.value("if True:\n    5"))
+
+    def test_empty_cell_does_nothing(self) -> None:
+        # No code (an encoder that drops empty strings), "" or blanks: an
+        # empty cell, which changes nothing but the execution count.
+        for msg in ({}, {"code": ""}, {"code": " \n\t\n"}):
+            self.ok("kept = 41\n42")
+            self.rt.counter += 1
+            exec_id = f"e{self.rt.counter}"
+            self.rt.send({"type": "execute", "id": exec_id, **msg})
+            ex = self.rt.wait(exec_id)
+            self.assertEqual([m["type"] for m in ex.messages], ["done"], msg)
+            self.assertEqual((ex.status, ex.done["exit_code"], ex.out, ex.err), ("ok", 0, "", ""), msg)
+            self.assertEqual(self.value("(kept + 1, _)"), "(42, 42)", msg)
+
+    def test_runtime_modules_are_not_top_level(self) -> None:
+        # The runtime is a package: user code's `import session` or `import
+        # display` must not find its modules, and its directory (for
+        # airlock_mpl) comes after the cwd and the standard library.
+        ex = self.ok("import importlib.util, sys\n"
+                     "print([n for n in ('wire', 'current', 'display', 'magics', 'tracebacks', 'program', 'session')\n"
+                     "       if importlib.util.find_spec(n) is not None or n in sys.modules])\n"
+                     "print(sys.path[0] == '', sys.path[-1] == __import__('airlock_runtime').current.RUNTIME_DIR)")
+        self.assertEqual(ex.out, "[]\nTrue True\n")
 
     def test_only_the_last_expression_is_shown(self) -> None:
         ex = self.ok("1\n2\n3")

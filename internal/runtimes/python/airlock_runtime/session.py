@@ -1,0 +1,565 @@
+"""The session: its state and the protocol loop (one per process).
+
+``serve`` sets a session up (stdio, ``sys.path``, a real ``__main__`` as the
+user's namespace, the ``display`` and ``__airlock__`` builtins, the IPython
+stand-in, SIGINT handling), says hello, and answers the server's messages
+until end of file: ``configure``, ``execute`` (cells compiled with
+top-level await, the last expression's value as the ``result``, every
+failure reported and the session kept) and ``run`` (program mode).
+"""
+
+from __future__ import annotations
+
+import __future__
+import _signal
+import _thread
+import ast
+import builtins
+import io
+import linecache
+import os
+import sys
+import types
+from typing import Any, Optional
+
+from . import current, display, magics, program, tracebacks, wire
+
+globals()["__builtins__"] = dict(vars(builtins))  # see the package doc
+
+LANGUAGE = "python"
+
+_CO_COROUTINE = 0x0080  # inspect.CO_COROUTINE, without importing inspect
+_TOP_LEVEL_AWAIT = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+_FUTURE_MASK = 0
+for _name in __future__.all_feature_names:
+    _FUTURE_MASK |= getattr(__future__, _name).compiler_flag
+del _name
+
+_NO_VALUE = object()  # "the cell has no value to show" (None is a value)
+
+
+class Session:
+    """State of one session and its protocol loop (one per process)."""
+
+    def __init__(self, ctl_fd: int) -> None:
+        self.pid = os.getpid()
+        self.main_thread = _thread.get_ident()
+        # Move the control socket off fd 3 to a close-on-exec descriptor, so
+        # that neither user code nor the processes it starts can write to it.
+        fd = os.dup(ctl_fd)
+        os.close(ctl_fd)
+        self.chan = wire.Channel(fd)
+
+        # stdout/stderr: line-buffered UTF-8 straight on fds 1/2; keep copies
+        # of the descriptors to restore them if user code closes them.
+        self.saved_fds = {}
+        for n in (0, 1, 2):
+            try:
+                self.saved_fds[n] = os.dup(n)
+            except OSError:
+                pass
+        current.discard_buffered_output((sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__),
+                                 self.saved_fds)
+        self.stdout = current.text_stream(1)
+        self.stderr = current.text_stream(2)
+        self.retired: list[io.TextIOWrapper] = []
+        sys.stdout = sys.__stdout__ = self.stdout
+        sys.stderr = sys.__stderr__ = self.stderr
+        if sys.stdin is None or current.is_closed(sys.stdin):
+            sys.stdin = sys.__stdin__ = current.text_stream(0, "r")
+
+        # Imports: the cwd (like Jupyter) first, the runtime's directory (for
+        # airlock_mpl) last.
+        if current.RUNTIME_DIR not in sys.path:
+            sys.path.append(current.RUNTIME_DIR)
+        if "" not in sys.path:
+            sys.path.insert(0, "")
+        sys.argv = [""]
+
+        # The user's namespace is a real __main__ module, so that classes and
+        # functions defined in cells pickle and `if __name__ == "__main__":` runs.
+        self.main = types.ModuleType("__main__")
+        self.main.__dict__["__builtins__"] = builtins
+        self.ns = self.main.__dict__
+        sys.modules["__main__"] = self.main
+        self.initial_names = frozenset(self.ns)
+
+        self.magics = magics.Magics(self)
+        builtins.display = display.display
+        builtins.__airlock__ = self.magics
+        display.install_ipython_shim()
+
+        self.execution_count = 0
+        self.exec_id: Optional[str] = None
+        self.busy = False
+        self.interrupted = False
+        self.pending_interrupt = False
+        self.future_flags = 0
+        self.magic_lines: dict[str, set[int]] = {}
+        self.filename = ""
+        self.captures: list[list] = []
+        self.underscore: Any = _NO_VALUE
+        self.loop: Any = None
+
+        # Figures left open by a zygote must not show up in the first cell.
+        plt = sys.modules.get("matplotlib.pyplot")
+        if plt is not None:
+            try:
+                plt.close("all")
+            except Exception:  # noqa: BLE001
+                pass
+
+        # Signals as in a freshly started interpreter (a zygote may have reset
+        # them all to SIG_DFL): SIGPIPE and SIGXFSZ ignored, so that writing to
+        # a closed pipe raises BrokenPipeError instead of killing the session.
+        for name in ("SIGPIPE", "SIGXFSZ"):
+            if hasattr(_signal, name):
+                _signal.signal(getattr(_signal, name), _signal.SIG_IGN)
+        self.sigint = self._on_sigint
+        _signal.signal(_signal.SIGINT, self.sigint)
+
+    # -- signals --
+
+    def _on_sigint(self, signum: int, frame: Optional[types.FrameType]) -> None:
+        """SIGINT: KeyboardInterrupt in user code; ignored while idle.
+
+        Never raised inside the runtime's own frames (e.g. halfway through
+        writing a frame): there it is recorded and raised at the next
+        checkpoint before user code runs again.
+        """
+        if not self.busy:
+            return
+        if frame is not None and current.is_runtime_file(frame.f_code.co_filename):
+            self.pending_interrupt = True
+            return
+        self.interrupted = True
+        raise KeyboardInterrupt
+
+    def checkpoint(self) -> None:
+        """Raise an interrupt that arrived while the runtime's code was running."""
+        if self.pending_interrupt and self.busy and _thread.get_ident() == self.main_thread:
+            self.pending_interrupt = False
+            self.interrupted = True
+            raise KeyboardInterrupt
+
+    # -- sending --
+
+    def send(self, msg: dict) -> None:
+        """Send a message (flushing stdout/stderr first); fatal if the peer is gone."""
+        current.flush_stdio()
+        payload = self._payload(msg)
+        with self.chan.lock:
+            self._write(payload)
+
+    def _write(self, payload: bytes) -> None:
+        try:
+            self.chan.write_frame(payload)
+        except OSError as e:
+            # The server is gone (or the socket was sabotaged): nothing to report to.
+            import errno
+            os._exit(0 if e.errno in (errno.EPIPE, errno.ECONNRESET) else 2)
+
+    def _payload(self, msg: dict) -> bytes:
+        try:
+            payload = wire.encode(msg)
+        except (ValueError, TypeError, RecursionError, MemoryError) as e:
+            payload = wire.encode(self._shrunk(msg, f"message could not be encoded ({type(e).__name__})"))
+        if len(payload) > wire.MAX_FRAME - 1024:
+            payload = wire.encode(self._shrunk(msg, f"message of {len(payload):,} bytes exceeds the frame limit"))
+        return payload
+
+    @staticmethod
+    def _shrunk(msg: dict, why: str) -> dict:
+        """A small stand-in for a message that cannot be sent as is."""
+        msg = dict(msg)
+        if "data" in msg:
+            plain = msg["data"].get("text/plain", "") if isinstance(msg["data"], dict) else ""
+            plain = plain[:65536] if isinstance(plain, str) else ""
+            msg["data"] = {"text/plain": (plain + f"\n[airlock: output omitted: {why}]").lstrip("\n")}
+            msg["metadata"] = {}
+        if "traceback" in msg:
+            tb = msg["traceback"] if isinstance(msg["traceback"], list) else []
+            msg["traceback"] = [str(x)[:4096] for x in tb[:50]] + [f"[airlock: traceback shortened: {why}]"]
+            msg["value"] = str(msg.get("value", ""))[:65536]
+        return msg
+
+    def begin(self, msg_id: str) -> None:
+        """Attribute what is displayed from now on to execution msg_id."""
+        with self.chan.lock:
+            self.exec_id = msg_id
+
+    def send_done(self, done: dict) -> None:
+        """Send an execution's ``done``, its last message: nothing displayed
+        after it is attributed to it."""
+        with self.chan.lock:
+            self.exec_id = None
+            self._write(self._payload(done))
+
+    def publish(self, data: dict, metadata: dict) -> None:
+        """Send a display message for the running execution (any thread)."""
+        if os.getpid() != self.pid:
+            return  # a forked child of user code must not talk on our socket
+        if self.captures and _thread.get_ident() == self.main_thread:
+            self.captures[-1].append((data, metadata))
+            return
+        current.flush_stdio()
+        with self.chan.lock:
+            if self.exec_id is None:
+                return  # no execution is running: nowhere to attribute it
+            payload = self._payload({"type": "display", "id": self.exec_id,
+                                     "data": data, "metadata": metadata})
+            self._write(payload)
+        self.checkpoint()
+
+    # -- the loop --
+
+    def run(self) -> None:
+        self.send({"type": "hello", "language": LANGUAGE,
+                   "version": "%d.%d.%d" % sys.version_info[:3], "pid": self.pid})
+        while True:
+            try:
+                msg = self.chan.recv()
+            except wire.ProtocolError as e:
+                self.fatal(str(e))
+            except OSError as e:
+                self.fatal(f"cannot read the control socket: {e}")
+            if msg is None:
+                return
+            kind = msg["type"]
+            if kind == "shutdown":
+                return
+            if kind == "execute":
+                # No code is an empty cell, as "" is: it does nothing.
+                msg_id, code = msg.get("id"), msg.get("code", "")
+                if type(msg_id) is not str or type(code) is not str:
+                    self.fatal("execute needs a string 'id' and a string 'code'")
+            elif kind == "run":
+                program.run(self, program.request(msg, self.fatal))  # never returns
+            elif kind != "configure":
+                self.fatal(f"unknown message type {kind!r}")
+            try:
+                if kind == "execute":
+                    self.execute(msg_id, code)
+                else:
+                    self.configure(msg)
+            except BaseException as e:  # noqa: BLE001 - a bug here must not end the session
+                self._internal_error(e)
+
+    def _internal_error(self, e: BaseException) -> None:
+        """Last resort for a bug in the runtime: note it, and end the execution."""
+        self.busy = False
+        try:
+            os.write(2, f"airlock runtime: internal error: {type(e).__name__}\n".encode())
+        except OSError:
+            pass
+        exec_id = self.exec_id
+        if exec_id is not None:  # its done was not sent
+            with self.chan.lock:
+                self.exec_id = None
+                self._write(wire.encode({
+                    "type": "error", "id": exec_id, "name": "InternalError",
+                    "value": "airlock runtime error", "traceback": []}))
+                self._write(wire.encode({
+                    "type": "done", "id": exec_id, "status": "error",
+                    "execution_count": self.execution_count, "exit_code": 1}))
+
+    def fatal(self, why: str) -> None:
+        current.flush_stdio()
+        try:
+            os.write(2, f"airlock runtime: fatal protocol error: {why}\n".encode("utf-8", "replace"))
+        except OSError:
+            pass
+        os._exit(2)
+
+    def configure(self, msg: dict) -> None:
+        env, cwd = msg.get("env"), msg.get("cwd")
+        if env is not None and (type(env) is not dict or
+                                any(type(k) is not str or type(v) is not str for k, v in env.items())):
+            self.fatal("configure: 'env' must map strings to strings")
+        if cwd is not None and type(cwd) is not str:
+            self.fatal("configure: 'cwd' must be a string")
+        errors = []
+        if env is not None:
+            try:
+                os.environ.clear()
+                os.environ.update(env)
+            except (ValueError, OSError) as e:
+                errors.append(f"environment: {e}")
+        if cwd:
+            try:
+                os.chdir(cwd)
+            except OSError as e:
+                errors.append(f"cannot change directory to {cwd!r}: {e.strerror}")
+        reply: dict[str, Any] = {"type": "configured"}
+        if errors:
+            reply["error"] = "; ".join(errors)
+        self.send(reply)
+
+    # -- executing --
+
+    def execute(self, msg_id: str, code: str) -> None:
+        """Run one cell and send its messages; always ends with ``done``."""
+        self.execution_count += 1
+        count = self.execution_count
+        self.begin(msg_id)
+        self.interrupted = self.pending_interrupt = False
+        result = error = report = None
+        try:
+            self.busy = True
+            try:
+                value = self.run_cell(code, count)
+                self._check_fork()
+                if value is not _NO_VALUE and value is not None:
+                    self._bind_underscore(value)
+                    self.checkpoint()
+                    result = display.format_display_data(value)
+            except BaseException as e:  # noqa: BLE001 - user code may raise anything
+                self._check_fork()
+                error = e
+            try:
+                self.checkpoint()
+                self.flush_figures()
+            except BaseException as e:  # noqa: BLE001
+                if error is None:
+                    error = e
+            if error is not None:
+                report = self._report(error)
+            try:
+                current.flush_stdio()
+            except BaseException:  # noqa: BLE001
+                pass
+        except BaseException as e:  # noqa: BLE001 - a runtime bug must not lose `done`
+            if error is None:
+                error = e
+            if report is None:
+                report = self._report(error)
+        finally:
+            # First our SIGINT handler back (user code may have replaced it with
+            # one that raises anywhere), then interrupts off.
+            self._restore_sigint()
+            self.busy = False
+        self.pending_interrupt = False
+        self._repair_stdio()
+
+        status, exit_code = "ok", 0
+        if isinstance(error, SystemExit):
+            code_ = error.code
+            if code_ is None or (isinstance(code_, int) and code_ == 0):
+                report = None  # a clean exit is not an error
+            else:
+                # Like a process: an int is the status (mod 256); anything else is 1.
+                status = "error"
+                exit_code = (int(code_) & 0xFF or 1) if isinstance(code_, int) else 1
+        elif isinstance(error, KeyboardInterrupt) and self.interrupted:
+            status, exit_code = "interrupted", 1
+        elif error is not None:
+            status, exit_code = "error", 1
+        error = None  # drop frames (and their locals) promptly
+
+        try:
+            if result is not None:
+                data, md = result
+                self.send({"type": "result", "id": msg_id, "data": data, "metadata": md,
+                           "execution_count": count})
+            if report is not None:
+                name, value, tb = report
+                self.send({"type": "error", "id": msg_id, "name": name, "value": value,
+                           "traceback": tb})
+        finally:
+            done = {"type": "done", "id": msg_id, "status": status,
+                    "execution_count": count, "exit_code": exit_code}
+            current.flush_stdio()
+            self.send_done(done)
+
+    def _check_fork(self) -> None:
+        # User code forked and the child returned from the cell: it must not
+        # run the rest of the protocol (the parent does).
+        if os.getpid() != self.pid:
+            current.flush_stdio()
+            os._exit(0)
+
+    def _report(self, error: BaseException) -> tuple[str, str, list[str]]:
+        """Format an exception; never raises."""
+        try:
+            return tracebacks.format_exception(error, self.magic_lines)
+        except BaseException:  # noqa: BLE001 - interrupted, or a hostile exception object
+            try:
+                name = type(error).__name__
+            except BaseException:  # noqa: BLE001
+                name = "Exception"
+            return name, "", [f"{name}: <the traceback could not be formatted>"]
+
+    def run_cell(self, code: str, count: int) -> Any:
+        """Compile and run a cell; return its final expression value or _NO_VALUE."""
+        filename = f"Cell In[{count}]"  # also what warnings and SyntaxErrors show
+        self.filename = filename
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        return self.run_source(code, filename)
+
+    def run_nested(self, body: str, first_line: int) -> Any:
+        """Run the body of a cell magic (lines numbered as in the cell)."""
+        value = self.run_source("\n" * (first_line - 1) + body, self.filename)
+        return None if value is _NO_VALUE else value
+
+    def run_source(self, source: str, filename: str) -> Any:
+        flags = _TOP_LEVEL_AWAIT | self.future_flags
+        if magics.MAGIC_HINT.search(source):
+            source, magic = magics.transform_cell(source)
+            if magic:
+                self.magic_lines.setdefault(filename, set()).update(magic)
+                builtins.__airlock__ = self.magics  # in case user code removed it
+        tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
+        body = tree.body
+        last = None
+        if body and isinstance(body[-1], ast.Expr) and not _ends_with_semicolon(source, body[-1]):
+            last = body.pop()
+        code = compile(tree, filename, "exec", flags, dont_inherit=True)
+        self.future_flags |= code.co_flags & _FUTURE_MASK
+        expr = None
+        if last is not None:
+            expr = compile(ast.Expression(last.value), filename, "eval",
+                           _TOP_LEVEL_AWAIT | self.future_flags, dont_inherit=True)
+        self.checkpoint()
+        self._eval(code)
+        if expr is None:
+            return _NO_VALUE
+        self.checkpoint()
+        return self._eval(expr)
+
+    def _eval(self, code: types.CodeType) -> Any:
+        if code.co_flags & _CO_COROUTINE:
+            return self._run_coroutine(eval(code, self.ns))
+        return eval(code, self.ns)
+
+    def _run_coroutine(self, coro: Any) -> Any:
+        """Run a cell with top-level await on the session's event loop."""
+        import asyncio
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            loop = self.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        task = loop.create_task(coro)
+        try:
+            return loop.run_until_complete(task)
+        except BaseException:
+            if not task.done():
+                task.cancel()
+                try:
+                    loop.run_until_complete(task)
+                except BaseException:  # noqa: BLE001 - the cancellation itself
+                    pass
+            raise
+
+    def _bind_underscore(self, value: Any) -> None:
+        ns = self.ns
+        if ns.get("_", _NO_VALUE) is not self.underscore:
+            return  # the user bound `_` themselves
+        ns["___"] = ns.get("__", "")
+        ns["__"] = ns.get("_", "")
+        ns["_"] = self.underscore = value
+
+    def reset_namespace(self) -> None:
+        keep = {k: self.ns[k] for k in self.initial_names if k in self.ns}
+        self.ns.clear()
+        self.ns.update(keep)
+        self.underscore = _NO_VALUE
+
+    def flush_figures(self) -> None:
+        """Show (and close) the pyplot figures the cell left open, like Jupyter."""
+        helpers = sys.modules.get("matplotlib._pylab_helpers")
+        if helpers is None or "matplotlib.pyplot" not in sys.modules:
+            return
+        try:
+            if not helpers.Gcf.figs:
+                return
+        except AttributeError:
+            return
+        backend = display.mpl_backend()
+        if backend is not None:
+            backend.flush_figures()
+
+    def _restore_sigint(self) -> None:
+        try:
+            if _signal.getsignal(_signal.SIGINT) is not self.sigint:
+                _signal.signal(_signal.SIGINT, self.sigint)
+        except (ValueError, OSError):
+            pass
+
+    def _repair_stdio(self) -> None:
+        """Repair what user code may have broken before the next message:
+        closed fds 0-2, closed or missing sys streams, a tiny recursion limit."""
+        for fd, saved in self.saved_fds.items():
+            try:
+                os.fstat(fd)
+            except OSError:
+                try:
+                    os.dup2(saved, fd)
+                except OSError:
+                    continue
+                name = {1: "stdout", 2: "stderr"}.get(fd)
+                if name is not None:
+                    # Our stream may still buffer what could not be written while
+                    # fd was closed: retire it (kept alive, so never flushed) rather
+                    # than let that output surface in the next execution.
+                    old = getattr(self, name)
+                    self.retired.append(old)
+                    setattr(self, name, current.text_stream(fd))
+                    if getattr(sys, name, None) is old:
+                        setattr(sys, name, getattr(self, name))
+                    if getattr(sys, f"__{name}__", None) is old:
+                        setattr(sys, f"__{name}__", getattr(self, name))
+        for name, fd in (("stdout", 1), ("stderr", 2)):
+            stream = getattr(sys, name, None)
+            if stream is None or current.is_closed(stream):
+                ours = getattr(self, name)
+                if current.is_closed(ours):
+                    ours = current.text_stream(fd)
+                    setattr(self, name, ours)
+                setattr(sys, name, ours)
+                setattr(sys, f"__{name}__", ours)
+        if sys.stdin is None or current.is_closed(sys.stdin):
+            sys.stdin = sys.__stdin__ = current.text_stream(0, "r")
+        if sys.getrecursionlimit() < 200:
+            sys.setrecursionlimit(1000)
+
+
+def _ends_with_semicolon(source: str, node: ast.stmt) -> bool:
+    """Whether the final expression statement is followed by ';' (suppressed)."""
+    if ";" not in source:
+        return False
+    lines = source.splitlines()
+    if not node.end_lineno or node.end_lineno > len(lines):
+        return False
+    rest = lines[node.end_lineno - 1].encode("utf-8")[node.end_col_offset:]
+    return rest.decode("utf-8", "replace").lstrip().startswith(";")
+
+
+def serve(ctl_fd: int = 3) -> None:
+    """Run the session protocol on ctl_fd until ``shutdown`` or end of file.
+
+    All per-session setup happens here (stdio, sys.path, the ``__main__``
+    namespace, builtins, the IPython stand-in, SIGINT handling, hello), so
+    the package can be imported by a zygote that forks and calls serve() in
+    the child.  A malformed frame ends the process with exit status 2.
+    """
+    if current.session is not None:
+        raise RuntimeError("airlock_runtime.serve() is already running")
+    current.session = Session(ctl_fd)
+    try:
+        current.session.run()
+    finally:
+        current.flush_stdio()
+        current.session = None
+
+
+def main() -> None:
+    """Serve fd 3, then exit 0 without waiting for user threads (the end of
+    both the standalone runtime and a template's child)."""
+    serve(3)
+    try:
+        import atexit
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001
+        pass
+    current.flush_stdio()
+    os._exit(0)

@@ -1,0 +1,168 @@
+"""The wire: JSON and the framed control socket (docs/runtime-protocol.md).
+
+Built on C-level primitives only (the json module's C scanner and string
+encoder, os.read and os.write), so that user code, which shares this
+interpreter, cannot break the protocol by patching Python-level functions.
+Everything read here comes from the server; a malformed frame is a
+ProtocolError, which ends the runtime (exit 2).
+"""
+
+from __future__ import annotations
+
+import _thread
+import builtins
+import json.decoder
+import json.encoder
+import os
+import re
+from typing import Any, Callable, Optional
+
+globals()["__builtins__"] = dict(vars(builtins))  # see the package doc
+
+#: Largest frame either side may send (protocol limit).
+MAX_FRAME = 64 << 20
+
+
+class ProtocolError(Exception):
+    """A malformed frame or message from the server (fatal: exit 2)."""
+
+
+_json_str = json.encoder.encode_basestring  # C implementation when available
+_json_scan = json.decoder.JSONDecoder().scan_once  # C scanner
+_JSON_WS = re.compile(r"[ \t\n\r]*")
+_INF = float("inf")
+
+
+def loads(text: str) -> Any:
+    """Parse one JSON document (C scanner only; raises ProtocolError)."""
+    start = _JSON_WS.match(text, 0).end()
+    try:
+        obj, end = _json_scan(text, start)
+    except (StopIteration, ValueError, RecursionError) as e:
+        raise ProtocolError(f"invalid JSON: {e!r}") from None
+    if _JSON_WS.match(text, end).end() != len(text):
+        raise ProtocolError("trailing data after the JSON object")
+    return obj
+
+
+def dumps(obj: Any) -> str:
+    """Serialize plain JSON data (dict/list/tuple/str/int/float/bool/None).
+
+    Strict like ``json.dumps(allow_nan=False)``; raises ValueError or
+    TypeError for anything else.  Non-ASCII text stays as is; lone
+    surrogates are escaped by the caller when encoding to UTF-8.
+    """
+    out: list[str] = []
+    _dump(obj, out.append, 0)
+    return "".join(out)
+
+
+def _dump(o: Any, w: Callable[[str], Any], depth: int) -> None:
+    if depth > 500:
+        raise ValueError("JSON value nested too deeply")
+    t = type(o)
+    if t is str:
+        w(_json_str(o))
+    elif o is None:
+        w("null")
+    elif o is True:
+        w("true")
+    elif o is False:
+        w("false")
+    elif t is int:
+        w(int.__repr__(o))
+    elif t is float:
+        if o != o or o == _INF or o == -_INF:
+            raise ValueError("NaN and infinity are not valid JSON")
+        w(float.__repr__(o))
+    elif isinstance(o, dict):
+        w("{")
+        first = True
+        for k, v in dict.items(o):
+            if type(k) is not str:
+                if isinstance(k, str):
+                    k = str.__str__(k)
+                elif k is None or isinstance(k, (bool, int, float)):
+                    k = dumps(k)
+                else:
+                    raise TypeError(f"JSON keys must be str, not {type(k).__name__}")
+            if not first:
+                w(",")
+            first = False
+            w(_json_str(k))
+            w(":")
+            _dump(v, w, depth + 1)
+        w("}")
+    elif isinstance(o, (list, tuple)):
+        w("[")
+        for i, v in enumerate(o):
+            if i:
+                w(",")
+            _dump(v, w, depth + 1)
+        w("]")
+    elif isinstance(o, str):
+        w(_json_str(str.__str__(o)))
+    elif isinstance(o, int):
+        w(int.__repr__(o))
+    elif isinstance(o, float):
+        _dump(float(o), w, depth)
+    else:
+        raise TypeError(f"{type(o).__name__} is not JSON serializable")
+
+
+class Channel:
+    """The framed control socket (fd 3), read by the main thread only.
+
+    Writes are serialized by a lock so that user threads may display while
+    the main thread runs.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._buf = bytearray()
+        self.lock = _thread.allocate_lock()
+
+    def _take(self, n: int, eof_ok: bool = False) -> Optional[bytes]:
+        buf = self._buf
+        while len(buf) < n:
+            chunk = os.read(self.fd, max(n - len(buf), 65536))
+            if not chunk:
+                if eof_ok and not buf:
+                    return None
+                raise ProtocolError("end of file inside a frame")
+            buf += chunk
+        data = bytes(buf[:n])
+        del buf[:n]
+        return data
+
+    def recv(self) -> Optional[dict]:
+        """Return the next message, or None at end of file."""
+        header = self._take(4, eof_ok=True)
+        if header is None:
+            return None
+        n = int.from_bytes(header, "big")
+        if n > MAX_FRAME:
+            raise ProtocolError(f"frame of {n} bytes exceeds {MAX_FRAME}")
+        body = self._take(n)
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ProtocolError(f"frame is not UTF-8: {e}") from None
+        msg = loads(text)
+        if type(msg) is not dict or type(msg.get("type")) is not str:
+            raise ProtocolError("a message must be a JSON object with a string 'type'")
+        return msg
+
+    def write_frame(self, payload: bytes) -> None:
+        """Write one frame; the caller holds self.lock."""
+        view = memoryview(len(payload).to_bytes(4, "big") + payload)
+        while view:
+            n = os.write(self.fd, view)
+            view = view[n:]
+
+
+def encode(msg: dict) -> bytes:
+    # Lone surrogates (which UTF-8 cannot carry) become \\udXXX escapes; they
+    # can only occur inside JSON strings, where that is the JSON escape.
+    return dumps(msg).encode("utf-8", "backslashreplace")
+
