@@ -38,6 +38,7 @@ const usage = `airlock runs untrusted code in layered Linux jails.
 Usage:
   airlock run [flags] FILE|- [ARGS...]   run a program once in a fresh jail
   airlock serve [flags]                   serve the HTTP API with sessions
+  airlock mcp [flags]                     serve MCP on stdin/stdout (for agents)
   airlock doctor [flags]                  show what this host can enforce
   airlock bench [flags]                   measure latency against baselines
   airlock version
@@ -69,6 +70,8 @@ func main() {
 		code = doctorCmd(args, os.Stdout, os.Stderr)
 	case "serve":
 		code = serveCmd(args, os.Stderr)
+	case "mcp":
+		code = mcpCmd(args, os.Stderr)
 	case "bench":
 		code = benchCmd(args, os.Stdout, os.Stderr)
 	case "version", "--version":

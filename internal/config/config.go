@@ -73,6 +73,7 @@ type Config struct {
 	Max      Limits `json:"max"`
 
 	Server Server `json:"server"`
+	MCP    MCP    `json:"mcp"`
 	Pool   Pool   `json:"pool"`
 }
 
@@ -126,6 +127,16 @@ type Server struct {
 	MaxSessionCommands int `json:"max_session_commands"`
 }
 
+// MCP configures the Model Context Protocol server at /mcp.
+type MCP struct {
+	// Enabled serves MCP's streamable HTTP transport at /mcp, behind the
+	// API's authentication.
+	Enabled bool `json:"enabled"`
+	// SessionTimeout ends an MCP session (and its default sandboxes)
+	// after this long without a request.
+	SessionTimeout Duration `json:"session_timeout"`
+}
+
 // Pool configures the warm pools of pre-started sandboxes.
 type Pool struct {
 	// Size is the number of ready sandboxes kept per language; 0 disables
@@ -172,6 +183,7 @@ func Default() Config {
 			MaxRichOutput:           32 << 20,
 			MaxSessionCommands:      16,
 		},
+		MCP: MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute)},
 		Pool: Pool{
 			Size:     map[string]int{"python": 8, "bash": 2, "javascript": 2},
 			Zygote:   true,
@@ -285,6 +297,9 @@ func (c Config) Validate() error {
 	}
 	if s.TransferStallTimeout < Duration(time.Second) || s.TransferStallTimeout > Duration(time.Hour) {
 		errs = append(errs, errors.New("server.transfer_stall_timeout must be between 1s and 1h"))
+	}
+	if c.MCP.SessionTimeout < Duration(time.Minute) || c.MCP.SessionTimeout > Duration(24*time.Hour) {
+		errs = append(errs, errors.New("mcp.session_timeout must be between 1m and 24h"))
 	}
 	if s.MaxSessionCommands < 1 || s.MaxSessionCommands > 1024 {
 		errs = append(errs, errors.New("server.max_session_commands must be between 1 and 1024"))

@@ -24,6 +24,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -31,10 +32,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"airlock/internal/api"
+	"airlock/internal/client"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/instance"
 	"airlock/internal/jail"
+	"airlock/internal/mcp"
 	"airlock/internal/pool"
 	"airlock/internal/runtimes"
 	"airlock/internal/session"
@@ -52,6 +55,9 @@ type Options struct {
 	// at "/mcp", metrics), behind the API's request ids, authentication
 	// and request log.
 	Handlers map[string]http.Handler
+	// Embedded serves no listener, TCP or unix: the server is used in
+	// this process only, through Handler (`airlock mcp` without a server).
+	Embedded bool
 }
 
 // Server is a running airlock server.
@@ -65,6 +71,7 @@ type Server struct {
 	pool    *pool.Pool // nil without warm pools
 	manager *session.Manager
 	api     *api.Server
+	mcp     *mcp.Server // nil when mcp.enabled is off
 
 	listeners []listener
 	tcp       net.Addr
@@ -131,7 +138,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	s.closers = append(s.closers, func() { s.lock.Close() })
 	s.sweep()
 	var unixLn net.Listener
-	if path := cfg.SocketPath(); path != "" {
+	if path := cfg.SocketPath(); path != "" && !opts.Embedded {
 		if unixLn, err = listenUnix(path); err != nil {
 			return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 		}
@@ -155,6 +162,13 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	for pattern, h := range opts.Handlers {
 		s.api.Handle(pattern, h)
 	}
+	if cfg.MCP.Enabled {
+		s.mcp = mcp.New(mcp.Options{Client: s.inProcessClient, Version: opts.Version, Log: s.log})
+		s.api.Handle("/mcp", s.mcp.HTTPHandler(cfg.MCP.SessionTimeout.D()))
+	}
+	if opts.Embedded {
+		return s, nil
+	}
 
 	ln, err := net.Listen("tcp", cfg.Server.Listen)
 	if err != nil {
@@ -166,6 +180,20 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		s.serve(unixLn, s.api)
 	}
 	return s, nil
+}
+
+// Handler is the API with everything served beside it.
+func (s *Server) Handler() http.Handler { return s.api }
+
+// inProcessClient is a client of this server's own API, in this process,
+// carrying the credentials of header (an MCP request's): what MCP tools
+// call, so that the API's authentication and limits apply to them.
+func (s *Server) inProcessClient(header http.Header) *client.Client {
+	var opts []client.Option
+	if tok, ok := strings.CutPrefix(header.Get("Authorization"), "Bearer "); ok {
+		opts = append(opts, client.WithToken(tok))
+	}
+	return client.InProcess(s.api, opts...)
 }
 
 // sweep removes the cgroups and root templates a previous server left.
@@ -315,4 +343,50 @@ func lockState(dir string) (*os.File, error) {
 		return nil, fmt.Errorf("%w: another airlock server uses %s", errdefs.ErrUnavailable, dir)
 	}
 	return f, nil
+}
+
+// RunMCPStdio serves one MCP client on stdin and stdout (`airlock mcp`)
+// until it leaves or ctx ends: through the local server's unix socket when
+// one runs (its sessions, its pools), else through a server embedded in
+// this process that listens nowhere and is shut down at the end. Nothing
+// but the protocol may be written to stdout.
+func RunMCPStdio(ctx context.Context, cfg config.Config, opts Options) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	if path := cfg.SocketPath(); path != "" {
+		local := client.Unix(path)
+		probe, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := local.Health(probe)
+		cancel()
+		if err == nil {
+			opts.Log.Info("mcp: using the local server", "socket", path)
+			srv := mcp.New(mcp.Options{Client: func(http.Header) *client.Client { return local }, Version: opts.Version, Log: opts.Log})
+			return srv.RunStdio(ctx)
+		}
+		if !errors.Is(err, client.ErrUnreachable) {
+			return err
+		}
+	}
+	opts.Log.Info("mcp: no local server; running one in this process")
+	opts.Embedded = true
+	cfg.MCP.Enabled = false // the stdio server below is this one's MCP
+	s, err := New(cfg, opts)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		s.Shutdown(shutdown)
+	}()
+	api := client.InProcess(s.api)
+	srv := mcp.New(mcp.Options{Client: func(http.Header) *client.Client { return api }, Version: opts.Version, Log: opts.Log})
+	err = srv.RunStdio(ctx)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }

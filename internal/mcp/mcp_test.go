@@ -1,0 +1,253 @@
+package mcp_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"airlock/internal/client"
+	"airlock/internal/config"
+	"airlock/internal/jail"
+	"airlock/internal/mcp"
+	"airlock/internal/server"
+	"airlock/internal/testenv"
+)
+
+// The test binary is what the jail host re-executes as each sandbox's init.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 0 && os.Args[0] == jail.InitArg0 {
+		jail.InitMain()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// connect starts an embedded server and an MCP client session to an MCP
+// server in front of it, over the SDK's in-memory transports.
+func connect(t *testing.T) (*sdk.ClientSession, *client.Client) {
+	t.Helper()
+	testenv.RequireRoot(t, "the MCP tools run code in real sandboxes")
+	cfg := config.Default()
+	cfg.StateDir = "/run/airlock-mcp-test"
+	cfg.CgroupParent = "airlock-mcp-test"
+	cfg.Pool.Size = map[string]int{"python": 1, "bash": 1}
+	cfg.Pool.Parallel = 1
+	log := slog.New(slog.DiscardHandler)
+	s, err := server.New(cfg, server.Options{Version: "test", Log: log, Embedded: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s.Shutdown(ctx)
+		os.RemoveAll(cfg.StateDir)
+	})
+	api := client.InProcess(s.Handler())
+	srv := mcp.New(mcp.Options{Client: func(http.Header) *client.Client { return api }, Version: "test", Log: log})
+	ct, st := sdk.NewInMemoryTransports()
+	ctx := context.Background()
+	ss, err := srv.SDK().Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	c := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil)
+	cs, err := c.Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs, api
+}
+
+func call(t *testing.T, cs *sdk.ClientSession, tool string, args map[string]any) (*sdk.CallToolResult, map[string]any) {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: a protocol error: %v", tool, err)
+	}
+	var out map[string]any
+	if res.StructuredContent != nil {
+		b, _ := json.Marshal(res.StructuredContent)
+		json.Unmarshal(b, &out)
+	}
+	return res, out
+}
+
+func text(res *sdk.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if t, ok := c.(*sdk.TextContent); ok {
+			b.WriteString(t.Text)
+		}
+	}
+	return b.String()
+}
+
+func TestTools(t *testing.T) {
+	cs, api := connect(t)
+	ctx := context.Background()
+
+	tools, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]*sdk.Tool{}
+	for _, tool := range tools.Tools {
+		names[tool.Name] = tool
+	}
+	for _, want := range []string{"execute_code", "run_command", "write_file", "read_file", "list_files", "create_session", "close_session"} {
+		if names[want] == nil {
+			t.Fatalf("no tool %s: %v", want, names)
+		}
+	}
+	schema, _ := json.Marshal(names["execute_code"].InputSchema)
+	if !strings.Contains(string(schema), `"required":["code"]`) || !strings.Contains(string(schema), `"enum":["python","bash","javascript"]`) {
+		t.Errorf("execute_code's input schema: %s", schema)
+	}
+
+	// State persists in the connection's default session.
+	res, out := call(t, cs, "execute_code", map[string]any{"code": "x = 41"})
+	if res.IsError {
+		t.Fatalf("x = 41: %s", text(res))
+	}
+	sid := out["session_id"].(string)
+	res, out = call(t, cs, "execute_code", map[string]any{"code": "x + 1"})
+	if res.IsError || out["result"] != "42" || out["session_id"] != sid {
+		t.Fatalf("x + 1: %s %v", text(res), out)
+	}
+
+	// A plot is an image block; a file written is a resource link whose
+	// resource reads back.
+	res, out = call(t, cs, "execute_code", map[string]any{"code": "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.savefig('p.png')\nopen('data.csv', 'w').write('a,b\\n1,2\\n')\nplt.show()"})
+	var png []byte
+	var links []*sdk.ResourceLink
+	for _, c := range res.Content {
+		switch c := c.(type) {
+		case *sdk.ImageContent:
+			png = c.Data
+		case *sdk.ResourceLink:
+			links = append(links, c)
+		}
+	}
+	if !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Fatalf("no PNG image block: %s", text(res))
+	}
+	if len(links) != 2 {
+		t.Fatalf("resource links %v: %s", links, text(res))
+	}
+	for _, l := range links {
+		rr, err := cs.ReadResource(ctx, &sdk.ReadResourceParams{URI: l.URI})
+		if err != nil {
+			t.Fatalf("read %s: %v", l.URI, err)
+		}
+		c := rr.Contents[0]
+		if strings.HasSuffix(l.URI, "data.csv") && c.Text != "a,b\n1,2\n" {
+			t.Errorf("data.csv: %+v", c)
+		}
+		if strings.HasSuffix(l.URI, "p.png") && !bytes.HasPrefix(c.Blob, []byte("\x89PNG")) {
+			t.Errorf("p.png: %d bytes", len(c.Blob))
+		}
+	}
+
+	// An exception is a tool error with the traceback, not a protocol
+	// error; so is a timeout, and a missing argument.
+	res, out = call(t, cs, "execute_code", map[string]any{"code": "1/0"})
+	if !res.IsError || !strings.Contains(text(res), "ZeroDivisionError") || out["error"] == nil {
+		t.Errorf("exception: %v %s", res.IsError, text(res))
+	}
+	res, out = call(t, cs, "execute_code", map[string]any{"code": "import time\ntime.sleep(10)", "timeout_s": 0.5})
+	if !res.IsError || out["kill_reason"] != "timeout" {
+		t.Errorf("timeout: %v %s", res.IsError, text(res))
+	}
+	res, _ = call(t, cs, "execute_code", map[string]any{})
+	if !res.IsError {
+		t.Errorf("missing code: %s", text(res))
+	}
+	// The state survived all of that.
+	if _, out = call(t, cs, "execute_code", map[string]any{"code": "x"}); out["result"] != "41" {
+		t.Errorf("state after errors: %v", out)
+	}
+
+	// Shell commands and files in the same sandbox.
+	res, out = call(t, cs, "run_command", map[string]any{"command": "ls; echo $((6*7))"})
+	if res.IsError || !strings.Contains(out["stdout"].(string), "data.csv") || !strings.Contains(out["stdout"].(string), "42") {
+		t.Errorf("run_command: %s", text(res))
+	}
+	res, _ = call(t, cs, "run_command", map[string]any{"command": "exit 3"})
+	if !res.IsError || !strings.Contains(text(res), "exit code 3") {
+		t.Errorf("failing command: %s", text(res))
+	}
+	if res, _ = call(t, cs, "write_file", map[string]any{"path": "notes/hello.txt", "content": "hello"}); res.IsError {
+		t.Fatalf("write_file: %s", text(res))
+	}
+	if res, _ = call(t, cs, "read_file", map[string]any{"path": "notes/hello.txt"}); text(res) != "hello" {
+		t.Errorf("read_file: %s", text(res))
+	}
+	res, _ = call(t, cs, "read_file", map[string]any{"path": "p.png"})
+	if img, ok := res.Content[0].(*sdk.ImageContent); !ok || !bytes.HasPrefix(img.Data, []byte("\x89PNG")) {
+		t.Errorf("read_file of a PNG: %T", res.Content[0])
+	}
+	if res, _ = call(t, cs, "read_file", map[string]any{"path": "../etc/passwd"}); !res.IsError {
+		t.Errorf("read_file outside /workspace: %s", text(res))
+	}
+	res, out = call(t, cs, "list_files", map[string]any{"recursive": true})
+	if res.IsError || !strings.Contains(text(res), "notes/hello.txt") {
+		t.Errorf("list_files: %s", text(res))
+	}
+
+	// Explicit sessions, of another language.
+	res, out = call(t, cs, "create_session", map[string]any{"language": "bash", "limits": map[string]any{"memory": "256M"}})
+	if res.IsError {
+		t.Fatalf("create_session: %s", text(res))
+	}
+	bash := out["session_id"].(string)
+	if _, out = call(t, cs, "execute_code", map[string]any{"code": "echo hi from $((40 + 2))", "session_id": bash}); out["stdout"] != "hi from 42\n" {
+		t.Errorf("bash session: %v", out)
+	}
+	if res, _ = call(t, cs, "close_session", map[string]any{"session_id": bash}); res.IsError {
+		t.Errorf("close_session: %s", text(res))
+	}
+	if res, _ = call(t, cs, "execute_code", map[string]any{"code": "echo hi", "session_id": bash}); !res.IsError {
+		t.Errorf("a closed session: %s", text(res))
+	}
+
+	// The default session ends with the connection.
+	cs.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := api.Session(ctx, sid)
+		if client.StatusOf(err) == http.StatusGone {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the default session outlived its connection: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A default session that ended (out of memory) is replaced, and the
+// result says so.
+func TestDefaultSessionReplaced(t *testing.T) {
+	cs, _ := connect(t)
+	_, out := call(t, cs, "create_session", nil) // not the default one
+	_ = out
+	res, out := call(t, cs, "execute_code", map[string]any{"code": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"})
+	if !res.IsError || out["session_ended"] != true {
+		t.Fatalf("the interpreter killed itself: %s", text(res))
+	}
+	res, out = call(t, cs, "execute_code", map[string]any{"code": "print('fresh')"})
+	if res.IsError || !strings.Contains(out["note"].(string), "ended") || out["stdout"] != "fresh\n" {
+		t.Fatalf("after the default session ended: %s %v", text(res), out)
+	}
+}

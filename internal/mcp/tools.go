@@ -1,0 +1,654 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"airlock/internal/apitype"
+	"airlock/internal/client"
+	"airlock/internal/config"
+)
+
+// Caps on what a tool result carries (the model reads all of it).
+const (
+	textTail      = 8 << 10 // stdout/stderr in the text summary
+	maxImages     = 8       // image blocks per result
+	readDefault   = 1 << 20 // read_file's default max_bytes
+	readMax       = 8 << 20 // and its cap
+	writeMax      = 3 << 20 // write_file's content (MCP bodies are 4 MiB)
+	progressEvery = 200 * time.Millisecond
+)
+
+var languages = []any{"python", "bash", "javascript"}
+
+// ExecuteIn is execute_code's input.
+type ExecuteIn struct {
+	Code      string  `json:"code" jsonschema:"the code to run; state persists across calls in the same session"`
+	Language  string  `json:"language,omitempty" jsonschema:"python (default), bash or javascript"`
+	SessionID string  `json:"session_id,omitempty" jsonschema:"a session from create_session; without it, this connection's default session of the language"`
+	TimeoutS  float64 `json:"timeout_s,omitempty" jsonschema:"wall-clock limit in seconds (default: the session's, 30 s unless configured; at most the server's maximum, 15 min unless configured)"`
+}
+
+// ErrorOut is an exception.
+type ErrorOut struct {
+	Name      string   `json:"name"`
+	Value     string   `json:"value"`
+	Traceback []string `json:"traceback"`
+}
+
+// FileOut is a file an execution created, modified or deleted.
+type FileOut struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	Change string `json:"change"`
+	URI    string `json:"uri,omitempty"`
+}
+
+// ExecuteOut is execute_code's structured result.
+type ExecuteOut struct {
+	SessionID      string           `json:"session_id"`
+	Stdout         string           `json:"stdout"`
+	Stderr         string           `json:"stderr"`
+	Result         string           `json:"result,omitempty"`
+	Results        []map[string]any `json:"results"`
+	Error          *ErrorOut        `json:"error,omitempty"`
+	Files          []FileOut        `json:"files"`
+	Truncated      bool             `json:"truncated"`
+	DurationMs     float64          `json:"duration_ms"`
+	KillReason     string           `json:"kill_reason,omitempty"`
+	ExecutionCount int              `json:"execution_count"`
+	SessionEnded   bool             `json:"session_ended,omitempty"`
+	EndReason      string           `json:"end_reason,omitempty"`
+	Note           string           `json:"note,omitempty"`
+}
+
+// CommandIn is run_command's input.
+type CommandIn struct {
+	Command   string  `json:"command" jsonschema:"a shell command, run with bash -c in the session's sandbox"`
+	SessionID string  `json:"session_id,omitempty" jsonschema:"a session from create_session; without it, this connection's default python session"`
+	TimeoutS  float64 `json:"timeout_s,omitempty" jsonschema:"wall-clock limit in seconds (default: the session's)"`
+	Cwd       string  `json:"cwd,omitempty" jsonschema:"absolute directory to run in; /workspace by default"`
+}
+
+// CommandOut is run_command's structured result.
+type CommandOut struct {
+	SessionID  string  `json:"session_id"`
+	ExitCode   int     `json:"exit_code"`
+	Stdout     string  `json:"stdout"`
+	Stderr     string  `json:"stderr"`
+	Truncated  bool    `json:"truncated"`
+	DurationMs float64 `json:"duration_ms"`
+	Killed     bool    `json:"killed"`
+	KillReason string  `json:"kill_reason,omitempty"`
+	Note       string  `json:"note,omitempty"`
+}
+
+// WriteIn is write_file's input.
+type WriteIn struct {
+	Path      string `json:"path" jsonschema:"path under /workspace (relative, or absolute under /workspace)"`
+	Content   string `json:"content" jsonschema:"the file's content: text, or base64 with encoding=base64; at most 3 MiB (use the HTTP files API for larger files)"`
+	Encoding  string `json:"encoding,omitempty" jsonschema:"utf8 (default) or base64"`
+	SessionID string `json:"session_id,omitempty" jsonschema:"a session from create_session; without it, this connection's default python session"`
+}
+
+// WriteOut is write_file's structured result.
+type WriteOut struct {
+	SessionID string `json:"session_id"`
+	Path      string `json:"path"`
+	Size      int64  `json:"size"`
+	URI       string `json:"uri"`
+}
+
+// ReadIn is read_file's input.
+type ReadIn struct {
+	Path      string `json:"path" jsonschema:"path under /workspace"`
+	MaxBytes  int64  `json:"max_bytes,omitempty" jsonschema:"read at most this many bytes (default 1 MiB, at most 8 MiB; the HTTP files API has no such cap)"`
+	SessionID string `json:"session_id,omitempty" jsonschema:"a session from create_session; without it, this connection's default python session"`
+}
+
+// ListIn is list_files' input.
+type ListIn struct {
+	Path      string `json:"path,omitempty" jsonschema:"directory under /workspace (default: /workspace itself)"`
+	Recursive bool   `json:"recursive,omitempty" jsonschema:"list the whole tree"`
+	SessionID string `json:"session_id,omitempty" jsonschema:"a session from create_session; without it, this connection's default python session"`
+}
+
+// EntryOut is one listed file.
+type EntryOut struct {
+	Path string `json:"path"`
+	Type string `json:"type"`
+	Size int64  `json:"size"`
+}
+
+// ListOut is list_files' structured result.
+type ListOut struct {
+	SessionID string     `json:"session_id"`
+	Path      string     `json:"path"`
+	Entries   []EntryOut `json:"entries"`
+	Truncated bool       `json:"truncated"`
+}
+
+// CreateIn is create_session's input.
+type CreateIn struct {
+	Language    string            `json:"language,omitempty" jsonschema:"python (default), bash or javascript"`
+	Limits      map[string]any    `json:"limits,omitempty" jsonschema:"limits such as {\"memory\": \"1G\", \"timeout\": \"2m\", \"cpus\": 2}; each at most the server's maximum"`
+	Env         map[string]string `json:"env,omitempty" jsonschema:"environment variables of the session"`
+	IdleTimeout string            `json:"timeout_idle,omitempty" jsonschema:"end the session after this long unused (e.g. 30m)"`
+}
+
+// SessionOut describes a session.
+type SessionOut struct {
+	SessionID   string         `json:"session_id"`
+	Language    string         `json:"language"`
+	State       string         `json:"state"`
+	Limits      map[string]any `json:"limits"`
+	IdleTimeout string         `json:"timeout_idle"`
+}
+
+// CloseIn is close_session's input.
+type CloseIn struct {
+	SessionID string `json:"session_id" jsonschema:"the session to end"`
+}
+
+// CloseOut is close_session's result.
+type CloseOut struct {
+	SessionID string `json:"session_id"`
+	Closed    bool   `json:"closed"`
+}
+
+// withEnum is the inferred input schema of T with property's enum set.
+func withEnum[T any](property string, values []any) *jsonschema.Schema {
+	s, err := jsonschema.For[T](nil)
+	if err != nil {
+		panic(err)
+	}
+	if p := s.Properties[property]; p != nil {
+		p.Enum = values
+	}
+	return s
+}
+
+func (s *Server) addTools() {
+	yes, no := true, false
+	mcp.AddTool(s.srv, &mcp.Tool{
+		Name:  "execute_code",
+		Title: "Run code",
+		Description: "Runs Python (default), bash or JavaScript in an isolated sandbox and returns what a notebook would show: " +
+			"stdout, stderr, the value of the last expression, plots as images, the exception with its traceback, and the files " +
+			"the code created or changed in /workspace (as resource links). State persists: variables, imports and files stay " +
+			"for the next call in the same session (this connection's default session unless session_id is given). " +
+			"numpy, pandas, matplotlib and scikit-learn are available; there is no network. Output is capped (stdout and stderr " +
+			"1 MiB each by default; the result says when it was truncated); long runs send progress notifications with their output.",
+		InputSchema: withEnum[ExecuteIn]("language", languages),
+		Annotations: &mcp.ToolAnnotations{Title: "Run code", DestructiveHint: &no, OpenWorldHint: &no},
+	}, s.executeCode)
+	mcp.AddTool(s.srv, &mcp.Tool{
+		Name:  "run_command",
+		Title: "Run a shell command",
+		Description: "Runs a shell command (bash -c) in the same sandbox as a session's code — same files, same limits — without " +
+			"touching the interpreter's state; returns its exit code, stdout and stderr.",
+		Annotations: &mcp.ToolAnnotations{Title: "Run a shell command", DestructiveHint: &no, OpenWorldHint: &no},
+	}, s.runCommand)
+	mcp.AddTool(s.srv, &mcp.Tool{
+		Name:        "write_file",
+		Title:       "Write a file",
+		Description: "Writes a file into a session's /workspace (text, or base64 for binary). At most 3 MiB; larger files go through the HTTP files API (PUT /v1/sessions/{id}/files/{path}).",
+		InputSchema: withEnum[WriteIn]("encoding", []any{"utf8", "base64"}),
+		Annotations: &mcp.ToolAnnotations{Title: "Write a file", DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no},
+	}, s.writeFile)
+	mcp.AddTool(s.srv, &mcp.Tool{
+		Name:        "read_file",
+		Title:       "Read a file",
+		Description: "Reads a file from a session's /workspace: text as text, images as images, anything else as an embedded blob. At most max_bytes (1 MiB by default, 8 MiB at most); larger files go through the HTTP files API.",
+		Annotations: &mcp.ToolAnnotations{Title: "Read a file", ReadOnlyHint: true, OpenWorldHint: &no},
+	}, s.readFile)
+	mcp.AddTool(s.srv, &mcp.Tool{
+		Name:        "list_files",
+		Title:       "List files",
+		Description: "Lists a directory of a session's /workspace (the whole tree with recursive).",
+		Annotations: &mcp.ToolAnnotations{Title: "List files", ReadOnlyHint: true, OpenWorldHint: &no},
+	}, s.listFiles)
+	mcp.AddTool(s.srv, &mcp.Tool{
+		Name:  "create_session",
+		Title: "Create a session",
+		Description: "Starts a new sandboxed session (python, bash or javascript) with optional limits and environment, and returns its " +
+			"session_id for the other tools. Not needed for a single conversation: every tool has a default session.",
+		InputSchema: withEnum[CreateIn]("language", languages),
+		Annotations: &mcp.ToolAnnotations{Title: "Create a session", DestructiveHint: &no, OpenWorldHint: &no},
+	}, s.createSession)
+	mcp.AddTool(s.srv, &mcp.Tool{
+		Name:        "close_session",
+		Title:       "Close a session",
+		Description: "Ends a session and frees its sandbox; its state and files are gone.",
+		Annotations: &mcp.ToolAnnotations{Title: "Close a session", DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no},
+	}, s.closeSession)
+}
+
+// failed is a tool result that reports err to the model.
+func failed(err error) *mcp.CallToolResult {
+	msg := err.Error()
+	var e *client.Error
+	if errors.As(err, &e) {
+		msg = e.Message
+		if e.RequestID != "" {
+			msg += " (request " + e.RequestID + ")"
+		}
+	}
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "error: " + msg}}}
+}
+
+func asClientError(err error, target **client.Error) bool { return errors.As(err, target) }
+
+// timeout turns timeout_s into a request's timeout.
+func timeout(seconds float64) (config.Duration, error) {
+	if seconds < 0 || seconds > 24*3600 {
+		return 0, fmt.Errorf("timeout_s must be between 0 and 86400")
+	}
+	return config.Duration(time.Duration(seconds * float64(time.Second))), nil
+}
+
+// tail keeps the last n bytes of s (on a rune boundary), saying so.
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := len(s) - n
+	for cut < len(s) && !utf8.RuneStart(s[cut]) {
+		cut++
+	}
+	return "[... " + fmt.Sprint(cut) + " bytes before this are left out]\n" + s[cut:]
+}
+
+// fileURI is the resource URI of a session's file.
+func fileURI(session, p string) string {
+	return "airlock://sessions/" + session + "/files/" + p
+}
+
+// progress sends what an execution prints as progress notifications, at
+// most every progressEvery, when the client asked for progress.
+type progress struct {
+	ctx   context.Context
+	req   *mcp.CallToolRequest
+	token any
+	n     float64
+	last  time.Time
+	buf   strings.Builder
+}
+
+func newProgress(ctx context.Context, req *mcp.CallToolRequest) *progress {
+	return &progress{ctx: ctx, req: req, token: req.Params.GetProgressToken()}
+}
+
+func (p *progress) add(text string) {
+	if p.token == nil {
+		return
+	}
+	p.buf.WriteString(text)
+	if time.Since(p.last) < progressEvery {
+		return
+	}
+	p.flush()
+}
+
+func (p *progress) flush() {
+	if p.token == nil || p.buf.Len() == 0 {
+		return
+	}
+	p.n++
+	p.last = time.Now()
+	msg := tail(p.buf.String(), 4<<10)
+	p.buf.Reset()
+	p.req.Session.NotifyProgress(p.ctx, &mcp.ProgressNotificationParams{ProgressToken: p.token, Progress: p.n, Message: msg})
+}
+
+func (s *Server) executeCode(ctx context.Context, req *mcp.CallToolRequest, in ExecuteIn) (*mcp.CallToolResult, ExecuteOut, error) {
+	// Every result, a failed one too, is validated against the schema:
+	// its arrays must be arrays.
+	out := ExecuteOut{Results: []map[string]any{}, Files: []FileOut{}}
+	t, err := timeout(in.TimeoutS)
+	if err != nil {
+		return failed(err), out, nil
+	}
+	api := s.o.Client(header(req.Extra))
+	id, note, err := s.session(ctx, req, api, in.SessionID, in.Language)
+	if err != nil {
+		return failed(err), out, nil
+	}
+	out.SessionID, out.Note = id, note
+	pr := newProgress(ctx, req)
+	var onEvent func(apitype.Event)
+	if pr.token != nil {
+		onEvent = func(ev apitype.Event) {
+			switch ev.Type {
+			case apitype.EventStdout, apitype.EventStderr:
+				pr.add(ev.Text)
+			case apitype.EventDisplay, apitype.EventResult:
+				pr.add("[" + ev.Type + "]\n")
+			}
+		}
+	}
+	res, err := api.Execute(ctx, id, apitype.ExecuteRequest{Code: in.Code, Timeout: t}, onEvent)
+	pr.flush()
+	if err != nil {
+		return failed(err), out, nil
+	}
+	out.Stdout, out.Stderr = res.Stdout, res.Stderr
+	out.Truncated = res.StdoutTruncated || res.StderrTruncated || res.ResultsDropped > 0
+	out.DurationMs, out.KillReason, out.ExecutionCount = res.DurationMs, string(res.KillReason), res.ExecutionCount
+	out.SessionEnded, out.EndReason = res.SessionEnded, res.EndReason
+	var content []mcp.Content
+	var images []mcp.Content
+	for _, o := range res.Results {
+		bundle := map[string]any{}
+		for mime, raw := range o.Data {
+			var v any
+			json.Unmarshal(raw, &v)
+			bundle[mime] = v
+		}
+		out.Results = append(out.Results, bundle)
+		if o.Type == apitype.EventResult {
+			var text string
+			json.Unmarshal(o.Data["text/plain"], &text)
+			out.Result = text
+		}
+		if raw, ok := o.Data["image/png"]; ok && len(images) < maxImages {
+			var b64 string
+			if json.Unmarshal(raw, &b64) == nil {
+				if png, err := base64.StdEncoding.DecodeString(b64); err == nil {
+					images = append(images, &mcp.ImageContent{Data: png, MIMEType: "image/png"})
+				}
+			}
+		}
+	}
+	if res.Error != nil {
+		out.Error = &ErrorOut{Name: res.Error.Name, Value: res.Error.Value, Traceback: res.Error.Traceback}
+	}
+	var links []mcp.Content
+	for _, f := range res.FilesChanged {
+		fo := FileOut{Path: f.Path, Size: f.Size, Change: f.Change}
+		if f.Change != "deleted" {
+			fo.URI = fileURI(id, f.Path)
+			size := f.Size
+			links = append(links, &mcp.ResourceLink{URI: fo.URI, Name: path.Base(f.Path), Title: f.Path, MIMEType: mimeOf(f.Path), Size: &size})
+		}
+		out.Files = append(out.Files, fo)
+	}
+	content = append(content, &mcp.TextContent{Text: summary(out)})
+	content = append(content, images...)
+	content = append(content, links...)
+	return &mcp.CallToolResult{Content: content, IsError: out.Error != nil || res.Killed || res.SessionEnded}, out, nil
+}
+
+// summary is what a model reads of an execution.
+func summary(o ExecuteOut) string {
+	var b strings.Builder
+	if o.Note != "" {
+		fmt.Fprintf(&b, "note: %s\n", o.Note)
+	}
+	if o.Stdout != "" {
+		fmt.Fprintf(&b, "stdout:\n%s\n", strings.TrimRight(tail(o.Stdout, textTail), "\n"))
+	}
+	if o.Stderr != "" {
+		fmt.Fprintf(&b, "stderr:\n%s\n", strings.TrimRight(tail(o.Stderr, textTail), "\n"))
+	}
+	if o.Result != "" {
+		fmt.Fprintf(&b, "result:\n%s\n", tail(o.Result, textTail))
+	}
+	for _, r := range o.Results {
+		if _, ok := r["image/png"]; ok {
+			b.WriteString("[an image (image/png) is attached]\n")
+		} else if _, ok := r["text/html"]; ok && r["text/plain"] == nil {
+			b.WriteString("[an HTML output is in structuredContent.results]\n")
+		}
+	}
+	if o.Error != nil {
+		fmt.Fprintf(&b, "error: %s: %s\n", o.Error.Name, o.Error.Value)
+		if len(o.Error.Traceback) > 0 {
+			fmt.Fprintf(&b, "traceback:\n%s\n", tail(strings.Join(o.Error.Traceback, "\n"), textTail))
+		}
+	}
+	if o.KillReason != "" {
+		fmt.Fprintf(&b, "killed: %s\n", o.KillReason)
+	}
+	if o.SessionEnded {
+		fmt.Fprintf(&b, "the session ended: %s\n", o.EndReason)
+	}
+	for _, f := range o.Files {
+		fmt.Fprintf(&b, "file %s: %s (%d bytes)\n", f.Change, f.Path, f.Size)
+	}
+	if o.Truncated {
+		b.WriteString("(output was truncated at the session's caps)\n")
+	}
+	if b.Len() == 0 {
+		b.WriteString("(no output)\n")
+	}
+	fmt.Fprintf(&b, "[session %s, execution %d, %.0f ms]", o.SessionID, o.ExecutionCount, o.DurationMs)
+	return b.String()
+}
+
+func (s *Server) runCommand(ctx context.Context, req *mcp.CallToolRequest, in CommandIn) (*mcp.CallToolResult, CommandOut, error) {
+	var out CommandOut
+	t, err := timeout(in.TimeoutS)
+	if err != nil {
+		return failed(err), out, nil
+	}
+	api := s.o.Client(header(req.Extra))
+	id, note, err := s.session(ctx, req, api, in.SessionID, "")
+	if err != nil {
+		return failed(err), out, nil
+	}
+	out.SessionID, out.Note = id, note
+	pr := newProgress(ctx, req)
+	var onEvent func(apitype.Event)
+	if pr.token != nil {
+		onEvent = func(ev apitype.Event) {
+			if ev.Type == apitype.EventStdout || ev.Type == apitype.EventStderr {
+				pr.add(ev.Text)
+			}
+		}
+	}
+	res, err := api.RunCommand(ctx, id, apitype.CommandRequest{Command: in.Command, Timeout: t, Cwd: in.Cwd}, onEvent)
+	pr.flush()
+	if err != nil {
+		return failed(err), out, nil
+	}
+	out.ExitCode, out.Stdout, out.Stderr = res.ExitCode, res.Stdout, res.Stderr
+	out.Truncated = res.StdoutTruncated || res.StderrTruncated
+	out.DurationMs, out.Killed, out.KillReason = res.DurationMs, res.Killed, string(res.KillReason)
+	var b strings.Builder
+	if note != "" {
+		fmt.Fprintf(&b, "note: %s\n", note)
+	}
+	if res.Stdout != "" {
+		fmt.Fprintf(&b, "stdout:\n%s\n", strings.TrimRight(tail(res.Stdout, textTail), "\n"))
+	}
+	if res.Stderr != "" {
+		fmt.Fprintf(&b, "stderr:\n%s\n", strings.TrimRight(tail(res.Stderr, textTail), "\n"))
+	}
+	if res.Killed {
+		fmt.Fprintf(&b, "killed: %s\n", res.KillReason)
+	}
+	fmt.Fprintf(&b, "exit code %d [session %s, %.0f ms]", res.ExitCode, id, res.DurationMs)
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: b.String()}}, IsError: res.ExitCode != 0 || res.Killed}, out, nil
+}
+
+func (s *Server) writeFile(ctx context.Context, req *mcp.CallToolRequest, in WriteIn) (*mcp.CallToolResult, WriteOut, error) {
+	var out WriteOut
+	data := []byte(in.Content)
+	switch in.Encoding {
+	case "", "utf8":
+	case "base64":
+		b, err := base64.StdEncoding.DecodeString(in.Content)
+		if err != nil {
+			return failed(fmt.Errorf("content is not valid base64: %v", err)), out, nil
+		}
+		data = b
+	default:
+		return failed(fmt.Errorf("encoding must be utf8 or base64, not %q", in.Encoding)), out, nil
+	}
+	if len(data) > writeMax {
+		return failed(fmt.Errorf("the content is %d bytes, more than write_file takes (%d); upload it with PUT /v1/sessions/{id}/files/{path}", len(data), writeMax)), out, nil
+	}
+	api := s.o.Client(header(req.Extra))
+	id, _, err := s.session(ctx, req, api, in.SessionID, "")
+	if err != nil {
+		return failed(err), out, nil
+	}
+	res, err := api.Upload(ctx, id, in.Path, bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		return failed(err), out, nil
+	}
+	out = WriteOut{SessionID: id, Path: res.Path, Size: res.Size, URI: fileURI(id, res.Path)}
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("wrote /workspace/%s (%d bytes) [session %s]", res.Path, res.Size, id)}}}, out, nil
+}
+
+func (s *Server) readFile(ctx context.Context, req *mcp.CallToolRequest, in ReadIn) (*mcp.CallToolResult, any, error) {
+	max := in.MaxBytes
+	if max <= 0 {
+		max = readDefault
+	}
+	if max > readMax {
+		max = readMax
+	}
+	api := s.o.Client(header(req.Extra))
+	id, _, err := s.session(ctx, req, api, in.SessionID, "")
+	if err != nil {
+		return failed(err), nil, nil
+	}
+	content, err := s.fileContent(ctx, api, id, in.Path, max)
+	if err != nil {
+		return failed(err), nil, nil
+	}
+	return &mcp.CallToolResult{Content: content}, nil, nil
+}
+
+// fileContent reads up to max bytes of a session's file as MCP content:
+// an image, text, or an embedded blob.
+func (s *Server) fileContent(ctx context.Context, api *client.Client, id, p string, max int64) ([]mcp.Content, error) {
+	rc, err := api.Download(ctx, id, p)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(io.LimitReader(rc, max+1))
+	if err != nil {
+		return nil, err
+	}
+	truncated := int64(len(data)) > max
+	if truncated {
+		data = data[:max]
+	}
+	mime := mimeOf(p)
+	if mime == "application/octet-stream" {
+		mime = http.DetectContentType(data)
+	}
+	uri := fileURI(id, strings.TrimPrefix(p, "/workspace/"))
+	var content []mcp.Content
+	switch {
+	case strings.HasPrefix(mime, "image/") && !truncated && mime != "image/svg+xml":
+		content = append(content, &mcp.ImageContent{Data: data, MIMEType: mime})
+	case utf8.Valid(data):
+		content = append(content, &mcp.TextContent{Text: string(data)})
+	default:
+		content = append(content, &mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: uri, MIMEType: mime, Blob: data}})
+	}
+	if truncated {
+		content = append(content, &mcp.TextContent{Text: fmt.Sprintf("(only the first %d bytes; the file is larger — read more with max_bytes, or download it with GET /v1/sessions/%s/files/%s)", max, id, p)})
+	}
+	return content, nil
+}
+
+func (s *Server) listFiles(ctx context.Context, req *mcp.CallToolRequest, in ListIn) (*mcp.CallToolResult, ListOut, error) {
+	out := ListOut{Entries: []EntryOut{}}
+	api := s.o.Client(header(req.Extra))
+	id, _, err := s.session(ctx, req, api, in.SessionID, "")
+	if err != nil {
+		return failed(err), out, nil
+	}
+	list, err := api.ListFiles(ctx, id, in.Path, in.Recursive)
+	if err != nil {
+		return failed(err), out, nil
+	}
+	out = ListOut{SessionID: id, Path: list.Path, Truncated: list.Truncated, Entries: []EntryOut{}}
+	var b strings.Builder
+	for _, e := range list.Entries {
+		out.Entries = append(out.Entries, EntryOut{Path: e.Path, Type: e.Type, Size: e.Size})
+		fmt.Fprintf(&b, "%-7s %10d  %s\n", e.Type, e.Size, e.Path)
+	}
+	if len(list.Entries) == 0 {
+		b.WriteString("(empty)\n")
+	}
+	if list.Truncated {
+		b.WriteString("(the listing is truncated)\n")
+	}
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: b.String()}}}, out, nil
+}
+
+func (s *Server) createSession(ctx context.Context, req *mcp.CallToolRequest, in CreateIn) (*mcp.CallToolResult, SessionOut, error) {
+	out := SessionOut{Limits: map[string]any{}}
+	m := map[string]any{"language": in.Language, "limits": in.Limits, "env": in.Env}
+	if in.IdleTimeout != "" {
+		m["timeout_idle"] = in.IdleTimeout
+	}
+	body, _ := json.Marshal(m)
+	var cr apitype.CreateSessionRequest
+	if err := config.Decode(body, &cr); err != nil {
+		return failed(err), out, nil
+	}
+	api := s.o.Client(header(req.Extra))
+	info, err := api.CreateSession(ctx, cr)
+	if err != nil {
+		return failed(err), out, nil
+	}
+	out = sessionOut(info)
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("created %s session %s (pass it as session_id)", info.Language, info.ID)}}}, out, nil
+}
+
+func sessionOut(info *apitype.Session) SessionOut {
+	var limits map[string]any
+	b, _ := json.Marshal(info.Limits)
+	json.Unmarshal(b, &limits)
+	return SessionOut{SessionID: info.ID, Language: info.Language, State: info.State, Limits: limits, IdleTimeout: info.IdleTimeout.String()}
+}
+
+func (s *Server) closeSession(ctx context.Context, req *mcp.CallToolRequest, in CloseIn) (*mcp.CallToolResult, CloseOut, error) {
+	api := s.o.Client(header(req.Extra))
+	err := api.DeleteSession(ctx, in.SessionID)
+	if err != nil && client.StatusOf(err) != http.StatusGone {
+		return failed(err), CloseOut{SessionID: in.SessionID}, nil
+	}
+	c := s.conn(req.Session)
+	c.mu.Lock()
+	for lang, id := range c.sessions {
+		if id == in.SessionID {
+			delete(c.sessions, lang)
+		}
+	}
+	c.mu.Unlock()
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "closed session " + in.SessionID}}}, CloseOut{SessionID: in.SessionID, Closed: true}, nil
+}
+
+// readCapped reads r, failing beyond max bytes.
+func readCapped(r io.Reader, max int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("the file is larger than %d bytes; download it with the HTTP files API", max)
+	}
+	return data, nil
+}
