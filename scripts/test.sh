@@ -17,6 +17,9 @@ export AIRLOCK_TEST_DEPLOY=1
 # fails instead (internal/testenv).
 export AIRLOCK_TEST_STRICT=1
 ./scripts/check-hygiene.sh
+# The agent libraries the end-to-end tests drive (MCP client, LangChain JS,
+# OpenAI Agents, Vercel AI), pinned in the committed lockfile.
+(cd e2e/agents && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error)
 go vet ./...
 (cd deploy/tools && go vet ./...)
 go test -count=1 -timeout 60m ./...
