@@ -105,7 +105,12 @@ func TestCommandLimits(t *testing.T) {
 	if err != nil || strings.Contains(res.Stdout, "allocated") || !res.Killed || res.KillReason != apitype.KillMemory {
 		t.Fatalf("memory: %+v %v", res, err)
 	}
-	_, err = s.c.Session(ctx, id)
+	// The session ends as its monitor hears of the OOM kill.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err = s.c.Session(ctx, id); err != nil || time.Now().After(deadline) {
+			break
+		}
+	}
 	wantError(t, "the session after a command ran out of memory", err, 410, "session_ended")
 }
 

@@ -541,7 +541,7 @@ func TestInterrupt(t *testing.T) {
 	go func() {
 		// Not s.exec: it may fail the test, which only this goroutine may.
 		var once sync.Once
-		r, err := s.c.Execute(context.Background(), id, apitype.ExecuteRequest{Code: "import time\nprint('running', flush=True)\nwhile True:\n    n += 1\n    time.sleep(0.01)"},
+		r, err := s.c.Execute(context.Background(), id, apitype.ExecuteRequest{Code: "import time\nn += 1\nprint('running', flush=True)\nwhile True:\n    n += 1\n    time.sleep(0.01)"},
 			func(ev apitype.Event) {
 				if ev.Type == apitype.EventStdout {
 					once.Do(func() { close(running) })
