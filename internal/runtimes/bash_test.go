@@ -164,15 +164,16 @@ func TestBashInterrupt(t *testing.T) {
 	b, _ := startBash(t)
 	b.expect("v=kept", 0, "")
 	for _, c := range []struct{ code, stdout string }{
-		{"sleep 100; echo not reached", ""},
-		{"echo start; while :; do sleep 1; done; echo not reached", "start\n"},
-		{"while :; do :; done", ""},
-		{"spin() { while :; do :; done; }; spin; echo not reached", ""},
-		{"sleep 100 | cat; echo not reached", ""},
-		{"trap 'echo cleanup' INT; sleep 100; echo not reached", "cleanup\n"}, // user traps run first
+		// Each says it runs (on stderr) right before what is interrupted.
+		{"echo '<running>' >&2; sleep 100; echo not reached", ""},
+		{"echo start; echo '<running>' >&2; while :; do sleep 1; done; echo not reached", "start\n"},
+		{"echo '<running>' >&2; while :; do :; done", ""},
+		{"spin() { while :; do :; done; }; echo '<running>' >&2; spin; echo not reached", ""},
+		{"echo '<running>' >&2; sleep 100 | cat; echo not reached", ""},
+		{"trap 'echo cleanup' INT; echo '<running>' >&2; sleep 100; echo not reached", "cleanup\n"}, // user traps run first
 	} {
 		b.send(c.code)
-		sent := b.sigintSoon()
+		sent := b.sigintWhenRunning()
 		st := b.status(10 * time.Second)
 		out, _ := b.output()
 		if st != 130 || out != c.stdout {

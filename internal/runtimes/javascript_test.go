@@ -74,6 +74,28 @@ func (o *rtOutput) take() string {
 	return s
 }
 
+// await waits until what arrived contains marker, and removes it (the
+// rest stays for take).
+func (o *rtOutput) await(t *testing.T, marker string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		o.mu.Lock()
+		s := o.buf.String()
+		if i := strings.Index(s, marker); i >= 0 {
+			o.buf.Reset()
+			o.buf.WriteString(s[:i] + s[i+len(marker):])
+			o.mu.Unlock()
+			return
+		}
+		o.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q on the runtime's output within %v", marker, timeout)
+		}
+		time.Sleep(time.Millisecond) // polling what the pipe reader appends
+	}
+}
+
 // quietSince is how long nothing has arrived since t.
 func (o *rtOutput) quietSince(t time.Time) time.Duration {
 	o.mu.Lock()
@@ -212,11 +234,14 @@ func (p *rtProc) survives(d time.Duration, what string) {
 	}
 }
 
-// sigintSoon sends SIGINT once what was just started is surely running,
-// and returns when it was sent.
-func (p *rtProc) sigintSoon() time.Time {
+// runningMarker is what code under test prints to stderr once it runs.
+const runningMarker = "<running>\n"
+
+// sigintWhenRunning sends SIGINT once the code just started has printed
+// runningMarker on stderr, and returns when it was sent.
+func (p *rtProc) sigintWhenRunning() time.Time {
 	p.t.Helper()
-	time.Sleep(300 * time.Millisecond)
+	p.stderr.await(p.t, runningMarker, 30*time.Second)
 	sent := time.Now()
 	p.sigint()
 	return sent
@@ -668,11 +693,11 @@ display(1, 2)
 	}
 	// display from a timer that fires during the execution belongs to it;
 	// one that fires after done is dropped.
-	e = p.execJS("setTimeout(() => display('timer'), 5); setTimeout(() => display('late'), 300); await new Promise(r => setTimeout(r, 50))")
+	e = p.execJS("setTimeout(() => display('timer'), 5); setTimeout(() => { display('late'); require('fs').writeSync(2, '<late>\\n') }, 300); await new Promise(r => setTimeout(r, 50))")
 	if len(e.displays) != 1 || jsText(t, e.displays[0], "text/plain") != "timer" {
 		t.Errorf("timer display: %v", e.displays)
 	}
-	time.Sleep(400 * time.Millisecond)
+	p.stderr.await(t, "<late>\n", 30*time.Second) // the late display was sent, or dropped
 	p.expectResult("'after the late display'", "'after the late display'")
 }
 
@@ -717,10 +742,7 @@ func TestJavaScriptErrors(t *testing.T) {
 	}
 	// One while idle goes to stderr; the session survives.
 	p.mustOK("setTimeout(() => { throw new Error('idle boom') }, 200)")
-	time.Sleep(400 * time.Millisecond)
-	if _, stderr := p.output(); !strings.Contains(stderr, "idle boom") {
-		t.Errorf("idle error not on stderr: %q", stderr)
-	}
+	p.stderr.await(t, "idle boom", 30*time.Second) // on stderr, and the session lives on
 	p.expectResult("before", "'kept'")
 }
 
@@ -769,13 +791,17 @@ func TestJavaScriptInterrupt(t *testing.T) {
 	p, _ := startJS(t)
 	p.mustOK("let n = 0")
 	for _, c := range []struct{ code, after, want string }{
-		{"while (true) { n++ }", "n > 0", "true"}, // state kept
-		{"await new Promise(() => {})", "", ""},
-		{"const child = require('child_process').execSync('sleep 30')", "", ""},
-		{"n = -1; await new Promise(r => setTimeout(r, 60000)); n = 1", "n", "-1"},
+		// Each says it runs, on fd 2 directly (whatever the runtime does with
+		// process.stderr), once it is where the interrupt must land: inside
+		// the synchronous part, or from a timer once the cell awaits (never
+		// as the synchronous part ends, see runtime.js on Node's SIGINT gap).
+		{"n++; require('fs').writeSync(2, '<running>\\n'); while (true) { n++ }", "n > 0", "true"}, // state kept
+		{"setTimeout(() => require('fs').writeSync(2, '<running>\\n'), 0); await new Promise(() => {})", "", ""},
+		{"require('fs').writeSync(2, '<running>\\n'); const child = require('child_process').execSync('sleep 30')", "", ""},
+		{"n = -1; setTimeout(() => require('fs').writeSync(2, '<running>\\n'), 0); await new Promise(r => setTimeout(r, 60000)); n = 1", "n", "-1"},
 	} {
 		id := p.startExec(c.code)
-		p.sigintSoon()
+		p.sigintWhenRunning()
 		e := p.waitExec(id)
 		if e.err == nil || e.err.Name != "KeyboardInterrupt" || e.done.Status != "interrupted" || *e.done.ExitCode != 1 {
 			t.Fatalf("%q: want an interrupt, got %v", c.code, e)
@@ -853,9 +879,9 @@ func TestJavaScriptOutput(t *testing.T) {
 	if e.stdout != "t1\nend\n" {
 		t.Errorf("timer output: %v", e)
 	}
-	time.Sleep(600 * time.Millisecond)
-	if out, _ := p.output(); out != "late\n" {
-		t.Errorf("late output: %q", out)
+	p.stdout.await(t, "late\n", 30*time.Second)
+	if out, _ := p.output(); out != "" {
+		t.Errorf("output besides the late line: %q", out)
 	}
 	// Large output is complete at done.
 	e = p.execJS("process.stdout.write('x'.repeat(1 << 20)); console.log('!'); 1")
