@@ -1,0 +1,38 @@
+// Package identity is who a request acts for: the tenant and the API key
+// resolved once at the API's edge, carried in the request's context to
+// every layer below (sessions, quotas, audit, metrics, redaction).
+//
+// It owns only the value and its context plumbing. It must never
+// authenticate anything itself, touch storage, or import another airlock
+// package: everything may import it.
+package identity
+
+import "context"
+
+// Identity is the caller of a request.
+type Identity struct {
+	// Tenant owns what the request creates; sessions of other tenants do
+	// not exist for it. Empty for the unauthenticated local default.
+	Tenant string
+	// KeyID names the API key used (never the secret); empty when the
+	// caller is the server's own unix socket or the legacy token.
+	KeyID string
+	// Admin callers see and act on every tenant's resources.
+	Admin bool
+}
+
+// Sees reports whether the caller may see a resource owned by tenant.
+func (id Identity) Sees(tenant string) bool { return id.Admin || id.Tenant == tenant }
+
+type key struct{}
+
+// With returns ctx carrying id.
+func With(ctx context.Context, id Identity) context.Context {
+	return context.WithValue(ctx, key{}, id)
+}
+
+// From returns the identity ctx carries, if any.
+func From(ctx context.Context) (Identity, bool) {
+	id, ok := ctx.Value(key{}).(Identity)
+	return id, ok
+}
