@@ -52,12 +52,18 @@ type Runtimes struct {
 
 // Config is the whole of airlock's configuration.
 type Config struct {
+	// Version is the configuration format's version: 1 (0 means 1).
+	Version int `json:"version"`
 	// StateDir holds the server's run-time state (an empty mount point
 	// for sandbox roots). It is created 0700 and owned by root.
 	StateDir string `json:"state_dir"`
 	// CacheDir holds data computed once per host and shared read-only
 	// by sandboxes (the matplotlib font list).
 	CacheDir string `json:"cache_dir"`
+	// DataDir holds what must survive a restart: the database of API
+	// keys, tenants' quotas and the audit log. Unlike state_dir it must
+	// be persistent storage.
+	DataDir string `json:"data_dir"`
 	// CgroupParent is the cgroup, relative to each hierarchy's root,
 	// under which every sandbox gets its own cgroup.
 	CgroupParent string `json:"cgroup_parent"`
@@ -86,6 +92,10 @@ type Config struct {
 	Server Server `json:"server"`
 	MCP    MCP    `json:"mcp"`
 	Pool   Pool   `json:"pool"`
+	// Quotas apply to every tenant; a tenant's own (airlock keys create
+	// --tenant T with quota flags) override them field by field.
+	Quotas Quotas `json:"quotas"`
+	Audit  Audit  `json:"audit"`
 }
 
 // Isolation names a kernel sandboxes can run on.
@@ -138,8 +148,12 @@ type Server struct {
 	// `airlock run` sends its programs there when a server runs. Empty
 	// means <state_dir>/airlock.sock; "off" disables it.
 	Socket string `json:"socket"`
-	// Token, when set, is required as "Authorization: Bearer <token>" on
-	// every request but /healthz.
+	// Auth is "keys" (every request but /healthz needs an API key or the
+	// token as "Authorization: Bearer ...") or "none" (no authentication,
+	// allowed only with a loopback listen address).
+	Auth string `json:"auth"`
+	// Token, when set, is accepted as an admin API key (the single shared
+	// token of earlier versions; prefer keys).
 	Token string `json:"token"`
 	// MaxSessions caps live sessions (pooled sandboxes not counted).
 	MaxSessions int `json:"max_sessions"`
@@ -208,6 +222,7 @@ func Default() Config {
 	return Config{
 		StateDir:     "/run/airlock",
 		CacheDir:     "/var/cache/airlock",
+		DataDir:      "/var/lib/airlock",
 		CgroupParent: "airlock",
 		IDBase:       1_000_000,
 		Runtimes: Runtimes{
@@ -223,6 +238,7 @@ func Default() Config {
 		Max:         DefaultMaxLimits(),
 		Server: Server{
 			Listen:                  "127.0.0.1:8080",
+			Auth:                    AuthKeys,
 			MaxSessions:             512,
 			MaxConcurrentExecutions: 64,
 			QueueTimeout:            Duration(10 * time.Second),
@@ -238,7 +254,8 @@ func Default() Config {
 			MaxRichOutput:           32 << 20,
 			MaxSessionCommands:      16,
 		},
-		MCP: MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute)},
+		Audit: Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096},
+		MCP:   MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute)},
 		Pool: Pool{
 			Size:     map[string]int{"python": 8, "bash": 2, "javascript": 2},
 			Zygote:   true,
@@ -303,7 +320,10 @@ func (c Config) Validate() error {
 	if p := c.Server.Socket; p != "" && p != "off" && (!filepath.IsAbs(p) || filepath.Clean(p) != p) {
 		errs = append(errs, fmt.Errorf("server.socket %q must be a clean absolute path, or \"off\"", p))
 	}
-	for name, p := range map[string]string{"state_dir": c.StateDir, "cache_dir": c.CacheDir} {
+	if c.Version != 0 && c.Version != 1 {
+		errs = append(errs, fmt.Errorf("version %d: this airlock reads configuration version 1", c.Version))
+	}
+	for name, p := range map[string]string{"state_dir": c.StateDir, "cache_dir": c.CacheDir, "data_dir": c.DataDir} {
 		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
 			errs = append(errs, fmt.Errorf("%s %q must be a clean absolute path other than /", name, p))
 		}
@@ -346,6 +366,24 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("defaults: %v", err))
 	}
 	s := c.Server
+	switch s.Auth {
+	case AuthKeys:
+	case AuthNone:
+		if !loopback(s.Listen) {
+			errs = append(errs, fmt.Errorf("server.auth \"none\" is allowed only on a loopback listen address, not %q", s.Listen))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("server.auth %q must be \"keys\" or \"none\"", s.Auth))
+	}
+	if err := c.Quotas.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("quotas: %v", err))
+	}
+	if a := c.Audit; a.Code != "full" && a.Code != "sha256" && a.Code != "none" {
+		errs = append(errs, fmt.Errorf("audit.code %q must be \"full\", \"sha256\" or \"none\"", a.Code))
+	}
+	if a := c.Audit; a.MaxAge < 0 || a.MaxSize < 0 || a.Queue < 1 || a.Queue > 1<<20 {
+		errs = append(errs, errors.New("audit.max_age and audit.max_size must not be negative (0: no bound), audit.queue between 1 and 1048576"))
+	}
 	if s.MaxSessions < 1 || s.MaxConcurrentExecutions < 1 {
 		errs = append(errs, errors.New("server.max_sessions and server.max_concurrent_executions must be at least 1"))
 	}
