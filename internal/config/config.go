@@ -96,6 +96,8 @@ type Config struct {
 	// --tenant T with quota flags) override them field by field.
 	Quotas Quotas `json:"quotas"`
 	Audit  Audit  `json:"audit"`
+	// Network configures egress by allowlist.
+	Network Network `json:"network"`
 }
 
 // Isolation names a kernel sandboxes can run on.
@@ -254,8 +256,9 @@ func Default() Config {
 			MaxRichOutput:           32 << 20,
 			MaxSessionCommands:      16,
 		},
-		Audit: Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096},
-		MCP:   MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute)},
+		Network: DefaultNetwork(),
+		Audit:   Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096},
+		MCP:     MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute)},
 		Pool: Pool{
 			Size:     map[string]int{"python": 8, "bash": 2, "javascript": 2},
 			Zygote:   true,
@@ -421,6 +424,9 @@ func (c Config) Validate() error {
 		if n < 0 || n > 4096 {
 			errs = append(errs, fmt.Errorf("pool.size.%s %d must be between 0 and 4096", lang, n))
 		}
+	}
+	if err := c.Network.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Pool.Parallel < 1 || c.Pool.Parallel > 256 {
 		errs = append(errs, fmt.Errorf("pool.parallel %d must be between 1 and 256", c.Pool.Parallel))

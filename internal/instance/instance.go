@@ -109,6 +109,10 @@ func (in *Instance) Dead() <-chan struct{} { return in.sb.Dead() }
 // Kill ends every process of the sandbox; Close must still be called.
 func (in *Instance) Kill() { in.sb.Kill() }
 
+// PidFD is a pidfd of the sandbox's init: a handle on its namespaces
+// (the egress layer enters its network namespace through it).
+func (in *Instance) PidFD() int { return in.sb.PidFD() }
+
 // Interrupt sends SIGINT to the runtime's process group: Python raises
 // KeyboardInterrupt, and the state is kept.
 func (in *Instance) Interrupt() { in.sb.Signal(in.pid, syscall.SIGINT, true) }

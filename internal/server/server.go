@@ -160,6 +160,11 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		source = s.pool
 	}
 	s.manager = session.NewManager(cfg, source, s.log)
+	eg, err := session.NewEgress(cfg.Network)
+	if err != nil {
+		return nil, err
+	}
+	s.manager.SetEgress(eg)
 	s.manager.Observe(opts.Observers...)
 	s.api = api.New(s.manager, cfg, s.log, opts.Version)
 	if err := s.tenancy(); err != nil {
