@@ -124,7 +124,10 @@ func startServer(t testing.TB, overrides map[string]any) *server {
 		"state_dir":     "/run/" + name,
 		"cgroup_parent": name,
 		"id_base":       base,
-		"server":        map[string]any{"listen": "127.0.0.1:0"},
+		"data_dir":      "/run/" + name + "/data",
+		// Tests that are not about keys run without them (loopback only);
+		// those that are set "auth": "keys".
+		"server": map[string]any{"listen": "127.0.0.1:0", "auth": "none"},
 		"pool": map[string]any{
 			"size":   map[string]int{"python": 2, "bash": 1, "javascript": 1},
 			"zygote": true,

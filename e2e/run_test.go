@@ -206,7 +206,7 @@ func TestRunLargeInputFallsBackToCold(t *testing.T) {
 // the token the TCP listener requires.
 func TestUnixSocket(t *testing.T) {
 	s := startServer(t, map[string]any{
-		"server": map[string]any{"token": "s3cret"},
+		"server": map[string]any{"token": "s3cret", "auth": "keys"},
 		"pool":   map[string]any{"size": map[string]int{"python": 1, "bash": 0, "javascript": 0}},
 	})
 	sock := filepath.Join("/run", s.name, "airlock.sock")

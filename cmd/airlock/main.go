@@ -41,6 +41,8 @@ Usage:
   airlock mcp [flags]                     serve MCP on stdin/stdout (for agents)
   airlock doctor [flags]                  show what this host can enforce
   airlock bench [flags]                   measure latency against baselines
+  airlock keys create|list|revoke|quota   manage API keys and tenants' quotas
+  airlock audit [flags]                   list the audit log
   airlock version
 
 Run "airlock COMMAND -h" for the flags of a command.
@@ -74,6 +76,10 @@ func main() {
 		code = mcpCmd(args, os.Stderr)
 	case "bench":
 		code = benchCmd(args, os.Stdout, os.Stderr)
+	case "keys":
+		code = keysCmd(args, os.Stdout, os.Stderr)
+	case "audit":
+		code = auditCmd(args, os.Stdout, os.Stderr)
 	case "version", "--version":
 		fmt.Println("airlock", version)
 	case "help", "-h", "--help":

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"mime"
 	"net"
 	"net/http"
@@ -38,6 +39,7 @@ import (
 	"airlock/internal/apitype"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
+	"airlock/internal/identity"
 	"airlock/internal/session"
 )
 
@@ -61,7 +63,26 @@ type Server struct {
 	transfers transfers
 	// Stats, when set, adds pool figures to /healthz.
 	Stats func() map[string]any
+	// Keys resolves API keys (nil: only server.token and the unix socket
+	// authenticate).
+	Keys Authenticator
+	// Quotas, when set, admits what a tenant starts (see quota.go).
+	Quotas Quotas
+	// Audit, when set, serves GET /v1/audit.
+	Audit AuditLog
+	// public are paths served without authentication (/healthz; /metrics
+	// when the operator says so).
+	public map[string]bool
 }
+
+// Authenticator resolves the secret of a bearer API key to its caller.
+type Authenticator interface {
+	// Authenticate reports whether secret is a live key, and whose.
+	Authenticate(ctx context.Context, secret string) (identity.Identity, bool, error)
+}
+
+// Public serves path without authentication (a metrics endpoint, say).
+func (s *Server) Public(path string) { s.public[path] = true }
 
 // route is one operation of the API.
 type route struct {
@@ -91,13 +112,15 @@ var routes = []route{
 	{"DELETE", "/v1/sessions/{id}/files/{path...}", (*Server).deleteFile},
 	{"POST", "/v1/execute", (*Server).executeOnce},
 	{"POST", "/v1/run", (*Server).runProgram},
+	{"GET", "/v1/audit", (*Server).audit},
 }
 
 // New returns the API handler.
 func New(m *session.Manager, cfg config.Config, log *slog.Logger, version string) *Server {
 	var b [4]byte
 	rand.Read(b[:])
-	s := &Server{m: m, cfg: cfg, log: log, mux: http.NewServeMux(), version: version, idPrefix: hex.EncodeToString(b[:]) + "-"}
+	s := &Server{m: m, cfg: cfg, log: log, mux: http.NewServeMux(), version: version, idPrefix: hex.EncodeToString(b[:]) + "-",
+		public: map[string]bool{"/healthz": true}}
 	allow := map[string][]string{}
 	for _, rt := range routes {
 		s.mux.HandleFunc(rt.method+" "+rt.pattern, func(w http.ResponseWriter, r *http.Request) { rt.handle(s, w, r) })
@@ -141,14 +164,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.log.Debug("request", "request", rw.id, "method", r.Method, "path", r.URL.Path, "status", rw.status, "ms", time.Since(start).Milliseconds())
 	}()
-	if tok := s.cfg.Server.Token; tok != "" && r.URL.Path != "/healthz" && !local(r) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
-			rw.Header().Set("WWW-Authenticate", "Bearer")
-			fail(rw, fmt.Errorf("%w: missing or wrong bearer token", errdefs.ErrUnauthenticated))
+	ctx := identity.WithRequest(r.Context(), rw.id)
+	if !s.public[r.URL.Path] {
+		who, err := s.authenticate(r)
+		if err != nil {
+			if errors.Is(err, errdefs.ErrUnauthenticated) {
+				rw.Header().Set("WWW-Authenticate", "Bearer")
+			}
+			fail(rw, err)
 			return
 		}
+		ctx = identity.With(ctx, who)
 	}
+	r = r.WithContext(ctx)
 	if !canonical(r.URL.Path) {
 		// Go's ServeMux would answer a redirect to the cleaned path: to
 		// another resource (files/.. is the session itself), which a
@@ -223,6 +251,43 @@ func saneID(id string) bool {
 	return true
 }
 
+// authenticate resolves the caller of r, once, at the edge: the unix
+// socket (and this process's own in-process callers) are the operator,
+// an admin; without authentication (server.auth "none", loopback only)
+// everyone is; otherwise the bearer must be server.token (an admin) or a
+// live API key.
+func (s *Server) authenticate(r *http.Request) (identity.Identity, error) {
+	if local(r) || s.cfg.Server.Auth == config.AuthNone {
+		return identity.Identity{Admin: true}, nil
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || got == "" {
+		return identity.Identity{}, fmt.Errorf("%w: send an API key as Authorization: Bearer <key>", errdefs.ErrUnauthenticated)
+	}
+	if tok := s.cfg.Server.Token; tok != "" && subtle.ConstantTimeCompare([]byte(got), []byte(tok)) == 1 {
+		return identity.Identity{Admin: true}, nil
+	}
+	if s.Keys != nil {
+		who, ok, err := s.Keys.Authenticate(r.Context(), got)
+		if err != nil {
+			return identity.Identity{}, err
+		}
+		if ok {
+			return who, nil
+		}
+	}
+	return identity.Identity{}, fmt.Errorf("%w: the API key is unknown or revoked", errdefs.ErrUnauthenticated)
+}
+
+// Local returns the API as the server's own operator reaches it: every
+// request is treated like one over the unix socket (for a server embedded
+// in `airlock mcp`, whose stdio client is the operator).
+func (s *Server) Local() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, &net.UnixAddr{Name: "in-process", Net: "unix"})))
+	})
+}
+
 // local reports whether r came over the server's unix socket, which only
 // the server's own user can reach (its file mode is 0600).
 func local(r *http.Request) bool {
@@ -266,6 +331,9 @@ func fail(w http.ResponseWriter, err error) {
 		err = fmt.Errorf("%w: the request body is larger than %d bytes", errdefs.ErrTooLarge, mbe.Limit)
 	}
 	kind := errdefs.KindOf(err)
+	if after, ok := errdefs.RetryAfter(err); ok {
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(after.Seconds())))))
+	}
 	body := apitype.ErrorBody{Error: apitype.ErrorDetail{Code: kind.Code, Message: errdefs.Message(err)}}
 	var ended *session.EndedError
 	if errors.As(err, &ended) {

@@ -22,6 +22,14 @@ func (s *Server) runCommand(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	if err := s.checkTimeout(r, req.Timeout); err != nil {
+		fail(w, err)
+		return
+	}
+	if err := s.admitExecution(r); err != nil {
+		fail(w, err)
+		return
+	}
 	if req.Background {
 		res, err := sess.RunCommand(r.Context(), req, nil)
 		if err != nil {

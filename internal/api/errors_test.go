@@ -72,6 +72,7 @@ func TestFailKeepsDetailInTheLog(t *testing.T) {
 // one, else a new one, unique per request; error bodies carry it too.
 func TestRequestIDs(t *testing.T) {
 	cfg := config.Default()
+	cfg.Server.Auth = config.AuthNone
 	s := New(session.NewManager(cfg, nil, slog.New(slog.DiscardHandler)), cfg, slog.New(slog.DiscardHandler), "test")
 	get := func(id string) (*httptest.ResponseRecorder, apitype.ErrorBody) {
 		req := httptest.NewRequest("GET", "/v1/no-such-thing", nil)

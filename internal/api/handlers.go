@@ -13,6 +13,7 @@ import (
 
 	"airlock/internal/apitype"
 	"airlock/internal/errdefs"
+	"airlock/internal/identity"
 	"airlock/internal/session"
 	"airlock/internal/workspace"
 )
@@ -23,8 +24,23 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	var err error
+	if req.Limits, err = s.tenantLimits(r, req.Limits); err != nil {
+		fail(w, err)
+		return
+	}
+	if err := s.egressHook(r, &req); err != nil {
+		fail(w, err)
+		return
+	}
+	release, err := s.admitSession(r)
+	if err != nil {
+		fail(w, err)
+		return
+	}
 	sess, err := s.m.Create(r.Context(), req)
 	if err != nil {
+		release()
 		fail(w, err)
 		return
 	}
@@ -33,11 +49,20 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, apitype.SessionList{Sessions: s.m.List()})
+	who, _ := identity.From(r.Context())
+	all := s.m.List()
+	mine := make([]apitype.Session, 0, len(all))
+	for _, sess := range all {
+		if who.Sees(sess.Tenant) {
+			mine = append(mine, sess)
+		}
+	}
+	writeJSON(w, http.StatusOK, apitype.SessionList{Sessions: mine})
 }
 
+// session is the request's session: one of another tenant is not found.
 func (s *Server) session(w http.ResponseWriter, r *http.Request) (*session.Session, bool) {
-	sess, err := s.m.Get(r.PathValue("id"))
+	sess, err := s.m.Find(r.Context(), r.PathValue("id"))
 	if err != nil {
 		fail(w, err)
 		return nil, false
@@ -52,6 +77,9 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.session(w, r); !ok {
+		return
+	}
 	if err := s.m.Delete(r.PathValue("id")); err != nil {
 		fail(w, err)
 		return
@@ -192,6 +220,14 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	if err := s.checkTimeout(r, req.Timeout); err != nil {
+		fail(w, err)
+		return
+	}
+	if err := s.admitExecution(r); err != nil {
+		fail(w, err)
+		return
+	}
 	respond(w, r, func(emit func(apitype.Event)) (any, error) { return sess.Execute(r.Context(), req, emit) })
 }
 
@@ -201,12 +237,30 @@ func (s *Server) executeOnce(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	var err error
+	if req.Limits, err = s.tenantLimits(r, req.Limits); err != nil {
+		fail(w, err)
+		return
+	}
+	if err := s.admitExecution(r); err != nil {
+		fail(w, err)
+		return
+	}
 	respond(w, r, func(emit func(apitype.Event)) (any, error) { return s.m.RunOnce(r.Context(), req, emit) })
 }
 
 func (s *Server) runProgram(w http.ResponseWriter, r *http.Request) {
 	var req apitype.ProgramRequest
 	if err := s.decode(w, r, &req); err != nil {
+		fail(w, err)
+		return
+	}
+	var err error
+	if req.Limits, err = s.tenantLimits(r, req.Limits); err != nil {
+		fail(w, err)
+		return
+	}
+	if err := s.admitExecution(r); err != nil {
 		fail(w, err)
 		return
 	}
@@ -245,7 +299,7 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sess.Touch()
-	entries, truncated, err := sess.Files().List(dir, recursive)
+	entries, truncated, err := sess.Files(r.Context()).List(dir, recursive)
 	if err != nil {
 		fail(w, err)
 		return
@@ -282,7 +336,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 	}
 	defer t.done()
 	w = t.writer(w)
-	f, e, err := sess.Files().Open(p)
+	f, e, err := sess.Files(r.Context()).Open(p)
 	if err != nil {
 		fail(w, err)
 		return
@@ -325,7 +379,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer t.done()
-	n, err := sess.Files().Write(p, t.body(r.Body), max, 0o644)
+	n, err := sess.Files(r.Context()).Write(p, t.body(r.Body), max, 0o644)
 	if err != nil {
 		fail(w, err)
 		return
@@ -342,7 +396,7 @@ func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := sess.Files().Remove(p, recursive); err != nil {
+	if err := sess.Files(r.Context()).Remove(p, recursive); err != nil {
 		fail(w, err)
 		return
 	}

@@ -39,6 +39,7 @@ var apiRoutes = []string{
 	"DELETE /v1/sessions/{id}/files/{path...}",
 	"POST /v1/execute",
 	"POST /v1/run",
+	"GET /v1/audit",
 }
 
 // httpMethods are the operation keys of an OpenAPI 3.0 path item.
@@ -216,7 +217,9 @@ func TestOpenAPIRoutes(t *testing.T) {
 	// The table must be what New registers. Looking handlers up in the
 	// mux, and calling only the handlers that never touch the session
 	// manager (405, 404, the document itself), is safe with a nil manager.
-	s := New(nil, config.Default(), slog.New(slog.DiscardHandler), "test")
+	cfg := config.Default()
+	cfg.Server.Auth = config.AuthNone // routing, not authentication
+	s := New(nil, cfg, slog.New(slog.DiscardHandler), "test")
 	for _, route := range apiRoutes {
 		method, pattern, _ := strings.Cut(route, " ")
 		req := httptest.NewRequest(method, concretePath(pattern), nil)

@@ -45,6 +45,9 @@ var schemaTypes = map[string]reflect.Type{
 	"CommandList":          reflect.TypeFor[apitype.CommandList](),
 	"SignalRequest":        reflect.TypeFor[apitype.SignalRequest](),
 	"StdinRequest":         reflect.TypeFor[apitype.StdinRequest](),
+	"AuditRecord":          reflect.TypeFor[apitype.AuditRecord](),
+	"AuditList":            reflect.TypeFor[apitype.AuditList](),
+	"EgressDecision":       reflect.TypeFor[apitype.EgressDecision](),
 }
 
 // scalarSchemas are the components that are not objects: the limit

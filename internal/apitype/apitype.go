@@ -57,6 +57,9 @@ type Session struct {
 	// Sandbox names the session's cgroup under the server's cgroup
 	// parent, for operators (and the benchmark's memory figures).
 	Sandbox string `json:"sandbox"`
+	// Tenant owns the session (the tenant of the API key that created
+	// it; empty for the server's own callers).
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // SessionList is GET /v1/sessions.
@@ -404,4 +407,76 @@ type StdinRequest struct {
 	Data string `json:"data,omitempty"`
 	// Close closes the command's standard input after Data.
 	Close bool `json:"close,omitempty"`
+}
+
+// Kinds of audit records.
+const (
+	AuditSessionCreate = "session.create"
+	AuditSessionEnd    = "session.end"
+	AuditExecution     = "execution"
+	AuditCommand       = "command"
+	AuditOneShot       = "oneshot"
+	AuditProgram       = "program"
+	AuditFileUpload    = "file.upload"
+	AuditFileDownload  = "file.download"
+	AuditFileDelete    = "file.delete"
+	AuditPackage       = "package.install"
+	AuditEgress        = "egress"
+)
+
+// AuditRecord is one operation of the audit log (GET /v1/audit).
+type AuditRecord struct {
+	Seq       int64     `json:"seq"`
+	Time      time.Time `json:"time"`
+	Kind      string    `json:"kind"`
+	Tenant    string    `json:"tenant,omitempty"`
+	KeyID     string    `json:"key_id,omitempty"`
+	Session   string    `json:"session,omitempty"`
+	RequestID string    `json:"request_id,omitempty"`
+	// ID: the execution's or command's id within its session.
+	ID       string `json:"id,omitempty"`
+	Language string `json:"language,omitempty"`
+	// The code, command or program: whole (audit.code "full"), or its
+	// SHA-256 and size ("sha256"), or nothing ("none").
+	Code       string `json:"code,omitempty"`
+	CodeSHA256 string `json:"code_sha256,omitempty"`
+	CodeSize   int    `json:"code_size,omitempty"`
+	// Outcome: ok, error (the code raised or exited non-zero), killed
+	// (airlock stopped it), failed (the operation failed).
+	Outcome    string     `json:"outcome,omitempty"`
+	ExitCode   *int       `json:"exit_code,omitempty"`
+	Error      string     `json:"error,omitempty"`
+	KillReason KillReason `json:"kill_reason,omitempty"`
+	EndReason  string     `json:"end_reason,omitempty"`
+	DurationMs float64    `json:"duration_ms,omitempty"`
+	CPUMs      float64    `json:"cpu_ms,omitempty"`
+	PeakMemory int64      `json:"peak_memory_bytes,omitempty"`
+	// FilesChanged: workspace files the execution changed.
+	FilesChanged int    `json:"files_changed,omitempty"`
+	BytesIn      int64  `json:"bytes_in,omitempty"`
+	BytesOut     int64  `json:"bytes_out,omitempty"`
+	Path         string `json:"path,omitempty"`
+	// Egress decisions (host, allowed) and a package installed, when the
+	// operation was one.
+	Egress  []EgressDecision `json:"egress,omitempty"`
+	Package string           `json:"package,omitempty"`
+	// Redactions made in what went back to the caller, and the advisory
+	// code rules that matched (the fact, never the secret).
+	Redactions int      `json:"redactions,omitempty"`
+	CodeFlags  []string `json:"code_flags,omitempty"`
+}
+
+// EgressDecision is one network destination a sandbox asked for.
+type EgressDecision struct {
+	Host    string `json:"host"`
+	Port    int    `json:"port,omitempty"`
+	Allowed bool   `json:"allowed"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// AuditList is a page of GET /v1/audit, oldest first; NextCursor, when
+// set, is the cursor of the next page.
+type AuditList struct {
+	Records    []AuditRecord `json:"records"`
+	NextCursor string        `json:"next_cursor,omitempty"`
 }

@@ -483,3 +483,17 @@ func filePath(id, path string) string {
 	}
 	return sessionPath(id) + "/files/" + strings.Join(parts, "/")
 }
+
+// Audit reads a page of the audit log; query holds GET /v1/audit's
+// parameters (since, until, session, tenant, kind, limit, cursor).
+func (c *Client) Audit(ctx context.Context, query url.Values) (*apitype.AuditList, error) {
+	var l apitype.AuditList
+	p := "/v1/audit"
+	if len(query) > 0 {
+		p += "?" + query.Encode()
+	}
+	if err := c.call(ctx, "GET", p, nil, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}

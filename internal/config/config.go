@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,12 +52,18 @@ type Runtimes struct {
 
 // Config is the whole of airlock's configuration.
 type Config struct {
+	// Version is the configuration format's version: 1 (0 means 1).
+	Version int `json:"version"`
 	// StateDir holds the server's run-time state (an empty mount point
 	// for sandbox roots). It is created 0700 and owned by root.
 	StateDir string `json:"state_dir"`
 	// CacheDir holds data computed once per host and shared read-only
 	// by sandboxes (the matplotlib font list).
 	CacheDir string `json:"cache_dir"`
+	// DataDir holds what must survive a restart: the database of API
+	// keys, tenants' quotas and the audit log. Unlike state_dir it must
+	// be persistent storage.
+	DataDir string `json:"data_dir"`
 	// CgroupParent is the cgroup, relative to each hierarchy's root,
 	// under which every sandbox gets its own cgroup.
 	CgroupParent string `json:"cgroup_parent"`
@@ -72,9 +79,65 @@ type Config struct {
 	Defaults Limits `json:"defaults"`
 	Max      Limits `json:"max"`
 
+	// Isolation is the kernel every sandbox's code talks to: "native"
+	// (the host's, behind airlock's own jail) or "gvisor" (gVisor's
+	// user-space kernel, runsc, launched by airlock from the host side).
+	Isolation Isolation `json:"isolation"`
+	// AllowIsolation lists the isolations a request may ask for besides
+	// the server's own (the operator's choice: a client may never pick
+	// what is not listed here). Empty: every request gets Isolation.
+	AllowIsolation []Isolation  `json:"allow_isolation"`
+	GVisor         GVisorConfig `json:"gvisor"`
+
 	Server Server `json:"server"`
 	MCP    MCP    `json:"mcp"`
 	Pool   Pool   `json:"pool"`
+	// Quotas apply to every tenant; a tenant's own (airlock keys create
+	// --tenant T with quota flags) override them field by field.
+	Quotas Quotas `json:"quotas"`
+	Audit  Audit  `json:"audit"`
+}
+
+// Isolation names a kernel sandboxes can run on.
+type Isolation string
+
+const (
+	// Native: the host kernel, behind namespaces, cgroups, seccomp and
+	// Landlock.
+	Native Isolation = "native"
+	// GVisor: gVisor's runsc in front of the host kernel; airlock still
+	// applies the host-side layers (cgroups, no network, the root).
+	GVisor Isolation = "gvisor"
+)
+
+// Valid reports whether i names a known isolation.
+func (i Isolation) Valid() bool { return i == Native || i == GVisor }
+
+// GVisorConfig configures the gVisor isolation.
+type GVisorConfig struct {
+	// Runsc is the runsc binary; empty looks for runsc on PATH, then in
+	// /usr/local/bin.
+	Runsc string `json:"runsc"`
+	// Platform is runsc's platform: "systrap" (the default) or "ptrace".
+	// KVM is not offered: it needs hardware virtualisation.
+	Platform string `json:"platform"`
+}
+
+// Allows reports whether a request may ask for isolation i.
+func (c Config) Allows(i Isolation) bool {
+	return i == c.Isolation || slices.Contains(c.AllowIsolation, i)
+}
+
+// Isolations are the isolations this server may need: its own first,
+// then the ones requests may pick.
+func (c Config) Isolations() []Isolation {
+	out := []Isolation{c.Isolation}
+	for _, i := range c.AllowIsolation {
+		if !slices.Contains(out, i) {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // Server configures `airlock serve`.
@@ -85,8 +148,12 @@ type Server struct {
 	// `airlock run` sends its programs there when a server runs. Empty
 	// means <state_dir>/airlock.sock; "off" disables it.
 	Socket string `json:"socket"`
-	// Token, when set, is required as "Authorization: Bearer <token>" on
-	// every request but /healthz.
+	// Auth is "keys" (every request but /healthz needs an API key or the
+	// token as "Authorization: Bearer ...") or "none" (no authentication,
+	// allowed only with a loopback listen address).
+	Auth string `json:"auth"`
+	// Token, when set, is accepted as an admin API key (the single shared
+	// token of earlier versions; prefer keys).
 	Token string `json:"token"`
 	// MaxSessions caps live sessions (pooled sandboxes not counted).
 	MaxSessions int `json:"max_sessions"`
@@ -155,6 +222,7 @@ func Default() Config {
 	return Config{
 		StateDir:     "/run/airlock",
 		CacheDir:     "/var/cache/airlock",
+		DataDir:      "/var/lib/airlock",
 		CgroupParent: "airlock",
 		IDBase:       1_000_000,
 		Runtimes: Runtimes{
@@ -164,10 +232,13 @@ func Default() Config {
 			PythonPackages: []string{"numpy", "pandas", "matplotlib", "sklearn"},
 		},
 		Protections: Protections{Seccomp: Required, Landlock: Required},
+		Isolation:   Native,
+		GVisor:      GVisorConfig{Platform: "systrap"},
 		Defaults:    DefaultLimits(),
 		Max:         DefaultMaxLimits(),
 		Server: Server{
 			Listen:                  "127.0.0.1:8080",
+			Auth:                    AuthKeys,
 			MaxSessions:             512,
 			MaxConcurrentExecutions: 64,
 			QueueTimeout:            Duration(10 * time.Second),
@@ -183,7 +254,8 @@ func Default() Config {
 			MaxRichOutput:           32 << 20,
 			MaxSessionCommands:      16,
 		},
-		MCP: MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute)},
+		Audit: Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096},
+		MCP:   MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute)},
 		Pool: Pool{
 			Size:     map[string]int{"python": 8, "bash": 2, "javascript": 2},
 			Zygote:   true,
@@ -248,7 +320,10 @@ func (c Config) Validate() error {
 	if p := c.Server.Socket; p != "" && p != "off" && (!filepath.IsAbs(p) || filepath.Clean(p) != p) {
 		errs = append(errs, fmt.Errorf("server.socket %q must be a clean absolute path, or \"off\"", p))
 	}
-	for name, p := range map[string]string{"state_dir": c.StateDir, "cache_dir": c.CacheDir} {
+	if c.Version != 0 && c.Version != 1 {
+		errs = append(errs, fmt.Errorf("version %d: this airlock reads configuration version 1", c.Version))
+	}
+	for name, p := range map[string]string{"state_dir": c.StateDir, "cache_dir": c.CacheDir, "data_dir": c.DataDir} {
 		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
 			errs = append(errs, fmt.Errorf("%s %q must be a clean absolute path other than /", name, p))
 		}
@@ -270,6 +345,20 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("protections.%s %q must be \"required\" or \"off\"", name, m))
 		}
 	}
+	if !c.Isolation.Valid() {
+		errs = append(errs, fmt.Errorf("isolation %q must be \"native\" or \"gvisor\"", c.Isolation))
+	}
+	for _, i := range c.AllowIsolation {
+		if !i.Valid() {
+			errs = append(errs, fmt.Errorf("allow_isolation: %q must be \"native\" or \"gvisor\"", i))
+		}
+	}
+	if p := c.GVisor.Runsc; p != "" && (!filepath.IsAbs(p) || filepath.Clean(p) != p) {
+		errs = append(errs, fmt.Errorf("gvisor.runsc %q must be a clean absolute path", p))
+	}
+	if p := c.GVisor.Platform; p != "systrap" && p != "ptrace" {
+		errs = append(errs, fmt.Errorf("gvisor.platform %q must be \"systrap\" or \"ptrace\"", p))
+	}
 	if err := c.Max.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("max: %v", err))
 	}
@@ -277,6 +366,24 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("defaults: %v", err))
 	}
 	s := c.Server
+	switch s.Auth {
+	case AuthKeys:
+	case AuthNone:
+		if !loopback(s.Listen) {
+			errs = append(errs, fmt.Errorf("server.auth \"none\" is allowed only on a loopback listen address, not %q", s.Listen))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("server.auth %q must be \"keys\" or \"none\"", s.Auth))
+	}
+	if err := c.Quotas.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("quotas: %v", err))
+	}
+	if a := c.Audit; a.Code != "full" && a.Code != "sha256" && a.Code != "none" {
+		errs = append(errs, fmt.Errorf("audit.code %q must be \"full\", \"sha256\" or \"none\"", a.Code))
+	}
+	if a := c.Audit; a.MaxAge < 0 || a.MaxSize < 0 || a.Queue < 1 || a.Queue > 1<<20 {
+		errs = append(errs, errors.New("audit.max_age and audit.max_size must not be negative (0: no bound), audit.queue between 1 and 1048576"))
+	}
 	if s.MaxSessions < 1 || s.MaxConcurrentExecutions < 1 {
 		errs = append(errs, errors.New("server.max_sessions and server.max_concurrent_executions must be at least 1"))
 	}

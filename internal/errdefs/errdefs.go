@@ -14,6 +14,7 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"time"
 )
 
 // Sentinel errors. Wrap them with fmt.Errorf("...: %w", ErrX) and add a
@@ -33,6 +34,9 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrTooLarge: a body, file or workspace exceeds a configured size.
 	ErrTooLarge = errors.New("too large")
+	// ErrQuota: a tenant's quota is used up for now (wrap it in a
+	// *RetryError to say when to come back).
+	ErrQuota = errors.New("quota exceeded")
 	// ErrLimit: a server-wide capacity limit (sessions, concurrency) is reached.
 	ErrLimit = errors.New("capacity limit reached")
 	// ErrUnavailable: the host cannot build a jail with the configured
@@ -70,6 +74,7 @@ var kinds = []Kind{
 	{ErrMethodNotAllowed, "method_not_allowed", http.StatusMethodNotAllowed},
 	{ErrConflict, "conflict", http.StatusConflict},
 	{ErrTooLarge, "too_large", http.StatusRequestEntityTooLarge},
+	{ErrQuota, "quota_exceeded", http.StatusTooManyRequests},
 	{ErrLimit, "limit_reached", http.StatusTooManyRequests},
 	{ErrGone, "session_ended", http.StatusGone},
 	{ErrTimeout, "timeout", http.StatusGatewayTimeout},
@@ -181,6 +186,25 @@ func Message(err error) string {
 		return "internal error"
 	}
 	return err.Error()
+}
+
+// RetryError is an error the client may retry after a while (a quota's
+// window): transports send After (HTTP: Retry-After).
+type RetryError struct {
+	Err   error
+	After time.Duration
+}
+
+func (e *RetryError) Error() string { return e.Err.Error() }
+func (e *RetryError) Unwrap() error { return e.Err }
+
+// RetryAfter says when err may be retried, if it says.
+func RetryAfter(err error) (time.Duration, bool) {
+	var r *RetryError
+	if errors.As(err, &r) {
+		return r.After, true
+	}
+	return 0, false
 }
 
 // KindFor returns the row of code; Internal for a code it does not know.

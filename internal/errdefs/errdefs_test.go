@@ -22,6 +22,7 @@ var codes = []struct {
 	{ErrMethodNotAllowed, "method_not_allowed", 405},
 	{ErrConflict, "conflict", 409},
 	{ErrTooLarge, "too_large", 413},
+	{ErrQuota, "quota_exceeded", 429},
 	{ErrLimit, "limit_reached", 429},
 	{ErrGone, "session_ended", 410},
 	{ErrTimeout, "timeout", 504},

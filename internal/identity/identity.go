@@ -36,3 +36,17 @@ func From(ctx context.Context) (Identity, bool) {
 	id, ok := ctx.Value(key{}).(Identity)
 	return id, ok
 }
+
+type requestKey struct{}
+
+// WithRequest returns ctx carrying the request's id (X-Request-Id), which
+// audit records and logs below the API name.
+func WithRequest(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, requestKey{}, id)
+}
+
+// Request returns the request id ctx carries ("" if none).
+func Request(ctx context.Context) string {
+	id, _ := ctx.Value(requestKey{}).(string)
+	return id
+}

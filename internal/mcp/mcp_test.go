@@ -38,6 +38,8 @@ func connect(t *testing.T) (*sdk.ClientSession, *client.Client) {
 	cfg := config.Default()
 	cfg.StateDir = "/run/airlock-mcp-test"
 	cfg.CgroupParent = "airlock-mcp-test"
+	cfg.Server.Auth = config.AuthNone // the test's client is the operator
+	cfg.DataDir = t.TempDir()
 	cfg.Pool.Size = map[string]int{"python": 1, "bash": 1}
 	cfg.Pool.Parallel = 1
 	log := slog.New(slog.DiscardHandler)

@@ -32,6 +32,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"airlock/internal/api"
+	"airlock/internal/audit"
 	"airlock/internal/client"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
@@ -39,8 +40,10 @@ import (
 	"airlock/internal/jail"
 	"airlock/internal/mcp"
 	"airlock/internal/pool"
+	"airlock/internal/quota"
 	"airlock/internal/runtimes"
 	"airlock/internal/session"
+	"airlock/internal/store"
 )
 
 // Options are what the command line adds to the configuration.
@@ -72,6 +75,9 @@ type Server struct {
 	manager *session.Manager
 	api     *api.Server
 	mcp     *mcp.Server // nil when mcp.enabled is off
+	db      *store.DB   // nil when neither keys nor the audit log need it
+	audit   *audit.Log  // nil when audit.enabled is off
+	quotas  *quota.Tracker
 
 	listeners []listener
 	tcp       net.Addr
@@ -156,6 +162,9 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	s.manager = session.NewManager(cfg, source, s.log)
 	s.manager.Observe(opts.Observers...)
 	s.api = api.New(s.manager, cfg, s.log, opts.Version)
+	if err := s.tenancy(); err != nil {
+		return nil, err
+	}
 	if s.pool != nil {
 		s.api.Stats = s.pool.Stats
 	}
@@ -382,7 +391,7 @@ func RunMCPStdio(ctx context.Context, cfg config.Config, opts Options) error {
 		defer cancel()
 		s.Shutdown(shutdown)
 	}()
-	api := client.InProcess(s.api)
+	api := client.InProcess(s.api.Local()) // the stdio client is the operator
 	srv := mcp.New(mcp.Options{Client: func(http.Header) *client.Client { return api }, Version: opts.Version, Log: opts.Log})
 	err = srv.RunStdio(ctx)
 	if ctx.Err() != nil {

@@ -104,6 +104,8 @@ func testServer(t *testing.T, rec *recorder) (*Server, config.Config) {
 	cfg.StateDir = "/run/airlock-server-test"
 	cfg.CgroupParent = "airlock-server-test"
 	cfg.Server.Listen = "127.0.0.1:0"
+	cfg.Server.Auth = config.AuthNone
+	cfg.DataDir = t.TempDir()
 	cfg.Pool.Size = map[string]int{"bash": 1}
 	cfg.Pool.Zygote = false
 	var logs bytes.Buffer

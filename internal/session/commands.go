@@ -46,6 +46,7 @@ type command struct {
 	id, line   string
 	background bool
 	started    time.Time
+	who        Caller // who started it, for observers
 	c          *instance.Command
 
 	mu      sync.Mutex
@@ -147,7 +148,7 @@ func (s *Session) RunCommand(ctx context.Context, req apitype.CommandRequest, em
 		return nil, err
 	}
 	started = true
-	cmd := &command{id: id, line: req.Command, background: req.Background, started: time.Now(), c: c, done: make(chan struct{})}
+	cmd := &command{id: id, line: req.Command, background: req.Background, started: time.Now(), c: c, done: make(chan struct{}), who: callerOf(ctx)}
 	max := int(s.limits.MaxOutput)
 	cmd.stdout = stream{max: max}
 	cmd.stderr = stream{max: max}
@@ -163,7 +164,7 @@ func (s *Session) RunCommand(ctx context.Context, req apitype.CommandRequest, em
 	s.cmds.order = append(s.cmds.order, id)
 	s.cmds.mu.Unlock()
 	if s.m.obs != nil {
-		s.m.obs.ExecutionStarted(ExecutionEvent{Kind: ExecCommand, Session: s.id, Language: commandLanguage})
+		s.m.obs.ExecutionStarted(ExecutionEvent{Caller: cmd.who, Kind: ExecCommand, Session: s.id, Language: commandLanguage, ID: id, Code: req.Command})
 	}
 
 	if req.Stdin != "" || !req.Background {
@@ -260,7 +261,7 @@ func (s *Session) watchCommand(cmd *command, timeout time.Duration, readers *syn
 	s.cmds.mu.Unlock()
 	if s.m.obs != nil {
 		s.m.obs.ExecutionFinished(ExecutionEvent{
-			Kind: ExecCommand, Session: s.id, Language: commandLanguage,
+			Caller: cmd.who, Kind: ExecCommand, Session: s.id, Language: commandLanguage, ID: cmd.id, Code: cmd.line,
 			Duration: time.Since(cmd.started), CPU: exit.CPU, Killed: res.Killed, KillReason: res.KillReason,
 			ExitCode: res.ExitCode, OutputBytes: int64(len(res.Stdout) + len(res.Stderr)),
 		})

@@ -35,6 +35,19 @@ type request struct {
 	timeout time.Duration // 0: the session's
 	prog    *instance.Program
 	kind    string // ExecSession, ExecOneShot or ExecProgram
+	// For observers: who asked, a program's source, the input files' size.
+	who     Caller
+	source  string
+	inBytes int64
+}
+
+// event describes the execution to observers.
+func (r *running) event() ExecutionEvent {
+	code := r.req.code
+	if r.req.prog != nil {
+		code = r.req.source
+	}
+	return ExecutionEvent{Caller: r.req.who, Kind: r.req.kind, Session: r.s.id, Language: r.s.lang.Lang, ID: r.id, Code: code, InputBytes: r.req.inBytes}
 }
 
 // execution collects what one execution produced.
@@ -136,6 +149,7 @@ func (s *Session) Execute(ctx context.Context, req apitype.ExecuteRequest, emit 
 // already holds an execution slot (one-shot runs take it before building
 // their jail).
 func (s *Session) execute(ctx context.Context, req request, emit func(apitype.Event), slotHeld bool) (*apitype.Result, error) {
+	req.who = callerOf(ctx)
 	r, err := s.begin(ctx, req, emit, slotHeld)
 	if err != nil {
 		return nil, err
@@ -241,7 +255,7 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 		}
 	})
 	if s.m.obs != nil {
-		s.m.obs.ExecutionStarted(ExecutionEvent{Kind: req.kind, Session: s.id, Language: s.lang.Lang})
+		s.m.obs.ExecutionStarted(r.event())
 	}
 
 	r.start = time.Now()
@@ -259,7 +273,9 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 		s.terminate(end)
 		s.m.log.Warn("sending to the runtime failed", "session", s.id, "err", err)
 		if s.m.obs != nil {
-			s.m.obs.ExecutionFinished(ExecutionEvent{Kind: req.kind, Session: s.id, Language: s.lang.Lang, Duration: time.Since(r.start), End: end})
+			e := r.event()
+			e.Duration, e.End, e.Error = time.Since(r.start), end, "SessionEnded"
+			s.m.obs.ExecutionFinished(e)
 		}
 		return nil, gone(s.End())
 	}
@@ -391,11 +407,14 @@ func (s *Session) finishExecution(r *running, o watch.Outcome) *apitype.Result {
 		if ended {
 			end = o.End
 		}
-		s.m.obs.ExecutionFinished(ExecutionEvent{
-			Kind: r.req.kind, Session: s.id, Language: s.lang.Lang,
-			Duration: time.Since(r.start), CPU: time.Duration(res.CPUMs * float64(time.Millisecond)), PeakMemory: res.PeakMemoryBytes,
-			Killed: res.Killed, KillReason: res.KillReason, End: end, ExitCode: res.ExitCode, OutputBytes: int64(outBytes),
-		})
+		e := r.event()
+		e.Duration, e.CPU, e.PeakMemory = time.Since(r.start), time.Duration(res.CPUMs*float64(time.Millisecond)), res.PeakMemoryBytes
+		e.Killed, e.KillReason, e.End, e.ExitCode, e.OutputBytes = res.Killed, res.KillReason, end, res.ExitCode, int64(outBytes)
+		e.FilesChanged = len(res.FilesChanged)
+		if res.Error != nil {
+			e.Error = res.Error.Name
+		}
+		s.m.obs.ExecutionFinished(e)
 	}
 	return res
 }

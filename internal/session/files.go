@@ -1,6 +1,7 @@
 package session
 
 import (
+	"context"
 	"io"
 	"os"
 	"time"
@@ -11,14 +12,17 @@ import (
 // Files is a session's /workspace as clients reach it. Every operation is
 // reported to the manager's observers; the rest is the workspace's (which
 // never follows a link out of it).
-type Files struct{ s *Session }
+type Files struct {
+	s   *Session
+	who Caller
+}
 
-// Files returns the session's files.
-func (s *Session) Files() Files { return Files{s} }
+// Files returns the session's files, for the caller ctx carries.
+func (s *Session) Files(ctx context.Context) Files { return Files{s, callerOf(ctx)} }
 
 func (f Files) report(op, path string, n int64, start time.Time, err error) {
 	if obs := f.s.m.obs; obs != nil {
-		obs.FileTransferred(FileEvent{Session: f.s.id, Op: op, Path: path, Bytes: n, Duration: time.Since(start), Err: err})
+		obs.FileTransferred(FileEvent{Caller: f.who, Session: f.s.id, Op: op, Path: path, Bytes: n, Duration: time.Since(start), Err: err})
 	}
 }
 

@@ -1,7 +1,10 @@
 package session
 
 import (
+	"context"
 	"time"
+
+	"airlock/internal/identity"
 
 	"airlock/internal/apitype"
 	"airlock/internal/config"
@@ -26,8 +29,23 @@ type Observer interface {
 	FileTransferred(FileEvent)
 }
 
+// Caller is who an event acted for: the request's identity, resolved at
+// the API's edge (see package identity), and its request id.
+type Caller struct {
+	Tenant    string
+	KeyID     string
+	RequestID string
+}
+
+// callerOf is the caller ctx carries.
+func callerOf(ctx context.Context) Caller {
+	id, _ := identity.From(ctx)
+	return Caller{Tenant: id.Tenant, KeyID: id.KeyID, RequestID: identity.Request(ctx)}
+}
+
 // SessionEvent describes a session.
 type SessionEvent struct {
+	Caller
 	Session  string
 	Language string
 	Sandbox  string
@@ -51,9 +69,24 @@ const (
 // ExecutionEvent describes an execution; what it produced is set when it
 // finished.
 type ExecutionEvent struct {
+	Caller
 	Kind     string
 	Session  string
 	Language string
+	// ID: the execution's ("e3") or command's ("c2") id in its session.
+	ID string
+	// Code: the code, the shell command, or a program's name.
+	Code string
+	// Error: the name of the error the code raised, if any.
+	Error string
+	// FilesChanged: workspace files the execution created, changed or
+	// removed; InputBytes: bytes of files sent with a one-shot or program.
+	FilesChanged int
+	InputBytes   int64
+	// Redactions made in the output and the code rules that flagged the
+	// code (output policy), for the audit: facts, never the secrets.
+	Redactions int
+	CodeFlags  []string
 
 	Duration    time.Duration
 	CPU         time.Duration
@@ -76,6 +109,7 @@ const (
 
 // FileEvent describes a file operation of a client.
 type FileEvent struct {
+	Caller
 	Session  string
 	Op       string
 	Path     string

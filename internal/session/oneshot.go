@@ -37,7 +37,7 @@ func (m *Manager) RunOnce(ctx context.Context, req apitype.OneShotRequest, emit 
 		return nil, err
 	}
 	o.runtimeEnv = sessionEnv(o.rt, o.limits, o.env)
-	return m.oneShot(ctx, o, request{code: req.Code, timeout: o.limits.Timeout.D(), kind: ExecOneShot}, emit, true)
+	return m.oneShot(ctx, o, request{code: req.Code, timeout: o.limits.Timeout.D(), kind: ExecOneShot, inBytes: o.inputBytes()}, emit, true)
 }
 
 // RunProgram runs a program once in a fresh jail and returns its exit
@@ -94,7 +94,16 @@ func (m *Manager) RunProgram(ctx context.Context, req apitype.ProgramRequest, em
 	// also proves it alive, and a pooled one that died is replaced.
 	o.runtimeEnv = env
 	contents := req.FileContents == nil || *req.FileContents
-	return m.oneShot(ctx, o, request{timeout: o.limits.Timeout.D(), prog: prog, kind: ExecProgram}, emit, contents)
+	return m.oneShot(ctx, o, request{timeout: o.limits.Timeout.D(), prog: prog, kind: ExecProgram, source: req.Code, inBytes: o.inputBytes()}, emit, contents)
+}
+
+// inputBytes is the size of the files a one-shot request sent.
+func (o *oneShotPlan) inputBytes() int64 {
+	var n int64
+	for _, f := range o.files {
+		n += int64(len(f.data))
+	}
+	return n
 }
 
 type inputFile struct {

@@ -28,6 +28,7 @@ import (
 	"airlock/internal/apitype"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
+	"airlock/internal/identity"
 	"airlock/internal/instance"
 	"airlock/internal/runtimes"
 	"airlock/internal/workspace"
@@ -52,7 +53,7 @@ type Manager struct {
 
 	mu       sync.Mutex
 	sessions map[string]*Session
-	ended    map[string]apitype.End // recently ended id -> why
+	ended    map[string]endedSession // recently ended id -> why
 	endOrder []string
 	creating int
 	creates  sync.WaitGroup // creations under way, waited for by Close
@@ -71,7 +72,7 @@ func NewManager(cfg config.Config, source instance.Source, log *slog.Logger) *Ma
 		cfg: cfg, source: source, log: log,
 		execs:    make(chan struct{}, cfg.Server.MaxConcurrentExecutions),
 		sessions: map[string]*Session{},
-		ended:    map[string]apitype.End{},
+		ended:    map[string]endedSession{},
 		oneShots: map[*Session]struct{}{},
 	}
 }
@@ -85,10 +86,18 @@ func (m *Manager) Observe(obs ...Observer) {
 	}
 }
 
+// endedSession is what is remembered of a session that ended.
+type endedSession struct {
+	end    apitype.End
+	tenant string
+}
+
 // Session is one live session.
 type Session struct {
-	m      *Manager
-	id     string
+	m  *Manager
+	id string
+	// owner created the session: its tenant owns it (see Find).
+	owner  Caller
 	lang   runtimes.Runtime
 	limits config.Limits
 	idle   time.Duration
@@ -208,12 +217,13 @@ func (m *Manager) Create(ctx context.Context, req apitype.CreateSessionRequest) 
 		s.teardownOnce.Do(s.teardown)
 		return nil, fmt.Errorf("%w: the server is shutting down", errdefs.ErrUnavailable)
 	}
+	s.owner = callerOf(ctx)
 	m.sessions[s.id] = s
 	m.mu.Unlock()
 	go s.monitor()
 	m.log.Info("session created", "session", s.id, "language", s.lang.Lang, "sandbox", s.inst.Name(), "ms", time.Since(s.inst.Started()).Milliseconds())
 	if m.obs != nil {
-		m.obs.SessionCreated(SessionEvent{Session: s.id, Language: s.lang.Lang, Sandbox: s.inst.Name(), Limits: limits, Duration: time.Since(begun)})
+		m.obs.SessionCreated(SessionEvent{Caller: s.owner, Session: s.id, Language: s.lang.Lang, Sandbox: s.inst.Name(), Limits: limits, Duration: time.Since(begun)})
 	}
 	return s, nil
 }
@@ -280,11 +290,33 @@ func (m *Manager) Get(id string) (*Session, error) {
 	if s, ok := m.sessions[id]; ok {
 		return s, nil
 	}
-	if end, ok := m.ended[id]; ok {
-		return nil, gone(end)
+	if e, ok := m.ended[id]; ok {
+		return nil, gone(e.end)
 	}
 	return nil, fmt.Errorf("%w: no session %q", errdefs.ErrNotFound, truncateID(id))
 }
+
+// Find is Get for the caller ctx carries: a session of another tenant
+// (live or ended) does not exist for it, unless it is an admin. Without
+// an identity in ctx (the server's own callers) every session is found.
+func (m *Manager) Find(ctx context.Context, id string) (*Session, error) {
+	who, ok := identity.From(ctx)
+	if !ok {
+		return m.Get(id)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s, ok := m.sessions[id]; ok && who.Sees(s.owner.Tenant) {
+		return s, nil
+	}
+	if e, ok := m.ended[id]; ok && who.Sees(e.tenant) {
+		return nil, gone(e.end)
+	}
+	return nil, fmt.Errorf("%w: no session %q", errdefs.ErrNotFound, truncateID(id))
+}
+
+// Tenant is the tenant that owns the session.
+func (s *Session) Tenant() string { return s.owner.Tenant }
 
 func truncateID(id string) string {
 	if len(id) > 64 {
@@ -393,7 +425,7 @@ func (s *Session) Info() apitype.Session {
 		ID: s.id, Language: s.lang.Lang, State: state, EndReason: s.end.Reason, EndCode: s.end.Code,
 		CreatedAt: s.create.UTC(), LastUsedAt: s.lastUsed.UTC(),
 		IdleTimeout: config.Duration(s.idle), Limits: s.limits, Executions: s.execCount,
-		Sandbox: s.inst.Name(),
+		Sandbox: s.inst.Name(), Tenant: s.owner.Tenant,
 	}
 }
 
@@ -478,7 +510,7 @@ func (s *Session) terminate(end apitype.End) {
 		_, registered := m.sessions[s.id]
 		if registered {
 			delete(m.sessions, s.id)
-			m.ended[s.id] = end
+			m.ended[s.id] = endedSession{end: end, tenant: s.owner.Tenant}
 			m.endOrder = append(m.endOrder, s.id)
 			if len(m.endOrder) > 10000 {
 				delete(m.ended, m.endOrder[0])
@@ -497,7 +529,7 @@ func (s *Session) terminate(end apitype.End) {
 		}
 		m.log.Info("session ended", "session", s.id, "reason", end.Reason)
 		if registered && m.obs != nil {
-			m.obs.SessionEnded(SessionEvent{Session: s.id, Language: s.lang.Lang, Sandbox: s.inst.Name(), Limits: s.limits,
+			m.obs.SessionEnded(SessionEvent{Caller: s.owner, Session: s.id, Language: s.lang.Lang, Sandbox: s.inst.Name(), Limits: s.limits,
 				Duration: time.Since(s.create), Executions: execs, End: end})
 		}
 	})

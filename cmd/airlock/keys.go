@@ -1,0 +1,335 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"airlock/internal/api"
+	"airlock/internal/apitype"
+	"airlock/internal/config"
+	"airlock/internal/store"
+)
+
+const keysUsage = `Usage:
+  airlock keys create --tenant NAME [--admin] [--name TEXT] [quota flags]
+  airlock keys list [--json]
+  airlock keys revoke ID
+  airlock keys quota --tenant NAME [quota flags]
+
+Manages API keys in the database of data_dir (on this host, as root; a
+running server sees changes on its next request). create prints the new
+key once: it is stored hashed and cannot be shown again. Quota flags set
+the tenant's own quotas (over the configuration's "quotas"); 0 removes one.
+
+Flags:
+`
+
+// quotaFlags are the flags that set a tenant's quotas.
+type quotaFlags struct {
+	fs                                   *flag.FlagSet
+	sessions, perMinute, cpuPerDay       *int
+	memory, timeout, cpus, egress, allow *string
+}
+
+func addQuotaFlags(fs *flag.FlagSet) *quotaFlags {
+	return &quotaFlags{fs: fs,
+		sessions:  fs.Int("max-sessions", 0, "quota: live sessions at most"),
+		perMinute: fs.Int("executions-per-minute", 0, "quota: executions started in any 60 seconds"),
+		cpuPerDay: fs.Int("cpu-seconds-per-day", 0, "quota: CPU-seconds per UTC day"),
+		memory:    fs.String("max-memory", "", "ceiling: the memory limit a session may ask for (e.g. 1G)"),
+		timeout:   fs.String("max-timeout", "", "ceiling: the timeout an execution may ask for (e.g. 2m)"),
+		cpus:      fs.String("max-cpus", "", "ceiling: the CPUs a session may ask for"),
+		egress:    fs.String("egress", "", "network egress: allow or deny"),
+		allow:     fs.String("egress-allow", "", "host names egress may reach, comma-separated"),
+	}
+}
+
+// apply sets on q the quotas whose flags were given.
+func (f *quotaFlags) apply(q *config.Quotas) (changed bool, err error) {
+	f.fs.Visit(func(fl *flag.Flag) {
+		if err != nil {
+			return
+		}
+		changed = true
+		switch fl.Name {
+		case "max-sessions":
+			q.MaxSessions = *f.sessions
+		case "executions-per-minute":
+			q.ExecutionsPerMinute = *f.perMinute
+		case "cpu-seconds-per-day":
+			q.CPUSecondsPerDay = *f.cpuPerDay
+		case "max-memory":
+			q.MaxLimits.Memory, err = config.ParseSize(*f.memory)
+		case "max-timeout":
+			q.MaxLimits.Timeout, err = config.ParseDuration(*f.timeout)
+		case "max-cpus":
+			_, err = fmt.Sscanf(*f.cpus, "%g", &q.MaxLimits.CPUs)
+		case "egress":
+			q.Egress = *f.egress
+		case "egress-allow":
+			q.EgressAllow = nil
+			for _, h := range strings.Split(*f.allow, ",") {
+				if h = strings.TrimSpace(h); h != "" {
+					q.EgressAllow = append(q.EgressAllow, h)
+				}
+			}
+		}
+	})
+	if err == nil {
+		err = q.Validate()
+	}
+	return changed, err
+}
+
+func keysCmd(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprint(stderr, keysUsage)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return 0
+	}
+	sub, args := args[0], args[1:]
+	c := newCommand("keys "+sub, keysUsage, stderr)
+	cfgPath := c.configFlag()
+	var tenant, name *string
+	var admin, asJSON *bool
+	var qf *quotaFlags
+	switch sub {
+	case "create", "quota":
+		tenant = c.fs.String("tenant", "", "the tenant the key acts for (required)")
+		qf = addQuotaFlags(c.fs)
+		if sub == "create" {
+			admin = c.fs.Bool("admin", false, "the key sees and acts on every tenant's resources")
+			name = c.fs.String("name", "", "a note on what the key is for")
+		}
+	case "list":
+		asJSON = c.fs.Bool("json", false, "print JSON")
+	case "revoke":
+	default:
+		fmt.Fprintf(stderr, "airlock keys: unknown subcommand %q\n\n%s", sub, keysUsage)
+		return exitUsage
+	}
+	if code, ok := c.parse(args); !ok {
+		return code
+	}
+	cfg, code, ok := c.loadConfig(*cfgPath)
+	if !ok {
+		return code
+	}
+	db, err := store.Open(cfg.DataDir)
+	if err != nil {
+		return exitFor(stderr, err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	switch sub {
+	case "create", "quota":
+		if *tenant == "" || c.fs.NArg() > 0 {
+			fmt.Fprintf(stderr, "airlock keys %s: --tenant NAME is required, and nothing else\n", sub)
+			return exitUsage
+		}
+		if err := store.ValidTenant(*tenant); err != nil {
+			return exitFor(stderr, err)
+		}
+		q, err := db.Quotas(ctx, *tenant)
+		if err != nil {
+			return exitFor(stderr, err)
+		}
+		changed, err := qf.apply(&q)
+		if err != nil {
+			fmt.Fprintf(stderr, "airlock keys %s: %v\n", sub, err)
+			return exitUsage
+		}
+		if changed {
+			if err := db.SetQuotas(ctx, *tenant, q); err != nil {
+				return exitFor(stderr, err)
+			}
+		}
+		if sub == "quota" {
+			b, _ := json.Marshal(q)
+			fmt.Fprintf(stdout, "tenant %s quotas: %s\n", *tenant, b)
+			return 0
+		}
+		secret, k, err := db.CreateKey(ctx, *tenant, *admin, *name)
+		if err != nil {
+			return exitFor(stderr, err)
+		}
+		fmt.Fprintln(stdout, secret)
+		fmt.Fprintf(stderr, "created key %s for tenant %s%s; the key above is shown only once\n", k.ID, k.Tenant, map[bool]string{true: " (admin)"}[k.Admin])
+	case "list":
+		keys, err := db.Keys(ctx)
+		if err != nil {
+			return exitFor(stderr, err)
+		}
+		tenants, err := db.Tenants(ctx)
+		if err != nil {
+			return exitFor(stderr, err)
+		}
+		if *asJSON {
+			if keys == nil {
+				keys = []store.Key{}
+			}
+			b, _ := json.MarshalIndent(map[string]any{"keys": keys, "tenants": tenants}, "", "  ")
+			fmt.Fprintln(stdout, string(b))
+			return 0
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tTENANT\tADMIN\tCREATED\tREVOKED\tNAME")
+		for _, k := range keys {
+			rev := "-"
+			if k.RevokedAt != nil {
+				rev = k.RevokedAt.Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\n", k.ID, k.Tenant, k.Admin, k.CreatedAt.Format(time.RFC3339), rev, k.Name)
+		}
+		tw.Flush()
+		for t, q := range tenants {
+			b, _ := json.Marshal(q)
+			fmt.Fprintf(stdout, "tenant %s quotas: %s\n", t, b)
+		}
+	case "revoke":
+		if c.fs.NArg() != 1 {
+			fmt.Fprintln(stderr, "airlock keys revoke: name one key ID (see airlock keys list)")
+			return exitUsage
+		}
+		if err := db.RevokeKey(ctx, c.fs.Arg(0)); err != nil {
+			return exitFor(stderr, err)
+		}
+		fmt.Fprintf(stderr, "revoked %s: requests with it fail from now on\n", c.fs.Arg(0))
+	}
+	return 0
+}
+
+const auditUsage = `Usage: airlock audit [flags]
+
+Lists the audit log from the database of data_dir (on this host, as root;
+the server need not run), oldest first.
+
+Flags:
+`
+
+func auditCmd(args []string, stdout, stderr io.Writer) int {
+	c := newCommand("audit", auditUsage, stderr)
+	cfgPath := c.configFlag()
+	since := c.fs.String("since", "24h", "records from this long ago, or from an RFC 3339 time")
+	until := c.fs.String("until", "", "records before this (duration ago or RFC 3339)")
+	sess := c.fs.String("session", "", "only this session's records")
+	tenant := c.fs.String("tenant", "", "only this tenant's records")
+	kind := c.fs.String("kind", "", "only records of this kind (execution, command, session, file, ...)")
+	limit := c.fs.Int("limit", 0, "at most this many records (0: all)")
+	asJSON := c.fs.Bool("json", false, "print one JSON record per line")
+	if code, ok := c.parse(args); !ok {
+		return code
+	}
+	cfg, code, ok := c.loadConfig(*cfgPath)
+	if !ok {
+		return code
+	}
+	now := time.Now()
+	q := store.AuditQuery{Session: *sess, Tenant: *tenant, Kind: *kind}
+	var err error
+	if q.Since, err = api.ParseAuditTime(*since, now); err == nil {
+		q.Until, err = api.ParseAuditTime(*until, now)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock audit: %v\n", err)
+		return exitUsage
+	}
+	if _, err := os.Stat(cfg.DataDir + "/" + store.FileName); errors.Is(err, os.ErrNotExist) {
+		fmt.Fprintf(stderr, "airlock audit: no database in %s (data_dir)\n", cfg.DataDir)
+		return exitNoInput
+	}
+	db, err := store.Open(cfg.DataDir)
+	if err != nil {
+		return exitFor(stderr, err)
+	}
+	defer db.Close()
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	if !*asJSON {
+		fmt.Fprintln(tw, "TIME\tKIND\tTENANT\tSESSION\tID\tLANG\tOUTCOME\tEXIT\tMS\tCPU_MS\tDETAIL")
+	}
+	n := 0
+	for {
+		q.Limit = store.MaxAuditPage
+		recs, next, err := db.Audit(context.Background(), q)
+		if err != nil {
+			return exitFor(stderr, err)
+		}
+		for _, r := range recs {
+			if *limit > 0 && n >= *limit {
+				break
+			}
+			n++
+			if *asJSON {
+				b, _ := json.Marshal(r)
+				fmt.Fprintln(stdout, string(b))
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%s\n", r.Time.Local().Format("2006-01-02 15:04:05"), r.Kind, dash(r.Tenant), dash(r.Session),
+				dash(r.ID), dash(r.Language), dash(r.Outcome), exitText(r.ExitCode), r.DurationMs, r.CPUMs, detail(r))
+		}
+		if next == "" || (*limit > 0 && n >= *limit) {
+			break
+		}
+		fmt.Sscan(next, &q.After)
+	}
+	tw.Flush()
+	return 0
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func exitText(p *int) string {
+	if p == nil {
+		return "-"
+	}
+	return fmt.Sprint(*p)
+}
+
+// detail is the rest of a record worth a glance.
+func detail(r apitype.AuditRecord) string {
+	var parts []string
+	add := func(k, v string) {
+		if v != "" {
+			parts = append(parts, k+"="+v)
+		}
+	}
+	add("error", r.Error)
+	add("killed", string(r.KillReason))
+	add("end", r.EndReason)
+	add("path", r.Path)
+	if r.CodeSHA256 != "" {
+		add("code", fmt.Sprintf("sha256:%.12s/%dB", r.CodeSHA256, r.CodeSize))
+	} else if r.Code != "" {
+		c := strings.ReplaceAll(r.Code, "\n", "⏎")
+		if len(c) > 40 {
+			c = c[:40] + "…"
+		}
+		add("code", fmt.Sprintf("%q", c))
+	}
+	if r.BytesIn > 0 {
+		add("in", fmt.Sprint(r.BytesIn))
+	}
+	if r.BytesOut > 0 {
+		add("out", fmt.Sprint(r.BytesOut))
+	}
+	if r.FilesChanged > 0 {
+		add("files", fmt.Sprint(r.FilesChanged))
+	}
+	add("key", r.KeyID)
+	return strings.Join(parts, " ")
+}

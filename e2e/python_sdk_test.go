@@ -1,0 +1,85 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"airlock/internal/errdefs"
+	"airlock/internal/testenv"
+)
+
+// python3 is Debian's interpreter, named explicitly: a developer's PATH may
+// put another (pyenv) first, without Debian's setuptools and wheel.
+const python3 = "/usr/bin/python3"
+
+func requirePython(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(python3); err != nil {
+		testenv.Skip(t, "%s is missing (scripts/install-deps.sh installs python3): %v", python3, err)
+	}
+}
+
+// The Python SDK (sdk/python) against a real server: its unittest suite
+// (sessions, state, plots, files, commands, typed errors, streaming,
+// cleanup, one-shot runs, the unix socket, the LangChain tool with a stub
+// langchain_core, the README's snippets, and the wheel built and installed
+// offline). In a strict run (CI) a test it cannot run fails.
+func TestPythonSDK(t *testing.T) {
+	requirePython(t)
+	const token = "python-sdk-token"
+	s := startServer(t, map[string]any{
+		"server": map[string]any{"token": token},
+		"pool":   map[string]any{"size": map[string]int{"python": 2, "bash": 0, "javascript": 0}},
+	})
+	defer s.stop()
+	sdk, _ := filepath.Abs("../sdk/python")
+	cmd := exec.Command(python3, "-m", "unittest", "discover", "-v", "-s", "tests", "-t", "tests")
+	cmd.Dir = sdk
+	cmd.Env = append(os.Environ(),
+		"AIRLOCK_URL="+s.URL, "AIRLOCK_TOKEN="+token,
+		"AIRLOCK_SOCKET="+filepath.Join(s.cfg["state_dir"].(string), "airlock.sock"),
+		"PYTHONDONTWRITEBYTECODE=1", "PYTHONPATH="+sdk)
+	if testenv.Strict() {
+		cmd.Env = append(cmd.Env, "AIRLOCK_TEST_STRICT=1")
+	}
+	cmd.WaitDelay = 10 * time.Second
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s", out)
+	if err != nil {
+		t.Fatalf("the Python SDK's tests failed: %v", err)
+	}
+	if testenv.Strict() && strings.Contains(string(out), "skipped") {
+		t.Fatalf("the Python SDK's tests skipped some in a strict run")
+	}
+}
+
+// The SDK's table of exceptions names exactly the server's error codes.
+func TestPythonSDKErrorCodes(t *testing.T) {
+	requirePython(t)
+	sdk, _ := filepath.Abs("../sdk/python")
+	cmd := exec.Command(python3, "-c", "import json, airlock.errors as e; print(json.dumps(sorted(e.CODES)))")
+	cmd.Dir = sdk
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "PYTHONPATH="+sdk)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("python3: %v", err)
+	}
+	var got []string
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%s: %v", out, err)
+	}
+	var want []string
+	for _, k := range errdefs.Kinds() {
+		want = append(want, k.Code)
+	}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("airlock.errors.CODES has %v; the server's codes (errdefs) are %v", got, want)
+	}
+}

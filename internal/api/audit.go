@@ -1,0 +1,96 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"airlock/internal/apitype"
+	"airlock/internal/errdefs"
+	"airlock/internal/identity"
+	"airlock/internal/store"
+)
+
+// AuditLog is the audit log the API serves (package audit).
+type AuditLog interface {
+	Query(ctx context.Context, q store.AuditQuery) ([]apitype.AuditRecord, string, error)
+}
+
+// ParseAuditTime reads a time of an audit query: RFC 3339, or a duration
+// meaning that long before now ("1h").
+func ParseAuditTime(v string, now time.Time) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("%w: %q is neither an RFC 3339 time nor a duration such as 1h", errdefs.ErrInvalidArgument, truncateForMessage(v))
+}
+
+// audit serves GET /v1/audit: tenants read their own records, admins
+// everyone's.
+func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
+	if s.Audit == nil {
+		fail(w, fmt.Errorf("%w: the audit log is off (audit.enabled)", errdefs.ErrUnsupported))
+		return
+	}
+	qv := r.URL.Query()
+	now := time.Now()
+	var q store.AuditQuery
+	var err error
+	if q.Since, err = ParseAuditTime(qv.Get("since"), now); err != nil {
+		fail(w, fmt.Errorf("since: %w", err))
+		return
+	}
+	if q.Until, err = ParseAuditTime(qv.Get("until"), now); err != nil {
+		fail(w, fmt.Errorf("until: %w", err))
+		return
+	}
+	q.Session, q.Tenant, q.Kind = qv.Get("session"), qv.Get("tenant"), qv.Get("kind")
+	q.Limit = 100
+	if v := qv.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > store.MaxAuditPage {
+			fail(w, fmt.Errorf("%w: limit %q must be between 1 and %d", errdefs.ErrInvalidArgument, truncateForMessage(v), store.MaxAuditPage))
+			return
+		}
+		q.Limit = n
+	}
+	if v := qv.Get("cursor"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			fail(w, fmt.Errorf("%w: cursor %q is not one this server gave", errdefs.ErrInvalidArgument, truncateForMessage(v)))
+			return
+		}
+		q.After = n
+	}
+	who, _ := identity.From(r.Context())
+	if !who.Admin {
+		if q.Tenant != "" && q.Tenant != who.Tenant {
+			// Another tenant's records do not exist for this caller.
+			writeJSON(w, http.StatusOK, apitype.AuditList{Records: []apitype.AuditRecord{}})
+			return
+		}
+		q.Tenant = who.Tenant
+		if q.Tenant == "" {
+			q.Tenant = "\x00" // no tenant: nothing (never everyone's)
+		}
+	}
+	if strings.ContainsRune(q.Kind, 0) || strings.ContainsRune(q.Session, 0) {
+		fail(w, fmt.Errorf("%w: NUL in a query parameter", errdefs.ErrInvalidArgument))
+		return
+	}
+	recs, next, err := s.Audit.Query(r.Context(), q)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, apitype.AuditList{Records: recs, NextCursor: next})
+}

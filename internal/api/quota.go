@@ -1,0 +1,82 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+
+	"airlock/internal/apitype"
+	"airlock/internal/config"
+	"airlock/internal/errdefs"
+	"airlock/internal/identity"
+)
+
+// Quotas admits what a tenant starts. The API asks before it creates a
+// session or starts an execution; package quota answers.
+type Quotas interface {
+	// AdmitSession counts a new session of the caller's tenant against
+	// its quota; release gives the place back if the session was not
+	// created after all (its end gives it back otherwise).
+	AdmitSession(who identity.Identity) (release func(), err error)
+	// AdmitExecution counts an execution, command, one-shot or program run.
+	AdmitExecution(who identity.Identity) error
+	// Of is the caller's tenant's quotas.
+	Of(who identity.Identity) config.Quotas
+}
+
+func (s *Server) admitSession(r *http.Request) (func(), error) {
+	if s.Quotas == nil {
+		return func() {}, nil
+	}
+	who, _ := identity.From(r.Context())
+	return s.Quotas.AdmitSession(who)
+}
+
+func (s *Server) admitExecution(r *http.Request) error {
+	if s.Quotas == nil {
+		return nil
+	}
+	who, _ := identity.From(r.Context())
+	return s.Quotas.AdmitExecution(who)
+}
+
+// tenantLimits checks limits a request asks for against its tenant's
+// ceiling and returns them complete (defaults lowered to the ceiling), so
+// that the session package, which checks them against the server's max,
+// never fills in a default above the tenant's ceiling. The request's own
+// limits are returned unchanged when the tenant has no ceiling.
+func (s *Server) tenantLimits(r *http.Request, req config.Limits) (config.Limits, error) {
+	if s.Quotas == nil {
+		return req, nil
+	}
+	who, _ := identity.From(r.Context())
+	q := s.Quotas.Of(who)
+	if q.MaxLimits == (config.Limits{}) {
+		return req, nil
+	}
+	ceiling := q.Cap(s.cfg.Max)
+	l, err := config.Resolve(req, s.cfg.Defaults.Clamp(ceiling), ceiling)
+	if err != nil {
+		return config.Limits{}, fmt.Errorf("%w (the tenant's quota max_limits)", err)
+	}
+	return l, nil
+}
+
+// checkTimeout checks an execution's own timeout against the tenant's
+// ceiling.
+func (s *Server) checkTimeout(r *http.Request, d config.Duration) error {
+	if s.Quotas == nil || d == 0 {
+		return nil
+	}
+	who, _ := identity.From(r.Context())
+	if c := s.Quotas.Of(who).MaxLimits.Timeout; c > 0 && d > c {
+		return fmt.Errorf("%w: timeout %s exceeds the tenant's quota max_limits.timeout %s", errdefs.ErrInvalidArgument, d, c)
+	}
+	return nil
+}
+
+// egressHook is where a tenant's egress quota (Quotas.Egress,
+// EgressAllow) meets a request's network policy: requests carry no
+// network field yet, so there is nothing to check; when they do, a
+// tenant with egress "deny" asking for any network gets a 403, and one
+// with EgressAllow may name only those hosts.
+func (s *Server) egressHook(r *http.Request, _ *apitype.CreateSessionRequest) error { return nil }

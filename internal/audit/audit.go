@@ -1,0 +1,332 @@
+// Package audit owns the audit log's writing: a session.Observer that
+// turns what sessions do into records (one per session created or ended,
+// execution, command, one-shot, program run and file transfer, plus
+// package installs and egress decisions that other layers report), a
+// bounded queue, one writer goroutine that commits records to the store
+// in batches, retention by age and size, and the query the API serves.
+//
+// It must never slow or block a request: the observer's methods only
+// copy a record into the queue (hashing and encoding happen in the
+// writer), and a full queue drops the record and counts it.
+package audit
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"airlock/internal/apitype"
+	"airlock/internal/config"
+	"airlock/internal/errdefs"
+	"airlock/internal/session"
+	"airlock/internal/store"
+)
+
+// Log is the audit log.
+type Log struct {
+	db  *store.DB
+	cfg config.Audit
+	log *slog.Logger
+	// RetainEvery is how often retention runs (tests shorten it).
+	retainEvery time.Duration
+
+	q       chan item
+	dropped atomic.Uint64
+	written atomic.Uint64
+	stop    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+}
+
+// item is a record on its way, with its code still whole: what the
+// configuration keeps of it is decided off the request's path.
+type item struct {
+	rec  apitype.AuditRecord
+	code string
+	// flush, when set, is closed once everything before it is committed.
+	flush chan struct{}
+}
+
+// New starts the audit log's writer on db.
+func New(db *store.DB, cfg config.Audit, log *slog.Logger) *Log {
+	if log == nil {
+		log = slog.Default()
+	}
+	l := &Log{db: db, cfg: cfg, log: log, retainEvery: 5 * time.Minute,
+		q: make(chan item, cfg.Queue), stop: make(chan struct{}), done: make(chan struct{})}
+	go l.writer()
+	return l
+}
+
+// Close writes what is queued and stops the writer.
+func (l *Log) Close() {
+	l.once.Do(func() {
+		close(l.stop)
+		<-l.done
+	})
+}
+
+// Dropped is the number of records lost to a full queue.
+func (l *Log) Dropped() uint64 { return l.dropped.Load() }
+
+// Written is the number of records committed.
+func (l *Log) Written() uint64 { return l.written.Load() }
+
+// Flush waits until every record queued before it is committed (tests,
+// and a clean shutdown).
+func (l *Log) Flush(ctx context.Context) error {
+	ch := make(chan struct{})
+	select {
+	case l.q <- item{flush: ch}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Record queues r (its Code whole: the configuration decides what is
+// kept). It never blocks.
+func (l *Log) Record(r apitype.AuditRecord) {
+	code := r.Code
+	r.Code = ""
+	if r.Time.IsZero() {
+		r.Time = time.Now()
+	}
+	select {
+	case l.q <- item{rec: r, code: code}:
+	default:
+		if n := l.dropped.Add(1); n&(n-1) == 0 { // 1, 2, 4, 8...: not a log line per drop
+			l.log.Warn("audit queue full: records dropped", "dropped", n)
+		}
+	}
+}
+
+const maxBatch = 512
+
+func (l *Log) writer() {
+	defer close(l.done)
+	retain := time.NewTicker(l.retainEvery)
+	defer retain.Stop()
+	l.retain()
+	batch := make([]apitype.AuditRecord, 0, maxBatch)
+	var flushes []chan struct{}
+	take := func(it item) {
+		if it.flush != nil {
+			flushes = append(flushes, it.flush)
+			return
+		}
+		batch = append(batch, l.finish(it))
+	}
+	for {
+		select {
+		case it := <-l.q:
+			take(it)
+		case <-retain.C:
+			l.retain()
+			continue
+		case <-l.stop:
+			for {
+				select {
+				case it := <-l.q:
+					take(it)
+					continue
+				default:
+				}
+				break
+			}
+			l.write(batch)
+			for _, f := range flushes {
+				close(f)
+			}
+			return
+		}
+		// Whatever else is queued joins this batch: one commit for many
+		// records under load, a prompt commit of one record when idle.
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case it := <-l.q:
+				take(it)
+			default:
+				break more
+			}
+		}
+		l.write(batch)
+		batch = batch[:0]
+		for _, f := range flushes {
+			close(f)
+		}
+		flushes = flushes[:0]
+	}
+}
+
+// finish applies the configuration to a record's code.
+func (l *Log) finish(it item) apitype.AuditRecord {
+	r := it.rec
+	if it.code != "" {
+		switch l.cfg.Code {
+		case "full":
+			r.Code = it.code
+			r.CodeSize = len(it.code)
+		case "sha256":
+			h := sha256.Sum256([]byte(it.code))
+			r.CodeSHA256 = hex.EncodeToString(h[:])
+			r.CodeSize = len(it.code)
+		}
+	}
+	return r
+}
+
+func (l *Log) write(batch []apitype.AuditRecord) {
+	if len(batch) == 0 {
+		return
+	}
+	for attempt := 0; ; attempt++ {
+		err := l.db.AppendAudit(context.Background(), batch)
+		if err == nil {
+			l.written.Add(uint64(len(batch)))
+			return
+		}
+		if attempt == 2 {
+			l.dropped.Add(uint64(len(batch)))
+			l.log.Error("audit: writing records failed; dropped", "records", len(batch), "err", err)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (l *Log) retain() {
+	n, err := l.db.RetainAudit(context.Background(), l.cfg.MaxAge.D(), int64(l.cfg.MaxSize))
+	if err != nil {
+		l.log.Warn("audit retention", "err", err)
+	} else if n > 0 {
+		l.log.Info("audit retention removed old records", "records", n)
+	}
+}
+
+// Query returns a page of records.
+func (l *Log) Query(ctx context.Context, q store.AuditQuery) ([]apitype.AuditRecord, string, error) {
+	return l.db.Audit(ctx, q)
+}
+
+// The session.Observer: what sessions do becomes records.
+
+var _ session.Observer = (*Log)(nil)
+
+func who(c session.Caller) apitype.AuditRecord {
+	return apitype.AuditRecord{Tenant: c.Tenant, KeyID: c.KeyID, RequestID: c.RequestID}
+}
+
+func (l *Log) SessionCreated(e session.SessionEvent) {
+	r := who(e.Caller)
+	r.Kind, r.Session, r.Language, r.Outcome = apitype.AuditSessionCreate, e.Session, e.Language, "ok"
+	r.DurationMs = ms(e.Duration)
+	l.Record(r)
+}
+
+func (l *Log) SessionEnded(e session.SessionEvent) {
+	r := who(e.Caller)
+	r.Kind, r.Session, r.Language, r.Outcome = apitype.AuditSessionEnd, e.Session, e.Language, "ok"
+	r.EndReason, r.DurationMs = e.End.Reason, ms(e.Duration)
+	l.Record(r)
+}
+
+func (l *Log) ExecutionStarted(session.ExecutionEvent) {}
+
+var execKinds = map[string]string{
+	session.ExecSession: apitype.AuditExecution,
+	session.ExecCommand: apitype.AuditCommand,
+	session.ExecOneShot: apitype.AuditOneShot,
+	session.ExecProgram: apitype.AuditProgram,
+}
+
+func (l *Log) ExecutionFinished(e session.ExecutionEvent) {
+	r := who(e.Caller)
+	r.Kind = execKinds[e.Kind]
+	if r.Kind == "" {
+		r.Kind = e.Kind
+	}
+	if e.Kind != session.ExecOneShot && e.Kind != session.ExecProgram {
+		r.Session = e.Session // a one-shot's sandbox was never a client's session
+	}
+	r.ID, r.Language, r.Code = e.ID, e.Language, e.Code
+	exit := e.ExitCode
+	r.ExitCode = &exit
+	r.Error, r.KillReason = e.Error, e.KillReason
+	if !e.End.Zero() {
+		r.EndReason = e.End.Reason
+	}
+	switch {
+	case e.Killed:
+		r.Outcome = "killed"
+	case e.Error != "" || e.ExitCode != 0:
+		r.Outcome = "error"
+	default:
+		r.Outcome = "ok"
+	}
+	r.DurationMs, r.CPUMs, r.PeakMemory = ms(e.Duration), ms(e.CPU), e.PeakMemory
+	r.FilesChanged, r.BytesIn, r.BytesOut = e.FilesChanged, e.InputBytes, e.OutputBytes
+	r.Redactions, r.CodeFlags = e.Redactions, e.CodeFlags
+	l.Record(r)
+}
+
+var fileKinds = map[string]string{
+	session.FileUpload:   apitype.AuditFileUpload,
+	session.FileDownload: apitype.AuditFileDownload,
+	session.FileRemove:   apitype.AuditFileDelete,
+}
+
+func (l *Log) FileTransferred(e session.FileEvent) {
+	kind, ok := fileKinds[e.Op]
+	if !ok {
+		return // listings are reads of names, not of data
+	}
+	r := who(e.Caller)
+	r.Kind, r.Session, r.Path, r.Outcome = kind, e.Session, e.Path, "ok"
+	r.DurationMs = ms(e.Duration)
+	if e.Op == session.FileUpload {
+		r.BytesIn = e.Bytes
+	} else {
+		r.BytesOut = e.Bytes
+	}
+	if e.Err != nil {
+		r.Outcome, r.Error = "failed", errdefs.Code(e.Err)
+	}
+	l.Record(r)
+}
+
+// Package records a package installation (the egress/packages layer
+// calls it when it installs one for a session).
+func (l *Log) Package(c session.Caller, sessionID, name string, err error) {
+	r := who(c)
+	r.Kind, r.Session, r.Package, r.Outcome = apitype.AuditPackage, sessionID, name, "ok"
+	if err != nil {
+		r.Outcome, r.Error = "failed", errdefs.Code(err)
+	}
+	l.Record(r)
+}
+
+// Egress records egress decisions of a session's sandbox (the egress
+// layer calls it as it allows or denies destinations).
+func (l *Log) Egress(c session.Caller, sessionID string, decisions []apitype.EgressDecision) {
+	r := who(c)
+	r.Kind, r.Session, r.Egress, r.Outcome = apitype.AuditEgress, sessionID, decisions, "ok"
+	for _, d := range decisions {
+		if !d.Allowed {
+			r.Outcome = "denied"
+		}
+	}
+	l.Record(r)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -1,0 +1,142 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+)
+
+// Quotas bound what one tenant may use. A zero field means "no quota of
+// this kind" (the server's own caps still hold).
+type Quotas struct {
+	// MaxSessions caps the tenant's live sessions.
+	MaxSessions int `json:"max_sessions,omitempty"`
+	// ExecutionsPerMinute caps executions, commands, one-shot and program
+	// runs started in any 60 seconds.
+	ExecutionsPerMinute int `json:"executions_per_minute,omitempty"`
+	// CPUSecondsPerDay caps the CPU time the tenant's executions use per
+	// UTC day; the execution that crosses it finishes, the next is refused.
+	CPUSecondsPerDay int `json:"cpu_seconds_per_day,omitempty"`
+	// MaxLimits caps the limits the tenant may ask for, below the
+	// server's max (a zero field: the server's max).
+	MaxLimits Limits `json:"max_limits,omitzero"`
+	// Egress: "allow" or "deny" network egress for the tenant's sandboxes
+	// ("": the server's policy); EgressAllow narrows it to these names.
+	Egress      string   `json:"egress,omitempty"`
+	EgressAllow []string `json:"egress_allow,omitempty"`
+}
+
+// Over returns q with every unset field taken from def.
+func (q Quotas) Over(def Quotas) Quotas {
+	if q.MaxSessions == 0 {
+		q.MaxSessions = def.MaxSessions
+	}
+	if q.ExecutionsPerMinute == 0 {
+		q.ExecutionsPerMinute = def.ExecutionsPerMinute
+	}
+	if q.CPUSecondsPerDay == 0 {
+		q.CPUSecondsPerDay = def.CPUSecondsPerDay
+	}
+	q.MaxLimits = q.MaxLimits.Merge(def.MaxLimits)
+	if q.Egress == "" {
+		q.Egress = def.Egress
+	}
+	if q.EgressAllow == nil {
+		q.EgressAllow = def.EgressAllow
+	}
+	return q
+}
+
+// Validate checks the quotas.
+func (q Quotas) Validate() error {
+	var errs []error
+	if q.MaxSessions < 0 || q.ExecutionsPerMinute < 0 || q.CPUSecondsPerDay < 0 {
+		errs = append(errs, errors.New("max_sessions, executions_per_minute and cpu_seconds_per_day must not be negative"))
+	}
+	if q.Egress != "" && q.Egress != "allow" && q.Egress != "deny" {
+		errs = append(errs, fmt.Errorf("egress %q must be \"allow\", \"deny\" or empty", q.Egress))
+	}
+	for _, n := range q.EgressAllow {
+		if n == "" || strings.ContainsAny(n, " /\\") {
+			errs = append(errs, fmt.Errorf("egress_allow: %q is not a host name", n))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Cap returns max with every field lowered to the tenant's ceiling where
+// it sets one.
+func (q Quotas) Cap(max Limits) Limits {
+	m := q.MaxLimits
+	if m.Timeout > 0 && m.Timeout < max.Timeout {
+		max.Timeout = m.Timeout
+	}
+	if m.CPUTime > 0 && m.CPUTime < max.CPUTime {
+		max.CPUTime = m.CPUTime
+	}
+	if m.Memory > 0 && m.Memory < max.Memory {
+		max.Memory = m.Memory
+	}
+	if m.Pids > 0 && m.Pids < max.Pids {
+		max.Pids = m.Pids
+	}
+	if m.Disk > 0 && m.Disk < max.Disk {
+		max.Disk = m.Disk
+	}
+	if m.Inodes > 0 && m.Inodes < max.Inodes {
+		max.Inodes = m.Inodes
+	}
+	if m.MaxOutput > 0 && m.MaxOutput < max.MaxOutput {
+		max.MaxOutput = m.MaxOutput
+	}
+	if m.CPUs > 0 && m.CPUs < max.CPUs {
+		max.CPUs = m.CPUs
+	}
+	if m.NoFile > 0 && m.NoFile < max.NoFile {
+		max.NoFile = m.NoFile
+	}
+	return max
+}
+
+// Clamp returns l with every field above max lowered to it (defaults a
+// tenant's ceiling is below).
+func (l Limits) Clamp(max Limits) Limits {
+	c := Quotas{MaxLimits: max}
+	return c.Cap(l)
+}
+
+// Audit configures the audit log.
+type Audit struct {
+	// Enabled records every operation durably in data_dir.
+	Enabled bool `json:"enabled"`
+	// Code is what a record keeps of submitted code and commands: "full",
+	// "sha256" (its SHA-256 and size) or "none".
+	Code string `json:"code"`
+	// MaxAge and MaxSize bound the log: older records, then the oldest
+	// records past the size, are removed (checked every few minutes).
+	MaxAge  Duration `json:"max_age"`
+	MaxSize Size     `json:"max_size"`
+	// Queue is how many records may wait for the writer; beyond it
+	// records are dropped (and counted) rather than slow a request.
+	Queue int `json:"queue"`
+}
+
+// Auth modes.
+const (
+	AuthKeys = "keys" // API keys (and server.token); the default
+	AuthNone = "none" // no authentication: loopback listeners only
+)
+
+// loopback reports whether a listen address is on loopback only.
+func loopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,59 @@
+package server
+
+import (
+	"context"
+
+	"airlock/internal/audit"
+	"airlock/internal/config"
+	"airlock/internal/identity"
+	"airlock/internal/quota"
+	"airlock/internal/store"
+)
+
+// tenancy wires what needs the data directory's database: API keys,
+// tenants' quotas and the audit log. With auth "none" and the audit log
+// off nothing is opened.
+func (s *Server) tenancy() error {
+	cfg := s.cfg
+	keys := cfg.Server.Auth == config.AuthKeys
+	if !keys && !cfg.Audit.Enabled {
+		return nil
+	}
+	db, err := store.Open(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	s.db = db
+	s.closers = append(s.closers, func() { db.Close() })
+	if keys {
+		s.api.Keys = keyAuth{db}
+	} else {
+		s.log.Warn("authentication is OFF (server.auth \"none\"): every caller of " + cfg.Server.Listen + " acts as an admin")
+	}
+	s.quotas = quota.New(cfg.Quotas, db.Quotas)
+	s.api.Quotas = s.quotas
+	s.manager.Observe(s.quotas)
+	if cfg.Audit.Enabled {
+		s.audit = audit.New(db, cfg.Audit, s.log)
+		// Closed after the manager (closers run in reverse): the records
+		// of the sessions Shutdown ends are written first.
+		s.closers = append(s.closers, s.audit.Close)
+		s.manager.Observe(s.audit)
+		s.api.Audit = s.audit
+	}
+	return nil
+}
+
+// Audit is the server's audit log (nil when it is off).
+func (s *Server) Audit() *audit.Log { return s.audit }
+
+// keyAuth authenticates API keys against the database, on every request.
+type keyAuth struct{ db *store.DB }
+
+func (k keyAuth) Authenticate(ctx context.Context, secret string) (identity.Identity, bool, error) {
+	key, ok, err := k.db.Authenticate(ctx, secret)
+	if err != nil || !ok {
+		return identity.Identity{}, false, err
+	}
+	return identity.Identity{Tenant: key.Tenant, KeyID: key.ID, Admin: key.Admin}, true, nil
+}

@@ -1,0 +1,159 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"airlock/internal/apitype"
+	"airlock/internal/errdefs"
+)
+
+// AppendAudit writes records in one transaction (one commit, one sync of
+// the WAL): the writer's batch. It fills in each record's Seq.
+func (d *DB) AppendAudit(ctx context.Context, recs []apitype.AuditRecord) error {
+	tx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	st, err := tx.PrepareContext(ctx, `INSERT INTO audit (time, kind, tenant, key_id, session, request_id, record) VALUES (?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	for i := range recs {
+		r := &recs[i]
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		res, err := st.ExecContext(ctx, unixNano(r.Time), r.Kind, r.Tenant, r.KeyID, r.Session, r.RequestID, string(b))
+		if err != nil {
+			return err
+		}
+		r.Seq, _ = res.LastInsertId()
+	}
+	return tx.Commit()
+}
+
+// AuditQuery selects audit records; zero fields select everything.
+type AuditQuery struct {
+	Since, Until time.Time
+	Session      string
+	Tenant       string
+	Kind         string
+	// After: only records after this sequence number (a page's cursor).
+	After int64
+	Limit int
+}
+
+// MaxAuditPage caps a page of records.
+const MaxAuditPage = 1000
+
+// Audit returns the records q selects, oldest first, and the cursor of the
+// next page ("" when this was the last).
+func (d *DB) Audit(ctx context.Context, q AuditQuery) ([]apitype.AuditRecord, string, error) {
+	if q.Limit <= 0 || q.Limit > MaxAuditPage {
+		q.Limit = MaxAuditPage
+	}
+	var where []string
+	var args []any
+	add := func(cond string, v any) { where = append(where, cond); args = append(args, v) }
+	if q.After > 0 {
+		add("seq > ?", q.After)
+	}
+	if !q.Since.IsZero() {
+		add("time >= ?", unixNano(q.Since))
+	}
+	if !q.Until.IsZero() {
+		add("time < ?", unixNano(q.Until))
+	}
+	if q.Session != "" {
+		add("session = ?", q.Session)
+	}
+	if q.Tenant != "" {
+		add("tenant = ?", q.Tenant)
+	}
+	if q.Kind != "" {
+		if strings.HasSuffix(q.Kind, ".") || !strings.Contains(q.Kind, ".") && (q.Kind == "session" || q.Kind == "file") {
+			add("kind LIKE ?", strings.TrimSuffix(q.Kind, ".")+".%") // "file": every file.*
+		} else {
+			add("kind = ?", q.Kind)
+		}
+	}
+	sqlq := `SELECT seq, record FROM audit`
+	if len(where) > 0 {
+		sqlq += " WHERE " + strings.Join(where, " AND ")
+	}
+	sqlq += " ORDER BY seq LIMIT ?"
+	args = append(args, q.Limit+1)
+	rows, err := d.db.QueryContext(ctx, sqlq, args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: reading the audit log: %v", errdefs.ErrUnavailable, err)
+	}
+	defer rows.Close()
+	out := []apitype.AuditRecord{}
+	for rows.Next() {
+		var seq int64
+		var s string
+		if err := rows.Scan(&seq, &s); err != nil {
+			return nil, "", err
+		}
+		var r apitype.AuditRecord
+		if err := json.Unmarshal([]byte(s), &r); err != nil {
+			continue
+		}
+		r.Seq = seq
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(out) > q.Limit {
+		out = out[:q.Limit]
+		next = strconv.FormatInt(out[len(out)-1].Seq, 10)
+	}
+	return out, next, nil
+}
+
+// RetainAudit removes records older than maxAge, then the oldest records
+// until the audit table is under maxSize bytes (0: no bound). It returns
+// how many it removed.
+func (d *DB) RetainAudit(ctx context.Context, maxAge time.Duration, maxSize int64) (int64, error) {
+	var removed int64
+	if maxAge > 0 {
+		res, err := d.db.ExecContext(ctx, `DELETE FROM audit WHERE time < ?`, unixNano(time.Now().Add(-maxAge)))
+		if err != nil {
+			return 0, err
+		}
+		n, _ := res.RowsAffected()
+		removed += n
+	}
+	if maxSize > 0 {
+		for i := 0; i < 64; i++ {
+			var bytes, count int64
+			// The records' own size: the file's pages are reused, not
+			// returned, so the file's size would never go down.
+			if err := d.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(LENGTH(record)) + COUNT(*) * 64, 0), COUNT(*) FROM audit`).Scan(&bytes, &count); err != nil {
+				return removed, err
+			}
+			if bytes <= maxSize || count == 0 {
+				break
+			}
+			// Remove the oldest share beyond the bound, at least one.
+			n := max(1, count*(bytes-maxSize)/bytes+count/20)
+			res, err := d.db.ExecContext(ctx, `DELETE FROM audit WHERE seq IN (SELECT seq FROM audit ORDER BY seq LIMIT ?)`, n)
+			if err != nil {
+				return removed, err
+			}
+			k, _ := res.RowsAffected()
+			removed += k
+		}
+	}
+	return removed, nil
+}

@@ -1,0 +1,188 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"airlock/internal/config"
+	"airlock/internal/errdefs"
+)
+
+// KeyPrefix starts every API key, so that a leaked one is recognisable
+// (secret scanners, logs).
+const KeyPrefix = "alk_"
+
+// Key is an API key as stored: never its secret.
+type Key struct {
+	ID        string     `json:"id"`
+	Tenant    string     `json:"tenant"`
+	Admin     bool       `json:"admin"`
+	Name      string     `json:"name,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+}
+
+var tenantName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]{0,63}$`)
+
+// ValidTenant checks a tenant's name: 1 to 64 letters, digits, '.', '_'
+// and '-', starting with a letter or digit.
+func ValidTenant(name string) error {
+	if !tenantName.MatchString(name) {
+		return fmt.Errorf("%w: tenant %q: use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", errdefs.ErrInvalidArgument, name)
+	}
+	return nil
+}
+
+// HashKey is what is stored of a key: the SHA-256 of its secret (a
+// 256-bit random secret needs no slow hash).
+func HashKey(secret string) string {
+	h := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(h[:])
+}
+
+// CreateKey makes a new key for tenant and returns its secret, which is
+// never stored and cannot be shown again.
+func (d *DB) CreateKey(ctx context.Context, tenant string, admin bool, name string) (string, Key, error) {
+	if err := ValidTenant(tenant); err != nil {
+		return "", Key{}, err
+	}
+	if len(name) > 200 {
+		return "", Key{}, fmt.Errorf("%w: a key's name is at most 200 bytes", errdefs.ErrInvalidArgument)
+	}
+	var sec [32]byte
+	var id [6]byte
+	rand.Read(sec[:])
+	rand.Read(id[:])
+	secret := KeyPrefix + hex.EncodeToString(sec[:])
+	k := Key{ID: "key_" + hex.EncodeToString(id[:]), Tenant: tenant, Admin: admin, Name: name, CreatedAt: time.Now().UTC().Truncate(time.Second)}
+	_, err := d.db.ExecContext(ctx, `INSERT INTO keys (id, hash, tenant, admin, name, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
+		k.ID, HashKey(secret), k.Tenant, admin, name, k.CreatedAt.Unix())
+	if err != nil {
+		return "", Key{}, fmt.Errorf("%w: storing the key: %v", errdefs.ErrUnavailable, err)
+	}
+	return secret, k, nil
+}
+
+func scanKey(sc interface{ Scan(...any) error }) (Key, error) {
+	var k Key
+	var created int64
+	var revoked sql.NullInt64
+	if err := sc.Scan(&k.ID, &k.Tenant, &k.Admin, &k.Name, &created, &revoked); err != nil {
+		return Key{}, err
+	}
+	k.CreatedAt = time.Unix(created, 0).UTC()
+	if revoked.Valid {
+		t := time.Unix(revoked.Int64, 0).UTC()
+		k.RevokedAt = &t
+	}
+	return k, nil
+}
+
+// Keys lists every key, oldest first.
+func (d *DB) Keys(ctx context.Context) ([]Key, error) {
+	rows, err := d.db.QueryContext(ctx, `SELECT id, tenant, admin, name, created_at, revoked_at FROM keys ORDER BY created_at, id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Key
+	for rows.Next() {
+		k, err := scanKey(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+// RevokeKey revokes the key id: every later request with it fails.
+func (d *DB) RevokeKey(ctx context.Context, id string) error {
+	res, err := d.db.ExecContext(ctx, `UPDATE keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`, time.Now().Unix(), id)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		var one int
+		if err := d.db.QueryRowContext(ctx, `SELECT 1 FROM keys WHERE id = ?`, id).Scan(&one); isNoRows(err) {
+			return fmt.Errorf("%w: no key %q", errdefs.ErrNotFound, id)
+		}
+	}
+	return nil
+}
+
+// Authenticate returns the live key whose secret this is. It reads the
+// database every time: a revocation, by another process too, holds from
+// the next request on.
+func (d *DB) Authenticate(ctx context.Context, secret string) (Key, bool, error) {
+	if !strings.HasPrefix(secret, KeyPrefix) || len(secret) > 200 {
+		return Key{}, false, nil
+	}
+	k, err := scanKey(d.db.QueryRowContext(ctx, `SELECT id, tenant, admin, name, created_at, revoked_at FROM keys WHERE hash = ?`, HashKey(secret)))
+	if isNoRows(err) {
+		return Key{}, false, nil
+	}
+	if err != nil {
+		return Key{}, false, fmt.Errorf("%w: reading keys: %v", errdefs.ErrUnavailable, err)
+	}
+	if k.RevokedAt != nil {
+		return k, false, nil
+	}
+	return k, true, nil
+}
+
+// SetQuotas sets the tenant's quotas (replacing what it had).
+func (d *DB) SetQuotas(ctx context.Context, tenant string, q config.Quotas) error {
+	if err := ValidTenant(tenant); err != nil {
+		return err
+	}
+	b, _ := json.Marshal(q)
+	_, err := d.db.ExecContext(ctx, `INSERT INTO tenants (name, quotas, updated_at) VALUES (?, ?, ?)
+		ON CONFLICT(name) DO UPDATE SET quotas = excluded.quotas, updated_at = excluded.updated_at`, tenant, string(b), time.Now().Unix())
+	return err
+}
+
+// Quotas returns the tenant's own quotas (zero when it has none).
+func (d *DB) Quotas(ctx context.Context, tenant string) (config.Quotas, error) {
+	var s string
+	err := d.db.QueryRowContext(ctx, `SELECT quotas FROM tenants WHERE name = ?`, tenant).Scan(&s)
+	if isNoRows(err) {
+		return config.Quotas{}, nil
+	}
+	if err != nil {
+		return config.Quotas{}, err
+	}
+	var q config.Quotas
+	if err := json.Unmarshal([]byte(s), &q); err != nil {
+		return config.Quotas{}, fmt.Errorf("tenant %s: stored quotas: %v", tenant, err)
+	}
+	return q, nil
+}
+
+// Tenants lists every tenant with quotas of its own.
+func (d *DB) Tenants(ctx context.Context) (map[string]config.Quotas, error) {
+	rows, err := d.db.QueryContext(ctx, `SELECT name, quotas FROM tenants ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]config.Quotas{}
+	for rows.Next() {
+		var name, s string
+		if err := rows.Scan(&name, &s); err != nil {
+			return nil, err
+		}
+		var q config.Quotas
+		json.Unmarshal([]byte(s), &q)
+		out[name] = q
+	}
+	return out, rows.Err()
+}

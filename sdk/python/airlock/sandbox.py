@@ -1,0 +1,355 @@
+"""Sandbox: a session of the airlock server, with its files and commands,
+and run: one piece of code in a fresh sandbox."""
+
+import base64
+import json
+import re
+
+from . import errors
+from ._http import Transport, quote, quote_path, rel_path
+from .models import CommandResult, EntryInfo, Execution, Result, ExecutionError, RunResult, WriteInfo
+
+# A session's own limits.timeout when the server did not say (its default).
+_DEFAULT_EXEC_TIMEOUT = 30.0
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"([0-9.]+)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def _seconds(d):
+    """A Go duration ("1m30s", "500ms") or a number of seconds, in seconds (None if unknown)."""
+    if d is None or isinstance(d, (int, float)):
+        return d
+    total, pos = 0.0, 0
+    for m in _DURATION.finditer(d):
+        if m.start() != pos:
+            return None
+        total += float(m.group(1)) * _UNITS[m.group(2)]
+        pos = m.end()
+    return total if pos == len(d) and pos else None
+
+
+def _limits(limits):
+    """limits as the API takes them: a dict such as {"memory": "512M", "timeout": 30}."""
+    if limits is None:
+        return None
+    if not isinstance(limits, dict):
+        raise TypeError("limits: want a dict such as {'memory': '512M', 'timeout': 30}")
+    return dict(limits)
+
+
+def _input_files(files):
+    """files as {path: str|bytes} or [(path, str|bytes)] -> the API's list."""
+    if not files:
+        return None
+    items = files.items() if isinstance(files, dict) else files
+    out = []
+    for path, content in items:
+        if isinstance(content, str):
+            out.append({"path": path, "content": content})
+        else:
+            out.append({"path": path, "content_base64": base64.b64encode(bytes(content)).decode()})
+    return out
+
+
+class _Streamer:
+    """Turns streamed events into the user's callbacks."""
+
+    def __init__(self, on_stdout, on_stderr, on_result, on_error):
+        self.on_stdout, self.on_stderr, self.on_result, self.on_error = on_stdout, on_stderr, on_result, on_error
+
+    def __call__(self, ev):
+        kind = ev.get("type")
+        if kind in ("stdout", "stderr"):
+            text = ev.get("text")
+            if text is None and ev.get("data_base64"):
+                text = base64.b64decode(ev["data_base64"]).decode("utf-8", "replace")
+            cb = self.on_stdout if kind == "stdout" else self.on_stderr
+            if cb and text:
+                cb(text)
+        elif kind in ("result", "display"):
+            if self.on_result:
+                self.on_result(Result({"type": kind, "data": ev.get("data") or {}, "metadata": ev.get("metadata")}))
+        elif kind == "error":
+            if self.on_error and ev.get("error"):
+                self.on_error(ExecutionError(ev["error"]))
+
+
+class Sandbox:
+    """A session of an airlock server: a sandbox whose interpreter keeps its
+    state across ``run_code`` calls, with a /workspace (``files``) and a
+    shell (``commands``). Use it as a context manager, or call ``kill()``.
+
+        with Sandbox.create() as sbx:
+            sbx.run_code("x = 41")
+            print(sbx.run_code("x + 1").text)   # 42
+    """
+
+    def __init__(self, info, transport):
+        self._t = transport
+        self._info = info
+        self.id = info["id"]
+        self.language = info.get("language", "")
+        self.files = Files(self)
+        self.commands = Commands(self)
+
+    # --- creating and finding sandboxes
+
+    @classmethod
+    def create(cls, language="python", limits=None, network=None, env=None, timeout=None,
+               base_url=None, token=None, request_timeout=None, **extra):
+        """Creates a session. ``language``: python, bash or javascript;
+        ``limits``: {"memory": "1G", "timeout": 60, "cpu_time": ...} (each
+        at most the server's maximum); ``network``: passed to servers that
+        offer egress; ``env``: variables; ``timeout``: seconds without use
+        after which the session ends (its idle timeout); ``base_url`` and
+        ``token`` default to AIRLOCK_URL and AIRLOCK_TOKEN."""
+        t = Transport(base_url, token, request_timeout)
+        body = {"language": language}
+        if limits is not None:
+            body["limits"] = _limits(limits)
+        if network is not None:
+            body["network"] = network
+        if env:
+            body["env"] = dict(env)
+        if timeout is not None:
+            body["timeout_idle"] = timeout
+        body.update(extra)
+        return cls(t.call("POST", "/v1/sessions", body), t)
+
+    @classmethod
+    def connect(cls, sandbox_id, base_url=None, token=None, request_timeout=None):
+        """Attaches to an existing session (NotFoundError if there is none, SessionEndedError if it ended)."""
+        t = Transport(base_url, token, request_timeout)
+        info = t.call("GET", "/v1/sessions/" + quote(sandbox_id))
+        if info.get("state") == "ended":
+            raise errors.SessionEndedError("session ended: " + (info.get("end_reason") or "ended"),
+                                           code="session_ended", status=410, end_code=info.get("end_code", ""))
+        return cls(info, t)
+
+    @classmethod
+    def list(cls, base_url=None, token=None):
+        """Describes the server's sessions (dicts, as the API sends them)."""
+        return Transport(base_url, token).call("GET", "/v1/sessions").get("sessions") or []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.kill()
+        return False
+
+    def __repr__(self):
+        return "Sandbox(id=%r, language=%r)" % (self.id, self.language)
+
+    # --- the session
+
+    def info(self):
+        """The session's description (a dict: state, limits, executions, end_reason...)."""
+        self._info = self._t.call("GET", self._path())
+        return self._info
+
+    def is_running(self):
+        try:
+            return self.info().get("state") != "ended"
+        except (errors.NotFoundError, errors.SessionEndedError):
+            return False
+
+    def kill(self):
+        """Ends the session and its sandbox; True if it was running."""
+        try:
+            self._t.call("DELETE", self._path())
+            return True
+        except (errors.NotFoundError, errors.SessionEndedError):
+            return False
+
+    close = kill
+
+    def interrupt(self):
+        """Interrupts the running execution (KeyboardInterrupt); the session lives on."""
+        return bool(self._t.call("POST", self._path("/interrupt")).get("interrupted"))
+
+    def run_code(self, code, timeout=None, on_stdout=None, on_stderr=None, on_result=None, on_error=None,
+                 language=None):
+        """Runs code in the session and returns an Execution. ``timeout``
+        (seconds) overrides the session's limits.timeout for this run; when
+        it runs out the code is interrupted (``killed``, ``kill_reason``
+        "timeout") and the session keeps its state. With callbacks the
+        output streams: ``on_stdout(str)``, ``on_stderr(str)`` as it comes,
+        ``on_result(Result)`` per plot or displayed value, ``on_error(ExecutionError)``."""
+        if language is not None and language != self.language:
+            raise errors.InvalidArgumentError(
+                "this sandbox runs %s; create another for %s" % (self.language, language), code="invalid_argument")
+        body = {"code": code}
+        if timeout is not None:
+            body["timeout"] = timeout
+        wait = self._wait(timeout)
+        if on_stdout or on_stderr or on_result or on_error:
+            end = self._t.stream(self._path("/execute"), body,
+                                 _Streamer(on_stdout, on_stderr, on_result, on_error), timeout=wait)
+            return Execution(end.get("result") or {})
+        return Execution(self._t.call("POST", self._path("/execute"), body, timeout=wait))
+
+    # --- helpers
+
+    def _path(self, tail=""):
+        return "/v1/sessions/" + quote(self.id) + tail
+
+    def _wait(self, timeout):
+        """How long the HTTP request may stay silent: the execution's own timeout plus the transport's."""
+        t = timeout if timeout is not None else _seconds((self._info.get("limits") or {}).get("timeout"))
+        return (t or _DEFAULT_EXEC_TIMEOUT) + self._t.request_timeout
+
+
+class Files:
+    """The session's /workspace. Paths are relative to it (``/workspace/a`` works too)."""
+
+    def __init__(self, sbx):
+        self._s = sbx
+
+    def write(self, path, data):
+        """Writes str (UTF-8), bytes or a binary file object to path; returns WriteInfo."""
+        if isinstance(data, str):
+            data = data.encode()
+        elif hasattr(data, "read"):
+            data = data.read()
+            if isinstance(data, str):
+                data = data.encode()
+        out = self._s._t.raw("PUT", self._s._path("/files/" + quote_path(path)), bytes(data),
+                             content_type="application/octet-stream")
+        return WriteInfo(json.loads(out))
+
+    def read(self, path, format="text"):
+        """Reads path: str (format "text", UTF-8) or bytes (format "bytes")."""
+        data = self._s._t.raw("GET", self._s._path("/files/" + quote_path(path)))
+        if format == "bytes":
+            return data
+        if format == "text":
+            return data.decode("utf-8")
+        raise ValueError("format: want 'text' or 'bytes'")
+
+    def list(self, path="", recursive=False):
+        """Lists a directory of /workspace ("" for itself): EntryInfo objects."""
+        q = []
+        path = rel_path(path)
+        if path:
+            q.append("path=" + quote(path))
+        if recursive:
+            q.append("recursive=true")
+        out = self._s._t.call("GET", self._s._path("/files" + ("?" + "&".join(q) if q else "")))
+        return [EntryInfo(e) for e in out.get("entries") or []]
+
+    def exists(self, path):
+        parent, _, name = rel_path(path).rstrip("/").rpartition("/")
+        try:
+            return any(e.name == name for e in self.list(parent))
+        except errors.NotFoundError:
+            return False
+
+    def remove(self, path, recursive=False):
+        """Removes a file (a directory with recursive=True)."""
+        self._s._t.call("DELETE", self._s._path("/files/" + quote_path(path)) + ("?recursive=true" if recursive else ""))
+
+
+class CommandHandle:
+    """A background command: ``wait()``, ``kill()``, ``send_stdin()``, ``result()``."""
+
+    def __init__(self, commands, res):
+        self._c = commands
+        self.id = res.id
+        self.pid = res.pid
+        self.last = res
+
+    def result(self):
+        """Its status and output so far (CommandResult)."""
+        self.last = self._c.get(self.id)
+        return self.last
+
+    def wait(self, timeout=60):
+        """Waits up to timeout seconds for it to end and returns its CommandResult (running if it did not)."""
+        self.last = self._c.get(self.id, wait=timeout)
+        return self.last
+
+    def kill(self, signal="SIGKILL"):
+        self._c.kill(self.id, signal)
+
+    def send_stdin(self, data, close=False):
+        self._c.send_stdin(self.id, data, close)
+
+    def __repr__(self):
+        return "CommandHandle(id=%r, pid=%r)" % (self.id, self.pid)
+
+
+class Commands:
+    """Shell commands run with ``bash -c`` in the session's sandbox, beside
+    its interpreter (same files, limits and user; the interpreter's state is
+    untouched)."""
+
+    def __init__(self, sbx):
+        self._s = sbx
+
+    def run(self, cmd, background=False, envs=None, cwd=None, timeout=None, stdin=None,
+            on_stdout=None, on_stderr=None):
+        """Runs cmd and returns its CommandResult (exit_code, stdout,
+        stderr...; a failing command is a result, not an exception), or,
+        with background=True, a CommandHandle at once."""
+        body = {"command": cmd}
+        if timeout is not None:
+            body["timeout"] = timeout
+        if envs:
+            body["env"] = dict(envs)
+        if cwd:
+            body["cwd"] = cwd
+        if stdin is not None:
+            body["stdin"] = stdin
+        path = self._s._path("/commands")
+        if background:
+            body["background"] = True
+            return CommandHandle(self, CommandResult(self._s._t.call("POST", path, body)))
+        wait = self._s._wait(timeout)
+        if on_stdout or on_stderr:
+            end = self._s._t.stream(path, body, _Streamer(on_stdout, on_stderr, None, None), timeout=wait)
+            return CommandResult(end.get("command") or {})
+        return CommandResult(self._s._t.call("POST", path, body, timeout=wait))
+
+    def get(self, command_id, wait=None):
+        """A command's status and output so far; wait (seconds) waits for it to end."""
+        p = self._s._path("/commands/" + quote(command_id))
+        if wait:
+            p += "?wait=%gs" % wait
+        return CommandResult(self._s._t.call("GET", p, timeout=(wait or 0) + self._s._t.request_timeout))
+
+    def list(self):
+        return [CommandResult(c) for c in self._s._t.call("GET", self._s._path("/commands")).get("commands") or []]
+
+    def kill(self, command_id, signal="SIGKILL"):
+        """Signals a running command's process group (SIGKILL by default)."""
+        self._s._t.call("POST", self._s._path("/commands/" + quote(command_id) + "/signal"), {"signal": signal})
+
+    def send_stdin(self, command_id, data, close=False):
+        body = {"data": data}
+        if close:
+            body["close"] = True
+        self._s._t.call("POST", self._s._path("/commands/" + quote(command_id) + "/stdin"), body)
+
+
+def run(code, files=None, language="python", limits=None, env=None, base_url=None, token=None,
+        on_stdout=None, on_stderr=None, on_result=None, on_error=None, request_timeout=None):
+    """Runs code once in a fresh sandbox that is destroyed afterwards
+    (POST /v1/execute) and returns a RunResult: an Execution plus the
+    ``files`` the code wrote (bytes). ``files`` are placed in /workspace
+    first: {"in.csv": "a,b\\n1,2\\n"} (str or bytes)."""
+    t = Transport(base_url, token, request_timeout)
+    body = {"language": language, "code": code}
+    if files:
+        body["files"] = _input_files(files)
+    if limits is not None:
+        body["limits"] = _limits(limits)
+    if env:
+        body["env"] = dict(env)
+    wait = (_seconds((limits or {}).get("timeout")) or _DEFAULT_EXEC_TIMEOUT) + t.request_timeout
+    if on_stdout or on_stderr or on_result or on_error:
+        end = t.stream("/v1/execute", body, _Streamer(on_stdout, on_stderr, on_result, on_error), timeout=wait)
+        r = dict(end.get("result") or {})
+        r["files"], r["limits"] = end.get("files"), end.get("limits")
+        return RunResult(r)
+    return RunResult(t.call("POST", "/v1/execute", body, timeout=wait))

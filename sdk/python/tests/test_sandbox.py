@@ -1,0 +1,261 @@
+"""The SDK against a real airlock server (AIRLOCK_URL, AIRLOCK_TOKEN)."""
+
+import os
+import threading
+import time
+import unittest
+
+import support
+import airlock
+from airlock import Sandbox
+
+
+class SandboxTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.sbx = None
+
+    def setUp(self):
+        support.need_server(self)
+        if SandboxTest.sbx is None:
+            SandboxTest.sbx = Sandbox.create(limits={"timeout": 60})
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.sbx is not None:
+            cls.sbx.kill()
+
+    def test_state_is_kept(self):
+        self.sbx.run_code("x = 41")
+        e = self.sbx.run_code("x + 1")
+        self.assertIsNone(e.error)
+        self.assertEqual(e.text, "42")
+        self.assertTrue(e.results[0].is_main_result)
+        self.assertEqual(e.results[0].formats(), ["text"])
+        self.assertEqual(Sandbox.connect(self.sbx.id).run_code("x").text, "41")
+
+    def test_logs_and_no_result(self):
+        e = self.sbx.run_code("import sys\nprint('out')\nprint('err', file=sys.stderr)\ny = 1")
+        self.assertEqual(e.logs.stdout, "out\n")
+        self.assertEqual(e.logs.stderr, "err\n")
+        self.assertEqual("".join(e.logs.stdout), "out\n")  # E2B-style joins work on str too
+        self.assertIsNone(e.text)
+        self.assertEqual(e.results, [])
+
+    def test_plot_png_bytes(self):
+        e = self.sbx.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()")
+        self.assertIsNone(e.error)
+        pngs = [r.png for r in e.results if r.png is not None]
+        self.assertEqual(len(pngs), 1, e.results)
+        self.assertTrue(pngs[0].startswith(b"\x89PNG\r\n\x1a\n"))
+        self.assertIn("png", e.results[0].formats())
+        self.assertFalse(e.results[0].is_main_result)
+
+    def test_html_and_json(self):
+        e = self.sbx.run_code("import pandas as pd\npd.DataFrame({'a': [1, 2]})")
+        self.assertIn("<table", e.results[0].html)
+        self.assertIn("a", e.text)
+        e = self.sbx.run_code("from IPython.display import JSON, display\ndisplay(JSON({'k': [1, 2]}))")
+        self.assertEqual([r.json for r in e.results if r.json is not None], [{"k": [1, 2]}])
+
+    def test_exception(self):
+        e = self.sbx.run_code("def f():\n    return 1 / 0\nf()")
+        self.assertIsNotNone(e.error)
+        self.assertEqual(e.error.name, "ZeroDivisionError")
+        self.assertEqual(e.error.value, "division by zero")
+        self.assertIn("return 1 / 0", e.error.traceback)
+        self.assertEqual(e.error.traceback, "\n".join(e.error.traceback_lines))
+        self.assertEqual(self.sbx.run_code("2 * 21").text, "42")  # the session lives on
+
+    def test_timeout_interrupts_and_keeps_state(self):
+        self.sbx.run_code("kept = 'yes'")
+        e = self.sbx.run_code("import time\ntime.sleep(30)", timeout=0.5)
+        self.assertTrue(e.killed)
+        self.assertEqual(e.kill_reason, "timeout")
+        self.assertEqual(e.error.name, "KeyboardInterrupt")
+        self.assertEqual(self.sbx.run_code("kept").text, "'yes'")
+
+    def test_streaming_callbacks(self):
+        events = []
+        lock = threading.Lock()
+
+        def record(kind):
+            def f(x):
+                with lock:
+                    events.append((kind, x))
+            return f
+
+        code = ("import sys, time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.05)\n"
+                "print('warn', file=sys.stderr, flush=True)\n"
+                "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\n'done'")
+        e = self.sbx.run_code(code, on_stdout=record("out"), on_stderr=record("err"), on_result=record("result"))
+        self.assertEqual("".join(x for k, x in events if k == "out"), "0\n1\n2\n")
+        self.assertEqual([x for k, x in events if k == "err"], ["warn\n"])
+        results = [x for k, x in events if k == "result"]
+        self.assertEqual(len(results), 2)
+        self.assertTrue(results[0].png.startswith(b"\x89PNG"))
+        self.assertEqual(results[1].text, "'done'")
+        self.assertTrue(results[1].is_main_result)
+        kinds = [k for k, _ in events]
+        self.assertLess(kinds.index("out"), kinds.index("result"))
+        # the returned Execution is the whole result, as without streaming
+        self.assertEqual(e.logs.stdout, "0\n1\n2\n")
+        self.assertEqual(e.text, "'done'")
+        errors = []
+        e = self.sbx.run_code("raise ValueError('boom')", on_error=errors.append)
+        self.assertEqual([(x.name, x.value) for x in errors], [("ValueError", "boom")])
+        self.assertEqual(e.error.name, "ValueError")
+
+    def test_files(self):
+        f = self.sbx.files
+        info = f.write("data/notes.txt", "héllo\n")
+        self.assertEqual((info.path, info.size), ("data/notes.txt", 7))
+        self.assertEqual(f.read("data/notes.txt"), "héllo\n")
+        blob = bytes(range(256))
+        f.write("/workspace/data/blob.bin", blob)
+        self.assertEqual(f.read("data/blob.bin", format="bytes"), blob)
+        names = sorted(e.name for e in f.list("data"))
+        self.assertEqual(names, ["blob.bin", "notes.txt"])
+        self.assertIn("data/blob.bin", [e.path for e in f.list(recursive=True)])
+        self.assertTrue([e for e in f.list() if e.name == "data"][0].is_dir)
+        # the interpreter sees the files, and its own appear in files_changed
+        e = self.sbx.run_code("open('data/notes.txt').read().strip() + '!'")
+        self.assertEqual(e.text, "'héllo!'")
+        e = self.sbx.run_code("open('made.txt', 'w').write('abc')")
+        self.assertIn(("made.txt", "created"), [(c.path, c.change) for c in e.files_changed])
+        self.assertEqual(f.read("made.txt"), "abc")
+        self.assertTrue(f.exists("data/notes.txt"))
+        f.remove("data/notes.txt")
+        self.assertFalse(f.exists("data/notes.txt"))
+        with self.assertRaises(airlock.NotFoundError):
+            f.read("data/notes.txt")
+        f.remove("data", recursive=True)
+        self.assertFalse(f.exists("data"))
+        with self.assertRaises(airlock.InvalidArgumentError):
+            f.read("../etc/passwd")
+
+    def test_commands(self):
+        self.sbx.run_code("secret = 7")
+        self.sbx.files.write("c.txt", "from a file")
+        r = self.sbx.commands.run("cat c.txt; echo oops >&2; exit 3")
+        self.assertEqual((r.exit_code, r.stdout, r.stderr), (3, "from a file", "oops\n"))
+        self.assertEqual(r.error, "exit status 3")
+        r = self.sbx.commands.run("pwd; echo $GREETING", envs={"GREETING": "hi"}, cwd="/tmp")
+        self.assertEqual(r.stdout, "/tmp\nhi\n")
+        self.assertIsNone(r.error)
+        r = self.sbx.commands.run("cat", stdin="piped")
+        self.assertEqual(r.stdout, "piped")
+        out = []
+        r = self.sbx.commands.run("for i in 1 2 3; do echo $i; done", on_stdout=out.append)
+        self.assertEqual("".join(out), "1\n2\n3\n")
+        self.assertEqual(r.stdout, "1\n2\n3\n")
+        r = self.sbx.commands.run("sleep 30", timeout=0.5)
+        self.assertTrue(r.killed)
+        self.assertEqual(r.kill_reason, "timeout")
+        self.assertEqual(self.sbx.run_code("secret").text, "7")  # the interpreter is untouched
+
+    def test_background_command(self):
+        h = self.sbx.commands.run("read line; echo got $line; sleep 30", background=True)
+        self.assertTrue(h.id)
+        self.assertTrue(h.result().running)
+        h.send_stdin("ping\n")
+        self.assertIn(h.id, [c.id for c in self.sbx.commands.list()])
+        deadline = time.monotonic() + 30
+        while h.result().stdout != "got ping\n" and time.monotonic() < deadline:
+            time.sleep(0.02)  # polls the command's output until it echoed
+        h.kill()
+        r = h.wait(timeout=10)
+        self.assertFalse(r.running)
+        self.assertEqual(r.signal, "SIGKILL")
+        self.assertEqual(r.stdout, "got ping\n")
+
+
+class LifecycleTest(unittest.TestCase):
+    def setUp(self):
+        support.need_server(self)
+
+    def test_context_manager_ends_the_session(self):
+        with Sandbox.create() as sbx:
+            self.assertTrue(sbx.is_running())
+            sbx.run_code("x = 1")
+            sid = sbx.id
+        self.assertFalse(sbx.is_running())
+        with self.assertRaises((airlock.SessionEndedError, airlock.NotFoundError)) as cm:
+            Sandbox.connect(sid).run_code("x")
+        if isinstance(cm.exception, airlock.SessionEndedError):
+            self.assertEqual(cm.exception.end_code, "deleted")
+        with self.assertRaises((airlock.SessionEndedError, airlock.NotFoundError)):
+            sbx.run_code("x")
+        self.assertFalse(sbx.kill())  # already ended: no error
+
+    def test_context_manager_ends_the_session_on_exception(self):
+        with self.assertRaises(RuntimeError):
+            with Sandbox.create() as sbx:
+                raise RuntimeError("the agent failed")
+        self.assertFalse(sbx.is_running())
+
+    def test_other_languages(self):
+        with Sandbox.create(language="bash") as sbx:
+            self.assertEqual(sbx.run_code("cd /tmp; X=5").exit_code, 0)
+            self.assertEqual(sbx.run_code("echo $PWD $X").logs.stdout, "/tmp 5\n")
+
+    def test_errors_are_typed(self):
+        with self.assertRaises(airlock.NotFoundError) as cm:
+            Sandbox.connect("no-such-session")
+        self.assertEqual((cm.exception.code, cm.exception.status), ("not_found", 404))
+        self.assertTrue(cm.exception.request_id)
+        with self.assertRaises(airlock.InvalidArgumentError):
+            Sandbox.create(language="cobol")
+        with self.assertRaises(airlock.InvalidArgumentError):
+            Sandbox.create(limits={"memory": "1000T"})  # above the server's maximum
+        with self.assertRaises(airlock.AuthenticationError) as cm:
+            Sandbox.create(token="wrong-" + (os.environ.get("AIRLOCK_TOKEN") or "token"))
+        self.assertEqual(cm.exception.status, 401)
+        with self.assertRaises(airlock.ConnectionError):
+            Sandbox.create(base_url="http://127.0.0.1:1")
+        with self.assertRaises(airlock.InvalidArgumentError):
+            Sandbox.create(base_url="ftp://example")
+
+    def test_busy_session_is_a_conflict(self):
+        with Sandbox.create() as sbx:
+            started = threading.Event()
+            t = threading.Thread(target=lambda: sbx.run_code(
+                "import time\nprint('go', flush=True)\ntime.sleep(3)", on_stdout=lambda _: started.set()))
+            t.start()
+            self.assertTrue(started.wait(30))
+            with self.assertRaises(airlock.ConflictError):
+                sbx.run_code("1")
+            self.assertTrue(sbx.interrupt())
+            t.join(30)
+
+    def test_one_shot_run(self):
+        r = airlock.run("import pandas as pd\n"
+                        "df = pd.read_csv('in.csv')\n"
+                        "df.describe().to_csv('out.csv')\n"
+                        "open('raw.bin', 'wb').write(bytes([0, 255]))\n"
+                        "print(int(df.b.sum()))",
+                        files={"in.csv": "a,b\n1,2\n3,4\n", "blob.bin": b"\x00\x01"},
+                        limits={"timeout": 30})
+        self.assertIsNone(r.error)
+        self.assertEqual(r.logs.stdout, "6\n")
+        self.assertIn("b", r.file("out.csv").text)
+        self.assertEqual(r.file("raw.bin").content, b"\x00\xff")
+        self.assertIsNone(r.file("in.csv"))  # inputs are not outputs
+        self.assertEqual(r.limits["timeout"], "30s")
+        out = []
+        r = airlock.run("echo hi; echo x > f.txt", language="bash", on_stdout=out.append)
+        self.assertEqual("".join(out), "hi\n")
+        self.assertEqual(r.file("f.txt").content, b"x\n")
+        r = airlock.run("1/0")
+        self.assertEqual(r.error.name, "ZeroDivisionError")
+
+    def test_unix_socket(self):
+        sock = os.environ.get("AIRLOCK_SOCKET")
+        if not sock:
+            support.skip(self, "AIRLOCK_SOCKET is not set (the Go test sets it)")
+        with Sandbox.create(base_url="unix://" + sock, token="") as sbx:
+            self.assertEqual(sbx.run_code("6 * 7").text, "42")
+
+
+if __name__ == "__main__":
+    unittest.main()
