@@ -1,6 +1,7 @@
 """The SDK installs with pip from the repository and builds a wheel,
 offline (no PyPI: --no-index, --no-build-isolation with Debian's
-setuptools and wheel), and what is installed imports."""
+setuptools and wheel), and what is installed imports. test_readme runs the
+README's install into a venv."""
 
 import glob
 import os
@@ -62,16 +63,6 @@ class PackagingTest(unittest.TestCase):
         target = os.path.join(self.tmp, "target")
         self.run_ok(PY, "-m", "pip", "install", "--no-index", "--no-deps", "--target", target, wheels[0])
         self.check_import(PY, dict(self.env, PYTHONPATH=target), target)
-
-    def test_pip_install_from_the_repository_into_a_venv(self):
-        if not _have("venv") or not _have("ensurepip"):
-            support.skip(self, "%s lacks venv/ensurepip: scripts/install-deps.sh --tests installs python3-venv" % PY)
-        venv = os.path.join(self.tmp, "venv")
-        # --system-site-packages: the venv builds with Debian's setuptools and wheel (no PyPI).
-        self.run_ok(PY, "-m", "venv", "--system-site-packages", venv)
-        vpy = os.path.join(venv, "bin", "python")
-        self.run_ok(vpy, "-m", "pip", "install", "--no-index", "--no-build-isolation", "--no-deps", self.src)
-        self.check_import(vpy, self.env, venv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,78 @@
+"""The README's "Use it from your agent" snippets, run as written: the
+install commands, the Python SDK example, and the LangChain tool example
+(with the stub langchain_core of test_langchain)."""
+
+import contextlib
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import support
+import test_langchain
+
+
+def blocks(section, lang):
+    """The ```lang blocks of the README section whose heading is section."""
+    with open(os.path.join(support.REPO, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    m = re.search(r"^### %s\n(.*?)(?=^#{2,3} )" % re.escape(section), text, re.M | re.S)
+    if not m:
+        raise AssertionError("README.md has no section %r" % section)
+    return re.findall(r"^```%s\n(.*?)^```" % lang, m.group(1), re.M | re.S)
+
+
+class ReadmeTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="airlock-readme-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+
+    def test_python_sdk_snippet(self):
+        support.need_server(self)
+        (code,) = blocks("Python SDK", "python")
+        env = dict(os.environ, PYTHONPATH=support.SDK, PYTHONDONTWRITEBYTECODE="1")
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=self.tmp,
+                           timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.splitlines(), [
+            "42", "360", "ZeroDivisionError division by zero", "0 4 sales.csv", "HELLO done", "not_found 404"])
+        with open(os.path.join(self.tmp, "revenue.png"), "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
+    def test_langchain_snippet(self):
+        support.need_server(self)
+        (code,) = blocks("LangChain tool", "python")
+        self.addCleanup(test_langchain.install_stub())
+        out, ns = io.StringIO(), {}
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, "README.md", "exec"), ns)
+        self.assertEqual(out.getvalue(), "[image/png returned to the user]\n42\n")
+        self.assertEqual([i["mime_type"] for i in ns["plots"]], ["image/png"])
+        self.assertFalse(ns["sbx"].is_running())
+
+    def test_install_commands(self):
+        (sh,) = blocks("Python SDK", "sh")
+        for m in ("venv", "ensurepip", "setuptools", "wheel"):
+            if subprocess.run(["/usr/bin/python3", "-c", "import " + m], capture_output=True).returncode:
+                support.skip(self, "/usr/bin/python3 lacks %s: scripts/install-deps.sh --tests installs it" % m)
+        shutil.copytree(support.SDK, os.path.join(self.tmp, "sdk", "python"),
+                        ignore=shutil.ignore_patterns("tests", "__pycache__", "build", "*.egg-info"))
+        # Debian's python3 first: a developer's PATH may start with another.
+        env = dict(os.environ, PATH="/usr/bin:" + os.environ.get("PATH", ""), PIP_NO_INDEX="1",
+                   PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_ROOT_USER_ACTION="ignore", PYTHONDONTWRITEBYTECODE="1")
+        env.pop("PYTHONPATH", None)
+        p = subprocess.run(["sh", "-ec", sh], capture_output=True, text=True, env=env, cwd=self.tmp, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        vpy = os.path.join(self.tmp, ".venv", "bin", "python")
+        p = subprocess.run([vpy, "-c", "import airlock; print(airlock.__file__)"], capture_output=True, text=True,
+                           env=env, cwd="/")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(p.stdout.startswith(os.path.join(self.tmp, ".venv")), p.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
