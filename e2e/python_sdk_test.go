@@ -34,7 +34,7 @@ func TestPythonSDK(t *testing.T) {
 	requirePython(t)
 	const token = "python-sdk-token"
 	s := startServer(t, map[string]any{
-		"server": map[string]any{"token": token},
+		"server": map[string]any{"token": token, "auth": "keys"},
 		"pool":   map[string]any{"size": map[string]int{"python": 2, "bash": 0, "javascript": 0}},
 	})
 	defer s.stop()

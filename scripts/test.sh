@@ -17,6 +17,14 @@ export AIRLOCK_TEST_DEPLOY=1
 # fails instead (internal/testenv).
 export AIRLOCK_TEST_STRICT=1
 ./scripts/check-hygiene.sh
+# gVisor's runsc, pinned (internal/gvisor.PinnedVersion), built from the Go
+# module proxy into a directory of the tests' own: minutes the first time,
+# a build-cache hit afterwards. It never enters airlock's go.mod. The
+# gVisor tests run against it (and, strict, fail without it).
+RUNSC_BIN="${AIRLOCK_TOOLS:-$HOME/.cache/airlock-tools}/bin"
+mkdir -p "$RUNSC_BIN"
+GOBIN="$RUNSC_BIN" go install "gvisor.dev/gvisor/runsc@$(sed -n 's/^const PinnedVersion = "\(.*\)"$/\1/p' internal/gvisor/gvisor.go)"
+export AIRLOCK_TEST_RUNSC="$RUNSC_BIN/runsc"
 # The agent libraries the end-to-end tests drive (MCP client, LangChain JS,
 # OpenAI Agents, Vercel AI), pinned in the committed lockfile.
 (cd e2e/agents && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error)

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -78,6 +79,16 @@ type Config struct {
 	Defaults Limits `json:"defaults"`
 	Max      Limits `json:"max"`
 
+	// Isolation is the kernel every sandbox's code talks to: "native"
+	// (the host's, behind airlock's own jail) or "gvisor" (gVisor's
+	// user-space kernel, runsc, launched by airlock from the host side).
+	Isolation Isolation `json:"isolation"`
+	// AllowIsolation lists the isolations a request may ask for besides
+	// the server's own (the operator's choice: a client may never pick
+	// what is not listed here). Empty: every request gets Isolation.
+	AllowIsolation []Isolation  `json:"allow_isolation"`
+	GVisor         GVisorConfig `json:"gvisor"`
+
 	Server Server `json:"server"`
 	MCP    MCP    `json:"mcp"`
 	Pool   Pool   `json:"pool"`
@@ -85,6 +96,48 @@ type Config struct {
 	// --tenant T with quota flags) override them field by field.
 	Quotas Quotas `json:"quotas"`
 	Audit  Audit  `json:"audit"`
+}
+
+// Isolation names a kernel sandboxes can run on.
+type Isolation string
+
+const (
+	// Native: the host kernel, behind namespaces, cgroups, seccomp and
+	// Landlock.
+	Native Isolation = "native"
+	// GVisor: gVisor's runsc in front of the host kernel; airlock still
+	// applies the host-side layers (cgroups, no network, the root).
+	GVisor Isolation = "gvisor"
+)
+
+// Valid reports whether i names a known isolation.
+func (i Isolation) Valid() bool { return i == Native || i == GVisor }
+
+// GVisorConfig configures the gVisor isolation.
+type GVisorConfig struct {
+	// Runsc is the runsc binary; empty looks for runsc on PATH, then in
+	// /usr/local/bin.
+	Runsc string `json:"runsc"`
+	// Platform is runsc's platform: "systrap" (the default) or "ptrace".
+	// KVM is not offered: it needs hardware virtualisation.
+	Platform string `json:"platform"`
+}
+
+// Allows reports whether a request may ask for isolation i.
+func (c Config) Allows(i Isolation) bool {
+	return i == c.Isolation || slices.Contains(c.AllowIsolation, i)
+}
+
+// Isolations are the isolations this server may need: its own first,
+// then the ones requests may pick.
+func (c Config) Isolations() []Isolation {
+	out := []Isolation{c.Isolation}
+	for _, i := range c.AllowIsolation {
+		if !slices.Contains(out, i) {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // Server configures `airlock serve`.
@@ -179,6 +232,8 @@ func Default() Config {
 			PythonPackages: []string{"numpy", "pandas", "matplotlib", "sklearn"},
 		},
 		Protections: Protections{Seccomp: Required, Landlock: Required},
+		Isolation:   Native,
+		GVisor:      GVisorConfig{Platform: "systrap"},
 		Defaults:    DefaultLimits(),
 		Max:         DefaultMaxLimits(),
 		Server: Server{
@@ -289,6 +344,20 @@ func (c Config) Validate() error {
 		if m != Required && m != Off {
 			errs = append(errs, fmt.Errorf("protections.%s %q must be \"required\" or \"off\"", name, m))
 		}
+	}
+	if !c.Isolation.Valid() {
+		errs = append(errs, fmt.Errorf("isolation %q must be \"native\" or \"gvisor\"", c.Isolation))
+	}
+	for _, i := range c.AllowIsolation {
+		if !i.Valid() {
+			errs = append(errs, fmt.Errorf("allow_isolation: %q must be \"native\" or \"gvisor\"", i))
+		}
+	}
+	if p := c.GVisor.Runsc; p != "" && (!filepath.IsAbs(p) || filepath.Clean(p) != p) {
+		errs = append(errs, fmt.Errorf("gvisor.runsc %q must be a clean absolute path", p))
+	}
+	if p := c.GVisor.Platform; p != "systrap" && p != "ptrace" {
+		errs = append(errs, fmt.Errorf("gvisor.platform %q must be \"systrap\" or \"ptrace\"", p))
 	}
 	if err := c.Max.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("max: %v", err))

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -140,6 +141,12 @@ func TestConfigValidate(t *testing.T) {
 		{"relative node", func(c *Config) { c.Runtimes.Node = "usr/bin/node" }, "runtimes.node"},
 		{"seccomp maybe", func(c *Config) { c.Protections.Seccomp = "maybe" }, "protections.seccomp"},
 		{"landlock empty", func(c *Config) { c.Protections.Landlock = "" }, "protections.landlock"},
+		{"isolation empty", func(c *Config) { c.Isolation = "" }, "isolation"},
+		{"isolation kvm", func(c *Config) { c.Isolation = "kata" }, "isolation"},
+		{"allow_isolation unknown", func(c *Config) { c.AllowIsolation = []Isolation{"firecracker"} }, "allow_isolation"},
+		{"runsc relative", func(c *Config) { c.GVisor.Runsc = "bin/runsc" }, "gvisor.runsc"},
+		{"runsc unclean", func(c *Config) { c.GVisor.Runsc = "/usr/../bin/runsc" }, "gvisor.runsc"},
+		{"platform kvm", func(c *Config) { c.GVisor.Platform = "kvm" }, "gvisor.platform"},
 		{"max below floors", func(c *Config) { c.Max.Memory = 1 }, "max: invalid argument: memory 1 is below the minimum"},
 		{"defaults over max", func(c *Config) { c.Defaults.Memory = c.Max.Memory + 1 }, "defaults"},
 		{"max_sessions 0", func(c *Config) { c.Server.MaxSessions = 0 }, "max_sessions"},
@@ -188,8 +195,20 @@ func TestConfigValidate(t *testing.T) {
 	ok.IDBase = 65536
 	ok.Server.MaxSessionTransfers = ok.Server.MaxConcurrentTransfers
 	ok.Server.TransferStallTimeout = Duration(time.Second)
+	ok.Isolation, ok.AllowIsolation, ok.GVisor = GVisor, []Isolation{Native, GVisor}, GVisorConfig{Runsc: "/usr/local/bin/runsc", Platform: "ptrace"}
 	if err := ok.Validate(); err != nil {
 		t.Errorf("valid edge values refused: %v", err)
+	}
+}
+
+func TestIsolationAllowed(t *testing.T) {
+	c := Default()
+	if !c.Allows(Native) || c.Allows(GVisor) || !slices.Equal(c.Isolations(), []Isolation{Native}) {
+		t.Errorf("default: allows native %v, gvisor %v, isolations %v", c.Allows(Native), c.Allows(GVisor), c.Isolations())
+	}
+	c.Isolation, c.AllowIsolation = GVisor, []Isolation{GVisor, Native}
+	if !c.Allows(Native) || !c.Allows(GVisor) || !slices.Equal(c.Isolations(), []Isolation{GVisor, Native}) {
+		t.Errorf("gvisor allowing native: allows native %v, gvisor %v, isolations %v", c.Allows(Native), c.Allows(GVisor), c.Isolations())
 	}
 }
 

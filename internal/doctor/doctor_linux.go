@@ -13,9 +13,12 @@ import (
 	"airlock/internal/config"
 	"airlock/internal/exeseal"
 	"airlock/internal/fontcache"
+	"airlock/internal/gvisor"
 	"airlock/internal/jail"
 	"airlock/internal/landlock"
 	"airlock/internal/seccomp"
+
+	"golang.org/x/sys/unix"
 )
 
 // Run checks the host against the configuration.
@@ -85,6 +88,7 @@ func Run(ctx context.Context, cfg config.Config) *Report {
 		r.add("sealed init", OK, "the init runs from a %s of the airlock binary (CVE-2019-5736)", exe.Method)
 		exe.Close()
 	}
+	gvisorChecks(ctx, r, cfg)
 	if !r.OK() {
 		return r
 	}
@@ -239,3 +243,46 @@ func runtimes(ctx context.Context, r *Report, h *jail.Host, cfg config.Config) {
 	}
 }
 
+// gvisorChecks checks runsc when the configuration uses gVisor (as the
+// server's isolation, or one requests may ask for): the binary, its
+// version, and a real boot with a probe program. A configured gVisor that
+// cannot boot is a failure: airlock never falls back to native.
+func gvisorChecks(ctx context.Context, r *Report, cfg config.Config) {
+	if !cfg.Allows(config.GVisor) {
+		r.add("gvisor", Off, "isolation %q; gVisor is not configured (isolation, allow_isolation)", cfg.Isolation)
+		return
+	}
+	runsc, err := gvisor.Find(cfg.GVisor.Runsc)
+	if err != nil {
+		r.add("gvisor", Fail, "%v", err)
+		return
+	}
+	cg, err := cgroup.Open(cfg.CgroupParent)
+	if err != nil {
+		r.add("gvisor", Fail, "%v", err)
+		return
+	}
+	defer cg.Close()
+	h, err := gvisor.NewHost(ctx, gvisor.OptionsFrom(cfg, runsc), cg)
+	if err != nil {
+		r.add("gvisor", Fail, "%v", err)
+		return
+	}
+	defer h.Close()
+	name := "g-doctor-" + strconv.Itoa(os.Getpid())
+	res, err := h.Probe(ctx, name, cfg.Defaults)
+	if err != nil {
+		r.add("gvisor", Fail, "%s: a sandbox could not boot and run a probe: %v", h.Describe(), err)
+		return
+	}
+	var host unix.Utsname
+	unix.Uname(&host)
+	if hk := unix.ByteSliceToString(host.Release[:]); res.Kernel == hk || res.UID != "1000" || strings.Join(res.Interfaces, ",") != "lo" {
+		r.add("gvisor", Fail, "the probe saw kernel %q (host %q), uid %s, interfaces %v: not the isolation configured", res.Kernel, hk, res.UID, res.Interfaces)
+		return
+	}
+	r.add("gvisor", OK, "%s: booted in %s, a program ran in %s; inside: kernel %s (gVisor's), uid %s, interfaces %v",
+		h.Describe(), res.Boot.Round(time.Millisecond), res.Exec.Round(time.Millisecond), res.Kernel, res.UID, res.Interfaces)
+	g, a := gvisor.Layers()
+	r.add("gvisor layers", OK, "gVisor provides:\n- %s\nairlock still applies around it:\n- %s", strings.Join(g, "\n- "), strings.Join(a, "\n- "))
+}

@@ -10,6 +10,7 @@ package testenv
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"testing"
 )
 
@@ -35,4 +36,22 @@ func RequireRoot(t testing.TB, what string) {
 	if os.Geteuid() != 0 {
 		Skip(t, "privileged test: %s needs root (CI runs as root)", what)
 	}
+}
+
+// Runsc returns the runsc binary gVisor tests use: $AIRLOCK_TEST_RUNSC
+// (scripts/test.sh builds the pinned version and sets it), else runsc on
+// PATH. Without one the test skips, or fails in a strict run.
+func Runsc(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("AIRLOCK_TEST_RUNSC"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("AIRLOCK_TEST_RUNSC: %v", err)
+		}
+		return p
+	}
+	if p, err := exec.LookPath("runsc"); err == nil {
+		return p
+	}
+	Skip(t, "gVisor test: no runsc (set AIRLOCK_TEST_RUNSC, or run scripts/test.sh, which builds the pinned runsc)")
+	return ""
 }

@@ -1,0 +1,133 @@
+// Package gvisor owns gVisor as a second kernel under a sandbox: finding
+// and checking the runsc binary, writing the OCI bundle of one sandbox (the
+// read-only root template, /usr and the /etc trees bound read-only, the
+// airlock-owned tmpfs mounts of /workspace and /tmp, uid 1000 without
+// capabilities, the limits), running it with `runsc run` from the host
+// side with --network=none, starting programs in it with `runsc exec`
+// (stdio and the control socket passed as descriptors, never as files
+// runsc would write at an offset), signalling them, and tearing everything
+// down: runsc's state, the null-netns mount it leaves, the tmpfs mounts,
+// the cgroups it creates beside airlock's.
+//
+// It must never be started from inside airlock's jail (runsc needs
+// namespaces, mounts and a writable /proc), never let runsc touch the
+// host's network (always --network=none), never fall back to running code
+// without gVisor when runsc fails, and never leave anything behind: every
+// sandbox's state lives in one directory of its own, which Close and
+// Sweep remove.
+package gvisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"airlock/internal/config"
+	"airlock/internal/errdefs"
+)
+
+// Find returns the runsc binary: configured, or runsc on PATH, or
+// /usr/local/bin/runsc.
+func Find(configured string) (string, error) {
+	if configured != "" {
+		if err := executable(configured); err != nil {
+			return "", fmt.Errorf("%w: gvisor.runsc %s: %v", errdefs.ErrUnavailable, configured, err)
+		}
+		return configured, nil
+	}
+	if p, err := exec.LookPath("runsc"); err == nil {
+		if abs, err := filepath.Abs(p); err == nil {
+			return abs, nil
+		}
+	}
+	if executable("/usr/local/bin/runsc") == nil {
+		return "/usr/local/bin/runsc", nil
+	}
+	return "", fmt.Errorf("%w: runsc not found (set gvisor.runsc, or install it: %s)", errdefs.ErrUnavailable, InstallHint)
+}
+
+// InstallHint is how to install the runsc airlock is tested with.
+const InstallHint = "CGO_ENABLED=0 GOBIN=/usr/local/bin go install gvisor.dev/gvisor/runsc@" + PinnedVersion
+
+// PinnedVersion is the gVisor module version airlock's tests and scripts
+// build runsc from.
+const PinnedVersion = "v0.0.0-20260905035102-160fafc42237"
+
+func executable(p string) error {
+	st, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+		return errors.New("not an executable file")
+	}
+	return nil
+}
+
+// Version runs `runsc --version` and returns its first line.
+func Version(ctx context.Context, runsc string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, runsc, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("runsc --version: %v", err)
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return line, nil
+}
+
+// Process is a program to start in a sandbox.
+type Process struct {
+	Argv []string
+	Env  []string
+	Dir  string
+	// Files become the program's fds 0, 1, 2, ... (at least three).
+	Files []*os.File
+	// NoFile is the program's RLIMIT_NOFILE (0: the sandbox's).
+	NoFile uint64
+}
+
+// Exit is how a program ended, as a wait status.
+type Exit struct {
+	Pid    int // inside the sandbox; 0 if runsc never said
+	Status syscall.WaitStatus
+}
+
+// statusOf turns `runsc exec`'s exit code into a wait status: runsc
+// exits 128+N for a program killed by signal N, and 128 when it failed
+// itself (the sandbox went away: reported as SIGKILL).
+func statusOf(code int) syscall.WaitStatus {
+	switch {
+	case code == 128:
+		return syscall.WaitStatus(syscall.SIGKILL)
+	case code > 128 && code < 128+65:
+		return syscall.WaitStatus(code - 128)
+	case code < 0:
+		return syscall.WaitStatus(syscall.SIGKILL)
+	}
+	return syscall.WaitStatus(code << 8)
+}
+
+// Layers describes what gVisor provides and what airlock still applies
+// around it, for doctor and the server's log.
+func Layers() (gvisor, airlock []string) {
+	return []string{
+			"system calls served by gVisor's Sentry (a user-space kernel): sandboxed code never reaches the host kernel's syscall table",
+			"the Sentry and gofer run under runsc's own seccomp filters, in their own namespaces, chrooted",
+			"in-sandbox cgroups, /proc and /sys are gVisor's (virtual); Landlock and the seccomp availability probe do not exist inside",
+		}, []string{
+			"host cgroup of the whole sandbox (Sentry, gofer, every process): memory (OOM kills the sandbox), pids, CPU quota",
+			"no network: runsc --network=none (loopback only); runsc never changes the host's network",
+			"root: the read-only root template, host /usr read-only, airlock-owned tmpfs /workspace and /tmp sized by the limits",
+			"uid 1000, no capabilities, no_new_privs, RLIMIT_NOFILE; wall-clock and CPU-time limits from outside",
+		}
+}
+
+// Isolation is the config value this package implements.
+const Isolation = config.GVisor

@@ -1,0 +1,776 @@
+package gvisor
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/internal/cgroup"
+	"airlock/internal/cleanup"
+	"airlock/internal/config"
+	"airlock/internal/errdefs"
+	"airlock/internal/rootfs"
+	"airlock/internal/workspace"
+)
+
+// Options configure a Host.
+type Options struct {
+	Runsc    string // the runsc binary (see Find)
+	Platform string // "systrap" or "ptrace"
+	// StateDir is airlock's state directory; sandboxes live in its
+	// "gvisor" subdirectory (root only).
+	StateDir     string
+	CacheDir     string
+	CgroupParent string
+	// RootFiles are extra read-only files in every sandbox's root (the
+	// in-sandbox runtimes), as for the native jail.
+	RootFiles map[string]string
+}
+
+// OptionsFrom derives Options from the configuration; runsc is the
+// binary Find returned.
+func OptionsFrom(c config.Config, runsc string) Options {
+	return Options{Runsc: runsc, Platform: c.GVisor.Platform, StateDir: c.StateDir, CacheDir: c.CacheDir, CgroupParent: c.CgroupParent}
+}
+
+// Host starts gVisor sandboxes.
+type Host struct {
+	opts    Options
+	cg      *cgroup.Host
+	dir     string // <state>/gvisor
+	root    rootfs.Spec
+	tmpCopy map[string]string
+	version string
+	seq     atomic.Uint64
+}
+
+// NewHost checks runsc and prepares the root template. cg is the cgroup
+// host sandboxes' cgroups are made with (shared with the native jail).
+func NewHost(ctx context.Context, o Options, cg *cgroup.Host) (*Host, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("%w: gVisor sandboxes are started by root (runsc needs to build namespaces and mounts)", errdefs.ErrUnavailable)
+	}
+	if o.Platform == "" {
+		o.Platform = "systrap"
+	}
+	v, err := Version(ctx, o.Runsc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	h := &Host{opts: o, cg: cg, dir: filepath.Join(o.StateDir, "gvisor"), version: v}
+	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	// 0700: the sandboxes' workspaces are owned by uid 1000, which may be
+	// a real user on the host; nobody but root may reach them.
+	if err := os.Mkdir(h.dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	if err := os.Chmod(h.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	h.root = rootfs.DefaultSpec(filepath.Join(o.StateDir, "root"), "sandbox")
+	h.root.Files = o.RootFiles
+	if h.root.Template, err = rootfs.PrepareTemplate(o.StateDir, h.root); err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	h.tmpCopy = map[string]string{}
+	mpl := filepath.Join(o.CacheDir, "matplotlib")
+	if st, err := os.Stat(mpl); err == nil && st.IsDir() {
+		h.tmpCopy["matplotlib"] = mpl
+	}
+	return h, nil
+}
+
+// RunscVersion is what `runsc --version` said.
+func (h *Host) RunscVersion() string { return h.version }
+
+// Runsc is the binary in use.
+func (h *Host) Runsc() string { return h.opts.Runsc }
+
+// Describe says how sandboxes are started, for logs and doctor.
+func (h *Host) Describe() string {
+	return fmt.Sprintf("%s (%s), platform %s, --network=none", h.opts.Runsc, h.version, h.opts.Platform)
+}
+
+// Spec describes one sandbox.
+type Spec struct {
+	// Name names the sandbox's cgroup and state; unique among live ones.
+	Name   string
+	Limits config.Limits
+	// ReadyTimeout bounds the boot; 30s when zero.
+	ReadyTimeout time.Duration
+}
+
+// Sandbox is a running gVisor sandbox: `runsc run` of a container whose
+// init only waits, and the programs started in it with `runsc exec`.
+type Sandbox struct {
+	h      *Host
+	spec   Spec
+	id     string // the runsc container id
+	dir    string // everything of this sandbox on the host
+	cg     *cgroup.Cgroup
+	ws     *workspace.Dir
+	run    *exec.Cmd
+	runErr *capped
+	dead   chan struct{} // closed when `runsc run` has exited
+
+	mu     sync.Mutex
+	execs  sync.WaitGroup
+	seq    int
+	closed bool
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start boots a sandbox and waits until its init runs.
+func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
+	if spec.ReadyTimeout == 0 {
+		spec.ReadyTimeout = 30 * time.Second
+	}
+	if spec.Name == "" || strings.ContainsAny(spec.Name, "/\x00") || spec.Name[0] == '.' {
+		return nil, fmt.Errorf("gvisor: bad name %q", spec.Name)
+	}
+	l := spec.Limits
+	s := &Sandbox{h: h, spec: spec, id: "airlock-" + spec.Name, dir: filepath.Join(h.dir, spec.Name), dead: make(chan struct{})}
+	var undo cleanup.Stack
+	defer func() {
+		if err != nil {
+			undo.Run()
+		}
+	}()
+	// A directory left by a sandbox of the same name (a crash) goes first.
+	removeDir(s.dir)
+	if err := os.Mkdir(s.dir, 0o700); err != nil {
+		return nil, errdefs.Private(errdefs.ErrUnavailable, "the gVisor sandbox could not be prepared", err)
+	}
+	undo.AddFunc(func() { removeDir(s.dir) })
+	// airlock's cgroup, made before runsc runs: runsc then joins it and
+	// leaves its limits (and its removal) to airlock.
+	cg, err := h.cg.New(spec.Name, cgroup.Resources{Memory: int64(l.Memory), Pids: int64(l.Pids), CPUs: l.CPUs})
+	if err != nil {
+		return nil, errdefs.Private(errdefs.ErrUnavailable, "the sandbox's cgroup could not be created", err)
+	}
+	s.cg = cg
+	undo.AddFunc(func() { cg.Kill(); cg.Destroy(); removeRunscCgroups(h.opts.CgroupParent, spec.Name) })
+	for _, d := range []string{"workspace", "tmp", "runsc"} {
+		if err := os.Mkdir(filepath.Join(s.dir, d), 0o700); err != nil {
+			return nil, errdefs.Private(errdefs.ErrUnavailable, "the gVisor sandbox could not be prepared", err)
+		}
+	}
+	if err := s.mountScratch(l); err != nil {
+		return nil, errdefs.Private(errdefs.ErrUnavailable, "the gVisor sandbox's scratch space could not be mounted", err)
+	}
+	wsfd, err := unix.Open(filepath.Join(s.dir, "workspace"), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, errdefs.Private(errdefs.ErrUnavailable, "the gVisor sandbox's workspace could not be opened", err)
+	}
+	s.ws = workspace.New(wsfd, rootfs.UserID, rootfs.GroupID, hostCopy)
+	undo.AddFunc(func() { s.ws.Close() })
+	if err := s.writeBundle(); err != nil {
+		return nil, errdefs.Private(errdefs.ErrUnavailable, "the gVisor sandbox's bundle could not be written", err)
+	}
+
+	ready, readyW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer ready.Close()
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		readyW.Close()
+		return nil, err
+	}
+	defer devnull.Close()
+	s.runErr = &capped{max: 16 << 10}
+	s.run = exec.Command(h.opts.Runsc, append(s.globalFlags(), "run", "--bundle", filepath.Join(s.dir, "bundle"), s.id)...)
+	s.run.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
+	s.run.Stdin, s.run.Stdout, s.run.Stderr = devnull, readyW, s.runErr
+	// Its own session: a terminal's signals to the server never reach it.
+	s.run.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = s.run.Start()
+	readyW.Close()
+	if err != nil {
+		return nil, errdefs.Private(errdefs.ErrUnavailable, "runsc could not be started", err)
+	}
+	go func() {
+		s.run.Wait()
+		close(s.dead)
+	}()
+	undo.AddFunc(func() { s.stop() })
+
+	// The init writes one line once the container runs.
+	deadline := time.Now().Add(spec.ReadyTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	ready.SetReadDeadline(deadline)
+	line := make(chan error, 1)
+	go func() {
+		_, err := bufio.NewReader(ready).ReadString('\n')
+		line <- err
+	}()
+	select {
+	case err = <-line:
+	case <-ctx.Done():
+		err = ctx.Err()
+		ready.SetReadDeadline(time.Now())
+		<-line
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, errdefs.Private(errdefs.ErrUnavailable, "the gVisor sandbox did not boot", fmt.Errorf("%v: %s", err, s.diag()))
+	}
+	undo.Release()
+	return s, nil
+}
+
+// globalFlags are runsc's flags before the command, for every command.
+func (s *Sandbox) globalFlags() []string {
+	return []string{
+		"--root", filepath.Join(s.dir, "runsc"),
+		"--network=none",
+		"--platform=" + s.h.opts.Platform,
+		// runsc's own log: by default it goes to stdout, which for exec
+		// is the program's.
+		"--log=" + filepath.Join(s.dir, "runsc.log"),
+	}
+}
+
+// diag is what runsc said, for the log.
+func (s *Sandbox) diag() string {
+	var parts []string
+	if s.runErr != nil {
+		if b := bytes.TrimSpace(s.runErr.Bytes()); len(b) > 0 {
+			parts = append(parts, "runsc: "+string(b))
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(s.dir, "runsc.log")); err == nil {
+		if len(b) > 4096 {
+			b = b[len(b)-4096:]
+		}
+		if b = bytes.TrimSpace(b); len(b) > 0 {
+			parts = append(parts, "log: "+string(b))
+		}
+	}
+	if len(parts) == 0 {
+		return "runsc said nothing"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// scratch mount flags, as in the native jail.
+const scratchFlags = unix.MS_NOSUID | unix.MS_NODEV
+
+func scratchData(l config.Limits) string {
+	return fmt.Sprintf("size=%d,nr_inodes=%d", int64(l.Disk), int64(l.Inodes))
+}
+
+// mountScratch mounts the sandbox's /workspace and /tmp: tmpfs mounts of
+// airlock's own on the host, sized by the limits, bound into the sandbox.
+func (s *Sandbox) mountScratch(l config.Limits) error {
+	ws, tmp := filepath.Join(s.dir, "workspace"), filepath.Join(s.dir, "tmp")
+	if err := unix.Mount("tmpfs", ws, "tmpfs", scratchFlags, fmt.Sprintf("%s,mode=0755,uid=%d,gid=%d", scratchData(l), rootfs.UserID, rootfs.GroupID)); err != nil {
+		return fmt.Errorf("mount workspace: %w", err)
+	}
+	if err := unix.Mount("tmpfs", tmp, "tmpfs", scratchFlags, scratchData(l)+",mode=1777"); err != nil {
+		return fmt.Errorf("mount tmp: %w", err)
+	}
+	for name, src := range s.h.tmpCopy {
+		if err := copyTree(src, filepath.Join(tmp, name), rootfs.UserID, rootfs.GroupID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Adapt gives a sandbox whose scratch trees are still empty new limits:
+// the cgroup's and the tmpfs sizes. RLIMIT_NOFILE of a running program
+// cannot change from outside gVisor: a different one is refused.
+func (s *Sandbox) Adapt(l config.Limits) error {
+	if l.NoFile != s.spec.Limits.NoFile {
+		return fmt.Errorf("gvisor: adapt: RLIMIT_NOFILE %d of the running program cannot become %d", s.spec.Limits.NoFile, l.NoFile)
+	}
+	if err := s.cg.Set(cgroup.Resources{Memory: int64(l.Memory), Pids: int64(l.Pids), CPUs: l.CPUs}); err != nil {
+		return err
+	}
+	for _, d := range []string{"workspace", "tmp"} {
+		if err := unix.Mount("", filepath.Join(s.dir, d), "", unix.MS_REMOUNT|scratchFlags, scratchData(l)); err != nil {
+			return fmt.Errorf("gvisor: adapt %s: %w", d, err)
+		}
+	}
+	s.spec.Limits = l
+	return nil
+}
+
+// Exec starts p in the sandbox with `runsc exec`. Its exit arrives on the
+// returned channel (buffered, sent once). pid is its pid inside the
+// sandbox.
+func (s *Sandbox) Exec(p Process) (pid int, exit <-chan Exit, err error) {
+	if len(p.Argv) == 0 || len(p.Files) < 3 {
+		return 0, nil, fmt.Errorf("%w: empty command or missing stdio", errdefs.ErrInvalidArgument)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return 0, nil, fmt.Errorf("%w: the sandbox ended", errdefs.ErrGone)
+	}
+	s.seq++
+	n := s.seq
+	s.execs.Add(1)
+	s.mu.Unlock()
+	started := false
+	defer func() {
+		if !started {
+			s.execs.Done()
+		}
+	}()
+	nofile := p.NoFile
+	if nofile == 0 {
+		nofile = uint64(s.spec.Limits.NoFile)
+	}
+	proc := processSpec(p.Argv, p.Env, p.Dir, nofile)
+	// The process goes in a file, not on runsc's command line: the
+	// environment may hold secrets, and command lines are public.
+	procFile := filepath.Join(s.dir, fmt.Sprintf("exec-%d.json", n))
+	pidFile := filepath.Join(s.dir, fmt.Sprintf("exec-%d.pid", n))
+	b, err := json.Marshal(proc)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := os.WriteFile(procFile, b, 0o600); err != nil {
+		return 0, nil, err
+	}
+	defer os.Remove(procFile)
+	// runsc writes the pid inside into a pid file once the program runs,
+	// in place when the file is not a regular one: a FIFO, read as soon
+	// as it is written (no polling).
+	if err := unix.Mkfifo(pidFile, 0o600); err != nil {
+		return 0, nil, err
+	}
+	defer os.Remove(pidFile)
+	pidR, err := os.OpenFile(pidFile, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer pidR.Close()
+	// Our own writer keeps the FIFO from reading as empty before runsc
+	// opens it.
+	pidW, err := os.OpenFile(pidFile, os.O_WRONLY, 0)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer pidW.Close()
+	args := append(s.globalFlags(), "exec", "--process", procFile, "--internal-pid-file", pidFile)
+	for i := 3; i < len(p.Files); i++ {
+		args = append(args, fmt.Sprintf("--pass-fd=%d:%d", i, i))
+	}
+	cmd := exec.Command(s.h.opts.Runsc, append(args, s.id)...)
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.Files[0], p.Files[1], p.Files[2]
+	cmd.ExtraFiles = p.Files[3:]
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return 0, nil, errdefs.Private(errdefs.ErrUnavailable, "runsc exec could not be started", err)
+	}
+	started = true
+	exited := make(chan syscall.WaitStatus, 1)
+	go func() {
+		defer s.execs.Done()
+		cmd.Wait()
+		exited <- statusOf(cmd.ProcessState.ExitCode())
+	}()
+	got := make(chan int, 1)
+	go func() {
+		buf := make([]byte, 32)
+		n, _ := pidR.Read(buf)
+		v, _ := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
+		got <- v
+	}()
+	ch := make(chan Exit, 1)
+	select {
+	case pid = <-got:
+	case st := <-exited:
+		// It ended before its pid was read: maybe it never ran.
+		pidW.Close()
+		pid = <-got
+		if pid <= 0 {
+			return 0, nil, errdefs.Private(errdefs.ErrUnavailable, "the gVisor sandbox could not start the program", fmt.Errorf("runsc exec: %v; %s", st, s.diag()))
+		}
+		ch <- Exit{Pid: pid, Status: st}
+		return pid, ch, nil
+	}
+	if pid <= 0 {
+		return 0, nil, fmt.Errorf("gvisor: runsc wrote no pid")
+	}
+	go func() { ch <- Exit{Pid: pid, Status: <-exited} }()
+	return pid, ch, nil
+}
+
+// Signal sends sig to the process pid inside the sandbox, or to its
+// process group.
+func (s *Sandbox) Signal(pid int, sig syscall.Signal, group bool) error {
+	if pid <= 1 {
+		return fmt.Errorf("gvisor: refusing to signal pid %d", pid)
+	}
+	which := "--pid"
+	if group {
+		which = "--pgid"
+	}
+	cmd := exec.Command(s.h.opts.Runsc, append(s.globalFlags(), "kill", fmt.Sprintf("%s=%d", which, pid), s.id, strconv.Itoa(int(sig)))...)
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("gvisor: kill: %v: %s", err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// Limits are the sandbox's current limits.
+func (s *Sandbox) Limits() config.Limits { return s.spec.Limits }
+
+// Name is the sandbox's cgroup name.
+func (s *Sandbox) Name() string { return s.spec.Name }
+
+// ID is the sandbox's runsc container id.
+func (s *Sandbox) ID() string { return s.id }
+
+// Cgroup is the sandbox's cgroup.
+func (s *Sandbox) Cgroup() *cgroup.Cgroup { return s.cg }
+
+// Workspace is the host's handle on /workspace.
+func (s *Sandbox) Workspace() *workspace.Dir { return s.ws }
+
+// Dead is closed when the sandbox is gone (`runsc run` exited).
+func (s *Sandbox) Dead() <-chan struct{} { return s.dead }
+
+// Kill ends every process of the sandbox (the Sentry, the gofer and with
+// them every program); the workspace stays readable until Close.
+func (s *Sandbox) Kill() { s.cg.Kill() }
+
+// stop kills the sandbox and waits for `runsc run` to clean up after it.
+func (s *Sandbox) stop() {
+	s.cg.Kill()
+	select {
+	case <-s.dead:
+	case <-time.After(10 * time.Second):
+		// runsc itself is stuck; it is not in the cgroup.
+		s.run.Process.Kill()
+		<-s.dead
+	}
+}
+
+// Close kills everything in the sandbox, waits until it is gone, and
+// removes every trace of it: runsc's state, the mounts, the cgroups.
+func (s *Sandbox) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		var errs []error
+		s.stop()
+		// Every `runsc exec` ends once the sandbox is gone.
+		s.execs.Wait()
+		// What runsc's own cleanup may have missed.
+		del := exec.Command(s.h.opts.Runsc, append(s.globalFlags(), "delete", "--force", s.id)...)
+		del.Run()
+		if err := s.cg.Kill(); err != nil {
+			errs = append(errs, err)
+		}
+		if err := s.cg.Destroy(); err != nil {
+			errs = append(errs, err)
+		}
+		removeRunscCgroups(s.h.opts.CgroupParent, s.spec.Name)
+		s.ws.Close()
+		if err := removeDir(s.dir); err != nil {
+			errs = append(errs, err)
+		}
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+// removeDir unmounts everything under dir (the scratch tmpfs mounts,
+// runsc's null-netns), then removes it.
+func removeDir(dir string) error {
+	for _, m := range mountsUnder(dir) {
+		// Mounts can be stacked: detach until none is left.
+		for i := 0; i < 16 && unix.Unmount(m, unix.MNT_DETACH) == nil; i++ {
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("gvisor: remove %s: %w", dir, err)
+	}
+	return nil
+}
+
+// mountsUnder lists the mount points at or under dir, deepest first.
+func mountsUnder(dir string) []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescape(f[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	// Deepest first.
+	for i := 0; i < len(out); i++ {
+		for j := i + 1; j < len(out); j++ {
+			if len(out[j]) > len(out[i]) {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	return out
+}
+
+// unescape undoes mountinfo's octal escapes (\040 for a space).
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// removeRunscCgroups removes the cgroups runsc made for sandbox name in
+// the v1 hierarchies airlock does not use itself (blkio, cpuset,
+// devices...), should runsc not have removed them; their processes are
+// gone with the sandbox's.
+func removeRunscCgroups(parent, name string) {
+	for _, root := range cgroupRoots() {
+		unix.Rmdir(filepath.Join(root, parent, name))
+	}
+}
+
+// cgroupRoots lists the mount points of the cgroup hierarchies.
+func cgroupRoots() []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		_, post, ok := strings.Cut(line, " - ")
+		f := strings.Fields(line)
+		if !ok || len(f) < 5 {
+			continue
+		}
+		if typ := strings.Fields(post); len(typ) > 0 && (typ[0] == "cgroup" || typ[0] == "cgroup2") {
+			out = append(out, unescape(f[4]))
+		}
+	}
+	return out
+}
+
+// Sweep removes what sandboxes of a killed server left: every sandbox
+// directory (its mounts first) and runsc's cgroups named prefix* under
+// the parent. airlock's own cgroups (and the processes in them: Sentry,
+// gofer) are swept by the cgroup host; an orphaned `runsc run` exits when
+// its Sentry is killed.
+func (h *Host) Sweep(prefix string) error {
+	var errs []error
+	ents, _ := os.ReadDir(h.dir)
+	for _, e := range ents {
+		if err := removeDir(filepath.Join(h.dir, e.Name())); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, root := range cgroupRoots() {
+		dir := filepath.Join(root, h.opts.CgroupParent)
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if e.IsDir() && strings.HasPrefix(e.Name(), prefix) {
+				killCgroup(filepath.Join(dir, e.Name()))
+				unix.Rmdir(filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close removes the parent cgroups runsc made in hierarchies airlock does
+// not use, if nothing uses them. Every sandbox must be closed first.
+func (h *Host) Close() error {
+	for _, root := range cgroupRoots() {
+		d := filepath.Join(root, h.opts.CgroupParent)
+		// Only leaves runsc made: airlock's own parent goes with the
+		// cgroup host, and a busy one stays (EBUSY, ENOTEMPTY).
+		for d != root && strings.HasPrefix(d, root+"/") {
+			if unix.Rmdir(d) != nil {
+				break
+			}
+			d = filepath.Dir(d)
+		}
+	}
+	return nil
+}
+
+// killCgroup kills the processes of a v1 or v2 cgroup directory.
+func killCgroup(dir string) {
+	for i := 0; i < 50; i++ {
+		b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		if err != nil || len(bytes.TrimSpace(b)) == 0 {
+			return
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+				unix.Kill(pid, unix.SIGKILL)
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// hostCopy writes a file of the workspace from the host (gVisor has no
+// init of airlock's to write it from inside): the tmpfs's size still
+// bounds it.
+func hostCopy(dst *os.File, src io.Reader) (int64, error) { return io.Copy(dst, src) }
+
+// copyTree copies the regular files of src into dst, owned by uid:gid.
+func copyTree(src, dst string, uid, gid int) error {
+	return filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		target := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			if err := os.MkdirAll(target, 0o755); err != nil {
+				return err
+			}
+			return os.Lchown(target, uid, gid)
+		case d.Type().IsRegular():
+			in, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer in.Close()
+			out, err := os.OpenFile(target, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(out, in)
+			if cerr := out.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+			return os.Lchown(target, uid, gid)
+		}
+		return nil
+	})
+}
+
+// capped keeps the first max bytes written to it.
+type capped struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	max int
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if room := c.max - c.buf.Len(); room > 0 {
+		c.buf.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
+}
+
+func (c *capped) Bytes() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]byte(nil), c.buf.Bytes()...)
+}
+
+// ProbeResult is what a probe program saw inside a gVisor sandbox.
+type ProbeResult struct {
+	Boot       time.Duration // until the sandbox's init ran
+	Exec       time.Duration // one `runsc exec` of the probe
+	Kernel     string        // uname -r inside (gVisor's, not the host's)
+	UID        string
+	Interfaces []string
+}
+
+// Probe boots a sandbox named name, runs a probe program in it and tears
+// it down: the proof doctor gives that gVisor really works here.
+func (h *Host) Probe(ctx context.Context, name string, l config.Limits) (ProbeResult, error) {
+	var r ProbeResult
+	start := time.Now()
+	sb, err := h.Start(ctx, Spec{Name: name, Limits: l})
+	if err != nil {
+		return r, err
+	}
+	defer sb.Close()
+	r.Boot = time.Since(start)
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return r, err
+	}
+	defer devnull.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return r, err
+	}
+	defer outR.Close()
+	start = time.Now()
+	_, exit, err := sb.Exec(Process{
+		Argv:  []string{"/bin/sh", "-c", "uname -r; id -u; tail -n +3 /proc/net/dev | cut -d: -f1"},
+		Env:   []string{"PATH=/usr/bin:/bin"},
+		Files: []*os.File{devnull, outW, outW},
+	})
+	outW.Close()
+	if err != nil {
+		return r, err
+	}
+	out, _ := io.ReadAll(io.LimitReader(outR, 64<<10))
+	e := <-exit
+	r.Exec = time.Since(start)
+	if !e.Status.Exited() || e.Status.ExitStatus() != 0 {
+		return r, fmt.Errorf("the probe exited with %v: %s", e.Status, out)
+	}
+	lines := strings.Fields(string(out))
+	if len(lines) < 2 {
+		return r, fmt.Errorf("the probe said %q", out)
+	}
+	r.Kernel, r.UID, r.Interfaces = lines[0], lines[1], lines[2:]
+	return r, nil
+}

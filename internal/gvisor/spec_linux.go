@@ -1,0 +1,142 @@
+package gvisor
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+
+	"airlock/internal/rootfs"
+)
+
+// The OCI runtime spec, as much of it as airlock writes.
+type ociSpec struct {
+	Version  string     `json:"ociVersion"`
+	Process  ociProcess `json:"process"`
+	Root     ociRoot    `json:"root"`
+	Hostname string     `json:"hostname"`
+	Mounts   []ociMount `json:"mounts"`
+	Linux    ociLinux   `json:"linux"`
+}
+
+type ociProcess struct {
+	Terminal        bool                `json:"terminal"`
+	User            ociUser             `json:"user"`
+	Args            []string            `json:"args"`
+	Env             []string            `json:"env"`
+	Cwd             string              `json:"cwd"`
+	Capabilities    map[string][]string `json:"capabilities"`
+	Rlimits         []ociRlimit         `json:"rlimits"`
+	NoNewPrivileges bool                `json:"noNewPrivileges"`
+}
+
+type ociUser struct {
+	UID            uint32   `json:"uid"`
+	GID            uint32   `json:"gid"`
+	AdditionalGids []uint32 `json:"additionalGids,omitempty"`
+}
+
+type ociRlimit struct {
+	Type string `json:"type"`
+	Hard uint64 `json:"hard"`
+	Soft uint64 `json:"soft"`
+}
+
+type ociRoot struct {
+	Path     string `json:"path"`
+	Readonly bool   `json:"readonly"`
+}
+
+type ociMount struct {
+	Destination string   `json:"destination"`
+	Type        string   `json:"type"`
+	Source      string   `json:"source"`
+	Options     []string `json:"options,omitempty"`
+}
+
+type ociLinux struct {
+	Namespaces  []ociNamespace `json:"namespaces"`
+	CgroupsPath string         `json:"cgroupsPath"`
+	// Resources stay empty: the cgroup is airlock's, made before runsc
+	// runs, and runsc leaves a cgroup it did not make as it finds it.
+	MaskedPaths   []string `json:"maskedPaths,omitempty"`
+	ReadonlyPaths []string `json:"readonlyPaths,omitempty"`
+}
+
+type ociNamespace struct {
+	Type string `json:"type"`
+}
+
+// processSpec is a program run as the sandbox user: no capabilities at
+// all, no_new_privs, the same rlimits as the native jail's programs.
+func processSpec(argv, env []string, dir string, nofile uint64) ociProcess {
+	if dir == "" {
+		dir = rootfs.Home
+	}
+	return ociProcess{
+		User: ociUser{UID: rootfs.UserID, GID: rootfs.GroupID},
+		Args: argv, Env: env, Cwd: dir,
+		Capabilities: map[string][]string{
+			"bounding": {}, "effective": {}, "inheritable": {}, "permitted": {}, "ambient": {},
+		},
+		Rlimits: []ociRlimit{
+			{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile},
+			{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
+			{Type: "RLIMIT_STACK", Hard: 8 << 20, Soft: 8 << 20},
+			{Type: "RLIMIT_MEMLOCK", Hard: 64 << 10, Soft: 64 << 10},
+			{Type: "RLIMIT_MSGQUEUE", Hard: 0, Soft: 0},
+		},
+		NoNewPrivileges: true,
+	}
+}
+
+// writeBundle writes the sandbox's OCI bundle: the root template read
+// only, /usr and the host's /etc trees read only, airlock's tmpfs mounts
+// on /workspace and /tmp, a private /dev/shm, and an init that says it
+// runs and then only waits (programs come with `runsc exec`).
+func (s *Sandbox) writeBundle() error {
+	l := s.spec.Limits
+	mounts := []ociMount{
+		{Destination: "/proc", Type: "proc", Source: "proc"},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "nodev", "mode=1777", "size=" + itoa(min(int64(l.Disk), 64<<20))}},
+		{Destination: "/usr", Type: "bind", Source: "/usr", Options: []string{"rbind", "ro", "nosuid", "nodev"}},
+	}
+	for _, name := range s.h.root.EtcBind {
+		src := filepath.Join("/etc", name)
+		if st, err := os.Stat(src); err == nil && st.IsDir() {
+			mounts = append(mounts, ociMount{Destination: src, Type: "bind", Source: src, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+		}
+	}
+	mounts = append(mounts,
+		ociMount{Destination: "/tmp", Type: "bind", Source: filepath.Join(s.dir, "tmp"), Options: []string{"rbind", "rw", "nosuid", "nodev"}},
+		ociMount{Destination: "/workspace", Type: "bind", Source: filepath.Join(s.dir, "workspace"), Options: []string{"rbind", "rw", "nosuid", "nodev"}},
+	)
+	init := processSpec([]string{"/usr/bin/sh", "-c", "echo; exec /usr/bin/sleep infinity"}, []string{"PATH=/usr/bin:/bin"}, "/", uint64(l.NoFile))
+	spec := ociSpec{
+		Version:  "1.0.2",
+		Process:  init,
+		Root:     ociRoot{Path: s.h.root.Template, Readonly: true},
+		Hostname: s.h.root.Hostname,
+		Mounts:   mounts,
+		Linux: ociLinux{
+			Namespaces: []ociNamespace{{"pid"}, {"network"}, {"ipc"}, {"uts"}, {"mount"}},
+			// Relative to each hierarchy's root, like airlock's own.
+			CgroupsPath: "/" + filepath.Join(s.h.opts.CgroupParent, s.spec.Name),
+		},
+	}
+	b, err := json.MarshalIndent(spec, "", "\t")
+	if err != nil {
+		return err
+	}
+	bundle := filepath.Join(s.dir, "bundle")
+	if err := os.Mkdir(bundle, 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600)
+}
+
+func itoa(v int64) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
