@@ -36,6 +36,7 @@ import (
 	"airlock/internal/client"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
+	"airlock/internal/fontcache"
 	"airlock/internal/gvisor"
 	"airlock/internal/instance"
 	"airlock/internal/jail"
@@ -144,6 +145,13 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	}
 	s.closers = append(s.closers, func() { s.lock.Close() })
 	s.sweep()
+	// Before any pool fills: every sandbox gets a copy of the font list.
+	t0 := time.Now()
+	if built, err := fontcache.Ensure(context.Background(), s.host, cfg); err != nil {
+		s.log.Warn("no matplotlib font list: first plots of each session will be slow", "err", err)
+	} else if built {
+		s.log.Info("built the matplotlib font list", "dir", fontcache.Dir(cfg), "ms", time.Since(t0).Milliseconds())
+	}
 	var unixLn net.Listener
 	if path := cfg.SocketPath(); path != "" && !opts.Embedded {
 		if unixLn, err = listenUnix(path); err != nil {

@@ -1,0 +1,167 @@
+package egress
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+)
+
+// fakeTTL is the TTL of fake answers: short, so that a policy change is
+// seen by resolvers that cache.
+const fakeTTL = 5
+
+// dnsAnswer builds the reply to one query message. fake returns the fake
+// address of an allowed name (ok false: the name is denied). It returns
+// nil when the message is not worth an answer (not a query, unparsable
+// header). name is the normalised question name ("" if none), qtype its
+// type.
+func dnsAnswer(msg []byte, fake func(name string) (netip.Addr, bool)) (reply []byte, name string, qtype dnsmessage.Type, allowed bool) {
+	var p dnsmessage.Parser
+	h, err := p.Start(msg)
+	if err != nil || h.Response {
+		return nil, "", 0, false
+	}
+	rh := dnsmessage.Header{ID: h.ID, Response: true, OpCode: h.OpCode, RecursionDesired: h.RecursionDesired, RecursionAvailable: true}
+	q, err := p.Question()
+	if err != nil || h.OpCode != 0 {
+		rh.RCode = dnsmessage.RCodeFormatError
+		if h.OpCode != 0 {
+			rh.RCode = dnsmessage.RCodeNotImplemented
+		}
+		b := dnsmessage.NewBuilder(nil, rh)
+		out, _ := b.Finish()
+		return out, "", 0, false
+	}
+	qtype = q.Type
+	raw := q.Name.String()
+	n, nerr := NormalizeName(raw)
+	var addr netip.Addr
+	if nerr == nil {
+		name = n
+		addr, allowed = fake(n)
+	} else {
+		name = strings.ToLower(strings.TrimSuffix(raw, "."))
+	}
+	if !allowed || q.Class != dnsmessage.ClassINET {
+		rh.RCode = dnsmessage.RCodeNameError
+	}
+	rh.Authoritative = true
+	b := dnsmessage.NewBuilder(make([]byte, 0, 128), rh)
+	b.EnableCompression()
+	if err := b.StartQuestions(); err != nil {
+		return nil, name, qtype, false
+	}
+	if err := b.Question(q); err != nil {
+		return nil, name, qtype, false
+	}
+	if allowed && q.Class == dnsmessage.ClassINET && (q.Type == dnsmessage.TypeA || q.Type == dnsmessage.TypeALL) {
+		// Only A: AAAA, HTTPS and SVCB stay empty (NODATA), so there is
+		// no IPv6 path and no ECH configuration to hide the SNI behind.
+		if err := b.StartAnswers(); err != nil {
+			return nil, name, qtype, false
+		}
+		rr := dnsmessage.ResourceHeader{Name: q.Name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET, TTL: fakeTTL}
+		if err := b.AResource(rr, dnsmessage.AResource{A: addr.As4()}); err != nil {
+			return nil, name, qtype, false
+		}
+	}
+	out, err := b.Finish()
+	if err != nil {
+		return nil, name, qtype, false
+	}
+	return out, name, qtype, allowed
+}
+
+// serveDNSUDP answers queries on pc until it is closed.
+func (g *Gate) serveDNSUDP(pc net.PacketConn) {
+	buf := make([]byte, 1500)
+	for {
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		if reply := g.dnsQuery(buf[:n]); reply != nil {
+			if len(reply) > 512 {
+				// Never happens with one A record; truncate to be safe.
+				reply = reply[:12]
+				reply[2] |= 0x02
+			}
+			pc.WriteTo(reply, from)
+		}
+	}
+}
+
+// serveDNSTCP answers length-prefixed queries on each accepted connection.
+func (g *Gate) serveDNSTCP(l net.Listener) {
+	sem := make(chan struct{}, 16)
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		default:
+			resetClose(c)
+			continue
+		}
+		g.track(c)
+		go func() {
+			defer func() { <-sem; g.untrack(c); c.Close() }()
+			var lenb [2]byte
+			buf := make([]byte, 65535)
+			for {
+				c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				if _, err := io.ReadFull(c, lenb[:]); err != nil {
+					return
+				}
+				n := binary.BigEndian.Uint16(lenb[:])
+				if _, err := io.ReadFull(c, buf[:n]); err != nil {
+					return
+				}
+				reply := g.dnsQuery(buf[:n])
+				if reply == nil {
+					return
+				}
+				out := binary.BigEndian.AppendUint16(nil, uint16(len(reply)))
+				c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+				if _, err := c.Write(append(out, reply...)); err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+func (g *Gate) dnsQuery(msg []byte) []byte {
+	start := time.Now()
+	reply, name, qtype, allowed := dnsAnswer(msg, g.fakeAddr)
+	if reply == nil && name == "" {
+		return nil
+	}
+	d := &Decision{Kind: "dns", Name: name, Allowed: allowed, Start: start}
+	if allowed {
+		d.Reason = "allowed: answered with a fake address (" + typeName(qtype) + ")"
+	} else {
+		d.Reason = "denied: " + name + " is not in the allowlist (NXDOMAIN)"
+	}
+	g.record(d, true)
+	return reply
+}
+
+func typeName(t dnsmessage.Type) string {
+	s := t.String()
+	return strings.TrimPrefix(s, "Type")
+}

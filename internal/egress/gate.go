@@ -1,0 +1,571 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Limits bound what one session's egress may use.
+type Limits struct {
+	Bytes          int64         // budget, up plus down; 0: unlimited
+	MaxConnections int           // open at once; 0: unlimited
+	ConnectTimeout time.Duration // resolve and connect upstream
+	IdleTimeout    time.Duration // a connection with no byte either way is closed
+}
+
+// peekTimeout bounds how long a client may take to send its ClientHello
+// or request head on ports 80 and 443; on other ports a silent client
+// (a protocol where the server speaks first) is spliced after it.
+const peekTimeout = 5 * time.Second
+const opaqueWait = 300 * time.Millisecond
+
+// maxRecords bounds the decisions kept for executions to collect.
+const maxRecords = 256
+
+// Options configure a Gate.
+type Options struct {
+	Session string
+	Policy  Policy
+	Limits  Limits
+	Dialer  *Dialer
+	Log     *slog.Logger
+}
+
+// Record is one decision, as an execution's result reports it.
+type Record struct {
+	Kind      string        `json:"kind"` // "dns" or "connect"
+	Execution string        `json:"execution,omitempty"`
+	Name      string        `json:"name,omitempty"`
+	Port      uint16        `json:"port,omitempty"`
+	Dest      string        `json:"dest,omitempty"`    // what the sandbox connected to
+	Address   string        `json:"address,omitempty"` // what airlock dialled
+	Allowed   bool          `json:"allowed"`
+	Reason    string        `json:"reason"`
+	BytesUp   int64         `json:"bytes_up,omitempty"`
+	BytesDown int64         `json:"bytes_down,omitempty"`
+	Duration  time.Duration `json:"duration,omitempty"`
+}
+
+// Decision is a Record in progress.
+type Decision struct {
+	Kind, Execution, Name, Dest, Address string
+	Port                                 uint16
+	Allowed                              bool
+	Start                                time.Time
+
+	mu       sync.Mutex
+	Reason   string
+	up, down atomic.Int64
+	duration time.Duration
+}
+
+// Snapshot returns the decision as it stands.
+func (d *Decision) Snapshot() Record {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return Record{Kind: d.Kind, Execution: d.Execution, Name: d.Name, Port: d.Port, Dest: d.Dest, Address: d.Address,
+		Allowed: d.Allowed, Reason: d.Reason, BytesUp: d.up.Load(), BytesDown: d.down.Load(), Duration: d.duration}
+}
+
+// Stats are a gate's counters.
+type Stats struct {
+	BytesUsed   int64 `json:"bytes_used"`
+	BytesBudget int64 `json:"bytes_budget,omitempty"`
+	Open        int   `json:"open_connections"`
+	Connections int64 `json:"connections"`
+	Denied      int64 `json:"denied"`
+}
+
+// Gate is one sandbox's egress: its sockets inside the sandbox's network
+// namespace and the connections they carry.
+type Gate struct {
+	session string
+	limits  Limits
+	dialer  *Dialer
+	log     *slog.Logger
+	ns      *os.File // the sandbox's network namespace
+
+	mu        sync.Mutex
+	policy    Policy
+	exec      string
+	fakes     map[string]netip.Addr
+	names     map[netip.Addr]string
+	next      uint32
+	listeners map[uint16]net.Listener
+	dnsUDP    net.PacketConn
+	dnsTCP    net.Listener
+	conns     map[net.Conn]struct{}
+	open      int
+	records   []*Decision
+	closed    bool
+
+	used, total, denied atomic.Int64
+	wg                  sync.WaitGroup
+}
+
+// fakeBase is the first fake address: 127.1.0.0/16, inside loopback so
+// that the sandbox reaches it with no route but lo.
+var fakeBase = netip.AddrFrom4([4]byte{127, 1, 0, 0})
+
+// fakeAddr returns the per-session fake address of an allowed name,
+// allocating one the first time; addresses are never reused for another
+// name within the session.
+func (g *Gate) fakeAddr(name string) (netip.Addr, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.policy.AllowsName(name) {
+		return netip.Addr{}, false
+	}
+	if a, ok := g.fakes[name]; ok {
+		return a, true
+	}
+	if g.next >= 65534 {
+		return netip.Addr{}, false
+	}
+	g.next++
+	b := fakeBase.As4()
+	b[2], b[3] = byte(g.next>>8), byte(g.next)
+	a := netip.AddrFrom4(b)
+	g.fakes[name], g.names[a] = a, name
+	return a, true
+}
+
+func (g *Gate) nameOf(a netip.Addr) (string, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n, ok := g.names[a]
+	return n, ok
+}
+
+// Policy returns the current policy.
+func (g *Gate) Policy() Policy {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.policy
+}
+
+// SetExecution tags the decisions that follow with an execution id ("" for
+// none).
+func (g *Gate) SetExecution(id string) {
+	g.mu.Lock()
+	g.exec = id
+	g.mu.Unlock()
+}
+
+// Records returns the decisions tagged with execution id, oldest first.
+func (g *Gate) Records(id string) []Record {
+	g.mu.Lock()
+	ds := slices.Clone(g.records)
+	g.mu.Unlock()
+	var out []Record
+	for _, d := range ds {
+		if d.Execution == id {
+			out = append(out, d.Snapshot())
+		}
+	}
+	return out
+}
+
+// Stats returns the gate's counters.
+func (g *Gate) Stats() Stats {
+	g.mu.Lock()
+	open := g.open
+	g.mu.Unlock()
+	return Stats{BytesUsed: g.used.Load(), BytesBudget: g.limits.Bytes, Open: open, Connections: g.total.Load(), Denied: g.denied.Load()}
+}
+
+// record keeps d for its execution and, when final, logs it.
+func (g *Gate) record(d *Decision, final bool) {
+	g.mu.Lock()
+	d.Execution = g.exec
+	if len(g.records) >= maxRecords {
+		g.records = slices.Delete(g.records, 0, len(g.records)-maxRecords+1)
+	}
+	g.records = append(g.records, d)
+	g.mu.Unlock()
+	if !d.Allowed {
+		g.denied.Add(1)
+	}
+	if final {
+		g.logDecision(d)
+	}
+}
+
+func (g *Gate) logDecision(d *Decision) {
+	r := d.Snapshot()
+	level := slog.LevelInfo
+	if !r.Allowed {
+		level = slog.LevelWarn
+	}
+	g.log.LogAttrs(context.Background(), level, "egress",
+		slog.String("session", g.session), slog.String("execution", r.Execution), slog.String("kind", r.Kind),
+		slog.String("name", r.Name), slog.String("dest", r.Dest), slog.String("address", r.Address),
+		slog.Int("port", int(r.Port)), slog.Bool("allowed", r.Allowed), slog.String("reason", r.Reason),
+		slog.Int64("bytes_up", r.BytesUp), slog.Int64("bytes_down", r.BytesDown),
+		slog.Int64("duration_ms", time.Since(d.Start).Milliseconds()))
+}
+
+func (g *Gate) track(c net.Conn) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.conns[c] = struct{}{}
+	return true
+}
+
+func (g *Gate) untrack(c net.Conn) {
+	g.mu.Lock()
+	delete(g.conns, c)
+	g.mu.Unlock()
+}
+
+// resetClose closes c with a RST, so that the client fails at once.
+func resetClose(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	c.Close()
+}
+
+// SetPolicy replaces the policy: new DNS answers and new connections
+// follow it, connections already open are left alone. Listeners are opened
+// for new ports and closed for ports no longer allowed.
+func (g *Gate) SetPolicy(p Policy) error {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return errors.New("egress: gate closed")
+	}
+	g.policy = p
+	want := p.Ports()
+	var add []uint16
+	for _, port := range want {
+		if _, ok := g.listeners[port]; !ok {
+			add = append(add, port)
+		}
+	}
+	for port, l := range g.listeners {
+		if !slices.Contains(want, port) {
+			l.Close()
+			delete(g.listeners, port)
+		}
+	}
+	g.mu.Unlock()
+	if len(add) == 0 {
+		return nil
+	}
+	ls, err := listenPorts(g.ns, add)
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		for _, l := range ls {
+			l.Close()
+		}
+		return errors.New("egress: gate closed")
+	}
+	for port, l := range ls {
+		g.listeners[port] = l
+		g.wg.Add(1)
+		go g.serve(l)
+	}
+	return nil
+}
+
+// Close closes every socket of the gate and every connection it carries,
+// and waits for their goroutines.
+func (g *Gate) Close() error {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil
+	}
+	g.closed = true
+	for _, l := range g.listeners {
+		l.Close()
+	}
+	if g.dnsUDP != nil {
+		g.dnsUDP.Close()
+	}
+	if g.dnsTCP != nil {
+		g.dnsTCP.Close()
+	}
+	for c := range g.conns {
+		c.Close()
+	}
+	g.mu.Unlock()
+	g.wg.Wait()
+	if g.ns != nil {
+		return g.ns.Close()
+	}
+	return nil
+}
+
+func (g *Gate) serve(l net.Listener) {
+	defer g.wg.Done()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // EMFILE and the like
+			continue
+		}
+		if !g.track(c) {
+			resetClose(c)
+			return
+		}
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			defer g.untrack(c)
+			g.handle(c)
+		}()
+	}
+}
+
+func (g *Gate) deny(c net.Conn, d *Decision, reason string) {
+	d.mu.Lock()
+	d.Reason = "denied: " + reason
+	d.mu.Unlock()
+	g.record(d, true)
+	resetClose(c)
+}
+
+// handle decides one connection from the sandbox and, when allowed,
+// carries it.
+func (g *Gate) handle(c net.Conn) {
+	g.total.Add(1)
+	local := c.LocalAddr().(*net.TCPAddr).AddrPort()
+	dst, port := local.Addr().Unmap(), local.Port()
+	d := &Decision{Kind: "connect", Dest: netip.AddrPortFrom(dst, port).String(), Port: port, Start: time.Now()}
+
+	g.mu.Lock()
+	over := g.limits.MaxConnections > 0 && g.open >= g.limits.MaxConnections
+	if !over {
+		g.open++
+	}
+	g.mu.Unlock()
+	if over {
+		g.deny(c, d, fmt.Sprintf("the session's connection cap (%d) is reached", g.limits.MaxConnections))
+		return
+	}
+	defer func() { g.mu.Lock(); g.open--; g.mu.Unlock() }()
+
+	name, ok := g.nameOf(dst)
+	if !ok {
+		g.deny(c, d, fmt.Sprintf("%s is an IP address: only allowed names are reachable, through airlock's DNS", dst))
+		return
+	}
+	d.Name = name
+	if !g.Policy().Allows(name, port) {
+		g.deny(c, d, name+":"+strconv.Itoa(int(port))+" is not in the allowlist")
+		return
+	}
+	if g.limits.Bytes > 0 && g.used.Load() >= g.limits.Bytes {
+		g.deny(c, d, fmt.Sprintf("the session's byte budget (%d) is used up", g.limits.Bytes))
+		return
+	}
+	head, err := g.peek(c, name, port)
+	if err != nil {
+		g.deny(c, d, err.Error())
+		return
+	}
+	up, addr, err := g.dialer.Dial(context.Background(), name, port)
+	if err != nil {
+		g.deny(c, d, err.Error())
+		return
+	}
+	d.Address = addr.String()
+	d.Allowed = true
+	d.Reason = "allowed"
+	g.record(d, false)
+	if !g.track(up) {
+		up.Close()
+		c.Close()
+		return
+	}
+	defer g.untrack(up)
+	reason := g.splice(c, up, head, d)
+	d.mu.Lock()
+	d.Reason = reason
+	d.duration = time.Since(d.Start)
+	d.mu.Unlock()
+	g.logDecision(d)
+}
+
+// peek reads what the client sends first and checks that it names the
+// name behind the fake address: the SNI of a TLS ClientHello or the Host
+// of an HTTP request. It returns the bytes read, to be sent upstream.
+func (g *Gate) peek(c net.Conn, name string, port uint16) ([]byte, error) {
+	defer c.SetReadDeadline(time.Time{})
+	deadline := time.Now().Add(peekTimeout)
+	strict := port == 80 || port == 443
+	if !strict {
+		deadline = time.Now().Add(opaqueWait)
+	}
+	buf := make([]byte, 0, 2048)
+	for {
+		c.SetReadDeadline(deadline)
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, len(buf))
+		}
+		n, err := c.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if len(buf) > 0 {
+			var got string
+			var complete bool
+			var perr error
+			kind := ""
+			switch {
+			case buf[0] == 0x16:
+				kind = "TLS SNI"
+				got, complete, perr = ClientHelloSNI(buf)
+			case looksHTTP(buf):
+				kind = "HTTP Host"
+				got, complete, perr = HTTPHost(buf)
+			case strict:
+				return nil, fmt.Errorf("port %d carries neither a TLS ClientHello nor an HTTP request", port)
+			default:
+				return buf, nil // another protocol: the fake address names the host
+			}
+			if perr != nil {
+				return nil, perr
+			}
+			if complete {
+				n, err := NormalizeName(got)
+				if err != nil || n != name {
+					return nil, fmt.Errorf("%s %q does not match %s, the name behind the address", kind, got, name)
+				}
+				return buf, nil
+			}
+			if len(buf) >= maxPeek {
+				return nil, fmt.Errorf("%s: the first message is larger than %d bytes", kind, maxPeek)
+			}
+			if strict && time.Now().After(deadline) {
+				return nil, fmt.Errorf("%s: incomplete after %v", kind, peekTimeout)
+			}
+			// Silent beginnings on other ports are spliced; started
+			// messages get the full peek time.
+			deadline = time.Now().Add(peekTimeout)
+		}
+		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() && !strict && len(buf) == 0 {
+				return nil, nil
+			}
+			if err == io.EOF {
+				return nil, errors.New("the client closed before sending a request")
+			}
+			return nil, fmt.Errorf("no request within %v", peekTimeout)
+		}
+	}
+}
+
+// splice copies both ways until both sides are done, counting bytes
+// against the session's budget and closing idle connections. It returns
+// the final reason.
+func (g *Gate) splice(down, up net.Conn, head []byte, d *Decision) string {
+	var last atomic.Int64
+	last.Store(time.Now().UnixNano())
+	var once sync.Once
+	reason := "allowed: closed"
+	stop := func(r string) {
+		once.Do(func() {
+			reason = r
+			down.Close()
+			up.Close()
+		})
+	}
+	charge := func(n int) int {
+		if g.limits.Bytes <= 0 {
+			g.used.Add(int64(n))
+			return n
+		}
+		after := g.used.Add(int64(n))
+		if after <= g.limits.Bytes {
+			return n
+		}
+		over := int(min(after-g.limits.Bytes, int64(n)))
+		return n - over
+	}
+	budgetErr := fmt.Sprintf("allowed, then cut: the session's byte budget (%d) is used up", g.limits.Bytes)
+	if len(head) > 0 {
+		ok := charge(len(head))
+		if _, err := up.Write(head[:ok]); err != nil {
+			stop("allowed, then failed: " + shortErr(err))
+		}
+		d.up.Add(int64(ok))
+		if ok < len(head) {
+			stop(budgetErr)
+		}
+	}
+	pipe := func(dst, src net.Conn, ctr *atomic.Int64, done chan<- struct{}) {
+		defer close(done)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				last.Store(time.Now().UnixNano())
+				ok := charge(n)
+				if ok > 0 {
+					if _, werr := dst.Write(buf[:ok]); werr != nil {
+						stop("allowed: closed")
+						return
+					}
+					ctr.Add(int64(ok))
+				}
+				if ok < n {
+					stop(budgetErr)
+					return
+				}
+			}
+			if err != nil {
+				if tc, ok := dst.(*net.TCPConn); ok && err == io.EOF {
+					tc.CloseWrite()
+				} else {
+					stop("allowed: closed")
+				}
+				return
+			}
+		}
+	}
+	upDone, downDone := make(chan struct{}), make(chan struct{})
+	go pipe(up, down, &d.up, upDone)
+	go pipe(down, up, &d.down, downDone)
+	var tick <-chan time.Time
+	if g.limits.IdleTimeout > 0 {
+		t := time.NewTicker(max(g.limits.IdleTimeout/4, 10*time.Millisecond))
+		defer t.Stop()
+		tick = t.C
+	}
+	for upDone != nil || downDone != nil {
+		select {
+		case <-upDone:
+			upDone = nil
+		case <-downDone:
+			downDone = nil
+		case <-tick:
+			if time.Since(time.Unix(0, last.Load())) > g.limits.IdleTimeout {
+				stop(fmt.Sprintf("allowed, then closed: idle for %v", g.limits.IdleTimeout))
+			}
+		}
+	}
+	stop(reason)
+	return reason
+}

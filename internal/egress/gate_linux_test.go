@@ -1,0 +1,605 @@
+package egress
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+	"golang.org/x/sys/unix"
+
+	"airlock/internal/testenv"
+)
+
+// netns is a loopback-only network namespace like a sandbox's, held by a
+// sleeping child.
+type netns struct {
+	pidfd int
+}
+
+func newNetns(t *testing.T) *netns {
+	t.Helper()
+	testenv.RequireRoot(t, "entering a network namespace")
+	cmd := exec.Command("sleep", "1000")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWNET}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	pidfd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(pidfd) })
+	n := &netns{pidfd: pidfd}
+	if err := inNetns(pidfd, loUp); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func loUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, _ := unix.NewIfreq("lo")
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP | unix.IFF_RUNNING)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// dial connects from inside the namespace, as sandbox code would.
+func (n *netns) dial(addr string) (net.Conn, error) {
+	var c net.Conn
+	err := inNetns(n.pidfd, func() (err error) {
+		c, err = net.DialTimeout("tcp", addr, 5*time.Second)
+		return err
+	})
+	return c, err
+}
+
+// lookup asks the namespace's 127.0.0.1:53 for name's A record.
+func (n *netns) lookup(name string) (dnsmessage.RCode, netip.Addr, error) {
+	var c net.Conn
+	if err := inNetns(n.pidfd, func() (err error) {
+		c, err = net.Dial("udp", "127.0.0.1:53")
+		return err
+	}); err != nil {
+		return 0, netip.Addr{}, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 9, RecursionDesired: true})
+	b.StartQuestions()
+	b.Question(dnsmessage.Question{Name: dnsmessage.MustNewName(name + "."), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
+	q, _ := b.Finish()
+	if _, err := c.Write(q); err != nil {
+		return 0, netip.Addr{}, err
+	}
+	buf := make([]byte, 1500)
+	m, err := c.Read(buf)
+	if err != nil {
+		return 0, netip.Addr{}, err
+	}
+	var p dnsmessage.Parser
+	h, err := p.Start(buf[:m])
+	if err != nil {
+		return 0, netip.Addr{}, err
+	}
+	p.SkipAllQuestions()
+	as, _ := p.AllAnswers()
+	if len(as) == 1 {
+		return h.RCode, netip.AddrFrom4(as[0].Body.(*dnsmessage.AResource).A), nil
+	}
+	return h.RCode, netip.Addr{}, nil
+}
+
+// client is an HTTP client whose connections start inside the namespace
+// and resolve names through airlock's DNS there, like sandbox code.
+func (n *netns) client(tlsConf *tls.Config) *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: tlsConf,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			host, port, _ := net.SplitHostPort(addr)
+			rc, a, err := n.lookup(host)
+			if err != nil {
+				return nil, err
+			}
+			if rc != dnsmessage.RCodeSuccess {
+				return nil, fmt.Errorf("lookup %s: %v", host, rc)
+			}
+			return n.dial(net.JoinHostPort(a.String(), port))
+		},
+	}}
+}
+
+// fakeResolver answers names from a table and counts what it was asked.
+type fakeResolver struct {
+	mu    sync.Mutex
+	addrs map[string][][]netip.Addr // successive answers; the last repeats
+	asked map[string]int
+}
+
+func (r *fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.asked[host]++
+	answers := r.addrs[host]
+	if len(answers) == 0 {
+		return nil, errors.New("no such host")
+	}
+	i := min(r.asked[host], len(answers)) - 1
+	return answers[i], nil
+}
+
+func (r *fakeResolver) count(host string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.asked[host]
+}
+
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
+
+// lines returns the egress log lines as maps.
+func (l *logBuf) lines() []map[string]any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(l.b.String()), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "egress" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// upstream is an HTTP server on a 127.0.0.x address and a fixed port.
+func upstream(t *testing.T, ip string, port int, h http.Handler, tlsOn bool) *httptest.Server {
+	l, err := net.Listen("tcp", fmt.Sprintf("%s:%d", ip, port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := httptest.NewUnstartedServer(h)
+	s.Listener = l
+	if tlsOn {
+		s.StartTLS()
+	} else {
+		s.Start()
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// freePort returns a port free on 127.0.0.2.
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+type fixture struct {
+	ns      *netns
+	gate    *Gate
+	res     *fakeResolver
+	log     *logBuf
+	port    int // plain HTTP upstream on 127.0.0.2
+	tlsPort int // HTTPS upstream on 127.0.0.2 (certificate for example.com)
+	tlsConf *tls.Config
+	trap    net.Listener // 127.0.0.3: must never see a connection
+}
+
+var (
+	upstreamAddr = netip.MustParseAddr("127.0.0.2")
+	trapAddr     = netip.MustParseAddr("127.0.0.3")
+)
+
+func newFixture(t *testing.T, allow []string, lim Limits) *fixture {
+	f := &fixture{ns: newNetns(t), log: &logBuf{}}
+	f.port, f.tlsPort = freePort(t), freePort(t)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "hello %s", r.Host) })
+	mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) { w.Write(make([]byte, 2<<20)) })
+	mux.HandleFunc("/hang", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("x"))
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+	})
+	upstream(t, "127.0.0.2", f.port, mux, false)
+	ts := upstream(t, "127.0.0.2", f.tlsPort, mux, true)
+	f.tlsConf = ts.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	trap, err := net.Listen("tcp", "127.0.0.3:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { trap.Close() })
+	f.trap = trap
+	up := []netip.Addr{upstreamAddr}
+	f.res = &fakeResolver{asked: map[string]int{}, addrs: map[string][][]netip.Addr{
+		"a.test": {up}, "x.a.test": {up}, "example.com": {up}, "b.test": {up},
+		"rebind.test": {{trapAddr}},
+		"flip.test":   {up, {trapAddr}},
+		"mixed.test":  {{trapAddr, upstreamAddr}},
+		"meta.test":   {{netip.MustParseAddr("169.254.169.254")}},
+	}}
+	guard := NewGuard(nil, Policy{})
+	guard.SetTestHooks(netip.PrefixFrom(upstreamAddr, 32))
+	var entries []string
+	for _, a := range allow {
+		entries = append(entries, strings.NewReplacer("PORT", fmt.Sprint(f.port), "TLS", fmt.Sprint(f.tlsPort)).Replace(a))
+	}
+	p, err := ParsePolicy(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lim.ConnectTimeout == 0 {
+		lim.ConnectTimeout = 5 * time.Second
+	}
+	g, err := Attach(f.ns.pidfd, Options{Session: "s1", Policy: p, Limits: lim,
+		Dialer: &Dialer{Guard: guard, Resolver: f.res, Timeout: lim.ConnectTimeout},
+		Log:    slog.New(slog.NewJSONHandler(f.log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	f.gate = g
+	return f
+}
+
+// trapUntouched fails t if anything connected to the trap listener.
+func (f *fixture) trapUntouched(t *testing.T) {
+	t.Helper()
+	f.trap.(*net.TCPListener).SetDeadline(time.Now().Add(50 * time.Millisecond))
+	if c, err := f.trap.Accept(); err == nil {
+		c.Close()
+		t.Fatal("a forbidden address was connected to")
+	}
+}
+
+func (f *fixture) url(scheme, host string) string {
+	port := f.port
+	if scheme == "https" {
+		port = f.tlsPort
+	}
+	return fmt.Sprintf("%s://%s:%d/", scheme, host, port)
+}
+
+func get(c *http.Client, url string) (string, error) {
+	resp, err := c.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// expectReset: the connection was accepted (AnyIP) and reset at once.
+func expectReset(t *testing.T, c net.Conn, err error, what string) {
+	t.Helper()
+	if errors.Is(err, syscall.ECONNRESET) {
+		return // reset before connect returned
+	}
+	if err != nil {
+		t.Fatalf("%s: connect: %v", what, err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	c.Write([]byte("GET / HTTP/1.1\r\nHost: a.test\r\n\r\n"))
+	_, err = c.Read(make([]byte, 1))
+	if !errors.Is(err, syscall.ECONNRESET) && err != io.EOF {
+		t.Fatalf("%s: read = %v, want a reset", what, err)
+	}
+}
+
+func TestGateHTTPAndHTTPS(t *testing.T) {
+	f := newFixture(t, []string{"a.test:PORT", "*.a.test:PORT", "example.com:TLS"}, Limits{})
+	c := f.ns.client(f.tlsConf)
+	for _, host := range []string{"a.test", "x.a.test"} {
+		if body, err := get(c, f.url("http", host)); err != nil || body != fmt.Sprintf("hello %s:%d", host, f.port) {
+			t.Errorf("GET %s = %q, %v", host, body, err)
+		}
+	}
+	if body, err := get(c, f.url("https", "example.com")); err != nil || !strings.HasPrefix(body, "hello example.com") {
+		t.Errorf("GET https://example.com = %q, %v", body, err)
+	}
+	// The same name's fake address is stable.
+	_, a1, _ := f.ns.lookup("a.test")
+	_, a2, _ := f.ns.lookup("A.TEST")
+	_, a3, _ := f.ns.lookup("x.a.test")
+	if a1 != a2 || a1 == a3 || !netip.MustParsePrefix("127.1.0.0/16").Contains(a1) {
+		t.Errorf("fake addresses %v %v %v", a1, a2, a3)
+	}
+	// An allowed name on a port not allowed is refused by the kernel.
+	if c, err := f.ns.dial(net.JoinHostPort(a1.String(), "9")); err == nil {
+		c.Close()
+		t.Error("port 9 reached something")
+	} else if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("port 9: %v, want ECONNREFUSED", err)
+	}
+	// example.com is allowed on the TLS port only: plain HTTP there is
+	// a name:port outside the policy.
+	if _, err := get(c, fmt.Sprintf("http://example.com:%d/", f.port)); err == nil {
+		t.Error("example.com on the plain port was reached")
+	}
+	c.CloseIdleConnections()
+	allowedLines := func() (n int) {
+		for _, l := range f.log.lines() {
+			if l["kind"] == "connect" && l["allowed"] == true {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, func() bool { return allowedLines() == 3 })
+	var allowed int
+	for _, l := range f.log.lines() {
+		if l["kind"] == "connect" && l["allowed"] == true {
+			allowed++
+			if l["address"] != "127.0.0.2" || l["session"] != "s1" || l["bytes_down"].(float64) <= 0 {
+				t.Errorf("log line %v", l)
+			}
+		}
+	}
+	if allowed != 3 {
+		t.Errorf("%d allowed connect lines, want 3: %v", allowed, f.log.lines())
+	}
+}
+
+func TestGateDeniedNameNeverResolved(t *testing.T) {
+	f := newFixture(t, []string{"a.test:PORT"}, Limits{})
+	for _, name := range []string{"b.test", "evil.test", "a.test.evil.test", "evila.test"} {
+		rc, _, err := f.ns.lookup(name)
+		if err != nil || rc != dnsmessage.RCodeNameError {
+			t.Errorf("lookup %s = %v, %v; want NXDOMAIN", name, rc, err)
+		}
+		if n := f.res.count(name); n != 0 {
+			t.Errorf("%s was asked upstream %d times", name, n)
+		}
+	}
+	var denied int
+	for _, l := range f.log.lines() {
+		if l["kind"] == "dns" && l["allowed"] == false && strings.Contains(l["reason"].(string), "not in the allowlist") {
+			denied++
+		}
+	}
+	if denied != 4 {
+		t.Errorf("%d denied DNS lines, want 4", denied)
+	}
+}
+
+func TestGateIPLiteralsRefused(t *testing.T) {
+	f := newFixture(t, []string{"a.test"}, Limits{})
+	for _, dst := range []string{"127.0.0.1:80", "10.0.0.1:80", "172.16.0.1:443", "192.168.1.1:80", "100.64.0.1:80",
+		"169.254.169.254:80", "0.0.0.0:80", "8.8.8.8:443", "127.0.0.2:80"} {
+		c, err := f.ns.dial(dst)
+		expectReset(t, c, err, dst)
+	}
+	// IPv6 literals (when the namespace has IPv6): refused the same way.
+	for _, dst := range []string{"[::1]:80", "[fd00:ec2::254]:80", "[::ffff:169.254.169.254]:80", "[64:ff9b::a9fe:a9fe]:80"} {
+		c, err := f.ns.dial(dst)
+		if err != nil {
+			continue // no IPv6 route at all: nothing reached
+		}
+		expectReset(t, c, nil, dst)
+	}
+	f.trapUntouched(t)
+	for _, l := range f.log.lines() {
+		if l["kind"] == "connect" && (l["allowed"] != false || !strings.Contains(l["reason"].(string), "IP address")) {
+			t.Errorf("log line %v", l)
+		}
+	}
+	if n := len(f.log.lines()); n < 9 {
+		t.Errorf("%d log lines, want one per literal", n)
+	}
+}
+
+func TestGateRebindingRefused(t *testing.T) {
+	f := newFixture(t, []string{"rebind.test:PORT", "flip.test:PORT", "mixed.test:PORT", "meta.test:PORT"}, Limits{})
+	c := f.ns.client(nil)
+	if _, err := get(c, f.url("http", "rebind.test")); err == nil {
+		t.Error("rebind.test (127.0.0.3) was reached")
+	}
+	if _, err := get(c, f.url("http", "meta.test")); err == nil {
+		t.Error("meta.test (169.254.169.254) was reached")
+	}
+	if body, err := get(c, f.url("http", "flip.test")); err != nil || !strings.HasPrefix(body, "hello") {
+		t.Errorf("flip.test first = %q, %v", body, err)
+	}
+	c.CloseIdleConnections()
+	if _, err := get(c, f.url("http", "flip.test")); err == nil {
+		t.Error("flip.test after flipping to 127.0.0.3 was reached")
+	}
+	c.CloseIdleConnections()
+	if body, err := get(c, f.url("http", "mixed.test")); err != nil || !strings.HasPrefix(body, "hello") {
+		t.Errorf("mixed.test = %q, %v", body, err)
+	}
+	f.trapUntouched(t)
+	var reasons []string
+	for _, l := range f.log.lines() {
+		if l["kind"] == "connect" && l["allowed"] == false {
+			reasons = append(reasons, l["reason"].(string))
+		}
+	}
+	if len(reasons) != 3 || !strings.Contains(strings.Join(reasons, "|"), "forbidden address") {
+		t.Errorf("denials %q", reasons)
+	}
+}
+
+func TestGateNameMismatch(t *testing.T) {
+	f := newFixture(t, []string{"a.test:PORT", "b.test:PORT", "example.com:TLS", "a.test:TLS"}, Limits{})
+	_, a, _ := f.ns.lookup("a.test")
+	// HTTP to a.test's address with Host: b.test (allowed too, but not
+	// the name behind this address).
+	c, err := f.ns.dial(fmt.Sprintf("%s:%d", a, f.port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("GET / HTTP/1.1\r\nHost: b.test\r\n\r\n"))
+	c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if n, err := c.Read(make([]byte, 100)); err == nil {
+		t.Errorf("Host mismatch answered (%d bytes)", n)
+	}
+	c.Close()
+	// TLS to a.test's address with SNI example.com.
+	c, err = f.ns.dial(fmt.Sprintf("%s:%d", a, f.tlsPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := f.tlsConf.Clone()
+	conf.ServerName = "example.com"
+	tc := tls.Client(c, conf)
+	tc.SetDeadline(time.Now().Add(3 * time.Second))
+	if err := tc.Handshake(); err == nil {
+		t.Error("SNI mismatch completed a handshake")
+	}
+	tc.Close()
+	var reasons []string
+	for _, l := range f.log.lines() {
+		if l["kind"] == "connect" {
+			reasons = append(reasons, l["reason"].(string))
+		}
+	}
+	j := strings.Join(reasons, "|")
+	if !strings.Contains(j, `HTTP Host "b.test" does not match a.test`) || !strings.Contains(j, `TLS SNI "example.com" does not match a.test`) {
+		t.Errorf("reasons %q", reasons)
+	}
+}
+
+func TestGateLimits(t *testing.T) {
+	t.Run("bytes", func(t *testing.T) {
+		f := newFixture(t, []string{"a.test:PORT"}, Limits{Bytes: 1 << 20})
+		body, _ := get(f.ns.client(nil), f.url("http", "a.test")+"big")
+		if len(body) >= 1<<20 {
+			t.Errorf("got %d bytes through a 1 MiB budget", len(body))
+		}
+		if s := f.gate.Stats(); s.BytesUsed < 1<<20 || s.BytesBudget != 1<<20 {
+			t.Errorf("stats %+v", s)
+		}
+		waitFor(t, func() bool { return strings.Contains(fmt.Sprint(f.log.lines()), "byte budget") })
+		// Used up: the next connection is refused.
+		if _, err := get(f.ns.client(nil), f.url("http", "a.test")); err == nil {
+			t.Error("a connection after the budget was used up went through")
+		}
+	})
+	t.Run("idle", func(t *testing.T) {
+		f := newFixture(t, []string{"a.test:PORT"}, Limits{IdleTimeout: 200 * time.Millisecond})
+		start := time.Now()
+		get(f.ns.client(nil), f.url("http", "a.test")+"hang")
+		if d := time.Since(start); d > 3*time.Second {
+			t.Errorf("an idle connection lasted %v", d)
+		}
+		waitFor(t, func() bool { return strings.Contains(fmt.Sprint(f.log.lines()), "idle for 200ms") })
+	})
+	t.Run("connections", func(t *testing.T) {
+		f := newFixture(t, []string{"a.test:PORT"}, Limits{MaxConnections: 1})
+		_, a, _ := f.ns.lookup("a.test")
+		c1, err := f.ns.dial(fmt.Sprintf("%s:%d", a, f.port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c1.Close()
+		c1.Write([]byte("GET /hang HTTP/1.1\r\nHost: a.test\r\n\r\n"))
+		c1.Read(make([]byte, 10)) // the upstream is connected
+		c2, err := f.ns.dial(fmt.Sprintf("%s:%d", a, f.port))
+		expectReset(t, c2, err, "second connection")
+		if !strings.Contains(fmt.Sprint(f.log.lines()), "connection cap (1)") {
+			t.Errorf("log %v", f.log.lines())
+		}
+	})
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatal("condition not met in 5s")
+}
+
+func TestGatePolicyChangeAndClose(t *testing.T) {
+	fds := func() int { e, _ := os.ReadDir("/proc/self/fd"); return len(e) }
+	before := fds()
+	f := newFixture(t, []string{"a.test:PORT"}, Limits{})
+	_, a, _ := f.ns.lookup("a.test")
+	c1, err := f.ns.dial(fmt.Sprintf("%s:%d", a, f.port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := ParsePolicy([]string{fmt.Sprintf("b.test:%d", f.port+1)})
+	if err := f.gate.SetPolicy(p); err != nil {
+		t.Fatal(err)
+	}
+	// The open connection still works.
+	c1.Write([]byte("GET / HTTP/1.1\r\nHost: a.test\r\n\r\n"))
+	c1.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if n, err := c1.Read(make([]byte, 100)); err != nil || n == 0 {
+		t.Errorf("open connection after a policy change: %v", err)
+	}
+	// New ones follow the new policy: NXDOMAIN, and the old port closed.
+	if rc, _, _ := f.ns.lookup("a.test"); rc != dnsmessage.RCodeNameError {
+		t.Errorf("a.test after the change: %v", rc)
+	}
+	if c, err := f.ns.dial(fmt.Sprintf("%s:%d", a, f.port)); err == nil {
+		c.Close()
+		t.Error("the old port still listens")
+	}
+	// A literal is reset by airlock (listening), not refused by the kernel.
+	if c, err := f.ns.dial(fmt.Sprintf("127.0.0.1:%d", f.port+1)); errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("the new port does not listen: %v", err)
+	} else if err == nil {
+		c.Close()
+	}
+	c1.Close()
+	if err := f.gate.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.ns.lookup("b.test"); err == nil {
+		t.Error("DNS answers after Close")
+	}
+	if c, err := f.ns.dial(fmt.Sprintf("127.0.0.1:%d", f.port+1)); !errors.Is(err, syscall.ECONNREFUSED) {
+		if c != nil {
+			c.Close()
+		}
+		t.Errorf("after Close: %v, want ECONNREFUSED", err)
+	}
+	// Upstream servers and the namespace child hold fds of their own:
+	// compare once they are gone too.
+	f.trap.Close()
+	if after := fds(); after > before+8 {
+		t.Errorf("%d fds before, %d after Close", before, after)
+	}
+}

@@ -1,0 +1,200 @@
+package egress
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// inNetns runs fn on a fresh OS thread that has entered the network
+// namespace ns (a pidfd of a process in it, or a namespace file). Sockets
+// fn creates belong to that namespace and are served from anywhere later.
+// The thread is never unlocked, so it exits with the goroutine and no
+// other goroutine ever runs in the sandbox's namespace.
+func inNetns(ns int, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := unix.Setns(ns, unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("egress: enter the sandbox's network namespace: %w", err)
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
+
+// Attach puts a gate's sockets into the network namespace of the process
+// behind pidfd and starts serving them. The policy must not be empty.
+func Attach(pidfd int, o Options) (_ *Gate, err error) {
+	if o.Policy.Empty() {
+		return nil, errors.New("egress: empty policy")
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	g := &Gate{
+		session: o.Session, limits: o.Limits, dialer: o.Dialer, log: o.Log, policy: o.Policy,
+		fakes: map[string]netip.Addr{}, names: map[netip.Addr]string{},
+		listeners: map[uint16]net.Listener{}, conns: map[net.Conn]struct{}{},
+	}
+	defer func() {
+		if err != nil {
+			g.Close()
+		}
+	}()
+	err = inNetns(pidfd, func() error {
+		ns, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			return err
+		}
+		g.ns = ns
+		if err := addRoutes(); err != nil {
+			return err
+		}
+		if g.dnsUDP, err = net.ListenPacket("udp4", "127.0.0.1:53"); err != nil {
+			return fmt.Errorf("egress: DNS: %w", err)
+		}
+		if g.dnsTCP, err = net.Listen("tcp4", "127.0.0.1:53"); err != nil {
+			return fmt.Errorf("egress: DNS: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	g.wg.Add(2)
+	go func() { defer g.wg.Done(); g.serveDNSUDP(g.dnsUDP) }()
+	go func() { defer g.wg.Done(); g.serveDNSTCP(g.dnsTCP) }()
+	g.policy = Policy{}
+	if err := g.SetPolicy(o.Policy); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// listenPorts opens a TCP listener on every address for each port inside
+// the namespace ns (both families when the sandbox has IPv6).
+func listenPorts(ns *os.File, ports []uint16) (map[uint16]net.Listener, error) {
+	out := map[uint16]net.Listener{}
+	err := inNetns(int(ns.Fd()), func() error {
+		for _, p := range ports {
+			addr := ":" + strconv.Itoa(int(p))
+			l, err := net.Listen("tcp", addr)
+			if err != nil {
+				l, err = net.Listen("tcp4", addr)
+			}
+			if err != nil {
+				return fmt.Errorf("egress: listen on port %d in the sandbox: %w", p, err)
+			}
+			out[p] = l
+		}
+		return nil
+	})
+	if err != nil {
+		for _, l := range out {
+			l.Close()
+		}
+		return nil, err
+	}
+	return out, nil
+}
+
+// anyIPAddr is put on lo so that resolvers asking for AI_ADDRCONFIG (glibc
+// ignores 127.0.0.1) return IPv4 answers; it is inside 198.18.0.0/15,
+// which is never dialled.
+var anyIPAddr = [4]byte{198, 18, 0, 1}
+
+// addRoutes, run inside the sandbox's namespace, adds anyIPAddr to lo and
+// "local 0.0.0.0/0 dev lo table local" (and its IPv6 twin when the sandbox
+// has IPv6): every address is then local, so IP-literal connects reach
+// airlock's listeners (refused and logged) or are refused by the kernel.
+func addRoutes() error {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("egress: netlink: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return fmt.Errorf("egress: netlink: %w", err)
+	}
+	lo, err := net.InterfaceByName("lo")
+	if err != nil {
+		return fmt.Errorf("egress: lo: %w", err)
+	}
+	// ifaddrmsg: family, prefixlen, flags, scope, index; then IFA_LOCAL
+	// and IFA_ADDRESS.
+	addr := []byte{unix.AF_INET, 32, 0, unix.RT_SCOPE_UNIVERSE}
+	addr = binary.NativeEndian.AppendUint32(addr, uint32(lo.Index))
+	addr = appendAttr(addr, unix.IFA_LOCAL, anyIPAddr[:])
+	addr = appendAttr(addr, unix.IFA_ADDRESS, anyIPAddr[:])
+	if err := nlRequest(fd, unix.RTM_NEWADDR, addr); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("egress: address on lo: %w", err)
+	}
+	for _, fam := range []byte{unix.AF_INET, unix.AF_INET6} {
+		// rtmsg: family, dst_len, src_len, tos, table, protocol, scope,
+		// type, flags; then RTA_OIF.
+		rt := []byte{fam, 0, 0, 0, unix.RT_TABLE_LOCAL, unix.RTPROT_BOOT, unix.RT_SCOPE_HOST, unix.RTN_LOCAL, 0, 0, 0, 0}
+		rt = appendAttr(rt, unix.RTA_OIF, binary.NativeEndian.AppendUint32(nil, uint32(lo.Index)))
+		err := nlRequest(fd, unix.RTM_NEWROUTE, rt)
+		if err != nil && !errors.Is(err, unix.EEXIST) {
+			if fam == unix.AF_INET6 {
+				continue // no IPv6 in the sandbox: nothing to reach
+			}
+			return fmt.Errorf("egress: local route on lo: %w", err)
+		}
+	}
+	return nil
+}
+
+func appendAttr(b []byte, typ uint16, data []byte) []byte {
+	l := 4 + len(data)
+	b = binary.NativeEndian.AppendUint16(b, uint16(l))
+	b = binary.NativeEndian.AppendUint16(b, typ)
+	b = append(b, data...)
+	for len(b)%4 != 0 {
+		b = append(b, 0)
+	}
+	return b
+}
+
+// nlRequest sends one rtnetlink request and waits for its acknowledgment.
+func nlRequest(fd int, typ uint16, body []byte) error {
+	msg := binary.NativeEndian.AppendUint32(nil, uint32(unix.NLMSG_HDRLEN+len(body)))
+	msg = binary.NativeEndian.AppendUint16(msg, typ)
+	msg = binary.NativeEndian.AppendUint16(msg, unix.NLM_F_REQUEST|unix.NLM_F_ACK|unix.NLM_F_CREATE|unix.NLM_F_EXCL)
+	msg = binary.NativeEndian.AppendUint32(msg, 1) // seq
+	msg = binary.NativeEndian.AppendUint32(msg, 0) // pid
+	msg = append(msg, body...)
+	if err := unix.Sendto(fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return err
+	}
+	buf := make([]byte, 4096)
+	n, _, err := unix.Recvfrom(fd, buf, 0)
+	if err != nil {
+		return err
+	}
+	msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+	if err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		if m.Header.Type == syscall.NLMSG_ERROR && len(m.Data) >= 4 {
+			if e := int32(binary.NativeEndian.Uint32(m.Data[:4])); e != 0 {
+				return unix.Errno(-e)
+			}
+			return nil
+		}
+	}
+	return errors.New("no netlink acknowledgment")
+}
+

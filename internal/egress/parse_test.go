@@ -1,0 +1,197 @@
+package egress
+
+import (
+	"crypto/tls"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+)
+
+// clientHello returns the first flight a Go TLS client sends for sni.
+func clientHello(t testing.TB, sni string) []byte {
+	c, s := net.Pipe()
+	go func() {
+		tls.Client(c, &tls.Config{ServerName: sni, InsecureSkipVerify: sni == ""}).Handshake()
+		c.Close()
+	}()
+	s.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 64<<10)
+	n, err := s.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A hello with post-quantum shares may come in more than one write.
+	for {
+		s.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		m, err := s.Read(buf[n:])
+		n += m
+		if err != nil {
+			break
+		}
+	}
+	s.Close()
+	return buf[:n]
+}
+
+func TestClientHelloSNI(t *testing.T) {
+	hello := clientHello(t, "files.a.test")
+	sni, complete, err := ClientHelloSNI(hello)
+	if err != nil || !complete || sni != "files.a.test" {
+		t.Fatalf("ClientHelloSNI = %q, %v, %v", sni, complete, err)
+	}
+	for _, n := range []int{1, 5, 40, len(hello) - 1} {
+		if _, complete, err := ClientHelloSNI(hello[:n]); complete || err != nil {
+			t.Errorf("prefix of %d bytes: complete=%v err=%v, want incomplete", n, complete, err)
+		}
+	}
+	if _, complete, err := ClientHelloSNI(clientHello(t, "")); !complete || err == nil {
+		t.Errorf("hello without SNI: complete=%v err=%v, want an error", complete, err)
+	}
+	if _, complete, err := ClientHelloSNI([]byte("\x16\x03\x01\x00\x05hello world")); !complete || err == nil {
+		t.Errorf("garbage record: complete=%v err=%v", complete, err)
+	}
+}
+
+func TestHTTPHost(t *testing.T) {
+	for _, tc := range []struct {
+		in, host string
+		complete bool
+		bad      bool
+	}{
+		{"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n", "a.test", true, false},
+		{"GET / HTTP/1.1\r\nHost: A.test:8080\r\n\r\n", "A.test", true, false},
+		{"GET http://a.test/x HTTP/1.1\r\nHost: a.test\r\n\r\n", "a.test", true, false},
+		{"GET http://b.test/x HTTP/1.1\r\nHost: a.test\r\n\r\n", "", true, true},
+		{"GET / HTTP/1.1\r\nHost: a.test\r\n", "", false, false},
+		{"GET / HTTP/1.0\r\n\r\n", "", true, true},
+		{"CONNECT a.test:443 HTTP/1.1\r\nHost: a.test\r\n\r\n", "", true, true},
+		{"GET / HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n\r\n", "", true, true},
+		{"GARBAGE\r\n\r\n", "", true, true},
+	} {
+		host, complete, err := HTTPHost([]byte(tc.in))
+		if host != tc.host || complete != tc.complete || (err != nil) != tc.bad {
+			t.Errorf("HTTPHost(%q) = %q, %v, %v", tc.in, host, complete, err)
+		}
+	}
+}
+
+func query(t testing.TB, name string, typ dnsmessage.Type) []byte {
+	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 7, RecursionDesired: true})
+	b.StartQuestions()
+	if err := b.Question(dnsmessage.Question{Name: dnsmessage.MustNewName(name), Type: typ, Class: dnsmessage.ClassINET}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := b.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestDNSAnswer(t *testing.T) {
+	fake := func(n string) (netip.Addr, bool) {
+		if n == "a.test" {
+			return netip.MustParseAddr("127.1.0.1"), true
+		}
+		return netip.Addr{}, false
+	}
+	for _, tc := range []struct {
+		name    string
+		typ     dnsmessage.Type
+		rcode   dnsmessage.RCode
+		answers int
+	}{
+		{"a.test.", dnsmessage.TypeA, dnsmessage.RCodeSuccess, 1},
+		{"A.TEST.", dnsmessage.TypeA, dnsmessage.RCodeSuccess, 1},
+		{"a.test.", dnsmessage.TypeAAAA, dnsmessage.RCodeSuccess, 0},
+		{"a.test.", dnsmessage.TypeHTTPS, dnsmessage.RCodeSuccess, 0},
+		{"a.test.", dnsmessage.TypeSVCB, dnsmessage.RCodeSuccess, 0},
+		{"b.test.", dnsmessage.TypeA, dnsmessage.RCodeNameError, 0},
+		{"b.test.", dnsmessage.TypeAAAA, dnsmessage.RCodeNameError, 0},
+		{"x.a.test.", dnsmessage.TypeA, dnsmessage.RCodeNameError, 0},
+	} {
+		reply, _, _, _ := dnsAnswer(query(t, tc.name, tc.typ), fake)
+		var p dnsmessage.Parser
+		h, err := p.Start(reply)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.SkipAllQuestions()
+		as, _ := p.AllAnswers()
+		if h.ID != 7 || !h.Response || h.RCode != tc.rcode || len(as) != tc.answers {
+			t.Errorf("%s %v: rcode %v, %d answers", tc.name, tc.typ, h.RCode, len(as))
+		}
+		if len(as) == 1 {
+			a := as[0].Body.(*dnsmessage.AResource).A
+			if netip.AddrFrom4(a).String() != "127.1.0.1" || as[0].Header.TTL != fakeTTL {
+				t.Errorf("answer %v ttl %d", a, as[0].Header.TTL)
+			}
+		}
+	}
+	if r, _, _, _ := dnsAnswer([]byte{1, 2, 3}, fake); r != nil {
+		t.Error("answered a truncated message")
+	}
+}
+
+func FuzzClientHelloSNI(f *testing.F) {
+	f.Add(clientHello(f, "a.test"))
+	f.Add([]byte("\x16\x03\x01\x00\x10"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		sni, complete, err := ClientHelloSNI(data)
+		if sni != "" && (err != nil || !complete) {
+			t.Fatalf("sni %q with complete=%v err=%v", sni, complete, err)
+		}
+	})
+}
+
+func FuzzHTTPHost(f *testing.F) {
+	f.Add([]byte("GET / HTTP/1.1\r\nHost: a.test\r\n\r\n"))
+	f.Add([]byte("GET http://a.test/ HTTP/1.1\r\nHost: a.test:80\r\n\r\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		host, complete, err := HTTPHost(data)
+		if host != "" && (err != nil || !complete) {
+			t.Fatalf("host %q with complete=%v err=%v", host, complete, err)
+		}
+	})
+}
+
+func FuzzDNSAnswer(f *testing.F) {
+	f.Add(query(f, "a.test.", dnsmessage.TypeA))
+	f.Add(query(f, "b.test.", dnsmessage.TypeAAAA))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		reply, name, _, allowed := dnsAnswer(data, func(n string) (netip.Addr, bool) {
+			return netip.MustParseAddr("127.1.0.1"), n == "a.test"
+		})
+		if allowed && name != "a.test" {
+			t.Fatalf("allowed %q", name)
+		}
+		if reply != nil {
+			var p dnsmessage.Parser
+			if _, err := p.Start(reply); err != nil {
+				t.Fatalf("unparsable reply: %v", err)
+			}
+		}
+	})
+}
+
+func FuzzParseRule(f *testing.F) {
+	for _, s := range []string{"a.test", "*.a.test:443", "bücher.example", "0x7f.1", "[::1]:80"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := ParseRule(s)
+		if err != nil {
+			return
+		}
+		again, err := ParseRule(r.String())
+		if err != nil || again != r {
+			t.Fatalf("%q -> %q does not parse back: %v", s, r, err)
+		}
+		if !r.Wildcard && !(Policy{Rules: []Rule{r}}).AllowsName(r.Name) {
+			t.Fatalf("rule %q does not match its own name", r)
+		}
+	})
+}
