@@ -17,7 +17,7 @@ imports langchain_core only when called).
 
 from .errors import (AirlockError, AuthenticationError, ConflictError, ConnectionError,
                      InvalidArgumentError, MethodNotAllowedError, NotFoundError, PermissionDeniedError,
-                     RateLimitError, ServerError, SessionEndedError, TimeoutError, TooLargeError,
+                     QuotaExceededError, RateLimitError, ServerError, SessionEndedError, TimeoutError, TooLargeError,
                      UnavailableError, UnsupportedError)
 from .models import (CommandResult, EntryInfo, Execution, ExecutionError, FileChange, Logs, OutputFile,
                      Result, RunResult, WriteInfo)
@@ -30,6 +30,6 @@ __all__ = [
     "Execution", "Result", "Logs", "ExecutionError", "FileChange", "OutputFile", "RunResult",
     "CommandResult", "EntryInfo", "WriteInfo",
     "AirlockError", "InvalidArgumentError", "AuthenticationError", "NotFoundError", "PermissionDeniedError",
-    "MethodNotAllowedError", "ConflictError", "TooLargeError", "RateLimitError", "SessionEndedError",
+    "MethodNotAllowedError", "ConflictError", "TooLargeError", "RateLimitError", "QuotaExceededError", "SessionEndedError",
     "TimeoutError", "UnsupportedError", "UnavailableError", "ServerError", "ConnectionError",
 ]
