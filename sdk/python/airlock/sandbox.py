@@ -37,6 +37,13 @@ def _limits(limits):
     return dict(limits)
 
 
+def _network(network):
+    """network as the API takes it: {"allow": [names]}; a list of names is shorthand for it."""
+    if isinstance(network, (list, tuple)):
+        return {"allow": list(network)}
+    return network
+
+
 def _input_files(files):
     """files as {path: str|bytes} or [(path, str|bytes)] -> the API's list."""
     if not files:
@@ -99,8 +106,9 @@ class Sandbox:
                base_url=None, token=None, request_timeout=None, **extra):
         """Creates a session. ``language``: python, bash or javascript;
         ``limits``: {"memory": "1G", "timeout": 60, "cpu_time": ...} (each
-        at most the server's maximum); ``network``: passed to servers that
-        offer egress; ``env``: variables; ``timeout``: seconds without use
+        at most the server's maximum); ``network``: the hosts the sandbox
+        may reach, {"allow": ["pypi.org", "*.example.com:8443"]} or just the
+        list (where the server offers egress); ``env``: variables; ``timeout``: seconds without use
         after which the session ends (its idle timeout); ``base_url`` and
         ``token`` default to AIRLOCK_URL and AIRLOCK_TOKEN."""
         t = Transport(base_url, token, request_timeout)
@@ -108,7 +116,7 @@ class Sandbox:
         if limits is not None:
             body["limits"] = _limits(limits)
         if network is not None:
-            body["network"] = network
+            body["network"] = _network(network)
         if env:
             body["env"] = dict(env)
         if timeout is not None:
@@ -332,7 +340,7 @@ class Commands:
         self._s._t.call("POST", self._s._path("/commands/" + quote(command_id) + "/stdin"), body)
 
 
-def run(code, files=None, language="python", limits=None, env=None, base_url=None, token=None,
+def run(code, files=None, language="python", limits=None, env=None, network=None, base_url=None, token=None,
         on_stdout=None, on_stderr=None, on_result=None, on_error=None, request_timeout=None):
     """Runs code once in a fresh sandbox that is destroyed afterwards
     (POST /v1/execute) and returns a RunResult: an Execution plus the
@@ -346,6 +354,8 @@ def run(code, files=None, language="python", limits=None, env=None, base_url=Non
         body["limits"] = _limits(limits)
     if env:
         body["env"] = dict(env)
+    if network is not None:
+        body["network"] = _network(network)
     wait = (_seconds((limits or {}).get("timeout")) or _DEFAULT_EXEC_TIMEOUT) + t.request_timeout
     if on_stdout or on_stderr or on_result or on_error:
         end = t.stream("/v1/execute", body, _Streamer(on_stdout, on_stderr, on_result, on_error), timeout=wait)

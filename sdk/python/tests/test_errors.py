@@ -121,6 +121,8 @@ class ErrorsTest(unittest.TestCase):
         self.assertEqual(sbx.run_code("print('hi')").logs.stdout, "hi\n")
         self.assertEqual(_Handler.seen[1][1], "/v1/sessions/s%2F1/execute")
         Sandbox.create(base_url=self.url + "/base/", token="")  # no token: no header
+        Sandbox.create(base_url=self.url, network=["pypi.org"])  # a list is shorthand for allow
+        self.assertEqual(json.loads(_Handler.seen[3][3])["network"], {"allow": ["pypi.org"]})
         self.assertEqual(_Handler.seen[2][1], "/base/v1/sessions")
         self.assertNotIn("Authorization", _Handler.seen[2][2])
 

@@ -216,6 +216,25 @@ class LifecycleTest(unittest.TestCase):
         with self.assertRaises(airlock.InvalidArgumentError):
             Sandbox.create(base_url="ftp://example")
 
+    def test_quota(self):
+        token = os.environ.get("AIRLOCK_QUOTA_TOKEN")
+        if not token:
+            support.skip(self, "AIRLOCK_QUOTA_TOKEN (an API key allowed one session) is not set; the Go test sets it")
+        with Sandbox.create(token=token) as sbx:
+            with self.assertRaises(airlock.QuotaExceededError) as cm:
+                Sandbox.create(token=token)
+            self.assertIsInstance(cm.exception, airlock.RateLimitError)
+            self.assertEqual((cm.exception.code, cm.exception.status), ("quota_exceeded", 429))
+            self.assertIn("max_sessions", cm.exception.message)
+            self.assertGreater(cm.exception.retry_after, 0)
+            self.assertEqual(sbx.run_code("1 + 1").text, "2")
+        with Sandbox.create(token=token) as sbx:  # the session ended: room again
+            self.assertEqual(sbx.run_code("2 + 2").text, "4")
+        # another tenant's session does not exist for this key
+        with Sandbox.create() as mine:
+            with self.assertRaises(airlock.NotFoundError):
+                Sandbox.connect(mine.id, token=token)
+
     def test_busy_session_is_a_conflict(self):
         with Sandbox.create() as sbx:
             started = threading.Event()
