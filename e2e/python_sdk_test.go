@@ -32,17 +32,19 @@ func requirePython(t *testing.T) {
 // offline). In a strict run (CI) a test it cannot run fails.
 func TestPythonSDK(t *testing.T) {
 	requirePython(t)
-	const token = "python-sdk-token"
-	s := startServer(t, map[string]any{
-		"server": map[string]any{"token": token},
-		"pool":   map[string]any{"size": map[string]int{"python": 2, "bash": 0, "javascript": 0}},
+	s := keysServer(t, map[string]any{
+		"pool": map[string]any{"size": map[string]int{"python": 2, "bash": 0, "javascript": 0}},
 	})
 	defer s.stop()
+	// The SDK authenticates as a user does, with a tenant's API key; a
+	// second key with a one-session quota meets QuotaExceededError.
+	token := s.newKey("python-sdk")
+	quotaToken := s.newKey("python-sdk-quota", "--max-sessions", "1")
 	sdk, _ := filepath.Abs("../sdk/python")
 	cmd := exec.Command(python3, "-m", "unittest", "discover", "-v", "-s", "tests", "-t", "tests")
 	cmd.Dir = sdk
 	cmd.Env = append(os.Environ(),
-		"AIRLOCK_URL="+s.URL, "AIRLOCK_TOKEN="+token,
+		"AIRLOCK_URL="+s.URL, "AIRLOCK_TOKEN="+token, "AIRLOCK_QUOTA_TOKEN="+quotaToken,
 		"AIRLOCK_SOCKET="+filepath.Join(s.cfg["state_dir"].(string), "airlock.sock"),
 		"PYTHONDONTWRITEBYTECODE=1", "PYTHONPATH="+sdk)
 	if testenv.Strict() {

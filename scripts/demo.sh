@@ -22,12 +22,22 @@ $A run --timeout 5s examples/escape.py
 echo
 echo "== airlock serve, and a session driven with curl"
 PORT=${DEMO_PORT:-18080}
+# The demo's own data directory (API keys, audit log), not /var/lib/airlock.
+CFG="$OUT/config.json"
+printf '{"version": 1, "data_dir": "%s/data", "audit": {"enabled": true, "code": "full"}}\n' "$OUT" >"$CFG"
+export AIRLOCK_CONFIG="$CFG"
+echo "-- an API key for the tenant demo (printed once, stored hashed)"
+KEY=$($A keys create --tenant demo --max-sessions 4 --executions-per-minute 120)
+echo "key ${KEY%"${KEY#????????????}"}... ; keys now:"
+$A keys list
 $A serve --listen 127.0.0.1:$PORT 2>"$OUT/server.log" &
 SERVER=$!
 trap 'kill -TERM $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true' EXIT
 API=http://127.0.0.1:$PORT
 for _ in $(seq 1 100); do curl -fs $API/healthz >/dev/null 2>&1 && break; sleep 0.1; done
 
+curl() { command curl -H "Authorization: Bearer $KEY" "$@"; }
+echo "-- without the key: $(command curl -s -o /dev/null -w '%{http_code}' $API/v1/sessions)"
 json() { curl -fsS -H 'Content-Type: application/json' "$@"; }
 field() { python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
 
@@ -60,6 +70,9 @@ json -X POST $API/v1/sessions/$SESSION/execute -d '{"code": "len(df)"}' | field 
 echo "-- delete the session"
 curl -fsS -X DELETE $API/v1/sessions/$SESSION -o /dev/null -w "%{http_code}\n"
 curl -sS $API/v1/sessions/$SESSION -o /dev/null -w "%{http_code} (the session is gone)\n"
+
+echo "-- the audit log of it all (airlock audit, from the database)"
+$A audit --since 10m
 
 echo
 echo "== airlock run while the server runs: the program gets one of its pre-started jails"

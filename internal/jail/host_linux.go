@@ -35,6 +35,8 @@ type Host struct {
 	cg       *cgroup.Host
 	seccomp  []byte // nil when the layer is off
 	abi      int    // 0 when the layer is off
+	capLast  int    // the highest capability the kernel knows
+	filters  int    // seccomp filters the server has (and its inits inherit); -1 unknown
 	staging  string
 	tmpCopy  map[string]string
 	baseRoot rootfs.Spec
@@ -79,6 +81,10 @@ func NewHost(o Options) (_ *Host, err error) {
 			h.abi = abi
 		}
 	}
+	if h.capLast, err = CapLastCap(); err != nil {
+		problems = append(problems, err)
+	}
+	h.filters = seccompFilters()
 	if err := errors.Join(problems...); err != nil {
 		return nil, fmt.Errorf("%w: %v; run `airlock doctor` for details", errdefs.ErrUnavailable, err)
 	}
@@ -89,10 +95,6 @@ func NewHost(o Options) (_ *Host, err error) {
 		}
 	}
 	h.tmpCopy = map[string]string{}
-	mpl := filepath.Join(o.CacheDir, "matplotlib")
-	if st, err := os.Stat(mpl); err == nil && st.IsDir() {
-		h.tmpCopy["matplotlib"] = mpl
-	}
 	h.baseRoot = rootfs.DefaultSpec(h.staging, Hostname)
 	h.baseRoot.Files = o.RootFiles
 	// The static part of the root is written once per host and bound
@@ -104,6 +106,19 @@ func NewHost(o Options) (_ *Host, err error) {
 	h.baseRoot.Template = tmpl
 	h.baseRoot.Etc, h.baseRoot.EtcCopy, h.baseRoot.Files = nil, nil, nil
 	return h, nil
+}
+
+// ShareTmp has every sandbox built from now on start with a copy of the
+// host directory dir as /tmp/<name>, owned by the sandbox user (a cache
+// computed once per host, such as the matplotlib font list). Call it
+// before sandboxes are built concurrently.
+func (h *Host) ShareTmp(name, dir string) {
+	m := make(map[string]string, len(h.tmpCopy)+1)
+	for k, v := range h.tmpCopy {
+		m[k] = v
+	}
+	m[name] = dir
+	h.tmpCopy = m
 }
 
 // SweepTemplates removes root templates of other airlock versions or host
@@ -327,14 +342,12 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 	root.Inodes = int64(l.Inodes)
 	root.Shm = min(int64(l.Disk), 64<<20)
 	root.TmpCopy = h.tmpCopy
+	entry := h.entry(l)
 	setup := &setupMsg{
 		Root:     root,
-		Seccomp:  h.seccomp,
 		Landlock: h.abi,
-		UID:      SandboxUID,
-		GID:      SandboxGID,
+		Entry:    &entry,
 		Placed:   placed,
-		Rlimits:  rlimitsFor(l),
 	}
 	if err := s.ctl.send(message{Op: opSetup, Setup: setup}); err != nil {
 		if !placed {
@@ -659,6 +672,21 @@ func (s *Sandbox) Close() error {
 	return s.closeErr
 }
 
+// entry is the sandbox entry of a program with limits l in a sandbox of
+// this host (see planEntry).
+func (h *Host) entry(l config.Limits) Entry {
+	return planEntry(entryParams{
+		capLast: h.capLast, seccomp: h.seccomp, landlock: h.abi > 0,
+		uid: SandboxUID, gid: SandboxGID, rlimits: rlimitsFor(l), baseFilters: h.filters,
+	})
+}
+
+// Entry is the sandbox entry of a program with limits l started in s by
+// something other than its init (the Python template's child): the steps
+// it must make and the state it must verify, exactly those the init's own
+// programs get.
+func (s *Sandbox) Entry(l config.Limits) Entry { return s.h.entry(l) }
+
 // rlimitsFor returns the rlimits of every sandboxed program. There is no
 // RLIMIT_FSIZE: the tmpfs sizes bound what a sandbox can store, and a file
 // size limit only broke sparse writes at large offsets (the host refuses
@@ -671,16 +699,6 @@ func rlimitsFor(l config.Limits) []rlimit {
 		{Resource: unix.RLIMIT_MEMLOCK, Cur: 64 << 10, Max: 64 << 10},
 		{Resource: unix.RLIMIT_MSGQUEUE, Cur: 0, Max: 0},
 	}
-}
-
-// RlimitTriples is rlimitsFor as (resource, cur, max) triples, for the
-// Python template's children.
-func RlimitTriples(l config.Limits) [][3]uint64 {
-	var out [][3]uint64
-	for _, r := range rlimitsFor(l) {
-		out = append(out, [3]uint64{uint64(r.Resource), r.Cur, r.Max})
-	}
-	return out
 }
 
 // cappedBuffer keeps the first max bytes written to it.

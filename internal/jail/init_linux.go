@@ -1,8 +1,6 @@
 package jail
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"os"
 	"os/signal"
@@ -181,6 +179,12 @@ func itrace(what string) {
 func setup(cfg *setupMsg, placed func() error) (*initState, error) {
 	itrace("setup start")
 	defer itrace("setup end")
+	if cfg.Entry == nil {
+		return nil, fmt.Errorf("setup without an entry plan")
+	}
+	if err := cfg.Entry.validate(); err != nil {
+		return nil, err
+	}
 	// The host's supplementary groups would otherwise follow us in.
 	if err := syscall.Setgroups(nil); err != nil {
 		return nil, fmt.Errorf("drop supplementary groups: %w", err)
@@ -226,11 +230,9 @@ func setup(cfg *setupMsg, placed func() error) (*initState, error) {
 		unix.Dup3(null, 1, 0)
 		unix.Close(null)
 	}
-	for _, r := range cfg.Rlimits {
-		lim := syscall.Rlimit{Cur: r.Cur, Max: r.Max}
-		if err := syscall.Setrlimit(r.Resource, &lim); err != nil {
-			return nil, fmt.Errorf("setrlimit %d: %w", r.Resource, err)
-		}
+	// The entry's process steps: the init's programs inherit them.
+	if err := cfg.Entry.apply(PhaseProcess, -1); err != nil {
+		return nil, err
 	}
 	return st, nil
 }
@@ -371,15 +373,22 @@ func spawn(st *initState, m *spawnMsg, files []*os.File) (int, error) {
 	return r.pid, r.err
 }
 
-// spawner owns one OS thread that carries every restriction a sandboxed
-// program gets: an empty capability bounding set, no ambient or inheritable
-// capabilities, no_new_privs, the Landlock domain and the seccomp filter.
-// Programs are forked from this thread, so they inherit all of it, and the
-// init's other threads stay free to manage the sandbox. The goroutine never
-// unlocks its thread, so the Go runtime never reuses it for anything else.
+// spawner owns one OS thread that carries the thread steps of the sandbox
+// entry (see planEntry): an empty capability bounding set, no ambient or
+// inheritable capabilities, no_new_privs, the Landlock domain and the
+// seccomp filter. Programs are forked from this thread, so they inherit
+// all of it, and the init's other threads stay free to manage the sandbox.
+// The entry's probes run here, once, before the first program: what they
+// find is what every program inherits. The goroutine never unlocks its
+// thread, so the Go runtime never reuses it for anything else.
 func spawner(st *initState, ready chan<- error) {
 	runtime.LockOSThread()
-	if err := restrictThread(st.cfg, st.ruleset); err != nil {
+	e := st.cfg.Entry
+	if err := e.apply(PhaseThread, st.ruleset); err != nil {
+		ready <- err
+		return
+	}
+	if err := e.probe(); err != nil {
 		ready <- err
 		return
 	}
@@ -388,46 +397,6 @@ func spawner(st *initState, ready chan<- error) {
 		pid, err := forkExec(st.cfg, req.m, req.files)
 		req.reply <- spawnRes{pid, err}
 	}
-}
-
-func restrictThread(cfg *setupMsg, ruleset int) error {
-	last, err := CapLastCap()
-	if err != nil {
-		return err
-	}
-	for c := 0; c <= last; c++ {
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
-			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
-		}
-	}
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
-		return fmt.Errorf("clear ambient capabilities: %w", err)
-	}
-	// Keep effective and permitted (the fork needs CAP_SETUID/SETGID to
-	// become the sandbox user, which then clears them); clear inheritable.
-	var hdr = unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("capget: %w", err)
-	}
-	data[0].Inheritable, data[1].Inheritable = 0, 0
-	if err := unix.Capset(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("capset: %w", err)
-	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("no_new_privs: %w", err)
-	}
-	if cfg.Landlock > 0 {
-		if err := landlock.RestrictThread(ruleset); err != nil {
-			return err
-		}
-	}
-	if len(cfg.Seccomp) > 0 {
-		if err := seccomp.InstallThread(programFromBytes(cfg.Seccomp)); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func programFromBytes(b []byte) seccomp.Program {
@@ -450,63 +419,34 @@ func CapLastCap() (int, error) {
 	return strconv.Atoi(strings.TrimSpace(string(b)))
 }
 
-// forkExec runs on the restricted thread.
+// forkExec runs on the restricted thread: the child makes the entry's
+// child steps (see Entry.forkAttr), and the program is checked against
+// the entry's expected status before anything is said to the host.
 func forkExec(cfg *setupMsg, m *spawnMsg, files []*os.File) (int, error) {
 	fds := make([]uintptr, len(files))
 	for i, f := range files {
 		fds[i] = f.Fd()
 	}
-	dir := m.Dir
-	if dir == "" {
-		dir = "/workspace"
+	a, err := cfg.Entry.forkAttr()
+	if err != nil {
+		return 0, err
+	}
+	dir := a.dir
+	if m.Dir != "" {
+		dir = m.Dir
 	}
 	pid, err := syscall.ForkExec(m.Argv[0], m.Argv, &syscall.ProcAttr{
 		Dir:   dir,
 		Env:   m.Env,
 		Files: fds,
-		Sys: &syscall.SysProcAttr{
-			Setsid:     true,
-			Credential: &syscall.Credential{Uid: uint32(cfg.UID), Gid: uint32(cfg.GID), Groups: []uint32{}},
-		},
+		Sys:   &syscall.SysProcAttr{Setsid: a.setsid, Credential: a.cred},
 	})
 	if err != nil {
 		return 0, fmt.Errorf("start %s: %w", m.Argv[0], err)
 	}
-	if err := verify(pid, cfg); err != nil {
+	if err := cfg.Entry.verify(pid); err != nil {
 		syscall.Kill(pid, syscall.SIGKILL)
 		return 0, err
 	}
 	return pid, nil
-}
-
-// verify reads back what the kernel says about the new program and
-// refuses to let it run if any layer is missing.
-func verify(pid int, cfg *setupMsg) error {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return fmt.Errorf("verify: %w", err)
-	}
-	want := map[string]string{
-		"CapInh": "0000000000000000", "CapPrm": "0000000000000000", "CapEff": "0000000000000000",
-		"CapBnd": "0000000000000000", "CapAmb": "0000000000000000", "NoNewPrivs": "1",
-	}
-	uid := strconv.Itoa(cfg.UID)
-	want["Uid"] = strings.Join([]string{uid, uid, uid, uid}, "\t")
-	if len(cfg.Seccomp) > 0 {
-		want["Seccomp"] = "2"
-	}
-	got := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if ok {
-			got[k] = strings.TrimSpace(v)
-		}
-	}
-	for k, v := range want {
-		if got[k] != v {
-			return fmt.Errorf("refusing to run: the program's %s is %q, want %q", k, got[k], v)
-		}
-	}
-	return nil
 }

@@ -2,8 +2,10 @@
 // user, pid, mount, network, ipc, uts and cgroup namespaces, inside its own
 // cgroup, from a sealed copy of the airlock binary; having that init build
 // the root filesystem, bring up loopback and prepare the Landlock ruleset;
-// starting programs in it with every capability dropped, no_new_privs,
-// Landlock, seccomp and rlimits applied; reporting their exit; writing
+// the sandbox entry (planEntry: the one ordered plan, with its expected end
+// state, that both the init and the Python template's children execute
+// and verify: every capability dropped, no_new_privs, Landlock, seccomp,
+// rlimits, the sandbox user); starting programs; reporting their exit; writing
 // files the host opened into the workspace from inside, so that their
 // memory is the sandbox's; and tearing everything down so that nothing is
 // left.
@@ -118,6 +120,9 @@ func BaseEnv() []string {
 		"SHELL=/bin/bash",
 		"LANG=C.UTF-8",
 		"TMPDIR=/tmp",
+		// Tools' caches (fontconfig, pip) are not the user's files: they
+		// stay out of /workspace and of files_changed.
+		"XDG_CACHE_HOME=/tmp/.cache",
 		"MPLBACKEND=Agg",
 		"MPLCONFIGDIR=/tmp/matplotlib",
 		"PYTHONDONTWRITEBYTECODE=1",

@@ -55,13 +55,13 @@ type adaptMsg struct {
 
 type setupMsg struct {
 	Root rootfs.Spec `json:"root"`
-	// Seccomp is the raw filter; empty means the layer is off.
-	Seccomp []byte `json:"seccomp,omitempty"`
 	// Landlock is the ABI to build a ruleset for; 0 means off.
-	Landlock int      `json:"landlock,omitempty"`
-	Rlimits  []rlimit `json:"rlimits"`
-	UID      int      `json:"uid"`
-	GID      int      `json:"gid"`
+	Landlock int `json:"landlock,omitempty"`
+	// Entry is how every program the init spawns enters the sandbox
+	// (see planEntry); nil for a template.
+	Entry *Entry `json:"entry,omitempty"`
+	// Rlimits are the template's own.
+	Rlimits []rlimit `json:"rlimits,omitempty"`
 	// Template, when set, makes the init a template process instead of a
 	// sandbox's PID 1: see Host.StartTemplate.
 	Template *templateMsg `json:"template,omitempty"`

@@ -83,7 +83,11 @@ func (s *Session) attachEgress(p egress.Policy) error {
 	if p.Empty() {
 		return nil
 	}
-	g, err := egress.Attach(s.inst.PidFD(), egress.Options{
+	ns, ok := s.inst.NetNS()
+	if !ok {
+		return fmt.Errorf("%w: network egress is not available with this isolation (gvisor) yet", errdefs.ErrUnsupported)
+	}
+	g, err := egress.Attach(ns, egress.Options{
 		Session: s.id, Policy: p, Limits: s.m.egress.Limits, Dialer: s.m.egress.Dialer, Log: s.m.log,
 	})
 	if err != nil {

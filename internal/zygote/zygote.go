@@ -3,14 +3,15 @@
 // once), asking it to fork a runtime into a freshly built sandbox, and
 // restarting it if it dies.
 //
-// It must never send the template anything but descriptors and numbers:
-// the template runs as host root (with few capabilities) and must never
-// execute anything derived from a request.
+// It must never send the template anything but descriptors, numbers and
+// the jail's entry plan (data: which steps to make, never code): the
+// template runs as host root (with few capabilities) and must never
+// execute anything derived from a request. It must never decide how a
+// child enters its sandbox: jail.Sandbox.Entry does.
 package zygote
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -72,21 +73,14 @@ type message struct {
 	Errors   map[string]string `json:"errors,omitempty"`
 	NProcs   int               `json:"nprocs,omitempty"`
 	Landlock bool              `json:"landlock,omitempty"`
-	Rlimits  [][3]uint64       `json:"rlimits,omitempty"`
+	Entry    *jail.Entry       `json:"entry,omitempty"`
 	Status   int               `json:"status,omitempty"`
 }
 
 type configMsg struct {
-	Type           string   `json:"type"`
-	Seccomp        string   `json:"seccomp"`
-	Preload        []string `json:"preload"`
-	UID            int      `json:"uid"`
-	GID            int      `json:"gid"`
-	CapLastCap     int      `json:"cap_last_cap"`
-	NrSetns        int      `json:"nr_setns"`
-	NrCapset       int      `json:"nr_capset"`
-	NrSeccomp      int      `json:"nr_seccomp"`
-	NrLandlockSelf int      `json:"nr_landlock_restrict_self"`
+	Type    string   `json:"type"`
+	Preload []string `json:"preload"`
+	NrSetns int      `json:"nr_setns"`
 }
 
 // Start launches the template and waits until it has imported preload.
@@ -109,16 +103,7 @@ func Start(ctx context.Context, h *jail.Host, cfg config.Config, log *slog.Logge
 		return nil, err
 	}
 	z := &Zygote{t: t, log: log, pending: map[int]chan result{}, exits: map[int]chan syscall.WaitStatus{}, pidfds: map[int]*os.File{}, dead: make(chan struct{})}
-	lastCap, err := jail.CapLastCap()
-	if err != nil {
-		t.Close()
-		return nil, err
-	}
-	cm := configMsg{
-		Type: "config", Seccomp: base64.StdEncoding.EncodeToString(h.SeccompProgram()), Preload: cfg.Pool.Preload,
-		UID: jail.SandboxUID, GID: jail.SandboxGID, CapLastCap: lastCap,
-		NrSetns: unix.SYS_SETNS, NrCapset: unix.SYS_CAPSET, NrSeccomp: unix.SYS_SECCOMP, NrLandlockSelf: unix.SYS_LANDLOCK_RESTRICT_SELF,
-	}
+	cm := configMsg{Type: "config", Preload: cfg.Pool.Preload, NrSetns: unix.SYS_SETNS}
 	b, _ := json.Marshal(cm)
 	start := time.Now()
 	if _, _, err := t.Conn.WriteMsgUnix(b, nil, nil); err != nil {
@@ -277,8 +262,9 @@ type Forked struct {
 }
 
 // Fork starts the Python session runtime in sb: the template forks a
-// child into sb's cgroup and namespaces, which becomes the sandbox user
-// with every layer applied. stdio are the runtime's fds 0-3.
+// child into sb's cgroup and namespaces, which makes sb's entry
+// (jail.Sandbox.Entry: every layer, verified) before it runs anything.
+// stdio are the runtime's fds 0-3.
 func (z *Zygote) Fork(ctx context.Context, sb *jail.Sandbox, l config.Limits, stdio [4]*os.File) (*Forked, error) {
 	procs, err := sb.Cgroup().ProcsFiles()
 	if err != nil {
@@ -312,7 +298,10 @@ func (z *Zygote) Fork(ctx context.Context, sb *jail.Sandbox, l config.Limits, st
 	id := z.next
 	z.pending[id] = ch
 	z.mu.Unlock()
-	m := message{Type: "fork", ID: id, NProcs: len(procs), Landlock: landlock, Rlimits: jail.RlimitTriples(l)}
+	// The child enters the sandbox exactly as the init's programs do: the
+	// plan is the jail's, the template only executes it.
+	entry := sb.Entry(l)
+	m := message{Type: "fork", ID: id, NProcs: len(procs), Landlock: landlock, Entry: &entry}
 	b, _ := json.Marshal(m)
 	// Concurrent forks share the deadline; each only moves it later.
 	z.t.Conn.SetWriteDeadline(time.Now().Add(forkTimeout))

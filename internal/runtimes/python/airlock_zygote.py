@@ -12,10 +12,13 @@ forks a child that:
      sandbox's pid namespace;
 and the grandchild then, before running anything else:
   3. takes the runtime's descriptors as 0-3 and closes every other one,
-  4. drops the capability bounding set, becomes the sandbox user, clears
-     every capability, sets no_new_privs, enforces the sandbox's Landlock
-     ruleset and seccomp filter, and reads back /proc/self/status to check
-     all of it, exiting if anything is missing;
+  4. makes the sandbox entry the server sent with the request (jail.Entry,
+     planned in Go and the same as the init's programs get): every step
+     in its order (rlimits, the capability sets, no_new_privs, Landlock,
+     seccomp, a session of its own, the sandbox user, /workspace), then
+     reads back /proc/self/status and runs the plan's probes (Landlock's),
+     exiting with the reason if anything differs. This module decides
+     nothing about the entry: it only knows how to make each kind of step;
   5. serves the session protocol (airlock_runtime.serve).
 
 The zygote never executes code it receives: requests carry only descriptors
@@ -53,13 +56,12 @@ CLONE_NEWNET = 0x40000000
 JOIN = (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC |
         CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_NEWPID)
 
+PR_SET_DUMPABLE = 4
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAPBSET_DROP = 24
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
-PR_SET_KEEPCAPS = 8
 SECCOMP_SET_MODE_FILTER = 1
-SECCOMP_FILTER_FLAG_TSYNC = 1
 CAP_VERSION_3 = 0x20080522
 
 MAX_FDS = 32
@@ -94,7 +96,6 @@ class Zygote:
     def __init__(self, sock):
         self.sock = sock
         self.cfg = {}
-        self.filter = None  # keeps the seccomp program alive
         self.pid = os.getpid()
         # To point pid_for_children back at our own namespace after a fork.
         self.self_pidfd = os.pidfd_open(self.pid)
@@ -123,10 +124,6 @@ class Zygote:
 
     def configure(self, cfg):
         self.cfg = cfg
-        prog = base64.b64decode(cfg.get("seccomp") or "")
-        if prog:
-            buf = ctypes.create_string_buffer(prog, len(prog))
-            self.filter = (buf, SockFprog(len(prog) // 8, ctypes.addressof(buf)))
         errors = {}
         for name in cfg.get("preload", []):
             try:
@@ -280,7 +277,6 @@ class Zygote:
             for fd in procs:
                 os.write(fd, b"0")
             check(libc.syscall(self.cfg["nr_setns"], pidfd, JOIN & ~CLONE_NEWPID), "setns")
-            os.setsid()
             keep = {0, 1, 2, 3}
             if ruleset >= 0:
                 # Park the ruleset where the range close below misses it.
@@ -295,7 +291,7 @@ class Zygote:
                     signal.signal(sig, signal.SIG_DFL)
                 except (OSError, ValueError, RuntimeError):
                     pass
-            self.drop(req, ruleset)
+            enter(req["entry"], ruleset)
         except BaseException as e:
             # Nothing has run yet; say why, in the session protocol, and stop.
             self.fail("%s: %s" % (type(e).__name__, e))
@@ -312,48 +308,6 @@ class Zygote:
         finally:
             os._exit(3)
 
-    def drop(self, req, ruleset):
-        cfg = self.cfg
-        os.chdir("/workspace")
-        import resource
-        for res, cur, mx in req.get("rlimits", []):
-            resource.setrlimit(res, (cur, mx))
-        for cap in range(int(cfg["cap_last_cap"]) + 1):
-            check(libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), "drop capability %d" % cap)
-        uid, gid = int(cfg["uid"]), int(cfg["gid"])
-        os.setgroups([])
-        os.setresgid(gid, gid, gid)
-        check(libc.prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0), "keepcaps")
-        os.setresuid(uid, uid, uid)
-        hdr = CapHeader(CAP_VERSION_3, 0)
-        data = (CapData * 2)()
-        check(libc.syscall(cfg["nr_capset"], ctypes.byref(hdr), ctypes.byref(data)), "capset")
-        check(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "ambient")
-        check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-        if ruleset >= 0:
-            check(libc.syscall(cfg["nr_landlock_restrict_self"], ruleset, 0), "landlock")
-        if self.filter is not None:
-            check(libc.syscall(cfg["nr_seccomp"], SECCOMP_SET_MODE_FILTER,
-                               SECCOMP_FILTER_FLAG_TSYNC, ctypes.byref(self.filter[1])), "seccomp")
-        self.verify(uid, gid)
-
-    def verify(self, uid, gid):
-        status = {}
-        with open("/proc/self/status") as f:
-            for line in f:
-                k, _, v = line.partition(":")
-                status[k] = v.strip()
-        want = {k: "0000000000000000" for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")}
-        want["NoNewPrivs"] = "1"
-        want["Uid"] = "\t".join([str(uid)] * 4)
-        want["Gid"] = "\t".join([str(gid)] * 4)
-        want["Groups"] = ""
-        if self.filter is not None:
-            want["Seccomp"] = "2"
-        for k, v in want.items():
-            if status.get(k) != v:
-                raise RuntimeError("refusing to run: %s is %r, want %r" % (k, status.get(k), v))
-
     def reseed(self):
         # Every child starts from the same memory image: give each its own
         # random state (random reseeds itself on os.fork; numpy does not).
@@ -363,6 +317,126 @@ class Zygote:
                 np.random.seed()
             except Exception:
                 pass
+
+
+# The sandbox entry (jail.Entry, see internal/jail/entry.go). One function
+# per kind of step, each one system call with the step's own arguments;
+# which steps, in which order, with which values, is the plan's business.
+
+def _rlimit(step, nr, ruleset):
+    import resource
+    resource.setrlimit(step["resource"], (step["cur"], step["max"]))
+
+
+def _cap_bounding_drop(step, nr, ruleset):
+    for cap in step["caps"]:
+        check(libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), "capability %d" % cap)
+
+
+def _cap_ambient_clear(step, nr, ruleset):
+    check(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "prctl")
+
+
+def _cap_inheritable_clear(step, nr, ruleset):
+    hdr = CapHeader(CAP_VERSION_3, 0)
+    data = (CapData * 2)()
+    check(libc.syscall(nr["capget"], ctypes.byref(hdr), ctypes.byref(data)), "capget")
+    data[0].inheritable = data[1].inheritable = 0
+    check(libc.syscall(nr["capset"], ctypes.byref(hdr), ctypes.byref(data)), "capset")
+
+
+def _no_new_privs(step, nr, ruleset):
+    check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl")
+
+
+def _landlock_restrict_self(step, nr, ruleset):
+    if ruleset < 0:
+        raise RuntimeError("no Landlock ruleset was sent")
+    check(libc.syscall(nr["landlock_restrict_self"], ruleset, 0), "landlock_restrict_self")
+
+
+def _seccomp_filter(step, nr, ruleset):
+    prog = base64.b64decode(step["filter"])
+    if not prog or len(prog) % 8:
+        raise RuntimeError("a filter of %d bytes" % len(prog))
+    buf = ctypes.create_string_buffer(prog, len(prog))
+    fprog = SockFprog(len(prog) // 8, ctypes.addressof(buf))
+    check(libc.syscall(nr["seccomp"], SECCOMP_SET_MODE_FILTER, 0, ctypes.byref(fprog)), "seccomp")
+
+
+def _set_gid(step, nr, ruleset):
+    os.setresgid(step["id"], step["id"], step["id"])
+
+
+def _set_uid(step, nr, ruleset):
+    os.setresuid(step["id"], step["id"], step["id"])
+
+
+def _cap_clear(step, nr, ruleset):
+    hdr = CapHeader(CAP_VERSION_3, 0)
+    data = (CapData * 2)()
+    check(libc.syscall(nr["capset"], ctypes.byref(hdr), ctypes.byref(data)), "capset")
+
+
+STEPS = {
+    "rlimit": _rlimit,
+    "cap_bounding_drop": _cap_bounding_drop,
+    "cap_ambient_clear": _cap_ambient_clear,
+    "cap_inheritable_clear": _cap_inheritable_clear,
+    "no_new_privs": _no_new_privs,
+    "landlock_restrict_self": _landlock_restrict_self,
+    "seccomp_filter": _seccomp_filter,
+    "setsid": lambda step, nr, ruleset: os.setsid(),
+    "setgroups": lambda step, nr, ruleset: os.setgroups([]),
+    "set_gid": _set_gid,
+    "set_uid": _set_uid,
+    "cap_clear": _cap_clear,
+    "chdir": lambda step, nr, ruleset: os.chdir(step["path"]),
+    "dumpable": lambda step, nr, ruleset: check(libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl"),
+}
+
+
+def enter(plan, ruleset):
+    """Makes every step of the plan, in order, then verifies the end state
+    the plan expects; raises (and so refuses the start) on anything else."""
+    nr = plan["syscalls"]
+    for step in plan["steps"]:
+        fn = STEPS.get(step["op"])
+        if fn is None:
+            raise RuntimeError("entry step %r: unknown" % step["op"])
+        try:
+            fn(step, nr, ruleset)
+        except OSError as e:
+            raise RuntimeError("entry step %s: %s" % (step["op"], e)) from None
+    verify(plan["expect"], nr)
+
+
+def verify(expect, nr):
+    status = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            status[k] = v.strip()
+    for k in sorted(expect["status"]):
+        v = expect["status"][k]
+        if status.get(k) != v:
+            raise RuntimeError("refusing to run: the program's %s is %r, want %r" % (k, status.get(k), v))
+    owner = os.stat("/proc/self").st_uid
+    if owner != expect["proc_owner"]:
+        raise RuntimeError("refusing to run: the program's /proc entries belong to %d, want %d" % (owner, expect["proc_owner"]))
+    for p in expect.get("probes") or []:
+        if p["op"] != "mknodat":
+            raise RuntimeError("entry: unknown probe %r" % p["op"])
+        path = os.path.join(p["dir"], p["prefix"] + os.urandom(8).hex())
+        ctypes.set_errno(0)
+        r = libc.syscall(nr["mknodat"], ctypes.c_int(-100), path.encode(), ctypes.c_uint(p["mode"]),
+                         ctypes.c_uint(p["dev"]))
+        err = ctypes.get_errno() if r < 0 else 0
+        if r == 0:
+            os.unlink(path)
+        if err != p["errno"]:
+            raise RuntimeError("refusing to run: %s is not enforced (mknodat %s: %s, want %s)" % (
+                p["layer"], path, os.strerror(err) if err else "success", os.strerror(p["errno"])))
 
 
 def main():

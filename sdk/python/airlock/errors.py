@@ -11,7 +11,7 @@ import builtins
 __all__ = [
     "AirlockError", "InvalidArgumentError", "AuthenticationError", "NotFoundError",
     "PermissionDeniedError", "MethodNotAllowedError", "ConflictError", "TooLargeError",
-    "RateLimitError", "SessionEndedError", "TimeoutError", "UnsupportedError",
+    "RateLimitError", "QuotaExceededError", "SessionEndedError", "TimeoutError", "UnsupportedError",
     "UnavailableError", "ServerError", "ConnectionError", "CODES", "error_for",
 ]
 
@@ -75,6 +75,11 @@ class RateLimitError(AirlockError):
     """
 
 
+class QuotaExceededError(RateLimitError):
+    """429: the API key's tenant used up a quota for now (sessions, executions per minute, CPU per day);
+    ``retry_after`` says when to come back."""
+
+
 class SessionEndedError(AirlockError):
     """410: the session ended; ``end_code`` says why (out_of_memory, idle_timeout, deleted...)."""
 
@@ -108,6 +113,7 @@ CODES = {
     "method_not_allowed": MethodNotAllowedError,
     "conflict": ConflictError,
     "too_large": TooLargeError,
+    "quota_exceeded": QuotaExceededError,
     "limit_reached": RateLimitError,
     "session_ended": SessionEndedError,
     "timeout": TimeoutError,

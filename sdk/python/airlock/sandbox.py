@@ -37,6 +37,13 @@ def _limits(limits):
     return dict(limits)
 
 
+def _network(network):
+    """network as the API takes it: {"allow": [names]}; a list of names is shorthand for it."""
+    if isinstance(network, (list, tuple)):
+        return {"allow": list(network)}
+    return network
+
+
 def _input_files(files):
     """files as {path: str|bytes} or [(path, str|bytes)] -> the API's list."""
     if not files:
@@ -99,8 +106,9 @@ class Sandbox:
                base_url=None, token=None, request_timeout=None, **extra):
         """Creates a session. ``language``: python, bash or javascript;
         ``limits``: {"memory": "1G", "timeout": 60, "cpu_time": ...} (each
-        at most the server's maximum); ``network``: passed to servers that
-        offer egress; ``env``: variables; ``timeout``: seconds without use
+        at most the server's maximum); ``network``: the hosts the sandbox
+        may reach, {"allow": ["pypi.org", "*.example.com:8443"]} or just the
+        list (where the server offers egress); ``env``: variables; ``timeout``: seconds without use
         after which the session ends (its idle timeout); ``base_url`` and
         ``token`` default to AIRLOCK_URL and AIRLOCK_TOKEN."""
         t = Transport(base_url, token, request_timeout)
@@ -108,7 +116,7 @@ class Sandbox:
         if limits is not None:
             body["limits"] = _limits(limits)
         if network is not None:
-            body["network"] = network
+            body["network"] = _network(network)
         if env:
             body["env"] = dict(env)
         if timeout is not None:
@@ -332,24 +340,47 @@ class Commands:
         self._s._t.call("POST", self._s._path("/commands/" + quote(command_id) + "/stdin"), body)
 
 
-def run(code, files=None, language="python", limits=None, env=None, base_url=None, token=None,
+def run(code, files=None, language="python", limits=None, env=None, network=None, base_url=None, token=None,
         on_stdout=None, on_stderr=None, on_result=None, on_error=None, request_timeout=None):
     """Runs code once in a fresh sandbox that is destroyed afterwards
     (POST /v1/execute) and returns a RunResult: an Execution plus the
     ``files`` the code wrote (bytes). ``files`` are placed in /workspace
     first: {"in.csv": "a,b\\n1,2\\n"} (str or bytes)."""
-    t = Transport(base_url, token, request_timeout)
     body = {"language": language, "code": code}
+    return _once("/v1/execute", body, files, limits, env, network, base_url, token,
+                 _Streamer(on_stdout, on_stderr, on_result, on_error), request_timeout)
+
+
+def run_program(code, args=None, filename=None, files=None, language="python", limits=None, env=None,
+                network=None, base_url=None, token=None, on_stdout=None, on_stderr=None, request_timeout=None):
+    """Runs code as a program, once, in a fresh sandbox (POST /v1/run): it
+    is written to /workspace/filename (main.py by default) and run as
+    ``python3 FILE ARGS`` would run it. Returns a RunResult whose
+    ``exit_code`` is the program's status, with its output and the files it
+    wrote."""
+    body = {"language": language, "code": code}
+    if args:
+        body["args"] = [str(a) for a in args]
+    if filename:
+        body["filename"] = filename
+    return _once("/v1/run", body, files, limits, env, network, base_url, token,
+                 _Streamer(on_stdout, on_stderr, None, None), request_timeout)
+
+
+def _once(path, body, files, limits, env, network, base_url, token, streamer, request_timeout):
+    t = Transport(base_url, token, request_timeout)
     if files:
         body["files"] = _input_files(files)
     if limits is not None:
         body["limits"] = _limits(limits)
     if env:
         body["env"] = dict(env)
+    if network is not None:
+        body["network"] = _network(network)
     wait = (_seconds((limits or {}).get("timeout")) or _DEFAULT_EXEC_TIMEOUT) + t.request_timeout
-    if on_stdout or on_stderr or on_result or on_error:
-        end = t.stream("/v1/execute", body, _Streamer(on_stdout, on_stderr, on_result, on_error), timeout=wait)
+    if streamer.on_stdout or streamer.on_stderr or streamer.on_result or streamer.on_error:
+        end = t.stream(path, body, streamer, timeout=wait)
         r = dict(end.get("result") or {})
         r["files"], r["limits"] = end.get("files"), end.get("limits")
         return RunResult(r)
-    return RunResult(t.call("POST", "/v1/execute", body, timeout=wait))
+    return RunResult(t.call("POST", path, body, timeout=wait))

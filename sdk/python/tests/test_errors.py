@@ -58,7 +58,7 @@ class ErrorsTest(unittest.TestCase):
 
     def test_every_code_has_its_class(self):
         statuses = {"invalid_argument": 400, "unauthorized": 401, "not_found": 404, "permission_denied": 403,
-                    "method_not_allowed": 405, "conflict": 409, "too_large": 413, "limit_reached": 429,
+                    "method_not_allowed": 405, "conflict": 409, "too_large": 413, "quota_exceeded": 429, "limit_reached": 429,
                     "session_ended": 410, "timeout": 504, "unsupported": 501, "unavailable": 503, "internal": 500}
         self.assertEqual(set(statuses), set(errors.CODES))
         for code, status in statuses.items():
@@ -79,6 +79,11 @@ class ErrorsTest(unittest.TestCase):
         with self.assertRaises(airlock.RateLimitError) as cm:
             Sandbox.create(base_url=self.url)
         self.assertEqual(cm.exception.retry_after, 3.0)
+        _Handler.script = {"/v1/sessions": (429, {"Retry-After": "60"}, _err("quota_exceeded", "quota"))}
+        with self.assertRaises(airlock.RateLimitError) as cm:  # a quota is a rate limit too
+            Sandbox.create(base_url=self.url)
+        self.assertIsInstance(cm.exception, airlock.QuotaExceededError)
+        self.assertEqual(cm.exception.retry_after, 60.0)
 
     def test_session_ended_end_code(self):
         _Handler.script = {"/v1/sessions/s1": (410, {}, _err("session_ended", "session ended: out of memory",
@@ -116,6 +121,8 @@ class ErrorsTest(unittest.TestCase):
         self.assertEqual(sbx.run_code("print('hi')").logs.stdout, "hi\n")
         self.assertEqual(_Handler.seen[1][1], "/v1/sessions/s%2F1/execute")
         Sandbox.create(base_url=self.url + "/base/", token="")  # no token: no header
+        Sandbox.create(base_url=self.url, network=["pypi.org"])  # a list is shorthand for allow
+        self.assertEqual(json.loads(_Handler.seen[3][3])["network"], {"allow": ["pypi.org"]})
         self.assertEqual(_Handler.seen[2][1], "/base/v1/sessions")
         self.assertNotIn("Authorization", _Handler.seen[2][2])
 

@@ -216,6 +216,25 @@ class LifecycleTest(unittest.TestCase):
         with self.assertRaises(airlock.InvalidArgumentError):
             Sandbox.create(base_url="ftp://example")
 
+    def test_quota(self):
+        token = os.environ.get("AIRLOCK_QUOTA_TOKEN")
+        if not token:
+            support.skip(self, "AIRLOCK_QUOTA_TOKEN (an API key allowed one session) is not set; the Go test sets it")
+        with Sandbox.create(token=token) as sbx:
+            with self.assertRaises(airlock.QuotaExceededError) as cm:
+                Sandbox.create(token=token)
+            self.assertIsInstance(cm.exception, airlock.RateLimitError)
+            self.assertEqual((cm.exception.code, cm.exception.status), ("quota_exceeded", 429))
+            self.assertIn("max_sessions", cm.exception.message)
+            self.assertGreater(cm.exception.retry_after, 0)
+            self.assertEqual(sbx.run_code("1 + 1").text, "2")
+        with Sandbox.create(token=token) as sbx:  # the session ended: room again
+            self.assertEqual(sbx.run_code("2 + 2").text, "4")
+        # another tenant's session does not exist for this key
+        with Sandbox.create() as mine:
+            with self.assertRaises(airlock.NotFoundError):
+                Sandbox.connect(mine.id, token=token)
+
     def test_busy_session_is_a_conflict(self):
         with Sandbox.create() as sbx:
             started = threading.Event()
@@ -248,6 +267,17 @@ class LifecycleTest(unittest.TestCase):
         self.assertEqual(r.file("f.txt").content, b"x\n")
         r = airlock.run("1/0")
         self.assertEqual(r.error.name, "ZeroDivisionError")
+
+    def test_program_run(self):
+        r = airlock.run_program("import sys\nprint(sys.argv[1:])\nopen('o.txt', 'w').write('x')\nsys.exit(3)",
+                                args=["a", 2])
+        self.assertEqual((r.exit_code, r.logs.stdout), (3, "['a', '2']\n"))
+        self.assertEqual(r.file("o.txt").content, b"x")
+        out = []
+        r = airlock.run_program("echo $0 $1; printf '\\377' >&1", args=["arg"], language="bash", filename="s.sh",
+                                on_stdout=out.append)
+        self.assertEqual(r.exit_code, 0)
+        self.assertTrue("".join(out).startswith("/workspace/s.sh arg\n"), out)
 
     def test_unix_socket(self):
         sock = os.environ.get("AIRLOCK_SOCKET")

@@ -1,0 +1,91 @@
+package e2e
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"airlock/internal/testenv"
+)
+
+// The sandbox entry, seen from inside real sessions: a pooled Python
+// session (its runtime forked by the template, never exec'd) and a bash
+// session (spawned by the sandbox's init) read their own
+// /proc/self/status and try what only Landlock refuses. Both must show
+// every layer (jail.planEntry's expectation).
+func TestSessionEntryStatus(t *testing.T) {
+	s := sharedServer(t)
+	filters := ownSeccompFilters(t) + 1
+	want := map[string]string{
+		"CapInh": "0000000000000000", "CapPrm": "0000000000000000", "CapEff": "0000000000000000",
+		"CapBnd": "0000000000000000", "CapAmb": "0000000000000000", "NoNewPrivs": "1",
+		"Seccomp": "2", "Seccomp_filters": strconv.Itoa(filters),
+		"Uid": "1000\t1000\t1000\t1000", "Gid": "1000\t1000\t1000\t1000", "Groups": "",
+		// A character device in /tmp: refused by Landlock (EACCES) before
+		// the missing CAP_MKNOD (EPERM) is looked at.
+		"mknod": "EACCES",
+	}
+	cases := []struct {
+		lang, code string
+	}{
+		{"python", `
+import errno, os
+print(open("/proc/self/status").read())
+print("cmdline:", open("/proc/self/cmdline").read().replace("\0", " "))
+try:
+    os.mknod("/tmp/dev", 0o20600, os.makedev(1, 3))
+    print("mknod: ok")
+except OSError as e:
+    print("mknod:", errno.errorcode[e.errno])
+`},
+		{"bash", `
+while IFS= read -r line; do echo "$line"; done < /proc/$$/status
+if python3 -c 'import os; os.mknod("/tmp/dev", 0o20600, os.makedev(1, 3))' 2>/tmp/err; then echo "mknod: ok"
+else grep -q "Permission denied" /tmp/err && echo "mknod: EACCES" || { echo -n "mknod: "; cat /tmp/err; }; fi
+`},
+	}
+	for _, c := range cases {
+		t.Run(c.lang, func(t *testing.T) {
+			id := s.newSession(c.lang, nil)
+			r := s.exec(id, c.code)
+			got := map[string]string{}
+			for _, l := range strings.Split(r.Stdout, "\n") {
+				k, v, ok := strings.Cut(l, ":")
+				if ok {
+					got[k] = strings.TrimSpace(v)
+				}
+			}
+			for k, v := range want {
+				if got[k] != v {
+					t.Errorf("%s: %q, want %q\n%s%s", k, got[k], v, r.Stdout, r.Stderr)
+				}
+			}
+			// The Python session is the template's child: the start path
+			// this test is about.
+			if c.lang == "python" && !strings.Contains(got["cmdline"], "airlock_zygote") {
+				t.Errorf("the python session was not forked by the template: cmdline %q\n%s", got["cmdline"], s.stderr.String())
+			}
+		})
+	}
+}
+
+// ownSeccompFilters is how many seccomp filters the test (and so the
+// server it starts) already runs under.
+func ownSeccompFilters(t *testing.T) int {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Seccomp_filters:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	testenv.Skip(t, "this kernel does not report Seccomp_filters")
+	return 0
+}

@@ -1,0 +1,218 @@
+package audit
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"airlock/internal/apitype"
+	"airlock/internal/config"
+	"airlock/internal/errdefs"
+	"airlock/internal/session"
+	"airlock/internal/store"
+)
+
+func open(t *testing.T, code string) (*Log, *store.DB) {
+	t.Helper()
+	db, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	cfg := config.Default().Audit
+	cfg.Code = code
+	l := New(db, cfg, slog.New(slog.DiscardHandler))
+	t.Cleanup(l.Close)
+	return l, db
+}
+
+func all(t *testing.T, l *Log, q store.AuditQuery) []apitype.AuditRecord {
+	t.Helper()
+	if err := l.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	recs, _, err := l.Query(context.Background(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
+var caller = session.Caller{Tenant: "t1", KeyID: "key_1", RequestID: "req-1"}
+
+// Every kind of operation becomes one record with its fields.
+func TestRecordsPerKind(t *testing.T) {
+	l, _ := open(t, "full")
+	l.SessionCreated(session.SessionEvent{Caller: caller, Session: "s1", Language: "python", Duration: 3 * time.Millisecond})
+	l.ExecutionStarted(session.ExecutionEvent{Caller: caller, Kind: session.ExecSession, Session: "s1"})
+	l.ExecutionFinished(session.ExecutionEvent{Caller: caller, Kind: session.ExecSession, Session: "s1", Language: "python", ID: "e1", Code: "print(1)",
+		Duration: time.Second, CPU: 500 * time.Millisecond, PeakMemory: 1 << 20, ExitCode: 0, OutputBytes: 2, FilesChanged: 1, Redactions: 2, CodeFlags: []string{"net"}})
+	l.ExecutionFinished(session.ExecutionEvent{Caller: caller, Kind: session.ExecCommand, Session: "s1", Language: "bash", ID: "c1", Code: "ls", ExitCode: 2})
+	l.ExecutionFinished(session.ExecutionEvent{Caller: caller, Kind: session.ExecOneShot, Session: "tmp", Language: "python", Code: "1/0", Error: "ZeroDivisionError", ExitCode: 1, InputBytes: 10})
+	l.ExecutionFinished(session.ExecutionEvent{Caller: caller, Kind: session.ExecProgram, Session: "tmp", Language: "python", Code: "while 1: pass", Killed: true, KillReason: apitype.KillTimeout, ExitCode: 137})
+	l.FileTransferred(session.FileEvent{Caller: caller, Session: "s1", Op: session.FileUpload, Path: "a.csv", Bytes: 100})
+	l.FileTransferred(session.FileEvent{Caller: caller, Session: "s1", Op: session.FileDownload, Path: "a.png", Bytes: 200})
+	l.FileTransferred(session.FileEvent{Caller: caller, Session: "s1", Op: session.FileRemove, Path: "x", Err: errors.New("x: " + errdefs.ErrNotFound.Error())})
+	l.FileTransferred(session.FileEvent{Caller: caller, Session: "s1", Op: session.FileList})
+	l.Package(caller, "s1", "requests", nil)
+	l.Egress(caller, "s1", []apitype.EgressDecision{{Host: "pypi.org", Port: 443, Allowed: true}, {Host: "evil.example", Allowed: false}})
+	l.SessionEnded(session.SessionEvent{Caller: caller, Session: "s1", Language: "python", End: apitype.Ended(apitype.EndIdle)})
+
+	recs := all(t, l, store.AuditQuery{})
+	var kinds []string
+	for _, r := range recs {
+		kinds = append(kinds, r.Kind)
+		if r.Tenant != "t1" || r.KeyID != "key_1" || r.RequestID != "req-1" || r.Time.IsZero() || r.Seq == 0 {
+			t.Errorf("%s: caller or time missing: %+v", r.Kind, r)
+		}
+	}
+	want := "session.create execution command oneshot program file.upload file.download file.delete package.install egress session.end"
+	if strings.Join(kinds, " ") != want {
+		t.Fatalf("kinds %q, want %q", strings.Join(kinds, " "), want)
+	}
+	ex := recs[1]
+	if ex.Session != "s1" || ex.ID != "e1" || ex.Code != "print(1)" || ex.Outcome != "ok" || ex.ExitCode == nil || *ex.ExitCode != 0 ||
+		ex.DurationMs != 1000 || ex.CPUMs != 500 || ex.PeakMemory != 1<<20 || ex.FilesChanged != 1 || ex.BytesOut != 2 || ex.Redactions != 2 || len(ex.CodeFlags) != 1 {
+		t.Errorf("execution record: %+v", ex)
+	}
+	if r := recs[2]; r.Outcome != "error" || *r.ExitCode != 2 || r.Code != "ls" {
+		t.Errorf("command record: %+v", r)
+	}
+	if r := recs[3]; r.Session != "" || r.Error != "ZeroDivisionError" || r.Outcome != "error" || r.BytesIn != 10 {
+		t.Errorf("one-shot record (no client session): %+v", r)
+	}
+	if r := recs[4]; r.Outcome != "killed" || r.KillReason != apitype.KillTimeout {
+		t.Errorf("program record: %+v", r)
+	}
+	if r := recs[5]; r.Path != "a.csv" || r.BytesIn != 100 {
+		t.Errorf("upload: %+v", r)
+	}
+	if r := recs[6]; r.BytesOut != 200 {
+		t.Errorf("download: %+v", r)
+	}
+	if r := recs[7]; r.Outcome != "failed" {
+		t.Errorf("a failed delete: %+v", r)
+	}
+	if r := recs[9]; r.Outcome != "denied" || len(r.Egress) != 2 {
+		t.Errorf("egress: %+v", r)
+	}
+	if r := recs[10]; r.EndReason == "" {
+		t.Errorf("session end without its reason: %+v", r)
+	}
+	// Filters.
+	if n := len(all(t, l, store.AuditQuery{Kind: "file"})); n != 3 {
+		t.Errorf("kind=file: %d records, want 3", n)
+	}
+	if n := len(all(t, l, store.AuditQuery{Kind: "execution"})); n != 1 {
+		t.Errorf("kind=execution: %d", n)
+	}
+	if n := len(all(t, l, store.AuditQuery{Tenant: "t2"})); n != 0 {
+		t.Errorf("tenant=t2: %d", n)
+	}
+	page, next, _ := l.Query(context.Background(), store.AuditQuery{Limit: 4})
+	rest, last, _ := l.Query(context.Background(), store.AuditQuery{Limit: 100, After: page[3].Seq})
+	if len(page) != 4 || next == "" || len(rest) != len(recs)-4 || last != "" {
+		t.Errorf("pages: %d %q, %d %q", len(page), next, len(rest), last)
+	}
+}
+
+// What a record keeps of code follows audit.code.
+func TestCodeModes(t *testing.T) {
+	code := "password = 'hunter2'\nprint(password)"
+	sum := sha256.Sum256([]byte(code))
+	for _, c := range []struct {
+		mode, code, sha string
+		size            int
+	}{
+		{"full", code, "", len(code)},
+		{"sha256", "", hex.EncodeToString(sum[:]), len(code)},
+		{"none", "", "", 0},
+	} {
+		l, db := open(t, c.mode)
+		l.ExecutionFinished(session.ExecutionEvent{Caller: caller, Kind: session.ExecSession, Session: "s", Code: code})
+		r := all(t, l, store.AuditQuery{})[0]
+		if r.Code != c.code || r.CodeSHA256 != c.sha || r.CodeSize != c.size {
+			t.Errorf("%s: code %q sha %q size %d", c.mode, r.Code, r.CodeSHA256, r.CodeSize)
+		}
+		if c.mode != "full" {
+			// Not in the database at all, in any column.
+			l.Close()
+			raw, _ := readAll(db)
+			if strings.Contains(raw, "hunter2") {
+				t.Errorf("%s: the code is in the database", c.mode)
+			}
+		}
+	}
+}
+
+func readAll(db *store.DB) (string, error) {
+	recs, _, err := db.Audit(context.Background(), store.AuditQuery{})
+	var b strings.Builder
+	for _, r := range recs {
+		b.WriteString(r.Code + r.CodeSHA256 + r.Error)
+	}
+	return b.String(), err
+}
+
+// Retention removes records past the age, then the oldest past the size.
+func TestRetention(t *testing.T) {
+	db, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	old := time.Now().Add(-48 * time.Hour)
+	var recs []apitype.AuditRecord
+	for i := 0; i < 10; i++ {
+		recs = append(recs, apitype.AuditRecord{Time: old, Kind: "execution", Session: "old"})
+	}
+	for i := 0; i < 100; i++ {
+		recs = append(recs, apitype.AuditRecord{Time: time.Now(), Kind: "execution", Session: "new", Code: strings.Repeat("x", 1000)})
+	}
+	if err := db.AppendAudit(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	n, err := db.RetainAudit(ctx, 24*time.Hour, 0)
+	if err != nil || n != 10 {
+		t.Fatalf("by age: removed %d, %v; want 10", n, err)
+	}
+	if _, err := db.RetainAudit(ctx, 0, 50_000); err != nil {
+		t.Fatal(err)
+	}
+	left, _, _ := db.Audit(ctx, store.AuditQuery{})
+	if len(left) == 0 || len(left) > 50 {
+		t.Fatalf("by size: %d records left, want at most 50 of ~1 KB under 50 KB", len(left))
+	}
+	if left[len(left)-1].Seq != recs[len(recs)-1].Seq {
+		t.Errorf("the newest record was removed")
+	}
+}
+
+// A full queue drops records (counted) instead of blocking the caller.
+func TestFullQueueDrops(t *testing.T) {
+	db, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	cfg := config.Default().Audit
+	cfg.Queue = 1
+	// A log whose writer is not running: nothing drains the queue.
+	l := &Log{db: db, cfg: cfg, log: slog.New(slog.DiscardHandler), q: make(chan item, 1)}
+	start := time.Now()
+	for i := 0; i < 1000; i++ {
+		l.Record(apitype.AuditRecord{Kind: "execution"})
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("recording into a full queue took %s", d)
+	}
+	if l.Dropped() != 999 {
+		t.Errorf("dropped %d, want 999", l.Dropped())
+	}
+}

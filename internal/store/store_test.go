@@ -1,0 +1,107 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"airlock/internal/config"
+)
+
+func TestKeys(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	secret, k, err := db.CreateKey(ctx, "team-a", false, "ci")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(secret, KeyPrefix) || len(secret) != len(KeyPrefix)+64 || k.Tenant != "team-a" {
+		t.Fatalf("key %q %+v", secret, k)
+	}
+	got, ok, err := db.Authenticate(ctx, secret)
+	if err != nil || !ok || got.ID != k.ID || got.Tenant != "team-a" || got.Admin {
+		t.Fatalf("authenticate: %+v %v %v", got, ok, err)
+	}
+	for _, bad := range []string{"", "alk_", secret + "0", secret[:len(secret)-1], strings.ToUpper(secret), "Bearer " + secret} {
+		if _, ok, _ := db.Authenticate(ctx, bad); ok {
+			t.Errorf("%q authenticates", bad)
+		}
+	}
+	// Only the hash is stored.
+	raw, _ := os.ReadFile(filepath.Join(dir, FileName))
+	wal, _ := os.ReadFile(filepath.Join(dir, FileName+"-wal"))
+	if strings.Contains(string(raw)+string(wal), secret[len(KeyPrefix):]) {
+		t.Error("the secret is in the database file")
+	}
+	// A revocation, by another connection (another process: airlock keys
+	// revoke), holds from the next lookup on.
+	other, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.RevokeKey(ctx, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	other.Close()
+	if _, ok, _ := db.Authenticate(ctx, secret); ok {
+		t.Error("a revoked key authenticates")
+	}
+	if err := db.RevokeKey(ctx, "key_nope"); err == nil {
+		t.Error("revoking an unknown key succeeded")
+	}
+	if err := db.RevokeKey(ctx, k.ID); err != nil {
+		t.Errorf("revoking twice: %v", err)
+	}
+	keys, _ := db.Keys(ctx)
+	if len(keys) != 1 || keys[0].RevokedAt == nil {
+		t.Errorf("keys %+v", keys)
+	}
+	for _, bad := range []string{"", "-x", "a b", strings.Repeat("a", 65), "a/b"} {
+		if _, _, err := db.CreateKey(ctx, bad, false, ""); err == nil {
+			t.Errorf("tenant %q accepted", bad)
+		}
+	}
+	// Quotas round-trip.
+	q := config.Quotas{MaxSessions: 3, MaxLimits: config.Limits{Memory: 1 << 30}, Egress: "deny"}
+	if err := db.SetQuotas(ctx, "team-a", q); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := db.Quotas(ctx, "team-a"); err != nil || got.MaxSessions != 3 || got.MaxLimits.Memory != 1<<30 || got.Egress != "deny" {
+		t.Errorf("quotas %+v %v", got, err)
+	}
+	if got, _ := db.Quotas(ctx, "nobody"); got.MaxSessions != 0 {
+		t.Errorf("a tenant without quotas: %+v", got)
+	}
+}
+
+// Migrations run once; a database newer than the binary is refused.
+func TestMigrations(t *testing.T) {
+	dir := t.TempDir()
+	for i := 0; i < 2; i++ {
+		db, err := Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, _ := db.Version(); v != len(keyMigrations) {
+			t.Errorf("version %d, want %d", v, len(keyMigrations))
+		}
+		db.Close()
+	}
+	raw, _ := sql.Open("sqlite", filepath.Join(dir, FileName))
+	raw.Exec(`PRAGMA user_version = 99`)
+	raw.Close()
+	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "newer") {
+		t.Errorf("a newer schema: %v", err)
+	}
+	if _, err := Open("relative"); err == nil {
+		t.Error("a relative data_dir was accepted")
+	}
+}
