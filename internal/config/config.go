@@ -257,8 +257,8 @@ func Default() Config {
 			MaxSessionCommands:      16,
 		},
 		Network: DefaultNetwork(),
-		Audit: Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096, FlushInterval: Duration(50 * time.Millisecond)},
-		MCP:   MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute)},
+		Audit:   Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096, FlushInterval: Duration(50 * time.Millisecond)},
+		MCP:     MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute)},
 		Pool: Pool{
 			Size:     map[string]int{"python": 8, "bash": 2, "javascript": 2},
 			Zygote:   true,
