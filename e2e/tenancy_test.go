@@ -166,6 +166,10 @@ func TestTenantIsolationEveryRoute(t *testing.T) {
 	if l, err := b.Sessions(ctx); err != nil || len(l) != 0 {
 		t.Errorf("B lists %v, %v; want nothing", l, err)
 	}
+	// (A's records are committed by now: the admin reads them.)
+	if recs := s.waitAudit("admin-token", url.Values{"tenant": {"team-a"}}, 2); len(recs) < 2 {
+		t.Errorf("admin audit of team-a: %+v", recs)
+	}
 	for _, q := range []url.Values{{"session": {sa.ID}}, {"tenant": {"team-a"}}, {}} {
 		l, err := b.Audit(ctx, q)
 		if err != nil {
@@ -193,8 +197,8 @@ func TestTenantIsolationEveryRoute(t *testing.T) {
 	if l, err := admin.Sessions(ctx); err != nil || len(l) != 1 || l[0].ID != sa.ID {
 		t.Errorf("admin lists %v, %v", l, err)
 	}
-	if l, err := admin.Audit(ctx, url.Values{"tenant": {"team-a"}}); err != nil || len(l.Records) == 0 {
-		t.Errorf("admin audit of team-a: %v %v", l, err)
+	if recs := s.waitAudit("admin-token", url.Values{"tenant": {"team-a"}}, 2); len(recs) < 2 {
+		t.Errorf("admin audit of team-a: %+v", recs)
 	}
 
 	// Revoking A's key holds from its next request, for its open session too.

@@ -59,6 +59,7 @@ var scalarSchemas = map[string]reflect.Type{
 	"SessionEnded": reflect.TypeFor[string](), // the end_reason sentences
 	"EndCode":      reflect.TypeFor[apitype.EndCode](),
 	"MimeBundle":   reflect.TypeFor[map[string]json.RawMessage](),
+	"Isolation":    reflect.TypeFor[config.Isolation](),
 }
 
 // requiredExceptions are properties whose required-ness in the document
@@ -92,6 +93,7 @@ func enums() map[string][]string {
 		"Output.type":        str(apitype.OutputResult, apitype.OutputDisplay),
 		"FileChange.change":  str(apitype.Created, apitype.Modified, apitype.Deleted),
 		"Error.error.code":   codes,
+		"Isolation":          str(string(config.Native), string(config.GVisor)),
 	}
 }
 

@@ -257,7 +257,7 @@ func Default() Config {
 			MaxRichOutput:           32 << 20,
 			MaxSessionCommands:      16,
 		},
-		Audit:   Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096},
+		Audit:   Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096, FlushInterval: Duration(50 * time.Millisecond)},
 		MCP:     MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute)},
 		Metrics: Metrics{Enabled: true},
 		Log:     Log{Format: "text", Level: "info"},
@@ -391,8 +391,8 @@ func (c Config) Validate() error {
 	if a := c.Audit; a.Code != "full" && a.Code != "sha256" && a.Code != "none" {
 		errs = append(errs, fmt.Errorf("audit.code %q must be \"full\", \"sha256\" or \"none\"", a.Code))
 	}
-	if a := c.Audit; a.MaxAge < 0 || a.MaxSize < 0 || a.Queue < 1 || a.Queue > 1<<20 {
-		errs = append(errs, errors.New("audit.max_age and audit.max_size must not be negative (0: no bound), audit.queue between 1 and 1048576"))
+	if a := c.Audit; a.MaxAge < 0 || a.MaxSize < 0 || a.Queue < 1 || a.Queue > 1<<20 || a.FlushInterval < 0 || a.FlushInterval > Duration(10*time.Second) {
+		errs = append(errs, errors.New("audit.max_age and audit.max_size must not be negative (0: no bound), audit.queue between 1 and 1048576, audit.flush_interval between 0 and 10s"))
 	}
 	if s.MaxSessions < 1 || s.MaxConcurrentExecutions < 1 {
 		errs = append(errs, errors.New("server.max_sessions and server.max_concurrent_executions must be at least 1"))

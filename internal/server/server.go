@@ -37,6 +37,7 @@ import (
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/fontcache"
+	"airlock/internal/gvisor"
 	"airlock/internal/instance"
 	"airlock/internal/jail"
 	"airlock/internal/mcp"
@@ -165,13 +166,25 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	}
 
 	slots := &instance.Slots{}
-	var source instance.Source = &instance.Cold{Host: s.host, Slots: slots}
+	kernels, err := s.kernels(cfg)
+	if err != nil {
+		return nil, err
+	}
+	// The server's own isolation gets the warm pools; one a request may
+	// pick besides is built cold.
+	own := kernels[cfg.Isolation]
+	var source instance.Source = &instance.Cold{Kernel: own, Slots: slots}
 	if cfg.Pool.Zygote || anyPool(cfg) {
-		s.pool = pool.New(cfg, s.host, slots, s.log)
+		s.pool = pool.New(cfg, own, slots, s.log)
 		s.closers = append(s.closers, s.pool.Close)
 		source = s.pool
 	}
 	s.manager = session.NewManager(cfg, source, s.log)
+	for iso, k := range kernels {
+		if iso != cfg.Isolation {
+			s.manager.AddSource(iso, &instance.Cold{Kernel: k, Slots: slots})
+		}
+	}
 	s.manager.Observe(opts.Observers...)
 	s.api = api.New(s.manager, cfg, s.log, opts.Version)
 	if err := s.tenancy(); err != nil {
@@ -267,12 +280,52 @@ func (s *Server) inProcessClient(header http.Header) *client.Client {
 	return client.InProcess(s.api, opts...)
 }
 
+// kernels builds the kernels of the isolations the configuration uses.
+// A configured gVisor that cannot boot a sandbox now is an error: the
+// server refuses to start rather than run code with less isolation.
+func (s *Server) kernels(cfg config.Config) (map[config.Isolation]instance.Kernel, error) {
+	out := map[config.Isolation]instance.Kernel{}
+	for _, iso := range cfg.Isolations() {
+		switch iso {
+		case config.Native:
+			out[iso] = instance.Native{Host: s.host}
+		case config.GVisor:
+			runsc, err := gvisor.Find(cfg.GVisor.Runsc)
+			if err != nil {
+				return nil, err
+			}
+			opts := gvisor.OptionsFrom(cfg, runsc)
+			opts.RootFiles = runtimes.RootFiles()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			h, err := gvisor.NewHost(ctx, opts, s.host.Cgroups())
+			if err != nil {
+				return nil, err
+			}
+			s.closers = append(s.closers, func() { h.Close() })
+			probe, err := h.Probe(ctx, instance.GVisorPrefix+"probe", cfg.Defaults)
+			if err != nil {
+				return nil, fmt.Errorf("%w: gVisor is configured but cannot boot a sandbox here (run `airlock doctor`): %v", errdefs.ErrUnavailable, err)
+			}
+			s.log.Info("gvisor ready", "runsc", h.Describe(), "boot_ms", probe.Boot.Milliseconds(), "kernel", probe.Kernel)
+			out[iso] = instance.GVisor{Host: h, Preload: cfg.Pool.Preload}
+		}
+	}
+	return out, nil
+}
+
 // sweep removes the cgroups and root templates a previous server left.
 func (s *Server) sweep() {
-	for _, prefix := range []string{"s-", "zygote-"} {
+	for _, prefix := range []string{"s-", "zygote-", instance.GVisorPrefix} {
 		if err := s.host.Cgroups().Sweep(prefix, func(string) bool { return true }); err != nil {
 			s.log.Warn("removing cgroups left by a previous server", "err", err)
 		}
+	}
+	// gVisor sandboxes: their state directories and mounts, and the
+	// cgroups runsc made beside airlock's (the Sentry and gofer died
+	// with airlock's cgroups above).
+	if err := gvisor.Sweep(s.cfg.StateDir, s.cfg.CgroupParent, instance.GVisorPrefix); err != nil {
+		s.log.Warn("removing gVisor sandboxes left by a previous server", "err", err)
 	}
 	s.host.Cgroups().Sweep("r-", jail.StaleRun)
 	if err := s.host.SweepTemplates(); err != nil {
