@@ -1,10 +1,12 @@
-// Package config owns airlock's configuration: one struct with defaults,
-// loaded from an optional JSON file, checked by Validate, and the limit
-// types (sizes, durations, counts) that flags, the config file and API
-// requests share.
+// Package config owns airlock's configuration: one versioned struct with
+// defaults, loaded from an optional JSON file, overridden by AIRLOCK_*
+// environment variables, secrets read from their *_file variants, checked
+// by Validate, printed with secrets masked; and the limit types (sizes,
+// durations, counts) that flags, the config file and API requests share.
 //
 // It must never touch the host (no syscalls, no files other than the config
-// file it is asked to read), so that it stays a pure, fuzzable parser.
+// file and the secret files it is asked to read), so that it stays a pure,
+// fuzzable parser.
 package config
 
 import (
@@ -156,8 +158,10 @@ type Server struct {
 	// allowed only with a loopback listen address).
 	Auth string `json:"auth"`
 	// Token, when set, is accepted as an admin API key (the single shared
-	// token of earlier versions; prefer keys).
-	Token string `json:"token"`
+	// token of earlier versions; prefer keys). TokenFile names a file
+	// holding it instead (a mounted secret).
+	Token     string `json:"token"`
+	TokenFile string `json:"token_file,omitempty"`
 	// MaxSessions caps live sessions (pooled sandboxes not counted).
 	MaxSessions int `json:"max_sessions"`
 	// MaxConcurrentExecutions caps executions running at once, one-shot
@@ -270,12 +274,31 @@ func Default() Config {
 	}
 }
 
-// Load reads a JSON config file over the defaults. Unknown fields are an
-// error, so that a typo does not silently fall back to a default.
-func Load(path string) (Config, error) {
+// Load reads a JSON config file over the defaults, then the AIRLOCK_*
+// environment variables over both, then the secrets' files. Unknown
+// fields are an error, so that a typo does not silently fall back to a
+// default.
+func Load(path string) (Config, error) { return LoadEnv(path, os.Environ()) }
+
+// LoadEnv is Load with the environment env (KEY=VALUE lines).
+func LoadEnv(path string, env []string) (Config, error) {
+	c, err := loadFile(path)
+	if err != nil {
+		return Config{}, err
+	}
+	if err := c.ApplyEnv(env); err != nil {
+		return Config{}, err
+	}
+	if err := c.loadSecretFiles(); err != nil {
+		return Config{}, err
+	}
+	return c, c.Validate()
+}
+
+func loadFile(path string) (Config, error) {
 	c := Default()
 	if path == "" {
-		return c, c.Validate()
+		return c, nil
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -289,7 +312,7 @@ func Load(path string) (Config, error) {
 	if err := Decode(data, &c); err != nil {
 		return Config{}, fmt.Errorf("config %s: %w", path, err)
 	}
-	return c, c.Validate()
+	return c, nil
 }
 
 // Decode strictly decodes JSON into v: unknown fields and trailing data
