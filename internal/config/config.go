@@ -98,14 +98,11 @@ type Config struct {
 	// --tenant T with quota flags) override them field by field.
 	Quotas Quotas `json:"quotas"`
 	Audit  Audit  `json:"audit"`
-<<<<<<< HEAD
 	// Network configures egress by allowlist.
 	Network Network `json:"network"`
-=======
 	// Metrics and Log: observability (see observe.go).
 	Metrics Metrics `json:"metrics"`
 	Log     Log     `json:"log"`
->>>>>>> main
 }
 
 // Isolation names a kernel sandboxes can run on.
@@ -266,16 +263,11 @@ func Default() Config {
 			MaxRichOutput:           32 << 20,
 			MaxSessionCommands:      16,
 		},
-<<<<<<< HEAD
 		Network: DefaultNetwork(),
-		Audit:   Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096, FlushInterval: Duration(50 * time.Millisecond)},
-		MCP:     MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute)},
-=======
 		Audit:   Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096, FlushInterval: Duration(50 * time.Millisecond)},
 		MCP:     MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute)},
 		Metrics: Metrics{Enabled: true},
 		Log:     Log{Format: "text", Level: "info"},
->>>>>>> main
 		Pool: Pool{
 			Size:     map[string]int{"python": 8, "bash": 2, "javascript": 2},
 			Zygote:   true,
