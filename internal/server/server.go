@@ -34,6 +34,7 @@ import (
 	"airlock/internal/api"
 	"airlock/internal/audit"
 	"airlock/internal/client"
+	"airlock/internal/cluster"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/instance"
@@ -116,6 +117,14 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	if opts.Stderr == nil {
 		opts.Stderr = os.Stderr
 	}
+	if cfg.Server.TokenFile != "" {
+		// A mounted secret: read once, at start.
+		tok, err := readToken(cfg.Server.TokenFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Server.Token = tok
+	}
 	s := &Server{cfg: cfg, opts: opts, log: opts.Log}
 	// The template's runtimes are its children; should it die, they
 	// become ours instead of the host init's, and are reaped here (see
@@ -152,7 +161,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		s.closers = append(s.closers, func() { unixLn.Close(); os.Remove(path) })
 	}
 
-	slots := &instance.Slots{}
+	slots := instance.NewSlots(s.host.Layout())
 	var source instance.Source = &instance.Cold{Host: s.host, Slots: slots}
 	if cfg.Pool.Zygote || anyPool(cfg) {
 		s.pool = pool.New(cfg, s.host, slots, s.log)
@@ -160,8 +169,19 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		source = s.pool
 	}
 	s.manager = session.NewManager(cfg, source, s.log)
+	// In a cluster, session ids carry this server's name and boot
+	// epoch (after the state lock: the epoch is recorded there).
+	ident, err := cluster.Load(cfg.Cluster, cfg.StateDir, os.Getenv, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	s.manager.SetIdentity(ident)
 	s.manager.Observe(opts.Observers...)
 	s.api = api.New(s.manager, cfg, s.log, opts.Version)
+	if ident != nil {
+		s.api.Pod = ident.Pod
+		s.log.Info("serving as one server of a cluster", "pod", ident.Pod, "boot_epoch", ident.Epoch)
+	}
 	if err := s.tenancy(); err != nil {
 		return nil, err
 	}
@@ -336,6 +356,20 @@ func listenUnix(path string) (net.Listener, error) {
 	}
 	ln.(*net.UnixListener).SetUnlinkOnClose(false) // removed at shutdown
 	return ln, nil
+}
+
+// readToken reads server.token_file: the token, white space around it
+// dropped (a secret written by echo has a newline).
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%w: server.token_file: %v", errdefs.ErrInvalidArgument, err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" || strings.ContainsAny(tok, " \t\r\n") || len(tok) > 4096 {
+		return "", fmt.Errorf("%w: server.token_file %s must hold one token (1 to 4096 characters, no white space inside)", errdefs.ErrInvalidArgument, path)
+	}
+	return tok, nil
 }
 
 // lockState takes an exclusive lock on the state directory.
