@@ -20,6 +20,7 @@ import (
 	"airlock/internal/apitype"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
+	"airlock/internal/fontcache"
 	"airlock/internal/jail"
 	"airlock/internal/runtimes"
 	"airlock/internal/workspace"
@@ -222,6 +223,11 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	jail.Trace("host ready")
 	host.Cgroups().Sweep("r-", jail.StaleRun)
 	jail.Trace("swept")
+	// Once per host: later runs copy the list, first plots stay fast and
+	// fontconfig leaves nothing behind.
+	if _, err := fontcache.Ensure(ctx, host, cfg); err != nil {
+		fmt.Fprintf(stderr, "airlock: warning: %v\n", err)
+	}
 
 	slot, err := host.CLISlot()
 	if err != nil {

@@ -60,6 +60,7 @@ var scalarSchemas = map[string]reflect.Type{
 	"SessionEnded": reflect.TypeFor[string](), // the end_reason sentences
 	"EndCode":      reflect.TypeFor[apitype.EndCode](),
 	"MimeBundle":   reflect.TypeFor[map[string]json.RawMessage](),
+	"Isolation":    reflect.TypeFor[config.Isolation](),
 }
 
 // requiredExceptions are properties whose required-ness in the document
@@ -93,6 +94,7 @@ func enums() map[string][]string {
 		"Output.type":        str(apitype.OutputResult, apitype.OutputDisplay),
 		"FileChange.change":  str(apitype.Created, apitype.Modified, apitype.Deleted),
 		"Error.error.code":   codes,
+		"Isolation":          str(string(config.Native), string(config.GVisor)),
 	}
 }
 

@@ -32,6 +32,10 @@ type CreateSessionRequest struct {
 	Limits      config.Limits     `json:"limits,omitzero"`
 	Env         map[string]string `json:"env,omitempty"`
 	IdleTimeout config.Duration   `json:"timeout_idle,omitempty"`
+	// Isolation picks the kernel: "native" or "gvisor"; empty is the
+	// server's own. The server's allow_isolation decides what may be
+	// asked for.
+	Isolation config.Isolation `json:"isolation,omitempty"`
 }
 
 // Session states.
@@ -54,6 +58,8 @@ type Session struct {
 	IdleTimeout config.Duration `json:"timeout_idle"`
 	Limits      config.Limits   `json:"limits"`
 	Executions  int             `json:"executions"`
+	// Isolation is the kernel the session's code runs on.
+	Isolation config.Isolation `json:"isolation"`
 	// Sandbox names the session's cgroup under the server's cgroup
 	// parent, for operators (and the benchmark's memory figures).
 	Sandbox string `json:"sandbox"`
@@ -151,6 +157,8 @@ type OneShotRequest struct {
 	Files    []InputFile       `json:"files,omitempty"`
 	Limits   config.Limits     `json:"limits,omitzero"`
 	Env      map[string]string `json:"env,omitempty"`
+	// Isolation as in CreateSessionRequest.
+	Isolation config.Isolation `json:"isolation,omitempty"`
 }
 
 // ProgramRequest runs a program file once in a fresh sandbox, as `airlock
@@ -167,6 +175,8 @@ type ProgramRequest struct {
 	Env      map[string]string `json:"env,omitempty"`
 	// FileContents false lists output files without their content.
 	FileContents *bool `json:"file_contents,omitempty"`
+	// Isolation as in CreateSessionRequest.
+	Isolation config.Isolation `json:"isolation,omitempty"`
 }
 
 // OutputFile is a file a one-shot or program run created or modified.
@@ -298,6 +308,8 @@ type PoolStats struct {
 type TemplateStats struct {
 	Running  bool `json:"running"`
 	Failures int  `json:"failures"`
+	// Restarts: times it died and was started again.
+	Restarts int `json:"restarts"`
 }
 
 // TemplateKey is the key of TemplateStats in Health.Pool.

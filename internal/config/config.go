@@ -1,10 +1,12 @@
-// Package config owns airlock's configuration: one struct with defaults,
-// loaded from an optional JSON file, checked by Validate, and the limit
-// types (sizes, durations, counts) that flags, the config file and API
-// requests share.
+// Package config owns airlock's configuration: one versioned struct with
+// defaults, loaded from an optional JSON file, overridden by AIRLOCK_*
+// environment variables, secrets read from their *_file variants, checked
+// by Validate, printed with secrets masked; and the limit types (sizes,
+// durations, counts) that flags, the config file and API requests share.
 //
 // It must never touch the host (no syscalls, no files other than the config
-// file it is asked to read), so that it stays a pure, fuzzable parser.
+// file and the secret files it is asked to read), so that it stays a pure,
+// fuzzable parser.
 package config
 
 import (
@@ -105,6 +107,9 @@ type Config struct {
 	// Cluster makes the server one of several behind a router (pods of a
 	// StatefulSet): session ids then carry its name.
 	Cluster Cluster `json:"cluster"`
+	// Metrics and Log: observability (see observe.go).
+	Metrics Metrics `json:"metrics"`
+	Log     Log     `json:"log"`
 }
 
 // Cluster names this server among others. At most one of the three
@@ -178,11 +183,10 @@ type Server struct {
 	// allowed only with a loopback listen address).
 	Auth string `json:"auth"`
 	// Token, when set, is accepted as an admin API key (the single shared
-	// token of earlier versions; prefer keys).
-	Token string `json:"token"`
-	// TokenFile is a file holding Token (a mounted secret), read when
-	// the server starts; surrounding white space is dropped.
-	TokenFile string `json:"token_file"`
+	// token of earlier versions; prefer keys). TokenFile names a file
+	// holding it instead (a mounted secret).
+	Token     string `json:"token"`
+	TokenFile string `json:"token_file,omitempty"`
 	// MaxSessions caps live sessions (pooled sandboxes not counted).
 	MaxSessions int `json:"max_sessions"`
 	// MaxConcurrentExecutions caps executions running at once, one-shot
@@ -282,8 +286,10 @@ func Default() Config {
 			MaxRichOutput:           32 << 20,
 			MaxSessionCommands:      16,
 		},
-		Audit: Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096},
-		MCP:   MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute)},
+		Audit:   Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096, FlushInterval: Duration(50 * time.Millisecond)},
+		MCP:     MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute)},
+		Metrics: Metrics{Enabled: true},
+		Log:     Log{Format: "text", Level: "info"},
 		Pool: Pool{
 			Size:     map[string]int{"python": 8, "bash": 2, "javascript": 2},
 			Zygote:   true,
@@ -293,12 +299,31 @@ func Default() Config {
 	}
 }
 
-// Load reads a JSON config file over the defaults. Unknown fields are an
-// error, so that a typo does not silently fall back to a default.
-func Load(path string) (Config, error) {
+// Load reads a JSON config file over the defaults, then the AIRLOCK_*
+// environment variables over both, then the secrets' files. Unknown
+// fields are an error, so that a typo does not silently fall back to a
+// default.
+func Load(path string) (Config, error) { return LoadEnv(path, os.Environ()) }
+
+// LoadEnv is Load with the environment env (KEY=VALUE lines).
+func LoadEnv(path string, env []string) (Config, error) {
+	c, err := loadFile(path)
+	if err != nil {
+		return Config{}, err
+	}
+	if err := c.ApplyEnv(env); err != nil {
+		return Config{}, err
+	}
+	if err := c.loadSecretFiles(); err != nil {
+		return Config{}, err
+	}
+	return c, c.Validate()
+}
+
+func loadFile(path string) (Config, error) {
 	c := Default()
 	if path == "" {
-		return c, c.Validate()
+		return c, nil
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -312,7 +337,7 @@ func Load(path string) (Config, error) {
 	if err := Decode(data, &c); err != nil {
 		return Config{}, fmt.Errorf("config %s: %w", path, err)
 	}
-	return c, c.Validate()
+	return c, nil
 }
 
 // Decode strictly decodes JSON into v: unknown fields and trailing data
@@ -402,14 +427,19 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("server.auth %q must be \"keys\" or \"none\"", s.Auth))
 	}
+	for _, err := range []error{c.Metrics.validate(), c.Log.validate()} {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := c.Quotas.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("quotas: %v", err))
 	}
 	if a := c.Audit; a.Code != "full" && a.Code != "sha256" && a.Code != "none" {
 		errs = append(errs, fmt.Errorf("audit.code %q must be \"full\", \"sha256\" or \"none\"", a.Code))
 	}
-	if a := c.Audit; a.MaxAge < 0 || a.MaxSize < 0 || a.Queue < 1 || a.Queue > 1<<20 {
-		errs = append(errs, errors.New("audit.max_age and audit.max_size must not be negative (0: no bound), audit.queue between 1 and 1048576"))
+	if a := c.Audit; a.MaxAge < 0 || a.MaxSize < 0 || a.Queue < 1 || a.Queue > 1<<20 || a.FlushInterval < 0 || a.FlushInterval > Duration(10*time.Second) {
+		errs = append(errs, errors.New("audit.max_age and audit.max_size must not be negative (0: no bound), audit.queue between 1 and 1048576, audit.flush_interval between 0 and 10s"))
 	}
 	if s.MaxSessions < 1 || s.MaxConcurrentExecutions < 1 {
 		errs = append(errs, errors.New("server.max_sessions and server.max_concurrent_executions must be at least 1"))
@@ -529,14 +559,6 @@ func (c Config) validateCluster() []error {
 	}
 	if e := cl.PodNameEnv; e != "" && !validEnvName(e) {
 		errs = append(errs, fmt.Errorf("cluster.pod_name_env %q is not an environment variable name", e))
-	}
-	if p := c.Server.TokenFile; p != "" {
-		if !filepath.IsAbs(p) || filepath.Clean(p) != p {
-			errs = append(errs, fmt.Errorf("server.token_file %q must be a clean absolute path", p))
-		}
-		if c.Server.Token != "" {
-			errs = append(errs, errors.New("set server.token or server.token_file, not both"))
-		}
 	}
 	return errs
 }

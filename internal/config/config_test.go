@@ -140,7 +140,7 @@ func TestConfigValidate(t *testing.T) {
 		{"id_count tiny", func(c *Config) { c.IDBase, c.IDCount = 10000, 32 }, "id_count"},
 		{"pod ids from 0", func(c *Config) { c.IDBase, c.IDCount = 0, 50000 }, "id_base"},
 		{"pod ids past 65534", func(c *Config) { c.IDBase, c.IDCount = 20000, 45536 }, "65534"},
-		{"pod ids past 2^31", func(c *Config) { c.IDBase, c.IDCount = 1<<31 - 100, 1000 }, "2^31"},
+		{"pod ids past 2^31", func(c *Config) { c.IDBase, c.IDCount = 1<<31-100, 1000 }, "2^31"},
 		{"pod ids too few for the server", func(c *Config) { c.IDBase, c.IDCount = 10000, 1000 }, "server.max_sessions"},
 		{"two pod name sources", func(c *Config) { c.Cluster.PodName, c.Cluster.PodNameEnv = "airlock-0", "POD_NAME" }, "one of pod_name"},
 		{"pod name with a dot", func(c *Config) { c.Cluster.PodName = "airlock.0" }, "cluster.pod_name"},
@@ -149,8 +149,6 @@ func TestConfigValidate(t *testing.T) {
 		{"pod name too long", func(c *Config) { c.Cluster.PodName = strings.Repeat("a", 64) }, "cluster.pod_name"},
 		{"pod name file relative", func(c *Config) { c.Cluster.PodNameFile = "etc/pod/name" }, "cluster.pod_name_file"},
 		{"pod name env odd", func(c *Config) { c.Cluster.PodNameEnv = "POD-NAME" }, "cluster.pod_name_env"},
-		{"token_file relative", func(c *Config) { c.Server.TokenFile = "secret/token" }, "server.token_file"},
-		{"token and token_file", func(c *Config) { c.Server.Token, c.Server.TokenFile = "t", "/etc/token" }, "not both"},
 		{"python outside /usr", func(c *Config) { c.Runtimes.Python = "/opt/python3" }, "runtimes.python"},
 		{"bash escaping /usr", func(c *Config) { c.Runtimes.Bash = "/usr/../bin/bash" }, "runtimes.bash"},
 		{"relative node", func(c *Config) { c.Runtimes.Node = "usr/bin/node" }, "runtimes.node"},
@@ -209,7 +207,6 @@ func TestConfigValidate(t *testing.T) {
 	ok.Pool.Size = map[string]int{"python": 0, "bash": 4096, "javascript": 1}
 	ok.IDBase = 65536
 	ok.Cluster.PodName = strings.Repeat("a", 62) + "0"
-	ok.Server.TokenFile = "/etc/airlock/secret/token"
 	ok.Server.MaxSessionTransfers = ok.Server.MaxConcurrentTransfers
 	ok.Server.TransferStallTimeout = Duration(time.Second)
 	ok.Isolation, ok.AllowIsolation, ok.GVisor = GVisor, []Isolation{Native, GVisor}, GVisorConfig{Runsc: "/usr/local/bin/runsc", Platform: "ptrace"}

@@ -2,14 +2,9 @@ package doctor
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"golang.org/x/sys/unix"
-	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -17,10 +12,13 @@ import (
 	"airlock/internal/cgroup"
 	"airlock/internal/config"
 	"airlock/internal/exeseal"
+	"airlock/internal/fontcache"
 	"airlock/internal/gvisor"
 	"airlock/internal/jail"
 	"airlock/internal/landlock"
 	"airlock/internal/seccomp"
+
+	"golang.org/x/sys/unix"
 )
 
 // Run checks the host against the configuration.
@@ -198,23 +196,13 @@ func runtimes(ctx context.Context, r *Report, h *jail.Host, cfg config.Config) {
 	if _, err := os.Stat(cfg.Runtimes.Python); err != nil {
 		r.add("python", Warn, "%s not found: install python3 (the default language)", cfg.Runtimes.Python)
 	} else {
-		mplDir := filepath.Join(cfg.CacheDir, "matplotlib")
+		built, cacheErr := fontcache.Ensure(ctx, h, cfg)
 		var imports []string
 		for _, p := range cfg.Runtimes.PythonPackages {
 			imports = append(imports, fmt.Sprintf("try:\n import %s as m; print(%q, getattr(m, '__version__', '?'))\nexcept Exception as e: print(%q, 'MISSING', type(e).__name__)", p, p, p))
 		}
-		script := "import sys; print('python', sys.version.split()[0])\n" + strings.Join(imports, "\n") + `
-import os
-try:
-    import matplotlib.font_manager
-    os.makedirs('/workspace/mpl', exist_ok=True)
-    for f in os.listdir(os.environ['MPLCONFIGDIR']):
-        if f.startswith('fontlist'):
-            open('/workspace/mpl/' + f, 'wb').write(open(os.path.join(os.environ['MPLCONFIGDIR'], f), 'rb').read())
-except Exception as e:
-    print('fontcache', e)
-`
-		out, _, err := runKeep(ctx, h, cfg, []string{cfg.Runtimes.Python, "-c", script}, mplDir)
+		script := "import sys; print('python', sys.version.split()[0])\n" + strings.Join(imports, "\n")
+		out, _, err := run(ctx, h, cfg, []string{cfg.Runtimes.Python, "-c", script})
 		if err != nil {
 			r.add("python", Warn, "%s does not run in a jail: %v", cfg.Runtimes.Python, err)
 		} else {
@@ -225,7 +213,7 @@ except Exception as e:
 				f := strings.Fields(l)
 				if len(f) >= 2 && f[1] == "MISSING" {
 					lack = append(lack, f[0])
-				} else if len(f) >= 2 && f[0] != "fontcache" {
+				} else if len(f) >= 2 {
 					have = append(have, f[0]+" "+f[1])
 				}
 			}
@@ -234,8 +222,13 @@ except Exception as e:
 			} else {
 				r.add("python packages", OK, "%s", strings.Join(have, ", "))
 			}
-			if _, err := os.Stat(mplDir); err == nil {
-				r.add("matplotlib cache", OK, "font list cached in %s, copied into each sandbox's /tmp", mplDir)
+			switch {
+			case cacheErr != nil:
+				r.add("matplotlib cache", Warn, "%v (first plots of each session will be slow)", cacheErr)
+			case built:
+				r.add("matplotlib cache", OK, "font list built in %s, copied into each sandbox's /tmp", fontcache.Dir(cfg))
+			default:
+				r.add("matplotlib cache", OK, "font list cached in %s, copied into each sandbox's /tmp", fontcache.Dir(cfg))
 			}
 		}
 	}
@@ -252,68 +245,6 @@ except Exception as e:
 		first, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
 		r.add(rt.name, OK, "%s", first)
 	}
-}
-
-// runKeep is run, and then copies the files the program left in
-// /workspace/mpl into dir (the host-side font cache), through the
-// workspace handle that never follows links.
-func runKeep(ctx context.Context, h *jail.Host, cfg config.Config, argv []string, dir string) (string, string, error) {
-	l := cfg.Defaults
-	l.Timeout = config.Duration(120 * time.Second)
-	l.CPUTime = config.Duration(120 * time.Second)
-	var out, errOut string
-	var copyErr error
-	slot, err := h.CLISlot()
-	if err != nil {
-		return "", "", err
-	}
-	res, err := h.RunWith(ctx, jail.RunRequest{
-		Spec: jail.Spec{Name: "r-" + strconv.Itoa(os.Getpid()), Slot: slot, Limits: l},
-		Argv: argv,
-		Env:  []string{"MPLCONFIGDIR=/tmp/mplbuild"},
-	}, func(sb *jail.Sandbox) {
-		ents, _, err := sb.Workspace().List("mpl", false)
-		if err != nil || len(ents) == 0 {
-			return
-		}
-		tmp := dir + ".new"
-		os.RemoveAll(tmp)
-		if err := os.MkdirAll(tmp, 0o755); err != nil {
-			copyErr = err
-			return
-		}
-		for _, e := range ents {
-			if e.Type != "file" {
-				continue
-			}
-			f, _, err := sb.Workspace().Open(e.Path)
-			if err != nil {
-				continue
-			}
-			data, err := io.ReadAll(io.LimitReader(f, 64<<20))
-			f.Close()
-			if err != nil || !bytes.HasPrefix(bytes.TrimSpace(data), []byte("{")) {
-				continue
-			}
-			if err := os.WriteFile(filepath.Join(tmp, filepath.Base(e.Path)), data, 0o644); err != nil {
-				copyErr = err
-				return
-			}
-		}
-		os.RemoveAll(dir)
-		copyErr = os.Rename(tmp, dir)
-	})
-	if err != nil {
-		return "", "", err
-	}
-	out, errOut = string(res.Stdout), string(res.Stderr)
-	if res.ExitCode != 0 || res.Killed {
-		return out, errOut, fmt.Errorf("exit %d %s: %s", res.ExitCode, res.KillReason, strings.TrimSpace(errOut))
-	}
-	if copyErr != nil && !errors.Is(copyErr, os.ErrNotExist) {
-		return out, errOut, copyErr
-	}
-	return out, errOut, nil
 }
 
 // gvisorChecks checks runsc when the configuration uses gVisor (as the

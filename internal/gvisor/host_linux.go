@@ -603,16 +603,21 @@ func cgroupRoots() []string {
 // the parent. airlock's own cgroups (and the processes in them: Sentry,
 // gofer) are swept by the cgroup host; an orphaned `runsc run` exits when
 // its Sentry is killed.
-func (h *Host) Sweep(prefix string) error {
+func (h *Host) Sweep(prefix string) error { return Sweep(h.opts.StateDir, h.opts.CgroupParent, prefix) }
+
+// Sweep is Host.Sweep without a host: a server that does not use gVisor
+// now still removes what one that did left behind. It needs no runsc.
+func Sweep(stateDir, cgroupParent, prefix string) error {
 	var errs []error
-	ents, _ := os.ReadDir(h.dir)
+	dir := filepath.Join(stateDir, "gvisor")
+	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
-		if err := removeDir(filepath.Join(h.dir, e.Name())); err != nil {
+		if err := removeDir(filepath.Join(dir, e.Name())); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	for _, root := range cgroupRoots() {
-		dir := filepath.Join(root, h.opts.CgroupParent)
+		dir := filepath.Join(root, cgroupParent)
 		ents, _ := os.ReadDir(dir)
 		for _, e := range ents {
 			if e.IsDir() && strings.HasPrefix(e.Name(), prefix) {

@@ -20,7 +20,7 @@ type Command struct {
 	Stdin          *os.File
 	Stdout, Stderr *os.File
 
-	sb     *jail.Sandbox
+	sb     sandbox
 	done   chan struct{}
 	result CommandExit
 	exited bool

@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -39,8 +38,10 @@ import (
 // Instance is a sandbox with a session runtime started in it, waiting for
 // its first configure. It is handed to exactly one session.
 type Instance struct {
-	sb *jail.Sandbox
-	rt runtimes.Runtime
+	sb sandbox
+	// isolation is the kernel the sandbox runs on.
+	isolation config.Isolation
+	rt        runtimes.Runtime
 	// pid is the runtime's pid inside the sandbox.
 	pid     int
 	conn    conn
@@ -81,6 +82,9 @@ func (in *Instance) Language() runtimes.Runtime { return in.rt }
 
 // Limits are the sandbox's current limits.
 func (in *Instance) Limits() config.Limits { return in.sb.Limits() }
+
+// Isolation is the kernel the instance's sandbox runs on.
+func (in *Instance) Isolation() config.Isolation { return in.isolation }
 
 // Name names the sandbox (its cgroup).
 func (in *Instance) Name() string { return in.sb.Name() }
@@ -357,22 +361,29 @@ func (s *Slots) Put(slot uint32) {
 	s.mu.Unlock()
 }
 
-// Cold builds every instance from scratch: a new jail, then the runtime
-// executed in it.
+// Cold builds every instance from scratch: a new sandbox, then the
+// runtime executed in it.
 type Cold struct {
-	Host  *jail.Host
-	Slots *Slots
+	// Kernel builds the sandboxes; Native{Host} when nil.
+	Kernel Kernel
+	Host   *jail.Host
+	Slots  *Slots
 }
 
 // Get implements Source.
 func (c *Cold) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits) (*Instance, error) {
-	return New(ctx, c.Host, c.Slots, rt, l, nil)
+	k := c.Kernel
+	if k == nil {
+		k = Native{Host: c.Host}
+	}
+	return New(ctx, k, c.Slots, rt, l, nil)
 }
 
-// New builds a sandbox with limits l and starts rt's session runtime in
-// it: forked from the template z when z is not nil, executed in the
-// sandbox otherwise. Closing the instance frees its id slot.
-func New(ctx context.Context, h *jail.Host, slots *Slots, rt runtimes.Runtime, l config.Limits, z *zygote.Zygote) (_ *Instance, err error) {
+// New builds a sandbox of kernel k with limits l and starts rt's session
+// runtime in it: forked from the template z when z is not nil (native
+// sandboxes only), executed in the sandbox otherwise. Closing the
+// instance frees its id slot.
+func New(ctx context.Context, k Kernel, slots *Slots, rt runtimes.Runtime, l config.Limits, z *zygote.Zygote) (_ *Instance, err error) {
 	slot, err := slots.Get()
 	if err != nil {
 		return nil, err
@@ -384,21 +395,22 @@ func New(ctx context.Context, h *jail.Host, slots *Slots, rt runtimes.Runtime, l
 		}
 	}()
 	undo.AddFunc(func() { slots.Put(slot) })
-	sb, err := h.Start(ctx, jail.Spec{Name: "s-" + strconv.FormatUint(uint64(slot), 10), Slot: slot, Limits: l})
+	sb, err := k.start(ctx, slot, l)
 	if err != nil {
 		return nil, err
 	}
 	undo.Add(sb.Close)
 	var inst *Instance
-	if z != nil {
-		inst, err = startZygote(ctx, sb, z, rt, l)
+	if native, ok := sb.(*jail.Sandbox); ok && z != nil {
+		inst, err = startZygote(ctx, native, z, rt, l)
 	} else {
-		inst, err = start(sb, rt, l)
+		inst, err = start(sb, k.sessionCommand(rt), rt, l)
 	}
 	if err != nil {
 		return nil, err
 	}
 	undo.Release()
+	inst.isolation = k.Isolation()
 	inst.release = func() { slots.Put(slot) }
 	return inst, nil
 }
@@ -416,11 +428,12 @@ func ProgramEnv(rt runtimes.Runtime, l config.Limits) []string {
 	return append(jail.BaseEnv(), rt.Env(l)...)
 }
 
-// start executes rt's session runtime in sb and waits until it is ready.
-func start(sb *jail.Sandbox, rt runtimes.Runtime, l config.Limits) (*Instance, error) {
+// start executes rt's session runtime (argv) in sb and waits until it is
+// ready.
+func start(sb sandbox, argv []string, rt runtimes.Runtime, l config.Limits) (*Instance, error) {
 	return startRuntime(sb, rt, func(stdio [4]*os.File) (int, error) {
 		return sb.Spawn(jail.Process{
-			Argv:  rt.SessionCommand(),
+			Argv:  argv,
 			Env:   RuntimeEnv(rt, l),
 			Dir:   "/workspace",
 			Files: stdio[:],
@@ -482,7 +495,7 @@ func watchPidfd(pidfd *os.File, gone chan struct{}) {
 
 // startRuntime starts the runtime with start, which gets its fds 0-3 and
 // returns its pid inside the sandbox (0 if the runtime will tell).
-func startRuntime(sb *jail.Sandbox, rt runtimes.Runtime, start func([4]*os.File) (int, error)) (_ *Instance, err error) {
+func startRuntime(sb sandbox, rt runtimes.Runtime, start func([4]*os.File) (int, error)) (_ *Instance, err error) {
 	var undo cleanup.Stack
 	defer func() {
 		if err != nil {

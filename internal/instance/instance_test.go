@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"airlock/internal/config"
+	"airlock/internal/gvisor"
 	"airlock/internal/jail"
 	"airlock/internal/runtimes"
 	"airlock/internal/testenv"
@@ -45,12 +46,37 @@ func testHost(t *testing.T) (*jail.Host, config.Config) {
 	return h, cfg
 }
 
-// An instance of every language, built cold, through its exported API
-// only (what pool and session use): it starts healthy, takes its
-// environment, runs code whose output arrives before its done, reports
-// its end when its sandbox is killed, and leaves nothing behind.
+// testKernels are the kernels the instance tests run on: native, and
+// gVisor (skipped, or failed in a strict run, without runsc).
+func testKernels(t *testing.T, h *jail.Host, cfg config.Config) map[config.Isolation]func(*testing.T) Kernel {
+	return map[config.Isolation]func(*testing.T) Kernel{
+		config.Native: func(*testing.T) Kernel { return Native{Host: h} },
+		config.GVisor: func(t *testing.T) Kernel {
+			opts := gvisor.OptionsFrom(cfg, testenv.Runsc(t))
+			opts.RootFiles = runtimes.RootFiles()
+			gh, err := gvisor.NewHost(context.Background(), opts, h.Cgroups())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { gh.Close() })
+			return GVisor{Host: gh, Preload: []string{"json"}}
+		},
+	}
+}
+
+// An instance of every language on every kernel, built cold, through its
+// exported API only (what pool and session use): it starts healthy, takes
+// its environment, runs code whose output arrives before its done,
+// reports its end when its sandbox is killed, and leaves nothing behind.
 func TestInstanceLifecycle(t *testing.T) {
 	h, cfg := testHost(t)
+	for iso, kernel := range testKernels(t, h, cfg) {
+		t.Run(string(iso), func(t *testing.T) { testInstanceLifecycle(t, h, cfg, kernel(t)) })
+	}
+}
+
+func testInstanceLifecycle(t *testing.T, h *jail.Host, cfg config.Config, k Kernel) {
+	prefix := map[config.Isolation]string{config.Native: "s-", config.GVisor: GVisorPrefix}[k.Isolation()]
 	code := map[string]string{
 		"python":     "import os; print('hi', os.environ['GREETING'])",
 		"bash":       "echo hi $GREETING",
@@ -66,7 +92,7 @@ func TestInstanceLifecycle(t *testing.T) {
 			l := cfg.Defaults
 			l.Memory = 256 << 20
 			ctx := context.Background()
-			src := &Cold{Host: h, Slots: slots}
+			src := &Cold{Kernel: k, Slots: slots}
 			inst, err := src.Get(ctx, rt, l)
 			if err != nil {
 				t.Fatal(err)
@@ -77,7 +103,7 @@ func TestInstanceLifecycle(t *testing.T) {
 					inst.Close()
 				}
 			}()
-			if !inst.Healthy() || inst.Language().Lang != lang || inst.Limits() != l || !strings.HasPrefix(inst.Name(), "s-") {
+			if !inst.Healthy() || inst.Language().Lang != lang || inst.Limits() != l || !strings.HasPrefix(inst.Name(), prefix) || inst.Isolation() != k.Isolation() {
 				t.Fatalf("a new instance: healthy %v, %s, %+v, %q", inst.Healthy(), inst.Language().Lang, inst.Limits(), inst.Name())
 			}
 			var mu sync.Mutex

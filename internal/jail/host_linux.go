@@ -96,10 +96,6 @@ func NewHost(o Options) (_ *Host, err error) {
 		}
 	}
 	h.tmpCopy = map[string]string{}
-	mpl := filepath.Join(o.CacheDir, "matplotlib")
-	if st, err := os.Stat(mpl); err == nil && st.IsDir() {
-		h.tmpCopy["matplotlib"] = mpl
-	}
 	h.baseRoot = rootfs.DefaultSpec(h.staging, Hostname)
 	h.baseRoot.Files = o.RootFiles
 	// The static part of the root is written once per host and bound
@@ -111,6 +107,19 @@ func NewHost(o Options) (_ *Host, err error) {
 	h.baseRoot.Template = tmpl
 	h.baseRoot.Etc, h.baseRoot.EtcCopy, h.baseRoot.Files = nil, nil, nil
 	return h, nil
+}
+
+// ShareTmp has every sandbox built from now on start with a copy of the
+// host directory dir as /tmp/<name>, owned by the sandbox user (a cache
+// computed once per host, such as the matplotlib font list). Call it
+// before sandboxes are built concurrently.
+func (h *Host) ShareTmp(name, dir string) {
+	m := make(map[string]string, len(h.tmpCopy)+1)
+	for k, v := range h.tmpCopy {
+		m[k] = v
+	}
+	m[name] = dir
+	h.tmpCopy = m
 }
 
 // SweepTemplates removes root templates of other airlock versions or host

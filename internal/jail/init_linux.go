@@ -444,19 +444,9 @@ func forkExec(cfg *setupMsg, m *spawnMsg, files []*os.File) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("start %s: %w", m.Argv[0], err)
 	}
-	if err := verify(pid, cfg.Entry); err != nil {
+	if err := cfg.Entry.verify(pid); err != nil {
 		syscall.Kill(pid, syscall.SIGKILL)
 		return 0, err
 	}
 	return pid, nil
-}
-
-// verify reads back what the kernel says about the new program and
-// refuses to let it run if it is not what the entry expects.
-func verify(pid int, e *Entry) error {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return fmt.Errorf("verify: %w", err)
-	}
-	return e.check(b)
 }

@@ -123,6 +123,9 @@ func BaseEnv() []string {
 		"SHELL=/bin/bash",
 		"LANG=C.UTF-8",
 		"TMPDIR=/tmp",
+		// Tools' caches (fontconfig, pip) are not the user's files: they
+		// stay out of /workspace and of files_changed.
+		"XDG_CACHE_HOME=/tmp/.cache",
 		"MPLBACKEND=Agg",
 		"MPLCONFIGDIR=/tmp/matplotlib",
 		"PYTHONDONTWRITEBYTECODE=1",

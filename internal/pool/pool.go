@@ -28,8 +28,9 @@ import (
 
 // Pool is an instance.Source backed by warm instances.
 type Pool struct {
-	cfg   config.Config
-	host  *jail.Host
+	cfg    config.Config
+	kernel instance.Kernel
+	host   *jail.Host // the native kernel's host: the template's; nil for gVisor
 	slots *instance.Slots
 	log   *slog.Logger
 	build chan struct{} // bounds concurrent builds
@@ -44,6 +45,7 @@ type Pool struct {
 	zmu      sync.Mutex
 	zyg      *zygote.Zygote
 	zygFails int
+	zygRuns  int // starts that succeeded
 }
 
 type queue struct {
@@ -59,12 +61,13 @@ type queue struct {
 	buildNanos                     atomic.Int64
 }
 
-// New starts the pools (and the Python template, if configured). It
-// returns at once; pools fill in the background.
-func New(cfg config.Config, host *jail.Host, slots *instance.Slots, log *slog.Logger) *Pool {
+// New starts the pools of sandboxes of kernel k (and, for native ones, the
+// Python template, if configured). It returns at once; pools fill in the
+// background.
+func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.Logger) *Pool {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{
-		cfg: cfg, host: host, slots: slots, log: log,
+		cfg: cfg, kernel: k, slots: slots, log: log,
 		build: make(chan struct{}, cfg.Pool.Parallel),
 		ctx:   ctx, cancel: cancel,
 		queues: map[string]*queue{},
@@ -81,7 +84,12 @@ func New(cfg config.Config, host *jail.Host, slots *instance.Slots, log *slog.Lo
 			go p.refill(q)
 		}
 	}
-	if cfg.Pool.Zygote {
+	// The template forks runtimes into native sandboxes only: gVisor's
+	// Python runtimes import the preloaded modules themselves.
+	if native, ok := k.(instance.Native); ok {
+		p.host = native.Host
+	}
+	if cfg.Pool.Zygote && p.host != nil {
 		p.wg.Add(1)
 		go p.keepZygote()
 	}
@@ -212,7 +220,7 @@ func (p *Pool) refill(q *queue) {
 // when it runs, else (or if the template fails) by executing the runtime.
 func (p *Pool) newInstance(ctx context.Context, rt runtimes.Runtime, l config.Limits) (*instance.Instance, error) {
 	if z := p.zygote(); z != nil && rt.Template {
-		inst, err := instance.New(ctx, p.host, p.slots, rt, l, z)
+		inst, err := instance.New(ctx, p.kernel, p.slots, rt, l, z)
 		if err == nil {
 			return inst, nil
 		}
@@ -221,7 +229,7 @@ func (p *Pool) newInstance(ctx context.Context, rt runtimes.Runtime, l config.Li
 		}
 		p.log.Warn("python template could not start a runtime; starting it cold", "err", err)
 	}
-	return instance.New(ctx, p.host, p.slots, rt, l, nil)
+	return instance.New(ctx, p.kernel, p.slots, rt, l, nil)
 }
 
 func (p *Pool) zygote() *zygote.Zygote {
@@ -265,6 +273,7 @@ func (p *Pool) keepZygote() {
 		p.log.Info("python template ready", "pid", z.Pid(), "preload_ms", z.Started.Milliseconds())
 		p.zmu.Lock()
 		p.zyg = z
+		p.zygRuns++
 		p.zmu.Unlock()
 		// Instances built before the template was up started cold;
 		// replace them so that pooled sessions get the warm template.
@@ -325,11 +334,11 @@ func (p *Pool) Stats() map[string]any {
 		}
 		out[lang] = s
 	}
-	if p.cfg.Pool.Zygote { // a template that is off is not reported as down
+	if p.cfg.Pool.Zygote && p.host != nil { // a template that is off is not reported as down
 		p.zmu.Lock()
-		z, fails := p.zyg, p.zygFails
+		z, fails, runs := p.zyg, p.zygFails, p.zygRuns
 		p.zmu.Unlock()
-		out[apitype.TemplateKey] = apitype.TemplateStats{Running: z != nil, Failures: fails}
+		out[apitype.TemplateKey] = apitype.TemplateStats{Running: z != nil, Failures: fails, Restarts: max(runs-1, 0)}
 	}
 	return out
 }

@@ -37,9 +37,12 @@ import (
 	"airlock/internal/cluster"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
+	"airlock/internal/fontcache"
+	"airlock/internal/gvisor"
 	"airlock/internal/instance"
 	"airlock/internal/jail"
 	"airlock/internal/mcp"
+	"airlock/internal/metrics"
 	"airlock/internal/pool"
 	"airlock/internal/quota"
 	"airlock/internal/runtimes"
@@ -79,13 +82,16 @@ type Server struct {
 	db      *store.DB   // nil when neither keys nor the audit log need it
 	audit   *audit.Log  // nil when audit.enabled is off
 	quotas  *quota.Tracker
+	metrics *metrics.Metrics // nil when metrics.enabled is off
 
 	listeners []listener
 	tcp       net.Addr
-	socket    string // the unix socket's path, removed at shutdown
-	errc      chan error
-	closers   []func() // run in reverse order by Shutdown
-	once      sync.Once
+	// metricsAddr: metrics.listen's listener, if any
+	metricsAddr net.Addr
+	socket      string // the unix socket's path, removed at shutdown
+	errc        chan error
+	closers     []func() // run in reverse order by Shutdown
+	once        sync.Once
 }
 
 // listener is one address the server serves, with its handler.
@@ -117,14 +123,6 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	if opts.Stderr == nil {
 		opts.Stderr = os.Stderr
 	}
-	if cfg.Server.TokenFile != "" {
-		// A mounted secret: read once, at start.
-		tok, err := readToken(cfg.Server.TokenFile)
-		if err != nil {
-			return nil, err
-		}
-		cfg.Server.Token = tok
-	}
 	s := &Server{cfg: cfg, opts: opts, log: opts.Log}
 	// The template's runtimes are its children; should it die, they
 	// become ours instead of the host init's, and are reaped here (see
@@ -152,6 +150,13 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	}
 	s.closers = append(s.closers, func() { s.lock.Close() })
 	s.sweep()
+	// Before any pool fills: every sandbox gets a copy of the font list.
+	t0 := time.Now()
+	if built, err := fontcache.Ensure(context.Background(), s.host, cfg); err != nil {
+		s.log.Warn("no matplotlib font list: first plots of each session will be slow", "err", err)
+	} else if built {
+		s.log.Info("built the matplotlib font list", "dir", fontcache.Dir(cfg), "ms", time.Since(t0).Milliseconds())
+	}
 	var unixLn net.Listener
 	if path := cfg.SocketPath(); path != "" && !opts.Embedded {
 		if unixLn, err = listenUnix(path); err != nil {
@@ -162,9 +167,16 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	}
 
 	slots := instance.NewSlots(s.host.Layout())
-	var source instance.Source = &instance.Cold{Host: s.host, Slots: slots}
+	kernels, err := s.kernels(cfg)
+	if err != nil {
+		return nil, err
+	}
+	// The server's own isolation gets the warm pools; one a request may
+	// pick besides is built cold.
+	own := kernels[cfg.Isolation]
+	var source instance.Source = &instance.Cold{Kernel: own, Slots: slots}
 	if cfg.Pool.Zygote || anyPool(cfg) {
-		s.pool = pool.New(cfg, s.host, slots, s.log)
+		s.pool = pool.New(cfg, own, slots, s.log)
 		s.closers = append(s.closers, s.pool.Close)
 		source = s.pool
 	}
@@ -176,6 +188,11 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		return nil, err
 	}
 	s.manager.SetIdentity(ident)
+	for iso, k := range kernels {
+		if iso != cfg.Isolation {
+			s.manager.AddSource(iso, &instance.Cold{Kernel: k, Slots: slots})
+		}
+	}
 	s.manager.Observe(opts.Observers...)
 	s.api = api.New(s.manager, cfg, s.log, opts.Version)
 	if ident != nil {
@@ -187,6 +204,10 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	}
 	if s.pool != nil {
 		s.api.Stats = s.pool.Stats
+	}
+	metricsLn, err := s.observe()
+	if err != nil {
+		return nil, err
 	}
 	for pattern, h := range opts.Handlers {
 		s.api.Handle(pattern, h)
@@ -208,8 +229,54 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	if unixLn != nil {
 		s.serve(unixLn, s.api)
 	}
+	if metricsLn != nil {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", s.metrics.Handler())
+		s.serve(metricsLn, mux)
+	}
 	return s, nil
 }
+
+// observe builds the metrics when they are on: a session observer, the
+// API's request hook, collectors of the pools and quotas, and /metrics
+// on the API (admins only, unless public) or on its own listener, which
+// it returns.
+func (s *Server) observe() (net.Listener, error) {
+	cfg := s.cfg.Metrics
+	if !cfg.Enabled {
+		return nil, nil
+	}
+	s.metrics = metrics.New()
+	s.manager.Observe(s.metrics)
+	s.api.Observe = s.metrics.HTTP
+	if s.pool != nil {
+		s.metrics.Pools(s.pool.Stats)
+	}
+	if s.quotas != nil {
+		s.metrics.Quotas(s.quotas.Refused)
+	}
+	if cfg.Listen == "" || s.opts.Embedded {
+		s.api.HandleAdmin("GET /metrics", s.metrics.Handler())
+		if cfg.Public {
+			s.api.Public("/metrics")
+		}
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("%w: metrics.listen: %v", errdefs.ErrUnavailable, err)
+	}
+	s.closers = append(s.closers, func() { ln.Close() })
+	s.metricsAddr = ln.Addr()
+	return ln, nil
+}
+
+// Metrics is the server's metrics (nil when they are off): other packages
+// report through it (egress decisions, say). Its methods are nil-safe.
+func (s *Server) Metrics() *metrics.Metrics { return s.metrics }
+
+// MetricsAddr is the address of the metrics' own listener (nil without).
+func (s *Server) MetricsAddr() net.Addr { return s.metricsAddr }
 
 // Handler is the API with everything served beside it.
 func (s *Server) Handler() http.Handler { return s.api }
@@ -225,12 +292,52 @@ func (s *Server) inProcessClient(header http.Header) *client.Client {
 	return client.InProcess(s.api, opts...)
 }
 
+// kernels builds the kernels of the isolations the configuration uses.
+// A configured gVisor that cannot boot a sandbox now is an error: the
+// server refuses to start rather than run code with less isolation.
+func (s *Server) kernels(cfg config.Config) (map[config.Isolation]instance.Kernel, error) {
+	out := map[config.Isolation]instance.Kernel{}
+	for _, iso := range cfg.Isolations() {
+		switch iso {
+		case config.Native:
+			out[iso] = instance.Native{Host: s.host}
+		case config.GVisor:
+			runsc, err := gvisor.Find(cfg.GVisor.Runsc)
+			if err != nil {
+				return nil, err
+			}
+			opts := gvisor.OptionsFrom(cfg, runsc)
+			opts.RootFiles = runtimes.RootFiles()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			h, err := gvisor.NewHost(ctx, opts, s.host.Cgroups())
+			if err != nil {
+				return nil, err
+			}
+			s.closers = append(s.closers, func() { h.Close() })
+			probe, err := h.Probe(ctx, instance.GVisorPrefix+"probe", cfg.Defaults)
+			if err != nil {
+				return nil, fmt.Errorf("%w: gVisor is configured but cannot boot a sandbox here (run `airlock doctor`): %v", errdefs.ErrUnavailable, err)
+			}
+			s.log.Info("gvisor ready", "runsc", h.Describe(), "boot_ms", probe.Boot.Milliseconds(), "kernel", probe.Kernel)
+			out[iso] = instance.GVisor{Host: h, Preload: cfg.Pool.Preload}
+		}
+	}
+	return out, nil
+}
+
 // sweep removes the cgroups and root templates a previous server left.
 func (s *Server) sweep() {
-	for _, prefix := range []string{"s-", "zygote-"} {
+	for _, prefix := range []string{"s-", "zygote-", instance.GVisorPrefix} {
 		if err := s.host.Cgroups().Sweep(prefix, func(string) bool { return true }); err != nil {
 			s.log.Warn("removing cgroups left by a previous server", "err", err)
 		}
+	}
+	// gVisor sandboxes: their state directories and mounts, and the
+	// cgroups runsc made beside airlock's (the Sentry and gofer died
+	// with airlock's cgroups above).
+	if err := gvisor.Sweep(s.cfg.StateDir, s.cfg.CgroupParent, instance.GVisorPrefix); err != nil {
+		s.log.Warn("removing gVisor sandboxes left by a previous server", "err", err)
 	}
 	s.host.Cgroups().Sweep("r-", jail.StaleRun)
 	if err := s.host.SweepTemplates(); err != nil {
@@ -250,7 +357,11 @@ func (s *Server) Start() {
 	for _, l := range s.listeners {
 		go func() { s.errc <- l.http.Serve(l.ln) }()
 	}
-	s.log.Info("airlock serving", "listen", s.Addr().String(), "socket", s.socket, "version", s.opts.Version, "protections", s.host.Protections())
+	attrs := []any{"listen", s.Addr().String(), "socket", s.socket, "version", s.opts.Version, "protections", s.host.Protections()}
+	if s.metricsAddr != nil {
+		attrs = append(attrs, "metrics", s.metricsAddr.String())
+	}
+	s.log.Info("airlock serving", attrs...)
 }
 
 // Done delivers the error of a listener that failed (after Start).
@@ -356,20 +467,6 @@ func listenUnix(path string) (net.Listener, error) {
 	}
 	ln.(*net.UnixListener).SetUnlinkOnClose(false) // removed at shutdown
 	return ln, nil
-}
-
-// readToken reads server.token_file: the token, white space around it
-// dropped (a secret written by echo has a newline).
-func readToken(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("%w: server.token_file: %v", errdefs.ErrInvalidArgument, err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" || strings.ContainsAny(tok, " \t\r\n") || len(tok) > 4096 {
-		return "", fmt.Errorf("%w: server.token_file %s must hold one token (1 to 4096 characters, no white space inside)", errdefs.ErrInvalidArgument, path)
-	}
-	return tok, nil
 }
 
 // lockState takes an exclusive lock on the state directory.

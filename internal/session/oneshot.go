@@ -32,7 +32,7 @@ func (m *Manager) RunOnce(ctx context.Context, req apitype.OneShotRequest, emit 
 	if len(req.Code) > MaxCode {
 		return nil, fmt.Errorf("%w: code is larger than %d bytes", errdefs.ErrTooLarge, MaxCode)
 	}
-	o, err := m.prepareOneShot(req.Language, req.Limits, req.Env, req.Files)
+	o, err := m.prepareOneShot(req.Language, req.Isolation, req.Limits, req.Env, req.Files)
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +62,7 @@ func (m *Manager) RunProgram(ctx context.Context, req apitype.ProgramRequest, em
 	if size > MaxArgBytes {
 		return nil, fmt.Errorf("%w: the arguments are larger than %d bytes", errdefs.ErrInvalidArgument, MaxArgBytes)
 	}
-	o, err := m.prepareOneShot(req.Language, req.Limits, req.Env, req.Files)
+	o, err := m.prepareOneShot(req.Language, req.Isolation, req.Limits, req.Env, req.Files)
 	if err != nil {
 		return nil, err
 	}
@@ -113,6 +113,7 @@ type inputFile struct {
 
 // oneShotPlan is a checked one-shot request.
 type oneShotPlan struct {
+	iso    config.Isolation
 	rt     runtimes.Runtime
 	limits config.Limits
 	env    map[string]string
@@ -121,9 +122,12 @@ type oneShotPlan struct {
 	runtimeEnv map[string]string
 }
 
-func (m *Manager) prepareOneShot(lang string, req config.Limits, env map[string]string, in []apitype.InputFile) (*oneShotPlan, error) {
+func (m *Manager) prepareOneShot(lang string, iso config.Isolation, req config.Limits, env map[string]string, in []apitype.InputFile) (*oneShotPlan, error) {
 	rt, err := m.lookup(lang)
 	if err != nil {
+		return nil, err
+	}
+	if iso, err = m.isolation(iso); err != nil {
 		return nil, err
 	}
 	limits, err := config.Resolve(req, m.cfg.Defaults, m.cfg.Max)
@@ -133,7 +137,7 @@ func (m *Manager) prepareOneShot(lang string, req config.Limits, env map[string]
 	if err := ValidateEnv(env, m.cfg.Server.MaxEnv); err != nil {
 		return nil, err
 	}
-	o := &oneShotPlan{rt: rt, limits: limits, env: env}
+	o := &oneShotPlan{iso: iso, rt: rt, limits: limits, env: env}
 	total := int64(0)
 	seen := map[string]bool{}
 	for i, f := range in {
@@ -185,7 +189,7 @@ func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req request, emit
 	}
 	m.bg.Add(1) // under mu: Close waits only after it set closed
 	m.mu.Unlock()
-	s, err := m.start(ctx, o.rt, o.limits, o.runtimeEnv, time.Hour)
+	s, err := m.start(ctx, o.iso, o.rt, o.limits, o.runtimeEnv, time.Hour)
 	if err != nil {
 		m.bg.Done()
 		release()

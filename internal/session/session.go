@@ -44,11 +44,12 @@ func gone(end apitype.End) error { return &EndedError{End: end} }
 
 // Manager owns every session of a server.
 type Manager struct {
-	cfg    config.Config
-	source instance.Source
-	log    *slog.Logger
-	obs    Observer      // nil: nobody listens
-	execs  chan struct{} // bounds concurrent executions, one-shot included
+	cfg config.Config
+	// sources build the sandboxes of each isolation the server offers.
+	sources map[config.Isolation]instance.Source
+	log     *slog.Logger
+	obs     Observer      // nil: nobody listens
+	execs   chan struct{} // bounds concurrent executions, one-shot included
 	// ids makes session ids and judges unknown ones (nil: a server on
 	// its own).
 	ids *cluster.Identity
@@ -65,13 +66,14 @@ type Manager struct {
 	lastFree atomic.Int64          // unix nanoseconds of the last returnMemory
 }
 
-// NewManager returns a manager that gets its sandboxes from source.
+// NewManager returns a manager that gets the sandboxes of the server's
+// isolation from source (see AddSource for the others).
 func NewManager(cfg config.Config, source instance.Source, log *slog.Logger) *Manager {
 	if log == nil {
 		log = slog.Default()
 	}
 	return &Manager{
-		cfg: cfg, source: source, log: log,
+		cfg: cfg, sources: map[config.Isolation]instance.Source{cfg.Isolation: source}, log: log,
 		execs:    make(chan struct{}, cfg.Server.MaxConcurrentExecutions),
 		sessions: map[string]*Session{},
 		ended:    map[string]endedSession{},
@@ -84,6 +86,25 @@ func NewManager(cfg config.Config, source instance.Source, log *slog.Logger) *Ma
 // (another server's, an earlier run's). Call it before the manager serves
 // anything.
 func (m *Manager) SetIdentity(id *cluster.Identity) { m.ids = id }
+
+// AddSource makes isolation iso available to requests, its sandboxes
+// built by src; call it before the manager serves anything.
+func (m *Manager) AddSource(iso config.Isolation, src instance.Source) { m.sources[iso] = src }
+
+// isolation resolves a request's isolation: empty is the server's own;
+// another must be one the operator allows (allow_isolation).
+func (m *Manager) isolation(asked config.Isolation) (config.Isolation, error) {
+	if asked == "" {
+		return m.cfg.Isolation, nil
+	}
+	if !asked.Valid() {
+		return "", fmt.Errorf("%w: isolation %q must be \"native\" or \"gvisor\"", errdefs.ErrInvalidArgument, asked)
+	}
+	if !m.cfg.Allows(asked) {
+		return "", fmt.Errorf("%w: isolation %q is not allowed by this server (its operator lists what requests may pick in allow_isolation)", errdefs.ErrPermission, asked)
+	}
+	return asked, nil
+}
 
 // Observe adds observers; call it before the manager serves anything.
 func (m *Manager) Observe(obs ...Observer) {
@@ -170,6 +191,10 @@ func (m *Manager) Create(ctx context.Context, req apitype.CreateSessionRequest) 
 	if err != nil {
 		return nil, err
 	}
+	iso, err := m.isolation(req.Isolation)
+	if err != nil {
+		return nil, err
+	}
 	if err := ValidateEnv(req.Env, m.cfg.Server.MaxEnv); err != nil {
 		return nil, err
 	}
@@ -199,7 +224,7 @@ func (m *Manager) Create(ctx context.Context, req apitype.CreateSessionRequest) 
 		m.creates.Done()
 	}()
 
-	s, err := m.start(ctx, rt, limits, sessionEnv(rt, limits, req.Env), idle)
+	s, err := m.start(ctx, iso, rt, limits, sessionEnv(rt, limits, req.Env), idle)
 	if err != nil {
 		return nil, err
 	}
@@ -244,11 +269,11 @@ func sessionEnv(rt runtimes.Runtime, limits config.Limits, userEnv map[string]st
 // runtime has env. The configuration round trip also shows the runtime
 // alive: one that died just before it was handed out (it passed the
 // health check a moment earlier) is replaced.
-func (m *Manager) start(ctx context.Context, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration) (*Session, error) {
+func (m *Manager) start(ctx context.Context, iso config.Isolation, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration) (*Session, error) {
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		var s *Session
-		s, err = m.startOnce(ctx, rt, limits, env, idle)
+		s, err = m.startOnce(ctx, iso, rt, limits, env, idle)
 		if err == nil || ctx.Err() != nil || !errors.Is(err, errRuntimeGone) {
 			return s, err
 		}
@@ -259,8 +284,12 @@ func (m *Manager) start(ctx context.Context, rt runtimes.Runtime, limits config.
 
 var errRuntimeGone = errors.New("runtime gone")
 
-func (m *Manager) startOnce(ctx context.Context, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration) (*Session, error) {
-	inst, err := m.source.Get(ctx, rt, limits)
+func (m *Manager) startOnce(ctx context.Context, iso config.Isolation, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration) (*Session, error) {
+	src, ok := m.sources[iso]
+	if !ok {
+		return nil, fmt.Errorf("%w: isolation %q is not available on this server", errdefs.ErrUnavailable, iso)
+	}
+	inst, err := src.Get(ctx, rt, limits)
 	if err != nil {
 		return nil, err
 	}
@@ -438,7 +467,7 @@ func (s *Session) Info() apitype.Session {
 		ID: s.id, Language: s.lang.Lang, State: state, EndReason: s.end.Reason, EndCode: s.end.Code,
 		CreatedAt: s.create.UTC(), LastUsedAt: s.lastUsed.UTC(),
 		IdleTimeout: config.Duration(s.idle), Limits: s.limits, Executions: s.execCount,
-		Sandbox: s.inst.Name(), Tenant: s.owner.Tenant,
+		Sandbox: s.inst.Name(), Isolation: s.inst.Isolation(), Tenant: s.owner.Tenant,
 	}
 }
 

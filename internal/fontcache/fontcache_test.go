@@ -1,0 +1,65 @@
+package fontcache
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"airlock/internal/config"
+	"airlock/internal/jail"
+	"airlock/internal/runtimes"
+	"airlock/internal/testenv"
+)
+
+// The test binary is what the jail host re-executes as each sandbox's init.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 0 && os.Args[0] == jail.InitArg0 {
+		jail.InitMain()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// On a host with no font list (a fresh machine, where only the tests run
+// and never `airlock doctor`), Ensure builds one from inside a jail,
+// keeps only the font list, and a second call reuses it.
+func TestEnsureBuildsOnce(t *testing.T) {
+	testenv.RequireRoot(t, "building the font list in a jail")
+	cfg := config.Default()
+	if _, err := os.Stat(cfg.Runtimes.Python); err != nil {
+		testenv.Skip(t, "%s missing: run scripts/install-deps.sh", cfg.Runtimes.Python)
+	}
+	cfg.StateDir = "/run/airlock-fontcache-test"
+	cfg.CgroupParent = "airlock-fontcache-test"
+	cfg.CacheDir = t.TempDir()
+	opts := jail.OptionsFrom(cfg)
+	opts.RootFiles = runtimes.RootFiles()
+	h, err := jail.NewHost(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		h.Close()
+		os.RemoveAll(cfg.StateDir)
+	})
+	built, err := Ensure(t.Context(), h, cfg)
+	if err != nil || !built {
+		t.Fatalf("first Ensure: built %v, %v", built, err)
+	}
+	ents, err := os.ReadDir(Dir(cfg))
+	if err != nil || len(ents) == 0 {
+		t.Fatalf("cache dir: %v %v", ents, err)
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), "fontlist") {
+			t.Errorf("unexpected %s in the cache", e.Name())
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(cfg.CacheDir, ".*")); len(left) != 0 {
+		t.Errorf("temporary directories left: %v", left)
+	}
+	if built, err := Ensure(t.Context(), h, cfg); err != nil || built {
+		t.Fatalf("second Ensure: built %v, %v", built, err)
+	}
+}

@@ -1,0 +1,157 @@
+package instance
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"airlock/internal/cgroup"
+	"airlock/internal/config"
+	"airlock/internal/gvisor"
+	"airlock/internal/jail"
+	"airlock/internal/runtimes"
+	"airlock/internal/workspace"
+)
+
+// sandbox is what an instance needs of the sandbox its runtime runs in,
+// whichever kernel serves it: *jail.Sandbox (native) and gvisorSandbox.
+type sandbox interface {
+	Limits() config.Limits
+	Name() string
+	Workspace() *workspace.Dir
+	CPU() (time.Duration, error)
+	Stats() (cgroup.Stats, error)
+	Events() <-chan cgroup.Event
+	PollPids(stop <-chan struct{})
+	Dead() <-chan struct{}
+	// Exits delivers the exits of the programs Spawn started.
+	Exits() <-chan jail.Exit
+	Kill()
+	Signal(pid int, sig syscall.Signal, group bool) error
+	Adapt(l config.Limits, pid int) error
+	Spawn(p jail.Process) (int, error)
+	SpawnWait(p jail.Process) (int, <-chan jail.Exit, error)
+	Close() error
+}
+
+// Kernel builds the sandboxes of one isolation; the choice between them
+// is made here and nowhere below.
+type Kernel interface {
+	// Isolation is the kernel's name in the configuration.
+	Isolation() config.Isolation
+	// start builds an empty sandbox for slot with limits l.
+	start(ctx context.Context, slot uint32, l config.Limits) (sandbox, error)
+	// sessionCommand is rt's session runtime's argv in this kernel.
+	sessionCommand(rt runtimes.Runtime) []string
+}
+
+// Native runs sandboxes on the host kernel, in airlock's own jail.
+type Native struct{ Host *jail.Host }
+
+// Isolation implements Kernel.
+func (Native) Isolation() config.Isolation { return config.Native }
+
+func (k Native) start(ctx context.Context, slot uint32, l config.Limits) (sandbox, error) {
+	return k.Host.Start(ctx, jail.Spec{Name: "s-" + strconv.FormatUint(uint64(slot), 10), Slot: slot, Limits: l})
+}
+
+func (Native) sessionCommand(rt runtimes.Runtime) []string { return rt.SessionCommand() }
+
+// GVisor runs sandboxes on gVisor (runsc), started from the host side.
+type GVisor struct {
+	Host *gvisor.Host
+	// Preload lists the modules a Python runtime imports before it says
+	// hello, so that a pooled one serves its first execution warm (there
+	// is no template to fork from across gVisor sandboxes).
+	Preload []string
+}
+
+// GVisorPrefix starts the names of gVisor sandboxes (their cgroups).
+const GVisorPrefix = "g-"
+
+// Isolation implements Kernel.
+func (GVisor) Isolation() config.Isolation { return config.GVisor }
+
+func (k GVisor) start(ctx context.Context, slot uint32, l config.Limits) (sandbox, error) {
+	sb, err := k.Host.Start(ctx, gvisor.Spec{Name: GVisorPrefix + strconv.FormatUint(uint64(slot), 10), Limits: l})
+	if err != nil {
+		return nil, err
+	}
+	return &gvisorSandbox{Sandbox: sb, exits: make(chan jail.Exit, 16)}, nil
+}
+
+// preloadStub imports the modules named in its first argument (a failure
+// only costs speed), then runs the runtime package given as its second
+// argument as __main__, as `python3 -I -B <dir>` would.
+const preloadStub = `import sys, importlib, runpy
+for m in sys.argv[1].split(","):
+    try:
+        importlib.import_module(m)
+    except Exception:
+        pass
+path = sys.argv[2]
+sys.argv = [path]
+runpy.run_path(path, run_name="__main__")
+`
+
+func (k GVisor) sessionCommand(rt runtimes.Runtime) []string {
+	argv := rt.SessionCommand()
+	if !rt.Template || len(k.Preload) == 0 || len(argv) < 2 {
+		return argv
+	}
+	// python3 -I -B <runtime dir> becomes python3 -I -B -c <stub> <modules> <runtime dir>.
+	return append(append(argv[:len(argv)-1:len(argv)-1], "-c", preloadStub, strings.Join(k.Preload, ",")), argv[len(argv)-1])
+}
+
+// gvisorSandbox adapts a gVisor sandbox to what an instance needs: the
+// host-side cgroup for counters and events, `runsc exec` for programs.
+type gvisorSandbox struct {
+	*gvisor.Sandbox
+	exits chan jail.Exit
+}
+
+func (s *gvisorSandbox) CPU() (time.Duration, error)        { return s.Cgroup().CPU() }
+func (s *gvisorSandbox) Stats() (cgroup.Stats, error)       { return s.Cgroup().Stats() }
+func (s *gvisorSandbox) Events() <-chan cgroup.Event        { return s.Cgroup().Events() }
+func (s *gvisorSandbox) PollPids(stop <-chan struct{})      { s.Cgroup().PollPids(stop) }
+func (s *gvisorSandbox) Exits() <-chan jail.Exit            { return s.exits }
+func (s *gvisorSandbox) Adapt(l config.Limits, _ int) error { return s.Sandbox.Adapt(l) }
+
+func (s *gvisorSandbox) exec(p jail.Process) (int, <-chan gvisor.Exit, error) {
+	return s.Exec(gvisor.Process{Argv: p.Argv, Env: p.Env, Dir: p.Dir, Files: p.Files})
+}
+
+// Spawn implements sandbox: the exit goes to Exits.
+func (s *gvisorSandbox) Spawn(p jail.Process) (int, error) {
+	pid, ch, err := s.exec(p)
+	if err != nil {
+		return 0, err
+	}
+	go func() {
+		e := <-ch
+		select {
+		case s.exits <- jail.Exit{Pid: e.Pid, Status: e.Status}:
+		case <-s.Dead():
+		}
+	}()
+	return pid, nil
+}
+
+// SpawnWait implements sandbox: the exit goes to the returned channel.
+func (s *gvisorSandbox) SpawnWait(p jail.Process) (int, <-chan jail.Exit, error) {
+	pid, ch, err := s.exec(p)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := make(chan jail.Exit, 1)
+	go func() {
+		e := <-ch
+		out <- jail.Exit{Pid: e.Pid, Status: e.Status}
+	}()
+	return pid, out, nil
+}
+
+var _ sandbox = (*jail.Sandbox)(nil)
+var _ sandbox = (*gvisorSandbox)(nil)
