@@ -109,6 +109,8 @@ var routes = []route{
 	{"DELETE", "/v1/sessions/{id}", (*Server).deleteSession},
 	{"POST", "/v1/sessions/{id}/execute", (*Server).execute},
 	{"POST", "/v1/sessions/{id}/interrupt", (*Server).interrupt},
+	{"GET", "/v1/sessions/{id}/network", (*Server).getNetwork},
+	{"PUT", "/v1/sessions/{id}/network", (*Server).putNetwork},
 	{"POST", "/v1/sessions/{id}/commands", (*Server).runCommand},
 	{"GET", "/v1/sessions/{id}/commands", (*Server).listCommands},
 	{"GET", "/v1/sessions/{id}/commands/{cid}", (*Server).getCommand},

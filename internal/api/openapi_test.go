@@ -29,6 +29,8 @@ var apiRoutes = []string{
 	"DELETE /v1/sessions/{id}",
 	"POST /v1/sessions/{id}/execute",
 	"POST /v1/sessions/{id}/interrupt",
+	"GET /v1/sessions/{id}/network",
+	"PUT /v1/sessions/{id}/network",
 	"POST /v1/sessions/{id}/commands",
 	"GET /v1/sessions/{id}/commands",
 	"GET /v1/sessions/{id}/commands/{cid}",

@@ -49,6 +49,8 @@ var schemaTypes = map[string]reflect.Type{
 	"AuditRecord":          reflect.TypeFor[apitype.AuditRecord](),
 	"AuditList":            reflect.TypeFor[apitype.AuditList](),
 	"EgressDecision":       reflect.TypeFor[apitype.EgressDecision](),
+	"NetworkPolicy":        reflect.TypeFor[apitype.NetworkPolicy](),
+	"NetworkState":         reflect.TypeFor[apitype.NetworkState](),
 }
 
 // scalarSchemas are the components that are not objects: the limit

@@ -279,6 +279,28 @@ func (c *Client) Sessions(ctx context.Context) ([]apitype.Session, error) {
 	return l.Sessions, nil
 }
 
+// Network returns a session's egress policy and counters.
+func (c *Client) Network(ctx context.Context, id string) (*apitype.NetworkState, error) {
+	var st apitype.NetworkState
+	if err := c.call(ctx, "GET", sessionPath(id)+"/network", nil, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// SetNetwork replaces a session's egress allowlist; new lookups and
+// connections follow it.
+func (c *Client) SetNetwork(ctx context.Context, id string, allow []string) (*apitype.NetworkState, error) {
+	var st apitype.NetworkState
+	if allow == nil {
+		allow = []string{}
+	}
+	if err := c.call(ctx, "PUT", sessionPath(id)+"/network", apitype.NetworkPolicy{Allow: allow}, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
 // DeleteSession ends a session.
 func (c *Client) DeleteSession(ctx context.Context, id string) error {
 	return c.call(ctx, "DELETE", sessionPath(id), nil, nil)

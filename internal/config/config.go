@@ -107,6 +107,8 @@ type Config struct {
 	// Cluster makes the server one of several behind a router (pods of a
 	// StatefulSet): session ids then carry its name.
 	Cluster Cluster `json:"cluster"`
+	// Network configures egress by allowlist.
+	Network Network `json:"network"`
 	// Metrics and Log: observability (see observe.go).
 	Metrics Metrics `json:"metrics"`
 	Log     Log     `json:"log"`
@@ -286,6 +288,7 @@ func Default() Config {
 			MaxRichOutput:           32 << 20,
 			MaxSessionCommands:      16,
 		},
+		Network: DefaultNetwork(),
 		Audit:   Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096, FlushInterval: Duration(50 * time.Millisecond)},
 		MCP:     MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute)},
 		Metrics: Metrics{Enabled: true},
@@ -478,6 +481,9 @@ func (c Config) Validate() error {
 		if n < 0 || n > 4096 {
 			errs = append(errs, fmt.Errorf("pool.size.%s %d must be between 0 and 4096", lang, n))
 		}
+	}
+	if err := c.Network.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Pool.Parallel < 1 || c.Pool.Parallel > 256 {
 		errs = append(errs, fmt.Errorf("pool.parallel %d must be between 1 and 256", c.Pool.Parallel))

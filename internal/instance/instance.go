@@ -113,6 +113,16 @@ func (in *Instance) Dead() <-chan struct{} { return in.sb.Dead() }
 // Kill ends every process of the sandbox; Close must still be called.
 func (in *Instance) Kill() { in.sb.Kill() }
 
+// NetNS is a pidfd of the sandbox's init, a handle on its network
+// namespace that the egress layer enters; false when the sandbox's kernel
+// keeps its network to itself (gVisor's netstack).
+func (in *Instance) NetNS() (int, bool) {
+	if p, ok := in.sb.(interface{ PidFD() int }); ok {
+		return p.PidFD(), true
+	}
+	return -1, false
+}
+
 // Interrupt sends SIGINT to the runtime's process group: Python raises
 // KeyboardInterrupt, and the state is kept.
 func (in *Instance) Interrupt() { in.sb.Signal(in.pid, syscall.SIGINT, true) }

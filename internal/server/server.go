@@ -193,6 +193,11 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 			s.manager.AddSource(iso, &instance.Cold{Kernel: k, Slots: slots})
 		}
 	}
+	eg, err := session.NewEgress(cfg.Network)
+	if err != nil {
+		return nil, err
+	}
+	s.manager.SetEgress(eg)
 	s.manager.Observe(opts.Observers...)
 	s.api = api.New(s.manager, cfg, s.log, opts.Version)
 	if ident != nil {

@@ -26,6 +26,7 @@ import (
 	"airlock/internal/apitype"
 	"airlock/internal/cluster"
 	"airlock/internal/config"
+	"airlock/internal/egress"
 	"airlock/internal/errdefs"
 	"airlock/internal/identity"
 	"airlock/internal/instance"
@@ -49,6 +50,7 @@ type Manager struct {
 	sources map[config.Isolation]instance.Source
 	log     *slog.Logger
 	obs     Observer      // nil: nobody listens
+	egress  *Egress       // nil: no client may ask for a network
 	execs   chan struct{} // bounds concurrent executions, one-shot included
 	// ids makes session ids and judges unknown ones (nil: a server on
 	// its own).
@@ -135,6 +137,9 @@ type Session struct {
 	create time.Time
 
 	cmds commands // shell commands (commands.go)
+	// gate is the session's network egress (nil: loopback only); set
+	// under mu, once, by Create or SetNetwork.
+	gate *egress.Gate
 
 	execMu sync.Mutex // one execution at a time
 
@@ -198,6 +203,10 @@ func (m *Manager) Create(ctx context.Context, req apitype.CreateSessionRequest) 
 	if err := ValidateEnv(req.Env, m.cfg.Server.MaxEnv); err != nil {
 		return nil, err
 	}
+	policy, err := m.NetworkPolicy(req.Network)
+	if err != nil {
+		return nil, err
+	}
 	idle := req.IdleTimeout.D()
 	if idle == 0 {
 		idle = m.cfg.Server.IdleTimeout.D()
@@ -224,7 +233,7 @@ func (m *Manager) Create(ctx context.Context, req apitype.CreateSessionRequest) 
 		m.creates.Done()
 	}()
 
-	s, err := m.start(ctx, iso, rt, limits, sessionEnv(rt, limits, req.Env), idle)
+	s, err := m.start(ctx, iso, rt, limits, sessionEnv(rt, limits, req.Env), idle, policy)
 	if err != nil {
 		return nil, err
 	}
@@ -269,11 +278,11 @@ func sessionEnv(rt runtimes.Runtime, limits config.Limits, userEnv map[string]st
 // runtime has env. The configuration round trip also shows the runtime
 // alive: one that died just before it was handed out (it passed the
 // health check a moment earlier) is replaced.
-func (m *Manager) start(ctx context.Context, iso config.Isolation, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration) (*Session, error) {
+func (m *Manager) start(ctx context.Context, iso config.Isolation, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration, policy egress.Policy) (*Session, error) {
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		var s *Session
-		s, err = m.startOnce(ctx, iso, rt, limits, env, idle)
+		s, err = m.startOnce(ctx, iso, rt, limits, env, idle, policy)
 		if err == nil || ctx.Err() != nil || !errors.Is(err, errRuntimeGone) {
 			return s, err
 		}
@@ -284,7 +293,7 @@ func (m *Manager) start(ctx context.Context, iso config.Isolation, rt runtimes.R
 
 var errRuntimeGone = errors.New("runtime gone")
 
-func (m *Manager) startOnce(ctx context.Context, iso config.Isolation, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration) (*Session, error) {
+func (m *Manager) startOnce(ctx context.Context, iso config.Isolation, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration, policy egress.Policy) (*Session, error) {
 	src, ok := m.sources[iso]
 	if !ok {
 		return nil, fmt.Errorf("%w: isolation %q is not available on this server", errdefs.ErrUnavailable, iso)
@@ -310,6 +319,12 @@ func (m *Manager) startOnce(ctx context.Context, iso config.Isolation, rt runtim
 		// Retried by start: the detail is for the log only.
 		return nil, fmt.Errorf("%w: %w", errRuntimeGone,
 			errdefs.Private(errdefs.ErrUnavailable, fmt.Sprintf("the %s runtime did not answer its configuration", rt.Lang), err))
+	}
+	// The policy is attached when the session takes its sandbox (a
+	// pooled one was built before any session existed), as limits are.
+	if err := s.attachEgress(policy); err != nil {
+		s.teardownOnce.Do(s.teardown)
+		return nil, err
 	}
 	return s, nil
 }
@@ -453,7 +468,12 @@ func (s *Session) ID() string { return s.id }
 func (s *Session) Limits() config.Limits { return s.limits }
 
 // Info describes the session.
-func (s *Session) Info() apitype.Session {
+func (s *Session) Info() (info apitype.Session) {
+	defer func() {
+		if s.egressGate() != nil {
+			info.Network = s.Network()
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	state := apitype.StateIdle
@@ -561,6 +581,7 @@ func (s *Session) terminate(end apitype.End) {
 		}
 		m.mu.Unlock()
 		s.inst.Kill()
+		s.closeEgress()
 		// A running execution notices the jail dying and frees it all
 		// when it returns; otherwise free it now.
 		s.mu.Lock()
@@ -579,6 +600,7 @@ func (s *Session) terminate(end apitype.End) {
 
 func (s *Session) teardown() {
 	defer close(s.gone)
+	s.closeEgress()
 	if err := s.inst.Close(); err != nil {
 		s.m.log.Error("session teardown", "session", s.id, "err", err)
 	}
