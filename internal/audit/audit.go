@@ -149,17 +149,30 @@ func (l *Log) writer() {
 			}
 			return
 		}
-		// Whatever else is queued joins this batch: one commit for many
-		// records under load, a prompt commit of one record when idle.
+		// What arrives within the flush interval joins this batch: one
+		// commit (the writer's real cost, on a core the requests share)
+		// for many records; a Flush or a full batch commits at once.
+		deadline := time.NewTimer(l.cfg.FlushInterval.D())
 	more:
-		for len(batch) < maxBatch {
+		for len(batch) < maxBatch && len(flushes) == 0 {
 			select {
 			case it := <-l.q:
 				take(it)
-			default:
+			case <-deadline.C:
 				break more
+			case <-l.stop:
+				// Close: take what is queued, commit, then stop below.
+				for len(l.q) > 0 {
+					take(<-l.q)
+				}
+				l.write(batch)
+				for _, f := range flushes {
+					close(f)
+				}
+				return
 			}
 		}
+		deadline.Stop()
 		l.write(batch)
 		batch = batch[:0]
 		for _, f := range flushes {
