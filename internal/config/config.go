@@ -112,6 +112,12 @@ type Config struct {
 	// Metrics and Log: observability (see observe.go).
 	Metrics Metrics `json:"metrics"`
 	Log     Log     `json:"log"`
+	// Redaction and CodeRules: output policy and advisory code rules
+	// (see policy.go), for every tenant unless Tenants says otherwise.
+	Redaction Redaction  `json:"redaction"`
+	CodeRules []CodeRule `json:"code_rules,omitempty"`
+	// Tenants configures tenants by name: their redaction and code rules.
+	Tenants map[string]Tenant `json:"tenants,omitempty"`
 }
 
 // Cluster names this server among others. At most one of the three
@@ -430,7 +436,7 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("server.auth %q must be \"keys\" or \"none\"", s.Auth))
 	}
-	for _, err := range []error{c.Metrics.validate(), c.Log.validate()} {
+	for _, err := range []error{c.Metrics.validate(), c.Log.validate(), c.validatePolicy()} {
 		if err != nil {
 			errs = append(errs, err)
 		}
