@@ -240,10 +240,14 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "airlock: warning: %v\n", err)
 	}
 
+	slot, err := host.CLISlot()
+	if err != nil {
+		return exitFor(stderr, err)
+	}
 	runReq := jail.RunRequest{
 		Spec: jail.Spec{
 			Name:   "r-" + strconv.Itoa(os.Getpid()),
-			Slot:   jail.CLISlot(),
+			Slot:   slot,
 			Limits: limits,
 		},
 		Argv: append(rt.Command("/workspace/"+name), progArgs...),

@@ -38,6 +38,7 @@ var schemaTypes = map[string]reflect.Type{
 	"FileList":             reflect.TypeFor[apitype.FileList](),
 	"UploadResult":         reflect.TypeFor[apitype.UploadResult](),
 	"Health":               reflect.TypeFor[apitype.Health](),
+	"Readiness":            reflect.TypeFor[apitype.Readiness](),
 	"InterruptResult":      reflect.TypeFor[apitype.InterruptResult](),
 	"ProgramRequest":       reflect.TypeFor[apitype.ProgramRequest](),
 	"CommandRequest":       reflect.TypeFor[apitype.CommandRequest](),

@@ -325,6 +325,25 @@ type Health struct {
 	Pool map[string]json.RawMessage `json:"pool,omitempty"`
 }
 
+// Readiness is GET /readyz: whether the server can take a new session
+// now (200) or not (503). It is capacity, not health (that is /healthz):
+// a load balancer sends creations only to ready servers, while a server
+// that is not ready goes on serving the sessions it holds.
+type Readiness struct {
+	Ready bool `json:"ready"`
+	// Reasons say why not, one sentence each (none when ready).
+	Reasons []string `json:"reasons,omitempty"`
+	// Pod is the server's name in a cluster.
+	Pod string `json:"pod,omitempty"`
+	// Sessions counts those open and being created; MaxSessions is
+	// server.max_sessions.
+	Sessions    int `json:"sessions"`
+	MaxSessions int `json:"max_sessions"`
+	// Warm is the number of ready sandboxes of each language with a
+	// warm pool.
+	Warm map[string]int `json:"warm,omitempty"`
+}
+
 // PoolStats are one language's warm-pool figures.
 type PoolStats struct {
 	Ready      int     `json:"ready"`

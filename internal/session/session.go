@@ -15,8 +15,6 @@ package session
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,6 +24,7 @@ import (
 	"time"
 
 	"airlock/internal/apitype"
+	"airlock/internal/cluster"
 	"airlock/internal/config"
 	"airlock/internal/egress"
 	"airlock/internal/errdefs"
@@ -53,6 +52,9 @@ type Manager struct {
 	obs     Observer      // nil: nobody listens
 	egress  *Egress       // nil: no client may ask for a network
 	execs   chan struct{} // bounds concurrent executions, one-shot included
+	// ids makes session ids and judges unknown ones (nil: a server on
+	// its own).
+	ids *cluster.Identity
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -80,6 +82,12 @@ func NewManager(cfg config.Config, source instance.Source, log *slog.Logger) *Ma
 		oneShots: map[*Session]struct{}{},
 	}
 }
+
+// SetIdentity makes the manager one server of a cluster: its session ids
+// carry id's name and boot epoch, and an unknown id is judged by them
+// (another server's, an earlier run's). Call it before the manager serves
+// anything.
+func (m *Manager) SetIdentity(id *cluster.Identity) { m.ids = id }
 
 // AddSource makes isolation iso available to requests, its sandboxes
 // built by src; call it before the manager serves anything.
@@ -166,12 +174,6 @@ func ValidateEnv(env map[string]string, maxN int) error {
 		return fmt.Errorf("%w: env is larger than 256 KiB", errdefs.ErrInvalidArgument)
 	}
 	return nil
-}
-
-func newID() string {
-	var b [12]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 // lookup resolves a request's language; the first of the table when
@@ -301,7 +303,7 @@ func (m *Manager) startOnce(ctx context.Context, iso config.Isolation, rt runtim
 		return nil, err
 	}
 	s := &Session{
-		m: m, id: newID(), lang: rt, limits: limits, idle: idle, inst: inst, env: env,
+		m: m, id: m.ids.NewID(), lang: rt, limits: limits, idle: idle, inst: inst, env: env,
 		create: time.Now(), lastUsed: time.Now(),
 		ended: make(chan struct{}), gone: make(chan struct{}),
 	}
@@ -337,7 +339,7 @@ func (m *Manager) Get(id string) (*Session, error) {
 	if e, ok := m.ended[id]; ok {
 		return nil, gone(e.end)
 	}
-	return nil, fmt.Errorf("%w: no session %q", errdefs.ErrNotFound, truncateID(id))
+	return nil, m.ids.Unknown(id)
 }
 
 // Find is Get for the caller ctx carries: a session of another tenant
@@ -356,7 +358,10 @@ func (m *Manager) Find(ctx context.Context, id string) (*Session, error) {
 	if e, ok := m.ended[id]; ok && who.Sees(e.tenant) {
 		return nil, gone(e.end)
 	}
-	return nil, fmt.Errorf("%w: no session %q", errdefs.ErrNotFound, truncateID(id))
+	// Another tenant's session of this run is not found (above); ids of
+	// other servers and earlier runs say so to anyone: the id alone
+	// tells, and nothing of a session is learnt.
+	return nil, m.ids.Unknown(id)
 }
 
 // Tenant is the tenant that owns the session.
@@ -383,6 +388,14 @@ func (m *Manager) List() []apitype.Session {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out
+}
+
+// Capacity is what readiness needs: the sessions open or being created,
+// the server's maximum, and whether the manager still takes new ones.
+func (m *Manager) Capacity() (open, maxSessions int, accepting bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.sessions) + m.creating, m.cfg.Server.MaxSessions, !m.closed
 }
 
 // Count is the number of live sessions.
