@@ -476,12 +476,16 @@ type AuditRecord struct {
 	CodeFlags  []string `json:"code_flags,omitempty"`
 }
 
-// EgressDecision is one network destination a sandbox asked for.
+// EgressDecision is one network destination a sandbox asked for (the
+// egress gate's decision, as the audit keeps it).
 type EgressDecision struct {
-	Host    string `json:"host"`
-	Port    int    `json:"port,omitempty"`
-	Allowed bool   `json:"allowed"`
-	Reason  string `json:"reason,omitempty"`
+	Kind      string `json:"kind,omitempty"` // "dns" or "connect"
+	Host      string `json:"host"`
+	Port      int    `json:"port,omitempty"`
+	Allowed   bool   `json:"allowed"`
+	Reason    string `json:"reason,omitempty"`
+	BytesUp   int64  `json:"bytes_up,omitempty"`
+	BytesDown int64  `json:"bytes_down,omitempty"`
 }
 
 // AuditList is a page of GET /v1/audit, oldest first; NextCursor, when

@@ -289,7 +289,7 @@ func (l *Log) ExecutionFinished(e session.ExecutionEvent) {
 	}
 	r.DurationMs, r.CPUMs, r.PeakMemory = ms(e.Duration), ms(e.CPU), e.PeakMemory
 	r.FilesChanged, r.BytesIn, r.BytesOut = e.FilesChanged, e.InputBytes, e.OutputBytes
-	r.Redactions, r.CodeFlags = e.Redactions, e.CodeFlags
+	r.Redactions, r.CodeFlags, r.Egress = e.Redactions, e.CodeFlags, e.Egress
 	l.Record(r)
 }
 

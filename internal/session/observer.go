@@ -87,6 +87,9 @@ type ExecutionEvent struct {
 	// code (output policy), for the audit: facts, never the secrets.
 	Redactions int
 	CodeFlags  []string
+	// Egress: the network decisions made for the execution (the egress
+	// gate's, when the session has network access), for the audit.
+	Egress []apitype.EgressDecision
 
 	Duration    time.Duration
 	CPU         time.Duration
