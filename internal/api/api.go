@@ -73,6 +73,9 @@ type Server struct {
 	// public are paths served without authentication (/healthz; /metrics
 	// when the operator says so).
 	public map[string]bool
+	// Observe, when set, hears every answered request: its route pattern
+	// ("" if it was refused before routing), status and duration (metrics).
+	Observe func(route string, status int, d time.Duration)
 }
 
 // Authenticator resolves the secret of a bearer API key to its caller.
@@ -146,6 +149,18 @@ func New(m *session.Manager, cfg config.Config, log *slog.Logger, version string
 // and the request log. Call it before serving.
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
+// HandleAdmin serves h at pattern like Handle, to admin callers only
+// (the operator's metrics, say): anyone else gets 403.
+func (s *Server) HandleAdmin(pattern string, h http.Handler) {
+	s.mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if who, _ := identity.From(r.Context()); !who.Admin && !s.public[r.URL.Path] {
+			fail(w, fmt.Errorf("%w: %s needs an admin key", errdefs.ErrPermission, r.URL.Path))
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+}
+
 // ServeHTTP gives every request an id, recovers panics, authenticates, and
 // logs the request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -162,7 +177,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				fail(rw, errors.New("panic"))
 			}
 		}
-		s.log.Debug("request", "request", rw.id, "method", r.Method, "path", r.URL.Path, "status", rw.status, "ms", time.Since(start).Milliseconds())
+		d := time.Since(start)
+		s.log.Debug("request", "request", rw.id, "method", r.Method, "path", r.URL.Path, "status", rw.status, "ms", d.Milliseconds())
+		if s.Observe != nil {
+			s.Observe(r.Pattern, rw.status, d) // r: the routed request, below
+		}
 	}()
 	ctx := identity.WithRequest(r.Context(), rw.id)
 	if !s.public[r.URL.Path] {

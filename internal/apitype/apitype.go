@@ -289,6 +289,8 @@ type PoolStats struct {
 type TemplateStats struct {
 	Running  bool `json:"running"`
 	Failures int  `json:"failures"`
+	// Restarts: times it died and was started again.
+	Restarts int `json:"restarts"`
 }
 
 // TemplateKey is the key of TemplateStats in Health.Pool.

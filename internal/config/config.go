@@ -98,6 +98,9 @@ type Config struct {
 	// --tenant T with quota flags) override them field by field.
 	Quotas Quotas `json:"quotas"`
 	Audit  Audit  `json:"audit"`
+	// Metrics and Log: observability (see observe.go).
+	Metrics Metrics `json:"metrics"`
+	Log     Log     `json:"log"`
 }
 
 // Isolation names a kernel sandboxes can run on.
@@ -258,8 +261,10 @@ func Default() Config {
 			MaxRichOutput:           32 << 20,
 			MaxSessionCommands:      16,
 		},
-		Audit: Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096, FlushInterval: Duration(50 * time.Millisecond)},
-		MCP:   MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute)},
+		Audit:   Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096, FlushInterval: Duration(50 * time.Millisecond)},
+		MCP:     MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute)},
+		Metrics: Metrics{Enabled: true},
+		Log:     Log{Format: "text", Level: "info"},
 		Pool: Pool{
 			Size:     map[string]int{"python": 8, "bash": 2, "javascript": 2},
 			Zygote:   true,
@@ -397,6 +402,11 @@ func (c Config) Validate() error {
 		}
 	default:
 		errs = append(errs, fmt.Errorf("server.auth %q must be \"keys\" or \"none\"", s.Auth))
+	}
+	for _, err := range []error{c.Metrics.validate(), c.Log.validate()} {
+		if err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := c.Quotas.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("quotas: %v", err))

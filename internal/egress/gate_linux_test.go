@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -558,6 +559,16 @@ func TestGatePolicyChangeAndClose(t *testing.T) {
 	c1, err := f.ns.dial(fmt.Sprintf("%s:%d", a, f.port))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Decided and spliced before the change (a connection only queued in
+	// the listener is decided, under the policy of the moment, when its
+	// request arrives).
+	c1.Write([]byte("GET / HTTP/1.1\r\nHost: a.test\r\n\r\n"))
+	c1.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if resp, err := http.ReadResponse(bufio.NewReader(c1), nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("open connection before a policy change: %v", err)
+	} else {
+		io.Copy(io.Discard, resp.Body)
 	}
 	p, _ := ParsePolicy([]string{fmt.Sprintf("b.test:%d", f.port+1)})
 	if err := f.gate.SetPolicy(p); err != nil {
