@@ -34,6 +34,7 @@ import (
 	"airlock/internal/api"
 	"airlock/internal/audit"
 	"airlock/internal/client"
+	"airlock/internal/cluster"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/fontcache"
@@ -165,7 +166,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		s.closers = append(s.closers, func() { unixLn.Close(); os.Remove(path) })
 	}
 
-	slots := &instance.Slots{}
+	slots := instance.NewSlots(s.host.Layout())
 	kernels, err := s.kernels(cfg)
 	if err != nil {
 		return nil, err
@@ -180,13 +181,29 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		source = s.pool
 	}
 	s.manager = session.NewManager(cfg, source, s.log)
+	// In a cluster, session ids carry this server's name and boot
+	// epoch (after the state lock: the epoch is recorded there).
+	ident, err := cluster.Load(cfg.Cluster, cfg.StateDir, os.Getenv, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	s.manager.SetIdentity(ident)
 	for iso, k := range kernels {
 		if iso != cfg.Isolation {
 			s.manager.AddSource(iso, &instance.Cold{Kernel: k, Slots: slots})
 		}
 	}
+	eg, err := session.NewEgress(cfg.Network)
+	if err != nil {
+		return nil, err
+	}
+	s.manager.SetEgress(eg)
 	s.manager.Observe(opts.Observers...)
 	s.api = api.New(s.manager, cfg, s.log, opts.Version)
+	if ident != nil {
+		s.api.Pod = ident.Pod
+		s.log.Info("serving as one server of a cluster", "pod", ident.Pod, "boot_epoch", ident.Epoch)
+	}
 	if err := s.tenancy(); err != nil {
 		return nil, err
 	}

@@ -83,13 +83,12 @@ type ExecutionEvent struct {
 	// removed; InputBytes: bytes of files sent with a one-shot or program.
 	FilesChanged int
 	InputBytes   int64
+	// Egress: what the execution tried on the network.
+	Egress []apitype.EgressDecision
 	// Redactions made in the output and the code rules that flagged the
 	// code (output policy), for the audit: facts, never the secrets.
 	Redactions int
 	CodeFlags  []string
-	// Egress: the network decisions made for the execution (the egress
-	// gate's, when the session has network access), for the audit.
-	Egress []apitype.EgressDecision
 
 	Duration    time.Duration
 	CPU         time.Duration

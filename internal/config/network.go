@@ -1,0 +1,80 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// Network configures egress by allowlist: what clients may ask for in a
+// request's "network": {"allow": [...]}, and the limits every session's
+// egress gets. A session without a policy has loopback only, whatever is
+// configured here.
+type Network struct {
+	// Enabled lets clients ask for a policy at all.
+	Enabled bool `json:"enabled"`
+	// MaxAllow caps the entries of one policy.
+	MaxAllow int `json:"max_allow"`
+	// AllowOnly, when not empty, is the operator's list every client
+	// entry must fall inside (same syntax: name, *.suffix, :port).
+	AllowOnly []string `json:"allow_only"`
+	// Bytes is each session's egress budget, up plus down.
+	Bytes Size `json:"bytes"`
+	// MaxConnections caps a session's open connections.
+	MaxConnections int      `json:"max_connections"`
+	ConnectTimeout Duration `json:"connect_timeout"`
+	IdleTimeout    Duration `json:"idle_timeout"`
+	// InternalCIDRs are internal ranges sessions may reach (a package
+	// mirror on the LAN); by server config only, never by a request.
+	InternalCIDRs []string `json:"internal_cidrs"`
+	// InternalNames may resolve into private ranges (RFC 1918, 100.64/10,
+	// ULA); loopback, link-local, metadata and the host stay closed.
+	InternalNames []string `json:"internal_names"`
+}
+
+// DefaultNetwork is the built-in network section.
+func DefaultNetwork() Network {
+	return Network{
+		Enabled: true, MaxAllow: 32, Bytes: 1 << 30, MaxConnections: 64,
+		ConnectTimeout: Duration(10 * time.Second), IdleTimeout: Duration(2 * time.Minute),
+	}
+}
+
+// Validate checks the section's ranges; names are checked by the egress
+// layer when the server starts.
+func (n Network) Validate() error {
+	var errs []error
+	if n.MaxAllow < 1 || n.MaxAllow > 1024 {
+		errs = append(errs, fmt.Errorf("network.max_allow %d must be between 1 and 1024", n.MaxAllow))
+	}
+	if n.Bytes < 1<<10 {
+		errs = append(errs, errors.New("network.bytes must be at least 1K"))
+	}
+	if n.MaxConnections < 1 || n.MaxConnections > 4096 {
+		errs = append(errs, fmt.Errorf("network.max_connections %d must be between 1 and 4096", n.MaxConnections))
+	}
+	if n.ConnectTimeout < Duration(100*time.Millisecond) || n.ConnectTimeout > Duration(5*time.Minute) {
+		errs = append(errs, errors.New("network.connect_timeout must be between 100ms and 5m"))
+	}
+	if n.IdleTimeout < Duration(time.Second) || n.IdleTimeout > Duration(24*time.Hour) {
+		errs = append(errs, errors.New("network.idle_timeout must be between 1s and 24h"))
+	}
+	if len(n.AllowOnly) > 4096 || len(n.InternalNames) > 4096 || len(n.InternalCIDRs) > 4096 {
+		errs = append(errs, errors.New("network lists hold at most 4096 entries"))
+	}
+	for _, c := range n.InternalCIDRs {
+		if _, err := netip.ParsePrefix(c); err != nil {
+			errs = append(errs, fmt.Errorf("network.internal_cidrs: %q is not a CIDR", c))
+		}
+	}
+	for _, l := range [][]string{n.AllowOnly, n.InternalNames} {
+		for _, s := range l {
+			if strings.TrimSpace(s) == "" {
+				errs = append(errs, errors.New("network: empty entry"))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
