@@ -109,9 +109,17 @@ type Config struct {
 	Cluster Cluster `json:"cluster"`
 	// Network configures egress by allowlist.
 	Network Network `json:"network"`
+	// Packages configures package installation.
+	Packages Packages `json:"packages"`
 	// Metrics and Log: observability (see observe.go).
 	Metrics Metrics `json:"metrics"`
 	Log     Log     `json:"log"`
+	// Redaction and CodeRules: output policy and advisory code rules
+	// (see policy.go), for every tenant unless Tenants says otherwise.
+	Redaction Redaction  `json:"redaction"`
+	CodeRules []CodeRule `json:"code_rules,omitempty"`
+	// Tenants configures tenants by name: their redaction and code rules.
+	Tenants map[string]Tenant `json:"tenants,omitempty"`
 }
 
 // Cluster names this server among others. At most one of the three
@@ -288,11 +296,12 @@ func Default() Config {
 			MaxRichOutput:           32 << 20,
 			MaxSessionCommands:      16,
 		},
-		Network: DefaultNetwork(),
-		Audit:   Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096, FlushInterval: Duration(50 * time.Millisecond)},
-		MCP:     MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute)},
-		Metrics: Metrics{Enabled: true},
-		Log:     Log{Format: "text", Level: "info"},
+		Network:  DefaultNetwork(),
+		Packages: DefaultPackages(),
+		Audit:    Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096, FlushInterval: Duration(50 * time.Millisecond)},
+		MCP:      MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute)},
+		Metrics:  Metrics{Enabled: true},
+		Log:      Log{Format: "text", Level: "info"},
 		Pool: Pool{
 			Size:     map[string]int{"python": 8, "bash": 2, "javascript": 2},
 			Zygote:   true,
@@ -430,7 +439,7 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("server.auth %q must be \"keys\" or \"none\"", s.Auth))
 	}
-	for _, err := range []error{c.Metrics.validate(), c.Log.validate()} {
+	for _, err := range []error{c.Metrics.validate(), c.Log.validate(), c.validatePolicy()} {
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -483,6 +492,9 @@ func (c Config) Validate() error {
 		}
 	}
 	if err := c.Network.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Packages.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Pool.Parallel < 1 || c.Pool.Parallel > 256 {
