@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,7 +17,12 @@ import (
 // /proc/self/status and try what only Landlock refuses. Both must show
 // every layer (jail.planEntry's expectation).
 func TestSessionEntryStatus(t *testing.T) {
-	s := sharedServer(t)
+	checkEntryStatus(t, sharedServer(t))
+}
+
+// checkEntryStatus checks the entry of a pooled python and a bash session
+// of s.
+func checkEntryStatus(t *testing.T, s *server) {
 	filters := ownSeccompFilters(t) + 1
 	want := map[string]string{
 		"CapInh": "0000000000000000", "CapPrm": "0000000000000000", "CapEff": "0000000000000000",
@@ -88,4 +95,46 @@ func ownSeccompFilters(t *testing.T) int {
 	}
 	testenv.Skip(t, "this kernel does not report Seccomp_filters")
 	return 0
+}
+
+// A default `go build ./cmd/airlock` turns cgo on when a C compiler is
+// there; the runtime then has no syscall.AllThreadsSyscall, which the
+// init once needed for its cgroup namespace ("unshare cgroup namespace:
+// operation not supported"). Such a binary must build jails like the one
+// the tests use: a one-shot run, and a server's pooled python (forked by
+// the template, which joins the init's namespaces) and bash sessions.
+func TestDefaultBuildWithCgo(t *testing.T) {
+	airlockBinary(t) // the privileged tier's skip
+	env := []string{}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CGO_ENABLED=") {
+			env = append(env, kv)
+		}
+	}
+	if _, err := exec.LookPath("gcc"); err == nil {
+		env = append(env, "CGO_ENABLED=1") // what the default is then
+	}
+	bin := filepath.Join(t.TempDir(), "airlock")
+	build := exec.Command("go", "build", "-o", bin, "../cmd/airlock")
+	build.Env = env
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	info, err := exec.Command("go", "version", "-m", bin).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, gccErr := exec.LookPath("gcc")
+	if withCgo := strings.Contains(string(info), "CGO_ENABLED=1"); withCgo != (gccErr == nil) {
+		t.Fatalf("gcc found: %v, but the binary was built with cgo %v:\n%s", gccErr == nil, withCgo, info)
+	}
+
+	prog := filepath.Join(t.TempDir(), "p.py")
+	os.WriteFile(prog, []byte("print(open('/proc/self/cgroup').read().splitlines()[-1])\nprint([l for l in open('/proc/self/status') if l.startswith('NoNewPrivs')][0].strip())\n"), 0o644)
+	cmd := exec.Command(bin, "run", "--cold", prog)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "NoNewPrivs:\t1") || !strings.Contains(string(out), "::/") {
+		t.Fatalf("airlock run: %v\n%s", err, out)
+	}
+	checkEntryStatus(t, startServerBin(t, bin, nil))
 }

@@ -114,6 +114,13 @@ var (
 // warm (if any).
 func startServer(t testing.TB, overrides map[string]any) *server {
 	t.Helper()
+	return startServerBin(t, "", overrides)
+}
+
+// startServerBin is startServer with the airlock binary bin (the one
+// the tests build when empty).
+func startServerBin(t testing.TB, bin string, overrides map[string]any) *server {
+	t.Helper()
 	serverSeq++
 	name := fmt.Sprintf("airlock-e2e-%d-%d", os.Getpid(), serverSeq)
 	base := e2eIDBase + serverSeq*e2eIDStep
@@ -144,14 +151,21 @@ func startServer(t testing.TB, overrides map[string]any) *server {
 		}
 		cfg[k] = v
 	}
-	return startServerNamed(t, name, cfg)
+	return startServerNamedBin(t, bin, name, cfg)
 }
 
 // startServerNamed starts a server with exactly cfg; name is its state
 // directory under /run and its cgroup parent.
 func startServerNamed(t testing.TB, name string, cfg map[string]any) *server {
 	t.Helper()
-	bin := airlockBinary(t)
+	return startServerNamedBin(t, "", name, cfg)
+}
+
+func startServerNamedBin(t testing.TB, bin, name string, cfg map[string]any) *server {
+	t.Helper()
+	if bin == "" {
+		bin = airlockBinary(t)
+	}
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "config.json")
 	b, _ := json.Marshal(cfg)

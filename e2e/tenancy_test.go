@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -166,6 +167,10 @@ func TestTenantIsolationEveryRoute(t *testing.T) {
 	if l, err := b.Sessions(ctx); err != nil || len(l) != 0 {
 		t.Errorf("B lists %v, %v; want nothing", l, err)
 	}
+	// (A's records are committed by now: the admin reads them.)
+	if recs := s.waitAudit("admin-token", url.Values{"tenant": {"team-a"}}, 2); len(recs) < 2 {
+		t.Errorf("admin audit of team-a: %+v", recs)
+	}
 	for _, q := range []url.Values{{"session": {sa.ID}}, {"tenant": {"team-a"}}, {}} {
 		l, err := b.Audit(ctx, q)
 		if err != nil {
@@ -193,8 +198,8 @@ func TestTenantIsolationEveryRoute(t *testing.T) {
 	if l, err := admin.Sessions(ctx); err != nil || len(l) != 1 || l[0].ID != sa.ID {
 		t.Errorf("admin lists %v, %v", l, err)
 	}
-	if l, err := admin.Audit(ctx, url.Values{"tenant": {"team-a"}}); err != nil || len(l.Records) == 0 {
-		t.Errorf("admin audit of team-a: %v %v", l, err)
+	if recs := s.waitAudit("admin-token", url.Values{"tenant": {"team-a"}}, 2); len(recs) < 2 {
+		t.Errorf("admin audit of team-a: %+v", recs)
 	}
 
 	// Revoking A's key holds from its next request, for its open session too.
@@ -312,8 +317,66 @@ func TestTenantQuotas(t *testing.T) {
 	if d := time.Until(midnight).Seconds(); float64(ra) < d-5 || float64(ra) > d+5 {
 		t.Errorf("Retry-After %d, want the %0.f s to midnight UTC", ra, d)
 	}
+	// Egress: a tenant denied it cannot ask for any network; one limited
+	// to names may ask only for those.
+	noNet := s.newKey("nonet", "--egress", "deny")
+	code, body, _ = s.rawH("POST", "/v1/sessions", `{"language":"python","network":{"allow":["pypi.org"]}}`, noNet)
+	if code != 403 || !strings.Contains(string(body), "egress") {
+		t.Errorf("network for a tenant denied egress: %d %s", code, body)
+	}
+	code, body, _ = s.rawH("POST", "/v1/execute", `{"code":"1","network":{"allow":["pypi.org"]}}`, noNet)
+	if code != 403 {
+		t.Errorf("a one-shot with network for a tenant denied egress: %d %s", code, body)
+	}
+	onlyPypi := s.newKey("pypi", "--egress-allow", "pypi.org")
+	code, body, _ = s.rawH("POST", "/v1/sessions", `{"language":"python","network":{"allow":["example.com"]}}`, onlyPypi)
+	if code != 403 || !strings.Contains(string(body), "egress_allow") {
+		t.Errorf("a name outside the tenant's egress_allow: %d %s", code, body)
+	}
+
 	// Other tenants are not affected.
 	if _, err := s.as(s.newKey("other")).RunOnce(ctx, apitype.OneShotRequest{Code: "1"}, nil); err != nil {
 		t.Errorf("another tenant: %v", err)
+	}
+}
+
+// The token can come from a file (a mounted secret): the server takes it
+// as an admin key; `airlock config print` shows the effective
+// configuration, environment overrides included, with the secret masked.
+func TestTokenFileAndConfigPrint(t *testing.T) {
+	dir := t.TempDir()
+	tok := dir + "/token"
+	if err := os.WriteFile(tok, []byte("from-a-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := keysServer(t, map[string]any{"server": map[string]any{"token_file": tok}})
+	if code, _ := s.raw("GET", "/v1/sessions", nil, bearer("from-a-file")); code != 200 {
+		t.Errorf("the token from token_file: %d", code)
+	}
+	if code, _ := s.raw("GET", "/v1/sessions", nil, bearer("from-a-fil")); code != 401 {
+		t.Errorf("a prefix of the token: %d", code)
+	}
+	cmd := exec.Command(airlockBinary(t), "config", "print", "--config", s.cfgPath)
+	cmd.Env = append(os.Environ(), "AIRLOCK_SERVER_MAX_SESSIONS=3", "AIRLOCK_QUOTAS_EXECUTIONS_PER_MINUTE=60")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Version int
+		Server  struct {
+			Token       string `json:"token"`
+			TokenFile   string `json:"token_file"`
+			MaxSessions int    `json:"max_sessions"`
+		}
+		Quotas struct {
+			ExecutionsPerMinute int `json:"executions_per_minute"`
+		}
+	}
+	if err := json.Unmarshal(out, &cfg); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if cfg.Version != 1 || cfg.Server.Token != "***" || cfg.Server.TokenFile != tok || cfg.Server.MaxSessions != 3 || cfg.Quotas.ExecutionsPerMinute != 60 || strings.Contains(string(out), "from-a-file") {
+		t.Errorf("config print: %s", out)
 	}
 }

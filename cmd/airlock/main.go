@@ -43,6 +43,7 @@ Usage:
   airlock bench [flags]                   measure latency against baselines
   airlock keys create|list|revoke|quota   manage API keys and tenants' quotas
   airlock audit [flags]                   list the audit log
+  airlock config print|env                the effective configuration (secrets masked)
   airlock version
 
 Run "airlock COMMAND -h" for the flags of a command.
@@ -80,6 +81,8 @@ func main() {
 		code = keysCmd(args, os.Stdout, os.Stderr)
 	case "audit":
 		code = auditCmd(args, os.Stdout, os.Stderr)
+	case "config":
+		code = configCmd(args, os.Stdout, os.Stderr)
 	case "version", "--version":
 		fmt.Println("airlock", version)
 	case "help", "-h", "--help":

@@ -83,12 +83,14 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		lang         string
 		asJSON, cold bool
 		envs, files  multiFlag
+		allowHosts   multiFlag
 		lf           limitFlags
 	)
 	fs.StringVar(&lang, "lang", "", "language: python, bash or javascript (default from the file extension, else python)")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object with the result instead of streaming output")
 	fs.Var(&envs, "env", "set an environment variable `K=V` in the sandbox (repeatable)")
 	fs.Var(&files, "file", "copy host file `HOSTPATH[:NAME]` into /workspace (repeatable)")
+	fs.Var(&allowHosts, "allow-host", "let the program reach `NAME[:PORT]` (a DNS name or *.suffix; ports 80 and 443 by default; repeatable; needs a running server)")
 	cfgPath := c.configFlag()
 	fs.BoolVar(&cold, "cold", false, "build the jail in this process even when a local server runs")
 	lf.bind(fs)
@@ -186,6 +188,9 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			Language: rt.Lang, Code: string(code), Filename: name, Args: progArgs,
 			Limits: req, Env: runtimes.EnvMap(env), FileContents: new(bool),
 		}
+		if len(allowHosts) > 0 {
+			preq.Network = &apitype.NetworkPolicy{Allow: allowHosts}
+		}
 		for _, f := range inputs[1:] {
 			preq.Files = append(preq.Files, apitype.InputFile{Path: f.path, ContentBase64: base64.StdEncoding.EncodeToString(f.data)})
 		}
@@ -213,6 +218,12 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return report(out, limits, asJSON, stdout, stderr)
 		}
 	}
+	if len(allowHosts) > 0 {
+		// The egress layer lives in the server: a jail built here has
+		// loopback only, and must not run as if it had what was asked.
+		fmt.Fprintln(stderr, "airlock run: --allow-host needs a running server (airlock serve); without one the sandbox has no network")
+		return exitUsage
+	}
 	opts := jail.OptionsFrom(cfg)
 	host, err := jail.NewHost(opts)
 	if err != nil {
@@ -229,10 +240,14 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "airlock: warning: %v\n", err)
 	}
 
+	slot, err := host.CLISlot()
+	if err != nil {
+		return exitFor(stderr, err)
+	}
 	runReq := jail.RunRequest{
 		Spec: jail.Spec{
 			Name:   "r-" + strconv.Itoa(os.Getpid()),
-			Slot:   jail.CLISlot(),
+			Slot:   slot,
 			Limits: limits,
 		},
 		Argv: append(rt.Command("/workspace/"+name), progArgs...),

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"log/slog"
 
 	"airlock/internal/server"
 )
@@ -12,7 +11,7 @@ func serveCmd(args []string, stderr io.Writer) int {
 	c := newCommand("serve", "Usage: airlock serve [flags]\n\nServes the HTTP API (see /v1/openapi.json). SIGTERM ends every session and\nleaves nothing behind.\n\nFlags:\n", stderr)
 	cfgPath := c.configFlag()
 	listen := c.fs.String("listen", "", "address to listen on (default 127.0.0.1:8080)")
-	verbose := c.fs.Bool("v", false, "log every request")
+	verbose := c.fs.Bool("v", false, "log every request (log.level debug)")
 	if code, ok := c.parse(args); !ok {
 		return code
 	}
@@ -23,11 +22,7 @@ func serveCmd(args []string, stderr io.Writer) int {
 	if *listen != "" {
 		cfg.Server.Listen = *listen
 	}
-	level := slog.LevelInfo
-	if *verbose {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := server.NewLogger(cfg.Log, stderr, *verbose)
 	if err := server.Run(context.Background(), cfg, server.Options{Version: version, Log: log, Stderr: stderr}); err != nil {
 		return exitFor(stderr, err)
 	}

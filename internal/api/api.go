@@ -29,6 +29,7 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -61,8 +62,11 @@ type Server struct {
 	seq      atomic.Uint64
 	// transfers counts file uploads and downloads (see transfer.go).
 	transfers transfers
-	// Stats, when set, adds pool figures to /healthz.
+	// Stats, when set, adds pool figures to /healthz (and /readyz reads
+	// the warm sandboxes in them).
 	Stats func() map[string]any
+	// Pod is the server's name in a cluster, for /readyz.
+	Pod string
 	// Keys resolves API keys (nil: only server.token and the unix socket
 	// authenticate).
 	Keys Authenticator
@@ -73,6 +77,9 @@ type Server struct {
 	// public are paths served without authentication (/healthz; /metrics
 	// when the operator says so).
 	public map[string]bool
+	// Observe, when set, hears every answered request: its route pattern
+	// ("" if it was refused before routing), status and duration (metrics).
+	Observe func(route string, status int, d time.Duration)
 }
 
 // Authenticator resolves the secret of a bearer API key to its caller.
@@ -94,6 +101,7 @@ type route struct {
 // describes the same set; a test holds them together).
 var routes = []route{
 	{"GET", "/healthz", (*Server).health},
+	{"GET", "/readyz", (*Server).ready},
 	{"GET", "/v1/openapi.json", (*Server).openapi},
 	{"POST", "/v1/sessions", (*Server).createSession},
 	{"GET", "/v1/sessions", (*Server).listSessions},
@@ -101,6 +109,9 @@ var routes = []route{
 	{"DELETE", "/v1/sessions/{id}", (*Server).deleteSession},
 	{"POST", "/v1/sessions/{id}/execute", (*Server).execute},
 	{"POST", "/v1/sessions/{id}/interrupt", (*Server).interrupt},
+	{"GET", "/v1/sessions/{id}/network", (*Server).getNetwork},
+	{"PUT", "/v1/sessions/{id}/network", (*Server).putNetwork},
+	{"POST", "/v1/sessions/{id}/packages", (*Server).installPackages},
 	{"POST", "/v1/sessions/{id}/commands", (*Server).runCommand},
 	{"GET", "/v1/sessions/{id}/commands", (*Server).listCommands},
 	{"GET", "/v1/sessions/{id}/commands/{cid}", (*Server).getCommand},
@@ -120,7 +131,7 @@ func New(m *session.Manager, cfg config.Config, log *slog.Logger, version string
 	var b [4]byte
 	rand.Read(b[:])
 	s := &Server{m: m, cfg: cfg, log: log, mux: http.NewServeMux(), version: version, idPrefix: hex.EncodeToString(b[:]) + "-",
-		public: map[string]bool{"/healthz": true}}
+		public: map[string]bool{"/healthz": true, "/readyz": true}}
 	allow := map[string][]string{}
 	for _, rt := range routes {
 		s.mux.HandleFunc(rt.method+" "+rt.pattern, func(w http.ResponseWriter, r *http.Request) { rt.handle(s, w, r) })
@@ -146,6 +157,18 @@ func New(m *session.Manager, cfg config.Config, log *slog.Logger, version string
 // and the request log. Call it before serving.
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
+// HandleAdmin serves h at pattern like Handle, to admin callers only
+// (the operator's metrics, say): anyone else gets 403.
+func (s *Server) HandleAdmin(pattern string, h http.Handler) {
+	s.mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if who, _ := identity.From(r.Context()); !who.Admin && !s.public[r.URL.Path] {
+			fail(w, fmt.Errorf("%w: %s needs an admin key", errdefs.ErrPermission, r.URL.Path))
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+}
+
 // ServeHTTP gives every request an id, recovers panics, authenticates, and
 // logs the request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -162,7 +185,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				fail(rw, errors.New("panic"))
 			}
 		}
-		s.log.Debug("request", "request", rw.id, "method", r.Method, "path", r.URL.Path, "status", rw.status, "ms", time.Since(start).Milliseconds())
+		d := time.Since(start)
+		s.log.Debug("request", "request", rw.id, "method", r.Method, "path", r.URL.Path, "status", rw.status, "ms", d.Milliseconds())
+		if s.Observe != nil {
+			s.Observe(r.Pattern, rw.status, d) // r: the routed request, below
+		}
 	}()
 	ctx := identity.WithRequest(r.Context(), rw.id)
 	if !s.public[r.URL.Path] {
@@ -451,6 +478,42 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, body)
+}
+
+// ready is /readyz: ready when the manager takes sessions, has room for
+// one more, and every language with a warm pool has a sandbox ready (so
+// the next creation is warm). Kubernetes' readiness probe reads it.
+func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
+	open, maxSessions, accepting := s.m.Capacity()
+	body := apitype.Readiness{Pod: s.Pod, Sessions: open, MaxSessions: maxSessions}
+	if !accepting {
+		body.Reasons = append(body.Reasons, "the server is shutting down")
+	}
+	if open >= maxSessions {
+		body.Reasons = append(body.Reasons, fmt.Sprintf("%d sessions are open, server.max_sessions", maxSessions))
+	}
+	if s.Stats != nil {
+		body.Warm = map[string]int{}
+		var langs []string
+		for k, v := range s.Stats() {
+			if q, ok := v.(apitype.PoolStats); ok && q.Target > 0 {
+				body.Warm[k] = q.Ready
+				langs = append(langs, k)
+			}
+		}
+		slices.Sort(langs)
+		for _, lang := range langs {
+			if body.Warm[lang] == 0 {
+				body.Reasons = append(body.Reasons, "no warm "+lang+" sandbox yet")
+			}
+		}
+	}
+	body.Ready = len(body.Reasons) == 0
+	status := http.StatusOK
+	if !body.Ready {
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, body)
 }
 
 func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {

@@ -29,7 +29,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	if err := s.egressHook(r, &req); err != nil {
+	if err := s.egressHook(r, req.Network); err != nil {
 		fail(w, err)
 		return
 	}
@@ -74,6 +74,70 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 	if sess, ok := s.session(w, r); ok {
 		writeJSON(w, http.StatusOK, sess.Info())
 	}
+}
+
+// getNetwork is GET /v1/sessions/{id}/network: the session's egress policy
+// and counters ({"allow": []} for a session without network).
+func (s *Server) getNetwork(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.session(w, r)
+	if !ok {
+		return
+	}
+	st := sess.Network()
+	if st == nil {
+		st = &apitype.NetworkState{Allow: []string{}}
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// putNetwork is PUT /v1/sessions/{id}/network: replace the session's
+// egress policy; new lookups and connections follow it.
+func (s *Server) putNetwork(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.session(w, r)
+	if !ok {
+		return
+	}
+	var req apitype.NetworkPolicy
+	if err := s.decode(w, r, &req); err != nil {
+		fail(w, err)
+		return
+	}
+	if err := s.egressHook(r, &req); err != nil {
+		fail(w, err)
+		return
+	}
+	st, err := sess.SetNetwork(&req)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	if st == nil {
+		st = &apitype.NetworkState{Allow: []string{}}
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// installPackages is POST /v1/sessions/{id}/packages.
+func (s *Server) installPackages(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.session(w, r)
+	if !ok {
+		return
+	}
+	var req apitype.PackagesRequest
+	if err := s.decode(w, r, &req); err != nil {
+		fail(w, err)
+		return
+	}
+	if err := s.admitExecution(r); err != nil {
+		fail(w, err)
+		return
+	}
+	res, err := sess.InstallPackages(r.Context(), req)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
 }
 
 func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
@@ -242,6 +306,10 @@ func (s *Server) executeOnce(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	if err := s.egressHook(r, req.Network); err != nil {
+		fail(w, err)
+		return
+	}
 	if err := s.admitExecution(r); err != nil {
 		fail(w, err)
 		return
@@ -257,6 +325,10 @@ func (s *Server) runProgram(w http.ResponseWriter, r *http.Request) {
 	}
 	var err error
 	if req.Limits, err = s.tenantLimits(r, req.Limits); err != nil {
+		fail(w, err)
+		return
+	}
+	if err := s.egressHook(r, req.Network); err != nil {
 		fail(w, err)
 		return
 	}

@@ -21,6 +21,7 @@ import (
 // both the server's mux and the OpenAPI document.
 var apiRoutes = []string{
 	"GET /healthz",
+	"GET /readyz",
 	"GET /v1/openapi.json",
 	"POST /v1/sessions",
 	"GET /v1/sessions",
@@ -28,6 +29,9 @@ var apiRoutes = []string{
 	"DELETE /v1/sessions/{id}",
 	"POST /v1/sessions/{id}/execute",
 	"POST /v1/sessions/{id}/interrupt",
+	"GET /v1/sessions/{id}/network",
+	"PUT /v1/sessions/{id}/network",
+	"POST /v1/sessions/{id}/packages",
 	"POST /v1/sessions/{id}/commands",
 	"GET /v1/sessions/{id}/commands",
 	"GET /v1/sessions/{id}/commands/{cid}",
@@ -50,6 +54,8 @@ var httpMethods = []string{"get", "put", "post", "delete", "options", "head", "p
 // with a plain-text 416.
 var errorBodyExceptions = map[string]bool{
 	"GET /v1/sessions/{id}/files/{path} 416": true,
+	// /readyz says why not ready in its own body, for operators and probes.
+	"GET /readyz 503": true,
 }
 
 func loadOpenAPI(t *testing.T) map[string]any {

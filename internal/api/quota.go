@@ -6,6 +6,7 @@ import (
 
 	"airlock/internal/apitype"
 	"airlock/internal/config"
+	"airlock/internal/egress"
 	"airlock/internal/errdefs"
 	"airlock/internal/identity"
 )
@@ -75,8 +76,32 @@ func (s *Server) checkTimeout(r *http.Request, d config.Duration) error {
 }
 
 // egressHook is where a tenant's egress quota (Quotas.Egress,
-// EgressAllow) meets a request's network policy: requests carry no
-// network field yet, so there is nothing to check; when they do, a
-// tenant with egress "deny" asking for any network gets a 403, and one
-// with EgressAllow may name only those hosts.
-func (s *Server) egressHook(r *http.Request, _ *apitype.CreateSessionRequest) error { return nil }
+// EgressAllow) meets a request's network policy: a tenant with egress
+// "deny" asking for any network gets a 403, and one with EgressAllow may
+// name only entries inside those (same syntax as network.allow_only).
+// The server's own caps are checked by the session layer.
+func (s *Server) egressHook(r *http.Request, np *apitype.NetworkPolicy) error {
+	if s.Quotas == nil || np == nil || len(np.Allow) == 0 {
+		return nil
+	}
+	who, _ := identity.From(r.Context())
+	q := s.Quotas.Of(who)
+	if q.Egress == "deny" {
+		return fmt.Errorf("%w: the tenant's quota denies network egress", errdefs.ErrPermission)
+	}
+	if len(q.EgressAllow) == 0 {
+		return nil
+	}
+	only, err := egress.ParsePolicy(q.EgressAllow)
+	if err != nil {
+		return fmt.Errorf("%w: the tenant's egress_allow quota: %v", errdefs.ErrUnavailable, err)
+	}
+	p, err := egress.ParsePolicy(np.Allow)
+	if err != nil {
+		return nil // the session layer says what is wrong with it
+	}
+	if err := p.Limit(len(p.Rules), only); err != nil {
+		return fmt.Errorf("%w: %s (the tenant's quota egress_allow)", errdefs.ErrPermission, err)
+	}
+	return nil
+}

@@ -38,6 +38,7 @@ var schemaTypes = map[string]reflect.Type{
 	"FileList":             reflect.TypeFor[apitype.FileList](),
 	"UploadResult":         reflect.TypeFor[apitype.UploadResult](),
 	"Health":               reflect.TypeFor[apitype.Health](),
+	"Readiness":            reflect.TypeFor[apitype.Readiness](),
 	"InterruptResult":      reflect.TypeFor[apitype.InterruptResult](),
 	"ProgramRequest":       reflect.TypeFor[apitype.ProgramRequest](),
 	"CommandRequest":       reflect.TypeFor[apitype.CommandRequest](),
@@ -48,6 +49,11 @@ var schemaTypes = map[string]reflect.Type{
 	"AuditRecord":          reflect.TypeFor[apitype.AuditRecord](),
 	"AuditList":            reflect.TypeFor[apitype.AuditList](),
 	"EgressDecision":       reflect.TypeFor[apitype.EgressDecision](),
+	"NetworkPolicy":        reflect.TypeFor[apitype.NetworkPolicy](),
+	"NetworkState":         reflect.TypeFor[apitype.NetworkState](),
+	"PackagesRequest":      reflect.TypeFor[apitype.PackagesRequest](),
+	"PackagesResult":       reflect.TypeFor[apitype.PackagesResult](),
+	"Package":              reflect.TypeFor[apitype.Package](),
 }
 
 // scalarSchemas are the components that are not objects: the limit

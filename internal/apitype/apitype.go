@@ -36,6 +36,47 @@ type CreateSessionRequest struct {
 	// server's own. The server's allow_isolation decides what may be
 	// asked for.
 	Isolation config.Isolation `json:"isolation,omitempty"`
+	// Network, when set, lets the session reach the names it allows;
+	// without it the sandbox has loopback only.
+	Network *NetworkPolicy `json:"network,omitempty"`
+}
+
+// NetworkPolicy is an egress allowlist: DNS names ("pypi.org"), every name
+// strictly below a suffix ("*.example.com"), each with an optional port
+// (default 80 and 443: "api.example.com:8443").
+type NetworkPolicy struct {
+	Allow []string `json:"allow"`
+}
+
+// NetworkState is a session's egress policy and counters
+// (GET/PUT /v1/sessions/{id}/network).
+type NetworkState struct {
+	Allow           []string `json:"allow"`
+	BytesUsed       int64    `json:"bytes_used"`
+	BytesBudget     int64    `json:"bytes_budget"`
+	OpenConnections int      `json:"open_connections"`
+	Connections     int64    `json:"connections"`
+	Denied          int64    `json:"denied"`
+}
+
+// PackagesRequest installs packages into a session
+// (POST /v1/sessions/{id}/packages).
+type PackagesRequest struct {
+	// Manager is "pip" (Python sessions).
+	Manager  string   `json:"manager"`
+	Packages []string `json:"packages"`
+}
+
+// Package is one installed package.
+type Package struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
+// PackagesResult is what an install put into the session.
+type PackagesResult struct {
+	Installed  []Package `json:"installed"`
+	DurationMs float64   `json:"duration_ms"`
 }
 
 // Session states.
@@ -66,6 +107,9 @@ type Session struct {
 	// Tenant owns the session (the tenant of the API key that created
 	// it; empty for the server's own callers).
 	Tenant string `json:"tenant,omitempty"`
+	// Network is the session's egress policy and counters (absent: no
+	// network).
+	Network *NetworkState `json:"network,omitempty"`
 }
 
 // SessionList is GET /v1/sessions.
@@ -140,6 +184,10 @@ type Result struct {
 	// FilesTruncated: the workspace holds more than a listing may, and
 	// FilesChanged may miss some.
 	FilesTruncated bool `json:"files_truncated,omitempty"`
+	// Egress lists what the execution tried on the network (sessions
+	// with a network policy only): DNS lookups and connections, allowed
+	// or denied, and why.
+	Egress []EgressDecision `json:"egress,omitempty"`
 }
 
 // InputFile is a file placed in /workspace before a one-shot or program
@@ -157,6 +205,8 @@ type OneShotRequest struct {
 	Files    []InputFile       `json:"files,omitempty"`
 	Limits   config.Limits     `json:"limits,omitzero"`
 	Env      map[string]string `json:"env,omitempty"`
+	// Network, when set, is the run's egress allowlist.
+	Network *NetworkPolicy `json:"network,omitempty"`
 	// Isolation as in CreateSessionRequest.
 	Isolation config.Isolation `json:"isolation,omitempty"`
 }
@@ -173,6 +223,8 @@ type ProgramRequest struct {
 	Files    []InputFile       `json:"files,omitempty"`
 	Limits   config.Limits     `json:"limits,omitzero"`
 	Env      map[string]string `json:"env,omitempty"`
+	// Network, when set, is the run's egress allowlist.
+	Network *NetworkPolicy `json:"network,omitempty"`
 	// FileContents false lists output files without their content.
 	FileContents *bool `json:"file_contents,omitempty"`
 	// Isolation as in CreateSessionRequest.
@@ -273,6 +325,25 @@ type Health struct {
 	Pool map[string]json.RawMessage `json:"pool,omitempty"`
 }
 
+// Readiness is GET /readyz: whether the server can take a new session
+// now (200) or not (503). It is capacity, not health (that is /healthz):
+// a load balancer sends creations only to ready servers, while a server
+// that is not ready goes on serving the sessions it holds.
+type Readiness struct {
+	Ready bool `json:"ready"`
+	// Reasons say why not, one sentence each (none when ready).
+	Reasons []string `json:"reasons,omitempty"`
+	// Pod is the server's name in a cluster.
+	Pod string `json:"pod,omitempty"`
+	// Sessions counts those open and being created; MaxSessions is
+	// server.max_sessions.
+	Sessions    int `json:"sessions"`
+	MaxSessions int `json:"max_sessions"`
+	// Warm is the number of ready sandboxes of each language with a
+	// warm pool.
+	Warm map[string]int `json:"warm,omitempty"`
+}
+
 // PoolStats are one language's warm-pool figures.
 type PoolStats struct {
 	Ready      int     `json:"ready"`
@@ -289,6 +360,8 @@ type PoolStats struct {
 type TemplateStats struct {
 	Running  bool `json:"running"`
 	Failures int  `json:"failures"`
+	// Restarts: times it died and was started again.
+	Restarts int `json:"restarts"`
 }
 
 // TemplateKey is the key of TemplateStats in Health.Pool.
@@ -476,12 +549,22 @@ type AuditRecord struct {
 	CodeFlags  []string `json:"code_flags,omitempty"`
 }
 
-// EgressDecision is one network destination a sandbox asked for.
+// EgressDecision is one network destination a sandbox asked for (the
+// egress gate's decision, as the audit keeps it).
 type EgressDecision struct {
+	// Kind is "dns" (a lookup) or "connect" (a connection).
+	Kind    string `json:"kind,omitempty"`
 	Host    string `json:"host"`
 	Port    int    `json:"port,omitempty"`
 	Allowed bool   `json:"allowed"`
 	Reason  string `json:"reason,omitempty"`
+	// Dest is what the sandbox connected to (a fake address or an IP
+	// literal), Address what airlock dialled for it.
+	Dest       string  `json:"dest,omitempty"`
+	Address    string  `json:"address,omitempty"`
+	BytesUp    int64   `json:"bytes_up,omitempty"`
+	BytesDown  int64   `json:"bytes_down,omitempty"`
+	DurationMs float64 `json:"duration_ms,omitempty"`
 }
 
 // AuditList is a page of GET /v1/audit, oldest first; NextCursor, when

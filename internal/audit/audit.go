@@ -149,17 +149,30 @@ func (l *Log) writer() {
 			}
 			return
 		}
-		// Whatever else is queued joins this batch: one commit for many
-		// records under load, a prompt commit of one record when idle.
+		// What arrives within the flush interval joins this batch: one
+		// commit (the writer's real cost, on a core the requests share)
+		// for many records; a Flush or a full batch commits at once.
+		deadline := time.NewTimer(l.cfg.FlushInterval.D())
 	more:
-		for len(batch) < maxBatch {
+		for len(batch) < maxBatch && len(flushes) == 0 {
 			select {
 			case it := <-l.q:
 				take(it)
-			default:
+			case <-deadline.C:
 				break more
+			case <-l.stop:
+				// Close: take what is queued, commit, then stop below.
+				for len(l.q) > 0 {
+					take(<-l.q)
+				}
+				l.write(batch)
+				for _, f := range flushes {
+					close(f)
+				}
+				return
 			}
 		}
+		deadline.Stop()
 		l.write(batch)
 		batch = batch[:0]
 		for _, f := range flushes {
@@ -259,6 +272,11 @@ func (l *Log) ExecutionFinished(e session.ExecutionEvent) {
 	if e.Kind != session.ExecOneShot && e.Kind != session.ExecProgram {
 		r.Session = e.Session // a one-shot's sandbox was never a client's session
 	}
+	if e.Package != "" {
+		// A step of a package install: the download (in a sandbox of its
+		// own, id e1) or the install (in the session).
+		r.Kind, r.Package, r.Session = apitype.AuditPackage, e.Package, e.Session
+	}
 	r.ID, r.Language, r.Code = e.ID, e.Language, e.Code
 	exit := e.ExitCode
 	r.ExitCode = &exit
@@ -276,7 +294,7 @@ func (l *Log) ExecutionFinished(e session.ExecutionEvent) {
 	}
 	r.DurationMs, r.CPUMs, r.PeakMemory = ms(e.Duration), ms(e.CPU), e.PeakMemory
 	r.FilesChanged, r.BytesIn, r.BytesOut = e.FilesChanged, e.InputBytes, e.OutputBytes
-	r.Redactions, r.CodeFlags = e.Redactions, e.CodeFlags
+	r.Redactions, r.CodeFlags, r.Egress = e.Redactions, e.CodeFlags, e.Egress
 	l.Record(r)
 }
 

@@ -148,7 +148,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return full
 	}
 	poolSize := n(64, 4)
-	srv, err := startServer(ctx, o, poolSize)
+	srv, err := startServer(ctx, o, poolSize, "", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -176,6 +176,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	try("oneshot", func() error { return benchOneShot(ctx, srv, r, o, dur(10*time.Second, time.Second)) })
 	try("density", func() error { return benchDensity(ctx, srv, r, n(300, 3)) })
 	try("airlock_run", func() error { return benchRun(ctx, srv, r, o, n(40, 2)) })
+	try("audit", func() error { return benchAudit(ctx, r, o, n(3000, 30)) })
 	if h, err := srv.health(ctx); err == nil {
 		r.Stats["pool"] = h.Pool
 	}
@@ -219,19 +220,36 @@ type server struct {
 	mu      sync.Mutex
 }
 
-func startServer(ctx context.Context, o Options, poolSize int) (*server, error) {
-	name := fmt.Sprintf("airlock-bench-%d", os.Getpid())
+// startServer starts a server named airlock-bench-<pid><suffix>; extra
+// sets top-level keys of its configuration (and "server" keys). Unless
+// extra says otherwise it runs without authentication (on loopback) and
+// without the audit log: the scenarios measure sandboxes, and the audit
+// scenario measures those two.
+func startServer(ctx context.Context, o Options, poolSize int, suffix string, extra map[string]any) (*server, error) {
+	name := fmt.Sprintf("airlock-bench-%d%s", os.Getpid(), suffix)
 	dir, err := os.MkdirTemp("", "airlock-bench")
 	if err != nil {
 		return nil, err
 	}
+	srvCfg := map[string]any{
+		"listen": "127.0.0.1:0", "max_sessions": 1024, "max_concurrent_executions": 256, "auth": "none",
+	}
 	cfg := map[string]any{
 		"state_dir":     "/run/" + name,
 		"cgroup_parent": name,
-		"server": map[string]any{
-			"listen": "127.0.0.1:0", "max_sessions": 1024, "max_concurrent_executions": 256,
-		},
-		"pool": map[string]any{"size": map[string]int{"python": poolSize, "bash": 1, "javascript": 1}, "zygote": true},
+		"data_dir":      filepath.Join(dir, "data"),
+		"audit":         map[string]any{"enabled": false},
+		"server":        srvCfg,
+		"pool":          map[string]any{"size": map[string]int{"python": poolSize, "bash": 1, "javascript": 1}, "zygote": true},
+	}
+	for k, v := range extra {
+		if m, ok := v.(map[string]any); ok && k == "server" {
+			for kk, vv := range m {
+				srvCfg[kk] = vv
+			}
+			continue
+		}
+		cfg[k] = v
 	}
 	b, _ := json.Marshal(cfg)
 	cfgPath := filepath.Join(dir, "config.json")
@@ -306,6 +324,12 @@ func (s *server) stop() {
 		}
 		os.Remove(parent)
 	}
+}
+
+// useKey makes the server's client send key.
+func (s *server) useKey(key string) {
+	s.client = client.New(s.url, client.WithToken(key), client.WithHTTPClient(&http.Client{
+		Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0}, Timeout: 5 * time.Minute}))
 }
 
 // health is the server's /healthz.

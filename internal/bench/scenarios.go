@@ -386,3 +386,78 @@ func openSessions(ctx context.Context, srv *server, n, parallel int, code string
 	wg.Wait()
 	return sessions, lat, firstErr
 }
+
+// benchAudit: the cost of tenancy on the hot path. Warm `x = 1` executions
+// on three servers run side by side (same machine, same moment, batches
+// interleaved): no authentication and no audit log; the audit log on
+// (every execution one record, its code hashed, written off the request
+// path); and API keys plus the audit log (a key lookup in the database on
+// every request, too).
+func benchAudit(ctx context.Context, r *Report, o Options, n int) error {
+	type variant struct {
+		label string
+		extra map[string]any
+		key   bool
+		srv   *server
+		sess  string
+		lat   []time.Duration
+	}
+	vs := []*variant{
+		{label: "audit off, no auth", extra: nil},
+		{label: "audit on", extra: map[string]any{"audit": map[string]any{"enabled": true, "code": "sha256"}}},
+		{label: "audit on, API key", extra: map[string]any{"audit": map[string]any{"enabled": true, "code": "sha256"}, "server": map[string]any{"auth": "keys"}}, key: true},
+	}
+	for i, v := range vs {
+		srv, err := startServer(ctx, o, 1, fmt.Sprintf("-audit%d", i), v.extra)
+		if err != nil {
+			return err
+		}
+		defer srv.stop()
+		v.srv = srv
+		if v.key {
+			out, err := exec.CommandContext(ctx, o.Binary, "keys", "create", "--config", srv.cfgPath, "--tenant", "bench").Output()
+			if err != nil {
+				return fmt.Errorf("keys create: %v", err)
+			}
+			srv.useKey(strings.TrimSpace(string(out)))
+		}
+		if err := srv.waitWarm(ctx, 3*time.Minute); err != nil {
+			return err
+		}
+		sess, err := srv.newSession(ctx)
+		if err != nil {
+			return err
+		}
+		v.sess = sess.ID
+		for j := 0; j < 50; j++ {
+			if _, err := srv.exec(ctx, sess.ID, "x = 1"); err != nil {
+				return err
+			}
+		}
+	}
+	const batch = 100
+	for done := 0; done < n; done += batch {
+		for _, v := range vs {
+			for j := 0; j < min(batch, n-done); j++ {
+				start := time.Now()
+				if _, err := v.srv.exec(ctx, v.sess, "x = 1"); err != nil {
+					return err
+				}
+				v.lat = append(v.lat, time.Since(start))
+			}
+		}
+	}
+	base := stats(vs[0].lat)
+	for i, v := range vs {
+		s := stats(v.lat)
+		row := Row{Scenario: "warm execute `x = 1`: " + v.label, Metric: "p50", Value: s.P50, Unit: "ms"}
+		if i > 0 {
+			row.Target = "≤ +10% of audit off"
+			row.Baseline = fmt.Sprintf("%.3f ms (audit off)", base.P50)
+			row.Ratio = fmt.Sprintf("%+.1f%%", (s.P50/base.P50-1)*100)
+		}
+		r.add(row)
+		r.Stats["audit/"+v.label] = s
+	}
+	return nil
+}

@@ -207,6 +207,32 @@ func (c *Client) Health(ctx context.Context) (*apitype.Health, error) {
 	return &h, nil
 }
 
+// Ready is GET /readyz: whether the server takes a new session now, and
+// why not. A server that is not ready answers 503 with the same body,
+// which is not an error here.
+func (c *Client) Ready(ctx context.Context) (*apitype.Readiness, error) {
+	req, err := c.request(ctx, "GET", "/readyz", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusServiceUnavailable {
+		return nil, readError(resp)
+	}
+	var r apitype.Readiness
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err := json.Unmarshal(data, &r); err != nil {
+		// A 503 that is not airlock's (a proxy's page).
+		resp.Body = io.NopCloser(bytes.NewReader(data))
+		return nil, readError(resp)
+	}
+	return &r, nil
+}
+
 // WaitWarm waits until the server answers and its pools are full, or ctx
 // ends.
 func (c *Client) WaitWarm(ctx context.Context) error {
@@ -251,6 +277,37 @@ func (c *Client) Sessions(ctx context.Context) ([]apitype.Session, error) {
 		return nil, err
 	}
 	return l.Sessions, nil
+}
+
+// Network returns a session's egress policy and counters.
+func (c *Client) Network(ctx context.Context, id string) (*apitype.NetworkState, error) {
+	var st apitype.NetworkState
+	if err := c.call(ctx, "GET", sessionPath(id)+"/network", nil, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// SetNetwork replaces a session's egress allowlist; new lookups and
+// connections follow it.
+func (c *Client) SetNetwork(ctx context.Context, id string, allow []string) (*apitype.NetworkState, error) {
+	var st apitype.NetworkState
+	if allow == nil {
+		allow = []string{}
+	}
+	if err := c.call(ctx, "PUT", sessionPath(id)+"/network", apitype.NetworkPolicy{Allow: allow}, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// InstallPackages installs packages into a session (pip, Python sessions).
+func (c *Client) InstallPackages(ctx context.Context, id string, req apitype.PackagesRequest) (*apitype.PackagesResult, error) {
+	var res apitype.PackagesResult
+	if err := c.call(ctx, "POST", sessionPath(id)+"/packages", req, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
 }
 
 // DeleteSession ends a session.

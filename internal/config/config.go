@@ -1,10 +1,12 @@
-// Package config owns airlock's configuration: one struct with defaults,
-// loaded from an optional JSON file, checked by Validate, and the limit
-// types (sizes, durations, counts) that flags, the config file and API
-// requests share.
+// Package config owns airlock's configuration: one versioned struct with
+// defaults, loaded from an optional JSON file, overridden by AIRLOCK_*
+// environment variables, secrets read from their *_file variants, checked
+// by Validate, printed with secrets masked; and the limit types (sizes,
+// durations, counts) that flags, the config file and API requests share.
 //
 // It must never touch the host (no syscalls, no files other than the config
-// file it is asked to read), so that it stays a pure, fuzzable parser.
+// file and the secret files it is asked to read), so that it stays a pure,
+// fuzzable parser.
 package config
 
 import (
@@ -70,6 +72,12 @@ type Config struct {
 	// IDBase is the first host uid/gid given to sandboxes. Each sandbox
 	// gets two ids of its own; host root is never mapped in.
 	IDBase uint32 `json:"id_base"`
+	// IDCount, when set ("pod mode"), is the number of host ids from
+	// IDBase that airlock may use: CLI runs and server sandboxes share
+	// them (see jail.Layout). It lets the range fit in the 65,536 ids a
+	// user-namespaced pod (hostUsers: false) maps. 0: the host layout,
+	// 2^25 ids from an IDBase of at least 65536.
+	IDCount uint32 `json:"id_count"`
 
 	Runtimes    Runtimes    `json:"runtimes"`
 	Protections Protections `json:"protections"`
@@ -96,7 +104,39 @@ type Config struct {
 	// --tenant T with quota flags) override them field by field.
 	Quotas Quotas `json:"quotas"`
 	Audit  Audit  `json:"audit"`
+	// Cluster makes the server one of several behind a router (pods of a
+	// StatefulSet): session ids then carry its name.
+	Cluster Cluster `json:"cluster"`
+	// Network configures egress by allowlist.
+	Network Network `json:"network"`
+	// Packages configures package installation.
+	Packages Packages `json:"packages"`
+	// Metrics and Log: observability (see observe.go).
+	Metrics Metrics `json:"metrics"`
+	Log     Log     `json:"log"`
+	// Redaction and CodeRules: output policy and advisory code rules
+	// (see policy.go), for every tenant unless Tenants says otherwise.
+	Redaction Redaction  `json:"redaction"`
+	CodeRules []CodeRule `json:"code_rules,omitempty"`
+	// Tenants configures tenants by name: their redaction and code rules.
+	Tenants map[string]Tenant `json:"tenants,omitempty"`
 }
+
+// Cluster names this server among others. At most one of the three
+// sources may be set; none means a server on its own, whose session ids
+// carry no name.
+type Cluster struct {
+	// PodName is the server's name (a DNS label, e.g. "airlock-3").
+	PodName string `json:"pod_name"`
+	// PodNameFile is a file holding it (Kubernetes' downward API).
+	PodNameFile string `json:"pod_name_file"`
+	// PodNameEnv is an environment variable holding it (e.g. POD_NAME
+	// set from the downward API).
+	PodNameEnv string `json:"pod_name_env"`
+}
+
+// Enabled reports whether the server is one of a cluster.
+func (c Cluster) Enabled() bool { return c.PodName != "" || c.PodNameFile != "" || c.PodNameEnv != "" }
 
 // Isolation names a kernel sandboxes can run on.
 type Isolation string
@@ -153,8 +193,10 @@ type Server struct {
 	// allowed only with a loopback listen address).
 	Auth string `json:"auth"`
 	// Token, when set, is accepted as an admin API key (the single shared
-	// token of earlier versions; prefer keys).
-	Token string `json:"token"`
+	// token of earlier versions; prefer keys). TokenFile names a file
+	// holding it instead (a mounted secret).
+	Token     string `json:"token"`
+	TokenFile string `json:"token_file,omitempty"`
 	// MaxSessions caps live sessions (pooled sandboxes not counted).
 	MaxSessions int `json:"max_sessions"`
 	// MaxConcurrentExecutions caps executions running at once, one-shot
@@ -254,8 +296,12 @@ func Default() Config {
 			MaxRichOutput:           32 << 20,
 			MaxSessionCommands:      16,
 		},
-		Audit: Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096},
-		MCP:   MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute)},
+		Network:  DefaultNetwork(),
+		Packages: DefaultPackages(),
+		Audit:    Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096, FlushInterval: Duration(50 * time.Millisecond)},
+		MCP:      MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute)},
+		Metrics:  Metrics{Enabled: true},
+		Log:      Log{Format: "text", Level: "info"},
 		Pool: Pool{
 			Size:     map[string]int{"python": 8, "bash": 2, "javascript": 2},
 			Zygote:   true,
@@ -265,12 +311,31 @@ func Default() Config {
 	}
 }
 
-// Load reads a JSON config file over the defaults. Unknown fields are an
-// error, so that a typo does not silently fall back to a default.
-func Load(path string) (Config, error) {
+// Load reads a JSON config file over the defaults, then the AIRLOCK_*
+// environment variables over both, then the secrets' files. Unknown
+// fields are an error, so that a typo does not silently fall back to a
+// default.
+func Load(path string) (Config, error) { return LoadEnv(path, os.Environ()) }
+
+// LoadEnv is Load with the environment env (KEY=VALUE lines).
+func LoadEnv(path string, env []string) (Config, error) {
+	c, err := loadFile(path)
+	if err != nil {
+		return Config{}, err
+	}
+	if err := c.ApplyEnv(env); err != nil {
+		return Config{}, err
+	}
+	if err := c.loadSecretFiles(); err != nil {
+		return Config{}, err
+	}
+	return c, c.Validate()
+}
+
+func loadFile(path string) (Config, error) {
 	c := Default()
 	if path == "" {
-		return c, c.Validate()
+		return c, nil
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -284,7 +349,7 @@ func Load(path string) (Config, error) {
 	if err := Decode(data, &c); err != nil {
 		return Config{}, fmt.Errorf("config %s: %w", path, err)
 	}
-	return c, c.Validate()
+	return c, nil
 }
 
 // Decode strictly decodes JSON into v: unknown fields and trailing data
@@ -332,9 +397,8 @@ func (c Config) Validate() error {
 		filepath.Clean(c.CgroupParent) != c.CgroupParent {
 		errs = append(errs, fmt.Errorf("cgroup_parent %q must be a clean relative path such as \"airlock\"", c.CgroupParent))
 	}
-	if c.IDBase < 65536 || uint64(c.IDBase)+idSpan > 1<<31 {
-		errs = append(errs, fmt.Errorf("id_base %d must be at least 65536 and leave room for %d ids below 2^31", c.IDBase, idSpan))
-	}
+	errs = append(errs, c.validateIDs()...)
+	errs = append(errs, c.validateCluster()...)
 	for name, p := range map[string]string{"python": c.Runtimes.Python, "bash": c.Runtimes.Bash, "node": c.Runtimes.Node} {
 		if !strings.HasPrefix(p, "/usr/") || filepath.Clean(p) != p {
 			errs = append(errs, fmt.Errorf("runtimes.%s %q must be a clean path under /usr, the only host tree sandboxes see", name, p))
@@ -375,14 +439,19 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("server.auth %q must be \"keys\" or \"none\"", s.Auth))
 	}
+	for _, err := range []error{c.Metrics.validate(), c.Log.validate(), c.validatePolicy()} {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := c.Quotas.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("quotas: %v", err))
 	}
 	if a := c.Audit; a.Code != "full" && a.Code != "sha256" && a.Code != "none" {
 		errs = append(errs, fmt.Errorf("audit.code %q must be \"full\", \"sha256\" or \"none\"", a.Code))
 	}
-	if a := c.Audit; a.MaxAge < 0 || a.MaxSize < 0 || a.Queue < 1 || a.Queue > 1<<20 {
-		errs = append(errs, errors.New("audit.max_age and audit.max_size must not be negative (0: no bound), audit.queue between 1 and 1048576"))
+	if a := c.Audit; a.MaxAge < 0 || a.MaxSize < 0 || a.Queue < 1 || a.Queue > 1<<20 || a.FlushInterval < 0 || a.FlushInterval > Duration(10*time.Second) {
+		errs = append(errs, errors.New("audit.max_age and audit.max_size must not be negative (0: no bound), audit.queue between 1 and 1048576, audit.flush_interval between 0 and 10s"))
 	}
 	if s.MaxSessions < 1 || s.MaxConcurrentExecutions < 1 {
 		errs = append(errs, errors.New("server.max_sessions and server.max_concurrent_executions must be at least 1"))
@@ -422,6 +491,12 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("pool.size.%s %d must be between 0 and 4096", lang, n))
 		}
 	}
+	if err := c.Network.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Packages.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Pool.Parallel < 1 || c.Pool.Parallel > 256 {
 		errs = append(errs, fmt.Errorf("pool.parallel %d must be between 1 and 256", c.Pool.Parallel))
 	}
@@ -436,10 +511,103 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// idSpan is the number of host ids airlock may use above IDBase: two per
-// sandbox slot. Slots below 2^22 are CLI runs (their pid), the server
-// allocates from 2^22, tests from 2^23.
+// idSpan is the number of host ids airlock may use above IDBase without
+// id_count: two per sandbox slot. Slots below 2^22 are CLI runs (their
+// pid), the server allocates from 2^22, tests from 2^23.
 const idSpan = 2 * (1 << 24)
+
+// Pod mode's bounds: a user-namespaced pod maps ids 0 to 65535; airlock
+// leaves 0 (the pod's root) and the overflow ids 65534 and 65535 alone.
+const (
+	PodIDLimit  = 65534
+	MinIDCount  = 64
+	podIDLowest = 1
+)
+
+func (c Config) validateIDs() []error {
+	if c.IDCount == 0 {
+		if c.IDBase < 65536 || uint64(c.IDBase)+idSpan > 1<<31 {
+			return []error{fmt.Errorf("id_base %d must be at least 65536 and leave room for %d ids below 2^31 (or set id_count for a smaller range)", c.IDBase, idSpan)}
+		}
+		return nil
+	}
+	var errs []error
+	end := uint64(c.IDBase) + uint64(c.IDCount)
+	switch {
+	case c.IDCount < MinIDCount || c.IDCount%2 != 0:
+		errs = append(errs, fmt.Errorf("id_count %d must be even and at least %d (two ids per sandbox)", c.IDCount, MinIDCount))
+	case c.IDBase < podIDLowest:
+		errs = append(errs, errors.New("id_base must not be 0: root is never a sandbox's id"))
+	case c.IDBase < 65536 && end > PodIDLimit:
+		errs = append(errs, fmt.Errorf("id_base %d + id_count %d must stay at or below %d: a user-namespaced pod maps 65,536 ids, the last two being the overflow ids", c.IDBase, c.IDCount, PodIDLimit))
+	case end > 1<<31:
+		errs = append(errs, fmt.Errorf("id_base %d + id_count %d must stay below 2^31", c.IDBase, c.IDCount))
+	}
+	// The server's part of the range (see jail.Layout: three quarters)
+	// must hold every sandbox it may have at once.
+	need := c.Server.MaxSessions + c.Server.MaxConcurrentExecutions + 1
+	for _, n := range c.Pool.Size {
+		need += n
+	}
+	if have := int(c.IDCount/2) - int(c.IDCount/8); len(errs) == 0 && have < need {
+		errs = append(errs, fmt.Errorf("id_count %d gives the server %d sandboxes, fewer than server.max_sessions + server.max_concurrent_executions + the pools + the template (%d)", c.IDCount, have, need))
+	}
+	return errs
+}
+
+func (c Config) validateCluster() []error {
+	var errs []error
+	cl := c.Cluster
+	n := 0
+	for _, v := range []string{cl.PodName, cl.PodNameFile, cl.PodNameEnv} {
+		if v != "" {
+			n++
+		}
+	}
+	if n > 1 {
+		errs = append(errs, errors.New("cluster: set one of pod_name, pod_name_file and pod_name_env"))
+	}
+	if cl.PodName != "" {
+		if err := ValidPodName(cl.PodName); err != nil {
+			errs = append(errs, fmt.Errorf("cluster.pod_name: %v", err))
+		}
+	}
+	if p := cl.PodNameFile; p != "" && (!filepath.IsAbs(p) || filepath.Clean(p) != p) {
+		errs = append(errs, fmt.Errorf("cluster.pod_name_file %q must be a clean absolute path", p))
+	}
+	if e := cl.PodNameEnv; e != "" && !validEnvName(e) {
+		errs = append(errs, fmt.Errorf("cluster.pod_name_env %q is not an environment variable name", e))
+	}
+	return errs
+}
+
+// ValidPodName checks a server's name in a cluster: a DNS label (what
+// Kubernetes' pod names of a StatefulSet are), so that session ids, the
+// router's rule and DNS names agree. It has no dot: ids use dots to part
+// the name from the rest.
+func ValidPodName(name string) error {
+	if name == "" || len(name) > 63 {
+		return fmt.Errorf("%q must be 1 to 63 characters", name)
+	}
+	for i := 0; i < len(name); i++ {
+		ch := name[i]
+		ok := ch >= 'a' && ch <= 'z' || ch >= '0' && ch <= '9' || ch == '-' && i > 0 && i < len(name)-1
+		if !ok {
+			return fmt.Errorf("%q must be a DNS label: lower-case letters, digits and inner dashes", name)
+		}
+	}
+	return nil
+}
+
+func validEnvName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		if !(ch == '_' || ch >= 'A' && ch <= 'Z' || ch >= 'a' && ch <= 'z' || i > 0 && ch >= '0' && ch <= '9') {
+			return false
+		}
+	}
+	return s != ""
+}
 
 // Languages airlock can run.
 var Languages = []string{"python", "bash", "javascript"}

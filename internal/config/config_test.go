@@ -136,6 +136,19 @@ func TestConfigValidate(t *testing.T) {
 		{"id_base below 65536", func(c *Config) { c.IDBase = 65535 }, "id_base"},
 		{"id_base too high", func(c *Config) { c.IDBase = 1<<31 - idSpan + 1 }, "id_base"},
 		{"id_base max", func(c *Config) { c.IDBase = math.MaxUint32 }, "id_base"},
+		{"id_count odd", func(c *Config) { c.IDBase, c.IDCount = 10000, 50001 }, "id_count"},
+		{"id_count tiny", func(c *Config) { c.IDBase, c.IDCount = 10000, 32 }, "id_count"},
+		{"pod ids from 0", func(c *Config) { c.IDBase, c.IDCount = 0, 50000 }, "id_base"},
+		{"pod ids past 65534", func(c *Config) { c.IDBase, c.IDCount = 20000, 45536 }, "65534"},
+		{"pod ids past 2^31", func(c *Config) { c.IDBase, c.IDCount = 1<<31-100, 1000 }, "2^31"},
+		{"pod ids too few for the server", func(c *Config) { c.IDBase, c.IDCount = 10000, 1000 }, "server.max_sessions"},
+		{"two pod name sources", func(c *Config) { c.Cluster.PodName, c.Cluster.PodNameEnv = "airlock-0", "POD_NAME" }, "one of pod_name"},
+		{"pod name with a dot", func(c *Config) { c.Cluster.PodName = "airlock.0" }, "cluster.pod_name"},
+		{"pod name upper case", func(c *Config) { c.Cluster.PodName = "Airlock-0" }, "cluster.pod_name"},
+		{"pod name dash last", func(c *Config) { c.Cluster.PodName = "airlock-" }, "cluster.pod_name"},
+		{"pod name too long", func(c *Config) { c.Cluster.PodName = strings.Repeat("a", 64) }, "cluster.pod_name"},
+		{"pod name file relative", func(c *Config) { c.Cluster.PodNameFile = "etc/pod/name" }, "cluster.pod_name_file"},
+		{"pod name env odd", func(c *Config) { c.Cluster.PodNameEnv = "POD-NAME" }, "cluster.pod_name_env"},
 		{"python outside /usr", func(c *Config) { c.Runtimes.Python = "/opt/python3" }, "runtimes.python"},
 		{"bash escaping /usr", func(c *Config) { c.Runtimes.Bash = "/usr/../bin/bash" }, "runtimes.bash"},
 		{"relative node", func(c *Config) { c.Runtimes.Node = "usr/bin/node" }, "runtimes.node"},
@@ -193,11 +206,21 @@ func TestConfigValidate(t *testing.T) {
 	ok.Pool.Preload = []string{"numpy", "matplotlib.pyplot", "_private", "a1.b2"}
 	ok.Pool.Size = map[string]int{"python": 0, "bash": 4096, "javascript": 1}
 	ok.IDBase = 65536
+	ok.Cluster.PodName = strings.Repeat("a", 62) + "0"
 	ok.Server.MaxSessionTransfers = ok.Server.MaxConcurrentTransfers
 	ok.Server.TransferStallTimeout = Duration(time.Second)
 	ok.Isolation, ok.AllowIsolation, ok.GVisor = GVisor, []Isolation{Native, GVisor}, GVisorConfig{Runsc: "/usr/local/bin/runsc", Platform: "ptrace"}
 	if err := ok.Validate(); err != nil {
 		t.Errorf("valid edge values refused: %v", err)
+	}
+	// Pod mode: the chart's userns range, and the largest that fits.
+	for _, ids := range [][2]uint32{{10000, 50000}, {1, 65532}, {2_000_000, 1 << 20}} {
+		pod := Default()
+		pod.IDBase, pod.IDCount = ids[0], ids[1]
+		pod.Cluster.PodNameFile = "/etc/airlock/pod/name"
+		if err := pod.Validate(); err != nil {
+			t.Errorf("id_base %d id_count %d refused: %v", ids[0], ids[1], err)
+		}
 	}
 }
 

@@ -120,6 +120,10 @@ type Audit struct {
 	// Queue is how many records may wait for the writer; beyond it
 	// records are dropped (and counted) rather than slow a request.
 	Queue int `json:"queue"`
+	// FlushInterval is how long the writer gathers records into one
+	// commit: the most a kill -9 of the server can lose (0: a commit as
+	// soon as a record arrives, which costs the hot path more).
+	FlushInterval Duration `json:"flush_interval"`
 }
 
 // Auth modes.

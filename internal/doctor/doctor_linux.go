@@ -110,8 +110,12 @@ func run(ctx context.Context, h *jail.Host, cfg config.Config, argv []string, en
 	l := cfg.Defaults
 	l.Timeout = config.Duration(60 * time.Second)
 	l.CPUTime = config.Duration(60 * time.Second)
+	slot, err := h.CLISlot()
+	if err != nil {
+		return "", "", err
+	}
 	res, err := h.Run(ctx, jail.RunRequest{
-		Spec: jail.Spec{Name: "r-" + strconv.Itoa(os.Getpid()), Slot: jail.CLISlot(), Limits: l},
+		Spec: jail.Spec{Name: "r-" + strconv.Itoa(os.Getpid()), Slot: slot, Limits: l},
 		Argv: argv,
 		Env:  env,
 	})

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -33,7 +34,7 @@ type netns struct {
 	pidfd int
 }
 
-func newNetns(t *testing.T) *netns {
+func newNetns(t testing.TB) *netns {
 	t.Helper()
 	testenv.RequireRoot(t, "entering a network namespace")
 	cmd := exec.Command("sleep", "1000")
@@ -180,7 +181,7 @@ func (l *logBuf) lines() []map[string]any {
 }
 
 // upstream is an HTTP server on a 127.0.0.x address and a fixed port.
-func upstream(t *testing.T, ip string, port int, h http.Handler, tlsOn bool) *httptest.Server {
+func upstream(t testing.TB, ip string, port int, h http.Handler, tlsOn bool) *httptest.Server {
 	l, err := net.Listen("tcp", fmt.Sprintf("%s:%d", ip, port))
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +198,7 @@ func upstream(t *testing.T, ip string, port int, h http.Handler, tlsOn bool) *ht
 }
 
 // freePort returns a port free on 127.0.0.2.
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	l, err := net.Listen("tcp", "127.0.0.2:0")
 	if err != nil {
 		t.Fatal(err)
@@ -222,7 +223,7 @@ var (
 	trapAddr     = netip.MustParseAddr("127.0.0.3")
 )
 
-func newFixture(t *testing.T, allow []string, lim Limits) *fixture {
+func newFixture(t testing.TB, allow []string, lim Limits) *fixture {
 	f := &fixture{ns: newNetns(t), log: &logBuf{}}
 	f.port, f.tlsPort = freePort(t), freePort(t)
 	mux := http.NewServeMux()
@@ -559,11 +560,21 @@ func TestGatePolicyChangeAndClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Decided and spliced before the change (a connection only queued in
+	// the listener is decided, under the policy of the moment, when its
+	// request arrives).
+	c1.Write([]byte("GET / HTTP/1.1\r\nHost: a.test\r\n\r\n"))
+	c1.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if resp, err := http.ReadResponse(bufio.NewReader(c1), nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("open connection before a policy change: %v", err)
+	} else {
+		io.Copy(io.Discard, resp.Body)
+	}
 	p, _ := ParsePolicy([]string{fmt.Sprintf("b.test:%d", f.port+1)})
 	if err := f.gate.SetPolicy(p); err != nil {
 		t.Fatal(err)
 	}
-	// The open connection still works.
+	// ... it still works after it.
 	c1.Write([]byte("GET / HTTP/1.1\r\nHost: a.test\r\n\r\n"))
 	c1.SetReadDeadline(time.Now().Add(3 * time.Second))
 	if n, err := c1.Read(make([]byte, 100)); err != nil || n == 0 {

@@ -15,20 +15,34 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// inNetns runs fn on a fresh OS thread that has entered the network
-// namespace ns (a pidfd of a process in it, or a namespace file). Sockets
-// fn creates belong to that namespace and are served from anywhere later.
-// The thread is never unlocked, so it exits with the goroutine and no
-// other goroutine ever runs in the sandbox's namespace.
+// inNetns runs fn on an OS thread locked to it that has entered the
+// network namespace ns (a pidfd of a process in it, or a namespace file).
+// Sockets fn creates belong to that namespace and are served from
+// anywhere later. The thread goes back to its own namespace before it is
+// unlocked; if it cannot, it stays locked and exits with the goroutine
+// (had it been the main thread, which Go never exits, it would stay in
+// the sandbox's namespace for good: restoring avoids that).
 func inNetns(ns int, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
+		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("egress: own network namespace: %w", err)
+			return
+		}
+		defer unix.Close(orig)
 		if err := unix.Setns(ns, unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("egress: enter the sandbox's network namespace: %w", err)
 			return
 		}
-		errc <- fn()
+		err = fn()
+		if unix.Setns(orig, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		errc <- err
 	}()
 	return <-errc
 }
@@ -197,4 +211,3 @@ func nlRequest(fd int, typ uint16, body []byte) error {
 	}
 	return errors.New("no netlink acknowledgment")
 }
-

@@ -159,7 +159,7 @@ func TestGuard(t *testing.T) {
 		{"2606:2800:21f:cb07:6820:80da:af6b:8b2c", "", true},
 		{"64:ff9b::5db8:d70e", "", true}, // NAT64 of a public address
 		{"2002:5db8:d70e::1", "", true},
-		{"10.9.3.4", "", true},        // operator CIDR
+		{"10.9.3.4", "", true},           // operator CIDR
 		{"10.1.2.3", "mirror.lan", true}, // operator internal name, private range
 		{"127.0.0.1", "mirror.lan", false},
 		{"169.254.169.254", "mirror.lan", false},

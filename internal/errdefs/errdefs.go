@@ -48,6 +48,16 @@ var (
 	ErrTimeout = errors.New("timeout")
 	// ErrUnsupported: a feature this build or request does not support.
 	ErrUnsupported = errors.New("unsupported")
+	// ErrMisdirected: in a cluster, the session id names another server
+	// (pod): the request reached the wrong one.
+	ErrMisdirected = errors.New("misdirected")
+	// ErrSessionLost: in a cluster, the session id names this server but
+	// an earlier run of it; the session ended when that run did.
+	ErrSessionLost = errors.New("session lost")
+	// ErrNodeUnavailable: the server holding the session does not answer.
+	// Only the cluster's router answers it (airlock itself never does);
+	// it is in the table so that clients know it.
+	ErrNodeUnavailable = errors.New("node unavailable")
 )
 
 // Kind is one row of the error table.
@@ -80,6 +90,9 @@ var kinds = []Kind{
 	{ErrTimeout, "timeout", http.StatusGatewayTimeout},
 	{ErrUnsupported, "unsupported", http.StatusNotImplemented},
 	{ErrUnavailable, "unavailable", http.StatusServiceUnavailable},
+	{ErrMisdirected, "misdirected", http.StatusMisdirectedRequest},
+	{ErrSessionLost, "session_lost", http.StatusGone},
+	{ErrNodeUnavailable, "node_unavailable", http.StatusServiceUnavailable},
 }
 
 // Kinds returns every row of the table, Internal last.

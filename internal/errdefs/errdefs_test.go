@@ -28,6 +28,9 @@ var codes = []struct {
 	{ErrTimeout, "timeout", 504},
 	{ErrUnsupported, "unsupported", 501},
 	{ErrUnavailable, "unavailable", 503},
+	{ErrMisdirected, "misdirected", 421},
+	{ErrSessionLost, "session_lost", 410},
+	{ErrNodeUnavailable, "node_unavailable", 503},
 }
 
 // Every sentinel has its documented code and status, and Sentinels lists

@@ -70,8 +70,12 @@ func Ensure(ctx context.Context, h *jail.Host, cfg config.Config) (bool, error) 
 	l.CPUTime = config.Duration(120 * time.Second)
 	var copied int
 	var copyErr error
+	slot, err := h.CLISlot()
+	if err != nil {
+		return false, err
+	}
 	res, err := h.RunWith(ctx, jail.RunRequest{
-		Spec: jail.Spec{Name: "r-" + strconv.Itoa(os.Getpid()), Slot: jail.CLISlot(), Limits: l},
+		Spec: jail.Spec{Name: "r-" + strconv.Itoa(os.Getpid()), Slot: slot, Limits: l},
 		Argv: []string{cfg.Runtimes.Python, "-c", script},
 		Env:  []string{"MPLCONFIGDIR=/tmp/mplbuild"},
 	}, func(sb *jail.Sandbox) {

@@ -113,6 +113,16 @@ func (in *Instance) Dead() <-chan struct{} { return in.sb.Dead() }
 // Kill ends every process of the sandbox; Close must still be called.
 func (in *Instance) Kill() { in.sb.Kill() }
 
+// NetNS is a pidfd of the sandbox's init, a handle on its network
+// namespace that the egress layer enters; false when the sandbox's kernel
+// keeps its network to itself (gVisor's netstack).
+func (in *Instance) NetNS() (int, bool) {
+	if p, ok := in.sb.(interface{ PidFD() int }); ok {
+		return p.PidFD(), true
+	}
+	return -1, false
+}
+
 // Interrupt sends SIGINT to the runtime's process group: Python raises
 // KeyboardInterrupt, and the state is kept.
 func (in *Instance) Interrupt() { in.sb.Signal(in.pid, syscall.SIGINT, true) }
@@ -333,15 +343,18 @@ func (in *Instance) templateExit() (jail.Exit, bool) {
 }
 
 // Slots hands out the id slots of server sandboxes. A slot is reused only
-// after its sandbox is gone, so no two live sandboxes share host ids.
+// after its sandbox is gone, so no two live sandboxes share host ids. The
+// zero value hands out a host's (jail.LayoutOf(0)); NewSlots those of a
+// layout.
 type Slots struct {
-	mu   sync.Mutex
-	free []uint32
-	next uint32
+	mu          sync.Mutex
+	free        []uint32
+	next        uint32
+	first, size uint32 // 0 size: a host's layout
 }
 
-// Max number of server sandboxes alive at once.
-const maxSlots = 1 << 20
+// NewSlots hands out the server slots of layout l.
+func NewSlots(l jail.Layout) *Slots { return &Slots{first: l.ServerFirst, size: l.ServerCount} }
 
 // Get returns a free slot.
 func (s *Slots) Get() (uint32, error) {
@@ -352,11 +365,15 @@ func (s *Slots) Get() (uint32, error) {
 		s.free = s.free[:n-1]
 		return slot, nil
 	}
-	if s.next >= maxSlots {
+	if s.size == 0 {
+		l := jail.LayoutOf(0)
+		s.first, s.size = l.ServerFirst, l.ServerCount
+	}
+	if s.next >= s.size {
 		return 0, fmt.Errorf("%w: no free sandbox id slots", errdefs.ErrLimit)
 	}
 	s.next++
-	return jail.ServerSlotBase + s.next - 1, nil
+	return s.first + s.next - 1, nil
 }
 
 // Put returns a slot.

@@ -56,6 +56,7 @@ const (
 	OpSetUID              Op = "set_uid"                // real, effective, saved and filesystem uid to ID
 	OpCapClear            Op = "cap_clear"              // capset with no capability at all
 	OpChdir               Op = "chdir"                  // to Path
+	OpDumpable            Op = "dumpable"               // prctl(PR_SET_DUMPABLE, 1), as an exec by the same user makes it
 )
 
 // Step is one step of the entry.
@@ -90,7 +91,11 @@ type Expect struct {
 	// Status are fields of /proc/<pid>/status that must read exactly so
 	// (surrounding white space trimmed).
 	Status map[string]string `json:"status"`
-	Probes []Probe           `json:"probes,omitempty"`
+	// ProcOwner is the uid /proc/<pid> must belong to: the process's own
+	// when it is dumpable, root's when not (a uid change without an exec
+	// leaves it not dumpable, and its /proc files then root's).
+	ProcOwner int     `json:"proc_owner"`
+	Probes    []Probe `json:"probes,omitempty"`
 }
 
 // Entry is the plan: its steps in order, and the expected end.

@@ -69,6 +69,10 @@ func planEntry(p entryParams) Entry {
 		Step{Phase: PhaseChild, Op: OpSetUID, ID: p.uid},
 		Step{Phase: PhaseChild, Op: OpCapClear},
 		Step{Phase: PhaseChild, Op: OpChdir, Path: "/workspace"},
+		// What an exec by the same user does: the program's /proc files
+		// are its own, as for every program the init starts (other
+		// processes of the sandbox user could reach them anyway).
+		Step{Phase: PhaseChild, Op: OpDumpable},
 	)
 
 	const none = "0000000000000000"
@@ -92,7 +96,7 @@ func planEntry(p entryParams) Entry {
 	}
 	e := Entry{
 		Steps:  steps,
-		Expect: Expect{Status: status},
+		Expect: Expect{Status: status, ProcOwner: p.uid},
 		Syscalls: map[string]int{
 			"capget": unix.SYS_CAPGET, "capset": unix.SYS_CAPSET, "seccomp": unix.SYS_SECCOMP,
 			"landlock_restrict_self": unix.SYS_LANDLOCK_RESTRICT_SELF, "mknodat": unix.SYS_MKNODAT,
@@ -221,7 +225,9 @@ func applyStep(s Step, ruleset int) error {
 // the permitted and effective sets when setuid leaves that uid (the
 // template's child, host root outside the namespace's map, makes the
 // capset itself); the status check shows it either way.
-var childSequence = []Op{OpSetsid, OpSetgroups, OpSetGID, OpSetUID, OpCapClear, OpChdir}
+// dumpable is the exec itself: the kernel makes a process dumpable again
+// when it executes a program with unchanged credentials.
+var childSequence = []Op{OpSetsid, OpSetgroups, OpSetGID, OpSetUID, OpCapClear, OpChdir, OpDumpable}
 
 // childAttr is what the init's fork makes of the child steps.
 type childAttr struct {
@@ -301,6 +307,26 @@ func errnoText(err error) string {
 		return "success"
 	}
 	return err.Error()
+}
+
+// verify compares what /proc says about pid with the expectation.
+func (e *Entry) verify(pid int) error {
+	dir := "/proc/" + strconv.Itoa(pid)
+	b, err := os.ReadFile(dir + "/status")
+	if err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
+	if err := e.check(b); err != nil {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
+	if int(st.Uid) != e.Expect.ProcOwner {
+		return fmt.Errorf("refusing to run: the program's /proc entries belong to %d, want %d", st.Uid, e.Expect.ProcOwner)
+	}
+	return nil
 }
 
 // check compares a /proc/<pid>/status with the expected one.

@@ -26,7 +26,7 @@ func TestPlanEntry(t *testing.T) {
 		}
 	}
 	want := "thread:cap_bounding_drop thread:cap_ambient_clear thread:cap_inheritable_clear thread:no_new_privs " +
-		"thread:landlock_restrict_self thread:seccomp_filter child:setsid child:setgroups child:set_gid child:set_uid child:cap_clear child:chdir"
+		"thread:landlock_restrict_self thread:seccomp_filter child:setsid child:setgroups child:set_gid child:set_uid child:cap_clear child:chdir child:dumpable"
 	if got := strings.Join(ops, " "); got != want {
 		t.Errorf("steps:\n got %s\nwant %s", got, want)
 	}
@@ -38,6 +38,9 @@ func TestPlanEntry(t *testing.T) {
 		if e.Expect.Status[k] != v {
 			t.Errorf("expected %s %q, want %q", k, e.Expect.Status[k], v)
 		}
+	}
+	if e.Expect.ProcOwner != SandboxUID {
+		t.Errorf("proc owner %d", e.Expect.ProcOwner)
 	}
 	if len(e.Expect.Probes) != 1 || e.Expect.Probes[0].Layer != "landlock" || e.Expect.Probes[0].Errno != int(unix.EACCES) {
 		t.Errorf("probes: %+v", e.Expect.Probes)

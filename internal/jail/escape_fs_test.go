@@ -74,87 +74,89 @@ print("DONE")
 
 func TestEscapeWriteOutsideWorkspace(t *testing.T) {
 	h := testHost(t)
-	name := "airlock-probe-" + randomToken(t)
-	dirs := []string{"/", "/etc", "/etc/ssl", "/etc/ssl/certs", "/etc/fonts", "/usr", "/usr/bin", "/usr/lib",
-		"/opt", "/run", "/root", "/dev", "/proc", "/proc/sys", "/proc/sys/kernel", "/proc/1", "/proc/self",
-		"/proc/acpi", "/proc/driver", "/proc/tty", "/proc/irq", "/proc/fs", "/bin", "/lib"}
-	generated := []string{"/etc/passwd", "/etc/hosts", "/etc/resolv.conf", "/etc/hostname"}
-	files := []string{"/usr/bin/python3", "/bin/sh", "/etc/ssl/certs/ca-certificates.crt",
-		"/proc/sys/kernel/hostname", "/proc/sys/kernel/core_pattern", "/proc/sys/kernel/modprobe",
-		"/proc/sys/vm/drop_caches", "/proc/sys/net/ipv4/ip_forward", "/proc/sysrq-trigger",
-		// (Masked /proc files are bind mounts of /dev/null: "writing" them
-		// discards the data. TestRootMounts checks the masks.)
-		// Writable for the sandbox user without Landlock; Landlock keeps
-		// writes to the scratch trees and device files.
-		"/proc/self/comm", "/proc/self/oom_score_adj", "/proc/self/mem", "/proc/self/attr/current",
-		"/proc/1/oom_score_adj", "/proc/1/comm"}
-	scratch := []string{"/workspace", "/tmp", "/dev/shm"}
+	forEachStartPath(t, func(t *testing.T, p startPath) {
+		name := "airlock-probe-" + randomToken(t)
+		dirs := []string{"/", "/etc", "/etc/ssl", "/etc/ssl/certs", "/etc/fonts", "/usr", "/usr/bin", "/usr/lib",
+			"/opt", "/run", "/root", "/dev", "/proc", "/proc/sys", "/proc/sys/kernel", "/proc/1", "/proc/self",
+			"/proc/acpi", "/proc/driver", "/proc/tty", "/proc/irq", "/proc/fs", "/bin", "/lib"}
+		generated := []string{"/etc/passwd", "/etc/hosts", "/etc/resolv.conf", "/etc/hostname"}
+		files := []string{"/usr/bin/python3", "/bin/sh", "/etc/ssl/certs/ca-certificates.crt",
+			"/proc/sys/kernel/hostname", "/proc/sys/kernel/core_pattern", "/proc/sys/kernel/modprobe",
+			"/proc/sys/vm/drop_caches", "/proc/sys/net/ipv4/ip_forward", "/proc/sysrq-trigger",
+			// (Masked /proc files are bind mounts of /dev/null: "writing" them
+			// discards the data. TestRootMounts checks the masks.)
+			// Writable for the sandbox user without Landlock; Landlock keeps
+			// writes to the scratch trees and device files.
+			"/proc/self/comm", "/proc/self/oom_score_adj", "/proc/self/mem", "/proc/self/attr/current",
+			"/proc/1/oom_score_adj", "/proc/1/comm"}
+		scratch := []string{"/workspace", "/tmp", "/dev/shm"}
 
-	type fileState struct {
-		mode  os.FileMode
-		mtime time.Time
-		size  int64
-	}
-	stat := func(p string) fileState {
-		st, err := os.Lstat(p)
-		if err != nil {
-			return fileState{}
+		type fileState struct {
+			mode  os.FileMode
+			mtime time.Time
+			size  int64
 		}
-		return fileState{st.Mode(), st.ModTime(), st.Size()}
-	}
-	// Should a protection fail, what the probe made on the host goes away
-	// again (after the test has reported it).
-	t.Cleanup(func() {
-		for _, d := range append(append([]string{}, dirs...), "/tmp", "/var/tmp", "/run/airlock-test/root") {
-			os.RemoveAll(filepath.Join(d, name))
-			unix.Lremovexattr(d, "user."+name)
+		stat := func(p string) fileState {
+			st, err := os.Lstat(p)
+			if err != nil {
+				return fileState{}
+			}
+			return fileState{st.Mode(), st.ModTime(), st.Size()}
+		}
+		// Should a protection fail, what the probe made on the host goes away
+		// again (after the test has reported it).
+		t.Cleanup(func() {
+			for _, d := range append(append([]string{}, dirs...), "/tmp", "/var/tmp", "/run/airlock-test/root") {
+				os.RemoveAll(filepath.Join(d, name))
+				unix.Lremovexattr(d, "user."+name)
+			}
+		})
+		watched := []string{"/usr", "/usr/bin", "/usr/lib", "/usr/bin/python3", "/etc", "/etc/passwd", "/etc/hosts", "/", "/root", "/run"}
+		before := map[string]fileState{}
+		for _, p := range watched {
+			before[p] = stat(p)
+		}
+		hostname, _ := os.ReadFile("/proc/sys/kernel/hostname")
+		corePattern, _ := os.ReadFile("/proc/sys/kernel/core_pattern")
+
+		res := p.pythonArgs(t, h, testLimits(), writeProbe, name, jsonArg(t, dirs), jsonArg(t, files), jsonArg(t, generated), jsonArg(t, scratch))
+		mustFinish(t, res)
+		if esc := linesWith(res.Stdout, "ESCAPED"); len(esc) > 0 {
+			t.Errorf("writes outside the scratch trees succeeded:\n%s", strings.Join(esc, "\n"))
+		}
+		if got, want := len(linesWith(res.Stdout, "refused")), 7*len(dirs)+3*len(files)+5*len(generated); got != want {
+			t.Errorf("%d attempts refused, want all %d: %s", got, want, describe(res))
+		}
+		if got := len(linesWith(res.Stdout, "wrote")); got != len(scratch) {
+			t.Errorf("writes to the scratch trees: %d of %d succeeded: %s", got, len(scratch), describe(res))
+		}
+		// Landlock, not only the read-only mounts: /proc/self/comm is a file
+		// the sandbox user may write without it.
+		if !bytes.Contains(res.Stdout, []byte("refused open for writing /proc/self/comm 13")) {
+			t.Errorf("writing /proc/self/comm was not refused with EACCES (Landlock): %s", describe(res))
+		}
+
+		// The host is unchanged.
+		for _, d := range append(append([]string{}, dirs...), "/tmp", "/var/tmp", "/run/airlock-test", "/run/airlock-test/root") {
+			if _, err := os.Lstat(filepath.Join(d, name)); err == nil {
+				t.Errorf("%s appeared on the host", filepath.Join(d, name))
+			}
+		}
+		for _, p := range watched {
+			if got := stat(p); got != before[p] {
+				t.Errorf("host %s changed: %+v, was %+v", p, got, before[p])
+			}
+			if _, err := unix.Lgetxattr(p, "user."+name, nil); err == nil {
+				t.Errorf("host %s got the xattr user.%s", p, name)
+			}
+		}
+		if b, _ := os.ReadFile("/proc/sys/kernel/hostname"); !bytes.Equal(b, hostname) {
+			t.Errorf("host hostname changed from %q to %q", hostname, b)
+		}
+		if b, _ := os.ReadFile("/proc/sys/kernel/core_pattern"); !bytes.Equal(b, corePattern) {
+			t.Errorf("host core_pattern changed from %q to %q", corePattern, b)
 		}
 	})
-	watched := []string{"/usr", "/usr/bin", "/usr/lib", "/usr/bin/python3", "/etc", "/etc/passwd", "/etc/hosts", "/", "/root", "/run"}
-	before := map[string]fileState{}
-	for _, p := range watched {
-		before[p] = stat(p)
-	}
-	hostname, _ := os.ReadFile("/proc/sys/kernel/hostname")
-	corePattern, _ := os.ReadFile("/proc/sys/kernel/core_pattern")
-
-	res := runPythonArgs(t, h, testLimits(), writeProbe, name, jsonArg(t, dirs), jsonArg(t, files), jsonArg(t, generated), jsonArg(t, scratch))
-	mustFinish(t, res)
-	if esc := linesWith(res.Stdout, "ESCAPED"); len(esc) > 0 {
-		t.Errorf("writes outside the scratch trees succeeded:\n%s", strings.Join(esc, "\n"))
-	}
-	if got, want := len(linesWith(res.Stdout, "refused")), 7*len(dirs)+3*len(files)+5*len(generated); got != want {
-		t.Errorf("%d attempts refused, want all %d: %s", got, want, describe(res))
-	}
-	if got := len(linesWith(res.Stdout, "wrote")); got != len(scratch) {
-		t.Errorf("writes to the scratch trees: %d of %d succeeded: %s", got, len(scratch), describe(res))
-	}
-	// Landlock, not only the read-only mounts: /proc/self/comm is a file
-	// the sandbox user may write without it.
-	if !bytes.Contains(res.Stdout, []byte("refused open for writing /proc/self/comm 13")) {
-		t.Errorf("writing /proc/self/comm was not refused with EACCES (Landlock): %s", describe(res))
-	}
-
-	// The host is unchanged.
-	for _, d := range append(append([]string{}, dirs...), "/tmp", "/var/tmp", "/run/airlock-test", "/run/airlock-test/root") {
-		if _, err := os.Lstat(filepath.Join(d, name)); err == nil {
-			t.Errorf("%s appeared on the host", filepath.Join(d, name))
-		}
-	}
-	for _, p := range watched {
-		if got := stat(p); got != before[p] {
-			t.Errorf("host %s changed: %+v, was %+v", p, got, before[p])
-		}
-		if _, err := unix.Lgetxattr(p, "user."+name, nil); err == nil {
-			t.Errorf("host %s got the xattr user.%s", p, name)
-		}
-	}
-	if b, _ := os.ReadFile("/proc/sys/kernel/hostname"); !bytes.Equal(b, hostname) {
-		t.Errorf("host hostname changed from %q to %q", hostname, b)
-	}
-	if b, _ := os.ReadFile("/proc/sys/kernel/core_pattern"); !bytes.Equal(b, corePattern) {
-		t.Errorf("host core_pattern changed from %q to %q", corePattern, b)
-	}
 }
 
 // readProbe searches for a planted file, knowing only its name (never its
@@ -224,43 +226,45 @@ print("DONE")
 
 func TestEscapeReadHostFiles(t *testing.T) {
 	h := testHost(t)
-	name := "airlock-plant-" + randomToken(t)
-	secret := "airlock-secret-" + randomToken(t)
-	// Every place a secret could be on the host, including /etc (the
-	// sandbox's /etc is generated; only a few subdirectories are bound),
-	// the parent of a bound directory, the host's root and the state dir.
-	hostDirs := []string{"/tmp", "/root", "/run", "/var/tmp", "/etc", "/etc/ssl", "/", "/dev/shm", "/run/airlock-test", "/var", "/home", "/srv", "/opt"}
-	var planted []string
-	for _, d := range hostDirs {
-		if st, err := os.Stat(d); err != nil || !st.IsDir() {
-			continue
+	forEachStartPath(t, func(t *testing.T, p startPath) {
+		name := "airlock-plant-" + randomToken(t)
+		secret := "airlock-secret-" + randomToken(t)
+		// Every place a secret could be on the host, including /etc (the
+		// sandbox's /etc is generated; only a few subdirectories are bound),
+		// the parent of a bound directory, the host's root and the state dir.
+		hostDirs := []string{"/tmp", "/root", "/run", "/var/tmp", "/etc", "/etc/ssl", "/", "/dev/shm", "/run/airlock-test", "/var", "/home", "/srv", "/opt"}
+		var planted []string
+		for _, d := range hostDirs {
+			if st, err := os.Stat(d); err != nil || !st.IsDir() {
+				continue
+			}
+			p := filepath.Join(d, name)
+			if err := os.WriteFile(p, []byte(secret), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			planted = append(planted, p)
+			t.Cleanup(func() { os.Remove(p) })
 		}
-		p := filepath.Join(d, name)
-		if err := os.WriteFile(p, []byte(secret), 0o644); err != nil {
-			t.Fatal(err)
+		if len(planted) < 6 {
+			t.Fatalf("could plant only %v", planted)
 		}
-		planted = append(planted, p)
-		t.Cleanup(func() { os.Remove(p) })
-	}
-	if len(planted) < 6 {
-		t.Fatalf("could plant only %v", planted)
-	}
-	control := "control-" + randomToken(t)
+		control := "control-" + randomToken(t)
 
-	res := runPythonArgs(t, h, testLimits(), readProbe, name, control, jsonArg(t, hostDirs))
-	mustFinish(t, res)
-	noSecret(t, res, secret)
-	if r := linesWith(res.Stdout, "READ"); len(r) > 0 {
-		t.Errorf("host files were found from inside:\n%s", strings.Join(r, "\n"))
-	}
-	if !bytes.Contains(res.Stdout, []byte("CONTROL found")) {
-		t.Errorf("the search did not find the sandbox's own control file: %s", describe(res))
-	}
-	for _, p := range planted {
-		if b, err := os.ReadFile(p); err != nil || string(b) != secret {
-			t.Errorf("planted %s changed: %q %v", p, b, err)
+		res := p.pythonArgs(t, h, testLimits(), readProbe, name, control, jsonArg(t, hostDirs))
+		mustFinish(t, res)
+		noSecret(t, res, secret)
+		if r := linesWith(res.Stdout, "READ"); len(r) > 0 {
+			t.Errorf("host files were found from inside:\n%s", strings.Join(r, "\n"))
 		}
-	}
+		if !bytes.Contains(res.Stdout, []byte("CONTROL found")) {
+			t.Errorf("the search did not find the sandbox's own control file: %s", describe(res))
+		}
+		for _, p := range planted {
+			if b, err := os.ReadFile(p); err != nil || string(b) != secret {
+				t.Errorf("planted %s changed: %q %v", p, b, err)
+			}
+		}
+	})
 }
 
 func TestEscapeSymlinkOutOfWorkspace(t *testing.T) {

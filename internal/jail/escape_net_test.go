@@ -107,78 +107,80 @@ print("DONE")
 
 func TestEscapeNetwork(t *testing.T) {
 	h := testHost(t)
-	lo := listen(t, "tcp4", "127.0.0.1:0")
-	all := listen(t, "tcp", ":0") // every address of the host, v4 and v6
-	loPort := lo.l.Addr().(*net.TCPAddr).Port
-	allPort := all.l.Addr().(*net.TCPAddr).Port
+	forEachStartPath(t, func(t *testing.T, p startPath) {
+		lo := listen(t, "tcp4", "127.0.0.1:0")
+		all := listen(t, "tcp", ":0") // every address of the host, v4 and v6
+		loPort := lo.l.Addr().(*net.TCPAddr).Port
+		allPort := all.l.Addr().(*net.TCPAddr).Port
 
-	// The host's own addresses, loopback and not.
-	targets := [][]any{{"127.0.0.1", loPort}, {"127.0.0.1", allPort}, {"::1", allPort}, {"127.0.1.1", allPort}}
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	nonLoopback := 0
-	for _, a := range addrs {
-		ip, _, _ := net.ParseCIDR(a.String())
-		if ip == nil || ip.IsLoopback() || ip.IsLinkLocalUnicast() {
-			continue
-		}
-		targets = append(targets, []any{ip.String(), allPort})
-		nonLoopback++
-	}
-	if nonLoopback == 0 {
-		t.Log("the host has no non-loopback address; only loopback is tried")
-	}
-
-	udp, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { udp.Close() })
-	udpPort := udp.LocalAddr().(*net.UDPAddr).Port
-	abstract := "airlock-test-" + randomToken(t)
-	ab := listen(t, "unix", "@"+abstract)
-
-	res := runPythonArgs(t, h, testLimits(), netProbe,
-		jsonArg(t, targets), jsonArg(t, [][]any{{"127.0.0.1", udpPort}}), abstract)
-	mustFinish(t, res)
-	if c := linesWith(res.Stdout, "CONNECTED"); len(c) > 0 {
-		t.Errorf("connected out of the sandbox:\n%s", strings.Join(c, "\n"))
-	}
-	if r := linesWith(res.Stdout, "RESOLVED"); len(r) > 0 {
-		t.Errorf("name resolution worked: %v", r)
-	}
-	if got := len(linesWith(res.Stdout, "refused ")); got < len(targets)+1 {
-		t.Errorf("%d refusals, want %d: %s", got, len(targets)+1, describe(res))
-	}
-	if !bytes.Contains(res.Stdout, []byte("loopback4 b'PING'")) || !bytes.Contains(res.Stdout, []byte("loopback6 b'PING'")) {
-		t.Errorf("loopback inside the sandbox does not work: %s", describe(res))
-	}
-
-	// Nothing reached the host...
-	udp.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-	if n, from, err := udp.ReadFrom(make([]byte, 100)); err == nil {
-		t.Errorf("the host received %d bytes of UDP from %v", n, from)
-	}
-	for name, l := range map[string]*countingListener{"loopback": lo, "all addresses": all, "abstract": ab} {
-		if n := l.accepted.Load(); n != 0 {
-			t.Errorf("the %s listener accepted %d connections from the sandbox", name, n)
-		}
-	}
-	// ...and the listeners did work: the host can reach them.
-	for _, l := range []*countingListener{lo, all, ab} {
-		c, err := net.Dial(l.l.Addr().Network(), l.l.Addr().String())
+		// The host's own addresses, loopback and not.
+		targets := [][]any{{"127.0.0.1", loPort}, {"127.0.0.1", allPort}, {"::1", allPort}, {"127.0.1.1", allPort}}
+		addrs, err := net.InterfaceAddrs()
 		if err != nil {
-			t.Fatalf("the host cannot reach its own listener %v: %v", l.l.Addr(), err)
+			t.Fatal(err)
 		}
-		c.Close()
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for lo.accepted.Load()+all.accepted.Load()+ab.accepted.Load() != 3 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := lo.accepted.Load() + all.accepted.Load() + ab.accepted.Load(); n != 3 {
-		t.Errorf("the listeners counted %d of the host's 3 connections", n)
-	}
+		nonLoopback := 0
+		for _, a := range addrs {
+			ip, _, _ := net.ParseCIDR(a.String())
+			if ip == nil || ip.IsLoopback() || ip.IsLinkLocalUnicast() {
+				continue
+			}
+			targets = append(targets, []any{ip.String(), allPort})
+			nonLoopback++
+		}
+		if nonLoopback == 0 {
+			t.Log("the host has no non-loopback address; only loopback is tried")
+		}
+
+		udp, err := net.ListenPacket("udp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { udp.Close() })
+		udpPort := udp.LocalAddr().(*net.UDPAddr).Port
+		abstract := "airlock-test-" + randomToken(t)
+		ab := listen(t, "unix", "@"+abstract)
+
+		res := p.pythonArgs(t, h, testLimits(), netProbe,
+			jsonArg(t, targets), jsonArg(t, [][]any{{"127.0.0.1", udpPort}}), abstract)
+		mustFinish(t, res)
+		if c := linesWith(res.Stdout, "CONNECTED"); len(c) > 0 {
+			t.Errorf("connected out of the sandbox:\n%s", strings.Join(c, "\n"))
+		}
+		if r := linesWith(res.Stdout, "RESOLVED"); len(r) > 0 {
+			t.Errorf("name resolution worked: %v", r)
+		}
+		if got := len(linesWith(res.Stdout, "refused ")); got < len(targets)+1 {
+			t.Errorf("%d refusals, want %d: %s", got, len(targets)+1, describe(res))
+		}
+		if !bytes.Contains(res.Stdout, []byte("loopback4 b'PING'")) || !bytes.Contains(res.Stdout, []byte("loopback6 b'PING'")) {
+			t.Errorf("loopback inside the sandbox does not work: %s", describe(res))
+		}
+
+		// Nothing reached the host...
+		udp.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if n, from, err := udp.ReadFrom(make([]byte, 100)); err == nil {
+			t.Errorf("the host received %d bytes of UDP from %v", n, from)
+		}
+		for name, l := range map[string]*countingListener{"loopback": lo, "all addresses": all, "abstract": ab} {
+			if n := l.accepted.Load(); n != 0 {
+				t.Errorf("the %s listener accepted %d connections from the sandbox", name, n)
+			}
+		}
+		// ...and the listeners did work: the host can reach them.
+		for _, l := range []*countingListener{lo, all, ab} {
+			c, err := net.Dial(l.l.Addr().Network(), l.l.Addr().String())
+			if err != nil {
+				t.Fatalf("the host cannot reach its own listener %v: %v", l.l.Addr(), err)
+			}
+			c.Close()
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for lo.accepted.Load()+all.accepted.Load()+ab.accepted.Load() != 3 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := lo.accepted.Load() + all.accepted.Load() + ab.accepted.Load(); n != 3 {
+			t.Errorf("the listeners counted %d of the host's 3 connections", n)
+		}
+	})
 }

@@ -73,68 +73,84 @@ print("DONE")
 
 func TestEscapeProcOtherProcesses(t *testing.T) {
 	h := testHost(t)
-	secret := "airlock-secret-" + randomToken(t)
-	sleeper := startHostProcess(t, []string{"AIRLOCK_PROC_SECRET=" + secret}, "/bin/sleep", "60")
-	hostPid := sleeper.Process.Pid
+	forEachStartPath(t, func(t *testing.T, p startPath) {
+		secret := "airlock-secret-" + randomToken(t)
+		sleeper := startHostProcess(t, []string{"AIRLOCK_PROC_SECRET=" + secret}, "/bin/sleep", "60")
+		hostPid := sleeper.Process.Pid
 
-	res := runPythonArgs(t, h, testLimits(), procProbe, strconv.Itoa(hostPid))
-	mustFinish(t, res)
-	noSecret(t, res, secret)
+		res := p.pythonArgs(t, h, testLimits(), procProbe, strconv.Itoa(hostPid))
+		mustFinish(t, res)
+		noSecret(t, res, secret)
 
-	// The host process is nowhere in the sandbox's /proc.
-	for _, l := range linesWith(res.Stdout, "HOST ") {
-		if strings.Contains(l, " ok ") {
-			t.Errorf("reached the host process through /proc: %s", l)
+		// The host process is nowhere in the sandbox's /proc.
+		for _, l := range linesWith(res.Stdout, "HOST ") {
+			if strings.Contains(l, " ok ") {
+				t.Errorf("reached the host process through /proc: %s", l)
+			}
 		}
-	}
-	var pids struct {
-		Pids []int
-		Self int
-	}
-	if err := json.Unmarshal([]byte(strings.TrimPrefix(linesWith(res.Stdout, "PIDS ")[0], "PIDS ")), &pids); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(pids.Pids, []int{1, pids.Self}) {
-		t.Errorf("/proc lists %v, want only the init and the program itself [1 %d]", pids.Pids, pids.Self)
-	}
-	// Nothing of the init (pid 1 and its threads) is open to the program:
-	// it is not dumpable, and runs as another user.
-	initLines := linesWith(res.Stdout, "INIT ")
-	if len(initLines) < 12 {
-		t.Fatalf("the init was not probed: %s", describe(res))
-	}
-	for _, l := range initLines {
-		if strings.Contains(l, " ok ") {
-			t.Errorf("reached the init through /proc: %s", l)
+		var pids struct {
+			Pids []int
+			Self int
 		}
-	}
-	// The program's own descriptors are its three pipes, and /proc/1/fd
-	// cannot be listed.
-	var fds []string
-	for _, l := range linesWith(res.Stdout, "FD ") {
-		f := strings.Fields(l)
-		if strings.HasPrefix(f[1], "/proc/thread-self/fd/") {
-			continue // the same table as /proc/self/fd
+		if err := json.Unmarshal([]byte(strings.TrimPrefix(linesWith(res.Stdout, "PIDS ")[0], "PIDS ")), &pids); err != nil {
+			t.Fatal(err)
 		}
-		if !strings.HasPrefix(f[1], "/proc/self/fd/") {
-			t.Errorf("reached a descriptor of another process: %s", l)
-			continue
+		if !slices.Equal(pids.Pids, []int{1, pids.Self}) {
+			t.Errorf("/proc lists %v, want only the init and the program itself [1 %d]", pids.Pids, pids.Self)
 		}
-		fds = append(fds, strings.TrimPrefix(f[1], "/proc/self/fd/"))
-		if f[3] != "other" || !strings.HasPrefix(f[2], "pipe:") {
-			t.Errorf("the program holds %s", l)
+		// Nothing of the init (pid 1 and its threads) is open to the program:
+		// it is not dumpable, and runs as another user.
+		initLines := linesWith(res.Stdout, "INIT ")
+		if len(initLines) < 12 {
+			t.Fatalf("the init was not probed: %s", describe(res))
 		}
-	}
-	slices.Sort(fds)
-	if !slices.Equal(fds, []string{"0", "1", "2"}) {
-		t.Errorf("the program has descriptors %v, want 0 1 2", fds)
-	}
-	if l := linesWith(res.Stdout, "FDDIR /proc/1/fd"); len(l) != 1 || !strings.HasSuffix(l[0], " 13") {
-		t.Errorf("listing /proc/1/fd was not refused with EACCES: %v", l)
-	}
-	if !alive(hostPid) {
-		t.Errorf("the host process %d died", hostPid)
-	}
+		for _, l := range initLines {
+			if strings.Contains(l, " ok ") {
+				t.Errorf("reached the init through /proc: %s", l)
+			}
+		}
+		// The program's own descriptors are its three pipes, and /proc/1/fd
+		// cannot be listed. A program the template forks runs in the
+		// session runtime's own process (program mode): it also sees the
+		// runtime's, which are its stdin (/dev/null), saved copies of its
+		// stdio pipes and its control socket; nothing else.
+		var fds []string
+		inodes := map[string]bool{}
+		for _, l := range linesWith(res.Stdout, "FD ") {
+			f := strings.Fields(l)
+			if strings.HasPrefix(f[1], "/proc/thread-self/fd/") {
+				continue // the same table as /proc/self/fd
+			}
+			if !strings.HasPrefix(f[1], "/proc/self/fd/") {
+				t.Errorf("reached a descriptor of another process: %s", l)
+				continue
+			}
+			fd := strings.TrimPrefix(f[1], "/proc/self/fd/")
+			fds = append(fds, fd)
+			switch {
+			case f[3] != "other":
+				t.Errorf("the program holds %s", l)
+			case p.name == "template" && fd == "0" && f[2] == "/dev/null":
+			case strings.HasPrefix(f[2], "pipe:"), p.name == "template" && strings.HasPrefix(f[2], "socket:"):
+				inodes[f[2]] = true
+			default:
+				t.Errorf("the program holds %s", l)
+			}
+		}
+		slices.Sort(fds)
+		if p.name == "init" && !slices.Equal(fds, []string{"0", "1", "2"}) {
+			t.Errorf("the program has descriptors %v, want 0 1 2", fds)
+		}
+		if p.name == "template" && (len(fds) > 7 || len(inodes) > 4) {
+			t.Errorf("the program has descriptors %v to %d files, want at most its stdio, their copies and the control socket", fds, len(inodes))
+		}
+		if l := linesWith(res.Stdout, "FDDIR /proc/1/fd"); len(l) != 1 || !strings.HasSuffix(l[0], " 13") {
+			t.Errorf("listing /proc/1/fd was not refused with EACCES: %v", l)
+		}
+		if !alive(hostPid) {
+			t.Errorf("the host process %d died", hostPid)
+		}
+	})
 }
 
 func TestInitExecutableSealed(t *testing.T) {
@@ -245,44 +261,46 @@ print("DONE")
 
 func TestEscapeHostEnvironment(t *testing.T) {
 	h := testHost(t)
-	key := "AIRLOCK_TEST_SECRET_" + strings.ToUpper(randomToken(t))
-	secret := "airlock-secret-" + randomToken(t)
-	t.Setenv(key, secret)
+	forEachStartPath(t, func(t *testing.T, p startPath) {
+		key := "AIRLOCK_TEST_SECRET_" + strings.ToUpper(randomToken(t))
+		secret := "airlock-secret-" + randomToken(t)
+		t.Setenv(key, secret)
 
-	res := runPythonArgs(t, h, testLimits(), envProbe)
-	mustFinish(t, res)
-	noSecret(t, res, secret, key)
-	if l := linesWith(res.Stdout, "OTHER"); len(l) > 0 {
-		t.Errorf("read another process's environment: %v", l)
-	}
-	if got := len(linesWith(res.Stdout, "refused")); got != 3 {
-		t.Errorf("%d of 3 environment reads refused: %s", got, describe(res))
-	}
-	// Exactly the base environment, nothing of the host's.
-	var env map[string]string
-	if err := json.Unmarshal([]byte(strings.TrimPrefix(linesWith(res.Stdout, "ENV ")[0], "ENV ")), &env); err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]string{}
-	for _, kv := range BaseEnv() {
-		k, v, _ := strings.Cut(kv, "=")
-		want[k] = v
-	}
-	if len(env) != len(want) {
-		t.Errorf("environment %v, want %v", env, want)
-	}
-	for k, v := range want {
-		if env[k] != v {
-			t.Errorf("environment %s=%q, want %q", k, env[k], v)
+		res := p.pythonArgs(t, h, testLimits(), envProbe)
+		mustFinish(t, res)
+		noSecret(t, res, secret, key)
+		if l := linesWith(res.Stdout, "OTHER"); len(l) > 0 {
+			t.Errorf("read another process's environment: %v", l)
 		}
-	}
+		if got := len(linesWith(res.Stdout, "refused")); got != 3 {
+			t.Errorf("%d of 3 environment reads refused: %s", got, describe(res))
+		}
+		// Exactly the base environment, nothing of the host's.
+		var env map[string]string
+		if err := json.Unmarshal([]byte(strings.TrimPrefix(linesWith(res.Stdout, "ENV ")[0], "ENV ")), &env); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{}
+		for _, kv := range BaseEnv() {
+			k, v, _ := strings.Cut(kv, "=")
+			want[k] = v
+		}
+		if len(env) != len(want) {
+			t.Errorf("environment %v, want %v", env, want)
+		}
+		for k, v := range want {
+			if env[k] != v {
+				t.Errorf("environment %s=%q, want %q", k, env[k], v)
+			}
+		}
 
-	// Bash too, with everything it exports.
-	res = runBash(t, h, testLimits(), "env; cat /proc/self/environ; cat /proc/1/environ; echo; echo DONE")
-	if !bytes.HasSuffix(res.Stdout, []byte("DONE\n")) || !bytes.Contains(res.Stdout, []byte("PATH=")) {
-		t.Fatalf("bash probe: %s", describe(res))
-	}
-	noSecret(t, res, secret, key)
+		// Bash too, with everything it exports.
+		res = p.bash(t, h, testLimits(), "env; cat /proc/self/environ; cat /proc/1/environ; echo; echo DONE")
+		if !bytes.HasSuffix(res.Stdout, []byte("DONE\n")) || !bytes.Contains(res.Stdout, []byte("PATH=")) {
+			t.Fatalf("bash probe: %s", describe(res))
+		}
+		noSecret(t, res, secret, key)
+	})
 }
 
 // fdProbe lists its descriptors, then tries to use any descriptor number

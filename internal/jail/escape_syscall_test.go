@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -343,167 +344,169 @@ var ok = want{0}
 
 func TestEscapeSyscalls(t *testing.T) {
 	h := testHost(t)
-	eperm := want{unix.EPERM}
-	// Devices: refused by Landlock (EACCES) before the capability check
-	// (EPERM) is reached; either proves the refusal.
-	mknodRefused := want{unix.EPERM, unix.EACCES}
-	expect := map[string]want{
-		"chroot /tmp": eperm, "chroot /": eperm, "chroot fchdir escape": eperm,
-		"mknod block device in /tmp": mknodRefused, "mknod /dev/mem in /workspace": mknodRefused,
-		"mknod char device in /dev/shm": mknodRefused, "mknod whiteout in /tmp": mknodRefused,
-		"mknod fifo in /tmp (allowed)": ok,
-		"mount tmpfs":                  eperm, "mount proc": eperm, "mount bind /": eperm, "mount remount / rw": eperm,
-		"umount2 a /proc mask": eperm, "umount2 /proc/sys": eperm, "umount2 /": eperm, "pivot_root": eperm,
-		"fsopen": eperm, "fspick": eperm, "open_tree": eperm, "move_mount": eperm, "mount_setattr": eperm,
-		"unshare 0": eperm, "unshare NEWUSER high bits": eperm,
-		"setns own net ns": eperm, "setns own user ns": eperm,
-		// The init is not dumpable: its namespaces cannot even be opened.
-		"open /proc/1/ns/mnt": want{unix.EACCES}, "open /proc/1/ns/user": want{unix.EACCES},
-		"clone NEWNS high bits": eperm, "clone NEWUSER|NEWNS": eperm, "clone plain (allowed)": ok,
-		"clone3 NEWUSER": want{unix.ENOSYS}, "clone3 plain": want{unix.ENOSYS},
-		"ptrace attach init": eperm, "ptrace seize init": eperm, "ptrace attach own child": eperm,
-		"ptrace seize own child": eperm, "ptrace traceme": eperm,
-		"process_vm_readv init": eperm, "process_vm_readv self": eperm, "process_vm_readv own child": eperm,
-		"process_vm_writev self": eperm, "kcmp self": eperm, "pidfd_getfd self": eperm,
-		"pidfd_send_signal init": eperm,
-		"bpf map create":         eperm, "bpf prog load": eperm, "perf_event_open": eperm,
-		"userfaultfd": eperm, "userfaultfd cloexec": eperm,
-		"io_uring_setup": want{unix.ENOSYS}, "io_uring_enter": want{unix.ENOSYS}, "io_uring_register": want{unix.ENOSYS},
-		"keyctl": eperm, "add_key": eperm, "request_key": eperm,
-		"open_by_handle_at": eperm, "name_to_handle_at": eperm,
-		"kexec_load": eperm, "kexec_file_load": eperm, "init_module": eperm, "finit_module": eperm, "delete_module": eperm,
-		"reboot": eperm, "syslog read all": eperm, "syslog size": eperm,
-		"personality ADDR_NO_RANDOMIZE": eperm, "personality ADDR_NO_RANDOMIZE high bits": eperm,
-		"personality READ_IMPLIES_EXEC": eperm, "personality PER_LINUX32": eperm,
-		"personality query (allowed)": ok, "personality PER_LINUX (allowed)": ok,
-		"setuid 0": eperm, "setgid 0": eperm, "setgroups": eperm, "sethostname": eperm, "setdomainname": eperm,
-		"acct": eperm, "swapon": eperm, "swapoff": eperm, "settimeofday": eperm, "clock_settime": eperm,
-		"adjtimex": eperm, "clock_adjtime": eperm, "quotactl": eperm, "fanotify_init": eperm,
-		"move_pages": eperm, "migrate_pages": eperm, "vhangup": eperm,
-		"syscall beyond the table": want{unix.ENOSYS},
-		"ioctl TIOCSTI":            eperm, "ioctl TIOCSTI high bits": eperm, "ioctl TIOCSTI all high bits": eperm,
-		"ioctl TIOCLINUX": eperm, "ioctl TIOCLINUX high bits": eperm,
-		// Let through by the filter: stdin is a pipe, not a terminal.
-		"ioctl TCGETS (allowed)": want{unix.ENOTTY},
-		"getpid (allowed)":       ok,
-	}
-	for _, ns := range []string{"NEWNS", "NEWCGROUP", "NEWUTS", "NEWIPC", "NEWUSER", "NEWPID", "NEWNET", "NEWTIME"} {
-		expect["unshare "+ns] = eperm
-		if ns != "NEWTIME" {
-			expect["clone "+ns] = eperm
+	forEachStartPath(t, func(t *testing.T, p startPath) {
+		eperm := want{unix.EPERM}
+		// Devices: refused by Landlock (EACCES) before the capability check
+		// (EPERM) is reached; either proves the refusal.
+		mknodRefused := want{unix.EPERM, unix.EACCES}
+		expect := map[string]want{
+			"chroot /tmp": eperm, "chroot /": eperm, "chroot fchdir escape": eperm,
+			"mknod block device in /tmp": mknodRefused, "mknod /dev/mem in /workspace": mknodRefused,
+			"mknod char device in /dev/shm": mknodRefused, "mknod whiteout in /tmp": mknodRefused,
+			"mknod fifo in /tmp (allowed)": ok,
+			"mount tmpfs":                  eperm, "mount proc": eperm, "mount bind /": eperm, "mount remount / rw": eperm,
+			"umount2 a /proc mask": eperm, "umount2 /proc/sys": eperm, "umount2 /": eperm, "pivot_root": eperm,
+			"fsopen": eperm, "fspick": eperm, "open_tree": eperm, "move_mount": eperm, "mount_setattr": eperm,
+			"unshare 0": eperm, "unshare NEWUSER high bits": eperm,
+			"setns own net ns": eperm, "setns own user ns": eperm,
+			// The init is not dumpable: its namespaces cannot even be opened.
+			"open /proc/1/ns/mnt": want{unix.EACCES}, "open /proc/1/ns/user": want{unix.EACCES},
+			"clone NEWNS high bits": eperm, "clone NEWUSER|NEWNS": eperm, "clone plain (allowed)": ok,
+			"clone3 NEWUSER": want{unix.ENOSYS}, "clone3 plain": want{unix.ENOSYS},
+			"ptrace attach init": eperm, "ptrace seize init": eperm, "ptrace attach own child": eperm,
+			"ptrace seize own child": eperm, "ptrace traceme": eperm,
+			"process_vm_readv init": eperm, "process_vm_readv self": eperm, "process_vm_readv own child": eperm,
+			"process_vm_writev self": eperm, "kcmp self": eperm, "pidfd_getfd self": eperm,
+			"pidfd_send_signal init": eperm,
+			"bpf map create":         eperm, "bpf prog load": eperm, "perf_event_open": eperm,
+			"userfaultfd": eperm, "userfaultfd cloexec": eperm,
+			"io_uring_setup": want{unix.ENOSYS}, "io_uring_enter": want{unix.ENOSYS}, "io_uring_register": want{unix.ENOSYS},
+			"keyctl": eperm, "add_key": eperm, "request_key": eperm,
+			"open_by_handle_at": eperm, "name_to_handle_at": eperm,
+			"kexec_load": eperm, "kexec_file_load": eperm, "init_module": eperm, "finit_module": eperm, "delete_module": eperm,
+			"reboot": eperm, "syslog read all": eperm, "syslog size": eperm,
+			"personality ADDR_NO_RANDOMIZE": eperm, "personality ADDR_NO_RANDOMIZE high bits": eperm,
+			"personality READ_IMPLIES_EXEC": eperm, "personality PER_LINUX32": eperm,
+			"personality query (allowed)": ok, "personality PER_LINUX (allowed)": ok,
+			"setuid 0": eperm, "setgid 0": eperm, "setgroups": eperm, "sethostname": eperm, "setdomainname": eperm,
+			"acct": eperm, "swapon": eperm, "swapoff": eperm, "settimeofday": eperm, "clock_settime": eperm,
+			"adjtimex": eperm, "clock_adjtime": eperm, "quotactl": eperm, "fanotify_init": eperm,
+			"move_pages": eperm, "migrate_pages": eperm, "vhangup": eperm,
+			"syscall beyond the table": want{unix.ENOSYS},
+			"ioctl TIOCSTI":            eperm, "ioctl TIOCSTI high bits": eperm, "ioctl TIOCSTI all high bits": eperm,
+			"ioctl TIOCLINUX": eperm, "ioctl TIOCLINUX high bits": eperm,
+			// Let through by the filter: stdin is a pipe, not a terminal.
+			"ioctl TCGETS (allowed)": want{unix.ENOTTY},
+			"getpid (allowed)":       ok,
 		}
-	}
-	// Sockets: only unix, inet and inet6 (not raw) and netlink route.
-	type sock struct {
-		name       string
-		domain     uint64
-		typ, proto uint64
-		want       want
-	}
-	noFamily := want{unix.EAFNOSUPPORT}
-	socks := []sock{
-		{name: "socket AF_PACKET raw", domain: unix.AF_PACKET, typ: unix.SOCK_RAW, proto: 0x0300, want: noFamily},
-		{name: "socket AF_PACKET dgram", domain: unix.AF_PACKET, typ: unix.SOCK_DGRAM, proto: 0x0300, want: noFamily},
-		{name: "socket AF_ALG", domain: unix.AF_ALG, typ: unix.SOCK_SEQPACKET, want: noFamily},
-		{name: "socket AF_VSOCK", domain: unix.AF_VSOCK, typ: unix.SOCK_STREAM, want: noFamily},
-		{name: "socket AF_BLUETOOTH", domain: unix.AF_BLUETOOTH, typ: unix.SOCK_RAW, want: noFamily},
-		{name: "socket AF_KEY", domain: unix.AF_KEY, typ: unix.SOCK_RAW, proto: 2, want: noFamily},
-		{name: "socket AF_CAN", domain: unix.AF_CAN, typ: unix.SOCK_RAW, proto: 1, want: noFamily},
-		{name: "socket AF_XDP", domain: unix.AF_XDP, typ: unix.SOCK_RAW, want: noFamily},
-		{name: "socket AF_TIPC", domain: unix.AF_TIPC, typ: unix.SOCK_SEQPACKET, want: noFamily},
-		{name: "socket AF_RDS", domain: unix.AF_RDS, typ: unix.SOCK_SEQPACKET, want: noFamily},
-		{name: "socket AF_SMC", domain: unix.AF_SMC, typ: unix.SOCK_STREAM, want: noFamily},
-		{name: "socket AF_PACKET high bits in domain", domain: 1<<32 | unix.AF_PACKET, typ: unix.SOCK_RAW, want: noFamily},
-		{name: "socket AF_NETLINK audit", domain: unix.AF_NETLINK, typ: unix.SOCK_RAW, proto: unix.NETLINK_AUDIT, want: eperm},
-		{name: "socket AF_NETLINK uevent", domain: unix.AF_NETLINK, typ: unix.SOCK_DGRAM, proto: unix.NETLINK_KOBJECT_UEVENT, want: eperm},
-		{name: "socket AF_NETLINK sock_diag", domain: unix.AF_NETLINK, typ: unix.SOCK_RAW, proto: unix.NETLINK_SOCK_DIAG, want: eperm},
-		{name: "socket AF_NETLINK netfilter", domain: unix.AF_NETLINK, typ: unix.SOCK_RAW, proto: unix.NETLINK_NETFILTER, want: eperm},
-		{name: "socket AF_NETLINK xfrm", domain: unix.AF_NETLINK, typ: unix.SOCK_RAW, proto: unix.NETLINK_XFRM, want: eperm},
-		{name: "socket AF_NETLINK generic", domain: unix.AF_NETLINK, typ: unix.SOCK_RAW, proto: unix.NETLINK_GENERIC, want: eperm},
-		{name: "socket AF_NETLINK audit high bits in protocol", domain: unix.AF_NETLINK, typ: unix.SOCK_RAW, proto: 1<<32 | unix.NETLINK_AUDIT, want: eperm},
-		{name: "socket AF_INET raw", domain: unix.AF_INET, typ: unix.SOCK_RAW, proto: unix.IPPROTO_ICMP, want: eperm},
-		{name: "socket AF_INET raw nonblock cloexec", domain: unix.AF_INET, typ: unix.SOCK_RAW | unix.SOCK_NONBLOCK | unix.SOCK_CLOEXEC, proto: unix.IPPROTO_RAW, want: eperm},
-		{name: "socket AF_INET raw high bits in type", domain: unix.AF_INET, typ: 1<<32 | unix.SOCK_RAW, proto: unix.IPPROTO_ICMP, want: eperm},
-		{name: "socket AF_INET raw high bits in domain", domain: 1<<32 | unix.AF_INET, typ: unix.SOCK_RAW, proto: unix.IPPROTO_ICMP, want: eperm},
-		{name: "socket AF_INET packet", domain: unix.AF_INET, typ: unix.SOCK_PACKET, proto: 0x0300, want: eperm},
-		{name: "socket AF_INET6 raw", domain: unix.AF_INET6, typ: unix.SOCK_RAW, proto: unix.IPPROTO_ICMPV6, want: eperm},
-		{name: "socket AF_NETLINK route (allowed)", domain: unix.AF_NETLINK, typ: unix.SOCK_RAW, proto: unix.NETLINK_ROUTE, want: ok},
-		{name: "socket AF_UNIX stream (allowed)", domain: unix.AF_UNIX, typ: unix.SOCK_STREAM, want: ok},
-		{name: "socket AF_UNIX dgram (allowed)", domain: unix.AF_UNIX, typ: unix.SOCK_DGRAM, want: ok},
-		{name: "socket AF_INET stream (allowed)", domain: unix.AF_INET, typ: unix.SOCK_STREAM, want: ok},
-		{name: "socket AF_INET dgram (allowed)", domain: unix.AF_INET, typ: unix.SOCK_DGRAM, want: ok},
-		{name: "socket AF_INET6 stream (allowed)", domain: unix.AF_INET6, typ: unix.SOCK_STREAM, want: ok},
-		{name: "socket AF_INET6 dgram (allowed)", domain: unix.AF_INET6, typ: unix.SOCK_DGRAM, want: ok},
-	}
-	var sockArgs [][]any
-	for _, s := range socks {
-		sockArgs = append(sockArgs, []any{s.name, []uint64{s.domain, s.typ, s.proto}})
-		expect[s.name] = s.want
-	}
-	// Raw cases by number, per architecture.
-	var rawArgs [][]any
-	for _, c := range syscallCasesArch() {
-		rawArgs = append(rawArgs, []any{c.name, c.nr, c.args})
-		expect[c.name] = c.want
-	}
+		for _, ns := range []string{"NEWNS", "NEWCGROUP", "NEWUTS", "NEWIPC", "NEWUSER", "NEWPID", "NEWNET", "NEWTIME"} {
+			expect["unshare "+ns] = eperm
+			if ns != "NEWTIME" {
+				expect["clone "+ns] = eperm
+			}
+		}
+		// Sockets: only unix, inet and inet6 (not raw) and netlink route.
+		type sock struct {
+			name       string
+			domain     uint64
+			typ, proto uint64
+			want       want
+		}
+		noFamily := want{unix.EAFNOSUPPORT}
+		socks := []sock{
+			{name: "socket AF_PACKET raw", domain: unix.AF_PACKET, typ: unix.SOCK_RAW, proto: 0x0300, want: noFamily},
+			{name: "socket AF_PACKET dgram", domain: unix.AF_PACKET, typ: unix.SOCK_DGRAM, proto: 0x0300, want: noFamily},
+			{name: "socket AF_ALG", domain: unix.AF_ALG, typ: unix.SOCK_SEQPACKET, want: noFamily},
+			{name: "socket AF_VSOCK", domain: unix.AF_VSOCK, typ: unix.SOCK_STREAM, want: noFamily},
+			{name: "socket AF_BLUETOOTH", domain: unix.AF_BLUETOOTH, typ: unix.SOCK_RAW, want: noFamily},
+			{name: "socket AF_KEY", domain: unix.AF_KEY, typ: unix.SOCK_RAW, proto: 2, want: noFamily},
+			{name: "socket AF_CAN", domain: unix.AF_CAN, typ: unix.SOCK_RAW, proto: 1, want: noFamily},
+			{name: "socket AF_XDP", domain: unix.AF_XDP, typ: unix.SOCK_RAW, want: noFamily},
+			{name: "socket AF_TIPC", domain: unix.AF_TIPC, typ: unix.SOCK_SEQPACKET, want: noFamily},
+			{name: "socket AF_RDS", domain: unix.AF_RDS, typ: unix.SOCK_SEQPACKET, want: noFamily},
+			{name: "socket AF_SMC", domain: unix.AF_SMC, typ: unix.SOCK_STREAM, want: noFamily},
+			{name: "socket AF_PACKET high bits in domain", domain: 1<<32 | unix.AF_PACKET, typ: unix.SOCK_RAW, want: noFamily},
+			{name: "socket AF_NETLINK audit", domain: unix.AF_NETLINK, typ: unix.SOCK_RAW, proto: unix.NETLINK_AUDIT, want: eperm},
+			{name: "socket AF_NETLINK uevent", domain: unix.AF_NETLINK, typ: unix.SOCK_DGRAM, proto: unix.NETLINK_KOBJECT_UEVENT, want: eperm},
+			{name: "socket AF_NETLINK sock_diag", domain: unix.AF_NETLINK, typ: unix.SOCK_RAW, proto: unix.NETLINK_SOCK_DIAG, want: eperm},
+			{name: "socket AF_NETLINK netfilter", domain: unix.AF_NETLINK, typ: unix.SOCK_RAW, proto: unix.NETLINK_NETFILTER, want: eperm},
+			{name: "socket AF_NETLINK xfrm", domain: unix.AF_NETLINK, typ: unix.SOCK_RAW, proto: unix.NETLINK_XFRM, want: eperm},
+			{name: "socket AF_NETLINK generic", domain: unix.AF_NETLINK, typ: unix.SOCK_RAW, proto: unix.NETLINK_GENERIC, want: eperm},
+			{name: "socket AF_NETLINK audit high bits in protocol", domain: unix.AF_NETLINK, typ: unix.SOCK_RAW, proto: 1<<32 | unix.NETLINK_AUDIT, want: eperm},
+			{name: "socket AF_INET raw", domain: unix.AF_INET, typ: unix.SOCK_RAW, proto: unix.IPPROTO_ICMP, want: eperm},
+			{name: "socket AF_INET raw nonblock cloexec", domain: unix.AF_INET, typ: unix.SOCK_RAW | unix.SOCK_NONBLOCK | unix.SOCK_CLOEXEC, proto: unix.IPPROTO_RAW, want: eperm},
+			{name: "socket AF_INET raw high bits in type", domain: unix.AF_INET, typ: 1<<32 | unix.SOCK_RAW, proto: unix.IPPROTO_ICMP, want: eperm},
+			{name: "socket AF_INET raw high bits in domain", domain: 1<<32 | unix.AF_INET, typ: unix.SOCK_RAW, proto: unix.IPPROTO_ICMP, want: eperm},
+			{name: "socket AF_INET packet", domain: unix.AF_INET, typ: unix.SOCK_PACKET, proto: 0x0300, want: eperm},
+			{name: "socket AF_INET6 raw", domain: unix.AF_INET6, typ: unix.SOCK_RAW, proto: unix.IPPROTO_ICMPV6, want: eperm},
+			{name: "socket AF_NETLINK route (allowed)", domain: unix.AF_NETLINK, typ: unix.SOCK_RAW, proto: unix.NETLINK_ROUTE, want: ok},
+			{name: "socket AF_UNIX stream (allowed)", domain: unix.AF_UNIX, typ: unix.SOCK_STREAM, want: ok},
+			{name: "socket AF_UNIX dgram (allowed)", domain: unix.AF_UNIX, typ: unix.SOCK_DGRAM, want: ok},
+			{name: "socket AF_INET stream (allowed)", domain: unix.AF_INET, typ: unix.SOCK_STREAM, want: ok},
+			{name: "socket AF_INET dgram (allowed)", domain: unix.AF_INET, typ: unix.SOCK_DGRAM, want: ok},
+			{name: "socket AF_INET6 stream (allowed)", domain: unix.AF_INET6, typ: unix.SOCK_STREAM, want: ok},
+			{name: "socket AF_INET6 dgram (allowed)", domain: unix.AF_INET6, typ: unix.SOCK_DGRAM, want: ok},
+		}
+		var sockArgs [][]any
+		for _, s := range socks {
+			sockArgs = append(sockArgs, []any{s.name, []uint64{s.domain, s.typ, s.proto}})
+			expect[s.name] = s.want
+		}
+		// Raw cases by number, per architecture.
+		var rawArgs [][]any
+		for _, c := range syscallCasesArch() {
+			rawArgs = append(rawArgs, []any{c.name, c.nr, c.args})
+			expect[c.name] = c.want
+		}
 
-	res := runPythonArgs(t, h, testLimits(), syscallProbe, jsonArg(t, syscallNumbers()), jsonArg(t, sockArgs), jsonArg(t, rawArgs))
-	mustFinish(t, res)
-	got := map[string]bool{}
-	var report []string
-	for _, l := range linesWith(res.Stdout, "CASE ") {
-		var c struct {
-			Name  string
-			Ret   int64
-			Errno int
-			Error string
-		}
-		if err := json.Unmarshal([]byte(strings.TrimPrefix(l, "CASE ")), &c); err != nil {
-			t.Fatalf("%s: %v", l, err)
-		}
-		if got[c.Name] {
-			t.Errorf("case %q reported twice", c.Name)
-		}
-		got[c.Name] = true
-		w, known := expect[c.Name]
-		switch {
-		case !known:
-			t.Errorf("case %q has no expectation", c.Name)
-		case c.Error != "":
-			t.Errorf("%s: the probe failed: %s", c.Name, c.Error)
-		case len(w) == 1 && w[0] == 0:
-			if c.Ret < 0 {
-				t.Errorf("%s: refused with %s, want success (the filter must let it through)", c.Name, errnoName(c.Errno))
+		res := p.pythonArgs(t, h, testLimits(), syscallProbe, jsonArg(t, syscallNumbers()), jsonArg(t, sockArgs), jsonArg(t, rawArgs))
+		mustFinish(t, res)
+		got := map[string]bool{}
+		var report []string
+		for _, l := range linesWith(res.Stdout, "CASE ") {
+			var c struct {
+				Name  string
+				Ret   int64
+				Errno int
+				Error string
 			}
-		case c.Ret >= 0:
-			t.Errorf("%s: SUCCEEDED (returned %d), want %v", c.Name, c.Ret, w)
-		default:
-			match := false
-			for _, e := range w {
-				match = match || int(e) == c.Errno
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(l, "CASE ")), &c); err != nil {
+				t.Fatalf("%s: %v", l, err)
 			}
-			if !match {
-				t.Errorf("%s: got %s, want one of %v", c.Name, errnoName(c.Errno), w)
+			if got[c.Name] {
+				t.Errorf("case %q reported twice", c.Name)
+			}
+			got[c.Name] = true
+			w, known := expect[c.Name]
+			switch {
+			case !known:
+				t.Errorf("case %q has no expectation", c.Name)
+			case c.Error != "":
+				t.Errorf("%s: the probe failed: %s", c.Name, c.Error)
+			case len(w) == 1 && w[0] == 0:
+				if c.Ret < 0 {
+					t.Errorf("%s: refused with %s, want success (the filter must let it through)", c.Name, errnoName(c.Errno))
+				}
+			case c.Ret >= 0:
+				t.Errorf("%s: SUCCEEDED (returned %d), want %v", c.Name, c.Ret, w)
+			default:
+				match := false
+				for _, e := range w {
+					match = match || int(e) == c.Errno
+				}
+				if !match {
+					t.Errorf("%s: got %s, want one of %v", c.Name, errnoName(c.Errno), w)
+				}
+			}
+			report = append(report, fmt.Sprintf("%-45s ret %d errno %s", c.Name, c.Ret, errnoName(c.Errno)))
+		}
+		var missing []string
+		for name := range expect {
+			if !got[name] {
+				missing = append(missing, name)
 			}
 		}
-		report = append(report, fmt.Sprintf("%-45s ret %d errno %s", c.Name, c.Ret, errnoName(c.Errno)))
-	}
-	var missing []string
-	for name := range expect {
-		if !got[name] {
-			missing = append(missing, name)
+		sort.Strings(missing)
+		if len(missing) > 0 {
+			t.Errorf("cases never reported: %v", missing)
 		}
-	}
-	sort.Strings(missing)
-	if len(missing) > 0 {
-		t.Errorf("cases never reported: %v", missing)
-	}
-	if !bytes.Contains(res.Stdout, []byte("personality now 00000000")) {
-		t.Errorf("the personality changed: %s", describe(res))
-	}
-	if t.Failed() {
-		t.Logf("all cases:\n%s", strings.Join(report, "\n"))
-	}
+		if !bytes.Contains(res.Stdout, []byte("personality now 00000000")) {
+			t.Errorf("the personality changed: %s", describe(res))
+		}
+		if t.Failed() {
+			t.Logf("all cases:\n%s", strings.Join(report, "\n"))
+		}
+	})
 }
 
 // archCase is a syscall by raw number, for what only some architectures have.
@@ -534,20 +537,22 @@ print("AFTER: the syscall returned", ctypes.get_errno(), flush=True)
 
 func TestEscapeForeignABIKilled(t *testing.T) {
 	h := testHost(t)
-	cases := foreignABICases()
-	if len(cases) == 0 {
-		t.Skipf("no foreign syscall ABI on %s", runtime.GOARCH)
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			res := runPythonArgs(t, h, testLimits(), killProbe, c.args...)
-			// SECCOMP_RET_KILL_PROCESS: SIGSYS, seen as 128+31. The
-			// kernel killed it, not airlock.
-			if res.ExitCode != 128+int(unix.SIGSYS) || res.Killed || string(res.Stdout) != "before\n" {
-				t.Errorf("want death by SIGSYS (exit 159) right at the syscall: %s", describe(res))
-			}
-		})
-	}
+	forEachStartPath(t, func(t *testing.T, p startPath) {
+		cases := foreignABICases()
+		if len(cases) == 0 {
+			t.Skipf("no foreign syscall ABI on %s", runtime.GOARCH)
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				res := p.pythonArgs(t, h, testLimits(), killProbe, c.args...)
+				// SECCOMP_RET_KILL_PROCESS: SIGSYS, seen as 128+31. The
+				// kernel killed it, not airlock.
+				if res.ExitCode != 128+int(unix.SIGSYS) || res.Killed || string(res.Stdout) != "before\n" {
+					t.Errorf("want death by SIGSYS (exit 159) right at the syscall: %s", describe(res))
+				}
+			})
+		}
+	})
 }
 
 type foreignABI struct {
@@ -556,27 +561,44 @@ type foreignABI struct {
 }
 
 // A positive control for the escape tests above: many of their refusals
-// (EPERM) would come from the missing capabilities alone, so the filter
-// and no_new_privs are checked to be on in the very process that tries.
+// (EPERM) would come from the missing capabilities alone, so every layer
+// is checked to be on in the very process that tries, on both start paths:
+// the capability sets, no_new_privs, the identity, the seccomp filter
+// (exactly one more than the test itself runs under) and Landlock, which
+// /proc does not show: a character device in /tmp is refused with EACCES
+// by Landlock before the missing CAP_MKNOD would answer EPERM.
 func TestEveryLayerApplied(t *testing.T) {
 	h := testHost(t)
-	res := runPython(t, h, testLimits(), `
+	own := seccompFilters()
+	forEachStartPath(t, func(t *testing.T, p startPath) {
+		res := p.python(t, h, testLimits(), `
+import errno, os
 for line in open("/proc/self/status"):
-    if line.split(":")[0] in ("Seccomp", "Seccomp_filters", "NoNewPrivs", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+    if line.split(":")[0] in ("Seccomp", "Seccomp_filters", "NoNewPrivs", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "Uid", "Gid", "Groups"):
         print(line.strip())
+try:
+    os.mknod("/tmp/dev", 0o20600, os.makedev(1, 3))
+    print("Landlock: mknod succeeded")
+except OSError as e:
+    print("Landlock:", errno.errorcode[e.errno])
 print("DONE")
 `)
-	mustFinish(t, res)
-	got := map[string]string{}
-	for _, l := range strings.Split(strings.TrimSpace(string(res.Stdout)), "\n") {
-		k, v, _ := strings.Cut(l, ":")
-		got[k] = strings.TrimSpace(v)
-	}
-	want := map[string]string{"Seccomp": "2", "NoNewPrivs": "1", "CapInh": "0000000000000000", "CapPrm": "0000000000000000",
-		"CapEff": "0000000000000000", "CapBnd": "0000000000000000", "CapAmb": "0000000000000000"}
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("%s: %q, want %q (%s)", k, got[k], v, describe(res))
+		mustFinish(t, res)
+		got := map[string]string{}
+		for _, l := range strings.Split(strings.TrimSpace(string(res.Stdout)), "\n") {
+			k, v, _ := strings.Cut(l, ":")
+			got[k] = strings.TrimSpace(v)
 		}
-	}
+		want := map[string]string{"Seccomp": "2", "NoNewPrivs": "1", "CapInh": "0000000000000000", "CapPrm": "0000000000000000",
+			"CapEff": "0000000000000000", "CapBnd": "0000000000000000", "CapAmb": "0000000000000000",
+			"Uid": "1000\t1000\t1000\t1000", "Gid": "1000\t1000\t1000\t1000", "Groups": "", "Landlock": "EACCES"}
+		if own >= 0 {
+			want["Seccomp_filters"] = strconv.Itoa(own + 1)
+		}
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("%s: %q, want %q (%s)", k, got[k], v, describe(res))
+			}
+		}
+	})
 }

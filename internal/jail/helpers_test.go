@@ -62,6 +62,11 @@ func sharedHost() (*Host, error) {
 			shared.err = fmt.Errorf("warm-up: %w", err)
 			return
 		}
+		// The template (and its reader goroutine) exists before any
+		// test's leak snapshot, like the host.
+		if TemplateStart != nil {
+			templateErr = TemplateStart(h)
+		}
 		shared.h = h
 	})
 	return shared.h, shared.err
@@ -70,6 +75,9 @@ func sharedHost() (*Host, error) {
 func closeSharedHost() {
 	if shared.h == nil {
 		return
+	}
+	if TemplateStop != nil {
+		TemplateStop()
 	}
 	shared.h.Close() // and with it the cgroup parent
 	// The state directory (root templates) goes too, unless something is

@@ -40,6 +40,7 @@ type Host struct {
 	staging  string
 	tmpCopy  map[string]string
 	baseRoot rootfs.Spec
+	cli      cliLease // pod mode's CLI slot (slots_linux.go)
 }
 
 // NewHost prepares the host. It fails with errdefs.ErrUnavailable when a
@@ -147,6 +148,7 @@ func ensureDir(dir string, mode os.FileMode) error {
 // nothing uses it; every sandbox must be closed first (their OOM and pids
 // events stop with it).
 func (h *Host) Close() error {
+	h.releaseCLISlot()
 	var errs []error
 	if h.cg != nil {
 		errs = append(errs, h.cg.Close())

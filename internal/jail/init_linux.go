@@ -17,6 +17,15 @@ import (
 	"airlock/internal/seccomp"
 )
 
+// The package init function keeps the main goroutine of a re-executed init on the main
+// thread (a package's init function is the one place that can): the
+// template's exec and the cgroup namespace are made there (see setup).
+func init() {
+	if len(os.Args) > 0 && os.Args[0] == InitArg0 {
+		runtime.LockOSThread()
+	}
+}
+
 // InitMain is the sandbox init: PID 1 of the sandbox, re-executed from the
 // sealed airlock binary by Host.Start. It never returns.
 func InitMain() {
@@ -128,11 +137,11 @@ func execTemplate(ctl *conn, cfg *setupMsg) error {
 		if keep[c] {
 			continue
 		}
-		// The bounding set is per thread; exec makes this thread the
-		// only one, and root's capabilities after exec are the bounding
-		// set.
-		if _, _, errno := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); errno != 0 {
-			return fmt.Errorf("template: drop capability %d: %w", c, errno)
+		// The bounding set is per thread; exec makes this thread (the
+		// main goroutine is locked to it, see the package init function) the only one, and
+		// root's capabilities after exec are the bounding set.
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			return fmt.Errorf("template: drop capability %d: %w", c, err)
 		}
 	}
 	for _, r := range cfg.Rlimits {
@@ -164,6 +173,7 @@ type initState struct {
 	cfg       *setupMsg
 	workspace int // O_PATH fd of /workspace, sent to the host
 	ruleset   int // Landlock ruleset fd, or -1
+	cgroupNS  int // the sandbox's cgroup namespace
 	spawner   chan spawnReq
 }
 
@@ -200,15 +210,29 @@ func setup(cfg *setupMsg, placed func() error) (*initState, error) {
 		return nil, err
 	}
 	// Once we are in our cgroup, a cgroup namespace rooted there hides the
-	// host's cgroup layout. Every thread must switch, since programs are
-	// forked from one of them.
+	// host's cgroup layout. Two threads need it: the main thread, whose
+	// namespaces are the process's (what the Python template's children
+	// join through a pidfd of the init), and the spawner thread, which
+	// joins it from cgroupNS (see spawner). The main thread makes it: this
+	// runs on it (the package init function), where a thread-directed unshare works in
+	// every build (syscall.AllThreadsSyscall is not available when cgo
+	// is on).
 	if err := placed(); err != nil {
 		return nil, err
 	}
-	if _, _, errno := syscall.AllThreadsSyscall(unix.SYS_UNSHARE, unix.CLONE_NEWCGROUP, 0, 0); errno != 0 {
-		return nil, fmt.Errorf("unshare cgroup namespace: %w", errno)
+	if unix.Gettid() != unix.Getpid() {
+		return nil, fmt.Errorf("the init's setup runs on thread %d, not its main thread", unix.Gettid())
 	}
-	st := &initState{cfg: cfg, ruleset: -1}
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		return nil, fmt.Errorf("unshare cgroup namespace: %w", err)
+	}
+	cgns, err := unix.Open("/proc/thread-self/ns/cgroup", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open the cgroup namespace: %w", err)
+	}
+	// The main goroutine may run anywhere from here.
+	runtime.UnlockOSThread()
+	st := &initState{cfg: cfg, ruleset: -1, cgroupNS: cgns}
 	if cfg.Landlock > 0 {
 		fd, err := landlock.Create(landlock.SandboxRules(), cfg.Landlock)
 		if err != nil {
@@ -383,6 +407,12 @@ func spawn(st *initState, m *spawnMsg, files []*os.File) (int, error) {
 // thread, so the Go runtime never reuses it for anything else.
 func spawner(st *initState, ready chan<- error) {
 	runtime.LockOSThread()
+	// Go made this thread from one created before the main thread
+	// entered the sandbox's cgroup namespace.
+	if err := unix.Setns(st.cgroupNS, unix.CLONE_NEWCGROUP); err != nil {
+		ready <- fmt.Errorf("join the cgroup namespace: %w", err)
+		return
+	}
 	e := st.cfg.Entry
 	if err := e.apply(PhaseThread, st.ruleset); err != nil {
 		ready <- err
@@ -444,19 +474,9 @@ func forkExec(cfg *setupMsg, m *spawnMsg, files []*os.File) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("start %s: %w", m.Argv[0], err)
 	}
-	if err := verify(pid, cfg.Entry); err != nil {
+	if err := cfg.Entry.verify(pid); err != nil {
 		syscall.Kill(pid, syscall.SIGKILL)
 		return 0, err
 	}
 	return pid, nil
-}
-
-// verify reads back what the kernel says about the new program and
-// refuses to let it run if it is not what the entry expects.
-func verify(pid int, e *Entry) error {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return fmt.Errorf("verify: %w", err)
-	}
-	return e.check(b)
 }

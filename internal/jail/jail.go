@@ -40,8 +40,9 @@ type Options struct {
 	CacheDir     string
 	CgroupParent string
 	IDBase       uint32
-	Seccomp      bool // required by configuration
-	Landlock     bool // required by configuration
+	IDCount      uint32 // 0: a host's layout (see Layout)
+	Seccomp      bool   // required by configuration
+	Landlock     bool   // required by configuration
 	// RootFiles are extra read-only files under /opt in every sandbox.
 	RootFiles map[string]string
 }
@@ -53,6 +54,7 @@ func OptionsFrom(c config.Config) Options {
 		CacheDir:     c.CacheDir,
 		CgroupParent: c.CgroupParent,
 		IDBase:       c.IDBase,
+		IDCount:      c.IDCount,
 		Seccomp:      c.Protections.Seccomp == config.Required,
 		Landlock:     c.Protections.Landlock == config.Required,
 	}
@@ -71,8 +73,9 @@ type Spec struct {
 	ReadyTimeout time.Duration
 }
 
-// CLISlot returns the id slot of a one-shot CLI run: its own pid, unique
-// among live processes for as long as the run lives.
+// CLISlot returns the id slot of a one-shot CLI run on a host (no
+// id_count): its own pid, unique among live processes for as long as the
+// run lives. Host.CLISlot is what works in pod mode too.
 func CLISlot() uint32 { return uint32(os.Getpid()) }
 
 // ServerSlotBase is the first slot the server allocates, above every pid.

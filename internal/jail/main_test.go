@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"airlock/internal/config"
+	"airlock/internal/runtimes"
 	"airlock/internal/testenv"
 )
 
@@ -69,7 +70,10 @@ func newTestHostOptions() Options {
 	cfg := config.Default()
 	cfg.StateDir = "/run/airlock-test"
 	cfg.CgroupParent = "airlock-test"
-	return OptionsFrom(cfg)
+	o := OptionsFrom(cfg)
+	// The runtimes, for the template start path.
+	o.RootFiles = runtimes.RootFiles()
+	return o
 }
 
 // testLimits are small, fast limits for tests.

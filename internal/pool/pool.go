@@ -45,6 +45,7 @@ type Pool struct {
 	zmu      sync.Mutex
 	zyg      *zygote.Zygote
 	zygFails int
+	zygRuns  int // starts that succeeded
 }
 
 type queue struct {
@@ -272,6 +273,7 @@ func (p *Pool) keepZygote() {
 		p.log.Info("python template ready", "pid", z.Pid(), "preload_ms", z.Started.Milliseconds())
 		p.zmu.Lock()
 		p.zyg = z
+		p.zygRuns++
 		p.zmu.Unlock()
 		// Instances built before the template was up started cold;
 		// replace them so that pooled sessions get the warm template.
@@ -334,9 +336,9 @@ func (p *Pool) Stats() map[string]any {
 	}
 	if p.cfg.Pool.Zygote && p.host != nil { // a template that is off is not reported as down
 		p.zmu.Lock()
-		z, fails := p.zyg, p.zygFails
+		z, fails, runs := p.zyg, p.zygFails, p.zygRuns
 		p.zmu.Unlock()
-		out[apitype.TemplateKey] = apitype.TemplateStats{Running: z != nil, Failures: fails}
+		out[apitype.TemplateKey] = apitype.TemplateStats{Running: z != nil, Failures: fails, Restarts: max(runs-1, 0)}
 	}
 	return out
 }

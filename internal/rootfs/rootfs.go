@@ -80,11 +80,14 @@ func GeneratedEtc(hostname string) map[string]string {
 	return map[string]string{
 		"passwd": fmt.Sprintf("root:x:0:0:root:/root:/usr/sbin/nologin\n%s:x:%d:%d:sandbox user:%s:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
 			UserName, UserID, GroupID, Home),
-		"group":         fmt.Sprintf("root:x:0:\n%s:x:%d:\nnogroup:x:65534:\n", UserName, GroupID),
-		"hosts":         fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n", hostname),
-		"hostname":      hostname + "\n",
+		"group":    fmt.Sprintf("root:x:0:\n%s:x:%d:\nnogroup:x:65534:\n", UserName, GroupID),
+		"hosts":    fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n", hostname),
+		"hostname": hostname + "\n",
+		// No nameserver line: resolvers ask 127.0.0.1:53, where only a
+		// session with a network policy has airlock's DNS; without one
+		// the kernel refuses the datagram at once (nothing listens).
 		"resolv.conf":   "# airlock: the sandbox has loopback networking only\n",
-		"nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\nprotocols: files\nservices: files\nethers: files\nrpc: files\n",
+		"nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\nethers: files\nrpc: files\n",
 		"matplotlibrc":  "backend: Agg\n",
 		"shells":        "/bin/sh\n/bin/bash\n/usr/bin/bash\n",
 		"os-release":    "NAME=\"airlock sandbox\"\nID=airlock\n",

@@ -34,6 +34,7 @@ import (
 	"airlock/internal/api"
 	"airlock/internal/audit"
 	"airlock/internal/client"
+	"airlock/internal/cluster"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/fontcache"
@@ -41,6 +42,7 @@ import (
 	"airlock/internal/instance"
 	"airlock/internal/jail"
 	"airlock/internal/mcp"
+	"airlock/internal/metrics"
 	"airlock/internal/pool"
 	"airlock/internal/quota"
 	"airlock/internal/runtimes"
@@ -80,13 +82,16 @@ type Server struct {
 	db      *store.DB   // nil when neither keys nor the audit log need it
 	audit   *audit.Log  // nil when audit.enabled is off
 	quotas  *quota.Tracker
+	metrics *metrics.Metrics // nil when metrics.enabled is off
 
 	listeners []listener
 	tcp       net.Addr
-	socket    string // the unix socket's path, removed at shutdown
-	errc      chan error
-	closers   []func() // run in reverse order by Shutdown
-	once      sync.Once
+	// metricsAddr: metrics.listen's listener, if any
+	metricsAddr net.Addr
+	socket      string // the unix socket's path, removed at shutdown
+	errc        chan error
+	closers     []func() // run in reverse order by Shutdown
+	once        sync.Once
 }
 
 // listener is one address the server serves, with its handler.
@@ -161,7 +166,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		s.closers = append(s.closers, func() { unixLn.Close(); os.Remove(path) })
 	}
 
-	slots := &instance.Slots{}
+	slots := instance.NewSlots(s.host.Layout())
 	kernels, err := s.kernels(cfg)
 	if err != nil {
 		return nil, err
@@ -176,18 +181,38 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		source = s.pool
 	}
 	s.manager = session.NewManager(cfg, source, s.log)
+	// In a cluster, session ids carry this server's name and boot
+	// epoch (after the state lock: the epoch is recorded there).
+	ident, err := cluster.Load(cfg.Cluster, cfg.StateDir, os.Getenv, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	s.manager.SetIdentity(ident)
 	for iso, k := range kernels {
 		if iso != cfg.Isolation {
 			s.manager.AddSource(iso, &instance.Cold{Kernel: k, Slots: slots})
 		}
 	}
+	eg, err := session.NewEgress(cfg.Network)
+	if err != nil {
+		return nil, err
+	}
+	s.manager.SetEgress(eg)
 	s.manager.Observe(opts.Observers...)
 	s.api = api.New(s.manager, cfg, s.log, opts.Version)
+	if ident != nil {
+		s.api.Pod = ident.Pod
+		s.log.Info("serving as one server of a cluster", "pod", ident.Pod, "boot_epoch", ident.Epoch)
+	}
 	if err := s.tenancy(); err != nil {
 		return nil, err
 	}
 	if s.pool != nil {
 		s.api.Stats = s.pool.Stats
+	}
+	metricsLn, err := s.observe()
+	if err != nil {
+		return nil, err
 	}
 	for pattern, h := range opts.Handlers {
 		s.api.Handle(pattern, h)
@@ -209,8 +234,54 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	if unixLn != nil {
 		s.serve(unixLn, s.api)
 	}
+	if metricsLn != nil {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", s.metrics.Handler())
+		s.serve(metricsLn, mux)
+	}
 	return s, nil
 }
+
+// observe builds the metrics when they are on: a session observer, the
+// API's request hook, collectors of the pools and quotas, and /metrics
+// on the API (admins only, unless public) or on its own listener, which
+// it returns.
+func (s *Server) observe() (net.Listener, error) {
+	cfg := s.cfg.Metrics
+	if !cfg.Enabled {
+		return nil, nil
+	}
+	s.metrics = metrics.New()
+	s.manager.Observe(s.metrics)
+	s.api.Observe = s.metrics.HTTP
+	if s.pool != nil {
+		s.metrics.Pools(s.pool.Stats)
+	}
+	if s.quotas != nil {
+		s.metrics.Quotas(s.quotas.Refused)
+	}
+	if cfg.Listen == "" || s.opts.Embedded {
+		s.api.HandleAdmin("GET /metrics", s.metrics.Handler())
+		if cfg.Public {
+			s.api.Public("/metrics")
+		}
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("%w: metrics.listen: %v", errdefs.ErrUnavailable, err)
+	}
+	s.closers = append(s.closers, func() { ln.Close() })
+	s.metricsAddr = ln.Addr()
+	return ln, nil
+}
+
+// Metrics is the server's metrics (nil when they are off): other packages
+// report through it (egress decisions, say). Its methods are nil-safe.
+func (s *Server) Metrics() *metrics.Metrics { return s.metrics }
+
+// MetricsAddr is the address of the metrics' own listener (nil without).
+func (s *Server) MetricsAddr() net.Addr { return s.metricsAddr }
 
 // Handler is the API with everything served beside it.
 func (s *Server) Handler() http.Handler { return s.api }
@@ -291,7 +362,11 @@ func (s *Server) Start() {
 	for _, l := range s.listeners {
 		go func() { s.errc <- l.http.Serve(l.ln) }()
 	}
-	s.log.Info("airlock serving", "listen", s.Addr().String(), "socket", s.socket, "version", s.opts.Version, "protections", s.host.Protections())
+	attrs := []any{"listen", s.Addr().String(), "socket", s.socket, "version", s.opts.Version, "protections", s.host.Protections()}
+	if s.metricsAddr != nil {
+		attrs = append(attrs, "metrics", s.metricsAddr.String())
+	}
+	s.log.Info("airlock serving", attrs...)
 }
 
 // Done delivers the error of a listener that failed (after Start).

@@ -250,6 +250,10 @@ func (s *Session) watchCommand(cmd *command, timeout time.Duration, readers *syn
 	}
 	if serr == nil && st.OOMKills > oom0 && (res.Signal == "SIGKILL" || !exited) {
 		res.Killed, res.KillReason = true, apitype.KillMemory
+	} else if serr != nil && (res.Signal == "SIGKILL" || !exited) && s.endedBy(apitype.EndOOM, time.Second) {
+		// The sandbox went before its counters could be read: its
+		// session's end says why.
+		res.Killed, res.KillReason = true, apitype.KillMemory
 	}
 	cmd.res = &res
 	cmd.mu.Unlock()
@@ -265,6 +269,18 @@ func (s *Session) watchCommand(cmd *command, timeout time.Duration, readers *syn
 			Duration: time.Since(cmd.started), CPU: exit.CPU, Killed: res.Killed, KillReason: res.KillReason,
 			ExitCode: res.ExitCode, OutputBytes: int64(len(res.Stdout) + len(res.Stderr)),
 		})
+	}
+}
+
+// endedBy reports whether the session ends, within wait, for code.
+func (s *Session) endedBy(code apitype.EndCode, wait time.Duration) bool {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-s.ended:
+		return s.End().Code == code
+	case <-t.C:
+		return false
 	}
 }
 

@@ -39,6 +39,9 @@ type request struct {
 	who     Caller
 	source  string
 	inBytes int64
+	// pkg: the requirements of a package install this execution is a
+	// step of, for the client session pkgSession.
+	pkg, pkgSession string
 }
 
 // event describes the execution to observers.
@@ -47,7 +50,11 @@ func (r *running) event() ExecutionEvent {
 	if r.req.prog != nil {
 		code = r.req.source
 	}
-	return ExecutionEvent{Caller: r.req.who, Kind: r.req.kind, Session: r.s.id, Language: r.s.lang.Lang, ID: r.id, Code: code, InputBytes: r.req.inBytes}
+	e := ExecutionEvent{Caller: r.req.who, Kind: r.req.kind, Session: r.s.id, Language: r.s.lang.Lang, ID: r.id, Code: code, InputBytes: r.req.inBytes}
+	if r.req.pkg != "" {
+		e.Package, e.Session = r.req.pkg, r.req.pkgSession
+	}
+	return e
 }
 
 // execution collects what one execution produced.
@@ -238,6 +245,9 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 	s.cur = r.ex
 	s.execCount++
 	r.id = "e" + strconv.Itoa(s.execCount)
+	if s.gate != nil {
+		s.gate.SetExecution(r.id)
+	}
 	s.lastUsed = time.Now()
 	s.mu.Unlock()
 	held = append(held, func() {
@@ -399,6 +409,10 @@ func (s *Session) finishExecution(r *running, o watch.Outcome) *apitype.Result {
 		res.FilesChanged = append(res.FilesChanged, apitype.FileChange{Path: c.Path, Size: c.Size, Change: c.Change})
 	}
 	res.FilesTruncated = r.before.Truncated || after.Truncated
+	if g := s.egressGate(); g != nil {
+		res.Egress = egressOf(g.Records(r.id))
+		g.SetExecution("")
+	}
 	if r.emit != nil {
 		r.emit(apitype.Event{Type: apitype.EventEnd, Result: res})
 	}
@@ -411,6 +425,7 @@ func (s *Session) finishExecution(r *running, o watch.Outcome) *apitype.Result {
 		e.Duration, e.CPU, e.PeakMemory = time.Since(r.start), time.Duration(res.CPUMs*float64(time.Millisecond)), res.PeakMemoryBytes
 		e.Killed, e.KillReason, e.End, e.ExitCode, e.OutputBytes = res.Killed, res.KillReason, end, res.ExitCode, int64(outBytes)
 		e.FilesChanged = len(res.FilesChanged)
+		e.Egress = res.Egress
 		if res.Error != nil {
 			e.Error = res.Error.Name
 		}

@@ -11,6 +11,7 @@ import (
 
 	"airlock/internal/apitype"
 	"airlock/internal/config"
+	"airlock/internal/egress"
 	"airlock/internal/errdefs"
 	"airlock/internal/instance"
 	"airlock/internal/runtimes"
@@ -32,7 +33,7 @@ func (m *Manager) RunOnce(ctx context.Context, req apitype.OneShotRequest, emit 
 	if len(req.Code) > MaxCode {
 		return nil, fmt.Errorf("%w: code is larger than %d bytes", errdefs.ErrTooLarge, MaxCode)
 	}
-	o, err := m.prepareOneShot(req.Language, req.Isolation, req.Limits, req.Env, req.Files)
+	o, err := m.prepareOneShot(req.Language, req.Isolation, req.Limits, req.Env, req.Files, req.Network)
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +63,7 @@ func (m *Manager) RunProgram(ctx context.Context, req apitype.ProgramRequest, em
 	if size > MaxArgBytes {
 		return nil, fmt.Errorf("%w: the arguments are larger than %d bytes", errdefs.ErrInvalidArgument, MaxArgBytes)
 	}
-	o, err := m.prepareOneShot(req.Language, req.Isolation, req.Limits, req.Env, req.Files)
+	o, err := m.prepareOneShot(req.Language, req.Isolation, req.Limits, req.Env, req.Files, req.Network)
 	if err != nil {
 		return nil, err
 	}
@@ -120,9 +121,11 @@ type oneShotPlan struct {
 	files  []inputFile
 	// runtimeEnv configures the runtime before the execution.
 	runtimeEnv map[string]string
+	// policy is the run's egress allowlist (empty: loopback only).
+	policy egress.Policy
 }
 
-func (m *Manager) prepareOneShot(lang string, iso config.Isolation, req config.Limits, env map[string]string, in []apitype.InputFile) (*oneShotPlan, error) {
+func (m *Manager) prepareOneShot(lang string, iso config.Isolation, req config.Limits, env map[string]string, in []apitype.InputFile, network *apitype.NetworkPolicy) (*oneShotPlan, error) {
 	rt, err := m.lookup(lang)
 	if err != nil {
 		return nil, err
@@ -137,7 +140,11 @@ func (m *Manager) prepareOneShot(lang string, iso config.Isolation, req config.L
 	if err := ValidateEnv(env, m.cfg.Server.MaxEnv); err != nil {
 		return nil, err
 	}
-	o := &oneShotPlan{iso: iso, rt: rt, limits: limits, env: env}
+	policy, err := m.NetworkPolicy(network)
+	if err != nil {
+		return nil, err
+	}
+	o := &oneShotPlan{iso: iso, rt: rt, limits: limits, env: env, policy: policy}
 	total := int64(0)
 	seen := map[string]bool{}
 	for i, f := range in {
@@ -189,7 +196,7 @@ func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req request, emit
 	}
 	m.bg.Add(1) // under mu: Close waits only after it set closed
 	m.mu.Unlock()
-	s, err := m.start(ctx, o.iso, o.rt, o.limits, o.runtimeEnv, time.Hour)
+	s, err := m.start(ctx, o.iso, o.rt, o.limits, o.runtimeEnv, time.Hour, o.policy)
 	if err != nil {
 		m.bg.Done()
 		release()

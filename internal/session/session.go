@@ -15,8 +15,6 @@ package session
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,7 +24,9 @@ import (
 	"time"
 
 	"airlock/internal/apitype"
+	"airlock/internal/cluster"
 	"airlock/internal/config"
+	"airlock/internal/egress"
 	"airlock/internal/errdefs"
 	"airlock/internal/identity"
 	"airlock/internal/instance"
@@ -50,7 +50,11 @@ type Manager struct {
 	sources map[config.Isolation]instance.Source
 	log     *slog.Logger
 	obs     Observer      // nil: nobody listens
+	egress  *Egress       // nil: no client may ask for a network
 	execs   chan struct{} // bounds concurrent executions, one-shot included
+	// ids makes session ids and judges unknown ones (nil: a server on
+	// its own).
+	ids *cluster.Identity
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -78,6 +82,12 @@ func NewManager(cfg config.Config, source instance.Source, log *slog.Logger) *Ma
 		oneShots: map[*Session]struct{}{},
 	}
 }
+
+// SetIdentity makes the manager one server of a cluster: its session ids
+// carry id's name and boot epoch, and an unknown id is judged by them
+// (another server's, an earlier run's). Call it before the manager serves
+// anything.
+func (m *Manager) SetIdentity(id *cluster.Identity) { m.ids = id }
 
 // AddSource makes isolation iso available to requests, its sandboxes
 // built by src; call it before the manager serves anything.
@@ -127,6 +137,9 @@ type Session struct {
 	create time.Time
 
 	cmds commands // shell commands (commands.go)
+	// gate is the session's network egress (nil: loopback only); set
+	// under mu, once, by Create or SetNetwork.
+	gate *egress.Gate
 
 	execMu sync.Mutex // one execution at a time
 
@@ -163,12 +176,6 @@ func ValidateEnv(env map[string]string, maxN int) error {
 	return nil
 }
 
-func newID() string {
-	var b [12]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // lookup resolves a request's language; the first of the table when
 // empty.
 func (m *Manager) lookup(lang string) (runtimes.Runtime, error) {
@@ -194,6 +201,10 @@ func (m *Manager) Create(ctx context.Context, req apitype.CreateSessionRequest) 
 		return nil, err
 	}
 	if err := ValidateEnv(req.Env, m.cfg.Server.MaxEnv); err != nil {
+		return nil, err
+	}
+	policy, err := m.NetworkPolicy(req.Network)
+	if err != nil {
 		return nil, err
 	}
 	idle := req.IdleTimeout.D()
@@ -222,7 +233,7 @@ func (m *Manager) Create(ctx context.Context, req apitype.CreateSessionRequest) 
 		m.creates.Done()
 	}()
 
-	s, err := m.start(ctx, iso, rt, limits, sessionEnv(rt, limits, req.Env), idle)
+	s, err := m.start(ctx, iso, rt, limits, sessionEnv(rt, limits, req.Env), idle, policy)
 	if err != nil {
 		return nil, err
 	}
@@ -267,11 +278,11 @@ func sessionEnv(rt runtimes.Runtime, limits config.Limits, userEnv map[string]st
 // runtime has env. The configuration round trip also shows the runtime
 // alive: one that died just before it was handed out (it passed the
 // health check a moment earlier) is replaced.
-func (m *Manager) start(ctx context.Context, iso config.Isolation, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration) (*Session, error) {
+func (m *Manager) start(ctx context.Context, iso config.Isolation, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration, policy egress.Policy) (*Session, error) {
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		var s *Session
-		s, err = m.startOnce(ctx, iso, rt, limits, env, idle)
+		s, err = m.startOnce(ctx, iso, rt, limits, env, idle, policy)
 		if err == nil || ctx.Err() != nil || !errors.Is(err, errRuntimeGone) {
 			return s, err
 		}
@@ -282,7 +293,7 @@ func (m *Manager) start(ctx context.Context, iso config.Isolation, rt runtimes.R
 
 var errRuntimeGone = errors.New("runtime gone")
 
-func (m *Manager) startOnce(ctx context.Context, iso config.Isolation, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration) (*Session, error) {
+func (m *Manager) startOnce(ctx context.Context, iso config.Isolation, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration, policy egress.Policy) (*Session, error) {
 	src, ok := m.sources[iso]
 	if !ok {
 		return nil, fmt.Errorf("%w: isolation %q is not available on this server", errdefs.ErrUnavailable, iso)
@@ -292,7 +303,7 @@ func (m *Manager) startOnce(ctx context.Context, iso config.Isolation, rt runtim
 		return nil, err
 	}
 	s := &Session{
-		m: m, id: newID(), lang: rt, limits: limits, idle: idle, inst: inst, env: env,
+		m: m, id: m.ids.NewID(), lang: rt, limits: limits, idle: idle, inst: inst, env: env,
 		create: time.Now(), lastUsed: time.Now(),
 		ended: make(chan struct{}), gone: make(chan struct{}),
 	}
@@ -309,6 +320,12 @@ func (m *Manager) startOnce(ctx context.Context, iso config.Isolation, rt runtim
 		return nil, fmt.Errorf("%w: %w", errRuntimeGone,
 			errdefs.Private(errdefs.ErrUnavailable, fmt.Sprintf("the %s runtime did not answer its configuration", rt.Lang), err))
 	}
+	// The policy is attached when the session takes its sandbox (a
+	// pooled one was built before any session existed), as limits are.
+	if err := s.attachEgress(policy); err != nil {
+		s.teardownOnce.Do(s.teardown)
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -322,7 +339,7 @@ func (m *Manager) Get(id string) (*Session, error) {
 	if e, ok := m.ended[id]; ok {
 		return nil, gone(e.end)
 	}
-	return nil, fmt.Errorf("%w: no session %q", errdefs.ErrNotFound, truncateID(id))
+	return nil, m.ids.Unknown(id)
 }
 
 // Find is Get for the caller ctx carries: a session of another tenant
@@ -341,7 +358,10 @@ func (m *Manager) Find(ctx context.Context, id string) (*Session, error) {
 	if e, ok := m.ended[id]; ok && who.Sees(e.tenant) {
 		return nil, gone(e.end)
 	}
-	return nil, fmt.Errorf("%w: no session %q", errdefs.ErrNotFound, truncateID(id))
+	// Another tenant's session of this run is not found (above); ids of
+	// other servers and earlier runs say so to anyone: the id alone
+	// tells, and nothing of a session is learnt.
+	return nil, m.ids.Unknown(id)
 }
 
 // Tenant is the tenant that owns the session.
@@ -368,6 +388,14 @@ func (m *Manager) List() []apitype.Session {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out
+}
+
+// Capacity is what readiness needs: the sessions open or being created,
+// the server's maximum, and whether the manager still takes new ones.
+func (m *Manager) Capacity() (open, maxSessions int, accepting bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.sessions) + m.creating, m.cfg.Server.MaxSessions, !m.closed
 }
 
 // Count is the number of live sessions.
@@ -440,7 +468,12 @@ func (s *Session) ID() string { return s.id }
 func (s *Session) Limits() config.Limits { return s.limits }
 
 // Info describes the session.
-func (s *Session) Info() apitype.Session {
+func (s *Session) Info() (info apitype.Session) {
+	defer func() {
+		if s.egressGate() != nil {
+			info.Network = s.Network()
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	state := apitype.StateIdle
@@ -548,6 +581,7 @@ func (s *Session) terminate(end apitype.End) {
 		}
 		m.mu.Unlock()
 		s.inst.Kill()
+		s.closeEgress()
 		// A running execution notices the jail dying and frees it all
 		// when it returns; otherwise free it now.
 		s.mu.Lock()
@@ -566,6 +600,7 @@ func (s *Session) terminate(end apitype.End) {
 
 func (s *Session) teardown() {
 	defer close(s.gone)
+	s.closeEgress()
 	if err := s.inst.Close(); err != nil {
 		s.m.log.Error("session teardown", "session", s.id, "err", err)
 	}

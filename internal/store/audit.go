@@ -15,7 +15,7 @@ import (
 // AppendAudit writes records in one transaction (one commit, one sync of
 // the WAL): the writer's batch. It fills in each record's Seq.
 func (d *DB) AppendAudit(ctx context.Context, recs []apitype.AuditRecord) error {
-	tx, err := d.db.BeginTx(ctx, nil)
+	tx, err := d.audit.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -91,7 +91,7 @@ func (d *DB) Audit(ctx context.Context, q AuditQuery) ([]apitype.AuditRecord, st
 	}
 	sqlq += " ORDER BY seq LIMIT ?"
 	args = append(args, q.Limit+1)
-	rows, err := d.db.QueryContext(ctx, sqlq, args...)
+	rows, err := d.audit.QueryContext(ctx, sqlq, args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: reading the audit log: %v", errdefs.ErrUnavailable, err)
 	}
@@ -127,7 +127,7 @@ func (d *DB) Audit(ctx context.Context, q AuditQuery) ([]apitype.AuditRecord, st
 func (d *DB) RetainAudit(ctx context.Context, maxAge time.Duration, maxSize int64) (int64, error) {
 	var removed int64
 	if maxAge > 0 {
-		res, err := d.db.ExecContext(ctx, `DELETE FROM audit WHERE time < ?`, unixNano(time.Now().Add(-maxAge)))
+		res, err := d.audit.ExecContext(ctx, `DELETE FROM audit WHERE time < ?`, unixNano(time.Now().Add(-maxAge)))
 		if err != nil {
 			return 0, err
 		}
@@ -139,7 +139,7 @@ func (d *DB) RetainAudit(ctx context.Context, maxAge time.Duration, maxSize int6
 			var bytes, count int64
 			// The records' own size: the file's pages are reused, not
 			// returned, so the file's size would never go down.
-			if err := d.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(LENGTH(record)) + COUNT(*) * 64, 0), COUNT(*) FROM audit`).Scan(&bytes, &count); err != nil {
+			if err := d.audit.QueryRowContext(ctx, `SELECT COALESCE(SUM(LENGTH(record)) + COUNT(*) * 64, 0), COUNT(*) FROM audit`).Scan(&bytes, &count); err != nil {
 				return removed, err
 			}
 			if bytes <= maxSize || count == 0 {
@@ -147,7 +147,7 @@ func (d *DB) RetainAudit(ctx context.Context, maxAge time.Duration, maxSize int6
 			}
 			// Remove the oldest share beyond the bound, at least one.
 			n := max(1, count*(bytes-maxSize)/bytes+count/20)
-			res, err := d.db.ExecContext(ctx, `DELETE FROM audit WHERE seq IN (SELECT seq FROM audit ORDER BY seq LIMIT ?)`, n)
+			res, err := d.audit.ExecContext(ctx, `DELETE FROM audit WHERE seq IN (SELECT seq FROM audit ORDER BY seq LIMIT ?)`, n)
 			if err != nil {
 				return removed, err
 			}

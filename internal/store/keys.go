@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"airlock/internal/config"
@@ -119,24 +120,86 @@ func (d *DB) RevokeKey(ctx context.Context, id string) error {
 	return nil
 }
 
-// Authenticate returns the live key whose secret this is. It reads the
-// database every time: a revocation, by another process too, holds from
-// the next request on.
+// keyCache holds keys already looked up, valid while the keys' database
+// is unchanged: PRAGMA data_version, on a connection of its own that
+// never writes, changes whenever any other connection or process (airlock
+// keys revoke) commits. So a revocation holds from the next request on,
+// and an unchanged database costs one cheap pragma per request instead of
+// a query.
+type keyCache struct {
+	mu      sync.Mutex
+	conn    *sql.Conn
+	pragma  *sql.Stmt // PRAGMA data_version, prepared once
+	version int64
+	keys    map[string]Key // by hash; known keys only (live or revoked)
+}
+
+// maxCachedKeys bounds the cache (it is cleared when full).
+const maxCachedKeys = 10000
+
+func (c *keyCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.drop()
+}
+
+func (c *keyCache) drop() {
+	if c.pragma != nil {
+		c.pragma.Close()
+		c.pragma = nil
+	}
+	if c.conn != nil {
+		c.conn.Close()
+		c.conn = nil
+	}
+}
+
+// Authenticate returns the key whose secret this is and whether it is
+// live (not revoked).
 func (d *DB) Authenticate(ctx context.Context, secret string) (Key, bool, error) {
 	if !strings.HasPrefix(secret, KeyPrefix) || len(secret) > 200 {
 		return Key{}, false, nil
 	}
-	k, err := scanKey(d.db.QueryRowContext(ctx, `SELECT id, tenant, admin, name, created_at, revoked_at FROM keys WHERE hash = ?`, HashKey(secret)))
-	if isNoRows(err) {
-		return Key{}, false, nil
+	hash := HashKey(secret)
+	c := &d.keys
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// Not the request's context: a cancellable one costs the driver a
+	// goroutine per query, and these take microseconds.
+	bg := context.Background()
+	if c.conn == nil {
+		conn, err := d.db.Conn(bg)
+		if err != nil {
+			return Key{}, false, fmt.Errorf("%w: reading keys: %v", errdefs.ErrUnavailable, err)
+		}
+		st, err := conn.PrepareContext(bg, `PRAGMA data_version`)
+		if err != nil {
+			conn.Close()
+			return Key{}, false, fmt.Errorf("%w: reading keys: %v", errdefs.ErrUnavailable, err)
+		}
+		c.conn, c.pragma, c.version = conn, st, -1
 	}
-	if err != nil {
+	var v int64
+	if err := c.pragma.QueryRowContext(bg).Scan(&v); err != nil {
+		c.drop()
 		return Key{}, false, fmt.Errorf("%w: reading keys: %v", errdefs.ErrUnavailable, err)
 	}
-	if k.RevokedAt != nil {
-		return k, false, nil
+	if v != c.version || len(c.keys) >= maxCachedKeys {
+		c.keys, c.version = map[string]Key{}, v
 	}
-	return k, true, nil
+	k, ok := c.keys[hash]
+	if !ok {
+		var err error
+		k, err = scanKey(c.conn.QueryRowContext(bg, `SELECT id, tenant, admin, name, created_at, revoked_at FROM keys WHERE hash = ?`, hash))
+		if isNoRows(err) {
+			return Key{}, false, nil // not cached: guesses must not fill the cache
+		}
+		if err != nil {
+			return Key{}, false, fmt.Errorf("%w: reading keys: %v", errdefs.ErrUnavailable, err)
+		}
+		c.keys[hash] = k
+	}
+	return k, k.RevokedAt == nil, nil
 }
 
 // SetQuotas sets the tenant's quotas (replacing what it had).

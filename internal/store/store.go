@@ -22,52 +22,64 @@ import (
 	"airlock/internal/errdefs"
 )
 
-// FileName is the database's file in the data directory.
-const FileName = "airlock.db"
+// Files of the database in the data directory: keys and tenants in one,
+// the audit log in another, so that the audit's writes never invalidate
+// the key cache (see Authenticate) and its size never slows a key lookup.
+const (
+	FileName      = "airlock.db"
+	AuditFileName = "audit.db"
+)
 
 // DB is the open database.
 type DB struct {
-	db   *sql.DB
-	path string
+	db    *sql.DB // keys and tenants
+	audit *sql.DB
+	path  string
+	keys  keyCache
 }
 
-// migrations are the schema, one step per entry, applied in order and
-// recorded in PRAGMA user_version. Never edit a step that shipped: add one.
-var migrations = []string{
-	// 1: keys and tenants
-	`CREATE TABLE keys (
-		id TEXT PRIMARY KEY,
-		hash TEXT NOT NULL UNIQUE,
-		tenant TEXT NOT NULL,
-		admin INTEGER NOT NULL DEFAULT 0,
-		name TEXT NOT NULL DEFAULT '',
-		created_at INTEGER NOT NULL,
-		revoked_at INTEGER
-	);
-	CREATE TABLE tenants (
-		name TEXT PRIMARY KEY,
-		quotas TEXT NOT NULL DEFAULT '{}',
-		updated_at INTEGER NOT NULL
-	);`,
-	// 2: the audit log
-	`CREATE TABLE audit (
-		seq INTEGER PRIMARY KEY AUTOINCREMENT,
-		time INTEGER NOT NULL,
-		kind TEXT NOT NULL,
-		tenant TEXT NOT NULL DEFAULT '',
-		key_id TEXT NOT NULL DEFAULT '',
-		session TEXT NOT NULL DEFAULT '',
-		request_id TEXT NOT NULL DEFAULT '',
-		record TEXT NOT NULL
-	);
-	CREATE INDEX audit_time ON audit(time);
-	CREATE INDEX audit_session ON audit(session, seq);
-	CREATE INDEX audit_tenant ON audit(tenant, seq);`,
-}
+// migrations are the schema of each file, one step per entry, applied in
+// order and recorded in the file's PRAGMA user_version. Never edit a step
+// that shipped in a release: add one.
+var (
+	keyMigrations = []string{
+		// 1: keys and tenants
+		`CREATE TABLE keys (
+			id TEXT PRIMARY KEY,
+			hash TEXT NOT NULL UNIQUE,
+			tenant TEXT NOT NULL,
+			admin INTEGER NOT NULL DEFAULT 0,
+			name TEXT NOT NULL DEFAULT '',
+			created_at INTEGER NOT NULL,
+			revoked_at INTEGER
+		);
+		CREATE TABLE tenants (
+			name TEXT PRIMARY KEY,
+			quotas TEXT NOT NULL DEFAULT '{}',
+			updated_at INTEGER NOT NULL
+		);`,
+	}
+	auditMigrations = []string{
+		// 1: the audit log
+		`CREATE TABLE audit (
+			seq INTEGER PRIMARY KEY AUTOINCREMENT,
+			time INTEGER NOT NULL,
+			kind TEXT NOT NULL,
+			tenant TEXT NOT NULL DEFAULT '',
+			key_id TEXT NOT NULL DEFAULT '',
+			session TEXT NOT NULL DEFAULT '',
+			request_id TEXT NOT NULL DEFAULT '',
+			record TEXT NOT NULL
+		);
+		CREATE INDEX audit_time ON audit(time);
+		CREATE INDEX audit_session ON audit(session, seq);
+		CREATE INDEX audit_tenant ON audit(tenant, seq);`,
+	}
+)
 
-// Open opens (creating it 0700) the database in dir and migrates it.
-// Several processes may open it at once (the server and `airlock keys`):
-// SQLite's locks and WAL keep them consistent.
+// Open opens (creating them, 0700 and 0600) the database files in dir and
+// migrates them. Several processes may open them at once (the server and
+// `airlock keys`): SQLite's locks and WAL keep them consistent.
 func Open(dir string) (*DB, error) {
 	if dir == "" || !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("%w: data_dir %q must be an absolute path", errdefs.ErrInvalidArgument, dir)
@@ -75,48 +87,63 @@ func Open(dir string) (*DB, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("%w: data_dir: %v", errdefs.ErrUnavailable, err)
 	}
-	path := filepath.Join(dir, FileName)
+	d := &DB{path: filepath.Join(dir, FileName)}
+	var err error
+	if d.db, err = openFile(d.path, keyMigrations); err != nil {
+		return nil, err
+	}
+	if d.audit, err = openFile(filepath.Join(dir, AuditFileName), auditMigrations); err != nil {
+		d.db.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+func openFile(path string, migrations []string) (*sql.DB, error) {
 	// WAL: readers never wait for the writer; synchronous=NORMAL in WAL
 	// mode loses nothing committed when the process is killed (the OS
-	// has the pages), only on power loss the last commits.
-	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_txlock=immediate"
+	// has the pages), only the last commits on a power loss.
+	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("%w: opening %s: %v", errdefs.ErrUnavailable, path, err)
 	}
 	db.SetMaxOpenConns(4)
-	d := &DB{db: db, path: path}
-	if err := d.migrate(); err != nil {
+	if err := migrate(db, path, migrations); err != nil {
 		db.Close()
 		return nil, err
 	}
 	os.Chmod(path, 0o600)
-	return d, nil
+	return db, nil
 }
 
 // Close closes the database.
-func (d *DB) Close() error { return d.db.Close() }
+func (d *DB) Close() error {
+	d.keys.close()
+	d.audit.Close()
+	return d.db.Close()
+}
 
-// Path is the database file.
+// Path is the keys' database file.
 func (d *DB) Path() string { return d.path }
 
-func (d *DB) migrate() error {
+func migrate(db *sql.DB, path string, migrations []string) error {
 	ctx := context.Background()
-	tx, err := d.db.BeginTx(ctx, nil)
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("%w: database %s: %v", errdefs.ErrUnavailable, d.path, err)
+		return fmt.Errorf("%w: database %s: %v", errdefs.ErrUnavailable, path, err)
 	}
 	defer tx.Rollback()
 	var v int
 	if err := tx.QueryRow(`PRAGMA user_version`).Scan(&v); err != nil {
-		return fmt.Errorf("%w: database %s: %v", errdefs.ErrUnavailable, d.path, err)
+		return fmt.Errorf("%w: database %s: %v", errdefs.ErrUnavailable, path, err)
 	}
 	if v > len(migrations) {
-		return fmt.Errorf("%w: database %s has schema version %d, newer than this airlock's %d", errdefs.ErrUnavailable, d.path, v, len(migrations))
+		return fmt.Errorf("%w: database %s has schema version %d, newer than this airlock's %d", errdefs.ErrUnavailable, path, v, len(migrations))
 	}
 	for i := v; i < len(migrations); i++ {
 		if _, err := tx.Exec(migrations[i]); err != nil {
-			return fmt.Errorf("%w: database %s: migration %d: %v", errdefs.ErrUnavailable, d.path, i+1, err)
+			return fmt.Errorf("%w: database %s: migration %d: %v", errdefs.ErrUnavailable, path, i+1, err)
 		}
 	}
 	if _, err := tx.Exec(fmt.Sprintf(`PRAGMA user_version = %d`, len(migrations))); err != nil {
@@ -125,23 +152,11 @@ func (d *DB) migrate() error {
 	return tx.Commit()
 }
 
-// Version is the schema version of the database.
+// Version is the schema version of the keys' database.
 func (d *DB) Version() (int, error) {
 	var v int
 	err := d.db.QueryRow(`PRAGMA user_version`).Scan(&v)
 	return v, err
-}
-
-// Size is the database's size in bytes (its pages in use and free).
-func (d *DB) Size() (int64, error) {
-	var pages, size int64
-	if err := d.db.QueryRow(`PRAGMA page_count`).Scan(&pages); err != nil {
-		return 0, err
-	}
-	if err := d.db.QueryRow(`PRAGMA page_size`).Scan(&size); err != nil {
-		return 0, err
-	}
-	return pages * size, nil
 }
 
 func unixNano(t time.Time) int64 { return t.UTC().UnixNano() }

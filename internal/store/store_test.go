@@ -90,8 +90,8 @@ func TestMigrations(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v, _ := db.Version(); v != len(migrations) {
-			t.Errorf("version %d, want %d", v, len(migrations))
+		if v, _ := db.Version(); v != len(keyMigrations) {
+			t.Errorf("version %d, want %d", v, len(keyMigrations))
 		}
 		db.Close()
 	}

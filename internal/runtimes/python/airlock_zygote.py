@@ -56,6 +56,7 @@ CLONE_NEWNET = 0x40000000
 JOIN = (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC |
         CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_NEWPID)
 
+PR_SET_DUMPABLE = 4
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAPBSET_DROP = 24
 PR_CAP_AMBIENT = 47
@@ -391,6 +392,7 @@ STEPS = {
     "set_uid": _set_uid,
     "cap_clear": _cap_clear,
     "chdir": lambda step, nr, ruleset: os.chdir(step["path"]),
+    "dumpable": lambda step, nr, ruleset: check(libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl"),
 }
 
 
@@ -419,6 +421,9 @@ def verify(expect, nr):
         v = expect["status"][k]
         if status.get(k) != v:
             raise RuntimeError("refusing to run: the program's %s is %r, want %r" % (k, status.get(k), v))
+    owner = os.stat("/proc/self").st_uid
+    if owner != expect["proc_owner"]:
+        raise RuntimeError("refusing to run: the program's /proc entries belong to %d, want %d" % (owner, expect["proc_owner"]))
     for p in expect.get("probes") or []:
         if p["op"] != "mknodat":
             raise RuntimeError("entry: unknown probe %r" % p["op"])

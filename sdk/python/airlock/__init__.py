@@ -18,18 +18,20 @@ imports langchain_core only when called).
 from .errors import (AirlockError, AuthenticationError, ConflictError, ConnectionError,
                      InvalidArgumentError, MethodNotAllowedError, NotFoundError, PermissionDeniedError,
                      QuotaExceededError, RateLimitError, ServerError, SessionEndedError, TimeoutError, TooLargeError,
-                     UnavailableError, UnsupportedError)
+                     UnavailableError, UnsupportedError, SessionLostError, MisdirectedError, NodeUnavailableError)
 from .models import (CommandResult, EntryInfo, Execution, ExecutionError, FileChange, Logs, OutputFile,
                      Result, RunResult, WriteInfo)
-from .sandbox import CommandHandle, Commands, Files, Sandbox, run
+from .sandbox import CommandHandle, Commands, Files, Sandbox, run, run_program
+from .aio import AsyncSandbox
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Sandbox", "Files", "Commands", "CommandHandle", "run",
+    "Sandbox", "AsyncSandbox", "Files", "Commands", "CommandHandle", "run", "run_program",
     "Execution", "Result", "Logs", "ExecutionError", "FileChange", "OutputFile", "RunResult",
     "CommandResult", "EntryInfo", "WriteInfo",
     "AirlockError", "InvalidArgumentError", "AuthenticationError", "NotFoundError", "PermissionDeniedError",
     "MethodNotAllowedError", "ConflictError", "TooLargeError", "RateLimitError", "QuotaExceededError", "SessionEndedError",
     "TimeoutError", "UnsupportedError", "UnavailableError", "ServerError", "ConnectionError",
+    "SessionLostError", "MisdirectedError", "NodeUnavailableError",
 ]

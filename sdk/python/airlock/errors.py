@@ -12,7 +12,8 @@ __all__ = [
     "AirlockError", "InvalidArgumentError", "AuthenticationError", "NotFoundError",
     "PermissionDeniedError", "MethodNotAllowedError", "ConflictError", "TooLargeError",
     "RateLimitError", "QuotaExceededError", "SessionEndedError", "TimeoutError", "UnsupportedError",
-    "UnavailableError", "ServerError", "ConnectionError", "CODES", "error_for",
+    "UnavailableError", "SessionLostError", "MisdirectedError", "NodeUnavailableError", "ServerError",
+    "ConnectionError", "CODES", "error_for",
 ]
 
 
@@ -84,6 +85,14 @@ class SessionEndedError(AirlockError):
     """410: the session ended; ``end_code`` says why (out_of_memory, idle_timeout, deleted...)."""
 
 
+class SessionLostError(SessionEndedError):
+    """410 (a cluster): the server holding the session restarted since it was made; create a new session."""
+
+
+class MisdirectedError(AirlockError):
+    """421 (a cluster): the session's id names another server than the one that answered; call the router."""
+
+
 class TimeoutError(AirlockError, builtins.TimeoutError):
     """504, or the HTTP request itself ran out of time."""
 
@@ -94,6 +103,11 @@ class UnsupportedError(AirlockError):
 
 class UnavailableError(AirlockError):
     """503: the host cannot build a sandbox with the configured protections (see `airlock doctor`)."""
+
+
+class NodeUnavailableError(UnavailableError):
+    """503 from the Kubernetes router: the server holding the session is gone (its pod or node); the session may be
+    lost: retry later (``retry_after``) or create a new one."""
 
 
 class ServerError(AirlockError):
@@ -119,12 +133,16 @@ CODES = {
     "timeout": TimeoutError,
     "unsupported": UnsupportedError,
     "unavailable": UnavailableError,
+    "session_lost": SessionLostError,
+    "misdirected": MisdirectedError,
+    "node_unavailable": NodeUnavailableError,
     "internal": ServerError,
 }
 
 # _STATUSES picks a class when a body carries no code (a proxy's page).
 _STATUSES = {400: InvalidArgumentError, 401: AuthenticationError, 403: PermissionDeniedError,
              404: NotFoundError, 405: MethodNotAllowedError, 409: ConflictError, 410: SessionEndedError,
+             421: MisdirectedError,
              413: TooLargeError, 429: RateLimitError, 501: UnsupportedError, 503: UnavailableError,
              504: TimeoutError}
 

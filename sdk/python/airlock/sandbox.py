@@ -346,8 +346,29 @@ def run(code, files=None, language="python", limits=None, env=None, network=None
     (POST /v1/execute) and returns a RunResult: an Execution plus the
     ``files`` the code wrote (bytes). ``files`` are placed in /workspace
     first: {"in.csv": "a,b\\n1,2\\n"} (str or bytes)."""
-    t = Transport(base_url, token, request_timeout)
     body = {"language": language, "code": code}
+    return _once("/v1/execute", body, files, limits, env, network, base_url, token,
+                 _Streamer(on_stdout, on_stderr, on_result, on_error), request_timeout)
+
+
+def run_program(code, args=None, filename=None, files=None, language="python", limits=None, env=None,
+                network=None, base_url=None, token=None, on_stdout=None, on_stderr=None, request_timeout=None):
+    """Runs code as a program, once, in a fresh sandbox (POST /v1/run): it
+    is written to /workspace/filename (main.py by default) and run as
+    ``python3 FILE ARGS`` would run it. Returns a RunResult whose
+    ``exit_code`` is the program's status, with its output and the files it
+    wrote."""
+    body = {"language": language, "code": code}
+    if args:
+        body["args"] = [str(a) for a in args]
+    if filename:
+        body["filename"] = filename
+    return _once("/v1/run", body, files, limits, env, network, base_url, token,
+                 _Streamer(on_stdout, on_stderr, None, None), request_timeout)
+
+
+def _once(path, body, files, limits, env, network, base_url, token, streamer, request_timeout):
+    t = Transport(base_url, token, request_timeout)
     if files:
         body["files"] = _input_files(files)
     if limits is not None:
@@ -357,9 +378,9 @@ def run(code, files=None, language="python", limits=None, env=None, network=None
     if network is not None:
         body["network"] = _network(network)
     wait = (_seconds((limits or {}).get("timeout")) or _DEFAULT_EXEC_TIMEOUT) + t.request_timeout
-    if on_stdout or on_stderr or on_result or on_error:
-        end = t.stream("/v1/execute", body, _Streamer(on_stdout, on_stderr, on_result, on_error), timeout=wait)
+    if streamer.on_stdout or streamer.on_stderr or streamer.on_result or streamer.on_error:
+        end = t.stream(path, body, streamer, timeout=wait)
         r = dict(end.get("result") or {})
         r["files"], r["limits"] = end.get("files"), end.get("limits")
         return RunResult(r)
-    return RunResult(t.call("POST", "/v1/execute", body, timeout=wait))
+    return RunResult(t.call("POST", path, body, timeout=wait))

@@ -59,7 +59,8 @@ class ErrorsTest(unittest.TestCase):
     def test_every_code_has_its_class(self):
         statuses = {"invalid_argument": 400, "unauthorized": 401, "not_found": 404, "permission_denied": 403,
                     "method_not_allowed": 405, "conflict": 409, "too_large": 413, "quota_exceeded": 429, "limit_reached": 429,
-                    "session_ended": 410, "timeout": 504, "unsupported": 501, "unavailable": 503, "internal": 500}
+                    "session_ended": 410, "timeout": 504, "unsupported": 501, "unavailable": 503, "internal": 500,
+                    "session_lost": 410, "misdirected": 421, "node_unavailable": 503}
         self.assertEqual(set(statuses), set(errors.CODES))
         for code, status in statuses.items():
             _Handler.script = {"/v1/sessions": (status, {"Content-Type": "application/json"}, _err(code, "m " + code))}
@@ -73,6 +74,21 @@ class ErrorsTest(unittest.TestCase):
         self.assertTrue(issubclass(airlock.TimeoutError, TimeoutError))
         self.assertTrue(issubclass(airlock.InvalidArgumentError, ValueError))
         self.assertTrue(issubclass(airlock.ConnectionError, ConnectionError))
+
+    def test_cluster_codes(self):
+        # A lost session is an ended one; the router's node_unavailable an
+        # unavailable server, with its Retry-After.
+        self.assertTrue(issubclass(airlock.SessionLostError, airlock.SessionEndedError))
+        self.assertTrue(issubclass(airlock.NodeUnavailableError, airlock.UnavailableError))
+        _Handler.script = {"/v1/sessions": (503, {"Retry-After": "1", "Content-Type": "application/json"},
+                                            _err("node_unavailable", "the server holding this session is unavailable"))}
+        with self.assertRaises(airlock.NodeUnavailableError) as cm:
+            Sandbox.create(base_url=self.url)
+        self.assertEqual(cm.exception.retry_after, 1)
+        # A 421 without airlock's body (a proxy's page) is still misdirected.
+        _Handler.script = {"/v1/sessions": (421, {"Content-Type": "text/plain"}, b"misdirected")}
+        with self.assertRaises(airlock.MisdirectedError):
+            Sandbox.create(base_url=self.url)
 
     def test_rate_limit_retry_after(self):
         _Handler.script = {"/v1/sessions": (429, {"Retry-After": "3"}, _err("limit_reached", "too many sessions"))}

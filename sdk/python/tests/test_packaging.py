@@ -30,7 +30,7 @@ class PackagingTest(unittest.TestCase):
         # Build from a copy: setuptools writes build/ and *.egg-info beside the sources.
         self.src = os.path.join(self.tmp, "src")
         shutil.copytree(support.SDK, self.src, ignore=shutil.ignore_patterns("tests", "__pycache__", "build", "*.egg-info"))
-        self.env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1", PYTHONDONTWRITEBYTECODE="1",
+        self.env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1", PIP_NO_CACHE_DIR="1", PYTHONDONTWRITEBYTECODE="1",
                         PIP_ROOT_USER_ACTION="ignore")
         self.env.pop("PYTHONPATH", None)
 

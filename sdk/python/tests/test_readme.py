@@ -63,7 +63,7 @@ class ReadmeTest(unittest.TestCase):
                         ignore=shutil.ignore_patterns("tests", "__pycache__", "build", "*.egg-info"))
         # Debian's python3 first: a developer's PATH may start with another.
         env = dict(os.environ, PATH="/usr/bin:" + os.environ.get("PATH", ""), PIP_NO_INDEX="1",
-                   PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_ROOT_USER_ACTION="ignore", PYTHONDONTWRITEBYTECODE="1")
+                   PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1", PIP_ROOT_USER_ACTION="ignore", PYTHONDONTWRITEBYTECODE="1")
         env.pop("PYTHONPATH", None)
         p = subprocess.run(["sh", "-ec", sh], capture_output=True, text=True, env=env, cwd=self.tmp, timeout=300)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)

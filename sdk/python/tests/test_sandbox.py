@@ -268,6 +268,17 @@ class LifecycleTest(unittest.TestCase):
         r = airlock.run("1/0")
         self.assertEqual(r.error.name, "ZeroDivisionError")
 
+    def test_program_run(self):
+        r = airlock.run_program("import sys\nprint(sys.argv[1:])\nopen('o.txt', 'w').write('x')\nsys.exit(3)",
+                                args=["a", 2])
+        self.assertEqual((r.exit_code, r.logs.stdout), (3, "['a', '2']\n"))
+        self.assertEqual(r.file("o.txt").content, b"x")
+        out = []
+        r = airlock.run_program("echo $0 $1; printf '\\377' >&1", args=["arg"], language="bash", filename="s.sh",
+                                on_stdout=out.append)
+        self.assertEqual(r.exit_code, 0)
+        self.assertTrue("".join(out).startswith("/workspace/s.sh arg\n"), out)
+
     def test_unix_socket(self):
         sock = os.environ.get("AIRLOCK_SOCKET")
         if not sock:

@@ -125,11 +125,15 @@ class Session:
 
         Never raised inside the runtime's own frames (e.g. halfway through
         writing a frame): there it is recorded and raised at the next
-        checkpoint before user code runs again.
+        checkpoint before user code runs again. The frames between the last
+        checkpoint and user code (compiling, evaluating) hold nothing half
+        done: there it is raised at once, or it would wait for a checkpoint
+        that comes only after the cell.
         """
         if not self.busy:
             return
-        if frame is not None and current.is_runtime_file(frame.f_code.co_filename):
+        if (frame is not None and frame.f_code not in _INTERRUPTIBLE
+                and current.is_runtime_file(frame.f_code.co_filename)):
             self.pending_interrupt = True
             return
         self.interrupted = True
@@ -521,6 +525,10 @@ class Session:
             sys.stdin = sys.__stdin__ = current.text_stream(0, "r")
         if sys.getrecursionlimit() < 200:
             sys.setrecursionlimit(1000)
+
+
+# Runtime frames an interrupt may be raised in (see Session._on_sigint).
+_INTERRUPTIBLE = frozenset({Session.run_source.__code__, Session._eval.__code__, Session.checkpoint.__code__})
 
 
 def _ends_with_semicolon(source: str, node: ast.stmt) -> bool:

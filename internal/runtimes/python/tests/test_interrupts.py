@@ -99,3 +99,51 @@ class InterruptTest(SessionMixin, unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class SigintWindowTest(unittest.TestCase):
+    """Where the SIGINT handler runs decides whether it raises at once.
+
+    A timeout of a millisecond lands the interrupt between the runtime's
+    last checkpoint and the user's code (compiling, evaluating): deferring
+    it there meant the cell ran on (time.sleep(5)) and the session was
+    killed after the grace. Unit-tested on the handler itself, since the
+    window is a few bytecodes wide.
+    """
+
+    def setUp(self) -> None:
+        import sys
+        from harness import RUNTIME_DIR
+        sys.path.insert(0, RUNTIME_DIR)
+        self.addCleanup(sys.path.remove, RUNTIME_DIR)
+        from airlock_runtime import session
+        self.session = session
+
+    def handle(self, code) -> "types.SimpleNamespace":
+        import types
+        state = types.SimpleNamespace(busy=True, pending_interrupt=False, interrupted=False)
+        frame = types.SimpleNamespace(f_code=code)
+        try:
+            self.session.Session._on_sigint(state, 2, frame)
+        except KeyboardInterrupt:
+            state.raised = True
+        else:
+            state.raised = False
+        return state
+
+    def test_raised_between_checkpoint_and_user_code(self) -> None:
+        S = self.session.Session
+        for code in (S.run_source.__code__, S._eval.__code__, S.checkpoint.__code__):
+            st = self.handle(code)
+            self.assertTrue(st.raised and st.interrupted and not st.pending_interrupt, code.co_name)
+
+    def test_deferred_in_other_runtime_frames(self) -> None:
+        st = self.handle(self.session.Session.send.__code__)
+        self.assertFalse(st.raised)
+        self.assertTrue(st.pending_interrupt)
+
+    def test_ignored_while_idle(self) -> None:
+        import types
+        state = types.SimpleNamespace(busy=False, pending_interrupt=False, interrupted=False)
+        self.session.Session._on_sigint(state, 2, None)
+        self.assertFalse(state.pending_interrupt or state.interrupted)

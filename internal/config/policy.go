@@ -1,0 +1,124 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"airlock/internal/coderules"
+	"airlock/internal/redact"
+)
+
+// Redaction is an output policy: what is replaced in stdout, stderr, text
+// results and error messages before they go back to the caller (see
+// package redact). Not a security boundary.
+type Redaction struct {
+	// Builtin names built-in rule sets: "credentials", "host_paths",
+	// "ip_addresses". Each is off unless named.
+	Builtin []string `json:"builtin,omitempty"`
+	// Rules are the operator's own patterns (bounded repetitions only).
+	Rules []RedactionRule `json:"rules,omitempty"`
+}
+
+// RedactionRule is one operator pattern; a match becomes
+// [REDACTED:name] (only its group named "secret", if it has one).
+type RedactionRule struct {
+	Name    string `json:"name"`
+	Pattern string `json:"pattern"`
+}
+
+// CodeRule is an advisory rule over submitted code (see package
+// coderules). Not a security boundary.
+type CodeRule struct {
+	Name string `json:"name"`
+	// Language: "python", "bash" or "javascript"; empty for every one.
+	Language string `json:"language,omitempty"`
+	Pattern  string `json:"pattern"`
+	// Action: "flag" (recorded in the result and the audit log) or
+	// "deny" (403 naming the rule).
+	Action  string `json:"action"`
+	Message string `json:"message,omitempty"`
+}
+
+// Tenant is configuration of one tenant (the tenant of its API keys).
+type Tenant struct {
+	// Redaction, when set, replaces the server's redaction for the
+	// tenant's sessions ({} turns it off for the tenant).
+	Redaction *Redaction `json:"redaction,omitempty"`
+	// CodeRules are checked after the server's code_rules.
+	CodeRules []CodeRule `json:"code_rules,omitempty"`
+}
+
+// Compile builds the redactor of r (nil: redaction off).
+func (r Redaction) Compile() (*redact.Redactor, error) {
+	rules := make([]redact.Rule, len(r.Rules))
+	for i, x := range r.Rules {
+		rules[i] = redact.Rule{Name: x.Name, Pattern: x.Pattern}
+	}
+	return redact.New(r.Builtin, rules)
+}
+
+// CompileCodeRules builds the set of rules (nil: none).
+func CompileCodeRules(rules []CodeRule) (*coderules.Set, error) {
+	out := make([]coderules.Rule, len(rules))
+	for i, r := range rules {
+		out[i] = coderules.Rule{Name: r.Name, Language: r.Language, Pattern: r.Pattern, Action: r.Action, Message: r.Message}
+	}
+	return coderules.New(out)
+}
+
+// RedactionFor is the redaction of tenant's sessions: its own if set,
+// else the server's.
+func (c Config) RedactionFor(tenant string) Redaction {
+	if t, ok := c.Tenants[tenant]; ok && t.Redaction != nil {
+		return *t.Redaction
+	}
+	return c.Redaction
+}
+
+// CodeRulesFor is the code rules of tenant: the server's, then its own.
+func (c Config) CodeRulesFor(tenant string) []CodeRule {
+	return append(append([]CodeRule(nil), c.CodeRules...), c.Tenants[tenant].CodeRules...)
+}
+
+// validatePolicy compiles every redaction and code rule, so that a bad
+// pattern stops the server at start with its name, not a request later.
+func (c Config) validatePolicy() error {
+	var errs []error
+	if _, err := c.Redaction.Compile(); err != nil {
+		errs = append(errs, fmt.Errorf("redaction: %v", err))
+	}
+	for _, r := range c.CodeRules {
+		if r.Language != "" && !KnownLanguage(r.Language) {
+			errs = append(errs, fmt.Errorf("code_rules: rule %q: unknown language %q", r.Name, r.Language))
+		}
+	}
+	if _, err := CompileCodeRules(c.CodeRules); err != nil {
+		errs = append(errs, fmt.Errorf("code_rules: %v", err))
+	}
+	names := make([]string, 0, len(c.Tenants))
+	for name := range c.Tenants {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		t := c.Tenants[name]
+		if name == "" || len(name) > 128 {
+			errs = append(errs, fmt.Errorf("tenants: %q is not a tenant name", name))
+		}
+		if t.Redaction != nil {
+			if _, err := t.Redaction.Compile(); err != nil {
+				errs = append(errs, fmt.Errorf("tenants.%s.redaction: %v", name, err))
+			}
+		}
+		for _, r := range t.CodeRules {
+			if r.Language != "" && !KnownLanguage(r.Language) {
+				errs = append(errs, fmt.Errorf("tenants.%s.code_rules: rule %q: unknown language %q", name, r.Name, r.Language))
+			}
+		}
+		if _, err := CompileCodeRules(c.CodeRulesFor(name)); err != nil {
+			errs = append(errs, fmt.Errorf("tenants.%s.code_rules: %v", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}

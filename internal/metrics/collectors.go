@@ -1,0 +1,127 @@
+package metrics
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"airlock/internal/apitype"
+)
+
+// Figures read at scrape time from their owners: nothing is counted twice
+// and nothing is paid between scrapes.
+
+var (
+	quotaDesc = prometheus.NewDesc(Namespace+"_quota_rejections_total",
+		"Requests refused by a tenant's quota, by tenant and quota.", []string{"tenant", "quota"}, nil)
+
+	poolReady     = poolDesc("pool_ready", "Warm sandboxes ready, by language.")
+	poolTarget    = poolDesc("pool_target", "Warm sandboxes the pool keeps, by language.")
+	poolBuilding  = poolDesc("pool_building", "Warm sandboxes being built, by language.")
+	poolHits      = poolDesc("pool_hits_total", "Sandboxes taken warm from the pool, by language.")
+	poolMisses    = poolDesc("pool_misses_total", "Sandboxes built on demand because the pool was empty or could not serve the limits, by language.")
+	poolBuilt     = poolDesc("pool_built_total", "Warm sandboxes built, by language.")
+	poolDiscarded = poolDesc("pool_discarded_total", "Warm sandboxes discarded unused, by language.")
+	poolBuildSecs = poolDesc("pool_build_seconds_total", "Time spent building warm sandboxes, by language (divide by pool_built_total for the mean).")
+
+	templateUp       = prometheus.NewDesc(Namespace+"_template_up", "1 when the Python template interpreter runs.", nil, nil)
+	templateFailures = prometheus.NewDesc(Namespace+"_template_start_failures_total", "Failed starts of the Python template interpreter.", nil, nil)
+	templateRestarts = prometheus.NewDesc(Namespace+"_template_restarts_total", "Restarts of the Python template interpreter after it died.", nil, nil)
+)
+
+func poolDesc(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc(Namespace+"_"+name, help, []string{"language"}, nil)
+}
+
+// Pools exports the warm pools' figures, read from stats (pool.Pool.Stats:
+// an apitype.PoolStats per language and the template's
+// apitype.TemplateStats) at each scrape.
+func (m *Metrics) Pools(stats func() map[string]any) {
+	if m == nil || stats == nil {
+		return
+	}
+	m.reg.MustRegister(poolCollector(stats))
+}
+
+type poolCollector func() map[string]any
+
+func (p poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{poolReady, poolTarget, poolBuilding, poolHits, poolMisses, poolBuilt, poolDiscarded,
+		poolBuildSecs, templateUp, templateFailures, templateRestarts} {
+		ch <- d
+	}
+}
+
+func (p poolCollector) Collect(ch chan<- prometheus.Metric) {
+	for lang, v := range p() {
+		switch s := v.(type) {
+		case apitype.PoolStats:
+			g := func(d *prometheus.Desc, t prometheus.ValueType, v float64) {
+				ch <- prometheus.MustNewConstMetric(d, t, v, lang)
+			}
+			g(poolReady, prometheus.GaugeValue, float64(s.Ready))
+			g(poolTarget, prometheus.GaugeValue, float64(s.Target))
+			g(poolBuilding, prometheus.GaugeValue, float64(s.Building))
+			g(poolHits, prometheus.CounterValue, float64(s.Hits))
+			g(poolMisses, prometheus.CounterValue, float64(s.Misses))
+			g(poolBuilt, prometheus.CounterValue, float64(s.Built))
+			g(poolDiscarded, prometheus.CounterValue, float64(s.Discarded))
+			g(poolBuildSecs, prometheus.CounterValue, s.AvgBuildMs*float64(s.Built)/1000)
+		case apitype.TemplateStats:
+			up := 0.0
+			if s.Running {
+				up = 1
+			}
+			ch <- prometheus.MustNewConstMetric(templateUp, prometheus.GaugeValue, up)
+			ch <- prometheus.MustNewConstMetric(templateFailures, prometheus.CounterValue, float64(s.Failures))
+			ch <- prometheus.MustNewConstMetric(templateRestarts, prometheus.CounterValue, float64(s.Restarts))
+		}
+	}
+}
+
+// Quotas exports the refusals of tenants' quotas, read from refused
+// (quota.Tracker.Refused: counts by tenant and quota) at each scrape.
+func (m *Metrics) Quotas(refused func() map[string]map[string]uint64) {
+	if m == nil {
+		return
+	}
+	m.quotas.mu.Lock()
+	m.quotas.source = refused
+	m.quotas.mu.Unlock()
+}
+
+// quotaCollector is quota_rejections_total: the tracker's counts plus
+// those reported through QuotaRejected.
+type quotaCollector struct {
+	mu     sync.Mutex
+	source func() map[string]map[string]uint64
+	own    map[[2]string]uint64
+}
+
+func (q *quotaCollector) add(tenant, quota string) {
+	q.mu.Lock()
+	q.own[[2]string{tenant, quota}]++
+	q.mu.Unlock()
+}
+
+func (q *quotaCollector) Describe(ch chan<- *prometheus.Desc) { ch <- quotaDesc }
+
+func (q *quotaCollector) Collect(ch chan<- prometheus.Metric) {
+	q.mu.Lock()
+	all := make(map[[2]string]uint64, len(q.own))
+	for k, v := range q.own {
+		all[k] = v
+	}
+	source := q.source
+	q.mu.Unlock()
+	if source != nil {
+		for tenant, byQuota := range source() {
+			for quota, n := range byQuota {
+				all[[2]string{tenant, quota}] += n
+			}
+		}
+	}
+	for k, v := range all {
+		ch <- prometheus.MustNewConstMetric(quotaDesc, prometheus.CounterValue, float64(v), k[0], k[1])
+	}
+}

@@ -1,0 +1,221 @@
+// Package metrics owns airlock's Prometheus metrics: one registry per
+// server (never the global one), filled by a session.Observer (sessions,
+// executions, kills, file transfers), a hook of the API (HTTP requests by
+// route pattern and status), hooks other packages call (quota rejections,
+// egress decisions and bytes, redactions, code rules) and collectors read
+// at scrape time (warm pools and the template, quota refusals), plus the
+// Go runtime's and the process's own metrics.
+//
+// It must never block or allocate much on the request path (a label
+// lookup and an atomic add per event), never label by anything a client
+// chooses freely (session ids, paths, codes: only route patterns,
+// languages, tenants, which operators create, and fixed vocabularies),
+// and cost nothing when metrics are off: then no *Metrics exists, and
+// every method is safe on a nil receiver.
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"airlock/internal/apitype"
+	"airlock/internal/session"
+)
+
+// Namespace prefixes every airlock metric.
+const Namespace = "airlock"
+
+// Metrics is a server's registry and the metrics in it.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	sessionsActive  *prometheus.GaugeVec
+	sessionsCreated *prometheus.CounterVec
+	sessionsEnded   *prometheus.CounterVec
+	executions      *prometheus.CounterVec
+	execDuration    *prometheus.HistogramVec
+	kills           *prometheus.CounterVec
+	files           *prometheus.CounterVec
+	fileBytes       *prometheus.CounterVec
+	httpRequests    *prometheus.CounterVec
+	httpDuration    *prometheus.HistogramVec
+	quotas          *quotaCollector
+	egressDecisions *prometheus.CounterVec
+	egressBytes     *prometheus.CounterVec
+	redactions      *prometheus.CounterVec
+	codeRules       *prometheus.CounterVec
+}
+
+// New returns a registry with airlock's metrics and the Go runtime's and
+// the process's.
+func New() *Metrics {
+	reg := prometheus.NewRegistry()
+	m := &Metrics{reg: reg}
+	f := func(c prometheus.Collector) { reg.MustRegister(c) }
+	f(collectors.NewGoCollector())
+	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	m.sessionsActive = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "sessions_active",
+		Help: "Live client sessions, by language and tenant."}, []string{"language", "tenant"})
+	m.sessionsCreated = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "sessions_created_total",
+		Help: "Client sessions created, by language and tenant."}, []string{"language", "tenant"})
+	m.sessionsEnded = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "sessions_ended_total",
+		Help: "Client sessions ended, by language and end code."}, []string{"language", "end_code"})
+	m.executions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "executions_total",
+		Help: "Finished executions, by kind (session, oneshot, program, command), language and outcome (ok, error, killed, session_ended)."},
+		[]string{"kind", "language", "outcome"})
+	m.execDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "execution_duration_seconds",
+		Help:    "Wall-clock time of finished executions, by kind and language.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}},
+		[]string{"kind", "language"})
+	m.kills = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "kills_total",
+		Help: "Executions stopped at a limit, by kill reason."}, []string{"reason"})
+	m.files = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "file_operations_total",
+		Help: "File operations of clients on session workspaces, by operation and result (ok, error)."}, []string{"op", "result"})
+	m.fileBytes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "file_bytes_total",
+		Help: "Bytes uploaded to or downloaded from session workspaces, by operation."}, []string{"op"})
+	m.httpRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "http_requests_total",
+		Help: "HTTP requests, by route pattern and status code."}, []string{"route", "code"})
+	m.httpDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "http_request_duration_seconds",
+		Help: "Time to answer HTTP requests (streams: to their end), by route pattern.", Buckets: prometheus.DefBuckets},
+		[]string{"route"})
+	m.quotas = &quotaCollector{own: map[[2]string]uint64{}}
+	m.egressDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "egress_decisions_total",
+		Help: "Egress decisions, by kind (dns, connect) and decision (allowed, denied)."}, []string{"kind", "decision"})
+	m.egressBytes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "egress_bytes_total",
+		Help: "Bytes carried by allowed egress connections, by direction (up, down)."}, []string{"direction"})
+	m.redactions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "redactions_total",
+		Help: "Matches redacted from output sent back to callers, by tenant."}, []string{"tenant"})
+	m.codeRules = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "code_rule_matches_total",
+		Help: "Submitted code matched by an operator's code rule, by rule and action (flag, deny)."}, []string{"rule", "action"})
+	for _, c := range []prometheus.Collector{m.sessionsActive, m.sessionsCreated, m.sessionsEnded, m.executions, m.execDuration,
+		m.kills, m.files, m.fileBytes, m.httpRequests, m.httpDuration, m.quotas, m.egressDecisions, m.egressBytes,
+		m.redactions, m.codeRules} {
+		f(c)
+	}
+	// Every kill reason is exported from the start, so that a rate over
+	// it is defined before the first kill.
+	for _, r := range apitype.KillReasons() {
+		m.kills.WithLabelValues(string(r))
+	}
+	return m
+}
+
+// Handler serves the registry in Prometheus' exposition formats.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// Registry is the server's registry (for tests and for collectors added
+// by other packages).
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// The session.Observer.
+
+var _ session.Observer = (*Metrics)(nil)
+
+func (m *Metrics) SessionCreated(e session.SessionEvent) {
+	m.sessionsActive.WithLabelValues(e.Language, e.Tenant).Inc()
+	m.sessionsCreated.WithLabelValues(e.Language, e.Tenant).Inc()
+}
+
+func (m *Metrics) SessionEnded(e session.SessionEvent) {
+	m.sessionsActive.WithLabelValues(e.Language, e.Tenant).Dec()
+	m.sessionsEnded.WithLabelValues(e.Language, string(e.End.Code)).Inc()
+}
+
+func (m *Metrics) ExecutionStarted(session.ExecutionEvent) {}
+
+func (m *Metrics) ExecutionFinished(e session.ExecutionEvent) {
+	m.executions.WithLabelValues(e.Kind, e.Language, Outcome(e)).Inc()
+	m.execDuration.WithLabelValues(e.Kind, e.Language).Observe(e.Duration.Seconds())
+	if e.Killed && e.KillReason != "" {
+		m.kills.WithLabelValues(string(e.KillReason)).Inc()
+	}
+	if e.Redactions > 0 {
+		m.redactions.WithLabelValues(e.Tenant).Add(float64(e.Redactions))
+	}
+}
+
+// Outcome names how an execution ended: "killed" at a limit, "error" for
+// an uncaught error or a non-zero exit status, "session_ended" when its
+// session ended under it otherwise, else "ok".
+func Outcome(e session.ExecutionEvent) string {
+	switch {
+	case e.Killed:
+		return "killed"
+	case !e.End.Zero() && e.End.Code != apitype.EndProgramExited && e.End.Code != apitype.EndFinished:
+		return "session_ended"
+	case e.Error != "" || e.ExitCode != 0:
+		return "error"
+	}
+	return "ok"
+}
+
+func (m *Metrics) FileTransferred(e session.FileEvent) {
+	result := "ok"
+	if e.Err != nil {
+		result = "error"
+	}
+	m.files.WithLabelValues(e.Op, result).Inc()
+	if e.Bytes > 0 && (e.Op == session.FileUpload || e.Op == session.FileDownload) {
+		m.fileBytes.WithLabelValues(e.Op).Add(float64(e.Bytes))
+	}
+}
+
+// HTTP counts one answered request: route is its ServeMux pattern ("" for
+// a request refused before routing, such as an unauthenticated one).
+func (m *Metrics) HTTP(route string, status int, d time.Duration) {
+	if m == nil {
+		return
+	}
+	if route == "" {
+		route = "none"
+	}
+	m.httpRequests.WithLabelValues(route, strconv.Itoa(status)).Inc()
+	m.httpDuration.WithLabelValues(route).Observe(d.Seconds())
+}
+
+// QuotaRejected counts a request a tenant's quota refused, for refusals
+// made outside the quota tracker (whose own are read at scrape time, see
+// Quotas).
+func (m *Metrics) QuotaRejected(tenant, quota string) {
+	if m == nil {
+		return
+	}
+	m.quotas.add(tenant, quota)
+}
+
+// EgressDecision counts one egress decision (kind "dns" or "connect")
+// and, for a connection that ended, the bytes it carried each way: the
+// hook package egress's gates call when a decision is final.
+func (m *Metrics) EgressDecision(kind string, allowed bool, bytesUp, bytesDown int64) {
+	if m == nil {
+		return
+	}
+	decision := "denied"
+	if allowed {
+		decision = "allowed"
+	}
+	m.egressDecisions.WithLabelValues(kind, decision).Inc()
+	if bytesUp > 0 {
+		m.egressBytes.WithLabelValues("up").Add(float64(bytesUp))
+	}
+	if bytesDown > 0 {
+		m.egressBytes.WithLabelValues("down").Add(float64(bytesDown))
+	}
+}
+
+// CodeRule counts code an operator's rule matched (action "flag" or
+// "deny").
+func (m *Metrics) CodeRule(rule, action string) {
+	if m == nil {
+		return
+	}
+	m.codeRules.WithLabelValues(rule, action).Inc()
+}

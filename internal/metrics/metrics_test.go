@@ -1,0 +1,90 @@
+package metrics
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"airlock/internal/apitype"
+	"airlock/internal/session"
+)
+
+func TestOutcome(t *testing.T) {
+	for _, c := range []struct {
+		e    session.ExecutionEvent
+		want string
+	}{
+		{session.ExecutionEvent{}, "ok"},
+		{session.ExecutionEvent{Error: "ZeroDivisionError"}, "error"},
+		{session.ExecutionEvent{ExitCode: 3}, "error"},
+		{session.ExecutionEvent{Killed: true, KillReason: apitype.KillTimeout, ExitCode: 137}, "killed"},
+		{session.ExecutionEvent{End: apitype.Ended(apitype.EndOOM), Error: "SessionEnded"}, "session_ended"},
+		{session.ExecutionEvent{End: apitype.Ended(apitype.EndProgramExited), ExitCode: 1}, "error"},
+	} {
+		if got := Outcome(c.e); got != c.want {
+			t.Errorf("Outcome(%+v) = %s, want %s", c.e, got, c.want)
+		}
+	}
+}
+
+// Metrics off is a nil *Metrics: every hook other packages call is a
+// no-op on it.
+func TestNilIsOff(t *testing.T) {
+	var m *Metrics
+	m.HTTP("GET /healthz", 200, time.Millisecond)
+	m.QuotaRejected("t", "max_sessions")
+	m.EgressDecision("connect", true, 1, 2)
+	m.CodeRule("r", "flag")
+	m.Pools(func() map[string]any { return nil })
+	m.Quotas(nil)
+}
+
+// The exposition parses with Prometheus' parser and carries what the
+// hooks and collectors reported.
+func TestExposition(t *testing.T) {
+	m := New()
+	m.SessionCreated(session.SessionEvent{Language: "python", Caller: session.Caller{Tenant: "a"}})
+	m.ExecutionFinished(session.ExecutionEvent{Kind: session.ExecSession, Language: "python", Killed: true, KillReason: apitype.KillMemory, Redactions: 2, Caller: session.Caller{Tenant: "a"}})
+	m.HTTP("", 401, time.Millisecond)
+	m.QuotaRejected("a", "cpu_seconds_per_day")
+	m.Quotas(func() map[string]map[string]uint64 { return map[string]map[string]uint64{"a": {"cpu_seconds_per_day": 2}} })
+	m.EgressDecision("dns", false, 0, 0)
+	m.EgressDecision("connect", true, 10, 20)
+	m.CodeRule("no-subprocess", "deny")
+	m.Pools(func() map[string]any {
+		return map[string]any{"python": apitype.PoolStats{Ready: 3, Target: 4, Hits: 5, Built: 2, AvgBuildMs: 500},
+			apitype.TemplateKey: apitype.TemplateStats{Running: true, Restarts: 1}}
+	})
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(rec.Body.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`airlock_sessions_active{language="python",tenant="a"} 1`,
+		`airlock_kills_total{reason="memory"} 1`,
+		`airlock_kills_total{reason="timeout"} 0`,
+		`airlock_redactions_total{tenant="a"} 2`,
+		`airlock_http_requests_total{code="401",route="none"} 1`,
+		`airlock_quota_rejections_total{quota="cpu_seconds_per_day",tenant="a"} 3`,
+		`airlock_egress_decisions_total{decision="denied",kind="dns"} 1`,
+		`airlock_egress_bytes_total{direction="down"} 20`,
+		`airlock_code_rule_matches_total{action="deny",rule="no-subprocess"} 1`,
+		`airlock_pool_ready{language="python"} 3`,
+		`airlock_pool_build_seconds_total{language="python"} 1`,
+		`airlock_template_restarts_total 1`,
+	} {
+		if !strings.Contains(rec.Body.String(), want+"\n") {
+			t.Errorf("no %s", want)
+		}
+	}
+	if fams["go_goroutines"] == nil || fams["process_cpu_seconds_total"] == nil {
+		t.Error("no Go runtime or process metrics")
+	}
+}

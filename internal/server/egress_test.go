@@ -1,0 +1,227 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"airlock/internal/apitype"
+	"airlock/internal/client"
+	"airlock/internal/config"
+)
+
+// mapResolver answers the egress layer's lookups from a table and counts
+// them: no test traffic leaves loopback.
+type mapResolver struct {
+	mu    sync.Mutex
+	addrs map[string][]netip.Addr
+	asked map[string]int
+}
+
+func (r *mapResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.asked[host]++
+	if a, ok := r.addrs[host]; ok {
+		return a, nil
+	}
+	return nil, fmt.Errorf("no such host %s", host)
+}
+
+// egressServer is a server whose egress reaches upstreams on 127.0.0.2
+// (the test hook) and resolves names from a table.
+func egressServer(t *testing.T, adjust ...func(*config.Config)) (*client.Client, *mapResolver, int) {
+	s, _ := testServer(t, newRecorder(), adjust...)
+	eg := s.manager.Egress()
+	eg.Dialer.Guard.SetTestHooks(netip.MustParsePrefix("127.0.0.2/32"))
+	res := &mapResolver{asked: map[string]int{}, addrs: map[string][]netip.Addr{
+		"files.a.test": {netip.MustParseAddr("127.0.0.2")},
+		"meta.a.test":  {netip.MustParseAddr("169.254.169.254")},
+		"pypi.a.test":  {netip.MustParseAddr("127.0.0.2")},
+	}}
+	eg.Dialer.Resolver = res
+	l, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from %s", r.Host)
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return client.New("http://" + s.Addr().String()), res, l.Addr().(*net.TCPAddr).Port
+}
+
+// probe is Python that reports what the sandbox can reach, one line each.
+const probe = `
+import socket, urllib.request, time
+def get(url):
+    t = time.time()
+    try:
+        r = urllib.request.urlopen(url, timeout=10).read().decode()
+        return "ok " + r
+    except Exception as e:
+        return "fail %s %.1fs" % (type(e).__name__, time.time() - t)
+def resolve(name):
+    try:
+        return "resolved " + socket.gethostbyname(name)
+    except OSError as e:
+        return "unresolved"
+`
+
+func TestEgressPython(t *testing.T) {
+	c, res, port := egressServer(t)
+	ctx := context.Background()
+	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python",
+		Network: &apitype.NetworkPolicy{Allow: []string{fmt.Sprintf("files.a.test:%d", port), fmt.Sprintf("meta.a.test:%d", port)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sess.Network == nil || len(sess.Network.Allow) != 2 {
+		t.Fatalf("session network %+v", sess.Network)
+	}
+	code := probe + fmt.Sprintf(`
+P = %d
+print(get("http://files.a.test:%%d/" %% P))
+print(resolve("evil.test"))
+print(get("http://meta.a.test:%%d/" %% P))
+for dst in ["127.0.0.1", "10.0.0.1", "169.254.169.254", "2130706433", "0x7f.1", "127.0.0.2"]:
+    print(dst, get("http://%%s:%%d/" %% (dst, P)))
+print(get("http://files.a.test:%%d/" %% (P + 1)))
+`, port)
+	r, err := c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: code}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	t.Logf("stdout:\n%s\nstderr:\n%s", r.Stdout, r.Stderr)
+	if len(lines) != 10 {
+		t.Fatalf("%d lines", len(lines))
+	}
+	if want := fmt.Sprintf("ok hello from files.a.test:%d", port); lines[0] != want {
+		t.Errorf("allowed name: %q, want %q", lines[0], want)
+	}
+	if lines[1] != "unresolved" {
+		t.Errorf("denied name: %q", lines[1])
+	}
+	for _, l := range lines[2:] {
+		if !strings.Contains(l, "fail") {
+			t.Errorf("forbidden destination reached: %q", l)
+		}
+		// Fast: refused or reset, never a hang.
+		var secs float64
+		fmt.Sscanf(l[strings.LastIndex(l, " ")+1:], "%fs", &secs)
+		if secs > 2 {
+			t.Errorf("slow failure: %q", l)
+		}
+	}
+	if res.asked["evil.test"] != 0 {
+		t.Error("a denied name was resolved upstream")
+	}
+	var denied, allowed []string
+	for _, d := range r.Egress {
+		if d.Kind != "connect" {
+			continue
+		}
+		if d.Allowed {
+			allowed = append(allowed, d.Host)
+		} else {
+			denied = append(denied, d.Reason)
+		}
+	}
+	if len(allowed) != 1 || allowed[0] != "files.a.test" || len(denied) != 7 {
+		t.Errorf("egress: allowed %q, denied %q", allowed, denied)
+	}
+	if !strings.Contains(strings.Join(denied, "|"), "forbidden address") {
+		t.Errorf("meta.a.test's denial does not say why: %q", denied)
+	}
+	var dnsDenied bool
+	for _, d := range r.Egress {
+		dnsDenied = dnsDenied || (d.Kind == "dns" && d.Host == "evil.test" && !d.Allowed)
+	}
+	if !dnsDenied {
+		t.Errorf("no denied DNS decision for evil.test in %+v", r.Egress)
+	}
+
+	// The policy changes live: files.a.test goes, new lookups fail.
+	if _, err := c.SetNetwork(ctx, sess.ID, []string{"other.test"}); err != nil {
+		t.Fatal(err)
+	}
+	r, err = c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: probe + `print(resolve("files.a.test"))`}, nil)
+	if err != nil || strings.TrimSpace(r.Stdout) != "unresolved" {
+		t.Errorf("after the policy change: %q, %v", r.Stdout, err)
+	}
+	st, err := c.Network(ctx, sess.ID)
+	if err != nil || st.Connections < 8 || st.Denied < 8 || st.BytesUsed == 0 {
+		t.Errorf("network state %+v, %v", st, err)
+	}
+}
+
+func TestEgressNoPolicyIsLoopbackOnly(t *testing.T) {
+	c, _, port := egressServer(t)
+	ctx := context.Background()
+	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sess.Network != nil {
+		t.Errorf("a session without policy has network %+v", sess.Network)
+	}
+	// Nothing of airlock listens in the sandbox: no socket in LISTEN
+	// state, no DNS responder; a lookup fails at once.
+	code := probe + fmt.Sprintf(`
+import socket
+listening = []
+for f in ["/proc/net/tcp", "/proc/net/tcp6", "/proc/net/udp"]:
+    try:
+        for line in open(f).readlines()[1:]:
+            parts = line.split()
+            if parts[3] in ("0A", "07"):
+                listening.append(f + " " + parts[1])
+    except OSError as e:
+        listening.append("unreadable " + f)
+print("listening", listening)
+t = time.time()
+print(resolve("files.a.test"), "%%.1f" %% (time.time() - t))
+print(get("http://127.0.0.2:%d/"))
+print([i[1] for i in socket.if_nameindex()])
+`, port)
+	r, err := c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: code}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stdout:\n%s\nstderr:\n%s", r.Stdout, r.Stderr)
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	if len(lines) != 4 || lines[0] != "listening []" || !strings.HasPrefix(lines[1], "unresolved 0.") ||
+		!strings.HasPrefix(lines[2], "fail") || lines[3] != "['lo']" {
+		t.Errorf("no-policy sandbox: %q", lines)
+	}
+	if len(r.Egress) != 0 {
+		t.Errorf("egress records without a policy: %+v", r.Egress)
+	}
+	// Given a policy later, it gets network.
+	if _, err := c.SetNetwork(ctx, sess.ID, []string{fmt.Sprintf("files.a.test:%d", port)}); err != nil {
+		t.Fatal(err)
+	}
+	r, err = c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: probe + fmt.Sprintf(`print(get("http://files.a.test:%d/"))`, port)}, nil)
+	if err != nil || !strings.HasPrefix(r.Stdout, "ok hello") {
+		t.Errorf("after PUT network: %q %q, %v", r.Stdout, r.Stderr, err)
+	}
+	// Requests the server refuses: literals, over max_allow.
+	if _, err := c.SetNetwork(ctx, sess.ID, []string{"127.0.0.1"}); err == nil || !strings.Contains(err.Error(), "not IP addresses") {
+		t.Errorf("an IP entry: %v", err)
+	}
+	// One-shots take a policy too.
+	one, err := c.RunOnce(ctx, apitype.OneShotRequest{Language: "python", Code: probe + fmt.Sprintf(`print(get("http://files.a.test:%d/"))`, port),
+		Network: &apitype.NetworkPolicy{Allow: []string{fmt.Sprintf("files.a.test:%d", port)}}}, nil)
+	if err != nil || !strings.HasPrefix(one.Stdout, "ok hello") || len(one.Egress) == 0 {
+		t.Errorf("one-shot with network: %+v, %v", one, err)
+	}
+	_ = time.Second
+}

@@ -1,0 +1,165 @@
+package session
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+
+	"airlock/internal/apitype"
+	"airlock/internal/config"
+	"airlock/internal/egress"
+	"airlock/internal/errdefs"
+)
+
+// Egress is the server's egress setup, shared by every session with a
+// network policy: the guarded dialer and the operator's caps.
+type Egress struct {
+	Dialer    *egress.Dialer
+	Limits    egress.Limits
+	MaxAllow  int
+	AllowOnly egress.Policy
+	Enabled   bool
+}
+
+// NewEgress builds the egress setup from the network section.
+func NewEgress(n config.Network) (*Egress, error) {
+	only, err := egress.ParsePolicy(n.AllowOnly)
+	if err != nil {
+		return nil, fmt.Errorf("%w: network.allow_only: %v", errdefs.ErrInvalidArgument, err)
+	}
+	internal, err := egress.ParsePolicy(n.InternalNames)
+	if err != nil {
+		return nil, fmt.Errorf("%w: network.internal_names: %v", errdefs.ErrInvalidArgument, err)
+	}
+	var open []netip.Prefix
+	for _, c := range n.InternalCIDRs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return nil, fmt.Errorf("%w: network.internal_cidrs: %v", errdefs.ErrInvalidArgument, err)
+		}
+		open = append(open, p.Masked())
+	}
+	lim := egress.Limits{Bytes: int64(n.Bytes), MaxConnections: n.MaxConnections,
+		ConnectTimeout: n.ConnectTimeout.D(), IdleTimeout: n.IdleTimeout.D()}
+	return &Egress{
+		Dialer: &egress.Dialer{Guard: egress.NewGuard(open, internal), Resolver: net.DefaultResolver, Timeout: lim.ConnectTimeout},
+		Limits: lim, MaxAllow: n.MaxAllow, AllowOnly: only, Enabled: n.Enabled,
+	}, nil
+}
+
+// SetEgress gives the manager its egress setup; call it before serving.
+// Without one, requests asking for a network policy are refused.
+func (m *Manager) SetEgress(e *Egress) { m.egress = e }
+
+// Egress returns the manager's egress setup (nil: none).
+func (m *Manager) Egress() *Egress { return m.egress }
+
+// NetworkPolicy parses a request's network policy against the server's
+// caps. A nil or empty policy is no network at all.
+func (m *Manager) NetworkPolicy(np *apitype.NetworkPolicy) (egress.Policy, error) {
+	if np == nil || len(np.Allow) == 0 {
+		return egress.Policy{}, nil
+	}
+	e := m.egress
+	if e == nil || !e.Enabled {
+		return egress.Policy{}, fmt.Errorf("%w: network egress is disabled on this server (network.enabled)", errdefs.ErrPermission)
+	}
+	if len(np.Allow) > e.MaxAllow {
+		return egress.Policy{}, fmt.Errorf("%w: network.allow has %d entries, more than the server's network.max_allow (%d)", errdefs.ErrInvalidArgument, len(np.Allow), e.MaxAllow)
+	}
+	p, err := egress.ParsePolicy(np.Allow)
+	if err != nil {
+		return egress.Policy{}, fmt.Errorf("%w: network.allow: %s", errdefs.ErrInvalidArgument, strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	if err := p.Limit(e.MaxAllow, e.AllowOnly); err != nil {
+		return egress.Policy{}, fmt.Errorf("%w: %v", errdefs.ErrPermission, err)
+	}
+	return p, nil
+}
+
+// attachEgress puts the session's egress sockets into its sandbox.
+func (s *Session) attachEgress(p egress.Policy) error {
+	if p.Empty() {
+		return nil
+	}
+	ns, ok := s.inst.NetNS()
+	if !ok {
+		return fmt.Errorf("%w: network egress is not available with this isolation (gvisor) yet", errdefs.ErrUnsupported)
+	}
+	g, err := egress.Attach(ns, egress.Options{
+		Session: s.id, Policy: p, Limits: s.m.egress.Limits, Dialer: s.m.egress.Dialer, Log: s.m.log,
+	})
+	if err != nil {
+		return errdefs.Private(errdefs.ErrUnavailable, "could not set up the session's network egress", err)
+	}
+	s.mu.Lock()
+	s.gate = g
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Session) egressGate() *egress.Gate {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gate
+}
+
+// closeEgress closes the session's egress sockets and connections.
+func (s *Session) closeEgress() {
+	if g := s.egressGate(); g != nil {
+		g.Close()
+	}
+}
+
+// Network returns the session's egress policy and counters (nil: the
+// session has no network).
+func (s *Session) Network() *apitype.NetworkState {
+	g := s.egressGate()
+	if g == nil {
+		return nil
+	}
+	st := g.Stats()
+	return &apitype.NetworkState{Allow: g.Policy().Entries(), BytesUsed: st.BytesUsed, BytesBudget: st.BytesBudget,
+		OpenConnections: st.Open, Connections: st.Connections, Denied: st.Denied}
+}
+
+// SetNetwork replaces the session's egress policy: new lookups and
+// connections follow it, open connections are left alone. A session
+// created without a network gets one now; an empty list closes it to
+// new connections (the sockets stay until the session ends).
+func (s *Session) SetNetwork(np *apitype.NetworkPolicy) (*apitype.NetworkState, error) {
+	if !s.End().Zero() {
+		return nil, gone(s.End())
+	}
+	p, err := s.m.NetworkPolicy(np)
+	if err != nil {
+		return nil, err
+	}
+	if g := s.egressGate(); g != nil {
+		if err := g.SetPolicy(p); err != nil {
+			return nil, errdefs.Private(errdefs.ErrUnavailable, "could not change the session's network egress", err)
+		}
+	} else if err := s.attachEgress(p); err != nil {
+		return nil, err
+	}
+	if !s.End().Zero() { // ended meanwhile: teardown may have missed the gate
+		s.closeEgress()
+		return nil, gone(s.End())
+	}
+	s.Touch()
+	return s.Network(), nil
+}
+
+// egressOf converts decisions for a result.
+func egressOf(rs []egress.Record) []apitype.EgressDecision {
+	if len(rs) == 0 {
+		return nil
+	}
+	out := make([]apitype.EgressDecision, len(rs))
+	for i, r := range rs {
+		out[i] = apitype.EgressDecision{Kind: r.Kind, Host: r.Name, Port: int(r.Port), Allowed: r.Allowed, Reason: r.Reason,
+			Dest: r.Dest, Address: r.Address, BytesUp: r.BytesUp, BytesDown: r.BytesDown, DurationMs: ms(r.Duration)}
+	}
+	return out
+}
