@@ -549,7 +549,8 @@ type AuditRecord struct {
 	CodeFlags  []string `json:"code_flags,omitempty"`
 }
 
-// EgressDecision is one network destination a sandbox asked for.
+// EgressDecision is one network destination a sandbox asked for (the
+// egress gate's decision, as the audit keeps it).
 type EgressDecision struct {
 	// Kind is "dns" (a lookup) or "connect" (a connection).
 	Kind    string `json:"kind,omitempty"`

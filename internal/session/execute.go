@@ -39,6 +39,9 @@ type request struct {
 	who     Caller
 	source  string
 	inBytes int64
+	// pkg: the requirements of a package install this execution is a
+	// step of, for the client session pkgSession.
+	pkg, pkgSession string
 }
 
 // event describes the execution to observers.
@@ -47,7 +50,11 @@ func (r *running) event() ExecutionEvent {
 	if r.req.prog != nil {
 		code = r.req.source
 	}
-	return ExecutionEvent{Caller: r.req.who, Kind: r.req.kind, Session: r.s.id, Language: r.s.lang.Lang, ID: r.id, Code: code, InputBytes: r.req.inBytes}
+	e := ExecutionEvent{Caller: r.req.who, Kind: r.req.kind, Session: r.s.id, Language: r.s.lang.Lang, ID: r.id, Code: code, InputBytes: r.req.inBytes}
+	if r.req.pkg != "" {
+		e.Package, e.Session = r.req.pkg, r.req.pkgSession
+	}
+	return e
 }
 
 // execution collects what one execution produced.

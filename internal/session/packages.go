@@ -225,7 +225,7 @@ func (s *Session) InstallPackages(ctx context.Context, req apitype.PackagesReque
 		trusted = append(trusted, index.Hostname())
 	}
 	args, _ := json.Marshal(map[string]any{"index": cfg.IndexURL, "trusted": trusted, "packages": req.Packages, "timeout": timeout.Seconds()})
-	dl, rep, done, err := m.download(ctx, policy, fmt.Sprintf(downloadCode, string(args), marker), timeout)
+	dl, rep, done, err := m.download(ctx, policy, fmt.Sprintf(downloadCode, string(args), marker), timeout, strings.Join(req.Packages, " "), s.id)
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +259,7 @@ func (s *Session) InstallPackages(ctx context.Context, req apitype.PackagesReque
 	// 3. Install offline, in the session's own sandbox.
 	args, _ = json.Marshal(map[string]any{"site": "/workspace/" + siteDir, "wheels": "/workspace/" + wheelDir,
 		"packages": req.Packages, "timeout": timeout.Seconds()})
-	res, err := s.execute(ctx, request{code: fmt.Sprintf(installCode, string(args), marker), timeout: timeout + 10*time.Second, kind: ExecSession}, nil, false)
+	res, err := s.execute(ctx, request{code: fmt.Sprintf(installCode, string(args), marker), timeout: timeout + 10*time.Second, kind: ExecSession, pkg: strings.Join(req.Packages, " "), pkgSession: s.id}, nil, false)
 	if err != nil {
 		ws.Remove(wheelDir, true)
 		return nil, err
@@ -294,7 +294,7 @@ func copyFile(from, to *Session, src, dst string) error {
 // download runs code (which prints a report after the marker) in a
 // fresh, short-lived Python sandbox whose only egress is policy. done
 // ends that sandbox and waits for its teardown; it may be called twice.
-func (m *Manager) download(ctx context.Context, policy egress.Policy, code string, timeout time.Duration) (_ *Session, _ pipReport, done func(), err error) {
+func (m *Manager) download(ctx context.Context, policy egress.Policy, code string, timeout time.Duration, pkg, pkgSession string) (_ *Session, _ pipReport, done func(), err error) {
 	rt, err := m.lookup("python")
 	if err != nil {
 		return nil, pipReport{}, nil, err
@@ -320,7 +320,7 @@ func (m *Manager) download(ctx context.Context, policy egress.Policy, code strin
 			release()
 		})
 	}
-	res, err := dl.execute(ctx, request{code: code, timeout: limits.Timeout.D(), kind: ExecOneShot}, nil, true)
+	res, err := dl.execute(ctx, request{code: code, timeout: limits.Timeout.D(), kind: ExecOneShot, pkg: pkg, pkgSession: pkgSession}, nil, true)
 	if err != nil {
 		done()
 		return nil, pipReport{}, nil, err
@@ -432,7 +432,7 @@ func (s *Session) installNpm(ctx context.Context, req apitype.PackagesRequest, s
 	}
 	timeout := cfg.Timeout.D()
 	args, _ := json.Marshal(map[string]any{"registry": cfg.Registry, "packages": req.Packages, "timeout": timeout.Seconds()})
-	dl, rep, done, err := m.download(ctx, policy, fmt.Sprintf(npmDownloadCode, string(args), marker), timeout)
+	dl, rep, done, err := m.download(ctx, policy, fmt.Sprintf(npmDownloadCode, string(args), marker), timeout, strings.Join(req.Packages, " "), s.id)
 	if err != nil {
 		return nil, err
 	}
