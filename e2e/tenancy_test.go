@@ -317,6 +317,23 @@ func TestTenantQuotas(t *testing.T) {
 	if d := time.Until(midnight).Seconds(); float64(ra) < d-5 || float64(ra) > d+5 {
 		t.Errorf("Retry-After %d, want the %0.f s to midnight UTC", ra, d)
 	}
+	// Egress: a tenant denied it cannot ask for any network; one limited
+	// to names may ask only for those.
+	noNet := s.newKey("nonet", "--egress", "deny")
+	code, body, _ = s.rawH("POST", "/v1/sessions", `{"language":"python","network":{"allow":["pypi.org"]}}`, noNet)
+	if code != 403 || !strings.Contains(string(body), "egress") {
+		t.Errorf("network for a tenant denied egress: %d %s", code, body)
+	}
+	code, body, _ = s.rawH("POST", "/v1/execute", `{"code":"1","network":{"allow":["pypi.org"]}}`, noNet)
+	if code != 403 {
+		t.Errorf("a one-shot with network for a tenant denied egress: %d %s", code, body)
+	}
+	onlyPypi := s.newKey("pypi", "--egress-allow", "pypi.org")
+	code, body, _ = s.rawH("POST", "/v1/sessions", `{"language":"python","network":{"allow":["example.com"]}}`, onlyPypi)
+	if code != 403 || !strings.Contains(string(body), "egress_allow") {
+		t.Errorf("a name outside the tenant's egress_allow: %d %s", code, body)
+	}
+
 	// Other tenants are not affected.
 	if _, err := s.as(s.newKey("other")).RunOnce(ctx, apitype.OneShotRequest{Code: "1"}, nil); err != nil {
 		t.Errorf("another tenant: %v", err)

@@ -36,7 +36,7 @@ exec unshare --mount --pid --uts --ipc --fork --kill-child --propagation private
 	mount -t proc -o nosuid,nodev,noexec proc "$root/proc"
 	mount --rbind /dev "$root/dev"
 	mount --rbind /sys "$root/sys"
-	for d in run/airlock var/cache/airlock tmp; do
+	for d in run/airlock var/cache/airlock var/lib/airlock tmp; do
 		mkdir -p "$root/$d"
 		mount -t tmpfs -o nosuid,nodev,mode=0755 tmpfs "$root/$d"
 	done

@@ -111,6 +111,7 @@ var routes = []route{
 	{"POST", "/v1/sessions/{id}/interrupt", (*Server).interrupt},
 	{"GET", "/v1/sessions/{id}/network", (*Server).getNetwork},
 	{"PUT", "/v1/sessions/{id}/network", (*Server).putNetwork},
+	{"POST", "/v1/sessions/{id}/packages", (*Server).installPackages},
 	{"POST", "/v1/sessions/{id}/commands", (*Server).runCommand},
 	{"GET", "/v1/sessions/{id}/commands", (*Server).listCommands},
 	{"GET", "/v1/sessions/{id}/commands/{cid}", (*Server).getCommand},

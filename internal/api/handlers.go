@@ -117,6 +117,29 @@ func (s *Server) putNetwork(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, st)
 }
 
+// installPackages is POST /v1/sessions/{id}/packages.
+func (s *Server) installPackages(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.session(w, r)
+	if !ok {
+		return
+	}
+	var req apitype.PackagesRequest
+	if err := s.decode(w, r, &req); err != nil {
+		fail(w, err)
+		return
+	}
+	if err := s.admitExecution(r); err != nil {
+		fail(w, err)
+		return
+	}
+	res, err := sess.InstallPackages(r.Context(), req)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
 func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 	if _, ok := s.session(w, r); !ok {
 		return

@@ -31,6 +31,7 @@ var apiRoutes = []string{
 	"POST /v1/sessions/{id}/interrupt",
 	"GET /v1/sessions/{id}/network",
 	"PUT /v1/sessions/{id}/network",
+	"POST /v1/sessions/{id}/packages",
 	"POST /v1/sessions/{id}/commands",
 	"GET /v1/sessions/{id}/commands",
 	"GET /v1/sessions/{id}/commands/{cid}",

@@ -51,6 +51,9 @@ var schemaTypes = map[string]reflect.Type{
 	"EgressDecision":       reflect.TypeFor[apitype.EgressDecision](),
 	"NetworkPolicy":        reflect.TypeFor[apitype.NetworkPolicy](),
 	"NetworkState":         reflect.TypeFor[apitype.NetworkState](),
+	"PackagesRequest":      reflect.TypeFor[apitype.PackagesRequest](),
+	"PackagesResult":       reflect.TypeFor[apitype.PackagesResult](),
+	"Package":              reflect.TypeFor[apitype.Package](),
 }
 
 // scalarSchemas are the components that are not objects: the limit

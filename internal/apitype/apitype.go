@@ -59,6 +59,26 @@ type NetworkState struct {
 	Denied          int64    `json:"denied"`
 }
 
+// PackagesRequest installs packages into a session
+// (POST /v1/sessions/{id}/packages).
+type PackagesRequest struct {
+	// Manager is "pip" (Python sessions).
+	Manager  string   `json:"manager"`
+	Packages []string `json:"packages"`
+}
+
+// Package is one installed package.
+type Package struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
+// PackagesResult is what an install put into the session.
+type PackagesResult struct {
+	Installed  []Package `json:"installed"`
+	DurationMs float64   `json:"duration_ms"`
+}
+
 // Session states.
 const (
 	StateIdle  = "idle"
@@ -537,7 +557,8 @@ type AuditRecord struct {
 	CodeFlags  []string `json:"code_flags,omitempty"`
 }
 
-// EgressDecision is one network destination a sandbox asked for.
+// EgressDecision is one network destination a sandbox asked for (the
+// egress gate's decision, as the audit keeps it).
 type EgressDecision struct {
 	// Kind is "dns" (a lookup) or "connect" (a connection).
 	Kind    string `json:"kind,omitempty"`

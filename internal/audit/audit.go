@@ -272,6 +272,11 @@ func (l *Log) ExecutionFinished(e session.ExecutionEvent) {
 	if e.Kind != session.ExecOneShot && e.Kind != session.ExecProgram {
 		r.Session = e.Session // a one-shot's sandbox was never a client's session
 	}
+	if e.Package != "" {
+		// A step of a package install: the download (in a sandbox of its
+		// own, id e1) or the install (in the session).
+		r.Kind, r.Package, r.Session = apitype.AuditPackage, e.Package, e.Session
+	}
 	r.ID, r.Language, r.Code = e.ID, e.Language, e.Code
 	exit := e.ExitCode
 	r.ExitCode = &exit
@@ -289,7 +294,7 @@ func (l *Log) ExecutionFinished(e session.ExecutionEvent) {
 	}
 	r.DurationMs, r.CPUMs, r.PeakMemory = ms(e.Duration), ms(e.CPU), e.PeakMemory
 	r.FilesChanged, r.BytesIn, r.BytesOut = e.FilesChanged, e.InputBytes, e.OutputBytes
-	r.Redactions, r.CodeFlags = e.Redactions, e.CodeFlags
+	r.Redactions, r.CodeFlags, r.Egress = e.Redactions, e.CodeFlags, e.Egress
 	l.Record(r)
 }
 

@@ -216,3 +216,15 @@ func TestFullQueueDrops(t *testing.T) {
 		t.Errorf("dropped %d, want 999", l.Dropped())
 	}
 }
+
+// The steps of a package install are package.install records of the
+// client's session, naming the requirements.
+func TestPackageInstallRecords(t *testing.T) {
+	l, _ := open(t, "sha256")
+	l.ExecutionFinished(session.ExecutionEvent{Caller: caller, Kind: session.ExecOneShot, Session: "s1", ID: "e1", Package: "requests==2.31.0", Code: "download..."})
+	l.ExecutionFinished(session.ExecutionEvent{Caller: caller, Kind: session.ExecSession, Session: "s1", ID: "e4", Package: "requests==2.31.0", Code: "install...", ExitCode: 1, Error: "PipError"})
+	recs := all(t, l, store.AuditQuery{Kind: apitype.AuditPackage})
+	if len(recs) != 2 || recs[0].Session != "s1" || recs[0].Package != "requests==2.31.0" || recs[0].Outcome != "ok" || recs[1].Outcome != "error" {
+		t.Errorf("package records: %+v", recs)
+	}
+}

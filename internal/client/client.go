@@ -301,6 +301,15 @@ func (c *Client) SetNetwork(ctx context.Context, id string, allow []string) (*ap
 	return &st, nil
 }
 
+// InstallPackages installs packages into a session (pip, Python sessions).
+func (c *Client) InstallPackages(ctx context.Context, id string, req apitype.PackagesRequest) (*apitype.PackagesResult, error) {
+	var res apitype.PackagesResult
+	if err := c.call(ctx, "POST", sessionPath(id)+"/packages", req, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
 // DeleteSession ends a session.
 func (c *Client) DeleteSession(ctx context.Context, id string) error {
 	return c.call(ctx, "DELETE", sessionPath(id), nil, nil)

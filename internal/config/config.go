@@ -109,6 +109,8 @@ type Config struct {
 	Cluster Cluster `json:"cluster"`
 	// Network configures egress by allowlist.
 	Network Network `json:"network"`
+	// Packages configures package installation.
+	Packages Packages `json:"packages"`
 	// Metrics and Log: observability (see observe.go).
 	Metrics Metrics `json:"metrics"`
 	Log     Log     `json:"log"`
@@ -294,11 +296,12 @@ func Default() Config {
 			MaxRichOutput:           32 << 20,
 			MaxSessionCommands:      16,
 		},
-		Network: DefaultNetwork(),
-		Audit:   Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096, FlushInterval: Duration(50 * time.Millisecond)},
-		MCP:     MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute)},
-		Metrics: Metrics{Enabled: true},
-		Log:     Log{Format: "text", Level: "info"},
+		Network:  DefaultNetwork(),
+		Packages: DefaultPackages(),
+		Audit:    Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096, FlushInterval: Duration(50 * time.Millisecond)},
+		MCP:      MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute)},
+		Metrics:  Metrics{Enabled: true},
+		Log:      Log{Format: "text", Level: "info"},
 		Pool: Pool{
 			Size:     map[string]int{"python": 8, "bash": 2, "javascript": 2},
 			Zygote:   true,
@@ -489,6 +492,9 @@ func (c Config) Validate() error {
 		}
 	}
 	if err := c.Network.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Packages.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Pool.Parallel < 1 || c.Pool.Parallel > 256 {

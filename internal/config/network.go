@@ -78,3 +78,47 @@ func (n Network) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Packages configures package installation (POST
+// /v1/sessions/{id}/packages) from operator-configured sources only.
+type Packages struct {
+	Pip Pip `json:"pip"`
+}
+
+// Pip configures pip installs; off when IndexURL is empty.
+type Pip struct {
+	// IndexURL is a PEP 503 simple index (https://pypi.org/simple or the
+	// operator's mirror).
+	IndexURL string `json:"index_url"`
+	// Hosts are further hosts the index's files come from
+	// (files.pythonhosted.org for PyPI), as network allow entries.
+	Hosts []string `json:"hosts"`
+	// Allow, when not empty, lists the only package names clients may
+	// install; Deny lists names they may never install.
+	Allow []string `json:"allow"`
+	Deny  []string `json:"deny"`
+	// Timeout bounds the download and the install, each.
+	Timeout Duration `json:"timeout"`
+	// MaxPackages caps the packages of one request.
+	MaxPackages int `json:"max_packages"`
+}
+
+// DefaultPackages is the built-in packages section: off.
+func DefaultPackages() Packages {
+	return Packages{Pip: Pip{Timeout: Duration(2 * time.Minute), MaxPackages: 32}}
+}
+
+// Validate checks the section.
+func (p Packages) Validate() error {
+	var errs []error
+	if u := p.Pip.IndexURL; u != "" && !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") {
+		errs = append(errs, fmt.Errorf("packages.pip.index_url %q must be an http(s) URL", u))
+	}
+	if p.Pip.Timeout < Duration(time.Second) || p.Pip.Timeout > Duration(time.Hour) {
+		errs = append(errs, errors.New("packages.pip.timeout must be between 1s and 1h"))
+	}
+	if p.Pip.MaxPackages < 1 || p.Pip.MaxPackages > 1024 {
+		errs = append(errs, errors.New("packages.pip.max_packages must be between 1 and 1024"))
+	}
+	return errors.Join(errs...)
+}

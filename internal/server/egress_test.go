@@ -13,6 +13,7 @@ import (
 
 	"airlock/internal/apitype"
 	"airlock/internal/client"
+	"airlock/internal/config"
 )
 
 // mapResolver answers the egress layer's lookups from a table and counts
@@ -35,13 +36,14 @@ func (r *mapResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Ad
 
 // egressServer is a server whose egress reaches upstreams on 127.0.0.2
 // (the test hook) and resolves names from a table.
-func egressServer(t *testing.T) (*client.Client, *mapResolver, int) {
-	s, _ := testServer(t, newRecorder())
+func egressServer(t *testing.T, adjust ...func(*config.Config)) (*client.Client, *mapResolver, int) {
+	s, _ := testServer(t, newRecorder(), adjust...)
 	eg := s.manager.Egress()
 	eg.Dialer.Guard.SetTestHooks(netip.MustParsePrefix("127.0.0.2/32"))
 	res := &mapResolver{asked: map[string]int{}, addrs: map[string][]netip.Addr{
 		"files.a.test": {netip.MustParseAddr("127.0.0.2")},
 		"meta.a.test":  {netip.MustParseAddr("169.254.169.254")},
+		"pypi.a.test":  {netip.MustParseAddr("127.0.0.2")},
 	}}
 	eg.Dialer.Resolver = res
 	l, err := net.Listen("tcp", "127.0.0.2:0")

@@ -95,7 +95,7 @@ func anyOf[E any](E) bool { return true }
 
 // testServer starts a server of its own (state directory, cgroup parent,
 // socket) with a small bash pool, the recorder and an extra handler.
-func testServer(t *testing.T, rec *recorder) (*Server, config.Config) {
+func testServer(t *testing.T, rec *recorder, adjust ...func(*config.Config)) (*Server, config.Config) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		testenv.Skip(t, "privileged test: needs root to build jails (CI runs as root)")
@@ -108,6 +108,9 @@ func testServer(t *testing.T, rec *recorder) (*Server, config.Config) {
 	cfg.DataDir = t.TempDir()
 	cfg.Pool.Size = map[string]int{"bash": 1}
 	cfg.Pool.Zygote = false
+	for _, f := range adjust {
+		f(&cfg)
+	}
 	var logs bytes.Buffer
 	var logMu sync.Mutex
 	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {

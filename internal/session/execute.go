@@ -44,6 +44,9 @@ type request struct {
 	// checked already (one-shot runs check before they build a jail).
 	flags    []string
 	screened bool
+	// pkg: the requirements of a package install this execution is a
+	// step of, for the client session pkgSession.
+	pkg, pkgSession string
 }
 
 // tenant is whose output policy and code rules apply: the session's
@@ -61,7 +64,11 @@ func (r *running) event() ExecutionEvent {
 	if r.req.prog != nil {
 		code = r.req.source
 	}
-	return ExecutionEvent{Caller: r.req.who, Kind: r.req.kind, Session: r.s.id, Language: r.s.lang.Lang, ID: r.id, Code: code, InputBytes: r.req.inBytes, CodeFlags: r.req.flags}
+	e := ExecutionEvent{Caller: r.req.who, Kind: r.req.kind, Session: r.s.id, Language: r.s.lang.Lang, ID: r.id, Code: code, InputBytes: r.req.inBytes, CodeFlags: r.req.flags}
+	if r.req.pkg != "" {
+		e.Package, e.Session = r.req.pkg, r.req.pkgSession
+	}
+	return e
 }
 
 // execution collects what one execution produced.
@@ -223,7 +230,7 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 	if !s.lang.NULInCode && strings.ContainsRune(req.code, 0) {
 		return nil, fmt.Errorf("%w: %s code must not contain NUL bytes", errdefs.ErrInvalidArgument, s.lang.Lang)
 	}
-	if !req.screened {
+	if !req.screened && req.pkg == "" { // a package install's code is airlock's own
 		code := req.code
 		if req.prog != nil {
 			code = req.source

@@ -83,6 +83,10 @@ type ExecutionEvent struct {
 	// removed; InputBytes: bytes of files sent with a one-shot or program.
 	FilesChanged int
 	InputBytes   int64
+	// Package: the requirements when the execution is a step of a
+	// package install (the download in a sandbox of its own, then the
+	// install in Session).
+	Package string
 	// Egress: what the execution tried on the network.
 	Egress []apitype.EgressDecision
 	// Redactions made in the output and the code rules that flagged the

@@ -69,6 +69,7 @@ is overridden by accident).
 {{- $chart := dict
   "state_dir" "/run/airlock"
   "cache_dir" "/var/cache/airlock"
+  "data_dir" "/var/lib/airlock"
   "server" (dict "listen" (printf "0.0.0.0:%d" (int .Values.service.port)))
   "cluster" (dict "pod_name_file" (printf "%s/name" (include "airlock.podInfoDir" .)))
 -}}

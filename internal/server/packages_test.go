@@ -1,0 +1,147 @@
+package server
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+
+	"airlock/internal/apitype"
+	"airlock/internal/config"
+	"airlock/internal/errdefs"
+)
+
+// wheel builds a pure-Python wheel by hand: a module and its dist-info.
+func wheel(t *testing.T, name, version, module, body string, requires ...string) (string, []byte) {
+	dist := strings.ReplaceAll(name, "-", "_")
+	files := map[string]string{
+		module + "/__init__.py": body,
+	}
+	info := dist + "-" + version + ".dist-info/"
+	meta := "Metadata-Version: 2.1\nName: " + name + "\nVersion: " + version + "\n"
+	for _, r := range requires {
+		meta += "Requires-Dist: " + r + "\n"
+	}
+	files[info+"METADATA"] = meta
+	files[info+"WHEEL"] = "Wheel-Version: 1.0\nGenerator: airlock-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+	var buf bytes.Buffer
+	z := zip.NewWriter(&buf)
+	var record strings.Builder
+	for _, n := range []string{module + "/__init__.py", info + "METADATA", info + "WHEEL"} {
+		w, err := z.Create(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write([]byte(files[n]))
+		sum := sha256.Sum256([]byte(files[n]))
+		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", n, base64.RawURLEncoding.EncodeToString(sum[:]), len(files[n]))
+	}
+	record.WriteString(info + "RECORD,,\n")
+	w, _ := z.Create(info + "RECORD")
+	w.Write([]byte(record.String()))
+	if err := z.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dist + "-" + version + "-py3-none-any.whl", buf.Bytes()
+}
+
+// pepIndex serves a PEP 503 simple index of wheels on 127.0.0.2.
+func pepIndex(t *testing.T, wheels map[string][]byte, projects map[string]string) (*http.Server, int) {
+	mux := http.NewServeMux()
+	for project, file := range projects {
+		sum := sha256.Sum256(wheels[file])
+		page := fmt.Sprintf(`<!DOCTYPE html><html><body><a href="/files/%s#sha256=%s">%s</a></body></html>`, file, hex.EncodeToString(sum[:]), file)
+		mux.HandleFunc("/simple/"+project+"/", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(page)) })
+	}
+	for file, data := range wheels {
+		mux.HandleFunc("/files/"+file, func(w http.ResponseWriter, r *http.Request) { w.Write(data) })
+	}
+	l, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return srv, l.Addr().(*net.TCPAddr).Port
+}
+
+func TestPackagesPip(t *testing.T) {
+	demo, demoWhl := wheel(t, "airlock-demo", "1.0", "airlock_demo", "from airlock_dep import BASE\nVALUE = BASE + 1\n", "airlock-dep>=2")
+	dep, depWhl := wheel(t, "airlock-dep", "2.1", "airlock_dep", "BASE = 41\n")
+	index, port := pepIndex(t, map[string][]byte{demo: demoWhl, dep: depWhl},
+		map[string]string{"airlock-demo": demo, "airlock-dep": dep})
+	c, _, _ := egressServer(t, func(cfg *config.Config) {
+		cfg.Packages.Pip.IndexURL = fmt.Sprintf("http://pypi.a.test:%d/simple", port)
+		cfg.Packages.Pip.Deny = []string{"Evil_Pkg"}
+	})
+	ctx := context.Background()
+	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.InstallPackages(ctx, sess.ID, apitype.PackagesRequest{Manager: "pip", Packages: []string{"airlock-demo==1.0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, p := range res.Installed {
+		got[p.Name] = p.Version
+	}
+	if got["airlock-demo"] != "1.0" || got["airlock-dep"] != "2.1" {
+		t.Errorf("installed %+v", res.Installed)
+	}
+	// It imports in the same session at once, and in its subprocesses;
+	// the session still has no network of its own.
+	r, err := c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: `
+import airlock_demo, subprocess, sys, socket
+print(airlock_demo.VALUE)
+print(subprocess.run([sys.executable, "-c", "import airlock_demo; print(airlock_demo.VALUE)"], capture_output=True, text=True).stdout.strip())
+print(sys.path[0])
+try:
+    socket.gethostbyname("pypi.a.test"); print("resolved")
+except OSError:
+    print("unresolved")
+listening = [l for f in ["/proc/net/tcp", "/proc/net/tcp6", "/proc/net/udp"] for l in open(f).readlines()[1:] if l.split()[3] in ("0A", "07")]
+print(len(listening))
+`}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "42\n42\n/workspace/.packages/site\nunresolved\n0\n"; r.Stdout != want {
+		t.Errorf("after the install: %q (stderr %q), want %q", r.Stdout, r.Stderr, want)
+	}
+	if st, _ := c.Session(ctx, sess.ID); st.Network != nil {
+		t.Errorf("the install gave the session a network: %+v", st.Network)
+	}
+
+	for _, tc := range []struct {
+		pkgs []string
+		kind error
+		msg  string
+	}{
+		{[]string{"nosuchpkg"}, errdefs.ErrNotFound, "No matching distribution"},
+		{[]string{"evil-pkg==1"}, errdefs.ErrPermission, "not allowed by the server's policy"},
+		{[]string{"git+https://example.com/x"}, errdefs.ErrInvalidArgument, "not a package requirement"},
+		{[]string{"--index-url=http://evil"}, errdefs.ErrInvalidArgument, "not a package requirement"},
+	} {
+		_, err := c.InstallPackages(ctx, sess.ID, apitype.PackagesRequest{Manager: "pip", Packages: tc.pkgs})
+		if !errors.Is(err, tc.kind) || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("install %v: %v, want %v mentioning %q", tc.pkgs, err, tc.kind, tc.msg)
+		}
+	}
+	// An unreachable index is its own clear error.
+	index.Close()
+	_, err = c.InstallPackages(ctx, sess.ID, apitype.PackagesRequest{Manager: "pip", Packages: []string{"airlock-dep"}})
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "unreachable") {
+		t.Errorf("unreachable index: %v", err)
+	}
+}
