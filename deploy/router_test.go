@@ -25,8 +25,10 @@ import (
 // renders it, with Debian's nginx on loopback. dnsmasq stands in for the
 // cluster's DNS and answers the pods' names with loopback addresses where
 // small Go servers stand in for the pods and the airlock Service; each
-// says which one it is. (A later pass swaps in real airlock servers once
-// session ids carry their pod.)
+// says which one it is, so that every routing case (smuggling attempts,
+// unbuffered streams both ways, pods that are gone) is checked exactly.
+// TestRouterWithAirlock (router_airlock_test.go) runs the same router in
+// front of two real airlock servers.
 //
 //	airlock-0.airlock-pods.ns.svc.cluster.local → 127.0.0.2  pod 0
 //	airlock-1.airlock-pods.ns.svc.cluster.local → 127.0.0.3  pod 1

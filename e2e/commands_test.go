@@ -13,8 +13,9 @@ import (
 // A shell command runs in the session's own sandbox, beside the
 // interpreter, whose state it does not touch; it works in sessions of
 // every language.
-func TestCommandsInEveryLanguage(t *testing.T) {
-	s := sharedServer(t)
+func TestCommandsInEveryLanguage(t *testing.T) { testCommandsInEveryLanguage(t, sharedServer(t)) }
+
+func testCommandsInEveryLanguage(t *testing.T, s *server) {
 	ctx := context.Background()
 	for _, tc := range []struct{ lang, setup, check, want string }{
 		{"python", "x = 41\nopen('made-by-python', 'w').write('p')", "x + 1", "42"},
@@ -50,8 +51,9 @@ func TestCommandsInEveryLanguage(t *testing.T) {
 
 // A command runs while the session's interpreter is busy, in the same
 // sandbox: it sees the execution's processes and files.
-func TestCommandWhileBusy(t *testing.T) {
-	s := sharedServer(t)
+func TestCommandWhileBusy(t *testing.T) { testCommandWhileBusy(t, sharedServer(t)) }
+
+func testCommandWhileBusy(t *testing.T, s *server) {
 	ctx := context.Background()
 	id := s.newSession("bash", nil)
 	started := make(chan struct{})
@@ -77,8 +79,9 @@ func TestCommandWhileBusy(t *testing.T) {
 // Limits apply: a command is killed at its timeout, output beyond the
 // session's max_output is dropped, and a command cannot exceed the
 // session's memory.
-func TestCommandLimits(t *testing.T) {
-	s := sharedServer(t)
+func TestCommandLimits(t *testing.T) { testCommandLimits(t, sharedServer(t)) }
+
+func testCommandLimits(t *testing.T, s *server) {
 	ctx := context.Background()
 	id := s.newSession("python", map[string]any{"limits": map[string]any{"max_output": "1K", "memory": "128M"}})
 	res, err := s.c.RunCommand(ctx, id, apitype.CommandRequest{Command: "sleep 600 & sleep 600", Timeout: duration(t, "500ms")}, nil)
@@ -115,8 +118,9 @@ func TestCommandLimits(t *testing.T) {
 }
 
 // A command's output streams as it comes, then its result.
-func TestCommandStreams(t *testing.T) {
-	s := sharedServer(t)
+func TestCommandStreams(t *testing.T) { testCommandStreams(t, sharedServer(t)) }
+
+func testCommandStreams(t *testing.T, s *server) {
 	ctx := context.Background()
 	id := s.newSession("python", nil)
 	var events []apitype.Event
@@ -143,8 +147,9 @@ func TestCommandStreams(t *testing.T) {
 // A background command runs on while the client does other things: its
 // status and output can be read, it can be fed and signalled, and it ends
 // with the session.
-func TestBackgroundCommands(t *testing.T) {
-	s := sharedServer(t)
+func TestBackgroundCommands(t *testing.T) { testBackgroundCommands(t, sharedServer(t)) }
+
+func testBackgroundCommands(t *testing.T, s *server) {
 	ctx := context.Background()
 	id := s.newSession("python", nil)
 	bg, err := s.c.RunCommand(ctx, id, apitype.CommandRequest{Command: "echo ready; while read line; do echo got $line; done; echo eof", Background: true}, nil)

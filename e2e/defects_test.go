@@ -25,8 +25,9 @@ import (
 // A timeout below the floor is the client's mistake (400), never the end
 // of the session; the shortest allowed one times the code out and keeps
 // the session.
-func TestTinyTimeouts(t *testing.T) {
-	s := sharedServer(t)
+func TestTinyTimeouts(t *testing.T) { testTinyTimeouts(t, sharedServer(t)) }
+
+func testTinyTimeouts(t *testing.T, s *server) {
 	id := s.newSession("python", nil)
 	s.exec(id, "x = 41")
 	_, err := s.execute(id, apitype.ExecuteRequest{Code: "x = 1", Timeout: duration(t, "1ns")})
@@ -104,8 +105,9 @@ func (b *slowBody) Read(p []byte) (int, error) {
 
 // A transfer in progress is use: a session whose idle timeout passes
 // during a long upload or download is not ended under it.
-func TestTransfersKeepTheSessionAlive(t *testing.T) {
-	s := sharedServer(t)
+func TestTransfersKeepTheSessionAlive(t *testing.T) { testTransfersKeepTheSessionAlive(t, sharedServer(t)) }
+
+func testTransfersKeepTheSessionAlive(t *testing.T, s *server) {
 	id := s.newSession("python", map[string]any{"timeout_idle": "1s"})
 	// An upload of about 3 s, three idle timeouts.
 	up, err := s.c.Upload(context.Background(), id, "slow.bin", &slowBody{n: 30, size: 1024, pause: 100 * time.Millisecond}, -1)
@@ -139,8 +141,9 @@ func TestTransfersKeepTheSessionAlive(t *testing.T) {
 
 // An upload whose session is deleted while it runs answers 410: the file
 // is nowhere.
-func TestUploadIntoADeletedSession(t *testing.T) {
-	s := sharedServer(t)
+func TestUploadIntoADeletedSession(t *testing.T) { testUploadIntoADeletedSession(t, sharedServer(t)) }
+
+func testUploadIntoADeletedSession(t *testing.T, s *server) {
 	id := s.newSession("python", nil)
 	sent := make(chan int, 1)
 	type answer struct {
@@ -371,8 +374,9 @@ print("done")`)
 
 // A file whose name holds control characters is listed and, being
 // listed, can be downloaded and deleted by that name.
-func TestControlCharacterNames(t *testing.T) {
-	s := sharedServer(t)
+func TestControlCharacterNames(t *testing.T) { testControlCharacterNames(t, sharedServer(t)) }
+
+func testControlCharacterNames(t *testing.T, s *server) {
 	id := s.newSession("python", nil)
 	name := "a\x1b[31mb\tc\nd"
 	s.exec(id, "open('a\\x1b[31mb\\tc\\nd', 'w').write('odd')")

@@ -8,8 +8,9 @@ import (
 // Real programs run unchanged in sessions too, where Python runtimes are
 // forked from the template: a script in /tmp runs, a pty works, and a
 // program started on it sees a terminal.
-func TestSessionsRunRealPrograms(t *testing.T) {
-	s := sharedServer(t)
+func TestSessionsRunRealPrograms(t *testing.T) { testSessionsRunRealPrograms(t, sharedServer(t)) }
+
+func testSessionsRunRealPrograms(t *testing.T, s *server) {
 	for _, tc := range []struct{ lang, code string }{
 		{"python", `import os, pty, shutil, subprocess
 with open("/tmp/tool", "w") as f:

@@ -10,6 +10,9 @@
 //
 // It must never write outside the configured parent, and never trust a
 // path from a sandbox: every path here is built from the configuration.
+// The one exception is cgroup v2 in a pod: airlock moves itself (and the
+// other processes of its own cgroup) into a leaf, airlock-server, before
+// it can enable controllers for the parent (the no-internal-process rule).
 package cgroup
 
 import "time"

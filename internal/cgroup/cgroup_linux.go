@@ -52,10 +52,26 @@ func Open(parent string) (*Host, error) {
 
 func openV2(parent string) (*Host, error) {
 	const root = "/sys/fs/cgroup"
+	return openV2At(root, selfV2Dir(root), parent, []string{"memory", "pids", "cpu"})
+}
+
+// LeafName is the cgroup airlock moves itself into when the cgroup it runs
+// in is the one it must delegate from (see openV2At).
+const LeafName = "airlock-server"
+
+// openV2At creates parent under the v2 hierarchy at root and enables want
+// from root down to it. self is the cgroup this process is in ("" if not
+// under root).
+//
+// In a pod, root is the container's own cgroup (a cgroup namespace), and
+// airlock, its main process, is in it. cgroup v2's no-internal-process
+// rule refuses to enable controllers for the children of a cgroup that
+// has processes of its own (EBUSY), so airlock first moves itself, and
+// whatever else runs in that cgroup, into a leaf, root/airlock-server,
+// then enables them. On a host, root is the hierarchy's real root, to
+// which the rule does not apply, and nothing moves.
+func openV2At(root, self, parent string, want []string) (*Host, error) {
 	dir := filepath.Join(root, parent)
-	// Enable the controllers from the root down to the parent, so that
-	// each sandbox cgroup under it can use them.
-	want := []string{"memory", "pids", "cpu"}
 	avail, err := os.ReadFile(filepath.Join(root, "cgroup.controllers"))
 	if err != nil {
 		return nil, fmt.Errorf("cgroup v2: %w", err)
@@ -66,7 +82,19 @@ func openV2(parent string) (*Host, error) {
 		}
 	}
 	h := &Host{v2: true, v2Dir: dir}
-	if err := enableControllers(root, want); err != nil {
+	enable := func(cur string) error {
+		err := enableControllers(cur, want)
+		if err != nil && errors.Is(err, unix.EBUSY) && self != "" && cur == self {
+			leaf, merr := moveToLeaf(cur)
+			if merr != nil {
+				return fmt.Errorf("%w (moving this process into a leaf cgroup first failed: %v)", err, merr)
+			}
+			self = leaf
+			err = enableControllers(cur, want)
+		}
+		return err
+	}
+	if err := enable(root); err != nil {
 		return nil, err
 	}
 	cur := root
@@ -75,11 +103,49 @@ func openV2(parent string) (*Host, error) {
 		if err := h.mkdir(cur); err != nil {
 			return nil, fmt.Errorf("cgroup v2: %w", err)
 		}
-		if err := enableControllers(cur, want); err != nil {
+		if err := enable(cur); err != nil {
 			return nil, err
 		}
 	}
 	return h, nil
+}
+
+// selfV2Dir is the directory of this process's v2 cgroup under root, ""
+// when /proc/self/cgroup names none.
+func selfV2Dir(root string) string {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok && strings.HasPrefix(p, "/") && !strings.Contains(p, "..") {
+			return filepath.Join(root, p)
+		}
+	}
+	return ""
+}
+
+// moveToLeaf moves this process, then every other process of dir, into
+// dir/LeafName, and returns the leaf.
+func moveToLeaf(dir string) (string, error) {
+	leaf := filepath.Join(dir, LeafName)
+	if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", err
+	}
+	if err := cgroups.WriteFile(leaf, "cgroup.procs", strconv.Itoa(os.Getpid())); err != nil {
+		return "", err
+	}
+	procs, err := cgroups.ReadFile(dir, "cgroup.procs")
+	if err != nil {
+		return "", err
+	}
+	for _, f := range strings.Fields(procs) {
+		// One that exited meanwhile is gone from dir anyway.
+		if err := cgroups.WriteFile(leaf, "cgroup.procs", f); err != nil && !errors.Is(err, unix.ESRCH) {
+			return "", fmt.Errorf("move process %s: %w", f, err)
+		}
+	}
+	return leaf, nil
 }
 
 // mkdir creates dir if it is missing, remembering that it did.

@@ -97,6 +97,9 @@ type Process struct {
 type Exit struct {
 	Pid    int // inside the sandbox; 0 if runsc never said
 	Status syscall.WaitStatus
+	// Lost: runsc could not wait for the program because the sandbox
+	// went away under it (Status then says SIGKILL).
+	Lost bool
 }
 
 // statusOf turns `runsc exec`'s exit code into a wait status: runsc

@@ -279,3 +279,24 @@ func TestSweep(t *testing.T) {
 	}
 	sb.ws.Close()
 }
+
+// A sandbox ends with its server: when the server's end of the life pipe
+// closes (as the kernel does when the server is killed), the init exits
+// and runsc tears the sandbox down.
+func TestSandboxEndsWithItsServer(t *testing.T) {
+	h, _ := testHost(t)
+	sb, err := h.Start(context.Background(), Spec{Name: "g-orphan", Limits: limits()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	sb.life.Close()
+	select {
+	case <-sb.Dead():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sandbox outlived its server's end of the life pipe")
+	}
+	if pids, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids", h.opts.CgroupParent, "g-orphan", "cgroup.procs")); len(strings.TrimSpace(string(pids))) > 0 {
+		t.Errorf("processes left in the sandbox's cgroup: %s", pids)
+	}
+}

@@ -129,11 +129,14 @@ type Sandbox struct {
 	run    *exec.Cmd
 	runErr *capped
 	dead   chan struct{} // closed when `runsc run` has exited
+	life   *os.File      // the init exits when this closes
 
 	mu     sync.Mutex
 	execs  sync.WaitGroup
 	seq    int
 	closed bool
+	// execErr is what the last `runsc exec` that failed said, for the log.
+	execErr string
 
 	closeOnce sync.Once
 	closeErr  error
@@ -163,7 +166,7 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 	undo.AddFunc(func() { removeDir(s.dir) })
 	// airlock's cgroup, made before runsc runs: runsc then joins it and
 	// leaves its limits (and its removal) to airlock.
-	cg, err := h.cg.New(spec.Name, cgroup.Resources{Memory: int64(l.Memory), Pids: int64(l.Pids), CPUs: l.CPUs})
+	cg, err := h.cg.New(spec.Name, hostResources(l))
 	if err != nil {
 		return nil, errdefs.Private(errdefs.ErrUnavailable, "the sandbox's cgroup could not be created", err)
 	}
@@ -198,14 +201,27 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 		return nil, err
 	}
 	defer devnull.Close()
+	// The init holds the read end of a pipe only the server writes to:
+	// should the server die (kill -9), the init reads end of file and
+	// exits, and runsc tears the sandbox down, as native inits do when
+	// their control socket closes.
+	lifeR, lifeW, err := os.Pipe()
+	if err != nil {
+		readyW.Close()
+		return nil, err
+	}
+	s.life = lifeW
+	undo.AddFunc(func() { lifeW.Close() })
 	s.runErr = &capped{max: 16 << 10}
-	s.run = exec.Command(h.opts.Runsc, append(s.globalFlags(), "run", "--bundle", filepath.Join(s.dir, "bundle"), s.id)...)
+	s.run = exec.Command(h.opts.Runsc, append(s.globalFlags(), "run", "--pass-fd=3:3", "--bundle", filepath.Join(s.dir, "bundle"), s.id)...)
 	s.run.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
 	s.run.Stdin, s.run.Stdout, s.run.Stderr = devnull, readyW, s.runErr
+	s.run.ExtraFiles = []*os.File{lifeR}
 	// Its own session: a terminal's signals to the server never reach it.
 	s.run.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	err = s.run.Start()
 	readyW.Close()
+	lifeR.Close()
 	if err != nil {
 		return nil, errdefs.Private(errdefs.ErrUnavailable, "runsc could not be started", err)
 	}
@@ -271,11 +287,33 @@ func (s *Sandbox) diag() string {
 			parts = append(parts, "log: "+string(b))
 		}
 	}
+	s.mu.Lock()
+	if s.execErr != "" {
+		parts = append(parts, "runsc exec: "+s.execErr)
+	}
+	s.mu.Unlock()
 	if len(parts) == 0 {
 		return "runsc said nothing"
 	}
 	return strings.Join(parts, "; ")
 }
+
+// The allowance airlock adds to a gVisor sandbox's host cgroup for gVisor
+// itself: the Sentry and the gofer are in the cgroup with the code (an
+// idle Sentry with a Python runtime is about 40 threads and 20-30 MiB of
+// its own), and the limits a client asks for are for its code.
+const (
+	OverheadMemory = 48 << 20
+	OverheadPids   = 64
+)
+
+// hostResources are the host cgroup limits of a sandbox with limits l.
+func hostResources(l config.Limits) cgroup.Resources {
+	return cgroup.Resources{Memory: HostMemory(l), Pids: int64(l.Pids) + OverheadPids, CPUs: l.CPUs}
+}
+
+// HostMemory is the host cgroup's memory limit of a sandbox with limits l.
+func HostMemory(l config.Limits) int64 { return int64(l.Memory) + OverheadMemory }
 
 // scratch mount flags, as in the native jail.
 const scratchFlags = unix.MS_NOSUID | unix.MS_NODEV
@@ -309,7 +347,7 @@ func (s *Sandbox) Adapt(l config.Limits) error {
 	if l.NoFile != s.spec.Limits.NoFile {
 		return fmt.Errorf("gvisor: adapt: RLIMIT_NOFILE %d of the running program cannot become %d", s.spec.Limits.NoFile, l.NoFile)
 	}
-	if err := s.cg.Set(cgroup.Resources{Memory: int64(l.Memory), Pids: int64(l.Pids), CPUs: l.CPUs}); err != nil {
+	if err := s.cg.Set(hostResources(l)); err != nil {
 		return err
 	}
 	for _, d := range []string{"workspace", "tmp"} {
@@ -379,24 +417,36 @@ func (s *Sandbox) Exec(p Process) (pid int, exit <-chan Exit, err error) {
 		return 0, nil, err
 	}
 	defer pidW.Close()
+	// Every descriptor of the program, its stdio included, is passed
+	// with --pass-fd: runsc's own stdio stays runsc's, so that what it
+	// says when it fails (the sandbox died under it) goes to the log,
+	// not into the program's output.
 	args := append(s.globalFlags(), "exec", "--process", procFile, "--internal-pid-file", pidFile)
-	for i := 3; i < len(p.Files); i++ {
-		args = append(args, fmt.Sprintf("--pass-fd=%d:%d", i, i))
+	for i := range p.Files {
+		args = append(args, fmt.Sprintf("--pass-fd=%d:%d", 3+i, i))
 	}
 	cmd := exec.Command(s.h.opts.Runsc, append(args, s.id)...)
 	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.Files[0], p.Files[1], p.Files[2]
-	cmd.ExtraFiles = p.Files[3:]
+	said := &capped{max: 4 << 10}
+	cmd.Stdout, cmd.Stderr = said, said // stdin: /dev/null
+	cmd.ExtraFiles = p.Files
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return 0, nil, errdefs.Private(errdefs.ErrUnavailable, "runsc exec could not be started", err)
 	}
 	started = true
-	exited := make(chan syscall.WaitStatus, 1)
+	exited := make(chan Exit, 1)
 	go func() {
 		defer s.execs.Done()
 		cmd.Wait()
-		exited <- statusOf(cmd.ProcessState.ExitCode())
+		code := cmd.ProcessState.ExitCode()
+		lost := code == 128 || code < 0
+		if lost {
+			s.mu.Lock()
+			s.execErr = string(bytes.TrimSpace(said.Bytes()))
+			s.mu.Unlock()
+		}
+		exited <- Exit{Status: statusOf(code), Lost: lost}
 	}()
 	got := make(chan int, 1)
 	go func() {
@@ -408,20 +458,25 @@ func (s *Sandbox) Exec(p Process) (pid int, exit <-chan Exit, err error) {
 	ch := make(chan Exit, 1)
 	select {
 	case pid = <-got:
-	case st := <-exited:
+	case e := <-exited:
 		// It ended before its pid was read: maybe it never ran.
 		pidW.Close()
 		pid = <-got
 		if pid <= 0 {
-			return 0, nil, errdefs.Private(errdefs.ErrUnavailable, "the gVisor sandbox could not start the program", fmt.Errorf("runsc exec: %v; %s", st, s.diag()))
+			return 0, nil, errdefs.Private(errdefs.ErrUnavailable, "the gVisor sandbox could not start the program", fmt.Errorf("runsc exec: %v; %s", e.Status, s.diag()))
 		}
-		ch <- Exit{Pid: pid, Status: st}
+		e.Pid = pid
+		ch <- e
 		return pid, ch, nil
 	}
 	if pid <= 0 {
 		return 0, nil, fmt.Errorf("gvisor: runsc wrote no pid")
 	}
-	go func() { ch <- Exit{Pid: pid, Status: <-exited} }()
+	go func() {
+		e := <-exited
+		e.Pid = pid
+		ch <- e
+	}()
 	return pid, ch, nil
 }
 
@@ -498,6 +553,7 @@ func (s *Sandbox) Close() error {
 			errs = append(errs, err)
 		}
 		removeRunscCgroups(s.h.opts.CgroupParent, s.spec.Name)
+		s.life.Close()
 		s.ws.Close()
 		if err := removeDir(s.dir); err != nil {
 			errs = append(errs, err)

@@ -92,7 +92,8 @@ func processSpec(argv, env []string, dir string, nofile uint64) ociProcess {
 // writeBundle writes the sandbox's OCI bundle: the root template read
 // only, /usr and the host's /etc trees read only, airlock's tmpfs mounts
 // on /workspace and /tmp, a private /dev/shm, and an init that says it
-// runs and then only waits (programs come with `runsc exec`).
+// runs and then only waits for the server to go (programs come with
+// `runsc exec`).
 func (s *Sandbox) writeBundle() error {
 	l := s.spec.Limits
 	mounts := []ociMount{
@@ -112,7 +113,12 @@ func (s *Sandbox) writeBundle() error {
 		ociMount{Destination: "/tmp", Type: "bind", Source: filepath.Join(s.dir, "tmp"), Options: []string{"rbind", "rw", "nosuid", "nodev"}},
 		ociMount{Destination: "/workspace", Type: "bind", Source: filepath.Join(s.dir, "workspace"), Options: []string{"rbind", "rw", "nosuid", "nodev"}},
 	)
-	init := processSpec([]string{"/usr/bin/sh", "-c", "echo; exec /usr/bin/sleep infinity"}, []string{"PATH=/usr/bin:/bin"}, "/", uint64(l.NoFile))
+	// The init says it runs, then waits for the end of its fd 3 (the
+	// server's life pipe: see Start). It is bash because bash reaps every
+	// child on SIGCHLD, orphans it inherits included: programs are started
+	// beside it (runsc exec), and what they leave behind when they die
+	// (a killed command's background jobs) is reparented to it.
+	init := processSpec([]string{"/usr/bin/bash", "--noprofile", "--norc", "-c", initScript}, []string{"PATH=/usr/bin:/bin"}, "/", uint64(l.NoFile))
 	spec := ociSpec{
 		Version:  "1.0.2",
 		Process:  init,
@@ -135,6 +141,14 @@ func (s *Sandbox) writeBundle() error {
 	}
 	return os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600)
 }
+
+// initScript: a background read waits for the end of fd 3 while the init
+// itself sits in wait, which reaps every child that ends, orphans
+// reparented to the init included (bash ignores pids it did not start).
+const initScript = `echo
+read -r x <&3 &
+wait
+exit 0`
 
 func itoa(v int64) string {
 	b, _ := json.Marshal(v)

@@ -256,6 +256,12 @@ func (in *Instance) Lost() (apitype.End, error) {
 // shell convention), once Messages closed; false if no one says so soon.
 func (in *Instance) ProgramExit() (int, bool) {
 	e, ok := in.runtimeExit()
+	if g, isG := in.sb.(*gvisorSandbox); isG && g.lost.Load() {
+		// The whole gVisor sandbox died under the program (an OOM kill
+		// takes the Sentry): that is the sandbox's end, not the
+		// program's exit status.
+		return 0, false
+	}
 	return e.Code(), ok
 }
 
@@ -289,8 +295,14 @@ func (in *Instance) Monitor(stop <-chan struct{}) apitype.End {
 
 // death explains why the runtime or the jail went away.
 func (in *Instance) death(e jail.Exit) apitype.End {
-	if st, err := in.sb.Stats(); err == nil && (st.OOMKills > 0 || in.rt.OutOfMemory(in.Limits(), e.Status, st.MemoryPeak)) {
+	st, err := in.sb.Stats()
+	if err == nil && (st.OOMKills > 0 || in.rt.OutOfMemory(in.Limits(), e.Status, st.MemoryPeak)) {
 		return apitype.Ended(apitype.EndOOM)
+	}
+	if err == nil && st.PidsMax > 0 && in.isolation == config.GVisor {
+		// gVisor's Sentry needs host threads for the sandbox's threads:
+		// at the pids limit it may die with them.
+		return apitype.Ended(apitype.EndPids)
 	}
 	end := apitype.Ended(apitype.EndInterpreterExited)
 	switch {

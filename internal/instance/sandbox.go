@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -110,10 +111,11 @@ func (k GVisor) sessionCommand(rt runtimes.Runtime) []string {
 type gvisorSandbox struct {
 	*gvisor.Sandbox
 	exits chan jail.Exit
+	// lost: a program's runsc exec lost its sandbox (it died under it).
+	lost atomic.Bool
 }
 
 func (s *gvisorSandbox) CPU() (time.Duration, error)        { return s.Cgroup().CPU() }
-func (s *gvisorSandbox) Stats() (cgroup.Stats, error)       { return s.Cgroup().Stats() }
 func (s *gvisorSandbox) Events() <-chan cgroup.Event        { return s.Cgroup().Events() }
 func (s *gvisorSandbox) PollPids(stop <-chan struct{})      { s.Cgroup().PollPids(stop) }
 func (s *gvisorSandbox) Exits() <-chan jail.Exit            { return s.exits }
@@ -121,6 +123,19 @@ func (s *gvisorSandbox) Adapt(l config.Limits, _ int) error { return s.Sandbox.A
 
 func (s *gvisorSandbox) exec(p jail.Process) (int, <-chan gvisor.Exit, error) {
 	return s.Exec(gvisor.Process{Argv: p.Argv, Env: p.Env, Dir: p.Dir, Files: p.Files})
+}
+
+// Stats implements sandbox. gVisor handles memory pressure itself too: at
+// the cgroup's limit the Sentry may SIGKILL the program that wants more
+// (the host's OOM killer never runs) rather than die. A sandbox whose
+// memory peaked at its limit counts one OOM kill, so that such a kill is
+// reported as memory, as on native.
+func (s *gvisorSandbox) Stats() (cgroup.Stats, error) {
+	st, err := s.Cgroup().Stats()
+	if err == nil && st.OOMKills == 0 && st.MemoryPeak >= gvisor.HostMemory(s.Limits())-8<<20 {
+		st.OOMKills = 1
+	}
+	return st, err
 }
 
 // Spawn implements sandbox: the exit goes to Exits.
@@ -131,6 +146,9 @@ func (s *gvisorSandbox) Spawn(p jail.Process) (int, error) {
 	}
 	go func() {
 		e := <-ch
+		if e.Lost {
+			s.lost.Store(true)
+		}
 		select {
 		case s.exits <- jail.Exit{Pid: e.Pid, Status: e.Status}:
 		case <-s.Dead():

@@ -1,0 +1,256 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/internal/apitype"
+	"airlock/internal/config"
+	"airlock/internal/gvisor"
+	"airlock/internal/testenv"
+)
+
+// The gVisor server of the mode table: isolation "gvisor" (with native
+// allowed per request), warm pools of gVisor sandboxes.
+var (
+	gvisorOnce   sync.Once
+	gvisorShared *server
+)
+
+func gvisorConfig(t testing.TB) map[string]any {
+	return map[string]any{
+		"isolation":       "gvisor",
+		"allow_isolation": []string{"native"},
+		"gvisor":          map[string]any{"runsc": testenv.Runsc(t)},
+	}
+}
+
+func gvisorServer(t *testing.T) *server {
+	t.Helper()
+	testenv.Runsc(t) // says why it skips, before the shared server is tried
+	gvisorOnce.Do(func() {
+		gvisorShared = startServer(&persistentTB{T: t}, gvisorConfig(t))
+	})
+	if gvisorShared == nil {
+		t.Fatal("no gVisor server")
+	}
+	gvisorShared.t = t
+	return gvisorShared
+}
+
+// modeSuite is the table of session, file, limit and abuse tests that run
+// on every isolation: each runs on the native server as its own Test
+// function, and on the gVisor server through TestGVisorModeSuite.
+var modeSuite = []struct {
+	name string
+	f    func(*testing.T, *server)
+}{
+	{"StatePersists", testStatePersists},
+	{"PlotIsPNG", testPlotIsPNG},
+	{"DataFrameHTML", testDataFrameHTML},
+	{"ExceptionThenNormalCall", testExceptionThenNormalCall},
+	{"TimeoutKeepsState", testTimeoutKeepsState},
+	{"CPUTimeKeepsState", testCPUTimeKeepsState},
+	{"OOMEndsSessionCleanly", testOOMEndsSessionCleanly},
+	{"StreamedEventsInOrderAndEarly", testStreamedEventsInOrderAndEarly},
+	{"BinaryFileRoundTrip", testBinaryFileRoundTrip},
+	{"TraversalRejected", testTraversalRejected},
+	{"SwapRace", testSwapRace},
+	{"SessionsAreIsolated", testSessionsAreIsolated},
+	{"ConcurrentExecutionConflicts", testConcurrentExecutionConflicts},
+	{"Interrupt", testInterrupt},
+	{"OneShotExecute", testOneShotExecute},
+	{"DeleteAndIdle", testDeleteAndIdle},
+	{"BashSession", testBashSession},
+	{"JavaScriptSession", testJavaScriptSession},
+	{"EmptyCell", testEmptyCell},
+	{"JavaScriptMemory", testJavaScriptMemory},
+	{"CommandsInEveryLanguage", testCommandsInEveryLanguage},
+	{"CommandWhileBusy", testCommandWhileBusy},
+	{"CommandLimits", testCommandLimits},
+	{"CommandStreams", testCommandStreams},
+	{"BackgroundCommands", testBackgroundCommands},
+	{"TinyTimeouts", testTinyTimeouts},
+	{"TransfersKeepTheSessionAlive", testTransfersKeepTheSessionAlive},
+	{"UploadIntoADeletedSession", testUploadIntoADeletedSession},
+	{"ControlCharacterNames", testControlCharacterNames},
+	{"PoolSurvivesAbuse", testPoolSurvivesAbuse},
+	{"SessionsRunRealPrograms", testSessionsRunRealPrograms},
+	{"RunProgramAPI", testRunProgramAPI},
+	{"RunProgramLimitsAndCrashes", testRunProgramLimitsAndCrashes},
+	{"RunProgramStreamsBytes", testRunProgramStreamsBytes},
+	{"FileAPIOddities", testFileAPIOddities},
+}
+
+func TestGVisorModeSuite(t *testing.T) {
+	s := gvisorServer(t)
+	for _, c := range modeSuite {
+		t.Run(c.name, func(t *testing.T) {
+			s.t = t
+			c.f(t, s)
+		})
+	}
+}
+
+// Sessions say their isolation; a server runs the other one only where
+// its operator allows it (allow_isolation), and never silently.
+func TestIsolationChoice(t *testing.T) {
+	g := gvisorServer(t)
+	ctx := context.Background()
+	var host unix.Utsname
+	unix.Uname(&host)
+	hostRelease := unix.ByteSliceToString(host.Release[:])
+	for _, c := range []struct {
+		ask  string
+		want config.Isolation
+	}{{"", config.GVisor}, {"gvisor", config.GVisor}, {"native", config.Native}} {
+		id := g.newSession("python", map[string]any{"isolation": c.ask})
+		info, err := g.c.Session(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := g.exec(id, "import os; print(os.uname().release)")
+		onHost := strings.TrimSpace(r.Stdout) == hostRelease
+		if info.Isolation != c.want || onHost != (c.want == config.Native) {
+			t.Errorf("asked %q: isolation %q, kernel %q (host %q)", c.ask, info.Isolation, r.Stdout, hostRelease)
+		}
+		g.c.DeleteSession(ctx, id)
+	}
+	// One-shot and program runs pick it too.
+	res, err := g.c.RunOnce(ctx, apitype.OneShotRequest{Code: "import os; print(os.uname().release)", Isolation: config.Native}, nil)
+	if err != nil || strings.TrimSpace(res.Stdout) != hostRelease {
+		t.Errorf("one-shot on native: %+v %v", res, err)
+	}
+	// The native server does not allow gVisor.
+	n := sharedServer(t)
+	var req apitype.CreateSessionRequest
+	json.Unmarshal([]byte(`{"isolation":"gvisor"}`), &req)
+	_, err = n.c.CreateSession(ctx, req)
+	wantError(t, "gvisor on a native-only server", err, 403, "permission_denied")
+	_, err = n.c.RunOnce(ctx, apitype.OneShotRequest{Code: "1", Isolation: "kvm"}, nil)
+	wantError(t, "an unknown isolation", err, 400, "invalid_argument")
+}
+
+// What code in a gVisor sandbox tries against the host: every attempt
+// fails, and the layers airlock applies from the host side hold (gVisor
+// has no Landlock and virtual cgroups inside, so they are checked from
+// outside). Each probe also runs on native as the positive control that
+// the probe itself works (it must fail there too, by airlock's layers).
+func TestGVisorEscapes(t *testing.T) {
+	g := gvisorServer(t)
+	probes := []struct{ name, code string }{
+		// Each prints "BLOCKED" when the attempt failed.
+		{"host network", "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 53), timeout=2)\n    print('CONNECTED')\nexcept OSError:\n    print('BLOCKED')"},
+		{"interfaces", "ifs = [l.split(':')[0].strip() for l in open('/proc/net/dev').readlines()[2:]]\nprint('BLOCKED' if ifs == ['lo'] else ifs)"},
+		{"write the root", "import os\ntry:\n    open('/usr/airlock-escape', 'w'); print('WROTE')\nexcept OSError:\n    print('BLOCKED')"},
+		{"host files", "import os\nprint('BLOCKED' if not os.path.exists('/etc/shadow') and not os.path.exists('/root') and not os.path.exists('/home') else 'SEEN')"},
+		{"mount", "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nprint('BLOCKED' if libc.mount(b'none', b'/tmp', b'tmpfs', 0, None) != 0 else 'MOUNTED')"},
+		{"capabilities", "print('BLOCKED' if [l for l in open('/proc/self/status') if l.startswith('CapEff')][0].split()[1] == '0000000000000000' else 'CAPS')"},
+		{"setuid root", "import os\ntry:\n    os.setuid(0); print('ROOT')\nexcept OSError:\n    print('BLOCKED')"},
+		{"kernel modules", "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nprint('BLOCKED' if libc.syscall(313, -1, b'', 0) != 0 else 'LOADED')"},
+		{"ptrace pid 1", "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nprint('BLOCKED' if libc.ptrace(16, 1, None, None) != 0 else 'ATTACHED')"},
+	}
+	for _, iso := range []string{"native", "gvisor"} {
+		id := g.newSession("python", map[string]any{"isolation": iso})
+		for _, p := range probes {
+			r := g.exec(id, p.code)
+			if strings.TrimSpace(r.Stdout) != "BLOCKED" {
+				t.Errorf("%s, %s: %q %+v", iso, p.name, r.Stdout, r.Error)
+			}
+		}
+		info, _ := g.c.Session(context.Background(), id)
+		if iso == "gvisor" {
+			// The host-side cgroup holds the whole sandbox (Sentry and
+			// gofer), with the session's limits.
+			dir := filepath.Join("/sys/fs/cgroup/memory", g.name, info.Sandbox)
+			b, err := os.ReadFile(filepath.Join(dir, "memory.limit_in_bytes"))
+			if err != nil || strings.TrimSpace(string(b)) != strconv.Itoa(512<<20+gvisor.OverheadMemory) {
+				t.Errorf("memory limit of %s: %q %v", dir, b, err)
+			}
+			procs, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids", g.name, info.Sandbox, "cgroup.procs"))
+			if len(strings.Fields(string(procs))) < 2 {
+				t.Errorf("the Sentry and gofer are not in the sandbox's cgroup: %q", procs)
+			}
+			r := g.exec(id, "import os; print(os.uname().release)")
+			if !strings.Contains(r.Stdout, "gvisor") {
+				t.Errorf("the kernel inside is %q", r.Stdout)
+			}
+		}
+		g.c.DeleteSession(context.Background(), id)
+	}
+}
+
+// gVisor sandboxes leave nothing after a SIGTERM, nor after kill -9 of
+// the server: they end with it (their init's life pipe closes), and the
+// next server sweeps their state.
+func TestGVisorLeavesNothing(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		t.Run(sig.String(), func(t *testing.T) {
+			cfg := gvisorConfig(t)
+			cfg["pool"] = map[string]any{"size": map[string]int{"python": 1, "bash": 1, "javascript": 0}}
+			s := startServer(t, cfg)
+			id := s.newSession("python", nil)
+			s.exec(id, "import subprocess\nsubprocess.Popen(['sleep', '600'], start_new_session=True)")
+			s.newSession("bash", map[string]any{"isolation": "native"})
+			if err := s.cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			<-s.done
+			if sig == syscall.SIGKILL {
+				deadline := time.Now().Add(15 * time.Second)
+				for len(runscProcs(s.name)) > 0 && time.Now().Before(deadline) {
+					time.Sleep(100 * time.Millisecond)
+				}
+				if p := runscProcs(s.name); len(p) > 0 {
+					t.Errorf("runsc outlived its killed server: %v", p)
+				}
+				s2 := startServerNamed(t, s.name, s.cfg)
+				s2.stop()
+			}
+			left := checkNothingLeft(s.name)
+			left = append(left, runscProcs(s.name)...)
+			if ents, _ := os.ReadDir(filepath.Join("/run", s.name, "gvisor")); len(ents) > 0 {
+				left = append(left, "gvisor state: "+ents[0].Name())
+			}
+			for _, root := range []string{"blkio", "cpuset", "devices", "freezer", "systemd", "net_cls", "hugetlb"} {
+				if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", root, s.name)); err == nil {
+					left = append(left, "runsc cgroup in "+root)
+				}
+			}
+			if len(left) > 0 {
+				t.Fatalf("left behind:\n%s", strings.Join(left, "\n"))
+			}
+		})
+	}
+}
+
+// gvisor reports whether the server's sandboxes run on gVisor by default.
+func (s *server) gvisor() bool { return s.cfg["isolation"] == "gvisor" }
+
+// runscProcs lists the runsc processes of the server named name (their
+// command lines name its state directory).
+func runscProcs(name string) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		cmd := strings.ReplaceAll(string(b), "\x00", " ")
+		if strings.Contains(cmd, "/run/"+name+"/gvisor/") {
+			out = append(out, e.Name()+": "+truncate(cmd, 120))
+		}
+	}
+	return out
+}
