@@ -66,6 +66,8 @@ type Manager struct {
 	oneShots map[*Session]struct{} // running one-shot and program runs
 	bg       sync.WaitGroup        // one-shot runs and their teardowns
 	lastFree atomic.Int64          // unix nanoseconds of the last returnMemory
+	// policy: tenants' output redaction and code rules (nil: none).
+	policy *policy
 }
 
 // NewManager returns a manager that gets the sandboxes of the server's
@@ -74,8 +76,13 @@ func NewManager(cfg config.Config, source instance.Source, log *slog.Logger) *Ma
 	if log == nil {
 		log = slog.Default()
 	}
+	p, err := newPolicy(cfg)
+	if err != nil {
+		// config.Validate compiled the same rules: unreachable.
+		panic("session: output policy: " + err.Error())
+	}
 	return &Manager{
-		cfg: cfg, sources: map[config.Isolation]instance.Source{cfg.Isolation: source}, log: log,
+		cfg: cfg, sources: map[config.Isolation]instance.Source{cfg.Isolation: source}, log: log, policy: p,
 		execs:    make(chan struct{}, cfg.Server.MaxConcurrentExecutions),
 		sessions: map[string]*Session{},
 		ended:    map[string]endedSession{},

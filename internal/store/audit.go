@@ -157,3 +157,24 @@ func (d *DB) RetainAudit(ctx context.Context, maxAge time.Duration, maxSize int6
 	}
 	return removed, nil
 }
+
+// CPUSince sums the CPU time of each tenant's recorded operations since
+// t (to restore the quotas' day at a restart).
+func (d *DB) CPUSince(ctx context.Context, t time.Time) (map[string]time.Duration, error) {
+	rows, err := d.audit.QueryContext(ctx, `SELECT tenant, COALESCE(SUM(json_extract(record, '$.cpu_ms')), 0) FROM audit
+		WHERE time >= ? AND tenant != '' GROUP BY tenant`, unixNano(t))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]time.Duration{}
+	for rows.Next() {
+		var tenant string
+		var ms float64
+		if err := rows.Scan(&tenant, &ms); err != nil {
+			return nil, err
+		}
+		out[tenant] = time.Duration(ms * float64(time.Millisecond))
+	}
+	return out, rows.Err()
+}
