@@ -297,7 +297,7 @@ func TestRouter(t *testing.T) {
 	// The configuration exactly as the chart renders it, with loopback
 	// addresses and ports.
 	objs := objects(t, render(t, routerNS,
-		"--set", "auth.allowAnonymous=true",
+		"--set", "auth.token=x",
 		"--set", fmt.Sprintf("service.port=%d", backendPort),
 		"--set", "router.listenAddress=127.0.0.1",
 		"--set", fmt.Sprintf("router.port=%d", routerPort),
