@@ -83,6 +83,20 @@ func (n Network) Validate() error {
 // /v1/sessions/{id}/packages) from operator-configured sources only.
 type Packages struct {
 	Pip Pip `json:"pip"`
+	Npm Npm `json:"npm"`
+}
+
+// Npm configures npm installs into JavaScript sessions; off when
+// Registry is empty.
+type Npm struct {
+	// Registry is an npm registry (https://registry.npmjs.org or the
+	// operator's mirror); Hosts are further hosts its tarballs come from.
+	Registry    string   `json:"registry"`
+	Hosts       []string `json:"hosts"`
+	Allow       []string `json:"allow"`
+	Deny        []string `json:"deny"`
+	Timeout     Duration `json:"timeout"`
+	MaxPackages int      `json:"max_packages"`
 }
 
 // Pip configures pip installs; off when IndexURL is empty.
@@ -105,7 +119,8 @@ type Pip struct {
 
 // DefaultPackages is the built-in packages section: off.
 func DefaultPackages() Packages {
-	return Packages{Pip: Pip{Timeout: Duration(2 * time.Minute), MaxPackages: 32}}
+	return Packages{Pip: Pip{Timeout: Duration(2 * time.Minute), MaxPackages: 32},
+		Npm: Npm{Timeout: Duration(2 * time.Minute), MaxPackages: 32}}
 }
 
 // Validate checks the section.
@@ -119,6 +134,15 @@ func (p Packages) Validate() error {
 	}
 	if p.Pip.MaxPackages < 1 || p.Pip.MaxPackages > 1024 {
 		errs = append(errs, errors.New("packages.pip.max_packages must be between 1 and 1024"))
+	}
+	if u := p.Npm.Registry; u != "" && !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") {
+		errs = append(errs, fmt.Errorf("packages.npm.registry %q must be an http(s) URL", u))
+	}
+	if p.Npm.Timeout < Duration(time.Second) || p.Npm.Timeout > Duration(time.Hour) {
+		errs = append(errs, errors.New("packages.npm.timeout must be between 1s and 1h"))
+	}
+	if p.Npm.MaxPackages < 1 || p.Npm.MaxPackages > 1024 {
+		errs = append(errs, errors.New("packages.npm.max_packages must be between 1 and 1024"))
 	}
 	return errors.Join(errs...)
 }

@@ -1,10 +1,15 @@
 package server
 
 import (
+	"archive/tar"
 	"archive/zip"
 	"bytes"
+	"compress/gzip"
 	"context"
+	"crypto/sha1"
 	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/json"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -143,5 +148,101 @@ print(len(listening))
 	_, err = c.InstallPackages(ctx, sess.ID, apitype.PackagesRequest{Manager: "pip", Packages: []string{"airlock-dep"}})
 	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "unreachable") {
 		t.Errorf("unreachable index: %v", err)
+	}
+}
+
+// npmTarball builds an npm package tarball: package/package.json and
+// package/index.js.
+func npmTarball(t *testing.T, name, version, index string, deps map[string]string) []byte {
+	pj, _ := json.Marshal(map[string]any{"name": name, "version": version, "main": "index.js", "dependencies": deps,
+		"scripts": map[string]string{"install": "touch /workspace/INSTALL-SCRIPT-RAN"}})
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for _, f := range []struct{ name, body string }{{"package/package.json", string(pj)}, {"package/index.js", index}} {
+		tw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.body)), Typeflag: tar.TypeReg})
+		tw.Write([]byte(f.body))
+	}
+	tw.Close()
+	gz.Close()
+	return buf.Bytes()
+}
+
+// npmRegistry serves packuments and tarballs on 127.0.0.2, as a static
+// registry does.
+func npmRegistry(t *testing.T, host string, pkgs map[string][]byte, deps map[string]map[string]string) int {
+	l, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	mux := http.NewServeMux()
+	for name, tgz := range pkgs {
+		sum := sha512.Sum512(tgz)
+		sha1sum := sha1.Sum(tgz)
+		tarURL := fmt.Sprintf("http://%s:%d/%s/-/%s-1.0.0.tgz", host, port, name, name)
+		doc, _ := json.Marshal(map[string]any{
+			"name": name, "dist-tags": map[string]string{"latest": "1.0.0"},
+			"versions": map[string]any{"1.0.0": map[string]any{
+				"name": name, "version": "1.0.0", "dependencies": deps[name],
+				"dist": map[string]string{"tarball": tarURL, "integrity": "sha512-" + base64.StdEncoding.EncodeToString(sum[:]), "shasum": hex.EncodeToString(sha1sum[:])},
+			}},
+		})
+		mux.HandleFunc("/"+name, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(doc)
+		})
+		mux.HandleFunc("/"+name+"/-/"+name+"-1.0.0.tgz", func(w http.ResponseWriter, r *http.Request) { w.Write(tgz) })
+	}
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return port
+}
+
+func TestPackagesNpm(t *testing.T) {
+	deps := map[string]map[string]string{"airlock-npm-demo": {"airlock-npm-dep": "^1.0.0"}}
+	port := npmRegistry(t, "npm.a.test", map[string][]byte{
+		"airlock-npm-demo": npmTarball(t, "airlock-npm-demo", "1.0.0", "module.exports = require('airlock-npm-dep') + 1;\n", deps["airlock-npm-demo"]),
+		"airlock-npm-dep":  npmTarball(t, "airlock-npm-dep", "1.0.0", "module.exports = 41;\n", nil),
+	}, deps)
+	c, res, _ := egressServer(t, func(cfg *config.Config) {
+		cfg.Packages.Npm.Registry = fmt.Sprintf("http://npm.a.test:%d/", port)
+		cfg.Pool.Size = map[string]int{}
+	})
+	res.mu.Lock()
+	res.addrs["npm.a.test"] = res.addrs["pypi.a.test"]
+	res.mu.Unlock()
+	ctx := context.Background()
+	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "javascript"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.InstallPackages(ctx, sess.ID, apitype.PackagesRequest{Manager: "npm", Packages: []string{"airlock-npm-demo"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, p := range out.Installed {
+		got[p.Name] = p.Version
+	}
+	if got["airlock-npm-demo"] != "1.0.0" || got["airlock-npm-dep"] != "1.0.0" {
+		t.Errorf("installed %+v", out.Installed)
+	}
+	r, err := c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: `console.log(require('airlock-npm-demo')); console.log(require('fs').existsSync('/workspace/INSTALL-SCRIPT-RAN'))`}, nil)
+	if err != nil || r.Stdout != "42\nfalse\n" {
+		t.Errorf("after the install: %q %q, %v", r.Stdout, r.Stderr, err)
+	}
+	for _, tc := range []struct {
+		pkgs []string
+		kind error
+	}{
+		{[]string{"no-such-npm-pkg"}, errdefs.ErrNotFound},
+		{[]string{"file:../x"}, errdefs.ErrInvalidArgument},
+		{[]string{"git+https://example.com/x.git"}, errdefs.ErrInvalidArgument},
+	} {
+		if _, err := c.InstallPackages(ctx, sess.ID, apitype.PackagesRequest{Manager: "npm", Packages: tc.pkgs}); !errors.Is(err, tc.kind) {
+			t.Errorf("npm install %v: %v, want %v", tc.pkgs, err, tc.kind)
+		}
 	}
 }

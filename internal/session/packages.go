@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"airlock/internal/apitype"
@@ -193,8 +194,11 @@ del _airlock_install
 func (s *Session) InstallPackages(ctx context.Context, req apitype.PackagesRequest) (*apitype.PackagesResult, error) {
 	start := time.Now()
 	m := s.m
+	if req.Manager == "npm" {
+		return s.installNpm(ctx, req, start)
+	}
 	if req.Manager != "pip" {
-		return nil, fmt.Errorf("%w: manager %q: only \"pip\" is supported", errdefs.ErrInvalidArgument, req.Manager)
+		return nil, fmt.Errorf("%w: manager %q: \"pip\" or \"npm\"", errdefs.ErrInvalidArgument, req.Manager)
 	}
 	if s.lang.Lang != "python" {
 		return nil, fmt.Errorf("%w: pip installs into Python sessions only", errdefs.ErrInvalidArgument)
@@ -216,40 +220,16 @@ func (s *Session) InstallPackages(ctx context.Context, req apitype.PackagesReque
 	timeout := cfg.Timeout.D()
 
 	// 1. Download, in a sandbox of its own.
-	rt, err := m.lookup("python")
-	if err != nil {
-		return nil, err
-	}
-	limits, err := config.Resolve(config.Limits{Timeout: config.Duration(timeout + 10*time.Second)}, m.cfg.Defaults, m.cfg.Max)
-	if err != nil {
-		return nil, err
-	}
-	release, err := m.acquire(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	dl, err := m.start(ctx, config.Native, rt, limits, sessionEnv(rt, limits, nil), time.Hour, policy)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		dl.terminate(apitype.Ended(apitype.EndFinished))
-		<-dl.gone
-	}()
 	var trusted []string
 	if index.Scheme == "http" {
 		trusted = append(trusted, index.Hostname())
 	}
 	args, _ := json.Marshal(map[string]any{"index": cfg.IndexURL, "trusted": trusted, "packages": req.Packages, "timeout": timeout.Seconds()})
-	res, err := dl.execute(ctx, request{code: fmt.Sprintf(downloadCode, string(args), marker), timeout: limits.Timeout.D(), kind: ExecOneShot, pkg: strings.Join(req.Packages, " "), pkgSession: s.id}, nil, true)
+	dl, rep, done, err := m.download(ctx, policy, fmt.Sprintf(downloadCode, string(args), marker), timeout, strings.Join(req.Packages, " "), s.id)
 	if err != nil {
 		return nil, err
 	}
-	rep, err := parseReport(res)
-	if err != nil {
-		return nil, err
-	}
+	defer done()
 	if rep.Code != 0 || rep.Timeout {
 		return nil, pipFailure("the download", rep)
 	}
@@ -274,12 +254,12 @@ func (s *Session) InstallPackages(ctx context.Context, req apitype.PackagesReque
 			return nil, err
 		}
 	}
-	dl.terminate(apitype.Ended(apitype.EndFinished))
+	done()
 
 	// 3. Install offline, in the session's own sandbox.
 	args, _ = json.Marshal(map[string]any{"site": "/workspace/" + siteDir, "wheels": "/workspace/" + wheelDir,
 		"packages": req.Packages, "timeout": timeout.Seconds()})
-	res, err = s.execute(ctx, request{code: fmt.Sprintf(installCode, string(args), marker), timeout: timeout + 10*time.Second, kind: ExecSession, pkg: strings.Join(req.Packages, " "), pkgSession: s.id}, nil, false)
+	res, err := s.execute(ctx, request{code: fmt.Sprintf(installCode, string(args), marker), timeout: timeout + 10*time.Second, kind: ExecSession, pkg: strings.Join(req.Packages, " "), pkgSession: s.id}, nil, false)
 	if err != nil {
 		ws.Remove(wheelDir, true)
 		return nil, err
@@ -309,4 +289,182 @@ func copyFile(from, to *Session, src, dst string) error {
 		return err
 	}
 	return nil
+}
+
+// download runs code (which prints a report after the marker) in a
+// fresh, short-lived Python sandbox whose only egress is policy. done
+// ends that sandbox and waits for its teardown; it may be called twice.
+func (m *Manager) download(ctx context.Context, policy egress.Policy, code string, timeout time.Duration, pkg, pkgSession string) (_ *Session, _ pipReport, done func(), err error) {
+	rt, err := m.lookup("python")
+	if err != nil {
+		return nil, pipReport{}, nil, err
+	}
+	limits, err := config.Resolve(config.Limits{Timeout: config.Duration(timeout + 10*time.Second)}, m.cfg.Defaults, m.cfg.Max)
+	if err != nil {
+		return nil, pipReport{}, nil, err
+	}
+	release, err := m.acquire(ctx)
+	if err != nil {
+		return nil, pipReport{}, nil, err
+	}
+	dl, err := m.start(ctx, config.Native, rt, limits, sessionEnv(rt, limits, nil), time.Hour, policy)
+	if err != nil {
+		release()
+		return nil, pipReport{}, nil, err
+	}
+	var once sync.Once
+	done = func() {
+		once.Do(func() {
+			dl.terminate(apitype.Ended(apitype.EndFinished))
+			<-dl.gone
+			release()
+		})
+	}
+	res, err := dl.execute(ctx, request{code: code, timeout: limits.Timeout.D(), kind: ExecOneShot, pkg: pkg, pkgSession: pkgSession}, nil, true)
+	if err != nil {
+		done()
+		return nil, pipReport{}, nil, err
+	}
+	rep, err := parseReport(res)
+	if err != nil {
+		done()
+		return nil, pipReport{}, nil, err
+	}
+	return dl, rep, done, nil
+}
+
+// npmSpec: a name (optionally scoped) and an optional version or range.
+var npmSpec = regexp.MustCompile(`^((?:@[a-z0-9][a-z0-9._-]{0,100}/)?[a-z0-9][a-z0-9._-]{0,213})(@[A-Za-z0-9.^~<>=*+ |_-]{1,64})?$`)
+
+func checkNpm(cfg config.Npm, pkgs []string) error {
+	if cfg.Registry == "" {
+		return fmt.Errorf("%w: npm installs are not configured on this server (packages.npm.registry)", errdefs.ErrUnsupported)
+	}
+	if len(pkgs) == 0 {
+		return fmt.Errorf("%w: packages is empty", errdefs.ErrInvalidArgument)
+	}
+	if len(pkgs) > cfg.MaxPackages {
+		return fmt.Errorf("%w: more than %d packages (packages.npm.max_packages)", errdefs.ErrInvalidArgument, cfg.MaxPackages)
+	}
+	for _, p := range pkgs {
+		m := npmSpec.FindStringSubmatch(p)
+		if m == nil {
+			return fmt.Errorf("%w: %q is not a package spec (NAME, @SCOPE/NAME, NAME@VERSION)", errdefs.ErrInvalidArgument, p)
+		}
+		if slices.Contains(cfg.Deny, m[1]) || (len(cfg.Allow) > 0 && !slices.Contains(cfg.Allow, m[1])) {
+			return fmt.Errorf("%w: package %s is not allowed by the server's policy (packages.npm)", errdefs.ErrPermission, m[1])
+		}
+	}
+	return nil
+}
+
+const npmDownloadCode = `
+import json, os, subprocess
+a = json.loads(%q)
+os.makedirs("/workspace/dl", exist_ok=True)
+with open("/workspace/dl/package.json", "w") as f:
+    f.write('{"name": "airlock-download", "version": "0.0.0", "private": true}')
+cmd = ["/usr/bin/npm", "install", "--prefix", "/workspace/dl", "--registry", a["registry"], "--ignore-scripts",
+       "--no-audit", "--no-fund", "--no-update-notifier", "--no-package-lock", "--cache", "/workspace/.npm-cache",
+       "--fetch-retries", "0", "--loglevel", "error", "--"]
+env = {"PATH": "/usr/bin:/bin", "HOME": "/workspace", "NPM_CONFIG_USERCONFIG": "/dev/null", "LANG": "C.UTF-8"}
+r = {"code": -1, "log": "", "timeout": False, "installed": []}
+try:
+    p = subprocess.run(cmd + a["packages"], capture_output=True, text=True, env=env, timeout=a["timeout"])
+    r["code"], r["log"] = p.returncode, (p.stdout + p.stderr)[-8000:]
+except subprocess.TimeoutExpired:
+    r["timeout"] = True
+nm = "/workspace/dl/node_modules"
+if os.path.isdir(nm):
+    for d in sorted(os.listdir(nm)):
+        dirs = [os.path.join(d, s) for s in sorted(os.listdir(os.path.join(nm, d)))] if d.startswith("@") else [d]
+        for x in dirs:
+            try:
+                with open(os.path.join(nm, x, "package.json")) as f:
+                    pj = json.load(f)
+                r["installed"].append({"name": pj["name"], "version": pj["version"]})
+            except Exception:
+                pass
+print(%q + json.dumps(r))
+`
+
+// npmFailure turns a failed npm run into a clear error.
+func npmFailure(r pipReport) error {
+	tail := strings.TrimSpace(r.Log)
+	if len(tail) > 1500 {
+		tail = "..." + tail[len(tail)-1500:]
+	}
+	switch {
+	case r.Timeout:
+		return fmt.Errorf("%w: the download timed out (packages.npm.timeout): %s", errdefs.ErrTimeout, tail)
+	case strings.Contains(r.Log, "ECONNREFUSED"), strings.Contains(r.Log, "ECONNRESET"), strings.Contains(r.Log, "ENOTFOUND"),
+		strings.Contains(r.Log, "EAI_AGAIN"), strings.Contains(r.Log, "ETIMEDOUT"):
+		return fmt.Errorf("%w: the package registry is unreachable: %s", errdefs.ErrUnavailable, tail)
+	case strings.Contains(r.Log, "E404"), strings.Contains(r.Log, "ETARGET"):
+		return fmt.Errorf("%w: no such package or version on the registry: %s", errdefs.ErrNotFound, tail)
+	}
+	return fmt.Errorf("%w: the npm install failed: %s", errdefs.ErrUnavailable, tail)
+}
+
+// installNpm installs packages into a JavaScript session: npm runs, with
+// --ignore-scripts, in a separate sandbox whose only egress is the
+// registry; the node_modules tree it built is copied (files and
+// directories, by descriptor; no links) into the session's
+// /workspace/node_modules, where require() from /workspace finds it.
+func (s *Session) installNpm(ctx context.Context, req apitype.PackagesRequest, start time.Time) (*apitype.PackagesResult, error) {
+	m := s.m
+	if s.lang.Lang != "javascript" {
+		return nil, fmt.Errorf("%w: npm installs into JavaScript sessions only", errdefs.ErrInvalidArgument)
+	}
+	cfg := m.cfg.Packages.Npm
+	if err := checkNpm(cfg, req.Packages); err != nil {
+		return nil, err
+	}
+	if m.egress == nil {
+		return nil, fmt.Errorf("%w: the server has no egress layer", errdefs.ErrUnavailable)
+	}
+	policy, _, err := indexPolicy(config.Pip{IndexURL: cfg.Registry, Hosts: cfg.Hosts})
+	if err != nil {
+		return nil, err
+	}
+	if !s.End().Zero() {
+		return nil, gone(s.End())
+	}
+	timeout := cfg.Timeout.D()
+	args, _ := json.Marshal(map[string]any{"registry": cfg.Registry, "packages": req.Packages, "timeout": timeout.Seconds()})
+	dl, rep, done, err := m.download(ctx, policy, fmt.Sprintf(npmDownloadCode, string(args), marker), timeout, strings.Join(req.Packages, " "), s.id)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	if rep.Code != 0 || rep.Timeout {
+		return nil, npmFailure(rep)
+	}
+	entries, truncated, err := dl.workspace().List("dl/node_modules", true)
+	if err != nil || truncated {
+		return nil, errdefs.Private(errdefs.ErrUnavailable, "the downloaded packages are unreadable", err)
+	}
+	ws := s.workspace()
+	ws.Mkdir("node_modules")
+	for _, e := range entries {
+		rel := strings.TrimPrefix(e.Path, "dl/")
+		switch e.Type {
+		case "dir":
+			if err := ws.Mkdir(rel); err != nil {
+				if _, serr := ws.Stat(rel); serr != nil {
+					return nil, err
+				}
+			}
+		case "file":
+			if err := copyFile(dl, s, e.Path, rel); err != nil {
+				return nil, err
+			}
+		}
+	}
+	m.log.Info("packages installed", "session", s.id, "manager", "npm", "packages", req.Packages, "installed", rep.Installed)
+	if rep.Installed == nil {
+		rep.Installed = []apitype.Package{}
+	}
+	s.Touch()
+	return &apitype.PackagesResult{Installed: rep.Installed, DurationMs: ms(time.Since(start))}, nil
 }
