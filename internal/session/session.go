@@ -4,7 +4,9 @@
 // that keep the session's state, the end of a session (deleted, idle, out
 // of memory, process limit, interpreter gone) and the clear error every
 // later call gets, one-shot executions and program runs in a fresh
-// instance, and the Observer that hears all of it.
+// instance, which tenant owns each session (Find shows a caller only its
+// tenant's, unless it is an admin), and the Observer that hears all of
+// it, with who asked.
 //
 // It must never trust what a runtime says beyond the data it carries: an
 // execution ends by the runtime's done, by the session's own limits (see
