@@ -254,3 +254,30 @@ func runscProcs(name string) []string {
 	}
 	return out
 }
+
+// `airlock bench --only gvisor` runs the gVisor scenarios.
+func TestBenchGVisorSmoke(t *testing.T) {
+	runsc := testenv.Runsc(t)
+	out, errOut, code := runCLI(t, "", "bench", "--smoke", "--json", "--only", "gvisor", "--runsc", runsc)
+	if code != 0 {
+		t.Fatalf("bench --smoke --only gvisor failed (%d): %s\n%s", code, out, errOut)
+	}
+	var r struct {
+		Rows []struct {
+			Scenario string  `json:"scenario"`
+			Value    float64 `json:"value"`
+		} `json:"rows"`
+		Errors []string `json:"errors"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Errors) > 0 || len(r.Rows) < 5 {
+		t.Fatalf("errors %v, %d rows", r.Errors, len(r.Rows))
+	}
+	for _, row := range r.Rows {
+		if !strings.HasPrefix(row.Scenario, "gVisor: ") || row.Value <= 0 {
+			t.Errorf("row %+v", row)
+		}
+	}
+}
