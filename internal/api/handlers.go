@@ -141,10 +141,7 @@ func (s *Server) installPackages(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.session(w, r); !ok {
-		return
-	}
-	if err := s.m.Delete(r.PathValue("id")); err != nil {
+	if err := s.m.DeleteFor(r.Context(), r.PathValue("id")); err != nil {
 		fail(w, err)
 		return
 	}

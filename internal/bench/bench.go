@@ -188,6 +188,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	try("density", func() error { return benchDensity(ctx, srv, r, n(300, 3)) })
 	try("airlock_run", func() error { return benchRun(ctx, srv, r, o, n(40, 2)) })
 	try("audit", func() error { return benchAudit(ctx, r, o, n(3000, 30)) })
+	try("observe", func() error { return benchObserve(ctx, r, o, n(3000, 30)) })
 	if h, err := srv.health(ctx); err == nil {
 		r.Stats["pool"] = h.Pool
 	}
