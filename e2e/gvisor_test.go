@@ -281,3 +281,41 @@ func TestBenchGVisorSmoke(t *testing.T) {
 		}
 	}
 }
+
+// A configured gVisor that cannot boot is a refusal, never a fallback to
+// native: doctor fails, the server does not start. With a working runsc,
+// doctor proves a boot and lists the layers on both sides.
+func TestGVisorDoctorAndRefusal(t *testing.T) {
+	runsc := testenv.Runsc(t)
+	doctor := func(runsc string) (string, string, int) {
+		cfg := writeFile(t, "gvisor.json", `{"isolation": "gvisor", "gvisor": {"runsc": "`+runsc+`"}}`)
+		return runCLI(t, "", "doctor", "--json", "--config", cfg)
+	}
+	out, errOut, code := doctor(runsc)
+	if code != 0 {
+		t.Fatalf("doctor with runsc failed (%d): %s %s", code, out, errOut)
+	}
+	for _, want := range []string{`"name":"gvisor","status":"ok"`, `"name":"gvisor layers","status":"ok"`, "gVisor's", "Landlock"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor's report lacks %q: %s", want, out)
+		}
+	}
+	// runsc that answers --version but cannot boot anything.
+	fake := filepath.Join(t.TempDir(), "runsc")
+	os.WriteFile(fake, []byte("#!/bin/sh\n[ \"$1\" = --version ] && { echo 'runsc version fake'; exit 0; }\necho 'cannot boot' >&2\nexit 1\n"), 0o755)
+	for _, bad := range []string{"/nonexistent/runsc", fake} {
+		out, _, code := doctor(bad)
+		if code != 69 || !strings.Contains(out, `"name":"gvisor","status":"FAIL"`) {
+			t.Errorf("doctor with runsc %s: %d %s", bad, code, out)
+		}
+		cfgPath := writeFile(t, "serve.json", `{"isolation": "gvisor", "gvisor": {"runsc": "`+bad+`"}, "state_dir": "/run/airlock-e2e-refuse", "cgroup_parent": "airlock-e2e-refuse", "server": {"listen": "127.0.0.1:0", "auth": "none"}}`)
+		_, errOut, code := runCLI(t, "", "serve", "--config", cfgPath)
+		if code != 69 || !strings.Contains(errOut, "runsc") {
+			t.Errorf("serve with runsc %s: %d %s", bad, code, errOut)
+		}
+		if left := checkNothingLeft("airlock-e2e-refuse"); len(left) > 0 {
+			t.Errorf("a refused server left: %v", left)
+		}
+		os.RemoveAll("/run/airlock-e2e-refuse")
+	}
+}
