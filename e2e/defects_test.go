@@ -105,7 +105,9 @@ func (b *slowBody) Read(p []byte) (int, error) {
 
 // A transfer in progress is use: a session whose idle timeout passes
 // during a long upload or download is not ended under it.
-func TestTransfersKeepTheSessionAlive(t *testing.T) { testTransfersKeepTheSessionAlive(t, sharedServer(t)) }
+func TestTransfersKeepTheSessionAlive(t *testing.T) {
+	testTransfersKeepTheSessionAlive(t, sharedServer(t))
+}
 
 func testTransfersKeepTheSessionAlive(t *testing.T, s *server) {
 	id := s.newSession("python", map[string]any{"timeout_idle": "1s"})

@@ -237,7 +237,9 @@ func testOOMEndsSessionCleanly(t *testing.T, s *server) {
 	}
 }
 
-func TestStreamedEventsInOrderAndEarly(t *testing.T) { testStreamedEventsInOrderAndEarly(t, sharedServer(t)) }
+func TestStreamedEventsInOrderAndEarly(t *testing.T) {
+	testStreamedEventsInOrderAndEarly(t, sharedServer(t))
+}
 
 func testStreamedEventsInOrderAndEarly(t *testing.T, s *server) {
 	id := s.newSession("python", nil)
@@ -525,7 +527,9 @@ func TestMalformedRequests(t *testing.T) {
 	}
 }
 
-func TestConcurrentExecutionConflicts(t *testing.T) { testConcurrentExecutionConflicts(t, sharedServer(t)) }
+func TestConcurrentExecutionConflicts(t *testing.T) {
+	testConcurrentExecutionConflicts(t, sharedServer(t))
+}
 
 func testConcurrentExecutionConflicts(t *testing.T, s *server) {
 	id := s.newSession("python", nil)

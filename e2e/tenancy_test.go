@@ -198,6 +198,14 @@ func TestTenantIsolationEveryRoute(t *testing.T) {
 	if l, err := admin.Sessions(ctx); err != nil || len(l) != 1 || l[0].ID != sa.ID {
 		t.Errorf("admin lists %v, %v", l, err)
 	}
+	// An admin key of another tenant sees and reaches A's session too.
+	ops := s.as(s.newKey("ops", "--admin"))
+	if l, err := ops.Sessions(ctx); err != nil || len(l) != 1 || l[0].Tenant != "team-a" {
+		t.Errorf("an admin key lists %v, %v", l, err)
+	}
+	if res, err := ops.Execute(ctx, sa.ID, apitype.ExecuteRequest{Code: "1 + 1"}, nil); err != nil || res.ExitCode != 0 {
+		t.Errorf("an admin key executing in A's session: %v", err)
+	}
 	if recs := s.waitAudit("admin-token", url.Values{"tenant": {"team-a"}}, 2); len(recs) < 2 {
 		t.Errorf("admin audit of team-a: %+v", recs)
 	}
@@ -350,6 +358,13 @@ func TestTokenFileAndConfigPrint(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := keysServer(t, map[string]any{"server": map[string]any{"token_file": tok}})
+	if strings.Contains(s.stderr.String(), "authentication is OFF") {
+		t.Error("a server with keys says authentication is off")
+	}
+	// Without authentication (loopback only), the server says so at start.
+	if open := startServer(t, nil); !strings.Contains(open.stderr.String(), "authentication is OFF") {
+		t.Errorf("a server without authentication does not say so:\n%s", open.stderr.String())
+	}
 	if code, _ := s.raw("GET", "/v1/sessions", nil, bearer("from-a-file")); code != 200 {
 		t.Errorf("the token from token_file: %d", code)
 	}

@@ -72,6 +72,7 @@ curl -fsS -X DELETE $API/v1/sessions/$SESSION -o /dev/null -w "%{http_code}\n"
 curl -sS $API/v1/sessions/$SESSION -o /dev/null -w "%{http_code} (the session is gone)\n"
 
 echo "-- the audit log of it all (airlock audit, from the database)"
+sleep 0.2 # the audit's writer commits every 50 ms (audit.flush_interval)
 $A audit --since 10m
 
 echo

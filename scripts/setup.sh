@@ -6,6 +6,12 @@ set -eu
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 ./scripts/build.sh
+# Optional second kernel (README, "gVisor"): AIRLOCK_GVISOR=1 builds the
+# pinned runsc into /usr/local/bin (about 3 minutes the first time).
+if [ "${AIRLOCK_GVISOR:-0}" = 1 ]; then
+	CGO_ENABLED=0 GOBIN=/usr/local/bin PATH="$PATH:/usr/local/go/bin" go install \
+		"gvisor.dev/gvisor/runsc@$(sed -n 's/^const PinnedVersion = "\(.*\)"$/\1/p' internal/gvisor/gvisor.go)"
+fi
 install -m 0755 bin/airlock /usr/local/bin/airlock
 echo "installed /usr/local/bin/airlock"
 bin/airlock doctor

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"airlock/internal/config"
+	"airlock/internal/identity"
 	"airlock/internal/session"
 )
 
@@ -48,6 +49,74 @@ func TestAuthentication(t *testing.T) {
 		}
 		if c.want == http.StatusUnauthorized && rec.Header().Get("WWW-Authenticate") != "Bearer" {
 			t.Errorf("%s: no WWW-Authenticate: Bearer", c.name)
+		}
+	}
+}
+
+// fakeKeys is an Authenticator over a fixed set of keys.
+type fakeKeys map[string]identity.Identity
+
+func (f fakeKeys) Authenticate(_ context.Context, secret string) (identity.Identity, bool, error) {
+	id, ok := f[secret]
+	return id, ok, nil
+}
+
+// The caller is resolved once, at the edge, and reaches the handler in the
+// request's context: the key's tenant and id, admin for the token, the
+// unix socket and auth "none"; nothing for a public path.
+func TestIdentityAtTheEdge(t *testing.T) {
+	tcp := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}
+	unix := &net.UnixAddr{Name: "/run/airlock/airlock.sock", Net: "unix"}
+	for _, c := range []struct {
+		name, auth, bearer, path string
+		via                      net.Addr
+		status                   int
+		want                     *identity.Identity
+	}{
+		{"a tenant's key", config.AuthKeys, "alk_a", "/x", tcp, 200, &identity.Identity{Tenant: "a", KeyID: "key_a"}},
+		{"an admin key", config.AuthKeys, "alk_admin", "/x", tcp, 200, &identity.Identity{Tenant: "ops", KeyID: "key_ops", Admin: true}},
+		{"the token", config.AuthKeys, "tok", "/x", tcp, 200, &identity.Identity{Admin: true}},
+		{"an unknown key", config.AuthKeys, "alk_b", "/x", tcp, 401, nil},
+		{"no key", config.AuthKeys, "", "/x", tcp, 401, nil},
+		{"the socket", config.AuthKeys, "", "/x", unix, 200, &identity.Identity{Admin: true}},
+		{"auth none", config.AuthNone, "", "/x", tcp, 200, &identity.Identity{Admin: true}},
+		{"a public path", config.AuthKeys, "", "/healthz", tcp, 200, nil},
+	} {
+		cfg := config.Default()
+		cfg.Server.Auth, cfg.Server.Token = c.auth, "tok"
+		s := New(session.NewManager(cfg, nil, slog.New(slog.DiscardHandler)), cfg, slog.New(slog.DiscardHandler), "test")
+		s.Keys = fakeKeys{"alk_a": {Tenant: "a", KeyID: "key_a"}, "alk_admin": {Tenant: "ops", KeyID: "key_ops", Admin: true}}
+		var got *identity.Identity
+		var reqID string
+		h := func(w http.ResponseWriter, r *http.Request) {
+			if id, ok := identity.From(r.Context()); ok {
+				got = &id
+			}
+			reqID = identity.Request(r.Context())
+		}
+		s.Handle("GET /x", http.HandlerFunc(h))
+		if c.path == "/healthz" {
+			s.Public("/y")
+			s.Handle("GET /y", http.HandlerFunc(h))
+			c.path = "/y"
+		}
+		req := httptest.NewRequest("GET", c.path, nil)
+		req = req.WithContext(context.WithValue(req.Context(), http.LocalAddrContextKey, c.via))
+		if c.bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+c.bearer)
+		}
+		req.Header.Set("X-Request-Id", "req-42")
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		if rec.Code != c.status {
+			t.Errorf("%s: status %d, want %d", c.name, rec.Code, c.status)
+			continue
+		}
+		if (got == nil) != (c.want == nil) || (got != nil && *got != *c.want) {
+			t.Errorf("%s: identity %+v, want %+v", c.name, got, c.want)
+		}
+		if c.status == 200 && reqID != "req-42" {
+			t.Errorf("%s: request id %q in the context", c.name, reqID)
 		}
 	}
 }

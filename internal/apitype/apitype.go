@@ -188,6 +188,11 @@ type Result struct {
 	// with a network policy only): DNS lookups and connections, allowed
 	// or denied, and why.
 	Egress []EgressDecision `json:"egress,omitempty"`
+	// Redacted counts what the server's output policy replaced in stdout,
+	// stderr, text results and the error ([REDACTED:rule]).
+	Redacted int `json:"redacted,omitempty"`
+	// Flags name the operator's code rules that flagged the code.
+	Flags []string `json:"flags,omitempty"`
 }
 
 // InputFile is a file placed in /workspace before a one-shot or program
@@ -472,6 +477,9 @@ type CommandResult struct {
 	KillReason      KillReason `json:"kill_reason"`
 	// Signal names the signal that ended it, if one did ("SIGTERM").
 	Signal string `json:"signal,omitempty"`
+	// Redacted and Flags: as in Result (output policy, code rules).
+	Redacted int      `json:"redacted,omitempty"`
+	Flags    []string `json:"flags,omitempty"`
 }
 
 // CommandList is GET /v1/sessions/{id}/commands.

@@ -39,6 +39,10 @@ type Options struct {
 	Python  string // /usr/bin/python3
 	Only    string // comma-separated scenario names; all when empty
 	Verbose io.Writer
+	// Isolation "gvisor" adds the gVisor scenarios (a second server whose
+	// sandboxes run on gVisor), side by side with the native figures.
+	Isolation string
+	Runsc     string // the runsc binary; found on PATH when empty
 }
 
 // Stat summarises a set of durations.
@@ -147,6 +151,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		return full
 	}
+	if o.Only == "gvisor" {
+		// Only the gVisor scenarios: no native server to warm.
+		if err := benchGVisor(ctx, r, o, n); err != nil {
+			r.Errors = append(r.Errors, fmt.Sprintf("gvisor: %v", err))
+		}
+		return r, nil
+	}
 	poolSize := n(64, 4)
 	srv, err := startServer(ctx, o, poolSize, "", nil)
 	if err != nil {
@@ -177,8 +188,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	try("density", func() error { return benchDensity(ctx, srv, r, n(300, 3)) })
 	try("airlock_run", func() error { return benchRun(ctx, srv, r, o, n(40, 2)) })
 	try("audit", func() error { return benchAudit(ctx, r, o, n(3000, 30)) })
+	try("observe", func() error { return benchObserve(ctx, r, o, n(3000, 30)) })
 	if h, err := srv.health(ctx); err == nil {
 		r.Stats["pool"] = h.Pool
+	}
+	if o.Isolation == "gvisor" || (o.Only != "" && want("gvisor")) {
+		fmt.Fprintf(o.Verbose, "running gvisor\n")
+		if err := benchGVisor(ctx, r, o, n); err != nil {
+			r.Errors = append(r.Errors, fmt.Sprintf("gvisor: %v", err))
+		}
 	}
 	return r, nil
 }

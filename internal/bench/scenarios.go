@@ -461,3 +461,78 @@ func benchAudit(ctx context.Context, r *Report, o Options, n int) error {
 	}
 	return nil
 }
+
+// benchObserve: the cost of metrics and of the output policy on the hot
+// path. Warm executions printing one line, on three servers side by side
+// (batches interleaved): metrics off; metrics on (the default: an
+// observer and the API's request hook); metrics on plus every built-in
+// redaction set and a flag code rule (the output scanned, the code
+// screened).
+func benchObserve(ctx context.Context, r *Report, o Options, n int) error {
+	const code = `print("epoch 3: loss=0.25 on host-7")`
+	type variant struct {
+		label string
+		extra map[string]any
+		srv   *server
+		sess  string
+		lat   []time.Duration
+	}
+	vs := []*variant{
+		{label: "metrics off", extra: map[string]any{"metrics": map[string]any{"enabled": false}}},
+		{label: "metrics on", extra: map[string]any{"metrics": map[string]any{"enabled": true}}},
+		{label: "metrics on, redaction and a code rule", extra: map[string]any{
+			"metrics":    map[string]any{"enabled": true},
+			"redaction":  map[string]any{"builtin": []string{"credentials", "host_paths", "ip_addresses"}},
+			"code_rules": []map[string]string{{"name": "network", "pattern": `\b(requests|urllib)\b`, "action": "flag"}},
+		}},
+	}
+	for i, v := range vs {
+		srv, err := startServer(ctx, o, 1, fmt.Sprintf("-observe%d", i), v.extra)
+		if err != nil {
+			return err
+		}
+		defer srv.stop()
+		v.srv = srv
+		if err := srv.waitWarm(ctx, 3*time.Minute); err != nil {
+			return err
+		}
+		sess, err := srv.newSession(ctx)
+		if err != nil {
+			return err
+		}
+		v.sess = sess.ID
+		for j := 0; j < 50; j++ {
+			if _, err := srv.exec(ctx, sess.ID, code); err != nil {
+				return err
+			}
+		}
+	}
+	const batch = 100
+	for done := 0; done < n; done += batch {
+		for _, v := range vs {
+			for j := 0; j < min(batch, n-done); j++ {
+				start := time.Now()
+				if _, err := v.srv.exec(ctx, v.sess, code); err != nil {
+					return err
+				}
+				v.lat = append(v.lat, time.Since(start))
+			}
+		}
+	}
+	base := stats(vs[0].lat)
+	for i, v := range vs {
+		s := stats(v.lat)
+		row := Row{Scenario: "warm execute, one line printed: " + v.label, Metric: "p50", Value: s.P50, Unit: "ms"}
+		if i > 0 {
+			row.Target = "≤ +5% of metrics off"
+			if i == 2 {
+				row.Target = "≤ +10% of metrics off"
+			}
+			row.Baseline = fmt.Sprintf("%.3f ms (metrics off)", base.P50)
+			row.Ratio = fmt.Sprintf("%+.1f%%", (s.P50/base.P50-1)*100)
+		}
+		r.add(row)
+		r.Stats["observe/"+v.label] = s
+	}
+	return nil
+}

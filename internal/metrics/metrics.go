@@ -67,7 +67,7 @@ func New() *Metrics {
 	m.sessionsEnded = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "sessions_ended_total",
 		Help: "Client sessions ended, by language and end code."}, []string{"language", "end_code"})
 	m.executions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "executions_total",
-		Help: "Finished executions, by kind (session, oneshot, program, command), language and outcome (ok, error, killed, session_ended)."},
+		Help: "Finished executions, by kind (session, oneshot, program, command), language and outcome (ok, error, killed, session_ended, denied)."},
 		[]string{"kind", "language", "outcome"})
 	m.execDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "execution_duration_seconds",
 		Help:    "Wall-clock time of finished executions, by kind and language.",
@@ -140,13 +140,23 @@ func (m *Metrics) ExecutionFinished(e session.ExecutionEvent) {
 	if e.Redactions > 0 {
 		m.redactions.WithLabelValues(e.Tenant).Add(float64(e.Redactions))
 	}
+	action := "flag"
+	if e.Error == session.DeniedError {
+		action = "deny"
+	}
+	for _, rule := range e.CodeFlags {
+		m.codeRules.WithLabelValues(rule, action).Inc()
+	}
 }
 
-// Outcome names how an execution ended: "killed" at a limit, "error" for
-// an uncaught error or a non-zero exit status, "session_ended" when its
-// session ended under it otherwise, else "ok".
+// Outcome names how an execution ended: "denied" by a code rule (it
+// never ran), "killed" at a limit, "error" for an uncaught error or a
+// non-zero exit status, "session_ended" when its session ended under it
+// otherwise, else "ok".
 func Outcome(e session.ExecutionEvent) string {
 	switch {
+	case e.Error == session.DeniedError:
+		return "denied"
 	case e.Killed:
 		return "killed"
 	case !e.End.Zero() && e.End.Code != apitype.EndProgramExited && e.End.Code != apitype.EndFinished:
@@ -209,13 +219,4 @@ func (m *Metrics) EgressDecision(kind string, allowed bool, bytesUp, bytesDown i
 	if bytesDown > 0 {
 		m.egressBytes.WithLabelValues("down").Add(float64(bytesDown))
 	}
-}
-
-// CodeRule counts code an operator's rule matched (action "flag" or
-// "deny").
-func (m *Metrics) CodeRule(rule, action string) {
-	if m == nil {
-		return
-	}
-	m.codeRules.WithLabelValues(rule, action).Inc()
 }

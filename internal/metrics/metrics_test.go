@@ -24,6 +24,7 @@ func TestOutcome(t *testing.T) {
 		{session.ExecutionEvent{Killed: true, KillReason: apitype.KillTimeout, ExitCode: 137}, "killed"},
 		{session.ExecutionEvent{End: apitype.Ended(apitype.EndOOM), Error: "SessionEnded"}, "session_ended"},
 		{session.ExecutionEvent{End: apitype.Ended(apitype.EndProgramExited), ExitCode: 1}, "error"},
+		{session.ExecutionEvent{Error: session.DeniedError, CodeFlags: []string{"r"}}, "denied"},
 	} {
 		if got := Outcome(c.e); got != c.want {
 			t.Errorf("Outcome(%+v) = %s, want %s", c.e, got, c.want)
@@ -38,7 +39,6 @@ func TestNilIsOff(t *testing.T) {
 	m.HTTP("GET /healthz", 200, time.Millisecond)
 	m.QuotaRejected("t", "max_sessions")
 	m.EgressDecision("connect", true, 1, 2)
-	m.CodeRule("r", "flag")
 	m.Pools(func() map[string]any { return nil })
 	m.Quotas(nil)
 }
@@ -51,10 +51,13 @@ func TestExposition(t *testing.T) {
 	m.ExecutionFinished(session.ExecutionEvent{Kind: session.ExecSession, Language: "python", Killed: true, KillReason: apitype.KillMemory, Redactions: 2, Caller: session.Caller{Tenant: "a"}})
 	m.HTTP("", 401, time.Millisecond)
 	m.QuotaRejected("a", "cpu_seconds_per_day")
-	m.Quotas(func() map[string]map[string]uint64 { return map[string]map[string]uint64{"a": {"cpu_seconds_per_day": 2}} })
+	m.Quotas(func() map[string]map[string]uint64 {
+		return map[string]map[string]uint64{"a": {"cpu_seconds_per_day": 2}}
+	})
 	m.EgressDecision("dns", false, 0, 0)
 	m.EgressDecision("connect", true, 10, 20)
-	m.CodeRule("no-subprocess", "deny")
+	m.ExecutionFinished(session.ExecutionEvent{Kind: session.ExecSession, Language: "python", Error: session.DeniedError, CodeFlags: []string{"no-subprocess"}})
+	m.ExecutionFinished(session.ExecutionEvent{Kind: session.ExecSession, Language: "python", CodeFlags: []string{"network"}})
 	m.Pools(func() map[string]any {
 		return map[string]any{"python": apitype.PoolStats{Ready: 3, Target: 4, Hits: 5, Built: 2, AvgBuildMs: 500},
 			apitype.TemplateKey: apitype.TemplateStats{Running: true, Restarts: 1}}
@@ -76,6 +79,8 @@ func TestExposition(t *testing.T) {
 		`airlock_egress_decisions_total{decision="denied",kind="dns"} 1`,
 		`airlock_egress_bytes_total{direction="down"} 20`,
 		`airlock_code_rule_matches_total{action="deny",rule="no-subprocess"} 1`,
+		`airlock_code_rule_matches_total{action="flag",rule="network"} 1`,
+		`airlock_executions_total{kind="session",language="python",outcome="denied"} 1`,
 		`airlock_pool_ready{language="python"} 3`,
 		`airlock_pool_build_seconds_total{language="python"} 1`,
 		`airlock_template_restarts_total 1`,

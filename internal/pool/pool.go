@@ -31,9 +31,9 @@ type Pool struct {
 	cfg    config.Config
 	kernel instance.Kernel
 	host   *jail.Host // the native kernel's host: the template's; nil for gVisor
-	slots *instance.Slots
-	log   *slog.Logger
-	build chan struct{} // bounds concurrent builds
+	slots  *instance.Slots
+	log    *slog.Logger
+	build  chan struct{} // bounds concurrent builds
 
 	ctx     context.Context
 	cancel  context.CancelFunc

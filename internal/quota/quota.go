@@ -196,3 +196,15 @@ func (t *Tracker) ExecutionFinished(e session.ExecutionEvent) {
 }
 
 func (t *Tracker) FileTransferred(session.FileEvent) {}
+
+// SeedCPU sets each tenant's CPU time used today (UTC), as the audit log
+// recorded it before a restart: the day's quota survives the restart.
+func (t *Tracker) SeedCPU(used map[string]time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d := day(t.now())
+	for tenant, cpu := range used {
+		u := t.usageLocked(tenant)
+		u.cpuDay, u.cpu = d, cpu
+	}
+}

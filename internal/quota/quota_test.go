@@ -126,3 +126,13 @@ func TestQuotasOverDefaults(t *testing.T) {
 		t.Errorf("the operator has quotas: %+v", q)
 	}
 }
+
+// The day's CPU use, as the audit log has it, survives a restart.
+func TestSeedCPU(t *testing.T) {
+	tr, _ := tracker(config.Quotas{CPUSecondsPerDay: 10}, nil)
+	tr.SeedCPU(map[string]time.Duration{"a": 11 * time.Second, "b": time.Second})
+	refused(t, tr.AdmitExecution(a), "cpu_seconds_per_day", time.Hour)
+	if err := tr.AdmitExecution(identity.Identity{Tenant: "b"}); err != nil {
+		t.Error(err)
+	}
+}

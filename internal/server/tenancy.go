@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"time"
 
 	"airlock/internal/audit"
 	"airlock/internal/config"
@@ -40,6 +41,14 @@ func (s *Server) tenancy() error {
 		s.closers = append(s.closers, s.audit.Close)
 		s.manager.Observe(s.audit)
 		s.api.Audit = s.audit
+		// The day's CPU quota survives a restart: what the audit log
+		// recorded since midnight (UTC) counts.
+		midnight := time.Now().UTC().Truncate(24 * time.Hour)
+		if used, err := db.CPUSince(context.Background(), midnight); err == nil {
+			s.quotas.SeedCPU(used)
+		} else {
+			s.log.Warn("reading today's CPU use from the audit log", "err", err)
+		}
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/instance"
+	"airlock/internal/redact"
 )
 
 // commandLanguage is what observers hear a command's language is.
@@ -48,6 +49,10 @@ type command struct {
 	started    time.Time
 	who        Caller // who started it, for observers
 	c          *instance.Command
+	// red redacts its output (nil: nothing is); flags are the code rules
+	// that flagged the command.
+	red   *redact.Redactor
+	flags []string
 
 	mu      sync.Mutex
 	stdout  stream
@@ -77,6 +82,12 @@ func (s *Session) RunCommand(ctx context.Context, req apitype.CommandRequest, em
 		return nil, fmt.Errorf("%w: the command must not contain NUL bytes", errdefs.ErrInvalidArgument)
 	}
 	if err := ValidateEnv(req.Env, s.m.cfg.Server.MaxEnv); err != nil {
+		return nil, err
+	}
+	who := callerOf(ctx)
+	tenant := s.policyTenant(request{who: who})
+	flags, err := s.m.screen(tenant, ExecutionEvent{Caller: who, Kind: ExecCommand, Session: s.id, Language: commandLanguage, Code: req.Command})
+	if err != nil {
 		return nil, err
 	}
 	dir := req.Cwd
@@ -148,13 +159,16 @@ func (s *Session) RunCommand(ctx context.Context, req apitype.CommandRequest, em
 		return nil, err
 	}
 	started = true
-	cmd := &command{id: id, line: req.Command, background: req.Background, started: time.Now(), c: c, done: make(chan struct{}), who: callerOf(ctx)}
+	cmd := &command{id: id, line: req.Command, background: req.Background, started: time.Now(), c: c, done: make(chan struct{}), who: who,
+		red: s.m.policy.redactor(tenant), flags: flags}
 	max := int(s.limits.MaxOutput)
 	cmd.stdout = stream{max: max}
 	cmd.stderr = stream{max: max}
 	if emit != nil && !req.Background {
 		cmd.stdout.live = func(b []byte) { emit(apitype.Event{Type: apitype.EventStdout, Text: toValidUTF8(b)}) }
 		cmd.stderr.live = func(b []byte) { emit(apitype.Event{Type: apitype.EventStderr, Text: toValidUTF8(b)}) }
+		cmd.stdout.redactLive(cmd.red)
+		cmd.stderr.redactLive(cmd.red)
 	}
 	s.cmds.mu.Lock()
 	if s.cmds.byID == nil {
@@ -164,7 +178,7 @@ func (s *Session) RunCommand(ctx context.Context, req apitype.CommandRequest, em
 	s.cmds.order = append(s.cmds.order, id)
 	s.cmds.mu.Unlock()
 	if s.m.obs != nil {
-		s.m.obs.ExecutionStarted(ExecutionEvent{Caller: cmd.who, Kind: ExecCommand, Session: s.id, Language: commandLanguage, ID: id, Code: req.Command})
+		s.m.obs.ExecutionStarted(ExecutionEvent{Caller: cmd.who, Kind: ExecCommand, Session: s.id, Language: commandLanguage, ID: id, Code: req.Command, CodeFlags: flags})
 	}
 
 	if req.Stdin != "" || !req.Background {
@@ -268,6 +282,7 @@ func (s *Session) watchCommand(cmd *command, timeout time.Duration, readers *syn
 			Caller: cmd.who, Kind: ExecCommand, Session: s.id, Language: commandLanguage, ID: cmd.id, Code: cmd.line,
 			Duration: time.Since(cmd.started), CPU: exit.CPU, Killed: res.Killed, KillReason: res.KillReason,
 			ExitCode: res.ExitCode, OutputBytes: int64(len(res.Stdout) + len(res.Stderr)),
+			Redactions: res.Redacted, CodeFlags: cmd.flags,
 		})
 	}
 }
@@ -386,12 +401,22 @@ func (cmd *command) result() apitype.CommandResult {
 }
 
 func (cmd *command) snapshotLocked() apitype.CommandResult {
-	return apitype.CommandResult{
+	res := apitype.CommandResult{
 		ID: cmd.id, Command: cmd.line, Pid: cmd.c.Pid,
 		Stdout: toValidUTF8(cmd.stdout.buf), Stderr: toValidUTF8(cmd.stderr.buf),
 		StdoutTruncated: cmd.stdout.truncated, StderrTruncated: cmd.stderr.truncated,
 		StartedAt: cmd.started.UTC(), DurationMs: ms(time.Since(cmd.started)),
+		Flags: cmd.flags,
 	}
+	if cmd.red != nil {
+		// A running command's output so far: a match it has only begun
+		// to print is not one yet.
+		var n1, n2 int
+		res.Stdout, n1 = cmd.red.String(res.Stdout)
+		res.Stderr, n2 = cmd.red.String(res.Stderr)
+		res.Redacted = n1 + n2
+	}
+	return res
 }
 
 // command finds one of the session's commands.

@@ -15,6 +15,7 @@ import (
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/instance"
+	"airlock/internal/redact"
 	"airlock/internal/runtimes"
 	"airlock/internal/watch"
 	"airlock/internal/workspace"
@@ -39,9 +40,22 @@ type request struct {
 	who     Caller
 	source  string
 	inBytes int64
+	// flags: the code rules that flagged the code; screened: they were
+	// checked already (one-shot runs check before they build a jail).
+	flags    []string
+	screened bool
 	// pkg: the requirements of a package install this execution is a
 	// step of, for the client session pkgSession.
 	pkg, pkgSession string
+}
+
+// tenant is whose output policy and code rules apply: the session's
+// owner's, or for a one-shot or program run, the caller's.
+func (s *Session) policyTenant(req request) string {
+	if s.owner.Tenant != "" {
+		return s.owner.Tenant
+	}
+	return req.who.Tenant
 }
 
 // event describes the execution to observers.
@@ -50,7 +64,7 @@ func (r *running) event() ExecutionEvent {
 	if r.req.prog != nil {
 		code = r.req.source
 	}
-	e := ExecutionEvent{Caller: r.req.who, Kind: r.req.kind, Session: r.s.id, Language: r.s.lang.Lang, ID: r.id, Code: code, InputBytes: r.req.inBytes}
+	e := ExecutionEvent{Caller: r.req.who, Kind: r.req.kind, Session: r.s.id, Language: r.s.lang.Lang, ID: r.id, Code: code, InputBytes: r.req.inBytes, CodeFlags: r.req.flags}
 	if r.req.pkg != "" {
 		e.Package, e.Session = r.req.pkg, r.req.pkgSession
 	}
@@ -72,6 +86,17 @@ type execution struct {
 	overOnce sync.Once
 	// interrupt carries a client's request to interrupt this execution.
 	interrupt chan struct{}
+	// red redacts what goes back (nil: nothing is); redacted counts the
+	// matches replaced in rich outputs and the error so far.
+	red      *redact.Redactor
+	redacted int
+}
+
+// redactWith redacts the execution's output with r, the live output too.
+func (ex *execution) redactWith(r *redact.Redactor) {
+	ex.red = r
+	ex.stdout.redactLive(r)
+	ex.stderr.redactLive(r)
 }
 
 // newExecution collects an execution's output: stdout and stderr up to
@@ -124,10 +149,12 @@ func (ex *execution) rich(m runtimes.Message) {
 		return
 	}
 	ex.outBytes += size
-	o := apitype.Output{Type: m.Type, Data: m.Data, Metadata: m.Metadata}
+	data, n := redactData(ex.red, m.Data)
+	ex.redacted += n
+	o := apitype.Output{Type: m.Type, Data: data, Metadata: m.Metadata}
 	ex.outputs = append(ex.outputs, o)
 	if ex.emit != nil {
-		ex.emit(apitype.Event{Type: m.Type, Data: m.Data, Metadata: m.Metadata})
+		ex.emit(apitype.Event{Type: m.Type, Data: data, Metadata: m.Metadata})
 	}
 }
 
@@ -139,6 +166,9 @@ func (ex *execution) error(m runtimes.Message) {
 	if ex.err.Traceback == nil {
 		ex.err.Traceback = []string{}
 	}
+	var n int
+	ex.err, n = redactError(ex.red, ex.err)
+	ex.redacted += n
 	ex.mu.Unlock()
 	if ex.emit != nil {
 		ex.emit(apitype.Event{Type: apitype.EventError, Error: ex.err})
@@ -200,6 +230,17 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 	if !s.lang.NULInCode && strings.ContainsRune(req.code, 0) {
 		return nil, fmt.Errorf("%w: %s code must not contain NUL bytes", errdefs.ErrInvalidArgument, s.lang.Lang)
 	}
+	if !req.screened && req.pkg == "" { // a package install's code is airlock's own
+		code := req.code
+		if req.prog != nil {
+			code = req.source
+		}
+		flags, err := s.m.screen(s.policyTenant(req), ExecutionEvent{Caller: req.who, Kind: req.kind, Session: s.id, Language: s.lang.Lang, Code: code, InputBytes: req.inBytes})
+		if err != nil {
+			return nil, err
+		}
+		req.flags, req.screened = flags, true
+	}
 	if !s.execMu.TryLock() {
 		return nil, fmt.Errorf("%w: the session is already executing code; wait for it or interrupt it", errdefs.ErrConflict)
 	}
@@ -230,6 +271,7 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 
 	prog := req.prog
 	r.ex = newExecution(int(s.limits.MaxOutput), int(s.m.cfg.Server.MaxRichOutput), emit, prog != nil)
+	r.ex.redactWith(s.m.policy.redactor(s.policyTenant(req)))
 	if end := s.End(); !end.Zero() { // ended while we waited for a slot
 		return nil, gone(end)
 	}
@@ -387,6 +429,13 @@ func (s *Session) finishExecution(r *running, o watch.Outcome) *apitype.Result {
 	res.Results = append(res.Results, ex.outputs...)
 	res.ResultsDropped = ex.dropped
 	res.Error = ex.err
+	if ex.red != nil {
+		var n1, n2 int
+		res.Stdout, n1 = ex.red.String(res.Stdout)
+		res.Stderr, n2 = ex.red.String(res.Stderr)
+		res.Redacted = ex.redacted + n1 + n2
+	}
+	res.Flags = r.req.flags
 	outBytes := len(ex.stdout.buf) + len(ex.stderr.buf)
 	if ex.outBytes+outBytes >= bigOutput {
 		s.m.returnMemory()
@@ -425,6 +474,7 @@ func (s *Session) finishExecution(r *running, o watch.Outcome) *apitype.Result {
 		e.Duration, e.CPU, e.PeakMemory = time.Since(r.start), time.Duration(res.CPUMs*float64(time.Millisecond)), res.PeakMemoryBytes
 		e.Killed, e.KillReason, e.End, e.ExitCode, e.OutputBytes = res.Killed, res.KillReason, end, res.ExitCode, int64(outBytes)
 		e.FilesChanged = len(res.FilesChanged)
+		e.Redactions = res.Redacted
 		e.Egress = res.Egress
 		if res.Error != nil {
 			e.Error = res.Error.Name

@@ -182,6 +182,17 @@ func (m *Manager) prepareOneShot(lang string, iso config.Isolation, req config.L
 // the jail's teardown; the execution slot does, so a burst of requests
 // cannot outrun the cleanup.
 func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req request, emit func(apitype.Event), contents bool) (*apitype.OneShotResult, error) {
+	// Code rules first: denied code builds no jail.
+	req.who = callerOf(ctx)
+	code := req.code
+	if req.prog != nil {
+		code = req.source
+	}
+	flags, err := m.screen(req.who.Tenant, ExecutionEvent{Caller: req.who, Kind: req.kind, Language: o.rt.Lang, Code: code, InputBytes: req.inBytes})
+	if err != nil {
+		return nil, err
+	}
+	req.flags, req.screened = flags, true
 	// Take the execution slot first: a burst of one-shot requests must
 	// queue before it builds jails, not after.
 	release, err := m.acquire(ctx)

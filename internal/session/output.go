@@ -1,6 +1,10 @@
 package session
 
-import "unicode/utf8"
+import (
+	"unicode/utf8"
+
+	"airlock/internal/redact"
+)
 
 // stream keeps one execution's stdout or stderr: the first max bytes, a
 // truncation flag, and live chunks that never split a UTF-8 sequence.
@@ -11,6 +15,25 @@ type stream struct {
 	pending   []byte // an incomplete UTF-8 sequence held back from live output
 	live      func([]byte)
 	overflow  func()
+	// red, when output is redacted, stands between the stream and live:
+	// it holds back what a match may still span.
+	red *redact.Stream
+}
+
+// redactLive puts r between the stream and its live output.
+func (s *stream) redactLive(r *redact.Redactor) {
+	if r != nil && s.live != nil {
+		s.red = r.Stream(s.live)
+	}
+}
+
+// send passes a chunk on live, through the redactor if any.
+func (s *stream) send(b []byte) {
+	if s.red != nil {
+		s.red.Write(b)
+		return
+	}
+	s.live(b)
 }
 
 func (s *stream) write(p []byte) {
@@ -35,16 +58,19 @@ func (s *stream) write(p []byte) {
 	cut := completeUTF8(chunk)
 	s.pending = append([]byte(nil), chunk[cut:]...)
 	if cut > 0 {
-		s.live(chunk[:cut])
+		s.send(chunk[:cut])
 	}
 }
 
 // flush emits whatever is held back, even if incomplete.
 func (s *stream) flush() {
 	if s.live != nil && len(s.pending) > 0 {
-		s.live(s.pending)
+		s.send(s.pending)
 	}
 	s.pending = nil
+	if s.red != nil {
+		s.red.Flush()
+	}
 }
 
 // completeUTF8 returns the length of the longest prefix of b that does not

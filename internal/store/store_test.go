@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"airlock/internal/apitype"
 	"airlock/internal/config"
 )
 
@@ -103,5 +105,26 @@ func TestMigrations(t *testing.T) {
 	}
 	if _, err := Open("relative"); err == nil {
 		t.Error("a relative data_dir was accepted")
+	}
+}
+
+func TestCPUSince(t *testing.T) {
+	db, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	now := time.Now()
+	db.AppendAudit(ctx, []apitype.AuditRecord{
+		{Time: now.Add(-48 * time.Hour), Kind: "execution", Tenant: "a", CPUMs: 5000},
+		{Time: now, Kind: "execution", Tenant: "a", CPUMs: 1500},
+		{Time: now, Kind: "command", Tenant: "a", CPUMs: 500},
+		{Time: now, Kind: "execution", Tenant: "b", CPUMs: 10},
+		{Time: now, Kind: "execution", CPUMs: 99999},
+	})
+	got, err := db.CPUSince(ctx, now.Add(-time.Hour))
+	if err != nil || got["a"] != 2*time.Second || got["b"] != 10*time.Millisecond || len(got) != 2 {
+		t.Errorf("%v %v", got, err)
 	}
 }

@@ -1,0 +1,131 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"airlock/internal/gvisor"
+)
+
+// benchGVisor runs the session scenarios on a second server whose
+// isolation is gVisor, side by side with the native server's figures
+// (when those scenarios ran) and with a cold `runsc do python3`.
+func benchGVisor(ctx context.Context, r *Report, o Options, n func(full, smoke int) int) error {
+	runsc, err := gvisor.Find(o.Runsc)
+	if err != nil {
+		return err
+	}
+	pool := n(12, 2)
+	srv, err := startServer(ctx, o, 0, "-gvisor", map[string]any{
+		"isolation": "gvisor",
+		"gvisor":    map[string]any{"runsc": runsc},
+		"pool":      map[string]any{"size": map[string]int{"python": pool, "bash": 0, "javascript": 0}, "zygote": false},
+	})
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	fmt.Fprintf(o.Verbose, "gVisor server up at %s; warming its pool\n", srv.url)
+	if err := srv.waitWarm(ctx, 5*time.Minute); err != nil {
+		return err
+	}
+	native := func(key string, pick func(Stat) float64) string {
+		if s, ok := r.Stats[key].(Stat); ok {
+			return fmt.Sprintf("native: %.2f ms", pick(s))
+		}
+		return ""
+	}
+	p50 := func(s Stat) float64 { return s.P50 }
+
+	// Create to first pandas result, from the warm pool (one at a time:
+	// the pool refills between creations).
+	lat := make([]time.Duration, 0, pool)
+	for i := 0; i < n(30, 2); i++ {
+		if err := srv.waitWarm(ctx, 5*time.Minute); err != nil {
+			return err
+		}
+		start := time.Now()
+		sess, err := srv.newSession(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := srv.exec(ctx, sess.ID, pandasCode); err != nil {
+			return err
+		}
+		lat = append(lat, time.Since(start))
+		srv.deleteSession(ctx, sess.ID)
+	}
+	// The cold baseline: gVisor's own `runsc do` of python importing pandas.
+	root, err := os.MkdirTemp("", "airlock-bench-runsc")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(root)
+	cold, err := timeCmd(ctx, n(5, 1), runsc, "--root", root, "--network=none", "do", o.Python, "-c", pandasCode+"; print('ok')")
+	if err != nil {
+		return err
+	}
+	s, c := stats(lat), stats(cold)
+	name := "gVisor: create a session + first execution `" + pandasCode + "`"
+	r.add(Row{Scenario: name, Metric: "p50", Value: s.P50, Unit: "ms", Target: "≤ 150 ms, ≥ 10× faster than cold runsc do python3",
+		Baseline: strings.TrimSuffix(fmt.Sprintf("cold runsc do python3 -c: %.1f ms; %s", c.P50, native("create_pandas", p50)), "; "), Ratio: ratio(s.P50, c.P50)})
+	r.add(Row{Scenario: name, Metric: "p99", Value: s.P99, Unit: "ms"})
+	r.Stats["gvisor_create_pandas"] = s
+	r.Stats["gvisor_cold_runsc_do_pandas"] = c
+
+	// Warm execution.
+	sess, err := srv.newSession(ctx)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < 20; i++ {
+		if _, err := srv.exec(ctx, sess.ID, "x = 1"); err != nil {
+			return err
+		}
+	}
+	lat = lat[:0]
+	for i := 0; i < n(1000, 20); i++ {
+		start := time.Now()
+		if _, err := srv.exec(ctx, sess.ID, "x = 1"); err != nil {
+			return err
+		}
+		lat = append(lat, time.Since(start))
+	}
+	srv.deleteSession(ctx, sess.ID)
+	s = stats(lat)
+	r.add(Row{Scenario: "gVisor: warm session, execute `x = 1` over HTTP", Metric: "p50", Value: s.P50, Unit: "ms", Target: "≤ 2 ms", Baseline: native("exec", p50)})
+	r.add(Row{Scenario: "gVisor: warm session, execute `x = 1` over HTTP", Metric: "p99", Value: s.P99, Unit: "ms"})
+	r.Stats["gvisor_exec"] = s
+
+	// Memory of idle sessions with numpy and pandas imported: every
+	// process of the sandbox's cgroup (Sentry, gofer) counted.
+	sessions, _, err := openSessions(ctx, srv, n(10, 2), 2, "import numpy, pandas")
+	defer func() {
+		for _, s := range sessions {
+			srv.deleteSession(ctx, s.ID)
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	var total int64
+	procs := 0
+	for _, s := range sessions {
+		for _, pid := range cgroupPids(srv.name, s.Sandbox) {
+			total += pss(pid)
+			procs++
+		}
+	}
+	per := float64(total) / float64(max(1, len(sessions))) / 1024
+	base := ""
+	if v, ok := r.Stats["density_pss_mb"].(float64); ok {
+		base = fmt.Sprintf("native: %.1f MB", v)
+	}
+	r.add(Row{Scenario: "gVisor: idle Python sessions with numpy and pandas imported", Metric: "PSS per session", Value: per, Unit: "MB", Baseline: base,
+		Note: fmt.Sprintf("%d processes: Sentry, gofer", procs)})
+	r.Stats["gvisor_pss_mb"] = per
+	return nil
+}

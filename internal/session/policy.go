@@ -1,0 +1,155 @@
+package session
+
+import (
+	"encoding/json"
+	"errors"
+
+	"airlock/internal/apitype"
+	"airlock/internal/coderules"
+	"airlock/internal/config"
+	"airlock/internal/redact"
+)
+
+// DeniedError is the error name observers see for an execution a code
+// rule denied (its CodeFlags name the rule); it never ran.
+const DeniedError = "CodeRuleDenied"
+
+// policy is the output policy and code rules of each tenant, compiled
+// once (config.Validate compiled them already, so errors cannot happen).
+type policy struct {
+	redact       map[string]*redact.Redactor // tenants with their own
+	redactDef    *redact.Redactor
+	rules        map[string]*coderules.Set
+	rulesDef     *coderules.Set
+	anyRedaction bool
+}
+
+func newPolicy(cfg config.Config) (*policy, error) {
+	p := &policy{redact: map[string]*redact.Redactor{}, rules: map[string]*coderules.Set{}}
+	var errs []error
+	var err error
+	if p.redactDef, err = cfg.Redaction.Compile(); err != nil {
+		errs = append(errs, err)
+	}
+	if p.rulesDef, err = config.CompileCodeRules(cfg.CodeRules); err != nil {
+		errs = append(errs, err)
+	}
+	p.anyRedaction = p.redactDef != nil
+	for name, t := range cfg.Tenants {
+		if t.Redaction != nil {
+			r, err := cfg.RedactionFor(name).Compile()
+			errs = append(errs, err)
+			p.redact[name] = r
+			p.anyRedaction = p.anyRedaction || r != nil
+		}
+		if len(t.CodeRules) > 0 {
+			s, err := config.CompileCodeRules(cfg.CodeRulesFor(name))
+			errs = append(errs, err)
+			p.rules[name] = s
+		}
+	}
+	return p, errors.Join(errs...)
+}
+
+// redactor is tenant's output policy (nil: none).
+func (p *policy) redactor(tenant string) *redact.Redactor {
+	if p == nil || !p.anyRedaction {
+		return nil
+	}
+	if r, ok := p.redact[tenant]; ok {
+		return r
+	}
+	return p.redactDef
+}
+
+// codeRules are tenant's code rules (nil: none).
+func (p *policy) codeRules(tenant string) *coderules.Set {
+	if p == nil {
+		return nil
+	}
+	if s, ok := p.rules[tenant]; ok {
+		return s
+	}
+	return p.rulesDef
+}
+
+// screen checks code against tenant's code rules: the names of the rules
+// that flag it, or the denial of one, which observers hear of as an
+// execution that never ran (error DeniedError).
+func (m *Manager) screen(tenant string, e ExecutionEvent) ([]string, error) {
+	set := m.policy.codeRules(tenant)
+	if set == nil {
+		return nil, nil
+	}
+	flags, err := set.Check(e.Language, e.Code)
+	var d *coderules.Denied
+	if errors.As(err, &d) {
+		m.log.Info("code rule denied an execution", "request", e.RequestID, "tenant", tenant, "session", e.Session, "rule", d.Rule)
+		if m.obs != nil {
+			e.Error, e.CodeFlags = DeniedError, []string{d.Rule}
+			m.obs.ExecutionFinished(e)
+		}
+	}
+	return flags, err
+}
+
+// textTypes are the MIME types of rich outputs whose value is text a
+// redactor reads (a JSON string).
+var textTypes = []string{"text/plain", "text/html", "text/markdown", "text/latex"}
+
+// redactData redacts the text values of a rich output's MIME bundle in
+// place (into a new map when one changes) and counts the matches.
+func redactData(r *redact.Redactor, data map[string]json.RawMessage) (map[string]json.RawMessage, int) {
+	if r == nil {
+		return data, 0
+	}
+	total := 0
+	out := data
+	for _, mt := range textTypes {
+		raw, ok := data[mt]
+		if !ok {
+			continue
+		}
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			continue
+		}
+		red, n := r.String(s)
+		if n == 0 {
+			continue
+		}
+		b, err := json.Marshal(red)
+		if err != nil {
+			continue
+		}
+		if total == 0 {
+			out = make(map[string]json.RawMessage, len(data))
+			for k, v := range data {
+				out[k] = v
+			}
+		}
+		out[mt] = b
+		total += n
+	}
+	return out, total
+}
+
+// redactError redacts an execution's error: its value and traceback.
+func redactError(r *redact.Redactor, e *apitype.ExecError) (*apitype.ExecError, int) {
+	if r == nil || e == nil {
+		return e, 0
+	}
+	out := *e
+	var total, n int
+	out.Value, n = r.String(e.Value)
+	total += n
+	out.Traceback = make([]string, len(e.Traceback))
+	for i, line := range e.Traceback {
+		out.Traceback[i], n = r.String(line)
+		total += n
+	}
+	if total == 0 {
+		return e, 0
+	}
+	return &out, total
+}
