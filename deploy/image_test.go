@@ -109,6 +109,7 @@ func TestImage(t *testing.T) {
 		for _, want := range []string{
 			"ok    jail ", "ok    python ", "ok    python packages   numpy", "sklearn",
 			"ok    bash ", "ok    node ", "airlock can run code on this host with every configured protection",
+			"ok    cluster           server airlock-0: session ids are airlock-0.<boot epoch>.<random>",
 		} {
 			if !strings.Contains(out, want) {
 				t.Errorf("doctor's report lacks %q:\n%s", want, out)

@@ -131,6 +131,10 @@ func TestIsolationChoice(t *testing.T) {
 	if err != nil || strings.TrimSpace(res.Stdout) != hostRelease {
 		t.Errorf("one-shot on native: %+v %v", res, err)
 	}
+	// Network egress is not available on gVisor yet: asking is refused,
+	// never granted silently without the policy.
+	_, err = g.c.CreateSession(ctx, apitype.CreateSessionRequest{Network: &apitype.NetworkPolicy{Allow: []string{"example.com"}}})
+	wantError(t, "egress on gvisor", err, 501, "unsupported")
 	// The native server does not allow gVisor.
 	n := sharedServer(t)
 	var req apitype.CreateSessionRequest
@@ -317,5 +321,28 @@ func TestGVisorDoctorAndRefusal(t *testing.T) {
 			t.Errorf("a refused server left: %v", left)
 		}
 		os.RemoveAll("/run/airlock-e2e-refuse")
+	}
+}
+
+// `airlock run` runs on gVisor through a server that offers it, and never
+// builds a native jail in its place.
+func TestRunOnGVisor(t *testing.T) {
+	g := gvisorServer(t)
+	prog := writeFile(t, "kernel.py", "import os; print(os.uname().release)")
+	out, errOut, code := runCLI(t, "", "run", "--config", g.cfgPath, prog)
+	if code != 0 || !strings.Contains(out, "gvisor") {
+		t.Errorf("run on the gVisor server: %d %q %q", code, out, errOut)
+	}
+	out, errOut, code = runCLI(t, "", "run", "--config", g.cfgPath, "--isolation", "native", prog)
+	if code != 0 || strings.Contains(out, "gvisor") || out == "" {
+		t.Errorf("run --isolation native: %d %q %q", code, out, errOut)
+	}
+	_, errOut, code = runCLI(t, "", "run", "--config", g.cfgPath, "--cold", prog)
+	if code != 69 || !strings.Contains(errOut, "gVisor isolation needs a running server") {
+		t.Errorf("run --cold with isolation gvisor: %d %q", code, errOut)
+	}
+	_, errOut, code = runCLI(t, "", "run", "--isolation", "kvm", prog)
+	if code != 64 {
+		t.Errorf("run --isolation kvm: %d %q", code, errOut)
 	}
 }

@@ -33,6 +33,10 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	if err := s.isolationHook(r, &req.Isolation); err != nil {
+		fail(w, err)
+		return
+	}
 	release, err := s.admitSession(r)
 	if err != nil {
 		fail(w, err)
@@ -307,6 +311,10 @@ func (s *Server) executeOnce(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	if err := s.isolationHook(r, &req.Isolation); err != nil {
+		fail(w, err)
+		return
+	}
 	if err := s.admitExecution(r); err != nil {
 		fail(w, err)
 		return
@@ -326,6 +334,10 @@ func (s *Server) runProgram(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.egressHook(r, req.Network); err != nil {
+		fail(w, err)
+		return
+	}
+	if err := s.isolationHook(r, &req.Isolation); err != nil {
 		fail(w, err)
 		return
 	}
