@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"airlock/internal/config"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -266,7 +267,7 @@ func TestChartProfiles(t *testing.T) {
 		}
 		var cfg map[string]any
 		json.Unmarshal([]byte(get(find(t, objs, "ConfigMap", "airlock"), "data", "config.json").(string)), &cfg)
-		if cfg["isolation"] != "gvisor" || get(cfg, "server", "token_file") != nil || get(cfg, "server", "max_sessions") != float64(64) {
+		if cfg["isolation"] != "gvisor" || get(cfg, "server", "token_file") != "/etc/airlock/secret/token" || get(cfg, "server", "max_sessions") != float64(64) {
 			t.Errorf("config: %v", cfg)
 		}
 		for _, o := range objs {
@@ -337,5 +338,28 @@ func TestChartBrokenValues(t *testing.T) {
 	}
 	if out, ok := kubeconform(t, render(t, "airlock", "-f", chartDir+"/ci/default-values.yaml", "--skip-schema-validation")); !ok {
 		t.Fatalf("the good values fail kubeconform:\n%s", out)
+	}
+}
+
+// TestChartConfigIsAirlocks: the config.json the chart renders, for every
+// profile, is one airlock accepts: strictly decoded (no key airlock does
+// not know) over its defaults, and valid. The secret and pod name files
+// are not read here (they exist only in a pod); the image and router
+// tests start servers from this configuration.
+func TestChartConfigIsAirlocks(t *testing.T) {
+	for _, values := range []string{"default-values.yaml", "gvisor-values.yaml", "userns-values.yaml"} {
+		objs := objects(t, render(t, "airlock", "-f", chartDir+"/ci/"+values))
+		raw := get(find(t, objs, "ConfigMap", "airlock"), "data", "config.json").(string)
+		cfg := config.Default()
+		if err := config.Decode([]byte(raw), &cfg); err != nil {
+			t.Errorf("%s: airlock refuses the chart's configuration: %v\n%s", values, err, raw)
+			continue
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("%s: the chart's configuration is invalid: %v\n%s", values, err, raw)
+		}
+		if !cfg.Cluster.Enabled() || cfg.Server.TokenFile == "" {
+			t.Errorf("%s: no pod name or token file: %+v %+v", values, cfg.Cluster, cfg.Server)
+		}
 	}
 }

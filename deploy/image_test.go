@@ -21,10 +21,11 @@ import (
 )
 
 // pendingKeys are configuration keys the chart sets that airlock does not
-// know yet (its config rejects unknown keys): the pod-aware pass adds them
-// (see the README's Kubernetes section). Until then the image test runs
-// the chart's configuration without them; afterwards this list is empty.
-var pendingKeys = [][]string{{"cluster"}}
+// know yet (its config rejects unknown keys): the image test would run
+// the chart's configuration without them. Empty: airlock knows every key
+// the chart sets (TestChartConfigIsAirlocks checks each profile), so the
+// image's server runs as a pod's does, its name and token from files.
+var pendingKeys [][]string
 
 // The image test's own cgroup parent and host ids, apart from every other
 // test's (e2e servers use ids from 1.5e9 up).
@@ -108,6 +109,7 @@ func TestImage(t *testing.T) {
 		for _, want := range []string{
 			"ok    jail ", "ok    python ", "ok    python packages   numpy", "sklearn",
 			"ok    bash ", "ok    node ", "airlock can run code on this host with every configured protection",
+			"ok    cluster           server airlock-0: session ids are airlock-0.<boot epoch>.<random>",
 		} {
 			if !strings.Contains(out, want) {
 				t.Errorf("doctor's report lacks %q:\n%s", want, out)
@@ -536,6 +538,10 @@ func imageDemo(t *testing.T, s *imageServer) {
 		var info struct{ ID string }
 		if code, body := s.do(t, "POST", "/v1/sessions", map[string]any{"language": lang, "limits": map[string]any{"memory": "1G"}}, &info); code != 201 {
 			t.Fatalf("create a %s session: %d %s", lang, code, body)
+		}
+		// The pod's name, from the downward API file the chart mounts.
+		if !strings.HasPrefix(info.ID, "airlock-0.") {
+			t.Errorf("session id %q does not carry the pod's name", info.ID)
 		}
 		return info.ID
 	}

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -158,6 +159,11 @@ func TestRouterWithAirlock(t *testing.T) {
 		t.Errorf("session requests went through the Service: %v", svc.picked())
 	}
 
+	// What the router costs: an execution's round trip through it and
+	// straight to the pod (a figure for the README, not a bound).
+	t.Logf("execute round trip, median of 20: through the router %v, straight to the pod %v",
+		medianExec(t, via, b.ID), medianExec(t, &apiClient{base: pods["airlock-1"].url, token: token}, b.ID))
+
 	// Asked directly about the other pod's session, a pod answers 421
 	// (the router never asks it).
 	direct := &apiClient{base: pods["airlock-0"].url, token: token}
@@ -208,6 +214,20 @@ func TestRouterWithAirlock(t *testing.T) {
 	execute(t, via, c.ID, "print(1 + 1)", "2\n")
 	router.stop(t)
 	dns.stop(t)
+}
+
+func medianExec(t *testing.T, c *apiClient, id string) time.Duration {
+	t.Helper()
+	var d []time.Duration
+	for i := 0; i < 20; i++ {
+		start := time.Now()
+		if code, body := c.do(t, "POST", "/v1/sessions/"+id+"/execute", `{"code":"1"}`, nil); code != 200 {
+			t.Fatalf("execute: %d %s", code, body)
+		}
+		d = append(d, time.Since(start))
+	}
+	slices.Sort(d)
+	return d[len(d)/2].Round(10 * time.Microsecond)
 }
 
 // buildAirlock builds cmd/airlock into the test's temporary directory.

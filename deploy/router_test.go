@@ -297,7 +297,7 @@ func TestRouter(t *testing.T) {
 	// The configuration exactly as the chart renders it, with loopback
 	// addresses and ports.
 	objs := objects(t, render(t, routerNS,
-		"--set", "auth.allowAnonymous=true",
+		"--set", "auth.token=x",
 		"--set", fmt.Sprintf("service.port=%d", backendPort),
 		"--set", "router.listenAddress=127.0.0.1",
 		"--set", fmt.Sprintf("router.port=%d", routerPort),
@@ -475,7 +475,9 @@ func TestRouter(t *testing.T) {
 			"/v1/sessions/airlock-9999.k2f9.Q7x",
 		} {
 			resp, body := rawRequest(t, addr, "POST", uri, `{"code":"1"}`)
-			var e struct{ Error struct{ Code, Message string } }
+			var e struct {
+				Error struct{ Code, Message string }
+			}
 			if err := json.Unmarshal([]byte(body), &e); err != nil || resp.StatusCode != 503 || e.Error.Code != "node_unavailable" ||
 				resp.Header.Get("Content-Type") != "application/json" || resp.Header.Get("Retry-After") != "1" {
 				t.Errorf("POST %s: %d %v %q, want a JSON 503 node_unavailable with Retry-After", uri, resp.StatusCode, resp.Header, body)

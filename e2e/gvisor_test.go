@@ -131,6 +131,10 @@ func TestIsolationChoice(t *testing.T) {
 	if err != nil || strings.TrimSpace(res.Stdout) != hostRelease {
 		t.Errorf("one-shot on native: %+v %v", res, err)
 	}
+	// Network egress is not available on gVisor yet: asking is refused,
+	// never granted silently without the policy.
+	_, err = g.c.CreateSession(ctx, apitype.CreateSessionRequest{Network: &apitype.NetworkPolicy{Allow: []string{"example.com"}}})
+	wantError(t, "egress on gvisor", err, 501, "unsupported")
 	// The native server does not allow gVisor.
 	n := sharedServer(t)
 	var req apitype.CreateSessionRequest
@@ -279,5 +283,66 @@ func TestBenchGVisorSmoke(t *testing.T) {
 		if !strings.HasPrefix(row.Scenario, "gVisor: ") || row.Value <= 0 {
 			t.Errorf("row %+v", row)
 		}
+	}
+}
+
+// A configured gVisor that cannot boot is a refusal, never a fallback to
+// native: doctor fails, the server does not start. With a working runsc,
+// doctor proves a boot and lists the layers on both sides.
+func TestGVisorDoctorAndRefusal(t *testing.T) {
+	runsc := testenv.Runsc(t)
+	doctor := func(runsc string) (string, string, int) {
+		cfg := writeFile(t, "gvisor.json", `{"isolation": "gvisor", "gvisor": {"runsc": "`+runsc+`"}}`)
+		return runCLI(t, "", "doctor", "--json", "--config", cfg)
+	}
+	out, errOut, code := doctor(runsc)
+	if code != 0 {
+		t.Fatalf("doctor with runsc failed (%d): %s %s", code, out, errOut)
+	}
+	for _, want := range []string{`"name":"gvisor","status":"ok"`, `"name":"gvisor layers","status":"ok"`, "gVisor's", "Landlock"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor's report lacks %q: %s", want, out)
+		}
+	}
+	// runsc that answers --version but cannot boot anything.
+	fake := filepath.Join(t.TempDir(), "runsc")
+	os.WriteFile(fake, []byte("#!/bin/sh\n[ \"$1\" = --version ] && { echo 'runsc version fake'; exit 0; }\necho 'cannot boot' >&2\nexit 1\n"), 0o755)
+	for _, bad := range []string{"/nonexistent/runsc", fake} {
+		out, _, code := doctor(bad)
+		if code != 69 || !strings.Contains(out, `"name":"gvisor","status":"FAIL"`) {
+			t.Errorf("doctor with runsc %s: %d %s", bad, code, out)
+		}
+		cfgPath := writeFile(t, "serve.json", `{"isolation": "gvisor", "gvisor": {"runsc": "`+bad+`"}, "state_dir": "/run/airlock-e2e-refuse", "cgroup_parent": "airlock-e2e-refuse", "server": {"listen": "127.0.0.1:0", "auth": "none"}}`)
+		_, errOut, code := runCLI(t, "", "serve", "--config", cfgPath)
+		if code != 69 || !strings.Contains(errOut, "runsc") {
+			t.Errorf("serve with runsc %s: %d %s", bad, code, errOut)
+		}
+		if left := checkNothingLeft("airlock-e2e-refuse"); len(left) > 0 {
+			t.Errorf("a refused server left: %v", left)
+		}
+		os.RemoveAll("/run/airlock-e2e-refuse")
+	}
+}
+
+// `airlock run` runs on gVisor through a server that offers it, and never
+// builds a native jail in its place.
+func TestRunOnGVisor(t *testing.T) {
+	g := gvisorServer(t)
+	prog := writeFile(t, "kernel.py", "import os; print(os.uname().release)")
+	out, errOut, code := runCLI(t, "", "run", "--config", g.cfgPath, prog)
+	if code != 0 || !strings.Contains(out, "gvisor") {
+		t.Errorf("run on the gVisor server: %d %q %q", code, out, errOut)
+	}
+	out, errOut, code = runCLI(t, "", "run", "--config", g.cfgPath, "--isolation", "native", prog)
+	if code != 0 || strings.Contains(out, "gvisor") || out == "" {
+		t.Errorf("run --isolation native: %d %q %q", code, out, errOut)
+	}
+	_, errOut, code = runCLI(t, "", "run", "--config", g.cfgPath, "--cold", prog)
+	if code != 69 || !strings.Contains(errOut, "gVisor isolation needs a running server") {
+		t.Errorf("run --cold with isolation gvisor: %d %q", code, errOut)
+	}
+	_, errOut, code = runCLI(t, "", "run", "--isolation", "kvm", prog)
+	if code != 64 {
+		t.Errorf("run --isolation kvm: %d %q", code, errOut)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -192,8 +193,13 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\n", k.ID, k.Tenant, k.Admin, k.CreatedAt.Format(time.RFC3339), rev, k.Name)
 		}
 		tw.Flush()
-		for t, q := range tenants {
-			b, _ := json.Marshal(q)
+		names := make([]string, 0, len(tenants))
+		for t := range tenants {
+			names = append(names, t)
+		}
+		sort.Strings(names)
+		for _, t := range names {
+			b, _ := json.Marshal(tenants[t])
 			fmt.Fprintf(stdout, "tenant %s quotas: %s\n", t, b)
 		}
 	case "revoke":

@@ -93,6 +93,7 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.Var(&allowHosts, "allow-host", "let the program reach `NAME[:PORT]` (a DNS name or *.suffix; ports 80 and 443 by default; repeatable; needs a running server)")
 	cfgPath := c.configFlag()
 	fs.BoolVar(&cold, "cold", false, "build the jail in this process even when a local server runs")
+	isolation := fs.String("isolation", "", "native or gvisor (default: the configuration's isolation); gvisor needs a running server")
 	lf.bind(fs)
 	if status, ok := c.parse(args); !ok {
 		return status
@@ -100,6 +101,10 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if fs.NArg() < 1 {
 		fmt.Fprintln(stderr, "airlock run: missing FILE (use - to read the program from stdin)")
 		fs.Usage()
+		return exitUsage
+	}
+	if *isolation != "" && !config.Isolation(*isolation).Valid() {
+		fmt.Fprintf(stderr, "airlock run: --isolation %q: want native or gvisor\n", *isolation)
 		return exitUsage
 	}
 	src, progArgs := fs.Arg(0), fs.Args()[1:]
@@ -191,6 +196,7 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		if len(allowHosts) > 0 {
 			preq.Network = &apitype.NetworkPolicy{Allow: allowHosts}
 		}
+		preq.Isolation = config.Isolation(*isolation)
 		for _, f := range inputs[1:] {
 			preq.Files = append(preq.Files, apitype.InputFile{Path: f.path, ContentBase64: base64.StdEncoding.EncodeToString(f.data)})
 		}
@@ -217,6 +223,12 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			}
 			return report(out, limits, asJSON, stdout, stderr)
 		}
+	}
+	if iso := config.Isolation(*isolation); iso == config.GVisor || (iso == "" && cfg.Isolation == config.GVisor) {
+		// A jail built here is native: running the program in it would
+		// be less isolation than asked for.
+		fmt.Fprintln(stderr, "airlock run: gVisor isolation needs a running server (airlock serve); this process builds native jails only")
+		return exitUnavailable
 	}
 	if len(allowHosts) > 0 {
 		// The egress layer lives in the server: a jail built here has

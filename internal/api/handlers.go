@@ -33,6 +33,10 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	if err := s.isolationHook(r, &req.Isolation); err != nil {
+		fail(w, err)
+		return
+	}
 	release, err := s.admitSession(r)
 	if err != nil {
 		fail(w, err)
@@ -141,10 +145,7 @@ func (s *Server) installPackages(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.session(w, r); !ok {
-		return
-	}
-	if err := s.m.Delete(r.PathValue("id")); err != nil {
+	if err := s.m.DeleteFor(r.Context(), r.PathValue("id")); err != nil {
 		fail(w, err)
 		return
 	}
@@ -310,6 +311,10 @@ func (s *Server) executeOnce(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	if err := s.isolationHook(r, &req.Isolation); err != nil {
+		fail(w, err)
+		return
+	}
 	if err := s.admitExecution(r); err != nil {
 		fail(w, err)
 		return
@@ -329,6 +334,10 @@ func (s *Server) runProgram(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.egressHook(r, req.Network); err != nil {
+		fail(w, err)
+		return
+	}
+	if err := s.isolationHook(r, &req.Isolation); err != nil {
 		fail(w, err)
 		return
 	}

@@ -75,6 +75,23 @@ func (s *Server) checkTimeout(r *http.Request, d config.Duration) error {
 	return nil
 }
 
+// isolationHook applies the caller's tenant's isolation (the
+// configuration's tenants.T.isolation): its requests run there, and one
+// asking for another gets a 403. What the server allows at all is checked
+// by the session layer.
+func (s *Server) isolationHook(r *http.Request, asked *config.Isolation) error {
+	who, _ := identity.From(r.Context())
+	t, ok := s.cfg.Tenants[who.Tenant]
+	if !ok || t.Isolation == "" || who.Tenant == "" {
+		return nil
+	}
+	if *asked != "" && *asked != t.Isolation {
+		return fmt.Errorf("%w: the tenant's sandboxes run on %s (tenants.%s.isolation), not %s", errdefs.ErrPermission, t.Isolation, who.Tenant, *asked)
+	}
+	*asked = t.Isolation
+	return nil
+}
+
 // egressHook is where a tenant's egress quota (Quotas.Egress,
 // EgressAllow) meets a request's network policy: a tenant with egress
 // "deny" asking for any network gets a 403, and one with EgressAllow may

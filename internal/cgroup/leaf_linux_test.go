@@ -79,7 +79,10 @@ func TestV2LeafInAPod(t *testing.T) {
 		t.Fatalf("openV2At in a pod's cgroup: %v", err)
 	}
 	leaf := filepath.Join(pod, LeafName)
-	procs := func(d string) string { b, _ := os.ReadFile(filepath.Join(d, "cgroup.procs")); return strings.TrimSpace(string(b)) }
+	procs := func(d string) string {
+		b, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		return strings.TrimSpace(string(b))
+	}
 	if p := procs(pod); p != "" {
 		t.Errorf("processes left in the pod's cgroup: %s", p)
 	}

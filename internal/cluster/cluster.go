@@ -50,7 +50,7 @@ func Load(c config.Cluster, stateDir string, getenv func(string) string, now tim
 	if !c.Enabled() {
 		return nil, nil
 	}
-	name, err := podName(c, getenv)
+	name, err := PodName(c, getenv)
 	if err != nil {
 		return nil, fmt.Errorf("%w: cluster: %v", errdefs.ErrInvalidArgument, err)
 	}
@@ -61,7 +61,8 @@ func Load(c config.Cluster, stateDir string, getenv func(string) string, now tim
 	return &Identity{Pod: name, Epoch: epoch}, nil
 }
 
-func podName(c config.Cluster, getenv func(string) string) (string, error) {
+// PodName reads the server's name from where the configuration says.
+func PodName(c config.Cluster, getenv func(string) string) (string, error) {
 	name, from := c.PodName, "cluster.pod_name"
 	switch {
 	case c.PodNameFile != "":

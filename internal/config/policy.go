@@ -47,6 +47,11 @@ type Tenant struct {
 	Redaction *Redaction `json:"redaction,omitempty"`
 	// CodeRules are checked after the server's code_rules.
 	CodeRules []CodeRule `json:"code_rules,omitempty"`
+	// Isolation, when set, is the kernel every sandbox of the tenant runs
+	// on ("gvisor" puts a tenant on gVisor whatever it asks); a request
+	// of the tenant asking for another is refused. It must be the
+	// server's isolation or in allow_isolation.
+	Isolation Isolation `json:"isolation,omitempty"`
 }
 
 // Compile builds the redactor of r (nil: redaction off).
@@ -118,6 +123,9 @@ func (c Config) validatePolicy() error {
 		}
 		if _, err := CompileCodeRules(c.CodeRulesFor(name)); err != nil {
 			errs = append(errs, fmt.Errorf("tenants.%s.code_rules: %v", name, err))
+		}
+		if i := t.Isolation; i != "" && (!i.Valid() || !c.Allows(i)) {
+			errs = append(errs, fmt.Errorf("tenants.%s.isolation %q must be \"native\" or \"gvisor\", and the server's isolation or in allow_isolation", name, i))
 		}
 	}
 	return errors.Join(errs...)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"airlock/internal/cgroup"
+	"airlock/internal/cluster"
 	"airlock/internal/config"
 	"airlock/internal/exeseal"
 	"airlock/internal/fontcache"
@@ -89,6 +90,7 @@ func Run(ctx context.Context, cfg config.Config) *Report {
 		exe.Close()
 	}
 	gvisorChecks(ctx, r, cfg)
+	clusterChecks(r, cfg)
 	if !r.OK() {
 		return r
 	}
@@ -289,4 +291,20 @@ func gvisorChecks(ctx context.Context, r *Report, cfg config.Config) {
 		h.Describe(), res.Boot.Round(time.Millisecond), res.Exec.Round(time.Millisecond), res.Kernel, res.UID, res.Interfaces)
 	g, a := gvisor.Layers()
 	r.add("gvisor layers", OK, "gVisor provides:\n- %s\nairlock still applies around it:\n- %s", strings.Join(g, "\n- "), strings.Join(a, "\n- "))
+}
+
+// clusterChecks reports the server's name in a cluster and a pod-mode id
+// range, when configured.
+func clusterChecks(r *Report, cfg config.Config) {
+	if cfg.Cluster.Enabled() {
+		if name, err := cluster.PodName(cfg.Cluster, os.Getenv); err != nil {
+			r.add("cluster", Fail, "%v", err)
+		} else {
+			r.add("cluster", OK, "server %s: session ids are %s.<boot epoch>.<random>; other servers' ids answer 421, earlier runs' 410", name, name)
+		}
+	}
+	if cfg.IDCount > 0 {
+		l := jail.LayoutOf(cfg.IDCount)
+		r.add("id range", OK, "pod mode: host ids %d to %d (CLI runs %d sandboxes, the server %d)", cfg.IDBase, uint64(cfg.IDBase)+uint64(cfg.IDCount)-1, l.CLI, l.ServerCount)
+	}
 }

@@ -1,8 +1,9 @@
 // Package identity is who a request acts for: the tenant and the API key
 // resolved once at the API's edge, carried in the request's context to
-// every layer below (sessions, quotas, audit, metrics, redaction).
+// every layer below (sessions, quotas, audit, metrics, redaction), with
+// the request's id.
 //
-// It owns only the value and its context plumbing. It must never
+// It owns only the values and their context plumbing. It must never
 // authenticate anything itself, touch storage, or import another airlock
 // package: everything may import it.
 package identity

@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -56,6 +58,18 @@ func egressServer(t *testing.T, adjust ...func(*config.Config)) (*client.Client,
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
 	return client.New("http://" + s.Addr().String()), res, l.Addr().(*net.TCPAddr).Port
+}
+
+// netnsFDs counts the server's descriptors of network namespaces.
+func netnsFDs() int {
+	es, _ := os.ReadDir("/proc/self/fd")
+	n := 0
+	for _, e := range es {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(l, "net:[") {
+			n++
+		}
+	}
+	return n
 }
 
 // probe is Python that reports what the sandbox can reach, one line each.
@@ -161,6 +175,56 @@ print(get("http://files.a.test:%%d/" %% (P + 1)))
 	if err != nil || st.Connections < 8 || st.Denied < 8 || st.BytesUsed == 0 {
 		t.Errorf("network state %+v, %v", st, err)
 	}
+
+	// No bypass: raw and packet sockets, route and address changes,
+	// and signals to airlock fail inside the sandbox.
+	r, err = c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: `
+import socket, subprocess, os
+def try_(f):
+    try:
+        f(); return "ok"
+    except Exception as e:
+        return type(e).__name__
+print(try_(lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)))
+print(try_(lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)))
+for args in (["ip", "route", "del", "local", "0.0.0.0/0", "dev", "lo", "table", "local"], ["ip", "addr", "add", "10.9.9.9/32", "dev", "lo"], ["ip", "link", "add", "v0", "type", "veth"]):
+    p = subprocess.run(args, capture_output=True, text=True)
+    print(p.returncode != 0)
+print(try_(lambda: os.kill(1, 9)))
+`}, nil)
+	if err != nil || strings.Contains(r.Stdout, "ok") || strings.Count(r.Stdout, "True") != 3 {
+		t.Errorf("bypass attempts: %q %q, %v", r.Stdout, r.Stderr, err)
+	}
+
+	// Session end closes every egress socket: the server's descriptors
+	// come back to what they were (the namespace handle among them).
+	fds := func() int { e, _ := os.ReadDir("/proc/self/fd"); return len(e) }
+	before, nsBefore := fds(), netnsFDs()
+	s2, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python",
+		Network: &apitype.NetworkPolicy{Allow: []string{"files.a.test:" + strconv.Itoa(port)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if during := fds(); during < before+5 {
+		t.Errorf("%d fds with a policy session, %d before: the gate's sockets are not counted?", during, before)
+	}
+	if n := netnsFDs(); n != nsBefore+1 {
+		t.Errorf("the server holds %d network namespace handles during a policy session, %d before", n, nsBefore)
+	}
+	if err := c.DeleteSession(ctx, s2.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Ending the session closed the gate, handle included, at once.
+	if n := netnsFDs(); n != nsBefore {
+		t.Errorf("the server holds %d network namespace handles after the session ended, %d before", n, nsBefore)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for fds() > before && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if after := fds(); after > before {
+		t.Errorf("%d fds before the session, %d after its end", before, after)
+	}
 }
 
 func TestEgressNoPolicyIsLoopbackOnly(t *testing.T) {
@@ -224,4 +288,38 @@ print([i[1] for i in socket.if_nameindex()])
 		t.Errorf("one-shot with network: %+v, %v", one, err)
 	}
 	_ = time.Second
+}
+
+// With network.proxy, proxy-aware clients get a 403 that says why.
+func TestEgressProxy(t *testing.T) {
+	c, _, port := egressServer(t, func(cfg *config.Config) { cfg.Network.Proxy = true })
+	ctx := context.Background()
+	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python",
+		Network: &apitype.NetworkPolicy{Allow: []string{fmt.Sprintf("files.a.test:%d", port)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: fmt.Sprintf(`
+import os, urllib.request, urllib.error
+print(os.environ.get("HTTP_PROXY"))
+print(urllib.request.urlopen("http://files.a.test:%[1]d/", timeout=10).read().decode())
+try:
+    urllib.request.urlopen("http://evil.test:%[1]d/", timeout=10)
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode().strip())
+`, port)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("http://127.0.0.1:3128\nhello from files.a.test:%d\n403 airlock egress: evil.test:%d is not in the allowlist\n", port, port)
+	if r.Stdout != want {
+		t.Errorf("through the proxy: %q (stderr %q), want %q", r.Stdout, r.Stderr, want)
+	}
+	var kinds []string
+	for _, d := range r.Egress {
+		kinds = append(kinds, d.Kind)
+	}
+	if !strings.Contains(strings.Join(kinds, ","), "proxy") {
+		t.Errorf("egress kinds %v", kinds)
+	}
 }

@@ -58,6 +58,23 @@ func wheel(t *testing.T, name, version, module, body string, requires ...string)
 	return dist + "-" + version + "-py3-none-any.whl", buf.Bytes()
 }
 
+// sdistTarball is a source distribution whose setup.py leaves a mark.
+func sdistTarball(t *testing.T) []byte {
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for _, f := range []struct{ name, body string }{
+		{"airlock_sdist-1.0/setup.py", "open('/workspace/SETUP-PY-RAN', 'w').close()\nfrom setuptools import setup\nsetup(name='airlock-sdist', version='1.0')\n"},
+		{"airlock_sdist-1.0/PKG-INFO", "Metadata-Version: 2.1\nName: airlock-sdist\nVersion: 1.0\n"},
+	} {
+		tw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.body)), Typeflag: tar.TypeReg})
+		tw.Write([]byte(f.body))
+	}
+	tw.Close()
+	gz.Close()
+	return buf.Bytes()
+}
+
 // pepIndex serves a PEP 503 simple index of wheels on 127.0.0.2.
 func pepIndex(t *testing.T, wheels map[string][]byte, projects map[string]string) (*http.Server, int) {
 	mux := http.NewServeMux()
@@ -82,8 +99,10 @@ func pepIndex(t *testing.T, wheels map[string][]byte, projects map[string]string
 func TestPackagesPip(t *testing.T) {
 	demo, demoWhl := wheel(t, "airlock-demo", "1.0", "airlock_demo", "from airlock_dep import BASE\nVALUE = BASE + 1\n", "airlock-dep>=2")
 	dep, depWhl := wheel(t, "airlock-dep", "2.1", "airlock_dep", "BASE = 41\n")
-	index, port := pepIndex(t, map[string][]byte{demo: demoWhl, dep: depWhl},
-		map[string]string{"airlock-demo": demo, "airlock-dep": dep})
+	// An sdist only: installing it would run its setup.py; wheels only.
+	sdist := "airlock_sdist-1.0.tar.gz"
+	index, port := pepIndex(t, map[string][]byte{demo: demoWhl, dep: depWhl, sdist: sdistTarball(t)},
+		map[string]string{"airlock-demo": demo, "airlock-dep": dep, "airlock-sdist": sdist})
 	c, _, _ := egressServer(t, func(cfg *config.Config) {
 		cfg.Packages.Pip.IndexURL = fmt.Sprintf("http://pypi.a.test:%d/simple", port)
 		cfg.Packages.Pip.Deny = []string{"Evil_Pkg"}
@@ -134,6 +153,9 @@ print(len(listening))
 		msg  string
 	}{
 		{[]string{"nosuchpkg"}, errdefs.ErrNotFound, "No matching distribution"},
+		// Refused at the download (wheels only), not after it: its
+		// setup.py never ran.
+		{[]string{"airlock-sdist"}, errdefs.ErrNotFound, "Looking in indexes"},
 		{[]string{"evil-pkg==1"}, errdefs.ErrPermission, "not allowed by the server's policy"},
 		{[]string{"git+https://example.com/x"}, errdefs.ErrInvalidArgument, "not a package requirement"},
 		{[]string{"--index-url=http://evil"}, errdefs.ErrInvalidArgument, "not a package requirement"},
@@ -155,7 +177,7 @@ print(len(listening))
 // package/index.js.
 func npmTarball(t *testing.T, name, version, index string, deps map[string]string) []byte {
 	pj, _ := json.Marshal(map[string]any{"name": name, "version": version, "main": "index.js", "dependencies": deps,
-		"scripts": map[string]string{"install": "touch /workspace/INSTALL-SCRIPT-RAN"}})
+		"scripts": map[string]string{"install": "touch INSTALL-SCRIPT-RAN"}})
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(gz)
@@ -185,6 +207,7 @@ func npmRegistry(t *testing.T, host string, pkgs map[string][]byte, deps map[str
 			"name": name, "dist-tags": map[string]string{"latest": "1.0.0"},
 			"versions": map[string]any{"1.0.0": map[string]any{
 				"name": name, "version": "1.0.0", "dependencies": deps[name],
+				"hasInstallScript": true, "scripts": map[string]string{"install": "touch INSTALL-SCRIPT-RAN"},
 				"dist": map[string]string{"tarball": tarURL, "integrity": "sha512-" + base64.StdEncoding.EncodeToString(sum[:]), "shasum": hex.EncodeToString(sha1sum[:])},
 			}},
 		})
@@ -229,7 +252,7 @@ func TestPackagesNpm(t *testing.T) {
 	if got["airlock-npm-demo"] != "1.0.0" || got["airlock-npm-dep"] != "1.0.0" {
 		t.Errorf("installed %+v", out.Installed)
 	}
-	r, err := c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: `console.log(require('airlock-npm-demo')); console.log(require('fs').existsSync('/workspace/INSTALL-SCRIPT-RAN'))`}, nil)
+	r, err := c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: `console.log(require('airlock-npm-demo')); console.log(require("fs").existsSync("/workspace/node_modules/airlock-npm-demo/INSTALL-SCRIPT-RAN"))`}, nil)
 	if err != nil || r.Stdout != "42\nfalse\n" {
 		t.Errorf("after the install: %q %q, %v", r.Stdout, r.Stderr, err)
 	}

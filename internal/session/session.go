@@ -4,7 +4,9 @@
 // that keep the session's state, the end of a session (deleted, idle, out
 // of memory, process limit, interpreter gone) and the clear error every
 // later call gets, one-shot executions and program runs in a fresh
-// instance, and the Observer that hears all of it.
+// instance, which tenant owns each session (Find shows a caller only its
+// tenant's, unless it is an admin), and the Observer that hears all of
+// it, with who asked.
 //
 // It must never trust what a runtime says beyond the data it carries: an
 // execution ends by the runtime's done, by the session's own limits (see
@@ -135,13 +137,15 @@ type Session struct {
 	m  *Manager
 	id string
 	// owner created the session: its tenant owns it (see Find).
-	owner  Caller
-	lang   runtimes.Runtime
-	limits config.Limits
-	idle   time.Duration
-	inst   *instance.Instance
-	env    map[string]string // the runtime's, which commands start from
-	create time.Time
+	owner Caller
+	// deletedBy: the caller that deleted it (under mu), if one did.
+	deletedBy *Caller
+	lang      runtimes.Runtime
+	limits    config.Limits
+	idle      time.Duration
+	inst      *instance.Instance
+	env       map[string]string // the runtime's, which commands start from
+	create    time.Time
 
 	cmds commands // shell commands (commands.go)
 	// gate is the session's network egress (nil: loopback only); set
@@ -240,7 +244,7 @@ func (m *Manager) Create(ctx context.Context, req apitype.CreateSessionRequest) 
 		m.creates.Done()
 	}()
 
-	s, err := m.start(ctx, iso, rt, limits, sessionEnv(rt, limits, req.Env), idle, policy)
+	s, err := m.start(ctx, iso, rt, limits, m.proxyEnv(sessionEnv(rt, limits, req.Env), policy), idle, policy)
 	if err != nil {
 		return nil, err
 	}
@@ -422,6 +426,23 @@ func (m *Manager) Delete(id string) error {
 	return nil
 }
 
+// DeleteFor ends the session id for the caller ctx carries (who must see
+// it, see Find); observers hear who ended it.
+func (m *Manager) DeleteFor(ctx context.Context, id string) error {
+	s, err := m.Find(ctx, id)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.deletedBy == nil {
+		by := callerOf(ctx)
+		s.deletedBy = &by
+	}
+	s.mu.Unlock()
+	s.terminate(apitype.Ended(apitype.EndDeleted))
+	return nil
+}
+
 // Close ends every session and refuses new ones. It returns when every
 // sandbox is gone.
 func (m *Manager) Close() {
@@ -599,7 +620,15 @@ func (s *Session) terminate(end apitype.End) {
 		}
 		m.log.Info("session ended", "session", s.id, "reason", end.Reason)
 		if registered && m.obs != nil {
-			m.obs.SessionEnded(SessionEvent{Caller: s.owner, Session: s.id, Language: s.lang.Lang, Sandbox: s.inst.Name(), Limits: s.limits,
+			// The owner's tenant; the key and request of the deletion,
+			// or none when the session ended by itself.
+			who := Caller{Tenant: s.owner.Tenant}
+			s.mu.Lock()
+			if s.deletedBy != nil && end.Code == apitype.EndDeleted {
+				who.KeyID, who.RequestID = s.deletedBy.KeyID, s.deletedBy.RequestID
+			}
+			s.mu.Unlock()
+			m.obs.SessionEnded(SessionEvent{Caller: who, Session: s.id, Language: s.lang.Lang, Sandbox: s.inst.Name(), Limits: s.limits,
 				Duration: time.Since(s.create), Executions: execs, End: end})
 		}
 	})

@@ -136,12 +136,18 @@ func (d *DB) RetainAudit(ctx context.Context, maxAge time.Duration, maxSize int6
 	}
 	if maxSize > 0 {
 		for i := 0; i < 64; i++ {
-			var bytes, count int64
-			// The records' own size: the file's pages are reused, not
-			// returned, so the file's size would never go down.
-			if err := d.audit.QueryRowContext(ctx, `SELECT COALESCE(SUM(LENGTH(record)) + COUNT(*) * 64, 0), COUNT(*) FROM audit`).Scan(&bytes, &count); err != nil {
-				return removed, err
+			// The pages in use (the file's size never goes down: freed
+			// pages are reused), read in constant time.
+			var pages, free, size, count int64
+			for _, q := range []struct {
+				sql string
+				v   *int64
+			}{{`PRAGMA page_count`, &pages}, {`PRAGMA freelist_count`, &free}, {`PRAGMA page_size`, &size}, {`SELECT COUNT(*) FROM audit`, &count}} {
+				if err := d.audit.QueryRowContext(ctx, q.sql).Scan(q.v); err != nil {
+					return removed, err
+				}
 			}
+			bytes := (pages - free) * size
 			if bytes <= maxSize || count == 0 {
 				break
 			}

@@ -14,6 +14,7 @@ import builtins
 import io
 import os
 import re
+import subprocess  # here, not lazily: an interrupt landing halfway through its import leaves threading broken for the session
 import sys
 import types
 from typing import Any, Callable, Optional
@@ -327,7 +328,6 @@ class Magics:
 
     @staticmethod
     def _output(frame: types.FrameType, cmd: str) -> SList:
-        import subprocess
         current.flush_stdio()
         try:
             proc = subprocess.run(cmd, shell=True, executable=_shell(),
@@ -377,7 +377,6 @@ class Magics:
 
     def system_in(self, frame: types.FrameType, cmd: str, expand: bool = True) -> None:
         """Run cmd through the shell with the session's stdio; sets ``_exit_code``."""
-        import subprocess
         if expand:
             cmd = _expand(cmd, frame)
         current.flush_stdio()
@@ -451,7 +450,6 @@ class Magics:
         if sub in ("list", "freeze"):
             import importlib.util
             if importlib.util.find_spec("pip") is not None:
-                import subprocess
                 current.flush_stdio()
                 subprocess.call([sys.executable, "-m", "pip", *argv])
             else:
@@ -754,7 +752,6 @@ class Magics:
     def cmagic_script(self, line: str, body: str, body_lineno: int, frame: types.FrameType) -> None:
         """%%script PROGRAM [--no-raise-error]: run the body with PROGRAM (on its stdin)."""
         import shlex
-        import subprocess
         argv = [w for w in shlex.split(line) if w != "--no-raise-error"]
         if not argv:
             raise UsageError("%%script needs a program, e.g. %%script bash")
