@@ -128,3 +128,41 @@ func TestCPUSince(t *testing.T) {
 		t.Errorf("%v %v", got, err)
 	}
 }
+
+// A revocation by another process holds from the very next lookup, even
+// right after cached ones and among unrelated commits.
+func TestRevocationIsImmediate(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	other, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ctx := context.Background()
+	for i := 0; i < 50; i++ {
+		secret, k, err := other.CreateKey(ctx, "t", false, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := 0; j < 3; j++ {
+			if _, ok, err := db.Authenticate(ctx, secret); !ok || err != nil {
+				t.Fatalf("round %d: a new key does not authenticate: %v", i, err)
+			}
+		}
+		other.SetQuotas(ctx, "t", config.Quotas{MaxSessions: i + 1}) // an unrelated commit
+		if _, ok, _ := db.Authenticate(ctx, secret); !ok {
+			t.Fatalf("round %d: an unrelated commit broke the key", i)
+		}
+		if err := other.RevokeKey(ctx, k.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, _ := db.Authenticate(ctx, secret); ok {
+			t.Fatalf("round %d: a revoked key still authenticates", i)
+		}
+	}
+}
