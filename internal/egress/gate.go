@@ -40,11 +40,13 @@ type Options struct {
 	Limits  Limits
 	Dialer  *Dialer
 	Log     *slog.Logger
+	// Proxy adds the HTTP proxy on ProxyAddr inside the sandbox.
+	Proxy bool
 }
 
 // Record is one decision, as an execution's result reports it.
 type Record struct {
-	Kind      string        `json:"kind"` // "dns" or "connect"
+	Kind      string        `json:"kind"` // "dns", "connect" or "proxy"
 	Execution string        `json:"execution,omitempty"`
 	Name      string        `json:"name,omitempty"`
 	Port      uint16        `json:"port,omitempty"`
@@ -105,6 +107,7 @@ type Gate struct {
 	listeners map[uint16]net.Listener
 	dnsUDP    net.PacketConn
 	dnsTCP    net.Listener
+	proxy     net.Listener
 	conns     map[net.Conn]struct{}
 	open      int
 	records   []*Decision
@@ -354,6 +357,9 @@ func (g *Gate) Close() error {
 	}
 	if g.dnsTCP != nil {
 		g.dnsTCP.Close()
+	}
+	if g.proxy != nil {
+		g.proxy.Close()
 	}
 	for c := range g.conns {
 		c.Close()
