@@ -673,5 +673,38 @@ func TestGateProxy(t *testing.T) {
 	}
 	pc.Close()
 	f.trapUntouched(t)
-	waitFor(t, func() bool { return strings.Contains(fmt.Sprint(f.log.lines()), "TLS SNI \"a.test\" does not match example.com") })
+	waitFor(t, func() bool {
+		return strings.Contains(fmt.Sprint(f.log.lines()), "TLS SNI \"a.test\" does not match example.com")
+	})
+}
+
+// DNS over TCP answers like UDP (resolvers retry over TCP on truncation).
+func TestGateDNSOverTCP(t *testing.T) {
+	f := newFixture(t, []string{"a.test"}, Limits{})
+	c, err := f.ns.dial("127.0.0.1:53")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	for _, tc := range []struct {
+		name  string
+		rcode dnsmessage.RCode
+	}{{"a.test.", dnsmessage.RCodeSuccess}, {"b.test.", dnsmessage.RCodeNameError}} {
+		q := query(t, tc.name, dnsmessage.TypeA)
+		c.Write(append([]byte{byte(len(q) >> 8), byte(len(q))}, q...))
+		var lb [2]byte
+		if _, err := io.ReadFull(c, lb[:]); err != nil {
+			t.Fatal(err)
+		}
+		reply := make([]byte, int(lb[0])<<8|int(lb[1]))
+		if _, err := io.ReadFull(c, reply); err != nil {
+			t.Fatal(err)
+		}
+		var p dnsmessage.Parser
+		h, err := p.Start(reply)
+		if err != nil || h.RCode != tc.rcode {
+			t.Errorf("%s over TCP: %v, %v", tc.name, h.RCode, err)
+		}
+	}
 }
