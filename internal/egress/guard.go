@@ -37,6 +37,9 @@ var (
 	nat64    = netip.MustParsePrefix("64:ff9b::/96")
 	sixto4   = netip.MustParsePrefix("2002::/16")
 	loopback = prefixes("127.0.0.0/8", "::1/128")
+	// metadata6 is the cloud metadata service's IPv6 address (AWS), a
+	// ULA address: closed even inside an operator CIDR.
+	metadata6 = netip.MustParseAddr("fd00:ec2::254")
 )
 
 func prefixes(ss ...string) []netip.Prefix {
@@ -125,21 +128,42 @@ func (g *Guard) Check(name string, a netip.Addr) error {
 	if inAny(a, g.testOpen) {
 		return nil
 	}
-	if inAny(a, g.Open) {
-		return nil
-	}
+	// The host comes before the operator's CIDRs: opening the LAN for a
+	// mirror (10.0.0.0/8) must not open the airlock host's own address in
+	// it (its API, metrics, sshd, kubelet).
 	for _, h := range g.hostAddrs() {
 		if h == a {
 			return fmt.Errorf("%s is an address of the airlock host", a)
 		}
 	}
-	if reason := forbidden(a); reason != "" {
+	reason := forbidden(a)
+	if inAny(a, g.Open) && !neverOpen(a) {
+		return nil
+	}
+	if reason != "" {
 		if inAny(a, private) && name != "" && g.InternalNames.AllowsName(name) {
 			return nil
 		}
 		return fmt.Errorf("%s is %s", a, reason)
 	}
 	return nil
+}
+
+// neverOpen reports whether a stays closed even inside an operator CIDR:
+// loopback (the host), link-local (cloud metadata), unspecified and
+// multicast, and their embeddings, as for internal names.
+func neverOpen(a netip.Addr) bool {
+	if a.Is6() {
+		b := a.As16()
+		switch {
+		case nat64.Contains(a):
+			a = netip.AddrFrom4([4]byte(b[12:16]))
+		case sixto4.Contains(a):
+			a = netip.AddrFrom4([4]byte(b[2:6]))
+		}
+	}
+	return a == metadata6 || a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsUnspecified() || a.IsMulticast() ||
+		a.IsLinkLocalMulticast() || a.IsInterfaceLocalMulticast() || (a.Is4() && a.As4()[0] == 0)
 }
 
 // forbidden says which forbidden range a is in, or "".
