@@ -278,6 +278,13 @@ func (l *Log) ExecutionFinished(e session.ExecutionEvent) {
 		r.Kind, r.Package, r.Session = apitype.AuditPackage, e.Package, e.Session
 	}
 	r.ID, r.Language, r.Code = e.ID, e.Language, e.Code
+	if e.Package != "" {
+		// A package step's code is airlock's own, not the client's: it
+		// carries the operator's index URL, which may hold credentials
+		// (https://user:token@mirror/simple) that the tenant reading
+		// its own records must never see. The requirements say it all.
+		r.Code = ""
+	}
 	exit := e.ExitCode
 	r.ExitCode = &exit
 	r.Error, r.KillReason = e.Error, e.KillReason

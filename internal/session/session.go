@@ -244,7 +244,7 @@ func (m *Manager) Create(ctx context.Context, req apitype.CreateSessionRequest) 
 		m.creates.Done()
 	}()
 
-	s, err := m.start(ctx, iso, rt, limits, sessionEnv(rt, limits, req.Env), idle, policy)
+	s, err := m.start(ctx, iso, rt, limits, m.proxyEnv(sessionEnv(rt, limits, req.Env), policy), idle, policy)
 	if err != nil {
 		return nil, err
 	}
