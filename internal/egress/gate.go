@@ -68,6 +68,7 @@ type Decision struct {
 
 	mu       sync.Mutex
 	Reason   string
+	detail   string // for the server's log only (the addresses refused)
 	up, down atomic.Int64
 	duration time.Duration
 }
@@ -266,7 +267,7 @@ func (g *Gate) logDecision(d *Decision) {
 		slog.String("name", r.Name), slog.String("dest", r.Dest), slog.String("address", r.Address),
 		slog.Int("port", int(r.Port)), slog.Bool("allowed", r.Allowed), slog.String("reason", r.Reason),
 		slog.Int64("bytes_up", r.BytesUp), slog.Int64("bytes_down", r.BytesDown),
-		slog.Int64("duration_ms", time.Since(d.Start).Milliseconds()))
+		slog.Int64("duration_ms", time.Since(d.Start).Milliseconds()), slog.String("detail", d.detail))
 }
 
 func (g *Gate) track(c net.Conn) bool {
@@ -450,6 +451,10 @@ func (g *Gate) handle(c net.Conn) {
 	}
 	up, addr, err := g.dialer.Dial(context.Background(), name, port)
 	if err != nil {
+		var fe *ForbiddenError
+		if errors.As(err, &fe) {
+			d.detail = fe.Detail // the log's only
+		}
 		g.deny(c, d, err.Error())
 		return
 	}
