@@ -204,7 +204,7 @@ func TestChartShape(t *testing.T) {
 		t.Errorf("the router has not the pod rule:\n%s", conf)
 	}
 	for _, want := range []string{
-		"$airlock_route.airlock-pods.team-a.svc.cluster.local:8080",
+		"$airlock_dest.airlock-pods.team-a.svc.cluster.local:8080",
 		"service airlock.team-a.svc.cluster.local:8080",
 		"resolver kube-dns.kube-system.svc.cluster.local",
 		"proxy_pass http://$airlock_upstream$request_uri;",

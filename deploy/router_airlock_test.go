@@ -170,6 +170,25 @@ func TestRouterWithAirlock(t *testing.T) {
 	if code, body := direct.do(t, "POST", "/v1/sessions/"+b.ID+"/execute", `{"code":"x"}`, nil); code != 421 || !strings.Contains(body, `"code":"misdirected"`) {
 		t.Errorf("airlock-0 asked about airlock-1's session: %d %s", code, body)
 	}
+	// An MCP session's id names its pod too, so that the router sends
+	// its requests back there (TestRouter checks that rule). Asked
+	// directly: over the router nginx's Host would meet the MCP SDK's
+	// DNS-rebinding guard, which these loopback pods keep on (pods on a
+	// pod network do not trip it).
+	req, _ := http.NewRequest("POST", pods["airlock-1"].url+"/mcp", strings.NewReader(
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"router-test","version":"1"}}}`))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Error(err)
+	} else {
+		resp.Body.Close()
+		if sid := resp.Header.Get("Mcp-Session-Id"); resp.StatusCode != 200 || !regexp.MustCompile(`^airlock-1\.[0-9a-z]+\.[0-9A-Za-z]{22}$`).MatchString(sid) {
+			t.Errorf("MCP initialize on airlock-1: %d, Mcp-Session-Id %q", resp.StatusCode, sid)
+		}
+	}
+
 	// Without the token, the router passes airlock's own 401 on.
 	if code, _ := (&apiClient{base: via.base}).do(t, "GET", "/v1/sessions/"+a.ID, "", nil); code != 401 {
 		t.Errorf("no token through the router: %d", code)

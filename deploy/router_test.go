@@ -252,13 +252,22 @@ func (d *daemon) waitLine(t *testing.T, re *regexp.Regexp) {
 // cleaning the path) and returns the answer.
 func rawRequest(t *testing.T, addr, method, uri, body string) (*http.Response, string) {
 	t.Helper()
+	return rawRequestHeader(t, addr, method, uri, body, "")
+}
+
+// rawRequestHeader is rawRequest with one more header line ("" for none).
+func rawRequestHeader(t *testing.T, addr, method, uri, body, header string) (*http.Response, string) {
+	t.Helper()
+	if header != "" {
+		header += "\r\n"
+	}
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(30 * time.Second))
-	fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: airlock.example\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", method, uri, len(body), body)
+	fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: airlock.example\r\nConnection: close\r\n%sContent-Length: %d\r\n\r\n%s", method, uri, header, len(body), body)
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, uri, err)
@@ -484,6 +493,38 @@ func TestRouter(t *testing.T) {
 			}
 			expectHit(t, "", hit{})
 		}
+	})
+
+	t.Run("MCP sessions stay on their pod", func(t *testing.T) {
+		for _, c := range []struct{ uri, header, to string }{
+			{"/mcp", "", "service"}, // initialize: any pod
+			{"/mcp", "Mcp-Session-Id: " + id1, "airlock-1"},
+			{"/mcp?x=1", "Mcp-Session-Id: " + id0, "airlock-0"},
+			// Not a pod of this release, or not /mcp: the Service.
+			{"/mcp", "Mcp-Session-Id: evil.example", "service"},
+			{"/mcp", "Mcp-Session-Id: airlock-1.k2f9.Q7x.evil.example", "service"},
+			{"/mcp", "Mcp-Session-Id: airlock-01.k2f9.Q7x", "service"},
+			{"/mcp", "Mcp-Session-Id: 3f9c2a7d81b04e6f9a1c5d20", "service"},
+			{"/mcpx", "Mcp-Session-Id: " + id1, "service"},
+			{"/v1/sessions", "Mcp-Session-Id: " + id1, "service"},
+			{"/v1/execute", "Mcp-Session-Id: " + id1, "service"},
+			// A session's own route is the id's pod, whatever the header.
+			{"/v1/sessions/" + id0 + "/execute", "Mcp-Session-Id: " + id1, "airlock-0"},
+		} {
+			resp, body := rawRequestHeader(t, addr, "POST", c.uri, `{}`, c.header)
+			if resp.StatusCode != 200 {
+				t.Errorf("POST %s [%s]: %d %s", c.uri, c.header, resp.StatusCode, body)
+				continue
+			}
+			expectHit(t, c.to, hit{c.to, "POST", c.uri, `{}`})
+		}
+		// The MCP session's pod is gone: node_unavailable, as for a
+		// session.
+		resp, body := rawRequestHeader(t, addr, "POST", "/mcp", `{}`, "Mcp-Session-Id: airlock-3.k2f9.Q7x")
+		if resp.StatusCode != 503 || !strings.Contains(body, `"node_unavailable"`) {
+			t.Errorf("MCP session on a dead pod: %d %s", resp.StatusCode, body)
+		}
+		expectHit(t, "", hit{})
 	})
 
 	t.Run("airlock's own answers pass through", func(t *testing.T) {

@@ -28,6 +28,8 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -192,6 +194,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	ctx := identity.WithRequest(r.Context(), rw.id)
+	if err := s.browserGuard(r); err != nil {
+		fail(rw, err)
+		return
+	}
 	if !s.public[r.URL.Path] {
 		who, err := s.authenticate(r)
 		if err != nil {
@@ -304,6 +310,48 @@ func (s *Server) authenticate(r *http.Request) (identity.Identity, error) {
 		}
 	}
 	return identity.Identity{}, fmt.Errorf("%w: the API key is unknown or revoked", errdefs.ErrUnauthenticated)
+}
+
+// browserGuard protects a server without authentication (auth "none",
+// loopback only, every caller an admin) from the web pages its user
+// visits: a DNS-rebinding page reaches 127.0.0.1 under its own name (a
+// foreign Host), and a cross-site form or fetch posts text/plain JSON with
+// a foreign Origin. Either would otherwise list, read and run code in
+// every session. Requests over the unix socket and this process's own
+// (MCP's in-process client, whose /mcp request passed here already) are
+// not a browser's; with keys a page has no key to send.
+func (s *Server) browserGuard(r *http.Request) error {
+	if s.cfg.Server.Auth != config.AuthNone || local(r) || r.RemoteAddr == "in-process" {
+		return nil
+	}
+	if la, ok := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr); ok && la.IP.IsLoopback() && !loopbackHost(r.Host) {
+		return fmt.Errorf("%w: Host %q is not a loopback name (a DNS-rebinding guard of a server without authentication)", errdefs.ErrPermission, truncateForMessage(r.Host))
+	}
+	if o := r.Header.Get("Origin"); o != "" {
+		u, err := url.Parse(o)
+		if err != nil || !loopbackHost(u.Host) {
+			return fmt.Errorf("%w: a request from the web page %q (a server without authentication answers no page but its own host's)", errdefs.ErrPermission, truncateForMessage(o))
+		}
+	}
+	if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+		return fmt.Errorf("%w: a cross-site request (a server without authentication answers no web page)", errdefs.ErrPermission)
+	}
+	return nil
+}
+
+// loopbackHost reports whether a Host header (name or address, with or
+// without a port) names this machine's loopback.
+func loopbackHost(hostport string) bool {
+	h := hostport
+	if host, _, err := net.SplitHostPort(hostport); err == nil {
+		h = host
+	}
+	h = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(h)
+	return err == nil && a.Unmap().IsLoopback()
 }
 
 // Local returns the API as the server's own operator reaches it: every

@@ -101,6 +101,7 @@ func TestIdentityAtTheEdge(t *testing.T) {
 			c.path = "/y"
 		}
 		req := httptest.NewRequest("GET", c.path, nil)
+		req.Host = "127.0.0.1:8080" // as a client of a loopback listener names it
 		req = req.WithContext(context.WithValue(req.Context(), http.LocalAddrContextKey, c.via))
 		if c.bearer != "" {
 			req.Header.Set("Authorization", "Bearer "+c.bearer)
@@ -117,6 +118,61 @@ func TestIdentityAtTheEdge(t *testing.T) {
 		}
 		if c.status == 200 && reqID != "req-42" {
 			t.Errorf("%s: request id %q in the context", c.name, reqID)
+		}
+	}
+}
+
+// A server without authentication answers no web page: a DNS-rebinding
+// page (a foreign Host on the loopback listener) and a cross-site request
+// (a foreign Origin, Sec-Fetch-Site: cross-site) get 403, whereas local
+// clients, the unix socket and this process's in-process client pass. With
+// keys the guard is off: a page has no key to send. (Red team: without it
+// any page the operator visited could list, read and run code in every
+// session of an auth "none" server.)
+func TestBrowserGuard(t *testing.T) {
+	tcp := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}
+	tcp6 := &net.TCPAddr{IP: net.IPv6loopback, Port: 8080}
+	unix := &net.UnixAddr{Name: "/run/airlock/airlock.sock", Net: "unix"}
+	for _, c := range []struct {
+		name, auth, host string
+		hdr              map[string]string
+		via              net.Addr
+		remote           string
+		status           int
+	}{
+		{"curl", config.AuthNone, "127.0.0.1:8080", nil, tcp, "", 200},
+		{"localhost", config.AuthNone, "localhost:8080", nil, tcp, "", 200},
+		{"IPv6", config.AuthNone, "[::1]:8080", nil, tcp6, "", 200},
+		{"same-origin page", config.AuthNone, "localhost:8080", map[string]string{"Origin": "http://localhost:8080", "Sec-Fetch-Site": "same-origin"}, tcp, "", 200},
+		{"rebinding", config.AuthNone, "evil.example:8080", nil, tcp, "", 403},
+		{"rebinding, no port", config.AuthNone, "evil.example", nil, tcp, "", 403},
+		{"cross-site POST", config.AuthNone, "127.0.0.1:8080", map[string]string{"Origin": "https://evil.example"}, tcp, "", 403},
+		{"null origin", config.AuthNone, "127.0.0.1:8080", map[string]string{"Origin": "null"}, tcp, "", 403},
+		{"cross-site fetch", config.AuthNone, "127.0.0.1:8080", map[string]string{"Sec-Fetch-Site": "cross-site"}, tcp, "", 403},
+		{"socket", config.AuthNone, "evil.example", map[string]string{"Origin": "https://evil.example"}, unix, "", 200},
+		{"in-process", config.AuthNone, "airlock", nil, tcp, "in-process", 200},
+		{"keys: no guard", config.AuthKeys, "evil.example", map[string]string{"Origin": "https://evil.example"}, tcp, "", 200},
+	} {
+		cfg := config.Default()
+		cfg.Server.Auth, cfg.Server.Token = c.auth, "tok"
+		s := New(session.NewManager(cfg, nil, slog.New(slog.DiscardHandler)), cfg, slog.New(slog.DiscardHandler), "test")
+		s.Handle("POST /x", http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		req := httptest.NewRequest("POST", "/x", nil)
+		req.Host = c.host
+		if c.remote != "" {
+			req.RemoteAddr = c.remote
+		}
+		if c.auth == config.AuthKeys {
+			req.Header.Set("Authorization", "Bearer tok")
+		}
+		for k, v := range c.hdr {
+			req.Header.Set(k, v)
+		}
+		req = req.WithContext(context.WithValue(req.Context(), http.LocalAddrContextKey, c.via))
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		if rec.Code != c.status {
+			t.Errorf("%s: status %d, want %d (%s)", c.name, rec.Code, c.status, rec.Body.String())
 		}
 	}
 }

@@ -251,6 +251,7 @@ func (l *Log) SessionEnded(e session.SessionEvent) {
 	r := who(e.Caller)
 	r.Kind, r.Session, r.Language, r.Outcome = apitype.AuditSessionEnd, e.Session, e.Language, "ok"
 	r.EndReason, r.DurationMs = e.End.Reason, ms(e.Duration)
+	r.Egress = e.Egress // decisions no execution carried
 	l.Record(r)
 }
 
@@ -278,6 +279,13 @@ func (l *Log) ExecutionFinished(e session.ExecutionEvent) {
 		r.Kind, r.Package, r.Session = apitype.AuditPackage, e.Package, e.Session
 	}
 	r.ID, r.Language, r.Code = e.ID, e.Language, e.Code
+	if e.Package != "" {
+		// A package step's code is airlock's own, not the client's: it
+		// carries the operator's index URL, which may hold credentials
+		// (https://user:token@mirror/simple) that the tenant reading
+		// its own records must never see. The requirements say it all.
+		r.Code = ""
+	}
 	exit := e.ExitCode
 	r.ExitCode = &exit
 	r.Error, r.KillReason = e.Error, e.KillReason

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -226,5 +227,32 @@ func TestPackageInstallRecords(t *testing.T) {
 	recs := all(t, l, store.AuditQuery{Kind: apitype.AuditPackage})
 	if len(recs) != 2 || recs[0].Session != "s1" || recs[0].Package != "requests==2.31.0" || recs[0].Outcome != "ok" || recs[1].Outcome != "error" {
 		t.Errorf("package records: %+v", recs)
+	}
+}
+
+// A package step's code (airlock's own, with the operator's index URL and
+// whatever credentials it holds) never reaches the audit log, whatever
+// audit.code says: the tenant reads its records.
+func TestPackageInstallCodeNotRecorded(t *testing.T) {
+	for _, mode := range []string{"full", "sha256"} {
+		l, _ := open(t, mode)
+		l.ExecutionFinished(session.ExecutionEvent{Caller: caller, Kind: session.ExecOneShot, Session: "s1", ID: "e1", Package: "requests",
+			Code: `pip download --index-url https://user:s3cret@mirror.example/simple requests`})
+		recs := all(t, l, store.AuditQuery{Kind: apitype.AuditPackage})
+		if len(recs) != 1 || recs[0].Code != "" || recs[0].CodeSHA256 != "" || strings.Contains(fmt.Sprint(recs[0]), "s3cret") {
+			t.Errorf("audit.code %s: package record %+v", mode, recs)
+		}
+	}
+}
+
+// The egress decisions no execution carried (a background thread's, a
+// shell command's) are in the session's end record.
+func TestSessionEndCarriesUntaggedEgress(t *testing.T) {
+	l, _ := open(t, "sha256")
+	eg := []apitype.EgressDecision{{Kind: "connect", Host: "example.com", Port: 443, Allowed: true, Reason: "allowed: closed", BytesUp: 10, BytesDown: 20}}
+	l.SessionEnded(session.SessionEvent{Caller: caller, Session: "s1", Language: "python", End: apitype.Ended(apitype.EndIdle), Egress: eg})
+	recs := all(t, l, store.AuditQuery{Kind: apitype.AuditSessionEnd})
+	if len(recs) != 1 || len(recs[0].Egress) != 1 || recs[0].Egress[0].Host != "example.com" || recs[0].Egress[0].BytesDown != 20 {
+		t.Errorf("session end record: %+v", recs)
 	}
 }

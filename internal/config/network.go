@@ -26,6 +26,10 @@ type Network struct {
 	MaxConnections int      `json:"max_connections"`
 	ConnectTimeout Duration `json:"connect_timeout"`
 	IdleTimeout    Duration `json:"idle_timeout"`
+	// Proxy adds an HTTP CONNECT/forward proxy on 127.0.0.1:3128 inside
+	// every sandbox with a policy, and HTTP(S)_PROXY pointing at it:
+	// proxy-aware clients get a 403 saying why instead of a reset.
+	Proxy bool `json:"proxy"`
 	// InternalCIDRs are internal ranges sessions may reach (a package
 	// mirror on the LAN); by server config only, never by a request.
 	InternalCIDRs []string `json:"internal_cidrs"`

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -224,6 +225,10 @@ var (
 )
 
 func newFixture(t testing.TB, allow []string, lim Limits) *fixture {
+	return newFixtureProxy(t, allow, lim, false)
+}
+
+func newFixtureProxy(t testing.TB, allow []string, lim Limits, proxy bool) *fixture {
 	f := &fixture{ns: newNetns(t), log: &logBuf{}}
 	f.port, f.tlsPort = freePort(t), freePort(t)
 	mux := http.NewServeMux()
@@ -269,7 +274,7 @@ func newFixture(t testing.TB, allow []string, lim Limits) *fixture {
 	}
 	g, err := Attach(f.ns.pidfd, Options{Session: "s1", Policy: p, Limits: lim,
 		Dialer: &Dialer{Guard: guard, Resolver: f.res, Timeout: lim.ConnectTimeout},
-		Log:    slog.New(slog.NewJSONHandler(f.log, nil))})
+		Log:    slog.New(slog.NewJSONHandler(f.log, nil)), Proxy: proxy})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -612,5 +617,94 @@ func TestGatePolicyChangeAndClose(t *testing.T) {
 	f.trap.Close()
 	if after := fds(); after > before+8 {
 		t.Errorf("%d fds before, %d after Close", before, after)
+	}
+}
+
+func TestGateProxy(t *testing.T) {
+	f := newFixtureProxy(t, []string{"a.test:PORT", "example.com:TLS", "meta.test:PORT"}, Limits{}, true)
+	proxyURL, _ := url.Parse("http://" + ProxyAddr)
+	conf := f.tlsConf.Clone()
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		Proxy: http.ProxyURL(proxyURL), TLSClientConfig: conf,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) { return f.ns.dial(addr) },
+	}}
+	if body, err := get(c, f.url("http", "a.test")); err != nil || !strings.HasPrefix(body, "hello a.test") {
+		t.Errorf("GET through the proxy = %q, %v", body, err)
+	}
+	if body, err := get(c, f.url("https", "example.com")); err != nil || !strings.HasPrefix(body, "hello example.com") {
+		t.Errorf("HTTPS through the proxy = %q, %v", body, err)
+	}
+	for _, tc := range []struct{ url, reason string }{
+		{f.url("http", "evil.test"), "evil.test:%d is not in the allowlist"},
+		{f.url("http", "169.254.169.254"), "169.254.169.254 is an IP address"},
+		{f.url("http", "2130706433"), "2130706433 is an IP address"},
+		{f.url("http", "meta.test"), "resolves to a forbidden address"},
+	} {
+		resp, err := c.Get(tc.url)
+		if err != nil {
+			t.Errorf("GET %s: %v", tc.url, err)
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		want := tc.reason
+		if strings.Contains(want, "%d") {
+			want = fmt.Sprintf(want, f.port)
+		}
+		if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), want) {
+			t.Errorf("GET %s = %d %q, want 403 naming %q", tc.url, resp.StatusCode, b, want)
+		}
+	}
+	// CONNECT to an allowed name, then a ClientHello for another name.
+	pc, err := f.ns.dial(ProxyAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(pc, "CONNECT example.com:%d HTTP/1.1\r\nHost: example.com:%d\r\n\r\n", f.tlsPort, f.tlsPort)
+	br := bufio.NewReader(pc)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v", err)
+	}
+	conf.ServerName = "a.test"
+	tc := tls.Client(pc, conf)
+	tc.SetDeadline(time.Now().Add(3 * time.Second))
+	if err := tc.Handshake(); err == nil {
+		t.Error("a tunnel opened for example.com carried a handshake for a.test")
+	}
+	pc.Close()
+	f.trapUntouched(t)
+	waitFor(t, func() bool {
+		return strings.Contains(fmt.Sprint(f.log.lines()), "TLS SNI \"a.test\" does not match example.com")
+	})
+}
+
+// DNS over TCP answers like UDP (resolvers retry over TCP on truncation).
+func TestGateDNSOverTCP(t *testing.T) {
+	f := newFixture(t, []string{"a.test"}, Limits{})
+	c, err := f.ns.dial("127.0.0.1:53")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	for _, tc := range []struct {
+		name  string
+		rcode dnsmessage.RCode
+	}{{"a.test.", dnsmessage.RCodeSuccess}, {"b.test.", dnsmessage.RCodeNameError}} {
+		q := query(t, tc.name, dnsmessage.TypeA)
+		c.Write(append([]byte{byte(len(q) >> 8), byte(len(q))}, q...))
+		var lb [2]byte
+		if _, err := io.ReadFull(c, lb[:]); err != nil {
+			t.Fatal(err)
+		}
+		reply := make([]byte, int(lb[0])<<8|int(lb[1]))
+		if _, err := io.ReadFull(c, reply); err != nil {
+			t.Fatal(err)
+		}
+		var p dnsmessage.Parser
+		h, err := p.Start(reply)
+		if err != nil || h.RCode != tc.rcode {
+			t.Errorf("%s over TCP: %v, %v", tc.name, h.RCode, err)
+		}
 	}
 }

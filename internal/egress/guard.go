@@ -37,6 +37,9 @@ var (
 	nat64    = netip.MustParsePrefix("64:ff9b::/96")
 	sixto4   = netip.MustParsePrefix("2002::/16")
 	loopback = prefixes("127.0.0.0/8", "::1/128")
+	// metadata6 is the cloud metadata service's IPv6 address (AWS), a
+	// ULA address: closed even inside an operator CIDR.
+	metadata6 = netip.MustParseAddr("fd00:ec2::254")
 )
 
 func prefixes(ss ...string) []netip.Prefix {
@@ -125,21 +128,42 @@ func (g *Guard) Check(name string, a netip.Addr) error {
 	if inAny(a, g.testOpen) {
 		return nil
 	}
-	if inAny(a, g.Open) {
-		return nil
-	}
+	// The host comes before the operator's CIDRs: opening the LAN for a
+	// mirror (10.0.0.0/8) must not open the airlock host's own address in
+	// it (its API, metrics, sshd, kubelet).
 	for _, h := range g.hostAddrs() {
 		if h == a {
 			return fmt.Errorf("%s is an address of the airlock host", a)
 		}
 	}
-	if reason := forbidden(a); reason != "" {
+	reason := forbidden(a)
+	if inAny(a, g.Open) && !neverOpen(a) {
+		return nil
+	}
+	if reason != "" {
 		if inAny(a, private) && name != "" && g.InternalNames.AllowsName(name) {
 			return nil
 		}
 		return fmt.Errorf("%s is %s", a, reason)
 	}
 	return nil
+}
+
+// neverOpen reports whether a stays closed even inside an operator CIDR:
+// loopback (the host), link-local (cloud metadata), unspecified and
+// multicast, and their embeddings, as for internal names.
+func neverOpen(a netip.Addr) bool {
+	if a.Is6() {
+		b := a.As16()
+		switch {
+		case nat64.Contains(a):
+			a = netip.AddrFrom4([4]byte(b[12:16]))
+		case sixto4.Contains(a):
+			a = netip.AddrFrom4([4]byte(b[2:6]))
+		}
+	}
+	return a == metadata6 || a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsUnspecified() || a.IsMulticast() ||
+		a.IsLinkLocalMulticast() || a.IsInterfaceLocalMulticast() || (a.Is4() && a.As4()[0] == 0)
 }
 
 // forbidden says which forbidden range a is in, or "".
@@ -235,7 +259,7 @@ func (d *Dialer) Dial(ctx context.Context, name string, port uint16) (net.Conn, 
 	for _, a := range addrs {
 		if err := d.Guard.Check(name, a); err != nil {
 			if firstErr == nil {
-				firstErr = fmt.Errorf("%s resolves to a forbidden address: %v", name, err)
+				firstErr = &ForbiddenError{Name: name, Detail: err.Error()}
 			}
 			continue
 		}
@@ -251,6 +275,19 @@ func (d *Dialer) Dial(ctx context.Context, name string, port uint16) (net.Conn, 
 		firstErr = fmt.Errorf("%s has no address", name)
 	}
 	return nil, netip.Addr{}, firstErr
+}
+
+// ForbiddenError is a name that resolved only to addresses the guard
+// refuses. Its message, which the sandbox's client sees (the execution's
+// egress list, the audit log), does not say which addresses: that would
+// make airlock an oracle for the operator's internal DNS and the host's
+// own addresses. Detail, with them, is for the server's log.
+type ForbiddenError struct {
+	Name, Detail string
+}
+
+func (e *ForbiddenError) Error() string {
+	return e.Name + " resolves to a forbidden address (private, loopback, link-local, reserved or the host's)"
 }
 
 // shortErr drops Go's "dial tcp a:p:" prefix: reasons name the name.

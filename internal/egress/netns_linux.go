@@ -81,6 +81,11 @@ func Attach(pidfd int, o Options) (_ *Gate, err error) {
 		if g.dnsTCP, err = net.Listen("tcp4", "127.0.0.1:53"); err != nil {
 			return fmt.Errorf("egress: DNS: %w", err)
 		}
+		if o.Proxy {
+			if g.proxy, err = net.Listen("tcp4", ProxyAddr); err != nil {
+				return fmt.Errorf("egress: proxy: %w", err)
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -89,6 +94,10 @@ func Attach(pidfd int, o Options) (_ *Gate, err error) {
 	g.wg.Add(2)
 	go func() { defer g.wg.Done(); g.serveDNSUDP(g.dnsUDP) }()
 	go func() { defer g.wg.Done(); g.serveDNSTCP(g.dnsTCP) }()
+	if g.proxy != nil {
+		g.wg.Add(1)
+		go g.serveProxy(g.proxy)
+	}
 	g.policy = Policy{}
 	if err := g.SetPolicy(o.Policy); err != nil {
 		return nil, err

@@ -1,9 +1,12 @@
 package egress
 
 import (
+	"bytes"
 	"crypto/tls"
+	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,4 +197,39 @@ func FuzzParseRule(f *testing.F) {
 			t.Fatalf("rule %q does not match its own name", r)
 		}
 	})
+}
+
+// TestGateLogBounded: a sandbox looping over denied lookups gets a bounded
+// number of log lines, not one per lookup (red team: 140 MB of host log
+// in 5 seconds); every decision still counts, and the lines not written
+// are reported.
+func TestGateLogBounded(t *testing.T) {
+	var buf bytes.Buffer
+	g := &Gate{session: "s1", log: slog.New(slog.NewTextHandler(&buf, nil)),
+		fakes: map[string]netip.Addr{}, names: map[netip.Addr]string{}, conns: map[net.Conn]struct{}{}}
+	g.policy, _ = ParsePolicy([]string{"a.test"})
+	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 1, RecursionDesired: true})
+	b.StartQuestions()
+	b.Question(dnsmessage.Question{Name: dnsmessage.MustNewName("evil.test."), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
+	q, _ := b.Finish()
+	const n = 20000
+	for i := 0; i < n; i++ {
+		if g.dnsQuery(q) == nil {
+			t.Fatal("no answer")
+		}
+	}
+	g.Close()
+	lines := strings.Count(buf.String(), "msg=egress ")
+	if lines > logBurst+logRate {
+		t.Errorf("%d denied lookups wrote %d decision lines, want at most %d", n, lines, logBurst+logRate)
+	}
+	if lines < logBurst {
+		t.Errorf("only %d decision lines, want the burst (%d)", lines, logBurst)
+	}
+	if !strings.Contains(buf.String(), "egress decisions not logged") {
+		t.Error("the unlogged decisions are not reported")
+	}
+	if got := g.Stats().Denied; got != n {
+		t.Errorf("denied = %d, want %d", got, n)
+	}
 }

@@ -93,6 +93,9 @@ func ParseRule(s string) (Rule, error) {
 			return Rule{}, fmt.Errorf("%q: the port must be a number from 1 to 65535", s)
 		}
 		host, r.Port = s[:i], uint16(p)
+		if r.Port == 53 {
+			return Rule{}, fmt.Errorf("%q: port 53 is airlock's DNS inside the sandbox", s)
+		}
 	}
 	if rest, ok := strings.CutPrefix(host, "*."); ok {
 		host, r.Wildcard = rest, true

@@ -1,9 +1,12 @@
 package egress
 
 import (
+	"context"
+	"errors"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseRule(t *testing.T) {
@@ -172,6 +175,33 @@ func TestGuard(t *testing.T) {
 	}
 }
 
+// TestGuardOpenCIDRKeepsHostClosed: an operator CIDR wide enough to hold
+// the host's own address, loopback or the metadata address opens none of
+// them (red team: internal_cidrs ["10.0.0.0/8"] on a host at 10.0.0.5
+// exposed the host's API and every other service on it).
+func TestGuardOpenCIDRKeepsHostClosed(t *testing.T) {
+	g := NewGuard(nil, Policy{})
+	var host netip.Addr
+	for _, h := range g.hostAddrs() {
+		if !h.IsLoopback() && !h.IsLinkLocalUnicast() {
+			host = h
+			break
+		}
+	}
+	if !host.IsValid() {
+		t.Skip("the host has no address but loopback and link-local")
+	}
+	g.Open = []netip.Prefix{netip.PrefixFrom(host, host.BitLen()-8).Masked(), netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}
+	for _, a := range []string{host.String(), "127.0.0.1", "169.254.169.254", "fd00:ec2::254", "fe80::1", "::1", "::ffff:127.0.0.1", "64:ff9b::a9fe:a9fe", "2002:7f00:1::1", "0.0.0.0", "224.0.0.1"} {
+		if err := g.Check("mirror.lan", netip.MustParseAddr(a)); err == nil {
+			t.Errorf("an open CIDR opens %s", a)
+		}
+	}
+	if err := g.Check("mirror.lan", netip.MustParseAddr("10.1.2.3")); err != nil && host != netip.MustParseAddr("10.1.2.3") {
+		t.Errorf("an open CIDR does not open 10.1.2.3: %v", err)
+	}
+}
+
 // TestGuardDefaultRefusesLoopback: the test hook is the only way to dial
 // 127/8, and a fresh guard has it off.
 func TestGuardDefaultRefusesLoopback(t *testing.T) {
@@ -194,4 +224,29 @@ func TestGuardDefaultRefusesLoopback(t *testing.T) {
 		}
 	}()
 	g.SetTestHooks(netip.MustParsePrefix("10.0.0.0/8"))
+}
+
+type fixedResolver []netip.Addr
+
+func (f fixedResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	return f, nil
+}
+
+// The reason a sandbox's client sees for a name that resolves only to
+// forbidden addresses does not name them (red team: an allowed
+// "*.corp.example" made airlock an oracle for the operator's internal DNS
+// and the host's own addresses); the server's log has them.
+func TestDialForbiddenHidesAddresses(t *testing.T) {
+	d := &Dialer{Guard: NewGuard(nil, Policy{}), Resolver: fixedResolver{netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("169.254.169.254")}, Timeout: time.Second}
+	_, _, err := d.Dial(context.Background(), "db.corp.example", 443)
+	var fe *ForbiddenError
+	if err == nil || !errors.As(err, &fe) {
+		t.Fatalf("Dial = %v, want a ForbiddenError", err)
+	}
+	if msg := err.Error(); strings.Contains(msg, "10.1.2.3") || strings.Contains(msg, "169.254") || !strings.Contains(msg, "forbidden address") {
+		t.Errorf("the client's reason %q names the addresses or not the refusal", msg)
+	}
+	if !strings.Contains(fe.Detail, "10.1.2.3") {
+		t.Errorf("the log's detail %q does not name the address", fe.Detail)
+	}
 }

@@ -37,6 +37,11 @@ type Options struct {
 	Client func(header http.Header) *client.Client
 	// Version is airlock's, reported to clients.
 	Version string
+	// SessionID, when set, makes the MCP session ids of the HTTP
+	// transport (Mcp-Session-Id): a server of a cluster gives ids that
+	// carry its name, so that the router sends an MCP session's requests
+	// back to it. Nil: the SDK's random ids.
+	SessionID func() string
 	Log     *slog.Logger
 }
 
@@ -76,6 +81,7 @@ func New(o Options) *Server {
 		Logger:       o.Log,
 		// No logging capability: the server sends no log messages.
 		Capabilities: &mcp.ServerCapabilities{},
+		GetSessionID: o.SessionID,
 	})
 	s.addTools()
 	s.addResources()

@@ -147,6 +147,9 @@ func (m *Metrics) ExecutionFinished(e session.ExecutionEvent) {
 	for _, rule := range e.CodeFlags {
 		m.codeRules.WithLabelValues(rule, action).Inc()
 	}
+	for _, d := range e.Egress {
+		m.EgressDecision(d.Kind, d.Allowed, d.BytesUp, d.BytesDown)
+	}
 }
 
 // Outcome names how an execution ended: "denied" by a code rule (it
@@ -202,8 +205,9 @@ func (m *Metrics) QuotaRejected(tenant, quota string) {
 }
 
 // EgressDecision counts one egress decision (kind "dns" or "connect")
-// and, for a connection that ended, the bytes it carried each way: the
-// hook package egress's gates call when a decision is final.
+// and the bytes its connection carried each way. The decisions of an
+// execution arrive with its ExecutionFinished; this is also the hook for
+// decisions made outside executions.
 func (m *Metrics) EgressDecision(kind string, allowed bool, bytesUp, bytesDown int64) {
 	if m == nil {
 		return

@@ -54,8 +54,8 @@ func TestExposition(t *testing.T) {
 	m.Quotas(func() map[string]map[string]uint64 {
 		return map[string]map[string]uint64{"a": {"cpu_seconds_per_day": 2}}
 	})
-	m.EgressDecision("dns", false, 0, 0)
-	m.EgressDecision("connect", true, 10, 20)
+	m.ExecutionFinished(session.ExecutionEvent{Kind: session.ExecSession, Language: "python", Egress: []apitype.EgressDecision{
+		{Kind: "dns", Host: "evil.test"}, {Kind: "connect", Host: "files.a.test", Allowed: true, BytesUp: 10, BytesDown: 20}}})
 	m.ExecutionFinished(session.ExecutionEvent{Kind: session.ExecSession, Language: "python", Error: session.DeniedError, CodeFlags: []string{"no-subprocess"}})
 	m.ExecutionFinished(session.ExecutionEvent{Kind: session.ExecSession, Language: "python", CodeFlags: []string{"network"}})
 	m.Pools(func() map[string]any {

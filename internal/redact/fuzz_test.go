@@ -15,7 +15,7 @@ func FuzzStreamEqualsWhole(f *testing.F) {
 	}
 	for _, s := range []string{
 		"AKIAIOSFODNN7EXAMPLE", "x password=abc y", "10.0.0.1 ::1 fe80::1", "TOKEN 12\nTOKEN 3x\n", "secretive secret",
-		"é/home/ü/x", pemKey, "Bearer aaaaaaaaaa==", "ghp_" + string(bytes.Repeat([]byte("z"), 40)),
+		"é/home/ü/x", pemKey, "pa\u017f\u017fword=x token", "api_\u212Aey: v secret", "Bearer aaaaaaaaaa==", "ghp_" + string(bytes.Repeat([]byte("z"), 40)),
 	} {
 		f.Add([]byte(s), uint16(3), uint16(7))
 	}

@@ -136,6 +136,20 @@ func New(sets []string, rules []Rule) (*Redactor, error) {
 	return rd, nil
 }
 
+// fold is text in lower case with the two non-ASCII letters that (?i)
+// matches as ASCII ones (the Kelvin sign as k, the long s as s) folded
+// too: a literal's absence must mean the rule cannot match, or a
+// streamed text and the whole one could be redacted differently.
+func fold(text []byte) []byte {
+	lower := bytes.ToLower(text) // K (U+212A) becomes k
+	if bytes.Contains(lower, longS) {
+		lower = bytes.ReplaceAll(lower, longS, []byte("s"))
+	}
+	return lower
+}
+
+var longS = []byte("\u017f")
+
 // combo is the alternation of the rules text may match; nil if none may.
 func (r *Redactor) combo(text []byte) *combo {
 	var lower []byte
@@ -146,7 +160,7 @@ func (r *Redactor) combo(text []byte) *combo {
 			continue
 		}
 		if lower == nil {
-			lower = bytes.ToLower(text)
+			lower = fold(text)
 		}
 		for _, l := range c.lits {
 			if bytes.Contains(lower, l) {

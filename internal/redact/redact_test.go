@@ -41,6 +41,8 @@ func TestBuiltinSets(t *testing.T) {
 		{Credentials, `{"secret": "s3cr3t", "token":"t0k"}`, `{"secret": "[REDACTED:secret_pair]", "token":"[REDACTED:secret_pair]"}`, 2},
 		{Credentials, "before\n" + pemKey + "\nafter", "before\n[REDACTED:private_key]\nafter", 1},
 		{Credentials, "nothing to see: password reset, tokens, AKIA", "nothing to see: password reset, tokens, AKIA", 0},
+		// (?i) matches the long s and the Kelvin sign as s and k.
+		{Credentials, "pa\u017f\u017fword=x api_\u212Aey=y", "pa\u017f\u017fword=[REDACTED:secret_pair] api_\u212Aey=[REDACTED:secret_pair]", 2},
 		{HostPaths, `File "/usr/lib/python3.11/json/decoder.py", line 3`, `File "[REDACTED:host_path]", line 3`, 1},
 		{HostPaths, "cat /home/alice/.ssh/id_rsa and /etc/passwd", "cat [REDACTED:host_path] and [REDACTED:host_path]", 2},
 		{HostPaths, "/workspace/out.csv and a/etc/b and /usr", "/workspace/out.csv and a/etc/b and /usr", 0},
@@ -179,5 +181,23 @@ func BenchmarkRedact(b *testing.B) {
 				s.Flush()
 			}
 		})
+	}
+}
+
+// A rule whose literal a window lacks is left out of that window's
+// search: sound only if no match can lack it, so (?i)'s non-ASCII folds
+// (the long s, the Kelvin sign) count as their ASCII letters.
+func TestStreamFarLiterals(t *testing.T) {
+	r := mustNew(t, []string{Credentials})
+	text := "pa\u017f\u017fword=hunter2 " + strings.Repeat("filler ", 4000) + " token"
+	want, n := r.String(text)
+	var out bytes.Buffer
+	s := r.Stream(func(b []byte) { out.Write(b) })
+	for at := 0; at < len(text); at += 1000 {
+		s.Write([]byte(text[at:min(at+1000, len(text))]))
+	}
+	s.Flush()
+	if out.String() != want || s.Count() != n || n != 1 {
+		t.Errorf("streamed %d matches, whole %d: differ", s.Count(), n)
 	}
 }

@@ -289,3 +289,37 @@ print([i[1] for i in socket.if_nameindex()])
 	}
 	_ = time.Second
 }
+
+// With network.proxy, proxy-aware clients get a 403 that says why.
+func TestEgressProxy(t *testing.T) {
+	c, _, port := egressServer(t, func(cfg *config.Config) { cfg.Network.Proxy = true })
+	ctx := context.Background()
+	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python",
+		Network: &apitype.NetworkPolicy{Allow: []string{fmt.Sprintf("files.a.test:%d", port)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: fmt.Sprintf(`
+import os, urllib.request, urllib.error
+print(os.environ.get("HTTP_PROXY"))
+print(urllib.request.urlopen("http://files.a.test:%[1]d/", timeout=10).read().decode())
+try:
+    urllib.request.urlopen("http://evil.test:%[1]d/", timeout=10)
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode().strip())
+`, port)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("http://127.0.0.1:3128\nhello from files.a.test:%d\n403 airlock egress: evil.test:%d is not in the allowlist\n", port, port)
+	if r.Stdout != want {
+		t.Errorf("through the proxy: %q (stderr %q), want %q", r.Stdout, r.Stderr, want)
+	}
+	var kinds []string
+	for _, d := range r.Egress {
+		kinds = append(kinds, d.Kind)
+	}
+	if !strings.Contains(strings.Join(kinds, ","), "proxy") {
+		t.Errorf("egress kinds %v", kinds)
+	}
+}

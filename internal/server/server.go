@@ -218,7 +218,13 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		s.api.Handle(pattern, h)
 	}
 	if cfg.MCP.Enabled {
-		s.mcp = mcp.New(mcp.Options{Client: s.inProcessClient, Version: opts.Version, Log: s.log})
+		mo := mcp.Options{Client: s.inProcessClient, Version: opts.Version, Log: s.log}
+		if ident != nil {
+			// MCP sessions live in this server too: their ids carry
+			// it, for the router (Mcp-Session-Id).
+			mo.SessionID = ident.NewID
+		}
+		s.mcp = mcp.New(mo)
 		s.api.Handle("/mcp", s.mcp.HTTPHandler(cfg.MCP.SessionTimeout.D()))
 	}
 	if opts.Embedded {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"airlock/internal/apitype"
@@ -20,6 +21,7 @@ type Egress struct {
 	MaxAllow  int
 	AllowOnly egress.Policy
 	Enabled   bool
+	Proxy     bool
 }
 
 // NewEgress builds the egress setup from the network section.
@@ -44,7 +46,7 @@ func NewEgress(n config.Network) (*Egress, error) {
 		ConnectTimeout: n.ConnectTimeout.D(), IdleTimeout: n.IdleTimeout.D()}
 	return &Egress{
 		Dialer: &egress.Dialer{Guard: egress.NewGuard(open, internal), Resolver: net.DefaultResolver, Timeout: lim.ConnectTimeout},
-		Limits: lim, MaxAllow: n.MaxAllow, AllowOnly: only, Enabled: n.Enabled,
+		Limits: lim, MaxAllow: n.MaxAllow, AllowOnly: only, Enabled: n.Enabled, Proxy: n.Proxy,
 	}, nil
 }
 
@@ -75,6 +77,9 @@ func (m *Manager) NetworkPolicy(np *apitype.NetworkPolicy) (egress.Policy, error
 	if err := p.Limit(e.MaxAllow, e.AllowOnly); err != nil {
 		return egress.Policy{}, fmt.Errorf("%w: %v", errdefs.ErrPermission, err)
 	}
+	if e.Proxy && slices.Contains(p.Ports(), 3128) {
+		return egress.Policy{}, fmt.Errorf("%w: network.allow: port 3128 is airlock's proxy inside the sandbox", errdefs.ErrInvalidArgument)
+	}
 	return p, nil
 }
 
@@ -88,7 +93,7 @@ func (s *Session) attachEgress(p egress.Policy) error {
 		return fmt.Errorf("%w: network egress is not available with this isolation (gvisor) yet", errdefs.ErrUnsupported)
 	}
 	g, err := egress.Attach(ns, egress.Options{
-		Session: s.id, Policy: p, Limits: s.m.egress.Limits, Dialer: s.m.egress.Dialer, Log: s.m.log,
+		Session: s.id, Policy: p, Limits: s.m.egress.Limits, Dialer: s.m.egress.Dialer, Log: s.m.log, Proxy: s.m.egress.Proxy,
 	})
 	if err != nil {
 		return errdefs.Private(errdefs.ErrUnavailable, "could not set up the session's network egress", err)
@@ -149,6 +154,26 @@ func (s *Session) SetNetwork(np *apitype.NetworkPolicy) (*apitype.NetworkState, 
 	}
 	s.Touch()
 	return s.Network(), nil
+}
+
+// proxyEnv adds the proxy variables to a runtime's environment when the
+// server runs the egress proxy and the session has a policy.
+func (m *Manager) proxyEnv(env map[string]string, p egress.Policy) map[string]string {
+	if p.Empty() || m.egress == nil || !m.egress.Proxy {
+		return env
+	}
+	u := "http://" + egress.ProxyAddr
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
+		if _, set := env[k]; !set {
+			env[k] = u
+		}
+	}
+	for _, k := range []string{"NO_PROXY", "no_proxy"} {
+		if _, set := env[k]; !set {
+			env[k] = "localhost,127.0.0.1,::1"
+		}
+	}
+	return env
 }
 
 // egressOf converts decisions for a result.

@@ -37,7 +37,7 @@ func (m *Manager) RunOnce(ctx context.Context, req apitype.OneShotRequest, emit 
 	if err != nil {
 		return nil, err
 	}
-	o.runtimeEnv = sessionEnv(o.rt, o.limits, o.env)
+	o.runtimeEnv = m.proxyEnv(sessionEnv(o.rt, o.limits, o.env), o.policy)
 	return m.oneShot(ctx, o, request{code: req.Code, timeout: o.limits.Timeout.D(), kind: ExecOneShot, inBytes: o.inputBytes()}, emit, true)
 }
 

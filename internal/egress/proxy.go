@@ -1,0 +1,184 @@
+package egress
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ProxyAddr is where the optional HTTP proxy listens inside a sandbox:
+// proxy-aware clients (HTTP(S)_PROXY) get a 403 whose body says why,
+// instead of a reset or NXDOMAIN. It decides exactly as the transparent
+// path does: same policy, same guarded dialling, same SNI check after a
+// CONNECT.
+const ProxyAddr = "127.0.0.1:3128"
+
+// bufConn reads what a bufio.Reader already buffered before the conn.
+type bufConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (b *bufConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+// hopHeaders are not forwarded.
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authorization", "Proxy-Authenticate", "Te", "Trailer", "Upgrade"}
+
+func (g *Gate) serveProxy(l net.Listener) {
+	defer g.wg.Done()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if !g.track(c) {
+			resetClose(c)
+			return
+		}
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			defer g.untrack(c)
+			g.handleProxy(c)
+		}()
+	}
+}
+
+// refuse answers a proxy request with status and the reason, and logs it.
+func (g *Gate) refuse(c net.Conn, d *Decision, status int, reason string) {
+	d.mu.Lock()
+	d.Reason = "denied: " + reason
+	d.mu.Unlock()
+	g.record(d, true)
+	body := "airlock egress: " + reason + "\n"
+	fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nX-Airlock-Egress: denied\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
+		status, http.StatusText(status), len(body), body)
+	c.Close()
+}
+
+// handleProxy decides one proxy request (CONNECT, or an absolute-URI
+// request for plain HTTP) and carries the connection.
+func (g *Gate) handleProxy(c net.Conn) {
+	g.total.Add(1)
+	d := &Decision{Kind: "proxy", Start: time.Now()}
+	g.mu.Lock()
+	over := g.limits.MaxConnections > 0 && g.open >= g.limits.MaxConnections
+	if !over {
+		g.open++
+	}
+	g.mu.Unlock()
+	if over {
+		g.refuse(c, d, http.StatusTooManyRequests, fmt.Sprintf("the session's connection cap (%d) is reached", g.limits.MaxConnections))
+		return
+	}
+	defer func() { g.mu.Lock(); g.open--; g.mu.Unlock() }()
+
+	c.SetReadDeadline(time.Now().Add(peekTimeout))
+	br := bufio.NewReaderSize(c, 4096)
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		g.refuse(c, d, http.StatusBadRequest, "not an HTTP proxy request")
+		return
+	}
+	c.SetReadDeadline(time.Time{})
+	var host, portStr string
+	if req.Method == http.MethodConnect {
+		host, portStr, err = net.SplitHostPort(req.RequestURI)
+	} else if req.URL.Scheme == "http" && req.URL.Host != "" {
+		host, portStr = req.URL.Hostname(), req.URL.Port()
+		if portStr == "" {
+			portStr = "80"
+		}
+	} else {
+		err = fmt.Errorf("not a proxy request")
+	}
+	p, perr := strconv.ParseUint(portStr, 10, 16)
+	if err != nil || perr != nil || p == 0 {
+		g.refuse(c, d, http.StatusBadRequest, "a proxy request needs CONNECT host:port or an absolute http:// URI")
+		return
+	}
+	port := uint16(p)
+	d.Port, d.Dest = port, net.JoinHostPort(host, portStr)
+	if _, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil || looksNumeric(host) {
+		g.refuse(c, d, http.StatusForbidden, fmt.Sprintf("%s is an IP address: only allowed names are reachable", host))
+		return
+	}
+	name, err := NormalizeName(host)
+	if err != nil {
+		g.refuse(c, d, http.StatusForbidden, fmt.Sprintf("%q is not a valid host name", host))
+		return
+	}
+	d.Name = name
+	if !g.Policy().Allows(name, port) {
+		g.refuse(c, d, http.StatusForbidden, name+":"+portStr+" is not in the allowlist")
+		return
+	}
+	if g.limits.Bytes > 0 && g.used.Load() >= g.limits.Bytes {
+		g.refuse(c, d, http.StatusForbidden, fmt.Sprintf("the session's byte budget (%d) is used up", g.limits.Bytes))
+		return
+	}
+	client := &bufConn{Conn: c, r: br}
+	var head []byte
+	if req.Method != http.MethodConnect {
+		// Origin form, one request per connection: a later request on
+		// the same client connection cannot reach another host.
+		for _, h := range hopHeaders {
+			req.Header.Del(h)
+		}
+		var b bytes.Buffer
+		fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: %s\r\n", req.Method, req.URL.RequestURI(), req.Host)
+		req.Header.Write(&b)
+		b.WriteString("Connection: close\r\n\r\n")
+		head = b.Bytes()
+	}
+	up, addr, err := g.dialer.Dial(context.Background(), name, port)
+	if err != nil {
+		status := http.StatusBadGateway
+		if strings.Contains(err.Error(), "forbidden") {
+			status = http.StatusForbidden
+		}
+		g.refuse(c, d, status, err.Error())
+		return
+	}
+	if !g.track(up) {
+		up.Close()
+		c.Close()
+		return
+	}
+	defer g.untrack(up)
+	if req.Method == http.MethodConnect {
+		if _, err := c.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
+			up.Close()
+			return
+		}
+		// The same tie as the transparent path: a TLS ClientHello
+		// through the tunnel must name the host it was opened for.
+		if head, err = g.peek(client, name, port); err != nil {
+			up.Close()
+			g.deny(c, d, err.Error())
+			return
+		}
+	}
+	d.Address = addr.String()
+	d.Allowed = true
+	d.Reason = "allowed"
+	g.record(d, false)
+	reason := g.splice(client, up, head, d)
+	d.mu.Lock()
+	d.Reason = reason
+	d.duration = time.Since(d.Start)
+	d.mu.Unlock()
+	g.logDecision(d)
+}
