@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -298,5 +299,20 @@ func TestProxyHeadBounded(t *testing.T) {
 	}
 	if r := <-resp; !strings.HasPrefix(r, "HTTP/1.1 400") || !strings.Contains(r, "larger than") {
 		t.Errorf("response %q, want a 400 saying the head is too large", r)
+	}
+}
+
+// What a reason repeats of the sandbox's own bytes is bounded: a 16 KiB
+// Host makes a reason of a few hundred bytes, not 16 KiB.
+func TestReasonEchoBounded(t *testing.T) {
+	g := &Gate{session: "s1", log: slog.New(slog.DiscardHandler)}
+	client, server := net.Pipe()
+	go func() {
+		io.WriteString(client, "GET / HTTP/1.1\r\nHost: "+strings.Repeat("h", 15000)+"\r\n\r\n")
+	}()
+	_, err := g.peek(server, "a.test", 80)
+	client.Close()
+	if err == nil || !strings.Contains(err.Error(), "does not match") || len(err.Error()) > 2*maxEcho+100 {
+		t.Errorf("peek = %d bytes of reason: %.120q", len(fmt.Sprint(err)), fmt.Sprint(err))
 	}
 }

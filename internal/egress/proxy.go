@@ -143,14 +143,14 @@ func (g *Gate) handleProxy(c net.Conn) {
 		return
 	}
 	port := uint16(p)
-	d.Port, d.Dest = port, net.JoinHostPort(host, portStr)
+	d.Port, d.Dest = port, clip(net.JoinHostPort(host, portStr))
 	if _, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil || looksNumeric(host) {
-		g.refuse(c, d, http.StatusForbidden, fmt.Sprintf("%s is an IP address: only allowed names are reachable", host))
+		g.refuse(c, d, http.StatusForbidden, fmt.Sprintf("%s is an IP address: only allowed names are reachable", clip(host)))
 		return
 	}
 	name, err := NormalizeName(host)
 	if err != nil {
-		g.refuse(c, d, http.StatusForbidden, fmt.Sprintf("%q is not a valid host name", host))
+		g.refuse(c, d, http.StatusForbidden, fmt.Sprintf("%q is not a valid host name", clip(host)))
 		return
 	}
 	d.Name = name
