@@ -57,3 +57,44 @@ func BenchmarkConnect(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDownload compares a 2 MiB download through the gate with the
+// same download direct: the splice's throughput.
+func BenchmarkDownload(b *testing.B) {
+	for _, via := range []string{"direct", "gate"} {
+		b.Run(via, func(b *testing.B) {
+			f := newFixture(b, []string{"a.test:PORT"}, Limits{})
+			self, err := os.Open("/proc/self/ns/net")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer self.Close()
+			host := &netns{pidfd: int(self.Fd())}
+			_, fake, err := f.ns.lookup("a.test")
+			if err != nil {
+				b.Fatal(err)
+			}
+			req := []byte("GET /big HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
+			b.SetBytes(2 << 20)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				var c net.Conn
+				if via == "direct" {
+					c, err = host.dial(fmt.Sprintf("127.0.0.2:%d", f.port))
+				} else {
+					c, err = f.ns.dial(fmt.Sprintf("%s:%d", fake, f.port))
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				c.Write(req)
+				n, err := io.Copy(io.Discard, c)
+				if err != nil || n < 2<<20 {
+					b.Fatal(n, err)
+				}
+				c.Close()
+			}
+		})
+	}
+}

@@ -259,7 +259,7 @@ func (d *Dialer) Dial(ctx context.Context, name string, port uint16) (net.Conn, 
 	for _, a := range addrs {
 		if err := d.Guard.Check(name, a); err != nil {
 			if firstErr == nil {
-				firstErr = fmt.Errorf("%s resolves to a forbidden address: %v", name, err)
+				firstErr = &ForbiddenError{Name: name, Detail: err.Error()}
 			}
 			continue
 		}
@@ -275,6 +275,19 @@ func (d *Dialer) Dial(ctx context.Context, name string, port uint16) (net.Conn, 
 		firstErr = fmt.Errorf("%s has no address", name)
 	}
 	return nil, netip.Addr{}, firstErr
+}
+
+// ForbiddenError is a name that resolved only to addresses the guard
+// refuses. Its message, which the sandbox's client sees (the execution's
+// egress list, the audit log), does not say which addresses: that would
+// make airlock an oracle for the operator's internal DNS and the host's
+// own addresses. Detail, with them, is for the server's log.
+type ForbiddenError struct {
+	Name, Detail string
+}
+
+func (e *ForbiddenError) Error() string {
+	return e.Name + " resolves to a forbidden address (private, loopback, link-local, reserved or the host's)"
 }
 
 // shortErr drops Go's "dial tcp a:p:" prefix: reasons name the name.

@@ -1,9 +1,12 @@
 package egress
 
 import (
+	"context"
+	"errors"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseRule(t *testing.T) {
@@ -221,4 +224,29 @@ func TestGuardDefaultRefusesLoopback(t *testing.T) {
 		}
 	}()
 	g.SetTestHooks(netip.MustParsePrefix("10.0.0.0/8"))
+}
+
+type fixedResolver []netip.Addr
+
+func (f fixedResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	return f, nil
+}
+
+// The reason a sandbox's client sees for a name that resolves only to
+// forbidden addresses does not name them (red team: an allowed
+// "*.corp.example" made airlock an oracle for the operator's internal DNS
+// and the host's own addresses); the server's log has them.
+func TestDialForbiddenHidesAddresses(t *testing.T) {
+	d := &Dialer{Guard: NewGuard(nil, Policy{}), Resolver: fixedResolver{netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("169.254.169.254")}, Timeout: time.Second}
+	_, _, err := d.Dial(context.Background(), "db.corp.example", 443)
+	var fe *ForbiddenError
+	if err == nil || !errors.As(err, &fe) {
+		t.Fatalf("Dial = %v, want a ForbiddenError", err)
+	}
+	if msg := err.Error(); strings.Contains(msg, "10.1.2.3") || strings.Contains(msg, "169.254") || !strings.Contains(msg, "forbidden address") {
+		t.Errorf("the client's reason %q names the addresses or not the refusal", msg)
+	}
+	if !strings.Contains(fe.Detail, "10.1.2.3") {
+		t.Errorf("the log's detail %q does not name the address", fe.Detail)
+	}
 }

@@ -381,11 +381,14 @@ func (s *Sandbox) Exec(p Process) (pid int, exit <-chan Exit, err error) {
 			s.execs.Done()
 		}
 	}()
-	nofile := p.NoFile
-	if nofile == 0 {
-		nofile = uint64(s.spec.Limits.NoFile)
+	l := s.spec.Limits
+	if p.NoFile != 0 {
+		l.NoFile = config.Count(p.NoFile)
 	}
-	proc := processSpec(p.Argv, p.Env, p.Dir, nofile)
+	proc, err := processSpec(p.Argv, p.Env, p.Dir, l)
+	if err != nil {
+		return 0, nil, err
+	}
 	// The process goes in a file, not on runsc's command line: the
 	// environment may hold secrets, and command lines are public.
 	procFile := filepath.Join(s.dir, fmt.Sprintf("exec-%d.json", n))

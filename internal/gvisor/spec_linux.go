@@ -2,10 +2,12 @@ package gvisor
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 
-	"airlock/internal/rootfs"
+	"airlock/internal/config"
+	"airlock/internal/jail"
 )
 
 // The OCI runtime spec, as much of it as airlock writes.
@@ -66,27 +68,53 @@ type ociNamespace struct {
 	Type string `json:"type"`
 }
 
-// processSpec is a program run as the sandbox user: no capabilities at
-// all, no_new_privs, the same rlimits as the native jail's programs.
-func processSpec(argv, env []string, dir string, nofile uint64) ociProcess {
-	if dir == "" {
-		dir = rootfs.Home
+// processSpec is a program run as the sandbox user, entered as
+// jail.ProcessEntry says (the sandbox entry of every airlock runtime, made
+// here by runsc from the OCI process): no capabilities at all,
+// no_new_privs, the sandbox user and no other group, the same rlimits as
+// the native jail's programs. A step runsc cannot be told to make is an
+// error, never skipped.
+func processSpec(argv, env []string, dir string, l config.Limits) (ociProcess, error) {
+	e, err := jail.ProcessEntry(l)
+	if err != nil {
+		return ociProcess{}, err
 	}
-	return ociProcess{
-		User: ociUser{UID: rootfs.UserID, GID: rootfs.GroupID},
+	p := ociProcess{
 		Args: argv, Env: env, Cwd: dir,
+		// runsc gives the process exactly the capabilities listed here.
 		Capabilities: map[string][]string{
 			"bounding": {}, "effective": {}, "inheritable": {}, "permitted": {}, "ambient": {},
 		},
-		Rlimits: []ociRlimit{
-			{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile},
-			{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
-			{Type: "RLIMIT_STACK", Hard: 8 << 20, Soft: 8 << 20},
-			{Type: "RLIMIT_MEMLOCK", Hard: 64 << 10, Soft: 64 << 10},
-			{Type: "RLIMIT_MSGQUEUE", Hard: 0, Soft: 0},
-		},
-		NoNewPrivileges: true,
 	}
+	for _, s := range e.Steps {
+		switch s.Op {
+		case jail.OpRlimit:
+			name := jail.RlimitName(s.Resource)
+			if name == "" {
+				return ociProcess{}, fmt.Errorf("gvisor: entry: rlimit %d has no OCI name", s.Resource)
+			}
+			p.Rlimits = append(p.Rlimits, ociRlimit{Type: name, Hard: s.Max, Soft: s.Cur})
+		case jail.OpCapBoundingDrop, jail.OpCapAmbientClear, jail.OpCapInheritableClear, jail.OpCapClear:
+			// The empty sets above.
+		case jail.OpNoNewPrivs:
+			p.NoNewPrivileges = true
+		case jail.OpSetgroups:
+			// An OCI user has no additional gids unless listed.
+		case jail.OpSetGID:
+			p.User.GID = uint32(s.ID)
+		case jail.OpSetUID:
+			p.User.UID = uint32(s.ID)
+		case jail.OpChdir:
+			if p.Cwd == "" {
+				p.Cwd = s.Path
+			}
+		case jail.OpSetsid, jail.OpDumpable:
+			// runsc starts every process in a session of its own, by exec.
+		default:
+			return ociProcess{}, fmt.Errorf("gvisor: entry step %s cannot be made by runsc", s.Op)
+		}
+	}
+	return p, nil
 }
 
 // writeBundle writes the sandbox's OCI bundle: the root template read
@@ -118,7 +146,10 @@ func (s *Sandbox) writeBundle() error {
 	// child on SIGCHLD, orphans it inherits included: programs are started
 	// beside it (runsc exec), and what they leave behind when they die
 	// (a killed command's background jobs) is reparented to it.
-	init := processSpec([]string{"/usr/bin/bash", "--noprofile", "--norc", "-c", initScript}, []string{"PATH=/usr/bin:/bin"}, "/", uint64(l.NoFile))
+	init, err := processSpec([]string{"/usr/bin/bash", "--noprofile", "--norc", "-c", initScript}, []string{"PATH=/usr/bin:/bin"}, "/", l)
+	if err != nil {
+		return err
+	}
 	spec := ociSpec{
 		Version:  "1.0.2",
 		Process:  init,

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"airlock/internal/config"
 	"airlock/internal/landlock"
 	"airlock/internal/seccomp"
 )
@@ -113,6 +114,31 @@ func planEntry(p entryParams) Entry {
 		})
 	}
 	return e
+}
+
+// ProcessEntry is the entry of a program with limits l that a runtime
+// other than this jail starts (gVisor's runsc, whose sentry is the
+// boundary): the same plan, without the two layers only the host kernel
+// applies here (Landlock and the seccomp filter; runsc confines its own
+// processes with its own). Whoever executes it must make every step it
+// lists or refuse (see gvisor's processSpec).
+func ProcessEntry(l config.Limits) (Entry, error) {
+	last, err := CapLastCap()
+	if err != nil {
+		return Entry{}, err
+	}
+	return planEntry(entryParams{capLast: last, uid: SandboxUID, gid: SandboxGID, rlimits: rlimitsFor(l), baseFilters: -1}), nil
+}
+
+// RlimitName is the name of an rlimit resource in OCI specs
+// ("RLIMIT_NOFILE"), "" when unknown.
+func RlimitName(resource int) string {
+	return map[int]string{
+		unix.RLIMIT_NOFILE: "RLIMIT_NOFILE", unix.RLIMIT_CORE: "RLIMIT_CORE", unix.RLIMIT_STACK: "RLIMIT_STACK",
+		unix.RLIMIT_MEMLOCK: "RLIMIT_MEMLOCK", unix.RLIMIT_MSGQUEUE: "RLIMIT_MSGQUEUE", unix.RLIMIT_FSIZE: "RLIMIT_FSIZE",
+		unix.RLIMIT_NPROC: "RLIMIT_NPROC", unix.RLIMIT_AS: "RLIMIT_AS", unix.RLIMIT_CPU: "RLIMIT_CPU",
+		unix.RLIMIT_DATA: "RLIMIT_DATA",
+	}[resource]
 }
 
 // seccompFilters reads how many seccomp filters this process has; -1 when
