@@ -33,14 +33,22 @@ const (
 	marker   = "@@airlock-packages@@ "
 )
 
+// lazyRegexp compiles on first use. This binary is also every sandbox's
+// init, which runs all package initialisers and then idles for the
+// sandbox's life: a bounded repetition compiles to hundreds of kilobytes,
+// which would be resident in every sandbox.
+func lazyRegexp(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}
+
 // pipSpec is a requirement a client may ask for: a name, optional extras
 // and at most one version clause. No URLs, paths or options.
-var pipSpec = regexp.MustCompile(`^([A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?)(\[[A-Za-z0-9._,-]{1,100}\])?((?:==|>=|<=|~=|!=|<|>)[A-Za-z0-9.*+!_-]{1,64})?$`)
+var pipSpec = lazyRegexp(`^([A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?)(\[[A-Za-z0-9._,-]{1,100}\])?((?:==|>=|<=|~=|!=|<|>)[A-Za-z0-9.*+!_-]{1,64})?$`)
 
-var nameSep = regexp.MustCompile(`[-_.]+`)
+var nameSep = lazyRegexp(`[-_.]+`)
 
 // pipName is the PEP 503 normalised form of a project name.
-func pipName(s string) string { return strings.ToLower(nameSep.ReplaceAllString(s, "-")) }
+func pipName(s string) string { return strings.ToLower(nameSep().ReplaceAllString(s, "-")) }
 
 // checkPip validates a request's packages against the operator's lists.
 func checkPip(cfg config.Pip, pkgs []string) error {
@@ -58,7 +66,7 @@ func checkPip(cfg config.Pip, pkgs []string) error {
 		allow[i] = pipName(a)
 	}
 	for _, p := range pkgs {
-		m := pipSpec.FindStringSubmatch(p)
+		m := pipSpec().FindStringSubmatch(p)
 		if m == nil {
 			return fmt.Errorf("%w: %q is not a package requirement (NAME, NAME[extra], NAME==VERSION ...)", errdefs.ErrInvalidArgument, p)
 		}
@@ -342,7 +350,7 @@ func (m *Manager) download(ctx context.Context, policy egress.Policy, code strin
 }
 
 // npmSpec: a name (optionally scoped) and an optional version or range.
-var npmSpec = regexp.MustCompile(`^((?:@[a-z0-9][a-z0-9._-]{0,100}/)?[a-z0-9][a-z0-9._-]{0,213})(@[A-Za-z0-9.^~<>=*+ |_-]{1,64})?$`)
+var npmSpec = lazyRegexp(`^((?:@[a-z0-9][a-z0-9._-]{0,100}/)?[a-z0-9][a-z0-9._-]{0,213})(@[A-Za-z0-9.^~<>=*+ |_-]{1,64})?$`)
 
 func checkNpm(cfg config.Npm, pkgs []string) error {
 	if cfg.Registry == "" {
@@ -355,7 +363,7 @@ func checkNpm(cfg config.Npm, pkgs []string) error {
 		return fmt.Errorf("%w: more than %d packages (packages.npm.max_packages)", errdefs.ErrInvalidArgument, cfg.MaxPackages)
 	}
 	for _, p := range pkgs {
-		m := npmSpec.FindStringSubmatch(p)
+		m := npmSpec().FindStringSubmatch(p)
 		if m == nil {
 			return fmt.Errorf("%w: %q is not a package spec (NAME, @SCOPE/NAME, NAME@VERSION)", errdefs.ErrInvalidArgument, p)
 		}

@@ -32,12 +32,14 @@ type Key struct {
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`
 }
 
-var tenantName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]{0,63}$`)
+// Compiled on first use: this binary is also every sandbox's idle init,
+// where a package-level regexp would be resident for nothing.
+var tenantName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]{0,63}$`) })
 
 // ValidTenant checks a tenant's name: 1 to 64 letters, digits, '.', '_'
 // and '-', starting with a letter or digit.
 func ValidTenant(name string) error {
-	if !tenantName.MatchString(name) {
+	if !tenantName().MatchString(name) {
 		return fmt.Errorf("%w: tenant %q: use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", errdefs.ErrInvalidArgument, name)
 	}
 	return nil
