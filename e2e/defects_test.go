@@ -49,8 +49,8 @@ func TestMalformedBodies(t *testing.T) {
 	addr := strings.TrimPrefix(s.URL, "http://")
 	for _, path := range []string{"/v1/sessions", "/v1/sessions/" + id + "/execute", "/v1/execute", "/v1/run"} {
 		for name, req := range map[string]string{
-			"truncated": "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"code\": \"pri",
-			"bad chunk": "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+			"truncated": "POST " + path + " HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"code\": \"pri",
+			"bad chunk": "POST " + path + " HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
 		} {
 			c, err := net.Dial("tcp", addr)
 			if err != nil {

@@ -176,13 +176,20 @@ func TestGVisorEscapes(t *testing.T) {
 		if iso == "gvisor" {
 			// The host-side cgroup holds the whole sandbox (Sentry and
 			// gofer), with the session's limits.
-			dir := filepath.Join("/sys/fs/cgroup/memory", g.name, info.Sandbox)
-			b, err := os.ReadFile(filepath.Join(dir, "memory.limit_in_bytes"))
-			if err != nil || strings.TrimSpace(string(b)) != strconv.Itoa(512<<20+gvisor.OverheadMemory) {
-				t.Errorf("memory limit of %s: %q %v", dir, b, err)
+			read := func(v1ctl, v1file, v2file string) string {
+				p := filepath.Join("/sys/fs/cgroup", v1ctl, g.name, info.Sandbox, v1file)
+				if isCgroup2() {
+					p = filepath.Join("/sys/fs/cgroup", g.name, info.Sandbox, v2file)
+				}
+				b, _ := os.ReadFile(p)
+				return strings.TrimSpace(string(b))
 			}
-			procs, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids", g.name, info.Sandbox, "cgroup.procs"))
-			if len(strings.Fields(string(procs))) < 2 {
+			mem, pidsMax, quota := read("memory", "memory.limit_in_bytes", "memory.max"), read("pids", "pids.max", "pids.max"), read("cpu", "cpu.cfs_quota_us", "cpu.max")
+			if mem != strconv.Itoa(512<<20+gvisor.OverheadMemory) || pidsMax != strconv.Itoa(256+gvisor.OverheadPids) || !strings.HasPrefix(quota, "100000") {
+				t.Errorf("host limits of %s: memory %q, pids %q, cpu %q", info.Sandbox, mem, pidsMax, quota)
+			}
+			procs := read("pids", "cgroup.procs", "cgroup.procs")
+			if len(strings.Fields(procs)) < 2 {
 				t.Errorf("the Sentry and gofer are not in the sandbox's cgroup: %q", procs)
 			}
 			r := g.exec(id, "import os; print(os.uname().release)")

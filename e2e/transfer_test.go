@@ -64,11 +64,13 @@ func smallBuffers(t *testing.T, c net.Conn) {
 // bytes of its body, and no more.
 func stalledUpload(t *testing.T, s *server, id, name string) net.Conn {
 	t.Helper()
-	c, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
+	addr := strings.TrimPrefix(s.URL, "http://")
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintf(c, "PUT /v1/sessions/%s/files/%s HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\nab", id, name)
+	// A loopback Host: a server without authentication refuses others.
+	fmt.Fprintf(c, "PUT /v1/sessions/%s/files/%s HTTP/1.1\r\nHost: %s\r\nContent-Length: 1000000\r\n\r\nab", id, name, addr)
 	return c
 }
 
@@ -295,7 +297,7 @@ func TestTransferCaps(t *testing.T) {
 	}
 	defer dl.Close()
 	smallBuffers(t, dl)
-	fmt.Fprintf(dl, "GET /v1/sessions/%s/files/big HTTP/1.1\r\nHost: x\r\n\r\n", a)
+	fmt.Fprintf(dl, "GET /v1/sessions/%s/files/big HTTP/1.1\r\nHost: %s\r\n\r\n", a, strings.TrimPrefix(s.URL, "http://"))
 	inProgress(1)
 	up := stalledUpload(t, s, a, "stalled")
 	defer up.Close()

@@ -212,6 +212,9 @@ type OneShotRequest struct {
 	Env      map[string]string `json:"env,omitempty"`
 	// Network, when set, is the run's egress allowlist.
 	Network *NetworkPolicy `json:"network,omitempty"`
+	// Packages are installed before the run (pip for Python, npm for
+	// JavaScript), as POST /v1/sessions/{id}/packages does.
+	Packages []string `json:"packages,omitempty"`
 	// Isolation as in CreateSessionRequest.
 	Isolation config.Isolation `json:"isolation,omitempty"`
 }
@@ -230,6 +233,9 @@ type ProgramRequest struct {
 	Env      map[string]string `json:"env,omitempty"`
 	// Network, when set, is the run's egress allowlist.
 	Network *NetworkPolicy `json:"network,omitempty"`
+	// Packages are installed before the run (pip for Python, npm for
+	// JavaScript), as POST /v1/sessions/{id}/packages does.
+	Packages []string `json:"packages,omitempty"`
 	// FileContents false lists output files without their content.
 	FileContents *bool `json:"file_contents,omitempty"`
 	// Isolation as in CreateSessionRequest.

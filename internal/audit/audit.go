@@ -251,6 +251,7 @@ func (l *Log) SessionEnded(e session.SessionEvent) {
 	r := who(e.Caller)
 	r.Kind, r.Session, r.Language, r.Outcome = apitype.AuditSessionEnd, e.Session, e.Language, "ok"
 	r.EndReason, r.DurationMs = e.End.Reason, ms(e.Duration)
+	r.Egress = e.Egress // decisions no execution carried
 	l.Record(r)
 }
 

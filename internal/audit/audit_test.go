@@ -244,3 +244,15 @@ func TestPackageInstallCodeNotRecorded(t *testing.T) {
 		}
 	}
 }
+
+// The egress decisions no execution carried (a background thread's, a
+// shell command's) are in the session's end record.
+func TestSessionEndCarriesUntaggedEgress(t *testing.T) {
+	l, _ := open(t, "sha256")
+	eg := []apitype.EgressDecision{{Kind: "connect", Host: "example.com", Port: 443, Allowed: true, Reason: "allowed: closed", BytesUp: 10, BytesDown: 20}}
+	l.SessionEnded(session.SessionEvent{Caller: caller, Session: "s1", Language: "python", End: apitype.Ended(apitype.EndIdle), Egress: eg})
+	recs := all(t, l, store.AuditQuery{Kind: apitype.AuditSessionEnd})
+	if len(recs) != 1 || len(recs[0].Egress) != 1 || recs[0].Egress[0].Host != "example.com" || recs[0].Egress[0].BytesDown != 20 {
+		t.Errorf("session end record: %+v", recs)
+	}
+}

@@ -152,9 +152,13 @@ func (g *Gate) dnsQuery(msg []byte) []byte {
 		return nil
 	}
 	d := &Decision{Kind: "dns", Name: name, Allowed: allowed, Start: start}
-	if allowed {
+	switch {
+	case allowed && (qtype == dnsmessage.TypeA || qtype == dnsmessage.TypeALL):
 		d.Reason = "allowed: answered with a fake address (" + typeName(qtype) + ")"
-	} else {
+	case allowed:
+		// dnsAnswer answers only A: say so rather than claim an answer.
+		d.Reason = "allowed: no " + typeName(qtype) + " answer (only A records are given)"
+	default:
 		d.Reason = "denied: " + name + " is not in the allowlist (NXDOMAIN)"
 	}
 	g.record(d, true)

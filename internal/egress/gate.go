@@ -476,6 +476,22 @@ func (g *Gate) handle(c net.Conn) {
 	g.logDecision(d)
 }
 
+// maxEcho bounds what a reason repeats of what the sandbox sent (a Host,
+// an SNI, a proxy target): reasons reach the execution's result, the
+// audit log and the server's log, and a 16 KiB Host in each of an
+// execution's 256 decisions made 4 MB audit records (red team: a tenant
+// could evict every tenant's audit history, kept by size, in a few
+// hundred executions).
+const maxEcho = 255
+
+// clip cuts s to maxEcho bytes.
+func clip(s string) string {
+	if len(s) > maxEcho {
+		return s[:maxEcho] + "..."
+	}
+	return s
+}
+
 // peek reads what the client sends first and checks that it names the
 // name behind the fake address: the SNI of a TLS ClientHello or the Host
 // of an HTTP request. It returns the bytes read, to be sent upstream.
@@ -517,7 +533,7 @@ func (g *Gate) peek(c net.Conn, name string, port uint16) ([]byte, error) {
 			if complete {
 				n, err := NormalizeName(got)
 				if err != nil || n != name {
-					return nil, fmt.Errorf("%s %q does not match %s, the name behind the address", kind, got, name)
+					return nil, fmt.Errorf("%s %q does not match %s, the name behind the address", kind, clip(got), name)
 				}
 				return buf, nil
 			}

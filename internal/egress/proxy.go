@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -56,6 +58,27 @@ func (g *Gate) serveProxy(l net.Listener) {
 	}
 }
 
+// proxyHead is the head a forward-proxy request is sent upstream with:
+// origin form, one request per connection (a later request on the same
+// client connection cannot reach another host), and the body's framing
+// as the client sent it. net/http moves Transfer-Encoding out of the
+// header map; without it upstream would take a chunked body's bytes for
+// the next request (red team: chunked uploads broke, and the "body" was
+// a second request smuggled past the one-request rule).
+func proxyHead(req *http.Request) []byte {
+	for _, h := range hopHeaders {
+		req.Header.Del(h)
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: %s\r\n", req.Method, req.URL.RequestURI(), req.Host)
+	req.Header.Write(&b)
+	if len(req.TransferEncoding) > 0 {
+		fmt.Fprintf(&b, "Transfer-Encoding: %s\r\n", strings.Join(req.TransferEncoding, ", "))
+	}
+	b.WriteString("Connection: close\r\n\r\n")
+	return b.Bytes()
+}
+
 // refuse answers a proxy request with status and the reason, and logs it.
 func (g *Gate) refuse(c net.Conn, d *Decision, status int, reason string) {
 	d.mu.Lock()
@@ -86,12 +109,22 @@ func (g *Gate) handleProxy(c net.Conn) {
 	defer func() { g.mu.Lock(); g.open--; g.mu.Unlock() }()
 
 	c.SetReadDeadline(time.Now().Add(peekTimeout))
-	br := bufio.NewReaderSize(c, 4096)
+	// The head is read through a limit: http.ReadRequest itself has
+	// none, and a sandbox streaming one endless header line for the
+	// peek time grew the server by gigabytes (red team). The body that
+	// follows is the splice's, unlimited but for the byte budget.
+	lr := &io.LimitedReader{R: c, N: maxPeek}
+	br := bufio.NewReaderSize(lr, 4096)
 	req, err := http.ReadRequest(br)
 	if err != nil {
-		g.refuse(c, d, http.StatusBadRequest, "not an HTTP proxy request")
+		reason := "not an HTTP proxy request"
+		if lr.N <= 0 {
+			reason = fmt.Sprintf("the request head is larger than %d bytes", maxPeek)
+		}
+		g.refuse(c, d, http.StatusBadRequest, reason)
 		return
 	}
+	lr.N = math.MaxInt64
 	c.SetReadDeadline(time.Time{})
 	var host, portStr string
 	if req.Method == http.MethodConnect {
@@ -110,14 +143,14 @@ func (g *Gate) handleProxy(c net.Conn) {
 		return
 	}
 	port := uint16(p)
-	d.Port, d.Dest = port, net.JoinHostPort(host, portStr)
+	d.Port, d.Dest = port, clip(net.JoinHostPort(host, portStr))
 	if _, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil || looksNumeric(host) {
-		g.refuse(c, d, http.StatusForbidden, fmt.Sprintf("%s is an IP address: only allowed names are reachable", host))
+		g.refuse(c, d, http.StatusForbidden, fmt.Sprintf("%s is an IP address: only allowed names are reachable", clip(host)))
 		return
 	}
 	name, err := NormalizeName(host)
 	if err != nil {
-		g.refuse(c, d, http.StatusForbidden, fmt.Sprintf("%q is not a valid host name", host))
+		g.refuse(c, d, http.StatusForbidden, fmt.Sprintf("%q is not a valid host name", clip(host)))
 		return
 	}
 	d.Name = name
@@ -132,16 +165,7 @@ func (g *Gate) handleProxy(c net.Conn) {
 	client := &bufConn{Conn: c, r: br}
 	var head []byte
 	if req.Method != http.MethodConnect {
-		// Origin form, one request per connection: a later request on
-		// the same client connection cannot reach another host.
-		for _, h := range hopHeaders {
-			req.Header.Del(h)
-		}
-		var b bytes.Buffer
-		fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: %s\r\n", req.Method, req.URL.RequestURI(), req.Host)
-		req.Header.Write(&b)
-		b.WriteString("Connection: close\r\n\r\n")
-		head = b.Bytes()
+		head = proxyHead(req)
 	}
 	up, addr, err := g.dialer.Dial(context.Background(), name, port)
 	if err != nil {

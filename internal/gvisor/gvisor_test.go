@@ -46,7 +46,10 @@ func TestUnescape(t *testing.T) {
 
 // testHost is a gVisor host in a state directory of the test's own, under
 // a cgroup parent of its own.
-func testHost(t *testing.T) (*Host, *cgroup.Host) {
+func testHost(t *testing.T) (*Host, *cgroup.Host) { return testHostOn(t, "systrap") }
+
+// testHostOn is testHost on one of runsc's platforms.
+func testHostOn(t *testing.T, platform string) (*Host, *cgroup.Host) {
 	t.Helper()
 	testenv.RequireRoot(t, "gVisor sandboxes")
 	runsc := testenv.Runsc(t)
@@ -56,7 +59,7 @@ func testHost(t *testing.T) (*Host, *cgroup.Host) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := NewHost(context.Background(), Options{Runsc: runsc, StateDir: state, CacheDir: t.TempDir(), CgroupParent: parent}, cg)
+	h, err := NewHost(context.Background(), Options{Runsc: runsc, Platform: platform, StateDir: state, CacheDir: t.TempDir(), CgroupParent: parent}, cg)
 	if err != nil {
 		cg.Close()
 		t.Fatal(err)
@@ -103,8 +106,15 @@ func runIn(t *testing.T, sb *Sandbox, argv []string, extra ...*os.File) (Exit, s
 	return e, string(out), string(errb)
 }
 
+// TestSandbox runs on both platforms airlock offers (gvisor.platform).
 func TestSandbox(t *testing.T) {
-	h, _ := testHost(t)
+	for _, p := range []string{"systrap", "ptrace"} {
+		t.Run(p, func(t *testing.T) { testSandbox(t, p) })
+	}
+}
+
+func testSandbox(t *testing.T, platform string) {
+	h, _ := testHostOn(t, platform)
 	sb, err := h.Start(context.Background(), Spec{Name: "g-test", Limits: limits()})
 	if err != nil {
 		t.Fatal(err)

@@ -520,8 +520,16 @@ func (s *Sandbox) Workspace() *workspace.Dir { return s.ws }
 func (s *Sandbox) Dead() <-chan struct{} { return s.dead }
 
 // Kill ends every process of the sandbox (the Sentry, the gofer and with
-// them every program); the workspace stays readable until Close.
-func (s *Sandbox) Kill() { s.cg.Kill() }
+// them every program) and returns once the sandbox is dead (runsc has
+// noticed), so that nobody sees it alive after its kill; the workspace
+// stays readable until Close.
+func (s *Sandbox) Kill() {
+	s.cg.Kill()
+	select {
+	case <-s.dead:
+	case <-time.After(10 * time.Second):
+	}
+}
 
 // stop kills the sandbox and waits for `runsc run` to clean up after it.
 func (s *Sandbox) stop() {

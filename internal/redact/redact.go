@@ -4,8 +4,10 @@
 // in text going back to a caller, whole (a result's stdout, stderr, text
 // outputs, error messages) or streamed in chunks. A streamed text is
 // redacted exactly as the whole text would be, whatever its chunks: a
-// Stream holds back the longest match a rule can make (every rule's
-// length is bounded, which New checks) plus one character of context.
+// Stream holds back only text where a match may still start — near a
+// rule's literal, at most the longest match the rule can make (every
+// rule's length is bounded, which New checks) plus one character of
+// context.
 //
 // Redaction is an output policy, not a security boundary: code that
 // wants to smuggle a secret out encodes it (base64, reversed, split
@@ -31,10 +33,13 @@ import (
 type Rule struct {
 	Name    string
 	Pattern string
-	// Literals, when set, are strings one of which every match contains
-	// (compared without case): a text with none of them is not searched
-	// for this rule. Without them, a pattern's literal prefix serves.
+	// Literals, when set, are ASCII strings one of which every match
+	// contains (compared without case), starting at most Offset bytes
+	// after the match's start: a text with none of them is not searched
+	// for this rule, and a stream passes on text at once where none can
+	// start a match. Without them, a pattern's literal prefix serves.
 	Literals []string
+	Offset   int
 }
 
 // MaxMatch bounds the bytes one rule may match: a stream holds back this
@@ -58,6 +63,10 @@ type Redactor struct {
 type rule struct {
 	name, pattern string
 	lits          [][]byte // lower case; nil: always searched
+	off           int      // the most bytes from a match's start to its literal
+	ascii         bool     // every literal is ASCII (a stream may search them)
+	maxLit        int      // the longest literal
+	max           int      // the most bytes a match spans
 	nsub          int      // its own groups
 	secret        int      // its "secret" group among them (0: none)
 }
@@ -119,13 +128,17 @@ func New(sets []string, rules []Rule) (*Redactor, error) {
 		}
 		longest = max(longest, n)
 		re := regexp.MustCompile(r.Pattern) // Check compiled it
-		c := rule{name: r.Name, pattern: r.Pattern, nsub: re.NumSubexp(), secret: max(re.SubexpIndex("secret"), 0)}
+		c := rule{name: r.Name, pattern: r.Pattern, nsub: re.NumSubexp(), secret: max(re.SubexpIndex("secret"), 0), max: n, off: r.Offset, ascii: true}
 		lits := r.Literals
 		if prefix, _ := re.LiteralPrefix(); len(lits) == 0 && prefix != "" && !strings.HasPrefix(r.Pattern, "(?i)") {
 			lits = []string{prefix}
 		}
 		for _, l := range lits {
 			c.lits = append(c.lits, bytes.ToLower([]byte(l)))
+			c.maxLit = max(c.maxLit, len(l))
+			for i := 0; i < len(l); i++ {
+				c.ascii = c.ascii && l[i] < utf8.RuneSelf
+			}
 		}
 		rd.rules = append(rd.rules, c)
 	}
@@ -149,6 +162,86 @@ func fold(text []byte) []byte {
 }
 
 var longS = []byte("\u017f")
+
+// earliest is where in w the first match may start that w does not
+// settle yet: a rule's match is settled once its longest match and a
+// rune of context fit after its start, or earlier where none of its
+// literals (nor the start of one, at the end) lies close enough after.
+func (r *Redactor) earliest(w []byte) int {
+	n := len(w)
+	e := n
+	for _, c := range r.rules {
+		lo := max(n-c.max-utf8.UTFMax, 0)
+		at := lo
+		if c.lits != nil && c.ascii {
+			// A literal in w, or begun at its end, or still to come.
+			at = n - c.off
+			for _, l := range c.lits {
+				if q := indexFold(w[lo:], l); q >= 0 {
+					at = min(at, lo+q-c.off)
+				}
+			}
+			at = max(at, lo)
+		}
+		e = min(e, at)
+	}
+	return max(e, 0)
+}
+
+var kelvin = []byte("\u212a")
+
+// indexFold is the first place in s where lit (lower-case ASCII) is, or
+// begins and s ends, compared as (?i) does: ASCII case, and the Kelvin
+// sign and long s as k and s. -1 if nowhere.
+func indexFold(s, lit []byte) int {
+	c := lit[0]
+	up := c
+	if 'a' <= c && c <= 'z' {
+		up = c - 'a' + 'A'
+	}
+	for i, b := range s {
+		// The first byte, quickly: the letter, its capital, or the lead
+		// byte of a sign (and of a character the end cut).
+		if b != c && b != up && b < utf8.RuneSelf {
+			continue
+		}
+		if foldAt(s, i, lit) {
+			return i
+		}
+	}
+	return -1
+}
+
+// foldAt reports whether lit is at s[i:], or its beginning is and s ends
+// (a sign cut in two by the end counts as begun).
+func foldAt(s []byte, i int, lit []byte) bool {
+	for _, c := range lit {
+		if i >= len(s) {
+			return true // s ended inside the literal
+		}
+		if len(s)-i < utf8.UTFMax && !utf8.FullRune(s[i:]) {
+			return true // a character cut by the end: it may be a Kelvin sign or a long s
+		}
+		b := s[i]
+		switch {
+		case b < utf8.RuneSelf:
+			if 'A' <= b && b <= 'Z' {
+				b += 'a' - 'A'
+			}
+			if b != c {
+				return false
+			}
+			i++
+		case c == 'k' && bytes.HasPrefix(s[i:], kelvin):
+			i += len(kelvin)
+		case c == 's' && bytes.HasPrefix(s[i:], longS):
+			i += len(longS)
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // combo is the alternation of the rules text may match; nil if none may.
 func (r *Redactor) combo(text []byte) *combo {

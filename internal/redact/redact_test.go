@@ -41,6 +41,12 @@ func TestBuiltinSets(t *testing.T) {
 		{Credentials, `{"secret": "s3cr3t", "token":"t0k"}`, `{"secret": "[REDACTED:secret_pair]", "token":"[REDACTED:secret_pair]"}`, 2},
 		{Credentials, "before\n" + pemKey + "\nafter", "before\n[REDACTED:private_key]\nafter", 1},
 		{Credentials, "nothing to see: password reset, tokens, AKIA", "nothing to see: password reset, tokens, AKIA", 0},
+		// Literals after the match's start (streamed byte by byte below,
+		// the start is held back until the literal comes).
+		{Credentials, "client_secret=abc access_token: xyz PRIVATE_KEY=pk", "client_secret=[REDACTED:secret_pair] access_token: [REDACTED:secret_pair] PRIVATE_KEY=[REDACTED:secret_pair]", 3},
+		{Credentials, "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "AWS_SECRET_ACCESS_KEY=[REDACTED:aws_secret_access_key]", 1},
+		{Credentials, "hook https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXX", "hook [REDACTED:slack_webhook]", 1},
+		{Credentials, "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIB\n-----END ENCRYPTED PRIVATE KEY-----", "[REDACTED:private_key]", 1},
 		// (?i) matches the long s and the Kelvin sign as s and k.
 		{Credentials, "pa\u017f\u017fword=x api_\u212Aey=y", "pa\u017f\u017fword=[REDACTED:secret_pair] api_\u212Aey=[REDACTED:secret_pair]", 2},
 		{HostPaths, `File "/usr/lib/python3.11/json/decoder.py", line 3`, `File "[REDACTED:host_path]", line 3`, 1},
@@ -65,6 +71,23 @@ func TestBuiltinSets(t *testing.T) {
 		s.Flush()
 		if out.String() != c.want || s.Count() != c.n {
 			t.Errorf("%s streamed byte by byte: %q (%d), want %q (%d)", c.set, out.String(), s.Count(), c.want, c.n)
+		}
+		// Each rule alone, streamed byte by byte, as it does the whole:
+		// its literals and their offset are right (nothing it matches is
+		// passed on before its literal arrives).
+		rules, _ := Set(c.set)
+		for _, rule := range rules {
+			one := mustNew(t, nil, rule)
+			want, wantN := one.String(c.in)
+			var out bytes.Buffer
+			s := one.Stream(func(b []byte) { out.Write(b) })
+			for i := range len(c.in) {
+				s.Write([]byte{c.in[i]})
+			}
+			s.Flush()
+			if out.String() != want || s.Count() != wantN {
+				t.Errorf("rule %s streamed byte by byte: %q (%d), want %q (%d)", rule.Name, out.String(), s.Count(), want, wantN)
+			}
 		}
 		// Other sets leave it alone.
 		for _, other := range Sets() {
@@ -140,6 +163,19 @@ func TestStreamAcrossChunks(t *testing.T) {
 	}
 	if r.Hold() > 9000 {
 		t.Errorf("hold %d: the built-in sets should need less than 9000 bytes", r.Hold())
+	}
+	// Output without the rules' literals is passed on at once, but for
+	// the few bytes a match could still start in (a literal may follow).
+	out.Reset()
+	s = r.Stream(func(b []byte) { out.Write(b) })
+	line := "epoch 12 done, loss went down nicely; now waiting for the next batch\n"
+	s.Write([]byte(line))
+	if out.Len() < len(line)-80 {
+		t.Errorf("passed on %q of %q at once", out.String(), line)
+	}
+	s.Flush()
+	if out.String() != line {
+		t.Errorf("%q, want %q", out.String(), line)
 	}
 }
 

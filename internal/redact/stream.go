@@ -44,26 +44,41 @@ func (s *Stream) Flush() {
 }
 
 // run passes on what is decided: every match that starts where the text
-// seen so far settles it (Hold bytes after its start), and the text
-// before the earliest place a match might still start.
+// seen so far settles it, and the text before the earliest place a match
+// might still start (see earliest).
 func (s *Stream) run(final bool) {
-	// Nothing is settled until the text is longer than the hold; past
-	// it, scan in steps of a quarter hold, not at every byte.
-	if !final && len(s.pend) < s.r.hold+max(s.r.hold/4, 64) {
-		return
-	}
 	var out []byte
 	// The rules whose literals the text holds: a rule without them
 	// matches nowhere in it (nor in any part), so leaving it out changes
 	// nothing.
 	var c *combo
+	// edge: where in pend the first match may start that the text so far
+	// does not settle (see earliest); the same for every step below, as
+	// the text's end does not move. consumed: what the steps passed on.
+	edge, consumed := len(s.pend), 0
 	if len(s.pend) > 0 {
-		c = s.r.combo(append(append([]byte(nil), s.ctx...), s.pend...))
+		whole := append(append([]byte(nil), s.ctx...), s.pend...)
+		c = s.r.combo(whole)
+		if !final {
+			edge = s.r.earliest(whole) - len(s.ctx)
+		}
 	}
 	for len(s.pend) > 0 {
 		window := s.pend
 		if len(s.ctx) > 0 {
 			window = append(append(make([]byte, 0, len(s.ctx)+len(s.pend)), s.ctx...), s.pend...)
+		}
+		// Matches starting before settled are known, and so is the text
+		// before it: nothing unknown can start there.
+		settled := len(window)
+		if !final {
+			settled = edge - consumed + len(s.ctx)
+			free := settled - len(s.ctx)
+			// Search when something may be passed on, and when much is
+			// held, only for a good part of it (not at every byte).
+			if free <= 0 || (len(s.pend) > 4096 && free < len(s.pend)/4) {
+				break
+			}
 		}
 		var m []int
 		switch {
@@ -76,8 +91,7 @@ func (s *Stream) run(final bool) {
 		default:
 			m = c.re.FindSubmatchIndex(window)
 		}
-		settled := len(window) - s.r.hold // matches starting before it are known
-		if m != nil && (final || m[0] < settled) {
+		if m != nil && m[0] < settled {
 			// window coordinates to pend's: shift by the context.
 			shift := len(s.ctx)
 			pm := make([]int, len(m))
@@ -91,6 +105,7 @@ func (s *Stream) run(final bool) {
 			out = c.replace(out, s.pend, 0, pm)
 			s.n++
 			s.advance(pm[1])
+			consumed += pm[1]
 			continue
 		}
 		if final {

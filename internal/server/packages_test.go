@@ -165,6 +165,18 @@ print(len(listening))
 			t.Errorf("install %v: %v, want %v mentioning %q", tc.pkgs, err, tc.kind, tc.msg)
 		}
 	}
+	// One-shots and program runs take packages too.
+	one, err := c.RunOnce(ctx, apitype.OneShotRequest{Language: "python", Code: "import airlock_demo\nprint(airlock_demo.VALUE)", Packages: []string{"airlock-demo"}}, nil)
+	if err != nil || one.Stdout != "42\n" || len(one.Files) != 0 {
+		t.Errorf("one-shot with packages: %+v, %v", one, err)
+	}
+	prog, err := c.RunProgram(ctx, apitype.ProgramRequest{Language: "python", Code: "import sys, airlock_demo\nprint(airlock_demo.VALUE, sys.argv[1])", Args: []string{"x"}, Packages: []string{"airlock-demo==1.0"}}, nil)
+	if err != nil || prog.Stdout != "42 x\n" || prog.ExitCode != 0 {
+		t.Errorf("program run with packages: %+v, %v", prog, err)
+	}
+	if _, err := c.RunOnce(ctx, apitype.OneShotRequest{Language: "bash", Code: "true", Packages: []string{"x"}}, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("bash with packages: %v", err)
+	}
 	// An unreachable index is its own clear error.
 	index.Close()
 	_, err = c.InstallPackages(ctx, sess.ID, apitype.PackagesRequest{Manager: "pip", Packages: []string{"airlock-dep"}})
@@ -255,6 +267,10 @@ func TestPackagesNpm(t *testing.T) {
 	r, err := c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: `console.log(require('airlock-npm-demo')); console.log(require("fs").existsSync("/workspace/node_modules/airlock-npm-demo/INSTALL-SCRIPT-RAN"))`}, nil)
 	if err != nil || r.Stdout != "42\nfalse\n" {
 		t.Errorf("after the install: %q %q, %v", r.Stdout, r.Stderr, err)
+	}
+	one, err := c.RunOnce(ctx, apitype.OneShotRequest{Language: "javascript", Code: "console.log(require('airlock-npm-demo'))", Packages: []string{"airlock-npm-demo"}}, nil)
+	if err != nil || one.Stdout != "42\n" {
+		t.Errorf("one-shot with npm packages: %+v, %v", one, err)
 	}
 	for _, tc := range []struct {
 		pkgs []string

@@ -190,6 +190,12 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	s.manager.SetIdentity(ident)
 	for iso, k := range kernels {
 		if iso != cfg.Isolation {
+			if g, ok := k.(instance.GVisor); ok {
+				// Built on request: a runtime that imports the preload
+				// first (about 2 s under gVisor) only pays off in a pool.
+				g.Preload = nil
+				k = g
+			}
 			s.manager.AddSource(iso, &instance.Cold{Kernel: k, Slots: slots})
 		}
 	}

@@ -56,6 +56,10 @@ type SessionEvent struct {
 	// Executions and End: ended only.
 	Executions int
 	End        apitype.End
+	// Egress: ended only, the egress decisions no execution carried
+	// (made between executions, by a background process or a shell
+	// command), the most recent ones as the gate keeps them.
+	Egress []apitype.EgressDecision
 }
 
 // Kinds of execution.

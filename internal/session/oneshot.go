@@ -37,6 +37,12 @@ func (m *Manager) RunOnce(ctx context.Context, req apitype.OneShotRequest, emit 
 	if err != nil {
 		return nil, err
 	}
+	if len(req.Packages) > 0 {
+		if o.manager, err = m.checkPackages(o.rt.Lang, req.Packages); err != nil {
+			return nil, err
+		}
+		o.packages = req.Packages
+	}
 	o.runtimeEnv = m.proxyEnv(sessionEnv(o.rt, o.limits, o.env), o.policy)
 	return m.oneShot(ctx, o, request{code: req.Code, timeout: o.limits.Timeout.D(), kind: ExecOneShot, inBytes: o.inputBytes()}, emit, true)
 }
@@ -86,6 +92,20 @@ func (m *Manager) RunProgram(ctx context.Context, req apitype.ProgramRequest, em
 		env[k] = v
 		fresh = fresh || (o.rt.FreshEnvPrefix != "" && strings.HasPrefix(k, o.rt.FreshEnvPrefix))
 	}
+	if len(req.Packages) > 0 {
+		if o.manager, err = m.checkPackages(o.rt.Lang, req.Packages); err != nil {
+			return nil, err
+		}
+		o.packages = req.Packages
+		if o.rt.Lang == "python" {
+			// A new interpreter, with the installed site first.
+			pp := "/workspace/" + siteDir
+			if old := env["PYTHONPATH"]; old != "" {
+				pp += ":" + old
+			}
+			env["PYTHONPATH"], fresh = pp, true
+		}
+	}
 	prog := &instance.Program{
 		Argv:  append(o.rt.Command("/workspace/"+name), req.Args...),
 		Env:   env,
@@ -123,6 +143,9 @@ type oneShotPlan struct {
 	runtimeEnv map[string]string
 	// policy is the run's egress allowlist (empty: loopback only).
 	policy egress.Policy
+	// packages are installed before the run, by manager.
+	packages []string
+	manager  string
 }
 
 func (m *Manager) prepareOneShot(lang string, iso config.Isolation, req config.Limits, env map[string]string, in []apitype.InputFile, network *apitype.NetworkPolicy) (*oneShotPlan, error) {
@@ -237,6 +260,11 @@ func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req request, emit
 	}()
 	for _, f := range o.files {
 		if _, err := s.workspace().Write(f.path, bytes.NewReader(f.data), int64(len(f.data)), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	if len(o.packages) > 0 {
+		if _, err := s.install(ctx, apitype.PackagesRequest{Manager: o.manager, Packages: o.packages}, true); err != nil {
 			return nil, err
 		}
 	}

@@ -192,10 +192,16 @@ del _airlock_install
 // separate sandbox whose only egress is the operator's index, installed
 // offline here. It runs as one execution of the session.
 func (s *Session) InstallPackages(ctx context.Context, req apitype.PackagesRequest) (*apitype.PackagesResult, error) {
+	return s.install(ctx, req, false)
+}
+
+// install is InstallPackages; slotHeld says the caller (a one-shot or
+// program run) holds an execution slot that covers it.
+func (s *Session) install(ctx context.Context, req apitype.PackagesRequest, slotHeld bool) (*apitype.PackagesResult, error) {
 	start := time.Now()
 	m := s.m
 	if req.Manager == "npm" {
-		return s.installNpm(ctx, req, start)
+		return s.installNpm(ctx, req, start, slotHeld)
 	}
 	if req.Manager != "pip" {
 		return nil, fmt.Errorf("%w: manager %q: \"pip\" or \"npm\"", errdefs.ErrInvalidArgument, req.Manager)
@@ -225,7 +231,7 @@ func (s *Session) InstallPackages(ctx context.Context, req apitype.PackagesReque
 		trusted = append(trusted, index.Hostname())
 	}
 	args, _ := json.Marshal(map[string]any{"index": cfg.IndexURL, "trusted": trusted, "packages": req.Packages, "timeout": timeout.Seconds()})
-	dl, rep, done, err := m.download(ctx, policy, fmt.Sprintf(downloadCode, string(args), marker), timeout, strings.Join(req.Packages, " "), s.id)
+	dl, rep, done, err := m.download(ctx, policy, fmt.Sprintf(downloadCode, string(args), marker), timeout, strings.Join(req.Packages, " "), s.id, slotHeld)
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +265,7 @@ func (s *Session) InstallPackages(ctx context.Context, req apitype.PackagesReque
 	// 3. Install offline, in the session's own sandbox.
 	args, _ = json.Marshal(map[string]any{"site": "/workspace/" + siteDir, "wheels": "/workspace/" + wheelDir,
 		"packages": req.Packages, "timeout": timeout.Seconds()})
-	res, err := s.execute(ctx, request{code: fmt.Sprintf(installCode, string(args), marker), timeout: timeout + 10*time.Second, kind: ExecSession, pkg: strings.Join(req.Packages, " "), pkgSession: s.id}, nil, false)
+	res, err := s.execute(ctx, request{code: fmt.Sprintf(installCode, string(args), marker), timeout: timeout + 10*time.Second, kind: ExecSession, pkg: strings.Join(req.Packages, " "), pkgSession: s.id}, nil, slotHeld)
 	if err != nil {
 		ws.Remove(wheelDir, true)
 		return nil, err
@@ -294,7 +300,7 @@ func copyFile(from, to *Session, src, dst string) error {
 // download runs code (which prints a report after the marker) in a
 // fresh, short-lived Python sandbox whose only egress is policy. done
 // ends that sandbox and waits for its teardown; it may be called twice.
-func (m *Manager) download(ctx context.Context, policy egress.Policy, code string, timeout time.Duration, pkg, pkgSession string) (_ *Session, _ pipReport, done func(), err error) {
+func (m *Manager) download(ctx context.Context, policy egress.Policy, code string, timeout time.Duration, pkg, pkgSession string, slotHeld bool) (_ *Session, _ pipReport, done func(), err error) {
 	rt, err := m.lookup("python")
 	if err != nil {
 		return nil, pipReport{}, nil, err
@@ -303,9 +309,11 @@ func (m *Manager) download(ctx context.Context, policy egress.Policy, code strin
 	if err != nil {
 		return nil, pipReport{}, nil, err
 	}
-	release, err := m.acquire(ctx)
-	if err != nil {
-		return nil, pipReport{}, nil, err
+	release := func() {}
+	if !slotHeld {
+		if release, err = m.acquire(ctx); err != nil {
+			return nil, pipReport{}, nil, err
+		}
 	}
 	dl, err := m.start(ctx, config.Native, rt, limits, sessionEnv(rt, limits, nil), time.Hour, policy)
 	if err != nil {
@@ -411,7 +419,7 @@ func npmFailure(r pipReport) error {
 // registry; the node_modules tree it built is copied (files and
 // directories, by descriptor; no links) into the session's
 // /workspace/node_modules, where require() from /workspace finds it.
-func (s *Session) installNpm(ctx context.Context, req apitype.PackagesRequest, start time.Time) (*apitype.PackagesResult, error) {
+func (s *Session) installNpm(ctx context.Context, req apitype.PackagesRequest, start time.Time, slotHeld bool) (*apitype.PackagesResult, error) {
 	m := s.m
 	if s.lang.Lang != "javascript" {
 		return nil, fmt.Errorf("%w: npm installs into JavaScript sessions only", errdefs.ErrInvalidArgument)
@@ -432,7 +440,7 @@ func (s *Session) installNpm(ctx context.Context, req apitype.PackagesRequest, s
 	}
 	timeout := cfg.Timeout.D()
 	args, _ := json.Marshal(map[string]any{"registry": cfg.Registry, "packages": req.Packages, "timeout": timeout.Seconds()})
-	dl, rep, done, err := m.download(ctx, policy, fmt.Sprintf(npmDownloadCode, string(args), marker), timeout, strings.Join(req.Packages, " "), s.id)
+	dl, rep, done, err := m.download(ctx, policy, fmt.Sprintf(npmDownloadCode, string(args), marker), timeout, strings.Join(req.Packages, " "), s.id, slotHeld)
 	if err != nil {
 		return nil, err
 	}
@@ -467,4 +475,16 @@ func (s *Session) installNpm(ctx context.Context, req apitype.PackagesRequest, s
 	}
 	s.Touch()
 	return &apitype.PackagesResult{Installed: rep.Installed, DurationMs: ms(time.Since(start))}, nil
+}
+
+// checkPackages validates a one-shot's or program run's packages before
+// any sandbox is built, and names the manager for its language.
+func (m *Manager) checkPackages(lang string, pkgs []string) (string, error) {
+	switch lang {
+	case "python":
+		return "pip", checkPip(m.cfg.Packages.Pip, pkgs)
+	case "javascript":
+		return "npm", checkNpm(m.cfg.Packages.Npm, pkgs)
+	}
+	return "", fmt.Errorf("%w: packages: python (pip) and javascript (npm) runs only", errdefs.ErrInvalidArgument)
 }

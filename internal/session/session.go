@@ -628,8 +628,15 @@ func (s *Session) terminate(end apitype.End) {
 				who.KeyID, who.RequestID = s.deletedBy.KeyID, s.deletedBy.RequestID
 			}
 			s.mu.Unlock()
+			var eg []apitype.EgressDecision
+			if g := s.egressGate(); g != nil {
+				// What sandbox code did on the network outside any
+				// execution reaches the audit log too (red team: a
+				// background thread's connections were in no record).
+				eg = egressOf(g.Records(""))
+			}
 			m.obs.SessionEnded(SessionEvent{Caller: who, Session: s.id, Language: s.lang.Lang, Sandbox: s.inst.Name(), Limits: s.limits,
-				Duration: time.Since(s.create), Executions: execs, End: end})
+				Duration: time.Since(s.create), Executions: execs, End: end, Egress: eg})
 		}
 	})
 }

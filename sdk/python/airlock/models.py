@@ -125,7 +125,9 @@ class Execution:
     (ExecutionError or None), ``text`` (the main result's text), and the
     API's figures: ``execution_count``, ``duration_ms``, ``cpu_ms``,
     ``peak_memory_bytes``, ``killed``, ``kill_reason`` ("timeout",
-    "memory", ...), ``session_ended``/``end_code``, ``files_changed``.
+    "memory", ...), ``session_ended``/``end_code``, ``files_changed``,
+    ``redacted`` (matches the server's output policy replaced) and
+    ``flags`` (the operator's code rules that flagged the code).
     """
 
     def __init__(self, r):
@@ -146,6 +148,8 @@ class Execution:
         self.end_code = r.get("end_code", "")
         self.files_changed = [FileChange(f) for f in r.get("files_changed") or []]
         self.results_dropped = r.get("results_dropped", 0)
+        self.redacted = r.get("redacted", 0)
+        self.flags = list(r.get("flags") or [])
 
     @property
     def text(self):
@@ -181,7 +185,7 @@ class RunResult(Execution):
 class CommandResult:
     """A shell command: running (``state`` "running") or how it ended:
     ``exit_code``, ``stdout``, ``stderr``, ``killed``/``kill_reason``,
-    ``signal``, ``duration_ms``."""
+    ``signal``, ``duration_ms``, ``redacted`` and ``flags`` (as Execution's)."""
 
     def __init__(self, c):
         self.raw = c
@@ -199,6 +203,8 @@ class CommandResult:
         self.killed = bool(c.get("killed"))
         self.kill_reason = c.get("kill_reason", "")
         self.signal = c.get("signal", "")
+        self.redacted = c.get("redacted", 0)
+        self.flags = list(c.get("flags") or [])
 
     @property
     def running(self):
