@@ -18,9 +18,10 @@ import (
 	"airlock/internal/seccomp"
 )
 
-// The package init function keeps the main goroutine of a re-executed init on the main
-// thread (a package's init function is the one place that can): the
-// template's exec and the cgroup namespace are made there (see setup).
+// This package's init function keeps the main goroutine of a re-executed
+// init on the main thread (an init function is the one place that can):
+// the template's exec and the sandbox's cgroup namespace are made there
+// (see execTemplate and setup).
 func init() {
 	if len(os.Args) > 0 && os.Args[0] == InitArg0 {
 		runtime.LockOSThread()
@@ -144,8 +145,8 @@ func execTemplate(ctl *conn, cfg *setupMsg) error {
 			continue
 		}
 		// The bounding set is per thread; exec makes this thread (the
-		// main goroutine is locked to it, see the package init function) the only one, and
-		// root's capabilities after exec are the bounding set.
+		// main thread, see the package's init function) the only one,
+		// and root's capabilities after exec are the bounding set.
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
 			return fmt.Errorf("template: drop capability %d: %w", c, err)
 		}
@@ -219,10 +220,10 @@ func setup(cfg *setupMsg, placed func() error) (*initState, error) {
 	// host's cgroup layout. Two threads need it: the main thread, whose
 	// namespaces are the process's (what the Python template's children
 	// join through a pidfd of the init), and the spawner thread, which
-	// joins it from cgroupNS (see spawner). The main thread makes it: this
-	// runs on it (the package init function), where a thread-directed unshare works in
-	// every build (syscall.AllThreadsSyscall is not available when cgo
-	// is on).
+	// joins it from cgroupNS (see spawner). The main thread makes it (this
+	// runs on it, see the package's init function) with a thread-directed
+	// unshare, which works in every build: syscall.AllThreadsSyscall is
+	// not available when cgo is on.
 	if err := placed(); err != nil {
 		return nil, err
 	}
