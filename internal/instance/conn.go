@@ -24,6 +24,9 @@ type conn interface {
 	// run starts a program in place of the runtime; its done (if the
 	// runtime lives to send it) carries the program's exit status.
 	run(id string, p Program) error
+	// reply sends a message answering one of the runtime's requests
+	// during an execution (installed).
+	reply(m runtimes.Message) error
 	// events delivers display, result, error and done messages. It is
 	// closed when the runtime goes away or misbehaves; err then says why.
 	events() <-chan runtimes.Message
@@ -133,6 +136,8 @@ func (c *framedConn) run(id string, p Program) error {
 	return c.w.Write(runtimes.Message{Type: "run", ID: id, Argv: p.Argv, Env: p.Env, Cwd: "/workspace", Fresh: p.Fresh})
 }
 
+func (c *framedConn) reply(m runtimes.Message) error { return c.w.Write(m) }
+
 func (c *framedConn) events() <-chan runtimes.Message { return c.ch }
 func (c *framedConn) sendBy(t time.Time)              { c.f.SetWriteDeadline(t) }
 func (c *framedConn) err() error                      { return c.rerr }
@@ -199,6 +204,10 @@ func (c *bashConn) configure(env map[string]string) error {
 		return fmt.Errorf("configuring the shell failed")
 	}
 	return nil
+}
+
+func (c *bashConn) reply(runtimes.Message) error {
+	return fmt.Errorf("the bash runtime takes no replies")
 }
 
 func (c *bashConn) execute(id, code string) error {

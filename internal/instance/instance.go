@@ -240,6 +240,9 @@ func SendFailure(err error) apitype.End {
 // Messages delivers the display, result, error and done messages of the
 // current execution. It is closed when the runtime goes away or
 // misbehaves; Lost then says why.
+// Reply answers a request the runtime made during an execution.
+func (in *Instance) Reply(m runtimes.Message) error { return in.conn.reply(m) }
+
 func (in *Instance) Messages() <-chan runtimes.Message { return in.conn.events() }
 
 // Lost explains Messages closing: the runtime broke the protocol (err,

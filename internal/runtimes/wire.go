@@ -50,12 +50,20 @@ type Message struct {
 	Value     string   `json:"value,omitempty"`
 	Traceback []string `json:"traceback,omitempty"`
 
+	// install (runtime to server: a %pip install in a cell) and its
+	// installed reply (Error empty on success, Wheels where the files are)
+	Manager  string   `json:"manager,omitempty"`
+	Packages []string `json:"packages,omitempty"`
+	Wheels   string   `json:"wheels,omitempty"`
+	Log      string   `json:"log,omitempty"`
+
 	// done
 	Status         string `json:"status,omitempty"`
 	ExecutionCount int    `json:"execution_count,omitempty"`
 	ExitCode       int    `json:"exit_code,omitempty"`
 
-	// configured: what could not be set (a variable, the directory)
+	// configured: what could not be set (a variable, the directory);
+	// installed: why the install failed
 	Error string `json:"error,omitempty"`
 }
 
@@ -142,7 +150,7 @@ func DecodeMessage(b []byte) (Message, error) {
 		return Message{}, fmt.Errorf("%w: %v", ErrFrame, err)
 	}
 	switch m.Type {
-	case "hello", "configured", "display", "result", "error", "done":
+	case "hello", "configured", "display", "result", "error", "done", "install":
 	default:
 		return Message{}, fmt.Errorf("%w: unknown type %q", ErrFrame, truncate(m.Type, 32))
 	}

@@ -285,3 +285,70 @@ func TestPackagesNpm(t *testing.T) {
 		}
 	}
 }
+
+// TestPackagesPipMagic: %pip install and !pip install in a cell take the
+// API's path (policy, download sandbox, offline install), the installer's
+// output is the cell's stdout, and the package imports in the same cell.
+func TestPackagesPipMagic(t *testing.T) {
+	demo, demoWhl := wheel(t, "airlock-demo", "1.0", "airlock_demo", "from airlock_dep import BASE\nVALUE = BASE + 1\n", "airlock-dep>=2")
+	dep, depWhl := wheel(t, "airlock-dep", "2.1", "airlock_dep", "BASE = 41\n")
+	_, port := pepIndex(t, map[string][]byte{demo: demoWhl, dep: depWhl},
+		map[string]string{"airlock-demo": demo, "airlock-dep": dep})
+	c, _, _ := egressServer(t, func(cfg *config.Config) {
+		cfg.Packages.Pip.IndexURL = fmt.Sprintf("http://pypi.a.test:%d/simple", port)
+		cfg.Packages.Pip.Deny = []string{"Evil_Pkg"}
+	})
+	ctx := context.Background()
+	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var streamed strings.Builder
+	r, err := c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: "%pip install airlock-demo==1.0\nimport airlock_demo\nprint(airlock_demo.VALUE)"}, func(e apitype.Event) {
+		if e.Type == apitype.EventStdout {
+			streamed.WriteString(e.Text)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Error != nil || !strings.Contains(r.Stdout, "Successfully installed airlock-demo-1.0") || !strings.HasSuffix(r.Stdout, "42\n") {
+		t.Fatalf("%%pip install: stdout %q stderr %q error %+v", r.Stdout, r.Stderr, r.Error)
+	}
+	if !strings.Contains(streamed.String(), "Successfully installed") {
+		t.Errorf("the installer's output was not streamed: %q", streamed.String())
+	}
+	// The shell spelling goes the same way; the session still has no
+	// network of its own.
+	r, err = c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: "!pip install -q airlock-dep\nimport airlock_dep\nprint(airlock_dep.BASE)"}, nil)
+	if err != nil || r.Error != nil || !strings.HasSuffix(r.Stdout, "41\n") {
+		t.Errorf("!pip install: %+v, %v", r, err)
+	}
+	if st, _ := c.Session(ctx, sess.ID); st.Network != nil {
+		t.Errorf("the install gave the session a network: %+v", st.Network)
+	}
+	for _, tc := range []struct{ code, msg string }{
+		{"%pip install evil-pkg", "not allowed by the server's policy"},
+		{"!python3 -m pip install nosuchpkg", "No matching distribution"},
+		{"%pip install 'x @ http://evil/x.whl'", "not a package requirement"},
+	} {
+		r, err := c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: tc.code}, nil)
+		if err != nil || r.Error == nil || r.Error.Name != "PackageInstallError" || !strings.Contains(r.Error.Value, tc.msg) {
+			t.Errorf("%s: %+v, %v; want PackageInstallError mentioning %q", tc.code, r, err, tc.msg)
+		}
+	}
+}
+
+// TestPackagesPipMagicNotConfigured: a server without an index says so.
+func TestPackagesPipMagicNotConfigured(t *testing.T) {
+	ctx := context.Background()
+	c2, _, _ := egressServer(t)
+	sess2, err := c2.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c2.Execute(ctx, sess2.ID, apitype.ExecuteRequest{Code: "%pip install airlock-demo"}, nil)
+	if err != nil || r.Error == nil || !strings.Contains(r.Error.Value, "package installation is not configured on this server (packages.pip.index_url)") {
+		t.Errorf("not configured: %+v, %v", r, err)
+	}
+}

@@ -192,7 +192,9 @@ func (s *Session) execute(ctx context.Context, req request, emit func(apitype.Ev
 		return nil, err
 	}
 	defer r.release()
+	r.ctx = ctx
 	o := watch.Watch(ctx, s.inst, watch.Code[runtimes.Message](r), r.spec)
+	r.stopInstall()
 	return s.finishExecution(r, o), nil
 }
 
@@ -212,6 +214,14 @@ type running struct {
 	// How it ended, as the runtime said: its done, or a program's exit.
 	done     *runtimes.Message
 	progExit *int
+	// A package install the code asked for (%pip install): one at a
+	// time, answered only while the execution runs.
+	ctx      context.Context
+	instMu   sync.Mutex
+	instBusy bool
+	instOver bool
+	instStop context.CancelFunc
+	instWG   sync.WaitGroup
 }
 
 // begin checks the request, takes the session (and an execution slot),
@@ -369,6 +379,8 @@ func (r *running) Handle(m runtimes.Message) bool {
 		r.ex.rich(m)
 	case "error":
 		r.ex.error(m)
+	case "install":
+		r.install(m)
 	case "done":
 		r.done = &m
 		return true

@@ -17,6 +17,7 @@ import (
 	"airlock/internal/config"
 	"airlock/internal/egress"
 	"airlock/internal/errdefs"
+	"airlock/internal/runtimes"
 )
 
 // Package installation: the download runs in a separate, short-lived
@@ -53,7 +54,7 @@ func pipName(s string) string { return strings.ToLower(nameSep().ReplaceAllStrin
 // checkPip validates a request's packages against the operator's lists.
 func checkPip(cfg config.Pip, pkgs []string) error {
 	if cfg.IndexURL == "" {
-		return fmt.Errorf("%w: pip installs are not configured on this server (packages.pip.index_url)", errdefs.ErrUnsupported)
+		return fmt.Errorf("%w: package installation is not configured on this server (packages.pip.index_url)", errdefs.ErrUnsupported)
 	}
 	if len(pkgs) == 0 {
 		return fmt.Errorf("%w: packages is empty", errdefs.ErrInvalidArgument)
@@ -214,71 +215,21 @@ func (s *Session) install(ctx context.Context, req apitype.PackagesRequest, slot
 	if req.Manager != "pip" {
 		return nil, fmt.Errorf("%w: manager %q: \"pip\" or \"npm\"", errdefs.ErrInvalidArgument, req.Manager)
 	}
-	if s.lang.Lang != "python" {
-		return nil, fmt.Errorf("%w: pip installs into Python sessions only", errdefs.ErrInvalidArgument)
-	}
-	cfg := m.cfg.Packages.Pip
-	if err := checkPip(cfg, req.Packages); err != nil {
+	if err := s.fetchPip(ctx, req.Packages, slotHeld); err != nil {
 		return nil, err
 	}
-	if m.egress == nil {
-		return nil, fmt.Errorf("%w: the server has no egress layer", errdefs.ErrUnavailable)
-	}
-	policy, index, err := indexPolicy(cfg)
-	if err != nil {
-		return nil, err
-	}
-	if !s.End().Zero() {
-		return nil, gone(s.End())
-	}
-	timeout := cfg.Timeout.D()
-
-	// 1. Download, in a sandbox of its own.
-	var trusted []string
-	if index.Scheme == "http" {
-		trusted = append(trusted, index.Hostname())
-	}
-	args, _ := json.Marshal(map[string]any{"index": cfg.IndexURL, "trusted": trusted, "packages": req.Packages, "timeout": timeout.Seconds()})
-	dl, rep, done, err := m.download(ctx, policy, fmt.Sprintf(downloadCode, string(args), marker), timeout, strings.Join(req.Packages, " "), s.id, slotHeld)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	if rep.Code != 0 || rep.Timeout {
-		return nil, pipFailure("the download", rep)
-	}
-	// 2. Move the wheels into the session's workspace (they count
-	// against its disk limit), by descriptor, never following links.
-	files, _, err := dl.workspace().List("dl", false)
-	if err != nil {
-		return nil, errdefs.Private(errdefs.ErrUnavailable, "the downloaded packages are unreadable", err)
-	}
+	timeout := m.cfg.Packages.Pip.Timeout.D()
 	ws := s.workspace()
-	ws.Mkdir(pkgDir)
-	ws.Remove(wheelDir, true)
-	if err := ws.Mkdir(wheelDir); err != nil {
-		return nil, errdefs.Private(errdefs.ErrUnavailable, "cannot prepare the session's package directory", err)
-	}
-	for _, f := range files {
-		if f.Type != "file" || !strings.HasSuffix(f.Path, ".whl") {
-			continue
-		}
-		if err := copyFile(dl, s, f.Path, wheelDir+"/"+path.Base(f.Path)); err != nil {
-			ws.Remove(wheelDir, true)
-			return nil, err
-		}
-	}
-	done()
 
 	// 3. Install offline, in the session's own sandbox.
-	args, _ = json.Marshal(map[string]any{"site": "/workspace/" + siteDir, "wheels": "/workspace/" + wheelDir,
+	args, _ := json.Marshal(map[string]any{"site": "/workspace/" + siteDir, "wheels": "/workspace/" + wheelDir,
 		"packages": req.Packages, "timeout": timeout.Seconds()})
 	res, err := s.execute(ctx, request{code: fmt.Sprintf(installCode, string(args), marker), timeout: timeout + 10*time.Second, kind: ExecSession, pkg: strings.Join(req.Packages, " "), pkgSession: s.id}, nil, slotHeld)
 	if err != nil {
 		ws.Remove(wheelDir, true)
 		return nil, err
 	}
-	rep, err = parseReport(res)
+	rep, err := parseReport(res)
 	if err != nil {
 		return nil, err
 	}
@@ -290,6 +241,69 @@ func (s *Session) install(ctx context.Context, req apitype.PackagesRequest, slot
 		rep.Installed = []apitype.Package{}
 	}
 	return &apitype.PackagesResult{Installed: rep.Installed, DurationMs: ms(time.Since(start))}, nil
+}
+
+// fetchPip checks pkgs against the operator's policy, downloads them in
+// a sandbox of their own and leaves the wheels in the session's
+// /workspace/.packages/wheels, for an offline install there (by
+// installCode, or by the runtime's %pip install).
+func (s *Session) fetchPip(ctx context.Context, pkgs []string, slotHeld bool) error {
+	m := s.m
+	if s.lang.Lang != "python" {
+		return fmt.Errorf("%w: pip installs into Python sessions only", errdefs.ErrInvalidArgument)
+	}
+	cfg := m.cfg.Packages.Pip
+	if err := checkPip(cfg, pkgs); err != nil {
+		return err
+	}
+	if m.egress == nil {
+		return fmt.Errorf("%w: the server has no egress layer", errdefs.ErrUnavailable)
+	}
+	policy, index, err := indexPolicy(cfg)
+	if err != nil {
+		return err
+	}
+	if !s.End().Zero() {
+		return gone(s.End())
+	}
+	timeout := cfg.Timeout.D()
+
+	// 1. Download, in a sandbox of its own.
+	var trusted []string
+	if index.Scheme == "http" {
+		trusted = append(trusted, index.Hostname())
+	}
+	args, _ := json.Marshal(map[string]any{"index": cfg.IndexURL, "trusted": trusted, "packages": pkgs, "timeout": timeout.Seconds()})
+	dl, rep, done, err := m.download(ctx, policy, fmt.Sprintf(downloadCode, string(args), marker), timeout, strings.Join(pkgs, " "), s.id, slotHeld)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if rep.Code != 0 || rep.Timeout {
+		return pipFailure("the download", rep)
+	}
+	// 2. Move the wheels into the session's workspace (they count
+	// against its disk limit), by descriptor, never following links.
+	files, _, err := dl.workspace().List("dl", false)
+	if err != nil {
+		return errdefs.Private(errdefs.ErrUnavailable, "the downloaded packages are unreadable", err)
+	}
+	ws := s.workspace()
+	ws.Mkdir(pkgDir)
+	ws.Remove(wheelDir, true)
+	if err := ws.Mkdir(wheelDir); err != nil {
+		return errdefs.Private(errdefs.ErrUnavailable, "cannot prepare the session's package directory", err)
+	}
+	for _, f := range files {
+		if f.Type != "file" || !strings.HasSuffix(f.Path, ".whl") {
+			continue
+		}
+		if err := copyFile(dl, s, f.Path, wheelDir+"/"+path.Base(f.Path)); err != nil {
+			ws.Remove(wheelDir, true)
+			return err
+		}
+	}
+	return nil
 }
 
 // copyFile copies one file from a sandbox's workspace to another's.
@@ -495,4 +509,84 @@ func (m *Manager) checkPackages(lang string, pkgs []string) (string, error) {
 		return "npm", checkNpm(m.cfg.Packages.Npm, pkgs)
 	}
 	return "", fmt.Errorf("%w: packages: python (pip) and javascript (npm) runs only", errdefs.ErrInvalidArgument)
+}
+
+// install answers a runtime's install request (%pip install, !pip
+// install in a cell): the same checks and download as the API, then the
+// wheels are left in /workspace/.packages/wheels and the runtime, which
+// is waiting in the cell, installs them offline itself, its pip's output
+// being the cell's stdout. The request comes from code the session runs:
+// it is untrusted (the same parser and policy as the API; one at a time;
+// bounded by the execution, whose timeout still applies).
+func (r *running) install(m runtimes.Message) {
+	reply := func(err error, log string) {
+		r.instMu.Lock()
+		defer r.instMu.Unlock()
+		if r.instOver {
+			return // the execution is over: nobody waits for this
+		}
+		msg := runtimes.Message{Type: "installed", ID: r.id, Wheels: "/workspace/" + wheelDir, Log: log}
+		if err != nil {
+			msg.Wheels, msg.Error = "", errdefs.Message(err)
+		}
+		if err := r.s.inst.Reply(msg); err != nil {
+			r.s.m.log.Warn("replying to the runtime failed", "session", r.s.id, "err", err)
+		}
+	}
+	r.instMu.Lock()
+	switch {
+	case r.instOver:
+		r.instMu.Unlock()
+		return
+	case r.instBusy:
+		r.instMu.Unlock()
+		reply(fmt.Errorf("%w: a package install is already under way in this execution", errdefs.ErrConflict), "")
+		return
+	}
+	r.instBusy = true
+	ctx, cancel := context.WithCancel(r.ctx)
+	r.instStop = cancel
+	r.instWG.Add(1)
+	r.instMu.Unlock()
+	var err error
+	switch {
+	case r.req.prog != nil || r.req.pkg != "":
+		err = fmt.Errorf("%w: installing packages from here is not supported", errdefs.ErrUnsupported)
+	case m.Manager != "pip":
+		err = fmt.Errorf("%w: manager %q: only pip installs can be asked for from a cell (JavaScript sessions: the API's packages)", errdefs.ErrInvalidArgument, m.Manager)
+	}
+	if err != nil {
+		r.instWG.Done()
+		reply(err, "")
+		r.instMu.Lock()
+		r.instBusy = false
+		r.instMu.Unlock()
+		return
+	}
+	pkgs := m.Packages
+	go func() {
+		defer r.instWG.Done()
+		// The cell's execution slot covers the download sandbox, as a
+		// one-shot's covers its packages.
+		err := r.s.fetchPip(ctx, pkgs, true)
+		if err == nil {
+			r.s.m.log.Info("packages fetched for a cell", "session", r.s.id, "manager", "pip", "packages", pkgs)
+		}
+		reply(err, "")
+		r.instMu.Lock()
+		r.instBusy = false
+		r.instMu.Unlock()
+	}()
+}
+
+// stopInstall ends an install the execution left running and waits for
+// it: no reply goes to the runtime after its execution.
+func (r *running) stopInstall() {
+	r.instMu.Lock()
+	r.instOver = true
+	if r.instStop != nil {
+		r.instStop()
+	}
+	r.instMu.Unlock()
+	r.instWG.Wait()
 }

@@ -287,6 +287,42 @@ _PIP_VALUE_OPTIONS = frozenset({
 })
 
 
+class PackageInstallError(Exception):
+    """``%pip install`` failed: not configured, not allowed, not found ..."""
+
+
+PackageInstallError.__module__ = "builtins"  # tracebacks name it plainly, not the runtime's module
+
+
+#: pip install options that only change how pip talks or what it reuses:
+#: dropped (the server's download decides the rest).
+_PIP_IGNORED = frozenset({"-q", "--quiet", "-v", "--verbose", "-U", "--upgrade", "--user",
+                          "--no-cache-dir", "--disable-pip-version-check", "--no-input",
+                          "--no-warn-script-location", "--break-system-packages",
+                          "--only-binary=:all:", "--prefer-binary", "-qq", "-qqq"})
+
+
+def _install_specs(argv: list[str]) -> list[str]:
+    """The requirements of a ``pip install`` command line (after the
+    program): plain specs only; an option that points pip elsewhere (an
+    index, a file, a directory) is refused, since the server's index is
+    the only source."""
+    specs, seen_sub = [], False
+    for a in argv:
+        if not seen_sub and not a.startswith("-"):
+            seen_sub = True  # "install"
+            continue
+        if a.startswith("-"):
+            if a in _PIP_IGNORED:
+                continue
+            raise PackageInstallError(f"pip install option {a} is not supported here: "
+                                      "packages come from the server's index only")
+        specs.append(a)
+    if not specs:
+        raise PackageInstallError("pip install: name at least one package")
+    return specs
+
+
 def _installed_version(name: str) -> Optional[str]:
     """Installed version of distribution (or importable module) name, or None."""
     import importlib.metadata
@@ -413,8 +449,64 @@ class Magics:
         sub = next((a for a in argv if not a.startswith("-")), None)
         if sub not in ("install", "download", "wheel", "uninstall"):
             return False
+        if sub == "install" and not re.fullmatch(r"conda|mamba", prog):
+            self.pip_install(argv)
+            return True
         self._pip_notice(argv)
         return True
+
+    def pip_install(self, argv: list[str]) -> None:
+        """``pip install NAME ...``: the server downloads from its index
+        (policy, limits and audit as for the API), this process installs
+        offline into the session's site directory; raises PackageInstallError."""
+        pkgs = _install_specs(argv)
+        wheels = self._ask_install(pkgs)
+        site = os.path.join(os.path.dirname(wheels), "site")
+        current.flush_stdio()
+        env = dict(os.environ, PIP_CONFIG_FILE="/dev/null")
+        try:
+            rc = subprocess.call([sys.executable, "-m", "pip", "install", "--disable-pip-version-check",
+                                  "--no-input", "--no-index", "--find-links", wheels, "--target", site,
+                                  "--upgrade", "--no-warn-script-location", *pkgs], env=env)
+        finally:
+            import shutil
+            shutil.rmtree(wheels, ignore_errors=True)
+        if site not in sys.path:
+            sys.path.insert(0, site)
+        pp = os.environ.get("PYTHONPATH", "")
+        if site not in pp.split(":"):
+            os.environ["PYTHONPATH"] = site + (":" + pp if pp else "")
+        import importlib
+        importlib.invalidate_caches()
+        if rc != 0:
+            raise PackageInstallError(f"pip install {' '.join(pkgs)} failed (exit status {rc})")
+
+    def _ask_install(self, pkgs: list[str]) -> str:
+        """Send the install request; return where the server put the wheels."""
+        import select
+        sess = self.session
+        exec_id = getattr(sess, "exec_id", None)
+        if exec_id is None or getattr(sess, "chan", None) is None:
+            raise PackageInstallError("package installation is only possible in a session's cell")
+        sess.send({"type": "install", "id": exec_id, "manager": "pip", "packages": pkgs})
+        while True:
+            # Wait in slices, so that an interrupt (the execution's
+            # timeout) ends the wait; a reply arriving after it is dropped.
+            r, _, _ = select.select([sess.chan.fd], [], [], 0.2) if not sess.chan._buf else ([1], [], [])
+            sess.checkpoint()
+            if not r:
+                continue
+            msg = sess.chan.recv()
+            if msg is None:
+                os._exit(0)  # the server is gone
+            if msg.get("type") == "installed" and msg.get("id") == exec_id:
+                break
+        if msg.get("error"):
+            raise PackageInstallError(str(msg["error"]))
+        wheels = msg.get("wheels")
+        if type(wheels) is not str or not os.path.isabs(wheels):
+            raise PackageInstallError("the server's reply names no package directory")
+        return wheels
 
     def _pip_notice(self, argv: list[str]) -> None:
         lines = [_PIP_NOTICE]
@@ -460,6 +552,9 @@ class Magics:
                 if not name.startswith("-"):
                     version = _installed_version(name)
                     print(f"{name}: {version or 'not installed'}")
+            return
+        if sub == "install":
+            self.pip_install(argv)
             return
         self._pip_notice(argv)
 

@@ -232,6 +232,8 @@ class Session:
             kind = msg["type"]
             if kind == "shutdown":
                 return
+            if kind == "installed":
+                continue  # a reply to an install its cell stopped waiting for
             if kind == "execute":
                 # No code is an empty cell, as "" is: it does nothing.
                 msg_id, code = msg.get("id"), msg.get("code", "")

@@ -66,6 +66,7 @@ class Execution:
     messages: list = field(default_factory=list)
     stdout: bytes = b""
     stderr: bytes = b""
+    installs: list = field(default_factory=list)
 
     @property
     def done(self) -> dict:
@@ -122,6 +123,7 @@ class Runtime:
         self.hello: Optional[dict] = None
         self.leftover_out = b""
         self.leftover_err = b""
+        self.on_install: Any = None  # install message -> reply fields
         if spawn:
             # A descriptor number above 3, so that the dup2 to 3 always happens.
             high = fcntl.fcntl(child.fileno(), fcntl.F_DUPFD_CLOEXEC, 10)
@@ -257,6 +259,14 @@ class Runtime:
                 continue
             if msg.get("id") != exec_id:
                 raise ProtocolViolation(f"message for another execution: {msg}")
+            if msg["type"] == "install":
+                # Answered as the server does; by default as a server
+                # without a package index.
+                ex.installs.append(msg)
+                reply = self.on_install(msg) if self.on_install else {
+                    "error": "unsupported: package installation is not configured on this server (packages.pip.index_url)"}
+                self.send({"type": "installed", "id": exec_id, **reply})
+                continue
             if msg["type"] not in ("display", "result", "error", "done"):
                 raise ProtocolViolation(f"unexpected message {msg}")
             if ex.messages and ex.messages[-1]["type"] == "done":
