@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"airlock/internal/apitype"
 	"airlock/internal/config"
@@ -76,8 +77,11 @@ func sdistTarball(t *testing.T) []byte {
 }
 
 // pepIndex serves a PEP 503 simple index of wheels on 127.0.0.2.
-func pepIndex(t *testing.T, wheels map[string][]byte, projects map[string]string) (*http.Server, int) {
+func pepIndex(t *testing.T, wheels map[string][]byte, projects map[string]string, extra ...func(*http.ServeMux)) (*http.Server, int) {
 	mux := http.NewServeMux()
+	for _, f := range extra {
+		f(mux)
+	}
 	for project, file := range projects {
 		sum := sha256.Sum256(wheels[file])
 		page := fmt.Sprintf(`<!DOCTYPE html><html><body><a href="/files/%s#sha256=%s">%s</a></body></html>`, file, hex.EncodeToString(sum[:]), file)
@@ -292,8 +296,18 @@ func TestPackagesNpm(t *testing.T) {
 func TestPackagesPipMagic(t *testing.T) {
 	demo, demoWhl := wheel(t, "airlock-demo", "1.0", "airlock_demo", "from airlock_dep import BASE\nVALUE = BASE + 1\n", "airlock-dep>=2")
 	dep, depWhl := wheel(t, "airlock-dep", "2.1", "airlock_dep", "BASE = 41\n")
+	// slow-pkg's page never comes: the cell's timeout must end the wait.
+	slow := make(chan struct{})
+	t.Cleanup(func() { close(slow) })
 	_, port := pepIndex(t, map[string][]byte{demo: demoWhl, dep: depWhl},
-		map[string]string{"airlock-demo": demo, "airlock-dep": dep})
+		map[string]string{"airlock-demo": demo, "airlock-dep": dep}, func(mux *http.ServeMux) {
+			mux.HandleFunc("/simple/slow-pkg/", func(w http.ResponseWriter, r *http.Request) {
+				select {
+				case <-r.Context().Done():
+				case <-slow:
+				}
+			})
+		})
 	c, _, _ := egressServer(t, func(cfg *config.Config) {
 		cfg.Packages.Pip.IndexURL = fmt.Sprintf("http://pypi.a.test:%d/simple", port)
 		cfg.Packages.Pip.Deny = []string{"Evil_Pkg"}
@@ -336,6 +350,15 @@ func TestPackagesPipMagic(t *testing.T) {
 		if err != nil || r.Error == nil || r.Error.Name != "PackageInstallError" || !strings.Contains(r.Error.Value, tc.msg) {
 			t.Errorf("%s: %+v, %v; want PackageInstallError mentioning %q", tc.code, r, err, tc.msg)
 		}
+	}
+	// The execution's timeout applies to the install; the session goes on.
+	r, err = c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: "%pip install slow-pkg", Timeout: config.Duration(2 * time.Second)}, nil)
+	if err != nil || !r.Killed || r.Error == nil || r.Error.Name != "KeyboardInterrupt" {
+		t.Errorf("slow install: %+v, %v", r, err)
+	}
+	r, err = c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: "import airlock_demo\nprint(airlock_demo.VALUE)"}, nil)
+	if err != nil || r.Stdout != "42\n" {
+		t.Errorf("after the slow install: %+v, %v", r, err)
 	}
 }
 

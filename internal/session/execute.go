@@ -219,9 +219,11 @@ type running struct {
 	ctx      context.Context
 	instMu   sync.Mutex
 	instBusy bool
-	instOver bool
-	instStop context.CancelFunc
-	instWG   sync.WaitGroup
+	// instLocked: the session's pkgMu is held, until stopInstall.
+	instLocked bool
+	instOver   bool
+	instStop   context.CancelFunc
+	instWG     sync.WaitGroup
 }
 
 // begin checks the request, takes the session (and an execution slot),

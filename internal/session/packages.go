@@ -215,6 +215,10 @@ func (s *Session) install(ctx context.Context, req apitype.PackagesRequest, slot
 	if req.Manager != "pip" {
 		return nil, fmt.Errorf("%w: manager %q: \"pip\" or \"npm\"", errdefs.ErrInvalidArgument, req.Manager)
 	}
+	if !s.pkgMu.TryLock() {
+		return nil, errInstalling
+	}
+	defer s.pkgMu.Unlock()
 	if err := s.fetchPip(ctx, req.Packages, slotHeld); err != nil {
 		return nil, err
 	}
@@ -543,6 +547,14 @@ func (r *running) install(m runtimes.Message) {
 		reply(fmt.Errorf("%w: a package install is already under way in this execution", errdefs.ErrConflict), "")
 		return
 	}
+	if !r.instLocked {
+		if !r.s.pkgMu.TryLock() {
+			r.instMu.Unlock()
+			reply(errInstalling, "")
+			return
+		}
+		r.instLocked = true
+	}
 	r.instBusy = true
 	ctx, cancel := context.WithCancel(r.ctx)
 	r.instStop = cancel
@@ -589,4 +601,9 @@ func (r *running) stopInstall() {
 	}
 	r.instMu.Unlock()
 	r.instWG.Wait()
+	if r.instLocked {
+		r.s.pkgMu.Unlock()
+	}
 }
+
+var errInstalling = fmt.Errorf("%w: another package install is under way in this session", errdefs.ErrConflict)

@@ -153,6 +153,10 @@ type Session struct {
 	gate *egress.Gate
 
 	execMu sync.Mutex // one execution at a time
+	// pkgMu: one pip install at a time (they share .packages/wheels); a
+	// cell's %pip install holds it until its execution ends, since the
+	// interpreter installs from the wheels after the server's reply.
+	pkgMu sync.Mutex
 
 	mu        sync.Mutex
 	lastUsed  time.Time
