@@ -108,6 +108,7 @@ func FuzzFrameReader(f *testing.F) {
 	f.Add(frame(`{"type":"hello","language":"python","pid":2}`))
 	f.Add(frame(`{"type":"display","id":"e1","data":{"image/png":"iVBOR"},"metadata":{}}`))
 	f.Add(frame(`{"type":"error","id":"e1","name":"E","value":"v","traceback":["a"]}`))
+	f.Add(frame(`{"type":"install","id":"e1","manager":"pip","packages":["x==1","y"]}`))
 	f.Add(append(frame(`{"type":"done","id":"e1","status":"ok"}`), frame(`{"type":"result","data":{"text/plain":"1"}}`)...))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{0, 0, 0, 3, '{', '}', '}'})
