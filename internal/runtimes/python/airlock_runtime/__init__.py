@@ -50,7 +50,7 @@ and pandas imported)::
 It keeps warm executions but not the first one, costs memory, needs 15
 more Debian packages, and would still need airlock's own pieces around it
 (frames on the wire, tracebacks without colours or runtime frames, %pip
-without a network, no history database or profile directory), so the
+through the server, no history database or profile directory), so the
 layers stay hand-written, with IPython as the reference for behaviour:
 names, formats and magics follow it.
 """

@@ -4,7 +4,9 @@
 builtin (a ``Magics``), keeping line numbers; the magics themselves
 follow IPython's (``%cd``, ``%env``, ``%time``, ``%timeit``, ``%who``,
 ``%run``, ``%%capture``, ``%%writefile``, ``%%bash``, ...), and ``pip
-install`` explains that there is no network instead of failing.
+install`` asks the server for the packages (its index, its policy) and
+installs what it fetched offline; other pip subcommands that need a
+network explain that there is none.
 """
 
 from __future__ import annotations
@@ -273,10 +275,10 @@ def _shell() -> str:
 
 
 _PIP_NOTICE = """\
-airlock: packages cannot be installed here: the sandbox has no network access (PyPI is unreachable).
-airlock: Python packages come from Debian (the python3-* packages of the sandbox image); the usual
-airlock: scientific stack (numpy, pandas, matplotlib, scikit-learn, scipy, ...) is preinstalled.
-airlock: run `%pip list` to see every installed package."""
+airlock: this pip command cannot run here: the sandbox has no network access (PyPI is unreachable).
+airlock: `%pip install NAME` installs from the server's package index, if its operator configured one;
+airlock: the usual scientific stack (numpy, pandas, matplotlib, scikit-learn, scipy, ...) comes
+airlock: preinstalled from Debian. Run `%pip list` to see every installed package."""
 
 _PIP_VALUE_OPTIONS = frozenset({
     "-r", "--requirement", "-c", "--constraint", "-i", "--index-url", "--extra-index-url",
