@@ -268,6 +268,23 @@ func TestPackagesNpm(t *testing.T) {
 	if got["airlock-npm-demo"] != "1.0.0" || got["airlock-npm-dep"] != "1.0.0" {
 		t.Errorf("installed %+v", out.Installed)
 	}
+	// npm install as a shell command (run_command of an agent) takes the
+	// same path, in a fresh session.
+	sess3, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "javascript"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr, err := c.RunCommand(ctx, sess3.ID, apitype.CommandRequest{Command: "npm install --no-fund airlock-npm-demo"}, nil)
+	if err != nil || cr.ExitCode != 0 || !strings.Contains(cr.Stdout, "airlock-npm-demo-1.0.0") {
+		t.Fatalf("npm install as a command: %+v, %v", cr, err)
+	}
+	if r, err := c.Execute(ctx, sess3.ID, apitype.ExecuteRequest{Code: "console.log(require('airlock-npm-demo'))"}, nil); err != nil || r.Stdout != "42\n" {
+		t.Errorf("after npm install as a command: %+v, %v", r, err)
+	}
+	cr, err = c.RunCommand(ctx, sess3.ID, apitype.CommandRequest{Command: "npm install no-such-npm-pkg"}, nil)
+	if err != nil || cr.ExitCode != 1 || !strings.Contains(cr.Stderr, "no-such-npm-pkg") {
+		t.Errorf("npm install of a missing package as a command: %+v, %v", cr, err)
+	}
 	r, err := c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: `console.log(require('airlock-npm-demo')); console.log(require("fs").existsSync("/workspace/node_modules/airlock-npm-demo/INSTALL-SCRIPT-RAN"))`}, nil)
 	if err != nil || r.Stdout != "42\nfalse\n" {
 		t.Errorf("after the install: %q %q, %v", r.Stdout, r.Stderr, err)
@@ -341,6 +358,14 @@ func TestPackagesPipMagic(t *testing.T) {
 	if st, _ := c.Session(ctx, sess.ID); st.Network != nil {
 		t.Errorf("the install gave the session a network: %+v", st.Network)
 	}
+	// And as a shell command beside the interpreter (run_command).
+	cr, err := c.RunCommand(ctx, sess.ID, apitype.CommandRequest{Command: "python3 -m pip install --quiet airlock-demo==1.0"}, nil)
+	if err != nil || cr.ExitCode != 0 || !strings.Contains(cr.Stdout, "airlock-demo-1.0") {
+		t.Errorf("pip install as a command: %+v, %v", cr, err)
+	}
+	if cr, err := c.RunCommand(ctx, sess.ID, apitype.CommandRequest{Command: "pip install evil-pkg"}, nil); err != nil || cr.ExitCode != 1 || !strings.Contains(cr.Stderr, "not allowed by the server's policy") {
+		t.Errorf("pip install of a denied package as a command: %+v, %v", cr, err)
+	}
 	for _, tc := range []struct{ code, msg string }{
 		{"%pip install evil-pkg", "not allowed by the server's policy"},
 		{"!python3 -m pip install nosuchpkg", "No matching distribution"},
@@ -373,5 +398,11 @@ func TestPackagesPipMagicNotConfigured(t *testing.T) {
 	r, err := c2.Execute(ctx, sess2.ID, apitype.ExecuteRequest{Code: "%pip install airlock-demo"}, nil)
 	if err != nil || r.Error == nil || !strings.Contains(r.Error.Value, "package installation is not configured on this server (packages.pip.index_url)") {
 		t.Errorf("not configured: %+v, %v", r, err)
+	}
+	// pip install as a command fails at once and says why (a shell's pip
+	// would retry a network it does not have).
+	cr, err := c2.RunCommand(ctx, sess2.ID, apitype.CommandRequest{Command: "pip install airlock-demo"}, nil)
+	if err != nil || cr.ExitCode != 1 || !strings.Contains(cr.Stderr, "package installation is not configured on this server") {
+		t.Errorf("pip install as a command, not configured: %+v, %v", cr, err)
 	}
 }

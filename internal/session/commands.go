@@ -107,6 +107,9 @@ func (s *Session) RunCommand(ctx context.Context, req apitype.CommandRequest, em
 	if end := s.End(); !end.Zero() {
 		return nil, gone(end)
 	}
+	if in, ok := parseInstall(s.lang.Lang, req.Command); ok && !req.Background {
+		return s.runInstallCommand(ctx, req, in, emit)
+	}
 	release := func() {}
 	if !req.Background {
 		// A foreground command is an execution like any other: it takes
