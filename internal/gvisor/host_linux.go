@@ -24,6 +24,7 @@ import (
 	"airlock/internal/cleanup"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
+	"airlock/internal/jail"
 	"airlock/internal/rootfs"
 	"airlock/internal/workspace"
 )
@@ -127,7 +128,7 @@ type Sandbox struct {
 	cg     *cgroup.Cgroup
 	ws     *workspace.Dir
 	run    *exec.Cmd
-	runErr *capped
+	runErr *jail.CappedBuffer
 	dead   chan struct{} // closed when `runsc run` has exited
 	life   *os.File      // the init exits when this closes
 
@@ -212,7 +213,7 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 	}
 	s.life = lifeW
 	undo.AddFunc(func() { lifeW.Close() })
-	s.runErr = &capped{max: 16 << 10}
+	s.runErr = jail.NewCappedBuffer(16 << 10)
 	s.run = exec.Command(h.opts.Runsc, append(s.globalFlags(), "run", "--pass-fd=3:3", "--bundle", filepath.Join(s.dir, "bundle"), s.id)...)
 	s.run.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
 	s.run.Stdin, s.run.Stdout, s.run.Stderr = devnull, readyW, s.runErr
@@ -430,7 +431,7 @@ func (s *Sandbox) Exec(p Process) (pid int, exit <-chan Exit, err error) {
 	}
 	cmd := exec.Command(s.h.opts.Runsc, append(args, s.id)...)
 	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
-	said := &capped{max: 4 << 10}
+	said := jail.NewCappedBuffer(4 << 10)
 	cmd.Stdout, cmd.Stderr = said, said // stdin: /dev/null
 	cmd.ExtraFiles = p.Files
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -769,28 +770,6 @@ func copyTree(src, dst string, uid, gid int) error {
 		}
 		return nil
 	})
-}
-
-// capped keeps the first max bytes written to it.
-type capped struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-	max int
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if room := c.max - c.buf.Len(); room > 0 {
-		c.buf.Write(p[:min(room, len(p))])
-	}
-	return len(p), nil
-}
-
-func (c *capped) Bytes() []byte {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]byte(nil), c.buf.Bytes()...)
 }
 
 // ProbeResult is what a probe program saw inside a gVisor sandbox.

@@ -195,7 +195,7 @@ func (h *Host) IDs(slot uint32) (root, user int) {
 // InitArg0, its control socket on fd 3, its stderr kept for errors.
 type initProc struct {
 	cmd     *exec.Cmd
-	initErr *cappedBuffer // the first 16 KiB of its stderr
+	initErr *CappedBuffer // the first 16 KiB of its stderr
 	errDone chan struct{} // closed when its stderr reaches end of file
 }
 
@@ -229,7 +229,7 @@ func (h *Host) startInit(p *initProc, env []string, attr *syscall.SysProcAttr, c
 		errR.Close()
 		return nil, err
 	}
-	p.initErr, p.errDone = &cappedBuffer{max: 16 << 10}, make(chan struct{})
+	p.initErr, p.errDone = NewCappedBuffer(16<<10), make(chan struct{})
 	go func() {
 		io.Copy(p.initErr, errR)
 		errR.Close()
@@ -703,14 +703,19 @@ func rlimitsFor(l config.Limits) []rlimit {
 	}
 }
 
-// cappedBuffer keeps the first max bytes written to it.
-type cappedBuffer struct {
+// CappedBuffer keeps the first max bytes written to it: what a sandboxed
+// process says on a pipe the host reads, which must never grow the host
+// beyond max.
+type CappedBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 	max int
 }
 
-func (c *cappedBuffer) Write(p []byte) (int, error) {
+// NewCappedBuffer returns a buffer that keeps max bytes.
+func NewCappedBuffer(max int) *CappedBuffer { return &CappedBuffer{max: max} }
+
+func (c *CappedBuffer) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if room := c.max - c.buf.Len(); room > 0 {
@@ -719,7 +724,7 @@ func (c *cappedBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (c *cappedBuffer) Bytes() []byte {
+func (c *CappedBuffer) Bytes() []byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]byte(nil), c.buf.Bytes()...)
