@@ -394,58 +394,13 @@ func openSessions(ctx context.Context, srv *server, n, parallel int, code string
 // path); and API keys plus the audit log (a key lookup in the database on
 // every request, too).
 func benchAudit(ctx context.Context, r *Report, o Options, n int) error {
-	type variant struct {
-		label string
-		extra map[string]any
-		key   bool
-		srv   *server
-		sess  string
-		lat   []time.Duration
-	}
-	vs := []*variant{
+	vs := []*abVariant{
 		{label: "audit off, no auth", extra: nil},
 		{label: "audit on", extra: map[string]any{"audit": map[string]any{"enabled": true, "code": "sha256"}}},
 		{label: "audit on, API key", extra: map[string]any{"audit": map[string]any{"enabled": true, "code": "sha256"}, "server": map[string]any{"auth": "keys"}}, key: true},
 	}
-	for i, v := range vs {
-		srv, err := startServer(ctx, o, 1, fmt.Sprintf("-audit%d", i), v.extra)
-		if err != nil {
-			return err
-		}
-		defer srv.stop()
-		v.srv = srv
-		if v.key {
-			out, err := exec.CommandContext(ctx, o.Binary, "keys", "create", "--config", srv.cfgPath, "--tenant", "bench").Output()
-			if err != nil {
-				return fmt.Errorf("keys create: %v", err)
-			}
-			srv.useKey(strings.TrimSpace(string(out)))
-		}
-		if err := srv.waitWarm(ctx, 3*time.Minute); err != nil {
-			return err
-		}
-		sess, err := srv.newSession(ctx)
-		if err != nil {
-			return err
-		}
-		v.sess = sess.ID
-		for j := 0; j < 50; j++ {
-			if _, err := srv.exec(ctx, sess.ID, "x = 1"); err != nil {
-				return err
-			}
-		}
-	}
-	const batch = 100
-	for done := 0; done < n; done += batch {
-		for _, v := range vs {
-			for j := 0; j < min(batch, n-done); j++ {
-				start := time.Now()
-				if _, err := v.srv.exec(ctx, v.sess, "x = 1"); err != nil {
-					return err
-				}
-				v.lat = append(v.lat, time.Since(start))
-			}
-		}
+	if err := runAB(ctx, o, vs, "-audit", "x = 1", n); err != nil {
+		return err
 	}
 	base := stats(vs[0].lat)
 	for i, v := range vs {
@@ -470,14 +425,7 @@ func benchAudit(ctx context.Context, r *Report, o Options, n int) error {
 // screened).
 func benchObserve(ctx context.Context, r *Report, o Options, n int) error {
 	const code = `print("epoch 3: loss=0.25 on host-7")`
-	type variant struct {
-		label string
-		extra map[string]any
-		srv   *server
-		sess  string
-		lat   []time.Duration
-	}
-	vs := []*variant{
+	vs := []*abVariant{
 		{label: "metrics off", extra: map[string]any{"metrics": map[string]any{"enabled": false}}},
 		{label: "metrics on", extra: map[string]any{"metrics": map[string]any{"enabled": true}}},
 		{label: "metrics on, redaction and a code rule", extra: map[string]any{
@@ -486,38 +434,8 @@ func benchObserve(ctx context.Context, r *Report, o Options, n int) error {
 			"code_rules": []map[string]string{{"name": "network", "pattern": `\b(requests|urllib)\b`, "action": "flag"}},
 		}},
 	}
-	for i, v := range vs {
-		srv, err := startServer(ctx, o, 1, fmt.Sprintf("-observe%d", i), v.extra)
-		if err != nil {
-			return err
-		}
-		defer srv.stop()
-		v.srv = srv
-		if err := srv.waitWarm(ctx, 3*time.Minute); err != nil {
-			return err
-		}
-		sess, err := srv.newSession(ctx)
-		if err != nil {
-			return err
-		}
-		v.sess = sess.ID
-		for j := 0; j < 50; j++ {
-			if _, err := srv.exec(ctx, sess.ID, code); err != nil {
-				return err
-			}
-		}
-	}
-	const batch = 100
-	for done := 0; done < n; done += batch {
-		for _, v := range vs {
-			for j := 0; j < min(batch, n-done); j++ {
-				start := time.Now()
-				if _, err := v.srv.exec(ctx, v.sess, code); err != nil {
-					return err
-				}
-				v.lat = append(v.lat, time.Since(start))
-			}
-		}
+	if err := runAB(ctx, o, vs, "-observe", code, n); err != nil {
+		return err
 	}
 	base := stats(vs[0].lat)
 	for i, v := range vs {
@@ -533,6 +451,63 @@ func benchObserve(ctx context.Context, r *Report, o Options, n int) error {
 		}
 		r.add(row)
 		r.Stats["observe/"+v.label] = s
+	}
+	return nil
+}
+
+// abVariant is one server configuration of an A/B scenario.
+type abVariant struct {
+	label string
+	extra map[string]any
+	key   bool // the requests carry a tenant's API key
+	lat   []time.Duration
+}
+
+// runAB starts a server per variant, warms a session on each, then runs
+// code n times on each in interleaved batches (so that the machine's
+// drift falls on every variant alike), filling each variant's latencies.
+func runAB(ctx context.Context, o Options, vs []*abVariant, suffix, code string, n int) error {
+	srvs := make([]*server, len(vs))
+	sess := make([]string, len(vs))
+	for i, v := range vs {
+		srv, err := startServer(ctx, o, 1, fmt.Sprintf("%s%d", suffix, i), v.extra)
+		if err != nil {
+			return err
+		}
+		defer srv.stop()
+		srvs[i] = srv
+		if v.key {
+			out, err := exec.CommandContext(ctx, o.Binary, "keys", "create", "--config", srv.cfgPath, "--tenant", "bench").Output()
+			if err != nil {
+				return fmt.Errorf("keys create: %v", err)
+			}
+			srv.useKey(strings.TrimSpace(string(out)))
+		}
+		if err := srv.waitWarm(ctx, 3*time.Minute); err != nil {
+			return err
+		}
+		s, err := srv.newSession(ctx)
+		if err != nil {
+			return err
+		}
+		sess[i] = s.ID
+		for j := 0; j < 50; j++ {
+			if _, err := srv.exec(ctx, s.ID, code); err != nil {
+				return err
+			}
+		}
+	}
+	const batch = 100
+	for done := 0; done < n; done += batch {
+		for i, v := range vs {
+			for j := 0; j < min(batch, n-done); j++ {
+				start := time.Now()
+				if _, err := srvs[i].exec(ctx, sess[i], code); err != nil {
+					return err
+				}
+				v.lat = append(v.lat, time.Since(start))
+			}
+		}
 	}
 	return nil
 }

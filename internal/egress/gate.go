@@ -336,7 +336,7 @@ func (g *Gate) SetPolicy(p Policy) error {
 	for port, l := range ls {
 		g.listeners[port] = l
 		g.wg.Add(1)
-		go g.serve(l)
+		go g.serve(l, g.handle)
 	}
 	return nil
 }
@@ -378,7 +378,9 @@ func (g *Gate) Close() error {
 	return nil
 }
 
-func (g *Gate) serve(l net.Listener) {
+// serve accepts on l, each connection tracked and handled by handle (the
+// gate's own listeners, or the proxy's).
+func (g *Gate) serve(l net.Listener, handle func(net.Conn)) {
 	defer g.wg.Done()
 	for {
 		c, err := l.Accept()
@@ -397,7 +399,7 @@ func (g *Gate) serve(l net.Listener) {
 		go func() {
 			defer g.wg.Done()
 			defer g.untrack(c)
-			g.handle(c)
+			handle(c)
 		}()
 	}
 }

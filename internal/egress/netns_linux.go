@@ -96,7 +96,7 @@ func Attach(pidfd int, o Options) (_ *Gate, err error) {
 	go func() { defer g.wg.Done(); g.serveDNSTCP(g.dnsTCP) }()
 	if g.proxy != nil {
 		g.wg.Add(1)
-		go g.serveProxy(g.proxy)
+		go g.serve(g.proxy, g.handleProxy)
 	}
 	g.policy = Policy{}
 	if err := g.SetPolicy(o.Policy); err != nil {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -33,30 +32,6 @@ func (b *bufConn) Read(p []byte) (int, error) { return b.r.Read(p) }
 
 // hopHeaders are not forwarded.
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authorization", "Proxy-Authenticate", "Te", "Trailer", "Upgrade"}
-
-func (g *Gate) serveProxy(l net.Listener) {
-	defer g.wg.Done()
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-			continue
-		}
-		if !g.track(c) {
-			resetClose(c)
-			return
-		}
-		g.wg.Add(1)
-		go func() {
-			defer g.wg.Done()
-			defer g.untrack(c)
-			g.handleProxy(c)
-		}()
-	}
-}
 
 // proxyHead is the head a forward-proxy request is sent upstream with:
 // origin form, one request per connection (a later request on the same
