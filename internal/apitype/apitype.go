@@ -37,7 +37,9 @@ type CreateSessionRequest struct {
 	// asked for.
 	Isolation config.Isolation `json:"isolation,omitempty"`
 	// Network, when set, lets the session reach the names it allows;
-	// without it the sandbox has loopback only.
+	// without it the sandbox has loopback only. On gVisor, whose
+	// sandboxes get a network only when they boot, a session created
+	// without it cannot be given a policy later (an empty one can).
 	Network *NetworkPolicy `json:"network,omitempty"`
 }
 

@@ -98,16 +98,22 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 
 // Get implements instance.Source: a warm instance adapted to l if one is
 // ready, else one built now.
-func (p *Pool) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits) (*instance.Instance, error) {
+func (p *Pool) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, net bool) (*instance.Instance, error) {
 	q, ok := p.queues[rt.Lang]
 	if !ok {
 		return nil, fmt.Errorf("%w: unknown language %q", errdefs.ErrInvalidArgument, rt.Lang)
+	}
+	if net && p.kernel.NetworkAtStart() {
+		// Pooled sandboxes of this kernel were booted without a
+		// network, and cannot be given one: build one that has.
+		q.misses.Add(1)
+		return p.newInstance(ctx, rt, l, true)
 	}
 	if !rt.Adapts(q.profile, l) {
 		// The pool's runtimes took its limits at start (a flag, a heap
 		// size) and cannot serve these: leave them to sessions they can.
 		q.misses.Add(1)
-		return p.newInstance(ctx, rt, l)
+		return p.newInstance(ctx, rt, l, false)
 	}
 	for {
 		inst := q.take()
@@ -140,7 +146,7 @@ func (p *Pool) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits) (*
 	}
 	q.misses.Add(1)
 	q.signal()
-	return p.newInstance(ctx, rt, l)
+	return p.newInstance(ctx, rt, l, false)
 }
 
 func (q *queue) take() *instance.Instance {
@@ -181,7 +187,7 @@ func (p *Pool) refill(q *queue) {
 			go func() {
 				defer func() { <-p.build }()
 				start := time.Now()
-				inst, err := p.newInstance(p.ctx, q.rt, q.profile)
+				inst, err := p.newInstance(p.ctx, q.rt, q.profile, false)
 				q.mu.Lock()
 				q.pending--
 				if err == nil && p.ctx.Err() == nil {
@@ -218,9 +224,9 @@ func (p *Pool) refill(q *queue) {
 
 // newInstance builds one instance from scratch: through the template
 // when it runs, else (or if the template fails) by executing the runtime.
-func (p *Pool) newInstance(ctx context.Context, rt runtimes.Runtime, l config.Limits) (*instance.Instance, error) {
+func (p *Pool) newInstance(ctx context.Context, rt runtimes.Runtime, l config.Limits, net bool) (*instance.Instance, error) {
 	if z := p.zygote(); z != nil && rt.Template {
-		inst, err := instance.New(ctx, p.kernel, p.slots, rt, l, z)
+		inst, err := instance.New(ctx, p.kernel, p.slots, rt, l, net, z)
 		if err == nil {
 			return inst, nil
 		}
@@ -229,7 +235,7 @@ func (p *Pool) newInstance(ctx context.Context, rt runtimes.Runtime, l config.Li
 		}
 		p.log.Warn("python template could not start a runtime; starting it cold", "err", err)
 	}
-	return instance.New(ctx, p.kernel, p.slots, rt, l, nil)
+	return instance.New(ctx, p.kernel, p.slots, rt, l, net, nil)
 }
 
 func (p *Pool) zygote() *zygote.Zygote {
