@@ -380,6 +380,11 @@ type TemplateStats struct {
 // TemplateKey is the key of TemplateStats in Health.Pool.
 const TemplateKey = "python_template"
 
+// NetworkPoolSuffix ends the Health.Pool key of a language's pool of
+// sandboxes booted with a network ("python+network"; gVisor's
+// pool.network_size).
+const NetworkPoolSuffix = "+network"
+
 // Warm reports whether every pool is full and the template runs (true
 // without pools).
 func (h *Health) Warm() bool {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -46,8 +47,8 @@ func egressServer(t *testing.T, adjust ...func(*config.Config)) (*client.Client,
 	return egressOf(t, s)
 }
 
-// kernels runs f on both isolations; the gVisor server allows gVisor
-// per request (its native sandboxes stay the default), with no pools.
+// kernels runs f on both isolations; the gVisor server's isolation is
+// gVisor, with a pool of one Python sandbox booted with a network.
 func kernels(t *testing.T, f func(t *testing.T, iso config.Isolation, withKernel func(*config.Config))) {
 	for _, iso := range []config.Isolation{config.Native, config.GVisor} {
 		t.Run(string(iso), func(t *testing.T) {
@@ -55,8 +56,10 @@ func kernels(t *testing.T, f func(t *testing.T, iso config.Isolation, withKernel
 			if iso == config.GVisor {
 				runsc := testenv.Runsc(t)
 				with = func(c *config.Config) {
-					c.AllowIsolation = []config.Isolation{config.GVisor}
+					c.Isolation = config.GVisor
 					c.GVisor.Runsc = runsc
+					// One Python sandbox booted with a network, pooled.
+					c.Pool.NetworkSize = map[string]int{"python": 1}
 				}
 			}
 			f(t, iso, with)
@@ -320,8 +323,23 @@ print([i[1] for i in socket.if_nameindex()])
 		if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "created without a network") {
 			t.Errorf("a policy for a gVisor session created without network: %v", err)
 		}
+		// Such a session comes from the pool of sandboxes booted with a
+		// network (pool.network_size).
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if err := c.WaitWarm(wctx); err != nil {
+			t.Fatal(err)
+		}
 		if sess, err = c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python", Isolation: iso, Network: &apitype.NetworkPolicy{}}); err != nil {
 			t.Fatal(err)
+		}
+		h, err := c.Health(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st apitype.PoolStats
+		if err := json.Unmarshal(h.Pool["python"+apitype.NetworkPoolSuffix], &st); err != nil || st.Hits != 1 || st.Target != 1 {
+			t.Errorf("the network pool: %+v, %v (health %s)", st, err, h.Pool)
 		}
 		if r, err := c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: probe + fmt.Sprintf(`print(get("http://files.a.test:%d/"))`, port)}, nil); err != nil || !strings.HasPrefix(r.Stdout, "fail") {
 			t.Errorf("an empty allowlist reached files.a.test: %q, %v", r.Stdout, err)

@@ -466,9 +466,11 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 }
 
 func anyPool(cfg config.Config) bool {
-	for _, n := range cfg.Pool.Size {
-		if n > 0 {
-			return true
+	for _, sizes := range []map[string]int{cfg.Pool.Size, cfg.Pool.NetworkSize} {
+		for _, n := range sizes {
+			if n > 0 {
+				return true
+			}
 		}
 	}
 	return false
