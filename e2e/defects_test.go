@@ -110,14 +110,17 @@ func TestTransfersKeepTheSessionAlive(t *testing.T) {
 }
 
 func testTransfersKeepTheSessionAlive(t *testing.T, s *server) {
-	id := s.newSession("python", map[string]any{"timeout_idle": "1s"})
-	// An upload of about 3 s, three idle timeouts.
+	// The idle timeout is longer than what the kernel's socket buffers
+	// hold of a download (a few MiB, under 1 s of this slow reader): the
+	// server's part of a transfer ends that long before the client's.
+	id := s.newSession("python", map[string]any{"timeout_idle": "2s"})
+	// An upload of about 3 s, one and a half idle timeouts.
 	up, err := s.c.Upload(context.Background(), id, "slow.bin", &slowBody{n: 30, size: 1024, pause: 100 * time.Millisecond}, -1)
 	if err != nil || up.Size != 30*1024 {
 		t.Fatalf("slow upload: %+v %v", up, err)
 	}
-	s.exec(id, "open('big.bin', 'wb').write(b'y' * (32 << 20))")
-	// A download read slowly for about 3 s.
+	s.exec(id, "open('big.bin', 'wb').write(b'y' * (48 << 20))")
+	// A download read slowly for about 5 s.
 	rc, err := s.c.Download(context.Background(), id, "big.bin")
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +136,7 @@ func testTransfersKeepTheSessionAlive(t *testing.T, s *server) {
 		time.Sleep(100 * time.Millisecond) // a slow reader
 	}
 	rc.Close()
-	if got != 32<<20 {
+	if got != 48<<20 {
 		t.Fatalf("slow download: %d bytes", got)
 	}
 	if r := s.exec(id, "print('alive')"); strings.TrimSpace(r.Stdout) != "alive" {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -393,5 +394,117 @@ func TestTokenFileAndConfigPrint(t *testing.T) {
 	}
 	if cfg.Version != 1 || cfg.Server.Token != "***" || cfg.Server.TokenFile != tok || cfg.Server.MaxSessions != 3 || cfg.Quotas.ExecutionsPerMinute != 60 || strings.Contains(string(out), "from-a-file") {
 		t.Errorf("config print: %s", out)
+	}
+}
+
+// max_concurrent_executions bounds a tenant's executions in flight, of
+// every kind: with its two places taken (a session execution and a
+// background command), its next one-shot, program, command and execution
+// are refused with 429 naming the quota, while a tenant on the server's
+// default is not affected; once they end (events: the execution's answer,
+// the command's exited state) it runs again. A client that leaves gives
+// its place back too.
+func TestTenantConcurrencyCap(t *testing.T) {
+	s := keysServer(t, map[string]any{"quotas": map[string]any{"max_concurrent_executions": 1}})
+	ctx := context.Background()
+	busyKey := s.newKey("busy", "--max-concurrent-executions", "2")
+	busy, calm := s.as(busyKey), s.as(s.newKey("calm"))
+	s1, err := busy.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := busy.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor := func(file string) string {
+		return "import os, time\nprint('running', flush=True)\nwhile not os.path.exists('/workspace/" + file + "'): time.sleep(0.02)\n"
+	}
+	// running starts a streaming execution and returns once it runs.
+	running := func(ctx context.Context, id, code string) <-chan error {
+		started, done := make(chan struct{}), make(chan error, 1)
+		var once sync.Once
+		go func() {
+			_, err := busy.Execute(ctx, id, apitype.ExecuteRequest{Code: code}, func(ev apitype.Event) {
+				if ev.Type == apitype.EventStdout {
+					once.Do(func() { close(started) })
+				}
+			})
+			once.Do(func() { close(started) })
+			done <- err
+		}()
+		<-started
+		return done
+	}
+	exec1 := running(ctx, s1.ID, waitFor("go"))
+	bg, err := busy.RunCommand(ctx, s1.ID, apitype.CommandRequest{Command: "while [ ! -e /workspace/go ]; do sleep 0.02; done", Background: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, r := range []struct{ what, method, path, body string }{
+		{"a one-shot", "POST", "/v1/execute", `{"code":"1"}`},
+		{"a program run", "POST", "/v1/run", `{"code":"print(1)"}`},
+		{"a command", "POST", "/v1/sessions/" + s2.ID + "/commands", `{"command":"true"}`},
+		{"an execution in another session", "POST", "/v1/sessions/" + s2.ID + "/execute", `{"code":"1"}`},
+	} {
+		code, body, hdr := s.rawH(r.method, r.path, r.body, busyKey)
+		quotaRefused(t, r.what+" beyond 2 in flight", code, body, hdr, "max_concurrent_executions")
+	}
+	if _, err := calm.RunOnce(ctx, apitype.OneShotRequest{Code: "1"}, nil); err != nil {
+		t.Errorf("another tenant, while the first is at its cap: %v", err)
+	}
+
+	// Both end when /workspace/go appears.
+	if _, err := busy.Upload(ctx, s1.ID, "go", strings.NewReader(""), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-exec1; err != nil {
+		t.Fatalf("the first execution: %v", err)
+	}
+	if res, err := busy.Command(ctx, s1.ID, bg.ID, time.Minute); err != nil || res.State != apitype.CommandExited {
+		t.Fatalf("the background command: %v %+v", err, res)
+	}
+	for i, run := range []func() error{
+		func() error { _, err := busy.RunOnce(ctx, apitype.OneShotRequest{Code: "1"}, nil); return err },
+		func() error {
+			_, err := busy.RunProgram(ctx, apitype.ProgramRequest{Code: "print(1)"}, nil)
+			return err
+		},
+		func() error {
+			_, err := busy.RunCommand(ctx, s2.ID, apitype.CommandRequest{Command: "true"}, nil)
+			return err
+		},
+	} {
+		if err := run(); err != nil {
+			t.Errorf("run %d after the first two ended: %v", i, err)
+		}
+	}
+
+	// A client that leaves: its execution is stopped and its place given
+	// back (the server's Retry-After is a second; allow ten).
+	exec2 := running(ctx, s1.ID, waitFor("go2"))
+	leaving, leave := context.WithCancel(ctx)
+	gone := running(leaving, s2.ID, waitFor("never"))
+	code, body, hdr := s.rawH("POST", "/v1/execute", `{"code":"1"}`, busyKey)
+	quotaRefused(t, "a one-shot at the cap again", code, body, hdr, "max_concurrent_executions")
+	leave()
+	<-gone
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, body, _ := s.rawH("POST", "/v1/execute", `{"code":"1"}`, busyKey)
+		if code == 200 {
+			break
+		}
+		if code != 429 || time.Now().After(deadline) {
+			t.Fatalf("after a client left: %d %s", code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := busy.Upload(ctx, s1.ID, "go2", strings.NewReader(""), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-exec2; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -37,6 +37,7 @@ Flags:
 type quotaFlags struct {
 	fs                                   *flag.FlagSet
 	sessions, perMinute, cpuPerDay       *int
+	running                              *int
 	memory, timeout, cpus, egress, allow *string
 }
 
@@ -45,6 +46,7 @@ func addQuotaFlags(fs *flag.FlagSet) *quotaFlags {
 		sessions:  fs.Int("max-sessions", 0, "quota: live sessions at most"),
 		perMinute: fs.Int("executions-per-minute", 0, "quota: executions started in any 60 seconds"),
 		cpuPerDay: fs.Int("cpu-seconds-per-day", 0, "quota: CPU-seconds per UTC day"),
+		running:   fs.Int("max-concurrent-executions", 0, "quota: executions, commands, one-shot and program runs in flight at once"),
 		memory:    fs.String("max-memory", "", "ceiling: the memory limit a session may ask for (e.g. 1G)"),
 		timeout:   fs.String("max-timeout", "", "ceiling: the timeout an execution may ask for (e.g. 2m)"),
 		cpus:      fs.String("max-cpus", "", "ceiling: the CPUs a session may ask for"),
@@ -67,6 +69,8 @@ func (f *quotaFlags) apply(q *config.Quotas) (changed bool, err error) {
 			q.ExecutionsPerMinute = *f.perMinute
 		case "cpu-seconds-per-day":
 			q.CPUSecondsPerDay = *f.cpuPerDay
+		case "max-concurrent-executions":
+			q.MaxConcurrentExecutions = *f.running
 		case "max-memory":
 			q.MaxLimits.Memory, err = config.ParseSize(*f.memory)
 		case "max-timeout":

@@ -26,12 +26,15 @@ func (s *Server) runCommand(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	if err := s.admitExecution(r); err != nil {
+	release, err := s.admitExecution(r)
+	if err != nil {
 		fail(w, err)
 		return
 	}
 	if req.Background {
-		res, err := sess.RunCommand(r.Context(), req, nil)
+		// The command outlives the request: the session gives its place
+		// back when it ends (at once if it never starts).
+		res, err := sess.RunBackground(r.Context(), req, release)
 		if err != nil {
 			fail(w, err)
 			return
@@ -40,7 +43,8 @@ func (s *Server) runCommand(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusCreated, res)
 		return
 	}
-	respond(w, r, func(emit func(apitype.Event)) (any, error) { return sess.RunCommand(r.Context(), req, emit) })
+	defer release()
+	respond(w, r, release, func(emit func(apitype.Event)) (any, error) { return sess.RunCommand(r.Context(), req, emit) })
 }
 
 func (s *Server) listCommands(w http.ResponseWriter, r *http.Request) {

@@ -132,10 +132,12 @@ func (s *Server) installPackages(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	if err := s.admitExecution(r); err != nil {
+	release, err := s.admitExecution(r)
+	if err != nil {
 		fail(w, err)
 		return
 	}
+	defer release()
 	res, err := sess.InstallPackages(r.Context(), req)
 	if err != nil {
 		fail(w, err)
@@ -289,11 +291,13 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	if err := s.admitExecution(r); err != nil {
+	release, err := s.admitExecution(r)
+	if err != nil {
 		fail(w, err)
 		return
 	}
-	respond(w, r, func(emit func(apitype.Event)) (any, error) { return sess.Execute(r.Context(), req, emit) })
+	defer release()
+	respond(w, r, release, func(emit func(apitype.Event)) (any, error) { return sess.Execute(r.Context(), req, emit) })
 }
 
 func (s *Server) executeOnce(w http.ResponseWriter, r *http.Request) {
@@ -315,11 +319,13 @@ func (s *Server) executeOnce(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	if err := s.admitExecution(r); err != nil {
+	release, err := s.admitExecution(r)
+	if err != nil {
 		fail(w, err)
 		return
 	}
-	respond(w, r, func(emit func(apitype.Event)) (any, error) { return s.m.RunOnce(r.Context(), req, emit) })
+	defer release()
+	respond(w, r, release, func(emit func(apitype.Event)) (any, error) { return s.m.RunOnce(r.Context(), req, emit) })
 }
 
 func (s *Server) runProgram(w http.ResponseWriter, r *http.Request) {
@@ -341,18 +347,26 @@ func (s *Server) runProgram(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	if err := s.admitExecution(r); err != nil {
+	release, err := s.admitExecution(r)
+	if err != nil {
 		fail(w, err)
 		return
 	}
-	respond(w, r, func(emit func(apitype.Event)) (any, error) { return s.m.RunProgram(r.Context(), req, emit) })
+	defer release()
+	respond(w, r, release, func(emit func(apitype.Event)) (any, error) { return s.m.RunProgram(r.Context(), req, emit) })
 }
 
 // respond runs an execution and answers with its result as one JSON body,
 // or, when the client accepts NDJSON, streams its events as they happen.
-func respond(w http.ResponseWriter, r *http.Request, run func(emit func(apitype.Event)) (any, error)) {
+// release (the admission's, idempotent) is called as soon as the
+// execution ended and before the client can learn it did (the body, the
+// end event): a client that starts the next one at once is not refused
+// for the one that just ended. The handler's deferred release covers the
+// other paths.
+func respond(w http.ResponseWriter, r *http.Request, release func(), run func(emit func(apitype.Event)) (any, error)) {
 	if !wantsStream(r) {
 		res, err := run(nil)
+		release()
 		if err != nil {
 			fail(w, err)
 			return
@@ -361,7 +375,13 @@ func respond(w http.ResponseWriter, r *http.Request, run func(emit func(apitype.
 		return
 	}
 	ew := newEventWriter(w)
-	_, err := run(ew.emit)
+	_, err := run(func(ev apitype.Event) {
+		if ev.Type == apitype.EventEnd {
+			release()
+		}
+		ew.emit(ev)
+	})
+	release()
 	ew.end(err)
 }
 

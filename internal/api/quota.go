@@ -18,8 +18,10 @@ type Quotas interface {
 	// its quota; release gives the place back if the session was not
 	// created after all (its end gives it back otherwise).
 	AdmitSession(who identity.Identity) (release func(), err error)
-	// AdmitExecution counts an execution, command, one-shot or program run.
-	AdmitExecution(who identity.Identity) error
+	// AdmitExecution counts an execution, command, package install,
+	// one-shot or program run; release gives its place back when it
+	// ends (the handler calls it on every path: see admitExecution).
+	AdmitExecution(who identity.Identity) (release func(), err error)
 	// Of is the caller's tenant's quotas.
 	Of(who identity.Identity) config.Quotas
 }
@@ -32,9 +34,16 @@ func (s *Server) admitSession(r *http.Request) (func(), error) {
 	return s.Quotas.AdmitSession(who)
 }
 
-func (s *Server) admitExecution(r *http.Request) error {
+// admitExecution admits an execution of the caller's tenant. The handler
+// defers release right away: it runs when the handler returns, by an
+// error, the client leaving (the execution is stopped before the session
+// call returns), a timeout or a panic (ServeHTTP recovers it above the
+// handler's defers). A background command, which outlives its request,
+// takes release over (see runCommand). Observer events are no substitute:
+// an execution refused before it starts sends none.
+func (s *Server) admitExecution(r *http.Request) (release func(), err error) {
 	if s.Quotas == nil {
-		return nil
+		return func() {}, nil
 	}
 	who, _ := identity.From(r.Context())
 	return s.Quotas.AdmitExecution(who)

@@ -37,7 +37,9 @@ type CreateSessionRequest struct {
 	// asked for.
 	Isolation config.Isolation `json:"isolation,omitempty"`
 	// Network, when set, lets the session reach the names it allows;
-	// without it the sandbox has loopback only.
+	// without it the sandbox has loopback only. On gVisor, whose
+	// sandboxes get a network only when they boot, a session created
+	// without it cannot be given a policy later (an empty one can).
 	Network *NetworkPolicy `json:"network,omitempty"`
 }
 
@@ -377,6 +379,11 @@ type TemplateStats struct {
 
 // TemplateKey is the key of TemplateStats in Health.Pool.
 const TemplateKey = "python_template"
+
+// NetworkPoolSuffix ends the Health.Pool key of a language's pool of
+// sandboxes booted with a network ("python+network"; gVisor's
+// pool.network_size).
+const NetworkPoolSuffix = "+network"
 
 // Warm reports whether every pool is full and the template runs (true
 // without pools).

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"airlock/internal/apitype"
 	"airlock/internal/gvisor"
 )
 
@@ -22,7 +23,8 @@ func benchGVisor(ctx context.Context, r *Report, o Options, n func(full, smoke i
 	srv, err := startServer(ctx, o, 0, "-gvisor", map[string]any{
 		"isolation": "gvisor",
 		"gvisor":    map[string]any{"runsc": runsc},
-		"pool":      map[string]any{"size": map[string]int{"python": pool, "bash": 0, "javascript": 0}, "zygote": false},
+		"pool": map[string]any{"size": map[string]int{"python": pool, "bash": 0, "javascript": 0}, "zygote": false,
+			"network_size": map[string]int{"python": n(4, 1)}},
 	})
 	if err != nil {
 		return err
@@ -42,21 +44,28 @@ func benchGVisor(ctx context.Context, r *Report, o Options, n func(full, smoke i
 
 	// Create to first pandas result, from the warm pool (one at a time:
 	// the pool refills between creations).
-	lat := make([]time.Duration, 0, pool)
-	for i := 0; i < n(30, 2); i++ {
-		if err := srv.waitWarm(ctx, 5*time.Minute); err != nil {
-			return err
+	createPandas := func(times int, req apitype.CreateSessionRequest) ([]time.Duration, error) {
+		lat := make([]time.Duration, 0, times)
+		for i := 0; i < times; i++ {
+			if err := srv.waitWarm(ctx, 5*time.Minute); err != nil {
+				return nil, err
+			}
+			start := time.Now()
+			sess, err := srv.client.CreateSession(ctx, req)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := srv.exec(ctx, sess.ID, pandasCode); err != nil {
+				return nil, err
+			}
+			lat = append(lat, time.Since(start))
+			srv.deleteSession(ctx, sess.ID)
 		}
-		start := time.Now()
-		sess, err := srv.newSession(ctx)
-		if err != nil {
-			return err
-		}
-		if _, err := srv.exec(ctx, sess.ID, pandasCode); err != nil {
-			return err
-		}
-		lat = append(lat, time.Since(start))
-		srv.deleteSession(ctx, sess.ID)
+		return lat, nil
+	}
+	lat, err := createPandas(n(30, 2), apitype.CreateSessionRequest{Language: apitype.Python})
+	if err != nil {
+		return err
 	}
 	// The cold baseline: gVisor's own `runsc do` of python importing pandas.
 	root, err := os.MkdirTemp("", "airlock-bench-runsc")
@@ -75,6 +84,18 @@ func benchGVisor(ctx context.Context, r *Report, o Options, n func(full, smoke i
 	r.add(Row{Scenario: name, Metric: "p99", Value: s.P99, Unit: "ms"})
 	r.Stats["gvisor_create_pandas"] = s
 	r.Stats["gvisor_cold_runsc_do_pandas"] = c
+
+	// The same with a network (an empty allowlist: the egress gate in the
+	// sandbox's namespace), from the pool of sandboxes booted with one.
+	netLat, err := createPandas(n(10, 2), apitype.CreateSessionRequest{Language: apitype.Python, Network: &apitype.NetworkPolicy{}})
+	if err != nil {
+		return err
+	}
+	ns := stats(netLat)
+	netName := "gVisor: the same, session created with `network` (pool.network_size)"
+	r.add(Row{Scenario: netName, Metric: "p50", Value: ns.P50, Unit: "ms", Baseline: fmt.Sprintf("without network: %.1f ms", s.P50), Ratio: ratio(ns.P50, s.P50)})
+	r.add(Row{Scenario: netName, Metric: "p99", Value: ns.P99, Unit: "ms"})
+	r.Stats["gvisor_create_pandas_network"] = ns
 
 	// Warm execution.
 	sess, err := srv.newSession(ctx)

@@ -381,6 +381,9 @@ func (c *Cgroup) Add(pid int) error {
 	return nil
 }
 
+// Pids lists the processes in the cgroup.
+func (c *Cgroup) Pids() ([]int, error) { return cgroups.GetPids(c.dir("pids")) }
+
 // ProcsFiles opens cgroup.procs of every hierarchy for writing, so that a
 // process that receives them can move itself in by writing "0".
 func (c *Cgroup) ProcsFiles() ([]*os.File, error) {

@@ -251,6 +251,11 @@ type Pool struct {
 	// Size is the number of ready sandboxes kept per language; 0 disables
 	// the pool for that language.
 	Size map[string]int `json:"size"`
+	// NetworkSize is the number of ready sandboxes kept per language for
+	// sessions created with a network, on a kernel that fixes a
+	// sandbox's network when it boots (gVisor); native sandboxes serve
+	// both from Size. 0 (the default) builds those when asked.
+	NetworkSize map[string]int `json:"network_size"`
 	// Zygote enables the pre-imported Python template interpreter.
 	Zygote bool `json:"zygote"`
 	// Preload lists the modules the Python template imports.
@@ -483,12 +488,14 @@ func (c Config) Validate() error {
 	if s.MaxRichOutput < 64<<10 || s.MaxRichOutput > 1<<30 {
 		errs = append(errs, errors.New("server.max_rich_output must be between 64K and 1G"))
 	}
-	for lang, n := range c.Pool.Size {
-		if !KnownLanguage(lang) {
-			errs = append(errs, fmt.Errorf("pool.size: unknown language %q", lang))
-		}
-		if n < 0 || n > 4096 {
-			errs = append(errs, fmt.Errorf("pool.size.%s %d must be between 0 and 4096", lang, n))
+	for key, sizes := range map[string]map[string]int{"size": c.Pool.Size, "network_size": c.Pool.NetworkSize} {
+		for lang, n := range sizes {
+			if !KnownLanguage(lang) {
+				errs = append(errs, fmt.Errorf("pool.%s: unknown language %q", key, lang))
+			}
+			if n < 0 || n > 4096 {
+				errs = append(errs, fmt.Errorf("pool.%s.%s %d must be between 0 and 4096", key, lang, n))
+			}
 		}
 	}
 	if err := c.Network.Validate(); err != nil {
@@ -547,6 +554,9 @@ func (c Config) validateIDs() []error {
 	// must hold every sandbox it may have at once.
 	need := c.Server.MaxSessions + c.Server.MaxConcurrentExecutions + 1
 	for _, n := range c.Pool.Size {
+		need += n
+	}
+	for _, n := range c.Pool.NetworkSize {
 		need += n
 	}
 	if have := int(c.IDCount/2) - int(c.IDCount/8); len(errs) == 0 && have < need {

@@ -164,6 +164,7 @@ func TestConfigValidate(t *testing.T) {
 		{"defaults over max", func(c *Config) { c.Defaults.Memory = c.Max.Memory + 1 }, "defaults"},
 		{"max_sessions 0", func(c *Config) { c.Server.MaxSessions = 0 }, "max_sessions"},
 		{"max_concurrent_executions 0", func(c *Config) { c.Server.MaxConcurrentExecutions = 0 }, "max_concurrent_executions"},
+		{"quota max_concurrent_executions negative", func(c *Config) { c.Quotas.MaxConcurrentExecutions = -1 }, "quotas: max_sessions, executions_per_minute, cpu_seconds_per_day and max_concurrent_executions"},
 		{"max_env negative", func(c *Config) { c.Server.MaxEnv = -1 }, "max_env"},
 		{"max_body_bytes tiny", func(c *Config) { c.Server.MaxBodyBytes = 100 }, "max_body_bytes"},
 		{"max_file_bytes 0", func(c *Config) { c.Server.MaxFileBytes = 0 }, "max_file_bytes"},

@@ -18,6 +18,16 @@ type Quotas struct {
 	// CPUSecondsPerDay caps the CPU time the tenant's executions use per
 	// UTC day; the execution that crosses it finishes, the next is refused.
 	CPUSecondsPerDay int `json:"cpu_seconds_per_day,omitempty"`
+	// MaxConcurrentExecutions caps the tenant's executions in flight at
+	// once: session executions, commands (a background one until it
+	// ends), package installs, one-shot and program runs, from admission
+	// (waiting for a server slot included) to their end. It bounds how
+	// far cpu_seconds_per_day, counted as executions finish, can be
+	// overshot (by about this many times the longest timeout), and
+	// reaches one-shots, which max_sessions does not. 0: unlimited, like
+	// every quota, as server.max_concurrent_executions bounds the machine;
+	// a fair share is the operator's to size (cores / tenants).
+	MaxConcurrentExecutions int `json:"max_concurrent_executions,omitempty"`
 	// MaxLimits caps the limits the tenant may ask for, below the
 	// server's max (a zero field: the server's max).
 	MaxLimits Limits `json:"max_limits,omitzero"`
@@ -38,6 +48,9 @@ func (q Quotas) Over(def Quotas) Quotas {
 	if q.CPUSecondsPerDay == 0 {
 		q.CPUSecondsPerDay = def.CPUSecondsPerDay
 	}
+	if q.MaxConcurrentExecutions == 0 {
+		q.MaxConcurrentExecutions = def.MaxConcurrentExecutions
+	}
 	q.MaxLimits = q.MaxLimits.Merge(def.MaxLimits)
 	if q.Egress == "" {
 		q.Egress = def.Egress
@@ -51,8 +64,8 @@ func (q Quotas) Over(def Quotas) Quotas {
 // Validate checks the quotas.
 func (q Quotas) Validate() error {
 	var errs []error
-	if q.MaxSessions < 0 || q.ExecutionsPerMinute < 0 || q.CPUSecondsPerDay < 0 {
-		errs = append(errs, errors.New("max_sessions, executions_per_minute and cpu_seconds_per_day must not be negative"))
+	if q.MaxSessions < 0 || q.ExecutionsPerMinute < 0 || q.CPUSecondsPerDay < 0 || q.MaxConcurrentExecutions < 0 {
+		errs = append(errs, errors.New("max_sessions, executions_per_minute, cpu_seconds_per_day and max_concurrent_executions must not be negative"))
 	}
 	if q.Egress != "" && q.Egress != "allow" && q.Egress != "deny" {
 		errs = append(errs, fmt.Errorf("egress %q must be \"allow\", \"deny\" or empty", q.Egress))

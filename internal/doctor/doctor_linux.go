@@ -12,6 +12,7 @@ import (
 	"airlock/internal/cgroup"
 	"airlock/internal/cluster"
 	"airlock/internal/config"
+	"airlock/internal/egress"
 	"airlock/internal/exeseal"
 	"airlock/internal/fontcache"
 	"airlock/internal/gvisor"
@@ -276,7 +277,7 @@ func gvisorChecks(ctx context.Context, r *Report, cfg config.Config) {
 	}
 	defer h.Close()
 	name := "g-doctor-" + strconv.Itoa(os.Getpid())
-	res, err := h.Probe(ctx, name, cfg.Defaults)
+	res, err := h.Probe(ctx, gvisor.Spec{Name: name, Limits: cfg.Defaults})
 	if err != nil {
 		r.add("gvisor", Fail, "%s: a sandbox could not boot and run a probe: %v", h.Describe(), err)
 		return
@@ -289,6 +290,24 @@ func gvisorChecks(ctx context.Context, r *Report, cfg config.Config) {
 	}
 	r.add("gvisor", OK, "%s: booted in %s, a program ran in %s; inside: kernel %s (gVisor's), uid %s, interfaces %v",
 		h.Describe(), res.Boot.Round(time.Millisecond), res.Exec.Round(time.Millisecond), res.Kernel, res.UID, res.Interfaces)
+	if cfg.Network.Enabled {
+		// Sessions with egress: runsc's host network inside a namespace
+		// of airlock's, which must hold nothing but lo.
+		ns, err := egress.NewNamespace()
+		if err == nil {
+			res, err = h.Probe(ctx, gvisor.Spec{Name: name + "-net", Limits: cfg.Defaults, NetNS: ns})
+		}
+		switch {
+		case err != nil:
+			r.add("gvisor network", Fail, "network.enabled: a sandbox could not boot in a network namespace of airlock's: %v", err)
+			return
+		case strings.Join(res.Interfaces, ",") != "lo":
+			r.add("gvisor network", Fail, "network.enabled: a sandbox in airlock's network namespace saw interfaces %v, want only lo", res.Interfaces)
+			return
+		}
+		r.add("gvisor network", OK, "sessions with egress: booted in %s in a network namespace of airlock's (runsc --network=host there: interfaces %v, nothing else)",
+			res.Boot.Round(time.Millisecond), res.Interfaces)
+	}
 	g, a := gvisor.Layers()
 	r.add("gvisor layers", OK, "gVisor provides:\n- %s\nairlock still applies around it:\n- %s", strings.Join(g, "\n- "), strings.Join(a, "\n- "))
 }

@@ -13,6 +13,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"airlock/internal/rootfs"
 )
 
 // inNetns runs fn on an OS thread locked to it that has entered the
@@ -45,6 +47,47 @@ func inNetns(ns int, fn func() error) error {
 		errc <- err
 	}()
 	return <-errc
+}
+
+// NewNamespace makes a network namespace of airlock's own for a sandbox
+// whose kernel joins one given to it (gVisor's): only lo, up, and
+// nothing listening until a gate is attached. The namespace lives as
+// long as the returned handle or a process in it.
+func NewNamespace() (*os.File, error) {
+	var ns *os.File
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("egress: own network namespace: %w", err)
+			return
+		}
+		defer unix.Close(orig)
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("egress: new network namespace: %w", err)
+			return
+		}
+		err = rootfs.LoopbackUp()
+		if err == nil {
+			ns, err = os.Open("/proc/thread-self/ns/net")
+		}
+		// Back to the server's namespace, or this thread dies with its
+		// goroutine (locked).
+		if unix.Setns(orig, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		errc <- err
+	}()
+	if err := <-errc; err != nil {
+		if ns != nil {
+			ns.Close()
+		}
+		return nil, fmt.Errorf("egress: new network namespace: %w", err)
+	}
+	return ns, nil
 }
 
 // Attach puts a gate's sockets into the network namespace of the process

@@ -3,7 +3,9 @@
 // read-only root template, /usr and the /etc trees bound read-only, the
 // airlock-owned tmpfs mounts of /workspace and /tmp, uid 1000 without
 // capabilities, the limits), running it with `runsc run` from the host
-// side with --network=none, starting programs in it with `runsc exec`
+// side with --network=none (or, for a sandbox given a network namespace
+// of airlock's, --network=host inside that namespace only, checked once
+// it runs), starting programs in it with `runsc exec`
 // (stdio and the control socket passed as descriptors, never as files
 // runsc would write at an offset), signalling them, and tearing everything
 // down: runsc's state, the null-netns mount it leaves, the tmpfs mounts,
@@ -11,7 +13,8 @@
 //
 // It must never be started from inside airlock's jail (runsc needs
 // namespaces, mounts and a writable /proc), never let runsc touch the
-// host's network (always --network=none), never fall back to running code
+// host's network (--network=none, or host networking only inside a
+// namespace airlock made and holds), never fall back to running code
 // without gVisor when runsc fails, and never leave anything behind: every
 // sandbox's state lives in one directory of its own, which Close and
 // Sweep remove.
@@ -126,7 +129,8 @@ func Layers() (gvisor, airlock []string) {
 			"in-sandbox cgroups, /proc and /sys are gVisor's (virtual); Landlock and the seccomp availability probe do not exist inside",
 		}, []string{
 			"host cgroup of the whole sandbox (Sentry, gofer, every process): memory (OOM kills the sandbox), pids, CPU quota",
-			"no network: runsc --network=none (loopback only); runsc never changes the host's network",
+			"no network: runsc --network=none (gVisor's own loopback only); runsc never changes the host's network",
+			"sessions with egress: runsc --network=host inside a network namespace airlock made (lo and airlock's egress gate only), checked after boot; their sockets are the host kernel's, in that namespace",
 			"root: the read-only root template, host /usr read-only, airlock-owned tmpfs /workspace and /tmp sized by the limits",
 			"uid 1000, no capabilities, no_new_privs, RLIMIT_NOFILE; wall-clock and CPU-time limits from outside",
 		}

@@ -106,7 +106,7 @@ func (h *Host) Runsc() string { return h.opts.Runsc }
 
 // Describe says how sandboxes are started, for logs and doctor.
 func (h *Host) Describe() string {
-	return fmt.Sprintf("%s (%s), platform %s, --network=none", h.opts.Runsc, h.version, h.opts.Platform)
+	return fmt.Sprintf("%s (%s), platform %s, --network=none (host, in a namespace of airlock's own, for sessions with egress)", h.opts.Runsc, h.version, h.opts.Platform)
 }
 
 // Spec describes one sandbox.
@@ -116,6 +116,13 @@ type Spec struct {
 	Limits config.Limits
 	// ReadyTimeout bounds the boot; 30s when zero.
 	ReadyTimeout time.Duration
+	// NetNS, when set, is a network namespace of airlock's own (see
+	// egress.NewNamespace) the sandbox joins with runsc's host network
+	// (--network=host): its sockets are the host kernel's, in that
+	// namespace only, where airlock's egress gate listens. Without it
+	// the sandbox has gVisor's own loopback and nothing else
+	// (--network=none). Start takes the handle: the sandbox closes it.
+	NetNS *os.File
 }
 
 // Sandbox is a running gVisor sandbox: `runsc run` of a container whose
@@ -131,6 +138,7 @@ type Sandbox struct {
 	runErr *jail.CappedBuffer
 	dead   chan struct{} // closed when `runsc run` has exited
 	life   *os.File      // the init exits when this closes
+	netns  *os.File      // Spec.NetNS
 
 	mu     sync.Mutex
 	execs  sync.WaitGroup
@@ -145,6 +153,11 @@ type Sandbox struct {
 
 // Start boots a sandbox and waits until its init runs.
 func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
+	defer func() {
+		if err != nil && spec.NetNS != nil {
+			spec.NetNS.Close()
+		}
+	}()
 	if spec.ReadyTimeout == 0 {
 		spec.ReadyTimeout = 30 * time.Second
 	}
@@ -152,7 +165,7 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 		return nil, fmt.Errorf("gvisor: bad name %q", spec.Name)
 	}
 	l := spec.Limits
-	s := &Sandbox{h: h, spec: spec, id: "airlock-" + spec.Name, dir: filepath.Join(h.dir, spec.Name), dead: make(chan struct{})}
+	s := &Sandbox{h: h, spec: spec, id: "airlock-" + spec.Name, dir: filepath.Join(h.dir, spec.Name), dead: make(chan struct{}), netns: spec.NetNS}
 	var undo cleanup.Stack
 	defer func() {
 		if err != nil {
@@ -256,21 +269,83 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 		}
 		return nil, errdefs.Private(errdefs.ErrUnavailable, "the gVisor sandbox did not boot", fmt.Errorf("%v: %s", err, s.diag()))
 	}
+	if err := s.checkNetwork(); err != nil {
+		return nil, errdefs.Private(errdefs.ErrUnavailable, "the gVisor sandbox is not in the network namespace airlock gave it", err)
+	}
 	undo.Release()
 	return s, nil
+}
+
+// checkNetwork makes sure, once the sandbox runs, that none of its
+// processes shares the server's network namespace and, given one of
+// airlock's (Spec.NetNS), that the Sentry is in it: runsc was told so,
+// and what it was told is believed only once seen.
+func (s *Sandbox) checkNetwork() error {
+	own, err := nsID("/proc/self/ns/net")
+	if err != nil {
+		return err
+	}
+	var want [2]uint64
+	if s.netns != nil {
+		var st unix.Stat_t
+		if err := unix.Fstat(int(s.netns.Fd()), &st); err != nil {
+			return err
+		}
+		want = [2]uint64{st.Dev, st.Ino}
+	}
+	pids, err := s.cg.Pids()
+	if err != nil {
+		return err
+	}
+	seen := false
+	for _, pid := range pids {
+		id, err := nsID(fmt.Sprintf("/proc/%d/ns/net", pid))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if id == own {
+			return fmt.Errorf("process %d is in the server's network namespace", pid)
+		}
+		seen = seen || id == want
+	}
+	if s.netns != nil && !seen {
+		return errors.New("no process of the sandbox is in its network namespace")
+	}
+	return nil
+}
+
+func nsID(path string) ([2]uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return [2]uint64{}, err
+	}
+	return [2]uint64{st.Dev, st.Ino}, nil
 }
 
 // globalFlags are runsc's flags before the command, for every command.
 func (s *Sandbox) globalFlags() []string {
 	return []string{
 		"--root", filepath.Join(s.dir, "runsc"),
-		"--network=none",
+		"--network=" + s.network(),
 		"--platform=" + s.h.opts.Platform,
 		// runsc's own log: by default it goes to stdout, which for exec
 		// is the program's.
 		"--log=" + filepath.Join(s.dir, "runsc.log"),
 	}
 }
+
+// network is runsc's --network: host (sockets are the host kernel's,
+// inside airlock's namespace: see Spec.NetNS) or none.
+func (s *Sandbox) network() string {
+	if s.netns != nil {
+		return "host"
+	}
+	return "none"
+}
+
+// NetNS is the sandbox's network namespace (Spec.NetNS); false when it
+// has none but gVisor's own loopback.
+func (s *Sandbox) NetNS() (*os.File, bool) { return s.netns, s.netns != nil }
 
 // diag is what runsc said, for the log.
 func (s *Sandbox) diag() string {
@@ -567,6 +642,9 @@ func (s *Sandbox) Close() error {
 		removeRunscCgroups(s.h.opts.CgroupParent, s.spec.Name)
 		s.life.Close()
 		s.ws.Close()
+		if s.netns != nil {
+			s.netns.Close()
+		}
 		if err := removeDir(s.dir); err != nil {
 			errs = append(errs, err)
 		}
@@ -781,12 +859,13 @@ type ProbeResult struct {
 	Interfaces []string
 }
 
-// Probe boots a sandbox named name, runs a probe program in it and tears
-// it down: the proof doctor gives that gVisor really works here.
-func (h *Host) Probe(ctx context.Context, name string, l config.Limits) (ProbeResult, error) {
+// Probe boots the sandbox spec describes, runs a probe program in it and
+// tears it down: the proof doctor and the server give that gVisor really
+// works here, with the network mode sessions will use.
+func (h *Host) Probe(ctx context.Context, spec Spec) (ProbeResult, error) {
 	var r ProbeResult
 	start := time.Now()
-	sb, err := h.Start(ctx, Spec{Name: name, Limits: l})
+	sb, err := h.Start(ctx, spec)
 	if err != nil {
 		return r, err
 	}

@@ -66,6 +66,7 @@ type ociLinux struct {
 
 type ociNamespace struct {
 	Type string `json:"type"`
+	Path string `json:"path,omitempty"`
 }
 
 // processSpec is a program run as the sandbox user, entered as
@@ -150,6 +151,9 @@ func (s *Sandbox) writeBundle() error {
 	if err != nil {
 		return err
 	}
+	// Not the sandbox user: code cannot signal the init (kill(1, SIGKILL)
+	// would end the sandbox), as in the native jail, whose init is root.
+	init.User.UID, init.User.GID = initID, initID
 	spec := ociSpec{
 		Version:  "1.0.2",
 		Process:  init,
@@ -157,7 +161,7 @@ func (s *Sandbox) writeBundle() error {
 		Hostname: s.h.root.Hostname,
 		Mounts:   mounts,
 		Linux: ociLinux{
-			Namespaces: []ociNamespace{{"pid"}, {"network"}, {"ipc"}, {"uts"}, {"mount"}},
+			Namespaces: []ociNamespace{{Type: "pid"}, {Type: "network", Path: s.netnsPath()}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}},
 			// Relative to each hierarchy's root, like airlock's own.
 			CgroupsPath: "/" + filepath.Join(s.h.opts.CgroupParent, s.spec.Name),
 		},
@@ -172,6 +176,19 @@ func (s *Sandbox) writeBundle() error {
 	}
 	return os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600)
 }
+
+// netnsPath names the sandbox's network namespace for runsc: the handle
+// airlock holds, through /proc (nothing to unmount after a crash); empty
+// (a new one) without.
+func (s *Sandbox) netnsPath() string {
+	if s.netns == nil {
+		return ""
+	}
+	return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), s.netns.Fd())
+}
+
+// initID is the uid and gid of a gVisor sandbox's init: nobody.
+const initID = 65534
 
 // initScript: a background read waits for the end of fd 3 while the init
 // itself sits in wait, which reaps every child that ends, orphans

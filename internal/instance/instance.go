@@ -61,8 +61,9 @@ type Instance struct {
 
 // Source provides instances.
 type Source interface {
-	// Get returns a new instance of rt with exactly limits l.
-	Get(ctx context.Context, rt runtimes.Runtime, l config.Limits) (*Instance, error)
+	// Get returns a new instance of rt with exactly limits l; with net,
+	// one whose sandbox can reach a network (Kernel.NetworkAtStart).
+	Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, net bool) (*Instance, error)
 }
 
 // Program is a program file a runtime runs in its place, as `airlock run`
@@ -113,12 +114,18 @@ func (in *Instance) Dead() <-chan struct{} { return in.sb.Dead() }
 // Kill ends every process of the sandbox; Close must still be called.
 func (in *Instance) Kill() { in.sb.Kill() }
 
-// NetNS is a pidfd of the sandbox's init, a handle on its network
-// namespace that the egress layer enters; false when the sandbox's kernel
-// keeps its network to itself (gVisor's netstack).
+// NetNS is a handle on the sandbox's network namespace that the egress
+// layer enters: a native sandbox's init pidfd, or the namespace a gVisor
+// sandbox was started in; false when the sandbox has no network but
+// gVisor's own loopback (started without one).
 func (in *Instance) NetNS() (int, bool) {
-	if p, ok := in.sb.(interface{ PidFD() int }); ok {
-		return p.PidFD(), true
+	switch sb := in.sb.(type) {
+	case interface{ PidFD() int }:
+		return sb.PidFD(), true
+	case interface{ NetNS() (*os.File, bool) }:
+		if f, ok := sb.NetNS(); ok {
+			return int(f.Fd()), true
+		}
 	}
 	return -1, false
 }
@@ -396,19 +403,19 @@ type Cold struct {
 }
 
 // Get implements Source.
-func (c *Cold) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits) (*Instance, error) {
+func (c *Cold) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, net bool) (*Instance, error) {
 	k := c.Kernel
 	if k == nil {
 		k = Native{Host: c.Host}
 	}
-	return New(ctx, k, c.Slots, rt, l, nil)
+	return New(ctx, k, c.Slots, rt, l, net, nil)
 }
 
 // New builds a sandbox of kernel k with limits l and starts rt's session
 // runtime in it: forked from the template z when z is not nil (native
 // sandboxes only), executed in the sandbox otherwise. Closing the
 // instance frees its id slot.
-func New(ctx context.Context, k Kernel, slots *Slots, rt runtimes.Runtime, l config.Limits, z *zygote.Zygote) (_ *Instance, err error) {
+func New(ctx context.Context, k Kernel, slots *Slots, rt runtimes.Runtime, l config.Limits, net bool, z *zygote.Zygote) (_ *Instance, err error) {
 	slot, err := slots.Get()
 	if err != nil {
 		return nil, err
@@ -420,7 +427,7 @@ func New(ctx context.Context, k Kernel, slots *Slots, rt runtimes.Runtime, l con
 		}
 	}()
 	undo.AddFunc(func() { slots.Put(slot) })
-	sb, err := k.start(ctx, slot, l)
+	sb, err := k.start(ctx, slot, l, net)
 	if err != nil {
 		return nil, err
 	}

@@ -93,9 +93,15 @@ func testInstanceLifecycle(t *testing.T, h *jail.Host, cfg config.Config, k Kern
 			l.Memory = 256 << 20
 			ctx := context.Background()
 			src := &Cold{Kernel: k, Slots: slots}
-			inst, err := src.Get(ctx, rt, l)
+			// Python asks for a sandbox that can reach a network: on
+			// gVisor it boots in a namespace of airlock's own.
+			net := lang == "python"
+			inst, err := src.Get(ctx, rt, l, net)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if _, ok := inst.NetNS(); ok != (net || !k.NetworkAtStart()) {
+				t.Errorf("network namespace handle: %v (asked for a network: %v)", ok, net)
 			}
 			closed := false
 			defer func() {

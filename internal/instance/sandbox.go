@@ -10,6 +10,8 @@ import (
 
 	"airlock/internal/cgroup"
 	"airlock/internal/config"
+	"airlock/internal/egress"
+	"airlock/internal/errdefs"
 	"airlock/internal/gvisor"
 	"airlock/internal/jail"
 	"airlock/internal/runtimes"
@@ -42,8 +44,15 @@ type sandbox interface {
 type Kernel interface {
 	// Isolation is the kernel's name in the configuration.
 	Isolation() config.Isolation
-	// start builds an empty sandbox for slot with limits l.
-	start(ctx context.Context, slot uint32, l config.Limits) (sandbox, error)
+	// NetworkAtStart says whether a sandbox can reach a network only if
+	// started with one (gVisor, whose network mode is fixed at boot);
+	// native sandboxes always have a namespace of their own that a gate
+	// can be put in at any time.
+	NetworkAtStart() bool
+	// start builds an empty sandbox for slot with limits l; with net, one
+	// that can reach a network through an egress gate (see
+	// NetworkAtStart).
+	start(ctx context.Context, slot uint32, l config.Limits, net bool) (sandbox, error)
 	// sessionCommand is rt's session runtime's argv in this kernel.
 	sessionCommand(rt runtimes.Runtime) []string
 }
@@ -54,7 +63,10 @@ type Native struct{ Host *jail.Host }
 // Isolation implements Kernel.
 func (Native) Isolation() config.Isolation { return config.Native }
 
-func (k Native) start(ctx context.Context, slot uint32, l config.Limits) (sandbox, error) {
+// NetworkAtStart implements Kernel.
+func (Native) NetworkAtStart() bool { return false }
+
+func (k Native) start(ctx context.Context, slot uint32, l config.Limits, _ bool) (sandbox, error) {
 	return k.Host.Start(ctx, jail.Spec{Name: "s-" + strconv.FormatUint(uint64(slot), 10), Slot: slot, Limits: l})
 }
 
@@ -75,8 +87,20 @@ const GVisorPrefix = "g-"
 // Isolation implements Kernel.
 func (GVisor) Isolation() config.Isolation { return config.GVisor }
 
-func (k GVisor) start(ctx context.Context, slot uint32, l config.Limits) (sandbox, error) {
-	sb, err := k.Host.Start(ctx, gvisor.Spec{Name: GVisorPrefix + strconv.FormatUint(uint64(slot), 10), Limits: l})
+// NetworkAtStart implements Kernel: runsc's network mode is fixed when the
+// sandbox boots.
+func (GVisor) NetworkAtStart() bool { return true }
+
+func (k GVisor) start(ctx context.Context, slot uint32, l config.Limits, net bool) (sandbox, error) {
+	spec := gvisor.Spec{Name: GVisorPrefix + strconv.FormatUint(uint64(slot), 10), Limits: l}
+	if net {
+		ns, err := egress.NewNamespace()
+		if err != nil {
+			return nil, errdefs.Private(errdefs.ErrUnavailable, "the sandbox's network namespace could not be made", err)
+		}
+		spec.NetNS = ns
+	}
+	sb, err := k.Host.Start(ctx, spec)
 	if err != nil {
 		return nil, err
 	}

@@ -42,7 +42,7 @@ type Options struct {
 	// carry its name, so that the router sends an MCP session's requests
 	// back to it. Nil: the SDK's random ids.
 	SessionID func() string
-	Log     *slog.Logger
+	Log       *slog.Logger
 }
 
 // Server is airlock's MCP server: one SDK server, and the default

@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +42,9 @@ type Pool struct {
 	closing sync.WaitGroup // instances discarded by Get, being torn down
 
 	queues map[string]*queue
+	// netQueues keep sandboxes booted with a network, for kernels whose
+	// network is fixed at boot (pool.network_size).
+	netQueues map[string]*queue
 
 	zmu      sync.Mutex
 	zyg      *zygote.Zygote
@@ -50,6 +54,7 @@ type Pool struct {
 
 type queue struct {
 	rt      runtimes.Runtime
+	net     bool // its sandboxes are booted with a network
 	size    int
 	profile config.Limits
 	mu      sync.Mutex
@@ -70,7 +75,7 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 		cfg: cfg, kernel: k, slots: slots, log: log,
 		build: make(chan struct{}, cfg.Pool.Parallel),
 		ctx:   ctx, cancel: cancel,
-		queues: map[string]*queue{},
+		queues: map[string]*queue{}, netQueues: map[string]*queue{},
 	}
 	for _, lang := range runtimes.Names() {
 		rt, err := runtimes.Lookup(cfg, lang)
@@ -80,6 +85,12 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 		q := &queue{rt: rt, size: cfg.Pool.Size[lang], profile: cfg.Defaults, kick: make(chan struct{}, 1)}
 		p.queues[lang] = q
 		if q.size > 0 {
+			p.wg.Add(1)
+			go p.refill(q)
+		}
+		if n := cfg.Pool.NetworkSize[lang]; n > 0 && k.NetworkAtStart() {
+			q := &queue{rt: rt, net: true, size: n, profile: cfg.Defaults, kick: make(chan struct{}, 1)}
+			p.netQueues[lang] = q
 			p.wg.Add(1)
 			go p.refill(q)
 		}
@@ -98,16 +109,23 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 
 // Get implements instance.Source: a warm instance adapted to l if one is
 // ready, else one built now.
-func (p *Pool) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits) (*instance.Instance, error) {
+func (p *Pool) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, net bool) (*instance.Instance, error) {
 	q, ok := p.queues[rt.Lang]
 	if !ok {
 		return nil, fmt.Errorf("%w: unknown language %q", errdefs.ErrInvalidArgument, rt.Lang)
+	}
+	if net = net && p.kernel.NetworkAtStart(); net {
+		// This kernel's sandboxes cannot be given a network after boot:
+		// one booted with a network, from its own pool if there is one.
+		if q = p.netQueues[rt.Lang]; q == nil {
+			return p.newInstance(ctx, rt, l, true)
+		}
 	}
 	if !rt.Adapts(q.profile, l) {
 		// The pool's runtimes took its limits at start (a flag, a heap
 		// size) and cannot serve these: leave them to sessions they can.
 		q.misses.Add(1)
-		return p.newInstance(ctx, rt, l)
+		return p.newInstance(ctx, rt, l, net)
 	}
 	for {
 		inst := q.take()
@@ -140,7 +158,7 @@ func (p *Pool) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits) (*
 	}
 	q.misses.Add(1)
 	q.signal()
-	return p.newInstance(ctx, rt, l)
+	return p.newInstance(ctx, rt, l, net)
 }
 
 func (q *queue) take() *instance.Instance {
@@ -181,7 +199,7 @@ func (p *Pool) refill(q *queue) {
 			go func() {
 				defer func() { <-p.build }()
 				start := time.Now()
-				inst, err := p.newInstance(p.ctx, q.rt, q.profile)
+				inst, err := p.newInstance(p.ctx, q.rt, q.profile, q.net)
 				q.mu.Lock()
 				q.pending--
 				if err == nil && p.ctx.Err() == nil {
@@ -218,9 +236,9 @@ func (p *Pool) refill(q *queue) {
 
 // newInstance builds one instance from scratch: through the template
 // when it runs, else (or if the template fails) by executing the runtime.
-func (p *Pool) newInstance(ctx context.Context, rt runtimes.Runtime, l config.Limits) (*instance.Instance, error) {
+func (p *Pool) newInstance(ctx context.Context, rt runtimes.Runtime, l config.Limits, net bool) (*instance.Instance, error) {
 	if z := p.zygote(); z != nil && rt.Template {
-		inst, err := instance.New(ctx, p.kernel, p.slots, rt, l, z)
+		inst, err := instance.New(ctx, p.kernel, p.slots, rt, l, net, z)
 		if err == nil {
 			return inst, nil
 		}
@@ -229,7 +247,7 @@ func (p *Pool) newInstance(ctx context.Context, rt runtimes.Runtime, l config.Li
 		}
 		p.log.Warn("python template could not start a runtime; starting it cold", "err", err)
 	}
-	return instance.New(ctx, p.kernel, p.slots, rt, l, nil)
+	return instance.New(ctx, p.kernel, p.slots, rt, l, net, nil)
 }
 
 func (p *Pool) zygote() *zygote.Zygote {
@@ -324,7 +342,7 @@ func (q *queue) discard() {
 // template's apitype.TemplateStats.
 func (p *Pool) Stats() map[string]any {
 	out := map[string]any{}
-	for lang, q := range p.queues {
+	for lang, q := range p.allQueues() {
 		q.mu.Lock()
 		s := apitype.PoolStats{Ready: len(q.ready), Target: q.size, Building: q.pending}
 		q.mu.Unlock()
@@ -343,6 +361,16 @@ func (p *Pool) Stats() map[string]any {
 	return out
 }
 
+// allQueues names every queue: a language, or "<language>+network" for
+// sandboxes booted with a network (pool.network_size).
+func (p *Pool) allQueues() map[string]*queue {
+	out := maps.Clone(p.queues)
+	for lang, q := range p.netQueues {
+		out[lang+apitype.NetworkPoolSuffix] = q
+	}
+	return out
+}
+
 // Close stops refilling and frees every pooled instance and the template.
 func (p *Pool) Close() {
 	p.cancel()
@@ -353,6 +381,9 @@ func (p *Pool) Close() {
 		p.build <- struct{}{}
 	}
 	for _, q := range p.queues {
+		q.discard()
+	}
+	for _, q := range p.netQueues {
 		q.discard()
 	}
 	p.zmu.Lock()

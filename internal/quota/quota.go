@@ -1,9 +1,15 @@
 // Package quota owns tenants' quotas at run time: it admits a tenant's
 // new sessions (live sessions at most max_sessions) and executions (at
-// most executions_per_minute in any 60 seconds, and none once the day's
-// cpu_seconds_per_day are used), counting what sessions do as a
-// session.Observer. A refusal is errdefs.ErrQuota with the quota's name
-// and when to retry (HTTP 429 with Retry-After).
+// most max_concurrent_executions in flight, at most executions_per_minute
+// started in any 60 seconds, and none once the day's cpu_seconds_per_day
+// are used), counting what sessions do as a session.Observer. A refusal is
+// errdefs.ErrQuota with the quota's name and when to retry (HTTP 429 with
+// Retry-After).
+//
+// An admission's place (a session's, an execution's) is given back by the
+// release func it returns, which its caller calls once the thing ends on
+// every path; observer events are not paired with admissions (an
+// execution refused or failing before it starts sends none).
 //
 // Counts are in memory: sessions end with the server, and the rate and
 // CPU windows start afresh at a restart. It must never block a request
@@ -43,6 +49,7 @@ type usage struct {
 	q       config.Quotas
 	qAt     time.Time
 	live    int         // sessions admitted and not ended
+	running int         // executions admitted and not released
 	starts  []time.Time // executions started in the last minute
 	cpuDay  int64       // days since the epoch (UTC) of cpu
 	cpu     time.Duration
@@ -116,10 +123,15 @@ func (t *Tracker) sessionGone(tenant string) {
 
 func day(now time.Time) int64 { return now.UTC().Unix() / 86400 }
 
-// AdmitExecution counts an execution of the caller's tenant.
-func (t *Tracker) AdmitExecution(who identity.Identity) error {
+// noop is the release of what was never counted.
+func noop() {}
+
+// AdmitExecution counts an execution of the caller's tenant. release
+// gives its place among the tenant's max_concurrent_executions back; it
+// must be called when the execution ends (later calls do nothing).
+func (t *Tracker) AdmitExecution(who identity.Identity) (release func(), err error) {
 	if who.Tenant == "" {
-		return nil
+		return noop, nil
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -131,8 +143,13 @@ func (t *Tracker) AdmitExecution(who identity.Identity) error {
 		}
 		if u.cpu >= time.Duration(max)*time.Second {
 			midnight := time.Unix((day(now)+1)*86400, 0)
-			return refuse(u, "cpu_seconds_per_day", midnight.Sub(now), "tenant %s used %.1f of its %d CPU-seconds today (UTC)", who.Tenant, u.cpu.Seconds(), max)
+			return nil, refuse(u, "cpu_seconds_per_day", midnight.Sub(now), "tenant %s used %.1f of its %d CPU-seconds today (UTC)", who.Tenant, u.cpu.Seconds(), max)
 		}
+	}
+	// Checked before the rate's window takes this start: a refusal here
+	// uses none of it.
+	if max := u.q.MaxConcurrentExecutions; max > 0 && u.running >= max {
+		return nil, refuse(u, "max_concurrent_executions", time.Second, "tenant %s has %d executions running, its maximum; retry when one ends", who.Tenant, u.running)
 	}
 	if max := u.q.ExecutionsPerMinute; max > 0 {
 		cut := now.Add(-time.Minute)
@@ -142,11 +159,34 @@ func (t *Tracker) AdmitExecution(who identity.Identity) error {
 		}
 		u.starts = u.starts[i:]
 		if len(u.starts) >= max {
-			return refuse(u, "executions_per_minute", u.starts[0].Add(time.Minute).Sub(now), "tenant %s started %d executions in the last minute, its maximum", who.Tenant, len(u.starts))
+			return nil, refuse(u, "executions_per_minute", u.starts[0].Add(time.Minute).Sub(now), "tenant %s started %d executions in the last minute, its maximum", who.Tenant, len(u.starts))
 		}
 		u.starts = append(u.starts, now)
 	}
-	return nil
+	// Counted whatever the quota (it may be set while this runs); the
+	// usage is never dropped from the map, so u stays the one released.
+	u.running++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			if u.running > 0 {
+				u.running--
+			}
+		})
+	}, nil
+}
+
+// Running is how many executions of the tenant are admitted and not
+// released (tests, metrics).
+func (t *Tracker) Running(tenant string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if u := t.tenants[tenant]; u != nil {
+		return u.running
+	}
+	return 0
 }
 
 // Refused counts refusals by tenant and quota (for metrics).

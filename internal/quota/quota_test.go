@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,6 +39,13 @@ func refused(t *testing.T, err error, quota string, after time.Duration) {
 }
 
 var a = identity.Identity{Tenant: "a", KeyID: "k"}
+
+// admitErr admits an execution that is never released (the quotas under
+// test do not count what runs).
+func admitErr(tr *Tracker, who identity.Identity) error {
+	_, err := tr.AdmitExecution(who)
+	return err
+}
 
 func TestSessions(t *testing.T) {
 	tr, _ := tracker(config.Quotas{MaxSessions: 5}, map[string]config.Quotas{"a": {MaxSessions: 2}})
@@ -78,32 +87,32 @@ func TestSessions(t *testing.T) {
 func TestExecutionsPerMinute(t *testing.T) {
 	tr, c := tracker(config.Quotas{ExecutionsPerMinute: 3}, nil)
 	for i := 0; i < 3; i++ {
-		if err := tr.AdmitExecution(a); err != nil {
+		if err := admitErr(tr, a); err != nil {
 			t.Fatal(err)
 		}
 		c.t = c.t.Add(10 * time.Second)
 	}
-	refused(t, tr.AdmitExecution(a), "executions_per_minute", 30*time.Second)
+	refused(t, admitErr(tr, a), "executions_per_minute", 30*time.Second)
 	c.t = c.t.Add(30 * time.Second) // the first leaves the window
-	if err := tr.AdmitExecution(a); err != nil {
+	if err := admitErr(tr, a); err != nil {
 		t.Fatalf("recovery: %v", err)
 	}
-	refused(t, tr.AdmitExecution(a), "executions_per_minute", 10*time.Second)
+	refused(t, admitErr(tr, a), "executions_per_minute", 10*time.Second)
 }
 
 func TestCPUSecondsPerDay(t *testing.T) {
 	tr, c := tracker(config.Quotas{CPUSecondsPerDay: 10}, nil)
-	if err := tr.AdmitExecution(a); err != nil {
+	if err := admitErr(tr, a); err != nil {
 		t.Fatal(err)
 	}
 	tr.ExecutionFinished(session.ExecutionEvent{Caller: session.Caller{Tenant: "a"}, CPU: 9 * time.Second})
-	if err := tr.AdmitExecution(a); err != nil {
+	if err := admitErr(tr, a); err != nil {
 		t.Fatalf("under the quota: %v", err)
 	}
 	tr.ExecutionFinished(session.ExecutionEvent{Caller: session.Caller{Tenant: "a"}, CPU: 2 * time.Second})
-	refused(t, tr.AdmitExecution(a), "cpu_seconds_per_day", time.Hour) // 23:00 UTC
+	refused(t, admitErr(tr, a), "cpu_seconds_per_day", time.Hour) // 23:00 UTC
 	c.t = c.t.Add(time.Hour)
-	if err := tr.AdmitExecution(a); err != nil {
+	if err := admitErr(tr, a); err != nil {
 		t.Fatalf("a new UTC day: %v", err)
 	}
 }
@@ -131,8 +140,138 @@ func TestQuotasOverDefaults(t *testing.T) {
 func TestSeedCPU(t *testing.T) {
 	tr, _ := tracker(config.Quotas{CPUSecondsPerDay: 10}, nil)
 	tr.SeedCPU(map[string]time.Duration{"a": 11 * time.Second, "b": time.Second})
-	refused(t, tr.AdmitExecution(a), "cpu_seconds_per_day", time.Hour)
-	if err := tr.AdmitExecution(identity.Identity{Tenant: "b"}); err != nil {
+	refused(t, admitErr(tr, a), "cpu_seconds_per_day", time.Hour)
+	if err := admitErr(tr, identity.Identity{Tenant: "b"}); err != nil {
 		t.Error(err)
+	}
+}
+
+// At most max_concurrent_executions of a tenant are admitted and not
+// released; the refusal names the quota and retries in a second; a
+// release gives one place back however often it is called; other tenants
+// and the operator are not affected.
+func TestMaxConcurrentExecutions(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		def  config.Quotas
+		own  map[string]config.Quotas
+		who  identity.Identity
+		max  int // 0: unlimited
+	}{
+		{"server's quota", config.Quotas{MaxConcurrentExecutions: 3}, nil, a, 3},
+		{"the tenant's own over it", config.Quotas{MaxConcurrentExecutions: 3}, map[string]config.Quotas{"a": {MaxConcurrentExecutions: 1}}, a, 1},
+		{"the tenant's own, no server quota", config.Quotas{}, map[string]config.Quotas{"a": {MaxConcurrentExecutions: 2}}, a, 2},
+		{"unset: unlimited", config.Quotas{}, nil, a, 0},
+		{"the operator has none", config.Quotas{MaxConcurrentExecutions: 1}, nil, identity.Identity{Admin: true}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, _ := tracker(tc.def, tc.own)
+			n := tc.max
+			if n == 0 {
+				n = 50
+			}
+			var held []func()
+			for i := 0; i < n; i++ {
+				r, err := tr.AdmitExecution(tc.who)
+				if err != nil {
+					t.Fatalf("execution %d of %d: %v", i+1, n, err)
+				}
+				held = append(held, r)
+			}
+			_, err := tr.AdmitExecution(tc.who)
+			if tc.max == 0 {
+				if err != nil {
+					t.Fatalf("unlimited: %v", err)
+				}
+				return
+			}
+			refused(t, err, "max_concurrent_executions", time.Second)
+			if r, err := tr.AdmitExecution(identity.Identity{Tenant: "b"}); err != nil {
+				t.Errorf("another tenant: %v", err)
+			} else {
+				r()
+			}
+			held[0]()
+			held[0]() // once only: no second place
+			if _, err := tr.AdmitExecution(tc.who); err != nil {
+				t.Fatalf("after a release: %v", err)
+			}
+			_, err = tr.AdmitExecution(tc.who)
+			refused(t, err, "max_concurrent_executions", time.Second)
+			if got := tr.Running(tc.who.Tenant); got != tc.max {
+				t.Errorf("running %d, want %d", got, tc.max)
+			}
+		})
+	}
+}
+
+// A refusal for concurrency uses none of the per-minute window, and the
+// rate's refusal takes no place among the running.
+func TestConcurrencyAndRate(t *testing.T) {
+	tr, _ := tracker(config.Quotas{MaxConcurrentExecutions: 1, ExecutionsPerMinute: 2}, nil)
+	r, err := tr.AdmitExecution(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		_, err := tr.AdmitExecution(a)
+		refused(t, err, "max_concurrent_executions", time.Second)
+	}
+	r()
+	r2, err := tr.AdmitExecution(a)
+	if err != nil {
+		t.Fatalf("the second of the minute: %v", err)
+	}
+	r2()
+	_, err = tr.AdmitExecution(a)
+	refused(t, err, "executions_per_minute", time.Minute)
+	if n := tr.Running("a"); n != 0 {
+		t.Errorf("running %d after a rate refusal", n)
+	}
+}
+
+// Many goroutines admitting and releasing at once never hold more than
+// the quota, and end with nothing running (go test -race).
+func TestConcurrentAdmissions(t *testing.T) {
+	const max, workers, rounds = 4, 16, 200
+	tr, _ := tracker(config.Quotas{MaxConcurrentExecutions: max}, nil)
+	var holding, peak, admitted atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Go(func() {
+			for i := 0; i < rounds; i++ {
+				r, err := tr.AdmitExecution(a)
+				if err != nil {
+					if !errors.Is(err, errdefs.ErrQuota) {
+						t.Error(err)
+					}
+					continue
+				}
+				admitted.Add(1)
+				h := holding.Add(1)
+				for {
+					p := peak.Load()
+					if h <= p || peak.CompareAndSwap(p, h) {
+						break
+					}
+				}
+				holding.Add(-1)
+				// Released from two goroutines at once: one place back.
+				var both sync.WaitGroup
+				both.Go(r)
+				both.Go(r)
+				both.Wait()
+			}
+		})
+	}
+	wg.Wait()
+	if p := peak.Load(); p > max || p < 1 {
+		t.Errorf("peak %d running, quota %d", p, max)
+	}
+	if n := tr.Running("a"); n != 0 {
+		t.Errorf("%d running after every release", n)
+	}
+	if admitted.Load() < rounds {
+		t.Errorf("only %d admitted", admitted.Load())
 	}
 }

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -20,6 +22,7 @@ import (
 	"airlock/internal/apitype"
 	"airlock/internal/client"
 	"airlock/internal/config"
+	"airlock/internal/errdefs"
 	"airlock/internal/testenv"
 )
 
@@ -50,6 +53,31 @@ func egressServer(t *testing.T, adjust ...func(*config.Config)) (*client.Client,
 
 func egressServerS(t *testing.T, adjust ...func(*config.Config)) (*client.Client, *mapResolver, int, *Server) {
 	s, _ := testServer(t, newRecorder(), adjust...)
+	c, res, port := egressOf(t, s)
+	return c, res, port, s
+}
+
+// kernels runs f on both isolations; the gVisor server's isolation is
+// gVisor, with a pool of one Python sandbox booted with a network.
+func kernels(t *testing.T, f func(t *testing.T, iso config.Isolation, withKernel func(*config.Config))) {
+	for _, iso := range []config.Isolation{config.Native, config.GVisor} {
+		t.Run(string(iso), func(t *testing.T) {
+			with := func(*config.Config) {}
+			if iso == config.GVisor {
+				runsc := testenv.Runsc(t)
+				with = func(c *config.Config) {
+					c.Isolation = config.GVisor
+					c.GVisor.Runsc = runsc
+					// One Python sandbox booted with a network, pooled.
+					c.Pool.NetworkSize = map[string]int{"python": 1}
+				}
+			}
+			f(t, iso, with)
+		})
+	}
+}
+
+func egressOf(t *testing.T, s *Server) (*client.Client, *mapResolver, int) {
 	eg := s.manager.Egress()
 	eg.Dialer.Guard.SetTestHooks(netip.MustParsePrefix("127.0.0.2/32"))
 	res := &mapResolver{asked: map[string]int{}, addrs: map[string][]netip.Addr{
@@ -67,7 +95,7 @@ func egressServerS(t *testing.T, adjust ...func(*config.Config)) (*client.Client
 	})}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
-	return client.New("http://" + s.Addr().String()), res, l.Addr().(*net.TCPAddr).Port, s
+	return client.New("http://" + s.Addr().String()), res, l.Addr().(*net.TCPAddr).Port
 }
 
 // netnsFDs counts the server's descriptors of network namespaces.
@@ -100,9 +128,13 @@ def resolve(name):
 `
 
 func TestEgressPython(t *testing.T) {
-	c, res, port := egressServer(t)
+	kernels(t, testEgressPython)
+}
+
+func testEgressPython(t *testing.T, iso config.Isolation, with func(*config.Config)) {
+	c, res, port := egressServer(t, with)
 	ctx := context.Background()
-	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python",
+	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python", Isolation: iso,
 		Network: &apitype.NetworkPolicy{Allow: []string{fmt.Sprintf("files.a.test:%d", port), fmt.Sprintf("meta.a.test:%d", port)}}})
 	if err != nil {
 		t.Fatal(err)
@@ -202,15 +234,21 @@ for args in (["ip", "route", "del", "local", "0.0.0.0/0", "dev", "lo", "table", 
     print(p.returncode != 0)
 print(try_(lambda: os.kill(1, 9)))
 `}, nil)
-	if err != nil || strings.Contains(r.Stdout, "ok") || strings.Count(r.Stdout, "True") != 3 {
-		t.Errorf("bypass attempts: %q %q, %v", r.Stdout, r.Stderr, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(r.Stdout, "ok") || strings.Count(r.Stdout, "True") != 3 {
+		t.Errorf("bypass attempts: %q %q", r.Stdout, r.Stderr)
+	}
+	if r, err := c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: "print(6*7)"}, nil); err != nil || r.Stdout != "42\n" {
+		t.Errorf("after the bypass attempts: %+v, %v", r, err)
 	}
 
 	// Session end closes every egress socket: the server's descriptors
 	// come back to what they were (the namespace handle among them).
 	fds := func() int { e, _ := os.ReadDir("/proc/self/fd"); return len(e) }
 	before, nsBefore := fds(), netnsFDs()
-	s2, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python",
+	s2, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python", Isolation: iso,
 		Network: &apitype.NetworkPolicy{Allow: []string{"files.a.test:" + strconv.Itoa(port)}}})
 	if err != nil {
 		t.Fatal(err)
@@ -218,8 +256,11 @@ print(try_(lambda: os.kill(1, 9)))
 	if during := fds(); during < before+5 {
 		t.Errorf("%d fds with a policy session, %d before: the gate's sockets are not counted?", during, before)
 	}
-	if n := netnsFDs(); n != nsBefore+1 {
-		t.Errorf("the server holds %d network namespace handles during a policy session, %d before", n, nsBefore)
+	// The gate's handle, and on gVisor the namespace airlock made for
+	// the sandbox.
+	handles := map[config.Isolation]int{config.Native: 1, config.GVisor: 2}[iso]
+	if n := netnsFDs(); n != nsBefore+handles {
+		t.Errorf("the server holds %d network namespace handles during a policy session, %d before, want %d more", n, nsBefore, handles)
 	}
 	if err := c.DeleteSession(ctx, s2.ID); err != nil {
 		t.Fatal(err)
@@ -238,9 +279,13 @@ print(try_(lambda: os.kill(1, 9)))
 }
 
 func TestEgressNoPolicyIsLoopbackOnly(t *testing.T) {
-	c, _, port := egressServer(t)
+	kernels(t, testEgressNoPolicyIsLoopbackOnly)
+}
+
+func testEgressNoPolicyIsLoopbackOnly(t *testing.T, iso config.Isolation, with func(*config.Config)) {
+	c, _, port := egressServer(t, with)
 	ctx := context.Background()
-	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python"})
+	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python", Isolation: iso})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,8 +324,38 @@ print([i[1] for i in socket.if_nameindex()])
 	if len(r.Egress) != 0 {
 		t.Errorf("egress records without a policy: %+v", r.Egress)
 	}
-	// Given a policy later, it gets network.
-	if _, err := c.SetNetwork(ctx, sess.ID, []string{fmt.Sprintf("files.a.test:%d", port)}); err != nil {
+	// Given a policy later, it gets network; on gVisor, whose network
+	// is fixed when the sandbox boots, only a session created with one
+	// (an empty allowlist is enough) can.
+	allow := []string{fmt.Sprintf("files.a.test:%d", port)}
+	if iso == config.GVisor {
+		_, err := c.SetNetwork(ctx, sess.ID, allow)
+		if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "created without a network") {
+			t.Errorf("a policy for a gVisor session created without network: %v", err)
+		}
+		// Such a session comes from the pool of sandboxes booted with a
+		// network (pool.network_size).
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if err := c.WaitWarm(wctx); err != nil {
+			t.Fatal(err)
+		}
+		if sess, err = c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python", Isolation: iso, Network: &apitype.NetworkPolicy{}}); err != nil {
+			t.Fatal(err)
+		}
+		h, err := c.Health(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st apitype.PoolStats
+		if err := json.Unmarshal(h.Pool["python"+apitype.NetworkPoolSuffix], &st); err != nil || st.Hits != 1 || st.Target != 1 {
+			t.Errorf("the network pool: %+v, %v (health %s)", st, err, h.Pool)
+		}
+		if r, err := c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: probe + fmt.Sprintf(`print(get("http://files.a.test:%d/"))`, port)}, nil); err != nil || !strings.HasPrefix(r.Stdout, "fail") {
+			t.Errorf("an empty allowlist reached files.a.test: %q, %v", r.Stdout, err)
+		}
+	}
+	if _, err := c.SetNetwork(ctx, sess.ID, allow); err != nil {
 		t.Fatal(err)
 	}
 	r, err = c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: probe + fmt.Sprintf(`print(get("http://files.a.test:%d/"))`, port)}, nil)
@@ -292,7 +367,7 @@ print([i[1] for i in socket.if_nameindex()])
 		t.Errorf("an IP entry: %v", err)
 	}
 	// One-shots take a policy too.
-	one, err := c.RunOnce(ctx, apitype.OneShotRequest{Language: "python", Code: probe + fmt.Sprintf(`print(get("http://files.a.test:%d/"))`, port),
+	one, err := c.RunOnce(ctx, apitype.OneShotRequest{Language: "python", Isolation: iso, Code: probe + fmt.Sprintf(`print(get("http://files.a.test:%d/"))`, port),
 		Network: &apitype.NetworkPolicy{Allow: []string{fmt.Sprintf("files.a.test:%d", port)}}}, nil)
 	if err != nil || !strings.HasPrefix(one.Stdout, "ok hello") || len(one.Egress) == 0 {
 		t.Errorf("one-shot with network: %+v, %v", one, err)
@@ -302,9 +377,13 @@ print([i[1] for i in socket.if_nameindex()])
 
 // With network.proxy, proxy-aware clients get a 403 that says why.
 func TestEgressProxy(t *testing.T) {
-	c, _, port := egressServer(t, func(cfg *config.Config) { cfg.Network.Proxy = true })
+	kernels(t, testEgressProxy)
+}
+
+func testEgressProxy(t *testing.T, iso config.Isolation, with func(*config.Config)) {
+	c, _, port := egressServer(t, with, func(cfg *config.Config) { cfg.Network.Proxy = true })
 	ctx := context.Background()
-	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python",
+	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python", Isolation: iso,
 		Network: &apitype.NetworkPolicy{Allow: []string{fmt.Sprintf("files.a.test:%d", port)}}})
 	if err != nil {
 		t.Fatal(err)

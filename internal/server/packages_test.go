@@ -23,6 +23,7 @@ import (
 	"airlock/internal/apitype"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
+	"airlock/internal/testenv"
 )
 
 // wheel builds a pure-Python wheel by hand: a module and its dist-info.
@@ -404,5 +405,52 @@ func TestPackagesPipMagicNotConfigured(t *testing.T) {
 	cr, err := c2.RunCommand(ctx, sess2.ID, apitype.CommandRequest{Command: "pip install airlock-demo"}, nil)
 	if err != nil || cr.ExitCode != 1 || !strings.Contains(cr.Stderr, "package installation is not configured on this server") {
 		t.Errorf("pip install as a command, not configured: %+v, %v", cr, err)
+	}
+}
+
+// On a server whose only isolation is gVisor, the download sandbox is a
+// gVisor one too (pip and npm run package code as tenant code would):
+// installs work, from the API and from a cell, for Python and JavaScript.
+func TestPackagesOnGVisorOnlyServer(t *testing.T) {
+	runsc := testenv.Runsc(t)
+	demo, demoWhl := wheel(t, "airlock-demo", "1.0", "airlock_demo", "VALUE = 42\n")
+	_, pipPort := pepIndex(t, map[string][]byte{demo: demoWhl}, map[string]string{"airlock-demo": demo})
+	npmPort := npmRegistry(t, "npm.a.test", map[string][]byte{
+		"airlock-npm-dep": npmTarball(t, "airlock-npm-dep", "1.0.0", "module.exports = 41;\n", nil),
+	}, nil)
+	c, res, _ := egressServer(t, func(cfg *config.Config) {
+		cfg.Isolation = config.GVisor
+		cfg.GVisor.Runsc = runsc
+		cfg.Pool.Size = map[string]int{}
+		cfg.Packages.Pip.IndexURL = fmt.Sprintf("http://pypi.a.test:%d/simple", pipPort)
+		cfg.Packages.Npm.Registry = fmt.Sprintf("http://npm.a.test:%d/", npmPort)
+	})
+	res.mu.Lock()
+	res.addrs["npm.a.test"] = res.addrs["pypi.a.test"]
+	res.mu.Unlock()
+	ctx := context.Background()
+	py, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if py.Isolation != config.GVisor {
+		t.Fatalf("session isolation %q", py.Isolation)
+	}
+	if _, err := c.InstallPackages(ctx, py.ID, apitype.PackagesRequest{Manager: "pip", Packages: []string{"airlock-demo"}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Execute(ctx, py.ID, apitype.ExecuteRequest{Code: "%pip install airlock-demo==1.0\nimport airlock_demo\nprint(airlock_demo.VALUE)"}, nil)
+	if err != nil || !strings.HasSuffix(r.Stdout, "42\n") {
+		t.Errorf("%%pip install on gVisor: %+v, %v", r, err)
+	}
+	js, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "javascript"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.InstallPackages(ctx, js.ID, apitype.PackagesRequest{Manager: "npm", Packages: []string{"airlock-npm-dep"}}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := c.Execute(ctx, js.ID, apitype.ExecuteRequest{Code: "console.log(require('airlock-npm-dep'))"}, nil); err != nil || r.Stdout != "41\n" {
+		t.Errorf("after npm install on gVisor: %+v, %v", r, err)
 	}
 }

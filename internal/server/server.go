@@ -36,6 +36,7 @@ import (
 	"airlock/internal/client"
 	"airlock/internal/cluster"
 	"airlock/internal/config"
+	"airlock/internal/egress"
 	"airlock/internal/errdefs"
 	"airlock/internal/fontcache"
 	"airlock/internal/gvisor"
@@ -335,11 +336,21 @@ func (s *Server) kernels(cfg config.Config) (map[config.Isolation]instance.Kerne
 				return nil, err
 			}
 			s.closers = append(s.closers, func() { h.Close() })
-			probe, err := h.Probe(ctx, instance.GVisorPrefix+"probe", cfg.Defaults)
+			probe, err := h.Probe(ctx, gvisor.Spec{Name: instance.GVisorPrefix + "probe", Limits: cfg.Defaults})
 			if err != nil {
 				return nil, fmt.Errorf("%w: gVisor is configured but cannot boot a sandbox here (run `airlock doctor`): %v", errdefs.ErrUnavailable, err)
 			}
 			s.log.Info("gvisor ready", "runsc", h.Describe(), "boot_ms", probe.Boot.Milliseconds(), "kernel", probe.Kernel)
+			if cfg.Network.Enabled {
+				// Sessions with egress boot in a namespace of airlock's.
+				ns, err := egress.NewNamespace()
+				if err == nil {
+					_, err = h.Probe(ctx, gvisor.Spec{Name: instance.GVisorPrefix + "probe-net", Limits: cfg.Defaults, NetNS: ns})
+				}
+				if err != nil {
+					return nil, fmt.Errorf("%w: gVisor is configured with network egress but cannot boot a sandbox in a network namespace here (run `airlock doctor`): %v", errdefs.ErrUnavailable, err)
+				}
+			}
 			out[iso] = instance.GVisor{Host: h, Preload: cfg.Pool.Preload}
 		}
 	}
@@ -458,9 +469,11 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 }
 
 func anyPool(cfg config.Config) bool {
-	for _, n := range cfg.Pool.Size {
-		if n > 0 {
-			return true
+	for _, sizes := range []map[string]int{cfg.Pool.Size, cfg.Pool.NetworkSize} {
+		for _, n := range sizes {
+			if n > 0 {
+				return true
+			}
 		}
 	}
 	return false

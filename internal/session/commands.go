@@ -53,6 +53,8 @@ type command struct {
 	// that flagged the command.
 	red   *redact.Redactor
 	flags []string
+	// onEnd, if set, is called once as it ends (RunBackground).
+	onEnd func()
 
 	mu      sync.Mutex
 	stdout  stream
@@ -72,6 +74,26 @@ type command struct {
 // command returns how it ended (emit, if not nil, gets its output as it
 // comes and an end event); a background one returns at once, running.
 func (s *Session) RunCommand(ctx context.Context, req apitype.CommandRequest, emit func(apitype.Event)) (*apitype.CommandResult, error) {
+	return s.runCommand(ctx, req, emit, nil)
+}
+
+// RunBackground starts req.Command as a background command (as
+// RunCommand with req.Background) and calls ended once: when the command
+// ends, before its end is visible (GET says exited), or before
+// RunBackground returns if it never started. The caller's admission of
+// it (its tenant's quota) is given back there.
+func (s *Session) RunBackground(ctx context.Context, req apitype.CommandRequest, ended func()) (*apitype.CommandResult, error) {
+	req.Background = true
+	return s.runCommand(ctx, req, nil, ended)
+}
+
+func (s *Session) runCommand(ctx context.Context, req apitype.CommandRequest, emit func(apitype.Event), ended func()) (*apitype.CommandResult, error) {
+	handed := false // to the command's watcher, which calls ended
+	defer func() {
+		if !handed && ended != nil {
+			ended()
+		}
+	}()
 	if strings.TrimSpace(req.Command) == "" {
 		return nil, fmt.Errorf("%w: command is empty", errdefs.ErrInvalidArgument)
 	}
@@ -202,6 +224,7 @@ func (s *Session) RunCommand(ctx context.Context, req apitype.CommandRequest, em
 		readers.Go(func() { cmd.read(p.f, p.s) })
 	}
 	stats0, _ := s.inst.Stats()
+	cmd.onEnd, handed = ended, true
 	go s.watchCommand(cmd, timeout, &readers, stats0.OOMKills)
 
 	if req.Background {
@@ -274,6 +297,9 @@ func (s *Session) watchCommand(cmd *command, timeout time.Duration, readers *syn
 	}
 	cmd.res = &res
 	cmd.mu.Unlock()
+	if cmd.onEnd != nil {
+		cmd.onEnd()
+	}
 	close(cmd.done)
 
 	s.cmds.mu.Lock()

@@ -90,7 +90,9 @@ func (s *Session) attachEgress(p egress.Policy) error {
 	}
 	ns, ok := s.inst.NetNS()
 	if !ok {
-		return fmt.Errorf("%w: network egress is not available with this isolation (gvisor) yet", errdefs.ErrUnsupported)
+		// Only gVisor sandboxes started without a network: runsc fixes a
+		// sandbox's network when it boots.
+		return fmt.Errorf("%w: this %s session was created without a network, and its sandbox cannot get one now; create the session with \"network\" (an empty allow list is enough) to set its policy later", errdefs.ErrConflict, s.inst.Isolation())
 	}
 	g, err := egress.Attach(ns, egress.Options{
 		Session: s.id, Policy: p, Limits: s.m.egress.Limits, Dialer: s.m.egress.Dialer, Log: s.m.log, Proxy: s.m.egress.Proxy,

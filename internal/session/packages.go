@@ -341,7 +341,9 @@ func (m *Manager) download(ctx context.Context, policy egress.Policy, code strin
 			return nil, pipReport{}, nil, err
 		}
 	}
-	dl, err := m.start(ctx, config.Native, rt, limits, sessionEnv(rt, limits, nil), time.Hour, policy)
+	// The server's own isolation: pip and npm run package code (an sdist's
+	// build, install scripts) as any tenant code would.
+	dl, err := m.start(ctx, m.cfg.Isolation, rt, limits, sessionEnv(rt, limits, nil), time.Hour, policy, true)
 	if err != nil {
 		release()
 		return nil, pipReport{}, nil, err

@@ -248,7 +248,11 @@ func (m *Manager) Create(ctx context.Context, req apitype.CreateSessionRequest) 
 		m.creates.Done()
 	}()
 
-	s, err := m.start(ctx, iso, rt, limits, m.proxyEnv(sessionEnv(rt, limits, req.Env), policy), idle, policy)
+	// A session that named a network (even an empty allowlist) can be
+	// given a policy later: on a kernel whose network is fixed at boot
+	// (gVisor), its sandbox is started with one.
+	net := !policy.Empty() || (req.Network != nil && m.egress != nil && m.egress.Enabled)
+	s, err := m.start(ctx, iso, rt, limits, m.proxyEnv(sessionEnv(rt, limits, req.Env), policy), idle, policy, net)
 	if err != nil {
 		return nil, err
 	}
@@ -293,11 +297,11 @@ func sessionEnv(rt runtimes.Runtime, limits config.Limits, userEnv map[string]st
 // runtime has env. The configuration round trip also shows the runtime
 // alive: one that died just before it was handed out (it passed the
 // health check a moment earlier) is replaced.
-func (m *Manager) start(ctx context.Context, iso config.Isolation, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration, policy egress.Policy) (*Session, error) {
+func (m *Manager) start(ctx context.Context, iso config.Isolation, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration, policy egress.Policy, net bool) (*Session, error) {
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		var s *Session
-		s, err = m.startOnce(ctx, iso, rt, limits, env, idle, policy)
+		s, err = m.startOnce(ctx, iso, rt, limits, env, idle, policy, net || !policy.Empty())
 		if err == nil || ctx.Err() != nil || !errors.Is(err, errRuntimeGone) {
 			return s, err
 		}
@@ -308,12 +312,12 @@ func (m *Manager) start(ctx context.Context, iso config.Isolation, rt runtimes.R
 
 var errRuntimeGone = errors.New("runtime gone")
 
-func (m *Manager) startOnce(ctx context.Context, iso config.Isolation, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration, policy egress.Policy) (*Session, error) {
+func (m *Manager) startOnce(ctx context.Context, iso config.Isolation, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration, policy egress.Policy, net bool) (*Session, error) {
 	src, ok := m.sources[iso]
 	if !ok {
 		return nil, fmt.Errorf("%w: isolation %q is not available on this server", errdefs.ErrUnavailable, iso)
 	}
-	inst, err := src.Get(ctx, rt, limits)
+	inst, err := src.Get(ctx, rt, limits, net)
 	if err != nil {
 		return nil, err
 	}
