@@ -224,10 +224,13 @@ func TestGVisorLeavesNothing(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		t.Run(sig.String(), func(t *testing.T) {
 			cfg := gvisorConfig(t)
-			cfg["pool"] = map[string]any{"size": map[string]int{"python": 1, "bash": 1, "javascript": 0}}
+			cfg["pool"] = map[string]any{"size": map[string]int{"python": 1, "bash": 1, "javascript": 0}, "network_size": map[string]int{"python": 1}}
 			s := startServer(t, cfg)
 			id := s.newSession("python", nil)
 			s.exec(id, "import subprocess\nsubprocess.Popen(['sleep', '600'], start_new_session=True)")
+			// One with a network: its namespace and egress gate too.
+			id = s.newSession("python", map[string]any{"network": map[string]any{"allow": []string{"example.com"}}})
+			s.exec(id, "import subprocess, socket\nsocket.gethostbyname('example.com')\nsubprocess.Popen(['sleep', '600'], start_new_session=True)")
 			s.newSession("bash", map[string]any{"isolation": "native"})
 			if err := s.cmd.Process.Signal(sig); err != nil {
 				t.Fatal(err)

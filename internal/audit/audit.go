@@ -3,7 +3,8 @@
 // execution, command, one-shot, program run and file transfer, plus
 // package installs and egress decisions that other layers report), a
 // bounded queue, one writer goroutine that commits records to the store
-// in batches, retention by age and size, and the query the API serves.
+// in batches, retention by age and size (fair between tenants: see
+// store.RetainAudit), and the query the API serves.
 //
 // It must never slow or block a request: the observer's methods only
 // copy a record into the queue (hashing and encoding happen in the

@@ -126,8 +126,10 @@ type Audit struct {
 	// Code is what a record keeps of submitted code and commands: "full",
 	// "sha256" (its SHA-256 and size) or "none".
 	Code string `json:"code"`
-	// MaxAge and MaxSize bound the log: older records, then the oldest
-	// records past the size, are removed (checked every few minutes).
+	// MaxAge and MaxSize bound the log: older records, then past the
+	// size the oldest records of the tenants using the most space (a
+	// flood evicts its own tenant's records first), are removed (checked
+	// every few minutes).
 	MaxAge  Duration `json:"max_age"`
 	MaxSize Size     `json:"max_size"`
 	// Queue is how many records may wait for the writer; beyond it

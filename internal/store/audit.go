@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -20,7 +21,7 @@ func (d *DB) AppendAudit(ctx context.Context, recs []apitype.AuditRecord) error 
 		return err
 	}
 	defer tx.Rollback()
-	st, err := tx.PrepareContext(ctx, `INSERT INTO audit (time, kind, tenant, key_id, session, request_id, record) VALUES (?, ?, ?, ?, ?, ?, ?)`)
+	st, err := tx.PrepareContext(ctx, `INSERT INTO audit (time, kind, tenant, key_id, session, request_id, record, size) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
 	if err != nil {
 		return err
 	}
@@ -31,7 +32,7 @@ func (d *DB) AppendAudit(ctx context.Context, recs []apitype.AuditRecord) error 
 		if err != nil {
 			return err
 		}
-		res, err := st.ExecContext(ctx, unixNano(r.Time), r.Kind, r.Tenant, r.KeyID, r.Session, r.RequestID, string(b))
+		res, err := st.ExecContext(ctx, unixNano(r.Time), r.Kind, r.Tenant, r.KeyID, r.Session, r.RequestID, string(b), len(b))
 		if err != nil {
 			return err
 		}
@@ -121,9 +122,11 @@ func (d *DB) Audit(ctx context.Context, q AuditQuery) ([]apitype.AuditRecord, st
 	return out, next, nil
 }
 
-// RetainAudit removes records older than maxAge, then the oldest records
-// until the audit table is under maxSize bytes (0: no bound). It returns
-// how many it removed.
+// RetainAudit removes records older than maxAge, then, while the audit
+// table is over maxSize bytes (0: no bound), the oldest records of the
+// tenants using the most space: one tenant's flood removes its own
+// records, never another's while it uses more than they do (see
+// fairShares). It returns how many it removed.
 func (d *DB) RetainAudit(ctx context.Context, maxAge time.Duration, maxSize int64) (int64, error) {
 	var removed int64
 	if maxAge > 0 {
@@ -138,28 +141,111 @@ func (d *DB) RetainAudit(ctx context.Context, maxAge time.Duration, maxSize int6
 		for i := 0; i < 64; i++ {
 			// The pages in use (the file's size never goes down: freed
 			// pages are reused), read in constant time.
-			var pages, free, size, count int64
+			var pages, free, size int64
 			for _, q := range []struct {
 				sql string
 				v   *int64
-			}{{`PRAGMA page_count`, &pages}, {`PRAGMA freelist_count`, &free}, {`PRAGMA page_size`, &size}, {`SELECT COUNT(*) FROM audit`, &count}} {
+			}{{`PRAGMA page_count`, &pages}, {`PRAGMA freelist_count`, &free}, {`PRAGMA page_size`, &size}} {
 				if err := d.audit.QueryRowContext(ctx, q.sql).Scan(q.v); err != nil {
 					return removed, err
 				}
 			}
 			bytes := (pages - free) * size
-			if bytes <= maxSize || count == 0 {
+			if bytes <= maxSize {
 				break
 			}
-			// Remove the oldest share beyond the bound, at least one.
-			n := max(1, count*(bytes-maxSize)/bytes+count/20)
-			res, err := d.audit.ExecContext(ctx, `DELETE FROM audit WHERE seq IN (SELECT seq FROM audit ORDER BY seq LIMIT ?)`, n)
+			use, err := d.auditUse(ctx)
+			if err != nil || len(use) == 0 {
+				return removed, err
+			}
+			// Remove the share of the records' bytes beyond the bound
+			// (and 5 % more), at least one record.
+			var total int64
+			for _, u := range use {
+				total += u.bytes
+			}
+			cut := total*(bytes-maxSize)/bytes + total/20
+			k, err := d.removeShares(ctx, fairShares(use, max(cut, 1)))
+			removed += k
 			if err != nil {
 				return removed, err
 			}
-			k, _ := res.RowsAffected()
-			removed += k
+			if k == 0 {
+				break
+			}
 		}
+	}
+	return removed, nil
+}
+
+// tenantUse is the space a tenant's audit records take.
+type tenantUse struct {
+	tenant         string
+	bytes, records int64
+}
+
+// auditUse is every tenant's use (the operator's records are tenant
+// ""), read from the tenant index alone.
+func (d *DB) auditUse(ctx context.Context) ([]tenantUse, error) {
+	rows, err := d.audit.QueryContext(ctx, `SELECT tenant, SUM(size), COUNT(*) FROM audit INDEXED BY audit_tenant GROUP BY tenant`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []tenantUse
+	for rows.Next() {
+		var u tenantUse
+		if err := rows.Scan(&u.tenant, &u.bytes, &u.records); err != nil {
+			return nil, err
+		}
+		out = append(out, u)
+	}
+	return out, rows.Err()
+}
+
+// fairShares decides how many of each tenant's oldest records to remove
+// to free cut bytes: the largest tenants are cut down to one level, the
+// highest that frees cut (water-filling), and those below it lose
+// nothing. A tenant's bytes become records at its own average size.
+func fairShares(use []tenantUse, cut int64) map[string]int64 {
+	sort.Slice(use, func(i, j int) bool { return use[i].bytes > use[j].bytes })
+	// The top k are cut to level: sum(top k) - k*level = cut, with level
+	// not below the next tenant's use (nor below zero).
+	var sum, level int64
+	k := 0
+	for k < len(use) {
+		sum += use[k].bytes
+		k++
+		level = (sum - cut) / int64(k)
+		if level < 0 {
+			level = 0
+		}
+		if k == len(use) || level >= use[k].bytes {
+			break
+		}
+	}
+	out := map[string]int64{}
+	for _, u := range use[:k] {
+		if u.bytes <= level || u.records == 0 {
+			continue
+		}
+		avg := max(u.bytes/u.records, 1)
+		n := (u.bytes - level + avg - 1) / avg
+		out[u.tenant] = min(max(n, 1), u.records)
+	}
+	return out
+}
+
+// removeShares removes each tenant's n oldest records.
+func (d *DB) removeShares(ctx context.Context, shares map[string]int64) (int64, error) {
+	var removed int64
+	for tenant, n := range shares {
+		res, err := d.audit.ExecContext(ctx, `DELETE FROM audit WHERE seq IN (SELECT seq FROM audit WHERE tenant = ? ORDER BY seq LIMIT ?)`, tenant, n)
+		if err != nil {
+			return removed, err
+		}
+		k, _ := res.RowsAffected()
+		removed += k
 	}
 	return removed, nil
 }
