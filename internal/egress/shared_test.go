@@ -1,9 +1,13 @@
 package egress
 
 import (
+	"log/slog"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
 )
 
 func TestOpenConnectionsCap(t *testing.T) {
@@ -96,5 +100,30 @@ func TestBucket(t *testing.T) {
 		if got := takes(t0.Add(step.at), step.n); got != step.want {
 			t.Errorf("at %v: %d of %d taken, want %d", step.at, got, step.n, step.want)
 		}
+	}
+}
+
+// BenchmarkDNSQuery is one query through the responder's logic (no
+// sockets), without and with a DNS rate too high to refuse: the
+// limiter's own cost. refused is a query over the rate.
+func BenchmarkDNSQuery(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		lim  Limits
+	}{{"off", Limits{}}, {"limit", Limits{DNSRate: 1 << 30, DNSBurst: 1 << 30}}, {"refused", Limits{DNSRate: 1, DNSBurst: 1}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			g := &Gate{session: "s1", log: slog.New(slog.DiscardHandler), limits: tc.lim,
+				fakes: map[string]netip.Addr{}, names: map[netip.Addr]string{}}
+			g.policy, _ = ParsePolicy([]string{"a.test"})
+			q := query(b, "a.test.", dnsmessage.TypeA)
+			g.dnsQuery(q)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if g.dnsQuery(q) == nil {
+					b.Fatal("no reply")
+				}
+			}
+		})
 	}
 }
