@@ -375,6 +375,12 @@ func respond(w http.ResponseWriter, r *http.Request, release func(), run func(em
 		return
 	}
 	ew := newEventWriter(w)
+	defer func() {
+		if p := recover(); p != nil {
+			ew.finish() // its writer must not outlive the handler
+			panic(p)
+		}
+	}()
 	_, err := run(func(ev apitype.Event) {
 		if ev.Type == apitype.EventEnd {
 			release()

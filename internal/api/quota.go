@@ -3,6 +3,7 @@ package api
 import (
 	"fmt"
 	"net/http"
+	"sync"
 
 	"airlock/internal/apitype"
 	"airlock/internal/config"
@@ -38,15 +39,22 @@ func (s *Server) admitSession(r *http.Request) (func(), error) {
 // defers release right away: it runs when the handler returns, by an
 // error, the client leaving (the execution is stopped before the session
 // call returns), a timeout or a panic (ServeHTTP recovers it above the
-// handler's defers). A background command, which outlives its request,
-// takes release over (see runCommand). Observer events are no substitute:
-// an execution refused before it starts sends none.
+// handler's defers); respond calls it earlier, as the execution ends. A
+// background command, which outlives its request, takes release over (see
+// runCommand). Observer events are no substitute: an execution refused
+// before it starts sends none. However often release is called, the
+// tracker's is called once.
 func (s *Server) admitExecution(r *http.Request) (release func(), err error) {
 	if s.Quotas == nil {
 		return func() {}, nil
 	}
 	who, _ := identity.From(r.Context())
-	return s.Quotas.AdmitExecution(who)
+	rel, err := s.Quotas.AdmitExecution(who)
+	if err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(rel) }, nil
 }
 
 // tenantLimits checks limits a request asks for against its tenant's

@@ -191,6 +191,10 @@ func TestConfigValidate(t *testing.T) {
 		{"preload code", func(c *Config) { c.Pool.Preload = []string{"os; import sys"} }, "pool.preload"},
 		{"preload newline", func(c *Config) { c.Pool.Preload = []string{"os\nimport sys"} }, "pool.preload"},
 		{"preload too long", func(c *Config) { c.Pool.Preload = []string{strings.Repeat("a", 129)} }, "pool.preload"},
+		{"max_open_connections negative", func(c *Config) { c.Network.MaxOpenConnections = -1 }, "network.max_open_connections"},
+		{"max_open_connections huge", func(c *Config) { c.Network.MaxOpenConnections = 1<<20 + 1 }, "network.max_open_connections"},
+		{"dns rate negative", func(c *Config) { c.Network.DNSQueriesPerSecond = -1 }, "network.dns_queries_per_second"},
+		{"dns burst 0", func(c *Config) { c.Network.DNSBurst = 0 }, "network.dns_burst"},
 	} {
 		cfg := Default()
 		c.change(&cfg)
@@ -210,6 +214,8 @@ func TestConfigValidate(t *testing.T) {
 	ok.Cluster.PodName = strings.Repeat("a", 62) + "0"
 	ok.Server.MaxSessionTransfers = ok.Server.MaxConcurrentTransfers
 	ok.Server.TransferStallTimeout = Duration(time.Second)
+	ok.Network.MaxOpenConnections = 1 << 20
+	ok.Network.DNSQueriesPerSecond, ok.Network.DNSBurst = 0, 0 // no limit: no burst needed
 	ok.Isolation, ok.AllowIsolation, ok.GVisor = GVisor, []Isolation{Native, GVisor}, GVisorConfig{Runsc: "/usr/local/bin/runsc", Platform: "ptrace"}
 	if err := ok.Validate(); err != nil {
 		t.Errorf("valid edge values refused: %v", err)

@@ -26,6 +26,16 @@ type Network struct {
 	MaxConnections int      `json:"max_connections"`
 	ConnectTimeout Duration `json:"connect_timeout"`
 	IdleTimeout    Duration `json:"idle_timeout"`
+	// MaxOpenConnections caps the egress connections open at once on the
+	// whole server, every session together (each costs the server two
+	// file descriptors); 0: a quarter of the server's RLIMIT_NOFILE, read
+	// at start. An explicit value must leave room under that limit.
+	MaxOpenConnections int `json:"max_open_connections"`
+	// DNSQueriesPerSecond and DNSBurst bound each session's queries to
+	// its DNS responder (a token bucket); queries over it are answered
+	// REFUSED. 0 queries per second: no limit.
+	DNSQueriesPerSecond int `json:"dns_queries_per_second"`
+	DNSBurst            int `json:"dns_burst"`
 	// Proxy adds an HTTP CONNECT/forward proxy on 127.0.0.1:3128 inside
 	// every sandbox with a policy, and HTTP(S)_PROXY pointing at it:
 	// proxy-aware clients get a 403 saying why instead of a reset.
@@ -43,6 +53,7 @@ func DefaultNetwork() Network {
 	return Network{
 		Enabled: true, MaxAllow: 32, Bytes: 1 << 30, MaxConnections: 64,
 		ConnectTimeout: Duration(10 * time.Second), IdleTimeout: Duration(2 * time.Minute),
+		DNSQueriesPerSecond: 100, DNSBurst: 200,
 	}
 }
 
@@ -58,6 +69,15 @@ func (n Network) Validate() error {
 	}
 	if n.MaxConnections < 1 || n.MaxConnections > 4096 {
 		errs = append(errs, fmt.Errorf("network.max_connections %d must be between 1 and 4096", n.MaxConnections))
+	}
+	if n.MaxOpenConnections < 0 || n.MaxOpenConnections > 1<<20 {
+		errs = append(errs, fmt.Errorf("network.max_open_connections %d must be between 0 (from RLIMIT_NOFILE) and 1048576", n.MaxOpenConnections))
+	}
+	if n.DNSQueriesPerSecond < 0 || n.DNSQueriesPerSecond > 100000 {
+		errs = append(errs, fmt.Errorf("network.dns_queries_per_second %d must be between 0 (no limit) and 100000", n.DNSQueriesPerSecond))
+	}
+	if n.DNSQueriesPerSecond > 0 && (n.DNSBurst < 1 || n.DNSBurst > 1000000) {
+		errs = append(errs, fmt.Errorf("network.dns_burst %d must be between 1 and 1000000", n.DNSBurst))
 	}
 	if n.ConnectTimeout < Duration(100*time.Millisecond) || n.ConnectTimeout > Duration(5*time.Minute) {
 		errs = append(errs, errors.New("network.connect_timeout must be between 100ms and 5m"))

@@ -3,6 +3,7 @@ package egress
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -145,8 +146,70 @@ func (g *Gate) serveDNSTCP(l net.Listener) {
 	}
 }
 
+// dnsRefused is the reply to a query over the session's rate: REFUSED,
+// with the question echoed (resolvers drop a reply whose question does not
+// match theirs, and would wait for their timeout). name is the question's
+// name, for the record; nil when the message is not worth an answer.
+func dnsRefused(msg []byte) (reply []byte, name string) {
+	var p dnsmessage.Parser
+	h, err := p.Start(msg)
+	if err != nil || h.Response {
+		return nil, ""
+	}
+	rh := dnsmessage.Header{ID: h.ID, Response: true, OpCode: h.OpCode, RecursionDesired: h.RecursionDesired,
+		RecursionAvailable: true, RCode: dnsmessage.RCodeRefused}
+	b := dnsmessage.NewBuilder(make([]byte, 0, 128), rh)
+	if q, err := p.Question(); err == nil {
+		name = strings.ToLower(strings.TrimSuffix(q.Name.String(), "."))
+		if b.StartQuestions() != nil || b.Question(q) != nil {
+			return nil, ""
+		}
+	}
+	out, err := b.Finish()
+	if err != nil {
+		return nil, ""
+	}
+	return out, name
+}
+
+// dnsOverRate answers a query over the session's DNS rate: REFUSED at
+// once rather than silence, so that resolvers fail fast instead of
+// waiting out their timeouts and retrying (the sandbox's own resolver is
+// the only one to receive it: no reflection). It is counted as denied;
+// at most one refusal a second is recorded (and logged), carrying how many
+// it stands for, so that a flood costs neither records nor log lines.
+func (g *Gate) dnsOverRate(msg []byte, now time.Time) []byte {
+	g.limits.Shared.dnsRefusal()
+	reply, name := dnsRefused(msg)
+	g.dnsMu.Lock()
+	g.dnsUnrecorded++
+	n := g.dnsUnrecorded
+	rec := now.Sub(g.dnsRecorded) >= time.Second
+	if rec {
+		g.dnsRecorded, g.dnsUnrecorded = now, 0
+	}
+	g.dnsMu.Unlock()
+	if !rec {
+		g.denied.Add(1)
+		return reply
+	}
+	d := &Decision{Kind: "dns", Name: clip(name), Start: now,
+		Reason: fmt.Sprintf("denied: the session's DNS query rate (%d a second, burst %d) is exceeded: REFUSED (%d queries since the last such record)",
+			g.limits.DNSRate, g.limits.DNSBurst, n)}
+	g.record(d, true)
+	return reply
+}
+
 func (g *Gate) dnsQuery(msg []byte) []byte {
 	start := time.Now()
+	if g.limits.DNSRate > 0 {
+		g.dnsMu.Lock()
+		ok := g.dnsBucket.take(start, float64(g.limits.DNSRate), float64(max(g.limits.DNSBurst, 1)))
+		g.dnsMu.Unlock()
+		if !ok {
+			return g.dnsOverRate(msg, start)
+		}
+	}
 	reply, name, qtype, allowed := dnsAnswer(msg, g.fakeAddr)
 	if reply == nil && name == "" {
 		return nil

@@ -22,6 +22,13 @@ type Limits struct {
 	MaxConnections int           // open at once; 0: unlimited
 	ConnectTimeout time.Duration // resolve and connect upstream
 	IdleTimeout    time.Duration // a connection with no byte either way is closed
+	// DNSRate and DNSBurst bound the queries the DNS responder answers
+	// (a token bucket); 0 DNSRate: no limit.
+	DNSRate  int // per second
+	DNSBurst int
+	// Shared is the server's, the same for every gate (nil: no
+	// server-wide cap).
+	Shared *Shared
 }
 
 // peekTimeout bounds how long a client may take to send its ClientHello
@@ -119,9 +126,13 @@ type Gate struct {
 	wg                  sync.WaitGroup
 
 	logMu      sync.Mutex
-	logTokens  float64
-	logLast    time.Time
+	logBucket  bucket
 	logDropped int64
+
+	dnsMu         sync.Mutex
+	dnsBucket     bucket    // the session's DNS query rate (Limits.DNSRate)
+	dnsRecorded   time.Time // when a refusal was last recorded
+	dnsUnrecorded int64     // refusals since, counted but not recorded
 }
 
 // logBurst and logRate bound the decision lines one gate writes: a
@@ -135,23 +146,39 @@ const (
 	logRate  = 50 // lines per second, after the burst
 )
 
+// bucket is a token bucket: burst tokens at first, rate more each
+// second, one per event. Its owner locks it.
+type bucket struct {
+	tokens float64
+	last   time.Time
+}
+
+// take takes a token at now if there is one.
+func (b *bucket) take(now time.Time, rate, burst float64) bool {
+	if b.last.IsZero() {
+		b.tokens = burst
+	} else if now.After(b.last) {
+		b.tokens = min(burst, b.tokens+now.Sub(b.last).Seconds()*rate)
+	}
+	if now.After(b.last) {
+		b.last = now
+	}
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
 // allowLog takes a token for one decision line; dropped is how many were
 // refused since the last line allowed.
 func (g *Gate) allowLog() (ok bool, dropped int64) {
 	g.logMu.Lock()
 	defer g.logMu.Unlock()
-	now := time.Now()
-	if g.logLast.IsZero() {
-		g.logTokens = logBurst
-	} else {
-		g.logTokens = min(logBurst, g.logTokens+now.Sub(g.logLast).Seconds()*logRate)
-	}
-	g.logLast = now
-	if g.logTokens < 1 {
+	if !g.logBucket.take(time.Now(), logRate, logBurst) {
 		g.logDropped++
 		return false, 0
 	}
-	g.logTokens--
 	dropped, g.logDropped = g.logDropped, 0
 	return true, dropped
 }
@@ -393,6 +420,14 @@ func (g *Gate) Close() error {
 	g.logDropped = 0
 	g.logMu.Unlock()
 	g.logUnlogged(dropped)
+	g.dnsMu.Lock()
+	refused := g.dnsUnrecorded
+	g.dnsUnrecorded = 0
+	g.dnsMu.Unlock()
+	if refused > 0 {
+		g.log.LogAttrs(context.Background(), slog.LevelWarn, "egress DNS queries refused (rate limit), not recorded",
+			slog.String("session", g.session), slog.Int64("count", refused))
+	}
 	if g.ns != nil {
 		return g.ns.Close()
 	}
@@ -452,6 +487,11 @@ func (g *Gate) handle(c net.Conn) {
 		return
 	}
 	defer func() { g.mu.Lock(); g.open--; g.mu.Unlock() }()
+	if !g.limits.Shared.acquire() {
+		g.deny(c, d, g.limits.Shared.capReason())
+		return
+	}
+	defer g.limits.Shared.release()
 
 	name, ok := g.nameOf(dst)
 	if !ok {

@@ -708,3 +708,155 @@ func TestGateDNSOverTCP(t *testing.T) {
 		}
 	}
 }
+
+// The server-wide cap holds across sessions: with room for two open
+// connections on the whole server, two sessions' connections fill it, a
+// third (transparent or through the proxy, in either session) is refused
+// like any other denial, and one is accepted again once one closes.
+func TestGateServerConnectionCap(t *testing.T) {
+	shared := NewShared(2)
+	f1 := newFixture(t, []string{"a.test:PORT"}, Limits{Shared: shared})
+	f2 := newFixtureProxy(t, []string{"a.test:PORT"}, Limits{Shared: shared}, true)
+	// hang opens a connection carried upstream and left open.
+	hang := func(f *fixture) net.Conn {
+		t.Helper()
+		_, a, err := f.ns.lookup("a.test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := f.ns.dial(fmt.Sprintf("%s:%d", a, f.port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte("GET /hang HTTP/1.1\r\nHost: a.test\r\n\r\n"))
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(bufio.NewReader(c), make([]byte, 1)); err != nil {
+			t.Fatalf("an allowed connection under the cap: %v", err)
+		}
+		return c
+	}
+	c1 := hang(f1)
+	defer c1.Close()
+	c2 := hang(f2)
+	defer c2.Close()
+	if s := shared.Stats(); s.Open != 2 || s.Max != 2 {
+		t.Fatalf("shared stats %+v, want 2 open of 2", s)
+	}
+	// Over the cap: reset, with a decision naming the server's cap.
+	_, a1, _ := f1.ns.lookup("a.test")
+	c3, err := f1.ns.dial(fmt.Sprintf("%s:%d", a1, f1.port))
+	expectReset(t, c3, err, "a third connection (session 1)")
+	waitFor(t, func() bool { return strings.Contains(fmt.Sprint(f1.log.lines()), "server connection cap (2 ") })
+	if s := f1.gate.Stats(); s.Denied != 1 {
+		t.Errorf("session 1 stats %+v, want 1 denied", s)
+	}
+	// Through the proxy of the other session: reset too (no descriptor
+	// held to write a 503), and the decision says why.
+	pc, err := f2.ns.dial(ProxyAddr)
+	if err == nil {
+		fmt.Fprintf(pc, "GET %s HTTP/1.1\r\nHost: a.test\r\n\r\n", f2.url("http", "a.test"))
+	}
+	expectReset(t, pc, err, "a third connection (session 2, proxy)")
+	waitFor(t, func() bool { return strings.Contains(fmt.Sprint(f2.log.lines()), "server connection cap (2 ") })
+	if s := shared.Stats(); s.Open != 2 || s.CapRefused != 2 {
+		t.Errorf("shared stats %+v, want 2 open, 2 refused", s)
+	}
+	// One closes: the next connection, in the other session, goes through.
+	c1.Close()
+	waitFor(t, func() bool { return shared.Stats().Open == 1 })
+	cl := f2.ns.client(nil)
+	if body, err := get(cl, f2.url("http", "a.test")); err != nil || !strings.HasPrefix(body, "hello a.test") {
+		t.Errorf("a connection after one closed = %q, %v", body, err)
+	}
+	cl.CloseIdleConnections()
+	c2.Close()
+	waitFor(t, func() bool { return shared.Stats().Open == 0 })
+}
+
+// A sandbox flooding its DNS responder gets REFUSED over its rate, at
+// once, with the refusals counted and at most one recorded a second; its
+// queries are answered again as tokens come back.
+func TestGateDNSRateLimit(t *testing.T) {
+	shared := NewShared(16)
+	f := newFixture(t, []string{"a.test:PORT"}, Limits{DNSRate: 50, DNSBurst: 20, Shared: shared})
+	var c net.Conn
+	if err := inNetns(f.ns.pidfd, func() (err error) {
+		c, err = net.Dial("udp", "127.0.0.1:53")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Back to back, each query as soon as the last is answered (not all
+	// at once: UDP would drop some in the socket's queue).
+	const n = 300
+	codes := map[dnsmessage.RCode]int{}
+	buf := make([]byte, 1500)
+	for i := range n {
+		q := query(t, "a.test.", dnsmessage.TypeA)
+		q[0], q[1] = byte(i>>8), byte(i)
+		if _, err := c.Write(q); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		m, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("after %v replies: %v", codes, err)
+		}
+		var p dnsmessage.Parser
+		h, err := p.Start(buf[:m])
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The question is echoed: resolvers match it to their query.
+		if q, err := p.Question(); err != nil || q.Name.String() != "a.test." {
+			t.Fatalf("reply's question %v, %v", q, err)
+		}
+		codes[h.RCode]++
+	}
+	ok, refused := codes[dnsmessage.RCodeSuccess], codes[dnsmessage.RCodeRefused]
+	if ok < 20 || ok > 60 || refused < n-60 || ok+refused != n {
+		t.Errorf("replies %v: want the burst (20) answered and most of the rest REFUSED", codes)
+	}
+	if s := f.gate.Stats(); s.Denied != int64(refused) {
+		t.Errorf("denied %d, want the %d refused", s.Denied, refused)
+	}
+	if s := shared.Stats(); s.DNSRefused != int64(refused) {
+		t.Errorf("shared DNS refusals %d, want %d", s.DNSRefused, refused)
+	}
+	// Records stand for the refusals since the one before; the rest are
+	// reported when the gate closes: together, every refusal.
+	var recs, total int
+	for _, r := range f.gate.Records("") {
+		if strings.Contains(r.Reason, "DNS query rate") {
+			recs++
+			var k int
+			fmt.Sscanf(r.Reason[strings.LastIndex(r.Reason, "(")+1:], "%d queries", &k)
+			total += k
+		}
+	}
+	if recs < 1 || recs > 2 {
+		t.Errorf("%d refusal records for %d refusals, want one a second", recs, refused)
+	}
+	// Tokens come back: the session's lookups are answered again.
+	waitFor(t, func() bool {
+		rc, a, err := f.ns.lookup("a.test")
+		return err == nil && rc == dnsmessage.RCodeSuccess && a.IsValid()
+	})
+	f.gate.Close()
+	f.log.mu.Lock()
+	for _, line := range strings.Split(f.log.b.String(), "\n") {
+		var m struct {
+			Msg   string `json:"msg"`
+			Count int    `json:"count"`
+		}
+		if json.Unmarshal([]byte(line), &m) == nil && strings.HasPrefix(m.Msg, "egress DNS queries refused") {
+			total += m.Count
+		}
+	}
+	f.log.mu.Unlock()
+	// (the lookups waiting for tokens may have been refused too)
+	if d := f.gate.Stats().Denied; int64(total) != d || shared.Stats().DNSRefused != d {
+		t.Errorf("records and the closing line account for %d refusals, want %d (%+v)", total, d, shared.Stats())
+	}
+}

@@ -181,6 +181,13 @@ func FuzzDNSAnswer(f *testing.F) {
 				t.Fatalf("unparsable reply: %v", err)
 			}
 		}
+		// The answer over a session's DNS rate parses the same input.
+		if reply, _ := dnsRefused(data); reply != nil {
+			var p dnsmessage.Parser
+			if h, err := p.Start(reply); err != nil || h.RCode != dnsmessage.RCodeRefused || !h.Response {
+				t.Fatalf("REFUSED reply %v, %v", h, err)
+			}
+		}
 	})
 }
 

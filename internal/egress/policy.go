@@ -7,7 +7,9 @@
 // it serves from the host: it ties each connection to the allowed name
 // behind its fake address (and to the TLS SNI or HTTP Host it carries),
 // resolves that name itself, dials only guarded addresses, and splices the
-// bytes with counters, caps and one log line per decision.
+// bytes with counters, caps and one log line per decision. Its limits are
+// per session (bytes, connections, timeouts, a DNS query rate) and per
+// server (Shared: the egress connections open at once, all sessions).
 //
 // It must never give a sandbox a route out (no veth, TAP, NAT or firewall
 // rules: every byte leaves through airlock's own host sockets), never send a

@@ -84,6 +84,14 @@ func (g *Gate) handleProxy(c net.Conn) {
 		return
 	}
 	defer func() { g.mu.Lock(); g.open--; g.mu.Unlock() }()
+	if !g.limits.Shared.acquire() {
+		// Reset, not a 503: writing one before the request is read races
+		// the reset that closing an unread socket sends, and waiting for
+		// the request would hold the very descriptors the cap saves.
+		g.deny(c, d, g.limits.Shared.capReason())
+		return
+	}
+	defer g.limits.Shared.release()
 
 	c.SetReadDeadline(time.Now().Add(peekTimeout))
 	// The head is read through a limit: http.ReadRequest itself has

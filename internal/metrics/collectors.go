@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"airlock/internal/apitype"
+	"airlock/internal/egress"
 )
 
 // Figures read at scrape time from their owners: nothing is counted twice
@@ -22,7 +23,14 @@ var (
 	poolMisses    = poolDesc("pool_misses_total", "Sandboxes built on demand because the pool was empty or could not serve the limits, by language.")
 	poolBuilt     = poolDesc("pool_built_total", "Warm sandboxes built, by language.")
 	poolDiscarded = poolDesc("pool_discarded_total", "Warm sandboxes discarded unused, by language.")
+	poolCold      = poolDesc("pool_cold_total", "Sandboxes handed out whose runtime the Python template could have forked but that started cold (the template was not up or could not fork), by language.")
 	poolBuildSecs = poolDesc("pool_build_seconds_total", "Time spent building warm sandboxes, by language (divide by pool_built_total for the mean).")
+
+	egressOpen     = prometheus.NewDesc(Namespace+"_egress_open_connections", "Egress connections open, all sessions together.", nil, nil)
+	egressOpenMax  = prometheus.NewDesc(Namespace+"_egress_open_connections_limit", "The server-wide cap on open egress connections (network.max_open_connections).", nil, nil)
+	egressRefusals = prometheus.NewDesc(Namespace+"_egress_refusals_total",
+		"Egress refused by a server-wide or rate limit, by limit (server_cap: connections over network.max_open_connections; dns_rate: DNS queries over a session's network.dns_queries_per_second).",
+		[]string{"limit"}, nil)
 
 	templateUp       = prometheus.NewDesc(Namespace+"_template_up", "1 when the Python template interpreter runs.", nil, nil)
 	templateFailures = prometheus.NewDesc(Namespace+"_template_start_failures_total", "Failed starts of the Python template interpreter.", nil, nil)
@@ -47,7 +55,7 @@ type poolCollector func() map[string]any
 
 func (p poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{poolReady, poolTarget, poolBuilding, poolHits, poolMisses, poolBuilt, poolDiscarded,
-		poolBuildSecs, templateUp, templateFailures, templateRestarts} {
+		poolCold, poolBuildSecs, templateUp, templateFailures, templateRestarts} {
 		ch <- d
 	}
 }
@@ -66,6 +74,7 @@ func (p poolCollector) Collect(ch chan<- prometheus.Metric) {
 			g(poolMisses, prometheus.CounterValue, float64(s.Misses))
 			g(poolBuilt, prometheus.CounterValue, float64(s.Built))
 			g(poolDiscarded, prometheus.CounterValue, float64(s.Discarded))
+			g(poolCold, prometheus.CounterValue, float64(s.Cold))
 			g(poolBuildSecs, prometheus.CounterValue, s.AvgBuildMs*float64(s.Built)/1000)
 		case apitype.TemplateStats:
 			up := 0.0
@@ -124,4 +133,29 @@ func (q *quotaCollector) Collect(ch chan<- prometheus.Metric) {
 	for k, v := range all {
 		ch <- prometheus.MustNewConstMetric(quotaDesc, prometheus.CounterValue, float64(v), k[0], k[1])
 	}
+}
+
+// Egress exports the server-wide egress figures, read from stats
+// (egress.Shared.Stats) at each scrape.
+func (m *Metrics) Egress(stats func() egress.SharedStats) {
+	if m == nil || stats == nil {
+		return
+	}
+	m.reg.MustRegister(egressCollector(stats))
+}
+
+type egressCollector func() egress.SharedStats
+
+func (e egressCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- egressOpen
+	ch <- egressOpenMax
+	ch <- egressRefusals
+}
+
+func (e egressCollector) Collect(ch chan<- prometheus.Metric) {
+	s := e()
+	ch <- prometheus.MustNewConstMetric(egressOpen, prometheus.GaugeValue, float64(s.Open))
+	ch <- prometheus.MustNewConstMetric(egressOpenMax, prometheus.GaugeValue, float64(s.Max))
+	ch <- prometheus.MustNewConstMetric(egressRefusals, prometheus.CounterValue, float64(s.CapRefused), "server_cap")
+	ch <- prometheus.MustNewConstMetric(egressRefusals, prometheus.CounterValue, float64(s.DNSRefused), "dns_rate")
 }

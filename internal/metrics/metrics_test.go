@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"airlock/internal/apitype"
+	"airlock/internal/egress"
 	"airlock/internal/session"
 )
 
@@ -41,6 +42,7 @@ func TestNilIsOff(t *testing.T) {
 	m.EgressDecision("connect", true, 1, 2)
 	m.Pools(func() map[string]any { return nil })
 	m.Quotas(nil)
+	m.Egress(nil)
 }
 
 // The exposition parses with Prometheus' parser and carries what the
@@ -62,6 +64,7 @@ func TestExposition(t *testing.T) {
 		return map[string]any{"python": apitype.PoolStats{Ready: 3, Target: 4, Hits: 5, Built: 2, AvgBuildMs: 500},
 			apitype.TemplateKey: apitype.TemplateStats{Running: true, Restarts: 1}}
 	})
+	m.Egress(func() egress.SharedStats { return egress.SharedStats{Open: 3, Max: 500, CapRefused: 4, DNSRefused: 5} })
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	p := expfmt.NewTextParser(model.UTF8Validation)
@@ -84,6 +87,10 @@ func TestExposition(t *testing.T) {
 		`airlock_pool_ready{language="python"} 3`,
 		`airlock_pool_build_seconds_total{language="python"} 1`,
 		`airlock_template_restarts_total 1`,
+		`airlock_egress_open_connections 3`,
+		`airlock_egress_open_connections_limit 500`,
+		`airlock_egress_refusals_total{limit="server_cap"} 4`,
+		`airlock_egress_refusals_total{limit="dns_rate"} 5`,
 	} {
 		if !strings.Contains(rec.Body.String(), want+"\n") {
 			t.Errorf("no %s", want)

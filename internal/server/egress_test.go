@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"strconv"
@@ -14,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"airlock/internal/apitype"
 	"airlock/internal/client"
@@ -43,8 +47,14 @@ func (r *mapResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Ad
 // egressServer is a server whose egress reaches upstreams on 127.0.0.2
 // (the test hook) and resolves names from a table.
 func egressServer(t *testing.T, adjust ...func(*config.Config)) (*client.Client, *mapResolver, int) {
+	c, res, port, _ := egressServerS(t, adjust...)
+	return c, res, port
+}
+
+func egressServerS(t *testing.T, adjust ...func(*config.Config)) (*client.Client, *mapResolver, int, *Server) {
 	s, _ := testServer(t, newRecorder(), adjust...)
-	return egressOf(t, s)
+	c, res, port := egressOf(t, s)
+	return c, res, port, s
 }
 
 // kernels runs f on both isolations; the gVisor server's isolation is
@@ -400,6 +410,137 @@ except urllib.error.HTTPError as e:
 	}
 	if !strings.Contains(strings.Join(kinds, ","), "proxy") {
 		t.Errorf("egress kinds %v", kinds)
+	}
+}
+
+// The server-wide cap on open egress connections comes from the network
+// section: over it a sandbox's connection is refused like any denial,
+// with the decision in the execution's result and the refusal in the
+// metrics; once a connection closes there is room again.
+func TestEgressServerCap(t *testing.T) {
+	c, _, port, s := egressServerS(t, func(cfg *config.Config) { cfg.Network.MaxOpenConnections = 1 })
+	ctx := context.Background()
+	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python",
+		Network: &apitype.NetworkPolicy{Allow: []string{fmt.Sprintf("files.a.test:%d", port)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: probe + fmt.Sprintf(`
+P = %d
+def conn():
+    s = socket.create_connection(("files.a.test", P), timeout=10)
+    s.sendall(b"GET / HTTP/1.1\r\nHost: files.a.test\r\n\r\n")
+    return s, s.recv(4096)
+s1, got = conn()
+print(b"hello" in got)
+try:
+    s2, got2 = conn()
+    print("second", got2)
+except OSError as e:
+    print("second refused")
+s1.close()
+for i in range(100):
+    r = get("http://files.a.test:%%d/" %% P)
+    if r.startswith("ok"):
+        break
+    time.sleep(0.05)
+print(r)
+`, port)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("True\nsecond refused\nok hello from files.a.test:%d\n", port)
+	if r.Stdout != want {
+		t.Errorf("stdout %q (stderr %q), want %q", r.Stdout, r.Stderr, want)
+	}
+	var reasons []string
+	for _, d := range r.Egress {
+		if d.Kind == "connect" && !d.Allowed {
+			reasons = append(reasons, d.Reason)
+		}
+	}
+	if len(reasons) < 1 || !strings.Contains(reasons[0], "server connection cap (1 ") {
+		t.Errorf("denials %q, want the server's cap", reasons)
+	}
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, m := range []string{"airlock_egress_open_connections_limit 1\n", `airlock_egress_refusals_total{limit="server_cap"} 1` + "\n"} {
+		if !strings.Contains(rec.Body.String(), m) {
+			t.Errorf("metrics without %q", m)
+		}
+	}
+}
+
+// An explicit cap the process's RLIMIT_NOFILE cannot hold stops the
+// server at start, saying which limit to raise.
+func TestEgressServerCapOverRlimit(t *testing.T) {
+	var l unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &l); err != nil {
+		t.Fatal(err)
+	}
+	if l.Max > 2<<20 {
+		testenv.Skip(t, "RLIMIT_NOFILE holds any valid network.max_open_connections")
+	}
+	testenv.RequireRoot(t, "building a server")
+	cfg := config.Default()
+	cfg.StateDir = "/run/airlock-server-test"
+	cfg.CgroupParent = "airlock-server-test"
+	cfg.Server.Listen = "127.0.0.1:0"
+	cfg.Server.Auth = config.AuthNone
+	cfg.DataDir = t.TempDir()
+	cfg.Pool.Size = map[string]int{}
+	cfg.Network.MaxOpenConnections = int(l.Max/2) + 1
+	s, err := New(cfg, Options{Version: "test", Log: slog.New(slog.DiscardHandler)})
+	if err == nil {
+		s.Shutdown(context.Background())
+		t.Fatal("a server started with a cap its RLIMIT_NOFILE cannot hold")
+	}
+	os.RemoveAll(cfg.StateDir)
+	if !strings.Contains(err.Error(), "network.max_open_connections") || !strings.Contains(err.Error(), "RLIMIT_NOFILE") {
+		t.Errorf("error %q does not say which limit", err)
+	}
+}
+
+// A sandbox's lookups over its DNS rate fail at once (REFUSED: the
+// resolver gives up without waiting out a timeout), are recorded, and
+// succeed again once the rate allows.
+func TestEgressDNSRate(t *testing.T) {
+	c, _, port := egressServer(t, func(cfg *config.Config) { cfg.Network.DNSQueriesPerSecond, cfg.Network.DNSBurst = 20, 10 })
+	ctx := context.Background()
+	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python",
+		Network: &apitype.NetworkPolicy{Allow: []string{fmt.Sprintf("files.a.test:%d", port)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: probe + `
+t = time.time()
+res = [resolve("files.a.test") for i in range(200)]
+print(sum(x.startswith("resolved") for x in res), sum(x == "unresolved" for x in res), time.time() - t < 3)
+for i in range(100):
+    r = resolve("files.a.test")
+    if r.startswith("resolved"):
+        break
+    time.sleep(0.05)
+print(r.split()[0])
+`}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ok, refused int
+	var fast bool
+	var last string
+	if _, err := fmt.Sscanf(r.Stdout, "%d %d %t\n%s", &ok, &refused, &fast, &last); err != nil {
+		t.Fatalf("stdout %q (stderr %q): %v", r.Stdout, r.Stderr, err)
+	}
+	if ok < 5 || refused < 100 || !fast || last != "resolved" {
+		t.Errorf("stdout %q: want about the burst resolved, the rest refused at once, then resolved again", r.Stdout)
+	}
+	var recorded bool
+	for _, d := range r.Egress {
+		recorded = recorded || (d.Kind == "dns" && !d.Allowed && strings.Contains(d.Reason, "DNS query rate (20 a second, burst 10)"))
+	}
+	if !recorded {
+		t.Errorf("no rate decision among the %d of the result", len(r.Egress))
 	}
 }
 

@@ -200,7 +200,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 			s.manager.AddSource(iso, &instance.Cold{Kernel: k, Slots: slots})
 		}
 	}
-	eg, err := session.NewEgress(cfg.Network)
+	eg, err := s.newEgress(cfg.Network)
 	if err != nil {
 		return nil, err
 	}
@@ -272,6 +272,9 @@ func (s *Server) observe() (net.Listener, error) {
 	}
 	if s.quotas != nil {
 		s.metrics.Quotas(s.quotas.Refused)
+	}
+	if eg := s.manager.Egress(); eg != nil {
+		s.metrics.Egress(eg.Limits.Shared.Stats)
 	}
 	if cfg.Listen == "" || s.opts.Embedded {
 		s.api.HandleAdmin("GET /metrics", s.metrics.Handler())

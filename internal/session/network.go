@@ -44,7 +44,7 @@ func NewEgress(n config.Network) (*Egress, error) {
 		open = append(open, p.Masked())
 	}
 	lim := egress.Limits{Bytes: int64(n.Bytes), MaxConnections: n.MaxConnections,
-		ConnectTimeout: n.ConnectTimeout.D(), IdleTimeout: n.IdleTimeout.D()}
+		ConnectTimeout: n.ConnectTimeout.D(), IdleTimeout: n.IdleTimeout.D(), DNSRate: n.DNSQueriesPerSecond, DNSBurst: n.DNSBurst}
 	return &Egress{
 		Dialer: &egress.Dialer{Guard: egress.NewGuard(open, internal), Resolver: net.DefaultResolver, Timeout: lim.ConnectTimeout},
 		Limits: lim, MaxAllow: n.MaxAllow, AllowOnly: only, Enabled: n.Enabled, Proxy: n.Proxy,
