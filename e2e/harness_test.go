@@ -121,6 +121,21 @@ func startServer(t testing.TB, overrides map[string]any) *server {
 // the tests build when empty).
 func startServerBin(t testing.TB, bin string, overrides map[string]any) *server {
 	t.Helper()
+	name, cfg := serverConfig(overrides)
+	return startServerNamedBin(t, bin, name, cfg)
+}
+
+// launchServer is startServer without waiting for warm pools: it returns
+// as soon as the server listens.
+func launchServer(t testing.TB, overrides map[string]any) *server {
+	t.Helper()
+	name, cfg := serverConfig(overrides)
+	return launchServerNamed(t, "", name, cfg)
+}
+
+// serverConfig is the configuration of a new test server with its own
+// name (state dir, cgroup parent) and host ids; overrides are merged in.
+func serverConfig(overrides map[string]any) (string, map[string]any) {
 	serverSeq++
 	name := fmt.Sprintf("airlock-e2e-%d-%d", os.Getpid(), serverSeq)
 	base := e2eIDBase + serverSeq*e2eIDStep
@@ -151,7 +166,7 @@ func startServerBin(t testing.TB, bin string, overrides map[string]any) *server 
 		}
 		cfg[k] = v
 	}
-	return startServerNamedBin(t, bin, name, cfg)
+	return name, cfg
 }
 
 // startServerNamed starts a server with exactly cfg; name is its state
@@ -162,6 +177,15 @@ func startServerNamed(t testing.TB, name string, cfg map[string]any) *server {
 }
 
 func startServerNamedBin(t testing.TB, bin, name string, cfg map[string]any) *server {
+	t.Helper()
+	s := launchServerNamed(t, bin, name, cfg)
+	s.waitWarm()
+	return s
+}
+
+// launchServerNamed starts a server with exactly cfg and returns once it
+// listens.
+func launchServerNamed(t testing.TB, bin, name string, cfg map[string]any) *server {
 	t.Helper()
 	if bin == "" {
 		bin = airlockBinary(t)
@@ -202,7 +226,6 @@ func startServerNamedBin(t testing.TB, bin, name string, cfg map[string]any) *se
 		s.cmd.Process.Kill()
 		t.Fatalf("server did not start:\n%s", s.stderr.String())
 	}
-	s.waitWarm()
 	return s
 }
 

@@ -269,3 +269,47 @@ func TestTemplateReapsEveryRuntime(t *testing.T) {
 		}
 	}
 }
+
+// The first Python sessions after a server starts are forked from the
+// template, with its libraries already imported, as every later one is:
+// building waits for the template's first start instead of starting
+// interpreters cold meanwhile.
+func TestFirstSessionsAfterStartAreForked(t *testing.T) {
+	s := launchServer(t, map[string]any{"pool": map[string]any{"size": map[string]int{"python": 2, "bash": 0, "javascript": 0}}})
+	// Created as soon as the server listens, before the template is up.
+	var wg sync.WaitGroup
+	for i := 0; i < 3; i++ {
+		wg.Go(func() {
+			ctx := context.Background()
+			info, err := s.c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python"})
+			if err != nil {
+				t.Errorf("create: %v", err)
+				return
+			}
+			// A runtime the template forked has pandas imported already;
+			// one started cold has not.
+			r, err := s.c.Execute(ctx, info.ID, apitype.ExecuteRequest{Code: "import sys\n'pandas' in sys.modules"}, nil)
+			if err != nil || text(r, "result") != "True" {
+				t.Errorf("a session created right after the start got a cold interpreter: %v %+v", err, r)
+			}
+		})
+	}
+	wg.Wait()
+	s.waitWarm()
+	h, err := s.c.Health(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var q apitype.PoolStats
+	if err := json.Unmarshal(h.Pool["python"], &q); err != nil {
+		t.Fatal(err)
+	}
+	if q.Cold != 0 || q.Hits+q.Misses != 3 {
+		t.Errorf("python pool after the first sessions: %+v, want 3 handed out, none cold", q)
+	}
+	// The pooled ones are forked too.
+	id := s.newSession("python", nil)
+	if r := s.exec(id, "import sys\n'pandas' in sys.modules"); text(r, "result") != "True" {
+		t.Errorf("a pooled session got a cold interpreter: %+v", r)
+	}
+}

@@ -367,6 +367,10 @@ type PoolStats struct {
 	Built      uint64  `json:"built"`
 	Discarded  uint64  `json:"discarded"`
 	AvgBuildMs float64 `json:"avg_build_ms"`
+	// Cold counts sandboxes handed out whose runtime the template could
+	// have forked but that started without it (the template was not up
+	// or could not fork); always 0 for languages it does not start.
+	Cold uint64 `json:"cold"`
 }
 
 // TemplateStats describe the Python template interpreter.

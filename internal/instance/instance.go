@@ -90,6 +90,11 @@ func (in *Instance) Isolation() config.Isolation { return in.isolation }
 // Name names the sandbox (its cgroup).
 func (in *Instance) Name() string { return in.sb.Name() }
 
+// Forked reports whether the runtime was forked from the template
+// interpreter (with its libraries already imported) rather than started
+// cold.
+func (in *Instance) Forked() bool { return in.gone != nil }
+
 // Started is when the instance was ready.
 func (in *Instance) Started() time.Time { return in.started }
 

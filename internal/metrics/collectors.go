@@ -23,6 +23,7 @@ var (
 	poolMisses    = poolDesc("pool_misses_total", "Sandboxes built on demand because the pool was empty or could not serve the limits, by language.")
 	poolBuilt     = poolDesc("pool_built_total", "Warm sandboxes built, by language.")
 	poolDiscarded = poolDesc("pool_discarded_total", "Warm sandboxes discarded unused, by language.")
+	poolCold      = poolDesc("pool_cold_total", "Sandboxes handed out whose runtime the Python template could have forked but that started cold (the template was not up or could not fork), by language.")
 	poolBuildSecs = poolDesc("pool_build_seconds_total", "Time spent building warm sandboxes, by language (divide by pool_built_total for the mean).")
 
 	egressOpen     = prometheus.NewDesc(Namespace+"_egress_open_connections", "Egress connections open, all sessions together.", nil, nil)
@@ -54,7 +55,7 @@ type poolCollector func() map[string]any
 
 func (p poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{poolReady, poolTarget, poolBuilding, poolHits, poolMisses, poolBuilt, poolDiscarded,
-		poolBuildSecs, templateUp, templateFailures, templateRestarts} {
+		poolCold, poolBuildSecs, templateUp, templateFailures, templateRestarts} {
 		ch <- d
 	}
 }
@@ -73,6 +74,7 @@ func (p poolCollector) Collect(ch chan<- prometheus.Metric) {
 			g(poolMisses, prometheus.CounterValue, float64(s.Misses))
 			g(poolBuilt, prometheus.CounterValue, float64(s.Built))
 			g(poolDiscarded, prometheus.CounterValue, float64(s.Discarded))
+			g(poolCold, prometheus.CounterValue, float64(s.Cold))
 			g(poolBuildSecs, prometheus.CounterValue, s.AvgBuildMs*float64(s.Built)/1000)
 		case apitype.TemplateStats:
 			up := 0.0

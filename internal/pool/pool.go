@@ -50,20 +50,35 @@ type Pool struct {
 	zyg      *zygote.Zygote
 	zygFails int
 	zygRuns  int // starts that succeeded
+	// zygTried is closed once the template's first start has succeeded or
+	// failed (nil without a template): builds of the languages it starts
+	// wait for it rather than start cold (see awaitTemplate).
+	zygTried chan struct{}
 }
 
+// templateWait bounds how long a build waits for the template's first
+// start (about a second on a quiet host): a template that takes longer,
+// or hangs, must not keep Python sandboxes from being built. Those built
+// cold meanwhile are replaced once it is up.
+const templateWait = 20 * time.Second
+
 type queue struct {
-	rt      runtimes.Runtime
-	net     bool // its sandboxes are booted with a network
-	size    int
-	profile config.Limits
-	mu      sync.Mutex
-	ready   []*instance.Instance
-	pending int
-	kick    chan struct{}
+	rt runtimes.Runtime
+	// template: the template is configured and starts rt's runtimes.
+	template bool
+	net      bool // its sandboxes are booted with a network
+	size     int
+	profile  config.Limits
+	mu       sync.Mutex
+	ready    []*instance.Instance
+	pending  int
+	kick     chan struct{}
 
 	hits, misses, built, discarded atomic.Uint64
-	buildNanos                     atomic.Int64
+	// cold counts instances handed out whose runtime the template could
+	// have started but did not (it was not up, or could not fork).
+	cold       atomic.Uint64
+	buildNanos atomic.Int64
 }
 
 // New starts the pools of sandboxes of kernel k (and, for native ones, the
@@ -77,12 +92,20 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 		ctx:   ctx, cancel: cancel,
 		queues: map[string]*queue{}, netQueues: map[string]*queue{},
 	}
+	// The template forks runtimes into native sandboxes only: gVisor's
+	// Python runtimes import the preloaded modules themselves.
+	if native, ok := k.(instance.Native); ok {
+		p.host = native.Host
+	}
+	if cfg.Pool.Zygote && p.host != nil {
+		p.zygTried = make(chan struct{})
+	}
 	for _, lang := range runtimes.Names() {
 		rt, err := runtimes.Lookup(cfg, lang)
 		if err != nil {
 			panic(err) // the table's own names
 		}
-		q := &queue{rt: rt, size: cfg.Pool.Size[lang], profile: cfg.Defaults, kick: make(chan struct{}, 1)}
+		q := &queue{rt: rt, template: rt.Template && p.zygTried != nil, size: cfg.Pool.Size[lang], profile: cfg.Defaults, kick: make(chan struct{}, 1)}
 		p.queues[lang] = q
 		if q.size > 0 {
 			p.wg.Add(1)
@@ -95,12 +118,7 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 			go p.refill(q)
 		}
 	}
-	// The template forks runtimes into native sandboxes only: gVisor's
-	// Python runtimes import the preloaded modules themselves.
-	if native, ok := k.(instance.Native); ok {
-		p.host = native.Host
-	}
-	if cfg.Pool.Zygote && p.host != nil {
+	if p.zygTried != nil {
 		p.wg.Add(1)
 		go p.keepZygote()
 	}
@@ -125,7 +143,7 @@ func (p *Pool) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, ne
 		// The pool's runtimes took its limits at start (a flag, a heap
 		// size) and cannot serve these: leave them to sessions they can.
 		q.misses.Add(1)
-		return p.newInstance(ctx, rt, l, net)
+		return q.handOut(p.newInstance(ctx, rt, l, net))
 	}
 	for {
 		inst := q.take()
@@ -154,11 +172,20 @@ func (p *Pool) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, ne
 			}
 		}
 		q.hits.Add(1)
-		return inst, nil
+		return q.handOut(inst, nil)
 	}
 	q.misses.Add(1)
 	q.signal()
-	return p.newInstance(ctx, rt, l, net)
+	return q.handOut(p.newInstance(ctx, rt, l, net))
+}
+
+// handOut hands out inst, counting it in q's cold figure when the
+// template could have started its runtime but did not.
+func (q *queue) handOut(inst *instance.Instance, err error) (*instance.Instance, error) {
+	if err == nil && q.template && !inst.Forked() {
+		q.cold.Add(1)
+	}
+	return inst, err
 }
 
 func (q *queue) take() *instance.Instance {
@@ -183,6 +210,9 @@ func (q *queue) signal() {
 // refill keeps q at its size.
 func (p *Pool) refill(q *queue) {
 	defer p.wg.Done()
+	if q.template && !p.awaitTemplate(p.ctx) {
+		return
+	}
 	for {
 		q.mu.Lock()
 		want := q.size - len(q.ready) - q.pending
@@ -199,14 +229,21 @@ func (p *Pool) refill(q *queue) {
 			go func() {
 				defer func() { <-p.build }()
 				start := time.Now()
+				runs := p.templateRuns()
 				inst, err := p.newInstance(p.ctx, q.rt, q.profile, q.net)
 				q.mu.Lock()
 				q.pending--
-				if err == nil && p.ctx.Err() == nil {
+				// One started cold while the template came up is replaced
+				// (as recycleCold replaces those already ready).
+				stale := err == nil && q.template && !inst.Forked() && p.templateRuns() != runs
+				if err == nil && p.ctx.Err() == nil && !stale {
 					q.ready = append(q.ready, inst)
 					inst = nil
 				}
 				q.mu.Unlock()
+				if stale {
+					q.discarded.Add(1)
+				}
 				if inst != nil {
 					inst.Close()
 				}
@@ -237,6 +274,9 @@ func (p *Pool) refill(q *queue) {
 // newInstance builds one instance from scratch: through the template
 // when it runs, else (or if the template fails) by executing the runtime.
 func (p *Pool) newInstance(ctx context.Context, rt runtimes.Runtime, l config.Limits, net bool) (*instance.Instance, error) {
+	if rt.Template && !p.awaitTemplate(ctx) {
+		return nil, ctx.Err()
+	}
 	if z := p.zygote(); z != nil && rt.Template {
 		inst, err := instance.New(ctx, p.kernel, p.slots, rt, l, net, z)
 		if err == nil {
@@ -248,6 +288,38 @@ func (p *Pool) newInstance(ctx context.Context, rt runtimes.Runtime, l config.Li
 		p.log.Warn("python template could not start a runtime; starting it cold", "err", err)
 	}
 	return instance.New(ctx, p.kernel, p.slots, rt, l, net, nil)
+}
+
+// awaitTemplate waits until the template's first start has been tried
+// (at most templateWait), so that the first Python sandboxes after the
+// server starts are forked from it rather than started cold. It is false
+// only when ctx ends first.
+func (p *Pool) awaitTemplate(ctx context.Context) bool {
+	if p.zygTried == nil {
+		return true
+	}
+	select {
+	case <-p.zygTried:
+		return true
+	default:
+	}
+	t := time.NewTimer(templateWait)
+	defer t.Stop()
+	select {
+	case <-p.zygTried:
+	case <-t.C:
+		p.log.Warn("python template not up yet; starting python sandboxes cold meanwhile", "waited", templateWait)
+	case <-ctx.Done():
+		return false
+	}
+	return true
+}
+
+// templateRuns counts the template's successful starts.
+func (p *Pool) templateRuns() int {
+	p.zmu.Lock()
+	defer p.zmu.Unlock()
+	return p.zygRuns
 }
 
 func (p *Pool) zygote() *zygote.Zygote {
@@ -268,6 +340,8 @@ func (p *Pool) zygote() *zygote.Zygote {
 // backing off when it keeps failing.
 func (p *Pool) keepZygote() {
 	defer p.wg.Done()
+	var tried sync.Once
+	defer tried.Do(func() { close(p.zygTried) })
 	backoff := time.Second
 	for p.ctx.Err() == nil {
 		z, err := zygote.Start(p.ctx, p.host, p.cfg, p.log)
@@ -275,6 +349,8 @@ func (p *Pool) keepZygote() {
 			p.zmu.Lock()
 			p.zygFails++
 			p.zmu.Unlock()
+			// Builds waiting for it go on cold.
+			tried.Do(func() { close(p.zygTried) })
 			p.log.Warn("python template failed to start; python sandboxes start cold meanwhile", "err", err, "retry_in", backoff)
 			select {
 			case <-time.After(backoff):
@@ -293,9 +369,10 @@ func (p *Pool) keepZygote() {
 		p.zyg = z
 		p.zygRuns++
 		p.zmu.Unlock()
-		// Instances built before the template was up started cold;
+		tried.Do(func() { close(p.zygTried) })
+		// Instances built while the template was not up started cold;
 		// replace them so that pooled sessions get the warm template.
-		p.recycleTemplated()
+		p.recycleCold()
 		select {
 		case <-z.Dead():
 			p.log.Warn("python template died; restarting")
@@ -313,13 +390,34 @@ func (p *Pool) keepZygote() {
 	}
 }
 
-// recycleTemplated discards the ready instances of the languages the
-// template starts (the pools refill).
-func (p *Pool) recycleTemplated() {
+// recycleCold discards the ready instances of the languages the template
+// starts that were started without it (the pools refill). Those it forked
+// stay: a runtime outlives the template that forked it.
+func (p *Pool) recycleCold() {
 	for _, q := range p.queues {
-		if q.rt.Template {
-			q.discard()
-			q.signal()
+		if !q.template {
+			continue
+		}
+		q.mu.Lock()
+		var cold []*instance.Instance
+		keep := q.ready[:0]
+		for _, inst := range q.ready {
+			if inst.Forked() {
+				keep = append(keep, inst)
+			} else {
+				cold = append(cold, inst)
+			}
+		}
+		clear(q.ready[len(keep):])
+		q.ready = keep
+		q.mu.Unlock()
+		if len(cold) == 0 {
+			continue
+		}
+		q.discarded.Add(uint64(len(cold)))
+		q.signal()
+		for _, inst := range cold {
+			p.closing.Go(func() { inst.Close() })
 		}
 	}
 }
@@ -347,6 +445,7 @@ func (p *Pool) Stats() map[string]any {
 		s := apitype.PoolStats{Ready: len(q.ready), Target: q.size, Building: q.pending}
 		q.mu.Unlock()
 		s.Hits, s.Misses, s.Built, s.Discarded = q.hits.Load(), q.misses.Load(), q.built.Load(), q.discarded.Load()
+		s.Cold = q.cold.Load()
 		if s.Built > 0 {
 			s.AvgBuildMs = float64(q.buildNanos.Load()) / float64(s.Built) / 1e6
 		}

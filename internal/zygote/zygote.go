@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -42,6 +43,9 @@ type Zygote struct {
 	log *slog.Logger
 	// Read buffers, used by one reader at a time (Start, then loop).
 	buf, oob []byte
+	// closing is set by Close: the template's end is expected then, and
+	// not worth a warning.
+	closing atomic.Bool
 
 	mu      sync.Mutex
 	next    int
@@ -194,7 +198,9 @@ func (z *Zygote) loop() {
 	for {
 		m, files, err := z.read()
 		if err != nil {
-			z.log.Warn("python template ended", "err", err, "stderr", z.t.Diag())
+			if !z.closing.Load() {
+				z.log.Warn("python template ended", "err", err, "stderr", z.t.Diag())
+			}
 			return
 		}
 		if m.Type == "exited" {
@@ -366,6 +372,7 @@ func (z *Zygote) Pid() int { return z.t.Pid() }
 
 // Close stops the template.
 func (z *Zygote) Close() error {
+	z.closing.Store(true)
 	err := z.t.Close()
 	// The template is gone (and its socket closed, so the reader ends),
 	// and with it the parent of its runtimes: those that already ended
