@@ -106,6 +106,7 @@ type Gate struct {
 	log     *slog.Logger
 	ns      *os.File // the sandbox's network namespace
 
+	setMu     sync.Mutex // SetPolicy
 	mu        sync.Mutex
 	policy    Policy
 	exec      string
@@ -325,12 +326,15 @@ func resetClose(c net.Conn) {
 // follow it, connections already open are left alone. Listeners are opened
 // for new ports and closed for ports no longer allowed.
 func (g *Gate) SetPolicy(p Policy) error {
+	// One change at a time: two would both try to open a new port, and
+	// the second would find it taken by the first.
+	g.setMu.Lock()
+	defer g.setMu.Unlock()
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
 		return errors.New("egress: gate closed")
 	}
-	g.policy = p
 	want := p.Ports()
 	var add []uint16
 	for _, port := range want {
@@ -338,19 +342,16 @@ func (g *Gate) SetPolicy(p Policy) error {
 			add = append(add, port)
 		}
 	}
-	for port, l := range g.listeners {
-		if !slices.Contains(want, port) {
-			l.Close()
-			delete(g.listeners, port)
-		}
-	}
 	g.mu.Unlock()
-	if len(add) == 0 {
-		return nil
-	}
-	ls, err := listenPorts(g.ns, add)
-	if err != nil {
-		return err
+	// The new ports first, the policy after: a port the sandbox already
+	// listens on (*PortInUseError) leaves the gate as it was, never with
+	// a policy whose port would reach the sandbox's own listener.
+	var ls map[uint16]net.Listener
+	if len(add) > 0 {
+		var err error
+		if ls, err = listenPorts(g.ns, add); err != nil {
+			return err
+		}
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -360,6 +361,13 @@ func (g *Gate) SetPolicy(p Policy) error {
 		}
 		return errors.New("egress: gate closed")
 	}
+	g.policy = p
+	for port, l := range g.listeners {
+		if !slices.Contains(want, port) {
+			l.Close()
+			delete(g.listeners, port)
+		}
+	}
 	for port, l := range ls {
 		g.listeners[port] = l
 		g.wg.Add(1)
@@ -367,6 +375,19 @@ func (g *Gate) SetPolicy(p Policy) error {
 	}
 	return nil
 }
+
+// PortInUseError says a port the gate needs inside the sandbox is taken
+// there already: a program of the sandbox listens on it.
+type PortInUseError struct {
+	Port uint16
+	Err  error
+}
+
+func (e *PortInUseError) Error() string {
+	return fmt.Sprintf("egress: port %d is in use inside the sandbox: %v", e.Port, e.Err)
+}
+
+func (e *PortInUseError) Unwrap() error { return e.Err }
 
 // Close closes every socket of the gate and every connection it carries,
 // and waits for their goroutines.

@@ -119,14 +119,14 @@ func Attach(pidfd int, o Options) (_ *Gate, err error) {
 			return err
 		}
 		if g.dnsUDP, err = net.ListenPacket("udp4", "127.0.0.1:53"); err != nil {
-			return fmt.Errorf("egress: DNS: %w", err)
+			return inUse(53, fmt.Errorf("egress: DNS: %w", err))
 		}
 		if g.dnsTCP, err = net.Listen("tcp4", "127.0.0.1:53"); err != nil {
-			return fmt.Errorf("egress: DNS: %w", err)
+			return inUse(53, fmt.Errorf("egress: DNS: %w", err))
 		}
 		if o.Proxy {
 			if g.proxy, err = net.Listen("tcp4", ProxyAddr); err != nil {
-				return fmt.Errorf("egress: proxy: %w", err)
+				return inUse(proxyPort, fmt.Errorf("egress: proxy: %w", err))
 			}
 		}
 		return nil
@@ -156,11 +156,13 @@ func listenPorts(ns *os.File, ports []uint16) (map[uint16]net.Listener, error) {
 		for _, p := range ports {
 			addr := ":" + strconv.Itoa(int(p))
 			l, err := net.Listen("tcp", addr)
-			if err != nil {
+			if err != nil && !errors.Is(err, unix.EADDRINUSE) {
+				// No IPv6 in the sandbox. Not when the port is taken:
+				// a sandbox holding it on IPv6 only would keep it there.
 				l, err = net.Listen("tcp4", addr)
 			}
 			if err != nil {
-				return fmt.Errorf("egress: listen on port %d in the sandbox: %w", p, err)
+				return inUse(p, fmt.Errorf("egress: listen on port %d in the sandbox: %w", p, err))
 			}
 			out[p] = l
 		}
@@ -173,6 +175,16 @@ func listenPorts(ns *os.File, ports []uint16) (map[uint16]net.Listener, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// inUse makes err a *PortInUseError when the sandbox holds port: its own
+// listener got there first (before the gate existed, or on a port the
+// gate did not need until now).
+func inUse(port uint16, err error) error {
+	if errors.Is(err, unix.EADDRINUSE) {
+		return &PortInUseError{Port: port, Err: err}
+	}
+	return err
 }
 
 // anyIPAddr is put on lo so that resolvers asking for AI_ADDRCONFIG (glibc

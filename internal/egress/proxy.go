@@ -22,6 +22,8 @@ import (
 // CONNECT.
 const ProxyAddr = "127.0.0.1:3128"
 
+const proxyPort = 3128 // ProxyAddr's
+
 // bufConn reads what a bufio.Reader already buffered before the conn.
 type bufConn struct {
 	net.Conn

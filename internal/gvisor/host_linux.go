@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -233,7 +234,11 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 	s.run.ExtraFiles = []*os.File{lifeR}
 	// Its own session: a terminal's signals to the server never reach it.
 	s.run.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	err = s.run.Start()
+	if s.netns != nil {
+		err = startWithout(s.run, netCaps)
+	} else {
+		err = s.run.Start()
+	}
 	readyW.Close()
 	lifeR.Close()
 	if err != nil {
@@ -270,16 +275,71 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 		return nil, errdefs.Private(errdefs.ErrUnavailable, "the gVisor sandbox did not boot", fmt.Errorf("%v: %s", err, s.diag()))
 	}
 	if err := s.checkNetwork(); err != nil {
-		return nil, errdefs.Private(errdefs.ErrUnavailable, "the gVisor sandbox is not in the network namespace airlock gave it", err)
+		return nil, errdefs.Private(errdefs.ErrUnavailable, "the gVisor sandbox's network is not what airlock gave it", err)
 	}
 	undo.Release()
 	return s, nil
 }
 
+// netCaps are what runsc gives the Sentry under host networking when it
+// holds them itself (CAP_NET_ADMIN, CAP_NET_BIND_SERVICE, CAP_NET_RAW,
+// for applications that need them): the guest's binds and socket options
+// are then the Sentry's on the host, whatever the guest's own
+// capabilities, so code running as uid 1000 could listen on 127.0.0.1:53
+// or :443 before the egress gate does, or force 1 GiB socket buffers
+// (SO_RCVBUFFORCE). A sandbox with a network namespace is started without
+// them: its sockets get what a native sandbox's get.
+var netCaps = []uintptr{unix.CAP_NET_ADMIN, unix.CAP_NET_BIND_SERVICE, unix.CAP_NET_RAW}
+
+// startWithout starts cmd with caps out of its bounding set, so that
+// neither it nor anything it executes (runsc's boot, the Sentry, the
+// gofer) can hold them. Capabilities belong to a thread: the drop happens
+// on a locked thread that forks cmd and then ends with its goroutine
+// (never unlocked, so never reused with fewer capabilities).
+func startWithout(cmd *exec.Cmd, caps []uintptr) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		for _, c := range caps {
+			if err := unix.Prctl(unix.PR_CAPBSET_DROP, c, 0, 0, 0); err != nil {
+				errc <- fmt.Errorf("drop capability %d: %w", c, err)
+				return
+			}
+		}
+		errc <- cmd.Start()
+	}()
+	return <-errc
+}
+
+// netCapsOf reports which of netCaps pid may use or gain (its permitted
+// and bounding sets).
+func netCapsOf(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	var mask, held uint64
+	for _, c := range netCaps {
+		mask |= 1 << c
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		if k == "CapPrm" || k == "CapBnd" {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				return 0, fmt.Errorf("%s of %d: %w", k, pid, err)
+			}
+			held |= n & mask
+		}
+	}
+	return held, nil
+}
+
 // checkNetwork makes sure, once the sandbox runs, that none of its
 // processes shares the server's network namespace and, given one of
-// airlock's (Spec.NetNS), that the Sentry is in it: runsc was told so,
-// and what it was told is believed only once seen.
+// airlock's (Spec.NetNS), that the Sentry is in it and no process holds
+// netCaps: runsc was told so, and what it was told is believed only once
+// seen.
 func (s *Sandbox) checkNetwork() error {
 	own, err := nsID("/proc/self/ns/net")
 	if err != nil {
@@ -305,6 +365,11 @@ func (s *Sandbox) checkNetwork() error {
 		}
 		if id == own {
 			return fmt.Errorf("process %d is in the server's network namespace", pid)
+		}
+		if s.netns != nil {
+			if caps, err := netCapsOf(pid); err == nil && caps != 0 {
+				return fmt.Errorf("process %d holds network capabilities (%#x) in the sandbox's namespace", pid, caps)
+			}
 		}
 		seen = seen || id == want
 	}

@@ -543,3 +543,134 @@ print(r.split()[0])
 		t.Errorf("no rate decision among the %d of the result", len(r.Egress))
 	}
 }
+
+// Code that listens on a port before the gate needs it: a session created
+// with an empty allowlist, then given a policy. It cannot take the
+// gate's privileged ports (DNS, 80, 443) on either kernel (under gVisor
+// the Sentry's host capabilities would grant them: runsc starts without
+// them), nor force socket buffers; a policy whose port the sandbox holds
+// is a 409 naming the port that leaves the policy as it was (never a
+// policy whose names resolve to a port the sandbox's own listener
+// answers), on IPv6 only too.
+func TestEgressPortsHeldBySandbox(t *testing.T) {
+	kernels(t, testEgressPortsHeldBySandbox)
+}
+
+func testEgressPortsHeldBySandbox(t *testing.T, iso config.Isolation, with func(*config.Config)) {
+	c, _, port := egressServer(t, with)
+	ctx := context.Background()
+	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python", Isolation: iso, Network: &apitype.NetworkPolicy{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec := func(code string) string {
+		t.Helper()
+		r, err := c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: code}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Stderr != "" {
+			t.Logf("stderr: %s", r.Stderr)
+		}
+		return strings.TrimSpace(r.Stdout)
+	}
+	out := exec(`
+import socket
+held = {}
+def bind(name, fam, typ, addr, v6only=False):
+    s = socket.socket(fam, typ)
+    try:
+        if v6only:
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        s.bind(addr)
+        if typ == socket.SOCK_STREAM:
+            s.listen(8)
+    except OSError as e:
+        s.close()
+        return "%s:%s" % (name, type(e).__name__)
+    held[name] = s
+    return "%s:%d" % (name, s.getsockname()[1])
+out = [bind("udp53", socket.AF_INET, socket.SOCK_DGRAM, ("127.0.0.1", 53)),
+       bind("tcp53", socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", 53)),
+       bind("tcp443", socket.AF_INET6, socket.SOCK_STREAM, ("::", 443)),
+       bind("tcp80", socket.AF_INET, socket.SOCK_STREAM, ("0.0.0.0", 80))]
+try:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, 33, 1 << 29)  # SO_RCVBUFFORCE
+    out.append("rcvbufforce:%d" % s.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF))
+except OSError as e:
+    out.append("rcvbufforce:" + type(e).__name__)
+out.append(bind("v4", socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", 0)))
+out.append(bind("v6", socket.AF_INET6, socket.SOCK_STREAM, ("::", 0), v6only=True))
+print(" ".join(out))
+`)
+	t.Logf("binds: %s", out)
+	f := strings.Fields(out)
+	if len(f) != 7 {
+		t.Fatalf("binds: %q", out)
+	}
+	for _, w := range f[:5] {
+		if !strings.HasSuffix(w, ":PermissionError") {
+			t.Errorf("sandbox code took what the gate needs, or forced a socket buffer: %s", w)
+		}
+	}
+	v4, err1 := strconv.Atoi(strings.TrimPrefix(f[5], "v4:"))
+	v6, err2 := strconv.Atoi(strings.TrimPrefix(f[6], "v6:"))
+	if err1 != nil || err2 != nil {
+		t.Fatalf("the sandbox could not listen on ports of its own: %q", out)
+	}
+	allow := func(ports ...int) []string {
+		var a []string
+		for _, p := range ports {
+			a = append(a, fmt.Sprintf("files.a.test:%d", p))
+		}
+		return a
+	}
+	held := func(err error, p int) {
+		t.Helper()
+		if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), fmt.Sprintf("port %d is in use inside the sandbox", p)) {
+			t.Errorf("a policy on port %d the sandbox listens on: %v", p, err)
+		}
+	}
+	resolves := func() bool {
+		return strings.HasPrefix(exec(probe+`print(resolve("files.a.test"))`), "resolved")
+	}
+
+	// The first policy: no gate is left behind, nothing resolves.
+	_, err = c.SetNetwork(ctx, sess.ID, allow(v4))
+	held(err, v4)
+	if st, err := c.Network(ctx, sess.ID); err != nil || (st != nil && len(st.Allow) != 0) {
+		t.Errorf("after the refused policy: %+v, %v", st, err)
+	}
+	if resolves() {
+		t.Error("a refused first policy resolves its names")
+	}
+
+	// A gate, then a change adding a held port (IPv4, or IPv6 only): the
+	// policy stays what it was.
+	if _, err := c.SetNetwork(ctx, sess.ID, allow(port)); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []int{v4, v6} {
+		_, err = c.SetNetwork(ctx, sess.ID, []string{fmt.Sprintf("files.a.test:%d", port), fmt.Sprintf("pypi.a.test:%d", p)})
+		held(err, p)
+		if st, err := c.Network(ctx, sess.ID); err != nil || st == nil || len(st.Allow) != 1 {
+			t.Errorf("after the refused change to port %d: %+v, %v", p, st, err)
+		}
+		if got := exec(probe + `print(resolve("pypi.a.test"))`); got != "unresolved" {
+			t.Errorf("a refused change to port %d is in force: pypi.a.test %s", p, got)
+		}
+	}
+	if got := exec(probe + fmt.Sprintf(`print(get("http://files.a.test:%d/"))`, port)); !strings.HasPrefix(got, "ok hello") {
+		t.Errorf("the policy in force after refused changes: %q", got)
+	}
+
+	// Once the program lets go of its ports, the same policies apply.
+	exec(`[s.close() for s in held.values()]`)
+	if _, err := c.SetNetwork(ctx, sess.ID, append(allow(port, v4), fmt.Sprintf("pypi.a.test:%d", v6))); err != nil {
+		t.Fatal(err)
+	}
+	if !resolves() {
+		t.Error("files.a.test does not resolve after the ports were freed")
+	}
+}

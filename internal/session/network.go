@@ -1,6 +1,7 @@
 package session
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -98,12 +99,23 @@ func (s *Session) attachEgress(p egress.Policy) error {
 		Session: s.id, Policy: p, Limits: s.m.egress.Limits, Dialer: s.m.egress.Dialer, Log: s.m.log, Proxy: s.m.egress.Proxy,
 	})
 	if err != nil {
-		return errdefs.Private(errdefs.ErrUnavailable, "could not set up the session's network egress", err)
+		return gateErr("could not set up the session's network egress", err)
 	}
 	s.mu.Lock()
 	s.gate = g
 	s.mu.Unlock()
 	return nil
+}
+
+// gateErr says why a gate could not take a policy: a port the session's
+// own code listens on is the client's to free (409, the policy is
+// unchanged), anything else is the server's.
+func gateErr(public string, err error) error {
+	var held *egress.PortInUseError
+	if errors.As(err, &held) {
+		return fmt.Errorf("%w: port %d is in use inside the sandbox (a program of the session listens on it), so airlock cannot listen there for the allowlist; the network policy is unchanged: stop that program, then set the policy again", errdefs.ErrConflict, held.Port)
+	}
+	return errdefs.Private(errdefs.ErrUnavailable, public, err)
 }
 
 func (s *Session) egressGate() *egress.Gate {
@@ -145,7 +157,7 @@ func (s *Session) SetNetwork(np *apitype.NetworkPolicy) (*apitype.NetworkState, 
 	}
 	if g := s.egressGate(); g != nil {
 		if err := g.SetPolicy(p); err != nil {
-			return nil, errdefs.Private(errdefs.ErrUnavailable, "could not change the session's network egress", err)
+			return nil, gateErr("could not change the session's network egress", err)
 		}
 	} else if err := s.attachEgress(p); err != nil {
 		return nil, err
