@@ -76,8 +76,8 @@ type Server struct {
 	Quotas Quotas
 	// Audit, when set, serves GET /v1/audit.
 	Audit AuditLog
-	// public are paths served without authentication (/healthz; /metrics
-	// when the operator says so).
+	// public are paths served without authentication (/healthz, /readyz,
+	// /v1/openapi.json; /metrics when the operator says so).
 	public map[string]bool
 	// Observe, when set, hears every answered request: its route pattern
 	// ("" if it was refused before routing), status and duration (metrics).
@@ -133,7 +133,9 @@ func New(m *session.Manager, cfg config.Config, log *slog.Logger, version string
 	var b [4]byte
 	rand.Read(b[:])
 	s := &Server{m: m, cfg: cfg, log: log, mux: http.NewServeMux(), version: version, idPrefix: hex.EncodeToString(b[:]) + "-",
-		public: map[string]bool{"/healthz": true, "/readyz": true}}
+		// The API's description holds no secrets: clients and tools read
+		// it before they have a key.
+		public: map[string]bool{"/healthz": true, "/readyz": true, "/v1/openapi.json": true}}
 	allow := map[string][]string{}
 	for _, rt := range routes {
 		s.mux.HandleFunc(rt.method+" "+rt.pattern, func(w http.ResponseWriter, r *http.Request) { rt.handle(s, w, r) })

@@ -13,7 +13,8 @@ import (
 	"airlock/internal/session"
 )
 
-// With a token configured, every request but /healthz must carry it,
+// With a token configured, every request but the public paths (/healthz,
+// /readyz, /v1/openapi.json) must carry it,
 // except those that came over the unix socket (mode 0600: the server's
 // own user).
 func TestAuthentication(t *testing.T) {
@@ -34,6 +35,8 @@ func TestAuthentication(t *testing.T) {
 		{"prefix of the token", "/v1/sessions", "Bearer s3cre", tcp, http.StatusUnauthorized},
 		{"right token", "/v1/sessions", "Bearer s3cret", tcp, http.StatusOK},
 		{"health needs none", "/healthz", "", tcp, http.StatusOK},
+		{"readiness needs none", "/readyz", "", tcp, http.StatusOK},
+		{"the API's description needs none", "/v1/openapi.json", "", tcp, http.StatusOK},
 		{"unix socket needs none", "/v1/sessions", "", unix, http.StatusOK},
 	}
 	for _, c := range cases {

@@ -110,6 +110,7 @@ func (g *Gate) serveDNSTCP(l net.Listener) {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
+			time.Sleep(10 * time.Millisecond) // EMFILE and the like: no spinning
 			continue
 		}
 		select {
@@ -118,9 +119,16 @@ func (g *Gate) serveDNSTCP(l net.Listener) {
 			resetClose(c)
 			continue
 		}
+		// A descriptor of the server's too: under the server's cap.
+		if !g.limits.Shared.acquire() {
+			<-sem
+			g.record(&Decision{Kind: "dns", Start: time.Now(), Reason: "denied: " + g.limits.Shared.capReason() + " (DNS over TCP)"}, true)
+			resetClose(c)
+			continue
+		}
 		g.track(c)
 		go func() {
-			defer func() { <-sem; g.untrack(c); c.Close() }()
+			defer func() { <-sem; g.untrack(c); c.Close(); g.limits.Shared.release() }()
 			var lenb [2]byte
 			buf := make([]byte, 65535)
 			for {

@@ -750,6 +750,9 @@ func TestGateServerConnectionCap(t *testing.T) {
 	if s := f1.gate.Stats(); s.Denied != 1 {
 		t.Errorf("session 1 stats %+v, want 1 denied", s)
 	}
+	// DNS over TCP holds a descriptor too: reset at the cap.
+	dc, err := f1.ns.dial("127.0.0.1:53")
+	expectReset(t, dc, err, "DNS over TCP at the cap")
 	// Through the proxy of the other session: reset too (no descriptor
 	// held to write a 503), and the decision says why.
 	pc, err := f2.ns.dial(ProxyAddr)
@@ -758,8 +761,8 @@ func TestGateServerConnectionCap(t *testing.T) {
 	}
 	expectReset(t, pc, err, "a third connection (session 2, proxy)")
 	waitFor(t, func() bool { return strings.Contains(fmt.Sprint(f2.log.lines()), "server connection cap (2 ") })
-	if s := shared.Stats(); s.Open != 2 || s.CapRefused != 2 {
-		t.Errorf("shared stats %+v, want 2 open, 2 refused", s)
+	if s := shared.Stats(); s.Open != 2 || s.CapRefused != 3 {
+		t.Errorf("shared stats %+v, want 2 open, 3 refused", s)
 	}
 	// One closes: the next connection, in the other session, goes through.
 	c1.Close()
@@ -770,6 +773,22 @@ func TestGateServerConnectionCap(t *testing.T) {
 	}
 	cl.CloseIdleConnections()
 	c2.Close()
+	waitFor(t, func() bool { return shared.Stats().Open == 0 })
+	// Under the cap DNS over TCP answers, and gives its place back.
+	dc, err = f1.ns.dial("127.0.0.1:53")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := query(t, "a.test.", dnsmessage.TypeA)
+	dc.SetDeadline(time.Now().Add(5 * time.Second))
+	dc.Write(append([]byte{byte(len(q) >> 8), byte(len(q))}, q...))
+	if _, err := io.ReadFull(dc, make([]byte, 2)); err != nil {
+		t.Fatalf("DNS over TCP under the cap: %v", err)
+	}
+	if n := shared.Stats().Open; n != 1 {
+		t.Errorf("%d open with one DNS connection", n)
+	}
+	dc.Close()
 	waitFor(t, func() bool { return shared.Stats().Open == 0 })
 }
 
