@@ -16,7 +16,7 @@ import (
 // operation the request reached.
 type statusRecorder struct {
 	doc map[string]map[string]map[string]any // path -> method -> operation
-	mux *http.ServeMux                        // resolves a request to its operation
+	mux *http.ServeMux                       // resolves a request to its operation
 	mu  sync.Mutex
 	// seen maps "METHOD /template" to the statuses answered, and those to
 	// an example request.

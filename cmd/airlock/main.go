@@ -53,10 +53,7 @@ var version = "dev"
 
 func main() {
 	// A sealed re-execution of this binary is a sandbox's init.
-	if len(os.Args) > 0 && os.Args[0] == jail.InitArg0 {
-		jail.InitMain()
-		return
-	}
+	jail.MainIfInit()
 	// Descriptors inherited from whoever started airlock must never reach
 	// a sandbox: mark them all close-on-exec before anything is started.
 	unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)

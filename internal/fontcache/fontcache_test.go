@@ -13,13 +13,7 @@ import (
 )
 
 // The test binary is what the jail host re-executes as each sandbox's init.
-func TestMain(m *testing.M) {
-	if len(os.Args) > 0 && os.Args[0] == jail.InitArg0 {
-		jail.InitMain()
-		return
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { jail.RunTests(m) }
 
 // On a host with no font list (a fresh machine, where only the tests run
 // and never `airlock doctor`), Ensure builds one from inside a jail,

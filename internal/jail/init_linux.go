@@ -28,6 +28,27 @@ func init() {
 	}
 }
 
+// MainIfInit runs the sandbox init (InitMain, which never returns) when
+// this process is one, re-executed by Host.Start with argv[0] InitArg0,
+// and returns at once otherwise. The airlock command calls it first thing,
+// and so does every test binary that builds jails (see RunTests): the
+// binary Host.Start re-executes is the running one.
+func MainIfInit() {
+	if len(os.Args) > 0 && os.Args[0] == InitArg0 {
+		InitMain()
+	}
+}
+
+// RunTests is the TestMain of a test package that builds jails: a
+// sandbox's init when the test binary was re-executed as one, the
+// package's tests otherwise.
+//
+//	func TestMain(m *testing.M) { jail.RunTests(m) }
+func RunTests(m interface{ Run() int }) {
+	MainIfInit()
+	os.Exit(m.Run())
+}
+
 // InitMain is the sandbox init: PID 1 of the sandbox, re-executed from the
 // sealed airlock binary by Host.Start. It never returns.
 func InitMain() {

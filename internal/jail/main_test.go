@@ -15,10 +15,7 @@ import (
 
 // The test binary is what Host re-executes as each sandbox's init.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 0 && os.Args[0] == InitArg0 {
-		InitMain()
-		return
-	}
+	MainIfInit()
 	code := m.Run()
 	closeSharedHost()
 	os.Exit(code)

@@ -22,13 +22,7 @@ import (
 )
 
 // The test binary is what the jail host re-executes as each sandbox's init.
-func TestMain(m *testing.M) {
-	if len(os.Args) > 0 && os.Args[0] == jail.InitArg0 {
-		jail.InitMain()
-		return
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { jail.RunTests(m) }
 
 // connect starts an embedded server and an MCP client session to an MCP
 // server in front of it, over the SDK's in-memory transports.

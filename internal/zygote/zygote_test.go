@@ -17,13 +17,7 @@ import (
 )
 
 // The test binary is what the jail host re-executes as each sandbox's init.
-func TestMain(m *testing.M) {
-	if len(os.Args) > 0 && os.Args[0] == jail.InitArg0 {
-		jail.InitMain()
-		return
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { jail.RunTests(m) }
 
 func testHost(t *testing.T) (*jail.Host, config.Config) {
 	t.Helper()
