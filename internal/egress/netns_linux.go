@@ -40,6 +40,19 @@ func inNetns(ns int, fn func() error) error {
 			errc <- fmt.Errorf("egress: enter the sandbox's network namespace: %w", err)
 			return
 		}
+		// Never the server's own: a descriptor number closed and reused
+		// (the sandbox's handle, or the server's just opened above) would
+		// otherwise put the gate's routes and listeners on the host.
+		if same, err := sameFile(orig, "/proc/thread-self/ns/net"); same || err != nil {
+			if unix.Setns(orig, unix.CLONE_NEWNET) == nil {
+				runtime.UnlockOSThread()
+			}
+			if err == nil {
+				err = errors.New("egress: the handle names the server's own network namespace, not a sandbox's")
+			}
+			errc <- err
+			return
+		}
 		err = fn()
 		if unix.Setns(orig, unix.CLONE_NEWNET) == nil {
 			runtime.UnlockOSThread()
@@ -47,6 +60,18 @@ func inNetns(ns int, fn func() error) error {
 		errc <- err
 	}()
 	return <-errc
+}
+
+// sameFile reports whether the descriptor fd and path are one file.
+func sameFile(fd int, path string) (bool, error) {
+	var a, b unix.Stat_t
+	if err := unix.Fstat(fd, &a); err != nil {
+		return false, err
+	}
+	if err := unix.Stat(path, &b); err != nil {
+		return false, err
+	}
+	return a.Dev == b.Dev && a.Ino == b.Ino, nil
 }
 
 // NewNamespace makes a network namespace of airlock's own for a sandbox

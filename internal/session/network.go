@@ -89,6 +89,12 @@ func (s *Session) attachEgress(p egress.Policy) error {
 	if p.Empty() {
 		return nil
 	}
+	s.attachMu.Lock()
+	defer s.attachMu.Unlock()
+	if end := s.End(); !end.Zero() {
+		// Teardown may have closed the sandbox and its handle.
+		return gone(end)
+	}
 	ns, ok := s.inst.NetNS()
 	if !ok {
 		// Only gVisor sandboxes started without a network: runsc fixes a

@@ -151,6 +151,12 @@ type Session struct {
 	// gate is the session's network egress (nil: loopback only); set
 	// under mu, once, by Create or SetNetwork.
 	gate *egress.Gate
+	// attachMu keeps the sandbox open while a gate is put into it: the
+	// gate enters its namespace through a descriptor number, which, closed
+	// by a teardown in between and reused, could name another sandbox's
+	// namespace or the server's own. Teardown takes it before it closes
+	// the sandbox; attaching checks the session has not ended under it.
+	attachMu sync.Mutex
 
 	execMu sync.Mutex // one execution at a time
 	// pkgMu: one pip install at a time (they share .packages/wheels); a
@@ -651,6 +657,8 @@ func (s *Session) terminate(end apitype.End) {
 
 func (s *Session) teardown() {
 	defer close(s.gone)
+	s.attachMu.Lock()
+	defer s.attachMu.Unlock()
 	s.closeEgress()
 	if err := s.inst.Close(); err != nil {
 		s.m.log.Error("session teardown", "session", s.id, "err", err)
