@@ -59,8 +59,11 @@ type Pool struct {
 // templateWait bounds how long a build waits for the template's first
 // start (about a second on a quiet host): a template that takes longer,
 // or hangs, must not keep Python sandboxes from being built. Those built
-// cold meanwhile are replaced once it is up.
-const templateWait = 20 * time.Second
+// cold meanwhile are replaced once it is up. (A variable for tests.)
+var templateWait = 20 * time.Second
+
+// startTemplate starts the template interpreter (a variable for tests).
+var startTemplate = zygote.Start
 
 type queue struct {
 	rt runtimes.Runtime
@@ -344,7 +347,7 @@ func (p *Pool) keepZygote() {
 	defer tried.Do(func() { close(p.zygTried) })
 	backoff := time.Second
 	for p.ctx.Err() == nil {
-		z, err := zygote.Start(p.ctx, p.host, p.cfg, p.log)
+		z, err := startTemplate(p.ctx, p.host, p.cfg, p.log)
 		if err != nil {
 			p.zmu.Lock()
 			p.zygFails++

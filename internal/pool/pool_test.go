@@ -1,0 +1,154 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"airlock/internal/apitype"
+	"airlock/internal/config"
+	"airlock/internal/instance"
+	"airlock/internal/jail"
+	"airlock/internal/runtimes"
+	"airlock/internal/testenv"
+	"airlock/internal/zygote"
+)
+
+// The test binary is what the jail host re-executes as each sandbox's init.
+func TestMain(m *testing.M) { jail.RunTests(m) }
+
+// testPool starts a pool of one python sandbox, with the template, whose
+// template starts through start.
+func testPool(t *testing.T, start func(context.Context, *jail.Host, config.Config, *slog.Logger) (*zygote.Zygote, error)) *Pool {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testenv.Skip(t, "privileged test: needs root to build jails (CI runs as root)")
+	}
+	cfg := config.Default()
+	cfg.StateDir = "/run/airlock-pool-test"
+	cfg.CgroupParent = "airlock-pool-test"
+	cfg.Pool.Preload = []string{"json"} // quick to start
+	cfg.Pool.Size = map[string]int{"python": 1}
+	cfg.Pool.Zygote = true
+	opts := jail.OptionsFrom(cfg)
+	opts.RootFiles = runtimes.RootFiles()
+	h, err := jail.NewHost(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		h.Close()
+		os.RemoveAll(cfg.StateDir)
+	})
+	startTemplate = start
+	t.Cleanup(func() { startTemplate = zygote.Start })
+	p := New(cfg, instance.Native{Host: h}, instance.NewSlots(h.Layout()), slog.New(slog.DiscardHandler))
+	t.Cleanup(p.Close) // before the host's
+	return p
+}
+
+// get takes a python sandbox from p, as a session with the default limits
+// does, and closes it at the end of the test.
+func get(t *testing.T, p *Pool) *instance.Instance {
+	t.Helper()
+	rt, err := runtimes.Lookup(p.cfg, "python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	inst, err := p.Get(ctx, rt, p.cfg.Defaults, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inst.Close() })
+	return inst
+}
+
+// setTemplateWait sets templateWait for a test; call it before testPool,
+// so that it is restored after the pool has stopped.
+func setTemplateWait(t *testing.T, d time.Duration) {
+	old := templateWait
+	templateWait = d
+	t.Cleanup(func() { templateWait = old })
+}
+
+func pythonStats(p *Pool) apitype.PoolStats { return p.Stats()["python"].(apitype.PoolStats) }
+
+// waitFor polls cond (the pool tells no events) for up to 60 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting: %s", what)
+		}
+	}
+}
+
+// readyForked reports whether p's python pool is full of sandboxes the
+// template forked.
+func readyForked(p *Pool) bool {
+	q := p.queues["python"]
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, inst := range q.ready {
+		if !inst.Forked() {
+			return false
+		}
+	}
+	return len(q.ready) == q.size
+}
+
+// A template whose first start fails does not hold Python sandboxes up
+// (however long they would wait for a slow one): they start cold, and are
+// counted so.
+func TestTemplateFailsSandboxesStartCold(t *testing.T) {
+	setTemplateWait(t, time.Hour)
+	p := testPool(t, func(context.Context, *jail.Host, config.Config, *slog.Logger) (*zygote.Zygote, error) {
+		return nil, errors.New("no template here")
+	})
+	if inst := get(t, p); inst.Forked() {
+		t.Error("a sandbox forked by a template that never started")
+	}
+	waitFor(t, "a full pool", func() bool { return pythonStats(p).Ready == 1 })
+	if s := pythonStats(p); s.Cold != 1 || s.Hits+s.Misses != 1 {
+		t.Errorf("python pool %+v: want one sandbox handed out, cold", s)
+	}
+	if ts := p.Stats()[apitype.TemplateKey].(apitype.TemplateStats); ts.Running || ts.Failures < 1 {
+		t.Errorf("template %+v: want down, failed", ts)
+	}
+}
+
+// A template slower than templateWait: sandboxes start cold after that
+// wait, and once it is up the pooled cold ones are replaced by forked
+// ones.
+func TestSlowTemplateColdOnesReplaced(t *testing.T) {
+	setTemplateWait(t, 50*time.Millisecond)
+	release := make(chan struct{})
+	p := testPool(t, func(ctx context.Context, h *jail.Host, cfg config.Config, log *slog.Logger) (*zygote.Zygote, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return zygote.Start(ctx, h, cfg, log)
+	})
+	if inst := get(t, p); inst.Forked() {
+		t.Error("a sandbox forked by a template that was not up")
+	}
+	waitFor(t, "a full pool", func() bool { return pythonStats(p).Ready == 1 })
+	if readyForked(p) {
+		t.Fatal("the pool holds a forked sandbox before the template is up")
+	}
+	close(release)
+	waitFor(t, "the pool's cold sandbox replaced by a forked one", func() bool { return readyForked(p) })
+	if inst := get(t, p); !inst.Forked() {
+		t.Error("a pooled sandbox after the template came up is not forked")
+	}
+	if s := pythonStats(p); s.Cold != 1 || s.Hits != 1 || s.Discarded < 1 {
+		t.Errorf("python pool %+v: want the first sandbox cold, a hit forked, the cold pooled one discarded", s)
+	}
+}
