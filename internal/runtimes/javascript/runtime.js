@@ -94,7 +94,10 @@
  *     aside and starting its watchdog thread, and between stopping the
  *     watchdog and putting the listeners back), so a SIGINT that lands
  *     exactly as a cell's synchronous part starts or ends can kill the
- *     runtime. The server treats that like any runtime death.
+ *     runtime. The server treats that like any runtime death. A SIGINT
+ *     while execSync waits for its child reaches the child (same process
+ *     group) and, now and then, not the watchdog: the cell then ends with
+ *     execSync's error for the child the signal killed.
  */
 
 const fs = require('fs');
