@@ -114,7 +114,8 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 			p.wg.Add(1)
 			go p.refill(q)
 		}
-		if n := cfg.Pool.NetworkSize[lang]; n > 0 && k.NetworkAtStart() {
+		// Only where sessions can have a network at all.
+		if n := cfg.Pool.NetworkSize[lang]; n > 0 && k.NetworkAtStart() && cfg.Network.Enabled {
 			q := &queue{rt: rt, net: true, size: n, profile: cfg.Defaults, kick: make(chan struct{}, 1)}
 			p.netQueues[lang] = q
 			p.wg.Add(1)
