@@ -20,11 +20,33 @@ import (
 // inNetns runs fn on an OS thread locked to it that has entered the
 // network namespace ns (a pidfd of a process in it, or a namespace file).
 // Sockets fn creates belong to that namespace and are served from
-// anywhere later. The thread goes back to its own namespace before it is
-// unlocked; if it cannot, it stays locked and exits with the goroutine
-// (had it been the main thread, which Go never exits, it would stay in
-// the sandbox's namespace for good: restoring avoids that).
+// anywhere later.
 func inNetns(ns int, fn func() error) error {
+	return onNetnsThread(func(orig int) error {
+		if err := unix.Setns(ns, unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("egress: enter the sandbox's network namespace: %w", err)
+		}
+		// Never the server's own: a descriptor number closed and reused
+		// (the sandbox's handle, or the server's just opened) would
+		// otherwise put the gate's routes and listeners on the host.
+		if same, err := sameFile(orig, "/proc/thread-self/ns/net"); same || err != nil {
+			if err == nil {
+				err = errors.New("egress: the handle names the server's own network namespace, not a sandbox's")
+			}
+			return err
+		}
+		return nil
+	}, fn)
+}
+
+// onNetnsThread runs enter, then (if it succeeded) fn, on an OS thread
+// locked to them; enter moves the thread to another network namespace
+// and is given a handle on the thread's own. The thread goes back to its
+// own namespace before it is unlocked; if it cannot, it stays locked and
+// exits with the goroutine (had it been the main thread, which Go never
+// exits, it would stay in the sandbox's namespace for good: restoring
+// avoids that).
+func onNetnsThread(enter func(orig int) error, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -35,25 +57,9 @@ func inNetns(ns int, fn func() error) error {
 			return
 		}
 		defer unix.Close(orig)
-		if err := unix.Setns(ns, unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("egress: enter the sandbox's network namespace: %w", err)
-			return
+		if err = enter(orig); err == nil {
+			err = fn()
 		}
-		// Never the server's own: a descriptor number closed and reused
-		// (the sandbox's handle, or the server's just opened above) would
-		// otherwise put the gate's routes and listeners on the host.
-		if same, err := sameFile(orig, "/proc/thread-self/ns/net"); same || err != nil {
-			if unix.Setns(orig, unix.CLONE_NEWNET) == nil {
-				runtime.UnlockOSThread()
-			}
-			if err == nil {
-				err = errors.New("egress: the handle names the server's own network namespace, not a sandbox's")
-			}
-			errc <- err
-			return
-		}
-		err = fn()
 		if unix.Setns(orig, unix.CLONE_NEWNET) == nil {
 			runtime.UnlockOSThread()
 		}
@@ -80,33 +86,13 @@ func sameFile(fd int, path string) (bool, error) {
 // long as the returned handle or a process in it.
 func NewNamespace() (*os.File, error) {
 	var ns *os.File
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("egress: own network namespace: %w", err)
-			return
-		}
-		defer unix.Close(orig)
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("egress: new network namespace: %w", err)
-			return
-		}
-		err = rootfs.LoopbackUp()
-		if err == nil {
+	err := onNetnsThread(func(int) error { return unix.Unshare(unix.CLONE_NEWNET) }, func() (err error) {
+		if err = rootfs.LoopbackUp(); err == nil {
 			ns, err = os.Open("/proc/thread-self/ns/net")
 		}
-		// Back to the server's namespace, or this thread dies with its
-		// goroutine (locked).
-		if unix.Setns(orig, unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-		errc <- err
-	}()
-	if err := <-errc; err != nil {
+		return err
+	})
+	if err != nil {
 		if ns != nil {
 			ns.Close()
 		}
