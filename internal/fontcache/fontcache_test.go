@@ -8,7 +8,7 @@ import (
 
 	"airlock/internal/config"
 	"airlock/internal/jail"
-	"airlock/internal/runtimes"
+	"airlock/internal/jail/jailtest"
 	"airlock/internal/testenv"
 )
 
@@ -24,19 +24,7 @@ func TestEnsureBuildsOnce(t *testing.T) {
 	if _, err := os.Stat(cfg.Runtimes.Python); err != nil {
 		testenv.Skip(t, "%s missing: run scripts/install-deps.sh", cfg.Runtimes.Python)
 	}
-	cfg.StateDir = "/run/airlock-fontcache-test"
-	cfg.CgroupParent = "airlock-fontcache-test"
-	cfg.CacheDir = t.TempDir()
-	opts := jail.OptionsFrom(cfg)
-	opts.RootFiles = runtimes.RootFiles()
-	h, err := jail.NewHost(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		h.Close()
-		os.RemoveAll(cfg.StateDir)
-	})
+	h, cfg := jailtest.Host(t, "fontcache", func(c *config.Config) { c.CacheDir = t.TempDir() })
 	built, err := Ensure(t.Context(), h, cfg)
 	if err != nil || !built {
 		t.Fatalf("first Ensure: built %v, %v", built, err)

@@ -12,6 +12,7 @@ import (
 	"airlock/internal/config"
 	"airlock/internal/gvisor"
 	"airlock/internal/jail"
+	"airlock/internal/jail/jailtest"
 	"airlock/internal/runtimes"
 	"airlock/internal/testenv"
 )
@@ -21,23 +22,7 @@ func TestMain(m *testing.M) { jail.RunTests(m) }
 
 func testHost(t *testing.T) (*jail.Host, config.Config) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		testenv.Skip(t, "privileged test: needs root to build jails (CI runs as root)")
-	}
-	cfg := config.Default()
-	cfg.StateDir = "/run/airlock-instance-test"
-	cfg.CgroupParent = "airlock-instance-test"
-	opts := jail.OptionsFrom(cfg)
-	opts.RootFiles = runtimes.RootFiles()
-	h, err := jail.NewHost(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		h.Close()
-		os.RemoveAll(cfg.StateDir)
-	})
-	return h, cfg
+	return jailtest.Host(t, "instance")
 }
 
 // testKernels are the kernels the instance tests run on: native, and

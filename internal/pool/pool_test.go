@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"os"
 	"testing"
 	"time"
 
@@ -12,8 +11,8 @@ import (
 	"airlock/internal/config"
 	"airlock/internal/instance"
 	"airlock/internal/jail"
+	"airlock/internal/jail/jailtest"
 	"airlock/internal/runtimes"
-	"airlock/internal/testenv"
 	"airlock/internal/zygote"
 )
 
@@ -24,24 +23,10 @@ func TestMain(m *testing.M) { jail.RunTests(m) }
 // template starts through start.
 func testPool(t *testing.T, start func(context.Context, *jail.Host, config.Config, *slog.Logger) (*zygote.Zygote, error)) *Pool {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		testenv.Skip(t, "privileged test: needs root to build jails (CI runs as root)")
-	}
-	cfg := config.Default()
-	cfg.StateDir = "/run/airlock-pool-test"
-	cfg.CgroupParent = "airlock-pool-test"
-	cfg.Pool.Preload = []string{"json"} // quick to start
-	cfg.Pool.Size = map[string]int{"python": 1}
-	cfg.Pool.Zygote = true
-	opts := jail.OptionsFrom(cfg)
-	opts.RootFiles = runtimes.RootFiles()
-	h, err := jail.NewHost(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		h.Close()
-		os.RemoveAll(cfg.StateDir)
+	h, cfg := jailtest.Host(t, "pool", func(c *config.Config) {
+		c.Pool.Preload = []string{"json"} // quick to start
+		c.Pool.Size = map[string]int{"python": 1}
+		c.Pool.Zygote = true
 	})
 	startTemplate = start
 	t.Cleanup(func() { startTemplate = zygote.Start })

@@ -3,7 +3,6 @@ package zygote
 import (
 	"context"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -12,8 +11,7 @@ import (
 
 	"airlock/internal/config"
 	"airlock/internal/jail"
-	"airlock/internal/runtimes"
-	"airlock/internal/testenv"
+	"airlock/internal/jail/jailtest"
 )
 
 // The test binary is what the jail host re-executes as each sandbox's init.
@@ -21,24 +19,9 @@ func TestMain(m *testing.M) { jail.RunTests(m) }
 
 func testHost(t *testing.T) (*jail.Host, config.Config) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		testenv.Skip(t, "privileged test: needs root to build jails (CI runs as root)")
-	}
-	cfg := config.Default()
-	cfg.StateDir = "/run/airlock-zygote-test"
-	cfg.CgroupParent = "airlock-zygote-test"
-	cfg.Pool.Preload = []string{"json"} // quick to start
-	opts := jail.OptionsFrom(cfg)
-	opts.RootFiles = runtimes.RootFiles()
-	h, err := jail.NewHost(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		h.Close()
-		os.RemoveAll(cfg.StateDir)
+	return jailtest.Host(t, "zygote", func(c *config.Config) {
+		c.Pool.Preload = []string{"json"} // quick to start
 	})
-	return h, cfg
 }
 
 // records is a slog.Handler that keeps what is logged.
