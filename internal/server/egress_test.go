@@ -482,12 +482,7 @@ func TestEgressServerCapOverRlimit(t *testing.T) {
 		testenv.Skip(t, "RLIMIT_NOFILE holds any valid network.max_open_connections")
 	}
 	testenv.RequireRoot(t, "building a server")
-	cfg := config.Default()
-	cfg.StateDir = "/run/airlock-server-test"
-	cfg.CgroupParent = "airlock-server-test"
-	cfg.Server.Listen = "127.0.0.1:0"
-	cfg.Server.Auth = config.AuthNone
-	cfg.DataDir = t.TempDir()
+	cfg := testConfig(t)
 	cfg.Pool.Size = map[string]int{}
 	cfg.Network.MaxOpenConnections = int(l.Max/2) + 1
 	s, err := New(cfg, Options{Version: "test", Log: slog.New(slog.DiscardHandler)})

@@ -87,6 +87,18 @@ func wait[E any](t *testing.T, r *recorder, from *int, want func(E) bool) E {
 // anyOf matches every event of its type.
 func anyOf[E any](E) bool { return true }
 
+// testConfig is the configuration of the tests' servers: their own
+// state directory and cgroup parent, loopback, no authentication.
+func testConfig(t *testing.T) config.Config {
+	cfg := config.Default()
+	cfg.StateDir = "/run/airlock-server-test"
+	cfg.CgroupParent = "airlock-server-test"
+	cfg.Server.Listen = "127.0.0.1:0"
+	cfg.Server.Auth = config.AuthNone
+	cfg.DataDir = t.TempDir()
+	return cfg
+}
+
 // testServer starts a server of its own (state directory, cgroup parent,
 // socket) with a small bash pool, the recorder and an extra handler.
 func testServer(t *testing.T, rec *recorder, adjust ...func(*config.Config)) (*Server, config.Config) {
@@ -94,12 +106,7 @@ func testServer(t *testing.T, rec *recorder, adjust ...func(*config.Config)) (*S
 	if os.Geteuid() != 0 {
 		testenv.Skip(t, "privileged test: needs root to build jails (CI runs as root)")
 	}
-	cfg := config.Default()
-	cfg.StateDir = "/run/airlock-server-test"
-	cfg.CgroupParent = "airlock-server-test"
-	cfg.Server.Listen = "127.0.0.1:0"
-	cfg.Server.Auth = config.AuthNone
-	cfg.DataDir = t.TempDir()
+	cfg := testConfig(t)
 	cfg.Pool.Size = map[string]int{"bash": 1}
 	cfg.Pool.Zygote = false
 	for _, f := range adjust {
