@@ -130,7 +130,7 @@ func Layers() (gvisor, airlock []string) {
 		}, []string{
 			"host cgroup of the whole sandbox (Sentry, gofer, every process): memory (OOM kills the sandbox), pids, CPU quota",
 			"no network: runsc --network=none (gVisor's own loopback only); runsc never changes the host's network",
-			"sessions with egress: runsc --network=host inside a network namespace airlock made (lo and airlock's egress gate only), started without CAP_NET_ADMIN, CAP_NET_BIND_SERVICE and CAP_NET_RAW, both checked after boot; their sockets are the host kernel's, in that namespace",
+			"sessions with egress: runsc --network=host inside a network namespace airlock made (lo and airlock's egress gate only), started without CAP_NET_ADMIN, CAP_NET_BIND_SERVICE, CAP_NET_RAW and CAP_DAC_READ_SEARCH, both checked after boot; their sockets are the host kernel's, in that namespace",
 			"root: the read-only root template, host /usr read-only, airlock-owned tmpfs /workspace and /tmp sized by the limits",
 			"uid 1000, no capabilities, no_new_privs, RLIMIT_NOFILE; wall-clock and CPU-time limits from outside",
 		}

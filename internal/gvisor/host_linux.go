@@ -288,8 +288,11 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 // capabilities, so code running as uid 1000 could listen on 127.0.0.1:53
 // or :443 before the egress gate does, or force 1 GiB socket buffers
 // (SO_RCVBUFFORCE). A sandbox with a network namespace is started without
-// them: its sockets get what a native sandbox's get.
-var netCaps = []uintptr{unix.CAP_NET_ADMIN, unix.CAP_NET_BIND_SERVICE, unix.CAP_NET_RAW}
+// them: its sockets get what a native sandbox's get. CAP_DAC_READ_SEARCH
+// goes too: host networking leaves the Sentry and the gofer in the host's
+// user namespace, where it would let an escaped one open any host file
+// by handle (open_by_handle_at); runsc does not need it.
+var netCaps = []uintptr{unix.CAP_NET_ADMIN, unix.CAP_NET_BIND_SERVICE, unix.CAP_NET_RAW, unix.CAP_DAC_READ_SEARCH}
 
 // startWithout starts cmd with caps out of its bounding set, so that
 // neither it nor anything it executes (runsc's boot, the Sentry, the
