@@ -6,13 +6,18 @@ set -eu
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 ./scripts/build.sh
-# Optional second kernel (README, "gVisor"): AIRLOCK_GVISOR=1 builds the
-# pinned runsc into /usr/local/bin (about 3 minutes the first time).
-if [ "${AIRLOCK_GVISOR:-0}" = 1 ]; then
+# Optional second kernel (README, "gVisor"): WITH_GVISOR=1 builds the
+# pinned runsc into /usr/local/bin (about 3 minutes the first time) and
+# runs the demo on gVisor. (Not an AIRLOCK_ variable: those are airlock's
+# configuration.)
+if [ "${WITH_GVISOR:-0}" = 1 ]; then
 	CGO_ENABLED=0 GOBIN=/usr/local/bin PATH="$PATH:/usr/local/go/bin" go install \
 		"gvisor.dev/gvisor/runsc@$(sed -n 's/^const PinnedVersion = "\(.*\)"$/\1/p' internal/gvisor/gvisor.go)"
 fi
 install -m 0755 bin/airlock /usr/local/bin/airlock
 echo "installed /usr/local/bin/airlock"
+if [ "${WITH_GVISOR:-0}" = 1 ]; then
+	export AIRLOCK_ISOLATION=gvisor
+fi
 bin/airlock doctor
 ./scripts/demo.sh
