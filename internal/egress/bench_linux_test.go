@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
+	"net/netip"
 	"testing"
 	"time"
 )
@@ -22,36 +22,18 @@ var benchLimits = Limits{Shared: NewShared(1 << 20), DNSRate: 1 << 20, DNSBurst:
 func BenchmarkConnect(b *testing.B) {
 	for _, via := range []string{"direct", "gate", "gate+dns"} {
 		b.Run(via, func(b *testing.B) {
-			f := newFixture(b, []string{"a.test:PORT"}, benchLimits)
-			self, err := os.Open("/proc/self/ns/net")
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer self.Close()
-			host := &netns{pidfd: int(self.Fd())}
-			_, fake, err := f.ns.lookup("a.test")
-			if err != nil {
-				b.Fatal(err)
-			}
+			f, fake := benchFixture(b)
 			req := []byte("GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				var c net.Conn
-				switch via {
-				case "direct":
-					c, err = host.dial(fmt.Sprintf("127.0.0.2:%d", f.port))
-				case "gate":
-					c, err = f.ns.dial(fmt.Sprintf("%s:%d", fake, f.port))
-				default:
-					_, a, lerr := f.ns.lookup("a.test")
-					if lerr != nil {
-						b.Fatal(lerr)
+				if via == "gate+dns" {
+					_, a, err := f.ns.lookup("a.test")
+					if err != nil {
+						b.Fatal(err)
 					}
-					c, err = f.ns.dial(fmt.Sprintf("%s:%d", a, f.port))
+					fake = a
 				}
-				if err != nil {
-					b.Fatal(err)
-				}
+				c := benchDial(b, f, fake, via)
 				c.SetDeadline(time.Now().Add(5 * time.Second))
 				c.Write(req)
 				if _, err := io.ReadAll(c); err != nil {
@@ -68,30 +50,12 @@ func BenchmarkConnect(b *testing.B) {
 func BenchmarkDownload(b *testing.B) {
 	for _, via := range []string{"direct", "gate"} {
 		b.Run(via, func(b *testing.B) {
-			f := newFixture(b, []string{"a.test:PORT"}, benchLimits)
-			self, err := os.Open("/proc/self/ns/net")
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer self.Close()
-			host := &netns{pidfd: int(self.Fd())}
-			_, fake, err := f.ns.lookup("a.test")
-			if err != nil {
-				b.Fatal(err)
-			}
+			f, fake := benchFixture(b)
 			req := []byte("GET /big HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
 			b.SetBytes(2 << 20)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				var c net.Conn
-				if via == "direct" {
-					c, err = host.dial(fmt.Sprintf("127.0.0.2:%d", f.port))
-				} else {
-					c, err = f.ns.dial(fmt.Sprintf("%s:%d", fake, f.port))
-				}
-				if err != nil {
-					b.Fatal(err)
-				}
+				c := benchDial(b, f, fake, via)
 				c.SetDeadline(time.Now().Add(10 * time.Second))
 				c.Write(req)
 				n, err := io.Copy(io.Discard, c)
@@ -102,4 +66,35 @@ func BenchmarkDownload(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchFixture is a gate allowing a.test, and a.test's fake address.
+func benchFixture(b *testing.B) (*fixture, netip.Addr) {
+	f := newFixture(b, []string{"a.test:PORT"}, benchLimits)
+	_, fake, err := f.ns.lookup("a.test")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return f, fake
+}
+
+// benchDial connects to the upstream: direct from a fresh locked thread
+// that stays in the server's namespace (a sandbox's dial enters the
+// sandbox's: the same helper, one setns apart), or through the gate at
+// fake.
+func benchDial(b *testing.B, f *fixture, fake netip.Addr, via string) net.Conn {
+	var c net.Conn
+	var err error
+	if via == "direct" {
+		err = onNetnsThread(func(int) error { return nil }, func() (err error) {
+			c, err = net.DialTimeout("tcp", fmt.Sprintf("127.0.0.2:%d", f.port), 5*time.Second)
+			return err
+		})
+	} else {
+		c, err = f.ns.dial(fmt.Sprintf("%s:%d", fake, f.port))
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
 }

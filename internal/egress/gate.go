@@ -468,6 +468,33 @@ func (g *Gate) deny(c net.Conn, d *Decision, reason string) {
 	resetClose(c)
 }
 
+// admit takes a place for one connection under the session's connection
+// cap and the server's; release gives both back. Refused (nil release),
+// reason says why and session whether the session's own cap refused it.
+func (g *Gate) admit() (release func(), reason string, session bool) {
+	g.mu.Lock()
+	over := g.limits.MaxConnections > 0 && g.open >= g.limits.MaxConnections
+	if !over {
+		g.open++
+	}
+	g.mu.Unlock()
+	if over {
+		return nil, fmt.Sprintf("the session's connection cap (%d) is reached", g.limits.MaxConnections), true
+	}
+	if !g.limits.Shared.acquire() {
+		g.mu.Lock()
+		g.open--
+		g.mu.Unlock()
+		return nil, g.limits.Shared.capReason(), false
+	}
+	return func() {
+		g.limits.Shared.release()
+		g.mu.Lock()
+		g.open--
+		g.mu.Unlock()
+	}, "", false
+}
+
 // handle decides one connection from the sandbox and, when allowed,
 // carries it.
 func (g *Gate) handle(c net.Conn) {
@@ -476,22 +503,12 @@ func (g *Gate) handle(c net.Conn) {
 	dst, port := local.Addr().Unmap(), local.Port()
 	d := &Decision{Kind: "connect", Dest: netip.AddrPortFrom(dst, port).String(), Port: port, Start: time.Now()}
 
-	g.mu.Lock()
-	over := g.limits.MaxConnections > 0 && g.open >= g.limits.MaxConnections
-	if !over {
-		g.open++
-	}
-	g.mu.Unlock()
-	if over {
-		g.deny(c, d, fmt.Sprintf("the session's connection cap (%d) is reached", g.limits.MaxConnections))
+	release, reason, _ := g.admit()
+	if release == nil {
+		g.deny(c, d, reason)
 		return
 	}
-	defer func() { g.mu.Lock(); g.open--; g.mu.Unlock() }()
-	if !g.limits.Shared.acquire() {
-		g.deny(c, d, g.limits.Shared.capReason())
-		return
-	}
-	defer g.limits.Shared.release()
+	defer release()
 
 	name, ok := g.nameOf(dst)
 	if !ok {
@@ -531,7 +548,7 @@ func (g *Gate) handle(c net.Conn) {
 		return
 	}
 	defer g.untrack(up)
-	reason := g.splice(c, up, head, d)
+	reason = g.splice(c, up, head, d)
 	d.mu.Lock()
 	d.Reason = reason
 	d.duration = time.Since(d.Start)

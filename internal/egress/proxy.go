@@ -73,25 +73,20 @@ func (g *Gate) refuse(c net.Conn, d *Decision, status int, reason string) {
 func (g *Gate) handleProxy(c net.Conn) {
 	g.total.Add(1)
 	d := &Decision{Kind: "proxy", Start: time.Now()}
-	g.mu.Lock()
-	over := g.limits.MaxConnections > 0 && g.open >= g.limits.MaxConnections
-	if !over {
-		g.open++
-	}
-	g.mu.Unlock()
-	if over {
-		g.refuse(c, d, http.StatusTooManyRequests, fmt.Sprintf("the session's connection cap (%d) is reached", g.limits.MaxConnections))
+	release, reason, session := g.admit()
+	switch {
+	case release == nil && session:
+		g.refuse(c, d, http.StatusTooManyRequests, reason)
+		return
+	case release == nil:
+		// The server's cap: a reset, not a 503. Writing one before the
+		// request is read races the reset that closing an unread socket
+		// sends, and waiting for the request would hold the very
+		// descriptors the cap saves.
+		g.deny(c, d, reason)
 		return
 	}
-	defer func() { g.mu.Lock(); g.open--; g.mu.Unlock() }()
-	if !g.limits.Shared.acquire() {
-		// Reset, not a 503: writing one before the request is read races
-		// the reset that closing an unread socket sends, and waiting for
-		// the request would hold the very descriptors the cap saves.
-		g.deny(c, d, g.limits.Shared.capReason())
-		return
-	}
-	defer g.limits.Shared.release()
+	defer release()
 
 	c.SetReadDeadline(time.Now().Add(peekTimeout))
 	// The head is read through a limit: http.ReadRequest itself has
@@ -184,7 +179,7 @@ func (g *Gate) handleProxy(c net.Conn) {
 	d.Allowed = true
 	d.Reason = "allowed"
 	g.record(d, false)
-	reason := g.splice(client, up, head, d)
+	reason = g.splice(client, up, head, d)
 	d.mu.Lock()
 	d.Reason = reason
 	d.duration = time.Since(d.Start)

@@ -230,7 +230,7 @@ func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req request, emit
 	}
 	m.bg.Add(1) // under mu: Close waits only after it set closed
 	m.mu.Unlock()
-	s, err := m.start(ctx, o.iso, o.rt, o.limits, o.runtimeEnv, time.Hour, o.policy, false)
+	s, err := m.start(ctx, o.iso, o.rt, o.limits, o.runtimeEnv, time.Hour, o.policy, !o.policy.Empty())
 	if err != nil {
 		m.bg.Done()
 		release()

@@ -302,12 +302,13 @@ func sessionEnv(rt runtimes.Runtime, limits config.Limits, userEnv map[string]st
 // start gets an instance and turns it into an unregistered session whose
 // runtime has env. The configuration round trip also shows the runtime
 // alive: one that died just before it was handed out (it passed the
-// health check a moment earlier) is replaced.
+// health check a moment earlier) is replaced. net asks for a sandbox that
+// can be given a network (always so when policy is not empty).
 func (m *Manager) start(ctx context.Context, iso config.Isolation, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration, policy egress.Policy, net bool) (*Session, error) {
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		var s *Session
-		s, err = m.startOnce(ctx, iso, rt, limits, env, idle, policy, net || !policy.Empty())
+		s, err = m.startOnce(ctx, iso, rt, limits, env, idle, policy, net)
 		if err == nil || ctx.Err() != nil || !errors.Is(err, errRuntimeGone) {
 			return s, err
 		}
