@@ -639,6 +639,28 @@ func (g *Gate) peek(c net.Conn, name string, port uint16) ([]byte, error) {
 	}
 }
 
+// charge takes up to n bytes from the session's byte budget and returns
+// how many it got: only those are forwarded. A compare-and-swap, so that
+// the counter never passes the budget either (adding first and giving
+// back made bytes_used read more than bytes_budget, and concurrent
+// connections raced on the excess).
+func (g *Gate) charge(n int) int {
+	if g.limits.Bytes <= 0 {
+		g.used.Add(int64(n))
+		return n
+	}
+	for {
+		u := g.used.Load()
+		ok := min(int64(n), g.limits.Bytes-u)
+		if ok <= 0 {
+			return 0
+		}
+		if g.used.CompareAndSwap(u, u+ok) {
+			return int(ok)
+		}
+	}
+}
+
 // splice copies both ways until both sides are done, counting bytes
 // against the session's budget and closing idle connections. It returns
 // the final reason.
@@ -654,28 +676,31 @@ func (g *Gate) splice(down, up net.Conn, head []byte, d *Decision) string {
 			up.Close()
 		})
 	}
-	charge := func(n int) int {
-		if g.limits.Bytes <= 0 {
-			g.used.Add(int64(n))
-			return n
-		}
-		after := g.used.Add(int64(n))
-		if after <= g.limits.Bytes {
-			return n
-		}
-		over := int(min(after-g.limits.Bytes, int64(n)))
-		return n - over
-	}
 	budgetErr := fmt.Sprintf("allowed, then cut: the session's byte budget (%d) is used up", g.limits.Bytes)
-	if len(head) > 0 {
-		ok := charge(len(head))
-		if _, err := up.Write(head[:ok]); err != nil {
-			stop("allowed, then failed: " + shortErr(err))
+	// forward sends what the budget allows of p to dst, counts what was
+	// written and gives back what was not; it stops the splice when the
+	// budget or dst ends it.
+	forward := func(dst net.Conn, p []byte, ctr *atomic.Int64, failed func(error) string) bool {
+		ok := g.charge(len(p))
+		if ok > 0 {
+			w, err := dst.Write(p[:ok])
+			ctr.Add(int64(w))
+			if w < ok {
+				g.used.Add(int64(w - ok))
+			}
+			if err != nil {
+				stop(failed(err))
+				return false
+			}
 		}
-		d.up.Add(int64(ok))
-		if ok < len(head) {
+		if ok < len(p) {
 			stop(budgetErr)
+			return false
 		}
+		return true
+	}
+	if len(head) > 0 {
+		forward(up, head, &d.up, func(err error) string { return "allowed, then failed: " + shortErr(err) })
 	}
 	pipe := func(dst, src net.Conn, ctr *atomic.Int64, done chan<- struct{}) {
 		defer close(done)
@@ -684,16 +709,7 @@ func (g *Gate) splice(down, up net.Conn, head []byte, d *Decision) string {
 			n, err := src.Read(buf)
 			if n > 0 {
 				last.Store(time.Now().UnixNano())
-				ok := charge(n)
-				if ok > 0 {
-					if _, werr := dst.Write(buf[:ok]); werr != nil {
-						stop("allowed: closed")
-						return
-					}
-					ctr.Add(int64(ok))
-				}
-				if ok < n {
-					stop(budgetErr)
+				if !forward(dst, buf[:n], ctr, func(error) string { return "allowed: closed" }) {
 					return
 				}
 			}

@@ -519,6 +519,44 @@ func TestGateLimits(t *testing.T) {
 			t.Error("a connection after the budget was used up went through")
 		}
 	})
+	// The budget is exact: two downloads racing for it forward, both ways
+	// together, exactly the budget and no byte more, and every counter
+	// (the gate's, each decision's) says so.
+	t.Run("bytes exact", func(t *testing.T) {
+		const budget = 100_003
+		f := newFixture(t, []string{"a.test:PORT"}, Limits{Bytes: budget})
+		_, a, _ := f.ns.lookup("a.test")
+		req := "GET /big HTTP/1.1\r\nHost: a.test\r\n\r\n"
+		got := make(chan int64, 2)
+		for range 2 {
+			c, err := f.ns.dial(fmt.Sprintf("%s:%d", a, f.port))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			go func() {
+				c.Write([]byte(req))
+				c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				n, _ := io.Copy(io.Discard, c)
+				got <- n
+			}()
+		}
+		down := <-got + <-got
+		if total := down + 2*int64(len(req)); total != budget {
+			t.Errorf("%d bytes forwarded (%d down, %d up), want exactly the budget %d", total, down, 2*len(req), budget)
+		}
+		if s := f.gate.Stats(); s.BytesUsed != budget {
+			t.Errorf("bytes_used %d, want exactly the budget %d", s.BytesUsed, budget)
+		}
+		waitFor(t, func() bool { return strings.Count(fmt.Sprint(f.log.lines()), "byte budget") == 2 })
+		var sum int64
+		for _, r := range f.gate.Records("") {
+			sum += r.BytesUp + r.BytesDown
+		}
+		if sum != budget {
+			t.Errorf("decisions count %d bytes, want %d", sum, budget)
+		}
+	})
 	t.Run("idle", func(t *testing.T) {
 		f := newFixture(t, []string{"a.test:PORT"}, Limits{IdleTimeout: 200 * time.Millisecond})
 		start := time.Now()
