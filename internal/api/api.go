@@ -329,16 +329,44 @@ func (s *Server) browserGuard(r *http.Request) error {
 	if la, ok := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr); ok && la.IP.IsLoopback() && !loopbackHost(r.Host) {
 		return fmt.Errorf("%w: Host %q is not a loopback name (a DNS-rebinding guard of a server without authentication)", errdefs.ErrPermission, truncateForMessage(r.Host))
 	}
-	if o := r.Header.Get("Origin"); o != "" {
-		u, err := url.Parse(o)
-		if err != nil || !loopbackHost(u.Host) {
-			return fmt.Errorf("%w: a request from the web page %q (a server without authentication answers no page but its own host's)", errdefs.ErrPermission, truncateForMessage(o))
-		}
+	if o := r.Header.Get("Origin"); o != "" && !sameOrigin(o, r) {
+		return fmt.Errorf("%w: a request from the web page %q (a server without authentication answers no page but its own origin's)", errdefs.ErrPermission, truncateForMessage(o))
 	}
-	if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
-		return fmt.Errorf("%w: a cross-site request (a server without authentication answers no web page)", errdefs.ErrPermission)
+	// Ports are not part of a site: a page on localhost:3000 fetching
+	// localhost:8080 is "same-site", and a no-cors GET sends no Origin.
+	if site := r.Header.Get("Sec-Fetch-Site"); site == "cross-site" || site == "same-site" {
+		return fmt.Errorf("%w: a %s request (a server without authentication answers no web page but its own origin's)", errdefs.ErrPermission, site)
 	}
 	return nil
+}
+
+// sameOrigin reports whether origin (an Origin header) is the origin the
+// request came to: its scheme, and the host and port of its Host header,
+// which the browser sets to the URL it fetches (a page on any other port
+// of localhost is another origin). "null" (sandboxed frames, files,
+// redirects) is no origin.
+func sameOrigin(origin string, r *http.Request) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" || u.Path != "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return false
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	oh, op := splitHostPort(u.Host, u.Scheme)
+	rh, rp := splitHostPort(r.Host, scheme)
+	return u.Scheme == scheme && op != "" && op == rp && strings.EqualFold(oh, rh)
+}
+
+// splitHostPort splits a URL's or Host header's host and port, the port
+// defaulted by scheme ("" when it is neither http nor https).
+func splitHostPort(hostport, scheme string) (host, port string) {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host, port = hostport, map[string]string{"http": "80", "https": "443"}[scheme]
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"), port
 }
 
 // loopbackHost reports whether a Host header (name or address, with or
