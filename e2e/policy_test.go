@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"net/url"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"airlock/internal/apitype"
 )
@@ -160,5 +163,137 @@ func TestCodeRules(t *testing.T) {
 	}
 	if !denied || !flagged {
 		t.Errorf("audit records %+v: want the denial and the flag recorded", recs)
+	}
+}
+
+// Every field of a result or event that carries what sandboxed code
+// produced goes through redaction: the error's name (a class the code
+// defines), value and traceback, stdout and stderr, each rich output's
+// types (text, HTML, Markdown, LaTeX, JSON, SVG, JavaScript, a vendor
+// JSON type) and metadata, the names of files it wrote, in the result and
+// in streamed events alike, in a command's output (foreground and
+// background), in a one-shot run's files, and in the audit record (the
+// error's name). Each field must show a redaction: a field that no
+// longer carries the secret at all would make its row vacuous. (Review:
+// error.name reached the result and the audit record as it was.)
+func TestRedactionEveryField(t *testing.T) {
+	s := policyServer(t)
+	ctx := context.Background()
+	key := s.newKey("team-f")
+	c := s.as(key)
+	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := `import sys
+k = "` + awsKey + `"
+class ` + awsKey + `(Exception): pass
+display({"text/plain": k, "text/html": "<b>" + k + "</b>", "text/markdown": "*" + k + "*", "text/latex": "$" + k + "$",
+         "application/json": {"key": k, k: [1, k]}, "image/svg+xml": "<svg><text>" + k + "</text></svg>",
+         "application/vnd.custom+json": {"k": k}, "application/javascript": "var k = '" + k + "'"},
+        raw=True, metadata={"text/html": {"note": k}})
+open(k + ".txt", "w").write("x")
+print(k); print(k, file=sys.stderr)
+raise ` + awsKey + `(k)`
+	res, err := c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: code}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []apitype.Event
+	streamed, err := c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: code}, func(e apitype.Event) { events = append(events, e) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	event := func(typ string) apitype.Event {
+		for _, e := range events {
+			if e.Type == typ {
+				return e
+			}
+		}
+		t.Errorf("no %s event", typ)
+		return apitype.Event{}
+	}
+	output := func(r *apitype.Result) apitype.Output {
+		if r == nil || len(r.Results) == 0 {
+			t.Errorf("no rich output in %+v", r)
+			return apitype.Output{}
+		}
+		return r.Results[0]
+	}
+	cmd, err := c.RunCommand(ctx, sess.ID, apitype.CommandRequest{Command: "echo " + awsKey + "; echo " + awsKey + " >&2"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bg, err := c.RunCommand(ctx, sess.ID, apitype.CommandRequest{Command: "echo " + awsKey + "; echo " + awsKey + " >&2", Background: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bg, err = c.Command(ctx, sess.ID, bg.ID, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	var onceEvents []apitype.Event
+	once, err := c.RunOnce(ctx, apitype.OneShotRequest{Language: "python", Code: `open("` + awsKey + `.txt", "w").write("x")`},
+		func(e apitype.Event) { onceEvents = append(onceEvents, e) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var onceEnd apitype.Event
+	for _, e := range onceEvents {
+		if e.Type == apitype.EventEnd {
+			onceEnd = e
+		}
+	}
+	recs := s.waitAudit(key, url.Values{"kind": {apitype.AuditExecution}, "session": {sess.ID}}, 2)
+	if len(recs) < 2 {
+		t.Fatalf("audit records %+v, want 2", recs)
+	}
+
+	for _, f := range []struct {
+		name  string
+		value any
+	}{
+		{"error.name", res.Error.Name},
+		{"error.value", res.Error.Value},
+		{"error.traceback", res.Error.Traceback},
+		{"stdout", res.Stdout},
+		{"stderr", res.Stderr},
+		{"text/plain", output(res).Data["text/plain"]},
+		{"text/html", output(res).Data["text/html"]},
+		{"text/markdown", output(res).Data["text/markdown"]},
+		{"text/latex", output(res).Data["text/latex"]},
+		{"application/json", output(res).Data["application/json"]},
+		{"image/svg+xml", output(res).Data["image/svg+xml"]},
+		{"application/vnd.custom+json", output(res).Data["application/vnd.custom+json"]},
+		{"application/javascript", output(res).Data["application/javascript"]},
+		{"metadata", output(res).Metadata},
+		{"files_changed", res.FilesChanged},
+		{"streamed stdout", event(apitype.EventStdout).Text},
+		{"streamed stderr", event(apitype.EventStderr).Text},
+		{"streamed display", event(apitype.EventDisplay)},
+		{"streamed error", event(apitype.EventError).Error},
+		{"streamed end result", event(apitype.EventEnd).Result},
+		{"streamed result", streamed},
+		{"command stdout", cmd.Stdout},
+		{"command stderr", cmd.Stderr},
+		{"background command stdout", bg.Stdout},
+		{"background command stderr", bg.Stderr},
+		{"one-shot files_changed", once.FilesChanged},
+		{"one-shot files", once.Files},
+		{"one-shot streamed end files", onceEnd.Files},
+		{"audit record error", recs[0].Error},
+	} {
+		b, _ := json.Marshal(f.value)
+		if bytes.Contains(b, []byte(awsKey)) || !bytes.Contains(b, []byte("[REDACTED:aws_access_key_id]")) {
+			t.Errorf("%s: %s; want the key redacted", f.name, truncate(string(b), 300))
+		}
+	}
+	if len(once.Files) != 1 || once.Files[0].ContentBase64 != "eA==" {
+		t.Errorf("one-shot files %+v: want the file's content under its redacted name", once.Files)
+	}
+	// The whole of what went back, for a field the table does not name.
+	for what, v := range map[string]any{"result": res, "events": events, "one-shot": once, "audit": recs} {
+		if b, _ := json.Marshal(v); bytes.Contains(b, []byte(awsKey)) {
+			t.Errorf("%s carries the key: %s", what, truncate(string(b), 2000))
+		}
 	}
 }

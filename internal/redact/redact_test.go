@@ -237,3 +237,27 @@ func TestStreamFarLiterals(t *testing.T) {
 		t.Errorf("streamed %d matches, whole %d: differ", s.Count(), n)
 	}
 }
+
+// Every string of a JSON document is redacted, keys too; numbers and a
+// document with no match are kept as they are.
+func TestJSON(t *testing.T) {
+	r := mustNew(t, []string{"credentials"})
+	for _, c := range []struct {
+		in, want string
+		n        int
+	}{
+		{`"AKIAIOSFODNN7EXAMPLE"`, `"[REDACTED:aws_access_key_id]"`, 1},
+		{`{"a": [1.50, "x AKIAIOSFODNN7EXAMPLE", {"AKIAIOSFODNN7EXAMPLE": true}]}`, `{"a":[1.50,"x [REDACTED:aws_access_key_id]",{"[REDACTED:aws_access_key_id]":true}]}`, 2},
+		{`{"b": 12345678901234567890, "c": "<b>"}`, `{"b": 12345678901234567890, "c": "<b>"}`, 0},
+		{`not json AKIAIOSFODNN7EXAMPLE`, `not json AKIAIOSFODNN7EXAMPLE`, 0},
+	} {
+		got, n := r.JSON([]byte(c.in))
+		if string(got) != c.want || n != c.n {
+			t.Errorf("JSON(%s) = %s, %d; want %s, %d", c.in, got, n, c.want, c.n)
+		}
+	}
+	var nilR *Redactor
+	if got, n := nilR.JSON([]byte(`"AKIAIOSFODNN7EXAMPLE"`)); string(got) != `"AKIAIOSFODNN7EXAMPLE"` || n != 0 {
+		t.Errorf("nil redactor: %s %d", got, n)
+	}
+}

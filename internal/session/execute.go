@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,6 +48,10 @@ type request struct {
 	// pkg: the requirements of a package install this execution is a
 	// step of, for the client session pkgSession.
 	pkg, pkgSession string
+	// changes, when set, receives the files the execution changed with
+	// their paths unredacted (a one-shot run reads them; the result's
+	// are redacted).
+	changes *[]apitype.FileChange
 }
 
 // tenant is whose output policy and code rules apply: the session's
@@ -149,12 +154,12 @@ func (ex *execution) rich(m runtimes.Message) {
 		return
 	}
 	ex.outBytes += size
-	data, n := redactData(ex.red, m.Data)
+	data, meta, n := redactData(ex.red, m.Data, m.Metadata)
 	ex.redacted += n
-	o := apitype.Output{Type: m.Type, Data: data, Metadata: m.Metadata}
+	o := apitype.Output{Type: m.Type, Data: data, Metadata: meta}
 	ex.outputs = append(ex.outputs, o)
 	if ex.emit != nil {
-		ex.emit(apitype.Event{Type: m.Type, Data: data, Metadata: m.Metadata})
+		ex.emit(apitype.Event{Type: m.Type, Data: data, Metadata: meta})
 	}
 }
 
@@ -472,6 +477,10 @@ func (s *Session) finishExecution(r *running, o watch.Outcome) *apitype.Result {
 		res.FilesChanged = append(res.FilesChanged, apitype.FileChange{Path: c.Path, Size: c.Size, Change: c.Change})
 	}
 	res.FilesTruncated = r.before.Truncated || after.Truncated
+	if r.req.changes != nil {
+		*r.req.changes = slices.Clone(res.FilesChanged)
+	}
+	res.Redacted += redactChanges(ex.red, res.FilesChanged)
 	if g := s.egressGate(); g != nil {
 		res.Egress = egressOf(g.Records(r.id))
 		g.SetExecution("")

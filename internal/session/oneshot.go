@@ -277,17 +277,20 @@ func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req request, emit
 			}
 		}
 	}
+	var changes []apitype.FileChange // the result's, with their real paths
+	req.changes = &changes
 	res, err := s.execute(ctx, req, inner, true)
 	if err != nil {
 		return nil, err
 	}
 	out := &apitype.OneShotResult{Result: res, Files: []apitype.OutputFile{}, Limits: &o.limits}
 	budget := int64(MaxOneShotFiles)
-	for _, c := range res.FilesChanged {
+	for i, c := range changes {
 		if c.Change == apitype.Deleted {
 			continue
 		}
-		of := apitype.OutputFile{Path: c.Path, Size: c.Size}
+		// The name the result gives (redacted), the content of the file.
+		of := apitype.OutputFile{Path: res.FilesChanged[i].Path, Size: c.Size}
 		switch {
 		case !contents:
 		case c.Size > budget:

@@ -3,6 +3,8 @@ package session
 import (
 	"encoding/json"
 	"errors"
+	"maps"
+	"strings"
 
 	"airlock/internal/apitype"
 	"airlock/internal/coderules"
@@ -93,54 +95,60 @@ func (m *Manager) screen(tenant string, e ExecutionEvent) ([]string, error) {
 	return flags, err
 }
 
-// textTypes are the MIME types of rich outputs whose value is text a
-// redactor reads (a JSON string).
-var textTypes = []string{"text/plain", "text/html", "text/markdown", "text/latex"}
+// binaryMIME reports whether a rich output's type carries base64 bytes
+// (an image, a PDF), which redaction leaves alone: a pattern found in
+// base64 is chance, and replacing it would break the file.
+func binaryMIME(mt string) bool {
+	if mt == "image/svg+xml" {
+		return false // text
+	}
+	for _, p := range []string{"image/", "audio/", "video/", "font/"} {
+		if strings.HasPrefix(mt, p) {
+			return true
+		}
+	}
+	return mt == "application/pdf" || mt == "application/octet-stream"
+}
 
-// redactData redacts the text values of a rich output's MIME bundle in
-// place (into a new map when one changes) and counts the matches.
-func redactData(r *redact.Redactor, data map[string]json.RawMessage) (map[string]json.RawMessage, int) {
+// redactData redacts a rich output: every string of each value of its
+// MIME bundle whose type is not binary (text/plain, text/html,
+// text/markdown, text/latex, image/svg+xml, application/json and every
+// *+json or other type sandboxed code can name), and its metadata. It
+// returns a new map when anything changed, and the count.
+func redactData(r *redact.Redactor, data map[string]json.RawMessage, meta json.RawMessage) (map[string]json.RawMessage, json.RawMessage, int) {
 	if r == nil {
-		return data, 0
+		return data, meta, 0
 	}
 	total := 0
 	out := data
-	for _, mt := range textTypes {
-		raw, ok := data[mt]
-		if !ok {
+	for mt, raw := range data {
+		if binaryMIME(mt) {
 			continue
 		}
-		var s string
-		if json.Unmarshal(raw, &s) != nil {
-			continue
-		}
-		red, n := r.String(s)
+		red, n := r.JSON(raw)
 		if n == 0 {
 			continue
 		}
-		b, err := json.Marshal(red)
-		if err != nil {
-			continue
-		}
 		if total == 0 {
-			out = make(map[string]json.RawMessage, len(data))
-			for k, v := range data {
-				out[k] = v
-			}
+			out = maps.Clone(data)
 		}
-		out[mt] = b
+		out[mt] = red
 		total += n
 	}
-	return out, total
+	meta, n := r.JSON(meta)
+	return out, meta, total + n
 }
 
-// redactError redacts an execution's error: its value and traceback.
+// redactError redacts an execution's error: its name (a class code
+// defines), value and traceback.
 func redactError(r *redact.Redactor, e *apitype.ExecError) (*apitype.ExecError, int) {
 	if r == nil || e == nil {
 		return e, 0
 	}
 	out := *e
 	var total, n int
+	out.Name, n = r.String(e.Name)
+	total += n
 	out.Value, n = r.String(e.Value)
 	total += n
 	out.Traceback = make([]string, len(e.Traceback))
@@ -152,4 +160,16 @@ func redactError(r *redact.Redactor, e *apitype.ExecError) (*apitype.ExecError, 
 		return e, 0
 	}
 	return &out, total
+}
+
+// redactChanges redacts the paths of files an execution changed (names
+// code chose) in place.
+func redactChanges(r *redact.Redactor, changes []apitype.FileChange) int {
+	total := 0
+	for i := range changes {
+		var n int
+		changes[i].Path, n = r.String(changes[i].Path)
+		total += n
+	}
+	return total
 }
