@@ -11,12 +11,12 @@ import (
 
 func doctorCmd(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("doctor", fmt.Sprintf("Usage: airlock doctor [flags]\n\nShows each protection this host supports and whether it will be applied,\nbuilds a jail to prove it, checks the language runtimes, and prepares the\nshared font cache. Exits %d when code cannot run as configured.\n\nFlags:\n", exitUnavailable), stderr)
-	cfgPath := c.configFlag()
+	c.configFlag()
 	asJSON := c.fs.Bool("json", false, "print the report as JSON")
 	if code, ok := c.parse(args); !ok {
 		return code
 	}
-	cfg, code, ok := c.loadConfig(*cfgPath)
+	cfg, code, ok := c.loadConfig()
 	if !ok {
 		return code
 	}

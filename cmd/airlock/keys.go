@@ -104,7 +104,7 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	sub, args := args[0], args[1:]
 	c := newCommand("keys "+sub, keysUsage, stderr)
-	cfgPath := c.configFlag()
+	c.configFlag()
 	var tenant, name *string
 	var admin, asJSON *bool
 	var qf *quotaFlags
@@ -126,7 +126,7 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 	if code, ok := c.parse(args); !ok {
 		return code
 	}
-	cfg, code, ok := c.loadConfig(*cfgPath)
+	cfg, code, ok := c.loadConfig()
 	if !ok {
 		return code
 	}
@@ -229,18 +229,24 @@ Flags:
 
 func auditCmd(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("audit", auditUsage, stderr)
-	cfgPath := c.configFlag()
+	c.configFlag()
 	since := c.fs.String("since", "24h", "records from this long ago, or from an RFC 3339 time")
 	until := c.fs.String("until", "", "records before this (duration ago or RFC 3339)")
 	sess := c.fs.String("session", "", "only this session's records")
 	tenant := c.fs.String("tenant", "", "only this tenant's records")
-	kind := c.fs.String("kind", "", "only records of this kind (execution, command, session, file, ...)")
+	kind := c.fs.String("kind", "", "only records of this kind ("+strings.Join(apitype.AuditKinds(), ", ")+"), or of a group (session, file, package)")
 	limit := c.fs.Int("limit", 0, "at most this many records (0: all)")
 	asJSON := c.fs.Bool("json", false, "print one JSON record per line")
 	if code, ok := c.parse(args); !ok {
 		return code
 	}
-	cfg, code, ok := c.loadConfig(*cfgPath)
+	if *kind != "" {
+		if _, err := store.AuditKindFilter(*kind); err != nil {
+			fmt.Fprintf(stderr, "airlock audit: --kind: %v\n", err)
+			return exitUsage
+		}
+	}
+	cfg, code, ok := c.loadConfig()
 	if !ok {
 		return code
 	}

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 
@@ -105,11 +106,15 @@ func exitFor(stderr io.Writer, err error) int {
 }
 
 // command is what every subcommand starts from: its flags, printing its
-// usage text on -h or a bad flag, and its name in messages.
+// usage text on -h or a bad flag, its name in messages, and the flags
+// that set configuration keys.
 type command struct {
-	name   string
-	fs     *flag.FlagSet
-	stderr io.Writer
+	name    string
+	fs      *flag.FlagSet
+	stderr  io.Writer
+	cfgPath *string
+	// overrides are the configuration keys the flags given set, in order.
+	overrides []config.Flag
 }
 
 func newCommand(name, usage string, stderr io.Writer) *command {
@@ -122,9 +127,36 @@ func newCommand(name, usage string, stderr io.Writer) *command {
 	return c
 }
 
-// configFlag is the --config flag.
-func (c *command) configFlag() *string {
-	return c.fs.String("config", "", "configuration file (default $AIRLOCK_CONFIG)")
+// configFlag binds --config.
+func (c *command) configFlag() {
+	c.cfgPath = c.fs.String("config", "", "configuration file (default $AIRLOCK_CONFIG)")
+}
+
+// keyFlags lists the flags that set a configuration key, by command
+// ("serve --listen": "server.listen"): the tests check each one.
+var keyFlags = map[string]string{}
+
+// keyFlag binds --name, which sets the configuration key key: its value
+// is read as the key's AIRLOCK_ variable's would be, and the result is
+// validated with the rest (config.Build), never applied after.
+func (c *command) keyFlag(name, key, usage string) {
+	keyFlags[c.name+" --"+name] = key
+	c.fs.Func(name, usage, func(v string) error {
+		c.overrides = append(c.overrides, config.Flag{Name: "--" + name, Key: key, Value: v})
+		return nil
+	})
+}
+
+// keySwitch binds the boolean -name, which sets key to value when given.
+func (c *command) keySwitch(name, key, value, usage string) {
+	keyFlags[c.name+" -"+name] = key
+	c.fs.BoolFunc(name, usage, func(s string) error {
+		on, err := strconv.ParseBool(s)
+		if on {
+			c.overrides = append(c.overrides, config.Flag{Name: "-" + name, Key: key, Value: value})
+		}
+		return err
+	})
 }
 
 // parse parses args; when it fails (or -h asked for the usage), the
@@ -139,13 +171,19 @@ func (c *command) parse(args []string) (code int, ok bool) {
 	return 0, true
 }
 
-// loadConfig loads the configuration at path ($AIRLOCK_CONFIG if empty);
-// when it cannot, the command ends with code.
-func (c *command) loadConfig(path string) (cfg config.Config, code int, ok bool) {
-	if path == "" {
-		path = os.Getenv("AIRLOCK_CONFIG")
+// environ is the environment the configuration reads (tests set their
+// own).
+var environ = os.Environ
+
+// loadConfig builds the effective configuration (config.Build: defaults,
+// file, environment, this command's flags, then validation); when it
+// cannot, the command ends with code.
+func (c *command) loadConfig() (cfg config.Config, code int, ok bool) {
+	src := config.Sources{Env: environ(), Flags: c.overrides}
+	if c.cfgPath != nil {
+		src.File = *c.cfgPath
 	}
-	cfg, err := config.Load(path)
+	cfg, err := config.Build(src)
 	if err != nil {
 		fmt.Fprintf(c.stderr, "airlock %s: %v\n", c.name, err)
 		return cfg, exitConfig, false

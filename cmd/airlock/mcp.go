@@ -10,12 +10,12 @@ import (
 
 func mcpCmd(args []string, stderr io.Writer) int {
 	c := newCommand("mcp", "Usage: airlock mcp [flags]\n\nServes the Model Context Protocol on stdin and stdout, for MCP clients that\nstart airlock themselves (Claude Desktop, Cursor, the OpenAI Agents SDK...).\nIt uses the local `airlock serve` through its unix socket when one runs,\nand otherwise runs a server of its own for as long as the client stays.\nLogs go to stderr.\n\nFlags:\n", stderr)
-	cfgPath := c.configFlag()
+	c.configFlag()
 	verbose := c.fs.Bool("v", false, "log more")
 	if code, ok := c.parse(args); !ok {
 		return code
 	}
-	cfg, code, ok := c.loadConfig(*cfgPath)
+	cfg, code, ok := c.loadConfig()
 	if !ok {
 		return code
 	}

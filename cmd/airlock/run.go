@@ -91,7 +91,7 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.Var(&envs, "env", "set an environment variable `K=V` in the sandbox (repeatable)")
 	fs.Var(&files, "file", "copy host file `HOSTPATH[:NAME]` into /workspace (repeatable)")
 	fs.Var(&allowHosts, "allow-host", "let the program reach `NAME[:PORT]` (a DNS name or *.suffix; ports 80 and 443 by default; repeatable; needs a running server)")
-	cfgPath := c.configFlag()
+	c.configFlag()
 	fs.BoolVar(&cold, "cold", false, "build the jail in this process even when a local server runs")
 	isolation := fs.String("isolation", "", "native or gvisor (default: the configuration's isolation); gvisor needs a running server")
 	lf.bind(fs)
@@ -108,7 +108,7 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	src, progArgs := fs.Arg(0), fs.Args()[1:]
-	cfg, status, ok := c.loadConfig(*cfgPath)
+	cfg, status, ok := c.loadConfig()
 	if !ok {
 		return status
 	}

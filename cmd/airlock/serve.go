@@ -7,23 +7,24 @@ import (
 	"airlock/internal/server"
 )
 
+// runServer runs the server (tests replace it to see the configuration
+// serve would start with).
+var runServer = server.Run
+
 func serveCmd(args []string, stderr io.Writer) int {
 	c := newCommand("serve", "Usage: airlock serve [flags]\n\nServes the HTTP API (see /v1/openapi.json). SIGTERM ends every session and\nleaves nothing behind.\n\nFlags:\n", stderr)
-	cfgPath := c.configFlag()
-	listen := c.fs.String("listen", "", "address to listen on (default 127.0.0.1:8080)")
-	verbose := c.fs.Bool("v", false, "log every request (log.level debug)")
+	c.configFlag()
+	c.keyFlag("listen", "server.listen", "address to listen on: server.listen (default 127.0.0.1:8080)")
+	c.keySwitch("v", "log.level", "debug", "log every request: log.level debug")
 	if code, ok := c.parse(args); !ok {
 		return code
 	}
-	cfg, code, ok := c.loadConfig(*cfgPath)
+	cfg, code, ok := c.loadConfig()
 	if !ok {
 		return code
 	}
-	if *listen != "" {
-		cfg.Server.Listen = *listen
-	}
-	log := server.NewLogger(cfg.Log, stderr, *verbose)
-	if err := server.Run(context.Background(), cfg, server.Options{Version: version, Log: log, Stderr: stderr}); err != nil {
+	log := server.NewLogger(cfg.Log, stderr)
+	if err := runServer(context.Background(), cfg, server.Options{Version: version, Log: log, Stderr: stderr}); err != nil {
 		return exitFor(stderr, err)
 	}
 	return 0

@@ -532,6 +532,13 @@ const (
 	AuditEgress        = "egress"
 )
 
+// AuditKinds lists every kind of audit record (a test checks that each
+// Audit constant is here).
+func AuditKinds() []string {
+	return []string{AuditSessionCreate, AuditSessionEnd, AuditExecution, AuditCommand, AuditOneShot, AuditProgram,
+		AuditFileUpload, AuditFileDownload, AuditFileDelete, AuditPackage, AuditEgress}
+}
+
 // AuditRecord is one operation of the audit log (GET /v1/audit).
 type AuditRecord struct {
 	Seq       int64     `json:"seq"`

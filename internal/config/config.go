@@ -1,7 +1,8 @@
 // Package config owns airlock's configuration: one versioned struct with
 // defaults, loaded from an optional JSON file, overridden by AIRLOCK_*
-// environment variables, secrets read from their *_file variants, checked
-// by Validate, printed with secrets masked; and the limit types (sizes,
+// environment variables and then by the command line's flags, secrets
+// read from their *_file variants, checked by Validate (Build is the one
+// place that does all of it, in that order), printed with secrets masked; and the limit types (sizes,
 // durations, counts) that flags, the config file and API requests share.
 //
 // It must never touch the host (no syscalls, no files other than the config
@@ -15,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -316,45 +318,21 @@ func Default() Config {
 	}
 }
 
-// Load reads a JSON config file over the defaults, then the AIRLOCK_*
-// environment variables over both, then the secrets' files. Unknown
-// fields are an error, so that a typo does not silently fall back to a
-// default.
+// Load builds the configuration from the file at path ($AIRLOCK_CONFIG
+// when empty) and the process's environment (see Build).
 func Load(path string) (Config, error) { return LoadEnv(path, os.Environ()) }
 
 // LoadEnv is Load with the environment env (KEY=VALUE lines).
 func LoadEnv(path string, env []string) (Config, error) {
-	c, err := loadFile(path)
-	if err != nil {
-		return Config{}, err
-	}
-	if err := c.ApplyEnv(env); err != nil {
-		return Config{}, err
-	}
-	if err := c.loadSecretFiles(); err != nil {
-		return Config{}, err
-	}
-	return c, c.Validate()
+	return Build(Sources{File: path, Env: env})
 }
 
-func loadFile(path string) (Config, error) {
-	c := Default()
-	if path == "" {
-		return c, nil
-	}
+func openConfig(path string) (*os.File, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return Config{}, fmt.Errorf("%w: config: %v", errdefs.ErrInvalidArgument, err)
+		return nil, &Error{Problems: []string{fmt.Sprintf("cannot read the configuration file: %v", err)}}
 	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, 1<<20))
-	if err != nil {
-		return Config{}, fmt.Errorf("%w: config %s: %v", errdefs.ErrInvalidArgument, path, err)
-	}
-	if err := Decode(data, &c); err != nil {
-		return Config{}, fmt.Errorf("config %s: %w", path, err)
-	}
-	return c, nil
+	return f, nil
 }
 
 // Decode strictly decodes JSON into v: unknown fields and trailing data
@@ -384,7 +362,8 @@ func (c Config) SocketPath() string {
 	return c.Server.Socket
 }
 
-// Validate checks the configuration as a whole.
+// Validate checks the configuration as a whole. Its error is an *Error,
+// every problem naming its key.
 func (c Config) Validate() error {
 	var errs []error
 	if p := c.Server.Socket; p != "" && p != "off" && (!filepath.IsAbs(p) || filepath.Clean(p) != p) {
@@ -435,6 +414,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("defaults: %v", err))
 	}
 	s := c.Server
+	if _, _, err := net.SplitHostPort(s.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("server.listen %q must be host:port", s.Listen))
+	}
 	switch s.Auth {
 	case AuthKeys:
 	case AuthNone:
@@ -512,10 +494,11 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("pool.preload: %q is not a Python module name", m))
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
+	var p problems
+	for _, err := range errs {
+		p.add("", err)
 	}
-	return nil
+	return p.err()
 }
 
 // idSpan is the number of host ids airlock may use above IDBase without

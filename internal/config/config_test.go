@@ -160,7 +160,7 @@ func TestConfigValidate(t *testing.T) {
 		{"runsc relative", func(c *Config) { c.GVisor.Runsc = "bin/runsc" }, "gvisor.runsc"},
 		{"runsc unclean", func(c *Config) { c.GVisor.Runsc = "/usr/../bin/runsc" }, "gvisor.runsc"},
 		{"platform kvm", func(c *Config) { c.GVisor.Platform = "kvm" }, "gvisor.platform"},
-		{"max below floors", func(c *Config) { c.Max.Memory = 1 }, "max: invalid argument: memory 1 is below the minimum"},
+		{"max below floors", func(c *Config) { c.Max.Memory = 1 }, "max: memory 1 is below the minimum"},
 		{"defaults over max", func(c *Config) { c.Defaults.Memory = c.Max.Memory + 1 }, "defaults"},
 		{"max_sessions 0", func(c *Config) { c.Server.MaxSessions = 0 }, "max_sessions"},
 		{"max_concurrent_executions 0", func(c *Config) { c.Server.MaxConcurrentExecutions = 0 }, "max_concurrent_executions"},

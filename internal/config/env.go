@@ -1,16 +1,12 @@
 package config
 
 import (
-	"encoding"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"reflect"
 	"sort"
 	"strings"
-
-	"airlock/internal/errdefs"
 )
 
 // EnvPrefix starts the environment variables that override the
@@ -31,7 +27,7 @@ func envKeys() map[string][]string {
 				continue
 			}
 			p := append(append([]string{}, path...), name)
-			out[EnvPrefix+strings.ToUpper(strings.Join(p, "_"))] = p
+			out[envName(p)] = p
 			ft := f.Type
 			if ft.Kind() == reflect.Struct && !reflect.PointerTo(ft).Implements(reflect.TypeFor[json.Unmarshaler]()) {
 				walk(ft, p)
@@ -41,6 +37,25 @@ func envKeys() map[string][]string {
 	walk(reflect.TypeFor[Config](), nil)
 	return out
 }
+
+// envName is the variable of the key at path.
+func envName(path []string) string { return EnvPrefix + strings.ToUpper(strings.Join(path, "_")) }
+
+// OtherEnv are the AIRLOCK_ variables that name no key, and what each is
+// for. Any other AIRLOCK_ variable is an error: a misspelt key must not
+// be ignored. AIRLOCK_TEST_ starts the test suites' own.
+var OtherEnv = map[string]string{
+	"AIRLOCK_CONFIG":     "the configuration file (or --config)",
+	"AIRLOCK_URL":        "the server's address, for clients (the Python SDK)",
+	"AIRLOCK_TOKEN":      "an API key, for clients (the Python SDK)",
+	"AIRLOCK_TRACE":      "print the phases of airlock run and a jail's start, with their times",
+	"AIRLOCK_CPUPROFILE": "write a CPU profile of airlock serve to this file",
+	// The development scripts' own.
+	"AIRLOCK_TOOLS":        "scripts/test.sh: where the test tools (runsc) are kept",
+	"AIRLOCK_DEPLOY_CACHE": "deploy/image/build.sh: the image build's cache",
+}
+
+const testEnvPrefix = "AIRLOCK_TEST_"
 
 // EnvNames lists every variable that overrides a key, sorted.
 func EnvNames() []string {
@@ -56,60 +71,60 @@ func EnvNames() []string {
 func fieldAt(c *Config, path []string) reflect.Value {
 	v := reflect.ValueOf(c).Elem()
 	for _, name := range path {
-		t := v.Type()
-		for i := 0; i < t.NumField(); i++ {
-			n, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-			if n == name {
-				v = v.Field(i)
-				break
-			}
-		}
+		v, _ = field(v, name)
 	}
 	return v
 }
 
 // ApplyEnv sets the keys that env (KEY=VALUE lines, as os.Environ)
-// overrides. A value is JSON when it parses as the key's type (numbers,
-// booleans, objects, arrays), else a string ("512M", "10s", a path); a
-// list of strings may also be comma-separated. AIRLOCK_ variables that
-// name no key (AIRLOCK_CONFIG, say) are not this function's.
+// overrides (see setValue). An AIRLOCK_ variable that names no key and is
+// none of OtherEnv is an error.
 func (c *Config) ApplyEnv(env []string) error {
 	keys := envKeys()
-	var errs []error
+	var p problems
 	for _, kv := range env {
 		name, val, ok := strings.Cut(kv, "=")
-		path, known := keys[name]
-		if !ok || !known {
+		if !ok || !strings.HasPrefix(name, EnvPrefix) {
 			continue
 		}
-		f := fieldAt(c, path)
-		if err := setFromEnv(f, val); err != nil {
-			errs = append(errs, fmt.Errorf("%s (%s): %v", name, strings.Join(path, "."), err))
+		path, known := keys[name]
+		if !known {
+			if _, other := OtherEnv[name]; !other && !strings.HasPrefix(name, testEnvPrefix) {
+				p.addText(name, "names no configuration key (airlock config env lists them)")
+			}
+			continue
 		}
+		p.add(name, setValue(fieldAt(c, path), val, strings.Join(path, ".")))
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
-	}
-	return nil
+	return p.err()
 }
 
-func setFromEnv(f reflect.Value, val string) error {
-	ptr := f.Addr().Interface()
-	fresh := reflect.New(f.Type())
-	// JSON first (numbers, booleans, objects, lists, quoted strings)...
-	if err := Decode([]byte(val), fresh.Interface()); err == nil {
+// setValue sets f, the value of key, from text (an AIRLOCK_ variable's
+// value or a flag's): JSON when it reads as the key's type (numbers,
+// booleans, objects, lists, quoted strings), else the text as a string
+// ("512M", "10s", a path); a list of strings may also be comma-separated.
+// The whole value is replaced.
+func setValue(f reflect.Value, text, key string) error {
+	try := func(data []byte) error {
+		fresh := reflect.New(f.Type())
+		if err := decodeKeys(data, fresh.Elem(), key); err != nil {
+			return err
+		}
 		f.Set(fresh.Elem())
 		return nil
 	}
-	// ...then the text as a string.
-	quoted, _ := json.Marshal(val)
-	if err := Decode(quoted, fresh.Interface()); err == nil {
-		f.Set(fresh.Elem())
+	errJSON := try([]byte(text))
+	if errJSON == nil {
+		return nil
+	}
+	quoted, _ := json.Marshal(text)
+	errText := try(quoted)
+	if errText == nil {
 		return nil
 	}
 	if f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.String {
 		var list []string
-		for _, s := range strings.Split(val, ",") {
+		for _, s := range strings.Split(text, ",") {
 			if s = strings.TrimSpace(s); s != "" {
 				list = append(list, s)
 			}
@@ -117,10 +132,11 @@ func setFromEnv(f reflect.Value, val string) error {
 		f.Set(reflect.ValueOf(list).Convert(f.Type()))
 		return nil
 	}
-	if u, ok := ptr.(encoding.TextUnmarshaler); ok {
-		return u.UnmarshalText([]byte(val))
+	// What went wrong with the reading the value was meant for.
+	if json.Valid([]byte(text)) {
+		return errJSON
 	}
-	return fmt.Errorf("cannot read %s as %s", truncate([]byte(val)), f.Type())
+	return errText
 }
 
 // secrets are the keys that hold secrets: each has a <key>_file variant
@@ -142,15 +158,15 @@ func (c *Config) loadSecretFiles() error {
 			continue
 		}
 		if *val != "" {
-			return fmt.Errorf("%w: set %s or %s_file, not both", errdefs.ErrInvalidArgument, s.name, s.name)
+			return &Error{Problems: []string{fmt.Sprintf("set %s or %s_file, not both", s.name, s.name)}}
 		}
 		b, err := os.ReadFile(*file)
 		if err != nil {
-			return fmt.Errorf("%w: %s_file: %v", errdefs.ErrInvalidArgument, s.name, err)
+			return &Error{Problems: []string{fmt.Sprintf("%s_file: %v", s.name, err)}}
 		}
 		*val = strings.TrimSpace(string(b))
 		if *val == "" {
-			return fmt.Errorf("%w: %s_file %s is empty", errdefs.ErrInvalidArgument, s.name, *file)
+			return &Error{Problems: []string{fmt.Sprintf("%s_file %s is empty", s.name, *file)}}
 		}
 	}
 	return nil

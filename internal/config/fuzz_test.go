@@ -1,10 +1,13 @@
 package config
 
 import (
+	"bytes"
 	"encoding/json"
+	"reflect"
 	"strconv"
 	"testing"
 	"time"
+	"unicode"
 )
 
 // The fuzz tests check invariants of the parsers on any input: they never
@@ -203,4 +206,39 @@ func FuzzLimitsDecode(f *testing.F) {
 func formatInt(n int64) string {
 	b, _ := json.Marshal(n)
 	return string(b)
+}
+
+// FuzzConfigFile reads configuration files key by key (decodeKeys, which
+// names the key of every problem) and checks it against encoding/json's
+// strict decoding: whatever decodeKeys accepts, json accepts with the
+// same result, and whatever json refuses, decodeKeys refuses (keys match
+// exactly where json also takes them in another case).
+func FuzzConfigFile(f *testing.F) {
+	for _, s := range []string{`{}`, `{"server": {"listen": "127.0.0.1:1", "max_sessions": 3}}`, `{"pool": {"size": {"python": 1}}}`,
+		`{"tenants": {"a": {"redaction": {"rules": [{"name": "n", "pattern": "p"}]}, "isolation": "gvisor"}}}`,
+		`{"code_rules": [{"name": "n", "pattern": "p", "action": "flag"}]}`, `{"quotas": {"max_limits": {"memory": "1G"}}}`,
+		`{"server": null}`, `{"server": {"listn": 1}}`, `{"pool": {"size": null}}`, `{"max": {"memory": "1G"}} {}`, `[]`, `{"id_base": -1}`,
+		`{"tenants": {"a": null}}`, `{"network": {"allow_only": ["a.b"], "bytes": "1G"}}`, `{"Server": {}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		walked, byJSON := Default(), Default()
+		errWalk := decodeKeys(b, reflect.ValueOf(&walked).Elem(), "")
+		errJSON := Decode(b, &byJSON)
+		switch {
+		case errWalk == nil && errJSON != nil:
+			t.Fatalf("%s: decodeKeys accepted what json refuses: %v", b, errJSON)
+		case errWalk == nil && !reflect.DeepEqual(walked, byJSON):
+			t.Fatalf("%s: decodeKeys gave %+v, json %+v", b, walked, byJSON)
+		case errWalk != nil && errJSON == nil && !foldedKey(b):
+			t.Fatalf("%s: decodeKeys refused what json accepts: %v", b, errWalk)
+		}
+	})
+}
+
+// foldedKey reports whether b has a key json would match in another case
+// (decodeKeys takes keys as written only) or a null decodeKeys reads
+// differently from json.
+func foldedKey(b []byte) bool {
+	return bytes.ContainsFunc(b, unicode.IsUpper) || bytes.Contains(b, []byte("\\u")) || bytes.ContainsRune(b, '\u017f') || bytes.ContainsRune(b, '\u212a')
 }

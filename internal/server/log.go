@@ -8,9 +8,9 @@ import (
 )
 
 // NewLogger is the server's log as log configures it: text (key=value)
-// or JSON lines on w, at log.level; verbose (serve -v) lowers the level to
-// debug, which logs every request.
-func NewLogger(log config.Log, w io.Writer, verbose bool) *slog.Logger {
+// or JSON lines on w, at log.level (debug logs every request; serve -v
+// sets it).
+func NewLogger(log config.Log, w io.Writer) *slog.Logger {
 	var level slog.Level
 	switch log.Level {
 	case "debug":
@@ -21,9 +21,6 @@ func NewLogger(log config.Log, w io.Writer, verbose bool) *slog.Logger {
 		level = slog.LevelError
 	default:
 		level = slog.LevelInfo
-	}
-	if verbose {
-		level = slog.LevelDebug
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	if log.Format == "json" {

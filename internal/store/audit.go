@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -55,6 +56,29 @@ type AuditQuery struct {
 // MaxAuditPage caps a page of records.
 const MaxAuditPage = 1000
 
+// AuditKindFilter checks an audit query's kind: a kind of record
+// (apitype.AuditKinds), or the group before a kind's dot ("file", or
+// "file.") selecting all of its kinds. An unknown kind is an error
+// listing the valid ones: a typo must not look like an empty log.
+func AuditKindFilter(kind string) (group bool, err error) {
+	var valid []string
+	for _, k := range apitype.AuditKinds() {
+		if k == kind {
+			return false, nil
+		}
+		if g, _, ok := strings.Cut(k, "."); ok {
+			if kind == g || kind == g+"." {
+				return true, nil
+			}
+			if !slices.Contains(valid, g) {
+				valid = append(valid, g)
+			}
+		}
+		valid = append(valid, k)
+	}
+	return false, fmt.Errorf("%w: unknown audit record kind %q: want one of %s", errdefs.ErrInvalidArgument, kind, strings.Join(valid, ", "))
+}
+
 // Audit returns the records q selects, oldest first, and the cursor of the
 // next page ("" when this was the last).
 func (d *DB) Audit(ctx context.Context, q AuditQuery) ([]apitype.AuditRecord, string, error) {
@@ -80,7 +104,11 @@ func (d *DB) Audit(ctx context.Context, q AuditQuery) ([]apitype.AuditRecord, st
 		add("tenant = ?", q.Tenant)
 	}
 	if q.Kind != "" {
-		if strings.HasSuffix(q.Kind, ".") || !strings.Contains(q.Kind, ".") && (q.Kind == "session" || q.Kind == "file") {
+		group, err := AuditKindFilter(q.Kind)
+		if err != nil {
+			return nil, "", err
+		}
+		if group {
 			add("kind LIKE ?", strings.TrimSuffix(q.Kind, ".")+".%") // "file": every file.*
 		} else {
 			add("kind = ?", q.Kind)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"reflect"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"airlock/internal/apitype"
+	"airlock/internal/errdefs"
 )
 
 // The largest tenants are cut to one level that frees what is asked;
@@ -176,5 +178,29 @@ func TestAuditSizeMigration(t *testing.T) {
 	use, err := db.auditUse(context.Background())
 	if err != nil || len(use) != 1 || use[0].bytes != int64(len(rec)) || use[0].records != 1 {
 		t.Errorf("use after the migration: %+v %v", use, err)
+	}
+}
+
+// An audit query's kind is a kind of record or a group of them; anything
+// else is an error that lists the valid ones, not an empty log.
+func TestAuditKindFilter(t *testing.T) {
+	for kind, group := range map[string]bool{"execution": false, "file.upload": false, "egress": false, "file": true, "file.": true, "session": true, "package": true} {
+		if g, err := AuditKindFilter(kind); err != nil || g != group {
+			t.Errorf("%q: group %v, %v; want group %v", kind, g, err, group)
+		}
+	}
+	for _, kind := range []string{"executions", "file.uplaod", "sessions", "exec", ".", "file..", "%", "execution%"} {
+		_, err := AuditKindFilter(kind)
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "session.create") || !strings.Contains(err.Error(), "file,") {
+			t.Errorf("%q: %v, want an invalid argument listing the kinds", kind, err)
+		}
+	}
+	db, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, _, err := db.Audit(context.Background(), AuditQuery{Kind: "executions"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a query of an unknown kind: %v", err)
 	}
 }
