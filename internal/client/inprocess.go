@@ -31,6 +31,9 @@ func (t handlerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	go func() {
 		defer func() {
 			if p := recover(); p != nil && p != http.ErrAbortHandler {
+				// Not a success: a 500 if nothing was sent yet, else a
+				// body that breaks off.
+				rw.WriteHeader(http.StatusInternalServerError)
 				pw.CloseWithError(fmt.Errorf("handler panic: %v", p))
 			}
 			rw.WriteHeader(http.StatusOK) // a handler that wrote nothing

@@ -161,7 +161,7 @@ func header(extra *mcp.RequestExtra) http.Header {
 // if it ended: said in note).
 func (s *Server) session(ctx context.Context, req *mcp.CallToolRequest, api *client.Client, id, lang string) (sid, note string, err error) {
 	if id != "" {
-		return id, "", nil
+		return id, "", sessionArg(id)
 	}
 	if lang == "" {
 		lang = "python"

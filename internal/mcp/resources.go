@@ -3,12 +3,15 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"mime"
 	"net/url"
 	"path"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"airlock/internal/errdefs"
 )
 
 const sessionsURI = "airlock://sessions"
@@ -28,7 +31,7 @@ func (s *Server) addResources() {
 func (s *Server) readSessions(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 	list, err := s.o.Client(header(req.Extra)).Sessions(ctx)
 	if err != nil {
-		return nil, err
+		return nil, errors.New(shown(err))
 	}
 	out := make([]SessionOut, 0, len(list))
 	for i := range list {
@@ -52,15 +55,25 @@ func (s *Server) readFileResource(ctx context.Context, req *mcp.ReadResourceRequ
 	if unescaped, err := url.PathUnescape(p); err == nil {
 		p = unescaped
 	}
+	p, err := workspacePath(p, true)
+	if err == nil {
+		err = sessionArg(id)
+	}
+	if err != nil {
+		return nil, errors.New(shown(err))
+	}
 	api := s.o.Client(header(req.Extra))
 	rc, err := api.Download(ctx, id, p)
+	if errdefs.KindOf(err).Err == errdefs.ErrNotFound || errdefs.KindOf(err).Err == errdefs.ErrGone {
+		return nil, mcp.ResourceNotFoundError(uri)
+	}
 	if err != nil {
-		return nil, err
+		return nil, errors.New(shown(err))
 	}
 	defer rc.Close()
 	data, err := readCapped(rc, readMax)
 	if err != nil {
-		return nil, err
+		return nil, errors.New(shown(err))
 	}
 	rcnt := &mcp.ResourceContents{URI: uri, MIMEType: mimeOf(p)}
 	if strings.HasPrefix(rcnt.MIMEType, "text/") || rcnt.MIMEType == "application/json" {

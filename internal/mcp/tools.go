@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"path"
 	"strings"
 	"time"
@@ -20,6 +21,8 @@ import (
 	"airlock/internal/apitype"
 	"airlock/internal/client"
 	"airlock/internal/config"
+	"airlock/internal/errdefs"
+	"airlock/internal/workspace"
 )
 
 // Caps on what a tool result carries (the model reads all of it).
@@ -239,15 +242,68 @@ func (s *Server) addTools() {
 
 // failed is a tool result that reports err to the model.
 func failed(err error) *mcp.CallToolResult {
-	msg := err.Error()
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "error: " + shown(err)}}}
+}
+
+// shown is what a model (or an MCP client) reads of err: the API's own
+// message, or the message of an argument a tool refused. Everything else
+// (a transport's failure, a malformed answer) names requests this server
+// made, with their URLs, socket paths or addresses: it is said in words,
+// never quoted. Tool errors of the tools themselves wrap an errdefs
+// sentinel, so that errdefs.Message shows them.
+func shown(err error) string {
 	var e *client.Error
-	if errors.As(err, &e) {
-		msg = e.Message
+	switch {
+	case errors.As(err, &e):
+		if e.Code == "" {
+			// Not the API's error body: a proxy's page, perhaps.
+			return fmt.Sprintf("the airlock server answered %d %s", e.Status, http.StatusText(e.Status))
+		}
+		msg := e.Message
 		if e.RequestID != "" {
 			msg += " (request " + e.RequestID + ")"
 		}
+		return msg
+	case errors.Is(err, client.ErrUnreachable):
+		return "the airlock server cannot be reached; try again once it runs"
+	case errors.Is(err, context.Canceled):
+		return "the call was cancelled"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "the call ran out of time"
 	}
-	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "error: " + msg}}}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return "the airlock server did not answer (the connection to it failed); try again"
+	}
+	return errdefs.Message(err)
+}
+
+// argError is a tool's refusal of an argument.
+func argError(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errdefs.ErrInvalidArgument}, a...)...)
+}
+
+// workspacePath is a file path argument as the HTTP files API reads it:
+// relative to /workspace, or absolute under it. file says the path must
+// name something in the workspace, not /workspace itself.
+func workspacePath(p string, file bool) (string, error) {
+	clean, err := workspace.Clean(p)
+	if err != nil {
+		return "", err
+	}
+	if file && clean == "" {
+		return "", argError("path %q is /workspace itself; name a file in it", p)
+	}
+	return clean, nil
+}
+
+// sessionArg checks a session_id argument: one the API can be asked
+// about (a path segment of its URLs).
+func sessionArg(id string) error {
+	if id == "." || id == ".." || strings.ContainsAny(id, "/") {
+		return fmt.Errorf("%w: no session %q: pass a session_id that create_session returned, or none for this connection's default session", errdefs.ErrNotFound, id)
+	}
+	return nil
 }
 
 func asClientError(err error, target **client.Error) bool { return errors.As(err, target) }
@@ -255,7 +311,7 @@ func asClientError(err error, target **client.Error) bool { return errors.As(err
 // timeout turns timeout_s into a request's timeout.
 func timeout(seconds float64) (config.Duration, error) {
 	if seconds < 0 || seconds > 24*3600 {
-		return 0, fmt.Errorf("timeout_s must be between 0 and 86400")
+		return 0, argError("timeout_s must be between 0 and 86400")
 	}
 	return config.Duration(time.Duration(seconds * float64(time.Second))), nil
 }
@@ -493,21 +549,25 @@ func (s *Server) writeFile(ctx context.Context, req *mcp.CallToolRequest, in Wri
 	case "base64":
 		b, err := base64.StdEncoding.DecodeString(in.Content)
 		if err != nil {
-			return failed(fmt.Errorf("content is not valid base64: %v", err)), out, nil
+			return failed(argError("content is not valid base64: %v", err)), out, nil
 		}
 		data = b
 	default:
-		return failed(fmt.Errorf("encoding must be utf8 or base64, not %q", in.Encoding)), out, nil
+		return failed(argError("encoding must be utf8 or base64, not %q", in.Encoding)), out, nil
+	}
+	p, err := workspacePath(in.Path, true)
+	if err != nil {
+		return failed(err), out, nil
 	}
 	if len(data) > writeMax {
-		return failed(fmt.Errorf("the content is %d bytes, more than write_file takes (%d); upload it with PUT /v1/sessions/{id}/files/{path}", len(data), writeMax)), out, nil
+		return failed(fmt.Errorf("%w: the content is %d bytes, more than write_file takes (%d); upload it with PUT /v1/sessions/{id}/files/{path}", errdefs.ErrTooLarge, len(data), writeMax)), out, nil
 	}
 	api := s.o.Client(header(req.Extra))
 	id, _, err := s.session(ctx, req, api, in.SessionID, "")
 	if err != nil {
 		return failed(err), out, nil
 	}
-	res, err := api.Upload(ctx, id, in.Path, bytes.NewReader(data), int64(len(data)))
+	res, err := api.Upload(ctx, id, p, bytes.NewReader(data), int64(len(data)))
 	if err != nil {
 		return failed(err), out, nil
 	}
@@ -523,20 +583,24 @@ func (s *Server) readFile(ctx context.Context, req *mcp.CallToolRequest, in Read
 	if max > readMax {
 		max = readMax
 	}
+	p, err := workspacePath(in.Path, true)
+	if err != nil {
+		return failed(err), nil, nil
+	}
 	api := s.o.Client(header(req.Extra))
 	id, _, err := s.session(ctx, req, api, in.SessionID, "")
 	if err != nil {
 		return failed(err), nil, nil
 	}
-	content, err := s.fileContent(ctx, api, id, in.Path, max)
+	content, err := s.fileContent(ctx, api, id, p, max)
 	if err != nil {
 		return failed(err), nil, nil
 	}
 	return &mcp.CallToolResult{Content: content}, nil, nil
 }
 
-// fileContent reads up to max bytes of a session's file as MCP content:
-// an image, text, or an embedded blob.
+// fileContent reads up to max bytes of a session's file (p, a cleaned
+// workspace path) as MCP content: an image, text, or an embedded blob.
 func (s *Server) fileContent(ctx context.Context, api *client.Client, id, p string, max int64) ([]mcp.Content, error) {
 	rc, err := api.Download(ctx, id, p)
 	if err != nil {
@@ -555,7 +619,7 @@ func (s *Server) fileContent(ctx context.Context, api *client.Client, id, p stri
 	if mime == "application/octet-stream" {
 		mime = http.DetectContentType(data)
 	}
-	uri := fileURI(id, strings.TrimPrefix(p, "/workspace/"))
+	uri := fileURI(id, p)
 	var content []mcp.Content
 	switch {
 	case strings.HasPrefix(mime, "image/") && !truncated && mime != "image/svg+xml":
@@ -573,12 +637,16 @@ func (s *Server) fileContent(ctx context.Context, api *client.Client, id, p stri
 
 func (s *Server) listFiles(ctx context.Context, req *mcp.CallToolRequest, in ListIn) (*mcp.CallToolResult, ListOut, error) {
 	out := ListOut{Entries: []EntryOut{}}
+	dir, err := workspacePath(in.Path, false)
+	if err != nil {
+		return failed(err), out, nil
+	}
 	api := s.o.Client(header(req.Extra))
 	id, _, err := s.session(ctx, req, api, in.SessionID, "")
 	if err != nil {
 		return failed(err), out, nil
 	}
-	list, err := api.ListFiles(ctx, id, in.Path, in.Recursive)
+	list, err := api.ListFiles(ctx, id, dir, in.Recursive)
 	if err != nil {
 		return failed(err), out, nil
 	}
@@ -625,6 +693,9 @@ func sessionOut(info *apitype.Session) SessionOut {
 }
 
 func (s *Server) closeSession(ctx context.Context, req *mcp.CallToolRequest, in CloseIn) (*mcp.CallToolResult, CloseOut, error) {
+	if err := sessionArg(in.SessionID); err != nil {
+		return failed(err), CloseOut{SessionID: in.SessionID}, nil
+	}
 	api := s.o.Client(header(req.Extra))
 	err := api.DeleteSession(ctx, in.SessionID)
 	if err != nil && client.StatusOf(err) != http.StatusGone {
@@ -648,7 +719,7 @@ func readCapped(r io.Reader, max int64) ([]byte, error) {
 		return nil, err
 	}
 	if int64(len(data)) > max {
-		return nil, fmt.Errorf("the file is larger than %d bytes; download it with the HTTP files API", max)
+		return nil, fmt.Errorf("%w: the file is larger than %d bytes; download it with the HTTP files API", errdefs.ErrTooLarge, max)
 	}
 	return data, nil
 }
