@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"airlock/internal/bench"
+	"airlock/internal/termtext"
 )
 
 func benchCmd(args []string, stdout, stderr io.Writer) int {
@@ -37,7 +38,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	r, err := bench.Run(ctx, o)
 	if err != nil {
-		fmt.Fprintf(stderr, "airlock bench: %v\n", err)
+		fmt.Fprintf(stderr, "airlock bench: %s\n", termtext.Field(err.Error()))
 		return exitSoftware
 	}
 	if *asJSON {

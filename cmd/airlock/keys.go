@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"airlock/internal/apitype"
 	"airlock/internal/config"
 	"airlock/internal/store"
+	"airlock/internal/termtext"
 )
 
 const keysUsage = `Usage:
@@ -160,8 +162,7 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 		if sub == "quota" {
-			b, _ := json.Marshal(q)
-			fmt.Fprintf(stdout, "tenant %s quotas: %s\n", *tenant, b)
+			printQuotas(stdout, *tenant, q)
 			return 0
 		}
 		secret, k, err := db.CreateKey(ctx, *tenant, *admin, *name)
@@ -169,7 +170,7 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 			return exitFor(stderr, err)
 		}
 		fmt.Fprintln(stdout, secret)
-		fmt.Fprintf(stderr, "created key %s for tenant %s%s; the key above is shown only once\n", k.ID, k.Tenant, map[bool]string{true: " (admin)"}[k.Admin])
+		fmt.Fprintf(stderr, "created key %s for tenant %s%s; the key above is shown only once\n", termtext.Field(k.ID), termtext.Field(k.Tenant), map[bool]string{true: " (admin)"}[k.Admin])
 	case "list":
 		keys, err := db.Keys(ctx)
 		if err != nil {
@@ -194,7 +195,7 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 			if k.RevokedAt != nil {
 				rev = k.RevokedAt.Format(time.RFC3339)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\n", k.ID, k.Tenant, k.Admin, k.CreatedAt.Format(time.RFC3339), rev, k.Name)
+			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\n", termtext.Field(k.ID), termtext.Field(k.Tenant), k.Admin, k.CreatedAt.Format(time.RFC3339), rev, termtext.Field(k.Name))
 		}
 		tw.Flush()
 		names := make([]string, 0, len(tenants))
@@ -203,8 +204,7 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		sort.Strings(names)
 		for _, t := range names {
-			b, _ := json.Marshal(tenants[t])
-			fmt.Fprintf(stdout, "tenant %s quotas: %s\n", t, b)
+			printQuotas(stdout, t, tenants[t])
 		}
 	case "revoke":
 		if c.fs.NArg() != 1 {
@@ -214,7 +214,7 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 		if err := db.RevokeKey(ctx, c.fs.Arg(0)); err != nil {
 			return exitFor(stderr, err)
 		}
-		fmt.Fprintf(stderr, "revoked %s: requests with it fail from now on\n", c.fs.Arg(0))
+		fmt.Fprintf(stderr, "revoked %s: requests with it fail from now on\n", termtext.Field(c.fs.Arg(0)))
 	}
 	return 0
 }
@@ -290,8 +290,8 @@ func auditCmd(args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintln(stdout, string(b))
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%s\n", r.Time.Local().Format("2006-01-02 15:04:05"), r.Kind, dash(r.Tenant), dash(r.Session),
-				dash(r.ID), dash(r.Language), dash(r.Outcome), exitText(r.ExitCode), r.DurationMs, r.CPUMs, detail(r))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%s\n", r.Time.Local().Format("2006-01-02 15:04:05"), field(r.Kind), field(r.Tenant), field(r.Session),
+				field(r.ID), field(r.Language), field(r.Outcome), exitText(r.ExitCode), r.DurationMs, r.CPUMs, detail(r))
 		}
 		if next == "" || (*limit > 0 && n >= *limit) {
 			break
@@ -309,6 +309,17 @@ func dash(s string) string {
 	return s
 }
 
+// field is a cell of a table: "-" when empty, escaped (records and names
+// hold what tenants and their code chose: a newline would forge a row,
+// an ESC drive the operator's terminal).
+func field(s string) string { return termtext.Field(dash(s)) }
+
+// printQuotas prints a tenant's quotas as one line.
+func printQuotas(w io.Writer, tenant string, q config.Quotas) {
+	b, _ := json.Marshal(q)
+	fmt.Fprintf(w, "tenant %s quotas: %s\n", termtext.Field(tenant), termtext.Field(string(b)))
+}
+
 func exitText(p *int) string {
 	if p == nil {
 		return "-"
@@ -321,7 +332,7 @@ func detail(r apitype.AuditRecord) string {
 	var parts []string
 	add := func(k, v string) {
 		if v != "" {
-			parts = append(parts, k+"="+v)
+			parts = append(parts, k+"="+termtext.Field(v))
 		}
 	}
 	add("error", r.Error)
@@ -333,9 +344,9 @@ func detail(r apitype.AuditRecord) string {
 	} else if r.Code != "" {
 		c := strings.ReplaceAll(r.Code, "\n", "⏎")
 		if len(c) > 40 {
-			c = c[:40] + "…"
+			c = strings.ToValidUTF8(c[:40], "") + "…"
 		}
-		add("code", fmt.Sprintf("%q", c))
+		parts = append(parts, "code="+strconv.Quote(c)) // escaped as Field would
 	}
 	if r.BytesIn > 0 {
 		add("in", fmt.Sprint(r.BytesIn))

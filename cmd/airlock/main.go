@@ -21,6 +21,7 @@ import (
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/jail"
+	"airlock/internal/termtext"
 )
 
 // Exit statuses of airlock itself (sysexits.h), distinct from those of the
@@ -94,7 +95,7 @@ func main() {
 
 // exitFor maps an error to airlock's exit status and prints it.
 func exitFor(stderr io.Writer, err error) int {
-	fmt.Fprintf(stderr, "airlock: %v\n", err)
+	fmt.Fprintf(stderr, "airlock: %s\n", termtext.Field(err.Error())) // may quote a server's words
 	switch {
 	case errors.Is(err, errdefs.ErrInvalidArgument):
 		return exitUsage

@@ -23,6 +23,7 @@ import (
 	"airlock/internal/fontcache"
 	"airlock/internal/jail"
 	"airlock/internal/runtimes"
+	"airlock/internal/termtext"
 	"airlock/internal/workspace"
 )
 
@@ -188,6 +189,11 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	jail.Trace("cli parsed")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The program's streamed output is hostile: on a terminal, every
+	// control a terminal acts on is shown escaped; piped or redirected,
+	// it is byte-exact. Closed before airlock's own notes.
+	progOut, progErr := termtext.ForTerminal(stdout), termtext.ForTerminal(stderr)
+	done := func() { progOut.Close(); progErr.Close() }
 	if socket := cfg.SocketPath(); socket != "" && !cold {
 		preq := apitype.ProgramRequest{
 			Language: rt.Lang, Code: string(code), Filename: name, Args: progArgs,
@@ -200,7 +206,8 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		for _, f := range inputs[1:] {
 			preq.Files = append(preq.Files, apitype.InputFile{Path: f.path, ContentBase64: base64.StdEncoding.EncodeToString(f.data)})
 		}
-		res, err := runRemote(ctx, socket, preq, !asJSON, stdout, stderr)
+		res, err := runRemote(ctx, socket, preq, !asJSON, progOut, progErr)
+		done()
 		// Inputs larger than the server takes in one request (its
 		// max_body_bytes) are refused before anything runs: run here.
 		if !errors.Is(err, errNoServer) && !errors.Is(err, errdefs.ErrTooLarge) {
@@ -249,7 +256,7 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// Once per host: later runs copy the list, first plots stay fast and
 	// fontconfig leaves nothing behind.
 	if _, err := fontcache.Ensure(ctx, host, cfg); err != nil {
-		fmt.Fprintf(stderr, "airlock: warning: %v\n", err)
+		fmt.Fprintf(stderr, "airlock: warning: %s\n", termtext.Field(err.Error()))
 	}
 
 	slot, err := host.CLISlot()
@@ -270,9 +277,10 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		runReq.Files = append(runReq.Files, jail.InputFile{Path: f.path, Data: bytes.NewReader(f.data)})
 	}
 	if !asJSON {
-		runReq.Stdout, runReq.Stderr = stdout, stderr
+		runReq.Stdout, runReq.Stderr = progOut, progErr
 	}
 	res, err := host.Run(ctx, runReq)
+	done()
 	if err != nil {
 		return exitFor(stderr, err)
 	}
@@ -339,7 +347,7 @@ func describeKill(reason apitype.KillReason, l config.Limits) string {
 	case apitype.KillOutput:
 		return fmt.Sprintf("output over %s (--max-output)", l.MaxOutput)
 	}
-	return string(reason)
+	return termtext.Field(string(reason)) // a server's words
 }
 
 // hostFile is a file for /workspace, read from the host by the CLI.

@@ -30,6 +30,7 @@ import (
 
 	"airlock/internal/apitype"
 	"airlock/internal/client"
+	"airlock/internal/termtext"
 )
 
 // Options select what to run.
@@ -108,7 +109,7 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", row.Scenario, row.Metric, val, row.Target, row.Baseline, row.Ratio)
 	}
 	for _, e := range r.Errors {
-		fmt.Fprintf(w, "\nerror: %s\n", e)
+		fmt.Fprintf(w, "\nerror: %s\n", termtext.Field(e)) // may quote a server's or a sandbox's words
 	}
 }
 

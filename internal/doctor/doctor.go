@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"airlock/internal/termtext"
 )
 
 // Status of one check.
@@ -54,10 +56,12 @@ func (r *Report) OK() bool {
 func (r *Report) Print(w io.Writer) {
 	width := 0
 	for _, c := range r.Checks {
-		width = max(width, len(c.Name))
+		width = max(width, len(termtext.Field(c.Name)))
 	}
 	for _, c := range r.Checks {
-		fmt.Fprintf(w, "%-4s  %-*s  %s\n", c.Status, width, c.Name, strings.ReplaceAll(c.Detail, "\n", "\n"+strings.Repeat(" ", width+8)))
+		// Details quote what sandboxes answered (a probe's output, package
+		// versions): escaped, line by line.
+		fmt.Fprintf(w, "%-4s  %-*s  %s\n", c.Status, width, termtext.Field(c.Name), strings.ReplaceAll(termtext.Lines(c.Detail), "\n", "\n"+strings.Repeat(" ", width+8)))
 	}
 	if r.OK() {
 		fmt.Fprintln(w, "\nairlock can run code on this host with every configured protection.")
