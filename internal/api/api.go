@@ -93,39 +93,45 @@ type Authenticator interface {
 // Public serves path without authentication (a metrics endpoint, say).
 func (s *Server) Public(path string) { s.public[path] = true }
 
-// route is one operation of the API.
+// route is one operation of the API. work marks those that start,
+// change or read out what the audit log records (sessions, executions,
+// commands, installs, one-shot and program runs, file transfers, the
+// network policy): while the log cannot write they are refused (see
+// AuditLog.Check); reads of state, and what stops work (interrupt,
+// signal, delete), are not.
 type route struct {
 	method, pattern string
 	handle          func(*Server, http.ResponseWriter, *http.Request)
+	work            bool
 }
 
 // routes is the API: every operation, in one table (the OpenAPI document
 // describes the same set; a test holds them together).
 var routes = []route{
-	{"GET", "/healthz", (*Server).health},
-	{"GET", "/readyz", (*Server).ready},
-	{"GET", "/v1/openapi.json", (*Server).openapi},
-	{"POST", "/v1/sessions", (*Server).createSession},
-	{"GET", "/v1/sessions", (*Server).listSessions},
-	{"GET", "/v1/sessions/{id}", (*Server).getSession},
-	{"DELETE", "/v1/sessions/{id}", (*Server).deleteSession},
-	{"POST", "/v1/sessions/{id}/execute", (*Server).execute},
-	{"POST", "/v1/sessions/{id}/interrupt", (*Server).interrupt},
-	{"GET", "/v1/sessions/{id}/network", (*Server).getNetwork},
-	{"PUT", "/v1/sessions/{id}/network", (*Server).putNetwork},
-	{"POST", "/v1/sessions/{id}/packages", (*Server).installPackages},
-	{"POST", "/v1/sessions/{id}/commands", (*Server).runCommand},
-	{"GET", "/v1/sessions/{id}/commands", (*Server).listCommands},
-	{"GET", "/v1/sessions/{id}/commands/{cid}", (*Server).getCommand},
-	{"POST", "/v1/sessions/{id}/commands/{cid}/signal", (*Server).signalCommand},
-	{"POST", "/v1/sessions/{id}/commands/{cid}/stdin", (*Server).commandStdin},
-	{"GET", "/v1/sessions/{id}/files", (*Server).listFiles},
-	{"GET", "/v1/sessions/{id}/files/{path...}", (*Server).download},
-	{"PUT", "/v1/sessions/{id}/files/{path...}", (*Server).upload},
-	{"DELETE", "/v1/sessions/{id}/files/{path...}", (*Server).deleteFile},
-	{"POST", "/v1/execute", (*Server).executeOnce},
-	{"POST", "/v1/run", (*Server).runProgram},
-	{"GET", "/v1/audit", (*Server).audit},
+	{"GET", "/healthz", (*Server).health, false},
+	{"GET", "/readyz", (*Server).ready, false},
+	{"GET", "/v1/openapi.json", (*Server).openapi, false},
+	{"POST", "/v1/sessions", (*Server).createSession, true},
+	{"GET", "/v1/sessions", (*Server).listSessions, false},
+	{"GET", "/v1/sessions/{id}", (*Server).getSession, false},
+	{"DELETE", "/v1/sessions/{id}", (*Server).deleteSession, false},
+	{"POST", "/v1/sessions/{id}/execute", (*Server).execute, true},
+	{"POST", "/v1/sessions/{id}/interrupt", (*Server).interrupt, false},
+	{"GET", "/v1/sessions/{id}/network", (*Server).getNetwork, false},
+	{"PUT", "/v1/sessions/{id}/network", (*Server).putNetwork, true},
+	{"POST", "/v1/sessions/{id}/packages", (*Server).installPackages, true},
+	{"POST", "/v1/sessions/{id}/commands", (*Server).runCommand, true},
+	{"GET", "/v1/sessions/{id}/commands", (*Server).listCommands, false},
+	{"GET", "/v1/sessions/{id}/commands/{cid}", (*Server).getCommand, false},
+	{"POST", "/v1/sessions/{id}/commands/{cid}/signal", (*Server).signalCommand, false},
+	{"POST", "/v1/sessions/{id}/commands/{cid}/stdin", (*Server).commandStdin, true},
+	{"GET", "/v1/sessions/{id}/files", (*Server).listFiles, false},
+	{"GET", "/v1/sessions/{id}/files/{path...}", (*Server).download, true},
+	{"PUT", "/v1/sessions/{id}/files/{path...}", (*Server).upload, true},
+	{"DELETE", "/v1/sessions/{id}/files/{path...}", (*Server).deleteFile, true},
+	{"POST", "/v1/execute", (*Server).executeOnce, true},
+	{"POST", "/v1/run", (*Server).runProgram, true},
+	{"GET", "/v1/audit", (*Server).audit, false},
 }
 
 // New returns the API handler.
@@ -138,7 +144,15 @@ func New(m *session.Manager, cfg config.Config, log *slog.Logger, version string
 		public: map[string]bool{"/healthz": true, "/readyz": true, "/v1/openapi.json": true}}
 	allow := map[string][]string{}
 	for _, rt := range routes {
-		s.mux.HandleFunc(rt.method+" "+rt.pattern, func(w http.ResponseWriter, r *http.Request) { rt.handle(s, w, r) })
+		s.mux.HandleFunc(rt.method+" "+rt.pattern, func(w http.ResponseWriter, r *http.Request) {
+			if rt.work && s.Audit != nil {
+				if err := s.Audit.Check(); err != nil {
+					fail(w, err)
+					return
+				}
+			}
+			rt.handle(s, w, r)
+		})
 		allow[rt.pattern] = append(allow[rt.pattern], rt.method)
 	}
 	// Method-less patterns are less specific than the ones above: they
@@ -547,6 +561,13 @@ func describeJSONError(err error) string {
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	body := apitype.Health{Status: "ok", Version: s.version, Sessions: s.m.Count(), Transfers: s.transfers.inProgress()}
+	if s.Audit != nil {
+		h := s.Audit.Health()
+		body.Audit = &h
+		if h.Status != "ok" {
+			body.Status = "degraded"
+		}
+	}
 	if s.Stats != nil {
 		body.Pool = map[string]json.RawMessage{}
 		for k, v := range s.Stats() {
@@ -569,6 +590,9 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	}
 	if open >= maxSessions {
 		body.Reasons = append(body.Reasons, fmt.Sprintf("%d sessions are open, server.max_sessions", maxSessions))
+	}
+	if s.Audit != nil && s.Audit.Check() != nil {
+		body.Reasons = append(body.Reasons, "the audit log cannot write records and work is refused (audit.on_failure \"refuse\")")
 	}
 	if s.Stats != nil {
 		body.Warm = map[string]int{}

@@ -17,6 +17,10 @@ import (
 // AuditLog is the audit log the API serves (package audit).
 type AuditLog interface {
 	Query(ctx context.Context, q store.AuditQuery) ([]apitype.AuditRecord, string, error)
+	// Check refuses work while records cannot be written (nil: go on).
+	Check() error
+	// Health is its state for /healthz.
+	Health() apitype.AuditHealth
 }
 
 // ParseAuditTime reads a time of an audit query: RFC 3339, or a duration

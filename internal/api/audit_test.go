@@ -3,20 +3,36 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
+	"time"
 
 	"airlock/internal/apitype"
 	"airlock/internal/config"
+	"airlock/internal/errdefs"
 	"airlock/internal/session"
 	"airlock/internal/store"
 )
 
-// fakeAudit records the query it was asked.
-type fakeAudit struct{ q store.AuditQuery }
+// fakeAudit records the query it was asked; check is what Check says.
+type fakeAudit struct {
+	q     store.AuditQuery
+	check error
+}
+
+func (f *fakeAudit) Check() error { return f.check }
+
+func (f *fakeAudit) Health() apitype.AuditHealth {
+	if f.check != nil {
+		return apitype.AuditHealth{Status: "failing"}
+	}
+	return apitype.AuditHealth{Status: "ok"}
+}
 
 func (f *fakeAudit) Query(_ context.Context, q store.AuditQuery) ([]apitype.AuditRecord, string, error) {
 	f.q = q
@@ -99,4 +115,58 @@ func FuzzAuditQuery(f *testing.F) {
 			t.Fatalf("%q: a tenant's query for %q", q, fa.q.Tenant)
 		}
 	})
+}
+
+// While the audit log cannot write, every route that does work is
+// refused with 503 audit_unavailable before its handler runs (the
+// manager has no sandbox source: a handler that ran would fail
+// otherwise), and no other route is; /healthz says degraded and /readyz
+// not ready. The table of routes is the API's own, so a route added
+// later is checked too.
+func TestAuditFailureRefusesWork(t *testing.T) {
+	s, f := auditServer()
+	f.check = &errdefs.RetryError{After: 5 * time.Second, Err: fmt.Errorf("%w: cannot write", errdefs.ErrAuditUnavailable)}
+	work := 0
+	for _, rt := range routes {
+		path := strings.NewReplacer("{id}", "s1", "{cid}", "c1", "{path...}", "a.txt").Replace(rt.pattern)
+		req := httptest.NewRequest(rt.method, path, strings.NewReader("{}"))
+		req.Header.Set("Authorization", "Bearer alk_admin")
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		var body apitype.ErrorBody
+		json.Unmarshal(rec.Body.Bytes(), &body)
+		refused := rec.Code == 503 && body.Error.Code == "audit_unavailable"
+		if refused != rt.work {
+			t.Errorf("%s %s: %d %s; work %v", rt.method, rt.pattern, rec.Code, body.Error.Code, rt.work)
+		}
+		if refused {
+			work++
+			if rec.Header().Get("Retry-After") != "5" {
+				t.Errorf("%s %s: Retry-After %q", rt.method, rt.pattern, rec.Header().Get("Retry-After"))
+			}
+		}
+	}
+	// What does work: sessions, executions, commands and their input,
+	// installs, one-shot and program runs, the network policy and file
+	// transfers (MCP's tools reach them through this API).
+	if work != 11 {
+		t.Errorf("%d routes refused, want 11", work)
+	}
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	var h apitype.Health
+	if json.Unmarshal(rec.Body.Bytes(), &h); rec.Code != 200 || h.Status != "degraded" || h.Audit == nil || h.Audit.Status != "failing" {
+		t.Errorf("/healthz %d %s", rec.Code, rec.Body)
+	}
+	rec = httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+	if rec.Code != 503 || !strings.Contains(rec.Body.String(), "audit") {
+		t.Errorf("/readyz %d %s", rec.Code, rec.Body)
+	}
+	f.check = nil
+	rec = httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	if json.Unmarshal(rec.Body.Bytes(), &h); h.Status != "ok" || h.Audit.Status != "ok" {
+		t.Errorf("/healthz after recovery: %s", rec.Body)
+	}
 }

@@ -336,6 +336,25 @@ type Health struct {
 	// when the template is configured, a TemplateStats; absent without
 	// warm pools.
 	Pool map[string]json.RawMessage `json:"pool,omitempty"`
+	// Audit is the audit log's state (absent when it is off).
+	Audit *AuditHealth `json:"audit,omitempty"`
+}
+
+// AuditHealth is the audit log's state: whether records are being
+// written ("ok") or cannot be ("failing": the data directory is full or
+// read-only; with on_failure "refuse" work is refused meanwhile), and
+// its counters since the server started.
+type AuditHealth struct {
+	Status    string `json:"status"`
+	OnFailure string `json:"on_failure"`
+	Written   uint64 `json:"written"`
+	// Dropped records are lost: a full queue, more held than
+	// audit.queue, or held at shutdown.
+	Dropped uint64 `json:"dropped"`
+	// FailedWrites counts commits that failed; Held the records waiting
+	// for the next try.
+	FailedWrites uint64 `json:"failed_writes"`
+	Held         int64  `json:"held"`
 }
 
 // Readiness is GET /readyz: whether the server can take a new session

@@ -8,13 +8,17 @@
 //
 // It must never slow or block a request: the observer's methods only
 // copy a record into the queue (hashing and encoding happen in the
-// writer), and a full queue drops the record and counts it.
+// writer), and a full queue drops the record and counts it. Nor may it
+// fail open: records it cannot write (the data directory full or
+// read-only) are held and retried, counted, and Check tells the API to
+// refuse work until they are written (audit.on_failure "refuse").
 package audit
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -41,6 +45,17 @@ type Log struct {
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
+
+	// appendAudit commits a batch (the store's; tests fail it).
+	appendAudit func(context.Context, []apitype.AuditRecord) error
+	// held are records a commit failed on, retried every retryEvery
+	// and before any newer one (the writer's alone); failing is set
+	// while there are any, failures counts the commits that failed.
+	held       []apitype.AuditRecord
+	heldN      atomic.Int64
+	failing    atomic.Bool
+	failures   atomic.Uint64
+	retryEvery time.Duration
 }
 
 // item is a record on its way, with its code still whole: what the
@@ -57,10 +72,35 @@ func New(db *store.DB, cfg config.Audit, log *slog.Logger) *Log {
 	if log == nil {
 		log = slog.Default()
 	}
-	l := &Log{db: db, cfg: cfg, log: log, retainEvery: 5 * time.Minute,
-		q: make(chan item, cfg.Queue), stop: make(chan struct{}), done: make(chan struct{})}
+	l := &Log{db: db, cfg: cfg, log: log, retainEvery: 5 * time.Minute, retryEvery: time.Second,
+		q: make(chan item, cfg.Queue), stop: make(chan struct{}), done: make(chan struct{}),
+		appendAudit: db.AppendAudit}
 	go l.writer()
 	return l
+}
+
+// retryAfter is what a refused client is told to wait.
+const retryAfter = 5 * time.Second
+
+// Check says whether work may start: an error (errdefs'
+// ErrAuditUnavailable, with a Retry-After) while records cannot be
+// written and audit.on_failure is "refuse", else nil. Every route that
+// does work asks (see package api); it costs an atomic load.
+func (l *Log) Check() error {
+	if l == nil || !l.failing.Load() || l.cfg.OnFailure == config.AuditContinue {
+		return nil
+	}
+	return &errdefs.RetryError{After: retryAfter, Err: fmt.Errorf("%w: the server cannot write its audit log now (its data directory is full or read-only) and refuses work until it can (audit.on_failure \"refuse\"); try again later", errdefs.ErrAuditUnavailable)}
+}
+
+// Health is the log's state for /healthz and the metrics.
+func (l *Log) Health() apitype.AuditHealth {
+	h := apitype.AuditHealth{Status: "ok", OnFailure: l.cfg.OnFailure, Written: l.written.Load(), Dropped: l.dropped.Load(),
+		FailedWrites: l.failures.Load(), Held: l.heldN.Load()}
+	if l.failing.Load() {
+		h.Status = "failing"
+	}
+	return h
 }
 
 // Close writes what is queued and stops the writer.
@@ -120,6 +160,8 @@ func (l *Log) writer() {
 	l.retain()
 	batch := make([]apitype.AuditRecord, 0, maxBatch)
 	var flushes []chan struct{}
+	retry := time.NewTicker(l.retryEvery)
+	defer retry.Stop()
 	take := func(it item) {
 		if it.flush != nil {
 			flushes = append(flushes, it.flush)
@@ -134,6 +176,11 @@ func (l *Log) writer() {
 		case <-retain.C:
 			l.retain()
 			continue
+		case <-retry.C:
+			if len(l.held) > 0 {
+				l.write(nil) // is there room again?
+			}
+			continue
 		case <-l.stop:
 			for {
 				select {
@@ -144,10 +191,7 @@ func (l *Log) writer() {
 				}
 				break
 			}
-			l.write(batch)
-			for _, f := range flushes {
-				close(f)
-			}
+			l.last(batch, flushes)
 			return
 		}
 		// What arrives within the flush interval joins this batch: one
@@ -166,10 +210,7 @@ func (l *Log) writer() {
 				for len(l.q) > 0 {
 					take(<-l.q)
 				}
-				l.write(batch)
-				for _, f := range flushes {
-					close(f)
-				}
+				l.last(batch, flushes)
 				return
 			}
 		}
@@ -180,6 +221,20 @@ func (l *Log) writer() {
 			close(f)
 		}
 		flushes = flushes[:0]
+	}
+}
+
+// last is the writer's last commit (Close): what is still held after it
+// is lost, and counted.
+func (l *Log) last(batch []apitype.AuditRecord, flushes []chan struct{}) {
+	l.write(batch)
+	if n := len(l.held); n > 0 {
+		l.dropped.Add(uint64(n))
+		l.heldN.Store(0)
+		l.log.Error("audit: records lost at shutdown: they could not be written", "records", n)
+	}
+	for _, f := range flushes {
+		close(f)
 	}
 }
 
@@ -200,22 +255,41 @@ func (l *Log) finish(it item) apitype.AuditRecord {
 	return r
 }
 
+// write commits what is held, then batch. A failed commit keeps the
+// records (up to audit.queue of them: beyond, the oldest are dropped and
+// counted) for the next try, and marks the log failing until one
+// succeeds.
 func (l *Log) write(batch []apitype.AuditRecord) {
+	if len(l.held) > 0 {
+		batch = append(l.held, batch...)
+		l.held = nil
+	}
 	if len(batch) == 0 {
 		return
 	}
-	for attempt := 0; ; attempt++ {
-		err := l.db.AppendAudit(context.Background(), batch)
-		if err == nil {
-			l.written.Add(uint64(len(batch)))
-			return
+	err := l.appendAudit(context.Background(), batch)
+	if err == nil {
+		l.written.Add(uint64(len(batch)))
+		l.heldN.Store(0)
+		if l.failing.Swap(false) {
+			l.log.Info("audit: records are written again; work is accepted", "records", len(batch))
 		}
-		if attempt == 2 {
-			l.dropped.Add(uint64(len(batch)))
-			l.log.Error("audit: writing records failed; dropped", "records", len(batch), "err", err)
-			return
+		return
+	}
+	l.failures.Add(1)
+	if over := len(batch) - l.cfg.Queue; over > 0 {
+		l.dropped.Add(uint64(over))
+		l.log.Error("audit: records dropped: more are waiting than audit.queue holds", "dropped", over)
+		batch = batch[over:]
+	}
+	l.held = append(make([]apitype.AuditRecord, 0, len(batch)), batch...)
+	l.heldN.Store(int64(len(l.held)))
+	if !l.failing.Swap(true) {
+		action := "work is refused until they can (audit.on_failure refuse)"
+		if l.cfg.OnFailure == config.AuditContinue {
+			action = "work goes on unrecorded until they can (audit.on_failure continue)"
 		}
-		time.Sleep(50 * time.Millisecond)
+		l.log.Error("audit: cannot write records; they are held and retried every second; "+action, "held", len(l.held), "err", err)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -254,5 +255,90 @@ func TestSessionEndCarriesUntaggedEgress(t *testing.T) {
 	recs := all(t, l, store.AuditQuery{Kind: apitype.AuditSessionEnd})
 	if len(recs) != 1 || len(recs[0].Egress) != 1 || recs[0].Egress[0].Host != "example.com" || recs[0].Egress[0].BytesDown != 20 {
 		t.Errorf("session end record: %+v", recs)
+	}
+}
+
+// A commit that fails (the data directory full or read-only) keeps the
+// records and retries them; meanwhile Check refuses work (on_failure
+// "refuse") or lets it go on ("continue"), Health says failing with the
+// counts, and once a commit succeeds every held record is there, in
+// order, and work is accepted again. More held than audit.queue drops
+// the oldest, counted; held at Close are counted as dropped.
+func TestWriteFailureHoldsAndRefuses(t *testing.T) {
+	for _, mode := range []string{config.AuditRefuse, config.AuditContinue} {
+		db, err := store.Open(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := config.Default().Audit
+		cfg.OnFailure, cfg.Queue = mode, 4
+		l := New(db, cfg, slog.New(slog.DiscardHandler))
+		var broken atomic.Bool
+		l.appendAudit = func(ctx context.Context, recs []apitype.AuditRecord) error {
+			if broken.Load() {
+				return errors.New("database or disk is full")
+			}
+			return db.AppendAudit(ctx, recs)
+		}
+		ctx := context.Background()
+		if err := l.Check(); err != nil || l.Health().Status != "ok" {
+			t.Fatalf("%s: a healthy log: %v %+v", mode, err, l.Health())
+		}
+		broken.Store(true)
+		for i := range 3 {
+			l.Record(apitype.AuditRecord{Kind: apitype.AuditExecution, ID: fmt.Sprint("e", i)})
+		}
+		l.Flush(ctx)
+		h := l.Health()
+		if h.Status != "failing" || h.Held != 3 || h.FailedWrites == 0 || h.Written != 0 || h.OnFailure != mode {
+			t.Errorf("%s: health %+v, want failing with 3 held", mode, h)
+		}
+		err = l.Check()
+		if mode == config.AuditRefuse {
+			if !errors.Is(err, errdefs.ErrAuditUnavailable) || errdefs.HTTPStatus(err) != 503 || errdefs.Code(err) != "audit_unavailable" {
+				t.Errorf("refuse: Check = %v, want 503 audit_unavailable", err)
+			}
+			if after, ok := errdefs.RetryAfter(err); !ok || after <= 0 {
+				t.Errorf("refuse: no Retry-After in %v", err)
+			}
+			if strings.Contains(errdefs.Message(err), "disk is full") || strings.Contains(errdefs.Message(err), "/") {
+				t.Errorf("refuse: the message names host internals: %s", errdefs.Message(err))
+			}
+		} else if err != nil {
+			t.Errorf("continue: Check = %v, want nil", err)
+		}
+		// Two more: five held, one more than audit.queue: the oldest goes.
+		for i := 3; i < 5; i++ {
+			l.Record(apitype.AuditRecord{Kind: apitype.AuditExecution, ID: fmt.Sprint("e", i)})
+		}
+		l.Flush(ctx)
+		if h := l.Health(); h.Held != 4 || h.Dropped != 1 {
+			t.Errorf("%s: health %+v, want 4 held and 1 dropped", mode, h)
+		}
+		broken.Store(false)
+		// The retry (every second) writes them without a new record.
+		deadline := time.Now().Add(10 * time.Second)
+		for l.Health().Status != "ok" && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := l.Check(); err != nil || l.Health().Held != 0 || l.Health().Written != 4 {
+			t.Errorf("%s: after recovery: %v %+v", mode, err, l.Health())
+		}
+		recs, _, _ := l.Query(ctx, store.AuditQuery{})
+		var ids []string
+		for _, r := range recs {
+			ids = append(ids, r.ID)
+		}
+		if strings.Join(ids, ",") != "e1,e2,e3,e4" {
+			t.Errorf("%s: records %v, want e1..e4 in order", mode, ids)
+		}
+		// Held at shutdown: lost, and counted.
+		broken.Store(true)
+		l.Record(apitype.AuditRecord{Kind: apitype.AuditExecution, ID: "e5"})
+		l.Close()
+		if h := l.Health(); h.Dropped != 2 || h.Held != 0 {
+			t.Errorf("%s: after Close: %+v, want 2 dropped", mode, h)
+		}
+		db.Close()
 	}
 }

@@ -320,3 +320,17 @@ func TestKnownLanguage(t *testing.T) {
 		}
 	}
 }
+
+// audit.on_failure is "refuse" by default, and "continue" or nothing else.
+func TestAuditOnFailure(t *testing.T) {
+	if got := Default().Audit.OnFailure; got != AuditRefuse {
+		t.Errorf("default audit.on_failure %q, want refuse", got)
+	}
+	for v, ok := range map[string]bool{"refuse": true, "continue": true, "": false, "ignore": false} {
+		c := Default()
+		c.Audit.OnFailure = v
+		if err := c.Validate(); (err == nil) != ok {
+			t.Errorf("audit.on_failure %q: %v", v, err)
+		}
+	}
+}

@@ -139,7 +139,19 @@ type Audit struct {
 	// commit: the most a kill -9 of the server can lose (0: a commit as
 	// soon as a record arrives, which costs the hot path more).
 	FlushInterval Duration `json:"flush_interval"`
+	// OnFailure is what the server does while records cannot be written
+	// (the data directory full or read-only): AuditRefuse answers work
+	// with 503 audit_unavailable until they can, AuditContinue goes on
+	// unrecorded. Either way the records are held and retried, and
+	// /healthz and the metrics count them.
+	OnFailure string `json:"on_failure"`
 }
+
+// audit.on_failure values.
+const (
+	AuditRefuse   = "refuse"
+	AuditContinue = "continue"
+)
 
 // Auth modes.
 const (

@@ -42,6 +42,10 @@ var (
 	// ErrUnavailable: the host cannot build a jail with the configured
 	// protections; see `airlock doctor`.
 	ErrUnavailable = errors.New("unavailable")
+	// ErrAuditUnavailable: the audit log cannot record work now (its
+	// data directory is full or read-only), and the server refuses work
+	// until it can (audit.on_failure "refuse").
+	ErrAuditUnavailable = errors.New("audit log unavailable")
 	// ErrGone: the session ended (out of memory, killed, deleted).
 	ErrGone = errors.New("session ended")
 	// ErrTimeout: an operation ran out of time.
@@ -90,6 +94,7 @@ var kinds = []Kind{
 	{ErrTimeout, "timeout", http.StatusGatewayTimeout},
 	{ErrUnsupported, "unsupported", http.StatusNotImplemented},
 	{ErrUnavailable, "unavailable", http.StatusServiceUnavailable},
+	{ErrAuditUnavailable, "audit_unavailable", http.StatusServiceUnavailable},
 	{ErrMisdirected, "misdirected", http.StatusMisdirectedRequest},
 	{ErrSessionLost, "session_lost", http.StatusGone},
 	{ErrNodeUnavailable, "node_unavailable", http.StatusServiceUnavailable},

@@ -28,6 +28,7 @@ var codes = []struct {
 	{ErrTimeout, "timeout", 504},
 	{ErrUnsupported, "unsupported", 501},
 	{ErrUnavailable, "unavailable", 503},
+	{ErrAuditUnavailable, "audit_unavailable", 503},
 	{ErrMisdirected, "misdirected", 421},
 	{ErrSessionLost, "session_lost", 410},
 	{ErrNodeUnavailable, "node_unavailable", 503},

@@ -159,3 +159,42 @@ func (e egressCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(egressRefusals, prometheus.CounterValue, float64(s.CapRefused), "server_cap")
 	ch <- prometheus.MustNewConstMetric(egressRefusals, prometheus.CounterValue, float64(s.DNSRefused), "dns_rate")
 }
+
+var (
+	auditWritable = prometheus.NewDesc(Namespace+"_audit_writable",
+		"1 while the audit log writes its records; 0 while it cannot (data directory full or read-only: with audit.on_failure refuse, work is refused meanwhile).", nil, nil)
+	auditWritten  = prometheus.NewDesc(Namespace+"_audit_records_written_total", "Audit records committed.", nil, nil)
+	auditDropped  = prometheus.NewDesc(Namespace+"_audit_records_dropped_total", "Audit records lost: a full queue, more held than audit.queue while writes failed, or held at shutdown.", nil, nil)
+	auditFailures = prometheus.NewDesc(Namespace+"_audit_write_failures_total", "Commits of audit records that failed (each is retried).", nil, nil)
+	auditHeld     = prometheus.NewDesc(Namespace+"_audit_records_held", "Audit records a failed commit holds for the next try.", nil, nil)
+)
+
+// Audit exports the audit log's state, read from health (audit.Log.Health)
+// at each scrape.
+func (m *Metrics) Audit(health func() apitype.AuditHealth) {
+	if m == nil || health == nil {
+		return
+	}
+	m.reg.MustRegister(auditCollector(health))
+}
+
+type auditCollector func() apitype.AuditHealth
+
+func (a auditCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{auditWritable, auditWritten, auditDropped, auditFailures, auditHeld} {
+		ch <- d
+	}
+}
+
+func (a auditCollector) Collect(ch chan<- prometheus.Metric) {
+	h := a()
+	writable := 1.0
+	if h.Status != "ok" {
+		writable = 0
+	}
+	ch <- prometheus.MustNewConstMetric(auditWritable, prometheus.GaugeValue, writable)
+	ch <- prometheus.MustNewConstMetric(auditWritten, prometheus.CounterValue, float64(h.Written))
+	ch <- prometheus.MustNewConstMetric(auditDropped, prometheus.CounterValue, float64(h.Dropped))
+	ch <- prometheus.MustNewConstMetric(auditFailures, prometheus.CounterValue, float64(h.FailedWrites))
+	ch <- prometheus.MustNewConstMetric(auditHeld, prometheus.GaugeValue, float64(h.Held))
+}

@@ -276,6 +276,9 @@ func (s *Server) observe() (net.Listener, error) {
 	if eg := s.manager.Egress(); eg != nil {
 		s.metrics.Egress(eg.Limits.Shared.Stats)
 	}
+	if s.audit != nil {
+		s.metrics.Audit(s.audit.Health)
+	}
 	if cfg.Listen == "" || s.opts.Embedded {
 		s.api.HandleAdmin("GET /metrics", s.metrics.Handler())
 		if cfg.Public {

@@ -18,7 +18,8 @@ imports langchain_core only when called).
 from .errors import (AirlockError, AuthenticationError, ConflictError, ConnectionError,
                      InvalidArgumentError, MethodNotAllowedError, NotFoundError, PermissionDeniedError,
                      QuotaExceededError, RateLimitError, ServerError, SessionEndedError, TimeoutError, TooLargeError,
-                     UnavailableError, UnsupportedError, SessionLostError, MisdirectedError, NodeUnavailableError)
+                     UnavailableError, UnsupportedError, SessionLostError, MisdirectedError, NodeUnavailableError,
+                     AuditUnavailableError)
 from .models import (CommandResult, EntryInfo, Execution, ExecutionError, FileChange, Logs, OutputFile,
                      Result, RunResult, WriteInfo)
 from .sandbox import CommandHandle, Commands, Files, Sandbox, run, run_program
@@ -33,5 +34,5 @@ __all__ = [
     "AirlockError", "InvalidArgumentError", "AuthenticationError", "NotFoundError", "PermissionDeniedError",
     "MethodNotAllowedError", "ConflictError", "TooLargeError", "RateLimitError", "QuotaExceededError", "SessionEndedError",
     "TimeoutError", "UnsupportedError", "UnavailableError", "ServerError", "ConnectionError",
-    "SessionLostError", "MisdirectedError", "NodeUnavailableError",
+    "SessionLostError", "MisdirectedError", "NodeUnavailableError", "AuditUnavailableError",
 ]

@@ -12,7 +12,7 @@ __all__ = [
     "AirlockError", "InvalidArgumentError", "AuthenticationError", "NotFoundError",
     "PermissionDeniedError", "MethodNotAllowedError", "ConflictError", "TooLargeError",
     "RateLimitError", "QuotaExceededError", "SessionEndedError", "TimeoutError", "UnsupportedError",
-    "UnavailableError", "SessionLostError", "MisdirectedError", "NodeUnavailableError", "ServerError",
+    "UnavailableError", "SessionLostError", "MisdirectedError", "NodeUnavailableError", "AuditUnavailableError", "ServerError",
     "ConnectionError", "CODES", "error_for",
 ]
 
@@ -110,6 +110,11 @@ class NodeUnavailableError(UnavailableError):
     lost: retry later (``retry_after``) or create a new one."""
 
 
+class AuditUnavailableError(UnavailableError):
+    """503: the server cannot write its audit log (its data directory is full or read-only) and refuses work until it
+    can; nothing was done: retry later (``retry_after``)."""
+
+
 class ServerError(AirlockError):
     """500: the server's own failure; its log has the detail under request_id."""
 
@@ -136,6 +141,7 @@ CODES = {
     "session_lost": SessionLostError,
     "misdirected": MisdirectedError,
     "node_unavailable": NodeUnavailableError,
+    "audit_unavailable": AuditUnavailableError,
     "internal": ServerError,
 }
 
