@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -377,35 +378,66 @@ print("done")`)
 	t.Logf("server peak memory %s", hwm)
 }
 
-// A file whose name holds control characters is listed and, being
-// listed, can be downloaded and deleted by that name.
+// No client names a file with a control character (C0, DEL, C1): not in
+// the files API, a run's files and filename, nor a command's cwd. A file
+// the code made with one is listed under its exact name (JSON escapes it),
+// a one-shot run returns it with its content, and a command renames it.
 func TestControlCharacterNames(t *testing.T) { testControlCharacterNames(t, sharedServer(t)) }
 
 func testControlCharacterNames(t *testing.T, s *server) {
+	ctx := context.Background()
+	names := []string{"a\x1b[31mb", "tab\there", "new\nline", "del\x7f", "csi\u009b2J", "bell\a"}
 	id := s.newSession("python", nil)
-	name := "a\x1b[31mb\tc\nd"
-	s.exec(id, "open('a\\x1b[31mb\\tc\\nd', 'w').write('odd')")
-	list, err := s.c.ListFiles(context.Background(), id, "", false)
-	if err != nil {
+	for _, name := range names {
+		escaped := url.PathEscape(name)
+		for _, op := range []struct {
+			method, path string
+			body         any
+		}{
+			{"PUT", "/files/" + escaped, "x"},
+			{"GET", "/files/" + escaped, nil},
+			{"DELETE", "/files/" + escaped, nil},
+			{"GET", "/files?path=" + url.QueryEscape(name), nil},
+			{"POST", "/commands", map[string]any{"command": "true", "cwd": name}},
+		} {
+			code, body := s.raw(op.method, "/v1/sessions/"+id+op.path, op.body, nil)
+			if code != 400 || !strings.Contains(string(body), "control character") {
+				t.Errorf("%s %s: %d %s, want 400 naming the control character", op.method, op.path, code, truncate(string(body), 200))
+			}
+		}
+		_, err := s.c.RunOnce(ctx, apitype.OneShotRequest{Code: "1", Files: []apitype.InputFile{{Path: name, Content: "x"}}}, nil)
+		wantError(t, "/v1/execute files", err, 400, "invalid_argument")
+		_, err = s.c.RunProgram(ctx, apitype.ProgramRequest{Code: "1", Files: []apitype.InputFile{{Path: "d/" + name, Content: "x"}}}, nil)
+		wantError(t, "/v1/run files", err, 400, "invalid_argument")
+		_, err = s.c.RunProgram(ctx, apitype.ProgramRequest{Code: "1", Filename: name + ".py"}, nil)
+		wantError(t, "/v1/run filename", err, 400, "invalid_argument")
+	}
+	// The code made one: it is listed and reported as is, and a command
+	// renames it.
+	name := names[0]
+	r := s.exec(id, "open('a\\x1b[31mb', 'w').write('odd')")
+	if len(r.FilesChanged) != 1 || r.FilesChanged[0].Path != name {
+		t.Fatalf("files_changed %+v", r.FilesChanged)
+	}
+	code, body := s.raw("GET", "/v1/sessions/"+id+"/files", nil, nil)
+	if code != 200 || !strings.Contains(string(body), `"path":"a\u001b[31mb"`) {
+		t.Fatalf("listing: %d %s", code, body)
+	}
+	if res, err := s.c.RunCommand(ctx, id, apitype.CommandRequest{Command: `mv -- "$(printf 'a\033[31mb')" renamed`}, nil); err != nil || exitOf(res) != 0 {
+		t.Fatalf("rename: %+v %v", res, err)
+	}
+	if rc, err := s.c.Download(ctx, id, "renamed"); err != nil {
 		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(rc)
+		rc.Close()
+		if string(b) != "odd" {
+			t.Fatalf("renamed: %q", b)
+		}
 	}
-	found := false
-	for _, e := range list.Entries {
-		found = found || e.Path == name
-	}
-	if !found {
-		t.Fatalf("listing %+v lacks %q", list.Entries, name)
-	}
-	rc, err := s.c.Download(context.Background(), id, name)
-	if err != nil {
-		t.Fatalf("download %q: %v", name, err)
-	}
-	b, _ := io.ReadAll(rc)
-	rc.Close()
-	if string(b) != "odd" {
-		t.Fatalf("download %q: %q", name, b)
-	}
-	if err := s.c.DeleteFile(context.Background(), id, name, false); err != nil {
-		t.Fatalf("delete %q: %v", name, err)
+	// A one-shot run returns such a file with its content.
+	out, err := s.c.RunOnce(ctx, apitype.OneShotRequest{Code: "open('\\u009b2J', 'w').write('c1')"}, nil)
+	if err != nil || len(out.Files) != 1 || out.Files[0].Path != "\u009b2J" || out.Files[0].ContentBase64 != "YzE=" {
+		t.Fatalf("one-shot output file: %+v %v", out, err)
 	}
 }

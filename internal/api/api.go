@@ -502,7 +502,32 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	w.Write(buf.Bytes())
+	w.Write(escapeControls(buf.Bytes()))
+}
+
+// escapeControls escapes, in encoded JSON, the control characters
+// encoding/json leaves as they are: DEL and C1 (U+0080-U+009F, which some
+// terminals obey: U+009B is CSI). They come from sandboxed code (a file's
+// name, its output) and must not drive the terminal of whoever reads a
+// response raw. Outside strings JSON is ASCII without them, so every one
+// is in a string, where \u00XX means the same.
+func escapeControls(b []byte) []byte {
+	if bytes.IndexByte(b, 0x7f) < 0 && bytes.IndexByte(b, 0xc2) < 0 {
+		return b
+	}
+	out := make([]byte, 0, len(b)+16)
+	for i := 0; i < len(b); i++ {
+		switch {
+		case b[i] == 0x7f:
+			out = append(out, `\u007f`...)
+		case b[i] == 0xc2 && i+1 < len(b) && b[i+1] >= 0x80 && b[i+1] <= 0x9f:
+			out = append(out, fmt.Sprintf(`\u%04x`, b[i+1])...)
+			i++
+		default:
+			out = append(out, b[i])
+		}
+	}
+	return out
 }
 
 // decode reads one JSON object from the body, strictly: a size cap,

@@ -211,7 +211,7 @@ func (ew *eventWriter) emit(ev apitype.Event) {
 		ew.started = true
 		go ew.loop()
 	}
-	ew.queue = append(ew.queue, buf.Bytes()) // a line: Encode ends it with \n
+	ew.queue = append(ew.queue, escapeControls(buf.Bytes())) // a line: Encode ends it with \n
 	ew.cond.Signal()
 	ew.mu.Unlock()
 }

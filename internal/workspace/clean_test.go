@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 
 	"airlock/internal/errdefs"
@@ -21,8 +22,8 @@ func TestCleanAccepts(t *testing.T) {
 		{"..\\x", "..\\x"}, {"\u2024\u2024", "\u2024\u2024"}, {"\uff0e\uff0e", "\uff0e\uff0e"},
 		{"workspace/a", "workspace/a"}, {"data set/r\u00e9sum\u00e9 (1).csv", "data set/r\u00e9sum\u00e9 (1).csv"},
 		{"\u30d5\u30a1\u30a4\u30eb", "\u30d5\u30a1\u30a4\u30eb"}, {"\U0001F600", "\U0001F600"},
-		// Control characters name files too (a listing shows them).
-		{"a\nb", "a\nb"}, {"\t", "\t"}, {"a\x1b[31mb", "a\x1b[31mb"}, {"\x7f", "\x7f"}, {"a\u0085b", "a\u0085b"},
+		// Characters next to the control ones.
+		{"a b", "a b"}, {"~", "~"}, {"a\u00a0b", "a\u00a0b"}, {"\u2028", "\u2028"}, {"\u200b", "\u200b"},
 		// The limits themselves.
 		{long, long}, {deep, deep}, {"/workspace/" + deep, deep},
 	} {
@@ -50,8 +51,9 @@ func TestCleanRejects(t *testing.T) {
 		// Absolute paths outside /workspace.
 		"/", "//", "/etc/passwd", "/tmp/x", "/workspacex/a", "/workspace..", "/workspace../a", "//workspace/a",
 		"/proc/self/root/etc/passwd", "/./workspace/a", "/../workspace/a",
-		// NUL.
-		"\x00", "a\x00b", "a\x00/../../etc",
+		// NUL and the other control characters: C0, DEL, C1.
+		"\x00", "a\x00b", "a\x00/../../etc", "a\nb", "\t", "a\rb", "a\x1b[31mb", "\x01", "\x1f", "\x7f", "a\u0085b",
+		"\u0080", "\u009b", "\u009f", "/workspace/a\x1b", "dir/\x07bell",
 		// Invalid UTF-8.
 		"\xff", "a\xc3", "\xc0\xae\xc0\xae/x", "\xed\xa0\x80", "\xf8\x88\x80\x80\x80",
 		// Too long, too deep.
@@ -79,7 +81,7 @@ func TestCleanRejects(t *testing.T) {
 // checkCleaned asserts every invariant of a path Clean returned.
 func checkCleaned(t *testing.T, in, c string) {
 	t.Helper()
-	if strings.HasPrefix(c, "/") || strings.ContainsRune(c, 0) || !utf8.ValidString(c) || len(c) > MaxPathLen {
+	if strings.HasPrefix(c, "/") || strings.IndexFunc(c, unicode.IsControl) >= 0 || !utf8.ValidString(c) || len(c) > MaxPathLen {
 		t.Fatalf("Clean(%q) = %q", in, c)
 	}
 	if c == "" {

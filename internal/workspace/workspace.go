@@ -15,6 +15,7 @@ import (
 	"path"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"airlock/internal/errdefs"
@@ -42,25 +43,14 @@ type Entry struct {
 // Clean validates a client-supplied path relative to /workspace and
 // returns it in canonical form. It accepts "a/b.txt", "./a/b" and
 // "/workspace/a/b" (the absolute form sandboxed code sees); it rejects
-// "..", other absolute paths, NUL and control bytes, invalid UTF-8, and
-// over-long names. The empty path and "." name the workspace itself and
-// yield "".
+// "..", other absolute paths, what ValidName rejects, and over-long names.
+// The empty path and "." name the workspace itself and yield "".
 func Clean(p string) (string, error) {
 	bad := func(why string) (string, error) {
 		return "", fmt.Errorf("%w: path %q: %s", errdefs.ErrInvalidArgument, truncate(p), why)
 	}
-	if len(p) > MaxPathLen {
-		return bad(fmt.Sprintf("longer than %d bytes", MaxPathLen))
-	}
-	if !utf8.ValidString(p) {
-		return bad("not valid UTF-8")
-	}
-	// Control characters are allowed: code may name files with them, and
-	// what a listing shows must be addressable. Every message and log line
-	// quotes a path (%q, slog), so a terminal never acts on one. NUL can
-	// name nothing.
-	if strings.IndexByte(p, 0) >= 0 {
-		return bad("contains NUL")
+	if err := ValidName(p); err != nil {
+		return "", err
 	}
 	if p == "/workspace" {
 		return "", nil
@@ -88,6 +78,32 @@ func Clean(p string) (string, error) {
 		return bad(fmt.Sprintf("deeper than %d levels", MaxPathDepth))
 	}
 	return path.Join(out...), nil
+}
+
+// ValidName checks the characters of a path a client names, in the files
+// API, a run's files and filename, a command's cwd and the MCP tools: at
+// most MaxPathLen bytes of valid UTF-8 without control characters (C0,
+// NUL included, DEL and C1). Such names forge lines and drive terminals
+// wherever a name is shown. Code in the sandbox may still make files with
+// them: those are listed (JSON escapes them) and reported as changed, and
+// one-shot and program runs return them with their content, but no client
+// names them: a command renames them.
+func ValidName(p string) error {
+	bad := func(why string) error {
+		return fmt.Errorf("%w: path %q: %s", errdefs.ErrInvalidArgument, truncate(p), why)
+	}
+	if len(p) > MaxPathLen {
+		return bad(fmt.Sprintf("longer than %d bytes", MaxPathLen))
+	}
+	if !utf8.ValidString(p) {
+		return bad("not valid UTF-8")
+	}
+	for _, r := range p {
+		if unicode.IsControl(r) {
+			return bad(fmt.Sprintf("contains the control character %U; names with control characters are refused (rename such a file the code made with a command)", r))
+		}
+	}
+	return nil
 }
 
 func truncate(s string) string {
