@@ -33,7 +33,7 @@ func testCommandsInEveryLanguage(t *testing.T, s *server) {
 				t.Fatal(err)
 			}
 			want := map[string]string{"python": "p", "bash": "b", "javascript": "j"}[tc.lang] + "\nfrom-session from-command\n1000\n/workspace\n"
-			if res.Stdout != want || res.Stderr != "oops\n" || res.ExitCode != 3 || res.Killed || res.State != apitype.CommandExited {
+			if res.Stdout != want || res.Stderr != "oops\n" || exitOf(res) != 3 || res.Killed || res.State != apitype.CommandExited {
 				t.Fatalf("command: %+v, want stdout %q", res, want)
 			}
 			// The interpreter kept its state.
@@ -85,7 +85,7 @@ func testCommandLimits(t *testing.T, s *server) {
 	ctx := context.Background()
 	id := s.newSession("python", map[string]any{"limits": map[string]any{"max_output": "1K", "memory": "128M"}})
 	res, err := s.c.RunCommand(ctx, id, apitype.CommandRequest{Command: "sleep 600 & sleep 600", Timeout: duration(t, "500ms")}, nil)
-	if err != nil || !res.Killed || res.KillReason != apitype.KillTimeout || res.ExitCode != 137 || res.DurationMs > 10_000 {
+	if err != nil || !res.Killed || res.KillReason != apitype.KillTimeout || exitOf(res) != 137 || res.DurationMs > 10_000 {
 		t.Fatalf("timeout: %+v %v", res, err)
 	}
 	// The whole process group went: nothing is left sleeping.
@@ -93,13 +93,24 @@ func testCommandLimits(t *testing.T, s *server) {
 		t.Fatalf("processes left after a killed command: %q", res.Stdout)
 	}
 	res, err = s.c.RunCommand(ctx, id, apitype.CommandRequest{Command: "head -c 100000 /dev/zero | tr '\\0' x; echo; echo end >&2"}, nil)
-	if err != nil || len(res.Stdout) != 1024 || !res.StdoutTruncated || res.Stderr != "end\n" || res.ExitCode != 0 {
+	if err != nil || len(res.Stdout) != 1024 || !res.StdoutTruncated || res.StdoutDroppedBytes != 100001-1024 || res.Stderr != "end\n" || exitOf(res) != 0 {
 		t.Fatalf("output cap: %d bytes truncated=%v %+v %v", len(res.Stdout), res.StdoutTruncated, res.Stderr, err)
 	}
 	_, err = s.c.RunCommand(ctx, id, apitype.CommandRequest{Command: "   "}, nil)
 	wantError(t, "empty command", err, 400, "invalid_argument")
-	_, err = s.c.RunCommand(ctx, id, apitype.CommandRequest{Command: "true", Cwd: "relative"}, nil)
-	wantError(t, "relative cwd", err, 400, "invalid_argument")
+	// cwd is relative to /workspace like a file's path; an absolute one
+	// is the sandbox's own business; what no file path may be is refused.
+	s.exec(id, "import os; os.makedirs('sub/dir')")
+	for cwd, want := range map[string]string{"sub/dir": "/workspace/sub/dir", "./sub": "/workspace/sub", "/workspace/sub": "/workspace/sub", "": "/workspace", "/tmp": "/tmp"} {
+		res, err = s.c.RunCommand(ctx, id, apitype.CommandRequest{Command: "pwd", Cwd: cwd}, nil)
+		if err != nil || res.Stdout != want+"\n" {
+			t.Errorf("cwd %q: %+v %v, want %s", cwd, res, err, want)
+		}
+	}
+	for _, cwd := range []string{"../etc", "sub/../..", "a\x1bb", "/tmp/\u0085"} {
+		_, err = s.c.RunCommand(ctx, id, apitype.CommandRequest{Command: "true", Cwd: cwd}, nil)
+		wantError(t, "cwd "+cwd, err, 400, "invalid_argument")
+	}
 	_, err = s.c.RunCommand(ctx, id, apitype.CommandRequest{Command: "true", Timeout: duration(t, "999h")}, nil)
 	wantError(t, "timeout above the maximum", err, 400, "invalid_argument")
 	// Out of memory, the whole sandbox goes (as for an execution), and
@@ -159,14 +170,18 @@ func testBackgroundCommands(t *testing.T, s *server) {
 	ctx := context.Background()
 	id := s.newSession("python", nil)
 	bg, err := s.c.RunCommand(ctx, id, apitype.CommandRequest{Command: "echo ready; while read line; do echo got $line; done; echo eof", Background: true}, nil)
-	if err != nil || bg.State != apitype.CommandRunning || bg.ID == "" {
+	if err != nil || bg.State != apitype.CommandRunning || bg.ID == "" || bg.ExitCode != nil {
 		t.Fatalf("background: %+v %v", bg, err)
+	}
+	// Running, it has no exit status yet: null on the wire, not 0.
+	if code, body := s.raw("GET", "/v1/sessions/"+id+"/commands/"+bg.ID, nil, nil); code != 200 || !strings.Contains(string(body), `"exit_code":null`) {
+		t.Fatalf("a running command: %d %s", code, body)
 	}
 	if err := s.c.CommandStdin(ctx, id, bg.ID, "a\nb\n", true); err != nil {
 		t.Fatal(err)
 	}
 	res, err := s.c.Command(ctx, id, bg.ID, 30*time.Second)
-	if err != nil || res.State != apitype.CommandExited || res.Stdout != "ready\ngot a\ngot b\neof\n" || res.ExitCode != 0 {
+	if err != nil || res.State != apitype.CommandExited || res.Stdout != "ready\ngot a\ngot b\neof\n" || exitOf(res) != 0 {
 		t.Fatalf("after stdin: %+v %v", res, err)
 	}
 	err = s.c.CommandStdin(ctx, id, bg.ID, "more", false)
@@ -190,7 +205,7 @@ func testBackgroundCommands(t *testing.T, s *server) {
 		t.Fatal(err)
 	}
 	res, err = s.c.Command(ctx, id, bg.ID, 30*time.Second)
-	if err != nil || res.State != apitype.CommandExited || !strings.Contains(res.Stdout, "term") || res.ExitCode != 7 {
+	if err != nil || res.State != apitype.CommandExited || !strings.Contains(res.Stdout, "term") || exitOf(res) != 7 {
 		t.Fatalf("signalled: %+v %v", res, err)
 	}
 	err = s.c.SignalCommand(ctx, id, bg.ID, "NOPE")
@@ -237,4 +252,12 @@ func TestCommandCap(t *testing.T) {
 	if res, err := s.c.RunCommand(ctx, id, apitype.CommandRequest{Command: "echo again"}, nil); err != nil || res.Stdout != "again\n" {
 		t.Fatalf("after one ended: %+v %v", res, err)
 	}
+}
+
+// exitOf is a command's exit status, -1 while it has none.
+func exitOf(res *apitype.CommandResult) int {
+	if res == nil || res.ExitCode == nil {
+		return -1
+	}
+	return *res.ExitCode
 }

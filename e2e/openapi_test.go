@@ -333,10 +333,22 @@ func TestOpenAPIStatusesAnswered(t *testing.T) {
 		}
 	}
 
-	// An ended session.
+	// An ended session. Deleting is idempotent: a session that ended
+	// answers 204 again, to its tenant only.
+	for i, want := range []int{204, 204} {
+		if code, b := do(req{"DELETE", sp, nil, key, nil}); code != want {
+			t.Errorf("DELETE %d of a session: %d %s, want %d", i+1, code, truncate(string(b), 200), want)
+		}
+	}
+	if code, _ := do(req{"DELETE", sp, nil, other, nil}); code != 404 {
+		t.Errorf("another tenant's DELETE of an ended session: %d, want 404", code)
+	}
+	// A running background command has no exit status yet.
+	code, b = do(req{"POST", "/v1/sessions/" + create(key, nil) + "/commands", map[string]any{"command": "sleep 60", "background": true}, key, nil})
+	if code != 201 || !strings.Contains(string(b), `"exit_code":null`) {
+		t.Errorf("a running command: %d %s, want exit_code null", code, b)
+	}
 	for _, r := range []req{
-		{"DELETE", sp, nil, key, nil},
-		{"DELETE", sp, nil, key, nil},
 		{"GET", sp, nil, key, nil},
 		{"POST", sp + "/execute", map[string]any{"code": "1"}, key, nil},
 		{"POST", sp + "/interrupt", nil, key, nil},

@@ -90,7 +90,6 @@ func testRunProgramLimitsAndCrashes(t *testing.T, s *server) {
 		{name: "timeout", code: "import time\ntime.sleep(30)", limits: map[string]any{"timeout": "1s"}, reason: "timeout"},
 		{name: "cpu", code: "while True: pass", limits: map[string]any{"cpu_time": "1s", "timeout": "20s"}, reason: "cpu_time"},
 		{name: "memory", code: "b = []\nwhile True: b.append(bytearray(16 << 20))", limits: map[string]any{"memory": "64M"}, reason: "memory"},
-		{name: "output", code: "while True: print('x' * 1000)", limits: map[string]any{"max_output": "10K"}, reason: "output"},
 		{name: "pids", code: "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass", limits: map[string]any{"pids": "16", "timeout": "20s"}, reason: "pids"},
 	}
 	for _, c := range cases {
@@ -99,10 +98,18 @@ func testRunProgramLimitsAndCrashes(t *testing.T, s *server) {
 			if c.reason == "pids" && r.KillReason == "memory" && s.gvisor() {
 				c.reason = "memory" // see PoolSurvivesAbuse's fork bomb
 			}
-			if !r.Killed || r.KillReason != c.reason || r.ExitCode != 137 || r.Error != nil || r.SessionEnded || r.EndCode != "" {
+			// The error names the limit (item 24 of the review).
+			want := map[apitype.KillReason]string{"timeout": "TimeoutError", "cpu_time": "CPUTimeError", "memory": "MemoryError", "pids": "ProcessLimitError"}[c.reason]
+			if !r.Killed || r.KillReason != c.reason || r.ExitCode != 137 || r.Error == nil || r.Error.Name != want || r.SessionEnded || r.EndCode != "" {
 				t.Fatalf("%+v %+v", r.Result, r.Error)
 			}
 		})
+	}
+	// Output past max_output is dropped and counted; the program runs on
+	// to its end.
+	r := s.runProgram(apitype.ProgramRequest{Code: "for _ in range(1000): print('x' * 999)\nprint('end', file=__import__('sys').stderr)", Limits: limits(t, map[string]any{"max_output": "10K"})})
+	if r.Killed || r.ExitCode != 0 || !r.StdoutTruncated || len(r.Stdout) != 10<<10 || r.StdoutDroppedBytes != 1000*1000-10<<10 || r.Stderr != "end\n" {
+		t.Fatalf("output cap: killed %v exit %d truncated %v kept %d dropped %d stderr %q", r.Killed, r.ExitCode, r.StdoutTruncated, len(r.Stdout), r.StdoutDroppedBytes, r.Stderr)
 	}
 	// A program that ends its own interpreter: status from the process.
 	for code, want := range map[string]int{
@@ -117,7 +124,7 @@ func testRunProgramLimitsAndCrashes(t *testing.T, s *server) {
 	}
 	// Leftovers of one run are invisible to the next.
 	s.runProgram(apitype.ProgramRequest{Code: "open('/tmp/left', 'w').write('x'); open('left', 'w').write('x')"})
-	r := s.runProgram(apitype.ProgramRequest{Code: "import os\nprint(os.path.exists('/tmp/left'), os.path.exists('left'))"})
+	r = s.runProgram(apitype.ProgramRequest{Code: "import os\nprint(os.path.exists('/tmp/left'), os.path.exists('left'))"})
 	if r.Stdout != "False False\n" {
 		t.Fatalf("a later run sees an earlier one: %q", r.Stdout)
 	}

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"airlock/internal/apitype"
 )
 
 // serverRSS is the server process's resident memory in bytes.
@@ -198,4 +200,81 @@ func anyStopped(parent string) bool {
 		}
 	}
 	return false
+}
+
+// serverCPU is the server process's CPU time so far.
+func serverCPU(t *testing.T, s *server) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(s.cmd.Process.Pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fields after the command's closing parenthesis; utime and stime are
+	// the 14th and 15th of the line, in clock ticks (100 a second).
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// Code that floods its stdout past max_output runs on (Jupyter drops the
+// excess too): what is past the cap is dropped unread and counted, exactly.
+// The flood costs the server neither memory nor much CPU (the pipe's pages
+// go to /dev/null uncopied), and the server answers others meanwhile.
+func TestOutputFloodIsDroppedCheaply(t *testing.T) {
+	s := startServer(t, nil)
+	id := s.newSession("python", map[string]any{"limits": map[string]any{"max_output": "1M"}})
+	other := s.newSession("python", nil)
+	rss, cpu := serverRSS(t, s), serverCPU(t, s)
+	done := make(chan *apitype.Result, 1)
+	var events []apitype.Event
+	go func() {
+		r, err := s.c.Execute(context.Background(), id, apitype.ExecuteRequest{Code: `
+import os, time
+chunk, n, end = b'x' * 65536, 0, time.monotonic() + 4
+while time.monotonic() < end:
+    n += os.write(1, chunk)
+os.write(2, b'end\n')
+flooded = n
+`}, func(ev apitype.Event) {
+			if ev.Type != apitype.EventStdout {
+				events = append(events, ev)
+			}
+		})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	// The server serves another session while the flood runs (a few
+	// times: each costs the server CPU too).
+	answered := 0
+	for ; answered < 5; answered++ {
+		if r := s.exec(other, "6 * 7"); text(r, "result") != "42" {
+			t.Fatalf("another session during the flood: %+v", r)
+		}
+	}
+	r := <-done
+	used, grown := serverCPU(t, s)-cpu, serverRSS(t, s)-rss
+	n, _ := strconv.ParseInt(strings.TrimSpace(text(s.exec(id, "flooded"), "result")), 10, 64)
+	t.Logf("flooded %d MiB in %.0f ms of the sandbox's CPU; the server used %v of CPU and grew by %d MiB; another session answered %d times",
+		n>>20, r.CPUMs, used, grown>>20, answered)
+	if r == nil || r.Killed || r.Error != nil || !r.StdoutTruncated || len(r.Stdout) != 1<<20 || r.Stderr != "end\n" {
+		t.Fatalf("the flood: %+v", r)
+	}
+	if n < 64<<20 || r.StdoutDroppedBytes != n-1<<20 {
+		t.Errorf("flooded %d bytes: %d dropped, want %d", n, r.StdoutDroppedBytes, n-1<<20)
+	}
+	if len(events) < 3 || events[0].Type != apitype.EventTruncated || events[0].Stream != "stdout" || !strings.Contains(events[0].Text, "max_output") {
+		t.Errorf("streamed events %+v: want one truncated event for stdout first", events)
+	}
+	if grown > 64<<20 {
+		t.Errorf("the server grew by %d MiB during the flood", grown>>20)
+	}
+	// Reading what is dropped as fast as it comes would cost the server
+	// about a core for the flood's 4 s; dropping it unread, a pipeful at
+	// a time, costs a small fraction.
+	if used > 1250*time.Millisecond {
+		t.Errorf("the server used %v of CPU during a 4 s flood", used)
+	}
 }

@@ -189,7 +189,7 @@ func testTimeoutKeepsState(t *testing.T, s *server) {
 	for _, code := range []string{"while True:\n    pass", "import time\ntime.sleep(60)"} {
 		start := time.Now()
 		r, err := s.execute(id, apitype.ExecuteRequest{Code: code, Timeout: duration(t, "1s")})
-		if err != nil || !r.Killed || r.KillReason != "timeout" || r.Error == nil || r.Error.Name != "KeyboardInterrupt" {
+		if err != nil || !r.Killed || r.KillReason != "timeout" || r.Error == nil || r.Error.Name != "TimeoutError" {
 			t.Fatalf("%q: %v, result %+v", code, err, r)
 		}
 		if d := time.Since(start); d > 5*time.Second {
@@ -197,6 +197,91 @@ func testTimeoutKeepsState(t *testing.T, s *server) {
 		}
 		if r := s.exec(id, "kept"); text(r, "result") != "'still here'" {
 			t.Fatalf("state lost after a timeout: %+v", r)
+		}
+	}
+}
+
+// A limit's error says what happened, in every runtime and every kind of
+// run, streamed or not: the limit and its value, how long the code ran,
+// and whether the session's state was kept; never an empty
+// KeyboardInterrupt.
+func TestLimitErrorsSayWhatHappened(t *testing.T) { testLimitErrorsSayWhatHappened(t, sharedServer(t)) }
+
+func testLimitErrorsSayWhatHappened(t *testing.T, s *server) {
+	ctx := context.Background()
+	check := func(where string, r *apitype.Result, name string, says ...string) {
+		t.Helper()
+		if r == nil || r.Error == nil || r.Error.Name != name || !r.Killed {
+			t.Errorf("%s: %+v, want killed with %s", where, r, name)
+			return
+		}
+		for _, w := range says {
+			if !strings.Contains(r.Error.Value, w) {
+				t.Errorf("%s: error %q does not say %q", where, r.Error.Value, w)
+			}
+		}
+		if tb := r.Error.Traceback; len(tb) == 0 || tb[len(tb)-1] != name+": "+r.Error.Value {
+			t.Errorf("%s: traceback %q does not end with the error", where, tb)
+		}
+	}
+	kept := "the session and its state (variables, files) were kept"
+	for lang, code := range map[string]string{
+		"python":     "import time\ntime.sleep(60)",
+		"javascript": "while (true) {}",
+		"bash":       "sleep 60",
+	} {
+		id := s.newSession(lang, nil)
+		r, err := s.execute(id, apitype.ExecuteRequest{Code: code, Timeout: duration(t, "1s")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(lang, r, "TimeoutError", "timeout of 1s (wall clock)", "interrupted after 1", kept)
+		// Streamed: the error event is the limit's too, before the end.
+		var errs []string
+		r, err = s.c.Execute(ctx, id, apitype.ExecuteRequest{Code: code, Timeout: duration(t, "500ms")}, func(ev apitype.Event) {
+			if ev.Type == apitype.EventError {
+				errs = append(errs, ev.Error.Name)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(lang+" streamed", r, "TimeoutError", "timeout of 500ms", kept)
+		if strings.Join(errs, ",") != "TimeoutError" {
+			t.Errorf("%s streamed: error events %q, want one TimeoutError", lang, errs)
+		}
+	}
+	id := s.newSession("python", map[string]any{"limits": map[string]any{"cpu_time": "1s"}})
+	check("cpu_time", s.exec(id, "while True: pass"), "CPUTimeError", "CPU time (cpu_time 1s)", kept)
+	one, err := s.c.RunOnce(ctx, apitype.OneShotRequest{Code: "while True: pass", Limits: limits(t, map[string]any{"timeout": "1s"})}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("one-shot", one.Result, "TimeoutError", "timeout of 1s", "a one-shot run keeps no state")
+	prog := s.runProgram(apitype.ProgramRequest{Language: "bash", Code: "sleep 60", Limits: limits(t, map[string]any{"timeout": "1s"})})
+	check("program", prog.Result, "TimeoutError", "timeout of 1s", "the program was killed after 1", "exit code 137")
+}
+
+// Output past max_output is dropped and counted, stdout and stderr each,
+// and the code runs on to its end: its later statements take effect.
+func TestOutputCapKeepsRunning(t *testing.T) { testOutputCapKeepsRunning(t, sharedServer(t)) }
+
+func testOutputCapKeepsRunning(t *testing.T, s *server) {
+	for lang, code := range map[string]string{
+		"python":     "import sys\nfor _ in range(300): print('o' * 99); print('e' * 99, file=sys.stderr)\nafter = 'ran'",
+		"javascript": "for (let i = 0; i < 300; i++) { console.log('o'.repeat(99)); console.error('e'.repeat(99)) }\nglobalThis.after = 'ran'",
+		"bash":       "for i in $(seq 300); do printf '%099d\\n' 0; printf '%099d\\n' 0 >&2; done; after=ran",
+	} {
+		id := s.newSession(lang, map[string]any{"limits": map[string]any{"max_output": "10K"}})
+		r := s.exec(id, code)
+		if r.Killed || r.Error != nil || !r.StdoutTruncated || !r.StderrTruncated || len(r.Stdout) != 10<<10 || len(r.Stderr) != 10<<10 ||
+			r.StdoutDroppedBytes != 300*100-10<<10 || r.StderrDroppedBytes != 300*100-10<<10 {
+			t.Errorf("%s: killed %v error %+v, stdout %d kept %d dropped, stderr %d kept %d dropped", lang, r.Killed, r.Error,
+				len(r.Stdout), r.StdoutDroppedBytes, len(r.Stderr), r.StderrDroppedBytes)
+		}
+		check := map[string]string{"python": "after", "javascript": "after", "bash": "echo $after"}[lang]
+		if r := s.exec(id, check); !strings.Contains(r.Stdout+text(r, "result"), "ran") {
+			t.Errorf("%s: the code did not run on past the cap: %+v", lang, r)
 		}
 	}
 }

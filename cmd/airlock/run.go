@@ -218,6 +218,7 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			out := apitype.RunOutput{
 				ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr,
 				StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
+				StdoutDroppedBytes: res.StdoutDroppedBytes, StderrDroppedBytes: res.StderrDroppedBytes,
 				DurationMs: res.DurationMs, CPUMs: res.CPUMs, PeakMemoryBytes: res.PeakMemoryBytes,
 				Killed: res.Killed, KillReason: res.KillReason, Files: []apitype.RunFile{},
 				FilesTruncated: res.FilesTruncated,
@@ -285,18 +286,20 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return exitFor(stderr, err)
 	}
 	out := apitype.RunOutput{
-		ExitCode:        res.ExitCode,
-		Stdout:          strings.ToValidUTF8(string(res.Stdout), "\uFFFD"),
-		Stderr:          strings.ToValidUTF8(string(res.Stderr), "\uFFFD"),
-		StdoutTruncated: res.StdoutTruncated,
-		StderrTruncated: res.StderrTruncated,
-		DurationMs:      ms(res.Duration.Seconds()),
-		CPUMs:           ms(res.CPU.Seconds()),
-		PeakMemoryBytes: res.PeakMemory,
-		Killed:          res.Killed,
-		KillReason:      res.KillReason,
-		Files:           []apitype.RunFile{},
-		FilesTruncated:  res.FilesTruncated,
+		ExitCode:           res.ExitCode,
+		Stdout:             strings.ToValidUTF8(string(res.Stdout), "\uFFFD"),
+		Stderr:             strings.ToValidUTF8(string(res.Stderr), "\uFFFD"),
+		StdoutTruncated:    res.StdoutTruncated,
+		StderrTruncated:    res.StderrTruncated,
+		StdoutDroppedBytes: res.StdoutDropped,
+		StderrDroppedBytes: res.StderrDropped,
+		DurationMs:         ms(res.Duration.Seconds()),
+		CPUMs:              ms(res.CPU.Seconds()),
+		PeakMemoryBytes:    res.PeakMemory,
+		Killed:             res.Killed,
+		KillReason:         res.KillReason,
+		Files:              []apitype.RunFile{},
+		FilesTruncated:     res.FilesTruncated,
 	}
 	for _, f := range res.Files {
 		out.Files = append(out.Files, apitype.RunFile{Path: f.Path, Size: f.Size})
@@ -315,10 +318,10 @@ func report(out apitype.RunOutput, limits config.Limits, asJSON bool, stdout, st
 		}
 	} else {
 		if out.StdoutTruncated {
-			fmt.Fprintf(stderr, "\nairlock: stdout truncated at %s (--max-output)\n", limits.MaxOutput)
+			fmt.Fprintf(stderr, "\nairlock: stdout truncated at %s (--max-output): %d bytes dropped\n", limits.MaxOutput, out.StdoutDroppedBytes)
 		}
 		if out.StderrTruncated {
-			fmt.Fprintf(stderr, "\nairlock: stderr truncated at %s (--max-output)\n", limits.MaxOutput)
+			fmt.Fprintf(stderr, "\nairlock: stderr truncated at %s (--max-output): %d bytes dropped\n", limits.MaxOutput, out.StderrDroppedBytes)
 		}
 		if out.Killed {
 			fmt.Fprintf(stderr, "airlock: killed: %s\n", describeKill(out.KillReason, limits))
@@ -344,8 +347,6 @@ func describeKill(reason apitype.KillReason, l config.Limits) string {
 		return fmt.Sprintf("out of memory (limit %s, --memory)", l.Memory)
 	case apitype.KillPids:
 		return fmt.Sprintf("process limit of %d reached (--pids)", l.Pids)
-	case apitype.KillOutput:
-		return fmt.Sprintf("output over %s (--max-output)", l.MaxOutput)
 	}
 	return termtext.Field(string(reason)) // a server's words
 }

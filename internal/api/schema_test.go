@@ -207,6 +207,11 @@ func (d schemaDoc) compareObject(where string, t reflect.Type, s map[string]any,
 			continue
 		}
 		d.compareType(where+"."+f.name, f.typ, p)
+		// A pointer to a number or string always sent is there to be null
+		// at times (a running command's exit_code): the schema must say so.
+		if f.required && f.typ.Kind() == reflect.Pointer && f.typ.Elem().Kind() != reflect.Struct && p["nullable"] != true {
+			d.t.Errorf("%s.%s: Go %s is sent as null when nil, but the schema is not nullable", where, f.name, f.typ)
+		}
 	}
 	for name := range props {
 		if !slices.Contains(goNames, name) {

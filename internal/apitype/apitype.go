@@ -163,20 +163,24 @@ type FileChange struct {
 
 // Result is the outcome of one execution.
 type Result struct {
-	Stdout          string     `json:"stdout"`
-	Stderr          string     `json:"stderr"`
-	StdoutTruncated bool       `json:"stdout_truncated"`
-	StderrTruncated bool       `json:"stderr_truncated"`
-	Results         []Output   `json:"results"`
-	ResultsDropped  int        `json:"results_dropped,omitempty"`
-	Error           *ExecError `json:"error"`
-	ExitCode        int        `json:"exit_code"`
-	ExecutionCount  int        `json:"execution_count"`
-	DurationMs      float64    `json:"duration_ms"`
-	CPUMs           float64    `json:"cpu_ms"`
-	PeakMemoryBytes int64      `json:"peak_memory_bytes"`
-	Killed          bool       `json:"killed"`
-	KillReason      KillReason `json:"kill_reason"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated"`
+	StderrTruncated bool   `json:"stderr_truncated"`
+	// StdoutDroppedBytes and StderrDroppedBytes count what was dropped
+	// past max_output (the code runs on; absent when nothing was).
+	StdoutDroppedBytes int64      `json:"stdout_dropped_bytes,omitempty"`
+	StderrDroppedBytes int64      `json:"stderr_dropped_bytes,omitempty"`
+	Results            []Output   `json:"results"`
+	ResultsDropped     int        `json:"results_dropped,omitempty"`
+	Error              *ExecError `json:"error"`
+	ExitCode           int        `json:"exit_code"`
+	ExecutionCount     int        `json:"execution_count"`
+	DurationMs         float64    `json:"duration_ms"`
+	CPUMs              float64    `json:"cpu_ms"`
+	PeakMemoryBytes    int64      `json:"peak_memory_bytes"`
+	Killed             bool       `json:"killed"`
+	KillReason         KillReason `json:"kill_reason"`
 	// SessionEnded says the execution ended its session; EndReason and
 	// EndCode say why.
 	SessionEnded bool         `json:"session_ended,omitempty"`
@@ -270,6 +274,10 @@ const (
 	EventDisplay = "display"
 	EventError   = "error"
 	EventEnd     = "end"
+	// EventTruncated says, once per stream, that Stream reached
+	// max_output: later output of it is dropped (and counted in the end
+	// event's result); the code runs on.
+	EventTruncated = "truncated"
 	// EventFailed ends a stream whose request failed after it started:
 	// Error.Name is the error code, Error.Value the message.
 	EventFailed = "failed"
@@ -277,7 +285,7 @@ const (
 
 // EventTypes lists every event type.
 func EventTypes() []string {
-	return []string{EventStdout, EventStderr, EventResult, EventDisplay, EventError, EventEnd, EventFailed}
+	return []string{EventStdout, EventStderr, EventResult, EventDisplay, EventError, EventEnd, EventFailed, EventTruncated}
 }
 
 // Output types (Output.Type).
@@ -288,8 +296,10 @@ const (
 
 // Event is one streamed step of an execution, in the order it happened.
 type Event struct {
-	Type     string                     `json:"type"`
-	Text     string                     `json:"text,omitempty"`
+	Type string `json:"type"`
+	Text string `json:"text,omitempty"`
+	// Stream names the stream of a truncated event ("stdout", "stderr").
+	Stream   string                     `json:"stream,omitempty"`
 	Data     map[string]json.RawMessage `json:"data,omitempty"`
 	Metadata json.RawMessage            `json:"metadata,omitempty"`
 	Error    *ExecError                 `json:"error,omitempty"`
@@ -449,16 +459,19 @@ const RequestIDHeader = "X-Request-Id"
 
 // RunOutput is what `airlock run --json` prints.
 type RunOutput struct {
-	ExitCode        int        `json:"exit_code"`
-	Stdout          string     `json:"stdout"`
-	Stderr          string     `json:"stderr"`
-	StdoutTruncated bool       `json:"stdout_truncated"`
-	StderrTruncated bool       `json:"stderr_truncated"`
-	DurationMs      float64    `json:"duration_ms"`
-	CPUMs           float64    `json:"cpu_ms"`
-	PeakMemoryBytes int64      `json:"peak_memory_bytes"`
-	Killed          bool       `json:"killed"`
-	KillReason      KillReason `json:"kill_reason"`
+	ExitCode        int    `json:"exit_code"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated"`
+	StderrTruncated bool   `json:"stderr_truncated"`
+	// As in Result: what was dropped past --max-output.
+	StdoutDroppedBytes int64      `json:"stdout_dropped_bytes,omitempty"`
+	StderrDroppedBytes int64      `json:"stderr_dropped_bytes,omitempty"`
+	DurationMs         float64    `json:"duration_ms"`
+	CPUMs              float64    `json:"cpu_ms"`
+	PeakMemoryBytes    int64      `json:"peak_memory_bytes"`
+	Killed             bool       `json:"killed"`
+	KillReason         KillReason `json:"kill_reason"`
 	// Files are what the program created or modified in /workspace.
 	Files          []RunFile `json:"files"`
 	FilesTruncated bool      `json:"files_truncated,omitempty"`
@@ -479,7 +492,8 @@ type CommandRequest struct {
 	// (none for a background command).
 	Timeout config.Duration   `json:"timeout,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
-	// Cwd is the directory it starts in; /workspace when empty.
+	// Cwd is the directory it starts in: relative to /workspace like a
+	// file's path, or absolute; /workspace when empty.
 	Cwd string `json:"cwd,omitempty"`
 	// Background returns at once with the command's id; its output and
 	// status are read with GET .../commands/{cid}.
@@ -497,20 +511,24 @@ const (
 
 // CommandResult describes a command: running, or how it ended.
 type CommandResult struct {
-	ID              string     `json:"id"`
-	Command         string     `json:"command"`
-	State           string     `json:"state"` // running or exited
-	Pid             int        `json:"pid"`   // inside the sandbox
-	ExitCode        int        `json:"exit_code"`
-	Stdout          string     `json:"stdout"`
-	Stderr          string     `json:"stderr"`
-	StdoutTruncated bool       `json:"stdout_truncated"`
-	StderrTruncated bool       `json:"stderr_truncated"`
-	StartedAt       time.Time  `json:"started_at"`
-	DurationMs      float64    `json:"duration_ms"`
-	CPUMs           float64    `json:"cpu_ms"`
-	Killed          bool       `json:"killed"`
-	KillReason      KillReason `json:"kill_reason"`
+	ID      string `json:"id"`
+	Command string `json:"command"`
+	State   string `json:"state"` // running or exited
+	Pid     int    `json:"pid"`   // inside the sandbox
+	// ExitCode is null while it runs.
+	ExitCode        *int   `json:"exit_code"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated"`
+	StderrTruncated bool   `json:"stderr_truncated"`
+	// As in Result: what was dropped past max_output.
+	StdoutDroppedBytes int64      `json:"stdout_dropped_bytes,omitempty"`
+	StderrDroppedBytes int64      `json:"stderr_dropped_bytes,omitempty"`
+	StartedAt          time.Time  `json:"started_at"`
+	DurationMs         float64    `json:"duration_ms"`
+	CPUMs              float64    `json:"cpu_ms"`
+	Killed             bool       `json:"killed"`
+	KillReason         KillReason `json:"kill_reason"`
 	// Signal names the signal that ended it, if one did ("SIGTERM").
 	Signal string `json:"signal,omitempty"`
 	// Redacted and Flags: as in Result (output policy, code rules).

@@ -10,12 +10,14 @@ const (
 	KillCPUTime KillReason = "cpu_time"
 	KillMemory  KillReason = "memory"
 	KillPids    KillReason = "pids"
-	KillOutput  KillReason = "output"
 )
+
+// Output past max_output is not a kill reason: it is dropped and counted
+// (Result.StdoutDroppedBytes), and the code runs on, as in Jupyter.
 
 // KillReasons lists every kill reason.
 func KillReasons() []KillReason {
-	return []KillReason{KillTimeout, KillCPUTime, KillMemory, KillPids, KillOutput}
+	return []KillReason{KillTimeout, KillCPUTime, KillMemory, KillPids}
 }
 
 // EndCode says, machine-readably, why a session ended; EndReason is the

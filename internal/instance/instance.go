@@ -183,17 +183,24 @@ func (in *Instance) Healthy() bool {
 func (in *Instance) Adapt(l config.Limits) error { return in.sb.Adapt(l, in.pid) }
 
 // Attach starts reading the runtime's stdout and stderr for the rest of
-// its life: every chunk goes to sink, in order per stream.
-func (in *Instance) Attach(sink func(p []byte, stderr bool)) (err error) {
-	if in.out, err = newPipeReader(in.stdout, func(p []byte) { sink(p, false) }); err != nil {
+// its life: every chunk goes to out, in order per stream.
+func (in *Instance) Attach(out Output) (err error) {
+	if in.out, err = newPipeReader(in.stdout, out, false); err != nil {
 		return err
 	}
 	in.stdout = nil
-	if in.errp, err = newPipeReader(in.stderr, func(p []byte) { sink(p, true) }); err != nil {
+	if in.errp, err = newPipeReader(in.stderr, out, true); err != nil {
 		return err
 	}
 	in.stderr = nil
 	return nil
+}
+
+// Barrier returns once no output is being taken: what the caller changed
+// before (Output.Keeps's answer) applies to every later chunk.
+func (in *Instance) Barrier() {
+	in.out.barrier()
+	in.errp.barrier()
 }
 
 // Drain delivers what is in the output pipes now: everything the runtime

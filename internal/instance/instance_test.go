@@ -93,13 +93,13 @@ func testInstanceLifecycle(t *testing.T, h *jail.Host, cfg config.Config, k Kern
 			}
 			var mu sync.Mutex
 			var out strings.Builder
-			if err := inst.Attach(func(p []byte, stderr bool) {
+			if err := inst.Attach(OutputFunc(func(p []byte, stderr bool) {
 				mu.Lock()
 				defer mu.Unlock()
 				if !stderr {
 					out.Write(p)
 				}
-			}); err != nil {
+			})); err != nil {
 				t.Fatal(err)
 			}
 			env := runtimes.EnvMap(RuntimeEnv(rt, l))

@@ -42,42 +42,40 @@ type RunResult struct {
 	Stdout, Stderr  []byte
 	StdoutTruncated bool
 	StderrTruncated bool
-	Duration        time.Duration
-	CPU             time.Duration
-	PeakMemory      int64
-	Killed          bool
-	KillReason      apitype.KillReason
+	// What was dropped past the output cap (the program ran on).
+	StdoutDropped, StderrDropped int64
+	Duration                     time.Duration
+	CPU                          time.Duration
+	PeakMemory                   int64
+	Killed                       bool
+	KillReason                   apitype.KillReason
 	// Files are the regular files the program created or modified in
 	// /workspace (the inputs only if it changed them).
 	Files          []workspace.Change
 	FilesTruncated bool
 }
 
-// capture keeps the first max bytes of a stream, forwards them to an
-// optional live writer, and reports overflow once, by closing overflow
-// (which the two streams of a run share).
+// capture keeps the first max bytes of a stream and forwards them to an
+// optional live writer; the rest is dropped and counted, and the program
+// runs on.
 type capture struct {
 	mu        sync.Mutex
 	max       int64
 	buf       bytes.Buffer
 	live      io.Writer
 	truncated bool
-	overflow  func()
+	dropped   int64
 }
 
 func (c *capture) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := len(p)
-	room := c.max - int64(c.buf.Len())
+	room := max(c.max-int64(c.buf.Len()), 0)
 	if int64(len(p)) > room {
-		p = p[:max(room, 0)]
-		if !c.truncated {
-			c.truncated = true
-			if c.overflow != nil {
-				c.overflow()
-			}
-		}
+		c.truncated = true
+		c.dropped += int64(len(p)) - room
+		p = p[:room]
 	}
 	if len(p) > 0 {
 		c.buf.Write(p)
@@ -88,8 +86,8 @@ func (c *capture) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-func (c *capture) result() ([]byte, bool) {
+func (c *capture) result() ([]byte, bool, int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]byte(nil), c.buf.Bytes()...), c.truncated
+	return append([]byte(nil), c.buf.Bytes()...), c.truncated, c.dropped
 }

@@ -39,7 +39,6 @@ func (h *Host) RunWith(ctx context.Context, req RunRequest, after func(*Sandbox)
 		Policy:  watch.Kill,
 		Timeout: l.Timeout.D(),
 		CPUTime: l.CPUTime.D(), CPUs: l.CPUs,
-		Overflow: r.overflow,
 		// The init going away ends the run; finish says how.
 		Ended:   sb.Dead(),
 		EndedBy: func() apitype.End { return apitype.Ended(apitype.EndInterpreterExited) },
@@ -53,7 +52,6 @@ type run struct {
 	sb             *Sandbox
 	stdout, stderr *capture
 	readers        sync.WaitGroup
-	overflow       chan struct{}
 	before         workspace.Snapshot
 	start          time.Time
 	exit           *Exit
@@ -76,11 +74,9 @@ func begin(sb *Sandbox, req RunRequest) (_ *run, err error) {
 			return nil, fmt.Errorf("copy %s into the sandbox: %w", f.Path, err)
 		}
 	}
-	r := &run{sb: sb, overflow: make(chan struct{}), before: workspace.TakeSnapshot(sb.Workspace())}
-	var once sync.Once
-	over := func() { once.Do(func() { close(r.overflow) }) }
-	r.stdout = &capture{max: int64(l.MaxOutput), live: req.Stdout, overflow: over}
-	r.stderr = &capture{max: int64(l.MaxOutput), live: req.Stderr, overflow: over}
+	r := &run{sb: sb, before: workspace.TakeSnapshot(sb.Workspace())}
+	r.stdout = &capture{max: int64(l.MaxOutput), live: req.Stdout}
+	r.stderr = &capture{max: int64(l.MaxOutput), live: req.Stderr}
 
 	var files []*os.File
 	defer func() {
@@ -142,7 +138,7 @@ func (r *run) Handle(e Exit) bool {
 func (r *run) Closed() (apitype.End, bool) { return apitype.End{}, false } // Exits never closes
 
 // Interrupt is never asked for: a run's limits kill.
-func (r *run) Interrupt() {}
+func (r *run) Interrupt(apitype.KillReason) {}
 
 // finish kills whatever is left, collects the output and the files, and
 // says how the program ended.
@@ -180,8 +176,8 @@ func (r *run) finish(ctx context.Context, sb *Sandbox, req RunRequest, o watch.O
 	if ctx.Err() != nil && killReason == "" {
 		return nil, fmt.Errorf("%w: run cancelled: %v", errdefs.ErrTimeout, ctx.Err())
 	}
-	res.Stdout, res.StdoutTruncated = r.stdout.result()
-	res.Stderr, res.StderrTruncated = r.stderr.result()
+	res.Stdout, res.StdoutTruncated, res.StdoutDropped = r.stdout.result()
+	res.Stderr, res.StderrTruncated, res.StderrDropped = r.stderr.result()
 
 	now := workspace.TakeSnapshot(sb.Workspace())
 	hide := map[string]bool{}

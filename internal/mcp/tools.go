@@ -521,7 +521,10 @@ func (s *Server) runCommand(ctx context.Context, req *mcp.CallToolRequest, in Co
 	if err != nil {
 		return failed(err), out, nil
 	}
-	out.ExitCode, out.Stdout, out.Stderr = res.ExitCode, res.Stdout, res.Stderr
+	if res.ExitCode != nil { // a foreground command has ended
+		out.ExitCode = *res.ExitCode
+	}
+	out.Stdout, out.Stderr = res.Stdout, res.Stderr
 	out.Truncated = res.StdoutTruncated || res.StderrTruncated
 	out.DurationMs, out.Killed, out.KillReason = res.DurationMs, res.Killed, string(res.KillReason)
 	var b strings.Builder
@@ -537,8 +540,8 @@ func (s *Server) runCommand(ctx context.Context, req *mcp.CallToolRequest, in Co
 	if res.Killed {
 		fmt.Fprintf(&b, "killed: %s\n", res.KillReason)
 	}
-	fmt.Fprintf(&b, "exit code %d [session %s, %.0f ms]", res.ExitCode, id, res.DurationMs)
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: b.String()}}, IsError: res.ExitCode != 0 || res.Killed}, out, nil
+	fmt.Fprintf(&b, "exit code %d [session %s, %.0f ms]", out.ExitCode, id, res.DurationMs)
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: b.String()}}, IsError: out.ExitCode != 0 || res.Killed}, out, nil
 }
 
 func (s *Server) writeFile(ctx context.Context, req *mcp.CallToolRequest, in WriteIn) (*mcp.CallToolResult, WriteOut, error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"airlock/internal/errdefs"
 	"airlock/internal/instance"
 	"airlock/internal/redact"
+	"airlock/internal/workspace"
 )
 
 // commandLanguage is what observers hear a command's language is.
@@ -112,12 +114,9 @@ func (s *Session) runCommand(ctx context.Context, req apitype.CommandRequest, em
 	if err != nil {
 		return nil, err
 	}
-	dir := req.Cwd
-	if dir == "" {
-		dir = "/workspace"
-	}
-	if !strings.HasPrefix(dir, "/") || strings.ContainsRune(dir, 0) || len(dir) > 4096 {
-		return nil, fmt.Errorf("%w: cwd %q must be an absolute path in the sandbox", errdefs.ErrInvalidArgument, truncateID(dir))
+	dir, err := commandDir(req.Cwd)
+	if err != nil {
+		return nil, err
 	}
 	timeout := req.Timeout.D()
 	if timeout == 0 && !req.Background {
@@ -187,11 +186,12 @@ func (s *Session) runCommand(ctx context.Context, req apitype.CommandRequest, em
 	cmd := &command{id: id, line: req.Command, background: req.Background, started: time.Now(), c: c, done: make(chan struct{}), who: who,
 		red: s.m.policy.redactor(tenant), flags: flags}
 	max := int(s.limits.MaxOutput)
-	cmd.stdout = stream{max: max}
-	cmd.stderr = stream{max: max}
+	cmd.stdout = stream{max: max, name: apitype.EventStdout}
+	cmd.stderr = stream{max: max, name: apitype.EventStderr}
 	if emit != nil && !req.Background {
 		cmd.stdout.live = func(b []byte) { emit(apitype.Event{Type: apitype.EventStdout, Text: toValidUTF8(b)}) }
 		cmd.stderr.live = func(b []byte) { emit(apitype.Event{Type: apitype.EventStderr, Text: toValidUTF8(b)}) }
+		cmd.stdout.full, cmd.stderr.full = emit, emit
 		cmd.stdout.redactLive(cmd.red)
 		cmd.stderr.redactLive(cmd.red)
 	}
@@ -277,10 +277,10 @@ func (s *Session) watchCommand(cmd *command, timeout time.Duration, readers *syn
 	switch {
 	case !exited:
 		// The sandbox died under it: the session ended.
-		res.Killed, res.ExitCode = true, 137
+		res.Killed, res.ExitCode = true, ptr(137)
 		res.Signal = "SIGKILL"
 	default:
-		res.ExitCode = exit.Code
+		res.ExitCode = ptr(exit.Code)
 		if exit.Signal != 0 {
 			res.Signal = unix.SignalName(exit.Signal)
 		}
@@ -310,10 +310,28 @@ func (s *Session) watchCommand(cmd *command, timeout time.Duration, readers *syn
 		s.m.obs.ExecutionFinished(ExecutionEvent{
 			Caller: cmd.who, Kind: ExecCommand, Session: s.id, Language: commandLanguage, ID: cmd.id, Code: cmd.line,
 			Duration: time.Since(cmd.started), CPU: exit.CPU, Killed: res.Killed, KillReason: res.KillReason,
-			ExitCode: res.ExitCode, OutputBytes: int64(len(res.Stdout) + len(res.Stderr)),
+			ExitCode: *res.ExitCode, OutputBytes: int64(len(res.Stdout) + len(res.Stderr)),
 			Redactions: res.Redacted, CodeFlags: cmd.flags,
 		})
 	}
+}
+
+// commandDir is the directory a command starts in: cwd relative to
+// /workspace, as file paths are (/workspace when empty), or an absolute
+// path anywhere in the sandbox, which is the sandbox's own business; both
+// named as a client may name a file.
+func commandDir(cwd string) (string, error) {
+	if strings.HasPrefix(cwd, "/") && cwd != "/workspace" && !strings.HasPrefix(cwd, "/workspace/") {
+		if err := workspace.ValidName(cwd); err != nil {
+			return "", fmt.Errorf("cwd: %w", err)
+		}
+		return path.Clean(cwd), nil
+	}
+	rel, err := workspace.Clean(cwd)
+	if err != nil {
+		return "", fmt.Errorf("cwd: %w", err)
+	}
+	return path.Join("/workspace", rel), nil
 }
 
 // endedBy reports whether the session ends, within wait, for code.
@@ -347,6 +365,8 @@ func (s *Session) forgetOldCommandsLocked() {
 	}
 }
 
+func ptr[T any](v T) *T { return &v }
+
 func (cmd *command) ended() bool {
 	select {
 	case <-cmd.done:
@@ -357,14 +377,28 @@ func (cmd *command) ended() bool {
 }
 
 // read copies one of the command's output pipes into its stream until
-// end of file or the read deadline set once the command exited.
+// end of file or the read deadline set once the command exited; past the
+// stream's cap it drops the output unread.
 func (cmd *command) read(f *os.File, st *stream) {
 	buf := make([]byte, 32<<10)
 	for {
-		n, err := f.Read(buf)
+		cmd.mu.Lock()
+		full := st.truncated
+		cmd.mu.Unlock()
+		var n int
+		var err error
+		if full {
+			n, err = instance.Discard(f)
+		} else {
+			n, err = f.Read(buf)
+		}
 		if n > 0 {
 			cmd.mu.Lock()
-			st.write(buf[:n])
+			if full {
+				st.drop(n)
+			} else {
+				st.write(buf[:n])
+			}
 			cmd.mu.Unlock()
 		}
 		if err != nil {
@@ -434,6 +468,7 @@ func (cmd *command) snapshotLocked() apitype.CommandResult {
 		ID: cmd.id, Command: cmd.line, Pid: cmd.c.Pid,
 		Stdout: toValidUTF8(cmd.stdout.buf), Stderr: toValidUTF8(cmd.stderr.buf),
 		StdoutTruncated: cmd.stdout.truncated, StderrTruncated: cmd.stderr.truncated,
+		StdoutDroppedBytes: cmd.stdout.dropped, StderrDroppedBytes: cmd.stderr.dropped,
 		StartedAt: cmd.started.UTC(), DurationMs: ms(time.Since(cmd.started)),
 		Flags: cmd.flags,
 	}

@@ -78,17 +78,15 @@ func (r *running) event() ExecutionEvent {
 
 // execution collects what one execution produced.
 type execution struct {
-	mu       sync.Mutex
-	stdout   stream
-	stderr   stream
-	outputs  []apitype.Output
-	dropped  int
-	outBytes int
-	maxRich  int
-	err      *apitype.ExecError
-	emit     func(apitype.Event)
-	overflow chan struct{}
-	overOnce sync.Once
+	mu          sync.Mutex
+	stdout      stream
+	stderr      stream
+	outputs     []apitype.Output
+	richDropped int
+	outBytes    int
+	maxRich     int
+	err         *apitype.ExecError
+	emit        func(apitype.Event)
 	// interrupt carries a client's request to interrupt this execution.
 	interrupt chan struct{}
 	// red redacts what goes back (nil: nothing is); redacted counts the
@@ -105,14 +103,16 @@ func (ex *execution) redactWith(r *redact.Redactor) {
 }
 
 // newExecution collects an execution's output: stdout and stderr up to
-// maxOutput each, rich outputs up to maxRich in all. lossless streams
-// bytes that are not UTF-8 as data_base64 instead of replacing them.
+// maxOutput each (the rest is dropped and counted, and the code runs on),
+// rich outputs up to maxRich in all. lossless streams bytes that are not
+// UTF-8 as data_base64 instead of replacing them.
 func newExecution(maxOutput, maxRich int, emit func(apitype.Event), lossless bool) *execution {
-	ex := &execution{emit: emit, overflow: make(chan struct{}), interrupt: make(chan struct{}, 1), maxRich: maxRich}
-	over := func() { ex.overOnce.Do(func() { close(ex.overflow) }) }
-	ex.stdout = stream{max: maxOutput, overflow: over}
-	ex.stderr = stream{max: maxOutput, overflow: over}
+	ex := &execution{emit: emit, interrupt: make(chan struct{}, 1), maxRich: maxRich}
+	ex.stdout = stream{max: maxOutput, name: apitype.EventStdout}
+	ex.stderr = stream{max: maxOutput, name: apitype.EventStderr}
 	if emit != nil {
+		ex.stdout.full = emit
+		ex.stderr.full = ex.stdout.full
 		live := func(kind string) func([]byte) {
 			return func(b []byte) {
 				if lossless && !utf8.Valid(b) {
@@ -138,6 +138,27 @@ func (ex *execution) output(p []byte, isErr bool) {
 	}
 }
 
+// keeps reports whether the execution still takes output of a stream.
+func (ex *execution) keeps(isErr bool) bool {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if isErr {
+		return !ex.stderr.truncated
+	}
+	return !ex.stdout.truncated
+}
+
+// dropped counts output of a stream dropped unread past its cap.
+func (ex *execution) dropped(n int, isErr bool) {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if isErr {
+		ex.stderr.drop(n)
+	} else {
+		ex.stdout.drop(n)
+	}
+}
+
 func (ex *execution) rich(m runtimes.Message) {
 	ex.mu.Lock()
 	defer ex.mu.Unlock()
@@ -150,7 +171,7 @@ func (ex *execution) rich(m runtimes.Message) {
 		size += len(v)
 	}
 	if ex.outBytes+size > ex.maxRich {
-		ex.dropped++
+		ex.richDropped++
 		return
 	}
 	ex.outBytes += size
@@ -163,7 +184,8 @@ func (ex *execution) rich(m runtimes.Message) {
 	}
 }
 
-func (ex *execution) error(m runtimes.Message) {
+// error keeps the runtime's error, and streams it if live.
+func (ex *execution) error(m runtimes.Message, live bool) {
 	ex.mu.Lock()
 	ex.stdout.flush()
 	ex.stderr.flush()
@@ -175,7 +197,7 @@ func (ex *execution) error(m runtimes.Message) {
 	ex.err, n = redactError(ex.red, ex.err)
 	ex.redacted += n
 	ex.mu.Unlock()
-	if ex.emit != nil {
+	if ex.emit != nil && live {
 		ex.emit(apitype.Event{Type: apitype.EventError, Error: ex.err})
 	}
 }
@@ -219,6 +241,9 @@ type running struct {
 	// How it ended, as the runtime said: its done, or a program's exit.
 	done     *runtimes.Message
 	progExit *int
+	// stoppedBy is why the watch interrupted the code, if it did (its
+	// goroutine alone reads and writes it).
+	stoppedBy apitype.KillReason
 	// A package install the code asked for (%pip install): one at a
 	// time, answered only while the execution runs.
 	ctx      context.Context
@@ -309,6 +334,9 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 	}
 	s.lastUsed = time.Now()
 	s.mu.Unlock()
+	// Output read from now on is this execution's: none is still being
+	// dropped for want of one.
+	s.inst.Barrier()
 	held = append(held, func() {
 		s.mu.Lock()
 		s.busy = false
@@ -359,7 +387,6 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 		Timeout: timeout,
 		CPUTime: s.limits.CPUTime.D(), CPUBase: r.cpu0, CPUs: s.limits.CPUs,
 		Grace:      s.m.cfg.Server.InterruptGrace.D(),
-		Overflow:   r.ex.overflow,
 		Interrupts: r.ex.interrupt,
 		Ended:      s.ended,
 		EndedBy:    s.End,
@@ -385,7 +412,9 @@ func (r *running) Handle(m runtimes.Message) bool {
 	case "display", "result":
 		r.ex.rich(m)
 	case "error":
-		r.ex.error(m)
+		// The interrupt a limit caused is reported as that limit, once
+		// the execution has ended (settle), not as KeyboardInterrupt.
+		r.ex.error(m, r.stoppedBy == "" || r.stoppedBy == watch.ByClient)
 	case "install":
 		r.install(m)
 	case "done":
@@ -412,7 +441,10 @@ func (r *running) Closed() (apitype.End, bool) {
 }
 
 // Interrupt interrupts the runtime (KeyboardInterrupt).
-func (r *running) Interrupt() { r.s.inst.Interrupt() }
+func (r *running) Interrupt(reason apitype.KillReason) {
+	r.stoppedBy = reason
+	r.s.inst.Interrupt()
+}
 
 // finishExecution ends the session if the execution must, collects the
 // output, and says how the execution ended.
@@ -446,7 +478,8 @@ func (s *Session) finishExecution(r *running, o watch.Outcome) *apitype.Result {
 	res.Stdout, res.StdoutTruncated = toValidUTF8(ex.stdout.buf), ex.stdout.truncated
 	res.Stderr, res.StderrTruncated = toValidUTF8(ex.stderr.buf), ex.stderr.truncated
 	res.Results = append(res.Results, ex.outputs...)
-	res.ResultsDropped = ex.dropped
+	res.ResultsDropped = ex.richDropped
+	res.StdoutDroppedBytes, res.StderrDroppedBytes = ex.stdout.dropped, ex.stderr.dropped
 	res.Error = ex.err
 	if ex.red != nil {
 		var n1, n2 int
@@ -471,7 +504,14 @@ func (s *Session) finishExecution(r *running, o watch.Outcome) *apitype.Result {
 	verdict{
 		prog: r.req.prog != nil, outcome: o, oom: oom, progExit: r.progExit, done: r.done,
 		reportsInterrupt: s.lang.ReportsInterrupt,
+		oneShot:          r.req.kind != ExecSession, limits: s.limits, timeout: r.spec.Timeout,
+		grace: r.spec.Grace, elapsed: time.Since(r.start),
 	}.settle(res)
+	if r.emit != nil && res.Error != nil && res.Error != ex.err {
+		// An error the server set (a limit's, the session's end) streams
+		// too, before the end event that repeats it.
+		r.emit(apitype.Event{Type: apitype.EventError, Error: res.Error})
+	}
 	after := workspace.TakeSnapshot(s.workspace())
 	for _, c := range r.before.Changes(after) {
 		res.FilesChanged = append(res.FilesChanged, apitype.FileChange{Path: c.Path, Size: c.Size, Change: c.Change})
@@ -520,12 +560,82 @@ type verdict struct {
 	// reportsInterrupt: the runtime reports an interrupted execution
 	// itself (runtimes.Language.ReportsInterrupt).
 	reportsInterrupt bool
+	// What a limit's error says: whether a session keeps the state
+	// (one-shot and program runs keep none), the limits, the execution's
+	// timeout, the interrupt grace, how long it ran.
+	oneShot        bool
+	limits         config.Limits
+	timeout, grace time.Duration
+	elapsed        time.Duration
 }
 
 // settle fills in how the execution ended: its exit code, whether and why
 // it was killed, whether it ended its session and why, and the error a
-// client sees for an interrupt or the session's end.
+// client sees for an interrupt, a limit or the session's end.
 func (v verdict) settle(res *apitype.Result) {
+	v.settleEnd(res)
+	if res.Killed && res.KillReason != "" {
+		res.Error = v.limitError(res)
+	}
+}
+
+// limitErrors name the error of each limit that stops code.
+var limitErrors = map[apitype.KillReason]string{
+	apitype.KillTimeout: "TimeoutError",
+	apitype.KillCPUTime: "CPUTimeError",
+	apitype.KillMemory:  "MemoryError",
+	apitype.KillPids:    "ProcessLimitError",
+}
+
+// limitError says what a limit did, in words an agent acts on: which limit
+// and its value, how long the code had run, what was done to it, and
+// whether the session's state was kept. What the runtime reported (the
+// interrupt's traceback: where the code was) stays in the traceback.
+func (v verdict) limitError(res *apitype.Result) *apitype.ExecError {
+	var what string
+	switch res.KillReason {
+	case apitype.KillTimeout:
+		what = fmt.Sprintf("the code ran into its timeout of %s (wall clock)", v.timeout)
+	case apitype.KillCPUTime:
+		what = fmt.Sprintf("the code used up its CPU time (cpu_time %s)", v.limits.CPUTime)
+	case apitype.KillMemory:
+		what = fmt.Sprintf("the sandbox ran out of memory (memory %s)", v.limits.Memory)
+	case apitype.KillPids:
+		what = fmt.Sprintf("the sandbox reached its process limit (pids %d)", v.limits.Pids)
+	default:
+		return res.Error
+	}
+	elapsed := v.elapsed.Round(time.Millisecond)
+	var done string
+	switch {
+	case v.prog:
+		done = fmt.Sprintf("the program was killed after %s (exit code 137)", elapsed)
+	case res.SessionEnded && (res.KillReason == apitype.KillTimeout || res.KillReason == apitype.KillCPUTime):
+		done = fmt.Sprintf("it was interrupted after %s but did not stop within the interrupt grace (%s), so it was killed with its sandbox", elapsed, v.grace)
+	case res.SessionEnded:
+		done = fmt.Sprintf("it was killed with its sandbox after %s", elapsed)
+	default:
+		done = fmt.Sprintf("it was interrupted after %s", elapsed)
+	}
+	var state string
+	switch {
+	case v.prog || v.oneShot:
+		state = "a one-shot run keeps no state"
+	case res.SessionEnded:
+		state = "the session ended and its state (variables, files) is lost"
+	default:
+		state = "the session and its state (variables, files) were kept"
+	}
+	e := &apitype.ExecError{Name: limitErrors[res.KillReason], Value: what + "; " + done + "; " + state + ".", Traceback: []string{}}
+	if res.Error != nil && res.Error.Name != "SessionEnded" {
+		e.Traceback = append(e.Traceback, res.Error.Traceback...)
+	}
+	e.Traceback = append(e.Traceback, e.Name+": "+e.Value)
+	return e
+}
+
+// settleEnd is settle but for a limit's error.
+func (v verdict) settleEnd(res *apitype.Result) {
 	o := v.outcome
 	ended := !o.End.Zero()
 	switch {

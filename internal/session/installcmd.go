@@ -72,7 +72,7 @@ func (s *Session) runInstallCommand(ctx context.Context, req apitype.CommandRequ
 	id := "c" + strconv.Itoa(s.cmds.next)
 	s.cmds.mu.Unlock()
 	start := time.Now()
-	res := apitype.CommandResult{ID: id, Command: req.Command, State: apitype.CommandExited, StartedAt: start}
+	res := apitype.CommandResult{ID: id, Command: req.Command, State: apitype.CommandExited, StartedAt: start, ExitCode: ptr(0)}
 	out, err := s.InstallPackages(ctx, apitype.PackagesRequest{Manager: in.manager, Packages: in.pkgs})
 	switch {
 	case err == nil:
@@ -84,7 +84,7 @@ func (s *Session) runInstallCommand(ctx context.Context, req apitype.CommandRequ
 	case errors.Is(err, errdefs.ErrGone) || errors.Is(err, errdefs.ErrLimit) || errors.Is(err, errdefs.ErrQuota) || errors.Is(err, errdefs.ErrConflict) || ctx.Err() != nil:
 		return nil, err // the session's state, not the install's outcome
 	default:
-		res.ExitCode = 1
+		res.ExitCode = ptr(1)
 		res.Stderr = fmt.Sprintf("airlock: %s install %s: %s\n", in.manager, strings.Join(in.pkgs, " "), errdefs.Message(err))
 	}
 	res.DurationMs = ms(time.Since(start))

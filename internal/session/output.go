@@ -1,20 +1,27 @@
 package session
 
 import (
+	"fmt"
 	"unicode/utf8"
 
+	"airlock/internal/apitype"
 	"airlock/internal/redact"
 )
 
 // stream keeps one execution's stdout or stderr: the first max bytes, a
-// truncation flag, and live chunks that never split a UTF-8 sequence.
+// truncation flag and the count of bytes dropped past max, and live
+// chunks that never split a UTF-8 sequence.
 type stream struct {
 	max       int
 	buf       []byte
 	truncated bool
+	dropped   int64
 	pending   []byte // an incomplete UTF-8 sequence held back from live output
 	live      func([]byte)
-	overflow  func()
+	// name is the stream's ("stdout"); full, if set, hears once that the
+	// stream reached max, after the last chunk sent live.
+	name string
+	full func(apitype.Event)
 	// red, when output is redacted, stands between the stream and live:
 	// it holds back what a match may still span.
 	red *redact.Stream
@@ -37,30 +44,35 @@ func (s *stream) send(b []byte) {
 }
 
 func (s *stream) write(p []byte) {
-	room := s.max - len(s.buf)
-	if len(p) > room {
-		p = p[:max(room, 0)]
-		if !s.truncated {
-			s.truncated = true
-			if s.overflow != nil {
-				s.overflow()
+	room := max(s.max-len(s.buf), 0)
+	cut := len(p) > room
+	if cut {
+		s.dropped += int64(len(p) - room)
+		p = p[:room]
+	}
+	if len(p) > 0 {
+		s.buf = append(s.buf, p...)
+		if s.live != nil {
+			chunk := append(s.pending, p...)
+			n := completeUTF8(chunk)
+			s.pending = append([]byte(nil), chunk[n:]...)
+			if n > 0 {
+				s.send(chunk[:n])
 			}
 		}
 	}
-	if len(p) == 0 {
-		return
-	}
-	s.buf = append(s.buf, p...)
-	if s.live == nil {
-		return
-	}
-	chunk := append(s.pending, p...)
-	cut := completeUTF8(chunk)
-	s.pending = append([]byte(nil), chunk[cut:]...)
-	if cut > 0 {
-		s.send(chunk[:cut])
+	if cut && !s.truncated {
+		s.truncated = true
+		if s.full != nil {
+			s.flush() // nothing more comes: what is held back goes first
+			s.full(apitype.Event{Type: apitype.EventTruncated, Stream: s.name,
+				Text: fmt.Sprintf("%s reached max_output (%d bytes): the rest is dropped and counted, and the code runs on", s.name, s.max)})
+		}
 	}
 }
+
+// drop counts n bytes dropped unread past the cap.
+func (s *stream) drop(n int) { s.dropped += int64(n) }
 
 // flush emits whatever is held back, even if incomplete.
 func (s *stream) flush() {

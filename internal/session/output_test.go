@@ -1,7 +1,6 @@
 package session
 
 import (
-	"bytes"
 	"encoding/base64"
 	"errors"
 	"slices"
@@ -46,16 +45,22 @@ func TestStreamChunksKeepUTF8Whole(t *testing.T) {
 	}
 }
 
+// Past its cap a stream keeps nothing more, counts what it dropped, and
+// says so once, after the last chunk it sent.
 func TestStreamTruncates(t *testing.T) {
-	overflows := 0
-	var live bytes.Buffer
-	s := stream{max: 10, live: func(b []byte) { live.Write(b) }, overflow: func() { overflows++ }}
+	var events []string
+	s := stream{max: 10, name: "stdout", live: func(b []byte) { events = append(events, string(b)) },
+		full: func(e apitype.Event) { events = append(events, e.Type+" "+e.Stream) }}
 	s.write([]byte("0123456"))
 	s.write([]byte("789abc"))
 	s.write([]byte("more"))
+	s.drop(1000) // dropped unread by the pipe's reader
 	s.flush()
-	if string(s.buf) != "0123456789" || !s.truncated || overflows != 1 || live.String() != "0123456789" {
-		t.Fatalf("buf %q truncated %v overflows %d live %q", s.buf, s.truncated, overflows, live.String())
+	if string(s.buf) != "0123456789" || !s.truncated || s.dropped != 3+4+1000 {
+		t.Fatalf("buf %q truncated %v dropped %d", s.buf, s.truncated, s.dropped)
+	}
+	if want := []string{"0123456", "789", "truncated stdout"}; !slices.Equal(events, want) {
+		t.Fatalf("events %q, want %q", events, want)
 	}
 }
 

@@ -333,7 +333,7 @@ func (m *Manager) startOnce(ctx context.Context, iso config.Isolation, rt runtim
 		create: time.Now(), lastUsed: time.Now(),
 		ended: make(chan struct{}), gone: make(chan struct{}),
 	}
-	if err := inst.Attach(s.output); err != nil {
+	if err := inst.Attach(sessionOutput{s}); err != nil {
 		inst.Close()
 		return nil, err
 	}
@@ -442,9 +442,14 @@ func (m *Manager) Delete(id string) error {
 }
 
 // DeleteFor ends the session id for the caller ctx carries (who must see
-// it, see Find); observers hear who ended it.
+// it, see Find); observers hear who ended it. Deleting a session that has
+// ended already is done, not an error: a client's retry, or its cleanup
+// after the session ran out of memory, must not fail.
 func (m *Manager) DeleteFor(ctx context.Context, id string) error {
 	s, err := m.Find(ctx, id)
+	if errors.Is(err, errdefs.ErrGone) || errors.Is(err, errdefs.ErrSessionLost) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -666,14 +671,31 @@ func (s *Session) teardown() {
 	}
 }
 
-// output routes a chunk of the runtime's stdout or stderr to the running
-// execution; output while none runs (a background thread) is dropped.
-func (s *Session) output(p []byte, isErr bool) {
-	s.mu.Lock()
-	ex := s.cur
-	s.mu.Unlock()
-	if ex != nil {
+// sessionOutput routes the runtime's stdout and stderr to the running
+// execution. Output while none runs (a background thread's), and output
+// past the execution's max_output, is dropped unread.
+type sessionOutput struct{ s *Session }
+
+func (o sessionOutput) current() *execution {
+	o.s.mu.Lock()
+	defer o.s.mu.Unlock()
+	return o.s.cur
+}
+
+func (o sessionOutput) Write(p []byte, isErr bool) {
+	if ex := o.current(); ex != nil {
 		ex.output(p, isErr)
+	}
+}
+
+func (o sessionOutput) Keeps(isErr bool) bool {
+	ex := o.current()
+	return ex != nil && ex.keeps(isErr)
+}
+
+func (o sessionOutput) Dropped(n int, isErr bool) {
+	if ex := o.current(); ex != nil {
+		ex.dropped(n, isErr)
 	}
 }
 

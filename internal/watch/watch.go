@@ -1,6 +1,6 @@
 // Package watch owns the one state machine that looks after code running
 // in a sandbox until it finishes or is stopped: the wall-clock timeout, the
-// CPU-time budget read from the cgroup, the output cap, interrupts from a
+// CPU-time budget read from the cgroup, interrupts from a
 // client or its going away, the OOM and process-limit events, the grace an
 // interrupted interpreter gets, the runtime breaking off, and the sandbox
 // ending for other reasons. Sessions (code and program runs) and `airlock
@@ -41,8 +41,9 @@ type Code[M any] interface {
 	// Closed explains Reports closing: whether that is the code finishing
 	// (a program that exited), and how the sandbox must end.
 	Closed() (end apitype.End, finished bool)
-	// Interrupt asks the code to stop and keep its state (SIGINT).
-	Interrupt()
+	// Interrupt asks the code to stop and keep its state (SIGINT), for
+	// reason (a limit, or ByClient).
+	Interrupt(reason apitype.KillReason)
 }
 
 // Policy says what a limit does to the code.
@@ -70,8 +71,6 @@ type Spec struct {
 	CPUs             float64
 	// Grace is how long interrupted code has to finish (Interrupt).
 	Grace time.Duration
-	// Overflow is closed when the output exceeds its cap.
-	Overflow <-chan struct{}
 	// Interrupts delivers a client's requests to interrupt.
 	Interrupts <-chan struct{}
 	// Ended is closed when the sandbox was ended by someone else;
@@ -150,14 +149,14 @@ func Watch[M any](ctx context.Context, sb Sandbox, code Code[M], s Spec) (o Outc
 			return false
 		}
 		o.Stopped = reason
-		code.Interrupt()
+		code.Interrupt(reason)
 		grace, stopGrace = clock.Timer(s.Grace)
 		return false
 	}
 	reports := code.Reports()
 	// Each of these stays ready once it fires: after the first time it is
 	// set to nil, or the loop would spin until the code answers.
-	cpuOverC, overflowC, clientGone := (<-chan struct{})(cpuOver), s.Overflow, ctx.Done()
+	cpuOverC, clientGone := (<-chan struct{})(cpuOver), ctx.Done()
 	for {
 		select {
 		case m, ok := <-reports:
@@ -177,11 +176,6 @@ func Watch[M any](ctx context.Context, sb Sandbox, code Code[M], s Spec) (o Outc
 		case <-cpuOverC:
 			cpuOverC = nil
 			if stopFor(apitype.KillCPUTime) {
-				return o
-			}
-		case <-overflowC:
-			overflowC = nil
-			if stopFor(apitype.KillOutput) {
 				return o
 			}
 		case <-s.Interrupts:

@@ -72,7 +72,7 @@ func (f *fakeCode) Handle(m string) bool {
 	return m == "done"
 }
 func (f *fakeCode) Closed() (apitype.End, bool) { return f.closedEnd, f.closedFin }
-func (f *fakeCode) Interrupt() {
+func (f *fakeCode) Interrupt(apitype.KillReason) {
 	f.calls.Add(1)
 	f.interrupts <- struct{}{}
 }
@@ -90,7 +90,6 @@ type harness struct {
 	sb        *fakeSandbox
 	code      *fakeCode
 	cancel    context.CancelFunc
-	overflow  chan struct{}
 	interrupt chan struct{}
 	ended     chan struct{}
 	endedBy   apitype.End
@@ -135,8 +134,6 @@ func TestWatch(t *testing.T) {
 			want: Outcome{Finished: true, Stopped: apitype.KillCPUTime}, interrupts: 1, handled: []string{"done"}},
 		{name: "CPU over, killed", policy: Kill, cpu: budget + time.Second, steps: func(h *harness) {},
 			want: Outcome{Stopped: apitype.KillCPUTime, End: apitype.Ended(apitype.EndKilled)}, kill: apitype.KillCPUTime},
-		{name: "output overflow", steps: func(h *harness) { close(h.overflow); h.interrupted(); h.report("done") },
-			want: Outcome{Finished: true, Stopped: apitype.KillOutput}, interrupts: 1, handled: []string{"done"}},
 		{name: "OOM event", steps: func(h *harness) { h.event(cgroup.EventOOM) },
 			want: Outcome{End: oom}, kill: apitype.KillMemory},
 		{name: "OOM after a timeout", steps: func(h *harness) { h.timeout(); h.interrupted(); h.event(cgroup.EventOOM) },
@@ -161,8 +158,6 @@ func TestWatch(t *testing.T) {
 			want: Outcome{Stopped: apitype.KillTimeout, End: apitype.Ended(apitype.EndKilled)}, kill: apitype.KillTimeout},
 		{name: "killed when the client goes", policy: Kill, steps: func(h *harness) { h.cancel() },
 			want: Outcome{Stopped: ByClient, End: apitype.Ended(apitype.EndKilled)}},
-		{name: "killed at the output cap", policy: Kill, steps: func(h *harness) { close(h.overflow) },
-			want: Outcome{Stopped: apitype.KillOutput, End: apitype.Ended(apitype.EndKilled)}, kill: apitype.KillOutput},
 		{name: "killed program, OOM", policy: Kill, steps: func(h *harness) { h.event(cgroup.EventOOM) },
 			want: Outcome{End: oom}, kill: apitype.KillMemory},
 	} {
@@ -173,13 +168,12 @@ func TestWatch(t *testing.T) {
 				t: t, clock: newFakeClock(), cancel: cancel,
 				sb:        &fakeSandbox{events: make(chan cgroup.Event), polling: make(chan struct{})},
 				code:      &fakeCode{reports: make(chan string), interrupts: make(chan struct{}, 8)},
-				overflow:  make(chan struct{}),
 				interrupt: make(chan struct{}),
 				ended:     make(chan struct{}),
 			}
 			spec := Spec{
 				Policy: c.policy, Timeout: timeout, CPUTime: budget, CPUs: 1, Grace: grace,
-				Overflow: h.overflow, Interrupts: h.interrupt, Ended: h.ended,
+				Interrupts: h.interrupt, Ended: h.ended,
 				EndedBy: func() apitype.End { return h.endedBy }, Clock: h.clock,
 			}
 			h.sb.cpu.Store(int64(c.cpu))

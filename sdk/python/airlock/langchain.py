@@ -42,7 +42,7 @@ def format_execution(execution):
     if execution.logs.stdout:
         parts.append(_cap(execution.logs.stdout))
     if execution.logs.stdout_truncated:
-        parts.append("(stdout truncated)")
+        parts.append("(stdout truncated: %d bytes dropped past max_output)" % execution.logs.stdout_dropped_bytes)
     if execution.logs.stderr:
         parts.append("stderr:\n" + _cap(execution.logs.stderr))
     for r in execution.results:

@@ -56,13 +56,19 @@ class Result:
 
 
 class Logs:
-    """What an execution printed: ``stdout`` and ``stderr`` as str."""
+    """What an execution printed: ``stdout`` and ``stderr`` as str. Past
+    the session's ``max_output`` the rest is dropped (the code runs on):
+    ``stdout_truncated`` is then True and ``stdout_dropped_bytes`` says
+    how much was dropped (likewise for stderr)."""
 
-    def __init__(self, stdout="", stderr="", stdout_truncated=False, stderr_truncated=False):
+    def __init__(self, stdout="", stderr="", stdout_truncated=False, stderr_truncated=False,
+                 stdout_dropped_bytes=0, stderr_dropped_bytes=0):
         self.stdout = stdout
         self.stderr = stderr
         self.stdout_truncated = stdout_truncated
         self.stderr_truncated = stderr_truncated
+        self.stdout_dropped_bytes = stdout_dropped_bytes
+        self.stderr_dropped_bytes = stderr_dropped_bytes
 
     def __repr__(self):
         return "Logs(stdout=%r, stderr=%r)" % (self.stdout, self.stderr)
@@ -70,8 +76,10 @@ class Logs:
 
 class ExecutionError:
     """An uncaught exception (or why an execution stopped): ``name``
-    ("ZeroDivisionError"), ``value`` (its message), ``traceback`` (str,
-    the user's code only) and ``traceback_lines``."""
+    ("ZeroDivisionError"; a limit's "TimeoutError", "CPUTimeError",
+    "MemoryError", "ProcessLimitError", whose value says what happened;
+    "KeyboardInterrupt" after ``interrupt()``), ``value`` (its message),
+    ``traceback`` (str, the user's code only) and ``traceback_lines``."""
 
     def __init__(self, e):
         self.raw = e
@@ -134,7 +142,8 @@ class Execution:
         self.raw = r
         self.results = [Result(o) for o in r.get("results") or []]
         self.logs = Logs(r.get("stdout", ""), r.get("stderr", ""),
-                         bool(r.get("stdout_truncated")), bool(r.get("stderr_truncated")))
+                         bool(r.get("stdout_truncated")), bool(r.get("stderr_truncated")),
+                         r.get("stdout_dropped_bytes", 0), r.get("stderr_dropped_bytes", 0))
         self.error = ExecutionError(r["error"]) if r.get("error") else None
         self.exit_code = r.get("exit_code", 0)
         self.execution_count = r.get("execution_count", 0)
@@ -184,8 +193,10 @@ class RunResult(Execution):
 
 class CommandResult:
     """A shell command: running (``state`` "running") or how it ended:
-    ``exit_code``, ``stdout``, ``stderr``, ``killed``/``kill_reason``,
-    ``signal``, ``duration_ms``, ``redacted`` and ``flags`` (as Execution's)."""
+    ``exit_code`` (None while it runs), ``stdout``, ``stderr`` (with
+    ``*_truncated`` and ``*_dropped_bytes`` as in Logs),
+    ``killed``/``kill_reason``, ``signal``, ``duration_ms``, ``redacted``
+    and ``flags`` (as Execution's)."""
 
     def __init__(self, c):
         self.raw = c
@@ -193,11 +204,13 @@ class CommandResult:
         self.command = c.get("command", "")
         self.state = c.get("state", "")
         self.pid = c.get("pid", 0)
-        self.exit_code = c.get("exit_code", 0)
+        self.exit_code = c.get("exit_code")
         self.stdout = c.get("stdout", "")
         self.stderr = c.get("stderr", "")
         self.stdout_truncated = bool(c.get("stdout_truncated"))
         self.stderr_truncated = bool(c.get("stderr_truncated"))
+        self.stdout_dropped_bytes = c.get("stdout_dropped_bytes", 0)
+        self.stderr_dropped_bytes = c.get("stderr_dropped_bytes", 0)
         self.duration_ms = c.get("duration_ms", 0)
         self.cpu_ms = c.get("cpu_ms", 0)
         self.killed = bool(c.get("killed"))
@@ -217,12 +230,12 @@ class CommandResult:
             return "killed (%s)" % (self.kill_reason or self.signal or "signal")
         if self.signal:
             return "ended by %s" % self.signal
-        if self.state != "running" and self.exit_code != 0:
+        if self.exit_code:
             return "exit status %d" % self.exit_code
         return None
 
     def __repr__(self):
-        return "CommandResult(exit_code=%d, stdout=%r, stderr=%r)" % (self.exit_code, self.stdout, self.stderr)
+        return "CommandResult(exit_code=%r, stdout=%r, stderr=%r)" % (self.exit_code, self.stdout, self.stderr)
 
 
 class EntryInfo:

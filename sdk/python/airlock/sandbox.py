@@ -181,7 +181,10 @@ class Sandbox:
         """Runs code in the session and returns an Execution. ``timeout``
         (seconds) overrides the session's limits.timeout for this run; when
         it runs out the code is interrupted (``killed``, ``kill_reason``
-        "timeout") and the session keeps its state. With callbacks the
+        "timeout") and the session keeps its state; ``error`` is then a
+        ``TimeoutError`` whose value says the limit, how long the code ran
+        and whether the state was kept (``CPUTimeError``, ``MemoryError``,
+        ``ProcessLimitError`` for the other limits). With callbacks the
         output streams: ``on_stdout(str)``, ``on_stderr(str)`` as it comes,
         ``on_result(Result)`` per plot or displayed value, ``on_error(ExecutionError)``."""
         if language is not None and language != self.language:

@@ -132,7 +132,8 @@ class LangChainToolTest(unittest.TestCase):
         with Sandbox.create() as sbx:
             tool = airlock_langchain.as_tool(sbx, timeout=0.5)
             msg = call(tool, "import time\ntime.sleep(20)")
-            self.assertIn("KeyboardInterrupt", msg.content)
+            self.assertIn("TimeoutError: the code ran into its timeout of 500ms", msg.content)
+            self.assertIn("were kept", msg.content)
             self.assertIn("(stopped: timeout)", msg.content)
 
 
@@ -169,7 +170,7 @@ class OfflineTest(unittest.TestCase):
 
     def test_format_execution(self):
         e = airlock.Execution({
-            "stdout": "\x1b[31mred\x1b[0m\n", "stdout_truncated": True, "stderr": "",
+            "stdout": "\x1b[31mred\x1b[0m\n", "stdout_truncated": True, "stdout_dropped_bytes": 7, "stderr": "",
             "results": [{"type": "display", "data": {"text/plain": "<Figure>", "image/png": base64.b64encode(b"\x89PNG").decode()}},
                         {"type": "display", "data": {"text/plain": "shown"}},
                         {"type": "result", "data": {"text/plain": "42"}}],
@@ -178,7 +179,7 @@ class OfflineTest(unittest.TestCase):
             "files_changed": [{"path": "a.csv", "size": 1, "change": "created"},
                               {"path": "gone", "size": 0, "change": "deleted"}]})
         self.assertEqual(airlock_langchain.format_execution(e), "\n".join([
-            "red", "(stdout truncated)", "[image/png returned to the user]", "display: shown", "42",
+            "red", "(stdout truncated: 7 bytes dropped past max_output)", "[image/png returned to the user]", "display: shown", "42",
             "Traceback (most recent call last):\nMemoryError", "(stopped: memory)",
             "(the sandbox ended: out of memory; its state is lost)", "files written: /workspace/a.csv"]))
         long = airlock.Execution({"stdout": "x" * (airlock_langchain.MAX_CHARS + 5)})

@@ -72,7 +72,11 @@ class SandboxTest(unittest.TestCase):
         e = self.sbx.run_code("import time\ntime.sleep(30)", timeout=0.5)
         self.assertTrue(e.killed)
         self.assertEqual(e.kill_reason, "timeout")
-        self.assertEqual(e.error.name, "KeyboardInterrupt")
+        # The error says what happened: the limit, the time, the state kept.
+        self.assertEqual(e.error.name, "TimeoutError")
+        self.assertIn("timeout of 500ms", e.error.value)
+        self.assertIn("interrupted after", e.error.value)
+        self.assertIn("state (variables, files) were kept", e.error.value)
         self.assertEqual(self.sbx.run_code("kept").text, "'yes'")
 
     def test_streaming_callbacks(self):
@@ -143,6 +147,9 @@ class SandboxTest(unittest.TestCase):
         r = self.sbx.commands.run("pwd; echo $GREETING", envs={"GREETING": "hi"}, cwd="/tmp")
         self.assertEqual(r.stdout, "/tmp\nhi\n")
         self.assertIsNone(r.error)
+        self.sbx.files.write("sub/keep", "")
+        r = self.sbx.commands.run("pwd", cwd="sub")  # relative to /workspace
+        self.assertEqual(r.stdout, "/workspace/sub\n")
         r = self.sbx.commands.run("cat", stdin="piped")
         self.assertEqual(r.stdout, "piped")
         out = []
@@ -158,6 +165,7 @@ class SandboxTest(unittest.TestCase):
         h = self.sbx.commands.run("read line; echo got $line; sleep 30", background=True)
         self.assertTrue(h.id)
         self.assertTrue(h.result().running)
+        self.assertIsNone(h.result().exit_code)  # no status before it ends
         h.send_stdin("ping\n")
         self.assertIn(h.id, [c.id for c in self.sbx.commands.list()])
         deadline = time.monotonic() + 30
