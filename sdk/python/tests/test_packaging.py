@@ -1,7 +1,7 @@
 """The SDK installs with pip from the repository and builds a wheel,
-offline (no PyPI: --no-index, --no-build-isolation with Debian's
-setuptools and wheel), and what is installed imports. test_readme runs the
-README's install into a venv."""
+offline (no PyPI: --no-index) and with nothing but pip (its own build
+backend, in the standard library alone), and what is installed imports.
+test_readme runs the README's install into a venv."""
 
 import glob
 import os
@@ -22,12 +22,12 @@ def _have(module):
 
 class PackagingTest(unittest.TestCase):
     def setUp(self):
-        for m in ("pip", "setuptools", "wheel"):
+        for m in ("pip",):
             if not _have(m):
                 support.skip(self, "%s lacks %s: scripts/install-deps.sh --tests installs python3-%s" % (PY, m, m))
         self.tmp = tempfile.mkdtemp(prefix="airlock-sdk-")
         self.addCleanup(shutil.rmtree, self.tmp, True)
-        # Build from a copy: setuptools writes build/ and *.egg-info beside the sources.
+        # Build from a copy: nothing may depend on what lies beside the sources.
         self.src = os.path.join(self.tmp, "src")
         shutil.copytree(support.SDK, self.src, ignore=shutil.ignore_patterns("tests", "__pycache__", "build", "*.egg-info"))
         self.env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1", PIP_NO_CACHE_DIR="1", PYTHONDONTWRITEBYTECODE="1",
@@ -51,7 +51,7 @@ class PackagingTest(unittest.TestCase):
 
     def test_wheel_builds_and_installs(self):
         dist = os.path.join(self.tmp, "dist")
-        self.run_ok(PY, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index", "-w", dist, self.src)
+        self.run_ok(PY, "-m", "pip", "wheel", "--no-deps", "--no-index", "-w", dist, self.src)
         wheels = glob.glob(os.path.join(dist, "*.whl"))
         self.assertEqual(len(wheels), 1, os.listdir(dist))
         self.assertRegex(os.path.basename(wheels[0]), r"^airlock_sandbox-0\.1\.0-py3-none-any\.whl$")

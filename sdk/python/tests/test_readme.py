@@ -55,23 +55,37 @@ class ReadmeTest(unittest.TestCase):
         self.assertFalse(ns["sbx"].is_running())
 
     def test_install_commands(self):
+        """The install block, as written, with each python3 a user may have
+        first on PATH: the PATH's own (pyenv's on a developer's machine),
+        Debian's, and a bare venv's (no setuptools, no wheel)."""
         (sh,) = blocks("Python SDK", "sh")
-        for m in ("venv", "ensurepip", "setuptools", "wheel"):
-            if subprocess.run(["/usr/bin/python3", "-c", "import " + m], capture_output=True).returncode:
-                support.skip(self, "/usr/bin/python3 lacks %s: scripts/install-deps.sh --tests installs it" % m)
+        if subprocess.run(["/usr/bin/python3", "-c", "import venv, ensurepip"], capture_output=True).returncode:
+            support.skip(self, "/usr/bin/python3 lacks venv: scripts/install-deps.sh --tests installs python3-venv")
         shutil.copytree(support.SDK, os.path.join(self.tmp, "sdk", "python"),
                         ignore=shutil.ignore_patterns("tests", "__pycache__", "build", "*.egg-info"))
-        # Debian's python3 first: a developer's PATH may start with another.
-        env = dict(os.environ, PATH="/usr/bin:" + os.environ.get("PATH", ""), PIP_NO_INDEX="1",
-                   PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1", PIP_ROOT_USER_ACTION="ignore", PYTHONDONTWRITEBYTECODE="1")
-        env.pop("PYTHONPATH", None)
-        p = subprocess.run(["sh", "-ec", sh], capture_output=True, text=True, env=env, cwd=self.tmp, timeout=300)
-        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
-        vpy = os.path.join(self.tmp, ".venv", "bin", "python")
-        p = subprocess.run([vpy, "-c", "import airlock; print(airlock.__file__)"], capture_output=True, text=True,
-                           env=env, cwd="/")
-        self.assertEqual(p.returncode, 0, p.stderr)
-        self.assertTrue(p.stdout.startswith(os.path.join(self.tmp, ".venv")), p.stdout)
+        bare = os.path.join(self.tmp, "bare")
+        subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", bare], check=True)
+        path = os.environ.get("PATH", "")
+        firsts = {"PATH's": shutil.which("python3", path=path), "Debian's": "/usr/bin/python3",
+                  "a bare venv's": os.path.join(bare, "bin", "python3")}
+        for which, first in firsts.items():
+            with self.subTest(python3=which):
+                for d in (".venv", "sdk/python/build"):
+                    shutil.rmtree(os.path.join(self.tmp, d), True)
+                env = dict(os.environ, PATH=os.path.dirname(first) + ":" + path, PIP_NO_INDEX="1",
+                           PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1", PIP_ROOT_USER_ACTION="ignore",
+                           PYTHONDONTWRITEBYTECODE="1")
+                env.pop("PYTHONPATH", None)
+                env.pop("PIP_FIND_LINKS", None)  # what a user has: no local wheels either
+                got = subprocess.run(["sh", "-c", "command -v python3"], capture_output=True, text=True, env=env).stdout.strip()
+                self.assertEqual(os.path.realpath(got), os.path.realpath(first))
+                p = subprocess.run(["sh", "-ec", sh], capture_output=True, text=True, env=env, cwd=self.tmp, timeout=300)
+                self.assertEqual(p.returncode, 0, "%s python3 (%s): %s%s" % (which, first, p.stdout, p.stderr))
+                vpy = os.path.join(self.tmp, ".venv", "bin", "python")
+                p = subprocess.run([vpy, "-c", "import airlock; print(airlock.__file__)"], capture_output=True, text=True,
+                                   env=env, cwd="/")
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertTrue(p.stdout.startswith(os.path.join(self.tmp, ".venv")), p.stdout)
 
 
 if __name__ == "__main__":
