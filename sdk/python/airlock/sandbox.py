@@ -163,7 +163,9 @@ class Sandbox:
             return False
 
     def kill(self):
-        """Ends the session and its sandbox; True if it was running."""
+        """Ends the session and its sandbox. Idempotent, as the server's
+        DELETE is: True once the session is ended (also when it had ended
+        already), False if the server knows no such session."""
         try:
             self._t.call("DELETE", self._path())
             return True
