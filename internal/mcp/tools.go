@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"path"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -25,10 +24,8 @@ import (
 	"airlock/internal/workspace"
 )
 
-// Caps on what a tool result carries (the model reads all of it).
+// Caps on files the tools move (results.go has the caps on results).
 const (
-	textTail      = 8 << 10 // stdout/stderr in the text summary
-	maxImages     = 8       // image blocks per result
 	readDefault   = 1 << 20 // read_file's default max_bytes
 	readMax       = 8 << 20 // and its cap
 	writeMax      = 3 << 20 // write_file's content (MCP bodies are 4 MiB)
@@ -60,16 +57,22 @@ type FileOut struct {
 	URI    string `json:"uri,omitempty"`
 }
 
-// ExecuteOut is execute_code's structured result.
+// ExecuteOut is execute_code's structured result. Its text fields are
+// capped as the text summary is (8 KiB each, results.go).
 type ExecuteOut struct {
 	SessionID      string           `json:"session_id"`
-	Stdout         string           `json:"stdout"`
-	Stderr         string           `json:"stderr"`
+	Stdout         string           `json:"stdout" jsonschema:"at most 8 KiB: its start and end, around a line saying how much was left out"`
+	Stderr         string           `json:"stderr" jsonschema:"at most 8 KiB, as stdout"`
+	StdoutDropped  int              `json:"stdout_dropped,omitempty" jsonschema:"bytes of stdout left out by the 8 KiB cap"`
+	StderrDropped  int              `json:"stderr_dropped,omitempty" jsonschema:"bytes of stderr left out by the 8 KiB cap"`
 	Result         string           `json:"result,omitempty"`
-	Results        []map[string]any `json:"results"`
+	Results        []map[string]any `json:"results" jsonschema:"display outputs (at most 16): text capped at 8 KiB; images and other binary data replaced by a line saying what became of them"`
+	ResultsDropped int              `json:"results_dropped,omitempty" jsonschema:"display outputs left out of results"`
+	ImagesDropped  int              `json:"images_dropped,omitempty" jsonschema:"images not attached (at most 8 per result)"`
 	Error          *ErrorOut        `json:"error,omitempty"`
-	Files          []FileOut        `json:"files"`
-	Truncated      bool             `json:"truncated"`
+	Files          []FileOut        `json:"files" jsonschema:"files the code created, modified or deleted in /workspace (at most 50)"`
+	FilesDropped   int              `json:"files_dropped,omitempty" jsonschema:"changed files left out of files"`
+	Truncated      bool             `json:"truncated" jsonschema:"something was left out: by the caps above, or by the session's max_output"`
 	DurationMs     float64          `json:"duration_ms"`
 	KillReason     string           `json:"kill_reason,omitempty"`
 	ExecutionCount int              `json:"execution_count"`
@@ -88,15 +91,17 @@ type CommandIn struct {
 
 // CommandOut is run_command's structured result.
 type CommandOut struct {
-	SessionID  string  `json:"session_id"`
-	ExitCode   int     `json:"exit_code"`
-	Stdout     string  `json:"stdout"`
-	Stderr     string  `json:"stderr"`
-	Truncated  bool    `json:"truncated"`
-	DurationMs float64 `json:"duration_ms"`
-	Killed     bool    `json:"killed"`
-	KillReason string  `json:"kill_reason,omitempty"`
-	Note       string  `json:"note,omitempty"`
+	SessionID     string  `json:"session_id"`
+	ExitCode      int     `json:"exit_code"`
+	Stdout        string  `json:"stdout" jsonschema:"at most 8 KiB: its start and end, around a line saying how much was left out"`
+	Stderr        string  `json:"stderr" jsonschema:"at most 8 KiB, as stdout"`
+	StdoutDropped int     `json:"stdout_dropped,omitempty" jsonschema:"bytes of stdout left out by the 8 KiB cap"`
+	StderrDropped int     `json:"stderr_dropped,omitempty" jsonschema:"bytes of stderr left out by the 8 KiB cap"`
+	Truncated     bool    `json:"truncated" jsonschema:"something was left out: by the 8 KiB caps, or by the session's max_output"`
+	DurationMs    float64 `json:"duration_ms"`
+	Killed        bool    `json:"killed"`
+	KillReason    string  `json:"kill_reason,omitempty"`
+	Note          string  `json:"note,omitempty"`
 }
 
 // WriteIn is write_file's input.
@@ -138,10 +143,11 @@ type EntryOut struct {
 
 // ListOut is list_files' structured result.
 type ListOut struct {
-	SessionID string     `json:"session_id"`
-	Path      string     `json:"path"`
-	Entries   []EntryOut `json:"entries"`
-	Truncated bool       `json:"truncated"`
+	SessionID      string     `json:"session_id"`
+	Path           string     `json:"path"`
+	Entries        []EntryOut `json:"entries" jsonschema:"at most 500"`
+	EntriesDropped int        `json:"entries_dropped,omitempty" jsonschema:"entries left out of entries"`
+	Truncated      bool       `json:"truncated"`
 }
 
 // CreateIn is create_session's input.
@@ -193,8 +199,9 @@ func (s *Server) addTools() {
 			"stdout, stderr, the value of the last expression, plots as images, the exception with its traceback, and the files " +
 			"the code created or changed in /workspace (as resource links). State persists: variables, imports and files stay " +
 			"for the next call in the same session (this connection's default session unless session_id is given). " +
-			"numpy, pandas, matplotlib and scikit-learn are available; there is no network. Output is capped (stdout and stderr " +
-			"1 MiB each by default; the result says when it was truncated); long runs send progress notifications with their output.",
+			"numpy, pandas, matplotlib and scikit-learn are available; there is no network. The result carries at most 8 KiB of " +
+			"stdout, of stderr, of the result and of the traceback (their start and end; it says how much was left out): write long " +
+			"output to a file and read parts of it. Long runs send progress notifications with their output.",
 		InputSchema: withEnum[ExecuteIn]("language", languages),
 		Annotations: &mcp.ToolAnnotations{Title: "Run code", DestructiveHint: &no, OpenWorldHint: &no},
 	}, s.executeCode)
@@ -401,98 +408,8 @@ func (s *Server) executeCode(ctx context.Context, req *mcp.CallToolRequest, in E
 	if err != nil {
 		return failed(err), out, nil
 	}
-	out.Stdout, out.Stderr = res.Stdout, res.Stderr
-	out.Truncated = res.StdoutTruncated || res.StderrTruncated || res.ResultsDropped > 0
-	out.DurationMs, out.KillReason, out.ExecutionCount = res.DurationMs, string(res.KillReason), res.ExecutionCount
-	out.SessionEnded, out.EndReason = res.SessionEnded, res.EndReason
-	var content []mcp.Content
-	var images []mcp.Content
-	for _, o := range res.Results {
-		bundle := map[string]any{}
-		for mime, raw := range o.Data {
-			var v any
-			json.Unmarshal(raw, &v)
-			bundle[mime] = v
-		}
-		out.Results = append(out.Results, bundle)
-		if o.Type == apitype.EventResult {
-			var text string
-			json.Unmarshal(o.Data["text/plain"], &text)
-			out.Result = text
-		}
-		if raw, ok := o.Data["image/png"]; ok && len(images) < maxImages {
-			var b64 string
-			if json.Unmarshal(raw, &b64) == nil {
-				if png, err := base64.StdEncoding.DecodeString(b64); err == nil {
-					images = append(images, &mcp.ImageContent{Data: png, MIMEType: "image/png"})
-				}
-			}
-		}
-	}
-	if res.Error != nil {
-		out.Error = &ErrorOut{Name: res.Error.Name, Value: res.Error.Value, Traceback: res.Error.Traceback}
-	}
-	var links []mcp.Content
-	for _, f := range res.FilesChanged {
-		fo := FileOut{Path: f.Path, Size: f.Size, Change: f.Change}
-		if f.Change != "deleted" {
-			fo.URI = fileURI(id, f.Path)
-			size := f.Size
-			links = append(links, &mcp.ResourceLink{URI: fo.URI, Name: path.Base(f.Path), Title: f.Path, MIMEType: mimeOf(f.Path), Size: &size})
-		}
-		out.Files = append(out.Files, fo)
-	}
-	content = append(content, &mcp.TextContent{Text: summary(out)})
-	content = append(content, images...)
-	content = append(content, links...)
-	return &mcp.CallToolResult{Content: content, IsError: out.Error != nil || res.Killed || res.SessionEnded}, out, nil
-}
-
-// summary is what a model reads of an execution.
-func summary(o ExecuteOut) string {
-	var b strings.Builder
-	if o.Note != "" {
-		fmt.Fprintf(&b, "note: %s\n", o.Note)
-	}
-	if o.Stdout != "" {
-		fmt.Fprintf(&b, "stdout:\n%s\n", strings.TrimRight(tail(o.Stdout, textTail), "\n"))
-	}
-	if o.Stderr != "" {
-		fmt.Fprintf(&b, "stderr:\n%s\n", strings.TrimRight(tail(o.Stderr, textTail), "\n"))
-	}
-	if o.Result != "" {
-		fmt.Fprintf(&b, "result:\n%s\n", tail(o.Result, textTail))
-	}
-	for _, r := range o.Results {
-		if _, ok := r["image/png"]; ok {
-			b.WriteString("[an image (image/png) is attached]\n")
-		} else if _, ok := r["text/html"]; ok && r["text/plain"] == nil {
-			b.WriteString("[an HTML output is in structuredContent.results]\n")
-		}
-	}
-	if o.Error != nil {
-		fmt.Fprintf(&b, "error: %s: %s\n", o.Error.Name, o.Error.Value)
-		if len(o.Error.Traceback) > 0 {
-			fmt.Fprintf(&b, "traceback:\n%s\n", tail(strings.Join(o.Error.Traceback, "\n"), textTail))
-		}
-	}
-	if o.KillReason != "" {
-		fmt.Fprintf(&b, "killed: %s\n", o.KillReason)
-	}
-	if o.SessionEnded {
-		fmt.Fprintf(&b, "the session ended: %s\n", o.EndReason)
-	}
-	for _, f := range o.Files {
-		fmt.Fprintf(&b, "file %s: %s (%d bytes)\n", f.Change, f.Path, f.Size)
-	}
-	if o.Truncated {
-		b.WriteString("(output was truncated at the session's caps)\n")
-	}
-	if b.Len() == 0 {
-		b.WriteString("(no output)\n")
-	}
-	fmt.Fprintf(&b, "[session %s, execution %d, %.0f ms]", o.SessionID, o.ExecutionCount, o.DurationMs)
-	return b.String()
+	r, out := executeResult(id, note, res)
+	return r, out, nil
 }
 
 func (s *Server) runCommand(ctx context.Context, req *mcp.CallToolRequest, in CommandIn) (*mcp.CallToolResult, CommandOut, error) {
@@ -521,27 +438,8 @@ func (s *Server) runCommand(ctx context.Context, req *mcp.CallToolRequest, in Co
 	if err != nil {
 		return failed(err), out, nil
 	}
-	if res.ExitCode != nil { // a foreground command has ended
-		out.ExitCode = *res.ExitCode
-	}
-	out.Stdout, out.Stderr = res.Stdout, res.Stderr
-	out.Truncated = res.StdoutTruncated || res.StderrTruncated
-	out.DurationMs, out.Killed, out.KillReason = res.DurationMs, res.Killed, string(res.KillReason)
-	var b strings.Builder
-	if note != "" {
-		fmt.Fprintf(&b, "note: %s\n", note)
-	}
-	if res.Stdout != "" {
-		fmt.Fprintf(&b, "stdout:\n%s\n", strings.TrimRight(tail(res.Stdout, textTail), "\n"))
-	}
-	if res.Stderr != "" {
-		fmt.Fprintf(&b, "stderr:\n%s\n", strings.TrimRight(tail(res.Stderr, textTail), "\n"))
-	}
-	if res.Killed {
-		fmt.Fprintf(&b, "killed: %s\n", res.KillReason)
-	}
-	fmt.Fprintf(&b, "exit code %d [session %s, %.0f ms]", out.ExitCode, id, res.DurationMs)
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: b.String()}}, IsError: out.ExitCode != 0 || res.Killed}, out, nil
+	r, out := commandResult(id, note, res)
+	return r, out, nil
 }
 
 func (s *Server) writeFile(ctx context.Context, req *mcp.CallToolRequest, in WriteIn) (*mcp.CallToolResult, WriteOut, error) {
@@ -654,16 +552,24 @@ func (s *Server) listFiles(ctx context.Context, req *mcp.CallToolRequest, in Lis
 		return failed(err), out, nil
 	}
 	out = ListOut{SessionID: id, Path: list.Path, Truncated: list.Truncated, Entries: []EntryOut{}}
+	entries := list.Entries
+	if len(entries) > maxEntries {
+		out.Truncated, out.EntriesDropped = true, len(entries)-maxEntries
+		entries = entries[:maxEntries]
+	}
 	var b strings.Builder
-	for _, e := range list.Entries {
+	for _, e := range entries {
 		out.Entries = append(out.Entries, EntryOut{Path: e.Path, Type: e.Type, Size: e.Size})
 		fmt.Fprintf(&b, "%-7s %10d  %s\n", e.Type, e.Size, e.Path)
 	}
 	if len(list.Entries) == 0 {
 		b.WriteString("(empty)\n")
 	}
+	if out.EntriesDropped > 0 {
+		fmt.Fprintf(&b, "(and %d more entries: MCP results list at most %d; list a subdirectory)\n", out.EntriesDropped, maxEntries)
+	}
 	if list.Truncated {
-		b.WriteString("(the listing is truncated)\n")
+		b.WriteString("(the listing is truncated at the server's cap)\n")
 	}
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: b.String()}}}, out, nil
 }
