@@ -24,15 +24,16 @@ import (
 	"airlock/internal/termtext"
 )
 
-// Exit statuses of airlock itself (sysexits.h), distinct from those of the
-// sandboxed program, which airlock run passes through.
+// Exit statuses of airlock itself, distinct from those of the sandboxed
+// program, which airlock run passes through. Errors map to theirs in
+// errdefs' one table (exitFor); the README's table lists them all.
 const (
-	exitUsage       = 64  // bad flags or arguments
-	exitNoInput     = 66  // an input file cannot be read
-	exitUnavailable = 69  // the host cannot build the configured jail
-	exitSoftware    = 70  // an internal error
-	exitConfig      = 78  // the configuration is invalid
-	exitKilled      = 137 // airlock killed the program (reason on stderr)
+	exitUsage       = errdefs.ExitUsage       // bad flags or arguments
+	exitNoInput     = errdefs.ExitNoInput     // an input file cannot be read
+	exitUnavailable = errdefs.ExitUnavailable // cannot run as asked here
+	exitSoftware    = errdefs.ExitSoftware    // an internal error
+	exitConfig      = errdefs.ExitConfig      // the configuration is invalid
+	exitKilled      = 137                     // airlock killed the program (reason on stderr)
 )
 
 const usage = `airlock runs untrusted code in layered Linux jails.
@@ -93,17 +94,15 @@ func main() {
 	os.Exit(code)
 }
 
-// exitFor maps an error to airlock's exit status and prints it.
+// exitFor prints err and returns its exit status: errdefs' table, or
+// exitConfig for a configuration that cannot be built.
 func exitFor(stderr io.Writer, err error) int {
 	fmt.Fprintf(stderr, "airlock: %s\n", termtext.Field(err.Error())) // may quote a server's words
-	switch {
-	case errors.Is(err, errdefs.ErrInvalidArgument):
-		return exitUsage
-	case errors.Is(err, errdefs.ErrUnavailable):
-		return exitUnavailable
-	default:
-		return exitSoftware
+	var ce *config.Error
+	if errors.As(err, &ce) {
+		return exitConfig
 	}
+	return errdefs.ExitCode(err)
 }
 
 // command is what every subcommand starts from: its flags, printing its

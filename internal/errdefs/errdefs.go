@@ -1,9 +1,9 @@
 // Package errdefs owns airlock's error vocabulary: a small set of sentinel
 // errors that every other package wraps with %w, the one table that gives
-// each a stable machine-readable code and an HTTP status, and Error, which
-// keeps what a client may read apart from detail that only the server's
-// log may see. Transports (the HTTP API today; MCP and others next) adapt
-// this table; they never map errors themselves.
+// each a stable machine-readable code, an HTTP status and a command's exit
+// status, and Error, which keeps what a client may read apart from detail
+// that only the server's log may see. Transports (the HTTP API, MCP, the
+// command line) adapt this table; they never map errors themselves.
 //
 // It must never import another airlock package, so that every package can
 // use it.
@@ -72,32 +72,53 @@ type Kind struct {
 	Code string
 	// HTTPStatus is the status the HTTP API answers with.
 	HTTPStatus int
+	// Exit is the exit status of an airlock command that fails with it
+	// (sysexits.h; the README's table).
+	Exit int
 }
+
+// Exit statuses of airlock's commands (sysexits.h). ExitConfig and
+// ExitNoInput are the commands' own (a configuration that cannot be
+// built, an input file that cannot be read): no kind maps to them.
+const (
+	ExitUsage       = 64 // EX_USAGE: bad flags or arguments
+	ExitNoInput     = 66 // EX_NOINPUT: an input cannot be read
+	ExitUnavailable = 69 // EX_UNAVAILABLE: cannot run as asked here
+	ExitSoftware    = 70 // EX_SOFTWARE: an internal error
+	ExitTempFail    = 75 // EX_TEMPFAIL: try again later
+	ExitNoPerm      = 77 // EX_NOPERM: the server refused the credentials
+	ExitConfig      = 78 // EX_CONFIG: the configuration is invalid
+)
 
 // Internal is the kind of every error that wraps no sentinel: the
 // server's own failure, whose text clients never see.
-var Internal = Kind{Code: "internal", HTTPStatus: http.StatusInternalServerError}
+var Internal = Kind{Code: "internal", HTTPStatus: http.StatusInternalServerError, Exit: ExitSoftware}
 
-// kinds is the one table from error kind to code and status. An error
-// takes the first row it matches.
+// kinds is the one table from error kind to code, status and exit
+// status. An error takes the first row it matches.
 var kinds = []Kind{
-	{ErrInvalidArgument, "invalid_argument", http.StatusBadRequest},
-	{ErrUnauthenticated, "unauthorized", http.StatusUnauthorized},
-	{ErrNotFound, "not_found", http.StatusNotFound},
-	{ErrPermission, "permission_denied", http.StatusForbidden},
-	{ErrMethodNotAllowed, "method_not_allowed", http.StatusMethodNotAllowed},
-	{ErrConflict, "conflict", http.StatusConflict},
-	{ErrTooLarge, "too_large", http.StatusRequestEntityTooLarge},
-	{ErrQuota, "quota_exceeded", http.StatusTooManyRequests},
-	{ErrLimit, "limit_reached", http.StatusTooManyRequests},
-	{ErrGone, "session_ended", http.StatusGone},
-	{ErrTimeout, "timeout", http.StatusGatewayTimeout},
-	{ErrUnsupported, "unsupported", http.StatusNotImplemented},
-	{ErrUnavailable, "unavailable", http.StatusServiceUnavailable},
-	{ErrAuditUnavailable, "audit_unavailable", http.StatusServiceUnavailable},
-	{ErrMisdirected, "misdirected", http.StatusMisdirectedRequest},
-	{ErrSessionLost, "session_lost", http.StatusGone},
-	{ErrNodeUnavailable, "node_unavailable", http.StatusServiceUnavailable},
+	{ErrInvalidArgument, "invalid_argument", http.StatusBadRequest, ExitUsage},
+	{ErrUnauthenticated, "unauthorized", http.StatusUnauthorized, ExitNoPerm},
+	// On the command line, an argument that names nothing (airlock keys
+	// revoke ID).
+	{ErrNotFound, "not_found", http.StatusNotFound, ExitUsage},
+	// A request the server refuses (an isolation it does not allow, egress
+	// beyond the tenant's): it cannot run as asked, like a jail this host
+	// cannot build.
+	{ErrPermission, "permission_denied", http.StatusForbidden, ExitUnavailable},
+	{ErrMethodNotAllowed, "method_not_allowed", http.StatusMethodNotAllowed, ExitSoftware},
+	{ErrConflict, "conflict", http.StatusConflict, ExitTempFail},
+	{ErrTooLarge, "too_large", http.StatusRequestEntityTooLarge, ExitUsage},
+	{ErrQuota, "quota_exceeded", http.StatusTooManyRequests, ExitTempFail},
+	{ErrLimit, "limit_reached", http.StatusTooManyRequests, ExitTempFail},
+	{ErrGone, "session_ended", http.StatusGone, ExitSoftware},
+	{ErrTimeout, "timeout", http.StatusGatewayTimeout, ExitTempFail},
+	{ErrUnsupported, "unsupported", http.StatusNotImplemented, ExitUnavailable},
+	{ErrUnavailable, "unavailable", http.StatusServiceUnavailable, ExitUnavailable},
+	{ErrAuditUnavailable, "audit_unavailable", http.StatusServiceUnavailable, ExitUnavailable},
+	{ErrMisdirected, "misdirected", http.StatusMisdirectedRequest, ExitUnavailable},
+	{ErrSessionLost, "session_lost", http.StatusGone, ExitUnavailable},
+	{ErrNodeUnavailable, "node_unavailable", http.StatusServiceUnavailable, ExitUnavailable},
 }
 
 // Kinds returns every row of the table, Internal last.
@@ -153,6 +174,15 @@ func HTTPStatus(err error) int {
 		return http.StatusOK
 	}
 	return KindOf(err).HTTPStatus
+}
+
+// ExitCode maps err to the exit status of a command that fails with it
+// (0 for nil).
+func ExitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	return KindOf(err).Exit
 }
 
 // Error is an error of a kind whose message for clients (Public) is kept

@@ -1,5 +1,6 @@
-// Package server is airlock's composition root: it builds the jail host,
-// takes the state directory's lock, sweeps what a killed predecessor left,
+// Package server is airlock's composition root: it binds its TCP
+// addresses (first: one in use stops it before anything starts), builds
+// the jail host, takes the state directory's lock, sweeps what a killed predecessor left,
 // starts the warm pools (and with them the template interpreter), the
 // session manager and the API, listens on TCP and on the root-only unix
 // socket, handles signals (SIGTERM and SIGINT shut down, SIGUSR1 dumps
@@ -137,6 +138,21 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 			s.close()
 		}
 	}()
+	// The addresses first: one in use is refused before anything starts
+	// (the host, the state lock, the pools and their template).
+	var tcpLn, metricsLn net.Listener
+	if !opts.Embedded {
+		if tcpLn, err = listenTCP("server.listen", cfg.Server.Listen); err != nil {
+			return nil, err
+		}
+		s.closers = append(s.closers, func() { tcpLn.Close() })
+		if cfg.Metrics.Enabled && cfg.Metrics.Listen != "" {
+			if metricsLn, err = listenTCP("metrics.listen", cfg.Metrics.Listen); err != nil {
+				return nil, err
+			}
+			s.closers = append(s.closers, func() { metricsLn.Close() })
+		}
+	}
 	hostOpts := jail.OptionsFrom(cfg)
 	hostOpts.RootFiles = runtimes.RootFiles()
 	if s.host, err = jail.NewHost(hostOpts); err != nil {
@@ -217,10 +233,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	if s.pool != nil {
 		s.api.Stats = s.pool.Stats
 	}
-	metricsLn, err := s.observe()
-	if err != nil {
-		return nil, err
-	}
+	s.observe(metricsLn)
 	for pattern, h := range opts.Handlers {
 		s.api.Handle(pattern, h)
 	}
@@ -238,12 +251,8 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		return s, nil
 	}
 
-	ln, err := net.Listen("tcp", cfg.Server.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
-	}
-	s.tcp = ln.Addr()
-	s.serve(ln, s.api)
+	s.tcp = tcpLn.Addr()
+	s.serve(tcpLn, s.api)
 	if unixLn != nil {
 		s.serve(unixLn, s.api)
 	}
@@ -257,12 +266,12 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 
 // observe builds the metrics when they are on: a session observer, the
 // API's request hook, collectors of the pools and quotas, and /metrics
-// on the API (admins only, unless public) or on its own listener, which
-// it returns.
-func (s *Server) observe() (net.Listener, error) {
+// on the API (admins only, unless public) or on ln, metrics.listen's
+// listener (nil without).
+func (s *Server) observe(ln net.Listener) {
 	cfg := s.cfg.Metrics
 	if !cfg.Enabled {
-		return nil, nil
+		return
 	}
 	s.metrics = metrics.New()
 	s.manager.Observe(s.metrics)
@@ -279,19 +288,22 @@ func (s *Server) observe() (net.Listener, error) {
 	if s.audit != nil {
 		s.metrics.Audit(s.audit.Health)
 	}
-	if cfg.Listen == "" || s.opts.Embedded {
+	if ln == nil {
 		s.api.HandleAdmin("GET /metrics", s.metrics.Handler())
 		if cfg.Public {
 			s.api.Public("/metrics")
 		}
-		return nil, nil
+		return
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("%w: metrics.listen: %v", errdefs.ErrUnavailable, err)
-	}
-	s.closers = append(s.closers, func() { ln.Close() })
 	s.metricsAddr = ln.Addr()
+}
+
+// listenTCP listens on addr, the value of key.
+func listenTCP(key, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s %s: %v", errdefs.ErrUnavailable, key, addr, err)
+	}
 	return ln, nil
 }
 
