@@ -128,35 +128,32 @@ func newExecution(maxOutput, maxRich int, emit func(apitype.Event), lossless boo
 	return ex
 }
 
+// streamOf is the execution's stderr or stdout; its mu must be held.
+func (ex *execution) streamOf(isErr bool) *stream {
+	if isErr {
+		return &ex.stderr
+	}
+	return &ex.stdout
+}
+
 func (ex *execution) output(p []byte, isErr bool) {
 	ex.mu.Lock()
 	defer ex.mu.Unlock()
-	if isErr {
-		ex.stderr.write(p)
-	} else {
-		ex.stdout.write(p)
-	}
+	ex.streamOf(isErr).write(p)
 }
 
 // keeps reports whether the execution still takes output of a stream.
 func (ex *execution) keeps(isErr bool) bool {
 	ex.mu.Lock()
 	defer ex.mu.Unlock()
-	if isErr {
-		return !ex.stderr.truncated
-	}
-	return !ex.stdout.truncated
+	return !ex.streamOf(isErr).truncated
 }
 
 // dropped counts output of a stream dropped unread past its cap.
 func (ex *execution) dropped(n int, isErr bool) {
 	ex.mu.Lock()
 	defer ex.mu.Unlock()
-	if isErr {
-		ex.stderr.drop(n)
-	} else {
-		ex.stdout.drop(n)
-	}
+	ex.streamOf(isErr).drop(n)
 }
 
 func (ex *execution) rich(m runtimes.Message) {
