@@ -141,6 +141,18 @@ type Pip struct {
 	MaxPackages int `json:"max_packages"`
 }
 
+// Managers are the package managers installs are configured for.
+func (p Packages) Managers() []string {
+	var m []string
+	if p.Pip.IndexURL != "" {
+		m = append(m, "pip")
+	}
+	if p.Npm.Registry != "" {
+		m = append(m, "npm")
+	}
+	return m
+}
+
 // DefaultPackages is the built-in packages section: off.
 func DefaultPackages() Packages {
 	return Packages{Pip: Pip{Timeout: Duration(2 * time.Minute), MaxPackages: 32},

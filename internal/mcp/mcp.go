@@ -42,7 +42,11 @@ type Options struct {
 	// carry its name, so that the router sends an MCP session's requests
 	// back to it. Nil: the SDK's random ids.
 	SessionID func() string
-	Log       *slog.Logger
+	// Installs are the package managers the server installs with
+	// (packages.pip, packages.npm): install_packages is offered only
+	// when there is one.
+	Installs []string
+	Log      *slog.Logger
 }
 
 // Server is airlock's MCP server: one SDK server, and the default
@@ -64,7 +68,8 @@ type connection struct {
 }
 
 // instructions tell the model what the server is.
-const instructions = `airlock runs code in isolated, stateful sandboxes (Linux jails with no network). ` +
+const instructions = `airlock runs code in isolated, stateful sandboxes (Linux jails with no network, unless ` +
+	`create_session asks for the hosts a session may reach, within the server's policy). ` +
 	`Use execute_code to run Python (default), bash or JavaScript: variables, imports and files persist between calls, ` +
 	`like a notebook; plots come back as images and files written to /workspace as resource links. ` +
 	`Use run_command for shell commands in the same sandbox, and the file tools to move small files in and out ` +
@@ -84,6 +89,7 @@ func New(o Options) *Server {
 		GetSessionID: o.SessionID,
 	})
 	s.addTools()
+	s.addInstallTool()
 	s.addResources()
 	return s
 }

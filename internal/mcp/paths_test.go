@@ -102,7 +102,13 @@ func leaks(s string) bool {
 // connectTo connects an MCP client to an MCP server in front of api.
 func connectTo(t *testing.T, api *client.Client) *sdk.ClientSession {
 	t.Helper()
-	srv := mcp.New(mcp.Options{Client: func(http.Header) *client.Client { return api }, Version: "test", Log: slog.New(slog.DiscardHandler)})
+	return connectWith(t, api, nil)
+}
+
+// connectWith is connectTo with a server that installs with installs.
+func connectWith(t *testing.T, api *client.Client, installs []string) *sdk.ClientSession {
+	t.Helper()
+	srv := mcp.New(mcp.Options{Client: func(http.Header) *client.Client { return api }, Version: "test", Installs: installs, Log: slog.New(slog.DiscardHandler)})
 	ct, st := sdk.NewInMemoryTransports()
 	ss, err := srv.SDK().Connect(context.Background(), st, nil)
 	if err != nil {

@@ -156,6 +156,12 @@ type CreateIn struct {
 	Limits      map[string]any    `json:"limits,omitempty" jsonschema:"limits such as {\"memory\": \"1G\", \"timeout\": \"2m\", \"cpus\": 2}; each at most the server's maximum"`
 	Env         map[string]string `json:"env,omitempty" jsonschema:"environment variables of the session"`
 	IdleTimeout string            `json:"timeout_idle,omitempty" jsonschema:"end the session after this long unused (e.g. 30m)"`
+	Network     *NetworkIn        `json:"network,omitempty" jsonschema:"the hosts the session may reach; without it the session has no network"`
+}
+
+// NetworkIn is a session's egress policy, as the HTTP API takes it.
+type NetworkIn struct {
+	Allow []string `json:"allow" jsonschema:"names (pypi.org), wildcards (*.example.com), each with an optional :port; within the server's network policy, which refuses anything beyond it"`
 }
 
 // SessionOut describes a session.
@@ -165,6 +171,7 @@ type SessionOut struct {
 	State       string         `json:"state"`
 	Limits      map[string]any `json:"limits"`
 	IdleTimeout string         `json:"timeout_idle"`
+	Network     []string       `json:"network,omitempty" jsonschema:"the hosts the session may reach (absent: no network)"`
 }
 
 // CloseIn is close_session's input.
@@ -199,7 +206,7 @@ func (s *Server) addTools() {
 			"stdout, stderr, the value of the last expression, plots as images, the exception with its traceback, and the files " +
 			"the code created or changed in /workspace (as resource links). State persists: variables, imports and files stay " +
 			"for the next call in the same session (this connection's default session unless session_id is given). " +
-			"numpy, pandas, matplotlib and scikit-learn are available; there is no network. The result carries at most 8 KiB of " +
+			"numpy, pandas, matplotlib and scikit-learn are available; there is no network (see create_session). The result carries at most 8 KiB of " +
 			"stdout, of stderr, of the result and of the traceback (their start and end; it says how much was left out): write long " +
 			"output to a file and read parts of it. Long runs send progress notifications with their output.",
 		InputSchema: withEnum[ExecuteIn]("language", languages),
@@ -234,7 +241,8 @@ func (s *Server) addTools() {
 	mcp.AddTool(s.srv, &mcp.Tool{
 		Name:  "create_session",
 		Title: "Create a session",
-		Description: "Starts a new sandboxed session (python, bash or javascript) with optional limits and environment, and returns its " +
+		Description: "Starts a new sandboxed session (python, bash or javascript) with optional limits, environment and network " +
+			"(the hosts it may reach, within the server's policy; sessions have no network otherwise), and returns its " +
 			"session_id for the other tools. Not needed for a single conversation: every tool has a default session.",
 		InputSchema: withEnum[CreateIn]("language", languages),
 		Annotations: &mcp.ToolAnnotations{Title: "Create a session", DestructiveHint: &no, OpenWorldHint: &no},
@@ -576,9 +584,14 @@ func (s *Server) listFiles(ctx context.Context, req *mcp.CallToolRequest, in Lis
 
 func (s *Server) createSession(ctx context.Context, req *mcp.CallToolRequest, in CreateIn) (*mcp.CallToolResult, SessionOut, error) {
 	out := SessionOut{Limits: map[string]any{}}
+	// The API's own request, decoded as the API decodes it; the API
+	// validates and admits it (limits, network policy) as any other.
 	m := map[string]any{"language": in.Language, "limits": in.Limits, "env": in.Env}
 	if in.IdleTimeout != "" {
 		m["timeout_idle"] = in.IdleTimeout
+	}
+	if in.Network != nil {
+		m["network"] = in.Network
 	}
 	body, _ := json.Marshal(m)
 	var cr apitype.CreateSessionRequest
@@ -591,14 +604,25 @@ func (s *Server) createSession(ctx context.Context, req *mcp.CallToolRequest, in
 		return failed(err), out, nil
 	}
 	out = sessionOut(info)
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("created %s session %s (pass it as session_id)", info.Language, info.ID)}}}, out, nil
+	msg := fmt.Sprintf("created %s session %s (pass it as session_id)", info.Language, info.ID)
+	if info.Network != nil {
+		msg += "; it may reach: " + strings.Join(info.Network.Allow, ", ")
+		if len(info.Network.Allow) == 0 {
+			msg += "nothing yet"
+		}
+	}
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: msg}}}, out, nil
 }
 
 func sessionOut(info *apitype.Session) SessionOut {
 	var limits map[string]any
 	b, _ := json.Marshal(info.Limits)
 	json.Unmarshal(b, &limits)
-	return SessionOut{SessionID: info.ID, Language: info.Language, State: info.State, Limits: limits, IdleTimeout: info.IdleTimeout.String()}
+	out := SessionOut{SessionID: info.ID, Language: info.Language, State: info.State, Limits: limits, IdleTimeout: info.IdleTimeout.String()}
+	if info.Network != nil {
+		out.Network = append([]string{}, info.Network.Allow...)
+	}
+	return out
 }
 
 func (s *Server) closeSession(ctx context.Context, req *mcp.CallToolRequest, in CloseIn) (*mcp.CallToolResult, CloseOut, error) {
