@@ -91,7 +91,7 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object with the result instead of streaming output")
 	fs.Var(&envs, "env", "set an environment variable `K=V` in the sandbox (repeatable)")
 	fs.Var(&files, "file", "copy host file `HOSTPATH[:NAME]` into /workspace (repeatable)")
-	fs.Var(&allowHosts, "allow-host", "let the program reach `NAME[:PORT]` (a DNS name or *.suffix; ports 80 and 443 by default; repeatable; needs a running server)")
+	fs.Var(&allowHosts, "allow-host", "let the program reach `NAME[:PORT]` over TLS or HTTP (a DNS name or *.suffix; ports 80 and 443 by default; NAME:PORT/opaque for another protocol; repeatable; needs a running server)")
 	c.configFlag()
 	fs.BoolVar(&cold, "cold", false, "build the jail in this process even when a local server runs")
 	isolation := fs.String("isolation", "", "native or gvisor (default: the configuration's isolation); gvisor needs a running server")

@@ -45,7 +45,8 @@ type CreateSessionRequest struct {
 
 // NetworkPolicy is an egress allowlist: DNS names ("pypi.org"), every name
 // strictly below a suffix ("*.example.com"), each with an optional port
-// (default 80 and 443: "api.example.com:8443").
+// (default 80 and 443: "api.example.com:8443"), carrying TLS or HTTP for
+// that name, or anything when marked opaque ("git.example.com:22/opaque").
 type NetworkPolicy struct {
 	Allow []string `json:"allow"`
 }

@@ -32,10 +32,9 @@ type Limits struct {
 }
 
 // peekTimeout bounds how long a client may take to send its ClientHello
-// or request head on ports 80 and 443; on other ports a silent client
-// (a protocol where the server speaks first) is spliced after it.
-const peekTimeout = 5 * time.Second
-const opaqueWait = 300 * time.Millisecond
+// or first request head. Nothing is dialled before they are whole and
+// checked, on every port but an opaque entry's.
+var peekTimeout = 5 * time.Second // a variable for tests
 
 // maxRecords bounds the decisions kept for executions to collect.
 const maxRecords = 256
@@ -516,7 +515,8 @@ func (g *Gate) handle(c net.Conn) {
 		return
 	}
 	d.Name = name
-	if !g.Policy().Allows(name, port) {
+	policy := g.Policy()
+	if !policy.Allows(name, port) {
 		g.deny(c, d, name+":"+strconv.Itoa(int(port))+" is not in the allowlist")
 		return
 	}
@@ -524,10 +524,14 @@ func (g *Gate) handle(c net.Conn) {
 		g.deny(c, d, fmt.Sprintf("the session's byte budget (%d) is used up", g.limits.Bytes))
 		return
 	}
-	head, err := g.peek(c, name, port)
-	if err != nil {
-		g.deny(c, d, err.Error())
-		return
+	var head []byte
+	var reqs *reqStream
+	if !policy.Opaque(name, port) {
+		var err error
+		if head, reqs, err = g.peek(c, name); err != nil {
+			g.deny(c, d, err.Error())
+			return
+		}
 	}
 	up, addr, err := g.dialer.Dial(context.Background(), name, port)
 	if err != nil {
@@ -548,7 +552,7 @@ func (g *Gate) handle(c net.Conn) {
 		return
 	}
 	defer g.untrack(up)
-	reason = g.splice(c, up, head, d)
+	reason = g.splice(c, up, head, reqs, d)
 	d.mu.Lock()
 	d.Reason = reason
 	d.duration = time.Since(d.Start)
@@ -572,69 +576,66 @@ func clip(s string) string {
 	return s
 }
 
-// peek reads what the client sends first and checks that it names the
-// name behind the fake address: the SNI of a TLS ClientHello or the Host
-// of an HTTP request. It returns the bytes read, to be sent upstream.
-func (g *Gate) peek(c net.Conn, name string, port uint16) ([]byte, error) {
+// peek reads what the client sends first, before anything is dialled,
+// and checks that it names the name behind the fake address: the SNI of a
+// TLS ClientHello, or the Host of an HTTP request — and, through the
+// returned stream, of every later request on the connection. It returns
+// the bytes to send upstream first. A client that sends nothing (a
+// protocol where the server speaks first) or something else is refused:
+// only an opaque entry carries those.
+func (g *Gate) peek(c net.Conn, name string) ([]byte, *reqStream, error) {
 	defer c.SetReadDeadline(time.Time{})
-	deadline := time.Now().Add(peekTimeout)
-	strict := port == 80 || port == 443
-	if !strict {
-		deadline = time.Now().Add(opaqueWait)
-	}
+	c.SetReadDeadline(time.Now().Add(peekTimeout))
 	buf := make([]byte, 0, 2048)
+	var reqs *reqStream
+	var first []byte
 	for {
-		c.SetReadDeadline(deadline)
 		if len(buf) == cap(buf) {
 			buf = slices.Grow(buf, len(buf))
 		}
 		n, err := c.Read(buf[len(buf):cap(buf)])
+		fresh := buf[len(buf) : len(buf)+n]
 		buf = buf[:len(buf)+n]
-		if len(buf) > 0 {
-			var got string
-			var complete bool
-			var perr error
-			kind := ""
-			switch {
-			case buf[0] == 0x16:
-				kind = "TLS SNI"
-				got, complete, perr = ClientHelloSNI(buf)
-			case looksHTTP(buf):
-				kind = "HTTP Host"
-				got, complete, perr = HTTPHost(buf)
-			case strict:
-				return nil, fmt.Errorf("port %d carries neither a TLS ClientHello nor an HTTP request", port)
-			default:
-				return buf, nil // another protocol: the fake address names the host
-			}
+		kind := ""
+		switch {
+		case len(buf) == 0:
+		case buf[0] == 0x16:
+			kind = "TLS SNI"
+			sni, complete, perr := ClientHelloSNI(buf)
 			if perr != nil {
-				return nil, perr
+				return nil, nil, perr
 			}
 			if complete {
-				n, err := NormalizeName(got)
-				if err != nil || n != name {
-					return nil, fmt.Errorf("%s %q does not match %s, the name behind the address", kind, clip(got), name)
+				if n, err := NormalizeName(sni); err != nil || n != name {
+					return nil, nil, fmt.Errorf("%s %q does not match %s, the name behind the address", kind, clip(sni), name)
 				}
-				return buf, nil
+				return buf, nil, nil
 			}
 			if len(buf) >= maxPeek {
-				return nil, fmt.Errorf("%s: the first message is larger than %d bytes", kind, maxPeek)
+				return nil, nil, fmt.Errorf("%s: the ClientHello is larger than %d bytes", kind, maxPeek)
 			}
-			if strict && time.Now().After(deadline) {
-				return nil, fmt.Errorf("%s: incomplete after %v", kind, peekTimeout)
+		case looksHTTP(buf):
+			kind = "HTTP Host"
+			if reqs == nil {
+				reqs = newReqStream(name)
 			}
-			// Silent beginnings on other ports are spliced; started
-			// messages get the full peek time.
-			deadline = time.Now().Add(peekTimeout)
+			if err := reqs.feed(fresh, func(b []byte) error { first = append(first, b...); return nil }); err != nil {
+				return nil, nil, err
+			}
+			if reqs.requests > 0 {
+				return first, reqs, nil
+			}
+		default:
+			return nil, nil, errors.New("the connection starts with neither a TLS ClientHello nor an HTTP request (other protocols need an opaque entry, name:port/opaque)")
 		}
 		if err != nil {
-			if ne, ok := err.(net.Error); ok && ne.Timeout() && !strict && len(buf) == 0 {
-				return nil, nil
+			switch {
+			case err == io.EOF:
+				return nil, nil, errors.New("the client closed before sending a request")
+			case kind != "":
+				return nil, nil, fmt.Errorf("%s: incomplete after %v", kind, peekTimeout)
 			}
-			if err == io.EOF {
-				return nil, errors.New("the client closed before sending a request")
-			}
-			return nil, fmt.Errorf("no request within %v", peekTimeout)
+			return nil, nil, fmt.Errorf("nothing sent within %v: a connection must start with a TLS ClientHello or an HTTP request (a protocol where the server speaks first needs an opaque entry, name:port/opaque)", peekTimeout)
 		}
 	}
 }
@@ -661,71 +662,87 @@ func (g *Gate) charge(n int) int {
 	}
 }
 
-// splice copies both ways until both sides are done, counting bytes
-// against the session's budget and closing idle connections. It returns
+// splice carries the connection both ways until both sides are done,
+// counting bytes against the session's budget, checking every request of
+// a plain HTTP connection (reqs) and closing idle connections. It returns
 // the final reason.
-func (g *Gate) splice(down, up net.Conn, head []byte, d *Decision) string {
+func (g *Gate) splice(down, up net.Conn, head []byte, reqs *reqStream, d *Decision) string {
 	var last atomic.Int64
 	last.Store(time.Now().UnixNano())
 	var once sync.Once
+	quit := make(chan struct{})
 	reason := "allowed: closed"
 	stop := func(r string) {
 		once.Do(func() {
 			reason = r
+			close(quit)
 			down.Close()
 			up.Close()
 		})
 	}
 	budgetErr := fmt.Sprintf("allowed, then cut: the session's byte budget (%d) is used up", g.limits.Bytes)
-	// forward sends what the budget allows of p to dst, counts what was
-	// written and gives back what was not; it stops the splice when the
-	// budget or dst ends it.
-	forward := func(dst net.Conn, p []byte, ctr *atomic.Int64, failed func(error) string) bool {
-		ok := g.charge(len(p))
-		if ok > 0 {
-			w, err := dst.Write(p[:ok])
-			ctr.Add(int64(w))
-			if w < ok {
-				g.used.Add(int64(w - ok))
+	upward := &mover{g: g, dst: up, src: down, ctr: &d.up, last: &last}
+	downward := &mover{g: g, dst: down, src: up, ctr: &d.down, last: &last}
+	// end says what a direction's end means for the connection: src
+	// finished (half-close dst), the client's one proxy request is over
+	// (wait for the answer), or the connection is cut.
+	end := func(m *mover, err error) {
+		var refused *refusedError
+		switch {
+		case err == nil || err == io.EOF:
+			if tc := tcpOf(m.dst, false); tc != nil {
+				tc.CloseWrite()
+			} else {
+				stop("allowed: closed")
 			}
-			if err != nil {
-				stop(failed(err))
-				return false
-			}
-		}
-		if ok < len(p) {
+		case err == errOneRequest && m == downward:
+			stop("allowed: closed") // the proxy's one answer is whole
+		case err == errOneRequest:
+		case err == errBudget:
 			stop(budgetErr)
-			return false
+		case errors.As(err, &refused):
+			g.denied.Add(1)
+			stop("allowed, then cut: " + refused.Error())
+		default:
+			stop("allowed: closed")
 		}
-		return true
 	}
 	if len(head) > 0 {
-		forward(up, head, &d.up, func(err error) string { return "allowed, then failed: " + shortErr(err) })
+		if err := upward.write(head); err == errBudget {
+			stop(budgetErr)
+		} else if err != nil {
+			stop("allowed, then failed: " + shortErr(err))
+		}
 	}
-	pipe := func(dst, src net.Conn, ctr *atomic.Int64, done chan<- struct{}) {
-		defer close(done)
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := src.Read(buf)
-			if n > 0 {
-				last.Store(time.Now().UnixNano())
-				if !forward(dst, buf[:n], ctr, func(error) string { return "allowed: closed" }) {
-					return
-				}
-			}
-			if err != nil {
-				if tc, ok := dst.(*net.TCPConn); ok && err == io.EOF {
-					tc.CloseWrite()
-				} else {
-					stop("allowed: closed")
-				}
+	// An Upgrade (the first request, only) waits for the upstream's
+	// answer: the client's next bytes are HTTP again unless it is 101.
+	// The forward proxy's one request gets one answer, then the end.
+	answer := make(chan bool, 1)
+	watch := reqs != nil && reqs.waiting()
+	oneAnswer := reqs != nil && reqs.single
+	upDone, downDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(upDone)
+		if reqs == nil {
+			end(upward, upward.copyAll())
+			return
+		}
+		end(upward, upward.copyRequests(reqs, answer, quit))
+	}()
+	go func() {
+		defer close(downDone)
+		switch {
+		case oneAnswer:
+			end(downward, downward.copyResponse(reqs.isHead, quit))
+			return
+		case watch:
+			if err := downward.watchUpgrade(answer); err != nil {
+				end(downward, err)
 				return
 			}
 		}
-	}
-	upDone, downDone := make(chan struct{}), make(chan struct{})
-	go pipe(up, down, &d.up, upDone)
-	go pipe(down, up, &d.down, downDone)
+		end(downward, downward.copyAll())
+	}()
 	var tick <-chan time.Time
 	if g.limits.IdleTimeout > 0 {
 		t := time.NewTicker(max(g.limits.IdleTimeout/4, 10*time.Millisecond))

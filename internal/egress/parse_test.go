@@ -62,29 +62,6 @@ func TestClientHelloSNI(t *testing.T) {
 	}
 }
 
-func TestHTTPHost(t *testing.T) {
-	for _, tc := range []struct {
-		in, host string
-		complete bool
-		bad      bool
-	}{
-		{"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n", "a.test", true, false},
-		{"GET / HTTP/1.1\r\nHost: A.test:8080\r\n\r\n", "A.test", true, false},
-		{"GET http://a.test/x HTTP/1.1\r\nHost: a.test\r\n\r\n", "a.test", true, false},
-		{"GET http://b.test/x HTTP/1.1\r\nHost: a.test\r\n\r\n", "", true, true},
-		{"GET / HTTP/1.1\r\nHost: a.test\r\n", "", false, false},
-		{"GET / HTTP/1.0\r\n\r\n", "", true, true},
-		{"CONNECT a.test:443 HTTP/1.1\r\nHost: a.test\r\n\r\n", "", true, true},
-		{"GET / HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n\r\n", "", true, true},
-		{"GARBAGE\r\n\r\n", "", true, true},
-	} {
-		host, complete, err := HTTPHost([]byte(tc.in))
-		if host != tc.host || complete != tc.complete || (err != nil) != tc.bad {
-			t.Errorf("HTTPHost(%q) = %q, %v, %v", tc.in, host, complete, err)
-		}
-	}
-}
-
 func query(t testing.TB, name string, typ dnsmessage.Type) []byte {
 	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 7, RecursionDesired: true})
 	b.StartQuestions()
@@ -150,17 +127,6 @@ func FuzzClientHelloSNI(f *testing.F) {
 		sni, complete, err := ClientHelloSNI(data)
 		if sni != "" && (err != nil || !complete) {
 			t.Fatalf("sni %q with complete=%v err=%v", sni, complete, err)
-		}
-	})
-}
-
-func FuzzHTTPHost(f *testing.F) {
-	f.Add([]byte("GET / HTTP/1.1\r\nHost: a.test\r\n\r\n"))
-	f.Add([]byte("GET http://a.test/ HTTP/1.1\r\nHost: a.test:80\r\n\r\n"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		host, complete, err := HTTPHost(data)
-		if host != "" && (err != nil || !complete) {
-			t.Fatalf("host %q with complete=%v err=%v", host, complete, err)
 		}
 	})
 }
@@ -317,7 +283,7 @@ func TestReasonEchoBounded(t *testing.T) {
 	go func() {
 		io.WriteString(client, "GET / HTTP/1.1\r\nHost: "+strings.Repeat("h", 15000)+"\r\n\r\n")
 	}()
-	_, err := g.peek(server, "a.test", 80)
+	_, _, err := g.peek(server, "a.test")
 	client.Close()
 	if err == nil || !strings.Contains(err.Error(), "does not match") || len(err.Error()) > 2*maxEcho+100 {
 		t.Errorf("peek = %d bytes of reason: %.120q", len(fmt.Sprint(err)), fmt.Sprint(err))

@@ -5,7 +5,8 @@
 // fake-address DNS responder on 127.0.0.1:53, one listener per allowed port
 // and local routes that make every IP-literal connect reach airlock — which
 // it serves from the host: it ties each connection to the allowed name
-// behind its fake address (and to the TLS SNI or HTTP Host it carries),
+// behind its fake address (and to the TLS SNI, or the Host of every HTTP
+// request, it carries, unless its entry is opaque),
 // resolves that name itself, dials only guarded addresses, and splices the
 // bytes with counters, caps and one log line per decision. Its limits are
 // per session (bytes, connections, timeouts, a DNS query rate) and per
@@ -38,7 +39,17 @@ type Rule struct {
 	Name     string // normalised; without "*." when Wildcard
 	Wildcard bool
 	Port     uint16
+	// Opaque ("name:port/opaque") carries the port's bytes without
+	// looking at them: no TLS SNI or HTTP Host is required, the fake
+	// address alone ties the connection to the name. Protocols where the
+	// server speaks first (SMTP) or that are neither TLS nor HTTP (SSH)
+	// need it; every other connection must start with a ClientHello or a
+	// request naming the name. Never on 80 or 443, and only with a port.
+	Opaque bool
 }
+
+// opaqueSuffix marks an opaque entry.
+const opaqueSuffix = "/opaque"
 
 // String renders a rule the way it is written in a request.
 func (r Rule) String() string {
@@ -48,6 +59,9 @@ func (r Rule) String() string {
 	}
 	if r.Port != 0 {
 		s += ":" + strconv.Itoa(int(r.Port))
+	}
+	if r.Opaque {
+		s += opaqueSuffix
 	}
 	return s
 }
@@ -69,8 +83,12 @@ func (r Rule) MatchName(name string) bool {
 }
 
 // Within reports whether every name and port the rule allows is also
-// allowed by outer (the operator's allow_only list).
+// allowed by outer (the operator's allow_only list). An opaque rule is
+// within an opaque outer rule only: opaque checks less.
 func (r Rule) Within(outer Rule) bool {
+	if r.Opaque && !outer.Opaque {
+		return false
+	}
 	for _, p := range r.Ports() {
 		if !slices.Contains(outer.Ports(), p) {
 			return false
@@ -85,19 +103,26 @@ func (r Rule) Within(outer Rule) bool {
 	return outer.MatchName(r.Name)
 }
 
-// ParseRule parses "name", "name:port", "*.suffix" or "*.suffix:port".
+// ParseRule parses "name", "name:port", "*.suffix" or "*.suffix:port",
+// each port optionally followed by "/opaque".
 func ParseRule(s string) (Rule, error) {
 	var r Rule
 	host := s
-	if i := strings.LastIndexByte(s, ':'); i >= 0 {
-		p, err := strconv.ParseUint(s[i+1:], 10, 16)
+	if rest, ok := strings.CutSuffix(s, opaqueSuffix); ok {
+		host, r.Opaque = rest, true
+	}
+	if i := strings.LastIndexByte(host, ':'); i >= 0 {
+		p, err := strconv.ParseUint(host[i+1:], 10, 16)
 		if err != nil || p == 0 {
 			return Rule{}, fmt.Errorf("%q: the port must be a number from 1 to 65535", s)
 		}
-		host, r.Port = s[:i], uint16(p)
+		host, r.Port = host[:i], uint16(p)
 		if r.Port == 53 {
 			return Rule{}, fmt.Errorf("%q: port 53 is airlock's DNS inside the sandbox", s)
 		}
+	}
+	if r.Opaque && (r.Port == 0 || r.Port == 80 || r.Port == 443) {
+		return Rule{}, fmt.Errorf("%q: an opaque entry needs a port other than 80 and 443 (there, TLS SNI or HTTP Host is always checked)", s)
 	}
 	if rest, ok := strings.CutPrefix(host, "*."); ok {
 		host, r.Wildcard = rest, true
@@ -221,6 +246,17 @@ func (p Policy) AllowsName(name string) bool {
 func (p Policy) Allows(name string, port uint16) bool {
 	for _, r := range p.Rules {
 		if r.MatchName(name) && slices.Contains(r.Ports(), port) {
+			return true
+		}
+	}
+	return false
+}
+
+// Opaque reports whether name:port is allowed by an opaque rule: its
+// connections are carried without a TLS SNI or HTTP Host check.
+func (p Policy) Opaque(name string, port uint16) bool {
+	for _, r := range p.Rules {
+		if r.Opaque && r.MatchName(name) && r.Port == port {
 			return true
 		}
 	}

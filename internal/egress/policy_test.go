@@ -37,6 +37,14 @@ func TestParseRule(t *testing.T) {
 		{in: "a.test/x", err: "valid"},
 		{in: "a.*.test", err: "valid"},
 		{in: strings.Repeat("a", 64) + ".test", err: "valid"},
+		{in: "git.a.test:22/opaque", want: Rule{Name: "git.a.test", Port: 22, Opaque: true}},
+		{in: "*.a.test:25/opaque", want: Rule{Name: "a.test", Wildcard: true, Port: 25, Opaque: true}},
+		{in: "a.test/opaque", err: "needs a port"},
+		{in: "a.test:443/opaque", err: "other than 80 and 443"},
+		{in: "a.test:80/opaque", err: "other than 80 and 443"},
+		{in: "a.test:22/OPAQUE", err: "port"},
+		{in: "a.test:22/opaque/opaque", err: "port"},
+		{in: "a.test:22/raw", err: "port"},
 	} {
 		got, err := ParseRule(tc.in)
 		if tc.want == (Rule{}) {
@@ -84,6 +92,48 @@ func TestMatch(t *testing.T) {
 	}
 	if got := p.Ports(); len(got) != 3 || got[0] != 80 || got[1] != 443 || got[2] != 8443 {
 		t.Errorf("Ports() = %v", got)
+	}
+}
+
+// Only an opaque rule makes a port opaque, for its own port; the
+// operator's allow_only must say opaque too for a client's opaque entry.
+func TestOpaque(t *testing.T) {
+	p, err := ParsePolicy([]string{"git.a.test:22/opaque", "git.a.test:2222", "*.m.test:25/opaque"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name        string
+		port        uint16
+		allow, opaq bool
+	}{
+		{"git.a.test", 22, true, true},
+		{"git.a.test", 2222, true, false},
+		{"git.a.test", 443, false, false},
+		{"x.m.test", 25, true, true},
+		{"m.test", 25, false, false},
+	} {
+		if a, o := p.Allows(tc.name, tc.port), p.Opaque(tc.name, tc.port); a != tc.allow || o != tc.opaq {
+			t.Errorf("%s:%d allowed %v opaque %v, want %v %v", tc.name, tc.port, a, o, tc.allow, tc.opaq)
+		}
+	}
+	if got := strings.Join(p.Entries(), " "); got != "git.a.test:22/opaque git.a.test:2222 *.m.test:25/opaque" {
+		t.Errorf("entries %q", got)
+	}
+	only, _ := ParsePolicy([]string{"*.a.test:22", "*.b.test:22/opaque"})
+	for _, tc := range []struct {
+		entry string
+		ok    bool
+	}{
+		{"git.a.test:22", true},
+		{"git.a.test:22/opaque", false},
+		{"git.b.test:22/opaque", true},
+		{"git.b.test:22", true},
+	} {
+		q, _ := ParsePolicy([]string{tc.entry})
+		if err := q.Limit(8, only); (err == nil) != tc.ok {
+			t.Errorf("Limit(%s) = %v, want ok %v", tc.entry, err, tc.ok)
+		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -144,8 +145,14 @@ func (g *Gate) handleProxy(c net.Conn) {
 	}
 	client := &bufConn{Conn: c, r: br}
 	var head []byte
+	var reqs *reqStream
 	if req.Method != http.MethodConnect {
+		// One request per connection: its body passes, framed as the
+		// head sent upstream says, and nothing after it (a second
+		// request would name a host nobody checked).
 		head = proxyHead(req)
+		reqs = bodyStream(name, req.ContentLength, slices.Contains(req.TransferEncoding, "chunked"))
+		reqs.isHead = req.Method == http.MethodHead
 	}
 	up, addr, err := g.dialer.Dial(context.Background(), name, port)
 	if err != nil {
@@ -167,19 +174,22 @@ func (g *Gate) handleProxy(c net.Conn) {
 			up.Close()
 			return
 		}
-		// The same tie as the transparent path: a TLS ClientHello
-		// through the tunnel must name the host it was opened for.
-		if head, err = g.peek(client, name, port); err != nil {
-			up.Close()
-			g.deny(c, d, err.Error())
-			return
+		// The same tie as the transparent path: a TLS ClientHello or
+		// HTTP requests through the tunnel must name the host it was
+		// opened for, unless its entry is opaque.
+		if !g.Policy().Opaque(name, port) {
+			if head, reqs, err = g.peek(client, name); err != nil {
+				up.Close()
+				g.deny(c, d, err.Error())
+				return
+			}
 		}
 	}
 	d.Address = addr.String()
 	d.Allowed = true
 	d.Reason = "allowed"
 	g.record(d, false)
-	reason = g.splice(client, up, head, d)
+	reason = g.splice(client, up, head, reqs, d)
 	d.mu.Lock()
 	d.Reason = reason
 	d.duration = time.Since(d.Start)

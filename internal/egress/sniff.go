@@ -1,16 +1,11 @@
 package egress
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/tls"
 	"errors"
 	"io"
 	"net"
-	"net/http"
-	"net/textproto"
-	"net/url"
-	"strings"
 	"time"
 )
 
@@ -67,77 +62,3 @@ func (c *peekConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
 func (c *peekConn) SetDeadline(time.Time) error      { return nil }
 func (c *peekConn) SetReadDeadline(time.Time) error  { return nil }
 func (c *peekConn) SetWriteDeadline(time.Time) error { return nil }
-
-// HTTPHost parses an HTTP/1 request head at the start of data and returns
-// the host it is for (the Host header, and the absolute URI's host when
-// there is one: both must agree), without a port. complete is false when
-// the head is not whole yet.
-func HTTPHost(data []byte) (host string, complete bool, err error) {
-	if !bytes.Contains(data, []byte("\r\n\r\n")) && !bytes.Contains(data, []byte("\n\n")) {
-		if len(data) >= maxPeek {
-			return "", true, errors.New("HTTP request head too large")
-		}
-		return "", false, nil
-	}
-	tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(data)))
-	line, err := tp.ReadLine()
-	if err != nil {
-		return "", true, errors.New("malformed HTTP request")
-	}
-	method, rest, ok1 := strings.Cut(line, " ")
-	target, proto, ok2 := strings.Cut(rest, " ")
-	if !ok1 || !ok2 || !strings.HasPrefix(proto, "HTTP/1.") {
-		return "", true, errors.New("malformed HTTP request line")
-	}
-	if method == http.MethodConnect {
-		return "", true, errors.New("CONNECT on a direct connection")
-	}
-	mh, err := tp.ReadMIMEHeader()
-	if err != nil {
-		return "", true, errors.New("malformed HTTP request head")
-	}
-	hosts := mh.Values("Host")
-	if len(hosts) > 1 {
-		return "", true, errors.New("HTTP request with more than one Host")
-	}
-	var hdr, uri string
-	if len(hosts) == 1 {
-		hdr = hosts[0]
-	}
-	if !strings.HasPrefix(target, "/") && target != "*" {
-		u, err := url.Parse(target)
-		if err != nil || u.Host == "" {
-			return "", true, errors.New("malformed HTTP request target")
-		}
-		uri = u.Host
-	}
-	if hdr == "" && uri == "" {
-		return "", true, errors.New("HTTP request without a Host")
-	}
-	h1, h2 := stripPort(hdr), stripPort(uri)
-	if hdr != "" && uri != "" && !strings.EqualFold(h1, h2) {
-		return "", true, errors.New("HTTP Host and request URI name different hosts")
-	}
-	if h1 == "" {
-		h1 = h2
-	}
-	return h1, true, nil
-}
-
-func stripPort(h string) string {
-	if host, _, err := net.SplitHostPort(h); err == nil {
-		return host
-	}
-	return strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
-}
-
-// looksHTTP reports whether data starts like an HTTP/1 request line.
-func looksHTTP(data []byte) bool {
-	for _, m := range []string{"GET ", "HEAD ", "POST ", "PUT ", "DELETE ", "OPTIONS ", "PATCH ", "CONNECT ", "TRACE "} {
-		n := min(len(m), len(data))
-		if n > 0 && string(data[:n]) == m[:n] {
-			return true
-		}
-	}
-	return false
-}

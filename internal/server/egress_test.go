@@ -413,6 +413,61 @@ except urllib.error.HTTPError as e:
 	}
 }
 
+// An entry marked opaque carries a protocol where the server speaks first
+// (SMTP's greeting) from sandboxed code; an opaque entry on 80 or 443 is a
+// client error that says why.
+func TestEgressOpaqueEntry(t *testing.T) {
+	c, res, _ := egressServer(t)
+	res.addrs["mail.a.test"] = []netip.Addr{netip.MustParseAddr("127.0.0.2")}
+	l, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				fmt.Fprint(conn, "220 mail.a.test ESMTP\r\n")
+				buf := make([]byte, 64)
+				n, _ := conn.Read(buf)
+				conn.Write(buf[:n])
+			}()
+		}
+	}()
+	smtp := l.Addr().(*net.TCPAddr).Port
+	ctx := context.Background()
+	entry := fmt.Sprintf("mail.a.test:%d/opaque", smtp)
+	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python", Network: &apitype.NetworkPolicy{Allow: []string{entry}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sess.Network == nil || len(sess.Network.Allow) != 1 || sess.Network.Allow[0] != entry {
+		t.Errorf("session network %+v, want %q", sess.Network, entry)
+	}
+	r, err := c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: fmt.Sprintf(`
+import socket
+s = socket.create_connection(("mail.a.test", %d), timeout=10)
+print(s.recv(64).decode().strip())
+s.sendall(b"EHLO sandbox\r\n")
+print(s.recv(64).decode().strip())
+`, smtp)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Stdout != "220 mail.a.test ESMTP\nEHLO sandbox\n" {
+		t.Errorf("through the opaque entry: %q (stderr %q)", r.Stdout, r.Stderr)
+	}
+	_, err = c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python", Network: &apitype.NetworkPolicy{Allow: []string{"mail.a.test:443/opaque"}}})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "other than 80 and 443") {
+		t.Errorf("an opaque entry on 443: %v, want a 400 saying why", err)
+	}
+}
+
 // The server-wide cap on open egress connections comes from the network
 // section: over it a sandbox's connection is refused like any denial,
 // with the decision in the execution's result and the refusal in the
