@@ -191,3 +191,26 @@ func TestEveryKindHasAREADMEExitCode(t *testing.T) {
 		t.Error("a kind exits 0")
 	}
 }
+
+// `airlock keys` against a database no running server uses says so on
+// stderr (a note: it still does its work and exits 0); against one a
+// server uses, it says nothing.
+func TestKeysNotesAnUnservedDatabase(t *testing.T) {
+	dir := hostEnv(t)
+	var stderr bytes.Buffer
+	if code := keysCmd([]string{"list"}, io.Discard, &stderr); code != 0 || !strings.Contains(stderr.String(), "note: no running airlock server uses "+dir+"/data") {
+		t.Errorf("exit %d, stderr %q: want 0 and a note", code, stderr.String())
+	}
+	db, err := store.Open(dir + "/data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Serve(); err != nil {
+		t.Fatal(err)
+	}
+	stderr.Reset()
+	if code := keysCmd([]string{"create", "--tenant", "team-a"}, io.Discard, &stderr); code != 0 || strings.Contains(stderr.String(), "note") {
+		t.Errorf("exit %d, stderr %q: want 0 and no note", code, stderr.String())
+	}
+}

@@ -137,6 +137,11 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 		return exitFor(stderr, err)
 	}
 	defer db.Close()
+	if !store.Served(cfg.DataDir) {
+		// The usual slip: keys written where no server looks (a server
+		// started with another --config or AIRLOCK_DATA_DIR).
+		fmt.Fprintf(stderr, "airlock keys: note: no running airlock server uses %s (data_dir): only one started with it will read these keys (is the server's --config or AIRLOCK_DATA_DIR another?)\n", termtext.Field(cfg.DataDir))
+	}
 	ctx := context.Background()
 	switch sub {
 	case "create", "quota":

@@ -25,6 +25,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -239,6 +240,19 @@ type server struct {
 	mu      sync.Mutex
 }
 
+// Each server the bench starts gets host ids of its own, apart from each
+// other's (several run side by side) and from a server of the default
+// configuration that may run on the host: a server refuses a range
+// another holds. Its sandboxes use slots 2^22 to 2^22+2^20 from its base.
+const (
+	benchIDBase = 1_200_000_000
+	benchIDStep = 1 << 22
+)
+
+var idSeq atomic.Int32
+
+func nextIDBase() int { return benchIDBase + int(idSeq.Add(1))*benchIDStep }
+
 // startServer starts a server named airlock-bench-<pid><suffix>; extra
 // sets top-level keys of its configuration (and "server" keys). Unless
 // extra says otherwise it runs without authentication (on loopback) and
@@ -256,6 +270,7 @@ func startServer(ctx context.Context, o Options, poolSize int, suffix string, ex
 	cfg := map[string]any{
 		"state_dir":     "/run/" + name,
 		"cgroup_parent": name,
+		"id_base":       nextIDBase(),
 		"data_dir":      filepath.Join(dir, "data"),
 		"audit":         map[string]any{"enabled": false},
 		"server":        srvCfg,

@@ -1,7 +1,10 @@
 package jail
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -91,4 +94,111 @@ func (h *Host) releaseCLISlot() {
 		h.cli.f.Close()
 		h.cli.f = nil
 	}
+}
+
+// HostLockDir holds the locks of what a server must share with no other
+// server on the host, whatever its state_dir (whose lock only keeps out a
+// server of the same state_dir): its range of host ids ("ids-F-L") and
+// its cgroup parent ("cgroup-NAME"). /run is the host's, and empties at
+// boot.
+var HostLockDir = "/run/airlock-locks"
+
+// LockServer takes the server's host ids and cgroup parent for as long as
+// the returned closer is not closed. Another server whose range of ids
+// overlaps (the same id_base, say, with another state_dir) would hand the
+// same uids to other sandboxes, which could then signal, trace or read
+// each other's processes and files; another of the same cgroup parent
+// would sweep this one's sandboxes as its predecessor's leftovers. Both
+// are refused.
+func (h *Host) LockServer() (io.Closer, error) {
+	l := h.Layout()
+	first := uint64(h.opts.IDBase) + 2*uint64(l.ServerFirst)
+	ids, err := LockIDs(HostLockDir, first, first+2*uint64(l.ServerCount)-1)
+	if err != nil {
+		return nil, err
+	}
+	cg, held, err := tryLock(filepath.Join(HostLockDir, "cgroup-"+url.PathEscape(h.opts.CgroupParent)))
+	if err == nil && held {
+		err = fmt.Errorf("%w: another airlock server uses cgroup_parent %q: give each server on a host its own cgroup_parent, id_base, state_dir and server.listen", errdefs.ErrUnavailable, h.opts.CgroupParent)
+	}
+	if err != nil {
+		ids.Close()
+		return nil, err
+	}
+	return closers{ids, cg}, nil
+}
+
+type closers []io.Closer
+
+func (cs closers) Close() error {
+	for _, c := range cs {
+		c.Close()
+	}
+	return nil
+}
+
+// LockIDs takes an exclusive lock on the ids first to last in dir, and
+// fails if a live lock of dir overlaps them. Lock files are never removed
+// (removing one could let two servers lock different files of one name).
+func LockIDs(dir string, first, last uint64) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	name := fmt.Sprintf("ids-%d-%d", first, last)
+	own, held, err := tryLock(filepath.Join(dir, name))
+	if err != nil {
+		return nil, err
+	}
+	if held {
+		return nil, idsTaken(first, last, first, last)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		own.Close()
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	for _, e := range ents {
+		var f, l uint64
+		if e.Name() == name {
+			continue
+		}
+		if n, _ := fmt.Sscanf(e.Name(), "ids-%d-%d", &f, &l); n != 2 || l < first || f > last {
+			continue
+		}
+		other, held, err := tryLock(filepath.Join(dir, e.Name()))
+		if err != nil {
+			own.Close()
+			return nil, err
+		}
+		other.Close() // a lock taken here was no one's: let it go
+		if held {
+			own.Close()
+			return nil, idsTaken(first, last, f, l)
+		}
+	}
+	return own, nil
+}
+
+// tryLock opens path and takes an exclusive lock on it; held reports that
+// another process holds one (and the file is closed).
+func tryLock(path string) (f *os.File, held bool, err error) {
+	f, err = os.OpenFile(path, os.O_CREATE|os.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, true, nil
+		}
+		return nil, false, fmt.Errorf("%w: locking %s: %v", errdefs.ErrUnavailable, path, err)
+	}
+	return f, false, nil
+}
+
+func idsTaken(first, last, f, l uint64) error {
+	return fmt.Errorf("%w: another airlock server uses host ids %d to %d, which overlap this one's (%d to %d): "+
+		"its sandboxes would share uids with this one's; give each server on a host its own id_base "+
+		"(at least %d apart; with id_count, ranges that do not overlap), state_dir, cgroup_parent and server.listen",
+		errdefs.ErrUnavailable, f, l, first, last, last-first+1)
 }

@@ -2,6 +2,7 @@ package jail
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"airlock/internal/errdefs"
@@ -58,4 +59,47 @@ func TestCLISlotLease(t *testing.T) {
 	if s, err := (&Host{}).CLISlot(); err != nil || s != CLISlot() {
 		t.Errorf("host layout: %d %v", s, err)
 	}
+}
+
+// Two servers may not hold overlapping ranges of host ids, nor one cgroup
+// parent: the second is refused, saying what to set; a range whose lock
+// no one holds any more is free, and so is one apart.
+func TestLockServer(t *testing.T) {
+	old := HostLockDir
+	HostLockDir = t.TempDir()
+	t.Cleanup(func() { HostLockDir = old })
+	host := func(base, count uint32, cgroup string) *Host {
+		return &Host{opts: Options{IDBase: base, IDCount: count, CgroupParent: cgroup}}
+	}
+	first, err := host(1_000_000, 0, "a").LockServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		h    *Host
+		want string
+	}{
+		"the same id_base":       {host(1_000_000, 0, "b"), "host ids 9388608 to 11485759"},
+		"an overlapping range":   {host(1_000_000+1<<20, 0, "b"), "another airlock server uses host ids"},
+		"pod mode inside it":     {host(9_400_000, 64, "b"), "another airlock server uses host ids"},
+		"the same cgroup parent": {host(1_000_000+1<<22, 0, "a"), `cgroup_parent "a"`},
+	} {
+		if l, err := c.h.LockServer(); !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "id_base") {
+			t.Errorf("%s: %v, want ErrUnavailable naming %q and id_base", name, err, c.want)
+			if l != nil {
+				l.Close()
+			}
+		}
+	}
+	apart, err := host(1_000_000+1<<22, 0, "b").LockServer()
+	if err != nil {
+		t.Fatalf("a range apart: %v", err)
+	}
+	apart.Close()
+	first.Close()
+	again, err := host(1_000_000+1<<20, 0, "b").LockServer()
+	if err != nil {
+		t.Fatalf("once the first server is gone: %v", err)
+	}
+	again.Close()
 }

@@ -32,6 +32,7 @@ func connect(t *testing.T) (*sdk.ClientSession, *client.Client) {
 	cfg := config.Default()
 	cfg.StateDir = "/run/airlock-mcp-test"
 	cfg.CgroupParent = "airlock-mcp-test"
+	cfg.IDBase = 1_120_000_000 // apart from any other server's on the host
 	cfg.Server.Auth = config.AuthNone // the test's client is the operator
 	cfg.DataDir = t.TempDir()
 	cfg.Pool.Size = map[string]int{"python": 1, "bash": 1}

@@ -166,6 +166,13 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		return nil, err
 	}
 	s.closers = append(s.closers, func() { s.lock.Close() })
+	// And one server per range of host ids and per cgroup parent,
+	// whatever its state_dir.
+	ids, err := s.host.LockServer()
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func() { ids.Close() })
 	s.sweep()
 	// Before any pool fills: every sandbox gets a copy of the font list.
 	t0 := time.Now()

@@ -93,6 +93,9 @@ func testConfig(t *testing.T) config.Config {
 	cfg := config.Default()
 	cfg.StateDir = "/run/airlock-server-test"
 	cfg.CgroupParent = "airlock-server-test"
+	// Host ids of its own: a server of the default configuration may run
+	// on the host, and a range another server holds is refused.
+	cfg.IDBase = 1_100_000_000
 	cfg.Server.Listen = "127.0.0.1:0"
 	cfg.Server.Auth = config.AuthNone
 	cfg.DataDir = t.TempDir()

@@ -26,6 +26,10 @@ func (s *Server) tenancy() error {
 	}
 	s.db = db
 	s.closers = append(s.closers, func() { db.Close() })
+	// `airlock keys` tells whether a server reads the keys it writes.
+	if err := db.Serve(); err != nil {
+		return err
+	}
 	if keys {
 		s.api.Keys = keyAuth{db}
 	} else {

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"golang.org/x/sys/unix"
 	_ "modernc.org/sqlite"
 
 	"airlock/internal/errdefs"
@@ -36,6 +37,38 @@ type DB struct {
 	audit *sql.DB
 	path  string
 	keys  keyCache
+	// served: the lock of a server that uses the database (see Serve).
+	served *os.File
+}
+
+// serverLock is a file of the data directory that every server using the
+// database holds a shared lock on: `airlock keys` tells from it whether
+// any running server reads what it writes.
+const serverLock = "server.lock"
+
+// Serve marks the database as used by a running server, until Close.
+func (d *DB) Serve() error {
+	f, err := os.OpenFile(filepath.Join(filepath.Dir(d.path), serverLock), os.O_CREATE|os.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH); err != nil {
+		f.Close()
+		return fmt.Errorf("%w: locking %s: %v", errdefs.ErrUnavailable, f.Name(), err)
+	}
+	d.served = f
+	return nil
+}
+
+// Served reports whether a running server uses the database in dir (one
+// holds its lock; see Serve).
+func Served(dir string) bool {
+	f, err := os.OpenFile(filepath.Join(dir, serverLock), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return errors.Is(unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB), unix.EWOULDBLOCK)
 }
 
 // migrations are the schema of each file, one step per entry, applied in
@@ -125,6 +158,9 @@ func openFile(path string, migrations []string) (*sql.DB, error) {
 
 // Close closes the database.
 func (d *DB) Close() error {
+	if d.served != nil {
+		d.served.Close()
+	}
 	d.keys.close()
 	d.audit.Close()
 	return d.db.Close()
