@@ -22,7 +22,7 @@ import (
 )
 
 const keysUsage = `Usage:
-  airlock keys create --tenant NAME [--admin] [--name TEXT] [quota flags]
+  airlock keys create --tenant NAME [--admin] [--name TEXT] [--expires 30d] [quota flags]
   airlock keys list [--json]
   airlock keys revoke ID
   airlock keys quota --tenant NAME [quota flags]
@@ -107,7 +107,7 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 	sub, args := args[0], args[1:]
 	c := newCommand("keys "+sub, keysUsage, stderr)
 	c.configFlag()
-	var tenant, name *string
+	var tenant, name, expires *string
 	var admin, asJSON *bool
 	var qf *quotaFlags
 	switch sub {
@@ -117,6 +117,7 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 		if sub == "create" {
 			admin = c.fs.Bool("admin", false, "the key sees and acts on every tenant's resources")
 			name = c.fs.String("name", "", "a note on what the key is for")
+			expires = c.fs.String("expires", "", "the key stops working after this long (30d, 12h) or at this RFC 3339 time (default: never)")
 		}
 	case "list":
 		asJSON = c.fs.Bool("json", false, "print JSON")
@@ -170,12 +171,23 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 			printQuotas(stdout, *tenant, q)
 			return 0
 		}
-		secret, k, err := db.CreateKey(ctx, *tenant, *admin, *name)
+		var until time.Time
+		if *expires != "" {
+			if until, err = config.ParseExpiry(*expires, time.Now()); err != nil {
+				fmt.Fprintf(stderr, "airlock keys create: --expires: %v\n", err)
+				return exitUsage
+			}
+		}
+		secret, k, err := db.CreateKeyUntil(ctx, *tenant, *admin, *name, until)
 		if err != nil {
 			return exitFor(stderr, err)
 		}
 		fmt.Fprintln(stdout, secret)
-		fmt.Fprintf(stderr, "created key %s for tenant %s%s; the key above is shown only once\n", termtext.Field(k.ID), termtext.Field(k.Tenant), map[bool]string{true: " (admin)"}[k.Admin])
+		exp := ""
+		if k.ExpiresAt != nil {
+			exp = ", expiring " + k.ExpiresAt.Format(time.RFC3339)
+		}
+		fmt.Fprintf(stderr, "created key %s for tenant %s%s%s; the key above is shown only once\n", termtext.Field(k.ID), termtext.Field(k.Tenant), map[bool]string{true: " (admin)"}[k.Admin], exp)
 	case "list":
 		keys, err := db.Keys(ctx)
 		if err != nil {
@@ -194,13 +206,21 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tTENANT\tADMIN\tCREATED\tREVOKED\tNAME")
+		fmt.Fprintln(tw, "ID\tTENANT\tADMIN\tCREATED\tREVOKED\tEXPIRES\tSTATE\tNAME")
+		now := time.Now()
 		for _, k := range keys {
-			rev := "-"
+			rev, exp := "-", "-"
 			if k.RevokedAt != nil {
 				rev = k.RevokedAt.Format(time.RFC3339)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\n", termtext.Field(k.ID), termtext.Field(k.Tenant), k.Admin, k.CreatedAt.Format(time.RFC3339), rev, termtext.Field(k.Name))
+			if k.ExpiresAt != nil {
+				exp = k.ExpiresAt.Format(time.RFC3339)
+			}
+			state := k.State(now)
+			if state == store.KeyLive {
+				state = "live"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\t%s\t%s\n", termtext.Field(k.ID), termtext.Field(k.Tenant), k.Admin, k.CreatedAt.Format(time.RFC3339), rev, exp, state, termtext.Field(k.Name))
 		}
 		tw.Flush()
 		names := make([]string, 0, len(tenants))
@@ -362,6 +382,15 @@ func detail(r apitype.AuditRecord) string {
 	if r.FilesChanged > 0 {
 		add("files", fmt.Sprint(r.FilesChanged))
 	}
+	add("reason", r.Reason)
+	add("source", r.Source)
+	if r.Count > 0 {
+		add("count", fmt.Sprint(r.Count))
+	}
 	add("key", r.KeyID)
+	if r.Admin {
+		add("admin", "true")
+	}
+	add("actor_tenant", r.ActorTenant)
 	return strings.Join(parts, " ")
 }

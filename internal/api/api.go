@@ -82,12 +82,71 @@ type Server struct {
 	// Observe, when set, hears every answered request: its route pattern
 	// ("" if it was refused before routing), status and duration (metrics).
 	Observe func(route string, status int, d time.Duration)
+	// Refused, when set, hears every request refused for who sent it
+	// (metrics count them, the audit log aggregates them).
+	Refused func(Refusal)
+}
+
+// Refusal is a request refused for who sent it: a failed authentication
+// or a request for what the caller may not see.
+type Refusal struct {
+	// Kind is apitype.AuditAuthFailure or apitype.AuditAccessDenied.
+	Kind string
+	// Reason is one of RefusalReasons.
+	Reason string
+	// Source is the client's address (no port; "" over the unix socket).
+	Source string
+	// Tenant and KeyID are the caller's, when its key is known (a
+	// revoked or expired one too).
+	Tenant, KeyID, RequestID string
+}
+
+// Reasons of refusals: a fixed vocabulary (metrics label by it).
+const (
+	RefusedMissingKey  = "missing_key"
+	RefusedUnknownKey  = "unknown_key"
+	RefusedRevokedKey  = "revoked_key"
+	RefusedExpiredKey  = "expired_key"
+	RefusedCrossTenant = "cross_tenant"
+	RefusedAdminOnly   = "admin_only"
+	RefusedBrowser     = "browser"
+)
+
+// RefusalReasons lists every reason.
+func RefusalReasons() []string {
+	return []string{RefusedMissingKey, RefusedUnknownKey, RefusedRevokedKey, RefusedExpiredKey, RefusedCrossTenant, RefusedAdminOnly, RefusedBrowser}
 }
 
 // Authenticator resolves the secret of a bearer API key to its caller.
 type Authenticator interface {
-	// Authenticate reports whether secret is a live key, and whose.
-	Authenticate(ctx context.Context, secret string) (identity.Identity, bool, error)
+	// Authenticate returns the caller whose key secret is, and why it is
+	// refused ("" when it is a live key; RefusedUnknownKey,
+	// RefusedRevokedKey or RefusedExpiredKey, with the key's identity
+	// when it is known).
+	Authenticate(ctx context.Context, secret string) (who identity.Identity, refused string, err error)
+}
+
+// refuse reports a refusal of r (a no-op without a listener).
+func (s *Server) refuse(r *http.Request, kind, reason string, who identity.Identity) {
+	if s.Refused == nil {
+		return
+	}
+	src := ""
+	if !local(r) {
+		src, _, _ = net.SplitHostPort(r.RemoteAddr)
+	}
+	s.Refused(Refusal{Kind: kind, Reason: reason, Source: src, Tenant: who.Tenant, KeyID: who.KeyID, RequestID: identity.Request(r.Context())})
+}
+
+// denied reports err if it is a request for another tenant's resource
+// (answered as not found, like an unknown one), then answers it.
+func (s *Server) denied(w http.ResponseWriter, r *http.Request, err error) {
+	var other *session.OtherTenantError
+	if errors.As(err, &other) {
+		who, _ := identity.From(r.Context())
+		s.refuse(r, apitype.AuditAccessDenied, RefusedCrossTenant, who)
+	}
+	fail(w, err)
 }
 
 // Public serves path without authentication (a metrics endpoint, say).
@@ -180,6 +239,7 @@ func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, 
 func (s *Server) HandleAdmin(pattern string, h http.Handler) {
 	s.mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if who, _ := identity.From(r.Context()); !who.Admin && !s.public[r.URL.Path] {
+			s.refuse(r, apitype.AuditAccessDenied, RefusedAdminOnly, who)
 			fail(w, fmt.Errorf("%w: %s needs an admin key", errdefs.ErrPermission, r.URL.Path))
 			return
 		}
@@ -210,15 +270,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	ctx := identity.WithRequest(r.Context(), rw.id)
+	r = r.WithContext(ctx)
 	if err := s.browserGuard(r); err != nil {
+		s.refuse(r, apitype.AuditAuthFailure, RefusedBrowser, identity.Identity{})
 		fail(rw, err)
 		return
 	}
 	if !s.public[r.URL.Path] {
-		who, err := s.authenticate(r)
+		who, refused, err := s.authenticate(r)
 		if err != nil {
 			if errors.Is(err, errdefs.ErrUnauthenticated) {
 				rw.Header().Set("WWW-Authenticate", "Bearer")
+			}
+			if refused != "" {
+				s.refuse(r, apitype.AuditAuthFailure, refused, who)
 			}
 			fail(rw, err)
 			return
@@ -305,27 +370,37 @@ func saneID(id string) bool {
 // an admin; without authentication (server.auth "none", loopback only)
 // everyone is; otherwise the bearer must be server.token (an admin) or a
 // live API key.
-func (s *Server) authenticate(r *http.Request) (identity.Identity, error) {
+//
+// A refused caller gets why (one of RefusalReasons), and its identity
+// when its key is known but revoked or expired.
+func (s *Server) authenticate(r *http.Request) (identity.Identity, string, error) {
 	if local(r) || s.cfg.Server.Auth == config.AuthNone {
-		return identity.Identity{Admin: true}, nil
+		return identity.Identity{Admin: true}, "", nil
 	}
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || got == "" {
-		return identity.Identity{}, fmt.Errorf("%w: send an API key as Authorization: Bearer <key>", errdefs.ErrUnauthenticated)
+		return identity.Identity{}, RefusedMissingKey, fmt.Errorf("%w: send an API key as Authorization: Bearer <key>", errdefs.ErrUnauthenticated)
 	}
 	if tok := s.cfg.Server.Token; tok != "" && subtle.ConstantTimeCompare([]byte(got), []byte(tok)) == 1 {
-		return identity.Identity{Admin: true}, nil
+		return identity.Identity{Admin: true}, "", nil
 	}
+	refused := RefusedUnknownKey
+	var who identity.Identity
 	if s.Keys != nil {
-		who, ok, err := s.Keys.Authenticate(r.Context(), got)
+		var err error
+		who, refused, err = s.Keys.Authenticate(r.Context(), got)
 		if err != nil {
-			return identity.Identity{}, err
+			return identity.Identity{}, "", err
 		}
-		if ok {
-			return who, nil
+		if refused == "" {
+			return who, "", nil
 		}
 	}
-	return identity.Identity{}, fmt.Errorf("%w: the API key is unknown or revoked", errdefs.ErrUnauthenticated)
+	if refused == RefusedExpiredKey {
+		// The holder of the secret learns nothing it could not try.
+		return who, refused, fmt.Errorf("%w: the API key has expired; ask for a new one", errdefs.ErrUnauthenticated)
+	}
+	return who, refused, fmt.Errorf("%w: the API key is unknown or revoked", errdefs.ErrUnauthenticated)
 }
 
 // browserGuard protects a server without authentication (auth "none",

@@ -79,6 +79,7 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 	if !who.Admin {
 		if q.Tenant != "" && q.Tenant != who.Tenant {
 			// Another tenant's records do not exist for this caller.
+			s.refuse(r, apitype.AuditAccessDenied, RefusedCrossTenant, who)
 			writeJSON(w, http.StatusOK, apitype.AuditList{Records: []apitype.AuditRecord{}})
 			return
 		}

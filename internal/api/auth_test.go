@@ -6,8 +6,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
+	"airlock/internal/apitype"
 	"airlock/internal/config"
 	"airlock/internal/identity"
 	"airlock/internal/session"
@@ -59,9 +61,17 @@ func TestAuthentication(t *testing.T) {
 // fakeKeys is an Authenticator over a fixed set of keys.
 type fakeKeys map[string]identity.Identity
 
-func (f fakeKeys) Authenticate(_ context.Context, secret string) (identity.Identity, bool, error) {
+func (f fakeKeys) Authenticate(_ context.Context, secret string) (identity.Identity, string, error) {
 	id, ok := f[secret]
-	return id, ok, nil
+	switch {
+	case !ok:
+		return identity.Identity{}, RefusedUnknownKey, nil
+	case strings.HasPrefix(secret, "alk_revoked"):
+		return id, RefusedRevokedKey, nil
+	case strings.HasPrefix(secret, "alk_expired"):
+		return id, RefusedExpiredKey, nil
+	}
+	return id, "", nil
 }
 
 // The caller is resolved once, at the edge, and reaches the handler in the
@@ -194,6 +204,66 @@ func TestBrowserGuard(t *testing.T) {
 		s.ServeHTTP(rec, req)
 		if rec.Code != c.status {
 			t.Errorf("%s: status %d, want %d (%s)", c.name, rec.Code, c.status, rec.Body.String())
+		}
+	}
+}
+
+// Every request refused for who sent it is reported, by reason, with the
+// client's address and the key's identity when it is known (a revoked or
+// expired key), and answered as before: authentication failures 401
+// (an expired key says so), an admin's route 403, another tenant's
+// records an empty list, a page the browser guard refuses 403.
+func TestRefusalsReported(t *testing.T) {
+	for _, c := range []struct {
+		name, auth, method, path, bearer, origin string
+		status                                   int
+		want                                     Refusal
+	}{
+		{"no key", config.AuthKeys, "GET", "/v1/sessions", "", "", 401, Refusal{Kind: apitype.AuditAuthFailure, Reason: RefusedMissingKey}},
+		{"unknown key", config.AuthKeys, "GET", "/v1/sessions", "alk_nope", "", 401, Refusal{Kind: apitype.AuditAuthFailure, Reason: RefusedUnknownKey}},
+		{"revoked key", config.AuthKeys, "GET", "/v1/sessions", "alk_revoked", "", 401, Refusal{Kind: apitype.AuditAuthFailure, Reason: RefusedRevokedKey, Tenant: "a", KeyID: "key_r"}},
+		{"expired key", config.AuthKeys, "GET", "/v1/sessions", "alk_expired", "", 401, Refusal{Kind: apitype.AuditAuthFailure, Reason: RefusedExpiredKey, Tenant: "a", KeyID: "key_e"}},
+		{"admin only", config.AuthKeys, "GET", "/admin", "alk_a", "", 403, Refusal{Kind: apitype.AuditAccessDenied, Reason: RefusedAdminOnly, Tenant: "a", KeyID: "key_a"}},
+		{"other tenant's records", config.AuthKeys, "GET", "/v1/audit?tenant=b", "alk_a", "", 200, Refusal{Kind: apitype.AuditAccessDenied, Reason: RefusedCrossTenant, Tenant: "a", KeyID: "key_a"}},
+		{"browser", config.AuthNone, "POST", "/v1/sessions", "", "http://localhost:3000", 403, Refusal{Kind: apitype.AuditAuthFailure, Reason: RefusedBrowser}},
+		{"live key", config.AuthKeys, "GET", "/v1/sessions", "alk_a", "", 200, Refusal{}},
+	} {
+		cfg := config.Default()
+		cfg.Server.Auth = c.auth
+		s := New(session.NewManager(cfg, nil, slog.New(slog.DiscardHandler)), cfg, slog.New(slog.DiscardHandler), "test")
+		s.Keys = fakeKeys{"alk_a": {Tenant: "a", KeyID: "key_a"}, "alk_revoked": {Tenant: "a", KeyID: "key_r"}, "alk_expired": {Tenant: "a", KeyID: "key_e"}}
+		s.Audit = &fakeAudit{}
+		s.HandleAdmin("GET /admin", http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		var got []Refusal
+		s.Refused = func(r Refusal) { got = append(got, r) }
+		req := httptest.NewRequest(c.method, c.path, nil)
+		req.RemoteAddr = "192.0.2.7:41000"
+		req.Host = "localhost:8080"
+		req.Header.Set(apitype.RequestIDHeader, "req-1")
+		if c.bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+c.bearer)
+		}
+		if c.origin != "" {
+			req.Header.Set("Origin", c.origin)
+		}
+		req = req.WithContext(context.WithValue(req.Context(), http.LocalAddrContextKey, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}))
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		if rec.Code != c.status {
+			t.Errorf("%s: status %d, want %d (%s)", c.name, rec.Code, c.status, rec.Body)
+		}
+		if c.want == (Refusal{}) {
+			if len(got) != 0 {
+				t.Errorf("%s: refusals %+v, want none", c.name, got)
+			}
+			continue
+		}
+		c.want.Source, c.want.RequestID = "192.0.2.7", "req-1"
+		if len(got) != 1 || got[0] != c.want {
+			t.Errorf("%s: refusals %+v, want %+v", c.name, got, c.want)
+		}
+		if c.want.Reason == RefusedExpiredKey && !strings.Contains(rec.Body.String(), "expired") {
+			t.Errorf("%s: %s; want the client told the key expired", c.name, rec.Body)
 		}
 	}
 }

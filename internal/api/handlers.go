@@ -68,7 +68,7 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 func (s *Server) session(w http.ResponseWriter, r *http.Request) (*session.Session, bool) {
 	sess, err := s.m.Find(r.Context(), r.PathValue("id"))
 	if err != nil {
-		fail(w, err)
+		s.denied(w, r, err)
 		return nil, false
 	}
 	return sess, true
@@ -148,7 +148,7 @@ func (s *Server) installPackages(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 	if err := s.m.DeleteFor(r.Context(), r.PathValue("id")); err != nil {
-		fail(w, err)
+		s.denied(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -568,13 +568,19 @@ const (
 	AuditFileDelete    = "file.delete"
 	AuditPackage       = "package.install"
 	AuditEgress        = "egress"
+	// Refused requests, aggregated per interval (see AuditRecord.Count):
+	// failed authentication, and requests for what the caller may not
+	// see (another tenant's session, an admin's route). The operator's
+	// records (no tenant): a prober never reads what it learnt.
+	AuditAuthFailure  = "auth.failure"
+	AuditAccessDenied = "access.denied"
 )
 
 // AuditKinds lists every kind of audit record (a test checks that each
 // Audit constant is here).
 func AuditKinds() []string {
 	return []string{AuditSessionCreate, AuditSessionEnd, AuditExecution, AuditCommand, AuditOneShot, AuditProgram,
-		AuditFileUpload, AuditFileDownload, AuditFileDelete, AuditPackage, AuditEgress}
+		AuditFileUpload, AuditFileDownload, AuditFileDelete, AuditPackage, AuditEgress, AuditAuthFailure, AuditAccessDenied}
 }
 
 // AuditRecord is one operation of the audit log (GET /v1/audit).
@@ -586,6 +592,13 @@ type AuditRecord struct {
 	KeyID     string    `json:"key_id,omitempty"`
 	Session   string    `json:"session,omitempty"`
 	RequestID string    `json:"request_id,omitempty"`
+
+	// Admin: the key that acted (KeyID; none for the unix socket and
+	// server.token) is an admin's; ActorTenant is its tenant when that
+	// is not Tenant, the tenant whose session it acted in.
+	Admin       bool   `json:"admin,omitempty"`
+	ActorTenant string `json:"actor_tenant,omitempty"`
+
 	// ID: the execution's or command's id within its session.
 	ID       string `json:"id,omitempty"`
 	Language string `json:"language,omitempty"`
@@ -617,6 +630,15 @@ type AuditRecord struct {
 	// code rules that matched (the fact, never the secret).
 	Redactions int      `json:"redactions,omitempty"`
 	CodeFlags  []string `json:"code_flags,omitempty"`
+	// Refused requests (auth.failure, access.denied): why (Reason: the
+	// key was missing, unknown, revoked or expired; cross_tenant,
+	// admin_only, browser), from where (Source: the client's address,
+	// an IPv6 one by its /64; "*" for the sources past the distinct
+	// ones an interval keeps), how many (Count) from Time to Until.
+	Reason string    `json:"reason,omitempty"`
+	Source string    `json:"source,omitempty"`
+	Count  int       `json:"count,omitempty"`
+	Until  time.Time `json:"until,omitzero"`
 }
 
 // EgressDecision is one network destination a sandbox asked for (the

@@ -56,6 +56,11 @@ type Log struct {
 	failing    atomic.Bool
 	failures   atomic.Uint64
 	retryEvery time.Duration
+
+	// refused aggregates refused requests until the writer's next
+	// refusalEvery tick (or a Flush) turns them into records.
+	refused      refusals
+	refusalEvery time.Duration
 }
 
 // item is a record on its way, with its code still whole: what the
@@ -72,9 +77,12 @@ func New(db *store.DB, cfg config.Audit, log *slog.Logger) *Log {
 	if log == nil {
 		log = slog.Default()
 	}
-	l := &Log{db: db, cfg: cfg, log: log, retainEvery: 5 * time.Minute, retryEvery: time.Second,
+	l := &Log{db: db, cfg: cfg, log: log, retainEvery: 5 * time.Minute, retryEvery: time.Second, refusalEvery: cfg.RefusalInterval.D(),
 		q: make(chan item, cfg.Queue), stop: make(chan struct{}), done: make(chan struct{}),
 		appendAudit: db.AppendAudit}
+	if l.refusalEvery <= 0 {
+		l.refusalEvery = time.Minute
+	}
 	go l.writer()
 	return l
 }
@@ -162,8 +170,12 @@ func (l *Log) writer() {
 	var flushes []chan struct{}
 	retry := time.NewTicker(l.retryEvery)
 	defer retry.Stop()
+	refusals := time.NewTicker(l.refusalEvery)
+	defer refusals.Stop()
 	take := func(it item) {
 		if it.flush != nil {
+			// A Flush commits the refusals counted so far too.
+			batch = append(batch, l.refused.drain(time.Now())...)
 			flushes = append(flushes, it.flush)
 			return
 		}
@@ -180,6 +192,9 @@ func (l *Log) writer() {
 			if len(l.held) > 0 {
 				l.write(nil) // is there room again?
 			}
+			continue
+		case <-refusals.C:
+			l.write(l.refused.drain(time.Now()))
 			continue
 		case <-l.stop:
 			for {
@@ -227,7 +242,7 @@ func (l *Log) writer() {
 // last is the writer's last commit (Close): what is still held after it
 // is lost, and counted.
 func (l *Log) last(batch []apitype.AuditRecord, flushes []chan struct{}) {
-	l.write(batch)
+	l.write(append(batch, l.refused.drain(time.Now())...))
 	if n := len(l.held); n > 0 {
 		l.dropped.Add(uint64(n))
 		l.heldN.Store(0)
@@ -312,7 +327,7 @@ func (l *Log) Query(ctx context.Context, q store.AuditQuery) ([]apitype.AuditRec
 var _ session.Observer = (*Log)(nil)
 
 func who(c session.Caller) apitype.AuditRecord {
-	return apitype.AuditRecord{Tenant: c.Tenant, KeyID: c.KeyID, RequestID: c.RequestID}
+	return apitype.AuditRecord{Tenant: c.Tenant, KeyID: c.KeyID, RequestID: c.RequestID, Admin: c.Admin, ActorTenant: c.ActorTenant}
 }
 
 func (l *Log) SessionCreated(e session.SessionEvent) {

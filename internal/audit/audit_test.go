@@ -342,3 +342,54 @@ func TestWriteFailureHoldsAndRefuses(t *testing.T) {
 		db.Close()
 	}
 }
+
+// Refused requests become one record per kind, reason, source and key
+// per interval, with their count, in the operator's records (no tenant:
+// a prober reading its tenant's records learns nothing); an IPv6 client
+// counts by its /64; past maxRefusalKeys distinct ones in an interval,
+// the rest share a record of source "*" per reason: a flood of any
+// shape makes a bounded number of records.
+func TestRefusalsAggregated(t *testing.T) {
+	l, _ := open(t, "sha256")
+	for range 1000 {
+		l.Refused(apitype.AuditAuthFailure, "unknown_key", "192.0.2.1", "", "", "req-1")
+	}
+	for i := range 300 { // rotating through a /64
+		l.Refused(apitype.AuditAuthFailure, "unknown_key", fmt.Sprintf("2001:db8::%x", i), "", "", "")
+	}
+	l.Refused(apitype.AuditAccessDenied, "cross_tenant", "192.0.2.2", "team-b", "key_b", "req-2")
+	recs := all(t, l, store.AuditQuery{})
+	byKey := map[string]apitype.AuditRecord{}
+	for _, r := range recs {
+		if r.Tenant != "" || r.Outcome != "refused" || r.Until.Before(r.Time) {
+			t.Errorf("record %+v: want the operator's, refused, Time..Until", r)
+		}
+		byKey[r.Kind+" "+r.Reason+" "+r.Source] = r
+	}
+	if r := byKey["auth.failure unknown_key 192.0.2.1"]; r.Count != 1000 || r.RequestID != "req-1" {
+		t.Errorf("the flood: %+v, want one record counting 1000", r)
+	}
+	if r := byKey["auth.failure unknown_key 2001:db8::/64"]; r.Count != 300 {
+		t.Errorf("the /64: %+v, want one record counting 300", r)
+	}
+	if r := byKey["access.denied cross_tenant 192.0.2.2"]; r.Count != 1 || r.ActorTenant != "team-b" || r.KeyID != "key_b" {
+		t.Errorf("the probe: %+v", r)
+	}
+	// Many distinct sources: bounded.
+	for i := range 2000 {
+		l.Refused(apitype.AuditAuthFailure, "missing_key", fmt.Sprintf("10.0.%d.%d", i/256, i%256), "", "", "")
+	}
+	recs = all(t, l, store.AuditQuery{Kind: apitype.AuditAuthFailure})
+	n, other := 0, 0
+	for _, r := range recs {
+		if r.Reason == "missing_key" {
+			n++
+			if r.Source == "*" {
+				other = r.Count
+			}
+		}
+	}
+	if n != maxRefusalKeys+1 || other != 2000-maxRefusalKeys {
+		t.Errorf("2000 sources: %d records, %d folded into \"*\"; want %d and %d", n, other, maxRefusalKeys+1, 2000-maxRefusalKeys)
+	}
+}

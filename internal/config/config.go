@@ -305,7 +305,7 @@ func Default() Config {
 		},
 		Network:  DefaultNetwork(),
 		Packages: DefaultPackages(),
-		Audit:    Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096, FlushInterval: Duration(50 * time.Millisecond), OnFailure: AuditRefuse},
+		Audit:    Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096, FlushInterval: Duration(50 * time.Millisecond), OnFailure: AuditRefuse, RefusalInterval: Duration(time.Minute)},
 		MCP:      MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute)},
 		Metrics:  Metrics{Enabled: true},
 		Log:      Log{Format: "text", Level: "info"},
@@ -433,6 +433,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Quotas.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("quotas: %v", err))
+	}
+	if a := c.Audit; a.RefusalInterval < Duration(time.Second) || a.RefusalInterval > Duration(time.Hour) {
+		errs = append(errs, fmt.Errorf("audit.refusal_interval %s must be between 1s and 1h", a.RefusalInterval))
 	}
 	if a := c.Audit; a.OnFailure != AuditRefuse && a.OnFailure != AuditContinue {
 		errs = append(errs, fmt.Errorf("audit.on_failure %q must be \"refuse\" or \"continue\"", a.OnFailure))

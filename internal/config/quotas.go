@@ -145,6 +145,10 @@ type Audit struct {
 	// unrecorded. Either way the records are held and retried, and
 	// /healthz and the metrics count them.
 	OnFailure string `json:"on_failure"`
+	// RefusalInterval is how long refused requests (failed
+	// authentication, probes of another tenant's sessions) are counted
+	// before they become records, one per reason, source and key.
+	RefusalInterval Duration `json:"refusal_interval"`
 }
 
 // audit.on_failure values.

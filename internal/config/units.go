@@ -244,3 +244,30 @@ func truncate(b []byte) string {
 	}
 	return string(b)
 }
+
+// ParseExpiry reads when something expires: a duration from now in days
+// ("30d") or as ParseDuration takes it ("12h"), or an RFC 3339 time. It
+// must be in the future.
+func ParseExpiry(s string, now time.Time) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	var t time.Time
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n < 1 || n > 100*365 {
+			return time.Time{}, fmt.Errorf("%w: %q: want a whole number of days, 1 to 36500 (30d)", errdefs.ErrInvalidArgument, s)
+		}
+		t = now.AddDate(0, 0, n)
+	} else if at, err := time.Parse(time.RFC3339, s); err == nil {
+		t = at
+	} else {
+		d, err := ParseDuration(s)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("%w: %q: want a duration (30d, 12h) or an RFC 3339 time", errdefs.ErrInvalidArgument, s)
+		}
+		t = now.Add(d.D())
+	}
+	if !t.After(now) {
+		return time.Time{}, fmt.Errorf("%w: %q is not in the future", errdefs.ErrInvalidArgument, s)
+	}
+	return t, nil
+}

@@ -253,3 +253,20 @@ func TestHugeNumbersDoNotWrap(t *testing.T) {
 		t.Errorf("ParseSize(1e3) = %d", v)
 	}
 }
+
+func TestParseExpiry(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for in, want := range map[string]time.Time{
+		"30d": now.AddDate(0, 0, 30), "12h": now.Add(12 * time.Hour), "90s": now.Add(90 * time.Second),
+		"2026-02-01T00:00:00Z": time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC),
+	} {
+		if got, err := ParseExpiry(in, now); err != nil || !got.Equal(want) {
+			t.Errorf("ParseExpiry(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "0d", "-1d", "1.5d", "0s", "2025-01-01T00:00:00Z", "soon", "d"} {
+		if _, err := ParseExpiry(bad, now); err == nil {
+			t.Errorf("ParseExpiry(%q): no error", bad)
+		}
+	}
+}

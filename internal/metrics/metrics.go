@@ -49,6 +49,7 @@ type Metrics struct {
 	egressBytes     *prometheus.CounterVec
 	redactions      *prometheus.CounterVec
 	codeRules       *prometheus.CounterVec
+	refused         *prometheus.CounterVec
 }
 
 // New returns a registry with airlock's metrics and the Go runtime's and
@@ -93,7 +94,10 @@ func New() *Metrics {
 		Help: "Matches redacted from output sent back to callers, by tenant."}, []string{"tenant"})
 	m.codeRules = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "code_rule_matches_total",
 		Help: "Submitted code matched by an operator's code rule, by rule and action (flag, deny)."}, []string{"rule", "action"})
-	for _, c := range []prometheus.Collector{m.sessionsActive, m.sessionsCreated, m.sessionsEnded, m.executions, m.execDuration,
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "access_refused_total",
+		Help: "Requests refused for who sent them, by reason (missing_key, unknown_key, revoked_key, expired_key: authentication; cross_tenant: another tenant's session or records, answered as not found; admin_only; browser: the no-auth server's browser guard)."},
+		[]string{"reason"})
+	for _, c := range []prometheus.Collector{m.refused, m.sessionsActive, m.sessionsCreated, m.sessionsEnded, m.executions, m.execDuration,
 		m.kills, m.files, m.fileBytes, m.httpRequests, m.httpDuration, m.quotas, m.egressDecisions, m.egressBytes,
 		m.redactions, m.codeRules} {
 		f(c)
@@ -223,4 +227,24 @@ func (m *Metrics) EgressDecision(kind string, allowed bool, bytesUp, bytesDown i
 	if bytesDown > 0 {
 		m.egressBytes.WithLabelValues("down").Add(float64(bytesDown))
 	}
+}
+
+// AccessRefusals exports every reason from the start (0), so that a rate
+// over them is defined before the first refusal.
+func (m *Metrics) AccessRefusals(reasons []string) {
+	if m == nil {
+		return
+	}
+	for _, r := range reasons {
+		m.refused.WithLabelValues(r)
+	}
+}
+
+// AccessRefused counts a request refused for who sent it, by reason (a
+// fixed vocabulary: see api.RefusalReasons).
+func (m *Metrics) AccessRefused(reason string) {
+	if m == nil {
+		return
+	}
+	m.refused.WithLabelValues(reason).Inc()
 }

@@ -241,6 +241,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		s.api.Stats = s.pool.Stats
 	}
 	s.observe(metricsLn)
+	s.api.Refused = s.refused
 	for pattern, h := range opts.Handlers {
 		s.api.Handle(pattern, h)
 	}
@@ -295,6 +296,7 @@ func (s *Server) observe(ln net.Listener) {
 	if s.audit != nil {
 		s.metrics.Audit(s.audit.Health)
 	}
+	s.metrics.AccessRefusals(api.RefusalReasons())
 	if ln == nil {
 		s.api.HandleAdmin("GET /metrics", s.metrics.Handler())
 		if cfg.Public {
@@ -312,6 +314,13 @@ func listenTCP(key, addr string) (net.Listener, error) {
 		return nil, fmt.Errorf("%w: %s %s: %v", errdefs.ErrUnavailable, key, addr, err)
 	}
 	return ln, nil
+}
+
+// refused hears the API's refusals: counted by reason, recorded by the
+// audit log in aggregate (both nil-safe).
+func (s *Server) refused(r api.Refusal) {
+	s.metrics.AccessRefused(r.Reason)
+	s.audit.Refused(r.Kind, r.Reason, r.Source, r.Tenant, r.KeyID, r.RequestID)
 }
 
 // Metrics is the server's metrics (nil when they are off): other packages

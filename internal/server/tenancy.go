@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"airlock/internal/api"
 	"airlock/internal/audit"
 	"airlock/internal/config"
 	"airlock/internal/identity"
@@ -63,10 +64,20 @@ func (s *Server) Audit() *audit.Log { return s.audit }
 // keyAuth authenticates API keys against the database, on every request.
 type keyAuth struct{ db *store.DB }
 
-func (k keyAuth) Authenticate(ctx context.Context, secret string) (identity.Identity, bool, error) {
-	key, ok, err := k.db.Authenticate(ctx, secret)
-	if err != nil || !ok {
-		return identity.Identity{}, false, err
+func (k keyAuth) Authenticate(ctx context.Context, secret string) (identity.Identity, string, error) {
+	key, _, err := k.db.Authenticate(ctx, secret)
+	if err != nil {
+		return identity.Identity{}, "", err
 	}
-	return identity.Identity{Tenant: key.Tenant, KeyID: key.ID, Admin: key.Admin}, true, nil
+	if key.ID == "" {
+		return identity.Identity{}, api.RefusedUnknownKey, nil
+	}
+	who := identity.Identity{Tenant: key.Tenant, KeyID: key.ID, Admin: key.Admin}
+	switch key.State(time.Now()) {
+	case store.KeyRevoked:
+		return who, api.RefusedRevokedKey, nil
+	case store.KeyExpired:
+		return who, api.RefusedExpiredKey, nil
+	}
+	return who, "", nil
 }

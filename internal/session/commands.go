@@ -108,7 +108,7 @@ func (s *Session) runCommand(ctx context.Context, req apitype.CommandRequest, em
 	if err := ValidateEnv(req.Env, s.m.cfg.Server.MaxEnv); err != nil {
 		return nil, err
 	}
-	who := callerOf(ctx)
+	who := s.callerOf(ctx)
 	tenant := s.policyTenant(request{who: who})
 	flags, err := s.m.screen(tenant, ExecutionEvent{Caller: who, Kind: ExecCommand, Session: s.id, Language: commandLanguage, Code: req.Command})
 	if err != nil {

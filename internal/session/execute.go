@@ -210,7 +210,9 @@ func (s *Session) Execute(ctx context.Context, req apitype.ExecuteRequest, emit 
 // already holds an execution slot (one-shot runs take it before building
 // their jail).
 func (s *Session) execute(ctx context.Context, req request, emit func(apitype.Event), slotHeld bool) (*apitype.Result, error) {
-	req.who = callerOf(ctx)
+	if req.who == (Caller{}) {
+		req.who = s.callerOf(ctx)
+	}
 	r, err := s.begin(ctx, req, emit, slotHeld)
 	if err != nil {
 		return nil, err

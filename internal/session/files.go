@@ -18,7 +18,7 @@ type Files struct {
 }
 
 // Files returns the session's files, for the caller ctx carries.
-func (s *Session) Files(ctx context.Context) Files { return Files{s, callerOf(ctx)} }
+func (s *Session) Files(ctx context.Context) Files { return Files{s, s.callerOf(ctx)} }
 
 func (f Files) report(op, path string, n int64, start time.Time, err error) {
 	if obs := f.s.m.obs; obs != nil {

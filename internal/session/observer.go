@@ -32,15 +32,35 @@ type Observer interface {
 // Caller is who an event acted for: the request's identity, resolved at
 // the API's edge (see package identity), and its request id.
 type Caller struct {
+	// Tenant is whose the event is: the caller's, or in a client's
+	// session the session owner's, whoever acted in it.
 	Tenant    string
 	KeyID     string
 	RequestID string
+	// Admin: the key that acted is an admin's. ActorTenant is its own
+	// tenant when that is not Tenant (an admin acting in another
+	// tenant's session).
+	Admin       bool
+	ActorTenant string
 }
 
 // callerOf is the caller ctx carries.
 func callerOf(ctx context.Context) Caller {
 	id, _ := identity.From(ctx)
-	return Caller{Tenant: id.Tenant, KeyID: id.KeyID, RequestID: identity.Request(ctx)}
+	return Caller{Tenant: id.Tenant, KeyID: id.KeyID, RequestID: identity.Request(ctx), Admin: id.Admin}
+}
+
+// callerOf is the caller ctx carries acting in s: in a client's session
+// what it does is the owner's tenant's (its records, quotas and metrics),
+// with the key that did it as the actor, so that an admin's execution in
+// a tenant's session is in that tenant's records. A one-shot's sandbox
+// has no owner: the caller's own.
+func (s *Session) callerOf(ctx context.Context) Caller {
+	c := callerOf(ctx)
+	if s.client && c.Tenant != s.owner.Tenant {
+		c.ActorTenant, c.Tenant = c.Tenant, s.owner.Tenant
+	}
+	return c
 }
 
 // SessionEvent describes a session.

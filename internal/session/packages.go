@@ -278,7 +278,7 @@ func (s *Session) fetchPip(ctx context.Context, pkgs []string, slotHeld bool) er
 		trusted = append(trusted, index.Hostname())
 	}
 	args, _ := json.Marshal(map[string]any{"index": cfg.IndexURL, "trusted": trusted, "packages": pkgs, "timeout": timeout.Seconds()})
-	dl, rep, done, err := m.download(ctx, policy, fmt.Sprintf(downloadCode, string(args), marker), timeout, strings.Join(pkgs, " "), s.id, slotHeld)
+	dl, rep, done, err := m.download(ctx, policy, fmt.Sprintf(downloadCode, string(args), marker), timeout, strings.Join(pkgs, " "), s, slotHeld)
 	if err != nil {
 		return err
 	}
@@ -326,7 +326,7 @@ func copyFile(from, to *Session, src, dst string) error {
 // download runs code (which prints a report after the marker) in a
 // fresh, short-lived Python sandbox whose only egress is policy. done
 // ends that sandbox and waits for its teardown; it may be called twice.
-func (m *Manager) download(ctx context.Context, policy egress.Policy, code string, timeout time.Duration, pkg, pkgSession string, slotHeld bool) (_ *Session, _ pipReport, done func(), err error) {
+func (m *Manager) download(ctx context.Context, policy egress.Policy, code string, timeout time.Duration, pkg string, into *Session, slotHeld bool) (_ *Session, _ pipReport, done func(), err error) {
 	rt, err := m.lookup("python")
 	if err != nil {
 		return nil, pipReport{}, nil, err
@@ -356,7 +356,7 @@ func (m *Manager) download(ctx context.Context, policy egress.Policy, code strin
 			release()
 		})
 	}
-	res, err := dl.execute(ctx, request{code: code, timeout: limits.Timeout.D(), kind: ExecOneShot, pkg: pkg, pkgSession: pkgSession}, nil, true)
+	res, err := dl.execute(ctx, request{code: code, timeout: limits.Timeout.D(), kind: ExecOneShot, pkg: pkg, pkgSession: into.id, who: into.callerOf(ctx)}, nil, true)
 	if err != nil {
 		done()
 		return nil, pipReport{}, nil, err
@@ -468,7 +468,7 @@ func (s *Session) installNpm(ctx context.Context, req apitype.PackagesRequest, s
 	}
 	timeout := cfg.Timeout.D()
 	args, _ := json.Marshal(map[string]any{"registry": cfg.Registry, "packages": req.Packages, "timeout": timeout.Seconds()})
-	dl, rep, done, err := m.download(ctx, policy, fmt.Sprintf(npmDownloadCode, string(args), marker), timeout, strings.Join(req.Packages, " "), s.id, slotHeld)
+	dl, rep, done, err := m.download(ctx, policy, fmt.Sprintf(npmDownloadCode, string(args), marker), timeout, strings.Join(req.Packages, " "), s, slotHeld)
 	if err != nil {
 		return nil, err
 	}

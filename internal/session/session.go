@@ -136,8 +136,10 @@ type endedSession struct {
 type Session struct {
 	m  *Manager
 	id string
-	// owner created the session: its tenant owns it (see Find).
-	owner Caller
+	// owner created the session: its tenant owns it (see Find); client
+	// says it is a client's session (not a one-shot's sandbox).
+	owner  Caller
+	client bool
 	// deletedBy: the caller that deleted it (under mu), if one did.
 	deletedBy *Caller
 	lang      runtimes.Runtime
@@ -278,7 +280,7 @@ func (m *Manager) Create(ctx context.Context, req apitype.CreateSessionRequest) 
 		s.teardownOnce.Do(s.teardown)
 		return nil, fmt.Errorf("%w: the server is shutting down", errdefs.ErrUnavailable)
 	}
-	s.owner = callerOf(ctx)
+	s.owner, s.client = callerOf(ctx), true
 	m.sessions[s.id] = s
 	m.mu.Unlock()
 	go s.monitor()
@@ -378,17 +380,31 @@ func (m *Manager) Find(ctx context.Context, id string) (*Session, error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s, ok := m.sessions[id]; ok && who.Sees(s.owner.Tenant) {
-		return s, nil
+	if s, ok := m.sessions[id]; ok {
+		if who.Sees(s.owner.Tenant) {
+			return s, nil
+		}
+		return nil, &OtherTenantError{m.ids.Unknown(id)}
 	}
-	if e, ok := m.ended[id]; ok && who.Sees(e.tenant) {
-		return nil, gone(e.end)
+	if e, ok := m.ended[id]; ok {
+		if who.Sees(e.tenant) {
+			return nil, gone(e.end)
+		}
+		return nil, &OtherTenantError{m.ids.Unknown(id)}
 	}
 	// Another tenant's session of this run is not found (above); ids of
 	// other servers and earlier runs say so to anyone: the id alone
 	// tells, and nothing of a session is learnt.
 	return nil, m.ids.Unknown(id)
 }
+
+// OtherTenantError is the error of a request for another tenant's
+// session: exactly the error of an unknown id (Err), for the client; the
+// API tells it apart only to count and record the probe.
+type OtherTenantError struct{ Err error }
+
+func (e *OtherTenantError) Error() string { return e.Err.Error() }
+func (e *OtherTenantError) Unwrap() error { return e.Err }
 
 // Tenant is the tenant that owns the session.
 func (s *Session) Tenant() string { return s.owner.Tenant }
@@ -455,7 +471,7 @@ func (m *Manager) DeleteFor(ctx context.Context, id string) error {
 	}
 	s.mu.Lock()
 	if s.deletedBy == nil {
-		by := callerOf(ctx)
+		by := s.callerOf(ctx)
 		s.deletedBy = &by
 	}
 	s.mu.Unlock()
@@ -645,7 +661,7 @@ func (s *Session) terminate(end apitype.End) {
 			who := Caller{Tenant: s.owner.Tenant}
 			s.mu.Lock()
 			if s.deletedBy != nil && end.Code == apitype.EndDeleted {
-				who.KeyID, who.RequestID = s.deletedBy.KeyID, s.deletedBy.RequestID
+				who = *s.deletedBy
 			}
 			s.mu.Unlock()
 			var eg []apitype.EgressDecision

@@ -30,6 +30,27 @@ type Key struct {
 	Name      string     `json:"name,omitempty"`
 	CreatedAt time.Time  `json:"created_at"`
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	// ExpiresAt, when set, is when the key stops authenticating, as a
+	// revoked one does.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// Key states: why a known key does or does not authenticate.
+const (
+	KeyLive    = ""
+	KeyRevoked = "revoked"
+	KeyExpired = "expired"
+)
+
+// State is the key's state at now: KeyLive, KeyRevoked or KeyExpired.
+func (k Key) State(now time.Time) string {
+	switch {
+	case k.RevokedAt != nil:
+		return KeyRevoked
+	case k.ExpiresAt != nil && !now.Before(*k.ExpiresAt):
+		return KeyExpired
+	}
+	return KeyLive
 }
 
 // Compiled on first use: this binary is also every sandbox's idle init,
@@ -55,6 +76,12 @@ func HashKey(secret string) string {
 // CreateKey makes a new key for tenant and returns its secret, which is
 // never stored and cannot be shown again.
 func (d *DB) CreateKey(ctx context.Context, tenant string, admin bool, name string) (string, Key, error) {
+	return d.CreateKeyUntil(ctx, tenant, admin, name, time.Time{})
+}
+
+// CreateKeyUntil is CreateKey for a key that expires at expires (zero:
+// never).
+func (d *DB) CreateKeyUntil(ctx context.Context, tenant string, admin bool, name string, expires time.Time) (string, Key, error) {
 	if err := ValidTenant(tenant); err != nil {
 		return "", Key{}, err
 	}
@@ -67,8 +94,17 @@ func (d *DB) CreateKey(ctx context.Context, tenant string, admin bool, name stri
 	rand.Read(id[:])
 	secret := KeyPrefix + hex.EncodeToString(sec[:])
 	k := Key{ID: "key_" + hex.EncodeToString(id[:]), Tenant: tenant, Admin: admin, Name: name, CreatedAt: time.Now().UTC().Truncate(time.Second)}
-	_, err := d.db.ExecContext(ctx, `INSERT INTO keys (id, hash, tenant, admin, name, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
-		k.ID, HashKey(secret), k.Tenant, admin, name, k.CreatedAt.Unix())
+	var exp sql.NullInt64
+	if !expires.IsZero() {
+		if !expires.After(k.CreatedAt) {
+			return "", Key{}, fmt.Errorf("%w: the key's expiry %s is not in the future", errdefs.ErrInvalidArgument, expires.UTC().Format(time.RFC3339))
+		}
+		t := expires.UTC().Truncate(time.Second)
+		k.ExpiresAt = &t
+		exp = sql.NullInt64{Int64: t.Unix(), Valid: true}
+	}
+	_, err := d.db.ExecContext(ctx, `INSERT INTO keys (id, hash, tenant, admin, name, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		k.ID, HashKey(secret), k.Tenant, admin, name, k.CreatedAt.Unix(), exp)
 	if err != nil {
 		return "", Key{}, fmt.Errorf("%w: storing the key: %v", errdefs.ErrUnavailable, err)
 	}
@@ -78,8 +114,8 @@ func (d *DB) CreateKey(ctx context.Context, tenant string, admin bool, name stri
 func scanKey(sc interface{ Scan(...any) error }) (Key, error) {
 	var k Key
 	var created int64
-	var revoked sql.NullInt64
-	if err := sc.Scan(&k.ID, &k.Tenant, &k.Admin, &k.Name, &created, &revoked); err != nil {
+	var revoked, expires sql.NullInt64
+	if err := sc.Scan(&k.ID, &k.Tenant, &k.Admin, &k.Name, &created, &revoked, &expires); err != nil {
 		return Key{}, err
 	}
 	k.CreatedAt = time.Unix(created, 0).UTC()
@@ -87,12 +123,19 @@ func scanKey(sc interface{ Scan(...any) error }) (Key, error) {
 		t := time.Unix(revoked.Int64, 0).UTC()
 		k.RevokedAt = &t
 	}
+	if expires.Valid {
+		t := time.Unix(expires.Int64, 0).UTC()
+		k.ExpiresAt = &t
+	}
 	return k, nil
 }
 
+// keyColumns are what scanKey reads.
+const keyColumns = `id, tenant, admin, name, created_at, revoked_at, expires_at`
+
 // Keys lists every key, oldest first.
 func (d *DB) Keys(ctx context.Context) ([]Key, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT id, tenant, admin, name, created_at, revoked_at FROM keys ORDER BY created_at, id`)
+	rows, err := d.db.QueryContext(ctx, `SELECT `+keyColumns+` FROM keys ORDER BY created_at, id`)
 	if err != nil {
 		return nil, err
 	}
@@ -181,8 +224,9 @@ func (c *keyCache) drop() {
 	}
 }
 
-// Authenticate returns the key whose secret this is and whether it is
-// live (not revoked).
+// Authenticate returns the key whose secret this is (zero when none is)
+// and whether it is live: neither revoked nor expired (Key.State says
+// which).
 func (d *DB) Authenticate(ctx context.Context, secret string) (Key, bool, error) {
 	if !strings.HasPrefix(secret, KeyPrefix) || len(secret) > 200 {
 		return Key{}, false, nil
@@ -231,7 +275,7 @@ func (d *DB) Authenticate(ctx context.Context, secret string) (Key, bool, error)
 	k, ok := c.keys[hash]
 	if !ok {
 		var err error
-		k, err = scanKey(c.conn.QueryRowContext(bg, `SELECT id, tenant, admin, name, created_at, revoked_at FROM keys WHERE hash = ?`, hash))
+		k, err = scanKey(c.conn.QueryRowContext(bg, `SELECT `+keyColumns+` FROM keys WHERE hash = ?`, hash))
 		if isNoRows(err) {
 			return Key{}, false, nil // not cached: guesses must not fill the cache
 		}
@@ -240,7 +284,7 @@ func (d *DB) Authenticate(ctx context.Context, secret string) (Key, bool, error)
 		}
 		c.keys[hash] = k
 	}
-	return k, k.RevokedAt == nil, nil
+	return k, k.State(time.Now()) == KeyLive, nil
 }
 
 // SetQuotas sets the tenant's quotas (replacing what it had).

@@ -91,6 +91,9 @@ var (
 			quotas TEXT NOT NULL DEFAULT '{}',
 			updated_at INTEGER NOT NULL
 		);`,
+		// 2: a key's optional expiry (unix seconds); existing keys keep
+		// none.
+		`ALTER TABLE keys ADD COLUMN expires_at INTEGER;`,
 	}
 	auditMigrations = []string{
 		// 1: the audit log

@@ -166,3 +166,72 @@ func TestRevocationIsImmediate(t *testing.T) {
 		}
 	}
 }
+
+// A key may expire: refused from its expiry on like a revoked one (the
+// cache holds no stale answer: the time is checked on every lookup),
+// listed with it; an expiry in the past is refused at creation.
+func TestKeyExpiry(t *testing.T) {
+	db, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	soon := time.Now().Add(2 * time.Second)
+	secret, k, err := db.CreateKeyUntil(ctx, "team-a", false, "", soon)
+	if err != nil || k.ExpiresAt == nil || !k.ExpiresAt.Equal(soon.UTC().Truncate(time.Second)) {
+		t.Fatalf("create: %+v %v", k, err)
+	}
+	if got, ok, err := db.Authenticate(ctx, secret); !ok || err != nil || got.State(time.Now()) != KeyLive {
+		t.Fatalf("before its expiry: %+v %v %v", got, ok, err)
+	}
+	for time.Now().Before(*k.ExpiresAt) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	got, ok, err := db.Authenticate(ctx, secret)
+	if ok || err != nil || got.ID != k.ID || got.State(time.Now()) != KeyExpired {
+		t.Errorf("after its expiry: %+v %v %v, want the key, expired", got, ok, err)
+	}
+	keys, _ := db.Keys(ctx)
+	if len(keys) != 1 || keys[0].ExpiresAt == nil {
+		t.Errorf("keys %+v: want the expiry listed", keys)
+	}
+	if _, _, err := db.CreateKeyUntil(ctx, "team-a", false, "", time.Now().Add(-time.Hour)); err == nil {
+		t.Error("a key expiring in the past was created")
+	}
+	// Revoked wins over expired: it was a decision.
+	if err := db.RevokeKey(ctx, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := db.Authenticate(ctx, secret); got.State(time.Now()) != KeyRevoked {
+		t.Errorf("revoked and expired: %q", got.State(time.Now()))
+	}
+}
+
+// A keys database of the first schema (keys without an expiry) is
+// migrated when opened: its keys keep authenticating, with no expiry.
+func TestKeysMigration(t *testing.T) {
+	dir := t.TempDir()
+	old, err := openFile(filepath.Join(dir, FileName), keyMigrations[:1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := KeyPrefix + strings.Repeat("ab", 32)
+	if _, err := old.Exec(`INSERT INTO keys (id, hash, tenant, admin, name, created_at) VALUES ('key_old', ?, 'team-a', 0, '', ?)`,
+		HashKey(secret), time.Now().Unix()); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+	db, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if v, err := db.Version(); err != nil || v != len(keyMigrations) || v < 2 {
+		t.Errorf("schema version %d %v, want %d", v, err, len(keyMigrations))
+	}
+	k, ok, err := db.Authenticate(context.Background(), secret)
+	if !ok || err != nil || k.ID != "key_old" || k.ExpiresAt != nil {
+		t.Errorf("the old key after the migration: %+v %v %v", k, ok, err)
+	}
+}
