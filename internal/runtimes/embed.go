@@ -10,7 +10,7 @@ import (
 // (a directory pattern would leave out __init__.py and __main__.py, as it
 // does every name starting with _ or .), and python/tests is not shipped.
 //
-//go:embed python/*.py python/airlock_runtime/*.py javascript/*.js bash/*.sh
+//go:embed python/*.py python/airlock_runtime/*.py python/airlock_runtime/magics/*.py javascript/*.js bash/*.sh
 var files embed.FS
 
 // RootFiles are the session runtimes, placed read-only under RuntimeDir in

@@ -14,7 +14,10 @@ Layers, each importing only those below it (split as IPython's core is)::
 
     session     the state of a session and the protocol loop: serve, main
     program     program mode: run a file as ``python3 FILE`` would, then exit
-    magics      IPython syntax: transform_cell, %magics, %%cell magics, !shell
+    magics      what magic lines call: %magics, %%cell magics, !shell, by
+                family as IPython's core/magics/
+    syntax      IPython syntax (!cmd, %magic, %%cell) into calls on the
+                magics: transform_cell
     tracebacks  exceptions as IPython shows them, the runtime's frames hidden
     display     MIME bundles (format_display_data), display(), the classes of
                 IPython.display, and a stand-in for IPython when it is absent
@@ -59,14 +62,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import current, display, magics, program, session, tracebacks, wire
+from . import current, display, magics, program, session, syntax, tracebacks, wire
 from .display import format_display_data, publish_display_data
-from .magics import transform_cell
+from .syntax import transform_cell
 from .session import main, serve
 from .tracebacks import UsageError
 
 __all__ = [
-    "current", "display", "magics", "program", "session", "tracebacks", "wire",
+    "current", "display", "magics", "program", "session", "syntax", "tracebacks", "wire",
     "format_display_data", "publish_display_data", "transform_cell", "main", "serve", "UsageError",
 ]
 

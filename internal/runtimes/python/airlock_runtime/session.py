@@ -22,7 +22,7 @@ import sys
 import types
 from typing import Any, Optional
 
-from . import current, display, magics, program, tracebacks, wire
+from . import current, display, magics, program, syntax, tracebacks, wire
 
 globals()["__builtins__"] = dict(vars(builtins))  # see the package doc
 
@@ -409,8 +409,8 @@ class Session:
 
     def run_source(self, source: str, filename: str) -> Any:
         flags = _TOP_LEVEL_AWAIT | self.future_flags
-        if magics.MAGIC_HINT.search(source):
-            source, magic = magics.transform_cell(source)
+        if syntax.MAGIC_HINT.search(source):
+            source, magic = syntax.transform_cell(source)
             if magic:
                 self.magic_lines.setdefault(filename, set()).update(magic)
                 builtins.__airlock__ = self.magics  # in case user code removed it

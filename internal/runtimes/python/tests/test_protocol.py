@@ -170,7 +170,8 @@ class ExecuteTest(SessionMixin, unittest.TestCase):
         # display` must not find its modules, and its directory (for
         # airlock_mpl) comes after the cwd and the standard library.
         ex = self.ok("import importlib.util, sys\n"
-                     "print([n for n in ('wire', 'current', 'display', 'magics', 'tracebacks', 'program', 'session')\n"
+                     "print([n for n in ('wire', 'current', 'display', 'magics', 'syntax', 'tracebacks', 'program',\n"
+                     "                           'session', 'osm')\n"
                      "       if importlib.util.find_spec(n) is not None or n in sys.modules])\n"
                      "print(sys.path[0] == '', sys.path[-1] == __import__('airlock_runtime').current.RUNTIME_DIR)")
         self.assertEqual(ex.out, "[]\nTrue True\n")
