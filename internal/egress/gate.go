@@ -459,6 +459,23 @@ func (g *Gate) serve(l net.Listener, handle func(net.Conn)) {
 	}
 }
 
+// dialFailed classifies an allowed name's failed dial: an address the
+// guard forbids is a denial (true: the caller denies); an upstream
+// failure (DNS, connect) is not, and is recorded here as allowed, with
+// what failed.
+func (g *Gate) dialFailed(d *Decision, err error) (denied bool) {
+	var fe *ForbiddenError
+	if errors.As(err, &fe) {
+		d.detail = fe.Detail // the log's only
+		return true
+	}
+	d.mu.Lock()
+	d.Allowed, d.Reason = true, err.Error()
+	d.mu.Unlock()
+	g.record(d, true)
+	return false
+}
+
 func (g *Gate) deny(c net.Conn, d *Decision, reason string) {
 	d.mu.Lock()
 	d.Reason = "denied: " + reason
@@ -535,11 +552,11 @@ func (g *Gate) handle(c net.Conn) {
 	}
 	up, addr, err := g.dialer.Dial(context.Background(), name, port)
 	if err != nil {
-		var fe *ForbiddenError
-		if errors.As(err, &fe) {
-			d.detail = fe.Detail // the log's only
+		if g.dialFailed(d, err) {
+			g.deny(c, d, err.Error())
+		} else {
+			resetClose(c)
 		}
-		g.deny(c, d, err.Error())
 		return
 	}
 	d.Address = addr.String()

@@ -917,3 +917,58 @@ func TestGateDNSRateLimit(t *testing.T) {
 		t.Errorf("records and the closing line account for %d refusals, want %d (%+v)", total, d, shared.Stats())
 	}
 }
+
+// An allowed name whose upstream lookup fails, or whose address refuses
+// the connection, is not a denial: the decision is allowed, and says what
+// failed upstream; through the proxy it is a 502, not a 403. A forbidden
+// address stays a denial.
+func TestGateUpstreamFailureIsNotADenial(t *testing.T) {
+	closed := freePort(t)
+	f := newFixtureProxy(t, []string{"gone.test:PORT", fmt.Sprintf("a.test:%d", closed), "meta.test:PORT"}, Limits{}, true)
+	f.gate.SetExecution("e1")
+	c := f.ns.client(nil)
+	for _, u := range []string{f.url("http", "gone.test"), fmt.Sprintf("http://a.test:%d/", closed), f.url("http", "meta.test")} {
+		if _, err := get(c, u); err == nil {
+			t.Errorf("%s answered", u)
+		}
+	}
+	proxyURL, _ := url.Parse("http://" + ProxyAddr)
+	pc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL),
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) { return f.ns.dial(addr) }}}
+	resp, err := pc.Get(f.url("http", "gone.test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("X-Airlock-Egress") != "failed" || !strings.Contains(string(b), "upstream DNS failure: cannot resolve gone.test") {
+		t.Errorf("through the proxy: %d %s %q, want 502, failed and the upstream DNS failure", resp.StatusCode, resp.Header.Get("X-Airlock-Egress"), b)
+	}
+	want := map[string]struct {
+		allowed bool
+		reason  string
+	}{
+		"gone.test": {true, "upstream DNS failure: cannot resolve gone.test"},
+		"a.test":    {true, "upstream connection failed: connect to a.test: "},
+		"meta.test": {false, "denied: meta.test resolves to a forbidden address"},
+	}
+	seen := map[string]int{}
+	waitFor(t, func() bool { return len(f.gate.Records("e1")) >= 4 })
+	for _, r := range f.gate.Records("e1") {
+		if r.Kind == "dns" {
+			continue
+		}
+		w, ok := want[r.Name]
+		if !ok || r.Allowed != w.allowed || !strings.HasPrefix(r.Reason, w.reason) {
+			t.Errorf("%s %s: allowed %v, %q; want %v, %q", r.Kind, r.Name, r.Allowed, r.Reason, w.allowed, w.reason)
+		}
+		seen[r.Name]++
+	}
+	if seen["gone.test"] != 2 || seen["a.test"] != 1 || seen["meta.test"] != 1 {
+		t.Errorf("decisions %v", seen)
+	}
+	if st := f.gate.Stats(); st.Denied != 1 {
+		t.Errorf("%d denied, want 1 (the forbidden address)", st.Denied)
+	}
+	f.trapUntouched(t)
+}

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -246,7 +247,7 @@ func (d *Dialer) Dial(ctx context.Context, name string, port uint16) (net.Conn, 
 	defer cancel()
 	addrs, err := d.Resolver.LookupNetIP(ctx, "ip", name)
 	if err != nil {
-		return nil, netip.Addr{}, fmt.Errorf("cannot resolve %s", name)
+		return nil, netip.Addr{}, &UpstreamError{DNS: true, Msg: "cannot resolve " + name + dnsWhy(err)}
 	}
 	var firstErr error
 	nd := net.Dialer{Control: func(network, address string, _ syscall.RawConn) error {
@@ -268,13 +269,44 @@ func (d *Dialer) Dial(ctx context.Context, name string, port uint16) (net.Conn, 
 			return c, a.Unmap(), nil
 		}
 		if firstErr == nil {
-			firstErr = fmt.Errorf("connect to %s: %v", name, shortErr(err))
+			firstErr = &UpstreamError{Msg: fmt.Sprintf("connect to %s: %v", name, shortErr(err))}
 		}
 	}
 	if firstErr == nil {
-		firstErr = fmt.Errorf("%s has no address", name)
+		firstErr = &UpstreamError{DNS: true, Msg: name + " has no address"}
 	}
 	return nil, netip.Addr{}, firstErr
+}
+
+// UpstreamError is an allowed name that could not be reached for a
+// reason of the network, not of the policy: the upstream resolver did not
+// give an address (DNS), or no address took the connection. It is not a
+// denial: the gate records it as allowed, with what failed.
+type UpstreamError struct {
+	DNS bool
+	Msg string
+}
+
+func (e *UpstreamError) Error() string {
+	if e.DNS {
+		return "upstream DNS failure: " + e.Msg
+	}
+	return "upstream connection failed: " + e.Msg
+}
+
+// dnsWhy says why a lookup failed, without the resolver's address (the
+// host's configuration is not the sandbox's to learn).
+func dnsWhy(err error) string {
+	var de *net.DNSError
+	switch {
+	case !errors.As(err, &de):
+		return ""
+	case de.IsNotFound:
+		return " (no such host)"
+	case de.IsTimeout:
+		return " (the resolver timed out)"
+	}
+	return " (the resolver failed)"
 }
 
 // ForbiddenError is a name that resolved only to addresses the guard

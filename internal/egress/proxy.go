@@ -63,9 +63,15 @@ func (g *Gate) refuse(c net.Conn, d *Decision, status int, reason string) {
 	d.Reason = "denied: " + reason
 	d.mu.Unlock()
 	g.record(d, true)
+	answer(c, status, "denied", reason)
+}
+
+// answer ends a proxy request with status, the verdict (X-Airlock-Egress)
+// and the reason.
+func answer(c net.Conn, status int, verdict, reason string) {
 	body := "airlock egress: " + reason + "\n"
-	fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nX-Airlock-Egress: denied\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
-		status, http.StatusText(status), len(body), body)
+	fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nX-Airlock-Egress: %s\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
+		status, http.StatusText(status), verdict, len(body), body)
 	c.Close()
 }
 
@@ -156,11 +162,11 @@ func (g *Gate) handleProxy(c net.Conn) {
 	}
 	up, addr, err := g.dialer.Dial(context.Background(), name, port)
 	if err != nil {
-		status := http.StatusBadGateway
-		if strings.Contains(err.Error(), "forbidden") {
-			status = http.StatusForbidden
+		if g.dialFailed(d, err) {
+			g.refuse(c, d, http.StatusForbidden, err.Error())
+		} else {
+			answer(c, http.StatusBadGateway, "failed", err.Error())
 		}
-		g.refuse(c, d, status, err.Error())
 		return
 	}
 	if !g.track(up) {
