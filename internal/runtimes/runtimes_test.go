@@ -159,7 +159,7 @@ func TestJavaScriptHeap(t *testing.T) {
 func TestRootFiles(t *testing.T) {
 	files := RootFiles()
 	want := []string{"javascript/runtime.js", "bash/runtime.sh", "python/airlock_zygote.py", "python/airlock_mpl.py"}
-	for _, name := range []string{"__init__", "__main__", "wire", "current", "display", "tracebacks", "syntax", "program", "session",
+	for _, name := range []string{"__init__", "__main__", "wire", "current", "display", "tracebacks", "syntax", "compilerop", "program", "session",
 		"magics/__init__", "magics/magic", "magics/osm", "magics/execution", "magics/namespace", "magics/packaging",
 		"magics/script", "magics/display", "magics/basic"} {
 		want = append(want, "python/airlock_runtime/"+name+".py")

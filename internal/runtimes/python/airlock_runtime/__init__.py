@@ -18,6 +18,7 @@ Layers, each importing only those below it (split as IPython's core is)::
                 family as IPython's core/magics/
     syntax      IPython syntax (!cmd, %magic, %%cell) into calls on the
                 magics: transform_cell
+    compilerop  codeop's compiler: __future__ imports stay in force
     tracebacks  exceptions as IPython shows them, the runtime's frames hidden
     display     MIME bundles (format_display_data), display(), the classes of
                 IPython.display, and a stand-in for IPython when it is absent
@@ -62,14 +63,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import current, display, magics, program, session, syntax, tracebacks, wire
+from . import compilerop, current, display, magics, program, session, syntax, tracebacks, wire
 from .display import format_display_data, publish_display_data
 from .syntax import transform_cell
 from .session import main, serve
 from .tracebacks import UsageError
 
 __all__ = [
-    "current", "display", "magics", "program", "session", "syntax", "tracebacks", "wire",
+    "compilerop", "current", "display", "magics", "program", "session", "syntax", "tracebacks", "wire",
     "format_display_data", "publish_display_data", "transform_cell", "main", "serve", "UsageError",
 ]
 

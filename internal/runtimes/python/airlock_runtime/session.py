@@ -10,7 +10,6 @@ failure reported and the session kept) and ``run`` (program mode).
 
 from __future__ import annotations
 
-import __future__
 import _signal
 import _thread
 import ast
@@ -22,7 +21,7 @@ import sys
 import types
 from typing import Any, Optional
 
-from . import current, display, magics, program, syntax, tracebacks, wire
+from . import compilerop, current, display, magics, program, syntax, tracebacks, wire
 
 globals()["__builtins__"] = dict(vars(builtins))  # see the package doc
 
@@ -30,10 +29,6 @@ LANGUAGE = "python"
 
 _CO_COROUTINE = 0x0080  # inspect.CO_COROUTINE, without importing inspect
 _TOP_LEVEL_AWAIT = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
-_FUTURE_MASK = 0
-for _name in __future__.all_feature_names:
-    _FUTURE_MASK |= getattr(__future__, _name).compiler_flag
-del _name
 
 _NO_VALUE = object()  # "the cell has no value to show" (None is a value)
 
@@ -94,7 +89,7 @@ class Session:
         self.busy = False
         self.interrupted = False
         self.pending_interrupt = False
-        self.future_flags = 0
+        self.compiler = compilerop.CellCompiler()
         self.magic_lines: dict[str, set[int]] = {}
         self.filename = ""
         self.captures: list[list] = []
@@ -408,23 +403,21 @@ class Session:
         return None if value is _NO_VALUE else value
 
     def run_source(self, source: str, filename: str) -> Any:
-        flags = _TOP_LEVEL_AWAIT | self.future_flags
         if syntax.MAGIC_HINT.search(source):
             source, magic = syntax.transform_cell(source)
             if magic:
                 self.magic_lines.setdefault(filename, set()).update(magic)
                 builtins.__airlock__ = self.magics  # in case user code removed it
-        tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
+        compiler = self.compiler
+        tree = compiler.ast_parse(source, filename, _TOP_LEVEL_AWAIT)
         body = tree.body
         last = None
         if body and isinstance(body[-1], ast.Expr) and not _ends_with_semicolon(source, body[-1]):
             last = body.pop()
-        code = compile(tree, filename, "exec", flags, dont_inherit=True)
-        self.future_flags |= code.co_flags & _FUTURE_MASK
+        code = compiler(tree, filename, "exec", _TOP_LEVEL_AWAIT)
         expr = None
         if last is not None:
-            expr = compile(ast.Expression(last.value), filename, "eval",
-                           _TOP_LEVEL_AWAIT | self.future_flags, dont_inherit=True)
+            expr = compiler(ast.Expression(last.value), filename, "eval", _TOP_LEVEL_AWAIT)
         self.checkpoint()
         self._eval(code)
         if expr is None:

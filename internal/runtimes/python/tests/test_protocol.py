@@ -233,9 +233,19 @@ class ExecuteTest(SessionMixin, unittest.TestCase):
         self.assertIn("return 'src'", self.value("import inspect\ninspect.getsource(documented)"))
 
     def test_future_import_persists(self) -> None:
+        # As in IPython (codeop's compiler): in force from the cell that
+        # imports it on, in later cells and in what %time and %timeit
+        # compile, which had no futures of their own before.
+        self.failing("def e(x: UndefinedName) -> None: pass", "NameError")
         self.ok("from __future__ import annotations")
         self.assertEqual(self.value("def f(x: UndefinedName) -> None: pass\nf.__annotations__['x']"),
                          "'UndefinedName'")
+        self.assertEqual(self.value("%time def g(x: Undefined2) -> None: pass\ng.__annotations__['x']"),
+                         "'Undefined2'")
+        ex = self.ok("%timeit -n 1 -r 1 def h(x: Undefined3) -> None: pass")
+        self.assertIn("per loop", ex.out)
+        ex = self.ok("%%timeit -n 1 -r 1\ndef h(x: Undefined4) -> None: pass")
+        self.assertIn("per loop", ex.out)
 
     def test_input_raises_eoferror(self) -> None:
         self.failing("input('name? ')", "EOFError")

@@ -49,8 +49,20 @@ def _timed(fn: Callable[[], Any]) -> Any:
               f"total: {_format_time(user + sys_)}\nWall time: {_format_time(wall)}")
 
 
-def _timeit(arg: str, setup: str, frame: types.FrameType, stmt: Optional[str] = None) -> Any:
+def _timer(compiler: Any, stmt: str, setup: str, ns: dict) -> Any:
+    """A timeit.Timer whose statement is compiled with the session's
+    futures (timeit's own compile has none), as IPython's %timeit uses its
+    shell's compiler."""
     import timeit
+    timer = timeit.Timer(stmt, setup, globals=ns)  # checks stmt and setup, as timeit does
+    src = timeit.template.format(stmt=timeit.reindent(stmt, 8), setup=timeit.reindent(setup, 4), init="")
+    local: dict = {}
+    exec(compiler(src, "<timeit-src>", "exec"), ns, local)
+    timer.inner = local["inner"]
+    return timer
+
+
+def _timeit(compiler: Any, arg: str, setup: str, frame: types.FrameType, stmt: Optional[str] = None) -> Any:
     number, repeat, quiet, ret = None, None, False, False
     words = arg.split(" ")
     i = 0
@@ -79,7 +91,7 @@ def _timeit(arg: str, setup: str, frame: types.FrameType, stmt: Optional[str] = 
         raise UsageError("%timeit needs a statement")
     ns = dict(frame.f_globals)
     ns.update(frame.f_locals)
-    timer = timeit.Timer(stmt, setup, globals=ns)
+    timer = _timer(compiler, stmt, setup, ns)
     times: list[float] = []
     if number is None:
         number = 1
@@ -134,17 +146,18 @@ class ExecutionMagics(MagicFamily):
         """%time STATEMENT: run it once and print CPU and wall times."""
         if not arg.strip():
             raise UsageError("%time needs a statement")
-        tree = compile(arg, "<timed exec>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+        compiler = self.session.compiler
+        tree = compiler.ast_parse(arg, "<timed exec>")
         if len(tree.body) == 1 and isinstance(tree.body[0], ast.Expr):
-            code = compile(ast.Expression(tree.body[0].value), "<timed eval>", "eval", dont_inherit=True)
+            code = compiler(ast.Expression(tree.body[0].value), "<timed eval>", "eval")
         else:
-            code = compile(tree, "<timed exec>", "exec", dont_inherit=True)
+            code = compiler(tree, "<timed exec>", "exec")
         return _timed(lambda: eval(code, frame.f_globals, frame.f_locals))
 
     @line_magic("timeit")
     def timeit(self, arg: str, frame: types.FrameType) -> Any:
         """%timeit [-n N] [-r R] [-q] [-o] STATEMENT: time a statement (short)."""
-        return _timeit(arg, "pass", frame)
+        return _timeit(self.session.compiler, arg, "pass", frame)
 
     @line_magic("run")
     def run(self, arg: str, frame: types.FrameType) -> None:
@@ -192,7 +205,7 @@ class ExecutionMagics(MagicFamily):
     @cell_magic("timeit")
     def timeit_cell(self, line: str, body: str, body_lineno: int, frame: types.FrameType) -> Any:
         """%%timeit [options] [SETUP]: time the cell body."""
-        return _timeit(line, "pass", frame, stmt=body)
+        return _timeit(self.session.compiler, line, "pass", frame, stmt=body)
 
     @cell_magic("capture")
     def capture(self, line: str, body: str, body_lineno: int, frame: types.FrameType) -> None:
