@@ -13,7 +13,9 @@ import (
 // The real client libraries agents use, driving a real server: the MCP
 // TypeScript client over stdio (`airlock mcp`) and streamable HTTP, and
 // agent loops of LangChain JS, the OpenAI Agents SDK and the Vercel AI SDK
-// with scripted fake models, and the README's JavaScript module as pasted
+// with scripted fake models, the README's JavaScript module as pasted, and
+// the requests those frameworks' converters send to OpenAI and Anthropic
+// after an airlock tool call, captured by a local stand-in for their APIs
 // (e2e/agents/*.test.mjs). Their npm packages are
 // pinned in e2e/agents/package-lock.json and installed by scripts/test.sh.
 func TestAgentLibraries(t *testing.T) {
@@ -32,7 +34,7 @@ func TestAgentLibraries(t *testing.T) {
 		"pool":   map[string]any{"size": map[string]int{"python": 2, "bash": 0, "javascript": 0}},
 	})
 	defer s.stop()
-	cmd := exec.Command(node, "--test", "--test-reporter=spec", "--test-concurrency=1", "mcp.test.mjs", "agents.test.mjs", "readme.test.mjs")
+	cmd := exec.Command(node, "--test", "--test-reporter=spec", "--test-concurrency=1", "mcp.test.mjs", "agents.test.mjs", "readme.test.mjs", "converters.test.mjs")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(),
 		"AIRLOCK_URL="+s.URL, "AIRLOCK_TOKEN="+token, "AIRLOCK_BIN="+bin, "AIRLOCK_CONFIG="+s.cfgPath)

@@ -112,10 +112,48 @@ func TestFlagsAreValidatedLikeTheirKeys(t *testing.T) {
 	}
 }
 
+// airlock mcp --content sets mcp.content, over the file and the
+// environment, and is validated with them.
+func TestMCPContentFlag(t *testing.T) {
+	file := writeConfig(t, `{"mcp": {"content": ["resource"]}}`)
+	for _, c := range []struct {
+		env  []string
+		args []string
+		want []string // nil: refused
+	}{
+		{nil, []string{"--content", "image,resource_link"}, []string{"image", "resource_link"}},
+		{[]string{"AIRLOCK_MCP_CONTENT=resource"}, []string{"--config", file, "--content", "image"}, []string{"image"}},
+		{nil, []string{"--config", file}, []string{"resource"}},
+		{[]string{"AIRLOCK_MCP_CONTENT=image"}, nil, []string{"image"}},
+		{nil, nil, []string{}},
+		{nil, []string{"--content", "images"}, nil},
+		{[]string{"AIRLOCK_MCP_CONTENT=video"}, nil, nil},
+	} {
+		withEnv(t, c.env...)
+		var got *config.Config
+		old := runMCP
+		runMCP = func(_ context.Context, cfg config.Config, _ server.Options) error {
+			got = &cfg
+			return nil
+		}
+		var stderr bytes.Buffer
+		code := mcpCmd(c.args, &stderr)
+		runMCP = old
+		switch {
+		case c.want == nil:
+			if code != exitConfig || got != nil || !strings.Contains(stderr.String(), "mcp.content") {
+				t.Errorf("%v %v: exit %d, ran %v: %s", c.env, c.args, code, got != nil, stderr.String())
+			}
+		case code != 0 || got == nil || strings.Join(got.MCP.Content, ",") != strings.Join(c.want, ","):
+			t.Errorf("%v %v: exit %d, %+v: %s", c.env, c.args, code, got, stderr.String())
+		}
+	}
+}
+
 // Every flag that sets a key has its cases above: a new one cannot skip
 // validation unnoticed.
 func TestEveryKeyFlagIsTested(t *testing.T) {
-	tested := map[string]bool{"serve --listen": true, "serve -v": true}
+	tested := map[string]bool{"serve --listen": true, "serve -v": true, "mcp --content": true}
 	for _, cmd := range []func() int{
 		func() int { return serveCmd([]string{"-h"}, io.Discard) },
 		func() int { return runCmd([]string{"-h"}, nil, io.Discard, io.Discard) },

@@ -15,8 +15,8 @@ function stdio() {
   return new StdioClientTransport({ ...stdioServer, stderr: 'inherit' });
 }
 
-function http(token = AIRLOCK_TOKEN) {
-  return new StreamableHTTPClientTransport(new URL(AIRLOCK_URL + '/mcp'), {
+function http(token = AIRLOCK_TOKEN, query = '') {
+  return new StreamableHTTPClientTransport(new URL(AIRLOCK_URL + '/mcp' + query), {
     requestInit: { headers: { Authorization: `Bearer ${token}` } },
   });
 }
@@ -29,7 +29,10 @@ async function connected(transport) {
 
 const text = (res) => res.content.filter((c) => c.type === 'text').map((c) => c.text).join('\n');
 
-for (const [name, transport] of [['stdio', stdio], ['http', http]]) {
+// stdio with the default results (text only), HTTP with the blocks a
+// client may ask for (images and resource links).
+const rich = () => http(AIRLOCK_TOKEN, '?content=image,resource_link');
+for (const [name, transport] of [['stdio', stdio], ['http', rich]]) {
   test(`MCP over ${name}: tools, state, images, files, errors`, async () => {
     const client = await connected(transport());
     try {
@@ -51,14 +54,23 @@ for (const [name, transport] of [['stdio', stdio], ['http', http]]) {
         name: 'execute_code',
         arguments: { code: "import matplotlib.pyplot as plt\nplt.plot([1, 4, 9])\nplt.show()\nopen('out.txt', 'w').write('made by code')" },
       });
-      const image = res.content.find((c) => c.type === 'image');
-      assert.ok(image, text(res));
-      assert.equal(image.mimeType, 'image/png');
-      assert.deepEqual([...Buffer.from(image.data, 'base64').subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
-      const link = res.content.find((c) => c.type === 'resource_link');
-      assert.ok(link && link.uri.endsWith('/files/out.txt'), JSON.stringify(res.content));
-      const read = await client.readResource({ uri: link.uri });
-      assert.equal(read.contents[0].text, 'made by code');
+      assert.match(text(res), /file created: \/workspace\/out\.txt/);
+      if (name === 'stdio') {
+        // The default: text alone, which says what there is.
+        assert.deepEqual(res.content.map((c) => c.type), ['text']);
+        assert.match(text(res), /image\/png, \d+ bytes: not attached/);
+        const read = await client.callTool({ name: 'read_file', arguments: { path: '/workspace/out.txt' } });
+        assert.equal(text(read), 'made by code');
+      } else {
+        const image = res.content.find((c) => c.type === 'image');
+        assert.ok(image, text(res));
+        assert.equal(image.mimeType, 'image/png');
+        assert.deepEqual([...Buffer.from(image.data, 'base64').subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+        const link = res.content.find((c) => c.type === 'resource_link');
+        assert.ok(link && link.uri.endsWith('/files/out.txt'), JSON.stringify(res.content));
+        const read = await client.readResource({ uri: link.uri });
+        assert.equal(read.contents[0].text, 'made by code');
+      }
 
       res = await client.callTool({ name: 'execute_code', arguments: { code: "raise ValueError('boom')" } });
       assert.equal(res.isError, true);
@@ -75,6 +87,12 @@ for (const [name, transport] of [['stdio', stdio], ['http', http]]) {
     }
   });
 }
+
+test('MCP over http: an unknown content block or parameter is refused with 400', async () => {
+  for (const query of ['?content=video', '?images=1']) {
+    await assert.rejects(connected(http(AIRLOCK_TOKEN, query)), (err) => /400|content/.test(String(err)), query);
+  }
+});
 
 test('MCP over http: a wrong token is refused with 401', async () => {
   await assert.rejects(connected(http('not-the-token')), (err) => /401|Unauthorized/i.test(String(err)));

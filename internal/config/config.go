@@ -246,6 +246,32 @@ type MCP struct {
 	// SessionTimeout ends an MCP session (and its default sandboxes)
 	// after this long without a request.
 	SessionTimeout Duration `json:"session_timeout"`
+	// Content lists the blocks tool results carry besides text (see
+	// MCPContent); an HTTP client may ask for its own with /mcp?content=.
+	// None by default: text is what every agent framework's converter
+	// turns into a request its model provider accepts, and images or
+	// resource links are not (OpenAI refuses images in tool messages;
+	// LangChain JS makes a resource link a URL file block that OpenAI
+	// and Anthropic refuse; the OpenAI Agents SDK sends a result with one
+	// as JSON text, images in base64).
+	Content []string `json:"content"`
+}
+
+// MCPContent are the MCP content blocks a tool result may carry besides
+// text: "image" (plots, and read_file of an image), "resource_link" (one
+// per file code wrote) and "resource" (read_file of a binary file,
+// embedded).
+var MCPContent = []string{"image", "resource_link", "resource"}
+
+// CheckMCPContent checks a list of MCP content blocks (mcp.content, or
+// an HTTP client's ?content=).
+func CheckMCPContent(list []string) error {
+	for _, c := range list {
+		if !slices.Contains(MCPContent, c) {
+			return fmt.Errorf("%w: %q is not a content block airlock sends: %s", errdefs.ErrInvalidArgument, c, strings.Join(MCPContent, ", "))
+		}
+	}
+	return nil
 }
 
 // Pool configures the warm pools of pre-started sandboxes.
@@ -469,6 +495,9 @@ func (c Config) Validate() error {
 	}
 	if c.MCP.SessionTimeout < Duration(time.Minute) || c.MCP.SessionTimeout > Duration(24*time.Hour) {
 		errs = append(errs, errors.New("mcp.session_timeout must be between 1m and 24h"))
+	}
+	if err := CheckMCPContent(c.MCP.Content); err != nil {
+		errs = append(errs, fmt.Errorf("mcp.content: %w", err))
 	}
 	if s.MaxSessionCommands < 1 || s.MaxSessionCommands > 1024 {
 		errs = append(errs, errors.New("server.max_session_commands must be between 1 and 1024"))

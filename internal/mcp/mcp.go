@@ -46,7 +46,11 @@ type Options struct {
 	// (packages.pip, packages.npm): install_packages is offered only
 	// when there is one.
 	Installs []string
-	Log      *slog.Logger
+	// Content lists the blocks tool results carry besides text
+	// (mcp.content: config.MCPContent); an HTTP client's ?content=
+	// overrides it.
+	Content []string
+	Log     *slog.Logger
 }
 
 // Server is airlock's MCP server: one SDK server, and the default
@@ -71,7 +75,7 @@ type connection struct {
 const instructions = `airlock runs code in isolated, stateful sandboxes (Linux jails with no network, unless ` +
 	`create_session asks for the hosts a session may reach, within the server's policy). ` +
 	`Use execute_code to run Python (default), bash or JavaScript: variables, imports and files persist between calls, ` +
-	`like a notebook; plots come back as images and files written to /workspace as resource links. ` +
+	`like a notebook; its result lists the files it wrote in /workspace (read_file reads them) and says what it displayed. ` +
 	`Use run_command for shell commands in the same sandbox, and the file tools to move small files in and out ` +
 	`(large files go through the HTTP files API). Without session_id every tool uses this connection's default session.`
 
@@ -102,15 +106,16 @@ func (s *Server) RunStdio(ctx context.Context) error {
 	return s.srv.Run(ctx, &mcp.StdioTransport{})
 }
 
-// HTTPHandler serves MCP's streamable HTTP transport (at /mcp). Idle MCP
+// HTTPHandler serves MCP's streamable HTTP transport (at /mcp, whose
+// ?content= picks the blocks results carry besides text). Idle MCP
 // sessions end after idle, with their default sessions. The SDK's DNS
 // rebinding guard stays on: a request that reached a loopback address
 // with another Host is refused.
 func (s *Server) HTTPHandler(idle time.Duration) http.Handler {
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.srv }, &mcp.StreamableHTTPOptions{
+	return withContent(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.srv }, &mcp.StreamableHTTPOptions{
 		SessionTimeout: idle,
 		Logger:         s.o.Log,
-	})
+	}))
 }
 
 // conn is the state of the connection a request came on.

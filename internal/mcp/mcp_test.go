@@ -25,8 +25,14 @@ import (
 func TestMain(m *testing.M) { jail.RunTests(m) }
 
 // connect starts an embedded server and an MCP client session to an MCP
-// server in front of it, over the SDK's in-memory transports.
+// server in front of it, over the SDK's in-memory transports. Its results
+// carry every content block (mcp.content); connectContent picks them.
 func connect(t *testing.T) (*sdk.ClientSession, *client.Client) {
+	t.Helper()
+	return connectContent(t, config.MCPContent)
+}
+
+func connectContent(t *testing.T, content []string) (*sdk.ClientSession, *client.Client) {
 	t.Helper()
 	testenv.RequireRoot(t, "the MCP tools run code in real sandboxes")
 	cfg := config.Default()
@@ -49,7 +55,7 @@ func connect(t *testing.T) (*sdk.ClientSession, *client.Client) {
 		os.RemoveAll(cfg.StateDir)
 	})
 	api := client.InProcess(s.Handler())
-	srv := mcp.New(mcp.Options{Client: func(http.Header) *client.Client { return api }, Version: "test", Log: log})
+	srv := mcp.New(mcp.Options{Client: func(http.Header) *client.Client { return api }, Version: "test", Content: content, Log: log})
 	ct, st := sdk.NewInMemoryTransports()
 	ctx := context.Background()
 	ss, err := srv.SDK().Connect(ctx, st, nil)

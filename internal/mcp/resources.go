@@ -24,7 +24,7 @@ func (s *Server) addResources() {
 	}, s.readSessions)
 	s.srv.AddResourceTemplate(&mcp.ResourceTemplate{
 		URITemplate: sessionsURI + "/{session}/files/{+path}", Name: "file", Title: "A file of a session",
-		Description: "A file in a session's /workspace (the resource links execute_code returns). At most 8 MiB; larger files go through the HTTP files API.",
+		Description: "A file in a session's /workspace (execute_code lists the files it wrote, and links them when this connection takes resource links). At most 8 MiB; larger files go through the HTTP files API.",
 	}, s.readFileResource)
 }
 

@@ -81,7 +81,7 @@ func textual(mime string) bool {
 // it: text capped (each at fieldCap, and all the results' text at what is
 // left of budget), binary data replaced by a line that says what it was
 // and where it went (an image block, or nowhere).
-func bundle(data map[string]json.RawMessage, imageAttached bool, budget *int) map[string]any {
+func bundle(data map[string]json.RawMessage, imageAttached bool, why string, budget *int) map[string]any {
 	b := map[string]any{}
 	mimes := make([]string, 0, len(data))
 	for mime := range data {
@@ -110,6 +110,8 @@ func bundle(data map[string]json.RawMessage, imageAttached bool, budget *int) ma
 			b[mime] = fmt.Sprintf("[%s, %d bytes: left out, over the caps of MCP results (%d bytes each, %d in all)]", mime, len(raw), fieldCap, resultsCap)
 		case imageAttached && isImage(mime):
 			b[mime] = fmt.Sprintf("[%s, %d bytes: attached as an image block]", mime, b64Len(s))
+		case isImage(mime):
+			b[mime] = fmt.Sprintf("[%s, %d bytes: %s]", mime, b64Len(s), why)
 		default:
 			b[mime] = fmt.Sprintf("[%s, %d bytes: not attached]", mime, b64Len(s))
 		}
@@ -140,8 +142,9 @@ func imageOf(data map[string]json.RawMessage) *mcp.ImageContent {
 	return nil
 }
 
-// executeResult is what execute_code returns of res, run in session id.
-func executeResult(id, note string, res *apitype.Result) (*mcp.CallToolResult, ExecuteOut) {
+// executeResult is what execute_code returns of res, run in session id,
+// with the blocks bl besides text.
+func executeResult(id, note string, res *apitype.Result, bl blocks) (*mcp.CallToolResult, ExecuteOut) {
 	out := ExecuteOut{SessionID: id, Note: note, Results: []map[string]any{}, Files: []FileOut{}}
 	out.Stdout, out.StdoutDropped = clip(res.Stdout, fieldCap)
 	out.Stderr, out.StderrDropped = clip(res.Stderr, fieldCap)
@@ -153,10 +156,10 @@ func executeResult(id, note string, res *apitype.Result) (*mcp.CallToolResult, E
 	budget := resultsCap
 	for _, o := range res.Results {
 		img := imageOf(o.Data)
-		attached := img != nil && len(images) < maxImages
+		attached := img != nil && bl.image && len(images) < maxImages
 		if attached {
 			images = append(images, img)
-		} else if img != nil {
+		} else if img != nil && bl.image {
 			out.ImagesDropped++
 		}
 		if o.Type == apitype.EventResult {
@@ -165,7 +168,7 @@ func executeResult(id, note string, res *apitype.Result) (*mcp.CallToolResult, E
 			out.Result, _ = clip(text, fieldCap)
 		}
 		if len(out.Results) < maxResults {
-			out.Results = append(out.Results, bundle(o.Data, attached, &budget))
+			out.Results = append(out.Results, bundle(o.Data, attached, notAttached(bl), &budget))
 		} else {
 			out.ResultsDropped++
 		}
@@ -185,7 +188,9 @@ func executeResult(id, note string, res *apitype.Result) (*mcp.CallToolResult, E
 		if f.Change != "deleted" {
 			fo.URI = fileURI(id, f.Path)
 			size := f.Size
-			links = append(links, &mcp.ResourceLink{URI: fo.URI, Name: path.Base(f.Path), Title: f.Path, MIMEType: mimeOf(f.Path), Size: &size})
+			if bl.resourceLink {
+				links = append(links, &mcp.ResourceLink{URI: fo.URI, Name: path.Base(f.Path), Title: f.Path, MIMEType: mimeOf(f.Path), Size: &size})
+			}
 		}
 		out.Files = append(out.Files, fo)
 	}

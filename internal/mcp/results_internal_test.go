@@ -68,7 +68,7 @@ func TestExecuteResultCaps(t *testing.T) {
 	for i := 0; i < 120; i++ {
 		res.FilesChanged = append(res.FilesChanged, apitype.FileChange{Path: fmt.Sprintf("out/%d.csv", i), Size: 10, Change: "created"})
 	}
-	r, out := executeResult("s1", "", res)
+	r, out := executeResult("s1", "", res, blocks{image: true, resourceLink: true})
 
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

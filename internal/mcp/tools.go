@@ -203,8 +203,9 @@ func (s *Server) addTools() {
 		Name:  "execute_code",
 		Title: "Run code",
 		Description: "Runs Python (default), bash or JavaScript in an isolated sandbox and returns what a notebook would show: " +
-			"stdout, stderr, the value of the last expression, plots as images, the exception with its traceback, and the files " +
-			"the code created or changed in /workspace (as resource links). State persists: variables, imports and files stay " +
+			"stdout, stderr, the value of the last expression, what it displayed (plots: as images when this connection takes " +
+			"them), the exception with its traceback, and the files the code created or changed in /workspace (by path: read_file " +
+			"reads them). State persists: variables, imports and files stay " +
 			"for the next call in the same session (this connection's default session unless session_id is given). " +
 			"numpy, pandas, matplotlib and scikit-learn are available; there is no network (see create_session). The result carries at most 8 KiB of " +
 			"stdout, of stderr, of the result and of the traceback (their start and end; it says how much was left out): write long " +
@@ -229,7 +230,7 @@ func (s *Server) addTools() {
 	mcp.AddTool(s.srv, &mcp.Tool{
 		Name:        "read_file",
 		Title:       "Read a file",
-		Description: "Reads a file from a session's /workspace: text as text, images as images, anything else as an embedded blob. At most max_bytes (1 MiB by default, 8 MiB at most); larger files go through the HTTP files API.",
+		Description: "Reads a file from a session's /workspace: text as text; an image as an image and any other binary file as an embedded blob when this connection takes them, else a line that says what the file is. At most max_bytes (1 MiB by default, 8 MiB at most); larger files go through the HTTP files API.",
 		Annotations: &mcp.ToolAnnotations{Title: "Read a file", ReadOnlyHint: true, OpenWorldHint: &no},
 	}, s.readFile)
 	mcp.AddTool(s.srv, &mcp.Tool{
@@ -416,7 +417,7 @@ func (s *Server) executeCode(ctx context.Context, req *mcp.CallToolRequest, in E
 	if err != nil {
 		return failed(err), out, nil
 	}
-	r, out := executeResult(id, note, res)
+	r, out := executeResult(id, note, res, s.blocks(req.Extra))
 	return r, out, nil
 }
 
@@ -501,7 +502,7 @@ func (s *Server) readFile(ctx context.Context, req *mcp.CallToolRequest, in Read
 	if err != nil {
 		return failed(err), nil, nil
 	}
-	content, err := s.fileContent(ctx, api, id, p, max)
+	content, err := s.fileContent(ctx, api, id, p, max, s.blocks(req.Extra))
 	if err != nil {
 		return failed(err), nil, nil
 	}
@@ -509,8 +510,9 @@ func (s *Server) readFile(ctx context.Context, req *mcp.CallToolRequest, in Read
 }
 
 // fileContent reads up to max bytes of a session's file (p, a cleaned
-// workspace path) as MCP content: an image, text, or an embedded blob.
-func (s *Server) fileContent(ctx context.Context, api *client.Client, id, p string, max int64) ([]mcp.Content, error) {
+// workspace path) as MCP content: text, or an image or an embedded blob
+// when bl allows them, else a line that says what the file is.
+func (s *Server) fileContent(ctx context.Context, api *client.Client, id, p string, max int64, bl blocks) ([]mcp.Content, error) {
 	rc, err := api.Download(ctx, id, p)
 	if err != nil {
 		return nil, err
@@ -530,13 +532,22 @@ func (s *Server) fileContent(ctx context.Context, api *client.Client, id, p stri
 	}
 	uri := fileURI(id, p)
 	var content []mcp.Content
+	image := strings.HasPrefix(mime, "image/") && mime != "image/svg+xml"
 	switch {
-	case strings.HasPrefix(mime, "image/") && !truncated && mime != "image/svg+xml":
+	case image && !truncated && bl.image:
 		content = append(content, &mcp.ImageContent{Data: data, MIMEType: mime})
-	case utf8.Valid(data):
+	case !image && utf8.Valid(data):
 		content = append(content, &mcp.TextContent{Text: string(data)})
-	default:
+	case !image && bl.resource:
 		content = append(content, &mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: uri, MIMEType: mime, Blob: data}})
+	default:
+		// Its bytes as text would be base64 in the model's context.
+		what := "a binary file"
+		if image {
+			what = "an image"
+		}
+		content = append(content, &mcp.TextContent{Text: fmt.Sprintf("/workspace/%s is %s (%s, %d bytes read): not attached, "+
+			"this connection takes text only; run_command can look into it (file, xxd | head), or code can describe it", p, what, mime, len(data))})
 	}
 	if truncated {
 		content = append(content, &mcp.TextContent{Text: fmt.Sprintf("(only the first %d bytes; the file is larger — read more with max_bytes, or download it with GET /v1/sessions/%s/files/%s)", max, id, p)})
