@@ -153,6 +153,69 @@ import sys; sys.stdout.buffer.write(b"\xff\xfe\n")
 	}
 }
 
+func TestRunOut(t *testing.T) { runModes(t, testRunOut) }
+
+// --out copies what the program wrote into a host directory, nested
+// directories included, never through a symlink in it: a symlink the
+// operator left there is replaced by the file, not followed, and a file
+// beneath a symlinked directory is not copied (said on stderr, exit 73);
+// nothing outside the directory changes.
+func testRunOut(t *testing.T, runCLI runFunc) {
+	prog := writeFile(t, "w.py", `import os
+os.makedirs("deep/er", exist_ok=True)
+open("deep/er/a.txt", "w").write("nested")
+open("top.bin", "wb").write(bytes(range(256)) * 1000)
+open("victim", "w").write("from the sandbox")
+os.makedirs("link", exist_ok=True)
+open("link/x", "w").write("x")
+os.symlink("/etc/passwd", "sym")
+print("done")
+`)
+	outside := t.TempDir()
+	target := filepath.Join(outside, "target")
+	os.WriteFile(target, []byte("host file"), 0o644)
+	dir := filepath.Join(t.TempDir(), "out")
+	os.MkdirAll(dir, 0o755)
+	os.Symlink(target, filepath.Join(dir, "victim"))
+	os.Symlink(outside, filepath.Join(dir, "link"))
+	stdout, stderr, code := runCLI("", "run", "--out", dir, prog)
+	if stdout != "done\n" || code != 73 || !strings.Contains(stderr, "--out: not copied: link/x") || strings.Count(stderr, "not copied") != 1 {
+		t.Fatalf("stdout %q, exit %d (want 73), stderr %q", stdout, code, stderr)
+	}
+	for name, want := range map[string]string{"deep/er/a.txt": "nested", "victim": "from the sandbox"} {
+		p := filepath.Join(dir, name)
+		if st, err := os.Lstat(p); err != nil || !st.Mode().IsRegular() {
+			t.Errorf("%s: %v %v, want a regular file", name, st, err)
+		}
+		if b, _ := os.ReadFile(p); string(b) != want {
+			t.Errorf("%s = %q, want %q", name, b, want)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "top.bin")); len(b) != 256000 || b[255] != 255 {
+		t.Errorf("top.bin: %d bytes", len(b))
+	}
+	if b, _ := os.ReadFile(target); string(b) != "host file" {
+		t.Errorf("the symlink's target outside --out was written: %q", b)
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 1 {
+		t.Errorf("something was written beneath the symlinked directory: %v", ents)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "sym")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a symlink the program made was copied out: %v", err)
+	}
+	// The same run into a fresh directory copies everything and keeps the
+	// program's status; --json lists the files.
+	fresh := filepath.Join(t.TempDir(), "new", "dir")
+	stdout, stderr, code = runCLI("", "run", "--json", "--out", fresh, prog)
+	var r runJSON
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil || code != 0 || len(r.Files) != 4 {
+		t.Fatalf("exit %d, %+v, %v; stderr %s", code, r, err, stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(fresh, "link", "x")); string(b) != "x" {
+		t.Errorf("link/x in a fresh directory: %q", b)
+	}
+}
+
 func TestRunKillsAndFlags(t *testing.T) { runModes(t, testRunKillsAndFlags) }
 
 func testRunKillsAndFlags(t *testing.T, runCLI runFunc) {

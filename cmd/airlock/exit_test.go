@@ -129,6 +129,15 @@ func TestExitCodesMatchTheREADME(t *testing.T) {
 			}},
 		},
 		70: {{"an internal error", func(t *testing.T, e io.Writer) int { return exitFor(e, errors.New("boom")) }}},
+		73: {
+			{"--out on a file", func(t *testing.T, e io.Writer) int {
+				hostEnv(t)
+				return runCmd([]string{"--out", prog, prog}, nil, io.Discard, e)
+			}},
+			{"a file not copied out", func(t *testing.T, e io.Writer) int {
+				return report(apitype.RunOutput{}, config.DefaultLimits(), false, []string{"big.bin: too large"}, io.Discard, e)
+			}},
+		},
 		75: {
 			{"the server at capacity", func(t *testing.T, e io.Writer) int {
 				return exitFor(e, fmt.Errorf("%w: 64 executions", errdefs.ErrLimit))
@@ -150,7 +159,7 @@ func TestExitCodesMatchTheREADME(t *testing.T) {
 			}},
 		},
 		137: {{"a killed program", func(t *testing.T, e io.Writer) int {
-			return report(apitype.RunOutput{Killed: true, KillReason: apitype.KillMemory}, config.DefaultLimits(), false, io.Discard, e)
+			return report(apitype.RunOutput{Killed: true, KillReason: apitype.KillMemory}, config.DefaultLimits(), false, nil, io.Discard, e)
 		}}},
 	}
 	readme := readmeExitCodes(t)
@@ -182,7 +191,7 @@ func TestEveryKindHasAREADMEExitCode(t *testing.T) {
 			t.Errorf("%s exits %d, which the README's table does not list", k.Code, k.Exit)
 		}
 	}
-	for _, code := range []int{exitUsage, exitNoInput, exitUnavailable, exitSoftware, exitConfig, exitKilled} {
+	for _, code := range []int{exitUsage, exitNoInput, exitUnavailable, exitSoftware, exitCantCreate, exitConfig, exitKilled} {
 		if _, ok := readme[code]; !ok {
 			t.Errorf("exit status %d is not in the README's table", code)
 		}

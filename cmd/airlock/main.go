@@ -32,6 +32,7 @@ const (
 	exitNoInput     = errdefs.ExitNoInput     // an input file cannot be read
 	exitUnavailable = errdefs.ExitUnavailable // cannot run as asked here
 	exitSoftware    = errdefs.ExitSoftware    // an internal error
+	exitCantCreate  = errdefs.ExitCantCreate  // an output file cannot be written (--out)
 	exitConfig      = errdefs.ExitConfig      // the configuration is invalid
 	exitKilled      = 137                     // airlock killed the program (reason on stderr)
 )

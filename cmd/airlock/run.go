@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	"airlock/internal/fontcache"
 	"airlock/internal/jail"
 	"airlock/internal/runtimes"
+	"airlock/internal/session"
 	"airlock/internal/termtext"
 	"airlock/internal/workspace"
 )
@@ -95,6 +97,7 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	c.configFlag()
 	fs.BoolVar(&cold, "cold", false, "build the jail in this process even when a local server runs")
 	isolation := fs.String("isolation", "", "native or gvisor (default: the configuration's isolation); gvisor needs a running server")
+	outDir := fs.String("out", "", "copy the files the program created or modified in /workspace into `DIR` (made if missing; paths stay beneath it, symlinks in it are never followed)")
 	lf.bind(fs)
 	if status, ok := c.parse(args); !ok {
 		return status
@@ -186,6 +189,15 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		inputs = append(inputs, hostFile{clean, data})
 	}
 
+	var out *workspace.Dir
+	if *outDir != "" {
+		if out, err = workspace.OpenOut(*outDir); err != nil {
+			fmt.Fprintf(stderr, "airlock run: --out: %v\n", err)
+			return exitCantCreate
+		}
+		defer out.Close()
+	}
+
 	jail.Trace("cli parsed")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -199,6 +211,7 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			Language: rt.Lang, Code: string(code), Filename: name, Args: progArgs,
 			Limits: req, Env: runtimes.EnvMap(env), FileContents: new(bool),
 		}
+		*preq.FileContents = out != nil
 		if len(allowHosts) > 0 {
 			preq.Network = &apitype.NetworkPolicy{Allow: allowHosts}
 		}
@@ -215,21 +228,31 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			if err != nil {
 				return exitFor(stderr, err)
 			}
-			out := apitype.RunOutput{
+			ro := apitype.RunOutput{
 				ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr,
 				StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
 				StdoutDroppedBytes: res.StdoutDroppedBytes, StderrDroppedBytes: res.StderrDroppedBytes,
 				DurationMs: res.DurationMs, CPUMs: res.CPUMs, PeakMemoryBytes: res.PeakMemoryBytes,
 				Killed: res.Killed, KillReason: res.KillReason, Files: []apitype.RunFile{},
-				FilesTruncated: res.FilesTruncated,
+				FilesTruncated: res.FilesTruncated, Egress: res.Egress,
 			}
+			var notCopied []string
 			for _, f := range res.Files {
-				out.Files = append(out.Files, apitype.RunFile{Path: f.Path, Size: f.Size})
+				ro.Files = append(ro.Files, apitype.RunFile{Path: f.Path, Size: f.Size})
+				if out != nil {
+					notCopied = append(notCopied, copyOut(out, f.Path, func() (io.ReadCloser, error) {
+						if f.Omitted {
+							return nil, fmt.Errorf("%w: over the %d MiB a server's run returns with its files (run it with --cold)", errdefs.ErrTooLarge, session.MaxOneShotFiles>>20)
+						}
+						data, err := base64.StdEncoding.DecodeString(f.ContentBase64)
+						return io.NopCloser(bytes.NewReader(data)), err
+					})...)
+				}
 			}
 			if res.Limits != nil {
 				limits = *res.Limits
 			}
-			return report(out, limits, asJSON, stdout, stderr)
+			return report(ro, limits, asJSON, notCopied, stdout, stderr)
 		}
 	}
 	if iso := config.Isolation(*isolation); iso == config.GVisor || (iso == "" && cfg.Isolation == config.GVisor) {
@@ -280,12 +303,23 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if !asJSON {
 		runReq.Stdout, runReq.Stderr = progOut, progErr
 	}
-	res, err := host.Run(ctx, runReq)
+	var notCopied []string
+	res, err := host.RunWith(ctx, runReq, func(sb *jail.Sandbox, res *jail.RunResult) {
+		// Before the sandbox goes: its workspace is still there.
+		for _, f := range res.Files {
+			if out != nil {
+				notCopied = append(notCopied, copyOut(out, f.Path, func() (io.ReadCloser, error) {
+					f, _, err := sb.Workspace().Open(f.Path)
+					return f, err
+				})...)
+			}
+		}
+	})
 	done()
 	if err != nil {
 		return exitFor(stderr, err)
 	}
-	out := apitype.RunOutput{
+	ro := apitype.RunOutput{
 		ExitCode:           res.ExitCode,
 		Stdout:             strings.ToValidUTF8(string(res.Stdout), "\uFFFD"),
 		Stderr:             strings.ToValidUTF8(string(res.Stderr), "\uFFFD"),
@@ -302,14 +336,38 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		FilesTruncated:     res.FilesTruncated,
 	}
 	for _, f := range res.Files {
-		out.Files = append(out.Files, apitype.RunFile{Path: f.Path, Size: f.Size})
+		ro.Files = append(ro.Files, apitype.RunFile{Path: f.Path, Size: f.Size})
 	}
-	return report(out, limits, asJSON, stdout, stderr)
+	return report(ro, limits, asJSON, notCopied, stdout, stderr)
+}
+
+// copyOut copies the file at path (as the sandbox named it) from open
+// into out; it returns why it could not, if it could not.
+func copyOut(out *workspace.Dir, path string, open func() (io.ReadCloser, error)) []string {
+	fail := func(err error) []string {
+		return []string{fmt.Sprintf("%s: %s", termtext.Field(path), termtext.Field(err.Error()))}
+	}
+	clean, err := workspace.Clean(path)
+	if err != nil || clean == "" {
+		return fail(fmt.Errorf("not a path beneath --out: %v", err))
+	}
+	r, err := open()
+	if err != nil {
+		return fail(err)
+	}
+	defer r.Close()
+	if _, err := out.Write(clean, r, math.MaxInt64-1, 0o644); err != nil {
+		return fail(err)
+	}
+	return nil
 }
 
 // report prints a run's result (the JSON object, or notes on stderr after
-// the streamed output) and returns the exit status of airlock run.
-func report(out apitype.RunOutput, limits config.Limits, asJSON bool, stdout, stderr io.Writer) int {
+// the streamed output), what --out could not copy and a hint when the
+// network refused the program, and returns the exit status of airlock
+// run: the program's, or exitCantCreate when it succeeded but its files
+// could not all be copied out.
+func report(out apitype.RunOutput, limits config.Limits, asJSON bool, notCopied []string, stdout, stderr io.Writer) int {
 	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetEscapeHTML(false)
@@ -327,10 +385,50 @@ func report(out apitype.RunOutput, limits config.Limits, asJSON bool, stdout, st
 			fmt.Fprintf(stderr, "airlock: killed: %s\n", describeKill(out.KillReason, limits))
 		}
 	}
-	if out.Killed {
+	if hint := egressHint(out.Egress); hint != "" {
+		fmt.Fprintln(stderr, hint)
+	}
+	for _, n := range notCopied {
+		fmt.Fprintf(stderr, "airlock: --out: not copied: %s\n", n)
+	}
+	switch {
+	case out.Killed:
 		return exitKilled
+	case out.ExitCode == 0 && len(notCopied) > 0:
+		return exitCantCreate
 	}
 	return out.ExitCode
+}
+
+// egressHint is one line on what the network refused the program, with
+// the flag that allows a name ("" when nothing was refused).
+func egressHint(ds []apitype.EgressDecision) string {
+	var refused []string
+	seen := map[string]bool{}
+	for _, d := range ds {
+		if d.Allowed {
+			continue
+		}
+		what := d.Host
+		switch {
+		case what == "":
+			what = d.Dest
+		case d.Port != 0:
+			what = net.JoinHostPort(d.Host, strconv.Itoa(d.Port))
+		}
+		if what != "" && !seen[what] {
+			seen[what] = true
+			refused = append(refused, termtext.Field(what))
+		}
+	}
+	if len(refused) == 0 {
+		return ""
+	}
+	list := strings.Join(refused[:min(3, len(refused))], ", ")
+	if len(refused) > 3 {
+		list += fmt.Sprintf(" and %d more", len(refused)-3)
+	}
+	return "airlock: the network refused the program: " + list + " (--allow-host NAME[:PORT] lets it reach a name; --json's egress says why)"
 }
 
 func ms(seconds float64) float64 {

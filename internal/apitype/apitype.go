@@ -476,6 +476,9 @@ type RunOutput struct {
 	// Files are what the program created or modified in /workspace.
 	Files          []RunFile `json:"files"`
 	FilesTruncated bool      `json:"files_truncated,omitempty"`
+	// Egress: what the program tried on the network (with --allow-host),
+	// as in Result.
+	Egress []EgressDecision `json:"egress,omitempty"`
 }
 
 // RunFile is a file of RunOutput.

@@ -77,14 +77,15 @@ type Kind struct {
 	Exit int
 }
 
-// Exit statuses of airlock's commands (sysexits.h). ExitConfig and
-// ExitNoInput are the commands' own (a configuration that cannot be
-// built, an input file that cannot be read): no kind maps to them.
+// Exit statuses of airlock's commands (sysexits.h). ExitConfig,
+// ExitNoInput and ExitCantCreate are the commands' own (a configuration
+// that cannot be built, an input or output file): no kind maps to them.
 const (
 	ExitUsage       = 64 // EX_USAGE: bad flags or arguments
 	ExitNoInput     = 66 // EX_NOINPUT: an input cannot be read
 	ExitUnavailable = 69 // EX_UNAVAILABLE: cannot run as asked here
 	ExitSoftware    = 70 // EX_SOFTWARE: an internal error
+	ExitCantCreate  = 73 // EX_CANTCREAT: an output file cannot be written
 	ExitTempFail    = 75 // EX_TEMPFAIL: try again later
 	ExitNoPerm      = 77 // EX_NOPERM: the server refused the credentials
 	ExitConfig      = 78 // EX_CONFIG: the configuration is invalid

@@ -78,7 +78,7 @@ func Ensure(ctx context.Context, h *jail.Host, cfg config.Config) (bool, error) 
 		Spec: jail.Spec{Name: "r-" + strconv.Itoa(os.Getpid()), Slot: slot, Limits: l},
 		Argv: []string{cfg.Runtimes.Python, "-c", script},
 		Env:  []string{"MPLCONFIGDIR=/tmp/mplbuild"},
-	}, func(sb *jail.Sandbox) {
+	}, func(sb *jail.Sandbox, _ *jail.RunResult) {
 		ents, _, err := sb.Workspace().List("mpl", false)
 		if err != nil {
 			return

@@ -21,10 +21,11 @@ func (h *Host) Run(ctx context.Context, req RunRequest) (*RunResult, error) {
 	return h.RunWith(ctx, req, nil)
 }
 
-// RunWith is Run with a hook that sees the sandbox after the program and
-// everything it started are dead, before the sandbox is torn down: its
-// workspace is still readable (and nothing can change it any more).
-func (h *Host) RunWith(ctx context.Context, req RunRequest, after func(*Sandbox)) (*RunResult, error) {
+// RunWith is Run with a hook that sees the sandbox and the result after
+// the program and everything it started are dead, before the sandbox is
+// torn down: its workspace is still readable (and nothing can change it
+// any more), the files the program wrote are in the result.
+func (h *Host) RunWith(ctx context.Context, req RunRequest, after func(*Sandbox, *RunResult)) (*RunResult, error) {
 	sb, err := h.Start(ctx, req.Spec)
 	if err != nil {
 		return nil, err
@@ -142,7 +143,7 @@ func (r *run) Interrupt(apitype.KillReason) {}
 
 // finish kills whatever is left, collects the output and the files, and
 // says how the program ended.
-func (r *run) finish(ctx context.Context, sb *Sandbox, req RunRequest, o watch.Outcome, after func(*Sandbox)) (*RunResult, error) {
+func (r *run) finish(ctx context.Context, sb *Sandbox, req RunRequest, o watch.Outcome, after func(*Sandbox, *RunResult)) (*RunResult, error) {
 	trace("exited")
 	res := &RunResult{ExitCode: -1, Duration: time.Since(r.start)}
 	// Whatever the program left running (daemons included) dies with the
@@ -191,7 +192,7 @@ func (r *run) finish(ctx context.Context, sb *Sandbox, req RunRequest, o watch.O
 	}
 	res.FilesTruncated = r.before.Truncated || now.Truncated
 	if after != nil {
-		after(sb)
+		after(sb, res)
 	}
 	return res, nil
 }

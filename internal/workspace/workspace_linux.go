@@ -29,6 +29,7 @@ type Dir struct {
 	fd       int // O_PATH directory fd of the tmpfs root; -1 once closed
 	uid, gid int // host ids of the sandbox user, who owns what we create
 	copy     Copier
+	root     string // how paths beneath are shown: "/workspace", or a host directory
 }
 
 // A Copier writes everything src yields into dst, a regular file Write
@@ -47,7 +48,26 @@ type Copier func(dst *os.File, src io.Reader) (int64, error)
 // New takes ownership of fd, an O_PATH descriptor of the workspace root.
 // Files the host creates are given to uid:gid (host ids); copy writes
 // their contents.
-func New(fd, uid, gid int, copy Copier) *Dir { return &Dir{fd: fd, uid: uid, gid: gid, copy: copy} }
+func New(fd, uid, gid int, copy Copier) *Dir {
+	return &Dir{fd: fd, uid: uid, gid: gid, copy: copy, root: "/workspace"}
+}
+
+// OpenOut opens the host directory dir (made if missing), into which
+// files a sandbox wrote are copied out (airlock run --out) with the same
+// care as into a workspace: every path is resolved beneath dir, never
+// through a symlink or a mount, and only regular files are written,
+// under a temporary name first. Files belong to this process's user.
+func OpenOut(dir string) (*Dir, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", errdefs.ErrUnavailable, dir, err)
+	}
+	copy := func(dst *os.File, src io.Reader) (int64, error) { return io.Copy(dst, src) }
+	return &Dir{fd: fd, uid: os.Getuid(), gid: os.Getgid(), copy: copy, root: dir}, nil
+}
 
 // Close releases the descriptor; the tmpfs goes away with its last user.
 func (d *Dir) Close() error {
@@ -67,46 +87,48 @@ func (d *Dir) open(rel string, flags uint64, mode uint64) (int, error) {
 	}
 	fd, err := unix.Openat2(d.fd, rel, &unix.OpenHow{Flags: flags | unix.O_CLOEXEC | unix.O_NOFOLLOW, Mode: mode, Resolve: resolve})
 	if err != nil {
-		return -1, mapErr(rel, err)
+		return -1, mapErr(d.shown(rel), err)
 	}
 	return fd, nil
 }
 
-func mapErr(rel string, err error) error {
+// mapErr turns err, met at where (a path as shown), into an error of a
+// kind.
+func mapErr(where string, err error) error {
 	switch {
 	case errors.Is(err, unix.ENOENT):
-		return fmt.Errorf("%w: %s: no such file or directory", errdefs.ErrNotFound, shown(rel))
+		return fmt.Errorf("%w: %s: no such file or directory", errdefs.ErrNotFound, where)
 	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV):
-		return fmt.Errorf("%w: %s: path goes through a symlink or mount, which the host never follows", errdefs.ErrInvalidArgument, shown(rel))
+		return fmt.Errorf("%w: %s: path goes through a symlink or mount, which the host never follows", errdefs.ErrInvalidArgument, where)
 	case errors.Is(err, unix.ENOTDIR):
-		return fmt.Errorf("%w: %s: not a directory (or a parent is not)", errdefs.ErrInvalidArgument, shown(rel))
+		return fmt.Errorf("%w: %s: not a directory (or a parent is not)", errdefs.ErrInvalidArgument, where)
 	case errors.Is(err, unix.EISDIR):
-		return fmt.Errorf("%w: %s: is a directory", errdefs.ErrInvalidArgument, shown(rel))
+		return fmt.Errorf("%w: %s: is a directory", errdefs.ErrInvalidArgument, where)
 	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT), errors.Is(err, unix.EFBIG):
-		return fmt.Errorf("%w: %s: the workspace is full", errdefs.ErrTooLarge, shown(rel))
+		return fmt.Errorf("%w: %s: the workspace is full", errdefs.ErrTooLarge, where)
 	case errors.Is(err, unix.ENOMEM):
 		// The sandbox's memory cgroup refused the pages (files in
 		// /workspace count towards limits.memory).
-		return fmt.Errorf("%w: %s: the session's memory is full", errdefs.ErrTooLarge, shown(rel))
+		return fmt.Errorf("%w: %s: the session's memory is full", errdefs.ErrTooLarge, where)
 	case errors.Is(err, unix.EEXIST), errors.Is(err, unix.ENOTEMPTY):
-		return fmt.Errorf("%w: %s: %v", errdefs.ErrConflict, shown(rel), err)
+		return fmt.Errorf("%w: %s: %v", errdefs.ErrConflict, where, err)
 	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
-		return fmt.Errorf("%w: %s: the sandbox user may not access it", errdefs.ErrPermission, shown(rel))
+		return fmt.Errorf("%w: %s: the sandbox user may not access it", errdefs.ErrPermission, where)
 	case errors.Is(err, unix.ENAMETOOLONG):
-		return fmt.Errorf("%w: %s: name too long", errdefs.ErrInvalidArgument, shown(rel))
+		return fmt.Errorf("%w: %s: name too long", errdefs.ErrInvalidArgument, where)
 	case errors.Is(err, unix.ENXIO), errors.Is(err, unix.ENODEV):
-		return fmt.Errorf("%w: %s: a socket or device, not a regular file", errdefs.ErrInvalidArgument, shown(rel))
+		return fmt.Errorf("%w: %s: a socket or device, not a regular file", errdefs.ErrInvalidArgument, where)
 	case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.ETXTBSY), errors.Is(err, unix.EBUSY):
-		return fmt.Errorf("%w: %s: in use by the sandbox (try again)", errdefs.ErrConflict, shown(rel))
+		return fmt.Errorf("%w: %s: in use by the sandbox (try again)", errdefs.ErrConflict, where)
 	}
-	return fmt.Errorf("workspace: %s: %w", shown(rel), err)
+	return fmt.Errorf("workspace: %s: %w", where, err)
 }
 
-func shown(rel string) string {
+func (d *Dir) shown(rel string) string {
 	if rel == "" || rel == "." {
-		return "/workspace"
+		return d.root
 	}
-	return "/workspace/" + rel
+	return path.Join(d.root, rel)
 }
 
 // Open opens a regular file for reading. Anything else (directory, FIFO,
@@ -122,7 +144,7 @@ func (d *Dir) Open(rel string) (f *os.File, e Entry, err error) {
 
 func (d *Dir) openFile(rel string) (*os.File, Entry, error) {
 	if rel == "" {
-		return nil, Entry{}, fmt.Errorf("%w: /workspace: is a directory", errdefs.ErrInvalidArgument)
+		return nil, Entry{}, fmt.Errorf("%w: %s: is a directory", errdefs.ErrInvalidArgument, d.root)
 	}
 	// O_NONBLOCK: opening a FIFO must not wait for a writer.
 	fd, err := d.open(rel, unix.O_RDONLY|unix.O_NONBLOCK, 0)
@@ -132,7 +154,7 @@ func (d *Dir) openFile(rel string) (*os.File, Entry, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
-		return nil, Entry{}, mapErr(rel, err)
+		return nil, Entry{}, mapErr(d.shown(rel), err)
 	}
 	e := entryOf(rel, &st)
 	if e.Type != "file" {
@@ -141,14 +163,14 @@ func (d *Dir) openFile(rel string) (*os.File, Entry, error) {
 		if what == "" {
 			what = "a FIFO, socket or device"
 		}
-		return nil, Entry{}, fmt.Errorf("%w: %s: is %s, not a regular file", errdefs.ErrInvalidArgument, shown(rel), what)
+		return nil, Entry{}, fmt.Errorf("%w: %s: is %s, not a regular file", errdefs.ErrInvalidArgument, d.shown(rel), what)
 	}
 	// Back to blocking reads for a regular file (no effect, but explicit).
 	if err := unix.SetNonblock(fd, false); err != nil {
 		unix.Close(fd)
-		return nil, Entry{}, mapErr(rel, err)
+		return nil, Entry{}, mapErr(d.shown(rel), err)
 	}
-	return os.NewFile(uintptr(fd), shown(rel)), e, nil
+	return os.NewFile(uintptr(fd), d.shown(rel)), e, nil
 }
 
 // Stat describes rel without following a final symlink.
@@ -168,7 +190,7 @@ func (d *Dir) stat(rel string) (Entry, error) {
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return Entry{}, mapErr(rel, err)
+		return Entry{}, mapErr(d.shown(rel), err)
 	}
 	return entryOf(rel, &st), nil
 }
@@ -193,7 +215,7 @@ func (d *Dir) asUser(fn func(root *Dir) error) error {
 	if err != nil {
 		return fmt.Errorf("workspace: %w", err)
 	}
-	root := &Dir{fd: fd, uid: d.uid, gid: d.gid}
+	root := &Dir{fd: fd, uid: d.uid, gid: d.gid, root: d.root}
 	defer root.Close()
 	errc := make(chan error, 1)
 	go func() {
@@ -254,7 +276,7 @@ func (d *Dir) Write(rel string, r io.Reader, max int64, mode os.FileMode) (int64
 	case err != nil:
 		err = up.copyErr(err, src.err)
 	case n > max:
-		err = fmt.Errorf("%w: %s: larger than the limit of %d bytes", errdefs.ErrTooLarge, shown(rel), max)
+		err = fmt.Errorf("%w: %s: larger than the limit of %d bytes", errdefs.ErrTooLarge, d.shown(rel), max)
 	default:
 		// As the sandbox user again: the session may have ended meanwhile
 		// (ErrGone), and nothing is renamed where it could not rename.
@@ -269,7 +291,7 @@ func (d *Dir) Write(rel string, r io.Reader, max int64, mode os.FileMode) (int64
 
 // upload is a file being written under a temporary name.
 type upload struct {
-	rel  string
+	where string // its path as shown
 	pfd  int    // O_PATH descriptor of its directory
 	tmp  string // its temporary name there
 	name string // its final name there
@@ -279,7 +301,7 @@ type upload struct {
 
 func (d *Dir) create(rel string, mode os.FileMode) (*upload, error) {
 	if rel == "" {
-		return nil, fmt.Errorf("%w: /workspace: is a directory", errdefs.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: %s: is a directory", errdefs.ErrInvalidArgument, d.root)
 	}
 	dir, name := path.Split(rel)
 	pfd, err := d.mkdirAll(strings.TrimSuffix(dir, "/"))
@@ -291,9 +313,9 @@ func (d *Dir) create(rel string, mode os.FileMode) (*upload, error) {
 	fd, err := unix.Openat(pfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(mode.Perm()))
 	if err != nil {
 		unix.Close(pfd)
-		return nil, mapErr(rel, err)
+		return nil, mapErr(d.shown(rel), err)
 	}
-	return &upload{rel: rel, pfd: pfd, tmp: tmp, name: name, f: os.NewFile(uintptr(fd), tmp)}, nil
+	return &upload{where: d.shown(rel), pfd: pfd, tmp: tmp, name: name, f: os.NewFile(uintptr(fd), tmp)}, nil
 }
 
 // source remembers the error of the last read, to tell the client's
@@ -321,16 +343,16 @@ func (u *upload) copyErr(err, srcErr error) error {
 			return srcErr // the caller's own words (a stalled client)
 		}
 		// The client stopped sending, or sent a broken body.
-		return fmt.Errorf("%w: %s: reading the upload: %v", errdefs.ErrInvalidArgument, shown(u.rel), srcErr)
+		return fmt.Errorf("%w: %s: reading the upload: %v", errdefs.ErrInvalidArgument, u.where, srcErr)
 	case errors.As(err, &pe):
-		return mapErr(u.rel, pe.Err)
+		return mapErr(u.where, pe.Err)
 	}
 	return err
 }
 
 func (u *upload) commit() error {
 	if err := unix.Renameat(u.pfd, u.tmp, u.pfd, u.name); err != nil {
-		return mapErr(u.rel, err)
+		return mapErr(u.where, err)
 	}
 	u.done = true
 	return nil
@@ -374,7 +396,7 @@ func (d *Dir) mkdirAll(rel string) (int, error) {
 		err := unix.Mkdirat(cur, part, 0o755)
 		if err != nil && !errors.Is(err, unix.EEXIST) {
 			unix.Close(cur)
-			return -1, mapErr(done, err)
+			return -1, mapErr(d.shown(done), err)
 		}
 		next, err := unix.Openat2(cur, part, &unix.OpenHow{
 			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
@@ -382,7 +404,7 @@ func (d *Dir) mkdirAll(rel string) (int, error) {
 		})
 		unix.Close(cur)
 		if err != nil {
-			return -1, mapErr(done, err)
+			return -1, mapErr(d.shown(done), err)
 		}
 		cur = next
 	}
@@ -397,7 +419,7 @@ func (d *Dir) Remove(rel string, recursive bool) error {
 
 func (d *Dir) remove(rel string, recursive bool) error {
 	if rel == "" {
-		return fmt.Errorf("%w: refusing to remove /workspace itself", errdefs.ErrInvalidArgument)
+		return fmt.Errorf("%w: refusing to remove %s itself", errdefs.ErrInvalidArgument, d.root)
 	}
 	dir, name := path.Split(rel)
 	pfd, err := d.open(strings.TrimSuffix(dir, "/"), unix.O_PATH|unix.O_DIRECTORY, 0)
@@ -405,7 +427,7 @@ func (d *Dir) remove(rel string, recursive bool) error {
 		return err
 	}
 	defer unix.Close(pfd)
-	r := remover{rel: rel, recursive: recursive, budget: 4 * MaxListLength * MaxPathDepth}
+	r := remover{where: d.shown(rel), recursive: recursive, budget: 4 * MaxListLength * MaxPathDepth}
 	return r.removeAt(pfd, name, 0)
 }
 
@@ -414,7 +436,7 @@ func (d *Dir) remove(rel string, recursive bool) error {
 // the path asked for (building every entry's path would cost memory
 // quadratic in the depth).
 type remover struct {
-	rel       string
+	where     string // the path asked for, as shown
 	recursive bool
 	budget    int // entries left to visit
 }
@@ -422,26 +444,26 @@ type remover struct {
 func (r *remover) removeAt(pfd int, name string, depth int) error {
 	r.budget--
 	if r.budget < 0 {
-		return fmt.Errorf("%w: %s: too many entries, or the sandbox keeps adding them", errdefs.ErrConflict, shown(r.rel))
+		return fmt.Errorf("%w: %s: too many entries, or the sandbox keeps adding them", errdefs.ErrConflict, r.where)
 	}
 	err := unix.Unlinkat(pfd, name, 0)
 	if err == nil {
 		return nil
 	}
 	if !errors.Is(err, unix.EISDIR) {
-		return mapErr(r.rel, err)
+		return mapErr(r.where, err)
 	}
 	if err := unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR); err == nil {
 		return nil
 	} else if !errors.Is(err, unix.ENOTEMPTY) || !r.recursive {
-		return mapErr(r.rel, err)
+		return mapErr(r.where, err)
 	}
 	if depth >= 4*MaxPathDepth {
-		return fmt.Errorf("%w: %s: more than %d levels deep; it goes with the session", errdefs.ErrInvalidArgument, shown(r.rel), 4*MaxPathDepth)
+		return fmt.Errorf("%w: %s: more than %d levels deep; it goes with the session", errdefs.ErrInvalidArgument, r.where, 4*MaxPathDepth)
 	}
 	fd, err := unix.Openat2(pfd, name, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: resolve})
 	if err != nil {
-		return mapErr(r.rel, err)
+		return mapErr(r.where, err)
 	}
 	f := os.NewFile(uintptr(fd), name)
 	defer f.Close()
@@ -456,13 +478,13 @@ func (r *remover) removeAt(pfd int, name string, depth int) error {
 			break
 		}
 		if err != nil {
-			return mapErr(r.rel, err)
+			return mapErr(r.where, err)
 		}
 	}
 	// mapErr turns every error, nil included, into a non-nil one: a
 	// successful removal of the emptied directory must return nil.
 	if err := unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR); err != nil {
-		return mapErr(r.rel, err)
+		return mapErr(r.where, err)
 	}
 	return nil
 }
@@ -483,7 +505,7 @@ func (d *Dir) list(rel string, recursive bool) (entries []Entry, truncated bool,
 	if err != nil {
 		return nil, false, err
 	}
-	l := lister{recursive: recursive}
+	l := lister{root: d.root, recursive: recursive}
 	depth := 1 // components in the path of rel's entries
 	if rel != "" {
 		depth += strings.Count(rel, "/") + 1
@@ -501,6 +523,7 @@ var errFull = errors.New("list full")
 // lister walks a tree the sandbox built: what it keeps is bounded by
 // MaxListLength entries of at most MaxPathLen bytes, whatever the tree.
 type lister struct {
+	root      string // how paths are shown
 	recursive bool
 	out       []Entry
 	truncated bool // something was left out
@@ -551,7 +574,7 @@ func (l *lister) list(fd int, rel string, depth int) error {
 			return nil
 		}
 		if rerr != nil {
-			return mapErr(rel, rerr)
+			return mapErr(path.Join(l.root, rel), rerr)
 		}
 	}
 }
