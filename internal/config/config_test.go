@@ -195,6 +195,10 @@ func TestConfigValidate(t *testing.T) {
 		{"max_open_connections huge", func(c *Config) { c.Network.MaxOpenConnections = 1<<20 + 1 }, "network.max_open_connections"},
 		{"dns rate negative", func(c *Config) { c.Network.DNSQueriesPerSecond = -1 }, "network.dns_queries_per_second"},
 		{"dns burst 0", func(c *Config) { c.Network.DNSBurst = 0 }, "network.dns_burst"},
+		{"connection budget 0", func(c *Config) { c.Network.ConnectionBudget = 0 }, "network.connection_budget"},
+		{"wildcard names 0", func(c *Config) { c.Network.MaxWildcardNames = 0 }, "network.max_wildcard_names"},
+		{"wildcard names huge", func(c *Config) { c.Network.MaxWildcardNames = 65535 }, "network.max_wildcard_names"},
+		{"internal cidrs without names", func(c *Config) { c.Network.InternalCIDRs = []string{"10.1.0.0/16"} }, "network.internal_names"},
 	} {
 		cfg := Default()
 		c.change(&cfg)

@@ -22,10 +22,15 @@ type Network struct {
 	AllowOnly []string `json:"allow_only"`
 	// Bytes is each session's egress budget, up plus down.
 	Bytes Size `json:"bytes"`
-	// MaxConnections caps a session's open connections.
-	MaxConnections int      `json:"max_connections"`
-	ConnectTimeout Duration `json:"connect_timeout"`
-	IdleTimeout    Duration `json:"idle_timeout"`
+	// MaxConnections caps a session's open connections (DNS over TCP
+	// included).
+	MaxConnections int `json:"max_connections"`
+	// ConnectionBudget caps the connections a session may have carried
+	// over its life: every one is kept in the execution's result and the
+	// audit record, so this also bounds what the server holds for them.
+	ConnectionBudget int      `json:"connection_budget"`
+	ConnectTimeout   Duration `json:"connect_timeout"`
+	IdleTimeout      Duration `json:"idle_timeout"`
 	// MaxOpenConnections caps the egress connections open at once on the
 	// whole server, every session together (each costs the server two
 	// file descriptors); 0: a quarter of the server's RLIMIT_NOFILE, read
@@ -36,12 +41,17 @@ type Network struct {
 	// REFUSED. 0 queries per second: no limit.
 	DNSQueriesPerSecond int `json:"dns_queries_per_second"`
 	DNSBurst            int `json:"dns_burst"`
+	// MaxWildcardNames caps the distinct names one wildcard entry
+	// ("*.example.com") lets a session use over its life: each is a name
+	// airlock looks up upstream, chosen by the sandbox.
+	MaxWildcardNames int `json:"max_wildcard_names"`
 	// Proxy adds an HTTP CONNECT/forward proxy on 127.0.0.1:3128 inside
 	// every sandbox with a policy, and HTTP(S)_PROXY pointing at it:
 	// proxy-aware clients get a 403 saying why instead of a reset.
 	Proxy bool `json:"proxy"`
-	// InternalCIDRs are internal ranges sessions may reach (a package
-	// mirror on the LAN); by server config only, never by a request.
+	// InternalCIDRs are further ranges the InternalNames (only) may
+	// resolve into (a package mirror on the LAN outside the private
+	// ranges); by server config only, never by a request.
 	InternalCIDRs []string `json:"internal_cidrs"`
 	// InternalNames may resolve into private ranges (RFC 1918, 100.64/10,
 	// ULA); loopback, link-local, metadata and the host stay closed.
@@ -51,9 +61,9 @@ type Network struct {
 // DefaultNetwork is the built-in network section.
 func DefaultNetwork() Network {
 	return Network{
-		Enabled: true, MaxAllow: 32, Bytes: 1 << 30, MaxConnections: 64,
+		Enabled: true, MaxAllow: 32, Bytes: 1 << 30, MaxConnections: 64, ConnectionBudget: 4096,
 		ConnectTimeout: Duration(10 * time.Second), IdleTimeout: Duration(2 * time.Minute),
-		DNSQueriesPerSecond: 100, DNSBurst: 200,
+		DNSQueriesPerSecond: 100, DNSBurst: 200, MaxWildcardNames: 64,
 	}
 }
 
@@ -69,6 +79,15 @@ func (n Network) Validate() error {
 	}
 	if n.MaxConnections < 1 || n.MaxConnections > 4096 {
 		errs = append(errs, fmt.Errorf("network.max_connections %d must be between 1 and 4096", n.MaxConnections))
+	}
+	if n.ConnectionBudget < 1 || n.ConnectionBudget > 1<<20 {
+		errs = append(errs, fmt.Errorf("network.connection_budget %d must be between 1 and 1048576", n.ConnectionBudget))
+	}
+	if n.MaxWildcardNames < 1 || n.MaxWildcardNames > 65534 {
+		errs = append(errs, fmt.Errorf("network.max_wildcard_names %d must be between 1 and 65534", n.MaxWildcardNames))
+	}
+	if len(n.InternalCIDRs) > 0 && len(n.InternalNames) == 0 {
+		errs = append(errs, errors.New("network.internal_cidrs opens its ranges to the names of network.internal_names only, and that list is empty: name the hosts that live there"))
 	}
 	if n.MaxOpenConnections < 0 || n.MaxOpenConnections > 1<<20 {
 		errs = append(errs, fmt.Errorf("network.max_open_connections %d must be between 0 (from RLIMIT_NOFILE) and 1048576", n.MaxOpenConnections))

@@ -1,10 +1,12 @@
 package egress
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
@@ -119,16 +121,26 @@ func (g *Gate) serveDNSTCP(l net.Listener) {
 			resetClose(c)
 			continue
 		}
-		// A descriptor of the server's too: under the server's cap.
-		if !g.limits.Shared.acquire() {
+		// A connection like any other: under the session's connection
+		// cap and the server's (one session holding DNS connections must
+		// not take the server's cap from every other).
+		release, reason, _ := g.admit()
+		if release == nil {
 			<-sem
-			g.record(&Decision{Kind: "dns", Start: time.Now(), Reason: "denied: " + g.limits.Shared.capReason() + " (DNS over TCP)"}, true)
+			g.record(&Decision{Kind: "dns", Start: time.Now(), Reason: "denied: " + reason + " (DNS over TCP)"}, true)
 			resetClose(c)
 			continue
 		}
-		g.track(c)
+		if !g.track(c) {
+			<-sem
+			release()
+			resetClose(c)
+			return
+		}
+		g.wg.Add(1)
 		go func() {
-			defer func() { <-sem; g.untrack(c); c.Close(); g.limits.Shared.release() }()
+			defer g.wg.Done()
+			defer func() { <-sem; g.untrack(c); c.Close(); release() }()
 			var lenb [2]byte
 			buf := make([]byte, 65535)
 			for {
@@ -180,45 +192,69 @@ func dnsRefused(msg []byte) (reply []byte, name string) {
 	return out, name
 }
 
+// dnsToken takes one of the session's DNS queries (Limits.DNSRate) at
+// now, or reports the rate exceeded. The sandbox's queries take them,
+// and so do airlock's own upstream lookups of names the sandbox chose.
+func (g *Gate) dnsToken(now time.Time) bool {
+	if g.limits.DNSRate <= 0 {
+		return true
+	}
+	g.dnsMu.Lock()
+	defer g.dnsMu.Unlock()
+	if g.dnsBucket.take(now, float64(g.limits.DNSRate), float64(max(g.limits.DNSBurst, 1))) {
+		return true
+	}
+	g.limits.Shared.dnsRefusal()
+	return false
+}
+
+func (g *Gate) dnsRateReason() string {
+	return fmt.Sprintf("the session's DNS query rate (%d a second, burst %d) is exceeded", g.limits.DNSRate, g.limits.DNSBurst)
+}
+
 // dnsOverRate answers a query over the session's DNS rate: REFUSED at
 // once rather than silence, so that resolvers fail fast instead of
 // waiting out their timeouts and retrying (the sandbox's own resolver is
-// the only one to receive it: no reflection). It is counted as denied;
-// at most one refusal a second is recorded (and logged), carrying how many
-// it stands for, so that a flood costs neither records nor log lines.
+// the only one to receive it: no reflection). It is recorded (records
+// summarise a flood into one entry per name) and counted as denied; at
+// most one line a second is logged, carrying how many refusals it stands
+// for, so that a flood costs no log lines.
 func (g *Gate) dnsOverRate(msg []byte, now time.Time) []byte {
-	g.limits.Shared.dnsRefusal()
 	reply, name := dnsRefused(msg)
+	g.record(&Decision{Kind: "dns", Name: clip(name), Start: now, Reason: "denied: " + g.dnsRateReason() + ": REFUSED"}, false)
 	g.dnsMu.Lock()
-	g.dnsUnrecorded++
-	n := g.dnsUnrecorded
-	rec := now.Sub(g.dnsRecorded) >= time.Second
-	if rec {
-		g.dnsRecorded, g.dnsUnrecorded = now, 0
+	g.dnsUnlogged++
+	n := g.dnsUnlogged
+	logNow := now.Sub(g.dnsLogged) >= time.Second
+	if logNow {
+		g.dnsLogged, g.dnsUnlogged = now, 0
 	}
 	g.dnsMu.Unlock()
-	if !rec {
-		g.denied.Add(1)
-		return reply
+	if logNow {
+		g.logDNSRefused(n)
 	}
-	d := &Decision{Kind: "dns", Name: clip(name), Start: now,
-		Reason: fmt.Sprintf("denied: the session's DNS query rate (%d a second, burst %d) is exceeded: REFUSED (%d queries since the last such record)",
-			g.limits.DNSRate, g.limits.DNSBurst, n)}
-	g.record(d, true)
 	return reply
+}
+
+// logDNSRefused logs n queries refused over the session's DNS rate.
+func (g *Gate) logDNSRefused(n int64) {
+	if n > 0 {
+		g.log.LogAttrs(context.Background(), slog.LevelWarn, "egress DNS queries refused (rate limit)",
+			slog.String("session", g.session), slog.Int64("count", n), slog.String("reason", g.dnsRateReason()))
+	}
 }
 
 func (g *Gate) dnsQuery(msg []byte) []byte {
 	start := time.Now()
-	if g.limits.DNSRate > 0 {
-		g.dnsMu.Lock()
-		ok := g.dnsBucket.take(start, float64(g.limits.DNSRate), float64(max(g.limits.DNSBurst, 1)))
-		g.dnsMu.Unlock()
-		if !ok {
-			return g.dnsOverRate(msg, start)
-		}
+	if !g.dnsToken(start) {
+		return g.dnsOverRate(msg, start)
 	}
-	reply, name, qtype, allowed := dnsAnswer(msg, g.fakeAddr)
+	var why string
+	reply, name, qtype, allowed := dnsAnswer(msg, func(name string) (netip.Addr, bool) {
+		var a netip.Addr
+		a, why = g.fakeAddr(name)
+		return a, why == ""
+	})
 	if reply == nil && name == "" {
 		return nil
 	}
@@ -229,8 +265,10 @@ func (g *Gate) dnsQuery(msg []byte) []byte {
 	case allowed:
 		// dnsAnswer answers only A: say so rather than claim an answer.
 		d.Reason = "allowed: no " + typeName(qtype) + " answer (only A records are given)"
+	case why != "":
+		d.Reason = "denied: " + clip(why) + " (NXDOMAIN)"
 	default:
-		d.Reason = "denied: " + name + " is not in the allowlist (NXDOMAIN)"
+		d.Reason = "denied: " + clip(name) + " is not a valid name (NXDOMAIN)"
 	}
 	g.record(d, true)
 	return reply

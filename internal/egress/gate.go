@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,14 +19,22 @@ import (
 
 // Limits bound what one session's egress may use.
 type Limits struct {
-	Bytes          int64         // budget, up plus down; 0: unlimited
-	MaxConnections int           // open at once; 0: unlimited
+	Bytes          int64 // budget, up plus down; 0: unlimited
+	MaxConnections int   // open at once; 0: unlimited
+	// Connections is the budget of connections carried over the
+	// session's life (0: unlimited): each is kept whole for the
+	// execution's result and the audit, so it also bounds their memory.
+	Connections    int64
 	ConnectTimeout time.Duration // resolve and connect upstream
 	IdleTimeout    time.Duration // a connection with no byte either way is closed
 	// DNSRate and DNSBurst bound the queries the DNS responder answers
 	// (a token bucket); 0 DNSRate: no limit.
 	DNSRate  int // per second
 	DNSBurst int
+	// WildcardNames caps the distinct names each wildcard entry lets the
+	// sandbox use over the session's life (0: unlimited): each is a
+	// name of its choice that airlock looks up upstream.
+	WildcardNames int
 	// Shared is the server's, the same for every gate (nil: no
 	// server-wide cap).
 	Shared *Shared
@@ -35,9 +44,6 @@ type Limits struct {
 // or first request head. Nothing is dialled before they are whole and
 // checked, on every port but an opaque entry's.
 var peekTimeout = 5 * time.Second // a variable for tests
-
-// maxRecords bounds the decisions kept for executions to collect.
-const maxRecords = 256
 
 // Options configure a Gate.
 type Options struct {
@@ -50,43 +56,6 @@ type Options struct {
 	Proxy bool
 }
 
-// Record is one decision, as an execution's result reports it.
-type Record struct {
-	Kind      string        `json:"kind"` // "dns", "connect" or "proxy"
-	Execution string        `json:"execution,omitempty"`
-	Name      string        `json:"name,omitempty"`
-	Port      uint16        `json:"port,omitempty"`
-	Dest      string        `json:"dest,omitempty"`    // what the sandbox connected to
-	Address   string        `json:"address,omitempty"` // what airlock dialled
-	Allowed   bool          `json:"allowed"`
-	Reason    string        `json:"reason"`
-	BytesUp   int64         `json:"bytes_up,omitempty"`
-	BytesDown int64         `json:"bytes_down,omitempty"`
-	Duration  time.Duration `json:"duration,omitempty"`
-}
-
-// Decision is a Record in progress.
-type Decision struct {
-	Kind, Execution, Name, Dest, Address string
-	Port                                 uint16
-	Allowed                              bool
-	Start                                time.Time
-
-	mu       sync.Mutex
-	Reason   string
-	detail   string // for the server's log only (the addresses refused)
-	up, down atomic.Int64
-	duration time.Duration
-}
-
-// Snapshot returns the decision as it stands.
-func (d *Decision) Snapshot() Record {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return Record{Kind: d.Kind, Execution: d.Execution, Name: d.Name, Port: d.Port, Dest: d.Dest, Address: d.Address,
-		Allowed: d.Allowed, Reason: d.Reason, BytesUp: d.up.Load(), BytesDown: d.down.Load(), Duration: d.duration}
-}
-
 // Stats are a gate's counters.
 type Stats struct {
 	BytesUsed   int64 `json:"bytes_used"`
@@ -94,6 +63,9 @@ type Stats struct {
 	Open        int   `json:"open_connections"`
 	Connections int64 `json:"connections"`
 	Denied      int64 `json:"denied"`
+	// Allowed counts the connections carried, against ConnectionBudget.
+	Allowed          int64 `json:"connections_allowed"`
+	ConnectionBudget int64 `json:"connection_budget,omitempty"`
 }
 
 // Gate is one sandbox's egress: its sockets inside the sandbox's network
@@ -118,28 +90,30 @@ type Gate struct {
 	proxy     net.Listener
 	conns     map[net.Conn]struct{}
 	open      int
-	records   []*Decision
+	ledgers   map[string]*ledger // by execution ("": none)
+	wildNames map[string]int     // distinct names used, by wildcard suffix
 	closed    bool
 
-	used, total, denied atomic.Int64
-	wg                  sync.WaitGroup
+	used, total, denied, allowed atomic.Int64
+	wg                           sync.WaitGroup
 
 	logMu      sync.Mutex
 	logBucket  bucket
 	logDropped int64
 
-	dnsMu         sync.Mutex
-	dnsBucket     bucket    // the session's DNS query rate (Limits.DNSRate)
-	dnsRecorded   time.Time // when a refusal was last recorded
-	dnsUnrecorded int64     // refusals since, counted but not recorded
+	dnsMu       sync.Mutex
+	dnsBucket   bucket    // the session's DNS query rate (Limits.DNSRate)
+	dnsLogged   time.Time // when a refusal was last logged
+	dnsUnlogged int64     // refusals since, recorded but not logged
 }
 
-// logBurst and logRate bound the decision lines one gate writes: a
-// sandbox looping over denied lookups or connects must not fill the
-// host's disk (1.3 million denied lookups, 140 MB of log, in 5 seconds
-// of one sandbox's CPU before this bound). Decisions past it still count
-// and stay in the executions' records; one line says how many went
-// unlogged.
+// logBurst and logRate bound the decision lines one gate writes for
+// denials and DNS lookups: a sandbox looping over denied lookups or
+// connects must not fill the host's disk (1.3 million denied lookups,
+// 140 MB of log, in 5 seconds of one sandbox's CPU before this bound).
+// Decisions past it still count and stay in the executions' records
+// (summarised); one line says how many went unlogged. Allowed
+// connections are always logged: the connection budget bounds them.
 const (
 	logBurst = 200
 	logRate  = 50 // lines per second, after the burst
@@ -196,25 +170,63 @@ var fakeBase = netip.AddrFrom4([4]byte{127, 1, 0, 0})
 
 // fakeAddr returns the per-session fake address of an allowed name,
 // allocating one the first time; addresses are never reused for another
-// name within the session.
-func (g *Gate) fakeAddr(name string) (netip.Addr, bool) {
+// name within the session. A name only a wildcard allows takes one of
+// that wildcard's Limits.WildcardNames for the session's life (a name the
+// sandbox chooses is one airlock looks up upstream: without a cap a
+// wildcard was a channel to the upstream resolver, ~340 names a second).
+// why says why a name has none.
+func (g *Gate) fakeAddr(name string) (_ netip.Addr, why string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.policy.AllowsName(name) {
-		return netip.Addr{}, false
+		return netip.Addr{}, name + " is not in the allowlist"
 	}
 	if a, ok := g.fakes[name]; ok {
-		return a, true
+		return a, ""
 	}
 	if g.next >= 65534 {
-		return netip.Addr{}, false
+		return netip.Addr{}, "the session has used all its fake addresses"
+	}
+	if why := g.takeWildcardName(name); why != "" {
+		return netip.Addr{}, why
 	}
 	g.next++
 	b := fakeBase.As4()
 	b[2], b[3] = byte(g.next>>8), byte(g.next)
 	a := netip.AddrFrom4(b)
 	g.fakes[name], g.names[a] = a, name
-	return a, true
+	return a, ""
+}
+
+// takeWildcardName counts a new name against the first wildcard of the
+// policy with room for it, unless an exact entry allows it; g.mu held.
+// The counts outlive policy changes (a PUT that drops and adds a
+// wildcard again starts from where it was).
+func (g *Gate) takeWildcardName(name string) (why string) {
+	if g.limits.WildcardNames <= 0 {
+		return ""
+	}
+	var full []string
+	for _, r := range g.policy.Rules {
+		if !r.Wildcard && r.MatchName(name) {
+			return ""
+		}
+	}
+	for _, r := range g.policy.Rules {
+		if !r.Wildcard || !r.MatchName(name) || slices.Contains(full, r.Name) {
+			continue
+		}
+		if g.wildNames[r.Name] < g.limits.WildcardNames {
+			if g.wildNames == nil {
+				g.wildNames = map[string]int{}
+			}
+			g.wildNames[r.Name]++
+			return ""
+		}
+		full = append(full, r.Name)
+	}
+	return fmt.Sprintf("*.%s has given this session its %d distinct names (network.max_wildcard_names); names used before still work",
+		strings.Join(full, ", *."), g.limits.WildcardNames)
 }
 
 func (g *Gate) nameOf(a netip.Addr) (string, bool) {
@@ -239,17 +251,46 @@ func (g *Gate) SetExecution(id string) {
 	g.mu.Unlock()
 }
 
-// Records returns the decisions tagged with execution id, oldest first.
+// Records returns the decisions tagged with execution id, oldest first
+// (summarised: see ledger).
 func (g *Gate) Records(id string) []Record {
 	g.mu.Lock()
-	ds := slices.Clone(g.records)
-	g.mu.Unlock()
-	var out []Record
-	for _, d := range ds {
-		if d.Execution == id {
-			out = append(out, d.Snapshot())
-		}
+	defer g.mu.Unlock()
+	if l := g.ledgers[id]; l != nil {
+		return l.records()
 	}
+	return nil
+}
+
+// Take returns the decisions tagged with execution id, as Records does,
+// and forgets them: an execution's go to its result and audit record.
+func (g *Gate) Take(id string) []Record {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	l := g.ledgers[id]
+	delete(g.ledgers, id)
+	if l == nil {
+		return nil
+	}
+	return l.records()
+}
+
+// TakeAll returns every decision not taken yet but the execution's in
+// progress, oldest first, and forgets them: what no execution's record
+// carried (made between executions, or in one that never finished), for
+// the session's end.
+func (g *Gate) TakeAll() []Record {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []Record
+	for id, l := range g.ledgers {
+		if id != "" && id == g.exec {
+			continue // its result takes them
+		}
+		out = append(out, l.records()...)
+		delete(g.ledgers, id)
+	}
+	slices.SortStableFunc(out, func(a, b Record) int { return a.First.Compare(b.First) })
 	return out
 }
 
@@ -258,17 +299,27 @@ func (g *Gate) Stats() Stats {
 	g.mu.Lock()
 	open := g.open
 	g.mu.Unlock()
-	return Stats{BytesUsed: g.used.Load(), BytesBudget: g.limits.Bytes, Open: open, Connections: g.total.Load(), Denied: g.denied.Load()}
+	return Stats{BytesUsed: g.used.Load(), BytesBudget: g.limits.Bytes, Open: open, Connections: g.total.Load(), Denied: g.denied.Load(),
+		Allowed: g.allowed.Load(), ConnectionBudget: g.limits.Connections}
 }
 
 // record keeps d for its execution and, when final, logs it.
 func (g *Gate) record(d *Decision, final bool) {
 	g.mu.Lock()
 	d.Execution = g.exec
-	if len(g.records) >= maxRecords {
-		g.records = slices.Delete(g.records, 0, len(g.records)-maxRecords+1)
+	l := g.ledgers[g.exec]
+	if l == nil {
+		if g.ledgers == nil {
+			g.ledgers = map[string]*ledger{}
+		}
+		l = &ledger{}
+		g.ledgers[g.exec] = l
 	}
-	g.records = append(g.records, d)
+	if d.kept() {
+		l.conns = append(l.conns, d)
+	} else {
+		l.summarise(d.Snapshot())
+	}
 	g.mu.Unlock()
 	if !d.Allowed {
 		g.denied.Add(1)
@@ -279,11 +330,13 @@ func (g *Gate) record(d *Decision, final bool) {
 }
 
 func (g *Gate) logDecision(d *Decision) {
-	ok, dropped := g.allowLog()
-	if !ok {
-		return
+	if !d.kept() {
+		ok, dropped := g.allowLog()
+		if !ok {
+			return
+		}
+		g.logUnlogged(dropped)
 	}
-	g.logUnlogged(dropped)
 	r := d.Snapshot()
 	level := slog.LevelInfo
 	if !r.Allowed {
@@ -420,13 +473,10 @@ func (g *Gate) Close() error {
 	g.logMu.Unlock()
 	g.logUnlogged(dropped)
 	g.dnsMu.Lock()
-	refused := g.dnsUnrecorded
-	g.dnsUnrecorded = 0
+	refused := g.dnsUnlogged
+	g.dnsUnlogged = 0
 	g.dnsMu.Unlock()
-	if refused > 0 {
-		g.log.LogAttrs(context.Background(), slog.LevelWarn, "egress DNS queries refused (rate limit), not recorded",
-			slog.String("session", g.session), slog.Int64("count", refused))
-	}
+	g.logDNSRefused(refused)
 	if g.ns != nil {
 		return g.ns.Close()
 	}
@@ -467,7 +517,10 @@ func (g *Gate) dialFailed(d *Decision, err error) (denied bool) {
 	var fe *ForbiddenError
 	if errors.As(err, &fe) {
 		d.detail = fe.Detail // the log's only
-		return true
+	}
+	var ue *UpstreamError
+	if !errors.As(err, &ue) {
+		return true // forbidden, or a session's limit
 	}
 	d.mu.Lock()
 	d.Allowed, d.Reason = true, err.Error()
@@ -550,8 +603,14 @@ func (g *Gate) handle(c net.Conn) {
 			return
 		}
 	}
-	up, addr, err := g.dialer.Dial(context.Background(), name, port)
+	giveBack, err := g.takeConnection()
 	if err != nil {
+		g.deny(c, d, err.Error())
+		return
+	}
+	up, addr, err := g.dial(name, port)
+	if err != nil {
+		giveBack()
 		if g.dialFailed(d, err) {
 			g.deny(c, d, err.Error())
 		} else {
@@ -559,17 +618,65 @@ func (g *Gate) handle(c net.Conn) {
 		}
 		return
 	}
+	g.carry(c, up, addr, head, reqs, d)
+}
+
+// limitError is a refusal by one of the session's limits (the proxy
+// answers it with a 429).
+type limitError string
+
+func (e limitError) Error() string { return string(e) }
+
+// takeConnection takes one connection of the session's budget; giveBack
+// returns it when the connection is not carried after all.
+func (g *Gate) takeConnection() (giveBack func(), err error) {
+	giveBack = func() { g.allowed.Add(-1) }
+	for {
+		n := g.allowed.Load()
+		if g.limits.Connections > 0 && n >= g.limits.Connections {
+			return nil, limitError(fmt.Sprintf("the session's connection budget (%d connections, network.connection_budget) is used up", g.limits.Connections))
+		}
+		if g.allowed.CompareAndSwap(n, n+1) {
+			return giveBack, nil
+		}
+	}
+}
+
+// resolve looks name up for one of the sandbox's connections. A lookup
+// upstream of a name the sandbox chose is one of the session's DNS
+// queries: it takes a token of the session's DNS rate, so that a
+// wildcard entry is no faster a channel to the upstream resolver than
+// the sandbox's own queries.
+func (g *Gate) resolve(name string) ([]netip.Addr, error) {
+	if !g.dnsToken(time.Now()) {
+		return nil, limitError(g.dnsRateReason() + " (airlock's lookup of " + name + " upstream counts in it)")
+	}
+	return g.dialer.Resolve(context.Background(), name)
+}
+
+// dial resolves name (see resolve) and connects to it.
+func (g *Gate) dial(name string, port uint16) (net.Conn, netip.Addr, error) {
+	addrs, err := g.resolve(name)
+	if err != nil {
+		return nil, netip.Addr{}, err
+	}
+	return g.dialer.Connect(context.Background(), name, addrs, port)
+}
+
+// carry records an allowed connection, splices it, and logs it when it
+// ends.
+func (g *Gate) carry(down, up net.Conn, addr netip.Addr, head []byte, reqs *reqStream, d *Decision) {
 	d.Address = addr.String()
-	d.Allowed = true
+	d.Allowed, d.carried = true, true
 	d.Reason = "allowed"
 	g.record(d, false)
 	if !g.track(up) {
 		up.Close()
-		c.Close()
+		down.Close()
 		return
 	}
 	defer g.untrack(up)
-	reason = g.splice(c, up, head, reqs, d)
+	reason := g.splice(down, up, head, reqs, d)
 	d.mu.Lock()
 	d.Reason = reason
 	d.duration = time.Since(d.Start)

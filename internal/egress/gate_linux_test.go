@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -181,14 +182,42 @@ func (l *logBuf) lines() []map[string]any {
 	return out
 }
 
-// upstream is an HTTP server on a 127.0.0.x address and a fixed port.
-func upstream(t testing.TB, ip string, port int, h http.Handler, tlsOn bool) *httptest.Server {
+// countListener counts the connections it accepts, and the bytes they
+// read.
+type countListener struct {
+	net.Listener
+	n, read *atomic.Int64
+}
+
+func (l countListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+		c = countConn{c, l.read}
+	}
+	return c, err
+}
+
+type countConn struct {
+	net.Conn
+	read *atomic.Int64
+}
+
+func (c countConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.read.Add(int64(n))
+	return n, err
+}
+
+// upstream is an HTTP server on a 127.0.0.x address and a fixed port,
+// counting the connections it accepts and the bytes they read.
+func upstream(t testing.TB, ip string, port int, h http.Handler, tlsOn bool, accepted, read *atomic.Int64) *httptest.Server {
 	l, err := net.Listen("tcp", fmt.Sprintf("%s:%d", ip, port))
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := httptest.NewUnstartedServer(h)
-	s.Listener = l
+	s.Listener = countListener{l, accepted, read}
 	if tlsOn {
 		s.StartTLS()
 	} else {
@@ -217,6 +246,9 @@ type fixture struct {
 	tlsPort int // HTTPS upstream on 127.0.0.2 (certificate for example.com)
 	tlsConf *tls.Config
 	trap    net.Listener // 127.0.0.3: must never see a connection
+	// accepted counts the connections the upstreams accepted, read the
+	// bytes they received.
+	accepted, read atomic.Int64
 }
 
 var (
@@ -242,8 +274,8 @@ func newFixtureProxy(t testing.TB, allow []string, lim Limits, proxy bool) *fixt
 		case <-time.After(10 * time.Second):
 		}
 	})
-	upstream(t, "127.0.0.2", f.port, mux, false)
-	ts := upstream(t, "127.0.0.2", f.tlsPort, mux, true)
+	upstream(t, "127.0.0.2", f.port, mux, false, &f.accepted, &f.read)
+	ts := upstream(t, "127.0.0.2", f.tlsPort, mux, true, &f.accepted, &f.read)
 	f.tlsConf = ts.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
 	trap, err := net.Listen("tcp", "127.0.0.3:0")
 	if err != nil {
@@ -542,8 +574,14 @@ func TestGateLimits(t *testing.T) {
 			}()
 		}
 		down := <-got + <-got
-		if total := down + 2*int64(len(req)); total != budget {
-			t.Errorf("%d bytes forwarded (%d down, %d up), want exactly the budget %d", total, down, 2*len(req), budget)
+		// (a request that came after the budget was spent is not sent;
+		// the upstream may read the last bytes of one cut in the middle
+		// after the client saw its end)
+		for end := time.Now().Add(2 * time.Second); f.read.Load()+down < budget && time.Now().Before(end); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if up := f.read.Load(); down+up != budget {
+			t.Errorf("%d bytes forwarded (%d down, %d up), want exactly the budget %d", down+up, down, up, budget)
 		}
 		if s := f.gate.Stats(); s.BytesUsed != budget {
 			t.Errorf("bytes_used %d, want exactly the budget %d", s.BytesUsed, budget)
@@ -693,7 +731,11 @@ func TestGateProxy(t *testing.T) {
 			t.Errorf("GET %s = %d %q, want 403 naming %q", tc.url, resp.StatusCode, b, want)
 		}
 	}
-	// CONNECT to an allowed name, then a ClientHello for another name.
+	// CONNECT to an allowed name, then a ClientHello for another name:
+	// refused before anything is dialled, as on the transparent path
+	// (red team: the upstream saw a connection for each such tunnel).
+	c.CloseIdleConnections()
+	before := f.accepted.Load()
 	pc, err := f.ns.dial(ProxyAddr)
 	if err != nil {
 		t.Fatal(err)
@@ -714,6 +756,9 @@ func TestGateProxy(t *testing.T) {
 	waitFor(t, func() bool {
 		return strings.Contains(fmt.Sprint(f.log.lines()), "TLS SNI \"a.test\" does not match example.com")
 	})
+	if n := f.accepted.Load() - before; n != 0 {
+		t.Errorf("a tunnel whose SNI did not match made %d upstream connections", n)
+	}
 }
 
 // DNS over TCP answers like UDP (resolvers retry over TCP on truncation).
@@ -744,6 +789,64 @@ func TestGateDNSOverTCP(t *testing.T) {
 		if err != nil || h.RCode != tc.rcode {
 			t.Errorf("%s over TCP: %v, %v", tc.name, h.RCode, err)
 		}
+	}
+}
+
+// tcpQuery sends one query over a DNS-over-TCP connection and reads the
+// reply's rcode.
+func tcpQuery(t *testing.T, c net.Conn, name string) (dnsmessage.RCode, error) {
+	t.Helper()
+	q := query(t, name, dnsmessage.TypeA)
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write(append([]byte{byte(len(q) >> 8), byte(len(q))}, q...)); err != nil {
+		return 0, err
+	}
+	var lb [2]byte
+	if _, err := io.ReadFull(c, lb[:]); err != nil {
+		return 0, err
+	}
+	reply := make([]byte, int(lb[0])<<8|int(lb[1]))
+	if _, err := io.ReadFull(c, reply); err != nil {
+		return 0, err
+	}
+	var p dnsmessage.Parser
+	h, err := p.Start(reply)
+	return h.RCode, err
+}
+
+// DNS over TCP holds connections like any other: under the session's
+// connection cap (red team: one session's DNS connections could take the
+// whole server-wide cap), refused and recorded over it, and its place
+// given back when it closes.
+func TestGateDNSOverTCPSessionCap(t *testing.T) {
+	f := newFixture(t, []string{"a.test:PORT"}, Limits{MaxConnections: 2})
+	var held []net.Conn
+	for i := range 2 {
+		c, err := f.ns.dial("127.0.0.1:53")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if rc, err := tcpQuery(t, c, "a.test."); err != nil || rc != dnsmessage.RCodeSuccess {
+			t.Fatalf("DNS connection %d under the cap: %v, %v", i, rc, err)
+		}
+		held = append(held, c)
+	}
+	if s := f.gate.Stats(); s.Open != 2 {
+		t.Errorf("stats %+v, want the 2 DNS connections open", s)
+	}
+	c3, err := f.ns.dial("127.0.0.1:53")
+	expectReset(t, c3, err, "a third DNS connection over the session's cap")
+	_, a, _ := f.ns.lookup("a.test")
+	c4, err := f.ns.dial(fmt.Sprintf("%s:%d", a, f.port))
+	expectReset(t, c4, err, "a connection while DNS holds the session's cap")
+	waitFor(t, func() bool {
+		return strings.Contains(fmt.Sprint(f.log.lines()), "connection cap (2) is reached (DNS over TCP)")
+	})
+	held[0].Close()
+	waitFor(t, func() bool { return f.gate.Stats().Open == 1 })
+	if body, err := get(f.ns.client(nil), f.url("http", "a.test")); err != nil || !strings.HasPrefix(body, "hello a.test") {
+		t.Errorf("a connection once a DNS connection closed = %q, %v", body, err)
 	}
 }
 
@@ -831,8 +934,9 @@ func TestGateServerConnectionCap(t *testing.T) {
 }
 
 // A sandbox flooding its DNS responder gets REFUSED over its rate, at
-// once, with the refusals counted and at most one recorded a second; its
-// queries are answered again as tokens come back.
+// once, with every refusal in the records (one summarised entry: a
+// count) and at most one log line a second; its queries are answered
+// again as tokens come back.
 func TestGateDNSRateLimit(t *testing.T) {
 	shared := NewShared(16)
 	f := newFixture(t, []string{"a.test:PORT"}, Limits{DNSRate: 50, DNSBurst: 20, Shared: shared})
@@ -881,25 +985,27 @@ func TestGateDNSRateLimit(t *testing.T) {
 	if s := shared.Stats(); s.DNSRefused != int64(refused) {
 		t.Errorf("shared DNS refusals %d, want %d", s.DNSRefused, refused)
 	}
-	// Records stand for the refusals since the one before; the rest are
-	// reported when the gate closes: together, every refusal.
-	var recs, total int
+	// One entry, counting every refusal, from the first to the last.
+	var recs []Record
 	for _, r := range f.gate.Records("") {
 		if strings.Contains(r.Reason, "DNS query rate") {
-			recs++
-			var k int
-			fmt.Sscanf(r.Reason[strings.LastIndex(r.Reason, "(")+1:], "%d queries", &k)
-			total += k
+			recs = append(recs, r)
 		}
 	}
-	if recs < 1 || recs > 2 {
-		t.Errorf("%d refusal records for %d refusals, want one a second", recs, refused)
+	if len(recs) != 1 || recs[0].Count != int64(refused) || recs[0].Name != "a.test" || !recs[0].Last.After(recs[0].First) {
+		t.Errorf("refusal records %+v, want one counting the %d refusals", recs, refused)
+	}
+	if n := Summarized(f.gate.Records("")); n < int64(refused)-1 {
+		t.Errorf("%d decisions summarised, want at least %d", n, refused-1)
 	}
 	// Tokens come back: the session's lookups are answered again.
 	waitFor(t, func() bool {
 		rc, a, err := f.ns.lookup("a.test")
 		return err == nil && rc == dnsmessage.RCodeSuccess && a.IsValid()
 	})
+	// The log: at most a line a second, the rest when the gate closes:
+	// together, every refusal.
+	total := 0
 	f.gate.Close()
 	f.log.mu.Lock()
 	for _, line := range strings.Split(f.log.b.String(), "\n") {
@@ -914,7 +1020,202 @@ func TestGateDNSRateLimit(t *testing.T) {
 	f.log.mu.Unlock()
 	// (the lookups waiting for tokens may have been refused too)
 	if d := f.gate.Stats().Denied; int64(total) != d || shared.Stats().DNSRefused != d {
-		t.Errorf("records and the closing line account for %d refusals, want %d (%+v)", total, d, shared.Stats())
+		t.Errorf("the log lines account for %d refusals, want %d (%+v)", total, d, shared.Stats())
+	}
+}
+
+// Nothing allowed drops out of the record: past the old 256-decision ring
+// and a flood of denials, an execution's record keeps every allowed
+// connection whole and logged, and the denials and lookups summarised
+// (one entry per destination and reason with a count, then one entry
+// past maxSummaries distinct ones), saying how many were folded.
+func TestGateRecordKeepsAllowedConnections(t *testing.T) {
+	f := newFixture(t, []string{"a.test:PORT"}, Limits{})
+	f.gate.SetExecution("e1")
+	_, a, _ := f.ns.lookup("a.test")
+	const allowed, literals, names = 300, 500, maxSummaries + 100
+	for i := 0; i < allowed || i < literals; i++ {
+		if i < literals {
+			c, err := f.ns.dial(fmt.Sprintf("10.0.0.1:%d", f.port))
+			expectReset(t, c, err, "a literal")
+		}
+		if i < allowed {
+			c, err := f.ns.dial(fmt.Sprintf("%s:%d", a, f.port))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if b, err := io.ReadAll(c); err != nil || !bytes.Contains(b, []byte("hello a.test")) {
+				t.Fatalf("allowed connection %d: %q, %v", i, b, err)
+			}
+			c.Close()
+		}
+	}
+	for i := range names {
+		if rc, _, err := f.ns.lookup(fmt.Sprintf("n%d.evil.test", i)); err != nil || rc != dnsmessage.RCodeNameError {
+			t.Fatalf("lookup: %v, %v", rc, err)
+		}
+	}
+	// Every allowed connection logged, however many denials came between.
+	waitFor(t, func() bool {
+		n := 0
+		for _, l := range f.log.lines() {
+			if l["kind"] == "connect" && l["allowed"] == true {
+				n++
+			}
+		}
+		return n == allowed
+	})
+	f.gate.SetExecution("")
+	recs := f.gate.Take("e1")
+	var conns, literalCount, nameCount, nameEntries int64
+	for _, r := range recs {
+		switch {
+		case r.Kind == "connect" && r.Allowed:
+			conns++
+			if r.Count != 0 || r.BytesDown <= 0 || r.Address != "127.0.0.2" {
+				t.Errorf("allowed record %+v", r)
+			}
+		case r.Kind == "connect" && r.Dest == fmt.Sprintf("10.0.0.1:%d", f.port):
+			literalCount += r.Count
+		case r.Kind == "dns" && !r.Allowed:
+			nameEntries++
+			nameCount += max(r.Count, 1)
+		}
+	}
+	if conns != allowed {
+		t.Errorf("%d allowed connections in the record, want all %d", conns, allowed)
+	}
+	if literalCount != literals {
+		t.Errorf("the literal's entry counts %d, want %d", literalCount, literals)
+	}
+	if nameCount != names || nameEntries > maxSummaries+1 {
+		t.Errorf("%d denied lookups in %d entries, want %d in at most %d", nameCount, nameEntries, names, maxSummaries+1)
+	}
+	if n, want := Summarized(recs), int64(allowed+literals+names+1-len(recs)); n != want {
+		t.Errorf("%d summarised, want %d (%d decisions in %d entries)", n, want, allowed+literals+names+1, len(recs))
+	}
+	if again := f.gate.Take("e1"); again != nil {
+		t.Errorf("taken twice: %d records", len(again))
+	}
+}
+
+// The connection budget bounds what a record holds: past it a connection
+// is refused (reset, or 429 through the proxy), and one refused for
+// another reason does not spend it.
+func TestGateConnectionBudget(t *testing.T) {
+	f := newFixtureProxy(t, []string{"a.test:PORT", "rebind.test:PORT"}, Limits{Connections: 2}, true)
+	c := f.ns.client(nil)
+	if _, err := get(c, f.url("http", "rebind.test")); err == nil {
+		t.Error("rebind.test was reached")
+	}
+	for i := range 2 {
+		if body, err := get(c, f.url("http", "a.test")); err != nil || !strings.HasPrefix(body, "hello") {
+			t.Fatalf("connection %d within the budget: %q, %v", i, body, err)
+		}
+		c.CloseIdleConnections()
+	}
+	if _, err := get(c, f.url("http", "a.test")); err == nil {
+		t.Error("a connection past the budget went through")
+	}
+	proxyURL, _ := url.Parse("http://" + ProxyAddr)
+	pc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL),
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) { return f.ns.dial(addr) }}}
+	resp, err := pc.Get(f.url("http", "a.test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(b), "connection budget (2 connections") {
+		t.Errorf("through the proxy past the budget: %d %q", resp.StatusCode, b)
+	}
+	if s := f.gate.Stats(); s.Allowed != 2 || s.ConnectionBudget != 2 {
+		t.Errorf("stats %+v, want 2 of 2 allowed", s)
+	}
+}
+
+// A wildcard gives a session at most Limits.WildcardNames distinct names
+// (each one airlock looks up upstream, chosen by the sandbox: red team, a
+// DNS channel of ~340 names a second): past it a new name is NXDOMAIN, or
+// 403 through the proxy, and never looked up upstream; names used before
+// keep working, exact entries are not counted, and a policy change does
+// not reset the count.
+func TestGateWildcardNamesCapped(t *testing.T) {
+	f := newFixtureProxy(t, []string{"*.a.test:PORT", "x.a.test:PORT"}, Limits{WildcardNames: 3}, true)
+	for _, n := range []string{"n1.a.test", "n2.a.test", "x.a.test", "n3.a.test", "n1.a.test"} {
+		if rc, _, err := f.ns.lookup(n); err != nil || rc != dnsmessage.RCodeSuccess {
+			t.Errorf("%s within the cap: %v, %v", n, rc, err)
+		}
+	}
+	if rc, _, err := f.ns.lookup("n4.a.test"); err != nil || rc != dnsmessage.RCodeNameError {
+		t.Errorf("n4.a.test past the cap: %v, %v; want NXDOMAIN", rc, err)
+	}
+	proxyURL, _ := url.Parse("http://" + ProxyAddr)
+	pc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL),
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) { return f.ns.dial(addr) }}}
+	resp, err := pc.Get(f.url("http", "n5.a.test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), "*.a.test has given this session its 3 distinct names") {
+		t.Errorf("n5.a.test through the proxy: %d %q", resp.StatusCode, b)
+	}
+	if err := f.gate.SetPolicy(f.gate.Policy()); err != nil {
+		t.Fatal(err)
+	}
+	if rc, _, _ := f.ns.lookup("n6.a.test"); rc != dnsmessage.RCodeNameError {
+		t.Errorf("n6.a.test after a policy change: %v, want NXDOMAIN", rc)
+	}
+	for _, n := range []string{"n4.a.test", "n5.a.test", "n6.a.test"} {
+		if k := f.res.count(n); k != 0 {
+			t.Errorf("%s looked up upstream %d times", n, k)
+		}
+	}
+	if !strings.Contains(fmt.Sprint(f.gate.Records("")), "distinct names (network.max_wildcard_names)") {
+		t.Errorf("no record says why: %v", f.gate.Records(""))
+	}
+}
+
+// airlock's own upstream lookups of names the sandbox chose take tokens
+// of the session's DNS rate: through the proxy (no query of the sandbox's
+// first) a burst of requests makes at most the bucket's lookups, and the
+// rest are refused with a 429 naming the rate.
+func TestGateUpstreamLookupsInDNSRate(t *testing.T) {
+	f := newFixtureProxy(t, []string{"a.test:PORT"}, Limits{DNSRate: 1, DNSBurst: 4}, true)
+	proxyURL, _ := url.Parse("http://" + ProxyAddr)
+	pc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL), DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) { return f.ns.dial(addr) }}}
+	start := time.Now()
+	ok := 0
+	var refusal string
+	for i := 0; i < 100 && refusal == ""; i++ {
+		resp, err := pc.Get(f.url("http", "a.test"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch resp.StatusCode {
+		case http.StatusOK:
+			ok++
+		case http.StatusTooManyRequests:
+			refusal = string(b)
+		default:
+			t.Fatalf("status %d %q", resp.StatusCode, b)
+		}
+	}
+	// The bucket's burst plus what it refilled meanwhile, whatever the
+	// machine's speed.
+	bound := 4 + int(time.Since(start).Seconds()) + 1
+	if refusal == "" || ok > bound || !strings.Contains(refusal, "DNS query rate (1 a second, burst 4) is exceeded (airlock's lookup of a.test upstream") {
+		t.Errorf("%d requests went through (bound %d), refusal %q", ok, bound, refusal)
+	}
+	if n := f.res.count("a.test"); n != ok {
+		t.Errorf("%d upstream lookups for %d requests carried", n, ok)
 	}
 }
 

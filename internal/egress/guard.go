@@ -63,10 +63,11 @@ func inAny(a netip.Addr, ps []netip.Prefix) bool {
 // Guard decides which addresses may be dialled. The zero value is not
 // usable; use NewGuard.
 type Guard struct {
-	// Open are operator CIDRs dialled whatever the ranges above say.
+	// Open are operator CIDRs the InternalNames may be dialled in,
+	// whatever the ranges above say.
 	Open []netip.Prefix
-	// InternalNames may resolve into private ranges (an operator's
-	// package mirror on the LAN).
+	// InternalNames may resolve into private ranges and into Open (an
+	// operator's package mirror on the LAN); no other name may.
 	InternalNames Policy
 
 	mu       sync.Mutex
@@ -138,16 +139,17 @@ func (g *Guard) Check(name string, a netip.Addr) error {
 		}
 	}
 	reason := forbidden(a)
-	if inAny(a, g.Open) && !neverOpen(a) {
+	if reason == "" {
 		return nil
 	}
-	if reason != "" {
-		if inAny(a, private) && name != "" && g.InternalNames.AllowsName(name) {
-			return nil
-		}
-		return fmt.Errorf("%s is %s", a, reason)
+	// Only the operator's internal names reach inside: an operator CIDR
+	// opened to every allowed name let any name a client may list (and
+	// whose DNS its owner controls) resolve into the LAN (red team). The
+	// metadata address fd00:ec2::254 is private (ULA) but never open.
+	if name != "" && g.InternalNames.AllowsName(name) && (inAny(a, g.Open) || inAny(a, private)) && !neverOpen(a) {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("%s is %s", a, reason)
 }
 
 // neverOpen reports whether a stays closed even inside an operator CIDR:
@@ -238,18 +240,54 @@ type Dialer struct {
 	Timeout  time.Duration
 }
 
-// Dial resolves name, drops every address the guard refuses, and dials the
-// rest in order; the guard checks the address again right before connect
-// (Control), so nothing the sandbox or a rebinding resolver says can pick
-// an address without that check. It returns the address dialled.
+// Dial resolves name and connects to one of its addresses (Resolve, then
+// Connect). It returns the address dialled.
 func (d *Dialer) Dial(ctx context.Context, name string, port uint16) (net.Conn, netip.Addr, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.Timeout)
+	defer cancel()
+	addrs, err := d.Resolve(ctx, name)
+	if err != nil {
+		return nil, netip.Addr{}, err
+	}
+	return d.Connect(ctx, name, addrs, port)
+}
+
+// Resolve looks name up and returns the addresses the guard lets it
+// dial, in order: a *ForbiddenError when it has only others.
+func (d *Dialer) Resolve(ctx context.Context, name string) ([]netip.Addr, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.Timeout)
 	defer cancel()
 	addrs, err := d.Resolver.LookupNetIP(ctx, "ip", name)
 	if err != nil {
-		return nil, netip.Addr{}, &UpstreamError{DNS: true, Msg: "cannot resolve " + name + dnsWhy(err)}
+		return nil, &UpstreamError{DNS: true, Msg: "cannot resolve " + name + dnsWhy(err)}
 	}
-	var firstErr error
+	var out []netip.Addr
+	var forbidden error
+	for _, a := range addrs {
+		if err := d.Guard.Check(name, a); err != nil {
+			if forbidden == nil {
+				forbidden = &ForbiddenError{Name: name, Detail: err.Error()}
+			}
+			continue
+		}
+		out = append(out, a.Unmap())
+	}
+	switch {
+	case len(out) > 0:
+		return out, nil
+	case forbidden != nil:
+		return nil, forbidden
+	}
+	return nil, &UpstreamError{DNS: true, Msg: name + " has no address"}
+}
+
+// Connect dials addrs (Resolve's) in order until one answers. The guard
+// checks each address again right before connect (Control), so nothing
+// the sandbox or a rebinding resolver says can pick an address without
+// that check. It returns the address dialled.
+func (d *Dialer) Connect(ctx context.Context, name string, addrs []netip.Addr, port uint16) (net.Conn, netip.Addr, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.Timeout)
+	defer cancel()
 	nd := net.Dialer{Control: func(network, address string, _ syscall.RawConn) error {
 		ap, err := netip.ParseAddrPort(address)
 		if err != nil {
@@ -257,16 +295,11 @@ func (d *Dialer) Dial(ctx context.Context, name string, port uint16) (net.Conn, 
 		}
 		return d.Guard.Check(name, ap.Addr())
 	}}
+	var firstErr error
 	for _, a := range addrs {
-		if err := d.Guard.Check(name, a); err != nil {
-			if firstErr == nil {
-				firstErr = &ForbiddenError{Name: name, Detail: err.Error()}
-			}
-			continue
-		}
-		c, err := nd.DialContext(ctx, "tcp", netip.AddrPortFrom(a.Unmap(), port).String())
+		c, err := nd.DialContext(ctx, "tcp", netip.AddrPortFrom(a, port).String())
 		if err == nil {
-			return c, a.Unmap(), nil
+			return c, a, nil
 		}
 		if firstErr == nil {
 			firstErr = &UpstreamError{Msg: fmt.Sprintf("connect to %s: %v", name, shortErr(err))}

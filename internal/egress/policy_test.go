@@ -171,7 +171,7 @@ func TestLimit(t *testing.T) {
 
 func TestGuard(t *testing.T) {
 	internal, _ := ParsePolicy([]string{"mirror.lan"})
-	g := NewGuard([]netip.Prefix{netip.MustParsePrefix("10.9.0.0/16")}, internal)
+	g := NewGuard([]netip.Prefix{netip.MustParsePrefix("10.9.0.0/16"), netip.MustParsePrefix("198.18.5.0/24")}, internal)
 	for _, tc := range []struct {
 		addr, name string
 		ok         bool
@@ -212,8 +212,16 @@ func TestGuard(t *testing.T) {
 		{"2606:2800:21f:cb07:6820:80da:af6b:8b2c", "", true},
 		{"64:ff9b::5db8:d70e", "", true}, // NAT64 of a public address
 		{"2002:5db8:d70e::1", "", true},
-		{"10.9.3.4", "", true},           // operator CIDR
+		// Operator CIDRs open to the operator's internal names only
+		// (red team: to every allowed name, whose DNS a client controls).
+		{"10.9.3.4", "mirror.lan", true},
+		{"198.18.5.1", "mirror.lan", true},
+		{"10.9.3.4", "", false},
+		{"10.9.3.4", "files.example.com", false},
+		{"198.18.5.1", "files.example.com", false},
+		{"198.18.6.1", "mirror.lan", false},
 		{"10.1.2.3", "mirror.lan", true}, // operator internal name, private range
+		{"fd00:ec2::254", "mirror.lan", false},
 		{"127.0.0.1", "mirror.lan", false},
 		{"169.254.169.254", "mirror.lan", false},
 		{"10.1.2.3", "x.mirror.lan", false},
@@ -230,7 +238,8 @@ func TestGuard(t *testing.T) {
 // them (red team: internal_cidrs ["10.0.0.0/8"] on a host at 10.0.0.5
 // exposed the host's API and every other service on it).
 func TestGuardOpenCIDRKeepsHostClosed(t *testing.T) {
-	g := NewGuard(nil, Policy{})
+	internal, _ := ParsePolicy([]string{"mirror.lan"})
+	g := NewGuard(nil, internal)
 	var host netip.Addr
 	for _, h := range g.hostAddrs() {
 		if !h.IsLoopback() && !h.IsLinkLocalUnicast() {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -145,10 +146,25 @@ func (g *Gate) handleProxy(c net.Conn) {
 		g.refuse(c, d, http.StatusForbidden, name+":"+portStr+" is not in the allowlist")
 		return
 	}
+	if _, why := g.fakeAddr(name); why != "" {
+		g.refuse(c, d, http.StatusForbidden, why) // a wildcard's names used up
+		return
+	}
 	if g.limits.Bytes > 0 && g.used.Load() >= g.limits.Bytes {
 		g.refuse(c, d, http.StatusForbidden, fmt.Sprintf("the session's byte budget (%d) is used up", g.limits.Bytes))
 		return
 	}
+	giveBack, err := g.takeConnection()
+	if err != nil {
+		g.refuse(c, d, http.StatusTooManyRequests, err.Error())
+		return
+	}
+	carried := false
+	defer func() {
+		if !carried {
+			giveBack()
+		}
+	}()
 	client := &bufConn{Conn: c, r: br}
 	var head []byte
 	var reqs *reqStream
@@ -160,45 +176,55 @@ func (g *Gate) handleProxy(c net.Conn) {
 		reqs = bodyStream(name, req.ContentLength, slices.Contains(req.TransferEncoding, "chunked"))
 		reqs.isHead = req.Method == http.MethodHead
 	}
-	up, addr, err := g.dialer.Dial(context.Background(), name, port)
+	// The name is resolved (and its addresses checked) while a 403 can
+	// still say why; nothing is dialled before the tunnel's first bytes
+	// are checked.
+	addrs, err := g.resolve(name)
 	if err != nil {
-		if g.dialFailed(d, err) {
+		var le limitError
+		switch {
+		case errors.As(err, &le):
+			g.refuse(c, d, http.StatusTooManyRequests, err.Error())
+		case g.dialFailed(d, err):
 			g.refuse(c, d, http.StatusForbidden, err.Error())
-		} else {
+		default:
 			answer(c, http.StatusBadGateway, "failed", err.Error())
 		}
 		return
 	}
-	if !g.track(up) {
-		up.Close()
-		c.Close()
-		return
-	}
-	defer g.untrack(up)
 	if req.Method == http.MethodConnect {
 		if _, err := c.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
-			up.Close()
+			c.Close()
 			return
 		}
-		// The same tie as the transparent path: a TLS ClientHello or
-		// HTTP requests through the tunnel must name the host it was
-		// opened for, unless its entry is opaque.
+		// The same tie as the transparent path, before any connection
+		// upstream: a TLS ClientHello or HTTP requests through the
+		// tunnel must name the host it was opened for, unless its entry
+		// is opaque.
 		if !g.Policy().Opaque(name, port) {
 			if head, reqs, err = g.peek(client, name); err != nil {
-				up.Close()
 				g.deny(c, d, err.Error())
 				return
 			}
 		}
 	}
-	d.Address = addr.String()
-	d.Allowed = true
-	d.Reason = "allowed"
-	g.record(d, false)
-	reason = g.splice(client, up, head, reqs, d)
-	d.mu.Lock()
-	d.Reason = reason
-	d.duration = time.Since(d.Start)
-	d.mu.Unlock()
-	g.logDecision(d)
+	up, addr, err := g.dialer.Connect(context.Background(), name, addrs, port)
+	if err != nil {
+		// After a CONNECT's 200 only a reset can say it, as on the
+		// transparent path.
+		denied := g.dialFailed(d, err)
+		switch {
+		case req.Method == http.MethodConnect && denied:
+			g.deny(c, d, err.Error())
+		case req.Method == http.MethodConnect:
+			resetClose(c)
+		case denied:
+			g.refuse(c, d, http.StatusForbidden, err.Error())
+		default:
+			answer(c, http.StatusBadGateway, "failed", err.Error())
+		}
+		return
+	}
+	carried = true
+	g.carry(client, up, addr, head, reqs, d)
 }
