@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
@@ -341,6 +342,29 @@ func TestTenantQuotas(t *testing.T) {
 	code, body, _ = s.rawH("POST", "/v1/sessions", `{"language":"python","network":{"allow":["example.com"]}}`, onlyPypi)
 	if code != 403 || !strings.Contains(string(body), "egress_allow") {
 		t.Errorf("a name outside the tenant's egress_allow: %d %s", code, body)
+	}
+	// A change the quota refuses is in the audit log too, with who tried.
+	code, body, _ = s.rawH("POST", "/v1/sessions", `{"language":"bash","network":{"allow":["pypi.org"]}}`, onlyPypi)
+	var created apitype.Session
+	if code != 201 || json.Unmarshal(body, &created) != nil {
+		t.Fatalf("a session within the tenant's egress_allow: %d %s", code, body)
+	}
+	if code, body, _ = s.rawH("PUT", "/v1/sessions/"+created.ID+"/network", `{"allow":["example.com"]}`, onlyPypi); code != 403 {
+		t.Errorf("a change outside the tenant's egress_allow: %d %s", code, body)
+	}
+	var recs *apitype.AuditList
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		// (the audit log commits records every 50 ms)
+		if recs, err = s.as(onlyPypi).Audit(ctx, url.Values{"session": {created.ID}, "kind": {"session.network"}}); err != nil || len(recs.Records) > 0 {
+			break
+		}
+	}
+	if err != nil || len(recs.Records) != 1 {
+		t.Fatalf("the refused change's records: %+v, %v", recs, err)
+	}
+	if r := recs.Records[0]; r.Outcome != "failed" || r.Error != "permission_denied" || r.KeyID == "" || r.Network == nil ||
+		fmt.Sprint(r.Network.Allow, r.Network.Previous) != "[example.com] [pypi.org]" {
+		t.Errorf("the refused change's record %+v (network %+v)", r, r.Network)
 	}
 
 	// Other tenants are not affected.

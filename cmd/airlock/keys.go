@@ -387,6 +387,18 @@ func detail(r apitype.AuditRecord) string {
 	if r.Count > 0 {
 		add("count", fmt.Sprint(r.Count))
 	}
+	if n := r.Network; n != nil {
+		add("allow", "["+strings.Join(n.Allow, ",")+"]")
+		if r.Kind == apitype.AuditSessionNetwork {
+			add("was", "["+strings.Join(n.Previous, ",")+"]")
+		}
+	}
+	if len(r.Egress) > 0 {
+		add("egress", fmt.Sprint(len(r.Egress)))
+	}
+	if r.EgressSummarized > 0 {
+		add("egress_summarized", fmt.Sprint(r.EgressSummarized))
+	}
 	add("key", r.KeyID)
 	if r.Admin {
 		add("admin", "true")

@@ -107,10 +107,11 @@ func (s *Server) putNetwork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.egressHook(r, &req); err != nil {
+		sess.NetworkRefused(r.Context(), &req, err)
 		fail(w, err)
 		return
 	}
-	st, err := sess.SetNetwork(&req)
+	st, err := sess.SetNetwork(r.Context(), &req)
 	if err != nil {
 		fail(w, err)
 		return

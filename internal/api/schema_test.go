@@ -47,6 +47,7 @@ var schemaTypes = map[string]reflect.Type{
 	"SignalRequest":        reflect.TypeFor[apitype.SignalRequest](),
 	"StdinRequest":         reflect.TypeFor[apitype.StdinRequest](),
 	"AuditRecord":          reflect.TypeFor[apitype.AuditRecord](),
+	"AuditNetwork":         reflect.TypeFor[apitype.AuditNetwork](),
 	"AuditList":            reflect.TypeFor[apitype.AuditList](),
 	"EgressDecision":       reflect.TypeFor[apitype.EgressDecision](),
 	"NetworkPolicy":        reflect.TypeFor[apitype.NetworkPolicy](),

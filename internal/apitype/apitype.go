@@ -58,8 +58,14 @@ type NetworkState struct {
 	BytesUsed       int64    `json:"bytes_used"`
 	BytesBudget     int64    `json:"bytes_budget"`
 	OpenConnections int      `json:"open_connections"`
-	Connections     int64    `json:"connections"`
-	Denied          int64    `json:"denied"`
+	// Connections counts every connection the gate decided, Denied every
+	// denial (connections and DNS queries).
+	Connections int64 `json:"connections"`
+	Denied      int64 `json:"denied"`
+	// ConnectionsAllowed counts the connections carried, against the
+	// session's ConnectionBudget (network.connection_budget).
+	ConnectionsAllowed int64 `json:"connections_allowed"`
+	ConnectionBudget   int64 `json:"connection_budget"`
 }
 
 // PackagesRequest installs packages into a session
@@ -193,8 +199,13 @@ type Result struct {
 	FilesTruncated bool `json:"files_truncated,omitempty"`
 	// Egress lists what the execution tried on the network (sessions
 	// with a network policy only): DNS lookups and connections, allowed
-	// or denied, and why.
+	// or denied, and why. Every allowed connection is an entry of its
+	// own; denials and DNS lookups repeated for the same destination and
+	// reason are one entry with a count.
 	Egress []EgressDecision `json:"egress,omitempty"`
+	// EgressSummarized counts the decisions not listed one by one (folded
+	// into an entry's count); 0: every decision is an entry.
+	EgressSummarized int64 `json:"egress_summarized,omitempty"`
 	// Redacted counts what the server's output policy replaced in stdout,
 	// stderr, text results and the error ([REDACTED:rule]).
 	Redacted int `json:"redacted,omitempty"`
@@ -577,13 +588,17 @@ const (
 	// records (no tenant): a prober never reads what it learnt.
 	AuditAuthFailure  = "auth.failure"
 	AuditAccessDenied = "access.denied"
+	// AuditSessionNetwork: a session's egress policy was replaced (PUT
+	// /v1/sessions/{id}/network), or the attempt was refused.
+	AuditSessionNetwork = "session.network"
 )
 
 // AuditKinds lists every kind of audit record (a test checks that each
 // Audit constant is here).
 func AuditKinds() []string {
 	return []string{AuditSessionCreate, AuditSessionEnd, AuditExecution, AuditCommand, AuditOneShot, AuditProgram,
-		AuditFileUpload, AuditFileDownload, AuditFileDelete, AuditPackage, AuditEgress, AuditAuthFailure, AuditAccessDenied}
+		AuditFileUpload, AuditFileDownload, AuditFileDelete, AuditPackage, AuditEgress, AuditAuthFailure, AuditAccessDenied,
+		AuditSessionNetwork}
 }
 
 // AuditRecord is one operation of the audit log (GET /v1/audit).
@@ -627,8 +642,14 @@ type AuditRecord struct {
 	Path         string `json:"path,omitempty"`
 	// Egress decisions (host, allowed) and a package installed, when the
 	// operation was one.
-	Egress  []EgressDecision `json:"egress,omitempty"`
-	Package string           `json:"package,omitempty"`
+	Egress []EgressDecision `json:"egress,omitempty"`
+	// EgressSummarized: decisions folded into an Egress entry's count.
+	EgressSummarized int64  `json:"egress_summarized,omitempty"`
+	Package          string `json:"package,omitempty"`
+	// Network: the egress allowlist a session was created with
+	// (session.create), a one-shot or program ran with, or a change
+	// (session.network: Allow asked for, Previous replaced).
+	Network *AuditNetwork `json:"network,omitempty"`
 	// Redactions made in what went back to the caller, and the advisory
 	// code rules that matched (the fact, never the secret).
 	Redactions int      `json:"redactions,omitempty"`
@@ -642,6 +663,13 @@ type AuditRecord struct {
 	Source string    `json:"source,omitempty"`
 	Count  int       `json:"count,omitempty"`
 	Until  time.Time `json:"until,omitzero"`
+}
+
+// AuditNetwork is an egress allowlist in an audit record.
+type AuditNetwork struct {
+	Allow []string `json:"allow"`
+	// Previous: the allowlist a change replaced (session.network).
+	Previous []string `json:"previous,omitempty"`
 }
 
 // EgressDecision is one network destination a sandbox asked for (the
@@ -660,6 +688,13 @@ type EgressDecision struct {
 	BytesUp    int64   `json:"bytes_up,omitempty"`
 	BytesDown  int64   `json:"bytes_down,omitempty"`
 	DurationMs float64 `json:"duration_ms,omitempty"`
+	// Count: how many decisions the entry stands for (absent: one);
+	// First and Last: when the first and the last of them were made.
+	// Denials and DNS lookups with the same kind, host, destination,
+	// port and reason share an entry; allowed connections never do.
+	Count int64     `json:"count,omitempty"`
+	First time.Time `json:"first,omitzero"`
+	Last  time.Time `json:"last,omitzero"`
 }
 
 // AuditList is a page of GET /v1/audit, oldest first; NextCursor, when

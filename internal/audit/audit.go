@@ -334,6 +334,7 @@ func (l *Log) SessionCreated(e session.SessionEvent) {
 	r := who(e.Caller)
 	r.Kind, r.Session, r.Language, r.Outcome = apitype.AuditSessionCreate, e.Session, e.Language, "ok"
 	r.DurationMs = ms(e.Duration)
+	r.Network = e.Network
 	l.Record(r)
 }
 
@@ -341,7 +342,7 @@ func (l *Log) SessionEnded(e session.SessionEvent) {
 	r := who(e.Caller)
 	r.Kind, r.Session, r.Language, r.Outcome = apitype.AuditSessionEnd, e.Session, e.Language, "ok"
 	r.EndReason, r.DurationMs = e.End.Reason, ms(e.Duration)
-	r.Egress = e.Egress // decisions no execution carried
+	r.Egress, r.EgressSummarized = e.Egress, e.EgressSummarized // decisions no execution carried
 	l.Record(r)
 }
 
@@ -392,7 +393,8 @@ func (l *Log) ExecutionFinished(e session.ExecutionEvent) {
 	}
 	r.DurationMs, r.CPUMs, r.PeakMemory = ms(e.Duration), ms(e.CPU), e.PeakMemory
 	r.FilesChanged, r.BytesIn, r.BytesOut = e.FilesChanged, e.InputBytes, e.OutputBytes
-	r.Redactions, r.CodeFlags, r.Egress = e.Redactions, e.CodeFlags, e.Egress
+	r.Redactions, r.CodeFlags, r.Egress, r.EgressSummarized = e.Redactions, e.CodeFlags, e.Egress, e.EgressSummarized
+	r.Network = e.Network
 	l.Record(r)
 }
 
@@ -415,6 +417,18 @@ func (l *Log) FileTransferred(e session.FileEvent) {
 	} else {
 		r.BytesOut = e.Bytes
 	}
+	if e.Err != nil {
+		r.Outcome, r.Error = "failed", errdefs.Code(e.Err)
+	}
+	l.Record(r)
+}
+
+// NetworkChanged records a change of a session's egress policy: who, the
+// policy asked for and the one it replaced, or why it was refused.
+func (l *Log) NetworkChanged(e session.NetworkEvent) {
+	r := who(e.Caller)
+	r.Kind, r.Session, r.Outcome = apitype.AuditSessionNetwork, e.Session, "ok"
+	r.Network = &apitype.AuditNetwork{Allow: e.Allow, Previous: e.Previous}
 	if e.Err != nil {
 		r.Outcome, r.Error = "failed", errdefs.Code(e.Err)
 	}

@@ -19,6 +19,9 @@ import (
 type conn interface {
 	// configure replaces the runtime's environment.
 	configure(env map[string]string) error
+	// setDefaults sets the variables of env the runtime's environment
+	// does not have, and keeps the rest.
+	setDefaults(env map[string]string) error
 	// execute starts running code; the outcome arrives on events.
 	execute(id, code string) error
 	// run starts a program in place of the runtime; its done (if the
@@ -110,7 +113,15 @@ func newFramedConn(f *os.File, maxFrame int) (*framedConn, error) {
 }
 
 func (c *framedConn) configure(env map[string]string) error {
-	if err := c.w.Write(runtimes.Message{Type: "configure", Env: env, Cwd: "/workspace"}); err != nil {
+	return c.configureWith(runtimes.Message{Type: "configure", Env: env, Cwd: "/workspace"})
+}
+
+func (c *framedConn) setDefaults(env map[string]string) error {
+	return c.configureWith(runtimes.Message{Type: "configure", Defaults: env})
+}
+
+func (c *framedConn) configureWith(m runtimes.Message) error {
+	if err := c.w.Write(m); err != nil {
 		return err
 	}
 	select {
@@ -196,7 +207,20 @@ func (c *bashConn) configure(env map[string]string) error {
 		fmt.Fprintf(&b, "export %s=%s\n", k, shellQuote(v))
 	}
 	b.WriteString("cd /workspace")
-	if err := c.execute("configure", b.String()); err != nil {
+	return c.configureWith(b.String())
+}
+
+func (c *bashConn) setDefaults(env map[string]string) error {
+	var b strings.Builder
+	for k, v := range env {
+		fmt.Fprintf(&b, "[ -n \"${%s+set}\" ] || export %s=%s\n", k, k, shellQuote(v))
+	}
+	b.WriteString("true")
+	return c.configureWith(b.String())
+}
+
+func (c *bashConn) configureWith(code string) error {
+	if err := c.execute("configure", code); err != nil {
 		return err
 	}
 	m, ok := <-c.ch

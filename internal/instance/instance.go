@@ -220,8 +220,19 @@ func (in *Instance) WaitOutput() {
 // Configure replaces the runtime's environment; the round trip also shows
 // the runtime alive.
 func (in *Instance) Configure(ctx context.Context, env map[string]string) error {
+	return in.ask(ctx, func() error { return in.conn.configure(env) })
+}
+
+// SetDefaults sets the variables of env the runtime's environment does
+// not have (the rest is kept); between executions only.
+func (in *Instance) SetDefaults(ctx context.Context, env map[string]string) error {
+	return in.ask(ctx, func() error { return in.conn.setDefaults(env) })
+}
+
+// ask runs one request to the runtime and its reply, for at most 30 s.
+func (in *Instance) ask(ctx context.Context, req func() error) error {
 	done := make(chan error, 1)
-	go func() { done <- in.conn.configure(env) }()
+	go func() { done <- req() }()
 	select {
 	case err := <-done:
 		return err

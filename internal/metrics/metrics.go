@@ -185,6 +185,9 @@ func (m *Metrics) FileTransferred(e session.FileEvent) {
 	}
 }
 
+// NetworkChanged: policy changes are the audit log's, not a metric.
+func (m *Metrics) NetworkChanged(session.NetworkEvent) {}
+
 // HTTP counts one answered request: route is its ServeMux pattern ("" for
 // a request refused before routing, such as an unauthenticated one).
 func (m *Metrics) HTTP(route string, status int, d time.Duration) {

@@ -237,6 +237,8 @@ func (t *Tracker) ExecutionFinished(e session.ExecutionEvent) {
 
 func (t *Tracker) FileTransferred(session.FileEvent) {}
 
+func (t *Tracker) NetworkChanged(session.NetworkEvent) {}
+
 // SeedCPU sets each tenant's CPU time used today (UTC), as the audit log
 // recorded it before a restart: the day's quota survives the restart.
 func (t *Tracker) SeedCPU(used map[string]time.Duration) {

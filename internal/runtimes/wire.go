@@ -32,6 +32,9 @@ type Message struct {
 	// configure, run
 	Env map[string]string `json:"env,omitempty"`
 	Cwd string            `json:"cwd,omitempty"`
+	// configure: variables set where the environment has none, the rest
+	// kept (a network given to a session later: its proxy settings)
+	Defaults map[string]string `json:"defaults,omitempty"`
 	// run: the interpreter, the program file and its arguments
 	Argv  []string `json:"argv,omitempty"`
 	Fresh bool     `json:"fresh,omitempty"`

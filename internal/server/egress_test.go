@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -180,7 +181,10 @@ print(get("http://files.a.test:%%d/" %% (P + 1)))
 	if res.asked["evil.test"] != 0 {
 		t.Error("a denied name was resolved upstream")
 	}
+	// The same literal three ways (127.0.0.1, 2130706433, 0x7f.1) is one
+	// entry counting three.
 	var denied, allowed []string
+	var deniedCount int64
 	for _, d := range r.Egress {
 		if d.Kind != "connect" {
 			continue
@@ -189,10 +193,11 @@ print(get("http://files.a.test:%%d/" %% (P + 1)))
 			allowed = append(allowed, d.Host)
 		} else {
 			denied = append(denied, d.Reason)
+			deniedCount += max(d.Count, 1)
 		}
 	}
-	if len(allowed) != 1 || allowed[0] != "files.a.test" || len(denied) != 7 {
-		t.Errorf("egress: allowed %q, denied %q", allowed, denied)
+	if len(allowed) != 1 || allowed[0] != "files.a.test" || len(denied) != 5 || deniedCount != 7 || r.EgressSummarized < 2 {
+		t.Errorf("egress: allowed %q, denied %q (%d, %d summarised)", allowed, denied, deniedCount, r.EgressSummarized)
 	}
 	if !strings.Contains(strings.Join(denied, "|"), "forbidden address") {
 		t.Errorf("meta.a.test's denial does not say why: %q", denied)
@@ -722,5 +727,148 @@ print(" ".join(out))
 	}
 	if !resolves() {
 		t.Error("files.a.test does not resolve after the ports were freed")
+	}
+}
+
+// Every egress policy is in the audit log: the one a session was created
+// with, each change with who made it and the policy it replaced, a
+// refused change with why, and a one-shot's.
+func TestEgressPolicyAudited(t *testing.T) {
+	c, _, port, s := egressServerS(t, func(cfg *config.Config) { cfg.Network.MaxAllow = 2 })
+	ctx := context.Background()
+	first := fmt.Sprintf("files.a.test:%d", port)
+	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "bash", Network: &apitype.NetworkPolicy{Allow: []string{first, fmt.Sprintf("FILES.a.test.:%d", port)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "bash"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SetNetwork(ctx, sess.ID, []string{"pypi.a.test"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SetNetwork(ctx, sess.ID, []string{"a.test", "b.test", "evil\ntest"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("more entries than max_allow: %v, want invalid_argument", err)
+	}
+	if _, err := c.SetNetwork(ctx, plain.ID, []string{first}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RunOnce(ctx, apitype.OneShotRequest{Language: "bash", Code: "true", Network: &apitype.NetworkPolicy{Allow: []string{first}}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.audit.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	records := func(q url.Values) []apitype.AuditRecord {
+		t.Helper()
+		l, err := c.Audit(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Records
+	}
+	type rec struct {
+		Kind, Outcome, Error string
+		Allow, Previous      string
+	}
+	summary := func(rs []apitype.AuditRecord) (out []rec) {
+		for _, r := range rs {
+			if r.Kind != apitype.AuditSessionCreate && r.Kind != apitype.AuditSessionNetwork && r.Kind != apitype.AuditOneShot {
+				continue
+			}
+			x := rec{Kind: r.Kind, Outcome: r.Outcome, Error: r.Error}
+			if r.Network != nil {
+				x.Allow, x.Previous = "["+strings.Join(r.Network.Allow, " ")+"]", strings.Join(r.Network.Previous, " ")
+			}
+			if r.Kind == apitype.AuditSessionNetwork && r.RequestID == "" {
+				t.Errorf("a change without the request that made it: %+v", r)
+			}
+			out = append(out, x)
+		}
+		return out
+	}
+	got := summary(records(url.Values{"session": {sess.ID}}))
+	want := []rec{
+		{Kind: "session.create", Outcome: "ok", Allow: "[" + first + "]"},
+		{Kind: "session.network", Outcome: "ok", Allow: "[pypi.a.test]", Previous: first},
+		{Kind: "session.network", Outcome: "failed", Error: "invalid_argument", Allow: "[a.test b.test evil\ntest]", Previous: "pypi.a.test"},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("session records\n%+v\nwant\n%+v", got, want)
+	}
+	got = summary(records(url.Values{"session": {plain.ID}}))
+	want = []rec{
+		{Kind: "session.create", Outcome: "ok"}, // no network
+		{Kind: "session.network", Outcome: "ok", Allow: "[" + first + "]"},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("a session given a network later:\n%+v\nwant\n%+v", got, want)
+	}
+	got = summary(records(url.Values{"kind": {"oneshot"}}))
+	want = []rec{{Kind: "oneshot", Outcome: "ok", Allow: "[" + first + "]"}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("one-shot records %+v, want %+v", got, want)
+	}
+}
+
+// A network given later (PUT .../network) brings the proxy settings a
+// session created with it would have had: the runtime has them from its
+// next execution on (its libraries and the processes it starts use the
+// proxy), commands from then on too; a variable the client set is kept.
+func TestEgressProxyForLaterNetwork(t *testing.T) {
+	kernels(t, testEgressProxyForLaterNetwork)
+}
+
+func testEgressProxyForLaterNetwork(t *testing.T, iso config.Isolation, with func(*config.Config)) {
+	c, _, port := egressServer(t, with, func(cfg *config.Config) { cfg.Network.Proxy = true })
+	ctx := context.Background()
+	allow := []string{fmt.Sprintf("files.a.test:%d", port)}
+	type lang struct{ name, before, after string }
+	langs := []lang{{"python", `import os; print(os.environ.get("HTTP_PROXY"))`, fmt.Sprintf(`
+import os, subprocess, urllib.request, urllib.error
+print(os.environ.get("HTTP_PROXY"), os.environ.get("NO_PROXY"))
+print(subprocess.run(["sh", "-c", "echo $https_proxy"], capture_output=True, text=True).stdout.strip())
+print(urllib.request.urlopen("http://files.a.test:%[1]d/", timeout=10).read().decode())
+try:
+    urllib.request.urlopen("http://evil.test:%[1]d/", timeout=10)
+except urllib.error.HTTPError as e:
+    print(e.code)
+`, port)}}
+	if iso == config.Native {
+		langs = append(langs, lang{"bash", `echo "${HTTP_PROXY-None}"`, `echo "$HTTP_PROXY $NO_PROXY"`},
+			lang{"javascript", `console.log(process.env.HTTP_PROXY ?? "None")`, `console.log(process.env.HTTP_PROXY + " " + process.env.NO_PROXY)`})
+	}
+	for _, l := range langs {
+		sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: l.name, Isolation: iso,
+			Network: &apitype.NetworkPolicy{Allow: []string{}}, Env: map[string]string{"NO_PROXY": "mine"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: l.before}, nil)
+		if err != nil || strings.TrimSpace(r.Stdout) != "None" {
+			t.Fatalf("%s before the network: %+v, %v", l.name, r, err)
+		}
+		if _, err := c.SetNetwork(ctx, sess.ID, allow); err != nil {
+			t.Fatal(err)
+		}
+		r, err = c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: l.after}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "http://127.0.0.1:3128 mine"
+		if l.name == "python" {
+			want = fmt.Sprintf("http://127.0.0.1:3128 mine\nhttp://127.0.0.1:3128\nhello from files.a.test:%d\n403", port)
+		}
+		if got := strings.TrimSpace(r.Stdout); got != want {
+			t.Errorf("%s after the network: %q (stderr %q), want %q", l.name, got, r.Stderr, want)
+		}
+		cmd, err := c.RunCommand(ctx, sess.ID, apitype.CommandRequest{Command: `echo "$http_proxy $NO_PROXY"`}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSpace(cmd.Stdout); got != "http://127.0.0.1:3128 mine" {
+			t.Errorf("%s: a command after the network: %q", l.name, got)
+		}
 	}
 }

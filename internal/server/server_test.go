@@ -52,7 +52,8 @@ func (r *recorder) ExecutionStarted(e session.ExecutionEvent) { r.add(started(e)
 func (r *recorder) ExecutionFinished(e session.ExecutionEvent) {
 	r.add(e)
 }
-func (r *recorder) FileTransferred(e session.FileEvent) { r.add(e) }
+func (r *recorder) FileTransferred(e session.FileEvent)   { r.add(e) }
+func (r *recorder) NetworkChanged(e session.NetworkEvent) { r.add(e) }
 
 type (
 	created session.SessionEvent

@@ -163,8 +163,9 @@ func (s *Session) runCommand(ctx context.Context, req apitype.CommandRequest, em
 		}
 	}()
 
-	env := make(map[string]string, len(s.env)+len(req.Env))
-	for k, v := range s.env {
+	base := s.runtimeEnv()
+	env := make(map[string]string, len(base)+len(req.Env))
+	for k, v := range base {
 		env[k] = v
 	}
 	for k, v := range req.Env {

@@ -73,6 +73,12 @@ func (r *running) event() ExecutionEvent {
 	if r.req.pkg != "" {
 		e.Package, e.Session = r.req.pkg, r.req.pkgSession
 	}
+	if r.req.kind == ExecOneShot || r.req.kind == ExecProgram {
+		// A sandbox of its own: no session record says its policy.
+		if g := r.s.egressGate(); g != nil {
+			e.Network = &apitype.AuditNetwork{Allow: g.Policy().Entries()}
+		}
+	}
 	return e
 }
 
@@ -302,6 +308,9 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 	if end := s.End(); !end.Zero() {
 		return nil, gone(end)
 	}
+	if err := s.takeEnvPending(ctx); err != nil {
+		return nil, err
+	}
 	if !slotHeld {
 		release, err := s.m.acquire(ctx)
 		if err != nil {
@@ -368,9 +377,16 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 		end := instance.SendFailure(err)
 		s.terminate(end)
 		s.m.log.Warn("sending to the runtime failed", "session", s.id, "err", err)
+		var eg []apitype.EgressDecision
+		var summarized int64
+		if g := s.egressGate(); g != nil {
+			g.SetExecution("")
+			eg, summarized = egressOf(g.Take(r.id))
+		}
 		if s.m.obs != nil {
 			e := r.event()
 			e.Duration, e.End, e.Error = time.Since(r.start), end, "SessionEnded"
+			e.Egress, e.EgressSummarized = eg, summarized
 			s.m.obs.ExecutionFinished(e)
 		}
 		return nil, gone(s.End())
@@ -521,8 +537,8 @@ func (s *Session) finishExecution(r *running, o watch.Outcome) *apitype.Result {
 	}
 	res.Redacted += redactChanges(ex.red, res.FilesChanged)
 	if g := s.egressGate(); g != nil {
-		res.Egress = egressOf(g.Records(r.id))
 		g.SetExecution("")
+		res.Egress, res.EgressSummarized = egressOf(g.Take(r.id))
 	}
 	if r.emit != nil {
 		r.emit(apitype.Event{Type: apitype.EventEnd, Result: res})
@@ -537,7 +553,7 @@ func (s *Session) finishExecution(r *running, o watch.Outcome) *apitype.Result {
 		e.Killed, e.KillReason, e.End, e.ExitCode, e.OutputBytes = res.Killed, res.KillReason, end, res.ExitCode, int64(outBytes)
 		e.FilesChanged = len(res.FilesChanged)
 		e.Redactions = res.Redacted
-		e.Egress = res.Egress
+		e.Egress, e.EgressSummarized = res.Egress, res.EgressSummarized
 		if res.Error != nil {
 			e.Error = res.Error.Name
 		}

@@ -1,8 +1,10 @@
 package session
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -43,8 +45,9 @@ func NewEgress(n config.Network) (*Egress, error) {
 		}
 		open = append(open, p.Masked())
 	}
-	lim := egress.Limits{Bytes: int64(n.Bytes), MaxConnections: n.MaxConnections,
-		ConnectTimeout: n.ConnectTimeout.D(), IdleTimeout: n.IdleTimeout.D(), DNSRate: n.DNSQueriesPerSecond, DNSBurst: n.DNSBurst}
+	lim := egress.Limits{Bytes: int64(n.Bytes), MaxConnections: n.MaxConnections, Connections: int64(n.ConnectionBudget),
+		ConnectTimeout: n.ConnectTimeout.D(), IdleTimeout: n.IdleTimeout.D(), DNSRate: n.DNSQueriesPerSecond, DNSBurst: n.DNSBurst,
+		WildcardNames: n.MaxWildcardNames}
 	return &Egress{
 		Dialer: &egress.Dialer{Guard: egress.NewGuard(open, internal), Resolver: net.DefaultResolver, Timeout: lim.ConnectTimeout},
 		Limits: lim, MaxAllow: n.MaxAllow, AllowOnly: only, Enabled: n.Enabled, Proxy: n.Proxy,
@@ -84,33 +87,43 @@ func (m *Manager) NetworkPolicy(np *apitype.NetworkPolicy) (egress.Policy, error
 	return p, nil
 }
 
-// attachEgress puts the session's egress sockets into its sandbox.
-func (s *Session) attachEgress(p egress.Policy) error {
-	if p.Empty() {
-		return nil
-	}
+// attachEgress puts the session's egress sockets into its sandbox, or
+// gives the gate already there policy p; it returns the policy p
+// replaced. Changes are serialised here: two at once would both find no
+// gate and attach two.
+func (s *Session) attachEgress(p egress.Policy) (egress.Policy, error) {
 	s.attachMu.Lock()
 	defer s.attachMu.Unlock()
 	if end := s.End(); !end.Zero() {
 		// Teardown may have closed the sandbox and its handle.
-		return gone(end)
+		return egress.Policy{}, gone(end)
+	}
+	if g := s.egressGate(); g != nil {
+		prev := g.Policy()
+		if err := g.SetPolicy(p); err != nil {
+			return egress.Policy{}, gateErr("could not change the session's network egress", err)
+		}
+		return prev, nil
+	}
+	if p.Empty() {
+		return egress.Policy{}, nil
 	}
 	ns, ok := s.inst.NetNS()
 	if !ok {
 		// Only gVisor sandboxes started without a network: runsc fixes a
 		// sandbox's network when it boots.
-		return fmt.Errorf("%w: this %s session was created without a network, and its sandbox cannot get one now; create the session with \"network\" (an empty allow list is enough) to set its policy later", errdefs.ErrConflict, s.inst.Isolation())
+		return egress.Policy{}, fmt.Errorf("%w: this %s session was created without a network, and its sandbox cannot get one now; create the session with \"network\" (an empty allow list is enough) to set its policy later", errdefs.ErrConflict, s.inst.Isolation())
 	}
 	g, err := egress.Attach(ns, egress.Options{
 		Session: s.id, Policy: p, Limits: s.m.egress.Limits, Dialer: s.m.egress.Dialer, Log: s.m.log, Proxy: s.m.egress.Proxy,
 	})
 	if err != nil {
-		return gateErr("could not set up the session's network egress", err)
+		return egress.Policy{}, gateErr("could not set up the session's network egress", err)
 	}
 	s.mu.Lock()
 	s.gate = g
 	s.mu.Unlock()
-	return nil
+	return egress.Policy{}, nil
 }
 
 // gateErr says why a gate could not take a policy: a port the session's
@@ -146,14 +159,24 @@ func (s *Session) Network() *apitype.NetworkState {
 	}
 	st := g.Stats()
 	return &apitype.NetworkState{Allow: g.Policy().Entries(), BytesUsed: st.BytesUsed, BytesBudget: st.BytesBudget,
-		OpenConnections: st.Open, Connections: st.Connections, Denied: st.Denied}
+		OpenConnections: st.Open, Connections: st.Connections, Denied: st.Denied,
+		ConnectionsAllowed: st.Allowed, ConnectionBudget: st.ConnectionBudget}
 }
 
 // SetNetwork replaces the session's egress policy: new lookups and
 // connections follow it, open connections are left alone. A session
 // created without a network gets one now; an empty list closes it to
 // new connections (the sockets stay until the session ends).
-func (s *Session) SetNetwork(np *apitype.NetworkPolicy) (*apitype.NetworkState, error) {
+// Every attempt, refused or not, is reported to the observers with who
+// made it and the policy it replaced.
+func (s *Session) SetNetwork(ctx context.Context, np *apitype.NetworkPolicy) (_ *apitype.NetworkState, err error) {
+	var prev egress.Policy
+	defer func() {
+		if err != nil {
+			prev = s.currentPolicy()
+		}
+		s.networkChanged(ctx, np, prev.Entries(), err)
+	}()
 	if !s.End().Zero() {
 		return nil, gone(s.End())
 	}
@@ -161,19 +184,61 @@ func (s *Session) SetNetwork(np *apitype.NetworkPolicy) (*apitype.NetworkState, 
 	if err != nil {
 		return nil, err
 	}
-	if g := s.egressGate(); g != nil {
-		if err := g.SetPolicy(p); err != nil {
-			return nil, gateErr("could not change the session's network egress", err)
-		}
-	} else if err := s.attachEgress(p); err != nil {
+	if prev, err = s.attachEgress(p); err != nil {
 		return nil, err
 	}
 	if !s.End().Zero() { // ended meanwhile: teardown may have missed the gate
 		s.closeEgress()
 		return nil, gone(s.End())
 	}
+	s.proxyLater(p)
 	s.Touch()
 	return s.Network(), nil
+}
+
+// NetworkRefused reports a change of the session's policy refused before
+// it reached the session (a tenant's quota), for the audit.
+func (s *Session) NetworkRefused(ctx context.Context, np *apitype.NetworkPolicy, err error) {
+	s.networkChanged(ctx, np, s.currentPolicy().Entries(), err)
+}
+
+// currentPolicy is the session's policy (empty: none).
+func (s *Session) currentPolicy() egress.Policy {
+	if g := s.egressGate(); g != nil {
+		return g.Policy()
+	}
+	return egress.Policy{}
+}
+
+// maxAuditEntries and maxAuditEntry bound what the audit keeps of a
+// refused request's entries (an accepted one is within network.max_allow
+// and normalised).
+const (
+	maxAuditEntries = 64
+	maxAuditEntry   = 255
+)
+
+func (s *Session) networkChanged(ctx context.Context, np *apitype.NetworkPolicy, prev []string, err error) {
+	if s.m.obs == nil {
+		return
+	}
+	var allow []string
+	if np != nil {
+		if p, perr := egress.ParsePolicy(np.Allow); perr == nil && len(p.Rules) <= maxAuditEntries {
+			allow = p.Entries()
+		} else {
+			for _, e := range np.Allow[:min(len(np.Allow), maxAuditEntries)] {
+				if len(e) > maxAuditEntry {
+					e = e[:maxAuditEntry] + "..."
+				}
+				allow = append(allow, e)
+			}
+		}
+	}
+	if allow == nil {
+		allow = []string{}
+	}
+	s.m.obs.NetworkChanged(NetworkEvent{Caller: callerOf(ctx), Session: s.id, Allow: allow, Previous: prev, Err: err})
 }
 
 // proxyEnv adds the proxy variables to a runtime's environment when the
@@ -196,15 +261,72 @@ func (m *Manager) proxyEnv(env map[string]string, p egress.Policy) map[string]st
 	return env
 }
 
-// egressOf converts decisions for a result.
-func egressOf(rs []egress.Record) []apitype.EgressDecision {
-	if len(rs) == 0 {
+// proxyLater gives a session that got its network after it started the
+// proxy settings it would have started with (HTTP(S)_PROXY, NO_PROXY,
+// when the server runs the proxy): commands started from now on get
+// them, and the runtime before its next execution, so that the code's
+// libraries and the processes it starts use the proxy. A variable the
+// client set, or the code has set since, is kept.
+func (s *Session) proxyLater(p egress.Policy) {
+	add := s.m.proxyEnv(map[string]string{}, p)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var env, pending map[string]string
+	for k, v := range add {
+		if _, set := s.env[k]; set {
+			continue
+		}
+		if env == nil {
+			env, pending = maps.Clone(s.env), maps.Clone(s.envPending)
+			if pending == nil {
+				pending = map[string]string{}
+			}
+		}
+		env[k], pending[k] = v, v
+	}
+	if env != nil {
+		s.env, s.envPending = env, pending
+	}
+}
+
+// runtimeEnv is the environment commands start from.
+func (s *Session) runtimeEnv() map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.env
+}
+
+// takeEnvPending gives the runtime the variables it has yet to take;
+// the caller holds execMu (no execution runs).
+func (s *Session) takeEnvPending(ctx context.Context) error {
+	s.mu.Lock()
+	env := s.envPending
+	s.mu.Unlock()
+	if env == nil {
 		return nil
+	}
+	if err := s.inst.SetDefaults(ctx, env); err != nil {
+		return errdefs.Private(errdefs.ErrUnavailable, "the session's runtime did not take its new network's proxy settings", err)
+	}
+	s.mu.Lock()
+	if maps.Equal(s.envPending, env) {
+		s.envPending = nil
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// egressOf converts decisions for a result, with how many of them are
+// summarised (folded into an entry's count).
+func egressOf(rs []egress.Record) ([]apitype.EgressDecision, int64) {
+	if len(rs) == 0 {
+		return nil, 0
 	}
 	out := make([]apitype.EgressDecision, len(rs))
 	for i, r := range rs {
 		out[i] = apitype.EgressDecision{Kind: r.Kind, Host: r.Name, Port: int(r.Port), Allowed: r.Allowed, Reason: r.Reason,
-			Dest: r.Dest, Address: r.Address, BytesUp: r.BytesUp, BytesDown: r.BytesDown, DurationMs: ms(r.Duration)}
+			Dest: r.Dest, Address: r.Address, BytesUp: r.BytesUp, BytesDown: r.BytesDown, DurationMs: ms(r.Duration),
+			Count: r.Count, First: r.First, Last: r.Last}
 	}
-	return out
+	return out, egress.Summarized(rs)
 }

@@ -27,6 +27,9 @@ type Observer interface {
 	// FileTransferred: a client read, wrote, listed or removed files of a
 	// session's workspace.
 	FileTransferred(FileEvent)
+	// NetworkChanged: a client replaced a session's egress policy, or
+	// was refused.
+	NetworkChanged(NetworkEvent)
 }
 
 // Caller is who an event acted for: the request's identity, resolved at
@@ -78,8 +81,12 @@ type SessionEvent struct {
 	End        apitype.End
 	// Egress: ended only, the egress decisions no execution carried
 	// (made between executions, by a background process or a shell
-	// command), the most recent ones as the gate keeps them.
-	Egress []apitype.EgressDecision
+	// command); EgressSummarized: how many are folded into counts.
+	Egress           []apitype.EgressDecision
+	EgressSummarized int64
+	// Network: created only, the session's egress allowlist (nil: no
+	// network).
+	Network *apitype.AuditNetwork
 }
 
 // Kinds of execution.
@@ -111,8 +118,13 @@ type ExecutionEvent struct {
 	// package install (the download in a sandbox of its own, then the
 	// install in Session).
 	Package string
-	// Egress: what the execution tried on the network.
-	Egress []apitype.EgressDecision
+	// Egress: what the execution tried on the network; EgressSummarized:
+	// how many decisions are folded into counts.
+	Egress           []apitype.EgressDecision
+	EgressSummarized int64
+	// Network: the allowlist of a one-shot's or program's sandbox (nil:
+	// none, or a session's execution: its session's records say).
+	Network *apitype.AuditNetwork
 	// Redactions made in the output and the code rules that flagged the
 	// code (output policy), for the audit: facts, never the secrets.
 	Redactions int
@@ -146,6 +158,15 @@ type FileEvent struct {
 	Bytes    int64
 	Duration time.Duration
 	Err      error
+}
+
+// NetworkEvent describes a change of a session's egress policy: Allow
+// asked for, Previous the policy it replaced, Err why it was refused.
+type NetworkEvent struct {
+	Caller
+	Session         string
+	Allow, Previous []string
+	Err             error
 }
 
 // observers calls each of several observers in turn.
@@ -188,5 +209,11 @@ func (os observers) ExecutionFinished(e ExecutionEvent) {
 func (os observers) FileTransferred(e FileEvent) {
 	for _, o := range os {
 		o.FileTransferred(e)
+	}
+}
+
+func (os observers) NetworkChanged(e NetworkEvent) {
+	for _, o := range os {
+		o.NetworkChanged(e)
 	}
 }

@@ -146,8 +146,12 @@ type Session struct {
 	limits    config.Limits
 	idle      time.Duration
 	inst      *instance.Instance
-	env       map[string]string // the runtime's, which commands start from
-	create    time.Time
+	// env is the runtime's, which commands start from: replaced, never
+	// changed in place, under mu (a network given later adds its proxy
+	// settings); envPending are those the runtime has yet to take.
+	env        map[string]string
+	envPending map[string]string
+	create     time.Time
 
 	cmds commands // shell commands (commands.go)
 	// gate is the session's network egress (nil: loopback only); set
@@ -286,7 +290,12 @@ func (m *Manager) Create(ctx context.Context, req apitype.CreateSessionRequest) 
 	go s.monitor()
 	m.log.Info("session created", "session", s.id, "language", s.lang.Lang, "sandbox", s.inst.Name(), "ms", time.Since(s.inst.Started()).Milliseconds())
 	if m.obs != nil {
-		m.obs.SessionCreated(SessionEvent{Caller: s.owner, Session: s.id, Language: s.lang.Lang, Sandbox: s.inst.Name(), Limits: limits, Duration: time.Since(begun)})
+		var nw *apitype.AuditNetwork
+		if net {
+			nw = &apitype.AuditNetwork{Allow: policy.Entries()}
+		}
+		m.obs.SessionCreated(SessionEvent{Caller: s.owner, Session: s.id, Language: s.lang.Lang, Sandbox: s.inst.Name(), Limits: limits,
+			Duration: time.Since(begun), Network: nw})
 	}
 	return s, nil
 }
@@ -350,7 +359,7 @@ func (m *Manager) startOnce(ctx context.Context, iso config.Isolation, rt runtim
 	}
 	// The policy is attached when the session takes its sandbox (a
 	// pooled one was built before any session existed), as limits are.
-	if err := s.attachEgress(policy); err != nil {
+	if _, err := s.attachEgress(policy); err != nil {
 		s.teardownOnce.Do(s.teardown)
 		return nil, err
 	}
@@ -665,14 +674,15 @@ func (s *Session) terminate(end apitype.End) {
 			}
 			s.mu.Unlock()
 			var eg []apitype.EgressDecision
+			var summarized int64
 			if g := s.egressGate(); g != nil {
 				// What sandbox code did on the network outside any
 				// execution reaches the audit log too (red team: a
 				// background thread's connections were in no record).
-				eg = egressOf(g.Records(""))
+				eg, summarized = egressOf(g.TakeAll())
 			}
 			m.obs.SessionEnded(SessionEvent{Caller: who, Session: s.id, Language: s.lang.Lang, Sandbox: s.inst.Name(), Limits: s.limits,
-				Duration: time.Since(s.create), Executions: execs, End: end, Egress: eg})
+				Duration: time.Since(s.create), Executions: execs, End: end, Egress: eg, EgressSummarized: summarized})
 		}
 	})
 }

@@ -299,10 +299,11 @@ function dispatch(msg) {
       break;
     }
     case 'configure': {
-      const { env, cwd } = msg;
-      if (env !== undefined && env !== null) {
-        if (typeof env !== 'object' || ArrayIsArray(env)) fatal('configure: "env" must map strings to strings');
-        for (const v of ObjectValues(env)) if (typeof v !== 'string') fatal('configure: "env" must map strings to strings');
+      const { env, cwd, defaults } = msg;
+      for (const [key, m] of [['env', env], ['defaults', defaults]]) {
+        if (m === undefined || m === null) continue;
+        if (typeof m !== 'object' || ArrayIsArray(m)) fatal(`configure: "${key}" must map strings to strings`);
+        for (const v of ObjectValues(m)) if (typeof v !== 'string') fatal(`configure: "${key}" must map strings to strings`);
       }
       if (cwd !== undefined && cwd !== null && typeof cwd !== 'string') fatal('configure: "cwd" must be a string');
       break;
@@ -342,6 +343,13 @@ function configure(msg) {
     try {
       for (const k of ObjectKeys(proc.env)) delete proc.env[k];
       for (const [k, v] of ObjectEntries(msg.env)) proc.env[k] = v;
+    } catch (e) {
+      errors.push(`environment: ${e.message}`);
+    }
+  }
+  if (msg.defaults) {
+    try {
+      for (const [k, v] of ObjectEntries(msg.defaults)) if (!hasOwn(proc.env, k)) proc.env[k] = v;
     } catch (e) {
       errors.push(`environment: ${e.message}`);
     }

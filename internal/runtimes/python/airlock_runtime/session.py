@@ -273,10 +273,11 @@ class Session:
         os._exit(2)
 
     def configure(self, msg: dict) -> None:
-        env, cwd = msg.get("env"), msg.get("cwd")
-        if env is not None and (type(env) is not dict or
-                                any(type(k) is not str or type(v) is not str for k, v in env.items())):
-            self.fatal("configure: 'env' must map strings to strings")
+        env, cwd, defaults = msg.get("env"), msg.get("cwd"), msg.get("defaults")
+        for key, m in (("env", env), ("defaults", defaults)):
+            if m is not None and (type(m) is not dict or
+                                  any(type(k) is not str or type(v) is not str for k, v in m.items())):
+                self.fatal(f"configure: '{key}' must map strings to strings")
         if cwd is not None and type(cwd) is not str:
             self.fatal("configure: 'cwd' must be a string")
         errors = []
@@ -284,6 +285,12 @@ class Session:
             try:
                 os.environ.clear()
                 os.environ.update(env)
+            except (ValueError, OSError) as e:
+                errors.append(f"environment: {e}")
+        if defaults is not None:
+            try:
+                for k, v in defaults.items():
+                    os.environ.setdefault(k, v)
             except (ValueError, OSError) as e:
                 errors.append(f"environment: {e}")
         if cwd:
