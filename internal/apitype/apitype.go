@@ -199,7 +199,7 @@ type Result struct {
 	FilesTruncated bool `json:"files_truncated,omitempty"`
 	// Egress lists what the execution tried on the network (sessions
 	// with a network policy only): DNS lookups and connections, allowed
-	// or denied, and why. Every allowed connection is an entry of its
+	// or denied, and why. Every connection carried is an entry of its
 	// own; denials and DNS lookups repeated for the same destination and
 	// reason are one entry with a count.
 	Egress []EgressDecision `json:"egress,omitempty"`
@@ -691,7 +691,7 @@ type EgressDecision struct {
 	// Count: how many decisions the entry stands for (absent: one);
 	// First and Last: when the first and the last of them were made.
 	// Denials and DNS lookups with the same kind, host, destination,
-	// port and reason share an entry; allowed connections never do.
+	// port and reason share an entry; connections carried never do.
 	Count int64     `json:"count,omitempty"`
 	First time.Time `json:"first,omitzero"`
 	Last  time.Time `json:"last,omitzero"`

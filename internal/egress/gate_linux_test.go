@@ -325,6 +325,16 @@ func (f *fixture) trapUntouched(t *testing.T) {
 	}
 }
 
+// proxyClient is an HTTP client using the gate's proxy from inside the
+// namespace, as a proxy-aware client in the sandbox would.
+func (f *fixture) proxyClient(tlsConf *tls.Config) *http.Client {
+	proxyURL, _ := url.Parse("http://" + ProxyAddr)
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		Proxy: http.ProxyURL(proxyURL), TLSClientConfig: tlsConf,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) { return f.ns.dial(addr) },
+	}}
+}
+
 func (f *fixture) url(scheme, host string) string {
 	port := f.port
 	if scheme == "https" {
@@ -341,6 +351,18 @@ func get(c *http.Client, url string) (string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return string(b), err
+}
+
+// fetch GETs url with c and returns the response and its body.
+func fetch(t *testing.T, c *http.Client, url string) (*http.Response, string) {
+	t.Helper()
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
 }
 
 // expectReset: the connection was accepted (AnyIP) and reset at once.
@@ -698,12 +720,8 @@ func TestGatePolicyChangeAndClose(t *testing.T) {
 
 func TestGateProxy(t *testing.T) {
 	f := newFixtureProxy(t, []string{"a.test:PORT", "example.com:TLS", "meta.test:PORT"}, Limits{}, true)
-	proxyURL, _ := url.Parse("http://" + ProxyAddr)
 	conf := f.tlsConf.Clone()
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		Proxy: http.ProxyURL(proxyURL), TLSClientConfig: conf,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) { return f.ns.dial(addr) },
-	}}
+	c := f.proxyClient(conf)
 	if body, err := get(c, f.url("http", "a.test")); err != nil || !strings.HasPrefix(body, "hello a.test") {
 		t.Errorf("GET through the proxy = %q, %v", body, err)
 	}
@@ -1119,15 +1137,8 @@ func TestGateConnectionBudget(t *testing.T) {
 	if _, err := get(c, f.url("http", "a.test")); err == nil {
 		t.Error("a connection past the budget went through")
 	}
-	proxyURL, _ := url.Parse("http://" + ProxyAddr)
-	pc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL),
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) { return f.ns.dial(addr) }}}
-	resp, err := pc.Get(f.url("http", "a.test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	pc := f.proxyClient(nil)
+	resp, b := fetch(t, pc, f.url("http", "a.test"))
 	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(b), "connection budget (2 connections") {
 		t.Errorf("through the proxy past the budget: %d %q", resp.StatusCode, b)
 	}
@@ -1152,15 +1163,8 @@ func TestGateWildcardNamesCapped(t *testing.T) {
 	if rc, _, err := f.ns.lookup("n4.a.test"); err != nil || rc != dnsmessage.RCodeNameError {
 		t.Errorf("n4.a.test past the cap: %v, %v; want NXDOMAIN", rc, err)
 	}
-	proxyURL, _ := url.Parse("http://" + ProxyAddr)
-	pc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL),
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) { return f.ns.dial(addr) }}}
-	resp, err := pc.Get(f.url("http", "n5.a.test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	pc := f.proxyClient(nil)
+	resp, b := fetch(t, pc, f.url("http", "n5.a.test"))
 	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), "*.a.test has given this session its 3 distinct names") {
 		t.Errorf("n5.a.test through the proxy: %d %q", resp.StatusCode, b)
 	}
@@ -1186,19 +1190,13 @@ func TestGateWildcardNamesCapped(t *testing.T) {
 // rest are refused with a 429 naming the rate.
 func TestGateUpstreamLookupsInDNSRate(t *testing.T) {
 	f := newFixtureProxy(t, []string{"a.test:PORT"}, Limits{DNSRate: 1, DNSBurst: 4}, true)
-	proxyURL, _ := url.Parse("http://" + ProxyAddr)
-	pc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL), DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) { return f.ns.dial(addr) }}}
+	pc := f.proxyClient(nil)
+	pc.Transport.(*http.Transport).DisableKeepAlives = true
 	start := time.Now()
 	ok := 0
 	var refusal string
 	for i := 0; i < 100 && refusal == ""; i++ {
-		resp, err := pc.Get(f.url("http", "a.test"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		resp, b := fetch(t, pc, f.url("http", "a.test"))
 		switch resp.StatusCode {
 		case http.StatusOK:
 			ok++
@@ -1233,15 +1231,8 @@ func TestGateUpstreamFailureIsNotADenial(t *testing.T) {
 			t.Errorf("%s answered", u)
 		}
 	}
-	proxyURL, _ := url.Parse("http://" + ProxyAddr)
-	pc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL),
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) { return f.ns.dial(addr) }}}
-	resp, err := pc.Get(f.url("http", "gone.test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	pc := f.proxyClient(nil)
+	resp, b := fetch(t, pc, f.url("http", "gone.test"))
 	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("X-Airlock-Egress") != "failed" || !strings.Contains(string(b), "upstream DNS failure: cannot resolve gone.test") {
 		t.Errorf("through the proxy: %d %s %q, want 502, failed and the upstream DNS failure", resp.StatusCode, resp.Header.Get("X-Airlock-Egress"), b)
 	}
@@ -1272,4 +1263,44 @@ func TestGateUpstreamFailureIsNotADenial(t *testing.T) {
 		t.Errorf("%d denied, want 1 (the forbidden address)", st.Denied)
 	}
 	f.trapUntouched(t)
+}
+
+// An allowed name whose upstream fails carried nothing: its attempts are
+// summarised like denials (one entry, counted), so that a sandbox
+// hammering a dead name holds no more than one entry, and the connection
+// budget gets each attempt back.
+func TestGateUpstreamFailuresSummarised(t *testing.T) {
+	f := newFixture(t, []string{"gone.test:PORT"}, Limits{Connections: 5})
+	_, a, _ := f.ns.lookup("gone.test")
+	const n = 20
+	for range n {
+		c, err := f.ns.dial(fmt.Sprintf("%s:%d", a, f.port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: gone.test\r\n\r\n")
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		io.Copy(io.Discard, c)
+		c.Close()
+	}
+	var entries, count int64
+	waitFor(t, func() bool {
+		entries, count = 0, 0
+		for _, r := range f.gate.Records("") {
+			if r.Kind == "connect" {
+				entries++
+				count += max(r.Count, 1)
+				if !r.Allowed || !strings.Contains(r.Reason, "upstream DNS failure") {
+					t.Fatalf("record %+v", r)
+				}
+			}
+		}
+		return count == n
+	})
+	if entries != 1 {
+		t.Errorf("%d attempts in %d entries, want one", count, entries)
+	}
+	if s := f.gate.Stats(); s.Allowed != 0 {
+		t.Errorf("stats %+v: failed attempts spent the connection budget", s)
+	}
 }
