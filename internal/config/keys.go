@@ -168,24 +168,12 @@ func decodeKeys(data []byte, v reflect.Value, key string) error {
 	var p problems
 	decodeValue(&p, data, v, key)
 	if len(p) == 0 {
-		if _, err := trailing(data); err != nil {
-			p.addText(key, err.Error())
+		// One value, and nothing after it.
+		if err := Decode(data, new(json.RawMessage)); err != nil {
+			p.addText(key, leafReason(err))
 		}
 	}
 	return p.err()
-}
-
-// trailing checks that data holds one JSON value and nothing after it.
-func trailing(data []byte) (json.RawMessage, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	var raw json.RawMessage
-	if err := dec.Decode(&raw); err != nil {
-		return nil, syntaxErr(err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("trailing data after the JSON value")
-	}
-	return raw, nil
 }
 
 func syntaxErr(err error) error {
