@@ -33,6 +33,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"airlock/internal/api"
+	"airlock/internal/cleanup"
 	"airlock/internal/audit"
 	"airlock/internal/client"
 	"airlock/internal/cluster"
@@ -92,7 +93,7 @@ type Server struct {
 	metricsAddr net.Addr
 	socket      string // the unix socket's path, removed at shutdown
 	errc        chan error
-	closers     []func() // run in reverse order by Shutdown
+	closers     cleanup.Stack // run in reverse order by Shutdown
 	once        sync.Once
 }
 
@@ -112,7 +113,7 @@ func (s *Server) serve(ln net.Listener, h http.Handler) {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}})
-	s.closers = append(s.closers, func() { ln.Close() })
+	s.closers.AddFunc(func() { ln.Close() })
 }
 
 // New builds the server: host, lock, sweeps, pools, manager, API and the
@@ -145,12 +146,12 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		if tcpLn, err = listenTCP("server.listen", cfg.Server.Listen); err != nil {
 			return nil, err
 		}
-		s.closers = append(s.closers, func() { tcpLn.Close() })
+		s.closers.AddFunc(func() { tcpLn.Close() })
 		if cfg.Metrics.Enabled && cfg.Metrics.Listen != "" {
 			if metricsLn, err = listenTCP("metrics.listen", cfg.Metrics.Listen); err != nil {
 				return nil, err
 			}
-			s.closers = append(s.closers, func() { metricsLn.Close() })
+			s.closers.AddFunc(func() { metricsLn.Close() })
 		}
 	}
 	hostOpts := jail.OptionsFrom(cfg)
@@ -158,21 +159,21 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	if s.host, err = jail.NewHost(hostOpts); err != nil {
 		return nil, err
 	}
-	s.closers = append(s.closers, func() { s.host.Close() })
+	s.closers.AddFunc(func() { s.host.Close() })
 	// One server per state directory and cgroup parent: everything named
 	// s-* under them is ours, and whatever a killed predecessor left is
 	// removed now.
 	if s.lock, err = lockState(cfg.StateDir); err != nil {
 		return nil, err
 	}
-	s.closers = append(s.closers, func() { s.lock.Close() })
+	s.closers.AddFunc(func() { s.lock.Close() })
 	// And one server per range of host ids and per cgroup parent,
 	// whatever its state_dir.
 	ids, err := s.host.LockServer()
 	if err != nil {
 		return nil, err
 	}
-	s.closers = append(s.closers, func() { ids.Close() })
+	s.closers.AddFunc(func() { ids.Close() })
 	s.sweep()
 	// Before any pool fills: every sandbox gets a copy of the font list.
 	t0 := time.Now()
@@ -187,7 +188,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 			return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 		}
 		s.socket = path
-		s.closers = append(s.closers, func() { unixLn.Close(); os.Remove(path) })
+		s.closers.AddFunc(func() { unixLn.Close(); os.Remove(path) })
 	}
 
 	slots := instance.NewSlots(s.host.Layout())
@@ -201,7 +202,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	var source instance.Source = &instance.Cold{Kernel: own, Slots: slots}
 	if cfg.Pool.Zygote || anyPool(cfg) {
 		s.pool = pool.New(cfg, own, slots, s.log)
-		s.closers = append(s.closers, s.pool.Close)
+		s.closers.AddFunc(s.pool.Close)
 		source = s.pool
 	}
 	s.manager = session.NewManager(cfg, source, s.log)
@@ -366,7 +367,7 @@ func (s *Server) kernels(cfg config.Config) (map[config.Isolation]instance.Kerne
 			if err != nil {
 				return nil, err
 			}
-			s.closers = append(s.closers, func() { h.Close() })
+			s.closers.AddFunc(func() { h.Close() })
 			probe, err := h.Probe(ctx, gvisor.Spec{Name: instance.GVisorPrefix + "probe", Limits: cfg.Defaults})
 			if err != nil {
 				return nil, fmt.Errorf("%w: gVisor is configured but cannot boot a sandbox here (run `airlock doctor`): %v", errdefs.ErrUnavailable, err)
@@ -449,10 +450,9 @@ func (s *Server) Shutdown(ctx context.Context) {
 
 // close releases what New acquired, in reverse order.
 func (s *Server) close() {
-	for i := len(s.closers) - 1; i >= 0; i-- {
-		s.closers[i]()
+	if err := s.closers.Run(); err != nil {
+		s.log.Warn("shutting down", "err", err)
 	}
-	s.closers = nil
 }
 
 // Run runs a server until SIGTERM or SIGINT (or ctx ends), then shuts it

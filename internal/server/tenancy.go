@@ -26,7 +26,7 @@ func (s *Server) tenancy() error {
 		return err
 	}
 	s.db = db
-	s.closers = append(s.closers, func() { db.Close() })
+	s.closers.Add(db.Close)
 	// `airlock keys` tells whether a server reads the keys it writes.
 	if err := db.Serve(); err != nil {
 		return err
@@ -43,7 +43,7 @@ func (s *Server) tenancy() error {
 		s.audit = audit.New(db, cfg.Audit, s.log)
 		// Closed after the manager (closers run in reverse): the records
 		// of the sessions Shutdown ends are written first.
-		s.closers = append(s.closers, s.audit.Close)
+		s.closers.AddFunc(s.audit.Close)
 		s.manager.Observe(s.audit)
 		s.api.Audit = s.audit
 		// The day's CPU quota survives a restart: what the audit log
