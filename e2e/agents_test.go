@@ -34,10 +34,11 @@ func TestAgentLibraries(t *testing.T) {
 		"pool":   map[string]any{"size": map[string]int{"python": 2, "bash": 0, "javascript": 0}},
 	})
 	defer s.stop()
-	cmd := exec.Command(node, "--test", "--test-reporter=spec", "--test-concurrency=1", "mcp.test.mjs", "agents.test.mjs", "readme.test.mjs", "converters.test.mjs")
+	cmd := exec.Command(node, "--test", "--test-reporter=spec", "--test-concurrency=1", "mcp.test.mjs", "bridge.test.mjs", "agents.test.mjs", "readme.test.mjs", "converters.test.mjs")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(),
-		"AIRLOCK_URL="+s.URL, "AIRLOCK_TOKEN="+token, "AIRLOCK_BIN="+bin, "AIRLOCK_CONFIG="+s.cfgPath)
+		"AIRLOCK_URL="+s.URL, "AIRLOCK_TOKEN="+token, "AIRLOCK_BIN="+bin, "AIRLOCK_CONFIG="+s.cfgPath,
+		"AIRLOCK_USER_BIN="+userBinary(t))
 	cmd.WaitDelay = 10 * time.Second
 	out, err := cmd.CombinedOutput()
 	t.Logf("%s", out)

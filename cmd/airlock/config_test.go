@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"airlock/internal/config"
+	"airlock/internal/mcp"
 	"airlock/internal/server"
 )
 
@@ -242,6 +243,36 @@ func TestAuditKindIsChecked(t *testing.T) {
 	for _, want := range []string{`"executions"`, "execution", "session.create", "file"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("stderr %q does not name %s", stderr.String(), want)
+		}
+	}
+}
+
+// airlock mcp --url takes --content too, checked like mcp.content and
+// sent to the server as ?content=; a key file goes with --url only.
+func TestMCPBridgeFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		url  string
+	}{
+		{[]string{"--url", "http://h:8080/mcp"}, 0, "http://h:8080/mcp"},
+		{[]string{"--url", "http://h:8080"}, 0, "http://h:8080/mcp"},
+		{[]string{"--url", "https://h/mcp", "--content", "image,resource_link"}, 0, "https://h/mcp?content=image%2Cresource_link"},
+		{[]string{"--url", "https://h/mcp", "--content", "images"}, exitConfig, ""},
+		{[]string{"--url", "ftp://h/mcp"}, exitUsage, ""},
+		{[]string{"--key-file", "/dev/null"}, exitUsage, ""},
+	} {
+		var got string
+		old := runBridge
+		runBridge = func(_ context.Context, o mcp.BridgeOptions) error {
+			got = o.URL
+			return nil
+		}
+		var stderr bytes.Buffer
+		code := mcpCmd(c.args, &stderr)
+		runBridge = old
+		if code != c.code || got != c.url {
+			t.Errorf("%v: exit %d, relayed to %q; want %d, %q: %s", c.args, code, got, c.code, c.url, stderr.String())
 		}
 	}
 }

@@ -117,6 +117,12 @@ func RefusalReasons() []string {
 	return []string{RefusedMissingKey, RefusedUnknownKey, RefusedRevokedKey, RefusedExpiredKey, RefusedCrossTenant, RefusedAdminOnly, RefusedBrowser}
 }
 
+// wellKnown is where MCP clients look for OAuth (RFC 9728, RFC 8414)
+// after a 401. Every path under it is a 404 without a key: a 401 there
+// would send them on into an authorization flow airlock does not have,
+// and a 404 makes them report the API key problem instead.
+const wellKnown = "/.well-known/"
+
 // Authenticator resolves the secret of a bearer API key to its caller.
 type Authenticator interface {
 	// Authenticate returns the caller whose key secret is, and why it is
@@ -226,6 +232,9 @@ func New(m *session.Manager, cfg config.Config, log *slog.Logger, version string
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		fail(w, fmt.Errorf("%w: no such endpoint; see /v1/openapi.json", errdefs.ErrNotFound))
 	})
+	s.mux.HandleFunc(wellKnown, func(w http.ResponseWriter, r *http.Request) {
+		fail(w, fmt.Errorf("%w: airlock has no OAuth or other discovery: send an API key as Authorization: Bearer <key>", errdefs.ErrNotFound))
+	})
 	return s
 }
 
@@ -276,7 +285,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fail(rw, err)
 		return
 	}
-	if !s.public[r.URL.Path] {
+	if !s.public[r.URL.Path] && !strings.HasPrefix(r.URL.Path, wellKnown) {
 		who, refused, err := s.authenticate(r)
 		if err != nil {
 			if errors.Is(err, errdefs.ErrUnauthenticated) {
@@ -379,7 +388,7 @@ func (s *Server) authenticate(r *http.Request) (identity.Identity, string, error
 	}
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || got == "" {
-		return identity.Identity{}, RefusedMissingKey, fmt.Errorf("%w: send an API key as Authorization: Bearer <key>", errdefs.ErrUnauthenticated)
+		return identity.Identity{}, RefusedMissingKey, fmt.Errorf("%w: bad or missing API key: send one as Authorization: Bearer <key>", errdefs.ErrUnauthenticated)
 	}
 	if tok := s.cfg.Server.Token; tok != "" && subtle.ConstantTimeCompare([]byte(got), []byte(tok)) == 1 {
 		return identity.Identity{Admin: true}, "", nil
@@ -398,9 +407,9 @@ func (s *Server) authenticate(r *http.Request) (identity.Identity, string, error
 	}
 	if refused == RefusedExpiredKey {
 		// The holder of the secret learns nothing it could not try.
-		return who, refused, fmt.Errorf("%w: the API key has expired; ask for a new one", errdefs.ErrUnauthenticated)
+		return who, refused, fmt.Errorf("%w: bad or missing API key: the key has expired; ask for a new one", errdefs.ErrUnauthenticated)
 	}
-	return who, refused, fmt.Errorf("%w: the API key is unknown or revoked", errdefs.ErrUnauthenticated)
+	return who, refused, fmt.Errorf("%w: bad or missing API key: the key is unknown or revoked", errdefs.ErrUnauthenticated)
 }
 
 // browserGuard protects a server without authentication (auth "none",

@@ -40,6 +40,12 @@ func TestAuthentication(t *testing.T) {
 		{"readiness needs none", "/readyz", "", tcp, http.StatusOK},
 		{"the API's description needs none", "/v1/openapi.json", "", tcp, http.StatusOK},
 		{"unix socket needs none", "/v1/sessions", "", unix, http.StatusOK},
+		// MCP clients look for OAuth there after a 401: they must find
+		// nothing (404) rather than another 401.
+		{"OAuth resource metadata: none", "/.well-known/oauth-protected-resource", "", tcp, http.StatusNotFound},
+		{"OAuth resource metadata of /mcp: none", "/.well-known/oauth-protected-resource/mcp", "", tcp, http.StatusNotFound},
+		{"OAuth server metadata: none", "/.well-known/oauth-authorization-server", "", tcp, http.StatusNotFound},
+		{"OpenID configuration: none", "/.well-known/openid-configuration", "Bearer nope", tcp, http.StatusNotFound},
 	}
 	for _, c := range cases {
 		req := httptest.NewRequest("GET", c.path, nil)
@@ -53,7 +59,10 @@ func TestAuthentication(t *testing.T) {
 			t.Errorf("%s: status %d, want %d", c.name, rec.Code, c.want)
 		}
 		if c.want == http.StatusUnauthorized && rec.Header().Get("WWW-Authenticate") != "Bearer" {
-			t.Errorf("%s: no WWW-Authenticate: Bearer", c.name)
+			t.Errorf("%s: WWW-Authenticate %q, want Bearer (no resource_metadata to send clients into OAuth)", c.name, rec.Header().Get("WWW-Authenticate"))
+		}
+		if c.want == http.StatusUnauthorized && !strings.Contains(rec.Body.String(), "bad or missing API key") {
+			t.Errorf("%s: %s", c.name, rec.Body)
 		}
 	}
 }

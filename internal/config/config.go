@@ -243,9 +243,13 @@ type MCP struct {
 	// Enabled serves MCP's streamable HTTP transport at /mcp, behind the
 	// API's authentication.
 	Enabled bool `json:"enabled"`
-	// SessionTimeout ends an MCP session (and its default sandboxes)
-	// after this long without a request.
+	// SessionTimeout ends an MCP session (and its sessions) after this
+	// long without a request, even with a stream open.
 	SessionTimeout Duration `json:"session_timeout"`
+	// IdleTimeout ends an MCP session whose client has no request in
+	// flight and no stream open (it went away without DELETE), with its
+	// sessions.
+	IdleTimeout Duration `json:"idle_timeout"`
 	// Content lists the blocks tool results carry besides text (see
 	// MCPContent); an HTTP client may ask for its own with /mcp?content=.
 	// None by default: text is what every agent framework's converter
@@ -332,7 +336,7 @@ func Default() Config {
 		Network:  DefaultNetwork(),
 		Packages: DefaultPackages(),
 		Audit:    Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096, FlushInterval: Duration(50 * time.Millisecond), OnFailure: AuditRefuse, RefusalInterval: Duration(time.Minute)},
-		MCP:      MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute)},
+		MCP:      MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute), IdleTimeout: Duration(2 * time.Minute)},
 		Metrics:  Metrics{Enabled: true},
 		Log:      Log{Format: "text", Level: "info"},
 		Pool: Pool{
@@ -498,6 +502,9 @@ func (c Config) Validate() error {
 	}
 	if err := CheckMCPContent(c.MCP.Content); err != nil {
 		errs = append(errs, fmt.Errorf("mcp.content: %w", err))
+	}
+	if c.MCP.IdleTimeout < Duration(time.Second) || c.MCP.IdleTimeout > Duration(time.Hour) || c.MCP.IdleTimeout > c.MCP.SessionTimeout {
+		errs = append(errs, errors.New("mcp.idle_timeout must be between 1s and 1h, and at most mcp.session_timeout"))
 	}
 	if s.MaxSessionCommands < 1 || s.MaxSessionCommands > 1024 {
 		errs = append(errs, errors.New("server.max_session_commands must be between 1 and 1024"))

@@ -48,6 +48,7 @@ var OtherEnv = map[string]string{
 	"AIRLOCK_CONFIG":     "the configuration file (or --config)",
 	"AIRLOCK_URL":        "the server's address, for clients (the Python SDK)",
 	"AIRLOCK_TOKEN":      "an API key, for clients (the Python SDK)",
+	"AIRLOCK_API_KEY":    "an API key, for airlock mcp --url",
 	"AIRLOCK_TRACE":      "print the phases of airlock run and a jail's start, with their times",
 	"AIRLOCK_CPUPROFILE": "write a CPU profile of airlock serve to this file",
 	// The development scripts' own.

@@ -54,7 +54,7 @@ func TestDefaultResultIsText(t *testing.T) {
 // the query is refused, not ignored.
 func TestContentQuery(t *testing.T) {
 	srv := mcp.New(mcp.Options{Client: func(http.Header) *client.Client { return client.InProcess(http.NotFoundHandler()) }, Version: "test", Log: slog.New(slog.DiscardHandler)})
-	h := srv.HTTPHandler(time.Minute)
+	h := srv.HTTPHandler(mcp.HTTPOptions{Idle: time.Minute, MaxQuiet: time.Minute})
 	for q, want := range map[string]int{
 		"?content=image":                      http.StatusOK,
 		"?content=image,resource_link":        http.StatusOK,

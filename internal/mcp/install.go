@@ -86,6 +86,12 @@ func (s *Server) installPackages(ctx context.Context, req *mcp.CallToolRequest, 
 	if err != nil {
 		return failed(err), out, nil
 	}
+	// An install runs in the session like code: it takes its turn.
+	release, err := s.turn(ctx, req.Session, id)
+	if err != nil {
+		return failed(err), out, nil
+	}
+	defer release()
 	res, err := api.InstallPackages(ctx, id, apitype.PackagesRequest{Manager: manager, Packages: in.Packages})
 	if err != nil {
 		return failed(err), out, nil

@@ -5,7 +5,8 @@
 // connection so that state persists with no id juggling, progress
 // notifications while code runs, and the two transports: stdio (`airlock
 // mcp`) and streamable HTTP (/mcp on `airlock serve`), both on the official
-// Go SDK.
+// Go SDK; and the stdio bridge to a remote server's /mcp (`airlock mcp
+// --url`), which holds no state of its own.
 //
 // It must never reach a sandbox any other way than through the HTTP API
 // (package client), with the caller's own credentials: whatever the API
@@ -17,6 +18,7 @@ package mcp
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -27,6 +29,7 @@ import (
 
 	"airlock/internal/apitype"
 	"airlock/internal/client"
+	"airlock/internal/errdefs"
 )
 
 // Options configure the MCP server.
@@ -50,25 +53,41 @@ type Options struct {
 	// (mcp.content: config.MCPContent); an HTTP client's ?content=
 	// overrides it.
 	Content []string
-	Log     *slog.Logger
+	// MaxQueued bounds the execute_code calls of one connection that
+	// wait for one session (0: DefaultMaxQueued).
+	MaxQueued int
+	Log       *slog.Logger
 }
 
-// Server is airlock's MCP server: one SDK server, and the default
-// sessions of its connections.
+// DefaultMaxQueued is how many execute_code calls of a connection may
+// wait for the same session (agents call tools in parallel).
+const DefaultMaxQueued = 16
+
+// Server is airlock's MCP server: one SDK server, and the sessions its
+// connections opened.
 type Server struct {
 	o   Options
 	srv *mcp.Server
 
-	mu       sync.Mutex
-	defaults map[*mcp.ServerSession]*connection
+	mu      sync.Mutex
+	conns   map[*mcp.ServerSession]*connection
+	shut    bool           // CloseAll ran: no connection may open sessions
+	closing sync.WaitGroup // connections whose sessions are being ended
 }
 
 // connection is one MCP connection's state: its default session per
-// language, created on first use and ended with the connection.
+// language (created on first use), the sessions create_session made, and
+// the turns of the executions it sends to each session. All of its
+// sessions end with it.
 type connection struct {
 	mu       sync.Mutex
-	sessions map[string]string // language -> airlock session id
-	header   http.Header       // the credentials that made them
+	sessions map[string]string   // language -> default airlock session id
+	created  map[string]struct{} // create_session's, until close_session
+	header   http.Header         // the credentials that made them
+	closed   bool                // ended: nothing more may be created
+
+	qmu    sync.Mutex
+	queues map[string]*queue // airlock session id -> its executions' turns
 }
 
 // instructions tell the model what the server is.
@@ -84,7 +103,10 @@ func New(o Options) *Server {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	s := &Server{o: o, defaults: map[*mcp.ServerSession]*connection{}}
+	if o.MaxQueued <= 0 {
+		o.MaxQueued = DefaultMaxQueued
+	}
+	s := &Server{o: o, conns: map[*mcp.ServerSession]*connection{}}
 	s.srv = mcp.NewServer(&mcp.Implementation{Name: "airlock", Title: "airlock code sandbox", Version: o.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
 		Logger:       o.Log,
@@ -101,33 +123,58 @@ func New(o Options) *Server {
 // SDK is the underlying SDK server (for Go tests' in-memory transports).
 func (s *Server) SDK() *mcp.Server { return s.srv }
 
-// RunStdio serves one client on stdin and stdout until it leaves.
+// RunStdio serves one client on stdin and stdout until it leaves (end of
+// input) or ctx ends (a signal: how clients stop a stdio server, so not a
+// failure), and returns once every session the client opened has ended,
+// since the process exits right after.
 func (s *Server) RunStdio(ctx context.Context) error {
-	return s.srv.Run(ctx, &mcp.StdioTransport{})
+	// Not the SDK's Run, which logs an error when ctx ends.
+	ss, err := s.srv.Connect(ctx, &mcp.StdioTransport{}, nil)
+	if err != nil {
+		return err
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- ss.Wait() }()
+	select {
+	case err = <-closed:
+	case <-ctx.Done():
+		ss.Close()
+		<-closed
+		err = nil
+	}
+	s.CloseAll()
+	return err
 }
 
-// HTTPHandler serves MCP's streamable HTTP transport (at /mcp, whose
-// ?content= picks the blocks results carry besides text). Idle MCP
-// sessions end after idle, with their default sessions. The SDK's DNS
-// rebinding guard stays on: a request that reached a loopback address
-// with another Host is refused.
-func (s *Server) HTTPHandler(idle time.Duration) http.Handler {
-	return withContent(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.srv }, &mcp.StreamableHTTPOptions{
-		SessionTimeout: idle,
-		Logger:         s.o.Log,
-	}))
+// CloseAll ends the sessions of every connection, returns once they have
+// ended (or failed to), and lets no connection open more.
+func (s *Server) CloseAll() {
+	s.mu.Lock()
+	s.shut = true
+	open := make([]*mcp.ServerSession, 0, len(s.conns))
+	for ss := range s.conns {
+		open = append(open, ss)
+	}
+	s.mu.Unlock()
+	for _, ss := range open {
+		s.closeConnection(ss)
+	}
+	s.closing.Wait()
 }
 
 // conn is the state of the connection a request came on.
 func (s *Server) conn(ss *mcp.ServerSession) *connection {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := s.defaults[ss]
+	c := s.conns[ss]
 	if c == nil {
-		c = &connection{sessions: map[string]string{}}
-		s.defaults[ss] = c
-		// Its default sessions end with the connection. (The SDK has no
-		// close hook: Wait returns once the connection is closed.)
+		c = &connection{sessions: map[string]string{}, created: map[string]struct{}{}, queues: map[string]*queue{}, closed: s.shut}
+		if c.closed {
+			return c
+		}
+		s.conns[ss] = c
+		// Its sessions end with the connection. (The SDK has no close
+		// hook: Wait returns once the connection is closed.)
 		go func() {
 			ss.Wait()
 			s.closeConnection(ss)
@@ -136,28 +183,44 @@ func (s *Server) conn(ss *mcp.ServerSession) *connection {
 	return c
 }
 
-// closeConnection ends the default sessions of a connection that closed.
+// closeConnection ends the sessions of a connection that closed.
 func (s *Server) closeConnection(ss *mcp.ServerSession) {
 	s.mu.Lock()
-	c := s.defaults[ss]
-	delete(s.defaults, ss)
+	c := s.conns[ss]
+	delete(s.conns, ss)
+	if c != nil {
+		s.closing.Add(1)
+	}
 	s.mu.Unlock()
 	if c == nil {
 		return
 	}
+	defer s.closing.Done()
+	// A session being created holds c.mu until it is in the maps.
 	c.mu.Lock()
-	ids, header := c.sessions, c.header
-	c.sessions = map[string]string{}
+	c.closed = true
+	ids := make([]string, 0, len(c.sessions)+len(c.created))
+	for _, id := range c.sessions {
+		ids = append(ids, id)
+	}
+	for id := range c.created {
+		ids = append(ids, id)
+	}
+	header := c.header
+	c.sessions, c.created = map[string]string{}, map[string]struct{}{}
 	c.mu.Unlock()
 	api := s.o.Client(header)
 	for _, id := range ids {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		if err := api.DeleteSession(ctx, id); err != nil && client.StatusOf(err) != http.StatusGone && client.StatusOf(err) != http.StatusNotFound {
-			s.o.Log.Warn("mcp: ending a connection's default session", "session", id, "err", err)
+			s.o.Log.Warn("mcp: ending a session of a closed connection", "session", id, "err", err)
 		}
 		cancel()
 	}
 }
+
+// errClosing refuses work on a connection that is ending.
+var errClosing = fmt.Errorf("%w: the MCP connection is closing; open a new one", errdefs.ErrUnavailable)
 
 // header is the HTTP header of a request (nil over stdio).
 func header(extra *mcp.RequestExtra) http.Header {
@@ -180,6 +243,9 @@ func (s *Server) session(ctx context.Context, req *mcp.CallToolRequest, api *cli
 	c := s.conn(req.Session)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed {
+		return "", "", errClosing
+	}
 	if old := c.sessions[lang]; old != "" {
 		info, err := api.Session(ctx, old)
 		if err == nil && info.State != apitype.StateEnded {

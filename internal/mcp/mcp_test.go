@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -32,13 +34,49 @@ func connect(t *testing.T) (*sdk.ClientSession, *client.Client) {
 	return connectContent(t, config.MCPContent)
 }
 
+// connectContent is connect with results that carry content.
 func connectContent(t *testing.T, content []string) (*sdk.ClientSession, *client.Client) {
+	t.Helper()
+	cs, api, _ := connectOpts(t, mcp.Options{Content: content})
+	return cs, api
+}
+
+// connectOpts is connect with the MCP server's options (its Client,
+// Version and Log are the test's).
+func connectOpts(t *testing.T, o mcp.Options) (*sdk.ClientSession, *client.Client, *mcp.Server) {
+	t.Helper()
+	srv, api := newServer(t, o)
+	ct, st := sdk.NewInMemoryTransports()
+	ctx := context.Background()
+	ss, err := srv.SDK().Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	return clientOn(t, ct), api, srv
+}
+
+// clientOn connects an MCP client over transport.
+func clientOn(t *testing.T, transport sdk.Transport) *sdk.ClientSession {
+	t.Helper()
+	c := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), transport, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// newServer starts an embedded airlock server and an MCP server in front
+// of it (its Client, Version and Log are the test's).
+func newServer(t *testing.T, o mcp.Options) (*mcp.Server, *client.Client) {
 	t.Helper()
 	testenv.RequireRoot(t, "the MCP tools run code in real sandboxes")
 	cfg := config.Default()
 	cfg.StateDir = "/run/airlock-mcp-test"
 	cfg.CgroupParent = "airlock-mcp-test"
-	cfg.IDBase = 1_120_000_000 // apart from any other server's on the host
+	cfg.IDBase = 1_120_000_000        // apart from any other server's on the host
 	cfg.Server.Auth = config.AuthNone // the test's client is the operator
 	cfg.DataDir = t.TempDir()
 	cfg.Pool.Size = map[string]int{"python": 1, "bash": 1}
@@ -55,21 +93,8 @@ func connectContent(t *testing.T, content []string) (*sdk.ClientSession, *client
 		os.RemoveAll(cfg.StateDir)
 	})
 	api := client.InProcess(s.Handler())
-	srv := mcp.New(mcp.Options{Client: func(http.Header) *client.Client { return api }, Version: "test", Content: content, Log: log})
-	ct, st := sdk.NewInMemoryTransports()
-	ctx := context.Background()
-	ss, err := srv.SDK().Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ss.Close() })
-	c := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil)
-	cs, err := c.Connect(ctx, ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cs.Close() })
-	return cs, api
+	o.Client, o.Version, o.Log = func(http.Header) *client.Client { return api }, "test", log
+	return mcp.New(o), api
 }
 
 func call(t *testing.T, cs *sdk.ClientSession, tool string, args map[string]any) (*sdk.CallToolResult, map[string]any) {
@@ -217,6 +242,14 @@ func TestTools(t *testing.T) {
 	if _, out = call(t, cs, "execute_code", map[string]any{"code": "echo hi from $((40 + 2))", "session_id": bash}); out["stdout"] != "hi from 42\n" {
 		t.Errorf("bash session: %v", out)
 	}
+	// A bash block's exit status is the result's: non-zero is an error.
+	res, out = call(t, cs, "execute_code", map[string]any{"code": "echo partial; (exit 3)", "session_id": bash})
+	if !res.IsError || out["exit_code"] != float64(3) || !strings.Contains(text(res), "exit code 3") || out["stdout"] != "partial\n" {
+		t.Errorf("a failing bash block: %v %s %v", res.IsError, text(res), out)
+	}
+	if res, out = call(t, cs, "execute_code", map[string]any{"code": "true", "session_id": bash}); res.IsError || out["exit_code"] != float64(0) {
+		t.Errorf("a bash block that succeeds: %v %s", res.IsError, text(res))
+	}
 	if res, _ = call(t, cs, "close_session", map[string]any{"session_id": bash}); res.IsError {
 		t.Errorf("close_session: %s", text(res))
 	}
@@ -252,5 +285,170 @@ func TestDefaultSessionReplaced(t *testing.T) {
 	res, out = call(t, cs, "execute_code", map[string]any{"code": "print('fresh')"})
 	if res.IsError || !strings.Contains(out["note"].(string), "ended") || out["stdout"] != "fresh\n" {
 		t.Fatalf("after the default session ended: %s %v", text(res), out)
+	}
+}
+
+// running waits until code in session id has written the file marker:
+// it is running (a session is busy a little before its runtime has the
+// code, and the runtime ignores an interrupt until it has).
+func running(t *testing.T, api *client.Client, id, marker string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		rc, err := api.Download(context.Background(), id, marker)
+		if err == nil {
+			rc.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the code in session %s never started: %v", id, err)
+		}
+	}
+}
+
+// Agents call tools in parallel (the OpenAI Agents SDK does): calls on
+// the connection's default session take turns instead of failing with
+// "already executing".
+func TestParallelCalls(t *testing.T) {
+	cs, _ := connect(t)
+	call(t, cs, "execute_code", map[string]any{"code": "n = 0"})
+	const calls = 6
+	errs := make(chan string, calls)
+	for range calls {
+		go func() {
+			res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "execute_code", Arguments: map[string]any{
+				"code": "import time\nm = n\ntime.sleep(0.05)\nn = m + 1"}})
+			switch {
+			case err != nil:
+				errs <- err.Error()
+			case res.IsError:
+				errs <- text(res)
+			default:
+				errs <- ""
+			}
+		}()
+	}
+	for range calls {
+		if e := <-errs; e != "" {
+			t.Errorf("a parallel call failed: %s", e)
+		}
+	}
+	// One at a time: no increment was lost.
+	if _, out := call(t, cs, "execute_code", map[string]any{"code": "n"}); out["result"] != "6" {
+		t.Errorf("after %d parallel calls: %v", calls, out)
+	}
+}
+
+// A cancelled call (notifications/cancelled) interrupts its execution,
+// and a retry sent at once waits for it instead of finding the session
+// still executing; the session's state survives.
+func TestCancelThenRetry(t *testing.T) {
+	cs, api := connect(t)
+	_, out := call(t, cs, "execute_code", map[string]any{"code": "x = 1"})
+	sid := out["session_id"].(string)
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "execute_code", Arguments: map[string]any{
+			"code": "import time\nopen('started', 'w').close()\ntry:\n    time.sleep(120)\nexcept KeyboardInterrupt:\n    time.sleep(0.3)\n    x = 2\n    raise"}})
+		gone <- err
+	}()
+	running(t, api, sid, "started")
+	cancel()
+	if err := <-gone; err == nil {
+		t.Error("the cancelled call returned a result")
+	}
+	res, out := call(t, cs, "execute_code", map[string]any{"code": "x"})
+	if res.IsError || out["result"] != "2" {
+		t.Fatalf("the retry after a cancel: %s", text(res))
+	}
+}
+
+// The calls waiting for a session are bounded: one more is refused with
+// a tool error that says why, the waiting ones run once it is free.
+func TestQueueFull(t *testing.T) {
+	cs, api, _ := connectOpts(t, mcp.Options{MaxQueued: 1})
+	_, out := call(t, cs, "execute_code", map[string]any{"code": "x = 1"})
+	sid := out["session_id"].(string)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	long := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "execute_code", Arguments: map[string]any{"code": "import time\nopen('started', 'w').close()\ntime.sleep(120)"}})
+		long <- err
+	}()
+	running(t, api, sid, "started")
+	results := make(chan *sdk.CallToolResult, 2)
+	for range 2 {
+		go func() {
+			res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "execute_code", Arguments: map[string]any{"code": "x + 1"}})
+			if err != nil {
+				res = &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: err.Error()}}}
+			}
+			results <- res
+		}()
+	}
+	// The session is held until cancel: the first answer is the refusal.
+	if res := <-results; !res.IsError || !strings.Contains(text(res), "too many calls wait for session "+sid) {
+		t.Errorf("the call over the bound: %v %s", res.IsError, text(res))
+	}
+	cancel()
+	<-long
+	if res := <-results; res.IsError || !strings.Contains(text(res), "2") {
+		t.Errorf("the queued call: %s", text(res))
+	}
+}
+
+// CloseAll (what `airlock mcp` runs before it exits) returns once every
+// session the connections opened has ended: the default ones and
+// create_session's.
+func TestCloseAllEndsSessions(t *testing.T) {
+	cs, api, srv := connectOpts(t, mcp.Options{})
+	_, out := call(t, cs, "execute_code", map[string]any{"code": "1"})
+	def := out["session_id"].(string)
+	_, out = call(t, cs, "create_session", map[string]any{"language": "bash"})
+	made := out["session_id"].(string)
+	srv.CloseAll()
+	for _, id := range []string{def, made} {
+		if _, err := api.Session(context.Background(), id); client.StatusOf(err) != http.StatusGone {
+			t.Errorf("session %s after CloseAll: %v", id, err)
+		}
+	}
+	// And nothing new is opened after it.
+	if res, _ := call(t, cs, "create_session", nil); !res.IsError || !strings.Contains(text(res), "closing") {
+		t.Errorf("create_session after CloseAll: %s", text(res))
+	}
+}
+
+// The stdio bridge (`airlock mcp --url`) relays a client to /mcp; when the
+// server has ended its MCP session (mcp.session_timeout), the next call
+// opens a new one with the client's initialize instead of failing.
+func TestBridgeReopens(t *testing.T) {
+	srv, _ := newServer(t, mcp.Options{})
+	hs := httptest.NewServer(srv.HTTPHandler(mcp.HTTPOptions{Idle: time.Minute, MaxQuiet: time.Hour}))
+	t.Cleanup(hs.Close)
+	toBridge, clientOut := io.Pipe()
+	clientIn, fromBridge := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- mcp.Bridge(ctx, mcp.BridgeOptions{URL: hs.URL, In: toBridge, Out: fromBridge, Log: slog.New(slog.DiscardHandler)})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		clientOut.Close()
+		if err := <-done; err != nil {
+			t.Errorf("Bridge: %v", err)
+		}
+	})
+	cs := clientOn(t, &sdk.IOTransport{Reader: clientIn, Writer: clientOut})
+	if _, out := call(t, cs, "execute_code", map[string]any{"code": "x = 1"}); out["session_id"] == nil {
+		t.Fatalf("through the bridge: %v", out)
+	}
+	for ss := range srv.SDK().Sessions() {
+		ss.Close() // as the server's timeout does
+	}
+	res, out := call(t, cs, "execute_code", map[string]any{"code": "print('again')"})
+	if res.IsError || out["stdout"] != "again\n" {
+		t.Fatalf("after the server ended the session: %s", text(res))
 	}
 }

@@ -151,6 +151,7 @@ func executeResult(id, note string, res *apitype.Result, bl blocks) (*mcp.CallTo
 	out.StdoutDropped += int(res.StdoutDroppedBytes)
 	out.StderrDropped += int(res.StderrDroppedBytes)
 	out.DurationMs, out.KillReason, out.ExecutionCount = res.DurationMs, string(res.KillReason), res.ExecutionCount
+	out.ExitCode = res.ExitCode
 	out.SessionEnded, out.EndReason = res.SessionEnded, res.EndReason
 	var images []mcp.Content
 	budget := resultsCap
@@ -199,7 +200,8 @@ func executeResult(id, note string, res *apitype.Result, bl blocks) (*mcp.CallTo
 	content := []mcp.Content{&mcp.TextContent{Text: summary(out, res)}}
 	content = append(content, images...)
 	content = append(content, links...)
-	return &mcp.CallToolResult{Content: content, IsError: out.Error != nil || res.Killed || res.SessionEnded}, out
+	// A bash block's non-zero status is a failure like an exception.
+	return &mcp.CallToolResult{Content: content, IsError: out.Error != nil || res.Killed || res.SessionEnded || res.ExitCode != 0}, out
 }
 
 // summary is what a model reads of an execution.
@@ -235,6 +237,9 @@ func summary(o ExecuteOut, res *apitype.Result) string {
 	}
 	if o.KillReason != "" {
 		fmt.Fprintf(&b, "killed: %s\n", o.KillReason)
+	}
+	if o.ExitCode != 0 {
+		fmt.Fprintf(&b, "exit code %d\n", o.ExitCode)
 	}
 	if o.SessionEnded {
 		fmt.Fprintf(&b, "the session ended: %s\n", o.EndReason)

@@ -70,6 +70,7 @@ type ExecuteOut struct {
 	ResultsDropped int              `json:"results_dropped,omitempty" jsonschema:"display outputs left out of results"`
 	ImagesDropped  int              `json:"images_dropped,omitempty" jsonschema:"images not attached (at most 8 per result)"`
 	Error          *ErrorOut        `json:"error,omitempty"`
+	ExitCode       int              `json:"exit_code" jsonschema:"the execution's status: a bash block's exit status, 1 after an exception, 137 when killed; not 0 is an error"`
 	Files          []FileOut        `json:"files" jsonschema:"files the code created, modified or deleted in /workspace (at most 50)"`
 	FilesDropped   int              `json:"files_dropped,omitempty" jsonschema:"changed files left out of files"`
 	Truncated      bool             `json:"truncated" jsonschema:"something was left out: by the caps above, or by the session's max_output"`
@@ -244,7 +245,7 @@ func (s *Server) addTools() {
 		Title: "Create a session",
 		Description: "Starts a new sandboxed session (python, bash or javascript) with optional limits, environment and network " +
 			"(the hosts it may reach, within the server's policy; sessions have no network otherwise), and returns its " +
-			"session_id for the other tools. Not needed for a single conversation: every tool has a default session.",
+			"session_id for the other tools. Not needed for a single conversation: every tool has a default session. It ends with this connection, like the default sessions.",
 		InputSchema: withEnum[CreateIn]("language", languages),
 		Annotations: &mcp.ToolAnnotations{Title: "Create a session", DestructiveHint: &no, OpenWorldHint: &no},
 	}, s.createSession)
@@ -412,7 +413,12 @@ func (s *Server) executeCode(ctx context.Context, req *mcp.CallToolRequest, in E
 			}
 		}
 	}
-	res, err := api.Execute(ctx, id, apitype.ExecuteRequest{Code: in.Code, Timeout: t}, onEvent)
+	release, err := s.turn(ctx, req.Session, id)
+	if err != nil {
+		return failed(err), out, nil
+	}
+	defer release()
+	res, err := execute(ctx, api, id, apitype.ExecuteRequest{Code: in.Code, Timeout: t}, onEvent)
 	pr.flush()
 	if err != nil {
 		return failed(err), out, nil
@@ -610,9 +616,20 @@ func (s *Server) createSession(ctx context.Context, req *mcp.CallToolRequest, in
 		return failed(err), out, nil
 	}
 	api := s.o.Client(header(req.Extra))
+	c := s.conn(req.Session)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return failed(errClosing), out, nil
+	}
 	info, err := api.CreateSession(ctx, cr)
 	if err != nil {
 		return failed(err), out, nil
+	}
+	// It ends with the connection, like the default sessions.
+	c.created[info.ID] = struct{}{}
+	if c.header == nil {
+		c.header = header(req.Extra)
 	}
 	out = sessionOut(info)
 	msg := fmt.Sprintf("created %s session %s (pass it as session_id)", info.Language, info.ID)
@@ -652,6 +669,7 @@ func (s *Server) closeSession(ctx context.Context, req *mcp.CallToolRequest, in 
 			delete(c.sessions, lang)
 		}
 	}
+	delete(c.created, in.SessionID)
 	c.mu.Unlock()
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "closed session " + in.SessionID}}}, CloseOut{SessionID: in.SessionID, Closed: true}, nil
 }

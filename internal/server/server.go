@@ -254,7 +254,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 			mo.SessionID = ident.NewID
 		}
 		s.mcp = mcp.New(mo)
-		s.api.Handle("/mcp", s.mcp.HTTPHandler(cfg.MCP.SessionTimeout.D()))
+		s.api.Handle("/mcp", s.mcp.HTTPHandler(mcp.HTTPOptions{Idle: cfg.MCP.IdleTimeout.D(), MaxQuiet: cfg.MCP.SessionTimeout.D()}))
 	}
 	if opts.Embedded {
 		return s, nil
