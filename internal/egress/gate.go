@@ -70,6 +70,11 @@ type Stats struct {
 
 // Gate is one sandbox's egress: its sockets inside the sandbox's network
 // namespace and the connections they carry.
+//
+// Locks, in the order they may be taken: setMu, then mu, then a
+// Decision's own; logMu and dnsMu are leaves (nothing is taken while
+// either is held). The fields above setMu never change after Attach; the
+// counters are atomic.
 type Gate struct {
 	session string
 	limits  Limits
@@ -77,7 +82,9 @@ type Gate struct {
 	log     *slog.Logger
 	ns      *os.File // the sandbox's network namespace
 
-	setMu     sync.Mutex // SetPolicy
+	// setMu serialises SetPolicy, across the listens it does without mu.
+	setMu sync.Mutex
+	// mu guards the fields below it, up to the counters.
 	mu        sync.Mutex
 	policy    Policy
 	exec      string
@@ -97,10 +104,13 @@ type Gate struct {
 	used, total, denied, allowed atomic.Int64
 	wg                           sync.WaitGroup
 
+	// logMu guards the decision log's rate (logBucket, logDropped).
 	logMu      sync.Mutex
 	logBucket  bucket
 	logDropped int64
 
+	// dnsMu guards the DNS query rate and its refusals' log (the three
+	// fields below).
 	dnsMu       sync.Mutex
 	dnsBucket   bucket    // the session's DNS query rate (Limits.DNSRate)
 	dnsLogged   time.Time // when a refusal was last logged

@@ -239,6 +239,9 @@ func (h *Host) startInit(p *initProc, env []string, attr *syscall.SysProcAttr, c
 }
 
 // Sandbox is a running jail: an init process waiting for programs.
+//
+// Locks, in the order they may be taken: reqMu, then waitMu (SpawnWait
+// holds both); the reader of the control socket takes waitMu alone.
 type Sandbox struct {
 	h    *Host
 	spec Spec
@@ -251,12 +254,16 @@ type Sandbox struct {
 	hostUser int
 	started  time.Time
 
+	// reqMu makes one request to the init at a time, from its send to
+	// its reply on replies (spawn, adapt). (spec.Limits changes only by
+	// Adapt, before the sandbox is handed out.)
 	reqMu   sync.Mutex
 	replies chan message
 	copies  copies // files the init is writing (see writeFile)
 	exits   chan Exit
 	// waiters get the exits of the programs SpawnWait started, instead
-	// of exits; watchNext is the waiter of the spawn under way.
+	// of exits; watchNext is the waiter of the spawn under way. waitMu
+	// guards both.
 	waitMu    sync.Mutex
 	waiters   map[int]chan Exit
 	watchNext chan Exit

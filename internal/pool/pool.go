@@ -28,6 +28,10 @@ import (
 )
 
 // Pool is an instance.Source backed by warm instances.
+//
+// Locks, in the order they may be taken: a queue's mu, then zmu (a build
+// reads templateRuns under its queue's lock), then the template's own
+// (Close ends it under zmu).
 type Pool struct {
 	cfg    config.Config
 	kernel instance.Kernel
@@ -46,6 +50,7 @@ type Pool struct {
 	// network is fixed at boot (pool.network_size).
 	netQueues map[string]*queue
 
+	// zmu guards the template and its counts (zyg, zygFails, zygRuns).
 	zmu      sync.Mutex
 	zyg      *zygote.Zygote
 	zygFails int
@@ -72,10 +77,11 @@ type queue struct {
 	net      bool // its sandboxes are booted with a network
 	size     int
 	profile  config.Limits
-	mu       sync.Mutex
-	ready    []*instance.Instance
-	pending  int
-	kick     chan struct{}
+	// mu guards ready and pending.
+	mu      sync.Mutex
+	ready   []*instance.Instance
+	pending int
+	kick    chan struct{}
 
 	hits, misses, built, discarded atomic.Uint64
 	// cold counts instances handed out whose runtime the template could

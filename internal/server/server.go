@@ -33,8 +33,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"airlock/internal/api"
-	"airlock/internal/cleanup"
 	"airlock/internal/audit"
+	"airlock/internal/cleanup"
 	"airlock/internal/client"
 	"airlock/internal/cluster"
 	"airlock/internal/config"

@@ -35,7 +35,7 @@ const keptCommands = 64
 // for ever, and what it prints later is not the command's.
 const outputGrace = 100 * time.Millisecond
 
-// commands are a session's shell commands.
+// commands are a session's shell commands; mu guards every field.
 type commands struct {
 	mu      sync.Mutex
 	next    int
@@ -45,6 +45,11 @@ type commands struct {
 }
 
 // command is one shell command: running, or how it ended.
+//
+// Its two locks are never held together: mu guards the output and how it
+// ended (the fields from stdout to res), stdinMu the writes to its
+// standard input and closed. What mu is held for may take a redactor's
+// lock and a client's event writer's.
 type command struct {
 	id, line   string
 	background bool

@@ -58,6 +58,8 @@ type Manager struct {
 	// its own).
 	ids *cluster.Identity
 
+	// mu guards sessions, ended, endOrder, creating, closed and
+	// oneShots; no session's lock is ever taken under it.
 	mu       sync.Mutex
 	sessions map[string]*Session
 	ended    map[string]endedSession // recently ended id -> why
@@ -133,6 +135,13 @@ type endedSession struct {
 }
 
 // Session is one live session.
+//
+// Locks, in the order they may be taken: pkgMu and execMu (each held for
+// a whole install or execution; the other is then only ever TryLocked,
+// which cannot wait: an install's execution, a cell's %pip install),
+// attachMu (an execution's end may tear the session down), mu, then the
+// gate's own and an execution's. The manager's mu is never held with any
+// of them; cmds.mu is taken alone.
 type Session struct {
 	m  *Manager
 	id string
@@ -164,12 +173,16 @@ type Session struct {
 	// the sandbox; attaching checks the session has not ended under it.
 	attachMu sync.Mutex
 
-	execMu sync.Mutex // one execution at a time
+	// execMu: one execution at a time (begin to its release), never
+	// waited for (TryLock: a second one is a conflict).
+	execMu sync.Mutex
 	// pkgMu: one pip install at a time (they share .packages/wheels); a
 	// cell's %pip install holds it until its execution ends, since the
 	// interpreter installs from the wheels after the server's reply.
 	pkgMu sync.Mutex
 
+	// mu guards the fields below, and deletedBy, env, envPending and
+	// gate above; idleTimer is set before the session is visible.
 	mu        sync.Mutex
 	lastUsed  time.Time
 	busy      bool
