@@ -216,6 +216,18 @@ print("done")
 	}
 }
 
+// An isolation the server does not allow is refused like a jail the host
+// cannot build: exit 69, as the README's table says (it was 70), and
+// nothing runs.
+func TestRunRefusedIsolationExits69(t *testing.T) {
+	s := sharedServer(t)
+	prog := writeFile(t, "p.py", "print('ran')")
+	out, errOut, code := runCLI(t, "", "run", "--config", s.cfgPath, "--isolation", "gvisor", prog)
+	if code != 69 || out != "" || !strings.Contains(errOut, "not allowed by this server") {
+		t.Errorf("exit %d, stdout %q, stderr %q; want 69 and the server's refusal", code, out, errOut)
+	}
+}
+
 func TestRunKillsAndFlags(t *testing.T) { runModes(t, testRunKillsAndFlags) }
 
 func testRunKillsAndFlags(t *testing.T, runCLI runFunc) {
