@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/internal/rootfs"
+	lo "airlock/internal/loopback"
 )
 
 // inNetns runs fn on an OS thread locked to it that has entered the
@@ -87,7 +87,7 @@ func sameFile(fd int, path string) (bool, error) {
 func NewNamespace() (*os.File, error) {
 	var ns *os.File
 	err := onNetnsThread(func(int) error { return unix.Unshare(unix.CLONE_NEWNET) }, func() (err error) {
-		if err = rootfs.LoopbackUp(); err == nil {
+		if err = lo.Up(); err == nil {
 			ns, err = os.Open("/proc/thread-self/ns/net")
 		}
 		return err

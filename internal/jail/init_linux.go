@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"airlock/internal/landlock"
+	"airlock/internal/loopback"
 	"airlock/internal/rootfs"
 	"airlock/internal/seccomp"
 )
@@ -151,7 +152,7 @@ func execTemplate(ctl *conn, cfg *setupMsg) error {
 	if err := rootfs.Build(cfg.Root); err != nil {
 		return err
 	}
-	if err := rootfs.LoopbackUp(); err != nil {
+	if err := loopback.Up(); err != nil {
 		return err
 	}
 	if err := unix.Chdir("/workspace"); err != nil {
@@ -234,7 +235,7 @@ func setup(cfg *setupMsg, placed func() error) (*initState, error) {
 	if err := rootfs.Hostname(cfg.Root.Hostname); err != nil {
 		return nil, err
 	}
-	if err := rootfs.LoopbackUp(); err != nil {
+	if err := loopback.Up(); err != nil {
 		return nil, err
 	}
 	// Once we are in our cgroup, a cgroup namespace rooted there hides the

@@ -517,27 +517,6 @@ func copyDir(src, dst string, uid, gid int) error {
 	return nil
 }
 
-// LoopbackUp brings up lo in the current network namespace.
-func LoopbackUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("rootfs: loopback: %w", err)
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return fmt.Errorf("rootfs: loopback: %w", err)
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("rootfs: loopback flags: %w", err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP | unix.IFF_RUNNING)
-	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("rootfs: loopback up: %w", err)
-	}
-	return nil
-}
-
 // Hostname sets the UTS hostname.
 func Hostname(name string) error {
 	if err := unix.Sethostname([]byte(name)); err != nil {
@@ -546,4 +525,3 @@ func Hostname(name string) error {
 	return nil
 }
 
-var _ = strconv.Itoa
