@@ -13,12 +13,8 @@ import (
 // limits, user and layers, a process group of its own, and pipes for its
 // standard streams.
 type Command struct {
-	// Pid is its pid inside the sandbox.
-	Pid int
-	// Stdin is the write end of its standard input; Stdout and Stderr
-	// the read ends of its output. The caller closes them.
-	Stdin          *os.File
-	Stdout, Stderr *os.File
+	pid                   int
+	stdin, stdout, stderr *os.File
 
 	sb     sandbox
 	done   chan struct{}
@@ -70,7 +66,7 @@ func (in *Instance) StartCommand(argv, env []string, dir string) (_ *Command, er
 		files = nil
 		return nil, err
 	}
-	c := &Command{Pid: pid, Stdin: inW, Stdout: outR, Stderr: errR, sb: in.sb, done: make(chan struct{})}
+	c := &Command{pid: pid, stdin: inW, stdout: outR, stderr: errR, sb: in.sb, done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
 		select {
@@ -85,6 +81,13 @@ func (in *Instance) StartCommand(argv, env []string, dir string) (_ *Command, er
 	return c, nil
 }
 
+// Pid is its pid inside the sandbox.
+func (c *Command) Pid() int { return c.pid }
+
+// Stdio are the write end of its standard input and the read ends of its
+// output; the caller closes them.
+func (c *Command) Stdio() (stdin, stdout, stderr *os.File) { return c.stdin, c.stdout, c.stderr }
+
 // Done is closed when the command has ended, or its sandbox has.
 func (c *Command) Done() <-chan struct{} { return c.done }
 
@@ -96,4 +99,4 @@ func (c *Command) Exit() (CommandExit, bool) {
 }
 
 // Signal sends sig to the command's process group.
-func (c *Command) Signal(sig syscall.Signal) error { return c.sb.Signal(c.Pid, sig, true) }
+func (c *Command) Signal(sig syscall.Signal) error { return c.sb.Signal(c.pid, sig, true) }

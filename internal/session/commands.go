@@ -55,7 +55,9 @@ type command struct {
 	background bool
 	started    time.Time
 	who        Caller // who started it, for observers
-	c          *instance.Command
+	c          Process
+	// The ends of its pipes: stdin's write end, the output's read ends.
+	stdinW, outR, errR *os.File
 	// red redacts its output (nil: nothing is); flags are the code rules
 	// that flagged the command.
 	red   *redact.Redactor
@@ -191,6 +193,7 @@ func (s *Session) runCommand(ctx context.Context, req apitype.CommandRequest, em
 	started = true
 	cmd := &command{id: id, line: req.Command, background: req.Background, started: time.Now(), c: c, done: make(chan struct{}), who: who,
 		red: s.m.policy.redactor(tenant), flags: flags}
+	cmd.stdinW, cmd.outR, cmd.errR = c.Stdio()
 	max := int(s.limits.MaxOutput)
 	cmd.stdout = stream{max: max, name: apitype.EventStdout}
 	cmd.stderr = stream{max: max, name: apitype.EventStderr}
@@ -226,7 +229,7 @@ func (s *Session) runCommand(ctx context.Context, req apitype.CommandRequest, em
 	for _, p := range []struct {
 		f *os.File
 		s *stream
-	}{{c.Stdout, &cmd.stdout}, {c.Stderr, &cmd.stderr}} {
+	}{{cmd.outR, &cmd.stdout}, {cmd.errR, &cmd.stderr}} {
 		readers.Go(func() { cmd.read(p.f, p.s) })
 	}
 	stats0, _ := s.inst.Stats()
@@ -268,11 +271,11 @@ func (s *Session) watchCommand(cmd *command, timeout time.Duration, readers *syn
 	exit, exited := cmd.c.Exit()
 	// Output still in the pipes is the command's; a process it left
 	// running may hold them open for ever.
-	cmd.c.Stdout.SetReadDeadline(time.Now().Add(outputGrace))
-	cmd.c.Stderr.SetReadDeadline(time.Now().Add(outputGrace))
+	cmd.outR.SetReadDeadline(time.Now().Add(outputGrace))
+	cmd.errR.SetReadDeadline(time.Now().Add(outputGrace))
 	readers.Wait()
-	cmd.c.Stdout.Close()
-	cmd.c.Stderr.Close()
+	cmd.outR.Close()
+	cmd.errR.Close()
 	cmd.writeStdin(nil, true)
 
 	st, serr := s.inst.Stats()
@@ -440,9 +443,9 @@ func (cmd *command) writeStdin(data []byte, close bool) error {
 	if len(data) > 0 {
 		// A command that does not read its input must not hold the
 		// request for ever.
-		cmd.c.Stdin.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		_, err := cmd.c.Stdin.Write(data)
-		cmd.c.Stdin.SetWriteDeadline(time.Time{})
+		cmd.stdinW.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		_, err := cmd.stdinW.Write(data)
+		cmd.stdinW.SetWriteDeadline(time.Time{})
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				return fmt.Errorf("%w: the command did not read its standard input", errdefs.ErrTimeout)
@@ -452,7 +455,7 @@ func (cmd *command) writeStdin(data []byte, close bool) error {
 	}
 	if close {
 		cmd.closed = true
-		cmd.c.Stdin.Close()
+		cmd.stdinW.Close()
 	}
 	return nil
 }
@@ -471,7 +474,7 @@ func (cmd *command) result() apitype.CommandResult {
 
 func (cmd *command) snapshotLocked() apitype.CommandResult {
 	res := apitype.CommandResult{
-		ID: cmd.id, Command: cmd.line, Pid: cmd.c.Pid,
+		ID: cmd.id, Command: cmd.line, Pid: cmd.c.Pid(),
 		Stdout: toValidUTF8(cmd.stdout.buf), Stderr: toValidUTF8(cmd.stderr.buf),
 		StdoutTruncated: cmd.stdout.truncated, StderrTruncated: cmd.stderr.truncated,
 		StdoutDroppedBytes: cmd.stdout.dropped, StderrDroppedBytes: cmd.stderr.dropped,

@@ -405,6 +405,7 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 		Interrupts: r.ex.interrupt,
 		Ended:      s.ended,
 		EndedBy:    s.End,
+		Clock:      s.m.clock,
 	}
 	return r, nil
 }

@@ -33,6 +33,7 @@ import (
 	"airlock/internal/identity"
 	"airlock/internal/instance"
 	"airlock/internal/runtimes"
+	"airlock/internal/watch"
 	"airlock/internal/workspace"
 )
 
@@ -49,7 +50,7 @@ func gone(end apitype.End) error { return &EndedError{End: end} }
 type Manager struct {
 	cfg config.Config
 	// sources build the sandboxes of each isolation the server offers.
-	sources map[config.Isolation]instance.Source
+	sources map[config.Isolation]Source
 	log     *slog.Logger
 	obs     Observer      // nil: nobody listens
 	egress  *Egress       // nil: no client may ask for a network
@@ -57,6 +58,9 @@ type Manager struct {
 	// ids makes session ids and judges unknown ones (nil: a server on
 	// its own).
 	ids *cluster.Identity
+	// clock times executions and commands (nil: the real one; tests
+	// replace it).
+	clock watch.Clock
 
 	// mu guards sessions, ended, endOrder, creating, closed and
 	// oneShots; no session's lock is ever taken under it.
@@ -77,6 +81,11 @@ type Manager struct {
 // NewManager returns a manager that gets the sandboxes of the server's
 // isolation from source (see AddSource for the others).
 func NewManager(cfg config.Config, source instance.Source, log *slog.Logger) *Manager {
+	return newManager(cfg, instances{source}, log)
+}
+
+// newManager is NewManager with any Source (tests give fakes).
+func newManager(cfg config.Config, source Source, log *slog.Logger) *Manager {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -86,7 +95,7 @@ func NewManager(cfg config.Config, source instance.Source, log *slog.Logger) *Ma
 		panic("session: output policy: " + err.Error())
 	}
 	return &Manager{
-		cfg: cfg, sources: map[config.Isolation]instance.Source{cfg.Isolation: source}, log: log, policy: p,
+		cfg: cfg, sources: map[config.Isolation]Source{cfg.Isolation: source}, log: log, policy: p,
 		execs:    make(chan struct{}, cfg.Server.MaxConcurrentExecutions),
 		sessions: map[string]*Session{},
 		ended:    map[string]endedSession{},
@@ -102,7 +111,7 @@ func (m *Manager) SetIdentity(id *cluster.Identity) { m.ids = id }
 
 // AddSource makes isolation iso available to requests, its sandboxes
 // built by src; call it before the manager serves anything.
-func (m *Manager) AddSource(iso config.Isolation, src instance.Source) { m.sources[iso] = src }
+func (m *Manager) AddSource(iso config.Isolation, src instance.Source) { m.sources[iso] = instances{src} }
 
 // isolation resolves a request's isolation: empty is the server's own;
 // another must be one the operator allows (allow_isolation).
@@ -154,7 +163,7 @@ type Session struct {
 	lang      runtimes.Runtime
 	limits    config.Limits
 	idle      time.Duration
-	inst      *instance.Instance
+	inst      Instance
 	// env is the runtime's, which commands start from: replaced, never
 	// changed in place, under mu (a network given later adds its proxy
 	// settings); envPending are those the runtime has yet to take.

@@ -1,0 +1,182 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	"airlock/internal/apitype"
+	"airlock/internal/errdefs"
+)
+
+func runCommand(t *testing.T, s *Session, req apitype.CommandRequest, act func()) (*apitype.CommandResult, error) {
+	t.Helper()
+	type answer struct {
+		res *apitype.CommandResult
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := s.RunCommand(context.Background(), req, nil)
+		done <- answer{res, err}
+	}()
+	if act != nil {
+		act()
+	}
+	select {
+	case a := <-done:
+		return a.res, a.err
+	case <-time.After(wait):
+		t.Fatalf("command %q never ended", req.Command)
+		return nil, nil
+	}
+}
+
+// How a foreground command ends: its status, its output, a signal, and
+// the limits that kill it.
+func TestRunCommand(t *testing.T) {
+	for _, c := range []struct {
+		name, line string
+		stdin      string
+		act        func(*testing.T, *Session, *fakeInstance, *fakeClock)
+		stdout     string
+		exit       int
+		signal     string
+		reason     apitype.KillReason
+		killed     bool
+		// end: why the session ended ("": it lives on).
+		end apitype.EndCode
+	}{
+		{name: "output and status", line: "out hi;err oops;exit 3", stdout: "hi", exit: 3},
+		{name: "stdin", line: "cat", stdin: "fed", stdout: "fed"},
+		{name: "out of memory: the session ends", line: "oom", exit: 137, signal: "SIGKILL", reason: apitype.KillMemory, killed: true,
+			end: apitype.EndOOM},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m, src, clock := newTestManager(t, nil)
+			s := create(t, m, "")
+			f := src.last()
+			var act func()
+			if c.act != nil {
+				act = func() { c.act(t, s, f, clock) }
+			}
+			res, err := runCommand(t, s, apitype.CommandRequest{Command: c.line, Stdin: c.stdin}, act)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.State != apitype.CommandExited || res.Stdout != c.stdout || res.ExitCode == nil || *res.ExitCode != c.exit {
+				t.Errorf("state %s, stdout %q, exit %v; want exited, %q, %d", res.State, res.Stdout, res.ExitCode, c.stdout, c.exit)
+			}
+			if res.Signal != c.signal || res.Killed != c.killed || res.KillReason != c.reason {
+				t.Errorf("signal %q, killed %v (%q); want %q, %v (%q)", res.Signal, res.Killed, res.KillReason, c.signal, c.killed, c.reason)
+			}
+			if c.end != "" {
+				if end := ended(t, s); end.Code != c.end {
+					t.Errorf("the session ended for %q, want %q", end.Code, c.end)
+				}
+				return
+			}
+			if !s.End().Zero() {
+				t.Errorf("the session ended: %v", s.End())
+			}
+		})
+	}
+}
+
+// A background command runs on after its request, and is described,
+// waited for, fed and signalled by its id.
+func TestBackgroundCommand(t *testing.T) {
+	m, _, _ := newTestManager(t, nil)
+	s := create(t, m, "")
+	ctx := context.Background()
+	released := make(chan struct{})
+	cat, err := s.RunBackground(ctx, apitype.CommandRequest{Command: "cat"}, func() { close(released) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cat.State != apitype.CommandRunning {
+		t.Fatalf("state %s, want running", cat.State)
+	}
+	if err := s.CommandStdin(cat.ID, []byte("abc"), true); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Command(ctx, cat.ID, wait)
+	if err != nil || res.State != apitype.CommandExited || res.Stdout != "abc" {
+		t.Fatalf("after its stdin closed: %+v, %v", res, err)
+	}
+	select {
+	case <-released:
+	default:
+		t.Error("the command ended but its admission was not given back")
+	}
+
+	sleep, err := s.RunBackground(ctx, apitype.CommandRequest{Command: "sleep"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SignalCommand(sleep.ID, "TERM"); err != nil {
+		t.Fatal(err)
+	}
+	res, err = s.Command(ctx, sleep.ID, wait)
+	if err != nil || res.State != apitype.CommandExited || res.Signal != "SIGTERM" || res.Killed {
+		t.Fatalf("signalled: %+v, %v", res, err)
+	}
+	if err := s.SignalCommand(sleep.ID, "TERM"); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("signalling an ended command: %v, want conflict", err)
+	}
+	if err := s.CommandStdin(sleep.ID, []byte("x"), false); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("feeding an ended command: %v, want conflict", err)
+	}
+	if n := len(s.Commands()); n != 2 {
+		t.Errorf("%d commands listed, want 2", n)
+	}
+	if _, err := s.Command(ctx, "c99", 0); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("an unknown command: %v, want not found", err)
+	}
+}
+
+// Commands a session refuses, and the cap on those running at once.
+func TestCommandRefused(t *testing.T) {
+	m, _, _ := newTestManager(t, nil)
+	s := create(t, m, "")
+	ctx := context.Background()
+	for range m.cfg.Server.MaxSessionCommands {
+		if _, err := s.RunBackground(ctx, apitype.CommandRequest{Command: "sleep"}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	released := false
+	for _, c := range []struct {
+		name string
+		req  apitype.CommandRequest
+		want error
+	}{
+		{"past max_session_commands", apitype.CommandRequest{Command: "out x"}, errdefs.ErrLimit},
+		{"empty", apitype.CommandRequest{Command: "  "}, errdefs.ErrInvalidArgument},
+		{"NUL", apitype.CommandRequest{Command: "out \x00"}, errdefs.ErrInvalidArgument},
+		{"too large", apitype.CommandRequest{Command: strings.Repeat("x", MaxCode+1)}, errdefs.ErrTooLarge},
+		{"a cwd outside the names a client may give", apitype.CommandRequest{Command: "out x", Cwd: "../x"}, errdefs.ErrInvalidArgument},
+	} {
+		if _, err := s.RunBackground(ctx, c.req, func() { released = true }); !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+		if !released {
+			t.Errorf("%s: the admission was not given back", c.name)
+		}
+		released = false
+	}
+	// The session's end ends its commands, and they say so.
+	m.DeleteFor(ctx, s.ID())
+	s.cmds.mu.Lock()
+	all := maps.Clone(s.cmds.byID)
+	s.cmds.mu.Unlock()
+	for _, c := range all {
+		<-c.done
+		if res := c.result(); !res.Killed || res.State != apitype.CommandExited {
+			t.Errorf("command %s after the session's end: %+v", c.id, res)
+		}
+	}
+}

@@ -1,0 +1,507 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"airlock/internal/apitype"
+	"airlock/internal/cgroup"
+	"airlock/internal/config"
+	"airlock/internal/instance"
+	"airlock/internal/runtimes"
+	"airlock/internal/workspace"
+)
+
+// The fakes here stand in for a sandbox and its runtime, so that the
+// session's own logic (lifecycle, executions, commands, interrupts,
+// timeouts, limits and the errors they become) is tested without a jail.
+//
+// A fake runtime runs "code" of a small script language, steps separated
+// by ";":
+//
+//	out X      print X on stdout        err X    print X on stderr
+//	display    a display message        raise N  raise error N (status error)
+//	sleep      wait for an interrupt (then KeyboardInterrupt) or the end
+//	hang       ignore interrupts: wait for the sandbox's end
+//	cpu        use a day of CPU time    oom      the OOM killer ends all
+//	pids       the process limit is hit, then hang
+//	exit N     the runtime exits with status N (a program: its exit)
+//
+// and then says done. A command line is run by the same steps, "exit N"
+// being its status; "cat" copies its stdin to its stdout.
+
+// Test limits: distinct durations, so that a fake clock's timers are
+// told apart by theirs.
+const (
+	testTimeout = 7 * time.Second
+	testGrace   = 11 * time.Second
+	testCPUTime = 13 * time.Second
+)
+
+func testConfig() config.Config {
+	cfg := config.Default()
+	cfg.Defaults.Timeout = config.Duration(testTimeout)
+	cfg.Defaults.CPUTime = config.Duration(testCPUTime)
+	cfg.Defaults.CPUs = 1
+	cfg.Defaults.MaxOutput = 1 << 10
+	cfg.Server.InterruptGrace = config.Duration(testGrace)
+	cfg.Server.MaxSessions = 4
+	cfg.Server.MaxSessionCommands = 2
+	cfg.Server.QueueTimeout = config.Duration(time.Millisecond)
+	return cfg
+}
+
+// fakeClock hands out timers the test fires by their duration.
+type fakeClock struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	timers map[time.Duration][]chan time.Time
+}
+
+func newFakeClock() *fakeClock {
+	c := &fakeClock{timers: map[time.Duration][]chan time.Time{}}
+	c.cond = sync.NewCond(&c.mu)
+	return c
+}
+
+func (c *fakeClock) Timer(d time.Duration) (<-chan time.Time, func()) {
+	ch := make(chan time.Time, 1)
+	c.mu.Lock()
+	c.timers[d] = append(c.timers[d], ch)
+	c.cond.Broadcast()
+	c.mu.Unlock()
+	return ch, func() {}
+}
+
+// await waits until a timer of duration d is made.
+func (c *fakeClock) await(d time.Duration) {
+	c.mu.Lock()
+	for len(c.timers[d]) == 0 {
+		c.cond.Wait()
+	}
+	c.mu.Unlock()
+}
+
+// fire fires the oldest unfired timer of duration d, waiting for it to
+// be made.
+func (c *fakeClock) fire(d time.Duration) {
+	c.mu.Lock()
+	for len(c.timers[d]) == 0 {
+		c.cond.Wait()
+	}
+	ch := c.timers[d][0]
+	c.timers[d] = c.timers[d][1:]
+	c.mu.Unlock()
+	ch <- time.Now()
+}
+
+// fakeSource builds fake instances and remembers them, to check that
+// each was closed.
+type fakeSource struct {
+	t     *testing.T
+	mu    sync.Mutex
+	all   []*fakeInstance
+	fail  error // Get's error, if set
+	setup func(*fakeInstance)
+}
+
+func (s *fakeSource) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, net bool) (Instance, error) {
+	if s.fail != nil {
+		return nil, s.fail
+	}
+	f := newFakeInstance(s.t, rt, l)
+	if s.setup != nil {
+		s.setup(f)
+	}
+	s.mu.Lock()
+	s.all = append(s.all, f)
+	s.mu.Unlock()
+	return f, nil
+}
+
+func (s *fakeSource) last() *fakeInstance {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.all[len(s.all)-1]
+}
+
+// newTestManager returns a manager on fake instances with cfg (the test
+// configuration when nil) and a fake clock. At the test's end it is
+// closed, and every instance it took must have been closed too.
+func newTestManager(t *testing.T, cfg *config.Config) (*Manager, *fakeSource, *fakeClock) {
+	t.Helper()
+	c := testConfig()
+	if cfg != nil {
+		c = *cfg
+	}
+	src := &fakeSource{t: t}
+	m := newManager(c, src, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	clock := newFakeClock()
+	m.clock = clock
+	t.Cleanup(func() {
+		m.Close()
+		src.mu.Lock()
+		defer src.mu.Unlock()
+		for i, f := range src.all {
+			if !f.closed.Load() {
+				t.Errorf("instance %d was never closed", i)
+			}
+		}
+	})
+	return m, src, clock
+}
+
+// fakeInstance is a sandbox with a runtime, in memory.
+type fakeInstance struct {
+	t      *testing.T
+	rt     runtimes.Runtime
+	limits config.Limits
+	ws     *workspace.Dir
+	start  time.Time
+
+	out    instance.Output
+	msgs   chan runtimes.Message
+	events chan cgroup.Event
+	ints   chan struct{} // the runtime's SIGINTs
+	dead   chan struct{}
+
+	mu       sync.Mutex
+	msgsDone bool
+	end      apitype.End // what Lost and Monitor say once dead
+	progExit *int
+	env      map[string]string
+	defaults []map[string]string
+	replies  []runtimes.Message
+	execs    []string
+
+	cpu      atomic.Int64
+	oomKills atomic.Uint64
+	closed   atomic.Bool
+	killed   atomic.Bool
+	// sendErr fails every Execute and Run.
+	sendErr error
+}
+
+func newFakeInstance(t *testing.T, rt runtimes.Runtime, l config.Limits) *fakeInstance {
+	dir, err := os.MkdirTemp(t.TempDir(), "ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := workspace.OpenOut(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fakeInstance{
+		t: t, rt: rt, limits: l, ws: ws, start: time.Now(),
+		msgs: make(chan runtimes.Message, 64), events: make(chan cgroup.Event, 4),
+		ints: make(chan struct{}, 4), dead: make(chan struct{}),
+	}
+}
+
+func (f *fakeInstance) Name() string                  { return "s-fake" }
+func (f *fakeInstance) Isolation() config.Isolation   { return config.Native }
+func (f *fakeInstance) Started() time.Time            { return f.start }
+func (f *fakeInstance) Workspace() *workspace.Dir     { return f.ws }
+func (f *fakeInstance) CPU() (time.Duration, error)   { return time.Duration(f.cpu.Load()), nil }
+func (f *fakeInstance) Events() <-chan cgroup.Event   { return f.events }
+func (f *fakeInstance) PollPids(stop <-chan struct{}) {}
+func (f *fakeInstance) NetNS() (int, bool)            { return -1, false }
+func (f *fakeInstance) Stats() (cgroup.Stats, error) {
+	return cgroup.Stats{CPU: time.Duration(f.cpu.Load()), OOMKills: f.oomKills.Load()}, nil
+}
+func (f *fakeInstance) Attach(out instance.Output) error { f.out = out; return nil }
+func (f *fakeInstance) Barrier()                         {}
+func (f *fakeInstance) Drain()                           {}
+func (f *fakeInstance) WaitOutput()                      {}
+func (f *fakeInstance) Dead() <-chan struct{}            { return f.dead }
+func (f *fakeInstance) Messages() <-chan runtimes.Message {
+	return f.msgs
+}
+
+func (f *fakeInstance) Configure(ctx context.Context, env map[string]string) error {
+	f.mu.Lock()
+	f.env = env
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *fakeInstance) SetDefaults(ctx context.Context, env map[string]string) error {
+	f.mu.Lock()
+	f.defaults = append(f.defaults, env)
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *fakeInstance) Execute(id, code string, sendBy time.Time) error {
+	if f.sendErr != nil {
+		return f.sendErr
+	}
+	f.mu.Lock()
+	f.execs = append(f.execs, code)
+	f.mu.Unlock()
+	go f.run(id, code, false)
+	return nil
+}
+
+func (f *fakeInstance) Run(id string, p instance.Program, sendBy time.Time) error {
+	if f.sendErr != nil {
+		return f.sendErr
+	}
+	// The program's "code" is its file's.
+	file, _, err := f.ws.Open(strings.TrimPrefix(p.Argv[1], "/workspace/"))
+	if err != nil {
+		return err
+	}
+	code, _ := io.ReadAll(file)
+	file.Close()
+	go f.run(id, string(code), true)
+	return nil
+}
+
+func (f *fakeInstance) Reply(m runtimes.Message) error {
+	f.mu.Lock()
+	f.replies = append(f.replies, m)
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *fakeInstance) Lost() (apitype.End, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.end.Zero() {
+		return apitype.Ended(apitype.EndInterpreterExited), nil
+	}
+	return f.end, nil
+}
+
+func (f *fakeInstance) ProgramExit() (int, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.progExit == nil {
+		return 0, false
+	}
+	return *f.progExit, true
+}
+
+func (f *fakeInstance) Interrupt() {
+	select {
+	case f.ints <- struct{}{}:
+	default:
+	}
+}
+
+func (f *fakeInstance) Monitor(stop <-chan struct{}) apitype.End {
+	select {
+	case <-f.dead:
+		end, _ := f.Lost()
+		return end
+	case <-stop:
+		return apitype.End{}
+	}
+}
+
+func (f *fakeInstance) Kill() {
+	f.killed.Store(true)
+	f.die(apitype.End{})
+}
+
+func (f *fakeInstance) Close() error {
+	f.closed.Store(true)
+	f.die(apitype.End{})
+	return f.ws.Close()
+}
+
+// die ends the sandbox (for end, unless one was said before): the runtime's
+// connection closes.
+func (f *fakeInstance) die(end apitype.End) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.end.Zero() && !end.Zero() {
+		f.end = end
+	}
+	if !f.msgsDone {
+		f.msgsDone = true
+		close(f.msgs)
+		close(f.dead)
+	}
+}
+
+// send is a message from the runtime (dropped once it is gone).
+func (f *fakeInstance) send(m runtimes.Message) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.msgsDone {
+		f.msgs <- m
+	}
+}
+
+func (f *fakeInstance) write(s string, isErr bool) {
+	if f.out.Keeps(isErr) {
+		f.out.Write([]byte(s), isErr)
+	} else {
+		f.out.Dropped(len(s), isErr)
+	}
+}
+
+// run is the fake runtime running code as execution id; a program ends
+// the runtime when it ends.
+func (f *fakeInstance) run(id, code string, prog bool) {
+	status := 0
+	fail := func(name string) {
+		status = 1
+		if !f.rt.Framed {
+			return // bash's runtime says only its status
+		}
+		f.send(runtimes.Message{Type: "error", ID: id, Name: name, Value: "boom", Traceback: []string{name + ": boom"}})
+	}
+	for _, step := range strings.Split(code, ";") {
+		verb, arg, _ := strings.Cut(strings.TrimSpace(step), " ")
+		switch verb {
+		case "out":
+			f.write(arg, false)
+		case "err":
+			f.write(arg, true)
+		case "display":
+			f.send(runtimes.Message{Type: "display", ID: id, Data: map[string]json.RawMessage{"text/plain": json.RawMessage(`"shown"`)}})
+		case "raise":
+			fail(arg)
+		case "sleep":
+			select {
+			case <-f.ints:
+				fail("KeyboardInterrupt")
+			case <-f.dead:
+				return
+			}
+		case "hang":
+			<-f.dead
+			return
+		case "cpu":
+			f.cpu.Add(int64(24 * time.Hour))
+		case "oom":
+			f.oomKills.Add(1)
+			f.events <- cgroup.EventOOM
+			f.die(apitype.Ended(apitype.EndOOM))
+			return
+		case "pids":
+			f.events <- cgroup.EventPidsMax
+			<-f.dead
+			return
+		case "exit":
+			n, _ := strconv.Atoi(arg)
+			if prog {
+				f.mu.Lock()
+				f.progExit = &n
+				f.mu.Unlock()
+			}
+			f.die(apitype.End{Code: apitype.EndInterpreterExited, Reason: "the interpreter exited with status " + arg})
+			return
+		case "":
+		default:
+			f.t.Errorf("fake runtime: unknown step %q", step)
+		}
+	}
+	if prog {
+		f.mu.Lock()
+		f.progExit = &status
+		f.mu.Unlock()
+		f.die(apitype.End{Code: apitype.EndInterpreterExited})
+		return
+	}
+	st := "ok"
+	if status != 0 {
+		st = "error"
+	}
+	f.send(runtimes.Message{Type: "done", ID: id, Status: st, ExitCode: status})
+}
+
+// StartCommand starts a fake process running argv's last word as the
+// runtime's script.
+func (f *fakeInstance) StartCommand(argv, env []string, dir string) (Process, error) {
+	select {
+	case <-f.dead:
+		return nil, errors.New("the sandbox is gone")
+	default:
+	}
+	p := &fakeProcess{f: f, sigs: make(chan syscall.Signal, 4), done: make(chan struct{}), argv: argv, env: env, dir: dir}
+	var err error
+	var inR, outW, errW *os.File
+	if inR, p.stdin, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	if p.stdout, outW, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	if p.stderr, errW, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	go p.run(argv[len(argv)-1], inR, outW, errW)
+	return p, nil
+}
+
+// fakeProcess is a command of a fake sandbox.
+type fakeProcess struct {
+	f                     *fakeInstance
+	argv, env             []string
+	dir                   string
+	stdin, stdout, stderr *os.File
+	sigs                  chan syscall.Signal
+	done                  chan struct{}
+	exit                  instance.CommandExit
+	exited                bool
+}
+
+func (p *fakeProcess) Pid() int                                { return 42 }
+func (p *fakeProcess) Stdio() (*os.File, *os.File, *os.File)   { return p.stdin, p.stdout, p.stderr }
+func (p *fakeProcess) Done() <-chan struct{}                   { return p.done }
+func (p *fakeProcess) Exit() (instance.CommandExit, bool)      { <-p.done; return p.exit, p.exited }
+func (p *fakeProcess) Signal(sig syscall.Signal) error         { p.sigs <- sig; return nil }
+
+func (p *fakeProcess) run(line string, in, out, errOut *os.File) {
+	defer close(p.done)
+	defer in.Close()
+	defer out.Close()
+	defer errOut.Close()
+	for _, step := range strings.Split(line, ";") {
+		verb, arg, _ := strings.Cut(strings.TrimSpace(step), " ")
+		switch verb {
+		case "out":
+			out.WriteString(arg)
+		case "err":
+			errOut.WriteString(arg)
+		case "cat":
+			io.Copy(out, in)
+		case "sleep":
+			select {
+			case sig := <-p.sigs:
+				p.exit, p.exited = instance.CommandExit{Code: 128 + int(sig), Signal: sig}, true
+				return
+			case <-p.f.dead:
+				return
+			}
+		case "oom":
+			p.f.oomKills.Add(1)
+			p.f.events <- cgroup.EventOOM
+			p.f.die(apitype.Ended(apitype.EndOOM))
+			return
+		case "exit":
+			n, _ := strconv.Atoi(arg)
+			p.exit, p.exited = instance.CommandExit{Code: n}, true
+			return
+		case "":
+		default:
+			p.f.t.Errorf("fake command: unknown step %q", step)
+		}
+	}
+	p.exit, p.exited = instance.CommandExit{}, true
+}

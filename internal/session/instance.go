@@ -1,0 +1,98 @@
+package session
+
+import (
+	"context"
+	"os"
+	"syscall"
+	"time"
+
+	"airlock/internal/apitype"
+	"airlock/internal/cgroup"
+	"airlock/internal/config"
+	"airlock/internal/instance"
+	"airlock/internal/runtimes"
+	"airlock/internal/watch"
+	"airlock/internal/workspace"
+)
+
+// Instance is what a session needs of its sandbox and the runtime in it:
+// an *instance.Instance (see package instance for what each method
+// does). It is the seam between the session's logic (lifecycle,
+// executions, commands, interrupts, limits) and the jail: session's own
+// tests give it a fake.
+type Instance interface {
+	Name() string
+	Isolation() config.Isolation
+	Started() time.Time
+	Workspace() *workspace.Dir
+	// CPU, Events and PollPids: what a watch reads.
+	watch.Sandbox
+	Stats() (cgroup.Stats, error)
+	NetNS() (int, bool)
+
+	// The runtime's output: attached once, then fenced and drained
+	// around each execution.
+	Attach(instance.Output) error
+	Barrier()
+	Drain()
+	WaitOutput()
+
+	// The runtime's control connection.
+	Configure(ctx context.Context, env map[string]string) error
+	SetDefaults(ctx context.Context, env map[string]string) error
+	Execute(id, code string, sendBy time.Time) error
+	Run(id string, p instance.Program, sendBy time.Time) error
+	Reply(m runtimes.Message) error
+	Messages() <-chan runtimes.Message
+	Lost() (apitype.End, error)
+	ProgramExit() (int, bool)
+	Interrupt()
+
+	// StartCommand starts argv beside the runtime.
+	StartCommand(argv, env []string, dir string) (Process, error)
+
+	// The sandbox's end.
+	Monitor(stop <-chan struct{}) apitype.End
+	Dead() <-chan struct{}
+	Kill()
+	Close() error
+}
+
+// Process is a command started in a session's sandbox beside its
+// runtime: an *instance.Command.
+type Process interface {
+	Pid() int
+	Stdio() (stdin, stdout, stderr *os.File)
+	Done() <-chan struct{}
+	Exit() (instance.CommandExit, bool)
+	Signal(sig syscall.Signal) error
+}
+
+// Source provides a session's instances.
+type Source interface {
+	Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, net bool) (Instance, error)
+}
+
+// instances is the Source of an instance.Source (a pool, or cold builds).
+type instances struct{ src instance.Source }
+
+func (s instances) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, net bool) (Instance, error) {
+	in, err := s.src.Get(ctx, rt, l, net)
+	if err != nil {
+		return nil, err
+	}
+	return realInstance{in}, nil
+}
+
+// realInstance is an *instance.Instance as a session's Instance.
+type realInstance struct{ *instance.Instance }
+
+func (r realInstance) StartCommand(argv, env []string, dir string) (Process, error) {
+	c, err := r.Instance.StartCommand(argv, env, dir)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+var _ Instance = realInstance{}

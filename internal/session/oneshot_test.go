@@ -1,0 +1,50 @@
+package session
+
+import (
+	"context"
+	"testing"
+
+	"airlock/internal/apitype"
+)
+
+// One-shot and program runs: each in a sandbox of its own, freed after;
+// a program's result is its exit status, or how airlock killed it.
+func TestOneShotRuns(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		program bool
+		code    string
+		stdout  string
+		exit    int
+		reason  apitype.KillReason
+	}{
+		{"code", false, "out hi", "hi", 0, ""},
+		{"code that raises", false, "raise ValueError", "", 1, ""},
+		{"a program's exit status", true, "out hi;exit 3", "hi", 3, ""},
+		{"a program out of memory", true, "oom", "", 137, apitype.KillMemory},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m, src, _ := newTestManager(t, nil)
+			var res *apitype.OneShotResult
+			var err error
+			if c.program {
+				res, err = m.RunProgram(context.Background(), apitype.ProgramRequest{Code: c.code}, nil)
+			} else {
+				res, err = m.RunOnce(context.Background(), apitype.OneShotRequest{Code: c.code}, nil)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Stdout != c.stdout || res.ExitCode != c.exit || res.KillReason != c.reason || res.Killed != (c.reason != "") {
+				t.Errorf("stdout %q, exit %d, killed %v (%q); want %q, %d, %q", res.Stdout, res.ExitCode, res.Killed, res.KillReason, c.stdout, c.exit, c.reason)
+			}
+			if res.SessionEnded {
+				t.Errorf("a one-shot run reports its sandbox's end: %+v", res.Result)
+			}
+			m.Close()
+			if n := len(src.all); n != 1 || !src.last().closed.Load() {
+				t.Errorf("%d sandboxes, the last one closed: %v", n, src.last().closed.Load())
+			}
+		})
+	}
+}
