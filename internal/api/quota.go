@@ -72,7 +72,7 @@ func (s *Server) tenantLimits(r *http.Request, req config.Limits) (config.Limits
 		return req, nil
 	}
 	ceiling := q.Cap(s.cfg.Max)
-	l, err := config.Resolve(req, s.cfg.Defaults.Clamp(ceiling), ceiling)
+	l, err := config.Resolve(req, config.Clamp(s.cfg.Defaults, ceiling), ceiling)
 	if err != nil {
 		return config.Limits{}, fmt.Errorf("%w (the tenant's quota max_limits)", err)
 	}

@@ -1,21 +1,21 @@
 // Package apitype owns airlock's wire types: every request and response
 // body of the HTTP API (sessions, executions, one-shot and program runs,
-// files, health, errors), the streamed events, and the machine-readable
-// vocabularies they carry (kill reasons, end codes, event types). The
-// server, the Go client, the command line, the benchmark and the
-// end-to-end tests all use these types, and internal/api checks them
-// field by field against the OpenAPI document.
+// files, health, errors), the streamed events, the limit types they carry
+// (sizes, durations, counts, Limits, Isolation) with their JSON forms,
+// and the machine-readable vocabularies (kill reasons, end codes, event
+// types). The server, the Go client, the command line, the benchmark and
+// the end-to-end tests all use these types, the configuration's limits
+// are these, and internal/api checks them field by field against the
+// OpenAPI document.
 //
-// It must never hold behaviour beyond naming values, and never import
-// another airlock package but config (whose limit types are on the wire),
-// so that any client can use it without pulling in the server.
+// It must never hold behaviour beyond naming and encoding values, and
+// never import anything but the standard library, so that any client can
+// use it without pulling in the server.
 package apitype
 
 import (
 	"encoding/json"
 	"time"
-
-	"airlock/internal/config"
 )
 
 // Languages are the canonical language names responses carry.
@@ -29,13 +29,13 @@ const (
 // field is optional.
 type CreateSessionRequest struct {
 	Language    string            `json:"language,omitempty"`
-	Limits      config.Limits     `json:"limits,omitzero"`
+	Limits      Limits            `json:"limits,omitzero"`
 	Env         map[string]string `json:"env,omitempty"`
-	IdleTimeout config.Duration   `json:"timeout_idle,omitempty"`
+	IdleTimeout Duration          `json:"timeout_idle,omitempty"`
 	// Isolation picks the kernel: "native" or "gvisor"; empty is the
 	// server's own. The server's allow_isolation decides what may be
 	// asked for.
-	Isolation config.Isolation `json:"isolation,omitempty"`
+	Isolation Isolation `json:"isolation,omitempty"`
 	// Network, when set, lets the session reach the names it allows;
 	// without it the sandbox has loopback only. On gVisor, whose
 	// sandboxes get a network only when they boot, a session created
@@ -101,15 +101,15 @@ type Session struct {
 	Language string `json:"language"`
 	State    string `json:"state"` // StateIdle, StateBusy or StateEnded
 	// EndReason and EndCode say why the session ended (state ended).
-	EndReason   string          `json:"end_reason,omitempty"`
-	EndCode     EndCode         `json:"end_code,omitempty"`
-	CreatedAt   time.Time       `json:"created_at"`
-	LastUsedAt  time.Time       `json:"last_used_at"`
-	IdleTimeout config.Duration `json:"timeout_idle"`
-	Limits      config.Limits   `json:"limits"`
-	Executions  int             `json:"executions"`
+	EndReason   string    `json:"end_reason,omitempty"`
+	EndCode     EndCode   `json:"end_code,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+	LastUsedAt  time.Time `json:"last_used_at"`
+	IdleTimeout Duration  `json:"timeout_idle"`
+	Limits      Limits    `json:"limits"`
+	Executions  int       `json:"executions"`
 	// Isolation is the kernel the session's code runs on.
-	Isolation config.Isolation `json:"isolation"`
+	Isolation Isolation `json:"isolation"`
 	// Sandbox names the session's cgroup under the server's cgroup
 	// parent, for operators (and the benchmark's memory figures).
 	Sandbox string `json:"sandbox"`
@@ -130,7 +130,7 @@ type SessionList struct {
 type ExecuteRequest struct {
 	Code string `json:"code,omitempty"`
 	// Timeout overrides the session's limits.timeout for this execution.
-	Timeout config.Duration `json:"timeout,omitempty"`
+	Timeout Duration `json:"timeout,omitempty"`
 }
 
 // InterruptResult is POST /v1/sessions/{id}/interrupt.
@@ -226,7 +226,7 @@ type OneShotRequest struct {
 	Language string            `json:"language,omitempty"`
 	Code     string            `json:"code,omitempty"`
 	Files    []InputFile       `json:"files,omitempty"`
-	Limits   config.Limits     `json:"limits,omitzero"`
+	Limits   Limits            `json:"limits,omitzero"`
 	Env      map[string]string `json:"env,omitempty"`
 	// Network, when set, is the run's egress allowlist.
 	Network *NetworkPolicy `json:"network,omitempty"`
@@ -234,7 +234,7 @@ type OneShotRequest struct {
 	// JavaScript), as POST /v1/sessions/{id}/packages does.
 	Packages []string `json:"packages,omitempty"`
 	// Isolation as in CreateSessionRequest.
-	Isolation config.Isolation `json:"isolation,omitempty"`
+	Isolation Isolation `json:"isolation,omitempty"`
 }
 
 // ProgramRequest runs a program file once in a fresh sandbox, as `airlock
@@ -247,7 +247,7 @@ type ProgramRequest struct {
 	Filename string            `json:"filename,omitempty"`
 	Args     []string          `json:"args,omitempty"`
 	Files    []InputFile       `json:"files,omitempty"`
-	Limits   config.Limits     `json:"limits,omitzero"`
+	Limits   Limits            `json:"limits,omitzero"`
 	Env      map[string]string `json:"env,omitempty"`
 	// Network, when set, is the run's egress allowlist.
 	Network *NetworkPolicy `json:"network,omitempty"`
@@ -257,7 +257,7 @@ type ProgramRequest struct {
 	// FileContents false lists output files without their content.
 	FileContents *bool `json:"file_contents,omitempty"`
 	// Isolation as in CreateSessionRequest.
-	Isolation config.Isolation `json:"isolation,omitempty"`
+	Isolation Isolation `json:"isolation,omitempty"`
 }
 
 // OutputFile is a file a one-shot or program run created or modified.
@@ -274,8 +274,8 @@ type OutputFile struct {
 // applied (the request's, completed by the server's defaults).
 type OneShotResult struct {
 	*Result
-	Files  []OutputFile   `json:"files"`
-	Limits *config.Limits `json:"limits"`
+	Files  []OutputFile `json:"files"`
+	Limits *Limits      `json:"limits"`
 }
 
 // Event types of a streamed execution.
@@ -319,7 +319,7 @@ type Event struct {
 	// Command is the end event's result of a shell command (commands).
 	Command *CommandResult `json:"command,omitempty"`
 	Files   []OutputFile   `json:"files,omitempty"`  // one-shot and program end only
-	Limits  *config.Limits `json:"limits,omitempty"` // one-shot and program end only
+	Limits  *Limits        `json:"limits,omitempty"` // one-shot and program end only
 	// DataBase64 replaces Text for a program's output that is not valid
 	// UTF-8 (program runs only), so streamed bytes arrive unchanged.
 	DataBase64 string `json:"data_base64,omitempty"`
@@ -505,7 +505,7 @@ type CommandRequest struct {
 	Command string `json:"command"`
 	// Timeout bounds the command; the session's limits.timeout when absent
 	// (none for a background command).
-	Timeout config.Duration   `json:"timeout,omitempty"`
+	Timeout Duration          `json:"timeout,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
 	// Cwd is the directory it starts in: relative to /workspace like a
 	// file's path, or absolute; /workspace when empty.

@@ -2,8 +2,9 @@
 // defaults, loaded from an optional JSON file, overridden by AIRLOCK_*
 // environment variables and then by the command line's flags, secrets
 // read from their *_file variants, checked by Validate (Build is the one
-// place that does all of it, in that order), printed with secrets masked; and the limit types (sizes,
-// durations, counts) that flags, the config file and API requests share.
+// place that does all of it, in that order), printed with secrets masked;
+// the defaults and server maximums of the limits (whose types are the
+// wire's, apitype's) and Resolve, which checks a request against them.
 //
 // It must never touch the host (no syscalls, no files other than the config
 // file and the secret files it is asked to read), so that it stays a pure,
@@ -24,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"airlock/internal/apitype"
 	"airlock/internal/errdefs"
 )
 
@@ -140,20 +142,14 @@ type Cluster struct {
 // Enabled reports whether the server is one of a cluster.
 func (c Cluster) Enabled() bool { return c.PodName != "" || c.PodNameFile != "" || c.PodNameEnv != "" }
 
-// Isolation names a kernel sandboxes can run on.
-type Isolation string
+// Isolation names a kernel sandboxes can run on (the wire's type).
+type Isolation = apitype.Isolation
 
+// The isolations.
 const (
-	// Native: the host kernel, behind namespaces, cgroups, seccomp and
-	// Landlock.
-	Native Isolation = "native"
-	// GVisor: gVisor's runsc in front of the host kernel; airlock still
-	// applies the host-side layers (cgroups, no network, the root).
-	GVisor Isolation = "gvisor"
+	Native = apitype.Native
+	GVisor = apitype.GVisor
 )
-
-// Valid reports whether i names a known isolation.
-func (i Isolation) Valid() bool { return i == Native || i == GVisor }
 
 // GVisorConfig configures the gVisor isolation.
 type GVisorConfig struct {
@@ -437,7 +433,7 @@ func (c Config) Validate() error {
 	if p := c.GVisor.Platform; p != "systrap" && p != "ptrace" {
 		errs = append(errs, fmt.Errorf("gvisor.platform %q must be \"systrap\" or \"ptrace\"", p))
 	}
-	if err := c.Max.Validate(); err != nil {
+	if err := ValidateLimits(c.Max); err != nil {
 		errs = append(errs, fmt.Errorf("max: %v", err))
 	}
 	if _, err := Resolve(c.Defaults, c.Defaults, c.Max); err != nil {

@@ -91,13 +91,13 @@ func TestResolveRejects(t *testing.T) {
 
 func TestLimitsValidate(t *testing.T) {
 	for name, l := range map[string]Limits{"defaults": DefaultLimits(), "maxima": DefaultMaxLimits()} {
-		if err := l.Validate(); err != nil {
+		if err := ValidateLimits(l); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
 	bad := DefaultLimits()
 	bad.Pids = 1
-	if err := bad.Validate(); err == nil {
+	if err := ValidateLimits(bad); err == nil {
 		t.Error("pids 1 validated")
 	}
 }

@@ -6,35 +6,13 @@ import (
 	"math"
 	"time"
 
+	"airlock/internal/apitype"
 	"airlock/internal/errdefs"
 )
 
-// Limits bound one sandbox. A zero field means "use the default". Every
-// field a client asks for is checked against the server's maximum by
-// Resolve; nothing a client sends can exceed it.
-type Limits struct {
-	// Timeout is the wall-clock limit of one run or one execution.
-	Timeout Duration `json:"timeout,omitempty"`
-	// CPUTime is the CPU time (all processes, all cores) one run or one
-	// execution may use, enforced from outside through the cgroup.
-	CPUTime Duration `json:"cpu_time,omitempty"`
-	// Memory is the memory of the whole sandbox, including its tmpfs
-	// files; there is no swap.
-	Memory Size `json:"memory,omitempty"`
-	// Pids is the number of processes and threads the sandbox may have.
-	Pids Count `json:"pids,omitempty"`
-	// Disk is the size of /workspace and, separately, of /tmp. Both are
-	// memory-backed and also count towards Memory.
-	Disk Size `json:"disk,omitempty"`
-	// Inodes is the number of files /workspace and /tmp may each hold.
-	Inodes Count `json:"inodes,omitempty"`
-	// MaxOutput caps captured stdout and, separately, stderr.
-	MaxOutput Size `json:"max_output,omitempty"`
-	// CPUs is the CPU bandwidth quota in cores (0.5 = half a core).
-	CPUs float64 `json:"cpus,omitempty"`
-	// NoFile is RLIMIT_NOFILE.
-	NoFile Count `json:"nofile,omitempty"`
-}
+// Limits bound one sandbox: the wire type, which the configuration's
+// defaults and maximums use too.
+type Limits = apitype.Limits
 
 // DefaultLimits are used for every field a caller leaves unset.
 func DefaultLimits() Limits {
@@ -81,38 +59,6 @@ const (
 	minMaxOutput = 0
 )
 
-// Merge returns l with every zero field taken from def.
-func (l Limits) Merge(def Limits) Limits {
-	if l.Timeout == 0 {
-		l.Timeout = def.Timeout
-	}
-	if l.CPUTime == 0 {
-		l.CPUTime = def.CPUTime
-	}
-	if l.Memory == 0 {
-		l.Memory = def.Memory
-	}
-	if l.Pids == 0 {
-		l.Pids = def.Pids
-	}
-	if l.Disk == 0 {
-		l.Disk = def.Disk
-	}
-	if l.Inodes == 0 {
-		l.Inodes = def.Inodes
-	}
-	if l.MaxOutput == 0 {
-		l.MaxOutput = def.MaxOutput
-	}
-	if l.CPUs == 0 {
-		l.CPUs = def.CPUs
-	}
-	if l.NoFile == 0 {
-		l.NoFile = def.NoFile
-	}
-	return l
-}
-
 // Resolve fills unset fields of the requested limits from def and checks
 // every field against max and against the floors a sandbox needs. The error
 // names the field and the bound, so a client can correct its request.
@@ -149,9 +95,9 @@ func Resolve(req, def, max Limits) (Limits, error) {
 	return l, nil
 }
 
-// Validate checks a complete set of limits (defaults or maximums) for
-// internal consistency.
-func (l Limits) Validate() error {
+// ValidateLimits checks a complete set of limits (defaults or maximums)
+// for internal consistency.
+func ValidateLimits(l Limits) error {
 	_, err := Resolve(l, l, l)
 	return err
 }

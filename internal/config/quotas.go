@@ -114,10 +114,7 @@ func (q Quotas) Cap(max Limits) Limits {
 
 // Clamp returns l with every field above max lowered to it (defaults a
 // tenant's ceiling is below).
-func (l Limits) Clamp(max Limits) Limits {
-	c := Quotas{MaxLimits: max}
-	return c.Cap(l)
-}
+func Clamp(l, max Limits) Limits { return Quotas{MaxLimits: max}.Cap(l) }
 
 // Audit configures the audit log.
 type Audit struct {
