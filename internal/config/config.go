@@ -108,6 +108,10 @@ type Config struct {
 	// --tenant T with quota flags) override them field by field.
 	Quotas Quotas `json:"quotas"`
 	Audit  Audit  `json:"audit"`
+	// Store is where keys, quotas' counts, the audit log and the
+	// sessions directory are kept: SQLite in data_dir, or PostgreSQL
+	// shared by a cluster's servers.
+	Store Store `json:"store"`
 	// Cluster makes the server one of several behind a router (pods of a
 	// StatefulSet): session ids then carry its name.
 	Cluster Cluster `json:"cluster"`
@@ -331,6 +335,7 @@ func Default() Config {
 		},
 		Network:  DefaultNetwork(),
 		Packages: DefaultPackages(),
+		Store:    DefaultStore(),
 		Audit:    Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096, FlushInterval: Duration(50 * time.Millisecond), OnFailure: AuditRefuse, RefusalInterval: Duration(time.Minute)},
 		MCP:      MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute), IdleTimeout: Duration(2 * time.Minute)},
 		Metrics:  Metrics{Enabled: true},
@@ -409,6 +414,7 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, c.validateIDs()...)
 	errs = append(errs, c.validateCluster()...)
+	errs = append(errs, c.Store.validate()...)
 	for name, p := range map[string]string{"python": c.Runtimes.Python, "bash": c.Runtimes.Bash, "node": c.Runtimes.Node} {
 		if !strings.HasPrefix(p, "/usr/") || filepath.Clean(p) != p {
 			errs = append(errs, fmt.Errorf("runtimes.%s %q must be a clean path under /usr, the only host tree sandboxes see", name, p))

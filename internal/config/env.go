@@ -148,6 +148,7 @@ var secrets = []struct {
 	get  func(*Config) (*string, *string)
 }{
 	{"server.token", func(c *Config) (*string, *string) { return &c.Server.Token, &c.Server.TokenFile }},
+	{"store.dsn", func(c *Config) (*string, *string) { return &c.Store.DSN, &c.Store.DSNFile }},
 }
 
 // loadSecretFiles reads every secret whose _file key is set. Setting both
