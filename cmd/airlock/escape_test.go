@@ -63,7 +63,7 @@ func checkOutput(t *testing.T, what, out string, lines int) {
 func TestHumanOutputIsEscaped(t *testing.T) {
 	dir := t.TempDir()
 	withEnv(t, "AIRLOCK_DATA_DIR="+dir)
-	db, err := store.Open(dir)
+	db, err := store.OpenSQLite(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

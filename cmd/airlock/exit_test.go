@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -69,7 +70,7 @@ func TestExitCodesMatchTheREADME(t *testing.T) {
 			}},
 			{"keys revoke of an unknown id", func(t *testing.T, e io.Writer) int {
 				dir := hostEnv(t)
-				db, err := store.Open(dir + "/data")
+				db, err := store.OpenSQLite(dir + "/data")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -210,12 +211,12 @@ func TestKeysNotesAnUnservedDatabase(t *testing.T) {
 	if code := keysCmd([]string{"list"}, io.Discard, &stderr); code != 0 || !strings.Contains(stderr.String(), "note: no running airlock server uses "+dir+"/data") {
 		t.Errorf("exit %d, stderr %q: want 0 and a note", code, stderr.String())
 	}
-	db, err := store.Open(dir + "/data")
+	db, err := store.OpenSQLite(dir + "/data")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if err := db.Serve(); err != nil {
+	if _, err := db.Serve(context.Background(), "test"); err != nil {
 		t.Fatal(err)
 	}
 	stderr.Reset()

@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -133,17 +131,17 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	db, err := store.Open(cfg.DataDir)
+	ctx := context.Background()
+	db, err := store.Open(ctx, cfg.Store, cfg.DataDir)
 	if err != nil {
 		return exitFor(stderr, err)
 	}
 	defer db.Close()
-	if !store.Served(cfg.DataDir) {
+	if !db.Served(ctx) {
 		// The usual slip: keys written where no server looks (a server
-		// started with another --config or AIRLOCK_DATA_DIR).
-		fmt.Fprintf(stderr, "airlock keys: note: no running airlock server uses %s (data_dir): only one started with it will read these keys (is the server's --config or AIRLOCK_DATA_DIR another?)\n", termtext.Field(cfg.DataDir))
+		// started with another --config, AIRLOCK_DATA_DIR or store).
+		fmt.Fprintf(stderr, "airlock keys: note: no running airlock server uses %s: only one started with it will read these keys (is the server's --config, AIRLOCK_DATA_DIR or store another?)\n", termtext.Field(db.Where()))
 	}
-	ctx := context.Background()
 	switch sub {
 	case "create", "quota":
 		if *tenant == "" || c.fs.NArg() > 0 {
@@ -285,11 +283,11 @@ func auditCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "airlock audit: %v\n", err)
 		return exitUsage
 	}
-	if _, err := os.Stat(cfg.DataDir + "/" + store.FileName); errors.Is(err, os.ErrNotExist) {
+	if !store.Exists(cfg.Store, cfg.DataDir) {
 		fmt.Fprintf(stderr, "airlock audit: no database in %s (data_dir)\n", cfg.DataDir)
 		return exitNoInput
 	}
-	db, err := store.Open(cfg.DataDir)
+	db, err := store.Open(context.Background(), cfg.Store, cfg.DataDir)
 	if err != nil {
 		return exitFor(stderr, err)
 	}

@@ -76,6 +76,9 @@ type Server struct {
 	Quotas Quotas
 	// Audit, when set, serves GET /v1/audit.
 	Audit AuditLog
+	// Directory, when set, lists sessions across the servers sharing
+	// the store (GET /v1/sessions); its Health joins /readyz.
+	Directory Directory
 	// public are paths served without authentication (/healthz, /readyz,
 	// /v1/openapi.json; /metrics when the operator says so).
 	public map[string]bool
@@ -85,6 +88,14 @@ type Server struct {
 	// Refused, when set, hears every request refused for who sent it
 	// (metrics count them, the audit log aggregates them).
 	Refused func(Refusal)
+}
+
+// Directory is the sessions directory (package directory).
+type Directory interface {
+	// List is the sessions who sees on every server, each with its pod.
+	List(ctx context.Context, who identity.Identity) ([]apitype.Session, error)
+	// Health is nil while the store takes the directory's writes.
+	Health() error
 }
 
 // Refusal is a request refused for who sent it: a failed authentication
@@ -702,6 +713,9 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.Audit != nil && s.Audit.Check() != nil {
 		body.Reasons = append(body.Reasons, "the audit log cannot write records and work is refused (audit.on_failure \"refuse\")")
+	}
+	if s.Directory != nil && s.Directory.Health() != nil {
+		body.Reasons = append(body.Reasons, "the store cannot be reached (store.dsn): the sessions directory and the quotas' counts are not written")
 	}
 	if s.Stats != nil {
 		body.Warm = map[string]int{}

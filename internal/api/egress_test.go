@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net/http/httptest"
 	"testing"
@@ -14,9 +15,13 @@ import (
 // tenantQuotas answers Of with fixed quotas.
 type tenantQuotas struct{ q config.Quotas }
 
-func (t tenantQuotas) AdmitSession(identity.Identity) (func(), error)   { return func() {}, nil }
-func (t tenantQuotas) AdmitExecution(identity.Identity) (func(), error) { return func() {}, nil }
-func (t tenantQuotas) Of(identity.Identity) config.Quotas               { return t.q }
+func (t tenantQuotas) AdmitSession(context.Context, identity.Identity) (func(), error) {
+	return func() {}, nil
+}
+func (t tenantQuotas) AdmitExecution(context.Context, identity.Identity) (func(), error) {
+	return func() {}, nil
+}
+func (t tenantQuotas) Of(identity.Identity) config.Quotas { return t.q }
 
 // A tenant's egress quota narrows what its requests may allow.
 func TestEgressHook(t *testing.T) {

@@ -54,6 +54,16 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 	who, _ := identity.From(r.Context())
+	if s.Directory != nil {
+		// Every server's sessions that share the store.
+		list, err := s.Directory.List(r.Context(), who)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, apitype.SessionList{Sessions: list})
+		return
+	}
 	all := s.m.List()
 	mine := make([]apitype.Session, 0, len(all))
 	for _, sess := range all {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"sync"
@@ -18,11 +19,11 @@ type Quotas interface {
 	// AdmitSession counts a new session of the caller's tenant against
 	// its quota; release gives the place back if the session was not
 	// created after all (its end gives it back otherwise).
-	AdmitSession(who identity.Identity) (release func(), err error)
+	AdmitSession(ctx context.Context, who identity.Identity) (release func(), err error)
 	// AdmitExecution counts an execution, command, package install,
 	// one-shot or program run; release gives its place back when it
 	// ends (the handler calls it on every path: see admitExecution).
-	AdmitExecution(who identity.Identity) (release func(), err error)
+	AdmitExecution(ctx context.Context, who identity.Identity) (release func(), err error)
 	// Of is the caller's tenant's quotas.
 	Of(who identity.Identity) config.Quotas
 }
@@ -32,7 +33,7 @@ func (s *Server) admitSession(r *http.Request) (func(), error) {
 		return func() {}, nil
 	}
 	who, _ := identity.From(r.Context())
-	return s.Quotas.AdmitSession(who)
+	return s.Quotas.AdmitSession(r.Context(), who)
 }
 
 // admitExecution admits an execution of the caller's tenant. The handler
@@ -49,7 +50,7 @@ func (s *Server) admitExecution(r *http.Request) (release func(), err error) {
 		return func() {}, nil
 	}
 	who, _ := identity.From(r.Context())
-	rel, err := s.Quotas.AdmitExecution(who)
+	rel, err := s.Quotas.AdmitExecution(r.Context(), who)
 	if err != nil {
 		return nil, err
 	}

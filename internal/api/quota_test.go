@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -20,9 +21,11 @@ type countingQuotas struct {
 	released int
 }
 
-func (q *countingQuotas) AdmitSession(identity.Identity) (func(), error) { return func() {}, nil }
-func (q *countingQuotas) Of(identity.Identity) config.Quotas             { return config.Quotas{} }
-func (q *countingQuotas) AdmitExecution(identity.Identity) (func(), error) {
+func (q *countingQuotas) AdmitSession(context.Context, identity.Identity) (func(), error) {
+	return func() {}, nil
+}
+func (q *countingQuotas) Of(identity.Identity) config.Quotas { return config.Quotas{} }
+func (q *countingQuotas) AdmitExecution(context.Context, identity.Identity) (func(), error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.admitted++

@@ -119,6 +119,9 @@ type Session struct {
 	// Network is the session's egress policy and counters (absent: no
 	// network).
 	Network *NetworkState `json:"network,omitempty"`
+	// Pod is the server the session lives on (cluster.pod_name, or the
+	// host's name), in a listing of a store several servers share.
+	Pod string `json:"pod,omitempty"`
 }
 
 // SessionList is GET /v1/sessions.

@@ -21,7 +21,7 @@ import (
 
 func open(t *testing.T, code string) (*Log, *store.DB) {
 	t.Helper()
-	db, err := store.Open(t.TempDir())
+	db, err := store.OpenSQLite(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func readAll(db *store.DB) (string, error) {
 
 // Retention removes records past the age, then the oldest past the size.
 func TestRetention(t *testing.T) {
-	db, err := store.Open(t.TempDir())
+	db, err := store.OpenSQLite(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestRetention(t *testing.T) {
 
 // A full queue drops records (counted) instead of blocking the caller.
 func TestFullQueueDrops(t *testing.T) {
-	db, err := store.Open(t.TempDir())
+	db, err := store.OpenSQLite(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +266,7 @@ func TestSessionEndCarriesUntaggedEgress(t *testing.T) {
 // the oldest, counted; held at Close are counted as dropped.
 func TestWriteFailureHoldsAndRefuses(t *testing.T) {
 	for _, mode := range []string{config.AuditRefuse, config.AuditContinue} {
-		db, err := store.Open(t.TempDir())
+		db, err := store.OpenSQLite(t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}

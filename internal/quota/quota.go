@@ -11,9 +11,11 @@
 // every path; observer events are not paired with admissions (an
 // execution refused or failing before it starts sends none).
 //
-// Counts are in memory: sessions end with the server, and the rate and
-// CPU windows start afresh at a restart. It must never block a request
-// beyond its own short lock, and never apply to callers without a tenant
+// What tenants hold is counted by the store's ledger (store.Ledger): in
+// this process's memory with SQLite, across every server of a cluster
+// with PostgreSQL. It must never block a request beyond its own short
+// lock and one bounded call to the ledger, never admit when the ledger
+// cannot answer (a 503), and never apply to callers without a tenant
 // (the operator).
 package quota
 
@@ -27,6 +29,7 @@ import (
 	"airlock/internal/errdefs"
 	"airlock/internal/identity"
 	"airlock/internal/session"
+	"airlock/internal/store"
 )
 
 // Source gives a tenant's own quotas (the store's tenants table).
@@ -36,6 +39,7 @@ type Source func(ctx context.Context, tenant string) (config.Quotas, error)
 type Tracker struct {
 	def    config.Quotas
 	source Source
+	ledger store.Ledger
 	now    func() time.Time
 	// ttl: how long a tenant's quotas are cached (a change by `airlock
 	// keys` applies within it).
@@ -46,20 +50,28 @@ type Tracker struct {
 }
 
 type usage struct {
-	q       config.Quotas
-	qAt     time.Time
-	live    int         // sessions admitted and not ended
-	running int         // executions admitted and not released
-	starts  []time.Time // executions started in the last minute
-	cpuDay  int64       // days since the epoch (UTC) of cpu
-	cpu     time.Duration
-	refused map[string]uint64
+	q   config.Quotas
+	qAt time.Time
+	// sessions are the places this server holds for the tenant's
+	// sessions (any one is given back when one of them ends); running
+	// counts its executions admitted and not released.
+	sessions []*place
+	running  int
+	refused  map[string]uint64
 }
 
+// place is an admitted session's.
+type place struct {
+	once sync.Once
+	a    store.Admission
+}
+
+func (p *place) release() { p.once.Do(p.a.Release) }
+
 // New returns a tracker with def as every tenant's quotas, overridden
-// field by field by source's (which may be nil).
-func New(def config.Quotas, source Source) *Tracker {
-	return &Tracker{def: def, source: source, now: time.Now, ttl: 2 * time.Second, tenants: map[string]*usage{}}
+// field by field by source's (which may be nil), counting in ledger.
+func New(def config.Quotas, source Source, ledger store.Ledger) *Tracker {
+	return &Tracker{def: def, source: source, ledger: ledger, now: time.Now, ttl: 2 * time.Second, tenants: map[string]*usage{}}
 }
 
 // usageLocked is the tenant's usage with its quotas fresh.
@@ -92,36 +104,82 @@ func (t *Tracker) Of(who identity.Identity) config.Quotas {
 	return t.usageLocked(who.Tenant).q
 }
 
-func refuse(u *usage, quota string, after time.Duration, format string, args ...any) error {
-	u.refused[quota]++
-	return &errdefs.RetryError{After: after, Err: fmt.Errorf("%w: quota %s: %s", errdefs.ErrQuota, quota, fmt.Sprintf(format, args...))}
+// quotasOf is the tenant's quotas, read under the lock.
+func (t *Tracker) quotasOf(tenant string) config.Quotas {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.usageLocked(tenant).q
+}
+
+// refuse counts a refusal and words it: which quota, the usage that
+// reached it, when to retry.
+func (t *Tracker) refuse(tenant string, a store.Admission, q config.Quotas) error {
+	now := t.now()
+	var after time.Duration
+	var msg string
+	switch a.Refused {
+	case store.QuotaSessions:
+		after, msg = 5*time.Second, fmt.Sprintf("tenant %s has %d live sessions, its maximum; end one (DELETE /v1/sessions/{id}) and retry", tenant, a.Live)
+	case store.QuotaConcurrent:
+		after, msg = time.Second, fmt.Sprintf("tenant %s has %d executions running, its maximum; retry when one ends", tenant, a.Live)
+	case store.QuotaPerMinute:
+		after = a.Oldest.Add(time.Minute).Sub(now)
+		if a.Oldest.IsZero() || after <= 0 {
+			after = time.Second
+		}
+		msg = fmt.Sprintf("tenant %s started %d executions in the last minute, its maximum", tenant, a.Recent)
+	case store.QuotaCPU:
+		midnight := time.Unix((now.UTC().Unix()/86400+1)*86400, 0)
+		after, msg = midnight.Sub(now), fmt.Sprintf("tenant %s used %.1f of its %d CPU-seconds today (UTC)", tenant, a.CPU.Seconds(), q.CPUSecondsPerDay)
+	}
+	t.mu.Lock()
+	t.usageLocked(tenant).refused[a.Refused]++
+	t.mu.Unlock()
+	return &errdefs.RetryError{After: after, Err: fmt.Errorf("%w: quota %s: %s", errdefs.ErrQuota, a.Refused, msg)}
 }
 
 // AdmitSession counts a new session of the caller's tenant.
-func (t *Tracker) AdmitSession(who identity.Identity) (func(), error) {
+func (t *Tracker) AdmitSession(ctx context.Context, who identity.Identity) (func(), error) {
 	if who.Tenant == "" {
 		return func() {}, nil
 	}
+	q := t.quotasOf(who.Tenant)
+	a, err := t.ledger.Admit(ctx, store.Claim{Tenant: who.Tenant, Kind: store.HoldSession, Max: q.MaxSessions})
+	if err != nil {
+		return nil, err
+	}
+	if a.Refused != "" {
+		return nil, t.refuse(who.Tenant, a, q)
+	}
+	p := &place{a: a}
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	u := t.usageLocked(who.Tenant)
-	if max := u.q.MaxSessions; max > 0 && u.live >= max {
-		return nil, refuse(u, "max_sessions", 5*time.Second, "tenant %s has %d live sessions, its maximum; end one (DELETE /v1/sessions/{id}) and retry", who.Tenant, u.live)
-	}
-	u.live++
-	var once sync.Once
-	return func() { once.Do(func() { t.sessionGone(who.Tenant) }) }, nil
+	u.sessions = append(u.sessions, p)
+	t.mu.Unlock()
+	return func() { t.sessionGone(who.Tenant, p) }, nil
 }
 
-func (t *Tracker) sessionGone(tenant string) {
+// sessionGone gives back p, or (nil) any one place of the tenant's
+// sessions: they are alike.
+func (t *Tracker) sessionGone(tenant string, p *place) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if u := t.tenants[tenant]; u != nil && u.live > 0 {
-		u.live--
+	u := t.tenants[tenant]
+	if u == nil {
+		t.mu.Unlock()
+		return
+	}
+	for i, s := range u.sessions {
+		if p == nil || s == p {
+			p = s
+			u.sessions = append(u.sessions[:i], u.sessions[i+1:]...)
+			break
+		}
+	}
+	t.mu.Unlock()
+	if p != nil {
+		p.release()
 	}
 }
-
-func day(now time.Time) int64 { return now.UTC().Unix() / 86400 }
 
 // noop is the release of what was never counted.
 func noop() {}
@@ -129,46 +187,27 @@ func noop() {}
 // AdmitExecution counts an execution of the caller's tenant. release
 // gives its place among the tenant's max_concurrent_executions back; it
 // must be called when the execution ends (later calls do nothing).
-func (t *Tracker) AdmitExecution(who identity.Identity) (release func(), err error) {
+func (t *Tracker) AdmitExecution(ctx context.Context, who identity.Identity) (release func(), err error) {
 	if who.Tenant == "" {
 		return noop, nil
 	}
+	q := t.quotasOf(who.Tenant)
+	a, err := t.ledger.Admit(ctx, store.Claim{Tenant: who.Tenant, Kind: store.HoldExecution, Max: q.MaxConcurrentExecutions,
+		PerMinute: q.ExecutionsPerMinute, CPUPerDay: time.Duration(q.CPUSecondsPerDay) * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	if a.Refused != "" {
+		return nil, t.refuse(who.Tenant, a, q)
+	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	u := t.usageLocked(who.Tenant)
-	now := t.now()
-	if max := u.q.CPUSecondsPerDay; max > 0 {
-		if u.cpuDay != day(now) {
-			u.cpuDay, u.cpu = day(now), 0
-		}
-		if u.cpu >= time.Duration(max)*time.Second {
-			midnight := time.Unix((day(now)+1)*86400, 0)
-			return nil, refuse(u, "cpu_seconds_per_day", midnight.Sub(now), "tenant %s used %.1f of its %d CPU-seconds today (UTC)", who.Tenant, u.cpu.Seconds(), max)
-		}
-	}
-	// Checked before the rate's window takes this start: a refusal here
-	// uses none of it.
-	if max := u.q.MaxConcurrentExecutions; max > 0 && u.running >= max {
-		return nil, refuse(u, "max_concurrent_executions", time.Second, "tenant %s has %d executions running, its maximum; retry when one ends", who.Tenant, u.running)
-	}
-	if max := u.q.ExecutionsPerMinute; max > 0 {
-		cut := now.Add(-time.Minute)
-		i := 0
-		for i < len(u.starts) && !u.starts[i].After(cut) {
-			i++
-		}
-		u.starts = u.starts[i:]
-		if len(u.starts) >= max {
-			return nil, refuse(u, "executions_per_minute", u.starts[0].Add(time.Minute).Sub(now), "tenant %s started %d executions in the last minute, its maximum", who.Tenant, len(u.starts))
-		}
-		u.starts = append(u.starts, now)
-	}
-	// Counted whatever the quota (it may be set while this runs); the
-	// usage is never dropped from the map, so u stays the one released.
 	u.running++
+	t.mu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
+			a.Release()
 			t.mu.Lock()
 			defer t.mu.Unlock()
 			if u.running > 0 {
@@ -178,8 +217,8 @@ func (t *Tracker) AdmitExecution(who identity.Identity) (release func(), err err
 	}, nil
 }
 
-// Running is how many executions of the tenant are admitted and not
-// released (tests, metrics).
+// Running is how many executions of the tenant this server admitted and
+// did not release (tests, metrics).
 func (t *Tracker) Running(tenant string) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -212,10 +251,10 @@ var _ session.Observer = (*Tracker)(nil)
 
 func (t *Tracker) SessionCreated(session.SessionEvent) {}
 
-// SessionEnded gives the session's place back.
+// SessionEnded gives one of the tenant's session places back.
 func (t *Tracker) SessionEnded(e session.SessionEvent) {
 	if e.Tenant != "" {
-		t.sessionGone(e.Tenant)
+		t.sessionGone(e.Tenant, nil)
 	}
 }
 
@@ -226,27 +265,9 @@ func (t *Tracker) ExecutionFinished(e session.ExecutionEvent) {
 	if e.Tenant == "" || e.CPU <= 0 {
 		return
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	u := t.usageLocked(e.Tenant)
-	if d := day(t.now()); u.cpuDay != d {
-		u.cpuDay, u.cpu = d, 0
-	}
-	u.cpu += e.CPU
+	t.ledger.AddCPU(e.Tenant, e.CPU)
 }
 
 func (t *Tracker) FileTransferred(session.FileEvent) {}
 
 func (t *Tracker) NetworkChanged(session.NetworkEvent) {}
-
-// SeedCPU sets each tenant's CPU time used today (UTC), as the audit log
-// recorded it before a restart: the day's quota survives the restart.
-func (t *Tracker) SeedCPU(used map[string]time.Duration) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	d := day(t.now())
-	for tenant, cpu := range used {
-		u := t.usageLocked(tenant)
-		u.cpuDay, u.cpu = d, cpu
-	}
-}

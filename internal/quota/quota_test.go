@@ -13,6 +13,7 @@ import (
 	"airlock/internal/errdefs"
 	"airlock/internal/identity"
 	"airlock/internal/session"
+	"airlock/internal/store"
 )
 
 type clock struct{ t time.Time }
@@ -21,7 +22,7 @@ func (c *clock) now() time.Time { return c.t }
 
 func tracker(def config.Quotas, own map[string]config.Quotas) (*Tracker, *clock) {
 	c := &clock{t: time.Date(2026, 11, 25, 23, 0, 0, 0, time.UTC)}
-	t := New(def, func(_ context.Context, tenant string) (config.Quotas, error) { return own[tenant], nil })
+	t := New(def, func(_ context.Context, tenant string) (config.Quotas, error) { return own[tenant], nil }, store.NewMemoryLedger(c.now))
 	t.now = c.now
 	return t, c
 }
@@ -43,29 +44,29 @@ var a = identity.Identity{Tenant: "a", KeyID: "k"}
 // admitErr admits an execution that is never released (the quotas under
 // test do not count what runs).
 func admitErr(tr *Tracker, who identity.Identity) error {
-	_, err := tr.AdmitExecution(who)
+	_, err := tr.AdmitExecution(context.Background(), who)
 	return err
 }
 
 func TestSessions(t *testing.T) {
 	tr, _ := tracker(config.Quotas{MaxSessions: 5}, map[string]config.Quotas{"a": {MaxSessions: 2}})
-	r1, err := tr.AdmitSession(a)
+	r1, err := tr.AdmitSession(context.Background(), a)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tr.AdmitSession(a); err != nil {
+	if _, err := tr.AdmitSession(context.Background(), a); err != nil {
 		t.Fatal(err)
 	}
-	_, err = tr.AdmitSession(a)
+	_, err = tr.AdmitSession(context.Background(), a)
 	refused(t, err, "max_sessions", 5*time.Second)
 	// Another tenant has the default (5); the operator has none.
 	for i := 0; i < 5; i++ {
-		if _, err := tr.AdmitSession(identity.Identity{Tenant: "b"}); err != nil {
+		if _, err := tr.AdmitSession(context.Background(), identity.Identity{Tenant: "b"}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := 0; i < 100; i++ {
-		if _, err := tr.AdmitSession(identity.Identity{Admin: true}); err != nil {
+		if _, err := tr.AdmitSession(context.Background(), identity.Identity{Admin: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -73,13 +74,13 @@ func TestSessions(t *testing.T) {
 	// release is called), as does a session's end.
 	r1()
 	r1()
-	if _, err := tr.AdmitSession(a); err != nil {
+	if _, err := tr.AdmitSession(context.Background(), a); err != nil {
 		t.Fatalf("after a release: %v", err)
 	}
-	_, err = tr.AdmitSession(a)
+	_, err = tr.AdmitSession(context.Background(), a)
 	refused(t, err, "max_sessions", 5*time.Second)
 	tr.SessionEnded(session.SessionEvent{Caller: session.Caller{Tenant: "a"}})
-	if _, err := tr.AdmitSession(a); err != nil {
+	if _, err := tr.AdmitSession(context.Background(), a); err != nil {
 		t.Fatalf("after an end: %v", err)
 	}
 }
@@ -136,16 +137,6 @@ func TestQuotasOverDefaults(t *testing.T) {
 	}
 }
 
-// The day's CPU use, as the audit log has it, survives a restart.
-func TestSeedCPU(t *testing.T) {
-	tr, _ := tracker(config.Quotas{CPUSecondsPerDay: 10}, nil)
-	tr.SeedCPU(map[string]time.Duration{"a": 11 * time.Second, "b": time.Second})
-	refused(t, admitErr(tr, a), "cpu_seconds_per_day", time.Hour)
-	if err := admitErr(tr, identity.Identity{Tenant: "b"}); err != nil {
-		t.Error(err)
-	}
-}
-
 // At most max_concurrent_executions of a tenant are admitted and not
 // released; the refusal names the quota and retries in a second; a
 // release gives one place back however often it is called; other tenants
@@ -172,13 +163,13 @@ func TestMaxConcurrentExecutions(t *testing.T) {
 			}
 			var held []func()
 			for i := 0; i < n; i++ {
-				r, err := tr.AdmitExecution(tc.who)
+				r, err := tr.AdmitExecution(context.Background(), tc.who)
 				if err != nil {
 					t.Fatalf("execution %d of %d: %v", i+1, n, err)
 				}
 				held = append(held, r)
 			}
-			_, err := tr.AdmitExecution(tc.who)
+			_, err := tr.AdmitExecution(context.Background(), tc.who)
 			if tc.max == 0 {
 				if err != nil {
 					t.Fatalf("unlimited: %v", err)
@@ -186,17 +177,17 @@ func TestMaxConcurrentExecutions(t *testing.T) {
 				return
 			}
 			refused(t, err, "max_concurrent_executions", time.Second)
-			if r, err := tr.AdmitExecution(identity.Identity{Tenant: "b"}); err != nil {
+			if r, err := tr.AdmitExecution(context.Background(), identity.Identity{Tenant: "b"}); err != nil {
 				t.Errorf("another tenant: %v", err)
 			} else {
 				r()
 			}
 			held[0]()
 			held[0]() // once only: no second place
-			if _, err := tr.AdmitExecution(tc.who); err != nil {
+			if _, err := tr.AdmitExecution(context.Background(), tc.who); err != nil {
 				t.Fatalf("after a release: %v", err)
 			}
-			_, err = tr.AdmitExecution(tc.who)
+			_, err = tr.AdmitExecution(context.Background(), tc.who)
 			refused(t, err, "max_concurrent_executions", time.Second)
 			if got := tr.Running(tc.who.Tenant); got != tc.max {
 				t.Errorf("running %d, want %d", got, tc.max)
@@ -209,21 +200,21 @@ func TestMaxConcurrentExecutions(t *testing.T) {
 // rate's refusal takes no place among the running.
 func TestConcurrencyAndRate(t *testing.T) {
 	tr, _ := tracker(config.Quotas{MaxConcurrentExecutions: 1, ExecutionsPerMinute: 2}, nil)
-	r, err := tr.AdmitExecution(a)
+	r, err := tr.AdmitExecution(context.Background(), a)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 5; i++ {
-		_, err := tr.AdmitExecution(a)
+		_, err := tr.AdmitExecution(context.Background(), a)
 		refused(t, err, "max_concurrent_executions", time.Second)
 	}
 	r()
-	r2, err := tr.AdmitExecution(a)
+	r2, err := tr.AdmitExecution(context.Background(), a)
 	if err != nil {
 		t.Fatalf("the second of the minute: %v", err)
 	}
 	r2()
-	_, err = tr.AdmitExecution(a)
+	_, err = tr.AdmitExecution(context.Background(), a)
 	refused(t, err, "executions_per_minute", time.Minute)
 	if n := tr.Running("a"); n != 0 {
 		t.Errorf("running %d after a rate refusal", n)
@@ -240,7 +231,7 @@ func TestConcurrentAdmissions(t *testing.T) {
 	for w := 0; w < workers; w++ {
 		wg.Go(func() {
 			for i := 0; i < rounds; i++ {
-				r, err := tr.AdmitExecution(a)
+				r, err := tr.AdmitExecution(context.Background(), a)
 				if err != nil {
 					if !errors.Is(err, errdefs.ErrQuota) {
 						t.Error(err)

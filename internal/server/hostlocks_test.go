@@ -34,14 +34,22 @@ func TestServersShareNoHostIDs(t *testing.T) {
 	}
 	cfg := testConfig(t)
 	cfg.Server.Auth = config.AuthKeys
-	if store.Served(cfg.DataDir) {
+	served := func() bool {
+		db, err := store.OpenSQLite(cfg.DataDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		return db.Served(context.Background())
+	}
+	if served() {
 		t.Fatal("served before any server")
 	}
 	first, err := start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !store.Served(cfg.DataDir) {
+	if !served() {
 		t.Error("a server using the database does not mark it served")
 	}
 	other := func(name string, idBase uint32, cgroup string) config.Config {
@@ -67,7 +75,7 @@ func TestServersShareNoHostIDs(t *testing.T) {
 		os.RemoveAll(c.cfg.StateDir)
 	}
 	stop(first, cfg)
-	if store.Served(cfg.DataDir) {
+	if served() {
 		t.Error("still served after shutdown")
 	}
 	second := other("ids", cfg.IDBase, "airlock-server-test-ids")

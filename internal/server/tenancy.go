@@ -2,41 +2,53 @@ package server
 
 import (
 	"context"
+	"os"
 	"time"
 
 	"airlock/internal/api"
 	"airlock/internal/audit"
 	"airlock/internal/config"
+	"airlock/internal/directory"
 	"airlock/internal/identity"
 	"airlock/internal/quota"
 	"airlock/internal/store"
 )
 
-// tenancy wires what needs the data directory's database: API keys,
-// tenants' quotas and the audit log. With auth "none" and the audit log
-// off nothing is opened.
+// tenancy wires what needs the store: API keys, tenants' quotas and
+// their counts, the audit log, the sessions directory. With SQLite, auth
+// "none" and the audit log off nothing is opened; a shared store
+// (PostgreSQL) is always used: the operator named it for the cluster.
 func (s *Server) tenancy() error {
 	cfg := s.cfg
 	keys := cfg.Server.Auth == config.AuthKeys
-	if !keys && !cfg.Audit.Enabled {
+	if !keys && !cfg.Audit.Enabled && !cfg.Store.Shared() {
 		return nil
 	}
-	db, err := store.Open(cfg.DataDir)
+	ctx := context.Background()
+	db, err := store.Open(ctx, cfg.Store, cfg.DataDir)
 	if err != nil {
 		return err
 	}
 	s.db = db
 	s.closers.Add(db.Close)
-	// `airlock keys` tells whether a server reads the keys it writes.
-	if err := db.Serve(); err != nil {
+	// This server in the store's directory: `airlock keys` tells whether
+	// a server reads the keys it writes, other servers list its
+	// sessions, and what it admits of tenants' quotas is held in its
+	// name.
+	pod := s.api.Pod
+	if pod == "" {
+		pod, _ = os.Hostname()
+	}
+	if _, err := db.Serve(ctx, pod); err != nil {
 		return err
 	}
+	s.log.Info("store", "driver", db.Driver(), "where", db.Where())
 	if keys {
 		s.api.Keys = keyAuth{db}
 	} else {
 		s.log.Warn("authentication is OFF (server.auth \"none\"): every caller of " + cfg.Server.Listen + " acts as an admin")
 	}
-	s.quotas = quota.New(cfg.Quotas, db.Quotas)
+	s.quotas = quota.New(cfg.Quotas, db.Quotas, db.Ledger())
 	s.api.Quotas = s.quotas
 	s.manager.Observe(s.quotas)
 	if cfg.Audit.Enabled {
@@ -46,15 +58,11 @@ func (s *Server) tenancy() error {
 		s.closers.AddFunc(s.audit.Close)
 		s.manager.Observe(s.audit)
 		s.api.Audit = s.audit
-		// The day's CPU quota survives a restart: what the audit log
-		// recorded since midnight (UTC) counts.
-		midnight := time.Now().UTC().Truncate(24 * time.Hour)
-		if used, err := db.CPUSince(context.Background(), midnight); err == nil {
-			s.quotas.SeedCPU(used)
-		} else {
-			s.log.Warn("reading today's CPU use from the audit log", "err", err)
-		}
 	}
+	dir := directory.New(db, s.manager.List, cfg.Store.LeaseTimeout.D()/3, s.log)
+	s.closers.AddFunc(dir.Close)
+	s.manager.Observe(dir)
+	s.api.Directory = dir
 	return nil
 }
 

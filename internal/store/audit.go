@@ -15,31 +15,63 @@ import (
 )
 
 // AppendAudit writes records in one transaction (one commit, one sync of
-// the WAL): the writer's batch. It fills in each record's Seq.
+// the WAL; a few round trips to PostgreSQL): the writer's batch. It
+// fills in each record's Seq.
 func (d *DB) AppendAudit(ctx context.Context, recs []apitype.AuditRecord) error {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
 	tx, err := d.audit.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return d.unavailable("writing the audit log", err)
 	}
 	defer tx.Rollback()
-	st, err := tx.PrepareContext(ctx, `INSERT INTO audit (time, kind, tenant, key_id, session, request_id, record, size) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	for i := range recs {
-		r := &recs[i]
-		b, err := json.Marshal(r)
-		if err != nil {
-			return err
+	// Rows of up to appendRows records a statement: one round trip
+	// each, whatever the driver.
+	const cols, appendRows = 8, 256
+	for len(recs) > 0 {
+		n := min(len(recs), appendRows)
+		var q strings.Builder
+		q.WriteString(`INSERT INTO audit (time, kind, tenant, key_id, session, request_id, record, size) VALUES `)
+		args := make([]any, 0, n*cols)
+		for i := range recs[:n] {
+			r := &recs[i]
+			b, err := json.Marshal(r)
+			if err != nil {
+				return err
+			}
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
+			args = append(args, unixNano(r.Time), r.Kind, r.Tenant, r.KeyID, r.Session, r.RequestID, string(b), len(b))
 		}
-		res, err := st.ExecContext(ctx, unixNano(r.Time), r.Kind, r.Tenant, r.KeyID, r.Session, r.RequestID, string(b), len(b))
+		q.WriteString(" RETURNING seq")
+		rows, err := tx.QueryContext(ctx, d.q(q.String()), args...)
 		if err != nil {
-			return err
+			return d.unavailable("writing the audit log", err)
 		}
-		r.Seq, _ = res.LastInsertId()
+		var seqs []int64
+		for rows.Next() {
+			var seq int64
+			if err := rows.Scan(&seq); err != nil {
+				rows.Close()
+				return d.unavailable("writing the audit log", err)
+			}
+			seqs = append(seqs, seq)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return d.unavailable("writing the audit log", err)
+		}
+		// Rows are numbered in the order they are given (sorted, in
+		// case a driver returns them otherwise).
+		slices.Sort(seqs)
+		for i := range min(len(seqs), n) {
+			recs[i].Seq = seqs[i]
+		}
+		recs = recs[n:]
 	}
-	return tx.Commit()
+	return d.unavailable("writing the audit log", tx.Commit())
 }
 
 // AuditQuery selects audit records; zero fields select everything.
@@ -120,9 +152,11 @@ func (d *DB) Audit(ctx context.Context, q AuditQuery) ([]apitype.AuditRecord, st
 	}
 	sqlq += " ORDER BY seq LIMIT ?"
 	args = append(args, q.Limit+1)
-	rows, err := d.audit.QueryContext(ctx, sqlq, args...)
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	rows, err := d.audit.QueryContext(ctx, d.q(sqlq), args...)
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: reading the audit log: %v", errdefs.ErrUnavailable, err)
+		return nil, "", d.unavailable("reading the audit log", err)
 	}
 	defer rows.Close()
 	out := []apitype.AuditRecord{}
@@ -151,14 +185,29 @@ func (d *DB) Audit(ctx context.Context, q AuditQuery) ([]apitype.AuditRecord, st
 }
 
 // RetainAudit removes records older than maxAge, then, while the audit
-// table is over maxSize bytes (0: no bound), the oldest records of the
-// tenants using the most space: one tenant's flood removes its own
+// log is over maxSize bytes (0: no bound; SQLite measures its file's
+// pages in use, PostgreSQL the records' bytes), the oldest records of
+// the tenants using the most space: one tenant's flood removes its own
 // records, never another's while it uses more than they do (see
-// fairShares). It returns how many it removed.
+// fairShares). One server of a cluster runs it at a time. It returns how
+// many it removed.
 func (d *DB) RetainAudit(ctx context.Context, maxAge time.Duration, maxSize int64) (int64, error) {
 	var removed int64
+	// Bounded, as every call is, more loosely: it deletes in bulk.
+	ctx, cancel := context.WithTimeout(ctx, 12*d.cfg.Timeout.D())
+	defer cancel()
+	_, err := d.drv.exclusive(ctx, "audit retention", func(ctx context.Context) error {
+		var err error
+		removed, err = d.retainAudit(ctx, maxAge, maxSize)
+		return err
+	})
+	return removed, err
+}
+
+func (d *DB) retainAudit(ctx context.Context, maxAge time.Duration, maxSize int64) (int64, error) {
+	var removed int64
 	if maxAge > 0 {
-		res, err := d.audit.ExecContext(ctx, `DELETE FROM audit WHERE time < ?`, unixNano(time.Now().Add(-maxAge)))
+		res, err := d.audit.ExecContext(ctx, d.q(`DELETE FROM audit WHERE time < ?`), unixNano(time.Now().Add(-maxAge)))
 		if err != nil {
 			return 0, err
 		}
@@ -167,18 +216,10 @@ func (d *DB) RetainAudit(ctx context.Context, maxAge time.Duration, maxSize int6
 	}
 	if maxSize > 0 {
 		for i := 0; i < 64; i++ {
-			// The pages in use (the file's size never goes down: freed
-			// pages are reused), read in constant time.
-			var pages, free, size int64
-			for _, q := range []struct {
-				sql string
-				v   *int64
-			}{{`PRAGMA page_count`, &pages}, {`PRAGMA freelist_count`, &free}, {`PRAGMA page_size`, &size}} {
-				if err := d.audit.QueryRowContext(ctx, q.sql).Scan(q.v); err != nil {
-					return removed, err
-				}
+			bytes, err := d.drv.auditBytes(ctx)
+			if err != nil {
+				return removed, err
 			}
-			bytes := (pages - free) * size
 			if bytes <= maxSize {
 				break
 			}
@@ -215,7 +256,7 @@ type tenantUse struct {
 // auditUse is every tenant's use (the operator's records are tenant
 // ""), read from the tenant index alone.
 func (d *DB) auditUse(ctx context.Context) ([]tenantUse, error) {
-	rows, err := d.audit.QueryContext(ctx, `SELECT tenant, SUM(size), COUNT(*) FROM audit INDEXED BY audit_tenant GROUP BY tenant`)
+	rows, err := d.audit.QueryContext(ctx, d.drv.auditUse())
 	if err != nil {
 		return nil, err
 	}
@@ -268,7 +309,7 @@ func fairShares(use []tenantUse, cut int64) map[string]int64 {
 func (d *DB) removeShares(ctx context.Context, shares map[string]int64) (int64, error) {
 	var removed int64
 	for tenant, n := range shares {
-		res, err := d.audit.ExecContext(ctx, `DELETE FROM audit WHERE seq IN (SELECT seq FROM audit WHERE tenant = ? ORDER BY seq LIMIT ?)`, tenant, n)
+		res, err := d.audit.ExecContext(ctx, d.q(`DELETE FROM audit WHERE seq IN (SELECT seq FROM audit WHERE tenant = ? ORDER BY seq LIMIT ?)`), tenant, n)
 		if err != nil {
 			return removed, err
 		}
@@ -276,25 +317,4 @@ func (d *DB) removeShares(ctx context.Context, shares map[string]int64) (int64, 
 		removed += k
 	}
 	return removed, nil
-}
-
-// CPUSince sums the CPU time of each tenant's recorded operations since
-// t (to restore the quotas' day at a restart).
-func (d *DB) CPUSince(ctx context.Context, t time.Time) (map[string]time.Duration, error) {
-	rows, err := d.audit.QueryContext(ctx, `SELECT tenant, COALESCE(SUM(json_extract(record, '$.cpu_ms')), 0) FROM audit
-		WHERE time >= ? AND tenant != '' GROUP BY tenant`, unixNano(t))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]time.Duration{}
-	for rows.Next() {
-		var tenant string
-		var ms float64
-		if err := rows.Scan(&tenant, &ms); err != nil {
-			return nil, err
-		}
-		out[tenant] = time.Duration(ms * float64(time.Millisecond))
-	}
-	return out, rows.Err()
 }

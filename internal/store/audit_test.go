@@ -69,7 +69,7 @@ func TestRetentionPerTenant(t *testing.T) {
 		{"few fat records", [][]apitype.AuditRecord{small("b", 1000), fat("a", 250)}, 1 << 20, map[string]int{"b": 1000}, []string{"a"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			db, err := Open(t.TempDir())
+			db, err := OpenSQLite(t.TempDir())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -136,7 +136,7 @@ func (d *DB) auditBytes(t *testing.T) int64 {
 
 // The tenants' use is read from their index alone, however large the log.
 func TestAuditUseIsIndexOnly(t *testing.T) {
-	db, err := Open(t.TempDir())
+	db, err := OpenSQLite(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestAuditSizeMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	old.Close()
-	db, err := Open(dir)
+	db, err := OpenSQLite(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestAuditKindFilter(t *testing.T) {
 			t.Errorf("%q: %v, want an invalid argument listing the kinds", kind, err)
 		}
 	}
-	db, err := Open(t.TempDir())
+	db, err := OpenSQLite(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 )
 
 func BenchmarkAuthenticate(b *testing.B) {
-	db, _ := Open(b.TempDir())
+	db, _ := OpenSQLite(b.TempDir())
 	defer db.Close()
 	secret, _, _ := db.CreateKey(context.Background(), "t", false, "")
 	b.ResetTimer()
@@ -16,9 +16,9 @@ func BenchmarkAuthenticate(b *testing.B) {
 }
 
 func BenchmarkDataVersion(b *testing.B) {
-	db, _ := Open(b.TempDir())
+	db, _ := OpenSQLite(b.TempDir())
 	defer db.Close()
-	conn, _ := db.db.Conn(context.Background())
+	conn, _ := db.keys.Conn(context.Background())
 	defer conn.Close()
 	b.ResetTimer()
 	var v int64

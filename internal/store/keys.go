@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -103,10 +102,12 @@ func (d *DB) CreateKeyUntil(ctx context.Context, tenant string, admin bool, name
 		k.ExpiresAt = &t
 		exp = sql.NullInt64{Int64: t.Unix(), Valid: true}
 	}
-	_, err := d.db.ExecContext(ctx, `INSERT INTO keys (id, hash, tenant, admin, name, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	_, err := d.keys.ExecContext(ctx, d.q(`INSERT INTO keys (id, hash, tenant, admin, name, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)`),
 		k.ID, HashKey(secret), k.Tenant, admin, name, k.CreatedAt.Unix(), exp)
 	if err != nil {
-		return "", Key{}, fmt.Errorf("%w: storing the key: %v", errdefs.ErrUnavailable, err)
+		return "", Key{}, d.unavailable("storing the key", err)
 	}
 	return secret, k, nil
 }
@@ -135,9 +136,11 @@ const keyColumns = `id, tenant, admin, name, created_at, revoked_at, expires_at`
 
 // Keys lists every key, oldest first.
 func (d *DB) Keys(ctx context.Context) ([]Key, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT `+keyColumns+` FROM keys ORDER BY created_at, id`)
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	rows, err := d.keys.QueryContext(ctx, `SELECT `+keyColumns+` FROM keys ORDER BY created_at, id`)
 	if err != nil {
-		return nil, err
+		return nil, d.unavailable("listing keys", err)
 	}
 	defer rows.Close()
 	var out []Key
@@ -153,50 +156,34 @@ func (d *DB) Keys(ctx context.Context) ([]Key, error) {
 
 // RevokeKey revokes the key id: every later request with it fails.
 func (d *DB) RevokeKey(ctx context.Context, id string) error {
-	res, err := d.db.ExecContext(ctx, `UPDATE keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`, time.Now().Unix(), id)
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	res, err := d.keys.ExecContext(ctx, d.q(`UPDATE keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`), time.Now().Unix(), id)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+		return d.unavailable("revoking the key", err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		var one int
-		if err := d.db.QueryRowContext(ctx, `SELECT 1 FROM keys WHERE id = ?`, id).Scan(&one); isNoRows(err) {
+		err := d.keys.QueryRowContext(ctx, d.q(`SELECT 1 FROM keys WHERE id = ?`), id).Scan(&one)
+		if isNoRows(err) {
 			return fmt.Errorf("%w: no key %q", errdefs.ErrNotFound, id)
 		}
+		return d.unavailable("revoking the key", err)
 	}
 	return nil
 }
 
-// keyCache holds keys already looked up, valid while the keys' database
-// is unchanged: PRAGMA data_version, on a connection of its own that
-// never writes, changes whenever any other connection or process (airlock
-// keys revoke) commits. So a revocation holds from the next request on.
-//
-// The fast path skips even the pragma: in WAL mode every commit rewrites
-// the header of the WAL index (the first 48 bytes of the -shm file: its
-// change counter, last frame and checksums), which is how SQLite's own
-// readers, and data_version, learn of it. A read of those bytes equal to
-// what they were before the last pragma proves no commit since; any
-// difference, a failed read, or a second since the last pragma runs it.
+// keyCache holds keys already looked up, as long as the driver says
+// nothing changed (keysChanged) and, where the driver bounds it, for at
+// most keyTTL: what bounds how long a revocation takes to hold.
 type keyCache struct {
-	mu      sync.Mutex
-	conn    *sql.Conn
-	pragma  *sql.Stmt // PRAGMA data_version, prepared once
-	version int64
-	keys    map[string]Key // by hash; known keys only (live or revoked)
-	shm     *os.File       // the WAL index, opened with conn
-	hdr     [48]byte       // its header when the pragma last ran
-	hdrOK   bool
-	checked time.Time // when the pragma last ran
+	mu   sync.Mutex
+	keys map[string]cachedKey // by hash; known keys only (live or revoked)
 }
 
-// walHeader reads the WAL index's header.
-func (c *keyCache) walHeader() ([48]byte, bool) {
-	var h [48]byte
-	if c.shm == nil {
-		return h, false
-	}
-	n, err := c.shm.ReadAt(h[:], 0)
-	return h, err == nil && n == len(h)
+type cachedKey struct {
+	k  Key
+	at time.Time
 }
 
 // maxCachedKeys bounds the cache (it is cleared when full).
@@ -205,23 +192,7 @@ const maxCachedKeys = 10000
 func (c *keyCache) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.drop()
-}
-
-func (c *keyCache) drop() {
-	c.hdrOK = false
-	if c.shm != nil {
-		c.shm.Close()
-		c.shm = nil
-	}
-	if c.pragma != nil {
-		c.pragma.Close()
-		c.pragma = nil
-	}
-	if c.conn != nil {
-		c.conn.Close()
-		c.conn = nil
-	}
+	c.keys = nil
 }
 
 // Authenticate returns the key whose secret this is (zero when none is)
@@ -232,59 +203,36 @@ func (d *DB) Authenticate(ctx context.Context, secret string) (Key, bool, error)
 		return Key{}, false, nil
 	}
 	hash := HashKey(secret)
-	c := &d.keys
+	c := &d.cache
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// Not the request's context: a cancellable one costs the driver a
-	// goroutine per query, and these take microseconds.
-	bg := context.Background()
-	if c.conn == nil {
-		conn, err := d.db.Conn(bg)
-		if err != nil {
-			return Key{}, false, fmt.Errorf("%w: reading keys: %v", errdefs.ErrUnavailable, err)
-		}
-		st, err := conn.PrepareContext(bg, `PRAGMA data_version`)
-		if err != nil {
-			conn.Close()
-			return Key{}, false, fmt.Errorf("%w: reading keys: %v", errdefs.ErrUnavailable, err)
-		}
-		c.conn, c.pragma, c.version = conn, st, -1
+	changed, err := d.drv.keysChanged()
+	if err != nil {
+		c.keys = nil
+		return Key{}, false, d.unavailable("reading keys", err)
 	}
-	// The header first, then the pragma: a commit between the two makes
-	// the next request run the pragma again, never miss it.
-	h, hok := c.walHeader()
-	if !hok || !c.hdrOK || h != c.hdr || time.Since(c.checked) > time.Second {
-		var v int64
-		if err := c.pragma.QueryRowContext(bg).Scan(&v); err != nil {
-			c.drop()
-			return Key{}, false, fmt.Errorf("%w: reading keys: %v", errdefs.ErrUnavailable, err)
-		}
-		if v != c.version {
-			c.keys, c.version = map[string]Key{}, v
-		}
-		c.hdr, c.hdrOK, c.checked = h, hok, time.Now()
-		if c.shm == nil {
-			// The WAL index exists once the connection has read; its
-			// header is trusted only once read before a pragma.
-			c.shm, _ = os.Open(d.path + "-shm")
-		}
+	if changed || c.keys == nil || len(c.keys) >= maxCachedKeys {
+		c.keys = map[string]cachedKey{}
 	}
-	if len(c.keys) >= maxCachedKeys {
-		c.keys = map[string]Key{}
+	now := time.Now()
+	e, ok := c.keys[hash]
+	if ttl := d.drv.keyTTL(); ok && ttl > 0 && now.Sub(e.at) >= ttl {
+		ok = false
 	}
-	k, ok := c.keys[hash]
 	if !ok {
-		var err error
-		k, err = scanKey(c.conn.QueryRowContext(bg, `SELECT `+keyColumns+` FROM keys WHERE hash = ?`, hash))
+		qctx, cancel := d.bound(ctx)
+		k, err := d.drv.lookupKey(qctx, hash)
+		cancel()
 		if isNoRows(err) {
 			return Key{}, false, nil // not cached: guesses must not fill the cache
 		}
 		if err != nil {
-			return Key{}, false, fmt.Errorf("%w: reading keys: %v", errdefs.ErrUnavailable, err)
+			return Key{}, false, d.unavailable("reading keys", err)
 		}
-		c.keys[hash] = k
+		e = cachedKey{k: k, at: now}
+		c.keys[hash] = e
 	}
-	return k, k.State(time.Now()) == KeyLive, nil
+	return e.k, e.k.State(now) == KeyLive, nil
 }
 
 // SetQuotas sets the tenant's quotas (replacing what it had).
@@ -293,20 +241,24 @@ func (d *DB) SetQuotas(ctx context.Context, tenant string, q config.Quotas) erro
 		return err
 	}
 	b, _ := json.Marshal(q)
-	_, err := d.db.ExecContext(ctx, `INSERT INTO tenants (name, quotas, updated_at) VALUES (?, ?, ?)
-		ON CONFLICT(name) DO UPDATE SET quotas = excluded.quotas, updated_at = excluded.updated_at`, tenant, string(b), time.Now().Unix())
-	return err
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	_, err := d.keys.ExecContext(ctx, d.q(`INSERT INTO tenants (name, quotas, updated_at) VALUES (?, ?, ?)
+		ON CONFLICT(name) DO UPDATE SET quotas = excluded.quotas, updated_at = excluded.updated_at`), tenant, string(b), time.Now().Unix())
+	return d.unavailable("storing the tenant's quotas", err)
 }
 
 // Quotas returns the tenant's own quotas (zero when it has none).
 func (d *DB) Quotas(ctx context.Context, tenant string) (config.Quotas, error) {
 	var s string
-	err := d.db.QueryRowContext(ctx, `SELECT quotas FROM tenants WHERE name = ?`, tenant).Scan(&s)
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	err := d.keys.QueryRowContext(ctx, d.q(`SELECT quotas FROM tenants WHERE name = ?`), tenant).Scan(&s)
 	if isNoRows(err) {
 		return config.Quotas{}, nil
 	}
 	if err != nil {
-		return config.Quotas{}, err
+		return config.Quotas{}, d.unavailable("reading the tenant's quotas", err)
 	}
 	var q config.Quotas
 	if err := json.Unmarshal([]byte(s), &q); err != nil {
@@ -317,9 +269,11 @@ func (d *DB) Quotas(ctx context.Context, tenant string) (config.Quotas, error) {
 
 // Tenants lists every tenant with quotas of its own.
 func (d *DB) Tenants(ctx context.Context) (map[string]config.Quotas, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT name, quotas FROM tenants ORDER BY name`)
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	rows, err := d.keys.QueryContext(ctx, `SELECT name, quotas FROM tenants ORDER BY name`)
 	if err != nil {
-		return nil, err
+		return nil, d.unavailable("listing tenants", err)
 	}
 	defer rows.Close()
 	out := map[string]config.Quotas{}

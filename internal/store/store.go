@@ -1,11 +1,19 @@
-// Package store owns airlock's persistent data: one embedded SQLite
-// database (modernc.org/sqlite, no cgo) in the data directory, its schema
-// migrations, the API keys (stored hashed), the tenants' quotas, and the
-// audit records with their retention.
+// Package store owns airlock's persistent data: the API keys (stored
+// hashed), the tenants' quotas, the audit log with its retention, the
+// quotas' counts (the ledger) and the sessions directory (which server
+// holds which session, with the servers' heartbeats), each with its
+// schema and versioned migrations.
+//
+// Two drivers sit below it, behind the driver interface (driver.go):
+// SQLite files in the data directory (sqlite.go: modernc.org/sqlite, no
+// cgo), the single-machine default, and PostgreSQL (postgres.go: pgx, no
+// cgo), one database the servers of a cluster share. Everything above
+// uses DB and never knows which driver it has.
 //
 // It must never hold a key's secret (only its SHA-256), never be on a
-// sandbox's path, and never import a package above it: api, session and
-// the command line use it, not the other way round.
+// sandbox's path, never let a slow or lost database hold a request past
+// store.timeout, and never import a package above it: api, session, the
+// server and the command line use it, not the other way round.
 package store
 
 import (
@@ -15,197 +23,164 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-	_ "modernc.org/sqlite"
-
+	"airlock/internal/config"
 	"airlock/internal/errdefs"
 )
 
-// Files of the database in the data directory: keys and tenants in one,
-// the audit log in another, so that the audit's writes never invalidate
-// the key cache (see Authenticate) and its size never slows a key lookup.
-const (
-	FileName      = "airlock.db"
-	AuditFileName = "audit.db"
-)
-
-// DB is the open database.
+// DB is the open store.
 type DB struct {
-	db    *sql.DB // keys and tenants
-	audit *sql.DB
-	path  string
-	keys  keyCache
-	// served: the lock of a server that uses the database (see Serve).
-	served *os.File
+	drv driver
+	cfg config.Store
+	// keys holds keys and tenants, audit the log, dir the servers, the
+	// sessions directory and the ledger's rows: three SQLite files, or
+	// one PostgreSQL database.
+	keys, audit, dir *sql.DB
+	cache            keyCache
+	ledger           Ledger
+	// server is this server's row in the directory (see Serve).
+	server Server
 }
 
-// serverLock is a file of the data directory that every server using the
-// database holds a shared lock on: `airlock keys` tells from it whether
-// any running server reads what it writes.
-const serverLock = "server.lock"
+// Open opens the store the configuration names (cfg.Driver; data_dir
+// for SQLite) and brings its schema up to this binary's version. A
+// database that cannot be reached within store.timeout, or whose schema
+// is newer than this binary's, is an error that says so.
+func Open(ctx context.Context, cfg config.Store, dataDir string) (*DB, error) {
+	switch cfg.Driver {
+	case config.StorePostgres:
+		return openPostgres(ctx, cfg)
+	case config.StoreSQLite, "":
+		return openSQLite(cfg, dataDir)
+	}
+	return nil, fmt.Errorf("%w: store.driver %q", errdefs.ErrInvalidArgument, cfg.Driver)
+}
 
-// Serve marks the database as used by a running server, until Close.
-func (d *DB) Serve() error {
-	f, err := os.OpenFile(filepath.Join(filepath.Dir(d.path), serverLock), os.O_CREATE|os.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+// Exists reports whether the store the configuration names may hold
+// data: SQLite's file in dataDir exists (a shared store always may).
+func Exists(cfg config.Store, dataDir string) bool {
+	if cfg.Shared() {
+		return true
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH); err != nil {
-		f.Close()
-		return fmt.Errorf("%w: locking %s: %v", errdefs.ErrUnavailable, f.Name(), err)
+	_, err := os.Stat(filepath.Join(dataDir, FileName))
+	return err == nil
+}
+
+// OpenSQLite opens the SQLite store in dir with the default settings.
+func OpenSQLite(dir string) (*DB, error) {
+	return openSQLite(config.DefaultStore(), dir)
+}
+
+// Close closes the store: it marks this server stopped (its directory
+// entries ended) when it served.
+func (d *DB) Close() error {
+	if d.server.ID != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Timeout.D())
+		d.stopServer(ctx)
+		cancel()
 	}
-	d.served = f
+	if d.ledger != nil {
+		d.ledger.close()
+	}
+	d.cache.close()
+	return d.drv.close()
+}
+
+// Driver names the driver: "sqlite" or "postgres" (for doctor and logs,
+// never for decisions).
+func (d *DB) Driver() string { return d.drv.name() }
+
+// Shared reports whether other machines may use the same store.
+func (d *DB) Shared() bool { return d.cfg.Shared() }
+
+// Where says where the store is, for messages: the data directory, or
+// PostgreSQL's host and database (never its password).
+func (d *DB) Where() string { return d.drv.where() }
+
+// Version is the schema version of the keys' part of the store.
+func (d *DB) Version() (int, error) { return d.drv.version(context.Background()) }
+
+// Ping checks that the store answers within store.timeout.
+func (d *DB) Ping(ctx context.Context) error {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	if err := d.keys.PingContext(ctx); err != nil {
+		return d.unavailable("reaching the store", err)
+	}
 	return nil
 }
 
-// Served reports whether a running server uses the database in dir (one
-// holds its lock; see Serve).
-func Served(dir string) bool {
-	f, err := os.OpenFile(filepath.Join(dir, serverLock), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	return errors.Is(unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB), unix.EWOULDBLOCK)
+// Served reports whether a running server uses this store (`airlock
+// keys` warns when none does).
+func (d *DB) Served(ctx context.Context) bool {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	return d.drv.served(ctx, d)
 }
 
-// migrations are the schema of each file, one step per entry, applied in
-// order and recorded in the file's PRAGMA user_version. Never edit a step
-// that shipped in a release: add one.
-var (
-	keyMigrations = []string{
-		// 1: keys and tenants
-		`CREATE TABLE keys (
-			id TEXT PRIMARY KEY,
-			hash TEXT NOT NULL UNIQUE,
-			tenant TEXT NOT NULL,
-			admin INTEGER NOT NULL DEFAULT 0,
-			name TEXT NOT NULL DEFAULT '',
-			created_at INTEGER NOT NULL,
-			revoked_at INTEGER
-		);
-		CREATE TABLE tenants (
-			name TEXT PRIMARY KEY,
-			quotas TEXT NOT NULL DEFAULT '{}',
-			updated_at INTEGER NOT NULL
-		);`,
-		// 2: a key's optional expiry (unix seconds); existing keys keep
-		// none.
-		`ALTER TABLE keys ADD COLUMN expires_at INTEGER;`,
-	}
-	auditMigrations = []string{
-		// 1: the audit log
-		`CREATE TABLE audit (
-			seq INTEGER PRIMARY KEY AUTOINCREMENT,
-			time INTEGER NOT NULL,
-			kind TEXT NOT NULL,
-			tenant TEXT NOT NULL DEFAULT '',
-			key_id TEXT NOT NULL DEFAULT '',
-			session TEXT NOT NULL DEFAULT '',
-			request_id TEXT NOT NULL DEFAULT '',
-			record TEXT NOT NULL
-		);
-		CREATE INDEX audit_time ON audit(time);
-		CREATE INDEX audit_session ON audit(session, seq);
-		CREATE INDEX audit_tenant ON audit(tenant, seq);`,
-		// 2: each record's size, in the tenant's index: retention weighs
-		// tenants by the space they use with an index-only scan.
-		`ALTER TABLE audit ADD COLUMN size INTEGER NOT NULL DEFAULT 0;
-		UPDATE audit SET size = length(CAST(record AS BLOB));
-		DROP INDEX audit_tenant;
-		CREATE INDEX audit_tenant ON audit(tenant, seq, size);`,
-	}
-)
-
-// Open opens (creating them, 0700 and 0600) the database files in dir and
-// migrates them. Several processes may open them at once (the server and
-// `airlock keys`): SQLite's locks and WAL keep them consistent.
-func Open(dir string) (*DB, error) {
-	if dir == "" || !filepath.IsAbs(dir) {
-		return nil, fmt.Errorf("%w: data_dir %q must be an absolute path", errdefs.ErrInvalidArgument, dir)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("%w: data_dir: %v", errdefs.ErrUnavailable, err)
-	}
-	d := &DB{path: filepath.Join(dir, FileName)}
-	var err error
-	if d.db, err = openFile(d.path, keyMigrations); err != nil {
-		return nil, err
-	}
-	if d.audit, err = openFile(filepath.Join(dir, AuditFileName), auditMigrations); err != nil {
-		d.db.Close()
-		return nil, err
-	}
-	return d, nil
+// bound gives a store call its deadline, store.timeout.
+func (d *DB) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d.cfg.Timeout.D())
 }
 
-func openFile(path string, migrations []string) (*sql.DB, error) {
-	// WAL: readers never wait for the writer; synchronous=NORMAL in WAL
-	// mode loses nothing committed when the process is killed (the OS
-	// has the pages), only the last commits on a power loss.
-	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
-	db, err := sql.Open("sqlite", dsn)
-	if err != nil {
-		return nil, fmt.Errorf("%w: opening %s: %v", errdefs.ErrUnavailable, path, err)
-	}
-	db.SetMaxOpenConns(4)
-	if err := migrate(db, path, migrations); err != nil {
-		db.Close()
-		return nil, err
-	}
-	os.Chmod(path, 0o600)
-	return db, nil
-}
+// q is a query in the driver's placeholders.
+func (d *DB) q(query string) string { return d.drv.rebind(query) }
 
-// Close closes the database.
-func (d *DB) Close() error {
-	if d.served != nil {
-		d.served.Close()
+// unavailable is what a failed statement is to callers: 503, the
+// client told only that the store is unavailable, the log the detail.
+func (d *DB) unavailable(doing string, err error) error {
+	if err == nil {
+		return nil
 	}
-	d.keys.close()
-	d.audit.Close()
-	return d.db.Close()
-}
-
-// Path is the keys' database file.
-func (d *DB) Path() string { return d.path }
-
-func migrate(db *sql.DB, path string, migrations []string) error {
-	ctx := context.Background()
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("%w: database %s: %v", errdefs.ErrUnavailable, path, err)
-	}
-	defer tx.Rollback()
-	var v int
-	if err := tx.QueryRow(`PRAGMA user_version`).Scan(&v); err != nil {
-		return fmt.Errorf("%w: database %s: %v", errdefs.ErrUnavailable, path, err)
-	}
-	if v > len(migrations) {
-		return fmt.Errorf("%w: database %s has schema version %d, newer than this airlock's %d", errdefs.ErrUnavailable, path, v, len(migrations))
-	}
-	for i := v; i < len(migrations); i++ {
-		if _, err := tx.Exec(migrations[i]); err != nil {
-			return fmt.Errorf("%w: database %s: migration %d: %v", errdefs.ErrUnavailable, path, i+1, err)
-		}
-	}
-	if _, err := tx.Exec(fmt.Sprintf(`PRAGMA user_version = %d`, len(migrations))); err != nil {
+	var e *errdefs.Error
+	if errors.As(err, &e) {
 		return err
 	}
-	return tx.Commit()
+	return errdefs.Private(errdefs.ErrUnavailable, "the server's store is unavailable now; try again later",
+		fmt.Errorf("%s (%s): %w", doing, d.drv.where(), err))
 }
 
-// Version is the schema version of the keys' database.
-func (d *DB) Version() (int, error) {
-	var v int
-	err := d.db.QueryRow(`PRAGMA user_version`).Scan(&v)
-	return v, err
+// migration is one step of a schema: statements applied in one
+// transaction. Never edit a step that shipped in a release: add one.
+type migration = string
+
+// migrate applies the steps of a schema past version have, in one
+// transaction with the recording of the version (set): a step
+// interrupted mid-way leaves nothing of itself. A database whose version
+// is newer than the steps is refused.
+func migrate(ctx context.Context, tx *sql.Tx, where string, have int, steps []migration, set func(v int) error) error {
+	if have > len(steps) {
+		return fmt.Errorf("%w: the store %s has schema version %d, newer than this airlock's %d: run the newer airlock, or restore a backup", errdefs.ErrUnavailable, where, have, len(steps))
+	}
+	for i := have; i < len(steps); i++ {
+		if _, err := tx.ExecContext(ctx, steps[i]); err != nil {
+			return fmt.Errorf("%w: the store %s: migration %d: %v", errdefs.ErrUnavailable, where, i+1, err)
+		}
+		if err := set(i + 1); err != nil {
+			return fmt.Errorf("%w: the store %s: recording migration %d: %v", errdefs.ErrUnavailable, where, i+1, err)
+		}
+	}
+	return nil
+}
+
+// rebindDollar turns ? placeholders into PostgreSQL's $1, $2... (no
+// query of this package has a ? in a literal).
+func rebindDollar(q string) string {
+	var b strings.Builder
+	n := 0
+	for i := 0; i < len(q); i++ {
+		if q[i] == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteByte(q[i])
+	}
+	return b.String()
 }
 
 func unixNano(t time.Time) int64 { return t.UTC().UnixNano() }
 
-var errNoRows = sql.ErrNoRows
-
-func isNoRows(err error) bool { return errors.Is(err, errNoRows) }
+func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }

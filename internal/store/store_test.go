@@ -15,7 +15,7 @@ import (
 
 func TestKeys(t *testing.T) {
 	dir := t.TempDir()
-	db, err := Open(dir)
+	db, err := OpenSQLite(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestKeys(t *testing.T) {
 	}
 	// A revocation, by another connection (another process: airlock keys
 	// revoke), holds from the next lookup on.
-	other, err := Open(dir)
+	other, err := OpenSQLite(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestKeys(t *testing.T) {
 func TestMigrations(t *testing.T) {
 	dir := t.TempDir()
 	for i := 0; i < 2; i++ {
-		db, err := Open(dir)
+		db, err := OpenSQLite(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,16 +100,16 @@ func TestMigrations(t *testing.T) {
 	raw, _ := sql.Open("sqlite", filepath.Join(dir, FileName))
 	raw.Exec(`PRAGMA user_version = 99`)
 	raw.Close()
-	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "newer") {
+	if _, err := OpenSQLite(dir); err == nil || !strings.Contains(err.Error(), "newer") {
 		t.Errorf("a newer schema: %v", err)
 	}
-	if _, err := Open("relative"); err == nil {
+	if _, err := OpenSQLite("relative"); err == nil {
 		t.Error("a relative data_dir was accepted")
 	}
 }
 
 func TestCPUSince(t *testing.T) {
-	db, err := Open(t.TempDir())
+	db, err := OpenSQLite(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestCPUSince(t *testing.T) {
 		{Time: now, Kind: "execution", Tenant: "b", CPUMs: 10},
 		{Time: now, Kind: "execution", CPUMs: 99999},
 	})
-	got, err := db.CPUSince(ctx, now.Add(-time.Hour))
+	got, err := db.drv.(*sqliteDriver).cpuSince(ctx, now.Add(-time.Hour))
 	if err != nil || got["a"] != 2*time.Second || got["b"] != 10*time.Millisecond || len(got) != 2 {
 		t.Errorf("%v %v", got, err)
 	}
@@ -133,12 +133,12 @@ func TestCPUSince(t *testing.T) {
 // right after cached ones and among unrelated commits.
 func TestRevocationIsImmediate(t *testing.T) {
 	dir := t.TempDir()
-	db, err := Open(dir)
+	db, err := OpenSQLite(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	other, err := Open(dir)
+	other, err := OpenSQLite(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestRevocationIsImmediate(t *testing.T) {
 // cache holds no stale answer: the time is checked on every lookup),
 // listed with it; an expiry in the past is refused at creation.
 func TestKeyExpiry(t *testing.T) {
-	db, err := Open(t.TempDir())
+	db, err := OpenSQLite(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestKeysMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	old.Close()
-	db, err := Open(dir)
+	db, err := OpenSQLite(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,211 @@
+// Package directory owns this server's part of the store's sessions
+// directory: it writes its sessions there as they are created and end (a
+// session.Observer whose methods only queue; one writer commits in
+// batches), sends the server's heartbeat every third of
+// store.lease_timeout (each beat also rewrites its live sessions, so the
+// others see them at most a beat old, and marks the sessions of servers
+// that stopped beating ended), and lists a tenant's sessions across the
+// cluster: this server's from memory, the others' from the store, each
+// with the pod it lives on.
+//
+// It must never hold a request on the store beyond one bounded read (a
+// listing), never block an observer call, and never hide a store it
+// cannot reach: Health says so, for /readyz.
+package directory
+
+import (
+	"context"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"airlock/internal/apitype"
+	"airlock/internal/identity"
+	"airlock/internal/session"
+	"airlock/internal/store"
+)
+
+// Directory is the running directory of one server.
+type Directory struct {
+	db    *store.DB
+	local func() []apitype.Session
+	log   *slog.Logger
+	every time.Duration
+
+	q    chan apitype.Session
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+
+	mu sync.Mutex
+	// err is the last failure to reach the store (nil: the last beat
+	// and write went through).
+	err error
+}
+
+// New starts the directory of the server db serves (see store.Serve):
+// local lists the server's own sessions, every is how often it beats.
+func New(db *store.DB, local func() []apitype.Session, every time.Duration, log *slog.Logger) *Directory {
+	if log == nil {
+		log = slog.Default()
+	}
+	d := &Directory{db: db, local: local, log: log, every: every, q: make(chan apitype.Session, 4096),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	go d.run()
+	return d
+}
+
+// Health is nil while the store takes the directory's writes, else why
+// not.
+func (d *Directory) Health() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.err
+}
+
+func (d *Directory) setErr(err error) {
+	d.mu.Lock()
+	was := d.err
+	d.err = err
+	d.mu.Unlock()
+	switch {
+	case err != nil && was == nil:
+		d.log.Error("the sessions directory cannot reach the store; this server's sessions may be listed as lost elsewhere until it can", "err", err)
+	case err == nil && was != nil:
+		d.log.Info("the sessions directory reaches the store again")
+	}
+}
+
+// List is the sessions who sees, across every server sharing the store:
+// this server's as they are now, the others' as their last beat or
+// change wrote them (Pod says where each lives). The store unreachable is
+// an error (503), never a partial list.
+func (d *Directory) List(ctx context.Context, who identity.Identity) ([]apitype.Session, error) {
+	others, err := d.db.ListSessions(ctx, who.Tenant, who.Admin)
+	if err != nil {
+		return nil, err
+	}
+	pod := d.db.ServerPod()
+	out := make([]apitype.Session, 0, len(others))
+	for _, s := range d.local() {
+		if who.Sees(s.Tenant) {
+			s.Pod = pod
+			out = append(out, s)
+		}
+	}
+	out = append(out, others...)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, nil
+}
+
+// Close writes what is queued, and stops.
+func (d *Directory) Close() {
+	d.once.Do(func() {
+		close(d.stop)
+		<-d.done
+	})
+}
+
+func (d *Directory) run() {
+	defer close(d.done)
+	beat := time.NewTicker(d.every)
+	defer beat.Stop()
+	d.beat()
+	var pending []apitype.Session
+	for {
+		select {
+		case s := <-d.q:
+			pending = append(pending, s)
+			// What arrives meanwhile joins the batch.
+			deadline := time.NewTimer(20 * time.Millisecond)
+		more:
+			for len(pending) < 512 {
+				select {
+				case s := <-d.q:
+					pending = append(pending, s)
+				case <-deadline.C:
+					break more
+				}
+			}
+			deadline.Stop()
+			pending = d.write(pending)
+		case <-beat.C:
+			d.beat()
+		case <-d.stop:
+			for len(d.q) > 0 {
+				pending = append(pending, <-d.q)
+			}
+			d.write(pending)
+			return
+		}
+	}
+}
+
+// write puts sessions in the store; on failure it returns them to try
+// again with the next ones (a beat rewrites every live one anyway: what
+// is kept is only ends, bounded).
+func (d *Directory) write(batch []apitype.Session) []apitype.Session {
+	if len(batch) == 0 {
+		return nil
+	}
+	if err := d.db.PutSessions(context.Background(), batch); err != nil {
+		d.setErr(err)
+		var ends []apitype.Session
+		for _, s := range batch {
+			if s.State == apitype.StateEnded && len(ends) < 4096 {
+				ends = append(ends, s)
+			}
+		}
+		return ends
+	}
+	return nil
+}
+
+// beat sends the heartbeat and rewrites the server's live sessions.
+func (d *Directory) beat() {
+	ctx := context.Background()
+	b, err := d.db.Heartbeat(ctx)
+	if err == nil {
+		err = d.db.PutSessions(ctx, d.local())
+	}
+	if err != nil {
+		d.setErr(err)
+		return
+	}
+	d.setErr(nil)
+	if b.Revived {
+		d.log.Warn("this server was taken for dead by the others (no heartbeat within store.lease_timeout); its sessions are listed again")
+	}
+	if b.Reaped > 0 {
+		d.log.Info("sessions of servers that stopped sending heartbeats marked ended", "sessions", b.Reaped)
+	}
+}
+
+// The session.Observer: sessions created and ended are queued.
+
+var _ session.Observer = (*Directory)(nil)
+
+func (d *Directory) enqueue(s apitype.Session) {
+	select {
+	case d.q <- s:
+	default:
+		// The next beat writes every live session; an end it misses
+		// shows as lost with the server, at worst.
+	}
+}
+
+func (d *Directory) SessionCreated(e session.SessionEvent) {
+	d.enqueue(apitype.Session{ID: e.Session, Tenant: e.Tenant, Language: e.Language, Sandbox: e.Sandbox, Limits: e.Limits,
+		State: apitype.StateIdle, CreatedAt: time.Now().UTC(), LastUsedAt: time.Now().UTC()})
+}
+
+func (d *Directory) SessionEnded(e session.SessionEvent) {
+	d.enqueue(apitype.Session{ID: e.Session, Tenant: e.Tenant, Language: e.Language, Sandbox: e.Sandbox, Limits: e.Limits,
+		State: apitype.StateEnded, EndReason: e.End.Reason, Executions: e.Executions, CreatedAt: time.Now().Add(-e.Duration).UTC()})
+}
+
+func (d *Directory) ExecutionStarted(session.ExecutionEvent)  {}
+func (d *Directory) ExecutionFinished(session.ExecutionEvent) {}
+func (d *Directory) FileTransferred(session.FileEvent)        {}
+func (d *Directory) NetworkChanged(session.NetworkEvent)      {}

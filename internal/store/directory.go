@@ -1,0 +1,238 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"time"
+
+	"airlock/internal/apitype"
+)
+
+// The sessions directory: every server that uses the store has a row
+// (its id is new at each start), refreshed by its heartbeat; each of its
+// sessions has one, written when the session is created and when it
+// ends. A server whose heartbeat is older than store.lease_timeout is
+// dead: the first live server to notice marks its sessions ended
+// ("server_lost"), and listings show them so meanwhile. What the
+// ledger's leases a dead server held stop counting at the same moment.
+
+// Server is a server's row in the directory.
+type Server struct {
+	// ID is this run's: the pod name and 8 random bytes.
+	ID string
+	// Pod is the server's name (cluster.pod_name, or the host's name).
+	Pod       string
+	StartedAt time.Time
+}
+
+// EndServerLost is the end reason of a session whose server stopped
+// sending heartbeats.
+const EndServerLost = "server_lost"
+
+// Serve registers this process as a server of the store, named pod,
+// until Close: its sessions go in the directory under it and what it
+// admits (see Ledger) is held in its name.
+func (d *DB) Serve(ctx context.Context, pod string) (Server, error) {
+	if err := d.drv.serve(); err != nil {
+		return Server{}, err
+	}
+	var b [8]byte
+	rand.Read(b[:])
+	s := Server{ID: pod + "." + hex.EncodeToString(b[:]), Pod: pod, StartedAt: time.Now().UTC()}
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	now := unixNano(s.StartedAt)
+	if _, err := d.dir.ExecContext(ctx, d.q(`INSERT INTO servers (id, pod, started_at, heartbeat_at) VALUES (?, ?, ?, ?)`), s.ID, s.Pod, now, now); err != nil {
+		return Server{}, d.unavailable("registering the server", err)
+	}
+	d.server = s
+	return s, nil
+}
+
+// ServerID is this server's id in the directory ("" before Serve).
+func (d *DB) ServerID() string { return d.server.ID }
+
+// ServerPod is this server's name in the directory ("" before Serve).
+func (d *DB) ServerPod() string { return d.server.Pod }
+
+// Beat is what a heartbeat learnt.
+type Beat struct {
+	// Revived: this server had been taken for dead (its sessions marked
+	// ended): it must register its live sessions again.
+	Revived bool
+	// Reaped: sessions of dead servers marked ended now.
+	Reaped int64
+}
+
+// Heartbeat says this server is alive, marks the sessions of servers
+// that stopped saying so ended, and removes what is long over: ended
+// sessions after an hour, servers gone for a day, the ledger's spent
+// rows.
+func (d *DB) Heartbeat(ctx context.Context) (Beat, error) {
+	var b Beat
+	if d.server.ID == "" {
+		return b, nil
+	}
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	now := time.Now()
+	dead := unixNano(now.Add(-d.cfg.LeaseTimeout.D()))
+	var last int64
+	err := d.dir.QueryRowContext(ctx, d.q(`SELECT heartbeat_at FROM servers WHERE id = ?`), d.server.ID).Scan(&last)
+	switch {
+	case isNoRows(err):
+		b.Revived = true
+		_, err = d.dir.ExecContext(ctx, d.q(`INSERT INTO servers (id, pod, started_at, heartbeat_at) VALUES (?, ?, ?, ?)`), d.server.ID, d.server.Pod, unixNano(d.server.StartedAt), unixNano(now))
+	case err == nil:
+		b.Revived = last < dead
+		_, err = d.dir.ExecContext(ctx, d.q(`UPDATE servers SET heartbeat_at = ? WHERE id = ?`), unixNano(now), d.server.ID)
+	}
+	if err != nil {
+		return b, d.unavailable("sending the heartbeat", err)
+	}
+	res, err := d.dir.ExecContext(ctx, d.q(`UPDATE sessions SET ended_at = ?, end_reason = ? WHERE ended_at IS NULL
+		AND server IN (SELECT id FROM servers WHERE heartbeat_at < ? OR stopped_at IS NOT NULL)`), unixNano(now), EndServerLost, dead)
+	if err != nil {
+		return b, d.unavailable("marking lost sessions", err)
+	}
+	b.Reaped, _ = res.RowsAffected()
+	for _, q := range []struct {
+		sql string
+		arg int64
+	}{
+		{`DELETE FROM sessions WHERE ended_at < ?`, unixNano(now.Add(-time.Hour))},
+		{`DELETE FROM servers WHERE heartbeat_at < ? AND id NOT IN (SELECT server FROM sessions)`, unixNano(now.Add(-24 * time.Hour))},
+	} {
+		if _, err := d.dir.ExecContext(ctx, d.q(q.sql), q.arg); err != nil {
+			return b, d.unavailable("removing old directory entries", err)
+		}
+	}
+	if err := d.ledger.collect(ctx, now); err != nil {
+		return b, d.unavailable("removing spent quota holdings", err)
+	}
+	return b, nil
+}
+
+// stopServer marks this server stopped: its sessions that are still
+// listed end now (a clean shutdown has ended them already).
+func (d *DB) stopServer(ctx context.Context) {
+	now := unixNano(time.Now())
+	d.dir.ExecContext(ctx, d.q(`UPDATE servers SET stopped_at = ? WHERE id = ?`), now, d.server.ID)
+	d.dir.ExecContext(ctx, d.q(`UPDATE sessions SET ended_at = ?, end_reason = ? WHERE server = ? AND ended_at IS NULL`), now, "server_stopped", d.server.ID)
+}
+
+// PutSessions writes sessions of this server to the directory, live or
+// ended (an ended one with its EndReason), in one transaction.
+func (d *DB) PutSessions(ctx context.Context, sessions []apitype.Session) error {
+	if d.server.ID == "" || len(sessions) == 0 {
+		return nil
+	}
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	tx, err := d.dir.BeginTx(ctx, nil)
+	if err != nil {
+		return d.unavailable("writing the sessions directory", err)
+	}
+	defer tx.Rollback()
+	now := unixNano(time.Now())
+	for _, s := range sessions {
+		s.Pod = d.server.Pod
+		b, _ := json.Marshal(s)
+		var ended sql.NullInt64
+		if s.State == apitype.StateEnded {
+			ended = sql.NullInt64{Int64: now, Valid: true}
+		}
+		_, err := tx.ExecContext(ctx, d.q(`INSERT INTO sessions (id, tenant, server, pod, created_at, ended_at, end_reason, info) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (id) DO UPDATE SET ended_at = excluded.ended_at, end_reason = excluded.end_reason, info = excluded.info, server = excluded.server
+			WHERE sessions.ended_at IS NULL OR sessions.end_reason = ? OR excluded.ended_at IS NOT NULL`),
+			s.ID, s.Tenant, d.server.ID, d.server.Pod, unixNano(s.CreatedAt), ended, s.EndReason, string(b), EndServerLost)
+		if err != nil {
+			return d.unavailable("writing the sessions directory", err)
+		}
+	}
+	return d.unavailable("writing the sessions directory", tx.Commit())
+}
+
+// ListSessions lists the directory's sessions of other servers than this
+// one: those live, and those lost with their server (state "ended", end
+// reason "server_lost", for an hour), oldest first. tenant "" with all
+// lists every tenant's (an admin); else only that tenant's.
+func (d *DB) ListSessions(ctx context.Context, tenant string, all bool) ([]apitype.Session, error) {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	dead := unixNano(time.Now().Add(-d.cfg.LeaseTimeout.D()))
+	q := `SELECT s.info, s.ended_at, s.end_reason, v.heartbeat_at, v.stopped_at FROM sessions s JOIN servers v ON v.id = s.server
+		WHERE s.server <> ? AND (s.ended_at IS NULL OR s.end_reason = ?)`
+	args := []any{d.server.ID, EndServerLost}
+	if !all {
+		q += ` AND s.tenant = ?`
+		args = append(args, tenant)
+	}
+	rows, err := d.dir.QueryContext(ctx, d.q(q+` ORDER BY s.created_at, s.id LIMIT 10000`), args...)
+	if err != nil {
+		return nil, d.unavailable("reading the sessions directory", err)
+	}
+	defer rows.Close()
+	out := []apitype.Session{}
+	for rows.Next() {
+		var info, reason string
+		var ended, stopped sql.NullInt64
+		var beat int64
+		if err := rows.Scan(&info, &ended, &reason, &beat, &stopped); err != nil {
+			return nil, d.unavailable("reading the sessions directory", err)
+		}
+		var s apitype.Session
+		if json.Unmarshal([]byte(info), &s) != nil {
+			continue
+		}
+		if ended.Valid || beat < dead || stopped.Valid {
+			// Ended, or its server is gone: a live session's row is what
+			// it was at its creation.
+			s.State, s.EndReason = apitype.StateEnded, EndServerLost
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, d.unavailable("reading the sessions directory", err)
+	}
+	return out, nil
+}
+
+// ServerStatus is a server in the directory (doctor, tests).
+type ServerStatus struct {
+	ID, Pod string
+	Alive   bool
+}
+
+// Servers lists the servers the directory knows, alive or not.
+func (d *DB) Servers(ctx context.Context) ([]ServerStatus, error) {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	dead := unixNano(time.Now().Add(-d.cfg.LeaseTimeout.D()))
+	rows, err := d.dir.QueryContext(ctx, `SELECT id, pod, heartbeat_at, stopped_at FROM servers ORDER BY started_at`)
+	if err != nil {
+		return nil, d.unavailable("reading the servers", err)
+	}
+	defer rows.Close()
+	var out []ServerStatus
+	for rows.Next() {
+		var s ServerStatus
+		var beat int64
+		var stopped sql.NullInt64
+		if err := rows.Scan(&s.ID, &s.Pod, &beat, &stopped); err != nil {
+			return nil, err
+		}
+		s.Alive = beat >= dead && !stopped.Valid
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+func randomID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,533 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"airlock/internal/apitype"
+	"airlock/internal/config"
+	"airlock/internal/errdefs"
+	"airlock/internal/store/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// opener opens another handle on the same store: another server (or
+// `airlock keys`) using it.
+type opener func(t *testing.T) *DB
+
+// drivers runs f once per driver, on a store of its own.
+func drivers(t *testing.T, f func(t *testing.T, open opener)) {
+	t.Run("sqlite", func(t *testing.T) {
+		dir := t.TempDir()
+		f(t, func(t *testing.T) *DB {
+			t.Helper()
+			db, err := OpenSQLite(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			return db
+		})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		dsn := pgtest.Shared(t).NewDatabase(t)
+		f(t, func(t *testing.T) *DB {
+			t.Helper()
+			return openPG(t, dsn, nil)
+		})
+	})
+}
+
+func openPG(t *testing.T, dsn string, tweak func(*config.Store)) *DB {
+	t.Helper()
+	cfg := config.DefaultStore()
+	cfg.Driver, cfg.DSN = config.StorePostgres, dsn
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	db, err := Open(context.Background(), cfg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// waitFor waits until ok, at most within; it returns how long it took.
+func waitFor(t *testing.T, within time.Duration, what string, ok func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !ok() {
+		if time.Since(start) > within {
+			t.Fatalf("%s: not within %s", what, within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// A key made through one handle authenticates through another at once;
+// its revocation holds there within the bound (SQLite: the next lookup;
+// PostgreSQL: KeyTTL, milliseconds when notified), waited for as an
+// event; so does a change of quotas.
+func TestKeysAcrossServers(t *testing.T) {
+	drivers(t, func(t *testing.T, open opener) {
+		a, b := open(t), open(t)
+		ctx := context.Background()
+		for round := 0; round < 5; round++ {
+			secret, k, err := a.CreateKey(ctx, "team-a", round == 0, "ci")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 3; i++ {
+				got, ok, err := b.Authenticate(ctx, secret)
+				if err != nil || !ok || got.ID != k.ID || got.Admin != (round == 0) {
+					t.Fatalf("round %d: the new key on the other server: %+v %v %v", round, got, ok, err)
+				}
+			}
+			if err := a.RevokeKey(ctx, k.ID); err != nil {
+				t.Fatal(err)
+			}
+			took := waitFor(t, KeyTTL+500*time.Millisecond, "the revocation on the other server", func() bool {
+				got, ok, err := b.Authenticate(ctx, secret)
+				return err == nil && !ok && got.State(time.Now()) == KeyRevoked
+			})
+			t.Logf("round %d: revoked on the other server after %s", round, took)
+		}
+		if err := a.SetQuotas(ctx, "team-a", config.Quotas{MaxSessions: 7}); err != nil {
+			t.Fatal(err)
+		}
+		if q, err := b.Quotas(ctx, "team-a"); err != nil || q.MaxSessions != 7 {
+			t.Errorf("quotas on the other server: %+v %v", q, err)
+		}
+		if err := b.RevokeKey(ctx, "key_nope"); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("revoking an unknown key: %v", err)
+		}
+	})
+}
+
+// Migrations run once per store; a store newer than the binary is
+// refused with a clear error.
+func TestSchemaVersions(t *testing.T) {
+	drivers(t, func(t *testing.T, open opener) {
+		db := open(t)
+		v, err := db.Version()
+		if err != nil || v < 1 {
+			t.Fatalf("version %d %v", v, err)
+		}
+		db2 := open(t) // again: nothing to do
+		if v2, _ := db2.Version(); v2 != v {
+			t.Errorf("version %d then %d", v, v2)
+		}
+		var bump string
+		if db.Driver() == config.StorePostgres {
+			bump = `INSERT INTO airlock_migrations (version) VALUES (99)`
+		} else {
+			bump = `PRAGMA user_version = 99`
+		}
+		if _, err := db.keys.Exec(bump); err != nil {
+			t.Fatal(err)
+		}
+		db.Close()
+		db2.Close()
+		var newer *DB
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatal(r)
+				}
+			}()
+			newer, err = tryOpen(db)
+		}()
+		if err == nil {
+			newer.Close()
+			t.Fatal("a store newer than the binary was opened")
+		}
+		if !strings.Contains(err.Error(), "newer than this airlock's") || !errors.Is(err, errdefs.ErrUnavailable) {
+			t.Errorf("a newer store: %v", err)
+		}
+	})
+}
+
+// tryOpen opens the store db was opened on.
+func tryOpen(db *DB) (*DB, error) {
+	switch d := db.drv.(type) {
+	case *pgDriver:
+		return Open(context.Background(), db.cfg, "")
+	case *sqliteDriver:
+		return OpenSQLite(d.dir)
+	}
+	return nil, fmt.Errorf("no driver")
+}
+
+// A migration interrupted mid-way leaves nothing of itself: on
+// PostgreSQL its connection is terminated while the step runs (DDL is
+// transactional); on SQLite a step fails half-way. The next start
+// applies it whole.
+func TestInterruptedMigration(t *testing.T) {
+	t.Run("postgres", func(t *testing.T) {
+		srv := pgtest.Shared(t)
+		dsn := srv.NewDatabase(t)
+		db := openPG(t, dsn, nil)
+		p := db.drv.(*pgDriver)
+		base := len(pgMigrations)
+		slow := append(append([]migration{}, pgMigrations...), `CREATE TABLE half (x int); INSERT INTO half VALUES (1); SELECT pg_sleep(60); CREATE TABLE other (y int);`)
+		errc := make(chan error, 1)
+		go func() { errc <- p.migrate(context.Background(), slow) }()
+		// Wait for the step to be in its sleep, then cut its connection.
+		waitFor(t, 30*time.Second, "the migration's sleep", func() bool {
+			var n int
+			db.keys.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(60)%' AND pid <> pg_backend_pid()`).Scan(&n)
+			return n > 0
+		})
+		if _, err := db.keys.Exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(60)%' AND pid <> pg_backend_pid()`); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-errc; err == nil {
+			t.Fatal("the interrupted migration reported success")
+		}
+		var n int
+		db.keys.QueryRow(`SELECT count(*) FROM information_schema.tables WHERE table_name IN ('half', 'other')`).Scan(&n)
+		if v, _ := db.Version(); v != base || n != 0 {
+			t.Fatalf("after the interruption: version %d (want %d), %d of its tables", v, base, n)
+		}
+		fixed := append(append([]migration{}, pgMigrations...), `CREATE TABLE half (x int); INSERT INTO half VALUES (1); CREATE TABLE other (y int);`)
+		if err := p.migrate(context.Background(), fixed); err != nil {
+			t.Fatal(err)
+		}
+		db.keys.QueryRow(`SELECT count(*) FROM information_schema.tables WHERE table_name IN ('half', 'other')`).Scan(&n)
+		if v, _ := db.Version(); v != base+1 || n != 2 {
+			t.Errorf("after the next start: version %d, %d tables", v, n)
+		}
+	})
+	t.Run("sqlite", func(t *testing.T) {
+		dir := t.TempDir()
+		path := dir + "/" + FileName
+		broken := append(append([]migration{}, keyMigrations...), `CREATE TABLE half (x int); INSERT INTO half VALUES (1); SELECT nonsense FROM nowhere;`)
+		db, err := openFile(path, keyMigrations)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.Close()
+		if db, err := openFile(path, broken); err == nil {
+			db.Close()
+			t.Fatal("a failing step was applied")
+		}
+		ok, err := OpenSQLite(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ok.Close()
+		var n int
+		ok.keys.QueryRow(`SELECT count(*) FROM sqlite_master WHERE name = 'half'`).Scan(&n)
+		if v, _ := ok.Version(); v != len(keyMigrations) || n != 0 {
+			t.Errorf("after the failed step: version %d, half exists: %d", v, n)
+		}
+	})
+}
+
+// Audit records written by several servers are one log: each sees all,
+// in order, paged.
+func TestAuditAcrossServers(t *testing.T) {
+	drivers(t, func(t *testing.T, open opener) {
+		servers := []*DB{open(t), open(t), open(t)}
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		for i, db := range servers {
+			wg.Go(func() {
+				for j := 0; j < 10; j++ {
+					recs := []apitype.AuditRecord{
+						{Time: time.Now(), Kind: apitype.AuditExecution, Tenant: fmt.Sprint("t", i), Session: fmt.Sprint("s", i), CPUMs: 1},
+						{Time: time.Now(), Kind: apitype.AuditFileUpload, Tenant: fmt.Sprint("t", i), Session: fmt.Sprint("s", i)},
+					}
+					if err := db.AppendAudit(ctx, recs); err != nil {
+						t.Error(err)
+						return
+					}
+					if recs[0].Seq == 0 || recs[1].Seq <= recs[0].Seq {
+						t.Errorf("seqs %d %d", recs[0].Seq, recs[1].Seq)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		var all []apitype.AuditRecord
+		q := AuditQuery{Limit: 7}
+		for {
+			recs, next, err := servers[1].Audit(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, recs...)
+			if next == "" {
+				break
+			}
+			fmt.Sscan(next, &q.After)
+		}
+		if len(all) != 60 {
+			t.Fatalf("%d records, want 60", len(all))
+		}
+		for i := 1; i < len(all); i++ {
+			if all[i].Seq <= all[i-1].Seq {
+				t.Fatalf("records out of order at %d", i)
+			}
+		}
+		recs, _, err := servers[2].Audit(ctx, AuditQuery{Tenant: "t0", Kind: "file"})
+		if err != nil || len(recs) != 10 || recs[0].Kind != apitype.AuditFileUpload {
+			t.Errorf("t0's file records: %d %v", len(recs), err)
+		}
+	})
+}
+
+// The ledger is exact under concurrency: 20 admissions at once against a
+// limit of 3, spread over three servers, admit exactly 3; releases give
+// places back; executions' rate and CPU bounds hold; on PostgreSQL a dead
+// server's holdings stop counting.
+func TestLedger(t *testing.T) {
+	drivers(t, func(t *testing.T, open opener) {
+		ctx := context.Background()
+		n := 3
+		if open(t).Driver() == config.StoreSQLite {
+			n = 1 // memory: one server's
+		}
+		var servers []*DB
+		for i := 0; i < n; i++ {
+			db := open(t)
+			if _, err := db.Serve(ctx, fmt.Sprint("pod-", i)); err != nil {
+				t.Fatal(err)
+			}
+			servers = append(servers, db)
+		}
+		// Rounds of 20 at once (released together by a barrier), each
+		// round a tenant of its own.
+		var held []Admission
+		for round := 0; round < 10; round++ {
+			claim := Claim{Tenant: fmt.Sprint("r", round), Kind: HoldSession, Max: 3}
+			var admitted atomic.Int32
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i := 0; i < 20; i++ {
+				wg.Go(func() {
+					<-start
+					a, err := servers[i%n].Ledger().Admit(ctx, claim)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if a.Refused == "" {
+						admitted.Add(1)
+						mu.Lock()
+						if round == 0 {
+							held = append(held, a)
+						}
+						mu.Unlock()
+					} else if a.Refused != QuotaSessions || a.Live != 3 {
+						t.Errorf("refused %+v", a)
+					}
+				})
+			}
+			close(start)
+			wg.Wait()
+			if admitted.Load() != 3 {
+				t.Fatalf("round %d: %d of 20 admitted against a limit of 3", round, admitted.Load())
+			}
+		}
+		claim := Claim{Tenant: "r0", Kind: HoldSession, Max: 3}
+		// Another tenant is not held back.
+		if a, err := servers[0].Ledger().Admit(ctx, Claim{Tenant: "b", Kind: HoldSession, Max: 1}); err != nil || a.Refused != "" {
+			t.Errorf("tenant b: %+v %v", a, err)
+		}
+		held[0].Release()
+		held[0].Release() // once
+		if a, err := servers[n-1].Ledger().Admit(ctx, claim); err != nil || a.Refused != "" {
+			t.Fatalf("after a release: %+v %v", a, err)
+		}
+		if a, _ := servers[0].Ledger().Admit(ctx, claim); a.Refused != QuotaSessions {
+			t.Errorf("a 4th: %+v", a)
+		}
+
+		// Executions: in flight, then the rate.
+		ex := Claim{Tenant: "a", Kind: HoldExecution, Max: 2, PerMinute: 4}
+		e1, _ := servers[0].Ledger().Admit(ctx, ex)
+		e2, _ := servers[n-1].Ledger().Admit(ctx, ex)
+		if e1.Refused != "" || e2.Refused != "" {
+			t.Fatalf("executions: %+v %+v", e1, e2)
+		}
+		if a, _ := servers[0].Ledger().Admit(ctx, ex); a.Refused != QuotaConcurrent {
+			t.Errorf("a 3rd execution: %+v", a)
+		}
+		e1.Release()
+		e2.Release()
+		for i := 0; i < 2; i++ {
+			a, _ := servers[0].Ledger().Admit(ctx, ex)
+			if a.Refused != "" {
+				t.Fatalf("execution %d: %+v", i+3, a)
+			}
+			a.Release()
+		}
+		if a, _ := servers[0].Ledger().Admit(ctx, ex); a.Refused != QuotaPerMinute || a.Recent != 4 || a.Oldest.IsZero() {
+			t.Errorf("a 5th in a minute: %+v", a)
+		}
+		// CPU counts across servers (flushed by the next tick on
+		// PostgreSQL: waited for).
+		servers[0].Ledger().AddCPU("c", 3*time.Second)
+		cpu := Claim{Tenant: "c", Kind: HoldExecution, CPUPerDay: 2 * time.Second}
+		waitFor(t, 5*time.Second, "the CPU on another server", func() bool {
+			a, err := servers[n-1].Ledger().Admit(ctx, cpu)
+			return err == nil && a.Refused == QuotaCPU && a.CPU >= 3*time.Second
+		})
+
+		if n == 1 {
+			return
+		}
+		// A dead server's holdings stop counting: tenant d fills its
+		// quota on server 0, which then stops beating.
+		d := Claim{Tenant: "d", Kind: HoldSession, Max: 2}
+		for i := 0; i < 2; i++ {
+			if a, _ := servers[0].Ledger().Admit(ctx, d); a.Refused != "" {
+				t.Fatal(a)
+			}
+		}
+		if a, _ := servers[1].Ledger().Admit(ctx, d); a.Refused != QuotaSessions {
+			t.Fatalf("d's 3rd: %+v", a)
+		}
+		servers[1].dir.Exec(`UPDATE servers SET heartbeat_at = 0 WHERE id = $1`, servers[0].ServerID())
+		if a, _ := servers[1].Ledger().Admit(ctx, d); a.Refused != "" {
+			t.Errorf("with the holder dead: %+v", a)
+		}
+	})
+}
+
+// The directory lists other servers' sessions; a server that stops
+// beating has its sessions marked ended (server_lost) by the next live
+// server's heartbeat, and learns it was taken for dead when it beats
+// again.
+func TestDirectory(t *testing.T) {
+	drivers(t, func(t *testing.T, open opener) {
+		ctx := context.Background()
+		a, b := open(t), open(t)
+		if _, err := a.Serve(ctx, "pod-a"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Serve(ctx, "pod-b"); err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now().UTC()
+		if err := a.PutSessions(ctx, []apitype.Session{
+			{ID: "s1", Tenant: "t1", State: apitype.StateIdle, Language: "python", CreatedAt: now},
+			{ID: "s2", Tenant: "t2", State: apitype.StateIdle, Language: "bash", CreatedAt: now.Add(time.Millisecond)},
+			{ID: "s3", Tenant: "t1", State: apitype.StateIdle, Language: "bash", CreatedAt: now.Add(2 * time.Millisecond)},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		a.PutSessions(ctx, []apitype.Session{{ID: "s3", Tenant: "t1", State: apitype.StateEnded, EndReason: "deleted", CreatedAt: now}})
+		got, err := b.ListSessions(ctx, "t1", false)
+		if err != nil || len(got) != 1 || got[0].ID != "s1" || got[0].Pod != "pod-a" || got[0].State != apitype.StateIdle {
+			t.Fatalf("t1's sessions from b: %+v %v", got, err)
+		}
+		if all, _ := b.ListSessions(ctx, "", true); len(all) != 2 {
+			t.Errorf("every tenant's: %+v", all)
+		}
+		if mine, _ := a.ListSessions(ctx, "t1", false); len(mine) != 0 {
+			t.Errorf("a lists its own from the directory: %+v", mine)
+		}
+		// a stops beating.
+		b.dir.Exec(b.q(`UPDATE servers SET heartbeat_at = 0 WHERE id = ?`), a.ServerID())
+		got, _ = b.ListSessions(ctx, "t1", false)
+		if len(got) != 1 || got[0].State != apitype.StateEnded || got[0].EndReason != EndServerLost {
+			t.Errorf("a's session with a dead: %+v", got)
+		}
+		beat, err := b.Heartbeat(ctx)
+		if err != nil || beat.Reaped != 2 || beat.Revived {
+			t.Errorf("b's heartbeat: %+v %v", beat, err)
+		}
+		beat, err = a.Heartbeat(ctx)
+		if err != nil || !beat.Revived {
+			t.Errorf("a's heartbeat after it was taken for dead: %+v %v", beat, err)
+		}
+		if servers, err := b.Servers(ctx); err != nil || len(servers) != 2 || !servers[0].Alive || !servers[1].Alive {
+			t.Errorf("servers %+v %v", servers, err)
+		}
+		if !b.Served(ctx) {
+			t.Error("no server is said to use the store")
+		}
+	})
+}
+
+// A database that cannot be reached at start is refused, saying where,
+// never the password; one lost mid-run fails calls with 503 within
+// store.timeout, and they work again once it is back.
+func TestPostgresFaults(t *testing.T) {
+	srv := pgtest.Start(t)
+	dsn := srv.NewDatabase(t)
+	cfg := config.DefaultStore()
+	cfg.Driver, cfg.Timeout = config.StorePostgres, config.Duration(time.Second)
+
+	cfg.DSN = strings.Replace(dsn, fmt.Sprint(srv.Port()), "1", 1) // nothing listens on port 1
+	_, err := Open(context.Background(), cfg, "")
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "127.0.0.1:1") || strings.Contains(err.Error(), srv.Password()) {
+		t.Errorf("unreachable: %v", err)
+	}
+	cfg.DSN = strings.Replace(dsn, srv.Password(), "wrong-password", 1)
+	if _, err = Open(context.Background(), cfg, ""); err == nil || strings.Contains(err.Error(), "wrong-password") {
+		t.Errorf("a wrong password: %v", err)
+	}
+
+	cfg.DSN = dsn
+	db, err := Open(context.Background(), cfg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	if _, err := db.Serve(ctx, "pod-0"); err != nil {
+		t.Fatal(err)
+	}
+	secret, _, err := db.CreateKey(ctx, "t", false, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := db.Authenticate(ctx, secret); !ok || err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	waitFor(t, 10*time.Second, "the lost database to fail authentication", func() bool {
+		_, _, err := db.Authenticate(ctx, secret)
+		return errors.Is(err, errdefs.ErrUnavailable) && errdefs.HTTPStatus(err) == 503 && !strings.Contains(errdefs.Message(err), "127.0.0.1")
+	})
+	for name, call := range map[string]func() error{
+		"admit":  func() error { _, err := db.Ledger().Admit(ctx, Claim{Tenant: "t", Kind: HoldSession}); return err },
+		"audit":  func() error { return db.AppendAudit(ctx, []apitype.AuditRecord{{Time: time.Now(), Kind: "execution"}}) },
+		"list":   func() error { _, err := db.ListSessions(ctx, "t", false); return err },
+		"beat":   func() error { _, err := db.Heartbeat(ctx); return err },
+		"create": func() error { _, _, err := db.CreateKey(ctx, "t", false, ""); return err },
+	} {
+		start := time.Now()
+		err := call()
+		if !errors.Is(err, errdefs.ErrUnavailable) || strings.Contains(err.Error(), srv.Password()) {
+			t.Errorf("%s with the database gone: %v", name, err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%s took %s with store.timeout 1s", name, d)
+		}
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the store back", func() bool {
+		_, ok, err := db.Authenticate(ctx, secret)
+		return ok && err == nil
+	})
+	if a, err := db.Ledger().Admit(ctx, Claim{Tenant: "t", Kind: HoldSession, Max: 1}); err != nil || a.Refused != "" {
+		t.Errorf("admission after the restart: %+v %v", a, err)
+	}
+}
