@@ -202,6 +202,8 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"section not an object", `{"server": 5}`, nil, "server: want an object, not a number"},
 		{"not JSON", `{"server": `, nil, "not valid JSON"},
 		{"invalid value", `{"defaults": {"memory": "100G"}}`, nil, "defaults: memory 100G exceeds the server maximum 8G"},
+		{"bad pattern", `{"redaction": {"rules": [{"name": "x", "pattern": "("}]}}`, nil, `redaction: rule "x"`},
+		{"bad tenant's code rule", `{"tenants": {"a": {"code_rules": [{"name": "x", "pattern": "b", "action": "block"}]}}}`, nil, `tenants.a.code_rules: code rule "x"`},
 		{"unknown variable", "", []string{"AIRLOCK_SERVER_LISTN=127.0.0.1:1"}, "AIRLOCK_SERVER_LISTN: names no configuration key"},
 		{"bad variable", "", []string{"AIRLOCK_DEFAULTS_MEMORY=lots"}, `AIRLOCK_DEFAULTS_MEMORY: defaults.memory: size "lots"`},
 		{"unknown key in a variable's section", "", []string{`AIRLOCK_QUOTAS={"max_sesions": 1}`}, "AIRLOCK_QUOTAS: unknown configuration key quotas.max_sesions"},

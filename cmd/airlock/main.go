@@ -21,6 +21,7 @@ import (
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/jail"
+	"airlock/internal/server"
 	"airlock/internal/termtext"
 )
 
@@ -176,15 +177,15 @@ func (c *command) parse(args []string) (code int, ok bool) {
 // own).
 var environ = os.Environ
 
-// loadConfig builds the effective configuration (config.Build: defaults,
-// file, environment, this command's flags, then validation); when it
-// cannot, the command ends with code.
+// loadConfig builds the effective configuration (server.LoadConfig:
+// defaults, file, environment, this command's flags, then validation);
+// when it cannot, the command ends with code.
 func (c *command) loadConfig() (cfg config.Config, code int, ok bool) {
 	src := config.Sources{Env: environ(), Flags: c.overrides}
 	if c.cfgPath != nil {
 		src.File = *c.cfgPath
 	}
-	cfg, err := config.Build(src)
+	cfg, err := server.LoadConfig(src)
 	if err != nil {
 		fmt.Fprintf(c.stderr, "airlock %s: %v\n", c.name, err)
 		return cfg, exitConfig, false

@@ -30,6 +30,15 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return errdefs.ErrInvalidArgument }
 
+// Problems makes err a configuration error, one problem a line (nil: nil),
+// for checks of the configuration made outside this package (the
+// patterns of redaction and code rules, which their users compile).
+func Problems(err error) error {
+	var p problems
+	p.add("", err)
+	return p.err()
+}
+
 // problems collects a configuration's problems.
 type problems []string
 

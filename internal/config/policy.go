@@ -4,9 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-
-	"airlock/internal/coderules"
-	"airlock/internal/redact"
 )
 
 // Redaction is an output policy: what is replaced in stdout, stderr, text
@@ -54,24 +51,6 @@ type Tenant struct {
 	Isolation Isolation `json:"isolation,omitempty"`
 }
 
-// Compile builds the redactor of r (nil: redaction off).
-func (r Redaction) Compile() (*redact.Redactor, error) {
-	rules := make([]redact.Rule, len(r.Rules))
-	for i, x := range r.Rules {
-		rules[i] = redact.Rule{Name: x.Name, Pattern: x.Pattern}
-	}
-	return redact.New(r.Builtin, rules)
-}
-
-// CompileCodeRules builds the set of rules (nil: none).
-func CompileCodeRules(rules []CodeRule) (*coderules.Set, error) {
-	out := make([]coderules.Rule, len(rules))
-	for i, r := range rules {
-		out[i] = coderules.Rule{Name: r.Name, Language: r.Language, Pattern: r.Pattern, Action: r.Action, Message: r.Message}
-	}
-	return coderules.New(out)
-}
-
 // RedactionFor is the redaction of tenant's sessions: its own if set,
 // else the server's.
 func (c Config) RedactionFor(tenant string) Redaction {
@@ -86,20 +65,16 @@ func (c Config) CodeRulesFor(tenant string) []CodeRule {
 	return append(append([]CodeRule(nil), c.CodeRules...), c.Tenants[tenant].CodeRules...)
 }
 
-// validatePolicy compiles every redaction and code rule, so that a bad
-// pattern stops the server at start with its name, not a request later.
+// validatePolicy checks the redaction and code rules' data: their
+// languages, the tenants' names and isolations. Their patterns are
+// compiled by the packages that use them (session.CheckPolicy, which the
+// server runs at start).
 func (c Config) validatePolicy() error {
 	var errs []error
-	if _, err := c.Redaction.Compile(); err != nil {
-		errs = append(errs, fmt.Errorf("redaction: %v", err))
-	}
 	for _, r := range c.CodeRules {
 		if r.Language != "" && !KnownLanguage(r.Language) {
 			errs = append(errs, fmt.Errorf("code_rules: rule %q: unknown language %q", r.Name, r.Language))
 		}
-	}
-	if _, err := CompileCodeRules(c.CodeRules); err != nil {
-		errs = append(errs, fmt.Errorf("code_rules: %v", err))
 	}
 	names := make([]string, 0, len(c.Tenants))
 	for name := range c.Tenants {
@@ -111,18 +86,10 @@ func (c Config) validatePolicy() error {
 		if name == "" || len(name) > 128 {
 			errs = append(errs, fmt.Errorf("tenants: %q is not a tenant name", name))
 		}
-		if t.Redaction != nil {
-			if _, err := t.Redaction.Compile(); err != nil {
-				errs = append(errs, fmt.Errorf("tenants.%s.redaction: %v", name, err))
-			}
-		}
 		for _, r := range t.CodeRules {
 			if r.Language != "" && !KnownLanguage(r.Language) {
 				errs = append(errs, fmt.Errorf("tenants.%s.code_rules: rule %q: unknown language %q", name, r.Name, r.Language))
 			}
-		}
-		if _, err := CompileCodeRules(c.CodeRulesFor(name)); err != nil {
-			errs = append(errs, fmt.Errorf("tenants.%s.code_rules: %v", name, err))
 		}
 		if i := t.Isolation; i != "" && (!i.Valid() || !c.Allows(i)) {
 			errs = append(errs, fmt.Errorf("tenants.%s.isolation %q must be \"native\" or \"gvisor\", and the server's isolation or in allow_isolation", name, i))

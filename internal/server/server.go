@@ -126,6 +126,11 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	if opts.Stderr == nil {
 		opts.Stderr = os.Stderr
 	}
+	// The patterns of redaction and code rules, compiled by their users:
+	// a bad one stops the server before anything starts.
+	if err := session.CheckPolicy(cfg); err != nil {
+		return nil, err
+	}
 	s := &Server{cfg: cfg, opts: opts, log: opts.Log}
 	// The template's runtimes are its children; should it die, they
 	// become ours instead of the host init's, and are reaped here (see

@@ -3,7 +3,9 @@ package session
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
+	"slices"
 	"strings"
 
 	"airlock/internal/apitype"
@@ -17,7 +19,8 @@ import (
 const DeniedError = "CodeRuleDenied"
 
 // policy is the output policy and code rules of each tenant, compiled
-// once (config.Validate compiled them already, so errors cannot happen).
+// once from the configuration's data (CheckPolicy compiled them at start,
+// so errors cannot happen).
 type policy struct {
 	redact       map[string]*redact.Redactor // tenants with their own
 	redactDef    *redact.Redactor
@@ -30,27 +33,59 @@ func newPolicy(cfg config.Config) (*policy, error) {
 	p := &policy{redact: map[string]*redact.Redactor{}, rules: map[string]*coderules.Set{}}
 	var errs []error
 	var err error
-	if p.redactDef, err = cfg.Redaction.Compile(); err != nil {
-		errs = append(errs, err)
+	if p.redactDef, err = compileRedaction(cfg.Redaction); err != nil {
+		errs = append(errs, fmt.Errorf("redaction: %w", err))
 	}
-	if p.rulesDef, err = config.CompileCodeRules(cfg.CodeRules); err != nil {
-		errs = append(errs, err)
+	if p.rulesDef, err = compileCodeRules(cfg.CodeRules); err != nil {
+		errs = append(errs, fmt.Errorf("code_rules: %w", err))
 	}
 	p.anyRedaction = p.redactDef != nil
-	for name, t := range cfg.Tenants {
+	for _, name := range slices.Sorted(maps.Keys(cfg.Tenants)) {
+		t := cfg.Tenants[name]
 		if t.Redaction != nil {
-			r, err := cfg.RedactionFor(name).Compile()
-			errs = append(errs, err)
+			r, err := compileRedaction(cfg.RedactionFor(name))
+			if err != nil {
+				errs = append(errs, fmt.Errorf("tenants.%s.redaction: %w", name, err))
+			}
 			p.redact[name] = r
 			p.anyRedaction = p.anyRedaction || r != nil
 		}
 		if len(t.CodeRules) > 0 {
-			s, err := config.CompileCodeRules(cfg.CodeRulesFor(name))
-			errs = append(errs, err)
+			s, err := compileCodeRules(cfg.CodeRulesFor(name))
+			if err != nil {
+				errs = append(errs, fmt.Errorf("tenants.%s.code_rules: %w", name, err))
+			}
 			p.rules[name] = s
 		}
 	}
 	return p, errors.Join(errs...)
+}
+
+// CheckPolicy compiles every redaction and code rule of cfg, the server's
+// and each tenant's, so that a bad pattern stops the server at start
+// naming its key (config.Validate checks the rest of the same keys). Its
+// error is a *config.Error.
+func CheckPolicy(cfg config.Config) error {
+	_, err := newPolicy(cfg)
+	return config.Problems(err)
+}
+
+// compileRedaction builds the redactor of r (nil: redaction off).
+func compileRedaction(r config.Redaction) (*redact.Redactor, error) {
+	rules := make([]redact.Rule, len(r.Rules))
+	for i, x := range r.Rules {
+		rules[i] = redact.Rule{Name: x.Name, Pattern: x.Pattern}
+	}
+	return redact.New(r.Builtin, rules)
+}
+
+// compileCodeRules builds the set of rules (nil: none).
+func compileCodeRules(rules []config.CodeRule) (*coderules.Set, error) {
+	out := make([]coderules.Rule, len(rules))
+	for i, r := range rules {
+		out[i] = coderules.Rule{Name: r.Name, Language: r.Language, Pattern: r.Pattern, Action: r.Action, Message: r.Message}
+	}
+	return coderules.New(out)
 }
 
 // redactor is tenant's output policy (nil: none).

@@ -91,7 +91,8 @@ func newManager(cfg config.Config, source Source, log *slog.Logger) *Manager {
 	}
 	p, err := newPolicy(cfg)
 	if err != nil {
-		// config.Validate compiled the same rules: unreachable.
+		// The composition root ran CheckPolicy first: a programming
+		// error, not a configuration's.
 		panic("session: output policy: " + err.Error())
 	}
 	return &Manager{
