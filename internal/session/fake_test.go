@@ -461,11 +461,11 @@ type fakeProcess struct {
 	exited                bool
 }
 
-func (p *fakeProcess) Pid() int                                { return 42 }
-func (p *fakeProcess) Stdio() (*os.File, *os.File, *os.File)   { return p.stdin, p.stdout, p.stderr }
-func (p *fakeProcess) Done() <-chan struct{}                   { return p.done }
-func (p *fakeProcess) Exit() (instance.CommandExit, bool)      { <-p.done; return p.exit, p.exited }
-func (p *fakeProcess) Signal(sig syscall.Signal) error         { p.sigs <- sig; return nil }
+func (p *fakeProcess) Pid() int                              { return 42 }
+func (p *fakeProcess) Stdio() (*os.File, *os.File, *os.File) { return p.stdin, p.stdout, p.stderr }
+func (p *fakeProcess) Done() <-chan struct{}                 { return p.done }
+func (p *fakeProcess) Exit() (instance.CommandExit, bool)    { <-p.done; return p.exit, p.exited }
+func (p *fakeProcess) Signal(sig syscall.Signal) error       { p.sigs <- sig; return nil }
 
 func (p *fakeProcess) run(line string, in, out, errOut *os.File) {
 	defer close(p.done)

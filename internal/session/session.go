@@ -112,7 +112,9 @@ func (m *Manager) SetIdentity(id *cluster.Identity) { m.ids = id }
 
 // AddSource makes isolation iso available to requests, its sandboxes
 // built by src; call it before the manager serves anything.
-func (m *Manager) AddSource(iso config.Isolation, src instance.Source) { m.sources[iso] = instances{src} }
+func (m *Manager) AddSource(iso config.Isolation, src instance.Source) {
+	m.sources[iso] = instances{src}
+}
 
 // isolation resolves a request's isolation: empty is the server's own;
 // another must be one the operator allows (allow_isolation).
