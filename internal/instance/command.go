@@ -18,15 +18,25 @@ type Command struct {
 
 	sb     sandbox
 	done   chan struct{}
-	result CommandExit
+	result Exit
 	exited bool
 }
 
-// CommandExit is how a command ended.
-type CommandExit struct {
-	Code   int            // shell convention: 128+N after a signal
-	Signal syscall.Signal // 0 unless a signal ended it
-	CPU    time.Duration  // its own and its reaped children's
+// Exit is how a command, or a program run in the runtime's place, ended.
+type Exit struct {
+	Code   int                // shell convention: 128+N after a signal
+	Signal syscall.Signal     // 0 unless a signal ended it
+	Status syscall.WaitStatus // as the kernel said
+	CPU    time.Duration      // a command's own and its reaped children's
+}
+
+// exitOf is e as an Exit.
+func exitOf(e jail.Exit) Exit {
+	x := Exit{Code: e.Code(), Status: e.Status, CPU: e.CPU}
+	if e.Status.Signaled() {
+		x.Signal = e.Status.Signal()
+	}
+	return x
 }
 
 // StartCommand starts argv in the sandbox with exactly env, in dir.
@@ -71,10 +81,7 @@ func (in *Instance) StartCommand(argv, env []string, dir string) (_ *Command, er
 		defer close(c.done)
 		select {
 		case e := <-exit:
-			c.result, c.exited = CommandExit{Code: e.Code(), CPU: e.CPU}, true
-			if e.Status.Signaled() {
-				c.result.Signal = e.Status.Signal()
-			}
+			c.result, c.exited = exitOf(e), true
 		case <-in.sb.Dead():
 		}
 	}()
@@ -93,7 +100,7 @@ func (c *Command) Done() <-chan struct{} { return c.done }
 
 // Exit is how the command ended, once Done is closed; false if its sandbox
 // died first (everything in it is gone then).
-func (c *Command) Exit() (CommandExit, bool) {
+func (c *Command) Exit() (Exit, bool) {
 	<-c.done
 	return c.result, c.exited
 }

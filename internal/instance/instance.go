@@ -31,6 +31,7 @@ import (
 	"airlock/internal/errdefs"
 	"airlock/internal/jail"
 	"airlock/internal/runtimes"
+	"airlock/internal/watch"
 	"airlock/internal/workspace"
 	"airlock/internal/zygote"
 )
@@ -285,17 +286,20 @@ func (in *Instance) Lost() (apitype.End, error) {
 	return in.death(e), nil
 }
 
-// ProgramExit is the exit status of a program that ended the runtime (in
-// shell convention), once Messages closed; false if no one says so soon.
-func (in *Instance) ProgramExit() (int, bool) {
+// ProgramExit is how a program that ended the runtime ended, once
+// Messages closed; false if no one says so soon.
+func (in *Instance) ProgramExit() (Exit, bool) {
 	e, ok := in.runtimeExit()
 	if g, isG := in.sb.(*gvisorSandbox); isG && g.lost.Load() {
 		// The whole gVisor sandbox died under the program (an OOM kill
 		// takes the Sentry): that is the sandbox's end, not the
 		// program's exit status.
-		return 0, false
+		return Exit{}, false
 	}
-	return e.Code(), ok
+	if !ok {
+		return Exit{}, false
+	}
+	return exitOf(e), true
 }
 
 // Monitor waits, while no execution watches, for the sandbox to end on its
@@ -305,11 +309,8 @@ func (in *Instance) Monitor(stop <-chan struct{}) apitype.End {
 	for {
 		select {
 		case ev := <-in.sb.Events():
-			switch ev {
-			case cgroup.EventOOM:
-				return apitype.Ended(apitype.EndOOM)
-			case cgroup.EventPidsMax:
-				return apitype.Ended(apitype.EndPids)
+			if end := watch.EndOf(ev); !end.Zero() {
+				return end
 			}
 		case e := <-in.sb.Exits():
 			if e.Pid == in.pid {
@@ -329,7 +330,7 @@ func (in *Instance) Monitor(stop <-chan struct{}) apitype.End {
 // death explains why the runtime or the jail went away.
 func (in *Instance) death(e jail.Exit) apitype.End {
 	st, err := in.sb.Stats()
-	if err == nil && (st.OOMKills > 0 || in.rt.OutOfMemory(in.Limits(), e.Status, st.MemoryPeak)) {
+	if err == nil && OutOfMemory(st, in.rt, in.Limits(), ProcessEnd{Status: e.Status, Known: e.Pid != 0}) {
 		return apitype.Ended(apitype.EndOOM)
 	}
 	if err == nil && st.PidsMax > 0 && in.isolation == config.GVisor {

@@ -20,6 +20,7 @@ import (
 	"airlock/internal/errdefs"
 	"airlock/internal/instance"
 	"airlock/internal/redact"
+	"airlock/internal/watch"
 	"airlock/internal/workspace"
 )
 
@@ -234,19 +235,19 @@ func (s *Session) runCommand(ctx context.Context, req apitype.CommandRequest, em
 	}
 	stats0, _ := s.inst.Stats()
 	cmd.onEnd, handed = ended, true
-	go s.watchCommand(cmd, timeout, &readers, stats0.OOMKills)
+	// A foreground command goes when its client leaves; a background
+	// one outlives its request.
+	watched := ctx
+	if req.Background {
+		watched = context.Background()
+	}
+	go s.watchCommand(watched, cmd, timeout, &readers, stats0.OOMKills)
 
 	if req.Background {
 		res := cmd.result()
 		return &res, nil
 	}
-	select {
-	case <-cmd.done:
-	case <-ctx.Done():
-		// The client left: the command goes too.
-		cmd.kill("")
-		<-cmd.done
-	}
+	<-cmd.done
 	res := cmd.result()
 	if emit != nil {
 		emit(apitype.Event{Type: apitype.EventEnd, Command: &res})
@@ -254,19 +255,29 @@ func (s *Session) runCommand(ctx context.Context, req apitype.CommandRequest, em
 	return &res, nil
 }
 
-// watchCommand waits for cmd to end (killing it at its timeout), reads the
-// last of its output, and records how it ended.
-func (s *Session) watchCommand(cmd *command, timeout time.Duration, readers *sync.WaitGroup, oom0 uint64) {
-	var deadline <-chan time.Time
-	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		deadline = t.C
-	}
-	select {
-	case <-cmd.c.Done():
-	case <-deadline:
-		cmd.kill(apitype.KillTimeout)
+// commandCode is a command as a watch sees it: nothing to report but its
+// end, and stopped only by killing (watch.Kill).
+type commandCode struct{ c Process }
+
+func (cc commandCode) Reports() <-chan struct{}  { return cc.c.Done() } // closed at its end
+func (commandCode) Handle(struct{}) bool         { return true }
+func (commandCode) Closed() (apitype.End, bool)  { return apitype.End{}, true }
+func (commandCode) Interrupt(apitype.KillReason) {}
+
+// watchCommand watches cmd until it ends (killed at its timeout, or when
+// ctx's client leaves), reads the last of its output, and records how it
+// ended. The watch is the one every execution has (package watch): a
+// sandbox's event it takes ends the session, as the session's monitor
+// would have.
+func (s *Session) watchCommand(ctx context.Context, cmd *command, timeout time.Duration, readers *sync.WaitGroup, oom0 uint64) {
+	o := watch.Watch(ctx, s.inst, watch.Code[struct{}](commandCode{cmd.c}), watch.Spec{
+		Policy: watch.Kill, Timeout: timeout, Ended: s.ended, EndedBy: s.End, Clock: s.m.clock,
+	})
+	switch o.End.Code {
+	case apitype.EndKilled:
+		cmd.kill(o.KillReason()) // "" when its client left
+	case apitype.EndOOM, apitype.EndPids:
+		s.terminate(o.End)
 	}
 	exit, exited := cmd.c.Exit()
 	// Output still in the pipes is the command's; a process it left
@@ -278,7 +289,19 @@ func (s *Session) watchCommand(cmd *command, timeout time.Duration, readers *syn
 	cmd.errR.Close()
 	cmd.writeStdin(nil, true)
 
-	st, serr := s.inst.Stats()
+	// Why airlock killed it, if it did and no limit of its own did:
+	// memory (the sandbox's one answer), or, when it went with its
+	// sandbox, whose counters may be gone, the session's end (memory,
+	// the process limit), as for an execution, whichever watch saw the
+	// sandbox's event.
+	var why apitype.KillReason
+	oom, serr := s.inst.OutOfMemory(instance.ProcessEnd{Status: exit.Status, Known: exited, OOMBase: oom0, Shared: true})
+	switch {
+	case oom:
+		why = apitype.KillMemory
+	case !exited || (serr != nil && exit.Signal == syscall.SIGKILL):
+		why = s.endReason(time.Second)
+	}
 	cmd.mu.Lock()
 	res := cmd.snapshotLocked()
 	res.State = apitype.CommandExited
@@ -297,12 +320,8 @@ func (s *Session) watchCommand(cmd *command, timeout time.Duration, readers *syn
 	if cmd.killed {
 		res.Killed, res.KillReason = true, cmd.reason
 	}
-	if serr == nil && st.OOMKills > oom0 && (res.Signal == "SIGKILL" || !exited) {
-		res.Killed, res.KillReason = true, apitype.KillMemory
-	} else if serr != nil && (res.Signal == "SIGKILL" || !exited) && s.endedBy(apitype.EndOOM, time.Second) {
-		// The sandbox went before its counters could be read: its
-		// session's end says why.
-		res.Killed, res.KillReason = true, apitype.KillMemory
+	if why != "" {
+		res.Killed, res.KillReason = true, why
 	}
 	cmd.res = &res
 	cmd.mu.Unlock()
@@ -343,15 +362,16 @@ func commandDir(cwd string) (string, error) {
 	return path.Join("/workspace", rel), nil
 }
 
-// endedBy reports whether the session ends, within wait, for code.
-func (s *Session) endedBy(code apitype.EndCode, wait time.Duration) bool {
+// endReason is the kill reason of the session's end (memory, the process
+// limit; "" for any other end), waiting up to wait for it to end.
+func (s *Session) endReason(wait time.Duration) apitype.KillReason {
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-s.ended:
-		return s.End().Code == code
+		return watch.Outcome{End: s.End()}.KillReason()
 	case <-t.C:
-		return false
+		return ""
 	}
 }
 

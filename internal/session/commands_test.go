@@ -12,7 +12,19 @@ import (
 	"airlock/internal/errdefs"
 )
 
-func runCommand(t *testing.T, s *Session, req apitype.CommandRequest, act func()) (*apitype.CommandResult, error) {
+// commandRunning waits until a command runs in s.
+func commandRunning(t *testing.T, s *Session) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for len(s.Commands()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no command started")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func runCommand(t *testing.T, ctx context.Context, s *Session, req apitype.CommandRequest, act func()) (*apitype.CommandResult, error) {
 	t.Helper()
 	type answer struct {
 		res *apitype.CommandResult
@@ -20,7 +32,7 @@ func runCommand(t *testing.T, s *Session, req apitype.CommandRequest, act func()
 	}
 	done := make(chan answer, 1)
 	go func() {
-		res, err := s.RunCommand(context.Background(), req, nil)
+		res, err := s.RunCommand(ctx, req, nil)
 		done <- answer{res, err}
 	}()
 	if act != nil {
@@ -40,7 +52,10 @@ func runCommand(t *testing.T, s *Session, req apitype.CommandRequest, act func()
 func TestRunCommand(t *testing.T) {
 	for _, c := range []struct {
 		name, line string
+		lang       string
 		stdin      string
+		// leave: its client leaves while it runs.
+		leave bool
 		act        func(*testing.T, *Session, *fakeInstance, *fakeClock)
 		stdout     string
 		exit       int
@@ -52,18 +67,36 @@ func TestRunCommand(t *testing.T) {
 	}{
 		{name: "output and status", line: "out hi;err oops;exit 3", stdout: "hi", exit: 3},
 		{name: "stdin", line: "cat", stdin: "fed", stdout: "fed"},
+		{name: "timeout: killed", line: "sleep", act: func(t *testing.T, s *Session, f *fakeInstance, c *fakeClock) { c.fire(testTimeout) },
+			exit: 128 + 9, signal: "SIGKILL", reason: apitype.KillTimeout, killed: true},
+		{name: "its client leaves: killed, for no limit", line: "sleep", leave: true,
+			exit: 128 + 9, signal: "SIGKILL", killed: true},
+		// Before the watch was the commands' too, a command killed with
+		// its session at the process limit said nothing of why, and
+		// one whose V8 heap was full was a plain abort; an execution
+		// said both (issue 19: one answer per question).
+		{name: "the process limit: the session ends", line: "pids", exit: 137, signal: "SIGKILL", reason: apitype.KillPids, killed: true,
+			end: apitype.EndPids},
+		{name: "node at the end of its heap, in a JavaScript session", lang: "javascript", line: "abort", exit: 128 + 6, signal: "SIGABRT",
+			reason: apitype.KillMemory, killed: true},
+		{name: "an abort in a Python session is not memory", line: "abort", exit: 128 + 6, signal: "SIGABRT"},
 		{name: "out of memory: the session ends", line: "oom", exit: 137, signal: "SIGKILL", reason: apitype.KillMemory, killed: true,
 			end: apitype.EndOOM},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m, src, clock := newTestManager(t, nil)
-			s := create(t, m, "")
+			s := create(t, m, c.lang)
 			f := src.last()
+			ctx, leave := context.WithCancel(context.Background())
+			defer leave()
 			var act func()
-			if c.act != nil {
+			switch {
+			case c.act != nil:
 				act = func() { c.act(t, s, f, clock) }
+			case c.leave:
+				act = func() { commandRunning(t, s); leave() }
 			}
-			res, err := runCommand(t, s, apitype.CommandRequest{Command: c.line, Stdin: c.stdin}, act)
+			res, err := runCommand(t, ctx, s, apitype.CommandRequest{Command: c.line, Stdin: c.stdin}, act)
 			if err != nil {
 				t.Fatal(err)
 			}

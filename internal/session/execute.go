@@ -245,7 +245,7 @@ type running struct {
 	release func()
 	// How it ended, as the runtime said: its done, or a program's exit.
 	done     *runtimes.Message
-	progExit *int
+	progExit *instance.Exit
 	// stoppedBy is why the watch interrupted the code, if it did (its
 	// goroutine alone reads and writes it).
 	stoppedBy apitype.KillReason
@@ -444,8 +444,8 @@ func (r *running) Handle(m runtimes.Message) bool {
 // exited, or the runtime gone.
 func (r *running) Closed() (apitype.End, bool) {
 	if r.req.prog != nil {
-		if code, ok := r.s.inst.ProgramExit(); ok {
-			r.progExit = &code
+		if exit, ok := r.s.inst.ProgramExit(); ok {
+			r.progExit = &exit
 			return apitype.Ended(apitype.EndProgramExited), true
 		}
 	}
@@ -514,11 +514,20 @@ func (s *Session) finishExecution(r *running, o watch.Outcome) *apitype.Result {
 		res.CPUMs = ms(st.CPU - r.cpu0)
 		res.PeakMemoryBytes = st.MemoryPeak
 	}
-	// One OOM kill ends a program's whole sandbox, as with `airlock run`,
-	// even when the event lost the race with the program's exit.
-	oom := serr == nil && st.OOMKills > 0
+	// Whether a program ran out of memory is the sandbox's one answer,
+	// even when the OOM event lost the race with the program's exit.
+	var oom bool
+	var progExit *int
+	if r.req.prog != nil {
+		var end instance.ProcessEnd
+		if r.progExit != nil {
+			end.Status, end.Known = r.progExit.Status, true
+			progExit = &r.progExit.Code
+		}
+		oom, _ = s.inst.OutOfMemory(end)
+	}
 	verdict{
-		prog: r.req.prog != nil, outcome: o, oom: oom, progExit: r.progExit, done: r.done,
+		prog: r.req.prog != nil, outcome: o, oom: oom, progExit: progExit, done: r.done,
 		reportsInterrupt: s.lang.ReportsInterrupt,
 		oneShot:          r.req.kind != ExecSession, limits: s.limits, timeout: r.spec.Timeout,
 		grace: r.spec.Grace, elapsed: time.Since(r.start),
@@ -567,7 +576,7 @@ func (s *Session) finishExecution(r *running, o watch.Outcome) *apitype.Result {
 type verdict struct {
 	prog    bool // a program run
 	outcome watch.Outcome
-	// oom: the sandbox's cgroup counted an OOM kill.
+	// oom: a program ran out of memory.
 	oom bool
 	// How the runtime said it ended: a program's exit status, or its
 	// done.

@@ -37,6 +37,8 @@ import (
 //	cpu        use a day of CPU time    oom      the OOM killer ends all
 //	pids       the process limit is hit, then hang
 //	exit N     the runtime exits with status N (a program: its exit)
+//	abort      the memory peaks at the limit and the process aborts
+//	           (SIGABRT), as V8 does at the end of its heap
 //
 // and then says done. A command line is run by the same steps, "exit N"
 // being its status; "cat" copies its stdin to its stdout.
@@ -179,13 +181,14 @@ type fakeInstance struct {
 	mu       sync.Mutex
 	msgsDone bool
 	end      apitype.End // what Lost and Monitor say once dead
-	progExit *int
+	progExit *instance.Exit
 	env      map[string]string
 	defaults []map[string]string
 	replies  []runtimes.Message
 	execs    []string
 
 	cpu      atomic.Int64
+	peak     atomic.Int64
 	oomKills atomic.Uint64
 	closed   atomic.Bool
 	killed   atomic.Bool
@@ -218,7 +221,7 @@ func (f *fakeInstance) Events() <-chan cgroup.Event   { return f.events }
 func (f *fakeInstance) PollPids(stop <-chan struct{}) {}
 func (f *fakeInstance) NetNS() (int, bool)            { return -1, false }
 func (f *fakeInstance) Stats() (cgroup.Stats, error) {
-	return cgroup.Stats{CPU: time.Duration(f.cpu.Load()), OOMKills: f.oomKills.Load()}, nil
+	return cgroup.Stats{CPU: time.Duration(f.cpu.Load()), OOMKills: f.oomKills.Load(), MemoryPeak: f.peak.Load()}, nil
 }
 func (f *fakeInstance) Attach(out instance.Output) error { f.out = out; return nil }
 func (f *fakeInstance) Barrier()                         {}
@@ -285,13 +288,28 @@ func (f *fakeInstance) Lost() (apitype.End, error) {
 	return f.end, nil
 }
 
-func (f *fakeInstance) ProgramExit() (int, bool) {
+func (f *fakeInstance) ProgramExit() (instance.Exit, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.progExit == nil {
-		return 0, false
+		return instance.Exit{}, false
 	}
 	return *f.progExit, true
+}
+
+// OutOfMemory is the real rule on the fake's counters.
+func (f *fakeInstance) OutOfMemory(p instance.ProcessEnd) (bool, error) {
+	st, _ := f.Stats()
+	return instance.OutOfMemory(st, f.rt, f.limits, p), nil
+}
+
+// exited is an exit with status code; signalled one by sig.
+func exited(code int) instance.Exit {
+	return instance.Exit{Code: code, Status: syscall.WaitStatus(code << 8)}
+}
+
+func signalled(sig syscall.Signal) instance.Exit {
+	return instance.Exit{Code: 128 + int(sig), Signal: sig, Status: syscall.WaitStatus(sig)}
 }
 
 func (f *fakeInstance) Interrupt() {
@@ -397,11 +415,22 @@ func (f *fakeInstance) run(id, code string, prog bool) {
 			f.events <- cgroup.EventPidsMax
 			<-f.dead
 			return
+		case "abort":
+			f.peak.Store(int64(f.limits.Memory))
+			if prog {
+				x := signalled(syscall.SIGABRT)
+				f.mu.Lock()
+				f.progExit = &x
+				f.mu.Unlock()
+			}
+			f.die(apitype.End{Code: apitype.EndInterpreterExited})
+			return
 		case "exit":
 			n, _ := strconv.Atoi(arg)
 			if prog {
+				x := exited(n)
 				f.mu.Lock()
-				f.progExit = &n
+				f.progExit = &x
 				f.mu.Unlock()
 			}
 			f.die(apitype.End{Code: apitype.EndInterpreterExited, Reason: "the interpreter exited with status " + arg})
@@ -412,8 +441,9 @@ func (f *fakeInstance) run(id, code string, prog bool) {
 		}
 	}
 	if prog {
+		x := exited(status)
 		f.mu.Lock()
-		f.progExit = &status
+		f.progExit = &x
 		f.mu.Unlock()
 		f.die(apitype.End{Code: apitype.EndInterpreterExited})
 		return
@@ -457,14 +487,14 @@ type fakeProcess struct {
 	stdin, stdout, stderr *os.File
 	sigs                  chan syscall.Signal
 	done                  chan struct{}
-	exit                  instance.CommandExit
+	exit                  instance.Exit
 	exited                bool
 }
 
 func (p *fakeProcess) Pid() int                              { return 42 }
 func (p *fakeProcess) Stdio() (*os.File, *os.File, *os.File) { return p.stdin, p.stdout, p.stderr }
 func (p *fakeProcess) Done() <-chan struct{}                 { return p.done }
-func (p *fakeProcess) Exit() (instance.CommandExit, bool)    { <-p.done; return p.exit, p.exited }
+func (p *fakeProcess) Exit() (instance.Exit, bool)           { <-p.done; return p.exit, p.exited }
 func (p *fakeProcess) Signal(sig syscall.Signal) error       { p.sigs <- sig; return nil }
 
 func (p *fakeProcess) run(line string, in, out, errOut *os.File) {
@@ -484,7 +514,7 @@ func (p *fakeProcess) run(line string, in, out, errOut *os.File) {
 		case "sleep":
 			select {
 			case sig := <-p.sigs:
-				p.exit, p.exited = instance.CommandExit{Code: 128 + int(sig), Signal: sig}, true
+				p.exit, p.exited = signalled(sig), true
 				return
 			case <-p.f.dead:
 				return
@@ -494,14 +524,22 @@ func (p *fakeProcess) run(line string, in, out, errOut *os.File) {
 			p.f.events <- cgroup.EventOOM
 			p.f.die(apitype.Ended(apitype.EndOOM))
 			return
+		case "pids":
+			p.f.events <- cgroup.EventPidsMax
+			<-p.f.dead
+			return
+		case "abort":
+			p.f.peak.Store(int64(p.f.limits.Memory))
+			p.exit, p.exited = signalled(syscall.SIGABRT), true
+			return
 		case "exit":
 			n, _ := strconv.Atoi(arg)
-			p.exit, p.exited = instance.CommandExit{Code: n}, true
+			p.exit, p.exited = exited(n), true
 			return
 		case "":
 		default:
 			p.f.t.Errorf("fake command: unknown step %q", step)
 		}
 	}
-	p.exit, p.exited = instance.CommandExit{}, true
+	p.exit, p.exited = exited(0), true
 }

@@ -29,6 +29,9 @@ type Instance interface {
 	watch.Sandbox
 	Stats() (cgroup.Stats, error)
 	NetNS() (int, bool)
+	// OutOfMemory is the one answer to whether a process of the
+	// sandbox ran out of memory.
+	OutOfMemory(instance.ProcessEnd) (bool, error)
 
 	// The runtime's output: attached once, then fenced and drained
 	// around each execution.
@@ -45,7 +48,7 @@ type Instance interface {
 	Reply(m runtimes.Message) error
 	Messages() <-chan runtimes.Message
 	Lost() (apitype.End, error)
-	ProgramExit() (int, bool)
+	ProgramExit() (instance.Exit, bool)
 	Interrupt()
 
 	// StartCommand starts argv beside the runtime.
@@ -64,7 +67,7 @@ type Process interface {
 	Pid() int
 	Stdio() (stdin, stdout, stderr *os.File)
 	Done() <-chan struct{}
-	Exit() (instance.CommandExit, bool)
+	Exit() (instance.Exit, bool)
 	Signal(sig syscall.Signal) error
 }
 

@@ -12,23 +12,29 @@ import (
 func TestOneShotRuns(t *testing.T) {
 	for _, c := range []struct {
 		name    string
+		lang    string
 		program bool
 		code    string
 		stdout  string
 		exit    int
 		reason  apitype.KillReason
 	}{
-		{"code", false, "out hi", "hi", 0, ""},
-		{"code that raises", false, "raise ValueError", "", 1, ""},
-		{"a program's exit status", true, "out hi;exit 3", "hi", 3, ""},
-		{"a program out of memory", true, "oom", "", 137, apitype.KillMemory},
+		{"code", "", false, "out hi", "hi", 0, ""},
+		{"code that raises", "", false, "raise ValueError", "", 1, ""},
+		{"a program's exit status", "", true, "out hi;exit 3", "hi", 3, ""},
+		{"a program out of memory", "", true, "oom", "", 137, apitype.KillMemory},
+		// A JavaScript program whose V8 heap was full once said only
+		// that it aborted (134), where a session's interpreter dying so
+		// said out of memory (issue 19: one answer per question).
+		{"a JavaScript program at the end of its heap", "javascript", true, "abort", "", 137, apitype.KillMemory},
+		{"a Python program that aborts", "", true, "abort", "", 134, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m, src, _ := newTestManager(t, nil)
 			var res *apitype.OneShotResult
 			var err error
 			if c.program {
-				res, err = m.RunProgram(context.Background(), apitype.ProgramRequest{Code: c.code}, nil)
+				res, err = m.RunProgram(context.Background(), apitype.ProgramRequest{Language: c.lang, Code: c.code}, nil)
 			} else {
 				res, err = m.RunOnce(context.Background(), apitype.OneShotRequest{Code: c.code}, nil)
 			}

@@ -63,10 +63,11 @@ const ByClient apitype.KillReason = "interrupt"
 
 // Spec says what to watch.
 type Spec struct {
-	Policy  Policy
+	Policy Policy
+	// Timeout is the wall-clock limit (0: none).
 	Timeout time.Duration
-	// CPUTime is the budget of CPU time from CPUBase on; the sandbox can
-	// use at most CPUs cores.
+	// CPUTime is the budget of CPU time from CPUBase on (0: none); the
+	// sandbox can use at most CPUs cores.
 	CPUTime, CPUBase time.Duration
 	CPUs             float64
 	// Grace is how long interrupted code has to finish (Interrupt).
@@ -123,10 +124,16 @@ func Watch[M any](ctx context.Context, sb Sandbox, code Code[M], s Spec) (o Outc
 	stop := make(chan struct{})
 	defer close(stop)
 	cpuOver := make(chan struct{})
-	go CPU(sb, s.CPUBase, s.CPUTime, s.CPUs, stop, func() { close(cpuOver) }, clock)
+	if s.CPUTime > 0 {
+		go CPU(sb, s.CPUBase, s.CPUTime, s.CPUs, stop, func() { close(cpuOver) }, clock)
+	}
 	go sb.PollPids(stop)
-	deadline, stopDeadline := clock.Timer(s.Timeout)
-	defer stopDeadline()
+	var deadline <-chan time.Time
+	if s.Timeout > 0 {
+		var stopDeadline func()
+		deadline, stopDeadline = clock.Timer(s.Timeout)
+		defer stopDeadline()
+	}
 	var grace <-chan time.Time
 	var stopGrace func()
 	defer func() {
@@ -191,12 +198,8 @@ func Watch[M any](ctx context.Context, sb Sandbox, code Code[M], s Spec) (o Outc
 			o.End = apitype.Ended(apitype.EndUnresponsive)
 			return o
 		case ev := <-sb.Events():
-			switch ev {
-			case cgroup.EventOOM:
-				o.End = apitype.Ended(apitype.EndOOM)
-				return o
-			case cgroup.EventPidsMax:
-				o.End = apitype.Ended(apitype.EndPids)
+			if end := EndOf(ev); !end.Zero() {
+				o.End = end
 				return o
 			}
 		case <-s.Ended:
@@ -204,6 +207,19 @@ func Watch[M any](ctx context.Context, sb Sandbox, code Code[M], s Spec) (o Outc
 			return o
 		}
 	}
+}
+
+// EndOf is how a cgroup event ends the sandbox it came from: out of
+// memory, or at the process limit (zero for any other event). Whoever
+// reads a sandbox's events (a watch, a session's monitor) decides by it.
+func EndOf(ev cgroup.Event) apitype.End {
+	switch ev {
+	case cgroup.EventOOM:
+		return apitype.Ended(apitype.EndOOM)
+	case cgroup.EventPidsMax:
+		return apitype.Ended(apitype.EndPids)
+	}
+	return apitype.End{}
 }
 
 // CPU calls over once the sandbox has used budget of CPU time since it had

@@ -123,6 +123,8 @@ func TestWatch(t *testing.T) {
 		kill       apitype.KillReason
 		interrupts int
 		handled    []string
+		// unlimited: no timeout and no CPU budget (a background command).
+		unlimited bool
 	}{
 		{name: "done", steps: func(h *harness) { h.report("display"); h.report("done") },
 			want: Outcome{Finished: true}, handled: []string{"display", "done"}},
@@ -160,6 +162,8 @@ func TestWatch(t *testing.T) {
 			want: Outcome{Stopped: ByClient, End: apitype.Ended(apitype.EndKilled)}},
 		{name: "killed program, OOM", policy: Kill, steps: func(h *harness) { h.event(cgroup.EventOOM) },
 			want: Outcome{End: oom}, kill: apitype.KillMemory},
+		{name: "no timeout and no CPU budget: neither is watched", policy: Kill, unlimited: true, cpu: 1000 * budget,
+			steps: func(h *harness) { h.report("done") }, want: Outcome{Finished: true}, handled: []string{"done"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
@@ -175,6 +179,9 @@ func TestWatch(t *testing.T) {
 				Policy: c.policy, Timeout: timeout, CPUTime: budget, CPUs: 1, Grace: grace,
 				Interrupts: h.interrupt, Ended: h.ended,
 				EndedBy: func() apitype.End { return h.endedBy }, Clock: h.clock,
+			}
+			if c.unlimited {
+				spec.Timeout, spec.CPUTime = 0, 0
 			}
 			h.sb.cpu.Store(int64(c.cpu))
 			done := make(chan Outcome, 1)
@@ -198,6 +205,10 @@ func TestWatch(t *testing.T) {
 			if len(h.code.handled) != len(c.handled) {
 				t.Errorf("handled %q, want %q", h.code.handled, c.handled)
 			}
+			if h.clock.mu.Lock(); c.unlimited && len(h.clock.timers) != 0 {
+				t.Errorf("timers %v, want none", h.clock.timers)
+			}
+			h.clock.mu.Unlock()
 			select {
 			case <-h.sb.polling:
 			case <-time.After(10 * time.Second):
