@@ -42,13 +42,18 @@ const (
 // Protections lists the layers an operator may switch off. Namespaces,
 // pivot_root, capabilities, no_new_privs and cgroup limits are not optional.
 type Protections struct {
-	Seccomp  Mode `json:"seccomp"`
+	// Seccomp is the system call filter: "required" or "off".
+	Seccomp Mode `json:"seccomp"`
+	// Landlock confines the sandbox's file access and signals from
+	// inside: "required" or "off".
 	Landlock Mode `json:"landlock"`
 }
 
 // Runtimes are the interpreters sandboxes may run. They must live under
 // /usr, which is the only host tree a sandbox sees.
 type Runtimes struct {
+	// Python, Bash and Node are the interpreters of the three languages
+	// (clean paths under /usr).
 	Python string `json:"python"`
 	Bash   string `json:"bash"`
 	Node   string `json:"node"`
@@ -119,12 +124,13 @@ type Config struct {
 	Network Network `json:"network"`
 	// Packages configures package installation.
 	Packages Packages `json:"packages"`
-	// Metrics and Log: observability (see observe.go).
 	Metrics Metrics `json:"metrics"`
 	Log     Log     `json:"log"`
-	// Redaction and CodeRules: output policy and advisory code rules
-	// (see policy.go), for every tenant unless Tenants says otherwise.
-	Redaction Redaction  `json:"redaction"`
+	// Redaction is the output policy of every tenant's sessions unless
+	// Tenants says otherwise; not a security boundary.
+	Redaction Redaction `json:"redaction"`
+	// CodeRules are advisory rules over submitted code, checked for
+	// every tenant (a tenant's own are checked after them).
 	CodeRules []CodeRule `json:"code_rules,omitempty"`
 	// Tenants configures tenants by name: their redaction and code rules.
 	Tenants map[string]Tenant `json:"tenants,omitempty"`
@@ -184,6 +190,8 @@ func (c Config) Isolations() []Isolation {
 
 // Server configures `airlock serve`.
 type Server struct {
+	// Listen is the API's TCP address (host:port); a non-loopback one
+	// needs auth "keys".
 	Listen string `json:"listen"`
 	// Socket is a unix socket serving the same API to local clients,
 	// without the token: it is accessible to the server's user only.

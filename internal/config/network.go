@@ -28,9 +28,11 @@ type Network struct {
 	// ConnectionBudget caps the connections a session may have carried
 	// over its life: every one is kept in the execution's result and the
 	// audit record, so this also bounds what the server holds for them.
-	ConnectionBudget int      `json:"connection_budget"`
-	ConnectTimeout   Duration `json:"connect_timeout"`
-	IdleTimeout      Duration `json:"idle_timeout"`
+	ConnectionBudget int `json:"connection_budget"`
+	// ConnectTimeout bounds airlock's connection to an allowed host;
+	// IdleTimeout ends a connection that carried nothing for that long.
+	ConnectTimeout Duration `json:"connect_timeout"`
+	IdleTimeout    Duration `json:"idle_timeout"`
 	// MaxOpenConnections caps the egress connections open at once on the
 	// whole server, every session together (each costs the server two
 	// file descriptors); 0: a quarter of the server's RLIMIT_NOFILE, read
@@ -134,12 +136,16 @@ type Packages struct {
 type Npm struct {
 	// Registry is an npm registry (https://registry.npmjs.org or the
 	// operator's mirror); Hosts are further hosts its tarballs come from.
-	Registry    string   `json:"registry"`
-	Hosts       []string `json:"hosts"`
-	Allow       []string `json:"allow"`
-	Deny        []string `json:"deny"`
-	Timeout     Duration `json:"timeout"`
-	MaxPackages int      `json:"max_packages"`
+	Registry string   `json:"registry"`
+	Hosts    []string `json:"hosts"`
+	// Allow, when not empty, lists the only package names clients may
+	// install; Deny lists names they may never install.
+	Allow []string `json:"allow"`
+	Deny  []string `json:"deny"`
+	// Timeout bounds the download and the install, each.
+	Timeout Duration `json:"timeout"`
+	// MaxPackages caps the packages of one request.
+	MaxPackages int `json:"max_packages"`
 }
 
 // Pip configures pip installs; off when IndexURL is empty.

@@ -20,20 +20,26 @@ type Redaction struct {
 // RedactionRule is one operator pattern; a match becomes
 // [REDACTED:name] (only its group named "secret", if it has one).
 type RedactionRule struct {
-	Name    string `json:"name"`
+	// Name names the rule in [REDACTED:name] and in the metrics.
+	Name string `json:"name"`
+	// Pattern is a regular expression (RE2, bounded repetitions only).
 	Pattern string `json:"pattern"`
 }
 
 // CodeRule is an advisory rule over submitted code (see package
 // coderules). Not a security boundary.
 type CodeRule struct {
+	// Name names the rule in results, the audit log and the metrics.
 	Name string `json:"name"`
 	// Language: "python", "bash" or "javascript"; empty for every one.
 	Language string `json:"language,omitempty"`
-	Pattern  string `json:"pattern"`
+	// Pattern is a regular expression (RE2) matched against the code.
+	Pattern string `json:"pattern"`
 	// Action: "flag" (recorded in the result and the audit log) or
 	// "deny" (403 naming the rule).
-	Action  string `json:"action"`
+	Action string `json:"action"`
+	// Message, optional, tells the client why (a denial's error says
+	// it); at most 256 bytes.
 	Message string `json:"message,omitempty"`
 }
 

@@ -26,7 +26,9 @@ var (
 	ErrUnauthenticated = errors.New("unauthorized")
 	// ErrNotFound: the named session, file or route does not exist.
 	ErrNotFound = errors.New("not found")
-	// ErrPermission: the sandbox user may not access the file.
+	// ErrPermission: not allowed: the sandbox user may not access the
+	// file, or the server refuses what was asked (an isolation it does
+	// not allow, egress beyond the tenant's).
 	ErrPermission = errors.New("permission denied")
 	// ErrMethodNotAllowed: the route exists, but not with this method.
 	ErrMethodNotAllowed = errors.New("method not allowed")
@@ -34,8 +36,8 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrTooLarge: a body, file or workspace exceeds a configured size.
 	ErrTooLarge = errors.New("too large")
-	// ErrQuota: a tenant's quota is used up for now (wrap it in a
-	// *RetryError to say when to come back).
+	// ErrQuota: a tenant's quota is used up for now; a *RetryError
+	// around it says when to come back (Retry-After).
 	ErrQuota = errors.New("quota exceeded")
 	// ErrLimit: a server-wide capacity limit (sessions, concurrency) is reached.
 	ErrLimit = errors.New("capacity limit reached")

@@ -50,6 +50,10 @@ type Metrics struct {
 	redactions      *prometheus.CounterVec
 	codeRules       *prometheus.CounterVec
 	refused         *prometheus.CounterVec
+
+	// own are the collectors above, in the order they are registered
+	// (Catalog describes them).
+	own []prometheus.Collector
 }
 
 // New returns a registry with airlock's metrics and the Go runtime's and
@@ -97,9 +101,10 @@ func New() *Metrics {
 	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "access_refused_total",
 		Help: "Requests refused for who sent them, by reason (missing_key, unknown_key, revoked_key, expired_key: authentication; cross_tenant: another tenant's session or records, answered as not found; admin_only; browser: the no-auth server's browser guard)."},
 		[]string{"reason"})
-	for _, c := range []prometheus.Collector{m.refused, m.sessionsActive, m.sessionsCreated, m.sessionsEnded, m.executions, m.execDuration,
+	m.own = []prometheus.Collector{m.refused, m.sessionsActive, m.sessionsCreated, m.sessionsEnded, m.executions, m.execDuration,
 		m.kills, m.files, m.fileBytes, m.httpRequests, m.httpDuration, m.quotas, m.egressDecisions, m.egressBytes,
-		m.redactions, m.codeRules} {
+		m.redactions, m.codeRules}
+	for _, c := range m.own {
 		f(c)
 	}
 	// Every kill reason is exported from the start, so that a rate over
