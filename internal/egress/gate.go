@@ -817,6 +817,8 @@ func (g *Gate) splice(down, up net.Conn, head []byte, reqs *reqStream, d *Decisi
 	budgetErr := fmt.Sprintf("allowed, then cut: the session's byte budget (%d) is used up", g.limits.Bytes)
 	upward := &mover{g: g, dst: up, src: down, ctr: &d.up, last: &last}
 	downward := &mover{g: g, dst: down, src: up, ctr: &d.down, last: &last}
+	defer upward.done()
+	defer downward.done()
 	// end says what a direction's end means for the connection: src
 	// finished (half-close dst), the client's one proxy request is over
 	// (wait for the answer), or the connection is cut.
@@ -824,7 +826,7 @@ func (g *Gate) splice(down, up net.Conn, head []byte, reqs *reqStream, d *Decisi
 		var refused *refusedError
 		switch {
 		case err == nil || err == io.EOF:
-			if tc := tcpOf(m.dst, false); tc != nil {
+			if tc := tcpOf(m.dst); tc != nil {
 				tc.CloseWrite()
 			} else {
 				stop("allowed: closed")

@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -266,6 +267,16 @@ func newFixtureProxy(t testing.TB, allow []string, lim Limits, proxy bool) *fixt
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "hello %s", r.Host) })
 	mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) { w.Write(make([]byte, 2<<20)) })
+	mux.HandleFunc("/bytes", func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+		w.Header().Set("Content-Length", strconv.Itoa(n))
+		chunk := make([]byte, 1<<20)
+		for ; n > 0; n -= len(chunk) {
+			if _, err := w.Write(chunk[:min(n, len(chunk))]); err != nil {
+				return
+			}
+		}
+	})
 	mux.HandleFunc("/hang", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("x"))
 		w.(http.Flusher).Flush()

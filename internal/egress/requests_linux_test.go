@@ -356,3 +356,52 @@ func TestGateOpaqueOnlyWhenSaid(t *testing.T) {
 		t.Errorf("a silent tunnel to a checked port got %q", line)
 	}
 }
+
+// A bulk transfer moves through a 1 MiB buffer, not the 32 KiB reads that
+// ran a download at a third of a direct one; the large buffers are
+// bounded server-wide (maxBulk): a download whose client stops reading
+// holds one, downloads past the bound keep their small buffer, every
+// download arrives whole and exact either way, and no large buffer
+// outlives its transfer.
+func TestGateBulkBuffers(t *testing.T) {
+	defer func(n int64) { maxBulk = n }(maxBulk)
+	maxBulk = 2
+	f := newFixture(t, []string{"a.test:PORT"}, Limits{})
+	_, fake, _ := f.ns.lookup("a.test")
+	waitFor(t, func() bool { return bulkInUse.Load() == 0 }) // earlier tests' connections
+	const size = 32 << 20
+	var conns []net.Conn
+	for range 4 {
+		c, err := f.ns.dial(fmt.Sprintf("%s:%d", fake, f.port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "GET /bytes?n=%d HTTP/1.1\r\nHost: a.test\r\n\r\n", size)
+		conns = append(conns, c)
+	}
+	// The clients read nothing yet: the movers block holding their
+	// buffers, two large ones at most.
+	waitFor(t, func() bool { return bulkInUse.Load() == 2 })
+	for range 20 {
+		if n := bulkInUse.Load(); n > 2 {
+			t.Fatalf("%d large buffers in use with a bound of 2", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, c := range conns {
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := io.Copy(io.Discard, resp.Body); n != size || err != nil {
+			t.Errorf("downloaded %d bytes, %v; want %d", n, err, size)
+		}
+		c.Close()
+	}
+	waitFor(t, func() bool { return bulkInUse.Load() == 0 })
+	if s := f.gate.Stats(); s.BytesUsed < 4*size {
+		t.Errorf("bytes used %d, want at least %d", s.BytesUsed, 4*size)
+	}
+}
