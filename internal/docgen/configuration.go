@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -39,18 +40,27 @@ non-negative integer.
 
 `
 
+// configPackages are the packages whose types the configuration is made
+// of, by import path: their source is read from the same path under the
+// repository's root.
+var configPackages = []string{"airlock/internal/config", "airlock/internal/apitype"}
+
 // Configuration renders docs/reference/configuration.md from the
 // configuration struct, its defaults and the comments of its fields in
-// the source at dir.
-func Configuration(dir string) (string, error) {
-	src, err := parseSource(dir)
-	if err != nil {
-		return "", err
-	}
-	g := &cfgGen{src: src}
-	for name, v := range src.strs {
-		if exportedCamel(name) {
-			g.consts = append(g.consts, [2]string{name, strconv.Quote(v)})
+// the source under root.
+func Configuration(root string) (string, error) {
+	g := &cfgGen{srcs: map[string]*source{}}
+	for _, pkg := range configPackages {
+		src, err := parseSource(filepath.Join(root, strings.TrimPrefix(pkg, "airlock/")))
+		if err != nil {
+			return "", err
+		}
+		g.srcs[pkg] = src
+		for _, name := range slices.Sorted(maps.Keys(src.strs)) {
+			// config's own constants only: apitype's (JavaScript) are words.
+			if pkg == configPackages[0] && exportedCamel(name) {
+				g.consts = append(g.consts, [2]string{name, strconv.Quote(src.strs[name])})
+			}
 		}
 	}
 	def := config.Default()
@@ -149,7 +159,7 @@ func writeRows(b *strings.Builder, rows []row) {
 }
 
 type cfgGen struct {
-	src     *source
+	srcs    map[string]*source // by import path
 	consts  [][2]string
 	missing []string
 }
@@ -169,6 +179,15 @@ func (g *cfgGen) fieldNames(t reflect.Type) map[string]string {
 	return m
 }
 
+// srcOf is the source of t's package (an empty one for a package not in
+// configPackages: its comments count as missing).
+func (g *cfgGen) srcOf(t reflect.Type) *source {
+	if s, ok := g.srcs[t.PkgPath()]; ok {
+		return s
+	}
+	return &source{}
+}
+
 // typeDoc is the comment of type t, read for the key that has it.
 func (g *cfgGen) typeDoc(t reflect.Type, key string) string {
 	t = deref(t)
@@ -180,13 +199,13 @@ func (g *cfgGen) typeDoc(t reflect.Type, key string) string {
 			}
 		}
 	}
-	return rename(g.src.types[t.Name()], names)
+	return rename(g.srcOf(t).types[t.Name()], names)
 }
 
 // doc is the comment of field f of t with Go names made keys; a missing
 // one is recorded.
 func (g *cfgGen) doc(t reflect.Type, f reflect.StructField, names map[string]string) string {
-	d := g.src.fields[t.Name()][f.Name]
+	d := g.srcOf(t).fields[t.Name()][f.Name]
 	if d == "" && isSection(f.Type) {
 		return ""
 	}

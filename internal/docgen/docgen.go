@@ -36,7 +36,7 @@ type Command struct {
 // Files renders every reference file, by path relative to root (the
 // repository's root, whose source it reads).
 func Files(root string, commands []Command) (map[string][]byte, error) {
-	cfg, err := Configuration(filepath.Join(root, "internal", "config"))
+	cfg, err := Configuration(root)
 	if err != nil {
 		return nil, err
 	}

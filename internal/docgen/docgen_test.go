@@ -14,7 +14,7 @@ import (
 // The reference's whole-file block is a configuration that loads, and
 // what it loads is the defaults.
 func TestDefaultsBlockIsTheDefaults(t *testing.T) {
-	doc, err := Configuration("../config")
+	doc, err := Configuration("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestUndocumentedKeyIsRefused(t *testing.T) {
 	if src.fields["Server"]["Listen"] == "" {
 		t.Fatal("Server.Listen has no comment in the source")
 	}
-	g := &cfgGen{src: &source{fields: map[string]map[string]string{}, types: src.types}}
+	g := &cfgGen{srcs: map[string]*source{"airlock/internal/config": {types: src.types}}}
 	g.walk(reflectConfigServer(), reflectValueNone(), "server.", new([]row))
 	if len(g.missing) == 0 || g.missing[0] != "Server.Listen" {
 		t.Errorf("missing = %v, want Server.Listen first", g.missing)
