@@ -94,6 +94,9 @@ type Server struct {
 type Directory interface {
 	// List is the sessions who sees on every server, each with its pod.
 	List(ctx context.Context, who identity.Identity) ([]apitype.Session, error)
+	// Register lists a session just created (before its creator hears
+	// of it).
+	Register(ctx context.Context, s apitype.Session) error
 	// Health is nil while the store takes the directory's writes.
 	Health() error
 }

@@ -48,8 +48,19 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	info := sess.Info()
+	if s.Directory != nil {
+		// Listed on every server before the client hears of it; a
+		// session the directory cannot hold is ended (its end gives
+		// the quota's place back), never left half-made.
+		if err := s.Directory.Register(r.Context(), info); err != nil {
+			s.m.Delete(info.ID)
+			fail(w, err)
+			return
+		}
+	}
 	w.Header().Set("Location", "/v1/sessions/"+sess.ID())
-	writeJSON(w, http.StatusCreated, sess.Info())
+	writeJSON(w, http.StatusCreated, info)
 }
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {

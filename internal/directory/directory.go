@@ -195,10 +195,15 @@ func (d *Directory) enqueue(s apitype.Session) {
 	}
 }
 
-func (d *Directory) SessionCreated(e session.SessionEvent) {
-	d.enqueue(apitype.Session{ID: e.Session, Tenant: e.Tenant, Language: e.Language, Sandbox: e.Sandbox, Limits: e.Limits,
-		State: apitype.StateIdle, CreatedAt: time.Now().UTC(), LastUsedAt: time.Now().UTC()})
+// Register writes a session just created, before its creator hears of
+// it: any server lists it from then on.
+func (d *Directory) Register(ctx context.Context, s apitype.Session) error {
+	return d.db.PutSessions(ctx, []apitype.Session{s})
 }
+
+// SessionCreated: the API registers what it creates (Register); a beat
+// writes every live session anyway.
+func (d *Directory) SessionCreated(session.SessionEvent) {}
 
 func (d *Directory) SessionEnded(e session.SessionEvent) {
 	d.enqueue(apitype.Session{ID: e.Session, Tenant: e.Tenant, Language: e.Language, Sandbox: e.Sandbox, Limits: e.Limits,

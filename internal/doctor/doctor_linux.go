@@ -19,6 +19,7 @@ import (
 	"airlock/internal/jail"
 	"airlock/internal/landlock"
 	"airlock/internal/seccomp"
+	"airlock/internal/store"
 
 	"golang.org/x/sys/unix"
 )
@@ -92,6 +93,7 @@ func Run(ctx context.Context, cfg config.Config) *Report {
 	}
 	gvisorChecks(ctx, r, cfg)
 	clusterChecks(r, cfg)
+	storeChecks(ctx, r, cfg)
 	if !r.OK() {
 		return r
 	}
@@ -310,6 +312,27 @@ func gvisorChecks(ctx context.Context, r *Report, cfg config.Config) {
 	}
 	g, a := gvisor.Layers()
 	r.add("gvisor layers", OK, "gVisor provides:\n- %s\nairlock still applies around it:\n- %s", strings.Join(g, "\n- "), strings.Join(a, "\n- "))
+}
+
+// storeChecks reports where keys, quotas' counts, the audit log and the
+// sessions directory are kept; a shared store is reached (nothing in it
+// changed) and its schema compared with this binary's.
+func storeChecks(ctx context.Context, r *Report, cfg config.Config) {
+	if !cfg.Store.Shared() {
+		r.add("store", OK, "sqlite in %s: keys, quotas and the audit log of this machine's servers", cfg.DataDir)
+		return
+	}
+	p, err := store.ProbePostgres(ctx, cfg.Store)
+	switch {
+	case err != nil:
+		r.add("store", Fail, "%v (a server refuses to start without its store)", err)
+	case p.Have == 0:
+		r.add("store", OK, "%s reached; empty: the first server to start makes its schema (version %d)", p.Where, p.Want)
+	case p.Have < p.Want:
+		r.add("store", OK, "%s reached; schema version %d, migrated to %d at this server's start; %d servers beating", p.Where, p.Have, p.Want, p.Servers)
+	default:
+		r.add("store", OK, "%s reached; schema version %d; %d servers beating", p.Where, p.Have, p.Servers)
+	}
 }
 
 // clusterChecks reports the server's name in a cluster and a pod-mode id

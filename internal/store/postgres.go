@@ -341,3 +341,51 @@ func (p *pgDriver) close() error {
 	<-p.done
 	return p.db.Close()
 }
+
+// Probe is what `airlock doctor` learns of a store without changing it.
+type Probe struct {
+	Where string
+	// Have is the schema version of the database (0: none yet, made at
+	// the first start), Want this binary's.
+	Have, Want int
+	// Servers is how many servers send heartbeats now.
+	Servers int
+}
+
+// ProbePostgres connects to the configured PostgreSQL within
+// store.timeout and reads its schema version, migrating nothing.
+func ProbePostgres(ctx context.Context, cfg config.Store) (Probe, error) {
+	cc, err := pgx.ParseConfig(cfg.DSN)
+	if err != nil {
+		return Probe{}, fmt.Errorf("store.dsn: %v", err)
+	}
+	pr := Probe{Where: fmt.Sprintf("PostgreSQL %s@%s:%d/%s", cc.User, cc.Host, cc.Port, cc.Database), Want: len(pgMigrations)}
+	if cc.ConnectTimeout == 0 || cc.ConnectTimeout > cfg.Timeout.D() {
+		cc.ConnectTimeout = cfg.Timeout.D()
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*cfg.Timeout.D())
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return pr, fmt.Errorf("cannot reach %s: %v", pr.Where, err)
+	}
+	defer conn.Close(context.Background())
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass('airlock_migrations') IS NOT NULL`).Scan(&exists); err != nil {
+		return pr, fmt.Errorf("%s: %v", pr.Where, err)
+	}
+	if !exists {
+		return pr, nil
+	}
+	if err := conn.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM airlock_migrations`).Scan(&pr.Have); err != nil {
+		return pr, fmt.Errorf("%s: %v", pr.Where, err)
+	}
+	if pr.Have >= 1 {
+		dead := unixNano(time.Now().Add(-cfg.LeaseTimeout.D()))
+		conn.QueryRow(ctx, `SELECT COUNT(*) FROM servers WHERE heartbeat_at >= $1 AND stopped_at IS NULL`, dead).Scan(&pr.Servers)
+	}
+	if pr.Have > pr.Want {
+		return pr, fmt.Errorf("%s has schema version %d, newer than this airlock's %d", pr.Where, pr.Have, pr.Want)
+	}
+	return pr, nil
+}

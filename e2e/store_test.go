@@ -1,0 +1,335 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"airlock/internal/apitype"
+	"airlock/internal/client"
+	"airlock/internal/store/pgtest"
+)
+
+// sharedStore is the configuration of a server of a cluster whose store
+// is the PostgreSQL at dsn (read from a file, as a mounted Secret).
+func sharedStore(t *testing.T, dsn, pod string) map[string]any {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "dsn")
+	if err := os.WriteFile(f, []byte(dsn+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return map[string]any{
+		"server":  map[string]any{"auth": "keys"},
+		"cluster": map[string]any{"pod_name": pod},
+		"store":   map[string]any{"driver": "postgres", "dsn_file": f, "lease_timeout": "3s", "timeout": "2s"},
+		"pool":    clusterPool,
+	}
+}
+
+// Three servers sharing one PostgreSQL are one cluster: a key made with
+// `airlock keys` on one host works on all at once; a tenant's quotas hold
+// across them (20 creations at once against max_sessions 3, spread over
+// the three, make exactly 3; executions in flight likewise); every
+// server lists the tenant's sessions of all, with their pods; the audit
+// log is one (GET /v1/audit on any server, `airlock audit`); a server
+// killed with -9 has its sessions marked ended, and its quota freed,
+// within store.lease_timeout; a revocation holds on every server within
+// a second.
+func TestSharedStoreCluster(t *testing.T) {
+	pg := pgtest.Start(t)
+	dsn := pg.NewDatabase(t)
+	var servers []*server
+	for i := 0; i < 3; i++ {
+		servers = append(servers, startServer(t, sharedStore(t, dsn, fmt.Sprint("airlock-", i))))
+	}
+	s0, s1, s2 := servers[0], servers[1], servers[2]
+	ctx := context.Background()
+	for _, s := range servers {
+		if strings.Contains(s.stderr.String(), pg.Password()) {
+			t.Fatalf("the server logged the database's password")
+		}
+	}
+
+	key := s0.newKey("team-a", "--max-sessions", "3", "--max-concurrent-executions", "2")
+	for i, s := range servers {
+		if _, err := s.as(key).Sessions(ctx); err != nil {
+			t.Fatalf("the key made on airlock-0's host, on airlock-%d: %v", i, err)
+		}
+	}
+
+	// Quotas across servers: exactly 3 of 20 at once.
+	var mu sync.Mutex
+	var ids []string
+	refused := 0
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < 20; i++ {
+		wg.Go(func() {
+			<-start
+			info, err := servers[i%3].as(key).CreateSession(ctx, apitype.CreateSessionRequest{Language: "python"})
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				ids = append(ids, info.ID)
+				return
+			}
+			if e := apiError(err); e != nil && e.Status == 429 && e.Code == "quota_exceeded" {
+				refused++
+				return
+			}
+			t.Errorf("creation %d: %v", i, err)
+		})
+	}
+	close(start)
+	wg.Wait()
+	if len(ids) != 3 || refused != 17 {
+		t.Fatalf("%d created, %d refused, of 20 against max_sessions 3 over 3 servers", len(ids), refused)
+	}
+
+	// Ended on their servers, their places are free at once: one
+	// session on each server now.
+	srv := map[string]*server{"airlock-0": s0, "airlock-1": s1, "airlock-2": s2}
+	for _, id := range ids {
+		if err := srv[id[:strings.IndexByte(id, '.')]].as(key).DeleteSession(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pods := map[string]string{} // session -> pod
+	byPod := map[string]string{}
+	for i, s := range servers {
+		info, err := s.as(key).CreateSession(ctx, apitype.CreateSessionRequest{Language: "python"})
+		if err != nil {
+			t.Fatalf("a session on airlock-%d after the deletions: %v", i, err)
+		}
+		pods[info.ID], byPod[fmt.Sprint("airlock-", i)] = fmt.Sprint("airlock-", i), info.ID
+	}
+
+	// Every server lists the tenant's three, each with its pod.
+	for i, s := range servers {
+		l, err := s.as(key).Sessions(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l) != 3 {
+			t.Fatalf("airlock-%d lists %d sessions: %+v", i, len(l), l)
+		}
+		for _, sess := range l {
+			if pods[sess.ID] == "" || sess.Pod != pods[sess.ID] || sess.State == apitype.StateEnded || sess.Tenant != "team-a" {
+				t.Errorf("airlock-%d lists %+v", i, sess)
+			}
+		}
+	}
+
+	// Executions in flight across servers: two run (waited for as
+	// busy), a third on another server is refused, then admitted once
+	// one ends.
+	order := []string{"airlock-0", "airlock-1", "airlock-2"}
+	done := make(chan error, 2)
+	for _, pod := range order[:2] {
+		go func() {
+			_, err := srv[pod].as(key).Execute(ctx, byPod[pod], apitype.ExecuteRequest{Code: "import time\nfor _ in range(600): time.sleep(0.1)"}, nil)
+			done <- err
+		}()
+		waitBusy(t, srv[pod].as(key), byPod[pod])
+	}
+	third := order[2]
+	_, err := srv[third].as(key).Execute(ctx, byPod[third], apitype.ExecuteRequest{Code: "1"}, nil)
+	wantError(t, "a third execution in flight, on another server", err, 429, "quota_exceeded")
+	for _, pod := range order[:2] {
+		srv[pod].as(key).Interrupt(ctx, byPod[pod])
+	}
+	for range 2 {
+		<-done
+	}
+	if _, err := srv[third].as(key).Execute(ctx, byPod[third], apitype.ExecuteRequest{Code: "1"}, nil); err != nil {
+		t.Fatalf("after the two ended: %v", err)
+	}
+
+	// One audit log: any server, and `airlock audit`, see every server's
+	// creations.
+	recs := s1.waitAudit(key, url.Values{"kind": {"session.create"}}, 6)
+	seen := map[string]bool{}
+	for _, r := range recs {
+		seen[r.Session[:strings.IndexByte(r.Session, '.')]] = true
+	}
+	if len(seen) != 3 {
+		t.Errorf("GET /v1/audit on airlock-1 has creations of %v, want all three pods", seen)
+	}
+	out, err := s2.airlockCLI("audit", "--json", "--tenant", "team-a", "--kind", "session.create")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out, `"kind":"session.create"`); n != 6 {
+		t.Errorf("airlock audit lists %d creations:\n%s", n, out)
+	}
+
+	// kill -9 airlock-2: its session is marked ended (server_lost) on
+	// the others within lease_timeout, and its place in the quota is
+	// free.
+	lost := byPod["airlock-2"]
+	if err := s2.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-s2.done
+	killed := time.Now()
+	for {
+		l, err := s0.as(key).Sessions(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ended := false
+		for _, sess := range l {
+			ended = ended || sess.ID == lost && sess.State == apitype.StateEnded && sess.EndReason == "server_lost"
+		}
+		if ended {
+			break
+		}
+		if time.Since(killed) > 3*time.Second+2*time.Second {
+			t.Fatalf("airlock-2's session is not marked ended %s after its kill (lease_timeout 3s): %+v", time.Since(killed), l)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("airlock-2's session marked ended %s after kill -9 (lease_timeout 3s)", time.Since(killed).Round(time.Millisecond))
+	if _, err := s0.as(key).CreateSession(ctx, apitype.CreateSessionRequest{Language: "python"}); err != nil {
+		t.Fatalf("a session in the dead server's place: %v", err)
+	}
+	// The killed server starts again on its state (sweeping what it
+	// left); its old session is lost there.
+	s2b := startServerNamed(t, s2.name, s2.cfg)
+	_, err = s2b.as(key).Session(ctx, lost)
+	wantError(t, "the killed server's session after its restart", err, 410, "session_lost")
+
+	// Revocation everywhere within a second (KeyTTL), waited for.
+	id := s0.keyID("team-a")
+	if _, err := s1.airlockCLI("keys", "revoke", id); err != nil {
+		t.Fatal(err)
+	}
+	revoked := time.Now()
+	for _, s := range []*server{s0, s1, s2b} {
+		for {
+			_, err := s.as(key).Sessions(ctx)
+			if e := apiError(err); e != nil && e.Status == 401 {
+				break
+			}
+			if time.Since(revoked) > 1500*time.Millisecond {
+				t.Fatalf("the revoked key still works on %s %s after the revocation: %v", s.name, time.Since(revoked), err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	t.Logf("revoked on every server within %s", time.Since(revoked).Round(time.Millisecond))
+}
+
+// waitBusy waits until the session runs an execution.
+func waitBusy(t *testing.T, c *client.Client, id string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s, err := c.Session(context.Background(), id)
+		if err == nil && s.State == apitype.StateBusy {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session %s never busy: %+v %v", id, s, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A store that cannot be reached at start stops the server before it
+// serves, saying where (never the password), and `airlock doctor` fails
+// on it; one lost mid-run answers new work with 503 while what runs
+// finishes; back, it serves again.
+func TestSharedStoreFaults(t *testing.T) {
+	pg := pgtest.Start(t)
+	dsn := pg.NewDatabase(t)
+
+	bad := strings.Replace(dsn, fmt.Sprint(pg.Port()), "1", 1)
+	name, cfg := serverConfig(sharedStore(t, bad, "airlock-0"))
+	path := filepath.Join(t.TempDir(), "config.json")
+	b, _ := json.Marshal(cfg)
+	os.WriteFile(path, b, 0o600)
+	defer os.RemoveAll("/run/" + name)
+	out, err := exec.Command(airlockBinary(t), "serve", "--config", path).CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 69 || !strings.Contains(string(out), "cannot reach the store") || !strings.Contains(string(out), "127.0.0.1:1") || strings.Contains(string(out), pg.Password()) {
+		t.Errorf("serve with an unreachable store: %v\n%s", err, out)
+	}
+	out, err = exec.Command(airlockBinary(t), "doctor", "--json", "--config", path).Output()
+	if !errors.As(err, &ee) || !strings.Contains(string(out), `"name":"store","status":"FAIL"`) || strings.Contains(string(out), pg.Password()) {
+		t.Errorf("doctor with an unreachable store: %v\n%s", err, out)
+	}
+
+	s := startServer(t, sharedStore(t, dsn, "airlock-0"))
+	ctx := context.Background()
+	key := s.newKey("team-a", "--max-sessions", "5")
+	c := s.as(key)
+	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An execution runs while the database goes; it finishes.
+	res := make(chan error, 1)
+	go func() {
+		r, err := c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: "import time\nfor _ in range(30): time.sleep(0.1)\nprint('done')"}, nil)
+		if err == nil && !strings.Contains(r.Stdout, "done") {
+			err = fmt.Errorf("result %+v", r)
+		}
+		res <- err
+	}()
+	waitBusy(t, c, sess.ID)
+	pg.Kill()
+	if err := <-res; err != nil {
+		t.Errorf("the execution running when the store went: %v", err)
+	}
+	// New work is refused with 503, waited for (the key cache may hold a
+	// second).
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		_, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python"})
+		if e := apiError(err); e != nil && e.Status == 503 {
+			if strings.Contains(e.Message, "127.0.0.1") || strings.Contains(e.Message, pg.Password()) {
+				t.Errorf("the 503 names the database: %s", e.Message)
+			}
+			break
+		}
+		if err == nil || time.Now().After(deadline) {
+			t.Fatalf("a creation with the store gone: %v, want 503", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		r, err := s.c.Ready(ctx)
+		if err == nil && !r.Ready && strings.Contains(strings.Join(r.Reasons, "; "), "store") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("readyz with the store gone: %+v %v", r, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := pg.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		_, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python"})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the store back, a creation: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
