@@ -12,10 +12,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"airlock/internal/api"
 	"airlock/internal/apitype"
 	"airlock/internal/config"
-	"airlock/internal/store"
+	"airlock/internal/server"
 	"airlock/internal/termtext"
 )
 
@@ -132,7 +131,7 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	ctx := context.Background()
-	db, err := store.Open(ctx, cfg.Store, cfg.DataDir)
+	db, err := server.OpenAdmin(ctx, cfg)
 	if err != nil {
 		return exitFor(stderr, err)
 	}
@@ -147,9 +146,6 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 		if *tenant == "" || c.fs.NArg() > 0 {
 			fmt.Fprintf(stderr, "airlock keys %s: --tenant NAME is required, and nothing else\n", sub)
 			return exitUsage
-		}
-		if err := store.ValidTenant(*tenant); err != nil {
-			return exitFor(stderr, err)
 		}
 		q, err := db.Quotas(ctx, *tenant)
 		if err != nil {
@@ -176,7 +172,7 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 				return exitUsage
 			}
 		}
-		secret, k, err := db.CreateKeyUntil(ctx, *tenant, *admin, *name, until)
+		secret, k, err := db.CreateKey(ctx, *tenant, *admin, *name, until)
 		if err != nil {
 			return exitFor(stderr, err)
 		}
@@ -187,18 +183,11 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stderr, "created key %s for tenant %s%s%s; the key above is shown only once\n", termtext.Field(k.ID), termtext.Field(k.Tenant), map[bool]string{true: " (admin)"}[k.Admin], exp)
 	case "list":
-		keys, err := db.Keys(ctx)
-		if err != nil {
-			return exitFor(stderr, err)
-		}
-		tenants, err := db.Tenants(ctx)
+		keys, tenants, err := db.Keys(ctx)
 		if err != nil {
 			return exitFor(stderr, err)
 		}
 		if *asJSON {
-			if keys == nil {
-				keys = []store.Key{}
-			}
 			b, _ := json.MarshalIndent(map[string]any{"keys": keys, "tenants": tenants}, "", "  ")
 			fmt.Fprintln(stdout, string(b))
 			return 0
@@ -215,7 +204,7 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 				exp = k.ExpiresAt.Format(time.RFC3339)
 			}
 			state := k.State(now)
-			if state == store.KeyLive {
+			if state == apitype.KeyLive {
 				state = "live"
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\t%s\t%s\n", termtext.Field(k.ID), termtext.Field(k.Tenant), k.Admin, k.CreatedAt.Format(time.RFC3339), rev, exp, state, termtext.Field(k.Name))
@@ -264,7 +253,7 @@ func auditCmd(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if *kind != "" {
-		if _, err := store.AuditKindFilter(*kind); err != nil {
+		if _, err := apitype.AuditKindFilter(*kind); err != nil {
 			fmt.Fprintf(stderr, "airlock audit: --kind: %v\n", err)
 			return exitUsage
 		}
@@ -274,20 +263,20 @@ func auditCmd(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	now := time.Now()
-	q := store.AuditQuery{Session: *sess, Tenant: *tenant, Kind: *kind}
+	q := apitype.AuditQuery{Session: *sess, Tenant: *tenant, Kind: *kind}
 	var err error
-	if q.Since, err = api.ParseAuditTime(*since, now); err == nil {
-		q.Until, err = api.ParseAuditTime(*until, now)
+	if q.Since, err = apitype.ParseAuditTime(*since, now); err == nil {
+		q.Until, err = apitype.ParseAuditTime(*until, now)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "airlock audit: %v\n", err)
 		return exitUsage
 	}
-	if !store.Exists(cfg.Store, cfg.DataDir) {
+	if !server.StoreExists(cfg) {
 		fmt.Fprintf(stderr, "airlock audit: no database in %s (data_dir)\n", cfg.DataDir)
 		return exitNoInput
 	}
-	db, err := store.Open(context.Background(), cfg.Store, cfg.DataDir)
+	db, err := server.OpenAdmin(context.Background(), cfg)
 	if err != nil {
 		return exitFor(stderr, err)
 	}
@@ -296,32 +285,19 @@ func auditCmd(args []string, stdout, stderr io.Writer) int {
 	if !*asJSON {
 		fmt.Fprintln(tw, "TIME\tKIND\tTENANT\tSESSION\tID\tLANG\tOUTCOME\tEXIT\tMS\tCPU_MS\tDETAIL")
 	}
-	n := 0
-	for {
-		q.Limit = store.MaxAuditPage
-		recs, next, err := db.Audit(context.Background(), q)
-		if err != nil {
-			return exitFor(stderr, err)
+	err = db.Audit(context.Background(), q, *limit, func(r apitype.AuditRecord) {
+		if *asJSON {
+			b, _ := json.Marshal(r)
+			fmt.Fprintln(stdout, string(b))
+			return
 		}
-		for _, r := range recs {
-			if *limit > 0 && n >= *limit {
-				break
-			}
-			n++
-			if *asJSON {
-				b, _ := json.Marshal(r)
-				fmt.Fprintln(stdout, string(b))
-				continue
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%s\n", r.Time.Local().Format("2006-01-02 15:04:05"), field(r.Kind), field(r.Tenant), field(r.Session),
-				field(r.ID), field(r.Language), field(r.Outcome), exitText(r.ExitCode), r.DurationMs, r.CPUMs, detail(r))
-		}
-		if next == "" || (*limit > 0 && n >= *limit) {
-			break
-		}
-		fmt.Sscan(next, &q.After)
-	}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%s\n", r.Time.Local().Format("2006-01-02 15:04:05"), field(r.Kind), field(r.Tenant), field(r.Session),
+			field(r.ID), field(r.Language), field(r.Outcome), exitText(r.ExitCode), r.DurationMs, r.CPUMs, detail(r))
+	})
 	tw.Flush()
+	if err != nil {
+		return exitFor(stderr, err)
+	}
 	return 0
 }
 

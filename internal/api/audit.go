@@ -11,31 +11,15 @@ import (
 	"airlock/internal/apitype"
 	"airlock/internal/errdefs"
 	"airlock/internal/identity"
-	"airlock/internal/store"
 )
 
 // AuditLog is the audit log the API serves (package audit).
 type AuditLog interface {
-	Query(ctx context.Context, q store.AuditQuery) ([]apitype.AuditRecord, string, error)
+	Query(ctx context.Context, q apitype.AuditQuery) ([]apitype.AuditRecord, string, error)
 	// Check refuses work while records cannot be written (nil: go on).
 	Check() error
 	// Health is its state for /healthz.
 	Health() apitype.AuditHealth
-}
-
-// ParseAuditTime reads a time of an audit query: RFC 3339, or a duration
-// meaning that long before now ("1h").
-func ParseAuditTime(v string, now time.Time) (time.Time, error) {
-	if v == "" {
-		return time.Time{}, nil
-	}
-	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-		return t, nil
-	}
-	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
-		return now.Add(-d), nil
-	}
-	return time.Time{}, fmt.Errorf("%w: %q is neither an RFC 3339 time nor a duration such as 1h", errdefs.ErrInvalidArgument, truncateForMessage(v))
 }
 
 // audit serves GET /v1/audit: tenants read their own records, admins
@@ -47,22 +31,22 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 	}
 	qv := r.URL.Query()
 	now := time.Now()
-	var q store.AuditQuery
+	var q apitype.AuditQuery
 	var err error
-	if q.Since, err = ParseAuditTime(qv.Get("since"), now); err != nil {
-		fail(w, fmt.Errorf("since: %w", err))
+	if q.Since, err = apitype.ParseAuditTime(qv.Get("since"), now); err != nil {
+		fail(w, fmt.Errorf("%w: since: %w", errdefs.ErrInvalidArgument, err))
 		return
 	}
-	if q.Until, err = ParseAuditTime(qv.Get("until"), now); err != nil {
-		fail(w, fmt.Errorf("until: %w", err))
+	if q.Until, err = apitype.ParseAuditTime(qv.Get("until"), now); err != nil {
+		fail(w, fmt.Errorf("%w: until: %w", errdefs.ErrInvalidArgument, err))
 		return
 	}
 	q.Session, q.Tenant, q.Kind = qv.Get("session"), qv.Get("tenant"), qv.Get("kind")
 	q.Limit = 100
 	if v := qv.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > store.MaxAuditPage {
-			fail(w, fmt.Errorf("%w: limit %q must be between 1 and %d", errdefs.ErrInvalidArgument, truncateForMessage(v), store.MaxAuditPage))
+		if err != nil || n < 1 || n > apitype.MaxAuditPage {
+			fail(w, fmt.Errorf("%w: limit %q must be between 1 and %d", errdefs.ErrInvalidArgument, truncateForMessage(v), apitype.MaxAuditPage))
 			return
 		}
 		q.Limit = n

@@ -74,42 +74,11 @@ func (d *DB) AppendAudit(ctx context.Context, recs []apitype.AuditRecord) error 
 	return d.unavailable("writing the audit log", tx.Commit())
 }
 
-// AuditQuery selects audit records; zero fields select everything.
-type AuditQuery struct {
-	Since, Until time.Time
-	Session      string
-	Tenant       string
-	Kind         string
-	// After: only records after this sequence number (a page's cursor).
-	After int64
-	Limit int
-}
+// AuditQuery selects audit records (the wire's, apitype's).
+type AuditQuery = apitype.AuditQuery
 
 // MaxAuditPage caps a page of records.
-const MaxAuditPage = 1000
-
-// AuditKindFilter checks an audit query's kind: a kind of record
-// (apitype.AuditKinds), or the group before a kind's dot ("file", or
-// "file.") selecting all of its kinds. An unknown kind is an error
-// listing the valid ones: a typo must not look like an empty log.
-func AuditKindFilter(kind string) (group bool, err error) {
-	var valid []string
-	for _, k := range apitype.AuditKinds() {
-		if k == kind {
-			return false, nil
-		}
-		if g, _, ok := strings.Cut(k, "."); ok {
-			if kind == g || kind == g+"." {
-				return true, nil
-			}
-			if !slices.Contains(valid, g) {
-				valid = append(valid, g)
-			}
-		}
-		valid = append(valid, k)
-	}
-	return false, fmt.Errorf("%w: unknown audit record kind %q: want one of %s", errdefs.ErrInvalidArgument, kind, strings.Join(valid, ", "))
-}
+const MaxAuditPage = apitype.MaxAuditPage
 
 // Audit returns the records q selects, oldest first, and the cursor of the
 // next page ("" when this was the last).
@@ -136,9 +105,9 @@ func (d *DB) Audit(ctx context.Context, q AuditQuery) ([]apitype.AuditRecord, st
 		add("tenant = ?", q.Tenant)
 	}
 	if q.Kind != "" {
-		group, err := AuditKindFilter(q.Kind)
+		group, err := apitype.AuditKindFilter(q.Kind)
 		if err != nil {
-			return nil, "", err
+			return nil, "", fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 		}
 		if group {
 			add("kind LIKE ?", strings.TrimSuffix(q.Kind, ".")+".%") // "file": every file.*

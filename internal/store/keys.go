@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"airlock/internal/apitype"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
 )
@@ -21,36 +22,15 @@ import (
 // (secret scanners, logs).
 const KeyPrefix = "alk_"
 
-// Key is an API key as stored: never its secret.
-type Key struct {
-	ID        string     `json:"id"`
-	Tenant    string     `json:"tenant"`
-	Admin     bool       `json:"admin"`
-	Name      string     `json:"name,omitempty"`
-	CreatedAt time.Time  `json:"created_at"`
-	RevokedAt *time.Time `json:"revoked_at,omitempty"`
-	// ExpiresAt, when set, is when the key stops authenticating, as a
-	// revoked one does.
-	ExpiresAt *time.Time `json:"expires_at,omitempty"`
-}
+// Key is an API key as stored: never its secret (the wire's, apitype's).
+type Key = apitype.APIKey
 
 // Key states: why a known key does or does not authenticate.
 const (
-	KeyLive    = ""
-	KeyRevoked = "revoked"
-	KeyExpired = "expired"
+	KeyLive    = apitype.KeyLive
+	KeyRevoked = apitype.KeyRevoked
+	KeyExpired = apitype.KeyExpired
 )
-
-// State is the key's state at now: KeyLive, KeyRevoked or KeyExpired.
-func (k Key) State(now time.Time) string {
-	switch {
-	case k.RevokedAt != nil:
-		return KeyRevoked
-	case k.ExpiresAt != nil && !now.Before(*k.ExpiresAt):
-		return KeyExpired
-	}
-	return KeyLive
-}
 
 // Compiled on first use: this binary is also every sandbox's idle init,
 // where a package-level regexp would be resident for nothing.
