@@ -75,6 +75,11 @@ type Config struct {
 	// keys, tenants' quotas and the audit log. Unlike state_dir it must
 	// be persistent storage.
 	DataDir string `json:"data_dir"`
+	// LockDir holds the locks that keep two servers on one host from
+	// handing out the same host ids or sweeping each other's cgroups;
+	// every server on a host must name the same directory (a pod's
+	// servers: one in its writable state volume).
+	LockDir string `json:"lock_dir"`
 	// CgroupParent is the cgroup, relative to each hierarchy's root,
 	// under which every sandbox gets its own cgroup.
 	CgroupParent string `json:"cgroup_parent"`
@@ -124,8 +129,8 @@ type Config struct {
 	Network Network `json:"network"`
 	// Packages configures package installation.
 	Packages Packages `json:"packages"`
-	Metrics Metrics `json:"metrics"`
-	Log     Log     `json:"log"`
+	Metrics  Metrics  `json:"metrics"`
+	Log      Log      `json:"log"`
 	// Redaction is the output policy of every tenant's sessions unless
 	// Tenants says otherwise; not a security boundary.
 	Redaction Redaction `json:"redaction"`
@@ -309,6 +314,7 @@ func Default() Config {
 	return Config{
 		StateDir:     "/run/airlock",
 		CacheDir:     "/var/cache/airlock",
+		LockDir:      "/run/airlock-locks",
 		DataDir:      "/var/lib/airlock",
 		CgroupParent: "airlock",
 		IDBase:       1_000_000,
@@ -411,7 +417,7 @@ func (c Config) Validate() error {
 	if c.Version != 0 && c.Version != 1 {
 		errs = append(errs, fmt.Errorf("version %d: this airlock reads configuration version 1", c.Version))
 	}
-	for name, p := range map[string]string{"state_dir": c.StateDir, "cache_dir": c.CacheDir, "data_dir": c.DataDir} {
+	for name, p := range map[string]string{"state_dir": c.StateDir, "cache_dir": c.CacheDir, "data_dir": c.DataDir, "lock_dir": c.LockDir} {
 		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
 			errs = append(errs, fmt.Errorf("%s %q must be a clean absolute path other than /", name, p))
 		}

@@ -38,6 +38,7 @@ const InitArg0 = "airlock-init"
 type Options struct {
 	StateDir     string
 	CacheDir     string
+	LockDir      string
 	CgroupParent string
 	IDBase       uint32
 	IDCount      uint32 // 0: a host's layout (see Layout)
@@ -52,6 +53,7 @@ func OptionsFrom(c config.Config) Options {
 	return Options{
 		StateDir:     c.StateDir,
 		CacheDir:     c.CacheDir,
+		LockDir:      c.LockDir,
 		CgroupParent: c.CgroupParent,
 		IDBase:       c.IDBase,
 		IDCount:      c.IDCount,

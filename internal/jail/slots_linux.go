@@ -96,28 +96,24 @@ func (h *Host) releaseCLISlot() {
 	}
 }
 
-// HostLockDir holds the locks of what a server must share with no other
-// server on the host, whatever its state_dir (whose lock only keeps out a
-// server of the same state_dir): its range of host ids ("ids-F-L") and
-// its cgroup parent ("cgroup-NAME"). /run is the host's, and empties at
-// boot.
-var HostLockDir = "/run/airlock-locks"
-
 // LockServer takes the server's host ids and cgroup parent for as long as
 // the returned closer is not closed. Another server whose range of ids
 // overlaps (the same id_base, say, with another state_dir) would hand the
 // same uids to other sandboxes, which could then signal, trace or read
 // each other's processes and files; another of the same cgroup parent
 // would sweep this one's sandboxes as its predecessor's leftovers. Both
-// are refused.
+// are refused. The locks live in Options.LockDir (lock_dir), which every
+// server on a host shares whatever its state_dir (whose lock only keeps
+// out a server of the same state_dir): its range of host ids ("ids-F-L")
+// and its cgroup parent ("cgroup-NAME").
 func (h *Host) LockServer() (io.Closer, error) {
 	l := h.Layout()
 	first := uint64(h.opts.IDBase) + 2*uint64(l.ServerFirst)
-	ids, err := LockIDs(HostLockDir, first, first+2*uint64(l.ServerCount)-1)
+	ids, err := LockIDs(h.opts.LockDir, first, first+2*uint64(l.ServerCount)-1)
 	if err != nil {
 		return nil, err
 	}
-	cg, held, err := tryLock(filepath.Join(HostLockDir, "cgroup-"+url.PathEscape(h.opts.CgroupParent)))
+	cg, held, err := tryLock(filepath.Join(h.opts.LockDir, "cgroup-"+url.PathEscape(h.opts.CgroupParent)))
 	if err == nil && held {
 		err = fmt.Errorf("%w: another airlock server uses cgroup_parent %q: give each server on a host its own cgroup_parent, id_base, state_dir and server.listen", errdefs.ErrUnavailable, h.opts.CgroupParent)
 	}

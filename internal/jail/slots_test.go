@@ -65,11 +65,9 @@ func TestCLISlotLease(t *testing.T) {
 // parent: the second is refused, saying what to set; a range whose lock
 // no one holds any more is free, and so is one apart.
 func TestLockServer(t *testing.T) {
-	old := HostLockDir
-	HostLockDir = t.TempDir()
-	t.Cleanup(func() { HostLockDir = old })
+	dir := t.TempDir()
 	host := func(base, count uint32, cgroup string) *Host {
-		return &Host{opts: Options{IDBase: base, IDCount: count, CgroupParent: cgroup}}
+		return &Host{opts: Options{IDBase: base, IDCount: count, CgroupParent: cgroup, LockDir: dir}}
 	}
 	first, err := host(1_000_000, 0, "a").LockServer()
 	if err != nil {

@@ -68,6 +68,7 @@ is overridden by accident).
 {{- define "airlock.config" -}}
 {{- $chart := dict
   "state_dir" "/run/airlock"
+  "lock_dir" "/run/airlock/locks"
   "cache_dir" "/var/cache/airlock"
   "data_dir" "/var/lib/airlock"
   "server" (dict "listen" (printf "0.0.0.0:%d" (int .Values.service.port)))
