@@ -55,13 +55,13 @@ func TestRunCommand(t *testing.T) {
 		lang       string
 		stdin      string
 		// leave: its client leaves while it runs.
-		leave bool
-		act        func(*testing.T, *Session, *fakeInstance, *fakeClock)
-		stdout     string
-		exit       int
-		signal     string
-		reason     apitype.KillReason
-		killed     bool
+		leave  bool
+		act    func(*testing.T, *Session, *fakeInstance, *fakeClock)
+		stdout string
+		exit   int
+		signal string
+		reason apitype.KillReason
+		killed bool
 		// end: why the session ended ("": it lives on).
 		end apitype.EndCode
 	}{
