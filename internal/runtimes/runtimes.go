@@ -57,6 +57,9 @@ type Language struct {
 	// an error itself (KeyboardInterrupt); for the others the server adds
 	// that error.
 	ReportsInterrupt bool
+	// PackageManager installs packages into the language's sessions and
+	// runs (package packages); "" for none.
+	PackageManager string
 	// FreshEnvPrefix: a program given a variable with this prefix, which
 	// only a new interpreter reads, runs in a new interpreter instead of
 	// the pooled one.
@@ -90,6 +93,7 @@ var languages = []*Language{
 		templateArgs:     []string{"-I", "-B", RuntimeDir + "/python/airlock_zygote.py"},
 		NULInCode:        true,
 		ReportsInterrupt: true,
+		PackageManager:   "pip",
 		FreshEnvPrefix:   "PYTHON",
 		env:              func(config.Limits) []string { return []string{"PYTHONUNBUFFERED=1"} },
 		// Figures come back as display data, with or without plt.show();
@@ -110,6 +114,7 @@ var languages = []*Language{
 		sessionArgs:      []string{RuntimeDir + "/javascript/runtime.js"},
 		NULInCode:        true,
 		ReportsInterrupt: true,
+		PackageManager:   "npm",
 		env: func(l config.Limits) []string {
 			return []string{"NODE_OPTIONS=--max-old-space-size=" + strconv.FormatInt(v8Heap(l)>>20, 10)}
 		},
@@ -162,6 +167,29 @@ func Lookup(c config.Config, lang string) (Runtime, error) {
 		return Runtime{}, fmt.Errorf("%w: unknown language %q (want %s)", errdefs.ErrInvalidArgument, lang, wanted())
 	}
 	return Runtime{Language: l, Binary: l.binary(c.Runtimes)}, nil
+}
+
+// WithManager is the language whose package manager is manager ("" if
+// none).
+func WithManager(manager string) string {
+	for _, l := range languages {
+		if manager != "" && l.PackageManager == manager {
+			return l.Lang
+		}
+	}
+	return ""
+}
+
+// Managed lists the languages that have a package manager, with it, for
+// messages: "python (pip) and javascript (npm)".
+func Managed() string {
+	var out []string
+	for _, l := range languages {
+		if l.PackageManager != "" {
+			out = append(out, l.Lang+" ("+l.PackageManager+")")
+		}
+	}
+	return strings.Join(out, " and ")
 }
 
 // wanted lists the canonical names for messages: "a, b or c".

@@ -19,6 +19,7 @@ import (
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/instance"
+	"airlock/internal/packages"
 	"airlock/internal/redact"
 	"airlock/internal/watch"
 	"airlock/internal/workspace"
@@ -136,7 +137,7 @@ func (s *Session) runCommand(ctx context.Context, req apitype.CommandRequest, em
 	if end := s.End(); !end.Zero() {
 		return nil, gone(end)
 	}
-	if in, ok := parseInstall(s.lang.Lang, req.Command); ok && !req.Background {
+	if in, ok := packages.ParseCommand(s.lang.PackageManager, req.Command); ok && !req.Background {
 		return s.runInstallCommand(ctx, req, in, emit)
 	}
 	release := func() {}

