@@ -69,7 +69,7 @@ func newFramedConn(f *os.File, maxFrame int) (*framedConn, error) {
 	if m.Type == "error" {
 		return nil, fmt.Errorf("runtime did not start: %s", truncate(m.Value, 1024))
 	}
-	if m.Type != "hello" {
+	if m.Type != runtimes.TypeHello {
 		return nil, fmt.Errorf("runtime did not start: got %q before hello", m.Type)
 	}
 	c.hello = m
@@ -84,14 +84,14 @@ func newFramedConn(f *os.File, maxFrame int) (*framedConn, error) {
 				}
 				return
 			}
-			if m.Type == "configured" {
+			if m.Type == runtimes.TypeConfigured {
 				select {
 				case c.config <- m.Error:
 				default:
 				}
 				continue
 			}
-			if m.Type == "hello" {
+			if m.Type == runtimes.TypeHello {
 				c.rerr = fmt.Errorf("%w: a second hello", runtimes.ErrFrame)
 				return
 			}
@@ -99,7 +99,7 @@ func newFramedConn(f *os.File, maxFrame int) (*framedConn, error) {
 			if want == nil || m.ID != *want {
 				continue
 			}
-			if m.Type == "done" {
+			if m.Type == runtimes.TypeDone {
 				c.cur.CompareAndSwap(want, nil)
 			}
 			select {
@@ -192,7 +192,7 @@ func newBashConn(f *os.File) *bashConn {
 			if code != 0 {
 				status = "error"
 			}
-			c.ch <- runtimes.Message{Type: "done", ID: id, Status: status, ExitCode: code}
+			c.ch <- runtimes.Message{Type: runtimes.TypeDone, ID: id, Status: status, ExitCode: code}
 		}
 	}()
 	return c

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 )
 
@@ -20,6 +21,25 @@ const MaxFrame = 64 << 20
 
 // ErrFrame is returned for a malformed frame.
 var ErrFrame = errors.New("malformed frame from the runtime")
+
+// The types of messages a runtime sends. Hello and configured answer the
+// connection (package instance); the others belong to the execution
+// under way, and package session has a handler for each, in one table
+// (a new type here is a new handler there).
+const (
+	TypeHello      = "hello"
+	TypeConfigured = "configured"
+	TypeDisplay    = "display"
+	TypeResult     = "result"
+	TypeError      = "error"
+	TypeDone       = "done"
+	// TypeInstall is a request (a cell's %pip install): the server
+	// answers "installed".
+	TypeInstall = "install"
+)
+
+// ExecutionTypes are the types of an execution's messages.
+var ExecutionTypes = []string{TypeDisplay, TypeResult, TypeError, TypeInstall, TypeDone}
 
 // Message is one message in either direction. Only the fields of its Type
 // are set.
@@ -152,9 +172,7 @@ func DecodeMessage(b []byte) (Message, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return Message{}, fmt.Errorf("%w: %v", ErrFrame, err)
 	}
-	switch m.Type {
-	case "hello", "configured", "display", "result", "error", "done", "install":
-	default:
+	if m.Type != TypeHello && m.Type != TypeConfigured && !slices.Contains(ExecutionTypes, m.Type) {
 		return Message{}, fmt.Errorf("%w: unknown type %q", ErrFrame, truncate(m.Type, 32))
 	}
 	for k := range m.Data {

@@ -413,31 +413,56 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 // Reports are the runtime's messages.
 func (r *running) Reports() <-chan runtimes.Message { return r.s.inst.Messages() }
 
+// handlers take an execution's messages by type, as ipykernel's shell
+// handlers do: the output the runtime reports, the requests it makes of
+// the server, and its done, which finishes the execution. Every type of
+// runtimes.ExecutionTypes has one.
+var handlers = map[string]func(r *running, m runtimes.Message) (finished bool){
+	runtimes.TypeDisplay: (*running).onRich,
+	runtimes.TypeResult:  (*running).onRich,
+	runtimes.TypeError:   (*running).onError,
+	runtimes.TypeInstall: (*running).onInstall,
+	runtimes.TypeDone:    (*running).onDone,
+}
+
 // Handle takes one of the runtime's messages; done finishes the execution.
 func (r *running) Handle(m runtimes.Message) bool {
 	if m.ID != r.id {
 		return false // a late message of an earlier execution
 	}
-	if m.Type != "done" {
-		// What the code printed before this output is in the pipes (the
-		// runtime flushes before it sends): take it first, so that
+	h := handlers[m.Type]
+	if h == nil {
+		return false // the connection's (hello, configured): never here
+	}
+	if m.Type != runtimes.TypeDone {
+		// What the code printed before this message is in the pipes
+		// (the runtime flushes before it sends): take it first, so that
 		// streamed events keep their order.
 		r.s.inst.Drain()
 	}
-	switch m.Type {
-	case "display", "result":
-		r.ex.rich(m)
-	case "error":
-		// The interrupt a limit caused is reported as that limit, once
-		// the execution has ended (settle), not as KeyboardInterrupt.
-		r.ex.error(m, r.stoppedBy == "" || r.stoppedBy == watch.ByClient)
-	case "install":
-		r.install(m)
-	case "done":
-		r.done = &m
-		return true
-	}
+	return h(r, m)
+}
+
+func (r *running) onRich(m runtimes.Message) bool {
+	r.ex.rich(m)
 	return false
+}
+
+func (r *running) onError(m runtimes.Message) bool {
+	// The interrupt a limit caused is reported as that limit, once the
+	// execution has ended (settle), not as KeyboardInterrupt.
+	r.ex.error(m, r.stoppedBy == "" || r.stoppedBy == watch.ByClient)
+	return false
+}
+
+func (r *running) onInstall(m runtimes.Message) bool {
+	r.install(m)
+	return false
+}
+
+func (r *running) onDone(m runtimes.Message) bool {
+	r.done = &m
+	return true
 }
 
 // Closed explains the runtime's connection closing: a program that

@@ -39,6 +39,8 @@ import (
 //	exit N     the runtime exits with status N (a program: its exit)
 //	abort      the memory peaks at the limit and the process aborts
 //	           (SIGABRT), as V8 does at the end of its heap
+//	install M P  ask the server to install P with manager M (a cell's
+//	           %pip install), wait for its answer, print its error
 //
 // and then says done. A command line is run by the same steps, "exit N"
 // being its status; "cat" copies its stdin to its stdout.
@@ -184,7 +186,7 @@ type fakeInstance struct {
 	progExit *instance.Exit
 	env      map[string]string
 	defaults []map[string]string
-	replies  []runtimes.Message
+	replies  chan runtimes.Message
 	execs    []string
 
 	cpu      atomic.Int64
@@ -208,7 +210,7 @@ func newFakeInstance(t *testing.T, rt runtimes.Runtime, l config.Limits) *fakeIn
 	return &fakeInstance{
 		t: t, rt: rt, limits: l, ws: ws, start: time.Now(),
 		msgs: make(chan runtimes.Message, 64), events: make(chan cgroup.Event, 4),
-		ints: make(chan struct{}, 4), dead: make(chan struct{}),
+		ints: make(chan struct{}, 4), dead: make(chan struct{}), replies: make(chan runtimes.Message, 4),
 	}
 }
 
@@ -273,9 +275,7 @@ func (f *fakeInstance) Run(id string, p instance.Program, sendBy time.Time) erro
 }
 
 func (f *fakeInstance) Reply(m runtimes.Message) error {
-	f.mu.Lock()
-	f.replies = append(f.replies, m)
-	f.mu.Unlock()
+	f.replies <- m
 	return nil
 }
 
@@ -415,6 +415,18 @@ func (f *fakeInstance) run(id, code string, prog bool) {
 			f.events <- cgroup.EventPidsMax
 			<-f.dead
 			return
+		case "install":
+			manager, pkg, _ := strings.Cut(arg, " ")
+			f.send(runtimes.Message{Type: runtimes.TypeInstall, ID: id, Manager: manager, Packages: []string{pkg}})
+			select {
+			case r := <-f.replies:
+				if r.Type != "installed" || r.ID != id {
+					f.t.Errorf("fake runtime: the answer to an install: %+v", r)
+				}
+				f.write(r.Error, false)
+			case <-f.dead:
+				return
+			}
 		case "abort":
 			f.peak.Store(int64(f.limits.Memory))
 			if prog {

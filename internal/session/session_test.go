@@ -12,6 +12,7 @@ import (
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/identity"
+	"airlock/internal/runtimes"
 )
 
 // wait bounds every wait of these tests for something that must happen.
@@ -407,5 +408,42 @@ func TestFindByTenant(t *testing.T) {
 	}
 	if _, err := m.Find(as("a", false), s.ID()); !errors.Is(err, errdefs.ErrGone) {
 		t.Errorf("its own ended session: %v, want gone", err)
+	}
+}
+
+// Every type of an execution's messages has its handler, and nothing else
+// does.
+func TestEveryExecutionMessageHasAHandler(t *testing.T) {
+	for _, typ := range runtimes.ExecutionTypes {
+		if handlers[typ] == nil {
+			t.Errorf("no handler for %q", typ)
+		}
+	}
+	if len(handlers) != len(runtimes.ExecutionTypes) {
+		t.Errorf("%d handlers for %d types", len(handlers), len(runtimes.ExecutionTypes))
+	}
+}
+
+// A cell's install request is answered while the cell waits, with the
+// API's checks; the execution goes on.
+func TestInstallRequestFromACell(t *testing.T) {
+	for _, c := range []struct {
+		name, lang, code, want string
+	}{
+		{"pip, not configured", "python", "install pip demo", "not configured"},
+		{"npm from a cell", "javascript", "install npm left-pad", "only pip installs"},
+		{"pip in a JavaScript session", "javascript", "install pip demo", "pip installs into python sessions only"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m, _, _ := newTestManager(t, nil)
+			s := create(t, m, c.lang)
+			res, err := execute(t, s, c.code+";out done", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(res.Stdout, c.want) || !strings.HasSuffix(res.Stdout, "done") {
+				t.Errorf("stdout %q, want the answer %q, then done", res.Stdout, c.want)
+			}
+		})
 	}
 }
