@@ -8,7 +8,7 @@
 #
 # Layer 1 is the Debian root of rootfs.sh (packages.txt); it is cached under
 # $AIRLOCK_DEPLOY_CACHE (default ~/.cache/airlock-deploy) by a key made of
-# rootfs.sh, packages.txt, dpkg-slim.cfg and the mirror, so only the first
+# rootfs.sh, internal/image/debian-root.sh, packages.txt and the mirror, so only the first
 # build (or --fresh, which takes Debian's latest updates) runs debootstrap.
 # Layer 2 is the static airlock binary, built from this tree. The image's
 # entrypoint, arguments, ports and environment are read from the Dockerfile,
@@ -43,7 +43,7 @@ bin=$("$repo/deploy/tools/install.sh") # prints only its directory
 # Layer 1: the Debian root, built once per key.
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 security=${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
-key=$( (cat "$here/rootfs.sh" "$here/packages.txt" "$here/dpkg-slim.cfg"; echo "$mirror $security") | sha256sum | cut -c1-16)
+key=$( (cat "$here/rootfs.sh" "$repo/internal/image/debian-root.sh" "$here/packages.txt"; echo "$mirror $security") | sha256sum | cut -c1-16)
 root=$cache/rootfs/$key
 layer1=$cache/layers/rootfs-$key.tar.gz
 exec 9>"$cache/rootfs.lock"

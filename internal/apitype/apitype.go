@@ -36,6 +36,10 @@ type CreateSessionRequest struct {
 	// server's own. The server's allow_isolation decides what may be
 	// asked for.
 	Isolation Isolation `json:"isolation,omitempty"`
+	// Template names the root filesystem of the session's sandbox, a
+	// template registered on the server (GET /v1/templates); empty is the
+	// server's templates.default (the host's root unless set).
+	Template string `json:"template,omitempty"`
 	// Network, when set, lets the session reach the names it allows;
 	// without it the sandbox has loopback only. On gVisor, whose
 	// sandboxes get a network only when they boot, a session created
@@ -110,6 +114,10 @@ type Session struct {
 	Executions  int       `json:"executions"`
 	// Isolation is the kernel the session's code runs on.
 	Isolation Isolation `json:"isolation"`
+	// Template and TemplateVersion name the template the session's root
+	// was made from (absent: the host's root).
+	Template        string `json:"template,omitempty"`
+	TemplateVersion string `json:"template_version,omitempty"`
 	// Sandbox names the session's cgroup under the server's cgroup
 	// parent, for operators (and the benchmark's memory figures).
 	Sandbox string `json:"sandbox"`
@@ -238,6 +246,8 @@ type OneShotRequest struct {
 	Packages []string `json:"packages,omitempty"`
 	// Isolation as in CreateSessionRequest.
 	Isolation Isolation `json:"isolation,omitempty"`
+	// Template as in CreateSessionRequest.
+	Template string `json:"template,omitempty"`
 }
 
 // ProgramRequest runs a program file once in a fresh sandbox, as `airlock
@@ -261,6 +271,8 @@ type ProgramRequest struct {
 	FileContents *bool `json:"file_contents,omitempty"`
 	// Isolation as in CreateSessionRequest.
 	Isolation Isolation `json:"isolation,omitempty"`
+	// Template as in CreateSessionRequest.
+	Template string `json:"template,omitempty"`
 }
 
 // OutputFile is a file a one-shot or program run created or modified.

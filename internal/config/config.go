@@ -129,8 +129,11 @@ type Config struct {
 	Network Network `json:"network"`
 	// Packages configures package installation.
 	Packages Packages `json:"packages"`
-	Metrics  Metrics  `json:"metrics"`
-	Log      Log      `json:"log"`
+	// Templates configures the root filesystems sandboxes may be made
+	// from besides the host's, which `airlock template` registers.
+	Templates Templates `json:"templates"`
+	Metrics   Metrics   `json:"metrics"`
+	Log       Log       `json:"log"`
 	// Redaction is the output policy of every tenant's sessions unless
 	// Tenants says otherwise; not a security boundary.
 	Redaction Redaction `json:"redaction"`
@@ -347,13 +350,14 @@ func Default() Config {
 			MaxRichOutput:           32 << 20,
 			MaxSessionCommands:      16,
 		},
-		Network:  DefaultNetwork(),
-		Packages: DefaultPackages(),
-		Store:    DefaultStore(),
-		Audit:    Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096, FlushInterval: Duration(50 * time.Millisecond), OnFailure: AuditRefuse, RefusalInterval: Duration(time.Minute)},
-		MCP:      MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute), IdleTimeout: Duration(2 * time.Minute)},
-		Metrics:  Metrics{Enabled: true},
-		Log:      Log{Format: "text", Level: "info"},
+		Network:   DefaultNetwork(),
+		Packages:  DefaultPackages(),
+		Store:     DefaultStore(),
+		Templates: DefaultTemplates(),
+		Audit:     Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096, FlushInterval: Duration(50 * time.Millisecond), OnFailure: AuditRefuse, RefusalInterval: Duration(time.Minute)},
+		MCP:       MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute), IdleTimeout: Duration(2 * time.Minute)},
+		Metrics:   Metrics{Enabled: true},
+		Log:       Log{Format: "text", Level: "info"},
 		Pool: Pool{
 			Size:     map[string]int{"python": 8, "bash": 2, "javascript": 2},
 			Zygote:   true,
@@ -544,6 +548,7 @@ func (c Config) Validate() error {
 	if err := c.Packages.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.validateTemplates()...)
 	if c.Pool.Parallel < 1 || c.Pool.Parallel > 256 {
 		errs = append(errs, fmt.Errorf("pool.parallel %d must be between 1 and 256", c.Pool.Parallel))
 	}
@@ -599,6 +604,11 @@ func (c Config) validateIDs() []error {
 	}
 	for _, n := range c.Pool.NetworkSize {
 		need += n
+	}
+	for _, sizes := range c.Templates.Pool {
+		for _, n := range sizes {
+			need += n
+		}
 	}
 	if have := int(c.IDCount/2) - int(c.IDCount/8); len(errs) == 0 && have < need {
 		errs = append(errs, fmt.Errorf("id_count %d gives the server %d sandboxes, fewer than server.max_sessions + server.max_concurrent_executions + the pools + the template (%d)", c.IDCount, have, need))

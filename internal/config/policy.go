@@ -55,6 +55,9 @@ type Tenant struct {
 	// of the tenant asking for another is refused. It must be the
 	// server's isolation or in allow_isolation.
 	Isolation Isolation `json:"isolation,omitempty"`
+	// Templates, when set, are the only templates the tenant's requests
+	// may name (a request naming none gets templates.default).
+	Templates []string `json:"templates,omitempty"`
 }
 
 // RedactionFor is the redaction of tenant's sessions: its own if set,

@@ -117,6 +117,9 @@ type Spec struct {
 	Limits config.Limits
 	// ReadyTimeout bounds the boot; 30s when zero.
 	ReadyTimeout time.Duration
+	// Root is the sandbox's root (jail.Host.ImageRoot, whose static part
+	// is this kernel's too); nil is the host's.
+	Root *jail.Root
 	// NetNS, when set, is a network namespace of airlock's own (see
 	// egress.NewNamespace) the sandbox joins with runsc's host network
 	// (--network=host): its sockets are the host kernel's, in that
@@ -475,6 +478,9 @@ func (s *Sandbox) mountScratch(l config.Limits) error {
 	}
 	if err := unix.Mount("tmpfs", tmp, "tmpfs", scratchFlags, scratchData(l)+",mode=1777"); err != nil {
 		return fmt.Errorf("mount tmp: %w", err)
+	}
+	if s.spec.Root != nil {
+		return nil // the host's caches are not a template's
 	}
 	for name, src := range s.h.tmpCopy {
 		if err := copyTree(src, filepath.Join(tmp, name), rootfs.UserID, rootfs.GroupID); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"airlock/internal/config"
 	"airlock/internal/jail"
+	"airlock/internal/rootfs"
 )
 
 // The OCI runtime spec, as much of it as airlock writes.
@@ -130,12 +131,21 @@ func (s *Sandbox) writeBundle() error {
 		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
 		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
 		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "nodev", "mode=1777", "size=" + itoa(min(int64(l.Disk), 64<<20))}},
-		{Destination: "/usr", Type: "bind", Source: "/usr", Options: []string{"rbind", "ro", "nosuid", "nodev"}},
 	}
-	for _, name := range s.h.root.EtcBind {
-		src := filepath.Join("/etc", name)
-		if st, err := os.Stat(src); err == nil && st.IsDir() {
-			mounts = append(mounts, ociMount{Destination: src, Type: "bind", Source: src, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+	root := s.root()
+	if root.Image != "" {
+		// A template's trees (checked to be directories when the root was
+		// prepared; the store never changes a version once made).
+		for _, b := range root.ImageBinds {
+			mounts = append(mounts, ociMount{Destination: "/" + b, Type: "bind", Source: filepath.Join(root.Image, b), Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+		}
+	} else {
+		mounts = append(mounts, ociMount{Destination: "/usr", Type: "bind", Source: "/usr", Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+		for _, name := range root.EtcBind {
+			src := filepath.Join("/etc", name)
+			if st, err := os.Stat(src); err == nil && st.IsDir() {
+				mounts = append(mounts, ociMount{Destination: src, Type: "bind", Source: src, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+			}
 		}
 	}
 	mounts = append(mounts,
@@ -157,8 +167,8 @@ func (s *Sandbox) writeBundle() error {
 	spec := ociSpec{
 		Version:  "1.0.2",
 		Process:  init,
-		Root:     ociRoot{Path: s.h.root.Template, Readonly: true},
-		Hostname: s.h.root.Hostname,
+		Root:     ociRoot{Path: root.Template, Readonly: true},
+		Hostname: root.Hostname,
 		Mounts:   mounts,
 		Linux: ociLinux{
 			Namespaces: []ociNamespace{{Type: "pid"}, {Type: "network", Path: s.netnsPath()}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}},
@@ -175,6 +185,14 @@ func (s *Sandbox) writeBundle() error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600)
+}
+
+// root is the sandbox's root spec: a template's, or the host's.
+func (s *Sandbox) root() rootfs.Spec {
+	if s.spec.Root != nil {
+		return s.spec.Root.Spec()
+	}
+	return s.h.root
 }
 
 // netnsPath names the sandbox's network namespace for runsc: the handle

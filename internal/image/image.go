@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"airlock/internal/config"
 	"airlock/internal/errdefs"
 )
 
@@ -87,21 +88,8 @@ type Event struct {
 // ErrNoTemplate: no template of that name.
 var ErrNoTemplate = fmt.Errorf("%w: no such template", errdefs.ErrNotFound)
 
-// CheckName checks a template's name: a lower-case letter or digit, then
-// up to 62 of those, '.', '_' and '-'.
-func CheckName(name string) error {
-	if name == "" || len(name) > 63 {
-		return fmt.Errorf("%w: template name %q must be 1 to 63 characters", errdefs.ErrInvalidArgument, trimName(name))
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || i > 0 && (c == '.' || c == '_' || c == '-')
-		if !ok {
-			return fmt.Errorf("%w: template name %q: lower-case letters, digits, '.', '_' and '-', starting with a letter or digit", errdefs.ErrInvalidArgument, trimName(name))
-		}
-	}
-	return nil
-}
+// CheckName checks a template's name (config.CheckTemplateName).
+func CheckName(name string) error { return config.CheckTemplateName(name) }
 
 // Resolve returns the path, inside root, that p (absolute, as the sandbox
 // sees it) leads to once every symlink on the way is read, as the kernel

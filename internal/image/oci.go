@@ -229,7 +229,7 @@ func openLayout(dir, ref, kind string) (*source, error) {
 
 // imageInfo is what an import records of an OCI image.
 type imageInfo struct {
-	Digest string   // the manifest's (layouts) or the config's (docker archives)
+	Digest string // the manifest's (layouts) or the config's (docker archives)
 	Config v1.ConfigFile
 	Layers []v1.Hash // diff ids
 	Size   int64     // declared compressed size of the layers

@@ -270,6 +270,20 @@ func (s *Store) Acquire(name string) (*Lease, error) {
 	return &Lease{Template: t, s: s, key: key}, nil
 }
 
+// Clone holds the same version once more (a sandbox made from a pool's
+// version holds it for as long as it lives); release each separately.
+func (l *Lease) Clone() *Lease {
+	s := l.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h := s.leases[l.key]; h != nil {
+		h.refs++
+	} else {
+		panic("image: Clone of a released lease")
+	}
+	return &Lease{Template: l.Template, s: s, key: l.key}
+}
+
 // Release lets the version go; once nothing holds it and it is no longer
 // current, it is removed. It may be called more than once.
 func (l *Lease) Release() {
@@ -487,6 +501,8 @@ type ImportOptions struct {
 	Limits Limits
 	// Progress hears each step (may be nil).
 	Progress func(Event)
+	// as describes a directory import as what it was built from.
+	as *Template
 }
 
 // Import imports src as a new version of the template name: a directory
@@ -528,6 +544,9 @@ func (s *Store) Import(ctx context.Context, name, src string, o ImportOptions) (
 			t, err = s.importOCI(ctx, a, t, src, o, progress)
 		}
 		t.Stripped = a.strip
+		if o.as != nil {
+			t.Source, t.From, t.Digest, t.Packages = o.as.Source, o.as.From, o.as.Digest, o.as.Packages
+		}
 		return err
 	}()
 	if err == nil {

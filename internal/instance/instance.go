@@ -451,6 +451,8 @@ func New(ctx context.Context, k Kernel, slots *Slots, rt runtimes.Runtime, l con
 		}
 	}()
 	undo.AddFunc(func() { slots.Put(slot) })
+	unhold := k.Root().hold()
+	undo.AddFunc(unhold)
 	sb, err := k.start(ctx, slot, l, net)
 	if err != nil {
 		return nil, err
@@ -467,7 +469,7 @@ func New(ctx context.Context, k Kernel, slots *Slots, rt runtimes.Runtime, l con
 	}
 	undo.Release()
 	inst.isolation = k.Isolation()
-	inst.release = func() { slots.Put(slot) }
+	inst.release = func() { slots.Put(slot); unhold() }
 	return inst, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"airlock/internal/egress"
 	"airlock/internal/errdefs"
 	"airlock/internal/gvisor"
+	"airlock/internal/image"
 	"airlock/internal/jail"
 	"airlock/internal/runtimes"
 	"airlock/internal/workspace"
@@ -55,10 +56,64 @@ type Kernel interface {
 	start(ctx context.Context, slot uint32, l config.Limits, net bool) (sandbox, error)
 	// sessionCommand is rt's session runtime's argv in this kernel.
 	sessionCommand(rt runtimes.Runtime) []string
+	// WithRoot is the same kernel building its sandboxes on r (nil: the
+	// host's root).
+	WithRoot(r *Root) Kernel
+	// Root is the template root its sandboxes get (nil: the host's).
+	Root() *Root
+}
+
+// Root is one version of a template as sandboxes' root: prepared once per
+// host, held (its lease) by every sandbox made from it for as long as the
+// sandbox lives, so that an import of a newer version or a removal never
+// pulls it from under a running session.
+type Root struct {
+	lease *image.Lease
+	jail  *jail.Root
+}
+
+// NewRoot prepares the template version lease holds as a root for h's
+// sandboxes (and gVisor's: the static part is the same). The caller
+// keeps lease and releases it when no new sandbox will be made from it.
+func NewRoot(h *jail.Host, lease *image.Lease) (*Root, error) {
+	jr, err := h.ImageRoot(lease.Root, lease.Name+"-"+lease.Version)
+	if err != nil {
+		return nil, err
+	}
+	return &Root{lease: lease, jail: jr}, nil
+}
+
+// Template is the template's name and version.
+func (r *Root) Template() image.Template { return r.lease.Template }
+
+// Jail is the prepared root (nil for the host's).
+func (r *Root) Jail() *jail.Root {
+	if r == nil {
+		return nil
+	}
+	return r.jail
+}
+
+// hold holds the root's version for one more sandbox.
+func (r *Root) hold() func() {
+	if r == nil {
+		return func() {}
+	}
+	return r.lease.Clone().Release
 }
 
 // Native runs sandboxes on the host kernel, in airlock's own jail.
-type Native struct{ Host *jail.Host }
+type Native struct {
+	Host *jail.Host
+	// R is the template root of its sandboxes (nil: the host's).
+	R *Root
+}
+
+// WithRoot implements Kernel.
+func (k Native) WithRoot(r *Root) Kernel { k.R = r; return k }
+
+// Root implements Kernel.
+func (k Native) Root() *Root { return k.R }
 
 // Isolation implements Kernel.
 func (Native) Isolation() config.Isolation { return config.Native }
@@ -67,7 +122,7 @@ func (Native) Isolation() config.Isolation { return config.Native }
 func (Native) NetworkAtStart() bool { return false }
 
 func (k Native) start(ctx context.Context, slot uint32, l config.Limits, _ bool) (sandbox, error) {
-	return k.Host.Start(ctx, jail.Spec{Name: "s-" + strconv.FormatUint(uint64(slot), 10), Slot: slot, Limits: l})
+	return k.Host.Start(ctx, jail.Spec{Name: "s-" + strconv.FormatUint(uint64(slot), 10), Slot: slot, Limits: l, Root: k.R.Jail()})
 }
 
 func (Native) sessionCommand(rt runtimes.Runtime) []string { return rt.SessionCommand() }
@@ -79,7 +134,15 @@ type GVisor struct {
 	// hello, so that a pooled one serves its first execution warm (there
 	// is no template to fork from across gVisor sandboxes).
 	Preload []string
+	// R is the template root of its sandboxes (nil: the host's).
+	R *Root
 }
+
+// WithRoot implements Kernel.
+func (k GVisor) WithRoot(r *Root) Kernel { k.R = r; return k }
+
+// Root implements Kernel.
+func (k GVisor) Root() *Root { return k.R }
 
 // GVisorPrefix starts the names of gVisor sandboxes (their cgroups).
 const GVisorPrefix = "g-"
@@ -92,7 +155,7 @@ func (GVisor) Isolation() config.Isolation { return config.GVisor }
 func (GVisor) NetworkAtStart() bool { return true }
 
 func (k GVisor) start(ctx context.Context, slot uint32, l config.Limits, net bool) (sandbox, error) {
-	spec := gvisor.Spec{Name: GVisorPrefix + strconv.FormatUint(uint64(slot), 10), Limits: l}
+	spec := gvisor.Spec{Name: GVisorPrefix + strconv.FormatUint(uint64(slot), 10), Limits: l, Root: k.R.Jail()}
 	if net {
 		ns, err := egress.NewNamespace()
 		if err != nil {

@@ -41,6 +41,10 @@ type Host struct {
 	tmpCopy  map[string]string
 	baseRoot rootfs.Spec
 	cli      cliLease // pod mode's CLI slot (slots_linux.go)
+
+	// rootsMu guards roots: templates' roots by image directory.
+	rootsMu sync.Mutex
+	roots   map[string]*Root
 }
 
 // NewHost prepares the host. It fails with errdefs.ErrUnavailable when a
@@ -107,6 +111,87 @@ func NewHost(o Options) (_ *Host, err error) {
 	h.baseRoot.Template = tmpl
 	h.baseRoot.Etc, h.baseRoot.EtcCopy, h.baseRoot.Files = nil, nil, nil
 	return h, nil
+}
+
+// Root is a sandbox root other than the host's: a template's (see
+// rootfs.ForImage), its static part written once.
+type Root struct {
+	spec  rootfs.Spec
+	label string
+}
+
+// Label names the root in cgroup names (a template's name and version).
+func (r *Root) Label() string { return r.label }
+
+// Image is the template root's host directory.
+func (r *Root) Image() string { return r.spec.Image }
+
+// Spec is the root's layout, for another kernel's bundle (gVisor).
+func (r *Root) Spec() rootfs.Spec { return r.spec }
+
+// ImageRoot returns the root of sandboxes made from the template root at
+// image (a version directory of the template store, never changed once
+// made), labelled label (letters, digits, '.', '_', '-'): its static part
+// is prepared once and shared.
+func (h *Host) ImageRoot(image, label string) (*Root, error) {
+	h.rootsMu.Lock()
+	defer h.rootsMu.Unlock()
+	if r := h.roots[image]; r != nil {
+		return r, nil
+	}
+	spec, err := PrepareImageRoot(h.opts.StateDir, h.staging, h.opts.RootFiles, image)
+	if err != nil {
+		return nil, err
+	}
+	if h.roots == nil {
+		h.roots = map[string]*Root{}
+	}
+	r := &Root{spec: spec, label: label}
+	h.roots[image] = r
+	return r, nil
+}
+
+// PrepareImageRoot prepares the static part of a root made from the
+// template root at image, in stateDir, and returns its spec (sizes still
+// to fill in). Both kernels use it (their static parts are the same).
+func PrepareImageRoot(stateDir, staging string, files map[string]string, image string) (rootfs.Spec, error) {
+	base := rootfs.DefaultSpec(staging, Hostname)
+	base.Files = files
+	spec, err := rootfs.ForImage(base, image)
+	if err != nil {
+		return spec, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	if spec.Template, err = rootfs.PrepareTemplate(stateDir, spec); err != nil {
+		return spec, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	spec.Etc, spec.Files = nil, nil
+	return spec, nil
+}
+
+// sendSetup sends the setup message, with a descriptor of the template's
+// root when the sandbox has one (the init cannot open the store's path).
+func sendSetup(c *conn, setup *setupMsg) error {
+	if setup.Root.Image == "" {
+		return c.send(message{Op: opSetup, Setup: setup})
+	}
+	trees, err := rootfs.OpenImageTrees(setup.Root)
+	if err != nil {
+		return err
+	}
+	fds := make([]int, len(trees))
+	for i, f := range trees {
+		fds[i] = int(f.Fd())
+		defer f.Close()
+	}
+	return c.send(message{Op: opSetup, Setup: setup}, fds...)
+}
+
+// rootOf is the root spec of a sandbox given r (nil: the host's).
+func (h *Host) rootOf(r *Root) rootfs.Spec {
+	if r == nil {
+		return h.baseRoot
+	}
+	return r.spec
 }
 
 // ShareTmp has every sandbox built from now on start with a copy of the
@@ -346,11 +431,13 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 		go func() { moved <- cg.Add(pid) }()
 	}
 
-	root := h.baseRoot
+	root := h.rootOf(spec.Root)
 	root.Disk = int64(l.Disk)
 	root.Inodes = int64(l.Inodes)
 	root.Shm = min(int64(l.Disk), 64<<20)
-	root.TmpCopy = h.tmpCopy
+	if spec.Root == nil {
+		root.TmpCopy = h.tmpCopy // the host's caches are not a template's
+	}
 	entry := h.entry(l)
 	setup := &setupMsg{
 		Root:     root,
@@ -358,7 +445,8 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 		Entry:    &entry,
 		Placed:   placed,
 	}
-	if err := s.ctl.send(message{Op: opSetup, Setup: setup}); err != nil {
+	err = sendSetup(s.ctl, setup)
+	if err != nil {
 		if !placed {
 			<-moved
 		}

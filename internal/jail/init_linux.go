@@ -65,10 +65,15 @@ func InitMain() {
 	itrace("conn")
 	m, files, err := ctl.recv()
 	itrace("received")
-	closeFiles(files)
 	if err != nil || m.Op != opSetup || m.Setup == nil {
 		fatal(fmt.Errorf("no setup message: %v", err))
 	}
+	// A template's trees come as detached mounts the host made (the only
+	// descriptors the setup carries), attached when the root is built.
+	if m.Setup.Root.Image != "" && len(files) == len(m.Setup.Root.ImageBinds) {
+		m.Setup.Root.ImageTrees, files = files, nil
+	}
+	closeFiles(files)
 	if m.Setup.Template != nil {
 		if err := execTemplate(ctl, m.Setup); err != nil {
 			ctl.send(message{Op: opError, Error: err.Error()})

@@ -73,6 +73,8 @@ type Spec struct {
 	Limits config.Limits
 	// ReadyTimeout bounds the start; 10s when zero.
 	ReadyTimeout time.Duration
+	// Root is the sandbox's root (Host.ImageRoot); nil is the host's.
+	Root *Root
 }
 
 // CLISlot returns the id slot of a one-shot CLI run on a host (no

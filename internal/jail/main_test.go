@@ -24,12 +24,17 @@ func TestMain(m *testing.M) {
 var testSeq atomic.Uint32
 
 // testSpec returns a spec with a unique name and id slot.
+// testRoot is the root of the sandboxes testSpec describes (nil: the
+// host's); TestEscapesOnTemplateRoot sets it while it runs.
+var testRoot *Root
+
 func testSpec(l config.Limits) Spec {
 	n := testSeq.Add(1)
 	s := Spec{
 		Name:   "t-" + itoa(os.Getpid()) + "-" + itoa(int(n)),
 		Slot:   1<<23 | uint32(os.Getpid()&0xffff)<<6 | n&63,
 		Limits: l,
+		Root:   testRoot,
 	}
 	logSpec(s) // so that the leak guard knows which ids and cgroups to check
 	return s

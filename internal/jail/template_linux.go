@@ -29,6 +29,9 @@ type TemplateSpec struct {
 	Argv     []string
 	Env      []string
 	KeepCaps []int
+	// Root is the root its sandboxes will have (nil: the host's): the
+	// template's is laid out the same.
+	Root *Root
 }
 
 // Template is a running template process. Conn is its fd 3 (SOCK_SEQPACKET).
@@ -73,12 +76,14 @@ func (h *Host) StartTemplate(ctx context.Context, spec TemplateSpec) (_ *Templat
 	if err != nil {
 		return nil, err
 	}
-	root := h.baseRoot
+	root := h.rootOf(spec.Root)
 	root.Disk, root.Inodes, root.Shm = 64<<20, 4096, 1<<20
 	// The template runs as root without CAP_DAC_OVERRIDE: its scratch
 	// copies must be its own to be writable.
 	root.UID, root.GID = 0, 0
-	root.TmpCopy = h.tmpCopy
+	if spec.Root == nil {
+		root.TmpCopy = h.tmpCopy
+	}
 	root.NoProc = true
 	setup := &setupMsg{
 		Root:     root,
@@ -89,7 +94,7 @@ func (h *Host) StartTemplate(ctx context.Context, spec TemplateSpec) (_ *Templat
 			{Resource: unix.RLIMIT_NOFILE, Cur: 4096, Max: 4096},
 		},
 	}
-	if err := ctl.send(message{Op: opSetup, Setup: setup}); err != nil {
+	if err := sendSetup(ctl, setup); err != nil {
 		ctl.close()
 		return nil, fmt.Errorf("%w: template setup: %v", errdefs.ErrUnavailable, err)
 	}

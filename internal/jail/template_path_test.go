@@ -29,7 +29,7 @@ var template *zygote.Zygote
 
 func init() {
 	jail.TemplateStart = func(h *jail.Host) error {
-		z, err := zygote.Start(context.Background(), h, config.Default(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		z, err := zygote.Start(context.Background(), h, config.Default(), slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 		template = z
 		return err
 	}

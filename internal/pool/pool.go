@@ -354,7 +354,7 @@ func (p *Pool) keepZygote() {
 	defer tried.Do(func() { close(p.zygTried) })
 	backoff := time.Second
 	for p.ctx.Err() == nil {
-		z, err := startTemplate(p.ctx, p.host, p.cfg, p.log)
+		z, err := startTemplate(p.ctx, p.host, p.cfg, p.log, p.kernel.Root().Jail())
 		if err != nil {
 			p.zmu.Lock()
 			p.zygFails++

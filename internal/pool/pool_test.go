@@ -21,7 +21,7 @@ func TestMain(m *testing.M) { jail.RunTests(m) }
 
 // testPool starts a pool of one python sandbox, with the template, whose
 // template starts through start.
-func testPool(t *testing.T, start func(context.Context, *jail.Host, config.Config, *slog.Logger) (*zygote.Zygote, error)) *Pool {
+func testPool(t *testing.T, start func(context.Context, *jail.Host, config.Config, *slog.Logger, *jail.Root) (*zygote.Zygote, error)) *Pool {
 	t.Helper()
 	h, cfg := jailtest.Host(t, "pool", func(c *config.Config) {
 		c.Pool.Preload = []string{"json"} // quick to start
@@ -92,7 +92,7 @@ func readyForked(p *Pool) bool {
 // counted so.
 func TestTemplateFailsSandboxesStartCold(t *testing.T) {
 	setTemplateWait(t, time.Hour)
-	p := testPool(t, func(context.Context, *jail.Host, config.Config, *slog.Logger) (*zygote.Zygote, error) {
+	p := testPool(t, func(context.Context, *jail.Host, config.Config, *slog.Logger, *jail.Root) (*zygote.Zygote, error) {
 		return nil, errors.New("no template here")
 	})
 	if inst := get(t, p); inst.Forked() {
@@ -113,13 +113,13 @@ func TestTemplateFailsSandboxesStartCold(t *testing.T) {
 func TestSlowTemplateColdOnesReplaced(t *testing.T) {
 	setTemplateWait(t, 50*time.Millisecond)
 	release := make(chan struct{})
-	p := testPool(t, func(ctx context.Context, h *jail.Host, cfg config.Config, log *slog.Logger) (*zygote.Zygote, error) {
+	p := testPool(t, func(ctx context.Context, h *jail.Host, cfg config.Config, log *slog.Logger, root *jail.Root) (*zygote.Zygote, error) {
 		select {
 		case <-release:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		return zygote.Start(ctx, h, cfg, log)
+		return zygote.Start(ctx, h, cfg, log, root)
 	})
 	if inst := get(t, p); inst.Forked() {
 		t.Error("a sandbox forked by a template that was not up")

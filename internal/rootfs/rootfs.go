@@ -12,6 +12,7 @@ package rootfs
 
 import (
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 )
@@ -50,6 +51,23 @@ type Spec struct {
 	// NoProc leaves /proc empty: for a template process that runs in the
 	// host's pid namespace and has no business seeing it.
 	NoProc bool `json:"no_proc,omitempty"`
+	// Image, when set, is the host directory of a template's root
+	// filesystem (see ForImage): the sandbox sees its trees instead of
+	// the host's /usr and /etc.
+	Image string `json:"image,omitempty"`
+	// ImageBinds are the directories of Image bound read-only at the
+	// same place in the sandbox ("usr", "lib" when it is a directory,
+	// "opt/conda"...).
+	ImageBinds []string `json:"image_binds,omitempty"`
+	// ImageLinks are Image's top-level symlinks ("bin" -> "usr/bin"),
+	// made the same in the sandbox's root.
+	ImageLinks map[string]string `json:"image_links,omitempty"`
+	// ImageTrees are detached mounts of ImageBinds (in order) that the
+	// host made (OpenImageTrees) and passes to the init with the spec:
+	// the init never resolves a host path of the store itself (it could
+	// not: the store's parents are the host root's), it only attaches
+	// them.
+	ImageTrees []*os.File `json:"-"`
 }
 
 // Sandbox user identity inside every sandbox.
@@ -116,6 +134,27 @@ func (s Spec) Validate() error {
 	if s.Template != "" {
 		if err := check("template", s.Template, true); err != nil {
 			return err
+		}
+	}
+	if s.Image != "" {
+		if err := check("image", s.Image, true); err != nil {
+			return err
+		}
+	}
+	for _, b := range s.ImageBinds {
+		if err := check("image bind", b, false); err != nil {
+			return err
+		}
+		if s.Image == "" {
+			return fmt.Errorf("rootfs: image bind %q without an image", b)
+		}
+	}
+	for name, target := range s.ImageLinks {
+		if err := check("image link", name, false); err != nil {
+			return err
+		}
+		if strings.Contains(name, "/") || target == "" || strings.Contains(target, "\x00") {
+			return fmt.Errorf("rootfs: image link %q -> %q", name, target)
 		}
 	}
 	for name := range s.Etc {

@@ -37,11 +37,26 @@ func Build(s Spec) error {
 	if err := setattr(root, false, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV); err != nil {
 		return err
 	}
-	if err := bindReadOnly("/usr", filepath.Join(root, "usr"), true); err != nil {
-		return err
-	}
-	if err := bindEtc(root, s); err != nil {
-		return err
+	if s.Image != "" {
+		// A template's trees instead of the host's /usr and /etc (its
+		// /etc is a copy in the static part).
+		if len(s.ImageTrees) != len(s.ImageBinds) {
+			return fmt.Errorf("rootfs: %d template mounts for %d trees", len(s.ImageTrees), len(s.ImageBinds))
+		}
+		for i, b := range s.ImageBinds {
+			err := attachImage(s.ImageTrees[i], filepath.Join(root, b))
+			s.ImageTrees[i].Close()
+			if err != nil {
+				return err
+			}
+		}
+	} else {
+		if err := bindReadOnly("/usr", filepath.Join(root, "usr"), true); err != nil {
+			return err
+		}
+		if err := bindEtc(root, s); err != nil {
+			return err
+		}
 	}
 	if err := buildDev(root, s); err != nil {
 		return err
@@ -91,9 +106,17 @@ func populate(root string, s Spec) error {
 			return fmt.Errorf("rootfs: %w", err)
 		}
 	}
+	if s.Image != "" {
+		if err := populateImage(root, s); err != nil {
+			return err
+		}
+	}
 	for _, l := range []struct{ name, target string }{
 		{"bin", "usr/bin"}, {"sbin", "usr/sbin"}, {"lib", "usr/lib"}, {"lib64", "usr/lib64"}, {"lib32", "usr/lib32"}, {"libx32", "usr/libx32"},
 	} {
+		if s.Image != "" {
+			break // the template's own, above
+		}
 		// Merged-/usr links, only where the host has the target.
 		if _, err := os.Stat("/" + l.target); err != nil {
 			continue
@@ -197,6 +220,10 @@ func PrepareTemplate(dir string, s Spec) (string, error) {
 	}
 	for _, k := range sortedKeys(s.Files) {
 		fmt.Fprintf(h, "file %q %q\n", k, s.Files[k])
+	}
+	// A template's version directory never changes once made.
+	if s.Image != "" {
+		fmt.Fprintf(h, "image %q %q %q\n", s.Image, s.ImageBinds, s.ImageLinks)
 	}
 	final := filepath.Join(dir, fmt.Sprintf("rootfs-%x", h.Sum(nil)[:12]))
 	if st, err := os.Lstat(final); err == nil && st.IsDir() {
@@ -524,4 +551,3 @@ func Hostname(name string) error {
 	}
 	return nil
 }
-

@@ -78,7 +78,8 @@ type Server struct {
 
 	host    *jail.Host
 	lock    *os.File
-	pool    *pool.Pool // nil without warm pools
+	pool    *pool.Pool      // nil without warm pools
+	tmpl    *pool.Templates // nil without a template store
 	manager *session.Manager
 	api     *api.Server
 	mcp     *mcp.Server // nil when mcp.enabled is off
@@ -229,6 +230,9 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 			s.manager.AddSource(iso, &instance.Cold{Kernel: k, Slots: slots})
 		}
 	}
+	if err := s.openTemplates(cfg, kernels, slots); err != nil {
+		return nil, err
+	}
 	eg, err := s.newEgress(cfg.Network)
 	if err != nil {
 		return nil, err
@@ -243,8 +247,8 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	if err := s.tenancy(); err != nil {
 		return nil, err
 	}
-	if s.pool != nil {
-		s.api.Stats = s.pool.Stats
+	if s.pool != nil || s.tmpl != nil {
+		s.api.Stats = s.poolStats
 	}
 	s.observe(metricsLn)
 	s.api.Refused = s.refused
@@ -290,8 +294,8 @@ func (s *Server) observe(ln net.Listener) {
 	s.metrics = metrics.New()
 	s.manager.Observe(s.metrics)
 	s.api.Observe = s.metrics.HTTP
-	if s.pool != nil {
-		s.metrics.Pools(s.pool.Stats)
+	if s.pool != nil || s.tmpl != nil {
+		s.metrics.Pools(s.poolStats)
 	}
 	if s.quotas != nil {
 		s.metrics.Quotas(s.quotas.Refused)

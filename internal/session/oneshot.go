@@ -34,7 +34,7 @@ func (m *Manager) RunOnce(ctx context.Context, req apitype.OneShotRequest, emit 
 	if len(req.Code) > MaxCode {
 		return nil, fmt.Errorf("%w: code is larger than %d bytes", errdefs.ErrTooLarge, MaxCode)
 	}
-	o, err := m.prepareOneShot(req.Language, req.Isolation, req.Limits, req.Env, req.Files, req.Network)
+	o, err := m.prepareOneShot(req.Language, req.Isolation, req.Template, req.Limits, req.Env, req.Files, req.Network)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +70,7 @@ func (m *Manager) RunProgram(ctx context.Context, req apitype.ProgramRequest, em
 	if size > MaxArgBytes {
 		return nil, fmt.Errorf("%w: the arguments are larger than %d bytes", errdefs.ErrInvalidArgument, MaxArgBytes)
 	}
-	o, err := m.prepareOneShot(req.Language, req.Isolation, req.Limits, req.Env, req.Files, req.Network)
+	o, err := m.prepareOneShot(req.Language, req.Isolation, req.Template, req.Limits, req.Env, req.Files, req.Network)
 	if err != nil {
 		return nil, err
 	}
@@ -132,6 +132,7 @@ type inputFile struct {
 // oneShotPlan is a checked one-shot request.
 type oneShotPlan struct {
 	iso    config.Isolation
+	tmpl   string
 	rt     runtimes.Runtime
 	limits config.Limits
 	env    map[string]string
@@ -145,12 +146,15 @@ type oneShotPlan struct {
 	manager  string
 }
 
-func (m *Manager) prepareOneShot(lang string, iso config.Isolation, req config.Limits, env map[string]string, in []apitype.InputFile, network *apitype.NetworkPolicy) (*oneShotPlan, error) {
+func (m *Manager) prepareOneShot(lang string, iso config.Isolation, tmpl string, req config.Limits, env map[string]string, in []apitype.InputFile, network *apitype.NetworkPolicy) (*oneShotPlan, error) {
 	rt, err := m.lookup(lang)
 	if err != nil {
 		return nil, err
 	}
 	if iso, err = m.isolation(iso); err != nil {
+		return nil, err
+	}
+	if tmpl, err = m.template(tmpl); err != nil {
 		return nil, err
 	}
 	limits, err := config.Resolve(req, m.cfg.Defaults, m.cfg.Max)
@@ -164,7 +168,7 @@ func (m *Manager) prepareOneShot(lang string, iso config.Isolation, req config.L
 	if err != nil {
 		return nil, err
 	}
-	o := &oneShotPlan{iso: iso, rt: rt, limits: limits, env: env, policy: policy}
+	o := &oneShotPlan{iso: iso, tmpl: tmpl, rt: rt, limits: limits, env: env, policy: policy}
 	total := int64(0)
 	seen := map[string]bool{}
 	for i, f := range in {
@@ -227,7 +231,7 @@ func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req request, emit
 	}
 	m.bg.Add(1) // under mu: Close waits only after it set closed
 	m.mu.Unlock()
-	s, err := m.start(ctx, o.iso, o.rt, o.limits, o.runtimeEnv, time.Hour, o.policy, !o.policy.Empty())
+	s, err := m.start(ctx, o.iso, o.tmpl, o.rt, o.limits, o.runtimeEnv, time.Hour, o.policy, !o.policy.Empty())
 	if err != nil {
 		m.bg.Done()
 		release()

@@ -33,6 +33,7 @@ import (
 	"airlock/internal/egress"
 	"airlock/internal/errdefs"
 	"airlock/internal/identity"
+	"airlock/internal/image"
 	"airlock/internal/instance"
 	"airlock/internal/packages"
 	"airlock/internal/runtimes"
@@ -54,10 +55,12 @@ type Manager struct {
 	cfg config.Config
 	// sources build the sandboxes of each isolation the server offers.
 	sources map[config.Isolation]Source
-	log     *slog.Logger
-	obs     Observer      // nil: nobody listens
-	egress  *Egress       // nil: no client may ask for a network
-	execs   chan struct{} // bounds concurrent executions, one-shot included
+	// templates build those made from templates (nil: none).
+	templates TemplateSources
+	log       *slog.Logger
+	obs       Observer      // nil: nobody listens
+	egress    *Egress       // nil: no client may ask for a network
+	execs     chan struct{} // bounds concurrent executions, one-shot included
 	// ids makes session ids and judges unknown ones (nil: a server on
 	// its own).
 	ids *cluster.Identity
@@ -116,6 +119,33 @@ func newManager(cfg config.Config, source Source, log *slog.Logger) *Manager {
 // anything.
 func (m *Manager) SetIdentity(id *cluster.Identity) { m.ids = id }
 
+// TemplateSources are the sources of sandboxes made from templates
+// (pool.Templates).
+type TemplateSources interface {
+	// Source returns the source of template name's sandboxes on iso for
+	// a runtime of lang, and the version it builds from.
+	Source(iso config.Isolation, name, lang string) (instance.Source, image.Template, error)
+}
+
+// SetTemplates makes templates available to requests; call it before the
+// manager serves anything.
+func (m *Manager) SetTemplates(t TemplateSources) { m.templates = t }
+
+// template resolves a request's template: empty is templates.default
+// (itself empty: the host's root).
+func (m *Manager) template(asked string) (string, error) {
+	if asked == "" {
+		return m.cfg.Templates.Default, nil
+	}
+	if err := config.CheckTemplateName(asked); err != nil {
+		return "", err
+	}
+	if m.templates == nil {
+		return "", fmt.Errorf("%w: template %q: this server has no templates", errdefs.ErrInvalidArgument, asked)
+	}
+	return asked, nil
+}
+
 // AddSource makes isolation iso available to requests, its sandboxes
 // built by src; call it before the manager serves anything.
 func (m *Manager) AddSource(iso config.Isolation, src instance.Source) {
@@ -173,6 +203,9 @@ type Session struct {
 	limits    config.Limits
 	idle      time.Duration
 	inst      Instance
+	// template and templateVersion: what the root was made from (empty:
+	// the host's root).
+	template, templateVersion string
 	// env is the runtime's, which commands start from: replaced, never
 	// changed in place, under mu (a network given later adds its proxy
 	// settings); envPending are those the runtime has yet to take.
@@ -258,6 +291,10 @@ func (m *Manager) Create(ctx context.Context, req apitype.CreateSessionRequest) 
 	if err != nil {
 		return nil, err
 	}
+	tmpl, err := m.template(req.Template)
+	if err != nil {
+		return nil, err
+	}
 	if err := ValidateEnv(req.Env, m.cfg.Server.MaxEnv); err != nil {
 		return nil, err
 	}
@@ -295,7 +332,7 @@ func (m *Manager) Create(ctx context.Context, req apitype.CreateSessionRequest) 
 	// given a policy later: on a kernel whose network is fixed at boot
 	// (gVisor), its sandbox is started with one.
 	net := !policy.Empty() || (req.Network != nil && m.egress != nil && m.egress.Enabled)
-	s, err := m.start(ctx, iso, rt, limits, m.proxyEnv(sessionEnv(rt, limits, req.Env), policy), idle, policy, net)
+	s, err := m.start(ctx, iso, tmpl, rt, limits, m.proxyEnv(sessionEnv(rt, limits, req.Env), policy), idle, policy, net)
 	if err != nil {
 		return nil, err
 	}
@@ -346,11 +383,11 @@ func sessionEnv(rt runtimes.Runtime, limits config.Limits, userEnv map[string]st
 // alive: one that died just before it was handed out (it passed the
 // health check a moment earlier) is replaced. net asks for a sandbox that
 // can be given a network (always so when policy is not empty).
-func (m *Manager) start(ctx context.Context, iso config.Isolation, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration, policy egress.Policy, net bool) (*Session, error) {
+func (m *Manager) start(ctx context.Context, iso config.Isolation, tmpl string, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration, policy egress.Policy, net bool) (*Session, error) {
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		var s *Session
-		s, err = m.startOnce(ctx, iso, rt, limits, env, idle, policy, net)
+		s, err = m.startOnce(ctx, iso, tmpl, rt, limits, env, idle, policy, net)
 		if err == nil || ctx.Err() != nil || !errors.Is(err, errRuntimeGone) {
 			return s, err
 		}
@@ -361,10 +398,18 @@ func (m *Manager) start(ctx context.Context, iso config.Isolation, rt runtimes.R
 
 var errRuntimeGone = errors.New("runtime gone")
 
-func (m *Manager) startOnce(ctx context.Context, iso config.Isolation, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration, policy egress.Policy, net bool) (*Session, error) {
+func (m *Manager) startOnce(ctx context.Context, iso config.Isolation, tmpl string, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration, policy egress.Policy, net bool) (*Session, error) {
 	src, ok := m.sources[iso]
 	if !ok {
 		return nil, fmt.Errorf("%w: isolation %q is not available on this server", errdefs.ErrUnavailable, iso)
+	}
+	var version string
+	if tmpl != "" {
+		ts, tm, err := m.templates.Source(iso, tmpl, rt.Lang)
+		if err != nil {
+			return nil, err
+		}
+		src, version = instances{ts}, tm.Version
 	}
 	inst, err := src.Get(ctx, rt, limits, net)
 	if err != nil {
@@ -372,6 +417,7 @@ func (m *Manager) startOnce(ctx context.Context, iso config.Isolation, rt runtim
 	}
 	s := &Session{
 		m: m, id: m.ids.NewID(), lang: rt, limits: limits, idle: idle, inst: inst, env: env,
+		template: tmpl, templateVersion: version,
 		create: time.Now(), lastUsed: time.Now(),
 		ended: make(chan struct{}), gone: make(chan struct{}),
 	}
@@ -592,6 +638,7 @@ func (s *Session) Info() (info apitype.Session) {
 		CreatedAt: s.create.UTC(), LastUsedAt: s.lastUsed.UTC(),
 		IdleTimeout: config.Duration(s.idle), Limits: s.limits, Executions: s.execCount,
 		Sandbox: s.inst.Name(), Isolation: s.inst.Isolation(), Tenant: s.owner.Tenant,
+		Template: s.template, TemplateVersion: s.templateVersion,
 	}
 }
 

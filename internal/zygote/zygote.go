@@ -88,15 +88,23 @@ type configMsg struct {
 }
 
 // Start launches the template and waits until it has imported preload.
-func Start(ctx context.Context, h *jail.Host, cfg config.Config, log *slog.Logger) (*Zygote, error) {
+// root is the root its sandboxes have (nil: the host's); the template is
+// laid out on it too, so that it imports the template's libraries.
+func Start(ctx context.Context, h *jail.Host, cfg config.Config, log *slog.Logger, root *jail.Root) (*Zygote, error) {
 	tmpl := runtimes.Templates(cfg)
 	if len(tmpl) != 1 {
 		return nil, fmt.Errorf("%w: want one language with a template, not %d", errdefs.ErrUnsupported, len(tmpl))
 	}
 	rt := tmpl[0]
 	env := append(jail.BaseEnv(), rt.SessionEnv(cfg.Defaults)...)
+	name := "zygote-" + rt.Lang
+	if root != nil {
+		// One per template root: cgroup names are unique among live ones.
+		name += "-" + root.Label()
+	}
 	t, err := h.StartTemplate(ctx, jail.TemplateSpec{
-		Name:     "zygote-" + rt.Lang,
+		Name:     name,
+		Root:     root,
 		Memory:   2 << 30,
 		Pids:     4096,
 		Argv:     rt.TemplateCommand(),

@@ -77,7 +77,7 @@ func TestEndWarnedOnlyWhenUnexpected(t *testing.T) {
 			rec := newRecords()
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			z, err := Start(ctx, h, cfg, slog.New(rec))
+			z, err := Start(ctx, h, cfg, slog.New(rec), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
