@@ -191,6 +191,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	try("airlock_run", func() error { return benchRun(ctx, srv, r, o, n(40, 2)) })
 	try("audit", func() error { return benchAudit(ctx, r, o, n(3000, 30)) })
 	try("observe", func() error { return benchObserve(ctx, r, o, n(3000, 30)) })
+	try("egress", func() error { return benchEgress(ctx, r, o, n(7, 1), n(100e6, 10e6)) })
 	if h, err := srv.health(ctx); err == nil {
 		r.Stats["pool"] = h.Pool
 	}
@@ -257,8 +258,9 @@ func nextIDBase() int { return benchIDBase + int(idSeq.Add(1))*benchIDStep }
 // sets top-level keys of its configuration (and "server" keys). Unless
 // extra says otherwise it runs without authentication (on loopback) and
 // without the audit log: the scenarios measure sandboxes, and the audit
-// scenario measures those two.
-func startServer(ctx context.Context, o Options, poolSize int, suffix string, extra map[string]any) (*server, error) {
+// scenario measures those two. hosts, when given, is the server's
+// /etc/hosts (startWithHosts).
+func startServer(ctx context.Context, o Options, poolSize int, suffix string, extra map[string]any, hosts ...string) (*server, error) {
 	name := fmt.Sprintf("airlock-bench-%d%s", os.Getpid(), suffix)
 	dir, err := os.MkdirTemp("", "airlock-bench")
 	if err != nil {
@@ -294,7 +296,11 @@ func startServer(ctx context.Context, o Options, poolSize int, suffix string, ex
 	s.cmd = exec.Command(o.Binary, "serve", "--config", cfgPath)
 	pr, pw := io.Pipe()
 	s.cmd.Stderr = pw
-	if err := s.cmd.Start(); err != nil {
+	start := s.cmd.Start
+	if len(hosts) > 0 {
+		start = func() error { return startWithHosts(s.cmd, hosts[0]) }
+	}
+	if err := start(); err != nil {
 		return nil, err
 	}
 	addr := make(chan string, 1)
