@@ -70,10 +70,7 @@ func newWorld(size int) (*world, error) {
 	var l net.Listener
 	var err error
 	if w.ns, err = egress.NewNamespace(); err == nil {
-		err = onThreadIn(func() error { return unix.Setns(int(w.ns.Fd()), unix.CLONE_NEWNET) }, func() (err error) {
-			l, err = net.Listen("tcp4", "0.0.0.0:80")
-			return err
-		})
+		l, err = egress.ListenIn(w.ns, "0.0.0.0:80")
 	}
 	if err != nil {
 		w.close()
@@ -141,30 +138,6 @@ func (w *world) close() {
 	if w.ns != nil {
 		w.ns.Close()
 	}
-}
-
-// onThreadIn runs enter, then fn, on a locked OS thread that goes back
-// to its own network namespace afterwards (or dies with the goroutine).
-func onThreadIn(enter, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		if err = enter(); err == nil {
-			err = fn()
-		}
-		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-		errc <- err
-	}()
-	return <-errc
 }
 
 // startWithHosts starts cmd in a mount namespace of its own where

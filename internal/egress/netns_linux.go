@@ -101,6 +101,18 @@ func NewNamespace() (*os.File, error) {
 	return ns, nil
 }
 
+// ListenIn opens a TCP listener on addr inside the network namespace ns
+// (one of NewNamespace's), served from anywhere: the bench's upstream
+// lives in one.
+func ListenIn(ns *os.File, addr string) (net.Listener, error) {
+	var l net.Listener
+	err := inNetns(int(ns.Fd()), func() (err error) {
+		l, err = net.Listen("tcp4", addr)
+		return err
+	})
+	return l, err
+}
+
 // Attach puts a gate's sockets into the network namespace of the process
 // behind pidfd and starts serving them. The policy must not be empty.
 func Attach(pidfd int, o Options) (_ *Gate, err error) {
