@@ -3,6 +3,7 @@ package runtimes
 import (
 	"airlock/internal/testenv"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -550,6 +551,26 @@ func (p *rtProc) expectError(code, name, status string, exitCode int) jsExec {
 	return e
 }
 
+// TestJavaScriptTransform runs the cell transform's own tests
+// (javascript/tests, node --test): its rewrites, and a differential fuzz of
+// acorn against V8 with a fixed seed.
+func TestJavaScriptTransform(t *testing.T) {
+	t.Parallel()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		testenv.Skip(t, "skipping the JavaScript transform tests: node is not installed (%v)", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, node, "--test", "javascript/tests/transform.test.js").CombinedOutput()
+	if err != nil {
+		t.Fatalf("javascript transform tests failed: %v\n%s", err, out)
+	}
+	if testing.Verbose() {
+		t.Logf("%s", out)
+	}
+}
+
 // Program mode: run starts `node FILE ARGS` with exactly the given
 // environment, reports its status in done and ends the runtime.
 func TestJavaScriptProgram(t *testing.T) {
@@ -639,6 +660,12 @@ func TestJavaScriptRedeclaration(t *testing.T) {
 	// Declarations in cells with top-level await persist too.
 	p.mustOK("const fromAwait = await Promise.resolve(7); function fa() { return fromAwait }; class CA {}")
 	p.expectResult("const fromAwait = await Promise.resolve(8); [fromAwait, fa(), typeof CA]", "[ 8, 8, 'function' ]")
+	// Cells are read as V8 reads them (acorn): the line after an import
+	// is not part of it (the hand-written tokenizer dropped it), and a
+	// name declared twice in one cell is an error, as in JavaScript.
+	p.expectResult("let sw = [1, 2]\nimport path from 'path'\n[sw[0], sw[1]] = [sw[1], sw[0]]\nsw", "[ 2, 1 ]")
+	p.expectError("let twice = 1; let twice = 2", "SyntaxError", "error", 1)
+	p.expectResult("await 1; (3)", "3")
 }
 
 func TestJavaScriptResults(t *testing.T) {

@@ -1,7 +1,11 @@
 package runtimes
 
 import (
+	"crypto/sha256"
 	"errors"
+	"fmt"
+	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -163,6 +167,7 @@ func TestRootFiles(t *testing.T) {
 		"tracebacks", "display", "wire", "current", "primordials"} {
 		want = append(want, "javascript/"+name+".js")
 	}
+	want = append(want, "javascript/acorn/acorn.js", "javascript/acorn/LICENSE")
 	for _, name := range []string{"__init__", "__main__", "wire", "current", "display", "tracebacks", "syntax", "compilerop", "program", "session",
 		"magics/__init__", "magics/magic", "magics/osm", "magics/execution", "magics/namespace", "magics/packaging",
 		"magics/script", "magics/display", "magics/basic"} {
@@ -174,8 +179,35 @@ func TestRootFiles(t *testing.T) {
 		}
 	}
 	for p := range files {
-		if strings.Contains(p, "/tests/") || strings.Contains(p, "__pycache__") {
+		if strings.Contains(p, "/tests/") || strings.Contains(p, "__pycache__") || strings.HasSuffix(p, "/VENDORED") {
 			t.Errorf("%s is shipped", p)
 		}
+	}
+}
+
+// The acorn the JavaScript runtime ships is the release its record names,
+// unmodified, with its licence.
+func TestVendoredAcorn(t *testing.T) {
+	record, err := os.ReadFile("javascript/acorn/VENDORED")
+	if err != nil {
+		t.Fatal(err)
+	}
+	field := func(name string) string {
+		m := regexp.MustCompile(`(?m)^` + name + `:\s+(\S+)`).FindSubmatch(record)
+		if m == nil {
+			t.Fatalf("VENDORED has no %s", name)
+		}
+		return string(m[1])
+	}
+	files := RootFiles()
+	src := files[RuntimeDir+"/javascript/acorn/acorn.js"]
+	if sum := fmt.Sprintf("%x", sha256.Sum256([]byte(src))); sum != field("sha256") {
+		t.Errorf("shipped acorn.js has sha256 %s, VENDORED records %s", sum, field("sha256"))
+	}
+	if want := `var version = "` + field("version") + `";`; !strings.Contains(src, want) {
+		t.Errorf("shipped acorn.js is not version %s", field("version"))
+	}
+	if lic := files[RuntimeDir+"/javascript/acorn/LICENSE"]; !strings.HasPrefix(lic, "MIT License") {
+		t.Errorf("acorn's licence is not shipped with it: %.40q", lic)
 	}
 }

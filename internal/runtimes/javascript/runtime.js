@@ -17,8 +17,9 @@
  *     to them synchronously, so every byte an execution wrote is in the pipe
  *     before its done is sent. Frames on fd 3 are written synchronously too.
  *
- * Pure Node.js standard library; works on Node 18 and 20. The runtime is
- * split by role, each file requiring only those below it:
+ * Node.js's standard library and acorn, vendored in acorn/ (the parser
+ * Node's own REPL uses for the same job); works on Node 18 and 20. The
+ * runtime is split by role, each file requiring only those below it:
  *
  *   runtime.js      this: the model, and main(), which puts it together
  *   session.js      the protocol loop: configure, execute, run, shutdown
@@ -26,6 +27,7 @@
  *   execution.js    one cell: compiled, run, awaited, its outcome sent
  *   interrupts.js   SIGINT, process.exit() and callbacks' errors
  *   transform.js    the cell transform (declarations, imports, await)
+ *   acorn/          the JavaScript parser the transform reads cells with
  *   globals.js      require, module, import() & co. for cells
  *   tracebacks.js   errors without the runtime's frames
  *   display.js      MIME bundles and display()
@@ -51,14 +53,15 @@
  *     protocol.
  *
  *   - Declarations persist and can be redeclared, like in a notebook: before
- *     compiling, a small tokenizer (below) rewrites the cell's top-level
+ *     compiling, the transform (transform.js) rewrites the cell's top-level
  *     `let` and `const` to `var` (a `let x` without initializer becomes
  *     `var x = void 0`, so re-running it resets x) and a top-level
  *     `class C {}` to `var C = class C {};`. Top-level functions are already
  *     var-like. Consequences: top-level const bindings can be reassigned by
  *     later code, there is no temporal dead zone at the top level, and
  *     top-level declarations become properties of globalThis (as `var`
- *     does), and redeclaring a name within one cell is not an error either.
+ *     does). Within one cell a name declared twice with let, const or class
+ *     is a SyntaxError, as in JavaScript.
  *     Declarations inside blocks and functions are untouched.
  *     Static `import x from 'm'` / `import {a as b} from 'm'` /
  *     `import * as ns from 'm'` become require() calls, `export` keywords
@@ -68,10 +71,10 @@
  *     as `(async () => { ... })()`; its top-level declarations (var, let,
  *     const, class, function, import) are hoisted out of the wrapper as
  *     globals first, so they persist as well (a `var` nested in a block or
- *     loop header of such a cell stays local to it). If the transform cannot
- *     make sense of a cell (it is a tokenizer, not a parser), the cell is
- *     compiled as written, so valid code still runs, only without these
- *     conveniences.
+ *     loop header of such a cell stays local to it). If acorn cannot parse
+ *     a cell (syntax newer than it knows) or V8 refuses its rewrite, the
+ *     cell is compiled as written, so valid code still runs, only without
+ *     these conveniences, and invalid code gets V8's own SyntaxError.
  *
  *   - The result is the value of the cell's final expression statement (none
  *     if the last statement is not an expression, or the value is
@@ -118,6 +121,7 @@ const display = require('./display');
 const globals = require('./globals');
 const interrupts = require('./interrupts');
 const session = require('./session');
+const transform = require('./transform');
 const wire = require('./wire');
 const { proc } = require('./primordials');
 
@@ -127,6 +131,7 @@ function main() {
   wire.installStdio();
   globals.install(display.display);
   interrupts.install();
+  transform.warmUp();
   wire.readFrames(session.dispatch);
   wire.send({ type: 'hello', language: LANGUAGE, version: proc.versions.node, pid: proc.pid });
 }
