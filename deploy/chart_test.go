@@ -52,10 +52,10 @@ func TestChartValidates(t *testing.T) {
 	}
 }
 
-// TestChartReadmeInstall renders the chart with exactly the `helm install`
-// command of the README's Kubernetes section, and validates the result.
-func TestChartReadmeInstall(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+// TestChartGuideInstall renders the chart with exactly the `helm install`
+// command of the Kubernetes guide, and validates the result.
+func TestChartGuideInstall(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "guides", "kubernetes.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestChartReadmeInstall(t *testing.T) {
 		}
 	}
 	if install == nil {
-		t.Fatal("README.md has no `helm install` command")
+		t.Fatal("docs/guides/kubernetes.md has no `helm install` command")
 	}
 	// helm install NAME CHART -n NS [flags] → helm template with the same.
 	args := []string{"template"}
@@ -80,10 +80,10 @@ func TestChartReadmeInstall(t *testing.T) {
 	args = append(args, "--kube-version", kubeVersion)
 	out, errOut, err := helm(t, args...)
 	if err != nil {
-		t.Fatalf("helm %v (the README's install): %v\n%s", args, err, errOut)
+		t.Fatalf("helm %v (the guide's install): %v\n%s", args, err, errOut)
 	}
 	if res, ok := kubeconform(t, out); !ok {
-		t.Fatalf("the README's install renders invalid manifests:\n%s", res)
+		t.Fatalf("the guide's install renders invalid manifests:\n%s", res)
 	}
 }
 

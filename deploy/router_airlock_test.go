@@ -160,7 +160,7 @@ func TestRouterWithAirlock(t *testing.T) {
 	}
 
 	// What the router costs: an execution's round trip through it and
-	// straight to the pod (a figure for the README, not a bound).
+	// straight to the pod (a figure for docs/explanation/performance.md, not a bound).
 	t.Logf("execute round trip, median of 20: through the router %v, straight to the pod %v",
 		medianExec(t, via, b.ID), medianExec(t, &apiClient{base: pods["airlock-1"].url, token: token}, b.ID))
 

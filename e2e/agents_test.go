@@ -13,7 +13,7 @@ import (
 // The real client libraries agents use, driving a real server: the MCP
 // TypeScript client over stdio (`airlock mcp`) and streamable HTTP, and
 // agent loops of LangChain JS, the OpenAI Agents SDK and the Vercel AI SDK
-// with scripted fake models, the README's JavaScript module as pasted, and
+// with scripted fake models, the agents guide's JavaScript module as pasted, and
 // the requests those frameworks' converters send to OpenAI and Anthropic
 // after an airlock tool call, captured by a local stand-in for their APIs
 // (e2e/agents/*.test.mjs). Their npm packages are

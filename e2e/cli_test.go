@@ -217,7 +217,7 @@ print("done")
 }
 
 // An isolation the server does not allow is refused like a jail the host
-// cannot build: exit 69, as the README's table says (it was 70), and
+// cannot build: exit 69, as the exit statuses' table says (it was 70), and
 // nothing runs.
 func TestRunRefusedIsolationExits69(t *testing.T) {
 	s := sharedServer(t)

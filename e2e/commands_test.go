@@ -119,7 +119,7 @@ func testCommandLimits(t *testing.T, s *server) {
 	gvisorKill := s.gvisor() && err == nil && res.Signal == "SIGKILL" && !res.Killed
 	if err != nil || strings.Contains(res.Stdout, "allocated") || (!gvisorKill && (!res.Killed || res.KillReason != apitype.KillMemory)) {
 		// gVisor may refuse the allocation and SIGKILL the program itself
-		// before the host's memory limit is reached (README, gVisor).
+		// before the host's memory limit is reached (docs/guides/gvisor.md).
 		t.Fatalf("memory: %+v %v", res, err)
 	}
 	if gvisorKill && res.KillReason == "" {

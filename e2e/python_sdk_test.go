@@ -28,7 +28,7 @@ func requirePython(t *testing.T) {
 // The Python SDK (sdk/python) against a real server: its unittest suite
 // (sessions, state, plots, files, commands, typed errors, streaming,
 // cleanup, one-shot runs, the unix socket, the LangChain tool with a stub
-// langchain_core, the README's snippets, and the wheel built and installed
+// langchain_core, the agents guide's snippets, and the wheel built and installed
 // offline). In a strict run (CI) a test it cannot run fails.
 func TestPythonSDK(t *testing.T) {
 	requirePython(t)

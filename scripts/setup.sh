@@ -6,7 +6,7 @@ set -eu
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 ./scripts/build.sh
-# Optional second kernel (README, "gVisor"): WITH_GVISOR=1 builds the
+# Optional second kernel (docs/guides/gvisor.md): WITH_GVISOR=1 builds the
 # pinned runsc into /usr/local/bin (about 3 minutes the first time) and
 # runs the demo on gVisor. (Not an AIRLOCK_ variable: those are airlock's
 # configuration.)

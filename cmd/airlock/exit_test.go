@@ -21,25 +21,28 @@ import (
 	"airlock/internal/store"
 )
 
-// readmeExitCodes reads the README's table of airlock's exit statuses.
-func readmeExitCodes(t *testing.T) map[int]string {
+// exitGuide documents airlock's exit statuses.
+const exitGuide = "docs/guides/run-and-one-shots.md"
+
+// guideExitCodes reads the guide's table of airlock's exit statuses.
+func guideExitCodes(t *testing.T) map[int]string {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../" + exitGuide)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, table, ok := strings.Cut(string(b), "Exit statuses of airlock itself")
 	if !ok {
-		t.Fatal("README.md has no table of exit statuses")
+		t.Fatalf("%s has no table of exit statuses", exitGuide)
 	}
-	table, _, _ = strings.Cut(table, "\n\n\n")
+	table, _, _ = strings.Cut(table, "\n#")
 	rows := map[int]string{}
 	for _, m := range regexp.MustCompile(`(?m)^\| (\d+) \| (.*) \|$`).FindAllStringSubmatch(table, -1) {
 		code, _ := strconv.Atoi(m[1])
 		rows[code] = m[2]
 	}
 	if len(rows) < 5 {
-		t.Fatalf("README's exit table: %v", rows)
+		t.Fatalf("%s's exit table: %v", exitGuide, rows)
 	}
 	return rows
 }
@@ -53,9 +56,9 @@ func hostEnv(t *testing.T, env ...string) (dir string) {
 	return dir
 }
 
-// Each row of the README's exit table is what airlock exits with in the
+// Each row of the guide's exit table is what airlock exits with in the
 // cases it names.
-func TestExitCodesMatchTheREADME(t *testing.T) {
+func TestExitCodesMatchTheGuide(t *testing.T) {
 	prog := filepath.Join(t.TempDir(), "p.py")
 	os.WriteFile(prog, []byte("print(1)\n"), 0o644)
 	type scenario struct {
@@ -163,15 +166,15 @@ func TestExitCodesMatchTheREADME(t *testing.T) {
 			return report(apitype.RunOutput{Killed: true, KillReason: apitype.KillMemory}, config.DefaultLimits(), false, nil, io.Discard, e)
 		}}},
 	}
-	readme := readmeExitCodes(t)
-	for code := range readme {
+	guide := guideExitCodes(t)
+	for code := range guide {
 		if len(scenarios[code]) == 0 {
-			t.Errorf("the README's exit status %d (%s) has no case here", code, readme[code])
+			t.Errorf("the guide's exit status %d (%s) has no case here", code, guide[code])
 		}
 	}
 	for code, cases := range scenarios {
-		if _, ok := readme[code]; !ok {
-			t.Errorf("exit status %d is not in the README's table", code)
+		if _, ok := guide[code]; !ok {
+			t.Errorf("exit status %d is not in the guide's table", code)
 		}
 		for _, sc := range cases {
 			t.Run(fmt.Sprintf("%d %s", code, sc.name), func(t *testing.T) {
@@ -184,17 +187,17 @@ func TestExitCodesMatchTheREADME(t *testing.T) {
 	}
 }
 
-// Every kind of error exits with a status of the README's table.
-func TestEveryKindHasAREADMEExitCode(t *testing.T) {
-	readme := readmeExitCodes(t)
+// Every kind of error exits with a status of the guide's table.
+func TestEveryKindHasADocumentedExitCode(t *testing.T) {
+	guide := guideExitCodes(t)
 	for _, k := range errdefs.Kinds() {
-		if _, ok := readme[k.Exit]; !ok {
-			t.Errorf("%s exits %d, which the README's table does not list", k.Code, k.Exit)
+		if _, ok := guide[k.Exit]; !ok {
+			t.Errorf("%s exits %d, which the guide's table does not list", k.Code, k.Exit)
 		}
 	}
 	for _, code := range []int{exitUsage, exitNoInput, exitUnavailable, exitSoftware, exitCantCreate, exitConfig, exitKilled} {
-		if _, ok := readme[code]; !ok {
-			t.Errorf("exit status %d is not in the README's table", code)
+		if _, ok := guide[code]; !ok {
+			t.Errorf("exit status %d is not in the guide's table", code)
 		}
 	}
 	if slices.ContainsFunc(errdefs.Kinds(), func(k errdefs.Kind) bool { return k.Exit == 0 }) {

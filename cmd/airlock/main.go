@@ -27,7 +27,7 @@ import (
 
 // Exit statuses of airlock itself, distinct from those of the sandboxed
 // program, which airlock run passes through. Errors map to theirs in
-// errdefs' one table (exitFor); the README's table lists them all.
+// errdefs' one table (exitFor); docs/guides/run-and-one-shots.md lists them all.
 const (
 	exitUsage       = errdefs.ExitUsage       // bad flags or arguments
 	exitNoInput     = errdefs.ExitNoInput     // an input file cannot be read

@@ -17,7 +17,7 @@ test('LangChain JS: a tool-calling agent loop with a fake model', async () => {
   const { HumanMessage, AIMessage } = await import('@langchain/core/messages');
   const session = new AirlockSession();
   try {
-    // The README's LangChain JS tool.
+    // The agents guide's LangChain JS tool.
     const pythonTool = tool(async ({ code }) => (await session.runCode(code)).text, {
       name: 'python_code_interpreter',
       description,
@@ -49,7 +49,7 @@ test('LangChain JS: a tool-calling agent loop with a fake model', async () => {
 test('OpenAI Agents SDK: an agent with airlock as an MCP server (stdio), state across calls', async () => {
   const { Agent, run, MCPServerStdio, setTracingDisabled, Usage } = await import('@openai/agents');
   setTracingDisabled(true);
-  // The README's OpenAI Agents configuration.
+  // The agents guide's OpenAI Agents configuration.
   const airlock = new MCPServerStdio({ name: 'airlock', command: AIRLOCK_BIN, args: ['mcp', '--config', AIRLOCK_CONFIG] });
   await airlock.connect();
   try {
@@ -102,7 +102,7 @@ test('Vercel AI SDK: generateText with a mock model calling an airlock tool', as
         return { content: [{ type: 'text', text: 'The mean is 42.' }], finishReason: { unified: 'stop', raw: undefined }, usage, warnings: [] };
       },
     });
-    // The README's Vercel AI tool.
+    // The agents guide's Vercel AI tool.
     const runPython = tool({
       description,
       inputSchema: z.object({ code: z.string() }),

@@ -14,7 +14,7 @@ const { AIRLOCK_BIN, AIRLOCK_CONFIG } = process.env;
 const stdioServer = (images) => ({ command: AIRLOCK_BIN, args: ['mcp', '--config', AIRLOCK_CONFIG, ...(images ? ['--content', 'image'] : [])] });
 
 // The converters that turn an image in a tool result into an image part
-// of a valid request (README: "MCP results"); the others refuse it
+// of a valid request (docs/guides/agents.md: "What a result carries besides text"); the others refuse it
 // (LangChain's ChatOpenAI on Chat Completions) or send it as base64 text
 // (LangChain on Responses, the Vercel AI SDK on Chat Completions).
 const takesImages = {

@@ -8,7 +8,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 
 const { AIRLOCK_URL, AIRLOCK_TOKEN, AIRLOCK_BIN, AIRLOCK_CONFIG } = process.env;
 
-// The README's MCP configuration for stdio clients, as the tests use it.
+// The agents guide's MCP configuration for stdio clients, as the tests use it.
 const stdioServer = { command: AIRLOCK_BIN, args: ['mcp', '--config', AIRLOCK_CONFIG] };
 
 function stdio() {

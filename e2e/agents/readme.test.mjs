@@ -1,5 +1,5 @@
-// The README's JavaScript module ("LangChain JS, Vercel AI, and the HTTP
-// API"), run exactly as pasted: written to a file beside airlock.mjs and
+// The agents guide's JavaScript module (docs/guides/agents.md, "LangChain
+// JS, Vercel AI, and the HTTP API"), run exactly as pasted: written to a file beside airlock.mjs and
 // run by node against the test's server.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -11,21 +11,21 @@ import { promisify } from 'node:util';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 
-function readmeBlock(section, lang) {
-  const text = readFileSync(path.join(here, '..', '..', 'README.md'), 'utf8');
-  const start = text.indexOf(`\n### ${section}\n`);
-  assert.ok(start >= 0, `README.md has no section ${section}`);
+function guideBlock(section, lang) {
+  const text = readFileSync(path.join(here, '..', '..', 'docs', 'guides', 'agents.md'), 'utf8');
+  const start = text.indexOf(`\n## ${section}\n`);
+  assert.ok(start >= 0, `docs/guides/agents.md has no section ${section}`);
   const rest = text.slice(start + 1);
-  const end = rest.slice(4).search(/\n#{2,3} /);
-  const body = end < 0 ? rest : rest.slice(0, end + 4);
+  const end = rest.slice(3).search(/\n## /);
+  const body = end < 0 ? rest : rest.slice(0, end + 3);
   const blocks = [...body.matchAll(new RegExp('^```' + lang + '\\n([\\s\\S]*?)^```', 'gm'))].map((m) => m[1]);
   assert.equal(blocks.length, 1, `one ${lang} block in ${section}`);
   return blocks[0];
 }
 
-test('the README JavaScript module runs as pasted', async () => {
+test('the agents guide JavaScript module runs as pasted', async () => {
   const file = path.join(here, `.readme-snippet-${process.pid}.mjs`);
-  writeFileSync(file, readmeBlock('LangChain JS, Vercel AI, and the HTTP API', 'js'));
+  writeFileSync(file, guideBlock('LangChain JS, Vercel AI, and the HTTP API', 'js'));
   try {
     const { stdout } = await promisify(execFile)(process.execPath, [file], { cwd: here, env: process.env, timeout: 120_000 });
     assert.equal(stdout, '42\n');

@@ -135,20 +135,6 @@ func Configuration(root string) (string, error) {
 	return b.String(), nil
 }
 
-// anchor is GitHub's anchor of a heading.
-func anchor(heading string) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(heading) {
-		switch {
-		case r == ' ':
-			b.WriteRune('-')
-		case r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
-}
-
 type row struct{ key, typ, def, doc string }
 
 func writeRows(b *strings.Builder, rows []row) {

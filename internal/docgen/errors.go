@@ -42,7 +42,8 @@ func Errors(dir string) (string, error) {
 	for _, c := range []string{"ExitNoInput", "ExitCantCreate", "ExitConfig"} {
 		fmt.Fprintf(&b, "| %s | %s |\n", exitValue(c), cell(src.values[c]))
 	}
-	b.WriteString("\n`airlock run` otherwise exits with the program's own status, or 137 when airlock killed it.\n")
+	b.WriteString("\n`airlock run` otherwise exits with the program's own status, or 137 when airlock killed it\n" +
+		"([exit statuses, with examples](../guides/run-and-one-shots.md#exit-statuses)).\n")
 	return b.String(), nil
 }
 

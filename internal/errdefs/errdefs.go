@@ -75,7 +75,7 @@ type Kind struct {
 	// HTTPStatus is the status the HTTP API answers with.
 	HTTPStatus int
 	// Exit is the exit status of an airlock command that fails with it
-	// (sysexits.h; the README's table).
+	// (sysexits.h; docs/guides/run-and-one-shots.md lists them).
 	Exit int
 }
 

@@ -7,7 +7,7 @@ import (
 )
 
 // tracing prints phase timings to stderr when AIRLOCK_TRACE is set; it is
-// how the latency figures in the README were broken down.
+// how the latency figures in docs/explanation/performance.md were broken down.
 var tracing = os.Getenv("AIRLOCK_TRACE") != ""
 
 var traceStart = time.Now()

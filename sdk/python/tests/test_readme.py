@@ -1,6 +1,7 @@
-"""The README's "Use it from your agent" snippets, run as written: the
+"""The agents guide's snippets (docs/guides/agents.md), run as written: the
 install commands, the Python SDK example, and the LangChain tool example
-(with the stub langchain_core of test_langchain)."""
+(with the stub langchain_core of test_langchain); and the README's own
+short Python example."""
 
 import contextlib
 import io
@@ -16,13 +17,16 @@ import support
 import test_langchain
 
 
+GUIDE = os.path.join("docs", "guides", "agents.md")
+
+
 def blocks(section, lang):
-    """The ```lang blocks of the README section whose heading is section."""
-    with open(os.path.join(support.REPO, "README.md"), encoding="utf-8") as f:
+    """The ```lang blocks of the guide's section whose heading is section."""
+    with open(os.path.join(support.REPO, GUIDE), encoding="utf-8") as f:
         text = f.read()
-    m = re.search(r"^### %s\n(.*?)(?=^#{2,3} )" % re.escape(section), text, re.M | re.S)
+    m = re.search(r"^## %s\n(.*?)(?=^## |\Z)" % re.escape(section), text, re.M | re.S)
     if not m:
-        raise AssertionError("README.md has no section %r" % section)
+        raise AssertionError("%s has no section %r" % (GUIDE, section))
     return re.findall(r"^```%s\n(.*?)^```" % lang, m.group(1), re.M | re.S)
 
 
@@ -43,13 +47,26 @@ class ReadmeTest(unittest.TestCase):
         with open(os.path.join(self.tmp, "revenue.png"), "rb") as f:
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
+    def test_readme_snippet(self):
+        """The README's own, shorter, Python example."""
+        support.need_server(self)
+        with open(os.path.join(support.REPO, "README.md"), encoding="utf-8") as f:
+            text = f.read()
+        m = re.search(r"^## From Python\n.*?^```python\n(.*?)^```", text, re.M | re.S)
+        self.assertIsNotNone(m, "README.md has no Python example under 'From Python'")
+        env = dict(os.environ, PYTHONPATH=support.SDK, PYTHONDONTWRITEBYTECODE="1")
+        p = subprocess.run([sys.executable, "-c", m.group(1)], capture_output=True, text=True, env=env, cwd=self.tmp,
+                           timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, "42\n")
+
     def test_langchain_snippet(self):
         support.need_server(self)
         (code,) = blocks("LangChain tool", "python")
         self.addCleanup(test_langchain.install_stub())
         out, ns = io.StringIO(), {}
         with contextlib.redirect_stdout(out):
-            exec(compile(code, "README.md", "exec"), ns)
+            exec(compile(code, GUIDE, "exec"), ns)
         self.assertEqual(out.getvalue(), "[image/png returned to the user]\n42\n")
         self.assertEqual([i["mime_type"] for i in ns["plots"]], ["image/png"])
         self.assertFalse(ns["sbx"].is_running())
