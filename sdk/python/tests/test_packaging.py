@@ -1,7 +1,7 @@
 """The SDK installs with pip from the repository and builds a wheel,
 offline (no PyPI: --no-index) and with nothing but pip (its own build
 backend, in the standard library alone), and what is installed imports.
-test_readme runs the README's install into a venv."""
+test_readme runs the agents guide's install into a venv."""
 
 import glob
 import os
