@@ -7,10 +7,11 @@
 # chart's router on loopback, debootstrap for the container image, and
 # CPython's own test suite (libpython3.11-testsuite), a sample of which
 # runs inside a sandbox; e2fsprogs for a read-only data_dir (ext4 on a
-# loop device); and pip and venv, with which the Python SDK's tests build
+# loop device); pip and venv, with which the Python SDK's tests build
 # its wheel and install it offline; postgresql, the server the shared
 # store's tests start on loopback (their own data directory, as the
-# postgres user; no cluster of the package's own is used).
+# postgres user; no cluster of the package's own is used); and nbformat,
+# which checks the notebooks sessions export.
 set -eu
 if [ "$(id -u)" != 0 ]; then
 	echo "install-deps: run as root" >&2
@@ -19,7 +20,7 @@ fi
 pkgs="python3 python3-numpy python3-pandas python3-matplotlib python3-sklearn
       bash coreutils nodejs ca-certificates fonts-dejavu-core bubblewrap curl"
 test_pkgs="nginx dnsmasq-base debootstrap libpython3.11-testsuite e2fsprogs postgresql
-           python3-pip python3-venv"
+           python3-pip python3-venv python3-nbformat"
 if [ "${1:-}" = --tests ]; then
 	pkgs="$pkgs $test_pkgs"
 fi

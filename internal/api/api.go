@@ -211,6 +211,9 @@ var routes = []route{
 	{"POST", "/v1/execute", (*Server).executeOnce, true},
 	{"POST", "/v1/run", (*Server).runProgram, true},
 	{"GET", "/v1/audit", (*Server).audit, false},
+	{"GET", "/v1/sessions/{id}/history", (*Server).history, false},
+	{"GET", "/v1/sessions/{id}/notebook", (*Server).notebookExport, false},
+	{"GET", "/v1/whoami", (*Server).whoami, false},
 }
 
 // New returns the API handler.

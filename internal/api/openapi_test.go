@@ -44,6 +44,9 @@ var apiRoutes = []string{
 	"POST /v1/execute",
 	"POST /v1/run",
 	"GET /v1/audit",
+	"GET /v1/sessions/{id}/history",
+	"GET /v1/sessions/{id}/notebook",
+	"GET /v1/whoami",
 }
 
 // httpMethods are the operation keys of an OpenAPI 3.0 path item.

@@ -55,6 +55,12 @@ var schemaTypes = map[string]reflect.Type{
 	"PackagesRequest":      reflect.TypeFor[apitype.PackagesRequest](),
 	"PackagesResult":       reflect.TypeFor[apitype.PackagesResult](),
 	"Package":              reflect.TypeFor[apitype.Package](),
+	"Usage":                reflect.TypeFor[apitype.Usage](),
+	"CurrentExecution":     reflect.TypeFor[apitype.CurrentExecution](),
+	"HistoryLimits":        reflect.TypeFor[apitype.HistoryLimits](),
+	"HistoryEntry":         reflect.TypeFor[apitype.HistoryEntry](),
+	"History":              reflect.TypeFor[apitype.History](),
+	"Whoami":               reflect.TypeFor[apitype.Whoami](),
 }
 
 // scalarSchemas are the components that are not objects: the limit

@@ -45,6 +45,10 @@ type CreateSessionRequest struct {
 	// sandboxes get a network only when they boot, a session created
 	// without it cannot be given a policy later (an empty one can).
 	Network *NetworkPolicy `json:"network,omitempty"`
+	// History bounds what the session's history keeps (each bound 0: the
+	// server's history.executions and history.bytes), up to the
+	// server's history.max_executions and history.max_bytes.
+	History *HistoryLimits `json:"history,omitempty"`
 }
 
 // NetworkPolicy is an egress allowlist: DNS names ("pypi.org"), every name
@@ -130,6 +134,16 @@ type Session struct {
 	// Pod is the server the session lives on (cluster.pod_name, or the
 	// host's name), in a listing of a store several servers share.
 	Pod string `json:"pod,omitempty"`
+	// Usage is the sandbox's memory and CPU now (absent once ended, or
+	// when its cgroup cannot be read).
+	Usage *Usage `json:"usage,omitempty"`
+	// Current is the execution running now (absent: none).
+	Current *CurrentExecution `json:"current,omitempty"`
+	// CommandsRunning counts the shell commands running now.
+	CommandsRunning int `json:"commands_running,omitempty"`
+	// History is the bounds of the session's history (absent: the
+	// server keeps none, history.enabled).
+	History *HistoryLimits `json:"history,omitempty"`
 }
 
 // SessionList is GET /v1/sessions.

@@ -554,3 +554,40 @@ func (c *Client) Audit(ctx context.Context, query url.Values) (*apitype.AuditLis
 	}
 	return &l, nil
 }
+
+// History reads a session's history: the entries after seq after (0:
+// all), oldest first.
+func (c *Client) History(ctx context.Context, id string, after int64) (*apitype.History, error) {
+	var h apitype.History
+	p := sessionPath(id) + "/history"
+	if after > 0 {
+		p += "?after=" + strconv.FormatInt(after, 10)
+	}
+	if err := c.call(ctx, "GET", p, nil, &h); err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
+// Notebook reads a session's history as a Jupyter notebook (.ipynb).
+func (c *Client) Notebook(ctx context.Context, id string) ([]byte, error) {
+	req, err := c.request(ctx, "GET", sessionPath(id)+"/notebook", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(resp.Body)
+}
+
+// Whoami says who the client's credentials are.
+func (c *Client) Whoami(ctx context.Context) (*apitype.Whoami, error) {
+	var w apitype.Whoami
+	if err := c.call(ctx, "GET", "/v1/whoami", nil, &w); err != nil {
+		return nil, err
+	}
+	return &w, nil
+}

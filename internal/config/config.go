@@ -134,6 +134,11 @@ type Config struct {
 	Templates Templates `json:"templates"`
 	Metrics   Metrics   `json:"metrics"`
 	Log       Log       `json:"log"`
+	// History is what each session remembers of its executions and
+	// commands, for the console and GET /v1/sessions/{id}/history.
+	History History `json:"history"`
+	// Console is the web console at /ui/.
+	Console Console `json:"console"`
 	// Redaction is the output policy of every tenant's sessions unless
 	// Tenants says otherwise; not a security boundary.
 	Redaction Redaction `json:"redaction"`
@@ -357,6 +362,8 @@ func Default() Config {
 		Audit:     Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096, FlushInterval: Duration(50 * time.Millisecond), OnFailure: AuditRefuse, RefusalInterval: Duration(time.Minute)},
 		MCP:       MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute), IdleTimeout: Duration(2 * time.Minute)},
 		Metrics:   Metrics{Enabled: true},
+		History:   DefaultHistory(),
+		Console:   Console{Enabled: true},
 		Log:       Log{Format: "text", Level: "info"},
 		Pool: Pool{
 			Size:     map[string]int{"python": 8, "bash": 2, "javascript": 2},
@@ -476,7 +483,7 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("server.auth %q must be \"keys\" or \"none\"", s.Auth))
 	}
-	for _, err := range []error{c.Metrics.validate(), c.Log.validate(), c.validatePolicy()} {
+	for _, err := range []error{c.Metrics.validate(), c.Log.validate(), c.validatePolicy(), c.History.validate()} {
 		if err != nil {
 			errs = append(errs, err)
 		}

@@ -108,6 +108,17 @@ func (in *Instance) CPU() (time.Duration, error) { return in.sb.CPU() }
 // Stats are the sandbox's cgroup counters.
 func (in *Instance) Stats() (cgroup.Stats, error) { return in.sb.Stats() }
 
+// Memory is the sandbox's memory in use now that reclaim cannot take
+// back (cgroup.Memory), for the session's description.
+func (in *Instance) Memory() (int64, error) {
+	cg, ok := in.sb.(interface{ Cgroup() *cgroup.Cgroup })
+	if !ok {
+		return 0, errors.ErrUnsupported
+	}
+	used, _, err := cg.Cgroup().Memory()
+	return used, err
+}
+
 // Events delivers the sandbox's OOM and process-limit events.
 func (in *Instance) Events() <-chan cgroup.Event { return in.sb.Events() }
 

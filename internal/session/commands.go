@@ -66,6 +66,8 @@ type command struct {
 	flags []string
 	// onEnd, if set, is called once as it ends (RunBackground).
 	onEnd func()
+	// hist is its entry in the session's history (nil: none).
+	hist *histEntry
 
 	mu      sync.Mutex
 	stdout  stream
@@ -213,6 +215,7 @@ func (s *Session) runCommand(ctx context.Context, req apitype.CommandRequest, em
 	s.cmds.byID[id] = cmd
 	s.cmds.order = append(s.cmds.order, id)
 	s.cmds.mu.Unlock()
+	cmd.hist = s.hist.begin(apitype.HistoryCommand, id, req.Command, cmd.started, cmd.red, nil, cmd)
 	if s.m.obs != nil {
 		s.m.obs.ExecutionStarted(ExecutionEvent{Caller: cmd.who, Kind: ExecCommand, Session: s.id, Language: commandLanguage, ID: id, Code: req.Command, CodeFlags: flags})
 	}
@@ -326,6 +329,7 @@ func (s *Session) watchCommand(ctx context.Context, cmd *command, timeout time.D
 	}
 	cmd.res = &res
 	cmd.mu.Unlock()
+	s.hist.finish(cmd.hist, nil, &res)
 	if cmd.onEnd != nil {
 		cmd.onEnd()
 	}

@@ -84,6 +84,12 @@ func (r *running) event() ExecutionEvent {
 
 // execution collects what one execution produced.
 type execution struct {
+	// id, code and started describe it (Session.Info): set under the
+	// session's mu before it is the session's cur, never changed.
+	id      string
+	code    string
+	started time.Time
+
 	mu          sync.Mutex
 	stdout      stream
 	stderr      stream
@@ -99,6 +105,23 @@ type execution struct {
 	// matches replaced in rich outputs and the error so far.
 	red      *redact.Redactor
 	redacted int
+}
+
+// codeHead is the head of the execution's code as a description shows
+// it: its first lines, at most apitype.CodeHeadBytes, redacted.
+func (ex *execution) codeHead() (string, bool) {
+	head := cutUTF8(ex.code, apitype.CodeHeadBytes)
+	if i := strings.IndexByte(head, '\n'); i >= 0 {
+		if j := strings.IndexByte(head[i+1:], '\n'); j >= 0 {
+			if k := strings.IndexByte(head[i+1+j+1:], '\n'); k >= 0 {
+				head = head[:i+1+j+1+k] // three lines
+			}
+		}
+	}
+	if ex.red != nil {
+		head, _ = ex.red.String(head)
+	}
+	return head, len(head) < len(ex.code)
 }
 
 // redactWith redacts the execution's output with r, the live output too.
@@ -243,6 +266,8 @@ type running struct {
 	start   time.Time
 	spec    watch.Spec
 	release func()
+	// hist is its entry in the session's history (nil: none).
+	hist *histEntry
 	// How it ended, as the runtime said: its done, or a program's exit.
 	done     *runtimes.Message
 	progExit *instance.Exit
@@ -334,9 +359,13 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 		return nil, gone(end)
 	}
 	s.busy = true
-	s.cur = r.ex
 	s.execCount++
 	r.id = "e" + strconv.Itoa(s.execCount)
+	r.ex.id, r.ex.code, r.ex.started = r.id, req.code, time.Now()
+	if prog != nil {
+		r.ex.code = req.source
+	}
+	s.cur = r.ex
 	if s.gate != nil {
 		s.gate.SetExecution(r.id)
 	}
@@ -390,6 +419,9 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 			s.m.obs.ExecutionFinished(e)
 		}
 		return nil, gone(s.End())
+	}
+	if req.kind == ExecSession && req.pkg == "" {
+		r.hist = s.hist.begin(apitype.HistoryExecution, r.id, req.code, r.start, r.ex.red, r.ex, nil)
 	}
 	policy := watch.Interrupt
 	if prog != nil {
@@ -575,6 +607,8 @@ func (s *Session) finishExecution(r *running, o watch.Outcome) *apitype.Result {
 		g.SetExecution("")
 		res.Egress, res.EgressSummarized = egressOf(g.Take(r.id))
 	}
+	// In the history before the client can learn the execution ended.
+	s.hist.finish(r.hist, res, nil)
 	if r.emit != nil {
 		r.emit(apitype.Event{Type: apitype.EventEnd, Result: res})
 	}

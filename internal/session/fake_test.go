@@ -219,6 +219,7 @@ func (f *fakeInstance) Isolation() config.Isolation   { return config.Native }
 func (f *fakeInstance) Started() time.Time            { return f.start }
 func (f *fakeInstance) Workspace() *workspace.Dir     { return f.ws }
 func (f *fakeInstance) CPU() (time.Duration, error)   { return time.Duration(f.cpu.Load()), nil }
+func (f *fakeInstance) Memory() (int64, error)        { return 1 << 20, nil }
 func (f *fakeInstance) Events() <-chan cgroup.Event   { return f.events }
 func (f *fakeInstance) PollPids(stop <-chan struct{}) {}
 func (f *fakeInstance) NetNS() (int, bool)            { return -1, false }

@@ -28,6 +28,7 @@ type Instance interface {
 	// CPU, Events and PollPids: what a watch reads.
 	watch.Sandbox
 	Stats() (cgroup.Stats, error)
+	Memory() (int64, error)
 	NetNS() (int, bool)
 	// OutOfMemory is the one answer to whether a process of the
 	// sandbox ran out of memory.

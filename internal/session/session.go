@@ -68,8 +68,8 @@ type Manager struct {
 	// replace it).
 	clock watch.Clock
 
-	// mu guards sessions, ended, endOrder, creating, closed and
-	// oneShots; no session's lock is ever taken under it.
+	// mu guards sessions, ended, endOrder, creating, closed, oneShots
+	// and endedHist; no session's lock is ever taken under it.
 	mu       sync.Mutex
 	sessions map[string]*Session
 	ended    map[string]endedSession // recently ended id -> why
@@ -84,6 +84,11 @@ type Manager struct {
 	policy *policy
 	// packages installs packages into sessions and runs.
 	packages *packages.Installer
+
+	// endedHist: the histories of the newest ended sessions
+	// (history.ended), endedHistOrder their ids, oldest first; under mu.
+	endedHist      map[string]endedHistory
+	endedHistOrder []string
 }
 
 // NewManager returns a manager that gets the sandboxes of the server's
@@ -214,6 +219,9 @@ type Session struct {
 	create     time.Time
 
 	cmds commands // shell commands (commands.go)
+	// hist is what the session remembers of its executions and commands
+	// (nil: nothing; history.go), set before the session is visible.
+	hist *history
 	// gate is the session's network egress (nil: loopback only); set
 	// under mu, once, by Create or SetNetwork.
 	gate *egress.Gate
@@ -241,6 +249,11 @@ type Session struct {
 	end       apitype.End
 	execCount int
 	cur       *execution
+	// cpuAt, cpuThen and cpuPct: the last reading of the sandbox's CPU
+	// time and the share of a CPU it gave (Info).
+	cpuAt     time.Time
+	cpuThen   time.Duration
+	cpuPct    float64
 	idleTimer *time.Timer
 	ended     chan struct{}
 	endOnce   sync.Once
@@ -302,6 +315,10 @@ func (m *Manager) Create(ctx context.Context, req apitype.CreateSessionRequest) 
 	if err != nil {
 		return nil, err
 	}
+	histLimits, err := m.historyLimits(req.History)
+	if err != nil {
+		return nil, err
+	}
 	idle := req.IdleTimeout.D()
 	if idle == 0 {
 		idle = m.cfg.Server.IdleTimeout.D()
@@ -345,6 +362,7 @@ func (m *Manager) Create(ctx context.Context, req apitype.CreateSessionRequest) 
 	// The timer exists before the session is visible: end and Touch, from
 	// other requests, use it.
 	s.idleTimer = time.AfterFunc(idle, s.checkIdle)
+	s.hist = newHistory(histLimits)
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -617,13 +635,20 @@ func (s *Session) ID() string { return s.id }
 // Limits are the session's limits.
 func (s *Session) Limits() config.Limits { return s.limits }
 
-// Info describes the session.
+// Info describes the session: what it is, and what it does and uses now
+// (the sandbox's cgroup read, outside any lock).
 func (s *Session) Info() (info apitype.Session) {
 	defer func() {
 		if s.egressGate() != nil {
 			info.Network = s.Network()
 		}
+		s.cmds.mu.Lock()
+		info.CommandsRunning = s.cmds.running
+		s.cmds.mu.Unlock()
 	}()
+	cpu, cerr := s.inst.CPU()
+	mem, merr := s.inst.Memory()
+	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	state := apitype.StateIdle
@@ -633,13 +658,36 @@ func (s *Session) Info() (info apitype.Session) {
 	if !s.end.Zero() {
 		state = apitype.StateEnded
 	}
-	return apitype.Session{
+	info = apitype.Session{
 		ID: s.id, Language: s.lang.Lang, State: state, EndReason: s.end.Reason, EndCode: s.end.Code,
 		CreatedAt: s.create.UTC(), LastUsedAt: s.lastUsed.UTC(),
 		IdleTimeout: config.Duration(s.idle), Limits: s.limits, Executions: s.execCount,
 		Sandbox: s.inst.Name(), Isolation: s.inst.Isolation(), Tenant: s.owner.Tenant,
 		Template: s.template, TemplateVersion: s.templateVersion,
+		History: s.hist.info(),
 	}
+	if state != apitype.StateEnded && cerr == nil && merr == nil {
+		info.Usage = &apitype.Usage{MemoryBytes: mem, CPUMs: ms(cpu), CPUPercent: s.cpuShareLocked(cpu, now)}
+	}
+	if ex := s.cur; ex != nil && ex.id != "" {
+		head, _ := ex.codeHead()
+		info.Current = &apitype.CurrentExecution{ID: ex.id, StartedAt: ex.started.UTC(), CodeHead: head, CodeBytes: len(ex.code)}
+	}
+	return info
+}
+
+// cpuShareLocked is the share of one CPU (in percent) the sandbox used
+// since the previous reading at least a second before (the first, the
+// description of the new session, reads 0); s.mu is held.
+func (s *Session) cpuShareLocked(cpu time.Duration, now time.Time) float64 {
+	if s.cpuAt.IsZero() {
+		s.cpuAt, s.cpuThen = now, cpu
+	}
+	if el := now.Sub(s.cpuAt); el >= time.Second {
+		s.cpuPct = max(0, float64(cpu-s.cpuThen)/float64(el)*100)
+		s.cpuAt, s.cpuThen = now, cpu
+	}
+	return s.cpuPct
 }
 
 // Touch marks the session used (file transfers count as use).
@@ -724,6 +772,7 @@ func (s *Session) terminate(end apitype.End) {
 		if registered {
 			delete(m.sessions, s.id)
 			m.ended[s.id] = endedSession{end: end, tenant: s.owner.Tenant}
+			m.keepHistoryLocked(s, end)
 			m.endOrder = append(m.endOrder, s.id)
 			if len(m.endOrder) > 10000 {
 				delete(m.ended, m.endOrder[0])
@@ -731,6 +780,7 @@ func (s *Session) terminate(end apitype.End) {
 			}
 		}
 		m.mu.Unlock()
+		s.hist.ended()
 		s.inst.Kill()
 		s.closeEgress()
 		// A running execution notices the jail dying and frees it all
