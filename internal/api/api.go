@@ -9,8 +9,9 @@
 // internals in a response, never hold a whole upload or download in
 // memory, never let a file transfer outlast its caps or a client that
 // stopped moving, and never let a request reach a sandbox with a limit
-// above the server's maximum (package session enforces the limits; this
-// package only parses).
+// above the server's maximum (package session enforces the limits and
+// admits every request by its tenant's rules and quotas; this package
+// only decodes and encodes).
 package api
 
 import (
@@ -72,8 +73,6 @@ type Server struct {
 	// Keys resolves API keys (nil: only server.token and the unix socket
 	// authenticate).
 	Keys Authenticator
-	// Quotas, when set, admits what a tenant starts (see quota.go).
-	Quotas Quotas
 	// Audit, when set, serves GET /v1/audit.
 	Audit AuditLog
 	// Directory, when set, lists sessions across the servers sharing

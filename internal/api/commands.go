@@ -22,19 +22,9 @@ func (s *Server) runCommand(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	if err := s.checkTimeout(r, req.Timeout); err != nil {
-		fail(w, err)
-		return
-	}
-	release, err := s.admitExecution(r)
-	if err != nil {
-		fail(w, err)
-		return
-	}
 	if req.Background {
-		// The command outlives the request: the session gives its place
-		// back when it ends (at once if it never starts).
-		res, err := sess.RunBackground(r.Context(), req, release)
+		// The command outlives the request.
+		res, err := sess.RunCommand(r.Context(), req, nil)
 		if err != nil {
 			fail(w, err)
 			return
@@ -43,8 +33,7 @@ func (s *Server) runCommand(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusCreated, res)
 		return
 	}
-	defer release()
-	respond(w, r, release, func(emit func(apitype.Event)) (any, error) { return sess.RunCommand(r.Context(), req, emit) })
+	respond(w, r, func(emit func(apitype.Event)) (any, error) { return sess.RunCommand(r.Context(), req, emit) })
 }
 
 func (s *Server) listCommands(w http.ResponseWriter, r *http.Request) {

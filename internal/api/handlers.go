@@ -24,27 +24,8 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	var err error
-	if req.Limits, err = s.tenantLimits(r, req.Limits); err != nil {
-		fail(w, err)
-		return
-	}
-	if err := s.egressHook(r, req.Network); err != nil {
-		fail(w, err)
-		return
-	}
-	if err := s.isolationHook(r, &req.Isolation); err != nil {
-		fail(w, err)
-		return
-	}
-	release, err := s.admitSession(r)
-	if err != nil {
-		fail(w, err)
-		return
-	}
 	sess, err := s.m.Create(r.Context(), req)
 	if err != nil {
-		release()
 		fail(w, err)
 		return
 	}
@@ -127,11 +108,6 @@ func (s *Server) putNetwork(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	if err := s.egressHook(r, &req); err != nil {
-		sess.NetworkRefused(r.Context(), &req, err)
-		fail(w, err)
-		return
-	}
 	st, err := sess.SetNetwork(r.Context(), &req)
 	if err != nil {
 		fail(w, err)
@@ -154,12 +130,6 @@ func (s *Server) installPackages(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	release, err := s.admitExecution(r)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	defer release()
 	res, err := sess.InstallPackages(r.Context(), req)
 	if err != nil {
 		fail(w, err)
@@ -309,17 +279,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	if err := s.checkTimeout(r, req.Timeout); err != nil {
-		fail(w, err)
-		return
-	}
-	release, err := s.admitExecution(r)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	defer release()
-	respond(w, r, release, func(emit func(apitype.Event)) (any, error) { return sess.Execute(r.Context(), req, emit) })
+	respond(w, r, func(emit func(apitype.Event)) (any, error) { return sess.Execute(r.Context(), req, emit) })
 }
 
 func (s *Server) executeOnce(w http.ResponseWriter, r *http.Request) {
@@ -328,26 +288,7 @@ func (s *Server) executeOnce(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	var err error
-	if req.Limits, err = s.tenantLimits(r, req.Limits); err != nil {
-		fail(w, err)
-		return
-	}
-	if err := s.egressHook(r, req.Network); err != nil {
-		fail(w, err)
-		return
-	}
-	if err := s.isolationHook(r, &req.Isolation); err != nil {
-		fail(w, err)
-		return
-	}
-	release, err := s.admitExecution(r)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	defer release()
-	respond(w, r, release, func(emit func(apitype.Event)) (any, error) { return s.m.RunOnce(r.Context(), req, emit) })
+	respond(w, r, func(emit func(apitype.Event)) (any, error) { return s.m.RunOnce(r.Context(), req, emit) })
 }
 
 func (s *Server) runProgram(w http.ResponseWriter, r *http.Request) {
@@ -356,39 +297,16 @@ func (s *Server) runProgram(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	var err error
-	if req.Limits, err = s.tenantLimits(r, req.Limits); err != nil {
-		fail(w, err)
-		return
-	}
-	if err := s.egressHook(r, req.Network); err != nil {
-		fail(w, err)
-		return
-	}
-	if err := s.isolationHook(r, &req.Isolation); err != nil {
-		fail(w, err)
-		return
-	}
-	release, err := s.admitExecution(r)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	defer release()
-	respond(w, r, release, func(emit func(apitype.Event)) (any, error) { return s.m.RunProgram(r.Context(), req, emit) })
+	respond(w, r, func(emit func(apitype.Event)) (any, error) { return s.m.RunProgram(r.Context(), req, emit) })
 }
 
 // respond runs an execution and answers with its result as one JSON body,
 // or, when the client accepts NDJSON, streams its events as they happen.
-// release (the admission's, idempotent) is called as soon as the
-// execution ended and before the client can learn it did (the body, the
-// end event): a client that starts the next one at once is not refused
-// for the one that just ended. The handler's deferred release covers the
-// other paths.
-func respond(w http.ResponseWriter, r *http.Request, release func(), run func(emit func(apitype.Event)) (any, error)) {
+// (The session layer gives the execution's admission back before either
+// can reach the client.)
+func respond(w http.ResponseWriter, r *http.Request, run func(emit func(apitype.Event)) (any, error)) {
 	if !wantsStream(r) {
 		res, err := run(nil)
-		release()
 		if err != nil {
 			fail(w, err)
 			return
@@ -403,13 +321,7 @@ func respond(w http.ResponseWriter, r *http.Request, release func(), run func(em
 			panic(p)
 		}
 	}()
-	_, err := run(func(ev apitype.Event) {
-		if ev.Type == apitype.EventEnd {
-			release()
-		}
-		ew.emit(ev)
-	})
-	release()
+	_, err := run(ew.emit)
 	ew.end(err)
 }
 

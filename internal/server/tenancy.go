@@ -11,6 +11,7 @@ import (
 	"airlock/internal/directory"
 	"airlock/internal/identity"
 	"airlock/internal/quota"
+	"airlock/internal/session"
 	"airlock/internal/store"
 )
 
@@ -49,7 +50,7 @@ func (s *Server) tenancy() error {
 		s.log.Warn("authentication is OFF (server.auth \"none\"): every caller of " + cfg.Server.Listen + " acts as an admin")
 	}
 	s.quotas = quota.New(cfg.Quotas, db.Quotas, db.Ledger())
-	s.api.Quotas = s.quotas
+	s.manager.SetAdmitter(session.NewTenants(cfg, s.quotas))
 	s.manager.Observe(s.quotas)
 	if cfg.Audit.Enabled {
 		s.audit = audit.New(db, cfg.Audit, s.log)

@@ -64,7 +64,8 @@ type command struct {
 	// that flagged the command.
 	red   *redact.Redactor
 	flags []string
-	// onEnd, if set, is called once as it ends (RunBackground).
+	// onEnd, if set, is called once as it ends (a background command's
+	// admission is given back there).
 	onEnd func()
 	// hist is its entry in the session's history (nil: none).
 	hist *histEntry
@@ -85,21 +86,23 @@ type command struct {
 // touch): the same filesystem, namespaces, cgroup and limits, the same
 // user and layers, the session's environment plus req.Env. A foreground
 // command returns how it ended (emit, if not nil, gets its output as it
-// comes and an end event); a background one returns at once, running.
+// comes and an end event); a background one returns at once, running,
+// and its admission is given back when it ends (before its end is
+// visible: GET says exited).
 func (s *Session) RunCommand(ctx context.Context, req apitype.CommandRequest, emit func(apitype.Event)) (*apitype.CommandResult, error) {
-	return s.runCommand(ctx, req, emit, nil)
+	release, err := s.m.admitExecution(ctx, &Ask{Timeout: req.Timeout})
+	if err != nil {
+		return nil, err
+	}
+	if req.Background {
+		return s.runCommand(ctx, req, nil, release)
+	}
+	defer release()
+	return s.runCommand(ctx, req, endFirst(emit, release), nil)
 }
 
-// RunBackground starts req.Command as a background command (as
-// RunCommand with req.Background) and calls ended once: when the command
-// ends, before its end is visible (GET says exited), or before
-// RunBackground returns if it never started. The caller's admission of
-// it (its tenant's quota) is given back there.
-func (s *Session) RunBackground(ctx context.Context, req apitype.CommandRequest, ended func()) (*apitype.CommandResult, error) {
-	req.Background = true
-	return s.runCommand(ctx, req, nil, ended)
-}
-
+// runCommand runs the command; ended, if set, is called once: when it
+// ends, or before runCommand returns if it never started.
 func (s *Session) runCommand(ctx context.Context, req apitype.CommandRequest, emit func(apitype.Event), ended func()) (*apitype.CommandResult, error) {
 	handed := false // to the command's watcher, which calls ended
 	defer func() {

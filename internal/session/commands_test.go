@@ -123,12 +123,16 @@ func TestRunCommand(t *testing.T) {
 // waited for, fed and signalled by its id.
 func TestBackgroundCommand(t *testing.T) {
 	m, _, _ := newTestManager(t, nil)
+	q := &countingQuotas{}
+	m.SetAdmitter(NewTenants(m.cfg, q))
 	s := create(t, m, "")
-	ctx := context.Background()
-	released := make(chan struct{})
-	cat, err := s.RunBackground(ctx, apitype.CommandRequest{Command: "cat"}, func() { close(released) })
+	ctx := tenantCtx("a")
+	cat, err := s.RunCommand(ctx, apitype.CommandRequest{Command: "cat", Background: true}, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n := q.count(); n != 0 {
+		t.Errorf("a running command's admission given back %d times", n)
 	}
 	if cat.State != apitype.CommandRunning {
 		t.Fatalf("state %s, want running", cat.State)
@@ -140,13 +144,11 @@ func TestBackgroundCommand(t *testing.T) {
 	if err != nil || res.State != apitype.CommandExited || res.Stdout != "abc" {
 		t.Fatalf("after its stdin closed: %+v, %v", res, err)
 	}
-	select {
-	case <-released:
-	default:
-		t.Error("the command ended but its admission was not given back")
+	if n := q.count(); n != 1 {
+		t.Errorf("the command ended; its admission given back %d times, want once", n)
 	}
 
-	sleep, err := s.RunBackground(ctx, apitype.CommandRequest{Command: "sleep"}, nil)
+	sleep, err := s.RunCommand(ctx, apitype.CommandRequest{Command: "sleep", Background: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,14 +176,15 @@ func TestBackgroundCommand(t *testing.T) {
 // Commands a session refuses, and the cap on those running at once.
 func TestCommandRefused(t *testing.T) {
 	m, _, _ := newTestManager(t, nil)
+	q := &countingQuotas{}
+	m.SetAdmitter(NewTenants(m.cfg, q))
 	s := create(t, m, "")
-	ctx := context.Background()
+	ctx := tenantCtx("a")
 	for range m.cfg.Server.MaxSessionCommands {
-		if _, err := s.RunBackground(ctx, apitype.CommandRequest{Command: "sleep"}, nil); err != nil {
+		if _, err := s.RunCommand(ctx, apitype.CommandRequest{Command: "sleep", Background: true}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	released := false
 	for _, c := range []struct {
 		name string
 		req  apitype.CommandRequest
@@ -193,16 +196,19 @@ func TestCommandRefused(t *testing.T) {
 		{"too large", apitype.CommandRequest{Command: strings.Repeat("x", MaxCode+1)}, errdefs.ErrTooLarge},
 		{"a cwd outside the names a client may give", apitype.CommandRequest{Command: "out x", Cwd: "../x"}, errdefs.ErrInvalidArgument},
 	} {
-		if _, err := s.RunBackground(ctx, c.req, func() { released = true }); !errors.Is(err, c.want) {
+		before := q.count()
+		c.req.Background = true
+		if _, err := s.RunCommand(ctx, c.req, nil); !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, err, c.want)
 		}
-		if !released {
+		if q.count() != before+1 {
 			t.Errorf("%s: the admission was not given back", c.name)
 		}
-		released = false
 	}
 	// The session's end ends its commands, and they say so.
-	m.DeleteFor(ctx, s.ID())
+	if err := m.DeleteFor(context.Background(), s.ID()); err != nil {
+		t.Fatal(err)
+	}
 	s.cmds.mu.Lock()
 	all := maps.Clone(s.cmds.byID)
 	s.cmds.mu.Unlock()

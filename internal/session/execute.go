@@ -232,7 +232,12 @@ func (ex *execution) error(m runtimes.Message, live bool) {
 // second concurrent call gets errdefs.ErrConflict. emit, if not nil,
 // receives events as they happen, the last one of type "end".
 func (s *Session) Execute(ctx context.Context, req apitype.ExecuteRequest, emit func(apitype.Event)) (*apitype.Result, error) {
-	return s.execute(ctx, request{code: req.Code, timeout: req.Timeout.D(), kind: ExecSession}, emit, false)
+	release, err := s.m.admitExecution(ctx, &Ask{Timeout: req.Timeout})
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return s.execute(ctx, request{code: req.Code, timeout: req.Timeout.D(), kind: ExecSession}, endFirst(emit, release), false)
 }
 
 // execute is Execute: begin, watch, finish. slotHeld says the caller

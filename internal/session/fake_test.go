@@ -523,7 +523,13 @@ func (p *fakeProcess) run(line string, in, out, errOut *os.File) {
 		case "err":
 			errOut.WriteString(arg)
 		case "cat":
-			io.Copy(out, in)
+			copied := make(chan struct{})
+			go func() { io.Copy(out, in); close(copied) }()
+			select {
+			case <-copied:
+			case <-p.f.dead:
+				return
+			}
 		case "sleep":
 			select {
 			case sig := <-p.sigs:

@@ -26,6 +26,11 @@ import (
 // InstallPackages installs packages into the session (see package
 // packages). It runs as executions of the session.
 func (s *Session) InstallPackages(ctx context.Context, req apitype.PackagesRequest) (*apitype.PackagesResult, error) {
+	release, err := s.m.admitExecution(ctx, &Ask{})
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	return s.install(ctx, req, false)
 }
 

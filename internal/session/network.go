@@ -177,6 +177,9 @@ func (s *Session) SetNetwork(ctx context.Context, np *apitype.NetworkPolicy) (_ 
 		}
 		s.networkChanged(ctx, np, prev.Entries(), err)
 	}()
+	if err := s.m.admit.AdmitNetwork(ctx, np); err != nil {
+		return nil, err
+	}
 	if !s.End().Zero() {
 		return nil, gone(s.End())
 	}
@@ -194,12 +197,6 @@ func (s *Session) SetNetwork(ctx context.Context, np *apitype.NetworkPolicy) (_ 
 	s.proxyLater(p)
 	s.Touch()
 	return s.Network(), nil
-}
-
-// NetworkRefused reports a change of the session's policy refused before
-// it reached the session (a tenant's quota), for the audit.
-func (s *Session) NetworkRefused(ctx context.Context, np *apitype.NetworkPolicy, err error) {
-	s.networkChanged(ctx, np, s.currentPolicy().Entries(), err)
 }
 
 // currentPolicy is the session's policy (empty: none).

@@ -31,6 +31,15 @@ const MaxOneShotFiles = 16 << 20
 // RunOnce runs code once in a fresh jail and returns what it printed,
 // displayed and wrote.
 func (m *Manager) RunOnce(ctx context.Context, req apitype.OneShotRequest, emit func(apitype.Event)) (*apitype.OneShotResult, error) {
+	release, err := m.admitExecution(ctx, &Ask{Limits: &req.Limits, Isolation: &req.Isolation, Network: req.Network})
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return m.runOnce(ctx, req, endFirst(emit, release))
+}
+
+func (m *Manager) runOnce(ctx context.Context, req apitype.OneShotRequest, emit func(apitype.Event)) (*apitype.OneShotResult, error) {
 	if len(req.Code) > MaxCode {
 		return nil, fmt.Errorf("%w: code is larger than %d bytes", errdefs.ErrTooLarge, MaxCode)
 	}
@@ -54,6 +63,15 @@ func (m *Manager) RunOnce(ctx context.Context, req apitype.OneShotRequest, emit 
 // it starts in about a millisecond. Output that is not UTF-8 streams as
 // data_base64.
 func (m *Manager) RunProgram(ctx context.Context, req apitype.ProgramRequest, emit func(apitype.Event)) (*apitype.OneShotResult, error) {
+	release, err := m.admitExecution(ctx, &Ask{Limits: &req.Limits, Isolation: &req.Isolation, Network: req.Network})
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return m.runProgram(ctx, req, endFirst(emit, release))
+}
+
+func (m *Manager) runProgram(ctx context.Context, req apitype.ProgramRequest, emit func(apitype.Event)) (*apitype.OneShotResult, error) {
 	if len(req.Code) > MaxCode {
 		return nil, fmt.Errorf("%w: the program is larger than %d bytes", errdefs.ErrTooLarge, MaxCode)
 	}

@@ -84,6 +84,8 @@ type Manager struct {
 	policy *policy
 	// packages installs packages into sessions and runs.
 	packages *packages.Installer
+	// admit admits every request's work (see Admitter).
+	admit Admitter
 
 	// endedHist: the histories of the newest ended sessions
 	// (history.ended), endedHistOrder their ids, oldest first; under mu.
@@ -111,6 +113,7 @@ func newManager(cfg config.Config, source Source, log *slog.Logger) *Manager {
 	return &Manager{
 		cfg: cfg, sources: map[config.Isolation]Source{cfg.Isolation: source}, log: log, policy: p,
 		packages: packages.New(cfg.Packages, log),
+		admit:    NewTenants(cfg, nil),
 		execs:    make(chan struct{}, cfg.Server.MaxConcurrentExecutions),
 		sessions: map[string]*Session{},
 		ended:    map[string]endedSession{},
@@ -289,8 +292,21 @@ func (m *Manager) lookup(lang string) (runtimes.Runtime, error) {
 	return runtimes.Lookup(m.cfg, lang)
 }
 
-// Create starts a session.
+// Create starts a session, once the caller is admitted to.
 func (m *Manager) Create(ctx context.Context, req apitype.CreateSessionRequest) (*Session, error) {
+	release, err := m.admit.AdmitSession(ctx, &Ask{Limits: &req.Limits, Isolation: &req.Isolation, Network: req.Network})
+	if err != nil {
+		return nil, err
+	}
+	s, err := m.create(ctx, req)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest) (*Session, error) {
 	begun := time.Now()
 	rt, err := m.lookup(req.Language)
 	if err != nil {
