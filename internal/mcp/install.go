@@ -31,9 +31,6 @@ type InstallOut struct {
 	DurationMs float64      `json:"duration_ms"`
 }
 
-// managerLanguage is the session language of each package manager.
-var managerLanguage = map[string]string{"pip": "python", "npm": "javascript"}
-
 // addInstallTool offers install_packages: only when the server installs
 // with at least one manager, so that a model is never offered a tool
 // that can only fail.
@@ -42,10 +39,7 @@ func (s *Server) addInstallTool() {
 		return
 	}
 	no := false
-	managers := make([]any, len(s.o.Installs))
-	for i, m := range s.o.Installs {
-		managers[i] = m
-	}
+	managers := anys(s.o.Installs)
 	mcp.AddTool(s.srv, &mcp.Tool{
 		Name:  "install_packages",
 		Title: "Install packages",
@@ -70,7 +64,7 @@ func (s *Server) installPackages(ctx context.Context, req *mcp.CallToolRequest, 
 		if err != nil {
 			return failed(err), out, nil
 		}
-		for m, lang := range managerLanguage {
+		for m, lang := range s.o.Managers {
 			if lang == info.Language {
 				manager = m
 			}
@@ -82,7 +76,7 @@ func (s *Server) installPackages(ctx context.Context, req *mcp.CallToolRequest, 
 	if !slices.Contains(s.o.Installs, manager) {
 		return failed(argError("manager %q: this server installs with %s", manager, strings.Join(s.o.Installs, " and "))), out, nil
 	}
-	id, note, err := s.session(ctx, req, api, in.SessionID, managerLanguage[manager])
+	id, note, err := s.session(ctx, req, api, in.SessionID, s.o.Managers[manager])
 	if err != nil {
 		return failed(err), out, nil
 	}

@@ -49,6 +49,11 @@ type Options struct {
 	// (packages.pip, packages.npm): install_packages is offered only
 	// when there is one.
 	Installs []string
+	// Languages are the languages sessions run, the default first, and
+	// Managers the language each package manager installs into: the
+	// language table's (package runtimes), given by the composition root.
+	Languages []string
+	Managers  map[string]string
 	// Content lists the blocks tool results carry besides text
 	// (mcp.content: config.MCPContent); an HTTP client's ?content=
 	// overrides it.
@@ -237,8 +242,8 @@ func (s *Server) session(ctx context.Context, req *mcp.CallToolRequest, api *cli
 	if id != "" {
 		return id, "", sessionArg(id)
 	}
-	if lang == "" {
-		lang = "python"
+	if lang == "" && len(s.o.Languages) > 0 {
+		lang = s.o.Languages[0]
 	}
 	c := s.conn(req.Session)
 	c.mu.Lock()

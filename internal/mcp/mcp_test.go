@@ -19,6 +19,7 @@ import (
 	"airlock/internal/config"
 	"airlock/internal/jail"
 	"airlock/internal/mcp"
+	"airlock/internal/runtimes"
 	"airlock/internal/server"
 	"airlock/internal/testenv"
 )
@@ -94,6 +95,7 @@ func newServer(t *testing.T, o mcp.Options) (*mcp.Server, *client.Client) {
 	})
 	api := client.InProcess(s.Handler())
 	o.Client, o.Version, o.Log = func(http.Header) *client.Client { return api }, "test", log
+	o.Languages, o.Managers = runtimes.Names(), runtimes.ManagerLanguages()
 	return mcp.New(o), api
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"airlock/internal/client"
 	"airlock/internal/mcp"
+	"airlock/internal/runtimes"
 )
 
 // The file tools take paths the way the HTTP files API does: relative to
@@ -108,7 +109,8 @@ func connectTo(t *testing.T, api *client.Client) *sdk.ClientSession {
 // connectWith is connectTo with a server that installs with installs.
 func connectWith(t *testing.T, api *client.Client, installs []string) *sdk.ClientSession {
 	t.Helper()
-	srv := mcp.New(mcp.Options{Client: func(http.Header) *client.Client { return api }, Version: "test", Installs: installs, Log: slog.New(slog.DiscardHandler)})
+	srv := mcp.New(mcp.Options{Client: func(http.Header) *client.Client { return api }, Version: "test", Installs: installs,
+		Languages: runtimes.Names(), Managers: runtimes.ManagerLanguages(), Log: slog.New(slog.DiscardHandler)})
 	ct, st := sdk.NewInMemoryTransports()
 	ss, err := srv.SDK().Connect(context.Background(), st, nil)
 	if err != nil {

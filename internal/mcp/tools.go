@@ -32,8 +32,6 @@ const (
 	progressEvery = 200 * time.Millisecond
 )
 
-var languages = []any{"python", "bash", "javascript"}
-
 // ExecuteIn is execute_code's input.
 type ExecuteIn struct {
 	Code      string  `json:"code" jsonschema:"the code to run; state persists across calls in the same session"`
@@ -186,6 +184,18 @@ type CloseOut struct {
 	Closed    bool   `json:"closed"`
 }
 
+// anys is vs as a schema's enum (nil: none).
+func anys(vs []string) []any {
+	if len(vs) == 0 {
+		return nil
+	}
+	out := make([]any, len(vs))
+	for i, v := range vs {
+		out[i] = v
+	}
+	return out
+}
+
 // withEnum is the inferred input schema of T with property's enum set.
 func withEnum[T any](property string, values []any) *jsonschema.Schema {
 	s, err := jsonschema.For[T](nil)
@@ -211,7 +221,7 @@ func (s *Server) addTools() {
 			"numpy, pandas, matplotlib and scikit-learn are available; there is no network (see create_session). The result carries at most 8 KiB of " +
 			"stdout, of stderr, of the result and of the traceback (their start and end; it says how much was left out): write long " +
 			"output to a file and read parts of it. Long runs send progress notifications with their output.",
-		InputSchema: withEnum[ExecuteIn]("language", languages),
+		InputSchema: withEnum[ExecuteIn]("language", anys(s.o.Languages)),
 		Annotations: &mcp.ToolAnnotations{Title: "Run code", DestructiveHint: &no, OpenWorldHint: &no},
 	}, s.executeCode)
 	mcp.AddTool(s.srv, &mcp.Tool{
@@ -246,7 +256,7 @@ func (s *Server) addTools() {
 		Description: "Starts a new sandboxed session (python, bash or javascript) with optional limits, environment and network " +
 			"(the hosts it may reach, within the server's policy; sessions have no network otherwise), and returns its " +
 			"session_id for the other tools. Not needed for a single conversation: every tool has a default session. It ends with this connection, like the default sessions.",
-		InputSchema: withEnum[CreateIn]("language", languages),
+		InputSchema: withEnum[CreateIn]("language", anys(s.o.Languages)),
 		Annotations: &mcp.ToolAnnotations{Title: "Create a session", DestructiveHint: &no, OpenWorldHint: &no},
 	}, s.createSession)
 	mcp.AddTool(s.srv, &mcp.Tool{

@@ -171,13 +171,18 @@ func Lookup(c config.Config, lang string) (Runtime, error) {
 
 // WithManager is the language whose package manager is manager ("" if
 // none).
-func WithManager(manager string) string {
+func WithManager(manager string) string { return ManagerLanguages()[manager] }
+
+// ManagerLanguages maps each package manager to the language whose
+// sessions it installs into.
+func ManagerLanguages() map[string]string {
+	out := map[string]string{}
 	for _, l := range languages {
-		if manager != "" && l.PackageManager == manager {
-			return l.Lang
+		if l.PackageManager != "" {
+			out[l.PackageManager] = l.Lang
 		}
 	}
-	return ""
+	return out
 }
 
 // Managed lists the languages that have a package manager, with it, for

@@ -256,7 +256,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		s.api.Handle(pattern, h)
 	}
 	if cfg.MCP.Enabled {
-		mo := mcp.Options{Client: s.inProcessClient, Version: opts.Version, Installs: cfg.Packages.Managers(), Content: cfg.MCP.Content, Log: s.log}
+		mo := mcp.Options{Client: s.inProcessClient, Version: opts.Version, Installs: cfg.Packages.Managers(), Languages: runtimes.Names(), Managers: runtimes.ManagerLanguages(), Content: cfg.MCP.Content, Log: s.log}
 		if ident != nil {
 			// MCP sessions live in this server too: their ids carry
 			// it, for the router (Mcp-Session-Id).
@@ -578,7 +578,7 @@ func RunMCPStdio(ctx context.Context, cfg config.Config, opts Options) error {
 			opts.Log.Info("mcp: using the local server", "socket", path)
 			// The local server's configuration is this one's (the same
 			// file), so is what it installs with.
-			srv := mcp.New(mcp.Options{Client: func(http.Header) *client.Client { return local }, Version: opts.Version, Installs: cfg.Packages.Managers(), Content: cfg.MCP.Content, Log: opts.Log})
+			srv := mcp.New(mcp.Options{Client: func(http.Header) *client.Client { return local }, Version: opts.Version, Installs: cfg.Packages.Managers(), Languages: runtimes.Names(), Managers: runtimes.ManagerLanguages(), Content: cfg.MCP.Content, Log: opts.Log})
 			return srv.RunStdio(ctx)
 		}
 		if !errors.Is(err, client.ErrUnreachable) {
@@ -598,7 +598,7 @@ func RunMCPStdio(ctx context.Context, cfg config.Config, opts Options) error {
 		s.Shutdown(shutdown)
 	}()
 	api := client.InProcess(s.api.Local()) // the stdio client is the operator
-	srv := mcp.New(mcp.Options{Client: func(http.Header) *client.Client { return api }, Version: opts.Version, Installs: cfg.Packages.Managers(), Content: cfg.MCP.Content, Log: opts.Log})
+	srv := mcp.New(mcp.Options{Client: func(http.Header) *client.Client { return api }, Version: opts.Version, Installs: cfg.Packages.Managers(), Languages: runtimes.Names(), Managers: runtimes.ManagerLanguages(), Content: cfg.MCP.Content, Log: opts.Log})
 	err = srv.RunStdio(ctx)
 	if ctx.Err() != nil {
 		return nil
