@@ -105,13 +105,18 @@ func readLine(r *bufio.Reader) ([]byte, error) {
 	}
 }
 
+// bridge relays one stdio client to a server's MCP over HTTP.
+//
+// Locks, in the order they may be taken: reopenMu, then mu; outMu is
+// taken alone.
 type bridge struct {
 	o   BridgeOptions
 	ctx context.Context
 
 	outMu    sync.Mutex // one message per line on Out
-	reopenMu sync.Mutex // one reopen at a time
+	reopenMu sync.Mutex // one reopen at a time, across its requests
 
+	// mu guards the fields below.
 	mu      sync.Mutex
 	session string             // Mcp-Session-Id
 	version string             // the negotiated protocol version

@@ -74,6 +74,7 @@ type Server struct {
 	o   Options
 	srv *mcp.Server
 
+	// mu guards conns and shut; no connection's lock is taken under it.
 	mu      sync.Mutex
 	conns   map[*mcp.ServerSession]*connection
 	shut    bool           // CloseAll ran: no connection may open sessions
@@ -84,6 +85,11 @@ type Server struct {
 // language (created on first use), the sessions create_session made, and
 // the turns of the executions it sends to each session. All of its
 // sessions end with it.
+//
+// Its two locks are never held together, nor with the server's: mu
+// guards sessions, created, header and closed (and is held across the
+// API calls that create a session, so that one being created is in the
+// maps before the connection can close); qmu guards queues.
 type connection struct {
 	mu       sync.Mutex
 	sessions map[string]string   // language -> default airlock session id

@@ -197,7 +197,7 @@ type endedSession struct {
 // which cannot wait: an install's execution, a cell's %pip install),
 // attachMu (an execution's end may tear the session down), mu, then the
 // gate's own and an execution's. The manager's mu is never held with any
-// of them; cmds.mu is taken alone.
+// of them; cmds.mu and the history's are taken alone.
 type Session struct {
 	m  *Manager
 	id string
