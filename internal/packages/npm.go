@@ -19,11 +19,8 @@ func checkNpm(cfg config.Npm, pkgs []string) error {
 	if cfg.Registry == "" {
 		return fmt.Errorf("%w: npm installs are not configured on this server (packages.npm.registry)", errdefs.ErrUnsupported)
 	}
-	if len(pkgs) == 0 {
-		return fmt.Errorf("%w: packages is empty", errdefs.ErrInvalidArgument)
-	}
-	if len(pkgs) > cfg.MaxPackages {
-		return fmt.Errorf("%w: more than %d packages (packages.npm.max_packages)", errdefs.ErrInvalidArgument, cfg.MaxPackages)
+	if err := checkCount(pkgs, cfg.MaxPackages, "packages.npm.max_packages"); err != nil {
+		return err
 	}
 	for _, p := range pkgs {
 		m := npmSpec().FindStringSubmatch(p)

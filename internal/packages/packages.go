@@ -140,6 +140,18 @@ func ProgramEnv(manager string, env map[string]string) (fresh bool) {
 	return true
 }
 
+// checkCount checks a request names some packages, at most max (the
+// configuration's key).
+func checkCount(pkgs []string, max int, key string) error {
+	if len(pkgs) == 0 {
+		return fmt.Errorf("%w: packages is empty", errdefs.ErrInvalidArgument)
+	}
+	if len(pkgs) > max {
+		return fmt.Errorf("%w: more than %d packages (%s)", errdefs.ErrInvalidArgument, max, key)
+	}
+	return nil
+}
+
 // lazyRegexp compiles on first use. This binary is also every sandbox's
 // init, which runs all package initialisers and then idles for the
 // sandbox's life: a bounded repetition compiles to hundreds of kilobytes,

@@ -28,11 +28,8 @@ func checkPip(cfg config.Pip, pkgs []string) error {
 	if cfg.IndexURL == "" {
 		return fmt.Errorf("%w: package installation is not configured on this server (packages.pip.index_url)", errdefs.ErrUnsupported)
 	}
-	if len(pkgs) == 0 {
-		return fmt.Errorf("%w: packages is empty", errdefs.ErrInvalidArgument)
-	}
-	if len(pkgs) > cfg.MaxPackages {
-		return fmt.Errorf("%w: more than %d packages (packages.pip.max_packages)", errdefs.ErrInvalidArgument, cfg.MaxPackages)
+	if err := checkCount(pkgs, cfg.MaxPackages, "packages.pip.max_packages"); err != nil {
+		return err
 	}
 	allow := make([]string, len(cfg.Allow))
 	for i, a := range cfg.Allow {

@@ -10,6 +10,7 @@ import (
 
 	"airlock/internal/apitype"
 	"airlock/internal/errdefs"
+	"airlock/internal/watch/watchtest"
 )
 
 // commandRunning waits until a command runs in s.
@@ -26,25 +27,7 @@ func commandRunning(t *testing.T, s *Session) {
 
 func runCommand(t *testing.T, ctx context.Context, s *Session, req apitype.CommandRequest, act func()) (*apitype.CommandResult, error) {
 	t.Helper()
-	type answer struct {
-		res *apitype.CommandResult
-		err error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		res, err := s.RunCommand(ctx, req, nil)
-		done <- answer{res, err}
-	}()
-	if act != nil {
-		act()
-	}
-	select {
-	case a := <-done:
-		return a.res, a.err
-	case <-time.After(wait):
-		t.Fatalf("command %q never ended", req.Command)
-		return nil, nil
-	}
+	return within(t, "command "+req.Command, func() (*apitype.CommandResult, error) { return s.RunCommand(ctx, req, nil) }, act)
 }
 
 // How a foreground command ends: its status, its output, a signal, and
@@ -56,7 +39,7 @@ func TestRunCommand(t *testing.T) {
 		stdin      string
 		// leave: its client leaves while it runs.
 		leave  bool
-		act    func(*testing.T, *Session, *fakeInstance, *fakeClock)
+		act    func(*testing.T, *Session, *fakeInstance, *watchtest.Clock)
 		stdout string
 		exit   int
 		signal string
@@ -67,7 +50,7 @@ func TestRunCommand(t *testing.T) {
 	}{
 		{name: "output and status", line: "out hi;err oops;exit 3", stdout: "hi", exit: 3},
 		{name: "stdin", line: "cat", stdin: "fed", stdout: "fed"},
-		{name: "timeout: killed", line: "sleep", act: func(t *testing.T, s *Session, f *fakeInstance, c *fakeClock) { c.fire(testTimeout) },
+		{name: "timeout: killed", line: "sleep", act: func(t *testing.T, s *Session, f *fakeInstance, c *watchtest.Clock) { c.Fire(testTimeout) },
 			exit: 128 + 9, signal: "SIGKILL", reason: apitype.KillTimeout, killed: true},
 		{name: "its client leaves: killed, for no limit", line: "sleep", leave: true,
 			exit: 128 + 9, signal: "SIGKILL", killed: true},

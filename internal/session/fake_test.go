@@ -20,6 +20,7 @@ import (
 	"airlock/internal/config"
 	"airlock/internal/instance"
 	"airlock/internal/runtimes"
+	"airlock/internal/watch/watchtest"
 	"airlock/internal/workspace"
 )
 
@@ -66,50 +67,6 @@ func testConfig() config.Config {
 	return cfg
 }
 
-// fakeClock hands out timers the test fires by their duration.
-type fakeClock struct {
-	mu     sync.Mutex
-	cond   *sync.Cond
-	timers map[time.Duration][]chan time.Time
-}
-
-func newFakeClock() *fakeClock {
-	c := &fakeClock{timers: map[time.Duration][]chan time.Time{}}
-	c.cond = sync.NewCond(&c.mu)
-	return c
-}
-
-func (c *fakeClock) Timer(d time.Duration) (<-chan time.Time, func()) {
-	ch := make(chan time.Time, 1)
-	c.mu.Lock()
-	c.timers[d] = append(c.timers[d], ch)
-	c.cond.Broadcast()
-	c.mu.Unlock()
-	return ch, func() {}
-}
-
-// await waits until a timer of duration d is made.
-func (c *fakeClock) await(d time.Duration) {
-	c.mu.Lock()
-	for len(c.timers[d]) == 0 {
-		c.cond.Wait()
-	}
-	c.mu.Unlock()
-}
-
-// fire fires the oldest unfired timer of duration d, waiting for it to
-// be made.
-func (c *fakeClock) fire(d time.Duration) {
-	c.mu.Lock()
-	for len(c.timers[d]) == 0 {
-		c.cond.Wait()
-	}
-	ch := c.timers[d][0]
-	c.timers[d] = c.timers[d][1:]
-	c.mu.Unlock()
-	ch <- time.Now()
-}
-
 // fakeSource builds fake instances and remembers them, to check that
 // each was closed.
 type fakeSource struct {
@@ -143,7 +100,7 @@ func (s *fakeSource) last() *fakeInstance {
 // newTestManager returns a manager on fake instances with cfg (the test
 // configuration when nil) and a fake clock. At the test's end it is
 // closed, and every instance it took must have been closed too.
-func newTestManager(t *testing.T, cfg *config.Config) (*Manager, *fakeSource, *fakeClock) {
+func newTestManager(t *testing.T, cfg *config.Config) (*Manager, *fakeSource, *watchtest.Clock) {
 	t.Helper()
 	c := testConfig()
 	if cfg != nil {
@@ -151,7 +108,7 @@ func newTestManager(t *testing.T, cfg *config.Config) (*Manager, *fakeSource, *f
 	}
 	src := &fakeSource{t: t}
 	m := newManager(c, src, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	clock := newFakeClock()
+	clock := watchtest.NewClock()
 	m.clock = clock
 	t.Cleanup(func() {
 		m.Close()

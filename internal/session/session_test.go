@@ -13,6 +13,7 @@ import (
 	"airlock/internal/errdefs"
 	"airlock/internal/identity"
 	"airlock/internal/runtimes"
+	"airlock/internal/watch/watchtest"
 )
 
 // wait bounds every wait of these tests for something that must happen.
@@ -31,24 +32,34 @@ func create(t *testing.T, m *Manager, lang string) *Session {
 // (fire timers, interrupt), and returns the result.
 func execute(t *testing.T, s *Session, code string, act func()) (*apitype.Result, error) {
 	t.Helper()
+	return within(t, "execution of "+code, func() (*apitype.Result, error) {
+		return s.Execute(context.Background(), apitype.ExecuteRequest{Code: code}, nil)
+	}, act)
+}
+
+// within runs do while act (if set) does what the test does meanwhile,
+// and returns do's answer; what never answers fails the test.
+func within[T any](t *testing.T, what string, do func() (T, error), act func()) (T, error) {
+	t.Helper()
 	type answer struct {
-		res *apitype.Result
+		v   T
 		err error
 	}
 	done := make(chan answer, 1)
 	go func() {
-		res, err := s.Execute(context.Background(), apitype.ExecuteRequest{Code: code}, nil)
-		done <- answer{res, err}
+		v, err := do()
+		done <- answer{v, err}
 	}()
 	if act != nil {
 		act()
 	}
 	select {
 	case a := <-done:
-		return a.res, a.err
+		return a.v, a.err
 	case <-time.After(wait):
-		t.Fatalf("execution of %q never ended", code)
-		return nil, nil
+		t.Fatalf("%s never ended", what)
+		var zero T
+		return zero, nil
 	}
 }
 
@@ -100,7 +111,7 @@ func TestExecute(t *testing.T) {
 	for _, c := range []struct {
 		name, lang, code string
 		// act runs while the code does.
-		act func(t *testing.T, s *Session, f *fakeInstance, clock *fakeClock)
+		act func(t *testing.T, s *Session, f *fakeInstance, clock *watchtest.Clock)
 		// What the result says.
 		stdout, stderr string
 		results        int
@@ -115,28 +126,28 @@ func TestExecute(t *testing.T) {
 		{name: "output, display and done", code: "out hello;err warn;display", stdout: "hello", stderr: "warn", results: 1},
 		{name: "an error the code raised", code: "out x;raise ValueError", stdout: "x", errName: "ValueError", exitCode: 1},
 		{name: "a client's interrupt: the runtime's KeyboardInterrupt, the state kept", code: "sleep",
-			act:     func(t *testing.T, s *Session, f *fakeInstance, clock *fakeClock) { interrupted(t, s) },
+			act:     func(t *testing.T, s *Session, f *fakeInstance, clock *watchtest.Clock) { interrupted(t, s) },
 			errName: "KeyboardInterrupt", exitCode: 1},
 		{name: "a client's interrupt in bash: the server says KeyboardInterrupt", lang: "bash", code: "sleep",
-			act:     func(t *testing.T, s *Session, f *fakeInstance, clock *fakeClock) { interrupted(t, s) },
+			act:     func(t *testing.T, s *Session, f *fakeInstance, clock *watchtest.Clock) { interrupted(t, s) },
 			errName: "KeyboardInterrupt", exitCode: 1},
 		{name: "timeout: interrupted, the state kept", code: "sleep",
-			act:     func(t *testing.T, s *Session, f *fakeInstance, clock *fakeClock) { clock.fire(testTimeout) },
+			act:     func(t *testing.T, s *Session, f *fakeInstance, clock *watchtest.Clock) { clock.Fire(testTimeout) },
 			errName: "TimeoutError", errValue: "were kept", exitCode: 1, killed: true, reason: apitype.KillTimeout},
 		{name: "timeout, and the code does not stop: the session ends", code: "hang",
-			act: func(t *testing.T, s *Session, f *fakeInstance, clock *fakeClock) {
-				clock.fire(testTimeout)
-				clock.fire(testGrace)
+			act: func(t *testing.T, s *Session, f *fakeInstance, clock *watchtest.Clock) {
+				clock.Fire(testTimeout)
+				clock.Fire(testGrace)
 			},
 			errName: "TimeoutError", errValue: "did not stop within the interrupt grace", exitCode: 137, killed: true,
 			reason: apitype.KillTimeout, end: apitype.EndUnresponsive},
 		{name: "CPU time: interrupted, the state kept", code: "sleep",
-			act: func(t *testing.T, s *Session, f *fakeInstance, clock *fakeClock) {
+			act: func(t *testing.T, s *Session, f *fakeInstance, clock *watchtest.Clock) {
 				// The budget's check is due when the code could have
 				// spent it on one CPU; by then it has.
-				clock.await(testCPUTime + time.Millisecond)
+				clock.Await(testCPUTime + time.Millisecond)
 				f.cpu.Add(int64(testCPUTime))
-				clock.fire(testCPUTime + time.Millisecond)
+				clock.Fire(testCPUTime + time.Millisecond)
 			},
 			errName: "CPUTimeError", errValue: "were kept", exitCode: 1, killed: true, reason: apitype.KillCPUTime},
 		{name: "out of memory: the session ends", code: "out a;oom", stdout: "a",

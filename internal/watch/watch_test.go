@@ -2,49 +2,14 @@ package watch
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"airlock/internal/apitype"
 	"airlock/internal/cgroup"
+	"airlock/internal/watch/watchtest"
 )
-
-// fakeClock hands out timers the test fires by their duration.
-type fakeClock struct {
-	mu     sync.Mutex
-	cond   *sync.Cond
-	timers map[time.Duration][]chan time.Time
-}
-
-func newFakeClock() *fakeClock {
-	c := &fakeClock{timers: map[time.Duration][]chan time.Time{}}
-	c.cond = sync.NewCond(&c.mu)
-	return c
-}
-
-func (c *fakeClock) Timer(d time.Duration) (<-chan time.Time, func()) {
-	ch := make(chan time.Time, 1)
-	c.mu.Lock()
-	c.timers[d] = append(c.timers[d], ch)
-	c.cond.Broadcast()
-	c.mu.Unlock()
-	return ch, func() {}
-}
-
-// fire fires the oldest unfired timer of duration d, waiting for the
-// watch to make it.
-func (c *fakeClock) fire(d time.Duration) {
-	c.mu.Lock()
-	for len(c.timers[d]) == 0 {
-		c.cond.Wait()
-	}
-	ch := c.timers[d][0]
-	c.timers[d] = c.timers[d][1:]
-	c.mu.Unlock()
-	ch <- time.Now()
-}
 
 type fakeSandbox struct {
 	cpu     atomic.Int64
@@ -86,7 +51,7 @@ const (
 // harness drives one Watch.
 type harness struct {
 	t         *testing.T
-	clock     *fakeClock
+	clock     *watchtest.Clock
 	sb        *fakeSandbox
 	code      *fakeCode
 	cancel    context.CancelFunc
@@ -96,8 +61,8 @@ type harness struct {
 }
 
 func (h *harness) report(m string)      { h.code.reports <- m }
-func (h *harness) timeout()             { h.clock.fire(timeout) }
-func (h *harness) grace()               { h.clock.fire(grace) }
+func (h *harness) timeout()             { h.clock.Fire(timeout) }
+func (h *harness) grace()               { h.clock.Fire(grace) }
 func (h *harness) event(e cgroup.Event) { h.sb.events <- e }
 func (h *harness) closeReports(end apitype.End, finished bool) {
 	h.code.closedEnd, h.code.closedFin = end, finished
@@ -169,7 +134,7 @@ func TestWatch(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			h := &harness{
-				t: t, clock: newFakeClock(), cancel: cancel,
+				t: t, clock: watchtest.NewClock(), cancel: cancel,
 				sb:        &fakeSandbox{events: make(chan cgroup.Event), polling: make(chan struct{})},
 				code:      &fakeCode{reports: make(chan string), interrupts: make(chan struct{}, 8)},
 				interrupt: make(chan struct{}),
@@ -205,10 +170,9 @@ func TestWatch(t *testing.T) {
 			if len(h.code.handled) != len(c.handled) {
 				t.Errorf("handled %q, want %q", h.code.handled, c.handled)
 			}
-			if h.clock.mu.Lock(); c.unlimited && len(h.clock.timers) != 0 {
-				t.Errorf("timers %v, want none", h.clock.timers)
+			if n := h.clock.Unfired(); c.unlimited && n != 0 {
+				t.Errorf("%d timers, want none", n)
 			}
-			h.clock.mu.Unlock()
 			select {
 			case <-h.sb.polling:
 			case <-time.After(10 * time.Second):
@@ -221,7 +185,7 @@ func TestWatch(t *testing.T) {
 // The CPU watcher sleeps until the budget could first be spent at the
 // sandbox's CPU quota, and fires once it is.
 func TestCPUWaitsForTheEarliestMoment(t *testing.T) {
-	clock := newFakeClock()
+	clock := watchtest.NewClock()
 	sb := &fakeSandbox{}
 	sb.cpu.Store(int64(10 * time.Second))
 	over := make(chan struct{})
@@ -229,18 +193,14 @@ func TestCPUWaitsForTheEarliestMoment(t *testing.T) {
 	defer close(stop)
 	go CPU(sb, 10*time.Second, 4*time.Second, 2, stop, func() { close(over) }, clock)
 	// 4s of budget at 2 cores: not before 2s (and a millisecond).
-	clock.mu.Lock()
-	for len(clock.timers[2*time.Second+time.Millisecond]) == 0 {
-		clock.cond.Wait()
-	}
-	clock.mu.Unlock()
+	clock.Await(2*time.Second + time.Millisecond)
 	select {
 	case <-over:
 		t.Fatal("over before the budget was spent")
 	default:
 	}
 	sb.cpu.Store(int64(14 * time.Second))
-	clock.fire(2*time.Second + time.Millisecond)
+	clock.Fire(2*time.Second + time.Millisecond)
 	select {
 	case <-over:
 	case <-time.After(10 * time.Second):
