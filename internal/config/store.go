@@ -38,7 +38,8 @@ type Store struct {
 	// sessions are marked ended and what it held of tenants' quotas is
 	// free again.
 	LeaseTimeout Duration `json:"lease_timeout"`
-	// MaxConns caps this server's connections to PostgreSQL.
+	// MaxConns caps this server's connections to PostgreSQL (besides one
+	// that listens for changes of keys).
 	MaxConns int `json:"max_conns"`
 }
 
@@ -54,11 +55,11 @@ func (s Store) validate() []error {
 	var errs []error
 	switch s.Driver {
 	case StoreSQLite:
-		if s.DSN != "" {
+		if s.DSN != "" || s.DSNFile != "" {
 			errs = append(errs, errors.New("store.dsn is for the postgres driver; sqlite keeps its files in data_dir"))
 		}
 	case StorePostgres:
-		if s.DSN == "" {
+		if s.DSN == "" && s.DSNFile == "" {
 			errs = append(errs, errors.New("store.driver \"postgres\" needs store.dsn or store.dsn_file (the database's connection string)"))
 		}
 	default:

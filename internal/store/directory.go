@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"airlock/internal/apitype"
@@ -125,35 +126,55 @@ func (d *DB) stopServer(ctx context.Context) {
 }
 
 // PutSessions writes sessions of this server to the directory, live or
-// ended (an ended one with its EndReason), in one transaction.
+// ended (an ended one with its EndReason), in one statement: one round
+// trip. A session ended otherwise than with its server is never made
+// live again by a later write of it.
 func (d *DB) PutSessions(ctx context.Context, sessions []apitype.Session) error {
 	if d.server.ID == "" || len(sessions) == 0 {
 		return nil
 	}
+	// The last word on each session, in order of first appearance: a
+	// statement may not touch a row twice.
+	last := map[string]int{}
+	var order []string
+	for i, s := range sessions {
+		if _, ok := last[s.ID]; !ok {
+			order = append(order, s.ID)
+		}
+		last[s.ID] = i
+	}
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
-	tx, err := d.dir.BeginTx(ctx, nil)
-	if err != nil {
-		return d.unavailable("writing the sessions directory", err)
-	}
-	defer tx.Rollback()
 	now := unixNano(time.Now())
-	for _, s := range sessions {
-		s.Pod = d.server.Pod
-		b, _ := json.Marshal(s)
-		var ended sql.NullInt64
-		if s.State == apitype.StateEnded {
-			ended = sql.NullInt64{Int64: now, Valid: true}
+	const rows = 500
+	for len(order) > 0 {
+		n := min(len(order), rows)
+		var q strings.Builder
+		q.WriteString(`INSERT INTO sessions (id, tenant, server, pod, created_at, ended_at, end_reason, info) VALUES `)
+		args := make([]any, 0, 8*n+1)
+		for i, id := range order[:n] {
+			s := sessions[last[id]]
+			s.Pod = d.server.Pod
+			b, _ := json.Marshal(s)
+			var ended sql.NullInt64
+			if s.State == apitype.StateEnded {
+				ended = sql.NullInt64{Int64: now, Valid: true}
+			}
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
+			args = append(args, s.ID, s.Tenant, d.server.ID, d.server.Pod, unixNano(s.CreatedAt), ended, s.EndReason, string(b))
 		}
-		_, err := tx.ExecContext(ctx, d.q(`INSERT INTO sessions (id, tenant, server, pod, created_at, ended_at, end_reason, info) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (id) DO UPDATE SET ended_at = excluded.ended_at, end_reason = excluded.end_reason, info = excluded.info, server = excluded.server
-			WHERE sessions.ended_at IS NULL OR sessions.end_reason = ? OR excluded.ended_at IS NOT NULL`),
-			s.ID, s.Tenant, d.server.ID, d.server.Pod, unixNano(s.CreatedAt), ended, s.EndReason, string(b), EndServerLost)
-		if err != nil {
+		q.WriteString(` ON CONFLICT (id) DO UPDATE SET ended_at = excluded.ended_at, end_reason = excluded.end_reason, info = excluded.info, server = excluded.server
+			WHERE sessions.ended_at IS NULL OR sessions.end_reason = ? OR excluded.ended_at IS NOT NULL`)
+		args = append(args, EndServerLost)
+		if _, err := d.dir.ExecContext(ctx, d.q(q.String()), args...); err != nil {
 			return d.unavailable("writing the sessions directory", err)
 		}
+		order = order[n:]
 	}
-	return d.unavailable("writing the sessions directory", tx.Commit())
+	return nil
 }
 
 // ListSessions lists the directory's sessions of other servers than this

@@ -108,7 +108,8 @@ type pgDriver struct {
 	cfg    config.Store
 	conn   *pgx.ConnConfig
 	db     *sql.DB
-	target string // host:port/database, for messages
+	fast   *sql.DB // the same database, commits not waiting for the disk
+	target string  // host:port/database, for messages
 
 	// The key cache's change detection: a connection that LISTENs on
 	// airlock_keys (notified by a trigger on every change of keys and
@@ -136,12 +137,23 @@ func openPostgres(ctx context.Context, cfg config.Store) (*DB, error) {
 	}
 	p := &pgDriver{cfg: cfg, conn: cc, target: fmt.Sprintf("PostgreSQL %s@%s:%d/%s", cc.User, cc.Host, cc.Port, cc.Database), done: make(chan struct{})}
 	p.db = stdlib.OpenDB(*cc)
-	p.db.SetMaxOpenConns(cfg.MaxConns)
-	p.db.SetMaxIdleConns(cfg.MaxConns)
-	p.db.SetConnMaxIdleTime(5 * time.Minute)
-	d := &DB{drv: p, cfg: cfg, keys: p.db, audit: p.db, dir: p.db}
+	// The directory's and the ledger's rows coordinate live servers:
+	// their commits do not wait for the WAL's flush to disk (a crash of
+	// the database, not of a server, may lose the last few hundred
+	// milliseconds of them, which the next heartbeats write again). Keys
+	// and the audit log commit durably.
+	fast := cc.Copy()
+	fast.RuntimeParams["synchronous_commit"] = "off"
+	p.fast = stdlib.OpenDB(*fast)
+	for _, db := range []*sql.DB{p.db, p.fast} {
+		db.SetMaxOpenConns(max(cfg.MaxConns/2, 1))
+		db.SetMaxIdleConns(max(cfg.MaxConns/2, 1))
+		db.SetConnMaxIdleTime(5 * time.Minute)
+	}
+	d := &DB{drv: p, cfg: cfg, keys: p.db, audit: p.db, dir: p.fast}
 	fail := func(err error) (*DB, error) {
 		p.db.Close()
+		p.fast.Close()
 		close(p.done)
 		return nil, err
 	}
@@ -339,6 +351,7 @@ func (p *pgDriver) close() error {
 		p.stop()
 	}
 	<-p.done
+	p.fast.Close()
 	return p.db.Close()
 }
 
