@@ -295,6 +295,9 @@ func TestChartRefuses(t *testing.T) {
 		{"unknown value", []string{"--set", "auth.token=x", "--set", "replica=3"}, "replica"},
 		{"config injection into nginx", []string{"--set", "auth.token=x", "--set", "router.resolver=1.1.1.1;include /etc/passwd"}, "/router/resolver"},
 		{"unknown profile", []string{"--set", "auth.token=x", "--set", "isolation.profile=gvisor"}, "/isolation/profile"},
+		{"replicas without a shared store", []string{"--set", "auth.token=x", "--set", "replicas=3"}, "replicas > 1 needs a shared store: set store.postgres.dsnSecret"},
+		{"a DSN in the ConfigMap", []string{"--set", "auth.token=x", "--set", "config.store.dsn=postgres://u:pw@db/x"}, "config.store.dsn: the connection string is a secret"},
+		{"the store set twice", []string{"--set", "auth.token=x", "--set", "store.postgres.dsnSecret=db", "--set", "config.store.driver=sqlite"}, "config.store.driver is set by the chart"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, errOut, err := helm(t, append([]string{"template", "airlock", chartDir, "--kube-version", kubeVersion}, c.args...)...)
@@ -347,7 +350,7 @@ func TestChartBrokenValues(t *testing.T) {
 // are not read here (they exist only in a pod); the image and router
 // tests start servers from this configuration.
 func TestChartConfigIsAirlocks(t *testing.T) {
-	for _, values := range []string{"default-values.yaml", "gvisor-values.yaml", "userns-values.yaml"} {
+	for _, values := range []string{"default-values.yaml", "gvisor-values.yaml", "userns-values.yaml", "postgres-values.yaml"} {
 		objs := objects(t, render(t, "airlock", "-f", chartDir+"/ci/"+values))
 		raw := get(find(t, objs, "ConfigMap", "airlock"), "data", "config.json").(string)
 		cfg := config.Default()
@@ -361,5 +364,53 @@ func TestChartConfigIsAirlocks(t *testing.T) {
 		if !cfg.Cluster.Enabled() || cfg.Server.TokenFile == "" {
 			t.Errorf("%s: no pod name or token file: %+v %+v", values, cfg.Cluster, cfg.Server)
 		}
+	}
+}
+
+// TestChartSharedStore: with store.postgres.dsnSecret, every pod reads
+// the connection string from that Secret as a file (store.dsn_file),
+// never from the ConfigMap, may reach the database's port (and DNS) and
+// nothing else; without it, a single pod's SQLite and no egress at all.
+func TestChartSharedStore(t *testing.T) {
+	objs := objects(t, render(t, "airlock", "-f", chartDir+"/ci/postgres-values.yaml"))
+	sts := find(t, objs, "StatefulSet", "airlock")
+	pod := get(sts, "spec", "template")
+	raw := get(find(t, objs, "ConfigMap", "airlock"), "data", "config.json").(string)
+	var cfg map[string]any
+	json.Unmarshal([]byte(raw), &cfg)
+	file, _ := get(cfg, "store", "dsn_file").(string)
+	if get(cfg, "store", "driver") != "postgres" || file == "" || get(cfg, "store", "dsn") != nil || get(cfg, "store", "lease_timeout") != "15s" {
+		t.Fatalf("the store in config.json: %v", get(cfg, "store"))
+	}
+	if get(sts, "spec", "replicas") != float64(3) {
+		t.Errorf("replicas %v", get(sts, "spec", "replicas"))
+	}
+	var vol any
+	for _, m := range get(pod, "spec", "containers", 0, "volumeMounts").([]any) {
+		if get(m, "mountPath") == filepath.Dir(file) {
+			for _, v := range get(pod, "spec", "volumes").([]any) {
+				if get(v, "name") == get(m, "name") {
+					vol = v
+				}
+			}
+		}
+	}
+	if get(vol, "secret", "secretName") != "airlock-db" || get(vol, "secret", "items", 0, "key") != "dsn" || get(vol, "secret", "items", 0, "path") != filepath.Base(file) {
+		t.Errorf("store.dsn_file %s is not the Secret's dsn: %v", file, vol)
+	}
+	np := find(t, objs, "NetworkPolicy", "airlock")
+	if get(np, "spec", "egress", 0, "ports", 0, "port") != float64(5432) || get(np, "spec", "egress", 0, "to", 0, "ipBlock", "cidr") != "10.2.0.5/32" ||
+		get(np, "spec", "egress", 1, "ports", 0, "port") != float64(53) || len(get(np, "spec", "egress").([]any)) != 2 {
+		t.Errorf("the pods' egress with a store: %v", get(np, "spec", "egress"))
+	}
+
+	single := objects(t, render(t, "airlock", "-f", chartDir+"/ci/default-values.yaml"))
+	var one map[string]any
+	json.Unmarshal([]byte(get(find(t, single, "ConfigMap", "airlock"), "data", "config.json").(string)), &one)
+	if one["store"] != nil || get(find(t, single, "StatefulSet", "airlock"), "spec", "replicas") != float64(1) {
+		t.Errorf("without a store: %v, %v replicas", one["store"], get(find(t, single, "StatefulSet", "airlock"), "spec", "replicas"))
+	}
+	if e := get(find(t, single, "NetworkPolicy", "airlock"), "spec", "egress"); e == nil || len(e.([]any)) != 0 {
+		t.Errorf("egress without a store: %v", e)
 	}
 }

@@ -58,6 +58,7 @@ app.kubernetes.io/component: router
 
 {{/* Where files the chart hands to airlock are mounted. */}}
 {{- define "airlock.secretDir" -}}/etc/airlock/secret{{- end -}}
+{{- define "airlock.storeDir" -}}/etc/airlock/store{{- end -}}
 {{- define "airlock.podInfoDir" -}}/etc/airlock/pod{{- end -}}
 
 {{/*
@@ -76,6 +77,12 @@ is overridden by accident).
 -}}
 {{- if include "airlock.secretName" . -}}
 {{- $_ := set $chart.server "token_file" (printf "%s/token" (include "airlock.secretDir" .)) -}}
+{{- end -}}
+{{- with .Values.store.postgres.dsnSecret -}}
+{{- $_ := set $chart "store" (dict "driver" "postgres" "dsn_file" (printf "%s/dsn" (include "airlock.storeDir" $)) "lease_timeout" $.Values.store.postgres.leaseTimeout) -}}
+{{- end -}}
+{{- if and (kindIs "map" .Values.config.store) (or (hasKey .Values.config.store "dsn") (hasKey .Values.config.store "dsn_file")) -}}
+{{- fail "config.store.dsn: the connection string is a secret; set store.postgres.dsnSecret (a Secret), never the ConfigMap" -}}
 {{- end -}}
 {{- if .Values.isolation.gvisor -}}
 {{- $_ := set $chart "isolation" "gvisor" -}}
