@@ -333,3 +333,37 @@ func TestSharedStoreFaults(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// The store scenario of `airlock bench` runs (smoke: tiny counts) on a
+// real PostgreSQL: creations and warm executions side by side with
+// SQLite, every figure positive.
+func TestBenchStoreSmoke(t *testing.T) {
+	pg := pgtest.Start(t)
+	f := filepath.Join(t.TempDir(), "dsn")
+	os.WriteFile(f, []byte(pg.NewDatabase(t)+"\n"), 0o600)
+	out, errOut, code := runCLI(t, "", "bench", "--smoke", "--json", "--only", "store", "--store-dsn-file", f)
+	if code != 0 {
+		t.Fatalf("bench --smoke --only store failed (%d): %s\n%s", code, out, errOut)
+	}
+	var r struct {
+		Rows []struct {
+			Scenario string  `json:"scenario"`
+			Value    float64 `json:"value"`
+		} `json:"rows"`
+		Errors []string `json:"errors"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Errors) > 0 || len(r.Rows) != 6 {
+		t.Fatalf("errors %v, rows %+v", r.Errors, r.Rows)
+	}
+	for _, row := range r.Rows {
+		if row.Value <= 0 || !strings.Contains(row.Scenario, "store") {
+			t.Errorf("%s: %v", row.Scenario, row.Value)
+		}
+	}
+	if strings.Contains(out+errOut, pg.Password()) {
+		t.Error("the bench printed the database's password")
+	}
+}

@@ -45,6 +45,9 @@ type Options struct {
 	// sandboxes run on gVisor), side by side with the native figures.
 	Isolation string
 	Runsc     string // the runsc binary; found on PATH when empty
+	// StoreDSNFile, a file holding a PostgreSQL connection string, adds
+	// the shared store's scenario (servers on it beside one on SQLite).
+	StoreDSNFile string
 }
 
 // Stat summarises a set of durations.
@@ -192,6 +195,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	try("audit", func() error { return benchAudit(ctx, r, o, n(3000, 30)) })
 	try("observe", func() error { return benchObserve(ctx, r, o, n(3000, 30)) })
 	try("egress", func() error { return benchEgress(ctx, r, o, n(7, 1), n(100e6, 10e6)) })
+	try("store", func() error { return benchStore(ctx, r, o, n(3000, 30)) })
 	if h, err := srv.health(ctx); err == nil {
 		r.Stats["pool"] = h.Pool
 	}
