@@ -24,8 +24,10 @@ const keysUsage = `Usage:
   airlock keys revoke ID
   airlock keys quota --tenant NAME [quota flags]
 
-Manages API keys in the database of data_dir (on this host, as root; a
-running server sees changes on its next request). create prints the new
+Manages API keys in the store: the database of data_dir (on this host,
+as root; a running server sees changes on its next request), or the
+PostgreSQL of store.dsn that a cluster's servers share (every server sees
+them within a second). create prints the new
 key once: it is stored hashed and cannot be shown again. Quota flags set
 the tenant's own quotas (over the configuration's "quotas"); 0 removes one.
 
@@ -233,8 +235,9 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 
 const auditUsage = `Usage: airlock audit [flags]
 
-Lists the audit log from the database of data_dir (on this host, as root;
-the server need not run), oldest first.
+Lists the audit log from the store (the database of data_dir, on this
+host, as root; or the PostgreSQL of store.dsn: every server's records);
+the server need not run. Oldest first.
 
 Flags:
 `
