@@ -10,8 +10,10 @@
 # loop device); pip and venv, with which the Python SDK's tests build
 # its wheel and install it offline; postgresql, the server the shared
 # store's tests start on loopback (their own data directory, as the
-# postgres user; no cluster of the package's own is used); and nbformat,
-# which checks the notebooks sessions export.
+# postgres user; no cluster of the package's own is used); nbformat,
+# which checks the notebooks sessions export; and chromium, the headless
+# browser the web console's tests drive (Debian's build: no browser is
+# downloaded).
 set -eu
 if [ "$(id -u)" != 0 ]; then
 	echo "install-deps: run as root" >&2
@@ -20,7 +22,7 @@ fi
 pkgs="python3 python3-numpy python3-pandas python3-matplotlib python3-sklearn
       bash coreutils nodejs ca-certificates fonts-dejavu-core bubblewrap curl"
 test_pkgs="nginx dnsmasq-base debootstrap libpython3.11-testsuite e2fsprogs postgresql
-           python3-pip python3-venv python3-nbformat"
+           python3-pip python3-venv python3-nbformat chromium"
 if [ "${1:-}" = --tests ]; then
 	pkgs="$pkgs $test_pkgs"
 fi

@@ -81,6 +81,9 @@ type Server struct {
 	// public are paths served without authentication (/healthz, /readyz,
 	// /v1/openapi.json; /metrics when the operator says so).
 	public map[string]bool
+	// publicTrees are path prefixes served without authentication (the
+	// web console's static pages, which hold no data: "/ui" and below).
+	publicTrees []string
 	// Observe, when set, hears every answered request: its route pattern
 	// ("" if it was refused before routing), status and duration (metrics).
 	Observe func(route string, status int, d time.Duration)
@@ -171,6 +174,26 @@ func (s *Server) denied(w http.ResponseWriter, r *http.Request, err error) {
 // Public serves path without authentication (a metrics endpoint, say).
 func (s *Server) Public(path string) { s.public[path] = true }
 
+// PublicTree serves prefix and every path below it without
+// authentication (static pages that hold no data: the web console). The
+// browser guard of a server without authentication still applies.
+func (s *Server) PublicTree(prefix string) {
+	s.publicTrees = append(s.publicTrees, strings.TrimSuffix(prefix, "/"))
+}
+
+// isPublic reports whether p is served without authentication.
+func (s *Server) isPublic(p string) bool {
+	if s.public[p] || strings.HasPrefix(p, wellKnown) {
+		return true
+	}
+	for _, t := range s.publicTrees {
+		if p == t || strings.HasPrefix(p, t+"/") {
+			return true
+		}
+	}
+	return false
+}
+
 // route is one operation of the API. work marks those that start,
 // change or read out what the audit log records (sessions, executions,
 // commands, installs, one-shot and program runs, file transfers, the
@@ -246,6 +269,10 @@ func New(m *session.Manager, cfg config.Config, log *slog.Logger, version string
 		})
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/" && cfg.Console.Enabled {
+			fail(w, fmt.Errorf("%w: no such endpoint: the web console is at /ui/, the API under /v1 (see /v1/openapi.json)", errdefs.ErrNotFound))
+			return
+		}
 		fail(w, fmt.Errorf("%w: no such endpoint; see /v1/openapi.json", errdefs.ErrNotFound))
 	})
 	s.mux.HandleFunc(wellKnown, func(w http.ResponseWriter, r *http.Request) {
@@ -301,7 +328,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fail(rw, err)
 		return
 	}
-	if !s.public[r.URL.Path] && !strings.HasPrefix(r.URL.Path, wellKnown) {
+	if !s.isPublic(r.URL.Path) {
 		who, refused, err := s.authenticate(r)
 		if err != nil {
 			if errors.Is(err, errdefs.ErrUnauthenticated) {

@@ -38,6 +38,7 @@ import (
 	"airlock/internal/client"
 	"airlock/internal/cluster"
 	"airlock/internal/config"
+	"airlock/internal/console"
 	"airlock/internal/egress"
 	"airlock/internal/errdefs"
 	"airlock/internal/fontcache"
@@ -254,6 +255,12 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	s.api.Refused = s.refused
 	for pattern, h := range opts.Handlers {
 		s.api.Handle(pattern, h)
+	}
+	if cfg.Console.Enabled {
+		ui := console.Handler()
+		s.api.Handle("GET "+console.Prefix, ui)
+		s.api.Handle("GET "+strings.TrimSuffix(console.Prefix, "/"), ui)
+		s.api.PublicTree(console.Prefix)
 	}
 	if cfg.MCP.Enabled {
 		mo := mcp.Options{Client: s.inProcessClient, Version: opts.Version, Installs: cfg.Packages.Managers(), Languages: runtimes.Names(), Managers: runtimes.ManagerLanguages(), Content: cfg.MCP.Content, Log: s.log}
