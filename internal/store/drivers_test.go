@@ -531,3 +531,60 @@ func TestPostgresFaults(t *testing.T) {
 		t.Errorf("admission after the restart: %+v %v", a, err)
 	}
 }
+
+// A slow database (a statement that waits on a lock someone holds) fails
+// calls with 503 once store.timeout passes, never holds them: a key's
+// lookup behind a locked keys table, an admission behind the tenant's
+// lock held elsewhere. Released, both work again.
+func TestPostgresSlow(t *testing.T) {
+	dsn := pgtest.Shared(t).NewDatabase(t)
+	db := openPG(t, dsn, func(c *config.Store) { c.Timeout = config.Duration(300 * time.Millisecond) })
+	ctx := context.Background()
+	if _, err := db.Serve(ctx, "pod-0"); err != nil {
+		t.Fatal(err)
+	}
+	secret, _, err := db.CreateKey(ctx, "t", false, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocker, err := db.keys.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Close()
+	tx, err := blocker.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(`LOCK TABLE keys IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(`SELECT pg_advisory_xact_lock(hashtextextended('airlock.quota:t', 0))`); err != nil {
+		t.Fatal(err)
+	}
+	for name, call := range map[string]func() error{
+		"authenticate": func() error { _, _, err := db.Authenticate(ctx, secret); return err },
+		"admit": func() error {
+			_, err := db.Ledger().Admit(ctx, Claim{Tenant: "t", Kind: HoldSession, Max: 1})
+			return err
+		},
+	} {
+		done := make(chan error, 1)
+		go func() { done <- call() }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, errdefs.ErrUnavailable) || errdefs.HTTPStatus(err) != 503 {
+				t.Errorf("%s behind a lock: %v, want 503 unavailable", name, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s is held by a slow database past store.timeout (300ms)", name)
+		}
+	}
+	tx.Rollback()
+	if _, ok, err := db.Authenticate(ctx, secret); !ok || err != nil {
+		t.Errorf("after the lock: %v %v", ok, err)
+	}
+	if a, err := db.Ledger().Admit(ctx, Claim{Tenant: "t", Kind: HoldSession, Max: 1}); err != nil || a.Refused != "" {
+		t.Errorf("admission after the lock: %+v %v", a, err)
+	}
+}

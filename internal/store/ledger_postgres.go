@@ -2,7 +2,8 @@ package store
 
 import (
 	"context"
-	"database/sql"
+	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -186,7 +187,7 @@ func (l *pgLedger) flush() {
 	today := day(time.Now())
 	var keep []string
 	for _, f := range failed {
-		kind, id, _ := cut0(f)
+		kind, id, _ := strings.Cut(f, "\x00")
 		if err := l.end(ctx, id, kind); err != nil {
 			keep = append(keep, f)
 		}
@@ -234,13 +235,6 @@ func (l *pgLedger) close() {
 	<-l.done
 }
 
-func cut0(s string) (string, string, bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == 0 {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return s, "", false
-}
-
-var errNotServed = sql.ErrConnDone
+// errNotServed: a ledger of a store no server serves (Serve not called)
+// has no name to hold places in.
+var errNotServed = errors.New("the store is not served by this process")
