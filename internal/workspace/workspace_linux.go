@@ -292,11 +292,11 @@ func (d *Dir) Write(rel string, r io.Reader, max int64, mode os.FileMode) (int64
 // upload is a file being written under a temporary name.
 type upload struct {
 	where string // its path as shown
-	pfd  int    // O_PATH descriptor of its directory
-	tmp  string // its temporary name there
-	name string // its final name there
-	f    *os.File
-	done bool // renamed into place
+	pfd   int    // O_PATH descriptor of its directory
+	tmp   string // its temporary name there
+	name  string // its final name there
+	f     *os.File
+	done  bool // renamed into place
 }
 
 func (d *Dir) create(rel string, mode os.FileMode) (*upload, error) {

@@ -279,7 +279,7 @@ func cmdImage(args []string) error {
 	}
 	// containerd and podman read the name from this annotation.
 	if err := lp.AppendImage(img, layout.WithAnnotations(map[string]string{
-		"io.containerd.image.name":         ref,
+		"io.containerd.image.name":          ref,
 		"org.opencontainers.image.ref.name": ref[strings.LastIndex(ref, ":")+1:],
 	})); err != nil {
 		return err
