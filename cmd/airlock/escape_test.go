@@ -117,3 +117,19 @@ func TestHumanOutputIsEscaped(t *testing.T) {
 		checkOutput(t, "messages", out.String(), 3)
 	}
 }
+
+// airlock top escapes every field of a session a tenant or its code
+// chose: ids, tenants, templates, states, the running code's head.
+func TestTopIsEscaped(t *testing.T) {
+	var list []apitype.Session
+	now := time.Now()
+	for _, h := range hostile {
+		list = append(list, apitype.Session{ID: h, Tenant: h, Language: h, Template: h, State: h, CreatedAt: now, LastUsedAt: now,
+			Usage:   &apitype.Usage{MemoryBytes: 1 << 20, CPUPercent: 50},
+			Current: &apitype.CurrentExecution{ID: h, StartedAt: now, CodeHead: h + "\nsecond line " + h},
+			Network: &apitype.NetworkState{Connections: 1}})
+	}
+	var out bytes.Buffer
+	topFrame(&out, list, now)
+	checkOutput(t, "top", out.String(), len(hostile)+3)
+}

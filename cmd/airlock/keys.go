@@ -6,9 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -237,7 +239,8 @@ const auditUsage = `Usage: airlock audit [flags]
 
 Lists the audit log from the store (the database of data_dir, on this
 host, as root; or the PostgreSQL of store.dsn: every server's records);
-the server need not run. Oldest first.
+the server need not run. Oldest first; with --follow, then every new
+record as it is written, until interrupted (like tail -f).
 
 Flags:
 `
@@ -252,8 +255,18 @@ func auditCmd(args []string, stdout, stderr io.Writer) int {
 	kind := c.fs.String("kind", "", "only records of this kind ("+strings.Join(apitype.AuditKinds(), ", ")+"), or of a group (session, file, package)")
 	limit := c.fs.Int("limit", 0, "at most this many records (0: all)")
 	asJSON := c.fs.Bool("json", false, "print one JSON record per line")
+	follow := c.fs.Bool("follow", false, "after the records so far, print new ones as they are written, until interrupted")
+	every := c.fs.Duration("interval", time.Second, "with --follow: how often to look for new records")
 	if code, ok := c.parse(args); !ok {
 		return code
+	}
+	if *follow && (*until != "" || *limit != 0) {
+		fmt.Fprintln(stderr, "airlock audit: --follow goes on with new records: --until and --limit do not go with it")
+		return exitUsage
+	}
+	if *every < 100*time.Millisecond {
+		fmt.Fprintln(stderr, "airlock audit: --interval must be at least 100ms")
+		return exitUsage
 	}
 	if *kind != "" {
 		if _, err := apitype.AuditKindFilter(*kind); err != nil {
@@ -288,7 +301,7 @@ func auditCmd(args []string, stdout, stderr io.Writer) int {
 	if !*asJSON {
 		fmt.Fprintln(tw, "TIME\tKIND\tTENANT\tSESSION\tID\tLANG\tOUTCOME\tEXIT\tMS\tCPU_MS\tDETAIL")
 	}
-	err = db.Audit(context.Background(), q, *limit, func(r apitype.AuditRecord) {
+	each := func(r apitype.AuditRecord) {
 		if *asJSON {
 			b, _ := json.Marshal(r)
 			fmt.Fprintln(stdout, string(b))
@@ -296,7 +309,16 @@ func auditCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%s\n", r.Time.Local().Format("2006-01-02 15:04:05"), field(r.Kind), field(r.Tenant), field(r.Session),
 			field(r.ID), field(r.Language), field(r.Outcome), exitText(r.ExitCode), r.DurationMs, r.CPUMs, detail(r))
-	})
+	}
+	if *follow {
+		// Until SIGINT or SIGTERM; each batch is printed as it comes (a
+		// table's columns are aligned within a batch).
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		defer stop()
+		err = db.Follow(ctx, q, *every, each, func() { tw.Flush() })
+	} else {
+		err = db.Audit(context.Background(), q, *limit, each)
+	}
 	tw.Flush()
 	if err != nil {
 		return exitFor(stderr, err)

@@ -47,7 +47,8 @@ Usage:
   airlock doctor [flags]                  show what this host can enforce
   airlock bench [flags]                   measure latency against baselines
   airlock keys create|list|revoke|quota   manage API keys and tenants' quotas
-  airlock audit [flags]                   list the audit log
+  airlock audit [flags]                   list the audit log (--follow: as it grows)
+  airlock top [flags]                     the live sessions of a server
   airlock config print|env                the effective configuration (secrets masked)
   airlock version
 
@@ -83,6 +84,8 @@ func main() {
 		code = keysCmd(args, os.Stdout, os.Stderr)
 	case "audit":
 		code = auditCmd(args, os.Stdout, os.Stderr)
+	case "top":
+		code = topCmd(args, os.Stdout, os.Stderr)
 	case "config":
 		code = configCmd(args, os.Stdout, os.Stderr)
 	case "version", "--version":

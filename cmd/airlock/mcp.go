@@ -102,20 +102,29 @@ func mcpBridge(endpoint, keyFile, content string, log *slog.Logger, stderr io.Wr
 		q.Set("content", content)
 		u.RawQuery = q.Encode()
 	}
-	key := os.Getenv("AIRLOCK_API_KEY")
-	if keyFile != "" {
-		b, err := os.ReadFile(keyFile)
-		if err != nil {
-			fmt.Fprintf(stderr, "airlock mcp: the key file: %v\n", err)
-			return exitNoInput
-		}
-		key = string(b)
+	key, err := apiKey(keyFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock mcp: %v\n", err)
+		return exitNoInput
 	}
-	key = strings.TrimSpace(key)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := runBridge(ctx, mcp.BridgeOptions{URL: u.String(), Key: key, In: os.Stdin, Out: os.Stdout, Log: log}); err != nil {
 		return exitFor(stderr, err)
 	}
 	return 0
+}
+
+// apiKey is the API key a client command sends to a remote server: the
+// content of keyFile when given, else $AIRLOCK_API_KEY.
+func apiKey(keyFile string) (string, error) {
+	key := os.Getenv("AIRLOCK_API_KEY")
+	if keyFile != "" {
+		b, err := os.ReadFile(keyFile)
+		if err != nil {
+			return "", fmt.Errorf("the key file: %w", err)
+		}
+		key = string(b)
+	}
+	return strings.TrimSpace(key), nil
 }

@@ -32,6 +32,7 @@ func usages(t *testing.T) []docgen.Command {
 		help("keys "+sub, func(e io.Writer) int { return keysCmd([]string{sub, "-h"}, io.Discard, e) })
 	}
 	help("audit", func(e io.Writer) int { return auditCmd(h, io.Discard, e) })
+	help("top", func(e io.Writer) int { return topCmd(h, io.Discard, e) })
 	for _, sub := range []string{"print", "env"} {
 		help("config "+sub, func(e io.Writer) int { return configCmd([]string{sub, "-h"}, io.Discard, e) })
 	}

@@ -98,3 +98,36 @@ func (a *Admin) Audit(ctx context.Context, q apitype.AuditQuery, limit int, each
 		}
 	}
 }
+
+// Follow is Audit (every record of q), then, every interval until ctx
+// ends, the records written since: what `airlock audit --follow` prints.
+// Records are followed by their sequence number, so one committed late
+// (the log writes in batches, off the request path) is not missed.
+func (a *Admin) Follow(ctx context.Context, q apitype.AuditQuery, interval time.Duration, each func(apitype.AuditRecord), flush func()) error {
+	last := q.After
+	seen := func(r apitype.AuditRecord) {
+		last = max(last, r.Seq)
+		each(r)
+	}
+	if err := a.Audit(ctx, q, 0, seen); err != nil {
+		return err
+	}
+	flush()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		q.After = last
+		if err := a.Audit(ctx, q, 0, seen); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		flush()
+	}
+}

@@ -178,12 +178,16 @@ func (t *Writer) Close() error {
 // ForTerminal returns a Writer onto w when w is a terminal, else w as it
 // is: piped or redirected, output stays byte-exact.
 func ForTerminal(w io.Writer) io.WriteCloser {
-	if f, ok := w.(*os.File); ok {
-		if _, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS); err == nil {
-			return NewWriter(w)
-		}
+	if f, ok := w.(*os.File); ok && IsTerminal(f) {
+		return NewWriter(w)
 	}
 	return nopCloser{w}
+}
+
+// IsTerminal reports whether f is a terminal.
+func IsTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 type nopCloser struct{ io.Writer }
