@@ -107,5 +107,11 @@ class AsyncSandbox:
     async def is_running(self):
         return await _thread(self.sync.is_running)
 
+    async def history(self, after=0):
+        return await _thread(self.sync.history, after)
+
+    async def notebook(self, path=None):
+        return await _thread(self.sync.notebook, path)
+
     def __repr__(self):
         return "AsyncSandbox(id=%r, language=%r)" % (self.id, self.language)

@@ -156,6 +156,27 @@ class Sandbox:
         self._info = self._t.call("GET", self._path())
         return self._info
 
+    def history(self, after=0):
+        """The session's executions and shell commands, oldest first (a dict:
+        ``entries``, each with its ``seq``, ``kind``, ``code`` and ``result``
+        or ``command``; ``forgotten``, ``state``). ``after``: only entries
+        with a greater ``seq``. The server keeps the newest ones within its
+        bounds, and an ended session's for a while."""
+        path = self._path("/history")
+        if after:
+            path += "?after=%d" % int(after)
+        return self._t.call("GET", path)
+
+    def notebook(self, path=None):
+        """The session's history as a Jupyter notebook (nbformat 4.5): a dict
+        (``nbformat.from_dict`` reads it), also written to ``path`` as an
+        .ipynb file when given."""
+        data = self._t.raw("GET", self._path("/notebook"))
+        if path is not None:
+            with open(path, "wb") as f:
+                f.write(data)
+        return json.loads(data)
+
     def is_running(self):
         try:
             return self.info().get("state") != "ended"

@@ -51,6 +51,22 @@ class SandboxTest(unittest.TestCase):
         self.assertIn("png", e.results[0].formats())
         self.assertFalse(e.results[0].is_main_result)
 
+    def test_history_and_notebook(self):
+        sbx = Sandbox.create()
+        try:
+            sbx.run_code("print('first')")
+            sbx.commands.run("echo second")
+            h = sbx.history()
+            self.assertEqual([e["kind"] for e in h["entries"]], ["execution", "command"])
+            self.assertEqual(h["entries"][0]["result"]["stdout"], "first\n")
+            self.assertEqual(sbx.history(after=1)["entries"][0]["command"]["stdout"], "second\n")
+            self.assertIn("usage", sbx.info())
+            nb = sbx.notebook()
+            self.assertEqual((nb["nbformat"], len(nb["cells"])), (4, 2))
+            self.assertEqual(nb["cells"][0]["outputs"][0]["text"], ["first\n"])
+        finally:
+            sbx.kill()
+
     def test_html_and_json(self):
         e = self.sbx.run_code("import pandas as pd\npd.DataFrame({'a': [1, 2]})")
         self.assertIn("<table", e.results[0].html)
