@@ -19,7 +19,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	var o bench.Options
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	fs.BoolVar(&o.Smoke, "smoke", false, "tiny counts: check that every scenario runs (numbers mean nothing)")
-	fs.StringVar(&o.Only, "only", "", "comma-separated scenarios: exec, create_pandas, concurrent_create, oneshot, density, airlock_run, audit, observe, egress, store, gvisor")
+	fs.StringVar(&o.Only, "only", "", "comma-separated scenarios: exec, create_pandas, concurrent_create, contexts, oneshot, density, airlock_run, audit, observe, egress, store, gvisor")
 	fs.StringVar(&o.Python, "python", "/usr/bin/python3", "python for the baselines")
 	fs.StringVar(&o.Isolation, "isolation", "native", "native, or gvisor: also run the session scenarios on gVisor, beside the native ones")
 	fs.StringVar(&o.Runsc, "runsc", "", "the runsc binary for --isolation gvisor (default: runsc on PATH)")

@@ -146,11 +146,11 @@ func TestAuditFailureRefusesWork(t *testing.T) {
 			}
 		}
 	}
-	// What does work: sessions, executions, commands and their input,
-	// installs, one-shot and program runs, the network policy and file
-	// transfers (MCP's tools reach them through this API).
-	if work != 11 {
-		t.Errorf("%d routes refused, want 11", work)
+	// What does work: sessions, code contexts, executions, commands and
+	// their input, installs, one-shot and program runs, the network
+	// policy and file transfers (MCP's tools reach them through this API).
+	if work != 12 {
+		t.Errorf("%d routes refused, want 12", work)
 	}
 	rec := httptest.NewRecorder()
 	s.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))

@@ -151,7 +151,15 @@ func (s *Server) interrupt(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	running, err := sess.Interrupt()
+	// ?context= interrupts that context's execution; without it, every
+	// one running.
+	var running bool
+	var err error
+	if id := r.URL.Query().Get("context"); id != "" {
+		running, err = sess.InterruptContext(id)
+	} else {
+		running, err = sess.Interrupt()
+	}
 	if err != nil {
 		fail(w, err)
 		return

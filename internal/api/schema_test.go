@@ -61,6 +61,9 @@ var schemaTypes = map[string]reflect.Type{
 	"HistoryEntry":         reflect.TypeFor[apitype.HistoryEntry](),
 	"History":              reflect.TypeFor[apitype.History](),
 	"Whoami":               reflect.TypeFor[apitype.Whoami](),
+	"CreateContextRequest": reflect.TypeFor[apitype.CreateContextRequest](),
+	"CodeContext":          reflect.TypeFor[apitype.CodeContext](),
+	"ContextList":          reflect.TypeFor[apitype.ContextList](),
 }
 
 // scalarSchemas are the components that are not objects: the limit
@@ -102,6 +105,7 @@ func enums() map[string][]string {
 		"EndCode":            ends,
 		"Event.type":         apitype.EventTypes(),
 		"Session.state":      str(apitype.StateIdle, apitype.StateBusy, apitype.StateEnded),
+		"CodeContext.state":  str(apitype.ContextIdle, apitype.ContextBusy, apitype.ContextEnded),
 		"Session.language":   runtimes.Names(),
 		"Output.type":        str(apitype.OutputResult, apitype.OutputDisplay),
 		"FileChange.change":  str(apitype.Created, apitype.Modified, apitype.Deleted),

@@ -156,6 +156,11 @@ type ExecuteRequest struct {
 	Code string `json:"code,omitempty"`
 	// Timeout overrides the session's limits.timeout for this execution.
 	Timeout Duration `json:"timeout,omitempty"`
+	// Context names the code context to run in (CodeContext.ID); Language
+	// runs in that language's default context, started on first use.
+	// Neither: the session's default context. Both must agree.
+	Context  string `json:"context,omitempty"`
+	Language string `json:"language,omitempty"`
 }
 
 // InterruptResult is POST /v1/sessions/{id}/interrupt.
@@ -213,9 +218,11 @@ type Result struct {
 	PeakMemoryBytes    int64      `json:"peak_memory_bytes"`
 	Killed             bool       `json:"killed"`
 	KillReason         KillReason `json:"kill_reason"`
-	// SessionEnded says the execution ended its session; EndReason and
-	// EndCode say why.
+	// SessionEnded says the execution ended its session, ContextEnded
+	// its code context alone (the session, its files and its other
+	// contexts live on); EndReason and EndCode say why.
 	SessionEnded bool         `json:"session_ended,omitempty"`
+	ContextEnded bool         `json:"context_ended,omitempty"`
 	EndReason    string       `json:"end_reason,omitempty"`
 	EndCode      EndCode      `json:"end_code,omitempty"`
 	FilesChanged []FileChange `json:"files_changed"`

@@ -20,8 +20,8 @@ func KillReasons() []KillReason {
 	return []KillReason{KillTimeout, KillCPUTime, KillMemory, KillPids}
 }
 
-// EndCode says, machine-readably, why a session ended; EndReason is the
-// sentence beside it.
+// EndCode says, machine-readably, why a session (or one of its code
+// contexts) ended; EndReason is the sentence beside it.
 type EndCode string
 
 // End codes.

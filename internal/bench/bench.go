@@ -189,6 +189,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	try("exec", func() error { return benchExec(ctx, srv, r, n(2000, 30)) })
 	try("create_pandas", func() error { return benchCreatePandas(ctx, srv, r, o, n(100, 3), n(10, 1)) })
 	try("concurrent_create", func() error { return benchConcurrent(ctx, srv, r, n(50, 4)) })
+	try("contexts", func() error { return benchContexts(ctx, srv, r, n(20, 2)) })
 	try("oneshot", func() error { return benchOneShot(ctx, srv, r, o, dur(10*time.Second, time.Second)) })
 	try("density", func() error { return benchDensity(ctx, srv, r, n(300, 3)) })
 	try("airlock_run", func() error { return benchRun(ctx, srv, r, o, n(40, 2)) })
@@ -395,7 +396,12 @@ func (s *server) newSession(ctx context.Context) (*apitype.Session, error) {
 
 // exec runs code in a session; an exception or a kill is an error.
 func (s *server) exec(ctx context.Context, id, code string) (*apitype.Result, error) {
-	res, err := s.client.Execute(ctx, id, apitype.ExecuteRequest{Code: code}, nil)
+	return s.execIn(ctx, id, apitype.ExecuteRequest{Code: code})
+}
+
+// execIn is exec of req (a context, a language).
+func (s *server) execIn(ctx context.Context, id string, req apitype.ExecuteRequest) (*apitype.Result, error) {
+	res, err := s.client.Execute(ctx, id, req, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -75,6 +75,51 @@ func benchCreatePandas(ctx context.Context, srv *server, r *Report, o Options, n
 	return nil
 }
 
+// benchContexts: in a warm Python session, the first execution of another
+// code context (its interpreter started in the session's sandbox then),
+// per language, against a warm execution of the same code there.
+func benchContexts(ctx context.Context, srv *server, r *Report, n int) error {
+	for _, c := range []struct{ lang, code string }{
+		{apitype.Python, "x = 1"}, {apitype.JavaScript, "x = 1"}, {apitype.Bash, "x=1"},
+	} {
+		first := make([]time.Duration, 0, n)
+		warm := make([]time.Duration, 0, n)
+		for i := 0; i < n; i++ {
+			sess, err := srv.newSession(ctx)
+			if err != nil {
+				return err
+			}
+			if _, err := srv.exec(ctx, sess.ID, "x = 1"); err != nil {
+				return err
+			}
+			start := time.Now()
+			cc, err := srv.client.CreateContext(ctx, sess.ID, apitype.CreateContextRequest{Language: c.lang})
+			if err == nil {
+				_, err = srv.execIn(ctx, sess.ID, apitype.ExecuteRequest{Code: c.code, Context: cc.ID})
+			}
+			if err != nil {
+				srv.deleteSession(ctx, sess.ID)
+				return err
+			}
+			first = append(first, time.Since(start))
+			start = time.Now()
+			if _, err := srv.execIn(ctx, sess.ID, apitype.ExecuteRequest{Code: c.code, Context: cc.ID}); err != nil {
+				srv.deleteSession(ctx, sess.ID)
+				return err
+			}
+			warm = append(warm, time.Since(start))
+			srv.deleteSession(ctx, sess.ID)
+		}
+		s, w := stats(first), stats(warm)
+		name := "a warm python session: create a " + c.lang + " context + its first `" + c.code + "`"
+		r.add(Row{Scenario: name, Metric: "p50", Value: s.P50, Unit: "ms",
+			Baseline: fmt.Sprintf("the next execution there: %.1f ms", w.P50), Ratio: ratio(s.P50, w.P50)})
+		r.add(Row{Scenario: name, Metric: "p99", Value: s.P99, Unit: "ms"})
+		r.Stats["context_"+c.lang] = s
+	}
+	return nil
+}
+
 // benchConcurrent: 50 session creations at once, each followed by one
 // print(1).
 func benchConcurrent(ctx context.Context, srv *server, r *Report, n int) error {

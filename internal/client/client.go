@@ -315,11 +315,42 @@ func (c *Client) DeleteSession(ctx context.Context, id string) error {
 	return c.call(ctx, "DELETE", sessionPath(id), nil, nil)
 }
 
-// Interrupt interrupts a session's running execution; false if none ran.
+// Interrupt interrupts a session's running executions; false if none ran.
 func (c *Client) Interrupt(ctx context.Context, id string) (bool, error) {
 	var r apitype.InterruptResult
 	err := c.call(ctx, "POST", sessionPath(id)+"/interrupt", nil, &r)
 	return r.Interrupted, err
+}
+
+// InterruptContext interrupts the execution running in one of a session's
+// code contexts; false if none ran.
+func (c *Client) InterruptContext(ctx context.Context, id, contextID string) (bool, error) {
+	var r apitype.InterruptResult
+	err := c.call(ctx, "POST", sessionPath(id)+"/interrupt?context="+url.QueryEscape(contextID), nil, &r)
+	return r.Interrupted, err
+}
+
+// CreateContext starts a code context in a session's sandbox.
+func (c *Client) CreateContext(ctx context.Context, id string, req apitype.CreateContextRequest) (*apitype.CodeContext, error) {
+	var res apitype.CodeContext
+	if err := c.call(ctx, "POST", sessionPath(id)+"/contexts", req, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// Contexts lists a session's code contexts, the default first.
+func (c *Client) Contexts(ctx context.Context, id string) ([]apitype.CodeContext, error) {
+	var res apitype.ContextList
+	if err := c.call(ctx, "GET", sessionPath(id)+"/contexts", nil, &res); err != nil {
+		return nil, err
+	}
+	return res.Contexts, nil
+}
+
+// DeleteContext ends one of a session's code contexts.
+func (c *Client) DeleteContext(ctx context.Context, id, contextID string) error {
+	return c.call(ctx, "DELETE", sessionPath(id)+"/contexts/"+url.PathEscape(contextID), nil, nil)
 }
 
 // Execute runs code in a session. With onEvent, the execution streams:

@@ -257,6 +257,12 @@ type Server struct {
 	// MaxSessionCommands caps the shell commands running at once in one
 	// session (POST /v1/sessions/{id}/commands); one more gets 429.
 	MaxSessionCommands int `json:"max_session_commands"`
+	// MaxSessionContexts caps the code contexts (interpreters) one session
+	// holds at once, its default context included
+	// (POST /v1/sessions/{id}/contexts, or an execution naming another
+	// language); one more gets 429. Every context's processes share the
+	// session's limits.
+	MaxSessionContexts int `json:"max_session_contexts"`
 }
 
 // MCP configures the Model Context Protocol server at /mcp.
@@ -354,6 +360,7 @@ func Default() Config {
 			TransferStallTimeout:    Duration(30 * time.Second),
 			MaxRichOutput:           32 << 20,
 			MaxSessionCommands:      16,
+			MaxSessionContexts:      8,
 		},
 		Network:   DefaultNetwork(),
 		Packages:  DefaultPackages(),
@@ -535,6 +542,9 @@ func (c Config) Validate() error {
 	}
 	if s.MaxSessionCommands < 1 || s.MaxSessionCommands > 1024 {
 		errs = append(errs, errors.New("server.max_session_commands must be between 1 and 1024"))
+	}
+	if s.MaxSessionContexts < 1 || s.MaxSessionContexts > 64 {
+		errs = append(errs, errors.New("server.max_session_contexts must be between 1 and 64"))
 	}
 	if s.MaxRichOutput < 64<<10 || s.MaxRichOutput > 1<<30 {
 		errs = append(errs, errors.New("server.max_rich_output must be between 64K and 1G"))

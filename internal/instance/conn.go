@@ -17,8 +17,8 @@ import (
 
 // conn is the server's end of a runtime's control socket.
 type conn interface {
-	// configure replaces the runtime's environment.
-	configure(env map[string]string) error
+	// configure replaces the runtime's environment and moves it to cwd.
+	configure(env map[string]string, cwd string) error
 	// setDefaults sets the variables of env the runtime's environment
 	// does not have, and keeps the rest.
 	setDefaults(env map[string]string) error
@@ -112,8 +112,8 @@ func newFramedConn(f *os.File, maxFrame int) (*framedConn, error) {
 	return c, nil
 }
 
-func (c *framedConn) configure(env map[string]string) error {
-	return c.configureWith(runtimes.Message{Type: "configure", Env: env, Cwd: "/workspace"})
+func (c *framedConn) configure(env map[string]string, cwd string) error {
+	return c.configureWith(runtimes.Message{Type: "configure", Env: env, Cwd: cwd})
 }
 
 func (c *framedConn) setDefaults(env map[string]string) error {
@@ -198,7 +198,7 @@ func newBashConn(f *os.File) *bashConn {
 	return c
 }
 
-func (c *bashConn) configure(env map[string]string) error {
+func (c *bashConn) configure(env map[string]string, cwd string) error {
 	// Unset every exported variable the shell started with, then export
 	// exactly env; values are single-quoted so nothing in them is run.
 	var b strings.Builder
@@ -206,7 +206,7 @@ func (c *bashConn) configure(env map[string]string) error {
 	for k, v := range env {
 		fmt.Fprintf(&b, "export %s=%s\n", k, shellQuote(v))
 	}
-	b.WriteString("cd /workspace")
+	b.WriteString("cd -- " + shellQuote(cwd))
 	return c.configureWith(b.String())
 }
 

@@ -50,7 +50,7 @@ func TestConfigureError(t *testing.T) {
 		{"", ""},
 		{"cannot change directory to '/workspace': No such file or directory", "could not be configured: cannot change directory"},
 	} {
-		err := fakeRuntime(t, tc.reply).configure(map[string]string{"A": "1"})
+		err := fakeRuntime(t, tc.reply).configure(map[string]string{"A": "1"}, "/workspace")
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("reply %q: %v", tc.reply, err)

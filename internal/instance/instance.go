@@ -37,27 +37,16 @@ import (
 )
 
 // Instance is a sandbox with a session runtime started in it, waiting for
-// its first configure. It is handed to exactly one session.
+// its first configure. It is handed to exactly one session. Its runtime
+// (the embedded Interp) is the sandbox's first; StartInterp starts
+// others beside it, in the same sandbox.
 type Instance struct {
 	sb sandbox
 	// isolation is the kernel the sandbox runs on.
 	isolation config.Isolation
-	rt        runtimes.Runtime
-	// pid is the runtime's pid inside the sandbox.
-	pid     int
-	conn    conn
-	stdout  *os.File // read ends of the runtime's output pipes, until Attach
-	stderr  *os.File
-	out     *pipeReader
-	errp    *pipeReader
+	*Interp
 	release func()
 	started time.Time
-	// gone is closed when a runtime the init did not start (one from the
-	// template) has exited, and exit then says how; both nil for runtimes
-	// the init reports itself.
-	gone       chan struct{}
-	exitKnown  chan struct{} // closed once exitStatus is set
-	exitStatus syscall.WaitStatus
 }
 
 // Source provides instances.
@@ -80,7 +69,7 @@ type Program struct {
 }
 
 // Language is the instance's runtime.
-func (in *Instance) Language() runtimes.Runtime { return in.rt }
+func (in *Interp) Language() runtimes.Runtime { return in.rt }
 
 // Limits are the sandbox's current limits.
 func (in *Instance) Limits() config.Limits { return in.sb.Limits() }
@@ -94,7 +83,7 @@ func (in *Instance) Name() string { return in.sb.Name() }
 // Forked reports whether the runtime was forked from the template
 // interpreter (with its libraries already imported) rather than started
 // cold.
-func (in *Instance) Forked() bool { return in.gone != nil }
+func (in *Interp) Forked() bool { return in.forked }
 
 // Started is when the instance was ready.
 func (in *Instance) Started() time.Time { return in.started }
@@ -149,23 +138,15 @@ func (in *Instance) NetNS() (int, bool) {
 
 // Interrupt sends SIGINT to the runtime's process group: Python raises
 // KeyboardInterrupt, and the state is kept.
-func (in *Instance) Interrupt() { in.sb.Signal(in.pid, syscall.SIGINT, true) }
+func (in *Interp) Interrupt() { in.sb.Signal(in.pid, syscall.SIGINT, true) }
 
 // Close tears the instance down (it was never handed out, or its session
-// ended); it waits until everything in the sandbox is gone.
+// ended); it waits until everything in the sandbox is gone. Runtimes
+// started beside the first (StartInterp) are their owner's to close.
 func (in *Instance) Close() error {
 	in.conn.close()
 	err := in.sb.Close()
-	for _, p := range []*pipeReader{in.out, in.errp} {
-		if p != nil {
-			p.close()
-		}
-	}
-	for _, f := range []*os.File{in.stdout, in.stderr} {
-		if f != nil {
-			f.Close()
-		}
-	}
+	in.closeIO()
 	if in.release != nil {
 		in.release()
 	}
@@ -196,7 +177,7 @@ func (in *Instance) Adapt(l config.Limits) error { return in.sb.Adapt(l, in.pid)
 
 // Attach starts reading the runtime's stdout and stderr for the rest of
 // its life: every chunk goes to out, in order per stream.
-func (in *Instance) Attach(out Output) (err error) {
+func (in *Interp) Attach(out Output) (err error) {
 	if in.out, err = newPipeReader(in.stdout, out, false); err != nil {
 		return err
 	}
@@ -210,39 +191,40 @@ func (in *Instance) Attach(out Output) (err error) {
 
 // Barrier returns once no output is being taken: what the caller changed
 // before (Output.Keeps's answer) applies to every later chunk.
-func (in *Instance) Barrier() {
+func (in *Interp) Barrier() {
 	in.out.barrier()
 	in.errp.barrier()
 }
 
 // Drain delivers what is in the output pipes now: everything the runtime
 // wrote before its latest message (it flushes before it sends).
-func (in *Instance) Drain() {
+func (in *Interp) Drain() {
 	in.out.drain()
 	in.errp.drain()
 }
 
 // WaitOutput waits until the output pipes reach end of file, which they do
 // once the sandbox is dead (or the runtime and all it started are gone).
-func (in *Instance) WaitOutput() {
+func (in *Interp) WaitOutput() {
 	<-in.out.done
 	<-in.errp.done
 }
 
-// Configure replaces the runtime's environment; the round trip also shows
-// the runtime alive.
-func (in *Instance) Configure(ctx context.Context, env map[string]string) error {
-	return in.ask(ctx, func() error { return in.conn.configure(env) })
+// Configure replaces the runtime's environment and moves it to the
+// directory cwd (absolute, in the sandbox); the round trip also shows the
+// runtime alive.
+func (in *Interp) Configure(ctx context.Context, env map[string]string, cwd string) error {
+	return in.ask(ctx, func() error { return in.conn.configure(env, cwd) })
 }
 
 // SetDefaults sets the variables of env the runtime's environment does
 // not have (the rest is kept); between executions only.
-func (in *Instance) SetDefaults(ctx context.Context, env map[string]string) error {
+func (in *Interp) SetDefaults(ctx context.Context, env map[string]string) error {
 	return in.ask(ctx, func() error { return in.conn.setDefaults(env) })
 }
 
 // ask runs one request to the runtime and its reply, for at most 30 s.
-func (in *Instance) ask(ctx context.Context, req func() error) error {
+func (in *Interp) ask(ctx context.Context, req func() error) error {
 	done := make(chan error, 1)
 	go func() { done <- req() }()
 	select {
@@ -258,14 +240,14 @@ func (in *Instance) ask(ctx context.Context, req func() error) error {
 // Execute sends code to run as execution id; what it produces arrives on
 // Messages. A runtime that does not read the request by sendBy (the code
 // stopped it: SIGSTOP, a thread holding the GIL) fails it.
-func (in *Instance) Execute(id, code string, sendBy time.Time) error {
+func (in *Interp) Execute(id, code string, sendBy time.Time) error {
 	in.conn.sendBy(sendBy)
 	defer in.conn.sendBy(time.Time{})
 	return in.conn.execute(id, code)
 }
 
 // Run starts p in place of the runtime as execution id.
-func (in *Instance) Run(id string, p Program, sendBy time.Time) error {
+func (in *Interp) Run(id string, p Program, sendBy time.Time) error {
 	in.conn.sendBy(sendBy)
 	defer in.conn.sendBy(time.Time{})
 	return in.conn.run(id, p)
@@ -283,13 +265,13 @@ func SendFailure(err error) apitype.End {
 // current execution. It is closed when the runtime goes away or
 // misbehaves; Lost then says why.
 // Reply answers a request the runtime made during an execution.
-func (in *Instance) Reply(m runtimes.Message) error { return in.conn.reply(m) }
+func (in *Interp) Reply(m runtimes.Message) error { return in.conn.reply(m) }
 
-func (in *Instance) Messages() <-chan runtimes.Message { return in.conn.events() }
+func (in *Interp) Messages() <-chan runtimes.Message { return in.conn.events() }
 
 // Lost explains Messages closing: the runtime broke the protocol (err,
 // for the log) or went away.
-func (in *Instance) Lost() (apitype.End, error) {
+func (in *Interp) Lost() (apitype.End, error) {
 	if err := in.conn.err(); err != nil {
 		return apitype.Ended(apitype.EndProtocol), err
 	}
@@ -299,7 +281,7 @@ func (in *Instance) Lost() (apitype.End, error) {
 
 // ProgramExit is how a program that ended the runtime ended, once
 // Messages closed; false if no one says so soon.
-func (in *Instance) ProgramExit() (Exit, bool) {
+func (in *Interp) ProgramExit() (Exit, bool) {
 	e, ok := in.runtimeExit()
 	if g, isG := in.sb.(*gvisorSandbox); isG && g.lost.Load() {
 		// The whole gVisor sandbox died under the program (an OOM kill
@@ -328,7 +310,7 @@ func (in *Instance) Monitor(stop <-chan struct{}) apitype.End {
 				return in.death(e)
 			}
 		case <-in.gone:
-			e, _ := in.templateExit()
+			e, _ := in.waitExit()
 			return in.death(e)
 		case <-in.sb.Dead():
 			return in.death(jail.Exit{})
@@ -339,12 +321,12 @@ func (in *Instance) Monitor(stop <-chan struct{}) apitype.End {
 }
 
 // death explains why the runtime or the jail went away.
-func (in *Instance) death(e jail.Exit) apitype.End {
+func (in *Interp) death(e jail.Exit) apitype.End {
 	st, err := in.sb.Stats()
-	if err == nil && OutOfMemory(st, in.rt, in.Limits(), ProcessEnd{Status: e.Status, Known: e.Pid != 0}) {
+	if err == nil && OutOfMemory(st, in.rt, in.sb.Limits(), ProcessEnd{Status: e.Status, Known: e.Pid != 0}) {
 		return apitype.Ended(apitype.EndOOM)
 	}
-	if err == nil && st.PidsMax > 0 && in.isolation == config.GVisor {
+	if _, isG := in.sb.(*gvisorSandbox); err == nil && st.PidsMax > 0 && isG {
 		// gVisor's Sentry needs host threads for the sandbox's threads:
 		// at the pids limit it may die with them.
 		return apitype.Ended(apitype.EndPids)
@@ -362,20 +344,29 @@ func (in *Instance) death(e jail.Exit) apitype.End {
 
 // runtimeExit is how the runtime ended, once its control socket closed;
 // false if no one says so soon.
-func (in *Instance) runtimeExit() (jail.Exit, bool) {
+func (in *Interp) runtimeExit() (jail.Exit, bool) {
+	if in.gone != nil {
+		// Not the init's to report on Exits, which carries the first
+		// runtime's exit only.
+		select {
+		case <-in.gone:
+			return in.waitExit()
+		case <-time.After(200 * time.Millisecond):
+			return jail.Exit{}, false
+		}
+	}
 	select {
 	case e := <-in.sb.Exits():
 		return e, true
-	case <-in.gone:
-		return in.templateExit()
 	case <-time.After(200 * time.Millisecond):
 	}
 	return jail.Exit{}, false
 }
 
-// templateExit returns how a template runtime ended, if the template says
-// so soon; any number of goroutines may ask.
-func (in *Instance) templateExit() (jail.Exit, bool) {
+// waitExit returns how a runtime with a gone channel (the template's, or
+// one started beside the first) ended, if that is known soon; any number
+// of goroutines may ask.
+func (in *Interp) waitExit() (jail.Exit, bool) {
 	if in.exitKnown == nil {
 		return jail.Exit{}, false
 	}
@@ -469,19 +460,17 @@ func New(ctx context.Context, k Kernel, slots *Slots, rt runtimes.Runtime, l con
 		return nil, err
 	}
 	undo.Add(sb.Close)
-	var inst *Instance
-	if native, ok := sb.(*jail.Sandbox); ok && z != nil {
-		inst, err = startZygote(ctx, native, z, rt, l)
+	var it *Interp
+	if native, ok := sb.(*jail.Sandbox); ok && z != nil && rt.Template {
+		it, err = startZygote(ctx, native, z, rt, l)
 	} else {
-		inst, err = start(sb, k.sessionCommand(rt), rt, l)
+		it, err = start(sb, k.sessionCommand(rt), rt, l)
 	}
 	if err != nil {
 		return nil, err
 	}
 	undo.Release()
-	inst.isolation = k.Isolation()
-	inst.release = func() { slots.Put(slot); unhold() }
-	return inst, nil
+	return &Instance{sb: sb, isolation: k.Isolation(), Interp: it, started: it.started, release: func() { slots.Put(slot); unhold() }}, nil
 }
 
 // RuntimeEnv is the environment of rt's session runtime in a sandbox with
@@ -499,7 +488,7 @@ func ProgramEnv(rt runtimes.Runtime, l config.Limits) []string {
 
 // start executes rt's session runtime (argv) in sb and waits until it is
 // ready.
-func start(sb sandbox, argv []string, rt runtimes.Runtime, l config.Limits) (*Instance, error) {
+func start(sb sandbox, argv []string, rt runtimes.Runtime, l config.Limits) (*Interp, error) {
 	return startRuntime(sb, rt, func(stdio [4]*os.File) (int, error) {
 		return sb.Spawn(jail.Process{
 			Argv:  argv,
@@ -512,7 +501,7 @@ func start(sb sandbox, argv []string, rt runtimes.Runtime, l config.Limits) (*In
 
 // startZygote starts rt's session runtime in sb by having the template
 // interpreter z fork it in, with its libraries already imported.
-func startZygote(ctx context.Context, sb *jail.Sandbox, z *zygote.Zygote, rt runtimes.Runtime, l config.Limits) (*Instance, error) {
+func startZygote(ctx context.Context, sb *jail.Sandbox, z *zygote.Zygote, rt runtimes.Runtime, l config.Limits) (*Interp, error) {
 	var fk *zygote.Forked
 	inst, err := startRuntime(sb, rt, func(stdio [4]*os.File) (int, error) {
 		var err error
@@ -527,6 +516,7 @@ func startZygote(ctx context.Context, sb *jail.Sandbox, z *zygote.Zygote, rt run
 	}
 	// The runtime is the template's child, not the init's: its exit is
 	// seen through its pidfd, and how it ended comes from the template.
+	inst.forked = true
 	inst.gone = make(chan struct{})
 	inst.exitKnown = make(chan struct{})
 	go watchPidfd(fk.Pidfd, inst.gone)
@@ -564,7 +554,7 @@ func watchPidfd(pidfd *os.File, gone chan struct{}) {
 
 // startRuntime starts the runtime with start, which gets its fds 0-3 and
 // returns its pid inside the sandbox (0 if the runtime will tell).
-func startRuntime(sb sandbox, rt runtimes.Runtime, start func([4]*os.File) (int, error)) (_ *Instance, err error) {
+func startRuntime(sb sandbox, rt runtimes.Runtime, start func([4]*os.File) (int, error)) (_ *Interp, err error) {
 	var undo cleanup.Stack
 	defer func() {
 		if err != nil {
@@ -630,5 +620,5 @@ func startRuntime(sb sandbox, rt runtimes.Runtime, start func([4]*os.File) (int,
 		cn = newBashConn(ours)
 	}
 	undo.Release()
-	return &Instance{sb: sb, rt: rt, pid: pid, conn: cn, stdout: outR, stderr: errR, started: time.Now()}, nil
+	return &Interp{sb: sb, rt: rt, pid: pid, conn: cn, stdout: outR, stderr: errR, started: time.Now()}, nil
 }

@@ -104,7 +104,7 @@ func testInstanceLifecycle(t *testing.T, h *jail.Host, cfg config.Config, k Kern
 			}
 			env := runtimes.EnvMap(RuntimeEnv(rt, l))
 			env["GREETING"] = "there"
-			if err := inst.Configure(ctx, env); err != nil {
+			if err := inst.Configure(ctx, env, "/workspace"); err != nil {
 				t.Fatal(err)
 			}
 			if err := inst.Execute("e1", code[lang], time.Now().Add(10*time.Second)); err != nil {

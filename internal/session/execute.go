@@ -52,6 +52,8 @@ type request struct {
 	// their paths unredacted (a one-shot run reads them; the result's
 	// are redacted).
 	changes *[]apitype.FileChange
+	// cc is the context it runs in (nil: the session's default).
+	cc *codeContext
 }
 
 // tenant is whose output policy and code rules apply: the session's
@@ -69,7 +71,7 @@ func (r *running) event() ExecutionEvent {
 	if r.req.prog != nil {
 		code = r.req.source
 	}
-	e := ExecutionEvent{Caller: r.req.who, Kind: r.req.kind, Session: r.s.id, Language: r.s.lang.Lang, ID: r.id, Code: code, InputBytes: r.req.inBytes, CodeFlags: r.req.flags}
+	e := ExecutionEvent{Caller: r.req.who, Kind: r.req.kind, Session: r.s.id, Language: r.c.lang.Lang, ID: r.id, Code: code, InputBytes: r.req.inBytes, CodeFlags: r.req.flags}
 	if r.req.pkg != "" {
 		e.Package, e.Session = r.req.pkg, r.req.pkgSession
 	}
@@ -231,13 +233,25 @@ func (ex *execution) error(m runtimes.Message, live bool) {
 // Execute runs code in the session. Only one execution runs at a time; a
 // second concurrent call gets errdefs.ErrConflict. emit, if not nil,
 // receives events as they happen, the last one of type "end".
+//
+// It runs in the context req names, or in the default context of the
+// language it names (started now if need be), or in the session's
+// default context.
 func (s *Session) Execute(ctx context.Context, req apitype.ExecuteRequest, emit func(apitype.Event)) (*apitype.Result, error) {
 	release, err := s.m.admitExecution(ctx, &Ask{Timeout: req.Timeout})
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	return s.execute(ctx, request{code: req.Code, timeout: req.Timeout.D(), kind: ExecSession}, endFirst(emit, release), false)
+	// Checked before a context starts for it (begin checks it again).
+	if len(req.Code) > MaxCode {
+		return nil, fmt.Errorf("%w: code is larger than %d bytes", errdefs.ErrTooLarge, MaxCode)
+	}
+	c, err := s.contextFor(ctx, req.Context, req.Language)
+	if err != nil {
+		return nil, err
+	}
+	return s.execute(ctx, request{code: req.Code, timeout: req.Timeout.D(), kind: ExecSession, cc: c}, endFirst(emit, release), false)
 }
 
 // execute is Execute: begin, watch, finish. slotHeld says the caller
@@ -262,6 +276,7 @@ func (s *Session) execute(ctx context.Context, req request, emit func(apitype.Ev
 // hands the runtime's messages to, and what finish reads.
 type running struct {
 	s       *Session
+	c       *codeContext
 	req     request
 	id      string
 	ex      *execution
@@ -279,6 +294,10 @@ type running struct {
 	// stoppedBy is why the watch interrupted the code, if it did (its
 	// goroutine alone reads and writes it).
 	stoppedBy apitype.KillReason
+	// ctxEnd: the context's runtime went away, or must (it did not stop
+	// after an interrupt), and with it the context alone (one started
+	// beside the sandbox's first).
+	ctxEnd apitype.End
 	// A package install the code asked for (%pip install): one at a
 	// time, answered only while the execution runs.
 	ctx      context.Context
@@ -304,26 +323,33 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 	if timeout < config.MinTimeout.D() || timeout > s.m.cfg.Max.Timeout.D() {
 		return nil, fmt.Errorf("%w: timeout %s must be between %s and the server maximum %s", errdefs.ErrInvalidArgument, timeout, config.MinTimeout, s.m.cfg.Max.Timeout)
 	}
-	if !s.lang.NULInCode && strings.ContainsRune(req.code, 0) {
-		return nil, fmt.Errorf("%w: %s code must not contain NUL bytes", errdefs.ErrInvalidArgument, s.lang.Lang)
+	c := req.cc
+	if c == nil {
+		c = s.def
+	}
+	if !c.lang.NULInCode && strings.ContainsRune(req.code, 0) {
+		return nil, fmt.Errorf("%w: %s code must not contain NUL bytes", errdefs.ErrInvalidArgument, c.lang.Lang)
 	}
 	if !req.screened && req.pkg == "" { // a package install's code is airlock's own
 		code := req.code
 		if req.prog != nil {
 			code = req.source
 		}
-		flags, err := s.m.screen(s.policyTenant(req), ExecutionEvent{Caller: req.who, Kind: req.kind, Session: s.id, Language: s.lang.Lang, Code: code, InputBytes: req.inBytes})
+		flags, err := s.m.screen(s.policyTenant(req), ExecutionEvent{Caller: req.who, Kind: req.kind, Session: s.id, Language: c.lang.Lang, Code: code, InputBytes: req.inBytes})
 		if err != nil {
 			return nil, err
 		}
 		req.flags, req.screened = flags, true
 	}
-	if !s.execMu.TryLock() {
-		return nil, fmt.Errorf("%w: the session is already executing code; wait for it or interrupt it", errdefs.ErrConflict)
+	if !c.execMu.TryLock() {
+		if c == s.def {
+			return nil, fmt.Errorf("%w: the session is already executing code; wait for it or interrupt it", errdefs.ErrConflict)
+		}
+		return nil, fmt.Errorf("%w: context %s is already executing code; wait for it or interrupt it", errdefs.ErrConflict, c.id)
 	}
 	// What is held is given back in reverse order, by release or here.
 	var held []func()
-	r := &running{s: s, req: req, emit: emit}
+	r := &running{s: s, c: c, req: req, emit: emit}
 	r.release = func() {
 		for i := len(held) - 1; i >= 0; i-- {
 			held[i]()
@@ -334,11 +360,11 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 			r.release()
 		}
 	}()
-	held = append(held, s.execMu.Unlock)
-	if end := s.End(); !end.Zero() {
-		return nil, gone(end)
+	held = append(held, c.execMu.Unlock)
+	if err := s.contextLive(c); err != nil {
+		return nil, err
 	}
-	if err := s.takeEnvPending(ctx); err != nil {
+	if err := s.takeEnvPending(ctx, c); err != nil {
 		return nil, err
 	}
 	if !slotHeld {
@@ -363,31 +389,38 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 		s.mu.Unlock()
 		return nil, gone(end)
 	}
+	if !c.end.Zero() {
+		end := c.end
+		s.mu.Unlock()
+		return nil, &ContextEndedError{ID: c.id, End: end}
+	}
+	s.running++
 	s.busy = true
 	s.execCount++
+	c.execs++
 	r.id = "e" + strconv.Itoa(s.execCount)
 	r.ex.id, r.ex.code, r.ex.started = r.id, req.code, time.Now()
 	if prog != nil {
 		r.ex.code = req.source
 	}
-	s.cur = r.ex
-	if s.gate != nil {
-		s.gate.SetExecution(r.id)
-	}
+	c.cur = r.ex
+	s.tagEgressLocked()
 	s.lastUsed = time.Now()
 	s.mu.Unlock()
 	// Output read from now on is this execution's: none is still being
 	// dropped for want of one.
-	s.inst.Barrier()
+	c.it.Barrier()
 	held = append(held, func() {
 		s.mu.Lock()
-		s.busy = false
-		s.cur = nil
+		s.running--
+		s.busy = s.running > 0
+		c.cur = nil
+		s.tagEgressLocked()
 		s.lastUsed = time.Now()
 		if s.idleTimer != nil && s.end.Zero() {
 			s.idleTimer.Reset(s.idle)
 		}
-		ended := !s.end.Zero()
+		ended := !s.end.Zero() && !s.busy
 		s.mu.Unlock()
 		if ended {
 			s.teardownOnce.Do(s.teardown)
@@ -403,25 +436,36 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 	// timeout: the request, half sent, ends the session.
 	sendBy := r.start.Add(max(timeout, sendFloor))
 	if prog != nil {
-		err = s.inst.Run(r.id, *prog, sendBy)
+		err = c.it.Run(r.id, *prog, sendBy)
 	} else {
-		err = s.inst.Execute(r.id, req.code, sendBy)
+		err = c.it.Execute(r.id, req.code, sendBy)
 	}
 	if err != nil {
 		end := instance.SendFailure(err)
-		s.terminate(end)
-		s.m.log.Warn("sending to the runtime failed", "session", s.id, "err", err)
+		s.m.log.Warn("sending to the runtime failed", "session", s.id, "context", c.id, "err", err)
+		if c.beside != nil {
+			// The context alone: its runtime is ended for good.
+			s.endContext(c, end)
+			c.beside.Kill()
+		} else {
+			s.terminate(end)
+		}
 		var eg []apitype.EgressDecision
 		var summarized int64
 		if g := s.egressGate(); g != nil {
-			g.SetExecution("")
 			eg, summarized = egressOf(g.Take(r.id))
 		}
 		if s.m.obs != nil {
 			e := r.event()
 			e.Duration, e.End, e.Error = time.Since(r.start), end, "SessionEnded"
+			if c.beside != nil {
+				e.End, e.Error = apitype.End{}, "ContextEnded"
+			}
 			e.Egress, e.EgressSummarized = eg, summarized
 			s.m.obs.ExecutionFinished(e)
+		}
+		if c.beside != nil {
+			return nil, &ContextEndedError{ID: c.id, End: end}
 		}
 		return nil, gone(s.End())
 	}
@@ -448,7 +492,7 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 }
 
 // Reports are the runtime's messages.
-func (r *running) Reports() <-chan runtimes.Message { return r.s.inst.Messages() }
+func (r *running) Reports() <-chan runtimes.Message { return r.c.it.Messages() }
 
 // handlers take an execution's messages by type, as ipykernel's shell
 // handlers do: the output the runtime reports, the requests it makes of
@@ -475,7 +519,7 @@ func (r *running) Handle(m runtimes.Message) bool {
 		// What the code printed before this message is in the pipes
 		// (the runtime flushes before it sends): take it first, so that
 		// streamed events keep their order.
-		r.s.inst.Drain()
+		r.c.it.Drain()
 	}
 	return h(r, m)
 }
@@ -506,14 +550,21 @@ func (r *running) onDone(m runtimes.Message) bool {
 // exited, or the runtime gone.
 func (r *running) Closed() (apitype.End, bool) {
 	if r.req.prog != nil {
-		if exit, ok := r.s.inst.ProgramExit(); ok {
+		if exit, ok := r.c.it.ProgramExit(); ok {
 			r.progExit = &exit
 			return apitype.Ended(apitype.EndProgramExited), true
 		}
 	}
-	end, err := r.s.inst.Lost()
+	end, err := r.c.it.Lost()
 	if err != nil {
-		r.s.m.log.Warn("runtime protocol error", "session", r.s.id, "err", err)
+		r.s.m.log.Warn("runtime protocol error", "session", r.s.id, "context", r.c.id, "err", err)
+	}
+	if r.c.beside != nil && end.Code != apitype.EndOOM && end.Code != apitype.EndPids {
+		// A context's runtime went away alone: the sandbox lives on.
+		// (Memory and the process limit are the sandbox's: every process
+		// of it is killed, and the session ends.)
+		r.ctxEnd = end
+		return apitype.End{}, false
 	}
 	return end, false
 }
@@ -521,7 +572,7 @@ func (r *running) Closed() (apitype.End, bool) {
 // Interrupt interrupts the runtime (KeyboardInterrupt).
 func (r *running) Interrupt(reason apitype.KillReason) {
 	r.stoppedBy = reason
-	r.s.inst.Interrupt()
+	r.c.it.Interrupt()
 }
 
 // finishExecution ends the session if the execution must, collects the
@@ -529,6 +580,12 @@ func (r *running) Interrupt(reason apitype.KillReason) {
 func (s *Session) finishExecution(r *running, o watch.Outcome) *apitype.Result {
 	res := &apitype.Result{Results: []apitype.Output{}, FilesChanged: []apitype.FileChange{}}
 	res.DurationMs = ms(time.Since(r.start))
+	c := r.c
+	if c.beside != nil && o.End.Code == apitype.EndUnresponsive {
+		// A context that did not stop after its interrupt is killed
+		// alone; the sandbox and the other contexts live on.
+		r.ctxEnd, o.End = o.End, apitype.End{}
+	}
 	ended := !o.End.Zero()
 	if ended {
 		s.terminate(o.End)
@@ -537,15 +594,21 @@ func (s *Session) finishExecution(r *running, o watch.Outcome) *apitype.Result {
 		}
 		<-s.inst.Dead()
 	}
+	if !r.ctxEnd.Zero() {
+		// The first word on its end is kept (a client's delete, say).
+		r.ctxEnd = s.endContext(c, r.ctxEnd)
+		c.beside.Kill()
+	}
 	// Everything the runtime wrote before done is in the pipes now.
-	s.inst.Drain()
+	c.it.Drain()
 	if ended {
 		// The jail is dead: the pipes reach end of file once whatever
 		// else holds them is gone.
-		s.inst.WaitOutput()
+		c.it.WaitOutput()
 	}
 	s.mu.Lock()
-	s.cur = nil
+	c.cur = nil
+	s.tagEgressLocked()
 	res.ExecutionCount = s.execCount
 	s.mu.Unlock()
 
@@ -589,8 +652,8 @@ func (s *Session) finishExecution(r *running, o watch.Outcome) *apitype.Result {
 		oom, _ = s.inst.OutOfMemory(end)
 	}
 	verdict{
-		prog: r.req.prog != nil, outcome: o, oom: oom, progExit: progExit, done: r.done,
-		reportsInterrupt: s.lang.ReportsInterrupt,
+		prog: r.req.prog != nil, outcome: o, ctxEnd: r.ctxEnd, oom: oom, progExit: progExit, done: r.done,
+		reportsInterrupt: c.lang.ReportsInterrupt,
 		oneShot:          r.req.kind != ExecSession, limits: s.limits, timeout: r.spec.Timeout,
 		grace: r.spec.Grace, elapsed: time.Since(r.start),
 	}.settle(res)
@@ -609,7 +672,6 @@ func (s *Session) finishExecution(r *running, o watch.Outcome) *apitype.Result {
 	}
 	res.Redacted += redactChanges(ex.red, res.FilesChanged)
 	if g := s.egressGate(); g != nil {
-		g.SetExecution("")
 		res.Egress, res.EgressSummarized = egressOf(g.Take(r.id))
 	}
 	// In the history before the client can learn the execution ended.
@@ -640,6 +702,10 @@ func (s *Session) finishExecution(r *running, o watch.Outcome) *apitype.Result {
 type verdict struct {
 	prog    bool // a program run
 	outcome watch.Outcome
+	// ctxEnd: the execution's context ended alone (its runtime went away,
+	// or did not stop after an interrupt and was killed); the session
+	// lives on.
+	ctxEnd apitype.End
 	// oom: a program ran out of memory.
 	oom bool
 	// How the runtime said it ended: a program's exit status, or its
@@ -701,6 +767,8 @@ func (v verdict) limitError(res *apitype.Result) *apitype.ExecError {
 		done = fmt.Sprintf("the program was killed after %s (exit code 137)", elapsed)
 	case res.SessionEnded && (res.KillReason == apitype.KillTimeout || res.KillReason == apitype.KillCPUTime):
 		done = fmt.Sprintf("it was interrupted after %s but did not stop within the interrupt grace (%s), so it was killed with its sandbox", elapsed, v.grace)
+	case res.ContextEnded:
+		done = fmt.Sprintf("it was interrupted after %s but did not stop within the interrupt grace (%s), so its context's interpreter was killed", elapsed, v.grace)
 	case res.SessionEnded:
 		done = fmt.Sprintf("it was killed with its sandbox after %s", elapsed)
 	default:
@@ -712,6 +780,8 @@ func (v verdict) limitError(res *apitype.Result) *apitype.ExecError {
 		state = "a one-shot run keeps no state"
 	case res.SessionEnded:
 		state = "the session ended and its state (variables, files) is lost"
+	case res.ContextEnded:
+		state = "the context ended and its variables are lost; the session, its files and its other contexts were kept"
 	default:
 		state = "the session and its state (variables, files) were kept"
 	}
@@ -749,6 +819,13 @@ func (v verdict) settleEnd(res *apitype.Result) {
 		res.KillReason = o.KillReason()
 		if res.Error == nil {
 			res.Error = &apitype.ExecError{Name: "SessionEnded", Value: "session ended: " + o.End.Reason, Traceback: []string{}}
+		}
+	case !v.ctxEnd.Zero():
+		res.ContextEnded, res.EndReason, res.EndCode = true, v.ctxEnd.Reason, v.ctxEnd.Code
+		res.Killed, res.ExitCode = true, 137
+		res.KillReason = watch.Outcome{Stopped: o.Stopped, End: v.ctxEnd}.KillReason()
+		if res.Error == nil {
+			res.Error = &apitype.ExecError{Name: "ContextEnded", Value: "context ended: " + v.ctxEnd.Reason, Traceback: []string{}}
 		}
 	case v.done != nil:
 		res.ExitCode = v.done.ExitCode

@@ -123,36 +123,54 @@ func newTestManager(t *testing.T, cfg *config.Config) (*Manager, *fakeSource, *w
 	return m, src, clock
 }
 
-// fakeInstance is a sandbox with a runtime, in memory.
+// fakeInstance is a sandbox with a runtime, in memory; the runtimes
+// started beside the first (besides) are fakeInterps too.
 type fakeInstance struct {
 	t      *testing.T
-	rt     runtimes.Runtime
 	limits config.Limits
 	ws     *workspace.Dir
 	start  time.Time
+	*fakeInterp
 
-	out    instance.Output
-	msgs   chan runtimes.Message
 	events chan cgroup.Event
-	ints   chan struct{} // the runtime's SIGINTs
 	dead   chan struct{}
-
-	mu       sync.Mutex
-	msgsDone bool
-	end      apitype.End // what Lost and Monitor say once dead
-	progExit *instance.Exit
-	env      map[string]string
-	defaults []map[string]string
-	replies  chan runtimes.Message
-	execs    []string
 
 	cpu      atomic.Int64
 	peak     atomic.Int64
 	oomKills atomic.Uint64
 	closed   atomic.Bool
 	killed   atomic.Bool
+
+	// bmu guards besides and deadDone.
+	bmu      sync.Mutex
+	besides  []*fakeInterp
+	deadDone bool
+}
+
+// fakeInterp is a runtime of a fake sandbox.
+type fakeInterp struct {
+	sb      *fakeInstance
+	rt      runtimes.Runtime
+	out     instance.Output
+	msgs    chan runtimes.Message
+	ints    chan struct{} // the runtime's SIGINTs
+	replies chan runtimes.Message
+	// gone is closed when the runtime has ended: the sandbox's dead for
+	// the first, its own for one beside it.
+	gone   chan struct{}
+	beside bool
+
+	mu       sync.Mutex
+	msgsDone bool
+	end      apitype.End // what Lost and Monitor say once dead
+	progExit *instance.Exit
+	env      map[string]string
+	cwd      string
+	defaults []map[string]string
+	execs    []string
 	// sendErr fails every Execute and Run.
 	sendErr error
+	freed   atomic.Bool // a runtime beside the first was closed
 }
 
 func newFakeInstance(t *testing.T, rt runtimes.Runtime, l config.Limits) *fakeInstance {
@@ -164,11 +182,17 @@ func newFakeInstance(t *testing.T, rt runtimes.Runtime, l config.Limits) *fakeIn
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fakeInstance{
-		t: t, rt: rt, limits: l, ws: ws, start: time.Now(),
-		msgs: make(chan runtimes.Message, 64), events: make(chan cgroup.Event, 4),
-		ints: make(chan struct{}, 4), dead: make(chan struct{}), replies: make(chan runtimes.Message, 4),
+	f := &fakeInstance{
+		t: t, limits: l, ws: ws, start: time.Now(),
+		events: make(chan cgroup.Event, 4), dead: make(chan struct{}),
 	}
+	f.fakeInterp = newFakeInterp(f, rt, f.dead, false)
+	return f
+}
+
+func newFakeInterp(f *fakeInstance, rt runtimes.Runtime, gone chan struct{}, beside bool) *fakeInterp {
+	return &fakeInterp{sb: f, rt: rt, msgs: make(chan runtimes.Message, 64), ints: make(chan struct{}, 4),
+		replies: make(chan runtimes.Message, 4), gone: gone, beside: beside}
 }
 
 func (f *fakeInstance) Name() string                  { return "s-fake" }
@@ -183,76 +207,79 @@ func (f *fakeInstance) NetNS() (int, bool)            { return -1, false }
 func (f *fakeInstance) Stats() (cgroup.Stats, error) {
 	return cgroup.Stats{CPU: time.Duration(f.cpu.Load()), OOMKills: f.oomKills.Load(), MemoryPeak: f.peak.Load()}, nil
 }
-func (f *fakeInstance) Attach(out instance.Output) error { f.out = out; return nil }
-func (f *fakeInstance) Barrier()                         {}
-func (f *fakeInstance) Drain()                           {}
-func (f *fakeInstance) WaitOutput()                      {}
-func (f *fakeInstance) Dead() <-chan struct{}            { return f.dead }
-func (f *fakeInstance) Messages() <-chan runtimes.Message {
-	return f.msgs
+func (it *fakeInterp) Attach(out instance.Output) error { it.out = out; return nil }
+func (it *fakeInterp) Barrier()                         {}
+func (it *fakeInterp) Drain()                           {}
+func (it *fakeInterp) WaitOutput()                      {}
+func (f *fakeInstance) Dead() <-chan struct{}           { return f.dead }
+func (it *fakeInterp) Messages() <-chan runtimes.Message {
+	return it.msgs
 }
 
-func (f *fakeInstance) Configure(ctx context.Context, env map[string]string) error {
-	f.mu.Lock()
-	f.env = env
-	f.mu.Unlock()
-	return nil
-}
-
-func (f *fakeInstance) SetDefaults(ctx context.Context, env map[string]string) error {
-	f.mu.Lock()
-	f.defaults = append(f.defaults, env)
-	f.mu.Unlock()
-	return nil
-}
-
-func (f *fakeInstance) Execute(id, code string, sendBy time.Time) error {
-	if f.sendErr != nil {
-		return f.sendErr
+func (it *fakeInterp) Configure(ctx context.Context, env map[string]string, cwd string) error {
+	it.mu.Lock()
+	it.env, it.cwd = env, cwd
+	it.mu.Unlock()
+	if cwd == "/nope" { // a directory the sandbox user cannot enter
+		return errors.New("cannot change directory")
 	}
-	f.mu.Lock()
-	f.execs = append(f.execs, code)
-	f.mu.Unlock()
-	go f.run(id, code, false)
 	return nil
 }
 
-func (f *fakeInstance) Run(id string, p instance.Program, sendBy time.Time) error {
-	if f.sendErr != nil {
-		return f.sendErr
+func (it *fakeInterp) SetDefaults(ctx context.Context, env map[string]string) error {
+	it.mu.Lock()
+	it.defaults = append(it.defaults, env)
+	it.mu.Unlock()
+	return nil
+}
+
+func (it *fakeInterp) Execute(id, code string, sendBy time.Time) error {
+	if it.sendErr != nil {
+		return it.sendErr
+	}
+	it.mu.Lock()
+	it.execs = append(it.execs, code)
+	it.mu.Unlock()
+	go it.run(id, code, false)
+	return nil
+}
+
+func (it *fakeInterp) Run(id string, p instance.Program, sendBy time.Time) error {
+	if it.sendErr != nil {
+		return it.sendErr
 	}
 	// The program's "code" is its file's.
-	file, _, err := f.ws.Open(strings.TrimPrefix(p.Argv[1], "/workspace/"))
+	file, _, err := it.sb.ws.Open(strings.TrimPrefix(p.Argv[1], "/workspace/"))
 	if err != nil {
 		return err
 	}
 	code, _ := io.ReadAll(file)
 	file.Close()
-	go f.run(id, string(code), true)
+	go it.run(id, string(code), true)
 	return nil
 }
 
-func (f *fakeInstance) Reply(m runtimes.Message) error {
-	f.replies <- m
+func (it *fakeInterp) Reply(m runtimes.Message) error {
+	it.replies <- m
 	return nil
 }
 
-func (f *fakeInstance) Lost() (apitype.End, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.end.Zero() {
+func (it *fakeInterp) Lost() (apitype.End, error) {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if it.end.Zero() {
 		return apitype.Ended(apitype.EndInterpreterExited), nil
 	}
-	return f.end, nil
+	return it.end, nil
 }
 
-func (f *fakeInstance) ProgramExit() (instance.Exit, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.progExit == nil {
+func (it *fakeInterp) ProgramExit() (instance.Exit, bool) {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if it.progExit == nil {
 		return instance.Exit{}, false
 	}
-	return *f.progExit, true
+	return *it.progExit, true
 }
 
 // OutOfMemory is the real rule on the fake's counters.
@@ -270,9 +297,9 @@ func signalled(sig syscall.Signal) instance.Exit {
 	return instance.Exit{Code: 128 + int(sig), Signal: sig, Status: syscall.WaitStatus(sig)}
 }
 
-func (f *fakeInstance) Interrupt() {
+func (it *fakeInterp) Interrupt() {
 	select {
-	case f.ints <- struct{}{}:
+	case it.ints <- struct{}{}:
 	default:
 	}
 }
@@ -298,69 +325,104 @@ func (f *fakeInstance) Close() error {
 	return f.ws.Close()
 }
 
-// die ends the sandbox (for end, unless one was said before): the runtime's
-// connection closes.
-func (f *fakeInstance) die(end apitype.End) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.end.Zero() && !end.Zero() {
-		f.end = end
+// StartInterp starts a fake runtime beside the first.
+func (f *fakeInstance) StartInterp(ctx context.Context, rt runtimes.Runtime) (Beside, error) {
+	f.bmu.Lock()
+	defer f.bmu.Unlock()
+	if f.deadDone {
+		return nil, errors.New("the sandbox is gone")
 	}
-	if !f.msgsDone {
-		f.msgsDone = true
-		close(f.msgs)
+	it := newFakeInterp(f, rt, make(chan struct{}), true)
+	f.besides = append(f.besides, it)
+	return it, nil
+}
+
+func (it *fakeInterp) Done() <-chan struct{} { return it.gone }
+func (it *fakeInterp) Ended() apitype.End    { end, _ := it.Lost(); return end }
+func (it *fakeInterp) Kill()                 { it.die(apitype.Ended(apitype.EndInterpreterExited)) }
+func (it *fakeInterp) Close()                { it.freed.Store(true) }
+
+// die ends the sandbox (for end, unless one was said before): every
+// runtime's connection closes.
+func (f *fakeInstance) die(end apitype.End) {
+	f.fakeInterp.die(end)
+	f.bmu.Lock()
+	defer f.bmu.Unlock()
+	if !f.deadDone {
+		f.deadDone = true
 		close(f.dead)
+		for _, it := range f.besides {
+			it.die(end)
+		}
+	}
+}
+
+// die ends the runtime (for end, unless one was said before): its
+// connection closes.
+func (it *fakeInterp) die(end apitype.End) {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if it.end.Zero() && !end.Zero() {
+		it.end = end
+	}
+	if !it.msgsDone {
+		it.msgsDone = true
+		close(it.msgs)
+		if it.beside {
+			close(it.gone)
+		}
 	}
 }
 
 // send is a message from the runtime (dropped once it is gone).
-func (f *fakeInstance) send(m runtimes.Message) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !f.msgsDone {
-		f.msgs <- m
+func (it *fakeInterp) send(m runtimes.Message) {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if !it.msgsDone {
+		it.msgs <- m
 	}
 }
 
-func (f *fakeInstance) write(s string, isErr bool) {
-	if f.out.Keeps(isErr) {
-		f.out.Write([]byte(s), isErr)
+func (it *fakeInterp) write(s string, isErr bool) {
+	if it.out.Keeps(isErr) {
+		it.out.Write([]byte(s), isErr)
 	} else {
-		f.out.Dropped(len(s), isErr)
+		it.out.Dropped(len(s), isErr)
 	}
 }
 
 // run is the fake runtime running code as execution id; a program ends
 // the runtime when it ends.
-func (f *fakeInstance) run(id, code string, prog bool) {
+func (it *fakeInterp) run(id, code string, prog bool) {
+	f := it.sb
 	status := 0
 	fail := func(name string) {
 		status = 1
-		if !f.rt.Framed {
+		if !it.rt.Framed {
 			return // bash's runtime says only its status
 		}
-		f.send(runtimes.Message{Type: "error", ID: id, Name: name, Value: "boom", Traceback: []string{name + ": boom"}})
+		it.send(runtimes.Message{Type: "error", ID: id, Name: name, Value: "boom", Traceback: []string{name + ": boom"}})
 	}
 	for _, step := range strings.Split(code, ";") {
 		verb, arg, _ := strings.Cut(strings.TrimSpace(step), " ")
 		switch verb {
 		case "out":
-			f.write(arg, false)
+			it.write(arg, false)
 		case "err":
-			f.write(arg, true)
+			it.write(arg, true)
 		case "display":
-			f.send(runtimes.Message{Type: "display", ID: id, Data: map[string]json.RawMessage{"text/plain": json.RawMessage(`"shown"`)}})
+			it.send(runtimes.Message{Type: "display", ID: id, Data: map[string]json.RawMessage{"text/plain": json.RawMessage(`"shown"`)}})
 		case "raise":
 			fail(arg)
 		case "sleep":
 			select {
-			case <-f.ints:
+			case <-it.ints:
 				fail("KeyboardInterrupt")
-			case <-f.dead:
+			case <-it.gone:
 				return
 			}
 		case "hang":
-			<-f.dead
+			<-it.gone
 			return
 		case "cpu":
 			f.cpu.Add(int64(24 * time.Hour))
@@ -375,35 +437,35 @@ func (f *fakeInstance) run(id, code string, prog bool) {
 			return
 		case "install":
 			manager, pkg, _ := strings.Cut(arg, " ")
-			f.send(runtimes.Message{Type: runtimes.TypeInstall, ID: id, Manager: manager, Packages: []string{pkg}})
+			it.send(runtimes.Message{Type: runtimes.TypeInstall, ID: id, Manager: manager, Packages: []string{pkg}})
 			select {
-			case r := <-f.replies:
+			case r := <-it.replies:
 				if r.Type != "installed" || r.ID != id {
 					f.t.Errorf("fake runtime: the answer to an install: %+v", r)
 				}
-				f.write(r.Error, false)
-			case <-f.dead:
+				it.write(r.Error, false)
+			case <-it.gone:
 				return
 			}
 		case "abort":
 			f.peak.Store(int64(f.limits.Memory))
 			if prog {
 				x := signalled(syscall.SIGABRT)
-				f.mu.Lock()
-				f.progExit = &x
-				f.mu.Unlock()
+				it.mu.Lock()
+				it.progExit = &x
+				it.mu.Unlock()
 			}
-			f.die(apitype.End{Code: apitype.EndInterpreterExited})
+			it.exit(apitype.End{Code: apitype.EndInterpreterExited})
 			return
 		case "exit":
 			n, _ := strconv.Atoi(arg)
 			if prog {
 				x := exited(n)
-				f.mu.Lock()
-				f.progExit = &x
-				f.mu.Unlock()
+				it.mu.Lock()
+				it.progExit = &x
+				it.mu.Unlock()
 			}
-			f.die(apitype.End{Code: apitype.EndInterpreterExited, Reason: "the interpreter exited with status " + arg})
+			it.exit(apitype.End{Code: apitype.EndInterpreterExited, Reason: "the interpreter exited with status " + arg})
 			return
 		case "":
 		default:
@@ -412,17 +474,26 @@ func (f *fakeInstance) run(id, code string, prog bool) {
 	}
 	if prog {
 		x := exited(status)
-		f.mu.Lock()
-		f.progExit = &x
-		f.mu.Unlock()
-		f.die(apitype.End{Code: apitype.EndInterpreterExited})
+		it.mu.Lock()
+		it.progExit = &x
+		it.mu.Unlock()
+		it.exit(apitype.End{Code: apitype.EndInterpreterExited})
 		return
 	}
 	st := "ok"
 	if status != 0 {
 		st = "error"
 	}
-	f.send(runtimes.Message{Type: "done", ID: id, Status: st, ExitCode: status})
+	it.send(runtimes.Message{Type: "done", ID: id, Status: st, ExitCode: status})
+}
+
+// exit ends the runtime for end: the first's end is its sandbox's.
+func (it *fakeInterp) exit(end apitype.End) {
+	if it.beside {
+		it.die(end)
+		return
+	}
+	it.sb.die(end)
 }
 
 // StartCommand starts a fake process running argv's last word as the

@@ -51,10 +51,11 @@ func (s *Session) install(ctx context.Context, req apitype.PackagesRequest, slot
 		}
 		defer s.pkgMu.Unlock()
 	}
-	if err := s.installsWith(req.Manager); err != nil {
+	c, err := s.installContext(ctx, req.Manager)
+	if err != nil {
 		return nil, err
 	}
-	installed, err := s.m.packages.Install(ctx, s.installTarget(ctx, req.Packages, slotHeld), req.Manager, req.Packages, s.id)
+	installed, err := s.m.packages.Install(ctx, s.installTarget(ctx, c, req.Packages, slotHeld), req.Manager, req.Packages, s.id)
 	if err != nil {
 		return nil, err
 	}
@@ -62,17 +63,16 @@ func (s *Session) install(ctx context.Context, req apitype.PackagesRequest, slot
 	return &apitype.PackagesResult{Installed: installed, DurationMs: ms(time.Since(start))}, nil
 }
 
-// installsWith checks manager installs into the session's language.
-func (s *Session) installsWith(manager string) error {
-	if s.lang.PackageManager != manager {
-		return fmt.Errorf("%w: %s installs into %s sessions only", errdefs.ErrInvalidArgument, manager, runtimes.WithManager(manager))
-	}
-	return nil
+// installContext is the context an install with manager runs in: the
+// default context of the manager's language (started now in a session
+// of another language).
+func (s *Session) installContext(ctx context.Context, manager string) (*codeContext, error) {
+	return s.contextFor(ctx, "", runtimes.WithManager(manager))
 }
 
-// installTarget is what an install of pkgs into s works with.
-func (s *Session) installTarget(ctx context.Context, pkgs []string, slotHeld bool) installTarget {
-	return installTarget{s: s, pkgs: strings.Join(pkgs, " "), who: s.callerOf(ctx), slotHeld: slotHeld}
+// installTarget is what an install of pkgs into s's context c works with.
+func (s *Session) installTarget(ctx context.Context, c *codeContext, pkgs []string, slotHeld bool) installTarget {
+	return installTarget{s: s, c: c, pkgs: strings.Join(pkgs, " "), who: s.callerOf(ctx), slotHeld: slotHeld}
 }
 
 // installTarget is a session as package packages' Target: each step of
@@ -80,6 +80,7 @@ func (s *Session) installTarget(ctx context.Context, pkgs []string, slotHeld boo
 // it is for.
 type installTarget struct {
 	s    *Session
+	c    *codeContext
 	pkgs string
 	who  Caller
 	// slotHeld: the caller's execution slot covers the install's.
@@ -89,7 +90,7 @@ type installTarget struct {
 func (t installTarget) Workspace() *workspace.Dir { return t.s.workspace() }
 
 func (t installTarget) Run(ctx context.Context, code string, timeout time.Duration) (*apitype.Result, error) {
-	return t.s.execute(ctx, request{code: code, timeout: timeout, kind: ExecSession, pkg: t.pkgs, pkgSession: t.s.id}, nil, t.slotHeld)
+	return t.s.execute(ctx, request{code: code, timeout: timeout, kind: ExecSession, pkg: t.pkgs, pkgSession: t.s.id, cc: t.c}, nil, t.slotHeld)
 }
 
 // Download runs code in a fresh, short-lived sandbox of the server's own
@@ -165,7 +166,7 @@ func (r *running) install(m runtimes.Message) {
 		if err != nil {
 			msg.Wheels, msg.Error = "", errdefs.Message(err)
 		}
-		if err := r.s.inst.Reply(msg); err != nil {
+		if err := r.c.it.Reply(msg); err != nil {
 			r.s.m.log.Warn("replying to the runtime failed", "session", r.s.id, "err", err)
 		}
 	}
@@ -198,8 +199,8 @@ func (r *running) install(m runtimes.Message) {
 		err = fmt.Errorf("%w: installing packages from here is not supported", errdefs.ErrUnsupported)
 	case m.Manager != packages.Pip:
 		err = fmt.Errorf("%w: manager %q: only pip installs can be asked for from a cell (JavaScript sessions: the API's packages)", errdefs.ErrInvalidArgument, m.Manager)
-	default:
-		err = r.s.installsWith(packages.Pip)
+	case r.c.lang.PackageManager != packages.Pip:
+		err = fmt.Errorf("%w: pip installs into python contexts only", errdefs.ErrInvalidArgument)
 	}
 	if err != nil {
 		r.instWG.Done()
@@ -214,7 +215,7 @@ func (r *running) install(m runtimes.Message) {
 		defer r.instWG.Done()
 		// The cell's execution slot covers the download sandbox, as a
 		// one-shot's covers its packages.
-		err := r.s.m.packages.FetchPip(ctx, r.s.installTarget(ctx, pkgs, true), pkgs)
+		err := r.s.m.packages.FetchPip(ctx, r.s.installTarget(ctx, r.c, pkgs, true), pkgs)
 		if err == nil {
 			r.s.m.log.Info("packages fetched for a cell", "session", r.s.id, "manager", packages.Pip, "packages", pkgs)
 		}

@@ -15,6 +15,40 @@ import (
 	"airlock/internal/workspace"
 )
 
+// Interp is what a session needs of a language runtime in its sandbox
+// (an *instance.Interp): its output, attached once, then fenced and
+// drained around each execution, and its control connection.
+type Interp interface {
+	Attach(instance.Output) error
+	Barrier()
+	Drain()
+	WaitOutput()
+
+	Configure(ctx context.Context, env map[string]string, cwd string) error
+	SetDefaults(ctx context.Context, env map[string]string) error
+	Execute(id, code string, sendBy time.Time) error
+	Run(id string, p instance.Program, sendBy time.Time) error
+	Reply(m runtimes.Message) error
+	Messages() <-chan runtimes.Message
+	Lost() (apitype.End, error)
+	ProgramExit() (instance.Exit, bool)
+	Interrupt()
+}
+
+// Beside is a runtime started beside the sandbox's first, for another
+// code context: it can end, and be ended, alone.
+type Beside interface {
+	Interp
+	// Done is closed when it has exited (or its sandbox has died);
+	// Ended then says how.
+	Done() <-chan struct{}
+	Ended() apitype.End
+	// Kill ends its process group and waits for it; Close frees its
+	// connection and pipes once it is done.
+	Kill()
+	Close()
+}
+
 // Instance is what a session needs of its sandbox and the runtime in it:
 // an *instance.Instance (see package instance for what each method
 // does). It is the seam between the session's logic (lifecycle,
@@ -34,24 +68,12 @@ type Instance interface {
 	// sandbox ran out of memory.
 	OutOfMemory(instance.ProcessEnd) (bool, error)
 
-	// The runtime's output: attached once, then fenced and drained
-	// around each execution.
-	Attach(instance.Output) error
-	Barrier()
-	Drain()
-	WaitOutput()
+	// The sandbox's first runtime (the session's default context's).
+	Interp
 
-	// The runtime's control connection.
-	Configure(ctx context.Context, env map[string]string) error
-	SetDefaults(ctx context.Context, env map[string]string) error
-	Execute(id, code string, sendBy time.Time) error
-	Run(id string, p instance.Program, sendBy time.Time) error
-	Reply(m runtimes.Message) error
-	Messages() <-chan runtimes.Message
-	Lost() (apitype.End, error)
-	ProgramExit() (instance.Exit, bool)
-	Interrupt()
-
+	// StartInterp starts rt's runtime beside the first, for another
+	// code context.
+	StartInterp(ctx context.Context, rt runtimes.Runtime) (Beside, error)
 	// StartCommand starts argv beside the runtime.
 	StartCommand(argv, env []string, dir string) (Process, error)
 
@@ -97,6 +119,14 @@ func (r realInstance) StartCommand(argv, env []string, dir string) (Process, err
 		return nil, err
 	}
 	return c, nil
+}
+
+func (r realInstance) StartInterp(ctx context.Context, rt runtimes.Runtime) (Beside, error) {
+	it, err := r.Instance.StartInterp(ctx, rt)
+	if err != nil {
+		return nil, err
+	}
+	return it, nil
 }
 
 var _ Instance = realInstance{}

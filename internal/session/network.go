@@ -261,53 +261,56 @@ func (m *Manager) proxyEnv(env map[string]string, p egress.Policy) map[string]st
 // proxyLater gives a session that got its network after it started the
 // proxy settings it would have started with (HTTP(S)_PROXY, NO_PROXY,
 // when the server runs the proxy): commands started from now on get
-// them, and the runtime before its next execution, so that the code's
-// libraries and the processes it starts use the proxy. A variable the
-// client set, or the code has set since, is kept.
+// them, and every context's runtime before its next execution, so that
+// the code's libraries and the processes it starts use the proxy. A
+// variable the client set, or the code has set since, is kept.
 func (s *Session) proxyLater(p egress.Policy) {
 	add := s.m.proxyEnv(map[string]string{}, p)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var env, pending map[string]string
-	for k, v := range add {
-		if _, set := s.env[k]; set {
-			continue
-		}
-		if env == nil {
-			env, pending = maps.Clone(s.env), maps.Clone(s.envPending)
-			if pending == nil {
-				pending = map[string]string{}
+	for _, c := range s.ctxs {
+		var env, pending map[string]string
+		for k, v := range add {
+			if _, set := c.env[k]; set {
+				continue
 			}
+			if env == nil {
+				env, pending = maps.Clone(c.env), maps.Clone(c.envPending)
+				if pending == nil {
+					pending = map[string]string{}
+				}
+			}
+			env[k], pending[k] = v, v
 		}
-		env[k], pending[k] = v, v
-	}
-	if env != nil {
-		s.env, s.envPending = env, pending
+		if env != nil {
+			c.env, c.envPending = env, pending
+		}
 	}
 }
 
-// runtimeEnv is the environment commands start from.
+// runtimeEnv is the environment commands start from: the default
+// context's.
 func (s *Session) runtimeEnv() map[string]string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.env
+	return s.def.env
 }
 
-// takeEnvPending gives the runtime the variables it has yet to take;
-// the caller holds execMu (no execution runs).
-func (s *Session) takeEnvPending(ctx context.Context) error {
+// takeEnvPending gives c's runtime the variables it has yet to take;
+// the caller holds c's execMu (no execution runs in it).
+func (s *Session) takeEnvPending(ctx context.Context, c *codeContext) error {
 	s.mu.Lock()
-	env := s.envPending
+	env := c.envPending
 	s.mu.Unlock()
 	if env == nil {
 		return nil
 	}
-	if err := s.inst.SetDefaults(ctx, env); err != nil {
+	if err := c.it.SetDefaults(ctx, env); err != nil {
 		return errdefs.Private(errdefs.ErrUnavailable, "the session's runtime did not take its new network's proxy settings", err)
 	}
 	s.mu.Lock()
-	if maps.Equal(s.envPending, env) {
-		s.envPending = nil
+	if maps.Equal(c.envPending, env) {
+		c.envPending = nil
 	}
 	s.mu.Unlock()
 	return nil

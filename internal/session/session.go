@@ -192,12 +192,13 @@ type endedSession struct {
 
 // Session is one live session.
 //
-// Locks, in the order they may be taken: pkgMu and execMu (each held for
-// a whole install or execution; the other is then only ever TryLocked,
-// which cannot wait: an install's execution, a cell's %pip install),
-// attachMu (an execution's end may tear the session down), mu, then the
-// gate's own and an execution's. The manager's mu is never held with any
-// of them; cmds.mu and the history's are taken alone.
+// Locks, in the order they may be taken: ctxStart (held while a context
+// starts), pkgMu and a context's execMu (each held for a whole install or
+// execution; the other is then only ever TryLocked, which cannot wait: an
+// install's execution, a cell's %pip install), attachMu (an execution's
+// end may tear the session down), mu, then the gate's own and an
+// execution's. The manager's mu is never held with any of them; cmds.mu
+// and the history's are taken alone.
 type Session struct {
 	m  *Manager
 	id string
@@ -214,12 +215,24 @@ type Session struct {
 	// template and templateVersion: what the root was made from (empty:
 	// the host's root).
 	template, templateVersion string
-	// env is the runtime's, which commands start from: replaced, never
-	// changed in place, under mu (a network given later adds its proxy
-	// settings); envPending are those the runtime has yet to take.
-	env        map[string]string
-	envPending map[string]string
-	create     time.Time
+	// userEnv is the client's environment at creation, which every
+	// context's starts from.
+	userEnv map[string]string
+	create  time.Time
+
+	// def is the default context (the sandbox's first runtime), set
+	// before the session is visible; ctxs are every context by id,
+	// ctxOrder their ids oldest first, ctxNext numbers those clients
+	// create (under mu). The default context's environment is the one
+	// commands start from.
+	def      *codeContext
+	ctxs     map[string]*codeContext
+	ctxOrder []string
+	ctxNext  int
+	// ctxStart: one context starts at a time (outside mu: it takes a
+	// while), so that two executions asking for a new language start it
+	// once.
+	ctxStart sync.Mutex
 
 	cmds commands // shell commands (commands.go)
 	// hist is what the session remembers of its executions and commands
@@ -235,23 +248,22 @@ type Session struct {
 	// the sandbox; attaching checks the session has not ended under it.
 	attachMu sync.Mutex
 
-	// execMu: one execution at a time (begin to its release), never
-	// waited for (TryLock: a second one is a conflict).
-	execMu sync.Mutex
 	// pkgMu: one pip install at a time (they share .packages/wheels); a
 	// cell's %pip install holds it until its execution ends, since the
 	// interpreter installs from the wheels after the server's reply.
 	pkgMu sync.Mutex
 
-	// mu guards the fields below, and deletedBy, env, envPending and
-	// gate above; idleTimer is set before the session is visible.
-	mu        sync.Mutex
-	lastUsed  time.Time
+	// mu guards the fields below, and deletedBy, the contexts' and gate
+	// above; idleTimer is set before the session is visible.
+	mu       sync.Mutex
+	lastUsed time.Time
+	// busy: executions are running (running counts them, in every
+	// context).
 	busy      bool
+	running   int
 	inUse     int // file transfers in progress: they keep the session alive
 	end       apitype.End
 	execCount int
-	cur       *execution
 	// cpuAt, cpuThen and cpuPct: the last reading of the sandbox's CPU
 	// time and the share of a CPU it gave (Info).
 	cpuAt     time.Time
@@ -375,6 +387,7 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest) 
 		s.teardownOnce.Do(s.teardown)
 		return nil, err
 	}
+	s.userEnv = req.Env
 	// The timer exists before the session is visible: end and Touch, from
 	// other requests, use it.
 	s.idleTimer = time.AfterFunc(idle, s.checkIdle)
@@ -450,16 +463,18 @@ func (m *Manager) startOnce(ctx context.Context, iso config.Isolation, tmpl stri
 		return nil, err
 	}
 	s := &Session{
-		m: m, id: m.ids.NewID(), lang: rt, limits: limits, idle: idle, inst: inst, env: env,
+		m: m, id: m.ids.NewID(), lang: rt, limits: limits, idle: idle, inst: inst,
 		template: tmpl, templateVersion: version,
 		create: time.Now(), lastUsed: time.Now(),
 		ended: make(chan struct{}), gone: make(chan struct{}),
 	}
-	if err := inst.Attach(sessionOutput{s}); err != nil {
+	s.def = &codeContext{id: rt.Lang, lang: rt, cwd: "/workspace", created: s.create, it: inst, env: env}
+	s.ctxs, s.ctxOrder = map[string]*codeContext{rt.Lang: s.def}, []string{rt.Lang}
+	if err := inst.Attach(contextOutput{s, s.def}); err != nil {
 		inst.Close()
 		return nil, err
 	}
-	if err := inst.Configure(ctx, env); err != nil {
+	if err := inst.Configure(ctx, env, s.def.cwd); err != nil {
 		s.teardownOnce.Do(s.teardown)
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%w: configuring the %s runtime: %w", errdefs.ErrUnavailable, rt.Lang, err)
@@ -685,7 +700,7 @@ func (s *Session) Info() (info apitype.Session) {
 	if state != apitype.StateEnded && cerr == nil && merr == nil {
 		info.Usage = &apitype.Usage{MemoryBytes: mem, CPUMs: ms(cpu), CPUPercent: s.cpuShareLocked(cpu, now)}
 	}
-	if ex := s.cur; ex != nil && ex.id != "" {
+	if ex := s.currentLocked(); ex != nil {
 		head, _ := ex.codeHead()
 		info.Current = &apitype.CurrentExecution{ID: ex.id, StartedAt: ex.started.UTC(), CodeHead: head, CodeBytes: len(ex.code)}
 	}
@@ -839,55 +854,55 @@ func (s *Session) teardown() {
 	if err := s.inst.Close(); err != nil {
 		s.m.log.Error("session teardown", "session", s.id, "err", err)
 	}
-}
-
-// sessionOutput routes the runtime's stdout and stderr to the running
-// execution. Output while none runs (a background thread's), and output
-// past the execution's max_output, is dropped unread.
-type sessionOutput struct{ s *Session }
-
-func (o sessionOutput) current() *execution {
-	o.s.mu.Lock()
-	defer o.s.mu.Unlock()
-	return o.s.cur
-}
-
-func (o sessionOutput) Write(p []byte, isErr bool) {
-	if ex := o.current(); ex != nil {
-		ex.output(p, isErr)
+	// Their processes went with the sandbox.
+	for _, c := range s.besides() {
+		c.beside.Close()
 	}
 }
 
-func (o sessionOutput) Keeps(isErr bool) bool {
-	ex := o.current()
-	return ex != nil && ex.keeps(isErr)
-}
-
-func (o sessionOutput) Dropped(n int, isErr bool) {
-	if ex := o.current(); ex != nil {
-		ex.dropped(n, isErr)
+// currentLocked is the execution that has run longest of those running
+// now, in any context (nil: none); mu is held.
+func (s *Session) currentLocked() *execution {
+	var cur *execution
+	for _, c := range s.ctxs {
+		if ex := c.cur; ex != nil && ex.id != "" && (cur == nil || ex.started.Before(cur.started)) {
+			cur = ex
+		}
 	}
+	return cur
 }
 
-// Interrupt interrupts the running execution, if any, and reports
-// whether there was one.
+// Interrupt interrupts every execution running in the session (one per
+// context at most), and reports whether there was one.
 func (s *Session) Interrupt() (bool, error) {
 	s.mu.Lock()
-	ex, end := s.cur, s.end
+	end := s.end
+	var running []*execution
+	for _, c := range s.ctxs {
+		if c.cur != nil {
+			running = append(running, c.cur)
+		}
+	}
 	s.mu.Unlock()
 	if !end.Zero() {
 		return false, gone(end)
 	}
-	if ex == nil {
-		return false, nil
+	any := false
+	for _, ex := range running {
+		any = ex.interruptNow() || any
 	}
-	// Each execution has its own channel: a request for one can never
-	// land on the next.
+	return any, nil
+}
+
+// interruptNow asks the execution to stop (its watch interrupts the
+// code). Each execution has its own channel: a request for one can never
+// land on the next.
+func (ex *execution) interruptNow() bool {
 	select {
 	case ex.interrupt <- struct{}{}:
 	default:
 	}
-	return true, nil
+	return true
 }
 
 // Workspace is the host's handle on the session's /workspace, for the

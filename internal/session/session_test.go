@@ -443,7 +443,7 @@ func TestInstallRequestFromACell(t *testing.T) {
 	}{
 		{"pip, not configured", "python", "install pip demo", "not configured"},
 		{"npm from a cell", "javascript", "install npm left-pad", "only pip installs"},
-		{"pip in a JavaScript session", "javascript", "install pip demo", "pip installs into python sessions only"},
+		{"pip in a JavaScript session", "javascript", "install pip demo", "pip installs into python contexts only"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m, _, _ := newTestManager(t, nil)

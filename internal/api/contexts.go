@@ -1,0 +1,53 @@
+package api
+
+import (
+	"net/http"
+
+	"airlock/internal/apitype"
+)
+
+// Code contexts: interpreters in a session's sandbox (session.CreateContext).
+
+func (s *Server) createContext(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.session(w, r)
+	if !ok {
+		return
+	}
+	var req apitype.CreateContextRequest
+	if err := s.decode(w, r, &req); err != nil {
+		fail(w, err)
+		return
+	}
+	c, err := sess.CreateContext(r.Context(), req)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/sessions/"+sess.ID()+"/contexts/"+c.ID)
+	writeJSON(w, http.StatusCreated, c)
+}
+
+func (s *Server) listContexts(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.session(w, r)
+	if !ok {
+		return
+	}
+	list, err := sess.Contexts()
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, apitype.ContextList{Contexts: list})
+}
+
+func (s *Server) deleteContext(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.session(w, r)
+	if !ok {
+		return
+	}
+	if err := sess.DeleteContext(r.PathValue("ctx")); err != nil {
+		fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
