@@ -266,3 +266,21 @@ func TestMCPStdioExit(t *testing.T) {
 		})
 	}
 }
+
+// A key revoked while its MCP client is connected leaves nothing behind:
+// the client can no longer end its MCP session (DELETE is refused), so
+// the session ends after mcp.idle_timeout, and the sandbox sessions it
+// opened end with it — by the server itself, not with the revoked key.
+func TestMCPRevokedKeyCleanup(t *testing.T) {
+	s := keysServer(t, map[string]any{"mcp": map[string]any{"idle_timeout": "1s"}})
+	key, admin := s.newKey("team-r"), s.newKey("ops", "--admin")
+	cs := s.mcpHTTP(key, nil)
+	def := mcpCall(t, cs, "execute_code", map[string]any{"code": "x = 1"})["session_id"].(string)
+	made := mcpCall(t, cs, "create_session", map[string]any{"language": "bash"})["session_id"].(string)
+	if _, err := s.airlockCLI("keys", "revoke", s.keyID("team-r")); err != nil {
+		t.Fatal(err)
+	}
+	cs.Close() // its DELETE gets a 401
+	s.waitEnded(s.as(admin), def, 30*time.Second)
+	s.waitEnded(s.as(admin), made, 30*time.Second)
+}

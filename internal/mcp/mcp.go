@@ -38,6 +38,11 @@ type Options struct {
 	// request's HTTP header (nil over stdio), whose Authorization the
 	// client must carry.
 	Client func(header http.Header) *client.Client
+	// Ender, when set, ends the sessions of a connection that closed: a
+	// client acting for the server itself, since the caller's key that
+	// made them may have been revoked since, and a session must not live
+	// on until its idle timeout for that. Nil: the connection's Client.
+	Ender *client.Client
 	// Version is airlock's, reported to clients.
 	Version string
 	// SessionID, when set, makes the MCP session ids of the HTTP
@@ -220,7 +225,10 @@ func (s *Server) closeConnection(ss *mcp.ServerSession) {
 	header := c.header
 	c.sessions, c.created = map[string]string{}, map[string]struct{}{}
 	c.mu.Unlock()
-	api := s.o.Client(header)
+	api := s.o.Ender
+	if api == nil {
+		api = s.o.Client(header)
+	}
 	for _, id := range ids {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		if err := api.DeleteSession(ctx, id); err != nil && client.StatusOf(err) != http.StatusGone && client.StatusOf(err) != http.StatusNotFound {

@@ -263,7 +263,9 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		s.api.PublicTree(console.Prefix)
 	}
 	if cfg.MCP.Enabled {
-		mo := mcp.Options{Client: s.inProcessClient, Version: opts.Version, Installs: cfg.Packages.Managers(), Languages: runtimes.Names(), Managers: runtimes.ManagerLanguages(), Content: cfg.MCP.Content, Log: s.log}
+		// What a closed MCP connection opened is ended by the server
+		// itself: the caller's key may have been revoked meanwhile.
+		mo := mcp.Options{Client: s.inProcessClient, Ender: client.InProcess(s.api.Local()), Version: opts.Version, Installs: cfg.Packages.Managers(), Languages: runtimes.Names(), Managers: runtimes.ManagerLanguages(), Content: cfg.MCP.Content, Log: s.log}
 		if ident != nil {
 			// MCP sessions live in this server too: their ids carry
 			// it, for the router (Mcp-Session-Id).
