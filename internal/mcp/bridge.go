@@ -122,6 +122,9 @@ type bridge struct {
 	version string             // the negotiated protocol version
 	initReq []byte             // the client's initialize, to open a session again
 	stream  context.CancelFunc // ends the GET stream
+	// lost is set when a session was opened again, until the next tool
+	// result tells the model that its sandboxes' state is gone.
+	lost bool
 }
 
 // message is what the bridge reads of a client's JSON-RPC message.
@@ -177,7 +180,7 @@ func (b *bridge) send(line []byte, m message) {
 		b.failRequest(m, httpProblem(resp))
 		return
 	}
-	b.relay(resp, m.Method == "initialize")
+	b.relay(resp, m.Method)
 }
 
 // post sends one message; opening says it is an initialize, whose
@@ -229,11 +232,16 @@ func (b *bridge) sessionID() string {
 	return b.session
 }
 
-// relay writes the messages of a response to the client: one JSON body,
-// or the events of a stream. The answer to initialize sets the protocol
-// version and starts the GET stream.
-func (b *bridge) relay(resp *http.Response, initialize bool) {
+// relay writes the messages of a response to method to the client: one
+// JSON body, or the events of a stream. The answer to initialize sets the
+// protocol version and starts the GET stream; the first tool result after
+// a reopen says the state is gone.
+func (b *bridge) relay(resp *http.Response, method string) {
+	initialize := method == "initialize"
 	onMessage := func(data []byte) {
+		if method == "tools/call" {
+			data = b.noteLost(data)
+		}
 		if initialize {
 			var m initialized
 			if json.Unmarshal(data, &m) == nil && m.Result != nil {
@@ -284,6 +292,52 @@ func readEvents(r io.Reader, on func([]byte)) error {
 			return err
 		}
 	}
+}
+
+// lostNote is what the model is told after the bridge opened a session
+// again: it would otherwise take a fresh sandbox for the one it had.
+const lostNote = "the airlock server had ended this MCP session (idle longer than mcp.session_timeout, or restarted), " +
+	"and with it every sandbox session it opened; a new one was started: variables, imports, installed packages " +
+	"and files of earlier calls are gone, so run any setup again"
+
+// noteLost adds lostNote to data, a tool call's result, if a session was
+// opened again since the last one was told: first in its content, and as
+// its structured content's note.
+func (b *bridge) noteLost(data []byte) []byte {
+	var msg map[string]json.RawMessage
+	if json.Unmarshal(data, &msg) != nil || msg["result"] == nil {
+		return data // a progress notification, or an error: the next result says it
+	}
+	var result map[string]json.RawMessage
+	if json.Unmarshal(msg["result"], &result) != nil {
+		return data
+	}
+	b.mu.Lock()
+	lost := b.lost
+	b.lost = false
+	b.mu.Unlock()
+	if !lost {
+		return data
+	}
+	var content []json.RawMessage
+	json.Unmarshal(result["content"], &content)
+	block, _ := json.Marshal(map[string]string{"type": "text", "text": "note: " + lostNote + "\n"})
+	result["content"], _ = json.Marshal(append([]json.RawMessage{block}, content...))
+	var structured map[string]any
+	if json.Unmarshal(result["structuredContent"], &structured) == nil && structured != nil {
+		note := lostNote
+		if old, _ := structured["note"].(string); old != "" {
+			note += "; " + old
+		}
+		structured["note"] = note
+		result["structuredContent"], _ = json.Marshal(structured)
+	}
+	msg["result"], _ = json.Marshal(result)
+	out, err := json.Marshal(msg)
+	if err != nil {
+		return data
+	}
+	return out
 }
 
 // toClient writes one message to the client, on one line.
@@ -376,6 +430,7 @@ func (b *bridge) reopen(ended string) error {
 	}
 	b.mu.Lock()
 	b.version = m.Result.ProtocolVersion
+	b.lost = true
 	b.mu.Unlock()
 	b.o.Log.Warn("mcp bridge: the server had ended the MCP session; a new one was opened (its sandboxes start empty)")
 	resp, err = b.post([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`), false)

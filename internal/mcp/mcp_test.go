@@ -423,7 +423,8 @@ func TestCloseAllEndsSessions(t *testing.T) {
 
 // The stdio bridge (`airlock mcp --url`) relays a client to /mcp; when the
 // server has ended its MCP session (mcp.session_timeout), the next call
-// opens a new one with the client's initialize instead of failing.
+// opens a new one with the client's initialize instead of failing, and
+// its result tells the model that its sandboxes' state is gone.
 func TestBridgeReopens(t *testing.T) {
 	srv, _ := newServer(t, mcp.Options{})
 	hs := httptest.NewServer(srv.HTTPHandler(mcp.HTTPOptions{Idle: time.Minute, MaxQuiet: time.Hour}))
@@ -452,5 +453,15 @@ func TestBridgeReopens(t *testing.T) {
 	res, out := call(t, cs, "execute_code", map[string]any{"code": "print('again')"})
 	if res.IsError || out["stdout"] != "again\n" {
 		t.Fatalf("after the server ended the session: %s", text(res))
+	}
+	// The model is told that its state is gone, in the text it reads and
+	// in the structured result; once.
+	note, _ := out["note"].(string)
+	if !strings.HasPrefix(text(res), "note: the airlock server had ended this MCP session") || !strings.Contains(note, "are gone") {
+		t.Errorf("the first result after a reopen does not say the state is gone: note %q, text %q", note, text(res))
+	}
+	res, out = call(t, cs, "execute_code", map[string]any{"code": "print('then')"})
+	if out["note"] != nil || strings.Contains(text(res), "had ended") {
+		t.Errorf("the next result says it again: %s", text(res))
 	}
 }
