@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 
 	"airlock/internal/apitype"
 	"airlock/internal/client"
+	"airlock/internal/store"
 	"airlock/internal/store/pgtest"
 )
 
@@ -365,5 +367,49 @@ func TestBenchStoreSmoke(t *testing.T) {
 	}
 	if strings.Contains(out+errOut, pg.Password()) {
 		t.Error("the bench printed the database's password")
+	}
+}
+
+// On one machine (SQLite) a session's creation never waits on the store's
+// disk: with the sessions directory's database locked by another writer
+// (as a full or stalled disk would hold it), creations still succeed and
+// the server lists them (from memory); the directory catches up after.
+func TestSQLiteDirectoryOffCreationPath(t *testing.T) {
+	s := keysServer(t, nil)
+	c := s.as(s.newKey("team-d"))
+	ctx := context.Background()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(s.cfg["data_dir"].(string), store.DirectoryFileName)+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	lock, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if _, err := lock.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 3 {
+		info, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python"})
+		if err != nil {
+			lock.ExecContext(ctx, "ROLLBACK")
+			t.Fatalf("a creation with the directory's database locked: %v", err)
+		}
+		ids = append(ids, info.ID)
+	}
+	list, err := c.Sessions(ctx)
+	if err != nil || len(list) != len(ids) {
+		t.Errorf("listed %d sessions (%v), want %d", len(list), err, len(ids))
+	}
+	if _, err := lock.ExecContext(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if err := c.DeleteSession(ctx, id); err != nil {
+			t.Error(err)
+		}
 	}
 }

@@ -196,8 +196,14 @@ func (d *Directory) enqueue(s apitype.Session) {
 }
 
 // Register writes a session just created, before its creator hears of
-// it: any server lists it from then on.
+// it: any server of a shared store lists it from then on. A store of one
+// machine's is written off the request path (this server lists its own
+// sessions from memory), so that its disk never fails a creation.
 func (d *Directory) Register(ctx context.Context, s apitype.Session) error {
+	if !d.db.Shared() {
+		d.enqueue(s)
+		return nil
+	}
 	return d.db.PutSessions(ctx, []apitype.Session{s})
 }
 
