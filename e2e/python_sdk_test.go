@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"airlock/internal/errdefs"
+	"airlock/internal/image/imagetest"
 	"airlock/internal/testenv"
 )
 
@@ -31,10 +32,29 @@ func requirePython(t *testing.T) {
 // langchain_core, the agents guide's snippets, and the wheel built and installed
 // offline). In a strict run (CI) a test it cannot run fails.
 func TestPythonSDK(t *testing.T) {
-	requirePython(t)
-	s := keysServer(t, map[string]any{
+	testPythonSDK(t, "", map[string]any{
 		"pool": map[string]any{"size": map[string]int{"python": 2, "bash": 0, "javascript": 0}},
 	})
+}
+
+// The same suite with every session on the code-interpreter template
+// (templates.default), whose root has the real IPython (Debian's
+// python3-ipython): rich output of IPython's own display() (the suite's
+// test_html_and_json) works on both kinds of root.
+func TestPythonSDKOnTemplate(t *testing.T) {
+	store := imagetest.Store(t, "code-interpreter")
+	testPythonSDK(t, "code-interpreter", map[string]any{
+		"pool": map[string]any{"size": map[string]int{"python": 0, "bash": 0, "javascript": 0}, "zygote": true},
+		"templates": map[string]any{
+			"dir": store.Dir(), "default": "code-interpreter",
+			"pool": map[string]any{"code-interpreter": map[string]int{"python": 2}},
+		},
+	})
+}
+
+func testPythonSDK(t *testing.T, template string, cfg map[string]any) {
+	requirePython(t)
+	s := keysServer(t, cfg)
 	defer s.stop()
 	// The SDK authenticates as a user does, with a tenant's API key; a
 	// second key with a one-session quota meets QuotaExceededError.
@@ -46,7 +66,7 @@ func TestPythonSDK(t *testing.T) {
 	cmd.Env = append(os.Environ(),
 		"AIRLOCK_URL="+s.URL, "AIRLOCK_TOKEN="+token, "AIRLOCK_QUOTA_TOKEN="+quotaToken,
 		"AIRLOCK_SOCKET="+filepath.Join(s.cfg["state_dir"].(string), "airlock.sock"),
-		"PYTHONDONTWRITEBYTECODE=1", "PYTHONPATH="+sdk)
+		"PYTHONDONTWRITEBYTECODE=1", "PYTHONPATH="+sdk, "AIRLOCK_TEST_TEMPLATE="+template)
 	if testenv.Strict() {
 		cmd.Env = append(cmd.Env, "AIRLOCK_TEST_STRICT=1")
 	}

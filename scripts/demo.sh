@@ -2,7 +2,8 @@
 # The demo run by scripts/setup.sh: airlock run on a data-science script and
 # on a few escape attempts, then an agent-like session over the HTTP API
 # with curl: create a session, upload a CSV, load it with pandas, plot it,
-# download the PNG, delete the session.
+# download the PNG, a session on the code-interpreter template, delete the
+# session.
 set -eu
 cd "$(dirname "$0")/.."
 A=${AIRLOCK:-bin/airlock}
@@ -31,7 +32,11 @@ echo "== airlock serve, and a session driven with curl"
 PORT=${DEMO_PORT:-18080}
 # The demo's own data directory (API keys, audit log), not /var/lib/airlock.
 CFG="$OUT/config.json"
-printf '{"version": 1, "data_dir": "%s/data", "audit": {"enabled": true, "code": "full"}}\n' "$OUT" >"$CFG"
+# Templates from the host's store (setup.sh built code-interpreter there),
+# with a warm Python pool of their own.
+TEMPLATES=$($A config print | python3 -c 'import json,sys; c=json.load(sys.stdin); print(c["templates"]["dir"] or c["data_dir"] + "/templates")')
+printf '{"version": 1, "data_dir": "%s/data", "audit": {"enabled": true, "code": "full"},
+  "templates": {"dir": "%s", "pool": {"code-interpreter": {"python": 1}}}}\n' "$OUT" "$TEMPLATES" >"$CFG"
 export AIRLOCK_CONFIG="$CFG"
 echo "-- an API key for the tenant demo (printed once, stored hashed)"
 KEY=$($A keys create --tenant demo --max-sessions 4 --executions-per-minute 120)
@@ -74,6 +79,14 @@ python3 -c "import sys; d=open(sys.argv[1],'rb').read(); assert d[:8]==b'\x89PNG
 echo "-- an exception, then the session keeps going"
 json -X POST $API/v1/sessions/$SESSION/execute -d '{"code": "df.no_such_column"}' | field "['error']['name']"
 json -X POST $API/v1/sessions/$SESSION/execute -d '{"code": "len(df)"}' | field "['results'][0]['data']['text/plain']"
+
+echo "-- a session on the code-interpreter template: what agent code reaches for (seaborn, requests, bs4, openpyxl...),"
+echo "   and IPython's own display() gives rich output"
+TSESSION=$(json -X POST $API/v1/sessions -d '{"template": "code-interpreter"}' | field "['id']")
+json -X POST $API/v1/sessions/$TSESSION/execute \
+	-d '{"code": "import seaborn, requests, bs4, openpyxl, scipy, statsmodels, sympy\nfrom IPython.display import display, HTML\nprint(\"seaborn\", seaborn.__version__, \"requests\", requests.__version__)\ndisplay(HTML(\"<b>rich</b>\"))"}' |
+	python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["stdout"], end=""); print("rich output:", [sorted(o["data"]) for o in r["results"]])'
+curl -fsS -X DELETE $API/v1/sessions/$TSESSION -o /dev/null
 
 echo "-- delete the session"
 curl -fsS -X DELETE $API/v1/sessions/$SESSION -o /dev/null -w "%{http_code}\n"

@@ -2,9 +2,12 @@
 # Installs what airlock needs on Debian 12: the language runtimes
 # sandboxes use (python3 with numpy, pandas, matplotlib and scikit-learn
 # from Debian, since PyPI is not reachable; bash; nodejs), curl for the
-# demo and the baseline the benchmark compares against (bubblewrap).
+# demo and the baseline the benchmark compares against (bubblewrap);
+# debootstrap, with which `airlock template build` makes Debian roots (the
+# code-interpreter template setup.sh builds, the tests' templates and the
+# container image).
 # With --tests, also what only the tests use: nginx and dnsmasq for the
-# chart's router on loopback, debootstrap for the container image, and
+# chart's router on loopback, and
 # CPython's own test suite (libpython3.11-testsuite), a sample of which
 # runs inside a sandbox; e2fsprogs for a read-only data_dir (ext4 on a
 # loop device); pip and venv, with which the Python SDK's tests build
@@ -20,8 +23,9 @@ if [ "$(id -u)" != 0 ]; then
 	exit 1
 fi
 pkgs="python3 python3-numpy python3-pandas python3-matplotlib python3-sklearn
-      bash coreutils nodejs ca-certificates fonts-dejavu-core bubblewrap curl"
-test_pkgs="nginx dnsmasq-base debootstrap libpython3.11-testsuite e2fsprogs postgresql
+      bash coreutils nodejs ca-certificates fonts-dejavu-core bubblewrap curl
+      debootstrap"
+test_pkgs="nginx dnsmasq-base libpython3.11-testsuite e2fsprogs postgresql
            python3-pip python3-venv python3-nbformat chromium"
 if [ "${1:-}" = --tests ]; then
 	pkgs="$pkgs $test_pkgs"

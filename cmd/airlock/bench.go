@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"airlock/internal/bench"
+	"airlock/internal/image"
 	"airlock/internal/termtext"
 )
 
@@ -19,11 +20,13 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	var o bench.Options
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	fs.BoolVar(&o.Smoke, "smoke", false, "tiny counts: check that every scenario runs (numbers mean nothing)")
-	fs.StringVar(&o.Only, "only", "", "comma-separated scenarios: exec, create_pandas, concurrent_create, contexts, oneshot, density, airlock_run, audit, observe, egress, store, gvisor")
+	fs.StringVar(&o.Only, "only", "", "comma-separated scenarios: exec, create_pandas, concurrent_create, contexts, oneshot, density, airlock_run, audit, observe, egress, store, template, gvisor")
+	fs.StringVar(&o.Template, "template", "code-interpreter", "the template of the template scenario (skipped when the store has none of that name)")
 	fs.StringVar(&o.Python, "python", "/usr/bin/python3", "python for the baselines")
 	fs.StringVar(&o.Isolation, "isolation", "native", "native, or gvisor: also run the session scenarios on gVisor, beside the native ones")
 	fs.StringVar(&o.Runsc, "runsc", "", "the runsc binary for --isolation gvisor (default: runsc on PATH)")
 	fs.StringVar(&o.StoreDSNFile, "store-dsn-file", "", "a file holding a PostgreSQL connection string: the store scenario compares servers on it with one on SQLite")
+	c.configFlag()
 	verbose := fs.Bool("v", false, "say what runs")
 	if code, ok := c.parse(args); !ok {
 		return code
@@ -34,6 +37,18 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(stderr, "airlock bench: must run as root (it starts an airlock server)")
 		return exitUnavailable
+	}
+	// The template scenario runs on the configuration's store, when it
+	// holds the template.
+	if cfg, code, ok := c.loadConfig(); !ok {
+		return code
+	} else if st, err := image.Open(cfg.TemplateDir()); err == nil {
+		if _, err := st.Get(o.Template); err == nil {
+			o.TemplateDir = cfg.TemplateDir()
+		} else if o.Only == "template" {
+			fmt.Fprintf(stderr, "airlock bench: %s\n", termtext.Field(err.Error()))
+			return exitUnavailable
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

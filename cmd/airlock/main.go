@@ -47,6 +47,7 @@ Usage:
   airlock doctor [flags]                  show what this host can enforce
   airlock bench [flags]                   measure latency against baselines
   airlock keys create|list|revoke|quota   manage API keys and tenants' quotas
+  airlock template list|import|build|rm   manage the root filesystems sandboxes may use
   airlock audit [flags]                   list the audit log (--follow: as it grows)
   airlock top [flags]                     the live sessions of a server
   airlock config print|env                the effective configuration (secrets masked)
@@ -82,6 +83,8 @@ func main() {
 		code = benchCmd(args, os.Stdout, os.Stderr)
 	case "keys":
 		code = keysCmd(args, os.Stdout, os.Stderr)
+	case "template":
+		code = templateCmd(args, os.Stdout, os.Stderr)
 	case "audit":
 		code = auditCmd(args, os.Stdout, os.Stderr)
 	case "top":

@@ -33,6 +33,7 @@ func usages(t *testing.T) []docgen.Command {
 	}
 	help("audit", func(e io.Writer) int { return auditCmd(h, io.Discard, e) })
 	help("top", func(e io.Writer) int { return topCmd(h, io.Discard, e) })
+	help("template", func(e io.Writer) int { return templateCmd([]string{"list", "-h"}, io.Discard, e) })
 	for _, sub := range []string{"print", "env"} {
 		help("config "+sub, func(e io.Writer) int { return configCmd([]string{sub, "-h"}, io.Discard, e) })
 	}

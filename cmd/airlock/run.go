@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -22,6 +23,7 @@ import (
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/fontcache"
+	"airlock/internal/image"
 	"airlock/internal/jail"
 	"airlock/internal/runtimes"
 	"airlock/internal/session"
@@ -97,6 +99,7 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	c.configFlag()
 	fs.BoolVar(&cold, "cold", false, "build the jail in this process even when a local server runs")
 	isolation := fs.String("isolation", "", "native or gvisor (default: the configuration's isolation); gvisor needs a running server")
+	tmplName := fs.String("template", "", "run on the root filesystem of template `NAME` (airlock template list; default: templates.default, else the host's root)")
 	outDir := fs.String("out", "", "copy the files the program created or modified in /workspace into `DIR` (made if missing; paths stay beneath it, symlinks in it are never followed)")
 	lf.bind(fs)
 	if status, ok := c.parse(args); !ok {
@@ -216,6 +219,7 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			preq.Network = &apitype.NetworkPolicy{Allow: allowHosts}
 		}
 		preq.Isolation = config.Isolation(*isolation)
+		preq.Template = *tmplName
 		for _, f := range inputs[1:] {
 			preq.Files = append(preq.Files, apitype.InputFile{Path: f.path, ContentBase64: base64.StdEncoding.EncodeToString(f.data)})
 		}
@@ -283,6 +287,26 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "airlock: warning: %s\n", termtext.Field(err.Error()))
 	}
 
+	// A template's root: its current version, held while the run lasts.
+	var root *jail.Root
+	if name := cmp.Or(*tmplName, cfg.Templates.Default); name != "" {
+		store, err := image.Open(cfg.TemplateDir())
+		if err != nil {
+			return exitFor(stderr, err)
+		}
+		lease, err := store.Acquire(name)
+		if err != nil {
+			return exitFor(stderr, err)
+		}
+		defer lease.Release()
+		if lease.Runtimes[rt.Lang] == "" {
+			fmt.Fprintf(stderr, "airlock run: template %s has no %s interpreter (%s)\n", name, rt.Lang, image.Interpreters[rt.Lang])
+			return exitUsage
+		}
+		if root, err = host.ImageRoot(lease.Root, lease.Name+"-"+lease.Version); err != nil {
+			return exitFor(stderr, err)
+		}
+	}
 	slot, err := host.CLISlot()
 	if err != nil {
 		return exitFor(stderr, err)
@@ -292,6 +316,7 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			Name:   "r-" + strconv.Itoa(os.Getpid()),
 			Slot:   slot,
 			Limits: limits,
+			Root:   root,
 		},
 		Argv: append(rt.Command("/workspace/"+name), progArgs...),
 		Env:  append(rt.Env(limits), env...),

@@ -37,7 +37,7 @@ type CreateSessionRequest struct {
 	// asked for.
 	Isolation Isolation `json:"isolation,omitempty"`
 	// Template names the root filesystem of the session's sandbox, a
-	// template registered on the server (GET /v1/templates); empty is the
+	// template registered on the server (airlock template list); empty is the
 	// server's templates.default (the host's root unless set).
 	Template string `json:"template,omitempty"`
 	// Network, when set, lets the session reach the names it allows;

@@ -48,6 +48,10 @@ type Options struct {
 	// StoreDSNFile, a file holding a PostgreSQL connection string, adds
 	// the shared store's scenario (servers on it beside one on SQLite).
 	StoreDSNFile string
+	// TemplateDir is the template store the template scenario takes
+	// Template (code-interpreter by default) from.
+	TemplateDir string
+	Template    string
 }
 
 // Stat summarises a set of durations.
@@ -197,6 +201,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	try("observe", func() error { return benchObserve(ctx, r, o, n(3000, 30)) })
 	try("egress", func() error { return benchEgress(ctx, r, o, n(7, 1), n(100e6, 10e6)) })
 	try("store", func() error { return benchStore(ctx, r, o, n(3000, 30)) })
+	if o.TemplateDir != "" {
+		try("template", func() error { return benchTemplate(ctx, srv, r, o, n(30, 2), n(8, 2)) })
+	}
 	if h, err := srv.health(ctx); err == nil {
 		r.Stats["pool"] = h.Pool
 	}

@@ -107,11 +107,17 @@ func Run(ctx context.Context, cfg config.Config) *Report {
 	h.Cgroups().Sweep("r-", jail.StaleRun)
 	probe(ctx, r, h, cfg)
 	runtimes(ctx, r, h, cfg)
+	templateChecks(ctx, r, h, cfg)
 	return r
 }
 
 // run runs argv in a fresh sandbox and returns its stdout.
 func run(ctx context.Context, h *jail.Host, cfg config.Config, argv []string, env ...string) (string, string, error) {
+	return runOn(ctx, h, cfg, nil, argv, env...)
+}
+
+// runOn is run on root (nil: the host's).
+func runOn(ctx context.Context, h *jail.Host, cfg config.Config, root *jail.Root, argv []string, env ...string) (string, string, error) {
 	l := cfg.Defaults
 	l.Timeout = config.Duration(60 * time.Second)
 	l.CPUTime = config.Duration(60 * time.Second)
@@ -120,7 +126,7 @@ func run(ctx context.Context, h *jail.Host, cfg config.Config, argv []string, en
 		return "", "", err
 	}
 	res, err := h.Run(ctx, jail.RunRequest{
-		Spec: jail.Spec{Name: "r-" + strconv.Itoa(os.Getpid()), Slot: slot, Limits: l},
+		Spec: jail.Spec{Name: "r-" + strconv.Itoa(os.Getpid()), Slot: slot, Limits: l, Root: root},
 		Argv: argv,
 		Env:  env,
 	})
@@ -197,6 +203,21 @@ func probe(ctx context.Context, r *Report, h *jail.Host, cfg config.Config) {
 	r.add("jail", OK, "built one: the program inside ran as uid %d with no capabilities, no_new_privs, seccomp, only lo, a read-only root", jail.SandboxUID)
 }
 
+// moduleReport reads a probe's output: its first line (the Python
+// version), then "MODULE VERSION" or "MODULE MISSING ..." lines.
+func moduleReport(out string) (version string, have, lack []string) {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for _, l := range lines[1:] {
+		f := strings.Fields(l)
+		if len(f) >= 2 && f[1] == "MISSING" {
+			lack = append(lack, f[0])
+		} else if len(f) >= 2 {
+			have = append(have, f[0]+" "+f[1])
+		}
+	}
+	return lines[0], have, lack
+}
+
 func runtimes(ctx context.Context, r *Report, h *jail.Host, cfg config.Config) {
 	if _, err := os.Stat(cfg.Runtimes.Python); err != nil {
 		r.add("python", Warn, "%s not found: install python3 (the default language)", cfg.Runtimes.Python)
@@ -211,17 +232,8 @@ func runtimes(ctx context.Context, r *Report, h *jail.Host, cfg config.Config) {
 		if err != nil {
 			r.add("python", Warn, "%s does not run in a jail: %v", cfg.Runtimes.Python, err)
 		} else {
-			lines := strings.Split(strings.TrimSpace(out), "\n")
-			r.add("python", OK, "%s", lines[0])
-			var have, lack []string
-			for _, l := range lines[1:] {
-				f := strings.Fields(l)
-				if len(f) >= 2 && f[1] == "MISSING" {
-					lack = append(lack, f[0])
-				} else if len(f) >= 2 {
-					have = append(have, f[0]+" "+f[1])
-				}
-			}
+			version, have, lack := moduleReport(out)
+			r.add("python", OK, "%s", version)
 			if len(lack) > 0 {
 				r.add("python packages", Warn, "missing: %s (install the Debian packages, e.g. python3-%s); present: %s", strings.Join(lack, ", "), lack[0], strings.Join(have, ", "))
 			} else {

@@ -107,6 +107,11 @@ type Native struct {
 	Host *jail.Host
 	// R is the template root of its sandboxes (nil: the host's).
 	R *Root
+	// Preload lists the modules a Python runtime imports before it says
+	// hello, inside its sandbox: what a pool of a template that gets no
+	// Python template interpreter (one not built from Debian's packages,
+	// whose code must never run outside a sandbox) does instead.
+	Preload []string
 }
 
 // WithRoot implements Kernel.
@@ -125,7 +130,21 @@ func (k Native) start(ctx context.Context, slot uint32, l config.Limits, _ bool)
 	return k.Host.Start(ctx, jail.Spec{Name: "s-" + strconv.FormatUint(uint64(slot), 10), Slot: slot, Limits: l, Root: k.R.Jail()})
 }
 
-func (Native) sessionCommand(rt runtimes.Runtime) []string { return rt.SessionCommand() }
+func (k Native) sessionCommand(rt runtimes.Runtime) []string { return preloading(rt, k.Preload) }
+
+// WithPreload is k whose Python runtimes import mods before they say
+// hello (see Native.Preload and GVisor.Preload).
+func WithPreload(k Kernel, mods []string) Kernel {
+	switch v := k.(type) {
+	case Native:
+		v.Preload = mods
+		return v
+	case GVisor:
+		v.Preload = mods
+		return v
+	}
+	return k
+}
 
 // GVisor runs sandboxes on gVisor (runsc), started from the host side.
 type GVisor struct {
@@ -184,13 +203,17 @@ sys.argv = [path]
 runpy.run_path(path, run_name="__main__")
 `
 
-func (k GVisor) sessionCommand(rt runtimes.Runtime) []string {
+func (k GVisor) sessionCommand(rt runtimes.Runtime) []string { return preloading(rt, k.Preload) }
+
+// preloading is rt's session command, importing preload first when rt is
+// the language of the template interpreter.
+func preloading(rt runtimes.Runtime, preload []string) []string {
 	argv := rt.SessionCommand()
-	if !rt.Template || len(k.Preload) == 0 || len(argv) < 2 {
+	if !rt.Template || len(preload) == 0 || len(argv) < 2 {
 		return argv
 	}
 	// python3 -I -B <runtime dir> becomes python3 -I -B -c <stub> <modules> <runtime dir>.
-	return append(append(argv[:len(argv)-1:len(argv)-1], "-c", preloadStub, strings.Join(k.Preload, ",")), argv[len(argv)-1])
+	return append(append(argv[:len(argv)-1:len(argv)-1], "-c", preloadStub, strings.Join(preload, ",")), argv[len(argv)-1])
 }
 
 // gvisorSandbox adapts a gVisor sandbox to what an instance needs: the

@@ -1,10 +1,16 @@
 package jail
 
 import (
+	"bytes"
 	"encoding/json"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"airlock/internal/config"
 	"airlock/internal/image/imagetest"
 )
 
@@ -105,4 +111,54 @@ func TestEscapesOnTemplateRoot(t *testing.T) {
 	} {
 		t.Run(name, f)
 	}
+}
+
+// TestPythonRuntimeOnTemplateRoot runs the Python runtime's own test suite
+// (internal/runtimes/python/tests, as TestPythonRuntime runs it on the
+// host) inside a sandbox on the code-interpreter template, whose root has
+// the real IPython (Debian's python3-ipython), pandas and matplotlib: the
+// suite passes on both kinds of root, rich output of IPython's own
+// display() included.
+func TestPythonRuntimeOnTemplateRoot(t *testing.T) {
+	h := testHost(t)
+	s := imagetest.Store(t, "code-interpreter")
+	tm, err := s.Get("code-interpreter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := h.ImageRoot(tm.Root, "code-interpreter-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testRoot = r
+	defer func() { testRoot = nil }()
+	var files []InputFile
+	src := filepath.Join("..", "runtimes", "python")
+	err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.Contains(p, "__pycache__") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(filepath.Dir(src), p)
+		files = append(files, InputFile{Path: filepath.ToSlash(rel), Data: bytes.NewReader(b)})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := testLimits()
+	l.Timeout, l.CPUTime = config.Duration(10*time.Minute), config.Duration(20*time.Minute)
+	l.Memory, l.Pids, l.Disk = 2<<30, 1024, 1<<30
+	res := runReq(t, h, l, RunRequest{
+		Argv:  []string{"/usr/bin/python3", "-B", "-c", "import importlib.metadata as m, sys, unittest; print('IPython', m.version('ipython')); sys.argv[1:] = ['discover', '-s', 'python/tests']; unittest.main(module=None)"},
+		Files: files,
+		Env:   []string{"PYTHONDONTWRITEBYTECODE=1"},
+	})
+	if res.ExitCode != 0 || !bytes.Contains(res.Stdout, []byte("IPython 8.")) {
+		t.Fatalf("the runtime's tests on the template root: %s", describe(res))
+	}
+	t.Logf("%s", linesWith(res.Stderr, "Ran ")[0])
 }

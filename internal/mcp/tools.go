@@ -156,6 +156,7 @@ type CreateIn struct {
 	Env         map[string]string `json:"env,omitempty" jsonschema:"environment variables of the session"`
 	IdleTimeout string            `json:"timeout_idle,omitempty" jsonschema:"end the session after this long unused (e.g. 30m)"`
 	Network     *NetworkIn        `json:"network,omitempty" jsonschema:"the hosts the session may reach; without it the session has no network"`
+	Template    string            `json:"template,omitempty" jsonschema:"the template (root filesystem with its packages) the session runs on, as the operator registered it (e.g. code-interpreter); default: the server's"`
 }
 
 // NetworkIn is a session's egress policy, as the HTTP API takes it.
@@ -171,6 +172,7 @@ type SessionOut struct {
 	Limits      map[string]any `json:"limits"`
 	IdleTimeout string         `json:"timeout_idle"`
 	Network     []string       `json:"network,omitempty" jsonschema:"the hosts the session may reach (absent: no network)"`
+	Template    string         `json:"template,omitempty" jsonschema:"the template the session runs on (absent: the server's own root)"`
 }
 
 // CloseIn is close_session's input.
@@ -253,8 +255,9 @@ func (s *Server) addTools() {
 	mcp.AddTool(s.srv, &mcp.Tool{
 		Name:  "create_session",
 		Title: "Create a session",
-		Description: "Starts a new sandboxed session (python, bash or javascript) with optional limits, environment and network " +
-			"(the hosts it may reach, within the server's policy; sessions have no network otherwise), and returns its " +
+		Description: "Starts a new sandboxed session (python, bash or javascript) with optional limits, environment, network " +
+			"(the hosts it may reach, within the server's policy; sessions have no network otherwise) and template (the root " +
+			"filesystem with its packages, as the operator registered it, e.g. code-interpreter), and returns its " +
 			"session_id for the other tools. Not needed for a single conversation: every tool has a default session. It ends with this connection, like the default sessions.",
 		InputSchema: withEnum[CreateIn]("language", anys(s.o.Languages)),
 		Annotations: &mcp.ToolAnnotations{Title: "Create a session", DestructiveHint: &no, OpenWorldHint: &no},
@@ -620,6 +623,9 @@ func (s *Server) createSession(ctx context.Context, req *mcp.CallToolRequest, in
 	if in.Network != nil {
 		m["network"] = in.Network
 	}
+	if in.Template != "" {
+		m["template"] = in.Template
+	}
 	body, _ := json.Marshal(m)
 	var cr apitype.CreateSessionRequest
 	if err := config.Decode(body, &cr); err != nil {
@@ -656,7 +662,7 @@ func sessionOut(info *apitype.Session) SessionOut {
 	var limits map[string]any
 	b, _ := json.Marshal(info.Limits)
 	json.Unmarshal(b, &limits)
-	out := SessionOut{SessionID: info.ID, Language: info.Language, State: info.State, Limits: limits, IdleTimeout: info.IdleTimeout.String()}
+	out := SessionOut{SessionID: info.ID, Language: info.Language, State: info.State, Limits: limits, IdleTimeout: info.IdleTimeout.String(), Template: info.Template}
 	if info.Network != nil {
 		out.Network = append([]string{}, info.Network.Allow...)
 	}

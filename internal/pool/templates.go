@@ -66,7 +66,7 @@ func (t *Templates) Source(iso config.Isolation, name, lang string) (instance.So
 	cur, err := t.store.Get(name)
 	if err != nil {
 		if errors.Is(err, image.ErrNoTemplate) {
-			return nil, image.Template{}, fmt.Errorf("%w: template %q is not registered on this server (GET /v1/templates lists them)", errdefs.ErrInvalidArgument, name)
+			return nil, image.Template{}, fmt.Errorf("%w: template %q is not registered on this server (its operator lists them with airlock template list)", errdefs.ErrInvalidArgument, name)
 		}
 		return nil, image.Template{}, err
 	}
@@ -120,9 +120,19 @@ func (t *Templates) open(k templateKey) (*templateSource, error) {
 				pc.Pool.Size[lang] = n
 			}
 		}
-		// A template of its own where the root has Python and a pool of
-		// it: its runtimes are forked warm from the template's libraries.
-		pc.Pool.Zygote = t.cfg.Pool.Zygote && pc.Pool.Size["python"] > 0
+		// A Python template interpreter of its own where the root has
+		// Python and a pool of it: its runtimes are forked warm from the
+		// template's libraries. The interpreter runs as host root, outside
+		// any sandbox: only for a root built from Debian's signed packages
+		// (airlock template build), whose code is as trusted as the
+		// host's. An imported one's code only ever runs in sandboxes: its
+		// pooled runtimes import the preloads there, before they are
+		// handed out.
+		trusted := lease.Source == "debian"
+		pc.Pool.Zygote = t.cfg.Pool.Zygote && pc.Pool.Size["python"] > 0 && trusted
+		if !trusted {
+			kernel = instance.WithPreload(kernel, t.cfg.Pool.Preload)
+		}
 		e.pool = New(pc, kernel, t.slots, t.log.With("template", k.name))
 		e.src = e.pool
 	} else {

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"airlock/internal/client"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
+	"airlock/internal/image"
 	"airlock/internal/image/imagetest"
 )
 
@@ -66,6 +69,13 @@ func TestTemplatesTwoAtOnce(t *testing.T) {
 	if r := run(ci.ID, "import seaborn, requests, bs4, openpyxl, scipy, sklearn, statsmodels, sympy, plotly, tabulate, xlsxwriter, networkx, PIL, lxml\nprint('ok', requests.__name__)"); r.Stdout != "ok requests\n" {
 		t.Errorf("code-interpreter: %+v", r)
 	}
+	// The real IPython (python3-ipython is in code-interpreter): its own
+	// display() gives rich output, not "<IPython.core.display.HTML object>".
+	r := run(ci.ID, "import IPython\nfrom IPython.display import display, HTML, Markdown\n"+
+		"display(HTML('<b>real</b>'))\ndisplay(Markdown('*md*'))\nprint(IPython.__file__.startswith('/usr/lib/python3/dist-packages/'))")
+	if r.Stdout != "True\n" || len(r.Results) != 2 || string(r.Results[0].Data["text/html"]) != `"<b>real</b>"` || string(r.Results[1].Data["text/markdown"]) != `"*md*"` {
+		t.Errorf("IPython's display on code-interpreter: %+v", r)
+	}
 	if r := run(py.ID, "import numpy"); r.Error == nil || r.Error.Name != "ModuleNotFoundError" {
 		t.Errorf("python template has numpy: %+v", r)
 	}
@@ -105,5 +115,116 @@ func TestTemplatesTwoAtOnce(t *testing.T) {
 	prog, err := c.RunProgram(ctx, apitype.ProgramRequest{Template: "python", Code: "import sys\ntry:\n    import numpy\nexcept ImportError:\n    print('no numpy')\n"}, nil)
 	if err != nil || prog.Stdout != "no numpy\n" {
 		t.Errorf("program: %v %+v", err, prog)
+	}
+}
+
+// A template imported from outside (here a directory) never gets a Python
+// template interpreter (it runs as host root and would run the image's
+// code there): its pooled runtimes import the preloads in their own
+// sandboxes. A built one (Debian's signed packages) gets one.
+func TestImportedTemplateHasNoZygote(t *testing.T) {
+	store := imagetest.Store(t, "python")
+	if _, err := store.Get("python-imported"); err != nil {
+		if _, err := store.Import(context.Background(), "python-imported", imagetest.Debian(t, "python"), image.ImportOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, c := templateServer(t, func(cfg *config.Config) {
+		cfg.Templates.Dir = store.Dir()
+		cfg.Templates.Pool = map[string]map[string]int{"python": {"python": 1}, "python-imported": {"python": 1}}
+		cfg.Pool.Preload = []string{"json"}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, name := range []string{"python", "python-imported"} {
+		info, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Template: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.Execute(ctx, info.ID, apitype.ExecuteRequest{Code: "import sys; print('json' in sys.modules)"}, nil)
+		if err != nil || r.Stdout != "True\n" {
+			t.Errorf("%s: the preload is not imported: %v %+v", name, err, r)
+		}
+	}
+	stats := s.poolStats()
+	if _, ok := stats[apitype.TemplateKey+"@python"]; !ok {
+		t.Errorf("the built template has no Python template interpreter: %v", stats)
+	}
+	if _, ok := stats[apitype.TemplateKey+"@python-imported"]; ok {
+		t.Errorf("the imported template has a Python template interpreter: %v", stats)
+	}
+}
+
+// A new version of a template (an import under the same name) goes to new
+// sessions; a running session keeps its own, which is removed once the
+// session ends, and `rm` while a session runs keeps its version until then.
+func TestTemplateUpgradeKeepsRunningSessions(t *testing.T) {
+	root := imagetest.Debian(t, "python")
+	store, err := image.Open(filepath.Join(t.TempDir(), "templates"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	v1, err := store.Import(ctx, "py", root, image.ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, c := templateServer(t, func(cfg *config.Config) {
+		cfg.Templates.Dir = store.Dir()
+		cfg.Templates.Pool = map[string]map[string]int{"py": {"python": 1}}
+	})
+	old, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Template: "py"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old.TemplateVersion != v1.Version {
+		t.Fatalf("version %q, want %q", old.TemplateVersion, v1.Version)
+	}
+	if _, err := c.Execute(ctx, old.ID, apitype.ExecuteRequest{Code: "kept = 41"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	v2, err := store.Import(ctx, "py", root, image.ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Template: "py"})
+	if err != nil || fresh.TemplateVersion != v2.Version {
+		t.Fatalf("new session: %v %q, want version %q", err, fresh.TemplateVersion, v2.Version)
+	}
+	// The running session is undisturbed: its state, its root.
+	r, err := c.Execute(ctx, old.ID, apitype.ExecuteRequest{Code: "import os; print(kept + 1, os.path.exists('/usr/bin/python3'))"}, nil)
+	if err != nil || r.Stdout != "42 True\n" {
+		t.Fatalf("running session after the import: %v %+v", err, r)
+	}
+	if _, err := os.Stat(v1.Root); err != nil {
+		t.Fatalf("the running session's version was removed: %v", err)
+	}
+	if err := c.DeleteSession(ctx, old.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Gone once its last sandbox is (the pool of v1 was retired when v2
+	// came; the session's sandbox held it until now).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(v1.Root); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			vs, _ := store.Versions("py")
+			t.Fatalf("version %s still on disk after its last session ended: %v", v1.Version, vs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// rm while a session runs: gone for new sessions, kept for it.
+	kept, err := store.Remove("py")
+	if err != nil || len(kept) != 1 || kept[0] != v2.Version {
+		t.Fatalf("rm: %v %v", kept, err)
+	}
+	if _, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Template: "py"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a session on a removed template: %v", err)
+	}
+	if r, err := c.Execute(ctx, fresh.ID, apitype.ExecuteRequest{Code: "print('still here')"}, nil); err != nil || r.Stdout != "still here\n" {
+		t.Errorf("session after rm: %v %+v", err, r)
 	}
 }

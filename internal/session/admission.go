@@ -3,6 +3,8 @@ package session
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 
 	"airlock/internal/apitype"
@@ -42,6 +44,8 @@ type Ask struct {
 	Limits    *config.Limits
 	Isolation *config.Isolation
 	Network   *apitype.NetworkPolicy
+	// Template a session or run names ("": the server's default).
+	Template string
 	// Timeout: an execution's or command's own (0: the session's).
 	Timeout config.Duration
 }
@@ -99,7 +103,7 @@ func (t *Tenants) AdmitNetwork(ctx context.Context, np *apitype.NetworkPolicy) e
 }
 
 // check applies the tenant's rules to a, in the order a client meets
-// them: limits, network, isolation, the execution's timeout.
+// them: limits, network, isolation, template, the execution's timeout.
 func (t *Tenants) check(ctx context.Context, a *Ask) error {
 	if a.Limits != nil {
 		l, err := t.limits(ctx, *a.Limits)
@@ -116,7 +120,25 @@ func (t *Tenants) check(ctx context.Context, a *Ask) error {
 			return err
 		}
 	}
+	if err := t.template(ctx, a.Template); err != nil {
+		return err
+	}
 	return t.timeout(ctx, a.Timeout)
+}
+
+// template applies the caller's tenant's templates (the configuration's
+// tenants.T.templates): a request naming another is refused. One naming
+// none gets templates.default, the operator's choice.
+func (t *Tenants) template(ctx context.Context, asked string) error {
+	who, _ := identity.From(ctx)
+	tenant, ok := t.cfg.Tenants[who.Tenant]
+	if !ok || len(tenant.Templates) == 0 || who.Tenant == "" || asked == "" {
+		return nil
+	}
+	if !slices.Contains(tenant.Templates, asked) {
+		return fmt.Errorf("%w: the tenant may use the templates %s (tenants.%s.templates), not %q", errdefs.ErrPermission, strings.Join(tenant.Templates, ", "), who.Tenant, asked)
+	}
+	return nil
 }
 
 // limits checks limits a request asks for against its tenant's ceiling

@@ -186,7 +186,7 @@ func TestAdmissionGivenBackBeforeTheEnd(t *testing.T) {
 func TestTenants(t *testing.T) {
 	cfg := config.Default()
 	cfg.AllowIsolation = []config.Isolation{config.GVisor}
-	cfg.Tenants = map[string]config.Tenant{"strict": {Isolation: config.GVisor}}
+	cfg.Tenants = map[string]config.Tenant{"strict": {Isolation: config.GVisor}, "acme": {Templates: []string{"code-interpreter"}}}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -225,6 +225,10 @@ func TestTenants(t *testing.T) {
 				t.Errorf("isolation %q", *a.Isolation)
 			}
 		}},
+		{"a template the tenant may use", "acme", config.Quotas{}, Ask{Template: "code-interpreter"}, nil, nil},
+		{"no template: the server's default", "acme", config.Quotas{}, Ask{}, nil, nil},
+		{"a template the tenant may not use", "acme", config.Quotas{}, Ask{Template: "gpu"}, errdefs.ErrPermission, nil},
+		{"other tenants name any", "other", config.Quotas{}, Ask{Template: "gpu"}, nil, nil},
 		{"no egress quota", "a", config.Quotas{}, Ask{Network: &apitype.NetworkPolicy{Allow: []string{"evil.test"}}}, nil, nil},
 		{"egress denied, no network asked", "a", config.Quotas{Egress: "deny"}, Ask{Network: &apitype.NetworkPolicy{}}, nil, nil},
 		{"egress denied", "a", config.Quotas{Egress: "deny"}, Ask{Network: &apitype.NetworkPolicy{Allow: []string{"pypi.org"}}}, errdefs.ErrPermission, nil},
@@ -254,6 +258,12 @@ func TestTenants(t *testing.T) {
 	deny := NewTenants(cfg, &countingQuotas{q: config.Quotas{Egress: "deny"}})
 	if err := deny.AdmitNetwork(tenantCtx("a"), &apitype.NetworkPolicy{Allow: []string{"x.test"}}); !errors.Is(err, errdefs.ErrPermission) {
 		t.Errorf("a later policy: %v, want refused", err)
+	}
+	// A tenant's templates are checked names.
+	badTemplates := config.Default()
+	badTemplates.Tenants = map[string]config.Tenant{"t": {Templates: []string{"../x"}}}
+	if err := badTemplates.Validate(); err == nil {
+		t.Error("a bad template name in tenants.t.templates was accepted")
 	}
 	// The tenant's isolation must be one the server offers.
 	bad := config.Default()

@@ -31,7 +31,7 @@ const MaxOneShotFiles = 16 << 20
 // RunOnce runs code once in a fresh jail and returns what it printed,
 // displayed and wrote.
 func (m *Manager) RunOnce(ctx context.Context, req apitype.OneShotRequest, emit func(apitype.Event)) (*apitype.OneShotResult, error) {
-	release, err := m.admitExecution(ctx, &Ask{Limits: &req.Limits, Isolation: &req.Isolation, Network: req.Network})
+	release, err := m.admitExecution(ctx, &Ask{Limits: &req.Limits, Isolation: &req.Isolation, Network: req.Network, Template: req.Template})
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +63,7 @@ func (m *Manager) runOnce(ctx context.Context, req apitype.OneShotRequest, emit 
 // it starts in about a millisecond. Output that is not UTF-8 streams as
 // data_base64.
 func (m *Manager) RunProgram(ctx context.Context, req apitype.ProgramRequest, emit func(apitype.Event)) (*apitype.OneShotResult, error) {
-	release, err := m.admitExecution(ctx, &Ask{Limits: &req.Limits, Isolation: &req.Isolation, Network: req.Network})
+	release, err := m.admitExecution(ctx, &Ask{Limits: &req.Limits, Isolation: &req.Isolation, Network: req.Network, Template: req.Template})
 	if err != nil {
 		return nil, err
 	}

@@ -306,7 +306,7 @@ func (m *Manager) lookup(lang string) (runtimes.Runtime, error) {
 
 // Create starts a session, once the caller is admitted to.
 func (m *Manager) Create(ctx context.Context, req apitype.CreateSessionRequest) (*Session, error) {
-	release, err := m.admit.AdmitSession(ctx, &Ask{Limits: &req.Limits, Isolation: &req.Isolation, Network: req.Network})
+	release, err := m.admit.AdmitSession(ctx, &Ask{Limits: &req.Limits, Isolation: &req.Isolation, Network: req.Network, Template: req.Template})
 	if err != nil {
 		return nil, err
 	}

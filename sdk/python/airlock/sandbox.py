@@ -96,6 +96,7 @@ class Sandbox:
         self._info = info
         self.id = info["id"]
         self.language = info.get("language", "")
+        self.template = info.get("template", "")  # empty: the server's own root
         self.files = Files(self)
         self.commands = Commands(self)
 
@@ -103,13 +104,15 @@ class Sandbox:
 
     @classmethod
     def create(cls, language="python", limits=None, network=None, env=None, timeout=None,
-               base_url=None, token=None, request_timeout=None, **extra):
+               base_url=None, token=None, request_timeout=None, template=None, **extra):
         """Creates a session. ``language``: python, bash or javascript;
         ``limits``: {"memory": "1G", "timeout": 60, "cpu_time": ...} (each
         at most the server's maximum); ``network``: the hosts the sandbox
         may reach, {"allow": ["pypi.org", "*.example.com:8443"]} or just the
         list (where the server offers egress); ``env``: variables; ``timeout``: seconds without use
-        after which the session ends (its idle timeout); ``base_url`` and
+        after which the session ends (its idle timeout); ``template``: the
+        root filesystem the server's operator registered (e.g.
+        "code-interpreter"; default: the server's); ``base_url`` and
         ``token`` default to AIRLOCK_URL and AIRLOCK_TOKEN."""
         t = Transport(base_url, token, request_timeout)
         body = {"language": language}
@@ -121,6 +124,8 @@ class Sandbox:
             body["env"] = dict(env)
         if timeout is not None:
             body["timeout_idle"] = timeout
+        if template:
+            body["template"] = template
         body.update(extra)
         return cls(t.call("POST", "/v1/sessions", body), t)
 

@@ -74,6 +74,16 @@ class SandboxTest(unittest.TestCase):
         e = self.sbx.run_code("from IPython.display import JSON, display\ndisplay(JSON({'k': [1, 2]}))")
         self.assertEqual([r.json for r in e.results if r.json is not None], [{"k": [1, 2]}])
 
+    def test_template(self):
+        # AIRLOCK_TEST_TEMPLATE: the server's templates.default, whose root
+        # has the real IPython (e2e's TestPythonSDKOnTemplate); unset, the
+        # host's root, where IPython is the runtime's stand-in or real.
+        want = os.environ.get("AIRLOCK_TEST_TEMPLATE", "")
+        self.assertEqual(self.sbx.template, want)
+        if want:
+            e = self.sbx.run_code("import IPython\nIPython.__file__.startswith('/usr/lib/python3/dist-packages/')")
+            self.assertEqual(e.text, "True")
+
     def test_exception(self):
         e = self.sbx.run_code("def f():\n    return 1 / 0\nf()")
         self.assertIsNotNone(e.error)

@@ -6,7 +6,8 @@ PNG, always text/plain); ``display`` and ``publish_display_data`` send
 bundles as ``display`` messages of the running execution; the classes
 (``HTML``, ``Image``, ...) follow ``IPython.display``, and
 ``install_ipython_shim`` provides them as the modules ``IPython`` and
-``IPython.display`` when the real IPython is not importable. Bundles are
+``IPython.display`` when the real IPython is not importable (when it is,
+its display functions are routed to airlock's as it loads). Bundles are
 made wire-ready here (base64 binaries, valid JSON, capped text), because
 the server treats a malformed one as fatal.
 """
@@ -77,8 +78,34 @@ def _cap_text(mime: str, text: str) -> str:
     return text[:TEXT_LIMIT] + "\n... " + note
 
 
+def _pretty_text(obj: Any) -> Optional[str]:
+    """text/plain from obj's ``_repr_pretty_``, through the real IPython's
+    printer when it is installed (None otherwise, or if it fails)."""
+    if _method(obj, "_repr_pretty_") is None:
+        return None
+    try:
+        from IPython.lib.pretty import pretty
+    except ImportError:
+        return None
+    except KeyboardInterrupt:
+        raise
+    except BaseException:  # noqa: BLE001 - a broken IPython
+        return None
+    try:
+        text = pretty(obj)
+    except KeyboardInterrupt:
+        raise
+    except BaseException:  # noqa: BLE001 - fall back to repr
+        return None
+    return text if type(text) is str else None
+
+
 def _plain_text(obj: Any) -> str:
-    """text/plain for obj: repr, pretty-printed for long builtin containers."""
+    """text/plain for obj: repr, pretty-printed for long builtin containers
+    (and by ``_repr_pretty_`` where the real IPython is installed)."""
+    pretty = _pretty_text(obj)
+    if pretty is not None:
+        return pretty
     try:
         text = repr(obj)
         if type(text) is not str:
@@ -664,15 +691,18 @@ _DISPLAY_EXPORTS = (
 def install_ipython_shim() -> None:
     """Provide ``IPython``, ``IPython.display`` (and ``IPython.core.display``).
 
-    Only when the real IPython is not importable.  ``get_ipython()`` returns
+    Only when the real IPython is not importable; when it is, route its
+    display functions to airlock's instead (``route_real_ipython``).  ``get_ipython()`` returns
     None, so libraries that look for an IPython shell (matplotlib, pandas,
     tqdm) correctly find none.
     """
-    if "IPython" in sys.modules:
+    if "IPython" in sys.modules and sys.modules["IPython"] not in SHIM_MODULES.values():
+        route_real_ipython()
         return
     try:
         import importlib.util
         if importlib.util.find_spec("IPython") is not None:
+            route_real_ipython()
             return
     except (ImportError, ValueError):
         pass
@@ -705,6 +735,88 @@ def install_ipython_shim() -> None:
     }
     sys.modules.update(shim)
     SHIM_MODULES.update(shim)
+
+
+# The real IPython -------------------------------------------------------------
+#
+# Outside an IPython shell, IPython's own display() only prints repr()
+# ("<IPython.core.display.HTML object>"), and publish_display_data has no
+# publisher.  Where IPython is installed (Debian's python3-ipython, as data
+# science images have it), airlock routes them to its own when IPython's
+# modules load, so that `from IPython.display import display, HTML` gives
+# rich output either way.  No shell is made: get_ipython() stays None, and
+# libraries that look for one find none, as with the stand-in.
+
+#: IPython's modules whose display functions are airlock's once loaded
+#: (display_functions since IPython 7.23, core.display before it).
+_IPYTHON_DISPLAY_MODULES = ("IPython.core.display_functions", "IPython.core.display")
+_IPYTHON_ROUTED = ("display", "publish_display_data", "update_display", "clear_output")
+
+
+def _route_ipython(module: types.ModuleType) -> None:
+    """Make module's display functions airlock's (see above)."""
+    for name in _IPYTHON_ROUTED:
+        if hasattr(module, name):
+            setattr(module, name, globals()[name])
+
+
+class _RoutingLoader:
+    """Runs a module's own loader, then routes its display functions."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: Any) -> Any:
+        create = getattr(self.loader, "create_module", None)
+        return create(spec) if create is not None else None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self.loader.exec_module(module)
+        _route_ipython(module)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.loader, name)
+
+
+class _IPythonFinder:
+    """A meta path finder that only wraps the loader of IPython's display
+    modules; every other import goes on as if it were not there."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name not in _IPYTHON_DISPLAY_MODULES:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _RoutingLoader(spec.loader)
+                return spec
+        return None
+
+
+_ipython_finder = _IPythonFinder()
+
+
+def route_real_ipython() -> None:
+    """Route the real IPython's display functions to airlock's: those of
+    its modules already loaded now, the others as they load."""
+    for name in _IPYTHON_DISPLAY_MODULES:
+        mod = sys.modules.get(name)
+        if mod is not None:
+            _route_ipython(mod)
+    if _ipython_finder not in sys.meta_path:
+        sys.meta_path.insert(0, _ipython_finder)
+
+
+def unroute_real_ipython() -> None:
+    """Stop routing IPython modules loaded from now on (a program run is a
+    plain interpreter, whose IPython prints as it does outside a shell)."""
+    try:
+        sys.meta_path.remove(_ipython_finder)
+    except ValueError:
+        pass
 
 
 #: The modules install_ipython_shim added, so a program run can take them away.

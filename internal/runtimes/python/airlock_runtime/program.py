@@ -114,6 +114,7 @@ def plain_interpreter(path: str, argv: list) -> types.ModuleType:
     for name, mod in display.SHIM_MODULES.items():
         if sys.modules.get(name) is mod:
             del sys.modules[name]
+    display.unroute_real_ipython()
     sys.displayhook = sys.__displayhook__
     sys.excepthook = sys.__excepthook__
     _signal.signal(_signal.SIGINT, _signal.default_int_handler)

@@ -40,6 +40,12 @@ def has_module(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
+#: Whether the interpreter under test has the real IPython (Debian's
+#: python3-ipython): some of its classes behave unlike the runtime's
+#: stand-in, and the tests say which they expect.
+REAL_IPYTHON = has_module("IPython")
+
+
 def base_env(**extra: str) -> dict:
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
