@@ -18,7 +18,8 @@ import (
 // the same checks as an image layer: it is written as a tar stream that
 // the applier reads, so a directory gets exactly an image's treatment.
 // src is walked without following links; its files are opened with
-// O_NOFOLLOW.
+// O_NOFOLLOW and O_NONBLOCK (one swapped for a fifo meanwhile must not
+// hang the import: the open returns, and the check after it refuses).
 func applyDir(ctx context.Context, a *applier, src string) error {
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeDirTar(ctx, pw, src)) }()
@@ -70,7 +71,7 @@ func writeDirTar(ctx context.Context, w io.Writer, src string) error {
 				h.Typeflag, h.Linkname, h.Size = tar.TypeLink, first, 0
 			} else {
 				links[key] = h.Name
-				if f, err = os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0); err != nil {
+				if f, err = os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0); err != nil {
 					return err
 				}
 				defer f.Close()

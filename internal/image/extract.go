@@ -19,7 +19,8 @@ import (
 // them while it is read, never by trusting what it declares.
 type Limits struct {
 	// Bytes caps the uncompressed size of all layers together (file
-	// contents and tar headers): a decompression bomb stops here.
+	// contents and tar headers) and, apart, the size of the files they
+	// write: a decompression bomb, or a sparse file's holes, stop here.
 	Bytes int64
 	// Files caps the number of entries of all layers together.
 	Files int64
@@ -52,6 +53,7 @@ type applier struct {
 	root    *os.Root
 	limits  Limits
 	bytes   int64 // read so far from every layer's uncompressed stream
+	written int64 // regular files' sizes so far (a sparse one's in full)
 	files   int64
 	dirs    map[string]bool // directories known to be real ones
 	layer   map[string]bool // paths the current layer wrote
@@ -352,7 +354,12 @@ func (a *applier) entry(h *tar.Header, r io.Reader) error {
 		}
 		return a.root.Link(target, p)
 	}
-	// A regular file.
+	// A regular file. Its size counts against the cap as written, not
+	// only as read: a sparse entry (PAX GNU.sparse) expands holes the
+	// stream does not carry, a 3 KB layer into a file of terabytes.
+	if a.written += h.Size; h.Size < 0 || a.written > a.limits.Bytes {
+		return bad("entry %q: the image's files are larger than %d bytes (the import's limit)", trimName(p), a.limits.Bytes)
+	}
 	if exists {
 		if err := a.remove(p); err != nil {
 			return err

@@ -12,10 +12,12 @@ import (
 // FuzzApply feeds arbitrary bytes to the layer applier as a layer: it
 // must never panic, never write outside its root, and never leave a
 // setuid or setgid file, a device node or a relative symlink out of the
-// root behind, whatever it accepts. The seeds in testdata/fuzz/FuzzApply
+// root behind, nor more bytes of files than its cap (a sparse file's
+// holes included), whatever it accepts. The seeds in testdata/fuzz/FuzzApply
 // are crafted layers (traversals, links out, whiteouts, devices).
 func FuzzApply(f *testing.F) {
 	f.Add(layerTar(f, file("a/b", "x"), symlink("bin", "usr/bin"), hardlink("c", "a/b"), file("a/.wh.b", "")))
+	f.Add(sparseTar("zeros", 1<<30))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		parent := t.TempDir()
 		root := filepath.Join(parent, "root")
@@ -31,6 +33,7 @@ func FuzzApply(f *testing.F) {
 		if ents, _ := os.ReadDir(parent); len(ents) != 1 {
 			t.Fatalf("written beside the root: %v", ents)
 		}
+		var size int64
 		filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return nil
@@ -40,6 +43,11 @@ func FuzzApply(f *testing.F) {
 				return nil
 			}
 			m := info.Mode()
+			if m.IsRegular() {
+				if size += info.Size(); size > l.Bytes {
+					t.Fatalf("%d bytes of files written, over the cap of %d", size, l.Bytes)
+				}
+			}
 			if m&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeDevice|fs.ModeCharDevice|fs.ModeNamedPipe) != 0 {
 				t.Fatalf("%s has mode %v", p, m)
 			}

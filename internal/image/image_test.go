@@ -9,12 +9,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -562,5 +564,67 @@ func TestCheckName(t *testing.T) {
 		if CheckName(bad) == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// sparseTar is a layer holding one PAX sparse file (GNU.sparse 1.0, as GNU
+// tar --sparse writes it) of size bytes, all hole: a few KB of tar that
+// archive/tar expands to size bytes of zeros. tar.Writer cannot write
+// one, so the blocks are made here.
+func sparseTar(name string, size int64) []byte {
+	hdr := func(name string, typ byte, n int) []byte {
+		b := make([]byte, 512)
+		copy(b, name)
+		copy(b[100:], "0000644\x00")
+		copy(b[108:], "0000000\x00")
+		copy(b[116:], "0000000\x00")
+		copy(b[124:], fmt.Sprintf("%011o\x00", n))
+		copy(b[136:], "00000000000\x00")
+		b[156] = typ
+		copy(b[257:], "ustar\x0000")
+		copy(b[148:], "        ")
+		sum := 0
+		for _, c := range b {
+			sum += int(c)
+		}
+		copy(b[148:], fmt.Sprintf("%06o\x00 ", sum))
+		return b
+	}
+	rec := func(k, v string) string {
+		s := " " + k + "=" + v + "\n"
+		n := len(s)
+		for len(strconv.Itoa(n))+len(s) != n {
+			n = len(strconv.Itoa(n)) + len(s)
+		}
+		return strconv.Itoa(n) + s
+	}
+	pad := func(b []byte) []byte { return append(b, make([]byte, (512-len(b)%512)%512)...) }
+	pax := rec("GNU.sparse.major", "1") + rec("GNU.sparse.minor", "0") + rec("GNU.sparse.name", name) + rec("GNU.sparse.realsize", strconv.FormatInt(size, 10))
+	data := pad([]byte(fmt.Sprintf("1\n%d\n0\n", size-1)))
+	out := append(hdr("PaxHeaders/"+name, 'x', len(pax)), pad([]byte(pax))...)
+	out = append(append(out, hdr("GNUSparseFile.0/"+name, '0', len(data))...), data...)
+	return append(out, make([]byte, 1024)...)
+}
+
+// A sparse file's holes cost the stream nothing: its size counts against
+// the cap all the same, before a byte of it is written.
+func TestApplySparseBomb(t *testing.T) {
+	l := DefaultLimits()
+	l.Bytes = 1 << 20
+	layer := sparseTar("zeros", 64<<20)
+	if len(layer) > 4096 {
+		t.Fatalf("the layer is %d bytes", len(layer))
+	}
+	root, _, err := applyLayers(t, l, layer)
+	if !errors.Is(err, ErrBadImage) || !strings.Contains(err.Error(), `entry "zeros": the image's files are larger than 1048576 bytes`) {
+		t.Fatalf("sparse bomb: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "zeros")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("zeros written: %v", err)
+	}
+	// Within the cap, it is a file like any other.
+	root, _, err = applyLayers(t, DefaultLimits(), sparseTar("small", 4096))
+	if st, serr := os.Stat(filepath.Join(root, "small")); err != nil || serr != nil || st.Size() != 4096 {
+		t.Fatalf("small sparse file: %v %v", err, serr)
 	}
 }
