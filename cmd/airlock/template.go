@@ -230,8 +230,9 @@ func humanBytes(n int64) string {
 }
 
 // progress shows a long operation's events: one JSON line each with
-// --json; on a terminal, one line redrawn in place (stage, layer, bytes,
-// time); otherwise a line per stage.
+// --json; on a terminal, one line redrawn in place (time, a bar of the
+// image read when its size is known, stage, layer, bytes written);
+// otherwise a line per stage.
 type progress struct {
 	out, err io.Writer
 	json     bool
@@ -266,9 +267,12 @@ func (p *progress) event(e image.Event) {
 		line += "  " + humanBytes(e.Bytes)
 	}
 	if p.tty {
+		if e.Total > 0 {
+			line = progressBar(e.Read, e.Total) + " " + line
+		}
 		line = fmt.Sprintf("[%5.1fs] %s", time.Since(p.start).Seconds(), line)
-		if len(line) > 100 {
-			line = line[:100]
+		if len(line) > 120 {
+			line = line[:120]
 		}
 		fmt.Fprintf(p.err, "\r\x1b[K%s", line)
 		p.drawn = true
@@ -278,6 +282,14 @@ func (p *progress) event(e image.Event) {
 		fmt.Fprintln(p.err, line)
 		p.last = e.Stage
 	}
+}
+
+// progressBar draws read of total as a bar with a percentage.
+func progressBar(read, total int64) string {
+	const width = 24
+	read = min(max(read, 0), total)
+	n := int(read * width / total)
+	return "[" + strings.Repeat("#", n) + strings.Repeat(".", width-n) + fmt.Sprintf("] %3d%% of %s", read*100/total, humanBytes(total))
 }
 
 // done ends the line a terminal's progress drew.

@@ -3,6 +3,7 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"crypto/rand"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -23,7 +24,7 @@ import (
 // tar entries (name -> content; a name ending in "/" is a directory).
 func ociLayout(t *testing.T, layers ...map[string]string) string {
 	t.Helper()
-	img := empty.Image
+	var tars [][]byte
 	for _, files := range layers {
 		var b bytes.Buffer
 		tw := tar.NewWriter(&b)
@@ -36,7 +37,17 @@ func ociLayout(t *testing.T, layers ...map[string]string) string {
 			tw.Write([]byte(body))
 		}
 		tw.Close()
-		layer, err := tarball.LayerFromReader(bytes.NewReader(b.Bytes()))
+		tars = append(tars, b.Bytes())
+	}
+	return writeLayout(t, tars...)
+}
+
+// writeLayout writes an OCI layout of one image whose layers are tars.
+func writeLayout(t *testing.T, tars ...[]byte) string {
+	t.Helper()
+	img := empty.Image
+	for _, tb := range tars {
+		layer, err := tarball.LayerFromReader(bytes.NewReader(tb))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,5 +133,115 @@ func TestRunOnTemplate(t *testing.T) {
 	out.Reset()
 	if code := runCmd([]string{"--template", "nonexistent", prog}, strings.NewReader(""), &out, &errb); code == 0 || !strings.Contains(errb.String(), "no such template") {
 		t.Fatalf("unknown template: %d %q", code, errb.String())
+	}
+}
+
+// tarEntry is one entry of a hostile layer.
+type tarEntry struct {
+	name, link, body string
+	typ              byte
+	mode             int64
+}
+
+// layoutOf writes an OCI layout of one image of one layer holding entries.
+func layoutOf(t *testing.T, entries ...tarEntry) string {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, e := range entries {
+		h := &tar.Header{Name: e.name, Linkname: e.link, Typeflag: e.typ, Mode: e.mode, Size: int64(len(e.body)), Format: tar.FormatPAX}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write([]byte(e.body))
+	}
+	tw.Close()
+	return writeLayout(t, b.Bytes())
+}
+
+// Hostile images through `airlock template import`, as an operator meets
+// them: each refused with the exit status of a bad argument and an error
+// naming the entry and why, and nothing left in the store; setuid bits
+// and device nodes are stripped and said so, never kept.
+func TestTemplateImportHostile(t *testing.T) {
+	testenv.RequireRoot(t, "the template store is root's")
+	random := make([]byte, 3<<19) // 1.5 MiB that gzip cannot shrink
+	rand.Read(random)
+	usr := tarEntry{name: "usr/", typ: tar.TypeDir, mode: 0o755}
+	for _, tc := range []struct {
+		name  string
+		layer []tarEntry
+		want  string
+	}{
+		{"path traversal", []tarEntry{{name: "../../../etc/cron.d/evil", body: "x", typ: tar.TypeReg, mode: 0o644}}, `entry "../../../etc/cron.d/evil": path leaves the root`},
+		{"absolute path", []tarEntry{{name: "/etc/evil", body: "x", typ: tar.TypeReg, mode: 0o644}}, "absolute path"},
+		{"symlink out", []tarEntry{usr, {name: "usr/up", link: "../../..", typ: tar.TypeSymlink, mode: 0o777}}, `symlink "usr/up" -> "../../.." points outside the image`},
+		{"write through a symlink", []tarEntry{{name: "etc", link: "/etc", typ: tar.TypeSymlink, mode: 0o777}, {name: "etc/evil", body: "x", typ: tar.TypeReg, mode: 0o644}}, `entry "etc/evil" is under the symlink "etc"`},
+		{"hard link out", []tarEntry{{name: "shadow", link: "../../etc/shadow", typ: tar.TypeLink, mode: 0o644}}, "leaves the root"},
+		{"decompression bomb", []tarEntry{{name: "zeros", body: strings.Repeat("\x00", 2<<20), typ: tar.TypeReg, mode: 0o644}}, "larger than 1048576 bytes"},
+		{"a layer over max_layer", []tarEntry{{name: "noise", body: string(random), typ: tar.TypeReg, mode: 0o644}}, "layer 1 declares"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := filepath.Join(t.TempDir(), "templates")
+			withEnv(t, "AIRLOCK_TEMPLATES_DIR="+store, "AIRLOCK_STATE_DIR=/run/airlock-cli-template-test",
+				"AIRLOCK_TEMPLATES_MAX_BYTES=1048576", "AIRLOCK_TEMPLATES_MAX_LAYER=1048576")
+			var out, errb bytes.Buffer
+			code := templateCmd([]string{"import", "evil", layoutOf(t, tc.layer...)}, &out, &errb)
+			if code != errdefs.ExitCode(errdefs.ErrInvalidArgument) || !strings.Contains(errb.String(), tc.want) {
+				t.Fatalf("exit %d, stderr %q; want %q", code, errb.String(), tc.want)
+			}
+			ents, err := os.ReadDir(store)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range ents {
+				if e.Name() != ".lock" {
+					t.Errorf("left in the store: %s", e.Name())
+				}
+			}
+		})
+	}
+	// Device nodes, fifos and setuid bits: left out, and said so.
+	store := filepath.Join(t.TempDir(), "templates")
+	withEnv(t, "AIRLOCK_TEMPLATES_DIR="+store, "AIRLOCK_STATE_DIR=/run/airlock-cli-template-test")
+	var out, errb bytes.Buffer
+	code := templateCmd([]string{"import", "stripped", layoutOf(t, usr,
+		tarEntry{name: "usr/su", body: "x", typ: tar.TypeReg, mode: 0o4755},
+		tarEntry{name: "usr/wall", body: "x", typ: tar.TypeReg, mode: 0o2755},
+		tarEntry{name: "usr/mem", typ: tar.TypeChar, mode: 0o666},
+		tarEntry{name: "usr/sda", typ: tar.TypeBlock, mode: 0o666},
+		tarEntry{name: "usr/fifo", typ: tar.TypeFifo, mode: 0o666})}, &out, &errb)
+	if code != 0 || !strings.Contains(out.String(), "left out: 2 device files, 1 fifos, 2 setuid/setgid bits") {
+		t.Fatalf("exit %d: %q %q", code, out.String(), errb.String())
+	}
+	root, _ := filepath.Glob(filepath.Join(store, "stripped", "*", "rootfs"))
+	if len(root) != 1 {
+		t.Fatalf("roots %v", root)
+	}
+	for _, n := range []string{"su", "wall"} {
+		if st, err := os.Stat(filepath.Join(root[0], "usr", n)); err != nil || st.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 || st.Mode().Perm() != 0o755 {
+			t.Errorf("usr/%s: %v %v", n, st.Mode(), err)
+		}
+	}
+	for _, n := range []string{"mem", "sda", "fifo"} {
+		if _, err := os.Lstat(filepath.Join(root[0], "usr", n)); !os.IsNotExist(err) {
+			t.Errorf("usr/%s is there: %v", n, err)
+		}
+	}
+}
+
+func TestProgressBar(t *testing.T) {
+	for _, c := range []struct {
+		read, total int64
+		want        string
+	}{
+		{0, 100 << 20, "[........................]   0% of 100.0 MiB"},
+		{50 << 20, 100 << 20, "[############............]  50% of 100.0 MiB"},
+		{200 << 20, 100 << 20, "[########################] 100% of 100.0 MiB"},
+		{-1, 10, "[........................]   0% of 10 B"},
+	} {
+		if got := progressBar(c.read, c.total); got != c.want {
+			t.Errorf("progressBar(%d, %d) = %q, want %q", c.read, c.total, got, c.want)
+		}
 	}
 }

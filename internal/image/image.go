@@ -80,8 +80,12 @@ type Event struct {
 	Message string `json:"message,omitempty"`
 	Layer   int    `json:"layer,omitempty"`
 	Layers  int    `json:"layers,omitempty"`
-	// Bytes so far (uncompressed); Total when known.
+	// Bytes written so far (uncompressed).
 	Bytes int64 `json:"bytes,omitempty"`
+	// Read is the bytes of an image read so far as it is stored
+	// (compressed layers), of Total, the sum its manifest declares:
+	// their ratio is the import's progress.
+	Read  int64 `json:"read,omitempty"`
 	Total int64 `json:"total,omitempty"`
 }
 
@@ -151,6 +155,15 @@ func (t Template) Has(p string) bool {
 	defer r.Close()
 	_, st, err := Resolve(r, p)
 	return err == nil && st.Mode().IsRegular()
+}
+
+// Runs returns nil if the template's root has lang's interpreter, and
+// otherwise an invalid-argument error saying so.
+func (t Template) Runs(lang string) error {
+	if t.Runtimes[lang] != "" {
+		return nil
+	}
+	return fmt.Errorf("%w: template %q cannot run %s: its root has no %s (GET /v1/templates lists each template's languages)", errdefs.ErrInvalidArgument, t.Name, lang, Interpreters[lang])
 }
 
 // findRuntimes lists the languages whose interpreter root has.

@@ -329,6 +329,18 @@ func TestImportOCILayout(t *testing.T) {
 	if len(events) < 3 || events[len(events)-1].Stage != "done" {
 		t.Fatalf("events %+v", events)
 	}
+	// Layer events carry the image's progress: what was read of its
+	// declared size, growing, the second layer's start past the first.
+	var layerEvents []Event
+	for _, e := range events {
+		if e.Stage == "layer" {
+			layerEvents = append(layerEvents, e)
+		}
+	}
+	if len(layerEvents) != 2 || layerEvents[0].Total == 0 || layerEvents[0].Read != 0 ||
+		layerEvents[1].Read <= 0 || layerEvents[1].Read >= layerEvents[1].Total || layerEvents[1].Total != layerEvents[0].Total {
+		t.Fatalf("layer events %+v", layerEvents)
+	}
 	got, err := s.Get("small")
 	if err != nil || got.Version != tm.Version || got.Root != tm.Root {
 		t.Fatalf("get %+v %v", got, err)

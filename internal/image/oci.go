@@ -16,6 +16,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -36,6 +37,20 @@ type source struct {
 	// layers are tars; its Compressed would gzip them on the fly).
 	uncompressed bool
 	cleanup      func()
+	// read counts the bytes of its layers read so far, as stored.
+	read atomic.Int64
+}
+
+// readCounter counts what is read through it into n.
+type readCounter struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (c readCounter) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 // openOCI opens the image at src: an OCI layout directory, or a tar file
@@ -289,7 +304,11 @@ func (s *source) unpack(ctx context.Context, a *applier, info imageInfo, progres
 		return bad("%v", err)
 	}
 	for i, layer := range layers {
-		progress(Event{Stage: "layer", Layer: i + 1, Layers: len(layers), Bytes: a.bytes})
+		ev := func(bytes int64) Event {
+			return Event{Stage: "layer", Layer: i + 1, Layers: len(layers), Bytes: bytes, Read: s.read.Load(), Total: info.Size}
+		}
+		a.onBytes = throttle(func(n int64) { progress(ev(n)) })
+		progress(ev(a.bytes))
 		if err := s.layer(ctx, a, layer, info.Layers[i], i+1); err != nil {
 			return err
 		}
@@ -309,6 +328,7 @@ func (s *source) layer(ctx context.Context, a *applier, layer v1.Layer, diffID v
 		if rc, err = layer.Uncompressed(); err != nil {
 			return bad("layer %d: %v", n, err)
 		}
+		rc = readCounter{rc, &s.read}
 		r = rc
 	} else {
 		if want, err = layer.Digest(); err != nil {
@@ -320,6 +340,7 @@ func (s *source) layer(ctx context.Context, a *applier, layer v1.Layer, diffID v
 		if rc, err = layer.Compressed(); err != nil {
 			return bad("layer %d: %v", n, err)
 		}
+		rc = readCounter{rc, &s.read}
 		if want.Algorithm != "sha256" {
 			rc.Close()
 			return bad("layer %d: digest algorithm %q", n, want.Algorithm)

@@ -590,11 +590,11 @@ func (s *Store) importOCI(ctx context.Context, a *applier, t Template, src strin
 	return t, img.unpack(ctx, a, info, progress)
 }
 
-// throttle calls f at most once per 64 MiB of progress.
+// throttle calls f at most once per 16 MiB of progress.
 func throttle(f func(int64)) func(int64) {
 	var last int64
 	return func(n int64) {
-		if n-last >= 64<<20 {
+		if n-last >= 16<<20 {
 			last = n
 			f(n)
 		}
