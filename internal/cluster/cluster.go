@@ -2,7 +2,9 @@
 // StatefulSet behind a router, each a whole airlock server: its name
 // (from the configuration, a file such as Kubernetes' downward API, or an
 // environment variable), its boot epoch, the session ids that carry both
-// (<name>.<epoch base 36>.<22 random base 62 characters>), and what an id
+// (<name>.<epoch base 36>.<24 random base 36 characters>) and their host
+// labels (the one DNS label a session's ports are reached under, see
+// HostLabel), and what an id
 // that names no session of this server means: another server's
 // (misdirected, 421), this server's before it restarted (lost, 410), or
 // nothing (404).
@@ -105,10 +107,14 @@ func bootEpoch(stateDir string, now time.Time) (int64, error) {
 	return epoch, nil
 }
 
-// Random part of a clustered id: 22 base 62 characters, 130 bits.
+// Random part of a clustered id: 24 base 36 characters, 124 bits, in
+// lower case: a hostname is case-insensitive (browsers lower-case it), so
+// only a lower-case id survives in a session's host label. Parse takes
+// upper case too (ids of earlier versions; the router's rule).
 const (
-	randomLen = 22
+	randomLen = 24
 	alphabet  = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	lower36   = "0123456789abcdefghijklmnopqrstuvwxyz"
 )
 
 // NewID returns a new session id: 24 hex digits on its own, else
@@ -128,9 +134,9 @@ func randomString(n int) string {
 	for len(out) < n {
 		rand.Read(buf[:])
 		for _, c := range buf {
-			// 248 = 4*62: no character is likelier than another.
-			if c < 248 && len(out) < n {
-				out = append(out, alphabet[c%62])
+			// 252 = 7*36: no character is likelier than another.
+			if c < 252 && len(out) < n {
+				out = append(out, lower36[c%36])
 			}
 		}
 	}
@@ -171,6 +177,72 @@ func Parse(id string) (ID, bool) {
 		return ID{}, false
 	}
 	return ID{Pod: pod, Epoch: epoch, Random: random}, true
+}
+
+// MaxHostLabel is the longest DNS label (RFC 1035).
+const MaxHostLabel = 63
+
+// HostLabel is the form of session id that fits in one DNS label, lower
+// case, for hostnames such as <port>-<label>.<ports.domain>: a server's
+// own id (24 hex digits) as it is, a clustered one with its dots made
+// dashes (<pod>-<epoch>-<random>: the pod name keeps its own dashes, the
+// other two parts have none, so the last two dashes part them). Every id
+// this package makes has one unless the pod's name is too long for the
+// whole to fit in max characters (false); FromHostLabel undoes it.
+func HostLabel(id string, max int) (string, bool) {
+	label := id
+	if !standalone(id) {
+		p, ok := Parse(id)
+		if !ok || strings.ToLower(p.Random) != p.Random {
+			return "", false
+		}
+		label = p.Pod + "-" + strconv.FormatInt(p.Epoch, 36) + "-" + p.Random
+	}
+	return label, len(label) <= max
+}
+
+// FromHostLabel is the session id whose HostLabel is label; false if it
+// names none (it is not in the form HostLabel gives).
+func FromHostLabel(label string) (string, bool) {
+	if standalone(label) {
+		return label, true
+	}
+	rest, random, ok := cutLast(label, '-')
+	if !ok {
+		return "", false
+	}
+	pod, epoch, ok := cutLast(rest, '-')
+	if !ok {
+		return "", false
+	}
+	id := pod + "." + epoch + "." + random
+	p, ok := Parse(id)
+	if !ok || strings.ToLower(random) != random || strconv.FormatInt(p.Epoch, 36) != epoch {
+		return "", false
+	}
+	return id, true
+}
+
+func cutLast(s string, sep byte) (before, after string, ok bool) {
+	i := strings.LastIndexByte(s, sep)
+	if i < 0 {
+		return "", "", false
+	}
+	return s[:i], s[i+1:], true
+}
+
+// standalone reports whether id is a server-on-its-own id: 24 lower-case
+// hex digits.
+func standalone(id string) bool {
+	if len(id) != 24 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // Unknown is the error for an id that names no live or recently ended

@@ -33,7 +33,7 @@ func TestNewIDs(t *testing.T) {
 			t.Fatalf("%q does not match the router's rule for its pod", id)
 		}
 		p, ok := Parse(id)
-		if !ok || p.Pod != i.Pod || p.Epoch != i.Epoch || len(p.Random) != 22 {
+		if !ok || p.Pod != i.Pod || p.Epoch != i.Epoch || len(p.Random) != 24 || strings.ToLower(p.Random) != p.Random {
 			t.Fatalf("Parse(%q) = %+v %v", id, p, ok)
 		}
 		if seen[id] {
@@ -178,6 +178,55 @@ func FuzzParse(f *testing.F) {
 		}
 		if !regexp.MustCompile(`^[a-z0-9-]{1,63}\.[0-9a-z]{1,13}\.[0-9A-Za-z]{1,64}$`).MatchString(id) {
 			t.Fatalf("%q accepted", id)
+		}
+	})
+}
+
+// Every id a server makes has a host label, one lower-case DNS label
+// that gives the id back; labels of other forms, and ids an upper-case
+// letter would lose in a hostname, give nothing.
+func TestHostLabel(t *testing.T) {
+	var alone *Identity
+	ids := []string{alone.NewID()}
+	for _, pod := range []string{"airlock-0", "airlock-9999", "a", "my-long-release-name-1"} {
+		i := &Identity{Pod: pod, Epoch: time.Date(2026, 11, 25, 21, 0, 0, 0, time.UTC).Unix()}
+		ids = append(ids, i.NewID())
+	}
+	dnsLabel := regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
+	for _, id := range ids {
+		label, ok := HostLabel(id, MaxHostLabel)
+		if !ok || !dnsLabel.MatchString(label) || len(label) > MaxHostLabel {
+			t.Fatalf("HostLabel(%q) = %q %v", id, label, ok)
+		}
+		if back, ok := FromHostLabel(label); !ok || back != id {
+			t.Fatalf("FromHostLabel(%q) = %q %v, want %q", label, back, ok, id)
+		}
+	}
+	if _, ok := HostLabel("airlock-0.k2f9x1.Q7xAbc9Zt3", MaxHostLabel); ok {
+		t.Error("an id with upper case has a host label")
+	}
+	long := &Identity{Pod: strings.Repeat("p", 40), Epoch: 1}
+	if _, ok := HostLabel(long.NewID(), MaxHostLabel); ok {
+		t.Error("a label longer than 63 characters")
+	}
+	for _, label := range []string{"", "airlock-0", "airlock-0--abc", "-k2f9-abc", "airlock-0-K2F9-abc",
+		"airlock-0-k2f9-ABC", "airlock-0-0k2f9-abc", "airlock-0-k2f9-a.b", "0123456789abcdef0123456", "0123456789ABCDEF01234567"} {
+		if id, ok := FromHostLabel(label); ok {
+			t.Errorf("FromHostLabel(%q) = %q", label, id)
+		}
+	}
+}
+
+func FuzzHostLabel(f *testing.F) {
+	f.Add("airlock-0-k2f9x1-abc")
+	f.Add("0123456789abcdef01234567")
+	f.Fuzz(func(t *testing.T, label string) {
+		id, ok := FromHostLabel(label)
+		if !ok {
+			return
+		}
+		if back, ok := HostLabel(id, len(label)); !ok || back != label {
+			t.Fatalf("FromHostLabel(%q) = %q, whose label is %q %v", label, id, back, ok)
 		}
 	})
 }

@@ -52,6 +52,10 @@ var (
 	ErrGone = errors.New("session ended")
 	// ErrTimeout: an operation ran out of time.
 	ErrTimeout = errors.New("timeout")
+	// ErrBadGateway: a program inside a session, reached through one of
+	// its ports, did not answer: nothing listens on the port, or the
+	// program closed the connection or sent no valid HTTP.
+	ErrBadGateway = errors.New("bad gateway")
 	// ErrUnsupported: a feature this build or request does not support.
 	ErrUnsupported = errors.New("unsupported")
 	// ErrMisdirected: in a cluster, the session id names another server
@@ -116,6 +120,7 @@ var kinds = []Kind{
 	{ErrLimit, "limit_reached", http.StatusTooManyRequests, ExitTempFail},
 	{ErrGone, "session_ended", http.StatusGone, ExitSoftware},
 	{ErrTimeout, "timeout", http.StatusGatewayTimeout, ExitTempFail},
+	{ErrBadGateway, "bad_gateway", http.StatusBadGateway, ExitUnavailable},
 	{ErrUnsupported, "unsupported", http.StatusNotImplemented, ExitUnavailable},
 	{ErrUnavailable, "unavailable", http.StatusServiceUnavailable, ExitUnavailable},
 	{ErrAuditUnavailable, "audit_unavailable", http.StatusServiceUnavailable, ExitUnavailable},

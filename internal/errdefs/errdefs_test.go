@@ -26,6 +26,7 @@ var codes = []struct {
 	{ErrLimit, "limit_reached", 429},
 	{ErrGone, "session_ended", 410},
 	{ErrTimeout, "timeout", 504},
+	{ErrBadGateway, "bad_gateway", 502},
 	{ErrUnsupported, "unsupported", 501},
 	{ErrUnavailable, "unavailable", 503},
 	{ErrAuditUnavailable, "audit_unavailable", 503},
