@@ -184,7 +184,7 @@ func TestRouterWithAirlock(t *testing.T) {
 		t.Error(err)
 	} else {
 		resp.Body.Close()
-		if sid := resp.Header.Get("Mcp-Session-Id"); resp.StatusCode != 200 || !regexp.MustCompile(`^airlock-1\.[0-9a-z]+\.[0-9A-Za-z]{22}$`).MatchString(sid) {
+		if sid := resp.Header.Get("Mcp-Session-Id"); resp.StatusCode != 200 || !regexp.MustCompile(`^airlock-1\.[0-9a-z]+\.[0-9a-z]{24}$`).MatchString(sid) {
 			t.Errorf("MCP initialize on airlock-1: %d, Mcp-Session-Id %q", resp.StatusCode, sid)
 		}
 	}

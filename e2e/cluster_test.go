@@ -34,7 +34,7 @@ func TestClusterSessionIDs(t *testing.T) {
 	s1 := startServer(t, map[string]any{"cluster": map[string]any{"pod_name_file": nameFile}, "pool": clusterPool})
 	ctx := context.Background()
 
-	idRE := regexp.MustCompile(`^(airlock-[01])\.([0-9a-z]{1,13})\.[0-9A-Za-z]{22}$`)
+	idRE := regexp.MustCompile(`^(airlock-[01])\.([0-9a-z]{1,13})\.[0-9a-z]{24}$`)
 	id0, id1 := s0.newSession("python", nil), s1.newSession("python", nil)
 	for pod, id := range map[string]string{"airlock-0": id0, "airlock-1": id1} {
 		if m := idRE.FindStringSubmatch(id); m == nil || m[1] != pod {
