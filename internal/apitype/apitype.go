@@ -627,6 +627,12 @@ const (
 	// AuditSessionNetwork: a session's egress policy was replaced (PUT
 	// /v1/sessions/{id}/network), or the attempt was refused.
 	AuditSessionNetwork = "session.network"
+	// AuditPortOpen: a session's port was opened (POST
+	// /v1/sessions/{id}/ports/{port}, or a first request with an API
+	// key), or made public or private; AuditPortClose: it was closed (by
+	// a client, or with its session), with what it carried.
+	AuditPortOpen  = "port.open"
+	AuditPortClose = "port.close"
 )
 
 // AuditKinds lists every kind of audit record (a test checks that each
@@ -634,7 +640,7 @@ const (
 func AuditKinds() []string {
 	return []string{AuditSessionCreate, AuditSessionEnd, AuditExecution, AuditCommand, AuditOneShot, AuditProgram,
 		AuditFileUpload, AuditFileDownload, AuditFileDelete, AuditPackage, AuditEgress, AuditAuthFailure, AuditAccessDenied,
-		AuditSessionNetwork}
+		AuditSessionNetwork, AuditPortOpen, AuditPortClose}
 }
 
 // AuditRecord is one operation of the audit log (GET /v1/audit).
@@ -695,8 +701,12 @@ type AuditRecord struct {
 	// admin_only, browser), from where (Source: the client's address,
 	// an IPv6 one by its /64; "*" for the sources past the distinct
 	// ones an interval keeps), how many (Count) from Time to Until.
-	Reason string    `json:"reason,omitempty"`
-	Source string    `json:"source,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	Source string `json:"source,omitempty"`
+	// Port and Public: the port of a port.open or port.close record
+	// (BytesIn went to the program, BytesOut came from it).
+	Port   int       `json:"port,omitempty"`
+	Public bool      `json:"public,omitempty"`
 	Count  int       `json:"count,omitempty"`
 	Until  time.Time `json:"until,omitzero"`
 }

@@ -435,6 +435,23 @@ func (l *Log) NetworkChanged(e session.NetworkEvent) {
 	l.Record(r)
 }
 
+// PortUsed records a session's port opened, made public or private, or
+// closed (with what it carried); single connections are not records.
+func (l *Log) PortUsed(e session.PortEvent) {
+	r := who(e.Caller)
+	r.Session, r.Port, r.Public, r.Outcome = e.Session, e.Port, e.Public, "ok"
+	switch e.Op {
+	case session.PortOpen, session.PortChange:
+		r.Kind = apitype.AuditPortOpen
+	case session.PortClose:
+		r.Kind = apitype.AuditPortClose
+		r.DurationMs, r.BytesIn, r.BytesOut = ms(e.Duration), e.BytesIn, e.BytesOut
+	default:
+		return
+	}
+	l.Record(r)
+}
+
 // Package records a package installation (the egress/packages layer
 // calls it when it installs one for a session).
 func (l *Log) Package(c session.Caller, sessionID, name string, err error) {

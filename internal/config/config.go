@@ -127,6 +127,9 @@ type Config struct {
 	Cluster Cluster `json:"cluster"`
 	// Network configures egress by allowlist.
 	Network Network `json:"network"`
+	// Ports configures access from outside to programs listening inside
+	// sessions (web apps, APIs, dev servers).
+	Ports Ports `json:"ports"`
 	// Packages configures package installation.
 	Packages Packages `json:"packages"`
 	// Templates configures the root filesystems sandboxes may be made
@@ -363,6 +366,7 @@ func Default() Config {
 			MaxSessionContexts:      8,
 		},
 		Network:   DefaultNetwork(),
+		Ports:     DefaultPorts(),
 		Packages:  DefaultPackages(),
 		Store:     DefaultStore(),
 		Templates: DefaultTemplates(),
@@ -490,7 +494,7 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("server.auth %q must be \"keys\" or \"none\"", s.Auth))
 	}
-	for _, err := range []error{c.Metrics.validate(), c.Log.validate(), c.validatePolicy(), c.History.validate()} {
+	for _, err := range []error{c.Metrics.validate(), c.Log.validate(), c.validatePolicy(), c.History.validate(), c.Ports.validate()} {
 		if err != nil {
 			errs = append(errs, err)
 		}

@@ -220,3 +220,4 @@ func (d *Directory) ExecutionStarted(session.ExecutionEvent)  {}
 func (d *Directory) ExecutionFinished(session.ExecutionEvent) {}
 func (d *Directory) FileTransferred(session.FileEvent)        {}
 func (d *Directory) NetworkChanged(session.NetworkEvent)      {}
+func (d *Directory) PortUsed(session.PortEvent)               {}

@@ -438,6 +438,16 @@ func (g *Gate) SetPolicy(p Policy) error {
 	return nil
 }
 
+// Holds reports whether the gate listens on TCP port inside the sandbox
+// (its DNS responder, its proxy, a port the policy allows): connections
+// there are the sandbox's egress, never a program of the sandbox's.
+func (g *Gate) Holds(port uint16) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, ok := g.listeners[port]
+	return ok || port == 53 && g.dnsTCP != nil || port == proxyPort && g.proxy != nil
+}
+
 // PortInUseError says a port the gate needs inside the sandbox is taken
 // there already: a program of the sandbox listens on it.
 type PortInUseError struct {

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -111,6 +112,21 @@ func ListenIn(ns *os.File, addr string) (net.Listener, error) {
 		return err
 	})
 	return l, err
+}
+
+// DialIn connects to addr (an address of the namespace's own loopback)
+// from inside the network namespace ns (a pidfd of a process in it, or a
+// namespace file), never from the server's: the connection is to what
+// listens there. Connecting to loopback takes no time worth a deadline
+// beyond ctx's.
+func DialIn(ctx context.Context, ns int, network, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := inNetns(ns, func() (err error) {
+		var d net.Dialer
+		c, err = d.DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
 }
 
 // Attach puts a gate's sockets into the network namespace of the process

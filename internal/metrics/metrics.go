@@ -50,6 +50,9 @@ type Metrics struct {
 	redactions      *prometheus.CounterVec
 	codeRules       *prometheus.CounterVec
 	refused         *prometheus.CounterVec
+	portsOpen       prometheus.Gauge
+	portConns       prometheus.Counter
+	portBytes       *prometheus.CounterVec
 
 	// own are the collectors above, in the order they are registered
 	// (Catalog describes them).
@@ -99,11 +102,17 @@ func New() *Metrics {
 	m.codeRules = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "code_rule_matches_total",
 		Help: "Submitted code matched by an operator's code rule, by rule and action (flag, deny)."}, []string{"rule", "action"})
 	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "access_refused_total",
-		Help: "Requests refused for who sent them, by reason (missing_key, unknown_key, revoked_key, expired_key: authentication; cross_tenant: another tenant's session or records, answered as not found; admin_only; browser: the no-auth server's browser guard)."},
+		Help: "Requests refused for who sent them, by reason (missing_key, unknown_key, revoked_key, expired_key: authentication; cross_tenant: another tenant's session or records, answered as not found; admin_only; browser: the no-auth server's browser guard; port_token: a private port of a session without its token)."},
 		[]string{"reason"})
+	m.portsOpen = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "ports_open",
+		Help: "Sessions' ports open to the outside (POST /v1/sessions/{id}/ports/{port}, or reached with an API key)."})
+	m.portConns = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "port_connections_total",
+		Help: "Connections made to programs listening in sessions, for proxied requests and WebSockets (counted when they end)."})
+	m.portBytes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "port_bytes_total",
+		Help: "Bytes carried to (in) and from (out) programs listening in sessions, counted when each connection ends."}, []string{"direction"})
 	m.own = []prometheus.Collector{m.refused, m.sessionsActive, m.sessionsCreated, m.sessionsEnded, m.executions, m.execDuration,
 		m.kills, m.files, m.fileBytes, m.httpRequests, m.httpDuration, m.quotas, m.egressDecisions, m.egressBytes,
-		m.redactions, m.codeRules}
+		m.redactions, m.codeRules, m.portsOpen, m.portConns, m.portBytes}
 	for _, c := range m.own {
 		f(c)
 	}
@@ -187,6 +196,21 @@ func (m *Metrics) FileTransferred(e session.FileEvent) {
 	m.files.WithLabelValues(e.Op, result).Inc()
 	if e.Bytes > 0 && (e.Op == session.FileUpload || e.Op == session.FileDownload) {
 		m.fileBytes.WithLabelValues(e.Op).Add(float64(e.Bytes))
+	}
+}
+
+// PortUsed counts sessions' open ports and what their connections
+// carried.
+func (m *Metrics) PortUsed(e session.PortEvent) {
+	switch e.Op {
+	case session.PortOpen:
+		m.portsOpen.Inc()
+	case session.PortClose:
+		m.portsOpen.Dec()
+	case session.PortTraffic:
+		m.portConns.Inc()
+		m.portBytes.WithLabelValues("in").Add(float64(e.BytesIn))
+		m.portBytes.WithLabelValues("out").Add(float64(e.BytesOut))
 	}
 }
 

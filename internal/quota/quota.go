@@ -271,3 +271,5 @@ func (t *Tracker) ExecutionFinished(e session.ExecutionEvent) {
 func (t *Tracker) FileTransferred(session.FileEvent) {}
 
 func (t *Tracker) NetworkChanged(session.NetworkEvent) {}
+
+func (t *Tracker) PortUsed(session.PortEvent) {}

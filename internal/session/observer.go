@@ -30,6 +30,9 @@ type Observer interface {
 	// NetworkChanged: a client replaced a session's egress policy, or
 	// was refused.
 	NetworkChanged(NetworkEvent)
+	// PortUsed: a session's port was opened or closed, or a connection
+	// to it ended (see PortEvent).
+	PortUsed(PortEvent)
 }
 
 // Caller is who an event acted for: the request's identity, resolved at
@@ -215,5 +218,11 @@ func (os observers) FileTransferred(e FileEvent) {
 func (os observers) NetworkChanged(e NetworkEvent) {
 	for _, o := range os {
 		o.NetworkChanged(e)
+	}
+}
+
+func (os observers) PortUsed(e PortEvent) {
+	for _, o := range os {
+		o.PortUsed(e)
 	}
 }

@@ -234,7 +234,8 @@ type Session struct {
 	// once.
 	ctxStart sync.Mutex
 
-	cmds commands // shell commands (commands.go)
+	cmds  commands // shell commands (commands.go)
+	ports ports    // ports opened to the outside (ports.go)
 	// hist is what the session remembers of its executions and commands
 	// (nil: nothing; history.go), set before the session is visible.
 	hist *history
@@ -814,6 +815,7 @@ func (s *Session) terminate(end apitype.End) {
 		s.hist.ended()
 		s.inst.Kill()
 		s.closeEgress()
+		s.closePorts(Caller{Tenant: s.owner.Tenant})
 		// A running execution notices the jail dying and frees it all
 		// when it returns; otherwise free it now.
 		s.mu.Lock()
