@@ -130,7 +130,7 @@ const (
 
 // RefusalReasons lists every reason.
 func RefusalReasons() []string {
-	return []string{RefusedMissingKey, RefusedUnknownKey, RefusedRevokedKey, RefusedExpiredKey, RefusedCrossTenant, RefusedAdminOnly, RefusedBrowser}
+	return []string{RefusedMissingKey, RefusedUnknownKey, RefusedRevokedKey, RefusedExpiredKey, RefusedCrossTenant, RefusedAdminOnly, RefusedBrowser, RefusedPortToken}
 }
 
 // wellKnown is where MCP clients look for OAuth (RFC 9728, RFC 8414)
@@ -194,7 +194,8 @@ func (s *Server) isPublic(p string) bool {
 	return false
 }
 
-// route is one operation of the API. work marks those that start,
+// route is one operation of the API (method "": every method). work
+// marks those that start,
 // change or read out what the audit log records (sessions, executions,
 // commands, installs, one-shot and program runs, file transfers, the
 // network policy): while the log cannot write they are refused (see
@@ -239,6 +240,12 @@ var routes = []route{
 	{"GET", "/v1/sessions/{id}/history", (*Server).history, false},
 	{"GET", "/v1/sessions/{id}/notebook", (*Server).notebookExport, false},
 	{"GET", "/v1/whoami", (*Server).whoami, false},
+	{"GET", "/v1/sessions/{id}/ports", (*Server).listPorts, false},
+	{"POST", "/v1/sessions/{id}/ports/{port}", (*Server).openPort, true},
+	{"GET", "/v1/sessions/{id}/ports/{port}", (*Server).getPort, false},
+	{"DELETE", "/v1/sessions/{id}/ports/{port}", (*Server).closePort, false},
+	// A program's own requests, every method (the path form of ports).
+	{"", "/v1/sessions/{id}/ports/{port}/{path...}", (*Server).portPath, true},
 }
 
 // New returns the API handler.
@@ -251,7 +258,7 @@ func New(m *session.Manager, cfg config.Config, log *slog.Logger, version string
 		public: map[string]bool{"/healthz": true, "/readyz": true, "/v1/openapi.json": true}}
 	allow := map[string][]string{}
 	for _, rt := range routes {
-		s.mux.HandleFunc(rt.method+" "+rt.pattern, func(w http.ResponseWriter, r *http.Request) {
+		s.mux.HandleFunc(strings.TrimSpace(rt.method+" "+rt.pattern), func(w http.ResponseWriter, r *http.Request) {
 			if rt.work && s.Audit != nil {
 				if err := s.Audit.Check(); err != nil {
 					fail(w, err)
@@ -260,7 +267,9 @@ func New(m *session.Manager, cfg config.Config, log *slog.Logger, version string
 			}
 			rt.handle(s, w, r)
 		})
-		allow[rt.pattern] = append(allow[rt.pattern], rt.method)
+		if rt.method != "" {
+			allow[rt.pattern] = append(allow[rt.pattern], rt.method)
+		}
 	}
 	// Method-less patterns are less specific than the ones above: they
 	// only catch a known path with the wrong method.
@@ -326,12 +335,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	ctx := identity.WithRequest(r.Context(), rw.id)
 	r = r.WithContext(ctx)
+	if s.portHost(r) {
+		// A port's own host: the program's, whatever the path; never
+		// the API's (see ports.go).
+		r.Pattern = hostRoute
+		s.serveHost(rw, r)
+		return
+	}
 	if err := s.browserGuard(r); err != nil {
 		s.refuse(r, apitype.AuditAuthFailure, RefusedBrowser, identity.Identity{})
 		fail(rw, err)
 		return
 	}
-	if !s.isPublic(r.URL.Path) {
+	if !s.isPublic(r.URL.Path) && !s.anonymousPort(r) {
 		who, refused, err := s.authenticate(r)
 		if err != nil {
 			if errors.Is(err, errdefs.ErrUnauthenticated) {
@@ -436,6 +452,12 @@ func (s *Server) authenticate(r *http.Request) (identity.Identity, string, error
 	if !ok || got == "" {
 		return identity.Identity{}, RefusedMissingKey, fmt.Errorf("%w: bad or missing API key: send one as Authorization: Bearer <key>", errdefs.ErrUnauthenticated)
 	}
+	return s.authenticateSecret(r, got)
+}
+
+// authenticateSecret resolves the caller whose API key (or server.token)
+// is got, as authenticate does.
+func (s *Server) authenticateSecret(r *http.Request, got string) (identity.Identity, string, error) {
 	if tok := s.cfg.Server.Token; tok != "" && subtle.ConstantTimeCompare([]byte(got), []byte(tok)) == 1 {
 		return identity.Identity{Admin: true}, "", nil
 	}

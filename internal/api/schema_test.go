@@ -19,6 +19,9 @@ import (
 // types the server and the client encode and decode.
 var schemaTypes = map[string]reflect.Type{
 	"Error":                reflect.TypeFor[apitype.ErrorBody](),
+	"Port":                 reflect.TypeFor[apitype.Port](),
+	"PortRequest":          reflect.TypeFor[apitype.PortRequest](),
+	"PortList":             reflect.TypeFor[apitype.PortList](),
 	"Limits":               reflect.TypeFor[config.Limits](),
 	"ResolvedLimits":       reflect.TypeFor[config.Limits](),
 	"CreateSessionRequest": reflect.TypeFor[apitype.CreateSessionRequest](),
