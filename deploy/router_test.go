@@ -69,6 +69,27 @@ type standIn struct {
 
 func (s *standIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
+	case r.Header.Get("Upgrade") == "websocket":
+		// An upgrade that reached the pod: it echoes what follows.
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		brw.Flush()
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(brw, buf); err == nil {
+			c.Write(buf)
+		}
+		return
+	case strings.HasSuffix(r.Host, ".ports.test"):
+		// A port's own host: the pod must get it as it was sent.
+		body, _ := io.ReadAll(r.Body)
+		h := hit{s.name, r.Method, r.Host + " " + r.RequestURI, string(body)}
+		s.hits <- h
+		json.NewEncoder(w).Encode(h)
+		return
 	case strings.HasSuffix(r.URL.Path, "/stream"):
 		// Two NDJSON events; the second only after the client has the
 		// first, which it cannot if anything buffers the response.
@@ -258,6 +279,10 @@ func rawRequest(t *testing.T, addr, method, uri, body string) (*http.Response, s
 // rawRequestHeader is rawRequest with one more header line ("" for none).
 func rawRequestHeader(t *testing.T, addr, method, uri, body, header string) (*http.Response, string) {
 	t.Helper()
+	host := "Host: airlock.example\r\n"
+	if strings.HasPrefix(header, "Host:") {
+		host = ""
+	}
 	if header != "" {
 		header += "\r\n"
 	}
@@ -267,7 +292,7 @@ func rawRequestHeader(t *testing.T, addr, method, uri, body, header string) (*ht
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(30 * time.Second))
-	fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: airlock.example\r\nConnection: close\r\n%sContent-Length: %d\r\n\r\n%s", method, uri, header, len(body), body)
+	fmt.Fprintf(c, "%s %s HTTP/1.1\r\n%sConnection: close\r\n%sContent-Length: %d\r\n\r\n%s", method, uri, host, header, len(body), body)
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, uri, err)
@@ -314,7 +339,8 @@ func TestRouter(t *testing.T) {
 		"--set", fmt.Sprintf("router.resolver=127.0.0.1:%d", dnsPort),
 		"--set", "router.resolverValid=1s",
 		"--set", "router.workerProcesses=1",
-		"--set", "router.runDir="+dir+"/run"))
+		"--set", "router.runDir="+dir+"/run",
+		"--set", "config.ports.domain=ports.test"))
 	conf, _ := get(find(t, objs, "ConfigMap", "airlock-router"), "data", "nginx.conf").(string)
 	confPath := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
@@ -424,6 +450,45 @@ func TestRouter(t *testing.T) {
 				continue
 			}
 			expectHit(t, c.to, hit{c.to, c.method, c.uri, c.body})
+		}
+	})
+
+	// A session's port on its own host (config.ports.domain): the host
+	// names the pod, whatever the path, and the pod gets the Host as it
+	// was sent; other hosts under the domain go nowhere; a WebSocket
+	// upgrade passes through.
+	t.Run("ports' hosts go to their pod", func(t *testing.T) {
+		const host = "8080-airlock-1-k2f9x2-zz01abcdef.ports.test"
+		for _, uri := range []string{"/", "/v1/sessions/" + id0 + "/execute", "/a/../b?x=1"} {
+			resp, body := rawRequestHeader(t, addr, "GET", uri, "", "Host: "+host)
+			if resp.StatusCode != 200 {
+				t.Errorf("%s %s: %d %s", host, uri, resp.StatusCode, body)
+			}
+			expectHit(t, "airlock-1", hit{"airlock-1", "GET", host + " " + uri, ""})
+		}
+		for _, h := range []string{"x.ports.test", "8080-other-0-k2f9x2-abc.ports.test", "8080-airlock-1.ports.test", "0-airlock-1-k2f9x2-abc.ports.test", "8080-airlock-1-k2f9x2-ABC.ports.test.x.ports.test"} {
+			resp, body := rawRequestHeader(t, addr, "GET", "/", "", "Host: "+h)
+			if resp.StatusCode != 404 || !strings.Contains(body, "not_found") {
+				t.Errorf("%s: %d %s", h, resp.StatusCode, body)
+			}
+			expectHit(t, "", hit{})
+		}
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(30 * time.Second))
+		fmt.Fprintf(c, "GET /ws HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", host)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != 101 {
+			t.Fatalf("upgrade: %v %v", resp, err)
+		}
+		c.Write([]byte("ping"))
+		got := make([]byte, 4)
+		if _, err := io.ReadFull(br, got); err != nil || string(got) != "ping" {
+			t.Errorf("through the upgrade: %q %v", got, err)
 		}
 	})
 
