@@ -276,3 +276,37 @@ func TestRefusalsReported(t *testing.T) {
 		}
 	}
 }
+
+// Only a port's path form is served without an API key (the port judges
+// the request): no other path, however it is spelled, skips
+// authentication.
+func TestAnonymousOnlyOnPorts(t *testing.T) {
+	cfg := config.Default()
+	cfg.Server.Token = "secret"
+	s := New(session.NewManager(cfg, nil, slog.New(slog.DiscardHandler)), cfg, slog.New(slog.DiscardHandler), "test")
+	for _, c := range []struct {
+		path string
+		code int
+	}{
+		{"/v1/sessions/s1/ports/8080/", 401},        // the port's own 401: no such session
+		{"/v1/sessions/s1/ports/8080/x/y?z=1", 401}, // the same
+		{"/v1/sessions/s1/ports/8080", 401},
+		{"/v1/sessions/s1/ports%2F8080/x", 401},
+		{"/v1/sessions/s1/files/ports/8080/x", 401},
+		{"/v1/sessions/s1/ports/8080/../../s2", 400}, // refused as it is
+		{"/v1/sessions", 401},
+	} {
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, httptest.NewRequest("GET", c.path, nil))
+		want := "bad or missing API key"
+		switch {
+		case strings.Contains(c.path, ".."):
+			want = "segments"
+		case strings.HasPrefix(c.path, "/v1/sessions/s1/ports/8080/"):
+			want = "the port is private"
+		}
+		if rec.Code != c.code || !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("GET %s: %d %s, want %d %q", c.path, rec.Code, rec.Body, c.code, want)
+		}
+	}
+}

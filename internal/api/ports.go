@@ -46,7 +46,11 @@ func isPortPath(p string) bool {
 // without an API key, which the port itself judges (its token, or
 // public) rather than the API's authentication.
 func (s *Server) anonymousPort(r *http.Request) bool {
-	return isPortPath(r.URL.Path) && r.Header.Get("Authorization") == "" && !local(r) && s.cfg.Server.Auth != config.AuthNone
+	// Both the decoded path and the escaped one (which the mux routes
+	// on): an encoded slash makes no other route's path look like a
+	// port's.
+	return isPortPath(r.URL.Path) && isPortPath(r.URL.EscapedPath()) && r.Header.Get("Authorization") == "" &&
+		!local(r) && s.cfg.Server.Auth != config.AuthNone
 }
 
 // openPort is POST /v1/sessions/{id}/ports/{port}: open the port (or
@@ -58,12 +62,7 @@ func (s *Server) openPort(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	port, err := session.ParsePort(r.PathValue("port"))
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	sess, ok := s.session(w, r)
+	sess, port, ok := s.sessionPort(w, r)
 	if !ok {
 		return
 	}
@@ -75,13 +74,20 @@ func (s *Server) openPort(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.portAddresses(sess.ID(), p))
 }
 
-func (s *Server) getPort(w http.ResponseWriter, r *http.Request) {
+// sessionPort is the session and port a request names, or false once
+// it has answered why not.
+func (s *Server) sessionPort(w http.ResponseWriter, r *http.Request) (*session.Session, int, bool) {
 	port, err := session.ParsePort(r.PathValue("port"))
 	if err != nil {
 		fail(w, err)
-		return
+		return nil, 0, false
 	}
 	sess, ok := s.session(w, r)
+	return sess, port, ok
+}
+
+func (s *Server) getPort(w http.ResponseWriter, r *http.Request) {
+	sess, port, ok := s.sessionPort(w, r)
 	if !ok {
 		return
 	}
@@ -106,12 +112,7 @@ func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) closePort(w http.ResponseWriter, r *http.Request) {
-	port, err := session.ParsePort(r.PathValue("port"))
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	sess, ok := s.session(w, r)
+	sess, port, ok := s.sessionPort(w, r)
 	if !ok {
 		return
 	}
@@ -302,6 +303,9 @@ func (s *Server) redeemLink(w http.ResponseWriter, r *http.Request, id string, p
 	q := r.URL.Query()
 	q.Del(apitype.PortLinkParam)
 	loc := r.URL.EscapedPath()
+	if !strings.HasPrefix(loc, "/") || strings.HasPrefix(loc, "//") || strings.HasPrefix(loc, "/\\") {
+		loc = "/" // never another host (a protocol-relative //host)
+	}
 	if len(q) > 0 {
 		loc += "?" + q.Encode()
 	}

@@ -288,6 +288,30 @@ func (c *Client) Network(ctx context.Context, id string) (*apitype.NetworkState,
 	return &st, nil
 }
 
+// OpenPort opens port of session id to the outside (or makes it public
+// or private): its addresses, token and one-time link.
+func (c *Client) OpenPort(ctx context.Context, id string, port int, public bool) (*apitype.Port, error) {
+	var p apitype.Port
+	if err := c.call(ctx, "POST", sessionPath(id)+"/ports/"+strconv.Itoa(port), apitype.PortRequest{Public: public}, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// Ports lists the open ports of session id.
+func (c *Client) Ports(ctx context.Context, id string) ([]apitype.Port, error) {
+	var l apitype.PortList
+	if err := c.call(ctx, "GET", sessionPath(id)+"/ports", nil, &l); err != nil {
+		return nil, err
+	}
+	return l.Ports, nil
+}
+
+// ClosePort closes port of session id: its token stops working.
+func (c *Client) ClosePort(ctx context.Context, id string, port int) error {
+	return c.call(ctx, "DELETE", sessionPath(id)+"/ports/"+strconv.Itoa(port), nil, nil)
+}
+
 // SetNetwork replaces a session's egress allowlist; new lookups and
 // connections follow it.
 func (c *Client) SetNetwork(ctx context.Context, id string, allow []string) (*apitype.NetworkState, error) {
