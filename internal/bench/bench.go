@@ -199,6 +199,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	try("airlock_run", func() error { return benchRun(ctx, srv, r, o, n(40, 2)) })
 	try("audit", func() error { return benchAudit(ctx, r, o, n(3000, 30)) })
 	try("observe", func() error { return benchObserve(ctx, r, o, n(3000, 30)) })
+	try("history", func() error { return benchHistory(ctx, r, o, n(3000, 30)) })
 	try("egress", func() error { return benchEgress(ctx, r, o, n(7, 1), n(100e6, 10e6)) })
 	try("store", func() error { return benchStore(ctx, r, o, n(3000, 30)) })
 	if o.TemplateDir != "" {

@@ -447,18 +447,7 @@ func benchAudit(ctx context.Context, r *Report, o Options, n int) error {
 	if err := runAB(ctx, o, vs, "-audit", "x = 1", n); err != nil {
 		return err
 	}
-	base := stats(vs[0].lat)
-	for i, v := range vs {
-		s := stats(v.lat)
-		row := Row{Scenario: "warm execute `x = 1`: " + v.label, Metric: "p50", Value: s.P50, Unit: "ms"}
-		if i > 0 {
-			row.Target = "≤ +10% of audit off"
-			row.Baseline = fmt.Sprintf("%.3f ms (audit off)", base.P50)
-			row.Ratio = fmt.Sprintf("%+.1f%%", (s.P50/base.P50-1)*100)
-		}
-		r.add(row)
-		r.Stats["audit/"+v.label] = s
-	}
+	reportAB(r, vs, "audit", "warm execute `x = 1`: ", func(int) string { return "≤ +10%" })
 	return nil
 }
 
@@ -482,22 +471,72 @@ func benchObserve(ctx context.Context, r *Report, o Options, n int) error {
 	if err := runAB(ctx, o, vs, "-observe", code, n); err != nil {
 		return err
 	}
+	reportAB(r, vs, "observe", "warm execute, one line printed: ", func(i int) string {
+		if i == 2 {
+			return "≤ +10%"
+		}
+		return "≤ +5%"
+	})
+	return nil
+}
+
+// benchHistory: the cost of each session's history and of the console on
+// the hot path. Warm executions printing one line and returning a value,
+// on servers side by side (batches interleaved): history off; history on
+// (the default: every execution an entry, its result shared with the
+// response); history on with a console open on the session (its polls:
+// the session list every 2 s, the history's new entries every second).
+func benchHistory(ctx context.Context, r *Report, o Options, n int) error {
+	const code = "print(\"epoch 3: loss=0.25\"); 41 + 1"
+	vs := []*abVariant{
+		{label: "history off", extra: map[string]any{"history": map[string]any{"enabled": false}}},
+		{label: "history on", extra: map[string]any{"history": map[string]any{"enabled": true}}},
+		{label: "history on, console watching", extra: map[string]any{"history": map[string]any{"enabled": true}}, watch: consoleWatch},
+	}
+	if err := runAB(ctx, o, vs, "-history", code, n); err != nil {
+		return err
+	}
+	reportAB(r, vs, "history", "warm execute, a line and a value: ", func(int) string { return "≤ +5%" })
+	return nil
+}
+
+// consoleWatch polls as the console's pages do while one is open on
+// session id, until ctx ends.
+func consoleWatch(ctx context.Context, srv *server, id string) {
+	var after int64
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+		if i%2 == 0 {
+			srv.client.Sessions(ctx)
+		}
+		if h, err := srv.client.History(ctx, id, after); err == nil {
+			for _, e := range h.Entries {
+				after = max(after, e.Seq)
+			}
+		}
+	}
+}
+
+// reportAB adds a row per variant of an A/B scenario: its p50, and for
+// each after the first its ratio to the first's against target(i) (a
+// bound such as "≤ +5%"); stats go under name/label.
+func reportAB(r *Report, vs []*abVariant, name, scenario string, target func(i int) string) {
 	base := stats(vs[0].lat)
 	for i, v := range vs {
 		s := stats(v.lat)
-		row := Row{Scenario: "warm execute, one line printed: " + v.label, Metric: "p50", Value: s.P50, Unit: "ms"}
+		row := Row{Scenario: scenario + v.label, Metric: "p50", Value: s.P50, Unit: "ms"}
 		if i > 0 {
-			row.Target = "≤ +5% of metrics off"
-			if i == 2 {
-				row.Target = "≤ +10% of metrics off"
-			}
-			row.Baseline = fmt.Sprintf("%.3f ms (metrics off)", base.P50)
+			row.Target = target(i) + " of " + vs[0].label
+			row.Baseline = fmt.Sprintf("%.3f ms (%s)", base.P50, vs[0].label)
 			row.Ratio = fmt.Sprintf("%+.1f%%", (s.P50/base.P50-1)*100)
 		}
 		r.add(row)
-		r.Stats["observe/"+v.label] = s
+		r.Stats[name+"/"+v.label] = s
 	}
-	return nil
 }
 
 // abVariant is one server configuration of an A/B scenario.
@@ -505,6 +544,9 @@ type abVariant struct {
 	label string
 	extra map[string]any
 	key   bool // the requests carry a tenant's API key
+	// watch, if set, runs beside the variant's executions (a client
+	// reading the server meanwhile) until they end.
+	watch func(ctx context.Context, srv *server, id string)
 	lat   []time.Duration
 }
 
@@ -540,6 +582,14 @@ func runAB(ctx context.Context, o Options, vs []*abVariant, suffix, code string,
 			if _, err := srv.exec(ctx, s.ID, code); err != nil {
 				return err
 			}
+		}
+	}
+	wctx, stopWatch := context.WithCancel(ctx)
+	var watching sync.WaitGroup
+	defer func() { stopWatch(); watching.Wait() }()
+	for i, v := range vs {
+		if v.watch != nil {
+			watching.Go(func() { v.watch(wctx, srvs[i], sess[i]) })
 		}
 	}
 	const batch = 100
