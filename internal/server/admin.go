@@ -101,33 +101,86 @@ func (a *Admin) Audit(ctx context.Context, q apitype.AuditQuery, limit int, each
 
 // Follow is Audit (every record of q), then, every interval until ctx
 // ends, the records written since: what `airlock audit --follow` prints.
-// Records are followed by their sequence number, so one committed late
-// (the log writes in batches, off the request path) is not missed.
+// It reads again a little below the newest record it printed (followLate)
+// for records committed after a newer one, each printed once.
 func (a *Admin) Follow(ctx context.Context, q apitype.AuditQuery, interval time.Duration, each func(apitype.AuditRecord), flush func()) error {
-	last := q.After
-	seen := func(r apitype.AuditRecord) {
-		last = max(last, r.Seq)
-		each(r)
+	read := func(after int64, f func(apitype.AuditRecord)) error {
+		q.After = after
+		return a.Audit(ctx, q, 0, f)
 	}
-	if err := a.Audit(ctx, q, 0, seen); err != nil {
-		return err
-	}
-	flush()
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	for {
+	next := func() bool {
 		select {
 		case <-ctx.Done():
-			return nil
+			return false
 		case <-t.C:
+			return true
 		}
-		q.After = last
-		if err := a.Audit(ctx, q, 0, seen); err != nil {
-			if ctx.Err() != nil {
-				return nil
+	}
+	err := follow(q.After, read, each, flush, next, time.Now, followLate)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// followLate is how long a gap below the newest record printed is looked
+// at again. A record's sequence number is taken before its transaction
+// commits, and several servers write to one PostgreSQL (each in batches):
+// seq 7 may become visible after seq 8 was printed. A record that commits
+// later than this after a newer one is missed; a hole that never fills
+// (a rolled-back insert) costs this long of reading again.
+const followLate = 5 * time.Second
+
+// follow prints with each the records read returns after a cursor, once
+// each, then reads again whenever next says so (until it returns false).
+// The cursor stays at the newest seq printed as of late ago, so that what
+// read returns anew below the newest is printed too; records older than
+// late by their own time are settled from the first read on.
+func follow(after int64, read func(after int64, each func(apitype.AuditRecord)) error, each func(apitype.AuditRecord), flush func(),
+	next func() bool, now func() time.Time, late time.Duration) error {
+	type mark struct {
+		at  time.Time
+		seq int64 // the newest seq printed by then
+	}
+	cursor, newest := after, after
+	seen := map[int64]bool{} // printed, above cursor
+	var marks []mark
+	// settled: the first read's records so far are all older than late
+	// (their writers committed them long ago): the cursor follows them.
+	settled := true
+	for {
+		t := now()
+		err := read(cursor, func(r apitype.AuditRecord) {
+			if r.Seq <= cursor || seen[r.Seq] {
+				return
 			}
+			newest = max(newest, r.Seq)
+			each(r)
+			if settled = settled && t.Sub(r.Time) >= late; settled {
+				cursor = r.Seq
+			} else {
+				seen[r.Seq] = true
+			}
+		})
+		if err != nil {
 			return err
 		}
 		flush()
+		settled = false
+		marks = append(marks, mark{at: t, seq: newest})
+		for len(marks) > 0 && t.Sub(marks[0].at) >= late {
+			cursor = max(cursor, marks[0].seq)
+			marks = marks[1:]
+		}
+		for s := range seen {
+			if s <= cursor {
+				delete(seen, s)
+			}
+		}
+		if !next() {
+			return nil
+		}
 	}
 }
