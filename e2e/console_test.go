@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
@@ -217,6 +219,24 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	b.shot("sessions-tenant")
 
+	// The list's columns and filters: memory against its limit; a text
+	// or a state that matches nothing hides the row, cleared shows it.
+	row := `document.querySelector('tr[data-session="` + sa.ID + `"]')`
+	b.wait("memory and CPU", row+` && `+row+`.children[6].textContent.includes(" / ") && `+row+`.children[7].textContent.includes("%")`)
+	setFilter := func(sel, value, event string) {
+		b.t.Helper()
+		b.eval(`(() => { const e = document.querySelector("` + sel + `"); e.value = "` + value + `"; e.dispatchEvent(new Event("` + event + `")); return true })()`)
+	}
+	setFilter("#filter-text", "no-such-session", "input")
+	b.wait("filtered out by text", row+` === null && document.querySelector("#sessions-count").textContent.startsWith("0 of")`)
+	setFilter("#filter-text", sa.ID[:8], "input")
+	b.wait("found by its id", row+` !== null`)
+	setFilter("#filter-state", "busy", "change")
+	b.wait("filtered out by state", row+` === null`)
+	setFilter("#filter-state", "", "change")
+	setFilter("#filter-text", "", "input")
+	b.wait("shown again", row+` !== null`)
+
 	// A session's page, live: the output so far, then the plot.
 	b.do("session page", chromedp.Navigate(s.URL+"/ui/#/session/"+sa.ID), chromedp.WaitVisible(chromedp.CSS("#cells")))
 	done := make(chan error, 1)
@@ -235,6 +255,32 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	b.wait("the cell's end", `[...document.querySelectorAll(".cell:not(.running) pre.stdout")].some(p => p.textContent.includes("done")) && document.querySelector(".cell:not(.running) img.rich").naturalWidth > 100`)
 	b.shot("session-plot")
+
+	// Its files, browsed and downloaded (with the key, saved, never
+	// rendered); its egress (none: no policy); its notebook.
+	dl := t.TempDir()
+	if _, err := chromedp.CallBrowser(b.ctx, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: dl}); err != nil {
+		t.Fatal(err)
+	}
+	b.do("files tab", chromedp.Click(chromedp.CSS(`button[data-tab="Files"]`)))
+	b.wait("the file listed", `[...document.querySelectorAll("#files-table a.file")].some(a => a.textContent === "go")`)
+	b.shot("session-files")
+	b.eval(`([...document.querySelectorAll("#files-table a.file")].find(a => a.textContent === "go").click(), true)`)
+	if got := waitFile(t, filepath.Join(dl, "go")); string(got) != "end" {
+		t.Errorf("the downloaded file holds %q, want %q", got, "end")
+	}
+	b.do("egress tab", chromedp.Click(chromedp.CSS(`button[data-tab="Egress"]`)))
+	b.wait("no egress", `document.querySelector("#egress-table") !== null && document.querySelector("#egress").textContent.includes("No egress decisions")`)
+	b.do("notebook tab", chromedp.Click(chromedp.CSS(`button[data-tab="Notebook"]`)), chromedp.Click(chromedp.CSS("#notebook")))
+	var nb struct {
+		NBFormat int `json:"nbformat"`
+		Cells    []struct {
+			CellType string `json:"cell_type"`
+		} `json:"cells"`
+	}
+	if err := json.Unmarshal(waitFile(t, filepath.Join(dl, "airlock-"+sa.ID+".ipynb")), &nb); err != nil || nb.NBFormat != 4 || len(nb.Cells) != 1 || nb.Cells[0].CellType != "code" {
+		t.Errorf("the downloaded notebook: %v %+v", err, nb)
+	}
 
 	// Interrupt a running cell from the page.
 	go func() {
@@ -271,6 +317,21 @@ func TestConsoleBrowser(t *testing.T) {
 	b.wait("audit records", `[...document.querySelectorAll("#audit-body td")].some(td => td.textContent === "session.end")`)
 	b.shot("audit")
 	b.checkClean()
+}
+
+// waitFile waits for the browser to finish saving path (it writes a
+// .crdownload first, renamed at the end) and returns its content.
+func waitFile(t *testing.T, path string) []byte {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if b, err := os.ReadFile(path); err == nil {
+			return b
+		}
+		if time.Now().After(deadline) {
+			entries, _ := os.ReadDir(filepath.Dir(path))
+			t.Fatalf("%s was never saved (the directory holds %v)", filepath.Base(path), entries)
+		}
+	}
 }
 
 // liveCode prints, then plots, then ends, each when the test says so
