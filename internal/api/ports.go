@@ -201,6 +201,9 @@ func (s *Server) ServePort(w http.ResponseWriter, r *http.Request, p *session.Po
 }
 
 func (s *Server) servePort(w http.ResponseWriter, r *http.Request, p *session.Port, segments int) {
+	if n, ok := w.(noRedirects); ok {
+		w = n.response // the program's redirects are its own; noRedirects is for the mux's
+	}
 	p.Request()
 	o := s.cfg.Ports
 	portproxy.Serve(w, r, portproxy.Target{Dial: p.Dial, Port: p.Number(), Segments: segments, Fail: fail}, portproxy.Options{
