@@ -14,7 +14,8 @@ import (
 )
 
 // airlock top shows the running execution of a session through the
-// local server's socket; airlock audit --follow prints records as they
+// local server's socket and a remote server's URL, the escape sequences
+// of its code escaped; airlock audit --follow prints records as they
 // are written and exits 0 on SIGINT.
 func TestTopAndAuditFollow(t *testing.T) {
 	s := startServer(t, nil)
@@ -65,7 +66,7 @@ func TestTopAndAuditFollow(t *testing.T) {
 	// A running execution, as top shows it.
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.c.Execute(ctx, id, apitype.ExecuteRequest{Code: "# top-marker\nimport time\ntime.sleep(600)"}, nil)
+		_, err := s.c.Execute(ctx, id, apitype.ExecuteRequest{Code: "# top-marker \x1b]0;owned\x07\x1b[2J\nimport time\ntime.sleep(600)"}, nil)
 		done <- err
 	}()
 	deadline := time.Now().Add(30 * time.Second)
@@ -82,12 +83,20 @@ func TestTopAndAuditFollow(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	top, err := s.airlockCLI("top", "--once")
+	// Through the local socket, and a remote server's URL: the code's
+	// escape sequences are shown escaped, never written.
+	local, err := s.airlockCLI("top", "--once")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(top, id) || !strings.Contains(top, "e2 ") || !strings.Contains(top, "# top-marker") || !strings.Contains(top, "busy") {
-		t.Errorf("airlock top:\n%s", top)
+	remote, err := exec.Command(airlockBinary(t), "top", "--once", "--url", s.URL).Output()
+	if err != nil {
+		t.Fatalf("airlock top --url: %v", err)
+	}
+	for _, top := range []string{local, string(remote)} {
+		if !strings.Contains(top, id) || !strings.Contains(top, "e2 ") || !strings.Contains(top, `# top-marker \x1b]0;owned\x07\x1b[2J`) || !strings.Contains(top, "busy") || strings.Contains(top, "\x1b") {
+			t.Errorf("airlock top:\n%q", top)
+		}
 	}
 	if _, err := s.c.Interrupt(ctx, id); err != nil {
 		t.Fatal(err)
