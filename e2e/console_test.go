@@ -19,6 +19,7 @@ import (
 
 	"airlock/internal/apitype"
 	"airlock/internal/client"
+	"airlock/internal/notebook/notebooktest"
 	"airlock/internal/testenv"
 )
 
@@ -278,9 +279,11 @@ func TestConsoleBrowser(t *testing.T) {
 			CellType string `json:"cell_type"`
 		} `json:"cells"`
 	}
-	if err := json.Unmarshal(waitFile(t, filepath.Join(dl, "airlock-"+sa.ID+".ipynb")), &nb); err != nil || nb.NBFormat != 4 || len(nb.Cells) != 1 || nb.Cells[0].CellType != "code" {
+	saved := waitFile(t, filepath.Join(dl, "airlock-"+sa.ID+".ipynb"))
+	if err := json.Unmarshal(saved, &nb); err != nil || nb.NBFormat != 4 || len(nb.Cells) != 1 || nb.Cells[0].CellType != "code" {
 		t.Errorf("the downloaded notebook: %v %+v", err, nb)
 	}
+	notebooktest.Validate(t, saved)
 
 	// Interrupt a running cell from the page.
 	go func() {
