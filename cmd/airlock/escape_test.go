@@ -119,12 +119,13 @@ func TestHumanOutputIsEscaped(t *testing.T) {
 }
 
 // airlock top escapes every field of a session a tenant or its code
-// chose: ids, tenants, templates, states, the running code's head.
+// chose: ids, tenants, templates, states, the running code's head, and
+// the pod (a name from the shared store).
 func TestTopIsEscaped(t *testing.T) {
 	var list []apitype.Session
 	now := time.Now()
 	for _, h := range hostile {
-		list = append(list, apitype.Session{ID: h, Tenant: h, Language: h, Template: h, State: h, CreatedAt: now, LastUsedAt: now,
+		list = append(list, apitype.Session{ID: h, Pod: h, Tenant: h, Language: h, Template: h, State: h, CreatedAt: now, LastUsedAt: now,
 			Usage:   &apitype.Usage{MemoryBytes: 1 << 20, CPUPercent: 50},
 			Current: &apitype.CurrentExecution{ID: h, StartedAt: now, CodeHead: h + "\nsecond line " + h},
 			Network: &apitype.NetworkState{Connections: 1}})

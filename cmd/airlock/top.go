@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -23,7 +24,8 @@ const topUsage = `Usage: airlock top [flags]
 
 Shows the live sessions of a server, refreshed every --interval: tenant,
 language, state, age, idle time, memory and CPU now, the execution
-running (the head of its code) and egress counts, busiest first. It
+running (the head of its code) and egress counts, busiest first; with a
+shared store, every server's sessions, and the pod each lives on. It
 reads the local server through its unix socket (as root: every tenant's
 sessions), or with --url a remote one with the API key of
 $AIRLOCK_API_KEY or --key-file (that key's sessions). Every field code
@@ -132,9 +134,17 @@ func topFrame(w io.Writer, list []apitype.Session, now time.Time) {
 		}
 	}
 	fmt.Fprintf(w, "airlock top — %s — %d sessions, %d busy, %s memory\n\n", now.Format("15:04:05"), len(list), busy, apitype.Size(mem))
+	// A cluster's listing (a shared store) says where each session lives.
+	pods := slices.ContainsFunc(list, func(s apitype.Session) bool { return s.Pod != "" })
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if pods {
+		fmt.Fprint(tw, "POD\t")
+	}
 	fmt.Fprintln(tw, "SESSION\tTENANT\tLANG\tSTATE\tAGE\tIDLE\tMEM\tCPU%\tRUNNING\tEGRESS")
 	for _, s := range list {
+		if pods {
+			fmt.Fprintf(tw, "%s\t", field(s.Pod))
+		}
 		lang := s.Language
 		if s.Template != "" {
 			lang += "/" + s.Template
