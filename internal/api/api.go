@@ -246,6 +246,8 @@ var routes = []route{
 	{"DELETE", "/v1/sessions/{id}/ports/{port}", (*Server).closePort, false},
 	// A program's own requests, every method (the path form of ports).
 	{"", "/v1/sessions/{id}/ports/{port}/{path...}", (*Server).portPath, true},
+	{"GET", "/v1/templates", (*Server).listTemplates, false},
+	{"GET", "/v1/templates/{name}", (*Server).getTemplate, false},
 }
 
 // New returns the API handler.

@@ -56,6 +56,8 @@ var apiRoutes = []string{
 	"DELETE /v1/sessions/{id}/ports/{port}",
 	// Every method (the pattern has none): the document lists these.
 	"* /v1/sessions/{id}/ports/{port}/{path...}",
+	"GET /v1/templates",
+	"GET /v1/templates/{name}",
 }
 
 // anyMethods are the methods the document lists for a route of every

@@ -22,6 +22,8 @@ var schemaTypes = map[string]reflect.Type{
 	"Port":                 reflect.TypeFor[apitype.Port](),
 	"PortRequest":          reflect.TypeFor[apitype.PortRequest](),
 	"PortList":             reflect.TypeFor[apitype.PortList](),
+	"Template":             reflect.TypeFor[apitype.Template](),
+	"TemplateList":         reflect.TypeFor[apitype.TemplateList](),
 	"Limits":               reflect.TypeFor[config.Limits](),
 	"ResolvedLimits":       reflect.TypeFor[config.Limits](),
 	"CreateSessionRequest": reflect.TypeFor[apitype.CreateSessionRequest](),

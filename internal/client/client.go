@@ -638,6 +638,24 @@ func (c *Client) Notebook(ctx context.Context, id string) ([]byte, error) {
 	return io.ReadAll(resp.Body)
 }
 
+// Templates lists the templates the caller may name (GET /v1/templates).
+func (c *Client) Templates(ctx context.Context) (*apitype.TemplateList, error) {
+	var l apitype.TemplateList
+	if err := c.call(ctx, "GET", "/v1/templates", nil, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// Template describes one template (GET /v1/templates/{name}).
+func (c *Client) Template(ctx context.Context, name string) (*apitype.Template, error) {
+	var t apitype.Template
+	if err := c.call(ctx, "GET", "/v1/templates/"+url.PathEscape(name), nil, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
 // Whoami says who the client's credentials are.
 func (c *Client) Whoami(ctx context.Context) (*apitype.Whoami, error) {
 	var w apitype.Whoami

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,12 +67,14 @@ func (t *Templates) Source(iso config.Isolation, name, lang string) (instance.So
 	cur, err := t.store.Get(name)
 	if err != nil {
 		if errors.Is(err, image.ErrNoTemplate) {
-			return nil, image.Template{}, fmt.Errorf("%w: template %q is not registered on this server (its operator lists them with airlock template list)", errdefs.ErrInvalidArgument, name)
+			return nil, image.Template{}, fmt.Errorf("%w: template %q is not registered on this server; it has %s (GET /v1/templates describes them)", errdefs.ErrInvalidArgument, name, t.names())
 		}
 		return nil, image.Template{}, err
 	}
-	if lang != "" && cur.Runtimes[lang] == "" {
-		return nil, cur, fmt.Errorf("%w: template %q cannot run %s: its root has no %s", errdefs.ErrInvalidArgument, name, lang, image.Interpreters[lang])
+	if lang != "" {
+		if err := cur.Runs(lang); err != nil {
+			return nil, cur, err
+		}
 	}
 	k := templateKey{name, iso}
 	t.mu.Lock()
@@ -92,6 +95,19 @@ func (t *Templates) Source(iso config.Isolation, name, lang string) (instance.So
 	}
 	t.live[k] = e
 	return e.src, e.tmpl, nil
+}
+
+// names lists the registered templates for an error message.
+func (t *Templates) names() string {
+	list, err := t.store.List()
+	if err != nil || len(list) == 0 {
+		return "none"
+	}
+	names := make([]string, len(list))
+	for i, tm := range list {
+		names[i] = tm.Name
+	}
+	return strings.Join(names, ", ")
 }
 
 // open makes the source of the current version of k's template.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -99,8 +100,43 @@ func TestTemplatesTwoAtOnce(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "/usr/bin/node") {
 		t.Errorf("javascript on python: %v", err)
 	}
+	// A code context of a language the template's root lacks is refused
+	// with why, as a session of it is; one it has starts.
+	_, err = c.CreateContext(ctx, py.ID, apitype.CreateContextRequest{Language: "javascript"})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "/usr/bin/node") {
+		t.Errorf("javascript context on python: %v", err)
+	}
+	// So is an execution naming the language (its default context would
+	// start on first use).
+	if _, err := c.Execute(ctx, py.ID, apitype.ExecuteRequest{Code: "1", Language: "javascript"}, nil); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "/usr/bin/node") {
+		t.Errorf("javascript execution on python: %v", err)
+	}
+	if _, err := c.CreateContext(ctx, py.ID, apitype.CreateContextRequest{Language: "bash"}); err != nil {
+		t.Errorf("bash context on python: %v", err)
+	}
+	// GET /v1/templates says what each template runs and its pool.
+	list, err := c.Templates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	langs := map[string][]string{}
+	for _, tm := range list.Templates {
+		langs[tm.Name] = tm.Languages
+		if tm.Name == "code-interpreter" && (tm.Pool["python"] != 1 || tm.Version != ci.TemplateVersion || tm.Source != "debian") {
+			t.Errorf("code-interpreter listed as %+v", tm)
+		}
+	}
+	if !slices.Equal(langs["code-interpreter"], []string{"bash", "javascript", "python"}) || !slices.Equal(langs["python"], []string{"bash", "python"}) || list.Default != "" {
+		t.Errorf("templates listed: %+v", list)
+	}
+	if tm, err := c.Template(ctx, "code-interpreter"); err != nil || !slices.Contains(tm.Packages, "python3-seaborn") {
+		t.Errorf("GET code-interpreter: %v %+v", err, tm)
+	}
+	if _, err := c.Template(ctx, "nonexistent"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("GET an unknown template: %v", err)
+	}
 	_, err = c.CreateSession(ctx, apitype.CreateSessionRequest{Template: "nonexistent"})
-	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "not registered") {
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "not registered on this server; it has code-interpreter, python") {
 		t.Errorf("unknown template: %v", err)
 	}
 	_, err = c.CreateSession(ctx, apitype.CreateSessionRequest{Template: "../etc"})
@@ -158,19 +194,38 @@ func TestImportedTemplateHasNoZygote(t *testing.T) {
 // A new version of a template (an import under the same name) goes to new
 // sessions; a running session keeps its own, which is removed once the
 // session ends, and `rm` while a session runs keeps its version until then.
+//
+// Both for an imported template (its pool without a Python template
+// interpreter) and for a built one, whose pooled sessions were forked
+// from a template interpreter laid out on the old version: retiring that
+// interpreter with the old pool must not take its sessions with it.
 func TestTemplateUpgradeKeepsRunningSessions(t *testing.T) {
 	root := imagetest.Debian(t, "python")
+	t.Run("imported", func(t *testing.T) {
+		testTemplateUpgrade(t, func(ctx context.Context, store *image.Store) (image.Template, error) {
+			return store.Import(ctx, "py", root, image.ImportOptions{})
+		})
+	})
+	t.Run("built", func(t *testing.T) {
+		testTemplateUpgrade(t, func(ctx context.Context, store *image.Store) (image.Template, error) {
+			// The cached root: an import of it, as a build.
+			return store.Build(ctx, "py", imagetest.CacheDir(), image.Recipes["python"], image.ImportOptions{})
+		})
+	})
+}
+
+func testTemplateUpgrade(t *testing.T, mk func(context.Context, *image.Store) (image.Template, error)) {
 	store, err := image.Open(filepath.Join(t.TempDir(), "templates"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	v1, err := store.Import(ctx, "py", root, image.ImportOptions{})
+	v1, err := mk(ctx, store)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, c := templateServer(t, func(cfg *config.Config) {
+	s, c := templateServer(t, func(cfg *config.Config) {
 		cfg.Templates.Dir = store.Dir()
 		cfg.Templates.Pool = map[string]map[string]int{"py": {"python": 1}}
 	})
@@ -178,13 +233,16 @@ func TestTemplateUpgradeKeepsRunningSessions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, zygote := s.poolStats()[apitype.TemplateKey+"@py"]; zygote != (v1.Source == "debian") {
+		t.Fatalf("a %s template with a Python template interpreter: %v", v1.Source, zygote)
+	}
 	if old.TemplateVersion != v1.Version {
 		t.Fatalf("version %q, want %q", old.TemplateVersion, v1.Version)
 	}
 	if _, err := c.Execute(ctx, old.ID, apitype.ExecuteRequest{Code: "kept = 41"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	v2, err := store.Import(ctx, "py", root, image.ImportOptions{})
+	v2, err := mk(ctx, store)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -130,13 +130,21 @@ func (t *Tenants) check(ctx context.Context, a *Ask) error {
 // tenants.T.templates): a request naming another is refused. One naming
 // none gets templates.default, the operator's choice.
 func (t *Tenants) template(ctx context.Context, asked string) error {
-	who, _ := identity.From(ctx)
-	tenant, ok := t.cfg.Tenants[who.Tenant]
-	if !ok || len(tenant.Templates) == 0 || who.Tenant == "" || asked == "" {
+	if asked == "" {
 		return nil
 	}
-	if !slices.Contains(tenant.Templates, asked) {
-		return fmt.Errorf("%w: the tenant may use the templates %s (tenants.%s.templates), not %q", errdefs.ErrPermission, strings.Join(tenant.Templates, ", "), who.Tenant, asked)
+	return mayName(ctx, t.cfg, asked)
+}
+
+// mayName refuses a template the caller's tenant may not name.
+func mayName(ctx context.Context, cfg config.Config, name string) error {
+	who, _ := identity.From(ctx)
+	tenant, ok := cfg.Tenants[who.Tenant]
+	if !ok || len(tenant.Templates) == 0 || who.Tenant == "" {
+		return nil
+	}
+	if !slices.Contains(tenant.Templates, name) {
+		return fmt.Errorf("%w: the tenant may use the templates %s (tenants.%s.templates), not %q", errdefs.ErrPermission, strings.Join(tenant.Templates, ", "), who.Tenant, name)
 	}
 	return nil
 }

@@ -145,6 +145,13 @@ func (s *Session) startContext(ctx context.Context, id string, rt runtimes.Runti
 	if end := s.End(); !end.Zero() {
 		return nil, gone(end)
 	}
+	// Every context runs on the session's root: a template's must have
+	// the language's interpreter (the host's root has every one).
+	if s.template != "" {
+		if err := s.tmplMeta.Runs(rt.Lang); err != nil {
+			return nil, err
+		}
+	}
 	s.mu.Lock()
 	n := len(s.ctxs)
 	if old := s.ctxs[id]; old != nil {

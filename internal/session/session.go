@@ -133,6 +133,8 @@ type TemplateSources interface {
 	// Source returns the source of template name's sandboxes on iso for
 	// a runtime of lang, and the version it builds from.
 	Source(iso config.Isolation, name, lang string) (instance.Source, image.Template, error)
+	// Store is where the templates are registered.
+	Store() *image.Store
 }
 
 // SetTemplates makes templates available to requests; call it before the
@@ -213,8 +215,9 @@ type Session struct {
 	idle      time.Duration
 	inst      Instance
 	// template and templateVersion: what the root was made from (empty:
-	// the host's root).
+	// the host's root); tmplMeta, that version's description.
 	template, templateVersion string
+	tmplMeta                  image.Template
 	// userEnv is the client's environment at creation, which every
 	// context's starts from.
 	userEnv map[string]string
@@ -452,12 +455,13 @@ func (m *Manager) startOnce(ctx context.Context, iso config.Isolation, tmpl stri
 		return nil, fmt.Errorf("%w: isolation %q is not available on this server", errdefs.ErrUnavailable, iso)
 	}
 	var version string
+	var meta image.Template
 	if tmpl != "" {
 		ts, tm, err := m.templates.Source(iso, tmpl, rt.Lang)
 		if err != nil {
 			return nil, err
 		}
-		src, version = instances{ts}, tm.Version
+		src, version, meta = instances{ts}, tm.Version, tm
 	}
 	inst, err := src.Get(ctx, rt, limits, net)
 	if err != nil {
@@ -465,7 +469,7 @@ func (m *Manager) startOnce(ctx context.Context, iso config.Isolation, tmpl stri
 	}
 	s := &Session{
 		m: m, id: m.ids.NewID(), lang: rt, limits: limits, idle: idle, inst: inst,
-		template: tmpl, templateVersion: version,
+		template: tmpl, templateVersion: version, tmplMeta: meta,
 		create: time.Now(), lastUsed: time.Now(),
 		ended: make(chan struct{}), gone: make(chan struct{}),
 	}

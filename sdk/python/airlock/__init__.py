@@ -22,13 +22,13 @@ from .errors import (AirlockError, AuthenticationError, ConflictError, Connectio
                      AuditUnavailableError)
 from .models import (CommandResult, EntryInfo, Execution, ExecutionError, FileChange, Logs, OutputFile,
                      Result, RunResult, WriteInfo)
-from .sandbox import CommandHandle, Commands, Files, Sandbox, run, run_program
+from .sandbox import CommandHandle, Commands, Files, Sandbox, run, run_program, templates
 from .aio import AsyncSandbox
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Sandbox", "AsyncSandbox", "Files", "Commands", "CommandHandle", "run", "run_program",
+    "Sandbox", "AsyncSandbox", "Files", "Commands", "CommandHandle", "run", "run_program", "templates",
     "Execution", "Result", "Logs", "ExecutionError", "FileChange", "OutputFile", "RunResult",
     "CommandResult", "EntryInfo", "WriteInfo",
     "AirlockError", "InvalidArgumentError", "AuthenticationError", "NotFoundError", "PermissionDeniedError",

@@ -372,30 +372,44 @@ class Commands:
 
 
 def run(code, files=None, language="python", limits=None, env=None, network=None, base_url=None, token=None,
-        on_stdout=None, on_stderr=None, on_result=None, on_error=None, request_timeout=None):
+        on_stdout=None, on_stderr=None, on_result=None, on_error=None, request_timeout=None, template=None):
     """Runs code once in a fresh sandbox that is destroyed afterwards
     (POST /v1/execute) and returns a RunResult: an Execution plus the
     ``files`` the code wrote (bytes). ``files`` are placed in /workspace
-    first: {"in.csv": "a,b\\n1,2\\n"} (str or bytes)."""
+    first: {"in.csv": "a,b\\n1,2\\n"} (str or bytes). ``template`` names
+    the sandbox's root filesystem (see templates())."""
     body = {"language": language, "code": code}
+    if template:
+        body["template"] = template
     return _once("/v1/execute", body, files, limits, env, network, base_url, token,
                  _Streamer(on_stdout, on_stderr, on_result, on_error), request_timeout)
 
 
 def run_program(code, args=None, filename=None, files=None, language="python", limits=None, env=None,
-                network=None, base_url=None, token=None, on_stdout=None, on_stderr=None, request_timeout=None):
+                network=None, base_url=None, token=None, on_stdout=None, on_stderr=None, request_timeout=None,
+                template=None):
     """Runs code as a program, once, in a fresh sandbox (POST /v1/run): it
     is written to /workspace/filename (main.py by default) and run as
     ``python3 FILE ARGS`` would run it. Returns a RunResult whose
     ``exit_code`` is the program's status, with its output and the files it
     wrote."""
     body = {"language": language, "code": code}
+    if template:
+        body["template"] = template
     if args:
         body["args"] = [str(a) for a in args]
     if filename:
         body["filename"] = filename
     return _once("/v1/run", body, files, limits, env, network, base_url, token,
                  _Streamer(on_stdout, on_stderr, None, None), request_timeout)
+
+
+def templates(base_url=None, token=None):
+    """The templates the caller may name (GET /v1/templates): a list of
+    dicts (name, version, languages, size, pool, default...), by name. A
+    request naming none gets the server's default (the host's root unless
+    the operator set one)."""
+    return Transport(base_url, token).call("GET", "/v1/templates").get("templates") or []
 
 
 def _once(path, body, files, limits, env, network, base_url, token, streamer, request_timeout):

@@ -83,6 +83,15 @@ class SandboxTest(unittest.TestCase):
         if want:
             e = self.sbx.run_code("import IPython\nIPython.__file__.startswith('/usr/lib/python3/dist-packages/')")
             self.assertEqual(e.text, "True")
+            # templates() lists it as the default; a one-shot run names it.
+            listed = [t for t in airlock.templates() if t["name"] == want]
+            self.assertEqual(len(listed), 1)
+            self.assertTrue(listed[0]["default"])
+            self.assertIn("python", listed[0]["languages"])
+            r = airlock.run("import seaborn\nprint('ok')", template=want)
+            self.assertEqual(r.logs.stdout, "ok\n")
+        with self.assertRaises(airlock.InvalidArgumentError):
+            airlock.run("1", template="no-such-template")
 
     def test_exception(self):
         e = self.sbx.run_code("def f():\n    return 1 / 0\nf()")
