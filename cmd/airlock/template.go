@@ -180,11 +180,22 @@ func templateList(store *image.Store, asJSON bool, stdout, stderr io.Writer) int
 	if err != nil {
 		return exitFor(stderr, err)
 	}
+	// Older versions on disk are held by running sessions (each is
+	// removed when its last one ends): an upgrade in progress.
+	older := map[string][]string{}
+	for _, t := range list {
+		vs, _ := store.Versions(t.Name)
+		for _, v := range vs {
+			if v != t.Version {
+				older[t.Name] = append(older[t.Name], v)
+			}
+		}
+	}
 	if asJSON {
 		if list == nil {
 			list = []image.Template{}
 		}
-		writeJSON(stdout, map[string]any{"templates": list})
+		writeJSON(stdout, map[string]any{"templates": list, "versions_in_use": older})
 		return 0
 	}
 	if len(list) == 0 {
@@ -192,9 +203,9 @@ func templateList(store *image.Store, asJSON bool, stdout, stderr io.Writer) int
 		return 0
 	}
 	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tVERSION\tSOURCE\tSIZE\tRUNTIMES\tCREATED")
+	fmt.Fprintln(tw, "NAME\tVERSION\tSOURCE\tSIZE\tRUNTIMES\tCREATED\tOLDER IN USE")
 	for _, t := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, t.Version, termtext.Field(t.Source+" "+t.From), humanBytes(t.Size), runtimeList(t), t.Created.Format(time.DateTime))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", t.Name, t.Version, termtext.Field(t.Source+" "+t.From), humanBytes(t.Size), runtimeList(t), t.Created.Format(time.DateTime), len(older[t.Name]))
 	}
 	tw.Flush()
 	return 0

@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"airlock/internal/errdefs"
+	"airlock/internal/image"
 	"airlock/internal/image/imagetest"
 	"airlock/internal/testenv"
 )
@@ -90,9 +91,31 @@ func TestTemplateCommand(t *testing.T) {
 		t.Fatalf("events:\n%s", out.String())
 	}
 	out.Reset()
-	if code := templateCmd([]string{"list", "--json"}, &out, &errb); code != 0 || !strings.Contains(out.String(), `"name":"small"`) {
+	if code := templateCmd([]string{"list", "--json"}, &out, &errb); code != 0 || !strings.Contains(out.String(), `"name":"small"`) || !strings.Contains(out.String(), `"versions_in_use":{}`) {
 		t.Fatalf("list: %d %s", code, out.String())
 	}
+	// A version a sandbox holds (a lease, as a running session's) stays
+	// on disk under a new import, and the list says so.
+	st, err := image.Open(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := st.Acquire("small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := templateCmd([]string{"import", "small", src}, &out, &errb); code != 0 {
+		t.Fatalf("import again: %d %s", code, errb.String())
+	}
+	out.Reset()
+	if code := templateCmd([]string{"list"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "OLDER IN USE") || !strings.HasSuffix(strings.TrimSpace(out.String()), "  1") {
+		t.Fatalf("list with a held version: %d %q", code, out.String())
+	}
+	out.Reset()
+	if code := templateCmd([]string{"list", "--json"}, &out, &errb); code != 0 || !strings.Contains(out.String(), `"versions_in_use":{"small":["`+held.Version+`"]}`) {
+		t.Fatalf("list --json with a held version: %d %s", code, out.String())
+	}
+	held.Release()
 	// A layer that climbs out of the root: refused, and nothing stays.
 	bad := ociLayout(t, map[string]string{"../../etc/evil": "x"})
 	out.Reset()
