@@ -130,7 +130,8 @@ class Zygote:
                 importlib.import_module(name)
             except Exception as e:  # a missing package must not stop the template
                 errors[name] = "%s: %s" % (type(e).__name__, e)
-        import airlock_runtime  # noqa: F401 (loaded once, shared by every child)
+        import airlock_runtime
+        airlock_runtime.preload()  # loaded once, shared by every child
         self.warm_up()
         # Objects that exist now are shared copy-on-write with every child:
         # keep the cycle collector from touching (and so copying) them.

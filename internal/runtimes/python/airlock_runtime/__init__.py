@@ -61,23 +61,34 @@ names, formats and magics follow it.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-from . import compilerop, current, display, magics, program, session, syntax, tracebacks, wire
-from .display import format_display_data, publish_display_data
-from .syntax import transform_cell
-from .session import main, serve
-from .tracebacks import UsageError
+# The modules and names below load on first use (PEP 562): the standalone
+# runtime compiles only what it runs (a program run: wire, current,
+# session, program), and the template imports them all once (preload).
+_MODULES = ("compilerop", "current", "display", "magics", "program", "session", "syntax", "tracebacks", "wire")
+_NAMES = {
+    "format_display_data": "display", "publish_display_data": "display", "transform_cell": "syntax",
+    "main": "session", "serve": "session", "UsageError": "tracebacks",
+}
 
-__all__ = [
-    "compilerop", "current", "display", "magics", "program", "session", "syntax", "tracebacks", "wire",
-    "format_display_data", "publish_display_data", "transform_cell", "main", "serve", "UsageError",
-]
+__all__ = [*_MODULES, *_NAMES]
+
+
+def preload() -> None:
+    """Import every module now (the template, whose children share them)."""
+    for name in _MODULES:
+        importlib.import_module("." + name, __name__)
 
 
 def __getattr__(name: str) -> Any:
+    if name in _MODULES:
+        return importlib.import_module("." + name, __name__)
+    if name in _NAMES:
+        return getattr(importlib.import_module("." + _NAMES[name], __name__), name)
     # airlock_runtime._session: the running session (None outside one), as
     # the single module had it.
     if name == "_session":
-        return current.session
+        return importlib.import_module(".current", __name__).session
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

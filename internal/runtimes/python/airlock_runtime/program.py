@@ -19,7 +19,7 @@ import sys
 import types
 from typing import Any, Callable
 
-from . import current, display
+from . import current
 
 globals()["__builtins__"] = dict(vars(builtins))  # see the package doc
 
@@ -111,10 +111,12 @@ def plain_interpreter(path: str, argv: list) -> types.ModuleType:
     """Take the session's conveniences away and return a fresh ``__main__``."""
     for name in ("display", "__airlock__"):
         builtins.__dict__.pop(name, None)
-    for name, mod in display.SHIM_MODULES.items():
-        if sys.modules.get(name) is mod:
-            del sys.modules[name]
-    display.unroute_real_ipython()
+    display = sys.modules.get(__package__ + ".display")  # imported by executions only
+    if display is not None:
+        for name, mod in display.SHIM_MODULES.items():
+            if sys.modules.get(name) is mod:
+                del sys.modules[name]
+        display.unroute_real_ipython()
     sys.displayhook = sys.__displayhook__
     sys.excepthook = sys.__excepthook__
     _signal.signal(_signal.SIGINT, _signal.default_int_handler)

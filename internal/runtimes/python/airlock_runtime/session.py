@@ -21,9 +21,23 @@ import sys
 import types
 from typing import Any, Optional
 
-from . import compilerop, current, display, magics, program, syntax, tracebacks, wire
+from . import current, wire
 
 globals()["__builtins__"] = dict(vars(builtins))  # see the package doc
+
+# What only executions use is imported by the first one (_load): a program
+# run, the session's first and last act, never pays for compiling it.
+compilerop: Any = None
+display: Any = None
+magics: Any = None
+syntax: Any = None
+tracebacks: Any = None
+
+
+def _load() -> None:
+    global compilerop, display, magics, syntax, tracebacks
+    if tracebacks is None:
+        from . import compilerop, display, magics, syntax, tracebacks  # noqa: F811
 
 LANGUAGE = "python"
 
@@ -79,17 +93,16 @@ class Session:
         sys.modules["__main__"] = self.main
         self.initial_names = frozenset(self.ns)
 
-        self.magics = magics.Magics(self)
-        builtins.display = display.display
-        builtins.__airlock__ = self.magics
-        display.install_ipython_shim()
+        # The display and __airlock__ builtins, the IPython stand-in and
+        # the cell compiler come with the first execution (_executions).
+        self.magics: Any = None
+        self.compiler: Any = None
 
         self.execution_count = 0
         self.exec_id: Optional[str] = None
         self.busy = False
         self.interrupted = False
         self.pending_interrupt = False
-        self.compiler = compilerop.CellCompiler()
         self.magic_lines: dict[str, set[int]] = {}
         self.filename = ""
         self.captures: list[list] = []
@@ -235,6 +248,7 @@ class Session:
                 if type(msg_id) is not str or type(code) is not str:
                     self.fatal("execute needs a string 'id' and a string 'code'")
             elif kind == "run":
+                from . import program
                 program.run(self, program.request(msg, self.fatal))  # never returns
             elif kind != "configure":
                 self.fatal(f"unknown message type {kind!r}")
@@ -305,8 +319,21 @@ class Session:
 
     # -- executing --
 
+    def _executions(self) -> None:
+        """Set up what cells have and a program run does not: the display
+        and ``__airlock__`` builtins, the IPython stand-in, the compiler."""
+        if self.compiler is not None:
+            return
+        _load()
+        self.magics = magics.Magics(self)
+        builtins.display = display.display
+        builtins.__airlock__ = self.magics
+        display.install_ipython_shim()
+        self.compiler = compilerop.CellCompiler()
+
     def execute(self, msg_id: str, code: str) -> None:
         """Run one cell and send its messages; always ends with ``done``."""
+        self._executions()
         self.execution_count += 1
         count = self.execution_count
         self.begin(msg_id)
