@@ -392,6 +392,9 @@ type Slots struct {
 // NewSlots hands out the server slots of layout l.
 func NewSlots(l jail.Layout) *Slots { return &Slots{first: l.ServerFirst, size: l.ServerCount} }
 
+// OneSlot hands out slot alone (a command's: jail.Host.CLISlot).
+func OneSlot(slot uint32) *Slots { return &Slots{first: slot, size: 1} }
+
 // Get returns a free slot.
 func (s *Slots) Get() (uint32, error) {
 	s.mu.Lock()

@@ -112,6 +112,11 @@ type Native struct {
 	// Python template interpreter (one not built from Debian's packages,
 	// whose code must never run outside a sandbox) does instead.
 	Preload []string
+	// Run makes the sandboxes a command's own run ("r-<pid>", see
+	// jail.RunName), built one at a time in the host's CLI slot (see
+	// OneSlot), rather than a server's ("s-<slot>"). A server sweeps
+	// its own at start; it leaves a running command's alone.
+	Run bool
 }
 
 // WithRoot implements Kernel.
@@ -127,7 +132,11 @@ func (Native) Isolation() config.Isolation { return config.Native }
 func (Native) NetworkAtStart() bool { return false }
 
 func (k Native) start(ctx context.Context, slot uint32, l config.Limits, _ bool) (sandbox, error) {
-	return k.Host.Start(ctx, jail.Spec{Name: "s-" + strconv.FormatUint(uint64(slot), 10), Slot: slot, Limits: l, Root: k.R.Jail()})
+	name := "s-" + strconv.FormatUint(uint64(slot), 10)
+	if k.Run {
+		name = jail.RunName()
+	}
+	return k.Host.Start(ctx, jail.Spec{Name: name, Slot: slot, Limits: l, Root: k.R.Jail()})
 }
 
 func (k Native) sessionCommand(rt runtimes.Runtime) []string { return preloading(rt, k.Preload) }

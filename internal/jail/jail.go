@@ -138,6 +138,11 @@ func BaseEnv() []string {
 	}
 }
 
+// RunName names the sandbox of this process's own run (`airlock run
+// --cold`, doctor's probes): "r-<pid>", which whoever finds the process
+// gone removes (StaleRun).
+func RunName() string { return "r-" + strconv.Itoa(os.Getpid()) }
+
 // StaleRun reports whether the cgroup of a CLI run ("r-<pid>") belongs to
 // a process that no longer exists.
 func StaleRun(name string) bool {

@@ -25,9 +25,6 @@ const (
 	MaxArgBytes = 256 << 10
 )
 
-// MaxOneShotFiles caps the total content of output files returned inline.
-const MaxOneShotFiles = 16 << 20
-
 // RunOnce runs code once in a fresh jail and returns what it printed,
 // displayed and wrote.
 func (m *Manager) RunOnce(ctx context.Context, req apitype.OneShotRequest, emit func(apitype.Event)) (*apitype.OneShotResult, error) {
@@ -54,7 +51,7 @@ func (m *Manager) runOnce(ctx context.Context, req apitype.OneShotRequest, emit 
 		o.packages = req.Packages
 	}
 	o.runtimeEnv = m.proxyEnv(sessionEnv(o.rt, o.limits, o.env), o.policy)
-	return m.oneShot(ctx, o, request{code: req.Code, timeout: o.limits.Timeout.D(), kind: ExecOneShot, inBytes: o.inputBytes()}, emit, true)
+	return m.oneShot(ctx, o, request{code: req.Code, timeout: o.limits.Timeout.D(), kind: ExecOneShot, inBytes: o.inputBytes()}, emit, true, nil)
 }
 
 // RunProgram runs a program once in a fresh jail and returns its exit
@@ -63,15 +60,31 @@ func (m *Manager) runOnce(ctx context.Context, req apitype.OneShotRequest, emit 
 // it starts in about a millisecond. Output that is not UTF-8 streams as
 // data_base64.
 func (m *Manager) RunProgram(ctx context.Context, req apitype.ProgramRequest, emit func(apitype.Event)) (*apitype.OneShotResult, error) {
+	return m.RunProgramTo(ctx, req, emit, nil)
+}
+
+// MaxOneShotFiles caps the total content of output files returned inline.
+const MaxOneShotFiles = 16 << 20
+
+// FileSink receives each file a one-shot program created or modified,
+// after it ended and before its sandbox goes: the name the result gives
+// it, and open, which reads it through the workspace handle (links never
+// followed). An in-process caller takes the files this way, whatever
+// their size, instead of in the result.
+type FileSink func(name string, open func() (io.ReadCloser, error))
+
+// RunProgramTo is RunProgram whose files go to sink (nil: in the result,
+// as req.FileContents says).
+func (m *Manager) RunProgramTo(ctx context.Context, req apitype.ProgramRequest, emit func(apitype.Event), sink FileSink) (*apitype.OneShotResult, error) {
 	release, err := m.admitExecution(ctx, &Ask{Limits: &req.Limits, Isolation: &req.Isolation, Network: req.Network, Template: req.Template})
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	return m.runProgram(ctx, req, endFirst(emit, release))
+	return m.runProgram(ctx, req, endFirst(emit, release), sink)
 }
 
-func (m *Manager) runProgram(ctx context.Context, req apitype.ProgramRequest, emit func(apitype.Event)) (*apitype.OneShotResult, error) {
+func (m *Manager) runProgram(ctx context.Context, req apitype.ProgramRequest, emit func(apitype.Event), sink FileSink) (*apitype.OneShotResult, error) {
 	if len(req.Code) > MaxCode {
 		return nil, fmt.Errorf("%w: the program is larger than %d bytes", errdefs.ErrTooLarge, MaxCode)
 	}
@@ -129,8 +142,8 @@ func (m *Manager) runProgram(ctx context.Context, req apitype.ProgramRequest, em
 	// The runtime gets the program's environment first too: the round trip
 	// also proves it alive, and a pooled one that died is replaced.
 	o.runtimeEnv = env
-	contents := req.FileContents == nil || *req.FileContents
-	return m.oneShot(ctx, o, request{timeout: o.limits.Timeout.D(), prog: prog, kind: ExecProgram, source: req.Code, inBytes: o.inputBytes()}, emit, contents)
+	contents := sink == nil && (req.FileContents == nil || *req.FileContents)
+	return m.oneShot(ctx, o, request{timeout: o.limits.Timeout.D(), prog: prog, kind: ExecProgram, source: req.Code, inBytes: o.inputBytes()}, emit, contents, sink)
 }
 
 // inputBytes is the size of the files a one-shot request sent.
@@ -223,7 +236,7 @@ func (m *Manager) prepareOneShot(lang string, iso config.Isolation, tmpl string,
 // with the files it created or modified. The response does not wait for
 // the jail's teardown; the execution slot does, so a burst of requests
 // cannot outrun the cleanup.
-func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req request, emit func(apitype.Event), contents bool) (*apitype.OneShotResult, error) {
+func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req request, emit func(apitype.Event), contents bool, sink FileSink) (*apitype.OneShotResult, error) {
 	// Code rules first: denied code builds no jail.
 	req.who = callerOf(ctx)
 	code := req.code
@@ -310,6 +323,12 @@ func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req request, emit
 		}
 		// The name the result gives (redacted), the content of the file.
 		of := apitype.OutputFile{Path: res.FilesChanged[i].Path, Size: c.Size}
+		if sink != nil {
+			sink(of.Path, func() (io.ReadCloser, error) {
+				f, _, err := s.workspace().Open(c.Path)
+				return f, err
+			})
+		}
 		switch {
 		case !contents:
 		case c.Size > budget:
