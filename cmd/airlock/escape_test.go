@@ -112,7 +112,7 @@ func TestHumanOutputIsEscaped(t *testing.T) {
 	for _, h := range hostile {
 		out.Reset()
 		exitFor(&out, fmt.Errorf("the server said: %s", h))
-		report(apitype.RunOutput{Killed: true, KillReason: apitype.KillReason(h), Egress: []apitype.EgressDecision{{Host: h, Port: 443}, {Dest: h}}},
+		report(&apitype.OneShotResult{Result: &apitype.Result{Killed: true, KillReason: apitype.KillReason(h), Egress: []apitype.EgressDecision{{Host: h, Port: 443}, {Dest: h}}}},
 			config.DefaultLimits(), false, nil, &out, &out)
 		checkOutput(t, "messages", out.String(), 3)
 	}

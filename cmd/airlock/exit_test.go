@@ -139,7 +139,7 @@ func TestExitCodesMatchTheGuide(t *testing.T) {
 				return runCmd([]string{"--out", prog, prog}, nil, io.Discard, e)
 			}},
 			{"a file not copied out", func(t *testing.T, e io.Writer) int {
-				return report(apitype.RunOutput{}, config.DefaultLimits(), false, []string{"big.bin: too large"}, io.Discard, e)
+				return report(&apitype.OneShotResult{Result: &apitype.Result{}}, config.DefaultLimits(), false, []string{"big.bin: too large"}, io.Discard, e)
 			}},
 		},
 		75: {
@@ -163,7 +163,7 @@ func TestExitCodesMatchTheGuide(t *testing.T) {
 			}},
 		},
 		137: {{"a killed program", func(t *testing.T, e io.Writer) int {
-			return report(apitype.RunOutput{Killed: true, KillReason: apitype.KillMemory}, config.DefaultLimits(), false, nil, io.Discard, e)
+			return report(&apitype.OneShotResult{Result: &apitype.Result{Killed: true, KillReason: apitype.KillMemory}}, config.DefaultLimits(), false, nil, io.Discard, e)
 		}}},
 	}
 	guide := guideExitCodes(t)

@@ -20,7 +20,6 @@ import (
 
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
-	"airlock/internal/jail"
 	"airlock/internal/server"
 	"airlock/internal/termtext"
 )
@@ -60,7 +59,7 @@ var version = "dev"
 
 func main() {
 	// A sealed re-execution of this binary is a sandbox's init.
-	jail.MainIfInit()
+	server.MainIfInit()
 	// Descriptors inherited from whoever started airlock must never reach
 	// a sandbox: mark them all close-on-exec before anything is started.
 	unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -22,11 +21,8 @@ import (
 	"airlock/internal/apitype"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
-	"airlock/internal/fontcache"
-	"airlock/internal/image"
-	"airlock/internal/jail"
 	"airlock/internal/runtimes"
-	"airlock/internal/session"
+	"airlock/internal/server"
 	"airlock/internal/termtext"
 	"airlock/internal/workspace"
 )
@@ -201,62 +197,59 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		defer out.Close()
 	}
 
-	jail.Trace("cli parsed")
+	server.Trace("cli parsed")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// The program's streamed output is hostile: on a terminal, every
 	// control a terminal acts on is shown escaped; piped or redirected,
 	// it is byte-exact. Closed before airlock's own notes.
 	progOut, progErr := termtext.ForTerminal(stdout), termtext.ForTerminal(stderr)
-	done := func() { progOut.Close(); progErr.Close() }
+	var emit func(apitype.Event)
+	var outErr error
+	if !asJSON {
+		emit = stream(progOut, progErr, &outErr)
+	}
+	preq := apitype.ProgramRequest{
+		Language: rt.Lang, Code: string(code), Filename: name, Args: progArgs,
+		Limits: req, Env: runtimes.EnvMap(env), Isolation: config.Isolation(*isolation),
+		Template: *tmplName,
+	}
+	if len(allowHosts) > 0 {
+		preq.Network = &apitype.NetworkPolicy{Allow: allowHosts}
+	}
 	if socket := cfg.SocketPath(); socket != "" && !cold {
-		preq := apitype.ProgramRequest{
-			Language: rt.Lang, Code: string(code), Filename: name, Args: progArgs,
-			Limits: req, Env: runtimes.EnvMap(env), FileContents: new(bool),
-		}
-		*preq.FileContents = out != nil
-		if len(allowHosts) > 0 {
-			preq.Network = &apitype.NetworkPolicy{Allow: allowHosts}
-		}
-		preq.Isolation = config.Isolation(*isolation)
-		preq.Template = *tmplName
+		remote := preq
+		remote.FileContents = new(bool)
+		*remote.FileContents = out != nil
 		for _, f := range inputs[1:] {
-			preq.Files = append(preq.Files, apitype.InputFile{Path: f.path, ContentBase64: base64.StdEncoding.EncodeToString(f.data)})
+			remote.Files = append(remote.Files, apitype.InputFile{Path: f.path, ContentBase64: base64.StdEncoding.EncodeToString(f.data)})
 		}
-		res, err := runRemote(ctx, socket, preq, !asJSON, progOut, progErr)
-		done()
+		res, err := runRemote(ctx, socket, remote, emit)
 		// Inputs larger than the server takes in one request (its
 		// max_body_bytes) are refused before anything runs: run here.
 		if !errors.Is(err, errNoServer) && !errors.Is(err, errdefs.ErrTooLarge) {
-			jail.Trace("remote done")
+			progOut.Close()
+			progErr.Close()
+			server.Trace("remote done")
+			if err == nil {
+				err = outErr
+			}
 			if err != nil {
 				return exitFor(stderr, err)
 			}
-			ro := apitype.RunOutput{
-				ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr,
-				StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
-				StdoutDroppedBytes: res.StdoutDroppedBytes, StderrDroppedBytes: res.StderrDroppedBytes,
-				DurationMs: res.DurationMs, CPUMs: res.CPUMs, PeakMemoryBytes: res.PeakMemoryBytes,
-				Killed: res.Killed, KillReason: res.KillReason, Files: []apitype.RunFile{},
-				FilesTruncated: res.FilesTruncated, Egress: res.Egress,
-			}
 			var notCopied []string
 			for _, f := range res.Files {
-				ro.Files = append(ro.Files, apitype.RunFile{Path: f.Path, Size: f.Size})
 				if out != nil {
 					notCopied = append(notCopied, copyOut(out, f.Path, func() (io.ReadCloser, error) {
 						if f.Omitted {
-							return nil, fmt.Errorf("%w: over the %d MiB a server's run returns with its files (run it with --cold)", errdefs.ErrTooLarge, session.MaxOneShotFiles>>20)
+							return nil, fmt.Errorf("%w: over the %d MiB a server's run returns with its files (run it with --cold)", errdefs.ErrTooLarge, apitype.MaxOneShotFiles>>20)
 						}
 						data, err := base64.StdEncoding.DecodeString(f.ContentBase64)
 						return io.NopCloser(bytes.NewReader(data)), err
 					})...)
 				}
 			}
-			if res.Limits != nil {
-				limits = *res.Limits
-			}
-			return report(ro, limits, asJSON, notCopied, stdout, stderr)
+			return report(res, limits, asJSON, notCopied, stdout, stderr)
 		}
 	}
 	if iso := config.Isolation(*isolation); iso == config.GVisor || (iso == "" && cfg.Isolation == config.GVisor) {
@@ -271,99 +264,36 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "airlock run: --allow-host needs a running server (airlock serve); without one the sandbox has no network")
 		return exitUsage
 	}
-	opts := jail.OptionsFrom(cfg)
-	host, err := jail.NewHost(opts)
+	// The server's composition, in this process: the same one-shot path
+	// as POST /v1/run, its files taken before the sandbox goes.
+	local, err := server.NewLocal(cfg, nil)
 	if err != nil {
 		return exitFor(stderr, err)
 	}
-	defer host.Close()
-	// Leftovers of CLI runs that were killed before they could clean up.
-	jail.Trace("host ready")
-	host.Cgroups().Sweep("r-", jail.StaleRun)
-	jail.Trace("swept")
+	defer local.Close()
 	// Once per host: later runs copy the list, first plots stay fast and
 	// fontconfig leaves nothing behind.
-	if _, err := fontcache.Ensure(ctx, host, cfg); err != nil {
+	if _, err := local.FontCache(ctx); err != nil {
 		fmt.Fprintf(stderr, "airlock: warning: %s\n", termtext.Field(err.Error()))
 	}
-
-	// A template's root: its current version, held while the run lasts.
-	var root *jail.Root
-	if name := cmp.Or(*tmplName, cfg.Templates.Default); name != "" {
-		store, err := image.Open(cfg.TemplateDir())
-		if err != nil {
-			return exitFor(stderr, err)
-		}
-		lease, err := store.Acquire(name)
-		if err != nil {
-			return exitFor(stderr, err)
-		}
-		defer lease.Release()
-		if lease.Runtimes[rt.Lang] == "" {
-			fmt.Fprintf(stderr, "airlock run: template %s has no %s interpreter (%s)\n", name, rt.Lang, image.Interpreters[rt.Lang])
-			return exitUsage
-		}
-		if root, err = host.ImageRoot(lease.Root, lease.Name+"-"+lease.Version); err != nil {
-			return exitFor(stderr, err)
-		}
-	}
-	slot, err := host.CLISlot()
-	if err != nil {
-		return exitFor(stderr, err)
-	}
-	runReq := jail.RunRequest{
-		Spec: jail.Spec{
-			Name:   "r-" + strconv.Itoa(os.Getpid()),
-			Slot:   slot,
-			Limits: limits,
-			Root:   root,
-		},
-		Argv: append(rt.Command("/workspace/"+name), progArgs...),
-		Env:  append(rt.Env(limits), env...),
-		Hide: []string{name},
-	}
-	for _, f := range inputs {
-		runReq.Files = append(runReq.Files, jail.InputFile{Path: f.path, Data: bytes.NewReader(f.data)})
-	}
-	if !asJSON {
-		runReq.Stdout, runReq.Stderr = progOut, progErr
+	for _, f := range inputs[1:] {
+		preq.Files = append(preq.Files, apitype.InputFile{Path: f.path, Content: string(f.data)})
 	}
 	var notCopied []string
-	res, err := host.RunWith(ctx, runReq, func(sb *jail.Sandbox, res *jail.RunResult) {
-		// Before the sandbox goes: its workspace is still there.
-		for _, f := range res.Files {
-			if out != nil {
-				notCopied = append(notCopied, copyOut(out, f.Path, func() (io.ReadCloser, error) {
-					f, _, err := sb.Workspace().Open(f.Path)
-					return f, err
-				})...)
-			}
+	res, err := local.RunProgram(ctx, preq, emit, func(name string, open func() (io.ReadCloser, error)) {
+		if out != nil {
+			notCopied = append(notCopied, copyOut(out, name, open)...)
 		}
 	})
-	done()
+	progOut.Close()
+	progErr.Close()
+	if err == nil {
+		err = outErr
+	}
 	if err != nil {
 		return exitFor(stderr, err)
 	}
-	ro := apitype.RunOutput{
-		ExitCode:           res.ExitCode,
-		Stdout:             strings.ToValidUTF8(string(res.Stdout), "\uFFFD"),
-		Stderr:             strings.ToValidUTF8(string(res.Stderr), "\uFFFD"),
-		StdoutTruncated:    res.StdoutTruncated,
-		StderrTruncated:    res.StderrTruncated,
-		StdoutDroppedBytes: res.StdoutDropped,
-		StderrDroppedBytes: res.StderrDropped,
-		DurationMs:         ms(res.Duration.Seconds()),
-		CPUMs:              ms(res.CPU.Seconds()),
-		PeakMemoryBytes:    res.PeakMemory,
-		Killed:             res.Killed,
-		KillReason:         res.KillReason,
-		Files:              []apitype.RunFile{},
-		FilesTruncated:     res.FilesTruncated,
-	}
-	for _, f := range res.Files {
-		ro.Files = append(ro.Files, apitype.RunFile{Path: f.Path, Size: f.Size})
-	}
-	return report(ro, limits, asJSON, notCopied, stdout, stderr)
+	return report(res, limits, asJSON, notCopied, stdout, stderr)
 }
 
 // copyOut copies the file at path (as the sandbox named it) from open
@@ -392,7 +322,21 @@ func copyOut(out *workspace.Dir, path string, open func() (io.ReadCloser, error)
 // network refused the program, and returns the exit status of airlock
 // run: the program's, or exitCantCreate when it succeeded but its files
 // could not all be copied out.
-func report(out apitype.RunOutput, limits config.Limits, asJSON bool, notCopied []string, stdout, stderr io.Writer) int {
+func report(res *apitype.OneShotResult, limits config.Limits, asJSON bool, notCopied []string, stdout, stderr io.Writer) int {
+	if res.Limits != nil {
+		limits = *res.Limits
+	}
+	out := apitype.RunOutput{
+		ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr,
+		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
+		StdoutDroppedBytes: res.StdoutDroppedBytes, StderrDroppedBytes: res.StderrDroppedBytes,
+		DurationMs: res.DurationMs, CPUMs: res.CPUMs, PeakMemoryBytes: res.PeakMemoryBytes,
+		Killed: res.Killed, KillReason: res.KillReason, Files: []apitype.RunFile{},
+		FilesTruncated: res.FilesTruncated, Egress: res.Egress,
+	}
+	for _, f := range res.Files {
+		out.Files = append(out.Files, apitype.RunFile{Path: f.Path, Size: f.Size})
+	}
 	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetEscapeHTML(false)
@@ -454,10 +398,6 @@ func egressHint(ds []apitype.EgressDecision) string {
 		list += fmt.Sprintf(" and %d more", len(refused)-3)
 	}
 	return "airlock: the network refused the program: " + list + " (--allow-host NAME[:PORT] lets it reach a name; --json's egress says why)"
-}
-
-func ms(seconds float64) float64 {
-	return float64(int64(seconds*1e6)) / 1e3
 }
 
 func describeKill(reason apitype.KillReason, l config.Limits) string {

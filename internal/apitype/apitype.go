@@ -296,6 +296,10 @@ type ProgramRequest struct {
 	Template string `json:"template,omitempty"`
 }
 
+// MaxOneShotFiles caps the total content of the output files a one-shot
+// or program run returns inline; past it, a file is Omitted.
+const MaxOneShotFiles = 16 << 20
+
 // OutputFile is a file a one-shot or program run created or modified.
 type OutputFile struct {
 	Path          string `json:"path"`

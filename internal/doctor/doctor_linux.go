@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"airlock/internal/apitype"
 	"airlock/internal/cgroup"
 	"airlock/internal/cluster"
 	"airlock/internal/config"
@@ -19,6 +20,7 @@ import (
 	"airlock/internal/jail"
 	"airlock/internal/landlock"
 	"airlock/internal/seccomp"
+	"airlock/internal/server"
 	"airlock/internal/store"
 
 	"golang.org/x/sys/unix"
@@ -98,54 +100,50 @@ func Run(ctx context.Context, cfg config.Config) *Report {
 		return r
 	}
 
-	h, err := jail.NewHost(jail.OptionsFrom(cfg))
+	// The jail a server builds, and the path its programs take.
+	l, err := server.NewLocal(cfg, nil)
 	if err != nil {
 		r.add("jail", Fail, "%v", err)
 		return r
 	}
-	defer h.Close()
-	h.Cgroups().Sweep("r-", jail.StaleRun)
-	probe(ctx, r, h, cfg)
-	runtimes(ctx, r, h, cfg)
-	templateChecks(ctx, r, h, cfg)
+	defer l.Close()
+	probe(ctx, r, l, cfg)
+	runtimes(ctx, r, l, cfg)
+	templateChecks(ctx, r, l, cfg)
 	return r
 }
 
-// run runs argv in a fresh sandbox and returns its stdout.
-func run(ctx context.Context, h *jail.Host, cfg config.Config, argv []string, env ...string) (string, string, error) {
-	return runOn(ctx, h, cfg, nil, argv, env...)
+// run runs code, a program in lang, once in a fresh sandbox on the host's
+// root and returns its stdout and stderr.
+func run(ctx context.Context, l *server.Local, lang, code string) (string, string, error) {
+	return runOn(ctx, l, "", lang, code)
 }
 
-// runOn is run on root (nil: the host's).
-func runOn(ctx context.Context, h *jail.Host, cfg config.Config, root *jail.Root, argv []string, env ...string) (string, string, error) {
-	l := cfg.Defaults
-	l.Timeout = config.Duration(60 * time.Second)
-	l.CPUTime = config.Duration(60 * time.Second)
-	slot, err := h.CLISlot()
-	if err != nil {
-		return "", "", err
-	}
-	res, err := h.Run(ctx, jail.RunRequest{
-		Spec: jail.Spec{Name: "r-" + strconv.Itoa(os.Getpid()), Slot: slot, Limits: l, Root: root},
-		Argv: argv,
-		Env:  env,
-	})
+// runOn is run on template's root ("": the host's), with args.
+func runOn(ctx context.Context, l *server.Local, template, lang, code string, args ...string) (string, string, error) {
+	res, err := l.RunOwn(ctx, apitype.ProgramRequest{
+		Language: lang,
+		Code:     code,
+		Args:     args,
+		Template: template,
+		Limits:   apitype.Limits{Timeout: apitype.Duration(60 * time.Second), CPUTime: apitype.Duration(60 * time.Second)},
+	}, nil)
 	if err != nil {
 		return "", "", err
 	}
 	if res.Killed {
-		return string(res.Stdout), string(res.Stderr), fmt.Errorf("killed: %s", res.KillReason)
+		return res.Stdout, res.Stderr, fmt.Errorf("killed: %s", res.KillReason)
 	}
 	if res.ExitCode != 0 {
-		return string(res.Stdout), string(res.Stderr), fmt.Errorf("exit status %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
+		return res.Stdout, res.Stderr, fmt.Errorf("exit status %d: %s", res.ExitCode, strings.TrimSpace(res.Stderr))
 	}
-	return string(res.Stdout), string(res.Stderr), nil
+	return res.Stdout, res.Stderr, nil
 }
 
 // probe builds a jail and asks a program inside what it got.
-func probe(ctx context.Context, r *Report, h *jail.Host, cfg config.Config) {
+func probe(ctx context.Context, r *Report, l *server.Local, cfg config.Config) {
 	script := `cat /proc/self/status; echo ---; cat /proc/net/dev; echo ---; cat /proc/1/environ >/dev/null 2>&1 && echo init-readable; : > /etc/x 2>/dev/null && echo root-writable; echo done`
-	out, _, err := run(ctx, h, cfg, []string{cfg.Runtimes.Bash, "-c", script})
+	out, _, err := run(ctx, l, apitype.Bash, script)
 	if err != nil {
 		r.add("jail", Fail, "a probe program could not run in a jail: %v", err)
 		return
@@ -218,17 +216,17 @@ func moduleReport(out string) (version string, have, lack []string) {
 	return lines[0], have, lack
 }
 
-func runtimes(ctx context.Context, r *Report, h *jail.Host, cfg config.Config) {
+func runtimes(ctx context.Context, r *Report, l *server.Local, cfg config.Config) {
 	if _, err := os.Stat(cfg.Runtimes.Python); err != nil {
 		r.add("python", Warn, "%s not found: install python3 (the default language)", cfg.Runtimes.Python)
 	} else {
-		built, cacheErr := fontcache.Ensure(ctx, h, cfg)
+		built, cacheErr := l.FontCache(ctx)
 		var imports []string
 		for _, p := range cfg.Runtimes.PythonPackages {
 			imports = append(imports, fmt.Sprintf("try:\n import %s as m; print(%q, getattr(m, '__version__', '?'))\nexcept Exception as e: print(%q, 'MISSING', type(e).__name__)", p, p, p))
 		}
 		script := "import sys; print('python', sys.version.split()[0])\n" + strings.Join(imports, "\n")
-		out, _, err := run(ctx, h, cfg, []string{cfg.Runtimes.Python, "-c", script})
+		out, _, err := run(ctx, l, apitype.Python, script)
 		if err != nil {
 			r.add("python", Warn, "%s does not run in a jail: %v", cfg.Runtimes.Python, err)
 		} else {
@@ -249,12 +247,15 @@ func runtimes(ctx context.Context, r *Report, h *jail.Host, cfg config.Config) {
 			}
 		}
 	}
-	for _, rt := range []struct{ name, path, arg string }{{"bash", cfg.Runtimes.Bash, "--version"}, {"node", cfg.Runtimes.Node, "--version"}} {
+	for _, rt := range []struct{ name, path, lang, code string }{
+		{"bash", cfg.Runtimes.Bash, apitype.Bash, "exec " + cfg.Runtimes.Bash + " --version"},
+		{"node", cfg.Runtimes.Node, apitype.JavaScript, "console.log(process.version)"},
+	} {
 		if _, err := os.Stat(rt.path); err != nil {
 			r.add(rt.name, Warn, "%s not found", rt.path)
 			continue
 		}
-		out, _, err := run(ctx, h, cfg, []string{rt.path, rt.arg})
+		out, _, err := run(ctx, l, rt.lang, rt.code)
 		if err != nil {
 			r.add(rt.name, Warn, "%s does not run in a jail: %v", rt.path, err)
 			continue

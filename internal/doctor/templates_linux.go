@@ -9,9 +9,10 @@ import (
 	"slices"
 	"strings"
 
+	"airlock/internal/apitype"
 	"airlock/internal/config"
 	"airlock/internal/image"
-	"airlock/internal/jail"
+	"airlock/internal/server"
 )
 
 // templateScript prints the interpreters' versions and, where Python is,
@@ -32,7 +33,7 @@ for m in sys.argv[1].split(","):
 // preload. A template the configuration names (templates.default,
 // templates.pool) that is missing or whose interpreter does not run is a
 // failure: the server refuses to start on it.
-func templateChecks(ctx context.Context, r *Report, h *jail.Host, cfg config.Config) {
+func templateChecks(ctx context.Context, r *Report, l *server.Local, cfg config.Config) {
 	named := cfg.TemplatesNamed()
 	if _, err := os.Stat(cfg.TemplateDir()); errors.Is(err, fs.ErrNotExist) && len(named) == 0 {
 		r.add("templates", OK, "none registered (%s does not exist): sessions run on the host's root", cfg.TemplateDir())
@@ -66,7 +67,7 @@ func templateChecks(ctx context.Context, r *Report, h *jail.Host, cfg config.Con
 		return
 	}
 	for _, t := range list {
-		st, detail := checkTemplate(ctx, h, cfg, store, t)
+		st, detail := checkTemplate(ctx, l, cfg, t)
 		if st == Fail && !slices.Contains(named, t.Name) {
 			st = Warn // a session naming it is refused, the server runs
 		}
@@ -74,24 +75,15 @@ func templateChecks(ctx context.Context, r *Report, h *jail.Host, cfg config.Con
 	}
 }
 
-func checkTemplate(ctx context.Context, h *jail.Host, cfg config.Config, store *image.Store, t image.Template) (Status, string) {
+func checkTemplate(ctx context.Context, l *server.Local, cfg config.Config, t image.Template) (Status, string) {
 	head := fmt.Sprintf("version %s (%s %s), %.1f MiB in %d files", t.Version, t.Source, t.From, float64(t.Size)/(1<<20), t.Files)
 	if len(t.Runtimes) == 0 {
 		return Fail, head + "; no interpreter airlock runs (/usr/bin/python3, /usr/bin/bash, /usr/bin/node) in its root"
 	}
-	lease, err := store.Acquire(t.Name)
-	if err != nil {
-		return Fail, head + ": " + err.Error()
-	}
-	defer lease.Release()
-	root, err := h.ImageRoot(lease.Root, lease.Name+"-"+lease.Version)
-	if err != nil {
-		return Fail, head + ": cannot be made a sandbox root: " + err.Error()
-	}
 	lines := []string{head}
 	status := OK
 	if t.Runtimes["python"] != "" {
-		out, _, err := runOn(ctx, h, cfg, root, []string{"/usr/bin/python3", "-c", templateScript, strings.Join(cfg.Pool.Preload, ",")})
+		out, _, err := runOn(ctx, l, t.Name, apitype.Python, templateScript, strings.Join(cfg.Pool.Preload, ","))
 		if err != nil {
 			return Fail, head + ": python3 does not run in a jail on it: " + err.Error()
 		}
@@ -105,12 +97,15 @@ func checkTemplate(ctx context.Context, h *jail.Host, cfg config.Config, store *
 		}
 		lines = append(lines, line)
 	}
-	for _, rt := range []struct{ lang, arg string }{{"javascript", "--version"}, {"bash", "--version"}} {
+	for _, rt := range []struct{ lang, code string }{
+		{apitype.JavaScript, "console.log(process.version)"},
+		{apitype.Bash, "exec " + t.Runtimes[apitype.Bash] + " --version"},
+	} {
 		p := t.Runtimes[rt.lang]
 		if p == "" {
 			continue
 		}
-		out, _, err := runOn(ctx, h, cfg, root, []string{p, rt.arg})
+		out, _, err := runOn(ctx, l, t.Name, rt.lang, rt.code)
 		if err != nil {
 			return Fail, head + ": " + p + " does not run in a jail on it: " + err.Error()
 		}

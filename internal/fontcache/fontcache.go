@@ -3,10 +3,12 @@
 // session scans every font (seconds) and fontconfig leaves caches behind.
 //
 // The list is computed by the same python and matplotlib sandboxes use,
-// inside a jail; what comes back is only regular files named fontlist*
-// that look like JSON, of bounded size, read through the workspace handle
-// that never follows links. It must never run the runtime outside a jail
-// or copy anything else out of one.
+// inside a jail, by a one-shot program run its caller provides (the
+// server's, on the session path every program takes); what comes back is
+// only regular files named fontlist* that look like JSON, of bounded
+// size, read through the workspace handle that never follows links. It
+// must never run the runtime outside a jail or copy anything else out of
+// one.
 package fontcache
 
 import (
@@ -17,12 +19,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
+	"airlock/internal/apitype"
 	"airlock/internal/config"
-	"airlock/internal/jail"
 )
 
 // Name is the directory under cache_dir and under each sandbox's /tmp.
@@ -39,94 +40,88 @@ for f in os.listdir(os.environ['MPLCONFIGDIR']):
         open('/workspace/mpl/' + f, 'wb').write(open(os.path.join(os.environ['MPLCONFIGDIR'], f), 'rb').read())
 `
 
-// Ensure builds the font list when the host has none and shares it with
-// the sandboxes h builds from now on; it reports whether it built one. A
-// host without python or matplotlib has nothing to build: that is not an
-// error (sessions still plot, only slower the first time).
-func Ensure(ctx context.Context, h *jail.Host, cfg config.Config) (bool, error) {
+// Runner runs a program once in a fresh sandbox and hands each file it
+// wrote to sink before the sandbox goes (session.Manager.RunProgramTo).
+type Runner func(ctx context.Context, req apitype.ProgramRequest, sink func(name string, open func() (io.ReadCloser, error))) (*apitype.OneShotResult, error)
+
+// Ensure builds the font list with run when the host has none. It returns
+// the directory every sandbox should get a copy of ("" when there is
+// none) and whether it built it. A host without python or matplotlib has
+// nothing to build: that is not an error (sessions still plot, only
+// slower the first time).
+func Ensure(ctx context.Context, cfg config.Config, run Runner) (string, bool, error) {
 	dir := Dir(cfg)
 	if st, err := os.Stat(dir); err == nil && st.IsDir() {
-		h.ShareTmp(Name, dir)
-		return false, nil
+		return dir, false, nil
 	}
 	if _, err := os.Stat(cfg.Runtimes.Python); err != nil {
-		return false, nil
+		return "", false, nil
 	}
 	if err := os.MkdirAll(cfg.CacheDir, 0o755); err != nil {
-		return false, err
+		return "", false, err
 	}
 	// Servers starting together each build their own copy and the first
 	// rename wins; none sees a half-written directory.
 	tmp, err := os.MkdirTemp(cfg.CacheDir, "."+Name+"-")
 	if err != nil {
-		return false, err
+		return "", false, err
 	}
 	defer os.RemoveAll(tmp)
 	if err := os.Chmod(tmp, 0o755); err != nil {
-		return false, err
+		return "", false, err
 	}
-	l := cfg.Defaults
-	l.Timeout = config.Duration(120 * time.Second)
-	l.CPUTime = config.Duration(120 * time.Second)
 	var copied int
 	var copyErr error
-	slot, err := h.CLISlot()
-	if err != nil {
-		return false, err
-	}
-	res, err := h.RunWith(ctx, jail.RunRequest{
-		Spec: jail.Spec{Name: "r-" + strconv.Itoa(os.Getpid()), Slot: slot, Limits: l},
-		Argv: []string{cfg.Runtimes.Python, "-c", script},
-		Env:  []string{"MPLCONFIGDIR=/tmp/mplbuild"},
-	}, func(sb *jail.Sandbox, _ *jail.RunResult) {
-		ents, _, err := sb.Workspace().List("mpl", false)
+	res, err := run(ctx, apitype.ProgramRequest{
+		Language: apitype.Python,
+		Code:     script,
+		Env:      map[string]string{"MPLCONFIGDIR": "/tmp/mplbuild"},
+		Limits:   Limits,
+	}, func(path string, open func() (io.ReadCloser, error)) {
+		name := filepath.Base(path)
+		if copyErr != nil || filepath.Dir(path) != "mpl" || !strings.HasPrefix(name, "fontlist") {
+			return
+		}
+		f, err := open()
 		if err != nil {
 			return
 		}
-		for _, e := range ents {
-			name := filepath.Base(e.Path)
-			if e.Type != "file" || !strings.HasPrefix(name, "fontlist") {
-				continue
-			}
-			f, _, err := sb.Workspace().Open(e.Path)
-			if err != nil {
-				continue
-			}
-			data, err := io.ReadAll(io.LimitReader(f, 64<<20))
-			f.Close()
-			if err != nil || !bytes.HasPrefix(bytes.TrimSpace(data), []byte("{")) {
-				continue
-			}
-			if copyErr = os.WriteFile(filepath.Join(tmp, name), data, 0o644); copyErr != nil {
-				return
-			}
+		data, err := io.ReadAll(io.LimitReader(f, 64<<20))
+		f.Close()
+		if err != nil || !bytes.HasPrefix(bytes.TrimSpace(data), []byte("{")) {
+			return
+		}
+		if copyErr = os.WriteFile(filepath.Join(tmp, name), data, 0o644); copyErr == nil {
 			copied++
 		}
 	})
 	if err != nil {
-		return false, err
+		return "", false, err
 	}
 	if res.ExitCode != 0 || res.Killed {
 		// No matplotlib is a host without plots, not a broken one.
-		if strings.Contains(string(res.Stderr), "No module named 'matplotlib'") {
-			return false, nil
+		if strings.Contains(res.Stderr, "No module named 'matplotlib'") {
+			return "", false, nil
 		}
-		return false, fmt.Errorf("building the matplotlib font list: exit %d %s: %s", res.ExitCode, res.KillReason, lastLine(res.Stderr))
+		return "", false, fmt.Errorf("building the matplotlib font list: exit %d %s: %s", res.ExitCode, res.KillReason, lastLine([]byte(res.Stderr)))
 	}
 	if copyErr != nil {
-		return false, copyErr
+		return "", false, copyErr
 	}
 	if copied == 0 {
-		return false, errors.New("building the matplotlib font list: matplotlib wrote none")
+		return "", false, errors.New("building the matplotlib font list: matplotlib wrote none")
 	}
 	if err := os.Rename(tmp, dir); err != nil {
 		if st, serr := os.Stat(dir); serr != nil || !st.IsDir() {
-			return false, err
+			return "", false, err
 		}
 	}
-	h.ShareTmp(Name, dir)
-	return true, nil
+	return dir, true, nil
 }
+
+// Limits are what the run that builds the list may need (matplotlib
+// scans every font of the host once).
+var Limits = apitype.Limits{Timeout: apitype.Duration(120 * time.Second), CPUTime: apitype.Duration(120 * time.Second)}
 
 func lastLine(b []byte) string {
 	s := strings.TrimSpace(string(b))

@@ -41,7 +41,6 @@ import (
 	"airlock/internal/console"
 	"airlock/internal/egress"
 	"airlock/internal/errdefs"
-	"airlock/internal/fontcache"
 	"airlock/internal/gvisor"
 	"airlock/internal/instance"
 	"airlock/internal/jail"
@@ -161,9 +160,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 			s.closers.AddFunc(func() { metricsLn.Close() })
 		}
 	}
-	hostOpts := jail.OptionsFrom(cfg)
-	hostOpts.RootFiles = runtimes.RootFiles()
-	if s.host, err = jail.NewHost(hostOpts); err != nil {
+	if s.host, err = newHost(cfg); err != nil {
 		return nil, err
 	}
 	s.closers.AddFunc(func() { s.host.Close() })
@@ -182,13 +179,6 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	}
 	s.closers.AddFunc(func() { ids.Close() })
 	s.sweep()
-	// Before any pool fills: every sandbox gets a copy of the font list.
-	t0 := time.Now()
-	if built, err := fontcache.Ensure(context.Background(), s.host, cfg); err != nil {
-		s.log.Warn("no matplotlib font list: first plots of each session will be slow", "err", err)
-	} else if built {
-		s.log.Info("built the matplotlib font list", "dir", fontcache.Dir(cfg), "ms", time.Since(t0).Milliseconds())
-	}
 	var unixLn net.Listener
 	if path := cfg.SocketPath(); path != "" && !opts.Embedded {
 		if unixLn, err = listenUnix(path); err != nil {
@@ -199,6 +189,11 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	}
 
 	slots := instance.NewSlots(s.host.Layout())
+	// Before any pool fills: every sandbox gets a copy of the font list.
+	native := &instance.Cold{Kernel: instance.Native{Host: s.host}, Slots: slots}
+	if _, err := ensureFontCache(context.Background(), cfg, s.host, native, s.log); err != nil {
+		s.log.Warn("no matplotlib font list: first plots of each session will be slow", "err", err)
+	}
 	kernels, err := s.kernels(cfg)
 	if err != nil {
 		return nil, err

@@ -63,9 +63,6 @@ func (m *Manager) RunProgram(ctx context.Context, req apitype.ProgramRequest, em
 	return m.RunProgramTo(ctx, req, emit, nil)
 }
 
-// MaxOneShotFiles caps the total content of output files returned inline.
-const MaxOneShotFiles = 16 << 20
-
 // FileSink receives each file a one-shot program created or modified,
 // after it ended and before its sandbox goes: the name the result gives
 // it, and open, which reads it through the workspace handle (links never
@@ -316,7 +313,7 @@ func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req request, emit
 		return nil, err
 	}
 	out := &apitype.OneShotResult{Result: res, Files: []apitype.OutputFile{}, Limits: &o.limits}
-	budget := int64(MaxOneShotFiles)
+	budget := int64(apitype.MaxOneShotFiles)
 	for i, c := range changes {
 		if c.Change == apitype.Deleted {
 			continue
