@@ -291,7 +291,7 @@ print("DONE")
 		Files: []InputFile{{Path: "main.py", Data: strings.NewReader(script)}},
 		Spec:  testSpec(testLimits()),
 	}
-	res, err := h.RunWith(t.Context(), req, func(sb *Sandbox, _ *RunResult) {
+	res, err := runOnceWith(t.Context(), h, req, func(sb *Sandbox, _ *RunResult) {
 		for _, p := range []string{"link", "dirlink/secret", "proclink", "fifo"} {
 			done := make(chan struct{})
 			go func() {

@@ -53,7 +53,7 @@ func sharedHost() (*Host, error) {
 			pid, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(name, "t-"), "-", 2)[0])
 			return err == nil && pid != os.Getpid() && syscall.Kill(pid, 0) == syscall.ESRCH
 		})
-		res, err := h.Run(context.Background(), RunRequest{Spec: testSpec(testLimits()), Argv: []string{"/bin/true"}})
+		res, err := runOnce(context.Background(), h, RunRequest{Spec: testSpec(testLimits()), Argv: []string{"/bin/true"}})
 		if err == nil && res.ExitCode != 0 {
 			err = fmt.Errorf("warm-up run exited %d: %s", res.ExitCode, res.Stderr)
 		}
@@ -334,7 +334,7 @@ func randomToken(t testing.TB) string {
 func runReq(t testing.TB, h *Host, l config.Limits, req RunRequest) *RunResult {
 	t.Helper()
 	req.Spec = testSpec(l)
-	res, err := h.Run(context.Background(), req)
+	res, err := runOnce(context.Background(), h, req)
 	if err != nil {
 		t.Fatalf("Run %v: %v", req.Argv, err)
 	}

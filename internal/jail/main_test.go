@@ -92,7 +92,7 @@ func testLimits() config.Limits {
 // runProgram runs argv in a fresh sandbox with limits l.
 func runProgram(t testing.TB, h *Host, l config.Limits, argv []string, files ...InputFile) *RunResult {
 	t.Helper()
-	res, err := h.Run(context.Background(), RunRequest{Spec: testSpec(l), Argv: argv, Files: files})
+	res, err := runOnce(context.Background(), h, RunRequest{Spec: testSpec(l), Argv: argv, Files: files})
 	if err != nil {
 		t.Fatalf("Run %v: %v", argv, err)
 	}

@@ -409,7 +409,7 @@ func TestEscapeKillEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sleeper.Process.Kill(); sleeper.Wait() })
-	res, err := h.Run(context.Background(), RunRequest{Spec: spec, Argv: []string{"/usr/bin/python3", "/workspace/main.py", strconv.Itoa(sleeper.Process.Pid)},
+	res, err := runOnce(context.Background(), h, RunRequest{Spec: spec, Argv: []string{"/usr/bin/python3", "/workspace/main.py", strconv.Itoa(sleeper.Process.Pid)},
 		Files: []InputFile{{Path: "main.py", Data: strings.NewReader(`
 import os, signal, sys, time
 kids = []

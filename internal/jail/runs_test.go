@@ -178,7 +178,7 @@ func TestConcurrentRuns(t *testing.T) {
 		token := "run-" + strconv.Itoa(i) + "-" + randomToken(t)
 		spec := testSpec(testLimits())
 		go func() {
-			res, err := h.Run(context.Background(), RunRequest{
+			res, err := runOnce(context.Background(), h, RunRequest{
 				Spec:  spec,
 				Argv:  []string{"/usr/bin/python3", "/workspace/main.py", token},
 				Files: []InputFile{{Path: "main.py", Data: strings.NewReader(concurrentProbe)}, {Path: token, Data: strings.NewReader(token)}},
@@ -280,7 +280,7 @@ func TestRunCancelled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := h.Run(ctx, RunRequest{
+	_, err := runOnce(ctx, h, RunRequest{
 		Spec:  testSpec(testLimits()),
 		Argv:  []string{"/usr/bin/python3", "/workspace/main.py"},
 		Files: []InputFile{{Path: "main.py", Data: strings.NewReader("import time\ntime.sleep(60)")}},
@@ -299,15 +299,15 @@ func TestStartFailureLeavesNothing(t *testing.T) {
 	// run fails, and the guard checks nothing was left behind.
 	l := testLimits()
 	l.Pids = 0
-	if _, err := h.Run(context.Background(), RunRequest{Spec: testSpec(l), Argv: []string{"/bin/true"}}); err == nil {
+	if _, err := runOnce(context.Background(), h, RunRequest{Spec: testSpec(l), Argv: []string{"/bin/true"}}); err == nil {
 		t.Error("a run with no pids limit started")
 	}
-	_, err := h.Run(context.Background(), RunRequest{Spec: testSpec(testLimits()), Argv: []string{"/no/such/program"}})
+	_, err := runOnce(context.Background(), h, RunRequest{Spec: testSpec(testLimits()), Argv: []string{"/no/such/program"}})
 	if err == nil || !strings.Contains(err.Error(), "no such file") {
 		t.Errorf("running a missing program: %v", err)
 	}
 	// Input files are checked before anything runs.
-	_, err = h.Run(context.Background(), RunRequest{Spec: testSpec(testLimits()), Argv: []string{"/bin/true"},
+	_, err = runOnce(context.Background(), h, RunRequest{Spec: testSpec(testLimits()), Argv: []string{"/bin/true"},
 		Files: []InputFile{{Path: "big", Data: strings.NewReader(strings.Repeat("x", 100))}}, MaxFileBytes: 10})
 	if !errors.Is(err, errdefs.ErrTooLarge) {
 		t.Errorf("an oversized input file: %v, want ErrTooLarge", err)

@@ -40,7 +40,7 @@ func startPaths() []startPath {
 	return []startPath{
 		{"init", func(t testing.TB, h *Host, req RunRequest) *RunResult {
 			t.Helper()
-			res, err := h.Run(context.Background(), req)
+			res, err := runOnce(context.Background(), h, req)
 			if err != nil {
 				t.Fatalf("Run %v: %v", req.Argv, err)
 			}

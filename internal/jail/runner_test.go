@@ -1,6 +1,13 @@
 package jail
 
+// A minimal runner for the jail's own tests: a program run once in a
+// fresh sandbox under every limit, supervised by package watch, as
+// production code runs programs through session and instance. It exists
+// so that these tests exercise the jail (namespaces, mounts, seccomp,
+// Landlock, cgroup limits, teardown) without the layers above it.
+
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -14,18 +21,100 @@ import (
 	"airlock/internal/workspace"
 )
 
-// Run starts a fresh sandbox, places the input files, runs the program
-// under every limit, and tears the sandbox down. Whatever happens, nothing
-// of the sandbox is left when Run returns.
-func (h *Host) Run(ctx context.Context, req RunRequest) (*RunResult, error) {
-	return h.RunWith(ctx, req, nil)
+// InputFile is a file placed in /workspace before the program starts.
+type InputFile struct {
+	Path string // relative to /workspace
+	Data io.Reader
+	Mode uint32 // permission bits; 0644 when zero
 }
 
-// RunWith is Run with a hook that sees the sandbox and the result after
+// RunRequest is one program run once in a fresh sandbox.
+type RunRequest struct {
+	Spec Spec
+	Argv []string
+	// Env is added to BaseEnv (later entries win).
+	Env   []string
+	Files []InputFile
+	// MaxFileBytes caps each input file; Spec.Limits.Disk when zero.
+	MaxFileBytes int64
+	// Stdin feeds the program; empty input when nil.
+	Stdin io.Reader
+	// Stdout and Stderr, when set, receive the output live as well,
+	// within the same caps.
+	Stdout, Stderr io.Writer
+	// Hide lists workspace paths left out of the result's file list
+	// (the program file airlock wrote itself).
+	Hide []string
+}
+
+// RunResult is what a run produced.
+type RunResult struct {
+	ExitCode        int
+	Stdout, Stderr  []byte
+	StdoutTruncated bool
+	StderrTruncated bool
+	// What was dropped past the output cap (the program ran on).
+	StdoutDropped, StderrDropped int64
+	Duration                     time.Duration
+	CPU                          time.Duration
+	PeakMemory                   int64
+	Killed                       bool
+	KillReason                   apitype.KillReason
+	// Files are the regular files the program created or modified in
+	// /workspace (the inputs only if it changed them).
+	Files          []workspace.Change
+	FilesTruncated bool
+}
+
+// capture keeps the first max bytes of a stream and forwards them to an
+// optional live writer; the rest is dropped and counted, and the program
+// runs on.
+type capture struct {
+	mu        sync.Mutex
+	max       int64
+	buf       bytes.Buffer
+	live      io.Writer
+	truncated bool
+	dropped   int64
+}
+
+func (c *capture) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := len(p)
+	room := max(c.max-int64(c.buf.Len()), 0)
+	if int64(len(p)) > room {
+		c.truncated = true
+		c.dropped += int64(len(p)) - room
+		p = p[:room]
+	}
+	if len(p) > 0 {
+		c.buf.Write(p)
+		if c.live != nil {
+			c.live.Write(p)
+		}
+	}
+	return n, nil
+}
+
+func (c *capture) result() ([]byte, bool, int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]byte(nil), c.buf.Bytes()...), c.truncated, c.dropped
+}
+
+// runOnce starts a fresh sandbox, places the input files, runs the
+// program under every limit, and tears the sandbox down. Whatever
+// happens, nothing of the sandbox is left when it returns.
+func runOnce(ctx context.Context, h *Host, req RunRequest) (*RunResult, error) {
+	return runOnceWith(ctx, h, req, nil)
+}
+
+// runOnceWith is runOnce with a hook that sees the sandbox and the result after
 // the program and everything it started are dead, before the sandbox is
 // torn down: its workspace is still readable (and nothing can change it
 // any more), the files the program wrote are in the result.
-func (h *Host) RunWith(ctx context.Context, req RunRequest, after func(*Sandbox, *RunResult)) (*RunResult, error) {
+func runOnceWith(ctx context.Context, h *Host, req RunRequest, after func(*Sandbox, *RunResult)) (*RunResult, error) {
 	sb, err := h.Start(ctx, req.Spec)
 	if err != nil {
 		return nil, err
@@ -47,9 +136,9 @@ func (h *Host) RunWith(ctx context.Context, req RunRequest, after func(*Sandbox,
 	return r.finish(ctx, sb, req, o, after)
 }
 
-// run is one program running in a sandbox of its own; as the watch's
+// runner is one program running in a sandbox of its own; as the watch's
 // Code, its reports are the init's exit messages.
-type run struct {
+type runner struct {
 	sb             *Sandbox
 	stdout, stderr *capture
 	readers        sync.WaitGroup
@@ -60,7 +149,7 @@ type run struct {
 
 // begin places the input files and starts the program with its output
 // captured.
-func begin(sb *Sandbox, req RunRequest) (_ *run, err error) {
+func begin(sb *Sandbox, req RunRequest) (_ *runner, err error) {
 	l := req.Spec.Limits
 	maxFile := req.MaxFileBytes
 	if maxFile <= 0 {
@@ -75,7 +164,7 @@ func begin(sb *Sandbox, req RunRequest) (_ *run, err error) {
 			return nil, fmt.Errorf("copy %s into the sandbox: %w", f.Path, err)
 		}
 	}
-	r := &run{sb: sb, before: workspace.TakeSnapshot(sb.Workspace())}
+	r := &runner{sb: sb, before: workspace.TakeSnapshot(sb.Workspace())}
 	r.stdout = &capture{max: int64(l.MaxOutput), live: req.Stdout}
 	r.stderr = &capture{max: int64(l.MaxOutput), live: req.Stderr}
 
@@ -128,22 +217,22 @@ func begin(sb *Sandbox, req RunRequest) (_ *run, err error) {
 	return r, nil
 }
 
-func (r *run) Reports() <-chan Exit { return r.sb.Exits() }
+func (r *runner) Reports() <-chan Exit { return r.sb.Exits() }
 
 // Handle takes the program's exit: the only program of the sandbox.
-func (r *run) Handle(e Exit) bool {
+func (r *runner) Handle(e Exit) bool {
 	r.exit = &e
 	return true
 }
 
-func (r *run) Closed() (apitype.End, bool) { return apitype.End{}, false } // Exits never closes
+func (r *runner) Closed() (apitype.End, bool) { return apitype.End{}, false } // Exits never closes
 
 // Interrupt is never asked for: a run's limits kill.
-func (r *run) Interrupt(apitype.KillReason) {}
+func (r *runner) Interrupt(apitype.KillReason) {}
 
 // finish kills whatever is left, collects the output and the files, and
 // says how the program ended.
-func (r *run) finish(ctx context.Context, sb *Sandbox, req RunRequest, o watch.Outcome, after func(*Sandbox, *RunResult)) (*RunResult, error) {
+func (r *runner) finish(ctx context.Context, sb *Sandbox, req RunRequest, o watch.Outcome, after func(*Sandbox, *RunResult)) (*RunResult, error) {
 	trace("exited")
 	res := &RunResult{ExitCode: -1, Duration: time.Since(r.start)}
 	// Whatever the program left running (daemons included) dies with the
