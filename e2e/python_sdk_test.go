@@ -28,12 +28,15 @@ func requirePython(t *testing.T) {
 
 // The Python SDK (sdk/python) against a real server: its unittest suite
 // (sessions, state, plots, files, commands, typed errors, streaming,
-// cleanup, one-shot runs, the unix socket, the LangChain tool with a stub
+// ports, cleanup, one-shot runs, the unix socket, the LangChain tool with a stub
 // langchain_core, the agents guide's snippets, and the wheel built and installed
 // offline). In a strict run (CI) a test it cannot run fails.
 func TestPythonSDK(t *testing.T) {
 	testPythonSDK(t, "", map[string]any{
 		"pool": map[string]any{"size": map[string]int{"python": 2, "bash": 0, "javascript": 0}},
+		// Ports' host form here (test_ports); the template run has the
+		// path form only.
+		"ports": map[string]any{"domain": "ports.test", "scheme": "http"},
 	})
 }
 

@@ -19,7 +19,7 @@ from .errors import (AirlockError, AuthenticationError, ConflictError, Connectio
                      InvalidArgumentError, MethodNotAllowedError, NotFoundError, PermissionDeniedError,
                      QuotaExceededError, RateLimitError, ServerError, SessionEndedError, TimeoutError, TooLargeError,
                      UnavailableError, UnsupportedError, SessionLostError, MisdirectedError, NodeUnavailableError,
-                     AuditUnavailableError)
+                     AuditUnavailableError, BadGatewayError)
 from .models import (CommandResult, EntryInfo, Execution, ExecutionError, FileChange, Logs, OutputFile,
                      Result, RunResult, WriteInfo)
 from .sandbox import CommandHandle, Commands, Files, Sandbox, run, run_program, templates
@@ -35,4 +35,5 @@ __all__ = [
     "MethodNotAllowedError", "ConflictError", "TooLargeError", "RateLimitError", "QuotaExceededError", "SessionEndedError",
     "TimeoutError", "UnsupportedError", "UnavailableError", "ServerError", "ConnectionError",
     "SessionLostError", "MisdirectedError", "NodeUnavailableError", "AuditUnavailableError",
+    "BadGatewayError",
 ]

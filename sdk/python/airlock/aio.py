@@ -107,6 +107,18 @@ class AsyncSandbox:
     async def is_running(self):
         return await _thread(self.sync.is_running)
 
+    async def open_port(self, port, public=False):
+        return await _thread(self.sync.open_port, port, public)
+
+    async def get_host(self, port):
+        return await _thread(self.sync.get_host, port)
+
+    async def ports(self):
+        return await _thread(self.sync.ports)
+
+    async def close_port(self, port):
+        return await _thread(self.sync.close_port, port)
+
     async def history(self, after=0):
         return await _thread(self.sync.history, after)
 

@@ -115,6 +115,12 @@ class AuditUnavailableError(UnavailableError):
     can; nothing was done: retry later (``retry_after``)."""
 
 
+class BadGatewayError(AirlockError):
+    """502: a program in the session, reached through one of its ports, is not listening there or did not answer
+    valid HTTP (the message says which). A 502 without airlock's code (a proxy in front of the server) is a
+    ServerError."""
+
+
 class ServerError(AirlockError):
     """500: the server's own failure; its log has the detail under request_id."""
 
@@ -142,6 +148,7 @@ CODES = {
     "misdirected": MisdirectedError,
     "node_unavailable": NodeUnavailableError,
     "audit_unavailable": AuditUnavailableError,
+    "bad_gateway": BadGatewayError,
     "internal": ServerError,
 }
 

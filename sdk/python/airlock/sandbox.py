@@ -182,6 +182,40 @@ class Sandbox:
                 f.write(data)
         return json.loads(data)
 
+    # --- ports: programs listening inside the sandbox, reached from outside
+
+    def open_port(self, port, public=False):
+        """Opens ``port`` of the sandbox to the outside (or makes it public or
+        private again): a dict with its ``path`` (on the API's origin, for
+        programs), ``host`` and ``url`` (its own origin, for browsers, when
+        the server has a ports domain), ``token`` (send it as
+        X-Airlock-Port-Token; the SDK's key works too) and a one-time browser
+        ``link``. Private unless ``public`` (which the server must allow).
+        Opening an open port keeps its token."""
+        return self._t.call("POST", self._path("/ports/%d" % int(port)), {"public": bool(public)})
+
+    def get_host(self, port):
+        """The host ``port`` is reached at, ``<port>-<sandbox>.<domain>`` as
+        E2B's ``get_host`` gives it (the port is opened, private: see
+        ``open_port`` for its token). UnsupportedError when the server has no
+        ports domain: use ``open_port(port)["path"]`` there."""
+        p = self.open_port(port)
+        if not p.get("host"):
+            raise errors.UnsupportedError(
+                "airlock: this server has no ports domain (ports.domain): reach port %d at its path, %s"
+                % (int(port), p.get("path")), code="unsupported")
+        return p["host"]
+
+    def ports(self):
+        """The sandbox's open ports (dicts: ``port``, ``public``, ``path``,
+        ``host``, ``requests``, ``bytes_in``, ``bytes_out``...; no tokens)."""
+        return self._t.call("GET", self._path("/ports")).get("ports") or []
+
+    def close_port(self, port):
+        """Closes ``port``: its token and links stop working and its
+        connections are cut (NotFoundError if it is not open)."""
+        self._t.call("DELETE", self._path("/ports/%d" % int(port)))
+
     def is_running(self):
         try:
             return self.info().get("state") != "ended"

@@ -1,9 +1,11 @@
 """The SDK against a real airlock server (AIRLOCK_URL, AIRLOCK_TOKEN)."""
 
+import http.client
 import os
 import threading
 import time
 import unittest
+import urllib.parse
 
 import support
 import airlock
@@ -64,6 +66,58 @@ class SandboxTest(unittest.TestCase):
             nb = sbx.notebook()
             self.assertEqual((nb["nbformat"], len(nb["cells"])), (4, 2))
             self.assertEqual(nb["cells"][0]["outputs"][0]["text"], ["first\n"])
+        finally:
+            sbx.kill()
+
+    def test_ports(self):
+        # A web server in the sandbox, reached from outside by its port's
+        # path (and host, where the server has a ports domain) with the
+        # port's token; the SDK's key gets a clear 502 where nothing listens.
+        u = urllib.parse.urlsplit(os.environ["AIRLOCK_URL"])
+        self.assertEqual(u.scheme, "http")
+
+        def get(path, token=None, host=None):
+            conn = http.client.HTTPConnection(u.netloc, timeout=30)
+            headers = {"X-Airlock-Port-Token": token} if token else {}
+            if host:
+                headers["Host"] = host
+            try:
+                conn.request("GET", path, headers=headers)
+                r = conn.getresponse()
+                return r.status, r.read()
+            finally:
+                conn.close()
+
+        sbx = Sandbox.create()
+        try:
+            sbx.files.write("index.html", "hello from the sandbox\n")
+            sbx.commands.run("exec python3 -m http.server 8000 --bind 127.0.0.1", background=True)
+            p = sbx.open_port(8000)
+            self.assertFalse(p["public"])
+            self.assertTrue(p["token"].startswith("alp_"))
+            deadline = time.time() + 60
+            while True:
+                status, body = get(p["path"] + "index.html", p["token"])
+                if status != 502 or time.time() > deadline:
+                    break
+                time.sleep(0.05)
+            self.assertEqual((status, body), (200, b"hello from the sandbox\n"))
+            self.assertEqual(get(p["path"] + "index.html")[0], 401)
+            if p.get("host"):
+                self.assertEqual(sbx.get_host(8000), p["host"])
+                self.assertEqual(get("/index.html", p["token"], p["host"]), (200, b"hello from the sandbox\n"))
+            else:
+                with self.assertRaises(airlock.UnsupportedError):
+                    sbx.get_host(8000)
+            with self.assertRaises(airlock.BadGatewayError) as cm:
+                sbx._t.raw("GET", sbx._path("/ports/8001/"))
+            self.assertIn("nothing listens on port 8001", cm.exception.message)
+            self.assertEqual(sorted(x["port"] for x in sbx.ports()), [8000, 8001])
+            self.assertNotIn("token", sbx.ports()[0])
+            sbx.close_port(8000)
+            self.assertEqual(get(p["path"] + "index.html", p["token"])[0], 401)
+            with self.assertRaises(airlock.NotFoundError):
+                sbx.close_port(8000)
         finally:
             sbx.kill()
 
