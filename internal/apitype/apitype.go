@@ -5,7 +5,7 @@
 // and the machine-readable vocabularies (kill reasons, end codes, event
 // types). The server, the Go client, the command line, the benchmark and
 // the end-to-end tests all use these types, the configuration's limits
-// are these, and internal/api checks them field by field against the
+// are these, and internal/httpapi/v1 checks them field by field against the
 // OpenAPI document.
 //
 // It must never hold behaviour beyond naming and encoding values, and

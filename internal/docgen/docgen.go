@@ -44,7 +44,7 @@ func Files(root string, commands []Command) (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	api, err := HTTPAPI(filepath.Join(root, "internal", "api", "openapi.json"))
+	api, err := HTTPAPI(filepath.Join(root, "internal", "httpapi", "v1", "openapi.json"))
 	if err != nil {
 		return nil, err
 	}

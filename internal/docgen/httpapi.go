@@ -25,8 +25,8 @@ func HTTPAPI(path string) (string, error) {
 		return "", fmt.Errorf("%s: %v", path, err)
 	}
 	var b strings.Builder
-	b.WriteString(header("HTTP API", "internal/api/openapi.json"))
-	b.WriteString("The OpenAPI 3 document is [`internal/api/openapi.json`](../../internal/api/openapi.json),\n" +
+	b.WriteString(header("HTTP API", "internal/httpapi/v1/openapi.json"))
+	b.WriteString("The OpenAPI 3 document is [`internal/httpapi/v1/openapi.json`](../../internal/httpapi/v1/openapi.json),\n" +
 		"also served by every server at `GET /v1/openapi.json`; its schemas are the full reference\n" +
 		"of every request and answer. The [sessions guide](../guides/sessions-api.md) shows them in use.\n\n")
 	b.WriteString(strings.TrimSpace(doc.Info.Description) + "\n\n## Operations\n\n| method and path | what |\n| --- | --- |\n")

@@ -9,7 +9,7 @@ import (
 )
 
 // codes is the public error vocabulary, as documented in the API's Error
-// schema (internal/api/openapi.json).
+// schema (internal/httpapi/v1/openapi.json).
 var codes = []struct {
 	sentinel error
 	code     string

@@ -11,10 +11,10 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/internal/api"
 	"airlock/internal/apitype"
 	"airlock/internal/client"
 	"airlock/internal/config"
+	"airlock/internal/httpapi/v1"
 )
 
 // Every error body the API answers, over every operation of its OpenAPI
@@ -100,7 +100,7 @@ func TestErrorBodiesKeepHostInternals(t *testing.T) {
 	var doc struct {
 		Paths map[string]map[string]json.RawMessage `json:"paths"`
 	}
-	if err := json.Unmarshal(api.OpenAPI(), &doc); err != nil {
+	if err := json.Unmarshal(v1.OpenAPI(), &doc); err != nil {
 		t.Fatal(err)
 	}
 	bodies := [][]byte{nil, []byte("{"), []byte(`{"unknown": 1}`), []byte(`{"code": "rm -rf /", "language": "bash", "command": "rm -rf /"}`),

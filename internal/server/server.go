@@ -32,7 +32,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/internal/api"
 	"airlock/internal/audit"
 	"airlock/internal/cleanup"
 	"airlock/internal/client"
@@ -42,6 +41,7 @@ import (
 	"airlock/internal/egress"
 	"airlock/internal/errdefs"
 	"airlock/internal/gvisor"
+	"airlock/internal/httpapi/v1"
 	"airlock/internal/instance"
 	"airlock/internal/jail"
 	"airlock/internal/mcp"
@@ -81,7 +81,7 @@ type Server struct {
 	pool    *pool.Pool      // nil without warm pools
 	tmpl    *pool.Templates // nil without a template store
 	manager *session.Manager
-	api     *api.Server
+	api     *v1.Server
 	mcp     *mcp.Server // nil when mcp.enabled is off
 	db      *store.DB   // nil when neither keys nor the audit log need it
 	audit   *audit.Log  // nil when audit.enabled is off
@@ -235,7 +235,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	}
 	s.manager.SetEgress(eg)
 	s.manager.Observe(opts.Observers...)
-	s.api = api.New(s.manager, cfg, s.log, opts.Version)
+	s.api = v1.New(s.manager, cfg, s.log, opts.Version)
 	if ident != nil {
 		s.api.Pod = ident.Pod
 		s.log.Info("serving as one server of a cluster", "pod", ident.Pod, "boot_epoch", ident.Epoch)
@@ -310,7 +310,7 @@ func (s *Server) observe(ln net.Listener) {
 	if s.audit != nil {
 		s.metrics.Audit(s.audit.Health)
 	}
-	s.metrics.AccessRefusals(api.RefusalReasons())
+	s.metrics.AccessRefusals(v1.RefusalReasons())
 	if ln == nil {
 		s.api.HandleAdmin("GET /metrics", s.metrics.Handler())
 		if cfg.Public {
@@ -332,7 +332,7 @@ func listenTCP(key, addr string) (net.Listener, error) {
 
 // refused hears the API's refusals: counted by reason, recorded by the
 // audit log in aggregate (both nil-safe).
-func (s *Server) refused(r api.Refusal) {
+func (s *Server) refused(r v1.Refusal) {
 	s.metrics.AccessRefused(r.Reason)
 	s.audit.Refused(r.Kind, r.Reason, r.Source, r.Tenant, r.KeyID, r.RequestID)
 }

@@ -5,10 +5,10 @@ import (
 	"os"
 	"time"
 
-	"airlock/internal/api"
 	"airlock/internal/audit"
 	"airlock/internal/config"
 	"airlock/internal/directory"
+	"airlock/internal/httpapi/v1"
 	"airlock/internal/identity"
 	"airlock/internal/quota"
 	"airlock/internal/session"
@@ -79,14 +79,14 @@ func (k keyAuth) Authenticate(ctx context.Context, secret string) (identity.Iden
 		return identity.Identity{}, "", err
 	}
 	if key.ID == "" {
-		return identity.Identity{}, api.RefusedUnknownKey, nil
+		return identity.Identity{}, v1.RefusedUnknownKey, nil
 	}
 	who := identity.Identity{Tenant: key.Tenant, KeyID: key.ID, Admin: key.Admin}
 	switch key.State(time.Now()) {
 	case store.KeyRevoked:
-		return who, api.RefusedRevokedKey, nil
+		return who, v1.RefusedRevokedKey, nil
 	case store.KeyExpired:
-		return who, api.RefusedExpiredKey, nil
+		return who, v1.RefusedExpiredKey, nil
 	}
 	return who, "", nil
 }

@@ -1,4 +1,4 @@
-// Package api owns airlock's HTTP API under /v1: routing (one table),
+// Package v1 owns airlock's HTTP API under /v1: routing (one table),
 // strict JSON decoding with size caps (one function), the HTTP adapter of
 // errdefs' table (every error becomes a status and a JSON body in one
 // place, with the request's id; detail goes to the log), request ids,
@@ -12,7 +12,7 @@
 // above the server's maximum (package session enforces the limits and
 // admits every request by its tenant's rules and quotas; this package
 // only decodes and encodes).
-package api
+package v1
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package api
+package v1
 
 // File transfers are the one place a client sets the pace: an upload is
 // read as fast as the client sends it, a download written as fast as it
