@@ -125,12 +125,26 @@ type bridge struct {
 	// lost is set when a session was opened again, until the next tool
 	// result tells the model that its sandboxes' state is gone.
 	lost bool
+	// noted are the tools whose structured result has a note (their
+	// output schema, from tools/list, says so): a note set on another's
+	// would break the schema, which clients check.
+	noted map[string]bool
 }
 
 // message is what the bridge reads of a client's JSON-RPC message.
 type message struct {
 	ID     json.RawMessage `json:"id,omitempty"`
 	Method string          `json:"method,omitempty"`
+	Params json.RawMessage `json:"params,omitempty"`
+}
+
+// tool is the name of the tool a tools/call calls.
+func (m message) tool() string {
+	var p struct {
+		Name string `json:"name"`
+	}
+	json.Unmarshal(m.Params, &p)
+	return p.Name
 }
 
 // initialized is what the bridge reads of the answer to initialize.
@@ -180,7 +194,7 @@ func (b *bridge) send(line []byte, m message) {
 		b.failRequest(m, httpProblem(resp))
 		return
 	}
-	b.relay(resp, m.Method)
+	b.relay(resp, m)
 }
 
 // post sends one message; opening says it is an initialize, whose
@@ -236,11 +250,14 @@ func (b *bridge) sessionID() string {
 // JSON body, or the events of a stream. The answer to initialize sets the
 // protocol version and starts the GET stream; the first tool result after
 // a reopen says the state is gone.
-func (b *bridge) relay(resp *http.Response, method string) {
-	initialize := method == "initialize"
+func (b *bridge) relay(resp *http.Response, m message) {
+	initialize := m.Method == "initialize"
 	onMessage := func(data []byte) {
-		if method == "tools/call" {
-			data = b.noteLost(data)
+		switch m.Method {
+		case "tools/call":
+			data = b.noteLost(data, m.tool())
+		case "tools/list":
+			b.learnTools(data)
 		}
 		if initialize {
 			var m initialized
@@ -300,10 +317,36 @@ const lostNote = "the airlock server had ended this MCP session (idle longer tha
 	"and with it every sandbox session it opened; a new one was started: variables, imports, installed packages " +
 	"and files of earlier calls are gone, so run any setup again"
 
-// noteLost adds lostNote to data, a tool call's result, if a session was
-// opened again since the last one was told: first in its content, and as
-// its structured content's note.
-func (b *bridge) noteLost(data []byte) []byte {
+// learnTools records which tools' structured results have a note, from
+// data, an answer to tools/list.
+func (b *bridge) learnTools(data []byte) {
+	var list struct {
+		Result *struct {
+			Tools []struct {
+				Name         string `json:"name"`
+				OutputSchema *struct {
+					Properties map[string]json.RawMessage `json:"properties"`
+				} `json:"outputSchema"`
+			} `json:"tools"`
+		} `json:"result"`
+	}
+	if json.Unmarshal(data, &list) != nil || list.Result == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.noted == nil {
+		b.noted = map[string]bool{}
+	}
+	for _, t := range list.Result.Tools {
+		b.noted[t.Name] = t.OutputSchema != nil && t.OutputSchema.Properties["note"] != nil
+	}
+}
+
+// noteLost adds lostNote to data, the result of a call of tool, if a
+// session was opened again since the last one was told: first in its
+// content, and as its structured content's note when its schema has one.
+func (b *bridge) noteLost(data []byte, tool string) []byte {
 	var msg map[string]json.RawMessage
 	if json.Unmarshal(data, &msg) != nil || msg["result"] == nil {
 		return data // a progress notification, or an error: the next result says it
@@ -313,7 +356,7 @@ func (b *bridge) noteLost(data []byte) []byte {
 		return data
 	}
 	b.mu.Lock()
-	lost := b.lost
+	lost, noted := b.lost, b.noted[tool]
 	b.lost = false
 	b.mu.Unlock()
 	if !lost {
@@ -324,7 +367,7 @@ func (b *bridge) noteLost(data []byte) []byte {
 	block, _ := json.Marshal(map[string]string{"type": "text", "text": "note: " + lostNote + "\n"})
 	result["content"], _ = json.Marshal(append([]json.RawMessage{block}, content...))
 	var structured map[string]any
-	if json.Unmarshal(result["structuredContent"], &structured) == nil && structured != nil {
+	if json.Unmarshal(result["structuredContent"], &structured) == nil && structured != nil && noted {
 		note := lostNote
 		if old, _ := structured["note"].(string); old != "" {
 			note += "; " + old

@@ -444,12 +444,20 @@ func TestBridgeReopens(t *testing.T) {
 		}
 	})
 	cs := clientOn(t, &sdk.IOTransport{Reader: clientIn, Writer: clientOut})
+	// As clients do, it lists the tools first (the bridge learns which
+	// results have a note).
+	if _, err := cs.ListTools(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
 	if _, out := call(t, cs, "execute_code", map[string]any{"code": "x = 1"}); out["session_id"] == nil {
 		t.Fatalf("through the bridge: %v", out)
 	}
-	for ss := range srv.SDK().Sessions() {
-		ss.Close() // as the server's timeout does
+	endAll := func() {
+		for ss := range srv.SDK().Sessions() {
+			ss.Close() // as the server's timeout does
+		}
 	}
+	endAll()
 	res, out := call(t, cs, "execute_code", map[string]any{"code": "print('again')"})
 	if res.IsError || out["stdout"] != "again\n" {
 		t.Fatalf("after the server ended the session: %s", text(res))
@@ -463,5 +471,12 @@ func TestBridgeReopens(t *testing.T) {
 	res, out = call(t, cs, "execute_code", map[string]any{"code": "print('then')"})
 	if out["note"] != nil || strings.Contains(text(res), "had ended") {
 		t.Errorf("the next result says it again: %s", text(res))
+	}
+	// A tool whose result has no note in its schema gets the text only:
+	// its structured result stays valid for its schema.
+	endAll()
+	res, out = call(t, cs, "write_file", map[string]any{"path": "a.txt", "content": "a"})
+	if res.IsError || !strings.HasPrefix(text(res), "note: the airlock server had ended") || out["note"] != nil || out["session_id"] == nil {
+		t.Errorf("write_file after a reopen: %s %v", text(res), out)
 	}
 }
