@@ -224,6 +224,13 @@ func TestConsoleBrowser(t *testing.T) {
 	// or a state that matches nothing hides the row, cleared shows it.
 	row := `document.querySelector('tr[data-session="` + sa.ID + `"]')`
 	b.wait("memory and CPU", row+` && `+row+`.children[6].textContent.includes(" / ") && `+row+`.children[7].textContent.includes("%")`)
+	// The server each lives on (with a store: a cluster's list is every
+	// server's).
+	if l, err := a.Sessions(ctx); err != nil || len(l) != 1 || l[0].Pod == "" {
+		t.Fatalf("the API's list: %v %+v", err, l)
+	} else {
+		b.wait("its pod", row+`.querySelector(".pod") !== null && `+row+`.querySelector(".pod").textContent === `+jsString(l[0].Pod))
+	}
 	setFilter := func(sel, value, event string) {
 		b.t.Helper()
 		b.eval(`(() => { const e = document.querySelector("` + sel + `"); e.value = "` + value + `"; e.dispatchEvent(new Event("` + event + `")); return true })()`)
@@ -320,6 +327,12 @@ func TestConsoleBrowser(t *testing.T) {
 	b.wait("audit records", `[...document.querySelectorAll("#audit-body td")].some(td => td.textContent === "session.end")`)
 	b.shot("audit")
 	b.checkClean()
+}
+
+// jsString is s as a JavaScript string literal.
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }
 
 // waitFile waits for the browser to finish saving path (it writes a

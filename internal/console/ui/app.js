@@ -251,7 +251,8 @@ function sessionRow(s, refresh) {
   const cur = s.current ? h("span", {}, h("b", {}, s.current.id), " ", h("code", {}, oneLine(s.current.code_head, 60)), " ", h("span", { class: "muted" }, ago(s.current.started_at))) : "";
   const eg = s.network ? s.network.connections + " conn, " + s.network.denied + " denied" : "none";
   return h("tr", { "data-session": s.id },
-    h("td", {}, h("a", { href: "#/session/" + encodeURIComponent(s.id), class: "mono" }, oneLine(s.id, 40))),
+    h("td", {}, h("a", { href: "#/session/" + encodeURIComponent(s.id), class: "mono" }, oneLine(s.id, 40)),
+      s.pod ? h("div", { class: "muted pod", title: "the server it lives on" }, oneLine(s.pod, 40)) : ""),
     h("td", {}, oneLine(s.tenant || "—", 40)),
     h("td", {}, s.language + (s.template ? " · " + oneLine(s.template, 30) : "")),
     h("td", {}, stateBadge(s.state)),
