@@ -1,4 +1,4 @@
-// Package deploy holds the tests of airlock's deployment artifacts: the
+// Package deploy owns the tests of airlock's deployment artifacts: the
 // container image (deploy/image), the Helm chart and its router
 // (deploy/helm/airlock), and the tools they use (deploy/tools, a Go module
 // of its own). It has no code for airlock's binary and must never be

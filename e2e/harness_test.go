@@ -1,5 +1,8 @@
-// Package e2e holds the end-to-end tests: they build the real airlock
+// Package e2e owns the end-to-end tests: they build the real airlock
 // binary, start a real server, and talk to it over real HTTP.
+//
+// They must never reach into the server's packages for what a client
+// cannot do: what they check is what users get.
 package e2e
 
 import (

@@ -5,8 +5,8 @@
 // invocation (bare python3, bubblewrap + python3, airlock run), and
 // reports medians, tail latencies, throughput, memory and ratios.
 //
-// It measures; it never asserts how fast anything must be. The smoke mode
-// only checks that every scenario runs.
+// It measures; it must never assert how fast anything must be. The smoke
+// mode only checks that every scenario runs.
 package bench
 
 import (

@@ -1,4 +1,4 @@
-// Package cleanup undoes half-done setup: each step that acquires something
+// Package cleanup owns undoing half-done setup: each step that acquires something
 // pushes its undo, and unless Release is called the undos run in reverse
 // order (gVisor's pkg/cleanup).
 //

@@ -1,4 +1,4 @@
-// Package client is airlock's Go client: typed calls for every operation
+// Package client owns airlock's Go client: typed calls for every operation
 // of the HTTP API (sessions, executions with optional streaming, files,
 // one-shot and program runs, health) over TCP or the server's unix socket,
 // with errors that errors.Is-match errdefs' sentinels. The command line,

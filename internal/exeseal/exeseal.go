@@ -1,6 +1,6 @@
-// Package exeseal gives the host an executable copy of the running airlock
-// binary that no sandbox can write or re-open for writing, for re-executing
-// as a sandbox's init (runc CVE-2019-5736).
+// Package exeseal owns the executable copy of the running airlock binary
+// that the host re-executes as a sandbox's init, which no sandbox can
+// write or re-open for writing (runc CVE-2019-5736).
 //
 // The preferred form is a detached, read-only, nosuid bind mount of the
 // binary made with open_tree(2): it costs no copy, belongs to no mount

@@ -1,6 +1,7 @@
-// Package fontcache builds, once per host, the matplotlib font list that
-// every sandbox gets a copy of in /tmp: without it the first plot of each
-// session scans every font (seconds) and fontconfig leaves caches behind.
+// Package fontcache owns the matplotlib font list, built once per host,
+// that every sandbox gets a copy of in /tmp: without it the first plot of
+// each session scans every font (seconds) and fontconfig leaves caches
+// behind.
 //
 // The list is computed by the same python and matplotlib sandboxes use,
 // inside a jail, by a one-shot program run its caller provides (the

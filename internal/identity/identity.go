@@ -1,4 +1,4 @@
-// Package identity is who a request acts for: the tenant and the API key
+// Package identity owns who a request acts for: the tenant and the API key
 // resolved once at the API's edge, carried in the request's context to
 // every layer below (sessions, quotas, audit, metrics, redaction), with
 // the request's id.

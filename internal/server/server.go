@@ -1,4 +1,4 @@
-// Package server is airlock's composition root: it binds its TCP
+// Package server owns airlock's composition root: it binds its TCP
 // addresses (first: one in use stops it before anything starts), builds
 // the jail host, takes the state directory's lock, sweeps what a killed predecessor left,
 // starts the warm pools (and with them the template interpreter), the

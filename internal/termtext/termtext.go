@@ -1,4 +1,4 @@
-// Package termtext makes text that sandboxes or tenants control safe to
+// Package termtext owns making text that sandboxes or tenants control safe to
 // show on an operator's terminal: file names, exception names, tenant and
 // key names, egress host names, a server's error messages, a program's
 // streamed output. A terminal acts on control characters (ESC starts the

@@ -1,4 +1,4 @@
-// Package notebooktest checks notebooks with the nbformat package
+// Package notebooktest owns checking notebooks with the nbformat package
 // (Debian's python3-nbformat, scripts/install-deps.sh --tests): what
 // Jupyter itself says of a file airlock exports.
 //

@@ -1,4 +1,4 @@
-// Package pgtest starts real PostgreSQL servers for airlock's tests:
+// Package pgtest owns the real PostgreSQL servers of airlock's tests:
 // Debian's postgresql package (scripts/install-deps.sh --tests), a data
 // directory of its own initialised with initdb, a port of its own on
 // loopback, run as the postgres user (PostgreSQL refuses root), password

@@ -1,0 +1,10 @@
+// Package layers owns the rules of airlock's code layout, as tests that
+// fail when they break: the table of which package may import which (the
+// request path top to bottom, cmd/airlock → server → api and mcp →
+// session → pool → instance → jail → mechanisms, with apitype, errdefs
+// and config beneath them all), and the form of every package's doc (one
+// comment, "Package X owns …", saying what it must never do).
+//
+// It must never hold code the binary uses: it is its tests, and this
+// comment.
+package layers
