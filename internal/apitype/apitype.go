@@ -49,6 +49,65 @@ type CreateSessionRequest struct {
 	// server's history.executions and history.bytes), up to the
 	// server's history.max_executions and history.max_bytes.
 	History *HistoryLimits `json:"history,omitempty"`
+	// Timeout is the session's lifetime: it ends (or pauses, OnTimeout)
+	// this long after its creation or its resume, however busy, unless PUT
+	// /v1/sessions/{id}/timeout sets it again. 0: no lifetime (the idle
+	// timeout alone ends it). At most the server's
+	// server.max_session_timeout. Not limits.timeout, which bounds each
+	// execution.
+	Timeout Duration `json:"timeout,omitempty"`
+	// OnTimeout is what its lifetime's or idle timeout's end does: "end"
+	// (the default) or "pause" (a server with persistence.enabled).
+	OnTimeout string `json:"on_timeout,omitempty"`
+	// AutoResume: a call naming the session while it is paused (execute,
+	// files, commands...) resumes it first, instead of answering 409
+	// session_paused. GET and DELETE never resume.
+	AutoResume bool `json:"auto_resume,omitempty"`
+}
+
+// What a session's timeout does (CreateSessionRequest.OnTimeout).
+const (
+	OnTimeoutEnd   = "end"
+	OnTimeoutPause = "pause"
+)
+
+// What a resume restores (Session.Restores, Session.Restored).
+const (
+	// RestoreFiles: the workspace's files, limits, environment, network
+	// policy and lifecycle; the interpreter starts afresh (variables and
+	// processes are gone).
+	RestoreFiles = "files"
+)
+
+// TimeoutRequest sets a session's lifetime again, from now
+// (PUT /v1/sessions/{id}/timeout; E2B's set_timeout).
+type TimeoutRequest struct {
+	Timeout Duration `json:"timeout"`
+}
+
+// PausedInfo describes a paused session (state "paused").
+type PausedInfo struct {
+	PausedAt time.Time `json:"paused_at"`
+	// Files and Dirs were kept, Bytes of the files' contents, DiskBytes
+	// on the server's disk (what counts against quotas.max_paused_bytes).
+	Files     int   `json:"files"`
+	Dirs      int   `json:"dirs"`
+	Bytes     int64 `json:"bytes"`
+	DiskBytes int64 `json:"disk_bytes"`
+	// Skipped are what the workspace held that a pause does not keep
+	// (symlinks, FIFOs, sockets, devices: never followed or read).
+	Skipped []PauseSkipped `json:"skipped,omitempty"`
+	// ExpiresAt: when the server deletes it (persistence.keep).
+	ExpiresAt time.Time `json:"expires_at"`
+	// Error says why it cannot be resumed (a corrupt image, kept for
+	// the operator; DELETE discards it).
+	Error string `json:"error,omitempty"`
+}
+
+// PauseSkipped is a workspace entry a pause left out.
+type PauseSkipped struct {
+	Path string `json:"path"`
+	Type string `json:"type"`
 }
 
 // NetworkPolicy is an egress allowlist: DNS names ("pypi.org"), every name
@@ -101,13 +160,16 @@ const (
 	StateIdle  = "idle"
 	StateBusy  = "busy"
 	StateEnded = "ended"
+	// StatePaused: its files and settings are on the server's disk and
+	// it has no sandbox; POST .../resume (or auto_resume) brings it back.
+	StatePaused = "paused"
 )
 
 // Session describes a session.
 type Session struct {
 	ID       string `json:"id"`
 	Language string `json:"language"`
-	State    string `json:"state"` // StateIdle, StateBusy or StateEnded
+	State    string `json:"state"` // StateIdle, StateBusy, StatePaused or StateEnded
 	// EndReason and EndCode say why the session ended (state ended).
 	EndReason   string    `json:"end_reason,omitempty"`
 	EndCode     EndCode   `json:"end_code,omitempty"`
@@ -144,6 +206,18 @@ type Session struct {
 	// History is the bounds of the session's history (absent: the
 	// server keeps none, history.enabled).
 	History *HistoryLimits `json:"history,omitempty"`
+	// ExpiresAt is the end of the session's lifetime (absent: none);
+	// OnTimeout and AutoResume are as created.
+	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
+	OnTimeout  string     `json:"on_timeout,omitempty"`
+	AutoResume bool       `json:"auto_resume,omitempty"`
+	// Restores is what a pause of the session would keep ("files"),
+	// absent on a server that cannot pause; Restored is what its last
+	// resume restored (absent: never paused).
+	Restores string `json:"restores,omitempty"`
+	Restored string `json:"restored,omitempty"`
+	// Paused describes a paused session (state "paused").
+	Paused *PausedInfo `json:"paused,omitempty"`
 }
 
 // SessionList is GET /v1/sessions.

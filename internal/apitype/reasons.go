@@ -51,12 +51,17 @@ const (
 	EndKilled EndCode = "killed"
 	// EndFinished: a one-shot or program run is over.
 	EndFinished EndCode = "finished"
+	// EndPaused: the session was paused; its sandbox is gone, its files
+	// and settings are kept (a resume makes it live again).
+	EndPaused EndCode = "paused"
+	// EndLifetime: its lifetime (timeout) ran out.
+	EndLifetime EndCode = "timeout"
 )
 
 // EndCodes lists every end code.
 func EndCodes() []EndCode {
 	return []EndCode{EndDeleted, EndIdle, EndOOM, EndPids, EndUnresponsive, EndShutdown, EndProtocol,
-		EndNotReading, EndInterpreterExited, EndProgramExited, EndKilled, EndFinished}
+		EndNotReading, EndInterpreterExited, EndProgramExited, EndKilled, EndFinished, EndPaused, EndLifetime}
 }
 
 // reasons are the sentences of the end codes whose sentence is fixed.
@@ -73,6 +78,8 @@ var reasons = map[EndCode]string{
 	EndProgramExited:     "the program exited",
 	EndKilled:            "killed",
 	EndFinished:          "finished",
+	EndPaused:            "paused",
+	EndLifetime:          "its lifetime (timeout) ran out",
 }
 
 // Reason is the code's usual sentence (an interpreter's exit has more

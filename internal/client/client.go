@@ -270,7 +270,7 @@ func (c *Client) Session(ctx context.Context, id string) (*apitype.Session, erro
 	return &s, nil
 }
 
-// Sessions lists the live sessions.
+// Sessions lists the live and paused sessions.
 func (c *Client) Sessions(ctx context.Context) ([]apitype.Session, error) {
 	var l apitype.SessionList
 	if err := c.call(ctx, "GET", "/v1/sessions", nil, &l); err != nil {
@@ -337,6 +337,35 @@ func (c *Client) InstallPackages(ctx context.Context, id string, req apitype.Pac
 // DeleteSession ends a session.
 func (c *Client) DeleteSession(ctx context.Context, id string) error {
 	return c.call(ctx, "DELETE", sessionPath(id), nil, nil)
+}
+
+// PauseSession pauses a session: its files and settings are kept on the
+// server's disk, its sandbox freed (ErrConflict while it executes code).
+func (c *Client) PauseSession(ctx context.Context, id string) (*apitype.Session, error) {
+	var s apitype.Session
+	if err := c.call(ctx, "POST", sessionPath(id)+"/pause", nil, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// ResumeSession makes a paused session live again in a fresh sandbox
+// (Restored says what came back: "files").
+func (c *Client) ResumeSession(ctx context.Context, id string) (*apitype.Session, error) {
+	var s apitype.Session
+	if err := c.call(ctx, "POST", sessionPath(id)+"/resume", nil, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// SetTimeout sets a session's lifetime again, from now.
+func (c *Client) SetTimeout(ctx context.Context, id string, d time.Duration) (*apitype.Session, error) {
+	var s apitype.Session
+	if err := c.call(ctx, "PUT", sessionPath(id)+"/timeout", apitype.TimeoutRequest{Timeout: apitype.Duration(d)}, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
 }
 
 // Interrupt interrupts a session's running executions; false if none ran.

@@ -135,8 +135,11 @@ type Config struct {
 	// Templates configures the root filesystems sandboxes may be made
 	// from besides the host's, which `airlock template` registers.
 	Templates Templates `json:"templates"`
-	Metrics   Metrics   `json:"metrics"`
-	Log       Log       `json:"log"`
+	// Persistence lets sessions be paused and resumed, and outlive the
+	// server's restarts.
+	Persistence Persistence `json:"persistence"`
+	Metrics     Metrics     `json:"metrics"`
+	Log         Log         `json:"log"`
 	// History is what each session remembers of its executions and
 	// commands, for the console and GET /v1/sessions/{id}/history.
 	History History `json:"history"`
@@ -237,6 +240,10 @@ type Server struct {
 	// caps what a client may ask for.
 	IdleTimeout    Duration `json:"idle_timeout"`
 	MaxIdleTimeout Duration `json:"max_idle_timeout"`
+	// MaxSessionTimeout caps a session's lifetime (a request's timeout,
+	// and PUT /v1/sessions/{id}/timeout), counted from its creation or the
+	// last PUT; a session that asks for none has no lifetime of its own.
+	MaxSessionTimeout Duration `json:"max_session_timeout"`
 	// InterruptGrace is how long an interpreter has to yield after an
 	// interrupt before its session is killed.
 	InterruptGrace Duration `json:"interrupt_grace"`
@@ -356,6 +363,7 @@ func Default() Config {
 			MaxFileBytes:            256 << 20,
 			IdleTimeout:             Duration(15 * time.Minute),
 			MaxIdleTimeout:          Duration(24 * time.Hour),
+			MaxSessionTimeout:       Duration(7 * 24 * time.Hour),
 			InterruptGrace:          Duration(2 * time.Second),
 			MaxEnv:                  128,
 			MaxConcurrentTransfers:  64,
@@ -365,17 +373,18 @@ func Default() Config {
 			MaxSessionCommands:      16,
 			MaxSessionContexts:      8,
 		},
-		Network:   DefaultNetwork(),
-		Ports:     DefaultPorts(),
-		Packages:  DefaultPackages(),
-		Store:     DefaultStore(),
-		Templates: DefaultTemplates(),
-		Audit:     Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096, FlushInterval: Duration(50 * time.Millisecond), OnFailure: AuditRefuse, RefusalInterval: Duration(time.Minute)},
-		MCP:       MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute), IdleTimeout: Duration(2 * time.Minute)},
-		Metrics:   Metrics{Enabled: true},
-		History:   DefaultHistory(),
-		Console:   Console{Enabled: true},
-		Log:       Log{Format: "text", Level: "info"},
+		Network:     DefaultNetwork(),
+		Ports:       DefaultPorts(),
+		Packages:    DefaultPackages(),
+		Store:       DefaultStore(),
+		Templates:   DefaultTemplates(),
+		Persistence: DefaultPersistence(),
+		Audit:       Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096, FlushInterval: Duration(50 * time.Millisecond), OnFailure: AuditRefuse, RefusalInterval: Duration(time.Minute)},
+		MCP:         MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute), IdleTimeout: Duration(2 * time.Minute)},
+		Metrics:     Metrics{Enabled: true},
+		History:     DefaultHistory(),
+		Console:     Console{Enabled: true},
+		Log:         Log{Format: "text", Level: "info"},
 		Pool: Pool{
 			Size:     map[string]int{"python": 8, "bash": 2, "javascript": 2},
 			Zygote:   true,
@@ -451,6 +460,7 @@ func (c Config) Validate() error {
 	errs = append(errs, c.validateIDs()...)
 	errs = append(errs, c.validateCluster()...)
 	errs = append(errs, c.Store.validate()...)
+	errs = append(errs, c.Persistence.validate()...)
 	for name, p := range map[string]string{"python": c.Runtimes.Python, "bash": c.Runtimes.Bash, "node": c.Runtimes.Node} {
 		if !strings.HasPrefix(p, "/usr/") || filepath.Clean(p) != p {
 			errs = append(errs, fmt.Errorf("runtimes.%s %q must be a clean path under /usr, the only host tree sandboxes see", name, p))
@@ -525,6 +535,9 @@ func (c Config) Validate() error {
 	}
 	if s.IdleTimeout <= 0 || s.MaxIdleTimeout < s.IdleTimeout {
 		errs = append(errs, errors.New("server.idle_timeout must be positive and at most server.max_idle_timeout"))
+	}
+	if s.MaxSessionTimeout < Duration(time.Second) {
+		errs = append(errs, errors.New("server.max_session_timeout must be at least 1s"))
 	}
 	if s.InterruptGrace <= 0 || s.QueueTimeout < 0 {
 		errs = append(errs, errors.New("server.interrupt_grace must be positive and server.queue_timeout not negative"))

@@ -28,6 +28,10 @@ type Quotas struct {
 	// every quota, as server.max_concurrent_executions bounds the machine;
 	// a fair share is the operator's to size (cores / tenants).
 	MaxConcurrentExecutions int `json:"max_concurrent_executions,omitempty"`
+	// MaxPausedBytes caps the disk the tenant's paused sessions take
+	// (persistence); a pause that would cross it is refused and the
+	// session keeps running.
+	MaxPausedBytes Size `json:"max_paused_bytes,omitempty"`
 	// MaxLimits caps the limits the tenant may ask for, below the
 	// server's max (a zero field: the server's max).
 	MaxLimits Limits `json:"max_limits,omitzero"`
@@ -51,6 +55,9 @@ func (q Quotas) Over(def Quotas) Quotas {
 	if q.MaxConcurrentExecutions == 0 {
 		q.MaxConcurrentExecutions = def.MaxConcurrentExecutions
 	}
+	if q.MaxPausedBytes == 0 {
+		q.MaxPausedBytes = def.MaxPausedBytes
+	}
 	q.MaxLimits = q.MaxLimits.Merge(def.MaxLimits)
 	if q.Egress == "" {
 		q.Egress = def.Egress
@@ -64,7 +71,7 @@ func (q Quotas) Over(def Quotas) Quotas {
 // Validate checks the quotas.
 func (q Quotas) Validate() error {
 	var errs []error
-	if q.MaxSessions < 0 || q.ExecutionsPerMinute < 0 || q.CPUSecondsPerDay < 0 || q.MaxConcurrentExecutions < 0 {
+	if q.MaxSessions < 0 || q.ExecutionsPerMinute < 0 || q.CPUSecondsPerDay < 0 || q.MaxConcurrentExecutions < 0 || q.MaxPausedBytes < 0 {
 		errs = append(errs, errors.New("max_sessions, executions_per_minute, cpu_seconds_per_day and max_concurrent_executions must not be negative"))
 	}
 	if q.Egress != "" && q.Egress != "allow" && q.Egress != "deny" {

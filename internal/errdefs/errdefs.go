@@ -68,6 +68,13 @@ var (
 	// Only the cluster's router answers it (airlock itself never does);
 	// it is in the table so that clients know it.
 	ErrNodeUnavailable = errors.New("node unavailable")
+	// ErrPaused: the session is paused; resume it (POST
+	// /v1/sessions/{id}/resume), or create it with auto_resume.
+	ErrPaused = errors.New("session paused")
+	// ErrImageCorrupt: a paused session's image failed its checks on
+	// resume (truncated, altered); it is kept for the operator to
+	// inspect, and deleting the session discards it.
+	ErrImageCorrupt = errors.New("pause image corrupt")
 )
 
 // Kind is one row of the error table.
@@ -127,6 +134,8 @@ var kinds = []Kind{
 	{ErrMisdirected, "misdirected", http.StatusMisdirectedRequest, ExitUnavailable},
 	{ErrSessionLost, "session_lost", http.StatusGone, ExitUnavailable},
 	{ErrNodeUnavailable, "node_unavailable", http.StatusServiceUnavailable, ExitUnavailable},
+	{ErrPaused, "session_paused", http.StatusConflict, ExitTempFail},
+	{ErrImageCorrupt, "pause_image_corrupt", http.StatusUnprocessableEntity, ExitSoftware},
 }
 
 // Kinds returns every row of the table, Internal last.

@@ -33,6 +33,8 @@ var codes = []struct {
 	{ErrMisdirected, "misdirected", 421},
 	{ErrSessionLost, "session_lost", 410},
 	{ErrNodeUnavailable, "node_unavailable", 503},
+	{ErrPaused, "session_paused", 409},
+	{ErrImageCorrupt, "pause_image_corrupt", 422},
 }
 
 // Every sentinel has its documented code and status, and Sentinels lists

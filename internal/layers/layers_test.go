@@ -75,7 +75,7 @@ var rules = map[string]rule{
 	"directory":   {layer: "front", may: []string{"session", "store"}},
 
 	// Sessions, and what they are made of.
-	"session":  {layer: "session", may: []string{"instance", "packages", "egress", "redact", "coderules", "runtimes", "watch", "workspace", "cgroup", "cluster", "image"}},
+	"session":  {layer: "session", may: []string{"instance", "packages", "egress", "redact", "coderules", "runtimes", "watch", "workspace", "cgroup", "cluster", "image", "pauseimage"}},
 	"packages": {layer: "session part", may: []string{"egress", "workspace"}},
 	"notebook": {layer: "session part"},
 	"pool":     {layer: "pool", may: []string{"instance", "zygote", "jail", "image", "runtimes"}},
@@ -104,6 +104,9 @@ var rules = map[string]rule{
 	"store":     {layer: "mechanism"},
 	"cluster":   {layer: "mechanism"},
 	"portproxy": {layer: "mechanism"},
+	// A paused session's image on disk, read and written through a
+	// workspace's beneath-the-root access.
+	"pauseimage": {layer: "mechanism", may: []string{"workspace"}},
 
 	// The one Go client, for the command, MCP and the benchmark.
 	"client": {layer: "client"},

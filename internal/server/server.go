@@ -269,6 +269,11 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		s.mcp = mcp.New(mo)
 		s.api.Handle("/mcp", s.mcp.HTTPHandler(mcp.HTTPOptions{Idle: cfg.MCP.IdleTimeout.D(), MaxQuiet: cfg.MCP.SessionTimeout.D()}))
 	}
+	// Sessions an earlier run paused (at its shutdown, say) are listed
+	// as paused from the first request on.
+	if err := s.manager.LoadPaused(); err != nil {
+		return nil, err
+	}
 	if opts.Embedded {
 		return s, nil
 	}

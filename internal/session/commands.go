@@ -176,6 +176,10 @@ func (s *Session) runCommand(ctx context.Context, req apitype.CommandRequest, em
 			s.cmds.mu.Unlock()
 		}
 	}()
+	// Counted before it looks: a pause either sees it or is seen.
+	if err := s.notPausing(); err != nil {
+		return nil, err
+	}
 
 	base := s.runtimeEnv()
 	env := make(map[string]string, len(base)+len(req.Env))

@@ -394,6 +394,10 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 		s.mu.Unlock()
 		return nil, &ContextEndedError{ID: c.id, End: end}
 	}
+	if s.pausing {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: the session is being paused", errdefs.ErrConflict)
+	}
 	s.running++
 	s.busy = true
 	s.execCount++

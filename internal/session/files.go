@@ -29,6 +29,10 @@ func (f Files) report(op, path string, n int64, start time.Time, err error) {
 // Write writes the file at p from r, at most max bytes.
 func (f Files) Write(p string, r io.Reader, max int64, mode os.FileMode) (int64, error) {
 	start := time.Now()
+	// After the transfer's Use: a pause either sees it or is seen.
+	if err := f.s.notPausing(); err != nil {
+		return 0, err
+	}
 	n, err := f.s.workspace().Write(p, r, max, mode)
 	f.report(FileUpload, p, n, start, err)
 	return n, err
@@ -84,6 +88,9 @@ func (f Files) List(dir string, recursive bool) ([]workspace.Entry, bool, error)
 // Remove removes p (a directory only if recursive, or empty).
 func (f Files) Remove(p string, recursive bool) error {
 	start := time.Now()
+	if err := f.s.notPausing(); err != nil {
+		return err
+	}
 	err := f.s.workspace().Remove(p, recursive)
 	f.report(FileRemove, p, 0, start, err)
 	return err

@@ -91,6 +91,11 @@ type Manager struct {
 	// (history.ended), endedHistOrder their ids, oldest first; under mu.
 	endedHist      map[string]endedHistory
 	endedHistOrder []string
+
+	// paused: the sessions paused (pause.go), under mu; sweeper deletes
+	// those kept longer than persistence.keep.
+	paused  map[string]*pausedSession
+	sweeper *time.Timer
 }
 
 // NewManager returns a manager that gets the sandboxes of the server's
@@ -222,6 +227,8 @@ type Session struct {
 	// context's starts from.
 	userEnv map[string]string
 	create  time.Time
+	// made is the request that created the session (a pause keeps it).
+	made apitype.CreateSessionRequest
 
 	// def is the default context (the sandbox's first runtime), set
 	// before the session is visible; ctxs are every context by id,
@@ -274,6 +281,14 @@ type Session struct {
 	cpuThen   time.Duration
 	cpuPct    float64
 	idleTimer *time.Timer
+	// pausing: a pause is under way (nothing new may begin); lifetime,
+	// expires and lifeTimer: the session's lifetime (0: none), when it
+	// runs out, and its timer; restored: what its last resume restored.
+	pausing   bool
+	lifetime  time.Duration
+	expires   time.Time
+	lifeTimer *time.Timer
+	restored  string
 	ended     chan struct{}
 	endOnce   sync.Once
 
@@ -314,7 +329,7 @@ func (m *Manager) Create(ctx context.Context, req apitype.CreateSessionRequest) 
 	if err != nil {
 		return nil, err
 	}
-	s, err := m.create(ctx, req)
+	s, err := m.create(ctx, req, nil)
 	if err != nil {
 		release()
 		return nil, err
@@ -322,7 +337,9 @@ func (m *Manager) Create(ctx context.Context, req apitype.CreateSessionRequest) 
 	return s, nil
 }
 
-func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest) (*Session, error) {
+// create creates a session for req; r, when set, makes a paused session
+// live again (its id, owner and files).
+func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest, r *restoring) (*Session, error) {
 	begun := time.Now()
 	rt, err := m.lookup(req.Language)
 	if err != nil {
@@ -358,6 +375,12 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest) 
 	if idle < time.Second || idle > m.cfg.Server.MaxIdleTimeout.D() {
 		return nil, fmt.Errorf("%w: timeout_idle %s must be between 1s and the server maximum %s", errdefs.ErrInvalidArgument, idle, m.cfg.Server.MaxIdleTimeout)
 	}
+	if err := m.checkLifetime(req.Timeout.D()); err != nil {
+		return nil, err
+	}
+	if err := m.checkOnTimeout(req.OnTimeout); err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -381,9 +404,24 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest) 
 	// given a policy later: on a kernel whose network is fixed at boot
 	// (gVisor), its sandbox is started with one.
 	net := !policy.Empty() || (req.Network != nil && m.egress != nil && m.egress.Enabled)
+	if r != nil {
+		// The resumed session's sandbox is built under its own id (its
+		// gate's records name it).
+		ctx = context.WithValue(ctx, resumeID{}, r.meta.ID)
+	}
 	s, err := m.start(ctx, iso, tmpl, rt, limits, m.proxyEnv(sessionEnv(rt, limits, req.Env), policy), idle, policy, net)
 	if err != nil {
 		return nil, err
+	}
+	s.made = req
+	if r != nil {
+		// Before the session is visible, and before any code of the
+		// client's runs in it.
+		s.create, s.execCount, s.restored = r.meta.Created, r.meta.Executions, apitype.RestoreFiles
+		if err := r.image.Restore(ctx, s.workspace(), int64(m.cfg.Persistence.MaxImageBytes)); err != nil {
+			s.teardownOnce.Do(s.teardown)
+			return nil, err
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		// The client left while its sandbox was being built: nobody
@@ -392,18 +430,30 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest) 
 		return nil, err
 	}
 	s.userEnv = req.Env
-	// The timer exists before the session is visible: end and Touch, from
-	// other requests, use it.
+	// The timers exist before the session is visible: end and Touch,
+	// from other requests, use them.
 	s.idleTimer = time.AfterFunc(idle, s.checkIdle)
+	if d := req.Timeout.D(); d > 0 {
+		s.lifetime, s.expires = d, time.Now().Add(d)
+		s.lifeTimer = time.AfterFunc(d, s.expire)
+	}
 	s.hist = newHistory(histLimits)
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
 		s.idleTimer.Stop()
+		if s.lifeTimer != nil {
+			s.lifeTimer.Stop()
+		}
 		s.teardownOnce.Do(s.teardown)
 		return nil, fmt.Errorf("%w: the server is shutting down", errdefs.ErrUnavailable)
 	}
 	s.owner, s.client = callerOf(ctx), true
+	if r != nil {
+		s.owner = Caller{Tenant: r.meta.Tenant, KeyID: r.meta.KeyID}
+		delete(m.paused, s.id)
+		delete(m.ended, s.id)
+	}
 	m.sessions[s.id] = s
 	m.mu.Unlock()
 	go s.monitor()
@@ -468,7 +518,7 @@ func (m *Manager) startOnce(ctx context.Context, iso config.Isolation, tmpl stri
 		return nil, err
 	}
 	s := &Session{
-		m: m, id: m.ids.NewID(), lang: rt, limits: limits, idle: idle, inst: inst,
+		m: m, id: m.newID(ctx), lang: rt, limits: limits, idle: idle, inst: inst,
 		template: tmpl, templateVersion: version, tmplMeta: meta,
 		create: time.Now(), lastUsed: time.Now(),
 		ended: make(chan struct{}), gone: make(chan struct{}),
@@ -504,6 +554,9 @@ func (m *Manager) Get(id string) (*Session, error) {
 	if s, ok := m.sessions[id]; ok {
 		return s, nil
 	}
+	if _, ok := m.paused[id]; ok {
+		return nil, &PausedError{id}
+	}
 	if e, ok := m.ended[id]; ok {
 		return nil, gone(e.end)
 	}
@@ -525,6 +578,12 @@ func (m *Manager) Find(ctx context.Context, id string) (*Session, error) {
 			return s, nil
 		}
 		return nil, &OtherTenantError{m.ids.Unknown(id)}
+	}
+	if p, err := m.pausedLocked(id, &who); p != nil || err != nil {
+		if err == nil {
+			err = &PausedError{id}
+		}
+		return nil, err
 	}
 	if e, ok := m.ended[id]; ok {
 		if who.Sees(e.tenant) {
@@ -568,6 +627,7 @@ func (m *Manager) List() []apitype.Session {
 	for _, s := range all {
 		out = append(out, s.Info())
 	}
+	out = append(out, m.pausedList()...)
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out
 }
@@ -603,6 +663,14 @@ func (m *Manager) Delete(id string) error {
 // after the session ran out of memory, must not fail.
 func (m *Manager) DeleteFor(ctx context.Context, id string) error {
 	s, err := m.Find(ctx, id)
+	if pe := (*PausedError)(nil); errors.As(err, &pe) {
+		var who *identity.Identity
+		if w, ok := identity.From(ctx); ok {
+			who = &w
+		}
+		_, err := m.deletePaused(id, who)
+		return err
+	}
 	if errors.Is(err, errdefs.ErrGone) || errors.Is(err, errdefs.ErrSessionLost) {
 		return nil
 	}
@@ -628,6 +696,18 @@ func (m *Manager) Close() {
 	// A creation under way sees closed when it is done and tears its
 	// sandbox down itself; none may outlive Close.
 	m.creates.Wait()
+	m.mu.Lock()
+	if m.sweeper != nil {
+		m.sweeper.Stop()
+	}
+	live := make([]*Session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		live = append(live, s)
+	}
+	m.mu.Unlock()
+	if m.cfg.Persistence.Enabled && m.cfg.Persistence.OnShutdown == "pause" {
+		m.pauseAll(live)
+	}
 	m.mu.Lock()
 	all := make([]*Session, 0, len(m.sessions)+len(m.oneShots))
 	for _, s := range m.sessions {
@@ -700,7 +780,15 @@ func (s *Session) Info() (info apitype.Session) {
 		IdleTimeout: config.Duration(s.idle), Limits: s.limits, Executions: s.execCount,
 		Sandbox: s.inst.Name(), Isolation: s.inst.Isolation(), Tenant: s.owner.Tenant,
 		Template: s.template, TemplateVersion: s.templateVersion,
-		History: s.hist.info(),
+		History:   s.hist.info(),
+		OnTimeout: s.made.OnTimeout, AutoResume: s.made.AutoResume, Restored: s.restored,
+	}
+	if s.client && state != apitype.StateEnded {
+		info.Restores = s.m.restores()
+	}
+	if s.lifetime > 0 {
+		exp := s.expires.UTC()
+		info.ExpiresAt = &exp
 	}
 	if state != apitype.StateEnded && cerr == nil && merr == nil {
 		info.Usage = &apitype.Usage{MemoryBytes: mem, CPUMs: ms(cpu), CPUPercent: s.cpuShareLocked(cpu, now)}
@@ -760,11 +848,16 @@ func (s *Session) Use() (done func()) {
 func (s *Session) checkIdle() {
 	s.mu.Lock()
 	idleFor := time.Since(s.lastUsed)
-	if s.busy || s.inUse > 0 || idleFor < s.idle || !s.end.Zero() {
+	if s.busy || s.inUse > 0 || s.pausing || idleFor < s.idle || !s.end.Zero() {
 		if s.idleTimer != nil && s.end.Zero() {
 			s.idleTimer.Reset(max(s.idle-idleFor, time.Second))
 		}
 		s.mu.Unlock()
+		return
+	}
+	if s.made.OnTimeout == apitype.OnTimeoutPause {
+		s.mu.Unlock()
+		s.timedOut(apitype.Ended(apitype.EndIdle))
 		return
 	}
 	s.end = apitype.Ended(apitype.EndIdle)
@@ -797,6 +890,9 @@ func (s *Session) terminate(end apitype.End) {
 		end = s.end // claimed already (checkIdle)
 		if s.idleTimer != nil {
 			s.idleTimer.Stop()
+		}
+		if s.lifeTimer != nil {
+			s.lifeTimer.Stop()
 		}
 		s.mu.Unlock()
 		close(s.ended)

@@ -66,9 +66,10 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, apitype.SessionList{Sessions: mine})
 }
 
-// session is the request's session: one of another tenant is not found.
+// session is the request's session: one of another tenant is not found;
+// a paused one is resumed if it was created with auto_resume (else 409).
 func (s *Server) session(w http.ResponseWriter, r *http.Request) (*session.Session, bool) {
-	sess, err := s.m.Find(r.Context(), r.PathValue("id"))
+	sess, err := s.m.Reach(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.denied(w, r, err)
 		return nil, false
@@ -76,10 +77,56 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request) (*session.Sessi
 	return sess, true
 }
 
+// getSession describes a live or paused session (never resuming it).
 func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
-	if sess, ok := s.session(w, r); ok {
-		writeJSON(w, http.StatusOK, sess.Info())
+	info, err := s.m.Describe(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.denied(w, r, err)
+		return
 	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+// pauseSession is POST /v1/sessions/{id}/pause: its files and settings
+// are kept on the server's disk and its sandbox freed (409 while it
+// executes code).
+func (s *Server) pauseSession(w http.ResponseWriter, r *http.Request) {
+	info, err := s.m.PauseFor(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.denied(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+// resumeSession is POST /v1/sessions/{id}/resume: a paused session made
+// live again in a fresh sandbox (a live one is described as it is).
+func (s *Server) resumeSession(w http.ResponseWriter, r *http.Request) {
+	sess, err := s.m.ResumeFor(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.denied(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sess.Info())
+}
+
+// setTimeout is PUT /v1/sessions/{id}/timeout: the session's lifetime,
+// again from now.
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
+	var req apitype.TimeoutRequest
+	if err := s.decode(w, r, &req); err != nil {
+		fail(w, err)
+		return
+	}
+	sess, ok := s.session(w, r)
+	if !ok {
+		return
+	}
+	if err := sess.SetTimeout(req.Timeout.D()); err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sess.Info())
 }
 
 // getNetwork is GET /v1/sessions/{id}/network: the session's egress policy

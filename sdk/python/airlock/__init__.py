@@ -19,7 +19,8 @@ from .errors import (AirlockError, AuthenticationError, ConflictError, Connectio
                      InvalidArgumentError, MethodNotAllowedError, NotFoundError, PermissionDeniedError,
                      QuotaExceededError, RateLimitError, ServerError, SessionEndedError, TimeoutError, TooLargeError,
                      UnavailableError, UnsupportedError, SessionLostError, MisdirectedError, NodeUnavailableError,
-                     AuditUnavailableError, BadGatewayError)
+                     AuditUnavailableError, BadGatewayError,
+                     SessionPausedError, PauseImageCorruptError)
 from .models import (CommandResult, EntryInfo, Execution, ExecutionError, FileChange, Logs, OutputFile,
                      Result, RunResult, WriteInfo)
 from .sandbox import CommandHandle, Commands, Files, Sandbox, run, run_program, templates
@@ -36,4 +37,5 @@ __all__ = [
     "TimeoutError", "UnsupportedError", "UnavailableError", "ServerError", "ConnectionError",
     "SessionLostError", "MisdirectedError", "NodeUnavailableError", "AuditUnavailableError",
     "BadGatewayError",
+    "SessionPausedError", "PauseImageCorruptError",
 ]

@@ -101,6 +101,15 @@ class AsyncSandbox:
     async def interrupt(self):
         return await _thread(self.sync.interrupt)
 
+    async def pause(self):
+        return await _thread(self.sync.pause)
+
+    async def resume(self):
+        return await _thread(self.sync.resume)
+
+    async def set_timeout(self, timeout):
+        return await _thread(self.sync.set_timeout, timeout)
+
     async def info(self):
         return await _thread(self.sync.info)
 

@@ -65,6 +65,15 @@ class ConflictError(AirlockError):
     """409: the session is busy (one execution at a time)."""
 
 
+class SessionPausedError(ConflictError):
+    """409: the session is paused and was not created with ``auto_resume``; call ``resume()`` first."""
+
+
+class PauseImageCorruptError(AirlockError):
+    """422: a paused session's image failed its checks on resume; the server keeps it for its operator,
+    and ``kill()`` discards it."""
+
+
 class TooLargeError(AirlockError):
     """413: a body, file or workspace exceeds a configured size."""
 
@@ -149,6 +158,8 @@ CODES = {
     "node_unavailable": NodeUnavailableError,
     "audit_unavailable": AuditUnavailableError,
     "bad_gateway": BadGatewayError,
+    "session_paused": SessionPausedError,
+    "pause_image_corrupt": PauseImageCorruptError,
     "internal": ServerError,
 }
 

@@ -113,7 +113,9 @@ class Sandbox:
         after which the session ends (its idle timeout); ``template``: the
         root filesystem the server's operator registered (e.g.
         "code-interpreter"; default: the server's); ``base_url`` and
-        ``token`` default to AIRLOCK_URL and AIRLOCK_TOKEN."""
+        ``token`` default to AIRLOCK_URL and AIRLOCK_TOKEN. Other fields of
+        the API's request pass through: ``on_timeout="pause"``,
+        ``auto_resume=True``, a lifetime ``timeout`` is ``lifetime=`` here."""
         t = Transport(base_url, token, request_timeout)
         body = {"language": language}
         if limits is not None:
@@ -126,6 +128,8 @@ class Sandbox:
             body["timeout_idle"] = timeout
         if template:
             body["template"] = template
+        if "lifetime" in extra:
+            body["timeout"] = extra.pop("lifetime")
         body.update(extra)
         return cls(t.call("POST", "/v1/sessions", body), t)
 
@@ -233,6 +237,25 @@ class Sandbox:
             return False
 
     close = kill
+
+    def pause(self):
+        """Pauses the session: its /workspace files and settings are kept on the server's disk and its
+        sandbox freed; the interpreter's variables are not kept (``restores: "files"``). ConflictError
+        while code runs (interrupt it first). Returns the description (``state: "paused"``)."""
+        self._info = self._t.call("POST", self._path("/pause"))
+        return self._info
+
+    def resume(self):
+        """Makes a paused session live again in a fresh sandbox, with its files (the interpreter starts
+        afresh: ``restored: "files"``). PauseImageCorruptError if its image was damaged."""
+        self._info = self._t.call("POST", self._path("/resume"))
+        return self._info
+
+    def set_timeout(self, timeout):
+        """Sets the session's lifetime again, from now (seconds, or a duration such as "30m"): it then
+        ends, or pauses if created with ``on_timeout="pause"``."""
+        self._info = self._t.call("PUT", self._path("/timeout"), {"timeout": timeout})
+        return self._info
 
     def interrupt(self):
         """Interrupts the running execution (KeyboardInterrupt); the session lives on."""

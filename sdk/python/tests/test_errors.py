@@ -61,7 +61,8 @@ class ErrorsTest(unittest.TestCase):
                     "method_not_allowed": 405, "conflict": 409, "too_large": 413, "quota_exceeded": 429, "limit_reached": 429,
                     "session_ended": 410, "timeout": 504, "unsupported": 501, "unavailable": 503, "internal": 500,
                     "session_lost": 410, "misdirected": 421, "node_unavailable": 503,
-                    "audit_unavailable": 503, "bad_gateway": 502}
+                    "audit_unavailable": 503, "bad_gateway": 502,
+                    "session_paused": 409, "pause_image_corrupt": 422}
         self.assertEqual(set(statuses), set(errors.CODES))
         for code, status in statuses.items():
             _Handler.script = {"/v1/sessions": (status, {"Content-Type": "application/json"}, _err(code, "m " + code))}

@@ -1,0 +1,565 @@
+// Package pauseimage owns the on-disk form of a paused session: a
+// directory <root>/<id> holding meta.json (the session's description and
+// the checksum and size of its files, itself checksummed) and files.tar
+// (the regular files and directories of its workspace). An image is
+// written under a temporary name, synced, and renamed into place only
+// when whole, so that a crash at any point leaves either the whole image
+// or none (temporaries are swept by List).
+//
+// It must never follow a symlink or read anything but regular files and
+// directories of a workspace (it reads them through package workspace,
+// which resolves every path beneath the root), never trust a size, path
+// or type in an image it reads back (a disk may rot, an operator may
+// edit it), restore nothing from an image whose checksum fails, and never
+// write outside its root.
+package pauseimage
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/internal/errdefs"
+	"airlock/internal/workspace"
+)
+
+const (
+	metaName  = "meta.json"
+	filesName = "files.tar"
+	tmpPrefix = ".tmp-"
+	version   = 1
+	// maxMeta caps the meta.json read back.
+	maxMeta = 4 << 20
+)
+
+// Stats is what a pause wrote.
+type Stats struct {
+	Files int   `json:"files"`
+	Dirs  int   `json:"dirs"`
+	Bytes int64 `json:"bytes"` // of the files' contents
+	// DiskBytes is the image's size on disk.
+	DiskBytes int64 `json:"disk_bytes"`
+	// Skipped are what a workspace held that an image does not keep:
+	// symlinks, FIFOs, sockets and devices (never followed or read).
+	Skipped []Skipped `json:"skipped,omitempty"`
+}
+
+// Skipped is one entry a pause left out, and what it was.
+type Skipped struct {
+	Path string `json:"path"`
+	Type string `json:"type"`
+}
+
+// body is meta.json's checksummed part.
+type body struct {
+	Session json.RawMessage `json:"session"`
+	Files   filesSum        `json:"files"`
+	Stats   Stats           `json:"stats"`
+}
+
+type filesSum struct {
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// envelope is meta.json.
+type envelope struct {
+	Version int             `json:"version"`
+	SHA256  string          `json:"sha256"` // of Body's bytes
+	Body    json.RawMessage `json:"body"`
+}
+
+// ValidID reports whether id can name an image: what a session id is
+// made of, nothing a path could be built from.
+func ValidID(id string) bool {
+	if id == "" || len(id) > 128 || id[0] == '.' {
+		return false
+	}
+	for _, c := range []byte(id) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+func checkID(id string) error {
+	if !ValidID(id) {
+		return fmt.Errorf("%w: %q cannot name a paused session", errdefs.ErrInvalidArgument, id)
+	}
+	return nil
+}
+
+// Write writes session (the caller's description, JSON) and the files of
+// ws as the image of id under root, reading at most max bytes of files.
+// commit is called with the image's size on disk once it is complete but
+// not yet in place: its error (a quota) abandons the image. A workspace
+// that cannot be kept whole (too many entries, a file changing while it
+// is read, a full disk) is an error and leaves nothing behind.
+func Write(ctx context.Context, root, id string, session []byte, ws *workspace.Dir, max int64, commit func(disk int64) error) (Stats, error) {
+	if err := checkID(id); err != nil {
+		return Stats{}, err
+	}
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return Stats{}, diskErr(err)
+	}
+	tmp, err := os.MkdirTemp(root, tmpPrefix+id+"-")
+	if err != nil {
+		return Stats{}, diskErr(err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			os.RemoveAll(tmp)
+		}
+	}()
+	st, sum, err := writeFiles(ctx, filepath.Join(tmp, filesName), ws, max)
+	if err != nil {
+		return Stats{}, err
+	}
+	b, err := json.Marshal(body{Session: session, Files: sum, Stats: st})
+	if err != nil {
+		return Stats{}, err
+	}
+	h := sha256.Sum256(b)
+	meta, err := json.Marshal(envelope{Version: version, SHA256: hex.EncodeToString(h[:]), Body: b})
+	if err != nil {
+		return Stats{}, err
+	}
+	if err := writeSynced(filepath.Join(tmp, metaName), bytes.NewReader(meta)); err != nil {
+		return Stats{}, diskErr(err)
+	}
+	st.DiskBytes = sum.Size + int64(len(meta))
+	if commit != nil {
+		if err := commit(st.DiskBytes); err != nil {
+			return Stats{}, err
+		}
+	}
+	if err := syncDir(tmp); err != nil {
+		return Stats{}, diskErr(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(root, id)); err != nil {
+		return Stats{}, fmt.Errorf("%w: an image of %s is in place already: %v", errdefs.ErrConflict, id, err)
+	}
+	ok = true
+	if err := syncDir(root); err != nil {
+		// In place, but perhaps not durable: the caller still has the
+		// session, and says so.
+		os.RemoveAll(filepath.Join(root, id))
+		return Stats{}, diskErr(err)
+	}
+	return st, nil
+}
+
+// diskErr is the error of the image's disk failing: the server's, never
+// the sandbox's; the caller keeps the session running.
+func diskErr(err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return errdefs.Private(errdefs.ErrUnavailable, "the server's disk for paused sessions is full; the session keeps running", err)
+	}
+	return errdefs.Private(errdefs.ErrUnavailable, "the paused session could not be written; the session keeps running", err)
+}
+
+// writeFiles writes the tar of ws's files to p.
+func writeFiles(ctx context.Context, p string, ws *workspace.Dir, max int64) (Stats, filesSum, error) {
+	var st Stats
+	entries, truncated, err := ws.List("", true)
+	if err != nil {
+		return st, filesSum{}, err
+	}
+	if truncated {
+		return st, filesSum{}, fmt.Errorf("%w: the workspace has more than %d entries, or paths deeper than %d levels or longer than %d bytes: it cannot be paused whole",
+			errdefs.ErrTooLarge, workspace.MaxListLength, workspace.MaxPathDepth, workspace.MaxPathLen)
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return st, filesSum{}, diskErr(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	cw := &countWriter{w: io.MultiWriter(f, h)}
+	tw := tar.NewWriter(cw)
+	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return st, filesSum{}, fmt.Errorf("%w: the pause ran out of time; the session keeps running", errdefs.ErrTimeout)
+		}
+		switch e.Type {
+		case "dir":
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: e.Path + "/", Mode: modeOf(e.Mode)}); err != nil {
+				return st, filesSum{}, writeErr(err)
+			}
+			st.Dirs++
+		case "file":
+			n, err := writeFile(tw, ws, e.Path, max-st.Bytes)
+			if err != nil {
+				return st, filesSum{}, err
+			}
+			st.Files++
+			st.Bytes += n
+		default:
+			st.Skipped = append(st.Skipped, Skipped{Path: e.Path, Type: e.Type})
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return st, filesSum{}, writeErr(err)
+	}
+	if err := f.Sync(); err != nil {
+		return st, filesSum{}, diskErr(err)
+	}
+	if err := f.Close(); err != nil {
+		return st, filesSum{}, diskErr(err)
+	}
+	return st, filesSum{Size: cw.n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+}
+
+// writeErr is an error writing the tar: the disk's, or the caller's
+// source's (ours are wrapped already).
+func writeErr(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EIO) {
+		return diskErr(err)
+	}
+	return err
+}
+
+// errChanged: a file's size changed while it was read.
+var errChanged = errors.New("changed")
+
+// writeFile adds the regular file rel of ws, of at most left bytes.
+func writeFile(tw *tar.Writer, ws *workspace.Dir, rel string, left int64) (int64, error) {
+	f, e, err := ws.Open(rel)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return 0, fmt.Errorf("%w: /workspace/%s was removed while the session was being paused; try again", errdefs.ErrConflict, rel)
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	if e.Size > left {
+		return 0, fmt.Errorf("%w: the workspace's files are larger than persistence.max_image_bytes allows; the session keeps running", errdefs.ErrTooLarge)
+	}
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Size: e.Size, Mode: modeOf(e.Mode)}); err != nil {
+		return 0, writeErr(err)
+	}
+	// The size is the open file's (fstat): a file the sandbox grows or
+	// shrinks meanwhile is not half kept, the pause is refused.
+	n, err := io.Copy(tw, &strictReader{r: f, left: e.Size})
+	if errors.Is(err, errChanged) || (err == nil && n != e.Size) {
+		return 0, fmt.Errorf("%w: /workspace/%s changed while the session was being paused (a background process?); try again", errdefs.ErrConflict, rel)
+	}
+	if err != nil {
+		return 0, writeErr(err)
+	}
+	return n, nil
+}
+
+// strictReader reads exactly left bytes of r, and fails if r has more or
+// fewer.
+type strictReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (s *strictReader) Read(p []byte) (int, error) {
+	if s.left == 0 {
+		var one [1]byte
+		if n, _ := s.r.Read(one[:]); n > 0 {
+			return 0, errChanged
+		}
+		return 0, io.EOF
+	}
+	if int64(len(p)) > s.left {
+		p = p[:s.left]
+	}
+	n, err := s.r.Read(p)
+	s.left -= int64(n)
+	if err == io.EOF && s.left > 0 {
+		return n, errChanged
+	}
+	return n, err
+}
+
+// modeOf is a permission string's bits, without set-id or sticky bits.
+func modeOf(s string) int64 {
+	var m int64
+	fmt.Sscanf(s, "%o", &m)
+	return m & 0o777
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func writeSynced(p string, r io.Reader) error {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, r); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func syncDir(p string) error {
+	d, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Image is a paused session read back: its description checked, its
+// files not yet.
+type Image struct {
+	dir   string
+	sum   filesSum
+	files *os.File // files.tar, once verified
+	Stats Stats
+	// Session is the description Write was given.
+	Session []byte
+}
+
+// corrupt is the error of an image that fails a check.
+func corrupt(id, why string) error {
+	return fmt.Errorf("%w: the paused session %s cannot be restored: %s; its image is kept for the operator to inspect, and deleting the session discards it",
+		errdefs.ErrImageCorrupt, id, why)
+}
+
+// Open reads back the image of id under root and checks its description.
+// A missing image is ErrNotFound; one that fails a check ErrImageCorrupt.
+func Open(root, id string) (*Image, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(root, id)
+	fi, err := os.Lstat(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: no paused session %s", errdefs.ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, errdefs.Private(errdefs.ErrUnavailable, "the paused session cannot be read", err)
+	}
+	if !fi.IsDir() {
+		return nil, corrupt(id, "it is not a directory")
+	}
+	raw, err := readRegular(filepath.Join(dir, metaName), maxMeta)
+	if err != nil {
+		return nil, corrupt(id, "meta.json: "+err.Error())
+	}
+	var env envelope
+	if err := json.Unmarshal(raw, &env); err != nil {
+		return nil, corrupt(id, "meta.json is not valid JSON (truncated?)")
+	}
+	if env.Version != version {
+		return nil, corrupt(id, fmt.Sprintf("meta.json is of version %d, this server reads %d", env.Version, version))
+	}
+	h := sha256.Sum256(env.Body)
+	if hex.EncodeToString(h[:]) != env.SHA256 {
+		return nil, corrupt(id, "meta.json fails its checksum")
+	}
+	var b body
+	if err := json.Unmarshal(env.Body, &b); err != nil || b.Files.Size < 0 {
+		return nil, corrupt(id, "meta.json's body is malformed")
+	}
+	return &Image{dir: dir, sum: b.Files, Stats: b.Stats, Session: b.Session}, nil
+}
+
+// readRegular reads the regular file p (never through a symlink) of at
+// most max bytes.
+func readRegular(p string, max int64) ([]byte, error) {
+	f, err := openRegular(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("larger than %d bytes", max)
+	}
+	return b, nil
+}
+
+func openRegular(p string) (*os.File, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, errors.New("is a symlink")
+		}
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, errors.New("missing")
+		}
+		return nil, errors.New("cannot be opened")
+	}
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, errors.New("is not a regular file")
+	}
+	return f, nil
+}
+
+// Verify checks the image's files against their checksum, and keeps
+// them open for Restore: a corrupt image is refused before anything is
+// started for it.
+func (im *Image) Verify() error {
+	if im.files != nil {
+		return nil
+	}
+	id := filepath.Base(im.dir)
+	f, err := openRegular(filepath.Join(im.dir, filesName))
+	if err != nil {
+		return corrupt(id, "files.tar "+err.Error())
+	}
+	fi, _ := f.Stat()
+	if fi.Size() != im.sum.Size {
+		f.Close()
+		return corrupt(id, fmt.Sprintf("files.tar has %d bytes, %d were written (truncated?)", fi.Size(), im.sum.Size))
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, io.LimitReader(f, im.sum.Size)); err != nil {
+		f.Close()
+		return errdefs.Private(errdefs.ErrUnavailable, "the paused session cannot be read", err)
+	}
+	if hex.EncodeToString(h.Sum(nil)) != im.sum.SHA256 {
+		f.Close()
+		return corrupt(id, "files.tar fails its checksum")
+	}
+	im.files = f
+	return nil
+}
+
+// Close releases what Verify opened.
+func (im *Image) Close() error {
+	if im.files == nil {
+		return nil
+	}
+	err := im.files.Close()
+	im.files = nil
+	return err
+}
+
+// Restore writes the image's files into ws (a fresh sandbox's), each of
+// at most maxFile bytes. The files' checksum is checked (Verify) before
+// anything is written: a corrupt image restores nothing.
+func (im *Image) Restore(ctx context.Context, ws *workspace.Dir, maxFile int64) error {
+	id := filepath.Base(im.dir)
+	if err := im.Verify(); err != nil {
+		return err
+	}
+	f := im.files
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return errdefs.Private(errdefs.ErrUnavailable, "the paused session cannot be read", err)
+	}
+	tr := tar.NewReader(io.LimitReader(f, im.sum.Size))
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return corrupt(id, "files.tar is malformed")
+		}
+		name := strings.TrimSuffix(hdr.Name, "/")
+		if clean, err := workspace.Clean(name); err != nil || clean != name || name == "" {
+			return corrupt(id, fmt.Sprintf("files.tar names %q, not a path in a workspace", clip(hdr.Name)))
+		}
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			if err := ws.Mkdir(name); err != nil {
+				return err
+			}
+		case tar.TypeReg:
+			if hdr.Size < 0 || hdr.Size > maxFile {
+				return corrupt(id, fmt.Sprintf("files.tar holds %q of %d bytes", clip(name), hdr.Size))
+			}
+			if _, err := ws.Write(name, tr, hdr.Size, os.FileMode(hdr.Mode&0o777)); err != nil {
+				return err
+			}
+		default:
+			return corrupt(id, fmt.Sprintf("files.tar holds %q of type %q, not a file or directory", clip(name), hdr.Typeflag))
+		}
+	}
+}
+
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
+}
+
+// List returns the ids of the images under root and removes what a pause
+// interrupted (a crash, a kill -9) left behind: such a pause never
+// completed, and its session was not paused.
+func List(root string) (ids []string, swept int, err error) {
+	ents, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if strings.HasPrefix(name, tmpPrefix) {
+			if os.RemoveAll(filepath.Join(root, name)) == nil {
+				swept++
+			}
+			continue
+		}
+		if ValidID(name) {
+			ids = append(ids, name)
+		}
+	}
+	return ids, swept, nil
+}
+
+// Remove deletes the image of id (none is not an error).
+func Remove(root, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	// Renamed out of the way first: a crash in the middle of removing it
+	// leaves a temporary to sweep, not a half image.
+	dir := filepath.Join(root, id)
+	gone := filepath.Join(root, tmpPrefix+"rm-"+id)
+	if err := os.Rename(dir, gone); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	return os.RemoveAll(gone)
+}

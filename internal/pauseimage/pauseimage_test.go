@@ -1,0 +1,319 @@
+package pauseimage
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/internal/errdefs"
+	"airlock/internal/testenv"
+	"airlock/internal/workspace"
+)
+
+// tree makes a workspace (a host directory, as package workspace's own
+// tests do) holding files, a directory, a symlink out and a FIFO.
+func tree(t *testing.T) (string, *workspace.Dir) {
+	t.Helper()
+	dir := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(dir, "sub", "empty"), 0o755))
+	must(os.WriteFile(filepath.Join(dir, "a.txt"), []byte("hello"), 0o644))
+	must(os.WriteFile(filepath.Join(dir, "sub", "run.sh"), []byte("#!/bin/sh\necho hi\n"), 0o755))
+	must(os.WriteFile(filepath.Join(dir, "big.bin"), bytes.Repeat([]byte{7}, 1<<20+3), 0o600))
+	must(os.Symlink("/etc/shadow", filepath.Join(dir, "escape")))
+	must(unix.Mkfifo(filepath.Join(dir, "fifo"), 0o644))
+	ws, err := workspace.OpenOut(dir)
+	must(err)
+	t.Cleanup(func() { ws.Close() })
+	return dir, ws
+}
+
+func outDir(t *testing.T) *workspace.Dir {
+	ws, err := workspace.OpenOut(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ws.Close() })
+	return ws
+}
+
+func TestRoundTrip(t *testing.T) {
+	src, ws := tree(t)
+	root := t.TempDir()
+	var committed int64
+	st, err := Write(context.Background(), root, "s-1", []byte(`{"language":"python"}`), ws, 8<<20, func(n int64) error { committed = n; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Files != 3 || st.Dirs != 2 || st.Bytes != 5+18+1<<20+3 || committed != st.DiskBytes || st.DiskBytes <= st.Bytes {
+		t.Errorf("stats %+v, committed %d", st, committed)
+	}
+	if len(st.Skipped) != 2 || st.Skipped[0] != (Skipped{"escape", "symlink"}) || st.Skipped[1] != (Skipped{"fifo", "other"}) {
+		t.Errorf("skipped %+v", st.Skipped)
+	}
+	ids, swept, err := List(root)
+	if err != nil || len(ids) != 1 || ids[0] != "s-1" || swept != 0 {
+		t.Fatalf("List: %v %d %v", ids, swept, err)
+	}
+	im, err := Open(root, "s-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(im.Session) != `{"language":"python"}` || im.Stats.Files != 3 {
+		t.Errorf("read back %s %+v", im.Session, im.Stats)
+	}
+	dst := outDir(t)
+	if err := im.Restore(context.Background(), dst, 4<<20); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"a.txt", "sub/run.sh", "big.bin"} {
+		want, _ := os.ReadFile(filepath.Join(src, p))
+		f, e, err := dst.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(f)
+		f.Close()
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: %d bytes restored, want %d", p, len(got), len(want))
+		}
+		fi, _ := os.Stat(filepath.Join(src, p))
+		if want := fmt.Sprintf("%04o", fi.Mode().Perm()); e.Mode != want {
+			t.Errorf("%s: mode %s, want %s", p, e.Mode, want)
+		}
+	}
+	if e, err := dst.Stat("sub/empty"); err != nil || e.Type != "dir" {
+		t.Errorf("empty directory: %+v %v", e, err)
+	}
+	for _, p := range []string{"escape", "fifo"} {
+		if _, err := dst.Stat(p); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("%s restored: %v", p, err)
+		}
+	}
+	if err := Remove(root, "s-1"); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _, _ := List(root); len(ids) != 0 {
+		t.Errorf("after Remove: %v", ids)
+	}
+	if _, err := Open(root, "s-1"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Open after Remove: %v", err)
+	}
+}
+
+func writeTar(t *testing.T, w io.Writer, name, content string) {
+	tw := tar.NewWriter(w)
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Size: int64(len(content)), Mode: 0o644}); err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(tw, content)
+	tw.Close()
+}
+
+// rewriteSum rewrites dir's meta.json for files.tar's new contents, as
+// someone who knows the format would.
+func rewriteSum(t *testing.T, dir string, tarBytes []byte) {
+	p := filepath.Join(dir, metaName)
+	raw, _ := os.ReadFile(p)
+	var env envelope
+	var b body
+	if err := json.Unmarshal(raw, &env); err != nil {
+		t.Fatal(err)
+	}
+	json.Unmarshal(env.Body, &b)
+	h := sha256.Sum256(tarBytes)
+	b.Files = filesSum{Size: int64(len(tarBytes)), SHA256: hex.EncodeToString(h[:])}
+	env.Body, _ = json.Marshal(b)
+	bh := sha256.Sum256(env.Body)
+	env.SHA256 = hex.EncodeToString(bh[:])
+	raw, _ = json.Marshal(env)
+	os.WriteFile(p, raw, 0o600)
+}
+
+// TestCorruptRefused: every kind of damage to an image is refused with
+// ErrImageCorrupt, restores nothing, and leaves the image in place.
+func TestCorruptRefused(t *testing.T) {
+	damage := map[string]func(dir string) error{
+		"tar truncated": func(dir string) error {
+			return os.Truncate(filepath.Join(dir, filesName), 1000)
+		},
+		"tar byte flipped": func(dir string) error { return flip(filepath.Join(dir, filesName), 700) },
+		"tar missing":      func(dir string) error { return os.Remove(filepath.Join(dir, filesName)) },
+		"tar a symlink": func(dir string) error {
+			p := filepath.Join(dir, filesName)
+			os.Rename(p, p+".real")
+			return os.Symlink(p+".real", p)
+		},
+		"meta truncated": func(dir string) error {
+			return os.Truncate(filepath.Join(dir, metaName), 40)
+		},
+		"meta body edited": func(dir string) error {
+			p := filepath.Join(dir, metaName)
+			b, _ := os.ReadFile(p)
+			return os.WriteFile(p, bytes.Replace(b, []byte("python"), []byte("pythoN"), 1), 0o600)
+		},
+		"meta empty": func(dir string) error { return os.WriteFile(filepath.Join(dir, metaName), nil, 0o600) },
+		"image a file": func(dir string) error {
+			os.RemoveAll(dir)
+			return os.WriteFile(dir, []byte("x"), 0o600)
+		},
+	}
+	for name, hurt := range damage {
+		t.Run(name, func(t *testing.T) {
+			_, ws := tree(t)
+			root := t.TempDir()
+			if _, err := Write(context.Background(), root, "s-2", []byte(`{"language":"python"}`), ws, 8<<20, nil); err != nil {
+				t.Fatal(err)
+			}
+			dir := filepath.Join(root, "s-2")
+			if err := hurt(dir); err != nil {
+				t.Fatal(err)
+			}
+			dst := outDir(t)
+			im, err := Open(root, "s-2")
+			if err == nil {
+				err = im.Restore(context.Background(), dst, 4<<20)
+			}
+			if !errors.Is(err, errdefs.ErrImageCorrupt) {
+				t.Fatalf("got %v, want a corrupt image", err)
+			}
+			if !strings.Contains(err.Error(), "kept for the operator") {
+				t.Errorf("error does not say the image is kept: %v", err)
+			}
+			if list, _, _ := dst.List("", true); len(list) != 0 {
+				t.Errorf("a corrupt image restored %d entries", len(list))
+			}
+			if _, err := os.Lstat(dir); err != nil {
+				t.Errorf("the corrupt image is gone: %v", err)
+			}
+		})
+	}
+}
+
+func flip(p string, at int64) error {
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	f.ReadAt(b, at)
+	b[0] ^= 0x55
+	_, err = f.WriteAt(b, at)
+	return err
+}
+
+// TestHostileTarRefused: an image whose checksums were rewritten to
+// match a tar with a path out of the workspace restores nothing there.
+func TestHostileTarRefused(t *testing.T) {
+	_, ws := tree(t)
+	root := t.TempDir()
+	if _, err := Write(context.Background(), root, "s-3", []byte(`{}`), ws, 8<<20, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Rewrite the image with a tar naming ../escape, checksums to match.
+	dir := filepath.Join(root, "s-3")
+	var tb bytes.Buffer
+	writeTar(t, &tb, "../escape", "pwned")
+	if err := os.WriteFile(filepath.Join(dir, filesName), tb.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rewriteSum(t, dir, tb.Bytes())
+	im, err := Open(root, "s-3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := outDir(t)
+	if err := im.Restore(context.Background(), dst, 4<<20); !errors.Is(err, errdefs.ErrImageCorrupt) {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(root), "escape")); err == nil {
+		t.Fatal("a file was written outside the workspace")
+	}
+}
+
+// TestTooLargeAndChanged: a workspace over the cap is refused and leaves
+// nothing behind; so is a commit refused (a quota).
+func TestRefusedLeavesNothing(t *testing.T) {
+	_, ws := tree(t)
+	root := t.TempDir()
+	if _, err := Write(context.Background(), root, "s-4", []byte(`{}`), ws, 1<<20, nil); !errors.Is(err, errdefs.ErrTooLarge) {
+		t.Errorf("over the cap: %v", err)
+	}
+	quota := errors.New("quota")
+	if _, err := Write(context.Background(), root, "s-4", []byte(`{}`), ws, 8<<20, func(int64) error { return quota }); !errors.Is(err, quota) {
+		t.Errorf("commit refused: %v", err)
+	}
+	if _, err := Write(context.Background(), root, "../x", []byte(`{}`), ws, 8<<20, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("bad id: %v", err)
+	}
+	ents, _ := os.ReadDir(root)
+	if len(ents) != 0 {
+		t.Errorf("left behind: %v", ents)
+	}
+}
+
+// TestDiskFull: a pause onto a full disk is ErrUnavailable (the session
+// keeps running) and leaves nothing behind.
+func TestDiskFull(t *testing.T) {
+	testenv.RequireRoot(t, "mounting a small tmpfs")
+	_, ws := tree(t)
+	root := t.TempDir()
+	if err := unix.Mount("tmpfs", root, "tmpfs", 0, "size=256k"); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(root, unix.MNT_DETACH)
+	_, err := Write(context.Background(), root, "s-5", []byte(`{}`), ws, 8<<20, nil)
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "disk") {
+		t.Fatalf("got %v", err)
+	}
+	ents, _ := os.ReadDir(root)
+	if len(ents) != 0 {
+		t.Errorf("left behind: %v", ents)
+	}
+}
+
+// TestCrashLeavesAllOrNothing: a pause stopped at any point (the
+// temporaries a kill -9 leaves) is swept by List and never read as an
+// image.
+func TestCrashLeavesAllOrNothing(t *testing.T) {
+	_, ws := tree(t)
+	root := t.TempDir()
+	if _, err := Write(context.Background(), root, "s-6", []byte(`{}`), ws, 8<<20, nil); err != nil {
+		t.Fatal(err)
+	}
+	// What a crash leaves: a temporary directory at each step.
+	for i, files := range [][]string{nil, {filesName}, {filesName, metaName}} {
+		d := filepath.Join(root, tmpPrefix+"s-7-"+string(rune('a'+i)))
+		os.Mkdir(d, 0o700)
+		for _, f := range files {
+			os.WriteFile(filepath.Join(d, f), []byte("partial"), 0o600)
+		}
+	}
+	os.Mkdir(filepath.Join(root, tmpPrefix+"rm-s-8"), 0o700)
+	ids, swept, err := List(root)
+	if err != nil || len(ids) != 1 || ids[0] != "s-6" || swept != 4 {
+		t.Fatalf("List: %v, %d swept, %v", ids, swept, err)
+	}
+	ents, _ := os.ReadDir(root)
+	if len(ents) != 1 {
+		t.Errorf("after the sweep: %v", ents)
+	}
+}

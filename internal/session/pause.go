@@ -1,0 +1,636 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"airlock/internal/apitype"
+	"airlock/internal/config"
+	"airlock/internal/errdefs"
+	"airlock/internal/identity"
+	"airlock/internal/pauseimage"
+)
+
+// Pausing and resuming (persistence): a pause writes a session's files
+// and what made it (pausedMeta) as an image under persistence.dir, then
+// ends its sandbox (end "paused"); a resume creates a session of the same
+// id from the image in a fresh sandbox. The interpreter restarts: what a
+// resume restores is RestoreFiles.
+
+// pausedMeta is what an image keeps of its session besides its files.
+type pausedMeta struct {
+	ID     string `json:"id"`
+	Tenant string `json:"tenant,omitempty"`
+	KeyID  string `json:"key_id,omitempty"`
+	// Request creates the session again: its language, isolation and
+	// template, its limits and idle timeout as resolved, its environment,
+	// its network policy as last set, its history bounds and lifecycle.
+	Request    apitype.CreateSessionRequest `json:"request"`
+	Created    time.Time                    `json:"created"`
+	PausedAt   time.Time                    `json:"paused_at"`
+	Executions int                          `json:"executions"`
+}
+
+// pausedSession is a paused session the manager knows of (under m.mu).
+type pausedSession struct {
+	meta  pausedMeta
+	stats pauseimage.Stats
+	// resuming: a resume is under way; err: why it cannot be resumed
+	// (a corrupt image).
+	resuming bool
+	err      error
+}
+
+// PausedError is the error of a call to a paused session (ErrPaused).
+type PausedError struct{ ID string }
+
+func (e *PausedError) Error() string {
+	return fmt.Sprintf("session %s is paused: resume it with POST /v1/sessions/%s/resume (or create sessions with auto_resume)", e.ID, e.ID)
+}
+func (e *PausedError) Unwrap() error { return errdefs.ErrPaused }
+
+func (p *pausedSession) info(keep time.Duration) apitype.Session {
+	r := p.meta.Request
+	info := apitype.Session{
+		ID: p.meta.ID, Language: r.Language, State: apitype.StatePaused,
+		CreatedAt: p.meta.Created.UTC(), LastUsedAt: p.meta.PausedAt.UTC(),
+		IdleTimeout: r.IdleTimeout, Limits: r.Limits, Executions: p.meta.Executions,
+		Isolation: r.Isolation, Template: r.Template, Tenant: p.meta.Tenant,
+		OnTimeout: r.OnTimeout, AutoResume: r.AutoResume, Restores: apitype.RestoreFiles,
+		Paused: &apitype.PausedInfo{
+			PausedAt: p.meta.PausedAt.UTC(), Files: p.stats.Files, Dirs: p.stats.Dirs,
+			Bytes: p.stats.Bytes, DiskBytes: p.stats.DiskBytes, ExpiresAt: p.meta.PausedAt.Add(keep).UTC(),
+		},
+	}
+	for _, sk := range p.stats.Skipped {
+		info.Paused.Skipped = append(info.Paused.Skipped, apitype.PauseSkipped{Path: sk.Path, Type: sk.Type})
+	}
+	if p.err != nil {
+		info.Paused.Error = errdefs.Message(p.err)
+	}
+	return info
+}
+
+// persistDir is where images are kept.
+func (m *Manager) persistDir() string { return m.cfg.PersistenceDir() }
+
+// LoadPaused lists the sessions paused under persistence.dir (by an
+// earlier run of the server, which paused them when it shut down) as
+// paused, sweeps what interrupted pauses left behind, and starts
+// deleting those kept longer than persistence.keep. An image whose
+// description fails its checks is left in place for the operator, and
+// logged. Call it before the manager serves anything.
+func (m *Manager) LoadPaused() error {
+	if !m.cfg.Persistence.Enabled {
+		return nil
+	}
+	ids, swept, err := pauseimage.List(m.persistDir())
+	if err != nil {
+		return fmt.Errorf("%w: persistence.dir: %v", errdefs.ErrUnavailable, err)
+	}
+	if swept > 0 {
+		m.log.Warn("removed the remains of pauses that never completed (a crash or kill -9 in the middle)", "count", swept)
+	}
+	loaded := 0
+	for _, id := range ids {
+		im, err := pauseimage.Open(m.persistDir(), id)
+		var meta pausedMeta
+		if err == nil {
+			if jerr := json.Unmarshal(im.Session, &meta); jerr != nil || meta.ID != id {
+				err = fmt.Errorf("%w: its description names another session or is malformed", errdefs.ErrImageCorrupt)
+			}
+		}
+		if err != nil {
+			m.log.Error("a paused session cannot be read; its image is left for the operator", "session", id, "dir", m.persistDir(), "err", err)
+			continue
+		}
+		m.mu.Lock()
+		if m.paused == nil {
+			m.paused = map[string]*pausedSession{}
+		}
+		m.paused[id] = &pausedSession{meta: meta, stats: im.Stats}
+		m.mu.Unlock()
+		loaded++
+	}
+	if loaded > 0 {
+		m.log.Info("paused sessions found", "count", loaded)
+	}
+	m.sweepPaused()
+	return nil
+}
+
+// sweepPaused deletes the paused sessions kept longer than
+// persistence.keep, then runs again when the next one is due.
+func (m *Manager) sweepPaused() {
+	keep := m.cfg.Persistence.Keep.D()
+	now := time.Now()
+	var due []string
+	next := time.Duration(0)
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	for id, p := range m.paused {
+		left := p.meta.PausedAt.Add(keep).Sub(now)
+		if left <= 0 && !p.resuming {
+			due = append(due, id)
+			delete(m.paused, id)
+			m.rememberEndLocked(id, apitype.Ended(apitype.EndLifetime), p.meta.Tenant)
+		} else if next == 0 || left < next {
+			next = left
+		}
+	}
+	if next > 0 {
+		if m.sweeper == nil {
+			m.sweeper = time.AfterFunc(next, m.sweepPaused)
+		} else {
+			m.sweeper.Reset(next)
+		}
+	}
+	m.mu.Unlock()
+	for _, id := range due {
+		if err := pauseimage.Remove(m.persistDir(), id); err != nil {
+			m.log.Error("removing an expired paused session", "session", id, "err", err)
+		} else {
+			m.log.Info("paused session expired (persistence.keep)", "session", id)
+		}
+	}
+}
+
+// rememberEndLocked remembers that id ended (a 410 for later calls);
+// m.mu is held.
+func (m *Manager) rememberEndLocked(id string, end apitype.End, tenant string) {
+	m.ended[id] = endedSession{end: end, tenant: tenant}
+	m.endOrder = append(m.endOrder, id)
+	if len(m.endOrder) > 10000 {
+		delete(m.ended, m.endOrder[0])
+		m.endOrder = m.endOrder[1:]
+	}
+}
+
+// pausedLocked is the paused session id, for the caller who (nil: the
+// server's own); m.mu is held.
+func (m *Manager) pausedLocked(id string, who *identity.Identity) (*pausedSession, error) {
+	p, ok := m.paused[id]
+	if !ok {
+		return nil, nil
+	}
+	if who != nil && !who.Sees(p.meta.Tenant) {
+		return nil, &OtherTenantError{m.ids.Unknown(id)}
+	}
+	return p, nil
+}
+
+// Describe is GET /v1/sessions/{id}: a live session's Info, or a paused
+// one's description (never resumed by it).
+func (m *Manager) Describe(ctx context.Context, id string) (apitype.Session, error) {
+	s, err := m.Find(ctx, id)
+	var pe *PausedError
+	if errors.As(err, &pe) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if p := m.paused[id]; p != nil {
+			return p.info(m.cfg.Persistence.Keep.D()), nil
+		}
+		return apitype.Session{}, m.ids.Unknown(id) // deleted just now
+	}
+	if err != nil {
+		return apitype.Session{}, err
+	}
+	return s.Info(), nil
+}
+
+// Reach is Find for a call that works in a session: a paused session
+// created with auto_resume is resumed first.
+func (m *Manager) Reach(ctx context.Context, id string) (*Session, error) {
+	s, err := m.Find(ctx, id)
+	var pe *PausedError
+	if !errors.As(err, &pe) {
+		return s, err
+	}
+	m.mu.Lock()
+	p := m.paused[id]
+	auto := p != nil && p.meta.Request.AutoResume
+	m.mu.Unlock()
+	if !auto {
+		return nil, err
+	}
+	return m.resume(ctx, id)
+}
+
+// ResumeFor resumes the paused session id for the caller ctx carries; a
+// live session is returned as it is (a client's retry).
+func (m *Manager) ResumeFor(ctx context.Context, id string) (*Session, error) {
+	s, err := m.Find(ctx, id)
+	var pe *PausedError
+	if !errors.As(err, &pe) {
+		return s, err
+	}
+	return m.resume(ctx, id)
+}
+
+// PauseFor pauses the session id for the caller ctx carries; a paused
+// one is described as it is (a client's retry).
+func (m *Manager) PauseFor(ctx context.Context, id string) (apitype.Session, error) {
+	s, err := m.Find(ctx, id)
+	var pe *PausedError
+	if errors.As(err, &pe) {
+		return m.Describe(ctx, id)
+	}
+	if err != nil {
+		return apitype.Session{}, err
+	}
+	return s.Pause(ctx)
+}
+
+// errPersistenceOff is the error of a pause on a server that cannot.
+func errPersistenceOff() error {
+	return fmt.Errorf("%w: this server cannot pause sessions (its operator has not set persistence.enabled)", errdefs.ErrUnsupported)
+}
+
+// Pause writes the session's files and settings under persistence.dir
+// and ends its sandbox. A session executing code, running a shell
+// command or transferring a file is not paused (ErrConflict: wait, or
+// interrupt it); a pause that fails (a full disk, a quota, a workspace
+// that cannot be kept whole) leaves the session running as it was.
+func (s *Session) Pause(ctx context.Context) (apitype.Session, error) {
+	m := s.m
+	if !m.cfg.Persistence.Enabled {
+		return apitype.Session{}, errPersistenceOff()
+	}
+	if !s.client {
+		return apitype.Session{}, fmt.Errorf("%w: only a client's session can be paused", errdefs.ErrInvalidArgument)
+	}
+	s.mu.Lock()
+	switch {
+	case !s.end.Zero():
+		end := s.end
+		s.mu.Unlock()
+		return apitype.Session{}, gone(end)
+	case s.pausing:
+		s.mu.Unlock()
+		return apitype.Session{}, fmt.Errorf("%w: the session is being paused already", errdefs.ErrConflict)
+	case s.busy:
+		s.mu.Unlock()
+		return apitype.Session{}, fmt.Errorf("%w: the session is executing code; wait for it to finish or interrupt it, then pause", errdefs.ErrConflict)
+	case s.inUse > 0:
+		s.mu.Unlock()
+		return apitype.Session{}, fmt.Errorf("%w: a file transfer or command is in progress in the session; wait for it, then pause", errdefs.ErrConflict)
+	}
+	s.pausing = true
+	s.mu.Unlock()
+	paused := false
+	defer func() {
+		if !paused {
+			s.mu.Lock()
+			s.pausing = false
+			s.mu.Unlock()
+			s.Touch()
+		}
+	}()
+	// After pausing is set: a command starting now sees it (see
+	// notPausing), or is counted here.
+	s.cmds.mu.Lock()
+	cmds := s.cmds.running
+	s.cmds.mu.Unlock()
+	if cmds > 0 {
+		return apitype.Session{}, fmt.Errorf("%w: %d shell commands are running in the session; wait for them or signal them, then pause", errdefs.ErrConflict, cmds)
+	}
+	if !s.pkgMu.TryLock() {
+		return apitype.Session{}, fmt.Errorf("%w: a package install is running in the session; wait for it, then pause", errdefs.ErrConflict)
+	}
+	defer s.pkgMu.Unlock()
+
+	meta := s.pausedMeta()
+	raw, err := json.Marshal(meta)
+	if err != nil {
+		return apitype.Session{}, err
+	}
+	begun := time.Now()
+	st, err := pauseimage.Write(ctx, m.persistDir(), s.id, raw, s.workspace(), int64(m.cfg.Persistence.MaxImageBytes),
+		func(disk int64) error { return m.pauseQuota(s.owner.Tenant, disk) })
+	if err != nil {
+		m.log.Warn("pausing a session failed; it keeps running", "session", s.id, "err", err)
+		return apitype.Session{}, err
+	}
+	p := &pausedSession{meta: meta, stats: st}
+	m.mu.Lock()
+	if m.paused == nil {
+		m.paused = map[string]*pausedSession{}
+	}
+	m.paused[s.id] = p
+	info := p.info(m.cfg.Persistence.Keep.D())
+	m.mu.Unlock()
+	paused = true
+	s.terminate(apitype.Ended(apitype.EndPaused))
+	m.sweepPaused()
+	m.log.Info("session paused", "session", s.id, "files", st.Files, "bytes", st.Bytes, "disk_bytes", st.DiskBytes, "ms", time.Since(begun).Milliseconds())
+	return info, nil
+}
+
+// pausedMeta describes the session for its image.
+func (s *Session) pausedMeta() pausedMeta {
+	req := s.made
+	req.Language = s.lang.Lang
+	req.Limits = s.limits
+	req.Isolation = s.inst.Isolation()
+	req.Template = s.template
+	req.IdleTimeout = config.Duration(s.idle)
+	if st := s.Network(); st != nil {
+		req.Network = &apitype.NetworkPolicy{Allow: st.Allow}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	req.Timeout = config.Duration(s.lifetime)
+	return pausedMeta{ID: s.id, Tenant: s.owner.Tenant, KeyID: s.owner.KeyID, Request: req, Created: s.create,
+		PausedAt: time.Now(), Executions: s.execCount}
+}
+
+// pauseQuota refuses a pause of disk bytes that would take tenant's
+// paused sessions past its quotas.max_paused_bytes.
+func (m *Manager) pauseQuota(tenant string, disk int64) error {
+	limit := int64(m.cfg.Quotas.MaxPausedBytes)
+	if t, ok := m.admit.(*Tenants); ok && t.quotas != nil {
+		limit = int64(t.quotas.Of(identity.Identity{Tenant: tenant}).MaxPausedBytes)
+	}
+	if limit == 0 {
+		return nil
+	}
+	used := int64(0)
+	m.mu.Lock()
+	for _, p := range m.paused {
+		if p.meta.Tenant == tenant {
+			used += p.stats.DiskBytes
+		}
+	}
+	m.mu.Unlock()
+	if used+disk > limit {
+		return fmt.Errorf("%w: the tenant's paused sessions would take %d bytes, more than its quota of %d (quotas.max_paused_bytes); delete paused sessions, or keep this one running",
+			errdefs.ErrQuota, used+disk, limit)
+	}
+	return nil
+}
+
+// restoring is what create needs to make a paused session live again.
+type restoring struct {
+	meta  pausedMeta
+	image *pauseimage.Image
+}
+
+// resumeID is the context key of the id a resumed session is built under.
+type resumeID struct{}
+
+// newID is the id of a session being built: a resumed one's own, else a
+// new one.
+func (m *Manager) newID(ctx context.Context) string {
+	if id, ok := ctx.Value(resumeID{}).(string); ok {
+		return id
+	}
+	return m.ids.NewID()
+}
+
+// resume makes the paused session id live again in a fresh sandbox.
+func (m *Manager) resume(ctx context.Context, id string) (*Session, error) {
+	if !m.cfg.Persistence.Enabled {
+		return nil, errPersistenceOff()
+	}
+	m.mu.Lock()
+	p := m.paused[id]
+	switch {
+	case p == nil:
+		m.mu.Unlock()
+		return m.Find(ctx, id) // resumed or deleted meanwhile
+	case p.resuming:
+		m.mu.Unlock()
+		return nil, fmt.Errorf("%w: the session is being resumed already; try again in a moment", errdefs.ErrConflict)
+	}
+	p.resuming = true
+	m.mu.Unlock()
+	resumed := false
+	defer func() {
+		if !resumed {
+			m.mu.Lock()
+			p.resuming = false
+			m.mu.Unlock()
+		}
+	}()
+	im, err := pauseimage.Open(m.persistDir(), id)
+	if err == nil {
+		defer im.Close()
+		err = im.Verify()
+	}
+	if err != nil {
+		return nil, m.resumeFailed(p, err)
+	}
+	req := p.meta.Request
+	release, err := m.admit.AdmitSession(ctx, &Ask{Limits: &req.Limits, Isolation: &req.Isolation, Network: req.Network})
+	if err != nil {
+		return nil, err
+	}
+	begun := time.Now()
+	s, err := m.create(ctx, req, &restoring{meta: p.meta, image: im})
+	if err != nil {
+		release()
+		return nil, m.resumeFailed(p, err)
+	}
+	resumed = true
+	if err := pauseimage.Remove(m.persistDir(), id); err != nil {
+		m.log.Error("removing a resumed session's image", "session", id, "err", err)
+	}
+	m.log.Info("session resumed", "session", id, "restored", apitype.RestoreFiles, "ms", time.Since(begun).Milliseconds())
+	return s, nil
+}
+
+// resumeFailed records why p cannot be resumed when its image is at
+// fault, and returns err.
+func (m *Manager) resumeFailed(p *pausedSession, err error) error {
+	if errors.Is(err, errdefs.ErrImageCorrupt) {
+		m.log.Error("a paused session's image is corrupt; kept for the operator", "session", p.meta.ID, "dir", m.persistDir(), "err", err)
+		m.mu.Lock()
+		p.err = err
+		m.mu.Unlock()
+	}
+	return err
+}
+
+// deletePaused deletes the paused session id, for who; found says
+// whether there was one.
+func (m *Manager) deletePaused(id string, who *identity.Identity) (found bool, err error) {
+	m.mu.Lock()
+	p, err := m.pausedLocked(id, who)
+	if p == nil || err != nil {
+		m.mu.Unlock()
+		return false, err
+	}
+	if p.resuming {
+		m.mu.Unlock()
+		return true, fmt.Errorf("%w: the session is being resumed; delete it once it is live", errdefs.ErrConflict)
+	}
+	delete(m.paused, id)
+	m.rememberEndLocked(id, apitype.Ended(apitype.EndDeleted), p.meta.Tenant)
+	m.mu.Unlock()
+	if err := pauseimage.Remove(m.persistDir(), id); err != nil {
+		m.log.Error("removing a deleted paused session's image", "session", id, "err", err)
+	}
+	return true, nil
+}
+
+// pausedList describes every paused session.
+func (m *Manager) pausedList() []apitype.Session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]apitype.Session, 0, len(m.paused))
+	for _, p := range m.paused {
+		out = append(out, p.info(m.cfg.Persistence.Keep.D()))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out
+}
+
+// notPausing refuses work that would begin while the session is being
+// paused.
+func (s *Session) notPausing() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pausing {
+		return fmt.Errorf("%w: the session is being paused", errdefs.ErrConflict)
+	}
+	return nil
+}
+
+// restores is what a pause of the session would keep ("" : none).
+func (m *Manager) restores() string {
+	if m.cfg.Persistence.Enabled {
+		return apitype.RestoreFiles
+	}
+	return ""
+}
+
+// SetTimeout sets the session's lifetime again: it ends (or pauses) d
+// from now (E2B's set_timeout).
+func (s *Session) SetTimeout(d time.Duration) error {
+	if err := s.m.checkLifetime(d); err != nil {
+		return err
+	}
+	if d == 0 {
+		return fmt.Errorf("%w: timeout must be at least 1s", errdefs.ErrInvalidArgument)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.end.Zero() {
+		return gone(s.end)
+	}
+	s.lifetime = d
+	s.expires = time.Now().Add(d)
+	if s.lifeTimer == nil {
+		s.lifeTimer = time.AfterFunc(d, s.expire)
+	} else {
+		s.lifeTimer.Reset(d)
+	}
+	return nil
+}
+
+// checkLifetime checks a lifetime a client asks for (0: none).
+func (m *Manager) checkLifetime(d time.Duration) error {
+	if d != 0 && (d < time.Second || d > m.cfg.Server.MaxSessionTimeout.D()) {
+		return fmt.Errorf("%w: timeout %s must be between 1s and the server maximum %s (server.max_session_timeout)", errdefs.ErrInvalidArgument, d, m.cfg.Server.MaxSessionTimeout)
+	}
+	return nil
+}
+
+// checkOnTimeout checks a request's on_timeout.
+func (m *Manager) checkOnTimeout(v string) error {
+	switch v {
+	case "", apitype.OnTimeoutEnd:
+		return nil
+	case apitype.OnTimeoutPause:
+		if !m.cfg.Persistence.Enabled {
+			return fmt.Errorf("%w: on_timeout \"pause\": %w", errdefs.ErrUnsupported, errPersistenceOff())
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: on_timeout %q must be \"end\" or \"pause\"", errdefs.ErrInvalidArgument, v)
+}
+
+// expire is the end of the session's lifetime.
+func (s *Session) expire() {
+	s.mu.Lock()
+	if !s.end.Zero() || time.Now().Before(s.expires) {
+		if s.end.Zero() && s.lifeTimer != nil {
+			s.lifeTimer.Reset(max(time.Until(s.expires), time.Millisecond))
+		}
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	s.timedOut(apitype.Ended(apitype.EndLifetime))
+}
+
+// timedOut is a timeout's end of the session: a pause (on_timeout
+// "pause"; a running execution is interrupted first) or its end. A pause
+// that fails leaves the session running, its idle timer armed again:
+// nothing is lost for a timeout.
+func (s *Session) timedOut(end apitype.End) {
+	if s.made.OnTimeout != apitype.OnTimeoutPause {
+		s.terminate(end)
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.m.cfg.Persistence.ShutdownTimeout.D())
+		defer cancel()
+		if _, err := s.pauseWhenIdle(ctx); err != nil && s.End().Zero() {
+			s.m.log.Warn("a session's timeout could not pause it; it keeps running", "session", s.id, "err", err)
+			s.Touch()
+		}
+	}()
+}
+
+// pauseWhenIdle pauses the session, first interrupting what runs in it
+// and waiting (until ctx ends) for it to stop.
+func (s *Session) pauseWhenIdle(ctx context.Context) (apitype.Session, error) {
+	for {
+		info, err := s.Pause(ctx)
+		if !errors.Is(err, errdefs.ErrConflict) {
+			return info, err
+		}
+		s.Interrupt()
+		select {
+		case <-ctx.Done():
+			return info, err
+		case <-s.ended:
+			return info, err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// pauseAll pauses every live session within persistence.shutdown_timeout
+// (a shutdown's); those not paused by then are left to end.
+func (m *Manager) pauseAll(all []*Session) {
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Persistence.ShutdownTimeout.D())
+	defer cancel()
+	var wg sync.WaitGroup
+	// A few at a time: each writes to the same disk.
+	sem := make(chan struct{}, 4)
+	for _, s := range all {
+		if !s.client {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if _, err := s.pauseWhenIdle(ctx); err != nil {
+				m.log.Warn("a session could not be paused at shutdown; it ends", "session", s.id, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+}

@@ -1,0 +1,370 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"airlock/internal/apitype"
+	"airlock/internal/config"
+	"airlock/internal/errdefs"
+	"airlock/internal/identity"
+)
+
+// persistConfig is the test configuration with persistence on, in a
+// directory of the test's.
+func persistConfig(t *testing.T) *config.Config {
+	c := testConfig()
+	c.Persistence.Enabled = true
+	c.Persistence.Dir = t.TempDir()
+	return &c
+}
+
+// writeFiles puts files into s's workspace as a client would.
+func writeFiles(t *testing.T, s *Session, files map[string]string) {
+	t.Helper()
+	for p, content := range files {
+		if _, err := s.Files(context.Background()).Write(p, strings.NewReader(content), 1<<20, 0o644); err != nil {
+			t.Fatalf("write %s: %v", p, err)
+		}
+	}
+}
+
+// checkFiles checks s's workspace holds exactly files' contents.
+func checkFiles(t *testing.T, s *Session, files map[string]string) {
+	t.Helper()
+	for p, want := range files {
+		f, _, err := s.Files(context.Background()).Open(p)
+		if err != nil {
+			t.Errorf("%s: %v", p, err)
+			continue
+		}
+		got, _ := io.ReadAll(f)
+		f.Close()
+		if string(got) != want {
+			t.Errorf("%s: %q restored, want %q", p, got, want)
+		}
+	}
+}
+
+var someFiles = map[string]string{
+	"notes.txt":        "hello",
+	"data/table.csv":   "a,b\n1,2\n",
+	"data/deep/x.json": `{"k": 1}`,
+	"big.bin":          strings.Repeat("\x00\x01binary", 100000),
+}
+
+// TestPauseResume: a paused session keeps its id, files, limits,
+// environment and lifecycle, has no sandbox, is listed as paused, refuses
+// work with ErrPaused, and a resume brings it back in a fresh sandbox.
+func TestPauseResume(t *testing.T) {
+	cfg := persistConfig(t)
+	m, src, _ := newTestManager(t, cfg)
+	s, err := m.Create(context.Background(), apitype.CreateSessionRequest{Language: "python", Env: map[string]string{"FOO": "bar"},
+		Limits: config.Limits{Memory: 300 << 20}, AutoResume: false, Timeout: config.Duration(time.Hour), OnTimeout: "pause"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := s.Info(); info.Restores != apitype.RestoreFiles || info.ExpiresAt == nil || info.OnTimeout != "pause" {
+		t.Errorf("a live session's info: %+v", info)
+	}
+	writeFiles(t, s, someFiles)
+	if _, err := execute(t, s, "out x", nil); err != nil {
+		t.Fatal(err)
+	}
+	first := src.last()
+	info, err := m.PauseFor(context.Background(), s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State != apitype.StatePaused || info.Paused == nil || info.Paused.Files != 4 || info.Paused.Dirs != 2 || info.Paused.DiskBytes == 0 || info.Executions != 1 {
+		t.Errorf("pause's answer: %+v %+v", info, info.Paused)
+	}
+	if end := ended(t, s); end.Code != apitype.EndPaused {
+		t.Errorf("the live session ended for %q", end.Code)
+	}
+	<-s.gone
+	if !first.closed.Load() {
+		t.Error("the paused session's sandbox is not freed")
+	}
+	// Paused: described, listed, refused.
+	if _, err := m.Get(s.ID()); !errors.Is(err, errdefs.ErrPaused) {
+		t.Errorf("get of a paused session: %v", err)
+	}
+	if _, err := m.Reach(context.Background(), s.ID()); !errors.Is(err, errdefs.ErrPaused) || !strings.Contains(err.Error(), "/resume") {
+		t.Errorf("work in a paused session without auto_resume: %v", err)
+	}
+	if d, err := m.Describe(context.Background(), s.ID()); err != nil || d.State != apitype.StatePaused || d.Limits.Memory != 300<<20 {
+		t.Errorf("describe: %+v, %v", d, err)
+	}
+	if l := m.List(); len(l) != 1 || l[0].State != apitype.StatePaused {
+		t.Errorf("list: %+v", l)
+	}
+	if again, err := m.PauseFor(context.Background(), s.ID()); err != nil || again.State != apitype.StatePaused {
+		t.Errorf("a second pause: %+v, %v", again, err)
+	}
+	// Resumed: the same id, the files, a new sandbox.
+	r, err := m.ResumeFor(context.Background(), s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ID() != s.ID() || src.last() == first {
+		t.Fatalf("resumed as %s on the same sandbox: %v", r.ID(), src.last() == first)
+	}
+	checkFiles(t, r, someFiles)
+	ri := r.Info()
+	if ri.State != apitype.StateIdle || ri.Restored != apitype.RestoreFiles || ri.Executions != 1 || ri.Limits.Memory != 300<<20 ||
+		!ri.CreatedAt.Equal(s.Info().CreatedAt) || ri.ExpiresAt == nil {
+		t.Errorf("resumed info: %+v", ri)
+	}
+	if r.made.Env["FOO"] != "bar" || r.runtimeEnv()["FOO"] != "bar" {
+		t.Errorf("the environment was not restored: %v", r.runtimeEnv())
+	}
+	if again, err := m.ResumeFor(context.Background(), s.ID()); err != nil || again != r {
+		t.Errorf("a second resume: %v", err)
+	}
+	if ents, _ := os.ReadDir(cfg.Persistence.Dir); len(ents) != 0 {
+		t.Errorf("the image outlived the resume: %v", ents)
+	}
+	if _, err := execute(t, r, "out y", nil); err != nil {
+		t.Errorf("executing after the resume: %v", err)
+	}
+}
+
+// TestAutoResume: work naming a paused session made with auto_resume
+// resumes it.
+func TestAutoResume(t *testing.T) {
+	m, _, _ := newTestManager(t, persistConfig(t))
+	s, err := m.Create(context.Background(), apitype.CreateSessionRequest{AutoResume: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, s, map[string]string{"a": "1"})
+	if _, err := s.Pause(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r, err := m.Reach(context.Background(), s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFiles(t, r, map[string]string{"a": "1"})
+}
+
+// TestPauseRefused: what a pause refuses leaves the session running as
+// it was: an execution running (409), a shell command, persistence off,
+// a tenant's quota of paused bytes.
+func TestPauseRefused(t *testing.T) {
+	t.Run("executing", func(t *testing.T) {
+		m, _, _ := newTestManager(t, persistConfig(t))
+		s := create(t, m, "python")
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.Execute(context.Background(), apitype.ExecuteRequest{Code: "sleep"}, nil)
+		}()
+		busy(t, s)
+		if _, err := s.Pause(context.Background()); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "interrupt") {
+			t.Errorf("pause while executing: %v", err)
+		}
+		s.Interrupt()
+		<-done
+		if _, err := execute(t, s, "out x", nil); err != nil {
+			t.Errorf("the session does not run after a refused pause: %v", err)
+		}
+		if _, err := s.Pause(context.Background()); err != nil {
+			t.Errorf("pause once idle: %v", err)
+		}
+	})
+	t.Run("a command running", func(t *testing.T) {
+		m, _, _ := newTestManager(t, persistConfig(t))
+		s := create(t, m, "python")
+		c, err := s.RunCommand(context.Background(), apitype.CommandRequest{Command: "sleep", Background: true}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Pause(context.Background()); !errors.Is(err, errdefs.ErrConflict) {
+			t.Errorf("pause with a command running: %v", err)
+		}
+		s.SignalCommand(c.ID, "SIGKILL")
+	})
+	t.Run("persistence off", func(t *testing.T) {
+		m, _, _ := newTestManager(t, nil)
+		s := create(t, m, "python")
+		if _, err := s.Pause(context.Background()); !errors.Is(err, errdefs.ErrUnsupported) {
+			t.Errorf("pause without persistence: %v", err)
+		}
+		if _, err := m.Create(context.Background(), apitype.CreateSessionRequest{OnTimeout: "pause"}); !errors.Is(err, errdefs.ErrUnsupported) {
+			t.Errorf("on_timeout pause without persistence: %v", err)
+		}
+	})
+	t.Run("quota", func(t *testing.T) {
+		cfg := persistConfig(t)
+		cfg.Quotas.MaxPausedBytes = 4096
+		m, _, _ := newTestManager(t, cfg)
+		s := create(t, m, "python")
+		writeFiles(t, s, map[string]string{"big": strings.Repeat("x", 8192)})
+		if _, err := s.Pause(context.Background()); !errors.Is(err, errdefs.ErrQuota) {
+			t.Errorf("pause over the quota: %v", err)
+		}
+		if _, err := execute(t, s, "out x", nil); err != nil {
+			t.Errorf("the session does not run after a refused pause: %v", err)
+		}
+		if ents, _ := os.ReadDir(cfg.Persistence.Dir); len(ents) != 0 {
+			t.Errorf("a refused pause left %v", ents)
+		}
+	})
+}
+
+// TestPausedAcrossRestart: a shutdown pauses every live session; the
+// next manager on the same directory lists them as paused and resumes
+// them with their files, for their tenant only.
+func TestPausedAcrossRestart(t *testing.T) {
+	cfg := persistConfig(t)
+	m1, _, _ := newTestManager(t, cfg)
+	ctx := identity.With(context.Background(), identity.Identity{Tenant: "acme", KeyID: "k1"})
+	s, err := m1.Create(ctx, apitype.CreateSessionRequest{Language: "bash"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, s, someFiles)
+	m1.Close()
+	if end := ended(t, s); end.Code != apitype.EndPaused {
+		t.Fatalf("shutdown ended the session for %q, want paused", end.Code)
+	}
+
+	m2, _, _ := newTestManager(t, cfg)
+	if err := m2.LoadPaused(); err != nil {
+		t.Fatal(err)
+	}
+	l := m2.List()
+	if len(l) != 1 || l[0].ID != s.ID() || l[0].State != apitype.StatePaused || l[0].Tenant != "acme" || l[0].Language != "bash" {
+		t.Fatalf("after the restart: %+v", l)
+	}
+	other := identity.With(context.Background(), identity.Identity{Tenant: "other"})
+	if _, err := m2.ResumeFor(other, s.ID()); !errors.Is(err, errdefs.ErrNotFound) && !errors.Is(err, errdefs.ErrSessionLost) {
+		var ot *OtherTenantError
+		if !errors.As(err, &ot) {
+			t.Errorf("another tenant's resume: %v", err)
+		}
+	}
+	r, err := m2.ResumeFor(ctx, s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFiles(t, r, someFiles)
+	if r.Tenant() != "acme" {
+		t.Errorf("resumed for tenant %q", r.Tenant())
+	}
+}
+
+// TestCorruptImageKept: a resume from a damaged image is refused with
+// ErrImageCorrupt, starts nothing, and keeps the image (described with
+// its error) until the session is deleted.
+func TestCorruptImageKept(t *testing.T) {
+	cfg := persistConfig(t)
+	m, src, _ := newTestManager(t, cfg)
+	s := create(t, m, "python")
+	writeFiles(t, s, someFiles)
+	if _, err := s.Pause(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tarPath := filepath.Join(cfg.Persistence.Dir, s.ID(), "files.tar")
+	b, _ := os.ReadFile(tarPath)
+	os.WriteFile(tarPath, b[:len(b)/2], 0o600)
+	before := len(src.all)
+	_, err := m.ResumeFor(context.Background(), s.ID())
+	if !errors.Is(err, errdefs.ErrImageCorrupt) || !strings.Contains(err.Error(), "truncated") {
+		t.Fatalf("resume of a truncated image: %v", err)
+	}
+	if len(src.all) != before {
+		t.Error("a sandbox was started for a corrupt image")
+	}
+	d, err := m.Describe(context.Background(), s.ID())
+	if err != nil || d.State != apitype.StatePaused || d.Paused.Error == "" {
+		t.Errorf("describe after the failed resume: %+v, %v", d.Paused, err)
+	}
+	if got, _ := os.ReadFile(tarPath); !bytes.Equal(got, b[:len(b)/2]) {
+		t.Error("the corrupt image was not kept as it was")
+	}
+	if err := m.DeleteFor(context.Background(), s.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Persistence.Dir, s.ID())); !os.IsNotExist(err) {
+		t.Errorf("delete kept the image: %v", err)
+	}
+	if _, err := m.Get(s.ID()); !errors.Is(err, errdefs.ErrGone) {
+		t.Errorf("get after delete: %v", err)
+	}
+}
+
+// TestLifetime: a session's lifetime ends it (on_timeout end) or pauses
+// it (pause); PUT timeout sets it again from now.
+func TestLifetime(t *testing.T) {
+	t.Run("end", func(t *testing.T) {
+		m, _, _ := newTestManager(t, nil)
+		s, err := m.Create(context.Background(), apitype.CreateSessionRequest{Timeout: config.Duration(time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if end := ended(t, s); end.Code != apitype.EndLifetime {
+			t.Errorf("ended for %q", end.Code)
+		}
+	})
+	t.Run("pause", func(t *testing.T) {
+		m, _, _ := newTestManager(t, persistConfig(t))
+		s, err := m.Create(context.Background(), apitype.CreateSessionRequest{Timeout: config.Duration(time.Second), OnTimeout: "pause"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFiles(t, s, map[string]string{"kept": "yes"})
+		if end := ended(t, s); end.Code != apitype.EndPaused {
+			t.Fatalf("ended for %q", end.Code)
+		}
+		r, err := m.ResumeFor(context.Background(), s.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkFiles(t, r, map[string]string{"kept": "yes"})
+	})
+	t.Run("idle pause", func(t *testing.T) {
+		m, _, _ := newTestManager(t, persistConfig(t))
+		s, err := m.Create(context.Background(), apitype.CreateSessionRequest{OnTimeout: "pause"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.mu.Lock()
+		s.lastUsed = time.Now().Add(-2 * s.idle)
+		s.mu.Unlock()
+		s.checkIdle()
+		if end := ended(t, s); end.Code != apitype.EndPaused {
+			t.Errorf("idle ended for %q, want paused", end.Code)
+		}
+	})
+	t.Run("set", func(t *testing.T) {
+		m, _, _ := newTestManager(t, nil)
+		s := create(t, m, "")
+		if s.Info().ExpiresAt != nil {
+			t.Error("a lifetime nobody asked for")
+		}
+		for _, bad := range []time.Duration{0, time.Millisecond, 8 * 24 * time.Hour} {
+			if err := s.SetTimeout(bad); !errors.Is(err, errdefs.ErrInvalidArgument) {
+				t.Errorf("timeout %s: %v", bad, err)
+			}
+		}
+		if err := s.SetTimeout(time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if exp := s.Info().ExpiresAt; exp == nil || time.Until(*exp) < 59*time.Minute {
+			t.Errorf("expires at %v", exp)
+		}
+		if _, err := m.Create(context.Background(), apitype.CreateSessionRequest{OnTimeout: "sleep"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("on_timeout sleep: %v", err)
+		}
+	})
+}
