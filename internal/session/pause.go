@@ -34,6 +34,19 @@ type pausedMeta struct {
 	Created    time.Time                    `json:"created"`
 	PausedAt   time.Time                    `json:"paused_at"`
 	Executions int                          `json:"executions"`
+	// Contexts are the session's live code contexts besides its default
+	// one, oldest first, started again (fresh interpreters) on resume;
+	// CtxNext numbers those clients create.
+	Contexts []pausedContext `json:"contexts,omitempty"`
+	CtxNext  int             `json:"ctx_next,omitempty"`
+}
+
+// pausedContext is a code context as a pause keeps it.
+type pausedContext struct {
+	ID       string            `json:"id"`
+	Language string            `json:"language"`
+	Cwd      string            `json:"cwd"`
+	Env      map[string]string `json:"env,omitempty"`
 }
 
 // pausedSession is a paused session the manager knows of (under m.mu).
@@ -348,8 +361,32 @@ func (s *Session) pausedMeta() pausedMeta {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	req.Timeout = config.Duration(s.lifetime)
-	return pausedMeta{ID: s.id, Tenant: s.owner.Tenant, KeyID: s.owner.KeyID, Request: req, Created: s.create,
-		PausedAt: time.Now(), Executions: s.execCount}
+	meta := pausedMeta{ID: s.id, Tenant: s.owner.Tenant, KeyID: s.owner.KeyID, Request: req, Created: s.create,
+		PausedAt: time.Now(), Executions: s.execCount, CtxNext: s.ctxNext}
+	for _, id := range s.ctxOrder {
+		if c := s.ctxs[id]; c != nil && c != s.def && c.end.Zero() {
+			meta.Contexts = append(meta.Contexts, pausedContext{ID: c.id, Language: c.lang.Lang, Cwd: c.cwd, Env: c.userEnv})
+		}
+	}
+	return meta
+}
+
+// restoreContexts starts the code contexts a paused session had, under
+// their ids, in its fresh sandbox (before the session is visible).
+func (s *Session) restoreContexts(ctx context.Context, meta pausedMeta) error {
+	s.mu.Lock()
+	s.ctxNext = meta.CtxNext
+	s.mu.Unlock()
+	for _, pc := range meta.Contexts {
+		rt, err := s.m.lookup(pc.Language)
+		if err != nil {
+			return err
+		}
+		if _, err := s.startContext(ctx, pc.ID, rt, pc.Cwd, pc.Env); err != nil {
+			return fmt.Errorf("restoring code context %s: %w", pc.ID, err)
+		}
+	}
+	return nil
 }
 
 // pauseQuota refuses a pause of disk bytes that would take tenant's

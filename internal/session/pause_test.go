@@ -137,6 +137,38 @@ func TestPauseResume(t *testing.T) {
 	}
 }
 
+// TestPauseKeepsContexts: a resumed session has its code contexts again
+// (fresh interpreters), under their ids, languages and directories.
+func TestPauseKeepsContexts(t *testing.T) {
+	m, _, _ := newTestManager(t, persistConfig(t))
+	s := create(t, m, "python")
+	writeFiles(t, s, map[string]string{"sub/a": "1"})
+	c, err := s.CreateContext(context.Background(), apitype.CreateContextRequest{Language: "bash", Cwd: "sub", Env: map[string]string{"K": "v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := s.Contexts()
+	if _, err := s.Pause(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r, err := m.ResumeFor(context.Background(), s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, _ := r.Contexts()
+	if len(after) != len(before) || len(after) != 2 {
+		t.Fatalf("contexts after the resume: %+v, before %+v", after, before)
+	}
+	got := after[1]
+	if got.ID != c.ID || got.Language != "bash" || got.Cwd != c.Cwd {
+		t.Errorf("restored context %+v, want %+v", got, *c)
+	}
+	next, err := r.CreateContext(context.Background(), apitype.CreateContextRequest{})
+	if err != nil || next.ID == c.ID {
+		t.Errorf("a new context after the resume: %+v %v", next, err)
+	}
+}
+
 // TestAutoResume: work naming a paused session made with auto_resume
 // resumes it.
 func TestAutoResume(t *testing.T) {

@@ -418,7 +418,11 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest, 
 		// Before the session is visible, and before any code of the
 		// client's runs in it.
 		s.create, s.execCount, s.restored = r.meta.Created, r.meta.Executions, apitype.RestoreFiles
-		if err := r.image.Restore(ctx, s.workspace(), int64(m.cfg.Persistence.MaxImageBytes)); err != nil {
+		err := r.image.Restore(ctx, s.workspace(), int64(m.cfg.Persistence.MaxImageBytes))
+		if err == nil {
+			err = s.restoreContexts(ctx, r.meta)
+		}
+		if err != nil {
 			s.teardownOnce.Do(s.teardown)
 			return nil, err
 		}
