@@ -2,12 +2,17 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"airlock/internal/apitype"
 	"airlock/internal/errdefs"
+	"airlock/internal/image"
 	"airlock/internal/image/imagetest"
 )
 
@@ -69,5 +74,64 @@ func TestTemplatesByTenant(t *testing.T) {
 	}
 	if _, err := open.Template(ctx, "no-such-template"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("an unknown template: %v", err)
+	}
+}
+
+// airlock doctor checks every template in a jail on its root: its
+// interpreters' versions and the pools' preloads; a template whose
+// interpreter cannot run is a warning, and a failure (exit 69) once the
+// configuration names it, as the server would refuse to start on it.
+func TestDoctorTemplates(t *testing.T) {
+	store := imagetest.Store(t, "code-interpreter", "python")
+	checks := func(cfgJSON string, wantCode int) map[string]struct{ Status, Detail string } {
+		t.Helper()
+		out, errOut, code := runCLI(t, "", "doctor", "--json", "--config", writeFile(t, "c.json", cfgJSON))
+		if code != wantCode {
+			t.Fatalf("doctor exited %d, want %d: %s %s", code, wantCode, out, errOut)
+		}
+		var r struct {
+			Checks []struct{ Name, Status, Detail string } `json:"checks"`
+		}
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		m := map[string]struct{ Status, Detail string }{}
+		for _, c := range r.Checks {
+			m[c.Name] = struct{ Status, Detail string }{c.Status, c.Detail}
+		}
+		return m
+	}
+	m := checks(`{"templates": {"dir": "`+store.Dir()+`", "default": "code-interpreter"}}`, 0)
+	ci := m["template code-interpreter"]
+	if ci.Status != "ok" || !strings.Contains(ci.Detail, "python 3.11") || !strings.Contains(ci.Detail, "pandas") || !strings.Contains(ci.Detail, "node v") || !strings.Contains(ci.Detail, "GNU bash") {
+		t.Errorf("template code-interpreter: %+v", ci)
+	}
+	// The python recipe has no numpy or pandas: its pool imports what it
+	// has, and doctor says what is missing.
+	if py := m["template python"]; py.Status != "warn" || !strings.Contains(py.Detail, "missing preloads") || !strings.Contains(py.Detail, "numpy") {
+		t.Errorf("template python: %+v", py)
+	}
+
+	// A root whose python3 is not one: a warning, a failure once named.
+	src := t.TempDir()
+	os.MkdirAll(filepath.Join(src, "usr/bin"), 0o755)
+	os.WriteFile(filepath.Join(src, "usr/bin/python3"), []byte("#!/nonexistent/interpreter\n"), 0o755)
+	own, err := image.Open(filepath.Join(t.TempDir(), "templates"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := own.Import(context.Background(), "broken", src, image.ImportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m = checks(`{"templates": {"dir": "`+own.Dir()+`"}}`, 0)
+	if b := m["template broken"]; b.Status != "warn" || !strings.Contains(b.Detail, "python3 does not run in a jail on it") {
+		t.Errorf("template broken, not named: %+v", b)
+	}
+	m = checks(`{"templates": {"dir": "`+own.Dir()+`", "default": "broken", "pool": {"missing": {"python": 1}}}}`, 69)
+	if b := m["template broken"]; b.Status != "FAIL" {
+		t.Errorf("template broken, the default: %+v", b)
+	}
+	if b := m["template missing"]; b.Status != "FAIL" || !strings.Contains(b.Detail, "not registered") {
+		t.Errorf("template missing: %+v", b)
 	}
 }
