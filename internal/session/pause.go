@@ -628,15 +628,23 @@ func (s *Session) timedOut(end apitype.End) {
 	}()
 }
 
-// pauseWhenIdle pauses the session, first interrupting what runs in it
-// and waiting (until ctx ends) for it to stop.
+// pauseWhenIdle pauses the session (a timeout's or a shutdown's), first
+// interrupting what runs in it, killing its shell commands, and waiting
+// (until ctx ends) for them to stop.
 func (s *Session) pauseWhenIdle(ctx context.Context) (apitype.Session, error) {
 	for {
 		info, err := s.Pause(ctx)
 		if !errors.Is(err, errdefs.ErrConflict) {
 			return info, err
 		}
+		// What runs would not outlive the sandbox anyway: executions
+		// are interrupted, shell commands killed, then the pause again.
 		s.Interrupt()
+		for _, c := range s.Commands() {
+			if c.State == apitype.CommandRunning {
+				s.SignalCommand(c.ID, "SIGKILL")
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return info, err

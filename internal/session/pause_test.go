@@ -295,6 +295,30 @@ func TestPausedAcrossRestart(t *testing.T) {
 	}
 }
 
+// TestShutdownPausesBusySessions: a shutdown pauses a session whose code
+// runs (interrupted) and one with a background command (killed), rather
+// than ending them.
+func TestShutdownPausesBusySessions(t *testing.T) {
+	cfg := persistConfig(t)
+	cfg.Persistence.ShutdownTimeout = config.Duration(5 * time.Second)
+	m, _, _ := newTestManager(t, cfg)
+	busyOne, withCmd := create(t, m, "python"), create(t, m, "python")
+	go busyOne.Execute(context.Background(), apitype.ExecuteRequest{Code: "sleep"}, nil)
+	busy(t, busyOne)
+	if _, err := withCmd.RunCommand(context.Background(), apitype.CommandRequest{Command: "sleep", Background: true}, nil); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	for _, s := range []*Session{busyOne, withCmd} {
+		if end := ended(t, s); end.Code != apitype.EndPaused {
+			t.Errorf("%s ended for %q at shutdown, want paused", s.ID(), end.Code)
+		}
+	}
+	if ents, _ := os.ReadDir(cfg.Persistence.Dir); len(ents) != 2 {
+		t.Errorf("%d images after the shutdown, want 2", len(ents))
+	}
+}
+
 // TestCorruptImageKept: a resume from a damaged image is refused with
 // ErrImageCorrupt, starts nothing, and keeps the image (described with
 // its error) until the session is deleted.
