@@ -32,19 +32,17 @@ type rule struct {
 	// noShared: not even the shared packages (they import one another
 	// only as listed).
 	noShared bool
-	// optional: the table may name it while no package is there (the v1
-	// API while it moves from api to httpapi/v1, issue 20 §4).
-	optional bool
 }
 
 // front is what serves requests over HTTP may import: sessions and what a
 // request names, never the root, pools, instances or jails.
-var front = []string{"httpapi", "session", "notebook", "egress", "workspace", "portproxy", "cluster"}
+var front = []string{"httpapi/...", "session", "notebook", "egress", "workspace", "portproxy", "cluster"}
 
 // rules is the layout: every package of the module, top to bottom. A new
 // package gets a line here, in its layer, importing only from below it.
-// A name ending in "/..." stands for every package under it (in the table
-// and in a may list): httpapi/... is each HTTP API (v1, E2B's).
+// A name ending in "/..." stands for the package and every one under it,
+// as go's patterns do (in the table and in a may list): httpapi/... is
+// each HTTP API (v1, E2B's) and the edge they share.
 var rules = map[string]rule{
 	// The command: flags and printing. It talks to a server through
 	// client (and mcp's bridge), and to the composition root for what
@@ -59,14 +57,12 @@ var rules = map[string]rule{
 	"testenv": {layer: "test", noShared: true, std: true},
 
 	// The one composition root.
-	"server": {layer: "root", may: []string{"api", "httpapi", "httpapi/...", "console", "mcp", "audit", "quota", "metrics", "directory", "session", "pool", "instance", "image", "jail", "gvisor", "egress", "fontcache", "runtimes", "store", "cluster", "client"}},
+	"server": {layer: "root", may: []string{"httpapi/...", "console", "mcp", "audit", "quota", "metrics", "directory", "session", "pool", "instance", "image", "jail", "gvisor", "egress", "fontcache", "runtimes", "store", "cluster", "client"}},
 
 	// The front: what serves requests, and what hears sessions. The HTTP
-	// APIs are v1 (api, moving to httpapi/v1) and E2B's, over httpapi's
-	// shared decoding and streaming; MCP speaks to a server as a client.
-	"api":         {layer: "front", may: front, optional: true},
-	"httpapi":     {layer: "front", may: front[1:], optional: true},
-	"httpapi/...": {layer: "front", may: front, optional: true},
+	// APIs (httpapi/v1, E2B's httpapi/e2b, ...) sit over httpapi's shared
+	// edge; MCP speaks to a server as a client.
+	"httpapi/...": {layer: "front", may: front},
 	"console":     {layer: "front"},
 	"mcp":         {layer: "front", may: []string{"client", "workspace"}},
 	"audit":       {layer: "front", may: []string{"session", "store"}},
@@ -232,7 +228,7 @@ func standard(imp string) bool {
 // rel.
 func matches(name, rel string) bool {
 	if prefix, ok := strings.CutSuffix(name, "/..."); ok {
-		return strings.HasPrefix(rel, prefix+"/")
+		return rel == prefix || strings.HasPrefix(rel, prefix+"/")
 	}
 	return name == rel
 }
@@ -315,7 +311,7 @@ func TestImportsFollowTheLayers(t *testing.T) {
 		for rel := range seen {
 			found = found || matches(name, rel)
 		}
-		if !found && !r.optional {
+		if !found {
 			t.Errorf("the table names %s, which is not a package of the module: remove its line", name)
 		}
 		for _, m := range r.may {
@@ -345,7 +341,7 @@ func TestImportRulesCatchMutants(t *testing.T) {
 		{"apitype", module + "/internal/config", "apitype (shared) may import nothing of airlock"},
 		{"apitype", "golang.org/x/sys/unix", "a shared package imports only the standard library"},
 		{"config", module + "/internal/redact", "config (shared) may import only apitype, errdefs"},
-		{"../cmd/airlock", module + "/internal/api", "../cmd/airlock (command) may import only"},
+		{"../cmd/airlock", module + "/internal/httpapi/v1", "../cmd/airlock (command) may import only"},
 		{"../cmd/airlock", module + "/internal/store", "imports airlock/internal/store"},
 		{"jail", module + "/internal/watch", "jail (jail) may import only"},
 		{"egress", module + "/internal/rootfs", "egress (mechanism) may import only loopback"},
@@ -368,7 +364,6 @@ func TestImportRulesCatchMutants(t *testing.T) {
 		{"httpapi/e2b", module + "/internal/pool", "httpapi/e2b (front) may import only"},
 		{"httpapi/v1", module + "/internal/server", "httpapi/v1 (front) may import only"},
 		{"httpapi", module + "/internal/jail", "httpapi (front) may import only"},
-		{"api", module + "/internal/instance", "api (front) may import only"},
 		{"session", module + "/internal/httpapi/v1", "session (session) may import only"},
 	} {
 		broken := checkImports([]pkg{{rel: c.rel, path: module + "/internal/" + c.rel, imports: []string{c.adds}}})
