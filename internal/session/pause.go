@@ -610,7 +610,8 @@ func (s *Session) expire() {
 }
 
 // timedOut is a timeout's end of the session: a pause (on_timeout
-// "pause"; a running execution is interrupted first) or its end. A pause
+// "pause"; at the end of its lifetime, what runs is interrupted first) or
+// its end. A pause
 // that fails leaves the session running, its idle timer armed again:
 // nothing is lost for a timeout.
 func (s *Session) timedOut(end apitype.End) {
@@ -621,7 +622,13 @@ func (s *Session) timedOut(end apitype.End) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), s.m.cfg.Persistence.ShutdownTimeout.D())
 		defer cancel()
-		if _, err := s.pauseWhenIdle(ctx); err != nil && s.End().Zero() {
+		pause := s.pauseWhenIdle
+		if end.Code == apitype.EndIdle {
+			// Idle: a request that came in meanwhile keeps the session
+			// (a conflict); its work is never interrupted for it.
+			pause = s.Pause
+		}
+		if _, err := pause(ctx); err != nil && s.End().Zero() {
 			s.m.log.Warn("a session's timeout could not pause it; it keeps running", "session", s.id, "err", err)
 			s.Touch()
 		}
