@@ -359,6 +359,16 @@ func (c *Client) ResumeSession(ctx context.Context, id string) (*apitype.Session
 	return &s, nil
 }
 
+// ForkSession creates a new session from a live or paused one's files
+// and settings (Restored "files").
+func (c *Client) ForkSession(ctx context.Context, id string) (*apitype.Session, error) {
+	var s apitype.Session
+	if err := c.call(ctx, "POST", sessionPath(id)+"/fork", nil, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
 // SetTimeout sets a session's lifetime again, from now.
 func (c *Client) SetTimeout(ctx context.Context, id string, d time.Duration) (*apitype.Session, error) {
 	var s apitype.Session

@@ -267,6 +267,56 @@ func errPersistenceOff() error {
 	return fmt.Errorf("%w: this server cannot pause sessions (its operator has not set persistence.enabled)", errdefs.ErrUnsupported)
 }
 
+// freeze stops anything new from beginning in the session, for a pause
+// or fork (what): it refuses (ErrConflict) while code executes, a shell
+// command or package install runs, or a file transfer is under way. thaw
+// lets work begin again.
+func (s *Session) freeze(what string) (thaw func(), err error) {
+	s.mu.Lock()
+	switch {
+	case !s.end.Zero():
+		end := s.end
+		s.mu.Unlock()
+		return nil, gone(end)
+	case s.pausing:
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: the session is being paused or forked already", errdefs.ErrConflict)
+	case s.busy:
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: the session is executing code; wait for it to finish or interrupt it, then "+what, errdefs.ErrConflict)
+	case s.inUse > 0:
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: a file transfer or command is in progress in the session; wait for it, then "+what, errdefs.ErrConflict)
+	}
+	s.pausing = true
+	s.mu.Unlock()
+	unfreeze := func() {
+		s.mu.Lock()
+		s.pausing = false
+		s.mu.Unlock()
+		s.Touch()
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			unfreeze()
+		}
+	}()
+	// After pausing is set: a command starting now sees it (see
+	// notPausing), or is counted here.
+	s.cmds.mu.Lock()
+	cmds := s.cmds.running
+	s.cmds.mu.Unlock()
+	if cmds > 0 {
+		return nil, fmt.Errorf("%w: %d shell commands are running in the session; wait for them or signal them, then "+what, errdefs.ErrConflict, cmds)
+	}
+	if !s.pkgMu.TryLock() {
+		return nil, fmt.Errorf("%w: a package install is running in the session; wait for it, then "+what, errdefs.ErrConflict)
+	}
+	ok = true
+	return func() { s.pkgMu.Unlock(); unfreeze() }, nil
+}
+
 // Pause writes the session's files and settings under persistence.dir
 // and ends its sandbox. A session executing code, running a shell
 // command or transferring a file is not paused (ErrConflict: wait, or
@@ -280,46 +330,13 @@ func (s *Session) Pause(ctx context.Context) (apitype.Session, error) {
 	if !s.client {
 		return apitype.Session{}, fmt.Errorf("%w: only a client's session can be paused", errdefs.ErrInvalidArgument)
 	}
-	s.mu.Lock()
-	switch {
-	case !s.end.Zero():
-		end := s.end
-		s.mu.Unlock()
-		return apitype.Session{}, gone(end)
-	case s.pausing:
-		s.mu.Unlock()
-		return apitype.Session{}, fmt.Errorf("%w: the session is being paused already", errdefs.ErrConflict)
-	case s.busy:
-		s.mu.Unlock()
-		return apitype.Session{}, fmt.Errorf("%w: the session is executing code; wait for it to finish or interrupt it, then pause", errdefs.ErrConflict)
-	case s.inUse > 0:
-		s.mu.Unlock()
-		return apitype.Session{}, fmt.Errorf("%w: a file transfer or command is in progress in the session; wait for it, then pause", errdefs.ErrConflict)
+	thaw, err := s.freeze("pause")
+	if err != nil {
+		return apitype.Session{}, err
 	}
-	s.pausing = true
-	s.mu.Unlock()
-	paused := false
-	defer func() {
-		if !paused {
-			s.mu.Lock()
-			s.pausing = false
-			s.mu.Unlock()
-			s.Touch()
-		}
-	}()
-	// After pausing is set: a command starting now sees it (see
-	// notPausing), or is counted here.
-	s.cmds.mu.Lock()
-	cmds := s.cmds.running
-	s.cmds.mu.Unlock()
-	if cmds > 0 {
-		return apitype.Session{}, fmt.Errorf("%w: %d shell commands are running in the session; wait for them or signal them, then pause", errdefs.ErrConflict, cmds)
-	}
-	if !s.pkgMu.TryLock() {
-		return apitype.Session{}, fmt.Errorf("%w: a package install is running in the session; wait for it, then pause", errdefs.ErrConflict)
-	}
-	defer s.pkgMu.Unlock()
-
+	// Once paused, the session has ended (end is claimed before pausing
+	// is let go): nothing begins in it either way.
+	defer thaw()
 	meta := s.pausedMeta()
 	raw, err := json.Marshal(meta)
 	if err != nil {
@@ -340,7 +357,6 @@ func (s *Session) Pause(ctx context.Context) (apitype.Session, error) {
 	m.paused[s.id] = p
 	info := p.info(m.cfg.Persistence.Keep.D())
 	m.mu.Unlock()
-	paused = true
 	s.terminate(apitype.Ended(apitype.EndPaused))
 	m.sweepPaused()
 	m.log.Info("session paused", "session", s.id, "files", st.Files, "bytes", st.Bytes, "disk_bytes", st.DiskBytes, "ms", time.Since(begun).Milliseconds())
@@ -685,4 +701,73 @@ func (m *Manager) pauseAll(all []*Session) {
 		}()
 	}
 	wg.Wait()
+}
+
+// ForkFor creates a new session from the session id, live or paused, for
+// the caller ctx carries: its files, settings and code contexts in a
+// fresh sandbox under a new id (restored "files": interpreters start
+// afresh). A live source keeps running; it is refused (ErrConflict) while
+// it executes code, runs a command or install, or transfers a file, as a
+// pause is. The fork belongs to the source's tenant.
+func (m *Manager) ForkFor(ctx context.Context, id string) (*Session, error) {
+	if !m.cfg.Persistence.Enabled {
+		return nil, fmt.Errorf("%w: this server cannot fork sessions (its operator has not set persistence.enabled)", errdefs.ErrUnsupported)
+	}
+	src, err := m.Find(ctx, id)
+	var pe *PausedError
+	paused := errors.As(err, &pe)
+	if err != nil && !paused {
+		return nil, err
+	}
+	newID := m.ids.NewID()
+	imageID := id
+	var meta pausedMeta
+	if paused {
+		m.mu.Lock()
+		p := m.paused[id]
+		m.mu.Unlock()
+		if p == nil {
+			return nil, m.ids.Unknown(id) // deleted or resumed just now
+		}
+		meta = p.meta
+	} else {
+		// The live source's files, as a pause would write them, under a
+		// name of the fork's own; removed once restored.
+		thaw, err := src.freeze("fork")
+		if err != nil {
+			return nil, err
+		}
+		meta = src.pausedMeta()
+		raw, err := json.Marshal(meta)
+		if err == nil {
+			imageID = "fork-" + newID
+			_, err = pauseimage.Write(ctx, m.persistDir(), imageID, raw, src.workspace(), int64(m.cfg.Persistence.MaxImageBytes), nil)
+		}
+		thaw()
+		if err != nil {
+			return nil, err
+		}
+		defer pauseimage.Remove(m.persistDir(), imageID)
+	}
+	im, err := pauseimage.Open(m.persistDir(), imageID)
+	if err == nil {
+		defer im.Close()
+		err = im.Verify()
+	}
+	if err != nil {
+		return nil, err
+	}
+	meta.ID, meta.Created, meta.Executions = newID, time.Now(), 0
+	req := meta.Request
+	release, err := m.admit.AdmitSession(ctx, &Ask{Limits: &req.Limits, Isolation: &req.Isolation, Network: req.Network})
+	if err != nil {
+		return nil, err
+	}
+	s, err := m.create(ctx, req, &restoring{meta: meta, image: im})
+	if err != nil {
+		release()
+		return nil, err
+	}
+	m.log.Info("session forked", "session", s.id, "from", id)
+	return s, nil
 }

@@ -424,3 +424,57 @@ func TestLifetime(t *testing.T) {
 		}
 	})
 }
+
+// TestFork: a fork of a live session, and of a paused one, has the
+// source's files and settings under a new id; the source goes on as it
+// was (live, or paused); a fork while the source executes is refused.
+func TestFork(t *testing.T) {
+	cfg := persistConfig(t)
+	m, _, _ := newTestManager(t, cfg)
+	s, err := m.Create(context.Background(), apitype.CreateSessionRequest{Language: "python", Env: map[string]string{"FOO": "bar"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, s, someFiles)
+	f, err := m.ForkFor(context.Background(), s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.ID() == s.ID() || f.Info().Restored != apitype.RestoreFiles || f.made.Env["FOO"] != "bar" {
+		t.Errorf("fork: %+v", f.Info())
+	}
+	checkFiles(t, f, someFiles)
+	// The two go their own ways.
+	writeFiles(t, f, map[string]string{"notes.txt": "the fork's"})
+	checkFiles(t, s, map[string]string{"notes.txt": "hello"})
+	if _, err := execute(t, s, "out x", nil); err != nil {
+		t.Errorf("the source after a fork: %v", err)
+	}
+	if ents, _ := os.ReadDir(cfg.Persistence.Dir); len(ents) != 0 {
+		t.Errorf("a fork left %v", ents)
+	}
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Execute(context.Background(), apitype.ExecuteRequest{Code: "sleep"}, nil)
+	}()
+	busy(t, s)
+	if _, err := m.ForkFor(context.Background(), s.ID()); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("fork while executing: %v", err)
+	}
+	s.Interrupt()
+	<-done
+
+	if _, err := s.Pause(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f2, err := m.ForkFor(context.Background(), s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFiles(t, f2, someFiles)
+	if d, err := m.Describe(context.Background(), s.ID()); err != nil || d.State != apitype.StatePaused {
+		t.Errorf("the paused source after a fork: %+v %v", d, err)
+	}
+}

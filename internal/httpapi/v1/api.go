@@ -220,6 +220,7 @@ var routes = []route{
 	{"POST", "/v1/sessions/{id}/pause", (*Server).pauseSession, false},
 	{"POST", "/v1/sessions/{id}/resume", (*Server).resumeSession, true},
 	{"PUT", "/v1/sessions/{id}/timeout", (*Server).setTimeout, false},
+	{"POST", "/v1/sessions/{id}/fork", (*Server).forkSession, true},
 	{"POST", "/v1/sessions/{id}/execute", (*Server).execute, true},
 	{"POST", "/v1/sessions/{id}/interrupt", (*Server).interrupt, false},
 	{"POST", "/v1/sessions/{id}/contexts", (*Server).createContext, true},

@@ -146,13 +146,13 @@ func TestAuditFailureRefusesWork(t *testing.T) {
 			}
 		}
 	}
-	// What does work: sessions (and resumes), code contexts, executions,
+	// What does work: sessions (and resumes and forks), code contexts, executions,
 	// commands and their input, installs, one-shot and program runs, the
 	// network policy and file transfers (MCP's tools reach them through
 	// this API), opening a port and requests to it. A pause, like a
 	// delete, stops work.
-	if work != 15 {
-		t.Errorf("%d routes refused, want 15", work)
+	if work != 16 {
+		t.Errorf("%d routes refused, want 16", work)
 	}
 	rec := httptest.NewRecorder()
 	s.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))

@@ -29,6 +29,12 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	s.created(w, r, sess)
+}
+
+// created answers a session just made (created or forked): listed in the
+// directory first, if there is one.
+func (s *Server) created(w http.ResponseWriter, r *http.Request, sess *session.Session) {
 	info := sess.Info()
 	if s.Directory != nil {
 		// Listed on every server before the client hears of it; a
@@ -108,6 +114,17 @@ func (s *Server) resumeSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, sess.Info())
+}
+
+// forkSession is POST /v1/sessions/{id}/fork: a new session from a live
+// or paused one's files and settings.
+func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) {
+	sess, err := s.m.ForkFor(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.denied(w, r, err)
+		return
+	}
+	s.created(w, r, sess)
 }
 
 // setTimeout is PUT /v1/sessions/{id}/timeout: the session's lifetime,

@@ -30,6 +30,7 @@ var apiRoutes = []string{
 	"POST /v1/sessions/{id}/pause",
 	"POST /v1/sessions/{id}/resume",
 	"PUT /v1/sessions/{id}/timeout",
+	"POST /v1/sessions/{id}/fork",
 	"POST /v1/sessions/{id}/execute",
 	"POST /v1/sessions/{id}/interrupt",
 	"POST /v1/sessions/{id}/contexts",

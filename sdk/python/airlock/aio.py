@@ -107,6 +107,9 @@ class AsyncSandbox:
     async def resume(self):
         return await _thread(self.sync.resume)
 
+    async def fork(self):
+        return type(self)(await _thread(self.sync.fork))
+
     async def set_timeout(self, timeout):
         return await _thread(self.sync.set_timeout, timeout)
 

@@ -251,6 +251,11 @@ class Sandbox:
         self._info = self._t.call("POST", self._path("/resume"))
         return self._info
 
+    def fork(self):
+        """A new Sandbox from this one's files and settings (live or paused): its interpreters start
+        afresh (``restored: "files"``); this one goes on as it was."""
+        return Sandbox(self._t.call("POST", self._path("/fork")), self._t)
+
     def set_timeout(self, timeout):
         """Sets the session's lifetime again, from now (seconds, or a duration such as "30m"): it then
         ends, or pauses if created with ``on_timeout="pause"``."""
