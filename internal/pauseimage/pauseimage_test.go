@@ -76,6 +76,7 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer im.Close()
 	if string(im.Session) != `{"language":"python"}` || im.Stats.Files != 3 {
 		t.Errorf("read back %s %+v", im.Session, im.Stats)
 	}
@@ -190,6 +191,7 @@ func TestCorruptRefused(t *testing.T) {
 			im, err := Open(root, "s-2")
 			if err == nil {
 				err = im.Restore(context.Background(), dst, 4<<20)
+				im.Close()
 			}
 			if !errors.Is(err, errdefs.ErrImageCorrupt) {
 				t.Fatalf("got %v, want a corrupt image", err)
@@ -240,6 +242,7 @@ func TestHostileTarRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer im.Close()
 	dst := outDir(t)
 	if err := im.Restore(context.Background(), dst, 4<<20); !errors.Is(err, errdefs.ErrImageCorrupt) {
 		t.Fatalf("got %v", err)

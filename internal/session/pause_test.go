@@ -478,3 +478,36 @@ func TestFork(t *testing.T) {
 		t.Errorf("the paused source after a fork: %+v %v", d, err)
 	}
 }
+
+// TestLoadPausedAtStart: what a start finds under persistence.dir: the
+// remains of a pause a crash interrupted are removed, an image whose
+// description is damaged is left for the operator and not listed, a
+// good one is listed.
+func TestLoadPausedAtStart(t *testing.T) {
+	cfg := persistConfig(t)
+	m1, _, _ := newTestManager(t, cfg)
+	s := create(t, m1, "python")
+	writeFiles(t, s, map[string]string{"a": "1"})
+	if _, err := s.Pause(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	dir := cfg.Persistence.Dir
+	os.MkdirAll(filepath.Join(dir, ".tmp-s-crashed-123"), 0o700)
+	os.WriteFile(filepath.Join(dir, ".tmp-s-crashed-123", "files.tar"), []byte("partial"), 0o600)
+	os.MkdirAll(filepath.Join(dir, "s-damaged"), 0o700)
+	os.WriteFile(filepath.Join(dir, "s-damaged", "meta.json"), []byte(`{"version":1,"sha256":"00","body":{}}`), 0o600)
+
+	m2, _, _ := newTestManager(t, cfg)
+	if err := m2.LoadPaused(); err != nil {
+		t.Fatal(err)
+	}
+	if l := m2.List(); len(l) != 1 || l[0].ID != s.ID() {
+		t.Errorf("listed after the start: %+v", l)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".tmp-s-crashed-123")); !os.IsNotExist(err) {
+		t.Errorf("the interrupted pause's remains were kept: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "s-damaged", "meta.json")); err != nil {
+		t.Errorf("the damaged image was not left in place: %v", err)
+	}
+}
