@@ -78,7 +78,7 @@ func templateChecks(ctx context.Context, r *Report, l *server.Local, cfg config.
 func checkTemplate(ctx context.Context, l *server.Local, cfg config.Config, t image.Template) (Status, string) {
 	head := fmt.Sprintf("version %s (%s %s), %.1f MiB in %d files", t.Version, t.Source, t.From, float64(t.Size)/(1<<20), t.Files)
 	if len(t.Runtimes) == 0 {
-		return Fail, head + "; no interpreter airlock runs (/usr/bin/python3, /usr/bin/bash, /usr/bin/node) in its root"
+		return Fail, head + "; no interpreter airlock runs (python3, bash or node under /usr/bin or /usr/local/bin) in its root"
 	}
 	lines := []string{head}
 	status := OK

@@ -63,12 +63,26 @@ type Template struct {
 	Root string `json:"-"`
 }
 
-// Interpreters are the paths airlock's runtimes run, by language (see
-// runtimes): a template runs a language when its root has the file.
-var Interpreters = map[string]string{
-	"python":     "/usr/bin/python3",
-	"bash":       "/usr/bin/bash",
-	"javascript": "/usr/bin/node",
+// Interpreters are the paths airlock looks for each language's
+// interpreter at in a template's root, in order (see runtimes): Debian's
+// and most distributions' first, then /usr/local, where the official
+// python and node images install theirs. A template runs a language when
+// its root has one; its runtimes run that one.
+var Interpreters = map[string][]string{
+	"python":     {"/usr/bin/python3", "/usr/local/bin/python3"},
+	"bash":       {"/usr/bin/bash", "/bin/bash"},
+	"javascript": {"/usr/bin/node", "/usr/local/bin/node"},
+}
+
+// RuntimesConfig is base with the interpreters of the template's root in
+// place of the host's.
+func (t Template) RuntimesConfig(base config.Runtimes) config.Runtimes {
+	for lang, p := range map[string]*string{"python": &base.Python, "bash": &base.Bash, "javascript": &base.Node} {
+		if t.Runtimes[lang] != "" {
+			*p = t.Runtimes[lang]
+		}
+	}
+	return base
 }
 
 // Event is one step of a long operation, for a progress bar or a JSON
@@ -163,15 +177,18 @@ func (t Template) Runs(lang string) error {
 	if t.Runtimes[lang] != "" {
 		return nil
 	}
-	return fmt.Errorf("%w: template %q cannot run %s: its root has no %s (GET /v1/templates lists each template's languages)", errdefs.ErrInvalidArgument, t.Name, lang, Interpreters[lang])
+	return fmt.Errorf("%w: template %q cannot run %s: its root has no %s (GET /v1/templates lists each template's languages)", errdefs.ErrInvalidArgument, t.Name, lang, strings.Join(Interpreters[lang], " or "))
 }
 
 // findRuntimes lists the languages whose interpreter root has.
 func findRuntimes(t Template) map[string]string {
 	out := map[string]string{}
-	for lang, p := range Interpreters {
-		if t.Has(p) {
-			out[lang] = p
+	for lang, paths := range Interpreters {
+		for _, p := range paths {
+			if t.Has(p) {
+				out[lang] = p
+				break
+			}
 		}
 	}
 	return out

@@ -130,6 +130,7 @@ func (t *Templates) open(k templateKey) (*templateSource, error) {
 	sizes := t.cfg.Templates.Pool[k.name]
 	if k.iso == t.cfg.Isolation && anySize(sizes) {
 		pc := t.cfg
+		pc.Runtimes = lease.RuntimesConfig(pc.Runtimes)
 		pc.Pool.Size, pc.Pool.NetworkSize = map[string]int{}, nil
 		for lang, n := range sizes {
 			if lease.Runtimes[lang] != "" {
@@ -216,6 +217,7 @@ func (t *Templates) Check(ctx context.Context, iso config.Isolation, name string
 		if err != nil {
 			return err
 		}
+		rt.Binary = tm.Runtimes[lang]
 		if cs, ok := src.(*Pool); ok {
 			// Not from the pool: a check must not take a warm one.
 			src = &instance.Cold{Kernel: cs.kernel, Slots: t.slots}

@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -284,5 +286,72 @@ func testTemplateUpgrade(t *testing.T, mk func(context.Context, *image.Store) (i
 	}
 	if r, err := c.Execute(ctx, fresh.ID, apitype.ExecuteRequest{Code: "print('still here')"}, nil); err != nil || r.Stdout != "still here\n" {
 		t.Errorf("session after rm: %v %+v", err, r)
+	}
+}
+
+// An image whose Python is /usr/local/bin/python3 (the official python
+// images put theirs there, with no /usr/bin/python3): sessions, pooled
+// and cold, contexts and one-shots run that interpreter.
+func TestTemplateInterpreterInUsrLocal(t *testing.T) {
+	debian := imagetest.Debian(t, "python")
+	// A copy of the cached root (hard links: no file of it is written)
+	// with its python3 link in /usr/local/bin instead of /usr/bin.
+	src := filepath.Join(t.TempDir(), "root")
+	if out, err := exec.Command("cp", "-al", debian, src).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v %s", err, out)
+	}
+	os.MkdirAll(filepath.Join(src, "usr/local/bin"), 0o755)
+	if err := os.Remove(filepath.Join(src, "usr/bin/python3")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/usr/bin/python3.11", filepath.Join(src, "usr/local/bin/python3")); err != nil {
+		t.Fatal(err)
+	}
+	store, err := image.Open(filepath.Join(t.TempDir(), "templates"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	tm, err := store.Import(ctx, "py-local", src, image.ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tm.Runtimes["python"] != "/usr/local/bin/python3" {
+		t.Fatalf("runtimes %v", tm.Runtimes)
+	}
+	for _, pooled := range []bool{true, false} {
+		t.Run(fmt.Sprintf("pooled=%v", pooled), func(t *testing.T) { testUsrLocal(t, ctx, store, pooled) })
+	}
+}
+
+func testUsrLocal(t *testing.T, ctx context.Context, store *image.Store, pooled bool) {
+	_, c := templateServer(t, func(cfg *config.Config) {
+		cfg.Templates.Dir = store.Dir()
+		cfg.Templates.Pool = nil
+		if pooled {
+			cfg.Templates.Pool = map[string]map[string]int{"py-local": {"python": 1}}
+		}
+	})
+	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Template: "py-local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: "import sys; print(sys.executable)"}, nil)
+	if err != nil || r.Stdout != "/usr/local/bin/python3\n" {
+		t.Errorf("session: %v %+v", err, r)
+	}
+	// A second Python context in the session runs the same one.
+	cc, err := c.CreateContext(ctx, sess.ID, apitype.CreateContextRequest{Language: "python"})
+	if err != nil {
+		t.Fatalf("context: %v", err)
+	}
+	r, err = c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Context: cc.ID, Code: "import sys; print(sys.executable)"}, nil)
+	if err != nil || r.Stdout != "/usr/local/bin/python3\n" {
+		t.Errorf("context: %v %+v", err, r)
+	}
+	one, err := c.RunOnce(ctx, apitype.OneShotRequest{Template: "py-local", Code: "import sys; print(sys.executable)"}, nil)
+	if err != nil || one.Stdout != "/usr/local/bin/python3\n" {
+		t.Errorf("one-shot: %v %+v", err, one)
 	}
 }

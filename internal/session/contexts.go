@@ -151,6 +151,7 @@ func (s *Session) startContext(ctx context.Context, id string, rt runtimes.Runti
 		if err := s.tmplMeta.Runs(rt.Lang); err != nil {
 			return nil, err
 		}
+		rt.Binary = s.tmplMeta.Runtimes[rt.Lang]
 	}
 	s.mu.Lock()
 	n := len(s.ctxs)

@@ -516,6 +516,7 @@ func (m *Manager) startOnce(ctx context.Context, iso config.Isolation, tmpl stri
 			return nil, err
 		}
 		src, version, meta = instances{ts}, tm.Version, tm
+		rt.Binary = tm.Runtimes[rt.Lang] // the template's interpreter
 	}
 	inst, err := src.Get(ctx, rt, limits, net)
 	if err != nil {
