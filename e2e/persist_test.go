@@ -1,0 +1,241 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"airlock/internal/apitype"
+	"airlock/internal/client"
+)
+
+// writeTree is Python that fills /workspace with files of known contents
+// (and a symlink out, which a pause must skip) and prints their digest.
+const writeTree = `
+import hashlib, os
+os.makedirs('/workspace/data/deep', exist_ok=True)
+h = hashlib.sha256()
+for i in range(%d):
+    b = os.urandom(%d)
+    with open('/workspace/data/deep/f%%03d.bin' %% i, 'wb') as f:
+        f.write(b)
+open('/workspace/notes.txt', 'w').write('hello')
+os.symlink('/etc/passwd', '/workspace/link')
+x = 42
+`
+
+// digest is Python that prints a digest of every regular file under
+// /workspace/data and notes.txt, by path.
+const digest = `
+import hashlib, os
+h = hashlib.sha256()
+for root, dirs, files in sorted(os.walk('/workspace/data')):
+    for n in sorted(files):
+        p = os.path.join(root, n)
+        h.update(p.encode()); h.update(open(p, 'rb').read())
+h.update(open('/workspace/notes.txt', 'rb').read())
+print(h.hexdigest())
+`
+
+func persistServer(t *testing.T) *server {
+	return startServer(t, map[string]any{
+		"persistence": map[string]any{"enabled": true},
+		"pool":        map[string]any{"size": map[string]int{"python": 1}},
+	})
+}
+
+// restart stops s with SIGTERM (or SIGKILL) and starts a server on the
+// same state and data directories.
+func restart(t *testing.T, s *server, sig syscall.Signal) *server {
+	t.Helper()
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-s.done:
+		if sig == syscall.SIGTERM && err != nil {
+			t.Fatalf("server exit: %v\n%s", err, s.stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the server did not stop:\n%s", s.stderr.String())
+	}
+	return startServerNamed(t, s.name, s.cfg)
+}
+
+func errCode(err error) string {
+	var ae *client.Error
+	if errors.As(err, &ae) {
+		return ae.Code
+	}
+	return ""
+}
+
+// TestPauseResumeAcrossRestart: a paused session keeps its files (not its
+// variables: restored "files"), refuses work with 409 session_paused,
+// resumes with every file intact; SIGTERM pauses every live session and
+// the next server lists them as paused and resumes them (auto_resume on
+// the first call); a damaged image is refused with 422, kept, and
+// deleted with the session.
+func TestPauseResumeAcrossRestart(t *testing.T) {
+	s := persistServer(t)
+	ctx := context.Background()
+	a := s.newSession("python", nil)
+	b := s.newSession("python", map[string]any{"auto_resume": true, "timeout": "1h"})
+	for _, id := range []string{a, b} {
+		if r := s.exec(id, fmtTree(20, 50000)); r.Error != nil {
+			t.Fatalf("writing the tree: %+v", r.Error)
+		}
+	}
+	want := strings.TrimSpace(s.exec(a, digest).Stdout)
+	if len(want) != 64 {
+		t.Fatalf("digest: %q", want)
+	}
+	info, err := s.c.Session(ctx, a)
+	if err != nil || info.Restores != apitype.RestoreFiles {
+		t.Fatalf("a live session's restores: %+v %v", info, err)
+	}
+
+	p, err := s.c.PauseSession(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.State != apitype.StatePaused || p.Paused == nil || p.Paused.Files < 21 || !skipped(p.Paused.Skipped, "link") {
+		t.Fatalf("paused: %+v %+v", p, p.Paused)
+	}
+	if _, err := s.execute(a, apitype.ExecuteRequest{Code: "1"}); errCode(err) != "session_paused" {
+		t.Errorf("executing in a paused session: %v", err)
+	}
+	if l, _ := s.c.Sessions(ctx); len(l) != 2 {
+		t.Errorf("%d sessions listed, want 2", len(l))
+	}
+	begun := time.Now()
+	r, err := s.c.ResumeSession(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("resume took %v", time.Since(begun))
+	if r.Restored != apitype.RestoreFiles || r.State != apitype.StateIdle || r.ID != a {
+		t.Errorf("resumed: %+v", r)
+	}
+	if got := strings.TrimSpace(s.exec(a, digest).Stdout); got != want {
+		t.Errorf("files after the resume: %s, want %s", got, want)
+	}
+	if res := s.exec(a, "x"); res.Error == nil || res.Error.Name != "NameError" {
+		t.Errorf("a variable survived the resume (restored files only): %+v", res)
+	}
+	if res := s.exec(a, "import os; print(os.path.islink('/workspace/link'))"); strings.TrimSpace(res.Stdout) != "False" {
+		t.Errorf("the symlink came back: %+v", res)
+	}
+
+	// SIGTERM pauses both; the next server has them.
+	s2 := restart(t, s, syscall.SIGTERM)
+	l, err := s2.c.Sessions(ctx)
+	if err != nil || len(l) != 2 || l[0].State != apitype.StatePaused || l[1].State != apitype.StatePaused {
+		t.Fatalf("after the restart: %+v %v", l, err)
+	}
+	// b resumes on its first call (auto_resume).
+	if got := strings.TrimSpace(s2.exec(b, digest).Stdout); len(got) != 64 {
+		t.Errorf("auto_resume: %q", got)
+	}
+	if _, err := s2.c.ResumeSession(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(s2.exec(a, digest).Stdout); got != want {
+		t.Errorf("files after the restart: %s, want %s", got, want)
+	}
+
+	// A damaged image: refused, kept, described; deleted with the session.
+	if _, err := s2.c.PauseSession(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	tarPath := filepath.Join(dataDir(s2), "sessions", a, "files.tar")
+	fi, err := os.Stat(tarPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(tarPath, fi.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.c.ResumeSession(ctx, a); errCode(err) != "pause_image_corrupt" {
+		t.Errorf("resume of a truncated image: %v", err)
+	}
+	if d, err := s2.c.Session(ctx, a); err != nil || d.State != apitype.StatePaused || d.Paused.Error == "" {
+		t.Errorf("described after the failed resume: %+v %v", d, err)
+	}
+	if _, err := os.Stat(tarPath); err != nil {
+		t.Errorf("the damaged image was not kept: %v", err)
+	}
+	if err := s2.c.DeleteSession(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Dir(tarPath)); !os.IsNotExist(err) {
+		t.Errorf("delete kept the image: %v", err)
+	}
+}
+
+// fmtTree is writeTree for n files of size bytes.
+func fmtTree(n, size int) string { return fmt.Sprintf(writeTree, n, size) }
+
+func skipped(sk []apitype.PauseSkipped, path string) bool {
+	for _, e := range sk {
+		if e.Path == path && e.Type == "symlink" {
+			return true
+		}
+	}
+	return false
+}
+
+func dataDir(s *server) string { return s.cfg["data_dir"].(string) }
+
+// TestKillDuringPause: the server is killed (SIGKILL) at random points of
+// a pause; after each restart the session is either paused whole (every
+// file resumes intact) or not there at all, and nothing of the
+// interrupted pause is left on disk.
+func TestKillDuringPause(t *testing.T) {
+	s := persistServer(t)
+	ctx := context.Background()
+	whole, gone := 0, 0
+	for round := 0; round < 4; round++ {
+		id := s.newSession("python", nil)
+		if r := s.exec(id, fmtTree(100, 200000)); r.Error != nil {
+			t.Fatalf("writing the tree: %+v", r.Error)
+		}
+		want := strings.TrimSpace(s.exec(id, digest).Stdout)
+		go s.c.PauseSession(ctx, id)
+		time.Sleep(time.Duration(rand.IntN(200)) * time.Millisecond)
+		s = restart(t, s, syscall.SIGKILL)
+		ents, _ := os.ReadDir(filepath.Join(dataDir(s), "sessions"))
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), ".") {
+				t.Errorf("round %d: the interrupted pause left %s", round, e.Name())
+			}
+		}
+		info, err := s.c.Session(ctx, id)
+		if err != nil {
+			if c := errCode(err); c != "session_lost" && c != "not_found" && c != "session_ended" {
+				t.Fatalf("round %d: %v", round, err)
+			}
+			gone++
+			continue
+		}
+		if info.State != apitype.StatePaused {
+			t.Fatalf("round %d: %+v", round, info)
+		}
+		whole++
+		if _, err := s.c.ResumeSession(ctx, id); err != nil {
+			t.Fatalf("round %d: resume: %v", round, err)
+		}
+		if got := strings.TrimSpace(s.exec(id, digest).Stdout); got != want {
+			t.Errorf("round %d: files %s, want %s", round, got, want)
+		}
+		s.c.DeleteSession(ctx, id)
+	}
+	t.Logf("killed during pauses: %d paused whole, %d not paused", whole, gone)
+}
