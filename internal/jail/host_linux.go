@@ -102,6 +102,7 @@ func NewHost(o Options) (_ *Host, err error) {
 	h.tmpCopy = map[string]string{}
 	h.baseRoot = rootfs.DefaultSpec(h.staging, Hostname)
 	h.baseRoot.Files = o.RootFiles
+	h.baseRoot.Prepare, h.baseRoot.PrepareKey = o.PrepareRoot, o.PrepareKey
 	// The static part of the root is written once per host and bound
 	// read-only into every sandbox.
 	tmpl, err := rootfs.PrepareTemplate(o.StateDir, h.baseRoot)
@@ -110,6 +111,7 @@ func NewHost(o Options) (_ *Host, err error) {
 	}
 	h.baseRoot.Template = tmpl
 	h.baseRoot.Etc, h.baseRoot.EtcCopy, h.baseRoot.Files = nil, nil, nil
+	h.baseRoot.Prepare, h.baseRoot.PrepareKey = nil, ""
 	return h, nil
 }
 

@@ -46,6 +46,10 @@ type Options struct {
 	Landlock     bool   // required by configuration
 	// RootFiles are extra read-only files under /opt in every sandbox.
 	RootFiles map[string]string
+	// PrepareRoot finishes the host's root template when it is first
+	// made (see rootfs.Spec.Prepare); PrepareKey names what it depends on.
+	PrepareRoot func(root string) error
+	PrepareKey  string
 }
 
 // OptionsFrom derives Options from the configuration.

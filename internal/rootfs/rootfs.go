@@ -51,6 +51,12 @@ type Spec struct {
 	// NoProc leaves /proc empty: for a template process that runs in the
 	// host's pid namespace and has no business seeing it.
 	NoProc bool `json:"no_proc,omitempty"`
+	// Prepare, when set, finishes a new template in root (the directory
+	// that becomes it) before anything uses it: the runtimes' compiled
+	// bytecode, say. PrepareKey names what its result depends on, so that
+	// a template is made again when that changes. Neither is sent.
+	Prepare    func(root string) error `json:"-"`
+	PrepareKey string                  `json:"-"`
 	// Image, when set, is the host directory of a template's root
 	// filesystem (see ForImage): the sandbox sees its trees instead of
 	// the host's /usr and /etc.

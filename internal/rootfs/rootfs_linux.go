@@ -224,6 +224,9 @@ func PrepareTemplate(dir string, s Spec) (string, error) {
 		fmt.Fprintf(h, "file %q %d\n", k, len(s.Files[k]))
 		io.WriteString(h, s.Files[k])
 	}
+	if s.PrepareKey != "" {
+		fmt.Fprintf(h, "prepare %q\n", s.PrepareKey)
+	}
 	// A template's version directory never changes once made.
 	if s.Image != "" {
 		fmt.Fprintf(h, "image %q %q %q\n", s.Image, s.ImageBinds, s.ImageLinks)
@@ -247,6 +250,12 @@ func PrepareTemplate(dir string, s Spec) (string, error) {
 	if err := populate(tmp, s); err != nil {
 		os.RemoveAll(tmp)
 		return "", err
+	}
+	if s.Prepare != nil {
+		if err := s.Prepare(tmp); err != nil {
+			os.RemoveAll(tmp)
+			return "", fmt.Errorf("rootfs: template: %w", err)
+		}
 	}
 	if err := os.Rename(tmp, final); err != nil {
 		os.RemoveAll(tmp)

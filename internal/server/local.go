@@ -57,7 +57,7 @@ func NewLocal(cfg config.Config, log *slog.Logger) (*Local, error) {
 	if err := session.CheckPolicy(cfg); err != nil {
 		return nil, err
 	}
-	host, err := newHost(cfg)
+	host, err := newHost(cfg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -109,10 +109,23 @@ func (l *Local) manager(cfg config.Config, template string) (*session.Manager, e
 }
 
 // newHost builds the jail host of cfg, with the runtimes' files in every
-// sandbox's root: a server's and a command's are the same.
-func newHost(cfg config.Config) (*jail.Host, error) {
+// sandbox's root: a server's and a command's are the same. The root
+// template, made once per host, gets the Python runtime's bytecode when
+// it can be compiled (runtimes.Precompile); without it, a cold runtime
+// compiles its source at each start, about 10 ms more.
+func newHost(cfg config.Config, log *slog.Logger) (*jail.Host, error) {
 	opts := jail.OptionsFrom(cfg)
 	opts.RootFiles = runtimes.RootFiles()
+	key, prepare := runtimes.Precompile(cfg.Runtimes.Python)
+	if prepare != nil {
+		opts.PrepareKey = key
+		opts.PrepareRoot = func(root string) error {
+			if err := prepare(root); err != nil {
+				log.Warn("the Python runtime is not precompiled: a cold runtime compiles it at each start", "err", err)
+			}
+			return nil
+		}
+	}
 	return jail.NewHost(opts)
 }
 
