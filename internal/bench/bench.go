@@ -202,6 +202,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	try("history", func() error { return benchHistory(ctx, r, o, n(3000, 30)) })
 	try("egress", func() error { return benchEgress(ctx, r, o, n(7, 1), n(100e6, 10e6)) })
 	try("store", func() error { return benchStore(ctx, r, o, n(3000, 30)) })
+	try("persist", func() error { return benchPersist(ctx, r, o, n(20, 2)) })
 	if o.TemplateDir != "" {
 		try("template", func() error { return benchTemplate(ctx, srv, r, o, n(30, 2), n(8, 2)) })
 	}
