@@ -120,6 +120,21 @@ func TestContexts(t *testing.T) {
 	if want := "python:python bash:bash javascript:javascript ctx1:python ctx2:javascript"; strings.Join(got, " ") != want {
 		t.Errorf("contexts %q, want %q", got, want)
 	}
+	// A restart: the same context, its state empty, its directory and
+	// environment kept; the session's default restarts only with it.
+	s.execIn(id, apitype.ExecuteRequest{Code: "globalThis.kept = 1", Context: jsData.ID})
+	if c, err := s.c.RestartContext(ctx, id, jsData.ID); err != nil || c.ID != jsData.ID || c.Cwd != "/workspace/data" || c.Executions != 0 || c.State != apitype.ContextIdle {
+		t.Fatalf("restart: %+v %v", c, err)
+	}
+	if r := s.execIn(id, apitype.ExecuteRequest{Code: "[typeof kept, process.cwd(), process.env.WHO]", Context: jsData.ID}); text(r, "result") != "[ 'undefined', '/workspace/data', 'js-data' ]" {
+		t.Errorf("after a restart: %+v", r)
+	}
+	if c, err := s.c.Context(ctx, id, jsData.ID); err != nil || c.Executions != 1 {
+		t.Errorf("described: %+v %v", c, err)
+	}
+	if _, err := s.c.RestartContext(ctx, id, "python"); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("restart the default context: %v", err)
+	}
 	if err := s.c.DeleteContext(ctx, id, jsData.ID); err != nil {
 		t.Fatal(err)
 	}

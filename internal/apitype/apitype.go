@@ -407,11 +407,14 @@ const (
 	// EventFailed ends a stream whose request failed after it started:
 	// Error.Name is the error code, Error.Value the message.
 	EventFailed = "failed"
+	// EventRejected answers a message of a command's WebSocket client
+	// that was refused (its error says why); the command runs on.
+	EventRejected = "rejected"
 )
 
 // EventTypes lists every event type.
 func EventTypes() []string {
-	return []string{EventStdout, EventStderr, EventResult, EventDisplay, EventError, EventEnd, EventFailed, EventTruncated}
+	return []string{EventStdout, EventStderr, EventResult, EventDisplay, EventError, EventEnd, EventFailed, EventTruncated, EventRejected}
 }
 
 // Output types (Output.Type).
@@ -628,9 +631,24 @@ type CommandRequest struct {
 	// status are read with GET .../commands/{cid}.
 	Background bool `json:"background,omitempty"`
 	// Stdin is written to the command's standard input, which is then
-	// closed unless the command runs in the background.
+	// closed unless the command runs in the background or has a terminal.
 	Stdin string `json:"stdin,omitempty"`
+	// PTY runs the command under a pseudo-terminal of this size (its
+	// controlling terminal, and its stdin, stdout and stderr: the output
+	// is one stream, stdout, with the terminal's escape sequences).
+	// Without it the command's streams are pipes.
+	PTY *PTYSize `json:"pty,omitempty"`
 }
+
+// PTYSize is a terminal's size in characters; POST
+// .../commands/{cid}/resize takes one.
+type PTYSize struct {
+	Cols int `json:"cols"`
+	Rows int `json:"rows"`
+}
+
+// MaxPTYSide caps a terminal's cols and rows.
+const MaxPTYSide = 1000
 
 // Command states.
 const (
@@ -663,6 +681,11 @@ type CommandResult struct {
 	// Redacted and Flags: as in Result (output policy, code rules).
 	Redacted int      `json:"redacted,omitempty"`
 	Flags    []string `json:"flags,omitempty"`
+	// PTY is the size of its terminal now (absent: it has none).
+	PTY *PTYSize `json:"pty,omitempty"`
+	// Background: it outlives the request that started it (and a
+	// terminal's); a foreground command ends when its client leaves.
+	Background bool `json:"background,omitempty"`
 }
 
 // CommandList is GET /v1/sessions/{id}/commands.
@@ -679,9 +702,32 @@ type SignalRequest struct {
 // StdinRequest is POST .../commands/{cid}/stdin.
 type StdinRequest struct {
 	Data string `json:"data,omitempty"`
-	// Close closes the command's standard input after Data.
+	// DataBase64 is written after Data: bytes that are not UTF-8.
+	DataBase64 string `json:"data_base64,omitempty"`
+	// Close closes the command's standard input after the data; for a
+	// command with a terminal it sends end-of-file (Ctrl-D) instead.
 	Close bool `json:"close,omitempty"`
 }
+
+// TerminalInput is a message a client sends on a command's WebSocket
+// (GET .../commands/{cid}/ws): stdin (Data, DataBase64, Close as in
+// StdinRequest), resize (Cols, Rows) or signal (Signal).
+type TerminalInput struct {
+	Type       string `json:"type"`
+	Data       string `json:"data,omitempty"`
+	DataBase64 string `json:"data_base64,omitempty"`
+	Close      bool   `json:"close,omitempty"`
+	Cols       int    `json:"cols,omitempty"`
+	Rows       int    `json:"rows,omitempty"`
+	Signal     string `json:"signal,omitempty"`
+}
+
+// Types of TerminalInput.
+const (
+	InputStdin  = "stdin"
+	InputResize = "resize"
+	InputSignal = "signal"
+)
 
 // Kinds of audit records.
 const (

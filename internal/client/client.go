@@ -14,6 +14,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -416,6 +417,25 @@ func (c *Client) DeleteContext(ctx context.Context, id, contextID string) error 
 	return c.call(ctx, "DELETE", sessionPath(id)+"/contexts/"+url.PathEscape(contextID), nil, nil)
 }
 
+// Context describes one of a session's code contexts.
+func (c *Client) Context(ctx context.Context, id, contextID string) (*apitype.CodeContext, error) {
+	var res apitype.CodeContext
+	if err := c.call(ctx, "GET", sessionPath(id)+"/contexts/"+url.PathEscape(contextID), nil, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// RestartContext starts a code context's interpreter anew (empty state,
+// the same id, language, directory and environment).
+func (c *Client) RestartContext(ctx context.Context, id, contextID string) (*apitype.CodeContext, error) {
+	var res apitype.CodeContext
+	if err := c.call(ctx, "POST", sessionPath(id)+"/contexts/"+url.PathEscape(contextID)+"/restart", nil, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
 // Execute runs code in a session. With onEvent, the execution streams:
 // onEvent gets every event as it happens, the end event last.
 func (c *Client) Execute(ctx context.Context, id string, req apitype.ExecuteRequest, onEvent func(apitype.Event)) (*apitype.Result, error) {
@@ -426,7 +446,7 @@ func (c *Client) Execute(ctx context.Context, id string, req apitype.ExecuteRequ
 		}
 		return &res, nil
 	}
-	end, err := c.stream(ctx, sessionPath(id)+"/execute", req, onEvent)
+	end, err := c.stream(ctx, "POST", sessionPath(id)+"/execute", req, onEvent)
 	if err != nil {
 		return nil, err
 	}
@@ -444,7 +464,7 @@ func (c *Client) RunCommand(ctx context.Context, id string, req apitype.CommandR
 		}
 		return &res, nil
 	}
-	end, err := c.stream(ctx, sessionPath(id)+"/commands", req, onEvent)
+	end, err := c.stream(ctx, "POST", sessionPath(id)+"/commands", req, onEvent)
 	if err != nil {
 		return nil, err
 	}
@@ -487,6 +507,35 @@ func (c *Client) CommandStdin(ctx context.Context, id, cid, data string, close b
 	return c.call(ctx, "POST", sessionPath(id)+"/commands/"+url.PathEscape(cid)+"/stdin", apitype.StdinRequest{Data: data, Close: close}, nil)
 }
 
+// CommandStdinBytes writes bytes (a terminal's keys) to a running
+// command's standard input.
+func (c *Client) CommandStdinBytes(ctx context.Context, id, cid string, data []byte) error {
+	return c.call(ctx, "POST", sessionPath(id)+"/commands/"+url.PathEscape(cid)+"/stdin", apitype.StdinRequest{DataBase64: base64.StdEncoding.EncodeToString(data)}, nil)
+}
+
+// ResizeCommand sets the size of a running command's terminal.
+func (c *Client) ResizeCommand(ctx context.Context, id, cid string, cols, rows int) error {
+	return c.call(ctx, "POST", sessionPath(id)+"/commands/"+url.PathEscape(cid)+"/resize", apitype.PTYSize{Cols: cols, Rows: rows}, nil)
+}
+
+// AttachCommand follows a command by id (GET .../commands/{cid}/events):
+// with replay, what it printed so far first; onEvent gets every event,
+// and how the command ended is returned. Attaching again after the
+// client left is how a client resumes.
+func (c *Client) AttachCommand(ctx context.Context, id, cid string, replay bool, onEvent func(apitype.Event)) (*apitype.CommandResult, error) {
+	if onEvent == nil {
+		onEvent = func(apitype.Event) {}
+	}
+	end, err := c.stream(ctx, "GET", sessionPath(id)+"/commands/"+url.PathEscape(cid)+"/events?replay="+strconv.FormatBool(replay), nil, onEvent)
+	if err != nil {
+		return nil, err
+	}
+	if end.Command == nil {
+		return nil, errors.New("airlock server: an end event without a command")
+	}
+	return end.Command, nil
+}
+
 // RunOnce runs code once in a fresh sandbox (POST /v1/execute); onEvent as
 // for Execute.
 func (c *Client) RunOnce(ctx context.Context, req apitype.OneShotRequest, onEvent func(apitype.Event)) (*apitype.OneShotResult, error) {
@@ -510,18 +559,18 @@ func (c *Client) oneShot(ctx context.Context, path string, req any, onEvent func
 		}
 		return &res, nil
 	}
-	end, err := c.stream(ctx, path, req, onEvent)
+	end, err := c.stream(ctx, "POST", path, req, onEvent)
 	if err != nil {
 		return nil, err
 	}
 	return &apitype.OneShotResult{Result: end.Result, Files: end.Files, Limits: end.Limits}, nil
 }
 
-// stream posts req asking for NDJSON and hands every event to onEvent
+// stream sends req asking for NDJSON and hands every event to onEvent
 // until the end event, which it returns; a failed event is the request's
 // error.
-func (c *Client) stream(ctx context.Context, path string, in any, onEvent func(apitype.Event)) (*apitype.Event, error) {
-	req, err := c.request(ctx, "POST", path, in)
+func (c *Client) stream(ctx context.Context, method, path string, in any, onEvent func(apitype.Event)) (*apitype.Event, error) {
+	req, err := c.request(ctx, method, path, in)
 	if err != nil {
 		return nil, err
 	}

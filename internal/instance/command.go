@@ -1,10 +1,14 @@
 package instance
 
 import (
+	"fmt"
 	"os"
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"airlock/internal/errdefs"
 	"airlock/internal/jail"
 )
 
@@ -15,6 +19,9 @@ import (
 type Command struct {
 	pid                   int
 	stdin, stdout, stderr *os.File
+	// tty is the master of its terminal (stdin and stdout then; no
+	// stderr), or nil.
+	tty *os.File
 
 	sb     sandbox
 	done   chan struct{}
@@ -39,8 +46,15 @@ func exitOf(e jail.Exit) Exit {
 	return x
 }
 
-// StartCommand starts argv in the sandbox with exactly env, in dir.
-func (in *Instance) StartCommand(argv, env []string, dir string) (_ *Command, err error) {
+// Terminal is the size of a command's pseudo-terminal.
+type Terminal struct{ Cols, Rows uint16 }
+
+// StartCommand starts argv in the sandbox with exactly env, in dir; under
+// a pseudo-terminal of that size if term is set.
+func (in *Instance) StartCommand(argv, env []string, dir string, term *Terminal) (_ *Command, err error) {
+	if term != nil {
+		return in.startTerminal(argv, env, dir, *term)
+	}
 	var files []*os.File
 	defer func() {
 		if err != nil {
@@ -76,7 +90,12 @@ func (in *Instance) StartCommand(argv, env []string, dir string) (_ *Command, er
 		files = nil
 		return nil, err
 	}
-	c := &Command{pid: pid, stdin: inW, stdout: outR, stderr: errR, sb: in.sb, done: make(chan struct{})}
+	return in.watchCommand(&Command{pid: pid, stdin: inW, stdout: outR, stderr: errR}, exit), nil
+}
+
+// watchCommand waits for c's exit, or its sandbox's death.
+func (in *Instance) watchCommand(c *Command, exit <-chan jail.Exit) *Command {
+	c.sb, c.done = in.sb, make(chan struct{})
 	go func() {
 		defer close(c.done)
 		select {
@@ -85,14 +104,96 @@ func (in *Instance) StartCommand(argv, env []string, dir string) (_ *Command, er
 		case <-in.sb.Dead():
 		}
 	}()
-	return c, nil
+	return c
+}
+
+// startTerminal starts argv with a new pseudo-terminal as its standard
+// streams and controlling terminal. The terminal is the host's devpts
+// (the sandbox holds only its end, never a path to it): its master stays
+// here, and the sandbox's own /dev/pts never lists it.
+func (in *Instance) startTerminal(argv, env []string, dir string, term Terminal) (*Command, error) {
+	if term.Cols == 0 || term.Rows == 0 {
+		return nil, fmt.Errorf("%w: a terminal needs cols and rows", errdefs.ErrInvalidArgument)
+	}
+	master, slave, err := openPTY(term)
+	if err != nil {
+		return nil, err
+	}
+	pid, exit, err := in.sb.SpawnWait(jail.Process{Argv: argv, Env: env, Dir: dir, Files: []*os.File{slave, slave, slave}, Terminal: true})
+	slave.Close() // the sandbox has its own copy
+	if err != nil {
+		master.Close()
+		return nil, err
+	}
+	return in.watchCommand(&Command{pid: pid, stdin: master, stdout: master, tty: master}, exit), nil
+}
+
+// openPTY opens a new pseudo-terminal of the given size: its master, and
+// its slave opened from the master (TIOCGPTPEER: no path is looked up).
+func openPTY(term Terminal) (master, slave *os.File, err error) {
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, errdefs.Private(errdefs.ErrUnavailable, "no pseudo-terminal could be opened", err)
+	}
+	fail := func(what string, err error) (*os.File, *os.File, error) {
+		m.Close()
+		return nil, nil, errdefs.Private(errdefs.ErrUnavailable, "no pseudo-terminal could be opened", fmt.Errorf("%s: %w", what, err))
+	}
+	rc, err := m.SyscallConn()
+	if err != nil {
+		return fail("raw conn", err)
+	}
+	var sfd int
+	var cerr error
+	err = rc.Control(func(fd uintptr) {
+		if cerr = unix.IoctlSetPointerInt(int(fd), unix.TIOCSPTLCK, 0); cerr != nil {
+			return
+		}
+		if cerr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Col: term.Cols, Row: term.Rows}); cerr != nil {
+			return
+		}
+		r, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, unix.TIOCGPTPEER, uintptr(unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC))
+		if errno != 0 {
+			cerr = errno
+		}
+		sfd = int(r)
+	})
+	if err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fail("set up", err)
+	}
+	return m, os.NewFile(uintptr(sfd), "pts"), nil
+}
+
+// Resize sets the size of the command's terminal.
+func (c *Command) Resize(term Terminal) error {
+	if c.tty == nil {
+		return fmt.Errorf("%w: the command has no terminal (start it with pty)", errdefs.ErrConflict)
+	}
+	if term.Cols == 0 || term.Rows == 0 {
+		return fmt.Errorf("%w: a terminal needs cols and rows", errdefs.ErrInvalidArgument)
+	}
+	rc, err := c.tty.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("%w: the terminal is closed", errdefs.ErrConflict)
+	}
+	var ierr error
+	if err := rc.Control(func(fd uintptr) {
+		ierr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Col: term.Cols, Row: term.Rows})
+	}); err != nil {
+		return fmt.Errorf("%w: the terminal is closed", errdefs.ErrConflict)
+	}
+	return ierr
 }
 
 // Pid is its pid inside the sandbox.
 func (c *Command) Pid() int { return c.pid }
 
 // Stdio are the write end of its standard input and the read ends of its
-// output; the caller closes them.
+// output; the caller closes them. A command with a terminal has one file,
+// the terminal's master, for stdin and stdout, and no stderr (nil).
 func (c *Command) Stdio() (stdin, stdout, stderr *os.File) { return c.stdin, c.stdout, c.stderr }
 
 // Done is closed when the command has ended, or its sandbox has.

@@ -2,6 +2,7 @@ package instance
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -241,6 +242,11 @@ func (s *gvisorSandbox) Exits() <-chan jail.Exit            { return s.exits }
 func (s *gvisorSandbox) Adapt(l config.Limits, _ int) error { return s.Sandbox.Adapt(l) }
 
 func (s *gvisorSandbox) exec(p jail.Process) (int, <-chan gvisor.Exit, error) {
+	if p.Terminal {
+		// runsc would import the terminal as a plain file: no job
+		// control, no window size. Refused rather than half a terminal.
+		return 0, nil, fmt.Errorf("%w: a terminal (pty) is not available under gvisor isolation yet; run the command without pty", errdefs.ErrUnsupported)
+	}
 	return s.Exec(gvisor.Process{Argv: p.Argv, Env: p.Env, Dir: p.Dir, Files: p.Files})
 }
 

@@ -598,7 +598,7 @@ func (s *Sandbox) spawnLocked(p Process) (int, error) {
 	for i, f := range p.Files {
 		fds[i] = int(f.Fd())
 	}
-	if err := s.ctl.send(message{Op: opSpawn, Spawn: &spawnMsg{Argv: p.Argv, Env: p.Env, Dir: p.Dir, NFiles: len(fds)}}, fds...); err != nil {
+	if err := s.ctl.send(message{Op: opSpawn, Spawn: &spawnMsg{Argv: p.Argv, Env: p.Env, Dir: p.Dir, NFiles: len(fds), Terminal: p.Terminal}}, fds...); err != nil {
 		return 0, fmt.Errorf("jail: spawn: %w", err)
 	}
 	select {

@@ -499,11 +499,15 @@ func forkExec(cfg *setupMsg, m *spawnMsg, files []*os.File) (int, error) {
 	if m.Dir != "" {
 		dir = m.Dir
 	}
+	if m.Terminal && (!a.setsid || len(fds) == 0) {
+		return 0, fmt.Errorf("a terminal needs a session of its own and fd 0")
+	}
 	pid, err := syscall.ForkExec(m.Argv[0], m.Argv, &syscall.ProcAttr{
 		Dir:   dir,
 		Env:   m.Env,
 		Files: fds,
-		Sys:   &syscall.SysProcAttr{Setsid: a.setsid, Credential: a.cred},
+		// Ctty is the child's fd 0.
+		Sys: &syscall.SysProcAttr{Setsid: a.setsid, Setctty: m.Terminal, Ctty: 0, Credential: a.cred},
 	})
 	if err != nil {
 		return 0, fmt.Errorf("start %s: %w", m.Argv[0], err)

@@ -96,6 +96,9 @@ type Process struct {
 	Dir  string
 	// Files become the program's fds 0, 1, 2, ... Nothing else is open.
 	Files []*os.File
+	// Terminal makes fd 0, a terminal, the program's controlling
+	// terminal (in its new session).
+	Terminal bool
 }
 
 // Exit is how a program in a sandbox ended.

@@ -91,6 +91,8 @@ type spawnMsg struct {
 	// NFiles is the number of descriptors sent with the message; they
 	// become the program's fds 0..NFiles-1.
 	NFiles int `json:"nfiles"`
+	// Terminal: fd 0 becomes the controlling terminal.
+	Terminal bool `json:"terminal,omitempty"`
 }
 
 type exitUsage struct {

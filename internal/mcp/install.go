@@ -76,7 +76,7 @@ func (s *Server) installPackages(ctx context.Context, req *mcp.CallToolRequest, 
 	if !slices.Contains(s.o.Installs, manager) {
 		return failed(argError("manager %q: this server installs with %s", manager, strings.Join(s.o.Installs, " and "))), out, nil
 	}
-	id, note, err := s.session(ctx, req, api, in.SessionID, s.o.Managers[manager])
+	id, note, err := s.session(ctx, req, api, in.SessionID)
 	if err != nil {
 		return failed(err), out, nil
 	}

@@ -97,7 +97,7 @@ type Server struct {
 // maps before the connection can close); qmu guards queues.
 type connection struct {
 	mu       sync.Mutex
-	sessions map[string]string   // language -> default airlock session id
+	sessions map[string]string   // the default language -> the default airlock session id
 	created  map[string]struct{} // create_session's, until close_session
 	header   http.Header         // the credentials that made them
 	closed   bool                // ended: nothing more may be created
@@ -109,7 +109,8 @@ type connection struct {
 // instructions tell the model what the server is.
 const instructions = `airlock runs code in isolated, stateful sandboxes (Linux jails with no network, unless ` +
 	`create_session asks for the hosts a session may reach, within the server's policy). ` +
-	`Use execute_code to run Python (default), bash or JavaScript: variables, imports and files persist between calls, ` +
+	`Use execute_code to run Python (default), bash or JavaScript in one sandbox: variables, imports and files persist between calls, ` +
+	`and every language sees the same files (Python writes a CSV, bash reads it); ` +
 	`like a notebook; its result lists the files it wrote in /workspace (read_file reads them) and says what it displayed. ` +
 	`Use run_command for shell commands in the same sandbox, and the file tools to move small files in and out ` +
 	`(large files go through the HTTP files API). Without session_id every tool uses this connection's default session.`
@@ -250,13 +251,16 @@ func header(extra *mcp.RequestExtra) http.Header {
 }
 
 // session resolves the session a tool call works in: the one named, or
-// the connection's default session of lang, created if it has none (or
-// if it ended: said in note).
-func (s *Server) session(ctx context.Context, req *mcp.CallToolRequest, api *client.Client, id, lang string) (sid, note string, err error) {
+// the connection's default session, created if it has none (or if it
+// ended: said in note). The default session is one sandbox for every
+// language: code in another language runs in a context of it, beside
+// the same files.
+func (s *Server) session(ctx context.Context, req *mcp.CallToolRequest, api *client.Client, id string) (sid, note string, err error) {
 	if id != "" {
 		return id, "", sessionArg(id)
 	}
-	if lang == "" && len(s.o.Languages) > 0 {
+	var lang string
+	if len(s.o.Languages) > 0 {
 		lang = s.o.Languages[0]
 	}
 	c := s.conn(req.Session)
@@ -273,7 +277,7 @@ func (s *Server) session(ctx context.Context, req *mcp.CallToolRequest, api *cli
 		if client.StatusOf(err) != http.StatusGone && client.StatusOf(err) != http.StatusNotFound && err != nil {
 			return "", "", err
 		}
-		note = "the previous default " + lang + " session ended"
+		note = "the previous default session ended"
 		if e := (*client.Error)(nil); err != nil && asClientError(err, &e) && e.Message != "" {
 			note += " (" + strings.TrimPrefix(e.Message, "session ended: ") + ")"
 		}

@@ -208,6 +208,17 @@ func TestTools(t *testing.T) {
 		t.Errorf("state after errors: %v", out)
 	}
 
+	// Another language runs in the same sandbox: it reads the file
+	// Python wrote, in the same session.
+	res, out = call(t, cs, "execute_code", map[string]any{"code": "tail -n 1 data.csv", "language": "bash"})
+	if res.IsError || out["stdout"] != "1,2\n" || out["session_id"] != sid {
+		t.Errorf("bash beside python: %s %v", text(res), out)
+	}
+	res, out = call(t, cs, "execute_code", map[string]any{"code": "require('fs').readFileSync('data.csv', 'utf8').length", "language": "javascript"})
+	if res.IsError || out["result"] != "8" || out["session_id"] != sid {
+		t.Errorf("javascript beside python: %s %v", text(res), out)
+	}
+
 	// Shell commands and files in the same sandbox.
 	res, out = call(t, cs, "run_command", map[string]any{"command": "ls; echo $((6*7))"})
 	if res.IsError || !strings.Contains(out["stdout"].(string), "data.csv") || !strings.Contains(out["stdout"].(string), "42") {

@@ -36,7 +36,7 @@ const (
 type ExecuteIn struct {
 	Code      string  `json:"code" jsonschema:"the code to run; state persists across calls in the same session"`
 	Language  string  `json:"language,omitempty" jsonschema:"python (default), bash or javascript"`
-	SessionID string  `json:"session_id,omitempty" jsonschema:"a session from create_session; without it, this connection's default session of the language"`
+	SessionID string  `json:"session_id,omitempty" jsonschema:"a session from create_session; without it, this connection's default session. Every language of a session shares its files: python writes a file, bash and javascript read it"`
 	TimeoutS  float64 `json:"timeout_s,omitempty" jsonschema:"wall-clock limit in seconds (default: the session's, 30 s unless configured; at most the server's maximum, 15 min unless configured)"`
 }
 
@@ -409,7 +409,7 @@ func (s *Server) executeCode(ctx context.Context, req *mcp.CallToolRequest, in E
 		return failed(err), out, nil
 	}
 	api := s.o.Client(header(req.Extra))
-	id, note, err := s.session(ctx, req, api, in.SessionID, in.Language)
+	id, note, err := s.session(ctx, req, api, in.SessionID)
 	if err != nil {
 		return failed(err), out, nil
 	}
@@ -431,7 +431,8 @@ func (s *Server) executeCode(ctx context.Context, req *mcp.CallToolRequest, in E
 		return failed(err), out, nil
 	}
 	defer release()
-	res, err := execute(ctx, api, id, apitype.ExecuteRequest{Code: in.Code, Timeout: t}, onEvent)
+	// Another language runs in its context of the same sandbox.
+	res, err := execute(ctx, api, id, apitype.ExecuteRequest{Code: in.Code, Timeout: t, Language: in.Language}, onEvent)
 	pr.flush()
 	if err != nil {
 		return failed(err), out, nil
@@ -447,7 +448,7 @@ func (s *Server) runCommand(ctx context.Context, req *mcp.CallToolRequest, in Co
 		return failed(err), out, nil
 	}
 	api := s.o.Client(header(req.Extra))
-	id, note, err := s.session(ctx, req, api, in.SessionID, "")
+	id, note, err := s.session(ctx, req, api, in.SessionID)
 	if err != nil {
 		return failed(err), out, nil
 	}
@@ -492,7 +493,7 @@ func (s *Server) writeFile(ctx context.Context, req *mcp.CallToolRequest, in Wri
 		return failed(fmt.Errorf("%w: the content is %d bytes, more than write_file takes (%d); upload it with PUT /v1/sessions/{id}/files/{path}", errdefs.ErrTooLarge, len(data), writeMax)), out, nil
 	}
 	api := s.o.Client(header(req.Extra))
-	id, _, err := s.session(ctx, req, api, in.SessionID, "")
+	id, _, err := s.session(ctx, req, api, in.SessionID)
 	if err != nil {
 		return failed(err), out, nil
 	}
@@ -517,7 +518,7 @@ func (s *Server) readFile(ctx context.Context, req *mcp.CallToolRequest, in Read
 		return failed(err), nil, nil
 	}
 	api := s.o.Client(header(req.Extra))
-	id, _, err := s.session(ctx, req, api, in.SessionID, "")
+	id, _, err := s.session(ctx, req, api, in.SessionID)
 	if err != nil {
 		return failed(err), nil, nil
 	}
@@ -581,7 +582,7 @@ func (s *Server) listFiles(ctx context.Context, req *mcp.CallToolRequest, in Lis
 		return failed(err), out, nil
 	}
 	api := s.o.Client(header(req.Extra))
-	id, _, err := s.session(ctx, req, api, in.SessionID, "")
+	id, _, err := s.session(ctx, req, api, in.SessionID)
 	if err != nil {
 		return failed(err), out, nil
 	}

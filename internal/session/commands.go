@@ -55,9 +55,12 @@ type commands struct {
 type command struct {
 	id, line   string
 	background bool
-	started    time.Time
-	who        Caller // who started it, for observers
-	c          Process
+	// pty: its streams are a terminal's (stdinW is its master, and
+	// outR the same file; errR is nil).
+	pty     bool
+	started time.Time
+	who     Caller // who started it, for observers
+	c       Process
 	// The ends of its pipes: stdin's write end, the output's read ends.
 	stdinW, outR, errR *os.File
 	// red redacts its output (nil: nothing is); flags are the code rules
@@ -75,6 +78,8 @@ type command struct {
 	stderr  stream
 	reason  apitype.KillReason // why airlock killed it, if it did
 	killed  bool
+	size    *apitype.PTYSize // its terminal's, now
+	follow  followers
 	res     *apitype.CommandResult // set once it ended
 	stdinMu sync.Mutex
 	closed  bool // stdin
@@ -132,6 +137,15 @@ func (s *Session) runCommand(ctx context.Context, req apitype.CommandRequest, em
 	if err != nil {
 		return nil, err
 	}
+	term, err := terminal(req.PTY)
+	if err != nil {
+		return nil, err
+	}
+	if term != nil {
+		// A terminal is followed by id (AttachCommand), not by the
+		// request that started it.
+		req.Background = true
+	}
 	timeout := req.Timeout.D()
 	if timeout == 0 && !req.Background {
 		timeout = s.limits.Timeout.D()
@@ -142,7 +156,7 @@ func (s *Session) runCommand(ctx context.Context, req apitype.CommandRequest, em
 	if end := s.End(); !end.Zero() {
 		return nil, gone(end)
 	}
-	if in, ok := packages.ParseCommand(s.lang.PackageManager, req.Command); ok && !req.Background {
+	if in, ok := packages.ParseCommand(s.lang.PackageManager, req.Command); ok && !req.Background && req.PTY == nil {
 		return s.runInstallCommand(ctx, req, in, emit)
 	}
 	release := func() {}
@@ -194,7 +208,7 @@ func (s *Session) runCommand(ctx context.Context, req apitype.CommandRequest, em
 		kv = append(kv, k+"="+v)
 	}
 	sort.Strings(kv)
-	c, err := s.inst.StartCommand([]string{s.m.cfg.Runtimes.Bash, "-c", req.Command}, kv, dir)
+	c, err := s.inst.StartCommand([]string{s.m.cfg.Runtimes.Bash, "-c", req.Command}, kv, dir, term)
 	if err != nil {
 		if end := s.End(); !end.Zero() {
 			return nil, gone(end)
@@ -203,18 +217,25 @@ func (s *Session) runCommand(ctx context.Context, req apitype.CommandRequest, em
 	}
 	started = true
 	cmd := &command{id: id, line: req.Command, background: req.Background, started: time.Now(), c: c, done: make(chan struct{}), who: who,
-		red: s.m.policy.redactor(tenant), flags: flags}
+		red: s.m.policy.redactor(tenant), flags: flags, pty: term != nil}
+	if term != nil {
+		cmd.size = &apitype.PTYSize{Cols: req.PTY.Cols, Rows: req.PTY.Rows}
+	}
 	cmd.stdinW, cmd.outR, cmd.errR = c.Stdio()
 	max := int(s.limits.MaxOutput)
-	cmd.stdout = stream{max: max, name: apitype.EventStdout}
+	cmd.stdout = stream{max: max, name: apitype.EventStdout, beyond: cmd.pty}
 	cmd.stderr = stream{max: max, name: apitype.EventStderr}
-	if emit != nil && !req.Background {
-		cmd.stdout.live = func(b []byte) { emit(apitype.Event{Type: apitype.EventStdout, Text: toValidUTF8(b)}) }
-		cmd.stderr.live = func(b []byte) { emit(apitype.Event{Type: apitype.EventStderr, Text: toValidUTF8(b)}) }
-		cmd.stdout.full, cmd.stderr.full = emit, emit
-		cmd.stdout.redactLive(cmd.red)
-		cmd.stderr.redactLive(cmd.red)
+	// Its output goes to whoever follows it (its foreground client,
+	// clients attached by id), and is kept for those who attach late.
+	if !req.Background {
+		cmd.follow.emit = emit
 	}
+	cmd.follow.sentMax = 2 * max
+	cmd.stdout.live = func(b []byte) { cmd.publishLocked(outputEvent(apitype.EventStdout, b, cmd.pty)) }
+	cmd.stderr.live = func(b []byte) { cmd.publishLocked(outputEvent(apitype.EventStderr, b, cmd.pty)) }
+	cmd.stdout.full, cmd.stderr.full = cmd.publishLocked, cmd.publishLocked
+	cmd.stdout.redactLive(cmd.red)
+	cmd.stderr.redactLive(cmd.red)
 	s.cmds.mu.Lock()
 	if s.cmds.byID == nil {
 		s.cmds.byID = map[string]*command{}
@@ -227,22 +248,22 @@ func (s *Session) runCommand(ctx context.Context, req apitype.CommandRequest, em
 		s.m.obs.ExecutionStarted(ExecutionEvent{Caller: cmd.who, Kind: ExecCommand, Session: s.id, Language: commandLanguage, ID: id, Code: req.Command, CodeFlags: flags})
 	}
 
-	if req.Stdin != "" || !req.Background {
+	// A terminal's input stays open: its client types.
+	eof := !req.Background && !cmd.pty
+	if req.Stdin != "" || eof {
 		go func() {
 			if req.Stdin != "" {
 				cmd.writeStdin([]byte(req.Stdin), false)
 			}
-			if !req.Background {
+			if eof {
 				cmd.writeStdin(nil, true)
 			}
 		}()
 	}
 	var readers sync.WaitGroup
-	for _, p := range []struct {
-		f *os.File
-		s *stream
-	}{{cmd.outR, &cmd.stdout}, {cmd.errR, &cmd.stderr}} {
-		readers.Go(func() { cmd.read(p.f, p.s) })
+	readers.Go(func() { cmd.read(cmd.outR, &cmd.stdout) })
+	if cmd.errR != nil {
+		readers.Go(func() { cmd.read(cmd.errR, &cmd.stderr) })
 	}
 	stats0, _ := s.inst.Stats()
 	cmd.onEnd, handed = ended, true
@@ -297,8 +318,10 @@ func (s *Session) watchCommand(ctx context.Context, cmd *command, timeout time.D
 	cmd.errR.SetReadDeadline(time.Now().Add(outputGrace))
 	readers.Wait()
 	cmd.outR.Close()
-	cmd.errR.Close()
-	cmd.writeStdin(nil, true)
+	if cmd.errR != nil {
+		cmd.errR.Close()
+	}
+	cmd.closeStdin()
 
 	// Why airlock killed it, if it did and no limit of its own did:
 	// memory (the sandbox's one answer), or, when it went with its
@@ -340,6 +363,9 @@ func (s *Session) watchCommand(ctx context.Context, cmd *command, timeout time.D
 	if cmd.onEnd != nil {
 		cmd.onEnd()
 	}
+	cmd.mu.Lock()
+	cmd.endLocked()
+	cmd.mu.Unlock()
 	close(cmd.done)
 
 	s.cmds.mu.Lock()
@@ -424,7 +450,7 @@ func (cmd *command) read(f *os.File, st *stream) {
 	buf := make([]byte, 32<<10)
 	for {
 		cmd.mu.Lock()
-		full := st.truncated
+		full := st.truncated && !st.beyond
 		cmd.mu.Unlock()
 		var n int
 		var err error
@@ -462,8 +488,26 @@ func (cmd *command) kill(reason apitype.KillReason) {
 	cmd.c.Signal(syscall.SIGKILL)
 }
 
-// writeStdin writes data to the command's stdin and closes it if close.
+// closeStdin closes the command's stdin for good (a terminal's master,
+// once its output is read).
+func (cmd *command) closeStdin() {
+	cmd.stdinMu.Lock()
+	defer cmd.stdinMu.Unlock()
+	if !cmd.closed {
+		cmd.closed = true
+		cmd.stdinW.Close()
+	}
+}
+
+// eot is a terminal's end of file (Ctrl-D).
+const eot = "\x04"
+
+// writeStdin writes data to the command's stdin and closes it if close
+// (a terminal, which stays open, gets end-of-file: Ctrl-D).
 func (cmd *command) writeStdin(data []byte, close bool) error {
+	if close && cmd.pty {
+		data, close = append(data[:len(data):len(data)], eot...), false
+	}
 	cmd.stdinMu.Lock()
 	defer cmd.stdinMu.Unlock()
 	if cmd.closed {
@@ -511,7 +555,11 @@ func (cmd *command) snapshotLocked() apitype.CommandResult {
 		StdoutTruncated: cmd.stdout.truncated, StderrTruncated: cmd.stderr.truncated,
 		StdoutDroppedBytes: cmd.stdout.dropped, StderrDroppedBytes: cmd.stderr.dropped,
 		StartedAt: cmd.started.UTC(), DurationMs: ms(time.Since(cmd.started)),
-		Flags: cmd.flags,
+		Flags: cmd.flags, Background: cmd.background,
+	}
+	if cmd.size != nil {
+		size := *cmd.size
+		res.PTY = &size
 	}
 	if cmd.red != nil {
 		// A running command's output so far: a match it has only begun
@@ -587,6 +635,42 @@ func (s *Session) SignalCommand(id, signal string) error {
 		return fmt.Errorf("%w: command %s has ended", errdefs.ErrConflict, id)
 	}
 	return cmd.c.Signal(sig)
+}
+
+// ResizeCommand sets the size of a running command's terminal.
+func (s *Session) ResizeCommand(id string, size apitype.PTYSize) error {
+	cmd, err := s.command(id)
+	if err != nil {
+		return err
+	}
+	term, err := terminal(&size)
+	if err != nil {
+		return err
+	}
+	if !cmd.pty {
+		return fmt.Errorf("%w: command %s has no terminal (start it with pty)", errdefs.ErrConflict, id)
+	}
+	if cmd.ended() {
+		return fmt.Errorf("%w: command %s has ended", errdefs.ErrConflict, id)
+	}
+	cmd.mu.Lock()
+	defer cmd.mu.Unlock()
+	if err := cmd.c.Resize(*term); err != nil {
+		return err
+	}
+	cmd.size = &size
+	return nil
+}
+
+// terminal checks a requested terminal size (nil: no terminal).
+func terminal(size *apitype.PTYSize) (*instance.Terminal, error) {
+	if size == nil {
+		return nil, nil
+	}
+	if size.Cols < 1 || size.Rows < 1 || size.Cols > apitype.MaxPTYSide || size.Rows > apitype.MaxPTYSide {
+		return nil, fmt.Errorf("%w: pty cols and rows must be between 1 and %d (got %dx%d)", errdefs.ErrInvalidArgument, apitype.MaxPTYSide, size.Cols, size.Rows)
+	}
+	return &instance.Terminal{Cols: uint16(size.Cols), Rows: uint16(size.Rows)}, nil
 }
 
 // CommandStdin writes to a running command's standard input, and closes it

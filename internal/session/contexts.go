@@ -470,3 +470,56 @@ func (s *Session) besides() []*codeContext {
 	}
 	return out
 }
+
+// Context describes one of the session's code contexts.
+func (s *Session) Context(id string) (*apitype.CodeContext, error) {
+	c, err := s.namedContext(id)
+	if err != nil {
+		return nil, err
+	}
+	info := s.contextInfo(c)
+	return &info, nil
+}
+
+// namedContext finds the context id of a live session.
+func (s *Session) namedContext(id string) (*codeContext, error) {
+	if end := s.End(); !end.Zero() {
+		return nil, gone(end)
+	}
+	s.mu.Lock()
+	c := s.ctxs[id]
+	s.mu.Unlock()
+	if c == nil {
+		return nil, fmt.Errorf("%w: no context %q in this session", errdefs.ErrNotFound, truncateID(id))
+	}
+	return c, nil
+}
+
+// RestartContext starts context id's interpreter anew, with the same id,
+// language, directory and environment, and empty state (E2B's restart):
+// the old interpreter, an execution running in it, and every process it
+// started are killed once the new one runs. The session's default
+// context restarts only with the session.
+func (s *Session) RestartContext(ctx context.Context, id string) (*apitype.CodeContext, error) {
+	c, err := s.namedContext(id)
+	if err != nil {
+		return nil, err
+	}
+	if c.beside == nil {
+		return nil, fmt.Errorf("%w: context %q is the session's default: its state goes only with the session (create a context of its language to start afresh)", errdefs.ErrConflict, truncateID(id))
+	}
+	s.ctxStart.Lock()
+	defer s.ctxStart.Unlock()
+	s.mu.Lock()
+	still := s.ctxs[id] == c
+	s.mu.Unlock()
+	if !still {
+		return nil, fmt.Errorf("%w: context %q was deleted or restarted meanwhile", errdefs.ErrConflict, truncateID(id))
+	}
+	n, err := s.startContext(ctx, id, c.lang, c.cwd, c.userEnv)
+	if err != nil {
+		return nil, err
+	}
+	info := s.contextInfo(n)
+	return &info, nil
+}

@@ -498,7 +498,7 @@ func (it *fakeInterp) exit(end apitype.End) {
 
 // StartCommand starts a fake process running argv's last word as the
 // runtime's script.
-func (f *fakeInstance) StartCommand(argv, env []string, dir string) (Process, error) {
+func (f *fakeInstance) StartCommand(argv, env []string, dir string, term *instance.Terminal) (Process, error) {
 	select {
 	case <-f.dead:
 		return nil, errors.New("the sandbox is gone")
@@ -537,6 +537,7 @@ func (p *fakeProcess) Stdio() (*os.File, *os.File, *os.File) { return p.stdin, p
 func (p *fakeProcess) Done() <-chan struct{}                 { return p.done }
 func (p *fakeProcess) Exit() (instance.Exit, bool)           { <-p.done; return p.exit, p.exited }
 func (p *fakeProcess) Signal(sig syscall.Signal) error       { p.sigs <- sig; return nil }
+func (p *fakeProcess) Resize(instance.Terminal) error        { return nil }
 
 func (p *fakeProcess) run(line string, in, out, errOut *os.File) {
 	defer close(p.done)

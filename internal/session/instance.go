@@ -74,8 +74,9 @@ type Instance interface {
 	// StartInterp starts rt's runtime beside the first, for another
 	// code context.
 	StartInterp(ctx context.Context, rt runtimes.Runtime) (Beside, error)
-	// StartCommand starts argv beside the runtime.
-	StartCommand(argv, env []string, dir string) (Process, error)
+	// StartCommand starts argv beside the runtime, under a terminal of
+	// that size if term is set.
+	StartCommand(argv, env []string, dir string, term *instance.Terminal) (Process, error)
 
 	// The sandbox's end.
 	Monitor(stop <-chan struct{}) apitype.End
@@ -92,6 +93,8 @@ type Process interface {
 	Done() <-chan struct{}
 	Exit() (instance.Exit, bool)
 	Signal(sig syscall.Signal) error
+	// Resize sets the size of its terminal.
+	Resize(term instance.Terminal) error
 }
 
 // Source provides a session's instances.
@@ -113,8 +116,8 @@ func (s instances) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits
 // realInstance is an *instance.Instance as a session's Instance.
 type realInstance struct{ *instance.Instance }
 
-func (r realInstance) StartCommand(argv, env []string, dir string) (Process, error) {
-	c, err := r.Instance.StartCommand(argv, env, dir)
+func (r realInstance) StartCommand(argv, env []string, dir string, term *instance.Terminal) (Process, error) {
+	c, err := r.Instance.StartCommand(argv, env, dir, term)
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,9 @@ type stream struct {
 	// red, when output is redacted, stands between the stream and live:
 	// it holds back what a match may still span.
 	red *redact.Stream
+	// beyond streams live past max too (a terminal's: its client
+	// follows it for as long as it runs); buf still keeps only max.
+	beyond bool
 }
 
 // redactLive puts r between the stream and its live output.
@@ -46,12 +49,16 @@ func (s *stream) send(b []byte) {
 func (s *stream) write(p []byte) {
 	room := max(s.max-len(s.buf), 0)
 	cut := len(p) > room
+	all := p
 	if cut {
 		s.dropped += int64(len(p) - room)
 		p = p[:room]
 	}
+	s.buf = append(s.buf, p...)
+	if s.beyond {
+		p = all
+	}
 	if len(p) > 0 {
-		s.buf = append(s.buf, p...)
 		if s.live != nil {
 			chunk := append(s.pending, p...)
 			n := completeUTF8(chunk)
@@ -63,7 +70,7 @@ func (s *stream) write(p []byte) {
 	}
 	if cut && !s.truncated {
 		s.truncated = true
-		if s.full != nil {
+		if s.full != nil && !s.beyond {
 			s.flush() // nothing more comes: what is held back goes first
 			s.full(apitype.Event{Type: apitype.EventTruncated, Stream: s.name,
 				Text: fmt.Sprintf("%s reached max_output (%d bytes): the rest is dropped and counted, and the code runs on", s.name, s.max)})

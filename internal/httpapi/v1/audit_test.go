@@ -146,13 +146,14 @@ func TestAuditFailureRefusesWork(t *testing.T) {
 			}
 		}
 	}
-	// What does work: sessions (and resumes and forks), code contexts, executions,
-	// commands and their input, installs, one-shot and program runs, the
+	// What does work: sessions (and resumes and forks), code contexts
+	// (and their restart), executions, commands and their input (a
+	// terminal's socket too), installs, one-shot and program runs, the
 	// network policy and file transfers (MCP's tools reach them through
 	// this API), opening a port and requests to it. A pause, like a
 	// delete, stops work.
-	if work != 16 {
-		t.Errorf("%d routes refused, want 16", work)
+	if work != 18 {
+		t.Errorf("%d routes refused, want 18", work)
 	}
 	rec := httptest.NewRecorder()
 	s.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))

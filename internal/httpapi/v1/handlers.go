@@ -1,8 +1,6 @@
 package v1
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"mime"
 	"net/http"
@@ -264,18 +262,13 @@ func newEventWriter(w http.ResponseWriter) *eventWriter {
 }
 
 func (ew *eventWriter) emit(ev apitype.Event) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(ev); err != nil {
-		return
-	}
+	line := eventLine(ev)
 	ew.mu.Lock()
 	if !ew.started {
 		ew.started = true
 		go ew.loop()
 	}
-	ew.queue = append(ew.queue, escapeControls(buf.Bytes())) // a line: Encode ends it with \n
+	ew.queue = append(ew.queue, line)
 	ew.cond.Signal()
 	ew.mu.Unlock()
 }
@@ -321,7 +314,7 @@ func (ew *eventWriter) end(err error) {
 	started := ew.started
 	ew.mu.Unlock()
 	if err != nil && started {
-		ew.emit(apitype.Event{Type: apitype.EventFailed, Error: &apitype.ExecError{Name: errdefs.Code(err), Value: errdefs.Message(err), Traceback: []string{}}})
+		ew.emit(failedEvent(err))
 	}
 	if !ew.finish() && err != nil {
 		fail(ew.w, err)

@@ -54,6 +54,8 @@ var schemaTypes = map[string]reflect.Type{
 	"CommandList":          reflect.TypeFor[apitype.CommandList](),
 	"SignalRequest":        reflect.TypeFor[apitype.SignalRequest](),
 	"StdinRequest":         reflect.TypeFor[apitype.StdinRequest](),
+	"PTYSize":              reflect.TypeFor[apitype.PTYSize](),
+	"TerminalInput":        reflect.TypeFor[apitype.TerminalInput](),
 	"AuditRecord":          reflect.TypeFor[apitype.AuditRecord](),
 	"AuditNetwork":         reflect.TypeFor[apitype.AuditNetwork](),
 	"AuditList":            reflect.TypeFor[apitype.AuditList](),

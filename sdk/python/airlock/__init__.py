@@ -21,15 +21,15 @@ from .errors import (AirlockError, AuthenticationError, ConflictError, Connectio
                      UnavailableError, UnsupportedError, SessionLostError, MisdirectedError, NodeUnavailableError,
                      AuditUnavailableError, BadGatewayError,
                      SessionPausedError, PauseImageCorruptError)
-from .models import (CommandResult, EntryInfo, Execution, ExecutionError, FileChange, Logs, OutputFile,
+from .models import (CodeContext, CommandResult, EntryInfo, Execution, ExecutionError, FileChange, Logs, OutputFile,
                      Result, RunResult, WriteInfo)
-from .sandbox import CommandHandle, Commands, Files, Sandbox, run, run_program, templates
+from .sandbox import CommandHandle, Commands, Files, Pty, Sandbox, run, run_program, templates
 from .aio import AsyncSandbox
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Sandbox", "AsyncSandbox", "Files", "Commands", "CommandHandle", "run", "run_program", "templates",
+    "Sandbox", "AsyncSandbox", "Files", "Commands", "CommandHandle", "Pty", "CodeContext", "run", "run_program", "templates",
     "Execution", "Result", "Logs", "ExecutionError", "FileChange", "OutputFile", "RunResult",
     "CommandResult", "EntryInfo", "WriteInfo",
     "AirlockError", "InvalidArgumentError", "AuthenticationError", "NotFoundError", "PermissionDeniedError",

@@ -120,11 +120,12 @@ class Transport:
         finally:
             conn.close()
 
-    def stream(self, path, payload, on_event, timeout=None):
-        """Posts payload asking for NDJSON, hands every event to on_event,
-        and returns the end event; a "failed" event raises its typed error."""
-        conn, resp = self._send("POST", path, json.dumps(payload).encode(),
-                                accept="application/x-ndjson", timeout=timeout)
+    def stream(self, path, payload, on_event, timeout=None, method="POST"):
+        """Sends payload (None: no body) asking for NDJSON, hands every
+        event to on_event, and returns the end event; a "failed" event
+        raises its typed error."""
+        body = None if payload is None else json.dumps(payload).encode()
+        conn, resp = self._send(method, path, body, accept="application/x-ndjson", timeout=timeout)
         try:
             while True:
                 try:

@@ -63,6 +63,11 @@ class AsyncCommands(_AsyncProxy):
         return await _thread(self._target.run, cmd, on_stdout=_on_loop(loop, on_stdout),
                              on_stderr=_on_loop(loop, on_stderr), **kwargs)
 
+    async def connect(self, command_id, on_stdout=None, on_stderr=None, **kwargs):
+        loop = asyncio.get_running_loop()
+        return await _thread(self._target.connect, command_id, on_stdout=_on_loop(loop, on_stdout),
+                             on_stderr=_on_loop(loop, on_stderr), **kwargs)
+
 
 class AsyncSandbox:
     """A Sandbox for asyncio: ``await AsyncSandbox.create(...)``, ``async with``."""
@@ -73,6 +78,7 @@ class AsyncSandbox:
         self.language = sbx.language
         self.files = AsyncFiles(sbx.files)
         self.commands = AsyncCommands(sbx.commands)
+        self.pty = _AsyncProxy(sbx.pty)
 
     @classmethod
     async def create(cls, *args, **kwargs):
@@ -97,6 +103,18 @@ class AsyncSandbox:
 
     async def kill(self):
         return await _thread(self.sync.kill)
+
+    async def create_code_context(self, *args, **kwargs):
+        return await _thread(self.sync.create_code_context, *args, **kwargs)
+
+    async def list_code_contexts(self):
+        return await _thread(self.sync.list_code_contexts)
+
+    async def restart_code_context(self, context):
+        return await _thread(self.sync.restart_code_context, context)
+
+    async def remove_code_context(self, context):
+        return await _thread(self.sync.remove_code_context, context)
 
     async def interrupt(self):
         return await _thread(self.sync.interrupt)

@@ -218,6 +218,9 @@ class CommandResult:
         self.signal = c.get("signal", "")
         self.redacted = c.get("redacted", 0)
         self.flags = list(c.get("flags") or [])
+        pty = c.get("pty")
+        self.pty = (pty["cols"], pty["rows"]) if pty else None  # (cols, rows) of its terminal
+        self.background = bool(c.get("background"))
 
     @property
     def running(self):
@@ -236,6 +239,24 @@ class CommandResult:
 
     def __repr__(self):
         return "CommandResult(exit_code=%r, stdout=%r, stderr=%r)" % (self.exit_code, self.stdout, self.stderr)
+
+
+class CodeContext:
+    """A code context of a sandbox: an interpreter (``language``) with its
+    own state and working directory (``cwd``), sharing the sandbox's files
+    and limits. ``id`` names it in ``run_code(context=...)``."""
+
+    def __init__(self, c):
+        self.raw = c
+        self.id = c.get("id", "")
+        self.language = c.get("language", "")
+        self.cwd = c.get("cwd", "")
+        self.default = bool(c.get("default"))
+        self.state = c.get("state", "")
+        self.executions = c.get("executions", 0)
+
+    def __repr__(self):
+        return "CodeContext(id=%r, language=%r, cwd=%r)" % (self.id, self.language, self.cwd)
 
 
 class EntryInfo:

@@ -7,7 +7,7 @@ import re
 
 from . import errors
 from ._http import Transport, quote, quote_path, rel_path
-from .models import CommandResult, EntryInfo, Execution, Result, ExecutionError, RunResult, WriteInfo
+from .models import CodeContext, CommandResult, EntryInfo, Execution, Result, ExecutionError, RunResult, WriteInfo
 
 # A session's own limits.timeout when the server did not say (its default).
 _DEFAULT_EXEC_TIMEOUT = 30.0
@@ -99,6 +99,7 @@ class Sandbox:
         self.template = info.get("template", "")  # empty: the server's own root
         self.files = Files(self)
         self.commands = Commands(self)
+        self.pty = Pty(self.commands)
 
     # --- creating and finding sandboxes
 
@@ -267,7 +268,7 @@ class Sandbox:
         return bool(self._t.call("POST", self._path("/interrupt")).get("interrupted"))
 
     def run_code(self, code, timeout=None, on_stdout=None, on_stderr=None, on_result=None, on_error=None,
-                 language=None):
+                 language=None, context=None):
         """Runs code in the session and returns an Execution. ``timeout``
         (seconds) overrides the session's limits.timeout for this run; when
         it runs out the code is interrupted (``killed``, ``kill_reason``
@@ -276,11 +277,17 @@ class Sandbox:
         and whether the state was kept (``CPUTimeError``, ``MemoryError``,
         ``ProcessLimitError`` for the other limits). With callbacks the
         output streams: ``on_stdout(str)``, ``on_stderr(str)`` as it comes,
-        ``on_result(Result)`` per plot or displayed value, ``on_error(ExecutionError)``."""
-        if language is not None and language != self.language:
-            raise errors.InvalidArgumentError(
-                "this sandbox runs %s; create another for %s" % (self.language, language), code="invalid_argument")
+        ``on_result(Result)`` per plot or displayed value, ``on_error(ExecutionError)``.
+
+        ``context`` (a CodeContext or its id) runs the code there;
+        ``language`` ("bash", "javascript"...) in that language's default
+        context of this sandbox, started on first use: the same files,
+        its own variables."""
         body = {"code": code}
+        if context is not None:
+            body["context"] = getattr(context, "id", context)
+        elif language is not None and language != self.language:
+            body["language"] = language
         if timeout is not None:
             body["timeout"] = timeout
         wait = self._wait(timeout)
@@ -289,6 +296,36 @@ class Sandbox:
                                  _Streamer(on_stdout, on_stderr, on_result, on_error), timeout=wait)
             return Execution(end.get("result") or {})
         return Execution(self._t.call("POST", self._path("/execute"), body, timeout=wait))
+
+    # --- code contexts
+
+    def create_code_context(self, language=None, cwd=None, envs=None):
+        """Starts another interpreter in this sandbox: ``language`` (this
+        sandbox's when None), ``cwd`` (relative to /workspace, or
+        absolute; it must exist), ``envs`` added to its environment.
+        Returns a CodeContext for ``run_code(context=...)``."""
+        body = {}
+        if language:
+            body["language"] = language
+        if cwd:
+            body["cwd"] = cwd
+        if envs:
+            body["env"] = dict(envs)
+        return CodeContext(self._t.call("POST", self._path("/contexts"), body, timeout=_DEFAULT_EXEC_TIMEOUT))
+
+    def list_code_contexts(self):
+        """This sandbox's code contexts, its default one first."""
+        return [CodeContext(c) for c in self._t.call("GET", self._path("/contexts")).get("contexts") or []]
+
+    def restart_code_context(self, context):
+        """Starts a code context's interpreter anew (empty state; the same
+        id, language, directory and environment); returns its CodeContext."""
+        return CodeContext(self._t.call("POST", self._path("/contexts/" + quote(getattr(context, "id", context)) + "/restart"),
+                                        timeout=_DEFAULT_EXEC_TIMEOUT))
+
+    def remove_code_context(self, context):
+        """Ends a code context (a CodeContext or its id): its interpreter and what it started."""
+        self._t.call("DELETE", self._path("/contexts/" + quote(getattr(context, "id", context))))
 
     # --- helpers
 
@@ -374,7 +411,19 @@ class CommandHandle:
         self._c.kill(self.id, signal)
 
     def send_stdin(self, data, close=False):
+        """Writes str or bytes (a terminal's keys: b"\\x03" is Ctrl-C) to its input."""
         self._c.send_stdin(self.id, data, close)
+
+    def resize(self, cols, rows):
+        """Sets the size of its terminal (a command started by ``pty.create``)."""
+        self._c.resize(self.id, cols, rows)
+
+    def connect(self, on_stdout=None, on_stderr=None, replay=True, timeout=None):
+        """Follows it until it ends (again after a disconnect): ``on_stdout``
+        and ``on_stderr`` get its output (with ``replay``, what it printed
+        so far first); returns its CommandResult."""
+        self.last = self._c.connect(self.id, on_stdout, on_stderr, replay, timeout)
+        return self.last
 
     def __repr__(self):
         return "CommandHandle(id=%r, pid=%r)" % (self.id, self.pid)
@@ -427,10 +476,57 @@ class Commands:
         self._s._t.call("POST", self._s._path("/commands/" + quote(command_id) + "/signal"), {"signal": signal})
 
     def send_stdin(self, command_id, data, close=False):
-        body = {"data": data}
+        """Writes str or bytes to a running command's input; ``close``
+        closes it (Ctrl-D on a terminal)."""
+        body = {"data_base64": base64.b64encode(data).decode()} if isinstance(data, bytes) else {"data": data}
         if close:
             body["close"] = True
         self._s._t.call("POST", self._s._path("/commands/" + quote(command_id) + "/stdin"), body)
+
+    def resize(self, command_id, cols, rows):
+        """Sets the size of a command's terminal."""
+        self._s._t.call("POST", self._s._path("/commands/" + quote(command_id) + "/resize"), {"cols": cols, "rows": rows})
+
+    def connect(self, command_id, on_stdout=None, on_stderr=None, replay=True, timeout=None):
+        """Follows a running command by id until it ends: its output goes
+        to the callbacks as it comes (with ``replay``, what it printed so
+        far first; a terminal's output is ``stdout``). Returns its
+        CommandResult. A client that left attaches again this way.
+        ``timeout`` (seconds) bounds a silence of the stream (a day by
+        default: a terminal may well be quiet)."""
+        p = self._s._path("/commands/" + quote(command_id) + "/events" + ("" if replay else "?replay=false"))
+        end = self._s._t.stream(p, None, _Streamer(on_stdout, on_stderr, None, None),
+                                timeout=timeout or 86400.0, method="GET")
+        return CommandResult(end.get("command") or {})
+
+
+class Pty:
+    """Commands under a pseudo-terminal (``sbx.pty``): interactive shells,
+    programs that want a terminal. They run in the background; type with
+    ``send_stdin``, follow with ``connect``."""
+
+    def __init__(self, commands):
+        self._c = commands
+
+    def create(self, cols=80, rows=24, cmd="exec bash -i", cwd=None, envs=None, timeout=None):
+        """Starts ``cmd`` under a terminal of cols x rows; returns its CommandHandle."""
+        body = {"command": cmd, "pty": {"cols": cols, "rows": rows}}
+        if cwd:
+            body["cwd"] = cwd
+        if envs:
+            body["env"] = dict(envs)
+        if timeout is not None:
+            body["timeout"] = timeout
+        return CommandHandle(self._c, CommandResult(self._c._s._t.call("POST", self._c._s._path("/commands"), body)))
+
+    def send_stdin(self, command_id, data):
+        self._c.send_stdin(command_id, data)
+
+    def resize(self, command_id, cols, rows):
+        self._c.resize(command_id, cols, rows)
+
+    def kill(self, command_id, signal="SIGKILL"):
+        self._c.kill(command_id, signal)
 
 
 def run(code, files=None, language="python", limits=None, env=None, network=None, base_url=None, token=None,

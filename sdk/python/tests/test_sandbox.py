@@ -266,6 +266,52 @@ class SandboxTest(unittest.TestCase):
         self.assertEqual(r.signal, "SIGKILL")
         self.assertEqual(r.stdout, "got ping\n")
 
+    def test_code_contexts_share_files(self):
+        with Sandbox.create() as sbx:
+            sbx.run_code("open('sales.csv', 'w').write('region,sales\\nnorth,3\\nsouth,4\\n')")
+            r = sbx.run_code("awk -F, 'NR > 1 { s += $2 } END { print s }' sales.csv", language="bash")
+            self.assertEqual(r.logs.stdout, "7\n")
+            ctx = sbx.create_code_context(language="javascript", envs={"WHO": "js"})
+            self.assertEqual((ctx.language, ctx.cwd), ("javascript", "/workspace"))
+            r = sbx.run_code("require('fs').readFileSync('sales.csv', 'utf8').split('\\n').length + process.env.WHO",
+                             context=ctx)
+            self.assertEqual(r.text, "'4js'")
+            ids = [c.id for c in sbx.list_code_contexts()]
+            self.assertEqual(ids[0], "python")
+            self.assertIn(ctx.id, ids)
+            sbx.run_code("globalThis.kept = 1", context=ctx)
+            self.assertEqual(sbx.restart_code_context(ctx).id, ctx.id)
+            self.assertEqual(sbx.run_code("typeof kept", context=ctx).text, "'undefined'")
+            sbx.remove_code_context(ctx)
+            with self.assertRaises(airlock.NotFoundError):
+                sbx.run_code("1", context=ctx.id)
+
+    def test_pty(self):
+        with Sandbox.create() as sbx:
+            h = sbx.pty.create(cols=100, rows=30, cmd="stty size; exec tr a-z A-Z")
+            self.assertEqual(h.result().pty, (100, 30))
+            out = []
+            seen = threading.Event()
+
+            def on_stdout(text):
+                out.append(text)
+                if "PING" in "".join(out):
+                    seen.set()
+            t = threading.Thread(target=lambda: h.connect(on_stdout=on_stdout))
+            t.start()
+            h.send_stdin("ping\n")
+            self.assertTrue(seen.wait(30), out)
+            self.assertIn("30 100", "".join(out))
+            h.resize(120, 40)
+            h.send_stdin(b"\x03")  # Ctrl-C: tr dies of SIGINT
+            t.join(30)
+            self.assertEqual(h.last.exit_code, 130)
+            # Attached again after it ended: replayed, then its end.
+            again = []
+            r = sbx.commands.connect(h.id, on_stdout=again.append)
+            self.assertIn("PING", "".join(again))
+            self.assertEqual(r.signal, "SIGINT")
+
 
 class LifecycleTest(unittest.TestCase):
     def setUp(self):

@@ -1,0 +1,247 @@
+package e2e
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"airlock/internal/apitype"
+	"airlock/internal/errdefs"
+)
+
+// follower collects a command's output from an attached stream.
+type follower struct {
+	mu   sync.Mutex
+	out  strings.Builder
+	more chan struct{} // a token per event
+}
+
+func newFollower() *follower { return &follower{more: make(chan struct{}, 1)} }
+
+func (f *follower) event(ev apitype.Event) {
+	f.mu.Lock()
+	f.out.WriteString(ev.Text)
+	if ev.DataBase64 != "" {
+		b, _ := base64.StdEncoding.DecodeString(ev.DataBase64)
+		f.out.Write(b)
+	}
+	f.mu.Unlock()
+	select {
+	case f.more <- struct{}{}:
+	default:
+	}
+}
+
+func (f *follower) text() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.out.String()
+}
+
+// waitFor waits until the output holds want.
+func (f *follower) waitFor(t *testing.T, want string) { t.Helper(); f.waitAfter(t, "", want) }
+
+// waitAfter waits until the output after mark holds want.
+func (f *follower) waitAfter(t *testing.T, mark, want string) {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		_, after, ok := strings.Cut(f.text(), mark)
+		if ok && strings.Contains(after, want) {
+			return
+		}
+		select {
+		case <-f.more:
+		case <-timeout:
+			t.Fatalf("no %q in the terminal's output: %q", want, f.text())
+		}
+	}
+}
+
+// A command under a pseudo-terminal: it is a terminal (its size, its
+// controlling terminal: Ctrl-C interrupts it), its input is written and
+// its size changed while it runs, its output is followed by id, and a
+// client that left attaches again and is replayed what it missed. Over
+// a WebSocket the same terminal is driven interactively. Nothing of it
+// is left after the session ends.
+func TestTerminal(t *testing.T) {
+	s := sharedServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	id := s.newSession("python", nil)
+	script := `stty size; test -t 0 && echo IS-A-TTY; read line; echo "got:$line"; stty size; exec tr a-z A-Z`
+	cmd, err := s.c.RunCommand(ctx, id, apitype.CommandRequest{Command: script, PTY: &apitype.PTYSize{Cols: 80, Rows: 24}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cmd.State != apitype.CommandRunning || !cmd.Background || cmd.PTY == nil || *cmd.PTY != (apitype.PTYSize{Cols: 80, Rows: 24}) {
+		t.Fatalf("started: %+v", cmd)
+	}
+	f := newFollower()
+	actx, detach := context.WithCancel(ctx)
+	attached := make(chan error, 1)
+	go func() {
+		_, err := s.c.AttachCommand(actx, id, cmd.ID, true, f.event)
+		attached <- err
+	}()
+	f.waitFor(t, "24 80")
+	f.waitFor(t, "IS-A-TTY")
+	if err := s.c.ResizeCommand(ctx, id, cmd.ID, 100, 30); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.c.CommandStdin(ctx, id, cmd.ID, "hello\n", false); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor(t, "got:hello")
+	f.waitFor(t, "30 100")
+	// The client leaves; the command runs on; attached again, it is
+	// replayed what it printed.
+	detach()
+	if err := <-attached; !errors.Is(err, context.Canceled) {
+		t.Errorf("a detached client's attach: %v", err)
+	}
+	if got, err := s.c.Command(ctx, id, cmd.ID, 0); err != nil || got.State != apitype.CommandRunning || *got.PTY != (apitype.PTYSize{Cols: 100, Rows: 30}) {
+		t.Fatalf("after the client left: %+v %v", got, err)
+	}
+	again := newFollower()
+	go func() {
+		res, err := s.c.AttachCommand(ctx, id, cmd.ID, true, again.event)
+		if err != nil || res.ExitCode == nil || *res.ExitCode != 130 {
+			t.Errorf("the command's end, attached again: %+v %v", res, err)
+		}
+		attached <- err
+	}()
+	again.waitFor(t, "got:hello")
+	if err := s.c.CommandStdin(ctx, id, cmd.ID, "ping\n", false); err != nil {
+		t.Fatal(err)
+	}
+	again.waitFor(t, "PING") // tr runs
+	// Ctrl-C is the terminal's: the foreground job gets SIGINT.
+	if err := s.c.CommandStdinBytes(ctx, id, cmd.ID, []byte{3}); err != nil {
+		t.Fatal(err)
+	}
+	<-attached
+	if err := s.c.ResizeCommand(ctx, id, cmd.ID, 10, 10); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("resizing an ended command: %v", err)
+	}
+
+	// Bad sizes, and a command without a terminal.
+	for _, size := range []apitype.PTYSize{{}, {Cols: 80}, {Cols: 80, Rows: 1001}, {Cols: -1, Rows: 5}} {
+		if _, err := s.c.RunCommand(ctx, id, apitype.CommandRequest{Command: "true", PTY: &size}, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("pty %+v: %v", size, err)
+		}
+	}
+	plain, err := s.c.RunCommand(ctx, id, apitype.CommandRequest{Command: "sleep 600", Background: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.c.ResizeCommand(ctx, id, plain.ID, 80, 24); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("resizing a command without a terminal: %v", err)
+	}
+
+	// Over a WebSocket: keys in, the terminal's echo and output out.
+	sh, err := s.c.RunCommand(ctx, id, apitype.CommandRequest{Command: "exec bash --norc -i", PTY: &apitype.PTYSize{Cols: 80, Rows: 24}, Env: map[string]string{"PS1": "$ "}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, _, err := websocket.Dial(ctx, strings.Replace(s.URL, "http", "ws", 1)+"/v1/sessions/"+id+"/commands/"+sh.ID+"/ws", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	wf := newFollower()
+	var end *apitype.CommandResult
+	var rejected []string
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		for {
+			_, b, err := ws.Read(ctx)
+			if err != nil {
+				return
+			}
+			var ev apitype.Event
+			if err := json.Unmarshal(b, &ev); err != nil {
+				t.Errorf("a bad message: %q", b)
+				return
+			}
+			switch ev.Type {
+			case apitype.EventEnd:
+				end = ev.Command
+			case apitype.EventRejected:
+				wf.mu.Lock()
+				rejected = append(rejected, ev.Error.Name)
+				wf.mu.Unlock()
+			}
+			wf.event(ev)
+		}
+	}()
+	send := func(in apitype.TerminalInput) {
+		b, _ := json.Marshal(in)
+		if err := ws.Write(ctx, websocket.MessageText, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(apitype.TerminalInput{Type: apitype.InputResize, Cols: 120, Rows: 40})
+	send(apitype.TerminalInput{Type: apitype.InputStdin, Data: "echo $((6*7)) $(stty size)\n"})
+	wf.waitFor(t, "42 40 120")
+	// Job control: Ctrl-C interrupts the shell's foreground job, and
+	// the shell lives on.
+	send(apitype.TerminalInput{Type: apitype.InputStdin, Data: "tr a-z A-Z\n"})
+	send(apitype.TerminalInput{Type: apitype.InputStdin, Data: "ping\n"})
+	wf.waitFor(t, "PING") // tr runs
+	send(apitype.TerminalInput{Type: apitype.InputStdin, DataBase64: base64.StdEncoding.EncodeToString([]byte{3})})
+	wf.waitAfter(t, "^C", "$ ") // the prompt again
+	send(apitype.TerminalInput{Type: apitype.InputStdin, Data: "echo after-$((1+1))\n"})
+	wf.waitFor(t, "after-2")
+	send(apitype.TerminalInput{Type: "bogus"})
+	send(apitype.TerminalInput{Type: apitype.InputResize, Cols: 0, Rows: 3})
+	send(apitype.TerminalInput{Type: apitype.InputStdin, Data: "exit 3\n"})
+	<-read
+	if end == nil || end.ExitCode == nil || *end.ExitCode != 3 {
+		t.Errorf("the shell's end over the WebSocket: %+v", end)
+	}
+	if len(rejected) != 2 || rejected[0] != "invalid_argument" || rejected[1] != "invalid_argument" {
+		t.Errorf("bad messages: %v", rejected)
+	}
+
+	// A terminal's output is the sandbox's: control characters a JSON
+	// encoder leaves raw (DEL, C1's CSI) are escaped in the stream.
+	hostile, err := s.c.RunCommand(ctx, id, apitype.CommandRequest{Command: `printf 'a\302\233b\177c'`, PTY: &apitype.PTYSize{Cols: 80, Rows: 24}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.c.AttachCommand(ctx, id, hostile.ID, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	code, body := s.raw("GET", "/v1/sessions/"+id+"/commands/"+hostile.ID+"/events", nil, nil)
+	if code != http.StatusOK || strings.ContainsAny(string(body), "\u009b\u007f") || !strings.Contains(string(body), `a\u009bb\u007fc`) {
+		t.Errorf("hostile output, followed: %d %q", code, body)
+	}
+
+	// Every command is listed, with its terminal.
+	list, err := s.c.Commands(ctx, id)
+	if err != nil || len(list) != 4 || list[0].PTY == nil || list[1].PTY != nil || list[2].PTY == nil {
+		t.Errorf("commands: %+v %v", list, err)
+	}
+	// An unknown command's stream and socket are a 404; a socket from
+	// another origin is refused.
+	if code, _ := s.raw("GET", "/v1/sessions/"+id+"/commands/c99/events", nil, nil); code != http.StatusNotFound {
+		t.Errorf("events of an unknown command: %d", code)
+	}
+	if code, _ := s.raw("GET", "/v1/sessions/"+id+"/commands/"+plain.ID+"/ws", nil, map[string]string{
+		"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Origin": "https://evil.example"}); code != http.StatusForbidden {
+		t.Errorf("a socket from another origin: %d", code)
+	}
+	if err := s.c.DeleteSession(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+}
