@@ -203,6 +203,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	try("egress", func() error { return benchEgress(ctx, r, o, n(7, 1), n(100e6, 10e6)) })
 	try("store", func() error { return benchStore(ctx, r, o, n(3000, 30)) })
 	try("persist", func() error { return benchPersist(ctx, r, o, n(20, 2)) })
+	try("ports", func() error { return benchPorts(ctx, srv, r, o, n(2000, 20), n(256, 4)) })
 	if o.TemplateDir != "" {
 		try("template", func() error { return benchTemplate(ctx, srv, r, o, n(30, 2), n(8, 2)) })
 	}
