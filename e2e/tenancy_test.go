@@ -131,7 +131,8 @@ func TestTenantIsolationEveryRoute(t *testing.T) {
 		Paths map[string]map[string]json.RawMessage `json:"paths"`
 	}
 	json.Unmarshal(body, &doc)
-	r := strings.NewReplacer("{id}", sa.ID, "{cid}", cmd.ID, "{path}", "f.txt")
+	// Every other placeholder gets a well-formed value, so only ownership decides.
+	r := strings.NewReplacer("{id}", sa.ID, "{cid}", cmd.ID, "{path}", "f.txt", "{port}", "8000", "{ctx}", "default", "{name}", "x")
 	n := 0
 	for path, ops := range doc.Paths {
 		if !strings.Contains(path, "{id}") {
@@ -153,7 +154,10 @@ func TestTenantIsolationEveryRoute(t *testing.T) {
 					reqBody = map[string]any{"command": "true"}
 				}
 			case "PUT":
-				reqBody = "overwritten by b"
+				reqBody = map[string]any{} // well-formed, so only ownership decides
+				if strings.Contains(path, "/files/") {
+					reqBody = "overwritten by b"
+				}
 			}
 			code, body := s.raw(method, r.Replace(path), reqBody, bearer(keyB))
 			n++

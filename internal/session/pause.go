@@ -710,14 +710,16 @@ func (m *Manager) pauseAll(all []*Session) {
 // it executes code, runs a command or install, or transfers a file, as a
 // pause is. The fork belongs to the source's tenant.
 func (m *Manager) ForkFor(ctx context.Context, id string) (*Session, error) {
-	if !m.cfg.Persistence.Enabled {
-		return nil, fmt.Errorf("%w: this server cannot fork sessions (its operator has not set persistence.enabled)", errdefs.ErrUnsupported)
-	}
+	// Whose session it is decides first: another tenant gets the same
+	// 404 on every route, whatever this server supports.
 	src, err := m.Find(ctx, id)
 	var pe *PausedError
 	paused := errors.As(err, &pe)
 	if err != nil && !paused {
 		return nil, err
+	}
+	if !m.cfg.Persistence.Enabled {
+		return nil, fmt.Errorf("%w: this server cannot fork sessions (its operator has not set persistence.enabled)", errdefs.ErrUnsupported)
 	}
 	newID := m.ids.NewID()
 	imageID := id
