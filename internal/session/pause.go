@@ -53,9 +53,9 @@ type pausedContext struct {
 type pausedSession struct {
 	meta  pausedMeta
 	stats pauseimage.Stats
-	// resuming: a resume is under way; err: why it cannot be resumed
-	// (a corrupt image).
-	resuming bool
+	// resuming: a resume is under way, closed when it is over (nil:
+	// none); err: why it cannot be resumed (a corrupt image).
+	resuming chan struct{}
 	err      error
 }
 
@@ -151,7 +151,7 @@ func (m *Manager) sweepPaused() {
 	}
 	for id, p := range m.paused {
 		left := p.meta.PausedAt.Add(keep).Sub(now)
-		if left <= 0 && !p.resuming {
+		if left <= 0 && p.resuming == nil {
 			due = append(due, id)
 			delete(m.paused, id)
 			m.rememberEndLocked(id, apitype.Ended(apitype.EndLifetime), p.meta.Tenant)
@@ -459,19 +459,35 @@ func (m *Manager) resume(ctx context.Context, id string) (*Session, error) {
 	case p == nil:
 		m.mu.Unlock()
 		return m.Find(ctx, id) // resumed or deleted meanwhile
-	case p.resuming:
+	case p.resuming != nil:
+		// Another call resumes it (two calls of an auto_resume
+		// session at once): this one waits for its outcome.
+		wait := p.resuming
 		m.mu.Unlock()
-		return nil, fmt.Errorf("%w: the session is being resumed already; try again in a moment", errdefs.ErrConflict)
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		m.mu.Lock()
+		failed := m.paused[id] == p
+		m.mu.Unlock()
+		if failed {
+			return nil, fmt.Errorf("%w: the session could not be resumed; try again", errdefs.ErrConflict)
+		}
+		return m.Find(ctx, id)
 	}
-	p.resuming = true
+	done := make(chan struct{})
+	p.resuming = done
 	m.mu.Unlock()
 	resumed := false
 	defer func() {
 		if !resumed {
 			m.mu.Lock()
-			p.resuming = false
+			p.resuming = nil
 			m.mu.Unlock()
 		}
+		close(done)
 	}()
 	im, err := pauseimage.Open(m.persistDir(), id)
 	if err == nil {
@@ -521,7 +537,7 @@ func (m *Manager) deletePaused(id string, who *identity.Identity) (found bool, e
 		m.mu.Unlock()
 		return false, err
 	}
-	if p.resuming {
+	if p.resuming != nil {
 		m.mu.Unlock()
 		return true, fmt.Errorf("%w: the session is being resumed; delete it once it is live", errdefs.ErrConflict)
 	}

@@ -188,6 +188,47 @@ func TestAutoResume(t *testing.T) {
 	checkFiles(t, r, map[string]string{"a": "1"})
 }
 
+// TestAutoResumeAtOnce: calls that name a paused auto_resume session at
+// the same time all get the one resumed session, none a conflict.
+func TestAutoResumeAtOnce(t *testing.T) {
+	m, src, _ := newTestManager(t, persistConfig(t))
+	s, err := m.Create(context.Background(), apitype.CreateSessionRequest{AutoResume: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, s, someFiles)
+	if _, err := s.Pause(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := len(src.all)
+	const n = 4
+	got := make(chan *Session, n)
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			r, err := m.Reach(context.Background(), s.ID())
+			got <- r
+			errs <- err
+		}()
+	}
+	var first *Session
+	for i := 0; i < n; i++ {
+		r, err := <-got, <-errs
+		if err != nil {
+			t.Errorf("call %d: %v", i, err)
+			continue
+		}
+		if first == nil {
+			first = r
+		} else if r != first {
+			t.Errorf("two sessions resumed for one id")
+		}
+	}
+	if len(src.all) != before+1 {
+		t.Errorf("%d sandboxes taken for one resume", len(src.all)-before)
+	}
+}
+
 // TestPauseRefused: what a pause refuses leaves the session running as
 // it was: an execution running (409), a shell command, persistence off,
 // a tenant's quota of paused bytes.
