@@ -49,6 +49,11 @@ type CreateSessionRequest struct {
 	// server's history.executions and history.bytes), up to the
 	// server's history.max_executions and history.max_bytes.
 	History *HistoryLimits `json:"history,omitempty"`
+	// Tools opts the session in to tools by name (GET /v1/tools lists the
+	// caller's): its code may call them through airlock, which attaches
+	// their credentials on the host side. A name the caller's tenant does
+	// not have is refused (400).
+	Tools []string `json:"tools,omitempty"`
 	// Timeout is the session's lifetime: it ends (or pauses, OnTimeout)
 	// this long after its creation or its resume, however busy, unless PUT
 	// /v1/sessions/{id}/timeout sets it again. 0: no lifetime (the idle
@@ -218,6 +223,72 @@ type Session struct {
 	Restored string `json:"restored,omitempty"`
 	// Paused describes a paused session (state "paused").
 	Paused *PausedInfo `json:"paused,omitempty"`
+	// Tools are those the session opted in to.
+	Tools []string `json:"tools,omitempty"`
+}
+
+// Tool kinds (ToolInfo.Kind).
+const (
+	ToolHTTP    = "http"
+	ToolCommand = "command"
+)
+
+// ToolInfo describes a tool sandbox code may call (GET /v1/tools, GET
+// /v1/sessions/{id}/tools, and list_tools() inside the sandbox).
+type ToolInfo struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	// Kind is "http" or "command".
+	Kind string `json:"kind"`
+	// Writable: the tool may change things (an HTTP method other than GET
+	// and HEAD); tools are read-only unless declared so.
+	Writable bool `json:"writable"`
+	// Arguments is the JSON Schema the call's arguments must pass.
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// ToolList is GET /v1/tools and GET /v1/sessions/{id}/tools.
+type ToolList struct {
+	Tools []ToolInfo `json:"tools"`
+}
+
+// Decisions of a tool call (ToolCall.Decision).
+const (
+	// ToolOK: airlock called the tool and it answered (an HTTP error
+	// status is an answer: Status says it).
+	ToolOK = "ok"
+	// ToolRefused: airlock refused the call before making it (an
+	// argument, a rate or a budget: Code, Reason, Field, Rule).
+	ToolRefused = "refused"
+	// ToolFailed: airlock made the call and it failed (a timeout, an
+	// answer over its cap, an upstream that cannot be reached).
+	ToolFailed = "failed"
+)
+
+// ToolCall is one call sandbox code made to a tool through airlock: in
+// an execution's tool_calls, its streamed events and the audit log.
+type ToolCall struct {
+	Tool string `json:"tool"`
+	// Arguments as the call sent them after redaction (the tool's
+	// redact_arguments and the output policy), at most 4 KiB (a longer
+	// one is cut, and ArgumentsTruncated says so).
+	Arguments          json.RawMessage `json:"arguments,omitempty"`
+	ArgumentsTruncated bool            `json:"arguments_truncated,omitempty"`
+	// Decision is "ok", "refused" or "failed".
+	Decision string `json:"decision"`
+	// Code, Reason: why it was refused or failed (an error code and a
+	// sentence); Field and Rule: the argument and the rule it broke.
+	Code   string `json:"code,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	Field  string `json:"field,omitempty"`
+	Rule   string `json:"rule,omitempty"`
+	// Status is the HTTP status the tool answered with, or the command's
+	// exit status (absent when it did not answer).
+	Status     *int      `json:"status,omitempty"`
+	DurationMs float64   `json:"duration_ms"`
+	BytesIn    int64     `json:"bytes_in"`
+	BytesOut   int64     `json:"bytes_out"`
+	Time       time.Time `json:"time"`
 }
 
 // SessionList is GET /v1/sessions.
@@ -317,6 +388,11 @@ type Result struct {
 	Redacted int `json:"redacted,omitempty"`
 	// Flags name the operator's code rules that flagged the code.
 	Flags []string `json:"flags,omitempty"`
+	// ToolCalls are the calls the execution's code made to the
+	// session's tools, in order; ToolCallsDropped counts those past the
+	// first 256, which are in the audit log only.
+	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallsDropped int        `json:"tool_calls_dropped,omitempty"`
 }
 
 // InputFile is a file placed in /workspace before a one-shot or program
@@ -410,11 +486,14 @@ const (
 	// EventRejected answers a message of a command's WebSocket client
 	// that was refused (its error says why); the command runs on.
 	EventRejected = "rejected"
+	// EventToolCall: the code called one of the session's tools
+	// (ToolCall says what was decided).
+	EventToolCall = "tool_call"
 )
 
 // EventTypes lists every event type.
 func EventTypes() []string {
-	return []string{EventStdout, EventStderr, EventResult, EventDisplay, EventError, EventEnd, EventFailed, EventTruncated, EventRejected}
+	return []string{EventStdout, EventStderr, EventResult, EventDisplay, EventError, EventEnd, EventFailed, EventTruncated, EventRejected, EventToolCall}
 }
 
 // Output types (Output.Type).
@@ -440,6 +519,8 @@ type Event struct {
 	// DataBase64 replaces Text for a program's output that is not valid
 	// UTF-8 (program runs only), so streamed bytes arrive unchanged.
 	DataBase64 string `json:"data_base64,omitempty"`
+	// ToolCall is a tool_call event's call.
+	ToolCall *ToolCall `json:"tool_call,omitempty"`
 }
 
 // Entry is a file or directory in /workspace.
@@ -757,6 +838,9 @@ const (
 	// a client, or with its session), with what it carried.
 	AuditPortOpen  = "port.open"
 	AuditPortClose = "port.close"
+	// AuditToolCall: sandbox code called a tool (ToolCall says which,
+	// with what and what was decided).
+	AuditToolCall = "tool.call"
 )
 
 // AuditKinds lists every kind of audit record (a test checks that each
@@ -764,7 +848,7 @@ const (
 func AuditKinds() []string {
 	return []string{AuditSessionCreate, AuditSessionEnd, AuditExecution, AuditCommand, AuditOneShot, AuditProgram,
 		AuditFileUpload, AuditFileDownload, AuditFileDelete, AuditPackage, AuditEgress, AuditAuthFailure, AuditAccessDenied,
-		AuditSessionNetwork, AuditPortOpen, AuditPortClose}
+		AuditSessionNetwork, AuditPortOpen, AuditPortClose, AuditToolCall}
 }
 
 // AuditRecord is one operation of the audit log (GET /v1/audit).
@@ -833,6 +917,9 @@ type AuditRecord struct {
 	Public bool      `json:"public,omitempty"`
 	Count  int       `json:"count,omitempty"`
 	Until  time.Time `json:"until,omitzero"`
+	// ToolCall: the call of a tool.call record (its ID is the execution
+	// it happened in, if any).
+	ToolCall *ToolCall `json:"tool_call,omitempty"`
 }
 
 // AuditNetwork is an egress allowlist in an audit record.

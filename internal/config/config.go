@@ -151,7 +151,14 @@ type Config struct {
 	// CodeRules are advisory rules over submitted code, checked for
 	// every tenant (a tenant's own are checked after them).
 	CodeRules []CodeRule `json:"code_rules,omitempty"`
-	// Tenants configures tenants by name: their redaction and code rules.
+	// Tools are the calls sandbox code may make through airlock with a
+	// credential it never sees (package broker), for every tenant; a
+	// session opts in to them by name. Tenants may have their own.
+	Tools map[string]Tool `json:"tools,omitempty"`
+	// Broker caps tools' calls and limits.
+	Broker Broker `json:"broker"`
+	// Tenants configures tenants by name: their redaction, code rules,
+	// isolation, templates and tools.
 	Tenants map[string]Tenant `json:"tenants,omitempty"`
 }
 
@@ -379,6 +386,7 @@ func Default() Config {
 		Store:       DefaultStore(),
 		Templates:   DefaultTemplates(),
 		Persistence: DefaultPersistence(),
+		Broker:      DefaultBroker(),
 		Audit:       Audit{Enabled: true, Code: "sha256", MaxAge: Duration(30 * 24 * time.Hour), MaxSize: 1 << 30, Queue: 4096, FlushInterval: Duration(50 * time.Millisecond), OnFailure: AuditRefuse, RefusalInterval: Duration(time.Minute)},
 		MCP:         MCP{Enabled: true, SessionTimeout: Duration(30 * time.Minute), IdleTimeout: Duration(2 * time.Minute)},
 		Metrics:     Metrics{Enabled: true},
@@ -583,6 +591,7 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, c.validateTemplates()...)
+	errs = append(errs, c.validateTools()...)
 	if c.Pool.Parallel < 1 || c.Pool.Parallel > 256 {
 		errs = append(errs, fmt.Errorf("pool.parallel %d must be between 1 and 256", c.Pool.Parallel))
 	}

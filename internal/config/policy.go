@@ -58,6 +58,9 @@ type Tenant struct {
 	// Templates, when set, are the only templates the tenant's requests
 	// may name (a request naming none gets templates.default).
 	Templates []string `json:"templates,omitempty"`
+	// Tools are the tenant's own tools, besides the server's (a name may
+	// not be both).
+	Tools map[string]Tool `json:"tools,omitempty"`
 }
 
 // RedactionFor is the redaction of tenant's sessions: its own if set,

@@ -39,7 +39,8 @@ type Spec struct {
 	// EtcBind are host /etc directories bound read-only when they exist.
 	EtcBind []string `json:"etc_bind"`
 	// Files are extra read-only files placed in the root (absolute path
-	// -> content), such as the in-sandbox runtimes.
+	// -> content), such as the in-sandbox runtimes; one that starts with
+	// "#!" is a script, and executable.
 	Files map[string]string `json:"files"`
 	// TmpCopy are host directories whose regular files are copied into
 	// /tmp/<name>, owned by the sandbox user (the matplotlib font cache).

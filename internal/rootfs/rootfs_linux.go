@@ -157,7 +157,11 @@ func populate(root string, s Spec) error {
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return fmt.Errorf("rootfs: %w", err)
 		}
-		if err := os.WriteFile(dst, []byte(s.Files[p]), 0o644); err != nil {
+		mode := os.FileMode(0o644)
+		if strings.HasPrefix(s.Files[p], "#!") {
+			mode = 0o755 // a script: the command it is runs it
+		}
+		if err := os.WriteFile(dst, []byte(s.Files[p]), mode); err != nil {
 			return fmt.Errorf("rootfs: %w", err)
 		}
 	}
