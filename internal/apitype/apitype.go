@@ -876,7 +876,8 @@ type AuditRecord struct {
 	CodeSHA256 string `json:"code_sha256,omitempty"`
 	CodeSize   int    `json:"code_size,omitempty"`
 	// Outcome: ok, error (the code raised or exited non-zero), killed
-	// (airlock stopped it), failed (the operation failed).
+	// (airlock stopped it), failed (the operation failed), denied (an
+	// egress decision or a tool call airlock refused).
 	Outcome    string     `json:"outcome,omitempty"`
 	ExitCode   *int       `json:"exit_code,omitempty"`
 	Error      string     `json:"error,omitempty"`

@@ -452,6 +452,22 @@ func (l *Log) PortUsed(e session.PortEvent) {
 	l.Record(r)
 }
 
+// ToolCalled records a brokered tool call: the tool, its arguments after
+// redaction, the decision, its duration and bytes.
+func (l *Log) ToolCalled(e session.ToolCallEvent) {
+	r := who(e.Caller)
+	c := e.Call
+	r.Kind, r.Session, r.ID, r.ToolCall = apitype.AuditToolCall, e.Session, e.Execution, &c
+	r.Outcome, r.DurationMs, r.BytesIn, r.BytesOut = "ok", c.DurationMs, c.BytesIn, c.BytesOut
+	switch c.Decision {
+	case apitype.ToolRefused:
+		r.Outcome, r.Error = "denied", c.Code
+	case apitype.ToolFailed:
+		r.Outcome, r.Error = "failed", c.Code
+	}
+	l.Record(r)
+}
+
 // Package records a package installation (the egress/packages layer
 // calls it when it installs one for a session).
 func (l *Log) Package(c session.Caller, sessionID, name string, err error) {

@@ -207,6 +207,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.TemplateDir != "" {
 		try("template", func() error { return benchTemplate(ctx, srv, r, o, n(30, 2), n(8, 2)) })
 	}
+	try("tools", func() error { return benchTools(ctx, r, o, n(2000, 50)) })
 	if h, err := srv.health(ctx); err == nil {
 		r.Stats["pool"] = h.Pool
 	}

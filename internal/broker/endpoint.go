@@ -32,6 +32,22 @@ type endpoint struct {
 	srv    *http.Server
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// calls counts the calls being served; closed (under mu) refuses
+	// new ones, so that Close can wait for those in flight.
+	mu     sync.Mutex
+	closed bool
+	calls  sync.WaitGroup
+}
+
+// enter admits a call unless the endpoint is closing.
+func (ep *endpoint) enter() bool {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.closed {
+		return false
+	}
+	ep.calls.Add(1)
+	return true
 }
 
 // Answer is the in-sandbox protocol's body: the result, or the error.
@@ -91,15 +107,25 @@ func (s *Session) Close() {
 	if s.ep == nil {
 		return
 	}
-	s.ep.cancel()
-	s.ep.srv.Close()
-	s.ep.wg.Wait()
-	// Handlers still running after Close return once their call sees
-	// the canceled context; wait for them too.
-	s.ep.srv.Shutdown(context.Background())
+	ep := s.ep
+	ep.mu.Lock()
+	ep.closed = true
+	ep.mu.Unlock()
+	ep.cancel()
+	ep.srv.Close()
+	ep.wg.Wait()
+	// Calls still running return once they see the canceled context:
+	// their records are made before Close returns (none comes after
+	// the session's end).
+	ep.calls.Wait()
 }
 
 func (s *Session) serveCall(w http.ResponseWriter, r *http.Request) {
+	if !s.ep.enter() {
+		writeAnswer(w, http.StatusServiceUnavailable, Answer{Error: &wireErr{Code: "unavailable", Message: "the session is ending"}})
+		return
+	}
+	defer s.ep.calls.Done()
 	max := int64(s.b.cfg.MaxArgumentBytes)
 	body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
 	if err != nil {

@@ -752,3 +752,21 @@ func (c *Client) Whoami(ctx context.Context) (*apitype.Whoami, error) {
 	}
 	return &w, nil
 }
+
+// Tools lists the tools the caller's sessions may opt in to.
+func (c *Client) Tools(ctx context.Context) (*apitype.ToolList, error) {
+	var l apitype.ToolList
+	if err := c.call(ctx, "GET", "/v1/tools", nil, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// SessionTools lists the tools a session's code may call.
+func (c *Client) SessionTools(ctx context.Context, id string) (*apitype.ToolList, error) {
+	var l apitype.ToolList
+	if err := c.call(ctx, "GET", sessionPath(id)+"/tools", nil, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}

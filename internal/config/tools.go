@@ -213,6 +213,20 @@ func (c Config) ToolsFor(tenant string) map[string]Tool {
 	return out
 }
 
+// HasTools reports whether the server declares any tool (for every
+// tenant or for one): without, the broker is off and costs nothing.
+func (c Config) HasTools() bool {
+	if len(c.Tools) > 0 {
+		return true
+	}
+	for _, t := range c.Tenants {
+		if len(t.Tools) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // CheckToolName checks a tool's name: a letter, then up to 63 letters,
 // digits, '_' and '-' (what MCP, OpenAI and Python accept as a name).
 func CheckToolName(name string) error {

@@ -221,3 +221,4 @@ func (d *Directory) ExecutionFinished(session.ExecutionEvent) {}
 func (d *Directory) FileTransferred(session.FileEvent)        {}
 func (d *Directory) NetworkChanged(session.NetworkEvent)      {}
 func (d *Directory) PortUsed(session.PortEvent)               {}
+func (d *Directory) ToolCalled(session.ToolCallEvent)         {}

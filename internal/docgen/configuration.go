@@ -287,6 +287,8 @@ func typeWords(t reflect.Type) string {
 		return "duration"
 	case countType:
 		return "count"
+	case reflect.TypeFor[json.RawMessage]():
+		return "JSON"
 	}
 	switch t.Kind() {
 	case reflect.Pointer:

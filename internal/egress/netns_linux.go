@@ -106,10 +106,17 @@ func NewNamespace() (*os.File, error) {
 // (one of NewNamespace's), served from anywhere: the bench's upstream
 // lives in one.
 func ListenIn(ns *os.File, addr string) (net.Listener, error) {
+	return ListenAt(int(ns.Fd()), addr)
+}
+
+// ListenAt opens a TCP listener on addr inside the network namespace of
+// ns (a sandbox's pidfd or namespace handle, see instance.NetNS), never
+// the server's own: the tool broker's in-sandbox endpoint.
+func ListenAt(ns int, addr string) (net.Listener, error) {
 	var l net.Listener
-	err := inNetns(int(ns.Fd()), func() (err error) {
+	err := inNetns(ns, func() (err error) {
 		l, err = net.Listen("tcp4", addr)
-		return err
+		return inUse(uint16(portOf(addr)), err)
 	})
 	return l, err
 }
@@ -127,6 +134,12 @@ func DialIn(ctx context.Context, ns int, network, addr string) (net.Conn, error)
 		return err
 	})
 	return c, err
+}
+
+func portOf(addr string) int {
+	_, p, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(p)
+	return n
 }
 
 // Attach puts a gate's sockets into the network namespace of the process

@@ -78,6 +78,7 @@ func TestFileToolPaths(t *testing.T) {
 			{"read_file", map[string]any{"path": "x"}},
 			{"list_files", map[string]any{}},
 			{"close_session", map[string]any{}},
+			{"list_tools", map[string]any{}},
 		} {
 			tool := c.tool
 			c.args["session_id"] = id

@@ -195,6 +195,15 @@ func executeResult(id, note string, res *apitype.Result, bl blocks) (*mcp.CallTo
 		}
 		out.Files = append(out.Files, fo)
 	}
+	for _, c := range res.ToolCalls {
+		if len(out.ToolCalls) == maxToolCalls {
+			out.ToolCallsDropped++
+			continue
+		}
+		reason, _ := clip(c.Reason, 300)
+		out.ToolCalls = append(out.ToolCalls, ToolCallOut{Tool: c.Tool, Decision: c.Decision, Code: c.Code, Reason: reason, Field: c.Field, Rule: c.Rule, Status: c.Status})
+	}
+	out.ToolCallsDropped += res.ToolCallsDropped
 	out.Truncated = res.StdoutTruncated || res.StderrTruncated || out.StdoutDropped > 0 || out.StderrDropped > 0 ||
 		out.ResultsDropped > 0 || out.ImagesDropped > 0 || out.FilesDropped > 0 || res.FilesTruncated
 	content := []mcp.Content{&mcp.TextContent{Text: summary(out, res)}}
@@ -249,6 +258,19 @@ func summary(o ExecuteOut, res *apitype.Result) string {
 	}
 	if o.FilesDropped > 0 || res.FilesTruncated {
 		fmt.Fprintf(&b, "(and %d or more changed files: list_files shows them)\n", max(o.FilesDropped, 1))
+	}
+	for _, c := range o.ToolCalls {
+		switch {
+		case c.Decision == apitype.ToolOK && c.Status != nil:
+			fmt.Fprintf(&b, "tool call %s: ok, status %d\n", c.Tool, *c.Status)
+		case c.Field != "":
+			fmt.Fprintf(&b, "tool call %s: %s (%s), argument %s: %s\n", c.Tool, c.Decision, c.Rule, c.Field, c.Reason)
+		default:
+			fmt.Fprintf(&b, "tool call %s: %s: %s\n", c.Tool, c.Decision, c.Reason)
+		}
+	}
+	if o.ToolCallsDropped > 0 {
+		fmt.Fprintf(&b, "(and %d more tool calls: the audit log has them)\n", o.ToolCallsDropped)
 	}
 	truncation(&b, o.StdoutDropped, o.StderrDropped, res.StdoutDroppedBytes, res.StderrDroppedBytes, res.StdoutTruncated || res.StderrTruncated)
 	if o.ResultsDropped > 0 || o.ImagesDropped > 0 {

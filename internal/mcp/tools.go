@@ -78,6 +78,24 @@ type ExecuteOut struct {
 	SessionEnded   bool             `json:"session_ended,omitempty"`
 	EndReason      string           `json:"end_reason,omitempty"`
 	Note           string           `json:"note,omitempty"`
+	ToolCalls      []ToolCallOut    `json:"tool_calls,omitempty" jsonschema:"calls the code made to the session's tools (at most 16), with airlock's decision"`
+	// ToolCallsDropped counts calls left out of ToolCalls.
+	ToolCallsDropped int `json:"tool_calls_dropped,omitempty"`
+}
+
+// maxToolCalls bounds the tool calls an execution's result lists.
+const maxToolCalls = 16
+
+// ToolCallOut is a call of one of the session's tools, as an execution
+// made it.
+type ToolCallOut struct {
+	Tool     string `json:"tool"`
+	Decision string `json:"decision" jsonschema:"ok, refused (before the call was made) or failed (a timeout, an answer over its cap)"`
+	Code     string `json:"code,omitempty"`
+	Reason   string `json:"reason,omitempty" jsonschema:"why it was refused or failed, at most 300 bytes"`
+	Field    string `json:"field,omitempty" jsonschema:"the argument at fault"`
+	Rule     string `json:"rule,omitempty" jsonschema:"the rule it broke"`
+	Status   *int   `json:"status,omitempty" jsonschema:"the tool's HTTP status or exit status"`
 }
 
 // CommandIn is run_command's input.
@@ -126,6 +144,26 @@ type ReadIn struct {
 	SessionID string `json:"session_id,omitempty" jsonschema:"a session from create_session; without it, this connection's default python session"`
 }
 
+// ToolsIn is list_tools' input.
+type ToolsIn struct {
+	SessionID string `json:"session_id,omitempty" jsonschema:"a session from create_session; without it, the tools a new session may be given"`
+}
+
+// ToolsOut is list_tools' structured result.
+type ToolsOut struct {
+	SessionID string    `json:"session_id,omitempty"`
+	Tools     []ToolOut `json:"tools"`
+}
+
+// ToolOut is a tool sandboxed code may call.
+type ToolOut struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	Kind        string `json:"kind" jsonschema:"http or command"`
+	Writable    bool   `json:"writable" jsonschema:"the tool may change things; tools are read-only unless declared so"`
+	Arguments   any    `json:"arguments" jsonschema:"the JSON Schema its arguments must pass"`
+}
+
 // ListIn is list_files' input.
 type ListIn struct {
 	Path      string `json:"path,omitempty" jsonschema:"directory under /workspace (default: /workspace itself)"`
@@ -157,6 +195,7 @@ type CreateIn struct {
 	IdleTimeout string            `json:"timeout_idle,omitempty" jsonschema:"end the session after this long unused (e.g. 30m)"`
 	Network     *NetworkIn        `json:"network,omitempty" jsonschema:"the hosts the session may reach; without it the session has no network"`
 	Template    string            `json:"template,omitempty" jsonschema:"the template (root filesystem with its packages) the session runs on, as the operator registered it (e.g. code-interpreter); default: the server's"`
+	Tools       []string          `json:"tools,omitempty" jsonschema:"tools the session's code may call through airlock, by name (list_tools lists those you may use); airlock holds their credentials"`
 }
 
 // NetworkIn is a session's egress policy, as the HTTP API takes it.
@@ -173,6 +212,7 @@ type SessionOut struct {
 	IdleTimeout string         `json:"timeout_idle"`
 	Network     []string       `json:"network,omitempty" jsonschema:"the hosts the session may reach (absent: no network)"`
 	Template    string         `json:"template,omitempty" jsonschema:"the template the session runs on (absent: the server's own root)"`
+	Tools       []string       `json:"tools,omitempty" jsonschema:"the tools the session's code may call"`
 }
 
 // CloseIn is close_session's input.
@@ -262,6 +302,15 @@ func (s *Server) addTools() {
 		InputSchema: withEnum[CreateIn]("language", anys(s.o.Languages)),
 		Annotations: &mcp.ToolAnnotations{Title: "Create a session", DestructiveHint: &no, OpenWorldHint: &no},
 	}, s.createSession)
+	mcp.AddTool(s.srv, &mcp.Tool{
+		Name:  "list_tools",
+		Title: "List the tools sandboxed code may call",
+		Description: "Lists the tools code in a session may call through airlock (an API, a database, a company service), with the JSON " +
+			"Schema of their arguments. airlock attaches their credentials; the sandbox never sees them. With session_id: that " +
+			"session's tools; without: those create_session may give a session (\"tools\": [names]). In Python code: " +
+			"from airlock_tools import call; call(\"name\", arg=value); in bash: airlock-tool name arg=value.",
+		Annotations: &mcp.ToolAnnotations{Title: "List tools", ReadOnlyHint: true, OpenWorldHint: &no},
+	}, s.listTools)
 	mcp.AddTool(s.srv, &mcp.Tool{
 		Name:        "close_session",
 		Title:       "Close a session",
@@ -627,6 +676,9 @@ func (s *Server) createSession(ctx context.Context, req *mcp.CallToolRequest, in
 	if in.Template != "" {
 		m["template"] = in.Template
 	}
+	if len(in.Tools) > 0 {
+		m["tools"] = in.Tools
+	}
 	body, _ := json.Marshal(m)
 	var cr apitype.CreateSessionRequest
 	if err := config.Decode(body, &cr); err != nil {
@@ -656,6 +708,9 @@ func (s *Server) createSession(ctx context.Context, req *mcp.CallToolRequest, in
 			msg += "nothing yet"
 		}
 	}
+	if len(info.Tools) > 0 {
+		msg += "; its code may call the tools " + strings.Join(info.Tools, ", ") + " (from airlock_tools import call; call(name, **arguments))"
+	}
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: msg}}}, out, nil
 }
 
@@ -667,6 +722,7 @@ func sessionOut(info *apitype.Session) SessionOut {
 	if info.Network != nil {
 		out.Network = append([]string{}, info.Network.Allow...)
 	}
+	out.Tools = info.Tools
 	return out
 }
 
@@ -701,4 +757,38 @@ func readCapped(r io.Reader, max int64) ([]byte, error) {
 		return nil, fmt.Errorf("%w: the file is larger than %d bytes; download it with the HTTP files API", errdefs.ErrTooLarge, max)
 	}
 	return data, nil
+}
+
+func (s *Server) listTools(ctx context.Context, req *mcp.CallToolRequest, in ToolsIn) (*mcp.CallToolResult, ToolsOut, error) {
+	out := ToolsOut{SessionID: in.SessionID, Tools: []ToolOut{}}
+	api := s.o.Client(header(req.Extra))
+	var list *apitype.ToolList
+	var err error
+	if in.SessionID != "" {
+		if err := sessionArg(in.SessionID); err != nil {
+			return failed(err), out, nil
+		}
+		list, err = api.SessionTools(ctx, in.SessionID)
+	} else {
+		list, err = api.Tools(ctx)
+	}
+	if err != nil {
+		return failed(err), out, nil
+	}
+	var b strings.Builder
+	for _, t := range list.Tools {
+		var args any
+		json.Unmarshal(t.Arguments, &args)
+		out.Tools = append(out.Tools, ToolOut{Name: t.Name, Description: t.Description, Kind: t.Kind, Writable: t.Writable, Arguments: args})
+		fmt.Fprintf(&b, "%s (%s%s): %s\n  arguments: %s\n", t.Name, t.Kind, map[bool]string{true: ", writable"}[t.Writable], t.Description, t.Arguments)
+	}
+	if len(list.Tools) == 0 {
+		if in.SessionID != "" {
+			b.WriteString("this session has no tools (they are chosen by create_session's \"tools\")\n")
+		} else {
+			b.WriteString("this server declares no tools for you\n")
+		}
+	}
+	text, _ := clip(b.String(), fieldCap)
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, out, nil
 }

@@ -53,6 +53,8 @@ type Metrics struct {
 	portsOpen       prometheus.Gauge
 	portConns       prometheus.Counter
 	portBytes       *prometheus.CounterVec
+	toolCalls       *prometheus.CounterVec
+	toolDuration    *prometheus.HistogramVec
 
 	// own are the collectors above, in the order they are registered
 	// (Catalog describes them).
@@ -110,9 +112,15 @@ func New() *Metrics {
 		Help: "Connections made to programs listening in sessions, for proxied requests and WebSockets (counted when they end)."})
 	m.portBytes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "port_bytes_total",
 		Help: "Bytes carried to (in) and from (out) programs listening in sessions, counted when each connection ends."}, []string{"direction"})
+	m.toolCalls = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "tool_calls_total",
+		Help: "Calls of brokered tools by sandbox code, by tool and decision (ok, refused, failed)."}, []string{"tool", "decision"})
+	m.toolDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "tool_call_duration_seconds",
+		Help:    "Time brokered tool calls took, checks included, by tool.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"tool"})
 	m.own = []prometheus.Collector{m.refused, m.sessionsActive, m.sessionsCreated, m.sessionsEnded, m.executions, m.execDuration,
 		m.kills, m.files, m.fileBytes, m.httpRequests, m.httpDuration, m.quotas, m.egressDecisions, m.egressBytes,
-		m.redactions, m.codeRules, m.portsOpen, m.portConns, m.portBytes}
+		m.redactions, m.codeRules, m.portsOpen, m.portConns, m.portBytes,
+		m.toolCalls, m.toolDuration}
 	for _, c := range m.own {
 		f(c)
 	}
@@ -216,6 +224,18 @@ func (m *Metrics) PortUsed(e session.PortEvent) {
 
 // NetworkChanged: policy changes are the audit log's, not a metric.
 func (m *Metrics) NetworkChanged(session.NetworkEvent) {}
+
+// ToolCalled counts a brokered call. Tool names come from the operator's
+// configuration (a call naming an unknown one is counted as "unknown"),
+// so the labels stay bounded.
+func (m *Metrics) ToolCalled(e session.ToolCallEvent) {
+	name := e.Call.Tool
+	if e.Call.Code == "not_found" {
+		name = "unknown"
+	}
+	m.toolCalls.WithLabelValues(name, e.Call.Decision).Inc()
+	m.toolDuration.WithLabelValues(name).Observe(e.Call.DurationMs / 1000)
+}
 
 // HTTP counts one answered request: route is its ServeMux pattern ("" for
 // a request refused before routing, such as an unauthenticated one).

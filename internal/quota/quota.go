@@ -272,4 +272,5 @@ func (t *Tracker) FileTransferred(session.FileEvent) {}
 
 func (t *Tracker) NetworkChanged(session.NetworkEvent) {}
 
-func (t *Tracker) PortUsed(session.PortEvent) {}
+func (t *Tracker) PortUsed(session.PortEvent)       {}
+func (t *Tracker) ToolCalled(session.ToolCallEvent) {}

@@ -115,7 +115,7 @@ func (l *Local) manager(cfg config.Config, template string) (*session.Manager, e
 // compiles its source at each start, about 10 ms more.
 func newHost(cfg config.Config, log *slog.Logger) (*jail.Host, error) {
 	opts := jail.OptionsFrom(cfg)
-	opts.RootFiles = runtimes.RootFiles()
+	opts.RootFiles = rootFiles(cfg)
 	key, prepare := runtimes.Precompile(cfg.Runtimes.Python)
 	if prepare != nil {
 		opts.PrepareKey = key

@@ -33,6 +33,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"airlock/internal/audit"
+	"airlock/internal/broker"
 	"airlock/internal/cleanup"
 	"airlock/internal/client"
 	"airlock/internal/cluster"
@@ -132,6 +133,14 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	if err := session.CheckPolicy(cfg); err != nil {
 		return nil, err
 	}
+	// Tools too, with their credentials read now: a bad schema or a
+	// missing secret stops the server, never a call.
+	var brk *broker.Broker
+	if cfg.HasTools() {
+		if brk, err = broker.New(cfg, broker.Options{Log: opts.Log}); err != nil {
+			return nil, err
+		}
+	}
 	s := &Server{cfg: cfg, opts: opts, log: opts.Log}
 	// The template's runtimes are its children; should it die, they
 	// become ours instead of the host init's, and are reaped here (see
@@ -208,6 +217,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		source = s.pool
 	}
 	s.manager = session.NewManager(cfg, source, s.log)
+	s.manager.SetBroker(brk)
 	// In a cluster, session ids carry this server's name and boot
 	// epoch (after the state lock: the epoch is recorded there).
 	ident, err := cluster.Load(cfg.Cluster, cfg.StateDir, os.Getenv, time.Now())
@@ -378,7 +388,7 @@ func (s *Server) kernels(cfg config.Config) (map[config.Isolation]instance.Kerne
 				return nil, err
 			}
 			opts := gvisor.OptionsFrom(cfg, runsc)
-			opts.RootFiles = runtimes.RootFiles()
+			opts.RootFiles = rootFiles(cfg)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			h, err := gvisor.NewHost(ctx, opts, s.host.Cgroups())
@@ -613,4 +623,17 @@ func RunMCPStdio(ctx context.Context, cfg config.Config, opts Options) error {
 		return nil
 	}
 	return err
+}
+
+// rootFiles are the files airlock places in every sandbox's root: the
+// session runtimes, and the tools' clients when the server declares
+// tools (without, the roots are as they were).
+func rootFiles(cfg config.Config) map[string]string {
+	files := runtimes.RootFiles()
+	if cfg.HasTools() {
+		for p, c := range broker.ClientFiles() {
+			files[p] = c
+		}
+	}
+	return files
 }

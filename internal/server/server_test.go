@@ -55,6 +55,7 @@ func (r *recorder) ExecutionFinished(e session.ExecutionEvent) {
 func (r *recorder) FileTransferred(e session.FileEvent)   { r.add(e) }
 func (r *recorder) NetworkChanged(e session.NetworkEvent) { r.add(e) }
 func (r *recorder) PortUsed(e session.PortEvent)          { r.add(e) }
+func (r *recorder) ToolCalled(e session.ToolCallEvent)    { r.add(e) }
 
 type (
 	created session.SessionEvent

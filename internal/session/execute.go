@@ -107,6 +107,11 @@ type execution struct {
 	// matches replaced in rich outputs and the error so far.
 	red      *redact.Redactor
 	redacted int
+	// toolCalls: the session's tool calls while it ran (at most
+	// maxToolCalls, the rest counted); toolsDone: the result has them.
+	toolCalls        []apitype.ToolCall
+	toolCallsDropped int
+	toolsDone        bool
 }
 
 // codeHead is the head of the execution's code as a description shows
@@ -633,6 +638,7 @@ func (s *Session) finishExecution(r *running, o watch.Outcome) *apitype.Result {
 		res.Redacted = ex.redacted + n1 + n2
 	}
 	res.Flags = r.req.flags
+	res.ToolCalls, res.ToolCallsDropped, ex.toolsDone = ex.toolCalls, ex.toolCallsDropped, true
 	outBytes := len(ex.stdout.buf) + len(ex.stderr.buf)
 	if ex.outBytes+outBytes >= bigOutput {
 		s.m.returnMemory()

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"airlock/internal/apitype"
+	"airlock/internal/broker"
 	"airlock/internal/config"
 	"airlock/internal/egress"
 	"airlock/internal/errdefs"
@@ -83,6 +84,9 @@ func (m *Manager) NetworkPolicy(np *apitype.NetworkPolicy) (egress.Policy, error
 	}
 	if e.Proxy && slices.Contains(p.Ports(), 3128) {
 		return egress.Policy{}, fmt.Errorf("%w: network.allow: port 3128 is airlock's proxy inside the sandbox", errdefs.ErrInvalidArgument)
+	}
+	if m.broker != nil && slices.Contains(p.Ports(), broker.Port) {
+		return egress.Policy{}, fmt.Errorf("%w: network.allow: port %d is airlock's tool endpoint inside the sandbox", errdefs.ErrInvalidArgument, broker.Port)
 	}
 	return p, nil
 }

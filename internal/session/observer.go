@@ -33,6 +33,9 @@ type Observer interface {
 	// PortUsed: a session's port was opened or closed, or a connection
 	// to it ended (see PortEvent).
 	PortUsed(PortEvent)
+	// ToolCalled: sandbox code called one of its session's tools (the
+	// call was made, refused or failed).
+	ToolCalled(ToolCallEvent)
 }
 
 // Caller is who an event acted for: the request's identity, resolved at
@@ -224,5 +227,11 @@ func (os observers) NetworkChanged(e NetworkEvent) {
 func (os observers) PortUsed(e PortEvent) {
 	for _, o := range os {
 		o.PortUsed(e)
+	}
+}
+
+func (os observers) ToolCalled(e ToolCallEvent) {
+	for _, o := range os {
+		o.ToolCalled(e)
 	}
 }

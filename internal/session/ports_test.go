@@ -44,6 +44,7 @@ func (nopObserver) ExecutionFinished(ExecutionEvent) {}
 func (nopObserver) FileTransferred(FileEvent)        {}
 func (nopObserver) NetworkChanged(NetworkEvent)      {}
 func (nopObserver) PortUsed(PortEvent)               {}
+func (nopObserver) ToolCalled(ToolCallEvent)         {}
 
 // A port opens with a token that only it accepts; opening it again keeps
 // the token and gives a new one-time link code; a link code works once;

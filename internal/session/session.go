@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"airlock/internal/apitype"
+	"airlock/internal/broker"
 	"airlock/internal/cluster"
 	"airlock/internal/config"
 	"airlock/internal/egress"
@@ -86,6 +87,8 @@ type Manager struct {
 	packages *packages.Installer
 	// admit admits every request's work (see Admitter).
 	admit Admitter
+	// broker calls the operator's tools for sessions (nil: none).
+	broker *broker.Broker
 
 	// endedHist: the histories of the newest ended sessions
 	// (history.ended), endedHistOrder their ids, oldest first; under mu.
@@ -252,6 +255,9 @@ type Session struct {
 	// gate is the session's network egress (nil: loopback only); set
 	// under mu, once, by Create or SetNetwork.
 	gate *egress.Gate
+	// tools serves the session's tool calls (nil: it has none); set
+	// under mu, once, before the session is visible.
+	tools *broker.Session
 	// attachMu keeps the sandbox open while a gate is put into it: the
 	// gate enters its namespace through a descriptor number, which, closed
 	// by a teardown in between and reused, could name another sandbox's
@@ -368,6 +374,10 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest, 
 	if err != nil {
 		return nil, err
 	}
+	tools, err := m.resolveTools(callerOf(ctx).Tenant, req.Tools)
+	if err != nil {
+		return nil, err
+	}
 	idle := req.IdleTimeout.D()
 	if idle == 0 {
 		idle = m.cfg.Server.IdleTimeout.D()
@@ -403,13 +413,19 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest, 
 	// A session that named a network (even an empty allowlist) can be
 	// given a policy later: on a kernel whose network is fixed at boot
 	// (gVisor), its sandbox is started with one.
-	net := !policy.Empty() || (req.Network != nil && m.egress != nil && m.egress.Enabled)
+	// Tools answer inside the sandbox's network namespace: a gVisor
+	// sandbox needs one from its start too.
+	net := !policy.Empty() || (req.Network != nil && m.egress != nil && m.egress.Enabled) || len(tools) > 0
 	if r != nil {
 		// The resumed session's sandbox is built under its own id (its
 		// gate's records name it).
 		ctx = context.WithValue(ctx, resumeID{}, r.meta.ID)
 	}
-	s, err := m.start(ctx, iso, tmpl, rt, limits, m.proxyEnv(sessionEnv(rt, limits, req.Env), policy), idle, policy, net)
+	env := m.proxyEnv(sessionEnv(rt, limits, req.Env), policy)
+	if len(tools) > 0 {
+		env = toolsEnv(env)
+	}
+	s, err := m.start(ctx, iso, tmpl, rt, limits, env, idle, policy, net)
 	if err != nil {
 		return nil, err
 	}
@@ -423,6 +439,12 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest, 
 			err = s.restoreContexts(ctx, r.meta)
 		}
 		if err != nil {
+			s.teardownOnce.Do(s.teardown)
+			return nil, err
+		}
+	}
+	if len(tools) > 0 {
+		if err := s.attachTools(callerOf(ctx).Tenant, tools); err != nil {
 			s.teardownOnce.Do(s.teardown)
 			return nil, err
 		}
@@ -795,6 +817,9 @@ func (s *Session) Info() (info apitype.Session) {
 		exp := s.expires.UTC()
 		info.ExpiresAt = &exp
 	}
+	if s.tools != nil {
+		info.Tools = s.tools.Names()
+	}
 	if state != apitype.StateEnded && cerr == nil && merr == nil {
 		info.Usage = &apitype.Usage{MemoryBytes: mem, CPUMs: ms(cpu), CPUPercent: s.cpuShareLocked(cpu, now)}
 	}
@@ -921,6 +946,7 @@ func (s *Session) terminate(end apitype.End) {
 		s.inst.Kill()
 		s.closeEgress()
 		s.closePorts(Caller{Tenant: s.owner.Tenant})
+		s.closeTools()
 		// A running execution notices the jail dying and frees it all
 		// when it returns; otherwise free it now.
 		s.mu.Lock()
@@ -958,6 +984,7 @@ func (s *Session) teardown() {
 	s.attachMu.Lock()
 	defer s.attachMu.Unlock()
 	s.closeEgress()
+	s.closeTools()
 	if err := s.inst.Close(); err != nil {
 		s.m.log.Error("session teardown", "session", s.id, "err", err)
 	}

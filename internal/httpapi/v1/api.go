@@ -257,6 +257,8 @@ var routes = []route{
 	{"", "/v1/sessions/{id}/ports/{port}/{path...}", (*Server).portPath, true},
 	{"GET", "/v1/templates", (*Server).listTemplates, false},
 	{"GET", "/v1/templates/{name}", (*Server).getTemplate, false},
+	{"GET", "/v1/tools", (*Server).listTools, false},
+	{"GET", "/v1/sessions/{id}/tools", (*Server).sessionTools, false},
 }
 
 // New returns the API handler.

@@ -532,3 +532,21 @@ func wireEntries(entries []workspace.Entry) []apitype.Entry {
 	}
 	return out
 }
+
+// listTools is GET /v1/tools: the tools the caller's sessions may opt in
+// to (the server's and its tenant's), with their argument schemas; never
+// their endpoints or credentials.
+func (s *Server) listTools(w http.ResponseWriter, r *http.Request) {
+	who, _ := identity.From(r.Context())
+	writeJSON(w, http.StatusOK, apitype.ToolList{Tools: s.m.Broker().Describe(who.Tenant, nil)})
+}
+
+// sessionTools is GET /v1/sessions/{id}/tools: the tools the session's
+// code may call.
+func (s *Server) sessionTools(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.session(w, r)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, apitype.ToolList{Tools: sess.Tools()})
+}

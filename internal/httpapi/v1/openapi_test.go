@@ -67,6 +67,8 @@ var apiRoutes = []string{
 	"* /v1/sessions/{id}/ports/{port}/{path...}",
 	"GET /v1/templates",
 	"GET /v1/templates/{name}",
+	"GET /v1/tools",
+	"GET /v1/sessions/{id}/tools",
 }
 
 // anyMethods are the methods the document lists for a route of every

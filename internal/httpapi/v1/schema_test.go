@@ -74,6 +74,9 @@ var schemaTypes = map[string]reflect.Type{
 	"CreateContextRequest": reflect.TypeFor[apitype.CreateContextRequest](),
 	"CodeContext":          reflect.TypeFor[apitype.CodeContext](),
 	"ContextList":          reflect.TypeFor[apitype.ContextList](),
+	"ToolInfo":             reflect.TypeFor[apitype.ToolInfo](),
+	"ToolList":             reflect.TypeFor[apitype.ToolList](),
+	"ToolCall":             reflect.TypeFor[apitype.ToolCall](),
 }
 
 // scalarSchemas are the components that are not objects: the limit

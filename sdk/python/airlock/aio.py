@@ -155,5 +155,12 @@ class AsyncSandbox:
     async def notebook(self, path=None):
         return await _thread(self.sync.notebook, path)
 
+    async def tools(self):
+        return await _thread(self.sync.tools)
+
+    @classmethod
+    async def available_tools(cls, *args, **kwargs):
+        return await _thread(_sync.Sandbox.available_tools, *args, **kwargs)
+
     def __repr__(self):
         return "AsyncSandbox(id=%r, language=%r)" % (self.id, self.language)

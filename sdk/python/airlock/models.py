@@ -134,8 +134,11 @@ class Execution:
     API's figures: ``execution_count``, ``duration_ms``, ``cpu_ms``,
     ``peak_memory_bytes``, ``killed``, ``kill_reason`` ("timeout",
     "memory", ...), ``session_ended``/``end_code``, ``files_changed``,
-    ``redacted`` (matches the server's output policy replaced) and
-    ``flags`` (the operator's code rules that flagged the code).
+    ``redacted`` (matches the server's output policy replaced),
+    ``flags`` (the operator's code rules that flagged the code) and
+    ``tool_calls`` (dicts: the calls the code made to the session's tools,
+    with airlock's decision: tool, decision, code, reason, field, rule,
+    status, duration_ms).
     """
 
     def __init__(self, r):
@@ -159,6 +162,7 @@ class Execution:
         self.results_dropped = r.get("results_dropped", 0)
         self.redacted = r.get("redacted", 0)
         self.flags = list(r.get("flags") or [])
+        self.tool_calls = list(r.get("tool_calls") or [])
 
     @property
     def text(self):

@@ -105,7 +105,7 @@ class Sandbox:
 
     @classmethod
     def create(cls, language="python", limits=None, network=None, env=None, timeout=None,
-               base_url=None, token=None, request_timeout=None, template=None, **extra):
+               base_url=None, token=None, request_timeout=None, template=None, tools=None, **extra):
         """Creates a session. ``language``: python, bash or javascript;
         ``limits``: {"memory": "1G", "timeout": 60, "cpu_time": ...} (each
         at most the server's maximum); ``network``: the hosts the sandbox
@@ -113,7 +113,9 @@ class Sandbox:
         list (where the server offers egress); ``env``: variables; ``timeout``: seconds without use
         after which the session ends (its idle timeout); ``template``: the
         root filesystem the server's operator registered (e.g.
-        "code-interpreter"; default: the server's); ``base_url`` and
+        "code-interpreter"; default: the server's); ``tools``: names of the operator's tools the
+        session's code may call through airlock (``Sandbox.available_tools()``
+        lists them; inside, ``from airlock_tools import call``); ``base_url`` and
         ``token`` default to AIRLOCK_URL and AIRLOCK_TOKEN. Other fields of
         the API's request pass through: ``on_timeout="pause"``,
         ``auto_resume=True``, a lifetime ``timeout`` is ``lifetime=`` here."""
@@ -131,6 +133,8 @@ class Sandbox:
             body["template"] = template
         if "lifetime" in extra:
             body["timeout"] = extra.pop("lifetime")
+        if tools:
+            body["tools"] = list(tools)
         body.update(extra)
         return cls(t.call("POST", "/v1/sessions", body), t)
 
@@ -143,6 +147,13 @@ class Sandbox:
             raise errors.SessionEndedError("session ended: " + (info.get("end_reason") or "ended"),
                                            code="session_ended", status=410, end_code=info.get("end_code", ""))
         return cls(info, t)
+
+    @classmethod
+    def available_tools(cls, base_url=None, token=None):
+        """The tools your sessions may be given (``tools=`` of create):
+        dicts with name, description, kind, writable and arguments (a JSON
+        Schema). Their endpoints and credentials stay the server's."""
+        return Transport(base_url, token).call("GET", "/v1/tools").get("tools") or []
 
     @classmethod
     def list(cls, base_url=None, token=None):
@@ -220,6 +231,10 @@ class Sandbox:
         """Closes ``port``: its token and links stop working and its
         connections are cut (NotFoundError if it is not open)."""
         self._t.call("DELETE", self._path("/ports/%d" % int(port)))
+
+    def tools(self):
+        """The tools this session's code may call (dicts, as available_tools)."""
+        return self._t.call("GET", self._path("/tools")).get("tools") or []
 
     def is_running(self):
         try:
