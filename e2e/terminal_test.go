@@ -5,7 +5,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -152,6 +155,9 @@ func TestTerminal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if n := s.ptyMasters(); n == 0 {
+		t.Errorf("a terminal runs, and the server holds no pty master (the leak check below could not fail)")
+	}
 	ws, _, err := websocket.Dial(ctx, strings.Replace(s.URL, "http", "ws", 1)+"/v1/sessions/"+id+"/commands/"+sh.ID+"/ws", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -244,4 +250,23 @@ func TestTerminal(t *testing.T) {
 	if err := s.c.DeleteSession(ctx, id); err != nil {
 		t.Fatal(err)
 	}
+	// No terminal outlives its session: the server holds no master.
+	for deadline := time.Now().Add(10 * time.Second); s.ptyMasters() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server still holds %d pty masters after the session ended", s.ptyMasters())
+		}
+	}
+}
+
+// ptyMasters counts the server's open pty masters.
+func (s *server) ptyMasters() int {
+	dir := fmt.Sprintf("/proc/%d/fd", s.cmd.Process.Pid)
+	fds, _ := os.ReadDir(dir)
+	n := 0
+	for _, fd := range fds {
+		if target, _ := os.Readlink(filepath.Join(dir, fd.Name())); target == "/dev/ptmx" {
+			n++
+		}
+	}
+	return n
 }
