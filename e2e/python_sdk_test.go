@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,17 +60,34 @@ func TestPythonSDKOnTemplate(t *testing.T) {
 
 func testPythonSDK(t *testing.T, template string, cfg map[string]any) {
 	requirePython(t)
+	// A tool (test_tools): an upstream on the host's loopback that
+	// answers with what it was asked and whether the credential came.
+	secret := "sdk-tool-token-0123456789"
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"q": %q, "authorized": %t}`, r.URL.Query().Get("q"), r.Header.Get("Authorization") == "Bearer "+secret)
+	}))
+	defer up.Close()
+	token := filepath.Join(t.TempDir(), "tool-token")
+	if err := os.WriteFile(token, []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg["tools"] = map[string]any{"lookup": map[string]any{
+		"description": "Looks q up.", "http": map[string]any{"url": up.URL + "/lookup?q={q}"},
+		"arguments":  map[string]any{"type": "object", "required": []string{"q"}, "properties": map[string]any{"q": map[string]any{"type": "string", "maxLength": 16}}},
+		"credential": map[string]any{"file": token},
+	}}
 	s := keysServer(t, cfg)
 	defer s.stop()
 	// The SDK authenticates as a user does, with a tenant's API key; a
 	// second key with a one-session quota meets QuotaExceededError.
-	token := s.newKey("python-sdk")
+	apiKey := s.newKey("python-sdk")
 	quotaToken := s.newKey("python-sdk-quota", "--max-sessions", "1")
 	sdk, _ := filepath.Abs("../sdk/python")
 	cmd := exec.Command(python3, "-m", "unittest", "discover", "-v", "-s", "tests", "-t", "tests")
 	cmd.Dir = sdk
 	cmd.Env = append(os.Environ(),
-		"AIRLOCK_URL="+s.URL, "AIRLOCK_TOKEN="+token, "AIRLOCK_QUOTA_TOKEN="+quotaToken,
+		"AIRLOCK_URL="+s.URL, "AIRLOCK_TOKEN="+apiKey, "AIRLOCK_QUOTA_TOKEN="+quotaToken,
 		"AIRLOCK_SOCKET="+filepath.Join(s.cfg["state_dir"].(string), "airlock.sock"),
 		"PYTHONDONTWRITEBYTECODE=1", "PYTHONPATH="+sdk, "AIRLOCK_TEST_TEMPLATE="+template)
 	if testenv.Strict() {

@@ -69,6 +69,27 @@ class SandboxTest(unittest.TestCase):
         finally:
             sbx.kill()
 
+    def test_tools(self):
+        # The server declares a tool "lookup"; a session given it calls it
+        # from inside, the credential attached by airlock, and the result
+        # lists each call with airlock's decision.
+        names = [t["name"] for t in Sandbox.available_tools()]
+        self.assertIn("lookup", names)
+        with Sandbox.create(tools=["lookup"]) as sbx:
+            self.assertEqual([t["name"] for t in sbx.tools()], ["lookup"])
+            ex = sbx.run_code(
+                "from airlock_tools import call, ToolError\n"
+                "print(call('lookup', q='sdk'))\n"
+                "try:\n"
+                "    call('lookup', q='x' * 40)\n"
+                "except ToolError as e:\n"
+                "    print(e.code, e.field, e.rule)\n")
+            self.assertIsNone(ex.error, ex.error)
+            self.assertEqual(ex.logs.stdout, "{'q': 'sdk', 'authorized': True}\ninvalid_argument q maxLength\n")
+            self.assertEqual([(c["tool"], c["decision"]) for c in ex.tool_calls], [("lookup", "ok"), ("lookup", "refused")])
+        with Sandbox.create() as sbx:
+            self.assertEqual(sbx.tools(), [])
+
     def test_ports(self):
         # A web server in the sandbox, reached from outside by its port's
         # path (and host, where the server has a ports domain) with the
