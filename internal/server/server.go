@@ -42,6 +42,7 @@ import (
 	"airlock/internal/egress"
 	"airlock/internal/errdefs"
 	"airlock/internal/gvisor"
+	"airlock/internal/httpapi"
 	"airlock/internal/httpapi/v1"
 	"airlock/internal/instance"
 	"airlock/internal/jail"
@@ -289,9 +290,9 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	}
 
 	s.tcp = tcpLn.Addr()
-	s.serve(tcpLn, s.api)
+	s.serve(tcpLn, s.Handler())
 	if unixLn != nil {
-		s.serve(unixLn, s.api)
+		s.serve(unixLn, s.Handler())
 	}
 	if metricsLn != nil {
 		mux := http.NewServeMux()
@@ -325,7 +326,7 @@ func (s *Server) observe(ln net.Listener) {
 	if s.audit != nil {
 		s.metrics.Audit(s.audit.Health)
 	}
-	s.metrics.AccessRefusals(v1.RefusalReasons())
+	s.metrics.AccessRefusals(httpapi.RefusalReasons())
 	if ln == nil {
 		s.api.HandleAdmin("GET /metrics", s.metrics.Handler())
 		if cfg.Public {
@@ -347,7 +348,7 @@ func listenTCP(key, addr string) (net.Listener, error) {
 
 // refused hears the API's refusals: counted by reason, recorded by the
 // audit log in aggregate (both nil-safe).
-func (s *Server) refused(r v1.Refusal) {
+func (s *Server) refused(r httpapi.Refusal) {
 	s.metrics.AccessRefused(r.Reason)
 	s.audit.Refused(r.Kind, r.Reason, r.Source, r.Tenant, r.KeyID, r.RequestID)
 }

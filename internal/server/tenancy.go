@@ -8,7 +8,7 @@ import (
 	"airlock/internal/audit"
 	"airlock/internal/config"
 	"airlock/internal/directory"
-	"airlock/internal/httpapi/v1"
+	"airlock/internal/httpapi"
 	"airlock/internal/identity"
 	"airlock/internal/quota"
 	"airlock/internal/session"
@@ -79,14 +79,14 @@ func (k keyAuth) Authenticate(ctx context.Context, secret string) (identity.Iden
 		return identity.Identity{}, "", err
 	}
 	if key.ID == "" {
-		return identity.Identity{}, v1.RefusedUnknownKey, nil
+		return identity.Identity{}, httpapi.RefusedUnknownKey, nil
 	}
 	who := identity.Identity{Tenant: key.Tenant, KeyID: key.ID, Admin: key.Admin}
 	switch key.State(time.Now()) {
 	case store.KeyRevoked:
-		return who, v1.RefusedRevokedKey, nil
+		return who, httpapi.RefusedRevokedKey, nil
 	case store.KeyExpired:
-		return who, v1.RefusedExpiredKey, nil
+		return who, httpapi.RefusedExpiredKey, nil
 	}
 	return who, "", nil
 }

@@ -17,32 +17,22 @@ package v1
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"mime"
-	"net"
 	"net/http"
-	"net/netip"
-	"net/url"
-	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
-	"sync/atomic"
-	"time"
 
 	_ "embed"
 
 	"airlock/internal/apitype"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
+	"airlock/internal/httpapi"
 	"airlock/internal/identity"
 	"airlock/internal/session"
 )
@@ -53,28 +43,20 @@ var openAPI []byte
 // OpenAPI returns the OpenAPI 3 document of the API.
 func OpenAPI() []byte { return openAPI }
 
-// Server serves the API.
+// Server serves the API, behind the server's edge (package httpapi:
+// request ids, keys, refusals, the audit log's state), which it shares
+// with the E2B API.
 type Server struct {
+	*httpapi.Edge
 	m       *session.Manager
 	cfg     config.Config
-	log     *slog.Logger
 	mux     *http.ServeMux
 	version string
-	// idPrefix and seq make request ids unique to this server's life.
-	idPrefix string
-	seq      atomic.Uint64
-	// transfers counts file uploads and downloads (see transfer.go).
-	transfers transfers
 	// Stats, when set, adds pool figures to /healthz (and /readyz reads
 	// the warm sandboxes in them).
 	Stats func() map[string]any
 	// Pod is the server's name in a cluster, for /readyz.
 	Pod string
-	// Keys resolves API keys (nil: only server.token and the unix socket
-	// authenticate).
-	Keys Authenticator
-	// Audit, when set, serves GET /v1/audit.
-	Audit AuditLog
 	// Directory, when set, lists sessions across the servers sharing
 	// the store (GET /v1/sessions); its Health joins /readyz.
 	Directory Directory
@@ -84,12 +66,6 @@ type Server struct {
 	// publicTrees are path prefixes served without authentication (the
 	// web console's static pages, which hold no data: "/ui" and below).
 	publicTrees []string
-	// Observe, when set, hears every answered request: its route pattern
-	// ("" if it was refused before routing), status and duration (metrics).
-	Observe func(route string, status int, d time.Duration)
-	// Refused, when set, hears every request refused for who sent it
-	// (metrics count them, the audit log aggregates them).
-	Refused func(Refusal)
 }
 
 // Directory is the sessions directory (package directory).
@@ -103,62 +79,11 @@ type Directory interface {
 	Health() error
 }
 
-// Refusal is a request refused for who sent it: a failed authentication
-// or a request for what the caller may not see.
-type Refusal struct {
-	// Kind is apitype.AuditAuthFailure or apitype.AuditAccessDenied.
-	Kind string
-	// Reason is one of RefusalReasons.
-	Reason string
-	// Source is the client's address (no port; "" over the unix socket).
-	Source string
-	// Tenant and KeyID are the caller's, when its key is known (a
-	// revoked or expired one too).
-	Tenant, KeyID, RequestID string
-}
-
-// Reasons of refusals: a fixed vocabulary (metrics label by it).
-const (
-	RefusedMissingKey  = "missing_key"
-	RefusedUnknownKey  = "unknown_key"
-	RefusedRevokedKey  = "revoked_key"
-	RefusedExpiredKey  = "expired_key"
-	RefusedCrossTenant = "cross_tenant"
-	RefusedAdminOnly   = "admin_only"
-	RefusedBrowser     = "browser"
-)
-
-// RefusalReasons lists every reason.
-func RefusalReasons() []string {
-	return []string{RefusedMissingKey, RefusedUnknownKey, RefusedRevokedKey, RefusedExpiredKey, RefusedCrossTenant, RefusedAdminOnly, RefusedBrowser, RefusedPortToken}
-}
-
 // wellKnown is where MCP clients look for OAuth (RFC 9728, RFC 8414)
 // after a 401. Every path under it is a 404 without a key: a 401 there
 // would send them on into an authorization flow airlock does not have,
 // and a 404 makes them report the API key problem instead.
 const wellKnown = "/.well-known/"
-
-// Authenticator resolves the secret of a bearer API key to its caller.
-type Authenticator interface {
-	// Authenticate returns the caller whose key secret is, and why it is
-	// refused ("" when it is a live key; RefusedUnknownKey,
-	// RefusedRevokedKey or RefusedExpiredKey, with the key's identity
-	// when it is known).
-	Authenticate(ctx context.Context, secret string) (who identity.Identity, refused string, err error)
-}
-
-// refuse reports a refusal of r (a no-op without a listener).
-func (s *Server) refuse(r *http.Request, kind, reason string, who identity.Identity) {
-	if s.Refused == nil {
-		return
-	}
-	src := ""
-	if !local(r) {
-		src, _, _ = net.SplitHostPort(r.RemoteAddr)
-	}
-	s.Refused(Refusal{Kind: kind, Reason: reason, Source: src, Tenant: who.Tenant, KeyID: who.KeyID, RequestID: identity.Request(r.Context())})
-}
 
 // denied reports err if it is a request for another tenant's resource
 // (answered as not found, like an unknown one), then answers it.
@@ -166,7 +91,7 @@ func (s *Server) denied(w http.ResponseWriter, r *http.Request, err error) {
 	var other *session.OtherTenantError
 	if errors.As(err, &other) {
 		who, _ := identity.From(r.Context())
-		s.refuse(r, apitype.AuditAccessDenied, RefusedCrossTenant, who)
+		s.Refuse(r, apitype.AuditAccessDenied, httpapi.RefusedCrossTenant, who)
 	}
 	fail(w, err)
 }
@@ -261,19 +186,18 @@ var routes = []route{
 	{"GET", "/v1/sessions/{id}/tools", (*Server).sessionTools, false},
 }
 
-// New returns the API handler.
+// New returns the API handler, on a new edge (the E2B API shares it).
 func New(m *session.Manager, cfg config.Config, log *slog.Logger, version string) *Server {
-	var b [4]byte
-	rand.Read(b[:])
-	s := &Server{m: m, cfg: cfg, log: log, mux: http.NewServeMux(), version: version, idPrefix: hex.EncodeToString(b[:]) + "-",
+	s := &Server{Edge: httpapi.NewEdge(cfg, log), m: m, cfg: cfg, mux: http.NewServeMux(), version: version,
 		// The API's description holds no secrets: clients and tools read
 		// it before they have a key.
 		public: map[string]bool{"/healthz": true, "/readyz": true, "/v1/openapi.json": true}}
 	allow := map[string][]string{}
 	for _, rt := range routes {
 		s.mux.HandleFunc(strings.TrimSpace(rt.method+" "+rt.pattern), func(w http.ResponseWriter, r *http.Request) {
-			if rt.work && s.Audit != nil {
-				if err := s.Audit.Check(); err != nil {
+			httpapi.Routed(w, r)
+			if rt.work {
+				if err := s.Work(); err != nil {
 					fail(w, err)
 					return
 				}
@@ -289,6 +213,7 @@ func New(m *session.Manager, cfg config.Config, log *slog.Logger, version string
 	for pattern, methods := range allow {
 		methods := strings.Join(methods, ", ")
 		s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			httpapi.Routed(w, r)
 			w.Header().Set("Allow", methods)
 			fail(w, fmt.Errorf("%w: %s is not allowed here; use %s", errdefs.ErrMethodNotAllowed, r.Method, methods))
 		})
@@ -309,14 +234,19 @@ func New(m *session.Manager, cfg config.Config, log *slog.Logger, version string
 // Handle serves h at pattern (a ServeMux pattern) behind everything the
 // API's own routes get: the request id, authentication, panic recovery
 // and the request log. Call it before serving.
-func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+func (s *Server) Handle(pattern string, h http.Handler) {
+	s.mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		httpapi.Routed(w, r)
+		h.ServeHTTP(w, r)
+	}))
+}
 
 // HandleAdmin serves h at pattern like Handle, to admin callers only
 // (the operator's metrics, say): anyone else gets 403.
 func (s *Server) HandleAdmin(pattern string, h http.Handler) {
-	s.mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if who, _ := identity.From(r.Context()); !who.Admin && !s.public[r.URL.Path] {
-			s.refuse(r, apitype.AuditAccessDenied, RefusedAdminOnly, who)
+			s.Refuse(r, apitype.AuditAccessDenied, httpapi.RefusedAdminOnly, who)
 			fail(w, fmt.Errorf("%w: %s needs an admin key", errdefs.ErrPermission, r.URL.Path))
 			return
 		}
@@ -324,375 +254,70 @@ func (s *Server) HandleAdmin(pattern string, h http.Handler) {
 	}))
 }
 
-// ServeHTTP gives every request an id, recovers panics, authenticates, and
-// logs the request.
+// ServeHTTP serves r behind the edge: its id, panic recovery and log,
+// the browser guard, the caller's key (Authorization: Bearer), and no
+// path the mux would redirect.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	rw := &response{ResponseWriter: w, status: http.StatusOK, id: s.requestID(r), log: s.log}
-	rw.Header().Set(apitype.RequestIDHeader, rw.id)
-	defer func() {
-		if p := recover(); p != nil {
-			if p == http.ErrAbortHandler {
-				panic(p)
-			}
-			s.log.Error("panic in handler", "request", rw.id, "panic", p, "stack", string(debug.Stack()))
-			if !rw.wrote {
-				fail(rw, errors.New("panic"))
-			}
-		}
-		d := time.Since(start)
-		s.log.Debug("request", "request", rw.id, "method", r.Method, "path", r.URL.Path, "status", rw.status, "ms", d.Milliseconds())
-		if s.Observe != nil {
-			s.Observe(r.Pattern, rw.status, d) // r: the routed request, below
-		}
-	}()
-	ctx := identity.WithRequest(r.Context(), rw.id)
-	r = r.WithContext(ctx)
-	if s.portHost(r) {
-		// A port's own host: the program's, whatever the path; never
-		// the API's (see ports.go).
-		r.Pattern = hostRoute
-		s.serveHost(rw, r)
-		return
-	}
-	if err := s.browserGuard(r); err != nil {
-		s.refuse(r, apitype.AuditAuthFailure, RefusedBrowser, identity.Identity{})
-		fail(rw, err)
-		return
-	}
-	if !s.isPublic(r.URL.Path) && !s.anonymousPort(r) {
-		who, refused, err := s.authenticate(r)
-		if err != nil {
-			if errors.Is(err, errdefs.ErrUnauthenticated) {
-				rw.Header().Set("WWW-Authenticate", "Bearer")
-			}
-			if refused != "" {
-				s.refuse(r, apitype.AuditAuthFailure, refused, who)
-			}
-			fail(rw, err)
+	s.Serve(w, r, fail, func(w http.ResponseWriter, r *http.Request) {
+		if s.portHost(r) {
+			// A port's own host: the program's, whatever the path; never
+			// the API's (see ports.go).
+			r.Pattern = hostRoute
+			httpapi.Routed(w, r)
+			s.serveHost(w, r)
 			return
 		}
-		ctx = identity.With(ctx, who)
-	}
-	r = r.WithContext(ctx)
-	if !canonical(r.URL.Path) {
-		// Go's ServeMux would answer a redirect to the cleaned path: to
-		// another resource (files/.. is the session itself), which a
-		// client that follows redirects would then act on.
-		fail(rw, fmt.Errorf("%w: the path %q has empty, . or .. segments; name the resource directly", errdefs.ErrInvalidArgument, truncateForMessage(r.URL.Path)))
-		return
-	}
-	s.mux.ServeHTTP(noRedirects{rw}, r)
-}
-
-// canonical reports whether p is an absolute path with no empty, "." or
-// ".." segment (a trailing slash is kept: it is a different resource).
-func canonical(p string) bool {
-	if !strings.HasPrefix(p, "/") {
-		return false
-	}
-	for _, seg := range strings.Split(strings.TrimSuffix(p[1:], "/"), "/") {
-		if seg == "" || seg == "." || seg == ".." {
-			return p == "/"
+		if err := s.BrowserGuard(r); err != nil {
+			s.Refuse(r, apitype.AuditAuthFailure, httpapi.RefusedBrowser, identity.Identity{})
+			fail(w, err)
+			return
 		}
-	}
-	return true
-}
-
-func truncateForMessage(s string) string {
-	if len(s) > 256 {
-		return s[:256] + "..."
-	}
-	return s
-}
-
-// noRedirects turns any redirect the mux would still answer into a 404
-// of the API's own: no API response is ever a redirect.
-type noRedirects struct{ *response }
-
-func (n noRedirects) WriteHeader(code int) {
-	switch code {
-	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
-		n.response.Header().Del("Location")
-		n.response.redirected = true
-		fail(n.response, fmt.Errorf("%w: no such endpoint; see /v1/openapi.json", errdefs.ErrNotFound))
-		return
-	}
-	n.response.WriteHeader(code) // a 304 of a download, say, stays
-}
-
-func (n noRedirects) Unwrap() http.ResponseWriter { return n.response }
-
-func (n noRedirects) Write(b []byte) (int, error) {
-	if n.response.redirected {
-		return len(b), nil // the redirect's own body
-	}
-	return n.response.Write(b)
-}
-
-// requestID is the client's X-Request-Id when it is a sane token, else a
-// new one.
-func (s *Server) requestID(r *http.Request) string {
-	if id := r.Header.Get(apitype.RequestIDHeader); id != "" && len(id) <= 128 && saneID(id) {
-		return id
-	}
-	return s.idPrefix + strconv.FormatUint(s.seq.Add(1), 10)
-}
-
-func saneID(id string) bool {
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
-			return false
+		ctx := r.Context()
+		if !s.isPublic(r.URL.Path) && !s.anonymousPort(r) {
+			bearer, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			who, refused, err := s.Authenticate(r, bearer, "Authorization: Bearer <key>")
+			if err != nil {
+				if errors.Is(err, errdefs.ErrUnauthenticated) {
+					w.Header().Set("WWW-Authenticate", "Bearer")
+				}
+				if refused != "" {
+					s.Refuse(r, apitype.AuditAuthFailure, refused, who)
+				}
+				fail(w, err)
+				return
+			}
+			ctx = identity.With(ctx, who)
 		}
-	}
-	return true
-}
-
-// authenticate resolves the caller of r, once, at the edge: the unix
-// socket (and this process's own in-process callers) are the operator,
-// an admin; without authentication (server.auth "none", loopback only)
-// everyone is; otherwise the bearer must be server.token (an admin) or a
-// live API key.
-//
-// A refused caller gets why (one of RefusalReasons), and its identity
-// when its key is known but revoked or expired.
-func (s *Server) authenticate(r *http.Request) (identity.Identity, string, error) {
-	if local(r) || s.cfg.Server.Auth == config.AuthNone {
-		return identity.Identity{Admin: true}, "", nil
-	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || got == "" {
-		return identity.Identity{}, RefusedMissingKey, fmt.Errorf("%w: bad or missing API key: send one as Authorization: Bearer <key>", errdefs.ErrUnauthenticated)
-	}
-	return s.authenticateSecret(r, got)
-}
-
-// authenticateSecret resolves the caller whose API key (or server.token)
-// is got, as authenticate does.
-func (s *Server) authenticateSecret(r *http.Request, got string) (identity.Identity, string, error) {
-	if tok := s.cfg.Server.Token; tok != "" && subtle.ConstantTimeCompare([]byte(got), []byte(tok)) == 1 {
-		return identity.Identity{Admin: true}, "", nil
-	}
-	refused := RefusedUnknownKey
-	var who identity.Identity
-	if s.Keys != nil {
-		var err error
-		who, refused, err = s.Keys.Authenticate(r.Context(), got)
-		if err != nil {
-			return identity.Identity{}, "", err
+		r = r.WithContext(ctx)
+		if !httpapi.Canonical(r.URL.Path) {
+			fail(w, fmt.Errorf("%w: the path %q has empty, . or .. segments; name the resource directly", errdefs.ErrInvalidArgument, httpapi.Truncate(r.URL.Path)))
+			return
 		}
-		if refused == "" {
-			return who, "", nil
-		}
-	}
-	if refused == RefusedExpiredKey {
-		// The holder of the secret learns nothing it could not try.
-		return who, refused, fmt.Errorf("%w: bad or missing API key: the key has expired; ask for a new one", errdefs.ErrUnauthenticated)
-	}
-	return who, refused, fmt.Errorf("%w: bad or missing API key: the key is unknown or revoked", errdefs.ErrUnauthenticated)
-}
-
-// browserGuard protects a server without authentication (auth "none",
-// loopback only, every caller an admin) from the web pages its user
-// visits: a DNS-rebinding page reaches 127.0.0.1 under its own name (a
-// foreign Host), and a cross-site form or fetch posts text/plain JSON with
-// a foreign Origin. Either would otherwise list, read and run code in
-// every session. Requests over the unix socket and this process's own
-// (MCP's in-process client, whose /mcp request passed here already) are
-// not a browser's; with keys a page has no key to send.
-func (s *Server) browserGuard(r *http.Request) error {
-	if s.cfg.Server.Auth != config.AuthNone || local(r) || r.RemoteAddr == "in-process" {
-		return nil
-	}
-	if la, ok := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr); ok && la.IP.IsLoopback() && !loopbackHost(r.Host) {
-		return fmt.Errorf("%w: Host %q is not a loopback name (a DNS-rebinding guard of a server without authentication)", errdefs.ErrPermission, truncateForMessage(r.Host))
-	}
-	if o := r.Header.Get("Origin"); o != "" && !sameOrigin(o, r) {
-		return fmt.Errorf("%w: a request from the web page %q (a server without authentication answers no page but its own origin's)", errdefs.ErrPermission, truncateForMessage(o))
-	}
-	// Ports are not part of a site: a page on localhost:3000 fetching
-	// localhost:8080 is "same-site", and a no-cors GET sends no Origin.
-	if site := r.Header.Get("Sec-Fetch-Site"); site == "cross-site" || site == "same-site" {
-		return fmt.Errorf("%w: a %s request (a server without authentication answers no web page but its own origin's)", errdefs.ErrPermission, site)
-	}
-	return nil
-}
-
-// sameOrigin reports whether origin (an Origin header) is the origin the
-// request came to: its scheme, and the host and port of its Host header,
-// which the browser sets to the URL it fetches (a page on any other port
-// of localhost is another origin). "null" (sandboxed frames, files,
-// redirects) is no origin.
-func sameOrigin(origin string, r *http.Request) bool {
-	u, err := url.Parse(origin)
-	if err != nil || u.Host == "" || u.Path != "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return false
-	}
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	oh, op := splitHostPort(u.Host, u.Scheme)
-	rh, rp := splitHostPort(r.Host, scheme)
-	return u.Scheme == scheme && op != "" && op == rp && strings.EqualFold(oh, rh)
-}
-
-// splitHostPort splits a URL's or Host header's host and port, the port
-// defaulted by scheme ("" when it is neither http nor https).
-func splitHostPort(hostport, scheme string) (host, port string) {
-	host, port, err := net.SplitHostPort(hostport)
-	if err != nil {
-		host, port = hostport, map[string]string{"http": "80", "https": "443"}[scheme]
-	}
-	return strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"), port
-}
-
-// loopbackHost reports whether a Host header (name or address, with or
-// without a port) names this machine's loopback.
-func loopbackHost(hostport string) bool {
-	h := hostport
-	if host, _, err := net.SplitHostPort(hostport); err == nil {
-		h = host
-	}
-	h = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
-	if strings.EqualFold(h, "localhost") {
-		return true
-	}
-	a, err := netip.ParseAddr(h)
-	return err == nil && a.Unmap().IsLoopback()
-}
-
-// Local returns the API as the server's own operator reaches it: every
-// request is treated like one over the unix socket (for a server embedded
-// in `airlock mcp`, whose stdio client is the operator).
-func (s *Server) Local() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, &net.UnixAddr{Name: "in-process", Net: "unix"})))
+		httpapi.NoRedirects(w, func(w http.ResponseWriter) {
+			fail(w, fmt.Errorf("%w: no such endpoint; see /v1/openapi.json", errdefs.ErrNotFound))
+		})
+		s.mux.ServeHTTP(w, r)
 	})
 }
 
-// local reports whether r came over the server's unix socket, which only
-// the server's own user can reach (its file mode is 0600).
-func local(r *http.Request) bool {
-	_, ok := r.Context().Value(http.LocalAddrContextKey).(*net.UnixAddr)
-	return ok
-}
+// Local returns the API as the server's own operator reaches it (see
+// httpapi.AsLocal).
+func (s *Server) Local() http.Handler { return httpapi.AsLocal(s) }
 
-// response is every handler's ResponseWriter: it remembers the status for
-// the log, and the request's id and logger for fail.
-type response struct {
-	http.ResponseWriter
-	status int
-	wrote  bool
-	id     string
-	log    *slog.Logger
-	// redirected: the mux answered a redirect, replaced by a 404
-	redirected bool
-}
-
-func (r *response) WriteHeader(code int) {
-	if !r.wrote {
-		r.status, r.wrote = code, true
-	}
-	r.ResponseWriter.WriteHeader(code)
-}
-
-func (r *response) Write(b []byte) (int, error) {
-	r.wrote = true
-	return r.ResponseWriter.Write(b)
-}
-
-func (r *response) Unwrap() http.ResponseWriter { return r.ResponseWriter }
-
-// fail answers err: the one place an error becomes an HTTP response. The
-// status and code come from errdefs' table, the message is what a client
-// may read (errdefs.Message), and the detail of a private or internal
-// error goes to the log under the request's id, which the body names.
+// fail answers err: the one place an error of this API becomes an HTTP
+// response. The status and code come from errdefs' table, the message is
+// what a client may read, with the request's id (httpapi.Report).
 func fail(w http.ResponseWriter, err error) {
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		err = fmt.Errorf("%w: the request body is larger than %d bytes", errdefs.ErrTooLarge, mbe.Limit)
-	}
-	kind := errdefs.KindOf(err)
-	if after, ok := errdefs.RetryAfter(err); ok {
-		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(after.Seconds())))))
-	}
-	body := apitype.ErrorBody{Error: apitype.ErrorDetail{Code: kind.Code, Message: errdefs.Message(err)}}
+	kind, msg := httpapi.Report(w, err)
+	body := apitype.ErrorBody{Error: apitype.ErrorDetail{Code: kind.Code, Message: msg}}
 	var ended *session.EndedError
 	if errors.As(err, &ended) {
 		body.Error.EndCode = ended.End.Code
 	}
-	if rw := responseOf(w); rw != nil {
-		body.Error.RequestID = rw.id
-		var private *errdefs.Error
-		switch {
-		case errors.Is(err, context.Canceled):
-			rw.log.Debug("request cancelled", "request", rw.id, "err", err) // its client left
-		case kind.Err == nil:
-			rw.log.Error("request failed", "request", rw.id, "err", err)
-		case errors.As(err, &private):
-			rw.log.Warn("request failed", "request", rw.id, "code", kind.Code, "err", err)
-		}
+	if rw := httpapi.ResponseOf(w); rw != nil {
+		body.Error.RequestID = rw.ID()
 	}
-	if kind.Err == nil && body.Error.RequestID != "" {
-		body.Error.Message = "internal error; the server log has the details (request " + body.Error.RequestID + ")"
-	}
-	writeJSON(w, kind.HTTPStatus, body)
-}
-
-// responseOf finds the request's *response under the wrappers of w (a
-// download's stall deadline, say); nil outside ServeHTTP.
-func responseOf(w http.ResponseWriter) *response {
-	for {
-		switch rw := w.(type) {
-		case *response:
-			return rw
-		case interface{ Unwrap() http.ResponseWriter }:
-			w = rw.Unwrap()
-		default:
-			return nil
-		}
-	}
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		status = http.StatusInternalServerError
-		buf.Reset()
-		buf.WriteString(`{"error":{"code":"internal","message":"cannot encode the response"}}` + "\n")
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(escapeControls(buf.Bytes()))
-}
-
-// escapeControls escapes, in encoded JSON, the control characters
-// encoding/json leaves as they are: DEL and C1 (U+0080-U+009F, which some
-// terminals obey: U+009B is CSI). They come from sandboxed code (a file's
-// name, its output) and must not drive the terminal of whoever reads a
-// response raw. Outside strings JSON is ASCII without them, so every one
-// is in a string, where \u00XX means the same.
-func escapeControls(b []byte) []byte {
-	if bytes.IndexByte(b, 0x7f) < 0 && bytes.IndexByte(b, 0xc2) < 0 {
-		return b
-	}
-	out := make([]byte, 0, len(b)+16)
-	for i := 0; i < len(b); i++ {
-		switch {
-		case b[i] == 0x7f:
-			out = append(out, `\u007f`...)
-		case b[i] == 0xc2 && i+1 < len(b) && b[i+1] >= 0x80 && b[i+1] <= 0x9f:
-			out = append(out, fmt.Sprintf(`\u%04x`, b[i+1])...)
-			i++
-		default:
-			out = append(out, b[i])
-		}
-	}
-	return out
+	httpapi.WriteJSON(w, kind.HTTPStatus, body)
 }
 
 // decode reads one JSON object from the body, strictly: a size cap,
@@ -750,7 +375,7 @@ func describeJSONError(err error) string {
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	body := apitype.Health{Status: "ok", Version: s.version, Sessions: s.m.Count(), Transfers: s.transfers.inProgress()}
+	body := apitype.Health{Status: "ok", Version: s.version, Sessions: s.m.Count(), Transfers: s.Transfers.InProgress()}
 	if s.Audit != nil {
 		h := s.Audit.Health()
 		body.Audit = &h
@@ -766,7 +391,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	writeJSON(w, http.StatusOK, body)
+	httpapi.WriteJSON(w, http.StatusOK, body)
 }
 
 // ready is /readyz: ready when the manager takes sessions, has room for
@@ -808,7 +433,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	if !body.Ready {
 		status = http.StatusServiceUnavailable
 	}
-	writeJSON(w, status, body)
+	httpapi.WriteJSON(w, status, body)
 }
 
 func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {

@@ -10,6 +10,7 @@ import (
 
 	"airlock/internal/apitype"
 	"airlock/internal/errdefs"
+	"airlock/internal/httpapi"
 	"airlock/internal/identity"
 )
 
@@ -46,7 +47,7 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 	if v := qv.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > apitype.MaxAuditPage {
-			fail(w, fmt.Errorf("%w: limit %q must be between 1 and %d", errdefs.ErrInvalidArgument, truncateForMessage(v), apitype.MaxAuditPage))
+			fail(w, fmt.Errorf("%w: limit %q must be between 1 and %d", errdefs.ErrInvalidArgument, httpapi.Truncate(v), apitype.MaxAuditPage))
 			return
 		}
 		q.Limit = n
@@ -54,7 +55,7 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 	if v := qv.Get("cursor"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			fail(w, fmt.Errorf("%w: cursor %q is not one this server gave", errdefs.ErrInvalidArgument, truncateForMessage(v)))
+			fail(w, fmt.Errorf("%w: cursor %q is not one this server gave", errdefs.ErrInvalidArgument, httpapi.Truncate(v)))
 			return
 		}
 		q.After = n
@@ -63,8 +64,8 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 	if !who.Admin {
 		if q.Tenant != "" && q.Tenant != who.Tenant {
 			// Another tenant's records do not exist for this caller.
-			s.refuse(r, apitype.AuditAccessDenied, RefusedCrossTenant, who)
-			writeJSON(w, http.StatusOK, apitype.AuditList{Records: []apitype.AuditRecord{}})
+			s.Refuse(r, apitype.AuditAccessDenied, httpapi.RefusedCrossTenant, who)
+			httpapi.WriteJSON(w, http.StatusOK, apitype.AuditList{Records: []apitype.AuditRecord{}})
 			return
 		}
 		q.Tenant = who.Tenant
@@ -81,5 +82,5 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, apitype.AuditList{Records: recs, NextCursor: next})
+	httpapi.WriteJSON(w, http.StatusOK, apitype.AuditList{Records: recs, NextCursor: next})
 }

@@ -11,6 +11,7 @@ import (
 
 	"airlock/internal/apitype"
 	"airlock/internal/config"
+	"airlock/internal/httpapi"
 	"airlock/internal/identity"
 	"airlock/internal/session"
 )
@@ -74,11 +75,11 @@ func (f fakeKeys) Authenticate(_ context.Context, secret string) (identity.Ident
 	id, ok := f[secret]
 	switch {
 	case !ok:
-		return identity.Identity{}, RefusedUnknownKey, nil
+		return identity.Identity{}, httpapi.RefusedUnknownKey, nil
 	case strings.HasPrefix(secret, "alk_revoked"):
-		return id, RefusedRevokedKey, nil
+		return id, httpapi.RefusedRevokedKey, nil
 	case strings.HasPrefix(secret, "alk_expired"):
-		return id, RefusedExpiredKey, nil
+		return id, httpapi.RefusedExpiredKey, nil
 	}
 	return id, "", nil
 }
@@ -226,16 +227,16 @@ func TestRefusalsReported(t *testing.T) {
 	for _, c := range []struct {
 		name, auth, method, path, bearer, origin string
 		status                                   int
-		want                                     Refusal
+		want                                     httpapi.Refusal
 	}{
-		{"no key", config.AuthKeys, "GET", "/v1/sessions", "", "", 401, Refusal{Kind: apitype.AuditAuthFailure, Reason: RefusedMissingKey}},
-		{"unknown key", config.AuthKeys, "GET", "/v1/sessions", "alk_nope", "", 401, Refusal{Kind: apitype.AuditAuthFailure, Reason: RefusedUnknownKey}},
-		{"revoked key", config.AuthKeys, "GET", "/v1/sessions", "alk_revoked", "", 401, Refusal{Kind: apitype.AuditAuthFailure, Reason: RefusedRevokedKey, Tenant: "a", KeyID: "key_r"}},
-		{"expired key", config.AuthKeys, "GET", "/v1/sessions", "alk_expired", "", 401, Refusal{Kind: apitype.AuditAuthFailure, Reason: RefusedExpiredKey, Tenant: "a", KeyID: "key_e"}},
-		{"admin only", config.AuthKeys, "GET", "/admin", "alk_a", "", 403, Refusal{Kind: apitype.AuditAccessDenied, Reason: RefusedAdminOnly, Tenant: "a", KeyID: "key_a"}},
-		{"other tenant's records", config.AuthKeys, "GET", "/v1/audit?tenant=b", "alk_a", "", 200, Refusal{Kind: apitype.AuditAccessDenied, Reason: RefusedCrossTenant, Tenant: "a", KeyID: "key_a"}},
-		{"browser", config.AuthNone, "POST", "/v1/sessions", "", "http://localhost:3000", 403, Refusal{Kind: apitype.AuditAuthFailure, Reason: RefusedBrowser}},
-		{"live key", config.AuthKeys, "GET", "/v1/sessions", "alk_a", "", 200, Refusal{}},
+		{"no key", config.AuthKeys, "GET", "/v1/sessions", "", "", 401, httpapi.Refusal{Kind: apitype.AuditAuthFailure, Reason: httpapi.RefusedMissingKey}},
+		{"unknown key", config.AuthKeys, "GET", "/v1/sessions", "alk_nope", "", 401, httpapi.Refusal{Kind: apitype.AuditAuthFailure, Reason: httpapi.RefusedUnknownKey}},
+		{"revoked key", config.AuthKeys, "GET", "/v1/sessions", "alk_revoked", "", 401, httpapi.Refusal{Kind: apitype.AuditAuthFailure, Reason: httpapi.RefusedRevokedKey, Tenant: "a", KeyID: "key_r"}},
+		{"expired key", config.AuthKeys, "GET", "/v1/sessions", "alk_expired", "", 401, httpapi.Refusal{Kind: apitype.AuditAuthFailure, Reason: httpapi.RefusedExpiredKey, Tenant: "a", KeyID: "key_e"}},
+		{"admin only", config.AuthKeys, "GET", "/admin", "alk_a", "", 403, httpapi.Refusal{Kind: apitype.AuditAccessDenied, Reason: httpapi.RefusedAdminOnly, Tenant: "a", KeyID: "key_a"}},
+		{"other tenant's records", config.AuthKeys, "GET", "/v1/audit?tenant=b", "alk_a", "", 200, httpapi.Refusal{Kind: apitype.AuditAccessDenied, Reason: httpapi.RefusedCrossTenant, Tenant: "a", KeyID: "key_a"}},
+		{"browser", config.AuthNone, "POST", "/v1/sessions", "", "http://localhost:3000", 403, httpapi.Refusal{Kind: apitype.AuditAuthFailure, Reason: httpapi.RefusedBrowser}},
+		{"live key", config.AuthKeys, "GET", "/v1/sessions", "alk_a", "", 200, httpapi.Refusal{}},
 	} {
 		cfg := config.Default()
 		cfg.Server.Auth = c.auth
@@ -243,8 +244,8 @@ func TestRefusalsReported(t *testing.T) {
 		s.Keys = fakeKeys{"alk_a": {Tenant: "a", KeyID: "key_a"}, "alk_revoked": {Tenant: "a", KeyID: "key_r"}, "alk_expired": {Tenant: "a", KeyID: "key_e"}}
 		s.Audit = &fakeAudit{}
 		s.HandleAdmin("GET /admin", http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-		var got []Refusal
-		s.Refused = func(r Refusal) { got = append(got, r) }
+		var got []httpapi.Refusal
+		s.Refused = func(r httpapi.Refusal) { got = append(got, r) }
 		req := httptest.NewRequest(c.method, c.path, nil)
 		req.RemoteAddr = "192.0.2.7:41000"
 		req.Host = "localhost:8080"
@@ -261,7 +262,7 @@ func TestRefusalsReported(t *testing.T) {
 		if rec.Code != c.status {
 			t.Errorf("%s: status %d, want %d (%s)", c.name, rec.Code, c.status, rec.Body)
 		}
-		if c.want == (Refusal{}) {
+		if c.want == (httpapi.Refusal{}) {
 			if len(got) != 0 {
 				t.Errorf("%s: refusals %+v, want none", c.name, got)
 			}
@@ -271,7 +272,7 @@ func TestRefusalsReported(t *testing.T) {
 		if len(got) != 1 || got[0] != c.want {
 			t.Errorf("%s: refusals %+v, want %+v", c.name, got, c.want)
 		}
-		if c.want.Reason == RefusedExpiredKey && !strings.Contains(rec.Body.String(), "expired") {
+		if c.want.Reason == httpapi.RefusedExpiredKey && !strings.Contains(rec.Body.String(), "expired") {
 			t.Errorf("%s: %s; want the client told the key expired", c.name, rec.Body)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"airlock/internal/apitype"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
+	"airlock/internal/httpapi"
 	"airlock/internal/session"
 )
 
@@ -38,7 +39,7 @@ func (s *Server) runCommand(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		w.Header().Set("Location", "/v1/sessions/"+sess.ID()+"/commands/"+res.ID)
-		writeJSON(w, http.StatusCreated, res)
+		httpapi.WriteJSON(w, http.StatusCreated, res)
 		return
 	}
 	respond(w, r, func(emit func(apitype.Event)) (any, error) { return sess.RunCommand(r.Context(), req, emit) })
@@ -46,7 +47,7 @@ func (s *Server) runCommand(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) listCommands(w http.ResponseWriter, r *http.Request) {
 	if sess, ok := s.session(w, r); ok {
-		writeJSON(w, http.StatusOK, apitype.CommandList{Commands: sess.Commands()})
+		httpapi.WriteJSON(w, http.StatusOK, apitype.CommandList{Commands: sess.Commands()})
 	}
 }
 
@@ -71,7 +72,7 @@ func (s *Server) getCommand(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	httpapi.WriteJSON(w, http.StatusOK, res)
 }
 
 // commandAction is a POST .../commands/{cid}/<action> taking a JSON
@@ -162,11 +163,8 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) {
 
 // eventLine is an event as a line of NDJSON, control characters escaped.
 func eventLine(ev apitype.Event) []byte {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.Encode(ev) // an Event always encodes
-	return escapeControls(buf.Bytes())
+	b, _ := httpapi.EncodeJSON(ev) // an Event always encodes
+	return b
 }
 
 // failedEvent is the event that ends a stream whose request failed.

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"airlock/internal/apitype"
+	"airlock/internal/httpapi"
 )
 
 // Code contexts: interpreters in a session's sandbox (session.CreateContext).
@@ -24,7 +25,7 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", "/v1/sessions/"+sess.ID()+"/contexts/"+c.ID)
-	writeJSON(w, http.StatusCreated, c)
+	httpapi.WriteJSON(w, http.StatusCreated, c)
 }
 
 func (s *Server) listContexts(w http.ResponseWriter, r *http.Request) {
@@ -37,7 +38,7 @@ func (s *Server) listContexts(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, apitype.ContextList{Contexts: list})
+	httpapi.WriteJSON(w, http.StatusOK, apitype.ContextList{Contexts: list})
 }
 
 func (s *Server) deleteContext(w http.ResponseWriter, r *http.Request) {
@@ -62,7 +63,7 @@ func (s *Server) getContext(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, c)
+	httpapi.WriteJSON(w, http.StatusOK, c)
 }
 
 func (s *Server) restartContext(w http.ResponseWriter, r *http.Request) {
@@ -75,5 +76,5 @@ func (s *Server) restartContext(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, c)
+	httpapi.WriteJSON(w, http.StatusOK, c)
 }

@@ -14,6 +14,7 @@ import (
 	"airlock/internal/apitype"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
+	"airlock/internal/httpapi"
 	"airlock/internal/session"
 )
 
@@ -45,7 +46,7 @@ func TestFailKeepsDetailInTheLog(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var logs bytes.Buffer
 			rec := httptest.NewRecorder()
-			var w http.ResponseWriter = &response{ResponseWriter: rec, id: "req-1", log: slog.New(slog.NewTextHandler(&logs, nil))}
+			var w http.ResponseWriter = httpapi.NewResponse(rec, "req-1", slog.New(slog.NewTextHandler(&logs, nil)))
 			if c.wrapped {
 				w = unwrapper{w} // as a download's errors are answered
 			}

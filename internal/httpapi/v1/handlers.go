@@ -7,10 +7,10 @@ import (
 	"path"
 	"strconv"
 	"strings"
-	"sync"
 
 	"airlock/internal/apitype"
 	"airlock/internal/errdefs"
+	"airlock/internal/httpapi"
 	"airlock/internal/identity"
 	"airlock/internal/session"
 	"airlock/internal/workspace"
@@ -45,7 +45,7 @@ func (s *Server) created(w http.ResponseWriter, r *http.Request, sess *session.S
 		}
 	}
 	w.Header().Set("Location", "/v1/sessions/"+sess.ID())
-	writeJSON(w, http.StatusCreated, info)
+	httpapi.WriteJSON(w, http.StatusCreated, info)
 }
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
@@ -57,7 +57,7 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 			fail(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, apitype.SessionList{Sessions: list})
+		httpapi.WriteJSON(w, http.StatusOK, apitype.SessionList{Sessions: list})
 		return
 	}
 	all := s.m.List()
@@ -67,7 +67,7 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 			mine = append(mine, sess)
 		}
 	}
-	writeJSON(w, http.StatusOK, apitype.SessionList{Sessions: mine})
+	httpapi.WriteJSON(w, http.StatusOK, apitype.SessionList{Sessions: mine})
 }
 
 // session is the request's session: one of another tenant is not found;
@@ -88,7 +88,7 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 		s.denied(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, info)
+	httpapi.WriteJSON(w, http.StatusOK, info)
 }
 
 // pauseSession is POST /v1/sessions/{id}/pause: its files and settings
@@ -100,7 +100,7 @@ func (s *Server) pauseSession(w http.ResponseWriter, r *http.Request) {
 		s.denied(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, info)
+	httpapi.WriteJSON(w, http.StatusOK, info)
 }
 
 // resumeSession is POST /v1/sessions/{id}/resume: a paused session made
@@ -111,7 +111,7 @@ func (s *Server) resumeSession(w http.ResponseWriter, r *http.Request) {
 		s.denied(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sess.Info())
+	httpapi.WriteJSON(w, http.StatusOK, sess.Info())
 }
 
 // forkSession is POST /v1/sessions/{id}/fork: a new session from a live
@@ -141,7 +141,7 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sess.Info())
+	httpapi.WriteJSON(w, http.StatusOK, sess.Info())
 }
 
 // getNetwork is GET /v1/sessions/{id}/network: the session's egress policy
@@ -155,7 +155,7 @@ func (s *Server) getNetwork(w http.ResponseWriter, r *http.Request) {
 	if st == nil {
 		st = &apitype.NetworkState{Allow: []string{}}
 	}
-	writeJSON(w, http.StatusOK, st)
+	httpapi.WriteJSON(w, http.StatusOK, st)
 }
 
 // putNetwork is PUT /v1/sessions/{id}/network: replace the session's
@@ -178,7 +178,7 @@ func (s *Server) putNetwork(w http.ResponseWriter, r *http.Request) {
 	if st == nil {
 		st = &apitype.NetworkState{Allow: []string{}}
 	}
-	writeJSON(w, http.StatusOK, st)
+	httpapi.WriteJSON(w, http.StatusOK, st)
 }
 
 // installPackages is POST /v1/sessions/{id}/packages.
@@ -197,7 +197,7 @@ func (s *Server) installPackages(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	httpapi.WriteJSON(w, http.StatusOK, res)
 }
 
 func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
@@ -226,7 +226,7 @@ func (s *Server) interrupt(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, apitype.InterruptResult{Interrupted: running})
+	httpapi.WriteJSON(w, http.StatusOK, apitype.InterruptResult{Interrupted: running})
 }
 
 // wantsStream reports whether the client asked for NDJSON events.
@@ -240,98 +240,29 @@ func wantsStream(r *http.Request) bool {
 	return false
 }
 
-// eventWriter streams events as NDJSON. Events are queued by whichever
-// goroutine produces them and written by one goroutine, so a slow client
-// never blocks the sandbox's output pipes; the queue is bounded by the
-// execution's own output caps.
+// eventWriter streams events as NDJSON.
 type eventWriter struct {
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	mu      sync.Mutex
-	cond    *sync.Cond
-	queue   [][]byte
-	closed  bool
-	started bool
-	done    chan struct{}
+	*httpapi.Stream
+	w http.ResponseWriter
 }
 
-func newEventWriter(w http.ResponseWriter) *eventWriter {
-	ew := &eventWriter{w: w, rc: http.NewResponseController(w), done: make(chan struct{})}
-	ew.cond = sync.NewCond(&ew.mu)
-	return ew
+func newEventWriter(w http.ResponseWriter) eventWriter {
+	return eventWriter{httpapi.NewStream(w, "application/x-ndjson"), w}
 }
 
-func (ew *eventWriter) emit(ev apitype.Event) {
-	line := eventLine(ev)
-	ew.mu.Lock()
-	if !ew.started {
-		ew.started = true
-		go ew.loop()
-	}
-	ew.queue = append(ew.queue, line)
-	ew.cond.Signal()
-	ew.mu.Unlock()
-}
-
-func (ew *eventWriter) loop() {
-	defer close(ew.done)
-	h := ew.w.Header()
-	h.Set("Content-Type", "application/x-ndjson")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	ew.w.WriteHeader(http.StatusOK)
-	broken := false
-	for {
-		ew.mu.Lock()
-		for len(ew.queue) == 0 && !ew.closed {
-			ew.cond.Wait()
-		}
-		batch := ew.queue
-		ew.queue = nil
-		closed := ew.closed
-		ew.mu.Unlock()
-		if !broken {
-			for _, b := range batch {
-				if _, err := ew.w.Write(b); err != nil {
-					broken = true // the client left; keep draining
-					break
-				}
-			}
-			if !broken {
-				ew.rc.Flush()
-			}
-		}
-		if closed && len(batch) == 0 {
-			return
-		}
-	}
+func (ew eventWriter) emit(ev apitype.Event) {
+	ew.Send(eventLine(ev))
 }
 
 // end finishes the stream: an error after events went out becomes a last
 // "failed" event, an error before any a plain error response.
-func (ew *eventWriter) end(err error) {
-	ew.mu.Lock()
-	started := ew.started
-	ew.mu.Unlock()
-	if err != nil && started {
+func (ew eventWriter) end(err error) {
+	if err != nil && ew.Started() {
 		ew.emit(failedEvent(err))
 	}
-	if !ew.finish() && err != nil {
+	if !ew.Finish() && err != nil {
 		fail(ew.w, err)
 	}
-}
-
-// finish waits until every event is written. It reports whether any was.
-func (ew *eventWriter) finish() bool {
-	ew.mu.Lock()
-	started := ew.started
-	ew.closed = true
-	ew.cond.Signal()
-	ew.mu.Unlock()
-	if started {
-		<-ew.done
-	}
-	return started
 }
 
 func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
@@ -376,13 +307,13 @@ func respond(w http.ResponseWriter, r *http.Request, run func(emit func(apitype.
 			fail(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, res)
+		httpapi.WriteJSON(w, http.StatusOK, res)
 		return
 	}
 	ew := newEventWriter(w)
 	defer func() {
 		if p := recover(); p != nil {
-			ew.finish() // its writer must not outlive the handler
+			ew.Finish() // its writer must not outlive the handler
 			panic(p)
 		}
 	}()
@@ -410,7 +341,7 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, apitype.FileList{Path: dir, Entries: wireEntries(entries), Truncated: truncated})
+	httpapi.WriteJSON(w, http.StatusOK, apitype.FileList{Path: dir, Entries: wireEntries(entries), Truncated: truncated})
 }
 
 func (s *Server) filePath(w http.ResponseWriter, r *http.Request) (*session.Session, string, bool) {
@@ -436,12 +367,13 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	t, ok := s.beginTransfer(w, r, sess, false)
-	if !ok {
+	t, err := s.Transfers.Begin(w, sess, false, s.cfg.Server)
+	if err != nil {
+		fail(w, err)
 		return
 	}
-	defer t.done()
-	w = t.writer(w)
+	defer t.Done()
+	w = t.Writer(w)
 	f, e, err := sess.Files(r.Context()).Open(p)
 	if err != nil {
 		fail(w, err)
@@ -480,17 +412,18 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		fail(w, fmt.Errorf("%w: the file is %d bytes, more than the limit of %d", errdefs.ErrTooLarge, r.ContentLength, max))
 		return
 	}
-	t, ok := s.beginTransfer(w, r, sess, true)
-	if !ok {
-		return
-	}
-	defer t.done()
-	n, err := sess.Files(r.Context()).Write(p, t.body(r.Body), max, 0o644)
+	t, err := s.Transfers.Begin(w, sess, true, s.cfg.Server)
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, apitype.UploadResult{Path: p, Size: n})
+	defer t.Done()
+	n, err := sess.Files(r.Context()).Write(p, t.Body(r.Body), max, 0o644)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusCreated, apitype.UploadResult{Path: p, Size: n})
 }
 
 func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request) {
@@ -538,7 +471,7 @@ func wireEntries(entries []workspace.Entry) []apitype.Entry {
 // their endpoints or credentials.
 func (s *Server) listTools(w http.ResponseWriter, r *http.Request) {
 	who, _ := identity.From(r.Context())
-	writeJSON(w, http.StatusOK, apitype.ToolList{Tools: s.m.Broker().Describe(who.Tenant, nil)})
+	httpapi.WriteJSON(w, http.StatusOK, apitype.ToolList{Tools: s.m.Broker().Describe(who.Tenant, nil)})
 }
 
 // sessionTools is GET /v1/sessions/{id}/tools: the tools the session's
@@ -548,5 +481,5 @@ func (s *Server) sessionTools(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	writeJSON(w, http.StatusOK, apitype.ToolList{Tools: sess.Tools()})
+	httpapi.WriteJSON(w, http.StatusOK, apitype.ToolList{Tools: sess.Tools()})
 }

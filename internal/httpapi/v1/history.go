@@ -7,6 +7,7 @@ import (
 
 	"airlock/internal/apitype"
 	"airlock/internal/errdefs"
+	"airlock/internal/httpapi"
 	"airlock/internal/identity"
 	"airlock/internal/notebook"
 	"airlock/internal/session"
@@ -27,7 +28,7 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
-	writeJSON(w, http.StatusOK, h.View(after))
+	httpapi.WriteJSON(w, http.StatusOK, h.View(after))
 }
 
 // notebookExport is GET /v1/sessions/{id}/notebook: the history as a
@@ -44,13 +45,13 @@ func (s *Server) notebookExport(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Content-Disposition", `attachment; filename="`+notebookName(view.Session)+`"`)
 	w.WriteHeader(http.StatusOK)
-	w.Write(escapeControls(body))
+	w.Write(httpapi.EscapeControls(body))
 }
 
 // notebookName is the file name of a session's notebook: its id, of the
 // characters ids are made of (saneID), else "session".
 func notebookName(id string) string {
-	if id == "" || len(id) > 128 || !saneID(id) {
+	if id == "" || len(id) > 128 || !httpapi.SaneID(id) {
 		id = "session"
 	}
 	return "airlock-" + id + ".ipynb"
@@ -63,7 +64,7 @@ func (s *Server) historyOf(w http.ResponseWriter, r *http.Request) (*session.His
 	if v := r.URL.Query().Get("after"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			fail(w, fmt.Errorf("%w: after %q must be an entry's seq (0 or more)", errdefs.ErrInvalidArgument, truncateForMessage(v)))
+			fail(w, fmt.Errorf("%w: after %q must be an entry's seq (0 or more)", errdefs.ErrInvalidArgument, httpapi.Truncate(v)))
 			return nil, 0, false
 		}
 		after = n
@@ -80,5 +81,5 @@ func (s *Server) historyOf(w http.ResponseWriter, r *http.Request) (*session.His
 // console (and anyone checking a key).
 func (s *Server) whoami(w http.ResponseWriter, r *http.Request) {
 	who, _ := identity.From(r.Context())
-	writeJSON(w, http.StatusOK, apitype.Whoami{Tenant: who.Tenant, KeyID: who.KeyID, Admin: who.Admin, Auth: s.cfg.Server.Auth, Console: s.cfg.Console.Enabled})
+	httpapi.WriteJSON(w, http.StatusOK, apitype.Whoami{Tenant: who.Tenant, KeyID: who.KeyID, Admin: who.Admin, Auth: s.cfg.Server.Auth, Console: s.cfg.Console.Enabled})
 }

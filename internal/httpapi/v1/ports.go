@@ -12,6 +12,7 @@ import (
 	"airlock/internal/cluster"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
+	"airlock/internal/httpapi"
 	"airlock/internal/identity"
 	"airlock/internal/portproxy"
 	"airlock/internal/session"
@@ -25,11 +26,6 @@ import (
 // cookie (host form, set by a one-time link), or nothing when the port is
 // public. Without a key every failure is the same 401: nothing tells
 // whether a session or port exists.
-
-// RefusedPortToken: a request to a session's port without an API key
-// and without the port's token (or cookie, or a live link), to a port that
-// is not public.
-const RefusedPortToken = "port_token"
 
 // portSegments are the path segments that name a port:
 // /v1/sessions/{id}/ports/{port}.
@@ -50,7 +46,7 @@ func (s *Server) anonymousPort(r *http.Request) bool {
 	// on): an encoded slash makes no other route's path look like a
 	// port's.
 	return isPortPath(r.URL.Path) && isPortPath(r.URL.EscapedPath()) && r.Header.Get("Authorization") == "" &&
-		!local(r) && s.cfg.Server.Auth != config.AuthNone
+		!httpapi.Local(r) && s.cfg.Server.Auth != config.AuthNone
 }
 
 // openPort is POST /v1/sessions/{id}/ports/{port}: open the port (or
@@ -71,7 +67,7 @@ func (s *Server) openPort(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.portAddresses(sess.ID(), p))
+	httpapi.WriteJSON(w, http.StatusOK, s.portAddresses(sess.ID(), p))
 }
 
 // sessionPort is the session and port a request names, or false once
@@ -96,7 +92,7 @@ func (s *Server) getPort(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.portAddresses(sess.ID(), p))
+	httpapi.WriteJSON(w, http.StatusOK, s.portAddresses(sess.ID(), p))
 }
 
 func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
@@ -108,7 +104,7 @@ func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
 	for i := range list {
 		list[i] = s.portAddresses(sess.ID(), list[i])
 	}
-	writeJSON(w, http.StatusOK, apitype.PortList{Ports: list})
+	httpapi.WriteJSON(w, http.StatusOK, apitype.PortList{Ports: list})
 }
 
 func (s *Server) closePort(w http.ResponseWriter, r *http.Request) {
@@ -188,7 +184,7 @@ func (s *Server) portForToken(w http.ResponseWriter, r *http.Request, id string,
 			return p, true
 		}
 	}
-	s.refuse(r, apitype.AuditAuthFailure, RefusedPortToken, identity.Identity{})
+	s.Refuse(r, apitype.AuditAuthFailure, httpapi.RefusedPortToken, identity.Identity{})
 	fail(w, fmt.Errorf("%w: the port is private: send its token as %s (POST /v1/sessions/{id}/ports/{port} answers one), open its one-time link, or send an API key", errdefs.ErrUnauthenticated, apitype.PortTokenHeader))
 	return nil, false
 }
@@ -201,9 +197,7 @@ func (s *Server) ServePort(w http.ResponseWriter, r *http.Request, p *session.Po
 }
 
 func (s *Server) servePort(w http.ResponseWriter, r *http.Request, p *session.Port, segments int) {
-	if n, ok := w.(noRedirects); ok {
-		w = n.response // the program's redirects are its own; noRedirects is for the mux's
-	}
+	httpapi.AllowRedirects(w) // the program's redirects are its own; NoRedirects is for the mux's
 	p.Request()
 	o := s.cfg.Ports
 	portproxy.Serve(w, r, portproxy.Target{Dial: p.Dial, Port: p.Number(), Segments: segments, Fail: fail}, portproxy.Options{
@@ -233,23 +227,21 @@ func (s *Server) serveHost(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	if s.Audit != nil {
-		// Work, as the path form is (see route.work).
-		if err := s.Audit.Check(); err != nil {
-			fail(w, err)
-			return
-		}
+	// Work, as the path form is (see route.work).
+	if err := s.Work(); err != nil {
+		fail(w, err)
+		return
 	}
 	id, ok := cluster.FromHostLabel(label)
 	if !ok {
-		fail(w, fmt.Errorf("%w: no session has the host %q", errdefs.ErrNotFound, truncateForMessage(r.Host)))
+		fail(w, fmt.Errorf("%w: no session has the host %q", errdefs.ErrNotFound, httpapi.Truncate(r.Host)))
 		return
 	}
 	if key := r.Header.Get(apitype.PortKeyHeader); key != "" && s.cfg.Server.Auth == config.AuthKeys {
-		who, refused, err := s.authenticateSecret(r, key)
+		who, refused, err := s.Authenticate(r, key, apitype.PortKeyHeader+": <key>")
 		if err != nil {
 			if refused != "" {
-				s.refuse(r, apitype.AuditAuthFailure, refused, who)
+				s.Refuse(r, apitype.AuditAuthFailure, refused, who)
 			}
 			fail(w, err)
 			return
@@ -296,7 +288,7 @@ func (s *Server) redeemLink(w http.ResponseWriter, r *http.Request, id string, p
 		token, _ = sess.RedeemPortLink(port, code)
 	}
 	if token == "" {
-		s.refuse(r, apitype.AuditAuthFailure, RefusedPortToken, identity.Identity{})
+		s.Refuse(r, apitype.AuditAuthFailure, httpapi.RefusedPortToken, identity.Identity{})
 		fail(w, fmt.Errorf("%w: the link was used already or has expired (ports.link_ttl): POST /v1/sessions/{id}/ports/{port} gives a new one", errdefs.ErrUnauthenticated))
 		return
 	}

@@ -2,6 +2,8 @@ package v1
 
 import (
 	"net/http"
+
+	"airlock/internal/httpapi"
 )
 
 // Templates: the root filesystems a request may name (session.Templates).
@@ -12,7 +14,7 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, list)
+	httpapi.WriteJSON(w, http.StatusOK, list)
 }
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
@@ -21,5 +23,5 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, t)
+	httpapi.WriteJSON(w, http.StatusOK, t)
 }

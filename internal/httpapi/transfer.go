@@ -1,4 +1,4 @@
-package v1
+package httpapi
 
 // File transfers are the one place a client sets the pace: an upload is
 // read as fast as the client sends it, a download written as fast as it
@@ -17,39 +17,41 @@ import (
 	"sync"
 	"time"
 
+	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/session"
 )
 
-// transfers counts the transfers in progress.
-type transfers struct {
+// Transfers counts the transfers in progress, of every API.
+type Transfers struct {
 	mu        sync.Mutex
 	total     int
 	bySession map[string]int
 }
 
-// inProgress is the number of transfers in progress, for /healthz.
-func (t *transfers) inProgress() int {
+// InProgress is the number of transfers in progress, for /healthz.
+func (t *Transfers) InProgress() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.total
 }
 
-// transfer is one upload or download in progress.
-type transfer struct {
+// Transfer is one upload or download in progress.
+type Transfer struct {
 	rc    *http.ResponseController
 	stall time.Duration
 	end   func()
 }
 
-// beginTransfer counts a transfer for sess, keeps sess in use (a long
-// transfer is not idleness) and starts its stall clock: on the request's
-// reads for an upload, on the response's writes for a download. Over a
-// cap it answers 429 itself and returns false. The caller must call done.
-func (s *Server) beginTransfer(w http.ResponseWriter, r *http.Request, sess *session.Session, upload bool) (*transfer, bool) {
+// Begin counts a transfer for sess, keeps sess in use (a long transfer
+// is not idleness) and starts its stall clock: on the request's reads for
+// an upload, on the response's writes for a download. Over a cap it
+// returns an error of ErrLimit (the connection closes after the answer).
+// The caller must call Done.
+func (t *Transfers) Begin(w http.ResponseWriter, sess *session.Session, upload bool, cfg config.Server) (*Transfer, error) {
 	id := sess.ID()
 	rc := http.NewResponseController(w)
-	stall := s.cfg.Server.TransferStallTimeout.D()
+	stall := cfg.TransferStallTimeout.D()
 	// Only the direction the client drives: a download's connection is
 	// read by the server in the background, with no deadline of ours.
 	deadline := rc.SetWriteDeadline
@@ -59,16 +61,14 @@ func (s *Server) beginTransfer(w http.ResponseWriter, r *http.Request, sess *ses
 	if err := deadline(time.Now().Add(stall)); err != nil {
 		// Nothing could bound this transfer: refuse it rather than let it
 		// hold the server.
-		fail(w, fmt.Errorf("api: cannot bound the transfer: %w", err))
-		return nil, false
+		return nil, fmt.Errorf("api: cannot bound the transfer: %w", err)
 	}
-	t := &s.transfers
 	t.mu.Lock()
 	var over error
 	switch {
-	case t.total >= s.cfg.Server.MaxConcurrentTransfers:
+	case t.total >= cfg.MaxConcurrentTransfers:
 		over = fmt.Errorf("%w: %d file transfers are in progress, the server maximum (server.max_concurrent_transfers); try again later", errdefs.ErrLimit, t.total)
-	case t.bySession[id] >= s.cfg.Server.MaxSessionTransfers:
+	case t.bySession[id] >= cfg.MaxSessionTransfers:
 		over = fmt.Errorf("%w: %d file transfers of this session are in progress, the maximum per session (server.max_session_transfers); try again later", errdefs.ErrLimit, t.bySession[id])
 	default:
 		if t.bySession == nil {
@@ -83,12 +83,11 @@ func (s *Server) beginTransfer(w http.ResponseWriter, r *http.Request, sess *ses
 		// still sending (or not) must not keep it open.
 		rc.SetReadDeadline(time.Now())
 		w.Header().Set("Connection", "close")
-		fail(w, over)
-		return nil, false
+		return nil, over
 	}
 	var once sync.Once
 	unuse := sess.Use()
-	return &transfer{rc: rc, stall: stall, end: func() {
+	return &Transfer{rc: rc, stall: stall, end: func() {
 		once.Do(func() {
 			unuse()
 			t.mu.Lock()
@@ -98,42 +97,42 @@ func (s *Server) beginTransfer(w http.ResponseWriter, r *http.Request, sess *ses
 			}
 			t.mu.Unlock()
 		})
-	}}, true
+	}}, nil
 }
 
-// done ends the transfer: first its place under the caps, so that a
+// Done ends the transfer: first its place under the caps, so that a
 // client that has its answer may start the next transfer at once; then,
 // once the last bytes are out, the write deadline, which must not fall
 // on the connection's next request.
-func (t *transfer) done() {
+func (t *Transfer) Done() {
 	t.end()
 	t.rc.Flush()
 	t.rc.SetWriteDeadline(time.Time{})
 }
 
-// body returns an upload's body, its read deadline moved on as data
+// Body returns an upload's body, its read deadline moved on as data
 // arrives.
-func (t *transfer) body(r io.Reader) io.Reader {
+func (t *Transfer) Body(r io.Reader) io.Reader {
 	return &stallReader{r: r, t: t, moved: time.Now()}
 }
 
-// writer returns a download's response, its write deadline moved on as
+// Writer returns a download's response, its write deadline moved on as
 // the client reads.
-func (t *transfer) writer(w http.ResponseWriter) http.ResponseWriter {
+func (t *Transfer) Writer(w http.ResponseWriter) http.ResponseWriter {
 	return &stallWriter{ResponseWriter: w, t: t, moved: time.Now()}
 }
 
 // due reports whether a deadline last moved at moved should be moved
 // again: at most a few times per stall period, so that a busy transfer
 // does not pay a timer reset for every buffer.
-func (t *transfer) due(moved, now time.Time) bool { return now.Sub(moved) >= t.stall/8 }
+func (t *Transfer) due(moved, now time.Time) bool { return now.Sub(moved) >= t.stall/8 }
 
 // stallReader moves the read deadline before each read, not after: the
 // read that reaches the end of the body lets the server start its own
 // background read, whose deadline must not be ours.
 type stallReader struct {
 	r     io.Reader
-	t     *transfer
+	t     *Transfer
 	moved time.Time
 	eof   bool
 }
@@ -159,7 +158,7 @@ func (s *stallReader) Read(p []byte) (int, error) {
 // stallWriter moves the write deadline before each write.
 type stallWriter struct {
 	http.ResponseWriter
-	t     *transfer
+	t     *Transfer
 	moved time.Time
 }
 

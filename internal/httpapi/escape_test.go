@@ -1,4 +1,4 @@
-package v1
+package httpapi
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ func TestEscapeControls(t *testing.T) {
 	for r := rune(0); r < 0x100; r++ {
 		s := "a" + string(r) + "é\u009b" + string(r)
 		enc, _ := json.Marshal(map[string]string{"path": s})
-		out := escapeControls(enc)
+		out := EscapeControls(enc)
 		for _, c := range string(out) {
 			if unicode.IsControl(c) {
 				t.Fatalf("%U: %q holds %U raw", r, out, c)
@@ -25,7 +25,7 @@ func TestEscapeControls(t *testing.T) {
 		}
 	}
 	plain := []byte(`{"a":"é ✓"}`)
-	if out := escapeControls(plain); !bytes.Equal(out, plain) || &out[0] != &plain[0] {
+	if out := EscapeControls(plain); !bytes.Equal(out, plain) || &out[0] != &plain[0] {
 		t.Errorf("a response without them is rewritten: %q", out)
 	}
 }
