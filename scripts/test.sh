@@ -26,8 +26,9 @@ mkdir -p "$RUNSC_BIN"
 GOBIN="$RUNSC_BIN" go install "gvisor.dev/gvisor/runsc@$(sed -n 's/^const PinnedVersion = "\(.*\)"$/\1/p' internal/gvisor/gvisor.go)"
 export AIRLOCK_TEST_RUNSC="$RUNSC_BIN/runsc"
 # The agent libraries the end-to-end tests drive (MCP client, LangChain JS,
-# OpenAI Agents, Vercel AI), pinned in the committed lockfile.
+# OpenAI Agents, Vercel AI) and E2B's SDKs, pinned in the committed lockfiles.
 (cd e2e/agents && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error)
+(cd e2e/e2b && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error)
 go vet ./...
 (cd deploy/tools && go vet ./...)
 # One package at a time: the privileged tiers check the whole host for

@@ -402,6 +402,7 @@ var fileKinds = map[string]string{
 	session.FileUpload:   apitype.AuditFileUpload,
 	session.FileDownload: apitype.AuditFileDownload,
 	session.FileRemove:   apitype.AuditFileDelete,
+	session.FileMove:     apitype.AuditFileUpload,
 }
 
 func (l *Log) FileTransferred(e session.FileEvent) {

@@ -145,6 +145,8 @@ type Config struct {
 	History History `json:"history"`
 	// Console is the web console at /ui/.
 	Console Console `json:"console"`
+	// E2B is the E2B-compatible API, for code written for E2B's SDKs.
+	E2B E2B `json:"e2b"`
 	// Redaction is the output policy of every tenant's sessions unless
 	// Tenants says otherwise; not a security boundary.
 	Redaction Redaction `json:"redaction"`
@@ -392,6 +394,7 @@ func Default() Config {
 		Metrics:     Metrics{Enabled: true},
 		History:     DefaultHistory(),
 		Console:     Console{Enabled: true},
+		E2B:         E2B{Enabled: true},
 		Log:         Log{Format: "text", Level: "info"},
 		Pool: Pool{
 			Size:     map[string]int{"python": 8, "bash": 2, "javascript": 2},

@@ -43,6 +43,7 @@ import (
 	"airlock/internal/errdefs"
 	"airlock/internal/gvisor"
 	"airlock/internal/httpapi"
+	"airlock/internal/httpapi/e2b"
 	"airlock/internal/httpapi/v1"
 	"airlock/internal/instance"
 	"airlock/internal/jail"
@@ -84,6 +85,7 @@ type Server struct {
 	tmpl    *pool.Templates // nil without a template store
 	manager *session.Manager
 	api     *v1.Server
+	e2b     *e2b.Server // nil: e2b.enabled is off
 	mcp     *mcp.Server // nil when mcp.enabled is off
 	db      *store.DB   // nil when neither keys nor the audit log need it
 	audit   *audit.Log  // nil when audit.enabled is off
@@ -259,6 +261,10 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	}
 	s.observe(metricsLn)
 	s.api.Refused = s.refused
+	if cfg.E2B.Enabled {
+		s.e2b = e2b.New(s.api.Edge, s.manager, cfg)
+		s.e2b.ServePort = s.api.ServePort
+	}
 	for pattern, h := range opts.Handlers {
 		s.api.Handle(pattern, h)
 	}
@@ -361,7 +367,18 @@ func (s *Server) Metrics() *metrics.Metrics { return s.metrics }
 func (s *Server) MetricsAddr() net.Addr { return s.metricsAddr }
 
 // Handler is the API with everything served beside it.
-func (s *Server) Handler() http.Handler { return s.api }
+func (s *Server) Handler() http.Handler {
+	if s.e2b == nil {
+		return s.api
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.e2b.Claims(r) {
+			s.e2b.ServeHTTP(w, r)
+			return
+		}
+		s.api.ServeHTTP(w, r)
+	})
+}
 
 // inProcessClient is a client of this server's own API, in this process,
 // carrying the credentials of header (an MCP request's): what MCP tools

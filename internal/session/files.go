@@ -95,3 +95,22 @@ func (f Files) Remove(p string, recursive bool) error {
 	f.report(FileRemove, p, 0, start, err)
 	return err
 }
+
+// Stat describes p without following a symlink.
+func (f Files) Stat(p string) (workspace.Entry, error) { return f.s.workspace().Stat(p) }
+
+// Mkdir makes the directory p and its missing parents.
+func (f Files) Mkdir(p string) error {
+	start := time.Now()
+	err := f.s.workspace().Mkdir(p)
+	f.report(FileMkdir, p, 0, start, err)
+	return err
+}
+
+// Move renames from to to, replacing a file there.
+func (f Files) Move(from, to string) error {
+	start := time.Now()
+	err := f.s.workspace().Rename(from, to)
+	f.report(FileMove, from+" -> "+to, 0, start, err)
+	return err
+}

@@ -153,6 +153,10 @@ const (
 	FileDownload = "download"
 	FileList     = "list"
 	FileRemove   = "remove"
+	// FileMove renames a file or directory (Path "from -> to"); audited
+	// as a deletion of from and an upload of to would be, in one record.
+	FileMove  = "move"
+	FileMkdir = "mkdir"
 )
 
 // FileEvent describes a file operation of a client.

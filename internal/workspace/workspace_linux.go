@@ -601,3 +601,29 @@ func entryOf(rel string, st *unix.Stat_t) Entry {
 	}
 	return e
 }
+
+// Rename moves from to to (both beneath the root), replacing a file at
+// to; neither parent is reached through a symlink or a mount.
+func (d *Dir) Rename(from, to string) error {
+	if from == "" || to == "" {
+		return fmt.Errorf("%w: refusing to move %s itself", errdefs.ErrInvalidArgument, d.root)
+	}
+	return d.asUser(func(d *Dir) error {
+		fdir, fname := path.Split(from)
+		tdir, tname := path.Split(to)
+		fp, err := d.open(strings.TrimSuffix(fdir, "/"), unix.O_PATH|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fp)
+		tp, err := d.open(strings.TrimSuffix(tdir, "/"), unix.O_PATH|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(tp)
+		if err := unix.Renameat(fp, fname, tp, tname); err != nil {
+			return mapErr(d.shown(from), err)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,130 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestE2BWire holds what E2B's Python SDK (which cannot be installed
+// here) relies on, and what no SDK shows: creation answers 201 with
+// clientID, envdVersion and an access token (POST /sandboxes, the
+// Python SDK's path, and /v2/sandboxes); the key it is given has the
+// form its regex checks; a sandbox's data plane refuses a request
+// without its token, or with another sandbox's; another tenant's key
+// neither sees nor kills it; a second kill is 404 with {"code":404};
+// bad input gets E2B's error shape, never a 500.
+func TestE2BWire(t *testing.T) {
+	s := keysServer(t, map[string]any{"pool": map[string]any{"size": map[string]int{"python": 1, "bash": 0, "javascript": 0}}})
+	defer s.stop()
+	keyA := "e2b_" + strings.TrimPrefix(s.newKey("team-a"), "alk_")
+	keyB := "e2b_" + strings.TrimPrefix(s.newKey("team-b"), "alk_")
+	if !regexp.MustCompile(`\Ae2b_[0-9a-f]+\z`).MatchString(keyA) {
+		t.Fatalf("the E2B form of a key %q fails the Python SDK's check", keyA)
+	}
+	api := func(key string) map[string]string { return map[string]string{"X-API-KEY": key} }
+	type created struct {
+		SandboxID, ClientID, EnvdVersion, EnvdAccessToken, TemplateID string
+	}
+	create := func(path, key string, body any) (int, created, []byte) {
+		status, raw := s.raw("POST", path, body, api(key))
+		var c created
+		json.Unmarshal(raw, &c)
+		return status, c, raw
+	}
+	// The Python SDK's body, as e2b 2.45.1 sends it.
+	pyBody := map[string]any{"templateID": "code-interpreter-v1", "timeout": 300, "metadata": map[string]string{}, "envVars": map[string]string{},
+		"secure": true, "allow_internet_access": true}
+	status, a, raw := create("/sandboxes", keyA, pyBody)
+	if status != 201 || a.SandboxID == "" || a.ClientID == "" || a.EnvdVersion < "0.1.0" || a.EnvdAccessToken == "" || a.TemplateID != "code-interpreter-v1" {
+		t.Fatalf("POST /sandboxes: %d %s", status, raw)
+	}
+	status, b, raw := create("/v2/sandboxes", keyA, map[string]any{"templateID": "base"})
+	if status != 201 || b.EnvdAccessToken == "" || b.EnvdAccessToken == a.EnvdAccessToken {
+		t.Fatalf("POST /v2/sandboxes: %d %s", status, raw)
+	}
+
+	exec := func(id string, hdr map[string]string) (int, string) {
+		h := map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49999"}
+		for k, v := range hdr {
+			h[k] = v
+		}
+		status, raw := s.raw("POST", "/execute", map[string]any{"code": "print(6*7)"}, h)
+		return status, string(raw)
+	}
+	if status, body := exec(a.SandboxID, map[string]string{"X-Access-Token": a.EnvdAccessToken}); status != 200 || !strings.Contains(body, `"text":"42\n"`) || strings.Contains(body, "\n\n") {
+		t.Fatalf("execute with the token: %d %s", status, body)
+	}
+	for name, hdr := range map[string]map[string]string{
+		"no token":              nil,
+		"another sandbox's":     {"X-Access-Token": b.EnvdAccessToken},
+		"the API key":           {"X-Access-Token": keyA, "X-API-KEY": keyA},
+		"a traffic token guess": {"E2B-Traffic-Access-Token": a.EnvdAccessToken + "x"},
+	} {
+		if status, body := exec(a.SandboxID, hdr); status != 401 || strings.Contains(body, "42") {
+			t.Errorf("execute with %s: %d %s", name, status, body)
+		}
+	}
+	// envd's RPCs and files check it too.
+	for _, c := range []struct{ method, path string }{{"POST", "/filesystem.Filesystem/ListDir"}, {"GET", "/files?path=/home/user/x"}, {"POST", "/process.Process/List"}} {
+		status, body := s.raw(c.method, c.path, map[string]any{"path": "/home/user"}, map[string]string{"E2b-Sandbox-Id": a.SandboxID, "E2b-Sandbox-Port": "49983", "X-Access-Token": b.EnvdAccessToken})
+		if status != 401 {
+			t.Errorf("%s %s with another sandbox's token: %d %s", c.method, c.path, status, body)
+		}
+	}
+
+	// Another tenant: not found, and its kill does nothing.
+	if status, raw := s.raw("GET", "/sandboxes/"+a.SandboxID, nil, api(keyB)); status != 404 {
+		t.Errorf("another tenant's GET: %d %s", status, raw)
+	}
+	if status, raw := s.raw("DELETE", "/sandboxes/"+a.SandboxID, nil, api(keyB)); status != 404 {
+		t.Errorf("another tenant's kill: %d %s", status, raw)
+	}
+	if status, raw := s.raw("GET", "/v2/sandboxes", nil, api(keyB)); status != 200 || string(raw) != "[]\n" {
+		t.Errorf("another tenant's list: %d %s", status, raw)
+	}
+	if status, raw := s.raw("GET", "/v2/sandboxes", nil, api("e2b_00")); status != 401 {
+		t.Errorf("an unknown key: %d %s", status, raw)
+	}
+
+	// Bad input: E2B's error shape, never a 500.
+	for _, c := range []struct {
+		method, path string
+		body         any
+		status       int
+	}{
+		{"POST", "/v2/sandboxes", `{"templateID":`, 400},
+		{"POST", "/v2/sandboxes", map[string]any{"templateID": "base", "timeout": -5}, 400},
+		{"POST", "/v2/sandboxes", map[string]any{"templateID": "base", "mcp": map[string]any{"x": 1}}, 400},
+		{"POST", "/v2/sandboxes", map[string]any{"templateID": "no-such-template"}, 400},
+		{"POST", "/sandboxes/" + a.SandboxID + "/timeout", map[string]any{"timeout": "soon"}, 400},
+		{"POST", "/sandboxes/" + a.SandboxID + "/pause", nil, 501},
+		{"GET", "/v2/sandboxes?metadata=%ZZ", nil, 400},
+	} {
+		status, raw := s.raw(c.method, c.path, c.body, api(keyA))
+		var e struct {
+			Code    int
+			Message string
+		}
+		if err := json.Unmarshal(raw, &e); status != c.status || e.Code != c.status || e.Message == "" || err != nil {
+			t.Errorf("%s %s %v: %d %s, want %d with {code, message}", c.method, c.path, c.body, status, raw, c.status)
+		}
+		s.checkErrorBody(fmt.Sprint(c.path), raw)
+	}
+
+	for _, id := range []string{a.SandboxID, b.SandboxID} {
+		if status, raw := s.raw("DELETE", "/sandboxes/"+id, nil, api(keyA)); status != 204 {
+			t.Fatalf("kill: %d %s", status, raw)
+		}
+	}
+	status, raw = s.raw("DELETE", "/sandboxes/"+a.SandboxID, nil, api(keyA))
+	var gone struct{ Code int }
+	if json.Unmarshal(raw, &gone); status != 404 || gone.Code != 404 {
+		t.Errorf("the second kill: %d %s, want 404 {\"code\":404}", status, raw)
+	}
+	if status, body := exec(a.SandboxID, map[string]string{"X-Access-Token": a.EnvdAccessToken}); status != 404 {
+		t.Errorf("execute in a killed sandbox: %d %s", status, body)
+	}
+}

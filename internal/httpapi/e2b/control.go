@@ -1,0 +1,424 @@
+package e2b
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"airlock/internal/apitype"
+	"airlock/internal/errdefs"
+	"airlock/internal/httpapi"
+	"airlock/internal/identity"
+)
+
+// route is one operation: work marks those the audit log records (while
+// it cannot write they are refused, as the v1 API's are).
+type route struct {
+	pattern string
+	h       func(*Server, http.ResponseWriter, *http.Request)
+	work    bool
+}
+
+func (s *Server) routes() {
+	s.mount(s.control, []route{
+		{"POST /sandboxes", (*Server).create, true},
+		{"POST /v2/sandboxes", (*Server).create, true},
+		{"GET /sandboxes", (*Server).list, false},
+		{"GET /v2/sandboxes", (*Server).list, false},
+		{"GET /sandboxes/{id}", (*Server).get, false},
+		{"DELETE /sandboxes/{id}", (*Server).kill, false},
+		{"POST /sandboxes/{id}/timeout", (*Server).setTimeout, false},
+		{"POST /sandboxes/{id}/refreshes", (*Server).refresh, false},
+		{"POST /sandboxes/{id}/connect", (*Server).connect, false},
+		{"POST /v2/sandboxes/{id}/connect", (*Server).connect, false},
+		{"POST /sandboxes/{id}/resume", (*Server).connect, false},
+	}, false)
+	s.control.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		failControl(w, fmt.Errorf("%w: %s %s is an E2B feature airlock does not have (pause, snapshots, volumes, templates are airlock's own: see docs/guides/e2b.md)", errdefs.ErrUnsupported, r.Method, httpapi.Truncate(r.URL.Path)))
+	})
+	s.mount(s.data, []route{
+		{"POST /execute", (*Server).execute, true},
+		{"/contexts", (*Server).contexts, true},
+		{"/contexts/", (*Server).contexts, true},
+		{"GET /files", (*Server).download, true},
+		{"POST /files", (*Server).upload, true},
+		{"POST /filesystem.Filesystem/{method}", (*Server).filesystem, true},
+		{"POST /process.Process/{method}", (*Server).process, true},
+	}, true)
+}
+
+// mount serves routes on mux; a data-plane route keeps its sandbox's
+// session from idling.
+func (s *Server) mount(mux *http.ServeMux, routes []route, data bool) {
+	for _, rt := range routes {
+		mux.HandleFunc(rt.pattern, func(w http.ResponseWriter, r *http.Request) {
+			httpapi.Routed(w, r)
+			if rt.work {
+				if err := s.edge.Work(); err != nil {
+					if rpc(r) {
+						failRPC(w, r, err)
+					} else {
+						failControl(w, err)
+					}
+					return
+				}
+			}
+			if data {
+				sess, _ := sessionOf(r)
+				sess.Touch()
+			}
+			rt.h(s, w, r)
+		})
+	}
+}
+
+// createRequest is E2B's NewSandbox: what airlock does not do is refused
+// by name; what it does not need (secure, autoResume) is ignored.
+type createRequest struct {
+	TemplateID string            `json:"templateID"`
+	Timeout    *int64            `json:"timeout"` // seconds
+	Metadata   map[string]string `json:"metadata"`
+	EnvVars    map[string]string `json:"envVars"`
+	AutoPause  *bool             `json:"autoPause"`
+	MCP        json.RawMessage   `json:"mcp"`
+	Network    *struct {
+		AllowOut []string `json:"allowOut"`
+	} `json:"network"`
+	VolumeMounts json.RawMessage `json:"volumeMounts"`
+}
+
+// sandboxJSON is E2B's Sandbox, SandboxDetail and ListedSandbox in one.
+type sandboxJSON struct {
+	TemplateID         string            `json:"templateID"`
+	SandboxID          string            `json:"sandboxID"`
+	ClientID           string            `json:"clientID"`
+	Alias              string            `json:"alias,omitempty"`
+	EnvdVersion        string            `json:"envdVersion"`
+	EnvdAccessToken    string            `json:"envdAccessToken,omitempty"`
+	TrafficAccessToken string            `json:"trafficAccessToken,omitempty"`
+	Domain             *string           `json:"domain"`
+	StartedAt          *time.Time        `json:"startedAt,omitempty"`
+	EndAt              *time.Time        `json:"endAt,omitempty"`
+	CPUCount           *float64          `json:"cpuCount,omitempty"`
+	MemoryMB           *int64            `json:"memoryMB,omitempty"`
+	DiskSizeMB         *int64            `json:"diskSizeMB,omitempty"`
+	Metadata           map[string]string `json:"metadata,omitempty"`
+	State              string            `json:"state,omitempty"`
+}
+
+// maxMetadata bounds a sandbox's metadata (E2B keeps it for listings).
+const maxMetadata = 64
+
+// languages maps E2B's templates to airlock's languages; any other
+// template names one of airlock's (a Python session on it).
+var languages = map[string]string{
+	"": apitype.Python, "base": apitype.Python, "code-interpreter-v1": apitype.Python, "code-interpreter": apitype.Python,
+	"python": apitype.Python, "javascript": apitype.JavaScript, "js": apitype.JavaScript, "nodejs": apitype.JavaScript,
+	"bash": apitype.Bash,
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request) {
+	var req createRequest
+	if err := s.decode(w, r, &req); err != nil {
+		failControl(w, err)
+		return
+	}
+	switch {
+	case len(req.MCP) > 0 && string(req.MCP) != "null":
+		failControl(w, fmt.Errorf("%w: mcp: E2B's MCP gateway is not airlock's; airlock serves MCP itself at /mcp", errdefs.ErrInvalidArgument))
+		return
+	case req.AutoPause != nil && *req.AutoPause:
+		failControl(w, fmt.Errorf("%w: autoPause: airlock does not pause sandboxes; one ends at its timeout", errdefs.ErrInvalidArgument))
+		return
+	case len(req.VolumeMounts) > 0 && string(req.VolumeMounts) != "null" && string(req.VolumeMounts) != "[]":
+		failControl(w, fmt.Errorf("%w: volumeMounts: airlock has no volumes; upload files instead", errdefs.ErrInvalidArgument))
+		return
+	case len(req.Metadata) > maxMetadata:
+		failControl(w, fmt.Errorf("%w: metadata has %d entries, more than %d", errdefs.ErrInvalidArgument, len(req.Metadata), maxMetadata))
+		return
+	}
+	ttl, err := s.ttl(req.Timeout)
+	if err != nil {
+		failControl(w, err)
+		return
+	}
+	cr := apitype.CreateSessionRequest{Env: req.EnvVars, IdleTimeout: apitype.Duration(s.cfg.Server.MaxIdleTimeout)}
+	lang, ok := languages[req.TemplateID]
+	if ok {
+		cr.Language = lang
+	} else {
+		cr.Language, cr.Template = apitype.Python, req.TemplateID
+	}
+	if req.Network != nil && len(req.Network.AllowOut) > 0 {
+		cr.Network = &apitype.NetworkPolicy{Allow: req.Network.AllowOut}
+	}
+	sess, err := s.m.Create(r.Context(), cr)
+	if err != nil {
+		failControl(w, err)
+		return
+	}
+	who, _ := identity.From(r.Context())
+	box := &sandbox{id: sess.ID(), template: req.TemplateID, clientID: "airlock", envdToken: token(), traffic: token(),
+		owner: who, metadata: req.Metadata, started: time.Now().UTC()}
+	if box.template == "" {
+		box.template = "base"
+	}
+	s.mu.Lock()
+	s.boxes[box.id] = box
+	s.mu.Unlock()
+	s.deadline(box, ttl, true)
+	// E2B's Python SDK reads only a 201.
+	httpapi.WriteJSON(w, http.StatusCreated, s.describe(box, true))
+}
+
+// ttl is a sandbox's timeout as asked (seconds), E2B's 300 s by default,
+// at most the server's max_idle_timeout.
+func (s *Server) ttl(asked *int64) (time.Duration, error) {
+	if asked == nil || *asked == 0 {
+		return min(defaultTTL, s.cfg.Server.MaxIdleTimeout.D()), nil
+	}
+	max := s.cfg.Server.MaxIdleTimeout.D()
+	if *asked < 0 || *asked > int64(max/time.Second) {
+		return 0, fmt.Errorf("%w: timeout %d s must be between 1 s and the server maximum %d s (server.max_idle_timeout)", errdefs.ErrInvalidArgument, *asked, int64(max/time.Second))
+	}
+	return time.Duration(*asked) * time.Second, nil
+}
+
+// deadline ends box's session ttl from now; unless set, only a later end
+// replaces an earlier one (connect and refreshes extend, set_timeout
+// sets).
+func (s *Server) deadline(box *sandbox, ttl time.Duration, set bool) {
+	end := time.Now().Add(ttl)
+	box.mu.Lock()
+	defer box.mu.Unlock()
+	if !set && end.Before(box.end) {
+		return
+	}
+	box.end = end
+	if box.timer != nil {
+		box.timer.Stop()
+	}
+	id := box.id
+	box.timer = time.AfterFunc(ttl, func() {
+		s.forget(id)
+		s.m.Delete(id)
+	})
+}
+
+// describe is box as E2B's API shows it; with secrets, its tokens too
+// (its creator's and connect's answers).
+func (s *Server) describe(box *sandbox, secrets bool) sandboxJSON {
+	out := sandboxJSON{TemplateID: box.template, SandboxID: box.id, ClientID: box.clientID, EnvdVersion: envdVersion, Metadata: box.metadata, State: "running"}
+	if d := s.cfg.Ports.Domain; d != "" && s.cfg.Ports.Enabled {
+		out.Domain = &d // getHost's: <port>-<id>.<domain>
+	}
+	if secrets {
+		out.EnvdAccessToken, out.TrafficAccessToken = box.envdToken, box.traffic
+	}
+	started := box.started
+	box.mu.Lock()
+	end := box.end.UTC()
+	box.mu.Unlock()
+	out.StartedAt, out.EndAt = &started, &end
+	if sess, err := s.m.Get(box.id); err == nil {
+		l := sess.Limits()
+		cpus, mem, disk := math.Max(l.CPUs, 0), int64(l.Memory)>>20, int64(l.Disk)>>20
+		out.CPUCount, out.MemoryMB, out.DiskSizeMB = &cpus, &mem, &disk
+	}
+	if out.Metadata == nil {
+		out.Metadata = map[string]string{}
+	}
+	return out
+}
+
+// find is the caller's live sandbox id, or E2B's 404.
+func (s *Server) find(ctx context.Context, id string) (*sandbox, error) {
+	box := s.box(id)
+	if box != nil {
+		who, _ := identity.From(ctx)
+		if !who.Sees(box.owner.Tenant) {
+			box = nil
+		} else if _, err := s.m.Get(id); err != nil {
+			s.forget(id)
+			box = nil
+		}
+	}
+	if box == nil {
+		return nil, fmt.Errorf("%w: sandbox %q not found", errdefs.ErrNotFound, httpapi.Truncate(id))
+	}
+	return box, nil
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	box, err := s.find(r.Context(), r.PathValue("id"))
+	if err != nil {
+		failControl(w, err)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, s.describe(box, true))
+}
+
+// list is the caller's running sandboxes, filtered by metadata (E2B's
+// query: metadata=url-encoded k=v pairs, each key and value encoded
+// once more) and state (none is paused).
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		failControl(w, fmt.Errorf("%w: the query %q is not url-encoded", errdefs.ErrInvalidArgument, httpapi.Truncate(r.URL.RawQuery)))
+		return
+	}
+	want, err := metadataFilter(q.Get("metadata"))
+	if err != nil {
+		failControl(w, err)
+		return
+	}
+	states := q["state"]
+	if len(states) == 1 {
+		states = strings.Split(states[0], ",")
+	}
+	if len(states) > 0 && !slices.Contains(states, "running") {
+		httpapi.WriteJSON(w, http.StatusOK, []sandboxJSON{})
+		return
+	}
+	who, _ := identity.From(r.Context())
+	s.mu.Lock()
+	var boxes []*sandbox
+	for _, b := range s.boxes {
+		if who.Sees(b.owner.Tenant) && matches(b.metadata, want) {
+			boxes = append(boxes, b)
+		}
+	}
+	s.mu.Unlock()
+	out := []sandboxJSON{}
+	for _, b := range boxes {
+		if _, err := s.m.Get(b.id); err != nil {
+			s.forget(b.id)
+			continue
+		}
+		out = append(out, s.describe(b, false))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].StartedAt.Before(*out[j].StartedAt) })
+	httpapi.WriteJSON(w, http.StatusOK, out)
+}
+
+func metadataFilter(raw string) (map[string]string, error) {
+	if raw == "" {
+		return nil, nil
+	}
+	pairs, err := url.ParseQuery(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: metadata %q: want url-encoded key=value pairs", errdefs.ErrInvalidArgument, httpapi.Truncate(raw))
+	}
+	want := map[string]string{}
+	for k, vs := range pairs {
+		uk, err1 := url.QueryUnescape(k)
+		uv, err2 := url.QueryUnescape(vs[0])
+		if err1 != nil || err2 != nil {
+			uk, uv = k, vs[0]
+		}
+		want[uk] = uv
+	}
+	return want, nil
+}
+
+func matches(have, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	box, err := s.find(r.Context(), id)
+	if err != nil {
+		// E2B's JS SDK reads the body's code: 404 is "already gone".
+		failControl(w, err)
+		return
+	}
+	s.forget(box.id)
+	if err := s.m.DeleteFor(r.Context(), id); err != nil {
+		failControl(w, notFoundErr(id, err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// timeoutRequest is set_timeout's and connect's body (seconds).
+type timeoutRequest struct {
+	Timeout *int64 `json:"timeout"`
+	// Duration is the older refreshes' (seconds).
+	Duration *int64 `json:"duration"`
+	// Memory is connect's (resume with memory); nothing is paused.
+	Memory *bool `json:"memory"`
+}
+
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
+	s.retime(w, r, true, http.StatusNoContent)
+}
+
+func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
+	s.retime(w, r, false, http.StatusNoContent)
+}
+
+// connect is E2B's connect (and resume): the sandbox's tokens, its
+// timeout extended to the one asked for.
+func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
+	s.retime(w, r, false, http.StatusOK)
+}
+
+func (s *Server) retime(w http.ResponseWriter, r *http.Request, set bool, status int) {
+	var req timeoutRequest
+	if err := s.decode(w, r, &req); err != nil {
+		failControl(w, err)
+		return
+	}
+	box, err := s.find(r.Context(), r.PathValue("id"))
+	if err != nil {
+		failControl(w, err)
+		return
+	}
+	asked := req.Timeout
+	if asked == nil {
+		asked = req.Duration
+	}
+	if asked != nil || set {
+		ttl, err := s.ttl(asked)
+		if err != nil {
+			failControl(w, err)
+			return
+		}
+		s.deadline(box, ttl, set)
+	}
+	if status == http.StatusNoContent {
+		w.WriteHeader(status)
+		return
+	}
+	httpapi.WriteJSON(w, status, s.describe(box, true))
+}
+
+// decode reads a JSON body under the server's cap. E2B's SDKs add fields
+// from release to release: unknown ones are ignored, not refused.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	data, err := httpapi.ReadBody(w, r, int64(s.cfg.Server.MaxBodyBytes))
+	if err != nil {
+		return err
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("%w: request body: %v", errdefs.ErrInvalidArgument, err)
+	}
+	return nil
+}

@@ -1,0 +1,138 @@
+package e2b
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"airlock/internal/config"
+	"airlock/internal/workspace"
+)
+
+func TestClaims(t *testing.T) {
+	for _, c := range []struct {
+		path, sandbox string
+		want          bool
+	}{
+		{"/sandboxes", "", true}, {"/v2/sandboxes", "", true}, {"/sandboxes/abc/timeout", "", true}, {"/v2/sandboxes/abc/connect", "", true},
+		{"/execute", "", true}, {"/contexts/c1/restart", "", true}, {"/files", "", true}, {"/health", "", true},
+		{"/filesystem.Filesystem/ListDir", "", true}, {"/process.Process/Start", "", true},
+		{"/v1/sessions", "", false}, {"/healthz", "", false}, {"/mcp", "", false}, {"/sandboxesx", "", false}, {"/filesx", "", false},
+		{"/v1/sessions", "abc", true}, // a data-plane request names its sandbox
+	} {
+		r := httptest.NewRequest("GET", c.path, nil)
+		if c.sandbox != "" {
+			r.Header.Set("E2b-Sandbox-Id", c.sandbox)
+		}
+		if got := (&Server{cfg: config.Default()}).Claims(r); got != c.want {
+			t.Errorf("Claims(%s, %q) = %v, want %v", c.path, c.sandbox, got, c.want)
+		}
+	}
+}
+
+func TestWsPath(t *testing.T) {
+	for _, c := range []struct{ in, rel, prefix string }{
+		{"/home/user", "", home}, {"/home/user/a.txt", "a.txt", home}, {"a/b", "a/b", home}, {"~/x", "x", home},
+		{"/workspace/d/e", "d/e", "/workspace"}, {"./a", "a", home},
+	} {
+		rel, prefix, err := wsPath(c.in)
+		if err != nil || rel != c.rel || prefix != c.prefix {
+			t.Errorf("wsPath(%q) = %q %q %v, want %q %q", c.in, rel, prefix, err, c.rel, c.prefix)
+		}
+	}
+	for _, bad := range []string{"/etc/passwd", "/home/user/../x", "../x", "/home/userx", "/tmp/a", "/home/user/a\x00b"} {
+		if rel, _, err := wsPath(bad); err == nil {
+			t.Errorf("wsPath(%q) = %q, want an error", bad, rel)
+		}
+	}
+}
+
+func FuzzWsPath(f *testing.F) {
+	for _, s := range []string{"/home/user/a", "~/../x", "/workspace/./b", "a//b", "/home/user/.."} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		rel, _, err := wsPath(p)
+		if err != nil {
+			return
+		}
+		if again, err := workspace.Clean(rel); err != nil || again != rel || strings.HasPrefix(rel, "/") || strings.Contains("/"+rel+"/", "/../") {
+			t.Fatalf("wsPath(%q) = %q, not a clean path beneath the workspace", p, rel)
+		}
+	})
+}
+
+func TestMetadataFilter(t *testing.T) {
+	// The JS SDK encodes keys and values, joins them as a query, and
+	// sends that encoded once more as metadata=.
+	got, err := metadataFilter("suite=e2b-sdk&a%2520b=c%2526d")
+	if err != nil || got["suite"] != "e2b-sdk" || got["a b"] != "c&d" || len(got) != 2 {
+		t.Errorf("metadataFilter = %v, %v", got, err)
+	}
+	if !matches(map[string]string{"suite": "e2b-sdk", "a b": "c&d", "x": "y"}, got) || matches(map[string]string{"suite": "e2b-sdk"}, got) {
+		t.Error("matches")
+	}
+}
+
+func TestCommandLine(t *testing.T) {
+	for _, c := range []struct {
+		cfg  processConfig
+		want string
+	}{
+		{processConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", "echo hi | tr h H"}}, "echo hi | tr h H"},
+		{processConfig{Cmd: "bash", Args: []string{"-c", "x"}}, "x"},
+		{processConfig{Cmd: "/usr/bin/python3", Args: []string{"-c", "print('a b')"}}, `'/usr/bin/python3' '-c' 'print('\''a b'\'')'`},
+	} {
+		if got := commandLine(c.cfg); got != c.want {
+			t.Errorf("commandLine(%+v) = %q, want %q", c.cfg, got, c.want)
+		}
+	}
+}
+
+func envelope(flags byte, msg string) []byte {
+	b := make([]byte, 5, 5+len(msg))
+	b[0] = flags
+	binary.BigEndian.PutUint32(b[1:], uint32(len(msg)))
+	return append(b, msg...)
+}
+
+func TestReadRPC(t *testing.T) {
+	s := &Server{cfg: config.Default()}
+	for _, c := range []struct {
+		name, ctype string
+		body        []byte
+		ok          bool
+	}{
+		{"unary", "application/json", []byte(`{"path":"/home/user"}`), true},
+		{"stream", "application/connect+json", envelope(0, `{"path":"/home/user"}`), true},
+		{"short", "application/connect+json", []byte{0, 0}, false},
+		{"long length", "application/connect+json", append(envelope(0, `{}`)[:1], 0xff, 0xff, 0xff, 0xff, '{', '}'), false},
+		{"compressed", "application/connect+json", envelope(1, `{}`), false},
+		{"not json", "application/json", []byte(`{`), false},
+	} {
+		r := httptest.NewRequest("POST", "/filesystem.Filesystem/Stat", bytes.NewReader(c.body))
+		r.Header.Set("Content-Type", c.ctype)
+		var v struct{ Path string }
+		err := s.readRPC(httptest.NewRecorder(), r, &v)
+		if (err == nil) != c.ok || c.ok && v.Path != "/home/user" {
+			t.Errorf("%s: %v %+v", c.name, err, v)
+		}
+	}
+}
+
+func TestDiff(t *testing.T) {
+	t0 := time.Unix(1, 0)
+	old := snapshot{"d/a": {Path: "d/a", Type: "file", Size: 1, ModTime: t0}, "d/gone": {Path: "d/gone", Type: "file"}}
+	cur := snapshot{"d/a": {Path: "d/a", Type: "file", Size: 2, ModTime: t0}, "d/new": {Path: "d/new", Type: "dir"}}
+	got := map[string]string{}
+	for _, e := range diff("d", old, cur) {
+		got[e.Name] = e.Type
+	}
+	want := map[string]string{"a": "EVENT_TYPE_WRITE", "new": "EVENT_TYPE_CREATE", "gone": "EVENT_TYPE_REMOVE"}
+	if len(got) != len(want) || got["a"] != want["a"] || got["new"] != want["new"] || got["gone"] != want["gone"] {
+		t.Errorf("diff = %v, want %v", got, want)
+	}
+}
