@@ -194,6 +194,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	try("create_pandas", func() error { return benchCreatePandas(ctx, srv, r, o, n(100, 3), n(10, 1)) })
 	try("concurrent_create", func() error { return benchConcurrent(ctx, srv, r, n(50, 4)) })
 	try("contexts", func() error { return benchContexts(ctx, srv, r, n(20, 2)) })
+	try("e2b", func() error { return benchE2B(ctx, srv, r, n(20, 2)) })
 	try("oneshot", func() error { return benchOneShot(ctx, srv, r, o, dur(10*time.Second, time.Second)) })
 	try("density", func() error { return benchDensity(ctx, srv, r, n(300, 3)) })
 	try("airlock_run", func() error { return benchRun(ctx, srv, r, o, n(40, 2)) })
