@@ -307,3 +307,37 @@ except ToolError as e:
 		t.Fatalf("an unknown tool: %v %q", isErr, text)
 	}
 }
+
+// The other clients: airlock-tool in a bash session (and its exit
+// statuses: 0, 2 for a refusal), require('airlock_tools') in a
+// JavaScript one.
+func TestToolsCLIAndJS(t *testing.T) {
+	ts := newToolServer(t)
+	s, _ := testServer(t, newRecorder(), toolsConfig(t, ts, "tok-0123456789abcdef0123"))
+	c := client.New("http://" + s.Addr().String())
+	defer c.CloseIdleConnections()
+	ctx := context.Background()
+	for _, tc := range []struct{ lang, code, want string }{
+		{"bash", `airlock-tool --list; airlock-tool search q=cli; echo "exit $?"; airlock-tool search --json '{"q": "` + strings.Repeat("x", 30) + `"}' 2>&1; echo "exit $?"`,
+			"search\thttp\tSearch.\n{\n  \"hits\": [\n    \"a\",\n    \"b\"\n  ],\n  \"q\": \"cli\"\n}\nexit 0\nairlock-tool: search: invalid_argument: must be at most 20 characters (argument 'q', rule maxLength)\nexit 2\n"},
+		{"javascript", `const t = require('airlock_tools');
+console.log((await t.call('search', {q: 'js'})).q);
+try { await t.call('search', {q: 'y'.repeat(30)}); } catch (e) { console.log(e.code, e.field, e.rule); }`, "js\ninvalid_argument q maxLength\n"},
+	} {
+		sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: tc.lang, Tools: []string{"search"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: tc.code}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Stdout != tc.want {
+			t.Errorf("%s: stdout %q, stderr %q, error %+v; want %q", tc.lang, r.Stdout, r.Stderr, r.Error, tc.want)
+		}
+		if len(r.ToolCalls) == 0 {
+			t.Errorf("%s: no tool calls in the result", tc.lang)
+		}
+		c.DeleteSession(ctx, sess.ID)
+	}
+}

@@ -9,6 +9,10 @@ const { execute } = require('./execution');
 const { runProgram } = require('./program');
 const { fatal, send, writeErr } = require('./wire');
 const { safeString } = require('./current');
+// require()'s global paths come from NODE_PATH at start: a pooled
+// runtime takes its session's (airlock_tools' directory) when configured.
+const Module = require('module');
+const initPaths = Module._initPaths;
 const {
   proc, realExit, jsonStringify, ObjectKeys, ObjectEntries, ObjectValues, ArrayIsArray, hasOwn,
 } = require('./primordials');
@@ -83,6 +87,7 @@ function configure(msg) {
     try {
       for (const k of ObjectKeys(proc.env)) delete proc.env[k];
       for (const [k, v] of ObjectEntries(msg.env)) proc.env[k] = v;
+      if (typeof initPaths === 'function') initPaths.call(Module);
     } catch (e) {
       errors.push(`environment: ${e.message}`);
     }
