@@ -213,3 +213,19 @@ test('getHost: an HTTP server inside, reached from outside with the traffic toke
     await sbx.kill()
   }
 })
+
+test('pty: a terminal that is resized, typed into, and exits', async () => {
+  const sbx = await Sandbox.create()
+  try {
+    let out = ''
+    const dec = new TextDecoder()
+    const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { out += dec.decode(d) } })
+    await sbx.pty.resize(term.pid, { cols: 100, rows: 30 })
+    await sbx.pty.sendInput(term.pid, new TextEncoder().encode('stty size; exit\n'))
+    const res = await term.wait()
+    assert.equal(res.exitCode, 0)
+    assert.match(out, /30 100/)
+  } finally {
+    await sbx.kill()
+  }
+})

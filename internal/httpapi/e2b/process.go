@@ -17,10 +17,6 @@ import (
 	"airlock/internal/session"
 )
 
-// followWait is how long a process stream waits for its command's end
-// before it sends what the command printed meanwhile.
-const followWait = 50 * time.Millisecond
-
 // processConfig is envd's ProcessConfig.
 type processConfig struct {
 	Cmd  string            `json:"cmd"`
@@ -37,10 +33,12 @@ type selector struct {
 
 type processRequest struct {
 	Process json.RawMessage `json:"process"`
-	Pty     json.RawMessage `json:"pty"`
-	Tag     *string         `json:"tag"`
-	Stdin   *bool           `json:"stdin"`
-	Input   *struct {
+	Pty     *struct {
+		Size *apitype.PTYSize `json:"size"`
+	} `json:"pty"`
+	Tag   *string `json:"tag"`
+	Stdin *bool   `json:"stdin"`
+	Input *struct {
 		Stdin string `json:"stdin"` // base64
 		Pty   string `json:"pty"`
 	} `json:"input"`
@@ -55,10 +53,6 @@ func (s *Server) process(w http.ResponseWriter, r *http.Request) {
 	var req processRequest
 	if err := s.readRPC(w, r, &req); err != nil {
 		failRPC(w, r, err)
-		return
-	}
-	if len(req.Pty) > 0 && string(req.Pty) != "null" {
-		failRPC(w, r, fmt.Errorf("%w: terminals (pty) are not available through the E2B API yet", errdefs.ErrUnsupported))
 		return
 	}
 	method := r.PathValue("method")
@@ -85,14 +79,14 @@ func (s *Server) process(w http.ResponseWriter, r *http.Request) {
 		st := httpapi.NewStream(w, "application/connect+json")
 		defer st.Finish()
 		st.Send(frame(0, event("start", map[string]int{"pid": cmd.Pid})))
-		follow(r.Context(), st, sess, cmd.ID, len(cmd.Stdout), len(cmd.Stderr))
+		follow(r.Context(), st, sess, cmd.ID, false, cmd.PTY != nil)
 		return
 	case "SendInput":
-		if req.Input == nil || req.Input.Pty != "" {
-			failRPC(w, r, fmt.Errorf("%w: input.stdin (base64) is what a process without a terminal reads", errdefs.ErrInvalidArgument))
+		if req.Input == nil {
+			failRPC(w, r, fmt.Errorf("%w: input.stdin or input.pty (base64) is missing", errdefs.ErrInvalidArgument))
 			return
 		}
-		data, err := base64.StdEncoding.DecodeString(req.Input.Stdin)
+		data, err := base64.StdEncoding.DecodeString(req.Input.Stdin + req.Input.Pty)
 		if err != nil {
 			failRPC(w, r, fmt.Errorf("%w: input.stdin is not base64", errdefs.ErrInvalidArgument))
 			return
@@ -108,7 +102,11 @@ func (s *Server) process(w http.ResponseWriter, r *http.Request) {
 		}
 		answerRPC(w, r, ended(cmd, sess.SignalCommand(cmd.ID, sig)))
 	case "Update":
-		failRPC(w, r, fmt.Errorf("%w: terminals (pty) are not available through the E2B API yet", errdefs.ErrUnsupported))
+		if req.Pty == nil || req.Pty.Size == nil {
+			failRPC(w, r, fmt.Errorf("%w: pty.size is what a process's update changes", errdefs.ErrInvalidArgument))
+			return
+		}
+		answerRPC(w, r, ended(cmd, sess.ResizeCommand(cmd.ID, *req.Pty.Size)))
 	default:
 		failRPC(w, r, fmt.Errorf("%w: process.Process/%s", errdefs.ErrUnsupported, httpapi.Truncate(method)))
 	}
@@ -176,6 +174,12 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, sess *session.Ses
 		return
 	}
 	cr := apitype.CommandRequest{Command: commandLine(pc), Env: pc.Envs, Background: true}
+	if req.Pty != nil {
+		cr.PTY = &apitype.PTYSize{Cols: 80, Rows: 24}
+		if req.Pty.Size != nil {
+			cr.PTY = req.Pty.Size
+		}
+	}
 	if pc.Cwd != nil && *pc.Cwd != "" {
 		rel, _, err := wsPath(*pc.Cwd)
 		if err != nil {
@@ -189,44 +193,58 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, sess *session.Ses
 		failRPC(w, r, err)
 		return
 	}
-	if req.Stdin == nil || !*req.Stdin {
+	if cr.PTY == nil && (req.Stdin == nil || !*req.Stdin) {
 		sess.CommandStdin(res.ID, nil, true) // E2B's stdin:false: none to read
 	}
 	box.remember(res.ID, res.Pid, pc, req.Tag)
 	st := httpapi.NewStream(w, "application/connect+json")
 	defer st.Finish()
 	st.Send(frame(0, event("start", map[string]int{"pid": res.Pid})))
-	follow(r.Context(), st, sess, res.ID, 0, 0)
+	follow(r.Context(), st, sess, res.ID, true, cr.PTY != nil)
 }
 
-// follow streams command cid's output from the offsets given until it
-// ends (then its end and the stream's), the client leaves, or the
-// session ends.
-func follow(ctx context.Context, st *httpapi.Stream, sess *session.Session, cid string, sentOut, sentErr int) {
-	quiet := time.Now()
-	for {
-		res, err := sess.Command(ctx, cid, followWait)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			ce := connectError{Code: "not_found", Message: errdefs.Message(err)}
-			st.Send(endFrame(&ce))
-			return
-		}
-		for _, o := range []struct {
-			name string
-			text string
-			sent *int
-		}{{"stdout", res.Stdout, &sentOut}, {"stderr", res.Stderr, &sentErr}} {
-			if len(o.text) > *o.sent {
-				data := base64.StdEncoding.EncodeToString([]byte(o.text[*o.sent:]))
-				st.Send(frame(0, event("data", map[string]string{o.name: data})))
-				*o.sent = len(o.text)
-				quiet = time.Now()
+// follow streams command cid's output (with replay, what it printed
+// already first) until it ends (then its end and the stream's), the
+// client leaves, or the session ends. A terminal's output is envd's pty
+// data.
+func follow(ctx context.Context, st *httpapi.Stream, sess *session.Session, cid string, replay, pty bool) {
+	quiet := make(chan struct{}, 1)
+	done := make(chan struct{})
+	defer close(done)
+	go func() { // keepalives while the command is quiet
+		t := time.NewTicker(keepalive)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-quiet:
+				t.Reset(keepalive)
+			case <-t.C:
+				st.Send(frame(0, event("keepalive", struct{}{})))
 			}
 		}
-		if res.State == apitype.CommandExited {
+	}()
+	ended := false
+	err := sess.AttachCommand(ctx, cid, replay, func(ev apitype.Event) {
+		select {
+		case quiet <- struct{}{}:
+		default:
+		}
+		switch ev.Type {
+		case apitype.EventStdout, apitype.EventStderr:
+			name := ev.Type
+			if pty {
+				name = "pty"
+			}
+			if ev.Text != "" {
+				st.Send(frame(0, event("data", map[string]string{name: base64.StdEncoding.EncodeToString([]byte(ev.Text))})))
+			}
+		case apitype.EventEnd:
+			if ev.Command == nil {
+				return
+			}
+			res := ev.Command
 			code := 0
 			if res.ExitCode != nil {
 				code = *res.ExitCode
@@ -240,13 +258,19 @@ func follow(ctx context.Context, st *httpapi.Stream, sess *session.Session, cid 
 			}
 			st.Send(frame(0, event("end", end)))
 			st.Send(endFrame(nil))
-			return
+			ended = true
 		}
-		if time.Since(quiet) > keepalive {
-			st.Send(frame(0, event("keepalive", struct{}{})))
-			quiet = time.Now()
+	})
+	if ended || ctx.Err() != nil {
+		return
+	}
+	ce := connectError{Code: "unavailable", Message: "the process's output could not be followed"}
+	if err != nil {
+		if code, ok := connectCodes[errdefs.KindOf(err).HTTPStatus]; ok {
+			ce = connectError{Code: code, Message: errdefs.Message(err)}
 		}
 	}
+	st.Send(endFrame(&ce))
 }
 
 // proc is what a sandbox remembers of a process it started.
