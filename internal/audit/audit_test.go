@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -391,5 +392,37 @@ func TestRefusalsAggregated(t *testing.T) {
 	}
 	if n != maxRefusalKeys+1 || other != 2000-maxRefusalKeys {
 		t.Errorf("2000 sources: %d records, %d folded into \"*\"; want %d and %d", n, other, maxRefusalKeys+1, 2000-maxRefusalKeys)
+	}
+}
+
+// A brokered tool call is a tool.call record: the call as the broker
+// recorded it (arguments already redacted), the execution it was in,
+// and an outcome of ok, denied (refused) or failed.
+func TestToolCallRecords(t *testing.T) {
+	l, _ := open(t, "full")
+	st := 200
+	for _, c := range []apitype.ToolCall{
+		{Tool: "search", Arguments: json.RawMessage(`{"q":"a"}`), Decision: apitype.ToolOK, Status: &st, DurationMs: 1.5, BytesIn: 9, BytesOut: 40},
+		{Tool: "search", Decision: apitype.ToolRefused, Code: "invalid_argument", Field: "q", Rule: "maxLength"},
+		{Tool: "hang", Decision: apitype.ToolFailed, Code: "timeout", Rule: "timeout"},
+	} {
+		l.ToolCalled(session.ToolCallEvent{Caller: caller, Session: "s1", Execution: "e2", Call: c})
+	}
+	recs := all(t, l, store.AuditQuery{Kind: apitype.AuditToolCall})
+	if len(recs) != 3 {
+		t.Fatalf("%d records", len(recs))
+	}
+	var got []string
+	for _, r := range recs {
+		if r.Session != "s1" || r.ID != "e2" || r.ToolCall == nil || r.Tenant != "t1" {
+			t.Errorf("record %+v", r)
+		}
+		got = append(got, r.ToolCall.Tool+" "+r.Outcome+" "+r.Error)
+	}
+	if want := "search ok |search denied invalid_argument|hang failed timeout"; strings.Join(got, "|") != want {
+		t.Errorf("%q, want %q", strings.Join(got, "|"), want)
+	}
+	if r := recs[0]; string(r.ToolCall.Arguments) != `{"q":"a"}` || r.BytesIn != 9 || r.BytesOut != 40 || r.DurationMs != 1.5 {
+		t.Errorf("the call's figures: %+v", r)
 	}
 }
