@@ -12,14 +12,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"os"
+	"path"
 	"sync"
 	"time"
 
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/session"
+	"airlock/internal/workspace"
 )
 
 // Transfers counts the transfers in progress, of every API.
@@ -171,3 +174,27 @@ func (s *stallWriter) Write(p []byte) (int, error) {
 }
 
 func (s *stallWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// ServeFile answers the download of f, the workspace file p that e
+// describes, as every API does; a file claiming more than disk bytes is
+// refused (returned, for the caller's error shape) before anything is
+// written.
+func ServeFile(w http.ResponseWriter, r *http.Request, p string, f io.ReadSeeker, e workspace.Entry, disk int64) error {
+	// The workspace holds at most disk bytes; a file that claims more is
+	// sparse, and streaming its holes would cost the server for nothing.
+	if e.Size > disk {
+		return fmt.Errorf("%w: %s is a sparse file of %d bytes, more than the workspace's %d", errdefs.ErrTooLarge, p, e.Size, disk)
+	}
+	if mime.TypeByExtension(path.Ext(p)) == "" {
+		w.Header().Set("Content-Type", "application/octet-stream")
+	}
+	// Files come from sandboxed code: a browser must never render one as
+	// a page of the API's own origin.
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(p)}))
+	w.Header().Set("Content-Security-Policy", "sandbox; default-src 'none'")
+	// ServeContent streams from the descriptor opened beneath the root and
+	// answers Range requests.
+	http.ServeContent(w, r, path.Base(p), e.ModTime, f)
+	return nil
+}

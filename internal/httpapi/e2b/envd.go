@@ -75,14 +75,9 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer f.Close()
-	if disk := int64(sess.Limits().Disk); e.Size > disk {
-		failControl(w, fmt.Errorf("%w: %s is a sparse file of %d bytes, more than the workspace's %d", errdefs.ErrTooLarge, rel, e.Size, disk))
-		return
+	if err := httpapi.ServeFile(w, r, rel, f, e, int64(sess.Limits().Disk)); err != nil {
+		failControl(w, err)
 	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Content-Security-Policy", "sandbox; default-src 'none'")
-	http.ServeContent(w, r, path.Base(rel), e.ModTime, f)
 }
 
 // maxParts bounds the files of one multipart upload.

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
-	"path"
 	"strconv"
 	"strings"
 
@@ -380,23 +379,9 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer f.Close()
-	// The workspace holds at most Disk bytes; a file that claims more is
-	// sparse, and streaming its holes would cost the server for nothing.
-	if disk := int64(sess.Limits().Disk); e.Size > disk {
-		fail(w, fmt.Errorf("%w: %s is a sparse file of %d bytes, more than the workspace's %d", errdefs.ErrTooLarge, p, e.Size, disk))
-		return
+	if err := httpapi.ServeFile(w, r, p, f, e, int64(sess.Limits().Disk)); err != nil {
+		fail(w, err)
 	}
-	if mime.TypeByExtension(path.Ext(p)) == "" {
-		w.Header().Set("Content-Type", "application/octet-stream")
-	}
-	// Files come from sandboxed code: a browser must never render one as
-	// a page of the API's own origin.
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(p)}))
-	w.Header().Set("Content-Security-Policy", "sandbox; default-src 'none'")
-	// ServeContent streams from the descriptor opened beneath the root and
-	// answers Range requests.
-	http.ServeContent(w, r, path.Base(p), e.ModTime, f)
 }
 
 func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
