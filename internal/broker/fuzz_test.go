@@ -1,7 +1,9 @@
 package broker
 
 import (
+	"errors"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -73,13 +75,16 @@ func FuzzURLTemplate(f *testing.F) {
 }
 
 // FuzzArgv: an argument is never split, never adds an element, never
-// makes an option where the template has a lone placeholder, and
+// makes an option where the template's element starts with a
+// placeholder (no "--" before it), and
 // carries no control character.
 func FuzzArgv(f *testing.F) {
 	for _, v := range []string{"x", "-rf", "--help", "a b", "$(id)", "\n", "-", ""} {
 		f.Add("/bin/tool\x00-x\x00{a}\x00--\x00{b}", v, v)
 		f.Add("/bin/tool\x00--flag={a}\x00{a}{b}", v, v)
+		f.Add("git\x00log\x00{a}..HEAD\x00{b}.csv", v, v)
 	}
+	f.Add("git\x00log\x00{a}{b}", "", "--output=/x")
 	f.Fuzz(func(t *testing.T, argv, a, b string) {
 		tt, err := parseArgv(strings.Split(argv, "\x00"))
 		if err != nil {
@@ -98,7 +103,7 @@ func FuzzArgv(f *testing.F) {
 			if j >= len(out) {
 				t.Fatalf("%q: too few elements for the template", out)
 			}
-			if wholeName(ps) != "" && strings.HasPrefix(out[j], "-") && !tt.dashes[i] {
+			if ps[0].name != "" && strings.HasPrefix(out[j], "-") && !tt.dashes[i] {
 				t.Fatalf("%q: element %d is an option", out, j)
 			}
 			for _, c := range []byte(out[j]) {
@@ -121,4 +126,42 @@ func all(list []string, f func(string) bool) bool {
 		}
 	}
 	return true
+}
+
+// TestArgvLeadingDash: a built element whose template starts with a
+// placeholder never comes out as an option, however the placeholder
+// is placed in it.
+func TestArgvLeadingDash(t *testing.T) {
+	for _, c := range []struct {
+		argv []string
+		args map[string]any
+		want []string // nil: refused as leading_dash
+	}{
+		{[]string{"git", "log", "{rev}"}, map[string]any{"rev": "--output=/x"}, nil},
+		{[]string{"git", "-C", "/srv/r", "log", "{rev}..HEAD"}, map[string]any{"rev": "--output=/srv/r/.git/hooks/x"}, nil},
+		{[]string{"tool", "{name}.csv"}, map[string]any{"name": "-rf"}, nil},
+		{[]string{"tool", "{a}{b}"}, map[string]any{"a": "-", "b": "x"}, nil},
+		{[]string{"tool", "{a}{b}"}, map[string]any{"a": "", "b": "--help"}, nil},
+		{[]string{"git", "log", "{rev}..HEAD"}, map[string]any{"rev": "main"}, []string{"git", "log", "main..HEAD"}},
+		{[]string{"tool", "{a}{b}"}, map[string]any{"a": "x", "b": "-y"}, []string{"tool", "x-y"}},
+		{[]string{"tool", "--flag={a}"}, map[string]any{"a": "-v"}, []string{"tool", "--flag=-v"}},
+		{[]string{"tool", "./{a}"}, map[string]any{"a": "-v"}, []string{"tool", "./-v"}},
+		{[]string{"tool", "--", "{a}.csv"}, map[string]any{"a": "-v"}, []string{"tool", "--", "-v.csv"}},
+	} {
+		tt, err := parseArgv(c.argv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := tt.expand(c.args)
+		if c.want == nil {
+			var ve *ValueError
+			if !errors.As(err, &ve) || ve.Rule != "leading_dash" {
+				t.Errorf("%q %v: got %q, %v; want a leading_dash refusal", c.argv, c.args, out, err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(out, c.want) {
+			t.Errorf("%q %v: got %q, %v; want %q", c.argv, c.args, out, err, c.want)
+		}
+	}
 }

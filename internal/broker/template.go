@@ -342,9 +342,9 @@ func (t *argvTemplate) names() []string {
 }
 
 // expand writes the argv for args. An element that is only a
-// placeholder is left out when the argument is absent; its value may
-// not start with "-" (an option the operator never declared) unless a
-// "--" came before it.
+// placeholder is left out when the argument is absent. An element whose
+// template starts with a placeholder may not come out starting with "-"
+// (an option the operator never declared) unless a "--" came before it.
 func (t *argvTemplate) expand(args map[string]any) ([]string, error) {
 	var out []string
 	for i, ps := range t.args {
@@ -366,8 +366,11 @@ func (t *argvTemplate) expand(args map[string]any) ([]string, error) {
 			if err := checkValue(p.name, v); err != nil {
 				return nil, err
 			}
-			if wholeName(ps) != "" && strings.HasPrefix(v, "-") && !t.dashes[i] {
-				return nil, &ValueError{p.name, "leading_dash", "the value may not start with \"-\": the command would read it as an option"}
+			// The element's start is built from arguments so far (no
+			// literal yet): a value that makes it an option is refused,
+			// whether the element is "{a}", "{a}..HEAD" or "{a}{b}".
+			if b.Len() == 0 && strings.HasPrefix(v, "-") && !t.dashes[i] {
+				return nil, &ValueError{p.name, "leading_dash", "the value may not start with \"-\": it begins a command-line element, which the command would read as an option"}
 			}
 			b.WriteString(v)
 		}
