@@ -103,14 +103,30 @@ func checkID(id string) error {
 }
 
 // Write writes session (the caller's description, JSON) and the files of
-// ws as the image of id under root, reading at most max bytes of files.
-// commit is called with the image's size on disk once it is complete but
-// not yet in place: its error (a quota) abandons the image. A workspace
-// that cannot be kept whole (too many entries, a file changing while it
-// is read, a full disk) is an error and leaves nothing behind.
-func Write(ctx context.Context, root, id string, session []byte, ws *workspace.Dir, max int64, commit func(disk int64) error) (Stats, error) {
+// ws as the image of id under root. Before anything is written, the
+// files' sizes are summed as the image holds them and a restore expands
+// them (a sparse file's holes and each name of a hard link in full): a
+// total over max is refused (ErrTooLarge), and admit is called with the
+// most bytes the image can take on disk, its error (a quota, a full
+// disk) refusing the pause. No file is then read past that total. A
+// workspace that cannot be kept whole (too many entries, a file changing
+// while it is read, a full disk) is an error and leaves nothing behind.
+func Write(ctx context.Context, root, id string, session []byte, ws *workspace.Dir, max int64, admit func(size int64) error) (Stats, error) {
 	if err := checkID(id); err != nil {
 		return Stats{}, err
+	}
+	entries, contents, size, err := plan(ws, len(session))
+	if err != nil {
+		return Stats{}, err
+	}
+	if contents > max {
+		return Stats{}, fmt.Errorf("%w: the workspace's files come to %d bytes (a sparse file's holes and every name of a hard link count in full), more than a paused session may hold (%d: the session's disk limit, or persistence.max_image_bytes); remove files, or keep the session running",
+			errdefs.ErrTooLarge, contents, max)
+	}
+	if admit != nil {
+		if err := admit(size); err != nil {
+			return Stats{}, err
+		}
 	}
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return Stats{}, diskErr(err)
@@ -125,7 +141,7 @@ func Write(ctx context.Context, root, id string, session []byte, ws *workspace.D
 			os.RemoveAll(tmp)
 		}
 	}()
-	st, sum, err := writeFiles(ctx, filepath.Join(tmp, filesName), ws, max)
+	st, sum, err := writeFiles(ctx, filepath.Join(tmp, filesName), ws, entries, contents)
 	if err != nil {
 		return Stats{}, err
 	}
@@ -142,11 +158,6 @@ func Write(ctx context.Context, root, id string, session []byte, ws *workspace.D
 		return Stats{}, diskErr(err)
 	}
 	st.DiskBytes = sum.Size + int64(len(meta))
-	if commit != nil {
-		if err := commit(st.DiskBytes); err != nil {
-			return Stats{}, err
-		}
-	}
 	if err := syncDir(tmp); err != nil {
 		return Stats{}, diskErr(err)
 	}
@@ -172,17 +183,38 @@ func diskErr(err error) error {
 	return errdefs.Private(errdefs.ErrUnavailable, "the paused session could not be written; the session keeps running", err)
 }
 
-// writeFiles writes the tar of ws's files to p.
-func writeFiles(ctx context.Context, p string, ws *workspace.Dir, max int64) (Stats, filesSum, error) {
-	var st Stats
+// plan lists ws's entries and sums what their image takes: contents,
+// the files' apparent sizes (what the tar holds and a restore writes);
+// size, the most the image can take on disk with its tar headers and a
+// description of meta bytes.
+func plan(ws *workspace.Dir, meta int) (entries []workspace.Entry, contents, size int64, err error) {
 	entries, truncated, err := ws.List("", true)
 	if err != nil {
-		return st, filesSum{}, err
+		return nil, 0, 0, err
 	}
 	if truncated {
-		return st, filesSum{}, fmt.Errorf("%w: the workspace has more than %d entries, or paths deeper than %d levels or longer than %d bytes: it cannot be paused whole",
+		return nil, 0, 0, fmt.Errorf("%w: the workspace has more than %d entries, or paths deeper than %d levels or longer than %d bytes: it cannot be paused whole",
 			errdefs.ErrTooLarge, workspace.MaxListLength, workspace.MaxPathDepth, workspace.MaxPathLen)
 	}
+	// A header of up to 3 blocks an entry (a PAX record for a long
+	// name), a file padded to a block, the tar's end; meta.json: the
+	// description, stats, a skipped entry's path.
+	const block = 512
+	size = 2*block + int64(meta) + 1024
+	for _, e := range entries {
+		size += 3*block + int64(len(e.Path)) + 64
+		if e.Type == "file" && e.Size > 0 {
+			contents += e.Size
+			size += (e.Size + block - 1) / block * block
+		}
+	}
+	return entries, contents, size, nil
+}
+
+// writeFiles writes the tar of ws's entries to p, of at most max bytes
+// of contents.
+func writeFiles(ctx context.Context, p string, ws *workspace.Dir, entries []workspace.Entry, max int64) (Stats, filesSum, error) {
+	var st Stats
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return st, filesSum{}, diskErr(err)
@@ -248,7 +280,7 @@ func writeFile(tw *tar.Writer, ws *workspace.Dir, rel string, left int64) (int64
 	}
 	defer f.Close()
 	if e.Size > left {
-		return 0, fmt.Errorf("%w: the workspace's files are larger than persistence.max_image_bytes allows; the session keeps running", errdefs.ErrTooLarge)
+		return 0, fmt.Errorf("%w: /workspace/%s grew while the session was being paused (a background process?); try again", errdefs.ErrConflict, rel)
 	}
 	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Size: e.Size, Mode: modeOf(e.Mode)}); err != nil {
 		return 0, writeErr(err)

@@ -129,6 +129,7 @@ type fakeInstance struct {
 	t      *testing.T
 	limits config.Limits
 	ws     *workspace.Dir
+	dir    string // ws's host path
 	start  time.Time
 	*fakeInterp
 
@@ -183,7 +184,7 @@ func newFakeInstance(t *testing.T, rt runtimes.Runtime, l config.Limits) *fakeIn
 		t.Fatal(err)
 	}
 	f := &fakeInstance{
-		t: t, limits: l, ws: ws, start: time.Now(),
+		t: t, limits: l, ws: ws, dir: dir, start: time.Now(),
 		events: make(chan cgroup.Event, 4), dead: make(chan struct{}),
 	}
 	f.fakeInterp = newFakeInterp(f, rt, f.dead, false)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"sync"
 	"time"
@@ -14,6 +15,8 @@ import (
 	"airlock/internal/errdefs"
 	"airlock/internal/identity"
 	"airlock/internal/pauseimage"
+
+	"golang.org/x/sys/unix"
 )
 
 // Pausing and resuming (persistence): a pause writes a session's files
@@ -343,14 +346,32 @@ func (s *Session) Pause(ctx context.Context) (apitype.Session, error) {
 		return apitype.Session{}, err
 	}
 	begun := time.Now()
-	st, err := pauseimage.Write(ctx, m.persistDir(), s.id, raw, s.workspace(), int64(m.cfg.Persistence.MaxImageBytes),
-		func(disk int64) error { return m.pauseQuota(s.owner.Tenant, disk) })
+	st, err := s.writeImage(ctx, s.id, raw)
 	if err != nil {
 		m.log.Warn("pausing a session failed; it keeps running", "session", s.id, "err", err)
 		return apitype.Session{}, err
 	}
+	if m.imageWritten != nil {
+		m.imageWritten(s.id)
+	}
 	p := &pausedSession{meta: meta, stats: st}
+	// The end is claimed and the session listed as paused in one step: a
+	// delete (or any end) while the image was written wins, and its
+	// image goes; one after it finds the session paused (DeleteFor).
 	m.mu.Lock()
+	s.mu.Lock()
+	end := s.end
+	if end.Zero() {
+		s.end = apitype.Ended(apitype.EndPaused)
+	}
+	s.mu.Unlock()
+	if !end.Zero() {
+		m.mu.Unlock()
+		if err := pauseimage.Remove(m.persistDir(), s.id); err != nil {
+			m.log.Error("removing the image of a session that ended while it was paused", "session", s.id, "err", err)
+		}
+		return apitype.Session{}, gone(end)
+	}
 	if m.paused == nil {
 		m.paused = map[string]*pausedSession{}
 	}
@@ -405,29 +426,77 @@ func (s *Session) restoreContexts(ctx context.Context, meta pausedMeta) error {
 	return nil
 }
 
-// pauseQuota refuses a pause of disk bytes that would take tenant's
-// paused sessions past its quotas.max_paused_bytes.
-func (m *Manager) pauseQuota(tenant string, disk int64) error {
+// writeImage writes the session's files and description raw as the
+// image id, within its disk limit (a pause image never holds more than
+// the sandbox could, nor more than a restore into a sandbox of the same
+// limits can expand) and persistence.max_image_bytes, and within what
+// reserveImage grants before anything is written.
+func (s *Session) writeImage(ctx context.Context, id string, raw []byte) (pauseimage.Stats, error) {
+	m := s.m
+	max := min(int64(m.cfg.Persistence.MaxImageBytes), int64(s.limits.Disk))
+	var release func()
+	defer func() {
+		if release != nil {
+			release()
+		}
+	}()
+	return pauseimage.Write(ctx, m.persistDir(), id, raw, s.workspace(), max, func(size int64) (err error) {
+		release, err = m.reserveImage(s.owner.Tenant, size)
+		return err
+	})
+}
+
+// imageHeadroom is what reserveImage leaves free on persistence.dir's
+// disk (for the audit log, the server's own writes).
+const imageHeadroom = 64 << 20
+
+// reserveImage reserves size bytes of persistence.dir for an image of
+// tenant's, counted until release: refused over the tenant's
+// quotas.max_paused_bytes (its paused sessions and the pauses and forks
+// under way) or when the disk has not that much free beside those under
+// way and imageHeadroom.
+func (m *Manager) reserveImage(tenant string, size int64) (release func(), err error) {
 	limit := int64(m.cfg.Quotas.MaxPausedBytes)
 	if t, ok := m.admit.(*Tenants); ok && t.quotas != nil {
 		limit = int64(t.quotas.Of(identity.Identity{Tenant: tenant}).MaxPausedBytes)
 	}
-	if limit == 0 {
-		return nil
+	var fs unix.Statfs_t
+	if err := os.MkdirAll(m.persistDir(), 0o700); err == nil {
+		err = unix.Statfs(m.persistDir(), &fs)
 	}
-	used := int64(0)
+	if err != nil {
+		return nil, errdefs.Private(errdefs.ErrUnavailable, "the server's disk for paused sessions cannot be read; the session keeps running", err)
+	}
+	free := int64(fs.Bavail) * int64(fs.Bsize)
 	m.mu.Lock()
+	defer m.mu.Unlock()
+	used, all := m.reserved[tenant], int64(0)
+	for _, n := range m.reserved {
+		all += n
+	}
 	for _, p := range m.paused {
 		if p.meta.Tenant == tenant {
 			used += p.stats.DiskBytes
 		}
 	}
-	m.mu.Unlock()
-	if used+disk > limit {
-		return fmt.Errorf("%w: the tenant's paused sessions would take %d bytes, more than its quota of %d (quotas.max_paused_bytes); delete paused sessions, or keep this one running",
-			errdefs.ErrQuota, used+disk, limit)
+	if limit > 0 && used+size > limit {
+		return nil, fmt.Errorf("%w: the tenant's paused sessions would take up to %d bytes, more than its quota of %d (quotas.max_paused_bytes); delete paused sessions, or keep this one running",
+			errdefs.ErrQuota, used+size, limit)
 	}
-	return nil
+	if size+all+imageHeadroom > free {
+		return nil, fmt.Errorf("%w: the server's disk for paused sessions has no room for this session's files (up to %d bytes); the session keeps running", errdefs.ErrUnavailable, size)
+	}
+	if m.reserved == nil {
+		m.reserved = map[string]int64{}
+	}
+	m.reserved[tenant] += size
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.reserved[tenant] -= size; m.reserved[tenant] <= 0 {
+			delete(m.reserved, tenant)
+		}
+	}, nil
 }
 
 // restoring is what create needs to make a paused session live again.
@@ -759,7 +828,7 @@ func (m *Manager) ForkFor(ctx context.Context, id string) (*Session, error) {
 		raw, err := json.Marshal(meta)
 		if err == nil {
 			imageID = "fork-" + newID
-			_, err = pauseimage.Write(ctx, m.persistDir(), imageID, raw, src.workspace(), int64(m.cfg.Persistence.MaxImageBytes), nil)
+			_, err = src.writeImage(ctx, imageID, raw)
 		}
 		thaw()
 		if err != nil {

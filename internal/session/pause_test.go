@@ -552,3 +552,103 @@ func TestLoadPausedAtStart(t *testing.T) {
 		t.Errorf("the damaged image was not left in place: %v", err)
 	}
 }
+
+// TestPauseBounded: a pause is sized before anything is written, as a
+// restore would expand it (a sparse file's holes, every name of a hard
+// link), and refused, the session running on, over the session's disk
+// limit (such an image could never be resumed), over the tenant's quota
+// counting the pauses and forks under way, and for a fork as for a pause.
+func TestPauseBounded(t *testing.T) {
+	t.Run("sparse over the disk limit", func(t *testing.T) {
+		cfg := persistConfig(t)
+		m, _, _ := newTestManager(t, cfg)
+		s := create(t, m, "python")
+		writeFiles(t, s, map[string]string{"z": "x"})
+		if err := os.Truncate(filepath.Join(s.inst.(*fakeInstance).dir, "z"), int64(s.limits.Disk)+1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Pause(context.Background()); !errors.Is(err, errdefs.ErrTooLarge) {
+			t.Errorf("pause of a sparse file over the disk limit: %v", err)
+		}
+		if _, err := m.ForkFor(context.Background(), s.ID()); !errors.Is(err, errdefs.ErrTooLarge) {
+			t.Errorf("fork of a sparse file over the disk limit: %v", err)
+		}
+		if _, err := execute(t, s, "out x", nil); err != nil {
+			t.Errorf("the session does not run after a refused pause: %v", err)
+		}
+		if ents, _ := os.ReadDir(cfg.Persistence.Dir); len(ents) != 0 {
+			t.Errorf("a refused pause left %v", ents)
+		}
+	})
+	t.Run("hard links over the disk limit", func(t *testing.T) {
+		cfg := persistConfig(t)
+		m, _, _ := newTestManager(t, cfg)
+		s := create(t, m, "python")
+		dir := s.inst.(*fakeInstance).dir
+		writeFiles(t, s, map[string]string{"z": "x"})
+		if err := os.Truncate(filepath.Join(dir, "z"), int64(s.limits.Disk)/2+1); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Link(filepath.Join(dir, "z"), filepath.Join(dir, "z2")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Pause(context.Background()); !errors.Is(err, errdefs.ErrTooLarge) {
+			t.Errorf("pause of two names of a file over the disk limit: %v", err)
+		}
+	})
+	t.Run("quota counts pauses under way", func(t *testing.T) {
+		cfg := persistConfig(t)
+		cfg.Quotas.MaxPausedBytes = 1 << 20
+		m, _, _ := newTestManager(t, cfg)
+		s := create(t, m, "python")
+		writeFiles(t, s, map[string]string{"a": "hello"})
+		release, err := m.reserveImage("", 1<<20-1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.reserveImage("", 4096); !errors.Is(err, errdefs.ErrQuota) {
+			t.Errorf("a second reservation past the quota: %v", err)
+		}
+		if _, err := s.Pause(context.Background()); !errors.Is(err, errdefs.ErrQuota) {
+			t.Errorf("pause while another takes the quota: %v", err)
+		}
+		release()
+		if _, err := s.Pause(context.Background()); err != nil {
+			t.Errorf("pause once the other is done: %v", err)
+		}
+	})
+	t.Run("fork within the quota", func(t *testing.T) {
+		cfg := persistConfig(t)
+		cfg.Quotas.MaxPausedBytes = 4096
+		m, _, _ := newTestManager(t, cfg)
+		s := create(t, m, "python")
+		writeFiles(t, s, map[string]string{"big": strings.Repeat("x", 8192)})
+		if _, err := m.ForkFor(context.Background(), s.ID()); !errors.Is(err, errdefs.ErrQuota) {
+			t.Errorf("fork over the quota: %v", err)
+		}
+	})
+}
+
+// TestDeleteWhilePausing: a session deleted while its image is written
+// stays deleted (410), and its image goes; one deleted once paused too.
+func TestDeleteWhilePausing(t *testing.T) {
+	cfg := persistConfig(t)
+	m, _, _ := newTestManager(t, cfg)
+	s := create(t, m, "python")
+	writeFiles(t, s, someFiles)
+	m.imageWritten = func(id string) {
+		if err := m.DeleteFor(context.Background(), id); err != nil {
+			t.Errorf("delete during the pause: %v", err)
+		}
+	}
+	if _, err := s.Pause(context.Background()); !errors.Is(err, errdefs.ErrGone) {
+		t.Errorf("pause of a session deleted meanwhile: %v", err)
+	}
+	m.imageWritten = nil
+	if _, err := m.Find(context.Background(), s.ID()); !errors.Is(err, errdefs.ErrGone) {
+		t.Errorf("the deleted session: %v", err)
+	}
+	if ents, _ := os.ReadDir(cfg.Persistence.Dir); len(ents) != 0 {
+		t.Errorf("a deleted session's image was kept: %v", ents)
+	}
+}

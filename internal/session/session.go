@@ -99,6 +99,12 @@ type Manager struct {
 	// those kept longer than persistence.keep.
 	paused  map[string]*pausedSession
 	sweeper *time.Timer
+	// reserved: the bytes of persistence.dir the pauses and forks under
+	// way may write, by tenant, under mu (see reserveImage).
+	reserved map[string]int64
+	// imageWritten, if set (tests), is called once a pause's image is
+	// written, before the session is listed as paused.
+	imageWritten func(id string)
 }
 
 // NewManager returns a manager that gets the sandboxes of the server's
@@ -711,6 +717,12 @@ func (m *Manager) DeleteFor(ctx context.Context, id string) error {
 	}
 	s.mu.Unlock()
 	s.terminate(apitype.Ended(apitype.EndDeleted))
+	if s.End().Code == apitype.EndPaused {
+		// A pause completed first (its end and its listing are one
+		// step): the client asked for the session gone, so it goes.
+		_, err := m.deletePaused(id, nil)
+		return err
+	}
 	return nil
 }
 
