@@ -24,7 +24,10 @@ import (
 // CONNECT.
 const ProxyAddr = "127.0.0.1:3128"
 
-const proxyPort = 3128 // ProxyAddr's
+// ProxyPort is ProxyAddr's port.
+const ProxyPort = 3128
+
+const proxyPort = ProxyPort
 
 // bufConn reads what a bufio.Reader already buffered before the conn.
 type bufConn struct {

@@ -182,3 +182,45 @@ func TestPortsReachSandbox(t *testing.T) {
 		_ = s
 	})
 }
+
+// Airlock's own ports inside a sandbox are never a port link's: the
+// tool endpoint (3129), the egress proxy (3128), DNS (53) and the egress
+// gate's ports (here 443, from the session's policy) are refused with a
+// 403 that says why, on every way in: opening one (private or public),
+// the path form with the API key, the host form with the key. (A token
+// or a public port cannot exist for them: opening is refused.) Checked
+// against a mutant that lets 3129 through.
+func TestPortsRefuseAirlockPorts(t *testing.T) {
+	s, base := portsServer(t, func(c *config.Config) { c.Ports.AllowPublic = true })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := client.New(base, client.WithToken("admin-token"))
+	defer c.CloseIdleConnections()
+	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python", Network: &apitype.NetworkPolicy{Allow: []string{"example.com:443"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	label, _ := cluster.HostLabel(sess.ID, 63)
+	admin := []string{"Authorization", "Bearer admin-token"}
+	for _, port := range []int{3129, 3128, 53, 443} {
+		ps := strconv.Itoa(port)
+		for _, public := range []bool{false, true} {
+			if _, err := c.OpenPort(ctx, sess.ID, port, public); err == nil || !strings.Contains(err.Error(), "airlock's") {
+				t.Errorf("open %d (public %v): %v", port, public, err)
+			}
+		}
+		if code, body, _ := portGet(t, base, "", "/v1/sessions/"+sess.ID+"/ports/"+ps+"/", admin...); code != 403 || !strings.Contains(body, "airlock's") {
+			t.Errorf("path form with the key, port %d: %d %s", port, code, body)
+		}
+		if code, body, _ := portGet(t, base, ps+"-"+label+".ports.test", "/", apitype.PortKeyHeader, "admin-token"); code != 403 || !strings.Contains(body, "airlock's") {
+			t.Errorf("host form with the key, port %d: %d %s", port, code, body)
+		}
+		if code, _, _ := portGet(t, base, ps+"-"+label+".ports.test", "/"); code != 401 {
+			t.Errorf("host form without anything, port %d: %d", port, code)
+		}
+	}
+	if list, err := c.Ports(ctx, sess.ID); err != nil || len(list) != 0 {
+		t.Errorf("ports: %+v %v", list, err)
+	}
+	_ = s
+}

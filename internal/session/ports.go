@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"airlock/internal/apitype"
+	"airlock/internal/broker"
 	"airlock/internal/egress"
 	"airlock/internal/errdefs"
 )
@@ -142,6 +143,9 @@ func (s *Session) portsEnabled(port int) error {
 		return fmt.Errorf("%w: this server does not serve sessions' ports (ports.enabled)", errdefs.ErrPermission)
 	}
 	if err := CheckPort(port); err != nil {
+		return err
+	}
+	if err := s.airlockPort(port); err != nil {
 		return err
 	}
 	if end := s.End(); !end.Zero() {
@@ -282,7 +286,7 @@ func (s *Session) PortForCaller(ctx context.Context, port int) (*Port, error) {
 // must be open, and public or token must be its token. Nothing says why
 // not: an unknown port and a wrong token look the same.
 func (s *Session) PortForToken(port int, token string) (*Port, bool) {
-	if !s.m.cfg.Ports.Enabled || CheckPort(port) != nil || !s.End().Zero() {
+	if !s.m.cfg.Ports.Enabled || CheckPort(port) != nil || s.airlockPort(port) != nil || !s.End().Zero() {
 		return nil, false
 	}
 	s.ports.mu.Lock()
@@ -377,10 +381,37 @@ func (p *Port) Dial(ctx context.Context) (net.Conn, error) {
 	return pc, nil
 }
 
+// airlockPorts are the ports airlock itself listens on inside a
+// sandbox, whether or not this session uses them: a port link to one
+// would hand whoever holds it the session's tools (and their budgets
+// and credentials) or its egress.
+var airlockPorts = map[int]string{
+	53:               "airlock's DNS responder",
+	egress.ProxyPort: "airlock's egress proxy",
+	broker.Port:      "airlock's tool endpoint",
+}
+
+// airlockPort refuses a port that is airlock's inside the sandbox, not
+// a program's: those above, and every port the session's egress gate
+// listens on (which change with its network policy, so dialPort asks
+// again at each connection).
+func (s *Session) airlockPort(port int) error {
+	what, ok := airlockPorts[port]
+	if !ok {
+		if g := s.egressGate(); g != nil && port <= 65535 && g.Holds(uint16(port)) {
+			what, ok = "airlock's egress gate (the session's network policy uses it)", true
+		}
+	}
+	if ok {
+		return fmt.Errorf("%w: port %d inside the session is %s, not a program's, and is never served outside it: listen on another port", errdefs.ErrPermission, port, what)
+	}
+	return nil
+}
+
 // dialPort connects to port on the sandbox's loopback.
 func (s *Session) dialPort(ctx context.Context, port int) (net.Conn, error) {
-	if g := s.egressGate(); g != nil && g.Holds(uint16(port)) {
-		return nil, fmt.Errorf("%w: port %d inside the session is airlock's egress gate (the session's network policy uses it), not a program's: listen on another port", errdefs.ErrConflict, port)
+	if err := s.airlockPort(port); err != nil {
+		return nil, err
 	}
 	ns, err := s.netns()
 	if err != nil {

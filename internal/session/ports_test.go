@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"airlock/internal/broker"
 	"airlock/internal/config"
+	"airlock/internal/egress"
 	"airlock/internal/errdefs"
 )
 
@@ -188,5 +190,32 @@ func TestPortWithoutNetwork(t *testing.T) {
 	}
 	if got := s.Ports()[0]; got.OpenConnections != 0 {
 		t.Errorf("%+v", got)
+	}
+}
+
+// Airlock's own ports inside a sandbox (the tool endpoint, the egress
+// proxy, DNS) are no program's: no way in reaches them, neither opening
+// (private or public), nor a caller with a key, nor a token, nor a dial.
+func TestPortAirlockPorts(t *testing.T) {
+	cfg := testConfig()
+	cfg.Ports.AllowPublic = true
+	m, _, _ := newTestManager(t, &cfg)
+	s := create(t, m, "python")
+	ctx := context.Background()
+	for _, port := range []int{broker.Port, egress.ProxyPort, 53} {
+		for _, public := range []bool{false, true} {
+			if _, err := s.OpenPort(ctx, port, public); !errors.Is(err, errdefs.ErrPermission) || !strings.Contains(err.Error(), "airlock's") {
+				t.Errorf("open %d (public %v): %v", port, public, err)
+			}
+		}
+		if _, err := s.PortForCaller(ctx, port); !errors.Is(err, errdefs.ErrPermission) {
+			t.Errorf("with a key, port %d: %v", port, err)
+		}
+		if _, ok := s.PortForToken(port, ""); ok {
+			t.Errorf("public port %d reached", port)
+		}
+		if _, err := s.dialPort(ctx, port); !errors.Is(err, errdefs.ErrPermission) {
+			t.Errorf("dial %d: %v", port, err)
+		}
 	}
 }
