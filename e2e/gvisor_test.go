@@ -90,6 +90,7 @@ var modeSuite = []struct {
 	{"RunProgramLimitsAndCrashes", testRunProgramLimitsAndCrashes},
 	{"RunProgramStreamsBytes", testRunProgramStreamsBytes},
 	{"FileAPIOddities", testFileAPIOddities},
+	{"HomeUserIsWorkspace", testHomeUserIsWorkspace},
 }
 
 func TestGVisorModeSuite(t *testing.T) {

@@ -927,3 +927,45 @@ func TestNoRedirects(t *testing.T) {
 		t.Errorf("the other session's file: %+v", r)
 	}
 }
+
+func TestHomeUserIsWorkspace(t *testing.T) { testHomeUserIsWorkspace(t, sharedServer(t)) }
+
+// testHomeUserIsWorkspace: /home/user (E2B's home) is the sandbox's
+// /workspace under a second name, in sessions and one-shots, with the
+// same mount restrictions.
+func testHomeUserIsWorkspace(t *testing.T, s *server) {
+	id := s.newSession("python", nil)
+	r := s.exec(id, `import os
+open('/home/user/x.txt', 'w').write('via home')
+os.makedirs('/workspace/sub', exist_ok=True)
+open('/workspace/sub/y.txt', 'w').write('via workspace')
+opts = {l.split()[4]: sorted(l.split()[5].split(',')) for l in open('/proc/self/mountinfo')}
+print(open('/workspace/x.txt').read(), open('/home/user/sub/y.txt').read(),
+      os.stat('/home/user').st_ino == os.stat('/workspace').st_ino,
+      opts.get('/home/user') == opts['/workspace'] and 'nosuid' in opts['/workspace'])`)
+	// The same tree, mounted with the same restrictions (nosuid, and
+	// nodev where the kernel shows it: TestRootMounts checks it natively).
+	if r.Error != nil || r.Stdout != "via home via workspace True True\n" {
+		t.Fatalf("/home/user is not /workspace: %+v", r)
+	}
+	rc, err := s.c.Download(context.Background(), id, "x.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(rc)
+	rc.Close()
+	if string(got) != "via home" {
+		t.Fatalf("files API read %q", got)
+	}
+	one, err := s.c.RunOnce(context.Background(), apitype.OneShotRequest{
+		Language: "python",
+		Code:     "open('/home/user/out.txt', 'w').write(open('/home/user/in.txt').read().upper())",
+		Files:    []apitype.InputFile{{Path: "in.txt", Content: "abc"}},
+	}, nil)
+	if err != nil || one.Error != nil || len(one.Files) != 1 || one.Files[0].Path != "out.txt" {
+		t.Fatalf("one-shot: %v %+v", err, one)
+	}
+	if b, _ := base64.StdEncoding.DecodeString(one.Files[0].ContentBase64); string(b) != "ABC" {
+		t.Fatalf("one-shot out.txt = %q", b)
+	}
+}

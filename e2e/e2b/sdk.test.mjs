@@ -71,6 +71,13 @@ test('files: write, read, list, makeDir, rename, remove, exists, watch', async (
     // The code sees the same file in its working directory.
     const ex = await sbx.runCode('open("a.txt").read()')
     assert.equal(ex.text, "'hello'")
+    // Inside the sandbox /home/user is /workspace too: code written for
+    // E2B opens its files there unchanged.
+    const csv = await sbx.runCode('open("/home/user/data.csv", "w").write("a,b\\n1,2\\n")\nopen("/workspace/data.csv").read()')
+    assert.equal(csv.error, undefined)
+    assert.equal(csv.text, "'a,b\\n1,2\\n'")
+    assert.equal(await sbx.files.read('/home/user/data.csv'), 'a,b\n1,2\n')
+    await sbx.files.remove('/home/user/data.csv')
 
     assert.equal(await sbx.files.makeDir('/home/user/d/e'), true)
     assert.equal(await sbx.files.makeDir('/home/user/d/e'), false)

@@ -151,6 +151,7 @@ func (s *Sandbox) writeBundle() error {
 	mounts = append(mounts,
 		ociMount{Destination: "/tmp", Type: "bind", Source: filepath.Join(s.dir, "tmp"), Options: []string{"rbind", "rw", "nosuid", "nodev"}},
 		ociMount{Destination: "/workspace", Type: "bind", Source: filepath.Join(s.dir, "workspace"), Options: []string{"rbind", "rw", "nosuid", "nodev"}},
+		ociMount{Destination: rootfs.HomeAlias, Type: "bind", Source: filepath.Join(s.dir, "workspace"), Options: []string{"rbind", "rw", "nosuid", "nodev"}},
 	)
 	// The init says it runs, then waits for the end of its fd 3 (the
 	// server's life pipe: see Start). It is bash because bash reaps every

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -47,6 +48,9 @@ for line in open("/proc/self/mountinfo"):
     f = line.split()
     mounts[f[4]] = f[5].split(",")
 out["usr"] = mounts.get("/usr")
+out["home"] = mounts.get("/home/user")
+open("/home/user/h.txt", "w").write("h")
+out["home_is_workspace"] = open("/workspace/h.txt").read() == "h"
 out["suid"] = [p for d in ("/usr/bin", "/usr/sbin", "/usr/lib") for p in [os.path.join(d, n) for n in os.listdir(d)] if os.path.isfile(p) and os.stat(p).st_mode & 0o6000]
 print(json.dumps(out))
 print("DONE")
@@ -70,6 +74,8 @@ func TestTemplateRoot(t *testing.T) {
 		Runtime       bool
 		Bin           string
 		Usr           []string
+		Home          []string
+		HomeIsWs      bool `json:"home_is_workspace"`
 		Suid          []string
 	}
 	if err := json.Unmarshal([]byte(linesWith(res.Stdout, "{")[0]), &got); err != nil {
@@ -91,6 +97,10 @@ func TestTemplateRoot(t *testing.T) {
 		if !strings.Contains(strings.Join(got.Usr, ","), o) {
 			t.Errorf("/usr mounted %v, without %s", got.Usr, o)
 		}
+	}
+	// E2B's home is the workspace on a template's root too.
+	if !got.HomeIsWs || !slices.Contains(got.Home, "nosuid") || !slices.Contains(got.Home, "nodev") {
+		t.Errorf("/home/user mounted %v, is the workspace: %v", got.Home, got.HomeIsWs)
 	}
 }
 

@@ -58,7 +58,7 @@ func TestRootMounts(t *testing.T) {
 	if err := json.Unmarshal([]byte(linesWith(res.Stdout, "{")[0]), &got); err != nil {
 		t.Fatal(err)
 	}
-	writable := map[string]bool{"/workspace": true, "/tmp": true, "/dev/shm": true, "/proc": true, "/dev/pts": true}
+	writable := map[string]bool{"/workspace": true, rootfs.HomeAlias: true, "/tmp": true, "/dev/shm": true, "/proc": true, "/dev/pts": true}
 	devices := map[string]bool{}
 	for _, d := range rootfs.Devices {
 		writable["/dev/"+d] = true
@@ -95,7 +95,7 @@ func TestRootMounts(t *testing.T) {
 			}
 		}
 	}
-	for _, p := range []string{"/", "/usr", "/workspace", "/tmp", "/dev", "/dev/shm", "/dev/pts", "/proc", "/proc/sys"} {
+	for _, p := range []string{"/", "/usr", "/workspace", rootfs.HomeAlias, "/tmp", "/dev", "/dev/shm", "/dev/pts", "/proc", "/proc/sys"} {
 		if !seen[p] {
 			t.Errorf("no mount on %s", p)
 		}

@@ -83,6 +83,9 @@ const (
 	UserID   = 1000
 	GroupID  = 1000
 	Home     = "/workspace"
+	// HomeAlias is the same directory as Home under E2B's name for it:
+	// code written for E2B opens /home/user/... unchanged.
+	HomeAlias = "/home/user"
 )
 
 // DefaultSpec returns the standard layout; the caller fills in sizes.

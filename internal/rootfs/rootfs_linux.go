@@ -71,6 +71,11 @@ func Build(s Spec) error {
 		fmt.Sprintf("%s,mode=0755,uid=%d,gid=%d", scratch, s.UID, s.GID)); err != nil {
 		return err
 	}
+	// E2B's home: the same directory as /workspace (one tmpfs, two
+	// names), with the same restrictions.
+	if err := bindScratch(filepath.Join(root, "workspace"), filepath.Join(root, HomeAlias)); err != nil {
+		return err
+	}
 	if err := mountTmpfs(filepath.Join(root, "tmp"), tmpFlags, scratch+",mode=1777"); err != nil {
 		return err
 	}
@@ -101,7 +106,7 @@ func Build(s Spec) error {
 // the merged-/usr links, /etc (generated, copied from the host, and mount
 // points for the bound directories) and the extra files.
 func populate(root string, s Spec) error {
-	for _, d := range []string{"usr", "etc", "dev", "proc", "tmp", "workspace", "opt", "run"} {
+	for _, d := range []string{"usr", "etc", "dev", "proc", "tmp", "workspace", "opt", "run", "home", HomeAlias[1:]} {
 		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
 			return fmt.Errorf("rootfs: %w", err)
 		}
@@ -202,7 +207,7 @@ func ResizeScratch(disk, inodes int64) error {
 // copied /etc file) or in the spec gives a new one.
 func PrepareTemplate(dir string, s Spec) (string, error) {
 	h := sha256.New()
-	io.WriteString(h, "airlock-rootfs-v2\x00")
+	io.WriteString(h, "airlock-rootfs-v3\x00")
 	for _, k := range sortedKeys(s.Etc) {
 		fmt.Fprintf(h, "etc %q %q\n", k, s.Etc[k])
 	}
@@ -460,6 +465,15 @@ func mountTmpfs(dst string, flags uintptr, data string) error {
 		return fmt.Errorf("rootfs: mount tmpfs on %s: %w", dst, err)
 	}
 	return nil
+}
+
+// bindScratch binds the scratch tree src onto dst: writable like src,
+// never suid or device files.
+func bindScratch(src, dst string) error {
+	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("rootfs: bind %s: %w", src, err)
+	}
+	return setattr(dst, false, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
 }
 
 // bindReadOnly binds src onto dst and makes it (and, if rec, every mount
