@@ -271,7 +271,11 @@ func (e *Edge) BrowserGuard(r *http.Request) error {
 	if la, ok := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr); ok && la.IP.IsLoopback() && !loopbackHost(r.Host) {
 		return fmt.Errorf("%w: Host %q is not a loopback name (a DNS-rebinding guard of a server without authentication)", errdefs.ErrPermission, Truncate(r.Host))
 	}
-	if o := r.Header.Get("Origin"); o != "" && !sameOrigin(o, r) {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	if o := r.Header.Get("Origin"); o != "" && !SameOrigin(o, scheme, r.Host) {
 		return fmt.Errorf("%w: a request from the web page %q (a server without authentication answers no page but its own origin's)", errdefs.ErrPermission, Truncate(o))
 	}
 	// Ports are not part of a site: a page on localhost:3000 fetching
@@ -282,22 +286,19 @@ func (e *Edge) BrowserGuard(r *http.Request) error {
 	return nil
 }
 
-// sameOrigin reports whether origin (an Origin header) is the origin the
-// request came to: its scheme, and the host and port of its Host header,
-// which the browser sets to the URL it fetches (a page on any other port
-// of localhost is another origin). "null" (sandboxed frames, files,
-// redirects) is no origin.
-func sameOrigin(origin string, r *http.Request) bool {
+// SameOrigin reports whether origin (an Origin header) is the origin a
+// request came to: scheme (the one the client used, which a server
+// behind a TLS-terminating proxy knows only from its configuration), and
+// the host and port of its Host header, which the browser sets to the
+// URL it fetches (a page on any other port of localhost is another
+// origin). "null" (sandboxed frames, files, redirects) is no origin.
+func SameOrigin(origin, scheme, host string) bool {
 	u, err := url.Parse(origin)
 	if err != nil || u.Host == "" || u.Path != "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
 		return false
 	}
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
 	oh, op := splitHostPort(u.Host, u.Scheme)
-	rh, rp := splitHostPort(r.Host, scheme)
+	rh, rp := splitHostPort(host, scheme)
 	return u.Scheme == scheme && op != "" && op == rp && strings.EqualFold(oh, rh)
 }
 

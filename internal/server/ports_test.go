@@ -224,3 +224,86 @@ func TestPortsRefuseAirlockPorts(t *testing.T) {
 	}
 	_ = s
 }
+
+// A private port's cookie (set by its link) is refused on a WebSocket
+// or a state-changing request that another tenant's port page (one
+// site: ports.domain) or another site made; the port's own page and the
+// token header still get through. Checked against a mutant without the
+// guard in serveHost.
+func TestPortsCookieCrossOrigin(t *testing.T) {
+	_, base := portsServer(t, func(*config.Config) {})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := client.New(base, client.WithToken("admin-token"))
+	defer c.CloseIdleConnections()
+	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python", Network: &apitype.NetworkPolicy{Allow: []string{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RunCommand(ctx, sess.ID, apitype.CommandRequest{Background: true,
+		Command: "echo hi > index.html && exec python3 -m http.server 8000 --bind 127.0.0.1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.OpenPort(ctx, sess.ID, 8000, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, resp := portGet(t, base, p.Host, strings.TrimPrefix(p.Link, "http://"+p.Host))
+	if len(resp.Cookies()) != 1 {
+		t.Fatalf("link: %v", resp.Header)
+	}
+	cookie := "airlock-port=" + resp.Cookies()[0].Value
+	for {
+		code, _, _ := portGet(t, base, p.Host, "/index.html", "Cookie", cookie)
+		if code == 200 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the server in the sandbox never answered: %d", code)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	send := func(method string, hdr ...string) (int, string) {
+		req, err := http.NewRequest(method, base+"/index.html", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = p.Host
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	evil := "http://8000-other.ports.test"
+	ws := []string{"Connection", "Upgrade", "Upgrade", "websocket", "Sec-WebSocket-Version", "13", "Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="}
+	for _, h := range [][]string{
+		append([]string{"Cookie", cookie, "Origin", evil}, ws...),
+		{"Cookie", cookie, "Origin", evil, "Sec-Fetch-Site", "same-site"},
+		{"Cookie", cookie, "Sec-Fetch-Site", "cross-site"},
+	} {
+		method := "POST"
+		if len(h) > 6 {
+			method = "GET"
+		}
+		if code, body := send(method, h...); code != 403 || !strings.Contains(body, "port's cookie") {
+			t.Errorf("%s %v: %d %s", method, h, code, body)
+		}
+	}
+	// The port's own page, and the token from anywhere: the program
+	// answers (http.server has no POST: 501).
+	for _, h := range [][]string{
+		{"Cookie", cookie, "Origin", "http://" + p.Host, "Sec-Fetch-Site", "same-origin"},
+		{apitype.PortTokenHeader, p.Token, "Origin", evil, "Sec-Fetch-Site", "same-site"},
+	} {
+		if code, body := send("POST", h...); code != 501 {
+			t.Errorf("POST %v: %d %s", h, code, body)
+		}
+	}
+}

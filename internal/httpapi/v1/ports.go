@@ -265,14 +265,55 @@ func (s *Server) serveHost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	token := r.Header.Get(apitype.PortTokenHeader)
+	cookie := false
 	if token == "" {
 		if c, err := r.Cookie(portproxy.CookieName(s.cfg.Ports.Scheme)); err == nil {
-			token = c.Value
+			token, cookie = c.Value, true
 		}
 	}
-	if p, ok := s.portForToken(w, r, id, port, token); ok {
-		s.ServePort(w, r, p)
+	p, ok := s.portForToken(w, r, id, port, token)
+	if !ok {
+		return
 	}
+	if cookie && !p.Public() {
+		if err := cookieRequestGuard(r, s.cfg.Ports.Scheme); err != nil {
+			s.Refuse(r, apitype.AuditAuthFailure, httpapi.RefusedPortToken, identity.Identity{})
+			fail(w, err)
+			return
+		}
+	}
+	s.ServePort(w, r, p)
+}
+
+// cookieRequestGuard refuses a request that a page of another origin
+// made with a private port's cookie. Every port host is under one
+// ports.domain, so every tenant's ports are one site: SameSite=Lax sends
+// the cookie with another tenant's page's form POST or WebSocket. A
+// WebSocket must come from the port's own origin (browsers always send
+// Origin with one); a method that changes state must not be same-site
+// or cross-site, nor carry another Origin. Reads (GET, HEAD, OPTIONS)
+// stay open: following a link to the port is how a browser gets there.
+func cookieRequestGuard(r *http.Request, scheme string) error {
+	origin := r.Header.Get("Origin")
+	foreign := origin != "" && !httpapi.SameOrigin(origin, scheme, r.Host)
+	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		if foreign {
+			return fmt.Errorf("%w: a WebSocket from the web page %q with the port's cookie: a port's cookie opens WebSockets only from the port's own origin (send its token as %s otherwise)", errdefs.ErrPermission, httpapi.Truncate(origin), apitype.PortTokenHeader)
+		}
+		return nil
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return nil
+	}
+	if site := r.Header.Get("Sec-Fetch-Site"); site == "same-site" || site == "cross-site" || foreign {
+		from := origin
+		if from == "" {
+			from = site
+		}
+		return fmt.Errorf("%w: a %s request from %q with the port's cookie: a port's cookie sends requests that change state only from the port's own origin (send its token as %s otherwise)", errdefs.ErrPermission, r.Method, httpapi.Truncate(from), apitype.PortTokenHeader)
+	}
+	return nil
 }
 
 // redeemLink uses up a one-time link code: it sets the port's cookie on
