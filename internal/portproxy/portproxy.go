@@ -429,6 +429,20 @@ func (c *clientWriter) Write(p []byte) (int, error) {
 	return c.ResponseWriter.Write(p)
 }
 
+// WriteHeader drops the program's informational answers (100, 102, 103)
+// but 101: ReverseProxy copies their headers to the client as they come,
+// never through ModifyResponse, so a 103 could carry a Set-Cookie for
+// the port's own cookie, an Alt-Svc or a Clear-Site-Data that
+// scopeResponse removes from final answers. The server sends its own
+// 100 Continue when the proxy reads a body; an Early Hints is only a hint.
+func (c *clientWriter) WriteHeader(code int) {
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		clear(c.Header())
+		return
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
 func (c *clientWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 func (c *clientWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {

@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
 	"runtime"
 	"strings"
 	"testing"
@@ -77,6 +79,17 @@ func program(t *testing.T) *httptest.Server {
 		w.Header().Set("Alt-Svc", `h3=":443"`)
 		w.Header().Set("Location", "/login")
 		w.WriteHeader(http.StatusFound)
+	})
+	mux.HandleFunc("/early", func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Add("Set-Cookie", "__Host-airlock-port=stolen; Path=/; Secure")
+		h.Add("Set-Cookie", "app=1; Domain=example.test; Path=/")
+		h.Set("Alt-Svc", `h3=":443"`)
+		h.Set("Clear-Site-Data", `"cookies"`)
+		h.Set("Link", "</app.js>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		clear(h)
+		io.WriteString(w, "final")
 	})
 	mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) {
 		w.Write(make([]byte, 10<<10))
@@ -417,4 +430,35 @@ func FuzzParseHost(f *testing.F) {
 			t.Fatalf("%q gives %q back", host, again)
 		}
 	})
+}
+
+// A program's informational answers (a 103 Early Hints with Set-Cookie,
+// Alt-Svc, Clear-Site-Data) never reach the client: ReverseProxy passes
+// 1xx headers on without ModifyResponse. Checked against a mutant that
+// lets them through.
+func TestInformationalDropped(t *testing.T) {
+	prog := program(t)
+	for _, pathForm := range []bool{true, false} {
+		url := front(t, prog, pathForm, defaults()).URL + "/early"
+		if pathForm {
+			url = strings.Replace(url, "/early", "/v1/sessions/s1/ports/8080/early", 1)
+		}
+		var got []string
+		req := mustReq(t, "GET", url)
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+				got = append(got, fmt.Sprint(code, h))
+				return nil
+			},
+		}))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if len(got) != 0 || resp.StatusCode != 200 || string(b) != "final" || len(resp.Header.Values("Set-Cookie")) != 0 || resp.Header.Get("Alt-Svc") != "" {
+			t.Errorf("path form %v: 1xx %q, final %d %q %v", pathForm, got, resp.StatusCode, b, resp.Header)
+		}
+	}
 }
