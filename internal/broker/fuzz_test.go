@@ -85,6 +85,7 @@ func FuzzArgv(f *testing.F) {
 		f.Add("git\x00log\x00{a}..HEAD\x00{b}.csv", v, v)
 	}
 	f.Add("git\x00log\x00{a}{b}", "", "--output=/x")
+	f.Add("tool\x00\x00{a}", "-x", "")
 	f.Fuzz(func(t *testing.T, argv, a, b string) {
 		tt, err := parseArgv(strings.Split(argv, "\x00"))
 		if err != nil {
@@ -103,7 +104,7 @@ func FuzzArgv(f *testing.F) {
 			if j >= len(out) {
 				t.Fatalf("%q: too few elements for the template", out)
 			}
-			if ps[0].name != "" && strings.HasPrefix(out[j], "-") && !tt.dashes[i] {
+			if len(ps) > 0 && ps[0].name != "" && strings.HasPrefix(out[j], "-") && !tt.dashes[i] {
 				t.Fatalf("%q: element %d is an option", out, j)
 			}
 			for _, c := range []byte(out[j]) {
