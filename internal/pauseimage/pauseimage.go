@@ -39,7 +39,10 @@ const (
 	metaName  = "meta.json"
 	filesName = "files.tar"
 	tmpPrefix = ".tmp-"
-	version   = 1
+	// forkPrefix names the image a fork of a live session copies its
+	// source to: removed once restored, swept by List after a crash.
+	forkPrefix = "fork-"
+	version    = 1
 	// maxMeta caps the meta.json read back.
 	maxMeta = 4 << 20
 )
@@ -552,9 +555,13 @@ func clip(s string) string {
 	return s
 }
 
+// ForkID is the id of the image a fork to the session id copies a live
+// source to (List sweeps it: no fork outlives the server).
+func ForkID(id string) string { return forkPrefix + id }
+
 // List returns the ids of the images under root and removes what a pause
-// interrupted (a crash, a kill -9) left behind: such a pause never
-// completed, and its session was not paused.
+// or fork interrupted (a crash, a kill -9) left behind: such a pause
+// never completed, and its session was not paused.
 func List(root string) (ids []string, swept int, err error) {
 	ents, err := os.ReadDir(root)
 	if errors.Is(err, os.ErrNotExist) {
@@ -565,7 +572,7 @@ func List(root string) (ids []string, swept int, err error) {
 	}
 	for _, e := range ents {
 		name := e.Name()
-		if strings.HasPrefix(name, tmpPrefix) {
+		if strings.HasPrefix(name, tmpPrefix) || strings.HasPrefix(name, forkPrefix) {
 			if os.RemoveAll(filepath.Join(root, name)) == nil {
 				swept++
 			}

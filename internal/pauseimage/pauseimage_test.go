@@ -311,8 +311,12 @@ func TestCrashLeavesAllOrNothing(t *testing.T) {
 		}
 	}
 	os.Mkdir(filepath.Join(root, tmpPrefix+"rm-s-8"), 0o700)
+	// A fork's copy of its live source, whole: the fork never completed.
+	if _, err := Write(context.Background(), root, ForkID("s-9"), []byte(`{}`), ws, 8<<20, nil); err != nil {
+		t.Fatal(err)
+	}
 	ids, swept, err := List(root)
-	if err != nil || len(ids) != 1 || ids[0] != "s-6" || swept != 4 {
+	if err != nil || len(ids) != 1 || ids[0] != "s-6" || swept != 5 {
 		t.Fatalf("List: %v, %d swept, %v", ids, swept, err)
 	}
 	ents, _ := os.ReadDir(root)

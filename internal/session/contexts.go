@@ -104,6 +104,10 @@ func (s *Session) CreateContext(ctx context.Context, req apitype.CreateContextRe
 	if err := ValidateEnv(req.Env, s.m.cfg.Server.MaxEnv); err != nil {
 		return nil, err
 	}
+	// A pause holds ctxStart: the context would be lost on resume.
+	if err := s.notPausing(); err != nil {
+		return nil, err
+	}
 	s.ctxStart.Lock()
 	defer s.ctxStart.Unlock()
 	s.mu.Lock()
@@ -507,6 +511,9 @@ func (s *Session) RestartContext(ctx context.Context, id string) (*apitype.CodeC
 	}
 	if c.beside == nil {
 		return nil, fmt.Errorf("%w: context %q is the session's default: its state goes only with the session (create a context of its language to start afresh)", errdefs.ErrConflict, truncateID(id))
+	}
+	if err := s.notPausing(); err != nil {
+		return nil, err
 	}
 	s.ctxStart.Lock()
 	defer s.ctxStart.Unlock()

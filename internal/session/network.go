@@ -187,6 +187,11 @@ func (s *Session) SetNetwork(ctx context.Context, np *apitype.NetworkPolicy) (_ 
 	if !s.End().Zero() {
 		return nil, gone(s.End())
 	}
+	// The image keeps the policy as the pause began: a change now
+	// would be lost on resume.
+	if err := s.notPausing(); err != nil {
+		return nil, err
+	}
 	p, err := s.m.NetworkPolicy(np)
 	if err != nil {
 		return nil, err

@@ -316,8 +316,13 @@ func (s *Session) freeze(what string) (thaw func(), err error) {
 	if !s.pkgMu.TryLock() {
 		return nil, fmt.Errorf("%w: a package install is running in the session; wait for it, then "+what, errdefs.ErrConflict)
 	}
+	// A context starting now would be missing from the image.
+	if !s.ctxStart.TryLock() {
+		s.pkgMu.Unlock()
+		return nil, fmt.Errorf("%w: a code context is being started in the session; wait for it, then "+what, errdefs.ErrConflict)
+	}
 	ok = true
-	return func() { s.pkgMu.Unlock(); unfreeze() }, nil
+	return func() { s.ctxStart.Unlock(); s.pkgMu.Unlock(); unfreeze() }, nil
 }
 
 // Pause writes the session's files and settings under persistence.dir
@@ -351,8 +356,8 @@ func (s *Session) Pause(ctx context.Context) (apitype.Session, error) {
 		m.log.Warn("pausing a session failed; it keeps running", "session", s.id, "err", err)
 		return apitype.Session{}, err
 	}
-	if m.imageWritten != nil {
-		m.imageWritten(s.id)
+	if m.hook != nil {
+		m.hook("written", s.id)
 	}
 	p := &pausedSession{meta: meta, stats: st}
 	// The end is claimed and the session listed as paused in one step: a
@@ -809,14 +814,18 @@ func (m *Manager) ForkFor(ctx context.Context, id string) (*Session, error) {
 	newID := m.ids.NewID()
 	imageID := id
 	var meta pausedMeta
+	var p *pausedSession
 	if paused {
 		m.mu.Lock()
-		p := m.paused[id]
+		p = m.paused[id]
 		m.mu.Unlock()
 		if p == nil {
 			return nil, m.ids.Unknown(id) // deleted or resumed just now
 		}
 		meta = p.meta
+		if m.hook != nil {
+			m.hook("fork", id)
+		}
 	} else {
 		// The live source's files, as a pause would write them, under a
 		// name of the fork's own; removed once restored.
@@ -827,7 +836,7 @@ func (m *Manager) ForkFor(ctx context.Context, id string) (*Session, error) {
 		meta = src.pausedMeta()
 		raw, err := json.Marshal(meta)
 		if err == nil {
-			imageID = "fork-" + newID
+			imageID = pauseimage.ForkID(newID)
 			_, err = src.writeImage(ctx, imageID, raw)
 		}
 		thaw()
@@ -840,6 +849,17 @@ func (m *Manager) ForkFor(ctx context.Context, id string) (*Session, error) {
 	if err == nil {
 		defer im.Close()
 		err = im.Verify()
+	}
+	if err != nil && p != nil {
+		// Once open, the image is the fork's to read whatever happens
+		// to the source; before, a resume, delete or expiry that took
+		// it is not a corrupt image.
+		m.mu.Lock()
+		still := m.paused[id] == p
+		m.mu.Unlock()
+		if !still {
+			return nil, fmt.Errorf("%w: the session was resumed or deleted while it was being forked; fork it again (or its live self)", errdefs.ErrConflict)
+		}
 	}
 	if err != nil {
 		return nil, err

@@ -636,7 +636,7 @@ func TestDeleteWhilePausing(t *testing.T) {
 	m, _, _ := newTestManager(t, cfg)
 	s := create(t, m, "python")
 	writeFiles(t, s, someFiles)
-	m.imageWritten = func(id string) {
+	m.hook = func(_, id string) {
 		if err := m.DeleteFor(context.Background(), id); err != nil {
 			t.Errorf("delete during the pause: %v", err)
 		}
@@ -644,11 +644,66 @@ func TestDeleteWhilePausing(t *testing.T) {
 	if _, err := s.Pause(context.Background()); !errors.Is(err, errdefs.ErrGone) {
 		t.Errorf("pause of a session deleted meanwhile: %v", err)
 	}
-	m.imageWritten = nil
+	m.hook = nil
 	if _, err := m.Find(context.Background(), s.ID()); !errors.Is(err, errdefs.ErrGone) {
 		t.Errorf("the deleted session: %v", err)
 	}
 	if ents, _ := os.ReadDir(cfg.Persistence.Dir); len(ents) != 0 {
 		t.Errorf("a deleted session's image was kept: %v", ents)
+	}
+}
+
+// TestForkWhileDeleted: a paused source resumed or deleted while a fork
+// of it begins is a conflict to retry, never a corrupt image (422).
+func TestForkWhileDeleted(t *testing.T) {
+	cfg := persistConfig(t)
+	m, _, _ := newTestManager(t, cfg)
+	s := create(t, m, "python")
+	writeFiles(t, s, someFiles)
+	if _, err := s.Pause(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m.hook = func(point, id string) {
+		if point == "fork" {
+			if err := m.DeleteFor(context.Background(), id); err != nil {
+				t.Errorf("delete during the fork: %v", err)
+			}
+		}
+	}
+	if _, err := m.ForkFor(context.Background(), s.ID()); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("fork of a session deleted meanwhile: %v", err)
+	}
+	if d, err := m.Describe(context.Background(), s.ID()); !errors.Is(err, errdefs.ErrGone) {
+		t.Errorf("the deleted source: %+v %v", d, err)
+	}
+}
+
+// TestNoChangesWhilePausing: a code context or network policy change
+// while the image is written is refused (409), not lost on resume.
+func TestNoChangesWhilePausing(t *testing.T) {
+	cfg := persistConfig(t)
+	m, _, _ := newTestManager(t, cfg)
+	s := create(t, m, "python")
+	c, err := s.CreateContext(context.Background(), apitype.CreateContextRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.hook = func(point, _ string) {
+		if point != "written" {
+			return
+		}
+		ctx := context.Background()
+		if _, err := s.CreateContext(ctx, apitype.CreateContextRequest{}); !errors.Is(err, errdefs.ErrConflict) {
+			t.Errorf("a context created during a pause: %v", err)
+		}
+		if _, err := s.RestartContext(ctx, c.ID); !errors.Is(err, errdefs.ErrConflict) {
+			t.Errorf("a context restarted during a pause: %v", err)
+		}
+		if _, err := s.SetNetwork(ctx, &apitype.NetworkPolicy{Allow: []string{"pypi.org"}}); !errors.Is(err, errdefs.ErrConflict) {
+			t.Errorf("a network policy set during a pause: %v", err)
+		}
+	}
+	if _, err := s.Pause(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -102,9 +102,11 @@ type Manager struct {
 	// reserved: the bytes of persistence.dir the pauses and forks under
 	// way may write, by tenant, under mu (see reserveImage).
 	reserved map[string]int64
-	// imageWritten, if set (tests), is called once a pause's image is
-	// written, before the session is listed as paused.
-	imageWritten func(id string)
+	// hook, if set (tests), is called at a point of a pause or fork
+	// where another call may come in: "written" (a pause's image is
+	// written, the session not yet listed as paused), "fork" (a paused
+	// source found, its image not yet opened).
+	hook func(point, id string)
 }
 
 // NewManager returns a manager that gets the sandboxes of the server's
