@@ -101,6 +101,9 @@ func TestE2BWire(t *testing.T) {
 		{"POST", "/v2/sandboxes", map[string]any{"templateID": "no-such-template"}, 400},
 		{"POST", "/sandboxes/" + a.SandboxID + "/timeout", map[string]any{"timeout": "soon"}, 400},
 		{"POST", "/sandboxes/" + a.SandboxID + "/pause", nil, 501},
+		// Pausing needs persistence.enabled, which this server has not.
+		{"POST", "/v2/sandboxes", map[string]any{"templateID": "base", "autoPause": true}, 400},
+		{"POST", "/v2/sandboxes", map[string]any{"templateID": "base", "lifecycle": map[string]any{"onTimeout": "pause"}}, 400},
 		{"GET", "/v2/sandboxes?metadata=%ZZ", nil, 400},
 	} {
 		status, raw := s.raw(c.method, c.path, c.body, api(keyA))
@@ -126,5 +129,80 @@ func TestE2BWire(t *testing.T) {
 	}
 	if status, body := exec(a.SandboxID, map[string]string{"X-Access-Token": a.EnvdAccessToken}); status != 404 {
 		t.Errorf("execute in a killed sandbox: %d %s", status, body)
+	}
+}
+
+// TestE2BPauseWire holds the shapes of E2B's pause on a server with
+// persistence: create's lifecycle (and its bad values), pause 204 then
+// 409, a paused sandbox's state in get and list, its data plane and
+// timeout refused (409) until connect resumes it, kill while paused.
+func TestE2BPauseWire(t *testing.T) {
+	s := keysServer(t, map[string]any{"pool": map[string]any{"size": map[string]int{"python": 1, "bash": 0, "javascript": 0}},
+		"persistence": map[string]any{"enabled": true}})
+	defer s.stop()
+	key := "e2b_" + strings.TrimPrefix(s.newKey("team-a"), "alk_")
+	api := map[string]string{"X-API-KEY": key}
+	for _, body := range []map[string]any{
+		{"templateID": "base", "lifecycle": map[string]any{"onTimeout": "sleep"}},
+		{"templateID": "base", "autoResume": map[string]any{"enabled": true}},
+		{"templateID": "base", "autoPause": true, "autoPauseMemory": true},
+		{"templateID": "base", "autoPause": true, "autoResume": "yes"},
+	} {
+		if status, raw := s.raw("POST", "/v2/sandboxes", body, api); status != 400 {
+			t.Errorf("create %v: %d %s", body, status, raw)
+		}
+	}
+	var box struct {
+		SandboxID, EnvdAccessToken, State string
+		Lifecycle                         struct {
+			OnTimeout  string
+			AutoResume bool
+		}
+	}
+	status, raw := s.raw("POST", "/v2/sandboxes", map[string]any{"templateID": "base", "autoPause": true, "autoResume": map[string]any{"enabled": false}}, api)
+	if json.Unmarshal(raw, &box); status != 201 || box.Lifecycle.OnTimeout != "pause" || box.Lifecycle.AutoResume || box.State != "running" {
+		t.Fatalf("create with autoPause: %d %s", status, raw)
+	}
+	id := box.SandboxID
+	state := func() string {
+		_, raw := s.raw("GET", "/sandboxes/"+id, nil, api)
+		var b struct{ State string }
+		json.Unmarshal(raw, &b)
+		return b.State
+	}
+	if status, raw := s.raw("POST", "/sandboxes/"+id+"/pause", map[string]any{"memory": true}, api); status != 400 {
+		t.Errorf("pause with memory: %d %s", status, raw)
+	}
+	if status, raw := s.raw("POST", "/sandboxes/"+id+"/pause", nil, api); status != 204 || state() != "paused" {
+		t.Fatalf("pause: %d %s, state %q", status, raw, state())
+	}
+	if status, raw := s.raw("POST", "/sandboxes/"+id+"/pause", nil, api); status != 409 {
+		t.Errorf("second pause: %d %s, want 409 (the SDK's false)", status, raw)
+	}
+	if status, raw := s.raw("GET", "/v2/sandboxes?state=paused", nil, api); status != 200 || !strings.Contains(string(raw), id) {
+		t.Errorf("list paused: %d %s", status, raw)
+	}
+	if status, raw := s.raw("GET", "/v2/sandboxes?state=running", nil, api); status != 200 || string(raw) != "[]\n" {
+		t.Errorf("list running: %d %s", status, raw)
+	}
+	if status, raw := s.raw("POST", "/sandboxes/"+id+"/timeout", map[string]any{"timeout": 60}, api); status != 409 {
+		t.Errorf("set_timeout while paused: %d %s", status, raw)
+	}
+	hdr := map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49999", "X-Access-Token": box.EnvdAccessToken}
+	if status, raw := s.raw("POST", "/execute", map[string]any{"code": "print(6*7)"}, hdr); status != 409 {
+		t.Errorf("execute while paused without autoResume: %d %s", status, raw)
+	}
+	if status, raw := s.raw("POST", "/v2/sandboxes/"+id+"/connect", map[string]any{"timeout": 60}, api); status != 200 || state() != "running" {
+		t.Fatalf("connect: %d %s, state %q", status, raw, state())
+	}
+	if status, raw := s.raw("POST", "/execute", map[string]any{"code": "print(6*7)"}, hdr); status != 200 || !strings.Contains(string(raw), "42") {
+		t.Errorf("execute after connect: %d %s", status, raw)
+	}
+	s.raw("POST", "/sandboxes/"+id+"/pause", nil, api)
+	if status, raw := s.raw("DELETE", "/sandboxes/"+id, nil, api); status != 204 {
+		t.Errorf("kill while paused: %d %s", status, raw)
+	}
+	if status, raw := s.raw("POST", "/v2/sandboxes/"+id+"/connect", nil, api); status != 404 {
+		t.Errorf("connect after kill: %d %s", status, raw)
 	}
 }

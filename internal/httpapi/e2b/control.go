@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -40,9 +41,10 @@ func (s *Server) routes() {
 		{"POST /sandboxes/{id}/connect", (*Server).connect, false},
 		{"POST /v2/sandboxes/{id}/connect", (*Server).connect, false},
 		{"POST /sandboxes/{id}/resume", (*Server).connect, false},
+		{"POST /sandboxes/{id}/pause", (*Server).pause, true},
 	}, false)
 	s.control.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		failControl(w, fmt.Errorf("%w: %s %s is an E2B feature airlock does not have (pause, snapshots, volumes, templates are airlock's own: see docs/guides/e2b.md)", errdefs.ErrUnsupported, r.Method, httpapi.Truncate(r.URL.Path)))
+		failControl(w, fmt.Errorf("%w: %s %s is an E2B feature airlock does not have (snapshots, volumes, templates are airlock's own: see docs/guides/e2b.md)", errdefs.ErrUnsupported, r.Method, httpapi.Truncate(r.URL.Path)))
 	})
 	s.mount(s.data, []route{
 		{"POST /execute", (*Server).execute, true},
@@ -81,15 +83,21 @@ func (s *Server) mount(mux *http.ServeMux, routes []route, data bool) {
 }
 
 // createRequest is E2B's NewSandbox: what airlock does not do is refused
-// by name; what it does not need (secure, autoResume) is ignored.
+// by name; what it does not need (secure) is ignored.
 type createRequest struct {
 	TemplateID string            `json:"templateID"`
 	Timeout    *int64            `json:"timeout"` // seconds
 	Metadata   map[string]string `json:"metadata"`
 	EnvVars    map[string]string `json:"envVars"`
-	AutoPause  *bool             `json:"autoPause"`
-	MCP        json.RawMessage   `json:"mcp"`
-	Network    *struct {
+	// AutoPause pauses the sandbox at its timeout (persistence), as
+	// Lifecycle's onTimeout "pause" does; AutoResume ({enabled} or a
+	// bool) resumes it when its data plane is called.
+	AutoPause       *bool           `json:"autoPause"`
+	AutoPauseMemory *bool           `json:"autoPauseMemory"`
+	AutoResume      json.RawMessage `json:"autoResume"`
+	Lifecycle       *lifecycleJSON  `json:"lifecycle"`
+	MCP             json.RawMessage `json:"mcp"`
+	Network         *struct {
 		AllowOut []string `json:"allowOut"`
 	} `json:"network"`
 	VolumeMounts json.RawMessage `json:"volumeMounts"`
@@ -112,6 +120,47 @@ type sandboxJSON struct {
 	DiskSizeMB         *int64            `json:"diskSizeMB,omitempty"`
 	Metadata           map[string]string `json:"metadata,omitempty"`
 	State              string            `json:"state,omitempty"`
+	Lifecycle          *lifecycleJSON    `json:"lifecycle,omitempty"`
+}
+
+// lifecycleJSON is E2B's sandbox lifecycle: onTimeout "kill" or "pause".
+type lifecycleJSON struct {
+	OnTimeout  string `json:"onTimeout,omitempty"`
+	AutoResume *bool  `json:"autoResume,omitempty"`
+}
+
+// lifecycle is what create asks of a sandbox's timeout: pause (instead
+// of kill) and auto-resume, which need persistence.enabled.
+func (s *Server) lifecycle(req createRequest) (pause, auto bool, err error) {
+	pause = req.AutoPause != nil && *req.AutoPause
+	if l := req.Lifecycle; l != nil {
+		switch l.OnTimeout {
+		case "", "kill":
+		case "pause":
+			pause = true
+		default:
+			return false, false, fmt.Errorf("%w: lifecycle.onTimeout %q: want \"kill\" or \"pause\"", errdefs.ErrInvalidArgument, httpapi.Truncate(l.OnTimeout))
+		}
+		auto = l.AutoResume != nil && *l.AutoResume
+	}
+	if raw := bytes.TrimSpace(req.AutoResume); len(raw) > 0 && string(raw) != "null" {
+		var on struct {
+			Enabled bool `json:"enabled"`
+		}
+		if json.Unmarshal(raw, &on.Enabled) != nil && json.Unmarshal(raw, &on) != nil {
+			return false, false, fmt.Errorf("%w: autoResume: want {\"enabled\": bool}", errdefs.ErrInvalidArgument)
+		}
+		auto = auto || on.Enabled
+	}
+	switch {
+	case (pause || auto) && !s.cfg.Persistence.Enabled:
+		return false, false, fmt.Errorf("%w: autoPause, lifecycle.onTimeout \"pause\" and autoResume need persistence, which this server's operator has not enabled (persistence.enabled); a sandbox ends at its timeout", errdefs.ErrInvalidArgument)
+	case auto && !pause:
+		return false, false, fmt.Errorf("%w: autoResume needs lifecycle.onTimeout \"pause\"", errdefs.ErrInvalidArgument)
+	case pause && req.AutoPauseMemory != nil && *req.AutoPauseMemory:
+		return false, false, fmt.Errorf("%w: autoPauseMemory: a pause keeps the sandbox's files, not its memory (the interpreter restarts on resume); leave keepMemory unset", errdefs.ErrInvalidArgument)
+	}
+	return pause, auto, nil
 }
 
 // maxMetadata bounds a sandbox's metadata (E2B keeps it for listings).
@@ -135,14 +184,16 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	case len(req.MCP) > 0 && string(req.MCP) != "null":
 		failControl(w, fmt.Errorf("%w: mcp: E2B's MCP gateway is not airlock's; airlock serves MCP itself at /mcp", errdefs.ErrInvalidArgument))
 		return
-	case req.AutoPause != nil && *req.AutoPause:
-		failControl(w, fmt.Errorf("%w: autoPause: airlock does not pause sandboxes; one ends at its timeout", errdefs.ErrInvalidArgument))
-		return
 	case len(req.VolumeMounts) > 0 && string(req.VolumeMounts) != "null" && string(req.VolumeMounts) != "[]":
 		failControl(w, fmt.Errorf("%w: volumeMounts: airlock has no volumes; upload files instead", errdefs.ErrInvalidArgument))
 		return
 	case len(req.Metadata) > maxMetadata:
 		failControl(w, fmt.Errorf("%w: metadata has %d entries, more than %d", errdefs.ErrInvalidArgument, len(req.Metadata), maxMetadata))
+		return
+	}
+	pause, auto, err := s.lifecycle(req)
+	if err != nil {
+		failControl(w, err)
 		return
 	}
 	ttl, err := s.ttl(req.Timeout)
@@ -151,6 +202,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cr := apitype.CreateSessionRequest{Env: req.EnvVars, IdleTimeout: apitype.Duration(s.cfg.Server.MaxIdleTimeout)}
+	if pause {
+		// The session's own lifetime pauses it (see deadline).
+		cr.Timeout, cr.OnTimeout, cr.AutoResume = apitype.Duration(ttl), apitype.OnTimeoutPause, auto
+	}
 	lang, ok := languages[req.TemplateID]
 	if ok {
 		cr.Language = lang
@@ -167,7 +222,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	}
 	who, _ := identity.From(r.Context())
 	box := &sandbox{id: sess.ID(), template: req.TemplateID, clientID: "airlock", envdToken: token(), traffic: token(),
-		owner: who, metadata: req.Metadata, started: time.Now().UTC()}
+		owner: who, metadata: req.Metadata, started: time.Now().UTC(), pause: pause, autoResume: auto}
 	if box.template == "" {
 		box.template = "base"
 	}
@@ -206,6 +261,14 @@ func (s *Server) deadline(box *sandbox, ttl time.Duration, set bool) {
 	if box.timer != nil {
 		box.timer.Stop()
 	}
+	if box.pause {
+		// The session's lifetime, which pauses it: set at creation, set
+		// again here (a paused one's is set when it resumes).
+		if sess, err := s.m.Get(box.id); err == nil && sess.Info().State != apitype.StatePaused {
+			sess.SetTimeout(ttl)
+		}
+		return
+	}
 	id := box.id
 	box.timer = time.AfterFunc(ttl, func() {
 		s.forget(id)
@@ -216,7 +279,11 @@ func (s *Server) deadline(box *sandbox, ttl time.Duration, set bool) {
 // describe is box as E2B's API shows it; with secrets, its tokens too
 // (its creator's and connect's answers).
 func (s *Server) describe(box *sandbox, secrets bool) sandboxJSON {
-	out := sandboxJSON{TemplateID: box.template, SandboxID: box.id, ClientID: box.clientID, EnvdVersion: envdVersion, Metadata: box.metadata, State: "running"}
+	out := sandboxJSON{TemplateID: box.template, SandboxID: box.id, ClientID: box.clientID, EnvdVersion: envdVersion, Metadata: box.metadata, State: "running",
+		Lifecycle: &lifecycleJSON{OnTimeout: "kill", AutoResume: &box.autoResume}}
+	if box.pause {
+		out.Lifecycle.OnTimeout = "pause"
+	}
 	if d := s.cfg.Ports.Domain; d != "" && s.cfg.Ports.Enabled {
 		out.Domain = &d // getHost's: <port>-<id>.<domain>
 	}
@@ -228,10 +295,13 @@ func (s *Server) describe(box *sandbox, secrets bool) sandboxJSON {
 	end := box.end.UTC()
 	box.mu.Unlock()
 	out.StartedAt, out.EndAt = &started, &end
-	if sess, err := s.m.Get(box.id); err == nil {
+	sess, err := s.m.Get(box.id)
+	if err == nil {
 		l := sess.Limits()
 		cpus, mem, disk := math.Max(l.CPUs, 0), int64(l.Memory)>>20, int64(l.Disk)>>20
 		out.CPUCount, out.MemoryMB, out.DiskSizeMB = &cpus, &mem, &disk
+	} else if errors.Is(err, errdefs.ErrPaused) {
+		out.State = "paused"
 	}
 	if out.Metadata == nil {
 		out.Metadata = map[string]string{}
@@ -246,7 +316,7 @@ func (s *Server) find(ctx context.Context, id string) (*sandbox, error) {
 		who, _ := identity.From(ctx)
 		if !who.Sees(box.owner.Tenant) {
 			box = nil
-		} else if _, err := s.m.Get(id); err != nil {
+		} else if _, err := s.m.Get(id); err != nil && !errors.Is(err, errdefs.ErrPaused) {
 			s.forget(id)
 			box = nil
 		}
@@ -266,9 +336,9 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	httpapi.WriteJSON(w, http.StatusOK, s.describe(box, true))
 }
 
-// list is the caller's running sandboxes, filtered by metadata (E2B's
-// query: metadata=url-encoded k=v pairs, each key and value encoded
-// once more) and state (none is paused).
+// list is the caller's sandboxes, filtered by metadata (E2B's query:
+// metadata=url-encoded k=v pairs, each key and value encoded once more)
+// and state (running, paused).
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
@@ -284,10 +354,6 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	if len(states) == 1 {
 		states = strings.Split(states[0], ",")
 	}
-	if len(states) > 0 && !slices.Contains(states, "running") {
-		httpapi.WriteJSON(w, http.StatusOK, []sandboxJSON{})
-		return
-	}
 	who, _ := identity.From(r.Context())
 	s.mu.Lock()
 	var boxes []*sandbox
@@ -299,11 +365,13 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	out := []sandboxJSON{}
 	for _, b := range boxes {
-		if _, err := s.m.Get(b.id); err != nil {
+		if _, err := s.m.Get(b.id); err != nil && !errors.Is(err, errdefs.ErrPaused) {
 			s.forget(b.id)
 			continue
 		}
-		out = append(out, s.describe(b, false))
+		if d := s.describe(b, false); len(states) == 0 || slices.Contains(states, d.State) {
+			out = append(out, d)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].StartedAt.Before(*out[j].StartedAt) })
 	httpapi.WriteJSON(w, http.StatusOK, out)
@@ -359,7 +427,8 @@ type timeoutRequest struct {
 	Timeout *int64 `json:"timeout"`
 	// Duration is the older refreshes' (seconds).
 	Duration *int64 `json:"duration"`
-	// Memory is connect's (resume with memory); nothing is paused.
+	// Memory is connect's and pause's (with memory): a pause keeps
+	// files only.
 	Memory *bool `json:"memory"`
 }
 
@@ -371,10 +440,49 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
 	s.retime(w, r, false, http.StatusNoContent)
 }
 
-// connect is E2B's connect (and resume): the sandbox's tokens, its
-// timeout extended to the one asked for.
+// connect is E2B's connect (and resume): a paused sandbox resumed (its
+// files; the interpreter restarts), the sandbox's tokens, its timeout
+// extended to the one asked for.
 func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	s.retime(w, r, false, http.StatusOK)
+}
+
+// pause is E2B's pause: the sandbox's session paused (persistence), 409
+// when it is paused already (the SDK's false).
+func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
+	var req timeoutRequest
+	if err := s.decode(w, r, &req); err != nil {
+		failControl(w, err)
+		return
+	}
+	if !s.cfg.Persistence.Enabled {
+		failControl(w, fmt.Errorf("%w: this server cannot pause sandboxes (its operator has not set persistence.enabled); a sandbox ends at its timeout", errdefs.ErrUnsupported))
+		return
+	}
+	if req.Memory != nil && *req.Memory {
+		failControl(w, fmt.Errorf("%w: memory: a pause keeps the sandbox's files, not its memory (the interpreter restarts on resume); leave keepMemory unset", errdefs.ErrInvalidArgument))
+		return
+	}
+	box, err := s.find(r.Context(), r.PathValue("id"))
+	if err != nil {
+		failControl(w, err)
+		return
+	}
+	if _, err := s.m.Get(box.id); errors.Is(err, errdefs.ErrPaused) {
+		failControl(w, fmt.Errorf("%w: sandbox %q is paused already", errdefs.ErrConflict, box.id))
+		return
+	}
+	if _, err := s.m.PauseFor(r.Context(), box.id); err != nil {
+		failControl(w, notFoundErr(box.id, err))
+		return
+	}
+	// A paused sandbox's timeout stops (persistence.keep bounds it).
+	box.mu.Lock()
+	if box.timer != nil {
+		box.timer.Stop()
+	}
+	box.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) retime(w http.ResponseWriter, r *http.Request, set bool, status int) {
@@ -386,6 +494,20 @@ func (s *Server) retime(w http.ResponseWriter, r *http.Request, set bool, status
 	box, err := s.find(r.Context(), r.PathValue("id"))
 	if err != nil {
 		failControl(w, err)
+		return
+	}
+	if status == http.StatusOK {
+		// connect and resume: a paused sandbox comes back.
+		if _, err := s.m.Get(box.id); errors.Is(err, errdefs.ErrPaused) {
+			if _, err := s.m.ResumeFor(r.Context(), box.id); err != nil {
+				failControl(w, notFoundErr(box.id, err))
+				return
+			}
+			// Its timeout starts again (a pause stopped it).
+			s.deadline(box, min(defaultTTL, s.cfg.Server.MaxIdleTimeout.D()), true)
+		}
+	} else if _, err := s.m.Get(box.id); errors.Is(err, errdefs.ErrPaused) {
+		failControl(w, fmt.Errorf("%w: sandbox %q is paused: connect to it (Sandbox.connect) to resume it first", errdefs.ErrConflict, box.id))
 		return
 	}
 	asked := req.Timeout

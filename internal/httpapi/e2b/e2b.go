@@ -80,6 +80,9 @@ type sandbox struct {
 	owner              identity.Identity
 	metadata           map[string]string
 	started            time.Time
+	// pause: its timeout pauses it (the session's lifetime does); a call
+	// of its data plane resumes it when autoResume.
+	pause, autoResume bool
 
 	mu    sync.Mutex
 	end   time.Time
@@ -213,9 +216,12 @@ func (s *Server) serveData(w http.ResponseWriter, r *http.Request, id string) {
 		fail(w, fmt.Errorf("%w: the sandbox's access token is missing or wrong (X-Access-Token: the envdAccessToken its creation returned)", errdefs.ErrUnauthenticated))
 		return
 	}
-	sess, err := s.m.Get(id)
+	// Reach resumes a paused sandbox created with autoResume.
+	sess, err := s.m.Reach(identity.With(r.Context(), box.owner), id)
 	if err != nil {
-		s.forget(id)
+		if !errors.Is(err, errdefs.ErrPaused) {
+			s.forget(id)
+		}
 		fail(w, notFoundErr(id, err))
 		return
 	}
@@ -254,12 +260,12 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, port, id stri
 		failControl(w, err)
 		return
 	}
-	sess, err := s.m.Get(id)
+	ctx := identity.With(r.Context(), box.owner)
+	sess, err := s.m.Reach(ctx, id)
 	if err != nil {
 		failControl(w, notFoundErr(id, err))
 		return
 	}
-	ctx := identity.With(r.Context(), box.owner)
 	n, _ := strconv.Atoi(port)
 	p, err := sess.PortForCaller(ctx, n)
 	if err != nil {
