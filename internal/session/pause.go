@@ -383,6 +383,9 @@ func (s *Session) Pause(ctx context.Context) (apitype.Session, error) {
 	m.paused[s.id] = p
 	info := p.info(m.cfg.Persistence.Keep.D())
 	m.mu.Unlock()
+	if m.hook != nil {
+		m.hook("listed", s.id)
+	}
 	s.terminate(apitype.Ended(apitype.EndPaused))
 	m.sweepPaused()
 	m.log.Info("session paused", "session", s.id, "files", st.Files, "bytes", st.Bytes, "disk_bytes", st.DiskBytes, "ms", time.Since(begun).Milliseconds())

@@ -636,7 +636,10 @@ func TestDeleteWhilePausing(t *testing.T) {
 	m, _, _ := newTestManager(t, cfg)
 	s := create(t, m, "python")
 	writeFiles(t, s, someFiles)
-	m.hook = func(_, id string) {
+	m.hook = func(point, id string) {
+		if point != "written" {
+			return
+		}
 		if err := m.DeleteFor(context.Background(), id); err != nil {
 			t.Errorf("delete during the pause: %v", err)
 		}
@@ -650,6 +653,28 @@ func TestDeleteWhilePausing(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(cfg.Persistence.Dir); len(ents) != 0 {
 		t.Errorf("a deleted session's image was kept: %v", ents)
+	}
+
+	// Deleted once listed as paused, before its sandbox ended: the
+	// paused session goes.
+	s2 := create(t, m, "python")
+	writeFiles(t, s2, someFiles)
+	m.hook = func(point, id string) {
+		if point == "listed" {
+			if err := m.DeleteFor(context.Background(), id); err != nil {
+				t.Errorf("delete as the pause ends: %v", err)
+			}
+		}
+	}
+	if _, err := s2.Pause(context.Background()); err != nil {
+		t.Errorf("pause: %v", err)
+	}
+	m.hook = nil
+	if _, err := m.Find(context.Background(), s2.ID()); !errors.Is(err, errdefs.ErrGone) {
+		t.Errorf("the session deleted as its pause ended: %v", err)
+	}
+	if ents, _ := os.ReadDir(cfg.Persistence.Dir); len(ents) != 0 {
+		t.Errorf("its image was kept: %v", ents)
 	}
 }
 

@@ -104,7 +104,8 @@ type Manager struct {
 	reserved map[string]int64
 	// hook, if set (tests), is called at a point of a pause or fork
 	// where another call may come in: "written" (a pause's image is
-	// written, the session not yet listed as paused), "fork" (a paused
+	// written, the session not yet listed as paused), "listed" (listed
+	// as paused, its sandbox not yet ended), "fork" (a paused
 	// source found, its image not yet opened).
 	hook func(point, id string)
 }
