@@ -18,23 +18,20 @@ import (
 // e2e/e2b/sdk.test.mjs set only E2B_API_KEY (an airlock key as e2b_<hex>),
 // E2B_API_URL and E2B_SANDBOX_URL. Afterwards no session is left.
 func TestE2BSDK(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		testenv.Skip(t, "node is not installed (scripts/install-deps.sh installs it)")
-	}
-	dir, _ := filepath.Abs("e2b")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@e2b", "code-interpreter")); err != nil {
-		testenv.Skip(t, "E2B's SDKs are not installed: run `npm ci` in e2e/e2b (scripts/test.sh does)")
-	}
-	s := keysServer(t, map[string]any{"pool": map[string]any{"size": map[string]int{"python": 2, "bash": 0, "javascript": 0}},
+	runE2BScript(t, "sdk.test.mjs", map[string]any{"pool": map[string]any{"size": map[string]int{"python": 2, "bash": 0, "javascript": 0}},
 		"ports": map[string]any{"domain": "e2b-ports.test", "scheme": "http"}})
-	defer s.stop()
-	runE2BScript(t, node, dir, s, "sdk.test.mjs")
 }
 
 // TestE2BSDKPause runs E2B's pause, connect-resume and lifecycle through
 // the JS SDK on a server with persistence.enabled (e2b/pause.test.mjs).
 func TestE2BSDKPause(t *testing.T) {
+	runE2BScript(t, "pause.test.mjs", map[string]any{"pool": map[string]any{"size": map[string]int{"python": 1, "bash": 0, "javascript": 0}},
+		"persistence": map[string]any{"enabled": true}})
+}
+
+// runE2BScript runs one of e2e/e2b's node test scripts against a keys
+// server with cfg; every sandbox it makes it kills.
+func runE2BScript(t *testing.T, script string, cfg map[string]any) {
 	node, err := exec.LookPath("node")
 	if err != nil {
 		testenv.Skip(t, "node is not installed (scripts/install-deps.sh installs it)")
@@ -43,15 +40,8 @@ func TestE2BSDKPause(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@e2b", "code-interpreter")); err != nil {
 		testenv.Skip(t, "E2B's SDKs are not installed: run `npm ci` in e2e/e2b (scripts/test.sh does)")
 	}
-	s := keysServer(t, map[string]any{"pool": map[string]any{"size": map[string]int{"python": 1, "bash": 0, "javascript": 0}},
-		"persistence": map[string]any{"enabled": true}})
+	s := keysServer(t, cfg)
 	defer s.stop()
-	runE2BScript(t, node, dir, s, "pause.test.mjs")
-}
-
-// runE2BScript runs one of e2b's node test scripts against s; every
-// sandbox it makes it kills.
-func runE2BScript(t *testing.T, node, dir string, s *server, script string) {
 	key := s.newKey("e2b-team")
 	cmd := exec.Command(node, "--test", "--test-reporter=spec", "--test-concurrency=1", script)
 	cmd.Dir = dir
