@@ -239,3 +239,30 @@ func TestKillDuringPause(t *testing.T) {
 	}
 	t.Logf("killed during pauses: %d paused whole, %d not paused", whole, gone)
 }
+
+// TestPauseSparseRefused: a sparse file (free on the sandbox's tmpfs)
+// counts in full: a pause of one larger than the session's disk limit,
+// which no sandbox could take back, is refused with 413 while the
+// session runs on, and writes nothing to the server's disk.
+func TestPauseSparseRefused(t *testing.T) {
+	s := persistServer(t)
+	ctx := context.Background()
+	id := s.newSession("python", nil)
+	if r := s.exec(id, "open('/workspace/z', 'wb').truncate(3 << 30)\nprint('ok')"); r.Error != nil || strings.TrimSpace(r.Stdout) != "ok" {
+		t.Fatalf("making a sparse file: %+v", r)
+	}
+	if _, err := s.c.PauseSession(ctx, id); errCode(err) != "too_large" {
+		t.Fatalf("pause of a 3 GiB sparse file: %v", err)
+	}
+	if _, err := s.c.ForkSession(ctx, id); errCode(err) != "too_large" {
+		t.Errorf("fork of a 3 GiB sparse file: %v", err)
+	}
+	if r := s.exec(id, "print(1 + 1)"); r.Error != nil || strings.TrimSpace(r.Stdout) != "2" {
+		t.Errorf("the session after a refused pause: %+v", r)
+	}
+	ents, _ := os.ReadDir(filepath.Join(dataDir(s), "sessions"))
+	if len(ents) != 0 {
+		t.Errorf("a refused pause left %v", ents)
+	}
+	s.c.DeleteSession(ctx, id)
+}
