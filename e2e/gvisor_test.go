@@ -165,7 +165,8 @@ func TestIsolationChoice(t *testing.T) {
 // What code in a gVisor sandbox tries against the host: every attempt
 // fails, and the layers airlock applies from the host side hold (gVisor
 // has no Landlock and virtual cgroups inside, so they are checked from
-// outside). Each probe also runs on native as the positive control that
+// outside). /home holds only user, which is the workspace under E2B's
+// name. Each probe also runs on native as the positive control that
 // the probe itself works (it must fail there too, by airlock's layers).
 func TestGVisorEscapes(t *testing.T) {
 	g := gvisorServer(t)
@@ -174,7 +175,7 @@ func TestGVisorEscapes(t *testing.T) {
 		{"host network", "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 53), timeout=2)\n    print('CONNECTED')\nexcept OSError:\n    print('BLOCKED')"},
 		{"interfaces", "ifs = [l.split(':')[0].strip() for l in open('/proc/net/dev').readlines()[2:]]\nprint('BLOCKED' if ifs == ['lo'] else ifs)"},
 		{"write the root", "import os\ntry:\n    open('/usr/airlock-escape', 'w'); print('WROTE')\nexcept OSError:\n    print('BLOCKED')"},
-		{"host files", "import os\nprint('BLOCKED' if not os.path.exists('/etc/shadow') and not os.path.exists('/root') and not os.path.exists('/home') else 'SEEN')"},
+		{"host files", "import os\nopen('/workspace/.home-probe', 'w').close()\nhome = not os.path.exists('/home') or (os.listdir('/home') == ['user'] and os.path.exists('/home/user/.home-probe'))\nos.remove('/workspace/.home-probe')\nprint('BLOCKED' if not os.path.exists('/etc/shadow') and not os.path.exists('/root') and home else 'SEEN')"},
 		{"mount", "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nprint('BLOCKED' if libc.mount(b'none', b'/tmp', b'tmpfs', 0, None) != 0 else 'MOUNTED')"},
 		{"capabilities", "print('BLOCKED' if [l for l in open('/proc/self/status') if l.startswith('CapEff')][0].split()[1] == '0000000000000000' else 'CAPS')"},
 		{"setuid root", "import os\ntry:\n    os.setuid(0); print('ROOT')\nexcept OSError:\n    print('BLOCKED')"},

@@ -57,7 +57,7 @@ var rules = map[string]rule{
 	"testenv": {layer: "test", noShared: true, std: true},
 
 	// The one composition root.
-	"server": {layer: "root", may: []string{"httpapi/...", "console", "mcp", "audit", "quota", "metrics", "directory", "session", "pool", "instance", "image", "jail", "gvisor", "egress", "fontcache", "runtimes", "store", "cluster", "client"}},
+	"server": {layer: "root", may: []string{"httpapi/...", "console", "mcp", "audit", "quota", "metrics", "directory", "session", "pool", "instance", "image", "jail", "gvisor", "egress", "fontcache", "runtimes", "store", "cluster", "client", "broker"}},
 
 	// The front: what serves requests, and what hears sessions. The HTTP
 	// APIs (httpapi/v1, E2B's httpapi/e2b, ...) sit over httpapi's shared
@@ -71,7 +71,7 @@ var rules = map[string]rule{
 	"directory":   {layer: "front", may: []string{"session", "store"}},
 
 	// Sessions, and what they are made of.
-	"session":  {layer: "session", may: []string{"instance", "packages", "egress", "redact", "coderules", "runtimes", "watch", "workspace", "cgroup", "cluster", "image", "pauseimage"}},
+	"session":  {layer: "session", may: []string{"instance", "packages", "egress", "redact", "coderules", "runtimes", "watch", "workspace", "cgroup", "cluster", "image", "pauseimage", "broker"}},
 	"packages": {layer: "session part", may: []string{"egress", "workspace"}},
 	"notebook": {layer: "session part"},
 	"pool":     {layer: "pool", may: []string{"instance", "zygote", "jail", "image", "runtimes"}},
@@ -103,6 +103,9 @@ var rules = map[string]rule{
 	// A paused session's image on disk, read and written through a
 	// workspace's beneath-the-root access.
 	"pauseimage": {layer: "mechanism", may: []string{"workspace"}},
+	// Declared tools and the in-sandbox endpoint sandboxed code calls
+	// them through; credentials stay on this side.
+	"broker": {layer: "mechanism"},
 
 	// The one Go client, for the command, MCP and the benchmark.
 	"client": {layer: "client"},
