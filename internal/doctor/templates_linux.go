@@ -110,7 +110,7 @@ func checkTemplate(ctx context.Context, l *server.Local, cfg config.Config, t im
 			return Fail, head + ": " + p + " does not run in a jail on it: " + err.Error()
 		}
 		first, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
-		if rt.lang == "javascript" {
+		if rt.lang == apitype.JavaScript {
 			first = "node " + first
 		}
 		lines = append(lines, first)
