@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -92,6 +93,10 @@ func (l *pgLedger) Admit(ctx context.Context, c Claim) (Admission, error) {
 	err = conn.Raw(func(dc any) error {
 		pc := dc.(*stdlib.Conn).Conn()
 		b := &pgx.Batch{}
+		// The server gives up first: a client that times out only closes
+		// its socket, and a batch already on the server would otherwise
+		// take the lock later and insert a hold nobody releases.
+		b.Queue(`SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $1, true)`, serverGiveUp(d.cfg.Timeout.D()))
 		b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "airlock.quota:"+c.Tenant)
 		b.Queue(admitSQL, c.Tenant, c.Kind, unixNano(now.Add(-d.cfg.LeaseTimeout.D())), unixNano(now.Add(-time.Minute)), day(now), int64(pending),
 			int64(c.CPUPerDay), int64(c.Max), int64(c.PerMinute), id, d.server.ID, unixNano(now), hold).
@@ -238,3 +243,14 @@ func (l *pgLedger) close() {
 // errNotServed: a ledger of a store no server serves (Serve not called)
 // has no name to hold places in.
 var errNotServed = errors.New("the store is not served by this process")
+
+// serverGiveUp is the transaction-local lock and statement timeout of an
+// admission, in PostgreSQL's syntax: half the store's timeout, so the
+// server has ended the transaction before the client stops waiting.
+func serverGiveUp(timeout time.Duration) string {
+	ms := timeout.Milliseconds() / 2
+	if ms < 1 {
+		ms = 1
+	}
+	return strconv.FormatInt(ms, 10) + "ms"
+}
