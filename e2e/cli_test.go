@@ -354,21 +354,7 @@ func TestBenchSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short mode")
 	}
-	out, errOut, code := runCLI(t, "", "bench", "--smoke", "--json")
-	if code != 0 {
-		t.Fatalf("bench --smoke failed (%d): %s\n%s", code, out, errOut)
-	}
-	var r struct {
-		Rows []struct {
-			Scenario string  `json:"scenario"`
-			Metric   string  `json:"metric"`
-			Value    float64 `json:"value"`
-		} `json:"rows"`
-		Errors []string `json:"errors"`
-	}
-	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		t.Fatal(err)
-	}
+	r, _ := benchSmoke(t)
 	if len(r.Errors) > 0 || len(r.Rows) < 10 {
 		t.Fatalf("errors %v, %d rows", r.Errors, len(r.Rows))
 	}
@@ -377,4 +363,30 @@ func TestBenchSmoke(t *testing.T) {
 			t.Errorf("%s %s: %v", row.Scenario, row.Metric, row.Value)
 		}
 	}
+}
+
+// benchReport is what `airlock bench --json` prints, as far as the
+// smoke tests read it.
+type benchReport struct {
+	Rows []struct {
+		Scenario string  `json:"scenario"`
+		Metric   string  `json:"metric"`
+		Value    float64 `json:"value"`
+	} `json:"rows"`
+	Errors []string `json:"errors"`
+}
+
+// benchSmoke runs `airlock bench --smoke --json` with args and decodes
+// its report; it also returns everything the command printed.
+func benchSmoke(t *testing.T, args ...string) (benchReport, string) {
+	t.Helper()
+	out, errOut, code := runCLI(t, "", append([]string{"bench", "--smoke", "--json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("bench --smoke %v failed (%d): %s\n%s", args, code, out, errOut)
+	}
+	var r benchReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	return r, out + errOut
 }

@@ -290,20 +290,7 @@ func runscProcs(name string) []string {
 // `airlock bench --only gvisor` runs the gVisor scenarios.
 func TestBenchGVisorSmoke(t *testing.T) {
 	runsc := testenv.Runsc(t)
-	out, errOut, code := runCLI(t, "", "bench", "--smoke", "--json", "--only", "gvisor", "--runsc", runsc)
-	if code != 0 {
-		t.Fatalf("bench --smoke --only gvisor failed (%d): %s\n%s", code, out, errOut)
-	}
-	var r struct {
-		Rows []struct {
-			Scenario string  `json:"scenario"`
-			Value    float64 `json:"value"`
-		} `json:"rows"`
-		Errors []string `json:"errors"`
-	}
-	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		t.Fatal(err)
-	}
+	r, _ := benchSmoke(t, "--only", "gvisor", "--runsc", runsc)
 	if len(r.Errors) > 0 || len(r.Rows) < 7 { // with the network pool's two
 		t.Fatalf("errors %v, %d rows", r.Errors, len(r.Rows))
 	}

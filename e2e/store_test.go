@@ -343,20 +343,7 @@ func TestBenchStoreSmoke(t *testing.T) {
 	pg := pgtest.Start(t)
 	f := filepath.Join(t.TempDir(), "dsn")
 	os.WriteFile(f, []byte(pg.NewDatabase(t)+"\n"), 0o600)
-	out, errOut, code := runCLI(t, "", "bench", "--smoke", "--json", "--only", "store", "--store-dsn-file", f)
-	if code != 0 {
-		t.Fatalf("bench --smoke --only store failed (%d): %s\n%s", code, out, errOut)
-	}
-	var r struct {
-		Rows []struct {
-			Scenario string  `json:"scenario"`
-			Value    float64 `json:"value"`
-		} `json:"rows"`
-		Errors []string `json:"errors"`
-	}
-	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		t.Fatal(err)
-	}
+	r, printed := benchSmoke(t, "--only", "store", "--store-dsn-file", f)
 	if len(r.Errors) > 0 || len(r.Rows) != 6 {
 		t.Fatalf("errors %v, rows %+v", r.Errors, r.Rows)
 	}
@@ -365,7 +352,7 @@ func TestBenchStoreSmoke(t *testing.T) {
 			t.Errorf("%s: %v", row.Scenario, row.Value)
 		}
 	}
-	if strings.Contains(out+errOut, pg.Password()) {
+	if strings.Contains(printed, pg.Password()) {
 		t.Error("the bench printed the database's password")
 	}
 }
