@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -134,10 +135,22 @@ func ProgramEnv(manager string, env map[string]string) (fresh bool) {
 	}
 	pp := "/workspace/" + siteDir
 	if old := env["PYTHONPATH"]; old != "" {
+		if slices.Contains(strings.Split(old, ":"), pp) {
+			return true
+		}
 		pp += ":" + old
 	}
 	env["PYTHONPATH"] = pp
 	return true
+}
+
+// Installed reports whether pip packages were installed into ws (its
+// site directory exists): a new interpreter of the session (a resumed or
+// forked session's, a context started or restarted later) needs them on
+// its path (ProgramEnv). A symlink there is not followed: nothing is.
+func Installed(ws *workspace.Dir) bool {
+	e, err := ws.Stat(siteDir)
+	return err == nil && e.Type == "dir"
 }
 
 // checkCount checks a request names some packages, at most max (the

@@ -454,3 +454,90 @@ func TestPackagesOnGVisorOnlyServer(t *testing.T) {
 		t.Errorf("after npm install on gVisor: %+v, %v", r, err)
 	}
 }
+
+// Pip packages installed in a session are on the path of every new
+// interpreter of it: after a pause and resume (its interpreter restarts),
+// a fork, a server restart, in a code context restored or started later,
+// and in its shell commands.
+func TestPackagesAfterResume(t *testing.T) {
+	demo, demoWhl := wheel(t, "airlock-demo", "1.0", "airlock_demo", "VALUE = 42\n")
+	_, port := pepIndex(t, map[string][]byte{demo: demoWhl}, map[string]string{"airlock-demo": demo})
+	images := t.TempDir()
+	with := func(cfg *config.Config) {
+		cfg.Packages.Pip.IndexURL = fmt.Sprintf("http://pypi.a.test:%d/simple", port)
+		cfg.Persistence.Enabled, cfg.Persistence.Dir = true, images
+		// A pooled interpreter is configured after it started: the
+		// path must follow its configuration.
+		cfg.Pool.Size = map[string]int{"python": 1}
+	}
+	c, _, _, srv := egressServerS(t, with)
+	ctx := context.Background()
+	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.InstallPackages(ctx, sess.ID, apitype.PackagesRequest{Manager: "pip", Packages: []string{"airlock-demo"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateContext(ctx, sess.ID, apitype.CreateContextRequest{Language: "python"}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(t *testing.T, id, when string) {
+		t.Helper()
+		ctxs, err := c.Contexts(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cc := range ctxs {
+			if cc.Language != "python" {
+				continue
+			}
+			r, err := c.Execute(ctx, id, apitype.ExecuteRequest{Context: cc.ID, Code: "import airlock_demo, subprocess, sys\nprint(airlock_demo.VALUE)\n" +
+				"print(subprocess.run([sys.executable, '-c', 'import airlock_demo; print(airlock_demo.VALUE)'], capture_output=True, text=True).stdout.strip())"}, nil)
+			if err != nil || r.Stdout != "42\n42\n" {
+				t.Errorf("%s, context %s: %+v, %v", when, cc.ID, r, err)
+			}
+		}
+		out, err := c.RunCommand(ctx, id, apitype.CommandRequest{Command: "python3 -c 'import airlock_demo; print(airlock_demo.VALUE)'"}, nil)
+		if err != nil || out.Stdout != "42\n" {
+			t.Errorf("%s, a shell command: %+v, %v", when, out, err)
+		}
+		// A context started now has them too.
+		cc, err := c.CreateContext(ctx, id, apitype.CreateContextRequest{Language: "python"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.Execute(ctx, id, apitype.ExecuteRequest{Context: cc.ID, Code: "import airlock_demo; print(airlock_demo.VALUE)"}, nil)
+		if err != nil || r.Stdout != "42\n" {
+			t.Errorf("%s, a new context: %+v, %v", when, r, err)
+		}
+		if err := c.DeleteContext(ctx, id, cc.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check(t, sess.ID, "live")
+	if _, err := c.PauseSession(ctx, sess.ID); err != nil {
+		t.Fatal(err)
+	}
+	fork, err := c.ForkSession(ctx, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, fork.ID, "forked")
+	if _, err := c.ResumeSession(ctx, sess.ID); err != nil {
+		t.Fatal(err)
+	}
+	check(t, sess.ID, "resumed")
+
+	// A restart: the shutdown pauses the session, the next server
+	// resumes it.
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	srv.Shutdown(sctx)
+	c2, _, _, _ := egressServerS(t, with)
+	if _, err := c2.ResumeSession(ctx, sess.ID); err != nil {
+		t.Fatal(err)
+	}
+	c = c2
+	check(t, sess.ID, "after a restart")
+}

@@ -12,6 +12,7 @@ import (
 
 	"airlock/internal/apitype"
 	"airlock/internal/errdefs"
+	"airlock/internal/packages"
 	"airlock/internal/runtimes"
 )
 
@@ -224,7 +225,19 @@ func (s *Session) contextEnv(rt runtimes.Runtime, userEnv map[string]string) map
 	if g := s.egressGate(); g != nil {
 		env = s.m.proxyEnv(env, g.Policy())
 	}
+	s.packagesEnv(rt, env)
 	return env
+}
+
+// packagesEnv puts the pip packages installed in the session on the path
+// of a new interpreter of rt's (a context started, restarted or restored
+// after an install), as the install did for the interpreter it ran in.
+func (s *Session) packagesEnv(rt runtimes.Runtime, env map[string]string) bool {
+	if rt.PackageManager != packages.Pip || !packages.Installed(s.workspace()) {
+		return false
+	}
+	packages.ProgramEnv(packages.Pip, env)
+	return true
 }
 
 // watchContext marks a context ended when its runtime goes away between

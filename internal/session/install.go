@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,6 +59,15 @@ func (s *Session) install(ctx context.Context, req apitype.PackagesRequest, slot
 	installed, err := s.m.packages.Install(ctx, s.installTarget(ctx, c, req.Packages, slotHeld), req.Manager, req.Packages, s.id)
 	if err != nil {
 		return nil, err
+	}
+	if req.Manager == packages.Pip {
+		// The interpreter put them on its own path; the context's
+		// environment (the commands' too, for the default one) follows.
+		s.mu.Lock()
+		env := maps.Clone(c.env)
+		packages.ProgramEnv(packages.Pip, env)
+		c.env = env
+		s.mu.Unlock()
 	}
 	s.Touch()
 	return &apitype.PackagesResult{Installed: installed, DurationMs: ms(time.Since(start))}, nil

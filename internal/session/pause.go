@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"sort"
 	"sync"
@@ -414,6 +415,24 @@ func (s *Session) pausedMeta() pausedMeta {
 		}
 	}
 	return meta
+}
+
+// restorePackages puts the pip packages the restored files hold on the
+// path of the session's default interpreter, configured before they were
+// there.
+func (s *Session) restorePackages(ctx context.Context) error {
+	c := s.def
+	env := maps.Clone(c.env)
+	if !s.packagesEnv(c.lang, env) {
+		return nil
+	}
+	if err := c.it.Configure(ctx, env, c.cwd); err != nil {
+		return errdefs.Private(errdefs.ErrUnavailable, "the session's runtime did not take its packages' path", err)
+	}
+	s.mu.Lock()
+	c.env = env
+	s.mu.Unlock()
+	return nil
 }
 
 // restoreContexts starts the code contexts a paused session had, under

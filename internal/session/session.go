@@ -445,6 +445,9 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest, 
 		s.create, s.execCount, s.restored = r.meta.Created, r.meta.Executions, apitype.RestoreFiles
 		err := r.image.Restore(ctx, s.workspace(), int64(m.cfg.Persistence.MaxImageBytes))
 		if err == nil {
+			err = s.restorePackages(ctx)
+		}
+		if err == nil {
 			err = s.restoreContexts(ctx, r.meta)
 		}
 		if err != nil {

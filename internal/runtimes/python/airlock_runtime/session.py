@@ -39,6 +39,21 @@ def _load() -> None:
     if tracebacks is None:
         from . import compilerop, display, magics, syntax, tracebacks  # noqa: F811
 
+
+def _path_from_env() -> None:
+    """Puts the directories of a PYTHONPATH set by configure on sys.path,
+    as the interpreter would have done had it started with it: a pooled
+    interpreter (or a forked one) started before its session's
+    environment was known."""
+    new = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+    if not new:
+        return
+    at = 1 if sys.path[:1] == [""] else 0
+    sys.path[at:at] = new
+    import importlib
+    importlib.invalidate_caches()
+
+
 LANGUAGE = "python"
 
 _CO_COROUTINE = 0x0080  # inspect.CO_COROUTINE, without importing inspect
@@ -301,6 +316,7 @@ class Session:
                 os.environ.update(env)
             except (ValueError, OSError) as e:
                 errors.append(f"environment: {e}")
+            _path_from_env()
         if defaults is not None:
             try:
                 for k, v in defaults.items():
