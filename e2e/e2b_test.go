@@ -1,11 +1,15 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,23 +33,36 @@ func TestE2BSDKPause(t *testing.T) {
 		"persistence": map[string]any{"enabled": true}})
 }
 
-// runE2BScript runs one of e2e/e2b's node test scripts against a keys
-// server with cfg; every sandbox it makes it kills.
-func runE2BScript(t *testing.T, script string, cfg map[string]any) {
+// e2bSDK is node and the directory of e2e/e2b, where E2B's SDKs are
+// installed (a skip says how when they are not).
+func e2bSDK(t *testing.T) (node, dir string) {
 	node, err := exec.LookPath("node")
 	if err != nil {
 		testenv.Skip(t, "node is not installed (scripts/install-deps.sh installs it)")
 	}
-	dir, _ := filepath.Abs("e2b")
+	dir, _ = filepath.Abs("e2b")
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@e2b", "code-interpreter")); err != nil {
 		testenv.Skip(t, "E2B's SDKs are not installed: run `npm ci` in e2e/e2b (scripts/test.sh does)")
 	}
+	return node, dir
+}
+
+// e2bEnv is the environment of an SDK script against s with key: the
+// two variables E2B's users change (and the sandbox URL, one port).
+func e2bEnv(s *server, key string) []string {
+	return append(os.Environ(), "E2B_API_KEY=e2b_"+strings.TrimPrefix(key, "alk_"), "E2B_API_URL="+s.URL, "E2B_SANDBOX_URL="+s.URL)
+}
+
+// runE2BScript runs one of e2e/e2b's node test scripts against a keys
+// server with cfg; every sandbox it makes it kills.
+func runE2BScript(t *testing.T, script string, cfg map[string]any) {
+	node, dir := e2bSDK(t)
 	s := keysServer(t, cfg)
 	defer s.stop()
 	key := s.newKey("e2b-team")
 	cmd := exec.Command(node, "--test", "--test-reporter=spec", "--test-concurrency=1", script)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "E2B_API_KEY=e2b_"+strings.TrimPrefix(key, "alk_"), "E2B_API_URL="+s.URL, "E2B_SANDBOX_URL="+s.URL)
+	cmd.Env = e2bEnv(s, key)
 	cmd.WaitDelay = 10 * time.Second
 	out, err := cmd.CombinedOutput()
 	t.Logf("%s", out)
@@ -54,5 +71,79 @@ func runE2BScript(t *testing.T, script string, cfg map[string]any) {
 	}
 	if l, err := s.as(key).Sessions(context.Background()); err != nil || len(l) != 0 {
 		t.Errorf("sessions left after every sandbox was killed: %v %v", l, err)
+	}
+}
+
+// TestE2BSDKRestart: E2B sandboxes outlive their server. The JS SDK
+// (e2b/restart.mjs) pauses two sandboxes; the server restarts (SIGTERM,
+// the same address, data_dir and store); the SDK's objects, holding
+// their tokens of before, go on: both are listed paused with their
+// metadata, a call resumes the autoResume one, connect the other with
+// the same tokens. A wrong token is still refused after the restart.
+func TestE2BSDKRestart(t *testing.T) {
+	node, dir := e2bSDK(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	s := keysServer(t, map[string]any{"server": map[string]any{"listen": addr},
+		"persistence": map[string]any{"enabled": true},
+		"pool":        map[string]any{"size": map[string]int{"python": 1, "bash": 0, "javascript": 0}}})
+	key := s.newKey("e2b-team")
+	cmd := exec.Command(node, "restart.mjs")
+	cmd.Dir, cmd.Env = dir, e2bEnv(s, key)
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := make(chan string, 8)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	next := func(prefix string) string {
+		t.Helper()
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					cmd.Wait()
+					t.Fatalf("the SDK script ended before %q:\n%s", prefix, stderr.String())
+				}
+				t.Logf("sdk: %s", l)
+				if strings.HasPrefix(l, prefix) {
+					return l
+				}
+			case <-time.After(3 * time.Minute):
+				t.Fatalf("no %q from the SDK script:\n%s", prefix, stderr.String())
+			}
+		}
+	}
+	ids := strings.Fields(next("PAUSED "))[1:]
+	s = restart(t, s, syscall.SIGTERM)
+	if s.URL != "http://"+addr {
+		t.Fatalf("the server came back on %s, not %s", s.URL, addr)
+	}
+	code, body := s.raw("GET", "/files?path=/home/user/a.txt", nil, map[string]string{"E2b-Sandbox-Id": ids[0], "E2b-Sandbox-Port": "49983", "X-Access-Token": strings.Repeat("0", 48)})
+	if code != 401 {
+		t.Errorf("a wrong token after the restart: %d %s", code, body)
+	}
+	fmt.Fprintln(stdin, "restarted")
+	next("DONE")
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the SDK script: %v\n%s", err, stderr.String())
+	}
+	if l, err := s.as(key).Sessions(context.Background()); err != nil || len(l) != 0 {
+		t.Errorf("sessions left after both sandboxes were killed: %v %v", l, err)
 	}
 }

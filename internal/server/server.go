@@ -262,8 +262,13 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	s.observe(metricsLn)
 	s.api.Refused = s.refused
 	if cfg.E2B.Enabled {
-		s.e2b = e2b.New(s.api.Edge, s.manager, cfg)
-		s.e2b.ServePort = s.api.ServePort
+		if s.e2b, err = e2b.New(s.api.Edge, s.manager, cfg); err != nil {
+			return nil, err
+		}
+		s.e2b.ServePort, s.e2b.Log = s.api.ServePort, s.log
+		if s.db != nil {
+			s.e2b.Records = s.db
+		}
 	}
 	for pattern, h := range opts.Handlers {
 		s.api.Handle(pattern, h)
@@ -290,6 +295,12 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	// as paused from the first request on.
 	if err := s.manager.LoadPaused(); err != nil {
 		return nil, err
+	}
+	if s.e2b != nil {
+		// Their E2B sandboxes too, with the same tokens.
+		if err := s.e2b.Load(context.Background()); err != nil {
+			return nil, err
+		}
 	}
 	if opts.Embedded {
 		return s, nil

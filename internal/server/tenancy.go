@@ -18,11 +18,14 @@ import (
 // tenancy wires what needs the store: API keys, tenants' quotas and
 // their counts, the audit log, the sessions directory. With SQLite, auth
 // "none" and the audit log off nothing is opened; a shared store
-// (PostgreSQL) is always used: the operator named it for the cluster.
+// (PostgreSQL) is always used: the operator named it for the cluster;
+// so is one for E2B's sandboxes that may outlive the server (their
+// records).
 func (s *Server) tenancy() error {
 	cfg := s.cfg
 	keys := cfg.Server.Auth == config.AuthKeys
-	if !keys && !cfg.Audit.Enabled && !cfg.Store.Shared() {
+	sandboxes := cfg.E2B.Enabled && cfg.Persistence.Enabled
+	if !keys && !cfg.Audit.Enabled && !cfg.Store.Shared() && !sandboxes {
 		return nil
 	}
 	ctx := context.Background()

@@ -588,3 +588,54 @@ func TestPostgresSlow(t *testing.T) {
 		t.Errorf("admission after the lock: %+v %v", a, err)
 	}
 }
+
+// E2B sandbox records: written by one server, read by another (with the
+// pod that holds them), listed by pod, rewritten in place, deleted.
+func TestSandboxRecords(t *testing.T) {
+	drivers(t, func(t *testing.T, open opener) {
+		ctx := context.Background()
+		a, b := open(t), open(t)
+		if _, err := a.Serve(ctx, "pod-a"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Serve(ctx, "pod-b"); err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now().UTC()
+		for i, db := range []*DB{a, b, a} {
+			r := SandboxRecord{ID: fmt.Sprint("sb", i), Tenant: "t1", Created: now.Add(time.Duration(i) * time.Millisecond), Info: []byte(fmt.Sprintf(`{"n":%d}`, i))}
+			if err := db.PutSandbox(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r, ok, err := b.Sandbox(ctx, "sb0")
+		if err != nil || !ok || r.Pod != "pod-a" || r.Tenant != "t1" || string(r.Info) != `{"n":0}` || !r.Created.Equal(now) {
+			t.Fatalf("sb0 from b: %+v %v %v", r, ok, err)
+		}
+		if _, ok, err := b.Sandbox(ctx, "nope"); ok || err != nil {
+			t.Errorf("an unknown record: %v %v", ok, err)
+		}
+		mine, err := a.Sandboxes(ctx, "pod-a")
+		if err != nil || len(mine) != 2 || mine[0].ID != "sb0" || mine[1].ID != "sb2" {
+			t.Errorf("pod-a's records: %+v %v", mine, err)
+		}
+		if all, _ := a.Sandboxes(ctx, ""); len(all) != 3 {
+			t.Errorf("every record: %+v", all)
+		}
+		if err := a.PutSandbox(ctx, SandboxRecord{ID: "sb0", Tenant: "t1", Created: now, Info: []byte(`{"n":9}`)}); err != nil {
+			t.Fatal(err)
+		}
+		if r, _, _ := b.Sandbox(ctx, "sb0"); string(r.Info) != `{"n":9}` {
+			t.Errorf("rewritten: %s", r.Info)
+		}
+		if err := b.DeleteSandbox(ctx, "sb0"); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, _ := a.Sandbox(ctx, "sb0"); ok {
+			t.Error("a deleted record is still read")
+		}
+		if err := b.DeleteSandbox(ctx, "sb0"); err != nil {
+			t.Errorf("deleting it again: %v", err)
+		}
+	})
+}

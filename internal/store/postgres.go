@@ -97,6 +97,18 @@ var pgMigrations = []migration{
 		cpu_ns BIGINT NOT NULL DEFAULT 0,
 		PRIMARY KEY (tenant, day)
 	);`,
+	// 2: paused sessions (kept when their server goes, until they
+	// expire) and the E2B API's sandbox records.
+	`ALTER TABLE sessions ADD COLUMN paused BOOLEAN NOT NULL DEFAULT false;
+	ALTER TABLE sessions ADD COLUMN expires_at BIGINT;
+	CREATE TABLE sandboxes (
+		id TEXT PRIMARY KEY,
+		tenant TEXT NOT NULL,
+		pod TEXT NOT NULL,
+		created_at BIGINT NOT NULL,
+		info TEXT NOT NULL
+	);
+	CREATE INDEX sandboxes_tenant ON sandboxes(tenant, created_at);`,
 }
 
 // migrationLock is the advisory lock migrations hold (any constant that
@@ -150,7 +162,7 @@ func openPostgres(ctx context.Context, cfg config.Store) (*DB, error) {
 		db.SetMaxIdleConns(max(cfg.MaxConns/2, 1))
 		db.SetConnMaxIdleTime(5 * time.Minute)
 	}
-	d := &DB{drv: p, cfg: cfg, keys: p.db, audit: p.db, dir: p.fast}
+	d := &DB{drv: p, cfg: cfg, keys: p.db, audit: p.db, dir: p.fast, boxes: p.db}
 	fail := func(err error) (*DB, error) {
 		p.db.Close()
 		p.fast.Close()

@@ -93,6 +93,18 @@ var (
 		);
 		CREATE INDEX sessions_tenant ON sessions(tenant, created_at);
 		CREATE INDEX sessions_server ON sessions(server, ended_at);`,
+		// 2: paused sessions (kept when their server goes, until they
+		// expire) and the E2B API's sandbox records.
+		`ALTER TABLE sessions ADD COLUMN paused INTEGER NOT NULL DEFAULT 0;
+		ALTER TABLE sessions ADD COLUMN expires_at INTEGER;
+		CREATE TABLE sandboxes (
+			id TEXT PRIMARY KEY,
+			tenant TEXT NOT NULL,
+			pod TEXT NOT NULL,
+			created_at INTEGER NOT NULL,
+			info TEXT NOT NULL
+		);
+		CREATE INDEX sandboxes_tenant ON sandboxes(tenant, created_at);`,
 	}
 )
 
@@ -144,6 +156,7 @@ func openSQLite(cfg config.Store, dir string) (*DB, error) {
 		d.audit.Close()
 		return nil, err
 	}
+	d.boxes = d.dir
 	d.ledger = drv.newLedger(d)
 	return d, nil
 }

@@ -38,8 +38,12 @@ type DB struct {
 	// sessions directory and the ledger's rows: three SQLite files, or
 	// one PostgreSQL database.
 	keys, audit, dir *sql.DB
-	cache            keyCache
-	ledger           Ledger
+	// boxes holds the E2B API's sandbox records: the directory's file
+	// (SQLite), or PostgreSQL's durable commits (a record lost would
+	// cost its sandbox's tokens).
+	boxes  *sql.DB
+	cache  keyCache
+	ledger Ledger
 	// server is this server's row in the directory (see Serve).
 	server Server
 }

@@ -221,10 +221,17 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	who, _ := identity.From(r.Context())
-	box := &sandbox{id: sess.ID(), template: req.TemplateID, clientID: "airlock", envdToken: token(), traffic: token(),
-		owner: who, metadata: req.Metadata, started: time.Now().UTC(), pause: pause, autoResume: auto}
-	if box.template == "" {
-		box.template = "base"
+	rec := record{Template: req.TemplateID, Owner: who, Metadata: req.Metadata, Started: time.Now().UTC(), Pause: pause, AutoResume: auto}
+	if rec.Template == "" {
+		rec.Template = "base"
+	}
+	box := s.newBox(sess.ID(), rec)
+	if err := s.save(r.Context(), box); err != nil {
+		// A sandbox whose record is not kept would lose its tokens with
+		// a restart: none is made.
+		s.m.Delete(box.id)
+		failControl(w, err)
+		return
 	}
 	s.mu.Lock()
 	s.boxes[box.id] = box
@@ -279,7 +286,7 @@ func (s *Server) deadline(box *sandbox, ttl time.Duration, set bool) {
 // describe is box as E2B's API shows it; with secrets, its tokens too
 // (its creator's and connect's answers).
 func (s *Server) describe(box *sandbox, secrets bool) sandboxJSON {
-	out := sandboxJSON{TemplateID: box.template, SandboxID: box.id, ClientID: box.clientID, EnvdVersion: envdVersion, Metadata: box.metadata, State: "running",
+	out := sandboxJSON{TemplateID: box.template, SandboxID: wireID(box.id), ClientID: box.clientID, EnvdVersion: envdVersion, Metadata: box.metadata, State: "running",
 		Lifecycle: &lifecycleJSON{OnTimeout: "kill", AutoResume: &box.autoResume}}
 	if box.pause {
 		out.Lifecycle.OnTimeout = "pause"
@@ -309,8 +316,10 @@ func (s *Server) describe(box *sandbox, secrets bool) sandboxJSON {
 	return out
 }
 
-// find is the caller's live sandbox id, or E2B's 404.
+// find is the caller's live or paused sandbox id (in E2B's form), or
+// E2B's 404 (421 when another server of the cluster holds it).
 func (s *Server) find(ctx context.Context, id string) (*sandbox, error) {
+	id = sessionID(id)
 	box := s.box(id)
 	if box != nil {
 		who, _ := identity.From(ctx)
@@ -322,7 +331,7 @@ func (s *Server) find(ctx context.Context, id string) (*sandbox, error) {
 		}
 	}
 	if box == nil {
-		return nil, fmt.Errorf("%w: sandbox %q not found", errdefs.ErrNotFound, httpapi.Truncate(id))
+		return nil, s.unknown(id)
 	}
 	return box, nil
 }
@@ -407,7 +416,7 @@ func matches(have, want map[string]string) bool {
 }
 
 func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id := sessionID(r.PathValue("id"))
 	box, err := s.find(r.Context(), id)
 	if err != nil {
 		// E2B's JS SDK reads the body's code: 404 is "already gone".

@@ -21,11 +21,10 @@ package e2b
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/subtle"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -63,8 +62,14 @@ type Server struct {
 	// ServePort proxies a request to a port of a session (the v1 API's
 	// proxy), once the E2B API has authenticated it (nil: no ports).
 	ServePort func(w http.ResponseWriter, r *http.Request, p *session.Port)
-	control   *http.ServeMux
-	data      *http.ServeMux
+	// Records keeps sandboxes' records (nil: in memory only, lost with
+	// the server); Log hears what goes wrong with them.
+	Records Records
+	Log     *slog.Logger
+	// key derives sandboxes' access tokens (see records.go).
+	key     []byte
+	control *http.ServeMux
+	data    *http.ServeMux
 
 	mu    sync.Mutex
 	boxes map[string]*sandbox // by session id
@@ -94,11 +99,23 @@ type sandbox struct {
 	procs   []proc
 }
 
-// New returns the E2B API of m, behind edge (the v1 API's).
-func New(edge *httpapi.Edge, m *session.Manager, cfg config.Config) *Server {
-	s := &Server{edge: edge, m: m, cfg: cfg, control: http.NewServeMux(), data: http.NewServeMux(), boxes: map[string]*sandbox{}}
+// New returns the E2B API of m, behind edge (the v1 API's), with the
+// token key in cfg's data_dir (made at the first start).
+func New(edge *httpapi.Edge, m *session.Manager, cfg config.Config) (*Server, error) {
+	key, err := loadKey(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{edge: edge, m: m, cfg: cfg, key: key, control: http.NewServeMux(), data: http.NewServeMux(), boxes: map[string]*sandbox{}}
 	s.routes()
-	return s
+	return s, nil
+}
+
+func (s *Server) log() *slog.Logger {
+	if s.Log == nil {
+		return slog.Default()
+	}
+	return s.Log
 }
 
 // dataPaths are the data plane's paths outside /sandboxes: no path of
@@ -156,7 +173,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if id := r.Header.Get("E2b-Sandbox-Id"); id != "" || !strings.Contains(r.URL.Path, "sandboxes") {
-			s.serveData(w, r, id)
+			s.serveData(w, r, sessionID(id))
 			return
 		}
 		s.serveControl(w, r)
@@ -208,7 +225,7 @@ func (s *Server) serveData(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	box := s.box(id)
 	if box == nil {
-		fail(w, fmt.Errorf("%w: sandbox %q not found", errdefs.ErrNotFound, httpapi.Truncate(id)))
+		fail(w, s.unknown(id))
 		return
 	}
 	if !box.authorized(r, port) {
@@ -250,6 +267,12 @@ func (s *Server) portHost(r *http.Request) (port, id string, ok bool) {
 // ports are private), in the name of the sandbox's owner.
 func (s *Server) servePort(w http.ResponseWriter, r *http.Request, port, id string) {
 	box := s.box(id)
+	if box == nil {
+		if err := s.unknown(id); errors.Is(err, errdefs.ErrMisdirected) {
+			failControl(w, err)
+			return
+		}
+	}
 	tok := r.Header.Get("E2B-Traffic-Access-Token")
 	if box == nil || s.ServePort == nil || subtle.ConstantTimeCompare([]byte(tok), []byte(box.traffic)) != 1 {
 		s.edge.Refuse(r, apitype.AuditAuthFailure, httpapi.RefusedAccessToken, identity.Identity{})
@@ -316,11 +339,13 @@ func (s *Server) box(id string) *sandbox {
 	return s.boxes[id]
 }
 
+// forget drops the sandbox of a session that is gone, and its record.
 func (s *Server) forget(id string) {
 	s.mu.Lock()
 	b := s.boxes[id]
 	delete(s.boxes, id)
 	s.mu.Unlock()
+	s.unrecord(id)
 	if b != nil {
 		b.mu.Lock()
 		if b.timer != nil {
@@ -330,6 +355,17 @@ func (s *Server) forget(id string) {
 	}
 }
 
+// unknown is the error for a sandbox id this server has none of: E2B's
+// 404, or, when the id names another server of a cluster, 421 saying
+// which (the router sends its requests there; see
+// docs/guides/kubernetes.md).
+func (s *Server) unknown(id string) error {
+	if _, err := s.m.Get(id); errors.Is(err, errdefs.ErrMisdirected) {
+		return err
+	}
+	return fmt.Errorf("%w: sandbox %q not found", errdefs.ErrNotFound, httpapi.Truncate(wireID(id)))
+}
+
 // notFoundErr is err of a session that is gone, as E2B says it: not
 // found.
 func notFoundErr(id string, err error) error {
@@ -337,12 +373,6 @@ func notFoundErr(id string, err error) error {
 		return fmt.Errorf("%w: sandbox %q not found", errdefs.ErrNotFound, httpapi.Truncate(id))
 	}
 	return err
-}
-
-func token() string {
-	var b [24]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 // errorBody is E2B's error: the control plane's, envd's HTTP routes' and

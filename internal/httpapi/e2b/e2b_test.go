@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -134,5 +136,52 @@ func TestDiff(t *testing.T) {
 	want := map[string]string{"a": "EVENT_TYPE_WRITE", "new": "EVENT_TYPE_CREATE", "gone": "EVENT_TYPE_REMOVE"}
 	if len(got) != len(want) || got["a"] != want["a"] || got["new"] != want["new"] || got["gone"] != want["gone"] {
 		t.Errorf("diff = %v, want %v", got, want)
+	}
+}
+
+// A clustered session's id is one DNS label in E2B's form (getHost's
+// <port>-<id>.<domain> is then a host the router routes); both forms
+// name the session; a server's own ids are the same in both.
+func TestWireID(t *testing.T) {
+	for _, c := range []struct{ id, wire string }{
+		{"airlock-3.k2f9x1.q7xabc9zt3mn2plk4sr8vwe1d", "airlock-3-k2f9x1-q7xabc9zt3mn2plk4sr8vwe1d"},
+		{"0123456789abcdef01234567", "0123456789abcdef01234567"},
+	} {
+		if got := wireID(c.id); got != c.wire {
+			t.Errorf("wireID(%q) = %q, want %q", c.id, got, c.wire)
+		}
+		for _, in := range []string{c.wire, c.id} {
+			if got := sessionID(in); got != c.id {
+				t.Errorf("sessionID(%q) = %q, want %q", in, got, c.id)
+			}
+		}
+	}
+	if got := sessionID("Not-An-Id"); got != "Not-An-Id" {
+		t.Errorf("sessionID of another string: %q", got)
+	}
+}
+
+// The token key: made once (0600), read back the same; a damaged one is
+// refused rather than silently replaced.
+func TestTokenKey(t *testing.T) {
+	dir := t.TempDir()
+	k1, err := loadKey(dir)
+	if err != nil || len(k1) != 32 {
+		t.Fatalf("a new key: %d bytes, %v", len(k1), err)
+	}
+	k2, err := loadKey(dir)
+	if err != nil || !bytes.Equal(k1, k2) {
+		t.Fatalf("the key read back differs: %v", err)
+	}
+	if fi, _ := os.Stat(filepath.Join(dir, keyFile)); fi.Mode().Perm() != 0o600 {
+		t.Errorf("key file mode %v", fi.Mode())
+	}
+	s := &Server{key: k1}
+	if s.derive("envd", "a") == s.derive("traffic", "a") || s.derive("envd", "a") == s.derive("envd", "b") {
+		t.Error("tokens of another kind or sandbox are the same")
+	}
+	os.WriteFile(filepath.Join(dir, keyFile), []byte("short"), 0o600)
+	if _, err := loadKey(dir); err == nil {
+		t.Error("a damaged key was accepted")
 	}
 }

@@ -1,6 +1,8 @@
 package e2b
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"strings"
@@ -246,7 +248,9 @@ func (b *sandbox) createWatcher(files session.Files, rel string, recursive bool)
 	if b.pollers == nil {
 		b.pollers = map[string]*poller{}
 	}
-	id := token()[:16]
+	var rb [8]byte
+	rand.Read(rb[:])
+	id := hex.EncodeToString(rb[:])
 	b.pollers[id] = &poller{dir: rel, recursive: recursive, last: snap}
 	return map[string]string{"watcherId": id}, nil
 }
