@@ -115,12 +115,33 @@ func TestPauseResumeAcrossRestart(t *testing.T) {
 	if l, _ := s.c.Sessions(ctx); len(l) != 2 {
 		t.Errorf("%d sessions listed, want 2", len(l))
 	}
+	// /metrics counts the pause and the paused session's disk.
+	sc := s.scrape(s.URL+"/metrics", nil)
+	if v := sc.value("airlock_session_pauses_total", map[string]string{"op": "pause", "kind": "files", "outcome": "ok"}); v != 1 {
+		t.Errorf("airlock_session_pauses_total{op=pause,outcome=ok}: %v, want 1", v)
+	}
+	if v := sc.value("airlock_session_pause_duration_seconds", map[string]string{"op": "pause", "kind": "files"}); v != 1 {
+		t.Errorf("airlock_session_pause_duration_seconds{op=pause}: %v samples, want 1", v)
+	}
+	if v := sc.value("airlock_paused_sessions", nil); v != 1 {
+		t.Errorf("airlock_paused_sessions: %v, want 1", v)
+	}
+	if v := sc.value("airlock_paused_disk_bytes", nil); v < float64(p.Paused.DiskBytes) || p.Paused.DiskBytes < 20*50000 {
+		t.Errorf("airlock_paused_disk_bytes: %v, the session says %d", v, p.Paused.DiskBytes)
+	}
 	begun := time.Now()
 	r, err := s.c.ResumeSession(ctx, a)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("resume took %v", time.Since(begun))
+	sc = s.scrape(s.URL+"/metrics", nil)
+	if v := sc.value("airlock_session_pauses_total", map[string]string{"op": "resume", "kind": "files", "outcome": "ok"}); v != 1 {
+		t.Errorf("airlock_session_pauses_total{op=resume,outcome=ok}: %v, want 1", v)
+	}
+	if v := sc.value("airlock_paused_disk_bytes", nil); v > 0 {
+		t.Errorf("airlock_paused_disk_bytes after the resume: %v", v)
+	}
 	if r.Restored != apitype.RestoreFiles || r.State != apitype.StateIdle || r.ID != a {
 		t.Errorf("resumed: %+v", r)
 	}

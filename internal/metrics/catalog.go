@@ -8,6 +8,7 @@ import (
 
 	"airlock/internal/apitype"
 	"airlock/internal/egress"
+	"airlock/internal/session"
 )
 
 // Family describes one metric a server exports.
@@ -29,6 +30,7 @@ func Catalog() []Family {
 	m.Quotas(func() map[string]map[string]uint64 { return map[string]map[string]uint64{"t": {"q": 1}} })
 	m.Egress(func() egress.SharedStats { return egress.SharedStats{} })
 	m.Audit(func() apitype.AuditHealth { return apitype.AuditHealth{Status: "ok"} })
+	m.Paused(func() map[string]session.PausedUsage { return map[string]session.PausedUsage{"t": {}} })
 	for _, c := range m.own {
 		switch v := c.(type) {
 		case *prometheus.CounterVec:

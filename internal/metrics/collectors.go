@@ -7,6 +7,7 @@ import (
 
 	"airlock/internal/apitype"
 	"airlock/internal/egress"
+	"airlock/internal/session"
 )
 
 // Figures read at scrape time from their owners: nothing is counted twice
@@ -36,6 +37,35 @@ var (
 	templateFailures = prometheus.NewDesc(Namespace+"_template_start_failures_total", "Failed starts of the Python template interpreter.", nil, nil)
 	templateRestarts = prometheus.NewDesc(Namespace+"_template_restarts_total", "Restarts of the Python template interpreter after it died.", nil, nil)
 )
+
+var (
+	pausedSessions = prometheus.NewDesc(Namespace+"_paused_sessions", "Paused sessions kept on the server's disk, by tenant.", []string{"tenant"}, nil)
+	pausedBytes    = prometheus.NewDesc(Namespace+"_paused_disk_bytes",
+		"Disk the paused sessions' images take, by tenant (what counts against quotas.max_paused_bytes).", []string{"tenant"}, nil)
+)
+
+// Paused exports the paused sessions and their disk, read from usage
+// (session.Manager.PausedUsage) at each scrape.
+func (m *Metrics) Paused(usage func() map[string]session.PausedUsage) {
+	if m == nil || usage == nil {
+		return
+	}
+	m.reg.MustRegister(pausedCollector(usage))
+}
+
+type pausedCollector func() map[string]session.PausedUsage
+
+func (p pausedCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- pausedSessions
+	ch <- pausedBytes
+}
+
+func (p pausedCollector) Collect(ch chan<- prometheus.Metric) {
+	for tenant, u := range p() {
+		ch <- prometheus.MustNewConstMetric(pausedSessions, prometheus.GaugeValue, float64(u.Sessions), tenant)
+		ch <- prometheus.MustNewConstMetric(pausedBytes, prometheus.GaugeValue, float64(u.DiskBytes), tenant)
+	}
+}
 
 func poolDesc(name, help string) *prometheus.Desc {
 	return prometheus.NewDesc(Namespace+"_"+name, help, []string{"language"}, nil)

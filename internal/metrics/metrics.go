@@ -55,6 +55,8 @@ type Metrics struct {
 	portBytes       *prometheus.CounterVec
 	toolCalls       *prometheus.CounterVec
 	toolDuration    *prometheus.HistogramVec
+	pauses          *prometheus.CounterVec
+	pauseDuration   *prometheus.HistogramVec
 
 	// own are the collectors above, in the order they are registered
 	// (Catalog describes them).
@@ -117,10 +119,16 @@ func New() *Metrics {
 	m.toolDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "tool_call_duration_seconds",
 		Help:    "Time brokered tool calls took, checks included, by tool.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"tool"})
+	m.pauses = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "session_pauses_total",
+		Help: "Pauses, resumes and forks of sessions tried, by operation (pause, resume, fork), kind (files: the workspace and settings) and outcome (ok; busy: refused while the session worked; quota; corrupt: an image that failed its checks; failed)."},
+		[]string{"op", "kind", "outcome"})
+	m.pauseDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "session_pause_duration_seconds",
+		Help:    "Time successful pauses, resumes and forks of sessions took, by operation and kind (a shutdown's or timeout's pause includes waiting for the session to stop working).",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"op", "kind"})
 	m.own = []prometheus.Collector{m.refused, m.sessionsActive, m.sessionsCreated, m.sessionsEnded, m.executions, m.execDuration,
 		m.kills, m.files, m.fileBytes, m.httpRequests, m.httpDuration, m.quotas, m.egressDecisions, m.egressBytes,
 		m.redactions, m.codeRules, m.portsOpen, m.portConns, m.portBytes,
-		m.toolCalls, m.toolDuration}
+		m.toolCalls, m.toolDuration, m.pauses, m.pauseDuration}
 	for _, c := range m.own {
 		f(c)
 	}
@@ -140,6 +148,17 @@ func (m *Metrics) Handler() http.Handler {
 // Registry is the server's registry (for tests and for collectors added
 // by other packages).
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Pause counts a pause, resume or fork (session.Manager.OnPause).
+func (m *Metrics) Pause(e session.PauseEvent) {
+	if m == nil {
+		return
+	}
+	m.pauses.WithLabelValues(e.Op, e.Kind, e.Outcome).Inc()
+	if e.Outcome == "ok" {
+		m.pauseDuration.WithLabelValues(e.Op, e.Kind).Observe(e.Duration.Seconds())
+	}
+}
 
 // The session.Observer.
 

@@ -343,6 +343,10 @@ func (s *Server) observe(ln net.Listener) {
 	if s.audit != nil {
 		s.metrics.Audit(s.audit.Health)
 	}
+	if s.cfg.Persistence.Enabled {
+		s.manager.OnPause(s.metrics.Pause)
+		s.metrics.Paused(s.manager.PausedUsage)
+	}
 	s.metrics.AccessRefusals(httpapi.RefusalReasons())
 	if ln == nil {
 		s.api.HandleAdmin("GET /metrics", s.metrics.Handler())

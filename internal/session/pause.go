@@ -339,6 +339,15 @@ func (s *Session) Pause(ctx context.Context) (apitype.Session, error) {
 	if !s.client {
 		return apitype.Session{}, fmt.Errorf("%w: only a client's session can be paused", errdefs.ErrInvalidArgument)
 	}
+	begun := time.Now()
+	info, err := s.pause(ctx)
+	m.observePause(OpPause, apitype.RestoreFiles, begun, err)
+	return info, err
+}
+
+// pause is Pause, unobserved.
+func (s *Session) pause(ctx context.Context) (apitype.Session, error) {
+	m := s.m
 	thaw, err := s.freeze("pause")
 	if err != nil {
 		return apitype.Session{}, err
@@ -585,26 +594,31 @@ func (m *Manager) resume(ctx context.Context, id string) (*Session, error) {
 		}
 		close(done)
 	}()
+	begun := time.Now()
+	fail := func(err error) (*Session, error) {
+		m.observePause(OpResume, apitype.RestoreFiles, begun, err)
+		return nil, err
+	}
 	im, err := pauseimage.Open(m.persistDir(), id)
 	if err == nil {
 		defer im.Close()
 		err = im.Verify()
 	}
 	if err != nil {
-		return nil, m.resumeFailed(p, err)
+		return fail(m.resumeFailed(p, err))
 	}
 	req := p.meta.Request
 	release, err := m.admit.AdmitSession(ctx, &Ask{Limits: &req.Limits, Isolation: &req.Isolation, Network: req.Network})
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
-	begun := time.Now()
 	s, err := m.create(ctx, req, &restoring{meta: p.meta, image: im})
 	if err != nil {
 		release()
-		return nil, m.resumeFailed(p, err)
+		return fail(m.resumeFailed(p, err))
 	}
 	resumed = true
+	m.observePause(OpResume, apitype.RestoreFiles, begun, nil)
 	if err := pauseimage.Remove(m.persistDir(), id); err != nil {
 		m.log.Error("removing a resumed session's image", "session", id, "err", err)
 	}
@@ -766,9 +780,14 @@ func (s *Session) timedOut(end apitype.End) {
 // pauseWhenIdle pauses the session (a timeout's or a shutdown's), first
 // interrupting what runs in it, killing its shell commands, and waiting
 // (until ctx ends) for them to stop.
-func (s *Session) pauseWhenIdle(ctx context.Context) (apitype.Session, error) {
+func (s *Session) pauseWhenIdle(ctx context.Context) (info apitype.Session, err error) {
+	if !s.m.cfg.Persistence.Enabled || !s.client {
+		return s.Pause(ctx) // its refusal
+	}
+	begun := time.Now()
+	defer func() { s.m.observePause(OpPause, apitype.RestoreFiles, begun, err) }()
 	for {
-		info, err := s.Pause(ctx)
+		info, err := s.pause(ctx)
 		if !errors.Is(err, errdefs.ErrConflict) {
 			return info, err
 		}
@@ -833,6 +852,15 @@ func (m *Manager) ForkFor(ctx context.Context, id string) (*Session, error) {
 	if !m.cfg.Persistence.Enabled {
 		return nil, fmt.Errorf("%w: this server cannot fork sessions (its operator has not set persistence.enabled)", errdefs.ErrUnsupported)
 	}
+	begun := time.Now()
+	s, err := m.fork(ctx, id, src, paused)
+	m.observePause(OpFork, apitype.RestoreFiles, begun, err)
+	return s, err
+}
+
+// fork is ForkFor once the caller may fork the session id (src when it
+// is live), unobserved.
+func (m *Manager) fork(ctx context.Context, id string, src *Session, paused bool) (*Session, error) {
 	newID := m.ids.NewID()
 	imageID := id
 	var meta pausedMeta

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -598,7 +599,7 @@ func TestPauseBounded(t *testing.T) {
 	})
 	t.Run("quota counts pauses under way", func(t *testing.T) {
 		cfg := persistConfig(t)
-		cfg.Quotas.MaxPausedBytes = 1 << 20
+		cfg.Quotas.MaxPausedBytes = 900 << 10
 		m, _, _ := newTestManager(t, cfg)
 		s := create(t, m, "python")
 		writeFiles(t, s, map[string]string{"a": "hello"})
@@ -730,5 +731,70 @@ func TestNoChangesWhilePausing(t *testing.T) {
 	}
 	if _, err := s.Pause(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPauseObserved: every pause, resume and fork tried is reported once
+// with its outcome (a shutdown's pause that waited for the session
+// once, not per try), and the paused sessions' disk by tenant.
+func TestPauseObserved(t *testing.T) {
+	cfg := persistConfig(t)
+	cfg.Quotas.MaxPausedBytes = 900 << 10
+	m, _, _ := newTestManager(t, cfg)
+	var mu sync.Mutex
+	var got []string
+	m.OnPause(func(e PauseEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		if e.Duration <= 0 {
+			t.Errorf("%+v: no duration", e)
+		}
+		got = append(got, e.Op+" "+e.Kind+" "+e.Outcome)
+	})
+	s := create(t, m, "python")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Execute(context.Background(), apitype.ExecuteRequest{Code: "sleep"}, nil)
+	}()
+	busy(t, s)
+	s.Pause(context.Background()) // busy
+	s.Interrupt()
+	<-done
+	writeFiles(t, s, map[string]string{"big": strings.Repeat("x", 1000<<10)})
+	s.Pause(context.Background()) // over the quota
+	s.Files(context.Background()).Remove("big", false)
+	writeFiles(t, s, someFiles)
+	if _, err := s.Pause(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if u := m.PausedUsage()[""]; u.Sessions != 1 || u.DiskBytes == 0 {
+		t.Errorf("paused usage: %+v", m.PausedUsage())
+	}
+	if _, err := m.ForkFor(context.Background(), s.ID()); err != nil {
+		t.Fatal(err)
+	}
+	r, err := m.ResumeFor(context.Background(), s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := m.PausedUsage(); len(u) != 0 {
+		t.Errorf("paused usage after the resume: %+v", u)
+	}
+	// A shutdown's pause waits for the execution to stop: one event.
+	go r.Execute(context.Background(), apitype.ExecuteRequest{Code: "sleep"}, nil)
+	busy(t, r)
+	if _, err := r.pauseWhenIdle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tarPath := filepath.Join(cfg.Persistence.Dir, s.ID(), "files.tar")
+	b, _ := os.ReadFile(tarPath)
+	os.WriteFile(tarPath, b[:len(b)/2], 0o600)
+	m.ResumeFor(context.Background(), s.ID()) // corrupt
+	want := []string{"pause files busy", "pause files quota", "pause files ok", "fork files ok", "resume files ok", "pause files ok", "resume files corrupt"}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Errorf("observed %q, want %q", got, want)
 	}
 }

@@ -108,6 +108,8 @@ type Manager struct {
 	// as paused, its sandbox not yet ended), "fork" (a paused
 	// source found, its image not yet opened).
 	hook func(point, id string)
+	// onPause hears of every pause, resume and fork (OnPause).
+	onPause func(PauseEvent)
 }
 
 // NewManager returns a manager that gets the sandboxes of the server's
