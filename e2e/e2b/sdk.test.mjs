@@ -5,7 +5,7 @@ import { test } from 'node:test'
 import http from 'node:http'
 import assert from 'node:assert/strict'
 import { Sandbox } from '@e2b/code-interpreter'
-import { Sandbox as BaseSandbox, CommandExitError, FileNotFoundError, SandboxNotFoundError } from 'e2b'
+import { Sandbox as BaseSandbox, CommandExitError, FileNotFoundError, InvalidArgumentError, SandboxNotFoundError, TimeoutError } from 'e2b'
 
 for (const v of ['E2B_API_KEY', 'E2B_API_URL', 'E2B_SANDBOX_URL']) {
   assert.ok(process.env[v], `${v} is set`)
@@ -134,6 +134,57 @@ test('commands: run, non-zero exit, background, connect, stdin, kill, list', asy
 
     const cwd = await sbx.commands.run('pwd; echo $GREETING', { cwd: '/home/user', envs: { GREETING: 'hey' } })
     assert.equal(cwd.stdout.split('\n')[1], 'hey')
+  } finally {
+    await sbx.kill()
+  }
+})
+
+test('commands: the process model (cmd and args, envs, cwd, user, tag, stdin) and timeoutMs', async () => {
+  const sbx = await Sandbox.create()
+  try {
+    // What commands.list says of a process is what its start sent.
+    const bg = await sbx.commands.run('sleep 300', { background: true, cwd: '/tmp', envs: { K: 'v' }, timeoutMs: 0 })
+    const entry = (await sbx.commands.list()).find((p) => p.pid === bg.pid)
+    assert.deepEqual(entry, { pid: bg.pid, cmd: '/bin/bash', args: ['-l', '-c', 'sleep 300'], envs: { K: 'v' }, cwd: '/tmp' })
+    await bg.kill()
+
+    // envd's process API itself, through the SDK's own client: a program
+    // and its arguments run as they are (no shell splits them), a tag
+    // lists it and finds it again.
+    const out = []
+    const rpc = sbx.commands.rpc
+    const events = rpc.start({ process: { cmd: 'printf', args: ['<%s>', 'a b', '$HOME', ''], envs: {} }, stdin: false })
+    for await (const ev of events) {
+      if (ev.event?.event.case === 'data') out.push(new TextDecoder().decode(ev.event.event.value.output.value))
+      if (ev.event?.event.case === 'end') assert.equal(ev.event.event.value.exitCode, 0)
+    }
+    assert.equal(out.join(''), '<a b><$HOME><>')
+    const tagged = rpc.start({ process: { cmd: '/bin/sleep', args: ['300'] }, tag: 'my-server' }, { timeoutMs: 0 })
+    const first = await tagged[Symbol.asyncIterator]().next()
+    const pid = first.value.event.event.value.pid
+    const listed = (await sbx.commands.list()).find((p) => p.pid === pid)
+    assert.equal(listed.tag, 'my-server')
+    assert.deepEqual([listed.cmd, listed.args], ['/bin/sleep', ['300']])
+    const byTag = rpc.connect({ process: { selector: { case: 'tag', value: 'my-server' } } }, { timeoutMs: 0 })
+    const again = await byTag[Symbol.asyncIterator]().next()
+    assert.equal(again.value.event.event.value.pid, pid)
+    assert.equal(await sbx.commands.kill(pid), true)
+
+    // stdin is /dev/null unless asked for: cat ends at once.
+    assert.equal((await sbx.commands.run('cat')).stdout, '')
+    // The sandbox has one user, "user"; root is refused, not pretended.
+    assert.equal((await sbx.commands.run('id -u', { user: 'user' })).stdout, '1000\n')
+    await assert.rejects(sbx.commands.run('id -u', { user: 'root' }), InvalidArgumentError)
+
+    // timeoutMs is the command's own: the server kills it at that time,
+    // with its process group, whoever is still following it.
+    const slow = await sbx.commands.run('sleep 300 & sleep 300', { background: true, timeoutMs: 1500 })
+    const follower = await sbx.commands.connect(slow.pid, { timeoutMs: 0 })
+    const late = new Promise((_, reject) => setTimeout(() => reject(new Error('not killed within 30 s')), 30_000).unref())
+    await assert.rejects(Promise.race([follower.wait(), late]), (e) => e instanceof CommandExitError && /timeoutMs/.test(e.error), 'the end says why')
+    await until(async () => !(await sbx.commands.list()).some((p) => p.pid === slow.pid), 'the command to go')
+    assert.equal((await sbx.commands.run('pgrep -c sleep || true')).stdout.trim(), '0')
+    await assert.rejects(sbx.commands.run('sleep 30', { timeoutMs: 500 }), (e) => e instanceof TimeoutError || e instanceof CommandExitError)
   } finally {
     await sbx.kill()
   }

@@ -697,10 +697,18 @@ type RunFile struct {
 }
 
 // CommandRequest is POST /v1/sessions/{id}/commands: a shell command run
-// with `bash -c` as a new process in the session's sandbox, beside its
-// interpreter.
+// with `bash -c` (or a program run with its arguments) as a new process
+// in the session's sandbox, beside its interpreter.
 type CommandRequest struct {
-	Command string `json:"command"`
+	// Command is a shell command line, run with `bash -c`.
+	Command string `json:"command,omitempty"`
+	// Argv, instead of Command, is a program and its arguments, run as
+	// they are with no shell (the program looked up in PATH): E2B's
+	// process model (cmd and args).
+	Argv []string `json:"argv,omitempty"`
+	// Tag names the command for those who look for it (E2B's process
+	// tag); it is listed with the command.
+	Tag string `json:"tag,omitempty"`
 	// Timeout bounds the command; the session's limits.timeout when absent
 	// (none for a background command).
 	Timeout Duration          `json:"timeout,omitempty"`
@@ -741,8 +749,13 @@ const (
 type CommandResult struct {
 	ID      string `json:"id"`
 	Command string `json:"command"`
-	State   string `json:"state"` // running or exited
-	Pid     int    `json:"pid"`   // inside the sandbox
+	// Argv, Tag and Cwd are the request's (Argv only when it gave one;
+	// Cwd as the sandbox sees it).
+	Argv  []string `json:"argv,omitempty"`
+	Tag   string   `json:"tag,omitempty"`
+	Cwd   string   `json:"cwd,omitempty"`
+	State string   `json:"state"` // running or exited
+	Pid   int      `json:"pid"`   // inside the sandbox
 	// ExitCode is null while it runs.
 	ExitCode        *int   `json:"exit_code"`
 	Stdout          string `json:"stdout"`

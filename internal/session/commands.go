@@ -53,7 +53,10 @@ type commands struct {
 // standard input and closed. What mu is held for may take a redactor's
 // lock and a client's event writer's.
 type command struct {
-	id, line   string
+	id, line string
+	// argv, tag and dir are the request's (see CommandResult).
+	argv       []string
+	tag, dir   string
 	background bool
 	// pty: its streams are a terminal's (stdinW is its master, and
 	// outR the same file; errR is nil).
@@ -115,14 +118,13 @@ func (s *Session) runCommand(ctx context.Context, req apitype.CommandRequest, em
 			ended()
 		}
 	}()
-	if strings.TrimSpace(req.Command) == "" {
-		return nil, fmt.Errorf("%w: command is empty", errdefs.ErrInvalidArgument)
+	argv, line, err := s.commandArgv(req)
+	if err != nil {
+		return nil, err
 	}
-	if len(req.Command) > MaxCode || len(req.Stdin) > MaxCode {
-		return nil, fmt.Errorf("%w: command or stdin is larger than %d bytes", errdefs.ErrTooLarge, MaxCode)
-	}
-	if strings.ContainsRune(req.Command, 0) {
-		return nil, fmt.Errorf("%w: the command must not contain NUL bytes", errdefs.ErrInvalidArgument)
+	req.Command = line
+	if len(req.Stdin) > MaxCode || len(req.Tag) > maxTag {
+		return nil, fmt.Errorf("%w: stdin is larger than %d bytes, or the tag than %d", errdefs.ErrTooLarge, MaxCode, maxTag)
 	}
 	if err := ValidateEnv(req.Env, s.m.cfg.Server.MaxEnv); err != nil {
 		return nil, err
@@ -208,7 +210,7 @@ func (s *Session) runCommand(ctx context.Context, req apitype.CommandRequest, em
 		kv = append(kv, k+"="+v)
 	}
 	sort.Strings(kv)
-	c, err := s.inst.StartCommand([]string{s.m.cfg.Runtimes.Bash, "-c", req.Command}, kv, dir, term)
+	c, err := s.inst.StartCommand(argv, kv, dir, term)
 	if err != nil {
 		if end := s.End(); !end.Zero() {
 			return nil, gone(end)
@@ -216,8 +218,8 @@ func (s *Session) runCommand(ctx context.Context, req apitype.CommandRequest, em
 		return nil, err
 	}
 	started = true
-	cmd := &command{id: id, line: req.Command, background: req.Background, started: time.Now(), c: c, done: make(chan struct{}), who: who,
-		red: s.m.policy.redactor(tenant), flags: flags, pty: term != nil}
+	cmd := &command{id: id, line: req.Command, argv: req.Argv, tag: req.Tag, dir: dir, background: req.Background, started: time.Now(), c: c,
+		done: make(chan struct{}), who: who, red: s.m.policy.redactor(tenant), flags: flags, pty: term != nil}
 	if term != nil {
 		cmd.size = &apitype.PTYSize{Cols: req.PTY.Cols, Rows: req.PTY.Rows}
 	}
@@ -285,6 +287,70 @@ func (s *Session) runCommand(ctx context.Context, req apitype.CommandRequest, em
 		emit(apitype.Event{Type: apitype.EventEnd, Command: &res})
 	}
 	return &res, nil
+}
+
+// maxTag caps a command's tag.
+const maxTag = 256
+
+// execArgv runs the program in $0 with the arguments in "$@", looked up
+// in PATH as a shell does (envd's own wrapper does the same): the
+// sandbox's PATH is the sandbox's, which the host never searches.
+const execArgv = `exec -- "$0" "$@"`
+
+// commandArgv is what req runs, and the line observers, code rules and
+// its result see: req.Command with `bash -c`, or req.Argv as it is.
+func (s *Session) commandArgv(req apitype.CommandRequest) (argv []string, line string, err error) {
+	if len(req.Argv) == 0 {
+		switch {
+		case strings.TrimSpace(req.Command) == "":
+			return nil, "", fmt.Errorf("%w: command is empty", errdefs.ErrInvalidArgument)
+		case len(req.Command) > MaxCode:
+			return nil, "", fmt.Errorf("%w: the command is larger than %d bytes", errdefs.ErrTooLarge, MaxCode)
+		case strings.ContainsRune(req.Command, 0):
+			return nil, "", fmt.Errorf("%w: the command must not contain NUL bytes", errdefs.ErrInvalidArgument)
+		}
+		return []string{s.m.cfg.Runtimes.Bash, "-c", req.Command}, req.Command, nil
+	}
+	if req.Command != "" {
+		return nil, "", fmt.Errorf("%w: command or argv, not both", errdefs.ErrInvalidArgument)
+	}
+	if req.Argv[0] == "" {
+		return nil, "", fmt.Errorf("%w: argv[0], the program, is empty", errdefs.ErrInvalidArgument)
+	}
+	n := 0
+	for _, a := range req.Argv {
+		n += len(a) + 1
+		if strings.ContainsRune(a, 0) {
+			return nil, "", fmt.Errorf("%w: argv must not contain NUL bytes", errdefs.ErrInvalidArgument)
+		}
+	}
+	if n > MaxCode {
+		return nil, "", fmt.Errorf("%w: argv is larger than %d bytes", errdefs.ErrTooLarge, MaxCode)
+	}
+	return append([]string{s.m.cfg.Runtimes.Bash, "-c", execArgv}, req.Argv...), ArgvLine(req.Argv), nil
+}
+
+// ArgvLine is argv as a shell command line: a shell's -c script as it is
+// (what `bash -c 'echo hi'` runs is `echo hi`), anything else quoted
+// word by word.
+func ArgvLine(argv []string) string {
+	if len(argv) > 0 {
+		switch path.Base(argv[0]) {
+		case "bash", "sh", "dash", "zsh":
+			a := argv[1:]
+			for len(a) > 0 && (a[0] == "-l" || a[0] == "--login" || a[0] == "-i") {
+				a = a[1:]
+			}
+			if len(a) == 2 && a[0] == "-c" {
+				return a[1]
+			}
+		}
+	}
+	words := make([]string, len(argv))
+	for i, a := range argv {
+		words[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(words, " ")
 }
 
 // commandCode is a command as a watch sees it: nothing to report but its
@@ -550,7 +616,7 @@ func (cmd *command) result() apitype.CommandResult {
 
 func (cmd *command) snapshotLocked() apitype.CommandResult {
 	res := apitype.CommandResult{
-		ID: cmd.id, Command: cmd.line, Pid: cmd.c.Pid(),
+		ID: cmd.id, Command: cmd.line, Argv: cmd.argv, Tag: cmd.tag, Cwd: cmd.dir, Pid: cmd.c.Pid(),
 		Stdout: toValidUTF8(cmd.stdout.buf), Stderr: toValidUTF8(cmd.stderr.buf),
 		StdoutTruncated: cmd.stdout.truncated, StderrTruncated: cmd.stderr.truncated,
 		StdoutDroppedBytes: cmd.stdout.dropped, StderrDroppedBytes: cmd.stderr.dropped,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -178,6 +179,11 @@ func TestCommandRefused(t *testing.T) {
 		{"NUL", apitype.CommandRequest{Command: "out \x00"}, errdefs.ErrInvalidArgument},
 		{"too large", apitype.CommandRequest{Command: strings.Repeat("x", MaxCode+1)}, errdefs.ErrTooLarge},
 		{"a cwd outside the names a client may give", apitype.CommandRequest{Command: "out x", Cwd: "../x"}, errdefs.ErrInvalidArgument},
+		{"command and argv", apitype.CommandRequest{Command: "out x", Argv: []string{"out x"}}, errdefs.ErrInvalidArgument},
+		{"argv without a program", apitype.CommandRequest{Argv: []string{"", "x"}}, errdefs.ErrInvalidArgument},
+		{"NUL in argv", apitype.CommandRequest{Argv: []string{"ls", "a\x00b"}}, errdefs.ErrInvalidArgument},
+		{"argv too large", apitype.CommandRequest{Argv: []string{"ls", strings.Repeat("x", MaxCode)}}, errdefs.ErrTooLarge},
+		{"tag too large", apitype.CommandRequest{Command: "out x", Tag: strings.Repeat("t", maxTag+1)}, errdefs.ErrTooLarge},
 	} {
 		before := q.count()
 		c.req.Background = true
@@ -200,5 +206,51 @@ func TestCommandRefused(t *testing.T) {
 		if res := c.result(); !res.Killed || res.State != apitype.CommandExited {
 			t.Errorf("command %s after the session's end: %+v", c.id, res)
 		}
+	}
+}
+
+// A program's argv is shown as a shell line: a shell's -c script as it
+// is, anything else quoted word by word.
+func TestArgvLine(t *testing.T) {
+	for _, c := range []struct {
+		argv []string
+		want string
+	}{
+		{[]string{"/bin/bash", "-l", "-c", "echo hi | tr h H"}, "echo hi | tr h H"},
+		{[]string{"sh", "-c", "x"}, "x"},
+		{[]string{"/usr/bin/python3", "-c", "print('a b')"}, `'/usr/bin/python3' '-c' 'print('\''a b'\'')'`},
+		{[]string{"bash", "-c", "x", "arg0"}, `'bash' '-c' 'x' 'arg0'`},
+	} {
+		if got := ArgvLine(c.argv); got != c.want {
+			t.Errorf("ArgvLine(%q) = %q, want %q", c.argv, got, c.want)
+		}
+	}
+}
+
+// A program run by its argv runs as it is, through the shell's exec (the
+// sandbox's PATH finds it); its argv, tag and directory are listed with
+// it; a background command's timeout kills it, and it says so.
+func TestArgvCommand(t *testing.T) {
+	m, src, clock := newTestManager(t, nil)
+	s := create(t, m, "")
+	f := src.last()
+	req := apitype.CommandRequest{Argv: []string{"prog", "it's", "sleep"}, Tag: "server", Cwd: "sub", Background: true, Timeout: apitype.Duration(testTimeout)}
+	started, err := s.RunCommand(context.Background(), req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.bmu.Lock()
+	p := f.lastCmd
+	f.bmu.Unlock()
+	if want := []string{m.cfg.Runtimes.Bash, "-c", execArgv, "prog", "it's", "sleep"}; !slices.Equal(p.argv, want) || p.dir != "/workspace/sub" {
+		t.Errorf("started %q in %s, want %q in /workspace/sub", p.argv, p.dir, want)
+	}
+	if !slices.Equal(started.Argv, req.Argv) || started.Tag != "server" || started.Cwd != "/workspace/sub" || started.Command != `'prog' 'it'\''s' 'sleep'` {
+		t.Errorf("listed as %+v", started)
+	}
+	clock.Fire(testTimeout)
+	res, err := s.Command(context.Background(), started.ID, wait)
+	if err != nil || res.State != apitype.CommandExited || !res.Killed || res.KillReason != apitype.KillTimeout || res.Signal != "SIGKILL" {
+		t.Fatalf("a background command past its timeout: %+v %v", res, err)
 	}
 }

@@ -146,6 +146,8 @@ type fakeInstance struct {
 	bmu      sync.Mutex
 	besides  []*fakeInterp
 	deadDone bool
+	// lastCmd is the last command started (under bmu).
+	lastCmd *fakeProcess
 }
 
 // fakeInterp is a runtime of a fake sandbox.
@@ -517,6 +519,9 @@ func (f *fakeInstance) StartCommand(argv, env []string, dir string, term *instan
 	if p.stderr, errW, err = os.Pipe(); err != nil {
 		return nil, err
 	}
+	f.bmu.Lock()
+	f.lastCmd = p
+	f.bmu.Unlock()
 	go p.run(argv[len(argv)-1], inR, outW, errW)
 	return p, nil
 }

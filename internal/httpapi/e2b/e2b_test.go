@@ -3,13 +3,16 @@ package e2b
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"airlock/internal/apitype"
 	"airlock/internal/config"
 	"airlock/internal/workspace"
 )
@@ -79,17 +82,40 @@ func TestMetadataFilter(t *testing.T) {
 	}
 }
 
-func TestCommandLine(t *testing.T) {
+// An envd process runs its cmd and args as they are, but never as a
+// login shell (whose profile would replace the session's PATH).
+func TestProcessArgv(t *testing.T) {
 	for _, c := range []struct {
 		cfg  processConfig
+		want []string
+	}{
+		{processConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", "echo hi | tr h H"}}, []string{"/bin/bash", "-c", "echo hi | tr h H"}},
+		{processConfig{Cmd: "/bin/bash", Args: []string{"-i", "-l"}}, []string{"/bin/bash", "-i"}},
+		{processConfig{Cmd: "python3", Args: []string{"-l", "x"}}, []string{"python3", "-l", "x"}},
+		{processConfig{Cmd: "ls"}, []string{"ls"}},
+	} {
+		if got := processArgv(c.cfg); !slices.Equal(got, c.want) {
+			t.Errorf("processArgv(%+v) = %q, want %q", c.cfg, got, c.want)
+		}
+	}
+}
+
+// A command's end is envd's EndEvent: a signal's is exit code -1, not
+// exited; airlock's kill says why.
+func TestEndEvent(t *testing.T) {
+	three, killed := 3, 137
+	for _, c := range []struct {
+		res  apitype.CommandResult
 		want string
 	}{
-		{processConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", "echo hi | tr h H"}}, "echo hi | tr h H"},
-		{processConfig{Cmd: "bash", Args: []string{"-c", "x"}}, "x"},
-		{processConfig{Cmd: "/usr/bin/python3", Args: []string{"-c", "print('a b')"}}, `'/usr/bin/python3' '-c' 'print('\''a b'\'')'`},
+		{apitype.CommandResult{ExitCode: new(int)}, `{"exitCode":0,"exited":true,"status":"exit status 0"}`},
+		{apitype.CommandResult{ExitCode: &three}, `{"error":"exit status 3","exitCode":3,"exited":true,"status":"exit status 3"}`},
+		{apitype.CommandResult{ExitCode: &killed, Signal: "SIGKILL"}, `{"error":"signal: killed","exitCode":-1,"exited":false,"status":"signal: killed"}`},
+		{apitype.CommandResult{ExitCode: &killed, Signal: "SIGKILL", Killed: true, KillReason: apitype.KillTimeout},
+			`{"error":"signal: killed (airlock killed it: it ran past its timeoutMs)","exitCode":-1,"exited":false,"status":"signal: killed"}`},
 	} {
-		if got := commandLine(c.cfg); got != c.want {
-			t.Errorf("commandLine(%+v) = %q, want %q", c.cfg, got, c.want)
+		if got, _ := json.Marshal(endEvent(&c.res)); string(got) != c.want {
+			t.Errorf("endEvent(%+v) = %s, want %s", c.res, got, c.want)
 		}
 	}
 }

@@ -7,11 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"airlock/internal/apitype"
+	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/httpapi"
 	"airlock/internal/session"
@@ -143,27 +148,53 @@ func event(kind string, v any) map[string]any {
 	return map[string]any{"event": map[string]any{kind: v}}
 }
 
-// commandLine is the shell command of an envd process: bash's -c script
-// as it is, anything else quoted word by word.
-func commandLine(c processConfig) string {
-	switch c.Cmd {
-	case "/bin/bash", "bash", "/bin/sh", "sh", "/usr/bin/bash":
-		a := c.Args
-		if len(a) > 0 && (a[0] == "-l" || a[0] == "--login") {
-			a = a[1:]
-		}
-		if len(a) == 2 && a[0] == "-c" {
-			return a[1]
-		}
+// processArgv is what an envd process runs: its cmd and args as they
+// are, but a shell started as a login shell (E2B's `bash -l -c`) is not
+// one here: a login shell's /etc/profile would replace the session's
+// PATH (its packages, its tools) with the distribution's.
+func processArgv(c processConfig) []string {
+	args := c.Args
+	if base := path.Base(c.Cmd); base == "bash" || base == "sh" {
+		args = slices.DeleteFunc(slices.Clone(args), func(a string) bool { return a == "-l" || a == "--login" })
 	}
-	words := []string{quote(c.Cmd)}
-	for _, a := range c.Args {
-		words = append(words, quote(a))
-	}
-	return strings.Join(words, " ")
+	return append([]string{c.Cmd}, args...)
 }
 
-func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+// processCwd is an envd process's working directory as the session names
+// it: under /home/user (or /workspace), relative to the session's
+// /workspace; elsewhere, the absolute path (the sandbox's business).
+func processCwd(p string) string {
+	if rel, _, err := wsPath(p); err == nil {
+		return rel
+	}
+	return p
+}
+
+// processUser checks the user a request runs as (HTTP Basic, as E2B's
+// SDKs send it): every command runs as the sandbox's one user.
+func processUser(r *http.Request) error {
+	u, _, ok := r.BasicAuth()
+	if !ok || u == "" || u == "user" {
+		return nil
+	}
+	return fmt.Errorf("%w: user %q: an airlock sandbox runs every command as its one user, \"user\" (uid 1000); there is no root or other user to run as", errdefs.ErrInvalidArgument, httpapi.Truncate(u))
+}
+
+// connectTimeout is a stream's Connect-Timeout-Ms, which envd makes the
+// process's own timeout (0: none). airlock enforces it (the session
+// kills the command's process group at it), within the server's
+// maximum.
+func connectTimeout(r *http.Request) (config.Duration, error) {
+	v := r.Header.Get("Connect-Timeout-Ms")
+	if v == "" {
+		return 0, nil
+	}
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || ms < 0 || len(v) > 10 {
+		return 0, fmt.Errorf("%w: Connect-Timeout-Ms %q is not a number of milliseconds", errdefs.ErrInvalidArgument, httpapi.Truncate(v))
+	}
+	return config.Duration(time.Duration(ms) * time.Millisecond), nil
+}
 
 // start is envd's Start: the command runs in the background (it outlives
 // this stream, as an E2B process does), and is followed until it ends.
@@ -173,7 +204,23 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, sess *session.Ses
 		failRPC(w, r, err)
 		return
 	}
-	cr := apitype.CommandRequest{Command: commandLine(pc), Env: pc.Envs, Background: true}
+	if err := processUser(r); err != nil {
+		failRPC(w, r, err)
+		return
+	}
+	timeout, err := connectTimeout(r)
+	if err != nil {
+		failRPC(w, r, err)
+		return
+	}
+	if pc.Cmd == "" {
+		failRPC(w, r, fmt.Errorf("%w: process.cmd is empty", errdefs.ErrInvalidArgument))
+		return
+	}
+	cr := apitype.CommandRequest{Argv: processArgv(pc), Env: pc.Envs, Background: true, Timeout: timeout}
+	if req.Tag != nil {
+		cr.Tag = *req.Tag
+	}
 	if req.Pty != nil {
 		cr.PTY = &apitype.PTYSize{Cols: 80, Rows: 24}
 		if req.Pty.Size != nil {
@@ -181,22 +228,17 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, sess *session.Ses
 		}
 	}
 	if pc.Cwd != nil && *pc.Cwd != "" {
-		rel, _, err := wsPath(*pc.Cwd)
-		if err != nil {
-			failRPC(w, r, err)
-			return
-		}
-		cr.Cwd = rel
+		cr.Cwd = processCwd(*pc.Cwd)
 	}
 	res, err := sess.RunCommand(r.Context(), cr, nil)
 	if err != nil {
 		failRPC(w, r, err)
 		return
 	}
-	if cr.PTY == nil && (req.Stdin == nil || !*req.Stdin) {
+	if cr.PTY == nil && req.Stdin != nil && !*req.Stdin {
 		sess.CommandStdin(res.ID, nil, true) // E2B's stdin:false: none to read
 	}
-	box.remember(res.ID, res.Pid, pc, req.Tag)
+	box.remember(res.ID, pc)
 	st := httpapi.NewStream(w, "application/connect+json")
 	defer st.Finish()
 	st.Send(frame(0, event("start", map[string]int{"pid": res.Pid})))
@@ -245,18 +287,7 @@ func follow(ctx context.Context, st *httpapi.Stream, sess *session.Session, cid 
 				return
 			}
 			res := ev.Command
-			code := 0
-			if res.ExitCode != nil {
-				code = *res.ExitCode
-			}
-			end := map[string]any{"exitCode": code, "exited": true, "status": "exit status " + strconv.Itoa(code)}
-			if res.Signal != "" {
-				end["exited"], end["status"] = false, "signal: "+res.Signal
-			}
-			if res.Killed {
-				end["error"] = "killed: " + string(res.KillReason)
-			}
-			st.Send(frame(0, event("end", end)))
+			st.Send(frame(0, event("end", endEvent(res))))
 			st.Send(endFrame(nil))
 			ended = true
 		}
@@ -273,47 +304,65 @@ func follow(ctx context.Context, st *httpapi.Stream, sess *session.Session, cid 
 	st.Send(endFrame(&ce))
 }
 
-// proc is what a sandbox remembers of a process it started.
+// endEvent is envd's EndEvent of a command that ended: as Go's
+// os.ProcessState says it (a signal's end is exit code -1, not exited),
+// and why airlock killed it, if it did, in its error.
+func endEvent(res *apitype.CommandResult) map[string]any {
+	code := 0
+	if res.ExitCode != nil {
+		code = *res.ExitCode
+	}
+	status := "exit status " + strconv.Itoa(code)
+	end := map[string]any{"exitCode": code, "exited": true, "status": status}
+	if res.Signal != "" {
+		if sig := unix.SignalNum(res.Signal); sig != 0 {
+			status = "signal: " + sig.String()
+		} else {
+			status = "signal: " + res.Signal
+		}
+		end["exitCode"], end["exited"], end["status"] = -1, false, status
+	}
+	if code != 0 || res.Signal != "" {
+		end["error"] = status
+	}
+	if res.Killed && res.KillReason != "" {
+		end["error"] = status + " (airlock killed it: " + killWhy(res.KillReason) + ")"
+	}
+	return end
+}
+
+// killWhy says why airlock killed a command, in E2B's words.
+func killWhy(r apitype.KillReason) string {
+	if r == apitype.KillTimeout {
+		return "it ran past its timeoutMs"
+	}
+	return string(r)
+}
+
+// proc is what a sandbox remembers of a process it started: its config
+// as the client gave it (envd lists that).
 type proc struct {
 	cid    string
-	pid    int
 	config processConfig
-	tag    string
 }
 
 // maxProcs bounds what a sandbox remembers of its processes (the session
 // forgets old commands too).
 const maxProcs = 256
 
-func (b *sandbox) remember(cid string, pid int, c processConfig, tag *string) {
+func (b *sandbox) remember(cid string, c processConfig) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	p := proc{cid: cid, pid: pid, config: c}
-	if tag != nil {
-		p.tag = *tag
-	}
 	if len(b.procs) >= maxProcs {
 		b.procs = b.procs[1:]
 	}
-	b.procs = append(b.procs, p)
+	b.procs = append(b.procs, proc{cid: cid, config: c})
 }
 
-// find is the command a selector names: a process this sandbox started,
-// or any command of the session by its pid.
+// find is the running command a selector names, by its pid or its tag.
 func (b *sandbox) find(sess *session.Session, sel selector) (*apitype.CommandResult, error) {
-	cid := ""
-	b.mu.Lock()
-	for _, p := range b.procs {
-		if sel.Pid != nil && p.pid == *sel.Pid || sel.Tag != nil && p.tag == *sel.Tag {
-			cid = p.cid
-		}
-	}
-	b.mu.Unlock()
 	for _, c := range sess.Commands() {
-		if c.ID == cid || cid == "" && sel.Pid != nil && c.Pid == *sel.Pid {
-			if c.State == apitype.CommandExited {
-				break
-			}
+		if c.State == apitype.CommandRunning && (sel.Pid != nil && c.Pid == *sel.Pid || sel.Pid == nil && sel.Tag != nil && c.Tag == *sel.Tag) {
 			return &c, nil
 		}
 	}
@@ -330,12 +379,13 @@ func describe(sel selector) string {
 	return "(no pid or tag given)"
 }
 
-// processes is envd's List: the session's running commands.
+// processes is envd's List: the session's running commands, each with
+// its config (as its client gave it, for those started here) and tag.
 func (b *sandbox) processes(sess *session.Session) []map[string]any {
 	b.mu.Lock()
-	byCID := map[string]proc{}
+	byCID := map[string]processConfig{}
 	for _, p := range b.procs {
-		byCID[p.cid] = p
+		byCID[p.cid] = p.config
 	}
 	b.mu.Unlock()
 	out := []map[string]any{}
@@ -343,13 +393,19 @@ func (b *sandbox) processes(sess *session.Session) []map[string]any {
 		if c.State != apitype.CommandRunning {
 			continue
 		}
-		p, ok := byCID[c.ID]
+		config, ok := byCID[c.ID]
 		if !ok {
-			p.config = processConfig{Cmd: "/bin/bash", Args: []string{"-c", c.Command}}
+			config = processConfig{Cmd: "/bin/bash", Args: []string{"-c", c.Command}}
+			if len(c.Argv) > 0 {
+				config = processConfig{Cmd: c.Argv[0], Args: c.Argv[1:]}
+			}
 		}
-		info := map[string]any{"pid": c.Pid, "config": p.config}
-		if p.tag != "" {
-			info["tag"] = p.tag
+		if config.Args == nil {
+			config.Args = []string{}
+		}
+		info := map[string]any{"pid": c.Pid, "config": config}
+		if c.Tag != "" {
+			info["tag"] = c.Tag
 		}
 		out = append(out, info)
 	}
