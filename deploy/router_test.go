@@ -592,6 +592,46 @@ func TestRouter(t *testing.T) {
 		expectHit(t, "", hit{})
 	})
 
+	t.Run("E2B sandboxes stay on their pod", func(t *testing.T) {
+		// E2B's ids are host labels: the clustered id with dashes.
+		const e0, e1 = "airlock-0-k2f9x1-q7xabc9zt3", "airlock-1-k2f9x2-zz01abcdef"
+		for _, c := range []struct{ method, uri, header, to string }{
+			{"POST", "/sandboxes", "", "service"}, // create: any pod with room
+			{"GET", "/v2/sandboxes?metadata=a%3Db", "", "service"},
+			{"GET", "/sandboxes/" + e1, "", "airlock-1"},
+			{"POST", "/sandboxes/" + e0 + "/timeout", "", "airlock-0"},
+			{"POST", "/v2/sandboxes/" + e1 + "/connect", "", "airlock-1"},
+			{"DELETE", "/sandboxes/" + e0 + "?x=1", "", "airlock-0"},
+			// The data plane: the header names the pod, whatever the path.
+			{"POST", "/execute", "E2b-Sandbox-Id: " + e1, "airlock-1"},
+			{"GET", "/files?path=/home/user/a", "E2b-Sandbox-Id: " + e0, "airlock-0"},
+			{"POST", "/process.Process/Start", "E2b-Sandbox-Id: " + e1, "airlock-1"},
+			// The path's sandbox wins over a header's.
+			{"GET", "/sandboxes/" + e0, "E2b-Sandbox-Id: " + e1, "airlock-0"},
+			// Not a sandbox of this release's pods: the Service (whose
+			// airlock answers 404), never another host.
+			{"POST", "/execute", "E2b-Sandbox-Id: evil.example", "service"},
+			{"POST", "/execute", "E2b-Sandbox-Id: airlock-1-k2f9-q7x.evil.example", "service"},
+			{"POST", "/execute", "E2b-Sandbox-Id: airlock-01-k2f9-q7x", "service"},
+			{"POST", "/execute", "E2b-Sandbox-Id: 3f9c2a7d81b04e6f9a1c5d20", "service"},
+			{"GET", "/sandboxes/airlock-1-k2f9-q7x.evil.example", "", "service"},
+			{"GET", "/sandboxes/airlock-10000-k2f9-q7x", "", "service"},
+			{"GET", "/xsandboxes/" + e1, "", "service"},
+		} {
+			resp, body := rawRequestHeader(t, addr, c.method, c.uri, `{}`, c.header)
+			if resp.StatusCode != 200 {
+				t.Errorf("%s %s [%s]: %d %s", c.method, c.uri, c.header, resp.StatusCode, body)
+				continue
+			}
+			expectHit(t, c.to, hit{c.to, c.method, c.uri, `{}`})
+		}
+		resp, body := rawRequestHeader(t, addr, "POST", "/execute", `{}`, "E2b-Sandbox-Id: airlock-3-k2f9-q7x")
+		if resp.StatusCode != 503 || !strings.Contains(body, `"node_unavailable"`) {
+			t.Errorf("a sandbox on a dead pod: %d %s", resp.StatusCode, body)
+		}
+		expectHit(t, "", hit{})
+	})
+
 	t.Run("airlock's own answers pass through", func(t *testing.T) {
 		resp, body := rawRequest(t, addr, "GET", "/v1/sessions/airlock-1.k2f9.lost", "")
 		if resp.StatusCode != 410 || body != `{"error":{"code":"session_lost","message":"from airlock-1"}}` {

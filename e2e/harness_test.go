@@ -291,6 +291,9 @@ func (s *server) raw(method, path string, body any, hdr map[string]string) (int,
 	}
 	for k, v := range hdr {
 		req.Header.Set(k, v)
+		if k == "Host" {
+			req.Host = v // a port's own host, say
+		}
 	}
 	resp, err := rawClient.Do(req)
 	if err != nil {

@@ -1,0 +1,91 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"airlock/internal/store/pgtest"
+)
+
+// E2B's API on two servers sharing one PostgreSQL: a sandbox's id is
+// its session's host label, carrying its pod (so getHost's host is one
+// DNS label the router routes); the other server answers every call
+// naming it, control plane, data plane and port host alike, with 421
+// in E2B's error shape naming the pod that holds it, and never runs it;
+// its own server serves it.
+func TestE2BCluster(t *testing.T) {
+	pg := pgtest.Start(t)
+	dsn := pg.NewDatabase(t)
+	var servers []*server
+	for i := 0; i < 2; i++ {
+		cfg := sharedStore(t, dsn, fmt.Sprint("airlock-", i))
+		cfg["ports"] = map[string]any{"domain": "ports.test", "scheme": "http"}
+		cfg["persistence"] = map[string]any{"enabled": true}
+		servers = append(servers, startServer(t, cfg))
+	}
+	s0, s1 := servers[0], servers[1]
+	key := "e2b_" + strings.TrimPrefix(s0.newKey("team-e2b"), "alk_")
+
+	code, body := s0.raw("POST", "/sandboxes", map[string]any{"templateID": "python"}, map[string]string{"X-API-KEY": key})
+	var box struct {
+		SandboxID, EnvdAccessToken, TrafficAccessToken string
+		Domain                                         *string
+	}
+	if code != 201 || json.Unmarshal(body, &box) != nil {
+		t.Fatalf("create on airlock-0: %d %s", code, body)
+	}
+	if !strings.HasPrefix(box.SandboxID, "airlock-0-") || strings.Contains(box.SandboxID, ".") || len(box.SandboxID) > 63 {
+		t.Fatalf("sandbox id %q is not a host label naming airlock-0", box.SandboxID)
+	}
+	if box.Domain == nil || *box.Domain != "ports.test" {
+		t.Errorf("domain %v", box.Domain)
+	}
+	data := map[string]string{"E2b-Sandbox-Id": box.SandboxID, "E2b-Sandbox-Port": "49999", "X-Access-Token": box.EnvdAccessToken}
+	run := func(s *server) (int, string) {
+		code, body := s.raw("POST", "/execute", map[string]any{"code": "print(6*7)"}, data)
+		return code, string(body)
+	}
+	if code, body := run(s0); code != 200 || !strings.Contains(body, "42") {
+		t.Fatalf("execute on its own server: %d %s", code, body)
+	}
+
+	// The other server: 421 naming airlock-0, in E2B's shape, for every
+	// form of the id.
+	misdirected := func(what string, code int, body []byte) {
+		t.Helper()
+		var e struct {
+			Code    int
+			Message string
+		}
+		if code != 421 || json.Unmarshal(body, &e) != nil || e.Code != 421 || !strings.Contains(e.Message, "airlock-0") {
+			t.Errorf("%s on airlock-1: %d %s, want 421 {code: 421} naming airlock-0", what, code, body)
+		}
+	}
+	ctl := map[string]string{"X-API-KEY": key}
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/sandboxes/" + box.SandboxID},
+		{"POST", "/sandboxes/" + box.SandboxID + "/timeout"},
+		{"POST", "/v2/sandboxes/" + box.SandboxID + "/connect"},
+		{"POST", "/sandboxes/" + box.SandboxID + "/pause"},
+		{"DELETE", "/sandboxes/" + box.SandboxID},
+	} {
+		code, body := s1.raw(c.method, c.path, map[string]any{"timeout": 60}, ctl)
+		misdirected(c.method+" "+c.path, code, body)
+	}
+	code, b := s1.raw("POST", "/execute", map[string]any{"code": "print(1)"}, data)
+	misdirected("the data plane", code, b)
+	code, b = s1.raw("GET", "/", nil, map[string]string{"Host": "8000-" + box.SandboxID + ".ports.test", "E2B-Traffic-Access-Token": box.TrafficAccessToken})
+	misdirected("a port host", code, b)
+	code, b = s1.raw("GET", "/", nil, map[string]string{"Host": "49983-" + box.SandboxID + ".ports.test", "X-Access-Token": box.EnvdAccessToken})
+	misdirected("envd's port host", code, b)
+
+	// Untouched, and its own server ends it.
+	if code, body := run(s0); code != 200 || !strings.Contains(body, "42") {
+		t.Fatalf("after the misdirected calls: %d %s", code, body)
+	}
+	if code, body := s0.raw("DELETE", "/sandboxes/"+box.SandboxID, nil, ctl); code != 204 {
+		t.Errorf("kill on airlock-0: %d %s", code, body)
+	}
+}
