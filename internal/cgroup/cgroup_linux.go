@@ -277,6 +277,14 @@ type Cgroup struct {
 	watchers []*os.File
 	wds      []int32
 	pidsSeen atomic.Uint64 // pids.events "max" as last seen by PollPids
+
+	// counters are the files read several times per execution (the CPU
+	// counter, and pids.events on v1), opened on first read and read
+	// again at offset 0: opening one (openat2's checked walk) costs
+	// several times the read. Two descriptors per live cgroup, closed by
+	// Destroy; the files read once per execution are opened each time.
+	cmu      sync.Mutex
+	counters map[string]*os.File
 }
 
 // New creates the cgroup name under the parent with limits r.
@@ -414,7 +422,7 @@ func (c *Cgroup) Stats() (Stats, error) {
 	var err error
 	if c.h.v2 {
 		var us uint64
-		us, err = keyed(c.dir(""), "cpu.stat", "usage_usec")
+		us, err = c.keyed(c.dir(""), "cpu.stat", "usage_usec")
 		s.CPU = time.Duration(us) * time.Microsecond
 		if err == nil {
 			s.MemoryPeak, err = readInt(c.dir(""), "memory.peak")
@@ -424,7 +432,7 @@ func (c *Cgroup) Stats() (Stats, error) {
 		}
 	} else {
 		var ns int64
-		ns, err = readInt(c.dir("cpuacct"), "cpuacct.usage")
+		ns, err = c.readInt(c.dir("cpuacct"), "cpuacct.usage")
 		s.CPU = time.Duration(ns)
 		if err == nil {
 			s.MemoryPeak, err = readInt(c.dir("memory"), "memory.max_usage_in_bytes")
@@ -434,7 +442,7 @@ func (c *Cgroup) Stats() (Stats, error) {
 		}
 	}
 	if err == nil {
-		s.PidsMax, err = keyed(c.dir("pids"), "pids.events", "max")
+		s.PidsMax, err = c.keyed(c.dir("pids"), "pids.events", "max")
 	}
 	if err != nil {
 		return Stats{}, fmt.Errorf("cgroup: stats of %s: %w", c.name, err)
@@ -468,10 +476,10 @@ func (c *Cgroup) Memory() (used, limit int64, err error) {
 // CPU reads only the CPU time, the one counter read on a timer.
 func (c *Cgroup) CPU() (time.Duration, error) {
 	if c.h.v2 {
-		us, err := keyed(c.dir(""), "cpu.stat", "usage_usec")
+		us, err := c.keyed(c.dir(""), "cpu.stat", "usage_usec")
 		return time.Duration(us) * time.Microsecond, err
 	}
-	ns, err := readInt(c.dir("cpuacct"), "cpuacct.usage")
+	ns, err := c.readInt(c.dir("cpuacct"), "cpuacct.usage")
 	return time.Duration(ns), err
 }
 
@@ -581,7 +589,7 @@ func (c *Cgroup) PollPids(stop <-chan struct{}) {
 	for {
 		// Against the last value any poller saw (0 for a new cgroup), so
 		// that a limit hit before this poller started is not missed.
-		n, err := keyed(dir, "pids.events", "max")
+		n, err := c.keyed(dir, "pids.events", "max")
 		if err != nil {
 			return
 		}
@@ -707,6 +715,12 @@ func (c *Cgroup) Destroy() error {
 		if c.dirfd >= 0 {
 			unix.Close(c.dirfd)
 		}
+		c.cmu.Lock()
+		for _, f := range c.counters {
+			f.Close()
+		}
+		c.counters = nil
+		c.cmu.Unlock()
 	})
 	if err := c.mgr.Destroy(); err != nil {
 		return fmt.Errorf("cgroup: remove %s: %w", c.name, err)
@@ -780,11 +794,67 @@ func hasWord(s, w string) bool {
 	return false
 }
 
+// errDestroyed: a counter read after Destroy.
+var errDestroyed = errors.New("cgroup destroyed")
+
+// read reads one of c's counter files through a descriptor kept open: a
+// kernfs file reads afresh from offset 0, and once the cgroup is removed
+// the read fails (ENODEV), as opening it would.
+func (c *Cgroup) read(dir, file string) (string, error) {
+	key := dir + "/" + file
+	// Held through the read: Destroy must not close f, and its number be
+	// reused, while it is read.
+	c.cmu.Lock()
+	defer c.cmu.Unlock()
+	select {
+	case <-c.stop:
+		return "", fmt.Errorf("%s: %w", key, errDestroyed)
+	default:
+	}
+	f := c.counters[key]
+	if f == nil {
+		var err error
+		if f, err = cgroups.OpenFile(dir, file, os.O_RDONLY); err != nil {
+			return "", err
+		}
+		if c.counters == nil {
+			c.counters = map[string]*os.File{}
+		}
+		c.counters[key] = f
+	}
+	var buf [4096]byte
+	n, err := unix.Pread(int(f.Fd()), buf[:], 0)
+	if err != nil {
+		return "", &os.PathError{Op: "read", Path: key, Err: err}
+	}
+	return string(buf[:n]), nil
+}
+
+func (c *Cgroup) readInt(dir, file string) (int64, error) {
+	s, err := c.read(dir, file)
+	if err != nil {
+		return 0, err
+	}
+	return parseInt(s)
+}
+
+func (c *Cgroup) keyed(dir, file, key string) (uint64, error) {
+	s, err := c.read(dir, file)
+	if err != nil {
+		return 0, err
+	}
+	return parseKeyed(s, key)
+}
+
 func readInt(dir, file string) (int64, error) {
 	s, err := cgroups.ReadFile(dir, file)
 	if err != nil {
 		return 0, err
 	}
+	return parseInt(s)
+}
+
+func parseInt(s string) (int64, error) {
 	s = strings.TrimSpace(s)
 	if s == "max" {
 		return -1, nil
@@ -798,6 +868,10 @@ func keyed(dir, file, key string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return parseKeyed(s, key)
+}
+
+func parseKeyed(s, key string) (uint64, error) {
 	sc := bufio.NewScanner(strings.NewReader(s))
 	for sc.Scan() {
 		k, v, ok := strings.Cut(sc.Text(), " ")

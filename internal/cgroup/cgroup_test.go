@@ -374,6 +374,63 @@ func TestCPUAccounting(t *testing.T) {
 	}
 }
 
+// The counters kept open read afresh each time (a descriptor read again
+// at its end would give nothing), and Destroy closes them: no descriptor
+// outlives the cgroup, and a read after it fails.
+func TestCountersReadAfresh(t *testing.T) {
+	h := testCgroupHost(t)
+	var c *Cgroup
+	// fds counts this process's descriptors of c's counter files.
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, e := range ents {
+			p, _ := os.Readlink("/proc/self/fd/" + e.Name())
+			if strings.Contains(p, "/"+c.Name()+"/") && !strings.HasSuffix(p, "memory.oom_control") {
+				n++
+			}
+		}
+		return n
+	}
+	c = newCgroup(t, h, Resources{Memory: 64 << 20, Pids: 8, CPUs: 1})
+	before := fds()
+	first, err := c.CPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ { // the same descriptor, read again
+		if _, err := c.Stats(); err != nil {
+			t.Fatalf("Stats: %v", err)
+		}
+	}
+	if opened := fds() - before; opened < 1 || opened > 2 {
+		t.Errorf("%d descriptors kept open, want the CPU counter (and pids.events)", opened)
+	}
+	cmd, in := sleeper(t, c, "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done")
+	io.WriteString(in, "go\n")
+	cmd.Wait()
+	used, err := c.CPU()
+	if err != nil || used < first+10*time.Millisecond {
+		t.Errorf("CPU = %v, %v after the loop (%v before): want it read afresh", used, err, first)
+	}
+	if st, err := c.Stats(); err != nil || st.CPU != used {
+		t.Errorf("Stats = %+v, %v; want CPU %v", st, err, used)
+	}
+	c.Kill()
+	if err := c.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if left := fds() - before; left != 0 {
+		t.Errorf("%d descriptors left open after Destroy", left)
+	}
+	if _, err := c.CPU(); err == nil {
+		t.Error("CPU read after Destroy succeeded")
+	}
+}
+
 func TestEventString(t *testing.T) {
 	for ev, want := range map[Event]string{EventOOM: "oom", EventPidsMax: "pids", 0: "unknown", 99: "unknown"} {
 		if ev.String() != want {
