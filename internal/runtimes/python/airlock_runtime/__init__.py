@@ -62,7 +62,6 @@ names, formats and magics follow it.
 from __future__ import annotations
 
 import importlib
-from typing import Any
 
 # The modules and names below load on first use (PEP 562): the standalone
 # runtime compiles only what it runs (a program run: wire, current,

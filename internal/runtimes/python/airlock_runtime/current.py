@@ -9,7 +9,6 @@ import builtins
 import io
 import os
 import sys
-from typing import Any, Iterable, Optional
 
 globals()["__builtins__"] = dict(vars(builtins))  # see the package doc
 

@@ -17,7 +17,6 @@ import io
 import os
 import sys
 import types
-from typing import Any, Callable
 
 from . import current
 

@@ -12,21 +12,22 @@ from __future__ import annotations
 
 import _signal
 import _thread
-import ast
 import builtins
 import io
-import linecache
 import os
 import sys
 import types
-from typing import Any, Optional
 
 from . import current, wire
 
 globals()["__builtins__"] = dict(vars(builtins))  # see the package doc
 
 # What only executions use is imported by the first one (_load): a program
-# run, the session's first and last act, never pays for compiling it.
+# run, the session's first and last act, never pays for compiling it, nor
+# for importing ast, linecache or typing (annotations are never evaluated,
+# PEP 563).
+ast: Any = None
+linecache: Any = None
 compilerop: Any = None
 display: Any = None
 magics: Any = None
@@ -35,8 +36,11 @@ tracebacks: Any = None
 
 
 def _load() -> None:
-    global compilerop, display, magics, syntax, tracebacks
+    global ast, linecache, compilerop, display, magics, syntax, tracebacks
     if tracebacks is None:
+        import ast
+        import linecache
+
         from . import compilerop, display, magics, syntax, tracebacks  # noqa: F811
 
 
@@ -57,7 +61,7 @@ def _path_from_env() -> None:
 LANGUAGE = "python"
 
 _CO_COROUTINE = 0x0080  # inspect.CO_COROUTINE, without importing inspect
-_TOP_LEVEL_AWAIT = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+_TOP_LEVEL_AWAIT = 0x2000  # ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, without importing ast
 
 _NO_VALUE = object()  # "the cell has no value to show" (None is a value)
 

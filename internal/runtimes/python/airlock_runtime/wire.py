@@ -15,7 +15,6 @@ import json.decoder
 import json.encoder
 import os
 import re
-from typing import Any, Callable, Optional
 
 globals()["__builtins__"] = dict(vars(builtins))  # see the package doc
 
