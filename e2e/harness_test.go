@@ -154,8 +154,10 @@ func serverConfig(overrides map[string]any) (string, map[string]any) {
 		// those that are set "auth": "keys".
 		"server": map[string]any{"listen": "127.0.0.1:0", "auth": "none"},
 		"pool": map[string]any{
-			"size":   map[string]int{"python": 2, "bash": 1, "javascript": 1},
-			"zygote": true,
+			"size": map[string]int{"python": 2, "bash": 1, "javascript": 1},
+			// Grown by the tests' bursts, they stay small beside the others'.
+			"max_size": map[string]int{"python": 4, "bash": 2, "javascript": 2},
+			"zygote":   true,
 		},
 	}
 	for k, v := range overrides {

@@ -598,14 +598,28 @@ type Readiness struct {
 
 // PoolStats are one language's warm-pool figures.
 type PoolStats struct {
-	Ready      int     `json:"ready"`
-	Target     int     `json:"target"`
-	Building   int     `json:"building"`
+	Ready int `json:"ready"`
+	// Target is the number it keeps now: Min, or more (up to Max) while
+	// the demand of the last seconds asks for more.
+	Target int `json:"target"`
+	Min    int `json:"min"`
+	Max    int `json:"max"`
+	// Building are being built to reach the target.
+	Building int `json:"building"`
+	// Waiting are requests building a sandbox themselves now, none being
+	// ready: the pool's pressure.
+	Waiting    int     `json:"waiting"`
 	Hits       uint64  `json:"hits"`
 	Misses     uint64  `json:"misses"`
 	Built      uint64  `json:"built"`
 	Discarded  uint64  `json:"discarded"`
 	AvgBuildMs float64 `json:"avg_build_ms"`
+	// AvgRefillMs is the mean time from the refill deciding to build one
+	// to its being ready, the wait for a build slot included.
+	AvgRefillMs float64 `json:"avg_refill_ms"`
+	// MemoryBytes is the memory one ready sandbox holds (measured from
+	// those built; an estimate until then), what the budget counts.
+	MemoryBytes int64 `json:"memory_bytes"`
 	// Cold counts sandboxes handed out whose runtime the template could
 	// have forked but that started without it (the template was not up
 	// or could not fork); always 0 for languages it does not start.

@@ -193,6 +193,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	try("exec", func() error { return benchExec(ctx, srv, r, n(2000, 30)) })
 	try("create_pandas", func() error { return benchCreatePandas(ctx, srv, r, o, n(100, 3), n(10, 1)) })
 	try("concurrent_create", func() error { return benchConcurrent(ctx, srv, r, n(50, 4)) })
+	if want("drained_burst") {
+		// A server of its own, of the default pool configuration.
+		fmt.Fprintf(o.Verbose, "running drained_burst\n")
+		if err := benchDrained(ctx, r, o, n(50, 4)); err != nil {
+			r.Errors = append(r.Errors, fmt.Sprintf("drained_burst: %v", err))
+		}
+	}
 	try("contexts", func() error { return benchContexts(ctx, srv, r, n(20, 2)) })
 	try("e2b", func() error { return benchE2B(ctx, srv, r, n(20, 2)) })
 	try("oneshot", func() error { return benchOneShot(ctx, srv, r, o, dur(10*time.Second, time.Second)) })

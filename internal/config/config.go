@@ -340,6 +340,21 @@ type Pool struct {
 	Preload []string `json:"preload"`
 	// Parallel is the number of sandboxes built at once when refilling.
 	Parallel int `json:"parallel"`
+	// MaxSize is the number of ready sandboxes a language's pool may grow
+	// to while the demand of the last seconds asks for more than Size (a
+	// burst of sessions or one-shots); it shrinks back to Size ShrinkAfter
+	// after that demand. At most Size is kept when lower; a language
+	// whose Size is 0 has no pool to grow.
+	MaxSize map[string]int `json:"max_size"`
+	// MemoryBudget caps the memory the ready sandboxes of a pool hold when
+	// grown beyond their sizes (measured per language from those built):
+	// the growth of every language is scaled down alike to fit. The sizes
+	// themselves are always kept. 0 (the default) takes a thirty-second of
+	// the host's memory, between 64M and 4G.
+	MemoryBudget Size `json:"memory_budget"`
+	// ShrinkAfter is how long a pool grown by a burst keeps its size after
+	// the demand that grew it has passed.
+	ShrinkAfter Duration `json:"shrink_after"`
 }
 
 // Default returns the built-in configuration.
@@ -401,6 +416,10 @@ func Default() Config {
 			Zygote:   true,
 			Preload:  []string{"numpy", "pandas", "matplotlib", "matplotlib.pyplot"},
 			Parallel: runtime.NumCPU(),
+			// A burst of 50 sessions after one of one-shots is served
+			// warm, at about 5 MB each.
+			MaxSize:     map[string]int{"python": 128, "bash": 16, "javascript": 16},
+			ShrinkAfter: Duration(2 * time.Minute),
 		},
 	}
 }
@@ -577,7 +596,7 @@ func (c Config) Validate() error {
 	if s.MaxRichOutput < 64<<10 || s.MaxRichOutput > 1<<30 {
 		errs = append(errs, errors.New("server.max_rich_output must be between 64K and 1G"))
 	}
-	for key, sizes := range map[string]map[string]int{"size": c.Pool.Size, "network_size": c.Pool.NetworkSize} {
+	for key, sizes := range map[string]map[string]int{"size": c.Pool.Size, "network_size": c.Pool.NetworkSize, "max_size": c.Pool.MaxSize} {
 		for lang, n := range sizes {
 			if !KnownLanguage(lang) {
 				errs = append(errs, fmt.Errorf("pool.%s: unknown language %q", key, lang))
@@ -595,6 +614,12 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, c.validateTemplates()...)
 	errs = append(errs, c.validateTools()...)
+	if c.Pool.MemoryBudget < 0 || c.Pool.MemoryBudget > 1<<40 {
+		errs = append(errs, fmt.Errorf("pool.memory_budget must be between 0 (automatic) and 1T"))
+	}
+	if c.Pool.ShrinkAfter < Duration(time.Second) || c.Pool.ShrinkAfter > Duration(24*time.Hour) {
+		errs = append(errs, fmt.Errorf("pool.shrink_after must be between 1s and 24h"))
+	}
 	if c.Pool.Parallel < 1 || c.Pool.Parallel > 256 {
 		errs = append(errs, fmt.Errorf("pool.parallel %d must be between 1 and 256", c.Pool.Parallel))
 	}
@@ -645,8 +670,8 @@ func (c Config) validateIDs() []error {
 	// The server's part of the range (see jail.Layout: three quarters)
 	// must hold every sandbox it may have at once.
 	need := c.Server.MaxSessions + c.Server.MaxConcurrentExecutions + 1
-	for _, n := range c.Pool.Size {
-		need += n
+	for lang, n := range c.Pool.Size {
+		need += max(n, c.Pool.MaxSize[lang]*min(n, 1))
 	}
 	for _, n := range c.Pool.NetworkSize {
 		need += n
@@ -657,7 +682,7 @@ func (c Config) validateIDs() []error {
 		}
 	}
 	if have := int(c.IDCount/2) - int(c.IDCount/8); len(errs) == 0 && have < need {
-		errs = append(errs, fmt.Errorf("id_count %d gives the server %d sandboxes, fewer than server.max_sessions + server.max_concurrent_executions + the pools + the template (%d)", c.IDCount, have, need))
+		errs = append(errs, fmt.Errorf("id_count %d gives the server %d sandboxes, fewer than server.max_sessions + server.max_concurrent_executions + the pools at their max_size + the template (%d)", c.IDCount, have, need))
 	}
 	return errs
 }

@@ -17,15 +17,20 @@ var (
 	quotaDesc = prometheus.NewDesc(Namespace+"_quota_rejections_total",
 		"Requests refused by a tenant's quota, by tenant and quota.", []string{"tenant", "quota"}, nil)
 
-	poolReady     = poolDesc("pool_ready", "Warm sandboxes ready, by language.")
-	poolTarget    = poolDesc("pool_target", "Warm sandboxes the pool keeps, by language.")
-	poolBuilding  = poolDesc("pool_building", "Warm sandboxes being built, by language.")
-	poolHits      = poolDesc("pool_hits_total", "Sandboxes taken warm from the pool, by language.")
-	poolMisses    = poolDesc("pool_misses_total", "Sandboxes built on demand because the pool was empty or could not serve the limits, by language.")
-	poolBuilt     = poolDesc("pool_built_total", "Warm sandboxes built, by language.")
-	poolDiscarded = poolDesc("pool_discarded_total", "Warm sandboxes discarded unused, by language.")
-	poolCold      = poolDesc("pool_cold_total", "Sandboxes handed out whose runtime the Python template could have forked but that started cold (the template was not up or could not fork), by language.")
-	poolBuildSecs = poolDesc("pool_build_seconds_total", "Time spent building warm sandboxes, by language (divide by pool_built_total for the mean).")
+	poolReady      = poolDesc("pool_ready", "Warm sandboxes ready, by language.")
+	poolTarget     = poolDesc("pool_target", "Warm sandboxes the pool keeps now, by language: pool.size, or more (up to pool.max_size) while the recent demand asks for more.")
+	poolMin        = poolDesc("pool_min", "Warm sandboxes the pool keeps whatever the demand (pool.size), by language.")
+	poolMax        = poolDesc("pool_max", "Warm sandboxes the pool may grow to under demand (pool.max_size), by language.")
+	poolWaiting    = poolDesc("pool_waiting", "Requests building a sandbox themselves now because the pool had none ready, by language: the pool's pressure.")
+	poolMemory     = poolDesc("pool_sandbox_memory_bytes", "Memory one ready sandbox holds, measured from those built, by language: what pool.memory_budget counts.")
+	poolRefillSecs = poolDesc("pool_refill_seconds_total", "Time from the refill deciding to build a warm sandbox to its being ready (the wait for a build slot included), by language (divide by pool_built_total for the mean).")
+	poolBuilding   = poolDesc("pool_building", "Warm sandboxes being built, by language.")
+	poolHits       = poolDesc("pool_hits_total", "Sandboxes taken warm from the pool, by language.")
+	poolMisses     = poolDesc("pool_misses_total", "Sandboxes built on demand because the pool was empty or could not serve the limits, by language.")
+	poolBuilt      = poolDesc("pool_built_total", "Warm sandboxes built, by language.")
+	poolDiscarded  = poolDesc("pool_discarded_total", "Warm sandboxes discarded unused, by language.")
+	poolCold       = poolDesc("pool_cold_total", "Sandboxes handed out whose runtime the Python template could have forked but that started cold (the template was not up or could not fork), by language.")
+	poolBuildSecs  = poolDesc("pool_build_seconds_total", "Time spent building warm sandboxes, by language (divide by pool_built_total for the mean).")
 
 	egressOpen     = prometheus.NewDesc(Namespace+"_egress_open_connections", "Egress connections open, all sessions together.", nil, nil)
 	egressOpenMax  = prometheus.NewDesc(Namespace+"_egress_open_connections_limit", "The server-wide cap on open egress connections (network.max_open_connections).", nil, nil)
@@ -84,7 +89,7 @@ func (m *Metrics) Pools(stats func() map[string]any) {
 type poolCollector func() map[string]any
 
 func (p poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{poolReady, poolTarget, poolBuilding, poolHits, poolMisses, poolBuilt, poolDiscarded,
+	for _, d := range []*prometheus.Desc{poolReady, poolTarget, poolMin, poolMax, poolWaiting, poolMemory, poolRefillSecs, poolBuilding, poolHits, poolMisses, poolBuilt, poolDiscarded,
 		poolCold, poolBuildSecs, templateUp, templateFailures, templateRestarts} {
 		ch <- d
 	}
@@ -99,6 +104,11 @@ func (p poolCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			g(poolReady, prometheus.GaugeValue, float64(s.Ready))
 			g(poolTarget, prometheus.GaugeValue, float64(s.Target))
+			g(poolMin, prometheus.GaugeValue, float64(s.Min))
+			g(poolMax, prometheus.GaugeValue, float64(s.Max))
+			g(poolWaiting, prometheus.GaugeValue, float64(s.Waiting))
+			g(poolMemory, prometheus.GaugeValue, float64(s.MemoryBytes))
+			g(poolRefillSecs, prometheus.CounterValue, s.AvgRefillMs*float64(s.Built)/1000)
 			g(poolBuilding, prometheus.GaugeValue, float64(s.Building))
 			g(poolHits, prometheus.CounterValue, float64(s.Hits))
 			g(poolMisses, prometheus.CounterValue, float64(s.Misses))

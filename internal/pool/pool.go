@@ -1,8 +1,10 @@
 // Package pool owns the warm pools: per language, a number of sandboxes
 // built ahead of time with their runtime started (Python ones forked from
 // the template interpreter, with the heavy libraries already imported),
-// refilled in the background, adapted to the limits of the session that
-// takes one, and the template interpreter's restarts.
+// refilled in the background (the language being drained first), grown
+// toward the demand within a memory budget and shrunk back when it has
+// passed, adapted to the limits of the session that takes one, and the
+// template interpreter's restarts.
 //
 // It must never hand out a sandbox twice, never hand out one whose jail or
 // runtime died while it waited, and never let anything that happened in one
@@ -14,6 +16,9 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,16 +34,26 @@ import (
 
 // Pool is an instance.Source backed by warm instances.
 //
-// Locks, in the order they may be taken: a queue's mu, then zmu (a build
-// reads templateRuns under its queue's lock), then the template's own
-// (Close ends it under zmu).
+// Locks, in the order they may be taken: rmu, then builds' (it asks
+// queues how urgent they are), then a queue's mu, then zmu (a build reads
+// templateRuns under its queue's lock), then the template's own (Close
+// ends it under zmu).
 type Pool struct {
 	cfg    config.Config
 	kernel instance.Kernel
 	host   *jail.Host // the native kernel's host: the template's; nil for gVisor
 	slots  *instance.Slots
 	log    *slog.Logger
-	build  chan struct{} // bounds concurrent builds
+	builds *buildSlots // bounds concurrent builds, the most urgent first
+	// inflight are the refills' builds under way.
+	inflight sync.WaitGroup
+
+	// rmu serialises resize; order lists every queue for it.
+	rmu    sync.Mutex
+	order  []*queue
+	budget int64         // bytes the ready sandboxes may hold when grown
+	hold   time.Duration // a grown pool shrinks this long after its demand
+	now    func() time.Time
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -70,17 +85,28 @@ var templateWait = 20 * time.Second
 // startTemplate starts the template interpreter (a variable for tests).
 var startTemplate = zygote.Start
 
+// clock is the pools' demand clock (a variable for tests).
+var clock = time.Now
+
+// defaultEstimate is the memory a ready sandbox of a language is taken to
+// hold until the pool has measured its own (bytes).
+var defaultEstimate = map[string]int64{"python": 8 << 20, "javascript": 24 << 20, "bash": 2 << 20}
+
 type queue struct {
 	rt runtimes.Runtime
 	// template: the template is configured and starts rt's runtimes.
 	template bool
 	net      bool // its sandboxes are booted with a network
-	size     int
-	profile  config.Limits
-	// mu guards ready and pending.
+	// floor is the configured size, kept whatever the demand; max the
+	// most it grows to.
+	floor, max int
+	profile    config.Limits
+	// mu guards ready, pending, target and dem.
 	mu      sync.Mutex
 	ready   []*instance.Instance
 	pending int
+	target  int // the size it keeps now: floor, or more under demand
+	dem     demand
 	kick    chan struct{}
 
 	hits, misses, built, discarded atomic.Uint64
@@ -88,7 +114,21 @@ type queue struct {
 	// have started but did not (it was not up, or could not fork).
 	cold       atomic.Uint64
 	buildNanos atomic.Int64
+	// refillNanos adds up, per built instance, the time from when the
+	// refill decided to build it (a build slot waited for included).
+	refillNanos atomic.Int64
+	// waiting counts the requests building a sandbox themselves now,
+	// none being ready.
+	waiting atomic.Int64
+	// est is the memory a ready one holds, measured (0: not yet).
+	est atomic.Int64
+	// lastTake is when one was last taken (unix nanoseconds, real time).
+	lastTake atomic.Int64
 }
+
+// quietGap is how long after the last take a refill beyond the pool's
+// size waits: building competes for the CPU with the burst being served.
+const quietGap = 100 * time.Millisecond
 
 // New starts the pools of sandboxes of kernel k (and, for native ones, the
 // Python template, if configured). It returns at once; pools fill in the
@@ -97,9 +137,13 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{
 		cfg: cfg, kernel: k, slots: slots, log: log,
-		build: make(chan struct{}, cfg.Pool.Parallel),
-		ctx:   ctx, cancel: cancel,
+		builds: newBuildSlots(cfg.Pool.Parallel),
+		budget: int64(cfg.Pool.MemoryBudget), hold: time.Duration(cfg.Pool.ShrinkAfter), now: clock,
+		ctx: ctx, cancel: cancel,
 		queues: map[string]*queue{}, netQueues: map[string]*queue{},
+	}
+	if p.budget == 0 {
+		p.budget = AutoBudget()
 	}
 	// The template forks runtimes into native sandboxes only: gVisor's
 	// Python runtimes import the preloaded modules themselves.
@@ -114,16 +158,22 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 		if err != nil {
 			panic(err) // the table's own names
 		}
-		q := &queue{rt: rt, template: rt.Template && p.zygTried != nil, size: cfg.Pool.Size[lang], profile: cfg.Defaults, kick: make(chan struct{}, 1)}
+		floor := cfg.Pool.Size[lang]
+		// A language without a pool does not grow one.
+		q := newQueue(rt, floor, max(floor, cfg.Pool.MaxSize[lang]*min(floor, 1)), cfg.Defaults)
+		q.template = rt.Template && p.zygTried != nil
 		p.queues[lang] = q
-		if q.size > 0 {
+		p.order = append(p.order, q)
+		if q.floor > 0 {
 			p.wg.Add(1)
 			go p.refill(q)
 		}
 		// Only where sessions can have a network at all.
 		if n := cfg.Pool.NetworkSize[lang]; n > 0 && k.NetworkAtStart() && cfg.Network.Enabled {
-			q := &queue{rt: rt, net: true, size: n, profile: cfg.Defaults, kick: make(chan struct{}, 1)}
+			q := newQueue(rt, n, n, cfg.Defaults)
+			q.net = true
 			p.netQueues[lang] = q
+			p.order = append(p.order, q)
 			p.wg.Add(1)
 			go p.refill(q)
 		}
@@ -133,6 +183,10 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 		go p.keepZygote()
 	}
 	return p
+}
+
+func newQueue(rt runtimes.Runtime, floor, most int, profile config.Limits) *queue {
+	return &queue{rt: rt, floor: floor, max: most, target: floor, profile: profile, kick: make(chan struct{}, 1)}
 }
 
 // Get implements instance.Source: a warm instance adapted to l if one is
@@ -155,6 +209,7 @@ func (p *Pool) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, ne
 		q.misses.Add(1)
 		return q.handOut(p.newInstance(ctx, rt, l, net))
 	}
+	q.noteTake(p.now())
 	for {
 		inst := q.take()
 		if inst == nil {
@@ -186,7 +241,94 @@ func (p *Pool) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, ne
 	}
 	q.misses.Add(1)
 	q.signal()
+	q.waiting.Add(1)
+	defer q.waiting.Add(-1)
 	return q.handOut(p.newInstance(ctx, rt, l, net))
+}
+
+// noteTake counts a take in the queue's demand.
+func (q *queue) noteTake(now time.Time) {
+	q.lastTake.Store(time.Now().UnixNano())
+	q.mu.Lock()
+	q.dem.add(now, 1)
+	q.mu.Unlock()
+}
+
+// urgency orders the queues waiting for a build slot: requests waiting
+// on one first, then the emptiest.
+func (q *queue) urgency() float64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.target == 0 {
+		return 0
+	}
+	return float64(q.waiting.Load()) + 1 - float64(len(q.ready)+q.pending)/float64(q.target)
+}
+
+// estimate is the memory a ready one holds: measured, or the language's
+// default until it is.
+func (q *queue) estimate() int64 {
+	if e := q.est.Load(); e > 0 {
+		return e
+	}
+	if e, ok := defaultEstimate[q.rt.Lang]; ok {
+		return e
+	}
+	return 8 << 20
+}
+
+// measure folds inst's memory into q's estimate (a moving average).
+func (q *queue) measure(inst *instance.Instance) {
+	m, err := inst.Memory()
+	if err != nil || m <= 0 {
+		return
+	}
+	if old := q.est.Load(); old > 0 {
+		m = (old*7 + m) / 8
+	}
+	q.est.Store(m)
+}
+
+// resize sets every queue's target from its demand, within the budget,
+// and wakes those whose target changed.
+func (p *Pool) resize() {
+	p.rmu.Lock()
+	defer p.rmu.Unlock()
+	now := p.now()
+	in := make([]sizing, len(p.order))
+	for i, q := range p.order {
+		q.mu.Lock()
+		in[i] = sizing{floor: q.floor, max: q.max, est: q.estimate()}
+		if q.max > q.floor {
+			in[i].want = q.dem.want(now, p.hold)
+		}
+		q.mu.Unlock()
+	}
+	for i, n := range fit(p.budget, in) {
+		q := p.order[i]
+		q.mu.Lock()
+		changed := q.target != n
+		q.target = n
+		q.mu.Unlock()
+		if changed {
+			q.signal()
+		}
+	}
+}
+
+// AutoBudget is pool.memory_budget's automatic value: a thirty-second of
+// the host's memory, between 64 MiB and 4 GiB.
+func AutoBudget() int64 {
+	total := int64(1 << 30)
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+			if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+				total = kb << 10
+			}
+		}
+	}
+	return min(max(total/32, 64<<20), 4<<30)
 }
 
 // handOut hands out inst, counting it in q's cold figure when the
@@ -217,30 +359,48 @@ func (q *queue) signal() {
 	}
 }
 
-// refill keeps q at its size.
+// refill keeps q at its target: builds what it lacks, the most urgent
+// queue's first, and closes what a shrunk target leaves over.
 func (p *Pool) refill(q *queue) {
 	defer p.wg.Done()
 	if q.template && !p.awaitTemplate(p.ctx) {
 		return
 	}
 	for {
+		p.resize()
 		q.mu.Lock()
-		want := q.size - len(q.ready) - q.pending
+		want := q.target - len(q.ready) - q.pending
 		if want > 0 {
 			q.pending += want
 		}
+		var excess []*instance.Instance
+		if n := len(q.ready) - q.target; n > 0 {
+			// The oldest go: an instance never waits longer than it must.
+			excess = append(excess, q.ready[:n]...)
+			clear(q.ready[:n])
+			q.ready = q.ready[n:]
+		}
+		grown := q.target > q.floor
 		q.mu.Unlock()
+		q.discarded.Add(uint64(len(excess)))
+		for _, inst := range excess {
+			p.closing.Go(func() { inst.Close() })
+		}
+		decided := time.Now()
 		for i := 0; i < want; i++ {
-			select {
-			case p.build <- struct{}{}:
-			case <-p.ctx.Done():
+			if !p.awaitQuiet(q) || p.builds.acquire(p.ctx, q) != nil {
 				return
 			}
+			p.inflight.Add(1)
 			go func() {
-				defer func() { <-p.build }()
+				defer p.inflight.Done()
+				defer p.builds.release()
 				start := time.Now()
 				runs := p.templateRuns()
 				inst, err := p.newInstance(p.ctx, q.rt, q.profile, q.net)
+				if err == nil {
+					q.measure(inst)
+				}
 				q.mu.Lock()
 				q.pending--
 				// One started cold while the template came up is replaced
@@ -269,14 +429,45 @@ func (p *Pool) refill(q *queue) {
 				} else {
 					q.built.Add(1)
 					q.buildNanos.Add(int64(time.Since(start)))
+					q.refillNanos.Add(int64(time.Since(decided)))
 				}
 				q.signal()
 			}()
 		}
+		// A grown pool looks again each second: it shrinks once its
+		// demand has passed.
+		var again <-chan time.Time
+		if grown {
+			again = time.After(time.Second)
+		}
 		select {
 		case <-q.kick:
+		case <-again:
 		case <-p.ctx.Done():
 			return
+		}
+	}
+}
+
+// awaitQuiet holds a refill of q back while a burst is being served and
+// q still has its size ready: it goes on quietGap after the last take, or
+// at once when q falls below its size or a request waits. It is false
+// when the pool closes.
+func (p *Pool) awaitQuiet(q *queue) bool {
+	for {
+		q.mu.Lock()
+		enough := len(q.ready) >= q.floor
+		q.mu.Unlock()
+		wait := quietGap - time.Since(time.Unix(0, q.lastTake.Load()))
+		if !enough || wait <= 0 || q.waiting.Load() > 0 {
+			return true
+		}
+		t := time.NewTimer(min(wait, 10*time.Millisecond))
+		select {
+		case <-t.C:
+		case <-p.ctx.Done():
+			t.Stop()
+			return false
 		}
 	}
 }
@@ -452,12 +643,15 @@ func (p *Pool) Stats() map[string]any {
 	out := map[string]any{}
 	for lang, q := range p.allQueues() {
 		q.mu.Lock()
-		s := apitype.PoolStats{Ready: len(q.ready), Target: q.size, Building: q.pending}
+		s := apitype.PoolStats{Ready: len(q.ready), Target: q.target, Min: q.floor, Max: q.max, Building: q.pending}
 		q.mu.Unlock()
 		s.Hits, s.Misses, s.Built, s.Discarded = q.hits.Load(), q.misses.Load(), q.built.Load(), q.discarded.Load()
 		s.Cold = q.cold.Load()
+		s.Waiting = int(q.waiting.Load())
+		s.MemoryBytes = q.estimate()
 		if s.Built > 0 {
 			s.AvgBuildMs = float64(q.buildNanos.Load()) / float64(s.Built) / 1e6
+			s.AvgRefillMs = float64(q.refillNanos.Load()) / float64(s.Built) / 1e6
 		}
 		out[lang] = s
 	}
@@ -485,10 +679,8 @@ func (p *Pool) Close() {
 	p.cancel()
 	p.wg.Wait()
 	p.closing.Wait()
-	// Builds in flight may still finish; wait for their slots.
-	for i := 0; i < cap(p.build); i++ {
-		p.build <- struct{}{}
-	}
+	// Builds in flight may still finish; wait for them.
+	p.inflight.Wait()
 	for _, q := range p.queues {
 		q.discard()
 	}

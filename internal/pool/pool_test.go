@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +27,7 @@ func testPool(t *testing.T, start func(context.Context, *jail.Host, config.Confi
 	h, cfg := jailtest.Host(t, "pool", func(c *config.Config) {
 		c.Pool.Preload = []string{"json"} // quick to start
 		c.Pool.Size = map[string]int{"python": 1}
+		c.Pool.MaxSize = nil // it keeps its size
 		c.Pool.Zygote = true
 	})
 	startTemplate = start
@@ -84,7 +86,7 @@ func readyForked(p *Pool) bool {
 			return false
 		}
 	}
-	return len(q.ready) == q.size
+	return len(q.ready) == q.target
 }
 
 // A template whose first start fails does not hold Python sandboxes up
@@ -136,4 +138,52 @@ func TestSlowTemplateColdOnesReplaced(t *testing.T) {
 	if s := pythonStats(p); s.Cold != 1 || s.Hits != 1 || s.Discarded < 1 {
 		t.Errorf("python pool %+v: want the first sandbox cold, a hit forked, the cold pooled one discarded", s)
 	}
+}
+
+// fakeClock is a demand clock the test moves.
+type fakeClock struct{ ns atomic.Int64 }
+
+func (c *fakeClock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *fakeClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// A pool drained by a burst grows toward that demand, refills to it, and
+// shrinks back to its size once the demand has passed (on a demand clock
+// the test moves; the refills are real).
+func TestPoolGrowsAndShrinks(t *testing.T) {
+	fc := &fakeClock{}
+	fc.ns.Store(time.Unix(1_000_000, 0).UnixNano())
+	clock = fc.now
+	t.Cleanup(func() { clock = time.Now }) // after the pool's Close
+	h, cfg := jailtest.Host(t, "pool", func(c *config.Config) {
+		c.Pool.Size = map[string]int{"python": 1}
+		c.Pool.MaxSize = map[string]int{"python": 4}
+		c.Pool.Zygote = false
+	})
+	p := New(cfg, instance.Native{Host: h}, instance.NewSlots(h.Layout()), slog.New(slog.DiscardHandler))
+	t.Cleanup(p.Close)
+	waitFor(t, "a full pool", func() bool { return pythonStats(p).Ready == 1 })
+	if s := pythonStats(p); s.Target != 1 || s.Min != 1 || s.Max != 4 {
+		t.Fatalf("python pool %+v: want target 1, min 1, max 4", s)
+	}
+	// A burst of three (the first warm; the others as the refill goes).
+	for range 3 {
+		get(t, p)
+	}
+	waitFor(t, "the pool grown to 4 and refilled", func() bool { s := pythonStats(p); return s.Target == 4 && s.Ready == 4 })
+	s := pythonStats(p)
+	if s.Hits+s.Misses != 3 || s.Hits < 1 || s.Waiting != 0 || s.AvgRefillMs <= 0 || s.MemoryBytes <= 0 {
+		t.Errorf("python pool after the burst %+v: want 3 taken, the first warm, none waiting, a refill latency, a memory estimate", s)
+	}
+	// The demand passes: after shrink_after, back to its size.
+	fc.advance(time.Duration(cfg.Pool.ShrinkAfter) + demandWindow*time.Second)
+	p.queues["python"].signal()
+	waitFor(t, "the pool shrunk back to 1", func() bool { s := pythonStats(p); return s.Target == 1 && s.Ready == 1 })
+	if s := pythonStats(p); s.Discarded < 3 {
+		t.Errorf("python pool after shrinking %+v: want the 3 beyond its size discarded", s)
+	}
+	// Another burst grows it again.
+	for range 2 {
+		get(t, p)
+	}
+	waitFor(t, "the pool regrown", func() bool { s := pythonStats(p); return s.Target == 3 && s.Ready == 3 })
 }

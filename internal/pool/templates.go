@@ -131,7 +131,8 @@ func (t *Templates) open(k templateKey) (*templateSource, error) {
 	if k.iso == t.cfg.Isolation && anySize(sizes) {
 		pc := t.cfg
 		pc.Runtimes = lease.RuntimesConfig(pc.Runtimes)
-		pc.Pool.Size, pc.Pool.NetworkSize = map[string]int{}, nil
+		// A template's pools keep their sizes: they do not grow.
+		pc.Pool.Size, pc.Pool.NetworkSize, pc.Pool.MaxSize = map[string]int{}, nil, nil
 		for lang, n := range sizes {
 			if lease.Runtimes[lang] != "" {
 				pc.Pool.Size[lang] = n

@@ -30,6 +30,8 @@ func Host(t testing.TB, name string, adjust ...func(*config.Config)) (*jail.Host
 	cfg := config.Default()
 	cfg.StateDir = "/run/airlock-" + name + "-test"
 	cfg.CgroupParent = "airlock-" + name + "-test"
+	// Pools grown by the tests' bursts stay small beside the others'.
+	cfg.Pool.MaxSize = map[string]int{"python": 4, "bash": 2, "javascript": 2}
 	for _, f := range adjust {
 		f(&cfg)
 	}

@@ -1,0 +1,80 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"airlock/internal/apitype"
+)
+
+// benchDrained: a burst of n session creations (each + `print(1)`) right
+// after a burst of n one-shots, on a server of the default pool
+// configuration: the first round on a fresh server (the pool at its
+// size, drained by the one-shots), the second once the pool has grown
+// toward what the first asked for and refilled.
+func benchDrained(ctx context.Context, r *Report, o Options, n int) error {
+	srv, err := startServer(ctx, o, 0, "-drained", map[string]any{"pool": map[string]any{}})
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	for round, name := range []string{"pool at its default size", "pool grown by the first round"} {
+		if err := srv.waitWarm(ctx, 3*time.Minute); err != nil {
+			return err
+		}
+		before := poolStats(ctx, srv)
+		if err := oneShotBurst(ctx, srv, n); err != nil {
+			return err
+		}
+		sessions, lat, err := openSessions(ctx, srv, n, n, "print(1)")
+		for _, sess := range sessions {
+			srv.deleteSession(ctx, sess.ID)
+		}
+		if err != nil {
+			return err
+		}
+		s := stats(lat)
+		scen := fmt.Sprintf("%d concurrent session creations + `print(1)` right after %d one-shots, default pools: %s", n, n, name)
+		r.add(Row{Scenario: scen, Metric: "p50", Value: s.P50, Unit: "ms"})
+		r.add(Row{Scenario: scen, Metric: "p99", Value: s.P99, Unit: "ms", Target: "≤ 150 ms",
+			Note: fmt.Sprintf("python pool ready %d of target %d before", before.Ready, before.Target)})
+		r.Stats[fmt.Sprintf("drained_burst_%d", round+1)] = s
+	}
+	after := poolStats(ctx, srv)
+	r.Stats["drained_burst_pool"] = after
+	return nil
+}
+
+// oneShotBurst runs n one-shot print(1) at once.
+func oneShotBurst(ctx context.Context, srv *server, n int) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		wg.Go(func() {
+			res, err := srv.client.RunOnce(ctx, apitype.OneShotRequest{Code: "print(1)"}, nil)
+			if err == nil && res.Stdout != "1\n" {
+				err = fmt.Errorf("one-shot: unexpected stdout %q", res.Stdout)
+			}
+			if err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// poolStats is the server's python pool figures (zero if it has none).
+func poolStats(ctx context.Context, srv *server) apitype.PoolStats {
+	var s apitype.PoolStats
+	if h, err := srv.health(ctx); err == nil {
+		if raw, ok := h.Pool["python"]; ok {
+			json.Unmarshal(raw, &s)
+		}
+	}
+	return s
+}

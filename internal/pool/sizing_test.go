@@ -1,0 +1,135 @@
+package pool
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// The demand a queue's takes make, on a clock the test moves: it grows at
+// once, holds for hold, and falls back when the takes have passed.
+func TestDemandWant(t *testing.T) {
+	const hold = time.Minute
+	t0 := time.Unix(1_000_000, 0)
+	type step struct {
+		at    time.Duration // since t0
+		takes int
+		want  int
+	}
+	for _, c := range []struct {
+		name  string
+		steps []step
+	}{
+		{"none", []step{{0, 0, 0}, {time.Hour, 0, 0}}},
+		{"one take asks for two", []step{{0, 1, 2}}},
+		{"a burst of 50 asks for 63", []step{{0, 50, 63}}},
+		{"takes add up within the window", []step{{0, 10, 13}, {5 * time.Second, 10, 25}, {9 * time.Second, 0, 25}}},
+		{"held after the window", []step{{0, 40, 50}, {30 * time.Second, 0, 50}, {59 * time.Second, 0, 50}}},
+		{"falls after hold", []step{{0, 40, 50}, {30 * time.Second, 0, 50}, {61 * time.Second, 0, 0}}},
+		{"a smaller demand after hold", []step{{0, 40, 50}, {61 * time.Second, 4, 5}}},
+		{"a larger demand raises it at once", []step{{0, 4, 5}, {time.Second, 40, 55}}},
+		{"steady demand keeps it", []step{{0, 8, 10}, {30 * time.Second, 8, 10}, {61 * time.Second, 8, 10}, {121 * time.Second, 8, 10}}},
+		{"the window slides", []step{{0, 8, 10}, {10 * time.Second, 0, 10}, {70 * time.Second, 0, 0}}},
+		{"a long gap clears every second", []step{{0, 8, 10}, {time.Hour, 1, 2}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var d demand
+			for i, s := range c.steps {
+				now := t0.Add(s.at)
+				if s.takes > 0 {
+					d.add(now, s.takes)
+				}
+				if got := d.want(now, hold); got != s.want {
+					t.Fatalf("step %d (%v, %d takes): want %d, got %d", i, s.at, s.takes, s.want, got)
+				}
+			}
+		})
+	}
+}
+
+// The targets of several queues: wants within [floor, max], the growth
+// scaled to the budget, floors always kept.
+func TestFit(t *testing.T) {
+	const mb = 1 << 20
+	for _, c := range []struct {
+		name   string
+		budget int64
+		qs     []sizing
+		want   []int
+	}{
+		{"no demand keeps the floors", 100 * mb, []sizing{{8, 128, 0, 5 * mb}, {2, 16, 0, 2 * mb}}, []int{8, 2}},
+		{"demand within max and budget", 1000 * mb, []sizing{{8, 128, 63, 5 * mb}, {2, 16, 0, 2 * mb}}, []int{63, 2}},
+		{"capped by max", 1000 * mb, []sizing{{8, 128, 500, 5 * mb}}, []int{128}},
+		{"max below floor keeps the floor", 1000 * mb, []sizing{{8, 4, 50, 5 * mb}}, []int{8}},
+		{"no growth without a max", 1000 * mb, []sizing{{8, 8, 50, 5 * mb}}, []int{8}},
+		{"budget scales growth alike", 8*5*mb + 2*2*mb + 100*mb, []sizing{{8, 128, 48, 5 * mb}, {2, 32, 2 + 25, 2 * mb}}, []int{8 + 16, 2 + 10}},
+		{"budget below the floors keeps the floors", 10 * mb, []sizing{{8, 128, 100, 5 * mb}, {2, 16, 10, 2 * mb}}, []int{8, 2}},
+		{"zero floor stays zero", 1000 * mb, []sizing{{0, 0, 50, 5 * mb}}, []int{0}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := fit(c.budget, c.qs)
+			for i := range got {
+				if got[i] != c.want[i] {
+					t.Fatalf("targets %v, want %v", got, c.want)
+				}
+			}
+		})
+	}
+}
+
+// A freed build slot goes to the queue requests wait on, then to the
+// emptiest, whatever order they asked in.
+func TestBuildSlotsUrgentFirst(t *testing.T) {
+	b := newBuildSlots(1)
+	ctx := context.Background()
+	if err := b.acquire(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	full := &queue{target: 10, ready: nil, pending: 9}
+	empty := &queue{target: 10}
+	drained := &queue{target: 10}
+	drained.waiting.Store(3)
+	order := make(chan *queue, 3)
+	for _, q := range []*queue{full, empty, drained} {
+		queued := len(b.wait)
+		go func() {
+			if b.acquire(ctx, q) == nil {
+				order <- q
+				b.release()
+			}
+		}()
+		for waiting(b) == queued {
+			time.Sleep(time.Millisecond) // until it waits: the order it asked in is the test's
+		}
+	}
+	b.release()
+	for i, want := range []*queue{drained, empty, full} {
+		if got := <-order; got != want {
+			t.Fatalf("grant %d went to the wrong queue (urgency %.2f, want %.2f)", i, got.urgency(), want.urgency())
+		}
+	}
+	// A waiter whose context ends leaves no slot taken.
+	cctx, cancel := context.WithCancel(ctx)
+	if err := b.acquire(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error)
+	go func() { done <- b.acquire(cctx, empty) }()
+	for waiting(b) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("acquire with an ended context succeeded")
+	}
+	b.release()
+	if b.free != 1 || len(b.wait) != 0 {
+		t.Fatalf("slots left: %d free, %d waiting; want 1 and 0", b.free, len(b.wait))
+	}
+}
+
+func waiting(b *buildSlots) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.wait)
+}
