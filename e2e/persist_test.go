@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -286,4 +288,92 @@ func TestPauseSparseRefused(t *testing.T) {
 		t.Errorf("a refused pause left %v", ents)
 	}
 	s.c.DeleteSession(ctx, id)
+}
+
+// TestSessionMetadata: metadata given at create is described, filtered on
+// by GET /v1/sessions (state, metadata.KEY), kept through a pause and a
+// restart, and refused over its bounds; a bad filter is a 400.
+func TestSessionMetadata(t *testing.T) {
+	s := persistServer(t)
+	ctx := context.Background()
+	mk := func(md map[string]string) string {
+		t.Helper()
+		sess, err := s.c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python", Metadata: md})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(sess.Metadata) != fmt.Sprint(md) {
+			t.Errorf("created with %v, described with %v", md, sess.Metadata)
+		}
+		return sess.ID
+	}
+	a := mk(map[string]string{"team": "a", "user": "ü 1&x=y"})
+	b := mk(map[string]string{"team": "a", "user": "u2"})
+	c := mk(map[string]string{"team": "b"})
+	list := func(f apitype.SessionFilter) string {
+		t.Helper()
+		l, err := s.c.SessionsWhere(ctx, f)
+		if err != nil {
+			t.Fatalf("list %+v: %v", f, err)
+		}
+		var ids []string
+		for _, x := range l {
+			ids = append(ids, x.ID)
+		}
+		return strings.Join(ids, " ")
+	}
+	for _, tc := range []struct {
+		f    apitype.SessionFilter
+		want string
+	}{
+		{apitype.SessionFilter{Metadata: map[string]string{"team": "a"}}, a + " " + b},
+		{apitype.SessionFilter{Metadata: map[string]string{"team": "a", "user": "ü 1&x=y"}}, a},
+		{apitype.SessionFilter{Metadata: map[string]string{"team": "c"}}, ""},
+		{apitype.SessionFilter{States: []string{"running"}, Metadata: map[string]string{"team": "b"}}, c},
+		{apitype.SessionFilter{States: []string{apitype.StatePaused}}, ""},
+	} {
+		if got := list(tc.f); got != tc.want {
+			t.Errorf("list %+v: %q, want %q", tc.f, got, tc.want)
+		}
+	}
+	if _, err := s.c.PauseSession(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	paused := apitype.SessionFilter{States: []string{apitype.StatePaused}, Metadata: map[string]string{"team": "a"}}
+	if got := list(paused); got != a {
+		t.Errorf("paused of team a: %q, want %q", got, a)
+	}
+	// A restart pauses b too; both keep their metadata.
+	s = restart(t, s, syscall.SIGTERM)
+	if got := list(paused); got != a+" "+b {
+		t.Errorf("paused of team a after a restart: %q, want both", got)
+	}
+	r, err := s.c.ResumeSession(ctx, b)
+	if err != nil || r.Metadata["user"] != "u2" {
+		t.Fatalf("resumed: %+v, %v", r, err)
+	}
+	if got := list(apitype.SessionFilter{States: []string{"idle"}, Metadata: map[string]string{"user": "u2"}}); got != b {
+		t.Errorf("the resumed session by its metadata: %q", got)
+	}
+
+	// Bounds and bad filters.
+	long := strings.Repeat("k", 257)
+	many := map[string]string{}
+	for i := range 65 {
+		many[fmt.Sprint("k", i)] = "v"
+	}
+	for _, md := range []map[string]string{many, {long: "v"}, {"k": strings.Repeat("v", 2049)}, {"a\nb": "v"}, {"": "v"}, {"k": "\x00"}} {
+		_, err := s.c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python", Metadata: md})
+		if errCode(err) != "invalid_argument" {
+			t.Errorf("metadata of %d entries (first key %.10q): %v, want invalid_argument", len(md), slices.Collect(maps.Keys(md))[0], err)
+		}
+	}
+	for _, q := range []string{"state=asleep", "metadta.team=a", "metadata.team=a&metadata.team=b"} {
+		if code, body := s.raw("GET", "/v1/sessions?"+q, nil, nil); code != 400 {
+			t.Errorf("GET /v1/sessions?%s: %d %s, want 400", q, code, body)
+		}
+	}
+	for _, id := range []string{a, b, c} {
+		s.c.DeleteSession(ctx, id)
+	}
 }

@@ -15,6 +15,7 @@ package apitype
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 )
 
@@ -68,6 +69,12 @@ type CreateSessionRequest struct {
 	// files, commands...) resumes it first, instead of answering 409
 	// session_paused. GET and DELETE never resume.
 	AutoResume bool `json:"auto_resume,omitempty"`
+	// Metadata is the client's own labels for the session (kept through
+	// pauses and restarts, returned in its description, and filtered on
+	// by GET /v1/sessions?metadata.KEY=VALUE): at most
+	// server.max_metadata entries, keys of 1-256 bytes without control
+	// characters, values of at most 2 KiB, 32 KiB in all.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // What a session's timeout does (CreateSessionRequest.OnTimeout).
@@ -225,6 +232,29 @@ type Session struct {
 	Paused *PausedInfo `json:"paused,omitempty"`
 	// Tools are those the session opted in to.
 	Tools []string `json:"tools,omitempty"`
+	// Metadata is the client's labels, as created.
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// SessionFilter selects sessions of a listing (GET /v1/sessions?state=
+// paused&metadata.KEY=VALUE): any of States (none: every state), and
+// every entry of Metadata.
+type SessionFilter struct {
+	States   []string
+	Metadata map[string]string
+}
+
+// Match says whether s is selected.
+func (f SessionFilter) Match(s Session) bool {
+	if len(f.States) > 0 && !slices.Contains(f.States, s.State) {
+		return false
+	}
+	for k, v := range f.Metadata {
+		if got, ok := s.Metadata[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }
 
 // Tool kinds (ToolInfo.Kind).

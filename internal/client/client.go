@@ -273,8 +273,25 @@ func (c *Client) Session(ctx context.Context, id string) (*apitype.Session, erro
 
 // Sessions lists the live and paused sessions.
 func (c *Client) Sessions(ctx context.Context) ([]apitype.Session, error) {
+	return c.SessionsWhere(ctx, apitype.SessionFilter{})
+}
+
+// SessionsWhere lists the sessions f selects (their states, their
+// metadata).
+func (c *Client) SessionsWhere(ctx context.Context, f apitype.SessionFilter) ([]apitype.Session, error) {
+	q := url.Values{}
+	if len(f.States) > 0 {
+		q.Set("state", strings.Join(f.States, ","))
+	}
+	for k, v := range f.Metadata {
+		q.Set("metadata."+k, v)
+	}
+	p := "/v1/sessions"
+	if len(q) > 0 {
+		p += "?" + q.Encode()
+	}
 	var l apitype.SessionList
-	if err := c.call(ctx, "GET", "/v1/sessions", nil, &l); err != nil {
+	if err := c.call(ctx, "GET", p, nil, &l); err != nil {
 		return nil, err
 	}
 	return l.Sessions, nil

@@ -258,6 +258,10 @@ type Server struct {
 	InterruptGrace Duration `json:"interrupt_grace"`
 	// MaxEnv caps the number of environment variables a client may set.
 	MaxEnv int `json:"max_env"`
+	// MaxMetadata caps the number of metadata entries a client may give a
+	// session (each key at most 256 bytes, each value 2 KiB, all of them
+	// 32 KiB); 0 refuses metadata.
+	MaxMetadata int `json:"max_metadata"`
 	// MaxConcurrentTransfers caps file uploads and downloads in progress
 	// on the server, MaxSessionTransfers those of one session; one more
 	// is refused at once with 429.
@@ -390,6 +394,7 @@ func Default() Config {
 			MaxSessionTimeout:       Duration(7 * 24 * time.Hour),
 			InterruptGrace:          Duration(2 * time.Second),
 			MaxEnv:                  128,
+			MaxMetadata:             64,
 			MaxConcurrentTransfers:  64,
 			MaxSessionTransfers:     4,
 			TransferStallTimeout:    Duration(30 * time.Second),
@@ -557,8 +562,8 @@ func (c Config) Validate() error {
 	if s.MaxSessions < 1 || s.MaxConcurrentExecutions < 1 {
 		errs = append(errs, errors.New("server.max_sessions and server.max_concurrent_executions must be at least 1"))
 	}
-	if s.MaxEnv < 0 {
-		errs = append(errs, errors.New("server.max_env must not be negative"))
+	if s.MaxEnv < 0 || s.MaxMetadata < 0 {
+		errs = append(errs, errors.New("server.max_env and server.max_metadata must not be negative"))
 	}
 	if s.MaxBodyBytes < 1024 || s.MaxFileBytes < 1 {
 		errs = append(errs, errors.New("server.max_body_bytes must be at least 1K and server.max_file_bytes positive"))

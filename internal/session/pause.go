@@ -78,7 +78,7 @@ func (p *pausedSession) info(keep time.Duration) apitype.Session {
 		CreatedAt: p.meta.Created.UTC(), LastUsedAt: p.meta.PausedAt.UTC(),
 		IdleTimeout: r.IdleTimeout, Limits: r.Limits, Executions: p.meta.Executions,
 		Isolation: r.Isolation, Template: r.Template, Tenant: p.meta.Tenant,
-		OnTimeout: r.OnTimeout, AutoResume: r.AutoResume, Restores: apitype.RestoreFiles,
+		OnTimeout: r.OnTimeout, AutoResume: r.AutoResume, Restores: apitype.RestoreFiles, Metadata: r.Metadata,
 		Paused: &apitype.PausedInfo{
 			PausedAt: p.meta.PausedAt.UTC(), Files: p.stats.Files, Dirs: p.stats.Dirs,
 			Bytes: p.stats.Bytes, DiskBytes: p.stats.DiskBytes, ExpiresAt: p.meta.PausedAt.Add(keep).UTC(),

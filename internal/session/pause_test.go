@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -796,5 +797,46 @@ func TestPauseObserved(t *testing.T) {
 	defer mu.Unlock()
 	if strings.Join(got, ", ") != strings.Join(want, ", ") {
 		t.Errorf("observed %q, want %q", got, want)
+	}
+}
+
+// TestValidateMetadata: metadata within the bounds passes; each bound
+// and each forbidden character is refused.
+func TestValidateMetadata(t *testing.T) {
+	many := map[string]string{}
+	for i := range 5 {
+		many[strings.Repeat("k", i+1)] = "v"
+	}
+	for _, tc := range []struct {
+		md map[string]string
+		ok bool
+	}{
+		{nil, true},
+		{map[string]string{"team": "a", "ünï code": "välue with spaces & = ?"}, true},
+		{map[string]string{strings.Repeat("k", 256): strings.Repeat("v", 2048)}, true},
+		{many, false}, // over max 4
+		{map[string]string{"": "v"}, false},
+		{map[string]string{strings.Repeat("k", 257): "v"}, false},
+		{map[string]string{"k": strings.Repeat("v", 2049)}, false},
+		{map[string]string{"a\nb": "v"}, false},
+		{map[string]string{"a\x1bb": "v"}, false},
+		{map[string]string{"a\u0085b": "v"}, false},
+		{map[string]string{"\xff": "v"}, false},
+		{map[string]string{"k": "\xff"}, false},
+		{map[string]string{"k": "a\x00b"}, false},
+		{map[string]string{"k1": strings.Repeat("v", 2048), "k2": strings.Repeat("v", 2048), "k3": strings.Repeat("v", 2048),
+			"k4": strings.Repeat("v", 2048)}, true},
+	} {
+		err := ValidateMetadata(tc.md, 4)
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, errdefs.ErrInvalidArgument)) {
+			t.Errorf("%.40q: %v, want ok %v", fmt.Sprint(tc.md), err, tc.ok)
+		}
+	}
+	big := map[string]string{}
+	for i := range 17 {
+		big[fmt.Sprint(i)] = strings.Repeat("v", 2048)
+	}
+	if err := ValidateMetadata(big, 64); err == nil || !strings.Contains(err.Error(), "32 KiB") {
+		t.Errorf("34 KiB of metadata: %v", err)
 	}
 }

@@ -23,9 +23,12 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"airlock/internal/apitype"
 	"airlock/internal/broker"
@@ -331,6 +334,51 @@ func ValidateEnv(env map[string]string, maxN int) error {
 	return nil
 }
 
+// Bounds of a session's metadata besides server.max_metadata.
+const (
+	maxMetadataKey   = 256
+	maxMetadataValue = 2 << 10
+	maxMetadataTotal = 32 << 10
+)
+
+// ValidateMetadata checks a client's session metadata against the caps:
+// its labels are echoed in descriptions and listings, and kept on disk
+// with a paused session.
+func ValidateMetadata(md map[string]string, maxN int) error {
+	if len(md) > maxN {
+		return fmt.Errorf("%w: metadata has %d entries, at most %d are allowed (server.max_metadata)", errdefs.ErrInvalidArgument, len(md), maxN)
+	}
+	total := 0
+	for k, v := range md {
+		switch {
+		case k == "" || len(k) > maxMetadataKey:
+			return fmt.Errorf("%w: metadata key %q must be 1 to %d bytes", errdefs.ErrInvalidArgument, truncateID(k), maxMetadataKey)
+		case len(v) > maxMetadataValue:
+			return fmt.Errorf("%w: metadata %q: the value is longer than %d bytes", errdefs.ErrInvalidArgument, truncateID(k), maxMetadataValue)
+		case !printable(k) || !utf8.ValidString(v) || strings.ContainsRune(v, 0):
+			return fmt.Errorf("%w: metadata %q: keys must be printable UTF-8, values UTF-8 without NUL", errdefs.ErrInvalidArgument, truncateID(k))
+		}
+		total += len(k) + len(v)
+	}
+	if total > maxMetadataTotal {
+		return fmt.Errorf("%w: metadata is larger than %d KiB", errdefs.ErrInvalidArgument, maxMetadataTotal>>10)
+	}
+	return nil
+}
+
+// printable: valid UTF-8 without control characters.
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
 // lookup resolves a request's language; the first of the table when
 // empty.
 func (m *Manager) lookup(lang string) (runtimes.Runtime, error) {
@@ -375,6 +423,9 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest, 
 		return nil, err
 	}
 	if err := ValidateEnv(req.Env, m.cfg.Server.MaxEnv); err != nil {
+		return nil, err
+	}
+	if err := ValidateMetadata(req.Metadata, m.cfg.Server.MaxMetadata); err != nil {
 		return nil, err
 	}
 	policy, err := m.NetworkPolicy(req.Network)
@@ -829,6 +880,7 @@ func (s *Session) Info() (info apitype.Session) {
 		Template: s.template, TemplateVersion: s.templateVersion,
 		History:   s.hist.info(),
 		OnTimeout: s.made.OnTimeout, AutoResume: s.made.AutoResume, Restored: s.restored,
+		Metadata: s.made.Metadata,
 	}
 	if s.client && state != apitype.StateEnded {
 		info.Restores = s.m.restores()

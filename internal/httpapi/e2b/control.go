@@ -201,7 +201,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		failControl(w, err)
 		return
 	}
-	cr := apitype.CreateSessionRequest{Env: req.EnvVars, IdleTimeout: apitype.Duration(s.cfg.Server.MaxIdleTimeout)}
+	cr := apitype.CreateSessionRequest{Env: req.EnvVars, Metadata: req.Metadata, IdleTimeout: apitype.Duration(s.cfg.Server.MaxIdleTimeout)}
 	if pause {
 		// The session's own lifetime pauses it (see deadline).
 		cr.Timeout, cr.OnTimeout, cr.AutoResume = apitype.Duration(ttl), apitype.OnTimeoutPause, auto

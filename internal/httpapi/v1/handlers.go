@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -49,24 +51,66 @@ func (s *Server) created(w http.ResponseWriter, r *http.Request, sess *session.S
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 	who, _ := identity.From(r.Context())
+	f, err := sessionFilter(r.URL.Query())
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	var all []apitype.Session
 	if s.Directory != nil {
 		// Every server's sessions that share the store.
-		list, err := s.Directory.List(r.Context(), who)
-		if err != nil {
+		if all, err = s.Directory.List(r.Context(), who); err != nil {
 			fail(w, err)
 			return
 		}
-		httpapi.WriteJSON(w, http.StatusOK, apitype.SessionList{Sessions: list})
-		return
+	} else {
+		all = s.m.List()
 	}
-	all := s.m.List()
 	mine := make([]apitype.Session, 0, len(all))
 	for _, sess := range all {
-		if who.Sees(sess.Tenant) {
+		if who.Sees(sess.Tenant) && f.Match(sess) {
 			mine = append(mine, sess)
 		}
 	}
 	httpapi.WriteJSON(w, http.StatusOK, apitype.SessionList{Sessions: mine})
+}
+
+// listStates are the states a listing may be filtered on; "running"
+// (E2B's word) is any live one.
+var listStates = []string{apitype.StateIdle, apitype.StateBusy, apitype.StatePaused, apitype.StateEnded, "running"}
+
+// sessionFilter reads a listing's filter: state (repeated, or
+// comma-separated) and metadata.KEY=VALUE (each once).
+func sessionFilter(q url.Values) (apitype.SessionFilter, error) {
+	var f apitype.SessionFilter
+	for k, vs := range q {
+		switch key, isMeta := strings.CutPrefix(k, "metadata."); {
+		case k == "state":
+			for _, v := range vs {
+				for _, st := range strings.Split(v, ",") {
+					if !slices.Contains(listStates, st) {
+						return f, fmt.Errorf("%w: state %q: one of %s", errdefs.ErrInvalidArgument, httpapi.Truncate(st), strings.Join(listStates, ", "))
+					}
+					if st == "running" {
+						f.States = append(f.States, apitype.StateIdle, apitype.StateBusy)
+					} else {
+						f.States = append(f.States, st)
+					}
+				}
+			}
+		case isMeta && key != "":
+			if len(vs) != 1 {
+				return f, fmt.Errorf("%w: %s is given %d times; a session has one value per key", errdefs.ErrInvalidArgument, httpapi.Truncate(k), len(vs))
+			}
+			if f.Metadata == nil {
+				f.Metadata = map[string]string{}
+			}
+			f.Metadata[key] = vs[0]
+		default:
+			return f, fmt.Errorf("%w: unknown query parameter %q (state, metadata.KEY)", errdefs.ErrInvalidArgument, httpapi.Truncate(k))
+		}
+	}
+	return f, nil
 }
 
 // session is the request's session: one of another tenant is not found;

@@ -4,6 +4,7 @@ and run: one piece of code in a fresh sandbox."""
 import base64
 import json
 import re
+from urllib.parse import urlencode
 
 from . import errors
 from ._http import Transport, quote, quote_path, rel_path
@@ -118,7 +119,8 @@ class Sandbox:
         lists them; inside, ``from airlock_tools import call``); ``base_url`` and
         ``token`` default to AIRLOCK_URL and AIRLOCK_TOKEN. Other fields of
         the API's request pass through: ``on_timeout="pause"``,
-        ``auto_resume=True``, a lifetime ``timeout`` is ``lifetime=`` here."""
+        ``auto_resume=True``, ``metadata={"user": "u1"}`` (labels ``list``
+        filters on), a lifetime ``timeout`` is ``lifetime=`` here."""
         t = Transport(base_url, token, request_timeout)
         body = {"language": language}
         if limits is not None:
@@ -156,9 +158,18 @@ class Sandbox:
         return Transport(base_url, token).call("GET", "/v1/tools").get("tools") or []
 
     @classmethod
-    def list(cls, base_url=None, token=None):
-        """Describes the server's sessions (dicts, as the API sends them)."""
-        return Transport(base_url, token).call("GET", "/v1/sessions").get("sessions") or []
+    def list(cls, base_url=None, token=None, state=None, metadata=None):
+        """Describes the server's sessions (dicts, as the API sends them):
+        those in ``state`` ("idle", "busy", "paused", "running": any live
+        one; or a list of them) whose metadata holds every entry of
+        ``metadata`` (given at create: ``Sandbox.create(metadata={...})``)."""
+        q = []
+        if state:
+            q.append(("state", state if isinstance(state, str) else ",".join(state)))
+        for k, v in (metadata or {}).items():
+            q.append(("metadata." + k, v))
+        path = "/v1/sessions" + ("?" + urlencode(q) if q else "")
+        return Transport(base_url, token).call("GET", path).get("sessions") or []
 
     def __enter__(self):
         return self

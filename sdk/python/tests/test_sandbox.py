@@ -36,6 +36,25 @@ class SandboxTest(unittest.TestCase):
         self.assertEqual(e.results[0].formats(), ["text"])
         self.assertEqual(Sandbox.connect(self.sbx.id).run_code("x").text, "41")
 
+    def test_metadata_and_list_filters(self):
+        tag = "run-%d" % time.monotonic_ns()
+        a = Sandbox.create(metadata={"suite": tag, "user": "u1"})
+        b = Sandbox.create(metadata={"suite": tag, "user": "u2"})
+        try:
+            self.assertEqual(a.info()["metadata"], {"suite": tag, "user": "u1"})
+            ids = lambda **kw: sorted(s["id"] for s in Sandbox.list(**kw))
+            self.assertEqual(ids(metadata={"suite": tag}), sorted([a.id, b.id]))
+            self.assertEqual(ids(metadata={"suite": tag, "user": "u2"}), [b.id])
+            self.assertEqual(ids(metadata={"suite": tag}, state="running"), sorted([a.id, b.id]))
+            self.assertEqual(ids(metadata={"suite": tag}, state=["paused"]), [])
+            with self.assertRaises(airlock.InvalidArgumentError):
+                Sandbox.list(state="asleep")
+            with self.assertRaises(airlock.InvalidArgumentError):
+                Sandbox.create(metadata={"bad\nkey": "v"})
+        finally:
+            a.kill()
+            b.kill()
+
     def test_logs_and_no_result(self):
         e = self.sbx.run_code("import sys\nprint('out')\nprint('err', file=sys.stderr)\ny = 1")
         self.assertEqual(e.logs.stdout, "out\n")
