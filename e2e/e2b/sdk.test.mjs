@@ -215,7 +215,7 @@ test('setTimeout, getInfo, list by metadata, connect, kill twice', async () => {
   await assert.rejects(sbx.commands.run('true'))
 })
 
-test('contexts: python, javascript and bash in one sandbox share its files, not their state', async () => {
+test('contexts: python, javascript and bash in one sandbox share its files, not their state; restart; envs', async () => {
   const sbx = await Sandbox.create()
   try {
     await sbx.runCode('open("sales.csv", "w").write("region,total\\nnorth,40\\n")\ny = 1')
@@ -235,6 +235,25 @@ test('contexts: python, javascript and bash in one sandbox share its files, not 
     assert.ok((await sbx.listCodeContexts()).some((c) => c.id === ctx.id))
     await sbx.removeCodeContext(ctx)
     assert.ok(!(await sbx.listCodeContexts()).some((c) => c.id === ctx.id))
+
+    // restartCodeContext: a fresh interpreter in the same context, with
+    // its language and directory.
+    await sbx.files.makeDir('/home/user/sub')
+    const r = await sbx.createCodeContext({ language: 'python', cwd: '/home/user/sub' })
+    await sbx.runCode('z = 7', { context: r })
+    await sbx.restartCodeContext(r)
+    const after = await sbx.runCode('import os; ("z" in dir(), os.path.basename(os.getcwd()))', { context: r })
+    assert.equal(after.text, "(False, 'sub')")
+    assert.ok((await sbx.listCodeContexts()).some((c) => c.id === r.id && c.cwd === '/home/user/sub'))
+
+    // runCode's envs are that execution's alone, in every language.
+    const once = { envs: { ONLY_ONCE: 'yes' } }
+    assert.equal((await sbx.runCode('import os; os.environ.get("ONLY_ONCE")', once)).text, "'yes'")
+    assert.equal((await sbx.runCode('import os; repr(os.environ.get("ONLY_ONCE"))')).text, "'None'")
+    assert.equal((await sbx.runCode('console.log(process.env.ONLY_ONCE)', { language: 'js', ...once })).logs.stdout.join(''), 'yes\n')
+    assert.equal((await sbx.runCode('console.log(process.env.ONLY_ONCE ?? "unset")', { language: 'js' })).logs.stdout.join(''), 'unset\n')
+    assert.equal((await sbx.runCode('echo $ONLY_ONCE', { language: 'bash', ...once })).logs.stdout.join(''), 'yes\n')
+    assert.equal((await sbx.runCode('echo ${ONLY_ONCE-unset}', { language: 'bash' })).logs.stdout.join(''), 'unset\n')
   } finally {
     await sbx.kill()
   }

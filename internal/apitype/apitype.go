@@ -336,6 +336,9 @@ type ExecuteRequest struct {
 	// Neither: the session's default context. Both must agree.
 	Context  string `json:"context,omitempty"`
 	Language string `json:"language,omitempty"`
+	// Env is set in the interpreter for this execution alone: afterwards
+	// each variable is what it was before, or unset (E2B's runCode envs).
+	Env map[string]string `json:"env,omitempty"`
 }
 
 // InterruptResult is POST /v1/sessions/{id}/interrupt.

@@ -22,8 +22,9 @@ type conn interface {
 	// setDefaults sets the variables of env the runtime's environment
 	// does not have, and keeps the rest.
 	setDefaults(env map[string]string) error
-	// execute starts running code; the outcome arrives on events.
-	execute(id, code string) error
+	// execute starts running code, with env's variables set for it
+	// alone (nil: none); the outcome arrives on events.
+	execute(id, code string, env map[string]string) error
 	// run starts a program in place of the runtime; its done (if the
 	// runtime lives to send it) carries the program's exit status.
 	run(id string, p Program) error
@@ -137,9 +138,9 @@ func (c *framedConn) configureWith(m runtimes.Message) error {
 	}
 }
 
-func (c *framedConn) execute(id, code string) error {
+func (c *framedConn) execute(id, code string, env map[string]string) error {
 	c.cur.Store(&id)
-	return c.w.Write(runtimes.Message{Type: "execute", ID: id, Code: code})
+	return c.w.Write(runtimes.Message{Type: "execute", ID: id, Code: code, Env: env})
 }
 
 func (c *framedConn) run(id string, p Program) error {
@@ -164,6 +165,9 @@ type bashConn struct {
 	ch   chan runtimes.Message
 	ids  chan string
 	rerr error
+	// restore, when set, is run after the execution under way (before
+	// its done is told): it puts back the variables it was given.
+	restore atomic.Pointer[string]
 }
 
 func newBashConn(f *os.File) *bashConn {
@@ -187,6 +191,14 @@ func newBashConn(f *os.File) *bashConn {
 			default:
 				c.rerr = fmt.Errorf("%w: a status nobody asked for", runtimes.ErrFrame)
 				return
+			}
+			if restore := c.restore.Swap(nil); restore != nil {
+				// The block's own status is kept; the restore's is not
+				// the code's (a shell that did not live to run it
+				// ends the reader on the next read).
+				if _, err := io.WriteString(f, *restore+"\x00"); err == nil {
+					r.ReadString(0)
+				}
 			}
 			status := "ok"
 			if code != 0 {
@@ -220,7 +232,7 @@ func (c *bashConn) setDefaults(env map[string]string) error {
 }
 
 func (c *bashConn) configureWith(code string) error {
-	if err := c.execute("configure", code); err != nil {
+	if err := c.execute("configure", code, nil); err != nil {
 		return err
 	}
 	m, ok := <-c.ch
@@ -234,9 +246,16 @@ func (c *bashConn) reply(runtimes.Message) error {
 	return fmt.Errorf("the bash runtime takes no replies")
 }
 
-func (c *bashConn) execute(id, code string) error {
+func (c *bashConn) execute(id, code string, env map[string]string) error {
 	if strings.ContainsRune(code, 0) {
 		return fmt.Errorf("bash code must not contain NUL bytes")
+	}
+	if len(env) > 0 {
+		set, restore := overlayEnv(env)
+		if err := c.configureWith(set); err != nil {
+			return err
+		}
+		c.restore.Store(&restore)
 	}
 	select {
 	case c.ids <- id:
@@ -245,6 +264,27 @@ func (c *bashConn) execute(id, code string) error {
 	}
 	_, err := io.WriteString(c.f, code+"\x00")
 	return err
+}
+
+// overlayEnv is the shell code that sets env's variables (exported) for
+// one block, and the code that puts each back afterwards: its value
+// before, or unset. Names are the server's checked ones; values are
+// single-quoted, so nothing in them is run.
+func overlayEnv(env map[string]string) (set, restore string) {
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var s, r strings.Builder
+	s.WriteString("declare -gA __airlock_envsaved=()\n")
+	for _, k := range keys {
+		fmt.Fprintf(&s, "[[ -v %s ]] && __airlock_envsaved[%s]=${%s}\nexport %s=%s\n", k, k, k, k, shellQuote(env[k]))
+		fmt.Fprintf(&r, "if [[ -v __airlock_envsaved[%s] ]]; then export %s=\"${__airlock_envsaved[%s]}\"; else unset %s; fi\n", k, k, k, k)
+	}
+	s.WriteString("true")
+	r.WriteString("unset __airlock_envsaved; true")
+	return s.String(), r.String()
 }
 
 // run has the shell start the program with exactly p.Env, on an empty
@@ -265,7 +305,7 @@ func (c *bashConn) run(id string, p Program) error {
 		b.WriteString(" " + shellQuote(a))
 	}
 	b.WriteString(" </dev/null")
-	return c.execute(id, b.String())
+	return c.execute(id, b.String(), nil)
 }
 
 func (c *bashConn) events() <-chan runtimes.Message { return c.ch }

@@ -237,13 +237,14 @@ func (in *Interp) ask(ctx context.Context, req func() error) error {
 	}
 }
 
-// Execute sends code to run as execution id; what it produces arrives on
-// Messages. A runtime that does not read the request by sendBy (the code
-// stopped it: SIGSTOP, a thread holding the GIL) fails it.
-func (in *Interp) Execute(id, code string, sendBy time.Time) error {
+// Execute sends code to run as execution id, with env's variables set
+// for it alone (nil: none); what it produces arrives on Messages. A
+// runtime that does not read the request by sendBy (the code stopped it:
+// SIGSTOP, a thread holding the GIL) fails it.
+func (in *Interp) Execute(id, code string, env map[string]string, sendBy time.Time) error {
 	in.conn.sendBy(sendBy)
 	defer in.conn.sendBy(time.Time{})
-	return in.conn.execute(id, code)
+	return in.conn.execute(id, code, env)
 }
 
 // Run starts p in place of the runtime as execution id.

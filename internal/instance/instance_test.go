@@ -2,6 +2,7 @@ package instance
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,9 +58,9 @@ func TestInstanceLifecycle(t *testing.T) {
 func testInstanceLifecycle(t *testing.T, h *jail.Host, cfg config.Config, k Kernel) {
 	prefix := map[config.Isolation]string{config.Native: "s-", config.GVisor: GVisorPrefix}[k.Isolation()]
 	code := map[string]string{
-		"python":     "import os; print('hi', os.environ['GREETING'])",
-		"bash":       "echo hi $GREETING",
-		"javascript": "console.log('hi', process.env.GREETING)",
+		"python":     "import os; print('hi', os.environ['GREETING'], os.environ.get('EXTRA', '-'))",
+		"bash":       "echo hi $GREETING ${EXTRA--}",
+		"javascript": "console.log('hi', process.env.GREETING, process.env.EXTRA ?? '-')",
 	}
 	slots := &Slots{}
 	for _, lang := range runtimes.Names() {
@@ -107,31 +108,46 @@ func testInstanceLifecycle(t *testing.T, h *jail.Host, cfg config.Config, k Kern
 			if err := inst.Configure(ctx, env, "/workspace"); err != nil {
 				t.Fatal(err)
 			}
-			if err := inst.Execute("e1", code[lang], time.Now().Add(10*time.Second)); err != nil {
-				t.Fatal(err)
-			}
-			timeout := time.After(20 * time.Second)
-		wait:
-			for {
-				select {
-				case m, ok := <-inst.Messages():
-					if !ok {
-						end, err := inst.Lost()
-						t.Fatalf("the runtime went away: %+v %v", end, err)
-					}
-					if m.ID == "e1" && m.Type == "done" {
-						break wait
-					}
-				case <-timeout:
-					t.Fatal("no done")
+			// An execution's own variables are its alone: afterwards each
+			// is what it was, or unset again.
+			for i, c := range []struct {
+				env  map[string]string
+				want string
+			}{
+				{nil, "hi there -\n"},
+				{map[string]string{"GREETING": "you", "EXTRA": "x y"}, "hi you x y\n"},
+				{nil, "hi there -\n"},
+			} {
+				id := fmt.Sprintf("e%d", i)
+				mu.Lock()
+				out.Reset()
+				mu.Unlock()
+				if err := inst.Execute(id, code[lang], c.env, time.Now().Add(10*time.Second)); err != nil {
+					t.Fatal(err)
 				}
-			}
-			inst.Drain()
-			mu.Lock()
-			got := out.String()
-			mu.Unlock()
-			if got != "hi there\n" {
-				t.Errorf("output %q", got)
+				timeout := time.After(20 * time.Second)
+			wait:
+				for {
+					select {
+					case m, ok := <-inst.Messages():
+						if !ok {
+							end, err := inst.Lost()
+							t.Fatalf("the runtime went away: %+v %v", end, err)
+						}
+						if m.ID == id && m.Type == "done" {
+							break wait
+						}
+					case <-timeout:
+						t.Fatal("no done")
+					}
+				}
+				inst.Drain()
+				mu.Lock()
+				got := out.String()
+				mu.Unlock()
+				if got != c.want {
+					t.Errorf("execution %d with env %v: output %q, want %q", i, c.env, got, c.want)
+				}
 			}
 
 			// Killed, it says why, and its sandbox goes entirely.

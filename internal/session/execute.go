@@ -33,7 +33,9 @@ const sendFloor = time.Second
 // request is one execution: code, or a program run in place of the
 // runtime (program runs only).
 type request struct {
-	code    string
+	code string
+	// env is set for this execution alone (nil: nothing).
+	env     map[string]string
 	timeout time.Duration // 0: the session's
 	prog    *instance.Program
 	kind    string // ExecSession, ExecOneShot or ExecProgram
@@ -252,11 +254,14 @@ func (s *Session) Execute(ctx context.Context, req apitype.ExecuteRequest, emit 
 	if len(req.Code) > MaxCode {
 		return nil, fmt.Errorf("%w: code is larger than %d bytes", errdefs.ErrTooLarge, MaxCode)
 	}
+	if err := ValidateEnv(req.Env, s.m.cfg.Server.MaxEnv); err != nil {
+		return nil, err
+	}
 	c, err := s.contextFor(ctx, req.Context, req.Language)
 	if err != nil {
 		return nil, err
 	}
-	return s.execute(ctx, request{code: req.Code, timeout: req.Timeout.D(), kind: ExecSession, cc: c}, endFirst(emit, release), false)
+	return s.execute(ctx, request{code: req.Code, env: req.Env, timeout: req.Timeout.D(), kind: ExecSession, cc: c}, endFirst(emit, release), false)
 }
 
 // execute is Execute: begin, watch, finish. slotHeld says the caller
@@ -447,7 +452,7 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 	if prog != nil {
 		err = c.it.Run(r.id, *prog, sendBy)
 	} else {
-		err = c.it.Execute(r.id, req.code, sendBy)
+		err = c.it.Execute(r.id, req.code, req.env, sendBy)
 	}
 	if err != nil {
 		end := instance.SendFailure(err)

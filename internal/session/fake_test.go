@@ -171,6 +171,7 @@ type fakeInterp struct {
 	cwd      string
 	defaults []map[string]string
 	execs    []string
+	execEnv  map[string]string // the last execution's env
 	// sendErr fails every Execute and Run.
 	sendErr error
 	freed   atomic.Bool // a runtime beside the first was closed
@@ -236,12 +237,13 @@ func (it *fakeInterp) SetDefaults(ctx context.Context, env map[string]string) er
 	return nil
 }
 
-func (it *fakeInterp) Execute(id, code string, sendBy time.Time) error {
+func (it *fakeInterp) Execute(id, code string, env map[string]string, sendBy time.Time) error {
 	if it.sendErr != nil {
 		return it.sendErr
 	}
 	it.mu.Lock()
 	it.execs = append(it.execs, code)
+	it.execEnv = env
 	it.mu.Unlock()
 	go it.run(id, code, false)
 	return nil

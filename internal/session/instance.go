@@ -26,7 +26,7 @@ type Interp interface {
 
 	Configure(ctx context.Context, env map[string]string, cwd string) error
 	SetDefaults(ctx context.Context, env map[string]string) error
-	Execute(id, code string, sendBy time.Time) error
+	Execute(id, code string, env map[string]string, sendBy time.Time) error
 	Run(id string, p instance.Program, sendBy time.Time) error
 	Reply(m runtimes.Message) error
 	Messages() <-chan runtimes.Message

@@ -27,7 +27,7 @@ func executeOf(req executeRequest) (apitype.ExecuteRequest, error) {
 	if req.ContextID != "" && req.Language != "" {
 		return apitype.ExecuteRequest{}, fmt.Errorf("%w: context_id or language, not both", errdefs.ErrInvalidArgument)
 	}
-	return apitype.ExecuteRequest{Code: req.Code, Context: req.ContextID, Language: languageOf(req.Language)}, nil
+	return apitype.ExecuteRequest{Code: req.Code, Context: req.ContextID, Language: languageOf(req.Language), Env: req.EnvVars}, nil
 }
 
 // contextJSON is the code interpreter's Context.
@@ -98,7 +98,13 @@ func (s *Server) contexts(w http.ResponseWriter, r *http.Request) {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	case id != "" && sub == "restart" && r.Method == http.MethodPost:
-		failControl(w, fmt.Errorf("%w: restarting a context: delete it and create another", errdefs.ErrUnsupported))
+		// A fresh interpreter in the same context: its id, language,
+		// directory and environment.
+		if _, err := sess.RestartContext(r.Context(), id); err != nil {
+			failControl(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
 	default:
 		failControl(w, fmt.Errorf("%w: %s %s", errdefs.ErrMethodNotAllowed, r.Method, httpapi.Truncate(r.URL.Path)))
 	}

@@ -2,7 +2,6 @@ package e2b
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -38,10 +37,6 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	var req executeRequest
 	if err := s.decode(w, r, &req); err != nil {
 		failControl(w, err)
-		return
-	}
-	if len(req.EnvVars) > 0 {
-		failControl(w, fmt.Errorf("%w: env_vars of one execution: set envs when the sandbox is created", errdefs.ErrUnsupported))
 		return
 	}
 	er, err := executeOf(req)

@@ -29,6 +29,10 @@ function dispatch(msg) {
       // No code is an empty cell, as '' is: it does nothing.
       if (msg.code === undefined) msg.code = '';
       if (typeof msg.id !== 'string' || typeof msg.code !== 'string') fatal('execute needs a string "id" and a string "code"');
+      if (msg.env !== undefined && (msg.env === null || typeof msg.env !== 'object' || ArrayIsArray(msg.env) ||
+          ObjectValues(msg.env).some((v) => typeof v !== 'string'))) {
+        fatal('execute: "env" must map strings to strings');
+      }
       break;
     case 'run': {
       const { id, argv, env, cwd } = msg;
@@ -71,13 +75,34 @@ async function pump() {
       try {
         if (msg.type === 'configure') configure(msg);
         else if (msg.type === 'run') runProgram(msg);
-        else await execute(msg.id, msg.code);
+        else await executeWith(msg.env, () => execute(msg.id, msg.code));
       } catch (e) { // a bug in the runtime: note it and go on
         writeErr(`airlock runtime: internal error: ${safeString(() => e.stack, '?')}\n`);
       }
     }
   } finally {
     busy = false;
+  }
+}
+
+/**
+ * Runs an execution with env's variables set for it alone (E2B's runCode
+ * envs): afterwards each is what it was before, or unset again.
+ */
+async function executeWith(env, run) {
+  if (!env) return run();
+  const saved = [];
+  for (const [k, v] of ObjectEntries(env)) {
+    saved.push([k, hasOwn(proc.env, k) ? proc.env[k] : undefined]);
+    proc.env[k] = v;
+  }
+  try {
+    return await run();
+  } finally {
+    for (const [k, v] of saved) {
+      if (v === undefined) delete proc.env[k];
+      else proc.env[k] = v;
+    }
   }
 }
 

@@ -44,6 +44,28 @@ def _load() -> None:
         from . import compilerop, display, magics, syntax, tracebacks  # noqa: F811
 
 
+def _overlay_env(env: dict) -> Any:
+    """Sets env's variables for one execution (E2B's run_code envs) and
+    returns what puts each back as it was, or unsets it again."""
+    saved = {k: os.environ.get(k) for k in env}
+    try:
+        os.environ.update(env)
+    except (ValueError, OSError):
+        pass  # names the server checked; a value the OS refuses is left out
+    _path_from_env()
+
+    def restore() -> None:
+        for k, v in saved.items():
+            try:
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            except (ValueError, OSError):
+                pass
+    return restore
+
+
 def _path_from_env() -> None:
     """Puts the directories of a PYTHONPATH set by configure on sys.path,
     as the interpreter would have done had it started with it: a pooled
@@ -263,9 +285,12 @@ class Session:
                 continue  # a reply to an install its cell stopped waiting for
             if kind == "execute":
                 # No code is an empty cell, as "" is: it does nothing.
-                msg_id, code = msg.get("id"), msg.get("code", "")
+                msg_id, code, env = msg.get("id"), msg.get("code", ""), msg.get("env")
                 if type(msg_id) is not str or type(code) is not str:
                     self.fatal("execute needs a string 'id' and a string 'code'")
+                if env is not None and (type(env) is not dict or
+                                        any(type(k) is not str or type(v) is not str for k, v in env.items())):
+                    self.fatal("execute: 'env' must map strings to strings")
             elif kind == "run":
                 from . import program
                 program.run(self, program.request(msg, self.fatal))  # never returns
@@ -273,7 +298,12 @@ class Session:
                 self.fatal(f"unknown message type {kind!r}")
             try:
                 if kind == "execute":
-                    self.execute(msg_id, code)
+                    restore = _overlay_env(env) if env else None
+                    try:
+                        self.execute(msg_id, code)
+                    finally:
+                        if restore is not None:
+                            restore()
                 else:
                     self.configure(msg)
             except BaseException as e:  # noqa: BLE001 - a bug here must not end the session
