@@ -365,6 +365,21 @@ func TestBenchSmoke(t *testing.T) {
 	}
 }
 
+// The capacity scenario (alone, on a server of its own) holds its idle
+// sessions and measures them.
+func TestBenchCapacitySmoke(t *testing.T) {
+	r, _ := benchSmoke(t, "--only", "capacity")
+	alive := 0.0
+	for _, row := range r.Rows {
+		if row.Metric == "alive at once" {
+			alive = row.Value
+		}
+	}
+	if len(r.Errors) > 0 || len(r.Rows) < 8 || alive != 3 {
+		t.Fatalf("errors %v, %d rows, %v alive (want 3): %+v", r.Errors, len(r.Rows), alive, r.Rows)
+	}
+}
+
 // benchReport is what `airlock bench --json` prints, as far as the
 // smoke tests read it.
 type benchReport struct {

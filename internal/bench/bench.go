@@ -45,6 +45,8 @@ type Options struct {
 	// sandboxes run on gVisor), side by side with the native figures.
 	Isolation string
 	Runsc     string // the runsc binary; found on PATH when empty
+	// Sessions is the capacity scenario's number of idle sessions.
+	Sessions int
 	// StoreDSNFile, a file holding a PostgreSQL connection string, adds
 	// the shared store's scenario (servers on it beside one on SQLite).
 	StoreDSNFile string
@@ -159,6 +161,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return smoke
 		}
 		return full
+	}
+	if o.Only == "capacity" {
+		// Only the capacity scenario: a server of its own.
+		if err := benchCapacity(ctx, r, o, n(o.Sessions, 3), n(1000, 20)); err != nil {
+			r.Errors = append(r.Errors, fmt.Sprintf("capacity: %v", err))
+		}
+		return r, nil
 	}
 	if o.Only == "gvisor" {
 		// Only the gVisor scenarios: no native server to warm.
