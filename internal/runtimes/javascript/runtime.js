@@ -98,23 +98,26 @@
  *     n & 0xff (or 1 when that is 0). Code can catch it, as Python code can
  *     catch SystemExit. process.exit() while no execution runs is ignored.
  *
- *   - SIGINT during synchronous code stops it (vm's breakOnSigint); during a
- *     pending await the runtime stops waiting (the abandoned promise's work
- *     may go on in the background). Either way an error KeyboardInterrupt
- *     is sent, done has status interrupted and exit_code 1, and the state is
- *     kept. SIGINT while idle is ignored. Limits, both Node's: code that
- *     runs in a callback or a promise continuation (after the cell's first
- *     await) is not under breakOnSigint, so a busy loop there cannot be
- *     interrupted (the server ends the session after its grace period); and
- *     around every breakOnSigint run Node leaves SIGINT at its default action
- *     for some microseconds (between moving the process's SIGINT listeners
- *     aside and starting its watchdog thread, and between stopping the
- *     watchdog and putting the listeners back), so a SIGINT that lands
- *     exactly as a cell's synchronous part starts or ends can kill the
- *     runtime. The server treats that like any runtime death. A SIGINT
- *     while execSync waits for its child reaches the child (same process
- *     group) and, now and then, not the watchdog: the cell then ends with
- *     execSync's error for the child the signal killed.
+ *   - Interrupts: the server sends an interrupt message for the execution,
+ *     then SIGINT to the process group. SIGINT during synchronous code
+ *     stops it (vm's breakOnSigint); during a pending await the runtime
+ *     stops waiting (the abandoned promise's work may go on in the
+ *     background). Either way an error KeyboardInterrupt is sent, done has
+ *     status interrupted and exit_code 1, and the state is kept. A SIGINT
+ *     that ends the synchronous part from outside (execSync's child killed
+ *     by it) before Node's watchdog breaks the run off is told apart by the
+ *     message, which the runtime reads before it reports the execution. A
+ *     message for an execution still queued refuses it as interrupted; one
+ *     for an execution that has ended, and a SIGINT while idle, change
+ *     nothing. SIGINT alone (no message) interrupts as well.
+ *     SIGINT belongs to Node's SIGINT watchdog thread for the runtime's
+ *     whole life (interrupts.js says why), never to a listener, so it
+ *     never finds the default action that would kill the runtime; a cell's
+ *     process.on('SIGINT') listeners are kept but never called. Node's
+ *     limit: code that runs in a callback or a promise continuation (after
+ *     the cell's first await) is not under breakOnSigint, so a busy loop
+ *     there cannot be interrupted (the server ends the session after its
+ *     grace period).
  */
 
 const display = require('./display');

@@ -2,13 +2,18 @@
 /*
  * The protocol loop: messages from the server checked (a malformed one is
  * fatal), then handled one at a time in order: configure, execute (which
- * may await), run (program mode, the last), shutdown.
+ * may await), run (program mode, the last), shutdown. An interrupt is
+ * handled as it arrives: it lands on its execution, running or queued
+ * (which is then refused as interrupted), and one for an execution that
+ * has ended is dropped.
  */
 
+const current = require('./current');
 const { execute } = require('./execution');
+const { interrupt, announced } = require('./interrupts');
 const { runProgram } = require('./program');
 const { fatal, send, writeErr } = require('./wire');
-const { safeString } = require('./current');
+const { safeString } = current;
 // require()'s global paths come from NODE_PATH at start: a pooled
 // runtime takes its session's (airlock_tools' directory) when configured.
 const Module = require('module');
@@ -25,6 +30,14 @@ function dispatch(msg) {
     case 'shutdown':
       realExit(0);
       break;
+    case 'interrupt': {
+      if (typeof msg.id !== 'string') fatal('interrupt needs a string "id"');
+      announced();
+      const cur = current.execution;
+      if (cur && cur.id === msg.id) interrupt(cur);
+      for (const m of queue) if (m.type === 'execute' && m.id === msg.id) interruptedEarly.add(m);
+      return;
+    }
     case 'execute':
       // No code is an empty cell, as '' is: it does nothing.
       if (msg.code === undefined) msg.code = '';
@@ -65,6 +78,8 @@ function dispatch(msg) {
 
 const queue = [];
 let busy = false;
+// Queued executions the server interrupted before they started.
+const interruptedEarly = new WeakSet();
 
 /** Handles queued messages one at a time (an execution may await). */
 async function pump() {
@@ -75,7 +90,7 @@ async function pump() {
       try {
         if (msg.type === 'configure') configure(msg);
         else if (msg.type === 'run') runProgram(msg);
-        else await executeWith(msg.env, () => execute(msg.id, msg.code));
+        else await executeWith(msg.env, () => execute(msg.id, msg.code, interruptedEarly.has(msg)));
       } catch (e) { // a bug in the runtime: note it and go on
         writeErr(`airlock runtime: internal error: ${safeString(() => e.stack, '?')}\n`);
       }
