@@ -400,3 +400,117 @@ func TestSQLiteDirectoryOffCreationPath(t *testing.T) {
 		}
 	}
 }
+
+// Paused sessions in a cluster's directory (two servers on one
+// PostgreSQL, persistence on): a session paused on airlock-1 is listed
+// paused, on airlock-1, by airlock-0; SIGTERM pauses airlock-1's live
+// session and both stay listed paused while it is down; kill -9 ends a
+// live session (server_lost) and keeps the paused ones paused; airlock-1
+// started again on its volume holds them (listed once), resumes one, and
+// a paused session deleted there leaves the directory.
+func TestSharedStorePaused(t *testing.T) {
+	pg := pgtest.Start(t)
+	dsn := pg.NewDatabase(t)
+	var servers []*server
+	for i := 0; i < 2; i++ {
+		cfg := sharedStore(t, dsn, fmt.Sprint("airlock-", i))
+		cfg["persistence"] = map[string]any{"enabled": true}
+		servers = append(servers, startServer(t, cfg))
+	}
+	s0, s1 := servers[0], servers[1]
+	ctx := context.Background()
+	key := s0.newKey("team-p")
+	create := func(s *server) string {
+		t.Helper()
+		info, err := s.as(key).CreateSession(ctx, apitype.CreateSessionRequest{Language: "python"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.ID
+	}
+	// seen waits until airlock-0 lists the sessions as want says (state,
+	// or "" for not listed); it fails after 10 s (lease_timeout is 3 s).
+	seen := func(what string, want map[string]string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			l, err := s0.as(key).Sessions(ctx)
+			got := map[string]string{}
+			count := map[string]int{}
+			for _, s := range l {
+				got[s.ID] = s.State
+				if s.State == apitype.StateEnded {
+					got[s.ID] += ":" + s.EndReason
+				}
+				if s.State == apitype.StatePaused && s.Pod != "airlock-1" {
+					got[s.ID] += "@" + s.Pod
+				}
+				count[s.ID]++
+			}
+			ok := err == nil
+			for id, st := range want {
+				ok = ok && got[id] == st && count[id] <= 1
+			}
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: airlock-0 lists %v (%v), want %v", what, got, err, want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	a, b := create(s1), create(s1)
+	exec := func(id, code string) *apitype.Result {
+		t.Helper()
+		r, err := s1.as(key).Execute(ctx, id, apitype.ExecuteRequest{Code: code}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := exec(a, "open('/workspace/kept.txt','w').write('a')"); r.Error != nil {
+		t.Fatal(r.Error)
+	}
+	if _, err := s1.as(key).PauseSession(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	seen("a paused on airlock-1", map[string]string{a: "paused", b: "idle"})
+
+	// SIGTERM: b is paused too; both stay listed while airlock-1 is down.
+	if err := s1.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-s1.done; err != nil {
+		t.Fatalf("airlock-1's exit: %v", err)
+	}
+	seen("airlock-1 stopped", map[string]string{a: "paused", b: "paused"})
+
+	// Back on its volume: it holds both; a resumes; c is live when it
+	// is killed -9.
+	s1 = startServerNamed(t, s1.name, s1.cfg)
+	if _, err := s1.as(key).ResumeSession(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if r := exec(a, "print(open('/workspace/kept.txt').read())"); strings.TrimSpace(r.Stdout) != "a" {
+		t.Errorf("a's file after pause, restart and resume: %+v", r)
+	}
+	c := create(s1)
+	seen("airlock-1 back", map[string]string{a: "idle", b: "paused", c: "idle"})
+	if err := s1.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-s1.done
+	seen("airlock-1 killed", map[string]string{a: "ended:server_lost", b: "paused", c: "ended:server_lost"})
+
+	// Back once more: b is still its; deleted there, it leaves the
+	// directory.
+	s1 = startServerNamed(t, s1.name, s1.cfg)
+	if info, err := s1.as(key).Session(ctx, b); err != nil || info.State != apitype.StatePaused {
+		t.Fatalf("b on airlock-1 after kill -9: %+v %v", info, err)
+	}
+	if err := s1.as(key).DeleteSession(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	seen("b deleted", map[string]string{b: ""})
+}

@@ -6,7 +6,9 @@
 // others see them at most a beat old, and marks the sessions of servers
 // that stopped beating ended), and lists a tenant's sessions across the
 // cluster: this server's from memory, the others' from the store, each
-// with the pod it lives on.
+// with the pod it lives on. Paused sessions are in it too, with their
+// pod: they outlive their server, and a pod started again on its volume
+// takes them back (SyncPaused ends those it no longer holds).
 //
 // It must never hold a request on the store beyond one bounded read (a
 // listing), never block an observer call, and never hide a store it
@@ -33,10 +35,15 @@ type Directory struct {
 	log   *slog.Logger
 	every time.Duration
 
-	q    chan apitype.Session
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
+	q chan apitype.Session
+	// kick asks for this server's sessions to be written now (a pause);
+	// loaded says the server has loaded what it paused before (see
+	// Loaded).
+	kick   chan struct{}
+	loaded chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
+	once   sync.Once
 
 	mu sync.Mutex
 	// err is the last failure to reach the store (nil: the last beat
@@ -51,7 +58,7 @@ func New(db *store.DB, local func() []apitype.Session, every time.Duration, log 
 		log = slog.Default()
 	}
 	d := &Directory{db: db, local: local, log: log, every: every, q: make(chan apitype.Session, 4096),
-		stop: make(chan struct{}), done: make(chan struct{})}
+		kick: make(chan struct{}, 1), loaded: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	go d.run()
 	return d
 }
@@ -88,15 +95,42 @@ func (d *Directory) List(ctx context.Context, who identity.Identity) ([]apitype.
 	}
 	pod := d.db.ServerPod()
 	out := make([]apitype.Session, 0, len(others))
+	mine := map[string]bool{}
 	for _, s := range d.local() {
 		if who.Sees(s.Tenant) {
 			s.Pod = pod
 			out = append(out, s)
+			mine[s.ID] = true
 		}
 	}
-	out = append(out, others...)
+	for _, s := range others {
+		// A paused session an earlier run of this pod wrote, until the
+		// next beat writes it under this one: listed once.
+		if !mine[s.ID] {
+			out = append(out, s)
+		}
+	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out, nil
+}
+
+// Loaded says the server has loaded the sessions it paused before (an
+// earlier run's, at its shutdown): from the next beat on, paused sessions
+// of this pod it does not hold are marked ended in the directory.
+func (d *Directory) Loaded() {
+	select {
+	case <-d.loaded:
+	default:
+		close(d.loaded)
+	}
+	d.wake()
+}
+
+func (d *Directory) wake() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
 }
 
 // Close writes what is queued, and stops.
@@ -132,11 +166,18 @@ func (d *Directory) run() {
 			pending = d.write(pending)
 		case <-beat.C:
 			d.beat()
+		case <-d.kick:
+			d.beat()
 		case <-d.stop:
 			for len(d.q) > 0 {
 				pending = append(pending, <-d.q)
 			}
 			d.write(pending)
+			// What a shutdown paused, listed as paused (a pause is not
+			// an end: see SessionEnded).
+			if err := d.db.PutSessions(context.Background(), d.local()); err != nil {
+				d.setErr(err)
+			}
 			return
 		}
 	}
@@ -165,13 +206,31 @@ func (d *Directory) write(batch []apitype.Session) []apitype.Session {
 // beat sends the heartbeat and rewrites the server's live sessions.
 func (d *Directory) beat() {
 	ctx := context.Background()
+	// One snapshot for both: a session resumed meanwhile is held.
+	local := d.local()
 	b, err := d.db.Heartbeat(ctx)
 	if err == nil {
-		err = d.db.PutSessions(ctx, d.local())
+		err = d.db.PutSessions(ctx, local)
 	}
 	if err != nil {
 		d.setErr(err)
 		return
+	}
+	select {
+	case <-d.loaded:
+		held := map[string]bool{}
+		for _, s := range local {
+			if s.State == apitype.StatePaused {
+				held[s.ID] = true
+			}
+		}
+		if n, err := d.db.SyncPaused(ctx, held); err != nil {
+			d.setErr(err)
+			return
+		} else if n > 0 {
+			d.log.Info("paused sessions this pod no longer holds marked ended in the directory", "sessions", n)
+		}
+	default:
 	}
 	d.setErr(nil)
 	if b.Revived {
@@ -212,6 +271,12 @@ func (d *Directory) Register(ctx context.Context, s apitype.Session) error {
 func (d *Directory) SessionCreated(session.SessionEvent) {}
 
 func (d *Directory) SessionEnded(e session.SessionEvent) {
+	if e.End.Code == apitype.EndPaused {
+		// Not an end: the session is listed paused from now on (the
+		// manager's list has it, with its pause's details).
+		d.wake()
+		return
+	}
 	d.enqueue(apitype.Session{ID: e.Session, Tenant: e.Tenant, Language: e.Language, Sandbox: e.Sandbox, Limits: e.Limits,
 		State: apitype.StateEnded, EndReason: e.End.Reason, Executions: e.Executions, CreatedAt: time.Now().Add(-e.Duration).UTC()})
 }

@@ -39,6 +39,7 @@ import (
 	"airlock/internal/cluster"
 	"airlock/internal/config"
 	"airlock/internal/console"
+	"airlock/internal/directory"
 	"airlock/internal/egress"
 	"airlock/internal/errdefs"
 	"airlock/internal/gvisor"
@@ -85,10 +86,11 @@ type Server struct {
 	tmpl    *pool.Templates // nil without a template store
 	manager *session.Manager
 	api     *v1.Server
-	e2b     *e2b.Server // nil: e2b.enabled is off
-	mcp     *mcp.Server // nil when mcp.enabled is off
-	db      *store.DB   // nil when neither keys nor the audit log need it
-	audit   *audit.Log  // nil when audit.enabled is off
+	e2b     *e2b.Server          // nil: e2b.enabled is off
+	mcp     *mcp.Server          // nil when mcp.enabled is off
+	db      *store.DB            // nil when neither keys nor the audit log need it
+	dir     *directory.Directory // nil without a store
+	audit   *audit.Log           // nil when audit.enabled is off
 	quotas  *quota.Tracker
 	metrics *metrics.Metrics // nil when metrics.enabled is off
 
@@ -295,6 +297,11 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	// as paused from the first request on.
 	if err := s.manager.LoadPaused(); err != nil {
 		return nil, err
+	}
+	if s.dir != nil {
+		// The directory may now take what this pod no longer holds for
+		// gone.
+		s.dir.Loaded()
 	}
 	if s.e2b != nil {
 		// Their E2B sandboxes too, with the same tokens.

@@ -67,6 +67,7 @@ func (s *Server) tenancy() error {
 	s.closers.AddFunc(dir.Close)
 	s.manager.Observe(dir)
 	s.api.Directory = dir
+	s.dir = dir
 	return nil
 }
 

@@ -15,10 +15,14 @@ import (
 // The sessions directory: every server that uses the store has a row
 // (its id is new at each start), refreshed by its heartbeat; each of its
 // sessions has one, written when the session is created and when it
-// ends. A server whose heartbeat is older than store.lease_timeout is
-// dead: the first live server to notice marks its sessions ended
-// ("server_lost"), and listings show them so meanwhile. What the
-// ledger's leases a dead server held stop counting at the same moment.
+// ends or pauses. A server whose heartbeat is older than
+// store.lease_timeout is dead: the first live server to notice marks its
+// live sessions ended ("server_lost"), and listings show them so
+// meanwhile. What the ledger's leases a dead server held stop counting
+// at the same moment. Its paused sessions stay paused (their images are
+// on its pod's volume, and the pod serves them again when it comes
+// back) until they expire (persistence.keep, from their pause), or until
+// a server of the same pod, started again, no longer holds them.
 
 // Server is a server's row in the directory.
 type Server struct {
@@ -94,12 +98,16 @@ func (d *DB) Heartbeat(ctx context.Context) (Beat, error) {
 	if err != nil {
 		return b, d.unavailable("sending the heartbeat", err)
 	}
-	res, err := d.dir.ExecContext(ctx, d.q(`UPDATE sessions SET ended_at = ?, end_reason = ? WHERE ended_at IS NULL
+	res, err := d.dir.ExecContext(ctx, d.q(`UPDATE sessions SET ended_at = ?, end_reason = ? WHERE ended_at IS NULL AND NOT paused
 		AND server IN (SELECT id FROM servers WHERE heartbeat_at < ? OR stopped_at IS NOT NULL)`), unixNano(now), EndServerLost, dead)
 	if err != nil {
 		return b, d.unavailable("marking lost sessions", err)
 	}
 	b.Reaped, _ = res.RowsAffected()
+	if _, err := d.dir.ExecContext(ctx, d.q(`UPDATE sessions SET ended_at = ?, end_reason = ? WHERE ended_at IS NULL AND paused AND expires_at < ?`),
+		unixNano(now), EndPausedExpired, unixNano(now)); err != nil {
+		return b, d.unavailable("marking expired paused sessions", err)
+	}
 	for _, q := range []struct {
 		sql string
 		arg int64
@@ -117,12 +125,62 @@ func (d *DB) Heartbeat(ctx context.Context) (Beat, error) {
 	return b, nil
 }
 
-// stopServer marks this server stopped: its sessions that are still
-// listed end now (a clean shutdown has ended them already).
+// EndPausedExpired is the end reason of a paused session whose server
+// was gone when it expired.
+const EndPausedExpired = "lifetime"
+
+// EndPausedGone is the end reason of a paused session its pod's server
+// no longer holds (deleted, expired, or its image lost with the pod's
+// volume).
+const EndPausedGone = "paused_gone"
+
+// stopServer marks this server stopped: its live sessions that are still
+// listed end now (a clean shutdown has ended or paused them already);
+// paused ones stay listed, on its pod.
 func (d *DB) stopServer(ctx context.Context) {
 	now := unixNano(time.Now())
 	d.dir.ExecContext(ctx, d.q(`UPDATE servers SET stopped_at = ? WHERE id = ?`), now, d.server.ID)
-	d.dir.ExecContext(ctx, d.q(`UPDATE sessions SET ended_at = ?, end_reason = ? WHERE server = ? AND ended_at IS NULL`), now, "server_stopped", d.server.ID)
+	d.dir.ExecContext(ctx, d.q(`UPDATE sessions SET ended_at = ?, end_reason = ? WHERE server = ? AND ended_at IS NULL AND NOT paused`), now, "server_stopped", d.server.ID)
+}
+
+// SyncPaused ends the directory's paused sessions of this server's pod
+// (under this server or an earlier one of the same pod) that are not in
+// held: the paused sessions this server has. Call it only once the
+// server has loaded what it paused before (an earlier run's are
+// otherwise taken for gone).
+func (d *DB) SyncPaused(ctx context.Context, held map[string]bool) (int, error) {
+	if d.server.ID == "" {
+		return 0, nil
+	}
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	rows, err := d.dir.QueryContext(ctx, d.q(`SELECT id FROM sessions WHERE pod = ? AND paused AND ended_at IS NULL`), d.server.Pod)
+	if err != nil {
+		return 0, d.unavailable("reading the paused sessions", err)
+	}
+	var gone []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, d.unavailable("reading the paused sessions", err)
+		}
+		if !held[id] {
+			gone = append(gone, id)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, d.unavailable("reading the paused sessions", err)
+	}
+	now := unixNano(time.Now())
+	for _, id := range gone {
+		if _, err := d.dir.ExecContext(ctx, d.q(`UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id = ? AND pod = ? AND paused AND ended_at IS NULL`),
+			now, EndPausedGone, id, d.server.Pod); err != nil {
+			return 0, d.unavailable("ending paused sessions", err)
+		}
+	}
+	return len(gone), nil
 }
 
 // PutSessions writes sessions of this server to the directory, live or
@@ -150,25 +208,30 @@ func (d *DB) PutSessions(ctx context.Context, sessions []apitype.Session) error 
 	for len(order) > 0 {
 		n := min(len(order), rows)
 		var q strings.Builder
-		q.WriteString(`INSERT INTO sessions (id, tenant, server, pod, created_at, ended_at, end_reason, info) VALUES `)
-		args := make([]any, 0, 8*n+1)
+		q.WriteString(`INSERT INTO sessions (id, tenant, server, pod, created_at, ended_at, end_reason, info, paused, expires_at) VALUES `)
+		args := make([]any, 0, 10*n+1)
 		for i, id := range order[:n] {
 			s := sessions[last[id]]
 			s.Pod = d.server.Pod
 			b, _ := json.Marshal(s)
-			var ended sql.NullInt64
+			var ended, expires sql.NullInt64
 			if s.State == apitype.StateEnded {
 				ended = sql.NullInt64{Int64: now, Valid: true}
+			}
+			paused := s.State == apitype.StatePaused
+			if paused && s.Paused != nil {
+				expires = sql.NullInt64{Int64: unixNano(s.Paused.ExpiresAt), Valid: true}
 			}
 			if i > 0 {
 				q.WriteString(", ")
 			}
-			q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
-			args = append(args, s.ID, s.Tenant, d.server.ID, d.server.Pod, unixNano(s.CreatedAt), ended, s.EndReason, string(b))
+			q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+			args = append(args, s.ID, s.Tenant, d.server.ID, d.server.Pod, unixNano(s.CreatedAt), ended, s.EndReason, string(b), paused, expires)
 		}
-		q.WriteString(` ON CONFLICT (id) DO UPDATE SET ended_at = excluded.ended_at, end_reason = excluded.end_reason, info = excluded.info, server = excluded.server
-			WHERE sessions.ended_at IS NULL OR sessions.end_reason = ? OR excluded.ended_at IS NOT NULL`)
-		args = append(args, EndServerLost)
+		q.WriteString(` ON CONFLICT (id) DO UPDATE SET ended_at = excluded.ended_at, end_reason = excluded.end_reason, info = excluded.info, server = excluded.server,
+			paused = excluded.paused, expires_at = excluded.expires_at
+			WHERE sessions.ended_at IS NULL OR sessions.end_reason IN (?, ?) OR excluded.ended_at IS NOT NULL`)
+		args = append(args, EndServerLost, EndPausedGone)
 		if _, err := d.dir.ExecContext(ctx, d.q(q.String()), args...); err != nil {
 			return d.unavailable("writing the sessions directory", err)
 		}
@@ -178,14 +241,15 @@ func (d *DB) PutSessions(ctx context.Context, sessions []apitype.Session) error 
 }
 
 // ListSessions lists the directory's sessions of other servers than this
-// one: those live, and those lost with their server (state "ended", end
-// reason "server_lost", for an hour), oldest first. tenant "" with all
+// one: those live, those paused (whether their server is up or not: the
+// pod that holds them says where), and those lost with their server
+// (state "ended", end reason "server_lost", for an hour), oldest first. tenant "" with all
 // lists every tenant's (an admin); else only that tenant's.
 func (d *DB) ListSessions(ctx context.Context, tenant string, all bool) ([]apitype.Session, error) {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
 	dead := unixNano(time.Now().Add(-d.cfg.LeaseTimeout.D()))
-	q := `SELECT s.info, s.ended_at, s.end_reason, v.heartbeat_at, v.stopped_at FROM sessions s JOIN servers v ON v.id = s.server
+	q := `SELECT s.info, s.ended_at, s.end_reason, v.heartbeat_at, v.stopped_at, s.paused FROM sessions s JOIN servers v ON v.id = s.server
 		WHERE s.server <> ? AND (s.ended_at IS NULL OR s.end_reason = ?)`
 	args := []any{d.server.ID, EndServerLost}
 	if !all {
@@ -202,14 +266,18 @@ func (d *DB) ListSessions(ctx context.Context, tenant string, all bool) ([]apity
 		var info, reason string
 		var ended, stopped sql.NullInt64
 		var beat int64
-		if err := rows.Scan(&info, &ended, &reason, &beat, &stopped); err != nil {
+		var paused bool
+		if err := rows.Scan(&info, &ended, &reason, &beat, &stopped, &paused); err != nil {
 			return nil, d.unavailable("reading the sessions directory", err)
 		}
 		var s apitype.Session
 		if json.Unmarshal([]byte(info), &s) != nil {
 			continue
 		}
-		if ended.Valid || beat < dead || stopped.Valid {
+		if paused && !ended.Valid {
+			// Kept on its pod's volume, whether its server is up or not.
+			s.State = apitype.StatePaused
+		} else if ended.Valid || beat < dead || stopped.Valid {
 			// Ended, or its server is gone: a live session's row is what
 			// it was at its creation.
 			s.State, s.EndReason = apitype.StateEnded, EndServerLost

@@ -639,3 +639,95 @@ func TestSandboxRecords(t *testing.T) {
 		}
 	})
 }
+
+// Paused sessions outlive their server in the directory: a dead
+// server's live sessions end (server_lost), its paused ones stay listed
+// paused on its pod until they expire; a clean stop keeps them too; a
+// server of the same pod started again takes them over, and those it no
+// longer holds end.
+func TestDirectoryPaused(t *testing.T) {
+	drivers(t, func(t *testing.T, open opener) {
+		ctx := context.Background()
+		a, b := open(t), open(t)
+		if _, err := a.Serve(ctx, "pod-a"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Serve(ctx, "pod-b"); err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now().UTC()
+		paused := func(id string, expires time.Time) apitype.Session {
+			return apitype.Session{ID: id, Tenant: "t1", State: apitype.StatePaused, CreatedAt: now, Paused: &apitype.PausedInfo{PausedAt: now, ExpiresAt: expires}}
+		}
+		if err := a.PutSessions(ctx, []apitype.Session{
+			paused("kept", now.Add(time.Hour)), paused("expired", now.Add(-time.Second)),
+			{ID: "live", Tenant: "t1", State: apitype.StateIdle, CreatedAt: now},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		list := func(who *DB) map[string]apitype.Session {
+			t.Helper()
+			got, err := who.ListSessions(ctx, "t1", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := map[string]apitype.Session{}
+			for _, s := range got {
+				if _, dup := out[s.ID]; dup {
+					t.Errorf("%s listed twice", s.ID)
+				}
+				out[s.ID] = s
+			}
+			return out
+		}
+		// a dies.
+		b.dir.Exec(b.q(`UPDATE servers SET heartbeat_at = 0 WHERE id = ?`), a.ServerID())
+		if beat, err := b.Heartbeat(ctx); err != nil || beat.Reaped != 1 {
+			t.Errorf("b's heartbeat: %+v %v (want the live session alone reaped)", beat, err)
+		}
+		got := list(b)
+		if s := got["kept"]; s.State != apitype.StatePaused || s.Pod != "pod-a" {
+			t.Errorf("a dead server's paused session: %+v", s)
+		}
+		if s := got["live"]; s.State != apitype.StateEnded || s.EndReason != EndServerLost {
+			t.Errorf("a dead server's live session: %+v", s)
+		}
+		if s, ok := got["expired"]; ok {
+			t.Errorf("an expired paused session is listed: %+v", s)
+		}
+		// A clean stop keeps it paused too.
+		a.Close()
+		b.Heartbeat(ctx)
+		if s := list(b)["kept"]; s.State != apitype.StatePaused {
+			t.Errorf("after its server stopped: %+v", s)
+		}
+
+		// pod-a again, holding it: taken over, listed once.
+		a2 := open(t)
+		if _, err := a2.Serve(ctx, "pod-a"); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := a2.SyncPaused(ctx, map[string]bool{"kept": true}); err != nil || n != 0 {
+			t.Errorf("SyncPaused holding it: %d %v", n, err)
+		}
+		if err := a2.PutSessions(ctx, []apitype.Session{paused("kept", now.Add(time.Hour))}); err != nil {
+			t.Fatal(err)
+		}
+		if s := list(b)["kept"]; s.State != apitype.StatePaused || s.Pod != "pod-a" {
+			t.Errorf("taken over by pod-a's new server: %+v", s)
+		}
+		// Resumed there: live again.
+		a2.PutSessions(ctx, []apitype.Session{{ID: "kept", Tenant: "t1", State: apitype.StateIdle, CreatedAt: now}})
+		if s := list(b)["kept"]; s.State != apitype.StateIdle {
+			t.Errorf("resumed: %+v", s)
+		}
+		a2.PutSessions(ctx, []apitype.Session{paused("kept", now.Add(time.Hour))})
+		// pod-a no longer holds it (its image lost with the volume, say).
+		if n, err := a2.SyncPaused(ctx, map[string]bool{}); err != nil || n != 1 {
+			t.Errorf("SyncPaused without it: %d %v", n, err)
+		}
+		if s, ok := list(b)["kept"]; ok {
+			t.Errorf("a paused session its pod no longer holds is listed: %+v", s)
+		}
+	})
+}
