@@ -298,6 +298,8 @@ func TestChartRefuses(t *testing.T) {
 		{"replicas without a shared store", []string{"--set", "auth.token=x", "--set", "replicas=3"}, "replicas > 1 needs a shared store: set store.postgres.dsnSecret"},
 		{"a DSN in the ConfigMap", []string{"--set", "auth.token=x", "--set", "config.store.dsn=postgres://u:pw@db/x"}, "config.store.dsn: the connection string is a secret"},
 		{"the store set twice", []string{"--set", "auth.token=x", "--set", "store.postgres.dsnSecret=db", "--set", "config.store.driver=sqlite"}, "config.store.driver is set by the chart"},
+		{"persistence set twice", []string{"--set", "auth.token=x", "--set", "persistence.enabled=true", "--set", "config.persistence.shutdown_timeout=5s"}, "config.persistence.shutdown_timeout is set by the chart"},
+		{"an unknown access mode", []string{"--set", "auth.token=x", "--set", "persistence.enabled=true", "--set", "persistence.accessModes[0]=ReadOnlyMany"}, "/persistence/accessModes/0"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, errOut, err := helm(t, append([]string{"template", "airlock", chartDir, "--kube-version", kubeVersion}, c.args...)...)
@@ -350,7 +352,7 @@ func TestChartBrokenValues(t *testing.T) {
 // are not read here (they exist only in a pod); the image and router
 // tests start servers from this configuration.
 func TestChartConfigIsAirlocks(t *testing.T) {
-	for _, values := range []string{"default-values.yaml", "gvisor-values.yaml", "userns-values.yaml", "postgres-values.yaml"} {
+	for _, values := range []string{"default-values.yaml", "gvisor-values.yaml", "userns-values.yaml", "postgres-values.yaml", "persistence-values.yaml"} {
 		objs := objects(t, render(t, "airlock", "-f", chartDir+"/ci/"+values))
 		raw := get(find(t, objs, "ConfigMap", "airlock"), "data", "config.json").(string)
 		cfg := config.Default()
@@ -412,5 +414,63 @@ func TestChartSharedStore(t *testing.T) {
 	}
 	if e := get(find(t, single, "NetworkPolicy", "airlock"), "spec", "egress"); e == nil || len(e.([]any)) != 0 {
 		t.Errorf("egress without a store: %v", e)
+	}
+}
+
+// TestChartPersistence: with persistence.enabled every pod's data_dir
+// (where airlock keeps paused sessions and the E2B token key) is a
+// PersistentVolumeClaim of its own from the StatefulSet's
+// volumeClaimTemplates, kept when the set is deleted or scaled down;
+// airlock pauses every session on SIGTERM within shutdown_timeout, which
+// the pod's grace period covers with room to spare. Without it, an
+// emptyDir, no pause on shutdown and the plain grace period.
+func TestChartPersistence(t *testing.T) {
+	objs := objects(t, render(t, "airlock", "-f", chartDir+"/ci/persistence-values.yaml"))
+	sts := find(t, objs, "StatefulSet", "airlock")
+	pod := get(sts, "spec", "template")
+	raw := get(find(t, objs, "ConfigMap", "airlock"), "data", "config.json").(string)
+	cfg := config.Default()
+	if err := config.Decode([]byte(raw), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Persistence.Enabled || cfg.Persistence.OnShutdown != "pause" || cfg.Persistence.ShutdownTimeout.D().Seconds() != 90 {
+		t.Errorf("persistence in config.json: %+v", cfg.Persistence)
+	}
+	grace, _ := get(pod, "spec", "terminationGracePeriodSeconds").(float64)
+	if grace < cfg.Persistence.ShutdownTimeout.D().Seconds()+10 {
+		t.Errorf("terminationGracePeriodSeconds %v leaves SIGTERM no time to pause within %s", grace, cfg.Persistence.ShutdownTimeout)
+	}
+	claim := get(sts, "spec", "volumeClaimTemplates", 0)
+	if get(claim, "metadata", "name") != "data" || get(claim, "spec", "resources", "requests", "storage") != "50Gi" ||
+		get(claim, "spec", "storageClassName") != "fast-ssd" || get(claim, "spec", "accessModes", 0) != "ReadWriteOnce" {
+		t.Errorf("the data claim: %v", claim)
+	}
+	if get(sts, "spec", "persistentVolumeClaimRetentionPolicy", "whenDeleted") != "Retain" || get(sts, "spec", "persistentVolumeClaimRetentionPolicy", "whenScaled") != "Retain" {
+		t.Errorf("claim retention: %v", get(sts, "spec", "persistentVolumeClaimRetentionPolicy"))
+	}
+	// data_dir (and so persistence.dir under it) is mounted from the claim,
+	// not from a volume of the pod's.
+	mounted := false
+	for _, m := range get(pod, "spec", "containers", 0, "volumeMounts").([]any) {
+		if get(m, "mountPath") == cfg.DataDir {
+			mounted = get(m, "name") == "data"
+		}
+	}
+	for _, v := range get(pod, "spec", "volumes").([]any) {
+		if get(v, "name") == "data" {
+			t.Errorf("a pod volume shadows the data claim: %v", v)
+		}
+	}
+	if !mounted || cfg.Persistence.Dir != "" {
+		t.Errorf("data_dir %s is not the claim's mount (persistence.dir %q)", cfg.DataDir, cfg.Persistence.Dir)
+	}
+
+	plain := objects(t, render(t, "airlock", "-f", chartDir+"/ci/default-values.yaml"))
+	psts := find(t, plain, "StatefulSet", "airlock")
+	var pcfg map[string]any
+	json.Unmarshal([]byte(get(find(t, plain, "ConfigMap", "airlock"), "data", "config.json").(string)), &pcfg)
+	if get(psts, "spec", "volumeClaimTemplates") != nil || pcfg["persistence"] != nil || get(psts, "spec", "template", "spec", "terminationGracePeriodSeconds") != float64(30) {
+		t.Errorf("without persistence: claims %v, config %v, grace %v", get(psts, "spec", "volumeClaimTemplates"), pcfg["persistence"],
+			get(psts, "spec", "template", "spec", "terminationGracePeriodSeconds"))
 	}
 }

@@ -84,6 +84,9 @@ is overridden by accident).
 {{- if and (kindIs "map" .Values.config.store) (or (hasKey .Values.config.store "dsn") (hasKey .Values.config.store "dsn_file")) -}}
 {{- fail "config.store.dsn: the connection string is a secret; set store.postgres.dsnSecret (a Secret), never the ConfigMap" -}}
 {{- end -}}
+{{- if .Values.persistence.enabled -}}
+{{- $_ := set $chart "persistence" (dict "enabled" true "on_shutdown" "pause" "shutdown_timeout" (printf "%ds" (int .Values.persistence.shutdownTimeoutSeconds))) -}}
+{{- end -}}
 {{- if .Values.isolation.gvisor -}}
 {{- $_ := set $chart "isolation" "gvisor" -}}
 {{- end -}}
