@@ -269,7 +269,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		}
 		s.e2b.ServePort, s.e2b.Log = s.api.ServePort, s.log
 		if s.db != nil {
-			s.e2b.Records = s.db
+			s.e2b.Records = e2bRecords{s.db}
 		}
 	}
 	for pattern, h := range opts.Handlers {

@@ -17,7 +17,6 @@ import (
 	"airlock/internal/cluster"
 	"airlock/internal/errdefs"
 	"airlock/internal/identity"
-	"airlock/internal/store"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,11 +27,22 @@ import (
 // restarted on the same data_dir (a StatefulSet pod on its volume) gives
 // a paused sandbox the same tokens: an SDK holding them goes on.
 
+// Record is one sandbox's record, as the store keeps it (the server
+// converts: the front never imports the store).
+type Record struct {
+	ID, Tenant string
+	// Pod is the server that holds its session.
+	Pod     string
+	Created time.Time
+	// Info is this API's own encoding.
+	Info []byte
+}
+
 // Records is where sandboxes' records are kept (the store).
 type Records interface {
-	PutSandbox(ctx context.Context, r store.SandboxRecord) error
-	Sandbox(ctx context.Context, id string) (store.SandboxRecord, bool, error)
-	Sandboxes(ctx context.Context, pod string) ([]store.SandboxRecord, error)
+	PutSandbox(ctx context.Context, r Record) error
+	Sandbox(ctx context.Context, id string) (Record, bool, error)
+	Sandboxes(ctx context.Context, pod string) ([]Record, error)
 	DeleteSandbox(ctx context.Context, id string) error
 	ServerPod() string
 }
@@ -110,7 +120,7 @@ func (s *Server) save(ctx context.Context, box *sandbox) error {
 		return nil
 	}
 	info, _ := json.Marshal(record{Template: box.template, Owner: box.owner, Metadata: box.metadata, Started: box.started, Pause: box.pause, AutoResume: box.autoResume})
-	return s.Records.PutSandbox(ctx, store.SandboxRecord{ID: box.id, Tenant: box.owner.Tenant, Created: box.started, Info: info})
+	return s.Records.PutSandbox(ctx, Record{ID: box.id, Tenant: box.owner.Tenant, Created: box.started, Info: info})
 }
 
 // adopt makes box the sandbox of its session here, unless one is
