@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -444,4 +445,37 @@ func TestEscapeHostDescriptorLeak(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The host's supplementary groups never reach a sandbox: not its init's
+// threads (it skips the all-threads drop when the start already made it),
+// nor what runs inside.
+func TestEscapeHostSupplementaryGroups(t *testing.T) {
+	h := testHost(t)
+	if err := syscall.Setgroups([]int{4242, 4243}); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Setgroups(nil)
+	sb := startSandbox(t, h, testLimits())
+	pid := sb.cmd.Process.Pid
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("the init's threads: %v", err)
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, task.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if g, ok := strings.CutPrefix(line, "Groups:"); ok && strings.TrimSpace(g) != "" {
+				t.Errorf("init thread %s has supplementary groups %q", task.Name(), strings.TrimSpace(g))
+			}
+		}
+	}
+	r := spawnPipes(t, sb, "/bin/sh", "-c", "grep Groups: /proc/self/status")
+	if got := strings.TrimSpace(strings.TrimPrefix(r.readLine(t), "Groups:")); got != "" {
+		t.Errorf("a program in the sandbox has supplementary groups %q", got)
+	}
+	r.wait(t, sb)
 }

@@ -237,9 +237,16 @@ func setup(cfg *setupMsg, placed func() error) (*initState, error) {
 	if err := cfg.Entry.validate(); err != nil {
 		return nil, err
 	}
-	// The host's supplementary groups would otherwise follow us in.
-	if err := syscall.Setgroups(nil); err != nil {
-		return nil, fmt.Errorf("drop supplementary groups: %w", err)
+	// The host's supplementary groups would otherwise follow us in. A
+	// sandbox's init has none already: they were dropped before exec
+	// (Host.Start's Credential), in the one thread every thread of this
+	// image descends from. Only when some are left is the drop made here,
+	// on every thread (syscall.Setgroups stops the world to do that: a
+	// cost on every sandbox's start otherwise).
+	if groups, err := unix.Getgroups(); err != nil || len(groups) > 0 {
+		if err := syscall.Setgroups(nil); err != nil {
+			return nil, fmt.Errorf("drop supplementary groups: %w", err)
+		}
 	}
 	if err := rootfs.Build(cfg.Root); err != nil {
 		return nil, err
