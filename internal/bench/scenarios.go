@@ -38,8 +38,8 @@ func benchExec(ctx context.Context, srv *server, r *Report, n int) error {
 		lat = append(lat, time.Since(start))
 	}
 	s := stats(lat)
-	r.add(Row{Scenario: "warm session: execute `x = 1` over HTTP", Metric: "p50", Value: s.P50, Unit: "ms", Target: "≤ 1 ms"})
-	r.add(Row{Scenario: "warm session: execute `x = 1` over HTTP", Metric: "p99", Value: s.P99, Unit: "ms", Target: "≤ 5 ms"})
+	r.add(Row{Scenario: "warm session: execute `x = 1` over HTTP", Metric: "p50", Value: s.P50, Unit: "ms", Target: "≤ 0.5 ms"})
+	r.add(Row{Scenario: "warm session: execute `x = 1` over HTTP", Metric: "p99", Value: s.P99, Unit: "ms", Target: "≤ 2 ms"})
 	r.Stats["exec"] = s
 	return nil
 }
@@ -67,7 +67,7 @@ func benchCreatePandas(ctx context.Context, srv *server, r *Report, o Options, n
 	}
 	s, b := stats(lat), stats(base)
 	name := "create a session + first execution `" + pandasCode + "`"
-	r.add(Row{Scenario: name, Metric: "p50", Value: s.P50, Unit: "ms", Target: "≤ 20 ms, ≥ 20× faster than cold python",
+	r.add(Row{Scenario: name, Metric: "p50", Value: s.P50, Unit: "ms", Target: "≥ 40× faster than cold python",
 		Baseline: fmt.Sprintf("cold python3 -c: %.1f ms", b.P50), Ratio: ratio(s.P50, b.P50)})
 	r.add(Row{Scenario: name, Metric: "p99", Value: s.P99, Unit: "ms"})
 	r.Stats["create_pandas"] = s
@@ -145,6 +145,7 @@ func benchOneShot(ctx context.Context, srv *server, r *Report, o Options, d time
 	var mu sync.Mutex
 	var lat []time.Duration
 	var firstErr error
+	cpu0 := srv.cpu()
 	end := time.Now().Add(d)
 	var wg sync.WaitGroup
 	for i := 0; i < clients; i++ {
@@ -175,6 +176,12 @@ func benchOneShot(ctx context.Context, srv *server, r *Report, o Options, d time
 	if firstErr != nil {
 		return firstErr
 	}
+	// Every one-shot's init and runtime reaped, and the pool refilled:
+	// the CPU each party spent on the runs, built and torn down.
+	if err := srv.waitWarm(ctx, time.Minute); err != nil {
+		return err
+	}
+	cpu1 := srv.cpu()
 	s := stats(lat)
 	rps := float64(len(lat)) / d.Seconds()
 	// The baselines: as many bare `python3 -c 'print(1)'` as 4 clients can
@@ -182,10 +189,13 @@ func benchOneShot(ctx context.Context, srv *server, r *Report, o Options, d time
 	// bubblewrap; and bubblewrap running /usr/bin/true, the cost of fresh
 	// namespaces and mounts alone, a ceiling for any design that gives
 	// every run its own.
+	child0 := childrenCPU()
 	baseRPS := throughput(ctx, clients, d, o.Python, "-c", "print(1)")
+	basePer := perRun(childrenCPU()-child0, int(baseRPS*d.Seconds()))
 	name := "one-shot POST /v1/execute `print(1)`, 4 clients"
-	r.add(Row{Scenario: name, Metric: "throughput", Value: rps, Unit: "req/s", Target: "≥ 150 req/s",
+	r.add(Row{Scenario: name, Metric: "throughput", Value: rps, Unit: "req/s", Target: "≥ 1.0× bare python3 -c",
 		Baseline: fmt.Sprintf("bare python3 -c, 4 at a time: %.1f req/s", baseRPS), Ratio: ratio(1/rps, 1/baseRPS)})
+	reportOneShotCPU(r, name, cpu0, cpu1, len(lat), basePer)
 	if bw := bwrapArgv(); bw != nil {
 		bwPy := throughput(ctx, clients, d, append(bw, o.Python, "-c", "print(1)")...)
 		r.add(Row{Scenario: name, Metric: "throughput vs bubblewrap", Value: rps, Unit: "req/s",
@@ -198,6 +208,37 @@ func benchOneShot(ctx context.Context, srv *server, r *Report, o Options, d time
 	r.add(Row{Scenario: name, Metric: "p99", Value: s.P99, Unit: "ms"})
 	r.Stats["oneshot"] = s
 	return nil
+}
+
+// reportOneShotCPU adds the CPU per one-shot by party, against the CPU
+// of one bare python3 -c run (basePer ms).
+func reportOneShotCPU(r *Report, name string, a, b cpuSnap, n int, basePer float64) {
+	parts := []struct {
+		key, what string
+		d         time.Duration
+	}{
+		{"server", "the server (HTTP, session, pool refill: cgroup, clone of the init with its namespaces)", b.server - a.server},
+		{"init", "the sandbox init (Go start, mounts, rootfs, seccomp and landlock plans, its exit)", b.inits - a.inits},
+		{"template", "the Python template (forking the runtime)", b.template - a.template},
+		{"runtime", "the runtime (entering the sandbox, copy-on-write faults, running, exit)", b.runtimes - a.runtimes},
+		{"client", "the bench's HTTP client", b.client - a.client},
+	}
+	per := map[string]float64{}
+	var sum time.Duration
+	var notes []string
+	for _, p := range parts {
+		per[p.key] = perRun(p.d, n)
+		sum += p.d
+		r.add(Row{Scenario: name, Metric: "CPU per one-shot: " + p.what, Value: per[p.key], Unit: "ms"})
+		notes = append(notes, fmt.Sprintf("%s %.1f", p.key, per[p.key]))
+	}
+	per["total"] = perRun(sum, n)
+	per["host_busy"] = perRun(b.host-a.host, n)
+	per["bare_python"] = basePer
+	r.add(Row{Scenario: name, Metric: "CPU per one-shot, all parties", Value: per["total"], Unit: "ms",
+		Note:     strings.Join(notes, ", ") + fmt.Sprintf("; the host was busy %.1f ms per one-shot in all (kernel workers, other processes)", per["host_busy"]),
+		Baseline: fmt.Sprintf("bare python3 -c: %.1f ms of CPU per run", basePer), Ratio: ratio(per["total"], basePer)})
+	r.Stats["oneshot_cpu_ms"] = per
 }
 
 // throughput runs argv over and over from clients goroutines for d and
@@ -377,11 +418,67 @@ func benchRun(ctx context.Context, srv *server, r *Report, o Options, n int) err
 			row.Baseline = fmt.Sprintf("bare python3: %.1f ms", base.P50)
 			row.Ratio = fmt.Sprintf("%+.1f ms", s.P50-base.P50)
 		}
-		if v.name == viaServer {
+		switch {
+		case v.name == viaServer:
 			row.Target = "≤ 3 ms over bare python"
+		case strings.Contains(v.name, "--cold"):
+			row.Target = "≤ 15 ms over bare python"
 		}
 		r.add(row)
 		r.Stats["run: "+v.name] = s
+	}
+	return coldPhases(ctx, r, o, srv.cfgPath, prog, n)
+}
+
+// coldPhases runs `airlock run --cold` n times more with AIRLOCK_TRACE
+// set and reports the median time of each phase it traces (each from the
+// previous one) and the rest of the wall time: where a cold run's time
+// goes.
+func coldPhases(ctx context.Context, r *Report, o Options, cfgPath, prog string, n int) error {
+	var order []string
+	phases := map[string][]time.Duration{}
+	for i := 0; i < n; i++ {
+		cmd := exec.CommandContext(ctx, o.Binary, "run", "--cold", "--config", cfgPath, prog)
+		cmd.Env = append(os.Environ(), "AIRLOCK_TRACE=1")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		start := time.Now()
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("airlock run --cold with AIRLOCK_TRACE: %v: %s", err, stderr.String())
+		}
+		wall := time.Since(start)
+		prev, last := "", time.Duration(0)
+		for _, line := range strings.Split(stderr.String(), "\n") {
+			var ms float64
+			var what string
+			f := strings.Fields(line)
+			if len(f) < 3 || f[0] != "trace" {
+				continue
+			}
+			if _, err := fmt.Sscanf(f[1], "%fms", &ms); err != nil {
+				continue
+			}
+			what = strings.Join(f[2:], " ")
+			at := time.Duration(ms * float64(time.Millisecond))
+			name := "→ " + what
+			if prev == "" {
+				name = "package initialisers (from the jail package's) → " + what
+			}
+			if _, ok := phases[name]; !ok {
+				order = append(order, name)
+			}
+			phases[name] = append(phases[name], at-last)
+			prev, last = what, at
+		}
+		// The rest: exec, the Go start before the first trace, exit.
+		name := "the rest of the wall time: exec and Go start before tracing, exit"
+		if _, ok := phases[name]; !ok {
+			order = append(order, name)
+		}
+		phases[name] = append(phases[name], max(wall-last, 0))
+	}
+	for _, name := range order {
+		r.add(Row{Scenario: "airlock run --cold p.py, phase by phase (AIRLOCK_TRACE)", Metric: name, Value: stats(phases[name]).P50, Unit: "ms"})
 	}
 	return nil
 }

@@ -1,0 +1,118 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// cpuSnap is the CPU time used so far by each party of a one-shot:
+// the server's own threads; the sandbox inits it has reaped (each init's
+// whole life, namespaces and mounts included, counted when it ends);
+// the Python template's own (its forks) and the runtimes it has reaped
+// (forked children, their exit included); the bench client; and the
+// host as a whole (/proc/stat), whose remainder is kernel workers (a
+// network namespace's cleanup runs in one) and anything else running.
+type cpuSnap struct {
+	server, inits, template, runtimes, client, host time.Duration
+}
+
+// clockTick is USER_HZ, 100 on every Linux /proc/<pid>/stat reports in.
+const clockTick = 10 * time.Millisecond
+
+// procCPU reads a process's own and reaped children's CPU time.
+func procCPU(pid int) (self, children time.Duration) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0
+	}
+	s := string(b)
+	// The fields after the command, which may hold spaces and parens.
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 15 {
+		return 0, 0
+	}
+	n := func(k int) time.Duration { v, _ := strconv.ParseInt(f[k], 10, 64); return time.Duration(v) * clockTick }
+	// Fields 14-17 of stat (utime, stime, cutime, cstime) are 11-14 here.
+	return n(11) + n(12), n(13) + n(14)
+}
+
+// hostBusy is the CPU time all cores spent not idle.
+func hostBusy() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(strings.SplitN(string(b), "\n", 2)[0])
+	var busy int64
+	for k, v := range f[1:] {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		if k != 3 && k != 4 && k < 8 { // idle and iowait; guest time is in user already
+			busy += n
+		}
+	}
+	return time.Duration(busy) * clockTick
+}
+
+// templatePid finds the Python template of server name: the oldest
+// python3 of its template cgroup (children forked from it are there for
+// a moment only). 0 when there is none.
+func templatePid(name string) int {
+	for _, root := range []string{"/sys/fs/cgroup/pids", "/sys/fs/cgroup"} {
+		ents, err := os.ReadDir(filepath.Join(root, name))
+		if err != nil {
+			continue
+		}
+		best := 0
+		for _, e := range ents {
+			if !e.IsDir() || !strings.HasPrefix(e.Name(), "zygote-python") {
+				continue
+			}
+			for _, pid := range cgroupPids(name, e.Name()) {
+				comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+				if strings.HasPrefix(string(comm), "python") && (best == 0 || pid < best) {
+					best = pid
+				}
+			}
+		}
+		return best
+	}
+	return 0
+}
+
+func (s *server) cpu() cpuSnap {
+	var c cpuSnap
+	c.server, c.inits = procCPU(s.cmd.Process.Pid)
+	if pid := templatePid(s.name); pid > 0 {
+		c.template, c.runtimes = procCPU(pid)
+	}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		c.client = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	c.host = hostBusy()
+	return c
+}
+
+// childrenCPU is the CPU time of this process's reaped children (the
+// baselines it ran).
+func childrenCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// perRun is d per run in milliseconds.
+func perRun(d time.Duration, n int) float64 {
+	return float64(d.Microseconds()) / 1000 / float64(max(n, 1))
+}
