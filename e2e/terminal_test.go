@@ -9,12 +9,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+	"golang.org/x/sys/unix"
 
 	"airlock/internal/apitype"
 	"airlock/internal/errdefs"
@@ -80,7 +82,9 @@ func TestTerminal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	id := s.newSession("python", nil)
-	script := `stty size; test -t 0 && echo IS-A-TTY; read line; echo "got:$line"; stty size; exec tr a-z A-Z`
+	// The terminal is the sandbox's own: tty names it in the sandbox's
+	// /dev/pts, owned by the sandbox's user.
+	script := `stty size; test -t 0 && echo IS-A-TTY; echo "tty:$(tty) $(stat -c %u "$(tty)")"; read line; echo "got:$line"; stty size; exec tr a-z A-Z`
 	cmd, err := s.c.RunCommand(ctx, id, apitype.CommandRequest{Command: script, PTY: &apitype.PTYSize{Cols: 80, Rows: 24}}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -97,6 +101,10 @@ func TestTerminal(t *testing.T) {
 	}()
 	f.waitFor(t, "24 80")
 	f.waitFor(t, "IS-A-TTY")
+	f.waitFor(t, "tty:/dev/pts/")
+	if !regexp.MustCompile(`tty:/dev/pts/[0-9]+ 1000\r?\n`).MatchString(f.text()) {
+		t.Errorf("the terminal as the command sees it: %q", f.text())
+	}
 	if err := s.c.ResizeCommand(ctx, id, cmd.ID, 100, 30); err != nil {
 		t.Fatal(err)
 	}
@@ -208,6 +216,15 @@ func TestTerminal(t *testing.T) {
 	wf.waitAfter(t, "^C", "$ ") // the prompt again
 	send(apitype.TerminalInput{Type: apitype.InputStdin, Data: "echo after-$((1+1))\n"})
 	wf.waitFor(t, "after-2")
+	// Ctrl-Z stops the foreground job, which the shell then lists as
+	// stopped and brings back: the terminal is the shell's controlling
+	// terminal, and its foreground process group the job's.
+	send(apitype.TerminalInput{Type: apitype.InputStdin, Data: "sh -c 'echo run-$((2+3)); exec sleep 300'\n"})
+	wf.waitFor(t, "run-5") // it runs: the terminal is its, in cooked mode
+	send(apitype.TerminalInput{Type: apitype.InputStdin, Data: "\x1a"})
+	wf.waitAfter(t, "run-5", "Stopped")
+	send(apitype.TerminalInput{Type: apitype.InputStdin, Data: "jobs -l; kill %1; wait; echo jobs-done\n"})
+	wf.waitFor(t, "jobs-done")
 	send(apitype.TerminalInput{Type: "bogus"})
 	send(apitype.TerminalInput{Type: apitype.InputResize, Cols: 0, Rows: 3})
 	send(apitype.TerminalInput{Type: apitype.InputStdin, Data: "exit 3\n"})
@@ -258,15 +275,68 @@ func TestTerminal(t *testing.T) {
 	}
 }
 
-// ptyMasters counts the server's open pty masters.
+// ptyMasters counts the server's open pty masters (a sandbox's O_PATH
+// handle on its ptmx is none).
 func (s *server) ptyMasters() int {
 	dir := fmt.Sprintf("/proc/%d/fd", s.cmd.Process.Pid)
 	fds, _ := os.ReadDir(dir)
 	n := 0
 	for _, fd := range fds {
-		if target, _ := os.Readlink(filepath.Join(dir, fd.Name())); target == "/dev/ptmx" {
-			n++
+		if target, _ := os.Readlink(filepath.Join(dir, fd.Name())); strings.HasSuffix(target, "ptmx") {
+			info, _ := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", s.cmd.Process.Pid, fd.Name()))
+			var flags int
+			if _, after, ok := strings.Cut(string(info), "flags:"); ok {
+				fmt.Sscanf(strings.TrimSpace(after), "%o", &flags)
+			}
+			if flags&unix.O_PATH == 0 {
+				n++
+			}
 		}
 	}
 	return n
+}
+
+// TestTerminalPtys: each sandbox has pseudo-terminals of its own, at most
+// server.max_session_ptys. Code that opens them all exhausts only its
+// own: its terminal commands are then refused (429), while another
+// session's terminal and the host's own open as before.
+func TestTerminalPtys(t *testing.T) {
+	s := startServer(t, map[string]any{"server": map[string]any{"max_session_ptys": 4}})
+	defer s.stop()
+	ctx := context.Background()
+	greedy, other := s.newSession("python", nil), s.newSession("python", nil)
+	hoard := s.exec(greedy, `import os
+held = []
+try:
+    while True:
+        held.append(os.openpty())
+except OSError as e:
+    print(len(held), e.errno == __import__("errno").ENOSPC)`)
+	if strings.TrimSpace(hoard.Stdout) != "4 True" {
+		t.Fatalf("opening every pty of a sandbox: %+v", hoard)
+	}
+	_, err := s.c.RunCommand(ctx, greedy, apitype.CommandRequest{Command: "tty", PTY: &apitype.PTYSize{Cols: 80, Rows: 24}}, nil)
+	wantError(t, "a terminal command in a sandbox that holds all its ptys", err, 429, "limit_reached")
+	term, err := s.c.RunCommand(ctx, other, apitype.CommandRequest{Command: "tty", PTY: &apitype.PTYSize{Cols: 80, Rows: 24}}, nil)
+	if err != nil {
+		t.Fatalf("another session's terminal: %v", err)
+	}
+	f := newFollower()
+	if res, err := s.c.AttachCommand(ctx, other, term.ID, true, f.event); err != nil || exitOf(res) != 0 || !strings.Contains(f.text(), "/dev/pts/0") {
+		t.Errorf("another session's terminal: %+v %v %q", res, err, f.text())
+	}
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatalf("the host cannot open a pty: %v", err)
+	}
+	m.Close()
+	// Closed, they are the sandbox's again.
+	s.exec(greedy, "for m, sl in held:\n    os.close(m)\n    os.close(sl)")
+	again, err := s.c.RunCommand(ctx, greedy, apitype.CommandRequest{Command: "exit 0", PTY: &apitype.PTYSize{Cols: 80, Rows: 24}}, nil)
+	if err != nil {
+		t.Fatalf("a terminal once the code closed its own: %v", err)
+	}
+	if res, err := s.c.Command(ctx, greedy, again.ID, 30*time.Second); err != nil || exitOf(res) != 0 {
+		t.Errorf("its end: %+v %v", res, err)
+	}
 }

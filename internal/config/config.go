@@ -280,6 +280,13 @@ type Server struct {
 	// MaxSessionCommands caps the shell commands running at once in one
 	// session (POST /v1/sessions/{id}/commands); one more gets 429.
 	MaxSessionCommands int `json:"max_session_commands"`
+	// MaxSessionPtys caps the pseudo-terminals one sandbox holds open at
+	// once: its own devpts instance's max, counting its terminal commands
+	// (pty) and the terminals its code opens (os.openpty, script,
+	// pexpect). One more fails inside the sandbox (ENOSPC), or gets 429
+	// for a terminal command; other sandboxes and the host keep theirs.
+	// At most 4096 (the kernel's own pty.max by default).
+	MaxSessionPtys int `json:"max_session_ptys"`
 	// MaxSessionContexts caps the code contexts (interpreters) one session
 	// holds at once, its default context included
 	// (POST /v1/sessions/{id}/contexts, or an execution naming another
@@ -400,6 +407,7 @@ func Default() Config {
 			TransferStallTimeout:    Duration(30 * time.Second),
 			MaxRichOutput:           32 << 20,
 			MaxSessionCommands:      16,
+			MaxSessionPtys:          64,
 			MaxSessionContexts:      8,
 		},
 		Network:     DefaultNetwork(),
@@ -594,6 +602,9 @@ func (c Config) Validate() error {
 	}
 	if s.MaxSessionCommands < 1 || s.MaxSessionCommands > 1024 {
 		errs = append(errs, errors.New("server.max_session_commands must be between 1 and 1024"))
+	}
+	if s.MaxSessionPtys < 1 || s.MaxSessionPtys > 4096 {
+		errs = append(errs, errors.New("server.max_session_ptys must be between 1 and 4096"))
 	}
 	if s.MaxSessionContexts < 1 || s.MaxSessionContexts > 64 {
 		errs = append(errs, errors.New("server.max_session_contexts must be between 1 and 64"))

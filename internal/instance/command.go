@@ -1,6 +1,7 @@
 package instance
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"syscall"
@@ -108,16 +109,23 @@ func (in *Instance) watchCommand(c *Command, exit <-chan jail.Exit) *Command {
 }
 
 // startTerminal starts argv with a new pseudo-terminal as its standard
-// streams and controlling terminal. The terminal is the host's devpts
-// (the sandbox holds only its end, never a path to it): its master stays
-// here, and the sandbox's own /dev/pts never lists it.
+// streams and controlling terminal. The terminal is the sandbox's own
+// (its devpts instance, see jail.Sandbox.OpenPTY): it counts against
+// the sandbox's server.max_session_ptys, and the sandbox names it in its
+// /dev/pts. Its master stays here.
 func (in *Instance) startTerminal(argv, env []string, dir string, term Terminal) (*Command, error) {
 	if term.Cols == 0 || term.Rows == 0 {
 		return nil, fmt.Errorf("%w: a terminal needs cols and rows", errdefs.ErrInvalidArgument)
 	}
-	master, slave, err := openPTY(term)
+	master, slave, err := in.sb.OpenPTY(term.Cols, term.Rows)
 	if err != nil {
-		return nil, err
+		if errors.Is(err, jail.ErrNoPTY) {
+			return nil, fmt.Errorf("%w: the sandbox holds as many pseudo-terminals as it may (server.max_session_ptys); end a terminal command, or close terminals its code opened", errdefs.ErrLimit)
+		}
+		if errors.Is(err, errdefs.ErrUnsupported) {
+			return nil, err
+		}
+		return nil, errdefs.Private(errdefs.ErrUnavailable, "no pseudo-terminal could be opened", err)
 	}
 	pid, exit, err := in.sb.SpawnWait(jail.Process{Argv: argv, Env: env, Dir: dir, Files: []*os.File{slave, slave, slave}, Terminal: true})
 	slave.Close() // the sandbox has its own copy
@@ -126,45 +134,6 @@ func (in *Instance) startTerminal(argv, env []string, dir string, term Terminal)
 		return nil, err
 	}
 	return in.watchCommand(&Command{pid: pid, stdin: master, stdout: master, tty: master}, exit), nil
-}
-
-// openPTY opens a new pseudo-terminal of the given size: its master, and
-// its slave opened from the master (TIOCGPTPEER: no path is looked up).
-func openPTY(term Terminal) (master, slave *os.File, err error) {
-	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, nil, errdefs.Private(errdefs.ErrUnavailable, "no pseudo-terminal could be opened", err)
-	}
-	fail := func(what string, err error) (*os.File, *os.File, error) {
-		m.Close()
-		return nil, nil, errdefs.Private(errdefs.ErrUnavailable, "no pseudo-terminal could be opened", fmt.Errorf("%s: %w", what, err))
-	}
-	rc, err := m.SyscallConn()
-	if err != nil {
-		return fail("raw conn", err)
-	}
-	var sfd int
-	var cerr error
-	err = rc.Control(func(fd uintptr) {
-		if cerr = unix.IoctlSetPointerInt(int(fd), unix.TIOCSPTLCK, 0); cerr != nil {
-			return
-		}
-		if cerr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Col: term.Cols, Row: term.Rows}); cerr != nil {
-			return
-		}
-		r, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, unix.TIOCGPTPEER, uintptr(unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC))
-		if errno != 0 {
-			cerr = errno
-		}
-		sfd = int(r)
-	})
-	if err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fail("set up", err)
-	}
-	return m, os.NewFile(uintptr(sfd), "pts"), nil
 }
 
 // Resize sets the size of the command's terminal.

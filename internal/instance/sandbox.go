@@ -3,6 +3,7 @@ package instance
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -38,6 +39,9 @@ type sandbox interface {
 	Adapt(l config.Limits, pid int) error
 	Spawn(p jail.Process) (int, error)
 	SpawnWait(p jail.Process) (int, <-chan jail.Exit, error)
+	// OpenPTY opens a pseudo-terminal of the sandbox's own: its master,
+	// and its slave for a program (see jail.Sandbox.OpenPTY).
+	OpenPTY(cols, rows uint16) (master, slave *os.File, err error)
 	Close() error
 }
 
@@ -241,11 +245,19 @@ func (s *gvisorSandbox) PollPids(stop <-chan struct{})      { s.Cgroup().PollPid
 func (s *gvisorSandbox) Exits() <-chan jail.Exit            { return s.exits }
 func (s *gvisorSandbox) Adapt(l config.Limits, _ int) error { return s.Sandbox.Adapt(l) }
 
+// OpenPTY implements sandbox.
+func (s *gvisorSandbox) OpenPTY(cols, rows uint16) (*os.File, *os.File, error) {
+	return nil, nil, errNoGVisorTerminal
+}
+
+// errNoGVisorTerminal: runsc would import a terminal passed as a plain
+// file (no job control, no window size). Refused rather than half a
+// terminal.
+var errNoGVisorTerminal = fmt.Errorf("%w: a terminal (pty) is not available under gvisor isolation yet; run the command without pty", errdefs.ErrUnsupported)
+
 func (s *gvisorSandbox) exec(p jail.Process) (int, <-chan gvisor.Exit, error) {
 	if p.Terminal {
-		// runsc would import the terminal as a plain file: no job
-		// control, no window size. Refused rather than half a terminal.
-		return 0, nil, fmt.Errorf("%w: a terminal (pty) is not available under gvisor isolation yet; run the command without pty", errdefs.ErrUnsupported)
+		return 0, nil, errNoGVisorTerminal
 	}
 	return s.Exec(gvisor.Process{Argv: p.Argv, Env: p.Env, Dir: p.Dir, Files: p.Files})
 }

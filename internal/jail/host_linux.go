@@ -334,10 +334,13 @@ type Sandbox struct {
 	spec Spec
 	cg   *cgroup.Cgroup
 	initProc
-	pidfd    int
-	ctl      *conn
-	ws       *workspace.Dir
-	ruleset  *os.File
+	pidfd   int
+	ctl     *conn
+	ws      *workspace.Dir
+	ruleset *os.File
+	// ptmx is an O_PATH handle on the sandbox's devpts instance's ptmx
+	// (see OpenPTY).
+	ptmx     *os.File
 	hostUser int
 	started  time.Time
 
@@ -437,6 +440,7 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 	root.Disk = int64(l.Disk)
 	root.Inodes = int64(l.Inodes)
 	root.Shm = min(int64(l.Disk), 64<<20)
+	root.Ptys = h.opts.Ptys
 	if spec.Root == nil {
 		root.TmpCopy = h.tmpCopy // the host's caches are not a template's
 	}
@@ -475,7 +479,7 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 	if err != nil {
 		return nil, s.startErr("wait for the init", err)
 	}
-	if m.Op != opReady || len(files) < 1 {
+	if m.Op != opReady || len(files) < 2 {
 		for _, f := range files {
 			f.Close()
 		}
@@ -495,9 +499,16 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 		return nil, err
 	}
 	s.ws = workspace.New(wsfd, userID, userID, s.writeFile)
-	if len(files) > 1 {
-		s.ruleset = files[1]
+	s.ptmx = files[1]
+	if err := checkPtmx(s.ptmx); err != nil {
 		for _, f := range files[2:] {
+			f.Close()
+		}
+		return nil, s.startErr("check the sandbox's ptmx", err)
+	}
+	if len(files) > 2 {
+		s.ruleset = files[2]
+		for _, f := range files[3:] {
 			f.Close()
 		}
 	}
@@ -705,6 +716,91 @@ func (s *Sandbox) PidFD() int { return s.pidfd }
 // Ruleset is the sandbox's Landlock ruleset, nil when the layer is off.
 func (s *Sandbox) Ruleset() *os.File { return s.ruleset }
 
+// checkPtmx checks that f, which the init sent before any sandboxed code
+// ran, is a devpts instance's ptmx: the device 5:2 on a devpts mount.
+func checkPtmx(f *os.File) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return err
+	}
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &fs); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR || unix.Major(st.Rdev) != 5 || unix.Minor(st.Rdev) != 2 || fs.Type != unix.DEVPTS_SUPER_MAGIC {
+		return fmt.Errorf("not a devpts ptmx (mode %o, rdev %d:%d, fs %#x)", st.Mode, unix.Major(st.Rdev), unix.Minor(st.Rdev), fs.Type)
+	}
+	return nil
+}
+
+// ErrNoPTY is OpenPTY's error when the sandbox holds as many terminals
+// as its devpts instance allows.
+var ErrNoPTY = errors.New("the sandbox's pseudo-terminals are all in use")
+
+// OpenPTY opens a new pseudo-terminal in the sandbox's own devpts
+// instance, reopening its ptmx: it counts against that instance's max
+// (never the host's ptys), is named /dev/pts/N inside (so tty, ttyname
+// and job control work), and its slave belongs to the sandbox user. The
+// master stays on the host; the slave is opened from it (TIOCGPTPEER),
+// with no path looked up inside.
+func (s *Sandbox) OpenPTY(cols, rows uint16) (master, slave *os.File, err error) {
+	m, sl, err := OpenPTY(fmt.Sprintf("/proc/self/fd/%d", s.ptmx.Fd()), cols, rows)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Made by the host's root: the sandbox user's, as its own would be.
+	if err := unix.Fchown(int(sl.Fd()), s.hostUser, s.hostUser); err != nil {
+		m.Close()
+		sl.Close()
+		return nil, nil, fmt.Errorf("chown: %w", err)
+	}
+	return m, sl, nil
+}
+
+// OpenPTY opens a new pseudo-terminal of that size from the ptmx at
+// path: its master, and its slave opened from the master (TIOCGPTPEER:
+// no path is looked up); ErrNoPTY when its devpts instance is full.
+func OpenPTY(path string, cols, rows uint16) (master, slave *os.File, err error) {
+	m, err := os.OpenFile(path, os.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOSPC) {
+			return nil, nil, ErrNoPTY
+		}
+		return nil, nil, err
+	}
+	fail := func(what string, err error) (*os.File, *os.File, error) {
+		m.Close()
+		return nil, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	rc, err := m.SyscallConn()
+	if err != nil {
+		return fail("raw conn", err)
+	}
+	sfd := -1
+	var cerr error
+	err = rc.Control(func(fd uintptr) {
+		if cerr = unix.IoctlSetPointerInt(int(fd), unix.TIOCSPTLCK, 0); cerr != nil {
+			return
+		}
+		if cerr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Col: cols, Row: rows}); cerr != nil {
+			return
+		}
+		r, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, unix.TIOCGPTPEER, uintptr(unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC))
+		if errno != 0 {
+			cerr = errno
+			return
+		}
+		sfd = int(r)
+	})
+	if err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fail("set up", err)
+	}
+	return m, os.NewFile(uintptr(sfd), "pts"), nil
+}
+
 // HostUser is the host uid (and gid) of the sandbox user.
 func (s *Sandbox) HostUser() int { return s.hostUser }
 
@@ -761,6 +857,9 @@ func (s *Sandbox) Close() error {
 		}
 		if s.ruleset != nil {
 			s.ruleset.Close()
+		}
+		if s.ptmx != nil {
+			s.ptmx.Close()
 		}
 		if s.pidfd >= 0 {
 			unix.Close(s.pidfd)

@@ -103,7 +103,7 @@ func InitMain() {
 		ctl.send(message{Op: opError, Error: err.Error()})
 		os.Exit(1)
 	}
-	fds := []int{st.workspace}
+	fds := []int{st.workspace, st.ptmx}
 	if st.ruleset >= 0 {
 		fds = append(fds, st.ruleset)
 	}
@@ -111,6 +111,7 @@ func InitMain() {
 		os.Exit(1)
 	}
 	unix.Close(st.workspace)
+	unix.Close(st.ptmx)
 	// Every sandbox has an init that idles beside its runtime: what the
 	// binary's package initialisers and the setup allocated is garbage
 	// now, and a heap this small would never be collected (Go's first GC
@@ -214,6 +215,7 @@ func execTemplate(ctl *conn, cfg *setupMsg) error {
 type initState struct {
 	cfg       *setupMsg
 	workspace int // O_PATH fd of /workspace, sent to the host
+	ptmx      int // O_PATH fd of the sandbox's /dev/pts/ptmx, sent too
 	ruleset   int // Landlock ruleset fd, or -1
 	cgroupNS  int // the sandbox's cgroup namespace
 	spawner   chan spawnReq
@@ -294,6 +296,14 @@ func setup(cfg *setupMsg, placed func() error) (*initState, error) {
 		return nil, fmt.Errorf("open /workspace: %w", err)
 	}
 	st.workspace = ws
+	// The host opens the terminals of the sandbox's terminal commands
+	// here (see Sandbox.OpenPTY), so they count against this instance's
+	// max and are named in the sandbox's /dev/pts.
+	ptmx, err := unix.Open("/dev/pts/ptmx", unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open /dev/pts/ptmx: %w", err)
+	}
+	st.ptmx = ptmx
 	if err := unix.Chdir("/workspace"); err != nil {
 		return nil, err
 	}

@@ -50,6 +50,9 @@ type Options struct {
 	// made (see rootfs.Spec.Prepare); PrepareKey names what it depends on.
 	PrepareRoot func(root string) error
 	PrepareKey  string
+	// Ptys caps the pseudo-terminals of each sandbox (its devpts
+	// instance's max; 0: the kernel's).
+	Ptys int
 }
 
 // OptionsFrom derives Options from the configuration.
@@ -63,6 +66,7 @@ func OptionsFrom(c config.Config) Options {
 		IDCount:      c.IDCount,
 		Seccomp:      c.Protections.Seccomp == config.Required,
 		Landlock:     c.Protections.Landlock == config.Required,
+		Ptys:         c.Server.MaxSessionPtys,
 	}
 }
 

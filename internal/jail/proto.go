@@ -13,7 +13,7 @@ import (
 const (
 	opSetup   = "setup"   // host -> init: build the jail
 	opPlaced  = "placed"  // host -> init: the init is in its cgroup (v1)
-	opReady   = "ready"   // init -> host: built; fds: workspace, landlock ruleset
+	opReady   = "ready"   // init -> host: built; fds: workspace, devpts ptmx, landlock ruleset
 	opSpawn   = "spawn"   // host -> init: start a program; fds: its stdio and extras
 	opSpawned = "spawned" // init -> host: the program's pid (inside)
 	opExit    = "exit"    // init -> host: a spawned program ended

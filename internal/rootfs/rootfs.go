@@ -32,6 +32,9 @@ type Spec struct {
 	Inodes int64 `json:"inodes"`
 	// Shm is the size of /dev/shm.
 	Shm int64 `json:"shm"`
+	// Ptys caps the pseudo-terminals of the sandbox's devpts instance
+	// (0: the kernel's pty.max).
+	Ptys int `json:"ptys,omitempty"`
 	// Etc are generated files under /etc (name -> content).
 	Etc map[string]string `json:"etc"`
 	// EtcCopy are host /etc files copied in when they exist.

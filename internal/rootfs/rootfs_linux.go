@@ -379,7 +379,7 @@ func buildDev(root string, s Spec) error {
 			return err
 		}
 	}
-	if err := mountPts(dev); err != nil {
+	if err := mountPts(dev, s.Ptys); err != nil {
 		return err
 	}
 	for _, l := range []struct{ name, target string }{
@@ -409,13 +409,19 @@ func buildDev(root string, s Spec) error {
 // /dev/pts lists only the sandbox's own terminals, and /dev/ptmx is a
 // symlink to this instance's ptmx. Slaves get the creating user's group
 // (no tty group is mapped); the mount is nosuid and noexec, and keeps dev
-// semantics, which a pty needs.
-func mountPts(dev string) error {
+// semantics, which a pty needs. With max set, the instance holds at most
+// that many: a sandbox that opens them all exhausts only its own (the
+// host's terminal commands open theirs here too, see jail.Sandbox.OpenPTY).
+func mountPts(dev string, max int) error {
 	pts := filepath.Join(dev, "pts")
 	if err := os.Mkdir(pts, 0o755); err != nil {
 		return fmt.Errorf("rootfs: %w", err)
 	}
-	if err := unix.Mount("devpts", pts, "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+	opts := "newinstance,ptmxmode=0666,mode=0620"
+	if max > 0 {
+		opts += ",max=" + strconv.Itoa(max)
+	}
+	if err := unix.Mount("devpts", pts, "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, opts); err != nil {
 		return fmt.Errorf("rootfs: mount devpts: %w", err)
 	}
 	return nil
