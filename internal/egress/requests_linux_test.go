@@ -392,14 +392,7 @@ func TestGateBulkBuffers(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	for _, c := range conns {
-		c.SetReadDeadline(time.Now().Add(20 * time.Second))
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n, err := io.Copy(io.Discard, resp.Body); n != size || err != nil {
-			t.Errorf("downloaded %d bytes, %v; want %d", n, err, size)
-		}
+		readDownload(t, c, size)
 		c.Close()
 	}
 	waitFor(t, func() bool { return bulkInUse.Load() == 0 })
@@ -434,6 +427,13 @@ func TestGateBigLoopback(t *testing.T) {
 	defer c.Close()
 	const size = 8 << 20
 	fmt.Fprintf(c, "GET /bytes?n=%d HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n", size)
+	readDownload(t, c, size)
+}
+
+// readDownload reads an answer of /bytes from c and checks it is size
+// bytes, whole.
+func readDownload(t *testing.T, c net.Conn, size int64) {
+	t.Helper()
 	c.SetReadDeadline(time.Now().Add(20 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
