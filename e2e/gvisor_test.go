@@ -361,3 +361,44 @@ func TestRunOnGVisor(t *testing.T) {
 		t.Errorf("run --isolation kvm: %d %q", code, errOut)
 	}
 }
+
+// TestGVisorTerminal: a command's terminal under gVisor is a terminal
+// (runsc hands the Sentry a host pty as the program's tty): isatty,
+// stty size and a resize, typing, and Ctrl-C, which reaches the
+// foreground job inside through runsc.
+func TestGVisorTerminal(t *testing.T) {
+	s := gvisorServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	id := s.newSession("python", nil)
+	script := `stty size; test -t 0 && echo IS-A-TTY; echo "tty:$(tty)"; read line; echo "got:$line"; stty size; exec sleep 300`
+	cmd, err := s.c.RunCommand(ctx, id, apitype.CommandRequest{Command: script, PTY: &apitype.PTYSize{Cols: 80, Rows: 24}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFollower()
+	ended := make(chan *apitype.CommandResult, 1)
+	go func() {
+		res, err := s.c.AttachCommand(ctx, id, cmd.ID, true, f.event)
+		if err != nil {
+			t.Error(err)
+		}
+		ended <- res
+	}()
+	f.waitFor(t, "24 80")
+	f.waitFor(t, "IS-A-TTY")
+	f.waitFor(t, "tty:")
+	resizeAndType(ctx, t, s, id, cmd.ID, f)
+	if err := s.c.CommandStdinBytes(ctx, id, cmd.ID, []byte{3}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-ended:
+		if exitOf(res) != 130 {
+			t.Errorf("Ctrl-C: %+v", res)
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("Ctrl-C did not end the foreground job: %q", f.text())
+	}
+	t.Logf("%q", f.text())
+}

@@ -105,14 +105,7 @@ func TestTerminal(t *testing.T) {
 	if !regexp.MustCompile(`tty:/dev/pts/[0-9]+ 1000\r?\n`).MatchString(f.text()) {
 		t.Errorf("the terminal as the command sees it: %q", f.text())
 	}
-	if err := s.c.ResizeCommand(ctx, id, cmd.ID, 100, 30); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.c.CommandStdin(ctx, id, cmd.ID, "hello\n", false); err != nil {
-		t.Fatal(err)
-	}
-	f.waitFor(t, "got:hello")
-	f.waitFor(t, "30 100")
+	resizeAndType(ctx, t, s, id, cmd.ID, f)
 	// The client leaves; the command runs on; attached again, it is
 	// replayed what it printed.
 	detach()
@@ -273,6 +266,20 @@ func TestTerminal(t *testing.T) {
 			t.Fatalf("the server still holds %d pty masters after the session ended", s.ptyMasters())
 		}
 	}
+}
+
+// resizeAndType resizes a terminal command (the script of TestTerminal's
+// kind) to 100x30 and types a line, which it echoes with its new size.
+func resizeAndType(ctx context.Context, t *testing.T, s *server, id, cid string, f *follower) {
+	t.Helper()
+	if err := s.c.ResizeCommand(ctx, id, cid, 100, 30); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.c.CommandStdin(ctx, id, cid, "hello\n", false); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor(t, "got:hello")
+	f.waitFor(t, "30 100")
 }
 
 // ptyMasters counts the server's open pty masters (a sandbox's O_PATH

@@ -94,6 +94,9 @@ type Process struct {
 	Files []*os.File
 	// NoFile is the program's RLIMIT_NOFILE (0: the sandbox's).
 	NoFile uint64
+	// Terminal: Files[0] is a host pseudo-terminal's slave, which the
+	// program gets as its terminal (see Sandbox.Exec).
+	Terminal bool
 }
 
 // Exit is how a program ended, as a wait status.

@@ -539,6 +539,7 @@ func (s *Sandbox) Exec(p Process) (pid int, exit <-chan Exit, err error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	proc.Terminal = p.Terminal
 	// The process goes in a file, not on runsc's command line: the
 	// environment may hold secrets, and command lines are public.
 	procFile := filepath.Join(s.dir, fmt.Sprintf("exec-%d.json", n))
@@ -584,6 +585,16 @@ func (s *Sandbox) Exec(p Process) (pid int, exit <-chan Exit, err error) {
 	cmd.Stdout, cmd.Stderr = said, said // stdin: /dev/null
 	cmd.ExtraFiles = p.Files
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if p.Terminal {
+		// The program's stdio is a terminal (the Sentry imports the
+		// host pty as its tty: window size, its own job control). runsc
+		// holds it as its controlling terminal, so that what the
+		// terminal signals (Ctrl-C, Ctrl-Z, a resize's SIGWINCH) reaches
+		// runsc, which passes it on to the foreground process group
+		// inside.
+		cmd.Stdin = p.Files[0]
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	}
 	if err := cmd.Start(); err != nil {
 		return 0, nil, errdefs.Private(errdefs.ErrUnavailable, "runsc exec could not be started", err)
 	}

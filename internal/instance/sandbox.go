@@ -2,7 +2,6 @@ package instance
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -245,21 +244,16 @@ func (s *gvisorSandbox) PollPids(stop <-chan struct{})      { s.Cgroup().PollPid
 func (s *gvisorSandbox) Exits() <-chan jail.Exit            { return s.exits }
 func (s *gvisorSandbox) Adapt(l config.Limits, _ int) error { return s.Sandbox.Adapt(l) }
 
-// OpenPTY implements sandbox.
+// OpenPTY implements sandbox: a pty of the host's devpts, whose slave
+// runsc hands the Sentry as the program's terminal (the Sentry's own
+// devpts serves the terminals the sandbox's code opens). One per
+// terminal command, so at most server.max_session_commands a session.
 func (s *gvisorSandbox) OpenPTY(cols, rows uint16) (*os.File, *os.File, error) {
-	return nil, nil, errNoGVisorTerminal
+	return jail.OpenPTY("/dev/ptmx", cols, rows)
 }
 
-// errNoGVisorTerminal: runsc would import a terminal passed as a plain
-// file (no job control, no window size). Refused rather than half a
-// terminal.
-var errNoGVisorTerminal = fmt.Errorf("%w: a terminal (pty) is not available under gvisor isolation yet; run the command without pty", errdefs.ErrUnsupported)
-
 func (s *gvisorSandbox) exec(p jail.Process) (int, <-chan gvisor.Exit, error) {
-	if p.Terminal {
-		return 0, nil, errNoGVisorTerminal
-	}
-	return s.Exec(gvisor.Process{Argv: p.Argv, Env: p.Env, Dir: p.Dir, Files: p.Files})
+	return s.Exec(gvisor.Process{Argv: p.Argv, Env: p.Env, Dir: p.Dir, Files: p.Files, Terminal: p.Terminal})
 }
 
 // Stats implements sandbox. gVisor handles memory pressure itself too: at
