@@ -28,6 +28,9 @@ type conn interface {
 	// run starts a program in place of the runtime; its done (if the
 	// runtime lives to send it) carries the program's exit status.
 	run(id string, p Program) error
+	// interrupt tells the runtime that execution id is interrupted,
+	// before the SIGINT that follows.
+	interrupt(id string) error
 	// reply sends a message answering one of the runtime's requests
 	// during an execution (installed).
 	reply(m runtimes.Message) error
@@ -150,6 +153,10 @@ func (c *framedConn) run(id string, p Program) error {
 
 func (c *framedConn) reply(m runtimes.Message) error { return c.w.Write(m) }
 
+func (c *framedConn) interrupt(id string) error {
+	return c.w.Write(runtimes.Message{Type: "interrupt", ID: id})
+}
+
 func (c *framedConn) events() <-chan runtimes.Message { return c.ch }
 func (c *framedConn) sendBy(t time.Time)              { c.f.SetWriteDeadline(t) }
 func (c *framedConn) err() error                      { return c.rerr }
@@ -168,6 +175,11 @@ type bashConn struct {
 	// restore, when set, is run after the execution under way (before
 	// its done is told): it puts back the variables it was given.
 	restore atomic.Pointer[string]
+	// marks orders interrupt marks with the blocks after an execution:
+	// once its status is read, no mark for it goes (one could be taken
+	// for the restore's); running is the execution whose status is due.
+	marks   sync.Mutex
+	running string
 }
 
 func newBashConn(f *os.File) *bashConn {
@@ -192,6 +204,9 @@ func newBashConn(f *os.File) *bashConn {
 				c.rerr = fmt.Errorf("%w: a status nobody asked for", runtimes.ErrFrame)
 				return
 			}
+			c.marks.Lock()
+			c.running = ""
+			c.marks.Unlock()
 			if restore := c.restore.Swap(nil); restore != nil {
 				// The block's own status is kept; the restore's is not
 				// the code's (a shell that did not live to run it
@@ -262,6 +277,12 @@ func (c *bashConn) execute(id, code string, env map[string]string) error {
 	default:
 		return fmt.Errorf("an execution is already running")
 	}
+	if code == "" {
+		code = " " // an empty cell as well; a block of no bytes is the interrupt mark
+	}
+	c.marks.Lock()
+	c.running = id
+	c.marks.Unlock()
 	_, err := io.WriteString(c.f, code+"\x00")
 	return err
 }
@@ -306,6 +327,19 @@ func (c *bashConn) run(id string, p Program) error {
 	}
 	b.WriteString(" </dev/null")
 	return c.execute(id, b.String(), nil)
+}
+
+// interrupt sends the interrupt mark, a block of no bytes (an empty cell
+// goes as a blank, see execute): the shell reads it as it starts the
+// block, or skips it if the block has ended.
+func (c *bashConn) interrupt(id string) error {
+	c.marks.Lock()
+	defer c.marks.Unlock()
+	if c.running != id {
+		return nil // it has ended
+	}
+	_, err := c.f.Write([]byte{0})
+	return err
 }
 
 func (c *bashConn) events() <-chan runtimes.Message { return c.ch }

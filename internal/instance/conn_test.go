@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -58,4 +59,65 @@ func TestConfigureError(t *testing.T) {
 			t.Errorf("reply %q: got %v, want %q", tc.reply, err, tc.want)
 		}
 	}
+}
+
+// An interrupt goes on the control socket after its execution (the
+// runtime reads it even when the SIGINT that follows found it idle): the
+// framed protocol's interrupt message, the shell's mark (a block of no
+// bytes; an empty cell goes as a blank, never as a mark).
+func TestInterruptFollowsExecution(t *testing.T) {
+	pair := func() (*os.File, *os.File) {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "theirs")
+		t.Cleanup(func() { a.Close(); b.Close() })
+		b.SetReadDeadline(time.Now().Add(10 * time.Second)) // what is missing fails, not hangs
+		return a, b
+	}
+	t.Run("framed", func(t *testing.T) {
+		ours, theirs := pair()
+		c := &framedConn{f: ours, w: runtimes.NewFrameWriter(ours)}
+		if err := c.execute("e1", "while True: pass", nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.interrupt("e1"); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for range 2 {
+			var hdr [4]byte
+			if _, err := io.ReadFull(theirs, hdr[:]); err != nil {
+				t.Fatal(err)
+			}
+			body := make([]byte, binary.BigEndian.Uint32(hdr[:]))
+			if _, err := io.ReadFull(theirs, body); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, string(body))
+		}
+		if got[0] != `{"type":"execute","id":"e1","code":"while True: pass"}` || got[1] != `{"type":"interrupt","id":"e1"}` {
+			t.Errorf("on the socket: %q", got)
+		}
+	})
+	t.Run("bash", func(t *testing.T) {
+		ours, theirs := pair()
+		c := &bashConn{f: ours, ids: make(chan string, 1)}
+		if err := c.execute("e1", "", nil); err != nil {
+			t.Fatal(err)
+		}
+		<-c.ids
+		if err := c.execute("e2", "sleep 9", nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.interrupt("e2"); err != nil {
+			t.Fatal(err)
+		}
+		want := " \x00sleep 9\x00\x00"
+		got := make([]byte, len(want))
+		if _, err := io.ReadFull(theirs, got); err != nil || string(got) != want {
+			t.Errorf("on the socket: %q %v, want %q", got, err, want)
+		}
+	})
 }

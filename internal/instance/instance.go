@@ -136,9 +136,21 @@ func (in *Instance) NetNS() (int, bool) {
 	return -1, false
 }
 
-// Interrupt sends SIGINT to the runtime's process group: Python raises
-// KeyboardInterrupt, and the state is kept.
-func (in *Interp) Interrupt() { in.sb.Signal(in.pid, syscall.SIGINT, true) }
+// Interrupt interrupts execution id: the runtime's interrupt message, then
+// SIGINT to its process group (Python raises KeyboardInterrupt; the state
+// is kept). The message, ordered after the execution on the socket, is
+// what makes an interrupt that comes before the runtime has started the
+// code (it ignores SIGINT while idle) land on it all the same
+// (docs/runtime-protocol.md); SIGINT stops code that runs. Both go from a
+// goroutine: a runtime that stopped reading its socket (its buffer full)
+// must not hold the caller, whose grace period then ends the session, and
+// with it the write.
+func (in *Interp) Interrupt(id string) {
+	go func() {
+		in.conn.interrupt(id) // failed: the runtime is gone or stuck; SIGINT regardless
+		in.sb.Signal(in.pid, syscall.SIGINT, true)
+	}()
+}
 
 // Close tears the instance down (it was never handed out, or its session
 // ended); it waits until everything in the sandbox is gone. Runtimes

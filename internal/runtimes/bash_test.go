@@ -125,7 +125,7 @@ func TestBashStatuses(t *testing.T) {
 	b.expect("false", 1, "")
 	b.expect("(exit 7)", 7, "")
 	b.expect("echo \"previous $?\"", 0, "previous 7\n") // $? starts as the last block's status
-	b.expect("", 0, "")
+	b.expect(" ", 0, "")                                // "" is the interrupt mark
 	b.expect("# only a comment", 0, "")
 	st, _, stderr := b.run("if then fi")
 	if st != 2 || !strings.Contains(stderr, "syntax error") {
@@ -153,7 +153,7 @@ func TestBashEmptyBlock(t *testing.T) {
 	t.Parallel()
 	b, _ := startBash(t)
 	b.expect("x=kept; cd /; (exit 3)", 3, "")
-	for _, code := range []string{"", " \t\n\n"} {
+	for _, code := range []string{" ", " \t\n\n"} { // "" is the interrupt mark
 		b.expect(code, 0, "")
 		b.expect("echo \"$? $x $PWD\"; (exit 3)", 3, "3 kept /\n")
 	}
@@ -186,6 +186,29 @@ func TestBashInterrupt(t *testing.T) {
 	b.expect("trap - INT; echo \"$v\"", 0, "kept\n")
 	b.ignoresIdleSIGINT()
 	b.expect("echo \"$v\"", 0, "kept\n")
+}
+
+// TestBashInterruptBeforeStart: the server's interrupt mark (a block of no
+// bytes, sent after the block and before its SIGINT) that the shell has
+// before it starts the block refuses it (130, nothing run); a mark whose
+// block has ended is skipped.
+func TestBashInterruptBeforeStart(t *testing.T) {
+	t.Parallel()
+	b, _ := startBash(t)
+	b.expect("ran=no", 0, "")
+	// One write: the shell has both before it starts the block. (No
+	// SIGINT: the one the server sends may find the shell idle.)
+	if _, err := b.ctl.Write([]byte("ran=yes; while :; do :; done\x00\x00")); err != nil {
+		t.Fatal(err)
+	}
+	if st := b.status(30 * time.Second); st != 130 {
+		t.Fatalf("interrupted before it started: status %d, want 130", st)
+	}
+	b.expect("echo $ran", 0, "no\n")
+	if _, err := b.ctl.Write([]byte{0}); err != nil { // late: skipped, no status
+		t.Fatal(err)
+	}
+	b.expect("echo still", 0, "still\n")
 }
 
 func TestBashOutput(t *testing.T) {

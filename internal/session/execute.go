@@ -586,7 +586,7 @@ func (r *running) Closed() (apitype.End, bool) {
 // Interrupt interrupts the runtime (KeyboardInterrupt).
 func (r *running) Interrupt(reason apitype.KillReason) {
 	r.stoppedBy = reason
-	r.c.it.Interrupt()
+	r.c.it.Interrupt(r.id)
 }
 
 // finishExecution ends the session if the execution must, collects the

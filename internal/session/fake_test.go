@@ -302,7 +302,7 @@ func signalled(sig syscall.Signal) instance.Exit {
 	return instance.Exit{Code: 128 + int(sig), Signal: sig, Status: syscall.WaitStatus(sig)}
 }
 
-func (it *fakeInterp) Interrupt() {
+func (it *fakeInterp) Interrupt(string) {
 	select {
 	case it.ints <- struct{}{}:
 	default:

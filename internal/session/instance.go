@@ -32,7 +32,8 @@ type Interp interface {
 	Messages() <-chan runtimes.Message
 	Lost() (apitype.End, error)
 	ProgramExit() (instance.Exit, bool)
-	Interrupt()
+	// Interrupt interrupts execution id (it may not have started yet).
+	Interrupt(id string)
 }
 
 // Beside is a runtime started beside the sandbox's first, for another

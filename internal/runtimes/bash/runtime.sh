@@ -23,7 +23,11 @@
 #   DEBUG trap returns from every function and from the sourced block before
 #   their next command runs, so loops such as `while :; do sleep 1; done`
 #   stop too. The block's status is 130 and the loop goes on. SIGINT while
-#   no block runs is ignored. Background jobs (`cmd &`) ignore SIGINT, as in
+#   no block runs is ignored. Before each SIGINT the server sends a block of
+#   no bytes, the interrupt mark: the shell looks for one as a block starts
+#   (its SIGINT may have come before, while the shell was idle), and then
+#   reports 130 without running the block; one read between blocks (its
+#   block had ended) is skipped. Background jobs (`cmd &`) ignore SIGINT, as in
 #   any non-interactive shell, and keep running.
 #
 # exit and set -e
@@ -221,6 +225,10 @@ while :; do
         builtin exit 0
     done
 
+    # A block of no bytes is the server's interrupt mark, which follows the
+    # block it interrupts; here, one for a block that has ended: nothing.
+    [[ -n $__airlock_code ]] || continue
+
     # A block of nothing but blanks is an empty cell: it does nothing, and
     # $? stays what the previous block left, as after an empty line at a
     # prompt.
@@ -232,6 +240,14 @@ while :; do
     # Run it with the options the user left on, errtrace forced on so the
     # ERR trap sees failures inside functions.
     __airlock_running=1 __airlock_interrupted= __airlock_status=
+    # An interrupt that came before the block started: its SIGINT found the
+    # shell idle (ignored), but its mark, sent after the block and before
+    # the SIGINT, is on the socket by now. The block does not run.
+    if builtin read -t 0 -u 3; then
+        IFS= builtin read -r -d '' -u 3 __airlock_part
+        [[ -z $__airlock_part ]] || builtin exit 2 # only marks come while a block runs
+        __airlock_interrupted=1 __airlock_code=:
+    fi
     [[ $__airlock_errexit ]] && builtin set -e
     [[ $__airlock_flags == *u* ]] && builtin set -u
     [[ $__airlock_flags == *v* ]] && builtin set -v

@@ -281,8 +281,10 @@ class Session:
             kind = msg["type"]
             if kind == "shutdown":
                 return
-            if kind == "installed":
-                continue  # a reply to an install its cell stopped waiting for
+            if kind in ("installed", "interrupt"):
+                # A reply to an install its cell stopped waiting for; an
+                # interrupt for an execution that has ended.
+                continue
             if kind == "execute":
                 # No code is an empty cell, as "" is: it does nothing.
                 msg_id, code, env = msg.get("id"), msg.get("code", ""), msg.get("env")
@@ -392,6 +394,7 @@ class Session:
         try:
             self.busy = True
             try:
+                self._interrupted_before(msg_id)
                 value = self.run_cell(code, count)
                 self._check_fork()
                 if value is not _NO_VALUE and value is not None:
@@ -455,6 +458,29 @@ class Session:
                     "execution_count": count, "exit_code": exit_code}
             current.flush_stdio()
             self.send_done(done)
+
+    def _interrupted_before(self, msg_id: str) -> None:
+        """Raise the interrupt the server sent before the execution started.
+
+        Its SIGINT may have come while the runtime was idle (ignored then),
+        but its message, sent after the execution and before the SIGINT,
+        is on the socket by now: the messages waiting there are read (only
+        interrupts, and installed replies for cells that stopped waiting,
+        can come during an execution).
+        """
+        interrupted = False
+        while self.chan.pending():
+            msg = self.chan.recv()
+            if msg is None:
+                break
+            kind = msg["type"]
+            if kind == "interrupt" and msg.get("id") == msg_id:
+                interrupted = True
+            elif kind not in ("interrupt", "installed"):
+                self.fatal(f"{kind!r} during an execution")
+        if interrupted:
+            self.interrupted = True
+            raise KeyboardInterrupt
 
     def _check_fork(self) -> None:
         # User code forked and the child returned from the cell: it must not

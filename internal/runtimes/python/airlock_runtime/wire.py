@@ -134,6 +134,13 @@ class Channel:
         del buf[:n]
         return data
 
+    def pending(self) -> bool:
+        """Whether input is waiting (buffered, or on the socket)."""
+        if self._buf:
+            return True
+        import select
+        return bool(select.select([self.fd], [], [], 0)[0])
+
     def recv(self) -> Optional[dict]:
         """Return the next message, or None at end of file."""
         header = self._take(4, eof_ok=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import struct
 import time
 import unittest
 
@@ -17,6 +19,27 @@ class InterruptTest(SessionMixin, unittest.TestCase):
         for line in ex.error["traceback"]:
             self.assertNotIn("airlock_runtime", line)
         return ex.error
+
+    def test_interrupt_before_start(self) -> None:
+        # The server's interrupt can come before the runtime has the code:
+        # its SIGINT then finds the runtime idle (and is ignored; none is
+        # sent here), but its message follows the execute on the socket. One
+        # write: the runtime has both before it starts, and refuses the
+        # execution.
+        self.ok("ran = 'no'")
+        frames = b""
+        for msg in ({"type": "execute", "id": "early", "code": "ran = 'yes'\nwhile True:\n    pass"},
+                    {"type": "interrupt", "id": "early"}):
+            body = json.dumps(msg).encode()
+            frames += struct.pack(">I", len(body)) + body
+        self.rt.send_raw(frames)
+        ex = self.rt.wait("early", timeout=30)
+        self.assertEqual(ex.status, "interrupted", ex.messages)
+        self.assertEqual(ex.error["name"], "KeyboardInterrupt")
+        self.assertEqual(self.value("ran"), "'no'")
+        # One for an execution that has ended changes nothing.
+        self.rt.send({"type": "interrupt", "id": "early"})
+        self.assertEqual(self.value("ran = 'later'\nran"), "'later'")
 
     def test_busy_loop(self) -> None:
         self.ok("kept = 'state'")
