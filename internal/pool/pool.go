@@ -88,9 +88,13 @@ var startTemplate = zygote.Start
 // clock is the pools' demand clock (a variable for tests).
 var clock = time.Now
 
-// defaultEstimate is the memory a ready sandbox of a language is taken to
-// hold until the pool has measured its own (bytes).
+// defaultEstimate is the memory a native ready sandbox of a language is
+// taken to hold until the pool has measured its own (bytes); a gVisor one
+// (its Sentry, gofer and own copy of the runtime) is taken to hold
+// gVisorEstimate.
 var defaultEstimate = map[string]int64{"python": 8 << 20, "javascript": 24 << 20, "bash": 2 << 20}
+
+const gVisorEstimate = 128 << 20
 
 type queue struct {
 	rt runtimes.Runtime
@@ -120,8 +124,10 @@ type queue struct {
 	// waiting counts the requests building a sandbox themselves now,
 	// none being ready.
 	waiting atomic.Int64
-	// est is the memory a ready one holds, measured (0: not yet).
-	est atomic.Int64
+	// est is the memory a ready one holds, measured (0: not yet); guess
+	// stands for it until it is.
+	est   atomic.Int64
+	guess int64
 	// lastTake is when one was last taken (unix nanoseconds, real time).
 	lastTake atomic.Int64
 }
@@ -162,6 +168,9 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 		// A language without a pool does not grow one.
 		q := newQueue(rt, floor, max(floor, cfg.Pool.MaxSize[lang]*min(floor, 1)), cfg.Defaults)
 		q.template = rt.Template && p.zygTried != nil
+		if q.guess = defaultEstimate[lang]; q.guess == 0 || p.host == nil {
+			q.guess = gVisorEstimate
+		}
 		p.queues[lang] = q
 		p.order = append(p.order, q)
 		if q.floor > 0 {
@@ -172,6 +181,7 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 		if n := cfg.Pool.NetworkSize[lang]; n > 0 && k.NetworkAtStart() && cfg.Network.Enabled {
 			q := newQueue(rt, n, n, cfg.Defaults)
 			q.net = true
+			q.guess = gVisorEstimate // only gVisor fixes a network at boot
 			p.netQueues[lang] = q
 			p.order = append(p.order, q)
 			p.wg.Add(1)
@@ -265,16 +275,13 @@ func (q *queue) urgency() float64 {
 	return float64(q.waiting.Load()) + 1 - float64(len(q.ready)+q.pending)/float64(q.target)
 }
 
-// estimate is the memory a ready one holds: measured, or the language's
-// default until it is.
+// estimate is the memory a ready one holds: measured, or a guess until
+// it is.
 func (q *queue) estimate() int64 {
 	if e := q.est.Load(); e > 0 {
 		return e
 	}
-	if e, ok := defaultEstimate[q.rt.Lang]; ok {
-		return e
-	}
-	return 8 << 20
+	return q.guess
 }
 
 // measure folds inst's memory into q's estimate (a moving average).
