@@ -132,15 +132,7 @@ func benchGVisor(ctx context.Context, r *Report, o Options, n func(full, smoke i
 	if err != nil {
 		return err
 	}
-	var total int64
-	procs := 0
-	for _, s := range sessions {
-		for _, pid := range cgroupPids(srv.name, s.Sandbox) {
-			total += pss(pid)
-			procs++
-		}
-	}
-	per := float64(total) / float64(max(1, len(sessions))) / 1024
+	per, procs := sessionsPSS(srv, sessions)
 	base := ""
 	if v, ok := r.Stats["density_pss_mb"].(float64); ok {
 		base = fmt.Sprintf("native: %.1f MB", v)

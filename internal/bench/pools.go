@@ -29,14 +29,10 @@ func benchDrained(ctx context.Context, r *Report, o Options, n int) error {
 		if err := oneShotBurst(ctx, srv, n); err != nil {
 			return err
 		}
-		sessions, lat, err := openSessions(ctx, srv, n, n, "print(1)")
-		for _, sess := range sessions {
-			srv.deleteSession(ctx, sess.ID)
-		}
+		s, err := createBurst(ctx, srv, n)
 		if err != nil {
 			return err
 		}
-		s := stats(lat)
 		scen := fmt.Sprintf("%d concurrent session creations + `print(1)` right after %d one-shots, default pools: %s", n, n, name)
 		r.add(Row{Scenario: scen, Metric: "p50", Value: s.P50, Unit: "ms"})
 		r.add(Row{Scenario: scen, Metric: "p99", Value: s.P99, Unit: "ms", Target: "≤ 150 ms",

@@ -123,19 +123,25 @@ func benchContexts(ctx context.Context, srv *server, r *Report, n int) error {
 // benchConcurrent: 50 session creations at once, each followed by one
 // print(1).
 func benchConcurrent(ctx context.Context, srv *server, r *Report, n int) error {
-	sessions, lat, err := openSessions(ctx, srv, n, n, "print(1)")
-	for _, sess := range sessions {
-		srv.deleteSession(ctx, sess.ID)
-	}
+	s, err := createBurst(ctx, srv, n)
 	if err != nil {
 		return err
 	}
-	s := stats(lat)
 	name := fmt.Sprintf("%d concurrent session creations, each + `print(1)`", n)
 	r.add(Row{Scenario: name, Metric: "p50", Value: s.P50, Unit: "ms"})
 	r.add(Row{Scenario: name, Metric: "p99", Value: s.P99, Unit: "ms", Target: "≤ 150 ms"})
 	r.Stats["concurrent_create"] = s
 	return nil
+}
+
+// createBurst creates n sessions at once, each followed by print(1), and
+// deletes them: the create-to-result latencies.
+func createBurst(ctx context.Context, srv *server, n int) (Stat, error) {
+	sessions, lat, err := openSessions(ctx, srv, n, n, "print(1)")
+	for _, sess := range sessions {
+		srv.deleteSession(ctx, sess.ID)
+	}
+	return stats(lat), err
 }
 
 // benchOneShot: POST /v1/execute of print(1) with 4 clients, sustained;
@@ -308,22 +314,27 @@ func benchDensity(ctx context.Context, srv *server, r *Report, n int) error {
 			alive++
 		}
 	}
-	var total int64
-	procs := 0
-	for _, s := range sessions {
-		pids := cgroupPids(srv.name, s.Sandbox)
-		for _, pid := range pids {
-			total += pss(pid)
-			procs++
-		}
-	}
-	per := float64(total) / float64(max(1, len(sessions))) / 1024
+	per, procs := sessionsPSS(srv, sessions)
 	r.add(Row{Scenario: "idle Python sessions with numpy and pandas imported", Metric: "alive at once", Value: float64(alive), Unit: "sessions", Target: "≥ 300"})
 	r.add(Row{Scenario: "idle Python sessions with numpy and pandas imported", Metric: "PSS per session", Value: per, Unit: "MB", Target: "≤ 15 MB",
 		Note: fmt.Sprintf("%d processes: init and interpreter", procs)})
 	r.Stats["density_sessions"] = alive
 	r.Stats["density_pss_mb"] = per
 	return nil
+}
+
+// sessionsPSS is the mean PSS of sessions (MB): every process of each
+// one's sandbox cgroup counted; and the number of those processes.
+func sessionsPSS(srv *server, sessions []*apitype.Session) (float64, int) {
+	var total int64
+	procs := 0
+	for _, s := range sessions {
+		for _, pid := range cgroupPids(srv.name, s.Sandbox) {
+			total += pss(pid)
+			procs++
+		}
+	}
+	return float64(total) / float64(max(1, len(sessions))) / 1024, procs
 }
 
 // cgroupPids lists the processes of a sandbox's cgroup.
