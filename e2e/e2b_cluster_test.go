@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"airlock/internal/store/pgtest"
 )
@@ -28,7 +29,7 @@ func TestE2BCluster(t *testing.T) {
 	s0, s1 := servers[0], servers[1]
 	key := "e2b_" + strings.TrimPrefix(s0.newKey("team-e2b"), "alk_")
 
-	code, body := s0.raw("POST", "/sandboxes", map[string]any{"templateID": "python"}, map[string]string{"X-API-KEY": key})
+	code, body := s0.raw("POST", "/sandboxes", map[string]any{"templateID": "python", "metadata": map[string]string{"suite": "cluster"}}, map[string]string{"X-API-KEY": key})
 	var box struct {
 		SandboxID, EnvdAccessToken, TrafficAccessToken string
 		Domain                                         *string
@@ -80,6 +81,47 @@ func TestE2BCluster(t *testing.T) {
 	misdirected("a port host", code, b)
 	code, b = s1.raw("GET", "/", nil, map[string]string{"Host": "49983-" + box.SandboxID + ".ports.test", "X-Access-Token": box.EnvdAccessToken})
 	misdirected("envd's port host", code, b)
+
+	// Sandbox.list on either server lists it, with its metadata; paused
+	// on airlock-0, airlock-1 lists it paused (waited for: the directory
+	// carries it).
+	listed := func(s *server, query string) map[string]string {
+		t.Helper()
+		code, body := s.raw("GET", "/v2/sandboxes?"+query, nil, ctl)
+		var l []struct {
+			SandboxID, State string
+			Metadata         map[string]string
+		}
+		if code != 200 || json.Unmarshal(body, &l) != nil {
+			t.Fatalf("list on %s: %d %s", s.name, code, body)
+		}
+		out := map[string]string{}
+		for _, x := range l {
+			out[x.SandboxID] = x.State + "/" + x.Metadata["suite"]
+		}
+		return out
+	}
+	for _, s := range servers {
+		if got := listed(s, "metadata=suite%3Dcluster"); got[box.SandboxID] != "running/cluster" || len(got) != 1 {
+			t.Errorf("Sandbox.list on %s: %v", s.name, got)
+		}
+	}
+	if got := listed(s1, "metadata=suite%3Dother"); len(got) != 0 {
+		t.Errorf("Sandbox.list on airlock-1 with another suite: %v", got)
+	}
+	if code, body := s0.raw("POST", "/sandboxes/"+box.SandboxID+"/pause", nil, ctl); code != 204 {
+		t.Fatalf("pause on airlock-0: %d %s", code, body)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for listed(s1, "state=paused")[box.SandboxID] != "paused/cluster" {
+		if time.Now().After(deadline) {
+			t.Fatalf("airlock-1 does not list the paused sandbox: %v", listed(s1, ""))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code, body := s0.raw("POST", "/sandboxes/"+box.SandboxID+"/connect", map[string]any{"timeout": 60}, ctl); code != 200 {
+		t.Fatalf("connect on airlock-0: %d %s", code, body)
+	}
 
 	// Untouched, and its own server ends it.
 	if code, body := run(s0); code != 200 || !strings.Contains(body, "42") {

@@ -270,6 +270,10 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		s.e2b.ServePort, s.e2b.Log = s.api.ServePort, s.log
 		if s.db != nil {
 			s.e2b.Records = e2bRecords{s.db}
+			s.e2b.Register = s.dir.Register
+			if s.db.Shared() {
+				s.e2b.Cluster = s.dir.List
+			}
 		}
 	}
 	for pattern, h := range opts.Handlers {

@@ -226,10 +226,16 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		rec.Template = "base"
 	}
 	box := s.newBox(sess.ID(), rec)
-	if err := s.save(r.Context(), box); err != nil {
+	err = s.save(r.Context(), box)
+	if err == nil && s.Register != nil {
+		err = s.Register(r.Context(), sess.Info())
+	}
+	if err != nil {
 		// A sandbox whose record is not kept would lose its tokens with
-		// a restart: none is made.
+		// a restart, one the directory does not list would be unknown
+		// to the cluster: none is made (its end frees the quota's place).
 		s.m.Delete(box.id)
+		s.unrecord(box.id)
 		failControl(w, err)
 		return
 	}
@@ -286,11 +292,7 @@ func (s *Server) deadline(box *sandbox, ttl time.Duration, set bool) {
 // describe is box as E2B's API shows it; with secrets, its tokens too
 // (its creator's and connect's answers).
 func (s *Server) describe(box *sandbox, secrets bool) sandboxJSON {
-	out := sandboxJSON{TemplateID: box.template, SandboxID: wireID(box.id), ClientID: box.clientID, EnvdVersion: envdVersion, Metadata: box.metadata, State: "running",
-		Lifecycle: &lifecycleJSON{OnTimeout: "kill", AutoResume: &box.autoResume}}
-	if box.pause {
-		out.Lifecycle.OnTimeout = "pause"
-	}
+	out := box.base()
 	if d := s.cfg.Ports.Domain; d != "" && s.cfg.Ports.Enabled {
 		out.Domain = &d // getHost's: <port>-<id>.<domain>
 	}
@@ -309,6 +311,16 @@ func (s *Server) describe(box *sandbox, secrets bool) sandboxJSON {
 		out.CPUCount, out.MemoryMB, out.DiskSizeMB = &cpus, &mem, &disk
 	} else if errors.Is(err, errdefs.ErrPaused) {
 		out.State = "paused"
+	}
+	return out
+}
+
+// base is what box's record says of it, running.
+func (box *sandbox) base() sandboxJSON {
+	out := sandboxJSON{TemplateID: box.template, SandboxID: wireID(box.id), ClientID: box.clientID, EnvdVersion: envdVersion, Metadata: box.metadata, State: "running",
+		Lifecycle: &lifecycleJSON{OnTimeout: "kill", AutoResume: &box.autoResume}}
+	if box.pause {
+		out.Lifecycle.OnTimeout = "pause"
 	}
 	if out.Metadata == nil {
 		out.Metadata = map[string]string{}
@@ -379,6 +391,16 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		if d := s.describe(b, false); len(states) == 0 || slices.Contains(states, d.State) {
+			out = append(out, d)
+		}
+	}
+	others, err := s.others(r.Context(), who)
+	if err != nil {
+		failControl(w, err)
+		return
+	}
+	for _, d := range others {
+		if matches(d.Metadata, want) && (len(states) == 0 || slices.Contains(states, d.State)) {
 			out = append(out, d)
 		}
 	}

@@ -66,6 +66,13 @@ type Server struct {
 	// the server); Log hears what goes wrong with them.
 	Records Records
 	Log     *slog.Logger
+	// Cluster lists the sessions who sees across the servers sharing
+	// the store (the sessions directory; nil: this server's alone), for
+	// Sandbox.list.
+	Cluster func(ctx context.Context, who identity.Identity) ([]apitype.Session, error)
+	// Register lists a session just created in the sessions directory
+	// before its creator hears of it, as the v1 API does (nil: none).
+	Register func(ctx context.Context, s apitype.Session) error
 	// key derives sandboxes' access tokens (see records.go).
 	key     []byte
 	control *http.ServeMux

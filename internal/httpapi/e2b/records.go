@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"airlock/internal/apitype"
 	"airlock/internal/cluster"
 	"airlock/internal/errdefs"
 	"airlock/internal/identity"
@@ -165,7 +166,7 @@ func (s *Server) Load(ctx context.Context) error {
 	return nil
 }
 
-// unforget removes the record of a sandbox whose session is gone.
+// unrecord removes the record of a sandbox whose session is gone.
 func (s *Server) unrecord(id string) {
 	if s.Records == nil {
 		return
@@ -192,4 +193,51 @@ func wireID(id string) string {
 		return label
 	}
 	return id
+}
+
+// others is the sandboxes of the cluster's other servers that who sees,
+// as the sessions directory lists them (running or paused, with the pod
+// that holds each) and their records describe them: what Sandbox.list
+// shows beside this server's own. Nothing without a shared store.
+func (s *Server) others(ctx context.Context, who identity.Identity) ([]sandboxJSON, error) {
+	if s.Cluster == nil || s.Records == nil {
+		return nil, nil
+	}
+	sessions, err := s.Cluster(ctx, who)
+	if err != nil {
+		return nil, err
+	}
+	mine := s.Records.ServerPod()
+	live := map[string]apitype.Session{}
+	for _, x := range sessions {
+		if x.Pod != mine && x.State != apitype.StateEnded {
+			live[x.ID] = x
+		}
+	}
+	if len(live) == 0 {
+		return nil, nil
+	}
+	recs, err := s.Records.Sandboxes(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	var out []sandboxJSON
+	for _, rec := range recs {
+		x, ok := live[rec.ID]
+		var r record
+		if !ok || json.Unmarshal(rec.Info, &r) != nil || !who.Sees(r.Owner.Tenant) {
+			continue
+		}
+		box := s.newBox(rec.ID, r)
+		d := box.base()
+		d.StartedAt = &box.started
+		if x.State == apitype.StatePaused {
+			d.State = "paused"
+		}
+		l := x.Limits
+		cpus, mem, disk := max(l.CPUs, 0), int64(l.Memory)>>20, int64(l.Disk)>>20
+		d.CPUCount, d.MemoryMB, d.DiskSizeMB = &cpus, &mem, &disk
+		out = append(out, d)
+	}
+	return out, nil
 }
