@@ -8,7 +8,7 @@
 // the call itself with the credential attached, bounded in time and
 // size, and its record. It also owns the in-sandbox clients
 // (ClientFiles: airlock_tools for Python and JavaScript, the
-// airlock-tool command) and placeholder secrets (Placeholders).
+// airlock-tool command).
 //
 // It must never let a credential reach a sandbox, a log, an error, an
 // audit record or a result: credentials are read from files or the
@@ -35,6 +35,7 @@ import (
 	"airlock/internal/apitype"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
+	"airlock/internal/secrets"
 )
 
 // Broker holds the declared tools of every tenant, their credentials,
@@ -90,10 +91,6 @@ type Options struct {
 	Now func() time.Time
 }
 
-// minSecret is the shortest credential airlock accepts: a shorter one
-// could not be told apart from ordinary text when answers are scrubbed.
-const minSecret = 8
-
 // New compiles every tool of c and reads their credentials. An error
 // names the tool and what is wrong; the server does not start with it.
 func New(c config.Config, o Options) (*Broker, error) {
@@ -114,7 +111,7 @@ func New(c config.Config, o Options) (*Broker, error) {
 	b := &Broker{cfg: c.Broker, log: o.Log, server: map[string]*tool{}, own: map[string]map[string]*tool{},
 		slots: make(chan struct{}, c.Broker.ServerConcurrency), cmdUID: uid, cmdGID: gid, asRoot: os.Geteuid() == 0,
 		now: o.Now, tenantDay: map[budgetKey]int{}}
-	b.client = newHTTPClient(o.RootCAs)
+	b.client = newHTTPClient(o.RootCAs, c.Broker.ProxyFromEnvironment)
 	var errs []error
 	compileAll := func(prefix string, tools map[string]config.Tool, into map[string]*tool) {
 		for _, name := range sortedKeys(tools) {
@@ -184,49 +181,14 @@ func compile(name string, c config.Tool, env []string) (*tool, error) {
 		t.redactArgs[n] = true
 	}
 	if cr := c.Credential; cr != nil {
-		v, err := readSecret(cr.File, cr.Env, env)
+		v, err := secrets.Read(cr.File, cr.Env, env)
 		if err != nil {
 			return nil, fmt.Errorf("credential: %v", err)
 		}
 		t.secret = v
-		t.forms = secretForms(v)
+		t.forms = secrets.Forms(v)
 	}
 	return t, nil
-}
-
-// readSecret reads a secret from its file or variable. The error never
-// holds the value.
-func readSecret(file, name string, env []string) (string, error) {
-	var v string
-	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return "", fmt.Errorf("cannot read %s: %v", file, errors.Unwrap(err))
-		}
-		v = strings.TrimRight(string(b), "\r\n")
-	} else {
-		for _, kv := range env {
-			if k, val, ok := strings.Cut(kv, "="); ok && k == name {
-				v = val
-			}
-		}
-	}
-	switch {
-	case v == "":
-		return "", fmt.Errorf("the secret (%s) is empty or unset", sourceName(file, name))
-	case len(v) < minSecret:
-		return "", fmt.Errorf("the secret (%s) is shorter than %d bytes: too short to be kept out of answers reliably", sourceName(file, name), minSecret)
-	case strings.ContainsAny(v, "\r\n\x00"):
-		return "", fmt.Errorf("the secret (%s) must be one line", sourceName(file, name))
-	}
-	return v, nil
-}
-
-func sourceName(file, env string) string {
-	if file != "" {
-		return "file " + file
-	}
-	return "variable " + env
 }
 
 // lookup finds tenant's tool name.

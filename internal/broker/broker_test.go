@@ -20,6 +20,7 @@ import (
 	"airlock/internal/apitype"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
+	"airlock/internal/secrets"
 )
 
 const testSecret = "s3cr3t-T0KEN-abcdef0123456789"
@@ -185,7 +186,7 @@ func (h *harness) noSecret(t *testing.T, more ...any) {
 		if s, ok := v.(string); ok {
 			b = []byte(s)
 		}
-		for _, f := range secretForms(testSecret) {
+		for _, f := range secrets.Forms(testSecret) {
 			if bytes.Contains(b, []byte(f)) {
 				t.Fatalf("the credential (as %q) leaked into %s", f, clip(string(b), 400))
 			}
@@ -503,4 +504,20 @@ func TestEndpoint(t *testing.T) {
 		t.Fatal("the endpoint answers after Close")
 	}
 	h.noSecret(t)
+}
+
+// TestNoEnvironmentProxyUnlessSaid: the server's HTTP(S)_PROXY carries
+// no tool call (with its credential) unless broker.proxy_from_environment.
+func TestNoEnvironmentProxyUnlessSaid(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		c := config.Default()
+		c.Broker.ProxyFromEnvironment = on
+		b, err := New(c, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := b.client.Transport.(*http.Transport).Proxy != nil; got != on {
+			t.Errorf("proxy_from_environment %v: the client has a proxy: %v", on, got)
+		}
+	}
 }

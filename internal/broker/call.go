@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -118,6 +117,7 @@ const maxRecordedArgs = 4 << 10
 func (s *Session) Call(ctx context.Context, name string, body []byte) (*Result, *Refusal, apitype.ToolCall) {
 	start := s.b.now()
 	rec := apitype.ToolCall{Tool: clip(name, 64), Time: start.UTC(), BytesIn: int64(len(body))}
+	rec.Context, _ = ctx.Value(fromKey{}).(string)
 	res, ref, args := s.call(ctx, name, body, start)
 	rec.DurationMs = float64(s.b.now().Sub(start).Microseconds()) / 1000
 	t := s.tools[name]
@@ -362,21 +362,6 @@ func (s *Session) recordArgs(t *tool, args map[string]any, body []byte) (json.Ra
 			return cut, true
 		}
 	}
-}
-
-// secretForms are the ways an answer may echo a secret: as it is, in
-// base64 (standard and URL alphabets, padded or not) and URL-escaped.
-func secretForms(v string) []string {
-	forms := []string{v, base64.StdEncoding.EncodeToString([]byte(v)), base64.RawStdEncoding.EncodeToString([]byte(v)),
-		base64.URLEncoding.EncodeToString([]byte(v)), base64.RawURLEncoding.EncodeToString([]byte(v)),
-		url.QueryEscape(v), url.PathEscape(v)}
-	var out []string
-	for _, f := range forms {
-		if !contains(out, f) {
-			out = append(out, f)
-		}
-	}
-	return out
 }
 
 // redacted replaces a credential in text.

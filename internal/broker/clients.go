@@ -25,6 +25,15 @@ const (
 	BinDir    = "/opt/airlock/bin"
 )
 
+// ContextEnv names the variable that tells the clients which code
+// context they run in; they send it as ContextHeader, and a call's
+// record says it came from there (advisory: code can send any context
+// of its own session).
+const (
+	ContextEnv    = "AIRLOCK_CONTEXT"
+	ContextHeader = "X-Airlock-Context"
+)
+
 // ClientFiles are the clients, by their path in a sandbox.
 func ClientFiles() map[string]string {
 	return map[string]string{

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -120,6 +121,20 @@ func (s *Session) Close() {
 	ep.calls.Wait()
 }
 
+// fromKey keys the code context a call says it comes from.
+type fromKey struct{}
+
+// withFrom notes the context a call says it comes from: a context id's
+// characters, at most 64 bytes, else nothing.
+func withFrom(ctx context.Context, id string) context.Context {
+	if id == "" || len(id) > 64 || strings.ContainsFunc(id, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.')
+	}) {
+		return ctx
+	}
+	return context.WithValue(ctx, fromKey{}, id)
+}
+
 func (s *Session) serveCall(w http.ResponseWriter, r *http.Request) {
 	if !s.ep.enter() {
 		writeAnswer(w, http.StatusServiceUnavailable, Answer{Error: &wireErr{Code: "unavailable", Message: "the session is ending"}})
@@ -131,7 +146,7 @@ func (s *Session) serveCall(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // the caller went away
 	}
-	res, ref, _ := s.Call(r.Context(), r.PathValue("name"), body)
+	res, ref, _ := s.Call(withFrom(r.Context(), r.Header.Get(ContextHeader)), r.PathValue("name"), body)
 	if ref == nil {
 		writeAnswer(w, http.StatusOK, Answer{OK: true, Result: res})
 		return

@@ -11,6 +11,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -20,10 +21,17 @@ import (
 
 // newHTTPClient is the client of every HTTP tool: no redirects followed
 // (one could take the credential, or the call, elsewhere), bounded
-// headers, the host's trust store (or roots).
-func newHTTPClient(roots *x509.CertPool) *http.Client {
+// headers, the host's trust store (or roots). The server's proxy
+// environment only when the operator says so (envProxy): a variable
+// set for something else must not silently route every credential
+// through a proxy.
+func newHTTPClient(roots *x509.CertPool, envProxy bool) *http.Client {
+	var proxy func(*http.Request) (*url.URL, error)
+	if envProxy {
+		proxy = http.ProxyFromEnvironment
+	}
 	tr := &http.Transport{
-		Proxy:                  http.ProxyFromEnvironment,
+		Proxy:                  proxy,
 		DialContext:            (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		TLSClientConfig:        &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
 		TLSHandshakeTimeout:    10 * time.Second,

@@ -159,6 +159,14 @@ type Config struct {
 	Tools map[string]Tool `json:"tools,omitempty"`
 	// Broker caps tools' calls and limits.
 	Broker Broker `json:"broker"`
+	// Secrets are credentials bound to hosts, for every tenant: a
+	// session that opts in by name sees a placeholder, which the egress
+	// gate replaces with the value in requests to the bound hosts only.
+	// Tenants may have their own.
+	Secrets map[string]Secret `json:"secrets,omitempty"`
+	// SecretsCA is the authority the gate's certificates for bound hosts
+	// come from (default: one airlock makes in data_dir/secrets).
+	SecretsCA SecretsCA `json:"secrets_ca,omitzero"`
 	// Tenants configures tenants by name: their redaction, code rules,
 	// isolation, templates and tools.
 	Tenants map[string]Tenant `json:"tenants,omitempty"`
@@ -636,6 +644,7 @@ func (c Config) Validate() error {
 	if c.Pool.ShrinkAfter < Duration(time.Second) || c.Pool.ShrinkAfter > Duration(24*time.Hour) {
 		errs = append(errs, fmt.Errorf("pool.shrink_after must be between 1s and 24h"))
 	}
+	errs = append(errs, c.validateSecrets()...)
 	if c.Pool.Parallel < 1 || c.Pool.Parallel > 256 {
 		errs = append(errs, fmt.Errorf("pool.parallel %d must be between 1 and 256", c.Pool.Parallel))
 	}

@@ -61,6 +61,9 @@ type Tenant struct {
 	// Tools are the tenant's own tools, besides the server's (a name may
 	// not be both).
 	Tools map[string]Tool `json:"tools,omitempty"`
+	// Secrets are the tenant's own secrets, besides the server's (a name
+	// may not be both).
+	Secrets map[string]Secret `json:"secrets,omitempty"`
 }
 
 // RedactionFor is the redaction of tenant's sessions: its own if set,

@@ -126,6 +126,11 @@ type Broker struct {
 	// CommandUser is the uid:gid host commands run as when the server
 	// runs as root (default 65534:65534, nobody).
 	CommandUser string `json:"command_user"`
+	// ProxyFromEnvironment sends HTTP tools' calls through the proxy the
+	// server's environment names (HTTPS_PROXY, HTTP_PROXY, NO_PROXY);
+	// off by default: calls go straight to the tool, whatever the
+	// server's environment says.
+	ProxyFromEnvironment bool `json:"proxy_from_environment,omitempty"`
 }
 
 // Defaults of a tool's own limits, when it sets none.

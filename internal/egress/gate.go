@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"airlock/internal/secrets"
 )
 
 // Limits bound what one session's egress may use.
@@ -54,6 +56,10 @@ type Options struct {
 	Log     *slog.Logger
 	// Proxy adds the HTTP proxy on ProxyAddr inside the sandbox.
 	Proxy bool
+	// Secrets are the session's placeholder secrets (nil: none): the
+	// gate terminates connections to their bound hosts to substitute
+	// them (see intercept).
+	Secrets *secrets.Session
 }
 
 // Stats are a gate's counters.
@@ -81,6 +87,7 @@ type Gate struct {
 	dialer  *Dialer
 	log     *slog.Logger
 	ns      *os.File // the sandbox's network namespace
+	secrets *secrets.Session
 
 	// setMu serialises SetPolicy, across the listens it does without mu.
 	setMu sync.Mutex
@@ -628,6 +635,10 @@ func (g *Gate) handle(c net.Conn) {
 		g.deny(c, d, err.Error())
 		return
 	}
+	if !policy.Opaque(name, port) && g.interceptable(name, head) {
+		g.intercept(c, peeked(head, reqs), name, port, d)
+		return
+	}
 	up, addr, err := g.dial(name, port)
 	if err != nil {
 		giveBack()
@@ -767,6 +778,7 @@ func (g *Gate) peek(c net.Conn, name string) ([]byte, *reqStream, error) {
 				return nil, nil, err
 			}
 			if reqs.requests > 0 {
+				reqs.read = buf
 				return first, reqs, nil
 			}
 		default:

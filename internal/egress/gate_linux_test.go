@@ -262,6 +262,12 @@ func newFixture(t testing.TB, allow []string, lim Limits) *fixture {
 }
 
 func newFixtureProxy(t testing.TB, allow []string, lim Limits, proxy bool) *fixture {
+	return newFixtureWith(t, allow, lim, Options{Proxy: proxy}, nil)
+}
+
+// newFixtureWith is newFixture with the gate's options o (Proxy,
+// Secrets) and more handlers on the upstreams' mux.
+func newFixtureWith(t testing.TB, allow []string, lim Limits, o Options, more func(*http.ServeMux)) *fixture {
 	f := &fixture{ns: newNetns(t), log: &logBuf{}}
 	f.port, f.tlsPort = freePort(t), freePort(t)
 	mux := http.NewServeMux()
@@ -285,6 +291,9 @@ func newFixtureProxy(t testing.TB, allow []string, lim Limits, proxy bool) *fixt
 		case <-time.After(10 * time.Second):
 		}
 	})
+	if more != nil {
+		more(mux)
+	}
 	upstream(t, "127.0.0.2", f.port, mux, false, &f.accepted, &f.read)
 	ts := upstream(t, "127.0.0.2", f.tlsPort, mux, true, &f.accepted, &f.read)
 	f.tlsConf = ts.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
@@ -315,9 +324,10 @@ func newFixtureProxy(t testing.TB, allow []string, lim Limits, proxy bool) *fixt
 	if lim.ConnectTimeout == 0 {
 		lim.ConnectTimeout = 5 * time.Second
 	}
-	g, err := Attach(f.ns.pidfd, Options{Session: "s1", Policy: p, Limits: lim,
-		Dialer: &Dialer{Guard: guard, Resolver: f.res, Timeout: lim.ConnectTimeout},
-		Log:    slog.New(slog.NewJSONHandler(f.log, nil)), Proxy: proxy})
+	o.Session, o.Policy, o.Limits = "s1", p, lim
+	o.Dialer = &Dialer{Guard: guard, Resolver: f.res, Timeout: lim.ConnectTimeout}
+	o.Log = slog.New(slog.NewJSONHandler(f.log, nil))
+	g, err := Attach(f.ns.pidfd, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,6 +33,7 @@ type reqStream struct {
 	left     int64  // body or chunk bytes still to pass
 	requests int    // heads checked
 	pending  []byte // bytes held while an upgrade waits for its answer
+	read     []byte // peek's: every byte it read from the client
 }
 
 type reqState int

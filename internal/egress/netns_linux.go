@@ -152,7 +152,7 @@ func Attach(pidfd int, o Options) (_ *Gate, err error) {
 		o.Log = slog.Default()
 	}
 	g := &Gate{
-		session: o.Session, limits: o.Limits, dialer: o.Dialer, log: o.Log, policy: o.Policy,
+		session: o.Session, limits: o.Limits, dialer: o.Dialer, log: o.Log, policy: o.Policy, secrets: o.Secrets,
 		fakes: map[string]netip.Addr{}, names: map[netip.Addr]string{},
 		listeners: map[uint16]net.Listener{}, conns: map[net.Conn]struct{}{},
 	}

@@ -211,6 +211,14 @@ func (g *Gate) handleProxy(c net.Conn) {
 			}
 		}
 	}
+	if !g.Policy().Opaque(name, port) && g.interceptable(name, head) {
+		carried = true
+		if req.Method == http.MethodConnect {
+			head = peeked(head, reqs)
+		}
+		g.intercept(client, head, name, port, d)
+		return
+	}
 	up, addr, err := g.dialer.Connect(context.Background(), name, addrs, port)
 	if err != nil {
 		// After a CONNECT's 200 only a reset can say it, as on the

@@ -39,6 +39,7 @@ function request(tool, method, path, body) {
   return new Promise((resolve, reject) => {
     const { host, port } = address();
     const headers = body === undefined ? {} : { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) };
+    if (process.env.AIRLOCK_CONTEXT) headers['X-Airlock-Context'] = process.env.AIRLOCK_CONTEXT;
     const req = http.request({ host, port, method, path, headers, agent: false }, (res) => {
       const chunks = [];
       res.on('data', (c) => chunks.push(c));

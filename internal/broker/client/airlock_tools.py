@@ -63,6 +63,8 @@ def _request(tool, method, path, body=None):
     conn = http.client.HTTPConnection(host, port, timeout=3600)
     try:
         headers = {"Content-Type": "application/json"} if body is not None else {}
+        if os.environ.get("AIRLOCK_CONTEXT"):
+            headers["X-Airlock-Context"] = os.environ["AIRLOCK_CONTEXT"]
         conn.request(method, path, body=body, headers=headers)
         resp = conn.getresponse()
         data = resp.read()

@@ -1,0 +1,433 @@
+package egress
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"airlock/internal/secrets"
+)
+
+// maxSubstBody bounds a request body searched for placeholders (only
+// toward a host whose secret may go in bodies): it is read whole, so
+// that its Content-Length stays true.
+const maxSubstBody = 1 << 20
+
+// interceptable reports whether a connection to name, starting with
+// head, is one the gate terminates to substitute secrets: the session
+// has a secret bound to name, and the connection is TLS, or plain HTTP
+// where a secret bound there may go in plain HTTP. Any other
+// connection is carried as it is: its placeholders stay placeholders.
+func (g *Gate) interceptable(name string, head []byte) bool {
+	bound, plain := g.secrets.Binds(name)
+	return bound && (len(head) > 0 && head[0] == 0x16 || plain)
+}
+
+// peeked is every byte peek read from the client: the ClientHello, or
+// the HTTP bytes as they came (head holds only those its request stream
+// let through).
+func peeked(head []byte, reqs *reqStream) []byte {
+	if reqs != nil && reqs.read != nil {
+		return reqs.read
+	}
+	return head
+}
+
+// interception is one connection from the sandbox to a bound host,
+// terminated by the gate: each request is checked (its Host must be the
+// name), gets the secrets bound there for their placeholders, and goes
+// upstream on a connection of its own, verified against the host's trust
+// store; each answer goes back with every secret value it echoes
+// replaced by its placeholder.
+type interception struct {
+	g     *Gate
+	name  string
+	port  uint16
+	tls   bool
+	d     *Decision
+	proxy *httputil.ReverseProxy
+	tr    *http.Transport
+
+	requests, substituted, refused atomic.Int64
+	mu                             sync.Mutex
+	used                           []string // the secrets substituted
+	lastRefusal                    string
+}
+
+// RootCAs verify the upstreams of intercepted connections (nil: the
+// host's trust store); a variable for tests.
+var RootCAs *x509.CertPool
+
+// intercept carries c, whose first bytes (head) were read and checked,
+// as an interception.
+func (g *Gate) intercept(c net.Conn, head []byte, name string, port uint16, d *Decision) {
+	isTLS := len(head) > 0 && head[0] == 0x16
+	d.Allowed, d.carried = true, true
+	d.Reason = "allowed"
+	g.record(d, false)
+	down := &meterConn{Conn: c, pre: head, g: g, d: d}
+	ic := &interception{g: g, name: name, port: port, tls: isTLS, d: d}
+	ic.tr = &http.Transport{
+		Proxy:                  nil, // never the server's HTTP(S)_PROXY
+		DialContext:            ic.dial,
+		TLSClientConfig:        &tls.Config{RootCAs: RootCAs, ServerName: name, MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout:    g.limits.ConnectTimeout + 10*time.Second,
+		ForceAttemptHTTP2:      isTLS,
+		MaxResponseHeaderBytes: 64 << 10,
+		MaxIdleConnsPerHost:    4,
+		IdleConnTimeout:        90 * time.Second,
+	}
+	defer ic.tr.CloseIdleConnections()
+	ic.proxy = &httputil.ReverseProxy{Rewrite: ic.rewrite, Transport: ic.tr, ModifyResponse: ic.modifyResponse,
+		ErrorHandler: ic.failed, ErrorLog: log.New(io.Discard, "", 0)}
+	reason := "allowed: closed"
+	var conn net.Conn = down
+	if isTLS {
+		leaf, err := g.secrets.CA().Leaf(name)
+		if err != nil {
+			g.finish(d, "allowed, then failed: no certificate for "+name)
+			resetClose(c)
+			return
+		}
+		tc := tls.Server(down, &tls.Config{Certificates: []tls.Certificate{*leaf}, NextProtos: []string{"h2", "http/1.1"}, MinVersion: tls.VersionTLS12})
+		ctx, cancel := context.WithTimeout(context.Background(), peekTimeout)
+		err = tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			// The usual cause: the client does not trust the anchor.
+			g.finish(d, "allowed, then failed: the TLS handshake with the sandbox's client failed; most often it refused airlock's certificate for "+name+
+				" (a client that does not use the session's CA bundle, SSL_CERT_FILE, cannot reach a host a secret is bound to)")
+			c.Close()
+			return
+		}
+		conn = tc
+	}
+	ln := &oneConn{c: make(chan net.Conn, 1), done: make(chan struct{})}
+	ln.c <- conn
+	ln.addr = c.LocalAddr()
+	idle := g.limits.IdleTimeout
+	if idle <= 0 {
+		idle = 2 * time.Minute
+	}
+	srv := &http.Server{Handler: ic, ReadHeaderTimeout: peekTimeout, IdleTimeout: idle, MaxHeaderBytes: maxPeek,
+		ErrorLog: log.New(io.Discard, "", 0),
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			if st == http.StateClosed || st == http.StateHijacked {
+				ln.Close()
+			}
+		}}
+	srv.Serve(ln)
+	if down.budget.Load() {
+		reason = fmt.Sprintf("allowed, then cut: the session's byte budget (%d) is used up", g.limits.Bytes)
+	}
+	g.finish(d, reason+ic.summary())
+}
+
+// finish sets d's final reason and logs it.
+func (g *Gate) finish(d *Decision, reason string) {
+	d.mu.Lock()
+	d.Reason = reason
+	d.duration = time.Since(d.Start)
+	d.mu.Unlock()
+	g.logDecision(d)
+}
+
+// summary says what the interception did, for the decision's reason:
+// never a value, a placeholder or a header.
+func (ic *interception) summary() string {
+	ic.mu.Lock()
+	defer ic.mu.Unlock()
+	s := fmt.Sprintf("; TLS terminated by airlock for secrets, %d requests", ic.requests.Load())
+	if !ic.tls {
+		s = fmt.Sprintf("; plain HTTP rewritten by airlock for secrets, %d requests", ic.requests.Load())
+	}
+	if n := ic.substituted.Load(); n > 0 {
+		s += fmt.Sprintf(", %d with secrets substituted (%s)", n, strings.Join(ic.used, ", "))
+	}
+	if n := ic.refused.Load(); n > 0 {
+		s += fmt.Sprintf(", %d refused (last: %s)", n, ic.lastRefusal)
+	}
+	return s
+}
+
+// refuse answers one request with status and why; the connection stays.
+func (ic *interception) refuse(w http.ResponseWriter, status int, why string) {
+	ic.refused.Add(1)
+	ic.g.denied.Add(1)
+	ic.mu.Lock()
+	ic.lastRefusal = why
+	ic.mu.Unlock()
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Airlock-Egress", "denied")
+	w.WriteHeader(status)
+	io.WriteString(w, "airlock egress: "+why+"\n")
+}
+
+func (ic *interception) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ic.requests.Add(1)
+	if n, err := NormalizeName(stripPort(r.Host)); err != nil || n != ic.name {
+		ic.refuse(w, http.StatusMisdirectedRequest, fmt.Sprintf("Host %q does not match %s, the name this connection was opened for", clip(r.Host), ic.name))
+		return
+	}
+	if n := headSize(r); n > maxPeek {
+		ic.refuse(w, http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf("the request head is larger than %d bytes", maxPeek))
+		return
+	}
+	if r.Method == http.MethodConnect || r.Header.Get("Upgrade") != "" {
+		ic.refuse(w, http.StatusNotImplemented, "protocol upgrades (WebSocket) and CONNECT are not carried to a host a secret is bound to: the upgraded stream could not be checked for the secret")
+		return
+	}
+	if r.Body != nil && r.Body != http.NoBody && ic.g.secrets.Allows(ic.name, secrets.InBody, ic.tls) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxSubstBody+1))
+		if err != nil {
+			ic.refuse(w, http.StatusBadRequest, "the request body could not be read")
+			return
+		}
+		if len(body) > maxSubstBody {
+			ic.refuse(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("a request body to %s is searched for placeholders, and it is larger than %d bytes", ic.name, maxSubstBody))
+			return
+		}
+		old, new := ic.g.secrets.Substitutions(ic.name, ic.tls)
+		var used []string
+		for i := range old {
+			if bytes.Contains(body, old[i]) {
+				body = bytes.ReplaceAll(body, old[i], new[i])
+				_, u := ic.g.secrets.Substitute(string(old[i]), ic.name, secrets.InBody, "", ic.tls)
+				used = append(used, u...)
+			}
+		}
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		r.Header.Del("Transfer-Encoding")
+		if len(used) > 0 {
+			r = r.WithContext(context.WithValue(r.Context(), bodyUsed{}, used))
+		}
+	}
+	ic.proxy.ServeHTTP(w, r)
+}
+
+// headSize is about the size of r's head on the wire (net/http's own
+// limit lets a few more KiB through, and HTTP/2's is its own).
+func headSize(r *http.Request) int {
+	n := len(r.Method) + len(r.RequestURI) + len(r.Host) + 16
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
+}
+
+// bodyUsed keys the secrets ServeHTTP substituted in a request's body.
+type bodyUsed struct{}
+
+func (ic *interception) addUsed(names []string) {
+	if len(names) == 0 {
+		return
+	}
+	ic.mu.Lock()
+	for _, n := range names {
+		if !slices.Contains(ic.used, n) {
+			ic.used = append(ic.used, n)
+		}
+	}
+	ic.mu.Unlock()
+}
+
+// rewrite makes the request that goes upstream: to the name and port
+// the connection was opened for, placeholders substituted where their
+// secrets may go, and no Accept-Encoding of the client's (the transport
+// asks for gzip itself and decodes it, so that the answer can be
+// checked for echoed secrets).
+func (ic *interception) rewrite(pr *httputil.ProxyRequest) {
+	out := pr.Out
+	out.URL.Scheme = "http"
+	if ic.tls {
+		out.URL.Scheme = "https"
+	}
+	out.URL.Host = net.JoinHostPort(ic.name, strconv.Itoa(int(ic.port)))
+	out.Host = pr.In.Host
+	out.Header.Del("Accept-Encoding")
+	var all []string
+	for k, vs := range out.Header {
+		for i, v := range vs {
+			nv, used := ic.g.secrets.Substitute(v, ic.name, secrets.InHeader, k, ic.tls)
+			vs[i] = nv
+			all = append(all, used...)
+		}
+	}
+	if out.URL.RawQuery != "" {
+		q, used := ic.g.secrets.Substitute(out.URL.RawQuery, ic.name, secrets.InQuery, "", ic.tls)
+		out.URL.RawQuery = q
+		all = append(all, used...)
+	}
+	if b, _ := pr.In.Context().Value(bodyUsed{}).([]string); len(b) > 0 {
+		all = append(all, b...)
+	}
+	if len(all) > 0 {
+		ic.substituted.Add(1)
+	}
+	ic.addUsed(all)
+}
+
+// modifyResponse replaces every echo of a secret in the answer by its
+// placeholder: headers here, the body as it streams.
+func (ic *interception) modifyResponse(resp *http.Response) error {
+	old, new := ic.g.secrets.Redactions()
+	for _, vs := range resp.Header {
+		for i, v := range vs {
+			for j := range old {
+				v = strings.ReplaceAll(v, string(old[j]), string(new[j]))
+			}
+			vs[i] = v
+		}
+	}
+	if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		return errEncoding
+	}
+	resp.Body = secrets.NewReplacer(resp.Body, old, new)
+	resp.Header.Del("Content-Length")
+	resp.ContentLength = -1
+	return nil
+}
+
+var errEncoding = errors.New("encoded answer")
+
+// failed answers a request that got no answer upstream: never with the
+// transport's own text (it may quote the URL, whose query may hold a
+// substituted secret).
+func (ic *interception) failed(w http.ResponseWriter, r *http.Request, err error) {
+	why := "the upstream failed"
+	var fe *ForbiddenError
+	var ue *UpstreamError
+	var le limitError
+	switch {
+	case errors.Is(err, errEncoding):
+		why = "the upstream answered with a Content-Encoding airlock cannot check for echoed secrets"
+	case errors.As(err, &fe):
+		why = fe.Error()
+	case errors.As(err, &ue):
+		why = ue.Error()
+	case errors.As(err, &le):
+		why = le.Error()
+	case strings.Contains(err.Error(), "x509:") || strings.Contains(err.Error(), "tls:"):
+		why = "the upstream's certificate did not verify against the server's trust store"
+	case errors.Is(err, context.Canceled):
+		return // the client went away
+	}
+	ic.refuse(w, http.StatusBadGateway, why)
+}
+
+// dial connects upstream for the transport: always to the name and
+// port the connection was opened for, through the gate's guarded
+// dialler.
+func (ic *interception) dial(ctx context.Context, _, _ string) (net.Conn, error) {
+	addrs, err := ic.g.resolve(ic.name)
+	if err != nil {
+		return nil, err
+	}
+	up, addr, err := ic.g.dialer.Connect(ctx, ic.name, addrs, ic.port)
+	if err != nil {
+		return nil, err
+	}
+	ic.d.mu.Lock()
+	ic.d.Address = addr.String()
+	ic.d.mu.Unlock()
+	if !ic.g.track(up) {
+		up.Close()
+		return nil, net.ErrClosed
+	}
+	return &untrackConn{Conn: up, g: ic.g}, nil
+}
+
+type untrackConn struct {
+	net.Conn
+	g    *Gate
+	once sync.Once
+}
+
+func (c *untrackConn) Close() error {
+	c.once.Do(func() { c.g.untrack(c.Conn) })
+	return c.Conn.Close()
+}
+
+// meterConn is the sandbox's side of an interception: the bytes read
+// before (pre) first, every byte counted in the decision and charged to
+// the session's budget.
+type meterConn struct {
+	net.Conn
+	pre    []byte
+	g      *Gate
+	d      *Decision
+	budget atomic.Bool // the budget ran out
+}
+
+func (m *meterConn) Read(p []byte) (int, error) {
+	var n int
+	var err error
+	if len(m.pre) > 0 {
+		n = copy(p, m.pre)
+		m.pre = m.pre[n:]
+	} else {
+		n, err = m.Conn.Read(p)
+	}
+	if n > 0 {
+		ok := m.g.charge(n)
+		m.d.up.Add(int64(ok))
+		if ok < n {
+			m.budget.Store(true)
+			return ok, errBudget
+		}
+	}
+	return n, err
+}
+
+func (m *meterConn) Write(p []byte) (int, error) {
+	ok := m.g.charge(len(p))
+	n, err := m.Conn.Write(p[:ok])
+	m.d.down.Add(int64(n))
+	m.g.refund(ok - n)
+	if err == nil && ok < len(p) {
+		m.budget.Store(true)
+		err = errBudget
+	}
+	return n, err
+}
+
+// oneConn is a listener that gives one connection, then waits until it
+// is closed.
+type oneConn struct {
+	c    chan net.Conn
+	done chan struct{}
+	once sync.Once
+	addr net.Addr
+}
+
+func (l *oneConn) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.c:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *oneConn) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *oneConn) Addr() net.Addr { return l.addr }
