@@ -85,6 +85,8 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		asJSON, cold bool
 		envs, files  multiFlag
 		allowHosts   multiFlag
+		toolNames    multiFlag
+		secretNames  multiFlag
 		lf           limitFlags
 	)
 	fs.StringVar(&lang, "lang", "", "language: python, bash or javascript (default from the file extension, else python)")
@@ -93,6 +95,8 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.Var(&files, "file", "copy host file `HOSTPATH[:NAME]` into /workspace (repeatable)")
 	fs.Var(&allowHosts, "allow-host", "let the program reach `NAME[:PORT]` over TLS or HTTP (a DNS name or *.suffix; ports 80 and 443 by default; NAME:PORT/opaque for another protocol; repeatable; needs a running server)")
 	c.configFlag()
+	fs.Var(&toolNames, "tool", "let the program call the server's tool `NAME` through airlock (repeatable; needs a running server)")
+	fs.Var(&secretNames, "secret", "give the program the server's secret `NAME` as a placeholder, swapped for the value only toward its bound hosts (repeatable; the hosts need --allow-host; needs a running server)")
 	fs.BoolVar(&cold, "cold", false, "build the jail in this process even when a local server runs")
 	isolation := fs.String("isolation", "", "native or gvisor (default: the configuration's isolation); gvisor needs a running server")
 	tmplName := fs.String("template", "", "run on the root filesystem of template `NAME` (airlock template list; default: templates.default, else the host's root)")
@@ -217,6 +221,7 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(allowHosts) > 0 {
 		preq.Network = &apitype.NetworkPolicy{Allow: allowHosts}
 	}
+	preq.Tools, preq.Secrets = toolNames, secretNames
 	if socket := cfg.SocketPath(); socket != "" && !cold {
 		remote := preq
 		remote.FileContents = new(bool)
@@ -258,10 +263,11 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "airlock run: gVisor isolation needs a running server (airlock serve); this process builds native jails only")
 		return exitUnavailable
 	}
-	if len(allowHosts) > 0 {
-		// The egress layer lives in the server: a jail built here has
-		// loopback only, and must not run as if it had what was asked.
-		fmt.Fprintln(stderr, "airlock run: --allow-host needs a running server (airlock serve); without one the sandbox has no network")
+	if len(allowHosts) > 0 || len(toolNames) > 0 || len(secretNames) > 0 {
+		// The egress layer, the tools and the secrets live in the
+		// server: a jail built here has loopback only, and must not run
+		// as if it had what was asked.
+		fmt.Fprintln(stderr, "airlock run: --allow-host, --tool and --secret need a running server (airlock serve); without one the sandbox has no network, tools or secrets")
 		return exitUsage
 	}
 	// The server's composition, in this process: the same one-shot path

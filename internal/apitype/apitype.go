@@ -55,6 +55,13 @@ type CreateSessionRequest struct {
 	// their credentials on the host side. A name the caller's tenant does
 	// not have is refused (400).
 	Tools []string `json:"tools,omitempty"`
+	// Secrets opts the session in to secrets by name (GET /v1/secrets
+	// lists the caller's): each appears in the sandbox as an opaque
+	// placeholder in its variable, which airlock's egress gate replaces
+	// with the value only in requests to the secret's bound hosts. The
+	// session's network must allow those hosts. A name the caller's
+	// tenant does not have is refused (400).
+	Secrets []string `json:"secrets,omitempty"`
 	// Timeout is the session's lifetime: it ends (or pauses, OnTimeout)
 	// this long after its creation or its resume, however busy, unless PUT
 	// /v1/sessions/{id}/timeout sets it again. 0: no lifetime (the idle
@@ -234,6 +241,22 @@ type Session struct {
 	Tools []string `json:"tools,omitempty"`
 	// Metadata is the client's labels, as created.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Secrets are those the session opted in to (never their values).
+	Secrets []SecretInfo `json:"secrets,omitempty"`
+}
+
+// SecretInfo describes a secret a session may opt in to: the variable
+// its placeholder is in and the hosts it is substituted for. Never the
+// value, never the placeholder.
+type SecretInfo struct {
+	Name   string   `json:"name"`
+	EnvVar string   `json:"env_var"`
+	Hosts  []string `json:"hosts"`
+}
+
+// SecretList is GET /v1/secrets.
+type SecretList struct {
+	Secrets []SecretInfo `json:"secrets"`
 }
 
 // SessionFilter selects sessions of a listing (GET /v1/sessions?state=
@@ -299,6 +322,10 @@ const (
 // an execution's tool_calls, its streamed events and the audit log.
 type ToolCall struct {
 	Tool string `json:"tool"`
+	// Context is the code context the call came from, as the session's
+	// in-sandbox client says (advisory: code can name any context of
+	// its own session, never another session's).
+	Context string `json:"context,omitempty"`
 	// Arguments as the call sent them after redaction (the tool's
 	// redact_arguments and the output policy), at most 4 KiB (a longer
 	// one is cut, and ArgumentsTruncated says so).
@@ -452,6 +479,9 @@ type OneShotRequest struct {
 	Isolation Isolation `json:"isolation,omitempty"`
 	// Template as in CreateSessionRequest.
 	Template string `json:"template,omitempty"`
+	// Tools and Secrets as in CreateSessionRequest.
+	Tools   []string `json:"tools,omitempty"`
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // ProgramRequest runs a program file once in a fresh sandbox, as `airlock
@@ -477,6 +507,9 @@ type ProgramRequest struct {
 	Isolation Isolation `json:"isolation,omitempty"`
 	// Template as in CreateSessionRequest.
 	Template string `json:"template,omitempty"`
+	// Tools and Secrets as in CreateSessionRequest.
+	Tools   []string `json:"tools,omitempty"`
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // MaxOneShotFiles caps the total content of the output files a one-shot

@@ -779,6 +779,16 @@ func (c *Client) Tools(ctx context.Context) (*apitype.ToolList, error) {
 	return &l, nil
 }
 
+// Secrets lists the secrets the caller's sessions may opt in to (never
+// their values).
+func (c *Client) Secrets(ctx context.Context) (*apitype.SecretList, error) {
+	var l apitype.SecretList
+	if err := c.call(ctx, "GET", "/v1/secrets", nil, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
 // SessionTools lists the tools a session's code may call.
 func (c *Client) SessionTools(ctx context.Context, id string) (*apitype.ToolList, error) {
 	var l apitype.ToolList

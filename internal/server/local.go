@@ -57,7 +57,7 @@ func NewLocal(cfg config.Config, log *slog.Logger) (*Local, error) {
 	if err := session.CheckPolicy(cfg); err != nil {
 		return nil, err
 	}
-	host, err := newHost(cfg, log)
+	host, err := newHost(cfg, log, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -113,9 +113,9 @@ func (l *Local) manager(cfg config.Config, template string) (*session.Manager, e
 // template, made once per host, gets the Python runtime's bytecode when
 // it can be compiled (runtimes.Precompile); without it, a cold runtime
 // compiles its source at each start, about 10 ms more.
-func newHost(cfg config.Config, log *slog.Logger) (*jail.Host, error) {
+func newHost(cfg config.Config, log *slog.Logger, extra map[string]string) (*jail.Host, error) {
 	opts := jail.OptionsFrom(cfg)
-	opts.RootFiles = rootFiles(cfg)
+	opts.RootFiles = rootFiles(cfg, extra)
 	key, prepare := runtimes.Precompile(cfg.Runtimes.Python)
 	if prepare != nil {
 		opts.PrepareKey = key

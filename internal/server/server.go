@@ -93,6 +93,8 @@ type Server struct {
 	audit   *audit.Log           // nil when audit.enabled is off
 	quotas  *quota.Tracker
 	metrics *metrics.Metrics // nil when metrics.enabled is off
+	// rootExtra are root files of the configuration's (the secrets' CA).
+	rootExtra map[string]string
 
 	listeners []listener
 	tcp       net.Addr
@@ -146,7 +148,12 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 			return nil, err
 		}
 	}
-	s := &Server{cfg: cfg, opts: opts, log: opts.Log}
+	// Secrets too, and their CA.
+	sec, secretFiles, err := loadSecrets(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, opts: opts, log: opts.Log, rootExtra: secretFiles}
 	// The template's runtimes are its children; should it die, they
 	// become ours instead of the host init's, and are reaped here (see
 	// zygote.Close and instance's pidfd watch): a host init slow to reap
@@ -174,7 +181,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 			s.closers.AddFunc(func() { metricsLn.Close() })
 		}
 	}
-	if s.host, err = newHost(cfg, s.log); err != nil {
+	if s.host, err = newHost(cfg, s.log, s.rootExtra); err != nil {
 		return nil, err
 	}
 	s.closers.AddFunc(func() { s.host.Close() })
@@ -223,6 +230,9 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	}
 	s.manager = session.NewManager(cfg, source, s.log)
 	s.manager.SetBroker(brk)
+	if err := s.manager.SetSecrets(sec); err != nil {
+		return nil, fmt.Errorf("%w: secrets: %v", errdefs.ErrInvalidArgument, err)
+	}
 	// In a cluster, session ids carry this server's name and boot
 	// epoch (after the state lock: the epoch is recorded there).
 	ident, err := cluster.Load(cfg.Cluster, cfg.StateDir, os.Getenv, time.Now())
@@ -432,7 +442,7 @@ func (s *Server) kernels(cfg config.Config) (map[config.Isolation]instance.Kerne
 				return nil, err
 			}
 			opts := gvisor.OptionsFrom(cfg, runsc)
-			opts.RootFiles = rootFiles(cfg)
+			opts.RootFiles = rootFiles(cfg, s.rootExtra)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			h, err := gvisor.NewHost(ctx, opts, s.host.Cgroups())
@@ -670,10 +680,14 @@ func RunMCPStdio(ctx context.Context, cfg config.Config, opts Options) error {
 }
 
 // rootFiles are the files airlock places in every sandbox's root: the
-// session runtimes, and the tools' clients when the server declares
-// tools (without, the roots are as they were).
-func rootFiles(cfg config.Config) map[string]string {
+// session runtimes, the tools' clients when the server declares tools,
+// and extra (the secrets' CA files); without, the roots are as they
+// were.
+func rootFiles(cfg config.Config, extra map[string]string) map[string]string {
 	files := runtimes.RootFiles()
+	for p, c := range extra {
+		files[p] = c
+	}
 	if cfg.HasTools() {
 		for p, c := range broker.ClientFiles() {
 			files[p] = c

@@ -79,6 +79,44 @@ func toolsConfig(t *testing.T, ts *toolServer, secret string) func(*config.Confi
 	}
 }
 
+// scanForSecret is Python that looks everywhere the sandbox can read
+// (its environment, /proc/*/environ and cmdline, files under the usual
+// roots, and the EXTRA pairs of name and bytes) for a secret it knows
+// only the SHA-256 of (SECRET_SHA256: the hash of a 32-hex-digit
+// part), and prints what holds it.
+const scanForSecret = `
+import os, re, hashlib
+WANT = os.environ["SECRET_SHA256"]
+def has(data):
+    for m in set(re.findall(rb"[0-9a-f]{32}", data)):
+        if hashlib.sha256(m).hexdigest() == WANT:
+            return True
+    return False
+found = [name for name, data in EXTRA if has(data)]
+for k, v in os.environ.items():
+    if has(v.encode()):
+        found.append("env:" + k)
+for root in ["/proc", "/opt", "/tmp", "/workspace", "/etc", "/run", "/var", "/home", "/root", "/dev/shm"]:
+    n = 0
+    for d, dirs, files in os.walk(root):
+        if root == "/proc" and d.count("/") > 2:
+            dirs[:] = []
+        for f in files:
+            p = os.path.join(d, f)
+            if root == "/proc" and f not in ("environ", "cmdline"):
+                continue
+            n += 1
+            if n > 20000:
+                break
+            try:
+                with open(p, "rb") as fh:
+                    if has(fh.read(1 << 20)):
+                        found.append(p)
+            except OSError:
+                pass
+print("found", found)
+`
+
 // toolsCode runs inside the sandbox: every call, legitimate or an
 // attack, prints one line; then it looks everywhere it can read for the
 // credential (it knows only its hash).
@@ -115,38 +153,8 @@ print("oversize", *raw("POST", "/v1/tools/search", json.dumps({"q": "y" * (200 <
 # the endpoint is the session's alone and ignores both.
 print("forged", *raw("POST", "/v1/tools/not_granted?session=other", b'{"q":"a"}', {"X-Airlock-Session": "other", "Authorization": "Bearer mine"}))
 
-WANT = os.environ["SECRET_SHA256"]
-def has(data):
-    for m in set(re.findall(rb"[0-9a-f]{32}", data)):
-        if hashlib.sha256(m).hexdigest() == WANT:
-            return True
-    return False
-found = []
-if has(json.dumps(list_tools()).encode()):
-    found.append("list_tools")
-for k, v in os.environ.items():
-    if has(v.encode()):
-        found.append("env:" + k)
-for root in ["/proc", "/opt", "/tmp", "/workspace", "/etc", "/run", "/var", "/home", "/root", "/dev/shm"]:
-    n = 0
-    for d, dirs, files in os.walk(root):
-        if root == "/proc" and d.count("/") > 2:
-            dirs[:] = []
-        for f in files:
-            p = os.path.join(d, f)
-            if root == "/proc" and f not in ("environ", "cmdline"):
-                continue
-            n += 1
-            if n > 20000:
-                break
-            try:
-                with open(p, "rb") as fh:
-                    if has(fh.read(1 << 20)):
-                        found.append(p)
-            except OSError:
-                pass
-print("found", found)
-`
+EXTRA = [("list_tools", json.dumps(list_tools()).encode())]
+` + scanForSecret
 
 // Sandbox code calls its session's tools through airlock: the tool gets
 // the credential, the sandbox never does (its environment, every file it
@@ -339,5 +347,90 @@ try { await t.call('search', {q: 'y'.repeat(30)}); } catch (e) { console.log(e.c
 			t.Errorf("%s: no tool calls in the result", tc.lang)
 		}
 		c.DeleteSession(ctx, sess.ID)
+	}
+}
+
+// Two contexts execute at once and each calls a tool while the other
+// runs: each call goes to its own context's execution (tool_calls,
+// context), not to the audit log only.
+func TestToolsPerContext(t *testing.T) {
+	ts := newToolServer(t)
+	s, _ := testServer(t, newRecorder(), toolsConfig(t, ts, "tok-0123456789abcdef0123"))
+	c := client.New("http://" + s.Addr().String())
+	defer c.CloseIdleConnections()
+	ctx := context.Background()
+	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python", Tools: []string{"search"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := c.CreateContext(ctx, sess.ID, apitype.CreateContextRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each marks that it runs, waits for the other, calls, and waits
+	// for the other's call before it ends.
+	code := func(me, other string) string {
+		return fmt.Sprintf(`import os, time
+from airlock_tools import call
+def wait(p):
+    while not os.path.exists(p):
+        time.sleep(0.01)
+open("/workspace/%[1]s", "w").close()
+wait("/workspace/%[2]s")
+print(call("search", q="from-%[1]s")["q"])
+open("/workspace/%[1]s.done", "w").close()
+wait("/workspace/%[2]s.done")
+`, me, other)
+	}
+	results := make([]*apitype.Result, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, cx := range []string{"", second.ID} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			me, other := "a", "b"
+			if i == 1 {
+				me, other = other, me
+			}
+			results[i], errs[i] = c.Execute(ctx, sess.ID, apitype.ExecuteRequest{Code: code(me, other), Context: cx}, nil)
+		}()
+	}
+	wg.Wait()
+	for i, want := range []struct{ q, ctx string }{{"from-a", "python"}, {"from-b", second.ID}} {
+		r := results[i]
+		if errs[i] != nil || r.Error != nil {
+			t.Fatalf("context %d: %v %+v %s", i, errs[i], r.Error, r.Stderr)
+		}
+		if len(r.ToolCalls) != 1 || r.ToolCalls[0].Context != want.ctx || !strings.Contains(string(r.ToolCalls[0].Arguments), want.q) {
+			t.Errorf("context %d: tool calls %+v, want one from %s with %s", i, r.ToolCalls, want.ctx, want.q)
+		}
+	}
+}
+
+// One-shot runs (POST /v1/execute, POST /v1/run) take tools as
+// sessions do; their calls are in the run's result.
+func TestToolsOneShot(t *testing.T) {
+	ts := newToolServer(t)
+	s, _ := testServer(t, newRecorder(), toolsConfig(t, ts, "tok-0123456789abcdef0123"))
+	c := client.New("http://" + s.Addr().String())
+	defer c.CloseIdleConnections()
+	ctx := context.Background()
+	code := "from airlock_tools import call\nprint(call('search', q='once')['q'])\n"
+	one, err := c.RunOnce(ctx, apitype.OneShotRequest{Language: "python", Tools: []string{"search"}, Code: code}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := c.RunProgram(ctx, apitype.ProgramRequest{Language: "python", Tools: []string{"search"}, Code: code}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, r := range map[string]*apitype.OneShotResult{"execute": one, "run": prog} {
+		if r.Stdout != "once\n" || len(r.ToolCalls) != 1 || r.ToolCalls[0].Decision != apitype.ToolOK {
+			t.Errorf("%s: stdout %q stderr %q tool calls %+v", what, r.Stdout, r.Stderr, r.ToolCalls)
+		}
+	}
+	if _, err := c.RunOnce(ctx, apitype.OneShotRequest{Language: "python", Tools: []string{"not_a_tool"}, Code: code}, nil); err == nil {
+		t.Error("a one-shot run took a tool its tenant does not have")
 	}
 }

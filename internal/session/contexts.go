@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"airlock/internal/apitype"
+	"airlock/internal/broker"
 	"airlock/internal/errdefs"
 	"airlock/internal/packages"
 	"airlock/internal/runtimes"
@@ -185,7 +186,9 @@ func (s *Session) startContext(ctx context.Context, id string, rt runtimes.Runti
 	if err := it.Attach(contextOutput{s, c}); err != nil {
 		return nil, err
 	}
-	c.env = s.contextEnv(rt, userEnv)
+	if c.env, err = s.contextEnv(rt, id, userEnv); err != nil {
+		return nil, err
+	}
 	if err := it.Configure(ctx, c.env, cwd); err != nil {
 		if end := s.End(); !end.Zero() {
 			return nil, gone(end)
@@ -219,14 +222,25 @@ func (s *Session) startContext(ctx context.Context, id string, rt runtimes.Runti
 // contextEnv is the environment of a new context's runtime: the
 // language's in the sandbox, the session's client environment, the
 // context's own, and the proxy settings of the session's network.
-func (s *Session) contextEnv(rt runtimes.Runtime, userEnv map[string]string) map[string]string {
+func (s *Session) contextEnv(rt runtimes.Runtime, id string, userEnv map[string]string) (map[string]string, error) {
 	env := sessionEnv(rt, s.limits, s.userEnv)
 	maps.Copy(env, userEnv)
 	if g := s.egressGate(); g != nil {
 		env = s.m.proxyEnv(env, g.Policy())
 	}
 	s.packagesEnv(rt, env)
-	return env
+	// What the session's first context got for its tools and secrets,
+	// every context gets (a second context once had neither).
+	if s.toolSession() != nil {
+		env = toolsEnv(env)
+		env[broker.ContextEnv] = id
+	}
+	user := maps.Clone(s.userEnv)
+	if user == nil {
+		user = map[string]string{}
+	}
+	maps.Copy(user, userEnv)
+	return secretsEnv(env, user, s.secrets)
 }
 
 // packagesEnv puts the pip packages installed in the session on the path

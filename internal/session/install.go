@@ -128,7 +128,7 @@ func (t installTarget) Download(ctx context.Context, policy egress.Policy, code 
 			return nil, nil, nil, err
 		}
 	}
-	dl, err := m.start(ctx, m.cfg.Isolation, "", rt, limits, sessionEnv(rt, limits, nil), time.Hour, policy, true)
+	dl, err := m.start(ctx, m.cfg.Isolation, "", rt, limits, sessionEnv(rt, limits, nil), time.Hour, policy, true, nil)
 	if err != nil {
 		release()
 		return nil, nil, nil, err

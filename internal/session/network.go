@@ -120,6 +120,7 @@ func (s *Session) attachEgress(p egress.Policy) (egress.Policy, error) {
 	}
 	g, err := egress.Attach(ns, egress.Options{
 		Session: s.id, Policy: p, Limits: s.m.egress.Limits, Dialer: s.m.egress.Dialer, Log: s.m.log, Proxy: s.m.egress.Proxy,
+		Secrets: s.secrets,
 	})
 	if err != nil {
 		return egress.Policy{}, gateErr("could not set up the session's network egress", err)

@@ -16,6 +16,7 @@ import (
 	"airlock/internal/instance"
 	"airlock/internal/packages"
 	"airlock/internal/runtimes"
+	"airlock/internal/secrets"
 	"airlock/internal/workspace"
 )
 
@@ -40,7 +41,7 @@ func (m *Manager) runOnce(ctx context.Context, req apitype.OneShotRequest, emit 
 	if len(req.Code) > MaxCode {
 		return nil, fmt.Errorf("%w: code is larger than %d bytes", errdefs.ErrTooLarge, MaxCode)
 	}
-	o, err := m.prepareOneShot(req.Language, req.Isolation, req.Template, req.Limits, req.Env, req.Files, req.Network)
+	o, err := m.prepareOneShot(ctx, req.Language, req.Isolation, req.Template, req.Limits, req.Env, req.Files, req.Network, req.Tools, req.Secrets)
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +51,9 @@ func (m *Manager) runOnce(ctx context.Context, req apitype.OneShotRequest, emit 
 		}
 		o.packages = req.Packages
 	}
-	o.runtimeEnv = m.proxyEnv(sessionEnv(o.rt, o.limits, o.env), o.policy)
+	if o.runtimeEnv, err = o.brokered(m.proxyEnv(sessionEnv(o.rt, o.limits, o.env), o.policy)); err != nil {
+		return nil, err
+	}
 	return m.oneShot(ctx, o, request{code: req.Code, timeout: o.limits.Timeout.D(), kind: ExecOneShot, inBytes: o.inputBytes()}, emit, true, nil)
 }
 
@@ -98,7 +101,7 @@ func (m *Manager) runProgram(ctx context.Context, req apitype.ProgramRequest, em
 	if size > MaxArgBytes {
 		return nil, fmt.Errorf("%w: the arguments are larger than %d bytes", errdefs.ErrInvalidArgument, MaxArgBytes)
 	}
-	o, err := m.prepareOneShot(req.Language, req.Isolation, req.Template, req.Limits, req.Env, req.Files, req.Network)
+	o, err := m.prepareOneShot(ctx, req.Language, req.Isolation, req.Template, req.Limits, req.Env, req.Files, req.Network, req.Tools, req.Secrets)
 	if err != nil {
 		return nil, err
 	}
@@ -130,6 +133,9 @@ func (m *Manager) runProgram(ctx context.Context, req apitype.ProgramRequest, em
 		if packages.ProgramEnv(o.manager, env) {
 			fresh = true
 		}
+	}
+	if env, err = o.brokered(env); err != nil {
+		return nil, err
 	}
 	prog := &instance.Program{
 		Argv:  append(o.rt.Command("/workspace/"+name), req.Args...),
@@ -172,9 +178,24 @@ type oneShotPlan struct {
 	// packages are installed before the run, by manager.
 	packages []string
 	manager  string
+	// tools and secrets the run opted in to, of tenant's.
+	tenant  string
+	tools   []string
+	secrets *secrets.Session
 }
 
-func (m *Manager) prepareOneShot(lang string, iso config.Isolation, tmpl string, req config.Limits, env map[string]string, in []apitype.InputFile, network *apitype.NetworkPolicy) (*oneShotPlan, error) {
+// brokered adds what the run's tools and secrets need to env.
+func (o *oneShotPlan) brokered(env map[string]string) (map[string]string, error) {
+	if len(o.tools) > 0 {
+		env = toolsEnv(env)
+	}
+	return secretsEnv(env, o.env, o.secrets)
+}
+
+// net reports whether the run's sandbox needs a network namespace.
+func (o *oneShotPlan) net() bool { return !o.policy.Empty() || len(o.tools) > 0 || o.secrets != nil }
+
+func (m *Manager) prepareOneShot(ctx context.Context, lang string, iso config.Isolation, tmpl string, req config.Limits, env map[string]string, in []apitype.InputFile, network *apitype.NetworkPolicy, tools, secretNames []string) (*oneShotPlan, error) {
 	rt, err := m.lookup(lang)
 	if err != nil {
 		return nil, err
@@ -196,7 +217,13 @@ func (m *Manager) prepareOneShot(lang string, iso config.Isolation, tmpl string,
 	if err != nil {
 		return nil, err
 	}
-	o := &oneShotPlan{iso: iso, tmpl: tmpl, rt: rt, limits: limits, env: env, policy: policy}
+	o := &oneShotPlan{iso: iso, tmpl: tmpl, rt: rt, limits: limits, env: env, policy: policy, tenant: callerOf(ctx).Tenant}
+	if o.tools, err = m.resolveTools(o.tenant, tools); err != nil {
+		return nil, err
+	}
+	if o.secrets, err = m.resolveSecrets(o.tenant, secretNames); err != nil {
+		return nil, err
+	}
 	total := int64(0)
 	seen := map[string]bool{}
 	for i, f := range in {
@@ -259,7 +286,7 @@ func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req request, emit
 	}
 	m.bg.Add(1) // under mu: Close waits only after it set closed
 	m.mu.Unlock()
-	s, err := m.start(ctx, o.iso, o.tmpl, o.rt, o.limits, o.runtimeEnv, time.Hour, o.policy, !o.policy.Empty())
+	s, err := m.start(ctx, o.iso, o.tmpl, o.rt, o.limits, o.runtimeEnv, time.Hour, o.policy, o.net(), o.secrets)
 	if err != nil {
 		m.bg.Done()
 		release()
@@ -287,6 +314,11 @@ func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req request, emit
 			release()
 		}()
 	}()
+	if len(o.tools) > 0 {
+		if err := s.attachTools(o.tenant, o.tools); err != nil {
+			return nil, err
+		}
+	}
 	for _, f := range o.files {
 		if _, err := s.workspace().Write(f.path, bytes.NewReader(f.data), int64(len(f.data)), 0o644); err != nil {
 			return nil, err

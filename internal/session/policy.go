@@ -29,11 +29,13 @@ type policy struct {
 	anyRedaction bool
 }
 
-func newPolicy(cfg config.Config) (*policy, error) {
+// newPolicy compiles cfg's; extra rules (the secrets' values) are
+// added to every tenant's redaction, even one turned off.
+func newPolicy(cfg config.Config, extra []redact.Rule) (*policy, error) {
 	p := &policy{redact: map[string]*redact.Redactor{}, rules: map[string]*coderules.Set{}}
 	var errs []error
 	var err error
-	if p.redactDef, err = compileRedaction(cfg.Redaction); err != nil {
+	if p.redactDef, err = compileRedaction(cfg.Redaction, extra); err != nil {
 		errs = append(errs, fmt.Errorf("redaction: %w", err))
 	}
 	if p.rulesDef, err = compileCodeRules(cfg.CodeRules); err != nil {
@@ -43,7 +45,7 @@ func newPolicy(cfg config.Config) (*policy, error) {
 	for _, name := range slices.Sorted(maps.Keys(cfg.Tenants)) {
 		t := cfg.Tenants[name]
 		if t.Redaction != nil {
-			r, err := compileRedaction(cfg.RedactionFor(name))
+			r, err := compileRedaction(cfg.RedactionFor(name), extra)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("tenants.%s.redaction: %w", name, err))
 			}
@@ -66,17 +68,17 @@ func newPolicy(cfg config.Config) (*policy, error) {
 // naming its key (config.Validate checks the rest of the same keys). Its
 // error is a *config.Error.
 func CheckPolicy(cfg config.Config) error {
-	_, err := newPolicy(cfg)
+	_, err := newPolicy(cfg, nil)
 	return config.Problems(err)
 }
 
 // compileRedaction builds the redactor of r (nil: redaction off).
-func compileRedaction(r config.Redaction) (*redact.Redactor, error) {
-	rules := make([]redact.Rule, len(r.Rules))
+func compileRedaction(r config.Redaction, extra []redact.Rule) (*redact.Redactor, error) {
+	rules := make([]redact.Rule, len(r.Rules), len(r.Rules)+len(extra))
 	for i, x := range r.Rules {
 		rules[i] = redact.Rule{Name: x.Name, Pattern: x.Pattern}
 	}
-	return redact.New(r.Builtin, rules)
+	return redact.New(r.Builtin, append(rules, extra...))
 }
 
 // compileCodeRules builds the set of rules (nil: none).

@@ -41,6 +41,7 @@ import (
 	"airlock/internal/instance"
 	"airlock/internal/packages"
 	"airlock/internal/runtimes"
+	"airlock/internal/secrets"
 	"airlock/internal/watch"
 	"airlock/internal/workspace"
 )
@@ -92,6 +93,8 @@ type Manager struct {
 	admit Admitter
 	// broker calls the operator's tools for sessions (nil: none).
 	broker *broker.Broker
+	// secrets are the operator's placeholder secrets (nil: none).
+	secrets *secrets.Set
 
 	// endedHist: the histories of the newest ended sessions
 	// (history.ended), endedHistOrder their ids, oldest first; under mu.
@@ -126,7 +129,7 @@ func newManager(cfg config.Config, source Source, log *slog.Logger) *Manager {
 	if log == nil {
 		log = slog.Default()
 	}
-	p, err := newPolicy(cfg)
+	p, err := newPolicy(cfg, nil)
 	if err != nil {
 		// The composition root ran CheckPolicy first: a programming
 		// error, not a configuration's.
@@ -272,6 +275,9 @@ type Session struct {
 	// tools serves the session's tool calls (nil: it has none); set
 	// under mu, once, before the session is visible.
 	tools *broker.Session
+	// secrets are the session's placeholder secrets (nil: none); set
+	// when it is made, never changed.
+	secrets *secrets.Session
 	// attachMu keeps the sandbox open while a gate is put into it: the
 	// gate enters its namespace through a descriptor number, which, closed
 	// by a teardown in between and reused, could name another sandbox's
@@ -440,6 +446,10 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest, 
 	if err != nil {
 		return nil, err
 	}
+	ss, err := m.resolveSecrets(callerOf(ctx).Tenant, req.Secrets)
+	if err != nil {
+		return nil, err
+	}
 	idle := req.IdleTimeout.D()
 	if idle == 0 {
 		idle = m.cfg.Server.IdleTimeout.D()
@@ -477,7 +487,7 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest, 
 	// (gVisor), its sandbox is started with one.
 	// Tools answer inside the sandbox's network namespace: a gVisor
 	// sandbox needs one from its start too.
-	net := !policy.Empty() || (req.Network != nil && m.egress != nil && m.egress.Enabled) || len(tools) > 0
+	net := !policy.Empty() || (req.Network != nil && m.egress != nil && m.egress.Enabled) || len(tools) > 0 || ss != nil
 	if r != nil {
 		// The resumed session's sandbox is built under its own id (its
 		// gate's records name it).
@@ -486,8 +496,12 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest, 
 	env := m.proxyEnv(sessionEnv(rt, limits, req.Env), policy)
 	if len(tools) > 0 {
 		env = toolsEnv(env)
+		env[broker.ContextEnv] = rt.Lang // the default context's id
 	}
-	s, err := m.start(ctx, iso, tmpl, rt, limits, env, idle, policy, net)
+	if env, err = secretsEnv(env, req.Env, ss); err != nil {
+		return nil, err
+	}
+	s, err := m.start(ctx, iso, tmpl, rt, limits, env, idle, policy, net, ss)
 	if err != nil {
 		return nil, err
 	}
@@ -575,11 +589,11 @@ func sessionEnv(rt runtimes.Runtime, limits config.Limits, userEnv map[string]st
 // alive: one that died just before it was handed out (it passed the
 // health check a moment earlier) is replaced. net asks for a sandbox that
 // can be given a network (always so when policy is not empty).
-func (m *Manager) start(ctx context.Context, iso config.Isolation, tmpl string, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration, policy egress.Policy, net bool) (*Session, error) {
+func (m *Manager) start(ctx context.Context, iso config.Isolation, tmpl string, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration, policy egress.Policy, net bool, ss *secrets.Session) (*Session, error) {
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		var s *Session
-		s, err = m.startOnce(ctx, iso, tmpl, rt, limits, env, idle, policy, net)
+		s, err = m.startOnce(ctx, iso, tmpl, rt, limits, env, idle, policy, net, ss)
 		if err == nil || ctx.Err() != nil || !errors.Is(err, errRuntimeGone) {
 			return s, err
 		}
@@ -590,7 +604,7 @@ func (m *Manager) start(ctx context.Context, iso config.Isolation, tmpl string, 
 
 var errRuntimeGone = errors.New("runtime gone")
 
-func (m *Manager) startOnce(ctx context.Context, iso config.Isolation, tmpl string, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration, policy egress.Policy, net bool) (*Session, error) {
+func (m *Manager) startOnce(ctx context.Context, iso config.Isolation, tmpl string, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration, policy egress.Policy, net bool, ss *secrets.Session) (*Session, error) {
 	src, ok := m.sources[iso]
 	if !ok {
 		return nil, fmt.Errorf("%w: isolation %q is not available on this server", errdefs.ErrUnavailable, iso)
@@ -611,7 +625,7 @@ func (m *Manager) startOnce(ctx context.Context, iso config.Isolation, tmpl stri
 	}
 	s := &Session{
 		m: m, id: m.newID(ctx), lang: rt, limits: limits, idle: idle, inst: inst,
-		template: tmpl, templateVersion: version, tmplMeta: meta,
+		template: tmpl, templateVersion: version, tmplMeta: meta, secrets: ss,
 		create: time.Now(), lastUsed: time.Now(),
 		ended: make(chan struct{}), gone: make(chan struct{}),
 	}
@@ -891,6 +905,9 @@ func (s *Session) Info() (info apitype.Session) {
 	}
 	if s.tools != nil {
 		info.Tools = s.tools.Names()
+	}
+	if s.secrets != nil {
+		info.Secrets = s.Secrets()
 	}
 	if state != apitype.StateEnded && cerr == nil && merr == nil {
 		info.Usage = &apitype.Usage{MemoryBytes: mem, CPUMs: ms(cpu), CPUPercent: s.cpuShareLocked(cpu, now)}

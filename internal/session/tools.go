@@ -51,6 +51,13 @@ func toolsEnv(env map[string]string) map[string]string {
 		path = "/usr/local/bin:/usr/bin:/bin"
 	}
 	env["PATH"] = path + ":" + broker.BinDir
+	// Sessions' interpreters have the clients' directory on sys.path;
+	// programs and the Python processes code starts find it here.
+	if pp := env["PYTHONPATH"]; pp != "" {
+		env["PYTHONPATH"] = pp + ":" + broker.PythonDir
+	} else {
+		env["PYTHONPATH"] = broker.PythonDir
+	}
 	if np := env["NODE_PATH"]; np != "" {
 		env["NODE_PATH"] = np + ":" + broker.NodeDir
 	} else {
@@ -116,11 +123,21 @@ func (s *Session) Tools() []apitype.ToolInfo {
 
 // toolCalled records a call: in the running execution's result and
 // stream, and with the observers (audit, metrics). The endpoint is the
-// session's, shared by its contexts: while several execute at once a
-// call cannot be told to be one's, and is in the audit log only.
+// session's, shared by its contexts: a call goes to the execution
+// running in the context its client names (AIRLOCK_CONTEXT; none if
+// that context runs nothing), else to the only one running; while
+// several run and it names none, it is in the audit log only.
 func (s *Session) toolCalled(c apitype.ToolCall) {
 	s.mu.Lock()
-	ex := s.soleExecutionLocked()
+	var ex *execution
+	if cc := s.ctxs[c.Context]; cc != nil {
+		if cc.cur != nil && cc.cur.id != "" {
+			ex = cc.cur // else the context runs nothing: audit log only
+		}
+	} else {
+		c.Context = "" // none, or not a context of the session's
+		ex = s.soleExecutionLocked()
+	}
 	owner := s.owner
 	s.mu.Unlock()
 	var execID string

@@ -184,6 +184,7 @@ var routes = []route{
 	{"GET", "/v1/templates/{name}", (*Server).getTemplate, false},
 	{"GET", "/v1/tools", (*Server).listTools, false},
 	{"GET", "/v1/sessions/{id}/tools", (*Server).sessionTools, false},
+	{"GET", "/v1/secrets", (*Server).listSecrets, false},
 }
 
 // New returns the API handler, on a new edge (the E2B API shares it).

@@ -503,6 +503,13 @@ func (s *Server) listTools(w http.ResponseWriter, r *http.Request) {
 	httpapi.WriteJSON(w, http.StatusOK, apitype.ToolList{Tools: s.m.Broker().Describe(who.Tenant, nil)})
 }
 
+// listSecrets is GET /v1/secrets: the secrets the caller's sessions may
+// opt in to (names, variables, bound hosts; never a value).
+func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
+	who, _ := identity.From(r.Context())
+	httpapi.WriteJSON(w, http.StatusOK, apitype.SecretList{Secrets: s.m.SecretsFor(who.Tenant)})
+}
+
 // sessionTools is GET /v1/sessions/{id}/tools: the tools the session's
 // code may call.
 func (s *Server) sessionTools(w http.ResponseWriter, r *http.Request) {

@@ -69,6 +69,7 @@ var apiRoutes = []string{
 	"GET /v1/templates/{name}",
 	"GET /v1/tools",
 	"GET /v1/sessions/{id}/tools",
+	"GET /v1/secrets",
 }
 
 // anyMethods are the methods the document lists for a route of every

@@ -76,6 +76,8 @@ var schemaTypes = map[string]reflect.Type{
 	"ContextList":          reflect.TypeFor[apitype.ContextList](),
 	"ToolInfo":             reflect.TypeFor[apitype.ToolInfo](),
 	"ToolList":             reflect.TypeFor[apitype.ToolList](),
+	"SecretList":           reflect.TypeFor[apitype.SecretList](),
+	"SecretInfo":           reflect.TypeFor[apitype.SecretInfo](),
 	"ToolCall":             reflect.TypeFor[apitype.ToolCall](),
 }
 
