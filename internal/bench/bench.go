@@ -225,6 +225,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		try("template", func() error { return benchTemplate(ctx, srv, r, o, n(30, 2), n(8, 2)) })
 	}
 	try("tools", func() error { return benchTools(ctx, r, o, n(2000, 50)) })
+	try("secrets", func() error { return benchSecrets(ctx, r, o, n(1000, 30)) })
 	if h, err := srv.health(ctx); err == nil {
 		r.Stats["pool"] = h.Pool
 	}
@@ -294,6 +295,12 @@ func nextIDBase() int { return benchIDBase + int(idSeq.Add(1))*benchIDStep }
 // scenario measures those two. hosts, when given, is the server's
 // /etc/hosts (startWithHosts).
 func startServer(ctx context.Context, o Options, poolSize int, suffix string, extra map[string]any, hosts ...string) (*server, error) {
+	return startServerWith(ctx, o, poolSize, suffix, extra, nil, hosts...)
+}
+
+// startServerWith is startServer with adjust applied to the server's
+// command before it starts.
+func startServerWith(ctx context.Context, o Options, poolSize int, suffix string, extra map[string]any, adjust func(*exec.Cmd), hosts ...string) (*server, error) {
 	name := fmt.Sprintf("airlock-bench-%d%s", os.Getpid(), suffix)
 	dir, err := os.MkdirTemp("", "airlock-bench")
 	if err != nil {
@@ -327,6 +334,9 @@ func startServer(ctx context.Context, o Options, poolSize int, suffix string, ex
 	}
 	s := &server{name: name, dir: dir, cfgPath: cfgPath, stderr: &bytes.Buffer{}}
 	s.cmd = exec.Command(o.Binary, "serve", "--config", cfgPath)
+	if adjust != nil {
+		adjust(s.cmd)
+	}
 	pr, pw := io.Pipe()
 	s.cmd.Stderr = pw
 	start := s.cmd.Start
