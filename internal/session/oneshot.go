@@ -137,6 +137,9 @@ func (m *Manager) runProgram(ctx context.Context, req apitype.ProgramRequest, em
 	if env, err = o.brokered(env); err != nil {
 		return nil, err
 	}
+	// A warm interpreter has its own sys.path: the tools' client is on
+	// a fresh one's, through PYTHONPATH.
+	fresh = fresh || len(o.tools) > 0
 	prog := &instance.Program{
 		Argv:  append(o.rt.Command("/workspace/"+name), req.Args...),
 		Env:   env,
