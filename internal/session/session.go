@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -721,6 +722,9 @@ func truncateID(id string) string {
 	return id
 }
 
+// listBatch is the number of sessions per extra worker of List.
+const listBatch = 128
+
 // List describes every live session, oldest first.
 func (m *Manager) List() []apitype.Session {
 	m.mu.Lock()
@@ -729,10 +733,22 @@ func (m *Manager) List() []apitype.Session {
 		all = append(all, s)
 	}
 	m.mu.Unlock()
-	out := make([]apitype.Session, 0, len(all))
-	for _, s := range all {
-		out = append(out, s.Info())
+	out := make([]apitype.Session, len(all))
+	// Each description reads its sandbox's cgroup (two files): with a
+	// thousand sessions that is most of a listing's time, so a large one
+	// is read by a few workers at once.
+	var next atomic.Int64
+	describe := func() {
+		for i := int(next.Add(1)) - 1; i < len(all); i = int(next.Add(1)) - 1 {
+			out[i] = all[i].Info()
+		}
 	}
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(all)/listBatch) {
+		wg.Go(describe)
+	}
+	describe()
+	wg.Wait()
 	out = append(out, m.pausedList()...)
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out

@@ -208,6 +208,38 @@ func TestExecute(t *testing.T) {
 	}
 }
 
+// A listing of more sessions than one worker describes (List splits it)
+// has each of them once, oldest first.
+func TestListMany(t *testing.T) {
+	const n = 3*listBatch + 7
+	cfg := testConfig()
+	cfg.Server.MaxSessions = n
+	m, _, _ := newTestManager(t, &cfg)
+	var ids []string
+	for range n {
+		ids = append(ids, create(t, m, "").ID())
+	}
+	l := m.List()
+	if len(l) != n {
+		t.Fatalf("%d sessions listed, want %d", len(l), n)
+	}
+	seen := map[string]bool{}
+	for i, info := range l {
+		if seen[info.ID] || info.ID == "" || info.State != apitype.StateIdle {
+			t.Fatalf("listing %d: %+v (twice, empty or not idle)", i, info)
+		}
+		seen[info.ID] = true
+		if i > 0 && info.CreatedAt.Before(l[i-1].CreatedAt) {
+			t.Fatalf("listing %d is older than the one before it", i)
+		}
+	}
+	for _, id := range ids {
+		if !seen[id] {
+			t.Fatalf("session %s not listed", id)
+		}
+	}
+}
+
 // A session's life: found while it lives, ended by its deletion (again:
 // done, not an error), remembered as ended with why, and its sandbox
 // freed.
