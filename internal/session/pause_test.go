@@ -600,7 +600,7 @@ func TestPauseBounded(t *testing.T) {
 	})
 	t.Run("quota counts pauses under way", func(t *testing.T) {
 		cfg := persistConfig(t)
-		cfg.Quotas.MaxPausedBytes = 900 << 10
+		cfg.Quotas.MaxPausedBytes = 1 << 20
 		m, _, _ := newTestManager(t, cfg)
 		s := create(t, m, "python")
 		writeFiles(t, s, map[string]string{"a": "hello"})
