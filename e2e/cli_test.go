@@ -261,6 +261,19 @@ func testRunKillsAndFlags(t *testing.T, runCLI runFunc) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 0 || r.Killed || !r.StdoutTruncated || len(r.Stdout) != 10<<10 || r.StdoutDroppedBytes != 1000*1000+4-10<<10 {
 		t.Fatalf("output cap: code %d %v %+v %s", code, err, r, errOut)
 	}
+	// An endless printer: capped and said so, and it runs on until its
+	// timeout (the documented rule), which kills it.
+	prog = writeFile(t, "flood.py", "while True: print('x' * 1000)")
+	out, errOut, code = runCLI("", "run", "--json", "--max-output", "10K", "--timeout", "2s", prog)
+	r = runJSON{}
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 137 || !r.Killed || r.KillReason != apitype.KillTimeout ||
+		!r.StdoutTruncated || len(r.Stdout) != 10<<10 || r.StdoutDroppedBytes <= 0 {
+		t.Fatalf("endless printer: code %d %v %+v %s", code, err, r, errOut)
+	}
+	_, errOut, code = runCLI("", "run", "--max-output", "10K", "--timeout", "1s", prog)
+	if code != 137 || !strings.Contains(errOut, "stdout truncated at 10K (--max-output)") || !strings.Contains(errOut, "killed: wall-clock limit of 1s") {
+		t.Fatalf("endless printer, streamed: code %d stderr %q", code, errOut)
+	}
 	// Without --json, the reason goes to stderr.
 	prog = writeFile(t, "s.py", "import time\ntime.sleep(30)")
 	_, errOut, code = runCLI("", "run", "--timeout", "500ms", prog)
