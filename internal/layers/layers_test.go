@@ -50,14 +50,14 @@ var rules = map[string]rule{
 	"../cmd/airlock": {layer: "command", may: []string{"server", "client", "mcp", "bench", "doctor", "runtimes", "workspace"}},
 
 	// Tools built on the root or on a client.
-	"bench":   {layer: "tool", may: []string{"client", "egress", "gvisor", "image"}},
+	"bench":   {layer: "tool", may: []string{"client", "egress", "gvisor", "image", "secrets"}},
 	"doctor":  {layer: "tool", may: []string{"server", "store", "cgroup", "cluster", "egress", "exeseal", "fontcache", "gvisor", "image", "jail", "landlock", "seccomp"}},
 	"docgen":  {layer: "tool", may: []string{"metrics"}},
 	"layers":  {layer: "tool"},
 	"testenv": {layer: "test", noShared: true, std: true},
 
 	// The one composition root.
-	"server": {layer: "root", may: []string{"httpapi/...", "console", "mcp", "audit", "quota", "metrics", "directory", "session", "pool", "instance", "image", "jail", "gvisor", "egress", "fontcache", "runtimes", "store", "cluster", "client", "broker"}},
+	"server": {layer: "root", may: []string{"httpapi/...", "console", "mcp", "audit", "quota", "metrics", "directory", "session", "pool", "instance", "image", "jail", "gvisor", "egress", "fontcache", "runtimes", "store", "cluster", "client", "broker", "secrets"}},
 
 	// The front: what serves requests, and what hears sessions. The HTTP
 	// APIs (httpapi/v1, E2B's httpapi/e2b, ...) sit over httpapi's shared
@@ -71,7 +71,7 @@ var rules = map[string]rule{
 	"directory":   {layer: "front", may: []string{"session", "store"}},
 
 	// Sessions, and what they are made of.
-	"session":  {layer: "session", may: []string{"instance", "packages", "egress", "redact", "coderules", "runtimes", "watch", "workspace", "cgroup", "cluster", "image", "pauseimage", "broker"}},
+	"session":  {layer: "session", may: []string{"instance", "packages", "egress", "redact", "coderules", "runtimes", "watch", "workspace", "cgroup", "cluster", "image", "pauseimage", "broker", "secrets"}},
 	"packages": {layer: "session part", may: []string{"egress", "workspace"}},
 	"notebook": {layer: "session part"},
 	"pool":     {layer: "pool", may: []string{"instance", "zygote", "jail", "image", "runtimes"}},
@@ -90,7 +90,7 @@ var rules = map[string]rule{
 	"loopback":  {layer: "mechanism"},
 	"exeseal":   {layer: "mechanism"},
 	"workspace": {layer: "mechanism"},
-	"egress":    {layer: "mechanism", may: []string{"loopback"}},
+	"egress":    {layer: "mechanism", may: []string{"loopback", "secrets"}},
 	"watch":     {layer: "mechanism", may: []string{"cgroup"}},
 	"redact":    {layer: "mechanism", noShared: true},
 	"coderules": {layer: "mechanism"},
@@ -105,7 +105,11 @@ var rules = map[string]rule{
 	"pauseimage": {layer: "mechanism", may: []string{"workspace"}},
 	// Declared tools and the in-sandbox endpoint sandboxed code calls
 	// them through; credentials stay on this side.
-	"broker": {layer: "mechanism"},
+	"broker": {layer: "mechanism", may: []string{"secrets"}},
+	// Secrets bound to hosts: values, their placeholders, the replacer
+	// the egress gate substitutes with, and the CA sandboxes trust for
+	// the bound hosts only.
+	"secrets": {layer: "mechanism"},
 
 	// The one Go client, for the command, MCP and the benchmark.
 	"client": {layer: "client"},
