@@ -102,12 +102,17 @@ func publicEqual(a, b crypto.PublicKey) bool {
 // P-256 key, readable by the server's user only) the first time.
 func LoadOrCreateCA(dir string) (*CA, error) {
 	cp, kp := filepath.Join(dir, certFile), filepath.Join(dir, keyFile)
-	if _, err := os.Stat(kp); err == nil {
+	_, cerr := os.Stat(cp)
+	if _, err := os.Stat(kp); err == nil && cerr == nil {
 		return LoadCA(cp, kp)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("secrets CA: %v", err)
 	}
+	// The certificate is written before the key, each by rename: a crash
+	// leaves no key (made again with a new certificate) or both. A key
+	// without its certificate (one deleted by hand) is replaced too:
+	// sandboxes learn the anchor from the server at each start.
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -135,12 +140,10 @@ func LoadOrCreateCA(dir string) (*CA, error) {
 	}
 	cb := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 	kb := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder})
-	// The key first, by rename: a crash leaves either nothing or a
-	// whole key (the certificate is written again from it if missing).
-	if err := writeFile(kp, kb, 0o600); err != nil {
+	if err := writeFile(cp, cb, 0o644); err != nil {
 		return nil, err
 	}
-	if err := writeFile(cp, cb, 0o644); err != nil {
+	if err := writeFile(kp, kb, 0o600); err != nil {
 		return nil, err
 	}
 	return parseCA(cb, kb)

@@ -114,6 +114,28 @@ func TestSessionSubstitute(t *testing.T) {
 	}
 }
 
+// TestCAAfterACrash: whichever of its two files a crash (or a hand) left
+// alone, the server starts with a whole CA; a whole pair is kept.
+func TestCAAfterACrash(t *testing.T) {
+	for _, lost := range []string{certFile, keyFile} {
+		dir := t.TempDir()
+		if _, err := LoadOrCreateCA(dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(filepath.Join(dir, lost)); err != nil {
+			t.Fatal(err)
+		}
+		ca, err := LoadOrCreateCA(dir)
+		if err != nil {
+			t.Fatalf("%s lost: %v", lost, err)
+		}
+		again, err := LoadCA(filepath.Join(dir, certFile), filepath.Join(dir, keyFile))
+		if err != nil || !again.cert.Equal(ca.cert) {
+			t.Fatalf("%s lost: the pair written is not whole: %v", lost, err)
+		}
+	}
+}
+
 // TestAnchorNameConstrained: what a sandbox trusts vouches for the bound
 // hosts only, whatever the CA's key signs, to Go, Python's ssl (OpenSSL),
 // curl and node.
