@@ -72,7 +72,10 @@ func (c Config) HasSecrets() bool {
 // reservedEnv are variables a placeholder may not take: the session
 // needs them for itself.
 var reservedEnv = []string{"PATH", "HOME", "USER", "SHELL", "PWD", "TMPDIR", "LANG", "SSL_CERT_FILE", "SSL_CERT_DIR",
-	"REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "NODE_PATH", "PYTHONPATH"}
+	"REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "NODE_PATH", "PYTHONPATH",
+	// The egress gate's proxy settings: a placeholder in their place
+	// would turn the session's clients away from the gate.
+	"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy", "all_proxy"}
 
 func (s Secret) validate(key string) []error {
 	var errs []error
@@ -101,6 +104,15 @@ func (s Secret) validate(key string) []error {
 		bad("env_var %s is a variable the session needs for itself", s.EnvVar)
 	}
 	return errs
+}
+
+// envVar is the variable holding the placeholder of the secret named
+// name.
+func (s Secret) envVar(name string) string {
+	if s.EnvVar == "" {
+		return name
+	}
+	return s.EnvVar
 }
 
 // validHostName: lower-case LDH labels, at least two, each 1 to 63
@@ -146,7 +158,20 @@ func (c Config) validateSecrets() []error {
 			errs = append(errs, s.validate(prefix+"secrets."+name)...)
 		}
 	}
+	// Two secrets a session may take together never share a variable:
+	// one placeholder would hide the other's.
+	vars := func(prefix string, secrets map[string]Secret, taken map[string]string) {
+		for _, name := range sortedNames(secrets) {
+			v := secrets[name].envVar(name)
+			if other, dup := taken[v]; dup {
+				errs = append(errs, fmt.Errorf("%ssecrets.%s: env_var %s is also %s's: give each secret its own variable", prefix, name, v, other))
+				continue
+			}
+			taken[v] = prefix + "secrets." + name
+		}
+	}
 	check("", c.Secrets)
+	vars("", c.Secrets, map[string]string{})
 	for _, tn := range sortedNames(c.Tenants) {
 		t := c.Tenants[tn]
 		check("tenants."+tn+".", t.Secrets)
@@ -155,6 +180,11 @@ func (c Config) validateSecrets() []error {
 				errs = append(errs, fmt.Errorf("tenants.%s.secrets.%s: the server declares a secret of that name for every tenant", tn, name))
 			}
 		}
+		taken := map[string]string{}
+		for _, name := range sortedNames(c.Secrets) {
+			taken[c.Secrets[name].envVar(name)] = "secrets." + name
+		}
+		vars("tenants."+tn+".", t.Secrets, taken)
 	}
 	return errs
 }
