@@ -443,11 +443,17 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest, 
 	if err != nil {
 		return nil, err
 	}
-	tools, err := m.resolveTools(callerOf(ctx).Tenant, req.Tools)
+	// Tools and secrets are the owner's tenant's: a session resumed or
+	// forked by an admin gets its own tenant's, never the admin's.
+	tenant := callerOf(ctx).Tenant
+	if r != nil {
+		tenant = r.meta.Tenant
+	}
+	tools, err := m.resolveTools(tenant, req.Tools)
 	if err != nil {
 		return nil, err
 	}
-	ss, err := m.resolveSecrets(callerOf(ctx).Tenant, req.Secrets)
+	ss, err := m.resolveSecrets(tenant, req.Secrets)
 	if err != nil {
 		return nil, err
 	}
@@ -524,7 +530,7 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest, 
 		}
 	}
 	if len(tools) > 0 {
-		if err := s.attachTools(callerOf(ctx).Tenant, tools); err != nil {
+		if err := s.attachTools(tenant, tools); err != nil {
 			s.teardownOnce.Do(s.teardown)
 			return nil, err
 		}
