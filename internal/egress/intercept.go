@@ -27,6 +27,10 @@ import (
 // that its Content-Length stays true.
 const maxSubstBody = 1 << 20
 
+// maxSubstHead bounds a request head once its placeholders are replaced
+// (a head of placeholders for a long value grows a hundredfold).
+const maxSubstHead = 64 << 10
+
 // interceptable reports whether a connection to name, starting with
 // head, is one the gate terminates to substitute secrets: the session
 // has a secret bound to name, and the connection is TLS, or plain HTTP
@@ -187,6 +191,21 @@ func (ic *interception) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ic.refuse(w, http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf("the request head is larger than %d bytes", maxPeek))
 		return
 	}
+	grown := headSize(r)
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			nv, _ := ic.g.secrets.Substitute(v, ic.name, secrets.InHeader, k, ic.tls)
+			grown += len(nv) - len(v)
+		}
+	}
+	if r.URL.RawQuery != "" {
+		q, _ := ic.g.secrets.Substitute(r.URL.RawQuery, ic.name, secrets.InQuery, "", ic.tls)
+		grown += len(q) - len(r.URL.RawQuery)
+	}
+	if grown > maxSubstHead {
+		ic.refuse(w, http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf("the request head would be larger than %d bytes once its placeholders are replaced", maxSubstHead))
+		return
+	}
 	if r.Method == http.MethodConnect || r.Header.Get("Upgrade") != "" {
 		ic.refuse(w, http.StatusNotImplemented, "protocol upgrades (WebSocket) and CONNECT are not carried to a host a secret is bound to: the upgraded stream could not be checked for the secret")
 		return
@@ -202,6 +221,16 @@ func (ic *interception) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		old, new := ic.g.secrets.Substitutions(ic.name, ic.tls)
+		// The cap holds after substitution too: a body of placeholders
+		// for a long value would otherwise grow a hundredfold here.
+		grown := len(body)
+		for i := range old {
+			grown += bytes.Count(body, old[i]) * (len(new[i]) - len(old[i]))
+		}
+		if grown > maxSubstBody {
+			ic.refuse(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("a request body to %s would be larger than %d bytes once its placeholders are replaced", ic.name, maxSubstBody))
+			return
+		}
 		var used []string
 		for i := range old {
 			if bytes.Contains(body, old[i]) {

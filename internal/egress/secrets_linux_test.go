@@ -24,6 +24,9 @@ const (
 	valOther = "real-OTHER-secret-5555555555"
 )
 
+// valLong is a long value: a body of its placeholders grows a hundredfold.
+var valLong = strings.Repeat("L", 4096)
+
 // seen is what the recording upstream received.
 type seen struct {
 	Host, Auth, Other, Query, Body string
@@ -99,11 +102,12 @@ func newSecretsFixture(t *testing.T, allow []string, proxy bool) *secretsFixture
 		{Name: "KEY", Env: "V1", Hosts: []string{"example.com"}},
 		{Name: "QKEY", Env: "V2", Hosts: []string{"example.com", "a.test"}, Query: true, Body: true, PlainHTTP: true, Headers: []string{"X-Other"}},
 		{Name: "OTHER", Env: "V3", Hosts: []string{"b.test"}},
-	}, nil, ca, []string{"V1=" + valKey, "V2=" + valQuery, "V3=" + valOther})
+		{Name: "LONG", Env: "V4", Hosts: []string{"a.test"}, Body: true, PlainHTTP: true, Headers: []string{"X-Long"}},
+	}, nil, ca, []string{"V1=" + valKey, "V2=" + valQuery, "V3=" + valOther, "V4=" + valLong})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ss, err := set.NewSession("", []string{"KEY", "OTHER", "QKEY"})
+	ss, err := set.NewSession("", []string{"KEY", "OTHER", "QKEY", "LONG"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,11 +288,22 @@ func TestGateSecretsAttacks(t *testing.T) {
 	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge || f.rec.count() != before {
 		t.Errorf("oversized head: %d %q %v", resp.StatusCode, body, resp.Header)
 	}
+	// A head that would grow past its cap once substituted: 431.
+	resp, body = do(t, c, "GET", f.url("http", "a.test")+"record", map[string]string{"X-Long": strings.Repeat(f.ph["LONG"], 300)}, "")
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge || !strings.Contains(body, "once its placeholders are replaced") || f.rec.count() != before {
+		t.Errorf("head grown by substitution: %d %q %d %d", resp.StatusCode, body, f.rec.count(), before)
+	}
 	// A body toward a host whose secret may go in bodies is read whole,
 	// up to 1 MiB: a larger one is refused.
 	resp, body = do(t, c, "POST", f.url("http", "a.test")+"record", nil, strings.Repeat("b", maxSubstBody+1))
 	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, "larger than") || f.rec.count() != before {
 		t.Errorf("oversized body: %d %q %d %d", resp.StatusCode, body, f.rec.count(), before)
+	}
+	// So is one that would grow past it once its placeholders are
+	// replaced (about 20 KiB of placeholders for a 4 KiB value).
+	resp, body = do(t, c, "POST", f.url("http", "a.test")+"record", nil, strings.Repeat(f.ph["LONG"]+" ", 400))
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, "once its placeholders are replaced") || f.rec.count() != before {
+		t.Errorf("body grown by substitution: %d %q %d %d", resp.StatusCode, body, f.rec.count(), before)
 	}
 	// A WebSocket upgrade to a bound host is refused.
 	resp, _ = do(t, c, "GET", f.url("https", "example.com")+"record", map[string]string{"Upgrade": "websocket", "Connection": "Upgrade"}, "")
