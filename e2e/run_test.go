@@ -119,7 +119,7 @@ func testRunProgramLimitsAndCrashes(t *testing.T, s *server) {
 	} {
 		r := s.runProgram(apitype.ProgramRequest{Code: code})
 		if r.ExitCode != want || r.Killed {
-			t.Errorf("%q: %+v, want exit code %d", code, r, want)
+			t.Errorf("%q: exit code %d killed %v (%s) stdout %q stderr %q error %+v, want exit code %d", code, r.ExitCode, r.Killed, r.KillReason, r.Stdout, r.Stderr, r.Error, want)
 		}
 	}
 	// Leftovers of one run are invisible to the next.
