@@ -23,6 +23,19 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 // `airlock keys`) using it.
 type opener func(t *testing.T) *DB
 
+// twoPods opens two stores of one database, serving as pods pod-a and
+// pod-b.
+func twoPods(t *testing.T, open opener) (a, b *DB) {
+	t.Helper()
+	a, b = open(t), open(t)
+	for i, db := range []*DB{a, b} {
+		if _, err := db.Serve(context.Background(), []string{"pod-a", "pod-b"}[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a, b
+}
+
 // drivers runs f once per driver, on a store of its own.
 func drivers(t *testing.T, f func(t *testing.T, open opener)) {
 	t.Run("sqlite", func(t *testing.T) {
@@ -414,13 +427,7 @@ func TestLedger(t *testing.T) {
 func TestDirectory(t *testing.T) {
 	drivers(t, func(t *testing.T, open opener) {
 		ctx := context.Background()
-		a, b := open(t), open(t)
-		if _, err := a.Serve(ctx, "pod-a"); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := b.Serve(ctx, "pod-b"); err != nil {
-			t.Fatal(err)
-		}
+		a, b := twoPods(t, open)
 		now := time.Now().UTC()
 		if err := a.PutSessions(ctx, []apitype.Session{
 			{ID: "s1", Tenant: "t1", State: apitype.StateIdle, Language: "python", CreatedAt: now},
@@ -594,13 +601,7 @@ func TestPostgresSlow(t *testing.T) {
 func TestSandboxRecords(t *testing.T) {
 	drivers(t, func(t *testing.T, open opener) {
 		ctx := context.Background()
-		a, b := open(t), open(t)
-		if _, err := a.Serve(ctx, "pod-a"); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := b.Serve(ctx, "pod-b"); err != nil {
-			t.Fatal(err)
-		}
+		a, b := twoPods(t, open)
 		now := time.Now().UTC()
 		for i, db := range []*DB{a, b, a} {
 			r := SandboxRecord{ID: fmt.Sprint("sb", i), Tenant: "t1", Created: now.Add(time.Duration(i) * time.Millisecond), Info: []byte(fmt.Sprintf(`{"n":%d}`, i))}
@@ -648,13 +649,7 @@ func TestSandboxRecords(t *testing.T) {
 func TestDirectoryPaused(t *testing.T) {
 	drivers(t, func(t *testing.T, open opener) {
 		ctx := context.Background()
-		a, b := open(t), open(t)
-		if _, err := a.Serve(ctx, "pod-a"); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := b.Serve(ctx, "pod-b"); err != nil {
-			t.Fatal(err)
-		}
+		a, b := twoPods(t, open)
 		now := time.Now().UTC()
 		paused := func(id string, expires time.Time) apitype.Session {
 			return apitype.Session{ID: id, Tenant: "t1", State: apitype.StatePaused, CreatedAt: now, Paused: &apitype.PausedInfo{PausedAt: now, ExpiresAt: expires}}
