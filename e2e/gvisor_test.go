@@ -377,13 +377,16 @@ func TestGVisorTerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := newFollower()
-	ended := make(chan *apitype.CommandResult, 1)
+	// The attach's outcome goes on a channel, never to t: it may end
+	// after the test has returned.
+	type attachEnd struct {
+		res *apitype.CommandResult
+		err error
+	}
+	ended := make(chan attachEnd, 1)
 	go func() {
 		res, err := s.c.AttachCommand(ctx, id, cmd.ID, true, f.event)
-		if err != nil {
-			t.Error(err)
-		}
-		ended <- res
+		ended <- attachEnd{res, err}
 	}()
 	f.waitFor(t, "24 80")
 	f.waitFor(t, "IS-A-TTY")
@@ -393,9 +396,9 @@ func TestGVisorTerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case res := <-ended:
-		if exitOf(res) != 130 {
-			t.Errorf("Ctrl-C: %+v", res)
+	case e := <-ended:
+		if e.err != nil || exitOf(e.res) != 130 {
+			t.Errorf("Ctrl-C: %+v %v", e.res, e.err)
 		}
 	case <-time.After(30 * time.Second):
 		t.Errorf("Ctrl-C did not end the foreground job: %q", f.text())
