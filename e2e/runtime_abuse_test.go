@@ -226,7 +226,11 @@ func TestOutputFloodIsDroppedCheaply(t *testing.T) {
 	id := s.newSession("python", map[string]any{"limits": map[string]any{"max_output": "1M"}})
 	other := s.newSession("python", nil)
 	rss, cpu := serverRSS(t, s), serverCPU(t, s)
-	done := make(chan *apitype.Result, 1)
+	type flood struct {
+		r   *apitype.Result
+		err error
+	}
+	done := make(chan flood, 1)
 	var events []apitype.Event
 	go func() {
 		r, err := s.c.Execute(context.Background(), id, apitype.ExecuteRequest{Code: `
@@ -241,10 +245,7 @@ flooded = n
 				events = append(events, ev)
 			}
 		})
-		if err != nil {
-			t.Error(err)
-		}
-		done <- r
+		done <- flood{r, err}
 	}()
 	// The server serves another session while the flood runs (a few
 	// times: each costs the server CPU too).
@@ -254,7 +255,11 @@ flooded = n
 			t.Fatalf("another session during the flood: %+v", r)
 		}
 	}
-	r := <-done
+	fl := <-done
+	if fl.err != nil {
+		t.Error(fl.err)
+	}
+	r := fl.r
 	used, grown := serverCPU(t, s)-cpu, serverRSS(t, s)-rss
 	n, _ := strconv.ParseInt(strings.TrimSpace(text(s.exec(id, "flooded"), "result")), 10, 64)
 	t.Logf("flooded %d MiB in %.0f ms of the sandbox's CPU; the server used %v of CPU and grew by %d MiB; another session answered %d times",

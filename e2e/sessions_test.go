@@ -649,10 +649,14 @@ func TestInterrupt(t *testing.T) { testInterrupt(t, sharedServer(t)) }
 func testInterrupt(t *testing.T, s *server) {
 	id := s.newSession("python", nil)
 	s.exec(id, "n = 0")
-	res := make(chan *apitype.Result, 1)
+	type answer struct {
+		r   *apitype.Result
+		err error
+	}
+	res := make(chan answer, 1)
 	running := make(chan struct{})
 	go func() {
-		// Not s.exec: it may fail the test, which only this goroutine may.
+		// Not s.exec, nor t: the test may have ended when it does.
 		var once sync.Once
 		r, err := s.c.Execute(context.Background(), id, apitype.ExecuteRequest{Code: "import time\nn += 1\nprint('running', flush=True)\nwhile True:\n    n += 1\n    time.sleep(0.01)"},
 			func(ev apitype.Event) {
@@ -660,18 +664,15 @@ func testInterrupt(t *testing.T, s *server) {
 					once.Do(func() { close(running) })
 				}
 			})
-		if err != nil {
-			t.Errorf("the interrupted execution: %v", err)
-		}
-		res <- r
+		res <- answer{r, err}
 	}()
 	<-running // the loop has begun: the interrupt lands in it
 	if interrupted, err := s.c.Interrupt(context.Background(), id); err != nil || !interrupted {
 		t.Fatalf("interrupt: %v %v", err, interrupted)
 	}
-	r := <-res
-	if r == nil || r.Error == nil || r.Error.Name != "KeyboardInterrupt" || r.Killed {
-		t.Fatalf("interrupted execution: %+v", r)
+	a := <-res
+	if r := a.r; a.err != nil || r == nil || r.Error == nil || r.Error.Name != "KeyboardInterrupt" || r.Killed {
+		t.Fatalf("interrupted execution: %+v %v", r, a.err)
 	}
 	if r := s.exec(id, "n > 0"); text(r, "result") != "True" {
 		t.Fatalf("state after interrupt: %+v", r)

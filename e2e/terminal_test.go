@@ -116,12 +116,14 @@ func TestTerminal(t *testing.T) {
 		t.Fatalf("after the client left: %+v %v", got, err)
 	}
 	again := newFollower()
+	type attachEnd struct {
+		res *apitype.CommandResult
+		err error
+	}
+	ended := make(chan attachEnd, 1)
 	go func() {
 		res, err := s.c.AttachCommand(ctx, id, cmd.ID, true, again.event)
-		if err != nil || res.ExitCode == nil || *res.ExitCode != 130 {
-			t.Errorf("the command's end, attached again: %+v %v", res, err)
-		}
-		attached <- err
+		ended <- attachEnd{res, err}
 	}()
 	again.waitFor(t, "got:hello")
 	if err := s.c.CommandStdin(ctx, id, cmd.ID, "ping\n", false); err != nil {
@@ -132,7 +134,9 @@ func TestTerminal(t *testing.T) {
 	if err := s.c.CommandStdinBytes(ctx, id, cmd.ID, []byte{3}); err != nil {
 		t.Fatal(err)
 	}
-	<-attached
+	if e := <-ended; e.err != nil || exitOf(e.res) != 130 {
+		t.Errorf("the command's end, attached again: %+v %v", e.res, e.err)
+	}
 	if err := s.c.ResizeCommand(ctx, id, cmd.ID, 10, 10); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("resizing an ended command: %v", err)
 	}
@@ -167,6 +171,7 @@ func TestTerminal(t *testing.T) {
 	wf := newFollower()
 	var end *apitype.CommandResult
 	var rejected []string
+	var bad []byte // a message that was no event
 	read := make(chan struct{})
 	go func() {
 		defer close(read)
@@ -177,7 +182,7 @@ func TestTerminal(t *testing.T) {
 			}
 			var ev apitype.Event
 			if err := json.Unmarshal(b, &ev); err != nil {
-				t.Errorf("a bad message: %q", b)
+				bad = b
 				return
 			}
 			switch ev.Type {
@@ -222,6 +227,9 @@ func TestTerminal(t *testing.T) {
 	send(apitype.TerminalInput{Type: apitype.InputResize, Cols: 0, Rows: 3})
 	send(apitype.TerminalInput{Type: apitype.InputStdin, Data: "exit 3\n"})
 	<-read
+	if bad != nil {
+		t.Errorf("a bad message: %q", bad)
+	}
 	if end == nil || end.ExitCode == nil || *end.ExitCode != 3 {
 		t.Errorf("the shell's end over the WebSocket: %+v", end)
 	}

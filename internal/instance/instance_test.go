@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"airlock/internal/apitype"
 	"airlock/internal/config"
 	"airlock/internal/gvisor"
 	"airlock/internal/jail"
@@ -151,18 +152,16 @@ func testInstanceLifecycle(t *testing.T, h *jail.Host, cfg config.Config, k Kern
 			}
 
 			// Killed, it says why, and its sandbox goes entirely.
-			ended := make(chan struct{})
+			ended := make(chan apitype.End, 1)
 			stop := make(chan struct{})
 			defer close(stop)
-			go func() {
-				defer close(ended)
-				if end := inst.Monitor(stop); end.Zero() {
-					t.Error("Monitor said nothing of the kill")
-				}
-			}()
+			go func() { ended <- inst.Monitor(stop) }()
 			inst.Kill()
 			select {
-			case <-ended:
+			case end := <-ended:
+				if end.Zero() {
+					t.Error("Monitor said nothing of the kill")
+				}
 			case <-time.After(20 * time.Second):
 				t.Fatal("Monitor did not see the kill")
 			}

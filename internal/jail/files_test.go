@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 
 	"airlock/internal/config"
@@ -63,18 +62,25 @@ func TestFilesWorkspaceFull(t *testing.T) {
 func TestFilesConcurrentWrites(t *testing.T) {
 	h := testHost(t)
 	sb := startSandbox(t, h, testLimits())
-	var wg sync.WaitGroup
+	errs := make(chan error, 16)
 	for i := range 16 {
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
 			data := bytes.Repeat([]byte{byte('a' + i)}, (i+1)*100<<10)
-			if n, err := sb.Workspace().Write(fmt.Sprintf("f%d", i), bytes.NewReader(data), 1<<30, 0o644); err != nil || n != int64(len(data)) {
-				t.Errorf("Write f%d = %d, %v", i, n, err)
+			n, err := sb.Workspace().Write(fmt.Sprintf("f%d", i), bytes.NewReader(data), 1<<30, 0o644)
+			if err == nil && n != int64(len(data)) {
+				err = fmt.Errorf("wrote %d bytes of %d", n, len(data))
 			}
+			if err != nil {
+				err = fmt.Errorf("Write f%d: %w", i, err)
+			}
+			errs <- err
 		}()
 	}
-	wg.Wait()
+	for range 16 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
 	for i := range 16 {
 		f, _, err := sb.Workspace().Open(fmt.Sprintf("f%d", i))
 		if err != nil {

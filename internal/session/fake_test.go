@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -118,6 +119,11 @@ func newTestManager(t *testing.T, cfg *config.Config) (*Manager, *fakeSource, *w
 			if !f.closed.Load() {
 				t.Errorf("instance %d was never closed", i)
 			}
+			f.bmu.Lock()
+			for _, m := range f.misuses {
+				t.Errorf("instance %d: %s", i, m)
+			}
+			f.bmu.Unlock()
 		}
 	})
 	return m, src, clock
@@ -126,7 +132,6 @@ func newTestManager(t *testing.T, cfg *config.Config) (*Manager, *fakeSource, *w
 // fakeInstance is a sandbox with a runtime, in memory; the runtimes
 // started beside the first (besides) are fakeInterps too.
 type fakeInstance struct {
-	t      *testing.T
 	limits config.Limits
 	ws     *workspace.Dir
 	dir    string // ws's host path
@@ -148,6 +153,17 @@ type fakeInstance struct {
 	deadDone bool
 	// lastCmd is the last command started (under bmu).
 	lastCmd *fakeProcess
+	// misuses are what the fake's goroutines found wrong with the test
+	// (under bmu): reported at its end, never to t from a goroutine that
+	// may outlive it.
+	misuses []string
+}
+
+// misused records a test's misuse of the fake.
+func (f *fakeInstance) misused(format string, args ...any) {
+	f.bmu.Lock()
+	f.misuses = append(f.misuses, fmt.Sprintf(format, args...))
+	f.bmu.Unlock()
 }
 
 // fakeInterp is a runtime of a fake sandbox.
@@ -187,7 +203,7 @@ func newFakeInstance(t *testing.T, rt runtimes.Runtime, l config.Limits) *fakeIn
 		t.Fatal(err)
 	}
 	f := &fakeInstance{
-		t: t, limits: l, ws: ws, dir: dir, start: time.Now(),
+		limits: l, ws: ws, dir: dir, start: time.Now(),
 		events: make(chan cgroup.Event, 4), dead: make(chan struct{}),
 	}
 	f.fakeInterp = newFakeInterp(f, rt, f.dead, false)
@@ -446,7 +462,7 @@ func (it *fakeInterp) run(id, code string, prog bool) {
 			select {
 			case r := <-it.replies:
 				if r.Type != "installed" || r.ID != id {
-					f.t.Errorf("fake runtime: the answer to an install: %+v", r)
+					f.misused("fake runtime: the answer to an install: %+v", r)
 				}
 				it.write(r.Error, false)
 			case <-it.gone:
@@ -474,7 +490,7 @@ func (it *fakeInterp) run(id, code string, prog bool) {
 			return
 		case "":
 		default:
-			f.t.Errorf("fake runtime: unknown step %q", step)
+			f.misused("fake runtime: unknown step %q", step)
 		}
 	}
 	if prog {
@@ -594,7 +610,7 @@ func (p *fakeProcess) run(line string, in, out, errOut *os.File) {
 			return
 		case "":
 		default:
-			p.f.t.Errorf("fake command: unknown step %q", step)
+			p.f.misused("fake command: unknown step %q", step)
 		}
 	}
 	p.exit, p.exited = exited(0), true
