@@ -257,3 +257,67 @@ func TestSIGTERMWithWarmPoolIsQuick(t *testing.T) {
 		t.Fatalf("left behind after SIGTERM:\n%s", strings.Join(left, "\n"))
 	}
 }
+
+// A server killed with SIGKILL while it refills its pools (sessions being
+// taken as fast as clients can) is restarted at once on the same state
+// directory and lock directory: it must start. The children the dead
+// server was forking (jail inits not yet exec'd) held a copy of its lock
+// files' descriptors, and flock locks follow the descriptor: the restart
+// was refused as "another airlock server uses ..." until they went.
+func TestSIGKILLDuringRefillThenRestart(t *testing.T) {
+	s := launchServer(t, map[string]any{"pool": map[string]any{
+		"size":     map[string]int{"python": 4, "bash": 4, "javascript": 0},
+		"max_size": map[string]int{"python": 6, "bash": 6, "javascript": 0},
+	}})
+	for round := 0; round < 3; round++ {
+		// Take sessions from several clients until a few have been made:
+		// the pools refill while the server dies.
+		made := make(chan struct{}, 64)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := 0; i < 4; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				hc := &http.Client{Timeout: 30 * time.Second}
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					resp, err := hc.Post(s.URL+"/v1/sessions", "application/json", strings.NewReader(`{"language":"bash"}`))
+					if err != nil {
+						return // the server is gone
+					}
+					resp.Body.Close()
+					if resp.StatusCode == http.StatusCreated {
+						select {
+						case made <- struct{}{}:
+						default:
+						}
+					}
+				}
+			}()
+		}
+		for i := 0; i < 3; i++ {
+			select {
+			case <-made:
+			case <-time.After(60 * time.Second):
+				t.Fatalf("round %d: no sessions made:\n%s", round, s.stderr.String())
+			}
+		}
+		if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-s.done
+		close(stop)
+		wg.Wait()
+		// At once: launchServerNamed fails the test if the server exits.
+		s = launchServerNamed(t, "", s.name, s.cfg)
+	}
+	s.stop()
+	if left := checkNothingLeft(s.name); len(left) > 0 {
+		t.Fatalf("left behind:\n%s", strings.Join(left, "\n"))
+	}
+}

@@ -1,7 +1,6 @@
 package jail
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -13,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"airlock/internal/errdefs"
+	"airlock/internal/lockfile"
 )
 
 // Layout is how the host ids from IDBase are shared out, in slots of two
@@ -176,20 +176,17 @@ func LockIDs(dir string, first, last uint64) (*os.File, error) {
 }
 
 // tryLock opens path and takes an exclusive lock on it; held reports that
-// another process holds one (and the file is closed).
+// another process holds one (and the file is closed). A lock whose taker
+// is gone is waited for while its children let go (lockfile).
 func tryLock(path string) (f *os.File, held bool, err error) {
-	f, err = os.OpenFile(path, os.O_CREATE|os.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
+	f, held, err = lockfile.TryLock(path)
+	switch {
+	case held && err != nil:
+		return nil, true, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	case err != nil:
 		return nil, false, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, true, nil
-		}
-		return nil, false, fmt.Errorf("%w: locking %s: %v", errdefs.ErrUnavailable, path, err)
-	}
-	return f, false, nil
+	return f, held, nil
 }
 
 func idsTaken(first, last, f, l uint64) error {

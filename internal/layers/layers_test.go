@@ -57,7 +57,7 @@ var rules = map[string]rule{
 	"testenv": {layer: "test", noShared: true, std: true},
 
 	// The one composition root.
-	"server": {layer: "root", may: []string{"httpapi/...", "console", "mcp", "audit", "quota", "metrics", "directory", "session", "pool", "instance", "image", "jail", "gvisor", "egress", "fontcache", "runtimes", "store", "cluster", "client", "broker", "secrets"}},
+	"server": {layer: "root", may: []string{"httpapi/...", "console", "mcp", "audit", "quota", "metrics", "directory", "session", "pool", "instance", "image", "jail", "gvisor", "egress", "fontcache", "runtimes", "store", "cluster", "client", "broker", "secrets", "lockfile"}},
 
 	// The front: what serves requests, and what hears sessions. The HTTP
 	// APIs (httpapi/v1, E2B's httpapi/e2b, ...) sit over httpapi's shared
@@ -80,15 +80,17 @@ var rules = map[string]rule{
 	// The kernels a sandbox runs on.
 	"zygote": {layer: "kernel", may: []string{"jail", "runtimes"}},
 	"gvisor": {layer: "kernel", may: []string{"jail", "rootfs", "cgroup", "workspace"}},
-	"jail":   {layer: "jail", may: []string{"seccomp", "landlock", "cgroup", "rootfs", "workspace", "exeseal", "loopback"}},
+	"jail":   {layer: "jail", may: []string{"seccomp", "landlock", "cgroup", "rootfs", "workspace", "exeseal", "loopback", "lockfile"}},
 
 	// Mechanisms: each one thing, importing no other but as listed.
-	"seccomp":   {layer: "mechanism"},
-	"landlock":  {layer: "mechanism"},
-	"cgroup":    {layer: "mechanism"},
-	"rootfs":    {layer: "mechanism"},
-	"loopback":  {layer: "mechanism"},
-	"exeseal":   {layer: "mechanism"},
+	"seccomp":  {layer: "mechanism"},
+	"landlock": {layer: "mechanism"},
+	"cgroup":   {layer: "mechanism"},
+	"rootfs":   {layer: "mechanism"},
+	"loopback": {layer: "mechanism"},
+	"exeseal":  {layer: "mechanism"},
+	// Lock files a process holds while it lives (state dir, host ids).
+	"lockfile":  {layer: "mechanism"},
 	"workspace": {layer: "mechanism"},
 	"egress":    {layer: "mechanism", may: []string{"loopback", "secrets"}},
 	"watch":     {layer: "mechanism", may: []string{"cgroup"}},

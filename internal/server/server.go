@@ -48,6 +48,7 @@ import (
 	"airlock/internal/httpapi/v1"
 	"airlock/internal/instance"
 	"airlock/internal/jail"
+	"airlock/internal/lockfile"
 	"airlock/internal/mcp"
 	"airlock/internal/metrics"
 	"airlock/internal/pool"
@@ -615,18 +616,20 @@ func listenUnix(path string) (net.Listener, error) {
 	return ln, nil
 }
 
-// lockState takes an exclusive lock on the state directory.
+// lockState takes an exclusive lock on the state directory (see
+// lockfile: a server killed with SIGKILL does not keep it).
 func lockState(dir string) (*os.File, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
-	f, err := os.OpenFile(filepath.Join(dir, "server.lock"), os.O_CREATE|os.O_RDWR|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
+	f, held, err := lockfile.TryLock(filepath.Join(dir, "server.lock"))
+	switch {
+	case held && err != nil:
+		return nil, fmt.Errorf("%w: another airlock server uses %s: %v", errdefs.ErrUnavailable, dir, err)
+	case held:
 		return nil, fmt.Errorf("%w: another airlock server uses %s", errdefs.ErrUnavailable, dir)
+	case err != nil:
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
 	return f, nil
 }

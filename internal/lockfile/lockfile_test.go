@@ -1,0 +1,141 @@
+package lockfile
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The helper processes: one takes the lock and starts a child that gets
+// a copy of its descriptor (as a child between fork and exec has one),
+// then waits to be killed; the child waits for its stdin to close.
+func TestMain(m *testing.M) {
+	switch os.Getenv("LOCKFILE_TEST_ROLE") {
+	case "holder":
+		f, held, err := TryLock(os.Getenv("LOCKFILE_TEST_PATH"))
+		if err != nil || held {
+			os.Exit(3)
+		}
+		child := exec.Command(os.Args[0])
+		child.Env = append(os.Environ(), "LOCKFILE_TEST_ROLE=child")
+		child.Stdin, child.ExtraFiles = os.Stdin, []*os.File{f}
+		if err := child.Start(); err != nil {
+			os.Exit(4)
+		}
+		os.Stdout.WriteString("ready\n")
+		select {}
+	case "child":
+		io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// startHolder starts a process that holds path's lock, with a child that
+// holds a copy of it until childGo is closed.
+func startHolder(t *testing.T, path string) (holder *exec.Cmd, childGo io.Closer) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder = exec.Command(os.Args[0])
+	holder.Env = append(os.Environ(), "LOCKFILE_TEST_ROLE=holder", "LOCKFILE_TEST_PATH="+path)
+	holder.Stdin = r
+	out, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	t.Cleanup(func() {
+		w.Close()
+		holder.Process.Kill()
+		holder.Wait()
+	})
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("holder: %q %v", line, err)
+	}
+	return holder, w
+}
+
+// A lock its taker holds is refused at once; one whose taker was killed
+// while a child of it still held the descriptor is taken as soon as the
+// child lets go (checked against a mutant: Alive always true, TryLock
+// refused at once, as before the fix); one the child keeps past the
+// bound is refused as orphaned.
+func TestLockOutlivingItsTaker(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "server.lock")
+	holder, childGo := startHolder(t, path)
+	if Holder(path) != holder.Process.Pid {
+		t.Fatalf("holder recorded as %d, want %d", Holder(path), holder.Process.Pid)
+	}
+	if f, held, err := TryLock(path); !held || err != nil {
+		t.Fatalf("a live holder's lock: %v %v %v, want held", f, held, err)
+	}
+
+	holder.Process.Signal(syscall.SIGKILL)
+	holder.Wait()
+	if f, held, err := tryLock(path, time.Millisecond); !held || !errors.Is(err, ErrOrphaned) {
+		t.Fatalf("a lock a child keeps: %v %v %v, want ErrOrphaned", f, held, err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		f, held, err := TryLock(path)
+		if err == nil && held {
+			err = errors.New("held")
+		}
+		if f != nil {
+			if Holder(path) != os.Getpid() {
+				err = errors.New("this process not recorded as the holder")
+			}
+			f.Close()
+		}
+		got <- err
+	}()
+	childGo.Close()
+	if err := <-got; err != nil {
+		t.Fatalf("once the dead taker's child let go: %v", err)
+	}
+}
+
+// In one process, a second lock of the same file is refused too.
+func TestLockTwiceInOneProcess(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "l")
+	f, held, err := TryLock(path)
+	if err != nil || held {
+		t.Fatal(held, err)
+	}
+	if g, held, err := TryLock(path); !held || err != nil {
+		t.Fatalf("second lock: %v %v %v", g, held, err)
+	}
+	f.Close()
+	g, held, err := TryLock(path)
+	if err != nil || held {
+		t.Fatalf("after release: %v %v", held, err)
+	}
+	g.Close()
+}
+
+func TestAlive(t *testing.T) {
+	if !Alive(os.Getpid()) || !Alive(0) {
+		t.Error("this process, or an unknown one, is not alive")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	cmd.Wait()
+	if Alive(pid) {
+		t.Errorf("reaped process %d is alive", pid)
+	}
+}
