@@ -31,6 +31,9 @@ type conn interface {
 	// interrupt tells the runtime that execution id is interrupted,
 	// before the SIGINT that follows.
 	interrupt(id string) error
+	// current reports whether execution id is under way: sent, and its
+	// done not read yet.
+	current(id string) bool
 	// reply sends a message answering one of the runtime's requests
 	// during an execution (installed).
 	reply(m runtimes.Message) error
@@ -155,6 +158,11 @@ func (c *framedConn) reply(m runtimes.Message) error { return c.w.Write(m) }
 
 func (c *framedConn) interrupt(id string) error {
 	return c.w.Write(runtimes.Message{Type: "interrupt", ID: id})
+}
+
+func (c *framedConn) current(id string) bool {
+	cur := c.cur.Load()
+	return cur != nil && *cur == id
 }
 
 func (c *framedConn) events() <-chan runtimes.Message { return c.ch }
@@ -340,6 +348,12 @@ func (c *bashConn) interrupt(id string) error {
 	}
 	_, err := c.f.Write([]byte{0})
 	return err
+}
+
+func (c *bashConn) current(id string) bool {
+	c.marks.Lock()
+	defer c.marks.Unlock()
+	return c.running == id
 }
 
 func (c *bashConn) events() <-chan runtimes.Message { return c.ch }

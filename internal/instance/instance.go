@@ -145,11 +145,38 @@ func (in *Instance) NetNS() (int, bool) {
 // goroutine: a runtime that stopped reading its socket (its buffer full)
 // must not hold the caller, whose grace period then ends the session, and
 // with it the write.
+//
+// Both go under sendMu, and only while id is the runtime's execution: an
+// interrupt asked for before its execution is sent goes right after it
+// (not before it, where the runtime would drop it and the code then run
+// to its timeout), and one for an execution that has ended goes nowhere
+// (its SIGINT would stop the next).
 func (in *Interp) Interrupt(id string) {
 	go func() {
-		in.conn.interrupt(id) // failed: the runtime is gone or stuck; SIGINT regardless
-		in.sb.Signal(in.pid, syscall.SIGINT, true)
+		in.sendMu.Lock()
+		defer in.sendMu.Unlock()
+		switch {
+		case in.conn.current(id):
+			in.interruptLocked(id)
+		case id != in.sent:
+			in.early = id // not sent yet
+		}
 	}()
+}
+
+func (in *Interp) interruptLocked(id string) {
+	in.conn.interrupt(id) // failed: the runtime is gone or stuck; SIGINT regardless
+	in.sb.Signal(in.pid, syscall.SIGINT, true)
+}
+
+// sentLocked notes that execution id has been sent, and sends the
+// interrupt asked for it meanwhile.
+func (in *Interp) sentLocked(id string) {
+	in.sent = id
+	if in.early == id {
+		in.early = ""
+		in.interruptLocked(id)
+	}
 }
 
 // Close tears the instance down (it was never handed out, or its session
@@ -254,16 +281,28 @@ func (in *Interp) ask(ctx context.Context, req func() error) error {
 // runtime that does not read the request by sendBy (the code stopped it:
 // SIGSTOP, a thread holding the GIL) fails it.
 func (in *Interp) Execute(id, code string, env map[string]string, sendBy time.Time) error {
+	in.sendMu.Lock()
+	defer in.sendMu.Unlock()
 	in.conn.sendBy(sendBy)
 	defer in.conn.sendBy(time.Time{})
-	return in.conn.execute(id, code, env)
+	if err := in.conn.execute(id, code, env); err != nil {
+		return err
+	}
+	in.sentLocked(id)
+	return nil
 }
 
 // Run starts p in place of the runtime as execution id.
 func (in *Interp) Run(id string, p Program, sendBy time.Time) error {
+	in.sendMu.Lock()
+	defer in.sendMu.Unlock()
 	in.conn.sendBy(sendBy)
 	defer in.conn.sendBy(time.Time{})
-	return in.conn.run(id, p)
+	if err := in.conn.run(id, p); err != nil {
+		return err
+	}
+	in.sentLocked(id)
+	return nil
 }
 
 // SendFailure says how a failed Execute or Run ends the session.

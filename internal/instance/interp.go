@@ -3,6 +3,7 @@ package instance
 import (
 	"context"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 
@@ -36,6 +37,13 @@ type Interp struct {
 	gone       chan struct{}
 	exitKnown  chan struct{}
 	exitStatus syscall.WaitStatus
+	// sendMu orders what goes to the runtime: an execution's request,
+	// and an interrupt's message and SIGINT (see Interrupt). sent is the
+	// last execution sent; early, one an interrupt was asked for before
+	// it was sent.
+	sendMu sync.Mutex
+	sent   string
+	early  string
 }
 
 // StartInterp starts rt's session runtime in the instance's sandbox,
