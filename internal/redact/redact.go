@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"regexp"
 	"regexp/syntax"
+	"slices"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -98,7 +99,25 @@ func New(sets []string, rules []Rule) (*Redactor, error) {
 		}
 		all = append(all, set...)
 	}
+	errs = append(errs, checkNames(rules, nil)...)
+	return build(nil, append(all, rules...), errs)
+}
+
+// With is r with rules added after its own (r nil: rules alone): a
+// Redactor of its own, sharing nothing mutable with r, whose rules are
+// not compiled again. nil (and no error) when there are none.
+func (r *Redactor) With(rules []Rule) (*Redactor, error) {
+	return build(r, rules, checkNames(rules, r.Rules()))
+}
+
+// checkNames checks the names of rules: valid, and not used twice
+// among them or taken.
+func checkNames(rules []Rule, taken []string) []error {
+	var errs []error
 	seen := map[string]bool{}
+	for _, n := range taken {
+		seen[n] = true
+	}
 	for _, r := range rules {
 		if !validName(r.Name) {
 			errs = append(errs, fmt.Errorf("rule name %q must be 1 to 64 letters, digits, _ or -", r.Name))
@@ -107,46 +126,64 @@ func New(sets []string, rules []Rule) (*Redactor, error) {
 			errs = append(errs, fmt.Errorf("rule name %q is used twice", r.Name))
 		}
 		seen[r.Name] = true
-		all = append(all, r)
 	}
-	if len(all) > MaxRules {
-		errs = append(errs, fmt.Errorf("%d rules: at most %d, the built-in sets' included", len(all), MaxRules))
+	return errs
+}
+
+// build compiles rules after base's (nil: none), unless errs.
+func build(base *Redactor, rules []Rule, errs []error) (*Redactor, error) {
+	n := len(rules)
+	if base != nil {
+		n += len(base.rules)
+	}
+	if n > MaxRules {
+		errs = append(errs, fmt.Errorf("%d rules: at most %d, the built-in sets' included", n, MaxRules))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	if len(all) == 0 {
+	if n == 0 {
 		return nil, nil
 	}
 	rd := &Redactor{cache: map[uint64]*combo{}}
-	longest := 0
-	for _, r := range all {
-		n, err := Check(r.Pattern)
+	if base != nil {
+		rd.rules, rd.hold = slices.Clone(base.rules), base.hold
+	}
+	for _, x := range rules {
+		c, err := compile(x)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("rule %q: %v", r.Name, err))
+			errs = append(errs, fmt.Errorf("rule %q: %v", x.Name, err))
 			continue
 		}
-		longest = max(longest, n)
-		re := regexp.MustCompile(r.Pattern) // Check compiled it
-		c := rule{name: r.Name, pattern: r.Pattern, nsub: re.NumSubexp(), secret: max(re.SubexpIndex("secret"), 0), max: n, off: r.Offset, ascii: true}
-		lits := r.Literals
-		if prefix, _ := re.LiteralPrefix(); len(lits) == 0 && prefix != "" && !strings.HasPrefix(r.Pattern, "(?i)") {
-			lits = []string{prefix}
-		}
-		for _, l := range lits {
-			c.lits = append(c.lits, bytes.ToLower([]byte(l)))
-			c.maxLit = max(c.maxLit, len(l))
-			for i := 0; i < len(l); i++ {
-				c.ascii = c.ascii && l[i] < utf8.RuneSelf
-			}
-		}
 		rd.rules = append(rd.rules, c)
+		rd.hold = max(rd.hold, c.max+utf8.UTFMax)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	rd.hold = longest + utf8.UTFMax
 	return rd, nil
+}
+
+// compile checks one rule and works out what searching for it needs.
+func compile(r Rule) (rule, error) {
+	n, err := Check(r.Pattern)
+	if err != nil {
+		return rule{}, err
+	}
+	re := regexp.MustCompile(r.Pattern) // Check compiled it
+	c := rule{name: r.Name, pattern: r.Pattern, nsub: re.NumSubexp(), secret: max(re.SubexpIndex("secret"), 0), max: n, off: r.Offset, ascii: true}
+	lits := r.Literals
+	if prefix, _ := re.LiteralPrefix(); len(lits) == 0 && prefix != "" && !strings.HasPrefix(r.Pattern, "(?i)") {
+		lits = []string{prefix}
+	}
+	for _, l := range lits {
+		c.lits = append(c.lits, bytes.ToLower([]byte(l)))
+		c.maxLit = max(c.maxLit, len(l))
+		for i := 0; i < len(l); i++ {
+			c.ascii = c.ascii && l[i] < utf8.RuneSelf
+		}
+	}
+	return c, nil
 }
 
 // fold is text in lower case with the two non-ASCII letters that (?i)

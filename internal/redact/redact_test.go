@@ -138,6 +138,48 @@ func TestOperatorRules(t *testing.T) {
 	}
 }
 
+// With adds rules to a redactor's without changing it; their names
+// must be new, and the sum under MaxRules.
+func TestWith(t *testing.T) {
+	base := mustNew(t, []string{"credentials"}, Rule{Name: "ticket", Pattern: `TICKET-[0-9]{4,8}`})
+	more, err := base.With([]Rule{{Name: "mine", Pattern: `(?:hunter2-secret|aHVudGVy)`, Literals: []string{"hunter2-secret", "aHVudGVy"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := "TICKET-1234 hunter2-secret AKIAIOSFODNN7EXAMPLE"
+	if got, n := more.String(text); got != "[REDACTED:ticket] [REDACTED:mine] [REDACTED:aws_access_key_id]" || n != 3 {
+		t.Errorf("with: %q (%d)", got, n)
+	}
+	if got, n := base.String(text); got != "[REDACTED:ticket] hunter2-secret [REDACTED:aws_access_key_id]" || n != 2 {
+		t.Errorf("base after With: %q (%d)", got, n)
+	}
+	if len(more.Rules()) != len(base.Rules())+1 || more.Hold() != base.Hold() {
+		t.Errorf("rules %v, hold %d (base %d)", more.Rules(), more.Hold(), base.Hold())
+	}
+	var out bytes.Buffer
+	st := more.Stream(func(b []byte) { out.Write(b) })
+	for _, c := range []byte(text) {
+		st.Write([]byte{c})
+	}
+	st.Flush()
+	if got, _ := more.String(text); out.String() != got {
+		t.Errorf("streamed %q, whole %q", out.String(), got)
+	}
+	if r, err := (*Redactor)(nil).With(nil); r != nil || err != nil {
+		t.Errorf("nil with nothing: %v, %v", r, err)
+	}
+	if _, err := base.With([]Rule{{Name: "ticket", Pattern: "x"}}); err == nil || !strings.Contains(err.Error(), "used twice") {
+		t.Errorf("a taken name: %v", err)
+	}
+	many := make([]Rule, MaxRules-len(base.Rules())+1)
+	for i := range many {
+		many[i] = Rule{Name: "r" + strings.Repeat("x", i), Pattern: "y"}
+	}
+	if _, err := base.With(many); err == nil || !strings.Contains(err.Error(), "at most") {
+		t.Errorf("too many: %v", err)
+	}
+}
+
 // A match cut across chunks at every position is redacted whole, and the
 // stream holds back no more than it must.
 func TestStreamAcrossChunks(t *testing.T) {

@@ -54,6 +54,10 @@ const MinValue = 8
 // MaxValue bounds a value: it goes into a header line.
 const MaxValue = 8 << 10
 
+// MaxForm bounds a value's longest form (see Forms): output redaction
+// finds matches of at most this many bytes (redact.MaxMatch).
+const MaxForm = 16 << 10
+
 // secret is a Spec with its value read.
 type secret struct {
 	Spec
@@ -81,6 +85,9 @@ func New(server []Spec, tenants map[string][]Spec, ca *CA, env []string) (*Set, 
 			}
 			if err == nil && strings.ContainsFunc(v, func(r rune) bool { return r < ' ' || r == 0x7f }) {
 				err = fmt.Errorf("the secret (%s) holds a control character: it could not be sent in a header", sourceName(sp.File, sp.Env))
+			}
+			if err == nil && slices.ContainsFunc(Forms(v), func(f string) bool { return len(f) > MaxForm }) {
+				err = fmt.Errorf("the secret (%s) is longer than %d bytes once URL-escaped: too long for output redaction to find", sourceName(sp.File, sp.Env), MaxForm)
 			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%ssecrets.%s: %v", prefix, sp.Name, err))
@@ -129,20 +136,6 @@ func (s *Set) Hosts() []string {
 		add(m)
 	}
 	sort.Strings(out)
-	return out
-}
-
-// Values are every secret's value, for the output redaction layer.
-func (s *Set) Values() []string {
-	var out []string
-	for _, sec := range s.server {
-		out = append(out, sec.value)
-	}
-	for _, m := range s.own {
-		for _, sec := range m {
-			out = append(out, sec.value)
-		}
-	}
 	return out
 }
 
@@ -362,6 +355,21 @@ func (b binding) allows(host string, where Where, field string, tls bool) bool {
 		return b.Body
 	}
 	return false
+}
+
+// Forms are every form of the session's values (see Forms): what the
+// output redaction of the session's results looks for. Only the
+// session's own: another tenant's value printed by the session's code is
+// that code's own text, and redacting it would confirm a guess of it.
+func (ss *Session) Forms() []string {
+	if ss == nil {
+		return nil
+	}
+	var out []string
+	for _, b := range ss.binds {
+		out = append(out, b.forms...)
+	}
+	return out
 }
 
 // Redactions are the pairs a Replacer takes to turn every form of the

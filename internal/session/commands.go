@@ -196,6 +196,10 @@ func (s *Session) runCommand(ctx context.Context, req apitype.CommandRequest, em
 	if err := s.notPausing(); err != nil {
 		return nil, err
 	}
+	red, err := s.redactor(tenant)
+	if err != nil {
+		return nil, err
+	}
 
 	base := s.runtimeEnv()
 	env := make(map[string]string, len(base)+len(req.Env))
@@ -219,7 +223,7 @@ func (s *Session) runCommand(ctx context.Context, req apitype.CommandRequest, em
 	}
 	started = true
 	cmd := &command{id: id, line: req.Command, argv: req.Argv, tag: req.Tag, dir: dir, background: req.Background, started: time.Now(), c: c,
-		done: make(chan struct{}), who: who, red: s.m.policy.redactor(tenant), flags: flags, pty: term != nil}
+		done: make(chan struct{}), who: who, red: red, flags: flags, pty: term != nil}
 	if term != nil {
 		cmd.size = &apitype.PTYSize{Cols: req.PTY.Cols, Rows: req.PTY.Rows}
 	}

@@ -385,9 +385,13 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 		held = append(held, release)
 	}
 
+	red, err := s.redactor(s.policyTenant(req))
+	if err != nil {
+		return nil, err
+	}
 	prog := req.prog
 	r.ex = newExecution(int(s.limits.MaxOutput), int(s.m.cfg.Server.MaxRichOutput), emit, prog != nil)
-	r.ex.redactWith(s.m.policy.redactor(s.policyTenant(req)))
+	r.ex.redactWith(red)
 	if end := s.End(); !end.Zero() { // ended while we waited for a slot
 		return nil, gone(end)
 	}

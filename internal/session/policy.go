@@ -29,13 +29,12 @@ type policy struct {
 	anyRedaction bool
 }
 
-// newPolicy compiles cfg's; extra rules (the secrets' values) are
-// added to every tenant's redaction, even one turned off.
-func newPolicy(cfg config.Config, extra []redact.Rule) (*policy, error) {
+// newPolicy compiles cfg's.
+func newPolicy(cfg config.Config) (*policy, error) {
 	p := &policy{redact: map[string]*redact.Redactor{}, rules: map[string]*coderules.Set{}}
 	var errs []error
 	var err error
-	if p.redactDef, err = compileRedaction(cfg.Redaction, extra); err != nil {
+	if p.redactDef, err = compileRedaction(cfg.Redaction); err != nil {
 		errs = append(errs, fmt.Errorf("redaction: %w", err))
 	}
 	if p.rulesDef, err = compileCodeRules(cfg.CodeRules); err != nil {
@@ -45,7 +44,7 @@ func newPolicy(cfg config.Config, extra []redact.Rule) (*policy, error) {
 	for _, name := range slices.Sorted(maps.Keys(cfg.Tenants)) {
 		t := cfg.Tenants[name]
 		if t.Redaction != nil {
-			r, err := compileRedaction(cfg.RedactionFor(name), extra)
+			r, err := compileRedaction(cfg.RedactionFor(name))
 			if err != nil {
 				errs = append(errs, fmt.Errorf("tenants.%s.redaction: %w", name, err))
 			}
@@ -68,17 +67,17 @@ func newPolicy(cfg config.Config, extra []redact.Rule) (*policy, error) {
 // naming its key (config.Validate checks the rest of the same keys). Its
 // error is a *config.Error.
 func CheckPolicy(cfg config.Config) error {
-	_, err := newPolicy(cfg, nil)
+	_, err := newPolicy(cfg)
 	return config.Problems(err)
 }
 
 // compileRedaction builds the redactor of r (nil: redaction off).
-func compileRedaction(r config.Redaction, extra []redact.Rule) (*redact.Redactor, error) {
-	rules := make([]redact.Rule, len(r.Rules), len(r.Rules)+len(extra))
+func compileRedaction(r config.Redaction) (*redact.Redactor, error) {
+	rules := make([]redact.Rule, len(r.Rules))
 	for i, x := range r.Rules {
 		rules[i] = redact.Rule{Name: x.Name, Pattern: x.Pattern}
 	}
-	return redact.New(r.Builtin, append(rules, extra...))
+	return redact.New(r.Builtin, rules)
 }
 
 // compileCodeRules builds the set of rules (nil: none).
@@ -99,6 +98,24 @@ func (p *policy) redactor(tenant string) *redact.Redactor {
 		return r
 	}
 	return p.redactDef
+}
+
+// roomFor checks that x can be added to every tenant's redaction (a
+// name of its own, and under redact.MaxRules).
+func (p *policy) roomFor(x redact.Rule) error {
+	var errs []error
+	if _, err := p.redactDef.With([]redact.Rule{x}); err != nil {
+		errs = append(errs, fmt.Errorf("redaction: %w", err))
+	}
+	for _, name := range slices.Sorted(maps.Keys(p.redact)) {
+		if _, err := p.redact[name].With([]redact.Rule{x}); err != nil {
+			errs = append(errs, fmt.Errorf("tenants.%s.redaction: %w", name, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w (secrets add a rule named %s)", err, x.Name)
+	}
+	return nil
 }
 
 // codeRules are tenant's code rules (nil: none).

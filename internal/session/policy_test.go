@@ -51,7 +51,7 @@ func TestPolicyPerTenant(t *testing.T) {
 	cfg := config.Default()
 	cfg.Redaction = config.Redaction{Builtin: []string{"credentials"}}
 	cfg.Tenants = map[string]config.Tenant{"acme": {Redaction: &config.Redaction{}}}
-	p, err := newPolicy(cfg, nil)
+	p, err := newPolicy(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"airlock/internal/apitype"
 	"airlock/internal/errdefs"
@@ -29,33 +31,66 @@ func SecretsFiles(anchor, system []byte) map[string]string {
 }
 
 // SetSecrets makes the operator's secrets available to sessions (nil:
-// the server declares none) and teaches every tenant's output redaction
-// their values; call it before the manager serves anything.
+// the server declares none); call it before the manager serves anything.
+// It checks that every tenant's output redaction has room for the rule
+// a session's secrets add to it (see Session.redactor).
 func (m *Manager) SetSecrets(set *secrets.Set) error {
 	m.secrets = set
 	if set == nil {
 		return nil
 	}
-	p, err := newPolicy(m.cfg, secretRules(set.Values()))
-	if err != nil {
-		return err
-	}
-	m.policy = p
-	return nil
+	return m.policy.roomFor(redact.Rule{Name: secretRule, Pattern: "x"})
 }
 
-// secretRules is one redaction rule matching every form of values.
-func secretRules(values []string) []redact.Rule {
-	if len(values) == 0 {
+// secretRule names the rule of a session's secrets in its redaction.
+const secretRule = "airlock-secret"
+
+// secretRules is one redaction rule matching every form of a session's
+// values (nil: none).
+func secretRules(forms []string) []redact.Rule {
+	if len(forms) == 0 {
 		return nil
 	}
-	var alts []string
-	for _, v := range values {
-		for _, f := range secrets.Forms(v) {
-			alts = append(alts, regexp.QuoteMeta(f))
-		}
+	alts := make([]string, len(forms))
+	for i, f := range forms {
+		alts[i] = regexp.QuoteMeta(f)
 	}
-	return []redact.Rule{{Name: "airlock-secret", Pattern: "(?:" + strings.Join(alts, "|") + ")"}}
+	r := redact.Rule{Name: secretRule, Pattern: "(?:" + strings.Join(alts, "|") + ")"}
+	if !slices.ContainsFunc(forms, func(f string) bool { return strings.ContainsFunc(f, func(c rune) bool { return c >= utf8.RuneSelf }) }) {
+		// Every match is one of them: text without any is not searched,
+		// and a stream holds back only where one may begin.
+		r.Literals = forms
+	}
+	return []redact.Rule{r}
+}
+
+// redactor is the output policy of the session's code run for tenant:
+// tenant's, with the values of the session's own secrets added, never
+// another session's or tenant's (code that prints a guess of another
+// tenant's value sees its own text, or redaction would confirm the
+// guess). A session without secrets shares its tenant's, at no cost.
+func (s *Session) redactor(tenant string) (*redact.Redactor, error) {
+	base := s.m.policy.redactor(tenant)
+	if s.secrets == nil {
+		return base, nil
+	}
+	s.redMu.Lock()
+	defer s.redMu.Unlock()
+	if r, ok := s.reds[tenant]; ok {
+		return r, nil
+	}
+	r, err := base.With(secretRules(s.secrets.Forms()))
+	if err != nil {
+		// Never the error itself: its pattern holds the values.
+		return nil, fmt.Errorf("%w: the output redaction of the session's secrets could not be built", errdefs.ErrUnavailable)
+	}
+	if s.reds == nil {
+		s.reds = map[string]*redact.Redactor{}
+	}
+	if len(s.reds) < 16 {
+		s.reds[tenant] = r
+	}
+	return r, nil
 }
 
 // resolveSecrets checks a request's secrets against its tenant's and
@@ -74,6 +109,9 @@ func (m *Manager) resolveSecrets(tenant string, asked []string) (*secrets.Sessio
 	ss, err := m.secrets.NewSession(tenant, names)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
+	}
+	if _, err := redact.New(nil, secretRules(ss.Forms())); err != nil {
+		return nil, fmt.Errorf("%w: secrets: %s are too long together for the output redaction to look for; ask for fewer", errdefs.ErrInvalidArgument, strings.Join(names, ", "))
 	}
 	return ss, nil
 }

@@ -41,6 +41,7 @@ import (
 	"airlock/internal/image"
 	"airlock/internal/instance"
 	"airlock/internal/packages"
+	"airlock/internal/redact"
 	"airlock/internal/runtimes"
 	"airlock/internal/secrets"
 	"airlock/internal/watch"
@@ -130,7 +131,7 @@ func newManager(cfg config.Config, source Source, log *slog.Logger) *Manager {
 	if log == nil {
 		log = slog.Default()
 	}
-	p, err := newPolicy(cfg, nil)
+	p, err := newPolicy(cfg)
 	if err != nil {
 		// The composition root ran CheckPolicy first: a programming
 		// error, not a configuration's.
@@ -279,6 +280,10 @@ type Session struct {
 	// secrets are the session's placeholder secrets (nil: none); set
 	// when it is made, never changed.
 	secrets *secrets.Session
+	// reds: with secrets, the output policy of the tenants whose code it
+	// ran, the secrets' values added (see redactor); under redMu.
+	redMu sync.Mutex
+	reds  map[string]*redact.Redactor
 	// attachMu keeps the sandbox open while a gate is put into it: the
 	// gate enters its namespace through a descriptor number, which, closed
 	// by a teardown in between and reused, could name another sandbox's

@@ -80,24 +80,37 @@ func (s *Session) attachTools(tenant string, names []string) error {
 	if !ok {
 		return fmt.Errorf("%w: this %s sandbox has no network namespace for its tools' endpoint", errdefs.ErrUnavailable, s.inst.Isolation())
 	}
+	red, err := s.toolRedaction(tenant)
+	if err != nil {
+		return err
+	}
 	ln, err := egress.ListenAt(ns, broker.Addr)
 	if err != nil {
 		return errdefs.Private(errdefs.ErrUnavailable, "could not open the session's tool endpoint in its sandbox", err)
 	}
-	red := s.m.policy.redactor(tenant)
-	bs := s.m.broker.NewSession(broker.SessionOptions{ID: s.id, Tenant: tenant, Tools: names, Report: s.toolCalled,
-		Redact: func(doc json.RawMessage) json.RawMessage {
-			if red == nil {
-				return doc
-			}
-			out, _ := red.JSON(doc)
-			return out
-		}})
+	bs := s.m.broker.NewSession(broker.SessionOptions{ID: s.id, Tenant: tenant, Tools: names, Report: s.toolCalled, Redact: red})
 	bs.Serve(ln, s.m.log)
 	s.mu.Lock()
 	s.tools = bs
 	s.mu.Unlock()
 	return nil
+}
+
+// toolRedaction redacts a tool call's arguments as the record of the
+// call (result, stream, audit) shows them: with the session's output
+// policy for tenant (see redactor).
+func (s *Session) toolRedaction(tenant string) (func(json.RawMessage) json.RawMessage, error) {
+	red, err := s.redactor(tenant)
+	if err != nil {
+		return nil, err
+	}
+	return func(doc json.RawMessage) json.RawMessage {
+		if red == nil {
+			return doc
+		}
+		out, _ := red.JSON(doc)
+		return out
+	}, nil
 }
 
 func (s *Session) toolSession() *broker.Session {
