@@ -53,6 +53,16 @@ type SecretsCA struct {
 	// neither.
 	CertFile string `json:"cert_file,omitempty"`
 	KeyFile  string `json:"key_file,omitempty"`
+	// TrustFile is a PEM bundle of the CAs a session with secrets
+	// trusts for every other host (its SSL_CERT_FILE holds them and the
+	// anchor). Default: the host's trust store, read where Go's
+	// crypto/x509 reads it (SSL_CERT_FILE or the first of the usual
+	// bundle files of Debian, Fedora and RHEL, openSUSE and Alpine, and
+	// SSL_CERT_DIR or /etc/ssl/certs and /etc/pki/tls/certs); `airlock
+	// doctor` says which. Without any, a server with secrets refuses to
+	// start. The gate verifies bound hosts against the host's trust
+	// store whatever this says.
+	TrustFile string `json:"trust_file,omitempty"`
 }
 
 // HasSecrets reports whether the server declares any secret: without,
@@ -141,7 +151,7 @@ func (c Config) validateSecrets() []error {
 	if (c.SecretsCA.CertFile == "") != (c.SecretsCA.KeyFile == "") {
 		errs = append(errs, fmt.Errorf("secrets_ca: set both cert_file and key_file, or neither"))
 	}
-	for _, f := range []string{c.SecretsCA.CertFile, c.SecretsCA.KeyFile} {
+	for _, f := range []string{c.SecretsCA.CertFile, c.SecretsCA.KeyFile, c.SecretsCA.TrustFile} {
 		if f != "" && (!filepath.IsAbs(f) || filepath.Clean(f) != f) {
 			errs = append(errs, fmt.Errorf("secrets_ca: %q must be a clean absolute path", f))
 		}

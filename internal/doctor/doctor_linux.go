@@ -96,6 +96,7 @@ func Run(ctx context.Context, cfg config.Config) *Report {
 	gvisorChecks(ctx, r, cfg)
 	clusterChecks(r, cfg)
 	storeChecks(ctx, r, cfg)
+	secretsChecks(r, cfg, nil)
 	if !r.OK() {
 		return r
 	}
@@ -346,6 +347,22 @@ func storeChecks(ctx context.Context, r *Report, cfg config.Config) {
 	default:
 		r.add("store", OK, "%s reached; schema version %d; %d servers beating", p.Where, p.Have, p.Servers)
 	}
+}
+
+// secretsChecks reports, with secrets declared, the CA certificates
+// their sessions trust besides airlock's anchor and those the gate
+// verifies bound hosts against (getenv: the server's environment, nil:
+// this process's).
+func secretsChecks(r *Report, cfg config.Config, getenv func(string) string) {
+	if !cfg.HasSecrets() {
+		return
+	}
+	sandbox, gate, err := server.SecretsTrust(cfg, getenv)
+	if err != nil {
+		r.add("secrets trust", Fail, "%v (a server with secrets refuses to start without it)", err)
+		return
+	}
+	r.add("secrets trust", OK, "sessions with secrets trust %s, and airlock's anchor for their bound hosts;\nthe gate verifies bound hosts against %s", sandbox.Describe(), gate.Describe())
 }
 
 // clusterChecks reports the server's name in a cluster and a pod-mode id

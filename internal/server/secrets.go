@@ -2,7 +2,6 @@ package server
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"airlock/internal/config"
@@ -10,10 +9,6 @@ import (
 	"airlock/internal/secrets"
 	"airlock/internal/session"
 )
-
-// systemBundle is the host's trust store, which the sandboxes' bundle
-// extends with the secrets' anchor (Debian's and Ubuntu's path).
-var systemBundle = "/etc/ssl/certs/ca-certificates.crt"
 
 // loadSecrets reads the secrets of cfg and their CA, and makes the root
 // files their sandboxes trust it from (nothing when none is declared).
@@ -53,6 +48,28 @@ func loadSecrets(cfg config.Config) (*secrets.Set, map[string]string, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: secrets CA: %v", errdefs.ErrUnavailable, err)
 	}
-	system, _ := os.ReadFile(systemBundle) // none: the bundle is the anchor alone
-	return set, session.SecretsFiles(anchor, system), nil
+	trust, _, err := SecretsTrust(cfg, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return set, session.SecretsFiles(anchor, trust.PEM), nil
+}
+
+// SecretsTrust is what sessions with secrets trust besides the anchor
+// (the operator's secrets_ca.trust_file, or the host's trust store), and
+// what the gate verifies bound hosts against (the host's, as Go's
+// crypto/x509 finds it; getenv is the server's environment, nil: the
+// process's). Either missing stops the server: its sessions would reach
+// no other HTTPS host, or none of their bound hosts.
+func SecretsTrust(cfg config.Config, getenv func(string) string) (sandbox, gate secrets.TrustStore, err error) {
+	if gate, err = secrets.LoadTrustStore("", getenv); err != nil {
+		return sandbox, gate, fmt.Errorf("%w: secrets: the gate verifies bound hosts against the host's trust store: %v", errdefs.ErrUnavailable, err)
+	}
+	sandbox = gate
+	if cfg.SecretsCA.TrustFile != "" {
+		if sandbox, err = secrets.LoadTrustStore(cfg.SecretsCA.TrustFile, getenv); err != nil {
+			return sandbox, gate, fmt.Errorf("%w: secrets_ca.%v", errdefs.ErrUnavailable, err)
+		}
+	}
+	return sandbox, gate, nil
 }
