@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,6 +29,7 @@ type Host struct {
 	v2     bool
 	v2Dir  string            // parent directory on the unified hierarchy
 	v1Dirs map[string]string // controller -> parent directory
+	v1Mnts map[string]string // controller -> its hierarchy's mount point
 	memsw  bool              // v1 swap accounting present
 	// made: the directories Open created (the parent, and any above it),
 	// outermost first; Close removes them once they are empty.
@@ -186,12 +188,13 @@ func openV1(parent string) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cgroup v1: %w", err)
 	}
-	h := &Host{v1Dirs: map[string]string{}}
+	h := &Host{v1Dirs: map[string]string{}, v1Mnts: map[string]string{}}
 	for _, c := range v1Controllers {
 		for _, m := range mounts {
 			for _, s := range m.Subsystems {
 				if s == c {
 					h.v1Dirs[c] = filepath.Join(m.Mountpoint, parent)
+					h.v1Mnts[c] = m.Mountpoint
 				}
 			}
 		}
@@ -381,6 +384,92 @@ func (c *Cgroup) Set(r Resources) error {
 // cgroup (v2 only).
 func (c *Cgroup) IntoFD() (int, bool) { return c.dirfd, c.dirfd >= 0 }
 
+// StartIn calls start, which must clone a process on the calling thread
+// (exec.Cmd.Start), so that the process is born in the cgroup: on v2 the
+// caller passes IntoFD to clone3 instead, and StartIn is not needed.
+//
+// On v1, moving a process into a cgroup from outside takes the kernel's
+// threadgroup lock, whose write side waits for an RCU grace period (about
+// 10 ms) unless the hierarchy is mounted with favordynmods. A thread that
+// moves only itself (writing "0" to a tasks file) does not take it. So
+// start runs on a thread of its own that moves itself into the cgroup,
+// clones the process there, and moves itself back into the cgroups it
+// came from; if it cannot, the thread ends with its goroutine instead of
+// running anything else of this process in the cgroup.
+func (c *Cgroup) StartIn(start func() error) error {
+	if c.h.v2 {
+		return start()
+	}
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		back, err := c.h.threadDirs()
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- err
+			return
+		}
+		if err := moveThread(uniq(c.mgr.GetPaths())); err != nil {
+			done <- fmt.Errorf("cgroup: enter %s: %w", c.name, err) // the thread ends
+			return
+		}
+		err = start()
+		if berr := moveThread(back); berr != nil {
+			done <- errors.Join(err, fmt.Errorf("cgroup: leave %s: %w", c.name, berr)) // the thread ends
+			return
+		}
+		runtime.UnlockOSThread()
+		done <- err
+	}()
+	return <-done
+}
+
+// threadDirs are the directories of the calling thread's own cgroups in
+// the hierarchies sandboxes use (v1).
+func (h *Host) threadDirs() ([]string, error) {
+	own, err := cgroups.ParseCgroupFile("/proc/thread-self/cgroup")
+	if err != nil {
+		return nil, fmt.Errorf("cgroup: %w", err)
+	}
+	dirs := map[string]string{}
+	for ctl, mnt := range h.v1Mnts {
+		p, ok := own[ctl]
+		if !ok || !strings.HasPrefix(p, "/") || strings.Contains(p, "..") {
+			return nil, fmt.Errorf("cgroup: this thread's %s cgroup is %q", ctl, p)
+		}
+		dirs[ctl] = filepath.Join(mnt, p)
+	}
+	return uniq(dirs), nil
+}
+
+// moveThread moves the calling thread, alone, into dirs.
+func moveThread(dirs []string) error {
+	for _, d := range dirs {
+		if err := cgroups.WriteFile(d, "tasks", "0"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Holds reports whether pid is in the cgroup in every hierarchy.
+func (c *Cgroup) Holds(pid int) (bool, error) {
+	dirs := []string{c.dir("")}
+	if !c.h.v2 {
+		dirs = uniq(c.mgr.GetPaths())
+	}
+	for _, d := range dirs {
+		pids, err := cgroups.GetPids(d)
+		if err != nil {
+			return false, fmt.Errorf("cgroup: %w", err)
+		}
+		if !slices.Contains(pids, pid) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 // Add moves pid into the cgroup in every hierarchy.
 func (c *Cgroup) Add(pid int) error {
 	if err := c.mgr.AddPid("", pid); err != nil {
@@ -392,12 +481,19 @@ func (c *Cgroup) Add(pid int) error {
 // Pids lists the processes in the cgroup.
 func (c *Cgroup) Pids() ([]int, error) { return cgroups.GetPids(c.dir("pids")) }
 
-// ProcsFiles opens cgroup.procs of every hierarchy for writing, so that a
-// process that receives them can move itself in by writing "0".
+// ProcsFiles opens, for writing, the file of every hierarchy through
+// which a single-threaded process that receives them moves itself in by
+// writing "0": cgroup.procs on v2; on v1 tasks, which moves the writing
+// thread alone, without the wait for an RCU grace period a move of a
+// whole process makes (see StartIn).
 func (c *Cgroup) ProcsFiles() ([]*os.File, error) {
+	name := "cgroup.procs"
+	if !c.h.v2 {
+		name = "tasks"
+	}
 	var out []*os.File
 	for _, d := range uniq(c.mgr.GetPaths()) {
-		f, err := cgroups.OpenFile(d, "cgroup.procs", os.O_WRONLY)
+		f, err := cgroups.OpenFile(d, name, os.O_WRONLY)
 		if err != nil {
 			for _, f := range out {
 				f.Close()
@@ -692,7 +788,11 @@ func (c *Cgroup) Kill() error {
 			return err
 		}
 		for _, p := range pids {
-			unix.Kill(p, unix.SIGKILL)
+			// This process is listed while a thread of it is in the
+			// cgroup (StartIn's, ending): never kill it.
+			if p != os.Getpid() {
+				unix.Kill(p, unix.SIGKILL)
+			}
 		}
 		time.Sleep(time.Millisecond)
 	}

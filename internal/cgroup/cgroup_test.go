@@ -2,11 +2,13 @@ package cgroup
 
 import (
 	"airlock/internal/testenv"
+	"bufio"
 	"errors"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -435,6 +437,97 @@ func TestEventString(t *testing.T) {
 	for ev, want := range map[Event]string{EventOOM: "oom", EventPidsMax: "pids", 0: "unknown", 99: "unknown"} {
 		if ev.String() != want {
 			t.Errorf("%d.String() = %q", ev, ev.String())
+		}
+	}
+}
+
+// threadCgroups is the cgroup file of every thread of this process.
+func threadCgroups(t *testing.T) map[string]string {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, task := range tasks {
+		if b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/cgroup"); err == nil {
+			out[task.Name()] = string(b)
+		}
+	}
+	return out
+}
+
+// A process StartIn starts is born in the cgroup: what it reads of its
+// own cgroups as its first act names the cgroup in every hierarchy. And
+// no thread of this process is left in the cgroup afterwards (on v1 one
+// enters it to clone the process).
+func TestStartInBornThere(t *testing.T) {
+	h := testCgroupHost(t)
+	c := newCgroup(t, h, Resources{Memory: 64 << 20, Pids: 16, CPUs: 1})
+	before := threadCgroups(t)
+	for i := 0; i < 3; i++ {
+		cmd := exec.Command("/bin/sh", "-c", "cat /proc/self/cgroup; echo END; read go")
+		if fd, ok := c.IntoFD(); ok {
+			cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.StartIn(cmd.Start); err != nil {
+			t.Fatal(err)
+		}
+		// sh reads it as its first act: nothing moves the process later.
+		var first strings.Builder
+		sc := bufio.NewScanner(out)
+		for sc.Scan() && sc.Text() != "END" {
+			first.WriteString(sc.Text() + "\n")
+		}
+		got := 0
+		for _, l := range strings.Split(first.String(), "\n") {
+			parts := strings.SplitN(l, ":", 3)
+			if len(parts) < 3 {
+				continue
+			}
+			inIt := strings.TrimSuffix(parts[2], "/") == "/"+testParent+"/"+c.Name()
+			for _, ctl := range append(strings.Split(parts[1], ","), "unified") {
+				if (h.v2 && parts[0] == "0" && ctl == "unified") || (!h.v2 && slices.Contains(v1Controllers, ctl)) {
+					if !inIt {
+						t.Errorf("the process started in %s for %s, not in the cgroup", parts[2], ctl)
+					}
+					got++
+				}
+			}
+		}
+		if got == 0 || (!h.v2 && got < len(v1Controllers)) {
+			t.Errorf("no cgroup of the sandbox's hierarchies in:\n%s", first.String())
+		}
+		pids, err := c.Pids()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(pids, []int{cmd.Process.Pid}) {
+			t.Errorf("the cgroup holds %v, want only the process, %d", pids, cmd.Process.Pid)
+		}
+		if ok, err := c.Holds(cmd.Process.Pid); !ok || err != nil {
+			t.Errorf("Holds(%d) = %v, %v", cmd.Process.Pid, ok, err)
+		}
+		if ok, err := c.Holds(os.Getpid()); ok || err != nil {
+			t.Errorf("Holds(this process) = %v, %v", ok, err)
+		}
+		in.Close()
+		cmd.Wait()
+	}
+	for task, cg := range threadCgroups(t) {
+		if was, ok := before[task]; ok && was != cg {
+			t.Errorf("thread %s moved from\n%s\nto\n%s", task, was, cg)
+		}
+		if strings.Contains(cg, c.Name()) {
+			t.Errorf("thread %s left in the cgroup:\n%s", task, cg)
 		}
 	}
 }

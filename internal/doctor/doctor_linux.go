@@ -58,7 +58,7 @@ func Run(ctx context.Context, cfg config.Config) *Report {
 		defer cg.Close()
 		note := ""
 		if cg.Version() == 1 {
-			note = "\nv1 caveats: moving a process into a cgroup waits for an RCU grace period (a few ms per cold run);\nthe pids-limit counter is polled every 50ms while code runs because v1 does not notify it"
+			note = "\nv1 caveat: the pids-limit counter is polled every 50ms while code runs because v1 does not notify it"
 		}
 		r.add("cgroups", OK, "%s: memory (no swap, OOM kills the sandbox), pids and CPU quota applied%s", cg.Describe(), note)
 	}

@@ -286,9 +286,9 @@ type initProc struct {
 	errDone chan struct{} // closed when its stderr reaches end of file
 }
 
-// startInit starts an init into p with env and attr, straight into cg
-// when the kernel can (cgroup v2), and returns the host's end of its
-// control socket. Nothing of the host but that socket and the stderr pipe
+// startInit starts an init into p with env and attr, born in cg (cgroup
+// v2: cloned into it; v1: cloned by a thread in it), and returns the host's
+// end of its control socket. Nothing of the host but that socket and the stderr pipe
 // reaches it: every other descriptor is close-on-exec.
 func (h *Host) startInit(p *initProc, env []string, attr *syscall.SysProcAttr, cg *cgroup.Cgroup) (*os.File, error) {
 	hostEnd, initEnd, err := socketpair()
@@ -308,9 +308,20 @@ func (h *Host) startInit(p *initProc, env []string, attr *syscall.SysProcAttr, c
 		Path: h.exe.Path(), Args: []string{InitArg0}, Env: env,
 		ExtraFiles: []*os.File{initEnd}, Stderr: errW, SysProcAttr: attr,
 	}
-	err = p.cmd.Start()
+	err = cg.StartIn(p.cmd.Start)
 	initEnd.Close()
 	errW.Close()
+	if err == nil {
+		// It runs nothing before its setup: refuse it if it is not there.
+		var in bool
+		if in, err = cg.Holds(p.cmd.Process.Pid); err == nil && !in {
+			err = fmt.Errorf("the init (pid %d) was not born in its cgroup", p.cmd.Process.Pid)
+		}
+		if err != nil {
+			p.cmd.Process.Kill()
+			p.cmd.Wait()
+		}
+	}
 	if err != nil {
 		hostEnd.Close()
 		errR.Close()
@@ -427,15 +438,6 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 		return nil, err
 	}
 	undo.Add(s.ctl.close)
-	// On cgroup v1 the init has to be moved into its cgroup, which waits
-	// for an RCU grace period; it overlaps with building the root.
-	_, placed := cg.IntoFD()
-	moved := make(chan error, 1)
-	if !placed {
-		pid := s.cmd.Process.Pid
-		go func() { moved <- cg.Add(pid) }()
-	}
-
 	root := h.rootOf(spec.Root)
 	root.Disk = int64(l.Disk)
 	root.Inodes = int64(l.Inodes)
@@ -449,23 +451,9 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 		Root:     root,
 		Landlock: h.abi,
 		Entry:    &entry,
-		Placed:   placed,
 	}
-	err = sendSetup(s.ctl, setup)
-	if err != nil {
-		if !placed {
-			<-moved
-		}
+	if err := sendSetup(s.ctl, setup); err != nil {
 		return nil, s.startErr("send setup", err)
-	}
-	if !placed {
-		if err := <-moved; err != nil {
-			return nil, s.startErr("move the init into its cgroup", err)
-		}
-		trace("moved into cgroup")
-		if err := s.ctl.send(message{Op: opPlaced}); err != nil {
-			return nil, s.startErr("send placed", err)
-		}
 	}
 	deadline := time.Now().Add(spec.ReadyTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {

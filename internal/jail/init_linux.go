@@ -88,17 +88,7 @@ func InitMain() {
 			os.Exit(1)
 		}
 	}
-	st, err := setup(m.Setup, func() error {
-		if m.Setup.Placed {
-			return nil
-		}
-		m, files, err := ctl.recv()
-		closeFiles(files)
-		if err != nil || m.Op != opPlaced {
-			return fmt.Errorf("waiting to be placed in the cgroup: %v %q", err, m.Op)
-		}
-		return nil
-	})
+	st, err := setup(m.Setup)
 	if err != nil {
 		ctl.send(message{Op: opError, Error: err.Error()})
 		os.Exit(1)
@@ -230,7 +220,7 @@ func itrace(what string) {
 	}
 }
 
-func setup(cfg *setupMsg, placed func() error) (*initState, error) {
+func setup(cfg *setupMsg) (*initState, error) {
 	itrace("setup start")
 	defer itrace("setup end")
 	if cfg.Entry == nil {
@@ -260,7 +250,7 @@ func setup(cfg *setupMsg, placed func() error) (*initState, error) {
 	if err := loopback.Up(); err != nil {
 		return nil, err
 	}
-	// Once we are in our cgroup, a cgroup namespace rooted there hides the
+	// We were born in our cgroup: a cgroup namespace rooted there hides the
 	// host's cgroup layout. Two threads need it: the main thread, whose
 	// namespaces are the process's (what the Python template's children
 	// join through a pidfd of the init), and the spawner thread, which
@@ -268,9 +258,6 @@ func setup(cfg *setupMsg, placed func() error) (*initState, error) {
 	// runs on it, see the package's init function) with a thread-directed
 	// unshare, which works in every build: syscall.AllThreadsSyscall is
 	// not available when cgo is on.
-	if err := placed(); err != nil {
-		return nil, err
-	}
 	if unix.Gettid() != unix.Getpid() {
 		return nil, fmt.Errorf("the init's setup runs on thread %d, not its main thread", unix.Gettid())
 	}

@@ -12,7 +12,6 @@ import (
 
 const (
 	opSetup   = "setup"   // host -> init: build the jail
-	opPlaced  = "placed"  // host -> init: the init is in its cgroup (v1)
 	opReady   = "ready"   // init -> host: built; fds: workspace, devpts ptmx, landlock ruleset
 	opSpawn   = "spawn"   // host -> init: start a program; fds: its stdio and extras
 	opSpawned = "spawned" // init -> host: the program's pid (inside)
@@ -65,10 +64,6 @@ type setupMsg struct {
 	// Template, when set, makes the init a template process instead of a
 	// sandbox's PID 1: see Host.StartTemplate.
 	Template *templateMsg `json:"template,omitempty"`
-	// Placed says the init was cloned straight into its cgroup (v2).
-	// Otherwise the host moves it there while the root is being built
-	// and says opPlaced when done; nothing runs in the sandbox before.
-	Placed bool `json:"placed"`
 }
 
 type templateMsg struct {

@@ -66,12 +66,6 @@ func (h *Host) StartTemplate(ctx context.Context, spec TemplateSpec) (_ *Templat
 		return nil, fmt.Errorf("%w: start template: %v", errdefs.ErrUnavailable, err)
 	}
 	undo.AddFunc(func() { t.cmd.Process.Kill(); t.cmd.Wait() })
-	if _, ok := cg.IntoFD(); !ok {
-		if err := cg.Add(t.cmd.Process.Pid); err != nil {
-			hostEnd.Close()
-			return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
-		}
-	}
 	ctl, err := newConn(hostEnd, 64<<10)
 	if err != nil {
 		return nil, err
@@ -88,7 +82,6 @@ func (h *Host) StartTemplate(ctx context.Context, spec TemplateSpec) (_ *Templat
 	setup := &setupMsg{
 		Root:     root,
 		Template: &templateMsg{Argv: spec.Argv, Env: spec.Env, KeepCaps: spec.KeepCaps},
-		Placed:   true,
 		Rlimits: []rlimit{
 			{Resource: unix.RLIMIT_CORE, Cur: 0, Max: 0},
 			{Resource: unix.RLIMIT_NOFILE, Cur: 4096, Max: 4096},

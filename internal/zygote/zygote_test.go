@@ -3,6 +3,8 @@ package zygote
 import (
 	"context"
 	"log/slog"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -86,5 +88,49 @@ func TestEndWarnedOnlyWhenUnexpected(t *testing.T) {
 				t.Errorf("warned of the template's end: %v, want %v; log: %q", got, tc.warn, *rec.msgs)
 			}
 		})
+	}
+}
+
+// A forked runtime is in its sandbox's cgroup, in every hierarchy, by the
+// time it says hello: it moved itself in (on
+// cgroup v1 through the tasks files, see cgroup.ProcsFiles) before it ran
+// anything.
+func TestForkedIntoTheSandboxCgroup(t *testing.T) {
+	h, cfg := testHost(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	z, err := Start(ctx, h, cfg, slog.New(newRecords()), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer z.Close()
+	sb, err := h.Start(ctx, jail.Spec{Name: "zygote-cgroup", Slot: jail.ServerSlotBase + 7, Limits: cfg.Defaults})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	var stdio [4]*os.File
+	var host [4]*os.File
+	for i := range stdio {
+		fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		host[i], stdio[i] = os.NewFile(uintptr(fds[0]), "host"), os.NewFile(uintptr(fds[1]), "runtime")
+		defer host[i].Close()
+		defer stdio[i].Close()
+	}
+	fk, err := z.Fork(ctx, sb, cfg.Defaults, stdio)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fk.Pidfd.Close()
+	host[3].SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := host[3].Read(make([]byte, 1)); err != nil {
+		t.Fatalf("no hello from the runtime: %v", err)
+	}
+	if in, err := sb.Cgroup().Holds(fk.Pid); !in || err != nil {
+		cg, _ := os.ReadFile("/proc/" + strconv.Itoa(fk.Pid) + "/cgroup")
+		t.Errorf("the runtime is not in its sandbox's cgroup (%v):\n%s", err, cg)
 	}
 }
