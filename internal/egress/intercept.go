@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -66,25 +67,54 @@ type interception struct {
 	proxy *httputil.ReverseProxy
 	tr    *http.Transport
 
-	requests, substituted, refused atomic.Int64
-	mu                             sync.Mutex
-	used                           []string // the secrets substituted
-	lastRefusal                    string
+	// own is the sandbox's connection's place under the caps: admitted
+	// and counted when it came, it covers one upstream connection at a
+	// time (true: free); every other is admitted as a connection of its
+	// own (see upstreamAdmit).
+	own      atomic.Bool
+	last     atomic.Int64 // unix nanoseconds of the last byte, either side
+	ctx      context.Context
+	cancel   context.CancelFunc
+	handlers sync.WaitGroup
+
+	requests, substituted, refused, dials, more atomic.Int64
+	mu                                          sync.Mutex
+	used                                        []string // the secrets substituted
+	lastRefusal                                 string
 }
+
+// An intercepted connection's HTTP/2 carries at most maxStreams requests
+// at once, and its requests go upstream on at most maxUpstream
+// connections at once (HTTP/1.1 upstreams take one each; requests past
+// them wait for one). Each upstream connection but one is admitted and
+// counted as a connection of the session's, as direct ones are: Go's
+// default of 250 streams let one sandbox connection open 250 upstream.
+const (
+	maxStreams  = 8
+	maxUpstream = 4
+)
 
 // RootCAs verify the upstreams of intercepted connections (nil: the
 // host's trust store); a variable for tests.
 var RootCAs *x509.CertPool
 
 // intercept carries c, whose first bytes (head) were read and checked,
-// as an interception.
+// as an interception. It returns when the connection ends and every
+// request it carried is over, its upstream connections closed.
 func (g *Gate) intercept(c net.Conn, head []byte, name string, port uint16, d *Decision) {
 	isTLS := len(head) > 0 && head[0] == 0x16
 	d.Allowed, d.carried = true, true
 	d.Reason = "allowed"
 	g.record(d, false)
-	down := &meterConn{Conn: c, pre: head, g: g, d: d}
+	idle := g.limits.IdleTimeout
+	if idle <= 0 {
+		idle = 2 * time.Minute
+	}
 	ic := &interception{g: g, name: name, port: port, tls: isTLS, d: d}
+	ic.own.Store(true)
+	ic.last.Store(time.Now().UnixNano())
+	ic.ctx, ic.cancel = context.WithCancel(context.Background())
+	down := &meterConn{Conn: c, pre: head, g: g, d: d, last: &ic.last}
 	ic.tr = &http.Transport{
 		Proxy:                  nil, // never the server's HTTP(S)_PROXY
 		DialContext:            ic.dial,
@@ -92,10 +122,12 @@ func (g *Gate) intercept(c net.Conn, head []byte, name string, port uint16, d *D
 		TLSHandshakeTimeout:    g.limits.ConnectTimeout + 10*time.Second,
 		ForceAttemptHTTP2:      isTLS,
 		MaxResponseHeaderBytes: 64 << 10,
-		MaxIdleConnsPerHost:    4,
-		IdleConnTimeout:        90 * time.Second,
+		MaxConnsPerHost:        maxUpstream,
+		MaxIdleConnsPerHost:    maxUpstream,
+		IdleConnTimeout:        idle,
+		ResponseHeaderTimeout:  idle,
+		ExpectContinueTimeout:  time.Second,
 	}
-	defer ic.tr.CloseIdleConnections()
 	ic.proxy = &httputil.ReverseProxy{Rewrite: ic.rewrite, Transport: ic.tr, ModifyResponse: ic.modifyResponse,
 		ErrorHandler: ic.failed, ErrorLog: log.New(io.Discard, "", 0)}
 	reason := "allowed: closed"
@@ -103,6 +135,7 @@ func (g *Gate) intercept(c net.Conn, head []byte, name string, port uint16, d *D
 	if isTLS {
 		leaf, err := g.secrets.CA().Leaf(name)
 		if err != nil {
+			ic.cancel()
 			g.finish(d, "allowed, then failed: no certificate for "+name)
 			resetClose(c)
 			return
@@ -112,6 +145,7 @@ func (g *Gate) intercept(c net.Conn, head []byte, name string, port uint16, d *D
 		err = tc.HandshakeContext(ctx)
 		cancel()
 		if err != nil {
+			ic.cancel()
 			// The usual cause: the client does not trust the anchor.
 			g.finish(d, "allowed, then failed: the TLS handshake with the sandbox's client failed; most often it refused airlock's certificate for "+name+
 				" (a client that does not use the session's CA bundle, SSL_CERT_FILE, cannot reach a host a secret is bound to)")
@@ -123,20 +157,49 @@ func (g *Gate) intercept(c net.Conn, head []byte, name string, port uint16, d *D
 	ln := &oneConn{c: make(chan net.Conn, 1), done: make(chan struct{})}
 	ln.c <- conn
 	ln.addr = c.LocalAddr()
-	idle := g.limits.IdleTimeout
-	if idle <= 0 {
-		idle = 2 * time.Minute
-	}
 	srv := &http.Server{Handler: ic, ReadHeaderTimeout: peekTimeout, IdleTimeout: idle, MaxHeaderBytes: maxPeek,
-		ErrorLog: log.New(io.Discard, "", 0),
+		HTTP2:       &http.HTTP2Config{MaxConcurrentStreams: maxStreams},
+		BaseContext: func(net.Listener) context.Context { return ic.ctx },
+		ErrorLog:    log.New(io.Discard, "", 0),
 		ConnState: func(_ net.Conn, st http.ConnState) {
 			if st == http.StateClosed || st == http.StateHijacked {
 				ln.Close()
 			}
 		}}
+	// As a carried connection: nothing moving either way for the idle
+	// timeout closes it, with the requests in it (an upstream that
+	// answers a head and then nothing would hold it forever).
+	var idled atomic.Bool
+	watchDone := make(chan struct{})
+	go func() {
+		t := time.NewTicker(max(idle/4, 10*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-watchDone:
+				return
+			case <-t.C:
+				if time.Since(time.Unix(0, ic.last.Load())) > idle {
+					idled.Store(true)
+					c.Close()
+					return
+				}
+			}
+		}
+	}()
 	srv.Serve(ln)
-	if down.budget.Load() {
+	// The connection is over: its requests end with it, their upstream
+	// connections closed, before the decision is final.
+	ic.cancel()
+	c.Close()
+	ic.handlers.Wait()
+	close(watchDone)
+	ic.tr.CloseIdleConnections()
+	switch {
+	case down.budget.Load():
 		reason = fmt.Sprintf("allowed, then cut: the session's byte budget (%d) is used up", g.limits.Bytes)
+	case idled.Load():
+		reason = fmt.Sprintf("allowed, then closed: idle for %v", idle)
 	}
 	g.finish(d, reason+ic.summary())
 }
@@ -162,6 +225,9 @@ func (ic *interception) summary() string {
 	if n := ic.substituted.Load(); n > 0 {
 		s += fmt.Sprintf(", %d with secrets substituted (%s)", n, strings.Join(ic.used, ", "))
 	}
+	if n := ic.more.Load(); n > 0 {
+		s += fmt.Sprintf(", %d upstream connections (%d more than the sandbox's one, each counted as a connection)", ic.dials.Load(), n)
+	}
 	if n := ic.refused.Load(); n > 0 {
 		s += fmt.Sprintf(", %d refused (last: %s)", n, ic.lastRefusal)
 	}
@@ -170,8 +236,13 @@ func (ic *interception) summary() string {
 
 // refuse answers one request with status and why; the connection stays.
 func (ic *interception) refuse(w http.ResponseWriter, status int, why string) {
-	ic.refused.Add(1)
 	ic.g.denied.Add(1)
+	ic.reply(w, status, why)
+}
+
+// reply is refuse for a refusal already counted (a decision of its own).
+func (ic *interception) reply(w http.ResponseWriter, status int, why string) {
+	ic.refused.Add(1)
 	ic.mu.Lock()
 	ic.lastRefusal = why
 	ic.mu.Unlock()
@@ -182,6 +253,8 @@ func (ic *interception) refuse(w http.ResponseWriter, status int, why string) {
 }
 
 func (ic *interception) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ic.handlers.Add(1)
+	defer ic.handlers.Done()
 	ic.requests.Add(1)
 	if n, err := NormalizeName(stripPort(r.Host)); err != nil || n != ic.name {
 		ic.refuse(w, http.StatusMisdirectedRequest, fmt.Sprintf("Host %q does not match %s, the name this connection was opened for", clip(r.Host), ic.name))
@@ -339,57 +412,163 @@ var errEncoding = errors.New("encoded answer")
 // transport's own text (it may quote the URL, whose query may hold a
 // substituted secret).
 func (ic *interception) failed(w http.ResponseWriter, r *http.Request, err error) {
-	why := "the upstream failed"
+	if errors.Is(err, context.Canceled) {
+		return // the client went away
+	}
+	status, why := http.StatusBadGateway, "the upstream failed"
 	var fe *ForbiddenError
 	var ue *UpstreamError
 	var le limitError
+	var ce capError
 	switch {
 	case errors.Is(err, errEncoding):
 		why = "the upstream answered with a Content-Encoding airlock cannot check for echoed secrets"
+	case errors.As(err, &le):
+		// The session's limits, answered as the proxy answers them.
+		status, why = http.StatusTooManyRequests, le.Error()
+	case errors.As(err, &ce):
+		status, why = http.StatusServiceUnavailable, ce.Error()
 	case errors.As(err, &fe):
-		why = fe.Error()
+		status, why = http.StatusForbidden, fe.Error()
 	case errors.As(err, &ue):
 		why = ue.Error()
-	case errors.As(err, &le):
-		why = le.Error()
 	case strings.Contains(err.Error(), "x509:") || strings.Contains(err.Error(), "tls:"):
 		why = "the upstream's certificate did not verify against the server's trust store"
-	case errors.Is(err, context.Canceled):
-		return // the client went away
+	case errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "timeout awaiting response headers"):
+		status, why = http.StatusGatewayTimeout, "the upstream did not answer within the idle timeout"
 	}
-	ic.refuse(w, http.StatusBadGateway, why)
+	var de *deniedError
+	if errors.As(err, &de) {
+		ic.reply(w, status, why)
+		return
+	}
+	ic.refuse(w, status, why)
 }
 
 // dial connects upstream for the transport: always to the name and
 // port the connection was opened for, through the gate's guarded
-// dialler.
+// dialler, each connection admitted under the session's and the
+// server's caps (upstreamAdmit).
 func (ic *interception) dial(ctx context.Context, _, _ string) (net.Conn, error) {
-	addrs, err := ic.g.resolve(ic.name)
+	release, giveBack, err := ic.upstreamAdmit()
 	if err != nil {
 		return nil, err
 	}
-	up, addr, err := ic.g.dialer.Connect(ctx, ic.name, addrs, ic.port)
+	up, addr, err := ic.connect(ctx)
 	if err != nil {
+		giveBack()
+		release()
+		var ue *UpstreamError
+		if !errors.As(err, &ue) && ctx.Err() == nil {
+			// Forbidden, or the session's DNS rate: a denial, as
+			// on a direct connection (an upstream failure is not).
+			ic.deniedUpstream(err.Error())
+			return nil, &deniedError{err}
+		}
 		return nil, err
 	}
+	ic.dials.Add(1)
 	ic.d.mu.Lock()
 	ic.d.Address = addr.String()
 	ic.d.mu.Unlock()
 	if !ic.g.track(up) {
 		up.Close()
+		release()
 		return nil, net.ErrClosed
 	}
-	return &untrackConn{Conn: up, g: ic.g}, nil
+	return &upstreamConn{Conn: up, g: ic.g, last: &ic.last, release: release}, nil
 }
 
-type untrackConn struct {
+func (ic *interception) connect(ctx context.Context) (net.Conn, netip.Addr, error) {
+	addrs, err := ic.g.resolve(ic.name)
+	if err != nil {
+		return nil, netip.Addr{}, err
+	}
+	return ic.g.dialer.Connect(ctx, ic.name, addrs, ic.port)
+}
+
+// upstreamAdmit takes a place for one upstream connection: the sandbox's
+// connection's own when it is free, else one under the session's cap
+// (max_connections), the server's (max_open_connections) and one of
+// the session's connection budget, exactly as a direct connection from
+// the sandbox takes them; a refusal is recorded as theirs is. release
+// gives the place back when the connection closes, giveBack the budget's
+// when it is never opened.
+func (ic *interception) upstreamAdmit() (release, giveBack func(), err error) {
+	if ic.own.CompareAndSwap(true, false) {
+		return func() { ic.own.Store(true) }, func() {}, nil
+	}
+	rel, reason, session := ic.g.admit()
+	if rel == nil {
+		ic.deniedUpstream(reason)
+		if session {
+			return nil, nil, &deniedError{limitError(reason)}
+		}
+		return nil, nil, &deniedError{capError(reason)}
+	}
+	giveBack, err = ic.g.takeConnection()
+	if err != nil {
+		rel()
+		ic.deniedUpstream(err.Error())
+		return nil, nil, &deniedError{err}
+	}
+	ic.more.Add(1)
+	return rel, func() { ic.more.Add(-1); giveBack() }, nil
+}
+
+// deniedUpstream records an upstream connection refused by a cap, as a
+// refused connection of the sandbox's is recorded.
+func (ic *interception) deniedUpstream(reason string) {
+	d := &Decision{Kind: ic.d.Kind, Name: ic.name, Dest: ic.d.Dest, Port: ic.port, Start: time.Now(),
+		Reason: "denied: " + reason + " (an upstream connection for a connection airlock terminates for secrets)"}
+	ic.g.record(d, true)
+}
+
+// capError is a refusal at the server's connection cap (503).
+type capError string
+
+func (e capError) Error() string { return string(e) }
+
+// deniedError is an upstream connection refused and recorded as a
+// denial of its own (deniedUpstream): its request's refusal is not
+// counted again.
+type deniedError struct{ err error }
+
+func (e *deniedError) Error() string { return e.err.Error() }
+func (e *deniedError) Unwrap() error { return e.err }
+
+// upstreamConn is an upstream connection of an interception: tracked by
+// the gate (closed with it), its bytes keeping the interception from
+// idling out, its place given back when it closes.
+type upstreamConn struct {
 	net.Conn
-	g    *Gate
-	once sync.Once
+	g       *Gate
+	last    *atomic.Int64
+	release func()
+	once    sync.Once
 }
 
-func (c *untrackConn) Close() error {
-	c.once.Do(func() { c.g.untrack(c.Conn) })
+func (c *upstreamConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.last.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+func (c *upstreamConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if n > 0 {
+		c.last.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+func (c *upstreamConn) Close() error {
+	c.once.Do(func() {
+		c.g.untrack(c.Conn)
+		c.release()
+	})
 	return c.Conn.Close()
 }
 
@@ -401,7 +580,8 @@ type meterConn struct {
 	pre    []byte
 	g      *Gate
 	d      *Decision
-	budget atomic.Bool // the budget ran out
+	last   *atomic.Int64 // the interception's last byte
+	budget atomic.Bool   // the budget ran out
 }
 
 func (m *meterConn) Read(p []byte) (int, error) {
@@ -414,6 +594,7 @@ func (m *meterConn) Read(p []byte) (int, error) {
 		n, err = m.Conn.Read(p)
 	}
 	if n > 0 {
+		m.last.Store(time.Now().UnixNano())
 		ok := m.g.charge(n)
 		m.d.up.Add(int64(ok))
 		if ok < n {
@@ -427,6 +608,9 @@ func (m *meterConn) Read(p []byte) (int, error) {
 func (m *meterConn) Write(p []byte) (int, error) {
 	ok := m.g.charge(len(p))
 	n, err := m.Conn.Write(p[:ok])
+	if n > 0 {
+		m.last.Store(time.Now().UnixNano())
+	}
 	m.d.down.Add(int64(n))
 	m.g.refund(ok - n)
 	if err == nil && ok < len(p) {

@@ -94,6 +94,12 @@ type secretsFixture struct {
 }
 
 func newSecretsFixture(t *testing.T, allow []string, proxy bool) *secretsFixture {
+	return newSecretsFixtureWith(t, allow, Limits{}, proxy, nil)
+}
+
+// newSecretsFixtureWith is newSecretsFixture with limits lim and more
+// handlers on the upstreams' mux.
+func newSecretsFixtureWith(t *testing.T, allow []string, lim Limits, proxy bool, more func(*http.ServeMux)) *secretsFixture {
 	ca, err := secrets.LoadOrCreateCA(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +118,12 @@ func newSecretsFixture(t *testing.T, allow []string, proxy bool) *secretsFixture
 		t.Fatal(err)
 	}
 	rec := &recorder{}
-	f := newFixtureWith(t, allow, Limits{}, Options{Proxy: proxy, Secrets: ss}, rec.handlers)
+	f := newFixtureWith(t, allow, lim, Options{Proxy: proxy, Secrets: ss}, func(mux *http.ServeMux) {
+		rec.handlers(mux)
+		if more != nil {
+			more(mux)
+		}
+	})
 	pem, err := ca.Anchor(set.Hosts())
 	if err != nil {
 		t.Fatal(err)
