@@ -365,13 +365,18 @@ func TestRunOnGVisor(t *testing.T) {
 // TestGVisorTerminal: a command's terminal under gVisor is a terminal
 // (runsc hands the Sentry a host pty as the program's tty): isatty,
 // stty size and a resize, typing, and Ctrl-C, which reaches the
-// foreground job inside through runsc.
+// foreground job inside through runsc, as does an interactive shell's
+// job control. Ctrl-C is typed once the job it is for runs (its output
+// says so): typed while the shell still waits for the job before it,
+// bash takes it for that job's, natively too (stty printed its size
+// and is exiting; bash sees it exit normally and goes on, as it must
+// after a child that handled SIGINT), and the job after runs on.
 func TestGVisorTerminal(t *testing.T) {
 	s := gvisorServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	id := s.newSession("python", nil)
-	script := `stty size; test -t 0 && echo IS-A-TTY; echo "tty:$(tty)"; read line; echo "got:$line"; stty size; exec sleep 300`
+	script := `stty size; test -t 0 && echo IS-A-TTY; echo "tty:$(tty)"; read line; echo "got:$line"; stty size; exec tr a-z A-Z`
 	cmd, err := s.c.RunCommand(ctx, id, apitype.CommandRequest{Command: script, PTY: &apitype.PTYSize{Cols: 80, Rows: 24}}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -392,6 +397,10 @@ func TestGVisorTerminal(t *testing.T) {
 	f.waitFor(t, "IS-A-TTY")
 	f.waitFor(t, "tty:")
 	resizeAndType(ctx, t, s, id, cmd.ID, f)
+	if err := s.c.CommandStdin(ctx, id, cmd.ID, "ping\n", false); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor(t, "PING") // tr runs, the terminal's foreground job
 	if err := s.c.CommandStdinBytes(ctx, id, cmd.ID, []byte{3}); err != nil {
 		t.Fatal(err)
 	}
@@ -403,5 +412,7 @@ func TestGVisorTerminal(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Errorf("Ctrl-C did not end the foreground job: %q", f.text())
 	}
-	t.Logf("%q", f.text())
+	// A shell's own jobs: Ctrl-C and Ctrl-Z reach the job the shell put
+	// in the foreground (tcsetpgrp inside the Sentry), not the shell.
+	shellOverWebSocket(ctx, t, s, id)
 }

@@ -156,6 +156,68 @@ func TestTerminal(t *testing.T) {
 	}
 
 	// Over a WebSocket: keys in, the terminal's echo and output out.
+	shellOverWebSocket(ctx, t, s, id)
+
+	// A terminal's output is the sandbox's: control characters a JSON
+	// encoder leaves raw (DEL, C1's CSI) are escaped in the stream.
+	hostile, err := s.c.RunCommand(ctx, id, apitype.CommandRequest{Command: `printf 'a\302\233b\177c'`, PTY: &apitype.PTYSize{Cols: 80, Rows: 24}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.c.AttachCommand(ctx, id, hostile.ID, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	code, body := s.raw("GET", "/v1/sessions/"+id+"/commands/"+hostile.ID+"/events", nil, nil)
+	if code != http.StatusOK || strings.ContainsAny(string(body), "\u009b\u007f") || !strings.Contains(string(body), `a\u009bb\u007fc`) {
+		t.Errorf("hostile output, followed: %d %q", code, body)
+	}
+
+	// Every command is listed, with its terminal.
+	list, err := s.c.Commands(ctx, id)
+	if err != nil || len(list) != 4 || list[0].PTY == nil || list[1].PTY != nil || list[2].PTY == nil {
+		t.Errorf("commands: %+v %v", list, err)
+	}
+	// An unknown command's stream and socket are a 404; a socket from
+	// another origin is refused.
+	if code, _ := s.raw("GET", "/v1/sessions/"+id+"/commands/c99/events", nil, nil); code != http.StatusNotFound {
+		t.Errorf("events of an unknown command: %d", code)
+	}
+	if code, _ := s.raw("GET", "/v1/sessions/"+id+"/commands/"+plain.ID+"/ws", nil, map[string]string{
+		"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Origin": "https://evil.example"}); code != http.StatusForbidden {
+		t.Errorf("a socket from another origin: %d", code)
+	}
+	if err := s.c.DeleteSession(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	// No terminal outlives its session: the server holds no master.
+	for deadline := time.Now().Add(10 * time.Second); s.ptyMasters() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server still holds %d pty masters after the session ended", s.ptyMasters())
+		}
+	}
+}
+
+// resizeAndType resizes a terminal command (the script of TestTerminal's
+// kind) to 100x30 and types a line, which it echoes with its new size.
+func resizeAndType(ctx context.Context, t *testing.T, s *server, id, cid string, f *follower) {
+	t.Helper()
+	if err := s.c.ResizeCommand(ctx, id, cid, 100, 30); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.c.CommandStdin(ctx, id, cid, "hello\n", false); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor(t, "got:hello")
+	f.waitFor(t, "30 100")
+}
+
+// shellOverWebSocket drives an interactive bash in a terminal over the
+// command's WebSocket: keys in, the terminal's echo and output out, a
+// resize, and job control (Ctrl-C interrupts the foreground job and the
+// shell lives on; Ctrl-Z stops one). Bad messages are rejected, and the
+// shell's exit ends the socket.
+func shellOverWebSocket(ctx context.Context, t *testing.T, s *server, id string) {
+	t.Helper()
 	sh, err := s.c.RunCommand(ctx, id, apitype.CommandRequest{Command: "exec bash --norc -i", PTY: &apitype.PTYSize{Cols: 80, Rows: 24}, Env: map[string]string{"PS1": "$ "}}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -236,58 +298,6 @@ func TestTerminal(t *testing.T) {
 	if len(rejected) != 2 || rejected[0] != "invalid_argument" || rejected[1] != "invalid_argument" {
 		t.Errorf("bad messages: %v", rejected)
 	}
-
-	// A terminal's output is the sandbox's: control characters a JSON
-	// encoder leaves raw (DEL, C1's CSI) are escaped in the stream.
-	hostile, err := s.c.RunCommand(ctx, id, apitype.CommandRequest{Command: `printf 'a\302\233b\177c'`, PTY: &apitype.PTYSize{Cols: 80, Rows: 24}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.c.AttachCommand(ctx, id, hostile.ID, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	code, body := s.raw("GET", "/v1/sessions/"+id+"/commands/"+hostile.ID+"/events", nil, nil)
-	if code != http.StatusOK || strings.ContainsAny(string(body), "\u009b\u007f") || !strings.Contains(string(body), `a\u009bb\u007fc`) {
-		t.Errorf("hostile output, followed: %d %q", code, body)
-	}
-
-	// Every command is listed, with its terminal.
-	list, err := s.c.Commands(ctx, id)
-	if err != nil || len(list) != 4 || list[0].PTY == nil || list[1].PTY != nil || list[2].PTY == nil {
-		t.Errorf("commands: %+v %v", list, err)
-	}
-	// An unknown command's stream and socket are a 404; a socket from
-	// another origin is refused.
-	if code, _ := s.raw("GET", "/v1/sessions/"+id+"/commands/c99/events", nil, nil); code != http.StatusNotFound {
-		t.Errorf("events of an unknown command: %d", code)
-	}
-	if code, _ := s.raw("GET", "/v1/sessions/"+id+"/commands/"+plain.ID+"/ws", nil, map[string]string{
-		"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Origin": "https://evil.example"}); code != http.StatusForbidden {
-		t.Errorf("a socket from another origin: %d", code)
-	}
-	if err := s.c.DeleteSession(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	// No terminal outlives its session: the server holds no master.
-	for deadline := time.Now().Add(10 * time.Second); s.ptyMasters() != 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the server still holds %d pty masters after the session ended", s.ptyMasters())
-		}
-	}
-}
-
-// resizeAndType resizes a terminal command (the script of TestTerminal's
-// kind) to 100x30 and types a line, which it echoes with its new size.
-func resizeAndType(ctx context.Context, t *testing.T, s *server, id, cid string, f *follower) {
-	t.Helper()
-	if err := s.c.ResizeCommand(ctx, id, cid, 100, 30); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.c.CommandStdin(ctx, id, cid, "hello\n", false); err != nil {
-		t.Fatal(err)
-	}
-	f.waitFor(t, "got:hello")
-	f.waitFor(t, "30 100")
 }
 
 // ptyMasters counts the server's open pty masters (a sandbox's O_PATH
