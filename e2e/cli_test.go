@@ -350,7 +350,7 @@ func TestDoctor(t *testing.T) {
 	for _, c := range r.Checks {
 		seen[c.Name] = c.Status
 	}
-	for _, name := range []string{"namespaces", "cgroups", "seccomp", "landlock", "sealed init", "jail", "python", "python packages", "bash", "node"} {
+	for _, name := range []string{"namespaces", "cgroups", "ptys", "seccomp", "landlock", "sealed init", "jail", "python", "python packages", "bash", "node"} {
 		if seen[name] != "ok" {
 			t.Errorf("check %q: %q", name, seen[name])
 		}

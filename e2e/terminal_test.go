@@ -340,6 +340,9 @@ except OSError as e:
 	if strings.TrimSpace(hoard.Stdout) != "4 True" {
 		t.Fatalf("opening every pty of a sandbox: %+v", hoard)
 	}
+	if per, open := s.metric("", "airlock_sandbox_ptys_max"), s.metric("", "airlock_host_ptys_open"); per != 4 || open < 4 {
+		t.Errorf("metrics: %v ptys per sandbox, %v open on the host; want 4, and at least the 4 held", per, open)
+	}
 	_, err := s.c.RunCommand(ctx, greedy, apitype.CommandRequest{Command: "tty", PTY: &apitype.PTYSize{Cols: 80, Rows: 24}}, nil)
 	wantError(t, "a terminal command in a sandbox that holds all its ptys", err, 429, "limit_reached")
 	term, err := s.c.RunCommand(ctx, other, apitype.CommandRequest{Command: "tty", PTY: &apitype.PTYSize{Cols: 80, Rows: 24}}, nil)
@@ -363,5 +366,35 @@ except OSError as e:
 	}
 	if res, err := s.c.Command(ctx, greedy, again.ID, 30*time.Second); err != nil || exitOf(res) != 0 {
 		t.Errorf("its end: %+v %v", res, err)
+	}
+}
+
+// The kernel's pty.max is one count for the whole host: a server whose
+// sandboxes could together hold more ptys than it gives sandboxes
+// refuses to start, saying what to change, and doctor fails the same way
+// (checked against a mutant: config.Ptys not comparing the product to
+// the budget). By default each sandbox gets its share.
+func TestPtyBudget(t *testing.T) {
+	name, cfg := serverConfig(map[string]any{"server": map[string]any{"listen": "127.0.0.1:0", "auth": "none", "max_session_ptys": 64, "max_sessions": 512}})
+	b, _ := json.Marshal(cfg)
+	path := writeFile(t, "ptys.json", string(b))
+	_, errOut, code := runCLI(t, "", "serve", "--config", path)
+	if code != 69 || !strings.Contains(errOut, "lower server.max_session_ptys or server.max_sessions, or raise kernel.pty.max") {
+		t.Errorf("serve with 512 sessions × 64 ptys: %d %s", code, errOut)
+	}
+	if left := checkNothingLeft(name); len(left) > 0 {
+		t.Errorf("a refused server left: %v", left)
+	}
+	os.RemoveAll("/run/" + name)
+	out, _, code := runCLI(t, "", "doctor", "--json", "--config", path)
+	if code == 0 || !strings.Contains(out, `"name":"ptys","status":"FAIL"`) {
+		t.Errorf("doctor with 512 sessions × 64 ptys: %d %s", code, out)
+	}
+
+	s := startServer(t, nil)
+	defer s.stop()
+	budget, per := s.metric("", "airlock_ptys_budget"), s.metric("", "airlock_sandbox_ptys_max")
+	if budget < 1 || per < 1 || per > 64 {
+		t.Errorf("derived: a budget of %v, %v per sandbox", budget, per)
 	}
 }

@@ -293,8 +293,20 @@ type Server struct {
 	// (pty) and the terminals its code opens (os.openpty, script,
 	// pexpect). One more fails inside the sandbox (ENOSPC), or gets 429
 	// for a terminal command; other sandboxes and the host keep theirs.
-	// At most 4096 (the kernel's own pty.max by default).
+	// At most 4096. 0 (the default): server.max_ptys shared evenly by the
+	// sandboxes the server may hold at once (max_sessions +
+	// max_concurrent_executions + the pools at their max_size + the
+	// template), at most 64.
 	MaxSessionPtys int `json:"max_session_ptys"`
+	// MaxPtys is the pseudo-terminals all the server's sandboxes may hold
+	// together. The kernel counts every pty of the host against one limit
+	// (kernel.pty.max, of which devpts instances other than the host's own
+	// may use all but kernel.pty.reserve): sandboxes that together could
+	// hold more would, once it is reached, leave none for each other. The
+	// server refuses to start when max_session_ptys × the sandboxes it may
+	// hold exceeds it, or when it exceeds what the kernel gives. 0 (the
+	// default): kernel.pty.max − kernel.pty.reserve, read at start.
+	MaxPtys int `json:"max_ptys"`
 	// MaxSessionContexts caps the code contexts (interpreters) one session
 	// holds at once, its default context included
 	// (POST /v1/sessions/{id}/contexts, or an execution naming another
@@ -415,7 +427,6 @@ func Default() Config {
 			TransferStallTimeout:    Duration(30 * time.Second),
 			MaxRichOutput:           32 << 20,
 			MaxSessionCommands:      16,
-			MaxSessionPtys:          64,
 			MaxSessionContexts:      8,
 		},
 		Network:     DefaultNetwork(),
@@ -611,8 +622,13 @@ func (c Config) Validate() error {
 	if s.MaxSessionCommands < 1 || s.MaxSessionCommands > 1024 {
 		errs = append(errs, errors.New("server.max_session_commands must be between 1 and 1024"))
 	}
-	if s.MaxSessionPtys < 1 || s.MaxSessionPtys > 4096 {
-		errs = append(errs, errors.New("server.max_session_ptys must be between 1 and 4096"))
+	if s.MaxSessionPtys < 0 || s.MaxSessionPtys > 4096 {
+		errs = append(errs, errors.New("server.max_session_ptys must be between 0 (derived) and 4096"))
+	}
+	if s.MaxPtys < 0 {
+		errs = append(errs, errors.New("server.max_ptys must be at least 0 (0: what the kernel gives)"))
+	} else if _, _, err := c.Ptys(0); s.MaxPtys > 0 && err != nil {
+		errs = append(errs, err)
 	}
 	if s.MaxSessionContexts < 1 || s.MaxSessionContexts > 64 {
 		errs = append(errs, errors.New("server.max_session_contexts must be between 1 and 64"))
@@ -694,18 +710,7 @@ func (c Config) validateIDs() []error {
 	}
 	// The server's part of the range (see jail.Layout: three quarters)
 	// must hold every sandbox it may have at once.
-	need := c.Server.MaxSessions + c.Server.MaxConcurrentExecutions + 1
-	for lang, n := range c.Pool.Size {
-		need += max(n, c.Pool.MaxSize[lang]*min(n, 1))
-	}
-	for _, n := range c.Pool.NetworkSize {
-		need += n
-	}
-	for _, sizes := range c.Templates.Pool {
-		for _, n := range sizes {
-			need += n
-		}
-	}
+	need := c.MaxSandboxes()
 	if have := int(c.IDCount/2) - int(c.IDCount/8); len(errs) == 0 && have < need {
 		errs = append(errs, fmt.Errorf("id_count %d gives the server %d sandboxes, fewer than server.max_sessions + server.max_concurrent_executions + the pools at their max_size + the template (%d)", c.IDCount, have, need))
 	}

@@ -63,6 +63,8 @@ func Run(ctx context.Context, cfg config.Config) *Report {
 		r.add("cgroups", OK, "%s: memory (no swap, OOM kills the sandbox), pids and CPU quota applied%s", cg.Describe(), note)
 	}
 
+	ptyChecks(r, cfg)
+
 	if cfg.Protections.Seccomp == config.Off {
 		r.add("seccomp", Off, "disabled by configuration (protections.seccomp)")
 	} else if err := seccomp.Available(); err != nil {
@@ -112,6 +114,27 @@ func Run(ctx context.Context, cfg config.Config) *Report {
 	runtimes(ctx, r, l, cfg)
 	templateChecks(ctx, r, l, cfg)
 	return r
+}
+
+// ptyChecks reports the kernel's pty limit, which every devpts instance
+// of the host shares, against what the server's sandboxes may hold.
+func ptyChecks(r *Report, cfg config.Config) {
+	k, err := jail.ReadKernelPtys()
+	if err != nil && cfg.Server.MaxPtys == 0 {
+		r.add("ptys", Fail, "%v: set server.max_ptys", err)
+		return
+	}
+	budget, per, err := cfg.Ptys(k.ForSandboxes())
+	if err != nil {
+		r.add("ptys", Fail, "%v", err)
+		return
+	}
+	how := "server.max_session_ptys"
+	if cfg.Server.MaxSessionPtys == 0 {
+		how += ", derived"
+	}
+	r.add("ptys", OK, "%d sandboxes × %d ptys each (%s) fit the budget of %d (kernel.pty.max %d, reserve %d, %d open now)",
+		cfg.MaxSandboxes(), per, how, budget, k.Max, k.Reserve, k.Open)
 }
 
 // run runs code, a program in lang, once in a fresh sandbox on the host's

@@ -66,7 +66,7 @@ func OptionsFrom(c config.Config) Options {
 		IDCount:      c.IDCount,
 		Seccomp:      c.Protections.Seccomp == config.Required,
 		Landlock:     c.Protections.Landlock == config.Required,
-		Ptys:         c.Server.MaxSessionPtys,
+		Ptys:         sessionPtys(c),
 	}
 }
 

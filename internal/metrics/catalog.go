@@ -31,6 +31,7 @@ func Catalog() []Family {
 	m.Egress(func() egress.SharedStats { return egress.SharedStats{} })
 	m.Audit(func() apitype.AuditHealth { return apitype.AuditHealth{Status: "ok"} })
 	m.Paused(func() map[string]session.PausedUsage { return map[string]session.PausedUsage{"t": {}} })
+	m.Ptys(1, 1, func() (int, error) { return 0, nil })
 	for _, c := range m.own {
 		switch v := c.(type) {
 		case *prometheus.CounterVec:

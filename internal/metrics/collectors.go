@@ -238,3 +238,37 @@ func (a auditCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(auditFailures, prometheus.CounterValue, float64(h.FailedWrites))
 	ch <- prometheus.MustNewConstMetric(auditHeld, prometheus.GaugeValue, float64(h.Held))
 }
+
+var (
+	ptysBudget  = prometheus.NewDesc(Namespace+"_ptys_budget", "The pseudo-terminals the server's sandboxes may hold together (server.max_ptys, or kernel.pty.max − kernel.pty.reserve).", nil, nil)
+	ptysSandbox = prometheus.NewDesc(Namespace+"_sandbox_ptys_max", "The pseudo-terminals one sandbox may hold (server.max_session_ptys, or its share of the budget).", nil, nil)
+	ptysHost    = prometheus.NewDesc(Namespace+"_host_ptys_open", "Pseudo-terminals open on the whole host now, every server's sandboxes and the host's own (kernel.pty.nr): all count against kernel.pty.max.", nil, nil)
+)
+
+// Ptys exports the server's pty budget, each sandbox's share, and the
+// ptys open on the host, read from open at each scrape.
+func (m *Metrics) Ptys(budget, perSandbox int, open func() (int, error)) {
+	if m == nil || open == nil {
+		return
+	}
+	m.reg.MustRegister(ptyCollector{budget, perSandbox, open})
+}
+
+type ptyCollector struct {
+	budget, perSandbox int
+	open               func() (int, error)
+}
+
+func (p ptyCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- ptysBudget
+	ch <- ptysSandbox
+	ch <- ptysHost
+}
+
+func (p ptyCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(ptysBudget, prometheus.GaugeValue, float64(p.budget))
+	ch <- prometheus.MustNewConstMetric(ptysSandbox, prometheus.GaugeValue, float64(p.perSandbox))
+	if n, err := p.open(); err == nil {
+		ch <- prometheus.MustNewConstMetric(ptysHost, prometheus.GaugeValue, float64(n))
+	}
+}

@@ -3,6 +3,7 @@ package server
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"airlock/internal/apitype"
 	"airlock/internal/config"
+	"airlock/internal/errdefs"
 	"airlock/internal/fontcache"
 	"airlock/internal/image"
 	"airlock/internal/instance"
@@ -114,6 +116,9 @@ func (l *Local) manager(cfg config.Config, template string) (*session.Manager, e
 // it can be compiled (runtimes.Precompile); without it, a cold runtime
 // compiles its source at each start, about 10 ms more.
 func newHost(cfg config.Config, log *slog.Logger, extra map[string]string) (*jail.Host, error) {
+	if err := checkPtys(cfg); err != nil {
+		return nil, err
+	}
 	opts := jail.OptionsFrom(cfg)
 	opts.RootFiles = rootFiles(cfg, extra)
 	key, prepare := runtimes.Precompile(cfg.Runtimes.Python)
@@ -127,6 +132,26 @@ func newHost(cfg config.Config, log *slog.Logger, extra map[string]string) (*jai
 		}
 	}
 	return jail.NewHost(opts)
+}
+
+// checkPtys refuses a configuration whose sandboxes could together hold
+// more ptys than the server's budget: once the kernel's pty.max is
+// reached, no sandbox (of any tenant) could open a terminal.
+func checkPtys(cfg config.Config) error {
+	k, err := jail.ReadKernelPtys()
+	if err != nil && cfg.Server.MaxPtys == 0 {
+		return fmt.Errorf("%w: %v: set server.max_ptys", errdefs.ErrUnavailable, err)
+	}
+	if _, _, err := cfg.Ptys(k.ForSandboxes()); err != nil {
+		return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// kernelPtys are the kernel's pty figures (zero when unreadable).
+func kernelPtys() jail.KernelPtys {
+	k, _ := jail.ReadKernelPtys()
+	return k
 }
 
 // FontCache builds the host's matplotlib font list if it has none, and

@@ -369,6 +369,12 @@ func (s *Server) observe(ln net.Listener) {
 		s.manager.OnPause(s.metrics.Pause)
 		s.metrics.Paused(s.manager.PausedUsage)
 	}
+	if budget, per, err := s.cfg.Ptys(kernelPtys().ForSandboxes()); err == nil {
+		s.metrics.Ptys(budget, per, func() (int, error) {
+			k, err := jail.ReadKernelPtys()
+			return k.Open, err
+		})
+	}
 	s.metrics.AccessRefusals(httpapi.RefusalReasons())
 	if ln == nil {
 		s.api.HandleAdmin("GET /metrics", s.metrics.Handler())
