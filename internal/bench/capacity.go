@@ -57,7 +57,7 @@ func benchCapacity(ctx context.Context, r *Report, o Options, n, execs int) erro
 	// Let the creations' garbage go before measuring what stays.
 	time.Sleep(2 * time.Second)
 	loaded := hostSide(ctx, srv, pid)
-	perSession, procs := sessionsPSS(srv, sessions)
+	pss := sessionsPSS(srv, sessions)
 	// The server stays responsive: warm `x = 1` in one more session.
 	probe, err := srv.newSession(ctx)
 	if err != nil {
@@ -97,8 +97,8 @@ func benchCapacity(ctx context.Context, r *Report, o Options, n, execs int) erro
 	ex := stats(lat)
 	r.add(Row{Scenario: scen, Metric: "alive at once", Value: float64(alive), Unit: "sessions", Target: fmt.Sprintf("%d", n),
 		Note: fmt.Sprintf("opened in %.0f s, 8 at a time", opened.Seconds())})
-	r.add(Row{Scenario: scen, Metric: "PSS per session (sandbox)", Value: perSession, Unit: "MB", Target: "≤ 5 MB",
-		Note: fmt.Sprintf("%d processes", procs)})
+	r.add(Row{Scenario: scen, Metric: "PSS per session (sandbox)", Value: pss.per, Unit: "MB", Target: "≤ 5 MB",
+		Note: pss.note("init and interpreter")})
 	r.add(Row{Scenario: scen, Metric: "server PSS per session (host side)", Value: per(base.pssKB, loaded.pssKB) / 1024, Unit: "MB"})
 	r.add(Row{Scenario: scen, Metric: "server descriptors per session", Value: per(base.fds, loaded.fds), Unit: "fds",
 		Note: fmt.Sprintf("%.0f open of a limit of %.0f", loaded.fds, loaded.fdLimit)})

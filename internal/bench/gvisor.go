@@ -132,13 +132,13 @@ func benchGVisor(ctx context.Context, r *Report, o Options, n func(full, smoke i
 	if err != nil {
 		return err
 	}
-	per, procs := sessionsPSS(srv, sessions)
+	p := sessionsPSS(srv, sessions)
 	base := ""
 	if v, ok := r.Stats["density_pss_mb"].(float64); ok {
 		base = fmt.Sprintf("native: %.1f MB", v)
 	}
-	r.add(Row{Scenario: "gVisor: idle Python sessions with numpy and pandas imported", Metric: "PSS per session", Value: per, Unit: "MB", Baseline: base,
-		Note: fmt.Sprintf("%d processes: Sentry, gofer", procs)})
-	r.Stats["gvisor_pss_mb"] = per
+	r.add(Row{Scenario: "gVisor: idle Python sessions with numpy and pandas imported", Metric: "PSS per session", Value: p.per, Unit: "MB", Baseline: base,
+		Note: fmt.Sprintf("%d processes: Sentry, gofer", p.procs)})
+	r.Stats["gvisor_pss_mb"] = p.per
 	return nil
 }
