@@ -8,6 +8,7 @@ import (
 
 	"airlock/internal/config"
 	"airlock/internal/jail"
+	"airlock/internal/jailinit"
 	"airlock/internal/rootfs"
 )
 
@@ -90,27 +91,27 @@ func processSpec(argv, env []string, dir string, l config.Limits) (ociProcess, e
 	}
 	for _, s := range e.Steps {
 		switch s.Op {
-		case jail.OpRlimit:
+		case jailinit.OpRlimit:
 			name := jail.RlimitName(s.Resource)
 			if name == "" {
 				return ociProcess{}, fmt.Errorf("gvisor: entry: rlimit %d has no OCI name", s.Resource)
 			}
 			p.Rlimits = append(p.Rlimits, ociRlimit{Type: name, Hard: s.Max, Soft: s.Cur})
-		case jail.OpCapBoundingDrop, jail.OpCapAmbientClear, jail.OpCapInheritableClear, jail.OpCapClear:
+		case jailinit.OpCapBoundingDrop, jailinit.OpCapAmbientClear, jailinit.OpCapInheritableClear, jailinit.OpCapClear:
 			// The empty sets above.
-		case jail.OpNoNewPrivs:
+		case jailinit.OpNoNewPrivs:
 			p.NoNewPrivileges = true
-		case jail.OpSetgroups:
+		case jailinit.OpSetgroups:
 			// An OCI user has no additional gids unless listed.
-		case jail.OpSetGID:
+		case jailinit.OpSetGID:
 			p.User.GID = uint32(s.ID)
-		case jail.OpSetUID:
+		case jailinit.OpSetUID:
 			p.User.UID = uint32(s.ID)
-		case jail.OpChdir:
+		case jailinit.OpChdir:
 			if p.Cwd == "" {
 				p.Cwd = s.Path
 			}
-		case jail.OpSetsid, jail.OpDumpable:
+		case jailinit.OpSetsid, jailinit.OpDumpable:
 			// runsc starts every process in a session of its own, by exec.
 		default:
 			return ociProcess{}, fmt.Errorf("gvisor: entry step %s cannot be made by runsc", s.Op)

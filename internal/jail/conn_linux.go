@@ -1,8 +1,6 @@
 package jail
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -10,9 +8,11 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"airlock/internal/jailinit"
 )
 
-// conn is one end of the control socketpair.
+// conn is the host's end of the control socketpair (jailinit's wire).
 type conn struct {
 	c   *net.UnixConn
 	wmu sync.Mutex
@@ -29,11 +29,11 @@ func socketpair() (*os.File, *os.File, error) {
 	}
 	for _, fd := range fds {
 		// FORCE variants exceed wmem_max; fall back silently when not root.
-		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 2*maxMessage) != nil {
-			unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, 2*maxMessage)
+		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 2*jailinit.MaxMessage) != nil {
+			unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, 2*jailinit.MaxMessage)
 		}
-		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 2*maxMessage) != nil {
-			unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 2*maxMessage)
+		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 2*jailinit.MaxMessage) != nil {
+			unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 2*jailinit.MaxMessage)
 		}
 	}
 	return os.NewFile(uintptr(fds[0]), "ctl-host"), os.NewFile(uintptr(fds[1]), "ctl-init"), nil
@@ -51,20 +51,13 @@ func newConn(f *os.File, bufSize int) (*conn, error) {
 		fc.Close()
 		return nil, fmt.Errorf("jail: control socket is not a unix socket")
 	}
-	return &conn{c: uc, buf: make([]byte, bufSize+1), oob: make([]byte, unix.CmsgSpace(16*4))}, nil
+	return &conn{c: uc, buf: make([]byte, bufSize+1), oob: make([]byte, jailinit.OOBSize)}, nil
 }
 
-func (c *conn) send(m message, fds ...int) error {
-	b, err := json.Marshal(m)
+func (c *conn) send(m jailinit.Message, fds ...int) error {
+	b, oob, err := jailinit.Packet(m, fds...)
 	if err != nil {
 		return err
-	}
-	if len(b) > maxMessage {
-		return fmt.Errorf("jail: control message of %d bytes is too large", len(b))
-	}
-	var oob []byte
-	if len(fds) > 0 {
-		oob = unix.UnixRights(fds...)
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -74,48 +67,14 @@ func (c *conn) send(m message, fds ...int) error {
 
 // recv reads one message and the descriptors that came with it. The
 // descriptors are close-on-exec; the caller owns them.
-func (c *conn) recv() (message, []*os.File, error) {
+func (c *conn) recv() (jailinit.Message, []*os.File, error) {
 	n, oobn, flags, _, err := c.c.ReadMsgUnix(c.buf, c.oob)
-	var files []*os.File
-	if oobn > 0 {
-		cmsgs, perr := unix.ParseSocketControlMessage(c.oob[:oobn])
-		if perr == nil {
-			for _, cm := range cmsgs {
-				if fds, err := unix.ParseUnixRights(&cm); err == nil {
-					for _, fd := range fds {
-						files = append(files, os.NewFile(uintptr(fd), "received"))
-					}
-				}
-			}
-		}
-	}
-	closeAll := func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}
 	if err != nil {
-		closeAll()
-		return message{}, nil, err
+		n, oobn = 0, 0 // they may be -1
 	}
-	if n == 0 {
-		closeAll()
-		return message{}, nil, errEOF
-	}
-	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
-		closeAll()
-		return message{}, nil, fmt.Errorf("jail: control message truncated")
-	}
-	var m message
-	if err := json.Unmarshal(c.buf[:n], &m); err != nil {
-		closeAll()
-		return message{}, nil, fmt.Errorf("jail: bad control message: %w", err)
-	}
-	return m, files, nil
+	return jailinit.Decode(c.buf[:n], c.oob[:oobn], flags, err)
 }
 
 func (c *conn) setDeadline(t time.Time) { c.c.SetReadDeadline(t) }
 
 func (c *conn) close() error { return c.c.Close() }
-
-var errEOF = errors.New("jail: control socket closed")

@@ -27,92 +27,24 @@ import (
 
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
+	"airlock/internal/jailinit"
 )
 
-// copyIn runs in the init, on a goroutine of its own: it splices what
-// arrives on files[1] (a pipe) into files[0] (a regular file) until the
-// host closes the pipe or a write fails, closes both and answers.
-func copyIn(ctl *conn, m *copyMsg, files []*os.File) {
-	defer closeFiles(files)
-	if m == nil {
-		m = &copyMsg{} // nobody waits for copy 0; the host never sends one
-	}
-	reply := &copyMsg{ID: m.ID}
-	var err error
-	if len(files) != 2 {
-		err = fmt.Errorf("want a file and a pipe, got %d descriptors", len(files))
-	} else {
-		reply.N, err = splicePipe(files[0], files[1])
-	}
-	msg := message{Op: opCopied, Copy: reply}
-	if err != nil {
-		var errno syscall.Errno
-		if errors.As(err, &errno) {
-			reply.Errno = int(errno)
-		}
-		msg.Error = err.Error()
-	}
-	ctl.send(msg)
-}
-
-// splicePipe moves bytes from the pipe src into the regular file dst
-// through the kernel, without a buffer of its own. The pipe is
-// non-blocking: while it is empty the goroutine waits in the poller and
-// holds no thread.
-func splicePipe(dst, src *os.File) (int64, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(int(dst.Fd()), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return 0, fmt.Errorf("copy: the destination is not a regular file")
-	}
-	rc, err := src.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	if err := rc.Control(func(fd uintptr) {
-		if e := unix.Fstat(int(fd), &st); e != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
-			err = fmt.Errorf("copy: the source is not a pipe")
-		}
-	}); err != nil {
-		return 0, err
-	}
-	out := int(dst.Fd())
-	var total int64
-	for {
-		var n int64
-		var serr error
-		if err := rc.Read(func(fd uintptr) bool {
-			n, serr = unix.Splice(int(fd), nil, out, nil, 1<<20, unix.SPLICE_F_NONBLOCK)
-			return serr != unix.EAGAIN
-		}); err != nil {
-			return total, err
-		}
-		switch {
-		case serr == unix.EINTR:
-			continue
-		case serr != nil:
-			return total, serr
-		case n == 0:
-			return total, nil // the host closed the pipe
-		}
-		total += n
-	}
-}
-
-// copies routes the init's opCopied answers to the copies waiting for them.
+// copies routes the init's copied answers to the copies waiting for them.
 type copies struct {
 	mu   sync.Mutex
 	next uint64
-	wait map[uint64]chan message
+	wait map[uint64]chan jailinit.Message
 }
 
-func (c *copies) add() (uint64, chan message) {
+func (c *copies) add() (uint64, chan jailinit.Message) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.wait == nil {
-		c.wait = map[uint64]chan message{}
+		c.wait = map[uint64]chan jailinit.Message{}
 	}
 	c.next++
-	ch := make(chan message, 1)
+	ch := make(chan jailinit.Message, 1)
 	c.wait[c.next] = ch
 	return c.next, ch
 }
@@ -123,7 +55,7 @@ func (c *copies) remove(id uint64) {
 	c.mu.Unlock()
 }
 
-func (c *copies) deliver(m message) {
+func (c *copies) deliver(m jailinit.Message) {
 	if m.Copy == nil {
 		return
 	}
@@ -169,14 +101,14 @@ func (s *Sandbox) writeFile(dst *os.File, src io.Reader) (int64, error) {
 	}
 	id, answer := s.copies.add()
 	defer s.copies.remove(id)
-	err := s.ctl.send(message{Op: opCopy, Copy: &copyMsg{ID: id}}, int(dst.Fd()), p[0])
+	err := s.ctl.send(jailinit.Message{Op: jailinit.MsgCopy, Copy: &jailinit.CopyMsg{ID: id}}, int(dst.Fd()), p[0])
 	unix.Close(p[0])
 	if err != nil {
 		return 0, s.goneOr(fmt.Errorf("jail: copy: %w", err))
 	}
 	sent, feedErr := s.feed(pw, src, inFlight)
 	pw.Close() // the init reads to the end, then answers
-	var m message
+	var m jailinit.Message
 	select {
 	case m = <-answer:
 	case <-s.dead:

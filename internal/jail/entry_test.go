@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"airlock/internal/jailinit"
 )
 
 func testEntryParams() entryParams {
@@ -16,12 +18,12 @@ func testEntryParams() entryParams {
 // complete, and each layer's absence visible in the plan.
 func TestPlanEntry(t *testing.T) {
 	e := planEntry(testEntryParams())
-	if err := e.validate(); err != nil {
+	if err := e.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	var ops []string
 	for _, s := range e.Steps {
-		if s.Op != OpRlimit {
+		if s.Op != jailinit.OpRlimit {
 			ops = append(ops, string(s.Phase)+":"+string(s.Op))
 		}
 	}
@@ -52,7 +54,7 @@ func TestPlanEntry(t *testing.T) {
 	p.landlock, p.seccomp, p.baseFilters = false, nil, 2
 	e = planEntry(p)
 	for _, s := range e.Steps {
-		if s.Op == OpLandlock || s.Op == OpSeccomp {
+		if s.Op == jailinit.OpLandlock || s.Op == jailinit.OpSeccomp {
 			t.Errorf("step %s with the layer off", s.Op)
 		}
 	}
@@ -65,46 +67,13 @@ func TestPlanEntry(t *testing.T) {
 	}
 }
 
-// The init maps the child steps onto syscall.ForkExec, and refuses a plan
-// it could not make in order rather than making something else.
-func TestEntryForkAttr(t *testing.T) {
-	e := planEntry(testEntryParams())
-	a, err := e.forkAttr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !a.setsid || a.dir != "/workspace" || a.cred == nil || a.cred.Uid != SandboxUID || a.cred.Gid != SandboxGID || len(a.cred.Groups) != 0 {
-		t.Errorf("fork attributes: %+v %+v", a, a.cred)
-	}
-	child := func(ops ...Op) Entry {
-		var e Entry
-		for _, op := range ops {
-			e.Steps = append(e.Steps, Step{Phase: PhaseChild, Op: op, ID: 1000})
-		}
-		return e
-	}
-	for name, bad := range map[string]Entry{
-		"chdir before setuid":    child(OpChdir, OpSetUID),
-		"uid without groups/gid": child(OpSetUID),
-		"a thread step in child": child(OpNoNewPrivs),
-		"twice":                  child(OpSetsid, OpSetsid),
-		"cap_clear staying root": {Steps: []Step{{Phase: PhaseChild, Op: OpSetgroups}, {Phase: PhaseChild, Op: OpSetGID}, {Phase: PhaseChild, Op: OpSetUID}, {Phase: PhaseChild, Op: OpCapClear}}},
-		"phases out of order":    {Steps: []Step{{Phase: PhaseThread, Op: OpNoNewPrivs}, {Phase: PhaseProcess, Op: OpRlimit}}},
-		"unknown phase":          {Steps: []Step{{Phase: "later", Op: OpNoNewPrivs}}},
-	} {
-		if err := bad.validate(); err == nil {
-			t.Errorf("%s: accepted", name)
-		}
-	}
-}
-
 // A status that differs in any expected field refuses the program.
 func TestEntryCheck(t *testing.T) {
 	e := planEntry(testEntryParams())
 	good := "Name:\tpython3\nUid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\nGroups:\t\n" +
 		"CapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapBnd:\t0000000000000000\n" +
 		"CapAmb:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\nSeccomp_filters:\t1\n"
-	if err := e.check([]byte(good)); err != nil {
+	if err := e.Check([]byte(good)); err != nil {
 		t.Fatal(err)
 	}
 	for _, bad := range []string{
@@ -114,7 +83,7 @@ func TestEntryCheck(t *testing.T) {
 		strings.Replace(good, "Groups:\t\n", "Groups:\t27\n", 1),
 		strings.Replace(good, "Seccomp:\t2\n", "", 1),
 	} {
-		if err := e.check([]byte(bad)); err == nil || !strings.Contains(err.Error(), "refusing to run") {
+		if err := e.Check([]byte(bad)); err == nil || !strings.Contains(err.Error(), "refusing to run") {
 			t.Errorf("accepted %q: %v", bad, err)
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/exeseal"
+	"airlock/internal/jailinit"
 	"airlock/internal/landlock"
 	"airlock/internal/rootfs"
 	"airlock/internal/seccomp"
@@ -86,7 +87,7 @@ func NewHost(o Options) (_ *Host, err error) {
 			h.abi = abi
 		}
 	}
-	if h.capLast, err = CapLastCap(); err != nil {
+	if h.capLast, err = jailinit.CapLastCap(); err != nil {
 		problems = append(problems, err)
 	}
 	h.filters = seccompFilters()
@@ -172,9 +173,9 @@ func PrepareImageRoot(stateDir, staging string, files map[string]string, image s
 
 // sendSetup sends the setup message, with a descriptor of the template's
 // root when the sandbox has one (the init cannot open the store's path).
-func sendSetup(c *conn, setup *setupMsg) error {
+func sendSetup(c *conn, setup *jailinit.SetupMsg) error {
 	if setup.Root.Image == "" {
-		return c.send(message{Op: opSetup, Setup: setup})
+		return c.send(jailinit.Message{Op: jailinit.MsgSetup, Setup: setup})
 	}
 	trees, err := rootfs.OpenImageTrees(setup.Root)
 	if err != nil {
@@ -185,7 +186,7 @@ func sendSetup(c *conn, setup *setupMsg) error {
 		fds[i] = int(f.Fd())
 		defer f.Close()
 	}
-	return c.send(message{Op: opSetup, Setup: setup}, fds...)
+	return c.send(jailinit.Message{Op: jailinit.MsgSetup, Setup: setup}, fds...)
 }
 
 // rootOf is the root spec of a sandbox given r (nil: the host's).
@@ -305,7 +306,7 @@ func (h *Host) startInit(p *initProc, env []string, attr *syscall.SysProcAttr, c
 		attr.UseCgroupFD, attr.CgroupFD = true, fd
 	}
 	p.cmd = &exec.Cmd{
-		Path: h.exe.Path(), Args: []string{InitArg0}, Env: env,
+		Path: h.exe.Path(), Args: []string{jailinit.InitArg0}, Env: env,
 		ExtraFiles: []*os.File{initEnd}, Stderr: errW, SysProcAttr: attr,
 	}
 	err = cg.StartIn(p.cmd.Start)
@@ -359,7 +360,7 @@ type Sandbox struct {
 	// its reply on replies (spawn, adapt). (spec.Limits changes only by
 	// Adapt, before the sandbox is handed out.)
 	reqMu   sync.Mutex
-	replies chan message
+	replies chan jailinit.Message
 	copies  copies // files the init is writing (see writeFile)
 	exits   chan Exit
 	// waiters get the exits of the programs SpawnWait started, instead
@@ -386,7 +387,7 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 			undo.Run()
 		}
 	}()
-	s := &Sandbox{h: h, spec: spec, pidfd: -1, replies: make(chan message, 1), exits: make(chan Exit, 16), waiters: map[int]chan Exit{},
+	s := &Sandbox{h: h, spec: spec, pidfd: -1, replies: make(chan jailinit.Message, 1), exits: make(chan Exit, 16), waiters: map[int]chan Exit{},
 		dead: make(chan struct{}), started: time.Now()}
 
 	trace("start")
@@ -447,7 +448,7 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 		root.TmpCopy = h.tmpCopy // the host's caches are not a template's
 	}
 	entry := h.entry(l)
-	setup := &setupMsg{
+	setup := &jailinit.SetupMsg{
 		Root:     root,
 		Landlock: h.abi,
 		Entry:    &entry,
@@ -467,11 +468,11 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 	if err != nil {
 		return nil, s.startErr("wait for the init", err)
 	}
-	if m.Op != opReady || len(files) < 2 {
+	if m.Op != jailinit.MsgReady || len(files) < 2 {
 		for _, f := range files {
 			f.Close()
 		}
-		if m.Op == opError {
+		if m.Op == jailinit.MsgError {
 			return nil, errdefs.Private(errdefs.ErrUnavailable, "the sandbox could not be built", errors.New(m.Error))
 		}
 		return nil, s.startErr("wait for the init", fmt.Errorf("unexpected %q", m.Op))
@@ -541,8 +542,8 @@ func (s *Sandbox) readLoop() {
 			return
 		}
 		switch m.Op {
-		case opSpawned, opError, opAdapted:
-			if m.Op == opSpawned {
+		case jailinit.MsgSpawned, jailinit.MsgError, jailinit.MsgAdapted:
+			if m.Op == jailinit.MsgSpawned {
 				// Registered before the reply is handed over: the exit,
 				// which follows on this socket, cannot be missed.
 				s.waitMu.Lock()
@@ -556,9 +557,9 @@ func (s *Sandbox) readLoop() {
 			case s.replies <- m:
 			default:
 			}
-		case opCopied:
+		case jailinit.MsgCopied:
 			s.copies.deliver(m)
-		case opExit:
+		case jailinit.MsgExit:
 			e := Exit{Pid: m.Pid, Status: syscall.WaitStatus(m.Status)}
 			if m.Usage != nil {
 				e.CPU = time.Duration(m.Usage.UserNs + m.Usage.SysNs)
@@ -597,15 +598,15 @@ func (s *Sandbox) spawnLocked(p Process) (int, error) {
 	for i, f := range p.Files {
 		fds[i] = int(f.Fd())
 	}
-	if err := s.ctl.send(message{Op: opSpawn, Spawn: &spawnMsg{Argv: p.Argv, Env: p.Env, Dir: p.Dir, NFiles: len(fds), Terminal: p.Terminal}}, fds...); err != nil {
+	if err := s.ctl.send(jailinit.Message{Op: jailinit.MsgSpawn, Spawn: &jailinit.SpawnMsg{Argv: p.Argv, Env: p.Env, Dir: p.Dir, NFiles: len(fds), Terminal: p.Terminal}}, fds...); err != nil {
 		return 0, fmt.Errorf("jail: spawn: %w", err)
 	}
 	select {
 	case m := <-s.replies:
-		if m.Op == opError {
+		if m.Op == jailinit.MsgError {
 			return 0, errdefs.Private(errdefs.ErrUnavailable, "the sandbox could not start the program", errors.New(m.Error))
 		}
-		if m.Op != opSpawned {
+		if m.Op != jailinit.MsgSpawned {
 			return 0, fmt.Errorf("jail: spawn: unexpected %q", m.Op)
 		}
 		trace("spawned")
@@ -640,7 +641,7 @@ func (s *Sandbox) SpawnWait(p Process) (int, <-chan Exit, error) {
 // Signal sends sig to the process pid inside the sandbox, or to its
 // process group. The init refuses pid 1 and below.
 func (s *Sandbox) Signal(pid int, sig syscall.Signal, group bool) error {
-	return s.ctl.send(message{Op: opSignal, Pid: pid, Signal: int(sig), Group: group})
+	return s.ctl.send(jailinit.Message{Op: jailinit.MsgSignal, Pid: pid, Signal: int(sig), Group: group})
 }
 
 // Adapt gives a pre-started sandbox new limits: the cgroup's memory, pids
@@ -652,13 +653,13 @@ func (s *Sandbox) Adapt(l config.Limits, pid int) error {
 	}
 	s.reqMu.Lock()
 	defer s.reqMu.Unlock()
-	msg := &adaptMsg{Disk: int64(l.Disk), Inodes: int64(l.Inodes), Rlimits: rlimitsFor(l)}
-	if err := s.ctl.send(message{Op: opAdapt, Pid: pid, Adapt: msg}); err != nil {
+	msg := &jailinit.AdaptMsg{Disk: int64(l.Disk), Inodes: int64(l.Inodes), Rlimits: rlimitsFor(l)}
+	if err := s.ctl.send(jailinit.Message{Op: jailinit.MsgAdapt, Pid: pid, Adapt: msg}); err != nil {
 		return fmt.Errorf("jail: adapt: %w", err)
 	}
 	select {
 	case m := <-s.replies:
-		if m.Op != opAdapted {
+		if m.Op != jailinit.MsgAdapted {
 			return fmt.Errorf("jail: adapt: %s", m.Error)
 		}
 		s.spec.Limits = l
@@ -877,8 +878,8 @@ func (s *Sandbox) Entry(l config.Limits) Entry { return s.h.entry(l) }
 // RLIMIT_FSIZE: the tmpfs sizes bound what a sandbox can store, and a file
 // size limit only broke sparse writes at large offsets (the host refuses
 // to stream a sparse file larger than the workspace on its own).
-func rlimitsFor(l config.Limits) []rlimit {
-	return []rlimit{
+func rlimitsFor(l config.Limits) []jailinit.Rlimit {
+	return []jailinit.Rlimit{
 		{Resource: unix.RLIMIT_NOFILE, Cur: uint64(l.NoFile), Max: uint64(l.NoFile)},
 		{Resource: unix.RLIMIT_CORE, Cur: 0, Max: 0},
 		{Resource: unix.RLIMIT_STACK, Cur: 8 << 20, Max: 8 << 20},

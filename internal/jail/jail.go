@@ -1,7 +1,8 @@
 // Package jail owns the sandbox itself: starting an init process in new
 // user, pid, mount, network, ipc, uts and cgroup namespaces, inside its own
 // cgroup, from a sealed copy of the airlock binary; having that init build
-// the root filesystem, bring up loopback and prepare the Landlock ruleset;
+// the root filesystem, bring up loopback and prepare the Landlock ruleset
+// (the init itself is package jailinit);
 // the sandbox entry (planEntry: the one ordered plan, with its expected end
 // state, that both the init and the Python template's children execute
 // and verify: every capability dropped, no_new_privs, Landlock, seccomp,
@@ -13,7 +14,7 @@
 // The host side (Host, Sandbox) never trusts the sandbox: it learns only
 // pids, exit statuses and byte counts from the init, and only descriptors
 // the init made before any sandboxed code ran; the init never resolves a
-// path for the host. The init side (InitMain) is re-executed
+// path for the host. The init side (package jailinit) is re-executed
 // airlock code and must never run sandboxed code with more privilege than
 // the sandbox user has.
 package jail
@@ -26,13 +27,39 @@ import (
 	"time"
 
 	"airlock/internal/config"
+	"airlock/internal/jailinit"
 )
 
 // Hostname of every sandbox.
 const Hostname = "sandbox"
 
 // InitArg0 is argv[0] of a re-executed sandbox init.
-const InitArg0 = "airlock-init"
+const InitArg0 = jailinit.InitArg0
+
+// Entry is the sandbox entry (see planEntry), which both the init and the
+// Python template execute.
+type Entry = jailinit.Entry
+
+// MainIfInit runs the sandbox init (jailinit.Main, which never returns)
+// when this process is one, re-executed by Host.Start with argv[0]
+// InitArg0, and returns at once otherwise. jailinit's own initialiser
+// already does it in every binary that starts jails; this says so where
+// main and the test binaries begin.
+func MainIfInit() {
+	if jailinit.IsInit() {
+		jailinit.Main()
+	}
+}
+
+// RunTests is the TestMain of a test package that builds jails: a
+// sandbox's init when the test binary was re-executed as one, the
+// package's tests otherwise.
+//
+//	func TestMain(m *testing.M) { jail.RunTests(m) }
+func RunTests(m interface{ Run() int }) {
+	MainIfInit()
+	os.Exit(m.Run())
+}
 
 // Options configure a Host. They come from config.Config.
 type Options struct {

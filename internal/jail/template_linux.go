@@ -14,6 +14,7 @@ import (
 	"airlock/internal/cgroup"
 	"airlock/internal/cleanup"
 	"airlock/internal/errdefs"
+	"airlock/internal/jailinit"
 )
 
 // TemplateSpec describes a template process: trusted code (the Python
@@ -79,10 +80,10 @@ func (h *Host) StartTemplate(ctx context.Context, spec TemplateSpec) (_ *Templat
 		root.TmpCopy = h.tmpCopy
 	}
 	root.NoProc = true
-	setup := &setupMsg{
+	setup := &jailinit.SetupMsg{
 		Root:     root,
-		Template: &templateMsg{Argv: spec.Argv, Env: spec.Env, KeepCaps: spec.KeepCaps},
-		Rlimits: []rlimit{
+		Template: &jailinit.TemplateMsg{Argv: spec.Argv, Env: spec.Env, KeepCaps: spec.KeepCaps},
+		Rlimits: []jailinit.Rlimit{
 			{Resource: unix.RLIMIT_CORE, Cur: 0, Max: 0},
 			{Resource: unix.RLIMIT_NOFILE, Cur: 4096, Max: 4096},
 		},

@@ -79,8 +79,12 @@ var rules = map[string]rule{
 
 	// The kernels a sandbox runs on.
 	"zygote": {layer: "kernel", may: []string{"jail", "runtimes"}},
-	"gvisor": {layer: "kernel", may: []string{"jail", "rootfs", "cgroup", "workspace"}},
-	"jail":   {layer: "jail", may: []string{"seccomp", "landlock", "cgroup", "rootfs", "workspace", "exeseal", "loopback", "lockfile"}},
+	"gvisor": {layer: "kernel", may: []string{"jail", "jailinit", "rootfs", "cgroup", "workspace"}},
+	"jail":   {layer: "jail", may: []string{"jailinit", "seccomp", "landlock", "cgroup", "rootfs", "workspace", "exeseal", "loopback", "lockfile"}},
+	// The sandbox's init and the control protocol's wire: the init is
+	// every sandbox's PID 1, so it imports no shared package (errdefs
+	// pulls in net/http) and only the mechanisms it applies.
+	"jailinit": {layer: "jail", noShared: true, may: []string{"seccomp", "landlock", "rootfs", "loopback"}},
 
 	// Mechanisms: each one thing, importing no other but as listed.
 	"seccomp":  {layer: "mechanism"},

@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"sort"
 	"syscall"
 
@@ -34,17 +33,17 @@ func ForImage(base Spec, image string) (Spec, error) {
 	s.EtcCopy, s.EtcBind = nil, nil
 	s.ImageLinks = map[string]string{}
 	s.ImageBinds = nil
-	st, err := os.Lstat(filepath.Join(image, "usr"))
+	st, err := os.Lstat(path.Join(image, "usr"))
 	if err != nil || !st.IsDir() {
 		return s, fmt.Errorf("rootfs: the template has no /usr directory")
 	}
 	s.ImageBinds = append(s.ImageBinds, "usr")
 	for _, name := range imageTop {
-		st, err := os.Lstat(filepath.Join(image, name))
+		st, err := os.Lstat(path.Join(image, name))
 		switch {
 		case err != nil:
 		case st.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(filepath.Join(image, name))
+			target, err := os.Readlink(path.Join(image, name))
 			if err != nil {
 				return s, fmt.Errorf("rootfs: %w", err)
 			}
@@ -53,8 +52,8 @@ func ForImage(base Spec, image string) (Spec, error) {
 			s.ImageBinds = append(s.ImageBinds, name)
 		}
 	}
-	if st, err := os.Lstat(filepath.Join(image, "opt")); err == nil && st.IsDir() {
-		ents, err := os.ReadDir(filepath.Join(image, "opt"))
+	if st, err := os.Lstat(path.Join(image, "opt")); err == nil && st.IsDir() {
+		ents, err := os.ReadDir(path.Join(image, "opt"))
 		if err != nil {
 			return s, fmt.Errorf("rootfs: %w", err)
 		}
@@ -76,12 +75,12 @@ func ForImage(base Spec, image string) (Spec, error) {
 // from the image (without the names airlock generates).
 func populateImage(root string, s Spec) error {
 	for _, name := range sortedKeys(s.ImageLinks) {
-		if err := os.Symlink(s.ImageLinks[name], filepath.Join(root, name)); err != nil {
+		if err := os.Symlink(s.ImageLinks[name], path.Join(root, name)); err != nil {
 			return fmt.Errorf("rootfs: %w", err)
 		}
 	}
 	for _, b := range s.ImageBinds {
-		if err := os.MkdirAll(filepath.Join(root, b), 0o755); err != nil {
+		if err := os.MkdirAll(path.Join(root, b), 0o755); err != nil {
 			return fmt.Errorf("rootfs: %w", err)
 		}
 	}
@@ -93,7 +92,7 @@ func populateImage(root string, s Spec) error {
 	if st, err := src.Lstat("etc"); err != nil || !st.IsDir() {
 		return nil // no /etc of its own: airlock's generated one only
 	}
-	c := etcCopy{src: src, dst: filepath.Join(root, "etc"), skip: map[string]bool{"localtime": true}}
+	c := etcCopy{src: src, dst: path.Join(root, "etc"), skip: map[string]bool{"localtime": true}}
 	for name := range s.Etc {
 		c.skip[name] = true
 	}
@@ -132,7 +131,7 @@ func (c *etcCopy) dir(srcDir, rel string) error {
 		if c.files++; c.files > maxEtcFiles {
 			return fmt.Errorf("rootfs: the template's /etc has more than %d files", maxEtcFiles)
 		}
-		sp, dp := path.Join(srcDir, e.Name()), filepath.Join(c.dst, rel, e.Name())
+		sp, dp := path.Join(srcDir, e.Name()), path.Join(c.dst, rel, e.Name())
 		info, err := c.src.Lstat(sp)
 		if err != nil {
 			return fmt.Errorf("rootfs: %w", err)

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
+	"path"
 	"strconv"
 	"strings"
 	"syscall"
@@ -44,14 +44,14 @@ func Build(s Spec) error {
 			return fmt.Errorf("rootfs: %d template mounts for %d trees", len(s.ImageTrees), len(s.ImageBinds))
 		}
 		for i, b := range s.ImageBinds {
-			err := attachImage(s.ImageTrees[i], filepath.Join(root, b))
+			err := attachImage(s.ImageTrees[i], path.Join(root, b))
 			s.ImageTrees[i].Close()
 			if err != nil {
 				return err
 			}
 		}
 	} else {
-		if err := bindReadOnly("/usr", filepath.Join(root, "usr"), true); err != nil {
+		if err := bindReadOnly("/usr", path.Join(root, "usr"), true); err != nil {
 			return err
 		}
 		if err := bindEtc(root, s); err != nil {
@@ -67,20 +67,20 @@ func Build(s Spec) error {
 		}
 	}
 	scratch := scratchOptions(s.Disk, s.Inodes)
-	if err := mountTmpfs(filepath.Join(root, "workspace"), workspaceFlags,
+	if err := mountTmpfs(path.Join(root, "workspace"), workspaceFlags,
 		fmt.Sprintf("%s,mode=0755,uid=%d,gid=%d", scratch, s.UID, s.GID)); err != nil {
 		return err
 	}
 	// E2B's home: the same directory as /workspace (one tmpfs, two
 	// names), with the same restrictions.
-	if err := bindScratch(filepath.Join(root, "workspace"), filepath.Join(root, HomeAlias)); err != nil {
+	if err := bindScratch(path.Join(root, "workspace"), path.Join(root, HomeAlias)); err != nil {
 		return err
 	}
-	if err := mountTmpfs(filepath.Join(root, "tmp"), tmpFlags, scratch+",mode=1777"); err != nil {
+	if err := mountTmpfs(path.Join(root, "tmp"), tmpFlags, scratch+",mode=1777"); err != nil {
 		return err
 	}
 	for _, name := range sortedKeys(s.TmpCopy) {
-		if err := copyDir(s.TmpCopy[name], filepath.Join(root, "tmp", name), s.UID, s.GID); err != nil {
+		if err := copyDir(s.TmpCopy[name], path.Join(root, "tmp", name), s.UID, s.GID); err != nil {
 			return err
 		}
 	}
@@ -107,7 +107,7 @@ func Build(s Spec) error {
 // points for the bound directories) and the extra files.
 func populate(root string, s Spec) error {
 	for _, d := range []string{"usr", "etc", "dev", "proc", "tmp", "workspace", "opt", "run", "home", HomeAlias[1:]} {
-		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
+		if err := os.Mkdir(path.Join(root, d), 0o755); err != nil {
 			return fmt.Errorf("rootfs: %w", err)
 		}
 	}
@@ -126,40 +126,40 @@ func populate(root string, s Spec) error {
 		if _, err := os.Stat("/" + l.target); err != nil {
 			continue
 		}
-		if err := os.Symlink(l.target, filepath.Join(root, l.name)); err != nil {
+		if err := os.Symlink(l.target, path.Join(root, l.name)); err != nil {
 			return fmt.Errorf("rootfs: %w", err)
 		}
 	}
-	etc := filepath.Join(root, "etc")
+	etc := path.Join(root, "etc")
 	for _, name := range sortedKeys(s.Etc) {
-		if err := writeFile(filepath.Join(etc, name), s.Etc[name]); err != nil {
+		if err := writeFile(path.Join(etc, name), s.Etc[name]); err != nil {
 			return err
 		}
 	}
 	for _, name := range s.EtcCopy {
-		src, err := os.Open(filepath.Join("/etc", name))
+		src, err := os.Open(path.Join("/etc", name))
 		if err != nil {
 			continue // optional
 		}
-		err = copyFile(src, filepath.Join(etc, name), 0o644, -1, -1)
+		err = copyFile(src, path.Join(etc, name), 0o644, -1, -1)
 		src.Close()
 		if err != nil {
 			return err
 		}
 	}
 	for _, name := range s.EtcBind {
-		if st, err := os.Stat(filepath.Join("/etc", name)); err == nil && st.IsDir() {
-			if err := os.MkdirAll(filepath.Join(etc, name), 0o755); err != nil {
+		if st, err := os.Stat(path.Join("/etc", name)); err == nil && st.IsDir() {
+			if err := os.MkdirAll(path.Join(etc, name), 0o755); err != nil {
 				return fmt.Errorf("rootfs: %w", err)
 			}
 		}
 	}
-	if err := os.Symlink("/usr/share/zoneinfo/Etc/UTC", filepath.Join(etc, "localtime")); err != nil {
+	if err := os.Symlink("/usr/share/zoneinfo/Etc/UTC", path.Join(etc, "localtime")); err != nil {
 		return fmt.Errorf("rootfs: %w", err)
 	}
 	for _, p := range sortedKeys(s.Files) {
-		dst := filepath.Join(root, p)
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		dst := path.Join(root, p)
+		if err := os.MkdirAll(path.Dir(dst), 0o755); err != nil {
 			return fmt.Errorf("rootfs: %w", err)
 		}
 		mode := os.FileMode(0o644)
@@ -192,9 +192,9 @@ func scratchOptions(disk, inodes int64) string {
 // process has pivoted into new sizes.
 func ResizeScratch(disk, inodes int64) error {
 	opts := scratchOptions(disk, inodes)
-	for path, flags := range map[string]uintptr{"/workspace": workspaceFlags, "/tmp": tmpFlags} {
-		if err := unix.Mount("tmpfs", path, "tmpfs", unix.MS_REMOUNT|flags, opts); err != nil {
-			return fmt.Errorf("resize %s: %w", path, err)
+	for dir, flags := range map[string]uintptr{"/workspace": workspaceFlags, "/tmp": tmpFlags} {
+		if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_REMOUNT|flags, opts); err != nil {
+			return fmt.Errorf("resize %s: %w", dir, err)
 		}
 	}
 	return nil
@@ -212,13 +212,13 @@ func PrepareTemplate(dir string, s Spec) (string, error) {
 		fmt.Fprintf(h, "etc %q %q\n", k, s.Etc[k])
 	}
 	for _, name := range s.EtcCopy {
-		if st, err := os.Stat(filepath.Join("/etc", name)); err == nil {
+		if st, err := os.Stat(path.Join("/etc", name)); err == nil {
 			sys := st.Sys().(*syscall.Stat_t)
 			fmt.Fprintf(h, "copy %q %d %d %d\n", name, st.Size(), st.ModTime().UnixNano(), sys.Ino)
 		}
 	}
 	for _, name := range s.EtcBind {
-		if st, err := os.Stat(filepath.Join("/etc", name)); err == nil && st.IsDir() {
+		if st, err := os.Stat(path.Join("/etc", name)); err == nil && st.IsDir() {
 			fmt.Fprintf(h, "bind %q\n", name)
 		}
 	}
@@ -240,7 +240,7 @@ func PrepareTemplate(dir string, s Spec) (string, error) {
 	if s.Image != "" {
 		fmt.Fprintf(h, "image %q %q %q\n", s.Image, s.ImageBinds, s.ImageLinks)
 	}
-	final := filepath.Join(dir, fmt.Sprintf("rootfs-%x", h.Sum(nil)[:12]))
+	final := path.Join(dir, fmt.Sprintf("rootfs-%x", h.Sum(nil)[:12]))
 	if st, err := os.Lstat(final); err == nil && st.IsDir() {
 		// Fresh again: SweepTemplates spares what was used in the last
 		// minute, and this one is about to be mounted.
@@ -290,7 +290,7 @@ func SweepTemplates(dir, keep string) error {
 	var used map[string]bool
 	for _, e := range ents {
 		name := e.Name()
-		if !e.IsDir() || filepath.Join(dir, name) == keep ||
+		if !e.IsDir() || path.Join(dir, name) == keep ||
 			!(strings.HasPrefix(name, "rootfs-") || strings.HasPrefix(name, ".rootfs-")) {
 			continue
 		}
@@ -303,7 +303,7 @@ func SweepTemplates(dir, keep string) error {
 		if used[name] {
 			continue
 		}
-		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+		if err := os.RemoveAll(path.Join(dir, name)); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -320,7 +320,7 @@ func mountedTemplates() map[string]bool {
 		if _, err := strconv.Atoi(p.Name()); err != nil {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join("/proc", p.Name(), "mountinfo"))
+		b, err := os.ReadFile(path.Join("/proc", p.Name(), "mountinfo"))
 		if err != nil {
 			continue
 		}
@@ -343,12 +343,12 @@ func mountedTemplates() map[string]bool {
 // alternatives...) read-only onto their mount points.
 func bindEtc(root string, s Spec) error {
 	for _, name := range s.EtcBind {
-		src := filepath.Join("/etc", name)
+		src := path.Join("/etc", name)
 		st, err := os.Stat(src)
 		if err != nil || !st.IsDir() {
 			continue // optional
 		}
-		dst := filepath.Join(root, "etc", name)
+		dst := path.Join(root, "etc", name)
 		if _, err := os.Lstat(dst); err != nil {
 			continue // appeared after the template was made
 		}
@@ -360,14 +360,14 @@ func bindEtc(root string, s Spec) error {
 }
 
 func buildDev(root string, s Spec) error {
-	dev := filepath.Join(root, "dev")
+	dev := path.Join(root, "dev")
 	// nodev too: the device nodes below are bind mounts with flags of
 	// their own, so the tmpfs itself never needs device semantics.
 	if err := mountTmpfs(dev, unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755"); err != nil {
 		return err
 	}
 	for _, d := range Devices {
-		dst := filepath.Join(dev, d)
+		dst := path.Join(dev, d)
 		if err := writeFile(dst, ""); err != nil {
 			return err
 		}
@@ -386,11 +386,11 @@ func buildDev(root string, s Spec) error {
 		{"fd", "/proc/self/fd"}, {"stdin", "/proc/self/fd/0"}, {"stdout", "/proc/self/fd/1"}, {"stderr", "/proc/self/fd/2"},
 		{"ptmx", "pts/ptmx"},
 	} {
-		if err := os.Symlink(l.target, filepath.Join(dev, l.name)); err != nil {
+		if err := os.Symlink(l.target, path.Join(dev, l.name)); err != nil {
 			return fmt.Errorf("rootfs: %w", err)
 		}
 	}
-	shm := filepath.Join(dev, "shm")
+	shm := path.Join(dev, "shm")
 	if err := os.Mkdir(shm, 0o755); err != nil {
 		return fmt.Errorf("rootfs: %w", err)
 	}
@@ -413,7 +413,7 @@ func buildDev(root string, s Spec) error {
 // that many: a sandbox that opens them all exhausts only its own (the
 // host's terminal commands open theirs here too, see jail.Sandbox.OpenPTY).
 func mountPts(dev string, max int) error {
-	pts := filepath.Join(dev, "pts")
+	pts := path.Join(dev, "pts")
 	if err := os.Mkdir(pts, 0o755); err != nil {
 		return fmt.Errorf("rootfs: %w", err)
 	}
@@ -428,13 +428,13 @@ func mountPts(dev string, max int) error {
 }
 
 func buildProc(root string) error {
-	proc := filepath.Join(root, "proc")
+	proc := path.Join(root, "proc")
 	if err := unix.Mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("rootfs: mount proc: %w", err)
 	}
-	null := filepath.Join(root, "dev", "null")
+	null := path.Join(root, "dev", "null")
 	for _, f := range MaskedFiles {
-		dst := filepath.Join(proc, f)
+		dst := path.Join(proc, f)
 		if _, err := os.Lstat(dst); err != nil {
 			continue
 		}
@@ -446,7 +446,7 @@ func buildProc(root string) error {
 		}
 	}
 	for _, d := range MaskedDirs {
-		dst := filepath.Join(proc, d)
+		dst := path.Join(proc, d)
 		if st, err := os.Lstat(dst); err != nil || !st.IsDir() {
 			continue
 		}
@@ -455,7 +455,7 @@ func buildProc(root string) error {
 		}
 	}
 	for _, d := range ReadOnlyProc {
-		dst := filepath.Join(proc, d)
+		dst := path.Join(proc, d)
 		if _, err := os.Lstat(dst); err != nil {
 			continue
 		}
@@ -496,22 +496,22 @@ func bindReadOnly(src, dst string, rec bool) error {
 }
 
 // setattr only ever adds restrictions; flags locked by the host stay.
-func setattr(path string, rec bool, set uint64) error {
+func setattr(name string, rec bool, set uint64) error {
 	flags := unix.AT_SYMLINK_NOFOLLOW
 	if rec {
 		flags |= unix.AT_RECURSIVE
 	}
-	if err := unix.MountSetattr(unix.AT_FDCWD, path, uint(flags), &unix.MountAttr{Attr_set: set}); err != nil {
-		return fmt.Errorf("rootfs: restrict %s: %w", path, err)
+	if err := unix.MountSetattr(unix.AT_FDCWD, name, uint(flags), &unix.MountAttr{Attr_set: set}); err != nil {
+		return fmt.Errorf("rootfs: restrict %s: %w", name, err)
 	}
 	return nil
 }
 
-func writeFile(path, content string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+func writeFile(name, content string) error {
+	if err := os.MkdirAll(path.Dir(name), 0o755); err != nil {
 		return fmt.Errorf("rootfs: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return fmt.Errorf("rootfs: %w", err)
 	}
@@ -527,7 +527,7 @@ func copyFile(src *os.File, dst string, mode os.FileMode, uid, gid int) error {
 	if err != nil || !st.Mode().IsRegular() || st.Size() > 64<<20 {
 		return nil // only plain files of sane size
 	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+	if err := os.MkdirAll(path.Dir(dst), 0o755); err != nil {
 		return fmt.Errorf("rootfs: %w", err)
 	}
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
@@ -567,11 +567,11 @@ func copyDir(src, dst string, uid, gid int) error {
 		if !e.Type().IsRegular() {
 			continue
 		}
-		f, err := os.OpenFile(filepath.Join(src, e.Name()), os.O_RDONLY|unix.O_NOFOLLOW, 0)
+		f, err := os.OpenFile(path.Join(src, e.Name()), os.O_RDONLY|unix.O_NOFOLLOW, 0)
 		if err != nil {
 			continue
 		}
-		err = copyFile(f, filepath.Join(dst, e.Name()), 0o644, uid, gid)
+		err = copyFile(f, path.Join(dst, e.Name()), 0o644, uid, gid)
 		f.Close()
 		if err != nil {
 			return err

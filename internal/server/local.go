@@ -22,7 +22,7 @@ import (
 )
 
 // MainIfInit makes a sealed re-execution of this binary a sandbox's init
-// (see jail.InitMain): the first thing main does.
+// (see jailinit.Main): the first thing main does.
 func MainIfInit() { jail.MainIfInit() }
 
 // Trace notes a phase's time on stderr when AIRLOCK_TRACE is set (see

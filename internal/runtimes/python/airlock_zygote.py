@@ -320,7 +320,7 @@ class Zygote:
                 pass
 
 
-# The sandbox entry (jail.Entry, see internal/jail/entry.go). One function
+# The sandbox entry (jail.Entry, see internal/jailinit/entry.go). One function
 # per kind of step, each one system call with the step's own arguments;
 # which steps, in which order, with which values, is the plan's business.
 

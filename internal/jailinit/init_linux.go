@@ -1,11 +1,10 @@
-package jail
+package jailinit
 
 import (
 	"fmt"
 	"os"
 	"os/signal"
 	"runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,61 +18,22 @@ import (
 	"airlock/internal/seccomp"
 )
 
-// This package's init function keeps the main goroutine of a re-executed
-// init on the main thread (an init function is the one place that can):
-// the template's exec and the sandbox's cgroup namespace are made there
-// (see execTemplate and setup).
-//
-// It also runs the init itself, there and then: Go initialises a
-// package's imports before it, and the packages that import none of it
-// after it, so the sandbox init never runs the initialisers of what only
-// the server uses (Prometheus' registry, the MCP SDK, the session and
-// audit layers...): less memory in every sandbox's idle init, and less
-// time in every start.
-func init() {
-	if len(os.Args) > 0 && os.Args[0] == InitArg0 {
-		runtime.LockOSThread()
-		InitMain()
-	}
-}
-
-// MainIfInit runs the sandbox init (InitMain, which never returns) when
-// this process is one, re-executed by Host.Start with argv[0] InitArg0,
-// and returns at once otherwise. The airlock command calls it first thing,
-// and so does every test binary that builds jails (see RunTests): the
-// binary Host.Start re-executes is the running one.
-func MainIfInit() {
-	if len(os.Args) > 0 && os.Args[0] == InitArg0 {
-		InitMain()
-	}
-}
-
-// RunTests is the TestMain of a test package that builds jails: a
-// sandbox's init when the test binary was re-executed as one, the
-// package's tests otherwise.
-//
-//	func TestMain(m *testing.M) { jail.RunTests(m) }
-func RunTests(m interface{ Run() int }) {
-	MainIfInit()
-	os.Exit(m.Run())
-}
-
-// InitMain is the sandbox init: PID 1 of the sandbox, re-executed from the
-// sealed airlock binary by Host.Start. It never returns.
-func InitMain() {
+// Main is the sandbox init: PID 1 of the sandbox, re-executed from the
+// sealed airlock binary by the host (jail's Host.Start). It never returns.
+func Main() {
 	// Nobody inside may ptrace, read the memory of, or open /proc/1/exe of
 	// the init, whatever uid they have.
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	itrace("main")
 	closeInherited()
-	ctl, err := newConn(os.NewFile(3, "ctl"), 64<<10)
+	ctl, err := newConn(3, 64<<10)
 	if err != nil {
 		fatal(err)
 	}
 	itrace("conn")
 	m, files, err := ctl.recv()
 	itrace("received")
-	if err != nil || m.Op != opSetup || m.Setup == nil {
+	if err != nil || m.Op != MsgSetup || m.Setup == nil {
 		fatal(fmt.Errorf("no setup message: %v", err))
 	}
 	// A template's trees come as detached mounts the host made (the only
@@ -84,20 +44,20 @@ func InitMain() {
 	closeFiles(files)
 	if m.Setup.Template != nil {
 		if err := execTemplate(ctl, m.Setup); err != nil {
-			ctl.send(message{Op: opError, Error: err.Error()})
+			ctl.send(Message{Op: MsgError, Error: err.Error()})
 			os.Exit(1)
 		}
 	}
 	st, err := setup(m.Setup)
 	if err != nil {
-		ctl.send(message{Op: opError, Error: err.Error()})
+		ctl.send(Message{Op: MsgError, Error: err.Error()})
 		os.Exit(1)
 	}
 	fds := []int{st.workspace, st.ptmx}
 	if st.ruleset >= 0 {
 		fds = append(fds, st.ruleset)
 	}
-	if err := ctl.send(message{Op: opReady}, fds...); err != nil {
+	if err := ctl.send(Message{Op: MsgReady}, fds...); err != nil {
 		os.Exit(1)
 	}
 	unix.Close(st.workspace)
@@ -106,7 +66,7 @@ func InitMain() {
 	// binary's package initialisers and the setup allocated is garbage
 	// now, and a heap this small would never be collected (Go's first GC
 	// waits for 4 MB). Return it, once: it is memory per sandbox.
-	debug.FreeOSMemory()
+	freeOSMemory()
 	serve(ctl, st)
 }
 
@@ -130,21 +90,10 @@ func closeInherited() {
 	}
 }
 
-func fatal(err error) {
-	fmt.Fprintf(os.Stderr, "airlock-init: %v\n", err)
-	os.Exit(1)
-}
-
-func closeFiles(files []*os.File) {
-	for _, f := range files {
-		f.Close()
-	}
-}
-
 // execTemplate builds the sandbox-shaped root and replaces this process
 // with the template program, keeping only the capabilities it needs. The
 // control socket becomes the program's fd 3.
-func execTemplate(ctl *conn, cfg *setupMsg) error {
+func execTemplate(ctl *conn, cfg *SetupMsg) error {
 	t := cfg.Template
 	if len(t.Argv) == 0 {
 		return fmt.Errorf("template: empty command")
@@ -183,13 +132,9 @@ func execTemplate(ctl *conn, cfg *setupMsg) error {
 			return fmt.Errorf("template: setrlimit %d: %w", r.Resource, err)
 		}
 	}
-	f, err := ctl.c.File()
-	if err != nil {
-		return err
-	}
-	// Nothing but the exec runs after this: fd 3 may have been the Go
-	// poller's.
-	if fd := int(f.Fd()); fd == 3 {
+	// Nothing but the exec runs after this. Fd makes the socket blocking
+	// again, as the template reads it.
+	if fd := int(ctl.f.Fd()); fd == 3 {
 		if _, err := unix.FcntlInt(3, unix.F_SETFD, 0); err != nil {
 			return fmt.Errorf("template: control socket: %w", err)
 		}
@@ -203,7 +148,7 @@ func execTemplate(ctl *conn, cfg *setupMsg) error {
 }
 
 type initState struct {
-	cfg       *setupMsg
+	cfg       *SetupMsg
 	workspace int // O_PATH fd of /workspace, sent to the host
 	ptmx      int // O_PATH fd of the sandbox's /dev/pts/ptmx, sent too
 	ruleset   int // Landlock ruleset fd, or -1
@@ -220,13 +165,13 @@ func itrace(what string) {
 	}
 }
 
-func setup(cfg *setupMsg) (*initState, error) {
+func setup(cfg *SetupMsg) (*initState, error) {
 	itrace("setup start")
 	defer itrace("setup end")
 	if cfg.Entry == nil {
 		return nil, fmt.Errorf("setup without an entry plan")
 	}
-	if err := cfg.Entry.validate(); err != nil {
+	if err := cfg.Entry.Validate(); err != nil {
 		return nil, err
 	}
 	// The host's supplementary groups would otherwise follow us in. A
@@ -311,7 +256,7 @@ func setup(cfg *setupMsg) (*initState, error) {
 // Losing the host (EOF) ends the init, and with it the whole sandbox.
 func serve(ctl *conn, st *initState) {
 	type incoming struct {
-		m     message
+		m     Message
 		files []*os.File
 		err   error
 	}
@@ -335,16 +280,16 @@ func serve(ctl *conn, st *initState) {
 				os.Exit(0)
 			}
 			switch in.m.Op {
-			case opSpawn:
+			case MsgSpawn:
 				pid, err := spawn(st, in.m.Spawn, in.files)
 				closeFiles(in.files)
 				if err != nil {
-					ctl.send(message{Op: opError, Error: err.Error()})
+					ctl.send(Message{Op: MsgError, Error: err.Error()})
 					continue
 				}
 				watched[pid] = true
-				ctl.send(message{Op: opSpawned, Pid: pid})
-			case opSignal:
+				ctl.send(Message{Op: MsgSpawned, Pid: pid})
+			case MsgSignal:
 				closeFiles(in.files)
 				target := in.m.Pid
 				if target <= 1 {
@@ -354,20 +299,20 @@ func serve(ctl *conn, st *initState) {
 					target = -target
 				}
 				syscall.Kill(target, syscall.Signal(in.m.Signal))
-			case opCopy:
+			case MsgCopy:
 				// The copy owns the descriptors from here; it answers
-				// with opCopied when the host closes the pipe.
+				// with MsgCopied when the host closes the pipe.
 				go copyIn(ctl, in.m.Copy, in.files)
-			case opAdapt:
+			case MsgAdapt:
 				closeFiles(in.files)
 				if err := adapt(in.m.Pid, in.m.Adapt); err != nil {
-					ctl.send(message{Op: opError, Error: err.Error()})
+					ctl.send(Message{Op: MsgError, Error: err.Error()})
 				} else {
-					ctl.send(message{Op: opAdapted})
+					ctl.send(Message{Op: MsgAdapted})
 				}
 			default:
 				closeFiles(in.files)
-				ctl.send(message{Op: opError, Error: "unknown request " + strconv.Quote(in.m.Op)})
+				ctl.send(Message{Op: MsgError, Error: "unknown request " + strconv.Quote(in.m.Op)})
 			}
 		case <-sigs:
 		}
@@ -380,7 +325,7 @@ func serve(ctl *conn, st *initState) {
 			if err != nil || pid <= 0 {
 				break
 			}
-			exit := message{Op: opExit, Pid: pid, Status: int(ws), Usage: &exitUsage{
+			exit := Message{Op: MsgExit, Pid: pid, Status: int(ws), Usage: &ExitUsage{
 				UserNs: ru.Utime.Nano(), SysNs: ru.Stime.Nano(), MaxRSS: ru.Maxrss << 10}}
 			if watched[pid] {
 				delete(watched, pid)
@@ -393,7 +338,7 @@ func serve(ctl *conn, st *initState) {
 // adapt gives a pre-started sandbox the limits of the session it is
 // handed to: new sizes for the scratch tmpfs mounts (they are empty, so
 // shrinking works) and rlimits for the runtime process.
-func adapt(pid int, a *adaptMsg) error {
+func adapt(pid int, a *AdaptMsg) error {
 	if a == nil || a.Disk <= 0 || a.Inodes <= 0 {
 		return fmt.Errorf("adapt: bad request")
 	}
@@ -412,7 +357,7 @@ func adapt(pid int, a *adaptMsg) error {
 }
 
 type spawnReq struct {
-	m     *spawnMsg
+	m     *SpawnMsg
 	files []*os.File
 	reply chan spawnRes
 }
@@ -422,7 +367,7 @@ type spawnRes struct {
 	err error
 }
 
-func spawn(st *initState, m *spawnMsg, files []*os.File) (int, error) {
+func spawn(st *initState, m *SpawnMsg, files []*os.File) (int, error) {
 	if m == nil || len(m.Argv) == 0 || m.NFiles != len(files) {
 		return 0, fmt.Errorf("bad spawn request")
 	}
@@ -498,7 +443,7 @@ func CapLastCap() (int, error) {
 // forkExec runs on the restricted thread: the child makes the entry's
 // child steps (see Entry.forkAttr), and the program is checked against
 // the entry's expected status before anything is said to the host.
-func forkExec(cfg *setupMsg, m *spawnMsg, files []*os.File) (int, error) {
+func forkExec(cfg *SetupMsg, m *SpawnMsg, files []*os.File) (int, error) {
 	fds := make([]uintptr, len(files))
 	for i, f := range files {
 		fds[i] = f.Fd()

@@ -1,12 +1,12 @@
-package jail
+package jailinit
 
 // The sandbox entry: the one ordered sequence that turns a process into a
 // sandboxed one, and what the kernel must say about that process at the
-// end. It is computed once, in Go, by planEntry; both ways a runtime starts
+// end. It is computed once, in Go, by the host (jail's planEntry); both ways a runtime starts
 // execute it and verify against it (as runc's two inits share
 // finalizeNamespace):
 //
-//   - spawned by the sandbox's init (InitMain): the process steps on the
+//   - spawned by the sandbox's init (Main): the process steps on the
 //     init, the thread steps on the OS thread programs are forked from,
 //     the child steps in the forked child (syscall.ForkExec's own
 //     sequence, see childAttr); the init then reads the program's
@@ -20,7 +20,7 @@ package jail
 //
 // A step that fails, a status that differs or a probe that is not refused
 // as expected refuses the start; nothing degrades silently. A change to
-// the sequence (a new layer, a new runtime kind) is a change to planEntry.
+// the sequence (a new layer, a new runtime kind) is a change to jail's planEntry.
 
 // Phase says where a step is made; a plan lists its steps phase by phase,
 // in this order.
