@@ -77,6 +77,12 @@ func testPythonSDK(t *testing.T, template string, cfg map[string]any) {
 		"arguments":  map[string]any{"type": "object", "required": []string{"q"}, "properties": map[string]any{"q": map[string]any{"type": "string", "maxLength": 16}}},
 		"credential": map[string]any{"file": token},
 	}}
+	// A secret (test_secrets): sessions that ask for it see a placeholder.
+	value := filepath.Join(t.TempDir(), "sdk-api-key")
+	if err := os.WriteFile(value, []byte("sk-sdk-0123456789abcdef"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg["secrets"] = map[string]any{"SDK_API_KEY": map[string]any{"file": value, "hosts": []string{"api.sdk.test"}}}
 	s := keysServer(t, cfg)
 	defer s.stop()
 	// The SDK authenticates as a user does, with a tenant's API key; a

@@ -135,7 +135,7 @@ func TestTools(t *testing.T) {
 	for _, tool := range tools.Tools {
 		names[tool.Name] = tool
 	}
-	for _, want := range []string{"execute_code", "run_command", "write_file", "read_file", "list_files", "create_session", "close_session", "list_tools"} {
+	for _, want := range []string{"execute_code", "run_command", "write_file", "read_file", "list_files", "create_session", "close_session", "list_tools", "list_secrets"} {
 		if names[want] == nil {
 			t.Fatalf("no tool %s: %v", want, names)
 		}

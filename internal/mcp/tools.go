@@ -196,6 +196,7 @@ type CreateIn struct {
 	Network     *NetworkIn        `json:"network,omitempty" jsonschema:"the hosts the session may reach; without it the session has no network"`
 	Template    string            `json:"template,omitempty" jsonschema:"the template (root filesystem with its packages) the session runs on, as the operator registered it (e.g. code-interpreter); default: the server's"`
 	Tools       []string          `json:"tools,omitempty" jsonschema:"tools the session's code may call through airlock, by name (list_tools lists those you may use); airlock holds their credentials"`
+	Secrets     []string          `json:"secrets,omitempty" jsonschema:"secrets (API keys) the session's code may use, by name (list_secrets lists those you may use): each is in its environment variable only as a placeholder, which airlock replaces with the value in requests to the secret's hosts only; network must allow those hosts"`
 }
 
 // NetworkIn is a session's egress policy, as the HTTP API takes it.
@@ -213,6 +214,20 @@ type SessionOut struct {
 	Network     []string       `json:"network,omitempty" jsonschema:"the hosts the session may reach (absent: no network)"`
 	Template    string         `json:"template,omitempty" jsonschema:"the template the session runs on (absent: the server's own root)"`
 	Tools       []string       `json:"tools,omitempty" jsonschema:"the tools the session's code may call"`
+	Secrets     []SecretOut    `json:"secrets,omitempty" jsonschema:"the secrets the session's code may use, as placeholders"`
+}
+
+// SecretOut is a secret a session may use: where its placeholder is and
+// the hosts its value goes to, never the value.
+type SecretOut struct {
+	Name   string   `json:"name"`
+	EnvVar string   `json:"env_var" jsonschema:"the environment variable holding the placeholder"`
+	Hosts  []string `json:"hosts" jsonschema:"the hosts the value is sent to in place of the placeholder"`
+}
+
+// SecretsOut is list_secrets' structured result.
+type SecretsOut struct {
+	Secrets []SecretOut `json:"secrets"`
 }
 
 // CloseIn is close_session's input.
@@ -296,8 +311,9 @@ func (s *Server) addTools() {
 		Name:  "create_session",
 		Title: "Create a session",
 		Description: "Starts a new sandboxed session (python, bash or javascript) with optional limits, environment, network " +
-			"(the hosts it may reach, within the server's policy; sessions have no network otherwise) and template (the root " +
-			"filesystem with its packages, as the operator registered it, e.g. code-interpreter), and returns its " +
+			"(the hosts it may reach, within the server's policy; sessions have no network otherwise), template (the root " +
+			"filesystem with its packages, as the operator registered it, e.g. code-interpreter), tools (list_tools) and " +
+			"secrets (list_secrets: API keys its code uses through placeholders, never seeing them), and returns its " +
 			"session_id for the other tools. Not needed for a single conversation: every tool has a default session. It ends with this connection, like the default sessions.",
 		InputSchema: withEnum[CreateIn]("language", anys(s.o.Languages)),
 		Annotations: &mcp.ToolAnnotations{Title: "Create a session", DestructiveHint: &no, OpenWorldHint: &no},
@@ -311,6 +327,15 @@ func (s *Server) addTools() {
 			"from airlock_tools import call; call(\"name\", arg=value); in bash: airlock-tool name arg=value.",
 		Annotations: &mcp.ToolAnnotations{Title: "List tools", ReadOnlyHint: true, OpenWorldHint: &no},
 	}, s.listTools)
+	mcp.AddTool(s.srv, &mcp.Tool{
+		Name:  "list_secrets",
+		Title: "List the secrets sandboxed code may use",
+		Description: "Lists the secrets (API keys) create_session may give a session (\"secrets\": [names]): the environment variable " +
+			"its placeholder is in and the hosts its value goes to, never the value. Code uses the variable as the key " +
+			"(e.g. the OpenAI SDK reads OPENAI_API_KEY); airlock replaces the placeholder with the value only in requests " +
+			"to those hosts, which the session's network must allow.",
+		Annotations: &mcp.ToolAnnotations{Title: "List secrets", ReadOnlyHint: true, OpenWorldHint: &no},
+	}, s.listSecrets)
 	mcp.AddTool(s.srv, &mcp.Tool{
 		Name:        "close_session",
 		Title:       "Close a session",
@@ -679,6 +704,9 @@ func (s *Server) createSession(ctx context.Context, req *mcp.CallToolRequest, in
 	if len(in.Tools) > 0 {
 		m["tools"] = in.Tools
 	}
+	if len(in.Secrets) > 0 {
+		m["secrets"] = in.Secrets
+	}
 	body, _ := json.Marshal(m)
 	var cr apitype.CreateSessionRequest
 	if err := config.Decode(body, &cr); err != nil {
@@ -711,7 +739,33 @@ func (s *Server) createSession(ctx context.Context, req *mcp.CallToolRequest, in
 	if len(info.Tools) > 0 {
 		msg += "; its code may call the tools " + strings.Join(info.Tools, ", ") + " (from airlock_tools import call; call(name, **arguments))"
 	}
+	for _, sec := range info.Secrets {
+		msg += fmt.Sprintf("; $%s holds a placeholder for the secret %s, sent as its value only to %s", sec.EnvVar, sec.Name, strings.Join(sec.Hosts, ", "))
+	}
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: msg}}}, out, nil
+}
+
+// listSecrets lists the secrets create_session may give a session.
+func (s *Server) listSecrets(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, SecretsOut, error) {
+	out := SecretsOut{Secrets: []SecretOut{}}
+	list, err := s.o.Client(header(req.Extra)).Secrets(ctx)
+	if err != nil {
+		return failed(err), out, nil
+	}
+	var b strings.Builder
+	for _, sec := range list.Secrets {
+		out.Secrets = append(out.Secrets, secretOut(sec))
+		fmt.Fprintf(&b, "%s: a placeholder in $%s, sent as the value only to %s\n", sec.Name, sec.EnvVar, strings.Join(sec.Hosts, ", "))
+	}
+	if len(list.Secrets) == 0 {
+		b.WriteString("this server declares no secrets for you\n")
+	}
+	text, _ := clip(b.String(), fieldCap)
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, out, nil
+}
+
+func secretOut(i apitype.SecretInfo) SecretOut {
+	return SecretOut{Name: i.Name, EnvVar: i.EnvVar, Hosts: append([]string{}, i.Hosts...)}
 }
 
 func sessionOut(info *apitype.Session) SessionOut {
@@ -723,6 +777,9 @@ func sessionOut(info *apitype.Session) SessionOut {
 		out.Network = append([]string{}, info.Network.Allow...)
 	}
 	out.Tools = info.Tools
+	for _, sec := range info.Secrets {
+		out.Secrets = append(out.Secrets, secretOut(sec))
+	}
 	return out
 }
 

@@ -214,3 +214,43 @@ print(urllib.request.urlopen(urllib.request.Request("https://api.a.test:%d/echo"
 		t.Errorf("one-shot: %q %q; upstream got %d requests", one.Stdout, one.Stderr, len(got))
 	}
 }
+
+// An agent asks for secrets over MCP as over HTTP: list_secrets names
+// them (never a value), create_session takes them with the same
+// validation and errors, says where the placeholder is, and the
+// session's code reaches the bound host with the value substituted.
+func TestSecretsOverMCP(t *testing.T) {
+	s, api, value, _ := secretsServer(t, func(*config.Config) {})
+	cs := mcpClient(t, s)
+	text, isErr, out := mcpCall(t, cs, "list_secrets", nil)
+	if isErr || !strings.Contains(text, "OPENAI_API_KEY: a placeholder in $OPENAI_API_KEY, sent as the value only to api.a.test") ||
+		len(out["secrets"].([]any)) != 1 || strings.Contains(text, value) {
+		t.Fatalf("list_secrets: %v %q %v", isErr, text, out)
+	}
+	if text, isErr, _ = mcpCall(t, cs, "create_session", map[string]any{"secrets": []string{"NOPE"}}); !isErr ||
+		!strings.Contains(text, `"NOPE" not declared for this tenant (declared: OPENAI_API_KEY)`) {
+		t.Fatalf("an unknown secret: %v %q", isErr, text)
+	}
+	if text, isErr, _ = mcpCall(t, cs, "create_session", map[string]any{"secrets": []string{"OPENAI_API_KEY"}, "env": map[string]string{"OPENAI_API_KEY": "mine"}}); !isErr ||
+		!strings.Contains(text, "placeholder") {
+		t.Fatalf("env over the placeholder: %v %q", isErr, text)
+	}
+	if text, isErr, _ = mcpCall(t, cs, "create_session", map[string]any{"secrets": "OPENAI_API_KEY"}); !isErr {
+		t.Fatalf("secrets as a string: %q", text)
+	}
+	text, isErr, out = mcpCall(t, cs, "create_session", map[string]any{"secrets": []string{"OPENAI_API_KEY"},
+		"network": map[string]any{"allow": []string{fmt.Sprintf("api.a.test:%d", api.tlsPort)}}})
+	if isErr || !strings.Contains(text, "$OPENAI_API_KEY holds a placeholder for the secret OPENAI_API_KEY, sent as its value only to api.a.test") {
+		t.Fatalf("create_session: %v %q", isErr, text)
+	}
+	secs, _ := out["secrets"].([]any)
+	if len(secs) != 1 || secs[0].(map[string]any)["env_var"] != "OPENAI_API_KEY" {
+		t.Fatalf("create_session's secrets: %v", out)
+	}
+	text, isErr, _ = mcpCall(t, cs, "execute_code", map[string]any{"session_id": out["session_id"], "code": fmt.Sprintf(`import os, urllib.request
+print(urllib.request.urlopen(urllib.request.Request("https://api.a.test:%d/echo", headers={"Authorization": os.environ["OPENAI_API_KEY"]}), timeout=20).read().decode())`, api.tlsPort)})
+	got := api.got()
+	if isErr || !strings.Contains(text, "you sent "+secrets.PlaceholderPrefix) || strings.Contains(text, value) || len(got) != 1 || got[0] != value {
+		t.Fatalf("execute_code: %v %q; upstream got %q", isErr, text, got)
+	}
+}

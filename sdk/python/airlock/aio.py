@@ -76,6 +76,7 @@ class AsyncSandbox:
         self.sync = sbx
         self.id = sbx.id
         self.language = sbx.language
+        self.secrets = sbx.secrets
         self.files = AsyncFiles(sbx.files)
         self.commands = AsyncCommands(sbx.commands)
         self.pty = _AsyncProxy(sbx.pty)
@@ -161,6 +162,10 @@ class AsyncSandbox:
     @classmethod
     async def available_tools(cls, *args, **kwargs):
         return await _thread(_sync.Sandbox.available_tools, *args, **kwargs)
+
+    @classmethod
+    async def available_secrets(cls, *args, **kwargs):
+        return await _thread(_sync.Sandbox.available_secrets, *args, **kwargs)
 
     def __repr__(self):
         return "AsyncSandbox(id=%r, language=%r)" % (self.id, self.language)

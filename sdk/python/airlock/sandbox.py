@@ -45,6 +45,25 @@ def _network(network):
     return network
 
 
+def _names(what, names):
+    """tools= or secrets= as the API takes them: a list of names (one name
+    alone is a list of it). A mapping is refused: a secret's value is the
+    server's, never the client's (variables go in env=)."""
+    if names is None:
+        return None
+    if isinstance(names, str):
+        return [names]
+    if isinstance(names, dict):
+        raise TypeError("%s: want names such as ['NAME'], not a mapping: the operator declares their %s on the server "
+                        "and a client never sends one (use env= for variables)"
+                        % (what, "values" if what == "secrets" else "endpoints"))
+    out = list(names)
+    for n in out:
+        if not isinstance(n, str):
+            raise TypeError("%s: want names (str), got %r" % (what, n))
+    return out
+
+
 def _input_files(files):
     """files as {path: str|bytes} or [(path, str|bytes)] -> the API's list."""
     if not files:
@@ -98,6 +117,9 @@ class Sandbox:
         self.id = info["id"]
         self.language = info.get("language", "")
         self.template = info.get("template", "")  # empty: the server's own root
+        # The secrets its code may use: dicts of name, env_var (the variable
+        # holding the placeholder) and hosts; never a value.
+        self.secrets = info.get("secrets") or []
         self.files = Files(self)
         self.commands = Commands(self)
         self.pty = Pty(self.commands)
@@ -106,7 +128,7 @@ class Sandbox:
 
     @classmethod
     def create(cls, language="python", limits=None, network=None, env=None, timeout=None,
-               base_url=None, token=None, request_timeout=None, template=None, tools=None, **extra):
+               base_url=None, token=None, request_timeout=None, template=None, tools=None, secrets=None, **extra):
         """Creates a session. ``language``: python, bash or javascript;
         ``limits``: {"memory": "1G", "timeout": 60, "cpu_time": ...} (each
         at most the server's maximum); ``network``: the hosts the sandbox
@@ -116,7 +138,12 @@ class Sandbox:
         root filesystem the server's operator registered (e.g.
         "code-interpreter"; default: the server's); ``tools``: names of the operator's tools the
         session's code may call through airlock (``Sandbox.available_tools()``
-        lists them; inside, ``from airlock_tools import call``); ``base_url`` and
+        lists them; inside, ``from airlock_tools import call``); ``secrets``:
+        names of the operator's secrets the session's code may use
+        (``Sandbox.available_secrets()`` lists them): each is in its
+        variable only as a placeholder, which airlock replaces with the value
+        in requests to the secret's hosts only (``network`` must allow them;
+        ``sbx.secrets`` describes them); ``base_url`` and
         ``token`` default to AIRLOCK_URL and AIRLOCK_TOKEN. Other fields of
         the API's request pass through: ``on_timeout="pause"``,
         ``auto_resume=True``, ``metadata={"user": "u1"}`` (labels ``list``
@@ -135,8 +162,11 @@ class Sandbox:
             body["template"] = template
         if "lifetime" in extra:
             body["timeout"] = extra.pop("lifetime")
+        tools, secrets = _names("tools", tools), _names("secrets", secrets)
         if tools:
-            body["tools"] = list(tools)
+            body["tools"] = tools
+        if secrets:
+            body["secrets"] = secrets
         body.update(extra)
         return cls(t.call("POST", "/v1/sessions", body), t)
 
@@ -156,6 +186,13 @@ class Sandbox:
         dicts with name, description, kind, writable and arguments (a JSON
         Schema). Their endpoints and credentials stay the server's."""
         return Transport(base_url, token).call("GET", "/v1/tools").get("tools") or []
+
+    @classmethod
+    def available_secrets(cls, base_url=None, token=None):
+        """The secrets your sessions may use (``secrets=`` of create): dicts
+        with name, env_var (the variable its placeholder is in) and hosts
+        (where its value is sent); never a value."""
+        return Transport(base_url, token).call("GET", "/v1/secrets").get("secrets") or []
 
     @classmethod
     def list(cls, base_url=None, token=None, state=None, metadata=None):
@@ -556,27 +593,29 @@ class Pty:
 
 
 def run(code, files=None, language="python", limits=None, env=None, network=None, base_url=None, token=None,
-        on_stdout=None, on_stderr=None, on_result=None, on_error=None, request_timeout=None, template=None):
+        on_stdout=None, on_stderr=None, on_result=None, on_error=None, request_timeout=None, template=None,
+        tools=None, secrets=None):
     """Runs code once in a fresh sandbox that is destroyed afterwards
     (POST /v1/execute) and returns a RunResult: an Execution plus the
     ``files`` the code wrote (bytes). ``files`` are placed in /workspace
     first: {"in.csv": "a,b\\n1,2\\n"} (str or bytes). ``template`` names
-    the sandbox's root filesystem (see templates())."""
+    the sandbox's root filesystem (see templates()); ``tools`` and
+    ``secrets`` as in Sandbox.create."""
     body = {"language": language, "code": code}
     if template:
         body["template"] = template
     return _once("/v1/execute", body, files, limits, env, network, base_url, token,
-                 _Streamer(on_stdout, on_stderr, on_result, on_error), request_timeout)
+                 _Streamer(on_stdout, on_stderr, on_result, on_error), request_timeout, tools, secrets)
 
 
 def run_program(code, args=None, filename=None, files=None, language="python", limits=None, env=None,
                 network=None, base_url=None, token=None, on_stdout=None, on_stderr=None, request_timeout=None,
-                template=None):
+                template=None, tools=None, secrets=None):
     """Runs code as a program, once, in a fresh sandbox (POST /v1/run): it
     is written to /workspace/filename (main.py by default) and run as
     ``python3 FILE ARGS`` would run it. Returns a RunResult whose
     ``exit_code`` is the program's status, with its output and the files it
-    wrote."""
+    wrote. ``tools`` and ``secrets`` as in Sandbox.create."""
     body = {"language": language, "code": code}
     if template:
         body["template"] = template
@@ -585,7 +624,7 @@ def run_program(code, args=None, filename=None, files=None, language="python", l
     if filename:
         body["filename"] = filename
     return _once("/v1/run", body, files, limits, env, network, base_url, token,
-                 _Streamer(on_stdout, on_stderr, None, None), request_timeout)
+                 _Streamer(on_stdout, on_stderr, None, None), request_timeout, tools, secrets)
 
 
 def templates(base_url=None, token=None):
@@ -596,7 +635,12 @@ def templates(base_url=None, token=None):
     return Transport(base_url, token).call("GET", "/v1/templates").get("templates") or []
 
 
-def _once(path, body, files, limits, env, network, base_url, token, streamer, request_timeout):
+def _once(path, body, files, limits, env, network, base_url, token, streamer, request_timeout, tools=None, secrets=None):
+    tools, secrets = _names("tools", tools), _names("secrets", secrets)
+    if tools:
+        body["tools"] = tools
+    if secrets:
+        body["secrets"] = secrets
     t = Transport(base_url, token, request_timeout)
     if files:
         body["files"] = _input_files(files)

@@ -24,7 +24,9 @@ class AsyncSandboxTest(unittest.TestCase):
                 threads.add(threading.get_ident())
                 seen.append(text)
 
+            self.assertEqual([x["name"] for x in await AsyncSandbox.available_secrets()], ["SDK_API_KEY"])
             async with await AsyncSandbox.create() as sbx:
+                self.assertEqual(sbx.secrets, [])
                 await sbx.run_code("x = 41")
                 ticks = 0
 

@@ -109,6 +109,48 @@ class SandboxTest(unittest.TestCase):
         with Sandbox.create() as sbx:
             self.assertEqual(sbx.tools(), [])
 
+    def test_secrets(self):
+        # The server declares SDK_API_KEY, bound to api.sdk.test: a session
+        # or a one-shot run that asks for it sees only a placeholder of its
+        # own in its variable, with the bundle that trusts airlock's CA; a
+        # name the tenant does not have, or an env variable over the
+        # placeholder, is refused as the HTTP API refuses it, and a client
+        # cannot pass a value.
+        listed = Sandbox.available_secrets()
+        self.assertEqual([(x["name"], x["env_var"], x["hosts"]) for x in listed],
+                         [("SDK_API_KEY", "SDK_API_KEY", ["api.sdk.test"])])
+        show = "import os; print(os.environ.get('SDK_API_KEY', '-')[:15], os.environ.get('SSL_CERT_FILE', '-'))"
+        with Sandbox.create(secrets=["SDK_API_KEY"]) as sbx:
+            self.assertEqual(sbx.secrets, listed)
+            ex = sbx.run_code(show)
+            self.assertIsNone(ex.error, ex.error)
+            self.assertEqual(ex.logs.stdout, "airlock-secret- /opt/airlock/secrets/ca-bundle.pem\n")
+            self.assertEqual(Sandbox.connect(sbx.id).secrets, listed)
+        with Sandbox.create() as sbx:
+            self.assertEqual(sbx.secrets, [])
+            self.assertEqual(sbx.run_code(show).logs.stdout, "- -\n")
+        with self.assertRaises(airlock.InvalidArgumentError) as cm:
+            Sandbox.create(secrets=["NOPE"])
+        self.assertIn("declared: SDK_API_KEY", str(cm.exception))
+        self.assertEqual(cm.exception.status, 400)
+        with self.assertRaises(airlock.InvalidArgumentError) as cm:
+            Sandbox.create(secrets="SDK_API_KEY", env={"SDK_API_KEY": "mine"})
+        self.assertIn("placeholder", str(cm.exception))
+        with self.assertRaises(TypeError) as cm:
+            Sandbox.create(secrets={"SDK_API_KEY": "sk-a-value-of-mine"})
+        self.assertNotIn("sk-a-value-of-mine", str(cm.exception))
+        r = airlock.run(show, secrets=["SDK_API_KEY"])
+        self.assertEqual(r.logs.stdout, "airlock-secret- /opt/airlock/secrets/ca-bundle.pem\n")
+        r = airlock.run_program(show, secrets="SDK_API_KEY")
+        self.assertEqual((r.exit_code, r.logs.stdout), (0, "airlock-secret- /opt/airlock/secrets/ca-bundle.pem\n"))
+        with self.assertRaises(airlock.InvalidArgumentError):
+            airlock.run(show, secrets=["NOPE"])
+        # One-shot runs take tools as sessions do.
+        r = airlock.run("from airlock_tools import call\nprint(call('lookup', q='once'))", tools=["lookup"])
+        self.assertEqual(r.logs.stdout, "{'q': 'once', 'authorized': True}\n")
+        with self.assertRaises(airlock.InvalidArgumentError):
+            airlock.run_program("print(1)", tools=["nope"])
+
     def test_ports(self):
         # A web server in the sandbox, reached from outside by its port's
         # path (and host, where the server has a ports domain) with the
