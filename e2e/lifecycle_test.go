@@ -86,7 +86,9 @@ func checkNothingLeft(parent string) []string {
 		}
 		mi, _ := os.ReadFile("/proc/self/mountinfo")
 		for _, line := range strings.Split(string(mi), "\n") {
-			if strings.Contains(line, "/run/"+parent) {
+			// The parent's own directory, not another whose name it
+			// begins (airlock vs airlock-e2e-…).
+			if strings.Contains(line, " /run/"+parent+"/") || strings.Contains(line, " /run/"+parent+" ") {
 				left = append(left, "mount "+line)
 			}
 		}

@@ -283,17 +283,23 @@ func shellOverWebSocket(ctx context.Context, t *testing.T, s *server, id string)
 	wf.waitFor(t, "run-5") // it runs: the terminal is its, in cooked mode
 	send(apitype.TerminalInput{Type: apitype.InputStdin, Data: "\x1a"})
 	wf.waitAfter(t, "run-5", "Stopped")
-	send(apitype.TerminalInput{Type: apitype.InputStdin, Data: "jobs -l; kill %1; wait; echo jobs-done\n"})
-	wf.waitFor(t, "jobs-done")
+	send(apitype.TerminalInput{Type: apitype.InputStdin, Data: "jobs -l; kill %1; wait; echo jobs-$((3+4))\n"})
+	wf.waitFor(t, "jobs-7") // not the echo of the line typed
 	send(apitype.TerminalInput{Type: "bogus"})
 	send(apitype.TerminalInput{Type: apitype.InputResize, Cols: 0, Rows: 3})
 	send(apitype.TerminalInput{Type: apitype.InputStdin, Data: "exit 3\n"})
-	<-read
+	select {
+	case <-read:
+	case <-time.After(30 * time.Second):
+		ws.CloseNow()
+		<-read
+		t.Errorf("the shell did not end after exit 3: %q", wf.text())
+	}
 	if bad != nil {
 		t.Errorf("a bad message: %q", bad)
 	}
 	if end == nil || end.ExitCode == nil || *end.ExitCode != 3 {
-		t.Errorf("the shell's end over the WebSocket: %+v", end)
+		t.Errorf("the shell's end over the WebSocket: %+v (terminal: %q)", end, wf.text())
 	}
 	if len(rejected) != 2 || rejected[0] != "invalid_argument" || rejected[1] != "invalid_argument" {
 		t.Errorf("bad messages: %v", rejected)
