@@ -121,7 +121,7 @@ func TestContexts(t *testing.T) {
 		t.Errorf("contexts %q, want %q", got, want)
 	}
 	// A restart: the same context, its state empty, its directory and
-	// environment kept; the session's default restarts only with it.
+	// environment kept.
 	s.execIn(id, apitype.ExecuteRequest{Code: "globalThis.kept = 1", Context: jsData.ID})
 	if c, err := s.c.RestartContext(ctx, id, jsData.ID); err != nil || c.ID != jsData.ID || c.Cwd != "/workspace/data" || c.Executions != 0 || c.State != apitype.ContextIdle {
 		t.Fatalf("restart: %+v %v", c, err)
@@ -132,8 +132,18 @@ func TestContexts(t *testing.T) {
 	if c, err := s.c.Context(ctx, id, jsData.ID); err != nil || c.Executions != 1 {
 		t.Errorf("described: %+v %v", c, err)
 	}
-	if _, err := s.c.RestartContext(ctx, id, "python"); !errors.Is(err, errdefs.ErrConflict) {
-		t.Errorf("restart the default context: %v", err)
+	// The session's default restarts too: its first interpreter (and
+	// what it started) ended for good, the session alive, its files kept.
+	s.execIn(id, apitype.ExecuteRequest{Code: "import subprocess, os\nold = subprocess.Popen(['sleep', '600']).pid\nopen('kept.txt', 'w').write(str(os.getpid()))"})
+	if c, err := s.c.RestartContext(ctx, id, "python"); err != nil || c.ID != "python" || !c.Default || c.Executions != 0 {
+		t.Fatalf("restart the default context: %+v %v", c, err)
+	}
+	r := s.execIn(id, apitype.ExecuteRequest{Code: "import os, subprocess\n('old' in dir(), open('kept.txt').read() != str(os.getpid()), subprocess.run(['pgrep', '-c', 'sleep'], capture_output=True, text=True).stdout.strip())"})
+	if text(r, "result") != "(False, True, '0')" {
+		t.Errorf("after restarting the default context: %+v", r)
+	}
+	if info, err := s.c.Session(ctx, id); err != nil || info.State == apitype.StateEnded {
+		t.Errorf("the session after its default context's restart: %+v %v", info, err)
 	}
 	if err := s.c.DeleteContext(ctx, id, jsData.ID); err != nil {
 		t.Fatal(err)

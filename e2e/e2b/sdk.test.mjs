@@ -246,6 +246,19 @@ test('contexts: python, javascript and bash in one sandbox share its files, not 
     assert.equal(after.text, "(False, 'sub')")
     assert.ok((await sbx.listCodeContexts()).some((c) => c.id === r.id && c.cwd === '/home/user/sub'))
 
+    // The default context restarts too (the SDK's restart of the
+    // context it lists for python): its variables go, the files stay,
+    // and code runs in it as before; javascript's default is untouched.
+    await sbx.runCode('globalThis.kept = 9', { language: 'js' })
+    const def = (await sbx.listCodeContexts()).find((c) => c.language === 'python' && c.id === 'python')
+    assert.ok(def, 'the python default context is listed')
+    await sbx.restartCodeContext(def)
+    assert.equal((await sbx.runCode('"y" in dir()')).text, 'False')
+    assert.equal((await sbx.runCode('open("sales.csv").read().count("\\n")')).text, '2')
+    assert.equal((await sbx.runCode('console.log(globalThis.kept)', { language: 'js' })).logs.stdout.join(''), '9\n')
+    await sbx.restartCodeContext('python')
+    assert.equal((await sbx.runCode('1 + 1')).text, '2')
+
     // runCode's envs are that execution's alone, in every language.
     const once = { envs: { ONLY_ONCE: 'yes' } }
     assert.equal((await sbx.runCode('import os; os.environ.get("ONLY_ONCE")', once)).text, "'yes'")

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -47,6 +48,8 @@ type Instance struct {
 	*Interp
 	release func()
 	started time.Time
+	// retired: the first runtime was ended for good (RetireFirst).
+	retired atomic.Bool
 }
 
 // Source provides instances.
@@ -179,13 +182,28 @@ func (in *Interp) sentLocked(id string) {
 	}
 }
 
+// RetireFirst ends the sandbox's first runtime for good, with every
+// process of its process group, and frees its connection and pipes; the
+// sandbox lives on (Monitor no longer reports that runtime's end), its
+// session's default context running in a runtime started beside it.
+func (in *Instance) RetireFirst() {
+	if in.retired.Swap(true) {
+		return
+	}
+	in.sb.Signal(in.pid, syscall.SIGKILL, true)
+	in.conn.close()
+	in.closeIO()
+}
+
 // Close tears the instance down (it was never handed out, or its session
 // ended); it waits until everything in the sandbox is gone. Runtimes
 // started beside the first (StartInterp) are their owner's to close.
 func (in *Instance) Close() error {
 	in.conn.close()
 	err := in.sb.Close()
-	in.closeIO()
+	if !in.retired.Load() {
+		in.closeIO()
+	}
 	if in.release != nil {
 		in.release()
 	}
@@ -351,6 +369,7 @@ func (in *Interp) ProgramExit() (Exit, bool) {
 // own (an OOM kill, the process limit, the runtime exiting, the jail
 // dying) and says why; it returns the zero End when stop is closed first.
 func (in *Instance) Monitor(stop <-chan struct{}) apitype.End {
+	gone := in.gone
 	for {
 		select {
 		case ev := <-in.sb.Events():
@@ -358,10 +377,14 @@ func (in *Instance) Monitor(stop <-chan struct{}) apitype.End {
 				return end
 			}
 		case e := <-in.sb.Exits():
-			if e.Pid == in.pid {
+			if e.Pid == in.pid && !in.retired.Load() {
 				return in.death(e)
 			}
-		case <-in.gone:
+		case <-gone:
+			if in.retired.Load() {
+				gone = nil // closed for good: not again
+				continue
+			}
 			e, _ := in.waitExit()
 			return in.death(e)
 		case <-in.sb.Dead():

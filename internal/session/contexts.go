@@ -145,6 +145,13 @@ func (s *Session) contextDir(cwd string) (string, error) {
 	return path.Clean(dir), nil
 }
 
+// defContext is the session's default context (a restart replaces it).
+func (s *Session) defContext() *codeContext {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.def
+}
+
 // startContext starts a context's runtime beside the sandbox's first and
 // registers it; the caller holds ctxStart.
 func (s *Session) startContext(ctx context.Context, id string, rt runtimes.Runtime, cwd string, userEnv map[string]string) (_ *codeContext, err error) {
@@ -210,8 +217,20 @@ func (s *Session) startContext(ctx context.Context, id string, rt runtimes.Runti
 	if old == nil {
 		s.ctxOrder = append(s.ctxOrder, id)
 	}
+	if old != nil && old == s.def {
+		s.def = c
+	}
 	s.mu.Unlock()
-	if old != nil {
+	switch {
+	case old != nil && old.beside == nil:
+		// The sandbox's first runtime (a restarted default context): the
+		// sandbox lives on without it.
+		s.inst.RetireFirst()
+		s.mu.Lock()
+		old.closed = true
+		old.end = apitype.End{Code: apitype.EndDeleted, Reason: "the context was restarted"}
+		s.mu.Unlock()
+	case old != nil:
 		s.freeContext(old)
 	}
 	s.m.log.Info("context started", "session", s.id, "context", id, "language", rt.Lang, "ms", time.Since(begun).Milliseconds())
@@ -364,7 +383,7 @@ func (s *Session) contextFor(ctx context.Context, id, lang string) (*codeContext
 		return c, nil
 	}
 	if lang == "" || rt.Lang == s.lang.Lang {
-		return s.def, nil
+		return s.defContext(), nil
 	}
 	s.mu.Lock()
 	c := s.ctxs[rt.Lang]
@@ -419,7 +438,7 @@ func (s *Session) Contexts() ([]apitype.CodeContext, error) {
 func (s *Session) contextInfo(c *codeContext) apitype.CodeContext {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	info := apitype.CodeContext{ID: c.id, Language: c.lang.Lang, Cwd: c.cwd, Default: c.beside == nil,
+	info := apitype.CodeContext{ID: c.id, Language: c.lang.Lang, Cwd: c.cwd, Default: c == s.def,
 		State: apitype.ContextIdle, CreatedAt: c.created.UTC(), Executions: c.execs}
 	if ex := c.cur; ex != nil {
 		info.State = apitype.ContextBusy
@@ -449,7 +468,7 @@ func (s *Session) DeleteContext(id string) error {
 	case c == nil:
 		s.mu.Unlock()
 		return fmt.Errorf("%w: no context %q in this session", errdefs.ErrNotFound, truncateID(id))
-	case c.beside == nil:
+	case c == s.def:
 		s.mu.Unlock()
 		return fmt.Errorf("%w: context %q is the session's default: it ends with the session (DELETE the session)", errdefs.ErrConflict, truncateID(id))
 	}
@@ -530,14 +549,13 @@ func (s *Session) namedContext(id string) (*codeContext, error) {
 // language, directory and environment, and empty state (E2B's restart):
 // the old interpreter, an execution running in it, and every process it
 // started are killed once the new one runs. The session's default
-// context restarts only with the session.
+// context too (E2B's SDKs restart it): its new interpreter runs beside
+// the sandbox's first, which is ended for good; it must be idle (an
+// execution in the first interpreter ends with it, and with the session).
 func (s *Session) RestartContext(ctx context.Context, id string) (*apitype.CodeContext, error) {
 	c, err := s.namedContext(id)
 	if err != nil {
 		return nil, err
-	}
-	if c.beside == nil {
-		return nil, fmt.Errorf("%w: context %q is the session's default: its state goes only with the session (create a context of its language to start afresh)", errdefs.ErrConflict, truncateID(id))
 	}
 	if err := s.notPausing(); err != nil {
 		return nil, err
@@ -549,6 +567,13 @@ func (s *Session) RestartContext(ctx context.Context, id string) (*apitype.CodeC
 	s.mu.Unlock()
 	if !still {
 		return nil, fmt.Errorf("%w: context %q was deleted or restarted meanwhile", errdefs.ErrConflict, truncateID(id))
+	}
+	if c.beside == nil {
+		// No execution may start in the first interpreter from now on.
+		if !c.execMu.TryLock() {
+			return nil, fmt.Errorf("%w: context %q is executing code; interrupt it, then restart it", errdefs.ErrConflict, truncateID(id))
+		}
+		defer c.execMu.Unlock()
 	}
 	n, err := s.startContext(ctx, id, c.lang, c.cwd, c.userEnv)
 	if err != nil {

@@ -326,3 +326,66 @@ func TestContextsLimit(t *testing.T) {
 		t.Errorf("a language in the place of a deleted context: %v", err)
 	}
 }
+
+// The session's default context restarts too, as E2B's SDKs expect
+// (checked against a mutant: the old 409): its new interpreter runs
+// beside the sandbox's first, which is ended for good while the session
+// lives on; the new one is the default (listed first, not deletable,
+// restartable again); a restart while it executes is refused.
+func TestRestartDefaultContext(t *testing.T) {
+	m, src, _ := newTestManager(t, nil)
+	s, err := m.Create(context.Background(), apitype.CreateSessionRequest{Language: "python", Env: map[string]string{"A": "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := src.last()
+	if _, err := executeIn(t, s, apitype.ExecuteRequest{Code: "out one"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.RestartContext(context.Background(), "python")
+	if err != nil {
+		t.Fatalf("restarting the default context: %v", err)
+	}
+	if !c.Default || c.ID != "python" || c.State != apitype.ContextIdle || !f.retired.Load() {
+		t.Errorf("restarted: %+v, first runtime retired %v", c, f.retired.Load())
+	}
+	again := beside(t, s, "python")
+	if again.env["A"] != "1" || again.cwd != "/workspace" {
+		t.Errorf("its new runtime: in %s with %v", again.cwd, again.env)
+	}
+	if res, err := executeIn(t, s, apitype.ExecuteRequest{Code: "out two"}); err != nil || res.Stdout != "two" {
+		t.Fatalf("executing after the restart: %+v %v", res, err)
+	}
+	if got := again.execs; len(got) != 1 || got[0] != "out two" {
+		t.Errorf("the new runtime ran %q", got)
+	}
+	if got := f.execs; len(got) != 1 {
+		t.Errorf("the first runtime ran %q after its retirement", got)
+	}
+	if end := s.End(); !end.Zero() {
+		t.Fatalf("the session ended: %+v", end)
+	}
+	list, _ := s.Contexts()
+	if len(list) != 1 || !list[0].Default {
+		t.Errorf("contexts: %+v", list)
+	}
+	if err := s.DeleteContext("python"); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("deleting the restarted default context: %v", err)
+	}
+	if _, err := s.RestartContext(context.Background(), "python"); err != nil {
+		t.Fatalf("restarting it again: %v", err)
+	}
+	if !again.freed.Load() {
+		t.Error("the second restart did not free the first restart's runtime")
+	}
+
+	s2, err := m.Create(context.Background(), apitype.CreateSessionRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2.def.execMu.Lock() // an execution under way
+	if _, err := s2.RestartContext(context.Background(), "python"); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("restarting a default context that executes: %v", err)
+	}
+	s2.def.execMu.Unlock()
+}

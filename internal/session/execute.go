@@ -333,9 +333,10 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 	if timeout < config.MinTimeout.D() || timeout > s.m.cfg.Max.Timeout.D() {
 		return nil, fmt.Errorf("%w: timeout %s must be between %s and the server maximum %s", errdefs.ErrInvalidArgument, timeout, config.MinTimeout, s.m.cfg.Max.Timeout)
 	}
+	def := s.defContext()
 	c := req.cc
 	if c == nil {
-		c = s.def
+		c = def
 	}
 	if !c.lang.NULInCode && strings.ContainsRune(req.code, 0) {
 		return nil, fmt.Errorf("%w: %s code must not contain NUL bytes", errdefs.ErrInvalidArgument, c.lang.Lang)
@@ -352,7 +353,7 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 		req.flags, req.screened = flags, true
 	}
 	if !c.execMu.TryLock() {
-		if c == s.def {
+		if c == def {
 			return nil, fmt.Errorf("%w: the session is already executing code; wait for it or interrupt it", errdefs.ErrConflict)
 		}
 		return nil, fmt.Errorf("%w: context %s is already executing code; wait for it or interrupt it", errdefs.ErrConflict, c.id)

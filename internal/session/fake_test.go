@@ -146,6 +146,7 @@ type fakeInstance struct {
 	oomKills atomic.Uint64
 	closed   atomic.Bool
 	killed   atomic.Bool
+	retired  atomic.Bool // the first runtime was ended for good
 
 	// bmu guards besides and deadDone.
 	bmu      sync.Mutex
@@ -334,6 +335,8 @@ func (f *fakeInstance) Monitor(stop <-chan struct{}) apitype.End {
 		return apitype.End{}
 	}
 }
+
+func (f *fakeInstance) RetireFirst() { f.retired.Store(true) }
 
 func (f *fakeInstance) Kill() {
 	f.killed.Store(true)

@@ -79,6 +79,10 @@ type Instance interface {
 	// that size if term is set.
 	StartCommand(argv, env []string, dir string, term *instance.Terminal) (Process, error)
 
+	// RetireFirst ends the first runtime for good, the sandbox living
+	// on (the default context restarted in a runtime beside it).
+	RetireFirst()
+
 	// The sandbox's end.
 	Monitor(stop <-chan struct{}) apitype.End
 	Dead() <-chan struct{}

@@ -430,7 +430,7 @@ func (s *Session) pausedMeta() pausedMeta {
 // path of the session's default interpreter, configured before they were
 // there.
 func (s *Session) restorePackages(ctx context.Context) error {
-	c := s.def
+	c := s.defContext()
 	env := maps.Clone(c.env)
 	if !s.packagesEnv(c.lang, env) {
 		return nil
