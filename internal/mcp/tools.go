@@ -342,6 +342,7 @@ func (s *Server) addTools() {
 		Description: "Ends a session and frees its sandbox; its state and files are gone.",
 		Annotations: &mcp.ToolAnnotations{Title: "Close a session", DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no},
 	}, s.closeSession)
+	s.addPortTools()
 }
 
 // failed is a tool result that reports err to the model.
