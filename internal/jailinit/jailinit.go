@@ -25,7 +25,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	_ "unsafe" // go:linkname
 )
 
 // InitArg0 is argv[0] of a re-executed sandbox init.
@@ -49,13 +48,6 @@ func IsInit() bool { return len(os.Args) > 0 && os.Args[0] == InitArg0 }
 // tracing prints the init's CPU time at its steps to stderr when
 // AIRLOCK_TRACE is set (the host passes it on).
 var tracing = os.Getenv("AIRLOCK_TRACE") != ""
-
-// freeOSMemory is runtime/debug.FreeOSMemory: importing runtime/debug
-// would have Go initialise some 50 packages more before this one (its
-// path sorts after theirs).
-//
-//go:linkname freeOSMemory runtime/debug.freeOSMemory
-func freeOSMemory()
 
 func fatal(err error) {
 	fmt.Fprintf(os.Stderr, "airlock-init: %v\n", err)
