@@ -76,6 +76,7 @@ type tool struct {
 	// forms are the secret as an answer could echo it, scrubbed from
 	// every answer.
 	forms      []string
+	scrubber   *secrets.Scrubber // nil: no credential
 	redactArgs map[string]bool
 }
 
@@ -187,6 +188,7 @@ func compile(name string, c config.Tool, env []string) (*tool, error) {
 		}
 		t.secret = v
 		t.forms = secrets.Forms(v)
+		t.scrubber = secrets.NewScrubber(v, redacted)
 	}
 	return t, nil
 }

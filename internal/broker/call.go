@@ -368,14 +368,7 @@ func (s *Session) recordArgs(t *tool, args map[string]any, body []byte) (json.Ra
 const redacted = "[REDACTED:credential]"
 
 // scrub replaces every form of the tool's credential in s.
-func (t *tool) scrub(s string) string {
-	for _, f := range t.forms {
-		if strings.Contains(s, f) {
-			s = strings.ReplaceAll(s, f, redacted)
-		}
-	}
-	return s
-}
+func (t *tool) scrub(s string) string { return t.scrubber.Scrub(s) }
 
 // scrubBytes is scrub for an answer's body; it reports whether anything
 // was replaced.

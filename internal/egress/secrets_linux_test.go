@@ -2,14 +2,19 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -75,6 +80,54 @@ func (rc *recorder) handlers(mux *http.ServeMux) {
 			return
 		}
 		io.WriteString(w, body)
+	})
+	// trailers echoes it in trailers: announced, unannounced, and in a
+	// trailer's name.
+	mux.HandleFunc("/trailers", func(w http.ResponseWriter, r *http.Request) {
+		a := r.Header.Get("Authorization")
+		w.Header().Set("Trailer", "X-Echo-Trailer")
+		io.WriteString(w, "body")
+		w.(http.Flusher).Flush()
+		w.Header().Set("X-Echo-Trailer", a)
+		w.Header().Set(http.TrailerPrefix+"X-Late", a)
+		w.Header().Set(http.TrailerPrefix+"X-"+strings.TrimPrefix(a, "Bearer "), "named")
+	})
+	// early echoes it in a 103 Early Hints head.
+	mux.HandleFunc("/early", func(w http.ResponseWriter, r *http.Request) {
+		a := r.Header.Get("Authorization")
+		w.Header().Set("Link", "</x?k="+a+">; rel=preload")
+		w.Header().Set("X-Hint", a)
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Del("Link")
+		w.Header().Del("X-Hint")
+		io.WriteString(w, "final")
+	})
+	// coded echoes it in a body under the Content-Encoding lines how
+	// names (gzip applied as many times as they say).
+	mux.HandleFunc("/coded", func(w http.ResponseWriter, r *http.Request) {
+		lines := strings.Split(r.URL.Query().Get("how"), "|")
+		body := []byte("auth=" + r.Header.Get("Authorization"))
+		for _, l := range lines {
+			for c := range strings.SplitSeq(l, ",") {
+				if c := strings.TrimSpace(c); c == "gzip" || c == "x-gzip" {
+					var b bytes.Buffer
+					zw := gzip.NewWriter(&b)
+					zw.Write(body)
+					zw.Close()
+					body = b.Bytes()
+				}
+			}
+		}
+		w.Header()["Content-Encoding"] = lines
+		w.Write(body)
+	})
+	// b64 echoes it base64-encoded (enc) after off bytes.
+	mux.HandleFunc("/b64", func(w http.ResponseWriter, r *http.Request) {
+		off, _ := strconv.Atoi(r.URL.Query().Get("off"))
+		enc := map[string]*base64.Encoding{"std": base64.StdEncoding, "url": base64.URLEncoding,
+			"rawstd": base64.RawStdEncoding, "rawurl": base64.RawURLEncoding}[r.URL.Query().Get("enc")]
+		plain := strings.Repeat("~", off) + r.Header.Get("Authorization") + "?tail"
+		io.WriteString(w, `{"data":"`+enc.EncodeToString([]byte(plain))+`"}`)
 	})
 	mux.HandleFunc("/br", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Encoding", "br")
@@ -354,5 +407,78 @@ func TestGateSecretsAttacks(t *testing.T) {
 	}
 	for _, r := range f.gate.TakeAll() {
 		noValue(t, "a record", fmt.Sprintf("%+v", r))
+	}
+}
+
+// Nothing the bound host sends reaches the sandbox with a value in it:
+// not a trailer (announced or not, in its value or its name), not an
+// informational head, not a body under any list of codings airlock
+// reads, nor base64 of the value at any offset, in either alphabet,
+// padded or not. A coding it cannot read, in any field line or list
+// item, is refused.
+func TestGateSecretsEchoEverywhere(t *testing.T) {
+	f := newSecretsFixture(t, []string{"example.com:TLS"}, false)
+	key := f.ph["KEY"]
+	auth := map[string]string{"Authorization": "Bearer " + key}
+	for _, proto := range []string{"http/1.1", "h2"} {
+		t.Run(proto, func(t *testing.T) {
+			c := f.ns.client(&tls.Config{RootCAs: f.anchor, NextProtos: []string{proto}})
+			c.Transport.(*http.Transport).ForceAttemptHTTP2 = proto == "h2"
+			base := f.url("https", "example.com")
+
+			resp, body := do(t, c, "GET", base+"trailers", auth, "")
+			tr := fmt.Sprint(resp.Trailer)
+			noValue(t, "the trailers", tr)
+			if body != "body" || resp.Trailer.Get("X-Echo-Trailer") != "Bearer "+key || resp.Trailer.Get("X-Late") != "Bearer "+key {
+				t.Errorf("trailers: %q %v", body, resp.Trailer)
+			}
+
+			var hints []textproto.MIMEHeader
+			var mu sync.Mutex
+			trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+				mu.Lock()
+				defer mu.Unlock()
+				hints = append(hints, h)
+				return nil
+			}}
+			req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), "GET", base+"early", nil)
+			req.Header.Set("Authorization", "Bearer "+key)
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			mu.Lock()
+			noValue(t, "a 103 head", fmt.Sprint(hints))
+			if len(hints) != 1 || hints[0].Get("X-Hint") != "Bearer "+key || !strings.Contains(hints[0].Get("Link"), key) {
+				t.Errorf("103 heads: %v", hints)
+			}
+			mu.Unlock()
+
+			for how, ok := range map[string]bool{
+				"identity|gzip": true, "gzip|gzip": true, "gzip, gzip": true, "x-gzip|identity": true,
+				"identity|br": false, "identity, br": false, "gzip|br": false, "br|gzip": false,
+			} {
+				resp, body := do(t, c, "GET", base+"coded?how="+url.QueryEscape(how), auth, "")
+				noValue(t, "a coded body", body)
+				switch {
+				case ok && (resp.StatusCode != 200 || body != "auth=Bearer "+key):
+					t.Errorf("Content-Encoding %q: %d %q", how, resp.StatusCode, body)
+				case !ok && (resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "Content-Encoding")):
+					t.Errorf("Content-Encoding %q passed: %d %q", how, resp.StatusCode, body)
+				}
+			}
+
+			for _, enc := range []string{"std", "url", "rawstd", "rawurl"} {
+				for off := range 3 {
+					resp, body := do(t, c, "GET", fmt.Sprintf("%sb64?enc=%s&off=%d", base, enc, off), auth, "")
+					noValue(t, "a base64 echo", body)
+					if resp.StatusCode != 200 || !strings.Contains(body, key) {
+						t.Errorf("base64 %s at %d: %d %q", enc, off, resp.StatusCode, body)
+					}
+				}
+			}
+		})
 	}
 }

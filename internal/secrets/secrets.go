@@ -16,7 +16,6 @@ package secrets
 
 import (
 	"crypto/rand"
-	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -62,7 +61,7 @@ const MaxForm = 16 << 10
 type secret struct {
 	Spec
 	value string
-	forms []string // the value as an answer could echo it
+	forms []form // the value as an answer could echo it
 }
 
 // Set is every secret of the server, by tenant.
@@ -96,7 +95,7 @@ func New(server []Spec, tenants map[string][]Spec, ca *CA, env []string) (*Set, 
 			if sp.EnvVar == "" {
 				sp.EnvVar = sp.Name
 			}
-			into[sp.Name] = &secret{Spec: sp, value: v, forms: Forms(v)}
+			into[sp.Name] = &secret{Spec: sp, value: v, forms: formsOf(v)}
 		}
 	}
 	load("", server, s.server)
@@ -367,23 +366,11 @@ func (ss *Session) Forms() []string {
 	}
 	var out []string
 	for _, b := range ss.binds {
-		out = append(out, b.forms...)
-	}
-	return out
-}
-
-// Redactions are the pairs a Replacer takes to turn every form of the
-// session's values back into their placeholders.
-func (ss *Session) Redactions() (old, new [][]byte) {
-	if ss == nil {
-		return nil, nil
-	}
-	for _, b := range ss.binds {
 		for _, f := range b.forms {
-			old, new = append(old, []byte(f)), append(new, []byte(b.placeholder))
+			out = append(out, f.text)
 		}
 	}
-	return old, new
+	return out
 }
 
 // Substitutions are the pairs a Replacer takes to substitute in a body
@@ -435,17 +422,14 @@ func sourceName(file, env string) string {
 	return "variable " + env
 }
 
-// Forms are the ways an answer may echo a secret: as it is, in base64
-// (standard and URL alphabets, padded or not) and URL-escaped.
+// Forms are the ways an answer may echo a secret (see formsOf): as it
+// is, URL-escaped, and in base64 at any offset of a larger text, in
+// both alphabets.
 func Forms(v string) []string {
-	forms := []string{v, base64.StdEncoding.EncodeToString([]byte(v)), base64.RawStdEncoding.EncodeToString([]byte(v)),
-		base64.URLEncoding.EncodeToString([]byte(v)), base64.RawURLEncoding.EncodeToString([]byte(v)),
-		url.QueryEscape(v), url.PathEscape(v)}
-	var out []string
-	for _, f := range forms {
-		if !slices.Contains(out, f) {
-			out = append(out, f)
-		}
+	fs := formsOf(v)
+	out := make([]string, len(fs))
+	for i, f := range fs {
+		out[i] = f.text
 	}
 	return out
 }

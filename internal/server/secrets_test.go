@@ -56,6 +56,9 @@ func newAPIServer(t *testing.T) *apiServer {
 			fmt.Fprintf(w, "you sent %s", r.Header.Get("Authorization"))
 			return
 		}
+		if echoes(w, r) {
+			return
+		}
 		io.WriteString(w, "ok")
 	})
 	tl, err := tls.Listen("tcp", "127.0.0.2:0", &tls.Config{GetCertificate: func(hi *tls.ClientHelloInfo) (*tls.Certificate, error) {
