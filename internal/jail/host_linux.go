@@ -288,9 +288,9 @@ type initProc struct {
 }
 
 // startInit starts an init into p with env and attr, born in cg (cgroup
-// v2: cloned into it; v1: cloned by a thread in it), and returns the host's
-// end of its control socket. Nothing of the host but that socket and the stderr pipe
-// reaches it: every other descriptor is close-on-exec.
+// v2: cloned into it; v1: cloned by a thread in it), and returns the
+// host's end of its control socket. Nothing of the host but that socket
+// and the stderr pipe reaches it: every other descriptor is close-on-exec.
 func (h *Host) startInit(p *initProc, env []string, attr *syscall.SysProcAttr, cg *cgroup.Cgroup) (*os.File, error) {
 	hostEnd, initEnd, err := socketpair()
 	if err != nil {
@@ -321,6 +321,10 @@ func (h *Host) startInit(p *initProc, env []string, attr *syscall.SysProcAttr, c
 		if err != nil {
 			p.cmd.Process.Kill()
 			p.cmd.Wait()
+			if attr.PidFD != nil && *attr.PidFD >= 0 {
+				unix.Close(*attr.PidFD)
+				*attr.PidFD = -1
+			}
 		}
 	}
 	if err != nil {
