@@ -417,25 +417,48 @@ func (in *Interp) death(e jail.Exit) apitype.End {
 	return end
 }
 
+// exitReport bounds the wait for how a runtime ended once its control
+// socket closed. The exit usually comes first or at once, but under
+// gVisor it is runsc exec's, which answers only after the Sentry has torn
+// the process down, and on a loaded host that took over 200 ms (a
+// program's status lost: reported killed). Only a runtime that closes
+// its socket and lives on waits it out (its session then ends).
+const exitReport = 5 * time.Second
+
 // runtimeExit is how the runtime ended, once its control socket closed;
-// false if no one says so soon.
+// false if no one says so soon, or the sandbox died first. It is asked
+// once: later callers get the first answer.
 func (in *Interp) runtimeExit() (jail.Exit, bool) {
+	in.exitOnce.Do(func() { in.exitSeen, in.exitSeenOK = in.awaitExit() })
+	return in.exitSeen, in.exitSeenOK
+}
+
+func (in *Interp) awaitExit() (jail.Exit, bool) {
 	if in.gone != nil {
 		// Not the init's to report on Exits, which carries the first
 		// runtime's exit only.
 		select {
 		case <-in.gone:
 			return in.waitExit()
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(exitReport):
 			return jail.Exit{}, false
 		}
 	}
+	timeout := time.After(exitReport)
 	select {
 	case e := <-in.sb.Exits():
 		return e, true
-	case <-time.After(200 * time.Millisecond):
+	case <-in.sb.Dead():
+		// No exit comes from a dead sandbox but one already on its way.
+		select {
+		case e := <-in.sb.Exits():
+			return e, true
+		case <-time.After(200 * time.Millisecond):
+			return jail.Exit{}, false
+		}
+	case <-timeout:
+		return jail.Exit{}, false
 	}
-	return jail.Exit{}, false
 }
 
 // waitExit returns how a runtime with a gone channel (the template's, or

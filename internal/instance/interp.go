@@ -37,6 +37,11 @@ type Interp struct {
 	gone       chan struct{}
 	exitKnown  chan struct{}
 	exitStatus syscall.WaitStatus
+	// exitOnce asks runtimeExit's question once; exitSeen and
+	// exitSeenOK are its answer.
+	exitOnce   sync.Once
+	exitSeen   jail.Exit
+	exitSeenOK bool
 	// sendMu orders what goes to the runtime: an execution's request,
 	// and an interrupt's message and SIGINT (see Interrupt). sent is the
 	// last execution sent; early, one an interrupt was asked for before
