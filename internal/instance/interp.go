@@ -71,23 +71,17 @@ func (in *Instance) StartInterp(ctx context.Context, rt runtimes.Runtime) (*Inte
 	if err != nil {
 		return nil, err
 	}
-	it.watchExit(exit)
-	return it, nil
-}
-
-// watchExit makes a runtime started beside the first Done when exit
-// says how it ended, or its sandbox dies.
-func (in *Interp) watchExit(exit <-chan jail.Exit) {
-	in.gone, in.exitKnown = make(chan struct{}), make(chan struct{})
+	it.gone, it.exitKnown = make(chan struct{}), make(chan struct{})
 	go func() {
-		defer close(in.gone)
+		defer close(it.gone)
 		select {
 		case e := <-exit:
-			in.exitStatus = e.Status
-			close(in.exitKnown)
+			it.exitStatus = e.Status
+			close(it.exitKnown)
 		case <-in.sb.Dead():
 		}
 	}()
+	return it, nil
 }
 
 // Pid is the runtime's pid inside the sandbox.
