@@ -272,3 +272,25 @@ func TestTenants(t *testing.T) {
 		t.Error("a tenant on an isolation the server does not offer was accepted")
 	}
 }
+
+// A streamed execution's context and session are free by its end event:
+// the next cell, sent the moment the client learns this one ended, runs
+// instead of being refused as "already executing" (a CI run saw that
+// 409 for %pip's cell).
+func TestNextCellAtTheEndEvent(t *testing.T) {
+	m, _, _ := newTestManager(t, nil)
+	s := create(t, m, "")
+	var next *apitype.Result
+	var nextErr error
+	_, err := s.Execute(context.Background(), apitype.ExecuteRequest{Code: "out x"}, func(ev apitype.Event) {
+		if ev.Type == apitype.EventEnd {
+			next, nextErr = s.Execute(context.Background(), apitype.ExecuteRequest{Code: "out y"}, nil)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nextErr != nil || next == nil || next.Stdout != "y" {
+		t.Errorf("the next cell at the end event: %+v %v", next, nextErr)
+	}
+}

@@ -361,11 +361,13 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 	// What is held is given back in reverse order, by release or here.
 	var held []func()
 	r := &running{s: s, c: c, req: req, emit: emit}
-	r.release = func() {
+	// Once: finish gives it back before the end event, execute's defer
+	// on every other path.
+	r.release = sync.OnceFunc(func() {
 		for i := len(held) - 1; i >= 0; i-- {
 			held[i]()
 		}
-	}
+	})
 	defer func() {
 		if err != nil {
 			r.release()
@@ -696,6 +698,10 @@ func (s *Session) finishExecution(r *running, o watch.Outcome) *apitype.Result {
 	}
 	// In the history before the client can learn the execution ended.
 	s.hist.finish(r.hist, res, nil)
+	// The context and the session are free again before the end event:
+	// a client that sends its next cell as soon as it learns this one
+	// ended is not refused as "already executing".
+	r.release()
 	if r.emit != nil {
 		r.emit(apitype.Event{Type: apitype.EventEnd, Result: res})
 	}
