@@ -23,7 +23,10 @@ import (
 // log records); tb's session without secrets pays for no
 // redaction at all.
 func TestSecretsRedactedPerSession(t *testing.T) {
-	const va, vb = "value-of-tenant-a", "value-of-tenant-b"
+	// Values that differ early: base64 forms are matched a character
+	// (6 bits) at a time, edges included (secrets.formsOf), so values
+	// that differ only in their last bits share their base64 forms.
+	const va, vb = "alpha-value-of-ta", "bravo-value-of-tb"
 	cfg := testConfig()
 	cfg.Tenants = map[string]config.Tenant{"tc": {Redaction: &config.Redaction{Rules: []config.RedactionRule{{Name: "ticket", Pattern: `TICKET-[0-9]{1,8}`}}}}}
 	m, _, _ := newTestManager(t, &cfg)
