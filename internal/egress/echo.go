@@ -30,11 +30,15 @@ func (ic *interception) modifyResponse(resp *http.Response) error {
 
 var errEncoding = errors.New("encoded answer")
 
+// maxGzip bounds the gzip layers decoded: each holds a decompressor of
+// about 40 KB, and a 64 KiB head could otherwise name some 13,000.
+const maxGzip = 2
+
 // decoded is body with the content codings h names undone: gzip (also
 // x-gzip, any number of times) and identity, from every Content-Encoding
-// field line and every item of a comma list. Any other coding is
-// errEncoding: an answer the gate cannot read for echoes is refused,
-// never passed. h loses its Content-Encoding.
+// field line and every item of a comma list. Any other coding, or gzip
+// more than maxGzip times, is errEncoding: an answer the gate cannot
+// read for echoes is refused, never passed. h loses its Content-Encoding.
 func decoded(h http.Header, body io.Reader) (io.Reader, error) {
 	n := 0
 	for _, line := range h.Values("Content-Encoding") {
@@ -42,7 +46,9 @@ func decoded(h http.Header, body io.Reader) (io.Reader, error) {
 			switch strings.ToLower(strings.TrimSpace(c)) {
 			case "", "identity":
 			case "gzip", "x-gzip":
-				n++
+				if n++; n > maxGzip {
+					return nil, errEncoding
+				}
 			default:
 				return nil, errEncoding
 			}

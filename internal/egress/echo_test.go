@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"compress/gzip"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -44,6 +46,7 @@ func TestDecodedEveryCoding(t *testing.T) {
 		{[]string{"gzip", "deflate"}, nil, false},
 		{[]string{"gzip;q=1"}, nil, false},
 		{[]string{"zstd"}, nil, false},
+		{[]string{"gzip", "gzip, gzip"}, gz(gz(gz([]byte(text)))), false},
 	} {
 		h := http.Header{"Content-Encoding": tc.lines}
 		r, err := decoded(h, bytes.NewReader(tc.body))
@@ -95,5 +98,22 @@ func TestRedactHeader(t *testing.T) {
 		if strings.Join(h[k], "|") != strings.Join(vs, "|") {
 			t.Errorf("%s = %q, want %q", k, h[k], vs)
 		}
+	}
+}
+
+// A request whose handler starts after its connection is over (HTTP/2
+// runs each on a goroutine of its own) is not served: counting it then
+// would race the interception's wait for its requests.
+func TestInterceptionEndedServesNothing(t *testing.T) {
+	g := &Gate{session: "s1", log: slog.New(slog.DiscardHandler)}
+	ic := &interception{g: g, name: "api.example.com", port: 443, tls: true}
+	ic.hmu.Lock()
+	ic.ended = true
+	ic.hmu.Unlock()
+	ic.handlers.Wait()
+	rec := httptest.NewRecorder()
+	ic.ServeHTTP(rec, httptest.NewRequest("GET", "https://other.example/", nil))
+	if n := ic.requests.Load(); n != 0 || g.denied.Load() != 0 || rec.Body.Len() != 0 {
+		t.Errorf("served after the end: %d requests, %d denied, %q", n, g.denied.Load(), rec.Body.String())
 	}
 }

@@ -71,11 +71,17 @@ type interception struct {
 	// and counted when it came, it covers one upstream connection at a
 	// time (true: free); every other is admitted as a connection of its
 	// own (see upstreamAdmit).
-	own      atomic.Bool
-	last     atomic.Int64 // unix nanoseconds of the last byte, either side
-	ctx      context.Context
-	cancel   context.CancelFunc
+	own    atomic.Bool
+	last   atomic.Int64 // unix nanoseconds of the last byte, either side
+	ctx    context.Context
+	cancel context.CancelFunc
+	// handlers counts the requests being served; once ended is set (under
+	// hmu) none is added. HTTP/2 starts a stream's handler on a goroutine
+	// that may run after the connection is over: an Add then, racing
+	// handlers.Wait, would panic the server ("WaitGroup is reused").
 	handlers sync.WaitGroup
+	hmu      sync.Mutex
+	ended    bool
 
 	requests, substituted, refused, dials, more atomic.Int64
 	mu                                          sync.Mutex
@@ -193,6 +199,9 @@ func (g *Gate) intercept(c net.Conn, head []byte, name string, port uint16, d *D
 	// connections closed, before the decision is final.
 	ic.cancel()
 	c.Close()
+	ic.hmu.Lock()
+	ic.ended = true
+	ic.hmu.Unlock()
 	ic.handlers.Wait()
 	close(watchDone)
 	ic.tr.CloseIdleConnections()
@@ -254,7 +263,9 @@ func (ic *interception) reply(w http.ResponseWriter, status int, why string) {
 }
 
 func (ic *interception) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
-	ic.handlers.Add(1)
+	if !ic.enter() {
+		return // the connection is over, its decision final
+	}
 	defer ic.handlers.Done()
 	w := &redactingWriter{ResponseWriter: rw, ss: ic.g.secrets}
 	defer w.trailers()
@@ -322,6 +333,17 @@ func (ic *interception) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		}
 	}
 	ic.proxy.ServeHTTP(w, r)
+}
+
+// enter counts a request being served, unless the connection is over.
+func (ic *interception) enter() bool {
+	ic.hmu.Lock()
+	defer ic.hmu.Unlock()
+	if ic.ended {
+		return false
+	}
+	ic.handlers.Add(1)
+	return true
 }
 
 // headSize is about the size of r's head on the wire (net/http's own
