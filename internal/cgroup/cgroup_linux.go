@@ -26,11 +26,12 @@ var v1Controllers = []string{"memory", "pids", "cpu", "cpuacct"}
 
 // Host is the set of hierarchies and the parent cgroup sandboxes live under.
 type Host struct {
-	v2     bool
-	v2Dir  string            // parent directory on the unified hierarchy
-	v1Dirs map[string]string // controller -> parent directory
-	v1Mnts map[string]string // controller -> its hierarchy's mount point
-	memsw  bool              // v1 swap accounting present
+	v2      bool
+	v2Dir   string            // parent directory on the unified hierarchy
+	v1Dirs  map[string]string // controller -> parent directory
+	v1Mnts  map[string]string // controller -> its hierarchy's mount point
+	v1Roots map[string]string // controller -> the cgroup mounted there
+	memsw   bool              // v1 swap accounting present
 	// made: the directories Open created (the parent, and any above it),
 	// outermost first; Close removes them once they are empty.
 	made []string
@@ -188,13 +189,14 @@ func openV1(parent string) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cgroup v1: %w", err)
 	}
-	h := &Host{v1Dirs: map[string]string{}, v1Mnts: map[string]string{}}
+	h := &Host{v1Dirs: map[string]string{}, v1Mnts: map[string]string{}, v1Roots: map[string]string{}}
 	for _, c := range v1Controllers {
 		for _, m := range mounts {
 			for _, s := range m.Subsystems {
 				if s == c {
 					h.v1Dirs[c] = filepath.Join(m.Mountpoint, parent)
 					h.v1Mnts[c] = m.Mountpoint
+					h.v1Roots[c] = m.Root
 				}
 			}
 		}
@@ -431,11 +433,25 @@ func (h *Host) threadDirs() ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cgroup: %w", err)
 	}
+	return v1ThreadDirs(own, h.v1Mnts, h.v1Roots)
+}
+
+// v1ThreadDirs are the directories of the cgroups own names (as
+// /proc/thread-self/cgroup does) under the mounts of the hierarchies. A
+// mount may show a subtree only (a container's, without a cgroup
+// namespace of its own): its root, as mountinfo gives it, is cut from
+// the path.
+func v1ThreadDirs(own, mnts, roots map[string]string) ([]string, error) {
 	dirs := map[string]string{}
-	for ctl, mnt := range h.v1Mnts {
+	for ctl, mnt := range mnts {
 		p, ok := own[ctl]
+		if root := roots[ctl]; ok && root != "" && root != "/" {
+			rel, cut := strings.CutPrefix(p, root)
+			ok = cut && (rel == "" || rel[0] == '/')
+			p = "/" + strings.TrimPrefix(rel, "/")
+		}
 		if !ok || !strings.HasPrefix(p, "/") || strings.Contains(p, "..") {
-			return nil, fmt.Errorf("cgroup: this thread's %s cgroup is %q", ctl, p)
+			return nil, fmt.Errorf("cgroup: this thread's %s cgroup is %q, outside the hierarchy's mount %s", ctl, own[ctl], mnt)
 		}
 		dirs[ctl] = filepath.Join(mnt, p)
 	}

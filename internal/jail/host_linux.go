@@ -318,13 +318,15 @@ func (h *Host) startInit(p *initProc, env []string, attr *syscall.SysProcAttr, c
 		if in, err = cg.Holds(p.cmd.Process.Pid); err == nil && !in {
 			err = fmt.Errorf("the init (pid %d) was not born in its cgroup", p.cmd.Process.Pid)
 		}
-		if err != nil {
-			p.cmd.Process.Kill()
-			p.cmd.Wait()
-			if attr.PidFD != nil && *attr.PidFD >= 0 {
-				unix.Close(*attr.PidFD)
-				*attr.PidFD = -1
-			}
+	}
+	if err != nil && p.cmd.Process != nil {
+		// Started, then refused: not in its cgroup, or (v1) the thread
+		// that cloned it could not leave the cgroup.
+		p.cmd.Process.Kill()
+		p.cmd.Wait()
+		if attr.PidFD != nil && *attr.PidFD >= 0 {
+			unix.Close(*attr.PidFD)
+			*attr.PidFD = -1
 		}
 	}
 	if err != nil {
