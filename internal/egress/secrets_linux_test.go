@@ -129,6 +129,10 @@ func (rc *recorder) handlers(mux *http.ServeMux) {
 		plain := strings.Repeat("~", off) + r.Header.Get("Authorization") + "?tail"
 		io.WriteString(w, `{"data":"`+enc.EncodeToString([]byte(plain))+`"}`)
 	})
+	// range says what Range and If-Range it got.
+	mux.HandleFunc("/range", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "range="+r.Header.Get("Range")+" if-range="+r.Header.Get("If-Range"))
+	})
 	mux.HandleFunc("/br", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Encoding", "br")
 		w.Write([]byte{0x0b, 0x02, 0x80, 'x', 0x03})
@@ -468,6 +472,11 @@ func TestGateSecretsEchoEverywhere(t *testing.T) {
 				case !ok && (resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "Content-Encoding")):
 					t.Errorf("Content-Encoding %q passed: %d %q", how, resp.StatusCode, body)
 				}
+			}
+
+			// A range could cut an echo into pieces: asked whole.
+			if _, body := do(t, c, "GET", base+"range", map[string]string{"Range": "bytes=0-3", "If-Range": "x"}, ""); body != "range= if-range=" {
+				t.Errorf("the bound host got %q", body)
 			}
 
 			for _, enc := range []string{"std", "url", "rawstd", "rawurl"} {
