@@ -15,17 +15,10 @@ import (
 // another credential in the tenant's sandbox).
 func TestResumeTakesTheOwnersSecrets(t *testing.T) {
 	m, _, _ := newTestManager(t, persistConfig(t))
-	ca, err := secrets.LoadOrCreateCA(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := secrets.New(nil, map[string][]secrets.Spec{
+	set := secretSet(t, nil, map[string][]secrets.Spec{
 		"ta": {{Name: "K", Env: "VA", Hosts: []string{"a.test"}}},
 		"tb": {{Name: "K", Env: "VB", Hosts: []string{"b.test"}}},
-	}, ca, []string{"VA=value-of-tenant-a", "VB=value-of-tenant-b"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, "VA=value-of-tenant-a", "VB=value-of-tenant-b")
 	if err := m.SetSecrets(set); err != nil {
 		t.Fatal(err)
 	}

@@ -30,18 +30,11 @@ func TestSecretsRedactedPerSession(t *testing.T) {
 	cfg := testConfig()
 	cfg.Tenants = map[string]config.Tenant{"tc": {Redaction: &config.Redaction{Rules: []config.RedactionRule{{Name: "ticket", Pattern: `TICKET-[0-9]{1,8}`}}}}}
 	m, _, _ := newTestManager(t, &cfg)
-	ca, err := secrets.LoadOrCreateCA(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := secrets.New(nil, map[string][]secrets.Spec{
+	set := secretSet(t, nil, map[string][]secrets.Spec{
 		"ta": {{Name: "K", Env: "VA", Hosts: []string{"a.test"}}},
 		"tb": {{Name: "K", Env: "VB", Hosts: []string{"b.test"}}},
 		"tc": {{Name: "K", Env: "VA", Hosts: []string{"c.test"}}},
-	}, ca, []string{"VA=" + va, "VB=" + vb})
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, "VA="+va, "VB="+vb)
 	if err := m.SetSecrets(set); err != nil {
 		t.Fatal(err)
 	}
@@ -129,14 +122,7 @@ func TestSecretsRedactedPerSession(t *testing.T) {
 // A tenant's redaction with no room for the secrets' rule, or one of
 // the same name, stops the server at start.
 func TestSecretsRedactionRoom(t *testing.T) {
-	ca, err := secrets.LoadOrCreateCA(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := secrets.New([]secrets.Spec{{Name: "K", Env: "V", Hosts: []string{"a.test"}}}, nil, ca, []string{"V=value-of-the-server"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	set := secretSet(t, []secrets.Spec{{Name: "K", Env: "V", Hosts: []string{"a.test"}}}, nil, "V=value-of-the-server")
 	full := make([]config.RedactionRule, redact.MaxRules)
 	for i := range full {
 		full[i] = config.RedactionRule{Name: "r" + strings.Repeat("x", i), Pattern: "y{1,2}"}
@@ -159,4 +145,19 @@ func TestSecretsMaxForm(t *testing.T) {
 	if secrets.MaxForm > redact.MaxMatch {
 		t.Errorf("secrets.MaxForm %d > redact.MaxMatch %d", secrets.MaxForm, redact.MaxMatch)
 	}
+}
+
+// secretSet is the server's and tenants' secrets, their values from env,
+// under a fresh CA.
+func secretSet(t *testing.T, server []secrets.Spec, tenants map[string][]secrets.Spec, env ...string) *secrets.Set {
+	t.Helper()
+	ca, err := secrets.LoadOrCreateCA(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := secrets.New(server, tenants, ca, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
 }
