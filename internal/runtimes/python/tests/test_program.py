@@ -200,11 +200,12 @@ class ProgramModeTest(unittest.TestCase):
 
     def test_program_run_imports_no_session_modules(self) -> None:
         # A program run is the runtime's first and last act: what only
-        # cells need (ast, linecache, typing) must not be imported before
-        # the program starts: each costs milliseconds of every cold run.
+        # cells need (ast, linecache, typing), and what the wire can do
+        # without (json, re, enum), must not be imported before the
+        # program starts: each costs milliseconds of every cold run.
         # Measured against a bare python3 on this host, whose site may
         # import some of them itself.
-        probe = "import sys\nprint(sorted(m for m in ('ast', 'linecache', 'tokenize', 'typing') if m in sys.modules))\n"
+        probe = "import sys\nprint(sorted(m for m in ('ast', 'enum', 'json', 'linecache', 're', 'tokenize', 'typing') if m in sys.modules))\n"
         bare = subprocess.run([PYTHON, "-I", "-c", probe], capture_output=True, timeout=60, check=True).stdout
         out, _, code = self.via_runtime(self.write(probe), [], program_env())
         self.assertEqual((out, code), (bare, 0))
