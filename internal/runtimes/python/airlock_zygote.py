@@ -300,7 +300,9 @@ class Zygote:
             os.close(ruleset)
         self.reseed()
         import airlock_runtime
-        airlock_runtime.main()  # as the standalone runtime ends: atexit, flush, exit
+        # As the standalone runtime ends (atexit, flush, exit); ready for
+        # cells before its hello, while it waits in its pool.
+        airlock_runtime.main(cells=True)
 
     def fail(self, why):
         frame = json.dumps({"type": "error", "name": "JailError", "value": why}).encode()

@@ -266,7 +266,12 @@ class Session:
 
     # -- the loop --
 
-    def run(self) -> None:
+    def run(self, cells: bool = False) -> None:
+        if cells:
+            # A pooled runtime (forked from a template): what a session's
+            # first execution would set up is set up before the hello, while
+            # the sandbox waits in its pool, off the session's request path.
+            self._executions()
         self.send({"type": "hello", "language": LANGUAGE,
                    "version": "%d.%d.%d" % sys.version_info[:3], "pid": self.pid})
         while True:
@@ -647,28 +652,32 @@ def _ends_with_semicolon(source: str, node: ast.stmt) -> bool:
     return rest.decode("utf-8", "replace").lstrip().startswith(";")
 
 
-def serve(ctl_fd: int = 3) -> None:
+def serve(ctl_fd: int = 3, cells: bool = False) -> None:
     """Run the session protocol on ctl_fd until ``shutdown`` or end of file.
 
     All per-session setup happens here (stdio, sys.path, the ``__main__``
     namespace, builtins, the IPython stand-in, SIGINT handling, hello), so
     the package can be imported by a zygote that forks and calls serve() in
     the child.  A malformed frame ends the process with exit status 2.
+    With ``cells`` (a template's child, which waits in a pool), what only
+    executions need is set up before the hello instead of by the first
+    execution; a program run takes it away again.
     """
     if current.session is not None:
         raise RuntimeError("airlock_runtime.serve() is already running")
     current.session = Session(ctl_fd)
     try:
-        current.session.run()
+        current.session.run(cells)
     finally:
         current.flush_stdio()
         current.session = None
 
 
-def main() -> None:
+def main(cells: bool = False) -> None:
     """Serve fd 3, then exit 0 without waiting for user threads (the end of
-    both the standalone runtime and a template's child)."""
-    serve(3)
+    both the standalone runtime and a template's child, which passes
+    ``cells``: see serve)."""
+    serve(3, cells)
     try:
         import atexit
         atexit._run_exitfuncs()

@@ -14,8 +14,9 @@ import subprocess
 import tempfile
 import textwrap
 import unittest
+from typing import Optional
 
-from harness import PYTHON, Runtime, base_env, has_module
+from harness import PYTHON, RUNTIME_DIR, Runtime, base_env, has_module
 
 
 def program_env(**extra: str) -> dict:
@@ -48,8 +49,12 @@ class ProgramModeTest(unittest.TestCase):
         code = p.returncode
         return p.stdout, p.stderr, 128 - code if code < 0 else code
 
+    #: How the runtime starts: standalone (None), or as a template's
+    #: child does (PooledProgramModeTest).
+    runtime_argv: Optional[list] = None
+
     def via_runtime(self, path: str, args: list, env: dict, fresh: bool = False) -> tuple[bytes, bytes, int]:
-        rt = Runtime(env=base_env())
+        rt = Runtime(argv=self.runtime_argv, env=base_env())
         self.runtime_pid = rt.hello["pid"]
         try:
             rt.send({"type": "run", "id": "p1", "argv": [PYTHON, path, *args], "env": env,
@@ -265,3 +270,21 @@ class ProgramModeTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class PooledProgramModeTest(ProgramModeTest):
+    """The same programs on a runtime started as a template's child is
+    (main(cells=True)): what executions need is set up before its hello,
+    and a program run must take all of it away again."""
+
+    runtime_argv = [PYTHON, "-I", "-B", "-c",
+                    f"import sys; sys.path.insert(0, {RUNTIME_DIR!r}); import airlock_runtime; "
+                    "airlock_runtime.main(cells=True)"]
+
+    def test_program_run_imports_no_session_modules(self) -> None:
+        # A template's child has every module of the runtime loaded; what
+        # it set up for cells (the IPython stand-in) is gone for a program.
+        probe = "import sys\nprint(sorted(m for m in sys.modules if m.split('.')[0] == 'IPython'))\n"
+        bare = subprocess.run([PYTHON, "-I", "-c", probe], capture_output=True, timeout=60, check=True).stdout
+        out, _, code = self.via_runtime(self.write(probe), [], program_env())
+        self.assertEqual((out, code), (bare, 0))

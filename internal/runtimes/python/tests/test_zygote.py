@@ -20,7 +20,7 @@ pid = os.fork()
 if pid == 0:
     for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # airlock_zygote resets every signal
         signal.signal(sig, signal.SIG_DFL)
-    airlock_runtime.main()                  # as airlock_zygote.py ends its child
+    airlock_runtime.main(cells=True)        # as airlock_zygote.py ends its child
 os.close(3)
 _, status = os.waitpid(pid, 0)
 os._exit(os.waitstatus_to_exitcode(status))
