@@ -11,7 +11,6 @@ ProtocolError, which ends the runtime (exit 2).
 
 from __future__ import annotations
 
-import _json
 import _thread
 import builtins
 import os
@@ -41,8 +40,17 @@ class _Decoding:
     parse_constant = {"-Infinity": -_INF, "Infinity": _INF, "NaN": _INF - _INF}.__getitem__
 
 
-_json_str = _json.encode_basestring  # the C encoder, non-ASCII kept
-_json_scan = _json.make_scanner(_Decoding())  # the C scanner
+try:
+    from _json import encode_basestring as _json_str  # the C encoder, non-ASCII kept
+    from _json import make_scanner as _make_scanner  # the C scanner
+
+    _json_scan = _make_scanner(_Decoding())
+except ImportError:  # an interpreter without CPython's accelerator: json's own
+    import json.decoder
+    import json.encoder
+
+    _json_str = json.encoder.encode_basestring
+    _json_scan = json.decoder.JSONDecoder().scan_once
 _JSON_WS = " \t\n\r"  # JSON's whitespace, and only it
 
 

@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 import unittest
+from typing import Optional
 
 import harness
 from harness import Runtime, SessionMixin
@@ -75,8 +76,11 @@ class HelloConfigureShutdownTest(unittest.TestCase):
 class MalformedFrameTest(unittest.TestCase):
     """Any malformed frame is fatal: exit status 2, and the reason on stderr."""
 
+    #: How the runtime starts (None: as the server starts it).
+    argv: Optional[list] = None
+
     def assertFatal(self, data: bytes, why: str, close: bool = False) -> None:
-        rt = Runtime()
+        rt = Runtime(argv=self.argv)
         try:
             self.assertEqual(rt.execute("x = 1").status, "ok")
             rt.send_raw(data)
@@ -94,6 +98,17 @@ class MalformedFrameTest(unittest.TestCase):
 
     def test_invalid_json(self) -> None:
         self.assertFatal(self.frame(b"{not json"), "invalid JSON")
+
+    def test_whitespace_around_the_object(self) -> None:
+        # JSON's own whitespace is no trailing data; any other is.
+        rt = Runtime(argv=self.argv)
+        try:
+            rt.send_raw(self.frame(b' \t\r\n{"type": "execute", "id": "e9", "code": "6 * 7"}\n\r\t '))
+            self.assertEqual(rt.wait("e9").text, "42")
+        finally:
+            rt.close()
+        self.assertFatal(self.frame(b'{"type": "shutdown"}\x0c'), "trailing data after the JSON object")
+        self.assertFatal(self.frame(b'\xc2\xa0{"type": "shutdown"}'), "invalid JSON")
 
     def test_not_an_object(self) -> None:
         self.assertFatal(self.frame(b"[1, 2]"), "a message must be a JSON object with a string 'type'")
@@ -124,6 +139,15 @@ class MalformedFrameTest(unittest.TestCase):
     def test_bad_configure(self) -> None:
         self.assertFatal(self.frame(b'{"type": "configure", "env": {"A": 1}}'),
                          "configure: 'env' must map strings to strings")
+
+
+class MalformedFrameWithoutAcceleratorTest(MalformedFrameTest):
+    """The same frames on an interpreter without CPython's _json (the
+    wire then decodes with json's own Python scanner)."""
+
+    argv = [harness.PYTHON, "-I", "-B", "-c",
+            "import sys; sys.modules['_json'] = None; "
+            f"sys.path.insert(0, {harness.RUNTIME_DIR!r}); import airlock_runtime; airlock_runtime.main()"]
 
 
 class ExecuteTest(SessionMixin, unittest.TestCase):
