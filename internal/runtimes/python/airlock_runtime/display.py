@@ -737,6 +737,19 @@ def install_ipython_shim() -> None:
     SHIM_MODULES.update(shim)
 
 
+def reconsider_ipython() -> None:
+    """Install the stand-in or route the real IPython again, now that
+    sys.path has grown: the stand-in's modules, installed when the real
+    IPython could not be found, are taken away first."""
+    if not SHIM_MODULES or sys.modules.get("IPython") is not SHIM_MODULES.get("IPython"):
+        return
+    for name, mod in SHIM_MODULES.items():
+        if sys.modules.get(name) is mod:
+            del sys.modules[name]
+    SHIM_MODULES.clear()
+    install_ipython_shim()
+
+
 # The real IPython -------------------------------------------------------------
 #
 # Outside an IPython shell, IPython's own display() only prints repr()

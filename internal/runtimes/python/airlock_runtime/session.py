@@ -66,18 +66,19 @@ def _overlay_env(env: dict) -> Any:
     return restore
 
 
-def _path_from_env() -> None:
+def _path_from_env() -> bool:
     """Puts the directories of a PYTHONPATH set by configure on sys.path,
     as the interpreter would have done had it started with it: a pooled
     interpreter (or a forked one) started before its session's
-    environment was known."""
+    environment was known. Whether it added any."""
     new = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
     if not new:
-        return
+        return False
     at = 1 if sys.path[:1] == [""] else 0
     sys.path[at:at] = new
     import importlib
     importlib.invalidate_caches()
+    return True
 
 
 LANGUAGE = "python"
@@ -357,7 +358,11 @@ class Session:
                 os.environ.update(env)
             except (ValueError, OSError) as e:
                 errors.append(f"environment: {e}")
-            _path_from_env()
+            if _path_from_env() and self.compiler is not None and self.execution_count == 0:
+                # Set up for cells before the session's environment was
+                # known (a pooled runtime): decide again between IPython
+                # and the stand-in, as the first execution would have.
+                display.reconsider_ipython()
         if defaults is not None:
             try:
                 for k, v in defaults.items():

@@ -55,6 +55,30 @@ class RealIPythonTest(SessionMixin, unittest.TestCase):
             self.assertEqual(ex.displays[1]["data"], {"text/plain": "raw"})
 
 
+class IPythonOnSessionPathTest(unittest.TestCase):
+    """An IPython on the PYTHONPATH the session's configure sets is the
+    one cells import, whether the runtime set up for cells before that
+    configure (a template's child, waiting in its pool) or not."""
+
+    def test_configured_path_decides(self) -> None:
+        with tempfile.TemporaryDirectory() as d:
+            os.mkdir(os.path.join(d, "IPython"))
+            with open(os.path.join(d, "IPython", "__init__.py"), "w") as f:
+                f.write("__version__ = 'on-the-path'\n")
+            pooled = [harness.PYTHON, "-I", "-B", "-c",
+                      f"import sys; sys.path.insert(0, {harness.RUNTIME_DIR!r}); import airlock_runtime; "
+                      "airlock_runtime.main(cells=True)"]
+            for argv in (None, pooled):
+                with self.subTest(pooled=argv is not None):
+                    rt = Runtime(argv=argv, configure=False)
+                    try:
+                        rt.configure(env=harness.base_env(PYTHONPATH=d), cwd=d)
+                        ex = rt.execute("import IPython\nIPython.__version__")
+                        self.assertEqual(ex.text, repr("on-the-path"), (ex.messages, ex.err))
+                    finally:
+                        rt.close()
+
+
 class MimeBundleTest(SessionMixin, unittest.TestCase):
     def test_repr_methods(self) -> None:
         png = tiny_png()
