@@ -416,3 +416,38 @@ func TestGVisorTerminal(t *testing.T) {
 	// in the foreground (tcsetpgrp inside the Sentry), not the shell.
 	shellOverWebSocket(ctx, t, s, id)
 }
+
+// TestGVisorExecDropsStopSignals pins a difference from Linux that the
+// gVisor guide states: a stop signal pending when a program execs is
+// lost under gVisor (its execve ends any group stop and discards every
+// queued stop signal), where Linux keeps the pending set, so a Ctrl-Z or
+// SIGTSTP that reaches a job while it execs leaves it running. The
+// probe blocks SIGTSTP and SIGUSR1, sends itself both and execs: the
+// new program sees both pending natively, SIGUSR1 alone under gVisor.
+// When a pinned gVisor keeps them this fails: drop the guide's note.
+func TestGVisorExecDropsStopSignals(t *testing.T) {
+	const probe = `
+import os, signal, sys
+pid = os.fork()
+if pid == 0:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTSTP, signal.SIGUSR1})
+    os.kill(os.getpid(), signal.SIGTSTP)
+    os.kill(os.getpid(), signal.SIGUSR1)
+    os.execv(sys.executable, [sys.executable, "-c", "import signal; print(sorted(signal.Signals(s).name for s in signal.sigpending()))"])
+os.waitpid(pid, 0)
+`
+	for _, c := range []struct {
+		name string
+		s    func(*testing.T) *server
+		want string
+	}{
+		{"native", sharedServer, "['SIGTSTP', 'SIGUSR1']"},
+		{"gvisor", gvisorServer, "['SIGUSR1']"},
+	} {
+		s := c.s(t)
+		r := s.exec(s.newSession("python", nil), probe)
+		if got := strings.TrimSpace(r.Stdout); got != c.want {
+			t.Errorf("%s: pending after execve: %q (stderr %q), want %s", c.name, got, r.Stderr, c.want)
+		}
+	}
+}

@@ -278,11 +278,16 @@ func shellOverWebSocket(ctx context.Context, t *testing.T, s *server, id string)
 	wf.waitFor(t, "after-2")
 	// Ctrl-Z stops the foreground job, which the shell then lists as
 	// stopped and brings back: the terminal is the shell's controlling
-	// terminal, and its foreground process group the job's.
-	send(apitype.TerminalInput{Type: apitype.InputStdin, Data: "sh -c 'echo run-$((2+3)); exec sleep 300'\n"})
+	// terminal, and its foreground process group the job's. Typed once
+	// the program the job execs echoes what it reads, never while it
+	// execs: gVisor's execve discards a pending stop signal (see
+	// TestGVisorExecDropsStopSignals), and run-5 is said before it.
+	send(apitype.TerminalInput{Type: apitype.InputStdin, Data: "sh -c 'echo run-$((2+3)); exec tr a-z A-Z'\n"})
 	wf.waitFor(t, "run-5") // it runs: the terminal is its, in cooked mode
+	send(apitype.TerminalInput{Type: apitype.InputStdin, Data: "zed\n"})
+	wf.waitFor(t, "ZED") // tr runs
 	send(apitype.TerminalInput{Type: apitype.InputStdin, Data: "\x1a"})
-	wf.waitAfter(t, "run-5", "Stopped")
+	wf.waitAfter(t, "ZED", "Stopped")
 	send(apitype.TerminalInput{Type: apitype.InputStdin, Data: "jobs -l; kill %1; wait; echo jobs-$((3+4))\n"})
 	wf.waitFor(t, "jobs-7") // not the echo of the line typed
 	send(apitype.TerminalInput{Type: "bogus"})
