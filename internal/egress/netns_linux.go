@@ -57,11 +57,15 @@ func onNetnsThread(enter func(orig int) error, fn func() error) error {
 			errc <- fmt.Errorf("egress: own network namespace: %w", err)
 			return
 		}
-		defer unix.Close(orig)
 		if err = enter(orig); err == nil {
 			err = fn()
 		}
-		if unix.Setns(orig, unix.CLONE_NEWNET) == nil {
+		back := unix.Setns(orig, unix.CLONE_NEWNET) == nil
+		// Closed before the caller goes on: no descriptor of the call
+		// outlives it (a count of the server's, or a leak check, would
+		// see it).
+		unix.Close(orig)
+		if back {
 			runtime.UnlockOSThread()
 		}
 		errc <- err

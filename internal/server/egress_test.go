@@ -99,16 +99,42 @@ func egressOf(t *testing.T, s *Server) (*client.Client, *mapResolver, int) {
 	return client.New("http://" + s.Addr().String()), res, l.Addr().(*net.TCPAddr).Port
 }
 
-// netnsFDs counts the server's descriptors of network namespaces.
+// netnsFDs counts the server's descriptors of network namespaces other
+// than its own: one on its own is a thread's way back from a sandbox's
+// (the gate's, or a pool refill's new namespace), held while it is in
+// there, which a claim's refill may be at any time.
 func netnsFDs() int {
+	own, _ := os.Readlink("/proc/self/ns/net")
 	es, _ := os.ReadDir("/proc/self/fd")
 	n := 0
 	for _, e := range es {
-		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(l, "net:[") {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(l, "net:[") && l != own {
 			n++
 		}
 	}
 	return n
+}
+
+// poolsSettled waits until every warm pool is full and builds nothing:
+// a claim starts a refill in the background, whose sandbox (under gVisor
+// with a network, its namespace too) the server's descriptors count
+// once it is made.
+func poolsSettled(t *testing.T, s *Server) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		settled := true
+		for _, v := range s.poolStats() {
+			if p, ok := v.(apitype.PoolStats); ok && (p.Building > 0 || p.Ready < p.Target) {
+				settled = false
+			}
+		}
+		if settled {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the warm pools did not settle in a minute: %+v", s.poolStats())
+		}
+	}
 }
 
 // probe is Python that reports what the sandbox can reach, one line each.
@@ -133,7 +159,7 @@ func TestEgressPython(t *testing.T) {
 }
 
 func testEgressPython(t *testing.T, iso config.Isolation, with func(*config.Config)) {
-	c, res, port := egressServer(t, with)
+	c, res, port, srv := egressServerS(t, with)
 	ctx := context.Background()
 	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python", Isolation: iso,
 		Network: &apitype.NetworkPolicy{Allow: []string{fmt.Sprintf("files.a.test:%d", port), fmt.Sprintf("meta.a.test:%d", port)}}})
@@ -251,18 +277,21 @@ print(try_(lambda: os.kill(1, 9)))
 
 	// Session end closes every egress socket: the server's descriptors
 	// come back to what they were (the namespace handle among them).
+	// Counted with the pools settled: the claim below starts a refill.
 	fds := func() int { e, _ := os.ReadDir("/proc/self/fd"); return len(e) }
+	poolsSettled(t, srv)
 	before, nsBefore := fds(), netnsFDs()
 	s2, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python", Isolation: iso,
 		Network: &apitype.NetworkPolicy{Allow: []string{"files.a.test:" + strconv.Itoa(port)}}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	poolsSettled(t, srv)
 	if during := fds(); during < before+5 {
 		t.Errorf("%d fds with a policy session, %d before: the gate's sockets are not counted?", during, before)
 	}
 	// The gate's handle, and on gVisor the namespace airlock made for
-	// the sandbox.
+	// the sandbox that replaced the claimed one in the pool.
 	handles := map[config.Isolation]int{config.Native: 1, config.GVisor: 2}[iso]
 	if n := netnsFDs(); n != nsBefore+handles {
 		t.Errorf("the server holds %d network namespace handles during a policy session, %d before, want %d more", n, nsBefore, handles)
