@@ -11,14 +11,15 @@ import (
 )
 
 // cpuSnap is the CPU time used so far by each party of a one-shot:
-// the server's own threads; the sandbox inits it has reaped (each init's
+// the server's own threads; its spawner, which clones the inits; the
+// sandbox inits it has reaped (each init's
 // whole life, namespaces and mounts included, counted when it ends);
 // the Python template's own (its forks) and the runtimes it has reaped
 // (forked children, their exit included); the bench client; and the
 // host as a whole (/proc/stat), whose remainder is kernel workers (a
 // network namespace's cleanup runs in one) and anything else running.
 type cpuSnap struct {
-	server, inits, template, runtimes, client, host time.Duration
+	server, spawner, inits, template, runtimes, client, host time.Duration
 }
 
 // clockTick is USER_HZ, 100 on every Linux /proc/<pid>/stat reports in.
@@ -91,6 +92,9 @@ func templatePid(name string) int {
 func (s *server) cpu() cpuSnap {
 	var c cpuSnap
 	c.server, c.inits = procCPU(s.cmd.Process.Pid)
+	if pid := spawnerPid(s.cmd.Process.Pid); pid > 0 {
+		c.spawner, _ = procCPU(pid)
+	}
 	if pid := templatePid(s.name); pid > 0 {
 		c.template, c.runtimes = procCPU(pid)
 	}
@@ -100,6 +104,27 @@ func (s *server) cpu() cpuSnap {
 	}
 	c.host = hostBusy()
 	return c
+}
+
+// spawnerArg0 is jailinit.SpawnerArg0 (the bench, a tool, may not import
+// the jail's packages).
+const spawnerArg0 = "airlock-spawner"
+
+// spawnerPid finds the spawner among the children of the server pid (0
+// when there is none).
+func spawnerPid(pid int) int {
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, t := range tasks {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, t.Name()))
+		for _, c := range strings.Fields(string(b)) {
+			argv, _ := os.ReadFile("/proc/" + c + "/cmdline")
+			if arg0, _, _ := strings.Cut(string(argv), "\x00"); arg0 == spawnerArg0 {
+				n, _ := strconv.Atoi(c)
+				return n
+			}
+		}
+	}
+	return 0
 }
 
 // childrenCPU is the CPU time of this process's reaped children (the

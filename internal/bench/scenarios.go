@@ -223,7 +223,8 @@ func reportOneShotCPU(r *Report, name string, a, b cpuSnap, n int, basePer float
 		key, what string
 		d         time.Duration
 	}{
-		{"server", "the server (HTTP, session, pool refill: cgroup, clone of the init with its namespaces)", b.server - a.server},
+		{"server", "the server (HTTP, session, pool refill: cgroup, the root's plan; the teardown)", b.server - a.server},
+		{"spawner", "the server's spawner (the clone of the init with its namespaces)", b.spawner - a.spawner},
 		{"init", "the sandbox init (Go start, mounts, rootfs, seccomp and landlock plans, its exit)", b.inits - a.inits},
 		{"template", "the Python template (forking the runtime)", b.template - a.template},
 		{"runtime", "the runtime (entering the sandbox, copy-on-write faults, running, exit)", b.runtimes - a.runtimes},

@@ -427,6 +427,21 @@ func (c *Cgroup) StartIn(start func() error) error {
 	return <-done
 }
 
+// HomeFiles opens, for writing, the tasks files of the calling thread's
+// own cgroups (v1; none on v2): a process started from this thread
+// returns a thread of its own there by writing "0" after it cloned a
+// process elsewhere (see StartIn).
+func (h *Host) HomeFiles() ([]*os.File, error) {
+	if h.v2 {
+		return nil, nil
+	}
+	dirs, err := h.threadDirs()
+	if err != nil {
+		return nil, err
+	}
+	return openForWrite(dirs, "tasks")
+}
+
 // threadDirs are the directories of the calling thread's own cgroups in
 // the hierarchies sandboxes use (v1).
 func (h *Host) threadDirs() ([]string, error) {
@@ -508,8 +523,13 @@ func (c *Cgroup) ProcsFiles() ([]*os.File, error) {
 	if !c.h.v2 {
 		name = "tasks"
 	}
+	return openForWrite(uniq(c.mgr.GetPaths()), name)
+}
+
+// openForWrite opens the file name of each of dirs for writing.
+func openForWrite(dirs []string, name string) ([]*os.File, error) {
 	var out []*os.File
-	for _, d := range uniq(c.mgr.GetPaths()) {
+	for _, d := range dirs {
 		f, err := cgroups.OpenFile(d, name, os.O_WRONLY)
 		if err != nil {
 			for _, f := range out {

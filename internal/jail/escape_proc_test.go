@@ -457,7 +457,7 @@ func TestEscapeHostSupplementaryGroups(t *testing.T) {
 	}
 	defer syscall.Setgroups(nil)
 	sb := startSandbox(t, h, testLimits())
-	pid := sb.cmd.Process.Pid
+	pid := sb.proc.Pid
 	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil || len(tasks) == 0 {
 		t.Fatalf("the init's threads: %v", err)

@@ -42,6 +42,7 @@ type Host struct {
 	tmpCopy  map[string]string
 	baseRoot rootfs.Spec
 	cli      cliLease // pod mode's CLI slot (slots_linux.go)
+	spawner  *spawner // nil: inits are cloned by this process
 
 	// rootsMu guards roots: templates' roots by image directory.
 	rootsMu sync.Mutex
@@ -62,6 +63,9 @@ func NewHost(o Options) (_ *Host, err error) {
 		}
 	}()
 	h := &Host{opts: o}
+	if o.Spawner {
+		h.spawner = &spawner{h: h}
+	}
 	var problems []error
 	if h.exe, err = exeseal.Open(); err != nil {
 		problems = append(problems, fmt.Errorf("cannot seal the init executable: %v", err))
@@ -237,6 +241,9 @@ func ensureDir(dir string, mode os.FileMode) error {
 // events stop with it).
 func (h *Host) Close() error {
 	h.releaseCLISlot()
+	if h.spawner != nil {
+		h.spawner.close()
+	}
 	var errs []error
 	if h.cg != nil {
 		errs = append(errs, h.cg.Close())
@@ -282,7 +289,7 @@ func (h *Host) IDs(slot uint32) (root, user int) {
 // initProc is a started init: the sealed airlock binary re-executed as
 // InitArg0, its control socket on fd 3, its stderr kept for errors.
 type initProc struct {
-	cmd     *exec.Cmd
+	proc    *os.Process
 	initErr *CappedBuffer // the first 16 KiB of its stderr
 	errDone chan struct{} // closed when its stderr reaches end of file
 }
@@ -302,28 +309,33 @@ func (h *Host) startInit(p *initProc, env []string, attr *syscall.SysProcAttr, c
 		initEnd.Close()
 		return nil, err
 	}
-	if fd, ok := cg.IntoFD(); ok {
-		attr.UseCgroupFD, attr.CgroupFD = true, fd
+	if h.spawner != nil && attr.Cloneflags&unix.CLONE_NEWUSER != 0 {
+		p.proc, err = h.spawner.clone(env, attr, cg, initEnd, errW)
+	} else {
+		if fd, ok := cg.IntoFD(); ok {
+			attr.UseCgroupFD, attr.CgroupFD = true, fd
+		}
+		cmd := &exec.Cmd{
+			Path: h.exe.Path(), Args: []string{jailinit.InitArg0}, Env: env,
+			ExtraFiles: []*os.File{initEnd}, Stderr: errW, SysProcAttr: attr,
+		}
+		err = cg.StartIn(cmd.Start)
+		p.proc = cmd.Process
 	}
-	p.cmd = &exec.Cmd{
-		Path: h.exe.Path(), Args: []string{jailinit.InitArg0}, Env: env,
-		ExtraFiles: []*os.File{initEnd}, Stderr: errW, SysProcAttr: attr,
-	}
-	err = cg.StartIn(p.cmd.Start)
 	initEnd.Close()
 	errW.Close()
 	if err == nil {
 		// It runs nothing before its setup: refuse it if it is not there.
 		var in bool
-		if in, err = cg.Holds(p.cmd.Process.Pid); err == nil && !in {
-			err = fmt.Errorf("the init (pid %d) was not born in its cgroup", p.cmd.Process.Pid)
+		if in, err = cg.Holds(p.proc.Pid); err == nil && !in {
+			err = fmt.Errorf("the init (pid %d) was not born in its cgroup", p.proc.Pid)
 		}
 	}
-	if err != nil && p.cmd.Process != nil {
+	if err != nil && p.proc != nil {
 		// Started, then refused: not in its cgroup, or (v1) the thread
 		// that cloned it could not leave the cgroup.
-		p.cmd.Process.Kill()
-		p.cmd.Wait()
+		p.proc.Kill()
+		p.proc.Wait()
 		if attr.PidFD != nil && *attr.PidFD >= 0 {
 			unix.Close(*attr.PidFD)
 			*attr.PidFD = -1
@@ -407,28 +419,7 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 	trace("cgroup created")
 	rootID, userID := h.IDs(spec.Slot)
 	s.hostUser = userID
-	attr := &syscall.SysProcAttr{
-		Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
-		UidMappings: []syscall.SysProcIDMap{
-			{ContainerID: 0, HostID: rootID, Size: 1},
-			{ContainerID: SandboxUID, HostID: userID, Size: 1},
-		},
-		GidMappings: []syscall.SysProcIDMap{
-			{ContainerID: 0, HostID: rootID, Size: 1},
-			{ContainerID: SandboxGID, HostID: userID, Size: 1},
-		},
-		// Become root of the new user namespace before exec, so that the
-		// init keeps its capabilities there (and only there); the empty
-		// group list drops the host's supplementary groups, which would
-		// otherwise follow it in.
-		Credential:                 &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
-		GidMappingsEnableSetgroups: true,
-		Setsid:                     true,
-		// No Pdeathsig: it fires when the creating OS thread exits, which
-		// Go does whenever a locked goroutine ends. The init notices its
-		// host going away by the control socket closing instead.
-		PidFD: &s.pidfd,
-	}
+	attr := initAttr(rootID, userID, &s.pidfd)
 	hostEnd, err := h.startInit(&s.initProc, append([]string{"GOMAXPROCS=1", "GOGC=200"}, traceEnv()...), attr, cg)
 	trace("init started")
 	if err != nil {
@@ -436,7 +427,7 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 	}
 	undo.AddFunc(func() {
 		s.kill()
-		s.cmd.Wait()
+		s.proc.Wait()
 		if s.pidfd >= 0 {
 			unix.Close(s.pidfd)
 		}
@@ -512,9 +503,37 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 	return s, nil
 }
 
+// initAttr is how a sandbox's init is cloned: its namespaces, root of
+// its own user namespace mapped to rootID (and the sandbox user to
+// userID), no supplementary group, its pidfd to pidfd.
+func initAttr(rootID, userID int, pidfd *int) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{
+		Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
+		UidMappings: []syscall.SysProcIDMap{
+			{ContainerID: 0, HostID: rootID, Size: 1},
+			{ContainerID: SandboxUID, HostID: userID, Size: 1},
+		},
+		GidMappings: []syscall.SysProcIDMap{
+			{ContainerID: 0, HostID: rootID, Size: 1},
+			{ContainerID: SandboxGID, HostID: userID, Size: 1},
+		},
+		// Become root of the new user namespace before exec, so that the
+		// init keeps its capabilities there (and only there); the empty
+		// group list drops the host's supplementary groups, which would
+		// otherwise follow it in.
+		Credential:                 &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
+		GidMappingsEnableSetgroups: true,
+		Setsid:                     true,
+		// No Pdeathsig: it fires when the creating OS thread exits, which
+		// Go does whenever a locked goroutine ends. The init notices its
+		// host going away by the control socket closing instead.
+		PidFD: pidfd,
+	}
+}
+
 func (s *Sandbox) startErr(what string, err error) error {
 	s.kill()
-	s.cmd.Wait()
+	s.proc.Wait()
 	<-s.errDone
 	// What the init printed and the host's own errors are for the log:
 	// they name host paths.
@@ -703,7 +722,7 @@ func (s *Sandbox) Cgroup() *cgroup.Cgroup { return s.cg }
 func (s *Sandbox) Workspace() *workspace.Dir { return s.ws }
 
 // InitPid is the host pid of the sandbox's init.
-func (s *Sandbox) InitPid() int { return s.cmd.Process.Pid }
+func (s *Sandbox) InitPid() int { return s.proc.Pid }
 
 // PidFD is a pidfd of the init.
 func (s *Sandbox) PidFD() int { return s.pidfd }
@@ -810,8 +829,8 @@ func (s *Sandbox) kill() {
 			return
 		}
 	}
-	if s.cmd.Process != nil {
-		s.cmd.Process.Kill()
+	if s.proc != nil {
+		s.proc.Kill()
 	}
 }
 
@@ -829,7 +848,7 @@ func (s *Sandbox) Close() error {
 		var errs []error
 		trace("close")
 		s.kill()
-		s.cmd.Wait() // reaps the init; the kernel has reaped the rest
+		s.proc.Wait() // reaps the init; the kernel has reaped the rest
 		trace("init reaped")
 		<-s.errDone
 		if tracing {

@@ -80,6 +80,12 @@ type Options struct {
 	// Ptys caps the pseudo-terminals of each sandbox (its devpts
 	// instance's max; 0: the kernel's).
 	Ptys int
+	// Spawner has the inits of sandboxes cloned by a small process of
+	// the host's (see jailinit.Spawner) rather than by this one: a
+	// long-lived process with a large heap (a server) saves copying its
+	// page tables for each sandbox; a short one (a CLI run) would only
+	// pay that process's start.
+	Spawner bool
 }
 
 // OptionsFrom derives Options from the configuration.

@@ -75,6 +75,9 @@ func newTestHostOptions() Options {
 	o := OptionsFrom(cfg)
 	// The runtimes, for the template start path.
 	o.RootFiles = runtimes.RootFiles()
+	// A server's inits are cloned by its spawner: the escape tests run
+	// on that path (a command's, jailtest's hosts, take the other).
+	o.Spawner = true
 	return o
 }
 

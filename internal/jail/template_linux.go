@@ -66,7 +66,7 @@ func (h *Host) StartTemplate(ctx context.Context, spec TemplateSpec) (_ *Templat
 	if err != nil {
 		return nil, fmt.Errorf("%w: start template: %v", errdefs.ErrUnavailable, err)
 	}
-	undo.AddFunc(func() { t.cmd.Process.Kill(); t.cmd.Wait() })
+	undo.AddFunc(func() { t.proc.Kill(); t.proc.Wait() })
 	ctl, err := newConn(hostEnd, 64<<10)
 	if err != nil {
 		return nil, err
@@ -97,7 +97,7 @@ func (h *Host) StartTemplate(ctx context.Context, spec TemplateSpec) (_ *Templat
 }
 
 // Pid is the template's host pid.
-func (t *Template) Pid() int { return t.cmd.Process.Pid }
+func (t *Template) Pid() int { return t.proc.Pid }
 
 // Diag returns what the template printed on stderr, for error messages.
 func (t *Template) Diag() string {
@@ -112,8 +112,8 @@ func (t *Template) Diag() string {
 // than once, from any goroutine.
 func (t *Template) Close() error {
 	t.closeOnce.Do(func() {
-		t.cmd.Process.Kill()
-		t.cmd.Wait()
+		t.proc.Kill()
+		t.proc.Wait()
 		t.Conn.Close()
 		t.cg.Kill()
 		t.closeErr = t.cg.Destroy()

@@ -25,7 +25,7 @@ func Main() {
 	// the init, whatever uid they have.
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	itrace("main")
-	closeInherited()
+	closeInherited(3)
 	ctl, err := newConn(3, 64<<10)
 	if err != nil {
 		fatal(err)
@@ -69,18 +69,19 @@ func Main() {
 	serve(ctl, st)
 }
 
-// closeInherited closes every descriptor above the control socket that is
-// not close-on-exec: none of them is ours (everything Go opens is
-// close-on-exec), so they can only be host descriptors that leaked in
-// through the host's own parent, and must not reach sandboxed code.
-func closeInherited() {
+// closeInherited closes every descriptor above last (the control socket,
+// or the spawner's last) that is not close-on-exec: none of them is ours
+// (everything Go opens is close-on-exec), so they can only be host
+// descriptors that leaked in through the host's own parent, and must not
+// reach sandboxed code.
+func closeInherited(last int) {
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		fatal(fmt.Errorf("list inherited descriptors: %w", err))
 	}
 	for _, e := range ents {
 		fd, err := strconv.Atoi(e.Name())
-		if err != nil || fd <= 3 {
+		if err != nil || fd <= last {
 			continue
 		}
 		if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && flags&unix.FD_CLOEXEC == 0 {

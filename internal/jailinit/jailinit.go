@@ -3,7 +3,8 @@
 // argv[0] InitArg0. It builds the root, brings up loopback, prepares the
 // Landlock ruleset, then starts programs through the sandbox entry (the
 // plan jail makes and sends: Entry) and reports their exits. It also owns
-// the control protocol's wire (Message), which both ends speak.
+// the control protocol's wire (Message), which both ends speak, and a
+// server's spawner (argv[0] SpawnerArg0), which clones inits for it.
 //
 // It is code every sandbox runs, so it must never import what only the
 // server uses, nor anything that makes Go initialise it first: Go
@@ -39,6 +40,9 @@ func init() {
 	if IsInit() {
 		runtime.LockOSThread()
 		Main()
+	}
+	if IsSpawner() {
+		Spawner()
 	}
 }
 

@@ -20,6 +20,10 @@ const (
 	MsgError   = "error"   // init -> host: a request failed
 	MsgCopy    = "copy"    // host -> init: copy a pipe into a file; fds: the file, the pipe's read end
 	MsgCopied  = "copied"  // init -> host: a copy ended (how many bytes, which error)
+
+	// A server's spawner (see Spawner) speaks the same wire.
+	MsgClone  = "clone"  // host -> spawner: start an init; fds: see CloneMsg
+	MsgCloned = "cloned" // spawner -> host: its pid; fds: its pidfd
 )
 
 // Message is one packet of the control protocol; Op says which of its
@@ -36,6 +40,7 @@ type Message struct {
 	Group  bool       `json:"group,omitempty"`
 	Adapt  *AdaptMsg  `json:"adapt,omitempty"`
 	Copy   *CopyMsg   `json:"copy,omitempty"`
+	Clone  *CloneMsg  `json:"clone,omitempty"`
 }
 
 // CopyMsg names a copy (several may run at once) and, in the reply, says

@@ -59,7 +59,7 @@ func NewLocal(cfg config.Config, log *slog.Logger) (*Local, error) {
 	if err := session.CheckPolicy(cfg); err != nil {
 		return nil, err
 	}
-	host, err := newHost(cfg, log, nil)
+	host, err := newHost(cfg, log, nil, false)
 	if err != nil {
 		return nil, err
 	}
@@ -114,13 +114,16 @@ func (l *Local) manager(cfg config.Config, template string) (*session.Manager, e
 // sandbox's root: a server's and a command's are the same. The root
 // template, made once per host, gets the Python runtime's bytecode when
 // it can be compiled (runtimes.Precompile); without it, a cold runtime
-// compiles its source at each start, about 10 ms more.
-func newHost(cfg config.Config, log *slog.Logger, extra map[string]string) (*jail.Host, error) {
+// compiles its source at each start, about 10 ms more. A server's host
+// clones inits through a spawner (jail.Options.Spawner); a command's,
+// which builds one jail, does it itself.
+func newHost(cfg config.Config, log *slog.Logger, extra map[string]string, spawner bool) (*jail.Host, error) {
 	if err := checkPtys(cfg); err != nil {
 		return nil, err
 	}
 	opts := jail.OptionsFrom(cfg)
 	opts.RootFiles = rootFiles(cfg, extra)
+	opts.Spawner = spawner
 	key, prepare := runtimes.Precompile(cfg.Runtimes.Python)
 	if prepare != nil {
 		opts.PrepareKey = key

@@ -182,7 +182,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 			s.closers.AddFunc(func() { metricsLn.Close() })
 		}
 	}
-	if s.host, err = newHost(cfg, s.log, s.rootExtra); err != nil {
+	if s.host, err = newHost(cfg, s.log, s.rootExtra, true); err != nil {
 		return nil, err
 	}
 	s.closers.AddFunc(func() { s.host.Close() })

@@ -1,0 +1,207 @@
+package jail
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"reflect"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/internal/cgroup"
+	"airlock/internal/jailinit"
+)
+
+// spawner is a host's spawner process (jailinit.Spawner): the inits of
+// sandboxes, cloned with a new user namespace, are cloned there instead
+// of in this process, whose page tables such a clone would copy. It is
+// started when first needed and again after it fails.
+type spawner struct {
+	h *Host
+
+	mu  sync.Mutex // one request at a time
+	cmd *exec.Cmd
+	ctl *conn
+}
+
+// spawnerTimeout bounds one clone by the spawner.
+const spawnerTimeout = 10 * time.Second
+
+// clone starts an init with env and attr, born in cg, through the
+// spawner; initEnd and errW become its fd 3 and stderr. The init is this
+// process's child; *attr.PidFD gets its pidfd.
+func (s *spawner) clone(env []string, attr *syscall.SysProcAttr, cg *cgroup.Cgroup, initEnd, errW *os.File) (*os.Process, error) {
+	msg, err := cloneMsg(env, attr)
+	if err != nil {
+		return nil, err
+	}
+	fds := []int{int(initEnd.Fd()), int(errW.Fd())}
+	if fd, ok := cg.IntoFD(); ok {
+		msg.IntoFD = true
+		fds = append(fds, fd)
+	} else {
+		tasks, err := cg.ProcsFiles()
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range tasks {
+			defer f.Close()
+			fds = append(fds, int(f.Fd()))
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctl == nil {
+		if err := s.start(); err != nil {
+			return nil, err
+		}
+	}
+	req := jailinit.Message{Op: jailinit.MsgClone, Clone: msg}
+	if err = s.ctl.send(req, fds...); err != nil {
+		// It ended since its last clone, before this one began: once more
+		// with a new one.
+		s.stop()
+		if err = s.start(); err != nil {
+			return nil, err
+		}
+		err = s.ctl.send(req, fds...)
+	}
+	s.ctl.setDeadline(time.Now().Add(spawnerTimeout))
+	var m jailinit.Message
+	var files []*os.File
+	if err == nil {
+		m, files, err = s.ctl.recv()
+	}
+	if err != nil {
+		// A spawner that does not answer is replaced. (Had it died
+		// between its clone and its answer, the init, unknown here,
+		// would end when its control socket closes, but stay a zombie.)
+		s.stop()
+		return nil, fmt.Errorf("jail: spawner: %w", err)
+	}
+	s.ctl.setDeadline(time.Time{})
+	if m.Op == jailinit.MsgError {
+		closeAll(files)
+		return nil, fmt.Errorf("jail: %s", m.Error)
+	}
+	if m.Op != jailinit.MsgCloned || len(files) != 1 || m.Pid <= 0 {
+		closeAll(files)
+		s.stop()
+		return nil, fmt.Errorf("jail: spawner: unexpected %q", m.Op)
+	}
+	pidfd, err := unix.FcntlInt(files[0].Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	files[0].Close()
+	if err != nil {
+		return nil, err
+	}
+	// The pid is this process's child: not reaped, it names no other.
+	p, err := os.FindProcess(m.Pid)
+	if err != nil {
+		unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+		unix.Close(pidfd)
+		return nil, err
+	}
+	*attr.PidFD = pidfd
+	return p, nil
+}
+
+// cloneMsg describes a clone of an init with env and attr; it refuses
+// attr if it sets anything a CloneMsg does not carry, so that the
+// spawner never clones with less than the host asked for.
+func cloneMsg(env []string, attr *syscall.SysProcAttr) (*jailinit.CloneMsg, error) {
+	if attr.PidFD == nil {
+		return nil, errors.New("jail: a clone by the spawner needs a pidfd")
+	}
+	m := &jailinit.CloneMsg{Env: env, Cloneflags: attr.Cloneflags, Setgroups: attr.GidMappingsEnableSetgroups, Setsid: attr.Setsid}
+	for _, x := range attr.UidMappings {
+		m.UidMappings = append(m.UidMappings, jailinit.IDMap{ContainerID: x.ContainerID, HostID: x.HostID, Size: x.Size})
+	}
+	for _, x := range attr.GidMappings {
+		m.GidMappings = append(m.GidMappings, jailinit.IDMap{ContainerID: x.ContainerID, HostID: x.HostID, Size: x.Size})
+	}
+	if c := attr.Credential; c != nil {
+		m.Credential = &jailinit.Credential{Uid: c.Uid, Gid: c.Gid, Groups: c.Groups}
+	}
+	rest := *attr
+	rest.PidFD, rest.UseCgroupFD, rest.CgroupFD = nil, false, 0
+	if rest.Credential != nil && rest.Credential.NoSetGroups {
+		return nil, errors.New("jail: the spawner always sets the groups")
+	}
+	if !reflect.DeepEqual(&rest, m.Attr()) {
+		return nil, fmt.Errorf("jail: the spawner cannot clone with %+v", attr)
+	}
+	return m, nil
+}
+
+// start starts the spawner (s.mu held), in this process's cgroups, which
+// its cloning thread returns to.
+func (s *spawner) start() error {
+	hostEnd, spEnd, err := socketpair()
+	if err != nil {
+		return err
+	}
+	defer spEnd.Close()
+	exeFD, err := unix.FcntlInt(uintptr(s.h.exe.Fd()), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		hostEnd.Close()
+		return fmt.Errorf("jail: spawner: %w", err)
+	}
+	exe := os.NewFile(uintptr(exeFD), "exe")
+	defer exe.Close()
+	// Every thread of this process but one cloning an init (locked to
+	// its goroutine) is in the process's own cgroups.
+	home, err := s.h.cg.HomeFiles()
+	if err != nil {
+		hostEnd.Close()
+		return fmt.Errorf("jail: spawner: %w", err)
+	}
+	s.cmd = &exec.Cmd{
+		// Its fd 4 once started: the host's own number may be one of
+		// the descriptors the start moves into place.
+		Path: jailinit.SpawnerExe, Args: []string{jailinit.SpawnerArg0, strconv.Itoa(len(home))},
+		Env: []string{"GOMAXPROCS=1"}, ExtraFiles: append([]*os.File{spEnd, exe}, home...), Stderr: os.Stderr,
+	}
+	err = s.cmd.Start()
+	closeAll(home)
+	if err != nil {
+		hostEnd.Close()
+		s.cmd = nil
+		return fmt.Errorf("jail: spawner: %w", err)
+	}
+	if s.ctl, err = newConn(hostEnd, 4<<10); err != nil {
+		s.stop()
+		return err
+	}
+	return nil
+}
+
+// stop ends the spawner, if it runs (s.mu held). The inits it cloned are
+// this process's children and live on.
+func (s *spawner) stop() {
+	if s.ctl != nil {
+		s.ctl.close()
+		s.ctl = nil
+	}
+	if s.cmd != nil {
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+		s.cmd = nil
+	}
+}
+
+func (s *spawner) close() {
+	s.mu.Lock()
+	s.stop()
+	s.mu.Unlock()
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
+}
