@@ -28,11 +28,18 @@ var (
 )
 
 func gvisorConfig(t testing.TB) map[string]any {
-	return map[string]any{
+	cfg := map[string]any{
 		"isolation":       "gvisor",
 		"allow_isolation": []string{"native"},
 		"gvisor":          map[string]any{"runsc": testenv.Runsc(t)},
 	}
+	if os.Getenv("AIRLOCK_TEST_GVISOR_CHECKPOINT") != "" {
+		// The whole suite with the keeper starting every program (see
+		// gvisor.checkpoint).
+		cfg["gvisor"].(map[string]any)["checkpoint"] = true
+		cfg["persistence"] = map[string]any{"enabled": true}
+	}
+	return cfg
 }
 
 func gvisorServer(t *testing.T) *server {

@@ -96,6 +96,11 @@ const (
 	// policy and lifecycle; the interpreter starts afresh (variables and
 	// processes are gone).
 	RestoreFiles = "files"
+	// RestoreMemory: what RestoreFiles restores, and the memory of
+	// every interpreter and process, which run on where they were
+	// (variables, imports, background processes): gVisor sessions
+	// without a network on a server with gvisor.checkpoint.
+	RestoreMemory = "memory"
 )
 
 // TimeoutRequest sets a session's lifetime again, from now
@@ -113,6 +118,13 @@ type PausedInfo struct {
 	Dirs      int   `json:"dirs"`
 	Bytes     int64 `json:"bytes"`
 	DiskBytes int64 `json:"disk_bytes"`
+	// MemoryBytes is the memory image's share of DiskBytes (absent:
+	// none; see Session.Restores).
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	// MemoryError says why a pause that was to keep the memory kept the
+	// files only (the checkpoint failed, or the tenant's quota had no
+	// room for it).
+	MemoryError string `json:"memory_error,omitempty"`
 	// Skipped are what the workspace held that a pause does not keep
 	// (symlinks, FIFOs, sockets, devices: never followed or read).
 	Skipped []PauseSkipped `json:"skipped,omitempty"`
@@ -230,11 +242,15 @@ type Session struct {
 	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
 	OnTimeout  string     `json:"on_timeout,omitempty"`
 	AutoResume bool       `json:"auto_resume,omitempty"`
-	// Restores is what a pause of the session would keep ("files"),
-	// absent on a server that cannot pause; Restored is what its last
-	// resume restored (absent: never paused).
-	Restores string `json:"restores,omitempty"`
-	Restored string `json:"restored,omitempty"`
+	// Restores is what a pause of the session would keep ("files" or
+	// "memory"), absent on a server that cannot pause; for a paused
+	// session, what a resume will try to restore. Restored is what its
+	// last resume restored (absent: never paused); RestoredReason says
+	// why that is less than its pause kept (a memory image that failed
+	// its checks or did not restore: the files were restored instead).
+	Restores       string `json:"restores,omitempty"`
+	Restored       string `json:"restored,omitempty"`
+	RestoredReason string `json:"restored_reason,omitempty"`
 	// Paused describes a paused session (state "paused").
 	Paused *PausedInfo `json:"paused,omitempty"`
 	// Tools are those the session opted in to.

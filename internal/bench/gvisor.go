@@ -140,5 +140,6 @@ func benchGVisor(ctx context.Context, r *Report, o Options, n func(full, smoke i
 	r.add(Row{Scenario: "gVisor: idle Python sessions with numpy and pandas imported", Metric: "PSS per session", Value: p.per, Unit: "MB", Baseline: base,
 		Note: fmt.Sprintf("%d processes: Sentry, gofer", p.procs)})
 	r.Stats["gvisor_pss_mb"] = p.per
-	return nil
+	srv.stop()
+	return benchGVisorPersist(ctx, r, o, runsc, n(10, 2))
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"airlock/internal/apitype"
 )
 
 // benchPersist: an idle pandas session (pandas imported, a 10 MB CSV in
@@ -17,64 +19,120 @@ func benchPersist(ctx context.Context, r *Report, o Options, n int) error {
 		return err
 	}
 	defer srv.stop()
-	if err := srv.waitWarm(ctx, 3*time.Minute); err != nil {
+	const setup = "import pandas as pd, numpy as np; pd.DataFrame(np.random.rand(200000, 5)).to_csv('/workspace/data.csv')"
+	ps, rs, cs, p, err := persistRounds(ctx, srv, n, setup, pandasCode, nil)
+	if err != nil {
 		return err
 	}
-	const setup = "import pandas as pd, numpy as np; pd.DataFrame(np.random.rand(200000, 5)).to_csv('/workspace/data.csv')"
-	var pause, resume, create []time.Duration
-	var disk int64
-	for i := 0; i < n; i++ {
-		sess, err := srv.newSession(ctx)
-		if err != nil {
-			return err
-		}
-		if _, err := srv.exec(ctx, sess.ID, setup); err != nil {
-			srv.deleteSession(ctx, sess.ID)
-			return err
-		}
-		start := time.Now()
-		p, err := srv.client.PauseSession(ctx, sess.ID)
-		if err != nil {
-			srv.deleteSession(ctx, sess.ID)
-			return err
-		}
-		pause = append(pause, time.Since(start))
-		disk = p.Paused.DiskBytes
-		start = time.Now()
-		if _, err := srv.client.ResumeSession(ctx, sess.ID); err != nil {
-			srv.deleteSession(ctx, sess.ID)
-			return err
-		}
-		if _, err := srv.exec(ctx, sess.ID, pandasCode); err != nil {
-			srv.deleteSession(ctx, sess.ID)
-			return err
-		}
-		resume = append(resume, time.Since(start))
-		srv.deleteSession(ctx, sess.ID)
-
-		if err := srv.waitWarm(ctx, time.Minute); err != nil {
-			return err
-		}
-		start = time.Now()
-		fresh, err := srv.newSession(ctx)
-		if err != nil {
-			return err
-		}
-		if _, err := srv.exec(ctx, fresh.ID, pandasCode); err != nil {
-			srv.deleteSession(ctx, fresh.ID)
-			return err
-		}
-		create = append(create, time.Since(start))
-		srv.deleteSession(ctx, fresh.ID)
-	}
-	ps, rs, cs := stats(pause), stats(resume), stats(create)
 	base := fmt.Sprintf("create + first `%s`: %.1f ms", pandasCode, cs.P50)
 	name := "native: pause an idle pandas session (10 MB CSV in /workspace)"
 	r.add(Row{Scenario: name, Metric: "p50", Value: ps.P50, Unit: "ms"})
-	r.add(Row{Scenario: name, Metric: "disk per paused session", Value: float64(disk) / (1 << 20), Unit: "MiB"})
+	r.add(Row{Scenario: name, Metric: "disk per paused session", Value: float64(p.DiskBytes) / (1 << 20), Unit: "MiB"})
 	name = "native: resume it (restored files) + its first `" + pandasCode + "`"
 	r.add(Row{Scenario: name, Metric: "p50", Value: rs.P50, Unit: "ms", Target: "≤ 100 ms", Baseline: base, Ratio: ratio(rs.P50, cs.P50)})
 	r.add(Row{Scenario: name, Metric: "p99", Value: rs.P99, Unit: "ms"})
 	r.Stats["persist_pause"], r.Stats["persist_resume"], r.Stats["persist_create"] = ps, rs, cs
 	return nil
+}
+
+// benchGVisorPersist: an idle pandas session on gVisor with
+// gvisor.checkpoint, paused with its memory, then resumed (restored
+// memory: pandas still imported, its DataFrame there) and given the
+// same first execution; against creating a session on that server and
+// running it, in the same run. Also the memory image's size.
+func benchGVisorPersist(ctx context.Context, r *Report, o Options, runsc string, n int) error {
+	srv, err := startServer(ctx, o, 0, "-gvisor-persist", map[string]any{
+		"isolation":   "gvisor",
+		"gvisor":      map[string]any{"runsc": runsc, "checkpoint": true},
+		"persistence": map[string]any{"enabled": true},
+		"pool":        map[string]any{"size": map[string]int{"python": 2, "bash": 0, "javascript": 0}, "zygote": false},
+	})
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	const setup = "import pandas as pd, numpy as np; df = pd.DataFrame(np.random.rand(100000, 5))"
+	ps, rs, cs, p, err := persistRounds(ctx, srv, n, setup, pandasCode, func(p, res *apitype.Session) error {
+		if p.Paused.MemoryBytes == 0 {
+			return fmt.Errorf("the pause kept no memory: %s", p.Paused.MemoryError)
+		}
+		if res.Restored != apitype.RestoreMemory {
+			return fmt.Errorf("resumed with %q: %s", res.Restored, res.RestoredReason)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	name := "gVisor: pause an idle pandas session with its memory (gvisor.checkpoint)"
+	r.add(Row{Scenario: name, Metric: "p50", Value: ps.P50, Unit: "ms"})
+	r.add(Row{Scenario: name, Metric: "memory image", Value: float64(p.MemoryBytes) / (1 << 20), Unit: "MiB", Note: fmt.Sprintf("%.1f MiB on disk in all", float64(p.DiskBytes)/(1<<20))})
+	name = "gVisor: resume it (restored memory) + its first `" + pandasCode + "`"
+	r.add(Row{Scenario: name, Metric: "p50", Value: rs.P50, Unit: "ms", Target: "≤ 1 s", Baseline: fmt.Sprintf("create + the same: %.1f ms", cs.P50), Ratio: ratio(rs.P50, cs.P50)})
+	r.add(Row{Scenario: name, Metric: "p99", Value: rs.P99, Unit: "ms"})
+	r.Stats["gvisor_persist_pause"], r.Stats["gvisor_persist_resume"], r.Stats["gvisor_persist_create"] = ps, rs, cs
+	return nil
+}
+
+// persistRounds times n rounds on srv: a session set up with setup,
+// paused, resumed and given first (check, when set, sees each pause's
+// and resume's answer); then a session created and given first, the
+// baseline. It returns the three timings and the last pause's image.
+func persistRounds(ctx context.Context, srv *server, n int, setup, first string, check func(p, res *apitype.Session) error) (pause, resume, create Stat, last apitype.PausedInfo, err error) {
+	if err = srv.waitWarm(ctx, 5*time.Minute); err != nil {
+		return
+	}
+	var ps, rs, cs []time.Duration
+	round := func() error {
+		sess, err := srv.newSession(ctx)
+		if err != nil {
+			return err
+		}
+		defer srv.deleteSession(ctx, sess.ID)
+		if _, err := srv.exec(ctx, sess.ID, setup); err != nil {
+			return err
+		}
+		start := time.Now()
+		p, err := srv.client.PauseSession(ctx, sess.ID)
+		if err != nil {
+			return err
+		}
+		ps = append(ps, time.Since(start))
+		last = *p.Paused
+		start = time.Now()
+		res, err := srv.client.ResumeSession(ctx, sess.ID)
+		if err != nil {
+			return err
+		}
+		if check != nil {
+			if err := check(p, res); err != nil {
+				return err
+			}
+		}
+		if _, err := srv.exec(ctx, sess.ID, first); err != nil {
+			return err
+		}
+		rs = append(rs, time.Since(start))
+		return nil
+	}
+	for i := 0; i < n; i++ {
+		if err = round(); err != nil {
+			return
+		}
+		if err = srv.waitWarm(ctx, time.Minute); err != nil {
+			return
+		}
+		start := time.Now()
+		fresh, err2 := srv.newSession(ctx)
+		if err = err2; err != nil {
+			return
+		}
+		_, err = srv.exec(ctx, fresh.ID, first)
+		srv.deleteSession(ctx, fresh.ID)
+		if err != nil {
+			return
+		}
+		cs = append(cs, time.Since(start))
+	}
+	return stats(ps), stats(rs), stats(cs), last, nil
 }

@@ -368,7 +368,8 @@ func (c *Client) PauseSession(ctx context.Context, id string) (*apitype.Session,
 }
 
 // ResumeSession makes a paused session live again in a fresh sandbox
-// (Restored says what came back: "files").
+// (Restored says what came back: "files", or "memory" too under gVisor
+// with gvisor.checkpoint; RestoredReason why less than the pause kept).
 func (c *Client) ResumeSession(ctx context.Context, id string) (*apitype.Session, error) {
 	var s apitype.Session
 	if err := c.call(ctx, "POST", sessionPath(id)+"/resume", nil, &s); err != nil {

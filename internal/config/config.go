@@ -205,6 +205,13 @@ type GVisorConfig struct {
 	// Platform is runsc's platform: "systrap" (the default) or "ptrace".
 	// KVM is not offered: it needs hardware virtualisation.
 	Platform string `json:"platform"`
+	// Checkpoint makes a pause of a gVisor session without a network
+	// keep its memory (interpreter variables, running processes:
+	// restored "memory") with runsc checkpoint and restore. Every gVisor
+	// sandbox's init is then airlock's keeper, which starts its programs
+	// (a relay per program copies their input and output). Needs
+	// persistence.enabled. Off: gVisor sessions pause with their files.
+	Checkpoint bool `json:"checkpoint"`
 }
 
 // Allows reports whether a request may ask for isolation i.
@@ -543,6 +550,9 @@ func (c Config) Validate() error {
 	}
 	if p := c.GVisor.Runsc; p != "" && (!filepath.IsAbs(p) || filepath.Clean(p) != p) {
 		errs = append(errs, fmt.Errorf("gvisor.runsc %q must be a clean absolute path", p))
+	}
+	if c.GVisor.Checkpoint && !c.Persistence.Enabled {
+		errs = append(errs, errors.New("gvisor.checkpoint needs persistence.enabled (a checkpoint is kept with a paused session)"))
 	}
 	if p := c.GVisor.Platform; p != "systrap" && p != "ptrace" {
 		errs = append(errs, fmt.Errorf("gvisor.platform %q must be \"systrap\" or \"ptrace\"", p))

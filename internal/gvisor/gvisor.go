@@ -7,9 +7,12 @@
 // of airlock's, --network=host inside that namespace only, checked once
 // it runs), starting programs in it with `runsc exec`
 // (stdio and the control socket passed as descriptors, never as files
-// runsc would write at an offset), signalling them, and tearing everything
-// down: runsc's state, the null-netns mount it leaves, the tmpfs mounts,
-// the cgroups it creates beside airlock's.
+// runsc would write at an offset) or, with a keeper (Options.Keeper), as
+// children of airlock's keeper, its init, through relays (keeper_linux.go),
+// checkpointing such a sandbox and restoring it into a new one, signalling
+// programs, and tearing everything down: runsc's state, the null-netns
+// mount it leaves, the tmpfs mounts, the cgroups it creates beside
+// airlock's.
 //
 // It must never be started from inside airlock's jail (runsc needs
 // namespaces, mounts and a writable /proc), never let runsc touch the
@@ -17,7 +20,9 @@
 // namespace airlock made and holds), never fall back to running code
 // without gVisor when runsc fails, and never leave anything behind: every
 // sandbox's state lives in one directory of its own, which Close and
-// Sweep remove.
+// Sweep remove. A checkpoint is read back only once its size and digest
+// match what Checkpoint returned: runsc parses it, and it is made of what
+// the sandbox held.
 package gvisor
 
 import (

@@ -51,6 +51,12 @@ func testHost(t *testing.T) (*Host, *cgroup.Host) { return testHostOn(t, "systra
 // testHostOn is testHost on one of runsc's platforms.
 func testHostOn(t *testing.T, platform string) (*Host, *cgroup.Host) {
 	t.Helper()
+	return testHostWith(t, platform, "")
+}
+
+// testHostWith is testHostOn whose sandboxes' keeper is keeper ("": none).
+func testHostWith(t *testing.T, platform, keeper string) (*Host, *cgroup.Host) {
+	t.Helper()
 	testenv.RequireRoot(t, "gVisor sandboxes")
 	runsc := testenv.Runsc(t)
 	state := t.TempDir()
@@ -59,7 +65,7 @@ func testHostOn(t *testing.T, platform string) (*Host, *cgroup.Host) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := NewHost(context.Background(), Options{Runsc: runsc, Platform: platform, StateDir: state, CacheDir: t.TempDir(), CgroupParent: parent}, cg)
+	h, err := NewHost(context.Background(), Options{Runsc: runsc, Platform: platform, StateDir: state, CacheDir: t.TempDir(), CgroupParent: parent, Keeper: keeper}, cg)
 	if err != nil {
 		cg.Close()
 		t.Fatal(err)

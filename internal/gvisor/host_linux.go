@@ -42,12 +42,24 @@ type Options struct {
 	// RootFiles are extra read-only files in every sandbox's root (the
 	// in-sandbox runtimes), as for the native jail.
 	RootFiles map[string]string
+	// Keeper, when set, is a binary that calls MainIfKeeper first (the
+	// server's own): every sandbox's init is then that binary's keeper
+	// and every program its child, so that sandboxes can be
+	// checkpointed and restored with their programs (see keeper_linux.go).
+	// Without it, programs are started with `runsc exec` and a restore
+	// would kill them: Checkpoint is refused.
+	Keeper string
 }
 
 // OptionsFrom derives Options from the configuration; runsc is the
 // binary Find returned.
 func OptionsFrom(c config.Config, runsc string) Options {
-	return Options{Runsc: runsc, Platform: c.GVisor.Platform, StateDir: c.StateDir, CacheDir: c.CacheDir, CgroupParent: c.CgroupParent}
+	o := Options{Runsc: runsc, Platform: c.GVisor.Platform, StateDir: c.StateDir, CacheDir: c.CacheDir, CgroupParent: c.CgroupParent}
+	if c.GVisor.Checkpoint {
+		// This binary: its main runs MainIfKeeper first.
+		o.Keeper, _ = os.Executable()
+	}
+	return o
 }
 
 // Host starts gVisor sandboxes.
@@ -59,6 +71,8 @@ type Host struct {
 	tmpCopy map[string]string
 	version string
 	seq     atomic.Uint64
+	// keeper is the host's copy of Options.Keeper ("": none).
+	keeper string
 }
 
 // NewHost checks runsc and prepares the root template. cg is the cgroup
@@ -90,6 +104,11 @@ func NewHost(ctx context.Context, o Options, cg *cgroup.Host) (*Host, error) {
 	h.root.Files = o.RootFiles
 	if h.root.Template, err = rootfs.PrepareTemplate(o.StateDir, h.root); err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	if o.Keeper != "" {
+		if h.keeper, err = copyKeeper(o.StateDir, o.Keeper); err != nil {
+			return nil, fmt.Errorf("%w: the gVisor keeper: %v", errdefs.ErrUnavailable, err)
+		}
 	}
 	h.tmpCopy = map[string]string{}
 	mpl := filepath.Join(o.CacheDir, "matplotlib")
@@ -156,7 +175,12 @@ type Sandbox struct {
 }
 
 // Start boots a sandbox and waits until its init runs.
-func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
+func (h *Host) Start(ctx context.Context, spec Spec) (*Sandbox, error) {
+	return h.start(ctx, spec, nil)
+}
+
+// start boots a sandbox, or restores one from a checkpoint (rs).
+func (h *Host) start(ctx context.Context, spec Spec, rs *restoreArgs) (_ *Sandbox, err error) {
 	defer func() {
 		if err != nil && spec.NetNS != nil {
 			spec.NetNS.Close()
@@ -207,6 +231,11 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 	if err := s.writeBundle(); err != nil {
 		return nil, errdefs.Private(errdefs.ErrUnavailable, "the gVisor sandbox's bundle could not be written", err)
 	}
+	if rs != nil && rs.fill != nil {
+		if err := rs.fill(s.ws); err != nil {
+			return nil, err
+		}
+	}
 
 	ready, readyW, err := os.Pipe()
 	if err != nil {
@@ -231,10 +260,27 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 	s.life = lifeW
 	undo.AddFunc(func() { lifeW.Close() })
 	s.runErr = jail.NewCappedBuffer(16 << 10)
-	s.run = exec.Command(h.opts.Runsc, append(s.globalFlags(), "run", "--pass-fd=3:3", "--bundle", filepath.Join(s.dir, "bundle"), s.id)...)
+	bundle := filepath.Join(s.dir, "bundle")
+	switch {
+	case rs != nil:
+		s.run = exec.Command(h.opts.Runsc, append(s.globalFlags(), "restore", "--image-path", rs.dir, "--bundle", bundle, s.id)...)
+	case h.keeper != "":
+		s.run = exec.Command(h.opts.Runsc, append(s.globalFlags(), "run", "--bundle", bundle, s.id)...)
+	default:
+		s.run = exec.Command(h.opts.Runsc, append(s.globalFlags(), "run", "--pass-fd=3:3", "--bundle", bundle, s.id)...)
+	}
 	s.run.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
 	s.run.Stdin, s.run.Stdout, s.run.Stderr = devnull, readyW, s.runErr
 	s.run.ExtraFiles = []*os.File{lifeR}
+	if h.keeper != "" {
+		// The keeper holds the life pipe as its stdin: the one host
+		// descriptor besides its output a restore gives it again.
+		s.run.Stdin, s.run.ExtraFiles = lifeR, nil
+	}
+	if rs != nil {
+		// A restored keeper says it runs when asked (see keeperMain).
+		lifeW.Write([]byte("p"))
+	}
 	// Its own session: a terminal's signals to the server never reach it.
 	s.run.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if s.netns != nil {
@@ -516,21 +562,6 @@ func (s *Sandbox) Exec(p Process) (pid int, exit <-chan Exit, err error) {
 	if len(p.Argv) == 0 || len(p.Files) < 3 {
 		return 0, nil, fmt.Errorf("%w: empty command or missing stdio", errdefs.ErrInvalidArgument)
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return 0, nil, fmt.Errorf("%w: the sandbox ended", errdefs.ErrGone)
-	}
-	s.seq++
-	n := s.seq
-	s.execs.Add(1)
-	s.mu.Unlock()
-	started := false
-	defer func() {
-		if !started {
-			s.execs.Done()
-		}
-	}()
 	l := s.spec.Limits
 	if p.NoFile != 0 {
 		l.NoFile = config.Count(p.NoFile)
@@ -540,6 +571,22 @@ func (s *Sandbox) Exec(p Process) (pid int, exit <-chan Exit, err error) {
 		return 0, nil, err
 	}
 	proc.Terminal = p.Terminal
+	if s.h.keeper != "" && !p.Terminal {
+		// The keeper's child, through a relay (see keeper_linux.go). A
+		// terminal's program keeps runsc's own tty handling: it does not
+		// outlive a checkpoint, which waits for commands to end anyway.
+		return s.relay(keeperReq{Op: "spawn", Proc: &proc}, p.Files)
+	}
+	n, done, err := s.beginExec()
+	if err != nil {
+		return 0, nil, err
+	}
+	started := false
+	defer func() {
+		if !started {
+			done()
+		}
+	}()
 	// The process goes in a file, not on runsc's command line: the
 	// environment may hold secrets, and command lines are public.
 	procFile := filepath.Join(s.dir, fmt.Sprintf("exec-%d.json", n))
@@ -575,16 +622,7 @@ func (s *Sandbox) Exec(p Process) (pid int, exit <-chan Exit, err error) {
 	// with --pass-fd: runsc's own stdio stays runsc's, so that what it
 	// says when it fails (the sandbox died under it) goes to the log,
 	// not into the program's output.
-	args := append(s.globalFlags(), "exec", "--process", procFile, "--internal-pid-file", pidFile)
-	for i := range p.Files {
-		args = append(args, fmt.Sprintf("--pass-fd=%d:%d", 3+i, i))
-	}
-	cmd := exec.Command(s.h.opts.Runsc, append(args, s.id)...)
-	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
-	said := jail.NewCappedBuffer(4 << 10)
-	cmd.Stdout, cmd.Stderr = said, said // stdin: /dev/null
-	cmd.ExtraFiles = p.Files
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd, said := s.execCommand(procFile, p.Files, "--internal-pid-file", pidFile)
 	if p.Terminal {
 		// The program's stdio is a terminal (the Sentry imports the
 		// host pty as its tty: window size, its own job control). runsc
@@ -599,19 +637,7 @@ func (s *Sandbox) Exec(p Process) (pid int, exit <-chan Exit, err error) {
 		return 0, nil, errdefs.Private(errdefs.ErrUnavailable, "runsc exec could not be started", err)
 	}
 	started = true
-	exited := make(chan Exit, 1)
-	go func() {
-		defer s.execs.Done()
-		cmd.Wait()
-		code := cmd.ProcessState.ExitCode()
-		lost := code == 128 || code < 0
-		if lost {
-			s.mu.Lock()
-			s.execErr = string(bytes.TrimSpace(said.Bytes()))
-			s.mu.Unlock()
-		}
-		exited <- Exit{Status: statusOf(code), Lost: lost}
-	}()
+	exited := s.watchExec(cmd, said, done)
 	got := make(chan int, 1)
 	go func() {
 		buf := make([]byte, 32)
@@ -642,6 +668,54 @@ func (s *Sandbox) Exec(p Process) (pid int, exit <-chan Exit, err error) {
 		ch <- e
 	}()
 	return pid, ch, nil
+}
+
+// execCommand is `runsc exec` of the process in procFile with files as
+// its descriptors 0, 1, 2...; said collects what runsc itself says.
+func (s *Sandbox) execCommand(procFile string, files []*os.File, flags ...string) (cmd *exec.Cmd, said *jail.CappedBuffer) {
+	args := append(append(s.globalFlags(), "exec", "--process", procFile), flags...)
+	for i := range files {
+		args = append(args, fmt.Sprintf("--pass-fd=%d:%d", 3+i, i))
+	}
+	cmd = exec.Command(s.h.opts.Runsc, append(args, s.id)...)
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
+	said = jail.NewCappedBuffer(4 << 10)
+	cmd.Stdout, cmd.Stderr = said, said // stdin: /dev/null
+	cmd.ExtraFiles = files
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	return cmd, said
+}
+
+// beginExec counts one more `runsc exec` (Close waits for them), numbered
+// n; done uncounts it.
+func (s *Sandbox) beginExec() (n int, done func(), err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, nil, fmt.Errorf("%w: the sandbox ended", errdefs.ErrGone)
+	}
+	s.seq++
+	s.execs.Add(1)
+	return s.seq, s.execs.Done, nil
+}
+
+// watchExec waits for a started `runsc exec` and sends its exit, then
+// calls done.
+func (s *Sandbox) watchExec(cmd *exec.Cmd, said *jail.CappedBuffer, done func()) <-chan Exit {
+	exited := make(chan Exit, 1)
+	go func() {
+		defer done()
+		cmd.Wait()
+		code := cmd.ProcessState.ExitCode()
+		lost := code == 128 || code < 0
+		if lost {
+			s.mu.Lock()
+			s.execErr = string(bytes.TrimSpace(said.Bytes()))
+			s.mu.Unlock()
+		}
+		exited <- Exit{Status: statusOf(code), Lost: lost}
+	}()
+	return exited
 }
 
 // Signal sends sig to the process pid inside the sandbox, or to its

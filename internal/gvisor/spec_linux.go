@@ -166,6 +166,17 @@ func (s *Sandbox) writeBundle() error {
 	// Not the sandbox user: code cannot signal the init (kill(1, SIGKILL)
 	// would end the sandbox), as in the native jail, whose init is root.
 	init.User.UID, init.User.GID = initID, initID
+	if s.h.keeper != "" {
+		// The keeper starts every program, as root inside gVisor with
+		// only what dropping to the program's user and limits takes (see
+		// entryMain); its binary is the host's copy, read-only.
+		init.Args = []string{keeperPath, keeperArg, "init"}
+		init.User.UID, init.User.GID = 0, 0
+		init.NoNewPrivileges = false
+		caps := []string{"CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_SYS_RESOURCE"}
+		init.Capabilities = map[string][]string{"bounding": caps, "effective": caps, "permitted": caps, "inheritable": {}, "ambient": {}}
+		mounts = append(mounts, ociMount{Destination: keeperPath, Type: "bind", Source: s.h.keeper, Options: []string{"bind", "ro", "nosuid", "nodev"}})
+	}
 	spec := ociSpec{
 		Version:  "1.0.2",
 		Process:  init,

@@ -67,19 +67,27 @@ type framedConn struct {
 
 // newFramedConn takes the socket and waits for the runtime's hello.
 func newFramedConn(f *os.File, maxFrame int) (*framedConn, error) {
+	return framed(f, maxFrame, true)
+}
+
+// framed is newFramedConn; without hello, of a runtime that said it
+// already (one restored from a checkpoint).
+func framed(f *os.File, maxFrame int, hello bool) (*framedConn, error) {
 	c := &framedConn{f: f, w: runtimes.NewFrameWriter(f), ch: make(chan runtimes.Message, 64), config: make(chan string, 1), done: make(chan struct{}), quit: make(chan struct{})}
 	r := runtimes.NewFrameReader(f, maxFrame)
-	m, err := r.Read()
-	if err != nil {
-		return nil, fmt.Errorf("runtime did not start: %w", err)
+	if hello {
+		m, err := r.Read()
+		if err != nil {
+			return nil, fmt.Errorf("runtime did not start: %w", err)
+		}
+		if m.Type == "error" {
+			return nil, fmt.Errorf("runtime did not start: %s", truncate(m.Value, 1024))
+		}
+		if m.Type != runtimes.TypeHello {
+			return nil, fmt.Errorf("runtime did not start: got %q before hello", m.Type)
+		}
+		c.hello = m
 	}
-	if m.Type == "error" {
-		return nil, fmt.Errorf("runtime did not start: %s", truncate(m.Value, 1024))
-	}
-	if m.Type != runtimes.TypeHello {
-		return nil, fmt.Errorf("runtime did not start: got %q before hello", m.Type)
-	}
-	c.hello = m
 	go func() {
 		defer close(c.done)
 		defer close(c.ch)

@@ -656,6 +656,13 @@ func watchPidfd(pidfd *os.File, gone chan struct{}) {
 // startRuntime starts the runtime with start, which gets its fds 0-3 and
 // returns its pid inside the sandbox (0 if the runtime will tell).
 func startRuntime(sb sandbox, rt runtimes.Runtime, start func([4]*os.File) (int, error)) (_ *Interp, err error) {
+	return connectRuntime(sb, rt, start, false)
+}
+
+// connectRuntime is startRuntime; attached: the runtime runs already (it
+// was restored with its sandbox) and start attaches to it, which returns
+// its pid; no hello comes.
+func connectRuntime(sb sandbox, rt runtimes.Runtime, start func([4]*os.File) (int, error), attached bool) (_ *Interp, err error) {
 	var undo cleanup.Stack
 	defer func() {
 		if err != nil {
@@ -705,7 +712,7 @@ func startRuntime(sb sandbox, rt runtimes.Runtime, start func([4]*os.File) (int,
 		// The hello must come quickly; a runtime that cannot start (a
 		// missing interpreter, say) would otherwise hang the request.
 		ours.SetReadDeadline(time.Now().Add(30 * time.Second))
-		fc, err := newFramedConn(ours, runtimes.MaxFrame)
+		fc, err := framed(ours, runtimes.MaxFrame, !attached)
 		ours.SetReadDeadline(time.Time{})
 		if err != nil {
 			return nil, errdefs.Private(errdefs.ErrUnavailable, fmt.Sprintf("the %s runtime did not start", rt.Lang), err)

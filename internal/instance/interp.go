@@ -71,17 +71,23 @@ func (in *Instance) StartInterp(ctx context.Context, rt runtimes.Runtime) (*Inte
 	if err != nil {
 		return nil, err
 	}
-	it.gone, it.exitKnown = make(chan struct{}), make(chan struct{})
+	it.watchExit(exit)
+	return it, nil
+}
+
+// watchExit makes a runtime started beside the first Done when exit
+// says how it ended, or its sandbox dies.
+func (in *Interp) watchExit(exit <-chan jail.Exit) {
+	in.gone, in.exitKnown = make(chan struct{}), make(chan struct{})
 	go func() {
-		defer close(it.gone)
+		defer close(in.gone)
 		select {
 		case e := <-exit:
-			it.exitStatus = e.Status
-			close(it.exitKnown)
+			in.exitStatus = e.Status
+			close(in.exitKnown)
 		case <-in.sb.Dead():
 		}
 	}()
-	return it, nil
 }
 
 // Pid is the runtime's pid inside the sandbox.

@@ -275,6 +275,12 @@ func (s *gvisorSandbox) Spawn(p jail.Process) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	s.report(ch)
+	return pid, nil
+}
+
+// report passes the exit ch delivers to Exits.
+func (s *gvisorSandbox) report(ch <-chan gvisor.Exit) {
 	go func() {
 		e := <-ch
 		if e.Lost {
@@ -285,7 +291,6 @@ func (s *gvisorSandbox) Spawn(p jail.Process) (int, error) {
 		case <-s.Dead():
 		}
 	}()
-	return pid, nil
 }
 
 // SpawnWait implements sandbox: the exit goes to the returned channel.
@@ -294,12 +299,19 @@ func (s *gvisorSandbox) SpawnWait(p jail.Process) (int, <-chan jail.Exit, error)
 	if err != nil {
 		return 0, nil, err
 	}
+	return pid, exitsOf(ch), nil
+}
+
+// exitsOf delivers the exit ch delivers as a jail.Exit (nil: never).
+func exitsOf(ch <-chan gvisor.Exit) <-chan jail.Exit {
 	out := make(chan jail.Exit, 1)
-	go func() {
-		e := <-ch
-		out <- jail.Exit{Pid: e.Pid, Status: e.Status}
-	}()
-	return pid, out, nil
+	if ch != nil {
+		go func() {
+			e := <-ch
+			out <- jail.Exit{Pid: e.Pid, Status: e.Status}
+		}()
+	}
+	return out
 }
 
 var _ sandbox = (*jail.Sandbox)(nil)

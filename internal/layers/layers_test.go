@@ -74,7 +74,7 @@ var rules = map[string]rule{
 	"session":  {layer: "session", may: []string{"instance", "packages", "egress", "redact", "coderules", "runtimes", "watch", "workspace", "cgroup", "cluster", "image", "pauseimage", "broker", "secrets"}},
 	"packages": {layer: "session part", may: []string{"egress", "workspace"}},
 	"notebook": {layer: "session part"},
-	"pool":     {layer: "pool", may: []string{"instance", "zygote", "jail", "image", "runtimes"}},
+	"pool":     {layer: "pool", may: []string{"instance", "zygote", "jail", "image", "runtimes", "workspace"}},
 	"instance": {layer: "instance", may: []string{"zygote", "gvisor", "jail", "image", "egress", "runtimes", "watch", "workspace", "cgroup"}},
 
 	// The kernels a sandbox runs on.

@@ -120,7 +120,7 @@ func New() *Metrics {
 		Help:    "Time brokered tool calls took, checks included, by tool.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"tool"})
 	m.pauses = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "session_pauses_total",
-		Help: "Pauses, resumes and forks of sessions tried, by operation (pause, resume, fork), kind (files: the workspace and settings) and outcome (ok; busy: refused while the session worked; quota; corrupt: an image that failed its checks; failed)."},
+		Help: "Pauses, resumes and forks of sessions tried, by operation (pause, resume, fork), kind (files: the workspace and settings; memory: those and the memory, under gVisor) and outcome (ok; busy: refused while the session worked; quota; corrupt: an image that failed its checks; failed)."},
 		[]string{"op", "kind", "outcome"})
 	m.pauseDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "session_pause_duration_seconds",
 		Help:    "Time successful pauses, resumes and forks of sessions took, by operation and kind (a shutdown's or timeout's pause includes waiting for the session to stop working).",

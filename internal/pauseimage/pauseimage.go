@@ -602,3 +602,122 @@ func Remove(root, id string) error {
 	}
 	return os.RemoveAll(gone)
 }
+
+// A paused session's memory (a gVisor checkpoint, written after its
+// files): the checkpoint's files under memory/, and memory.json saying
+// their size and digest (itself checksummed) and the caller's
+// description of what runs in it. An image with memory.json restores
+// its memory only if both check; its files stand either way.
+const (
+	memoryDir  = "memory"
+	memoryMeta = "memory.json"
+	// maxMemoryMeta caps the memory.json read back.
+	maxMemoryMeta = 1 << 20
+)
+
+// Memory describes a paused session's memory image.
+type Memory struct {
+	// Bytes and SHA256 are the checkpoint's, as its writer summed them
+	// (gvisor.Checkpoint): the reader checks the files against them.
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+	// Session is the caller's (the processes to attach to).
+	Session json.RawMessage `json:"session"`
+}
+
+// MemoryTemp is where a checkpoint for the image id is written before
+// AddMemory moves it in (a path that does not exist yet, on root's
+// filesystem); done removes what is left of it. A crash leaves a
+// temporary List sweeps.
+func MemoryTemp(root, id string) (dir string, done func(), err error) {
+	if err := checkID(id); err != nil {
+		return "", nil, err
+	}
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return "", nil, diskErr(err)
+	}
+	tmp, err := os.MkdirTemp(root, tmpPrefix+"mem-"+id+"-")
+	if err != nil {
+		return "", nil, diskErr(err)
+	}
+	return filepath.Join(tmp, memoryDir), func() { os.RemoveAll(tmp) }, nil
+}
+
+// AddMemory moves the checkpoint in src (see MemoryTemp) into the image
+// of id as its memory, described by mem, and returns what that takes on
+// disk. The memory is added whole or not at all: memory.json is written
+// last, and an image without it has no memory.
+func AddMemory(root, id, src string, mem Memory) (int64, error) {
+	if err := checkID(id); err != nil {
+		return 0, err
+	}
+	dir := filepath.Join(root, id)
+	if _, err := os.Lstat(filepath.Join(dir, metaName)); err != nil {
+		return 0, fmt.Errorf("%w: no paused session %s", errdefs.ErrNotFound, id)
+	}
+	dst := filepath.Join(dir, memoryDir)
+	ok := false
+	defer func() {
+		if !ok {
+			os.Remove(filepath.Join(dir, memoryMeta))
+			os.RemoveAll(dst)
+		}
+	}()
+	if err := os.Rename(src, dst); err != nil {
+		return 0, diskErr(err)
+	}
+	b, err := json.Marshal(mem)
+	if err != nil {
+		return 0, err
+	}
+	h := sha256.Sum256(b)
+	meta, err := json.Marshal(envelope{Version: version, SHA256: hex.EncodeToString(h[:]), Body: b})
+	if err != nil {
+		return 0, err
+	}
+	tmp := filepath.Join(dir, tmpPrefix+memoryMeta)
+	os.Remove(tmp)
+	if err := writeSynced(tmp, bytes.NewReader(meta)); err != nil {
+		os.Remove(tmp)
+		return 0, diskErr(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, memoryMeta)); err != nil {
+		os.Remove(tmp)
+		return 0, diskErr(err)
+	}
+	if err := syncDir(dir); err != nil {
+		return 0, diskErr(err)
+	}
+	ok = true
+	return mem.Bytes + int64(len(meta)), nil
+}
+
+// Memory reads the image's memory description: nil without one. The
+// checkpoint's files are the caller's to check against it (MemoryDir);
+// a description that fails its own checks is ErrImageCorrupt.
+func (im *Image) Memory() (*Memory, error) {
+	id := filepath.Base(im.dir)
+	raw, err := readRegular(filepath.Join(im.dir, memoryMeta), maxMemoryMeta)
+	if err != nil && err.Error() == "missing" {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, corrupt(id, "memory.json: "+err.Error())
+	}
+	var env envelope
+	if err := json.Unmarshal(raw, &env); err != nil || env.Version != version {
+		return nil, corrupt(id, "memory.json is malformed (truncated?)")
+	}
+	h := sha256.Sum256(env.Body)
+	if hex.EncodeToString(h[:]) != env.SHA256 {
+		return nil, corrupt(id, "memory.json fails its checksum")
+	}
+	var m Memory
+	if err := json.Unmarshal(env.Body, &m); err != nil || m.Bytes < 0 {
+		return nil, corrupt(id, "memory.json's body is malformed")
+	}
+	return &m, nil
+}
+
+// MemoryDir is the directory of the image's checkpoint.
+func (im *Image) MemoryDir() string { return filepath.Join(im.dir, memoryDir) }

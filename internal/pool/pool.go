@@ -29,6 +29,7 @@ import (
 	"airlock/internal/instance"
 	"airlock/internal/jail"
 	"airlock/internal/runtimes"
+	"airlock/internal/workspace"
 	"airlock/internal/zygote"
 )
 
@@ -700,4 +701,15 @@ func (p *Pool) Close() {
 		p.zyg = nil
 	}
 	p.zmu.Unlock()
+}
+
+// KeepsMemory reports whether the pool's sandboxes without a network can
+// be paused with their memory (instance.KeepsMemory).
+func (p *Pool) KeepsMemory() bool { return instance.KeepsMemory(p.kernel) }
+
+// Restore builds an instance from a checkpoint on the pool's kernel
+// (instance.Restore), outside the pool: a restored sandbox is its
+// session's from the start.
+func (p *Pool) Restore(ctx context.Context, rt runtimes.Runtime, l config.Limits, mem instance.Memory, fill func(*workspace.Dir) error) (*instance.Instance, error) {
+	return instance.Restore(ctx, p.kernel, p.slots, rt, l, mem, fill)
 }

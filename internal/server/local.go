@@ -13,6 +13,7 @@ import (
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/fontcache"
+	"airlock/internal/gvisor"
 	"airlock/internal/image"
 	"airlock/internal/instance"
 	"airlock/internal/jail"
@@ -22,8 +23,12 @@ import (
 )
 
 // MainIfInit makes a sealed re-execution of this binary a sandbox's init
-// (see jailinit.Main): the first thing main does.
-func MainIfInit() { jail.MainIfInit() }
+// (see jailinit.Main), or a gVisor sandbox's keeper (see
+// gvisor.MainIfKeeper): the first thing main does.
+func MainIfInit() {
+	gvisor.MainIfKeeper()
+	jail.MainIfInit()
+}
 
 // Trace notes a phase's time on stderr when AIRLOCK_TRACE is set (see
 // jail.Trace).

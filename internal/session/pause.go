@@ -57,6 +57,10 @@ type pausedContext struct {
 type pausedSession struct {
 	meta  pausedMeta
 	stats pauseimage.Stats
+	// memBytes: what its memory image takes on disk (0: none, memErr
+	// says why when one was to be kept).
+	memBytes int64
+	memErr   error
 	// resuming: a resume is under way, closed when it is over (nil:
 	// none); err: why it cannot be resumed (a corrupt image).
 	resuming chan struct{}
@@ -83,6 +87,12 @@ func (p *pausedSession) info(keep time.Duration) apitype.Session {
 			PausedAt: p.meta.PausedAt.UTC(), Files: p.stats.Files, Dirs: p.stats.Dirs,
 			Bytes: p.stats.Bytes, DiskBytes: p.stats.DiskBytes, ExpiresAt: p.meta.PausedAt.Add(keep).UTC(),
 		},
+	}
+	if p.memBytes > 0 {
+		info.Restores, info.Paused.MemoryBytes = apitype.RestoreMemory, p.memBytes
+	}
+	if p.memErr != nil {
+		info.Paused.MemoryError = errdefs.Message(p.memErr)
 	}
 	for _, sk := range p.stats.Skipped {
 		info.Paused.Skipped = append(info.Paused.Skipped, apitype.PauseSkipped{Path: sk.Path, Type: sk.Type})
@@ -130,7 +140,15 @@ func (m *Manager) LoadPaused() error {
 		if m.paused == nil {
 			m.paused = map[string]*pausedSession{}
 		}
-		m.paused[id] = &pausedSession{meta: meta, stats: im.Stats}
+		p := &pausedSession{meta: meta, stats: im.Stats}
+		if mem, err := im.Memory(); err != nil {
+			p.memErr = err
+			m.log.Error("a paused session's memory image cannot be read; it will resume with its files", "session", id, "err", err)
+		} else if mem != nil {
+			p.memBytes = mem.Bytes
+			p.stats.DiskBytes += mem.Bytes
+		}
+		m.paused[id] = p
 		m.mu.Unlock()
 		loaded++
 	}
@@ -341,7 +359,7 @@ func (s *Session) Pause(ctx context.Context) (apitype.Session, error) {
 	}
 	begun := time.Now()
 	info, err := s.pause(ctx)
-	m.observePause(OpPause, apitype.RestoreFiles, begun, err)
+	m.observePause(OpPause, pausedKind(info), begun, err)
 	return info, err
 }
 
@@ -370,6 +388,17 @@ func (s *Session) pause(ctx context.Context) (apitype.Session, error) {
 		m.hook("written", s.id)
 	}
 	p := &pausedSession{meta: meta, stats: st}
+	if s.keepsMemory() {
+		// After the files: a checkpoint that fails leaves them standing.
+		n, err := s.writeMemory(ctx, s.id, st.DiskBytes)
+		if err != nil {
+			p.memErr = err
+			m.log.Warn("a session's memory could not be kept; it is paused with its files", "session", s.id, "err", err)
+		} else {
+			p.memBytes = n
+			p.stats.DiskBytes += n
+		}
+	}
 	// The end is claimed and the session listed as paused in one step: a
 	// delete (or any end) while the image was written wins, and its
 	// image goes; one after it finds the session paused (DeleteFor).
@@ -400,6 +429,14 @@ func (s *Session) pause(ctx context.Context) (apitype.Session, error) {
 	m.sweepPaused()
 	m.log.Info("session paused", "session", s.id, "files", st.Files, "bytes", st.Bytes, "disk_bytes", st.DiskBytes, "ms", time.Since(begun).Milliseconds())
 	return info, nil
+}
+
+// pausedKind is what a pause that answered info kept.
+func pausedKind(info apitype.Session) string {
+	if info.Restores == apitype.RestoreMemory {
+		return apitype.RestoreMemory
+	}
+	return apitype.RestoreFiles
 }
 
 // pausedMeta describes the session for its image.
@@ -539,6 +576,8 @@ func (m *Manager) reserveImage(tenant string, size int64) (release func(), err e
 type restoring struct {
 	meta  pausedMeta
 	image *pauseimage.Image
+	// memory: its memory image (nil: none).
+	memory *memoryRestore
 }
 
 // resumeID is the context key of the id a resumed session is built under.
@@ -612,18 +651,54 @@ func (m *Manager) resume(ctx context.Context, id string) (*Session, error) {
 	if err != nil {
 		return fail(err)
 	}
-	s, err := m.create(ctx, req, &restoring{meta: p.meta, image: im})
+	mr := m.memoryOf(p, im)
+	rctx := ctx
+	if mr != nil {
+		rctx = context.WithValue(ctx, resumeMemory{}, mr)
+	}
+	s, err := m.create(rctx, req, &restoring{meta: p.meta, image: im, memory: mr})
+	if err != nil && mr != nil && mr.restored && ctx.Err() == nil {
+		// Its memory came back but the session could not be made of it:
+		// its files, then, and it says why.
+		m.log.Warn("a session restored with its memory could not resume; resuming it with its files", "session", id, "err", err)
+		mr = &memoryRestore{why: err}
+		s, err = m.create(context.WithValue(ctx, resumeMemory{}, mr), req, &restoring{meta: p.meta, image: im, memory: mr})
+	}
 	if err != nil {
 		release()
 		return fail(m.resumeFailed(p, err))
 	}
 	resumed = true
-	m.observePause(OpResume, apitype.RestoreFiles, begun, nil)
+	kind := apitype.RestoreFiles
+	if mr != nil && mr.restored {
+		kind = apitype.RestoreMemory
+	} else if mr != nil {
+		m.log.Warn("a session paused with its memory resumed with its files", "session", id, "err", mr.why)
+	}
+	m.observePause(OpResume, kind, begun, nil)
 	if err := pauseimage.Remove(m.persistDir(), id); err != nil {
 		m.log.Error("removing a resumed session's image", "session", id, "err", err)
 	}
-	m.log.Info("session resumed", "session", id, "restored", apitype.RestoreFiles, "ms", time.Since(begun).Milliseconds())
+	m.log.Info("session resumed", "session", id, "restored", kind, "ms", time.Since(begun).Milliseconds())
 	return s, nil
+}
+
+// memoryOf is the memory image of p's image im to resume it from (nil:
+// none); one that cannot be used says why (its why).
+func (m *Manager) memoryOf(p *pausedSession, im *pauseimage.Image) *memoryRestore {
+	mem, err := im.Memory()
+	if err == nil && mem == nil {
+		return nil
+	}
+	mr := &memoryRestore{dir: im.MemoryDir(), image: im, max: int64(m.cfg.Persistence.MaxImageBytes)}
+	if err == nil {
+		mr.mem = *mem
+		if jerr := json.Unmarshal(mem.Session, &mr.pids); jerr != nil || mr.pids.Pid <= 1 {
+			err = fmt.Errorf("%w: memory.json does not say which processes to attach to", errdefs.ErrImageCorrupt)
+		}
+	}
+	mr.why = err
+	return mr
 }
 
 // resumeFailed records why p cannot be resumed when its image is at
@@ -681,14 +756,6 @@ func (s *Session) notPausing() error {
 		return fmt.Errorf("%w: the session is being paused", errdefs.ErrConflict)
 	}
 	return nil
-}
-
-// restores is what a pause of the session would keep ("" : none).
-func (m *Manager) restores() string {
-	if m.cfg.Persistence.Enabled {
-		return apitype.RestoreFiles
-	}
-	return ""
 }
 
 // SetTimeout sets the session's lifetime again: it ends (or pauses) d
@@ -785,7 +852,7 @@ func (s *Session) pauseWhenIdle(ctx context.Context) (info apitype.Session, err 
 		return s.Pause(ctx) // its refusal
 	}
 	begun := time.Now()
-	defer func() { s.m.observePause(OpPause, apitype.RestoreFiles, begun, err) }()
+	defer func() { s.m.observePause(OpPause, pausedKind(info), begun, err) }()
 	for {
 		info, err := s.pause(ctx)
 		if !errors.Is(err, errdefs.ErrConflict) {

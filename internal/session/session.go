@@ -315,14 +315,19 @@ type Session struct {
 	idleTimer *time.Timer
 	// pausing: a pause is under way (nothing new may begin); lifetime,
 	// expires and lifeTimer: the session's lifetime (0: none), when it
-	// runs out, and its timer; restored: what its last resume restored.
-	pausing   bool
-	lifetime  time.Duration
-	expires   time.Time
-	lifeTimer *time.Timer
-	restored  string
-	ended     chan struct{}
-	endOnce   sync.Once
+	// runs out, and its timer; restored: what its last resume restored,
+	// restoredWhy: why that is less than its pause kept.
+	pausing     bool
+	lifetime    time.Duration
+	expires     time.Time
+	lifeTimer   *time.Timer
+	restored    string
+	restoredWhy string
+	// checkpointing: a pause is checkpointing the sandbox, which ends
+	// with it (the pause's end, not a death: see monitor).
+	checkpointing atomic.Bool
+	ended         chan struct{}
+	endOnce       sync.Once
 
 	teardownOnce sync.Once
 	gone         chan struct{} // closed when everything is freed
@@ -522,12 +527,22 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest, 
 		// Before the session is visible, and before any code of the
 		// client's runs in it.
 		s.create, s.execCount, s.restored = r.meta.Created, r.meta.Executions, apitype.RestoreFiles
-		err := r.image.Restore(ctx, s.workspace(), int64(m.cfg.Persistence.MaxImageBytes))
-		if err == nil {
-			err = s.restorePackages(ctx)
-		}
-		if err == nil {
-			err = s.restoreContexts(ctx, r.meta)
+		var err error
+		if r.memory != nil && r.memory.restored {
+			// Its files were put back before its memory ran again.
+			s.restored = apitype.RestoreMemory
+			err = s.attachContexts(r.meta, r.memory)
+		} else {
+			if r.memory != nil {
+				s.restoredWhy = "the memory image was not restored (" + errdefs.Message(r.memory.why) + "); the files were"
+			}
+			err = r.image.Restore(ctx, s.workspace(), int64(m.cfg.Persistence.MaxImageBytes))
+			if err == nil {
+				err = s.restorePackages(ctx)
+			}
+			if err == nil {
+				err = s.restoreContexts(ctx, r.meta)
+			}
 		}
 		if err != nil {
 			s.teardownOnce.Do(s.teardown)
@@ -631,10 +646,24 @@ func (m *Manager) startOnce(ctx context.Context, iso config.Isolation, tmpl stri
 		src, version, meta = instances{ts}, tm.Version, tm
 		rt.Binary = tm.Runtimes[rt.Lang] // the template's interpreter
 	}
-	inst, err := src.Get(ctx, rt, limits, net)
-	if err != nil {
-		return nil, err
+	// A resume's memory image: the sandbox restored from it, with its
+	// runtime running on, or (mr.why) a fresh one.
+	var inst Instance
+	mr, _ := ctx.Value(resumeMemory{}).(*memoryRestore)
+	if mr != nil && mr.why == nil {
+		if tmpl != "" || net {
+			mr.why = fmt.Errorf("%w: only a session without a template or network keeps its memory", errdefs.ErrUnsupported)
+		} else {
+			inst = restoreInstance(ctx, src, rt, limits, mr)
+		}
 	}
+	if inst == nil {
+		var err error
+		if inst, err = src.Get(ctx, rt, limits, net); err != nil {
+			return nil, err
+		}
+	}
+	restored := mr != nil && mr.restored
 	s := &Session{
 		m: m, id: m.newID(ctx), lang: rt, limits: limits, idle: idle, inst: inst,
 		template: tmpl, templateVersion: version, tmplMeta: meta, secrets: ss,
@@ -647,7 +676,9 @@ func (m *Manager) startOnce(ctx context.Context, iso config.Isolation, tmpl stri
 		inst.Close()
 		return nil, err
 	}
-	if err := inst.Configure(ctx, env, s.def.cwd); err != nil {
+	if restored {
+		// It kept its environment (what its code changed in it too).
+	} else if err := inst.Configure(ctx, env, s.def.cwd); err != nil {
 		s.teardownOnce.Do(s.teardown)
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%w: configuring the %s runtime: %w", errdefs.ErrUnavailable, rt.Lang, err)
@@ -920,11 +951,11 @@ func (s *Session) Info() (info apitype.Session) {
 		Sandbox: s.inst.Name(), Isolation: s.inst.Isolation(), Tenant: s.owner.Tenant,
 		Template: s.template, TemplateVersion: s.templateVersion,
 		History:   s.hist.info(),
-		OnTimeout: s.made.OnTimeout, AutoResume: s.made.AutoResume, Restored: s.restored,
+		OnTimeout: s.made.OnTimeout, AutoResume: s.made.AutoResume, Restored: s.restored, RestoredReason: s.restoredWhy,
 		Metadata: s.made.Metadata,
 	}
 	if s.client && state != apitype.StateEnded {
-		info.Restores = s.m.restores()
+		info.Restores = s.restores()
 	}
 	if s.lifetime > 0 {
 		exp := s.expires.UTC()
@@ -1021,7 +1052,7 @@ func (s *Session) End() apitype.End {
 // monitor ends the session when its sandbox reports trouble while no
 // execution is watching.
 func (s *Session) monitor() {
-	if end := s.inst.Monitor(s.ended); !end.Zero() {
+	if end := s.inst.Monitor(s.ended); !end.Zero() && !s.checkpointing.Load() {
 		s.terminate(end)
 	}
 }

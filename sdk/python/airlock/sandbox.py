@@ -304,14 +304,17 @@ class Sandbox:
 
     def pause(self):
         """Pauses the session: its /workspace files and settings are kept on the server's disk and its
-        sandbox freed; the interpreter's variables are not kept (``restores: "files"``). ConflictError
+        sandbox freed; the interpreter's variables are not kept (``restores: "files"``), unless the
+        description said ``restores: "memory"`` (gVisor with ``gvisor.checkpoint``). ConflictError
         while code runs (interrupt it first). Returns the description (``state: "paused"``)."""
         self._info = self._t.call("POST", self._path("/pause"))
         return self._info
 
     def resume(self):
         """Makes a paused session live again in a fresh sandbox, with its files (the interpreter starts
-        afresh: ``restored: "files"``). PauseImageCorruptError if its image was damaged."""
+        afresh: ``restored: "files"``; or ``restored: "memory"``: it runs on with its variables, and
+        ``restored_reason`` says why a memory image was not used). PauseImageCorruptError if its image
+        was damaged."""
         self._info = self._t.call("POST", self._path("/resume"))
         return self._info
 

@@ -1,0 +1,166 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"airlock/internal/apitype"
+	"airlock/internal/testenv"
+)
+
+// gvisorMemoryConfig is a gVisor server whose pauses keep memory.
+func gvisorMemoryConfig(t *testing.T, extra map[string]any) map[string]any {
+	cfg := map[string]any{
+		"isolation":   "gvisor",
+		"gvisor":      map[string]any{"runsc": testenv.Runsc(t), "checkpoint": true},
+		"persistence": map[string]any{"enabled": true},
+		"pool":        map[string]any{"size": map[string]int{"python": 1, "bash": 0, "javascript": 0}, "zygote": false},
+	}
+	for k, v := range extra {
+		cfg[k] = v
+	}
+	return cfg
+}
+
+// TestGVisorPauseKeepsMemory: with gvisor.checkpoint, a gVisor session
+// says before it pauses that its memory is kept; after a pause and a
+// resume its variables, a second code context's and a background
+// process are there, its files too; again after a server restart; a
+// memory image changed on disk is refused and the resume falls back to
+// the files, saying so; the image counts in the paused disk.
+func TestGVisorPauseKeepsMemory(t *testing.T) {
+	s := startServer(t, gvisorMemoryConfig(t, nil))
+	ctx := context.Background()
+	a := s.newSession("python", map[string]any{"auto_resume": true})
+	info, err := s.c.Session(ctx, a)
+	if err != nil || info.Restores != apitype.RestoreMemory {
+		t.Fatalf("a gVisor session's restores: %+v %v", info, err)
+	}
+	r := s.exec(a, "import subprocess\nx = 41\nbg = subprocess.Popen(['sleep', '1000'])\nopen('/workspace/f', 'w').write('kept')\nprint(bg.pid)")
+	if r.Error != nil {
+		t.Fatalf("%+v", r.Error)
+	}
+	sh, err := s.c.CreateContext(ctx, a, apitype.CreateContextRequest{Language: "bash"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.execute(a, apitype.ExecuteRequest{Code: "y=7", Context: sh.ID}); err != nil || r.Error != nil {
+		t.Fatalf("bash context: %+v %v", r, err)
+	}
+
+	p, err := s.c.PauseSession(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Restores != apitype.RestoreMemory || p.Paused == nil || p.Paused.MemoryBytes <= 0 || p.Paused.DiskBytes < p.Paused.MemoryBytes || p.Paused.MemoryError != "" {
+		t.Fatalf("paused: %+v %+v", p, p.Paused)
+	}
+	t.Logf("memory image %d bytes, %d on disk", p.Paused.MemoryBytes, p.Paused.DiskBytes)
+	sc := s.scrape(s.URL+"/metrics", nil)
+	if v := sc.value("airlock_paused_disk_bytes", nil); v < float64(p.Paused.DiskBytes) {
+		t.Errorf("airlock_paused_disk_bytes %v, the session says %d", v, p.Paused.DiskBytes)
+	}
+	res, err := s.c.ResumeSession(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Restored != apitype.RestoreMemory || res.RestoredReason != "" {
+		log := s.stderr.String()
+		log = log[max(0, len(log)-6000):]
+		t.Fatalf("resumed: %+v\n%s", res, log)
+	}
+	checkKept := func(s *server, want string) {
+		t.Helper()
+		r := s.exec(a, "x += 1\nprint(x, bg.poll(), open('/workspace/f').read())")
+		if r.Error != nil || r.Stdout != want {
+			t.Errorf("after the resume: %q %+v (want %q)", r.Stdout, r.Error, want)
+		}
+		if r, err := s.execute(a, apitype.ExecuteRequest{Code: "echo $y", Context: sh.ID}); err != nil || r.Stdout != "7\n" {
+			t.Errorf("the bash context after the resume: %+v %v", r, err)
+		}
+	}
+	checkKept(s, "42 None kept\n")
+
+	// A restart pauses it with its memory, and the next server resumes
+	// it so (auto_resume).
+	s2 := restart(t, s, syscall.SIGTERM)
+	if d, err := s2.c.Session(ctx, a); err != nil || d.State != apitype.StatePaused || d.Restores != apitype.RestoreMemory {
+		t.Fatalf("after the restart: %+v %v", d, err)
+	}
+	checkKept(s2, "43 None kept\n")
+	if d, _ := s2.c.Session(ctx, a); d.Restored != apitype.RestoreMemory {
+		t.Errorf("restored after the restart: %q (%s)", d.Restored, d.RestoredReason)
+	}
+
+	// A modified memory image: refused; the files come back instead.
+	if _, err := s2.c.PauseSession(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	memDir := filepath.Join(dataDir(s2), "sessions", a, "memory")
+	ents, err := os.ReadDir(memDir)
+	if err != nil || len(ents) == 0 {
+		t.Fatalf("the memory image: %v %v", ents, err)
+	}
+	f := filepath.Join(memDir, ents[len(ents)-1].Name())
+	b, _ := os.ReadFile(f)
+	b[len(b)/2] ^= 0xff
+	os.WriteFile(f, b, 0o600)
+	res, err = s2.c.ResumeSession(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Restored != apitype.RestoreFiles || !strings.Contains(res.RestoredReason, "digest") {
+		t.Errorf("a modified memory image: restored %q, %q", res.Restored, res.RestoredReason)
+	}
+	if r := s2.exec(a, "print(open('/workspace/f').read())"); r.Stdout != "kept\n" {
+		t.Errorf("files after the fallback: %+v", r)
+	}
+	if r := s2.exec(a, "x"); r.Error == nil || r.Error.Name != "NameError" {
+		t.Errorf("a variable of a refused memory image: %+v", r)
+	}
+	// Nothing is left of the pauses, restores and the relays.
+	s2.c.DeleteSession(ctx, a)
+	s2.stop()
+	left := append(checkNothingLeft(s2.name), runscProcs(s2.name)...)
+	for _, d := range []string{filepath.Join("/run", s2.name, "gvisor"), filepath.Join(dataDir(s2), "sessions")} {
+		if ents, _ := os.ReadDir(d); len(ents) > 0 {
+			left = append(left, d+": "+ents[0].Name())
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("left behind:\n%s", strings.Join(left, "\n"))
+	}
+}
+
+// The memory image counts against the tenant's paused-disk quota: a
+// pause with no room for it keeps the files and says why.
+func TestGVisorPauseMemoryQuota(t *testing.T) {
+	cfg := gvisorMemoryConfig(t, map[string]any{"quotas": map[string]any{"max_paused_bytes": 8 << 20}})
+	cfg["server"] = map[string]any{"auth": "keys"}
+	s := startServer(t, cfg)
+	c := s.as(s.newKey("acme"))
+	ctx := context.Background()
+	sess, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sess.Restores != apitype.RestoreMemory {
+		t.Fatalf("restores: %q", sess.Restores)
+	}
+	p, err := c.PauseSession(ctx, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Restores != apitype.RestoreFiles || p.Paused.MemoryBytes != 0 || !strings.Contains(p.Paused.MemoryError, "quota") {
+		t.Errorf("paused over the quota: %+v %+v", p, p.Paused)
+	}
+	res, err := c.ResumeSession(ctx, sess.ID)
+	if err != nil || res.Restored != apitype.RestoreFiles {
+		t.Errorf("resumed: %+v %v", res, err)
+	}
+	c.DeleteSession(ctx, sess.ID)
+}

@@ -1,0 +1,395 @@
+package gvisor
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/internal/errdefs"
+	"airlock/internal/workspace"
+)
+
+// copyKeeper copies the keeper binary src into the state directory, once
+// per version of it (its size and modification time name the copy):
+// sandboxes bind the copy, which nothing rewrites under them, and a
+// checkpoint restores only with the keeper it was taken with. Other
+// versions' copies are left (a server or doctor of another version may
+// use them); each is the size of the airlock binary.
+func copyKeeper(stateDir, src string) (string, error) {
+	st, err := os.Stat(src)
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(stateDir, "gvisor-keeper")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	name := fmt.Sprintf("keeper-%d-%d", st.Size(), st.ModTime().UnixNano())
+	dst := filepath.Join(dir, name)
+	if got, err := os.Stat(dst); err == nil && got.Size() == st.Size() {
+		return dst, nil
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return "", err
+	}
+	defer in.Close()
+	tmp, err := os.CreateTemp(dir, ".tmp-")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, in); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Chmod(0o500); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	return dst, os.Rename(tmp.Name(), dst)
+}
+
+// Host is the host that started the sandbox.
+func (s *Sandbox) Host() *Host { return s.h }
+
+// Keeps reports whether the host's sandboxes can be checkpointed with
+// their programs (Options.Keeper).
+func (h *Host) Keeps() bool { return h.keeper != "" }
+
+// Checkpoint is what Sandbox.Checkpoint wrote: the image's size and
+// digest, which Restore checks before runsc reads it.
+type Checkpoint struct {
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+}
+
+// ErrNoCheckpoint: the sandbox cannot be checkpointed with its programs.
+var ErrNoCheckpoint = errors.New("gvisor: this sandbox cannot be checkpointed")
+
+// Checkpoint writes the sandbox's memory and processes to dir (which
+// must not exist: it is made owner-only) with `runsc checkpoint`, which
+// ends the sandbox; Close must still be called (its workspace stays
+// readable until then). An image over max bytes is removed and refused
+// (ErrTooLarge). A sandbox with a network (its sockets are the host's)
+// or without a keeper is refused (ErrNoCheckpoint) and keeps running.
+func (s *Sandbox) Checkpoint(ctx context.Context, dir string, max int64) (Checkpoint, error) {
+	if s.h.keeper == "" || s.netns != nil {
+		return Checkpoint{}, ErrNoCheckpoint
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return Checkpoint{}, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			os.RemoveAll(dir)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, s.h.opts.Runsc, append(s.globalFlags(), "checkpoint", "--image-path", dir, s.id)...)
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return Checkpoint{}, errdefs.Private(errdefs.ErrUnavailable, "the gVisor sandbox could not be checkpointed", fmt.Errorf("%v: %s; %s", err, bytes.TrimSpace(out), s.diag()))
+	}
+	// The container ends with its checkpoint.
+	select {
+	case <-s.dead:
+	case <-time.After(10 * time.Second):
+		s.cg.Kill()
+		<-s.dead
+	}
+	c, err := sumCheckpoint(dir, max, true)
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	ok = true
+	return c, nil
+}
+
+// sumCheckpoint sums the size and digest of the image in dir: its
+// regular files by name (anything else is refused), at most max bytes;
+// own makes them owner-only first.
+func sumCheckpoint(dir string, max int64, own bool) (Checkpoint, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	names := make([]string, 0, len(ents))
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	var c Checkpoint
+	for _, name := range names {
+		p := filepath.Join(dir, name)
+		st, err := os.Lstat(p)
+		if err != nil {
+			return Checkpoint{}, err
+		}
+		if !st.Mode().IsRegular() {
+			return Checkpoint{}, fmt.Errorf("%w: %s in the checkpoint is not a regular file", errdefs.ErrImageCorrupt, name)
+		}
+		if own {
+			if err := os.Chmod(p, 0o600); err != nil {
+				return Checkpoint{}, err
+			}
+		}
+		if c.Bytes += st.Size(); c.Bytes > max {
+			return Checkpoint{}, fmt.Errorf("%w: the sandbox's memory image is larger than %d bytes", errdefs.ErrTooLarge, max)
+		}
+		f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+		if err != nil {
+			return Checkpoint{}, err
+		}
+		fmt.Fprintf(h, "%q %d\n", name, st.Size())
+		n, err := io.Copy(h, io.LimitReader(f, st.Size()+1))
+		f.Close()
+		if err != nil {
+			return Checkpoint{}, err
+		}
+		if n != st.Size() {
+			return Checkpoint{}, fmt.Errorf("%w: %s in the checkpoint changed while it was read", errdefs.ErrImageCorrupt, name)
+		}
+	}
+	c.SHA256 = hex.EncodeToString(h.Sum(nil))
+	return c, nil
+}
+
+// restoreArgs are what start needs to restore a sandbox.
+type restoreArgs struct {
+	dir  string
+	fill func(*workspace.Dir) error
+}
+
+// Restore boots a sandbox from the checkpoint in dir, which must match
+// want (its size and digest as Checkpoint returned them; anything else is
+// ErrImageCorrupt, and runsc never reads it), after fill has put the
+// files back in its workspace: its programs run on where they were, and
+// Attach connects to them again. spec must be as the checkpointed
+// sandbox's was, but for its name.
+func (h *Host) Restore(ctx context.Context, spec Spec, dir string, want Checkpoint, fill func(*workspace.Dir) error) (*Sandbox, error) {
+	if h.keeper == "" || spec.NetNS != nil {
+		if spec.NetNS != nil {
+			spec.NetNS.Close()
+		}
+		return nil, ErrNoCheckpoint
+	}
+	got, err := sumCheckpoint(dir, want.Bytes, false)
+	if err == nil && got != want {
+		err = fmt.Errorf("%w: the memory image does not match the digest recorded when it was written", errdefs.ErrImageCorrupt)
+	}
+	if err != nil {
+		if errors.Is(err, errdefs.ErrTooLarge) {
+			err = fmt.Errorf("%w: the memory image is larger than when it was written", errdefs.ErrImageCorrupt)
+		}
+		return nil, err
+	}
+	return h.start(ctx, spec, &restoreArgs{dir: dir, fill: fill})
+}
+
+// Attach connects files to the program pid of a restored sandbox, as
+// Exec connected the program's own when it started it (the same number,
+// the same kinds): what it reads and writes goes through them from now
+// on, and its exit arrives on the returned channel.
+func (s *Sandbox) Attach(pid int, files []*os.File) (<-chan Exit, error) {
+	if s.h.keeper == "" {
+		return nil, ErrNoCheckpoint
+	}
+	_, exit, err := s.relay(keeperReq{Op: "attach", Pid: pid}, files)
+	return exit, err
+}
+
+// relay starts a relay with `runsc exec` for req (a program to start, or
+// to attach to) with files as the program's descriptors, and returns the
+// program's pid and its exit, as Exec does.
+func (s *Sandbox) relay(req keeperReq, files []*os.File) (pid int, exit <-chan Exit, err error) {
+	if len(files) < 3 {
+		return 0, nil, fmt.Errorf("%w: missing stdio", errdefs.ErrInvalidArgument)
+	}
+	n, done, err := s.beginExec()
+	if err != nil {
+		return 0, nil, err
+	}
+	started := false
+	defer func() {
+		if !started {
+			done()
+		}
+	}()
+	rp, err := processSpec([]string{keeperPath, keeperArg, "relay", strconv.Itoa(len(files))}, nil, "/", s.spec.Limits)
+	if err != nil {
+		return 0, nil, err
+	}
+	rp.User.UID, rp.User.GID = 0, 0
+	procFile := filepath.Join(s.dir, fmt.Sprintf("exec-%d.json", n))
+	b, err := json.Marshal(rp)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := os.WriteFile(procFile, b, 0o600); err != nil {
+		return 0, nil, err
+	}
+	defer os.Remove(procFile)
+	reqR, reqW, err := os.Pipe()
+	if err != nil {
+		return 0, nil, err
+	}
+	defer reqR.Close()
+	repR, repW, err := os.Pipe()
+	if err != nil {
+		reqW.Close()
+		return 0, nil, err
+	}
+	defer repR.Close()
+	// A socket goes in as two pipes (see keeperReq.Duplex), joined to it
+	// here.
+	relayFiles := append([]*os.File{}, files...)
+	var outs []*os.File // the relay's ends of the pipes out, after reqR and repW
+	var joins []func()
+	closeTheirs := func() {
+		for _, f := range outs {
+			f.Close()
+		}
+	}
+	for i, f := range files {
+		if !isSocket(f) {
+			continue
+		}
+		in, out, join, err := splitSocket(f)
+		if err != nil {
+			closeTheirs()
+			reqW.Close()
+			return 0, nil, err
+		}
+		if req.Duplex == nil {
+			req.Duplex = map[int]int{}
+		}
+		relayFiles[i] = in
+		outs = append(outs, in, out)
+		req.Duplex[i] = len(files) + 2 + len(joins)
+		joins = append(joins, join)
+	}
+	defer closeTheirs()
+	all := append(append([]*os.File{}, relayFiles...), reqR, repW)
+	for j := 1; j < len(outs); j += 2 {
+		all = append(all, outs[j])
+	}
+	cmd, said := s.execCommand(procFile, all)
+	err = cmd.Start()
+	repW.Close()
+	if err != nil {
+		for _, join := range joins {
+			go join() // ends at once: its pipes' other ends are closed
+		}
+		reqW.Close()
+		return 0, nil, errdefs.Private(errdefs.ErrUnavailable, "runsc exec could not be started", err)
+	}
+	started = true
+	for _, join := range joins {
+		go join()
+	}
+	// The request (a program's environment may hold secrets) goes
+	// through a pipe, never a file or a command line.
+	go func() {
+		json.NewEncoder(reqW).Encode(req)
+		reqW.Close()
+	}()
+	exited := s.watchExec(cmd, said, done)
+	rep := bufio.NewReader(io.LimitReader(repR, 4<<10))
+	line, rerr := rep.ReadString('\n')
+	line = strings.TrimSpace(line)
+	pid, _ = strconv.Atoi(line)
+	if rerr != nil || pid <= 1 {
+		e := <-exited
+		why := strings.TrimPrefix(line, "!")
+		if why == "" {
+			why = fmt.Sprintf("the relay ended with %v", e.Status)
+		}
+		return 0, nil, errdefs.Private(errdefs.ErrUnavailable, "the gVisor sandbox could not start the program", fmt.Errorf("%s; %s", why, s.diag()))
+	}
+	ch := make(chan Exit, 1)
+	go func() {
+		// The relay says how the program ended when it does, and goes on
+		// copying its output; its own exit says only when it did not.
+		line, err := rep.ReadString('\n')
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "x "); ok && err == nil {
+			if ws, err := strconv.Atoi(v); err == nil {
+				ch <- Exit{Pid: pid, Status: syscall.WaitStatus(ws)}
+				return
+			}
+		}
+		e := <-exited
+		e.Pid = pid
+		ch <- e
+	}()
+	return pid, ch, nil
+}
+
+func isSocket(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeSocket != 0
+}
+
+// splitSocket joins the socket f to two pipes: what f reads goes into the
+// write end of in (the relay reads its read end, returned), what the relay
+// writes into out comes out of f. join copies until both directions end;
+// it owns a duplicate of f, the caller keeps f.
+func splitSocket(f *os.File) (in, out *os.File, join func(), err error) {
+	fd, err := unix.Dup(int(f.Fd()))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	unix.CloseOnExec(fd)
+	unix.SetNonblock(fd, true)
+	sock := os.NewFile(uintptr(fd), "socket")
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		sock.Close()
+		return nil, nil, nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		sock.Close()
+		inR.Close()
+		inW.Close()
+		return nil, nil, nil, err
+	}
+	join = func() {
+		done := make(chan struct{})
+		go func() {
+			io.Copy(inW, sock)
+			inW.Close()
+			close(done)
+		}()
+		io.Copy(sock, outR)
+		outR.Close()
+		unix.Shutdown(int(fd), unix.SHUT_WR)
+		// The relay is gone: nothing reads what the socket still says.
+		sock.SetReadDeadline(time.Now())
+		<-done
+		sock.Close()
+	}
+	return inR, outW, join, nil
+}

@@ -1,0 +1,199 @@
+package gvisor
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/internal/cgroup"
+	"airlock/internal/errdefs"
+)
+
+// The test binary is the keeper of its sandboxes, as airlock's is.
+func TestMain(m *testing.M) {
+	MainIfKeeper()
+	os.Exit(m.Run())
+}
+
+// keeperHost is testHost whose sandboxes' init is the keeper.
+func keeperHost(t *testing.T) (*Host, *cgroup.Host) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testHostWith(t, "systrap", self)
+}
+
+// Programs the keeper starts are the sandbox user's, without a single
+// capability, under no_new_privs, with their exit status and output
+// relayed, and an empty stdin ends.
+func TestKeeperPrograms(t *testing.T) {
+	h, _ := keeperHost(t)
+	sb, err := h.Start(context.Background(), Spec{Name: "g-keep", Limits: limits()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	e, out, errs := runIn(t, sb, []string{"/bin/sh", "-c", "id -u; id -G; grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs)' /proc/self/status; cat; echo err >&2; exit 3"})
+	if !e.Status.Exited() || e.Status.ExitStatus() != 3 {
+		t.Fatalf("exit %v, stderr %q", e.Status, errs)
+	}
+	if errs != "err\n" {
+		t.Errorf("stderr %q", errs)
+	}
+	want := "1000\n1000\nCapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapBnd:\t0000000000000000\nCapAmb:\t0000000000000000\nNoNewPrivs:\t1\n"
+	if out != want {
+		t.Errorf("stdout %q, want %q", out, want)
+	}
+	// The keeper and its socket are out of the sandbox user's reach.
+	e, out, _ = runIn(t, sb, []string{"/bin/sh", "-c", "ls " + keeperDir + " 2>&1; kill -9 1 2>&1; echo $?"})
+	if strings.Contains(out, "keeper.sock") || !strings.HasSuffix(out, "1\n") {
+		t.Errorf("the sandbox user reached the keeper: %q", out)
+	}
+}
+
+// A checkpointed sandbox restored into a new one runs on: a shell's
+// variable and its background process survive, and a new relay
+// attaches to it.
+func TestCheckpointRestore(t *testing.T) {
+	h, _ := keeperHost(t)
+	sb, err := h.Start(context.Background(), Spec{Name: "g-ck1", Limits: limits()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	inR, inW, _ := os.Pipe()
+	outR, outW, _ := os.Pipe()
+	errR, errW, _ := os.Pipe()
+	defer inW.Close()
+	defer outR.Close()
+	defer errR.Close()
+	// fd 3 is a socket, as a runtime's control socket is: a host socket
+	// in the sandbox would make the checkpoint unrestorable.
+	ours, theirs := socketPair(t)
+	defer ours.Close()
+	pid, _, err := sb.Exec(Process{Argv: []string{"/bin/sh", "-c", `v=before; sleep 1000 & echo "bg $!"; while read line; do echo "$v $line"; echo "ctl $line" >&3; v=$line; done`},
+		Env: []string{"PATH=/usr/bin:/bin"}, Files: []*os.File{inR, outW, errW, theirs}})
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	theirs.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := bufio.NewReader(outR)
+	bg, _ := out.ReadString('\n')
+	inW.WriteString("a\n")
+	if l, _ := out.ReadString('\n'); l != "before a\n" {
+		t.Fatalf("before the checkpoint: %q", l)
+	}
+	if l, _ := bufio.NewReader(ours).ReadString('\n'); l != "ctl a\n" {
+		t.Fatalf("the socket before the checkpoint: %q", l)
+	}
+	dir := filepath.Join(t.TempDir(), "memory")
+	begun := time.Now()
+	c, err := sb.Checkpoint(context.Background(), dir, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("checkpoint: %v, %d bytes", time.Since(begun), c.Bytes)
+	sb.Close()
+	outR.Close()
+	inW.Close()
+
+	begun = time.Now()
+	sb2, err := h.Restore(context.Background(), Spec{Name: "g-ck2", Limits: limits()}, dir, c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb2.Close()
+	inR, inW, _ = os.Pipe()
+	outR, outW, _ = os.Pipe()
+	errR, errW, _ = os.Pipe()
+	ours2, theirs2 := socketPair(t)
+	defer ours2.Close()
+	exit, err := sb2.Attach(pid, []*os.File{inR, outW, errW, theirs2})
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	theirs2.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("restore and attach: %v", time.Since(begun))
+	out = bufio.NewReader(outR)
+	inW.WriteString("b\n")
+	if l, _ := out.ReadString('\n'); l != "a b\n" {
+		t.Fatalf("after the restore: %q (the variable was lost?)", l)
+	}
+	if l, _ := bufio.NewReader(ours2).ReadString('\n'); l != "ctl b\n" {
+		t.Fatalf("the socket after the restore: %q", l)
+	}
+	bgPid := strings.TrimSpace(strings.TrimPrefix(bg, "bg "))
+	e, o, _ := runIn(t, sb2, []string{"/bin/sh", "-c", "kill -0 " + bgPid + " && echo alive"})
+	if o != "alive\n" {
+		t.Errorf("the background process %s did not survive: %v %q", bgPid, e.Status, o)
+	}
+	inW.Close()
+	select {
+	case e := <-exit:
+		if !e.Status.Exited() || e.Status.ExitStatus() != 0 {
+			t.Errorf("the restored shell ended with %v", e.Status)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the restored shell did not end at the end of its input")
+	}
+}
+
+// A memory image changed after it was written is refused before runsc
+// reads it, and leaves nothing behind.
+func TestRestoreRefusesAModifiedImage(t *testing.T) {
+	h, _ := keeperHost(t)
+	sb, err := h.Start(context.Background(), Spec{Name: "g-ck3", Limits: limits()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	dir := filepath.Join(t.TempDir(), "memory")
+	c, err := sb.Checkpoint(context.Background(), dir, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb.Close()
+	ents, _ := os.ReadDir(dir)
+	if len(ents) == 0 {
+		t.Fatal("an empty image")
+	}
+	for _, e := range ents {
+		if fi, _ := e.Info(); fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s has mode %v, not owner-only", e.Name(), fi.Mode())
+		}
+	}
+	p := filepath.Join(dir, ents[len(ents)-1].Name())
+	b, _ := os.ReadFile(p)
+	b[len(b)/2] ^= 1
+	os.WriteFile(p, b, 0o600)
+	_, err = h.Restore(context.Background(), Spec{Name: "g-ck4", Limits: limits()}, dir, c, nil)
+	if !errors.Is(err, errdefs.ErrImageCorrupt) {
+		t.Fatalf("a modified image: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(h.dir, "g-ck4")); !os.IsNotExist(err) {
+		t.Errorf("the refused restore left its directory: %v", err)
+	}
+}
+
+func socketPair(t *testing.T) (*os.File, *os.File) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "theirs")
+}

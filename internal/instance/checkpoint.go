@@ -1,0 +1,131 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+
+	"airlock/internal/cleanup"
+	"airlock/internal/config"
+	"airlock/internal/gvisor"
+	"airlock/internal/jail"
+	"airlock/internal/runtimes"
+	"airlock/internal/workspace"
+)
+
+// Keeping memory: a gVisor sandbox whose init is the keeper (see
+// package gvisor) can be checkpointed with its runtimes and restored into
+// a fresh sandbox, where they are attached to again by pid.
+
+// Keeps reports whether a pause of the instance can keep its memory: a
+// gVisor sandbox with a keeper and without a network (its sockets would
+// be the host's).
+func (in *Instance) Keeps() bool {
+	g, ok := in.sb.(*gvisorSandbox)
+	if !ok || !g.Host().Keeps() {
+		return false
+	}
+	_, hasNet := g.NetNS()
+	return !hasNet
+}
+
+// KeepsMemory reports whether kernel k's sandboxes without a network
+// can be checkpointed with their memory.
+func KeepsMemory(k Kernel) bool {
+	g, ok := k.(GVisor)
+	return ok && g.Host.Keeps()
+}
+
+// Checkpoint writes the instance's memory and processes to dir (see
+// gvisor.Sandbox.Checkpoint), at most max bytes; the sandbox ends with
+// it, and the instance must then be closed. Its workspace stays readable
+// until then.
+func (in *Instance) Checkpoint(ctx context.Context, dir string, max int64) (gvisor.Checkpoint, error) {
+	g, ok := in.sb.(*gvisorSandbox)
+	if !ok || !in.Keeps() {
+		return gvisor.Checkpoint{}, gvisor.ErrNoCheckpoint
+	}
+	return g.Checkpoint(ctx, dir, max)
+}
+
+// Checkpoint is what a checkpoint wrote (its size and digest).
+type Checkpoint = gvisor.Checkpoint
+
+// Memory is a checkpoint to restore an instance from.
+type Memory struct {
+	Dir        string
+	Checkpoint gvisor.Checkpoint
+	// Pid is the first runtime's pid in the sandbox.
+	Pid int
+}
+
+// Restore builds an instance of rt with limits l from the checkpoint mem
+// on kernel k (a gVisor one with a keeper), fill having put its files
+// back first, and attaches to its first runtime. Closing it frees its
+// slot.
+func Restore(ctx context.Context, k Kernel, slots *Slots, rt runtimes.Runtime, l config.Limits, mem Memory, fill func(*workspace.Dir) error) (_ *Instance, err error) {
+	g, ok := k.(GVisor)
+	if !ok || !g.Host.Keeps() {
+		return nil, gvisor.ErrNoCheckpoint
+	}
+	slot, err := slots.Get()
+	if err != nil {
+		return nil, err
+	}
+	var undo cleanup.Stack
+	defer func() {
+		if err != nil {
+			undo.Run()
+		}
+	}()
+	undo.AddFunc(func() { slots.Put(slot) })
+	unhold := k.Root().hold()
+	undo.AddFunc(unhold)
+	spec := gvisor.Spec{Name: GVisorPrefix + strconv.FormatUint(uint64(slot), 10), Limits: l, Root: k.Root().Jail()}
+	gsb, err := g.Host.Restore(ctx, spec, mem.Dir, mem.Checkpoint, fill)
+	if err != nil {
+		return nil, err
+	}
+	sb := &gvisorSandbox{Sandbox: gsb, exits: make(chan jail.Exit, 16)}
+	undo.Add(sb.Close)
+	it, err := connectRuntime(sb, rt, func(stdio [4]*os.File) (int, error) {
+		exit, err := sb.Attach(mem.Pid, stdio[:])
+		if err != nil {
+			return 0, err
+		}
+		sb.report(exit)
+		return mem.Pid, nil
+	}, true)
+	if err != nil {
+		return nil, err
+	}
+	undo.Release()
+	return &Instance{sb: sb, isolation: k.Isolation(), Interp: it, started: it.started, release: func() { slots.Put(slot); unhold() }}, nil
+}
+
+// AttachInterp attaches to the runtime rt of pid that runs beside the
+// first in a restored instance (one StartInterp started before the
+// checkpoint); the caller configures nothing (it kept its state),
+// attaches its output and closes it.
+func (in *Instance) AttachInterp(rt runtimes.Runtime, pid int) (*Interp, error) {
+	g, ok := in.sb.(*gvisorSandbox)
+	if !ok {
+		return nil, gvisor.ErrNoCheckpoint
+	}
+	var exit <-chan jail.Exit
+	it, err := connectRuntime(in.sb, rt, func(stdio [4]*os.File) (int, error) {
+		ch, err := g.Attach(pid, stdio[:])
+		exit = exitsOf(ch)
+		return pid, err
+	}, true)
+	if err != nil {
+		return nil, err
+	}
+	it.watchExit(exit)
+	return it, nil
+}
+
+// IsNoCheckpoint reports whether err says a sandbox cannot keep its
+// memory (rather than that keeping it failed).
+func IsNoCheckpoint(err error) bool { return errors.Is(err, gvisor.ErrNoCheckpoint) }

@@ -1,0 +1,241 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"airlock/internal/apitype"
+	"airlock/internal/config"
+	"airlock/internal/errdefs"
+	"airlock/internal/instance"
+	"airlock/internal/pauseimage"
+	"airlock/internal/runtimes"
+	"airlock/internal/workspace"
+)
+
+// Keeping memory across a pause (gvisor.checkpoint): once a pause has
+// written a session's files, a session whose sandbox can be checkpointed
+// (gVisor with the keeper, no network, no template) is checkpointed
+// into the image too; a resume restores that checkpoint into a fresh
+// sandbox and attaches to its interpreters, which run on with their
+// variables and processes. Whatever fails on the way falls back to the
+// files, and says so: the pause's memory_error, the resume's
+// restored_reason.
+
+// memoryInstance is an Instance that can keep its memory across a pause
+// (an *instance.Instance on gVisor with a keeper).
+type memoryInstance interface {
+	Keeps() bool
+	Checkpoint(ctx context.Context, dir string, max int64) (instance.Checkpoint, error)
+	AttachInterp(rt runtimes.Runtime, pid int) (Beside, error)
+}
+
+func (r realInstance) AttachInterp(rt runtimes.Runtime, pid int) (Beside, error) {
+	it, err := r.Instance.AttachInterp(rt, pid)
+	if err != nil {
+		return nil, err
+	}
+	return it, nil
+}
+
+// memorySource is a Source that can build an instance from a checkpoint.
+type memorySource interface {
+	KeepsMemory() bool
+	Restore(ctx context.Context, rt runtimes.Runtime, l config.Limits, mem instance.Memory, fill func(*workspace.Dir) error) (Instance, error)
+}
+
+// KeepsMemory implements memorySource.
+func (s instances) KeepsMemory() bool {
+	k, ok := s.src.(interface{ KeepsMemory() bool })
+	return ok && k.KeepsMemory()
+}
+
+// Restore implements memorySource.
+func (s instances) Restore(ctx context.Context, rt runtimes.Runtime, l config.Limits, mem instance.Memory, fill func(*workspace.Dir) error) (Instance, error) {
+	r, ok := s.src.(interface {
+		Restore(context.Context, runtimes.Runtime, config.Limits, instance.Memory, func(*workspace.Dir) error) (*instance.Instance, error)
+	})
+	if !ok {
+		return nil, fmt.Errorf("%w: this server's sandboxes cannot be restored with their memory", errdefs.ErrUnsupported)
+	}
+	in, err := r.Restore(ctx, rt, l, mem, fill)
+	if err != nil {
+		return nil, err
+	}
+	return realInstance{in}, nil
+}
+
+// pausedMemory is what a memory image keeps of the session's processes:
+// the pids of its interpreters in the sandbox.
+type pausedMemory struct {
+	Pid      int            `json:"pid"`
+	Contexts map[string]int `json:"contexts,omitempty"`
+}
+
+// keepsMemory reports whether a pause of the session keeps its memory.
+func (s *Session) keepsMemory() bool {
+	mi, ok := s.inst.(memoryInstance)
+	return ok && s.template == "" && mi.Keeps()
+}
+
+// restores is what a pause of the session would keep.
+func (s *Session) restores() string {
+	if !s.m.cfg.Persistence.Enabled {
+		return ""
+	}
+	if s.keepsMemory() {
+		return apitype.RestoreMemory
+	}
+	return apitype.RestoreFiles
+}
+
+// memoryReserve is what a checkpoint of a sandbox with limits l may take
+// on disk: its memory, gVisor's own, and the keeper's.
+func memoryReserve(l config.Limits) int64 { return int64(l.Memory) + 96<<20 }
+
+// writeMemory checkpoints the session's sandbox into the image id its
+// pause wrote (whose files take filesBytes on disk), and returns what the
+// memory takes on disk; an error says why the pause keeps the files
+// only. Once it is called, the sandbox is the pause's to end, whatever
+// happens: the caller ends the session.
+func (s *Session) writeMemory(ctx context.Context, id string, filesBytes int64) (int64, error) {
+	m := s.m
+	mi := s.inst.(memoryInstance)
+	mem := pausedMemory{Pid: s.def.it.(interface{ Pid() int }).Pid()}
+	s.mu.Lock()
+	for _, cid := range s.ctxOrder {
+		c := s.ctxs[cid]
+		if c == nil || c == s.def || !c.end.Zero() {
+			continue
+		}
+		p, ok := c.it.(interface{ Pid() int })
+		if !ok {
+			s.mu.Unlock()
+			return 0, fmt.Errorf("the code context %s cannot be kept", cid)
+		}
+		if mem.Contexts == nil {
+			mem.Contexts = map[string]int{}
+		}
+		mem.Contexts[cid] = p.Pid()
+	}
+	s.mu.Unlock()
+	raw, err := json.Marshal(mem)
+	if err != nil {
+		return 0, err
+	}
+	max := min(memoryReserve(s.limits), int64(m.cfg.Persistence.MaxImageBytes)-filesBytes)
+	if max <= 0 {
+		return 0, fmt.Errorf("%w: the files take all of persistence.max_image_bytes", errdefs.ErrTooLarge)
+	}
+	// With the files just written: the session is not listed as paused
+	// yet, so they are not counted otherwise.
+	release, err := m.reserveImage(s.owner.Tenant, filesBytes+max)
+	if err != nil {
+		return 0, err
+	}
+	defer release()
+	dir, done, err := pauseimage.MemoryTemp(m.persistDir(), id)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	// The sandbox ends with its checkpoint: that is the pause's end of
+	// it, not a death to report.
+	s.checkpointing.Store(true)
+	begun := time.Now()
+	ck, err := mi.Checkpoint(ctx, dir, max)
+	if err != nil {
+		return 0, err
+	}
+	n, err := pauseimage.AddMemory(m.persistDir(), id, dir, pauseimage.Memory{Bytes: ck.Bytes, SHA256: ck.SHA256, Session: raw})
+	if err != nil {
+		return 0, err
+	}
+	m.log.Info("session memory kept", "session", s.id, "bytes", ck.Bytes, "ms", time.Since(begun).Milliseconds())
+	return n, nil
+}
+
+// memoryRestore is a resume's memory image: the resumed session's
+// sandbox is restored from it when it can be.
+type memoryRestore struct {
+	dir  string
+	mem  pauseimage.Memory
+	pids pausedMemory
+	// image restores the files (into the restored sandbox, before it
+	// runs).
+	image *pauseimage.Image
+	max   int64
+	// restored: the sandbox was restored from it; why: why not.
+	restored bool
+	why      error
+}
+
+// resumeMemory is the context key of a resume's *memoryRestore.
+type resumeMemory struct{}
+
+// restoreInstance builds the instance of a session resumed from mr on
+// src: restored with its memory, or nil (mr.why says why).
+func restoreInstance(ctx context.Context, src Source, rt runtimes.Runtime, l config.Limits, mr *memoryRestore) Instance {
+	ms, ok := src.(memorySource)
+	if !ok || !ms.KeepsMemory() {
+		mr.why = fmt.Errorf("%w: this server does not keep memory (gvisor.checkpoint is off)", errdefs.ErrUnsupported)
+		return nil
+	}
+	fill := func(ws *workspace.Dir) error { return mr.image.Restore(ctx, ws, mr.max) }
+	inst, err := ms.Restore(ctx, rt, l, instance.Memory{Dir: mr.dir, Checkpoint: instance.Checkpoint{Bytes: mr.mem.Bytes, SHA256: mr.mem.SHA256}, Pid: mr.pids.Pid}, fill)
+	if err != nil {
+		mr.why = err
+		return nil
+	}
+	mr.restored = true
+	return inst
+}
+
+// attachContexts attaches the code contexts of a session restored with
+// its memory to their interpreters, which kept their state.
+func (s *Session) attachContexts(meta pausedMeta, mr *memoryRestore) error {
+	mi, ok := s.inst.(memoryInstance)
+	if !ok {
+		return gvisorOnly()
+	}
+	s.mu.Lock()
+	s.ctxNext = meta.CtxNext
+	s.mu.Unlock()
+	for _, pc := range meta.Contexts {
+		rt, err := s.m.lookup(pc.Language)
+		if err != nil {
+			return err
+		}
+		pid, ok := mr.pids.Contexts[pc.ID]
+		if !ok {
+			return fmt.Errorf("%w: the memory image has no interpreter for code context %s", errdefs.ErrImageCorrupt, pc.ID)
+		}
+		it, err := mi.AttachInterp(rt, pid)
+		if err != nil {
+			return fmt.Errorf("attaching code context %s: %w", pc.ID, err)
+		}
+		c := &codeContext{id: pc.ID, lang: rt, cwd: pc.Cwd, created: time.Now(), it: it, beside: it, userEnv: pc.Env}
+		if err := it.Attach(contextOutput{s, c}); err != nil {
+			it.Kill()
+			it.Close()
+			return err
+		}
+		if c.env, err = s.contextEnv(rt, pc.ID, pc.Env); err != nil {
+			it.Kill()
+			it.Close()
+			return err
+		}
+		s.mu.Lock()
+		s.ctxs[pc.ID] = c
+		s.ctxOrder = append(s.ctxOrder, pc.ID)
+		s.mu.Unlock()
+		go s.watchContext(c)
+	}
+	return nil
+}
+
+func gvisorOnly() error {
+	return fmt.Errorf("%w: only a gVisor session's memory can be kept", errdefs.ErrUnsupported)
+}
