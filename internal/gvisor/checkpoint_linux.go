@@ -262,7 +262,14 @@ func (s *Sandbox) relay(req keeperReq, files []*os.File) (pid int, exit <-chan E
 		reqW.Close()
 		return 0, nil, err
 	}
-	defer repR.Close()
+	// Read until the program's end is reported (see below): closed
+	// there, or here on failure.
+	repOpen := true
+	defer func() {
+		if repOpen {
+			repR.Close()
+		}
+	}()
 	// A socket goes in as two pipes (see keeperReq.Duplex), joined to it
 	// here.
 	relayFiles := append([]*os.File{}, files...)
@@ -330,10 +337,12 @@ func (s *Sandbox) relay(req keeperReq, files []*os.File) (pid int, exit <-chan E
 		return 0, nil, errdefs.Private(errdefs.ErrUnavailable, "the gVisor sandbox could not start the program", fmt.Errorf("%s; %s", why, s.diag()))
 	}
 	ch := make(chan Exit, 1)
+	repOpen = false
 	go func() {
 		// The relay says how the program ended when it does, and goes on
 		// copying its output; its own exit says only when it did not.
 		line, err := rep.ReadString('\n')
+		repR.Close()
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "x "); ok && err == nil {
 			if ws, err := strconv.Atoi(v); err == nil {
 				ch <- Exit{Pid: pid, Status: syscall.WaitStatus(ws)}
