@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -196,4 +197,106 @@ func socketPair(t *testing.T) (*os.File, *os.File) {
 		t.Fatal(err)
 	}
 	return os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "theirs")
+}
+
+// What a program the keeper started writes reaches the host in the order
+// it wrote it, as when it writes to the host's descriptors itself (runsc
+// exec): a runtime flushes its stdout before it says on its control
+// socket that an execution is done, and the host takes what the pipe
+// holds when it reads that; and all it wrote is in the host's pipes
+// when its end is reported, though a background child holds them open.
+// The host's stdout pipe is smaller than what the program writes at a
+// time, and read slowly, so that the relay waits on it.
+func TestKeeperRelayKeepsOrder(t *testing.T) {
+	h, _ := keeperHost(t)
+	sb, err := h.Start(context.Background(), Spec{Name: "g-order", Limits: limits()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	const chunk, rounds = 60000, 20
+	inR, inW, _ := os.Pipe()
+	outR, outW, _ := os.Pipe()
+	errR, errW, _ := os.Pipe()
+	defer inW.Close()
+	defer outR.Close()
+	defer errR.Close()
+	if _, err := unix.FcntlInt(outW.Fd(), unix.F_SETPIPE_SZ, 4096); err != nil {
+		t.Fatal(err)
+	}
+	ours, theirs := socketPair(t)
+	defer ours.Close()
+	script := `sleep 1000 & while read x; do head -c ` + strconv.Itoa(chunk) + ` /dev/zero; echo done >&3; [ "$x" = last ] && exit 5; done`
+	_, exit, err := sb.Exec(Process{Argv: []string{"/bin/sh", "-c", script},
+		Env: []string{"PATH=/usr/bin:/bin"}, Files: []*os.File{inR, outW, errW, theirs}})
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	theirs.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fd makes a file blocking: once, then non-blocking for good.
+	outFd, ctlFd := int(outR.Fd()), int(ours.Fd())
+	unix.SetNonblock(outFd, true)
+	unix.SetNonblock(ctlFd, true)
+	got := 0
+	buf := make([]byte, 64<<10)
+	// take reads what the host's stdout pipe holds now.
+	take := func() {
+		for {
+			n, _ := unix.Read(outFd, buf)
+			if n <= 0 {
+				return
+			}
+			got += n
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; i < rounds; i++ {
+		word := "next\n"
+		if i == rounds-1 {
+			word = "last\n"
+		}
+		inW.WriteString(word)
+		want := chunk * (i + 1)
+		for said := false; !said; {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: no word from the program (%d bytes of output)", i, got)
+			}
+			fds := []unix.PollFd{{Fd: int32(ctlFd), Events: unix.POLLIN}, {Fd: int32(outFd), Events: unix.POLLIN}}
+			unix.Poll(fds, 10)
+			if i == rounds-1 {
+				// The end, with a background child holding stdout open.
+				select {
+				case e := <-exit:
+					if e.Status.ExitStatus() != 5 {
+						t.Fatalf("the program ended with %v", e.Status)
+					}
+					said = true
+				default:
+				}
+			} else if fds[0].Revents != 0 {
+				n, _ := unix.Read(ctlFd, buf)
+				if n > 0 {
+					if string(buf[:n]) != "done\n" {
+						t.Fatalf("round %d: the control socket said %q", i, buf[:n])
+					}
+					said = true
+				}
+			}
+			if said {
+				take()
+				if got != want {
+					t.Fatalf("round %d: the host had %d bytes of output, %d were written before the program said so", i, got, want)
+				}
+			} else if fds[1].Revents != 0 {
+				// A slow reader: the relay waits on the host's pipe
+				// long after the program wrote.
+				n, _ := unix.Read(outFd, buf[:1024])
+				got += max(n, 0)
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
 }

@@ -116,6 +116,8 @@ type kept struct {
 type keeper struct {
 	mu   sync.Mutex
 	kids map[int]*kept
+	// sleep waits between failed accepts (a test's records them).
+	sleep func(time.Duration)
 }
 
 func keeperMain() int {
@@ -129,19 +131,11 @@ func keeperMain() int {
 	if err != nil {
 		return say("%v", err)
 	}
-	k := &keeper{kids: map[int]*kept{}}
+	k := &keeper{kids: map[int]*kept{}, sleep: time.Sleep}
 	chld := make(chan os.Signal, 16)
 	signal.Notify(chld, syscall.SIGCHLD)
 	go k.reap(chld)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				continue
-			}
-			go k.serve(c)
-		}
-	}()
+	go k.accept(ln)
 	os.Stdout.Write([]byte("\n"))
 	// The server's life pipe: a byte asks for a ready line (after a
 	// restore, on the new pipe), its end ends the sandbox.
@@ -154,6 +148,27 @@ func keeperMain() int {
 		if err != nil {
 			return 0
 		}
+	}
+}
+
+// accept serves relays until the listener fails for good. A failure
+// that may pass (out of descriptors, say) is retried after a pause that
+// grows to a second, as net/http's server does, never in a busy loop.
+func (k *keeper) accept(ln net.Listener) {
+	var pause time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			fmt.Fprintf(os.Stderr, "airlock keeper: accept: %v; again in %v\n", err, pause)
+			k.sleep(pause)
+			continue
+		}
+		pause = 0
+		go k.serve(c)
 	}
 }
 
@@ -538,6 +553,11 @@ func relayMain() int {
 		if len(fds) == 0 {
 			return fail("the keeper sent too few descriptors")
 		}
+		// Non-blocking (the keeper never reads or writes them): the
+		// copier reads what they hold without waiting.
+		if err := unix.SetNonblock(fds[0], true); err != nil {
+			return fail("the program's descriptor: %v", err)
+		}
 		outer[i] = os.NewFile(uintptr(fds[0]), "outer")
 		fds = fds[1:]
 	}
@@ -546,12 +566,13 @@ func relayMain() int {
 	}
 	fmt.Fprintf(report, "%d\n", first.Pid)
 	var wmu sync.Mutex
-	// outs: the copies out, done once they closed the host's side;
-	// drained: done once what they copy ended. The host's side of an
-	// output closes only once the program's end is reported (closed
-	// reported): whoever reads it learns how the program ended before
-	// it sees the end of its output, as with a program of its own.
-	var outs, drained sync.WaitGroup
+	// The outputs are copied in the order the program wrote them (see
+	// copier); the host's side of an output closes only once the
+	// program's end is reported: whoever reads it learns how the
+	// program ended before it sees the end of its output, as with a
+	// program of its own.
+	cp := &copier{}
+	var outs sync.WaitGroup
 	reported := make(chan struct{})
 	for i, kind := range first.Kinds {
 		h, o := host[i], outer[i]
@@ -565,12 +586,14 @@ func relayMain() int {
 				wmu.Unlock()
 			}()
 		case kindOut:
+			out, err := cp.add(o, h, false)
+			if err != nil {
+				return fail("output %d: %v", i, err)
+			}
 			outs.Add(1)
-			drained.Add(1)
 			go func() {
 				defer outs.Done()
-				io.Copy(h, o)
-				drained.Done()
+				cp.copy(out)
 				<-reported
 				h.Close()
 			}()
@@ -579,13 +602,18 @@ func relayMain() int {
 			if fd, ok := req.Duplex[i]; ok && fd > n+1 {
 				hout = os.NewFile(uintptr(fd), "host-out")
 			}
-			go func() { io.Copy(o, h); unix.Shutdown(int(o.Fd()), unix.SHUT_WR) }()
+			out, err := cp.add(o, hout, true)
+			if err != nil {
+				return fail("output %d: %v", i, err)
+			}
+			go func() {
+				io.Copy(o, h)
+				out.rc.Control(func(fd uintptr) { unix.Shutdown(int(fd), unix.SHUT_WR) })
+			}()
 			outs.Add(1)
-			drained.Add(1)
 			go func() {
 				defer outs.Done()
-				io.Copy(hout, o)
-				drained.Done()
+				cp.copy(out)
 				<-reported
 				if hout != h {
 					hout.Close()
@@ -605,16 +633,12 @@ func relayMain() int {
 	if err != nil || end.Exit == nil {
 		return 128 // the keeper is gone: so is the sandbox
 	}
-	// The program's end is reported once what it wrote is copied; what
-	// background children holding its output go on writing is copied
-	// after, until they close it, as when they held the host's
-	// descriptors themselves.
-	done := make(chan struct{})
-	go func() { drained.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(250 * time.Millisecond):
-	}
+	// The keeper reports an end once the program is reaped: all it
+	// wrote is in its outputs now, and reaches the host before the
+	// end does. What background children holding its outputs write
+	// later is copied after, until they close them, as when they held
+	// the host's descriptors themselves.
+	cp.flush()
 	fmt.Fprintf(report, "x %d\n", *end.Exit)
 	report.Close()
 	close(reported)
@@ -624,6 +648,118 @@ func relayMain() int {
 		return 128 + int(ws.Signal())
 	}
 	return ws.ExitStatus()
+}
+
+// copier copies a program's outputs (its pipes and sockets, in the
+// sandbox) to the host's descriptors, one chunk at a time, so that a
+// socket's words come after what the program wrote to its pipes before
+// them: before a chunk read from a socket goes out, what the pipes hold
+// goes first. A runtime flushes its stdout before it says on its control
+// socket that an execution is done, and the host takes what the pipe
+// holds when it reads that: as with runsc exec, where the program writes
+// to the host's pipe itself, it must all be there. (What a pipe holds
+// may have been written after the socket's chunk: it then comes early,
+// never late. Across pipes no order is kept, nor is one with a program
+// of its own: each has its reader.)
+type copier struct {
+	mu   sync.Mutex // held while a chunk is read and written
+	outs []*output
+}
+
+type output struct {
+	f      *os.File // the sandbox's side, non-blocking
+	rc     syscall.RawConn
+	host   io.Writer
+	socket bool
+	buf    []byte
+	eof    bool // under mu
+}
+
+// add copies o (non-blocking; its Fd is never called, which would make
+// it blocking) to host.
+func (cp *copier) add(o *os.File, host io.Writer, socket bool) (*output, error) {
+	rc, err := o.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	out := &output{f: o, rc: rc, host: host, socket: socket, buf: make([]byte, 64<<10)}
+	cp.mu.Lock()
+	cp.outs = append(cp.outs, out)
+	cp.mu.Unlock()
+	return out, nil
+}
+
+// copy copies out until its writers are gone (or the host's side is).
+func (cp *copier) copy(out *output) {
+	for {
+		done := false
+		err := out.rc.Read(func(fd uintptr) bool {
+			cp.mu.Lock()
+			defer cp.mu.Unlock()
+			n, err := unix.Read(int(fd), out.buf)
+			switch {
+			case n > 0:
+				if out.socket {
+					cp.flushLocked(false)
+				}
+				if _, err := out.host.Write(out.buf[:n]); err != nil {
+					done = true
+				}
+				return true
+			case err == unix.EAGAIN:
+				return false // wait for the poller
+			case err == unix.EINTR:
+				return true
+			default:
+				out.eof, done = true, true
+				return true
+			}
+		})
+		if err != nil || done {
+			cp.mu.Lock()
+			out.eof = true
+			cp.mu.Unlock()
+			return
+		}
+	}
+}
+
+// flush copies what every output holds now, and no more: a writer that
+// goes on cannot hold the caller.
+func (cp *copier) flush() {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	cp.flushLocked(true)
+}
+
+// flushLocked copies what the pipes hold now, the sockets' too with
+// sockets.
+func (cp *copier) flushLocked(sockets bool) {
+	for _, o := range cp.outs {
+		if o.eof || o.socket && !sockets {
+			continue
+		}
+		o.rc.Control(func(fd uintptr) {
+			left, err := unix.IoctlGetInt(int(fd), unix.TIOCINQ) // FIONREAD
+			if err != nil {
+				left = 1 << 20 // a pipe's largest default size
+			}
+			for left > 0 {
+				n, err := unix.Read(int(fd), o.buf[:min(len(o.buf), left)])
+				if n <= 0 {
+					if err != unix.EAGAIN && err != unix.EINTR {
+						o.eof = true
+					}
+					return
+				}
+				if _, err := o.host.Write(o.buf[:n]); err != nil {
+					o.eof = true
+					return
+				}
+				left -= n
+			}
+		})
+	}
 }
 
 // hostKind says how the relay copies its host descriptor fd.
