@@ -30,6 +30,7 @@ func gvisorMemoryConfig(t *testing.T, extra map[string]any) map[string]any {
 // says before it pauses that its memory is kept; after a pause and a
 // resume its variables, a second code context's and a background
 // process are there, its files too; again after a server restart; a
+// fork, of the live session and of the paused one, has them too; a
 // memory image changed on disk is refused and the resume falls back to
 // the files, saying so; the image counts in the paused disk.
 func TestGVisorPauseKeepsMemory(t *testing.T) {
@@ -85,12 +86,36 @@ func TestGVisorPauseKeepsMemory(t *testing.T) {
 	}
 	checkKept(s, "42 None kept\n")
 
+	// A fork of the live session has its memory (a snapshot: the
+	// source runs on), and goes its own way.
+	f, err := s.c.ForkSession(ctx, a)
+	if err != nil || f.Restored != apitype.RestoreMemory || f.RestoredReason != "" {
+		t.Fatalf("a fork of the live session: %+v %v", f, err)
+	}
+	if r := s.exec(f.ID, "x += 100\nprint(x, bg.poll(), open('/workspace/f').read())"); r.Error != nil || r.Stdout != "142 None kept\n" {
+		t.Errorf("the fork: %q %+v", r.Stdout, r.Error)
+	}
+	if r, err := s.execute(f.ID, apitype.ExecuteRequest{Code: "echo $y", Context: sh.ID}); err != nil || r.Stdout != "7\n" {
+		t.Errorf("the fork's bash context: %+v %v", r, err)
+	}
+	s.c.DeleteSession(ctx, f.ID)
+
 	// A restart pauses it with its memory, and the next server resumes
 	// it so (auto_resume).
 	s2 := restart(t, s, syscall.SIGTERM)
 	if d, err := s2.c.Session(ctx, a); err != nil || d.State != apitype.StatePaused || d.Restores != apitype.RestoreMemory {
 		t.Fatalf("after the restart: %+v %v", d, err)
 	}
+	// A fork of the paused session restores its memory image, which
+	// stays the session's.
+	f, err = s2.c.ForkSession(ctx, a)
+	if err != nil || f.Restored != apitype.RestoreMemory {
+		t.Fatalf("a fork of the paused session: %+v %v", f, err)
+	}
+	if r := s2.exec(f.ID, "print(x, bg.poll())"); r.Error != nil || r.Stdout != "42 None\n" {
+		t.Errorf("the fork of the paused session: %q %+v", r.Stdout, r.Error)
+	}
+	s2.c.DeleteSession(ctx, f.ID)
 	checkKept(s2, "43 None kept\n")
 	if d, _ := s2.c.Session(ctx, a); d.Restored != apitype.RestoreMemory {
 		t.Errorf("restored after the restart: %q (%s)", d.Restored, d.RestoredReason)
@@ -105,10 +130,10 @@ func TestGVisorPauseKeepsMemory(t *testing.T) {
 	if err != nil || len(ents) == 0 {
 		t.Fatalf("the memory image: %v %v", ents, err)
 	}
-	f := filepath.Join(memDir, ents[len(ents)-1].Name())
-	b, _ := os.ReadFile(f)
+	mf := filepath.Join(memDir, ents[len(ents)-1].Name())
+	b, _ := os.ReadFile(mf)
 	b[len(b)/2] ^= 0xff
-	os.WriteFile(f, b, 0o600)
+	os.WriteFile(mf, b, 0o600)
 	res, err = s2.c.ResumeSession(ctx, a)
 	if err != nil {
 		t.Fatal(err)

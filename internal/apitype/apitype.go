@@ -245,7 +245,8 @@ type Session struct {
 	// Restores is what a pause of the session would keep ("files" or
 	// "memory"), absent on a server that cannot pause; for a paused
 	// session, what a resume will try to restore. Restored is what its
-	// last resume restored (absent: never paused); RestoredReason says
+	// last resume (or, for a fork, its fork) restored (absent: never
+	// paused nor forked); RestoredReason says
 	// why that is less than its pause kept (a memory image that failed
 	// its checks or did not restore: the files were restored instead).
 	Restores       string `json:"restores,omitempty"`

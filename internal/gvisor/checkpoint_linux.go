@@ -93,6 +93,18 @@ var ErrNoCheckpoint = errors.New("gvisor: this sandbox cannot be checkpointed")
 // (ErrTooLarge). A sandbox with a network (its sockets are the host's)
 // or without a keeper is refused (ErrNoCheckpoint) and keeps running.
 func (s *Sandbox) Checkpoint(ctx context.Context, dir string, max int64) (Checkpoint, error) {
+	return s.checkpoint(ctx, dir, max, false)
+}
+
+// Snapshot is Checkpoint, but the sandbox runs on (`runsc checkpoint
+// --leave-running`: its kernel is paused while it is saved, then resumed
+// in place, its programs and their relays with it): a fork restores the
+// image into a sandbox of its own.
+func (s *Sandbox) Snapshot(ctx context.Context, dir string, max int64) (Checkpoint, error) {
+	return s.checkpoint(ctx, dir, max, true)
+}
+
+func (s *Sandbox) checkpoint(ctx context.Context, dir string, max int64, leave bool) (Checkpoint, error) {
 	if s.h.keeper == "" || s.netns != nil {
 		return Checkpoint{}, ErrNoCheckpoint
 	}
@@ -107,17 +119,23 @@ func (s *Sandbox) Checkpoint(ctx context.Context, dir string, max int64) (Checkp
 	}()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, s.h.opts.Runsc, append(s.globalFlags(), "checkpoint", "--image-path", dir, s.id)...)
+	args := append(s.globalFlags(), "checkpoint", "--image-path", dir)
+	if leave {
+		args = append(args, "--leave-running")
+	}
+	cmd := exec.CommandContext(ctx, s.h.opts.Runsc, append(args, s.id)...)
 	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return Checkpoint{}, errdefs.Private(errdefs.ErrUnavailable, "the gVisor sandbox could not be checkpointed", fmt.Errorf("%v: %s; %s", err, bytes.TrimSpace(out), s.diag()))
 	}
-	// The container ends with its checkpoint.
-	select {
-	case <-s.dead:
-	case <-time.After(10 * time.Second):
-		s.cg.Kill()
-		<-s.dead
+	if !leave {
+		// The container ends with its checkpoint.
+		select {
+		case <-s.dead:
+		case <-time.After(10 * time.Second):
+			s.cg.Kill()
+			<-s.dead
+		}
 	}
 	c, err := sumCheckpoint(dir, max, true)
 	if err != nil {

@@ -300,3 +300,74 @@ func TestKeeperRelayKeepsOrder(t *testing.T) {
 		}
 	}
 }
+
+// A snapshot leaves the sandbox running, its program and relay with it,
+// and restores into a second sandbox, where the program runs on from
+// the same state: a fork.
+func TestSnapshotForks(t *testing.T) {
+	h, _ := keeperHost(t)
+	sb, err := h.Start(context.Background(), Spec{Name: "g-snap1", Limits: limits()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	// shell starts a shell that answers each line with its variable,
+	// then sets it to the line.
+	shell := func(sb *Sandbox, pid int) (int, <-chan Exit, *os.File, *bufio.Reader) {
+		t.Helper()
+		inR, inW, _ := os.Pipe()
+		outR, outW, _ := os.Pipe()
+		devnull, _ := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+		files := []*os.File{inR, outW, devnull}
+		var exit <-chan Exit
+		var err error
+		if pid == 0 {
+			pid, exit, err = sb.Exec(Process{Argv: []string{"/bin/sh", "-c", `v=before; while read line; do echo "$v $line"; v=$line; done`},
+				Env: []string{"PATH=/usr/bin:/bin"}, Files: files})
+		} else {
+			exit, err = sb.Attach(pid, files)
+		}
+		inR.Close()
+		outW.Close()
+		devnull.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { inW.Close(); outR.Close() })
+		return pid, exit, inW, bufio.NewReader(outR)
+	}
+	say := func(in *os.File, out *bufio.Reader, word, want string) {
+		t.Helper()
+		in.WriteString(word + "\n")
+		if l, _ := out.ReadString('\n'); l != want+"\n" {
+			t.Fatalf("%s: %q, want %q", word, l, want)
+		}
+	}
+	pid, exit, in, out := shell(sb, 0)
+	say(in, out, "a", "before a")
+	dir := filepath.Join(t.TempDir(), "memory")
+	c, err := sb.Snapshot(context.Background(), dir, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	say(in, out, "b", "a b") // the source runs on
+	sb2, err := h.Restore(context.Background(), Spec{Name: "g-snap2", Limits: limits()}, dir, c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb2.Close()
+	_, exit2, in2, out2 := shell(sb2, pid)
+	say(in2, out2, "c", "a c") // the fork runs on from the snapshot
+	say(in, out, "d", "b d")
+	for i, e := range []<-chan Exit{exit, exit2} {
+		[]*os.File{in, in2}[i].Close()
+		select {
+		case e := <-e:
+			if e.Status.ExitStatus() != 0 {
+				t.Errorf("shell %d ended with %v", i, e.Status)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("shell %d did not end at the end of its input", i)
+		}
+	}
+}

@@ -49,6 +49,15 @@ func (in *Instance) Checkpoint(ctx context.Context, dir string, max int64) (gvis
 	return g.Checkpoint(ctx, dir, max)
 }
 
+// Snapshot is Checkpoint, but the instance runs on (a fork's image).
+func (in *Instance) Snapshot(ctx context.Context, dir string, max int64) (gvisor.Checkpoint, error) {
+	g, ok := in.sb.(*gvisorSandbox)
+	if !ok || !in.Keeps() {
+		return gvisor.Checkpoint{}, gvisor.ErrNoCheckpoint
+	}
+	return g.Snapshot(ctx, dir, max)
+}
+
 // Checkpoint is what a checkpoint wrote (its size and digest).
 type Checkpoint = gvisor.Checkpoint
 

@@ -29,6 +29,7 @@ import (
 type memoryInstance interface {
 	Keeps() bool
 	Checkpoint(ctx context.Context, dir string, max int64) (instance.Checkpoint, error)
+	Snapshot(ctx context.Context, dir string, max int64) (instance.Checkpoint, error)
 	AttachInterp(rt runtimes.Runtime, pid int) (Beside, error)
 }
 
@@ -99,8 +100,9 @@ func memoryReserve(l config.Limits) int64 { return int64(l.Memory) + 96<<20 }
 // pause wrote (whose files take filesBytes on disk), and returns what the
 // memory takes on disk; an error says why the pause keeps the files
 // only. Once it is called, the sandbox is the pause's to end, whatever
-// happens: the caller ends the session.
-func (s *Session) writeMemory(ctx context.Context, id string, filesBytes int64) (int64, error) {
+// happens: the caller ends the session. With fork, the sandbox runs on
+// (a snapshot) and the image is a fork's.
+func (s *Session) writeMemory(ctx context.Context, id string, filesBytes int64, fork bool) (int64, error) {
 	m := s.m
 	mi := s.inst.(memoryInstance)
 	mem := pausedMemory{Pid: s.def.it.(interface{ Pid() int }).Pid()}
@@ -141,11 +143,15 @@ func (s *Session) writeMemory(ctx context.Context, id string, filesBytes int64) 
 		return 0, err
 	}
 	defer done()
-	// The sandbox ends with its checkpoint: that is the pause's end of
-	// it, not a death to report.
-	s.checkpointing.Store(true)
+	take := mi.Snapshot
+	if !fork {
+		// The sandbox ends with its checkpoint: that is the pause's end
+		// of it, not a death to report.
+		s.checkpointing.Store(true)
+		take = mi.Checkpoint
+	}
 	begun := time.Now()
-	ck, err := mi.Checkpoint(ctx, dir, max)
+	ck, err := take(ctx, dir, max)
 	if err != nil {
 		return 0, err
 	}
@@ -153,7 +159,7 @@ func (s *Session) writeMemory(ctx context.Context, id string, filesBytes int64) 
 	if err != nil {
 		return 0, err
 	}
-	m.log.Info("session memory kept", "session", s.id, "bytes", ck.Bytes, "ms", time.Since(begun).Milliseconds())
+	m.log.Info("session memory kept", "session", s.id, "bytes", ck.Bytes, "ms", time.Since(begun).Milliseconds(), "fork", fork)
 	return n, nil
 }
 

@@ -390,7 +390,7 @@ func (s *Session) pause(ctx context.Context) (apitype.Session, error) {
 	p := &pausedSession{meta: meta, stats: st}
 	if s.keepsMemory() {
 		// After the files: a checkpoint that fails leaves them standing.
-		n, err := s.writeMemory(ctx, s.id, st.DiskBytes)
+		n, err := s.writeMemory(ctx, s.id, st.DiskBytes, false)
 		if err != nil {
 			p.memErr = err
 			m.log.Warn("a session's memory could not be kept; it is paused with its files", "session", s.id, "err", err)
@@ -651,29 +651,16 @@ func (m *Manager) resume(ctx context.Context, id string) (*Session, error) {
 	if err != nil {
 		return fail(err)
 	}
-	mr := m.memoryOf(p, im)
-	rctx := ctx
-	if mr != nil {
-		rctx = context.WithValue(ctx, resumeMemory{}, mr)
-	}
-	s, err := m.create(rctx, req, &restoring{meta: p.meta, image: im, memory: mr})
-	if err != nil && mr != nil && mr.restored && ctx.Err() == nil {
-		// Its memory came back but the session could not be made of it:
-		// its files, then, and it says why.
-		m.log.Warn("a session restored with its memory could not resume; resuming it with its files", "session", id, "err", err)
-		mr = &memoryRestore{why: err}
-		s, err = m.create(context.WithValue(ctx, resumeMemory{}, mr), req, &restoring{meta: p.meta, image: im, memory: mr})
-	}
+	mr := m.memoryOf(im)
+	s, err := m.createRestored(ctx, req, &restoring{meta: p.meta, image: im, memory: mr})
 	if err != nil {
 		release()
 		return fail(m.resumeFailed(p, err))
 	}
 	resumed = true
-	kind := apitype.RestoreFiles
-	if mr != nil && mr.restored {
-		kind = apitype.RestoreMemory
-	} else if mr != nil {
-		m.log.Warn("a session paused with its memory resumed with its files", "session", id, "err", mr.why)
+	kind := s.restored
+	if mr != nil && kind != apitype.RestoreMemory {
+		m.log.Warn("a session paused with its memory resumed with its files", "session", id, "why", s.restoredWhy)
 	}
 	m.observePause(OpResume, kind, begun, nil)
 	if err := pauseimage.Remove(m.persistDir(), id); err != nil {
@@ -683,9 +670,30 @@ func (m *Manager) resume(ctx context.Context, id string) (*Session, error) {
 	return s, nil
 }
 
-// memoryOf is the memory image of p's image im to resume it from (nil:
-// none); one that cannot be used says why (its why).
-func (m *Manager) memoryOf(p *pausedSession, im *pauseimage.Image) *memoryRestore {
+// createRestored creates the session r restores (a resume or a fork)
+// with its memory when r has some, else, or when a session cannot be
+// made of its memory, with its files, saying why.
+func (m *Manager) createRestored(ctx context.Context, req apitype.CreateSessionRequest, r *restoring) (*Session, error) {
+	mr := r.memory
+	if mr == nil {
+		return m.create(ctx, req, r)
+	}
+	s, err := m.create(context.WithValue(ctx, resumeMemory{}, mr), req, r)
+	if err != nil && mr.restored && ctx.Err() == nil {
+		// Its memory came back but the session could not be made of it:
+		// its files, then, and it says why.
+		m.log.Warn("a session restored with its memory could not be made of it; restoring its files", "session", r.meta.ID, "err", err)
+		mr = &memoryRestore{why: err}
+		rf := *r
+		rf.memory = mr
+		s, err = m.create(context.WithValue(ctx, resumeMemory{}, mr), req, &rf)
+	}
+	return s, err
+}
+
+// memoryOf is the memory image of the image im to restore (nil: none);
+// one that cannot be used says why (its why).
+func (m *Manager) memoryOf(im *pauseimage.Image) *memoryRestore {
 	mem, err := im.Memory()
 	if err == nil && mem == nil {
 		return nil
@@ -903,10 +911,14 @@ func (m *Manager) pauseAll(all []*Session) {
 
 // ForkFor creates a new session from the session id, live or paused, for
 // the caller ctx carries: its files, settings and code contexts in a
-// fresh sandbox under a new id (restored "files": interpreters start
-// afresh). A live source keeps running; it is refused (ErrConflict) while
-// it executes code, runs a command or install, or transfers a file, as a
-// pause is. The fork belongs to the source's tenant.
+// fresh sandbox under a new id. A session whose pause keeps its memory
+// (restores "memory") forks with it: a live one is snapshot (it runs
+// on), a paused one's memory image restored, and the fork's interpreters
+// run on from there (restored "memory"); otherwise, or when that fails
+// (restored_reason says why), its interpreters start afresh (restored
+// "files"). A live source keeps running; it is refused (ErrConflict)
+// while it executes code, runs a command or install, or transfers a
+// file, as a pause is. The fork belongs to the source's tenant.
 func (m *Manager) ForkFor(ctx context.Context, id string) (*Session, error) {
 	// Whose session it is decides first: another tenant gets the same
 	// 404 on every route, whatever this server supports.
@@ -921,7 +933,11 @@ func (m *Manager) ForkFor(ctx context.Context, id string) (*Session, error) {
 	}
 	begun := time.Now()
 	s, err := m.fork(ctx, id, src, paused)
-	m.observePause(OpFork, apitype.RestoreFiles, begun, err)
+	kind := apitype.RestoreFiles
+	if s != nil && s.restored == apitype.RestoreMemory {
+		kind = apitype.RestoreMemory
+	}
+	m.observePause(OpFork, kind, begun, err)
 	return s, err
 }
 
@@ -929,6 +945,7 @@ func (m *Manager) ForkFor(ctx context.Context, id string) (*Session, error) {
 // is live), unobserved.
 func (m *Manager) fork(ctx context.Context, id string, src *Session, paused bool) (*Session, error) {
 	newID := m.ids.NewID()
+	var memErr error // why a live source's memory was not kept
 	imageID := id
 	var meta pausedMeta
 	var p *pausedSession
@@ -952,9 +969,18 @@ func (m *Manager) fork(ctx context.Context, id string, src *Session, paused bool
 		}
 		meta = src.pausedMeta()
 		raw, err := json.Marshal(meta)
+		var st pauseimage.Stats
 		if err == nil {
 			imageID = pauseimage.ForkID(newID)
-			_, err = src.writeImage(ctx, imageID, raw)
+			st, err = src.writeImage(ctx, imageID, raw)
+		}
+		if err == nil && src.keepsMemory() {
+			// Its memory, the source running on; without it the
+			// fork has the files, and says why.
+			if _, merr := src.writeMemory(ctx, imageID, st.DiskBytes, true); merr != nil {
+				memErr = merr
+				m.log.Warn("a session's memory could not be kept for a fork; it forks with its files", "session", id, "err", merr)
+			}
 		}
 		thaw()
 		if err != nil {
@@ -987,11 +1013,15 @@ func (m *Manager) fork(ctx context.Context, id string, src *Session, paused bool
 	if err != nil {
 		return nil, err
 	}
-	s, err := m.create(ctx, req, &restoring{meta: meta, image: im})
+	mr := m.memoryOf(im)
+	if mr == nil && memErr != nil {
+		mr = &memoryRestore{why: memErr}
+	}
+	s, err := m.createRestored(ctx, req, &restoring{meta: meta, image: im, memory: mr})
 	if err != nil {
 		release()
 		return nil, err
 	}
-	m.log.Info("session forked", "session", s.id, "from", id)
+	m.log.Info("session forked", "session", s.id, "from", id, "restored", s.restored)
 	return s, nil
 }
