@@ -31,6 +31,7 @@ import (
 
 	"airlock/internal/apitype"
 	"airlock/internal/client"
+	"airlock/internal/gvisor"
 	"airlock/internal/termtext"
 )
 
@@ -166,6 +167,17 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		// Only the capacity scenario: a server of its own.
 		if err := benchCapacity(ctx, r, o, n(o.Sessions, 3), n(1000, 20)); err != nil {
 			r.Errors = append(r.Errors, fmt.Sprintf("capacity: %v", err))
+		}
+		return r, nil
+	}
+	if o.Only == "gvisor_persist" {
+		// Only the gVisor pause and resume with memory.
+		runsc, err := gvisor.Find(o.Runsc)
+		if err == nil {
+			err = benchGVisorPersist(ctx, r, o, runsc, n(10, 2))
+		}
+		if err != nil {
+			r.Errors = append(r.Errors, fmt.Sprintf("gvisor_persist: %v", err))
 		}
 		return r, nil
 	}
