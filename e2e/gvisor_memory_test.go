@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -32,7 +33,8 @@ func gvisorMemoryConfig(t *testing.T, extra map[string]any) map[string]any {
 // process are there, its files too; again after a server restart; a
 // fork, of the live session and of the paused one, has them too; a
 // memory image changed on disk is refused and the resume falls back to
-// the files, saying so; the image counts in the paused disk.
+// the files, saying so, the image kept for the operator; the image
+// counts in the paused disk.
 func TestGVisorPauseKeepsMemory(t *testing.T) {
 	s := startServer(t, gvisorMemoryConfig(t, nil))
 	ctx := context.Background()
@@ -146,6 +148,16 @@ func TestGVisorPauseKeepsMemory(t *testing.T) {
 	}
 	if r := s2.exec(a, "x"); r.Error == nil || r.Error.Name != "NameError" {
 		t.Errorf("a variable of a refused memory image: %+v", r)
+	}
+	// The refused memory image is kept for the operator, as it was.
+	kept, _ := filepath.Glob(filepath.Join(dataDir(s2), "sessions", ".kept-memory-"+a+"-*"))
+	if len(kept) != 1 {
+		t.Errorf("the refused memory image was not kept: %v", kept)
+	} else {
+		if got, _ := os.ReadFile(filepath.Join(kept[0], "memory", filepath.Base(mf))); !bytes.Equal(got, b) {
+			t.Errorf("the kept memory image is not the one refused")
+		}
+		os.RemoveAll(kept[0])
 	}
 	// Nothing is left of the pauses, restores and the relays.
 	s2.c.DeleteSession(ctx, a)

@@ -28,6 +28,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -42,6 +43,9 @@ const (
 	// forkPrefix names the image a fork of a live session copies its
 	// source to: removed once restored, swept by List after a crash.
 	forkPrefix = "fork-"
+	// keptPrefix names a memory image a resume refused, kept for the
+	// operator (List neither sweeps nor lists it).
+	keptPrefix = ".kept-memory-"
 	version    = 1
 	// maxMeta caps the meta.json read back.
 	maxMeta = 4 << 20
@@ -717,6 +721,40 @@ func (im *Image) Memory() (*Memory, error) {
 		return nil, corrupt(id, "memory.json's body is malformed")
 	}
 	return &m, nil
+}
+
+// KeepMemory moves the memory of the image id (its checkpoint and
+// memory.json) out of it into a directory of its own under root, named
+// for id and now, which it returns: a resume that refused the memory
+// goes on with the files, and what it refused is kept for the operator
+// to inspect (and remove; List leaves it). An image without memory
+// returns "".
+func KeepMemory(root, id string, now time.Time) (string, error) {
+	if err := checkID(id); err != nil {
+		return "", err
+	}
+	dir := filepath.Join(root, id)
+	kept := filepath.Join(root, keptPrefix+id+"-"+now.UTC().Format("20060102T150405.000Z"))
+	moved := false
+	for _, name := range []string{memoryMeta, memoryDir} {
+		if _, err := os.Lstat(filepath.Join(dir, name)); errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if !moved {
+			if err := os.Mkdir(kept, 0o700); err != nil {
+				return "", diskErr(err)
+			}
+			moved = true
+		}
+		if err := os.Rename(filepath.Join(dir, name), filepath.Join(kept, name)); err != nil {
+			return "", diskErr(err)
+		}
+	}
+	if !moved {
+		return "", nil
+	}
+	syncDir(dir)
+	return kept, syncDir(root)
 }
 
 // MemoryDir is the directory of the image's checkpoint.

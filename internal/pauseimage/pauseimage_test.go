@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -356,5 +357,54 @@ func TestAdmittedBeforeWriting(t *testing.T) {
 	}
 	if admitted < 4*6<<20 || admitted < st.DiskBytes {
 		t.Errorf("admitted %d for an image of %d bytes", admitted, st.DiskBytes)
+	}
+}
+
+// A memory image a resume refused is moved out of its image, whole, for
+// the operator: the image has no memory left, and List neither lists nor
+// sweeps what was kept.
+func TestKeepMemory(t *testing.T) {
+	_, ws := tree(t)
+	root := t.TempDir()
+	if _, err := Write(context.Background(), root, "s-1", []byte(`{}`), ws, 8<<20, func(int64) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if kept, err := KeepMemory(root, "s-1", time.Now()); kept != "" || err != nil {
+		t.Fatalf("an image without memory: %q %v", kept, err)
+	}
+	tmp, done, err := MemoryTemp(root, "s-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Mkdir(tmp, 0o700)
+	os.WriteFile(filepath.Join(tmp, "checkpoint.img"), []byte("pages"), 0o600)
+	if _, err := AddMemory(root, "s-1", tmp, Memory{Bytes: 5, SHA256: "x", Session: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	done()
+	kept, err := KeepMemory(root, "s-1", time.Now())
+	if err != nil || kept == "" {
+		t.Fatalf("keep: %q %v", kept, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(kept, memoryDir, "checkpoint.img")); string(b) != "pages" {
+		t.Errorf("the kept checkpoint: %q %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(kept, memoryMeta)); err != nil {
+		t.Errorf("the kept memory.json: %v", err)
+	}
+	im, err := Open(root, "s-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer im.Close()
+	if m, err := im.Memory(); m != nil || err != nil {
+		t.Errorf("the image's memory after it was kept aside: %+v %v", m, err)
+	}
+	ids, swept, err := List(root)
+	if err != nil || len(ids) != 1 || ids[0] != "s-1" || swept != 0 {
+		t.Errorf("List: %v %d %v", ids, swept, err)
+	}
+	if _, err := os.Stat(kept); err != nil {
+		t.Errorf("List took the kept memory: %v", err)
 	}
 }

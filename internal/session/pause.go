@@ -663,6 +663,15 @@ func (m *Manager) resume(ctx context.Context, id string) (*Session, error) {
 		m.log.Warn("a session paused with its memory resumed with its files", "session", id, "why", s.restoredWhy)
 	}
 	m.observePause(OpResume, kind, begun, nil)
+	if mr != nil && kind != apitype.RestoreMemory && errors.Is(mr.why, errdefs.ErrImageCorrupt) {
+		// The files came back; the memory they came back without is
+		// kept for the operator, as a corrupt image is.
+		if kept, err := pauseimage.KeepMemory(m.persistDir(), id, time.Now()); err != nil {
+			m.log.Error("keeping a refused memory image", "session", id, "err", err)
+		} else if kept != "" {
+			m.log.Error("a paused session's memory image is corrupt; kept for the operator", "session", id, "dir", kept, "err", mr.why)
+		}
+	}
 	if err := pauseimage.Remove(m.persistDir(), id); err != nil {
 		m.log.Error("removing a resumed session's image", "session", id, "err", err)
 	}
