@@ -261,12 +261,8 @@ func (s *Sandbox) relay(req keeperReq, files []*os.File) (pid int, exit <-chan E
 		return 0, nil, err
 	}
 	rp.User.UID, rp.User.GID = 0, 0
-	procFile := filepath.Join(s.dir, fmt.Sprintf("exec-%d.json", n))
-	b, err := json.Marshal(rp)
+	procFile, err := s.writeProc(n, rp)
 	if err != nil {
-		return 0, nil, err
-	}
-	if err := os.WriteFile(procFile, b, 0o600); err != nil {
 		return 0, nil, err
 	}
 	defer os.Remove(procFile)

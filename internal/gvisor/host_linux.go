@@ -587,18 +587,12 @@ func (s *Sandbox) Exec(p Process) (pid int, exit <-chan Exit, err error) {
 			done()
 		}
 	}()
-	// The process goes in a file, not on runsc's command line: the
-	// environment may hold secrets, and command lines are public.
-	procFile := filepath.Join(s.dir, fmt.Sprintf("exec-%d.json", n))
-	pidFile := filepath.Join(s.dir, fmt.Sprintf("exec-%d.pid", n))
-	b, err := json.Marshal(proc)
+	procFile, err := s.writeProc(n, proc)
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := os.WriteFile(procFile, b, 0o600); err != nil {
-		return 0, nil, err
-	}
 	defer os.Remove(procFile)
+	pidFile := filepath.Join(s.dir, fmt.Sprintf("exec-%d.pid", n))
 	// runsc writes the pid inside into a pid file once the program runs,
 	// in place when the file is not a regular one: a FIFO, read as soon
 	// as it is written (no polling).
@@ -684,6 +678,18 @@ func (s *Sandbox) execCommand(procFile string, files []*os.File, flags ...string
 	cmd.ExtraFiles = files
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	return cmd, said
+}
+
+// writeProc writes exec n's process description for `runsc exec
+// --process`, owner-only: in a file, not on runsc's command line, since
+// the environment may hold secrets and command lines are public.
+func (s *Sandbox) writeProc(n int, proc any) (string, error) {
+	procFile := filepath.Join(s.dir, fmt.Sprintf("exec-%d.json", n))
+	b, err := json.Marshal(proc)
+	if err != nil {
+		return "", err
+	}
+	return procFile, os.WriteFile(procFile, b, 0o600)
 }
 
 // beginExec counts one more `runsc exec` (Close waits for them), numbered
