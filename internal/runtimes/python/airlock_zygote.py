@@ -133,6 +133,7 @@ class Zygote:
         import airlock_runtime
         airlock_runtime.preload()  # loaded once, shared by every child
         self.warm_up()
+        self.rehearse([n for n in cfg.get("preload", []) if n not in errors])
         # Objects that exist now are shared copy-on-write with every child:
         # keep the cycle collector from touching (and so copying) them.
         gc.collect()
@@ -156,6 +157,20 @@ class Zygote:
                 airlock_runtime.format_display_data(v)
         except Exception:  # a warm-up that fails only costs speed
             pass
+
+    def rehearse(self, preloaded):
+        """Runs a throwaway session here, as every child runs its first
+        executions (airlock_runtime.session.rehearse: an import of what
+        was preloaded, a statement, a value), so that the one-time set-up
+        of a session's executions is made once and shared, instead of
+        written into every child's own pages. Nothing of it reaches a
+        child but that set-up and the caches it fills."""
+        try:
+            import airlock_runtime
+            cells = ["import " + ", ".join(preloaded)] if preloaded else []
+            airlock_runtime.session.rehearse(cells + ["_rehearsal = [1, 2]", "sum(_rehearsal)"])
+        except Exception:  # a rehearsal that fails only costs memory
+            traceback.print_exc()
 
     def serve(self):
         cfg, fds = self.recv()

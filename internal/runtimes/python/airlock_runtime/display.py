@@ -823,6 +823,18 @@ def route_real_ipython() -> None:
         sys.meta_path.insert(0, _ipython_finder)
 
 
+def routed_functions() -> dict[tuple[types.ModuleType, str], Any]:
+    """The display functions of IPython's modules loaded now, which
+    routing replaces: {(module, name): function}."""
+    out = {}
+    for name in _IPYTHON_DISPLAY_MODULES:
+        mod = sys.modules.get(name)
+        for fn in _IPYTHON_ROUTED if mod is not None else ():
+            if hasattr(mod, fn):
+                out[(mod, fn)] = getattr(mod, fn)
+    return out
+
+
 def unroute_real_ipython() -> None:
     """Stop routing IPython modules loaded from now on (a program run is a
     plain interpreter, whose IPython prints as it does outside a shell)."""

@@ -88,6 +88,9 @@ _TOP_LEVEL_AWAIT = 0x2000  # ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, without importing a
 
 _NO_VALUE = object()  # "the cell has no value to show" (None is a value)
 
+# The signals a session handles (rehearse puts them back).
+_SESSION_SIGNALS = tuple(getattr(_signal, n) for n in ("SIGPIPE", "SIGXFSZ", "SIGINT") if hasattr(_signal, n))
+
 
 class Session:
     """State of one session and its protocol loop (one per process)."""
@@ -162,9 +165,9 @@ class Session:
         # Signals as in a freshly started interpreter (a zygote may have reset
         # them all to SIG_DFL): SIGPIPE and SIGXFSZ ignored, so that writing to
         # a closed pipe raises BrokenPipeError instead of killing the session.
-        for name in ("SIGPIPE", "SIGXFSZ"):
-            if hasattr(_signal, name):
-                _signal.signal(getattr(_signal, name), _signal.SIG_IGN)
+        for sig in _SESSION_SIGNALS:
+            if sig != _signal.SIGINT:
+                _signal.signal(sig, _signal.SIG_IGN)
         self.sigint = self._on_sigint
         _signal.signal(_signal.SIGINT, self.sigint)
 
@@ -676,6 +679,116 @@ def serve(ctl_fd: int = 3, cells: bool = False) -> None:
     finally:
         current.flush_stdio()
         current.session = None
+
+
+def rehearse(cells: Sequence[str]) -> list[dict]:
+    """Run cells in a throwaway session of this process, as a template's
+    child runs its first executions (the session's setup, compiling,
+    running, formatting the value, the protocol's framing and JSON), then
+    undo everything a session changes process-wide, so that a template
+    that forks after it gives its children the one-time set-up and the
+    caches this fills, shared copy-on-write, and nothing else: no
+    namespace, no builtins, no stand-in module, no handler, no
+    descriptor, no line cache of its cells. Returns the messages the
+    throwaway session sent. Never with a session running."""
+    if current.session is not None:
+        raise RuntimeError("rehearse() inside a session")
+    import socket
+    import threading
+    _load()
+    current.flush_stdio()
+    streams = {n: getattr(sys, n) for n in ("stdin", "stdout", "stderr", "__stdin__", "__stdout__", "__stderr__")}
+    path, argv, main_mod = list(sys.path), sys.argv, sys.modules.get("__main__")
+    handlers = {sig: _signal.getsignal(sig) for sig in _SESSION_SIGNALS}
+    had = {n: vars(builtins)[n] for n in ("display", "__airlock__") if n in vars(builtins)}
+    modules = set(sys.modules)
+    meta_path = list(sys.meta_path)
+    lines = set(linecache.cache)
+    routed = display.routed_functions()
+    shims = dict(display.SHIM_MODULES)
+    ours, theirs = socket.socketpair()
+    sent: list[dict] = []
+
+    def drive() -> None:
+        # As the server does: one execution at a time, each after the
+        # previous one's done.
+        chan = wire.Channel(ours.fileno())
+        try:
+            for i, code in enumerate(("",) + tuple(cells)):
+                if i:
+                    chan.write_frame(wire.encode({"type": "execute", "id": f"rehearsal-{i}", "code": code}))
+                while (msg := chan.recv()) is not None:
+                    sent.append(msg)
+                    if msg["type"] in ("hello", "done"):
+                        break
+                else:
+                    return
+            chan.write_frame(wire.encode({"type": "shutdown"}))
+        except (OSError, wire.ProtocolError):
+            pass
+        finally:
+            try:
+                ours.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+    driver = threading.Thread(target=drive, name="airlock-rehearsal")
+    session = None
+    try:
+        driver.start()
+        fd = theirs.detach()
+        try:
+            session = Session(fd)
+        except BaseException:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+            raise
+        current.session = session
+        session.run(True)  # as a template's child runs
+    finally:
+        current.session = None
+        try:
+            ours.shutdown(socket.SHUT_RD)  # a driver still waiting stops
+        except OSError:
+            pass
+        if session is not None:
+            for fd in [session.chan.fd, *session.saved_fds.values()]:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        for n, v in streams.items():
+            setattr(sys, n, v)
+        sys.path[:], sys.argv = path, argv
+        if main_mod is not None:
+            sys.modules["__main__"] = main_mod
+        else:
+            sys.modules.pop("__main__", None)
+        for sig, h in handlers.items():
+            if h is not None:
+                _signal.signal(sig, h)
+        for n in ("display", "__airlock__"):
+            if n in had:
+                setattr(builtins, n, had[n])
+            else:
+                vars(builtins).pop(n, None)
+        # IPython's modules, the stand-in's or the real ones routed to
+        # airlock's display, are a session's, made by its first execution.
+        for name in set(sys.modules) - modules:
+            if name.partition(".")[0] == "IPython":
+                del sys.modules[name]
+        display.SHIM_MODULES.clear()
+        display.SHIM_MODULES.update(shims)
+        sys.meta_path[:] = meta_path
+        for (module, name), fn in routed.items():
+            setattr(module, name, fn)
+        for k in set(linecache.cache) - lines:
+            del linecache.cache[k]
+    driver.join()
+    ours.close()
+    return sent
 
 
 def main(cells: bool = False) -> None:

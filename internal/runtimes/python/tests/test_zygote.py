@@ -13,6 +13,9 @@ sys.path.insert(0, {runtime_dir!r})
 import airlock_runtime                      # must have no side effects
 import numpy, pandas
 import matplotlib.pyplot as plt
+# As airlock_zygote does before it forks: a throwaway session whose names,
+# values, cells and execution count no session may see.
+airlock_runtime.session.rehearse(["import numpy, pandas", "rehearsed = [1, 2]", "sum(rehearsed)", "x = 1", "x"])
 plt.figure(); plt.plot([1, 2])              # an open figure and a loaded backend in the template
 sys.stdout.write("zygote output must not leak\n")  # buffered, never flushed before the fork
 signal.signal(signal.SIGINT, signal.SIG_IGN)  # the template itself ignores interrupts
@@ -36,7 +39,9 @@ class ZygoteTest(unittest.TestCase):
         env = harness.base_env()
         del env["PYTHONUNBUFFERED"]  # so that the template's stdout is buffered at the fork
         cls.rt = Runtime(argv=[PYTHON, "-I", "-B", "-c", script], env=env)
-        cls.first = cls.rt.execute("template_names = sorted(k for k in globals() if not k.startswith('__'))")
+        cls.first = cls.rt.execute("template_names = sorted(k for k in globals() if not k.startswith('__'))\n"
+                                   "import linecache\n"
+                                   "first_cells = sorted(k for k in linecache.cache if k.startswith('Cell In'))")
 
     @classmethod
     def tearDownClass(cls) -> None:
@@ -68,7 +73,13 @@ class ZygoteTest(unittest.TestCase):
         self.assertEqual(ex.displays, [])  # the template's open figure was closed
         self.assertEqual(ex.out, "")  # its buffered output was discarded
         self.assertEqual(self.ok("template_names").text, "[]")
-        self.assertEqual(self.ok("__name__").text, "'__main__'")
+        self.assertEqual(ex.done["execution_count"], 1)  # not the rehearsal's 6
+
+    def test_no_leftovers_from_the_rehearsal(self) -> None:
+        # Its namespace (its names, its `_`), its cells' source, its session.
+        self.assertEqual(self.ok("first_cells").text, "['Cell In[1]']")
+        self.assertEqual(self.rt.execute("rehearsed").error["name"], "NameError")
+        self.assertEqual(self.ok("import os\n__airlock__.session.pid == os.getpid()").text, "True")
 
     def test_state_and_results(self) -> None:
         self.ok("import numpy as np\na = np.arange(6).reshape(2, 3)")
