@@ -122,5 +122,35 @@ class ZygoteTest(unittest.TestCase):
         self.assertEqual(self.ok("type(pickle.loads(pickle.dumps(Z()))).__name__").text, "'Z'")
 
 
+class ZygoteImportsTest(unittest.TestCase):
+    """What a template's child runs before it serves imports nothing: an
+    import there (resource's, say) copies about 0.9 MB of the template's
+    pages into every child; the template imports it once, shared."""
+
+    # The template's own set-up; everything else may run in a child.
+    TEMPLATE_ONLY = {"configure", "warm_up", "rehearse", "main"}
+
+    def test_the_child_imports_nothing_new(self) -> None:
+        import ast
+        import os
+        path = os.path.join(harness.RUNTIME_DIR, "airlock_zygote.py")
+        with open(path) as f:
+            tree = ast.parse(f.read(), path)
+        found = []
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.Lambda)) or getattr(fn, "name", "") in self.TEMPLATE_ONLY:
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    names = [node.module or "."]
+                else:
+                    continue
+                # The runtime package is the template's (configure imports it).
+                found += [f"{getattr(fn, 'name', 'lambda')}: {n}" for n in names if n != "airlock_runtime"]
+        self.assertEqual(found, [])
+
+
 if __name__ == "__main__":
     unittest.main()
