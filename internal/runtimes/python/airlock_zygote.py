@@ -38,6 +38,7 @@ import gc
 import importlib
 import json
 import os
+import re
 import resource  # here, not in the child: an import there copies ~0.9 MB
 import select
 import signal
@@ -144,6 +145,10 @@ class Zygote:
         # keep the cycle collector from touching (and so copying) them.
         gc.collect()
         gc.freeze()
+        try:
+            self.filler = fill_holes()
+        except Exception:  # only costs memory
+            traceback.print_exc()
         return errors
 
     def warm_up(self):
@@ -350,6 +355,58 @@ class Zygote:
                     np.random.seed()
                 except Exception:
                     pass
+
+
+def malloc_holes():
+    """{block size: free blocks} in the partly used pools of Python's small
+    object allocator (sys._debugmallocstats' table); {} when it has no
+    such table (another allocator, another format)."""
+    fd = os.memfd_create("mallocstats", os.MFD_CLOEXEC)
+    saved = os.dup(2)
+    try:
+        sys.stderr.flush()
+        os.dup2(fd, 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+        os.lseek(fd, 0, os.SEEK_SET)
+        text = b"".join(iter(lambda: os.read(fd, 1 << 16), b"")).decode("ascii", "replace")
+    finally:
+        os.close(saved)
+        os.close(fd)
+    table = re.search(r"^class +size +num pools +blocks in use +avail blocks\n-[- ]+\n((?: *\d+ +\d+ +\d+ +\d+ +\d+\n)+)", text, re.M)
+    if table is None:
+        return {}
+    holes = {}
+    for line in table.group(1).splitlines():
+        _, size, _, _, avail = map(int, line.split())
+        holes[size] = avail
+    return holes
+
+
+def fill_holes(holes=None):
+    """Fills the free blocks of the allocator's partly used pools with
+    objects kept for good, and returns them. The template's objects
+    leave such holes all over its memory; without this, what a child
+    allocates lands in them, one object per page, each page then copied
+    into the child; so does what the template allocates between forks.
+    Filled, new objects go to pools of their own, packed: measured, 0.1
+    to 0.25 MB less per child. Costs the template the holes' size
+    (about 0.3 MB, once)."""
+    if holes is None:
+        holes = malloc_holes()
+    keep = [None] * len(holes)  # sized up front: no list grows (and frees) here
+    for n, (size, avail) in enumerate(holes.items()):
+        objs = keep[n] = [None] * avail
+        for i in range(avail):
+            if size == 16:
+                objs[i] = object()
+            elif size == 32:
+                objs[i] = float(i)  # 24 bytes
+            elif size >= 48:
+                objs[i] = bytes(size - 33)  # a header of 33 bytes
+    return keep
 
 
 # The sandbox entry (jail.Entry, see internal/jailinit/entry.go). One function

@@ -152,5 +152,25 @@ class ZygoteImportsTest(unittest.TestCase):
         self.assertEqual(found, [])
 
 
+class FillHolesTest(unittest.TestCase):
+    """The template fills its allocator's holes before it forks (see
+    airlock_zygote.fill_holes): the table it reads must still parse."""
+
+    def test_holes_are_read_and_filled(self) -> None:
+        import subprocess
+        script = ("import sys; sys.path.insert(0, %r)\n"
+                  "import airlock_zygote as z\n"
+                  "holes = z.malloc_holes()\n"
+                  "filled = z.fill_holes(holes)\n"
+                  "print(len(holes), sum(holes.values()), sum(map(len, filled)))") % harness.RUNTIME_DIR
+        env = harness.base_env()
+        env.pop("PYTHONMALLOC", None)
+        out = subprocess.run([PYTHON, "-I", "-B", "-c", script], env=env, capture_output=True, text=True, check=True)
+        classes, holes, filled = map(int, out.stdout.split())
+        self.assertGreaterEqual(classes, 32, out.stdout)  # 512 bytes in steps of 16 (8 before 3.8)
+        self.assertGreater(holes, 0)
+        self.assertEqual(filled, holes)
+
+
 if __name__ == "__main__":
     unittest.main()
