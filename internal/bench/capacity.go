@@ -57,6 +57,7 @@ func benchCapacity(ctx context.Context, r *Report, o Options, n, execs int) erro
 	// Let the creations' garbage go before measuring what stays.
 	time.Sleep(2 * time.Second)
 	loaded := hostSide(ctx, srv, pid)
+	idle := idleCPU(srv, 10*time.Second)
 	pss := sessionsPSS(srv, sessions)
 	// The server stays responsive: warm `x = 1` in one more session.
 	probe, err := srv.newSession(ctx)
@@ -104,6 +105,8 @@ func benchCapacity(ctx context.Context, r *Report, o Options, n, execs int) erro
 		Note: fmt.Sprintf("%.0f open of a limit of %.0f", loaded.fds, loaded.fdLimit)})
 	r.add(Row{Scenario: scen, Metric: "server goroutines per session", Value: per(base.goroutines, loaded.goroutines), Unit: "goroutines",
 		Note: fmt.Sprintf("threads %.0f", loaded.threads)})
+	r.add(Row{Scenario: scen, Metric: "CPU while they idle", Value: idle.total(), Unit: "% of a core", Target: "~0",
+		Note: idle.note()})
 	r.add(Row{Scenario: scen, Metric: "warm `x = 1` p50 while they idle", Value: ex.P50, Unit: "ms"})
 	r.add(Row{Scenario: scen, Metric: "warm `x = 1` p99 while they idle", Value: ex.P99, Unit: "ms", Target: "≤ 5 ms"})
 	r.add(Row{Scenario: scen, Metric: "GET /v1/sessions, median", Value: stats(list).P50, Unit: "ms"})
@@ -156,4 +159,40 @@ func procField(path, prefix string, skip int) float64 {
 		}
 	}
 	return 0
+}
+
+// idleFigures is the CPU a server and its sandboxes used while nothing
+// ran, in percent of one core.
+type idleFigures struct {
+	server, sandboxes, host float64
+}
+
+func (f idleFigures) total() float64 { return f.server + f.sandboxes }
+
+func (f idleFigures) note() string {
+	return fmt.Sprintf("the server %.2f %%, its sandboxes, template and pools %.2f %% (the host: %.0f %%)", f.server, f.sandboxes, f.host)
+}
+
+// idleCPU measures, over d, the CPU of srv's own process (its spawner
+// and template too) and of everything in its cgroup parent.
+func idleCPU(srv *server, d time.Duration) idleFigures {
+	before, cgBefore := srv.cpu(), cgroupCPU(srv.name)
+	time.Sleep(d)
+	after, cgAfter := srv.cpu(), cgroupCPU(srv.name)
+	pct := func(t time.Duration) float64 { return 100 * float64(t) / float64(d) }
+	return idleFigures{
+		server:    pct(after.server - before.server + after.spawner - before.spawner),
+		sandboxes: pct(cgAfter - cgBefore),
+		host:      pct(after.host - before.host),
+	}
+}
+
+// cgroupCPU is the CPU time of everything in cgroup name (v1: cpuacct;
+// v2: cpu.stat); 0 when it cannot be read.
+func cgroupCPU(name string) time.Duration {
+	if b, err := os.ReadFile(fmt.Sprintf("/sys/fs/cgroup/cpuacct/%s/cpuacct.usage", name)); err == nil {
+		ns, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		return time.Duration(ns)
+	}
+	return time.Duration(procField(fmt.Sprintf("/sys/fs/cgroup/%s/cpu.stat", name), "usage_usec", 0)) * time.Microsecond
 }
