@@ -87,6 +87,12 @@ func (s *spawner) clone(env []string, attr *syscall.SysProcAttr, cg *cgroup.Cgro
 	s.ctl.setDeadline(time.Time{})
 	if m.Op == jailinit.MsgError {
 		closeAll(files)
+		if m.Pid > 0 {
+			// A clone that failed before its exec: this process's
+			// child, dead, which only this process can reap.
+			var ws unix.WaitStatus
+			unix.Wait4(m.Pid, &ws, unix.WNOHANG, nil)
+		}
 		return nil, fmt.Errorf("jail: %s", m.Error)
 	}
 	if m.Op != jailinit.MsgCloned || len(files) != 1 || m.Pid <= 0 {

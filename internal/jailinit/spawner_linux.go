@@ -1,12 +1,15 @@
 package jailinit
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -95,7 +98,9 @@ func serveClones() error {
 		closeFiles(files)
 		reply, fds := Message{Op: MsgCloned, Pid: pid}, []int{pidfd}
 		if err != nil {
-			reply, fds = Message{Op: MsgError, Error: err.Error()}, nil
+			// pid, if any, is a child that failed before its exec: the
+			// server's zombie, for it to reap.
+			reply, fds = Message{Op: MsgError, Error: err.Error(), Pid: pid}, nil
 		}
 		err = ctl.send(reply, fds...)
 		if pidfd >= 0 {
@@ -108,7 +113,9 @@ func serveClones() error {
 }
 
 // cloneInit starts the init m asks for, the server's child, and returns
-// its pid and a pidfd.
+// its pid and a pidfd. On failure, pid is a child that was cloned but
+// failed before its exec (or 0): Go's ForkExec cannot reap it, the
+// server's child, nor does it say its pid.
 func cloneInit(m Message, files []*os.File, stdin, stdout *os.File, home []int) (pid, pidfd int, err error) {
 	c := m.Clone
 	if m.Op != MsgClone || c == nil || len(files) < 2 || c.IntoFD && len(files) != 3 {
@@ -126,8 +133,25 @@ func cloneInit(m Message, files []*os.File, stdin, stdout *os.File, home []int) 
 		attr.UseCgroupFD, attr.CgroupFD, into = true, into[0], nil
 	}
 	pa := &syscall.ProcAttr{Env: c.Env, Files: []uintptr{stdin.Fd(), stdout.Fd(), files[1].Fd(), files[0].Fd()}, Sys: attr}
+	var failed int
 	err = inCgroup(into, home, func() (err error) {
+		// The thread's name marks the child until its exec: a child that
+		// fails before it is found by that name.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		clones++
+		mark := "airlock-c" + strconv.Itoa(clones%1000000)
+		var old, name [16]byte
+		copy(name[:15], mark)
+		named := unix.Prctl(unix.PR_GET_NAME, uintptr(unsafe.Pointer(&old[0])), 0, 0, 0) == nil &&
+			unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&name[0])), 0, 0, 0) == nil
 		pid, err = syscall.ForkExec(SpawnerExe, []string{InitArg0}, pa)
+		if named {
+			unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&old[0])), 0, 0, 0)
+			if err != nil {
+				failed = failedChild(mark)
+			}
+		}
 		return err
 	})
 	if err != nil {
@@ -137,9 +161,42 @@ func cloneInit(m Message, files []*os.File, stdin, stdout *os.File, home []int) 
 			unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
 			unix.Close(pidfd)
 		}
-		return 0, -1, err
+		return failed, -1, err
 	}
 	return pid, pidfd, nil
+}
+
+// clones counts the spawner's clones, to name each (see cloneInit).
+var clones int
+
+// failedChild is the pid of the zombie named mark whose parent is the
+// spawner's (0: none): a clone that failed before its exec.
+func failedChild(mark string) int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	parent := os.Getppid()
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+		if open < 0 || end < open || string(b[open+1:end]) != mark {
+			continue
+		}
+		f := strings.Fields(string(b[end+1:]))
+		if len(f) >= 2 && f[0] == "Z" && f[1] == strconv.Itoa(parent) {
+			return pid
+		}
+	}
+	return 0
 }
 
 // inCgroup runs start on a thread of its own that first writes "0" to
