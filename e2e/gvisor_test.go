@@ -452,9 +452,14 @@ os.waitpid(pid, 0)
 		{"gvisor", gvisorServer, "['SIGUSR1']"},
 	} {
 		s := c.s(t)
-		r := s.exec(s.newSession("python", nil), probe)
+		id := s.newSession("python", nil)
+		r := s.exec(id, probe)
 		if got := strings.TrimSpace(r.Stdout); got != c.want {
 			t.Errorf("%s: pending after execve: %q (stderr %q), want %s", c.name, got, r.Stderr, c.want)
+		}
+		// The servers are shared: the session goes with the test.
+		if err := s.c.DeleteSession(context.Background(), id); err != nil {
+			t.Errorf("%s: %v", c.name, err)
 		}
 	}
 }
