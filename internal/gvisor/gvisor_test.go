@@ -2,6 +2,7 @@ package gvisor
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -204,6 +205,9 @@ func testSandbox(t *testing.T, platform string) {
 		}
 		b := make([]byte, 3)
 		io.ReadFull(outR, b)
+		if !runscExecReadsItsPidFile(t, sb) {
+			t.Error("runsc exec holds no read end of its pid FIFO: killed before it writes the pid, the server would leave it waiting in open")
+		}
 		if err := sb.Signal(pid, syscall.SIGKILL, true); err != nil {
 			t.Fatal(err)
 		}
@@ -315,4 +319,31 @@ func TestSandboxEndsWithItsServer(t *testing.T) {
 	if pids, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids", h.opts.CgroupParent, "g-orphan", "cgroup.procs")); len(strings.TrimSpace(string(pids))) > 0 {
 		t.Errorf("processes left in the sandbox's cgroup: %s", pids)
 	}
+}
+
+// runscExecReadsItsPidFile reports whether a `runsc exec` of sb holds a
+// read end of its pid FIFO (exec-N.pid) itself.
+func runscExecReadsItsPidFile(t *testing.T, sb *Sandbox) bool {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, c := range procs {
+		b, _ := os.ReadFile(c)
+		if !strings.Contains(string(b), "\x00exec\x00") || !strings.Contains(string(b), sb.dir) {
+			continue
+		}
+		dir := filepath.Join(filepath.Dir(c), "fd")
+		fds, _ := os.ReadDir(dir)
+		for _, fd := range fds {
+			target, _ := os.Readlink(filepath.Join(dir, fd.Name()))
+			info, _ := os.ReadFile(filepath.Join(filepath.Dir(c), "fdinfo", fd.Name()))
+			var flags int
+			if _, after, ok := strings.Cut(string(info), "flags:"); ok {
+				fmt.Sscanf(strings.TrimSpace(after), "%o", &flags)
+			}
+			if strings.HasPrefix(filepath.Base(target), "exec-") && strings.Contains(target, ".pid") && flags&unix.O_ACCMODE == unix.O_RDONLY {
+				return true
+			}
+		}
+	}
+	return false
 }

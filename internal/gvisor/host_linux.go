@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -612,11 +613,22 @@ func (s *Sandbox) Exec(p Process) (pid int, exit <-chan Exit, err error) {
 		return 0, nil, err
 	}
 	defer pidW.Close()
+	// runsc exec's own reader, which it never reads: opening a FIFO to
+	// write waits for a reader, and should the server die before runsc
+	// writes the pid (kill -9 while a pool refill starts a runtime),
+	// runsc would wait in open for good, outliving the server and the
+	// sandbox, out of reach of the next server's sweep.
+	runscR, err := os.OpenFile(pidFile, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer runscR.Close()
 	// Every descriptor of the program, its stdio included, is passed
 	// with --pass-fd: runsc's own stdio stays runsc's, so that what it
 	// says when it fails (the sandbox died under it) goes to the log,
 	// not into the program's output.
 	cmd, said := s.execCommand(procFile, p.Files, "--internal-pid-file", pidFile)
+	cmd.ExtraFiles = append(slices.Clip(cmd.ExtraFiles), runscR) // not passed on
 	if p.Terminal {
 		// The program's stdio is a terminal (the Sentry imports the
 		// host pty as its tty: window size, its own job control). runsc
