@@ -85,6 +85,9 @@ type configMsg struct {
 	Type    string   `json:"type"`
 	Preload []string `json:"preload"`
 	NrSetns int      `json:"nr_setns"`
+	// Warm: each child runs the template's warm-up before its hello
+	// (pool.warm_runtimes).
+	Warm bool `json:"warm,omitempty"`
 }
 
 // Start launches the template and waits until it has imported preload.
@@ -115,7 +118,7 @@ func Start(ctx context.Context, h *jail.Host, cfg config.Config, log *slog.Logge
 		return nil, err
 	}
 	z := &Zygote{t: t, log: log, pending: map[int]chan result{}, exits: map[int]chan syscall.WaitStatus{}, pidfds: map[int]*os.File{}, dead: make(chan struct{})}
-	cm := configMsg{Type: "config", Preload: cfg.Pool.Preload, NrSetns: unix.SYS_SETNS}
+	cm := configMsg{Type: "config", Preload: cfg.Pool.Preload, NrSetns: unix.SYS_SETNS, Warm: cfg.Pool.WarmRuntimes}
 	b, _ := json.Marshal(cm)
 	start := time.Now()
 	if _, _, err := t.Conn.WriteMsgUnix(b, nil, nil); err != nil {

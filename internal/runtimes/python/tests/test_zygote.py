@@ -23,6 +23,9 @@ pid = os.fork()
 if pid == 0:
     for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # airlock_zygote resets every signal
         signal.signal(sig, signal.SIG_DFL)
+    if {warm!r}:                            # pool.warm_runtimes
+        import airlock_zygote
+        airlock_zygote.warm_child()
     airlock_runtime.main(cells=True)        # as airlock_zygote.py ends its child
 os.close(3)
 _, status = os.waitpid(pid, 0)
@@ -33,9 +36,12 @@ os._exit(os.waitstatus_to_exitcode(status))
 @unittest.skipUnless(all(map(harness.has_module, ("numpy", "pandas", "matplotlib"))),
                      "numpy, pandas and matplotlib are needed for the zygote test")
 class ZygoteTest(unittest.TestCase):
+    #: Whether the child runs airlock_zygote.warm_child first (pool.warm_runtimes).
+    warm = False
+
     @classmethod
     def setUpClass(cls) -> None:
-        script = ZYGOTE.format(runtime_dir=harness.RUNTIME_DIR)
+        script = ZYGOTE.format(runtime_dir=harness.RUNTIME_DIR, warm=cls.warm)
         env = harness.base_env()
         del env["PYTHONUNBUFFERED"]  # so that the template's stdout is buffered at the fork
         cls.rt = Runtime(argv=[PYTHON, "-I", "-B", "-c", script], env=env)
@@ -55,7 +61,7 @@ class ZygoteTest(unittest.TestCase):
 
     def test_shutdown_runs_atexit_in_the_child(self) -> None:
         # A session forked from the template ends as a standalone one does.
-        script = ZYGOTE.format(runtime_dir=harness.RUNTIME_DIR)
+        script = ZYGOTE.format(runtime_dir=harness.RUNTIME_DIR, warm=self.warm)
         harness.check_shutdown_runs_atexit(self, Runtime(argv=[PYTHON, "-I", "-B", "-c", script]))
 
     def test_hello_comes_from_the_child(self) -> None:
@@ -72,6 +78,7 @@ class ZygoteTest(unittest.TestCase):
         self.assertEqual(ex.status, "ok", ex.messages)
         self.assertEqual(ex.displays, [])  # the template's open figure was closed
         self.assertEqual(ex.out, "")  # its buffered output was discarded
+        self.assertEqual((ex.err, ex.done["execution_count"]), ("", 1))
         self.assertEqual(self.ok("template_names").text, "[]")
         self.assertEqual(ex.done["execution_count"], 1)  # not the rehearsal's 6
 
@@ -174,3 +181,10 @@ class FillHolesTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class WarmZygoteTest(ZygoteTest):
+    """The same with the child warmed before its hello (pool.warm_runtimes):
+    it leaves nothing a session could see."""
+
+    warm = True
