@@ -83,9 +83,17 @@ func TestSpawner(t *testing.T) {
 		t.Fatal("the test host clones its inits itself")
 	}
 	// A spawner of its own, started after the leaks below (the others
-	// came before them), and the old one's socket back after the test.
+	// came before them); after the test, a fresh one again, started
+	// before the next test's guard looks at this process's descriptors.
 	h.spawner.close()
-	t.Cleanup(h.spawner.close)
+	t.Cleanup(func() {
+		h.spawner.mu.Lock()
+		defer h.spawner.mu.Unlock()
+		h.spawner.stop()
+		if err := h.spawner.start(); err != nil {
+			t.Error(err)
+		}
+	})
 	dir := t.TempDir()
 	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY, 0)
 	if err != nil {
