@@ -62,20 +62,16 @@ func (s *spawner) clone(env []string, attr *syscall.SysProcAttr, cg *cgroup.Cgro
 		}
 	}
 	req := jailinit.Message{Op: jailinit.MsgClone, Clone: msg}
-	if err = s.ctl.send(req, fds...); err != nil {
-		// It ended since its last clone, before this one began: once more
-		// with a new one.
+	m, files, err := s.request(req, fds)
+	if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+		// It ended since its last clone, before it read this request
+		// (the request was refused, or left unread): no clone was made,
+		// so once more with a new one.
 		s.stop()
 		if err = s.start(); err != nil {
 			return nil, err
 		}
-		err = s.ctl.send(req, fds...)
-	}
-	s.ctl.setDeadline(time.Now().Add(spawnerTimeout))
-	var m jailinit.Message
-	var files []*os.File
-	if err == nil {
-		m, files, err = s.ctl.recv()
+		m, files, err = s.request(req, fds)
 	}
 	if err != nil {
 		// A spawner that does not answer is replaced. (Had it died
@@ -114,6 +110,15 @@ func (s *spawner) clone(env []string, attr *syscall.SysProcAttr, cg *cgroup.Cgro
 	}
 	*attr.PidFD = pidfd
 	return p, nil
+}
+
+// request sends req with fds and waits for the answer (s.mu held).
+func (s *spawner) request(req jailinit.Message, fds []int) (jailinit.Message, []*os.File, error) {
+	if err := s.ctl.send(req, fds...); err != nil {
+		return jailinit.Message{}, nil, err
+	}
+	s.ctl.setDeadline(time.Now().Add(spawnerTimeout))
+	return s.ctl.recv()
 }
 
 // cloneMsg describes a clone of an init with env and attr; it refuses
