@@ -704,6 +704,7 @@ def rehearse(cells: Sequence[str]) -> list[dict]:
     modules = set(sys.modules)
     meta_path = list(sys.meta_path)
     lines = set(linecache.cache)
+    fds = _open_fds()
     routed = display.routed_functions()
     shims = dict(display.SHIM_MODULES)
     ours, theirs = socket.socketpair()
@@ -778,7 +779,7 @@ def rehearse(cells: Sequence[str]) -> list[dict]:
         # airlock's display, are a session's, made by its first execution.
         for name in set(sys.modules) - modules:
             if name.partition(".")[0] == "IPython":
-                del sys.modules[name]
+                _close_files_of(sys.modules.pop(name), fds)
         display.SHIM_MODULES.clear()
         display.SHIM_MODULES.update(shims)
         sys.meta_path[:] = meta_path
@@ -789,6 +790,29 @@ def rehearse(cells: Sequence[str]) -> list[dict]:
     driver.join()
     ours.close()
     return sent
+
+
+def _open_fds() -> set[int] | None:
+    try:
+        return {int(fd) for fd in os.listdir("/proc/self/fd")}
+    except OSError:
+        return None
+
+
+def _close_files_of(module: types.ModuleType, fds: set[int] | None) -> None:
+    """Close the files a module the rehearsal drops opened at its import
+    (IPython 8.5's utils.io opens os.devnull), or every child of the
+    template inherits their descriptors. Only files on descriptors that
+    were not open before the rehearsal: never a stream of the process's."""
+    if fds is None:
+        return
+    for v in list(vars(module).values()):
+        if isinstance(v, io.IOBase):
+            try:
+                if v.fileno() not in fds:
+                    v.close()
+            except (OSError, ValueError):
+                pass
 
 
 def main(cells: bool = False) -> None:

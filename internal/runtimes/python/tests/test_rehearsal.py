@@ -18,7 +18,8 @@ from airlock_runtime import current, session
 
 def state():
     return {{
-        "fds": sorted(os.listdir("/proc/self/fd")),
+        "fds": {{fd: os.readlink("/proc/self/fd/" + fd) for fd in sorted(os.listdir("/proc/self/fd"))
+                 if os.path.exists("/proc/self/fd/" + fd)}},
         "path": list(sys.path), "argv": list(sys.argv),
         "main": id(sys.modules["__main__"]),
         "streams": [id(getattr(sys, n)) for n in ("stdin", "stdout", "stderr", "__stdin__", "__stdout__", "__stderr__")],
@@ -43,6 +44,7 @@ class RehearsalTest(unittest.TestCase):
         out = subprocess.run([PYTHON, "-I", "-B", "-c", SCRIPT.format(runtime_dir=harness.RUNTIME_DIR)],
                              env=harness.base_env(), capture_output=True, timeout=120, check=True)
         got = json.loads(out.stdout)
+        self.maxDiff = None
         self.assertEqual(got["after"], got["before"])
         done = [m for m in got["sent"] if m["type"] == "done"]
         self.assertEqual([(m["status"], m["execution_count"]) for m in done],
