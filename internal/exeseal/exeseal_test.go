@@ -2,7 +2,10 @@ package exeseal
 
 import (
 	"bytes"
+	"debug/elf"
+	"encoding/binary"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"testing"
@@ -106,4 +109,48 @@ func TestDetached(t *testing.T) {
 		t.Errorf("open for writing: %v, want EROFS or ETXTBSY", err)
 	}
 	checkSealed(t, e)
+}
+
+// TestBuildID reads the test binary's Go build ID as debug/elf does, and
+// gives up on every truncated header without panicking.
+func TestBuildID(t *testing.T) {
+	exe, err := elf.Open("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Close()
+	sec := exe.Section(".note.go.buildid")
+	if sec == nil {
+		t.Fatal("the test binary has no .note.go.buildid")
+	}
+	note, err := sec.Data()
+	if err != nil || len(note) < 16 {
+		t.Fatalf("the note: %v", err)
+	}
+	want := string(note[16 : 16+binary.LittleEndian.Uint32(note[4:])])
+	if got := BuildID(); got != want || got == "" {
+		t.Errorf("BuildID() = %q, want %q", got, want)
+	}
+	head := make([]byte, 16<<10)
+	f, err := os.Open("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := io.ReadFull(f, head); err != nil {
+		t.Fatal(err)
+	}
+	for n := range 4200 { // past the note, which the linker puts in the first page
+		goBuildID(head[:n])
+	}
+	if got := goBuildID(head); got != want {
+		t.Errorf("goBuildID(the first 16 KB) = %q, want %q", got, want)
+	}
+	mangled := bytes.Clone(head)
+	for i := 0x20; i < 0x40; i++ {
+		mangled[i] = 0xff // the program headers' offset, size and count
+	}
+	if got := goBuildID(mangled); got != "" {
+		t.Errorf("goBuildID of a mangled header = %q", got)
+	}
 }

@@ -107,6 +107,13 @@ func NewHost(o Options) (_ *Host, err error) {
 	h.tmpCopy = map[string]string{}
 	h.baseRoot = rootfs.DefaultSpec(h.staging, Hostname)
 	h.baseRoot.Files = o.RootFiles
+	if o.EmbeddedFiles != nil {
+		if id := exeseal.BuildID(); id != "" {
+			h.baseRoot.LoadFiles, h.baseRoot.FilesKey = o.EmbeddedFiles, "build "+id
+		} else {
+			h.baseRoot.Files = o.rootFiles()
+		}
+	}
 	h.baseRoot.Prepare, h.baseRoot.PrepareKey = o.PrepareRoot, o.PrepareKey
 	// The static part of the root is written once per host and bound
 	// read-only into every sandbox.
@@ -116,8 +123,14 @@ func NewHost(o Options) (_ *Host, err error) {
 	}
 	h.baseRoot.Template = tmpl
 	h.baseRoot.Etc, h.baseRoot.EtcCopy, h.baseRoot.Files = nil, nil, nil
+	h.baseRoot.LoadFiles, h.baseRoot.FilesKey = nil, ""
 	h.baseRoot.Prepare, h.baseRoot.PrepareKey = nil, ""
 	return h, nil
+}
+
+// rootFiles are all of o's root files, RootFiles over EmbeddedFiles.
+func (o Options) rootFiles() map[string]string {
+	return rootfs.Spec{Files: o.RootFiles, LoadFiles: o.EmbeddedFiles}.AllFiles()
 }
 
 // Root is a sandbox root other than the host's: a template's (see
@@ -146,7 +159,7 @@ func (h *Host) ImageRoot(image, label string) (*Root, error) {
 	if r := h.roots[image]; r != nil {
 		return r, nil
 	}
-	spec, err := PrepareImageRoot(h.opts.StateDir, h.staging, h.opts.RootFiles, image)
+	spec, err := PrepareImageRoot(h.opts.StateDir, h.staging, h.opts.rootFiles(), image)
 	if err != nil {
 		return nil, err
 	}

@@ -73,6 +73,11 @@ type Options struct {
 	Landlock     bool   // required by configuration
 	// RootFiles are extra read-only files under /opt in every sandbox.
 	RootFiles map[string]string
+	// EmbeddedFiles, when set, gives more of them, embedded in this
+	// binary: its build ID stands for them in the root template's key, so
+	// that they are read only when the template is made (see
+	// rootfs.Spec.LoadFiles). RootFiles wins on the same path.
+	EmbeddedFiles func() map[string]string
 	// PrepareRoot finishes the host's root template when it is first
 	// made (see rootfs.Spec.Prepare); PrepareKey names what it depends on.
 	PrepareRoot func(root string) error

@@ -12,6 +12,7 @@ package rootfs
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"sort"
 	"strings"
@@ -45,6 +46,13 @@ type Spec struct {
 	// -> content), such as the in-sandbox runtimes; one that starts with
 	// "#!" is a script, and executable.
 	Files map[string]string `json:"files"`
+	// LoadFiles, when set, gives more files like Files, read only when
+	// PrepareTemplate makes a template: FilesKey stands for their
+	// content in its name (the binary's build ID, for the files embedded
+	// in it), so that finding the template reads and hashes none of
+	// them. Files wins over them on the same path. Neither is sent.
+	LoadFiles func() map[string]string `json:"-"`
+	FilesKey  string                   `json:"-"`
 	// TmpCopy are host directories whose regular files are copied into
 	// /tmp/<name>, owned by the sandbox user (the matplotlib font cache).
 	TmpCopy map[string]string `json:"tmp_copy"`
@@ -224,3 +232,16 @@ var ReadOnlyProc = []string{"sys", "bus", "fs", "irq"}
 
 // Devices are the host device nodes bound into /dev.
 var Devices = []string{"null", "zero", "full", "random", "urandom"}
+
+// AllFiles are Files over what LoadFiles gives (read now).
+func (s Spec) AllFiles() map[string]string {
+	if s.LoadFiles == nil {
+		return s.Files
+	}
+	files := maps.Clone(s.LoadFiles())
+	if files == nil {
+		files = map[string]string{}
+	}
+	maps.Copy(files, s.Files)
+	return files
+}

@@ -233,6 +233,9 @@ func PrepareTemplate(dir string, s Spec) (string, error) {
 		fmt.Fprintf(h, "file %q %d\n", k, len(s.Files[k]))
 		io.WriteString(h, s.Files[k])
 	}
+	if s.LoadFiles != nil {
+		fmt.Fprintf(h, "files %q\n", s.FilesKey)
+	}
 	if s.PrepareKey != "" {
 		fmt.Fprintf(h, "prepare %q\n", s.PrepareKey)
 	}
@@ -255,6 +258,9 @@ func PrepareTemplate(dir string, s Spec) (string, error) {
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		os.RemoveAll(tmp)
 		return "", fmt.Errorf("rootfs: template: %w", err)
+	}
+	if s.LoadFiles != nil {
+		s.Files = s.AllFiles()
 	}
 	if err := populate(tmp, s); err != nil {
 		os.RemoveAll(tmp)

@@ -127,7 +127,7 @@ func newHost(cfg config.Config, log *slog.Logger, extra map[string]string, spawn
 		return nil, err
 	}
 	opts := jail.OptionsFrom(cfg)
-	opts.RootFiles = rootFiles(cfg, extra)
+	opts.RootFiles, opts.EmbeddedFiles = rootFiles(cfg, extra), runtimes.RootFiles
 	opts.Spawner = spawner
 	key, prepare := runtimes.Precompile(cfg.Runtimes.Python)
 	if prepare != nil {

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -449,7 +450,8 @@ func (s *Server) kernels(cfg config.Config) (map[config.Isolation]instance.Kerne
 				return nil, err
 			}
 			opts := gvisor.OptionsFrom(cfg, runsc)
-			opts.RootFiles = rootFiles(cfg, s.rootExtra)
+			opts.RootFiles = runtimes.RootFiles()
+			maps.Copy(opts.RootFiles, rootFiles(cfg, s.rootExtra))
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			h, err := gvisor.NewHost(ctx, opts, s.host.Cgroups())
@@ -688,12 +690,13 @@ func RunMCPStdio(ctx context.Context, cfg config.Config, opts Options) error {
 	return err
 }
 
-// rootFiles are the files airlock places in every sandbox's root: the
-// session runtimes, the tools' clients when the server declares tools,
-// and extra (the secrets' CA files); without, the roots are as they
-// were.
+// rootFiles are the files airlock places in every sandbox's root besides
+// the session runtimes (runtimes.RootFiles, which a host reads only when
+// it makes its root template: jail.Options.EmbeddedFiles): the tools'
+// clients when the server declares tools, and extra (the secrets' CA
+// files); without, the roots are as they were.
 func rootFiles(cfg config.Config, extra map[string]string) map[string]string {
-	files := runtimes.RootFiles()
+	files := map[string]string{}
 	for p, c := range extra {
 		files[p] = c
 	}
