@@ -1,7 +1,6 @@
 package cgroup
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -288,9 +287,11 @@ type Cgroup struct {
 	// and read again at offset 0: opening one (openat2's checked walk)
 	// costs several times the read, and Stats was a quarter of a warm
 	// execution's CPU in the server. Four descriptors per live cgroup,
-	// closed by Destroy.
+	// closed by Destroy. buf is what they are read into (under cmu): on
+	// the stack it would grow a fresh goroutine's (the watch's pollers).
 	cmu      sync.Mutex
 	counters map[string]*os.File
+	buf      [4096]byte
 }
 
 // New creates the cgroup name under the parent with limits r.
@@ -553,26 +554,14 @@ func (c *Cgroup) dir(ctl string) string {
 func (c *Cgroup) Stats() (Stats, error) {
 	var s Stats
 	var err error
+	s.CPU, s.MemoryPeak, err = c.Usage()
+	if err != nil {
+		return Stats{}, err
+	}
 	if c.h.v2 {
-		var us uint64
-		us, err = c.keyed(c.dir(""), "cpu.stat", "usage_usec")
-		s.CPU = time.Duration(us) * time.Microsecond
-		if err == nil {
-			s.MemoryPeak, err = c.readInt(c.dir(""), "memory.peak")
-		}
-		if err == nil {
-			s.OOMKills, err = c.keyed(c.dir(""), "memory.events", "oom_kill")
-		}
+		s.OOMKills, err = c.keyed(c.dir(""), "memory.events", "oom_kill")
 	} else {
-		var ns int64
-		ns, err = c.readInt(c.dir("cpuacct"), "cpuacct.usage")
-		s.CPU = time.Duration(ns)
-		if err == nil {
-			s.MemoryPeak, err = c.readInt(c.dir("memory"), "memory.max_usage_in_bytes")
-		}
-		if err == nil {
-			s.OOMKills, err = c.keyed(c.dir("memory"), "memory.oom_control", "oom_kill")
-		}
+		s.OOMKills, err = c.keyed(c.dir("memory"), "memory.oom_control", "oom_kill")
 	}
 	if err == nil {
 		s.PidsMax, err = c.keyed(c.dir("pids"), "pids.events", "max")
@@ -604,6 +593,30 @@ func (c *Cgroup) Memory() (used, limit int64, err error) {
 		return 0, 0, fmt.Errorf("cgroup: memory of %s: %w", c.name, err)
 	}
 	return max(used-int64(cache), 0), limit, nil
+}
+
+// Usage reads the CPU time and the memory peak, what an execution's
+// result reports: half the reads of Stats.
+func (c *Cgroup) Usage() (cpu time.Duration, peak int64, err error) {
+	if c.h.v2 {
+		var us uint64
+		us, err = c.keyed(c.dir(""), "cpu.stat", "usage_usec")
+		cpu = time.Duration(us) * time.Microsecond
+		if err == nil {
+			peak, err = c.readInt(c.dir(""), "memory.peak")
+		}
+	} else {
+		var ns int64
+		ns, err = c.readInt(c.dir("cpuacct"), "cpuacct.usage")
+		cpu = time.Duration(ns)
+		if err == nil {
+			peak, err = c.readInt(c.dir("memory"), "memory.max_usage_in_bytes")
+		}
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("cgroup: usage of %s: %w", c.name, err)
+	}
+	return cpu, peak, nil
 }
 
 // CPU reads only the CPU time, the one counter read on a timer.
@@ -709,34 +722,29 @@ func (c *Cgroup) watch() error {
 	return nil
 }
 
+// PidsPollInterval is how often a v1 pids.events is read while code runs.
+const PidsPollInterval = 50 * time.Millisecond
+
 // PollPids covers a gap of cgroup v1: the kernel does not notify changes
-// of a v1 pids.events, so while a program runs the counter is read every
-// 50ms instead. On v2, where inotify works, it returns at once.
-func (c *Cgroup) PollPids(stop <-chan struct{}) {
+// of a v1 pids.events, so while code runs its caller reads the counter
+// every again (PidsPollInterval) instead, from a timer of its own loop
+// rather than a goroutine per execution. It reads it once, emits
+// EventPidsMax if it rose, and says when to read it again: 0 on v2,
+// where inotify works, or once the cgroup is gone.
+func (c *Cgroup) PollPids() (again time.Duration) {
 	if c.h.v2 {
-		return
+		return 0
 	}
-	dir := c.dir("pids")
-	t := time.NewTicker(50 * time.Millisecond)
-	defer t.Stop()
-	for {
-		// Against the last value any poller saw (0 for a new cgroup), so
-		// that a limit hit before this poller started is not missed.
-		n, err := c.keyed(dir, "pids.events", "max")
-		if err != nil {
-			return
-		}
-		if last := c.pidsSeen.Load(); n > last && c.pidsSeen.CompareAndSwap(last, n) {
-			c.emit(EventPidsMax)
-		}
-		select {
-		case <-stop:
-			return
-		case <-c.stop:
-			return
-		case <-t.C:
-		}
+	// Against the last value any poller saw (0 for a new cgroup), so
+	// that a limit hit before this poller started is not missed.
+	n, err := c.keyed(c.dir("pids"), "pids.events", "max")
+	if err != nil {
+		return 0
 	}
+	if last := c.pidsSeen.Load(); n > last && c.pidsSeen.CompareAndSwap(last, n) {
+		c.emit(EventPidsMax)
+	}
+	return PidsPollInterval
 }
 
 func (c *Cgroup) emit(ev Event) {
@@ -959,12 +967,11 @@ func (c *Cgroup) read(dir, file string) (string, error) {
 		}
 		c.counters[key] = f
 	}
-	var buf [4096]byte
-	n, err := unix.Pread(int(f.Fd()), buf[:], 0)
+	n, err := unix.Pread(int(f.Fd()), c.buf[:], 0)
 	if err != nil {
 		return "", &os.PathError{Op: "read", Path: key, Err: err}
 	}
-	return string(buf[:n]), nil
+	return string(c.buf[:n]), nil
 }
 
 func (c *Cgroup) readInt(dir, file string) (int64, error) {
@@ -1009,9 +1016,10 @@ func keyed(dir, file, key string) (uint64, error) {
 }
 
 func parseKeyed(s, key string) (uint64, error) {
-	sc := bufio.NewScanner(strings.NewReader(s))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), " ")
+	for s != "" {
+		var line string
+		line, s, _ = strings.Cut(s, "\n")
+		k, v, ok := strings.Cut(line, " ")
 		if ok && k == key {
 			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
 		}

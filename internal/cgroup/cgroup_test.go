@@ -289,7 +289,15 @@ func TestPidsEvent(t *testing.T) {
 	_, in := sleeper(t, c, "for i in 1 2 3 4 5 6 7 8; do sleep 30 & done; wait")
 	stop := make(chan struct{})
 	defer close(stop)
-	go c.PollPids(stop)
+	go func() { // as a watch polls
+		for again := c.PollPids(); again > 0; again = c.PollPids() {
+			select {
+			case <-stop:
+				return
+			case <-time.After(again):
+			}
+		}
+	}()
 	io.WriteString(in, "go\n")
 	waitEvent(t, c, EventPidsMax)
 	if s, err := c.Stats(); err != nil || s.PidsMax == 0 {

@@ -100,6 +100,10 @@ func (in *Instance) CPU() (time.Duration, error) { return in.sb.CPU() }
 // Stats are the sandbox's cgroup counters.
 func (in *Instance) Stats() (cgroup.Stats, error) { return in.sb.Stats() }
 
+// Usage is the sandbox's CPU time and memory peak, what an execution
+// reports: half the reads of Stats.
+func (in *Instance) Usage() (cpu time.Duration, peak int64, err error) { return in.sb.Usage() }
+
 // Memory is the sandbox's memory in use now that reclaim cannot take
 // back (cgroup.Memory), for the session's description.
 func (in *Instance) Memory() (int64, error) {
@@ -114,8 +118,9 @@ func (in *Instance) Memory() (int64, error) {
 // Events delivers the sandbox's OOM and process-limit events.
 func (in *Instance) Events() <-chan cgroup.Event { return in.sb.Events() }
 
-// PollPids makes up for cgroup v1's missing pids events until stop closes.
-func (in *Instance) PollPids(stop <-chan struct{}) { in.sb.PollPids(stop) }
+// PollPids makes up for cgroup v1's missing pids events: it reads the
+// counter once and says when to again (0: never).
+func (in *Instance) PollPids() time.Duration { return in.sb.PollPids() }
 
 // Dead is closed when the sandbox is gone.
 func (in *Instance) Dead() <-chan struct{} { return in.sb.Dead() }

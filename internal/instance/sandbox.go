@@ -28,8 +28,9 @@ type sandbox interface {
 	Workspace() *workspace.Dir
 	CPU() (time.Duration, error)
 	Stats() (cgroup.Stats, error)
+	Usage() (cpu time.Duration, peak int64, err error)
 	Events() <-chan cgroup.Event
-	PollPids(stop <-chan struct{})
+	PollPids() time.Duration
 	Dead() <-chan struct{}
 	// Exits delivers the exits of the programs Spawn started.
 	Exits() <-chan jail.Exit
@@ -238,11 +239,12 @@ type gvisorSandbox struct {
 	lost atomic.Bool
 }
 
-func (s *gvisorSandbox) CPU() (time.Duration, error)        { return s.Cgroup().CPU() }
-func (s *gvisorSandbox) Events() <-chan cgroup.Event        { return s.Cgroup().Events() }
-func (s *gvisorSandbox) PollPids(stop <-chan struct{})      { s.Cgroup().PollPids(stop) }
-func (s *gvisorSandbox) Exits() <-chan jail.Exit            { return s.exits }
-func (s *gvisorSandbox) Adapt(l config.Limits, _ int) error { return s.Sandbox.Adapt(l) }
+func (s *gvisorSandbox) CPU() (time.Duration, error)          { return s.Cgroup().CPU() }
+func (s *gvisorSandbox) Usage() (time.Duration, int64, error) { return s.Cgroup().Usage() }
+func (s *gvisorSandbox) Events() <-chan cgroup.Event          { return s.Cgroup().Events() }
+func (s *gvisorSandbox) PollPids() time.Duration              { return s.Cgroup().PollPids() }
+func (s *gvisorSandbox) Exits() <-chan jail.Exit              { return s.exits }
+func (s *gvisorSandbox) Adapt(l config.Limits, _ int) error   { return s.Sandbox.Adapt(l) }
 
 // OpenPTY implements sandbox: a pty of the host's devpts, whose slave
 // runsc hands the Sentry as the program's terminal (the Sentry's own

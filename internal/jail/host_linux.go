@@ -724,6 +724,9 @@ func (s *Sandbox) Events() <-chan cgroup.Event { return s.cg.Events() }
 // Stats reads the sandbox's cgroup counters.
 func (s *Sandbox) Stats() (cgroup.Stats, error) { return s.cg.Stats() }
 
+// Usage reads the CPU time and the memory peak alone (cgroup.Cgroup.Usage).
+func (s *Sandbox) Usage() (time.Duration, int64, error) { return s.cg.Usage() }
+
 // CPU reads the sandbox's total CPU time.
 func (s *Sandbox) CPU() (time.Duration, error) { return s.cg.CPU() }
 

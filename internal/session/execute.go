@@ -656,10 +656,9 @@ func (s *Session) finishExecution(r *running, o watch.Outcome) *apitype.Result {
 		s.m.returnMemory()
 	}
 	ex.mu.Unlock()
-	st, serr := s.inst.Stats()
-	if serr == nil {
-		res.CPUMs = ms(st.CPU - r.cpu0)
-		res.PeakMemoryBytes = st.MemoryPeak
+	if cpu, peak, err := s.inst.Usage(); err == nil {
+		res.CPUMs = ms(cpu - r.cpu0)
+		res.PeakMemoryBytes = peak
 	}
 	// Whether a program ran out of memory is the sandbox's one answer,
 	// even when the OOM event lost the race with the program's exit.

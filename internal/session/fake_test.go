@@ -216,15 +216,18 @@ func newFakeInterp(f *fakeInstance, rt runtimes.Runtime, gone chan struct{}, bes
 		replies: make(chan runtimes.Message, 4), gone: gone, beside: beside}
 }
 
-func (f *fakeInstance) Name() string                  { return "s-fake" }
-func (f *fakeInstance) Isolation() config.Isolation   { return config.Native }
-func (f *fakeInstance) Started() time.Time            { return f.start }
-func (f *fakeInstance) Workspace() *workspace.Dir     { return f.ws }
-func (f *fakeInstance) CPU() (time.Duration, error)   { return time.Duration(f.cpu.Load()), nil }
-func (f *fakeInstance) Memory() (int64, error)        { return 1 << 20, nil }
-func (f *fakeInstance) Events() <-chan cgroup.Event   { return f.events }
-func (f *fakeInstance) PollPids(stop <-chan struct{}) {}
-func (f *fakeInstance) NetNS() (int, bool)            { return -1, false }
+func (f *fakeInstance) Name() string                { return "s-fake" }
+func (f *fakeInstance) Isolation() config.Isolation { return config.Native }
+func (f *fakeInstance) Started() time.Time          { return f.start }
+func (f *fakeInstance) Workspace() *workspace.Dir   { return f.ws }
+func (f *fakeInstance) CPU() (time.Duration, error) { return time.Duration(f.cpu.Load()), nil }
+func (f *fakeInstance) Memory() (int64, error)      { return 1 << 20, nil }
+func (f *fakeInstance) Events() <-chan cgroup.Event { return f.events }
+func (f *fakeInstance) PollPids() time.Duration     { return 0 }
+func (f *fakeInstance) NetNS() (int, bool)          { return -1, false }
+func (f *fakeInstance) Usage() (time.Duration, int64, error) {
+	return time.Duration(f.cpu.Load()), f.peak.Load(), nil
+}
 func (f *fakeInstance) Stats() (cgroup.Stats, error) {
 	return cgroup.Stats{CPU: time.Duration(f.cpu.Load()), OOMKills: f.oomKills.Load(), MemoryPeak: f.peak.Load()}, nil
 }

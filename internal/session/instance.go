@@ -63,6 +63,8 @@ type Instance interface {
 	// CPU, Events and PollPids: what a watch reads.
 	watch.Sandbox
 	Stats() (cgroup.Stats, error)
+	// Usage is Stats' CPU time and memory peak alone.
+	Usage() (cpu time.Duration, peak int64, err error)
 	Memory() (int64, error)
 	NetNS() (int, bool)
 	// OutOfMemory is the one answer to whether a process of the

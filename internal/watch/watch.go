@@ -26,9 +26,9 @@ type Sandbox interface {
 	CPU() (time.Duration, error)
 	// Events delivers the cgroup's OOM and process-limit events.
 	Events() <-chan cgroup.Event
-	// PollPids runs while the watch does, until stop is closed (cgroup v1
-	// reads its pids counter meanwhile; v2 returns at once).
-	PollPids(stop <-chan struct{})
+	// PollPids is called as the watch starts and again when it says
+	// (cgroup v1 reads its pids counter meanwhile; v2 answers 0: never).
+	PollPids() (again time.Duration)
 }
 
 // Code is the running code as a watch sees it. M is what it reports.
@@ -67,7 +67,8 @@ type Spec struct {
 	// Timeout is the wall-clock limit (0: none).
 	Timeout time.Duration
 	// CPUTime is the budget of CPU time from CPUBase on (0: none); the
-	// sandbox can use at most CPUs cores.
+	// sandbox can use at most CPUs cores. CPUBase is read just before
+	// Watch: the budget is first looked at when it could first be spent.
 	CPUTime, CPUBase time.Duration
 	CPUs             float64
 	// Grace is how long interrupted code has to finish (Interrupt).
@@ -121,13 +122,30 @@ func Watch[M any](ctx context.Context, sb Sandbox, code Code[M], s Spec) (o Outc
 	if clock == nil {
 		clock = realClock{}
 	}
-	stop := make(chan struct{})
-	defer close(stop)
-	cpuOver := make(chan struct{})
+	// The CPU budget is looked at on a timer of this loop, not by a
+	// goroutine of its own: most executions end long before the first
+	// look is due.
+	var cpuCheck <-chan time.Time
+	var stopCPU func()
+	defer func() {
+		if stopCPU != nil {
+			stopCPU()
+		}
+	}()
 	if s.CPUTime > 0 {
-		go CPU(sb, s.CPUBase, s.CPUTime, s.CPUs, stop, func() { close(cpuOver) }, clock)
+		// CPUBase was read just before: used - base is nothing yet.
+		cpuCheck, stopCPU = clock.Timer(cpuWait(0, s.CPUTime, s.CPUs))
 	}
-	go sb.PollPids(stop)
+	var pidsPoll <-chan time.Time
+	var stopPids func()
+	defer func() {
+		if stopPids != nil {
+			stopPids()
+		}
+	}()
+	if again := sb.PollPids(); again > 0 {
+		pidsPoll, stopPids = clock.Timer(again)
+	}
 	var deadline <-chan time.Time
 	if s.Timeout > 0 {
 		var stopDeadline func()
@@ -163,7 +181,7 @@ func Watch[M any](ctx context.Context, sb Sandbox, code Code[M], s Spec) (o Outc
 	reports := code.Reports()
 	// Each of these stays ready once it fires: after the first time it is
 	// set to nil, or the loop would spin until the code answers.
-	cpuOverC, clientGone := (<-chan struct{})(cpuOver), ctx.Done()
+	clientGone := ctx.Done()
 	for {
 		select {
 		case m, ok := <-reports:
@@ -180,10 +198,26 @@ func Watch[M any](ctx context.Context, sb Sandbox, code Code[M], s Spec) (o Outc
 			if stopFor(apitype.KillTimeout) {
 				return o
 			}
-		case <-cpuOverC:
-			cpuOverC = nil
-			if stopFor(apitype.KillCPUTime) {
-				return o
+		case <-cpuCheck:
+			used, err := sb.CPU()
+			if err == nil && used-s.CPUBase >= s.CPUTime {
+				cpuCheck = nil
+				if stopFor(apitype.KillCPUTime) {
+					return o
+				}
+				continue
+			}
+			wait := 100 * time.Millisecond // never stop enforcing: look again shortly
+			if err == nil {
+				wait = cpuWait(used-s.CPUBase, s.CPUTime, s.CPUs)
+			}
+			stopCPU()
+			cpuCheck, stopCPU = clock.Timer(wait)
+		case <-pidsPoll:
+			pidsPoll = nil
+			if again := sb.PollPids(); again > 0 {
+				stopPids()
+				pidsPoll, stopPids = clock.Timer(again)
 			}
 		case <-s.Interrupts:
 			if stopFor(ByClient) {
@@ -222,36 +256,15 @@ func EndOf(ev cgroup.Event) apitype.End {
 	return apitype.End{}
 }
 
-// CPU calls over once the sandbox has used budget of CPU time since it had
-// used base. It looks at the earliest moment the budget could be spent,
-// given that the sandbox cannot use more than cpus cores, so it costs
-// nothing while the code is far from its limit. It returns when stop is
-// closed.
-func CPU(sb Sandbox, base, budget time.Duration, cpus float64, stop <-chan struct{}, over func(), clock Clock) {
+// cpuWait is how long a sandbox that has used used of its CPU budget
+// cannot have spent it: the earliest moment it could, given that it
+// cannot use more than cpus cores, so that a budget costs nothing while
+// the code is far from it.
+func cpuWait(used, budget time.Duration, cpus float64) time.Duration {
 	if cpus <= 0 {
 		cpus = 1
 	}
-	if clock == nil {
-		clock = realClock{}
-	}
-	for {
-		used, err := sb.CPU()
-		wait := 100 * time.Millisecond // never stop enforcing: look again shortly
-		if err == nil {
-			if used-base >= budget {
-				over()
-				return
-			}
-			wait = time.Duration(float64(budget-(used-base))/cpus) + time.Millisecond
-		}
-		c, cancel := clock.Timer(wait)
-		select {
-		case <-c:
-		case <-stop:
-			cancel()
-			return
-		}
-	}
+	return time.Duration(float64(budget-used)/cpus) + time.Millisecond
 }
 
 // Clock makes timers.

@@ -12,14 +12,15 @@ import (
 )
 
 type fakeSandbox struct {
-	cpu     atomic.Int64
-	events  chan cgroup.Event
-	polling chan struct{} // closed when PollPids has returned
+	cpu    atomic.Int64
+	events chan cgroup.Event
+	polls  atomic.Int32  // PollPids' calls
+	again  time.Duration // what PollPids answers
 }
 
-func (f *fakeSandbox) CPU() (time.Duration, error)   { return time.Duration(f.cpu.Load()), nil }
-func (f *fakeSandbox) Events() <-chan cgroup.Event   { return f.events }
-func (f *fakeSandbox) PollPids(stop <-chan struct{}) { <-stop; close(f.polling) }
+func (f *fakeSandbox) CPU() (time.Duration, error) { return time.Duration(f.cpu.Load()), nil }
+func (f *fakeSandbox) Events() <-chan cgroup.Event { return f.events }
+func (f *fakeSandbox) PollPids() time.Duration     { f.polls.Add(1); return f.again }
 
 // fakeCode reports strings; "done" finishes it.
 type fakeCode struct {
@@ -60,9 +61,13 @@ type harness struct {
 	endedBy   apitype.End
 }
 
-func (h *harness) report(m string)      { h.code.reports <- m }
-func (h *harness) timeout()             { h.clock.Fire(timeout) }
-func (h *harness) grace()               { h.clock.Fire(grace) }
+func (h *harness) report(m string) { h.code.reports <- m }
+func (h *harness) timeout()        { h.clock.Fire(timeout) }
+func (h *harness) grace()          { h.clock.Fire(grace) }
+
+// cpuLook fires the CPU budget's look, due when the budget could first be
+// spent on one core.
+func (h *harness) cpuLook()             { h.clock.Fire(budget + time.Millisecond) }
 func (h *harness) event(e cgroup.Event) { h.sb.events <- e }
 func (h *harness) closeReports(end apitype.End, finished bool) {
 	h.code.closedEnd, h.code.closedFin = end, finished
@@ -82,7 +87,7 @@ func TestWatch(t *testing.T) {
 	for _, c := range []struct {
 		name       string
 		policy     Policy
-		cpu        time.Duration // used at once: over budget when >= budget
+		cpu        time.Duration // used at once: over budget when >= budget, at its look
 		steps      func(h *harness)
 		want       Outcome
 		kill       apitype.KillReason
@@ -97,9 +102,9 @@ func TestWatch(t *testing.T) {
 			want: Outcome{Finished: true, Stopped: apitype.KillTimeout}, interrupts: 1, handled: []string{"done"}},
 		{name: "timeout, interrupt, grace runs out", steps: func(h *harness) { h.timeout(); h.interrupted(); h.grace() },
 			want: Outcome{Stopped: apitype.KillTimeout, End: apitype.Ended(apitype.EndUnresponsive)}, kill: apitype.KillTimeout, interrupts: 1},
-		{name: "CPU over", cpu: budget, steps: func(h *harness) { h.interrupted(); h.report("done") },
+		{name: "CPU over", cpu: budget, steps: func(h *harness) { h.cpuLook(); h.interrupted(); h.report("done") },
 			want: Outcome{Finished: true, Stopped: apitype.KillCPUTime}, interrupts: 1, handled: []string{"done"}},
-		{name: "CPU over, killed", policy: Kill, cpu: budget + time.Second, steps: func(h *harness) {},
+		{name: "CPU over, killed", policy: Kill, cpu: budget + time.Second, steps: func(h *harness) { h.cpuLook() },
 			want: Outcome{Stopped: apitype.KillCPUTime, End: apitype.Ended(apitype.EndKilled)}, kill: apitype.KillCPUTime},
 		{name: "OOM event", steps: func(h *harness) { h.event(cgroup.EventOOM) },
 			want: Outcome{End: oom}, kill: apitype.KillMemory},
@@ -135,7 +140,7 @@ func TestWatch(t *testing.T) {
 			defer cancel()
 			h := &harness{
 				t: t, clock: watchtest.NewClock(), cancel: cancel,
-				sb:        &fakeSandbox{events: make(chan cgroup.Event), polling: make(chan struct{})},
+				sb:        &fakeSandbox{events: make(chan cgroup.Event)},
 				code:      &fakeCode{reports: make(chan string), interrupts: make(chan struct{}, 8)},
 				interrupt: make(chan struct{}),
 				ended:     make(chan struct{}),
@@ -173,37 +178,73 @@ func TestWatch(t *testing.T) {
 			if n := h.clock.Unfired(); c.unlimited && n != 0 {
 				t.Errorf("%d timers, want none", n)
 			}
-			select {
-			case <-h.sb.polling:
-			case <-time.After(10 * time.Second):
-				t.Error("the pids poller was not stopped")
+			if n := h.sb.polls.Load(); n != 1 {
+				t.Errorf("the pids counter was read %d times, want once, as the watch started", n)
 			}
 		})
 	}
 }
 
-// The CPU watcher sleeps until the budget could first be spent at the
-// sandbox's CPU quota, and fires once it is.
+// The CPU budget is looked at once it could first have been spent at the
+// sandbox's CPU quota (never at once: the base was read just before),
+// again when the rest could be, and the code is stopped once it is.
 func TestCPUWaitsForTheEarliestMoment(t *testing.T) {
 	clock := watchtest.NewClock()
-	sb := &fakeSandbox{}
+	sb := &fakeSandbox{events: make(chan cgroup.Event)}
 	sb.cpu.Store(int64(10 * time.Second))
-	over := make(chan struct{})
-	stop := make(chan struct{})
-	defer close(stop)
-	go CPU(sb, 10*time.Second, 4*time.Second, 2, stop, func() { close(over) }, clock)
-	// 4s of budget at 2 cores: not before 2s (and a millisecond).
+	code := &fakeCode{reports: make(chan string), interrupts: make(chan struct{}, 8)}
+	done := make(chan Outcome, 1)
+	go func() {
+		done <- Watch(context.Background(), sb, Code[string](code), Spec{
+			Policy: Kill, CPUTime: 4 * time.Second, CPUBase: 10 * time.Second, CPUs: 2, Clock: clock,
+		})
+	}()
+	// 4s of budget at 2 cores: not before 2s (and a millisecond); 1s
+	// used by then leaves 3s, not spent before 1.5s more.
 	clock.Await(2*time.Second + time.Millisecond)
+	sb.cpu.Store(int64(11 * time.Second))
+	clock.Fire(2*time.Second + time.Millisecond)
+	clock.Await(1500*time.Millisecond + time.Millisecond)
 	select {
-	case <-over:
-		t.Fatal("over before the budget was spent")
+	case o := <-done:
+		t.Fatalf("over before the budget was spent: %+v", o)
 	default:
 	}
 	sb.cpu.Store(int64(14 * time.Second))
-	clock.Fire(2*time.Second + time.Millisecond)
+	clock.Fire(1500*time.Millisecond + time.Millisecond)
 	select {
-	case <-over:
+	case o := <-done:
+		if o.Stopped != apitype.KillCPUTime {
+			t.Errorf("outcome %+v, want stopped for the CPU time", o)
+		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("not over with the budget spent")
+	}
+}
+
+// Where the kernel does not notify a pids limit hit (cgroup v1), the
+// counter is read as the watch starts and again each time it says, until
+// the code finishes; the event it emits ends the sandbox.
+func TestPidsPolledWhileCodeRuns(t *testing.T) {
+	clock := watchtest.NewClock()
+	const every = 50 * time.Millisecond
+	sb := &fakeSandbox{events: make(chan cgroup.Event, 1), again: every}
+	code := &fakeCode{reports: make(chan string), interrupts: make(chan struct{}, 8)}
+	done := make(chan Outcome, 1)
+	go func() { done <- Watch(context.Background(), sb, Code[string](code), Spec{Clock: clock}) }()
+	clock.Fire(every)
+	clock.Fire(every)
+	clock.Await(every)
+	if n := sb.polls.Load(); n != 3 {
+		t.Errorf("the pids counter was read %d times, want 3", n)
+	}
+	sb.events <- cgroup.EventPidsMax
+	select {
+	case o := <-done:
+		if o.End != apitype.Ended(apitype.EndPids) {
+			t.Errorf("outcome %+v, want the process limit's end", o)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Watch did not return")
 	}
 }
