@@ -224,8 +224,10 @@ func (d *Dir) asUser(fn func(root *Dir) error) error {
 		// caller may look at its threads as soon as it has the answer.
 		defer func() { errc <- err }()
 		runtime.LockOSThread()
-		prevUID, _ := unix.SetfsuidRetUid(-1)
-		prevGID, _ := unix.SetfsgidRetGid(-1)
+		// setfs[ug]id answers the ids before the call, and never fails
+		// (it ignores an id it may not take): each change is read back.
+		prevGID, _ := unix.SetfsgidRetGid(d.gid)
+		prevUID, _ := unix.SetfsuidRetUid(d.uid)
 		defer func() {
 			// Give the thread back to the Go runtime only once it has its
 			// own ids again; otherwise it stays locked, and Go ends it (or,
@@ -238,8 +240,6 @@ func (d *Dir) asUser(fn func(root *Dir) error) error {
 				runtime.UnlockOSThread()
 			}
 		}()
-		unix.Setfsgid(d.gid)
-		unix.Setfsuid(d.uid)
 		gid, _ := unix.SetfsgidRetGid(-1)
 		uid, _ := unix.SetfsuidRetUid(-1)
 		if uid != d.uid || gid != d.gid {
@@ -505,7 +505,9 @@ func (d *Dir) list(rel string, recursive bool) (entries []Entry, truncated bool,
 	if err != nil {
 		return nil, false, err
 	}
-	l := lister{root: d.root, recursive: recursive}
+	buf := direntBufs.Get().(*[]byte)
+	defer direntBufs.Put(buf)
+	l := lister{root: d.root, recursive: recursive, buf: *buf}
 	depth := 1 // components in the path of rel's entries
 	if rel != "" {
 		depth += strings.Count(rel, "/") + 1
@@ -520,34 +522,51 @@ func (d *Dir) list(rel string, recursive bool) (entries []Entry, truncated bool,
 
 var errFull = errors.New("list full")
 
+// direntBufs are getdents' buffers: a warm execution lists its workspace
+// twice.
+var direntBufs = sync.Pool{New: func() any { b := make([]byte, 8192); return &b }}
+
 // lister walks a tree the sandbox built: what it keeps is bounded by
 // MaxListLength entries of at most MaxPathLen bytes, whatever the tree.
 type lister struct {
 	root      string // how paths are shown
 	recursive bool
 	out       []Entry
-	truncated bool // something was left out
+	truncated bool   // something was left out
+	buf       []byte // getdents' buffer, parsed before anything recurses
 }
 
 // list reads the directory fd (and closes it); depth counts the
 // components of its entries' paths.
 func (l *lister) list(fd int, rel string, depth int) error {
-	f := os.NewFile(uintptr(fd), rel)
-	defer f.Close()
+	defer unix.Close(fd)
+	var names []string
 	for {
-		names, rerr := f.Readdirnames(256)
-		for _, n := range names {
+		n, err := unix.ReadDirent(fd, l.buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return mapErr(path.Join(l.root, rel), err)
+		}
+		if n <= 0 {
+			return nil
+		}
+		// ParseDirent copies the names (without . and ..): the buffer
+		// is free again for the directories beneath.
+		_, _, names = unix.ParseDirent(l.buf[:n], -1, names[:0])
+		for _, name := range names {
 			if len(l.out) >= MaxListLength {
 				return errFull
 			}
-			p := path.Join(rel, n)
+			p := path.Join(rel, name)
 			if len(p) > MaxPathLen {
 				// No client could name it anyway.
 				l.truncated = true
 				continue
 			}
 			var st unix.Stat_t
-			if err := unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 				continue // vanished meanwhile
 			}
 			e := entryOf(p, &st)
@@ -559,7 +578,7 @@ func (l *lister) list(fd int, rel string, depth int) error {
 				l.truncated = true
 				continue
 			}
-			cfd, err := unix.Openat2(fd, n, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: resolve})
+			cfd, err := unix.Openat2(fd, name, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: resolve})
 			if err != nil {
 				// Swapped for something else meanwhile, or made
 				// unreadable: its contents are not in the list.
@@ -569,12 +588,6 @@ func (l *lister) list(fd int, rel string, depth int) error {
 			if err := l.list(cfd, p, depth+1); err != nil {
 				return err
 			}
-		}
-		if rerr == io.EOF || len(names) == 0 {
-			return nil
-		}
-		if rerr != nil {
-			return mapErr(path.Join(l.root, rel), rerr)
 		}
 	}
 }
