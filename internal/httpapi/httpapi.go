@@ -168,7 +168,9 @@ func (e *Edge) Serve(w http.ResponseWriter, r *http.Request, fail Fail, next fun
 			}
 		}
 		d := time.Since(start)
-		e.log.Debug("request", "request", rw.id, "method", r.Method, "path", r.URL.Path, "status", rw.status, "ms", d.Milliseconds())
+		if e.log.Enabled(r.Context(), slog.LevelDebug) { // off, it costs no allocation
+			e.log.Debug("request", "request", rw.id, "method", r.Method, "path", r.URL.Path, "status", rw.status, "ms", d.Milliseconds())
+		}
 		if e.Observe != nil {
 			e.Observe(rw.route, rw.status, d)
 		}

@@ -9,7 +9,7 @@ import (
 	"os"
 	"path"
 	"runtime"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -516,7 +516,7 @@ func (d *Dir) list(rel string, recursive bool) (entries []Entry, truncated bool,
 	if errors.Is(err, errFull) {
 		l.truncated, err = true, nil
 	}
-	sort.Slice(l.out, func(i, j int) bool { return l.out[i].Path < l.out[j].Path })
+	slices.SortFunc(l.out, func(a, b Entry) int { return strings.Compare(a.Path, b.Path) })
 	return l.out, l.truncated, err
 }
 
