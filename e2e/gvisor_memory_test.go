@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -200,4 +201,73 @@ func TestGVisorPauseMemoryQuota(t *testing.T) {
 		t.Errorf("resumed: %+v %v", res, err)
 	}
 	c.DeleteSession(ctx, sess.ID)
+}
+
+// TestGVisorForksReseeded: forks with memory of one session draw
+// numbers of their own from Python's random and numpy's global
+// generator (each reseeded from the kernel when it attaches), in the
+// default context and in a Python code context, and from bash's
+// $RANDOM in a bash one, and differ from their source; a resume, the
+// same session again, keeps its generators.
+func TestGVisorForksReseeded(t *testing.T) {
+	s := startServer(t, gvisorMemoryConfig(t, nil))
+	ctx := context.Background()
+	a := s.newSession("python", nil)
+	py, err := s.c.CreateContext(ctx, a, apitype.CreateContextRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := s.c.CreateContext(ctx, a, apitype.CreateContextRequest{Language: "bash"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const setup = "import random, numpy as np\nrandom.seed(7)\nnp.random.seed(7)\nst = (random.getstate(), np.random.get_state()[1].tobytes())"
+	const draw = "print(random.random(), float(np.random.rand()))"
+	setups := map[string]string{"": setup, py.ID: setup, sh.ID: "RANDOM=7"}
+	draws := map[string]string{"": draw, py.ID: draw, sh.ID: "echo $RANDOM $RANDOM $RANDOM"}
+	for c, code := range setups {
+		if r, err := s.execute(a, apitype.ExecuteRequest{Code: code, Context: c}); err != nil || r.Error != nil {
+			t.Fatalf("setup in %q: %+v %v", c, r, err)
+		}
+	}
+	drawn := map[string]string{} // what each drew, by session and context
+	for i := 0; i < 2; i++ {
+		f, err := s.c.ForkSession(ctx, a)
+		if err != nil || f.Restored != apitype.RestoreMemory {
+			t.Fatalf("fork %d: %+v %v", i, f, err)
+		}
+		for c, code := range draws {
+			r, err := s.execute(f.ID, apitype.ExecuteRequest{Code: code, Context: c})
+			if err != nil || r.Error != nil {
+				t.Fatalf("fork %d, context %q: %+v %v", i, c, r, err)
+			}
+			for k, v := range drawn {
+				if v == r.Stdout {
+					t.Errorf("fork %d, context %q drew what %s drew: %q", i, c, k, v)
+				}
+			}
+			drawn[fmt.Sprintf("fork %d, context %q", i, c)] = r.Stdout
+		}
+		s.c.DeleteSession(ctx, f.ID)
+	}
+	// The source was not reseeded by its forks, nor by a pause and
+	// resume: its generators are where random.seed(7) left them.
+	if _, err := s.c.PauseSession(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.c.ResumeSession(ctx, a); err != nil || res.Restored != apitype.RestoreMemory {
+		t.Fatalf("resumed: %+v %v", res, err)
+	}
+	for _, c := range []string{"", py.ID} {
+		r, err := s.execute(a, apitype.ExecuteRequest{Code: "print(st == (random.getstate(), np.random.get_state()[1].tobytes()))\n" + draw, Context: c})
+		if err != nil || r.Error != nil || !strings.HasPrefix(r.Stdout, "True\n") {
+			t.Fatalf("the resumed source, context %q: %+v %v", c, r, err)
+		}
+		for k, v := range drawn {
+			if "True\n"+v == r.Stdout {
+				t.Errorf("the source, context %q, drew what %s drew: %q", c, k, v)
+			}
+		}
+	}
+	s.c.DeleteSession(ctx, a)
 }

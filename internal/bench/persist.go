@@ -3,6 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
 	"airlock/internal/apitype"
@@ -20,7 +23,7 @@ func benchPersist(ctx context.Context, r *Report, o Options, n int) error {
 	}
 	defer srv.stop()
 	const setup = "import pandas as pd, numpy as np; pd.DataFrame(np.random.rand(200000, 5)).to_csv('/workspace/data.csv')"
-	ps, rs, cs, p, err := persistRounds(ctx, srv, n, setup, pandasCode, nil)
+	ps, rs, cs, p, _, err := persistRounds(ctx, srv, n, setup, pandasCode, nil)
 	if err != nil {
 		return err
 	}
@@ -52,7 +55,7 @@ func benchGVisorPersist(ctx context.Context, r *Report, o Options, runsc string,
 	}
 	defer srv.stop()
 	const setup = "import pandas as pd, numpy as np; df = pd.DataFrame(np.random.rand(100000, 5))"
-	ps, rs, cs, p, err := persistRounds(ctx, srv, n, setup, pandasCode, func(p, res *apitype.Session) error {
+	ps, rs, cs, p, first, err := persistRounds(ctx, srv, n, setup, pandasCode, func(p, res *apitype.Session) error {
 		if p.Paused.MemoryBytes == 0 {
 			return fmt.Errorf("the pause kept no memory: %s", p.Paused.MemoryError)
 		}
@@ -71,18 +74,57 @@ func benchGVisorPersist(ctx context.Context, r *Report, o Options, runsc string,
 	r.add(Row{Scenario: name, Metric: "p50", Value: rs.P50, Unit: "ms", Target: "≤ 1 s", Baseline: fmt.Sprintf("create + the same: %.1f ms", cs.P50), Ratio: ratio(rs.P50, cs.P50)})
 	r.add(Row{Scenario: name, Metric: "p99", Value: rs.P99, Unit: "ms"})
 	r.Stats["gvisor_persist_pause"], r.Stats["gvisor_persist_resume"], r.Stats["gvisor_persist_create"] = ps, rs, cs
+	// The resume by stage, from the server's log of each resume.
+	name = "gVisor: the resume by stage (p50)"
+	stages := resumeStages(srv.log())
+	for _, st := range resumeStageNames {
+		if d := stages[st.key]; len(d) > 0 {
+			r.add(Row{Scenario: name, Metric: st.label, Value: stats(d).P50, Unit: "ms"})
+		}
+	}
+	r.add(Row{Scenario: name, Metric: "the first execution", Value: first.P50, Unit: "ms"})
 	return nil
+}
+
+// resumeStageNames are the stages a server logs of a resume with memory
+// ("session resumed"), in order.
+var resumeStageNames = []struct{ key, label string }{
+	{"ms", "in the server, in all"},
+	{"verify_ms", "memory image checked (while runsc reads it)"},
+	{"prepare_ms", "sandbox prepared"},
+	{"fill_ms", "files put back"},
+	{"runsc_ms", "runsc restore until it runs"},
+	{"attach_ms", "runtime attached"},
+	{"contexts_ms", "code contexts attached"},
+}
+
+// resumeStages collects the stage times of every resume with memory in
+// a server's log.
+func resumeStages(log string) map[string][]time.Duration {
+	out := map[string][]time.Duration{}
+	kv := regexp.MustCompile(`\b([a-z_]*ms)=([0-9.]+)`)
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, `msg="session resumed"`) || !strings.Contains(line, "restored=memory") {
+			continue
+		}
+		for _, m := range kv.FindAllStringSubmatch(line, -1) {
+			if v, err := strconv.ParseFloat(m[2], 64); err == nil {
+				out[m[1]] = append(out[m[1]], time.Duration(v*float64(time.Millisecond)))
+			}
+		}
+	}
+	return out
 }
 
 // persistRounds times n rounds on srv: a session set up with setup,
 // paused, resumed and given first (check, when set, sees each pause's
 // and resume's answer); then a session created and given first, the
 // baseline. It returns the three timings and the last pause's image.
-func persistRounds(ctx context.Context, srv *server, n int, setup, first string, check func(p, res *apitype.Session) error) (pause, resume, create Stat, last apitype.PausedInfo, err error) {
+func persistRounds(ctx context.Context, srv *server, n int, setup, first string, check func(p, res *apitype.Session) error) (pause, resume, create Stat, last apitype.PausedInfo, firstExec Stat, err error) {
 	if err = srv.waitWarm(ctx, 5*time.Minute); err != nil {
 		return
 	}
-	var ps, rs, cs []time.Duration
+	var ps, rs, cs, fs []time.Duration
 	round := func() error {
 		sess, err := srv.newSession(ctx)
 		if err != nil {
@@ -90,6 +132,13 @@ func persistRounds(ctx context.Context, srv *server, n int, setup, first string,
 		}
 		defer srv.deleteSession(ctx, sess.ID)
 		if _, err := srv.exec(ctx, sess.ID, setup); err != nil {
+			return err
+		}
+		// The pool refilled (the session took a sandbox from it), as
+		// before the baseline's creation: on a gVisor server a refill
+		// imports pandas for seconds, and would share the cores with
+		// the pause and the resume.
+		if err := srv.waitWarm(ctx, time.Minute); err != nil {
 			return err
 		}
 		start := time.Now()
@@ -109,10 +158,12 @@ func persistRounds(ctx context.Context, srv *server, n int, setup, first string,
 				return err
 			}
 		}
+		execStart := time.Now()
 		if _, err := srv.exec(ctx, sess.ID, first); err != nil {
 			return err
 		}
 		rs = append(rs, time.Since(start))
+		fs = append(fs, time.Since(execStart))
 		return nil
 	}
 	for i := 0; i < n; i++ {
@@ -134,5 +185,5 @@ func persistRounds(ctx context.Context, srv *server, n int, setup, first string,
 		}
 		cs = append(cs, time.Since(start))
 	}
-	return stats(ps), stats(rs), stats(cs), last, nil
+	return stats(ps), stats(rs), stats(cs), last, stats(fs), nil
 }

@@ -199,14 +199,49 @@ func sumCheckpoint(dir string, max int64, own bool) (Checkpoint, error) {
 type restoreArgs struct {
 	dir  string
 	fill func(*workspace.Dir) error
+	// verified delivers the image's check (verifyCheckpoint), made while
+	// runsc reads it; times.Verify is set before.
+	verified chan error
+	verr     error
+	checked  bool
+	// times: how long each stage took (RestoreTimes).
+	times RestoreTimes
 }
+
+// verify waits for the image's check and returns its outcome.
+func (rs *restoreArgs) verify() error {
+	if !rs.checked {
+		rs.verr, rs.checked = <-rs.verified, true
+	}
+	return rs.verr
+}
+
+// RestoreTimes is how long each stage of a restore took.
+type RestoreTimes struct {
+	// Verify: the image's size and digest checked (beside the rest).
+	Verify time.Duration
+	// Prepare: the sandbox's directory, cgroup, mounts and bundle.
+	Prepare time.Duration
+	// Fill: the files put back in its workspace.
+	Fill time.Duration
+	// Runsc: `runsc restore` until the restored keeper runs.
+	Runsc time.Duration
+}
+
+// RestoreTimes is how long the stages of the restore that made the
+// sandbox took (zero for a sandbox that was booted).
+func (s *Sandbox) RestoreTimes() RestoreTimes { return s.restored }
 
 // Restore boots a sandbox from the checkpoint in dir, which must match
 // want (its size and digest as Checkpoint returned them; anything else is
-// ErrImageCorrupt, and runsc never reads it), after fill has put the
-// files back in its workspace: its programs run on where they were, and
-// Attach connects to them again. spec must be as the checkpointed
-// sandbox's was, but for its name.
+// ErrImageCorrupt), after fill has put the files back in its workspace:
+// its programs run on where they were, and Attach connects to them again.
+// spec must be as the checkpointed sandbox's was, but for its name.
+//
+// The image is summed while runsc reads it (the second read comes from
+// the page cache), not before: the sandbox is returned only once the
+// image has matched, and one that does not match is killed unused and
+// refused as ErrImageCorrupt, whatever runsc made of it.
 func (h *Host) Restore(ctx context.Context, spec Spec, dir string, want Checkpoint, fill func(*workspace.Dir) error) (*Sandbox, error) {
 	if h.keeper == "" || spec.NetNS != nil {
 		if spec.NetNS != nil {
@@ -214,17 +249,26 @@ func (h *Host) Restore(ctx context.Context, spec Spec, dir string, want Checkpoi
 		}
 		return nil, ErrNoCheckpoint
 	}
+	rs := &restoreArgs{dir: dir, fill: fill, verified: make(chan error, 1)}
+	begun := time.Now()
+	go func() {
+		err := verifyCheckpoint(dir, want)
+		rs.times.Verify = time.Since(begun)
+		rs.verified <- err
+	}()
+	return h.start(ctx, spec, rs)
+}
+
+// verifyCheckpoint checks the image in dir against want.
+func verifyCheckpoint(dir string, want Checkpoint) error {
 	got, err := sumCheckpoint(dir, want.Bytes, false)
 	if err == nil && got != want {
 		err = fmt.Errorf("%w: the memory image does not match the digest recorded when it was written", errdefs.ErrImageCorrupt)
 	}
-	if err != nil {
-		if errors.Is(err, errdefs.ErrTooLarge) {
-			err = fmt.Errorf("%w: the memory image is larger than when it was written", errdefs.ErrImageCorrupt)
-		}
-		return nil, err
+	if errors.Is(err, errdefs.ErrTooLarge) {
+		err = fmt.Errorf("%w: the memory image is larger than when it was written", errdefs.ErrImageCorrupt)
 	}
-	return h.start(ctx, spec, &restoreArgs{dir: dir, fill: fill})
+	return err
 }
 
 // Attach connects files to the program pid of a restored sandbox, as

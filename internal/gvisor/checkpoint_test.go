@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -154,8 +155,11 @@ func TestCheckpointRestore(t *testing.T) {
 	}
 }
 
-// A memory image changed after it was written is refused before runsc
-// reads it, and leaves nothing behind.
+// A memory image changed after it was written is refused, whichever of
+// its files changed and however (runsc reads it while it is summed: a
+// changed page restores without complaint from runsc, a truncated file
+// may not restore at all): the restored sandbox is never returned, and
+// nothing is left behind.
 func TestRestoreRefusesAModifiedImage(t *testing.T) {
 	h, _ := keeperHost(t)
 	sb, err := h.Start(context.Background(), Spec{Name: "g-ck3", Limits: limits()})
@@ -178,17 +182,50 @@ func TestRestoreRefusesAModifiedImage(t *testing.T) {
 			t.Errorf("%s has mode %v, not owner-only", e.Name(), fi.Mode())
 		}
 	}
-	p := filepath.Join(dir, ents[len(ents)-1].Name())
-	b, _ := os.ReadFile(p)
-	b[len(b)/2] ^= 1
-	os.WriteFile(p, b, 0o600)
-	_, err = h.Restore(context.Background(), Spec{Name: "g-ck4", Limits: limits()}, dir, c, nil)
-	if !errors.Is(err, errdefs.ErrImageCorrupt) {
-		t.Fatalf("a modified image: %v", err)
+	type change struct {
+		name string
+		edit func([]byte) []byte
 	}
-	if _, err := os.Stat(filepath.Join(h.dir, "g-ck4")); !os.IsNotExist(err) {
-		t.Errorf("the refused restore left its directory: %v", err)
+	var changes []change
+	for _, e := range ents {
+		changes = append(changes,
+			change{e.Name() + ", a bit flipped", func(b []byte) []byte { b[len(b)/2] ^= 1; return b }},
+			change{e.Name() + ", truncated", func(b []byte) []byte { return b[:len(b)/2] }})
 	}
+	for i, ch := range changes {
+		file, _, _ := strings.Cut(ch.name, ",")
+		changed := filepath.Join(t.TempDir(), "memory")
+		if err := os.Mkdir(changed, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.Name() == file {
+				b = ch.edit(b)
+			}
+			os.WriteFile(filepath.Join(changed, e.Name()), b, 0o600)
+		}
+		name := fmt.Sprintf("g-ck4-%d", i)
+		got, err := h.Restore(context.Background(), Spec{Name: name, Limits: limits()}, changed, c, nil)
+		if got != nil {
+			got.Close()
+		}
+		if !errors.Is(err, errdefs.ErrImageCorrupt) {
+			t.Errorf("%s: %v", ch.name, err)
+		}
+		if _, err := os.Stat(filepath.Join(h.dir, name)); !os.IsNotExist(err) {
+			t.Errorf("%s: the refused restore left its directory: %v", ch.name, err)
+		}
+	}
+	// The image as written restores.
+	got, err := h.Restore(context.Background(), Spec{Name: "g-ck5", Limits: limits()}, dir, c, nil)
+	if err != nil {
+		t.Fatalf("the image as written: %v", err)
+	}
+	got.Close()
 }
 
 func socketPair(t *testing.T) (*os.File, *os.File) {

@@ -173,6 +173,9 @@ type Sandbox struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// restored: how long its restore's stages took.
+	restored RestoreTimes
 }
 
 // Start boots a sandbox and waits until its init runs.
@@ -187,6 +190,15 @@ func (h *Host) start(ctx context.Context, spec Spec, rs *restoreArgs) (_ *Sandbo
 			spec.NetNS.Close()
 		}
 	}()
+	if rs != nil {
+		// A restore that fails on a corrupt image fails for that reason,
+		// whatever runsc made of it.
+		defer func() {
+			if verr := rs.verify(); err != nil && verr != nil {
+				err = verr
+			}
+		}()
+	}
 	if spec.ReadyTimeout == 0 {
 		spec.ReadyTimeout = 30 * time.Second
 	}
@@ -201,6 +213,7 @@ func (h *Host) start(ctx context.Context, spec Spec, rs *restoreArgs) (_ *Sandbo
 			undo.Run()
 		}
 	}()
+	stage := time.Now()
 	// A directory left by a sandbox of the same name (a crash) goes first.
 	removeDir(s.dir)
 	if err := os.Mkdir(s.dir, 0o700); err != nil {
@@ -232,10 +245,16 @@ func (h *Host) start(ctx context.Context, spec Spec, rs *restoreArgs) (_ *Sandbo
 	if err := s.writeBundle(); err != nil {
 		return nil, errdefs.Private(errdefs.ErrUnavailable, "the gVisor sandbox's bundle could not be written", err)
 	}
-	if rs != nil && rs.fill != nil {
-		if err := rs.fill(s.ws); err != nil {
-			return nil, err
+	if rs != nil {
+		rs.times.Prepare = time.Since(stage)
+		stage = time.Now()
+		if rs.fill != nil {
+			if err := rs.fill(s.ws); err != nil {
+				return nil, err
+			}
 		}
+		rs.times.Fill = time.Since(stage)
+		stage = time.Now()
 	}
 
 	ready, readyW, err := os.Pipe()
@@ -311,12 +330,27 @@ func (h *Host) start(ctx context.Context, spec Spec, rs *restoreArgs) (_ *Sandbo
 		_, err := bufio.NewReader(ready).ReadString('\n')
 		line <- err
 	}()
-	select {
-	case err = <-line:
-	case <-ctx.Done():
-		err = ctx.Err()
-		ready.SetReadDeadline(time.Now())
-		<-line
+	var verified <-chan error
+	if rs != nil {
+		verified = rs.verified
+	}
+	for booted := false; !booted; {
+		select {
+		case err = <-line:
+			booted = true
+		case <-ctx.Done():
+			err = ctx.Err()
+			ready.SetReadDeadline(time.Now())
+			<-line
+			booted = true
+		case verr := <-verified:
+			// A corrupt image is not waited on (runsc may never finish
+			// with it); a sound one is the boot's to finish.
+			rs.verr, rs.checked, verified = verr, true, nil
+			if verr != nil {
+				return nil, verr
+			}
+		}
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -326,6 +360,14 @@ func (h *Host) start(ctx context.Context, spec Spec, rs *restoreArgs) (_ *Sandbo
 	}
 	if err := s.checkNetwork(); err != nil {
 		return nil, errdefs.Private(errdefs.ErrUnavailable, "the gVisor sandbox's network is not what airlock gave it", err)
+	}
+	if rs != nil {
+		rs.times.Runsc = time.Since(stage)
+		// The restored sandbox is used only once its image has matched.
+		if err := rs.verify(); err != nil {
+			return nil, err
+		}
+		s.restored = rs.times
 	}
 	undo.Release()
 	return s, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"strconv"
+	"time"
 
 	"airlock/internal/cleanup"
 	"airlock/internal/config"
@@ -98,6 +99,7 @@ func Restore(ctx context.Context, k Kernel, slots *Slots, rt runtimes.Runtime, l
 	}
 	sb := &gvisorSandbox{Sandbox: gsb, exits: make(chan jail.Exit, 16)}
 	undo.Add(sb.Close)
+	attach := time.Now()
 	it, err := connectRuntime(sb, rt, func(stdio [4]*os.File) (int, error) {
 		exit, err := sb.Attach(mem.Pid, stdio[:])
 		if err != nil {
@@ -110,8 +112,22 @@ func Restore(ctx context.Context, k Kernel, slots *Slots, rt runtimes.Runtime, l
 		return nil, err
 	}
 	undo.Release()
-	return &Instance{sb: sb, isolation: k.Isolation(), Interp: it, started: it.started, release: func() { slots.Put(slot); unhold() }}, nil
+	in := &Instance{sb: sb, isolation: k.Isolation(), Interp: it, started: it.started, release: func() { slots.Put(slot); unhold() }}
+	in.restored = RestoreTimes{RestoreTimes: gsb.RestoreTimes(), Attach: time.Since(attach)}
+	return in, nil
 }
+
+// RestoreTimes is how long each stage of an instance's restore took.
+type RestoreTimes struct {
+	gvisor.RestoreTimes
+	// Attach: the first runtime attached to again (a relay started in
+	// the sandbox, the runtime's hello).
+	Attach time.Duration
+}
+
+// RestoreTimes is how long the stages of the restore that made the
+// instance took (zero for one that was not restored).
+func (in *Instance) RestoreTimes() RestoreTimes { return in.restored }
 
 // AttachInterp attaches to the runtime rt of pid that runs beside the
 // first in a restored instance (one StartInterp started before the

@@ -22,6 +22,8 @@ type conn interface {
 	// setDefaults sets the variables of env the runtime's environment
 	// does not have, and keeps the rest.
 	setDefaults(env map[string]string) error
+	// reseed reseeds the runtime's random generators from the kernel.
+	reseed() error
 	// execute starts running code, with env's variables set for it
 	// alone (nil: none); the outcome arrives on events.
 	execute(id, code string, env map[string]string) error
@@ -133,6 +135,10 @@ func (c *framedConn) configure(env map[string]string, cwd string) error {
 
 func (c *framedConn) setDefaults(env map[string]string) error {
 	return c.configureWith(runtimes.Message{Type: "configure", Defaults: env})
+}
+
+func (c *framedConn) reseed() error {
+	return c.configureWith(runtimes.Message{Type: "configure", Reseed: true})
 }
 
 func (c *framedConn) configureWith(m runtimes.Message) error {
@@ -260,6 +266,11 @@ func (c *bashConn) setDefaults(env map[string]string) error {
 	}
 	b.WriteString("true")
 	return c.configureWith(b.String())
+}
+
+func (c *bashConn) reseed() error {
+	// $RANDOM from getrandom(2) ($SRANDOM, bash 5.1 and later).
+	return c.configureWith(`[ -z "${SRANDOM+set}" ] || RANDOM=$SRANDOM`)
 }
 
 func (c *bashConn) configureWith(code string) error {

@@ -50,6 +50,8 @@ type Instance struct {
 	started time.Time
 	// retired: the first runtime was ended for good (RetireFirst).
 	retired atomic.Bool
+	// restored: how long its restore's stages took (Restore).
+	restored RestoreTimes
 }
 
 // Source provides instances.
@@ -283,6 +285,14 @@ func (in *Interp) Configure(ctx context.Context, env map[string]string, cwd stri
 // not have (the rest is kept); between executions only.
 func (in *Interp) SetDefaults(ctx context.Context, env map[string]string) error {
 	return in.ask(ctx, func() error { return in.conn.setDefaults(env) })
+}
+
+// Reseed reseeds the runtime's random generators from the kernel (those
+// it knows of: Python's random and numpy's global generator, bash's
+// $RANDOM), for a runtime restored into a fork, whose memory is its
+// source's; between executions only.
+func (in *Interp) Reseed(ctx context.Context) error {
+	return in.ask(ctx, func() error { return in.conn.reseed() })
 }
 
 // ask runs one request to the runtime and its reply, for at most 30 s.

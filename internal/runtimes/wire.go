@@ -56,6 +56,9 @@ type Message struct {
 	// configure: variables set where the environment has none, the rest
 	// kept (a network given to a session later: its proxy settings)
 	Defaults map[string]string `json:"defaults,omitempty"`
+	// configure: reseed the interpreter's random generators from the
+	// kernel (a restored fork shares its source's memory)
+	Reseed bool `json:"reseed,omitempty"`
 	// run: the interpreter, the program file and its arguments
 	Argv  []string `json:"argv,omitempty"`
 	Fresh bool     `json:"fresh,omitempty"`

@@ -187,6 +187,7 @@ type fakeInterp struct {
 	env      map[string]string
 	cwd      string
 	defaults []map[string]string
+	reseeds  int
 	execs    []string
 	execEnv  map[string]string // the last execution's env
 	// sendErr fails every Execute and Run.
@@ -253,6 +254,13 @@ func (it *fakeInterp) Configure(ctx context.Context, env map[string]string, cwd 
 func (it *fakeInterp) SetDefaults(ctx context.Context, env map[string]string) error {
 	it.mu.Lock()
 	it.defaults = append(it.defaults, env)
+	it.mu.Unlock()
+	return nil
+}
+
+func (it *fakeInterp) Reseed(ctx context.Context) error {
+	it.mu.Lock()
+	it.reseeds++
 	it.mu.Unlock()
 	return nil
 }

@@ -176,6 +176,18 @@ type memoryRestore struct {
 	// restored: the sandbox was restored from it; why: why not.
 	restored bool
 	why      error
+	// times: how long the restore's stages took; contexts: attaching
+	// its code contexts.
+	times    instance.RestoreTimes
+	contexts time.Duration
+}
+
+// logAttrs are mr's stage times, for the resume's log line.
+func (mr *memoryRestore) logAttrs() []any {
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	t := mr.times
+	return []any{"verify_ms", ms(t.Verify), "prepare_ms", ms(t.Prepare), "fill_ms", ms(t.Fill),
+		"runsc_ms", ms(t.Runsc), "attach_ms", ms(t.Attach), "contexts_ms", ms(mr.contexts)}
 }
 
 // resumeMemory is the context key of a resume's *memoryRestore.
@@ -196,6 +208,9 @@ func restoreInstance(ctx context.Context, src Source, rt runtimes.Runtime, l con
 		return nil
 	}
 	mr.restored = true
+	if t, ok := inst.(interface{ RestoreTimes() instance.RestoreTimes }); ok {
+		mr.times = t.RestoreTimes()
+	}
 	return inst
 }
 
@@ -206,6 +221,8 @@ func (s *Session) attachContexts(meta pausedMeta, mr *memoryRestore) error {
 	if !ok {
 		return gvisorOnly()
 	}
+	begun := time.Now()
+	defer func() { mr.contexts = time.Since(begun) }()
 	s.mu.Lock()
 	s.ctxNext = meta.CtxNext
 	s.mu.Unlock()
@@ -238,6 +255,25 @@ func (s *Session) attachContexts(meta pausedMeta, mr *memoryRestore) error {
 		s.ctxOrder = append(s.ctxOrder, pc.ID)
 		s.mu.Unlock()
 		go s.watchContext(c)
+	}
+	return nil
+}
+
+// reseed reseeds the random generators of every interpreter of a fork
+// restored with its memory: its memory is its source's (and its
+// siblings'), and without this each would draw what the others draw.
+// A resumed session keeps its own: a pause changes nothing in it.
+func (s *Session) reseed(ctx context.Context) error {
+	s.mu.Lock()
+	its := make(map[string]Interp, len(s.ctxs))
+	for id, c := range s.ctxs {
+		its[id] = c.it
+	}
+	s.mu.Unlock()
+	for id, it := range its {
+		if err := it.Reseed(ctx); err != nil {
+			return fmt.Errorf("reseeding code context %s: %w", id, err)
+		}
 	}
 	return nil
 }

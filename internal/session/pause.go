@@ -578,6 +578,9 @@ type restoring struct {
 	image *pauseimage.Image
 	// memory: its memory image (nil: none).
 	memory *memoryRestore
+	// fork: the session is a new one (a fork), not the paused one
+	// resumed.
+	fork bool
 }
 
 // resumeID is the context key of the id a resumed session is built under.
@@ -675,7 +678,11 @@ func (m *Manager) resume(ctx context.Context, id string) (*Session, error) {
 	if err := pauseimage.Remove(m.persistDir(), id); err != nil {
 		m.log.Error("removing a resumed session's image", "session", id, "err", err)
 	}
-	m.log.Info("session resumed", "session", id, "restored", kind, "ms", time.Since(begun).Milliseconds())
+	attrs := []any{"session", id, "restored", kind, "ms", time.Since(begun).Milliseconds()}
+	if mr != nil && mr.restored {
+		attrs = append(attrs, mr.logAttrs()...)
+	}
+	m.log.Info("session resumed", attrs...)
 	return s, nil
 }
 
@@ -1026,7 +1033,7 @@ func (m *Manager) fork(ctx context.Context, id string, src *Session, paused bool
 	if mr == nil && memErr != nil {
 		mr = &memoryRestore{why: memErr}
 	}
-	s, err := m.createRestored(ctx, req, &restoring{meta: meta, image: im, memory: mr})
+	s, err := m.createRestored(ctx, req, &restoring{meta: meta, image: im, memory: mr, fork: true})
 	if err != nil {
 		release()
 		return nil, err

@@ -532,6 +532,9 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest, 
 			// Its files were put back before its memory ran again.
 			s.restored = apitype.RestoreMemory
 			err = s.attachContexts(r.meta, r.memory)
+			if err == nil && r.fork {
+				err = s.reseed(ctx)
+			}
 		} else {
 			if r.memory != nil {
 				s.restoredWhy = "the memory image was not restored (" + errdefs.Message(r.memory.why) + "); the files were"

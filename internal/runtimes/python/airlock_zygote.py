@@ -344,19 +344,8 @@ class Zygote:
     def reseed(self):
         # Every child starts from the same memory image: give each its own
         # random state (random reseeds itself on os.fork; numpy does not).
-        # The global generator's whole MT19937 state from the kernel
-        # (624 words, pos 624: the first draw regenerates it): more
-        # entropy than seed()'s 128 bits, and a third of what seed()
-        # writes into the child's pages (0.12 against 0.35 MB).
-        np = sys.modules.get("numpy")
-        if np is not None:
-            try:
-                np.random.set_state(("MT19937", np.frombuffer(os.urandom(2496), dtype=np.uint32), 624))
-            except Exception:
-                try:
-                    np.random.seed()
-                except Exception:
-                    pass
+        from airlock_runtime import current
+        current.reseed(stdlib=False)
 
 
 def malloc_holes():

@@ -377,6 +377,10 @@ class Session:
                 os.chdir(cwd)
             except OSError as e:
                 errors.append(f"cannot change directory to {cwd!r}: {e.strerror}")
+        if msg.get("reseed") is True:
+            # A restored fork: its memory, generators included, is its
+            # source's.
+            current.reseed()
         reply: dict[str, Any] = {"type": "configured"}
         if errors:
             reply["error"] = "; ".join(errors)

@@ -52,6 +52,32 @@ class HelloConfigureShutdownTest(unittest.TestCase):
         finally:
             rt.close()
 
+    def test_configure_reseed(self) -> None:
+        """A configure with reseed (a restored fork) gives random's and
+        numpy's global generators new state from the kernel, and keeps the
+        environment and directory."""
+        rt = Runtime()
+        try:
+            setup = "import os, random\nrandom.seed(7)\ndraw = lambda: [random.random()]"
+            if harness.has_module("numpy"):
+                setup += "\nimport numpy as np\nnp.random.seed(7)\ndraw = lambda: [random.random(), float(np.random.rand())]"
+            self.assertEqual(rt.execute(setup).status, "ok")
+            seeded = rt.execute("draw()").text
+            rt.execute("random.seed(7)\nif 'np' in globals(): np.random.seed(7)")
+            self.assertEqual(rt.execute("draw()").text, seeded)  # the state is what decides
+            rt.execute("random.seed(7)\nif 'np' in globals(): np.random.seed(7)")
+            cwd = rt.execute("os.getcwd()").text
+            rt.send({"type": "configure", "reseed": True})
+            reply = rt.recv()
+            self.assertEqual(reply, {"type": "configured"})
+            drawn = rt.execute("draw()").text
+            self.assertEqual(len(drawn.split(",")), len(seeded.split(",")))
+            for a, b in zip(seeded.strip("[]").split(","), drawn.strip("[]").split(",")):
+                self.assertNotEqual(a, b, f"a generator was not reseeded: {seeded} then {drawn}")
+            self.assertEqual(rt.execute("os.getcwd()").text, cwd)
+        finally:
+            rt.close()
+
     def test_shutdown_exits_zero_and_runs_atexit(self) -> None:
         harness.check_shutdown_runs_atexit(self, Runtime())
 
