@@ -77,7 +77,7 @@ func (s *Sandbox) Host() *Host { return s.h }
 func (h *Host) Keeps() bool { return h.keeper != "" }
 
 // Checkpoint is what Sandbox.Checkpoint wrote: the image's size and
-// digest, which Restore checks before runsc reads it.
+// digest, which Restore checks the image against.
 type Checkpoint struct {
 	Bytes  int64  `json:"bytes"`
 	SHA256 string `json:"sha256"`

@@ -20,9 +20,10 @@
 // namespace airlock made and holds), never fall back to running code
 // without gVisor when runsc fails, and never leave anything behind: every
 // sandbox's state lives in one directory of its own, which Close and
-// Sweep remove. A checkpoint is read back only once its size and digest
-// match what Checkpoint returned: runsc parses it, and it is made of what
-// the sandbox held.
+// Sweep remove. A sandbox restored from a checkpoint is handed over only
+// once the checkpoint's size and digest, summed while runsc reads it,
+// match what Checkpoint returned; one that does not match is killed
+// unused (runsc parses it, and it is made of what the sandbox held).
 package gvisor
 
 import (
