@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"reflect"
 	"strconv"
 	"sync"
 	"syscall"
@@ -36,9 +35,9 @@ const spawnerTimeout = 10 * time.Second
 // spawner; initEnd and errW become its fd 3 and stderr. The init is this
 // process's child; *attr.PidFD gets its pidfd.
 func (s *spawner) clone(env []string, attr *syscall.SysProcAttr, cg *cgroup.Cgroup, initEnd, errW *os.File) (*os.Process, error) {
-	msg, err := cloneMsg(env, attr)
+	msg, err := jailinit.NewCloneMsg(attr, env)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("jail: %w", err)
 	}
 	fds := []int{int(initEnd.Fd()), int(errW.Fd())}
 	if fd, ok := cg.IntoFD(); ok {
@@ -119,34 +118,6 @@ func (s *spawner) request(req jailinit.Message, fds []int) (jailinit.Message, []
 	}
 	s.ctl.setDeadline(time.Now().Add(spawnerTimeout))
 	return s.ctl.recv()
-}
-
-// cloneMsg describes a clone of an init with env and attr; it refuses
-// attr if it sets anything a CloneMsg does not carry, so that the
-// spawner never clones with less than the host asked for.
-func cloneMsg(env []string, attr *syscall.SysProcAttr) (*jailinit.CloneMsg, error) {
-	if attr.PidFD == nil {
-		return nil, errors.New("jail: a clone by the spawner needs a pidfd")
-	}
-	m := &jailinit.CloneMsg{Env: env, Cloneflags: attr.Cloneflags, Setgroups: attr.GidMappingsEnableSetgroups, Setsid: attr.Setsid}
-	for _, x := range attr.UidMappings {
-		m.UidMappings = append(m.UidMappings, jailinit.IDMap{ContainerID: x.ContainerID, HostID: x.HostID, Size: x.Size})
-	}
-	for _, x := range attr.GidMappings {
-		m.GidMappings = append(m.GidMappings, jailinit.IDMap{ContainerID: x.ContainerID, HostID: x.HostID, Size: x.Size})
-	}
-	if c := attr.Credential; c != nil {
-		m.Credential = &jailinit.Credential{Uid: c.Uid, Gid: c.Gid, Groups: c.Groups}
-	}
-	rest := *attr
-	rest.PidFD, rest.UseCgroupFD, rest.CgroupFD = nil, false, 0
-	if rest.Credential != nil && rest.Credential.NoSetGroups {
-		return nil, errors.New("jail: the spawner always sets the groups")
-	}
-	if !reflect.DeepEqual(&rest, m.Attr()) {
-		return nil, fmt.Errorf("jail: the spawner cannot clone with %+v", attr)
-	}
-	return m, nil
 }
 
 // start starts the spawner (s.mu held), in this process's cgroups, which

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
@@ -24,6 +25,35 @@ import (
 // attributes, the cgroup the init is born in and the descriptors it gets
 // are the server's; the init is the server's child (CLONE_PARENT), which
 // reaps it as before.
+
+// NewCloneMsg describes a clone with attr and env, the inverse of Attr.
+// It refuses attr if it sets anything a CloneMsg does not carry (the
+// pidfd and the cgroup are the spawner's to fill in), so that the
+// spawner never clones with less than the server asked for.
+func NewCloneMsg(attr *syscall.SysProcAttr, env []string) (*CloneMsg, error) {
+	if attr.PidFD == nil {
+		return nil, errors.New("spawner: a clone by the spawner needs a pidfd")
+	}
+	if attr.Credential != nil && attr.Credential.NoSetGroups {
+		return nil, errors.New("spawner: the spawner always sets the groups")
+	}
+	m := &CloneMsg{Env: env, Cloneflags: attr.Cloneflags, Setgroups: attr.GidMappingsEnableSetgroups, Setsid: attr.Setsid}
+	for _, x := range attr.UidMappings {
+		m.UidMappings = append(m.UidMappings, IDMap{ContainerID: x.ContainerID, HostID: x.HostID, Size: x.Size})
+	}
+	for _, x := range attr.GidMappings {
+		m.GidMappings = append(m.GidMappings, IDMap{ContainerID: x.ContainerID, HostID: x.HostID, Size: x.Size})
+	}
+	if c := attr.Credential; c != nil {
+		m.Credential = &Credential{Uid: c.Uid, Gid: c.Gid, Groups: c.Groups}
+	}
+	rest := *attr
+	rest.PidFD, rest.UseCgroupFD, rest.CgroupFD = nil, false, 0
+	if !reflect.DeepEqual(&rest, m.Attr()) {
+		return nil, fmt.Errorf("spawner: the spawner cannot clone with %+v", attr)
+	}
+	return m, nil
+}
 
 // Attr is the clone attributes m describes, without the pidfd and the
 // cgroup, which the spawner fills in.
