@@ -83,10 +83,9 @@ func (s *spawner) clone(env []string, attr *syscall.SysProcAttr, cg *cgroup.Cgro
 	if m.Op == jailinit.MsgError {
 		closeAll(files)
 		if m.Pid > 0 {
-			// A clone that failed before its exec: this process's
-			// child, dead, which only this process can reap.
-			var ws unix.WaitStatus
-			unix.Wait4(m.Pid, &ws, unix.WNOHANG, nil)
+			// A clone that failed: this process's child, which only this
+			// process can reap.
+			reapFailed(m.Pid, spawnerTimeout)
 		}
 		return nil, fmt.Errorf("jail: %s", m.Error)
 	}
@@ -109,6 +108,50 @@ func (s *spawner) clone(env []string, attr *syscall.SysProcAttr, cg *cgroup.Cgro
 	}
 	*attr.PidFD = pidfd
 	return p, nil
+}
+
+// reapFailed reaps child pid, a clone that failed (see jailinit's
+// cloneInit): it has told its failure, or was killed, but may not have
+// ended yet, so a WNOHANG wait could miss it and leave a zombie. Its end
+// is waited for through a pidfd, for at most wait; one still there then
+// is killed, and if even that does not end it in spawnerTimeout, a
+// goroutine waits on, so that the server never hangs here.
+func reapFailed(pid int, wait time.Duration) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return // gone
+	}
+	if !pidfdEnded(fd, wait) {
+		unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+		if !pidfdEnded(fd, spawnerTimeout) {
+			go func() {
+				pidfdEnded(fd, -1)
+				unix.Waitid(unix.P_PIDFD, fd, nil, unix.WEXITED, nil)
+				unix.Close(fd)
+			}()
+			return
+		}
+	}
+	// It has ended: this returns at once (ECHILD if not a child).
+	unix.Waitid(unix.P_PIDFD, fd, nil, unix.WEXITED, nil)
+	unix.Close(fd)
+}
+
+// pidfdEnded waits at most wait (< 0: without bound) for the process of
+// pidfd to end (a pidfd polls readable then), and says whether it did.
+func pidfdEnded(pidfd int, wait time.Duration) bool {
+	deadline := time.Now().Add(wait)
+	for {
+		ms := -1
+		if wait >= 0 {
+			ms = int(max(time.Until(deadline), 0).Milliseconds())
+		}
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}, ms)
+		if err == unix.EINTR {
+			continue
+		}
+		return err == nil && n > 0
+	}
 }
 
 // request sends req with fds and waits for the answer (s.mu held).

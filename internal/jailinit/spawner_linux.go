@@ -128,8 +128,8 @@ func serveClones() error {
 		closeFiles(files)
 		reply, fds := Message{Op: MsgCloned, Pid: pid}, []int{pidfd}
 		if err != nil {
-			// pid, if any, is a child that failed before its exec: the
-			// server's zombie, for it to reap.
+			// pid, if any, is a child that failed before its exec, or
+			// was killed: the server's, dead or dying, for it to reap.
 			reply, fds = Message{Op: MsgError, Error: err.Error(), Pid: pid}, nil
 		}
 		err = ctl.send(reply, fds...)
@@ -144,8 +144,8 @@ func serveClones() error {
 
 // cloneInit starts the init m asks for, the server's child, and returns
 // its pid and a pidfd. On failure, pid is a child that was cloned but
-// failed before its exec (or 0): Go's ForkExec cannot reap it, the
-// server's child, nor does it say its pid.
+// failed before its exec, or was killed after it (or 0): Go's ForkExec
+// cannot reap it, the server's child, nor does it say its pid.
 func cloneInit(m Message, files []*os.File, stdin, stdout *os.File, home []int) (pid, pidfd int, err error) {
 	c := m.Clone
 	if m.Op != MsgClone || c == nil || len(files) < 2 || c.IntoFD && len(files) != 3 {
@@ -179,17 +179,18 @@ func cloneInit(m Message, files []*os.File, stdin, stdout *os.File, home []int) 
 		if named {
 			unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&old[0])), 0, 0, 0)
 			if err != nil {
-				failed = failedChild(mark)
+				failed = failedChild(mark, os.Getppid(), c.Cloneflags&unix.CLONE_NEWPID != 0)
 			}
 		}
 		return err
 	})
 	if err != nil {
 		if pidfd >= 0 {
-			// Started, but its thread could not leave the cgroup: the
-			// server learns nothing of it, so it must not live.
+			// Started, but its thread could not leave the cgroup: it
+			// must not live, and the server reaps it.
 			unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
 			unix.Close(pidfd)
+			return pid, -1, err
 		}
 		return failed, -1, err
 	}
@@ -199,14 +200,18 @@ func cloneInit(m Message, files []*os.File, stdin, stdout *os.File, home []int) 
 // clones counts the spawner's clones, to name each (see cloneInit).
 var clones int
 
-// failedChild is the pid of the zombie named mark whose parent is the
-// spawner's (0: none): a clone that failed before its exec.
-func failedChild(mark string) int {
+// failedChild is the pid of the child of parent named mark (0: none): a
+// clone that failed before its exec, and so still bears the name of the
+// thread that cloned it. It has told its failure but may still be
+// exiting, not yet a zombie, so its state does not matter. newPid: the
+// clone made a pid namespace, so the child is its init, which a process
+// of a sandbox handed to the server (a child subreaper) and named alike
+// is not.
+func failedChild(mark string, parent int, newPid bool) int {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0
 	}
-	parent := os.Getppid()
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -222,11 +227,30 @@ func failedChild(mark string) int {
 			continue
 		}
 		f := strings.Fields(string(b[end+1:]))
-		if len(f) >= 2 && f[0] == "Z" && f[1] == strconv.Itoa(parent) {
-			return pid
+		if len(f) < 2 || f[1] != strconv.Itoa(parent) {
+			continue
 		}
+		if newPid && !nsInit(e.Name()) {
+			continue
+		}
+		return pid
 	}
 	return 0
+}
+
+// nsInit says whether process pid is the init of a pid namespace (its
+// innermost pid is 1).
+func nsInit(pid string) bool {
+	b, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 1 && f[0] == "NSpid:" {
+			return f[len(f)-1] == "1"
+		}
+	}
+	return false
 }
 
 // inCgroup runs start on a thread of its own that first writes "0" to

@@ -1,9 +1,14 @@
 package jailinit
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // fill sets every field v holds, recursively, to a value that is not
@@ -116,5 +121,50 @@ func TestCloneMsg(t *testing.T) {
 		if carried := name == "none" || name == "cgroup"; carried != (err == nil) {
 			t.Errorf("%s: carried %v, error %v", name, carried, err)
 		}
+	}
+}
+
+// The spawner finds a clone that failed before its exec by its name and
+// parent whatever its state: it has told its failure when ForkExec
+// returns, but may still be running its exit, not yet a zombie (a search
+// for zombies alone left it to the server unreaped). A process named
+// alike that is no pid namespace's init is not taken for one that made
+// a pid namespace (a sandbox's process handed to the server may name
+// itself anything).
+func TestFailedChild(t *testing.T) {
+	const mark = "airlock-ctest"
+	exe := filepath.Join(t.TempDir(), mark)
+	if err := os.Symlink("/bin/sleep", exe); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	pid := cmd.Process.Pid
+	if got := failedChild(mark, os.Getpid(), false); got != pid {
+		t.Errorf("a child still running was not found: %d, want %d", got, pid)
+	}
+	if got := failedChild(mark, os.Getpid(), true); got != 0 {
+		t.Errorf("a child that is no pid namespace's init was taken for a failed clone's: %d", got)
+	}
+	if got := failedChild(mark, os.Getppid(), false); got != 0 {
+		t.Errorf("another process's child was taken: %d", got)
+	}
+	if got := failedChild("airlock-cother", os.Getpid(), false); got != 0 {
+		t.Errorf("a child of another name was taken: %d", got)
+	}
+	// A zombie, as it ends up.
+	cmd.Process.Kill()
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := failedChild(mark, os.Getpid(), false); got != pid {
+		t.Errorf("a zombie child was not found: %d, want %d", got, pid)
 	}
 }
