@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"airlock/internal/config"
+	"airlock/internal/lockfile"
 )
 
 // ---------------------------------------------------------------------
@@ -433,15 +434,9 @@ func startHostProcess(t testing.TB, env []string, argv ...string) *exec.Cmd {
 	return cmd
 }
 
-// alive reports whether pid exists and is not a zombie.
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i > 0 && len(b) > i+2 && b[i+2] != 'Z' && b[i+2] != 'X'
-}
+// alive reports whether pid exists and is neither a zombie nor on its
+// way to be one (a process just killed may still be exiting).
+func alive(pid int) bool { return lockfile.Alive(pid) }
 
 // startSandbox starts a sandbox the test drives itself; it is closed when
 // the test ends.

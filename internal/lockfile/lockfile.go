@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -87,21 +88,55 @@ func Holder(path string) int {
 	return pid
 }
 
-// Alive reports whether process pid may still run (a zombie does not);
-// an unknown holder (0) is taken to live.
+// Alive reports whether process pid may still run: not a zombie, nor
+// exiting (a process that has begun its exit keeps its descriptors, and
+// so its locks, for a moment before it is a zombie: a server killed with
+// SIGKILL and still tearing down its memory must be waited for, not
+// taken to live); an unknown holder (0) is taken to live.
 func Alive(pid int) bool {
 	if pid <= 0 {
 		return true
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	proc := "/proc/" + strconv.Itoa(pid)
+	stat, err := os.ReadFile(proc + "/stat")
 	if err != nil {
 		// No /proc: the kernel's word alone.
 		return !errors.Is(unix.Kill(pid, 0), unix.ESRCH)
 	}
-	// The state follows the command, whose name may hold anything.
-	if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) {
-		switch b[i+2] {
-		case 'Z', 'X':
+	status, _ := os.ReadFile(proc + "/status")
+	return running(stat, status)
+}
+
+// pfExiting is the kernel's PF_EXITING task flag: do_exit has begun.
+const pfExiting = 0x4
+
+// running says whether a process whose /proc stat and status files read
+// so runs, and is not on its way out: its state is not zombie or dead,
+// its main thread has not begun to exit, and no SIGKILL is pending (sent,
+// not yet acted on: a process in an uninterruptible wait may hold it for
+// long).
+func running(stat, status []byte) bool {
+	// The fields follow the command, whose name may hold anything.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return true
+	}
+	// state ppid pgrp session tty_nr tpgid flags ...
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) > 0 && (f[0] == "Z" || f[0] == "X" || f[0] == "x") {
+		return false
+	}
+	if len(f) > 6 {
+		if flags, err := strconv.ParseUint(f[6], 10, 64); err == nil && flags&pfExiting != 0 {
+			return false
+		}
+	}
+	for _, l := range strings.Split(string(status), "\n") {
+		k, v, _ := strings.Cut(l, ":")
+		if k != "SigPnd" && k != "ShdPnd" {
+			continue
+		}
+		if mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64); err == nil && mask&(1<<(unix.SIGKILL-1)) != 0 {
 			return false
 		}
 	}
