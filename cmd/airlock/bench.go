@@ -17,7 +17,7 @@ import (
 func benchCmd(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("bench", "Usage: airlock bench [flags]\n\nStarts an airlock server of its own (as root) and measures the speed and\ndensity scenarios against baselines run in the same invocation.\n\nFlags:\n", stderr)
 	fs := c.fs
-	var o bench.Options
+	o := bench.Options{Version: version}
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	fs.BoolVar(&o.Smoke, "smoke", false, "tiny counts: check that every scenario runs (numbers mean nothing)")
 	fs.StringVar(&o.Only, "only", "", "comma-separated scenarios: exec, create_pandas, concurrent_create, drained_burst, contexts, e2b, oneshot, density, airlock_run, audit, observe, history, egress, store, persist, ports, template, tools, secrets, gvisor; gvisor_persist (only the gVisor pause and resume with memory); capacity, alone, holds -sessions idle sessions")

@@ -55,6 +55,9 @@ type Options struct {
 	// Template (code-interpreter by default) from.
 	TemplateDir string
 	Template    string
+	// Version is the airlock binary's version, as `airlock version`
+	// prints it (scripts/build.sh sets it from git describe).
+	Version string
 }
 
 // Stat summarises a set of durations.
@@ -93,21 +96,44 @@ type Row struct {
 	Note     string  `json:"note,omitempty"`
 }
 
-// Report is the whole result.
+// Report is the whole result: when, of what build, on what machine, and
+// every figure (Rows for people, Stats by key for docgen's table).
 type Report struct {
-	Date    string         `json:"date"`
-	Machine string         `json:"machine"`
-	Smoke   bool           `json:"smoke"`
-	Rows    []Row          `json:"rows"`
-	Stats   map[string]any `json:"stats"`
-	Errors  []string       `json:"errors,omitempty"`
+	Date      string         `json:"date"`  // the day it started, UTC
+	Start     string         `json:"start"` // RFC 3339, UTC
+	End       string         `json:"end"`
+	Version   string         `json:"version"` // the airlock binary's
+	Isolation string         `json:"isolation"`
+	Runsc     string         `json:"runsc,omitempty"` // runsc --version, with gVisor
+	Only      string         `json:"only,omitempty"`
+	Machine   Machine        `json:"machine"`
+	LoadStart [3]float64     `json:"load_start"` // the load average when it started
+	LoadEnd   [3]float64     `json:"load_end"`
+	Smoke     bool           `json:"smoke"`
+	Rows      []Row          `json:"rows"`
+	Stats     map[string]any `json:"stats"`
+	Errors    []string       `json:"errors,omitempty"`
+}
+
+// Machine is what the figures were measured on.
+type Machine struct {
+	Cores     int    `json:"cores"`
+	MemoryGiB int    `json:"memory_gib"`
+	Kernel    string `json:"kernel"`
+	Cgroup    string `json:"cgroup"` // v1, v1 (hybrid) or v2
+	Go        string `json:"go"`
+	Python    string `json:"python"` // the baselines' python3 --version
+}
+
+func (m Machine) String() string {
+	return fmt.Sprintf("%d cores, %d GiB, Linux %s, cgroup %s, %s, %s", m.Cores, m.MemoryGiB, m.Kernel, m.Cgroup, m.Go, m.Python)
 }
 
 func (r *Report) add(row Row) { r.Rows = append(r.Rows, row) }
 
 // Print writes the report as a table.
 func (r *Report) Print(w io.Writer) {
-	fmt.Fprintf(w, "airlock bench, %s, %s%s\n\n", r.Date, r.Machine, map[bool]string{true: " (smoke: tiny counts, numbers mean nothing)"}[r.Smoke])
+	fmt.Fprintf(w, "airlock bench %s, %s to %s, %s, load average %.1f to %.1f%s\n\n", r.Version, r.Start, r.End, r.Machine, r.LoadStart[0], r.LoadEnd[0], map[bool]string{true: " (smoke: tiny counts, numbers mean nothing)"}[r.Smoke])
 	fmt.Fprintf(w, "| scenario | metric | value | target | baseline | ratio |\n|---|---|---|---|---|---|\n")
 	for _, row := range r.Rows {
 		val := fmt.Sprintf("%.2f %s", row.Value, row.Unit)
@@ -139,7 +165,19 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Verbose == nil {
 		o.Verbose = io.Discard
 	}
-	r := &Report{Date: time.Now().UTC().Format("2006-01-02"), Machine: machine(), Smoke: o.Smoke, Stats: map[string]any{}}
+	if o.Isolation == "" {
+		o.Isolation = "native"
+	}
+	now := time.Now().UTC()
+	r := &Report{Date: now.Format(time.DateOnly), Start: now.Format(time.RFC3339), Version: o.Version, Isolation: o.Isolation,
+		Only: o.Only, Machine: machine(ctx, o.Python), LoadStart: loadAverage(), Smoke: o.Smoke, Stats: map[string]any{}}
+	if o.Isolation == "gvisor" || o.Only == "gvisor" || o.Only == "gvisor_persist" {
+		r.Runsc = runscVersion(ctx, o.Runsc)
+	}
+	defer func() {
+		r.End = time.Now().UTC().Format(time.RFC3339)
+		r.LoadEnd = loadAverage()
+	}()
 	want := func(name string) bool {
 		if o.Only == "" {
 			return true
@@ -250,21 +288,44 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return r, nil
 }
 
-func machine() string {
+func machine(ctx context.Context, python string) Machine {
 	var u syscall.Utsname
 	syscall.Uname(&u)
-	rel := strings.TrimRight(string(bytesOf(u.Release[:])), "\x00")
-	mem := ""
+	m := Machine{Cores: runtime.NumCPU(), Kernel: strings.TrimRight(string(bytesOf(u.Release[:])), "\x00"), Go: runtime.Version(), Cgroup: "v1"}
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
 		var kb int64
 		fmt.Sscanf(strings.SplitN(string(b), "\n", 2)[0], "MemTotal: %d kB", &kb)
-		mem = fmt.Sprintf(", %d GiB", (kb+(1<<19))>>20)
+		m.MemoryGiB = int((kb + (1 << 19)) >> 20)
 	}
-	cg := "cgroup v1"
 	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
-		cg = "cgroup v2"
+		m.Cgroup = "v2"
+	} else if _, err := os.Stat("/sys/fs/cgroup/unified/cgroup.controllers"); err == nil {
+		m.Cgroup = "v1 (hybrid)"
 	}
-	return fmt.Sprintf("%d cores%s, Linux %s, %s, %s", runtime.NumCPU(), mem, rel, cg, runtime.Version())
+	if out, err := exec.CommandContext(ctx, python, "--version").Output(); err == nil {
+		m.Python = strings.TrimSpace(string(out))
+	}
+	return m
+}
+
+// loadAverage is the host's 1, 5 and 15 minute load averages.
+func loadAverage() [3]float64 {
+	var l [3]float64
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		fmt.Sscanf(string(b), "%f %f %f", &l[0], &l[1], &l[2])
+	}
+	return l
+}
+
+// runscVersion is the first line of runsc --version ("" when there is none).
+func runscVersion(ctx context.Context, configured string) string {
+	runsc, err := gvisor.Find(configured)
+	if err != nil {
+		return ""
+	}
+	out, _ := exec.CommandContext(ctx, runsc, "--version").Output()
+	line, _, _ := strings.Cut(string(out), "\n")
+	return strings.TrimSpace(line)
 }
 
 func bytesOf(a []int8) []byte {

@@ -201,14 +201,17 @@ func benchOneShot(ctx context.Context, srv *server, r *Report, o Options, d time
 	name := "one-shot POST /v1/execute `print(1)`, 4 clients"
 	r.add(Row{Scenario: name, Metric: "throughput", Value: rps, Unit: "req/s", Target: "≥ 1.0× bare python3 -c",
 		Baseline: fmt.Sprintf("bare python3 -c, 4 at a time: %.1f req/s", baseRPS), Ratio: ratio(1/rps, 1/baseRPS)})
+	r.Stats["oneshot_rps"], r.Stats["oneshot_bare_python_rps"] = rps, baseRPS
 	reportOneShotCPU(r, name, cpu0, cpu1, len(lat), basePer)
 	if bw := bwrapArgv(); bw != nil {
 		bwPy := throughput(ctx, clients, d, append(bw, o.Python, "-c", "print(1)")...)
 		r.add(Row{Scenario: name, Metric: "throughput vs bubblewrap", Value: rps, Unit: "req/s",
 			Baseline: fmt.Sprintf("bwrap + python3 -c, 4 at a time: %.1f req/s", bwPy), Ratio: ratio(1/rps, 1/bwPy)})
+		r.Stats["oneshot_bwrap_python_rps"] = bwPy
 		bwTrue := throughput(ctx, clients, d, append(bw, "/usr/bin/true")...)
 		r.add(Row{Scenario: name, Metric: "throughput vs namespaces alone", Value: rps, Unit: "req/s",
 			Baseline: fmt.Sprintf("bwrap + true, 4 at a time: %.1f req/s", bwTrue), Ratio: ratio(1/rps, 1/bwTrue)})
+		r.Stats["oneshot_bwrap_true_rps"] = bwTrue
 	}
 	r.add(Row{Scenario: name, Metric: "p50", Value: s.P50, Unit: "ms"})
 	r.add(Row{Scenario: name, Metric: "p99", Value: s.P99, Unit: "ms"})
@@ -422,19 +425,17 @@ func benchRun(ctx context.Context, srv *server, r *Report, o Options, n int) err
 		return err
 	}
 	const viaServer = "airlock run p.py (server running)"
-	variants := []struct {
-		name string
-		argv []string
-	}{
-		{"bare python3 p.py", []string{o.Python, prog}},
-		{viaServer, []string{o.Binary, "run", "--config", srv.cfgPath, prog}},
-		{"airlock run --cold p.py (no server)", []string{o.Binary, "run", "--cold", "--config", srv.cfgPath, prog}},
+	type variant struct {
+		key, name string // key: its figures' in Stats
+		argv      []string
+	}
+	variants := []variant{
+		{"run_bare_python", "bare python3 p.py", []string{o.Python, prog}},
+		{"run_server", viaServer, []string{o.Binary, "run", "--config", srv.cfgPath, prog}},
+		{"run_cold", "airlock run --cold p.py (no server)", []string{o.Binary, "run", "--cold", "--config", srv.cfgPath, prog}},
 	}
 	if bw := bwrapArgv(prog); bw != nil {
-		variants = append(variants, struct {
-			name string
-			argv []string
-		}{"bwrap + python3 p.py", append(bw, o.Python, prog)})
+		variants = append(variants, variant{"run_bwrap_python", "bwrap + python3 p.py", append(bw, o.Python, prog)})
 	}
 	times := make([][]time.Duration, len(variants))
 	for i := 0; i < n+3; i++ {
@@ -467,7 +468,7 @@ func benchRun(ctx context.Context, srv *server, r *Report, o Options, n int) err
 			row.Target = "≤ 15 ms over bare python"
 		}
 		r.add(row)
-		r.Stats["run: "+v.name] = s
+		r.Stats[v.key] = s
 	}
 	return coldPhases(ctx, r, o, srv.cfgPath, prog, n)
 }
