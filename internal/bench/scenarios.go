@@ -38,8 +38,8 @@ func benchExec(ctx context.Context, srv *server, r *Report, n int) error {
 		lat = append(lat, time.Since(start))
 	}
 	s := stats(lat)
-	r.add(Row{Scenario: "warm session: execute `x = 1` over HTTP", Metric: "p50", Value: s.P50, Unit: "ms", Target: "≤ 0.5 ms"})
-	r.add(Row{Scenario: "warm session: execute `x = 1` over HTTP", Metric: "p99", Value: s.P99, Unit: "ms", Target: "≤ 2 ms"})
+	r.add(Row{Scenario: "warm session: execute `x = 1` over HTTP", Metric: "p50", Value: s.P50, Unit: "ms", Target: GoalExecP50.Text})
+	r.add(Row{Scenario: "warm session: execute `x = 1` over HTTP", Metric: "p99", Value: s.P99, Unit: "ms", Target: GoalExecP99.Text})
 	r.Stats["exec"] = s
 	return nil
 }
@@ -67,7 +67,7 @@ func benchCreatePandas(ctx context.Context, srv *server, r *Report, o Options, n
 	}
 	s, b := stats(lat), stats(base)
 	name := "create a session + first execution `" + pandasCode + "`"
-	r.add(Row{Scenario: name, Metric: "p50", Value: s.P50, Unit: "ms", Target: "≥ 40× faster than cold python",
+	r.add(Row{Scenario: name, Metric: "p50", Value: s.P50, Unit: "ms", Target: GoalCreatePandas.Text,
 		Baseline: fmt.Sprintf("cold python3 -c: %.1f ms", b.P50), Ratio: ratio(s.P50, b.P50)})
 	r.add(Row{Scenario: name, Metric: "p99", Value: s.P99, Unit: "ms"})
 	r.Stats["create_pandas"] = s
@@ -129,7 +129,7 @@ func benchConcurrent(ctx context.Context, srv *server, r *Report, n int) error {
 	}
 	name := fmt.Sprintf("%d concurrent session creations, each + `print(1)`", n)
 	r.add(Row{Scenario: name, Metric: "p50", Value: s.P50, Unit: "ms"})
-	r.add(Row{Scenario: name, Metric: "p99", Value: s.P99, Unit: "ms", Target: "≤ 150 ms"})
+	r.add(Row{Scenario: name, Metric: "p99", Value: s.P99, Unit: "ms", Target: GoalBurstP99.Text})
 	r.Stats["concurrent_create"] = s
 	return nil
 }
@@ -199,7 +199,7 @@ func benchOneShot(ctx context.Context, srv *server, r *Report, o Options, d time
 	baseRPS := throughput(ctx, clients, d, o.Python, "-c", "print(1)")
 	basePer := perRun(childrenCPU()-child0, int(baseRPS*d.Seconds()))
 	name := "one-shot POST /v1/execute `print(1)`, 4 clients"
-	r.add(Row{Scenario: name, Metric: "throughput", Value: rps, Unit: "req/s", Target: "≥ 1.0× bare python3 -c",
+	r.add(Row{Scenario: name, Metric: "throughput", Value: rps, Unit: "req/s", Target: GoalOneShot.Text,
 		Baseline: fmt.Sprintf("bare python3 -c, 4 at a time: %.1f req/s", baseRPS), Ratio: ratio(1/rps, 1/baseRPS)})
 	r.Stats["oneshot_rps"], r.Stats["oneshot_bare_python_rps"] = rps, baseRPS
 	reportOneShotCPU(r, name, cpu0, cpu1, len(lat), basePer)
@@ -319,8 +319,8 @@ func benchDensity(ctx context.Context, srv *server, r *Report, n int) error {
 		}
 	}
 	p := sessionsPSS(srv, sessions)
-	r.add(Row{Scenario: "idle Python sessions with numpy and pandas imported", Metric: "alive at once", Value: float64(alive), Unit: "sessions", Target: "≥ 300"})
-	r.add(Row{Scenario: "idle Python sessions with numpy and pandas imported", Metric: "PSS per session", Value: p.per, Unit: "MB", Target: "≤ 15 MB",
+	r.add(Row{Scenario: "idle Python sessions with numpy and pandas imported", Metric: "alive at once", Value: float64(alive), Unit: "sessions", Target: GoalDensityAlive.Text})
+	r.add(Row{Scenario: "idle Python sessions with numpy and pandas imported", Metric: "PSS per session", Value: p.per, Unit: "MB", Target: GoalIdlePSS.Text,
 		Note: p.note("init and interpreter")})
 	r.Stats["density_sessions"] = alive
 	r.Stats["density_pss_mb"] = p.per
@@ -463,9 +463,9 @@ func benchRun(ctx context.Context, srv *server, r *Report, o Options, n int) err
 		}
 		switch {
 		case v.name == viaServer:
-			row.Target = "≤ 3 ms over bare python"
+			row.Target = GoalRunServer.Text
 		case strings.Contains(v.name, "--cold"):
-			row.Target = "≤ 15 ms over bare python"
+			row.Target = GoalRunCold.Text
 		}
 		r.add(row)
 		r.Stats[v.key] = s
@@ -580,14 +580,14 @@ func openSessions(ctx context.Context, srv *server, n, parallel int, code string
 // every request, too).
 func benchAudit(ctx context.Context, r *Report, o Options, n int) error {
 	vs := []*abVariant{
-		{label: "audit off, no auth", extra: nil},
-		{label: "audit on", extra: map[string]any{"audit": map[string]any{"enabled": true, "code": "sha256"}}},
-		{label: "audit on, API key", extra: map[string]any{"audit": map[string]any{"enabled": true, "code": "sha256"}, "server": map[string]any{"auth": "keys"}}, key: true},
+		{label: "audit off, no auth", key: "audit_off", extra: nil},
+		{label: "audit on", key: "audit_on", goal: GoalAudit, extra: map[string]any{"audit": map[string]any{"enabled": true, "code": "sha256"}}},
+		{label: "audit on, API key", key: "audit_on_api_key", goal: GoalAudit, extra: map[string]any{"audit": map[string]any{"enabled": true, "code": "sha256"}, "server": map[string]any{"auth": "keys"}}, apiKey: true},
 	}
 	if err := runAB(ctx, o, vs, "-audit", "x = 1", n); err != nil {
 		return err
 	}
-	reportAB(r, vs, "audit", "warm execute `x = 1`: ", func(int) string { return "≤ +10%" })
+	reportAB(r, vs, "warm execute `x = 1`: ")
 	return nil
 }
 
@@ -600,9 +600,9 @@ func benchAudit(ctx context.Context, r *Report, o Options, n int) error {
 func benchObserve(ctx context.Context, r *Report, o Options, n int) error {
 	const code = `print("epoch 3: loss=0.25 on host-7")`
 	vs := []*abVariant{
-		{label: "metrics off", extra: map[string]any{"metrics": map[string]any{"enabled": false}}},
-		{label: "metrics on", extra: map[string]any{"metrics": map[string]any{"enabled": true}}},
-		{label: "metrics on, redaction and a code rule", extra: map[string]any{
+		{label: "metrics off", key: "metrics_off", extra: map[string]any{"metrics": map[string]any{"enabled": false}}},
+		{label: "metrics on", key: "metrics_on", goal: GoalMetrics, extra: map[string]any{"metrics": map[string]any{"enabled": true}}},
+		{label: "metrics on, redaction and a code rule", key: "metrics_redaction", goal: GoalRedaction, extra: map[string]any{
 			"metrics":    map[string]any{"enabled": true},
 			"redaction":  map[string]any{"builtin": []string{"credentials", "host_paths", "ip_addresses"}},
 			"code_rules": []map[string]string{{"name": "network", "pattern": `\b(requests|urllib)\b`, "action": "flag"}},
@@ -611,12 +611,7 @@ func benchObserve(ctx context.Context, r *Report, o Options, n int) error {
 	if err := runAB(ctx, o, vs, "-observe", code, n); err != nil {
 		return err
 	}
-	reportAB(r, vs, "observe", "warm execute, one line printed: ", func(i int) string {
-		if i == 2 {
-			return "≤ +10%"
-		}
-		return "≤ +5%"
-	})
+	reportAB(r, vs, "warm execute, one line printed: ")
 	return nil
 }
 
@@ -629,14 +624,14 @@ func benchObserve(ctx context.Context, r *Report, o Options, n int) error {
 func benchHistory(ctx context.Context, r *Report, o Options, n int) error {
 	const code = "print(\"epoch 3: loss=0.25\"); 41 + 1"
 	vs := []*abVariant{
-		{label: "history off", extra: map[string]any{"history": map[string]any{"enabled": false}}},
-		{label: "history on", extra: map[string]any{"history": map[string]any{"enabled": true}}},
-		{label: "history on, console watching", extra: map[string]any{"history": map[string]any{"enabled": true}}, watch: consoleWatch},
+		{label: "history off", key: "history_off", extra: map[string]any{"history": map[string]any{"enabled": false}}},
+		{label: "history on", key: "history_on", goal: GoalHistory, extra: map[string]any{"history": map[string]any{"enabled": true}}},
+		{label: "history on, console watching", key: "history_console", goal: GoalHistory, extra: map[string]any{"history": map[string]any{"enabled": true}}, watch: consoleWatch},
 	}
 	if err := runAB(ctx, o, vs, "-history", code, n); err != nil {
 		return err
 	}
-	reportAB(r, vs, "history", "warm execute, a line and a value: ", func(int) string { return "≤ +5%" })
+	reportAB(r, vs, "warm execute, a line and a value: ")
 	return nil
 }
 
@@ -662,28 +657,35 @@ func consoleWatch(ctx context.Context, srv *server, id string) {
 }
 
 // reportAB adds a row per variant of an A/B scenario: its p50, and for
-// each after the first its ratio to the first's against target(i) (a
-// bound such as "≤ +5%"); stats go under name/label.
-func reportAB(r *Report, vs []*abVariant, name, scenario string, target func(i int) string) {
+// each after the first its change from the first's against its goal;
+// stats go under each variant's key, each change in percent under its
+// key_change_pct.
+func reportAB(r *Report, vs []*abVariant, scenario string) {
 	base := stats(vs[0].lat)
 	for i, v := range vs {
 		s := stats(v.lat)
 		row := Row{Scenario: scenario + v.label, Metric: "p50", Value: s.P50, Unit: "ms"}
 		if i > 0 {
-			row.Target = target(i) + " of " + vs[0].label
+			change := (s.P50/base.P50 - 1) * 100
+			row.Target = v.goal.Text + " of " + vs[0].label
 			row.Baseline = fmt.Sprintf("%.3f ms (%s)", base.P50, vs[0].label)
-			row.Ratio = fmt.Sprintf("%+.1f%%", (s.P50/base.P50-1)*100)
+			row.Ratio = fmt.Sprintf("%+.1f%%", change)
+			r.Stats[v.key+"_change_pct"] = change
 		}
 		r.add(row)
-		r.Stats[name+"/"+v.label] = s
+		r.Stats[v.key] = s
 	}
 }
 
 // abVariant is one server configuration of an A/B scenario.
 type abVariant struct {
 	label string
-	extra map[string]any
-	key   bool // the requests carry a tenant's API key
+	// key names its figures in Stats; goal bounds its change from the
+	// first variant's (every variant but the first).
+	key    string
+	goal   Goal
+	extra  map[string]any
+	apiKey bool // the requests carry a tenant's API key
 	// watch, if set, runs beside the variant's executions (a client
 	// reading the server meanwhile) until they end.
 	watch func(ctx context.Context, srv *server, id string)
@@ -703,7 +705,7 @@ func runAB(ctx context.Context, o Options, vs []*abVariant, suffix, code string,
 		}
 		defer srv.stop()
 		srvs[i] = srv
-		if v.key {
+		if v.apiKey {
 			out, err := exec.CommandContext(ctx, o.Binary, "keys", "create", "--config", srv.cfgPath, "--tenant", "bench").Output()
 			if err != nil {
 				return fmt.Errorf("keys create: %v", err)
