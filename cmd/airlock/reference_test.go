@@ -47,7 +47,9 @@ func usages(t *testing.T) []docgen.Command {
 
 // The generated reference in docs/reference is what the code says now:
 // configuration keys, errors, metrics, the HTTP API and the commands'
-// flags. After changing any of them, regenerate it (the message says how).
+// flags; and the performance page's benchmark table is what the committed
+// report (docs/explanation/bench.json) says against the bench's goals.
+// After changing any of them, regenerate it (the message says how).
 func TestReference(t *testing.T) {
 	files, err := docgen.Files("../..", usages(t))
 	if err != nil {
@@ -60,6 +62,6 @@ func TestReference(t *testing.T) {
 		return
 	}
 	if stale := docgen.Stale("../..", files); len(stale) > 0 {
-		t.Errorf("the generated reference is stale: %s\nrun `%s` and commit the result", strings.Join(stale, ", "), docgen.Regenerate)
+		t.Errorf("the generated reference or benchmark table is stale: %s\nrun `%s` and commit the result", strings.Join(stale, ", "), docgen.Regenerate)
 	}
 }

@@ -2,7 +2,9 @@
 // renders the configuration (from config's struct, its defaults and its
 // field comments), the errors (from errdefs' table), the metrics (from
 // the collectors), the HTTP API (from the OpenAPI document) and the
-// command line (from each command's usage) as Markdown, and says which
+// command line (from each command's usage) as Markdown, and the
+// performance page's benchmark table (from the committed report of one
+// `airlock bench --json` run, against bench's goals), and says which
 // committed files are stale. cmd/airlock's TestReference runs it.
 //
 // It must never be imported by the server or a command: it reads Go
@@ -48,7 +50,12 @@ func Files(root string, commands []Command) (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	perf, err := Performance(root)
+	if err != nil {
+		return nil, err
+	}
 	return map[string][]byte{
+		PerformancePage:           perf,
 		Dir + "/configuration.md": []byte(cfg),
 		Dir + "/errors.md":        []byte(errs),
 		Dir + "/metrics.md":       []byte(Metrics()),

@@ -52,7 +52,7 @@ var rules = map[string]rule{
 	// Tools built on the root or on a client.
 	"bench":   {layer: "tool", may: []string{"client", "egress", "gvisor", "image", "secrets"}},
 	"doctor":  {layer: "tool", may: []string{"server", "store", "cgroup", "cluster", "egress", "exeseal", "fontcache", "gvisor", "image", "jail", "landlock", "seccomp"}},
-	"docgen":  {layer: "tool", may: []string{"metrics"}},
+	"docgen":  {layer: "tool", may: []string{"metrics", "bench"}},
 	"layers":  {layer: "tool"},
 	"testenv": {layer: "test", noShared: true, std: true},
 

@@ -1,0 +1,172 @@
+package docgen
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"airlock/internal/bench"
+)
+
+// report is a run's report with the figures of every main row; exec's
+// p50 and the one-shot rate are what the cases change.
+func report(execP50, oneshotRPS float64) *bench.Report {
+	return &bench.Report{
+		Date: "2026-11-27", Start: "2026-11-27T17:02:10Z", End: "2026-11-27T17:14:55Z", Version: "abc1234",
+		Isolation: "gvisor", Runsc: "runsc version release-20251110.0",
+		Machine:   bench.Machine{Cores: 2, MemoryGiB: 24, Kernel: "6.18.44", Cgroup: "v1 (hybrid)", Go: "go1.26.8", Python: "Python 3.11.2"},
+		LoadStart: [3]float64{0.7, 1, 1}, LoadEnd: [3]float64{6.4, 3, 2},
+		Stats: map[string]any{
+			"exec":                         bench.Stat{N: 2000, P50: execP50, P99: 1.81},
+			"create_pandas":                bench.Stat{N: 100, P50: 10, P99: 30},
+			"cold_python_pandas":           bench.Stat{N: 10, P50: 418},
+			"concurrent_create":            bench.Stat{N: 50, P50: 132, P99: 147},
+			"drained_burst_1":              bench.Stat{N: 50, P50: 900, P99: 1335},
+			"oneshot_rps":                  oneshotRPS,
+			"oneshot_bare_python_rps":      90.0,
+			"oneshot_cpu_ms":               map[string]float64{"server": 7, "total": 40, "bare_python": 20, "host_busy": 45},
+			"density_pss_mb":               4.9,
+			"density_sessions":             300,
+			"run_bare_python":              bench.Stat{P50: 24.7},
+			"run_cold":                     bench.Stat{P50: 82.7},
+			"audit_off":                    bench.Stat{P50: 0.76},
+			"audit_on":                     bench.Stat{P50: 0.72},
+			"audit_on_change_pct":          -6.2,
+			"gvisor_drained_create_pandas": bench.Stat{P50: 2300},
+			"native_drained_create_pandas": bench.Stat{P50: 40},
+			"gvisor_pss_mb":                121.5,
+		},
+	}
+}
+
+// Whether a goal is met comes from the figures, each against its own
+// goal, and a report read back from its JSON renders alike.
+func TestBenchTableJudgesGoals(t *testing.T) {
+	for _, c := range []struct {
+		execP50, rps float64
+		want         []string
+	}{
+		{0.8, 45, []string{"p50 ≤ 0.5 ms: **not met**", "≥ 1.0× bare python3 -c: **not met**", "**0.50×** bare python"}},
+		{0.4, 95, []string{"p50 ≤ 0.5 ms: met", "≥ 1.0× bare python3 -c: met", "**1.1×** bare python"}},
+	} {
+		r := report(c.execP50, c.rps)
+		got, err := BenchTable(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := append(c.want,
+			"p99 ≤ 2 ms: met",                    // 1.81
+			"≥ 40× faster than cold python: met", // 418 / 10
+			"p99 ≤ 150 ms: met",                  // 147
+			"p99 ≤ 150 ms: **not met**",          // 1335, drained
+			"≤ 5 MB: met", "alive ≥ 300: met",    // 4.9 MB, 300
+			"≤ 15 ms over bare python: **not met**", // +58.0
+			"audit ≤ +10%: met", "**-6.2 %**",       // −6.2 %
+			"≤ 3× native: **not met**", "**57.5×** native", // 2300 / 40
+			"≤ 40 MB: **not met**",
+			"2026-11-27, 17:02–17:14 UTC, airlock abc1234, on 2 cores, 24 GiB, Linux 6.18.44, cgroup v1 (hybrid), go1.26.8, Python 3.11.2; load average 0.7 when it started, 6.4 when it ended; gVisor: runsc version",
+			"`airlock bench --json --isolation gvisor`")
+		for _, w := range want {
+			if !strings.Contains(got, w) {
+				t.Errorf("exec p50 %v, %v/s: the table lacks %q:\n%s", c.execP50, c.rps, w, got)
+			}
+		}
+		b, _ := json.Marshal(r)
+		back, err := bench.LoadReport(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again, err := BenchTable(back); err != nil || again != got {
+			t.Errorf("the report read back from JSON renders otherwise (%v):\n%s\nnot\n%s", err, again, got)
+		}
+	}
+}
+
+// A row whose figures the report lacks is left out; a smoke run's
+// report, or one without times, is refused.
+func TestBenchTableRefuses(t *testing.T) {
+	r := report(0.8, 45)
+	delete(r.Stats, "gvisor_pss_mb")
+	got, err := BenchTable(r)
+	if err != nil || strings.Contains(got, "gVisor: idle") {
+		t.Errorf("a missing figure's row: %v\n%s", err, got)
+	}
+	r.Smoke = true
+	if _, err := BenchTable(r); err == nil {
+		t.Error("a smoke run rendered")
+	}
+	r = report(0.8, 45)
+	r.End = ""
+	if _, err := BenchTable(r); err == nil {
+		t.Error("a report without its end rendered")
+	}
+	if _, err := bench.LoadReport([]byte(`{"rows": []}`)); err == nil {
+		t.Error("a JSON without a start or stats loaded as a report")
+	}
+}
+
+// The table goes between its markers and nowhere else; a page without
+// them, or with them twice, is an error.
+func TestSplice(t *testing.T) {
+	page := "# P\n\nbefore\n\n" + tableBegin + "\nold table\n" + tableEnd + "\n\nafter\n"
+	got, err := splice([]byte(page), "new table\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "# P\n\nbefore\n\n" + tableBegin + "\n\nnew table\n\n" + tableEnd + "\n\nafter\n"; string(got) != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+	again, err := splice(got, "new table\n")
+	if err != nil || string(again) != string(got) {
+		t.Errorf("splicing the same table twice changed the page: %v", err)
+	}
+	for _, bad := range []string{"no markers", tableBegin + tableBegin + tableEnd, tableEnd + "x" + tableBegin} {
+		if _, err := splice([]byte(bad), "t"); err == nil {
+			t.Errorf("%q spliced", bad)
+		}
+	}
+}
+
+// A report whose figures changed makes the committed page stale: what
+// TestReference (cmd/airlock) and land refuse.
+func TestStaleTableIsCaught(t *testing.T) {
+	root := t.TempDir()
+	write := func(name string, b []byte) {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeReport := func(execP50 float64) {
+		b, _ := json.Marshal(report(execP50, 45))
+		write(BenchReport, b)
+	}
+	write(PerformancePage, []byte("# Performance\n\n"+tableBegin+"\n"+tableEnd+"\n"))
+	writeReport(0.8)
+	page, err := Performance(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{PerformancePage: page}
+	if stale := Stale(root, files); len(stale) != 1 {
+		t.Fatalf("a page never rendered is not stale: %v", stale)
+	}
+	if err := Write(root, files); err != nil {
+		t.Fatal(err)
+	}
+	if stale := Stale(root, files); len(stale) != 0 {
+		t.Fatalf("stale right after writing: %v", stale)
+	}
+	writeReport(0.9)
+	if page, err = Performance(root); err != nil {
+		t.Fatal(err)
+	}
+	if stale := Stale(root, map[string][]byte{PerformancePage: page}); len(stale) != 1 || stale[0] != PerformancePage {
+		t.Errorf("a changed report left the page current: %v", stale)
+	}
+}
