@@ -20,7 +20,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	o := bench.Options{Version: version}
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	fs.BoolVar(&o.Smoke, "smoke", false, "tiny counts: check that every scenario runs (numbers mean nothing)")
-	fs.StringVar(&o.Only, "only", "", "comma-separated scenarios: exec, create_pandas, concurrent_create, drained_burst, contexts, e2b, oneshot, density, airlock_run, audit, observe, history, egress, store, persist, ports, template, tools, secrets, gvisor; gvisor_persist (only the gVisor pause and resume with memory); capacity, alone, holds -sessions idle sessions")
+	fs.StringVar(&o.Only, "only", "", "comma-separated scenarios: exec, create_pandas, concurrent_create, drained_burst, contexts, e2b, oneshot, density, airlock_run, audit, observe, history, egress, store, persist, ports, template, tools, secrets, gvisor; gvisor_persist (only the gVisor pause and resume with memory); capacity holds -sessions idle sessions (alone, it starts no other server)")
 	fs.IntVar(&o.Sessions, "sessions", 1000, "the capacity scenario's number of idle Python sessions with pandas")
 	fs.StringVar(&o.Template, "template", "code-interpreter", "the template of the template scenario (skipped when the store has none of that name)")
 	fs.StringVar(&o.Python, "python", "/usr/bin/python3", "python for the baselines")

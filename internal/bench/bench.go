@@ -201,11 +201,19 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		return full
 	}
-	if o.Only == "capacity" {
-		// Only the capacity scenario: a server of its own.
+	if o.Sessions == 0 {
+		o.Sessions = 1000
+	}
+	capacity := func() {
+		// A server of its own, holding the sessions.
+		fmt.Fprintf(o.Verbose, "running capacity\n")
 		if err := benchCapacity(ctx, r, o, n(o.Sessions, 3), n(1000, 20)); err != nil {
 			r.Errors = append(r.Errors, fmt.Sprintf("capacity: %v", err))
 		}
+	}
+	if o.Only == "capacity" {
+		// Only the capacity scenario: no other server.
+		capacity()
 		return r, nil
 	}
 	if o.Only == "gvisor_persist" {
@@ -276,6 +284,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	try("tools", func() error { return benchTools(ctx, r, o, n(2000, 50)) })
 	try("secrets", func() error { return benchSecrets(ctx, r, o, n(1000, 30)) })
+	if want("capacity") {
+		capacity()
+	}
 	if h, err := srv.health(ctx); err == nil {
 		r.Stats["pool"] = h.Pool
 	}

@@ -208,7 +208,7 @@ func drainedCreate(ctx context.Context, srv *server) (time.Duration, error) {
 		if ready == 0 {
 			break
 		}
-		if try == 10 {
+		if try == 50 {
 			return 0, fmt.Errorf("the pool kept %d ready sandboxes after %d sessions took theirs", ready, len(held))
 		}
 		var wg sync.WaitGroup
