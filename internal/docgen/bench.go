@@ -234,7 +234,7 @@ func benchRows(r *bench.Report) []tableRow {
 		add(row)
 	}
 	if n, ok := r.Number("capacity_sessions"); ok {
-		row := tableRow{scenario: "idle Python sessions with numpy and pandas imported, on a server of their own (`--only capacity`)",
+		row := tableRow{scenario: "idle Python sessions with numpy and pandas imported, on a server of their own (the capacity scenario)",
 			airlock: fmt.Sprintf("**%.0f** alive", n)}
 		if pss, ok := r.Number("capacity_pss_mb"); ok {
 			row.airlock += fmt.Sprintf(", PSS %.2f MB each", pss)
@@ -270,11 +270,11 @@ func benchRows(r *bench.Report) []tableRow {
 		goals              []bench.Goal
 	}{
 		{"audit_off", "warm `x = 1` with the audit log on; with an API key too", "audit off, no keys",
-			[]struct{ key, what string }{{"audit_on", "audit"}, {"audit_on_api_key", "and a key"}}, []bench.Goal{bench.GoalAudit, bench.GoalAudit}},
+			[]struct{ key, what string }{{"audit_on", "audit on"}, {"audit_on_api_key", "with a key"}}, []bench.Goal{bench.GoalAudit, bench.GoalAudit}},
 		{"metrics_off", "a warm execution printing a line with metrics on; with redaction (all three sets) and a code rule too", "metrics off",
-			[]struct{ key, what string }{{"metrics_on", "metrics"}, {"metrics_redaction", "and redaction"}}, []bench.Goal{bench.GoalMetrics, bench.GoalRedaction}},
+			[]struct{ key, what string }{{"metrics_on", "metrics on"}, {"metrics_redaction", "with redaction"}}, []bench.Goal{bench.GoalMetrics, bench.GoalRedaction}},
 		{"history_off", "a warm execution with the history on; with a console watching too", "history off",
-			[]struct{ key, what string }{{"history_on", "history"}, {"history_console", "and a console"}}, []bench.Goal{bench.GoalHistory, bench.GoalHistory}},
+			[]struct{ key, what string }{{"history_on", "history on"}, {"history_console", "with a console"}}, []bench.Goal{bench.GoalHistory, bench.GoalHistory}},
 	} {
 		off, ok := r.Stat(ab.off)
 		if !ok {

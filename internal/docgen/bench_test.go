@@ -63,7 +63,7 @@ func TestBenchTableJudgesGoals(t *testing.T) {
 			"p99 ≤ 150 ms: **not met**",          // 1335, drained
 			"≤ 5 MB: met", "alive ≥ 300: met",    // 4.9 MB, 300
 			"≤ 15 ms over bare python: **not met**", // +58.0
-			"audit ≤ +10%: met", "**-6.2 %**",       // −6.2 %
+			"audit on ≤ +10%: met", "**-6.2 %**",    // −6.2 %
 			"≤ 3× native: **not met**", "**57.5×** native", // 2300 / 40
 			"≤ 40 MB: **not met**",
 			"2026-11-27, 17:02–17:14 UTC, airlock abc1234, on 2 cores, 24 GiB, Linux 6.18.44, cgroup v1 (hybrid), go1.26.8, Python 3.11.2; load average 0.7 when it started, 6.4 when it ended; gVisor: runsc version",
