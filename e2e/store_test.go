@@ -232,6 +232,75 @@ func TestSharedStoreCluster(t *testing.T) {
 	t.Logf("revoked on every server within %s", time.Since(revoked).Round(time.Millisecond))
 }
 
+// A client's change of a session is listed by every server of a cluster
+// as soon as the client is answered, never a heartbeat later: deleted
+// (live or paused), paused, resumed (by auto_resume too). The shared
+// store's cluster test once listed a session deleted a moment before as
+// idle on another server (its end was written in the background).
+func TestSharedStoreListsChangesAtOnce(t *testing.T) {
+	pg := pgtest.Start(t)
+	dsn := pg.NewDatabase(t)
+	var servers []*server
+	for i := 0; i < 2; i++ {
+		cfg := sharedStore(t, dsn, fmt.Sprint("airlock-", i))
+		cfg["persistence"] = map[string]any{"enabled": true}
+		servers = append(servers, startServer(t, cfg))
+	}
+	s0, s1 := servers[0], servers[1]
+	ctx := context.Background()
+	key := s0.newKey("team-l")
+	c := s1.as(key)
+	// check lists once on airlock-0 (never waiting) and wants id's state
+	// there ("": not listed).
+	check := func(what, id, want string) {
+		t.Helper()
+		l, err := s0.as(key).Sessions(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		for _, s := range l {
+			if s.ID == id {
+				got = s.State
+			}
+		}
+		if got != want {
+			t.Errorf("%s on airlock-1: airlock-0 lists it %q, want %q", what, got, want)
+		}
+	}
+	do := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	for range 3 {
+		a, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python", AutoResume: true})
+		do("create", err)
+		check("created", a.ID, apitype.StateIdle)
+		_, err = c.PauseSession(ctx, a.ID)
+		do("pause", err)
+		check("paused", a.ID, apitype.StatePaused)
+		_, err = c.ResumeSession(ctx, a.ID)
+		do("resume", err)
+		check("resumed", a.ID, apitype.StateIdle)
+		_, err = c.PauseSession(ctx, a.ID)
+		do("pause", err)
+		_, err = c.Execute(ctx, a.ID, apitype.ExecuteRequest{Code: "1"}, nil)
+		do("an execution resuming it", err)
+		check("resumed by auto_resume", a.ID, apitype.StateIdle)
+		do("delete", c.DeleteSession(ctx, a.ID))
+		check("deleted", a.ID, "")
+
+		b, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python"})
+		do("create", err)
+		_, err = c.PauseSession(ctx, b.ID)
+		do("pause", err)
+		do("delete", c.DeleteSession(ctx, b.ID))
+		check("deleted while paused", b.ID, "")
+	}
+}
+
 // waitBusy waits until the session runs an execution.
 func waitBusy(t *testing.T, c *client.Client, id string) {
 	t.Helper()

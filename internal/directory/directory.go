@@ -10,13 +10,22 @@
 // pod: they outlive their server, and a pod started again on its volume
 // takes them back (SyncPaused ends those it no longer holds).
 //
+// A client's change of a session is listed everywhere before the client
+// hears of it: a creation (Register), and a delete, pause or resume
+// (Settle, which the session manager waits for); what a session does by
+// itself (an end, an idle pause) is written within a beat.
+//
 // It must never hold a request on the store beyond one bounded read (a
-// listing), never block an observer call, and never hide a store it
-// cannot reach: Health says so, for /readyz.
+// listing) or one bounded write of the session the request changed,
+// never block an observer call, never write a session ended from a
+// listing (ends are written from their events: a session being paused
+// is listed ended for a moment), and never hide a store it cannot
+// reach: Health says so, for /readyz.
 package directory
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sort"
 	"sync"
@@ -28,14 +37,25 @@ import (
 	"airlock/internal/store"
 )
 
+// Sessions are the server's own sessions (the session manager).
+type Sessions interface {
+	// List describes every live and paused session.
+	List() []apitype.Session
+	// Describe describes a live or paused session; an error says it is
+	// neither (ended, or unknown).
+	Describe(ctx context.Context, id string) (apitype.Session, error)
+}
+
 // Directory is the running directory of one server.
 type Directory struct {
 	db    *store.DB
-	local func() []apitype.Session
+	local Sessions
 	log   *slog.Logger
 	every time.Duration
 
 	q chan apitype.Session
+	// settles are Settle's requests, served by the writer.
+	settles chan settle
 	// kick asks for this server's sessions to be written now (a pause);
 	// loaded says the server has loaded what it paused before (see
 	// Loaded).
@@ -52,12 +72,12 @@ type Directory struct {
 }
 
 // New starts the directory of the server db serves (see store.Serve):
-// local lists the server's own sessions, every is how often it beats.
-func New(db *store.DB, local func() []apitype.Session, every time.Duration, log *slog.Logger) *Directory {
+// local is the server's own sessions, every is how often it beats.
+func New(db *store.DB, local Sessions, every time.Duration, log *slog.Logger) *Directory {
 	if log == nil {
 		log = slog.Default()
 	}
-	d := &Directory{db: db, local: local, log: log, every: every, q: make(chan apitype.Session, 4096),
+	d := &Directory{db: db, local: local, log: log, every: every, q: make(chan apitype.Session, 4096), settles: make(chan settle, 64),
 		kick: make(chan struct{}, 1), loaded: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	go d.run()
 	return d
@@ -96,7 +116,7 @@ func (d *Directory) List(ctx context.Context, who identity.Identity) ([]apitype.
 	pod := d.db.ServerPod()
 	out := make([]apitype.Session, 0, len(others))
 	mine := map[string]bool{}
-	for _, s := range d.local() {
+	for _, s := range d.local.List() {
 		if who.Sees(s.Tenant) {
 			s.Pod = pod
 			out = append(out, s)
@@ -163,7 +183,14 @@ func (d *Directory) run() {
 				}
 			}
 			deadline.Stop()
-			pending = d.write(pending)
+			pending, _ = d.write(pending)
+		case r := <-d.settles:
+			// Those asking meanwhile are served by the same writes.
+			reqs := []settle{r}
+			for len(d.settles) > 0 {
+				reqs = append(reqs, <-d.settles)
+			}
+			pending = d.settle(pending, reqs)
 		case <-beat.C:
 			d.beat()
 		case <-d.kick:
@@ -175,7 +202,7 @@ func (d *Directory) run() {
 			d.write(pending)
 			// What a shutdown paused, listed as paused (a pause is not
 			// an end: see SessionEnded).
-			if err := d.db.PutSessions(context.Background(), d.local()); err != nil {
+			if err := d.db.PutSessions(context.Background(), d.current()); err != nil {
 				d.setErr(err)
 			}
 			return
@@ -186,9 +213,9 @@ func (d *Directory) run() {
 // write puts sessions in the store; on failure it returns them to try
 // again with the next ones (a beat rewrites every live one anyway: what
 // is kept is only ends, bounded).
-func (d *Directory) write(batch []apitype.Session) []apitype.Session {
+func (d *Directory) write(batch []apitype.Session) ([]apitype.Session, error) {
 	if len(batch) == 0 {
-		return nil
+		return nil, nil
 	}
 	if err := d.db.PutSessions(context.Background(), batch); err != nil {
 		d.setErr(err)
@@ -198,16 +225,113 @@ func (d *Directory) write(batch []apitype.Session) []apitype.Session {
 				ends = append(ends, s)
 			}
 		}
-		return ends
+		return ends, err
 	}
-	return nil
+	return nil, nil
 }
+
+// current is the server's live and paused sessions as they are now. A
+// session listed ended is ending this moment (or being paused): its end
+// event says which, and is written from there.
+func (d *Directory) current() []apitype.Session {
+	all := d.local.List()
+	out := all[:0]
+	for _, s := range all {
+		if s.State != apitype.StateEnded {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// settle is a request of Settle's: done hears how its writes went.
+type settle struct {
+	id   string
+	done chan error
+}
+
+// settle writes what is queued (pending first) and the sessions reqs
+// name as they are now: live or paused ones described, those gone (a
+// paused session deleted: nothing is queued for it) marked ended if the
+// store still lists them. It returns what is left to write.
+func (d *Directory) settle(pending []apitype.Session, reqs []settle) []apitype.Session {
+	for len(d.q) > 0 {
+		pending = append(pending, <-d.q)
+	}
+	pending, err := d.write(pending)
+	if err == nil {
+		var now []apitype.Session
+		var gone []string
+		for _, r := range reqs {
+			s, derr := d.local.Describe(context.Background(), r.id)
+			switch {
+			case derr != nil:
+				gone = append(gone, r.id)
+			case s.State != apitype.StateEnded:
+				now = append(now, s)
+			}
+		}
+		ctx := context.Background()
+		if err = d.db.PutSessions(ctx, now); err == nil {
+			err = d.db.EndSessions(ctx, gone, string(apitype.EndDeleted))
+		}
+		if err != nil {
+			d.setErr(err)
+		}
+	}
+	for _, r := range reqs {
+		r.done <- err
+	}
+	return pending
+}
+
+// Settle writes the session id of this server as it is now (live,
+// paused, or gone), after what was queued before, and returns once the
+// store has it: a client told that the session was deleted, paused or
+// resumed finds every server listing it so. With a store of one
+// machine's it does nothing (this server lists its own sessions from
+// memory). It waits at most a beat's interval, and not at all while the
+// store fails the directory's writes (Health): the session is written
+// when it can be, as a beat would.
+func (d *Directory) Settle(ctx context.Context, id string) error {
+	if !d.db.Shared() {
+		return nil
+	}
+	r := settle{id: id, done: make(chan error, 1)}
+	if err := d.Health(); err != nil {
+		select {
+		case d.settles <- r:
+		default:
+		}
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.every)
+	defer cancel()
+	select {
+	case d.settles <- r:
+	case <-d.done:
+		return errClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-r.done:
+		return err
+	case <-d.done:
+		return errClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// errClosed: the directory stopped (the server is shutting down).
+var errClosed = errors.New("the sessions directory is closed")
 
 // beat sends the heartbeat and rewrites the server's live sessions.
 func (d *Directory) beat() {
 	ctx := context.Background()
 	// One snapshot for both: a session resumed meanwhile is held.
-	local := d.local()
+	local := d.current()
 	b, err := d.db.Heartbeat(ctx)
 	if err == nil {
 		err = d.db.PutSessions(ctx, local)

@@ -63,9 +63,10 @@ func (s *Server) tenancy() error {
 		s.manager.Observe(s.audit)
 		s.api.Audit = s.audit
 	}
-	dir := directory.New(db, s.manager.List, cfg.Store.LeaseTimeout.D()/3, s.log)
+	dir := directory.New(db, s.manager, cfg.Store.LeaseTimeout.D()/3, s.log)
 	s.closers.AddFunc(dir.Close)
 	s.manager.Observe(dir)
+	s.manager.SetListing(dir)
 	s.api.Directory = dir
 	s.dir = dir
 	return nil

@@ -281,7 +281,11 @@ func (m *Manager) PauseFor(ctx context.Context, id string) (apitype.Session, err
 	if err != nil {
 		return apitype.Session{}, err
 	}
-	return s.Pause(ctx)
+	info, err := s.Pause(ctx)
+	if err == nil {
+		m.settle(ctx, id)
+	}
+	return info, err
 }
 
 // errPersistenceOff is the error of a pause on a server that cannot.
@@ -683,6 +687,7 @@ func (m *Manager) resume(ctx context.Context, id string) (*Session, error) {
 		attrs = append(attrs, mr.logAttrs()...)
 	}
 	m.log.Info("session resumed", attrs...)
+	m.settle(ctx, id)
 	return s, nil
 }
 

@@ -840,3 +840,102 @@ func TestValidateMetadata(t *testing.T) {
 		t.Errorf("34 KiB of metadata: %v", err)
 	}
 }
+
+// settleRecorder is a Listing that records what each Settle finds the
+// session to be (what a cluster's directory would write).
+type settleRecorder struct {
+	m   *Manager
+	mu  sync.Mutex
+	got []string // "id state", or "id gone"
+}
+
+func (r *settleRecorder) Settle(ctx context.Context, id string) error {
+	st := "gone"
+	if info, err := r.m.Describe(context.Background(), id); err == nil {
+		st = info.State
+	}
+	r.mu.Lock()
+	r.got = append(r.got, id+" "+st)
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *settleRecorder) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	got := r.got
+	r.got = nil
+	return got
+}
+
+// TestListingSettled: a client's delete, pause and resume (an
+// auto_resume's too) return only once the cluster's listing has the
+// session as it now is, so that no server lists it as it was after the
+// client was answered (a deleted session listed live elsewhere failed
+// the shared-store e2e test).
+func TestListingSettled(t *testing.T) {
+	m, _, _ := newTestManager(t, persistConfig(t))
+	rec := &settleRecorder{m: m}
+	m.SetListing(rec)
+	ctx := tenantCtx("a")
+	s, err := m.Create(ctx, apitype.CreateSessionRequest{AutoResume: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := s.ID()
+	for _, step := range []struct {
+		what string
+		do   func() error
+		want string
+	}{
+		{"pause", func() error { _, err := m.PauseFor(ctx, id); return err }, "paused"},
+		{"resume", func() error { _, err := m.ResumeFor(ctx, id); return err }, "idle"},
+		{"pause again", func() error { _, err := m.PauseFor(ctx, id); return err }, "paused"},
+		{"auto_resume", func() error { _, err := m.Reach(ctx, id); return err }, "idle"},
+		{"delete", func() error { return m.DeleteFor(ctx, id) }, "gone"},
+	} {
+		if err := step.do(); err != nil {
+			t.Fatalf("%s: %v", step.what, err)
+		}
+		if got := rec.take(); len(got) != 1 || got[0] != id+" "+step.want {
+			t.Errorf("%s settled %v, want [%s %s]", step.what, got, id, step.want)
+		}
+	}
+	// A paused session deleted.
+	s, err = m.Create(ctx, apitype.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.PauseFor(ctx, s.ID()); err != nil {
+		t.Fatal(err)
+	}
+	rec.take()
+	if err := m.DeleteFor(ctx, s.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.take(); len(got) != 1 || got[0] != s.ID()+" gone" {
+		t.Errorf("a paused session's delete settled %v", got)
+	}
+}
+
+// TestListedOnceWhilePausing: a session listed as paused, its sandbox
+// not yet ended, is listed once, paused: a listing that also held it
+// ended had a cluster's directory write it ended (for good: a later
+// write of it paused or resumed never revives an end).
+func TestListedOnceWhilePausing(t *testing.T) {
+	m, _, _ := newTestManager(t, persistConfig(t))
+	s := create(t, m, "python")
+	var listed []apitype.Session
+	m.hook = func(point, id string) {
+		if point == "listed" {
+			listed = m.List()
+		}
+	}
+	if _, err := s.Pause(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m.hook = nil
+	if len(listed) != 1 || listed[0].State != apitype.StatePaused {
+		t.Errorf("listed while its pause ends: %+v", listed)
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -97,6 +98,9 @@ type Manager struct {
 	broker *broker.Broker
 	// secrets are the operator's placeholder secrets (nil: none).
 	secrets *secrets.Set
+	// listing lists the sessions across a cluster (nil: none; see
+	// SetListing).
+	listing Listing
 
 	// endedHist: the histories of the newest ended sessions
 	// (history.ended), endedHistOrder their ids, oldest first; under mu.
@@ -153,6 +157,34 @@ func newManager(cfg config.Config, source Source, log *slog.Logger) *Manager {
 // (another server's, an earlier run's). Call it before the manager serves
 // anything.
 func (m *Manager) SetIdentity(id *cluster.Identity) { m.ids = id }
+
+// Listing is where a cluster lists this server's sessions (package
+// directory's).
+type Listing interface {
+	// Settle writes the session id as it is now (live, paused or gone)
+	// and returns once every server lists it so.
+	Settle(ctx context.Context, id string) error
+}
+
+// SetListing makes l the cluster's listing of the manager's sessions: a
+// client's delete, pause or resume (through any API, an auto_resume
+// too) is answered once l lists the session so, never while another
+// server still lists it as it was. Call it before the manager serves
+// anything.
+func (m *Manager) SetListing(l Listing) { m.listing = l }
+
+// settle waits for the listing to hold the session id as it is now. A
+// store that cannot take it is logged and the change stands (it was
+// made; the directory's health tells /readyz, and its next beat writes
+// the session again).
+func (m *Manager) settle(ctx context.Context, id string) {
+	if m.listing == nil {
+		return
+	}
+	if err := m.listing.Settle(ctx, id); err != nil {
+		m.log.Warn("the cluster's directory does not list a session's change yet", "session", id, "err", err)
+	}
+}
 
 // TemplateSources are the sources of sandboxes made from templates
 // (pool.Templates).
@@ -770,7 +802,7 @@ func truncateID(id string) string {
 // listBatch is the number of sessions per extra worker of List.
 const listBatch = 128
 
-// List describes every live session, oldest first.
+// List describes every live session and every paused one, oldest first.
 func (m *Manager) List() []apitype.Session {
 	m.mu.Lock()
 	all := make([]*Session, 0, len(m.sessions))
@@ -794,7 +826,17 @@ func (m *Manager) List() []apitype.Session {
 	}
 	describe()
 	wg.Wait()
-	out = append(out, m.pausedList()...)
+	// One being paused is listed paused from the moment it is (see
+	// pause), not twice.
+	paused := m.pausedList()
+	if len(paused) > 0 {
+		ids := make(map[string]bool, len(paused))
+		for _, p := range paused {
+			ids[p.ID] = true
+		}
+		out = slices.DeleteFunc(out, func(live apitype.Session) bool { return ids[live.ID] })
+	}
+	out = append(out, paused...)
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out
 }
@@ -835,7 +877,10 @@ func (m *Manager) DeleteFor(ctx context.Context, id string) error {
 		if w, ok := identity.From(ctx); ok {
 			who = &w
 		}
-		_, err := m.deletePaused(id, who)
+		found, err := m.deletePaused(id, who)
+		if found && err == nil {
+			m.settle(ctx, id)
+		}
 		return err
 	}
 	if errors.Is(err, errdefs.ErrGone) || errors.Is(err, errdefs.ErrSessionLost) {
@@ -854,9 +899,11 @@ func (m *Manager) DeleteFor(ctx context.Context, id string) error {
 	if s.End().Code == apitype.EndPaused {
 		// A pause completed first (its end and its listing are one
 		// step): the client asked for the session gone, so it goes.
-		_, err := m.deletePaused(id, nil)
-		return err
+		if _, err := m.deletePaused(id, nil); err != nil {
+			return err
+		}
 	}
+	m.settle(ctx, id)
 	return nil
 }
 

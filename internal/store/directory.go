@@ -240,6 +240,27 @@ func (d *DB) PutSessions(ctx context.Context, sessions []apitype.Session) error 
 	return nil
 }
 
+// EndSessions marks ended, for reason, the sessions ids of this server's
+// pod that the directory still lists live or paused (a paused session
+// deleted: no end event is written for it). Those ended already keep
+// their end.
+func (d *DB) EndSessions(ctx context.Context, ids []string, reason string) error {
+	if d.server.ID == "" || len(ids) == 0 {
+		return nil
+	}
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	args := []any{unixNano(time.Now()), reason, d.server.Pod}
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	q := `UPDATE sessions SET ended_at = ?, end_reason = ? WHERE pod = ? AND ended_at IS NULL AND id IN (?` + strings.Repeat(", ?", len(ids)-1) + `)`
+	if _, err := d.dir.ExecContext(ctx, d.q(q), args...); err != nil {
+		return d.unavailable("ending sessions in the directory", err)
+	}
+	return nil
+}
+
 // ListSessions lists the directory's sessions of other servers than this
 // one: those live, those paused (whether their server is up or not: the
 // pod that holds them says where), and those lost with their server

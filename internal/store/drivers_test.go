@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"sync"
@@ -723,6 +724,50 @@ func TestDirectoryPaused(t *testing.T) {
 		}
 		if s, ok := list(b)["kept"]; ok {
 			t.Errorf("a paused session its pod no longer holds is listed: %+v", s)
+		}
+	})
+}
+
+// EndSessions ends the sessions named of this server's pod, live or
+// paused, and only those: an end already written keeps its reason, and
+// another pod's session is not touched.
+func TestEndSessions(t *testing.T) {
+	drivers(t, func(t *testing.T, open opener) {
+		ctx := context.Background()
+		a, b := twoPods(t, open)
+		now := time.Now().UTC()
+		if err := a.PutSessions(ctx, []apitype.Session{
+			{ID: "live", Tenant: "t1", State: apitype.StateIdle, CreatedAt: now},
+			{ID: "paused", Tenant: "t1", State: apitype.StatePaused, CreatedAt: now, Paused: &apitype.PausedInfo{PausedAt: now, ExpiresAt: now.Add(time.Hour)}},
+			{ID: "ended", Tenant: "t1", State: apitype.StateEnded, EndReason: "idle", CreatedAt: now},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.PutSessions(ctx, []apitype.Session{{ID: "b's", Tenant: "t1", State: apitype.StateIdle, CreatedAt: now}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.EndSessions(ctx, []string{"live", "paused", "ended", "b's", "unknown"}, "deleted"); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := b.ListSessions(ctx, "t1", false); err != nil || len(got) != 0 {
+			t.Errorf("b lists %+v %v, want none of a's", got, err)
+		}
+		if got, err := a.ListSessions(ctx, "t1", false); err != nil || len(got) != 1 || got[0].ID != "b's" {
+			t.Errorf("a lists %+v %v, want b's session", got, err)
+		}
+		reasons := map[string]string{}
+		rows, err := a.dir.Query(`SELECT id, end_reason FROM sessions`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id, reason string
+			rows.Scan(&id, &reason)
+			reasons[id] = reason
+		}
+		if want := map[string]string{"live": "deleted", "paused": "deleted", "ended": "idle", "b's": ""}; !maps.Equal(reasons, want) {
+			t.Errorf("end reasons %v, want %v", reasons, want)
 		}
 	})
 }
