@@ -587,6 +587,14 @@ type restoring struct {
 	fork bool
 }
 
+// owner is ctx acting for the session's owner: a session resumed or
+// forked is its owner's tenant's, whoever asks (an admin, the operator),
+// so its place is taken among that tenant's quotas, under its ceilings,
+// as its end gives the place back there (SessionEnded names the owner).
+func (pm pausedMeta) owner(ctx context.Context) context.Context {
+	return identity.With(ctx, identity.Identity{Tenant: pm.Tenant, KeyID: pm.KeyID})
+}
+
 // resumeID is the context key of the id a resumed session is built under.
 type resumeID struct{}
 
@@ -654,7 +662,7 @@ func (m *Manager) resume(ctx context.Context, id string) (*Session, error) {
 		return fail(m.resumeFailed(p, err))
 	}
 	req := p.meta.Request
-	release, err := m.admit.AdmitSession(ctx, &Ask{Limits: &req.Limits, Isolation: &req.Isolation, Network: req.Network})
+	release, err := m.admit.AdmitSession(p.meta.owner(ctx), &Ask{Limits: &req.Limits, Isolation: &req.Isolation, Network: req.Network})
 	if err != nil {
 		return fail(err)
 	}
@@ -1030,7 +1038,7 @@ func (m *Manager) fork(ctx context.Context, id string, src *Session, paused bool
 	}
 	meta.ID, meta.Created, meta.Executions = newID, time.Now(), 0
 	req := meta.Request
-	release, err := m.admit.AdmitSession(ctx, &Ask{Limits: &req.Limits, Isolation: &req.Isolation, Network: req.Network})
+	release, err := m.admit.AdmitSession(meta.owner(ctx), &Ask{Limits: &req.Limits, Isolation: &req.Isolation, Network: req.Network})
 	if err != nil {
 		return nil, err
 	}

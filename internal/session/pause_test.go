@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -939,3 +940,86 @@ func TestListedOnceWhilePausing(t *testing.T) {
 		t.Errorf("listed while its pause ends: %+v", listed)
 	}
 }
+
+// TestResumeCountsForTheOwner: a paused session resumed, or forked, by
+// an admin of another tenant (or the operator) takes its place among its
+// owner's sessions, whose end gives it back: counted against the
+// admin's, the place leaked there and the owner's count fell below
+// what it holds when the session ended.
+func TestResumeCountsForTheOwner(t *testing.T) {
+	m, _, _ := newTestManager(t, persistConfig(t))
+	q := &tenantQuotas{held: map[string]int{}}
+	m.SetAdmitter(NewTenants(m.cfg, q))
+	m.Observe(q)
+	owner := tenantCtx("a")
+	admin := identity.With(context.Background(), identity.Identity{Tenant: "ops", Admin: true})
+	s, err := m.Create(owner, apitype.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.PauseFor(admin, s.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.ResumeFor(admin, s.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if got := q.count(); got["a"] != 1 || got["ops"] != 0 {
+		t.Errorf("resumed by an admin: %v held, want a:1", got)
+	}
+	f, err := m.ForkFor(admin, s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := q.count(); got["a"] != 2 || got["ops"] != 0 {
+		t.Errorf("forked by an admin: %v held, want a:2", got)
+	}
+	for _, id := range []string{s.ID(), f.ID()} {
+		if err := m.DeleteFor(admin, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := q.count(); got["a"] != 0 || got["ops"] != 0 {
+		t.Errorf("all ended: %v held, want none", got)
+	}
+}
+
+// tenantQuotas counts sessions held by tenant as package quota does:
+// admitted for the caller's tenant, given back by the end's (the
+// owner's).
+type tenantQuotas struct {
+	mu   sync.Mutex
+	held map[string]int
+}
+
+func (q *tenantQuotas) Of(identity.Identity) config.Quotas { return config.Quotas{} }
+func (q *tenantQuotas) AdmitSession(_ context.Context, who identity.Identity) (func(), error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.held[who.Tenant]++
+	return func() { q.gone(who.Tenant) }, nil
+}
+func (q *tenantQuotas) AdmitExecution(context.Context, identity.Identity) (func(), error) {
+	return func() {}, nil
+}
+func (q *tenantQuotas) gone(tenant string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.held[tenant]--
+}
+func (q *tenantQuotas) count() map[string]int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return maps.Clone(q.held)
+}
+func (q *tenantQuotas) SessionCreated(SessionEvent) {}
+func (q *tenantQuotas) SessionEnded(e SessionEvent) {
+	if e.End.Code != "" {
+		q.gone(e.Tenant)
+	}
+}
+func (q *tenantQuotas) ExecutionStarted(ExecutionEvent)  {}
+func (q *tenantQuotas) ExecutionFinished(ExecutionEvent) {}
+func (q *tenantQuotas) FileTransferred(FileEvent)        {}
+func (q *tenantQuotas) NetworkChanged(NetworkEvent)      {}
+func (q *tenantQuotas) PortUsed(PortEvent)               {}
+func (q *tenantQuotas) ToolCalled(ToolCallEvent)         {}
