@@ -771,3 +771,77 @@ func TestEndSessions(t *testing.T) {
 		}
 	})
 }
+
+// A client that leaves while its admission waits for its tenant's lock
+// (another admission holds it) leaves no hold behind: it was told
+// nothing was admitted, so nobody would release one. (The server went
+// on to insert the hold once it had the lock, after the client's
+// context was cancelled: a place of max_sessions lost for as long as the
+// server ran.)
+func TestAdmissionOfAClientGone(t *testing.T) {
+	ctx := context.Background()
+	db := openPG(t, pgtest.Shared(t).NewDatabase(t), nil)
+	if _, err := db.Serve(ctx, "pod-a"); err != nil {
+		t.Fatal(err)
+	}
+	// Another admission of the tenant, as it holds the lock.
+	other, err := db.dir.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	const lock = `SELECT pg_advisory_lock(hashtextextended('airlock.quota:t', 0))`
+	const unlock = `SELECT pg_advisory_unlock(hashtextextended('airlock.quota:t', 0))`
+	if _, err := other.ExecContext(ctx, lock); err != nil {
+		t.Fatal(err)
+	}
+	reqCtx, leave := context.WithCancel(ctx)
+	type result struct {
+		a   Admission
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		a, err := db.Ledger().Admit(reqCtx, Claim{Tenant: "t", Kind: HoldSession, Max: 5})
+		done <- result{a, err}
+	}()
+	waitFor(t, 10*time.Second, "the admission waiting for the tenant's lock", func() bool {
+		var n int
+		db.dir.QueryRow(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&n)
+		return n == 1
+	})
+	leave()
+	if _, err := other.ExecContext(ctx, unlock); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err == nil && r.a.Refused == "" {
+		r.a.Release() // admitted: the caller gives the place back
+	}
+	// Once the admission's transaction is over (the lock is granted in
+	// order), what it left is what counts.
+	if _, err := other.ExecContext(ctx, lock); err != nil {
+		t.Fatal(err)
+	}
+	other.ExecContext(ctx, unlock)
+	held := func() int {
+		var n int
+		if err := db.dir.QueryRow(`SELECT count(*) FROM leases WHERE tenant = 't'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if r.err != nil {
+		// Told nothing was admitted: a hold it may have left goes with
+		// a flush (each second).
+		waitFor(t, 10*time.Second, "the hold of an admission that failed gone", func() bool { return held() == 0 })
+	}
+	if n := held(); n != 0 {
+		t.Errorf("admission %+v (%v) of a client gone left %d holds", r.a, r.err, n)
+	}
+	// Decided whatever the client did: admitted (and given back by the
+	// caller, which finds its client gone).
+	if r.err != nil || r.a.Refused != "" {
+		t.Errorf("the admission of a client gone: %+v %v, want admitted", r.a, r.err)
+	}
+}

@@ -32,6 +32,10 @@ type pgLedger struct {
 	// gone): retried by the flusher; until then they hold their place,
 	// which fails closed.
 	failed []string
+	// unsure are holds of admissions that failed once their batch was
+	// sent (see Admit): deleted by the flusher until the server has
+	// surely ended their transaction.
+	unsure []unsureHold
 	stop   chan struct{}
 	done   chan struct{}
 }
@@ -83,7 +87,12 @@ func (l *pgLedger) Admit(ctx context.Context, c Claim) (Admission, error) {
 	var live, recent int
 	var oldest, cpu int64
 	var yes, held bool
-	ctx, cancel := d.bound(ctx)
+	// Never cut short by the request: a client that leaves while the
+	// batch is on the server (waiting for the tenant's lock, say) would
+	// be told nothing was admitted while the server went on to insert
+	// the hold, which nobody would release. Admitted, the caller gives
+	// the place back when it finds its client gone.
+	ctx, cancel := d.bound(context.WithoutCancel(ctx))
 	defer cancel()
 	conn, err := d.dir.Conn(ctx)
 	if err != nil {
@@ -104,6 +113,13 @@ func (l *pgLedger) Admit(ctx context.Context, c Claim) (Admission, error) {
 		return pc.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
+		// The batch may commit all the same (its answer lost, or the
+		// server still at it): the hold, if any, goes (see flush).
+		l.mu.Lock()
+		if len(l.unsure) < maxUnsure {
+			l.unsure = append(l.unsure, unsureHold{id: id, until: time.Now().Add(2 * d.cfg.Timeout.D())})
+		}
+		l.mu.Unlock()
 		return Admission{}, d.unavailable("admitting", err)
 	}
 	a := Admission{Usage: Usage{Live: live, Recent: recent, CPU: time.Duration(cpu)}}
@@ -129,6 +145,17 @@ func (l *pgLedger) Admit(ctx context.Context, c Claim) (Admission, error) {
 	var once sync.Once
 	a.release = func() { once.Do(func() { l.release(c.Kind, id) }) }
 	return a, nil
+}
+
+// maxUnsure bounds the unsure holds kept (a database gone for long
+// fails every admission, most before their batch reached it).
+const maxUnsure = 4096
+
+// unsureHold is a hold an admission may have inserted, though its caller
+// was told it failed.
+type unsureHold struct {
+	id    string
+	until time.Time // by then the server has ended the admission's transaction
 }
 
 // release ends a holding: a session's row goes, an execution's stays a
@@ -177,14 +204,14 @@ func (l *pgLedger) flusher() {
 	}
 }
 
-// flush adds the pending CPU to the day's rows and retries failed
-// releases; what fails stays for the next tick.
+// flush adds the pending CPU to the day's rows, retries failed releases
+// and deletes unsure holds; what fails stays for the next tick.
 func (l *pgLedger) flush() {
 	l.mu.Lock()
-	pending, failed := l.pending, l.failed
-	l.pending, l.failed = map[string]time.Duration{}, nil
+	pending, failed, unsure := l.pending, l.failed, l.unsure
+	l.pending, l.failed, l.unsure = map[string]time.Duration{}, nil, nil
 	l.mu.Unlock()
-	if len(pending) == 0 && len(failed) == 0 {
+	if len(pending) == 0 && len(failed) == 0 && len(unsure) == 0 {
 		return
 	}
 	ctx, cancel := l.d.bound(context.Background())
@@ -197,6 +224,12 @@ func (l *pgLedger) flush() {
 			keep = append(keep, f)
 		}
 	}
+	var still []unsureHold
+	for _, u := range unsure {
+		if err := l.end(ctx, u.id, HoldSession); err != nil || time.Now().Before(u.until) {
+			still = append(still, u)
+		}
+	}
 	left := map[string]time.Duration{}
 	for tenant, cpu := range pending {
 		_, err := l.d.dir.ExecContext(ctx, `INSERT INTO tenant_cpu (tenant, day, cpu_ns) VALUES ($1, $2, $3)
@@ -207,6 +240,7 @@ func (l *pgLedger) flush() {
 	}
 	l.mu.Lock()
 	l.failed = append(l.failed, keep...)
+	l.unsure = append(l.unsure, still...)
 	for tenant, cpu := range left {
 		l.pending[tenant] += cpu
 	}
