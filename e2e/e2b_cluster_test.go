@@ -2,12 +2,9 @@ package e2e
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
-
-	"airlock/internal/store/pgtest"
 )
 
 // E2B's API on two servers sharing one PostgreSQL: a sandbox's id is
@@ -17,15 +14,10 @@ import (
 // in E2B's error shape naming the pod that holds it, and never runs it;
 // its own server serves it.
 func TestE2BCluster(t *testing.T) {
-	pg := pgtest.Start(t)
-	dsn := pg.NewDatabase(t)
-	var servers []*server
-	for i := 0; i < 2; i++ {
-		cfg := sharedStore(t, dsn, fmt.Sprint("airlock-", i))
+	_, servers := sharedCluster(t, 2, func(cfg map[string]any) {
 		cfg["ports"] = map[string]any{"domain": "ports.test", "scheme": "http"}
-		cfg["persistence"] = map[string]any{"enabled": true}
-		servers = append(servers, startServer(t, cfg))
-	}
+		withPersistence(cfg)
+	})
 	s0, s1 := servers[0], servers[1]
 	key := "e2b_" + strings.TrimPrefix(s0.newKey("team-e2b"), "alk_")
 

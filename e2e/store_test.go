@@ -38,6 +38,27 @@ func sharedStore(t *testing.T, dsn, pod string) map[string]any {
 	}
 }
 
+// sharedCluster starts n servers (airlock-0, airlock-1, ...) sharing a
+// new database of a PostgreSQL of its own, each configuration changed
+// by tweak (nil: none).
+func sharedCluster(t *testing.T, n int, tweak func(cfg map[string]any)) (*pgtest.Server, []*server) {
+	t.Helper()
+	pg := pgtest.Start(t)
+	dsn := pg.NewDatabase(t)
+	var servers []*server
+	for i := 0; i < n; i++ {
+		cfg := sharedStore(t, dsn, fmt.Sprint("airlock-", i))
+		if tweak != nil {
+			tweak(cfg)
+		}
+		servers = append(servers, startServer(t, cfg))
+	}
+	return pg, servers
+}
+
+// withPersistence turns persistence on (pauses, forks).
+func withPersistence(cfg map[string]any) { cfg["persistence"] = map[string]any{"enabled": true} }
+
 // Three servers sharing one PostgreSQL are one cluster: a key made with
 // `airlock keys` on one host works on all at once; a tenant's quotas hold
 // across them (20 creations at once against max_sessions 3, spread over
@@ -48,12 +69,7 @@ func sharedStore(t *testing.T, dsn, pod string) map[string]any {
 // within store.lease_timeout; a revocation holds on every server within
 // a second.
 func TestSharedStoreCluster(t *testing.T) {
-	pg := pgtest.Start(t)
-	dsn := pg.NewDatabase(t)
-	var servers []*server
-	for i := 0; i < 3; i++ {
-		servers = append(servers, startServer(t, sharedStore(t, dsn, fmt.Sprint("airlock-", i))))
-	}
+	pg, servers := sharedCluster(t, 3, nil)
 	s0, s1, s2 := servers[0], servers[1], servers[2]
 	ctx := context.Background()
 	for _, s := range servers {
@@ -238,14 +254,7 @@ func TestSharedStoreCluster(t *testing.T) {
 // store's cluster test once listed a session deleted a moment before as
 // idle on another server (its end was written in the background).
 func TestSharedStoreListsChangesAtOnce(t *testing.T) {
-	pg := pgtest.Start(t)
-	dsn := pg.NewDatabase(t)
-	var servers []*server
-	for i := 0; i < 2; i++ {
-		cfg := sharedStore(t, dsn, fmt.Sprint("airlock-", i))
-		cfg["persistence"] = map[string]any{"enabled": true}
-		servers = append(servers, startServer(t, cfg))
-	}
+	_, servers := sharedCluster(t, 2, withPersistence)
 	s0, s1 := servers[0], servers[1]
 	ctx := context.Background()
 	key := s0.newKey("team-l")
@@ -478,14 +487,7 @@ func TestSQLiteDirectoryOffCreationPath(t *testing.T) {
 // started again on its volume holds them (listed once), resumes one, and
 // a paused session deleted there leaves the directory.
 func TestSharedStorePaused(t *testing.T) {
-	pg := pgtest.Start(t)
-	dsn := pg.NewDatabase(t)
-	var servers []*server
-	for i := 0; i < 2; i++ {
-		cfg := sharedStore(t, dsn, fmt.Sprint("airlock-", i))
-		cfg["persistence"] = map[string]any{"enabled": true}
-		servers = append(servers, startServer(t, cfg))
-	}
+	_, servers := sharedCluster(t, 2, withPersistence)
 	s0, s1 := servers[0], servers[1]
 	ctx := context.Background()
 	key := s0.newKey("team-p")
