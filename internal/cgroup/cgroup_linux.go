@@ -287,12 +287,15 @@ type Cgroup struct {
 	// and read again at offset 0: opening one (openat2's checked walk)
 	// costs several times the read, and Stats was a quarter of a warm
 	// execution's CPU in the server. Four descriptors per live cgroup,
-	// closed by Destroy. buf is what they are read into (under cmu): on
-	// the stack it would grow a fresh goroutine's (the watch's pollers).
+	// closed by Destroy.
 	cmu      sync.Mutex
 	counters map[string]*os.File
-	buf      [4096]byte
 }
+
+// counterBufs are what counters are read into: 4 KiB on the stack grew
+// the stack of every fresh goroutine that read one, and one per cgroup
+// would cost every idle session its size.
+var counterBufs = sync.Pool{New: func() any { return new([4096]byte) }}
 
 // New creates the cgroup name under the parent with limits r.
 func (h *Host) New(name string, r Resources) (_ *Cgroup, err error) {
@@ -967,11 +970,13 @@ func (c *Cgroup) read(dir, file string) (string, error) {
 		}
 		c.counters[key] = f
 	}
-	n, err := unix.Pread(int(f.Fd()), c.buf[:], 0)
+	buf := counterBufs.Get().(*[4096]byte)
+	defer counterBufs.Put(buf)
+	n, err := unix.Pread(int(f.Fd()), buf[:], 0)
 	if err != nil {
 		return "", &os.PathError{Op: "read", Path: key, Err: err}
 	}
-	return string(c.buf[:n]), nil
+	return string(buf[:n]), nil
 }
 
 func (c *Cgroup) readInt(dir, file string) (int64, error) {
