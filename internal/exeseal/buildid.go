@@ -4,13 +4,32 @@ import (
 	"encoding/binary"
 	"io"
 	"os"
+	"slices"
+	"strings"
 )
 
 // BuildID returns the running binary's Go build ID, or "" when it has
-// none (built with -ldflags=-buildid=) or it cannot be read. Its last
-// part is a hash of the binary's content, so it changes with anything
-// built into it: the files embedded in it name themselves by it.
+// none (built with -ldflags=-buildid=), it cannot be read, or it is not
+// in the go command's form. Its last part is a hash of the binary's
+// content, so it changes with anything built into it: the files
+// embedded in it name themselves by it.
 func BuildID() string {
+	return goCommandID(exeBuildID())
+}
+
+// goCommandID is id when it has the go command's form for an executable
+// (four non-empty parts, separated by '/'), else "". A build that sets
+// the ID itself (Bazel and Nix write -buildid=redacted) keeps one ID
+// across builds, so it names nothing.
+func goCommandID(id string) string {
+	parts := strings.Split(id, "/")
+	if len(parts) != 4 || slices.Contains(parts, "") {
+		return ""
+	}
+	return id
+}
+
+func exeBuildID() string {
 	f, err := os.Open("/proc/self/exe")
 	if err != nil {
 		return ""

@@ -154,3 +154,23 @@ func TestBuildID(t *testing.T) {
 		t.Errorf("goBuildID of a mangled header = %q", got)
 	}
 }
+
+// Only an ID in the go command's form names a build: one a build system
+// sets itself (Bazel and Nix link with -buildid=redacted) is the same
+// for every build, and would let a new binary reuse the root template
+// an older one made of other embedded files.
+func TestGoCommandID(t *testing.T) {
+	for _, c := range []struct{ id, want string }{
+		{"VOlmi6oP4Vjg793rAr4p/X8syGsNm-TVV4Et5uPOV/RqDpeXuX4RS3iGhb0MXb/d2nJTSpZL3ScWtjLjSau", "VOlmi6oP4Vjg793rAr4p/X8syGsNm-TVV4Et5uPOV/RqDpeXuX4RS3iGhb0MXb/d2nJTSpZL3ScWtjLjSau"},
+		{"redacted", ""},
+		{"", ""},
+		{"a/b", ""}, // a package archive's form, not an executable's
+		{"a/b/c/d/e", ""},
+		{"a//c/d", ""},
+		{"a/b/c/", ""},
+	} {
+		if got := goCommandID(c.id); got != c.want {
+			t.Errorf("goCommandID(%q) = %q, want %q", c.id, got, c.want)
+		}
+	}
+}
