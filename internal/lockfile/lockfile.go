@@ -34,6 +34,11 @@ const Linger = 5 * time.Second
 // took it was gone (a descendant of it still holds its descriptor).
 var ErrOrphaned = errors.New("the process that took the lock has exited, but one it started still holds it")
 
+// ErrExiting says a lock stayed held for Linger while the process that
+// took it was still on its way out (a large address space to tear down,
+// an uninterruptible wait): trying again later will do.
+var ErrExiting = errors.New("the process that took the lock is still exiting")
+
 // TryLock opens path (created 0600, never through a symlink) and takes an
 // exclusive lock on it. held reports that another process holds it (the
 // file is then closed; err is ErrOrphaned when that process has exited
@@ -61,13 +66,16 @@ func tryLock(path string, linger time.Duration) (*os.File, bool, error) {
 		if !errors.Is(err, unix.EWOULDBLOCK) {
 			return nil, false, fmt.Errorf("locking %s: %w", path, err)
 		}
-		if Alive(Holder(path)) {
+		if alive(Holder(path)) {
 			return nil, true, nil
 		}
 		if deadline.IsZero() {
 			deadline = time.Now().Add(linger)
 		}
 		if time.Now().After(deadline) {
+			if pid := Holder(path); exiting(pid) {
+				return nil, true, fmt.Errorf("%w (pid %d): try again once it is gone", ErrExiting, pid)
+			}
 			return nil, true, fmt.Errorf("%w (`fuser %s` names it)", ErrOrphaned, path)
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -107,6 +115,32 @@ func Alive(pid int) bool {
 	return running(stat, status)
 }
 
+// alive is Alive; a test makes a live holder look like one on its way
+// out.
+var alive = Alive
+
+// exiting says whether process pid, not Alive, is still there and not
+// yet a zombie: its descriptors, and so its locks, are not yet let go.
+func exiting(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	return err == nil && !dead(stat)
+}
+
+// dead says whether a process whose /proc stat reads so is a zombie or
+// dead.
+func dead(stat []byte) bool {
+	// The fields follow the command, whose name may hold anything.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return false
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	return len(f) > 0 && (f[0] == "Z" || f[0] == "X" || f[0] == "x")
+}
+
 // pfExiting is the kernel's PF_EXITING task flag: do_exit has begun.
 const pfExiting = 0x4
 
@@ -123,7 +157,7 @@ func running(stat, status []byte) bool {
 	}
 	// state ppid pgrp session tty_nr tpgid flags ...
 	f := strings.Fields(string(stat[i+1:]))
-	if len(f) > 0 && (f[0] == "Z" || f[0] == "X" || f[0] == "x") {
+	if dead(stat) {
 		return false
 	}
 	if len(f) > 6 {

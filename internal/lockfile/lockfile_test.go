@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -30,7 +31,9 @@ func TestMain(m *testing.M) {
 			os.Exit(4)
 		}
 		os.Stdout.WriteString("ready\n")
-		select {}
+		// Not select{}: Go's deadlock check would end the holder at once.
+		time.Sleep(time.Hour)
+		os.Exit(5)
 	case "child":
 		io.Copy(io.Discard, os.Stdin)
 		os.Exit(0)
@@ -169,5 +172,19 @@ func TestRunning(t *testing.T) {
 		if got := running([]byte(c.stat), []byte(c.status)); got != c.want {
 			t.Errorf("%s: running %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// A lock whose taker is not alive but still there past the bound (on its
+// way out, as Alive sees it here) is refused as still exiting, not as a
+// lock a child of it kept (checked against a mutant: ErrOrphaned always).
+func TestLockOfATakerStillExiting(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "server.lock")
+	holder, _ := startHolder(t, path)
+	alive = func(pid int) bool { return pid != holder.Process.Pid && Alive(pid) }
+	defer func() { alive = Alive }()
+	f, held, err := tryLock(path, time.Millisecond)
+	if !held || !errors.Is(err, ErrExiting) || !strings.Contains(err.Error(), strconv.Itoa(holder.Process.Pid)) {
+		t.Fatalf("a lock its exiting taker holds: %v %v %v, want ErrExiting naming its pid", f, held, err)
 	}
 }
