@@ -24,6 +24,19 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// keeperSandbox starts a sandbox named name on a keeperHost, closed as
+// the test ends.
+func keeperSandbox(t *testing.T, name string) (*Host, *Sandbox) {
+	t.Helper()
+	h, _ := keeperHost(t)
+	sb, err := h.Start(context.Background(), Spec{Name: name, Limits: limits()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Close() })
+	return h, sb
+}
+
 // keeperHost is testHost whose sandboxes' init is the keeper.
 func keeperHost(t *testing.T) (*Host, *cgroup.Host) {
 	t.Helper()
@@ -38,12 +51,7 @@ func keeperHost(t *testing.T) (*Host, *cgroup.Host) {
 // capability, under no_new_privs, with their exit status and output
 // relayed, and an empty stdin ends.
 func TestKeeperPrograms(t *testing.T) {
-	h, _ := keeperHost(t)
-	sb, err := h.Start(context.Background(), Spec{Name: "g-keep", Limits: limits()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close()
+	_, sb := keeperSandbox(t, "g-keep")
 	e, out, errs := runIn(t, sb, []string{"/bin/sh", "-c", "id -u; id -G; grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs)' /proc/self/status; cat; echo err >&2; exit 3"})
 	if !e.Status.Exited() || e.Status.ExitStatus() != 3 {
 		t.Fatalf("exit %v, stderr %q", e.Status, errs)
@@ -66,12 +74,7 @@ func TestKeeperPrograms(t *testing.T) {
 // variable and its background process survive, and a new relay
 // attaches to it.
 func TestCheckpointRestore(t *testing.T) {
-	h, _ := keeperHost(t)
-	sb, err := h.Start(context.Background(), Spec{Name: "g-ck1", Limits: limits()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close()
+	h, sb := keeperSandbox(t, "g-ck1")
 	inR, inW, _ := os.Pipe()
 	outR, outW, _ := os.Pipe()
 	errR, errW, _ := os.Pipe()
@@ -161,12 +164,7 @@ func TestCheckpointRestore(t *testing.T) {
 // may not restore at all): the restored sandbox is never returned, and
 // nothing is left behind.
 func TestRestoreRefusesAModifiedImage(t *testing.T) {
-	h, _ := keeperHost(t)
-	sb, err := h.Start(context.Background(), Spec{Name: "g-ck3", Limits: limits()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close()
+	h, sb := keeperSandbox(t, "g-ck3")
 	dir := filepath.Join(t.TempDir(), "memory")
 	c, err := sb.Checkpoint(context.Background(), dir, 1<<30)
 	if err != nil {
@@ -245,12 +243,7 @@ func socketPair(t *testing.T) (*os.File, *os.File) {
 // The host's stdout pipe is smaller than what the program writes at a
 // time, and read slowly, so that the relay waits on it.
 func TestKeeperRelayKeepsOrder(t *testing.T) {
-	h, _ := keeperHost(t)
-	sb, err := h.Start(context.Background(), Spec{Name: "g-order", Limits: limits()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close()
+	_, sb := keeperSandbox(t, "g-order")
 	const chunk, rounds = 60000, 20
 	inR, inW, _ := os.Pipe()
 	outR, outW, _ := os.Pipe()
@@ -342,12 +335,7 @@ func TestKeeperRelayKeepsOrder(t *testing.T) {
 // and restores into a second sandbox, where the program runs on from
 // the same state: a fork.
 func TestSnapshotForks(t *testing.T) {
-	h, _ := keeperHost(t)
-	sb, err := h.Start(context.Background(), Spec{Name: "g-snap1", Limits: limits()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close()
+	h, sb := keeperSandbox(t, "g-snap1")
 	// shell starts a shell that answers each line with its variable,
 	// then sets it to the line.
 	shell := func(sb *Sandbox, pid int) (int, <-chan Exit, *os.File, *bufio.Reader) {
