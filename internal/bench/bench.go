@@ -104,7 +104,7 @@ type Report struct {
 	End       string         `json:"end"`
 	Version   string         `json:"version"` // the airlock binary's
 	Isolation string         `json:"isolation"`
-	Runsc     string         `json:"runsc,omitempty"` // runsc --version, with gVisor
+	Runsc     string         `json:"runsc,omitempty"` // which runsc (gvisor.Version), with gVisor
 	Only      string         `json:"only,omitempty"`
 	Machine   Machine        `json:"machine"`
 	LoadStart [3]float64     `json:"load_start"` // the load average when it started
@@ -328,15 +328,16 @@ func loadAverage() [3]float64 {
 	return l
 }
 
-// runscVersion is the first line of runsc --version ("" when there is none).
+// runscVersion is which runsc the run used (gvisor.Version: the module
+// version it was built from, or what runsc --version says; "" when
+// there is none).
 func runscVersion(ctx context.Context, configured string) string {
 	runsc, err := gvisor.Find(configured)
 	if err != nil {
 		return ""
 	}
-	out, _ := exec.CommandContext(ctx, runsc, "--version").Output()
-	line, _, _ := strings.Cut(string(out), "\n")
-	return strings.TrimSpace(line)
+	v, _ := gvisor.Version(ctx, runsc)
+	return v
 }
 
 func bytesOf(a []int8) []byte {

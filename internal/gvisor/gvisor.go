@@ -28,11 +28,13 @@ package gvisor
 
 import (
 	"context"
+	"debug/buildinfo"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -79,8 +81,14 @@ func executable(p string) error {
 	return nil
 }
 
-// Version runs `runsc --version` and returns its first line.
+// Version says which runsc runsc is: what `runsc --version` says, or,
+// for a runsc built with `go install` (which has no release stamp: it
+// says "VERSION_MISSING"), the gVisor module version it was built from,
+// read from its Go build information.
 func Version(ctx context.Context, runsc string) (string, error) {
+	if v := moduleVersion(runsc); v != "" {
+		return v, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, runsc, "--version").Output()
@@ -89,6 +97,33 @@ func Version(ctx context.Context, runsc string) (string, error) {
 	}
 	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 	return line, nil
+}
+
+// gvisorModule is the module runsc is built from.
+const gvisorModule = "gvisor.dev/gvisor"
+
+// moduleVersion is "runsc version <module>@<version>" for a runsc built
+// from a gVisor module version (PinnedVersion, by the scripts), read
+// from the binary's Go build information; "" for anything else (a
+// release binary, which stamps its own version, or one built from a
+// checkout).
+func moduleVersion(runsc string) string {
+	bi, err := buildinfo.ReadFile(runsc)
+	if err != nil {
+		return ""
+	}
+	return versionOf(bi)
+}
+
+// versionOf is moduleVersion of a binary's build information.
+func versionOf(bi *debug.BuildInfo) string {
+	if bi.Main.Path != gvisorModule {
+		return ""
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return "runsc version " + gvisorModule + "@" + v
+	}
+	return ""
 }
 
 // Process is a program to start in a sandbox.

@@ -119,7 +119,7 @@ func NewHost(ctx context.Context, o Options, cg *cgroup.Host) (*Host, error) {
 	return h, nil
 }
 
-// RunscVersion is what `runsc --version` said.
+// RunscVersion is which runsc the host runs (Version).
 func (h *Host) RunscVersion() string { return h.version }
 
 // Runsc is the binary in use.
