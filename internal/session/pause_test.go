@@ -919,6 +919,33 @@ func TestListingSettled(t *testing.T) {
 	}
 }
 
+// TestDiscardSettled: a session its creator never hears of (the
+// cluster's directory could not list it: a 503) is ended, and the
+// creator answered, only once the listing has it gone, as a client's
+// delete is: other servers listed it live for a moment after the 503.
+func TestDiscardSettled(t *testing.T) {
+	m, _, _ := newTestManager(t, nil)
+	rec := &settleRecorder{m: m}
+	m.SetListing(rec)
+	ctx := tenantCtx("a")
+	s, err := m.Create(ctx, apitype.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Discard(ctx, s.ID())
+	if got := rec.take(); len(got) != 1 || got[0] != s.ID()+" gone" {
+		t.Errorf("a discarded session settled %v, want [%s gone]", got, s.ID())
+	}
+	if end := s.End(); end.Code != apitype.EndDeleted {
+		t.Errorf("a discarded session ended %+v", end)
+	}
+	// Gone already: nothing to settle.
+	m.Discard(ctx, s.ID())
+	if got := rec.take(); len(got) != 0 {
+		t.Errorf("a second discard settled %v", got)
+	}
+}
+
 // TestListedOnceWhilePausing: a session listed as paused, its sandbox
 // not yet ended, is listed once, paused: a listing that also held it
 // ended had a cluster's directory write it ended (for good: a later

@@ -866,6 +866,18 @@ func (m *Manager) Delete(id string) error {
 	return nil
 }
 
+// Discard ends the session id just made (created or forked) that its
+// creator will never hear of (the cluster's directory could not list it,
+// its E2B record could not be kept), and returns once the cluster's
+// listing has it gone, as a client's delete does: a server that listed
+// it meanwhile (a partial write, a beat) never lists it live after the
+// creator's error.
+func (m *Manager) Discard(ctx context.Context, id string) {
+	if m.Delete(id) == nil {
+		m.settle(ctx, id)
+	}
+}
+
 // DeleteFor ends the session id for the caller ctx carries (who must see
 // it, see Find); observers hear who ended it. Deleting a session that has
 // ended already is done, not an error: a client's retry, or its cleanup

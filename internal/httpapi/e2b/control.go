@@ -234,7 +234,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		// A sandbox whose record is not kept would lose its tokens with
 		// a restart, one the directory does not list would be unknown
 		// to the cluster: none is made (its end frees the quota's place).
-		s.m.Delete(box.id)
+		s.m.Discard(r.Context(), box.id)
 		s.unrecord(box.id)
 		failControl(w, err)
 		return
