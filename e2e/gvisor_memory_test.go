@@ -5,20 +5,23 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"airlock/internal/apitype"
 	"airlock/internal/testenv"
 )
 
-// gvisorMemoryConfig is a gVisor server whose pauses keep memory.
+// gvisorMemoryConfig is a gVisor server whose pauses keep memory: the
+// default with persistence (gvisor.checkpoint unset).
 func gvisorMemoryConfig(t *testing.T, extra map[string]any) map[string]any {
 	cfg := map[string]any{
 		"isolation":   "gvisor",
-		"gvisor":      map[string]any{"runsc": testenv.Runsc(t), "checkpoint": true},
+		"gvisor":      map[string]any{"runsc": testenv.Runsc(t)},
 		"persistence": map[string]any{"enabled": true},
 		"pool":        map[string]any{"size": map[string]int{"python": 1, "bash": 0, "javascript": 0}, "zygote": false},
 	}
@@ -28,7 +31,7 @@ func gvisorMemoryConfig(t *testing.T, extra map[string]any) map[string]any {
 	return cfg
 }
 
-// TestGVisorPauseKeepsMemory: with gvisor.checkpoint, a gVisor session
+// TestGVisorPauseKeepsMemory: by default, a gVisor session
 // says before it pauses that its memory is kept; after a pause and a
 // resume its variables, a second code context's and a background
 // process are there, its files too; again after a server restart; a
@@ -270,4 +273,96 @@ func TestGVisorForksReseeded(t *testing.T) {
 		}
 	}
 	s.c.DeleteSession(ctx, a)
+}
+
+// TestGVisorCheckpointDefault: gvisor.checkpoint unset keeps memory
+// wherever the server runs gVisor sessions and pauses them, and the API
+// says so per session before any pause: on a native server that allows
+// gVisor, a gVisor session restores "memory" and a native one "files".
+// gvisor.checkpoint false pauses a gVisor session with its files only
+// (the interpreter restarts). doctor says which and why; a runsc that
+// cannot checkpoint makes doctor fail and the server refuse to start
+// rather than pause with less, unless checkpoint is false.
+func TestGVisorCheckpointDefault(t *testing.T) {
+	runsc := testenv.Runsc(t)
+	ctx := context.Background()
+	s := startServer(t, map[string]any{
+		"isolation": "native", "allow_isolation": []string{"gvisor"},
+		"gvisor":      map[string]any{"runsc": runsc},
+		"persistence": map[string]any{"enabled": true},
+		"pool":        map[string]any{"size": map[string]int{"python": 0, "bash": 0, "javascript": 0}, "zygote": false},
+	})
+	for iso, want := range map[string]string{"gvisor": apitype.RestoreMemory, "native": apitype.RestoreFiles} {
+		id := s.newSession("bash", map[string]any{"isolation": iso})
+		if info, err := s.c.Session(ctx, id); err != nil || info.Restores != want {
+			t.Errorf("a %s session on a native server allowing gVisor: restores %q %v, want %q", iso, info.Restores, err, want)
+		}
+		s.c.DeleteSession(ctx, id)
+	}
+	s.stop()
+
+	off := startServer(t, gvisorMemoryConfig(t, map[string]any{"gvisor": map[string]any{"runsc": runsc, "checkpoint": false}}))
+	a := off.newSession("python", nil)
+	if info, err := off.c.Session(ctx, a); err != nil || info.Restores != apitype.RestoreFiles {
+		t.Fatalf("checkpoint false: restores %q %v", info.Restores, err)
+	}
+	if r := off.exec(a, "x = 1\nopen('/workspace/f', 'w').write('kept')"); r.Error != nil {
+		t.Fatalf("%+v", r.Error)
+	}
+	if p, err := off.c.PauseSession(ctx, a); err != nil || p.Paused.MemoryBytes != 0 || p.Restores != apitype.RestoreFiles {
+		t.Fatalf("checkpoint false, paused: %+v %v", p, err)
+	}
+	if res, err := off.c.ResumeSession(ctx, a); err != nil || res.Restored != apitype.RestoreFiles {
+		t.Fatalf("checkpoint false, resumed: %+v %v", res, err)
+	}
+	if r := off.exec(a, "print(open('/workspace/f').read())\nx"); r.Stdout != "kept\n" || r.Error == nil || r.Error.Name != "NameError" {
+		t.Errorf("checkpoint false, after the resume: %q %+v", r.Stdout, r.Error)
+	}
+	off.c.DeleteSession(ctx, a)
+	off.stop()
+
+	doctor := func(runsc, checkpoint string) (string, int) {
+		gv := `"runsc": "` + runsc + `"`
+		if checkpoint != "" {
+			gv += `, "checkpoint": ` + checkpoint
+		}
+		cfg := writeFile(t, "gvisor.json", `{"isolation": "gvisor", "gvisor": {`+gv+`}, "persistence": {"enabled": true}}`)
+		out, _, code := runCLI(t, "", "doctor", "--json", "--config", cfg)
+		return out, code
+	}
+	out, code := doctor(runsc, "")
+	if code != 0 || !strings.Contains(out, `"name":"gvisor checkpoint","status":"ok"`) || !strings.Contains(out, "gvisor.checkpoint unset: on") {
+		t.Errorf("doctor, checkpoint unset: %d %s", code, out)
+	}
+	out, code = doctor(runsc, "false")
+	if code != 0 || !strings.Contains(out, `"name":"gvisor checkpoint","status":"off"`) || !strings.Contains(out, "files only") {
+		t.Errorf("doctor, checkpoint false: %d %s", code, out)
+	}
+	// A runsc that boots sandboxes but cannot checkpoint them.
+	fake := filepath.Join(t.TempDir(), "runsc")
+	os.WriteFile(fake, []byte("#!/bin/sh\nfor a; do [ \"$a\" = checkpoint ] && { echo 'checkpoint is not supported' >&2; exit 1; }; done\nexec "+runsc+" \"$@\"\n"), 0o755)
+	out, code = doctor(fake, "")
+	if code != 69 || !strings.Contains(out, `"name":"gvisor checkpoint","status":"FAIL"`) || !strings.Contains(out, "checkpoint is not supported") {
+		t.Errorf("doctor, a runsc that cannot checkpoint: %d %s", code, out)
+	}
+	if out, code = doctor(fake, "false"); code != 0 {
+		t.Errorf("doctor, a runsc that cannot checkpoint, checkpoint false: %d %s", code, out)
+	}
+	cfgPath := writeFile(t, "serve.json", `{"isolation": "gvisor", "gvisor": {"runsc": "`+fake+`"}, "persistence": {"enabled": true}, "state_dir": "/run/airlock-e2e-refuse", "data_dir": "/run/airlock-e2e-refuse/data", "cgroup_parent": "airlock-e2e-refuse", "server": {"listen": "127.0.0.1:0", "auth": "none"}, "pool": {"size": {"python": 0, "bash": 0, "javascript": 0}}}`)
+	// Bounded: a server that does start (the refusal broken) is stopped.
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	serve := exec.CommandContext(sctx, airlockBinary(t), "serve", "--config", cfgPath)
+	serve.Cancel = func() error { return serve.Process.Signal(syscall.SIGTERM) }
+	serve.WaitDelay = 30 * time.Second
+	var errOut bytes.Buffer
+	serve.Stderr = &errOut
+	serve.Run()
+	if code := serve.ProcessState.ExitCode(); code != 69 || !strings.Contains(errOut.String(), "gvisor.checkpoint unset: on") || !strings.Contains(errOut.String(), "checkpoint is not supported") {
+		t.Errorf("serve with a runsc that cannot checkpoint: %d %s", code, errOut.String())
+	}
+	if left := checkNothingLeft("airlock-e2e-refuse"); len(left) > 0 {
+		t.Errorf("a refused server left: %v", left)
+	}
+	os.RemoveAll("/run/airlock-e2e-refuse")
 }

@@ -99,7 +99,8 @@ const (
 	// RestoreMemory: what RestoreFiles restores, and the memory of
 	// every interpreter and process, which run on where they were
 	// (variables, imports, background processes): gVisor sessions
-	// without a network on a server with gvisor.checkpoint.
+	// without a network on a server with persistence (gvisor.checkpoint,
+	// on by default there).
 	RestoreMemory = "memory"
 )
 

@@ -38,15 +38,16 @@ func benchPersist(ctx context.Context, r *Report, o Options, n int) error {
 	return nil
 }
 
-// benchGVisorPersist: an idle pandas session on gVisor with
-// gvisor.checkpoint, paused with its memory, then resumed (restored
-// memory: pandas still imported, its DataFrame there) and given the
+// benchGVisorPersist: an idle pandas session on gVisor with persistence
+// (gvisor.checkpoint unset: on, as users get it), paused with its
+// memory, then resumed (restored memory: pandas still imported, its
+// DataFrame there) and given the
 // same first execution; against creating a session on that server and
 // running it, in the same run. Also the memory image's size.
 func benchGVisorPersist(ctx context.Context, r *Report, o Options, runsc string, n int) error {
 	srv, err := startServer(ctx, o, 0, "-gvisor-persist", map[string]any{
 		"isolation":   "gvisor",
-		"gvisor":      map[string]any{"runsc": runsc, "checkpoint": true},
+		"gvisor":      map[string]any{"runsc": runsc},
 		"persistence": map[string]any{"enabled": true},
 		"pool":        map[string]any{"size": map[string]int{"python": 2, "bash": 0, "javascript": 0}, "zygote": false},
 	})

@@ -209,9 +209,30 @@ type GVisorConfig struct {
 	// keep its memory (interpreter variables, running processes:
 	// restored "memory") with runsc checkpoint and restore. Every gVisor
 	// sandbox's init is then airlock's keeper, which starts its programs
-	// (a relay per program copies their input and output). Needs
-	// persistence.enabled. Off: gVisor sessions pause with their files.
-	Checkpoint bool `json:"checkpoint"`
+	// (a relay per program copies their input and output). Unset (null):
+	// on when the server may run gVisor sessions (isolation,
+	// allow_isolation) and persistence.enabled, off otherwise; true needs
+	// persistence.enabled; false: gVisor sessions pause with their files
+	// only. When on, the server checks at start that runsc can
+	// checkpoint and restore a sandbox here, and refuses to start if not.
+	Checkpoint *bool `json:"checkpoint"`
+}
+
+// GVisorCheckpoint reports whether gVisor sandboxes keep their memory
+// across a pause (gvisor.checkpoint, resolved), and why, for doctor and
+// the server's errors.
+func (c Config) GVisorCheckpoint() (on bool, why string) {
+	switch {
+	case c.GVisor.Checkpoint != nil && *c.GVisor.Checkpoint:
+		return true, "gvisor.checkpoint: true"
+	case c.GVisor.Checkpoint != nil:
+		return false, "gvisor.checkpoint: false (gVisor sessions pause with their files only)"
+	case !c.Allows(GVisor):
+		return false, "gvisor.checkpoint unset, and this server runs no gVisor sessions (isolation, allow_isolation)"
+	case !c.Persistence.Enabled:
+		return false, "gvisor.checkpoint unset, and persistence.enabled is off (nothing is paused)"
+	}
+	return true, "gvisor.checkpoint unset: on, as this server runs gVisor sessions with persistence.enabled (set it to false to pause them with their files only)"
 }
 
 // Allows reports whether a request may ask for isolation i.
@@ -559,7 +580,7 @@ func (c Config) Validate() error {
 	if p := c.GVisor.Runsc; p != "" && (!filepath.IsAbs(p) || filepath.Clean(p) != p) {
 		errs = append(errs, fmt.Errorf("gvisor.runsc %q must be a clean absolute path", p))
 	}
-	if c.GVisor.Checkpoint && !c.Persistence.Enabled {
+	if c.GVisor.Checkpoint != nil && *c.GVisor.Checkpoint && !c.Persistence.Enabled {
 		errs = append(errs, errors.New("gvisor.checkpoint needs persistence.enabled (a checkpoint is kept with a paused session)"))
 	}
 	if p := c.GVisor.Platform; p != "systrap" && p != "ptrace" {

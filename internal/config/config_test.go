@@ -160,6 +160,7 @@ func TestConfigValidate(t *testing.T) {
 		{"runsc relative", func(c *Config) { c.GVisor.Runsc = "bin/runsc" }, "gvisor.runsc"},
 		{"runsc unclean", func(c *Config) { c.GVisor.Runsc = "/usr/../bin/runsc" }, "gvisor.runsc"},
 		{"platform kvm", func(c *Config) { c.GVisor.Platform = "kvm" }, "gvisor.platform"},
+		{"checkpoint without persistence", func(c *Config) { on := true; c.GVisor.Checkpoint = &on }, "gvisor.checkpoint"},
 		{"max below floors", func(c *Config) { c.Max.Memory = 1 }, "max: memory 1 is below the minimum"},
 		{"defaults over max", func(c *Config) { c.Defaults.Memory = c.Max.Memory + 1 }, "defaults"},
 		{"max_sessions 0", func(c *Config) { c.Server.MaxSessions = 0 }, "max_sessions"},
@@ -243,6 +244,51 @@ func TestIsolationAllowed(t *testing.T) {
 	c.Isolation, c.AllowIsolation = GVisor, []Isolation{GVisor, Native}
 	if !c.Allows(Native) || !c.Allows(GVisor) || !slices.Equal(c.Isolations(), []Isolation{GVisor, Native}) {
 		t.Errorf("gvisor allowing native: allows native %v, gvisor %v, isolations %v", c.Allows(Native), c.Allows(GVisor), c.Isolations())
+	}
+}
+
+// gvisor.checkpoint: unset is on exactly when the server may run gVisor
+// sessions and pauses them; true and false mean what they say, from the
+// file or the environment; true without persistence is refused.
+func TestGVisorCheckpoint(t *testing.T) {
+	for _, c := range []struct {
+		name, file string
+		env        []string
+		on         bool
+		why        string
+	}{
+		{"default", `{}`, nil, false, "no gVisor"},
+		{"native with persistence", `{"persistence": {"enabled": true}}`, nil, false, "no gVisor"},
+		{"gvisor without persistence", `{"isolation": "gvisor"}`, nil, false, "persistence.enabled is off"},
+		{"gvisor with persistence", `{"isolation": "gvisor", "persistence": {"enabled": true}}`, nil, true, "unset: on"},
+		{"gvisor allowed with persistence", `{"allow_isolation": ["gvisor"], "persistence": {"enabled": true}}`, nil, true, "unset: on"},
+		{"null is unset", `{"isolation": "gvisor", "gvisor": {"checkpoint": null}, "persistence": {"enabled": true}}`, nil, true, "unset: on"},
+		{"explicit false", `{"isolation": "gvisor", "gvisor": {"checkpoint": false}, "persistence": {"enabled": true}}`, nil, false, "files only"},
+		{"explicit true", `{"isolation": "gvisor", "gvisor": {"checkpoint": true}, "persistence": {"enabled": true}}`, nil, true, "checkpoint: true"},
+		{"explicit true, native", `{"gvisor": {"checkpoint": true}, "persistence": {"enabled": true}}`, nil, true, "checkpoint: true"},
+		{"false from the environment", `{"isolation": "gvisor", "persistence": {"enabled": true}}`, []string{"AIRLOCK_GVISOR_CHECKPOINT=false"}, false, "files only"},
+		{"true from the environment", `{"isolation": "gvisor", "persistence": {"enabled": true}}`, []string{"AIRLOCK_GVISOR_CHECKPOINT=true"}, true, "checkpoint: true"},
+	} {
+		cfg := Default()
+		if err := Decode([]byte(c.file), &cfg); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if err := cfg.ApplyEnv(c.env); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("%s: refused: %v", c.name, err)
+		}
+		if on, why := cfg.GVisorCheckpoint(); on != c.on || !strings.Contains(why, c.why) {
+			t.Errorf("%s: %v %q, want %v and %q", c.name, on, why, c.on, c.why)
+		}
+	}
+	cfg := Default()
+	if err := Decode([]byte(`{"isolation": "gvisor", "gvisor": {"checkpoint": true}}`), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "gvisor.checkpoint needs persistence.enabled") {
+		t.Errorf("checkpoint true without persistence: %v", err)
 	}
 }
 

@@ -347,6 +347,14 @@ func gvisorChecks(ctx context.Context, r *Report, cfg config.Config) {
 		r.add("gvisor network", OK, "sessions with egress: booted in %s in a network namespace of airlock's (runsc --network=host there: interfaces %v, nothing else)",
 			res.Boot.Round(time.Millisecond), res.Interfaces)
 	}
+	if on, why := cfg.GVisorCheckpoint(); !on {
+		r.add("gvisor checkpoint", Off, "pauses of gVisor sessions keep their files only: %s", why)
+	} else if ck, err := h.ProbeCheckpoint(ctx, gvisor.Spec{Name: name + "-ck", Limits: cfg.Defaults}); err != nil {
+		r.add("gvisor checkpoint", Fail, "%s, but runsc cannot checkpoint and restore a sandbox here, so the server will not start (set gvisor.checkpoint to false to pause gVisor sessions with their files only): %v", why, err)
+	} else {
+		r.add("gvisor checkpoint", OK, "pauses of gVisor sessions keep their memory (%s): every sandbox's init is airlock's keeper; a probe was checkpointed in %s (%d bytes) and restored in %s",
+			why, ck.Checkpoint.Round(time.Millisecond), ck.Bytes, ck.Restore.Round(time.Millisecond))
+	}
 	g, a := gvisor.Layers()
 	r.add("gvisor layers", OK, "gVisor provides:\n- %s\nairlock still applies around it:\n- %s", strings.Join(g, "\n- "), strings.Join(a, "\n- "))
 }

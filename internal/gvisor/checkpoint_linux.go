@@ -460,3 +460,106 @@ func splitSocket(f *os.File) (in, out *os.File, join func(), err error) {
 	}
 	return inR, outW, join, nil
 }
+
+// CheckpointProbe is what ProbeCheckpoint measured.
+type CheckpointProbe struct {
+	Checkpoint, Restore time.Duration
+	Bytes               int64
+}
+
+// ProbeCheckpoint checks that runsc can checkpoint a sandbox here and
+// restore it with its programs, as a pause with memory will: it boots a
+// sandbox (spec) with a shell waiting for input, checkpoints it,
+// restores the image into a second sandbox, attaches to the shell and
+// has it answer. A server whose gVisor sessions keep their memory
+// refuses to start when this fails, rather than pause them with less.
+func (h *Host) ProbeCheckpoint(ctx context.Context, spec Spec) (CheckpointProbe, error) {
+	var r CheckpointProbe
+	if h.keeper == "" {
+		return r, ErrNoCheckpoint
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	sb, err := h.Start(ctx, spec)
+	if err != nil {
+		return r, err
+	}
+	defer sb.Close()
+	// say starts the probe's shell in sb (pid 0) or attaches to it,
+	// sends it line and returns what it answered; the shell ends when
+	// its input, in, is closed.
+	say := func(sb *Sandbox, pid int, line string) (_ int, _ <-chan Exit, in io.Closer, _ string, err error) {
+		inR, inW, err := os.Pipe()
+		if err != nil {
+			return 0, nil, nil, "", err
+		}
+		defer func() {
+			if err != nil {
+				inW.Close()
+			}
+		}()
+		outR, outW, err := os.Pipe()
+		if err != nil {
+			inR.Close()
+			return 0, nil, nil, "", err
+		}
+		defer outR.Close()
+		files := []*os.File{inR, outW, outW}
+		var exit <-chan Exit
+		if pid == 0 {
+			pid, exit, err = sb.Exec(Process{Argv: []string{"/bin/sh", "-c", `while read x; do echo "got $x"; done`}, Env: []string{"PATH=/usr/bin:/bin"}, Files: files})
+		} else {
+			exit, err = sb.Attach(pid, files)
+		}
+		inR.Close()
+		outW.Close()
+		if err != nil {
+			return 0, nil, nil, "", err
+		}
+		if dl, ok := ctx.Deadline(); ok {
+			outR.SetReadDeadline(dl)
+		}
+		if _, err = inW.WriteString(line + "\n"); err != nil {
+			return 0, nil, nil, "", err
+		}
+		got, err := bufio.NewReader(outR).ReadString('\n')
+		if err != nil {
+			return 0, nil, nil, "", fmt.Errorf("the probe's shell did not answer: %q %v", got, err)
+		}
+		return pid, exit, inW, got, nil
+	}
+	pid, _, in, got, err := say(sb, 0, "before")
+	if err != nil || got != "got before\n" {
+		return r, fmt.Errorf("the probe before the checkpoint: %q %v", got, err)
+	}
+	// Open until the checkpoint: the shell must be running in it.
+	defer in.Close()
+	dir := filepath.Join(h.dir, spec.Name+"-memory")
+	os.RemoveAll(dir)
+	defer os.RemoveAll(dir)
+	begun := time.Now()
+	c, err := sb.Checkpoint(ctx, dir, 1<<30)
+	if err != nil {
+		return r, fmt.Errorf("runsc checkpoint: %w", err)
+	}
+	r.Checkpoint, r.Bytes = time.Since(begun), c.Bytes
+	sb.Close()
+	begun = time.Now()
+	sb2, err := h.Restore(ctx, Spec{Name: spec.Name + "-r", Limits: spec.Limits}, dir, c, nil)
+	if err != nil {
+		return r, fmt.Errorf("runsc restore: %w", err)
+	}
+	defer sb2.Close()
+	_, exit, in2, got, err := say(sb2, pid, "after")
+	if err != nil || got != "got after\n" {
+		return r, fmt.Errorf("the probe's shell after the restore: %q %v", got, err)
+	}
+	r.Restore = time.Since(begun)
+	in2.Close()
+	select {
+	case <-exit:
+	case <-ctx.Done():
+		return r, fmt.Errorf("the probe's shell did not end after the restore: %w", ctx.Err())
+	}
+	return r, nil
+}

@@ -396,3 +396,38 @@ func TestSnapshotForks(t *testing.T) {
 		}
 	}
 }
+
+// ProbeCheckpoint proves a checkpoint and a restore with a program that
+// runs on, and leaves nothing; with a runsc that cannot checkpoint, or
+// without a keeper, it fails and says why.
+func TestProbeCheckpoint(t *testing.T) {
+	h, _ := keeperHost(t)
+	ck, err := h.ProbeCheckpoint(context.Background(), Spec{Name: "g-pk", Limits: limits()})
+	if err != nil || ck.Bytes <= 0 || ck.Restore <= 0 {
+		t.Fatalf("probe: %+v %v", ck, err)
+	}
+	t.Logf("checkpoint %v (%d bytes), restore %v", ck.Checkpoint, ck.Bytes, ck.Restore)
+	if ents, _ := os.ReadDir(h.dir); len(ents) > 0 {
+		t.Errorf("the probe left %s", ents[0].Name())
+	}
+	// A runsc that boots sandboxes but refuses to checkpoint them.
+	wrapper := filepath.Join(t.TempDir(), "runsc")
+	script := "#!/bin/sh\nfor a; do [ \"$a\" = checkpoint ] && { echo 'checkpoint is not supported' >&2; exit 1; }; done\nexec " + h.opts.Runsc + " \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	real := h.opts.Runsc
+	h.opts.Runsc = wrapper
+	_, err = h.ProbeCheckpoint(context.Background(), Spec{Name: "g-pk2", Limits: limits()})
+	h.opts.Runsc = real
+	if err == nil || !strings.Contains(err.Error(), "checkpoint is not supported") {
+		t.Errorf("a runsc that cannot checkpoint: %v", err)
+	}
+	if ents, _ := os.ReadDir(h.dir); len(ents) > 0 {
+		t.Errorf("the failed probe left %s", ents[0].Name())
+	}
+	plain, _ := testHost(t)
+	if _, err := plain.ProbeCheckpoint(context.Background(), Spec{Name: "g-pk3", Limits: limits()}); !errors.Is(err, ErrNoCheckpoint) {
+		t.Errorf("without a keeper: %v", err)
+	}
+}

@@ -56,7 +56,7 @@ type Options struct {
 // binary Find returned.
 func OptionsFrom(c config.Config, runsc string) Options {
 	o := Options{Runsc: runsc, Platform: c.GVisor.Platform, StateDir: c.StateDir, CacheDir: c.CacheDir, CgroupParent: c.CgroupParent}
-	if c.GVisor.Checkpoint {
+	if on, _ := c.GVisorCheckpoint(); on {
 		// This binary: its main runs MainIfKeeper first.
 		o.Keeper, _ = os.Executable()
 	}

@@ -464,6 +464,17 @@ func (s *Server) kernels(cfg config.Config) (map[config.Isolation]instance.Kerne
 				return nil, fmt.Errorf("%w: gVisor is configured but cannot boot a sandbox here (run `airlock doctor`): %v", errdefs.ErrUnavailable, err)
 			}
 			s.log.Info("gvisor ready", "runsc", h.Describe(), "boot_ms", probe.Boot.Milliseconds(), "kernel", probe.Kernel)
+			if on, why := cfg.GVisorCheckpoint(); on {
+				// Pauses are to keep memory: that must work here, or the
+				// server says so now rather than at the first pause.
+				ck, err := h.ProbeCheckpoint(ctx, gvisor.Spec{Name: instance.GVisorPrefix + "probe-ck", Limits: cfg.Defaults})
+				if err != nil {
+					return nil, fmt.Errorf("%w: %s, but runsc cannot checkpoint and restore a sandbox here (run `airlock doctor`; set gvisor.checkpoint to false to pause gVisor sessions with their files only): %v", errdefs.ErrUnavailable, why, err)
+				}
+				s.log.Info("gvisor checkpoints ready: pauses keep memory", "why", why, "checkpoint_ms", ck.Checkpoint.Milliseconds(), "restore_ms", ck.Restore.Milliseconds())
+			} else {
+				s.log.Info("gvisor pauses keep files only", "why", why)
+			}
 			if cfg.Network.Enabled {
 				// Sessions with egress boot in a namespace of airlock's.
 				ns, err := egress.NewNamespace()
