@@ -33,6 +33,16 @@ func TestE2BSDKPause(t *testing.T) {
 		"persistence": map[string]any{"enabled": true}})
 }
 
+// TestE2BSDKGVisorMemory runs E2B's keepMemory (create's lifecycle and
+// pause) through the JS SDK on a gVisor server with persistence, whose
+// pauses keep memory by default (e2b/memory.test.mjs): accepted, and the
+// resumed interpreter has its variables.
+func TestE2BSDKGVisorMemory(t *testing.T) {
+	runE2BScript(t, "memory.test.mjs", map[string]any{"isolation": "gvisor", "gvisor": map[string]any{"runsc": testenv.Runsc(t)},
+		"pool":        map[string]any{"size": map[string]int{"python": 1, "bash": 0, "javascript": 0}, "zygote": false},
+		"persistence": map[string]any{"enabled": true}})
+}
+
 // e2bSDK is node and the directory of e2e/e2b, where E2B's SDKs are
 // installed (a skip says how when they are not).
 func e2bSDK(t *testing.T) (node, dir string) {

@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
 	"testing"
+
+	"airlock/internal/testenv"
 )
 
 // TestE2BWire holds what E2B's Python SDK (which cannot be installed
@@ -146,10 +149,13 @@ func TestE2BPauseWire(t *testing.T) {
 		{"templateID": "base", "lifecycle": map[string]any{"onTimeout": "sleep"}},
 		{"templateID": "base", "autoResume": map[string]any{"enabled": true}},
 		{"templateID": "base", "autoPause": true, "autoPauseMemory": true},
+		{"templateID": "base", "autoPauseMemory": true},
 		{"templateID": "base", "autoPause": true, "autoResume": "yes"},
 	} {
 		if status, raw := s.raw("POST", "/v2/sandboxes", body, api); status != 400 {
 			t.Errorf("create %v: %d %s", body, status, raw)
+		} else if body["autoPause"] == true && body["autoPauseMemory"] == true && !strings.Contains(string(raw), "natively") {
+			t.Errorf("create %v on a native server does not say why: %s", body, raw)
 		}
 	}
 	var box struct {
@@ -170,7 +176,7 @@ func TestE2BPauseWire(t *testing.T) {
 		json.Unmarshal(raw, &b)
 		return b.State
 	}
-	if status, raw := s.raw("POST", "/sandboxes/"+id+"/pause", map[string]any{"memory": true}, api); status != 400 {
+	if status, raw := s.raw("POST", "/sandboxes/"+id+"/pause", map[string]any{"memory": true}, api); status != 400 || !strings.Contains(string(raw), "natively") {
 		t.Errorf("pause with memory: %d %s", status, raw)
 	}
 	if status, raw := s.raw("POST", "/sandboxes/"+id+"/pause", nil, api); status != 204 || state() != "paused" {
@@ -204,5 +210,40 @@ func TestE2BPauseWire(t *testing.T) {
 	}
 	if status, raw := s.raw("POST", "/v2/sandboxes/"+id+"/connect", nil, api); status != 404 {
 		t.Errorf("connect after kill: %d %s", status, raw)
+	}
+}
+
+// TestE2BKeepMemoryRefusedFilesOnly: on a gVisor server whose pauses keep
+// files only (gvisor.checkpoint false), keepMemory is refused with a 400
+// that says why, at create (no sandbox is left) and at pause (the
+// sandbox runs on, and pauses without it).
+func TestE2BKeepMemoryRefusedFilesOnly(t *testing.T) {
+	s := keysServer(t, map[string]any{"isolation": "gvisor", "gvisor": map[string]any{"runsc": testenv.Runsc(t), "checkpoint": false},
+		"pool":        map[string]any{"size": map[string]int{"python": 1, "bash": 0, "javascript": 0}, "zygote": false},
+		"persistence": map[string]any{"enabled": true}})
+	defer s.stop()
+	tok := s.newKey("team-a")
+	key := "e2b_" + strings.TrimPrefix(tok, "alk_")
+	api := map[string]string{"X-API-KEY": key}
+	status, raw := s.raw("POST", "/v2/sandboxes", map[string]any{"templateID": "base", "autoPause": true, "autoPauseMemory": true}, api)
+	if status != 400 || !strings.Contains(string(raw), "gvisor.checkpoint: false") {
+		t.Errorf("create with autoPauseMemory: %d %s", status, raw)
+	}
+	if l, err := s.as(tok).Sessions(context.Background()); err != nil || len(l) != 0 {
+		t.Errorf("a refused create left sessions: %v %v", l, err)
+	}
+	var box struct{ SandboxID string }
+	status, raw = s.raw("POST", "/v2/sandboxes", map[string]any{"templateID": "base", "autoPause": true}, api)
+	if json.Unmarshal(raw, &box); status != 201 {
+		t.Fatalf("create: %d %s", status, raw)
+	}
+	if status, raw := s.raw("POST", "/sandboxes/"+box.SandboxID+"/pause", map[string]any{"memory": true}, api); status != 400 || !strings.Contains(string(raw), "gvisor.checkpoint: false") {
+		t.Errorf("pause with memory: %d %s", status, raw)
+	}
+	if status, raw := s.raw("POST", "/sandboxes/"+box.SandboxID+"/pause", map[string]any{"memory": false}, api); status != 204 {
+		t.Errorf("pause without memory: %d %s", status, raw)
+	}
+	if status, raw := s.raw("DELETE", "/sandboxes/"+box.SandboxID, nil, api); status != 204 {
+		t.Errorf("kill: %d %s", status, raw)
 	}
 }

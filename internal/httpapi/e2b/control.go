@@ -130,8 +130,10 @@ type lifecycleJSON struct {
 }
 
 // lifecycle is what create asks of a sandbox's timeout: pause (instead
-// of kill) and auto-resume, which need persistence.enabled.
-func (s *Server) lifecycle(req createRequest) (pause, auto bool, err error) {
+// of kill) and auto-resume, which need persistence.enabled; memory when
+// the pause is to keep the sandbox's memory (autoPauseMemory, the SDK's
+// onTimeout keepMemory), which create checks against the session made.
+func (s *Server) lifecycle(req createRequest) (pause, auto, memory bool, err error) {
 	pause = req.AutoPause != nil && *req.AutoPause
 	if l := req.Lifecycle; l != nil {
 		switch l.OnTimeout {
@@ -139,7 +141,7 @@ func (s *Server) lifecycle(req createRequest) (pause, auto bool, err error) {
 		case "pause":
 			pause = true
 		default:
-			return false, false, fmt.Errorf("%w: lifecycle.onTimeout %q: want \"kill\" or \"pause\"", errdefs.ErrInvalidArgument, httpapi.Truncate(l.OnTimeout))
+			return false, false, false, fmt.Errorf("%w: lifecycle.onTimeout %q: want \"kill\" or \"pause\"", errdefs.ErrInvalidArgument, httpapi.Truncate(l.OnTimeout))
 		}
 		auto = l.AutoResume != nil && *l.AutoResume
 	}
@@ -148,19 +150,49 @@ func (s *Server) lifecycle(req createRequest) (pause, auto bool, err error) {
 			Enabled bool `json:"enabled"`
 		}
 		if json.Unmarshal(raw, &on.Enabled) != nil && json.Unmarshal(raw, &on) != nil {
-			return false, false, fmt.Errorf("%w: autoResume: want {\"enabled\": bool}", errdefs.ErrInvalidArgument)
+			return false, false, false, fmt.Errorf("%w: autoResume: want {\"enabled\": bool}", errdefs.ErrInvalidArgument)
 		}
 		auto = auto || on.Enabled
 	}
+	memory = req.AutoPauseMemory != nil && *req.AutoPauseMemory
 	switch {
 	case (pause || auto) && !s.cfg.Persistence.Enabled:
-		return false, false, fmt.Errorf("%w: autoPause, lifecycle.onTimeout \"pause\" and autoResume need persistence, which this server's operator has not enabled (persistence.enabled); a sandbox ends at its timeout", errdefs.ErrInvalidArgument)
+		return false, false, false, fmt.Errorf("%w: autoPause, lifecycle.onTimeout \"pause\" and autoResume need persistence, which this server's operator has not enabled (persistence.enabled); a sandbox ends at its timeout", errdefs.ErrInvalidArgument)
 	case auto && !pause:
-		return false, false, fmt.Errorf("%w: autoResume needs lifecycle.onTimeout \"pause\"", errdefs.ErrInvalidArgument)
-	case pause && req.AutoPauseMemory != nil && *req.AutoPauseMemory:
-		return false, false, fmt.Errorf("%w: autoPauseMemory: a pause keeps the sandbox's files, not its memory (the interpreter restarts on resume); leave keepMemory unset", errdefs.ErrInvalidArgument)
+		return false, false, false, fmt.Errorf("%w: autoResume needs lifecycle.onTimeout \"pause\"", errdefs.ErrInvalidArgument)
+	case memory && !pause:
+		return false, false, false, fmt.Errorf("%w: autoPauseMemory needs lifecycle.onTimeout \"pause\"", errdefs.ErrInvalidArgument)
 	}
-	return pause, auto, nil
+	if memory && s.cfg.Isolation != apitype.GVisor {
+		// Known before any sandbox is made.
+		return false, false, false, noMemory(fmt.Sprintf("this server runs sandboxes natively (isolation %q): memory is kept under gVisor only", s.cfg.Isolation))
+	}
+	return pause, auto, memory, nil
+}
+
+// keepsMemory checks that a pause of the session info describes keeps
+// its memory, for keepMemory: an error says why not.
+func (s *Server) keepsMemory(info apitype.Session) error {
+	if info.Restores == apitype.RestoreMemory {
+		return nil
+	}
+	switch {
+	case info.Isolation != apitype.GVisor:
+		return noMemory(fmt.Sprintf("it runs natively (isolation %q): memory is kept under gVisor only", info.Isolation))
+	case info.Network != nil:
+		return noMemory("it has a network (network.allowOut), whose connections cannot be kept")
+	case info.Template != "":
+		return noMemory("it was made from a template")
+	}
+	if on, why := s.cfg.GVisorCheckpoint(); !on {
+		return noMemory("this server's gVisor pauses keep files only: " + why)
+	}
+	return noMemory("this server cannot keep its memory")
+}
+
+// noMemory is keepMemory's refusal, saying why.
+func noMemory(why string) error {
+	return fmt.Errorf("%w: keepMemory: a pause of this sandbox keeps its files, not its memory (the interpreter restarts on resume): %s; leave keepMemory unset or false", errdefs.ErrInvalidArgument, why)
 }
 
 // maxMetadata bounds a sandbox's metadata (E2B keeps it for listings).
@@ -191,7 +223,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		failControl(w, fmt.Errorf("%w: metadata has %d entries, more than %d", errdefs.ErrInvalidArgument, len(req.Metadata), maxMetadata))
 		return
 	}
-	pause, auto, err := s.lifecycle(req)
+	pause, auto, memory, err := s.lifecycle(req)
 	if err != nil {
 		failControl(w, err)
 		return
@@ -219,6 +251,13 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		failControl(w, err)
 		return
+	}
+	if memory {
+		if err := s.keepsMemory(sess.Info()); err != nil {
+			s.m.Discard(r.Context(), sess.ID())
+			failControl(w, err)
+			return
+		}
 	}
 	who, _ := identity.From(r.Context())
 	rec := record{Template: req.TemplateID, Owner: who, Metadata: req.Metadata, Started: time.Now().UTC(), Pause: pause, AutoResume: auto}
@@ -458,8 +497,9 @@ type timeoutRequest struct {
 	Timeout *int64 `json:"timeout"`
 	// Duration is the older refreshes' (seconds).
 	Duration *int64 `json:"duration"`
-	// Memory is connect's and pause's (with memory): a pause keeps
-	// files only.
+	// Memory is connect's and pause's (keepMemory): a pause keeps the
+	// memory where the session's restores says "memory", and asking for
+	// it elsewhere is refused.
 	Memory *bool `json:"memory"`
 }
 
@@ -472,8 +512,8 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
 }
 
 // connect is E2B's connect (and resume): a paused sandbox resumed (its
-// files; the interpreter restarts), the sandbox's tokens, its timeout
-// extended to the one asked for.
+// files, and its memory where a pause keeps it), the sandbox's tokens,
+// its timeout extended to the one asked for.
 func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	s.retime(w, r, false, http.StatusOK)
 }
@@ -490,18 +530,21 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 		failControl(w, fmt.Errorf("%w: this server cannot pause sandboxes (its operator has not set persistence.enabled); a sandbox ends at its timeout", errdefs.ErrUnsupported))
 		return
 	}
-	if req.Memory != nil && *req.Memory {
-		failControl(w, fmt.Errorf("%w: memory: a pause keeps the sandbox's files, not its memory (the interpreter restarts on resume); leave keepMemory unset", errdefs.ErrInvalidArgument))
-		return
-	}
 	box, err := s.find(r.Context(), r.PathValue("id"))
 	if err != nil {
 		failControl(w, err)
 		return
 	}
-	if _, err := s.m.Get(box.id); errors.Is(err, errdefs.ErrPaused) {
+	sess, err := s.m.Get(box.id)
+	if errors.Is(err, errdefs.ErrPaused) {
 		failControl(w, fmt.Errorf("%w: sandbox %q is paused already", errdefs.ErrConflict, box.id))
 		return
+	}
+	if req.Memory != nil && *req.Memory && err == nil {
+		if err := s.keepsMemory(sess.Info()); err != nil {
+			failControl(w, err)
+			return
+		}
 	}
 	if _, err := s.m.PauseFor(r.Context(), box.id); err != nil {
 		failControl(w, notFoundErr(box.id, err))

@@ -1,0 +1,23 @@
+// E2B's pause with memory through its official JS SDK, on a gVisor server
+// with persistence.enabled (whose pauses keep memory by default):
+// keepMemory in create's lifecycle and in pause is accepted, and a resumed
+// sandbox's interpreter still has its variables. Run by e2e/e2b_test.go.
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { Sandbox } from '@e2b/code-interpreter'
+
+test('keepMemory: a paused sandbox comes back with its variables', async () => {
+  const sbx = await Sandbox.create({ metadata: { suite: 'memory' }, lifecycle: { onTimeout: { action: 'pause', keepMemory: true } } })
+  try {
+    await sbx.runCode('x = 41\nopen("/home/user/kept.txt", "w").write("from code")')
+    assert.equal(await sbx.pause({ keepMemory: true }), true)
+    assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused')
+    const back = await Sandbox.connect(sbx.sandboxId)
+    const ex = await back.runCode('x + 1')
+    assert.equal(ex.error, undefined)
+    assert.equal(ex.text, '42')
+    assert.equal(await back.files.read('/home/user/kept.txt'), 'from code')
+  } finally {
+    await Sandbox.kill(sbx.sandboxId)
+  }
+})
