@@ -1,12 +1,14 @@
 package session
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	"airlock/internal/apitype"
 	"airlock/internal/coderules"
@@ -29,8 +31,58 @@ type policy struct {
 	anyRedaction bool
 }
 
-// newPolicy compiles cfg's.
+// compiled is the policy newPolicy compiled last and its inputs: a
+// command compiles the same configuration's up to three times (its
+// LoadConfig, the composition root's check, the manager), and a
+// redaction set's patterns take tens of milliseconds to compile. A
+// policy is never changed once compiled, so managers may share one.
+var compiled struct {
+	sync.Mutex
+	key []byte
+	p   *policy
+	err error
+}
+
+// policyKey is what cfg's policy is compiled from (nil: it cannot be
+// encoded, and is compiled each time).
+func policyKey(cfg config.Config) []byte {
+	type tenant struct {
+		Redaction *config.Redaction `json:"r"`
+		CodeRules []config.CodeRule `json:"c"`
+	}
+	in := struct {
+		Redaction config.Redaction  `json:"r"`
+		CodeRules []config.CodeRule `json:"c"`
+		Tenants   map[string]tenant `json:"t"`
+	}{Redaction: cfg.Redaction, CodeRules: cfg.CodeRules, Tenants: map[string]tenant{}}
+	for name, t := range cfg.Tenants {
+		in.Tenants[name] = tenant{t.Redaction, t.CodeRules}
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// newPolicy compiles cfg's, or returns the one compiled last from the
+// same inputs.
 func newPolicy(cfg config.Config) (*policy, error) {
+	key := policyKey(cfg)
+	compiled.Lock()
+	defer compiled.Unlock()
+	if key != nil && bytes.Equal(key, compiled.key) {
+		return compiled.p, compiled.err
+	}
+	p, err := compilePolicy(cfg)
+	if key != nil {
+		compiled.key, compiled.p, compiled.err = key, p, err
+	}
+	return p, err
+}
+
+// compilePolicy compiles cfg's.
+func compilePolicy(cfg config.Config) (*policy, error) {
 	p := &policy{redact: map[string]*redact.Redactor{}, rules: map[string]*coderules.Set{}}
 	var errs []error
 	var err error

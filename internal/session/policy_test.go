@@ -2,6 +2,7 @@ package session
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -61,4 +62,64 @@ func TestPolicyPerTenant(t *testing.T) {
 	if p.redactor("other") == nil {
 		t.Error("a tenant without its own redaction gets the server's")
 	}
+}
+
+// A command compiles its configuration's policy more than once (its
+// LoadConfig, the composition root, the manager): the same inputs are
+// compiled once, and any change to them compiles anew.
+func TestPolicyCompiledOnce(t *testing.T) {
+	decode := func(js string) config.Config {
+		cfg := config.Default()
+		if err := config.Decode([]byte(js), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	const base = `{"redaction": {"builtin": ["credentials"]}, "code_rules": [{"name": "x", "pattern": "a", "action": "flag"}], "tenants": {"acme": {"code_rules": [{"name": "y", "pattern": "b", "action": "deny"}]}}}`
+	first, err := newPolicy(decode(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := newPolicy(decode(base)); again != first {
+		t.Error("the same configuration's policy was compiled again")
+	}
+	for _, js := range []string{
+		`{"redaction": {"builtin": ["host_paths"]}, "code_rules": [{"name": "x", "pattern": "a", "action": "flag"}], "tenants": {"acme": {"code_rules": [{"name": "y", "pattern": "b", "action": "deny"}]}}}`,
+		`{"redaction": {"builtin": ["credentials"]}, "code_rules": [{"name": "x", "pattern": "c", "action": "flag"}], "tenants": {"acme": {"code_rules": [{"name": "y", "pattern": "b", "action": "deny"}]}}}`,
+		`{"redaction": {"builtin": ["credentials"]}, "code_rules": [{"name": "x", "pattern": "a", "action": "flag"}], "tenants": {"acme": {"code_rules": [{"name": "y", "pattern": "d", "action": "deny"}]}}}`,
+		`{"redaction": {"builtin": ["credentials"]}, "code_rules": [{"name": "x", "pattern": "a", "action": "flag"}], "tenants": {"acme": {"redaction": {}, "code_rules": [{"name": "y", "pattern": "b", "action": "deny"}]}}}`,
+		`{"redaction": {"builtin": ["credentials"]}, "code_rules": [{"name": "x", "pattern": "a", "action": "flag"}], "tenants": {"other": {"code_rules": [{"name": "y", "pattern": "b", "action": "deny"}]}}}`,
+	} {
+		first, _ = newPolicy(decode(base)) // the one compiled last
+		cfg := decode(js)
+		p, err := newPolicy(cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", js, err)
+		}
+		fresh, _ := compilePolicy(cfg)
+		if p == first || policyBehaviour(p) != policyBehaviour(fresh) {
+			t.Errorf("%s: got the policy of another configuration", js)
+		}
+	}
+	if _, err := newPolicy(decode(`{"code_rules": [{"name": "x", "pattern": "(", "action": "deny"}]}`)); err == nil {
+		t.Error("a bad pattern compiled")
+	}
+	if _, err := newPolicy(decode(`{"code_rules": [{"name": "x", "pattern": "(", "action": "deny"}]}`)); err == nil {
+		t.Error("a bad pattern's error was not kept with its policy")
+	}
+}
+
+// policyBehaviour is what p does to a few probes, as text.
+func policyBehaviour(p *policy) string {
+	var b strings.Builder
+	for _, tenant := range []string{"", "acme", "other"} {
+		for _, code := range []string{"a", "b", "c", "d"} {
+			flags, err := p.codeRules(tenant).Check("python", code)
+			fmt.Fprintf(&b, "%s %s: %v %v\n", tenant, code, flags, err)
+		}
+		if r := p.redactor(tenant); r != nil {
+			fmt.Fprintf(&b, "%s: %v\n", tenant, r.Rules())
+		}
+	}
+	return b.String()
 }
