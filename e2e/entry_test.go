@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
+	"airlock/internal/exeseal"
 	"airlock/internal/testenv"
 )
 
@@ -137,4 +141,105 @@ func TestDefaultBuildWithCgo(t *testing.T) {
 		t.Fatalf("airlock run: %v\n%s", err, out)
 	}
 	checkEntryStatus(t, startServerBin(t, bin, nil))
+}
+
+// The binary scripts/build.sh makes runs every sandbox's init, and its
+// spawner, from the small init built into it (cmd/airlock-init, package
+// exeseal), not from a copy of itself. checked against a mutant: with
+// the harness building by a plain go build, the server's inits ran the
+// whole binary and the test failed.
+func TestEmbeddedInit(t *testing.T) {
+	s := sharedServer(t)
+	s.exec(s.newSession("python", nil), "x = 1")
+	bin, err := os.Stat(airlockBinary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(s.stderr.String(), "init:"+exeseal.FromEmbedded) {
+		t.Errorf("the server does not say its init is the embedded one:\n%s", s.stderr.String())
+	}
+	found := map[string]int{}
+	for _, pid := range descendants(t, s.cmd.Process.Pid) {
+		cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if err != nil {
+			continue // gone
+		}
+		arg0, _, _ := strings.Cut(string(cmdline), "\x00")
+		if arg0 != "airlock-init" && arg0 != "airlock-spawner" {
+			continue
+		}
+		exe, err := os.Stat("/proc/" + strconv.Itoa(pid) + "/exe")
+		if err != nil {
+			continue // exited, or exec'd the template
+		}
+		found[arg0]++
+		if exe.Size() >= bin.Size()/4 {
+			t.Errorf("%s (pid %d) runs a %d-byte executable, the airlock binary is %d bytes", arg0, pid, exe.Size(), bin.Size())
+		}
+		checkSealedExe(t, "/proc/"+strconv.Itoa(pid)+"/exe")
+	}
+	if found["airlock-init"] == 0 || found["airlock-spawner"] == 0 {
+		t.Errorf("found %v under the server, want inits and its spawner", found)
+	}
+}
+
+// checkSealedExe fails unless the executable at path is a memfd sealed
+// against every change.
+func checkSealedExe(t *testing.T, path string) {
+	t.Helper()
+	if link, err := os.Readlink(path); err != nil || !strings.HasPrefix(link, "/memfd:") {
+		t.Errorf("%s is not a memfd: %q %v", path, link, err)
+		return
+	}
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Errorf("open %s: %v", path, err)
+		return
+	}
+	defer unix.Close(fd)
+	want := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
+	if seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0); err != nil || seals&want != want {
+		t.Errorf("%s has seals %#x, want %#x: %v", path, seals, want, err)
+	}
+	if wfd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0); err == nil {
+		if n, err := unix.Write(wfd, []byte{0}); err == nil || n > 0 {
+			t.Errorf("wrote to %s", path)
+		}
+		unix.Close(wfd)
+	}
+}
+
+// descendants lists the processes under pid.
+func descendants(t *testing.T, pid int) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := map[int]int{}
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		f := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+1:]))
+		if len(f) > 1 {
+			parent[p], _ = strconv.Atoi(f[1])
+		}
+	}
+	var out []int
+	for p := range parent {
+		for q, n := parent[p], 0; q > 1 && n < 100; q, n = parent[q], n+1 {
+			if q == pid {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
 }

@@ -36,7 +36,7 @@ var (
 	buildErr  error
 )
 
-// airlockBinary builds cmd/airlock once per test run.
+// airlockBinary builds cmd/airlock once per test run, with scripts/build.sh.
 func airlockBinary(t testing.TB) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -49,10 +49,11 @@ func airlockBinary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "airlock")
-		cmd := exec.Command("go", "build", "-o", binPath, "../cmd/airlock")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		// As it ships: with the sandbox init built into it
+		// (TestDefaultBuildWithCgo runs a plain go build's).
+		cmd := exec.Command("../scripts/build.sh", binPath)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+			buildErr = fmt.Errorf("scripts/build.sh: %v\n%s", err, out)
 		}
 	})
 	if buildErr != nil {

@@ -92,7 +92,7 @@ func Run(ctx context.Context, cfg config.Config) *Report {
 	if exe, err := exeseal.Open(); err != nil {
 		r.add("sealed init", Fail, "%v", err)
 	} else {
-		r.add("sealed init", OK, "the init runs from a %s of the airlock binary (CVE-2019-5736)", exe.Method)
+		r.add("sealed init", OK, "the init runs from a %s of %s (CVE-2019-5736)", exe.Method, exe.From)
 		exe.Close()
 	}
 	gvisorChecks(ctx, r, cfg)

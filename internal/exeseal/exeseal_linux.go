@@ -1,6 +1,7 @@
 package exeseal
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -13,14 +14,36 @@ import (
 type Exe struct {
 	f      *os.File
 	Method Method
+	From   string // FromSelf or FromEmbedded
 }
 
-// Open seals the running binary.
+// Open seals the executable the host runs as every sandbox's init: the
+// init built into this binary when it has one (scripts/build.sh), which
+// starts faster and holds less memory in every sandbox than the whole
+// airlock binary, else the running binary itself. An embedded init
+// without this build's stamp is refused (ErrStampMismatch).
 func Open() (*Exe, error) {
+	if embeddedInit != nil {
+		return openInit(embeddedInit, initStamp)
+	}
 	if e, err := openDetached(); err == nil {
 		return e, nil
 	}
 	return openMemfd()
+}
+
+// openInit seals init, an executable built into this binary, if it
+// carries stamp.
+func openInit(init []byte, stamp string) (*Exe, error) {
+	if err := checkStamp(init, stamp); err != nil {
+		return nil, err
+	}
+	e, err := sealMemfd(bytes.NewReader(init))
+	if err != nil {
+		return nil, err
+	}
+	e.From = FromEmbedded
+	return e, nil
 }
 
 // Path is the path to execute, valid in this process and in children
@@ -57,7 +80,7 @@ func openDetached() (*Exe, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("detached mount is writable")
 	}
-	return &Exe{f: os.NewFile(uintptr(fd), "airlock-exe"), Method: DetachedMount}, nil
+	return &Exe{f: os.NewFile(uintptr(fd), "airlock-exe"), Method: DetachedMount, From: FromSelf}, nil
 }
 
 func openMemfd() (*Exe, error) {
@@ -66,6 +89,16 @@ func openMemfd() (*Exe, error) {
 		return nil, fmt.Errorf("exeseal: %w", err)
 	}
 	defer src.Close()
+	e, err := sealMemfd(src)
+	if err != nil {
+		return nil, err
+	}
+	e.From = FromSelf
+	return e, nil
+}
+
+// sealMemfd copies src into a memfd and seals it against every change.
+func sealMemfd(src io.Reader) (*Exe, error) {
 	fd, err := unix.MemfdCreate("airlock", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("exeseal: memfd_create: %w", err)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 
 	"airlock/internal/testenv"
@@ -171,6 +172,51 @@ func TestGoCommandID(t *testing.T) {
 	} {
 		if got := goCommandID(c.id); got != c.want {
 			t.Errorf("goCommandID(%q) = %q, want %q", c.id, got, c.want)
+		}
+	}
+}
+
+// testStamp is in the test binary, as a build stamp is in the init that
+// scripts/build.sh embeds.
+const testStamp = stampPrefix + "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+// An embedded init is run only when it carries this build's stamp: an
+// init from other sources (a stale file, another checkout) or a build
+// without a stamp is refused, never run. checked against a mutant: with
+// openInit's check removed, the mismatches were sealed and run.
+func TestOpenInit(t *testing.T) {
+	self, err := os.ReadFile("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(self, []byte(testStamp)) {
+		t.Fatal("the test binary lost its stamp")
+	}
+	e, err := openInit(self, testStamp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if e.Method != SealedMemfd || e.From != FromEmbedded {
+		t.Errorf("got a %s of %s", e.Method, e.From)
+	}
+	checkSealed(t, e)
+
+	// Made at run time, so that it is nowhere in the test binary.
+	other := strings.Replace(testStamp, "0", "f", 1)
+	for name, stamp := range map[string]string{
+		"another build's stamp":      other,
+		"no stamp":                   "",
+		"a stamp without its prefix": testStamp[len(stampPrefix):],
+		"a short stamp":              testStamp[:len(testStamp)-1],
+		"the prefix alone":           stampPrefix,
+		"an upper-case hash":         stampPrefix + strings.ToUpper(testStamp[len(stampPrefix):]),
+	} {
+		if e, err := openInit(self, stamp); !errors.Is(err, ErrStampMismatch) {
+			if e != nil {
+				e.Close()
+			}
+			t.Errorf("%s: %v, want ErrStampMismatch", name, err)
 		}
 	}
 }

@@ -278,6 +278,7 @@ func (h *Host) Cgroups() *cgroup.Host { return h.cg }
 func (h *Host) Protections() map[string]string {
 	p := map[string]string{
 		"exe":    string(h.exe.Method),
+		"init":   h.exe.From,
 		"cgroup": h.cg.Describe(),
 	}
 	if h.seccomp != nil {

@@ -1,6 +1,7 @@
 // Package jailinit owns the sandbox's init: PID 1 of every jail, the
-// sealed airlock binary re-executed by the host (package jail) with
-// argv[0] InitArg0. It builds the root, brings up loopback, prepares the
+// sealed executable of package exeseal (cmd/airlock-init, or the airlock
+// binary re-executed) started by the host (package jail) with argv[0]
+// InitArg0. It builds the root, brings up loopback, prepares the
 // Landlock ruleset, then starts programs through the sandbox entry (the
 // plan jail makes and sends: Entry) and reports their exits. It also owns
 // the control protocol's wire (Message), which both ends speak, and a

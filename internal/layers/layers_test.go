@@ -48,6 +48,8 @@ var rules = map[string]rule{
 	// client (and mcp's bridge), and to the composition root for what
 	// runs in its own process (serve, run --cold, keys, audit).
 	"../cmd/airlock": {layer: "command", may: []string{"server", "client", "mcp", "bench", "doctor", "runtimes", "workspace"}},
+	// The sandbox init alone: what a sandbox runs and nothing else.
+	"../cmd/airlock-init": {layer: "command", noShared: true, may: []string{"jailinit"}},
 
 	// Tools built on the root or on a client.
 	"bench":   {layer: "tool", may: []string{"client", "egress", "gvisor", "image", "secrets"}},
