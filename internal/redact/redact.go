@@ -166,11 +166,10 @@ func build(base *Redactor, rules []Rule, errs []error) (*Redactor, error) {
 
 // compile checks one rule and works out what searching for it needs.
 func compile(r Rule) (rule, error) {
-	n, err := Check(r.Pattern)
+	re, n, err := check(r.Pattern)
 	if err != nil {
 		return rule{}, err
 	}
-	re := regexp.MustCompile(r.Pattern) // Check compiled it
 	c := rule{name: r.Name, pattern: r.Pattern, nsub: re.NumSubexp(), secret: max(re.SubexpIndex("secret"), 0), max: n, off: r.Offset, ascii: true}
 	lits := r.Literals
 	if prefix, _ := re.LiteralPrefix(); len(lits) == 0 && prefix != "" && !strings.HasPrefix(r.Pattern, "(?i)") {
@@ -337,22 +336,30 @@ func (r *Redactor) combo(text []byte) *combo {
 // match. A rule must match at least one byte, and at most MaxMatch: no
 // unbounded repetition (*, +, {n,}), write {0,N} or {1,N} instead.
 func Check(pattern string) (int, error) {
-	if _, err := regexp.Compile(pattern); err != nil {
-		return 0, err
+	_, n, err := check(pattern)
+	return n, err
+}
+
+// check is Check, with the pattern compiled: a set's patterns take
+// milliseconds each to compile, so a rule is compiled once.
+func check(pattern string) (*regexp.Regexp, int, error) {
+	re, err := regexp.Compile(pattern)
+	if err != nil {
+		return nil, 0, err
 	}
 	p, err := syntax.Parse(pattern, syntax.Perl)
 	if err != nil {
-		return 0, err
+		return nil, 0, err
 	}
 	p = p.Simplify()
 	hi, ok := maxLen(p)
 	if !ok || hi > MaxMatch {
-		return 0, fmt.Errorf("pattern %q can match more than %d bytes: bound every repetition (write {1,64}, not + or *)", pattern, MaxMatch)
+		return nil, 0, fmt.Errorf("pattern %q can match more than %d bytes: bound every repetition (write {1,64}, not + or *)", pattern, MaxMatch)
 	}
 	if minLen(p) == 0 {
-		return 0, fmt.Errorf("pattern %q can match the empty string", pattern)
+		return nil, 0, fmt.Errorf("pattern %q can match the empty string", pattern)
 	}
-	return hi, nil
+	return re, hi, nil
 }
 
 // maxLen is the most bytes re can match; false if unbounded (or beyond
