@@ -24,6 +24,7 @@ func report(execP50, oneshotRPS float64) *bench.Report {
 			"cold_python_pandas":           bench.Stat{N: 10, P50: 418},
 			"concurrent_create":            bench.Stat{N: 50, P50: 132, P99: 147},
 			"drained_burst_1":              bench.Stat{N: 50, P50: 900, P99: 1335},
+			"drained_oneshots_1":           bench.Stat{N: 50, P50: 850, P99: 1580},
 			"oneshot_rps":                  oneshotRPS,
 			"oneshot_bare_python_rps":      90.0,
 			"oneshot_cpu_ms":               map[string]float64{"server": 7, "total": 40, "bare_python": 20, "host_busy": 45},
@@ -61,7 +62,8 @@ func TestBenchTableJudgesGoals(t *testing.T) {
 			"≥ 40× faster than cold python: met", // 418 / 10
 			"p99 ≤ 150 ms: met",                  // 147
 			"p99 ≤ 150 ms: **not met**",          // 1335, drained
-			"≤ 5 MB: met", "alive ≥ 300: met",    // 4.9 MB, 300
+			"the one-shots before them: p50 850 ms, p99 1580 ms",
+			"≤ 5 MB: met", "alive ≥ 300: met", // 4.9 MB, 300
 			"≤ 15 ms over bare python: **not met**", // +58.0
 			"audit on ≤ +10%: met", "**-6.2 %**",    // −6.2 %
 			"≤ 3× native: **not met**", "**57.5×** native", // 2300 / 40

@@ -144,7 +144,6 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{
 		cfg: cfg, kernel: k, slots: slots, log: log,
-		builds: newBuildSlots(cfg.Pool.Parallel),
 		budget: int64(cfg.Pool.MemoryBudget), hold: time.Duration(cfg.Pool.ShrinkAfter), now: clock,
 		ctx: ctx, cancel: cancel,
 		queues: map[string]*queue{}, netQueues: map[string]*queue{},
@@ -152,6 +151,7 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 	if p.budget == 0 {
 		p.budget = AutoBudget()
 	}
+	p.builds = newBuildSlots(cfg.Pool.Parallel, p.building)
 	// The template forks runtimes into native sandboxes only: gVisor's
 	// Python runtimes import the preloaded modules themselves.
 	if native, ok := k.(instance.Native); ok {
@@ -174,10 +174,6 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 		}
 		p.queues[lang] = q
 		p.order = append(p.order, q)
-		if q.floor > 0 {
-			p.wg.Add(1)
-			go p.refill(q)
-		}
 		// Only where sessions can have a network at all.
 		if n := cfg.Pool.NetworkSize[lang]; n > 0 && k.NetworkAtStart() && cfg.Network.Enabled {
 			q := newQueue(rt, n, n, cfg.Defaults)
@@ -185,6 +181,11 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 			q.guess = gVisorEstimate // only gVisor fixes a network at boot
 			p.netQueues[lang] = q
 			p.order = append(p.order, q)
+		}
+	}
+	// Once order is complete: the build slots read it.
+	for _, q := range p.order {
+		if q.floor > 0 {
 			p.wg.Add(1)
 			go p.refill(q)
 		}
@@ -254,7 +255,18 @@ func (p *Pool) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, ne
 	q.signal()
 	q.waiting.Add(1)
 	defer q.waiting.Add(-1)
+	p.builds.poke()
 	return q.handOut(p.newInstance(ctx, rt, l, net))
+}
+
+// building counts the requests building a sandbox of their own now,
+// none being ready (read by the build slots, under their lock).
+func (p *Pool) building() int {
+	n := 0
+	for _, q := range p.order {
+		n += int(q.waiting.Load())
+	}
+	return n
 }
 
 // noteTake counts a take in the queue's demand.
@@ -377,10 +389,7 @@ func (p *Pool) refill(q *queue) {
 	for {
 		p.resize()
 		q.mu.Lock()
-		want := q.target - len(q.ready) - q.pending
-		if want > 0 {
-			q.pending += want
-		}
+		short := q.target > len(q.ready)+q.pending
 		var excess []*instance.Instance
 		if n := len(q.ready) - q.target; n > 0 {
 			// The oldest go: an instance never waits longer than it must.
@@ -394,53 +403,27 @@ func (p *Pool) refill(q *queue) {
 		for _, inst := range excess {
 			p.closing.Go(func() { inst.Close() })
 		}
-		decided := time.Now()
-		for i := 0; i < want; i++ {
+		if short {
+			// One build at a time, the target looked at again once a slot
+			// is had: during a burst it moves with every take.
+			decided := time.Now()
 			if !p.awaitQuiet(q) || p.builds.acquire(p.ctx, q) != nil {
 				return
 			}
+			p.resize()
+			q.mu.Lock()
+			short = q.target > len(q.ready)+q.pending
+			if short {
+				q.pending++
+			}
+			q.mu.Unlock()
+			if !short {
+				p.builds.release()
+				continue
+			}
 			p.inflight.Add(1)
-			go func() {
-				defer p.inflight.Done()
-				defer p.builds.release()
-				start := time.Now()
-				runs := p.templateRuns()
-				inst, err := p.newInstance(p.ctx, q.rt, q.profile, q.net)
-				if err == nil {
-					q.measure(inst)
-				}
-				q.mu.Lock()
-				q.pending--
-				// One started cold while the template came up is replaced
-				// (as recycleCold replaces those already ready).
-				stale := err == nil && q.template && !inst.Forked() && p.templateRuns() != runs
-				if err == nil && p.ctx.Err() == nil && !stale {
-					q.ready = append(q.ready, inst)
-					inst = nil
-				}
-				q.mu.Unlock()
-				if stale {
-					q.discarded.Add(1)
-				}
-				if inst != nil {
-					inst.Close()
-				}
-				if err != nil {
-					if p.ctx.Err() == nil {
-						p.log.Warn("pool: building a sandbox failed", "language", q.rt.Lang, "err", err)
-						// Do not spin on a persistent failure.
-						select {
-						case <-time.After(time.Second):
-						case <-p.ctx.Done():
-						}
-					}
-				} else {
-					q.built.Add(1)
-					q.buildNanos.Add(int64(time.Since(start)))
-					q.refillNanos.Add(int64(time.Since(decided)))
-				}
-				q.signal()
-			}()
+			go p.build(q, decided)
+			continue
 		}
 		// A grown pool looks again each second: it shrinks once its
 		// demand has passed.
@@ -455,6 +438,50 @@ func (p *Pool) refill(q *queue) {
 			return
 		}
 	}
+}
+
+// build builds one sandbox for q's refill, with a build slot held, and
+// makes it ready.
+func (p *Pool) build(q *queue, decided time.Time) {
+	defer p.inflight.Done()
+	defer p.builds.release()
+	start := time.Now()
+	runs := p.templateRuns()
+	inst, err := p.newInstance(p.ctx, q.rt, q.profile, q.net)
+	if err == nil {
+		q.measure(inst)
+	}
+	q.mu.Lock()
+	q.pending--
+	// One started cold while the template came up is replaced
+	// (as recycleCold replaces those already ready).
+	stale := err == nil && q.template && !inst.Forked() && p.templateRuns() != runs
+	if err == nil && p.ctx.Err() == nil && !stale {
+		q.ready = append(q.ready, inst)
+		inst = nil
+	}
+	q.mu.Unlock()
+	if stale {
+		q.discarded.Add(1)
+	}
+	if inst != nil {
+		inst.Close()
+	}
+	if err != nil {
+		if p.ctx.Err() == nil {
+			p.log.Warn("pool: building a sandbox failed", "language", q.rt.Lang, "err", err)
+			// Do not spin on a persistent failure.
+			select {
+			case <-time.After(time.Second):
+			case <-p.ctx.Done():
+			}
+		}
+	} else {
+		q.built.Add(1)
+		q.buildNanos.Add(int64(time.Since(start)))
+		q.refillNanos.Add(int64(time.Since(decided)))
+	}
+	q.signal()
 }
 
 // awaitQuiet holds a refill of q back while a burst is being served and

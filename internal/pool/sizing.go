@@ -93,10 +93,20 @@ func fit(budget int64, qs []sizing) []int {
 // several wait for one, grant it to the most urgent queue: the one that
 // requests are waiting on, then the emptiest. A FIFO would let a full
 // language's refill delay the drained one's.
+//
+// While requests build sandboxes of their own (none was ready), the
+// bound rises by their number: the refill then builds as fast as the
+// burst drains the pool, so that the burst's end finds it refilled (a
+// burst of one-shots is soon followed by one of sessions), rather than
+// at a small fixed share of the CPU behind them. It takes CPU from the
+// requests building their own, which wait longer.
 type buildSlots struct {
 	mu   sync.Mutex // before any queue's
-	free int
-	wait []*slotWait
+	n    int        // the bound without requests building their own
+	used int
+	// extra is the number of requests building their own now.
+	extra func() int
+	wait  []*slotWait
 }
 
 type slotWait struct {
@@ -104,13 +114,24 @@ type slotWait struct {
 	granted chan struct{}
 }
 
-func newBuildSlots(n int) *buildSlots { return &buildSlots{free: n} }
+func newBuildSlots(n int, extra func() int) *buildSlots {
+	return &buildSlots{n: n, extra: extra}
+}
+
+// freeLocked reports whether a slot is free.
+func (b *buildSlots) freeLocked() bool {
+	limit := b.n
+	if b.extra != nil {
+		limit += b.extra()
+	}
+	return b.used < limit
+}
 
 // acquire waits for a build slot for q, or for ctx to end.
 func (b *buildSlots) acquire(ctx context.Context, q *queue) error {
 	b.mu.Lock()
-	if b.free > 0 {
-		b.free--
+	if b.freeLocked() {
+		b.used++
 		b.mu.Unlock()
 		return nil
 	}
@@ -140,17 +161,30 @@ func (b *buildSlots) acquire(ctx context.Context, q *queue) error {
 func (b *buildSlots) release() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.wait) == 0 {
-		b.free++
-		return
-	}
-	best, bestU := 0, b.wait[0].q.urgency()
-	for i := 1; i < len(b.wait); i++ {
-		if u := b.wait[i].q.urgency(); u > bestU {
-			best, bestU = i, u
+	b.used--
+	b.grantLocked()
+}
+
+// poke grants the slots the bound's rise freed (a request began building
+// its own).
+func (b *buildSlots) poke() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.grantLocked()
+}
+
+// grantLocked grants free slots to the most urgent waiters.
+func (b *buildSlots) grantLocked() {
+	for len(b.wait) > 0 && b.freeLocked() {
+		best, bestU := 0, b.wait[0].q.urgency()
+		for i := 1; i < len(b.wait); i++ {
+			if u := b.wait[i].q.urgency(); u > bestU {
+				best, bestU = i, u
+			}
 		}
+		w := b.wait[best]
+		b.wait = append(b.wait[:best], b.wait[best+1:]...)
+		b.used++
+		close(w.granted)
 	}
-	w := b.wait[best]
-	b.wait = append(b.wait[:best], b.wait[best+1:]...)
-	close(w.granted)
 }

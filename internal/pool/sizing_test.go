@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -80,7 +81,7 @@ func TestFit(t *testing.T) {
 // A freed build slot goes to the queue requests wait on, then to the
 // emptiest, whatever order they asked in.
 func TestBuildSlotsUrgentFirst(t *testing.T) {
-	b := newBuildSlots(1)
+	b := newBuildSlots(1, nil)
 	ctx := context.Background()
 	if err := b.acquire(ctx, nil); err != nil {
 		t.Fatal(err)
@@ -123,8 +124,8 @@ func TestBuildSlotsUrgentFirst(t *testing.T) {
 		t.Fatal("acquire with an ended context succeeded")
 	}
 	b.release()
-	if b.free != 1 || len(b.wait) != 0 {
-		t.Fatalf("slots left: %d free, %d waiting; want 1 and 0", b.free, len(b.wait))
+	if b.used != 0 || len(b.wait) != 0 {
+		t.Fatalf("slots left: %d used, %d waiting; want 0 and 0", b.used, len(b.wait))
 	}
 }
 
@@ -132,4 +133,48 @@ func waiting(b *buildSlots) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return len(b.wait)
+}
+
+// While requests build their own, the refill may build as many more at
+// once; a rise of their number frees slots for refills waiting.
+func TestBuildSlotsGrowWithRequestsBuilding(t *testing.T) {
+	var building atomic.Int64
+	b := newBuildSlots(1, func() int { return int(building.Load()) })
+	ctx := context.Background()
+	if err := b.acquire(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	q := &queue{target: 4}
+	got := make(chan struct{}, 2)
+	for range 2 {
+		go func() {
+			if b.acquire(ctx, q) == nil {
+				got <- struct{}{}
+			}
+		}()
+	}
+	for waiting(b) < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	building.Store(1)
+	b.poke()
+	select {
+	case <-got:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a request building its own freed no slot for the refills waiting")
+	}
+	if n := waiting(b); n != 1 {
+		t.Fatalf("%d refills waiting after one request began building its own; want 1", n)
+	}
+	building.Store(0)
+	b.release() // the bound is back to 1, one slot still used: no grant
+	if n := waiting(b); n != 1 {
+		t.Fatalf("%d refills waiting with every slot used; want 1", n)
+	}
+	b.release()
+	<-got
+	b.release()
+	if b.used != 0 || len(b.wait) != 0 {
+		t.Fatalf("slots left: %d used, %d waiting; want 0 and 0", b.used, len(b.wait))
+	}
 }
