@@ -10,7 +10,9 @@
 // directories of a workspace (it reads them through package workspace,
 // which resolves every path beneath the root), never trust a size, path
 // or type in an image it reads back (a disk may rot, an operator may
-// edit it), restore nothing from an image whose checksum fails, and never
+// edit it), let nothing restored from files that fail their checksum be
+// used (a restore sums them as it writes them, once, and says so at
+// their end: its caller discards the sandbox it wrote into), and never
 // write outside its root.
 package pauseimage
 
@@ -374,11 +376,14 @@ func syncDir(p string) error {
 }
 
 // Image is a paused session read back: its description checked, its
-// files not yet.
+// files not yet (Restore checks them as it reads them).
 type Image struct {
 	dir   string
 	sum   filesSum
-	files *os.File // files.tar, once verified
+	files io.ReadSeekCloser // files.tar, once opened
+	// bad: why its files failed their check (a restore again fails at
+	// once, reading nothing).
+	bad   error
 	Stats Stats
 	// Session is the description Write was given.
 	Session []byte
@@ -466,10 +471,12 @@ func openRegular(p string) (*os.File, error) {
 	return f, nil
 }
 
-// Verify checks the image's files against their checksum, and keeps
-// them open for Restore: a corrupt image is refused before anything is
-// started for it.
-func (im *Image) Verify() error {
+// OpenFiles opens the image's files and checks their size (reading
+// nothing: Restore checks their checksum as it reads them), so that a
+// missing or truncated image is refused before anything is started for
+// it; the files stay open for Restore, whatever becomes of the image
+// meanwhile (a resume or delete of a paused source while it is forked).
+func (im *Image) OpenFiles() error {
 	if im.files != nil {
 		return nil
 	}
@@ -483,20 +490,11 @@ func (im *Image) Verify() error {
 		f.Close()
 		return corrupt(id, fmt.Sprintf("files.tar has %d bytes, %d were written (truncated?)", fi.Size(), im.sum.Size))
 	}
-	h := sha256.New()
-	if _, err := io.Copy(h, io.LimitReader(f, im.sum.Size)); err != nil {
-		f.Close()
-		return errdefs.Private(errdefs.ErrUnavailable, "the paused session cannot be read", err)
-	}
-	if hex.EncodeToString(h.Sum(nil)) != im.sum.SHA256 {
-		f.Close()
-		return corrupt(id, "files.tar fails its checksum")
-	}
 	im.files = f
 	return nil
 }
 
-// Close releases what Verify opened.
+// Close releases what OpenFiles opened.
 func (im *Image) Close() error {
 	if im.files == nil {
 		return nil
@@ -507,18 +505,49 @@ func (im *Image) Close() error {
 }
 
 // Restore writes the image's files into ws (a fresh sandbox's), each of
-// at most maxFile bytes. The files' checksum is checked (Verify) before
-// anything is written: a corrupt image restores nothing.
+// at most maxFile bytes, reading them once: their checksum is summed as
+// they are read and checked at their end. An image that fails it, or
+// holds anything but files and directories at paths in a workspace, is
+// ErrImageCorrupt, and may have written some of its files into ws: the
+// caller discards ws's sandbox, never hands it over. The read ends
+// promptly when ctx does (ctx's error, the image untouched).
 func (im *Image) Restore(ctx context.Context, ws *workspace.Dir, maxFile int64) error {
-	id := filepath.Base(im.dir)
-	if err := im.Verify(); err != nil {
+	if im.bad != nil {
+		return im.bad
+	}
+	if err := im.OpenFiles(); err != nil {
 		return err
 	}
-	f := im.files
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
+	if _, err := im.files.Seek(0, io.SeekStart); err != nil {
 		return errdefs.Private(errdefs.ErrUnavailable, "the paused session cannot be read", err)
 	}
-	tr := tar.NewReader(io.LimitReader(f, im.sum.Size))
+	h := sha256.New()
+	src := &ctxReader{ctx: ctx, r: io.TeeReader(io.LimitReader(im.files, im.sum.Size), h)}
+	err := im.extract(ctx, tar.NewReader(src), ws, maxFile)
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	// What the tar reader left (the tar's end; after a failure, the
+	// rest) is summed too: a failure the image's damage caused is said
+	// to be that, not what it looked like (a file too large, a quota).
+	if _, rerr := io.Copy(io.Discard, src); rerr != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		return errdefs.Private(errdefs.ErrUnavailable, "the paused session cannot be read", rerr)
+	}
+	if hex.EncodeToString(h.Sum(nil)) != im.sum.SHA256 {
+		im.bad = corrupt(filepath.Base(im.dir), "files.tar fails its checksum")
+		return im.bad
+	}
+	return err
+}
+
+// extract writes the entries of tr into ws, refusing anything but files
+// and directories at paths in a workspace (whatever the checksum says:
+// an image may be written by someone who knows the format).
+func (im *Image) extract(ctx context.Context, tr *tar.Reader, ws *workspace.Dir, maxFile int64) error {
+	id := filepath.Base(im.dir)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -528,6 +557,9 @@ func (im *Image) Restore(ctx context.Context, ws *workspace.Dir, maxFile int64) 
 			return nil
 		}
 		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 			return corrupt(id, "files.tar is malformed")
 		}
 		name := strings.TrimSuffix(hdr.Name, "/")
@@ -550,6 +582,19 @@ func (im *Image) Restore(ctx context.Context, ws *workspace.Dir, maxFile int64) 
 			return corrupt(id, fmt.Sprintf("files.tar holds %q of type %q, not a file or directory", clip(name), hdr.Typeflag))
 		}
 	}
+}
+
+// ctxReader reads r until ctx ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 func clip(s string) string {

@@ -150,14 +150,21 @@ func rewriteSum(t *testing.T, dir string, tarBytes []byte) {
 }
 
 // TestCorruptRefused: every kind of damage to an image is refused with
-// ErrImageCorrupt, restores nothing, and leaves the image in place.
+// ErrImageCorrupt and leaves the image in place; damage seen before its
+// files are read (missing, truncated, its description) restores nothing.
+// Damage inside the files is seen as they are read, once: some may have
+// been written (the session discards that sandbox), and a second restore
+// fails at once.
 func TestCorruptRefused(t *testing.T) {
+	inside := map[string]bool{"tar byte flipped": true, "tar content flipped": true}
 	damage := map[string]func(dir string) error{
 		"tar truncated": func(dir string) error {
 			return os.Truncate(filepath.Join(dir, filesName), 1000)
 		},
 		"tar byte flipped": func(dir string) error { return flip(filepath.Join(dir, filesName), 700) },
-		"tar missing":      func(dir string) error { return os.Remove(filepath.Join(dir, filesName)) },
+		// In big.bin's contents: only the checksum sees it.
+		"tar content flipped": func(dir string) error { return flip(filepath.Join(dir, filesName), 512*3+1000) },
+		"tar missing":         func(dir string) error { return os.Remove(filepath.Join(dir, filesName)) },
 		"tar a symlink": func(dir string) error {
 			p := filepath.Join(dir, filesName)
 			os.Rename(p, p+".real")
@@ -191,8 +198,8 @@ func TestCorruptRefused(t *testing.T) {
 			dst := outDir(t)
 			im, err := Open(root, "s-2")
 			if err == nil {
+				defer im.Close()
 				err = im.Restore(context.Background(), dst, 4<<20)
-				im.Close()
 			}
 			if !errors.Is(err, errdefs.ErrImageCorrupt) {
 				t.Fatalf("got %v, want a corrupt image", err)
@@ -200,11 +207,167 @@ func TestCorruptRefused(t *testing.T) {
 			if !strings.Contains(err.Error(), "kept for the operator") {
 				t.Errorf("error does not say the image is kept: %v", err)
 			}
-			if list, _, _ := dst.List("", true); len(list) != 0 {
+			if list, _, _ := dst.List("", true); len(list) != 0 && !inside[name] {
 				t.Errorf("a corrupt image restored %d entries", len(list))
+			}
+			if im != nil && inside[name] {
+				at, _ := im.files.Seek(0, io.SeekCurrent)
+				im.files.Seek(0, io.SeekEnd) // where a second read would stop
+				if err := im.Restore(context.Background(), outDir(t), 4<<20); !errors.Is(err, errdefs.ErrImageCorrupt) {
+					t.Errorf("a second restore: %v", err)
+				}
+				if again, _ := im.files.Seek(0, io.SeekCurrent); again != im.sum.Size || at != im.sum.Size {
+					t.Errorf("read to %d, then a second restore to %d of %d bytes, want the first to the end and no second", at, again, im.sum.Size)
+				}
 			}
 			if _, err := os.Lstat(dir); err != nil {
 				t.Errorf("the corrupt image is gone: %v", err)
+			}
+		})
+	}
+}
+
+// TestRestoreReadsOnce: a restore reads the image's files once, summing
+// them as it writes them (it read them twice: to check, then to write).
+func TestRestoreReadsOnce(t *testing.T) {
+	_, ws := tree(t)
+	root := t.TempDir()
+	if _, err := Write(context.Background(), root, "s-1", []byte(`{}`), ws, 8<<20, nil); err != nil {
+		t.Fatal(err)
+	}
+	im, err := Open(root, "s-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer im.Close()
+	if err := im.OpenFiles(); err != nil {
+		t.Fatal(err)
+	}
+	counted := &countingFile{ReadSeekCloser: im.files}
+	im.files = counted
+	if err := im.Restore(context.Background(), outDir(t), 4<<20); err != nil {
+		t.Fatal(err)
+	}
+	if counted.bytes != im.sum.Size {
+		t.Errorf("read %d bytes of an image of %d", counted.bytes, im.sum.Size)
+	}
+}
+
+// countingFile counts what is read of a file.
+type countingFile struct {
+	io.ReadSeekCloser
+	bytes int64
+}
+
+func (c *countingFile) Read(p []byte) (int, error) {
+	n, err := c.ReadSeekCloser.Read(p)
+	c.bytes += int64(n)
+	return n, err
+}
+
+// TestRestoreCancelled: a restore whose context ends (its client left,
+// the server shuts down) stops reading a large image promptly, says why,
+// and leaves the image whole: a restore after it succeeds.
+func TestRestoreCancelled(t *testing.T) {
+	dir := t.TempDir()
+	chunk := bytes.Repeat([]byte("x"), 1<<20)
+	for i := range 32 {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%02d", i)), chunk, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ws, err := workspace.OpenOut(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	root := t.TempDir()
+	if _, err := Write(context.Background(), root, "s-1", []byte(`{}`), ws, 64<<20, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		ctx  func() context.Context
+	}{
+		{"before", func() context.Context {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			return ctx
+		}},
+		// Ended after a few reads of the image: mid-file.
+		{"during", func() context.Context { return &endsAfter{Context: context.Background(), left: 20} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			im, err := Open(root, "s-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer im.Close()
+			err = im.Restore(tc.ctx(), outDir(t), 4<<20)
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("a cancelled restore: %v", err)
+			}
+			if at, _ := im.files.Seek(0, io.SeekCurrent); at > im.sum.Size/4 {
+				t.Errorf("a cancelled restore read %d bytes of %d", at, im.sum.Size)
+			}
+			if ents, _ := os.ReadDir(root); len(ents) != 1 {
+				t.Errorf("left beside the image: %v", ents)
+			}
+			if err := im.Restore(context.Background(), outDir(t), 4<<20); err != nil {
+				t.Errorf("a restore after the cancelled one: %v", err)
+			}
+		})
+	}
+}
+
+// endsAfter is a context that ends after left calls of Err.
+type endsAfter struct {
+	context.Context
+	left int
+}
+
+func (c *endsAfter) Err() error {
+	if c.left--; c.left < 0 {
+		return context.Canceled
+	}
+	return nil
+}
+
+// TestDamageNamedForWhatItIs: a restore that fails on the way (here a
+// workspace that cannot take a directory) says so when the image is
+// whole, and that the image is corrupt when it is not: the failure was
+// the damage's.
+func TestDamageNamedForWhatItIs(t *testing.T) {
+	for _, damaged := range []bool{false, true} {
+		t.Run(fmt.Sprint("damaged=", damaged), func(t *testing.T) {
+			_, ws := tree(t)
+			root := t.TempDir()
+			if _, err := Write(context.Background(), root, "s-1", []byte(`{}`), ws, 8<<20, nil); err != nil {
+				t.Fatal(err)
+			}
+			if damaged {
+				// In big.bin's contents, before sub/.
+				if err := flip(filepath.Join(root, "s-1", filesName), 512*3+1000); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out := t.TempDir()
+			if err := os.WriteFile(filepath.Join(out, "sub"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			dst, err := workspace.OpenOut(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dst.Close()
+			im, err := Open(root, "s-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer im.Close()
+			err = im.Restore(context.Background(), dst, 4<<20)
+			if err == nil || errors.Is(err, errdefs.ErrImageCorrupt) != damaged {
+				t.Errorf("got %v, want a corrupt image: %v", err, damaged)
 			}
 		})
 	}

@@ -656,7 +656,7 @@ func (m *Manager) resume(ctx context.Context, id string) (*Session, error) {
 	im, err := pauseimage.Open(m.persistDir(), id)
 	if err == nil {
 		defer im.Close()
-		err = im.Verify()
+		err = im.OpenFiles()
 	}
 	if err != nil {
 		return fail(m.resumeFailed(p, err))
@@ -1020,7 +1020,7 @@ func (m *Manager) fork(ctx context.Context, id string, src *Session, paused bool
 	im, err := pauseimage.Open(m.persistDir(), imageID)
 	if err == nil {
 		defer im.Close()
-		err = im.Verify()
+		err = im.OpenFiles()
 	}
 	if err != nil && p != nil {
 		// Once open, the image is the fork's to read whatever happens

@@ -403,6 +403,92 @@ func TestCorruptImageKept(t *testing.T) {
 	}
 }
 
+// TestCorruptFilesNeverHandedOver: an image whose files fail their
+// checksum only once they are read (restored, once, as they are summed)
+// is refused with ErrImageCorrupt: the sandbox they were written into is
+// discarded, never handed over or listed, and the image kept as it was.
+func TestCorruptFilesNeverHandedOver(t *testing.T) {
+	cfg := persistConfig(t)
+	m, src, _ := newTestManager(t, cfg)
+	s := create(t, m, "python")
+	writeFiles(t, s, someFiles)
+	if _, err := s.Pause(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tarPath := filepath.Join(cfg.Persistence.Dir, s.ID(), "files.tar")
+	b, _ := os.ReadFile(tarPath)
+	b[len(b)/2] ^= 0x55 // in big.bin's contents: the size is right
+	os.WriteFile(tarPath, b, 0o600)
+	before := len(src.all)
+	_, err := m.ResumeFor(context.Background(), s.ID())
+	if !errors.Is(err, errdefs.ErrImageCorrupt) || !strings.Contains(err.Error(), "checksum") {
+		t.Fatalf("resume of a damaged image: %v", err)
+	}
+	src.mu.Lock()
+	for _, f := range src.all[before:] {
+		if !f.closed.Load() {
+			t.Error("the sandbox the damaged files went into was not discarded")
+		}
+	}
+	src.mu.Unlock()
+	if _, err := m.Get(s.ID()); err == nil {
+		t.Error("the session is live after a refused resume")
+	}
+	d, err := m.Describe(context.Background(), s.ID())
+	if err != nil || d.State != apitype.StatePaused || !strings.Contains(d.Paused.Error, "checksum") {
+		t.Errorf("describe after the refused resume: %+v, %v", d.Paused, err)
+	}
+	if got, _ := os.ReadFile(tarPath); !bytes.Equal(got, b) {
+		t.Error("the damaged image was not kept as it was")
+	}
+}
+
+// TestResumeCancelled: a resume whose client leaves (or whose server
+// shuts down) returns at once, leaving no sandbox, nothing beside the
+// image, and the session paused with its image whole: it resumes later.
+func TestResumeCancelled(t *testing.T) {
+	cfg := persistConfig(t)
+	m, src, _ := newTestManager(t, cfg)
+	s := create(t, m, "python")
+	files := map[string]string{}
+	for i := range 16 {
+		files[fmt.Sprintf("part%02d.bin", i)] = strings.Repeat(fmt.Sprint(i), 512<<10)
+	}
+	writeFiles(t, s, files)
+	if _, err := s.Pause(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tarPath := filepath.Join(cfg.Persistence.Dir, s.ID(), "files.tar")
+	image, _ := os.ReadFile(tarPath)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := m.ResumeFor(ctx, s.ID()); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled resume: %v", err)
+	}
+	src.mu.Lock()
+	for i, f := range src.all {
+		if !f.closed.Load() {
+			t.Errorf("instance %d outlived the cancelled resume", i)
+		}
+	}
+	src.mu.Unlock()
+	d, err := m.Describe(context.Background(), s.ID())
+	if err != nil || d.State != apitype.StatePaused || d.Paused.Error != "" {
+		t.Errorf("after the cancelled resume: %+v, %v", d.Paused, err)
+	}
+	if ents, _ := os.ReadDir(cfg.Persistence.Dir); len(ents) != 1 {
+		t.Errorf("beside the image: %v", ents)
+	}
+	if got, _ := os.ReadFile(tarPath); !bytes.Equal(got, image) {
+		t.Error("the image changed")
+	}
+	r, err := m.ResumeFor(context.Background(), s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFiles(t, r, files)
+}
+
 // TestLifetime: a session's lifetime ends it (on_timeout end) or pauses
 // it (pause); PUT timeout sets it again from now.
 func TestLifetime(t *testing.T) {
