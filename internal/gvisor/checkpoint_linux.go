@@ -137,7 +137,7 @@ func (s *Sandbox) checkpoint(ctx context.Context, dir string, max int64, leave b
 			<-s.dead
 		}
 	}
-	c, err := sumCheckpoint(dir, max, true)
+	c, err := sumCheckpoint(ctx, dir, max, true)
 	if err != nil {
 		return Checkpoint{}, err
 	}
@@ -147,8 +147,9 @@ func (s *Sandbox) checkpoint(ctx context.Context, dir string, max int64, leave b
 
 // sumCheckpoint sums the size and digest of the image in dir: its
 // regular files by name (anything else is refused), at most max bytes;
-// own makes them owner-only first.
-func sumCheckpoint(dir string, max int64, own bool) (Checkpoint, error) {
+// own makes them owner-only first. It stops when ctx ends (a memory
+// image may take seconds to read), with ctx's error.
+func sumCheckpoint(ctx context.Context, dir string, max int64, own bool) (Checkpoint, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return Checkpoint{}, err
@@ -182,7 +183,7 @@ func sumCheckpoint(dir string, max int64, own bool) (Checkpoint, error) {
 			return Checkpoint{}, err
 		}
 		fmt.Fprintf(h, "%q %d\n", name, st.Size())
-		n, err := io.Copy(h, io.LimitReader(f, st.Size()+1))
+		n, err := copyUntil(ctx, h, io.LimitReader(f, st.Size()+1))
 		f.Close()
 		if err != nil {
 			return Checkpoint{}, err
@@ -193,6 +194,24 @@ func sumCheckpoint(dir string, max int64, own bool) (Checkpoint, error) {
 	}
 	c.SHA256 = hex.EncodeToString(h.Sum(nil))
 	return c, nil
+}
+
+// copyUntil copies r to w, a chunk at a time, until ctx ends.
+func copyUntil(ctx context.Context, w io.Writer, r io.Reader) (int64, error) {
+	var n int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		m, err := io.CopyN(w, r, 1<<20)
+		n += m
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
 }
 
 // restoreArgs are what start needs to restore a sandbox.
@@ -252,16 +271,17 @@ func (h *Host) Restore(ctx context.Context, spec Spec, dir string, want Checkpoi
 	rs := &restoreArgs{dir: dir, fill: fill, verified: make(chan error, 1)}
 	begun := time.Now()
 	go func() {
-		err := verifyCheckpoint(dir, want)
+		err := verifyCheckpoint(ctx, dir, want)
 		rs.times.Verify = time.Since(begun)
 		rs.verified <- err
 	}()
 	return h.start(ctx, spec, rs)
 }
 
-// verifyCheckpoint checks the image in dir against want.
-func verifyCheckpoint(dir string, want Checkpoint) error {
-	got, err := sumCheckpoint(dir, want.Bytes, false)
+// verifyCheckpoint checks the image in dir against want, until ctx ends
+// (a restore whose client left waits for nothing).
+func verifyCheckpoint(ctx context.Context, dir string, want Checkpoint) error {
+	got, err := sumCheckpoint(ctx, dir, want.Bytes, false)
 	if err == nil && got != want {
 		err = fmt.Errorf("%w: the memory image does not match the digest recorded when it was written", errdefs.ErrImageCorrupt)
 	}
