@@ -51,15 +51,21 @@ type Zygote struct {
 	next    int
 	pending map[int]chan result
 	exits   map[int]chan syscall.WaitStatus // host pid -> how it ended
-	// pidfds hold every runtime not yet reported ended; when the template
-	// dies they become orphans, the server's children now (it is a child
-	// subreaper), reaped by Close through them (never by pid: a pid may
-	// be reused).
-	pidfds  map[int]*os.File
-	orphans []*os.File
-	dead    chan struct{}
-	Errors  map[string]string // preload failures
-	Started time.Duration     // how long the preload took
+	// pidfds hold every runtime not yet reported ended (or, once the
+	// template has died, not yet reaped); abandoned, those whose fork
+	// nobody took (its caller gave up), killed at once. When the template
+	// dies its runtimes become orphans, the server's children (it is a
+	// child subreaper): each is reaped through its pidfd (never by pid: a
+	// pid may be reused) as it ends (see reapOrphan).
+	pidfds    map[int]*os.File
+	abandoned map[int]bool
+	// reaped: of each orphan, closed once reapOrphan has reaped it.
+	reaped map[int]chan struct{}
+	// onAbandon, if set (tests), hears of each runtime abandoned.
+	onAbandon func(pid int)
+	dead      chan struct{}
+	Errors    map[string]string // preload failures
+	Started   time.Duration     // how long the preload took
 }
 
 type result struct {
@@ -117,7 +123,7 @@ func Start(ctx context.Context, h *jail.Host, cfg config.Config, log *slog.Logge
 	if err != nil {
 		return nil, err
 	}
-	z := &Zygote{t: t, log: log, pending: map[int]chan result{}, exits: map[int]chan syscall.WaitStatus{}, pidfds: map[int]*os.File{}, dead: make(chan struct{})}
+	z := &Zygote{t: t, log: log, pending: map[int]chan result{}, exits: map[int]chan syscall.WaitStatus{}, pidfds: map[int]*os.File{}, abandoned: map[int]bool{}, reaped: map[int]chan struct{}{}, dead: make(chan struct{})}
 	cm := configMsg{Type: "config", Preload: cfg.Pool.Preload, NrSetns: unix.SYS_SETNS, Warm: cfg.Pool.WarmRuntimes}
 	b, _ := json.Marshal(cm)
 	start := time.Now()
@@ -201,8 +207,9 @@ func (z *Zygote) loop() {
 			delete(z.exits, pid)
 		}
 		for pid, f := range z.pidfds {
-			z.orphans = append(z.orphans, f)
-			delete(z.pidfds, pid)
+			done := make(chan struct{})
+			z.reaped[pid] = done
+			go z.reapOrphan(pid, f, done)
 		}
 		z.mu.Unlock()
 	}()
@@ -226,6 +233,7 @@ func (z *Zygote) loop() {
 			if f, ok := z.pidfds[m.Pid]; ok {
 				f.Close()
 				delete(z.pidfds, m.Pid)
+				delete(z.abandoned, m.Pid)
 			}
 			z.mu.Unlock()
 			continue
@@ -236,6 +244,14 @@ func (z *Zygote) loop() {
 		z.mu.Unlock()
 		r := result{pid: m.Pid}
 		switch {
+		case m.Type == "forked" && len(files) == 1 && ch == nil:
+			// A runtime whose caller gave up before it was forked: it
+			// is nobody's, and ends now.
+			z.mu.Lock()
+			z.pidfds[m.Pid] = files[0]
+			z.abandonLocked(m.Pid)
+			z.mu.Unlock()
+			files = nil
 		case ch == nil:
 		case m.Type == "forked" && len(files) == 1:
 			r.pidfd = files[0]
@@ -365,10 +381,64 @@ func (z *Zygote) forget(id int, ch chan result) {
 		case r := <-ch:
 			if r.pidfd != nil {
 				r.pidfd.Close()
+				z.mu.Lock()
+				z.abandonLocked(r.pid)
+				z.mu.Unlock()
 			}
 		case <-z.dead:
 		}
 	}()
+}
+
+// abandonLocked kills the runtime pid, forked for a caller that gave up
+// on it (its sandbox is being discarded, nobody holds its stdio): the
+// template reaps it, or, if the template has died, reapOrphan does (and
+// Close waits for that). z.mu is held.
+func (z *Zygote) abandonLocked(pid int) {
+	f, ok := z.pidfds[pid]
+	if !ok {
+		return // reaped already
+	}
+	z.abandoned[pid] = true
+	unix.PidfdSendSignal(int(f.Fd()), unix.SIGKILL, nil, 0)
+	if z.onAbandon != nil {
+		z.onAbandon(pid)
+	}
+}
+
+// orphanTimeout bounds how long Close waits for the abandoned runtimes,
+// killed, to end.
+const orphanTimeout = 10 * time.Second
+
+// reapOrphan reaps the runtime pid, an orphan of the dead template and
+// the server's child now, through its pidfd f once it has ended (the
+// wait is the poller's, no thread): an abandoned one, killed, at once;
+// one in use when its session ends it (its instance's watch reaps it
+// too: whichever waits second is told ECHILD). done is closed then.
+func (z *Zygote) reapOrphan(pid int, f *os.File, done chan struct{}) {
+	pidfdExited(f)
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	unix.Waitid(unix.P_PIDFD, int(f.Fd()), nil, unix.WEXITED|unix.WNOHANG, nil)
+	delete(z.pidfds, pid)
+	delete(z.abandoned, pid)
+	delete(z.reaped, pid)
+	f.Close()
+	close(done)
+}
+
+// pidfdExited waits until the process of the pidfd f has ended (a pidfd
+// polls readable then); f must be pollable (non-blocking), so that the
+// wait costs no thread.
+func pidfdExited(f *os.File) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Read(func(fd uintptr) bool {
+		n, _ := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+		return n > 0
+	})
 }
 
 // wedged ends a template that stopped reading or answering, so that the
@@ -381,21 +451,32 @@ func (z *Zygote) wedged() {
 // Pid is the template's host pid.
 func (z *Zygote) Pid() int { return z.t.Pid() }
 
-// Close stops the template.
+// Close stops the template. It returns once the runtimes nobody took
+// (abandoned forks, killed) have been reaped, or orphanTimeout has
+// passed; those in use are reaped as their sessions end them.
 func (z *Zygote) Close() error {
 	z.closing.Store(true)
 	err := z.t.Close()
 	// The template is gone (and its socket closed, so the reader ends),
-	// and with it the parent of its runtimes: those that already ended
-	// wait as zombies of the server, which reaps them now (the rest are
-	// reaped as they end, see instance's pidfd watch).
+	// and with it the parent of its runtimes: each is reaped by its
+	// reapOrphan.
 	<-z.dead
 	z.mu.Lock()
-	for _, f := range z.orphans {
-		unix.Waitid(unix.P_PIDFD, int(f.Fd()), nil, unix.WEXITED|unix.WNOHANG, nil)
-		f.Close()
+	var waits []chan struct{}
+	for pid, done := range z.reaped {
+		if z.abandoned[pid] {
+			waits = append(waits, done)
+		}
 	}
-	z.orphans = nil
 	z.mu.Unlock()
+	bound := time.After(orphanTimeout)
+	for _, done := range waits {
+		select {
+		case <-done:
+		case <-bound:
+			z.log.Warn("a killed python runtime the template forked has not ended; it is reaped when it does")
+			return err
+		}
+	}
 	return err
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"airlock/internal/config"
 	"airlock/internal/jail"
 	"airlock/internal/jail/jailtest"
@@ -132,5 +134,135 @@ func TestForkedIntoTheSandboxCgroup(t *testing.T) {
 	if in, err := sb.Cgroup().Holds(fk.Pid); !in || err != nil {
 		cg, _ := os.ReadFile("/proc/" + strconv.Itoa(fk.Pid) + "/cgroup")
 		t.Errorf("the runtime is not in its sandbox's cgroup (%v):\n%s", err, cg)
+	}
+}
+
+// stdioPairs are a runtime's fds 0-3 and the host's ends of them, closed
+// as the test ends.
+func stdioPairs(t *testing.T) (stdio, host [4]*os.File) {
+	t.Helper()
+	for i := range stdio {
+		fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		host[i], stdio[i] = os.NewFile(uintptr(fds[0]), "host"), os.NewFile(uintptr(fds[1]), "runtime")
+		t.Cleanup(func() { host[i].Close(); stdio[i].Close() })
+	}
+	return stdio, host
+}
+
+// gone waits until no process pid is left, not even a zombie, and
+// reports whether that happened within 30 s.
+func gone(pid int) bool {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); os.IsNotExist(err) {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
+
+func state(pid int) string {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	return string(b)
+}
+
+// TestOrphansReaped: the runtimes of a template that died are the
+// server's children (a child subreaper), and none is left behind: one
+// whose caller gives up on it then is killed and reaped by the time
+// Close returns; one in use is reaped when its session ends it, with
+// nobody else waiting for it. (Close's single WNOHANG pass left the
+// first running, then a zombie, and the second a zombie.)
+func TestOrphansReaped(t *testing.T) {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	h, cfg := testHost(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	z, err := Start(ctx, h, cfg, slog.New(newRecords()), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer z.Close()
+	var sbs [2]*jail.Sandbox
+	var pids [2]int
+	for i := range sbs {
+		sb, err := h.Start(ctx, jail.Spec{Name: "zygote-orphan-" + strconv.Itoa(i), Slot: jail.ServerSlotBase + 8 + uint32(i), Limits: cfg.Defaults})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Close()
+		sbs[i] = sb
+		stdio, host := stdioPairs(t)
+		fk, err := z.Fork(ctx, sb, cfg.Defaults, stdio)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fk.Pidfd.Close() // no instance watches it here
+		host[3].SetReadDeadline(time.Now().Add(30 * time.Second))
+		if _, err := host[3].Read(make([]byte, 1)); err != nil {
+			t.Fatalf("no hello from the runtime: %v", err)
+		}
+		pids[i] = fk.Pid
+	}
+	syscall.Kill(z.Pid(), syscall.SIGKILL)
+	<-z.Dead()
+	// The caller of the second gives up on it now (as forget does when
+	// its answer comes too late).
+	z.mu.Lock()
+	z.abandonLocked(pids[1])
+	z.mu.Unlock()
+	z.Close()
+	if _, err := os.Stat("/proc/" + strconv.Itoa(pids[1])); err == nil {
+		t.Errorf("the abandoned runtime %d is left after Close: %s", pids[1], state(pids[1]))
+	}
+	if _, err := os.Stat("/proc/" + strconv.Itoa(pids[0])); err != nil {
+		t.Fatalf("the runtime in use ended with its template: %v", err)
+	}
+	sbs[0].Close() // its session ends it
+	if !gone(pids[0]) {
+		t.Errorf("the runtime in use, ended, was not reaped: %s", state(pids[0]))
+	}
+}
+
+// TestAbandonedForkKilled: a runtime forked for a caller that gave up
+// (its context ended before the template answered) is killed at once
+// and reaped, even while its sandbox lives on.
+func TestAbandonedForkKilled(t *testing.T) {
+	h, cfg := testHost(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	z, err := Start(ctx, h, cfg, slog.New(newRecords()), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer z.Close()
+	abandoned := make(chan int, 1)
+	z.mu.Lock()
+	z.onAbandon = func(pid int) { abandoned <- pid }
+	z.mu.Unlock()
+	sb, err := h.Start(ctx, jail.Spec{Name: "zygote-abandoned", Slot: jail.ServerSlotBase + 10, Limits: cfg.Defaults})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	stdio, _ := stdioPairs(t)
+	given, giveUp := context.WithCancel(ctx)
+	giveUp()
+	if _, err := z.Fork(given, sb, cfg.Defaults, stdio); err == nil {
+		t.Fatal("a fork whose caller gave up was handed over")
+	}
+	select {
+	case pid := <-abandoned:
+		if !gone(pid) {
+			t.Errorf("the abandoned runtime %d is left: %s", pid, state(pid))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the template's answer to a fork nobody waits for was never taken")
 	}
 }
