@@ -82,6 +82,18 @@ func tryLock(path string, linger time.Duration) (*os.File, bool, error) {
 	}
 }
 
+// Held reports whether a process holds the lock file path now, without
+// taking it (a shared lock is tried and let go at once; the file is
+// never created or written).
+func Held(path string) bool {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return errors.Is(unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB), unix.EWOULDBLOCK)
+}
+
 // Holder is the pid written in the lock file path by the process that
 // last took it (0: none, as in a lock file of an older airlock).
 func Holder(path string) int {

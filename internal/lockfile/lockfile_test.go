@@ -129,6 +129,35 @@ func TestLockTwiceInOneProcess(t *testing.T) {
 	g.Close()
 }
 
+// Held tells a lock held from one nobody holds (or no file), and takes
+// nothing: a TryLock right after it succeeds, and the file is unchanged.
+func TestHeld(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "l")
+	if Held(path) {
+		t.Error("no file: held")
+	}
+	f, _, err := TryLock(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !Held(path) {
+		t.Error("a lock taken: not held")
+	}
+	f.Close()
+	before, _ := os.ReadFile(path)
+	if Held(path) {
+		t.Error("a lock let go: held")
+	}
+	g, held, err := TryLock(path)
+	if err != nil || held {
+		t.Fatalf("a lock after Held: %v %v", held, err)
+	}
+	g.Close()
+	if after, _ := os.ReadFile(path); string(before) != string(after) || len(after) == 0 {
+		t.Errorf("the lock file changed: %q, %q", before, after)
+	}
+}
+
 func TestAlive(t *testing.T) {
 	if !Alive(os.Getpid()) || !Alive(0) {
 		t.Error("this process, or an unknown one, is not alive")

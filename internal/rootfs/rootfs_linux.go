@@ -244,6 +244,10 @@ func PrepareTemplate(dir string, s Spec) (string, error) {
 		fmt.Fprintf(h, "image %q %q %q\n", s.Image, s.ImageBinds, s.ImageLinks)
 	}
 	final := path.Join(dir, fmt.Sprintf("rootfs-%x", h.Sum(nil)[:12]))
+	// Leased before it is looked at: no sweep removes it from now on.
+	if err := lease(final); err != nil {
+		return "", err
+	}
 	if st, err := os.Lstat(final); err == nil && st.IsDir() {
 		// Fresh again: SweepTemplates spares what was used in the last
 		// minute, and this one is about to be mounted.
@@ -284,9 +288,10 @@ func PrepareTemplate(dir string, s Spec) (string, error) {
 
 // SweepTemplates removes the templates in dir other than keep: those of
 // earlier airlock versions or host configurations, and half-written ones
-// of a process that died. A template a sandbox still has as its root (an
-// `airlock run` of another version), or one made in the last minute, is
-// left alone.
+// of a process that died. A template some live process leases (see
+// lease: a server or run of any version, however idle), one a sandbox
+// still has as its root (an `airlock run` of a version before leases),
+// or one made in the last minute is left alone.
 func SweepTemplates(dir, keep string) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -294,24 +299,45 @@ func SweepTemplates(dir, keep string) error {
 	}
 	var errs []error
 	var used map[string]bool
+	names := map[string]bool{}
+	for _, e := range ents {
+		names[e.Name()] = true
+	}
 	for _, e := range ents {
 		name := e.Name()
-		if !e.IsDir() || path.Join(dir, name) == keep ||
+		p := path.Join(dir, name)
+		if isLease(name) && !names[strings.TrimSuffix(name, leaseSuffix)] {
+			// Its template is gone (a sweep that died midway).
+			if release, ok := claim(strings.TrimSuffix(p, leaseSuffix)); ok {
+				release()
+			}
+			continue
+		}
+		if !e.IsDir() || p == keep ||
 			!(strings.HasPrefix(name, "rootfs-") || strings.HasPrefix(name, ".rootfs-")) {
 			continue
 		}
 		if info, err := e.Info(); err != nil || time.Since(info.ModTime()) < time.Minute {
 			continue
 		}
+		release := func() {}
+		if strings.HasPrefix(name, "rootfs-") {
+			var ok bool
+			if release, ok = claim(p); !ok {
+				continue // a live process uses it
+			}
+		}
 		if used == nil {
 			used = mountedTemplates()
 		}
 		if used[name] {
+			release()
 			continue
 		}
-		if err := os.RemoveAll(path.Join(dir, name)); err != nil {
+		if err := os.RemoveAll(p); err != nil {
 			errs = append(errs, err)
 		}
+		release()
 	}
 	return errors.Join(errs...)
 }

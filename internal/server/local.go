@@ -17,6 +17,7 @@ import (
 	"airlock/internal/image"
 	"airlock/internal/instance"
 	"airlock/internal/jail"
+	"airlock/internal/lockfile"
 	"airlock/internal/pool"
 	"airlock/internal/runtimes"
 	"airlock/internal/session"
@@ -70,6 +71,16 @@ func NewLocal(cfg config.Config, log *slog.Logger) (*Local, error) {
 	}
 	jail.Trace("host ready")
 	host.Cgroups().Sweep("r-", jail.StaleRun)
+	// Root templates of other builds: a host that only ever runs cold
+	// would keep one per build. Those a live process uses are leased,
+	// and stay; while a server runs on the state directory (perhaps of a
+	// version before leases, idle), its start swept already, and a run
+	// leaves it be.
+	if !lockfile.Held(stateLockPath(cfg.StateDir)) {
+		if err := host.SweepTemplates(); err != nil {
+			log.Warn("removing old root templates", "err", err)
+		}
+	}
 	jail.Trace("swept")
 	slot, err := host.CLISlot()
 	if err != nil {

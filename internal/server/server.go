@@ -635,13 +635,17 @@ func listenUnix(path string) (net.Listener, error) {
 	return ln, nil
 }
 
+// stateLockPath is the lock file of the server on the state directory
+// dir.
+func stateLockPath(dir string) string { return filepath.Join(dir, "server.lock") }
+
 // lockState takes an exclusive lock on the state directory (see
 // lockfile: a server killed with SIGKILL does not keep it).
 func lockState(dir string) (*os.File, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
-	f, held, err := lockfile.TryLock(filepath.Join(dir, "server.lock"))
+	f, held, err := lockfile.TryLock(stateLockPath(dir))
 	switch {
 	case held && err != nil:
 		return nil, fmt.Errorf("%w: another airlock server uses %s: %v", errdefs.ErrUnavailable, dir, err)
