@@ -2,6 +2,7 @@ package exeseal
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -99,7 +100,16 @@ func openMemfd() (*Exe, error) {
 
 // sealMemfd copies src into a memfd and seals it against every change.
 func sealMemfd(src io.Reader) (*Exe, error) {
-	fd, err := unix.MemfdCreate("airlock", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	// MFD_EXEC: where vm.memfd_noexec is 1 a memfd is otherwise made
+	// non-executable, and every init would fail to start. Kernels before
+	// 6.3 know no such flag (EINVAL) and make every memfd executable.
+	fd, err := unix.MemfdCreate("airlock", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING|unix.MFD_EXEC)
+	if errors.Is(err, unix.EINVAL) {
+		fd, err = unix.MemfdCreate("airlock", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	}
+	if errors.Is(err, unix.EACCES) {
+		return nil, fmt.Errorf("exeseal: memfd_create: %w (vm.memfd_noexec is 2: no memfd may be executed)", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("exeseal: memfd_create: %w", err)
 	}
@@ -112,6 +122,12 @@ func sealMemfd(src io.Reader) (*Exe, error) {
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("exeseal: seal: %w", err)
+	}
+	// Refuse here, not at every sandbox's start.
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&0o100 == 0 {
+		f.Close()
+		return nil, fmt.Errorf("exeseal: the sealed memfd is not executable (mode %#o, %v; see vm.memfd_noexec)", st.Mode&0o777, err)
 	}
 	return &Exe{f: f, Method: SealedMemfd}, nil
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 
 	"airlock/internal/testenv"
@@ -218,5 +219,42 @@ func TestOpenInit(t *testing.T) {
 			}
 			t.Errorf("%s: %v, want ErrStampMismatch", name, err)
 		}
+	}
+}
+
+// Where vm.memfd_noexec is 1 (a hardened host, or a container's pid
+// namespace), a memfd made without MFD_EXEC cannot be executed: the
+// sealed init must still run. The sysctl is per pid namespace, so the
+// test sets it in a child's own. checked against a mutant: without
+// MFD_EXEC, the child's exec failed with EACCES.
+func TestMemfdNoexecSysctl(t *testing.T) {
+	const child = "AIRLOCK_EXESEAL_NOEXEC_CHILD"
+	if os.Getenv(child) == "1" {
+		if err := os.WriteFile("/proc/sys/vm/memfd_noexec", []byte("1"), 0); err != nil {
+			t.Fatal(err)
+		}
+		e, err := openMemfd()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		if out, err := exec.Command(e.Path(), "-test.run=^$").CombinedOutput(); err != nil {
+			t.Fatalf("cannot execute it: %v %s", err, out)
+		}
+		return
+	}
+	if os.Geteuid() != 0 {
+		testenv.Skip(t, "privileged test: a pid namespace needs root")
+	}
+	if _, err := os.Stat("/proc/sys/vm/memfd_noexec"); err != nil {
+		t.Logf("no vm.memfd_noexec (kernel before 6.3): every memfd is executable")
+		return
+	}
+	cmd := exec.Command("/proc/self/exe", "-test.run=^TestMemfdNoexecSysctl$", "-test.v")
+	cmd.Env = append(os.Environ(), child+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("--- PASS")) {
+		t.Fatalf("in a pid namespace with vm.memfd_noexec=1: %v\n%s", err, out)
 	}
 }
