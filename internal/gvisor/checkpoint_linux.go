@@ -26,13 +26,21 @@ import (
 )
 
 // copyKeeper copies the keeper binary src into the state directory, once
-// per version of it (its size and modification time name the copy):
-// sandboxes bind the copy, which nothing rewrites under them, and a
-// checkpoint restores only with the keeper it was taken with. Other
-// versions' copies are left (a server or doctor of another version may
-// use them); each is the size of the airlock binary.
+// per version of it (a digest of its content names the copy: a size and
+// modification time would name two builds alike where a build system
+// fixes the times, and a stale keeper would run): sandboxes bind the
+// copy, which nothing rewrites under them, and a checkpoint restores only
+// with the keeper it was taken with. Other versions' copies are left (a
+// server or doctor of another version may use them); each is the size of
+// the airlock binary.
 func copyKeeper(stateDir, src string) (string, error) {
-	st, err := os.Stat(src)
+	in, err := os.Open(src)
+	if err != nil {
+		return "", err
+	}
+	defer in.Close()
+	h := sha256.New()
+	size, err := io.Copy(h, in)
 	if err != nil {
 		return "", err
 	}
@@ -40,24 +48,27 @@ func copyKeeper(stateDir, src string) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
-	name := fmt.Sprintf("keeper-%d-%d", st.Size(), st.ModTime().UnixNano())
-	dst := filepath.Join(dir, name)
-	if got, err := os.Stat(dst); err == nil && got.Size() == st.Size() {
+	dst := filepath.Join(dir, "keeper-"+hex.EncodeToString(h.Sum(nil)))
+	if got, err := os.Stat(dst); err == nil && got.Size() == size {
 		return dst, nil
 	}
-	in, err := os.Open(src)
-	if err != nil {
+	if _, err := in.Seek(0, io.SeekStart); err != nil {
 		return "", err
 	}
-	defer in.Close()
 	tmp, err := os.CreateTemp(dir, ".tmp-")
 	if err != nil {
 		return "", err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := io.Copy(tmp, in); err != nil {
+	// Summed again as copied: the copy is of the content its name says.
+	h.Reset()
+	if _, err := io.Copy(io.MultiWriter(tmp, h), in); err != nil {
 		tmp.Close()
 		return "", err
+	}
+	if filepath.Join(dir, "keeper-"+hex.EncodeToString(h.Sum(nil))) != dst {
+		tmp.Close()
+		return "", fmt.Errorf("%s changed while it was copied", src)
 	}
 	if err := tmp.Chmod(0o500); err != nil {
 		tmp.Close()
