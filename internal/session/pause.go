@@ -703,6 +703,11 @@ func (m *Manager) resume(ctx context.Context, id string) (*Session, error) {
 // with its memory when r has some, else, or when a session cannot be
 // made of its memory, with its files, saying why.
 func (m *Manager) createRestored(ctx context.Context, req apitype.CreateSessionRequest, r *restoring) (*Session, error) {
+	// A shutdown ends the restore as its client leaving does: what it
+	// reads stops, its sandbox goes, the source stays as it was.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(m.stopping, cancel)()
 	mr := r.memory
 	if mr == nil {
 		return m.create(ctx, req, r)

@@ -18,6 +18,8 @@ import (
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/identity"
+	"airlock/internal/pauseimage"
+	"airlock/internal/workspace"
 )
 
 // persistConfig is the test configuration with persistence on, in a
@@ -487,6 +489,51 @@ func TestResumeCancelled(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkFiles(t, r, files)
+}
+
+// TestShutdownStopsARestore: a server shutting down (Close) does not wait
+// for a resume to read its image: the restore stops, its sandbox goes,
+// and the session stays paused with its image whole, for the next start.
+func TestShutdownStopsARestore(t *testing.T) {
+	cfg := persistConfig(t)
+	cfg.Persistence.OnShutdown = "end"
+	m, src, _ := newTestManager(t, cfg)
+	s := create(t, m, "python")
+	writeFiles(t, s, someFiles)
+	if _, err := s.Pause(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	m.hook = func(point, _ string) {
+		if point == "restoring" {
+			go func() { m.Close(); close(closed) }()
+			<-m.stopping.Done()
+		}
+	}
+	if _, err := m.ResumeFor(context.Background(), s.ID()); !errors.Is(err, context.Canceled) {
+		t.Errorf("a resume during a shutdown: %v", err)
+	}
+	<-closed
+	src.mu.Lock()
+	for i, f := range src.all {
+		if !f.closed.Load() {
+			t.Errorf("instance %d outlived the shutdown", i)
+		}
+	}
+	src.mu.Unlock()
+	im, err := pauseimage.Open(cfg.Persistence.Dir, s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer im.Close()
+	ws, err := workspace.OpenOut(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	if err := im.Restore(context.Background(), ws, 4<<20); err != nil {
+		t.Errorf("the image after the shutdown: %v", err)
+	}
 }
 
 // TestLifetime: a session's lifetime ends it (on_timeout end) or pauses

@@ -61,6 +61,10 @@ func gone(end apitype.End) error { return &EndedError{End: end} }
 // Manager owns every session of a server.
 type Manager struct {
 	cfg config.Config
+	// stopping ends with Close: what a restore reads (a paused
+	// session's image, for a resume or fork) stops with it.
+	stopping context.Context
+	stop     context.CancelFunc
 	// sources build the sandboxes of each isolation the server offers.
 	sources map[config.Isolation]Source
 	// templates build those made from templates (nil: none).
@@ -118,7 +122,8 @@ type Manager struct {
 	// where another call may come in: "written" (a pause's image is
 	// written, the session not yet listed as paused), "listed" (listed
 	// as paused, its sandbox not yet ended), "fork" (a paused
-	// source found, its image not yet opened).
+	// source found, its image not yet opened), "restoring" (a resumed
+	// or forked session's sandbox made, its files not yet restored).
 	hook func(point, id string)
 	// onPause hears of every pause, resume and fork (OnPause).
 	onPause func(PauseEvent)
@@ -141,8 +146,10 @@ func newManager(cfg config.Config, source Source, log *slog.Logger) *Manager {
 		// error, not a configuration's.
 		panic("session: output policy: " + err.Error())
 	}
+	stopping, stop := context.WithCancel(context.Background())
 	return &Manager{
-		cfg: cfg, sources: map[config.Isolation]Source{cfg.Isolation: source}, log: log, policy: p,
+		cfg: cfg, stopping: stopping, stop: stop,
+		sources: map[config.Isolation]Source{cfg.Isolation: source}, log: log, policy: p,
 		packages: packages.New(cfg.Packages, log),
 		admit:    NewTenants(cfg, nil),
 		execs:    make(chan struct{}, cfg.Server.MaxConcurrentExecutions),
@@ -571,6 +578,9 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest, 
 			if r.memory != nil {
 				s.restoredWhy = "the memory image was not restored (" + errdefs.Message(r.memory.why) + "); the files were"
 			}
+			if m.hook != nil {
+				m.hook("restoring", r.meta.ID)
+			}
 			err = r.image.Restore(ctx, s.workspace(), int64(m.cfg.Persistence.MaxImageBytes))
 			if err == nil {
 				err = s.restorePackages(ctx)
@@ -926,7 +936,10 @@ func (m *Manager) Close() {
 	m.closed = true
 	m.mu.Unlock()
 	// A creation under way sees closed when it is done and tears its
-	// sandbox down itself; none may outlive Close.
+	// sandbox down itself; none may outlive Close. A restore under way
+	// stops reading its image (its session stays paused) rather than
+	// hold the shutdown for it.
+	m.stop()
 	m.creates.Wait()
 	m.mu.Lock()
 	if m.sweeper != nil {
