@@ -11,8 +11,12 @@ import (
 // starts, because its import path sorts after theirs (net waits for
 // vendor/golang.org/x/net/...; runtime/debug, path/filepath and
 // crypto/rand for most of github.com/...), or is what only the server
-// uses. TestInitInitialisers in cmd/airlock measures the result.
+// uses, or the seccomp filter's compiler (the host compiles; the init
+// installs the bytes, and go-seccomp-bpf's syscall tables would be
+// initialised in every init of cmd/airlock-init). TestInitInitialisers in
+// cmd/airlock measures the result.
 var lateDeps = []string{
+	"airlock/internal/seccomp", "github.com/elastic/go-seccomp-bpf", "golang.org/x/net/bpf",
 	"net", "net/http", "runtime/debug", "path/filepath", "crypto/rand", "crypto/tls", "database/sql",
 	"airlock/internal/errdefs", "airlock/internal/config", "airlock/internal/apitype",
 	"modernc.org/", "github.com/jackc/", "github.com/prometheus/", "github.com/modelcontextprotocol/",

@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"airlock/internal/landlock"
-	"airlock/internal/seccomp"
 )
 
 // StatusFields are the fields of a /proc/<pid>/status, values trimmed.
@@ -96,10 +95,7 @@ func applyStep(s Step, ruleset int) error {
 		}
 		return landlock.RestrictThread(ruleset)
 	case OpSeccomp:
-		if len(s.Filter) == 0 || len(s.Filter)%8 != 0 {
-			return fmt.Errorf("a filter of %d bytes", len(s.Filter))
-		}
-		return seccomp.InstallThread(programFromBytes(s.Filter))
+		return installFilter(s.Filter)
 	}
 	return fmt.Errorf("not a %s step here", s.Phase)
 }

@@ -15,7 +15,6 @@ import (
 	"airlock/internal/landlock"
 	"airlock/internal/loopback"
 	"airlock/internal/rootfs"
-	"airlock/internal/seccomp"
 )
 
 // Main is the sandbox init: PID 1 of the sandbox, re-executed from the
@@ -420,15 +419,29 @@ func spawner(st *initState, ready chan<- error) {
 	}
 }
 
-func programFromBytes(b []byte) seccomp.Program {
-	prog := make(seccomp.Program, len(b)/8)
-	for i := range prog {
-		w := b[8*i:]
-		prog[i].Op = *(*uint16)(unsafe.Pointer(&w[0]))
-		prog[i].Jt, prog[i].Jf = w[2], w[3]
-		prog[i].K = *(*uint32)(unsafe.Pointer(&w[4]))
+// installFilter sets no_new_privs and installs raw, a compiled seccomp
+// filter (package seccomp's Program.Bytes: struct sock_filter entries),
+// on the calling OS thread only: its caller is locked to the thread that
+// forks the sandboxed process. The init installs it itself so that it
+// does not link the filter's compiler (its tables are initialised in
+// every process that links them: see the package comment).
+func installFilter(raw []byte) error {
+	if len(raw) == 0 || len(raw)%8 != 0 || len(raw)/8 > 0xffff {
+		return fmt.Errorf("seccomp: a filter of %d bytes", len(raw))
 	}
-	return prog
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("seccomp: no_new_privs: %w", err)
+	}
+	filter := make([]unix.SockFilter, len(raw)/8)
+	for i := range filter {
+		w := raw[8*i:]
+		filter[i] = unix.SockFilter{Code: *(*uint16)(unsafe.Pointer(&w[0])), Jt: w[2], Jf: w[3], K: *(*uint32)(unsafe.Pointer(&w[4]))}
+	}
+	fprog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+	if _, _, errno := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog))); errno != 0 {
+		return fmt.Errorf("seccomp: install filter: %w", errno)
+	}
+	return nil
 }
 
 // CapLastCap is the highest capability number this kernel knows.

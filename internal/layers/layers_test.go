@@ -86,7 +86,7 @@ var rules = map[string]rule{
 	// The sandbox's init and the control protocol's wire: the init is
 	// every sandbox's PID 1, so it imports no shared package (errdefs
 	// pulls in net/http) and only the mechanisms it applies.
-	"jailinit": {layer: "jail", noShared: true, may: []string{"seccomp", "landlock", "rootfs", "loopback"}},
+	"jailinit": {layer: "jail", noShared: true, may: []string{"landlock", "rootfs", "loopback"}},
 
 	// Mechanisms: each one thing, importing no other but as listed.
 	"seccomp":  {layer: "mechanism"},

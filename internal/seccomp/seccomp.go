@@ -1,6 +1,8 @@
 // Package seccomp owns the syscall filter every sandboxed process runs
-// under: the policy (what is denied and with which errno), its compilation
-// to classic BPF once per process, and installing it on the calling thread.
+// under: the policy (what is denied and with which errno) and its
+// compilation to classic BPF once per process, whose bytes (Bytes) the
+// sandbox's init installs (package jailinit, which does not link this
+// compiler) and the Python template's children install themselves.
 //
 // The filter is a denylist over the native ABI with default allow, guarded
 // by an architecture check that kills the process for any foreign
