@@ -7,8 +7,9 @@
 // The preferred form is a detached, read-only, nosuid bind mount of the
 // binary made with open_tree(2): it costs no copy, belongs to no mount
 // namespace (so nobody can remount it writable), and the kernel refuses any
-// write through it with EROFS. Where that is unavailable, and for the
-// embedded init, a sealed memfd copy is used instead.
+// write through it with EROFS; the embedded init is first written, once
+// per build, to a file in a directory only root can write (OpenIn). Where
+// that is unavailable, a sealed memfd copy is used instead.
 //
 // It must never hand out a path into the host filesystem.
 package exeseal

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -58,7 +59,12 @@ func (e *Exe) Fd() int { return int(e.f.Fd()) }
 func (e *Exe) Close() error { return e.f.Close() }
 
 func openDetached() (*Exe, error) {
-	fd, err := unix.OpenTree(unix.AT_FDCWD, "/proc/self/exe", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	return openDetachedFile("/proc/self/exe", FromSelf)
+}
+
+// openDetachedFile seals path with a detached read-only mount of it.
+func openDetachedFile(path, from string) (*Exe, error) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("open_tree: %w", err)
 	}
@@ -75,13 +81,97 @@ func openDetached() (*Exe, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("detached mount is not read-only (%v)", err)
 	}
+	if st.Flags&unix.ST_NOEXEC != 0 {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%s is on a noexec mount", path)
+	}
 	wfd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(fd), unix.O_WRONLY|unix.O_CLOEXEC, 0)
 	if err == nil {
 		unix.Close(wfd)
 		unix.Close(fd)
 		return nil, fmt.Errorf("detached mount is writable")
 	}
-	return &Exe{f: os.NewFile(uintptr(fd), "airlock-exe"), Method: DetachedMount, From: FromSelf}, nil
+	return &Exe{f: os.NewFile(uintptr(fd), "airlock-exe"), Method: DetachedMount, From: from}, nil
+}
+
+// OpenIn is Open, keeping the embedded init in dir, a directory only
+// root can write (the state directory), as a file named by its stamp and
+// running it from a detached read-only mount of that file: a process that
+// starts few sandboxes (airlock run --cold) then neither copies nor scans
+// the init each time. The file is written, once per build, only after
+// the stamp check; if it cannot be used, the init is copied as by Open.
+func OpenIn(dir string) (*Exe, error) {
+	if embeddedInit == nil {
+		return Open()
+	}
+	if e, err := openCached(dir, embeddedInit, initStamp); err == nil {
+		return e, nil
+	}
+	return openInit(embeddedInit, initStamp)
+}
+
+// cachePrefix starts the name of an init kept in a directory.
+const cachePrefix = "airlock-init-"
+
+// openCached opens the init kept in dir for stamp, writing it from init
+// first if it is not there, and removes those of other builds.
+func openCached(dir string, init []byte, stamp string) (*Exe, error) {
+	hash, err := stampHash(stamp)
+	if err != nil {
+		return nil, err
+	}
+	name := filepath.Join(dir, cachePrefix+hash)
+	if _, err := os.Lstat(name); errors.Is(err, os.ErrNotExist) {
+		if err := checkStamp(init, stamp); err != nil {
+			return nil, err
+		}
+		if err := writeCached(dir, name, init); err != nil {
+			return nil, err
+		}
+		if old, err := filepath.Glob(filepath.Join(dir, cachePrefix+"*")); err == nil {
+			for _, o := range old {
+				if o != name {
+					os.Remove(o)
+				}
+			}
+		}
+	}
+	e, err := openDetachedFile(name, FromEmbedded)
+	if err != nil {
+		return nil, err
+	}
+	// Only root may have written it: root owns it, and no one else can.
+	var st unix.Stat_t
+	if err := unix.Fstat(e.Fd(), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != 0 || st.Mode&0o022 != 0 {
+		e.Close()
+		return nil, fmt.Errorf("%s is not a regular file only root can write (%v)", name, err)
+	}
+	return e, nil
+}
+
+// writeCached writes init to name in dir, whole or not at all.
+func writeCached(dir, name string, init []byte) error {
+	f, err := os.CreateTemp(dir, ".airlock-init-*")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(init)
+	if err == nil {
+		err = f.Chmod(0o555)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), name)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
 }
 
 func openMemfd() (*Exe, error) {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -256,5 +257,70 @@ func TestMemfdNoexecSysctl(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil || !bytes.Contains(out, []byte("--- PASS")) {
 		t.Fatalf("in a pid namespace with vm.memfd_noexec=1: %v\n%s", err, out)
+	}
+}
+
+// The embedded init kept in a directory: written once, whole, only after
+// the stamp check, executable from a read-only detached mount, reused,
+// and refused when someone other than root could have written it.
+// checked against a mutant: without the owner and mode check, the
+// group-writable file was run.
+func TestOpenCached(t *testing.T) {
+	testenv.RequireRoot(t, "open_tree needs root")
+	self, err := os.ReadFile("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	stale := filepath.Join(dir, cachePrefix+"0000")
+	if err := os.WriteFile(stale, []byte("old"), 0o555); err != nil {
+		t.Fatal(err)
+	}
+	other := strings.Replace(testStamp, "0", "f", 1)
+	if _, err := openCached(dir, self, other); !errors.Is(err, ErrStampMismatch) {
+		t.Errorf("another build's stamp: %v, want ErrStampMismatch", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("a refused init left files: %v", ents)
+	}
+
+	e, err := openCached(dir, self, testStamp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Method != DetachedMount || e.From != FromEmbedded {
+		t.Errorf("got a %s of %s", e.Method, e.From)
+	}
+	checkSealed(t, e)
+	e.Close()
+	name := filepath.Join(dir, cachePrefix+testStamp[len(stampPrefix):])
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 || ents[0].Name() != filepath.Base(name) {
+		t.Errorf("the directory holds %v, want only %s", ents, filepath.Base(name))
+	}
+	before, err := os.Stat(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.Mode().Perm() != 0o555 {
+		t.Errorf("mode %v, want r-xr-xr-x", before.Mode())
+	}
+	// Reused as it is: not written again, not scanned again (a stamp
+	// the bytes passed do not hold is not looked for).
+	e, err = openCached(dir, nil, testStamp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSealed(t, e)
+	e.Close()
+	if after, err := os.Stat(name); err != nil || !os.SameFile(before, after) {
+		t.Errorf("the kept init was replaced: %v", err)
+	}
+
+	if err := os.Chmod(name, 0o575); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := openCached(dir, self, testStamp); err == nil {
+		e.Close()
+		t.Error("ran a kept init its group could write")
 	}
 }

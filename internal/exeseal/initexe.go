@@ -28,12 +28,20 @@ const (
 // code than its own.
 var ErrStampMismatch = errors.New("the embedded sandbox init was not built from this binary's sources; rebuild with scripts/build.sh (or a plain go build ./cmd/airlock, which embeds none)")
 
+// stampHash is the hash of a stamp of the form scripts/build.sh writes.
+func stampHash(stamp string) (string, error) {
+	hash, ok := strings.CutPrefix(stamp, stampPrefix)
+	if !ok || len(hash) != 64 || strings.Trim(hash, "0123456789abcdef") != "" {
+		return "", fmt.Errorf("%w (this binary has no build stamp)", ErrStampMismatch)
+	}
+	return hash, nil
+}
+
 // checkStamp accepts init only when it carries this build's stamp, and
 // this build has one of the form scripts/build.sh writes.
 func checkStamp(init []byte, stamp string) error {
-	hash, ok := strings.CutPrefix(stamp, stampPrefix)
-	if !ok || len(hash) != 64 || strings.Trim(hash, "0123456789abcdef") != "" {
-		return fmt.Errorf("%w (this binary has no build stamp)", ErrStampMismatch)
+	if _, err := stampHash(stamp); err != nil {
+		return err
 	}
 	if !bytes.Contains(init, []byte(stamp)) {
 		return ErrStampMismatch

@@ -67,11 +67,6 @@ func NewHost(o Options) (_ *Host, err error) {
 		h.spawner = &spawner{h: h}
 	}
 	var problems []error
-	if h.exe, err = exeseal.Open(); err != nil {
-		problems = append(problems, fmt.Errorf("cannot seal the init executable: %v", err))
-	} else {
-		undo.Add(h.exe.Close)
-	}
 	if h.cg, err = cgroup.Open(o.CgroupParent); err != nil {
 		problems = append(problems, err)
 	}
@@ -104,6 +99,11 @@ func NewHost(o Options) (_ *Host, err error) {
 			return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 		}
 	}
+	// The embedded init, if any, is kept in the state directory.
+	if h.exe, err = exeseal.OpenIn(o.StateDir); err != nil {
+		return nil, fmt.Errorf("%w: cannot seal the init executable: %v; run `airlock doctor` for details", errdefs.ErrUnavailable, err)
+	}
+	undo.Add(h.exe.Close)
 	h.tmpCopy = map[string]string{}
 	h.baseRoot = rootfs.DefaultSpec(h.staging, Hostname)
 	h.baseRoot.Files = o.RootFiles
