@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -210,8 +211,10 @@ func TestGVisorPauseMemoryQuota(t *testing.T) {
 // numbers of their own from Python's random and numpy's global
 // generator (each reseeded from the kernel when it attaches), in the
 // default context and in a Python code context, and from bash's
-// $RANDOM in a bash one, and differ from their source; a resume, the
-// same session again, keeps its generators.
+// $RANDOM in a bash one, and differ from their source; each fork says
+// every runtime confirmed its reseed (reseeded), and one with a
+// JavaScript context, whose runtime cannot, names it (not_reseeded); a
+// resume, the same session again, keeps its generators.
 func TestGVisorForksReseeded(t *testing.T) {
 	s := startServer(t, gvisorMemoryConfig(t, nil))
 	ctx := context.Background()
@@ -239,6 +242,10 @@ func TestGVisorForksReseeded(t *testing.T) {
 		if err != nil || f.Restored != apitype.RestoreMemory {
 			t.Fatalf("fork %d: %+v %v", i, f, err)
 		}
+		// Every runtime confirmed its reseed, and the fork says so.
+		if f.Reseeded == nil || !*f.Reseeded || len(f.NotReseeded) > 0 {
+			t.Errorf("fork %d: reseeded %v, not reseeded %v", i, f.Reseeded, f.NotReseeded)
+		}
 		for c, code := range draws {
 			r, err := s.execute(f.ID, apitype.ExecuteRequest{Code: code, Context: c})
 			if err != nil || r.Error != nil {
@@ -253,12 +260,32 @@ func TestGVisorForksReseeded(t *testing.T) {
 		}
 		s.c.DeleteSession(ctx, f.ID)
 	}
+	// A runtime that cannot confirm a reseed (JavaScript's Math.random
+	// cannot be reseeded) is named in the fork's description.
+	js, err := s.c.CreateContext(ctx, a, apitype.CreateContextRequest{Language: "javascript"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := s.c.ForkSession(ctx, a)
+	if err != nil || f.Restored != apitype.RestoreMemory {
+		t.Fatalf("a fork with a JavaScript context: %+v %v", f, err)
+	}
+	if f.Reseeded == nil || *f.Reseeded || !slices.Equal(f.NotReseeded, []string{js.ID}) {
+		t.Errorf("a fork with a JavaScript context: reseeded %v, not reseeded %v (want [%s])", f.Reseeded, f.NotReseeded, js.ID)
+	}
+	if d, err := s.c.Session(ctx, f.ID); err != nil || d.Reseeded == nil || *d.Reseeded || len(d.NotReseeded) != 1 {
+		t.Errorf("the fork's description: %+v %v", d, err)
+	}
+	s.c.DeleteSession(ctx, f.ID)
+	if err := s.c.DeleteContext(ctx, a, js.ID); err != nil {
+		t.Fatal(err)
+	}
 	// The source was not reseeded by its forks, nor by a pause and
 	// resume: its generators are where random.seed(7) left them.
 	if _, err := s.c.PauseSession(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := s.c.ResumeSession(ctx, a); err != nil || res.Restored != apitype.RestoreMemory {
+	if res, err := s.c.ResumeSession(ctx, a); err != nil || res.Restored != apitype.RestoreMemory || res.Reseeded != nil {
 		t.Fatalf("resumed: %+v %v", res, err)
 	}
 	for _, c := range []string{"", py.ID} {

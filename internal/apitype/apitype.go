@@ -253,6 +253,15 @@ type Session struct {
 	Restores       string `json:"restores,omitempty"`
 	Restored       string `json:"restored,omitempty"`
 	RestoredReason string `json:"restored_reason,omitempty"`
+	// Reseeded says, for a fork restored with its memory (restored
+	// "memory"), whether every interpreter confirmed that it reseeded
+	// its random generators from the kernel (absent: not such a fork);
+	// false: NotReseeded lists the code contexts whose runtime did not
+	// (the session's own by its language), which draw what their source
+	// draws (a runtime paused by an airlock older than the reseed, or
+	// JavaScript, whose Math.random cannot be reseeded).
+	Reseeded    *bool    `json:"reseeded,omitempty"`
+	NotReseeded []string `json:"not_reseeded,omitempty"`
 	// Paused describes a paused session (state "paused").
 	Paused *PausedInfo `json:"paused,omitempty"`
 	// Tools are those the session opted in to.

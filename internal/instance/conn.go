@@ -22,8 +22,9 @@ type conn interface {
 	// setDefaults sets the variables of env the runtime's environment
 	// does not have, and keeps the rest.
 	setDefaults(env map[string]string) error
-	// reseed reseeds the runtime's random generators from the kernel.
-	reseed() error
+	// reseed reseeds the runtime's random generators from the kernel,
+	// and reports whether the runtime confirmed it did.
+	reseed() (bool, error)
 	// execute starts running code, with env's variables set for it
 	// alone (nil: none); the outcome arrives on events.
 	execute(id, code string, env map[string]string) error
@@ -56,9 +57,9 @@ type framedConn struct {
 	ch     chan runtimes.Message
 	rerr   error
 	hello  runtimes.Message
-	config chan string   // a configured reply's error, "" if none
-	done   chan struct{} // closed when the reader stops
-	quit   chan struct{} // closed by close: the reader must not block
+	config chan runtimes.Message // a configured reply
+	done   chan struct{}         // closed when the reader stops
+	quit   chan struct{}         // closed by close: the reader must not block
 	once   sync.Once
 	// cur is the execution whose messages are wanted, nil between
 	// executions. The runtime's socket is reachable by the code it runs:
@@ -75,7 +76,7 @@ func newFramedConn(f *os.File, maxFrame int) (*framedConn, error) {
 // framed is newFramedConn; without hello, of a runtime that said it
 // already (one restored from a checkpoint).
 func framed(f *os.File, maxFrame int, hello bool) (*framedConn, error) {
-	c := &framedConn{f: f, w: runtimes.NewFrameWriter(f), ch: make(chan runtimes.Message, 64), config: make(chan string, 1), done: make(chan struct{}), quit: make(chan struct{})}
+	c := &framedConn{f: f, w: runtimes.NewFrameWriter(f), ch: make(chan runtimes.Message, 64), config: make(chan runtimes.Message, 1), done: make(chan struct{}), quit: make(chan struct{})}
 	r := runtimes.NewFrameReader(f, maxFrame)
 	if hello {
 		m, err := r.Read()
@@ -103,7 +104,7 @@ func framed(f *os.File, maxFrame int, hello bool) (*framedConn, error) {
 			}
 			if m.Type == runtimes.TypeConfigured {
 				select {
-				case c.config <- m.Error:
+				case c.config <- m:
 				default:
 				}
 				continue
@@ -137,24 +138,31 @@ func (c *framedConn) setDefaults(env map[string]string) error {
 	return c.configureWith(runtimes.Message{Type: "configure", Defaults: env})
 }
 
-func (c *framedConn) reseed() error {
-	return c.configureWith(runtimes.Message{Type: "configure", Reseed: true})
+func (c *framedConn) reseed() (bool, error) {
+	r, err := c.configureReply(runtimes.Message{Type: "configure", Reseed: true})
+	return r.Reseeded, err
 }
 
 func (c *framedConn) configureWith(m runtimes.Message) error {
+	_, err := c.configureReply(m)
+	return err
+}
+
+// configureReply sends the configure m and returns the runtime's reply.
+func (c *framedConn) configureReply(m runtimes.Message) (runtimes.Message, error) {
 	if err := c.w.Write(m); err != nil {
-		return err
+		return runtimes.Message{}, err
 	}
 	select {
-	case e := <-c.config:
-		if e != "" {
+	case r := <-c.config:
+		if r.Error != "" {
 			// A runtime that could not take its environment or directory
 			// would run code somewhere it should not: it is not used.
-			return fmt.Errorf("the runtime could not be configured: %s", truncate(e, 1024))
+			return r, fmt.Errorf("the runtime could not be configured: %s", truncate(r.Error, 1024))
 		}
-		return nil
+		return r, nil
 	case <-c.done:
-		return fmt.Errorf("the runtime went away")
+		return runtimes.Message{}, fmt.Errorf("the runtime went away")
 	}
 }
 
@@ -268,20 +276,35 @@ func (c *bashConn) setDefaults(env map[string]string) error {
 	return c.configureWith(b.String())
 }
 
-func (c *bashConn) reseed() error {
-	// $RANDOM from getrandom(2) ($SRANDOM, bash 5.1 and later).
-	return c.configureWith(`[ -z "${SRANDOM+set}" ] || RANDOM=$SRANDOM`)
+func (c *bashConn) reseed() (bool, error) {
+	// $RANDOM from getrandom(2) ($SRANDOM, bash 5.1 and later); status 3
+	// says the shell has no $SRANDOM to take it from.
+	status, err := c.configureStatus(`if [ -n "${SRANDOM+set}" ]; then RANDOM=$SRANDOM; else (exit 3); fi`)
+	if err == nil && status != 0 && status != 3 {
+		err = fmt.Errorf("configuring the shell failed")
+	}
+	return status == 0 && err == nil, err
 }
 
 func (c *bashConn) configureWith(code string) error {
+	status, err := c.configureStatus(code)
+	if err == nil && status != 0 {
+		err = fmt.Errorf("configuring the shell failed")
+	}
+	return err
+}
+
+// configureStatus runs code in the shell between executions and returns
+// its status.
+func (c *bashConn) configureStatus(code string) (int, error) {
 	if err := c.execute("configure", code, nil); err != nil {
-		return err
+		return 0, err
 	}
 	m, ok := <-c.ch
-	if !ok || m.ExitCode != 0 {
-		return fmt.Errorf("configuring the shell failed")
+	if !ok {
+		return 0, fmt.Errorf("configuring the shell failed")
 	}
-	return nil
+	return m.ExitCode, nil
 }
 
 func (c *bashConn) reply(runtimes.Message) error {

@@ -17,6 +17,12 @@ import (
 // socketpair: hello, then configured with the given error.
 func fakeRuntime(t *testing.T, configErr string) *framedConn {
 	t.Helper()
+	return fakeRuntimeReply(t, runtimes.Message{Type: "configured", Error: configErr})
+}
+
+// fakeRuntimeReply is fakeRuntime answering the configure with reply.
+func fakeRuntimeReply(t *testing.T, reply runtimes.Message) *framedConn {
+	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +40,7 @@ func fakeRuntime(t *testing.T, configErr string) *framedConn {
 		if _, err := io.ReadFull(theirs, make([]byte, binary.BigEndian.Uint32(hdr[:]))); err != nil {
 			return
 		}
-		w.Write(runtimes.Message{Type: "configured", Error: configErr})
+		w.Write(reply)
 	}()
 	c, err := newFramedConn(ours, runtimes.MaxFrame)
 	if err != nil {
@@ -57,6 +63,24 @@ func TestConfigureError(t *testing.T) {
 			t.Errorf("reply %q: %v", tc.reply, err)
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("reply %q: got %v, want %q", tc.reply, err, tc.want)
+		}
+	}
+}
+
+// A reseed is confirmed only by a runtime that says so: one older than
+// the reseed answers configured without reseeded, and the fork says its
+// generators are its source's.
+func TestReseedConfirmed(t *testing.T) {
+	for _, tc := range []struct {
+		reply runtimes.Message
+		ok    bool
+	}{
+		{runtimes.Message{Type: "configured", Reseeded: true}, true},
+		{runtimes.Message{Type: "configured"}, false},
+	} {
+		ok, err := fakeRuntimeReply(t, tc.reply).reseed()
+		if err != nil || ok != tc.ok {
+			t.Errorf("reply %+v: %v %v, want %v", tc.reply, ok, err, tc.ok)
 		}
 	}
 }

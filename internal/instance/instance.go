@@ -290,9 +290,15 @@ func (in *Interp) SetDefaults(ctx context.Context, env map[string]string) error 
 // Reseed reseeds the runtime's random generators from the kernel (those
 // it knows of: Python's random and numpy's global generator, bash's
 // $RANDOM), for a runtime restored into a fork, whose memory is its
-// source's; between executions only.
-func (in *Interp) Reseed(ctx context.Context) error {
-	return in.ask(ctx, func() error { return in.conn.reseed() })
+// source's; between executions only. It reports whether the runtime
+// confirmed it (one older than the reseed ignores the request).
+func (in *Interp) Reseed(ctx context.Context) (bool, error) {
+	var ok bool
+	err := in.ask(ctx, func() (err error) {
+		ok, err = in.conn.reseed()
+		return err
+	})
+	return ok, err
 }
 
 // ask runs one request to the runtime and its reply, for at most 30 s.

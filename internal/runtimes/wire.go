@@ -59,6 +59,9 @@ type Message struct {
 	// configure: reseed the interpreter's random generators from the
 	// kernel (a restored fork shares its source's memory)
 	Reseed bool `json:"reseed,omitempty"`
+	// configured: the generators were reseeded (a runtime older than
+	// the reseed ignores it and does not say so)
+	Reseeded bool `json:"reseeded,omitempty"`
 	// run: the interpreter, the program file and its arguments
 	Argv  []string `json:"argv,omitempty"`
 	Fresh bool     `json:"fresh,omitempty"`

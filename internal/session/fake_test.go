@@ -258,11 +258,11 @@ func (it *fakeInterp) SetDefaults(ctx context.Context, env map[string]string) er
 	return nil
 }
 
-func (it *fakeInterp) Reseed(ctx context.Context) error {
+func (it *fakeInterp) Reseed(ctx context.Context) (bool, error) {
 	it.mu.Lock()
+	defer it.mu.Unlock()
 	it.reseeds++
-	it.mu.Unlock()
-	return nil
+	return true, nil
 }
 
 func (it *fakeInterp) Execute(id, code string, env map[string]string, sendBy time.Time) error {

@@ -26,8 +26,9 @@ type Interp interface {
 
 	Configure(ctx context.Context, env map[string]string, cwd string) error
 	SetDefaults(ctx context.Context, env map[string]string) error
-	// Reseed reseeds its random generators from the kernel.
-	Reseed(ctx context.Context) error
+	// Reseed reseeds its random generators from the kernel, and
+	// reports whether the runtime confirmed it.
+	Reseed(ctx context.Context) (bool, error)
 	Execute(id, code string, env map[string]string, sendBy time.Time) error
 	Run(id string, p instance.Program, sendBy time.Time) error
 	Reply(m runtimes.Message) error

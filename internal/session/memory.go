@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"airlock/internal/apitype"
@@ -263,6 +264,9 @@ func (s *Session) attachContexts(meta pausedMeta, mr *memoryRestore) error {
 // restored with its memory: its memory is its source's (and its
 // siblings'), and without this each would draw what the others draw.
 // A resumed session keeps its own: a pause changes nothing in it.
+// What the runtimes confirmed is the fork's reseeded (a runtime older
+// than the reseed ignores it: logged, and said in the fork's
+// description, not_reseeded).
 func (s *Session) reseed(ctx context.Context) error {
 	s.mu.Lock()
 	its := make(map[string]Interp, len(s.ctxs))
@@ -270,10 +274,23 @@ func (s *Session) reseed(ctx context.Context) error {
 		its[id] = c.it
 	}
 	s.mu.Unlock()
+	var not []string
 	for id, it := range its {
-		if err := it.Reseed(ctx); err != nil {
+		ok, err := it.Reseed(ctx)
+		if err != nil {
 			return fmt.Errorf("reseeding code context %s: %w", id, err)
 		}
+		if !ok {
+			not = append(not, id)
+		}
+	}
+	slices.Sort(not)
+	all := len(not) == 0
+	s.mu.Lock()
+	s.reseeded, s.notReseeded = &all, not
+	s.mu.Unlock()
+	if !all {
+		s.m.log.Warn("a fork's runtimes did not confirm they reseeded their random generators: they draw what their source draws", "session", s.id, "contexts", not)
 	}
 	return nil
 }

@@ -362,6 +362,11 @@ type Session struct {
 	lifeTimer   *time.Timer
 	restored    string
 	restoredWhy string
+	// reseeded: for a fork restored with its memory, whether every
+	// interpreter confirmed it reseeded its generators; notReseeded: the
+	// code contexts whose runtime did not.
+	reseeded    *bool
+	notReseeded []string
 	// checkpointing: a pause is checkpointing the sandbox, which ends
 	// with it (the pause's end, not a death: see monitor).
 	checkpointing atomic.Bool
@@ -1027,7 +1032,7 @@ func (s *Session) Info() (info apitype.Session) {
 		Template: s.template, TemplateVersion: s.templateVersion,
 		History:   s.hist.info(),
 		OnTimeout: s.made.OnTimeout, AutoResume: s.made.AutoResume, Restored: s.restored, RestoredReason: s.restoredWhy,
-		Metadata: s.made.Metadata,
+		Metadata: s.made.Metadata, Reseeded: s.reseeded, NotReseeded: s.notReseeded,
 	}
 	if s.client && state != apitype.StateEnded {
 		info.Restores = s.restores()

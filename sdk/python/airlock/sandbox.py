@@ -305,7 +305,7 @@ class Sandbox:
     def pause(self):
         """Pauses the session: its /workspace files and settings are kept on the server's disk and its
         sandbox freed; the interpreter's variables are not kept (``restores: "files"``), unless the
-        description said ``restores: "memory"`` (gVisor with ``gvisor.checkpoint``). ConflictError
+        description said ``restores: "memory"`` (gVisor on a server with persistence). ConflictError
         while code runs (interrupt it first). Returns the description (``state: "paused"``)."""
         self._info = self._t.call("POST", self._path("/pause"))
         return self._info
@@ -320,7 +320,10 @@ class Sandbox:
 
     def fork(self):
         """A new Sandbox from this one's files and settings (live or paused): its interpreters start
-        afresh (``restored: "files"``); this one goes on as it was."""
+        afresh (``restored: "files"``), or, where this one ``restores: "memory"``, run on from its
+        memory (``restored: "memory"``) with their random generators reseeded (its ``info``'s
+        ``reseeded`` says whether every runtime confirmed it, ``not_reseeded`` which did not); this
+        one goes on as it was."""
         return Sandbox(self._t.call("POST", self._path("/fork")), self._t)
 
     def set_timeout(self, timeout):

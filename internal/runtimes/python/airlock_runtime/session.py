@@ -377,11 +377,12 @@ class Session:
                 os.chdir(cwd)
             except OSError as e:
                 errors.append(f"cannot change directory to {cwd!r}: {e.strerror}")
+        reply: dict[str, Any] = {"type": "configured"}
         if msg.get("reseed") is True:
             # A restored fork: its memory, generators included, is its
-            # source's.
+            # source's. Said in the reply: the server tells the client.
             current.reseed()
-        reply: dict[str, Any] = {"type": "configured"}
+            reply["reseeded"] = True
         if errors:
             reply["error"] = "; ".join(errors)
         self.send(reply)

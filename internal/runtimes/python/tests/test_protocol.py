@@ -69,7 +69,7 @@ class HelloConfigureShutdownTest(unittest.TestCase):
             cwd = rt.execute("os.getcwd()").text
             rt.send({"type": "configure", "reseed": True})
             reply = rt.recv()
-            self.assertEqual(reply, {"type": "configured"})
+            self.assertEqual(reply, {"type": "configured", "reseeded": True})
             drawn = rt.execute("draw()").text
             self.assertEqual(len(drawn.split(",")), len(seeded.split(",")))
             for a, b in zip(seeded.strip("[]").split(","), drawn.strip("[]").split(",")):
