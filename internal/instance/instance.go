@@ -206,8 +206,11 @@ func (in *Instance) RetireFirst() {
 // ended); it waits until everything in the sandbox is gone. Runtimes
 // started beside the first (StartInterp) are their owner's to close.
 func (in *Instance) Close() error {
-	in.conn.close()
+	// The sandbox first: a runtime that saw its socket close would end as
+	// it does on end of file (atexit handlers, streams flushed), work no
+	// one sees and every one-shot paid for on the way to its teardown.
 	err := in.sb.Close()
+	in.conn.close()
 	if !in.retired.Load() {
 		in.closeIO()
 	}

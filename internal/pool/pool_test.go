@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -186,4 +187,42 @@ func TestPoolGrowsAndShrinks(t *testing.T) {
 		get(t, p)
 	}
 	waitFor(t, "the pool regrown", func() bool { s := pythonStats(p); return s.Target == 3 && s.Ready == 3 })
+}
+
+// A sandbox closed with its session ends its runtime with the rest of
+// it: the runtime never sees its socket close first, so it does not run
+// the atexit handlers and flushes of an ending interpreter (work no one
+// sees, which every one-shot paid for on its way to the teardown).
+func TestCloseKillsRuntimeFirst(t *testing.T) {
+	p := testPool(t, zygote.Start)
+	waitFor(t, "a pool of forked sandboxes", func() bool { return readyForked(p) })
+	inst := get(t, p)
+	if !inst.Forked() {
+		t.Fatal("want a sandbox the template forked")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := inst.Configure(ctx, map[string]string{"PATH": "/usr/bin:/bin"}, "/workspace"); err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.Attach(instance.OutputFunc(func([]byte, bool) {})); err != nil {
+		t.Fatal(err)
+	}
+	inst.Barrier()
+	if err := inst.Execute("e1", "import atexit, os\natexit.register(os._exit, 42)", nil, time.Now().Add(10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	for m := range inst.Messages() {
+		if m.Type == runtimes.TypeDone {
+			break
+		}
+	}
+	inst.Close()
+	e, ok := inst.ProgramExit()
+	if !ok {
+		t.Fatal("the template did not say how the runtime ended")
+	}
+	if e.Signal != syscall.SIGKILL {
+		t.Errorf("the runtime ended with %+v, want killed (42: it ran its atexit handlers)", e)
+	}
 }
