@@ -86,7 +86,7 @@ func benchGVisor(ctx context.Context, r *Report, o Options, n func(full, smoke i
 	r.Stats["gvisor_create_pandas"] = s
 	r.Stats["gvisor_cold_runsc_do_pandas"] = c
 
-	if err := benchDrainedCreate(ctx, r, o, srv, pool, n(5, 1)); err != nil {
+	if err := benchDrainedImage(ctx, r, o, runsc, pool, n(5, 1)); err != nil {
 		return err
 	}
 
@@ -147,6 +147,28 @@ func benchGVisor(ctx context.Context, r *Report, o Options, n func(full, smoke i
 	r.Stats["gvisor_pss_mb"] = p.per
 	srv.stop()
 	return benchGVisorPersist(ctx, r, o, runsc, n(10, 2))
+}
+
+// benchDrainedImage runs benchDrainedCreate on a gVisor server of its
+// own whose pools restore their sandboxes from an image of a fresh one
+// (gvisor.pool_image; the keeper with it), the other gVisor scenarios
+// staying on the default configuration.
+func benchDrainedImage(ctx context.Context, r *Report, o Options, runsc string, pool, rounds int) error {
+	srv, err := startServer(ctx, o, 0, "-gvisor-image", map[string]any{
+		"isolation": "gvisor",
+		"gvisor":    map[string]any{"runsc": runsc, "pool_image": true},
+		"pool": map[string]any{"size": map[string]int{"python": pool, "bash": 0, "javascript": 0}, "zygote": false,
+			"max_size": map[string]int{"python": pool}},
+	})
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	if err := srv.waitWarm(ctx, 5*time.Minute); err != nil {
+		return err
+	}
+	r.Stats["gvisor_drained_pool_image"] = 1.0
+	return benchDrainedCreate(ctx, r, o, srv, pool, rounds)
 }
 
 // benchDrainedCreate: create + first pandas result on a drained pool,

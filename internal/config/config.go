@@ -216,6 +216,18 @@ type GVisorConfig struct {
 	// only. When on, the server checks at start that runsc can
 	// checkpoint and restore a sandbox here, and refuses to start if not.
 	Checkpoint *bool `json:"checkpoint"`
+	// PoolImage makes the warm pools build their gVisor Python and bash
+	// sandboxes (without a network) by restoring a checkpoint of one
+	// fresh pooled sandbox, which the server makes at start and which
+	// never ran a client's code, instead of booting each and starting
+	// its runtime (a Python one imports the preloaded libraries in
+	// seconds): refills, and a creation that finds its pool drained, take
+	// a fraction of that. Each restored runtime's random generators are
+	// reseeded; its hash seed and address-space layout are the image's,
+	// as a template's forks share the template's natively. Every gVisor
+	// sandbox's init is then airlock's keeper (see checkpoint), which
+	// gvisor.checkpoint: false therefore refuses.
+	PoolImage bool `json:"pool_image"`
 }
 
 // GVisorCheckpoint reports whether gVisor sandboxes keep their memory
@@ -584,6 +596,9 @@ func (c Config) Validate() error {
 	}
 	if c.GVisor.Checkpoint != nil && *c.GVisor.Checkpoint && !c.Persistence.Enabled {
 		errs = append(errs, errors.New("gvisor.checkpoint needs persistence.enabled (a checkpoint is kept with a paused session)"))
+	}
+	if c.GVisor.PoolImage && c.GVisor.Checkpoint != nil && !*c.GVisor.Checkpoint {
+		errs = append(errs, errors.New("gvisor.pool_image needs the keeper, which gvisor.checkpoint: false turns off (leave gvisor.checkpoint unset, or turn pool_image off)"))
 	}
 	if p := c.GVisor.Platform; p != "systrap" && p != "ptrace" {
 		errs = append(errs, fmt.Errorf("gvisor.platform %q must be \"systrap\" or \"ptrace\"", p))

@@ -161,6 +161,7 @@ func TestConfigValidate(t *testing.T) {
 		{"runsc unclean", func(c *Config) { c.GVisor.Runsc = "/usr/../bin/runsc" }, "gvisor.runsc"},
 		{"platform kvm", func(c *Config) { c.GVisor.Platform = "kvm" }, "gvisor.platform"},
 		{"checkpoint without persistence", func(c *Config) { on := true; c.GVisor.Checkpoint = &on }, "gvisor.checkpoint"},
+		{"pool image without the keeper", func(c *Config) { off := false; c.GVisor.Checkpoint = &off; c.GVisor.PoolImage = true }, "gvisor.pool_image"},
 		{"max below floors", func(c *Config) { c.Max.Memory = 1 }, "max: memory 1 is below the minimum"},
 		{"defaults over max", func(c *Config) { c.Defaults.Memory = c.Max.Memory + 1 }, "defaults"},
 		{"max_sessions 0", func(c *Config) { c.Server.MaxSessions = 0 }, "max_sessions"},

@@ -354,6 +354,9 @@ func gvisorRows(r *bench.Report, pandas string) []tableRow {
 	if s, ok := r.Stat("gvisor_drained_create_pandas"); ok {
 		row := tableRow{scenario: "gVisor: the same on a drained pool (its ready sandboxes taken by other sessions)",
 			airlock: fmt.Sprintf("p50 **%s**, p99 %s", ms(s.P50), ms(s.P99))}
+		if v, ok := r.Number("gvisor_drained_pool_image"); ok && v == 1 {
+			row.scenario += ", on a server whose pools restore their sandboxes from an image of a fresh one (`gvisor.pool_image`)"
+		}
 		if n, ok := r.Stat("native_drained_create_pandas"); ok {
 			row.baseline = "native, a drained pool of the same size: " + ms(n.P50)
 			row.ratio = "**" + times(s.P50, n.P50) + "** native"

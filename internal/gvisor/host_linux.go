@@ -56,7 +56,7 @@ type Options struct {
 // binary Find returned.
 func OptionsFrom(c config.Config, runsc string) Options {
 	o := Options{Runsc: runsc, Platform: c.GVisor.Platform, StateDir: c.StateDir, CacheDir: c.CacheDir, CgroupParent: c.CgroupParent}
-	if on, _ := c.GVisorCheckpoint(); on {
+	if on, _ := c.GVisorCheckpoint(); on || c.GVisor.PoolImage {
 		// This binary: its main runs MainIfKeeper first.
 		o.Keeper, _ = os.Executable()
 	}
@@ -118,6 +118,10 @@ func NewHost(ctx context.Context, o Options, cg *cgroup.Host) (*Host, error) {
 	}
 	return h, nil
 }
+
+// Dir is the directory the host's sandboxes live in (root only; Sweep
+// empties it).
+func (h *Host) Dir() string { return h.dir }
 
 // RunscVersion is which runsc the host runs (Version).
 func (h *Host) RunscVersion() string { return h.version }

@@ -75,6 +75,10 @@ type Pool struct {
 	// failed (nil without a template): builds of the languages it starts
 	// wait for it rather than start cold (see awaitTemplate).
 	zygTried chan struct{}
+
+	// imgs: the images gVisor sandboxes are restored from
+	// (gvisor.pool_image; image.go).
+	imgs images
 }
 
 // templateWait bounds how long a build waits for the template's first
@@ -147,6 +151,7 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 		budget: int64(cfg.Pool.MemoryBudget), hold: time.Duration(cfg.Pool.ShrinkAfter), now: clock,
 		ctx: ctx, cancel: cancel,
 		queues: map[string]*queue{}, netQueues: map[string]*queue{},
+		imgs: images{by: map[string]*poolImage{}},
 	}
 	if p.budget == 0 {
 		p.budget = AutoBudget()
@@ -386,6 +391,13 @@ func (p *Pool) refill(q *queue) {
 	if q.template && !p.awaitTemplate(p.ctx) {
 		return
 	}
+	if p.usesImage(q) {
+		if p.builds.acquire(p.ctx, q) != nil {
+			return
+		}
+		p.makeImage(p.ctx, q)
+		p.builds.release()
+	}
 	for {
 		p.resize()
 		q.mu.Lock()
@@ -510,6 +522,18 @@ func (p *Pool) awaitQuiet(q *queue) bool {
 // newInstance builds one instance from scratch: through the template
 // when it runs, else (or if the template fails) by executing the runtime.
 func (p *Pool) newInstance(ctx context.Context, rt runtimes.Runtime, l config.Limits, net bool) (*instance.Instance, error) {
+	if !net {
+		inst, ok, err := p.restoreImage(ctx, rt, l)
+		if ok && err == nil {
+			return inst, nil
+		}
+		if ok {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			p.log.Warn("pool: a gVisor sandbox could not be restored from its image; booting it", "language", rt.Lang, "err", err)
+		}
+	}
 	if rt.Template && !p.awaitTemplate(ctx) {
 		return nil, ctx.Err()
 	}
@@ -716,6 +740,7 @@ func (p *Pool) Close() {
 	p.closing.Wait()
 	// Builds in flight may still finish; wait for them.
 	p.inflight.Wait()
+	p.closeImages()
 	for _, q := range p.queues {
 		q.discard()
 	}

@@ -11,6 +11,7 @@ import (
 
 	"airlock/internal/apitype"
 	"airlock/internal/config"
+	"airlock/internal/gvisor"
 	"airlock/internal/instance"
 	"airlock/internal/jail"
 	"airlock/internal/jail/jailtest"
@@ -18,8 +19,12 @@ import (
 	"airlock/internal/zygote"
 )
 
-// The test binary is what the jail host re-executes as each sandbox's init.
-func TestMain(m *testing.M) { jail.RunTests(m) }
+// The test binary is what the jail host re-executes as each sandbox's
+// init, and the keeper of gVisor sandboxes.
+func TestMain(m *testing.M) {
+	gvisor.MainIfKeeper()
+	jail.RunTests(m)
+}
 
 // testPool starts a pool of one python sandbox, with the template, whose
 // template starts through start.
