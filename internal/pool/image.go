@@ -128,9 +128,18 @@ func (p *Pool) restoreImage(ctx context.Context, rt runtimes.Runtime, l config.L
 		}
 		return nil, true, err
 	}
-	if err := inst.Interp.Reseed(ctx); err != nil {
+	reseeded, err := inst.Interp.Reseed(ctx)
+	if err != nil {
 		inst.Close()
 		return nil, true, fmt.Errorf("reseeding a sandbox restored from the pool's image: %w", err)
+	}
+	if !reseeded {
+		// It would draw what every other one draws (bash without
+		// $SRANDOM): this language's sandboxes are booted from now on.
+		inst.Close()
+		err := fmt.Errorf("the %s runtime cannot reseed its generators here", rt.Lang)
+		p.dropImage(rt.Lang, img, err)
+		return nil, true, err
 	}
 	if l != img.profile {
 		if err := inst.Adapt(l); err != nil {
@@ -141,14 +150,15 @@ func (p *Pool) restoreImage(ctx context.Context, rt runtimes.Runtime, l config.L
 	return inst, true, nil
 }
 
-// dropImage forgets lang's image img and removes it.
+// dropImage forgets lang's image img (changed on disk, or its runtime
+// cannot reseed) and removes it.
 func (p *Pool) dropImage(lang string, img *poolImage, why error) {
 	p.imgs.mu.Lock()
 	if p.imgs.by[lang] == img {
 		delete(p.imgs.by, lang)
 	}
 	p.imgs.mu.Unlock()
-	p.log.Error("pool: the gVisor image is corrupt; booting sandboxes", "language", lang, "err", why)
+	p.log.Error("pool: the gVisor image cannot be used; booting sandboxes", "language", lang, "err", why)
 	// A restore reading it may still run: runsc holds its files open.
 	os.RemoveAll(img.parent)
 }
