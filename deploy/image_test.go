@@ -181,17 +181,31 @@ func TestImagePackages(t *testing.T) {
 }
 
 // TestDockerfileSources: the Dockerfile's build stage copies go.mod,
-// go.sum, cmd/ and internal/ only; the binary must need nothing else of
-// the repository (Docker is not run in CI, so this is checked here).
+// go.sum, cmd/, internal/ and scripts/build.sh only; the binary must need
+// nothing else of the repository (Docker is not run in CI, so this is
+// checked here). Both image builds build airlock with scripts/build.sh,
+// so the image's sandboxes start from the small embedded init, never a
+// plain go build's re-executed airlock. checked against a mutant: with
+// the Dockerfile's plain go build back, the test failed.
 func TestDockerfileSources(t *testing.T) {
 	root := repoRoot(t)
 	df, _ := os.ReadFile(filepath.Join(root, "deploy/image/Dockerfile"))
-	for _, want := range []string{"COPY go.mod go.sum ./", "COPY cmd ./cmd", "COPY internal ./internal"} {
+	for _, want := range []string{"COPY go.mod go.sum ./", "COPY cmd ./cmd", "COPY internal ./internal",
+		"COPY scripts/build.sh ./scripts/build.sh", "RUN VERSION=${VERSION} scripts/build.sh /out/airlock"} {
 		if !strings.Contains(string(df), want) {
 			t.Fatalf("the Dockerfile lacks %q", want)
 		}
 	}
-	out, err := run(root, nil, "go", "list", "-deps", "-f", "{{if not .Standard}}{{.Dir}}{{range .EmbedFiles}} {{.}}{{end}}{{end}}", "./cmd/airlock")
+	sh, _ := os.ReadFile(filepath.Join(root, "deploy/image/build.sh"))
+	if !strings.Contains(string(sh), `"$repo/scripts/build.sh" "$work/layer2/usr/local/bin/airlock"`) {
+		t.Error("deploy/image/build.sh does not build airlock with scripts/build.sh")
+	}
+	for name, text := range map[string][]byte{"Dockerfile": df, "build.sh": sh} {
+		if regexp.MustCompile(`\bgo build\b`).Match(text) {
+			t.Errorf("deploy/image/%s runs a go build of its own, not scripts/build.sh", name)
+		}
+	}
+	out, err := run(root, nil, "go", "list", "-deps", "-f", "{{if not .Standard}}{{.Dir}}{{range .EmbedFiles}} {{.}}{{end}}{{end}}", "./cmd/airlock", "./cmd/airlock-init")
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}

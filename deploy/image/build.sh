@@ -72,13 +72,12 @@ for f in "$cache/layers/rootfs-"*.tar.gz; do
 done
 flock -u 9
 
-# Layer 2: airlock, built like scripts/build.sh builds it.
+# Layer 2: airlock, built by scripts/build.sh (the small init embedded).
 work=$(mktemp -d "$cache/build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 epoch=${SOURCE_DATE_EPOCH:-$(git -C "$repo" log -1 --format=%ct 2>/dev/null || date +%s)}
 mkdir -p "$work/layer2/usr/local/bin"
-(cd "$repo" && go build -trimpath -buildvcs=false -ldflags "-s -w -X main.version=$version" \
-	-o "$work/layer2/usr/local/bin/airlock" ./cmd/airlock)
+VERSION=$version "$repo/scripts/build.sh" "$work/layer2/usr/local/bin/airlock" >&2
 "$bin/ociimage" layer -dir "$work/layer2" -out "$work/airlock.tar.gz" -epoch "$epoch" >&2
 
 # The image's settings, from the Dockerfile.
