@@ -163,11 +163,31 @@ func (s *Server) lifecycle(req createRequest) (pause, auto, memory bool, err err
 	case memory && !pause:
 		return false, false, false, fmt.Errorf("%w: autoPauseMemory needs lifecycle.onTimeout \"pause\"", errdefs.ErrInvalidArgument)
 	}
-	if memory && s.cfg.Isolation != apitype.GVisor {
-		// Known before any sandbox is made.
-		return false, false, false, noMemory(fmt.Sprintf("this server runs sandboxes natively (isolation %q): memory is kept under gVisor only", s.cfg.Isolation))
+	if memory {
+		// Known before any sandbox is made: none is built to be refused.
+		if err := s.refusesMemory(req); err != nil {
+			return false, false, false, err
+		}
 	}
 	return pause, auto, memory, nil
+}
+
+// refusesMemory is keepMemory's refusal where the request and the
+// server's configuration alone say a pause cannot keep the memory.
+func (s *Server) refusesMemory(req createRequest) error {
+	if s.cfg.Isolation != apitype.GVisor {
+		return noMemory(fmt.Sprintf("this server runs sandboxes natively (isolation %q): memory is kept under gVisor only", s.cfg.Isolation))
+	}
+	if _, ok := languages[req.TemplateID]; !ok {
+		return noMemory("it is made from a template")
+	}
+	if req.Network != nil && len(req.Network.AllowOut) > 0 {
+		return noMemory("it has a network (network.allowOut), whose connections cannot be kept")
+	}
+	if on, why := s.cfg.GVisorCheckpoint(); !on {
+		return noMemory("this server's gVisor pauses keep files only: " + why)
+	}
+	return nil
 }
 
 // keepsMemory checks that a pause of the session info describes keeps
@@ -254,7 +274,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	}
 	if memory {
 		if err := s.keepsMemory(sess.Info()); err != nil {
-			s.m.Discard(r.Context(), sess.ID())
+			// A client gone mid-create must not cut the cleanup short.
+			s.m.Discard(context.WithoutCancel(r.Context()), sess.ID())
 			failControl(w, err)
 			return
 		}
@@ -273,7 +294,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		// A sandbox whose record is not kept would lose its tokens with
 		// a restart, one the directory does not list would be unknown
 		// to the cluster: none is made (its end frees the quota's place).
-		s.m.Discard(r.Context(), box.id)
+		s.m.Discard(context.WithoutCancel(r.Context()), box.id)
 		s.unrecord(box.id)
 		failControl(w, err)
 		return

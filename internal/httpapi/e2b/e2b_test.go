@@ -211,3 +211,43 @@ func TestTokenKey(t *testing.T) {
 		t.Error("a damaged key was accepted")
 	}
 }
+
+// keepMemory that the request and the configuration alone refuse is
+// refused by lifecycle, before create builds a sandbox only to discard
+// it. checked against a mutant: with the network check left to
+// keepsMemory, a create with network.allowOut passed lifecycle.
+func TestLifecycleRefusesMemory(t *testing.T) {
+	off := false
+	for _, c := range []struct {
+		body, why string
+		native    bool
+		noCkpt    bool
+	}{
+		{body: `{"templateID":"base","autoPause":true,"autoPauseMemory":true}`},
+		{body: `{"templateID":"base","autoPause":true,"autoPauseMemory":true,"network":{"allowOut":["example.com"]}}`, why: "network.allowOut"},
+		{body: `{"templateID":"my-template","autoPause":true,"autoPauseMemory":true}`, why: "template"},
+		{body: `{"templateID":"base","autoPause":true,"autoPauseMemory":true}`, noCkpt: true, why: "gvisor.checkpoint: false"},
+		{body: `{"templateID":"base","autoPause":true,"autoPauseMemory":true}`, native: true, why: "natively"},
+		{body: `{"templateID":"my-template","autoPause":true,"network":{"allowOut":["example.com"]}}`},
+	} {
+		var s Server
+		s.cfg.Isolation, s.cfg.Persistence.Enabled = apitype.GVisor, true
+		if c.native {
+			s.cfg.Isolation = apitype.Native
+		}
+		if c.noCkpt {
+			s.cfg.GVisor.Checkpoint = &off
+		}
+		var req createRequest
+		if err := json.Unmarshal([]byte(c.body), &req); err != nil {
+			t.Fatal(err)
+		}
+		_, _, _, err := s.lifecycle(req)
+		switch {
+		case c.why == "" && err != nil:
+			t.Errorf("%s: %v", c.body, err)
+		case c.why != "" && (err == nil || !strings.Contains(err.Error(), c.why)):
+			t.Errorf("%s: %v, want a refusal saying %q", c.body, err, c.why)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package v1
 
 import (
+	"context"
 	"fmt"
 	"mime"
 	"net/http"
@@ -40,7 +41,7 @@ func (s *Server) created(w http.ResponseWriter, r *http.Request, sess *session.S
 		// session the directory cannot hold is ended (its end gives
 		// the quota's place back), never left half-made.
 		if err := s.Directory.Register(r.Context(), info); err != nil {
-			s.m.Discard(r.Context(), info.ID)
+			s.m.Discard(context.WithoutCancel(r.Context()), info.ID)
 			fail(w, err)
 			return
 		}
