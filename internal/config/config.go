@@ -417,9 +417,8 @@ type Pool struct {
 	// private memory, about 4 MB more while its session is idle. Off by
 	// default.
 	WarmRuntimes bool `json:"warm_runtimes"`
-	// Parallel is the number of sandboxes built at once when refilling;
-	// while requests build sandboxes of their own (none was ready), the
-	// refill builds as many more at once.
+	// Parallel is the number of sandboxes built at once when refilling,
+	// whatever the number requests are building for themselves.
 	Parallel int `json:"parallel"`
 	// MaxSize is the number of ready sandboxes a language's pool may grow
 	// to while the demand of the last seconds asks for more than Size (a

@@ -156,7 +156,7 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 	if p.budget == 0 {
 		p.budget = AutoBudget()
 	}
-	p.builds = newBuildSlots(cfg.Pool.Parallel, p.building)
+	p.builds = newBuildSlots(cfg.Pool.Parallel)
 	// The template forks runtimes into native sandboxes only: gVisor's
 	// Python runtimes import the preloaded modules themselves.
 	if native, ok := k.(instance.Native); ok {
@@ -260,18 +260,7 @@ func (p *Pool) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, ne
 	q.signal()
 	q.waiting.Add(1)
 	defer q.waiting.Add(-1)
-	p.builds.poke()
 	return q.handOut(p.newInstance(ctx, rt, l, net))
-}
-
-// building counts the requests building a sandbox of their own now,
-// none being ready (read by the build slots, under their lock).
-func (p *Pool) building() int {
-	n := 0
-	for _, q := range p.order {
-		n += int(q.waiting.Load())
-	}
-	return n
 }
 
 // noteTake counts a take in the queue's demand.

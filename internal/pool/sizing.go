@@ -94,19 +94,16 @@ func fit(budget int64, qs []sizing) []int {
 // requests are waiting on, then the emptiest. A FIFO would let a full
 // language's refill delay the drained one's.
 //
-// While requests build sandboxes of their own (none was ready), the
-// bound rises by their number: the refill then builds as fast as the
-// burst drains the pool, so that the burst's end finds it refilled (a
-// burst of one-shots is soon followed by one of sessions), rather than
-// at a small fixed share of the CPU behind them. It takes CPU from the
-// requests building their own, which wait longer.
+// The bound stays the same while requests build sandboxes of their own:
+// raised by their number (c9acf7c), the refill's builds shared the CPU
+// as equals with those requests were waiting for, and on 2 cores a
+// burst's one-shots went from p50 416 to 633-860 ms, for creations that
+// may never come.
 type buildSlots struct {
 	mu   sync.Mutex // before any queue's
-	n    int        // the bound without requests building their own
+	n    int
 	used int
-	// extra is the number of requests building their own now.
-	extra func() int
-	wait  []*slotWait
+	wait []*slotWait
 }
 
 type slotWait struct {
@@ -114,18 +111,12 @@ type slotWait struct {
 	granted chan struct{}
 }
 
-func newBuildSlots(n int, extra func() int) *buildSlots {
-	return &buildSlots{n: n, extra: extra}
+func newBuildSlots(n int) *buildSlots {
+	return &buildSlots{n: n}
 }
 
 // freeLocked reports whether a slot is free.
-func (b *buildSlots) freeLocked() bool {
-	limit := b.n
-	if b.extra != nil {
-		limit += b.extra()
-	}
-	return b.used < limit
-}
+func (b *buildSlots) freeLocked() bool { return b.used < b.n }
 
 // acquire waits for a build slot for q, or for ctx to end.
 func (b *buildSlots) acquire(ctx context.Context, q *queue) error {
@@ -162,14 +153,6 @@ func (b *buildSlots) release() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.used--
-	b.grantLocked()
-}
-
-// poke grants the slots the bound's rise freed (a request began building
-// its own).
-func (b *buildSlots) poke() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	b.grantLocked()
 }
 

@@ -2,7 +2,6 @@ package pool
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -81,7 +80,7 @@ func TestFit(t *testing.T) {
 // A freed build slot goes to the queue requests wait on, then to the
 // emptiest, whatever order they asked in.
 func TestBuildSlotsUrgentFirst(t *testing.T) {
-	b := newBuildSlots(1, nil)
+	b := newBuildSlots(1)
 	ctx := context.Background()
 	if err := b.acquire(ctx, nil); err != nil {
 		t.Fatal(err)
@@ -135,41 +134,29 @@ func waiting(b *buildSlots) int {
 	return len(b.wait)
 }
 
-// While requests build their own, the refill may build as many more at
-// once; a rise of their number frees slots for refills waiting.
-func TestBuildSlotsGrowWithRequestsBuilding(t *testing.T) {
-	var building atomic.Int64
-	b := newBuildSlots(1, func() int { return int(building.Load()) })
+// Requests building their own do not raise the bound: the refill's
+// extra builds would share the CPU with those the requests wait for.
+func TestBuildSlotsHoldWhileRequestsBuild(t *testing.T) {
+	b := newBuildSlots(1)
 	ctx := context.Background()
 	if err := b.acquire(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	q := &queue{target: 4}
-	got := make(chan struct{}, 2)
-	for range 2 {
-		go func() {
-			if b.acquire(ctx, q) == nil {
-				got <- struct{}{}
-			}
-		}()
-	}
-	for waiting(b) < 2 {
+	q.waiting.Store(3) // three requests building their own
+	got := make(chan struct{}, 1)
+	go func() {
+		if b.acquire(ctx, q) == nil {
+			got <- struct{}{}
+		}
+	}()
+	for waiting(b) < 1 {
+		select {
+		case <-got:
+			t.Fatal("a refill got a second slot of 1 while requests built their own")
+		default:
+		}
 		time.Sleep(time.Millisecond)
-	}
-	building.Store(1)
-	b.poke()
-	select {
-	case <-got:
-	case <-time.After(30 * time.Second):
-		t.Fatal("a request building its own freed no slot for the refills waiting")
-	}
-	if n := waiting(b); n != 1 {
-		t.Fatalf("%d refills waiting after one request began building its own; want 1", n)
-	}
-	building.Store(0)
-	b.release() // the bound is back to 1, one slot still used: no grant
-	if n := waiting(b); n != 1 {
-		t.Fatalf("%d refills waiting with every slot used; want 1", n)
 	}
 	b.release()
 	<-got
