@@ -387,6 +387,46 @@ func (c *Cgroup) Set(r Resources) error {
 	return nil
 }
 
+// The CPU weights of a background cgroup and of a normal one: cgroup v2's
+// cpu.weight (1-10000, default 100), v1's cpu.shares (2-262144, 1024).
+const (
+	weightV2Low, weightV2Normal = "1", "100"
+	sharesV1Low, sharesV1Normal = "2", "1024"
+)
+
+// SetBackground gives the cgroup the lowest CPU weight (on) or the normal
+// one (off): a background cgroup's processes get only the CPU that the
+// others leave. Only the weight is written: the CPU quota, memory and
+// pids limits that Set writes stay as they are.
+func (c *Cgroup) SetBackground(on bool) error {
+	file, val := "cpu.weight", weightV2Normal
+	if c.h.v2 && on {
+		val = weightV2Low
+	} else if !c.h.v2 {
+		file, val = "cpu.shares", sharesV1Normal
+		if on {
+			val = sharesV1Low
+		}
+	}
+	if err := cgroups.WriteFile(c.dir("cpu"), file, val); err != nil {
+		return fmt.Errorf("cgroup: %s on %s: %w", file, c.name, err)
+	}
+	return nil
+}
+
+// Background reports whether the cgroup has the background CPU weight.
+func (c *Cgroup) Background() (bool, error) {
+	file, low := "cpu.weight", weightV2Low
+	if !c.h.v2 {
+		file, low = "cpu.shares", sharesV1Low
+	}
+	v, err := readInt(c.dir("cpu"), file)
+	if err != nil {
+		return false, err
+	}
+	return strconv.FormatInt(v, 10) == low, nil
+}
+
 // IntoFD returns the directory fd to clone a process straight into the
 // cgroup (v2 only).
 func (c *Cgroup) IntoFD() (int, bool) { return c.dirfd, c.dirfd >= 0 }

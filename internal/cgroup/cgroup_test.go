@@ -240,6 +240,44 @@ func TestLimitsApplied(t *testing.T) {
 	}
 }
 
+// A background cgroup has the lowest CPU weight until it is set back;
+// Set (a session's limits) leaves the weight alone, and SetBackground the
+// limits.
+func TestBackgroundWeight(t *testing.T) {
+	h := testCgroupHost(t)
+	c := newCgroup(t, h, Resources{Memory: 64 << 20, Pids: 16, CPUs: 0.5})
+	file, low, normal, quota := "cpu.weight", "1", "100", "cpu.max"
+	if !h.v2 {
+		file, low, normal, quota = "cpu.shares", "2", "1024", "cpu.cfs_quota_us"
+	}
+	check := func(want string, bg bool) {
+		t.Helper()
+		if got := read(t, c.dir("cpu"), file); got != want {
+			t.Errorf("%s = %q, want %q", file, got, want)
+		}
+		if got, err := c.Background(); err != nil || got != bg {
+			t.Errorf("Background() = %v, %v; want %v", got, err, bg)
+		}
+	}
+	check(normal, false)
+	if err := c.SetBackground(true); err != nil {
+		t.Fatal(err)
+	}
+	check(low, true)
+	if err := c.Set(Resources{Memory: 32 << 20, Pids: 8, CPUs: 0.25}); err != nil {
+		t.Fatal(err)
+	}
+	check(low, true)
+	q := read(t, c.dir("cpu"), quota)
+	if err := c.SetBackground(false); err != nil {
+		t.Fatal(err)
+	}
+	check(normal, false)
+	if got := read(t, c.dir("cpu"), quota); got != q {
+		t.Errorf("%s = %q after SetBackground, want %q kept", quota, got, q)
+	}
+}
+
 func TestAddKillDestroy(t *testing.T) {
 	h := testCgroupHost(t)
 	c := newCgroup(t, h, Resources{Memory: 64 << 20, Pids: 16, CPUs: 1})

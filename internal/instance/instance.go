@@ -109,12 +109,43 @@ func (in *Instance) Usage() (cpu time.Duration, peak int64, err error) { return 
 // Memory is the sandbox's memory in use now that reclaim cannot take
 // back (cgroup.Memory), for the session's description.
 func (in *Instance) Memory() (int64, error) {
-	cg, ok := in.sb.(interface{ Cgroup() *cgroup.Cgroup })
-	if !ok {
-		return 0, errors.ErrUnsupported
+	cg, err := cgroupOf(in.sb)
+	if err != nil {
+		return 0, err
 	}
-	used, _, err := cg.Cgroup().Memory()
+	used, _, err := cg.Memory()
 	return used, err
+}
+
+// cgroupOf is sb's cgroup, for what the sandbox interface does not pass on.
+func cgroupOf(sb sandbox) (*cgroup.Cgroup, error) {
+	cg, ok := sb.(interface{ Cgroup() *cgroup.Cgroup })
+	if !ok {
+		return nil, errors.ErrUnsupported
+	}
+	return cg.Cgroup(), nil
+}
+
+// Foreground gives a sandbox built in the background (New) the normal CPU
+// weight back, for the session that takes it. It writes the weight alone:
+// the limits Adapt sets, before or after, stay.
+func (in *Instance) Foreground() error { return setBackground(in.sb, false) }
+
+// Background reports whether the sandbox has the background CPU weight.
+func (in *Instance) Background() (bool, error) {
+	cg, err := cgroupOf(in.sb)
+	if err != nil {
+		return false, err
+	}
+	return cg.Background()
+}
+
+func setBackground(sb sandbox, on bool) error {
+	cg, err := cgroupOf(sb)
+	if err != nil {
+		return fmt.Errorf("instance: set the CPU weight: %w", err)
+	}
+	return cg.SetBackground(on)
 }
 
 // Events delivers the sandbox's OOM and process-limit events.
@@ -559,14 +590,19 @@ func (c *Cold) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, ne
 	if k == nil {
 		k = Native{Host: c.Host}
 	}
-	return New(ctx, k, c.Slots, rt, l, net, nil)
+	return New(ctx, k, c.Slots, rt, l, net, nil, false)
 }
 
 // New builds a sandbox of kernel k with limits l and starts rt's session
 // runtime in it: forked from the template z when z is not nil (native
 // sandboxes only), executed in the sandbox otherwise. Closing the
 // instance frees its id slot.
-func New(ctx context.Context, k Kernel, slots *Slots, rt runtimes.Runtime, l config.Limits, net bool, z *zygote.Zygote) (_ *Instance, err error) {
+//
+// A background one (a pool's refill builds it ahead of demand) gets the
+// lowest CPU weight before its runtime starts: its warm-up takes only the
+// CPU that the sandboxes requests wait for leave. Foreground gives it the
+// normal weight back when it is taken.
+func New(ctx context.Context, k Kernel, slots *Slots, rt runtimes.Runtime, l config.Limits, net bool, z *zygote.Zygote, background bool) (_ *Instance, err error) {
 	slot, err := slots.Get()
 	if err != nil {
 		return nil, err
@@ -585,6 +621,11 @@ func New(ctx context.Context, k Kernel, slots *Slots, rt runtimes.Runtime, l con
 		return nil, err
 	}
 	undo.Add(sb.Close)
+	if background {
+		if err := setBackground(sb, true); err != nil {
+			return nil, err
+		}
+	}
 	var it *Interp
 	if native, ok := sb.(*jail.Sandbox); ok && z != nil && rt.Template {
 		it, err = startZygote(ctx, native, z, rt, l)

@@ -96,7 +96,7 @@ func (p *Pool) checkpointFresh(ctx context.Context, q *queue) (_ *poolImage, err
 			os.RemoveAll(parent)
 		}
 	}()
-	inst, err := instance.New(ctx, p.kernel, p.slots, q.rt, q.profile, false, nil)
+	inst, err := instance.New(ctx, p.kernel, p.slots, q.rt, q.profile, false, nil, false)
 	if err != nil {
 		return nil, err
 	}

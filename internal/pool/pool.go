@@ -217,14 +217,14 @@ func (p *Pool) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, ne
 		// This kernel's sandboxes cannot be given a network after boot:
 		// one booted with a network, from its own pool if there is one.
 		if q = p.netQueues[rt.Lang]; q == nil {
-			return p.newInstance(ctx, rt, l, true)
+			return p.newInstance(ctx, rt, l, true, false)
 		}
 	}
 	if !rt.Adapts(q.profile, l) {
 		// The pool's runtimes took its limits at start (a flag, a heap
 		// size) and cannot serve these: leave them to sessions they can.
 		q.misses.Add(1)
-		return q.handOut(p.newInstance(ctx, rt, l, net))
+		return q.handOut(p.newInstance(ctx, rt, l, net, false))
 	}
 	q.noteTake(p.now())
 	for {
@@ -234,6 +234,14 @@ func (p *Pool) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, ne
 		}
 		q.signal()
 		if !inst.Healthy() {
+			q.discarded.Add(1)
+			p.closing.Go(func() { inst.Close() })
+			continue
+		}
+		// Built in the background: the session gets the normal CPU
+		// weight, or another sandbox.
+		if err := inst.Foreground(); err != nil {
+			p.log.Warn("cannot give a pooled sandbox its CPU weight; taking another", "err", err)
 			q.discarded.Add(1)
 			p.closing.Go(func() { inst.Close() })
 			continue
@@ -260,7 +268,7 @@ func (p *Pool) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, ne
 	q.signal()
 	q.waiting.Add(1)
 	defer q.waiting.Add(-1)
-	return q.handOut(p.newInstance(ctx, rt, l, net))
+	return q.handOut(p.newInstance(ctx, rt, l, net, false))
 }
 
 // noteTake counts a take in the queue's demand.
@@ -448,7 +456,7 @@ func (p *Pool) build(q *queue, decided time.Time) {
 	defer p.builds.release()
 	start := time.Now()
 	runs := p.templateRuns()
-	inst, err := p.newInstance(p.ctx, q.rt, q.profile, q.net)
+	inst, err := p.newInstance(p.ctx, q.rt, q.profile, q.net, true)
 	if err == nil {
 		q.measure(inst)
 	}
@@ -510,7 +518,11 @@ func (p *Pool) awaitQuiet(q *queue) bool {
 
 // newInstance builds one instance from scratch: through the template
 // when it runs, else (or if the template fails) by executing the runtime.
-func (p *Pool) newInstance(ctx context.Context, rt runtimes.Runtime, l config.Limits, net bool) (*instance.Instance, error) {
+//
+// The refill's are built in the background (instance.New): they take only
+// the CPU that the sandboxes requests wait for leave (not yet those
+// restored from a pool image).
+func (p *Pool) newInstance(ctx context.Context, rt runtimes.Runtime, l config.Limits, net, background bool) (*instance.Instance, error) {
 	if !net {
 		inst, ok, err := p.restoreImage(ctx, rt, l)
 		if ok && err == nil {
@@ -527,7 +539,7 @@ func (p *Pool) newInstance(ctx context.Context, rt runtimes.Runtime, l config.Li
 		return nil, ctx.Err()
 	}
 	if z := p.zygote(); z != nil && rt.Template {
-		inst, err := instance.New(ctx, p.kernel, p.slots, rt, l, net, z)
+		inst, err := instance.New(ctx, p.kernel, p.slots, rt, l, net, z, background)
 		if err == nil {
 			return inst, nil
 		}
@@ -536,7 +548,7 @@ func (p *Pool) newInstance(ctx context.Context, rt runtimes.Runtime, l config.Li
 		}
 		p.log.Warn("python template could not start a runtime; starting it cold", "err", err)
 	}
-	return instance.New(ctx, p.kernel, p.slots, rt, l, net, nil)
+	return instance.New(ctx, p.kernel, p.slots, rt, l, net, nil, background)
 }
 
 // awaitTemplate waits until the template's first start has been tried

@@ -231,3 +231,25 @@ func TestCloseKillsRuntimeFirst(t *testing.T) {
 		t.Errorf("the runtime ended with %+v, want killed (42: it ran its atexit handlers)", e)
 	}
 }
+
+// The refill builds its sandboxes in the background (the lowest CPU
+// weight, so that requests' own builds come first); the one taken gets
+// the normal weight before the session's code runs.
+func TestRefillBuildsInBackground(t *testing.T) {
+	p := testPool(t, zygote.Start)
+	waitFor(t, "a forked sandbox ready", func() bool { return readyForked(p) })
+	q := p.queues["python"]
+	q.mu.Lock()
+	ready := q.ready[0]
+	q.mu.Unlock()
+	if bg, err := ready.Background(); err != nil || !bg {
+		t.Fatalf("a ready sandbox: Background() = %v, %v; want true", bg, err)
+	}
+	inst := get(t, p)
+	if inst != ready {
+		t.Fatal("took another sandbox than the ready one")
+	}
+	if bg, err := inst.Background(); err != nil || bg {
+		t.Fatalf("a taken sandbox: Background() = %v, %v; want false", bg, err)
+	}
+}
