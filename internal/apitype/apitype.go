@@ -76,6 +76,13 @@ type CreateSessionRequest struct {
 	// files, commands...) resumes it first, instead of answering 409
 	// session_paused. GET and DELETE never resume.
 	AutoResume bool `json:"auto_resume,omitempty"`
+	// OnTimeoutRestores is what a pause on the session's timeout keeps
+	// (on_timeout "pause"): "files" keeps its files and settings only,
+	// even where its memory could be kept (the interpreter restarts on
+	// resume); "memory" asks for its memory too, refused (400, saying
+	// why) when the session made cannot keep it; empty: what Restores
+	// says. Other pauses (PauseRequest, a shutdown's) are not bound by it.
+	OnTimeoutRestores string `json:"on_timeout_restores,omitempty"`
 	// Metadata is the client's own labels for the session (kept through
 	// pauses and restarts, returned in its description, and filtered on
 	// by GET /v1/sessions?metadata.KEY=VALUE): at most
@@ -103,6 +110,17 @@ const (
 	// on by default there).
 	RestoreMemory = "memory"
 )
+
+// PauseRequest is the optional body of POST /v1/sessions/{id}/pause.
+type PauseRequest struct {
+	// Restores is what the pause keeps: "files" keeps the files and
+	// settings only, even where the memory could be kept (the
+	// interpreter restarts on resume: restored "files"); "memory" asks
+	// for the memory too, refused (400, saying why) where the session's
+	// pause cannot keep it (its restores says "files"); empty: what the
+	// session's restores says.
+	Restores string `json:"restores,omitempty"`
+}
 
 // TimeoutRequest sets a session's lifetime again, from now
 // (PUT /v1/sessions/{id}/timeout; E2B's set_timeout).
@@ -239,10 +257,11 @@ type Session struct {
 	// server keeps none, history.enabled).
 	History *HistoryLimits `json:"history,omitempty"`
 	// ExpiresAt is the end of the session's lifetime (absent: none);
-	// OnTimeout and AutoResume are as created.
-	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
-	OnTimeout  string     `json:"on_timeout,omitempty"`
-	AutoResume bool       `json:"auto_resume,omitempty"`
+	// OnTimeout, OnTimeoutRestores and AutoResume are as created.
+	ExpiresAt         *time.Time `json:"expires_at,omitempty"`
+	OnTimeout         string     `json:"on_timeout,omitempty"`
+	OnTimeoutRestores string     `json:"on_timeout_restores,omitempty"`
+	AutoResume        bool       `json:"auto_resume,omitempty"`
 	// Restores is what a pause of the session would keep ("files" or
 	// "memory"), absent on a server that cannot pause; for a paused
 	// session, what a resume will try to restore. Restored is what its

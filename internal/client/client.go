@@ -358,10 +358,18 @@ func (c *Client) DeleteSession(ctx context.Context, id string) error {
 }
 
 // PauseSession pauses a session: its files and settings are kept on the
-// server's disk, its sandbox freed (ErrConflict while it executes code).
+// server's disk (and its memory where it says Restores "memory"), its
+// sandbox freed (ErrConflict while it executes code).
 func (c *Client) PauseSession(ctx context.Context, id string) (*apitype.Session, error) {
+	return c.PauseSessionWith(ctx, id, apitype.PauseRequest{})
+}
+
+// PauseSessionWith pauses a session keeping what req asks: Restores
+// "files" keeps its files only, even where its memory could be kept;
+// "memory" is refused (ErrInvalidArgument, saying why) where it cannot.
+func (c *Client) PauseSessionWith(ctx context.Context, id string, req apitype.PauseRequest) (*apitype.Session, error) {
 	var s apitype.Session
-	if err := c.call(ctx, "POST", sessionPath(id)+"/pause", nil, &s); err != nil {
+	if err := c.call(ctx, "POST", sessionPath(id)+"/pause", req, &s); err != nil {
 		return nil, err
 	}
 	return &s, nil

@@ -82,6 +82,51 @@ func (s *Session) keepsMemory() bool {
 	return ok && s.template == "" && mi.Keeps()
 }
 
+// NoMemoryError refuses a request for a session's memory (a pause's or
+// a timeout's, restores "memory") where its pause keeps the files only.
+type NoMemoryError struct {
+	// Why is the reason, for the client.
+	Why string
+}
+
+func (e *NoMemoryError) Error() string {
+	return "a pause of this session keeps its files, not its memory (the interpreter restarts on resume): " + e.Why
+}
+func (e *NoMemoryError) Unwrap() error { return errdefs.ErrInvalidArgument }
+
+// MemoryRefusal says why a pause of the session cannot keep its memory
+// (a *NoMemoryError), or nil when it can.
+func (s *Session) MemoryRefusal() error {
+	if s.keepsMemory() {
+		return nil
+	}
+	why := "this server cannot keep its memory"
+	_, hasNet := s.inst.NetNS()
+	switch on, off := s.m.cfg.GVisorCheckpoint(); {
+	case !s.m.cfg.Persistence.Enabled:
+		why = "this server cannot pause sessions (persistence.enabled is off)"
+	case s.inst.Isolation() != config.GVisor:
+		why = fmt.Sprintf("it runs natively (isolation %q): memory is kept under gVisor only", s.inst.Isolation())
+	case s.template != "":
+		why = "it was made from a template"
+	case hasNet:
+		why = "it has a network (an egress policy, tools or secrets), whose connections cannot be kept"
+	case !on:
+		why = "this server's gVisor pauses keep files only: " + off
+	}
+	return &NoMemoryError{Why: why}
+}
+
+// checkRestores checks what a client asks a pause to keep (restores:
+// "", "files" or "memory"), for what (the field, in the error).
+func checkRestores(what, v string) error {
+	switch v {
+	case "", apitype.RestoreFiles, apitype.RestoreMemory:
+		return nil
+	}
+	return fmt.Errorf("%w: %s %q must be \"files\" or \"memory\" (or unset: what the session's restores says)", errdefs.ErrInvalidArgument, what, v)
+}
+
 // restores is what a pause of the session would keep.
 func (s *Session) restores() string {
 	if !s.m.cfg.Persistence.Enabled {

@@ -82,7 +82,8 @@ func (p *pausedSession) info(keep time.Duration) apitype.Session {
 		CreatedAt: p.meta.Created.UTC(), LastUsedAt: p.meta.PausedAt.UTC(),
 		IdleTimeout: r.IdleTimeout, Limits: r.Limits, Executions: p.meta.Executions,
 		Isolation: r.Isolation, Template: r.Template, Tenant: p.meta.Tenant,
-		OnTimeout: r.OnTimeout, AutoResume: r.AutoResume, Restores: apitype.RestoreFiles, Metadata: r.Metadata,
+		OnTimeout: r.OnTimeout, OnTimeoutRestores: r.OnTimeoutRestores, AutoResume: r.AutoResume,
+		Restores: apitype.RestoreFiles, Metadata: r.Metadata,
 		Paused: &apitype.PausedInfo{
 			PausedAt: p.meta.PausedAt.UTC(), Files: p.stats.Files, Dirs: p.stats.Dirs,
 			Bytes: p.stats.Bytes, DiskBytes: p.stats.DiskBytes, ExpiresAt: p.meta.PausedAt.Add(keep).UTC(),
@@ -270,9 +271,13 @@ func (m *Manager) ResumeFor(ctx context.Context, id string) (*Session, error) {
 	return m.resume(ctx, id)
 }
 
-// PauseFor pauses the session id for the caller ctx carries; a paused
-// one is described as it is (a client's retry).
-func (m *Manager) PauseFor(ctx context.Context, id string) (apitype.Session, error) {
+// PauseFor pauses the session id for the caller ctx carries, keeping
+// what keep asks (see Pause); a paused one is described as it is (a
+// client's retry).
+func (m *Manager) PauseFor(ctx context.Context, id, keep string) (apitype.Session, error) {
+	if err := checkRestores("restores", keep); err != nil {
+		return apitype.Session{}, err
+	}
 	s, err := m.Find(ctx, id)
 	var pe *PausedError
 	if errors.As(err, &pe) {
@@ -281,7 +286,7 @@ func (m *Manager) PauseFor(ctx context.Context, id string) (apitype.Session, err
 	if err != nil {
 		return apitype.Session{}, err
 	}
-	info, err := s.Pause(ctx)
+	info, err := s.Pause(ctx, keep)
 	if err == nil {
 		m.settle(ctx, id)
 	}
@@ -349,26 +354,41 @@ func (s *Session) freeze(what string) (thaw func(), err error) {
 }
 
 // Pause writes the session's files and settings under persistence.dir
-// and ends its sandbox. A session executing code, running a shell
-// command or transferring a file is not paused (ErrConflict: wait, or
-// interrupt it); a pause that fails (a full disk, a quota, a workspace
-// that cannot be kept whole) leaves the session running as it was.
-func (s *Session) Pause(ctx context.Context) (apitype.Session, error) {
-	m := s.m
-	if !m.cfg.Persistence.Enabled {
-		return apitype.Session{}, errPersistenceOff()
+// and ends its sandbox. keep is what it keeps: RestoreFiles the files
+// only, even where the memory could be kept; RestoreMemory the memory
+// too, refused (a *NoMemoryError) where the session's pause cannot keep
+// it; "" what its restores says. A session executing code, running a
+// shell command or transferring a file is not paused (ErrConflict: wait,
+// or interrupt it); a pause that fails (a full disk, a quota, a
+// workspace that cannot be kept whole) leaves the session running as it
+// was.
+func (s *Session) Pause(ctx context.Context, keep string) (apitype.Session, error) {
+	if err := s.pausable(); err != nil {
+		return apitype.Session{}, err
 	}
-	if !s.client {
-		return apitype.Session{}, fmt.Errorf("%w: only a client's session can be paused", errdefs.ErrInvalidArgument)
+	if keep == apitype.RestoreMemory {
+		if err := s.MemoryRefusal(); err != nil {
+			return apitype.Session{}, fmt.Errorf("restores %q: %w; ask for \"files\", or leave restores unset", keep, err)
+		}
 	}
-	begun := time.Now()
-	info, err := s.pause(ctx)
-	m.observePause(OpPause, pausedKind(info), begun, err)
-	return info, err
+	return s.pauseIdle(ctx, keep)
 }
 
-// pause is Pause, unobserved.
-func (s *Session) pause(ctx context.Context) (apitype.Session, error) {
+// pausable refuses a pause of a session that cannot be paused at all.
+func (s *Session) pausable() error {
+	if !s.m.cfg.Persistence.Enabled {
+		return errPersistenceOff()
+	}
+	if !s.client {
+		return fmt.Errorf("%w: only a client's session can be paused", errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// pause is Pause, unobserved and unchecked: asked for the memory
+// (RestoreMemory) where it cannot be kept, it keeps the files and says
+// why (a timeout's pause: nothing is lost for it).
+func (s *Session) pause(ctx context.Context, keep string) (apitype.Session, error) {
 	m := s.m
 	thaw, err := s.freeze("pause")
 	if err != nil {
@@ -392,7 +412,10 @@ func (s *Session) pause(ctx context.Context) (apitype.Session, error) {
 		m.hook("written", s.id)
 	}
 	p := &pausedSession{meta: meta, stats: st}
-	if s.keepsMemory() {
+	if keep == apitype.RestoreMemory {
+		p.memErr = s.MemoryRefusal()
+	}
+	if keep != apitype.RestoreFiles && s.keepsMemory() {
 		// After the files: a checkpoint that fails leaves them standing.
 		n, err := s.writeMemory(ctx, s.id, st.DiskBytes, false)
 		if err != nil {
@@ -877,26 +900,39 @@ func (s *Session) timedOut(end apitype.End) {
 		if end.Code == apitype.EndIdle {
 			// Idle: a request that came in meanwhile keeps the session
 			// (a conflict); its work is never interrupted for it.
-			pause = s.Pause
+			pause = s.pauseIdle
 		}
-		if _, err := pause(ctx); err != nil && s.End().Zero() {
+		if _, err := pause(ctx, s.made.OnTimeoutRestores); err != nil && s.End().Zero() {
 			s.m.log.Warn("a session's timeout could not pause it; it keeps running", "session", s.id, "err", err)
 			s.Touch()
 		}
 	}()
 }
 
+// pauseIdle is an idle timeout's pause, keeping what keep asks (memory
+// that cannot be kept: the files, saying why).
+func (s *Session) pauseIdle(ctx context.Context, keep string) (info apitype.Session, err error) {
+	if err := s.pausable(); err != nil {
+		return apitype.Session{}, err
+	}
+	begun := time.Now()
+	info, err = s.pause(ctx, keep)
+	s.m.observePause(OpPause, pausedKind(info), begun, err)
+	return info, err
+}
+
 // pauseWhenIdle pauses the session (a timeout's or a shutdown's), first
 // interrupting what runs in it, killing its shell commands, and waiting
-// (until ctx ends) for them to stop.
-func (s *Session) pauseWhenIdle(ctx context.Context) (info apitype.Session, err error) {
-	if !s.m.cfg.Persistence.Enabled || !s.client {
-		return s.Pause(ctx) // its refusal
+// (until ctx ends) for them to stop; it keeps what keep asks, as
+// pauseIdle.
+func (s *Session) pauseWhenIdle(ctx context.Context, keep string) (info apitype.Session, err error) {
+	if err := s.pausable(); err != nil {
+		return apitype.Session{}, err
 	}
 	begun := time.Now()
 	defer func() { s.m.observePause(OpPause, pausedKind(info), begun, err) }()
 	for {
-		info, err := s.pause(ctx)
+		info, err := s.pause(ctx, keep)
 		if !errors.Is(err, errdefs.ErrConflict) {
 			return info, err
 		}
@@ -935,7 +971,9 @@ func (m *Manager) pauseAll(all []*Session) {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			if _, err := s.pauseWhenIdle(ctx); err != nil {
+			// What can be kept is: a shutdown is not the client's
+			// choice (on_timeout_restores is the timeout's).
+			if _, err := s.pauseWhenIdle(ctx, ""); err != nil {
 				m.log.Warn("a session could not be paused at shutdown; it ends", "session", s.id, "err", err)
 			}
 		}()

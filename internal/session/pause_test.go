@@ -84,7 +84,7 @@ func TestPauseResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := src.last()
-	info, err := m.PauseFor(context.Background(), s.ID())
+	info, err := m.PauseFor(context.Background(), s.ID(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestPauseResume(t *testing.T) {
 	if l := m.List(); len(l) != 1 || l[0].State != apitype.StatePaused {
 		t.Errorf("list: %+v", l)
 	}
-	if again, err := m.PauseFor(context.Background(), s.ID()); err != nil || again.State != apitype.StatePaused {
+	if again, err := m.PauseFor(context.Background(), s.ID(), ""); err != nil || again.State != apitype.StatePaused {
 		t.Errorf("a second pause: %+v, %v", again, err)
 	}
 	// Resumed: the same id, the files, a new sandbox.
@@ -153,7 +153,7 @@ func TestPauseKeepsContexts(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, _ := s.Contexts()
-	if _, err := s.Pause(context.Background()); err != nil {
+	if _, err := s.Pause(context.Background(), ""); err != nil {
 		t.Fatal(err)
 	}
 	r, err := m.ResumeFor(context.Background(), s.ID())
@@ -183,7 +183,7 @@ func TestAutoResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFiles(t, s, map[string]string{"a": "1"})
-	if _, err := s.Pause(context.Background()); err != nil {
+	if _, err := s.Pause(context.Background(), ""); err != nil {
 		t.Fatal(err)
 	}
 	r, err := m.Reach(context.Background(), s.ID())
@@ -202,7 +202,7 @@ func TestAutoResumeAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFiles(t, s, someFiles)
-	if _, err := s.Pause(context.Background()); err != nil {
+	if _, err := s.Pause(context.Background(), ""); err != nil {
 		t.Fatal(err)
 	}
 	before := len(src.all)
@@ -247,7 +247,7 @@ func TestPauseRefused(t *testing.T) {
 			s.Execute(context.Background(), apitype.ExecuteRequest{Code: "sleep"}, nil)
 		}()
 		busy(t, s)
-		if _, err := s.Pause(context.Background()); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "interrupt") {
+		if _, err := s.Pause(context.Background(), ""); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "interrupt") {
 			t.Errorf("pause while executing: %v", err)
 		}
 		s.Interrupt()
@@ -255,7 +255,7 @@ func TestPauseRefused(t *testing.T) {
 		if _, err := execute(t, s, "out x", nil); err != nil {
 			t.Errorf("the session does not run after a refused pause: %v", err)
 		}
-		if _, err := s.Pause(context.Background()); err != nil {
+		if _, err := s.Pause(context.Background(), ""); err != nil {
 			t.Errorf("pause once idle: %v", err)
 		}
 	})
@@ -266,7 +266,7 @@ func TestPauseRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Pause(context.Background()); !errors.Is(err, errdefs.ErrConflict) {
+		if _, err := s.Pause(context.Background(), ""); !errors.Is(err, errdefs.ErrConflict) {
 			t.Errorf("pause with a command running: %v", err)
 		}
 		s.SignalCommand(c.ID, "SIGKILL")
@@ -274,7 +274,7 @@ func TestPauseRefused(t *testing.T) {
 	t.Run("persistence off", func(t *testing.T) {
 		m, _, _ := newTestManager(t, nil)
 		s := create(t, m, "python")
-		if _, err := s.Pause(context.Background()); !errors.Is(err, errdefs.ErrUnsupported) {
+		if _, err := s.Pause(context.Background(), ""); !errors.Is(err, errdefs.ErrUnsupported) {
 			t.Errorf("pause without persistence: %v", err)
 		}
 		if _, err := m.Create(context.Background(), apitype.CreateSessionRequest{OnTimeout: "pause"}); !errors.Is(err, errdefs.ErrUnsupported) {
@@ -287,7 +287,7 @@ func TestPauseRefused(t *testing.T) {
 		m, _, _ := newTestManager(t, cfg)
 		s := create(t, m, "python")
 		writeFiles(t, s, map[string]string{"big": strings.Repeat("x", 8192)})
-		if _, err := s.Pause(context.Background()); !errors.Is(err, errdefs.ErrQuota) {
+		if _, err := s.Pause(context.Background(), ""); !errors.Is(err, errdefs.ErrQuota) {
 			t.Errorf("pause over the quota: %v", err)
 		}
 		if _, err := execute(t, s, "out x", nil); err != nil {
@@ -373,7 +373,7 @@ func TestCorruptImageKept(t *testing.T) {
 	m, src, _ := newTestManager(t, cfg)
 	s := create(t, m, "python")
 	writeFiles(t, s, someFiles)
-	if _, err := s.Pause(context.Background()); err != nil {
+	if _, err := s.Pause(context.Background(), ""); err != nil {
 		t.Fatal(err)
 	}
 	tarPath := filepath.Join(cfg.Persistence.Dir, s.ID(), "files.tar")
@@ -414,7 +414,7 @@ func TestCorruptFilesNeverHandedOver(t *testing.T) {
 	m, src, _ := newTestManager(t, cfg)
 	s := create(t, m, "python")
 	writeFiles(t, s, someFiles)
-	if _, err := s.Pause(context.Background()); err != nil {
+	if _, err := s.Pause(context.Background(), ""); err != nil {
 		t.Fatal(err)
 	}
 	tarPath := filepath.Join(cfg.Persistence.Dir, s.ID(), "files.tar")
@@ -457,7 +457,7 @@ func TestResumeCancelled(t *testing.T) {
 		files[fmt.Sprintf("part%02d.bin", i)] = strings.Repeat(fmt.Sprint(i), 512<<10)
 	}
 	writeFiles(t, s, files)
-	if _, err := s.Pause(context.Background()); err != nil {
+	if _, err := s.Pause(context.Background(), ""); err != nil {
 		t.Fatal(err)
 	}
 	tarPath := filepath.Join(cfg.Persistence.Dir, s.ID(), "files.tar")
@@ -500,7 +500,7 @@ func TestShutdownStopsARestore(t *testing.T) {
 	m, src, _ := newTestManager(t, cfg)
 	s := create(t, m, "python")
 	writeFiles(t, s, someFiles)
-	if _, err := s.Pause(context.Background()); err != nil {
+	if _, err := s.Pause(context.Background(), ""); err != nil {
 		t.Fatal(err)
 	}
 	closed := make(chan struct{})
@@ -643,7 +643,7 @@ func TestFork(t *testing.T) {
 	s.Interrupt()
 	<-done
 
-	if _, err := s.Pause(context.Background()); err != nil {
+	if _, err := s.Pause(context.Background(), ""); err != nil {
 		t.Fatal(err)
 	}
 	f2, err := m.ForkFor(context.Background(), s.ID())
@@ -665,7 +665,7 @@ func TestLoadPausedAtStart(t *testing.T) {
 	m1, _, _ := newTestManager(t, cfg)
 	s := create(t, m1, "python")
 	writeFiles(t, s, map[string]string{"a": "1"})
-	if _, err := s.Pause(context.Background()); err != nil {
+	if _, err := s.Pause(context.Background(), ""); err != nil {
 		t.Fatal(err)
 	}
 	dir := cfg.Persistence.Dir
@@ -703,7 +703,7 @@ func TestPauseBounded(t *testing.T) {
 		if err := os.Truncate(filepath.Join(s.inst.(*fakeInstance).dir, "z"), int64(s.limits.Disk)+1); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Pause(context.Background()); !errors.Is(err, errdefs.ErrTooLarge) {
+		if _, err := s.Pause(context.Background(), ""); !errors.Is(err, errdefs.ErrTooLarge) {
 			t.Errorf("pause of a sparse file over the disk limit: %v", err)
 		}
 		if _, err := m.ForkFor(context.Background(), s.ID()); !errors.Is(err, errdefs.ErrTooLarge) {
@@ -728,7 +728,7 @@ func TestPauseBounded(t *testing.T) {
 		if err := os.Link(filepath.Join(dir, "z"), filepath.Join(dir, "z2")); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Pause(context.Background()); !errors.Is(err, errdefs.ErrTooLarge) {
+		if _, err := s.Pause(context.Background(), ""); !errors.Is(err, errdefs.ErrTooLarge) {
 			t.Errorf("pause of two names of a file over the disk limit: %v", err)
 		}
 	})
@@ -745,11 +745,11 @@ func TestPauseBounded(t *testing.T) {
 		if _, err := m.reserveImage("", 4096); !errors.Is(err, errdefs.ErrQuota) {
 			t.Errorf("a second reservation past the quota: %v", err)
 		}
-		if _, err := s.Pause(context.Background()); !errors.Is(err, errdefs.ErrQuota) {
+		if _, err := s.Pause(context.Background(), ""); !errors.Is(err, errdefs.ErrQuota) {
 			t.Errorf("pause while another takes the quota: %v", err)
 		}
 		release()
-		if _, err := s.Pause(context.Background()); err != nil {
+		if _, err := s.Pause(context.Background(), ""); err != nil {
 			t.Errorf("pause once the other is done: %v", err)
 		}
 	})
@@ -780,7 +780,7 @@ func TestDeleteWhilePausing(t *testing.T) {
 			t.Errorf("delete during the pause: %v", err)
 		}
 	}
-	if _, err := s.Pause(context.Background()); !errors.Is(err, errdefs.ErrGone) {
+	if _, err := s.Pause(context.Background(), ""); !errors.Is(err, errdefs.ErrGone) {
 		t.Errorf("pause of a session deleted meanwhile: %v", err)
 	}
 	m.hook = nil
@@ -802,7 +802,7 @@ func TestDeleteWhilePausing(t *testing.T) {
 			}
 		}
 	}
-	if _, err := s2.Pause(context.Background()); err != nil {
+	if _, err := s2.Pause(context.Background(), ""); err != nil {
 		t.Errorf("pause: %v", err)
 	}
 	m.hook = nil
@@ -821,7 +821,7 @@ func TestForkWhileDeleted(t *testing.T) {
 	m, _, _ := newTestManager(t, cfg)
 	s := create(t, m, "python")
 	writeFiles(t, s, someFiles)
-	if _, err := s.Pause(context.Background()); err != nil {
+	if _, err := s.Pause(context.Background(), ""); err != nil {
 		t.Fatal(err)
 	}
 	m.hook = func(point, id string) {
@@ -864,7 +864,7 @@ func TestNoChangesWhilePausing(t *testing.T) {
 			t.Errorf("a network policy set during a pause: %v", err)
 		}
 	}
-	if _, err := s.Pause(context.Background()); err != nil {
+	if _, err := s.Pause(context.Background(), ""); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -893,14 +893,14 @@ func TestPauseObserved(t *testing.T) {
 		s.Execute(context.Background(), apitype.ExecuteRequest{Code: "sleep"}, nil)
 	}()
 	busy(t, s)
-	s.Pause(context.Background()) // busy
+	s.Pause(context.Background(), "") // busy
 	s.Interrupt()
 	<-done
 	writeFiles(t, s, map[string]string{"big": strings.Repeat("x", 1000<<10)})
-	s.Pause(context.Background()) // over the quota
+	s.Pause(context.Background(), "") // over the quota
 	s.Files(context.Background()).Remove("big", false)
 	writeFiles(t, s, someFiles)
-	if _, err := s.Pause(context.Background()); err != nil {
+	if _, err := s.Pause(context.Background(), ""); err != nil {
 		t.Fatal(err)
 	}
 	if u := m.PausedUsage()[""]; u.Sessions != 1 || u.DiskBytes == 0 {
@@ -919,7 +919,7 @@ func TestPauseObserved(t *testing.T) {
 	// A shutdown's pause waits for the execution to stop: one event.
 	go r.Execute(context.Background(), apitype.ExecuteRequest{Code: "sleep"}, nil)
 	busy(t, r)
-	if _, err := r.pauseWhenIdle(context.Background()); err != nil {
+	if _, err := r.pauseWhenIdle(context.Background(), ""); err != nil {
 		t.Fatal(err)
 	}
 	tarPath := filepath.Join(cfg.Persistence.Dir, s.ID(), "files.tar")
@@ -1022,9 +1022,9 @@ func TestListingSettled(t *testing.T) {
 		do   func() error
 		want string
 	}{
-		{"pause", func() error { _, err := m.PauseFor(ctx, id); return err }, "paused"},
+		{"pause", func() error { _, err := m.PauseFor(ctx, id, ""); return err }, "paused"},
 		{"resume", func() error { _, err := m.ResumeFor(ctx, id); return err }, "idle"},
-		{"pause again", func() error { _, err := m.PauseFor(ctx, id); return err }, "paused"},
+		{"pause again", func() error { _, err := m.PauseFor(ctx, id, ""); return err }, "paused"},
 		{"auto_resume", func() error { _, err := m.Reach(ctx, id); return err }, "idle"},
 		{"delete", func() error { return m.DeleteFor(ctx, id) }, "gone"},
 	} {
@@ -1040,7 +1040,7 @@ func TestListingSettled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.PauseFor(ctx, s.ID()); err != nil {
+	if _, err := m.PauseFor(ctx, s.ID(), ""); err != nil {
 		t.Fatal(err)
 	}
 	rec.take()
@@ -1092,7 +1092,7 @@ func TestListedOnceWhilePausing(t *testing.T) {
 			listed = m.List()
 		}
 	}
-	if _, err := s.Pause(context.Background()); err != nil {
+	if _, err := s.Pause(context.Background(), ""); err != nil {
 		t.Fatal(err)
 	}
 	m.hook = nil
@@ -1117,7 +1117,7 @@ func TestResumeCountsForTheOwner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.PauseFor(admin, s.ID()); err != nil {
+	if _, err := m.PauseFor(admin, s.ID(), ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.ResumeFor(admin, s.ID()); err != nil {

@@ -28,7 +28,7 @@ func TestResumeTakesTheOwnersSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Pause(owner); err != nil {
+	if _, err := s.Pause(owner, ""); err != nil {
 		t.Fatal(err)
 	}
 	hosts := func(s *Session) []string {

@@ -524,6 +524,12 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest, 
 	if err := m.checkOnTimeout(req.OnTimeout); err != nil {
 		return nil, err
 	}
+	if err := checkRestores("on_timeout_restores", req.OnTimeoutRestores); err != nil {
+		return nil, err
+	}
+	if req.OnTimeoutRestores != "" && req.OnTimeout != apitype.OnTimeoutPause {
+		return nil, fmt.Errorf("%w: on_timeout_restores says what a pause on the timeout keeps: it needs on_timeout \"pause\"", errdefs.ErrInvalidArgument)
+	}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -567,6 +573,14 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest, 
 		return nil, err
 	}
 	s.made = req
+	if r == nil && req.OnTimeoutRestores == apitype.RestoreMemory {
+		// Known once its sandbox is made: a session that cannot keep
+		// what its timeout is to keep is not handed over.
+		if err := s.MemoryRefusal(); err != nil {
+			s.teardownOnce.Do(s.teardown)
+			return nil, fmt.Errorf("on_timeout_restores %q: %w; ask for \"files\", or leave on_timeout_restores unset", req.OnTimeoutRestores, err)
+		}
+	}
 	if r != nil {
 		// Before the session is visible, and before any code of the
 		// client's runs in it.
@@ -1031,7 +1045,8 @@ func (s *Session) Info() (info apitype.Session) {
 		Sandbox: s.inst.Name(), Isolation: s.inst.Isolation(), Tenant: s.owner.Tenant,
 		Template: s.template, TemplateVersion: s.templateVersion,
 		History:   s.hist.info(),
-		OnTimeout: s.made.OnTimeout, AutoResume: s.made.AutoResume, Restored: s.restored, RestoredReason: s.restoredWhy,
+		OnTimeout: s.made.OnTimeout, OnTimeoutRestores: s.made.OnTimeoutRestores, AutoResume: s.made.AutoResume,
+		Restored: s.restored, RestoredReason: s.restoredWhy,
 		Metadata: s.made.Metadata, Reseeded: s.reseeded, NotReseeded: s.notReseeded,
 	}
 	if s.client && state != apitype.StateEnded {

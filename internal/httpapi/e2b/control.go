@@ -18,6 +18,7 @@ import (
 	"airlock/internal/errdefs"
 	"airlock/internal/httpapi"
 	"airlock/internal/identity"
+	"airlock/internal/session"
 )
 
 // route is one operation: work marks those the audit log records (while
@@ -130,10 +131,13 @@ type lifecycleJSON struct {
 }
 
 // lifecycle is what create asks of a sandbox's timeout: pause (instead
-// of kill) and auto-resume, which need persistence.enabled; memory when
-// the pause is to keep the sandbox's memory (autoPauseMemory, the SDK's
-// onTimeout keepMemory), which create checks against the session made.
-func (s *Server) lifecycle(req createRequest) (pause, auto, memory bool, err error) {
+// of kill) and auto-resume, which need persistence.enabled; restores
+// what that pause keeps (autoPauseMemory, the SDK's onTimeout
+// keepMemory): RestoreMemory, which the session layer checks against the
+// session made, RestoreFiles (false: its files only, as E2B's
+// filesystem-only snapshot), or "" (unset: what the session's pauses
+// keep).
+func (s *Server) lifecycle(req createRequest) (pause, auto bool, restores string, err error) {
 	pause = req.AutoPause != nil && *req.AutoPause
 	if l := req.Lifecycle; l != nil {
 		switch l.OnTimeout {
@@ -141,7 +145,7 @@ func (s *Server) lifecycle(req createRequest) (pause, auto, memory bool, err err
 		case "pause":
 			pause = true
 		default:
-			return false, false, false, fmt.Errorf("%w: lifecycle.onTimeout %q: want \"kill\" or \"pause\"", errdefs.ErrInvalidArgument, httpapi.Truncate(l.OnTimeout))
+			return false, false, "", fmt.Errorf("%w: lifecycle.onTimeout %q: want \"kill\" or \"pause\"", errdefs.ErrInvalidArgument, httpapi.Truncate(l.OnTimeout))
 		}
 		auto = l.AutoResume != nil && *l.AutoResume
 	}
@@ -150,26 +154,35 @@ func (s *Server) lifecycle(req createRequest) (pause, auto, memory bool, err err
 			Enabled bool `json:"enabled"`
 		}
 		if json.Unmarshal(raw, &on.Enabled) != nil && json.Unmarshal(raw, &on) != nil {
-			return false, false, false, fmt.Errorf("%w: autoResume: want {\"enabled\": bool}", errdefs.ErrInvalidArgument)
+			return false, false, "", fmt.Errorf("%w: autoResume: want {\"enabled\": bool}", errdefs.ErrInvalidArgument)
 		}
 		auto = auto || on.Enabled
 	}
-	memory = req.AutoPauseMemory != nil && *req.AutoPauseMemory
+	memory := req.AutoPauseMemory != nil && *req.AutoPauseMemory
+	filesOnly := req.AutoPauseMemory != nil && !*req.AutoPauseMemory
 	switch {
 	case (pause || auto) && !s.cfg.Persistence.Enabled:
-		return false, false, false, fmt.Errorf("%w: autoPause, lifecycle.onTimeout \"pause\" and autoResume need persistence, which this server's operator has not enabled (persistence.enabled); a sandbox ends at its timeout", errdefs.ErrInvalidArgument)
+		return false, false, "", fmt.Errorf("%w: autoPause, lifecycle.onTimeout \"pause\" and autoResume need persistence, which this server's operator has not enabled (persistence.enabled); a sandbox ends at its timeout", errdefs.ErrInvalidArgument)
 	case auto && !pause:
-		return false, false, false, fmt.Errorf("%w: autoResume needs lifecycle.onTimeout \"pause\"", errdefs.ErrInvalidArgument)
-	case memory && !pause:
-		return false, false, false, fmt.Errorf("%w: autoPauseMemory needs lifecycle.onTimeout \"pause\"", errdefs.ErrInvalidArgument)
+		return false, false, "", fmt.Errorf("%w: autoResume needs lifecycle.onTimeout \"pause\"", errdefs.ErrInvalidArgument)
+	case req.AutoPauseMemory != nil && !pause:
+		return false, false, "", fmt.Errorf("%w: autoPauseMemory needs lifecycle.onTimeout \"pause\"", errdefs.ErrInvalidArgument)
+	case filesOnly && auto:
+		// As E2B's API: a filesystem-only pause is resumed by connect,
+		// never by traffic that would meet a restarted interpreter.
+		return false, false, "", fmt.Errorf("%w: autoResume cannot be combined with keepMemory false (autoPauseMemory): a sandbox paused with its files only must be resumed explicitly with Sandbox.connect()", errdefs.ErrInvalidArgument)
 	}
-	if memory {
+	switch {
+	case memory:
 		// Known before any sandbox is made: none is built to be refused.
 		if err := s.refusesMemory(req); err != nil {
-			return false, false, false, err
+			return false, false, "", err
 		}
+		return pause, auto, apitype.RestoreMemory, nil
+	case filesOnly:
+		return pause, auto, apitype.RestoreFiles, nil
 	}
-	return pause, auto, memory, nil
+	return pause, auto, "", nil
 }
 
 // refusesMemory is keepMemory's refusal where the request and the
@@ -190,24 +203,14 @@ func (s *Server) refusesMemory(req createRequest) error {
 	return nil
 }
 
-// keepsMemory checks that a pause of the session info describes keeps
-// its memory, for keepMemory: an error says why not.
-func (s *Server) keepsMemory(info apitype.Session) error {
-	if info.Restores == apitype.RestoreMemory {
-		return nil
+// keepMemoryErr is err in keepMemory's words when the session layer
+// refused a request for memory (a *session.NoMemoryError).
+func keepMemoryErr(err error) error {
+	var nm *session.NoMemoryError
+	if errors.As(err, &nm) {
+		return noMemory(nm.Why)
 	}
-	switch {
-	case info.Isolation != apitype.GVisor:
-		return noMemory(fmt.Sprintf("it runs natively (isolation %q): memory is kept under gVisor only", info.Isolation))
-	case info.Network != nil:
-		return noMemory("it has a network (network.allowOut), whose connections cannot be kept")
-	case info.Template != "":
-		return noMemory("it was made from a template")
-	}
-	if on, why := s.cfg.GVisorCheckpoint(); !on {
-		return noMemory("this server's gVisor pauses keep files only: " + why)
-	}
-	return noMemory("this server cannot keep its memory")
+	return err
 }
 
 // noMemory is keepMemory's refusal, saying why.
@@ -243,7 +246,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		failControl(w, fmt.Errorf("%w: metadata has %d entries, more than %d", errdefs.ErrInvalidArgument, len(req.Metadata), maxMetadata))
 		return
 	}
-	pause, auto, memory, err := s.lifecycle(req)
+	pause, auto, restores, err := s.lifecycle(req)
 	if err != nil {
 		failControl(w, err)
 		return
@@ -256,7 +259,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	cr := apitype.CreateSessionRequest{Env: req.EnvVars, Metadata: req.Metadata, IdleTimeout: apitype.Duration(s.cfg.Server.MaxIdleTimeout)}
 	if pause {
 		// The session's own lifetime pauses it (see deadline).
-		cr.Timeout, cr.OnTimeout, cr.AutoResume = apitype.Duration(ttl), apitype.OnTimeoutPause, auto
+		cr.Timeout, cr.OnTimeout, cr.AutoResume, cr.OnTimeoutRestores = apitype.Duration(ttl), apitype.OnTimeoutPause, auto, restores
 	}
 	lang, ok := languages[req.TemplateID]
 	if ok {
@@ -269,16 +272,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	}
 	sess, err := s.m.Create(r.Context(), cr)
 	if err != nil {
-		failControl(w, err)
+		failControl(w, keepMemoryErr(err))
 		return
-	}
-	if memory {
-		if err := s.keepsMemory(sess.Info()); err != nil {
-			// A client gone mid-create must not cut the cleanup short.
-			s.m.Discard(context.WithoutCancel(r.Context()), sess.ID())
-			failControl(w, err)
-			return
-		}
 	}
 	who, _ := identity.From(r.Context())
 	rec := record{Template: req.TemplateID, Owner: who, Metadata: req.Metadata, Started: time.Now().UTC(), Pause: pause, AutoResume: auto}
@@ -556,19 +551,22 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 		failControl(w, err)
 		return
 	}
-	sess, err := s.m.Get(box.id)
-	if errors.Is(err, errdefs.ErrPaused) {
+	if _, err := s.m.Get(box.id); errors.Is(err, errdefs.ErrPaused) {
 		failControl(w, fmt.Errorf("%w: sandbox %q is paused already", errdefs.ErrConflict, box.id))
 		return
 	}
-	if req.Memory != nil && *req.Memory && err == nil {
-		if err := s.keepsMemory(sess.Info()); err != nil {
-			failControl(w, err)
-			return
+	// keepMemory: true is refused where the memory cannot be kept;
+	// false pauses with the files only (E2B's filesystem-only snapshot);
+	// unset, what the session's pauses keep (E2B's default is memory).
+	keep := ""
+	if req.Memory != nil {
+		keep = apitype.RestoreFiles
+		if *req.Memory {
+			keep = apitype.RestoreMemory
 		}
 	}
-	if _, err := s.m.PauseFor(r.Context(), box.id); err != nil {
-		failControl(w, notFoundErr(box.id, err))
+	if _, err := s.m.PauseFor(r.Context(), box.id, keep); err != nil {
+		failControl(w, notFoundErr(box.id, keepMemoryErr(err)))
 		return
 	}
 	// A paused sandbox's timeout stops (persistence.keep bounds it).

@@ -216,14 +216,23 @@ func TestTokenKey(t *testing.T) {
 // refused by lifecycle, before create builds a sandbox only to discard
 // it. checked against a mutant: with the network check left to
 // keepsMemory, a create with network.allowOut passed lifecycle.
+// keepMemory false is a files-only pause on the timeout wherever it is
+// asked, never with autoResume (as E2B's API).
 func TestLifecycleRefusesMemory(t *testing.T) {
 	off := false
 	for _, c := range []struct {
 		body, why string
 		native    bool
 		noCkpt    bool
+		restores  string
 	}{
-		{body: `{"templateID":"base","autoPause":true,"autoPauseMemory":true}`},
+		{body: `{"templateID":"base","autoPause":true,"autoPauseMemory":true}`, restores: apitype.RestoreMemory},
+		{body: `{"templateID":"base","autoPause":true}`},
+		{body: `{"templateID":"base","lifecycle":{"onTimeout":"pause"},"autoPauseMemory":false}`, restores: apitype.RestoreFiles},
+		{body: `{"templateID":"my-template","autoPause":true,"autoPauseMemory":false,"network":{"allowOut":["example.com"]}}`, native: true, restores: apitype.RestoreFiles},
+		{body: `{"templateID":"base","lifecycle":{"onTimeout":"pause","autoResume":true},"autoPauseMemory":false}`, why: "autoResume cannot be combined"},
+		{body: `{"templateID":"base","autoPause":true,"autoResume":{"enabled":true},"autoPauseMemory":false}`, why: "autoResume cannot be combined"},
+		{body: `{"templateID":"base","autoPauseMemory":false}`, why: "needs lifecycle.onTimeout"},
 		{body: `{"templateID":"base","autoPause":true,"autoPauseMemory":true,"network":{"allowOut":["example.com"]}}`, why: "network.allowOut"},
 		{body: `{"templateID":"my-template","autoPause":true,"autoPauseMemory":true}`, why: "template"},
 		{body: `{"templateID":"base","autoPause":true,"autoPauseMemory":true}`, noCkpt: true, why: "gvisor.checkpoint: false"},
@@ -242,10 +251,12 @@ func TestLifecycleRefusesMemory(t *testing.T) {
 		if err := json.Unmarshal([]byte(c.body), &req); err != nil {
 			t.Fatal(err)
 		}
-		_, _, _, err := s.lifecycle(req)
+		_, _, restores, err := s.lifecycle(req)
 		switch {
 		case c.why == "" && err != nil:
 			t.Errorf("%s: %v", c.body, err)
+		case c.why == "" && restores != c.restores:
+			t.Errorf("%s: restores %q, want %q", c.body, restores, c.restores)
 		case c.why != "" && (err == nil || !strings.Contains(err.Error(), c.why)):
 			t.Errorf("%s: %v, want a refusal saying %q", c.body, err, c.why)
 		}

@@ -136,10 +136,16 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 }
 
 // pauseSession is POST /v1/sessions/{id}/pause: its files and settings
-// are kept on the server's disk and its sandbox freed (409 while it
-// executes code).
+// (and its memory, where it says restores "memory" and the body does not
+// ask for "files") are kept on the server's disk and its sandbox freed
+// (409 while it executes code).
 func (s *Server) pauseSession(w http.ResponseWriter, r *http.Request) {
-	info, err := s.m.PauseFor(r.Context(), r.PathValue("id"))
+	var req apitype.PauseRequest
+	if err := s.decode(w, r, &req); err != nil {
+		fail(w, err)
+		return
+	}
+	info, err := s.m.PauseFor(r.Context(), r.PathValue("id"), req.Restores)
 	if err != nil {
 		s.denied(w, r, err)
 		return

@@ -31,6 +31,7 @@ var schemaTypes = map[string]reflect.Type{
 	"PausedInfo":           reflect.TypeFor[apitype.PausedInfo](),
 	"PauseSkipped":         reflect.TypeFor[apitype.PauseSkipped](),
 	"TimeoutRequest":       reflect.TypeFor[apitype.TimeoutRequest](),
+	"PauseRequest":         reflect.TypeFor[apitype.PauseRequest](),
 	"SessionList":          reflect.TypeFor[apitype.SessionList](),
 	"Output":               reflect.TypeFor[apitype.Output](),
 	"ExecError":            reflect.TypeFor[apitype.ExecError](),

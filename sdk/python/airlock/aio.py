@@ -120,8 +120,8 @@ class AsyncSandbox:
     async def interrupt(self):
         return await _thread(self.sync.interrupt)
 
-    async def pause(self):
-        return await _thread(self.sync.pause)
+    async def pause(self, restores=None):
+        return await _thread(self.sync.pause, restores)
 
     async def resume(self):
         return await _thread(self.sync.resume)

@@ -146,7 +146,7 @@ class Sandbox:
         ``sbx.secrets`` describes them); ``base_url`` and
         ``token`` default to AIRLOCK_URL and AIRLOCK_TOKEN. Other fields of
         the API's request pass through: ``on_timeout="pause"``,
-        ``auto_resume=True``, ``metadata={"user": "u1"}`` (labels ``list``
+        ``on_timeout_restores="files"`` (that pause keeps the files only), ``auto_resume=True``, ``metadata={"user": "u1"}`` (labels ``list``
         filters on), a lifetime ``timeout`` is ``lifetime=`` here."""
         t = Transport(base_url, token, request_timeout)
         body = {"language": language}
@@ -302,12 +302,18 @@ class Sandbox:
 
     close = kill
 
-    def pause(self):
+    def pause(self, restores=None):
         """Pauses the session: its /workspace files and settings are kept on the server's disk and its
         sandbox freed; the interpreter's variables are not kept (``restores: "files"``), unless the
-        description said ``restores: "memory"`` (gVisor on a server with persistence). ConflictError
-        while code runs (interrupt it first). Returns the description (``state: "paused"``)."""
-        self._info = self._t.call("POST", self._path("/pause"))
+        description said ``restores: "memory"`` (gVisor on a server with persistence).
+        ``restores="files"`` keeps the files only even then (the interpreter restarts on resume;
+        E2B's ``keep_memory=False``); ``restores="memory"`` raises InvalidArgumentError, saying why,
+        where the memory cannot be kept. ConflictError while code runs (interrupt it first). Returns
+        the description (``state: "paused"``)."""
+        body = None
+        if restores is not None:
+            body = {"restores": restores}
+        self._info = self._t.call("POST", self._path("/pause"), body)
         return self._info
 
     def resume(self):

@@ -440,6 +440,13 @@ class LifecycleTest(unittest.TestCase):
             Sandbox.create(base_url="http://127.0.0.1:1")
         with self.assertRaises(airlock.InvalidArgumentError):
             Sandbox.create(base_url="ftp://example")
+        # pause's restores reaches the server, which reads it before all
+        # else; this server cannot pause at all (persistence is off).
+        with self.assertRaises(airlock.InvalidArgumentError) as cm:
+            self.sbx.pause(restores="disk")
+        self.assertIn("restores", str(cm.exception))
+        with self.assertRaises(airlock.UnsupportedError):
+            self.sbx.pause(restores="files")
 
     def test_quota(self):
         token = os.environ.get("AIRLOCK_QUOTA_TOKEN")

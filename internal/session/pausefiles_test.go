@@ -1,0 +1,269 @@
+package session
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"airlock/internal/apitype"
+	"airlock/internal/config"
+	"airlock/internal/errdefs"
+	"airlock/internal/instance"
+	"airlock/internal/pauseimage"
+	"airlock/internal/runtimes"
+)
+
+// memSource gives fake sandboxes whose pauses can keep their memory (as
+// a gVisor one with the keeper): their checkpoints are counted.
+type memSource struct {
+	*fakeSource
+	keeps       *atomic.Bool
+	checkpoints *atomic.Int32
+}
+
+func (s memSource) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, net bool) (Instance, error) {
+	in, err := s.fakeSource.Get(ctx, rt, l, net)
+	if err != nil {
+		return nil, err
+	}
+	return memInstance{in.(*fakeInstance), s}, nil
+}
+
+// memInstance is a fake sandbox that can be checkpointed: a checkpoint
+// is a small file (a resume cannot restore it: this server's source
+// keeps no memory, so it resumes with the files, saying why).
+type memInstance struct {
+	*fakeInstance
+	src memSource
+}
+
+func (f memInstance) Keeps() bool { return f.src.keeps.Load() }
+func (f memInstance) Pid() int    { return 2 }
+func (f memInstance) Checkpoint(ctx context.Context, dir string, max int64) (instance.Checkpoint, error) {
+	f.src.checkpoints.Add(1)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return instance.Checkpoint{}, err
+	}
+	data := []byte("the sandbox's memory")
+	if err := os.WriteFile(filepath.Join(dir, "pages"), data, 0o600); err != nil {
+		return instance.Checkpoint{}, err
+	}
+	sum := sha256.Sum256(data)
+	return instance.Checkpoint{Bytes: int64(len(data)), SHA256: hex.EncodeToString(sum[:])}, nil
+}
+func (f memInstance) Snapshot(ctx context.Context, dir string, max int64) (instance.Checkpoint, error) {
+	return f.Checkpoint(ctx, dir, max)
+}
+func (f memInstance) AttachInterp(runtimes.Runtime, int) (Beside, error) {
+	return nil, errors.New("a fake sandbox has no interpreter to attach to")
+}
+
+// newMemManager is newTestManager (persistence on) whose sandboxes can
+// keep their memory while keeps is set.
+func newMemManager(t *testing.T) (*Manager, *config.Config, memSource) {
+	cfg := persistConfig(t)
+	m, src, _ := newTestManager(t, cfg)
+	ms := memSource{fakeSource: src, keeps: &atomic.Bool{}, checkpoints: &atomic.Int32{}}
+	ms.keeps.Store(true)
+	m.sources[cfg.Isolation] = ms
+	return m, cfg, ms
+}
+
+// TestPauseFilesOnly: a pause asked for the files only (restores
+// "files") of a session whose pause keeps its memory checkpoints
+// nothing, keeps no memory image and counts only its files on disk; the
+// paused session says restores "files", a fork of it and its resume
+// have the files (restored "files", with no reason: nothing failed),
+// and the resumed session's pauses keep the memory again by default.
+func TestPauseFilesOnly(t *testing.T) {
+	m, cfg, ms := newMemManager(t)
+	ctx := context.Background()
+	s, err := m.Create(ctx, apitype.CreateSessionRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := s.Info().Restores; r != apitype.RestoreMemory {
+		t.Fatalf("a session that can keep its memory says restores %q", r)
+	}
+	writeFiles(t, s, someFiles)
+	info, err := m.PauseFor(ctx, s.ID(), apitype.RestoreFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := ms.checkpoints.Load(); n != 0 {
+		t.Errorf("a files-only pause checkpointed the sandbox %d times", n)
+	}
+	if info.Restores != apitype.RestoreFiles || info.Paused.MemoryBytes != 0 || info.Paused.MemoryError != "" || info.Paused.Files != 4 {
+		t.Errorf("a files-only pause: %+v %+v", info, info.Paused)
+	}
+	im, err := pauseimage.Open(cfg.Persistence.Dir, s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mem, err := im.Memory(); mem != nil || err != nil {
+		t.Errorf("a files-only image has a memory image: %+v %v", mem, err)
+	}
+	if _, err := os.Stat(im.MemoryDir()); !os.IsNotExist(err) {
+		t.Errorf("a files-only image has a memory directory: %v", err)
+	}
+	// Its disk is its files' (what the tenant's quota counts): every
+	// byte of the image's directory.
+	var onDisk int64
+	filepath.WalkDir(filepath.Join(cfg.Persistence.Dir, s.ID()), func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			fi, _ := d.Info()
+			onDisk += fi.Size()
+		}
+		return err
+	})
+	if info.Paused.DiskBytes != onDisk {
+		t.Errorf("paused disk bytes %d, the image takes %d", info.Paused.DiskBytes, onDisk)
+	}
+	im.Close()
+	if d, err := m.Describe(ctx, s.ID()); err != nil || d.Restores != apitype.RestoreFiles {
+		t.Errorf("described: %+v %v", d, err)
+	}
+
+	f, err := m.ForkFor(ctx, s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi := f.Info(); fi.Restored != apitype.RestoreFiles || fi.RestoredReason != "" {
+		t.Errorf("a fork of a files-only pause: restored %q (%s)", fi.Restored, fi.RestoredReason)
+	}
+	checkFiles(t, f, someFiles)
+
+	r, err := m.ResumeFor(ctx, s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ri := r.Info()
+	if ri.Restored != apitype.RestoreFiles || ri.RestoredReason != "" || ri.Restores != apitype.RestoreMemory {
+		t.Errorf("resumed: restored %q (%s), restores %q", ri.Restored, ri.RestoredReason, ri.Restores)
+	}
+	checkFiles(t, r, someFiles)
+	if ents, _ := os.ReadDir(cfg.Persistence.Dir); len(ents) != 0 {
+		t.Errorf("left after the resume: %v", ents)
+	}
+	if n := ms.checkpoints.Load(); n != 0 {
+		t.Errorf("%d checkpoints for files-only pauses and forks", n)
+	}
+
+	// Unasked, its pause keeps the memory: what the fake does otherwise.
+	info, err = m.PauseFor(ctx, s.ID(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms.checkpoints.Load() != 1 || info.Restores != apitype.RestoreMemory || info.Paused.MemoryBytes == 0 {
+		t.Errorf("a default pause: %d checkpoints, %+v %+v", ms.checkpoints.Load(), info, info.Paused)
+	}
+	m.DeleteFor(ctx, s.ID())
+}
+
+// TestPauseRestoresRefused: asking for the memory where the session's
+// pause cannot keep it is refused, saying why, and the session runs on;
+// a value that is neither "files" nor "memory" is refused; "files" is
+// always taken.
+func TestPauseRestoresRefused(t *testing.T) {
+	m, _, _ := newTestManager(t, persistConfig(t))
+	ctx := context.Background()
+	s := create(t, m, "")
+	_, err := m.PauseFor(ctx, s.ID(), apitype.RestoreMemory)
+	var nm *NoMemoryError
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !errors.As(err, &nm) || !strings.Contains(err.Error(), "natively") {
+		t.Errorf("memory where it cannot be kept: %v", err)
+	}
+	if _, err := m.PauseFor(ctx, s.ID(), "disk"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("restores \"disk\": %v", err)
+	}
+	if !s.End().Zero() {
+		t.Fatalf("a refused pause ended the session: %+v", s.End())
+	}
+	if _, err := execute(t, s, "out x", nil); err != nil {
+		t.Errorf("the session after refused pauses: %v", err)
+	}
+	if info, err := m.PauseFor(ctx, s.ID(), apitype.RestoreFiles); err != nil || info.Restores != apitype.RestoreFiles {
+		t.Errorf("files where only files are kept: %+v %v", info, err)
+	}
+}
+
+// TestTimeoutPauseRestores: on_timeout_restores "files" makes the
+// timeout's pause keep the files only (the session says so, through its
+// pause and resume); "memory" is refused at create where the session
+// cannot keep it (no sandbox left), and a timeout's pause that can no
+// longer keep it keeps the files and says why; on_timeout_restores
+// needs on_timeout "pause".
+func TestTimeoutPauseRestores(t *testing.T) {
+	ctx := context.Background()
+	t.Run("files", func(t *testing.T) {
+		m, _, ms := newMemManager(t)
+		s, err := m.Create(ctx, apitype.CreateSessionRequest{Timeout: config.Duration(time.Second), OnTimeout: apitype.OnTimeoutPause, OnTimeoutRestores: apitype.RestoreFiles})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info := s.Info(); info.OnTimeoutRestores != apitype.RestoreFiles || info.Restores != apitype.RestoreMemory {
+			t.Errorf("created: %+v", info)
+		}
+		writeFiles(t, s, map[string]string{"kept": "yes"})
+		if end := ended(t, s); end.Code != apitype.EndPaused {
+			t.Fatalf("ended for %q", end.Code)
+		}
+		d, err := m.Describe(ctx, s.ID())
+		if err != nil || d.Restores != apitype.RestoreFiles || d.OnTimeoutRestores != apitype.RestoreFiles || d.Paused.MemoryBytes != 0 {
+			t.Errorf("paused on its timeout: %+v %v", d, err)
+		}
+		if n := ms.checkpoints.Load(); n != 0 {
+			t.Errorf("the timeout's files-only pause checkpointed %d times", n)
+		}
+		r, err := m.ResumeFor(ctx, s.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ri := r.Info(); ri.Restored != apitype.RestoreFiles || ri.OnTimeoutRestores != apitype.RestoreFiles {
+			t.Errorf("resumed: %+v", ri)
+		}
+		checkFiles(t, r, map[string]string{"kept": "yes"})
+	})
+	t.Run("memory", func(t *testing.T) {
+		m, _, ms := newMemManager(t)
+		s, err := m.Create(ctx, apitype.CreateSessionRequest{Timeout: config.Duration(time.Second), OnTimeout: apitype.OnTimeoutPause, OnTimeoutRestores: apitype.RestoreMemory})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// It can no longer keep it by its timeout: its files, saying why.
+		ms.keeps.Store(false)
+		if end := ended(t, s); end.Code != apitype.EndPaused {
+			t.Fatalf("ended for %q", end.Code)
+		}
+		if d, err := m.Describe(ctx, s.ID()); err != nil || d.Restores != apitype.RestoreFiles || d.Paused.MemoryError == "" {
+			t.Errorf("paused without the memory asked for: %+v %v", d.Paused, err)
+		}
+	})
+	t.Run("refused", func(t *testing.T) {
+		m, src, _ := newTestManager(t, persistConfig(t))
+		_, err := m.Create(ctx, apitype.CreateSessionRequest{OnTimeout: apitype.OnTimeoutPause, OnTimeoutRestores: apitype.RestoreMemory})
+		var nm *NoMemoryError
+		if !errors.As(err, &nm) || !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "on_timeout_restores") {
+			t.Errorf("memory a session cannot keep: %v", err)
+		}
+		if len(src.all) != 1 || !src.all[0].closed.Load() || len(m.List()) != 0 {
+			t.Errorf("a refused create left a sandbox or a session")
+		}
+		for _, req := range []apitype.CreateSessionRequest{
+			{OnTimeoutRestores: apitype.RestoreFiles},
+			{OnTimeout: apitype.OnTimeoutEnd, OnTimeoutRestores: apitype.RestoreFiles},
+			{OnTimeout: apitype.OnTimeoutPause, OnTimeoutRestores: "disk"},
+		} {
+			if _, err := m.Create(ctx, req); !errors.Is(err, errdefs.ErrInvalidArgument) {
+				t.Errorf("%+v: %v", req, err)
+			}
+		}
+	})
+}
