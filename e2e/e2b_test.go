@@ -36,7 +36,8 @@ func TestE2BSDKPause(t *testing.T) {
 // TestE2BSDKGVisorMemory runs E2B's keepMemory (create's lifecycle and
 // pause) through the JS SDK on a gVisor server with persistence, whose
 // pauses keep memory by default (e2b/memory.test.mjs): accepted, and the
-// resumed interpreter has its variables.
+// resumed interpreter has its variables; keepMemory false in pause and in
+// the lifecycle pauses with the files only (the variables gone).
 func TestE2BSDKGVisorMemory(t *testing.T) {
 	runE2BScript(t, "memory.test.mjs", map[string]any{"isolation": "gvisor", "gvisor": map[string]any{"runsc": testenv.Runsc(t)},
 		"pool":        map[string]any{"size": map[string]int{"python": 1, "bash": 0, "javascript": 0}, "zygote": false},

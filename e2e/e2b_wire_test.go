@@ -3,11 +3,14 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 	"testing"
 
+	"airlock/internal/apitype"
+	"airlock/internal/errdefs"
 	"airlock/internal/testenv"
 )
 
@@ -216,7 +219,8 @@ func TestE2BPauseWire(t *testing.T) {
 // TestE2BKeepMemoryRefusedFilesOnly: on a gVisor server whose pauses keep
 // files only (gvisor.checkpoint false), keepMemory is refused with a 400
 // that says why, at create (no sandbox is left) and at pause (the
-// sandbox runs on, and pauses without it).
+// sandbox runs on, and pauses without it); so is the v1 API's restores
+// "memory".
 func TestE2BKeepMemoryRefusedFilesOnly(t *testing.T) {
 	s := keysServer(t, map[string]any{"isolation": "gvisor", "gvisor": map[string]any{"runsc": testenv.Runsc(t), "checkpoint": false},
 		"pool":        map[string]any{"size": map[string]int{"python": 1, "bash": 0, "javascript": 0}, "zygote": false},
@@ -239,6 +243,11 @@ func TestE2BKeepMemoryRefusedFilesOnly(t *testing.T) {
 	}
 	if status, raw := s.raw("POST", "/sandboxes/"+box.SandboxID+"/pause", map[string]any{"memory": true}, api); status != 400 || !strings.Contains(string(raw), "gvisor.checkpoint: false") {
 		t.Errorf("pause with memory: %d %s", status, raw)
+	}
+	// The v1 API's restores: "memory" refused (the session runs on),
+	// "files" taken.
+	if _, err := s.as(tok).PauseSessionWith(context.Background(), box.SandboxID, apitype.PauseRequest{Restores: apitype.RestoreMemory}); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "gvisor.checkpoint: false") {
+		t.Errorf("a v1 pause with restores memory: %v", err)
 	}
 	if status, raw := s.raw("POST", "/sandboxes/"+box.SandboxID+"/pause", map[string]any{"memory": false}, api); status != 204 {
 		t.Errorf("pause without memory: %d %s", status, raw)

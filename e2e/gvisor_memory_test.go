@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"airlock/internal/apitype"
+	"airlock/internal/errdefs"
 	"airlock/internal/testenv"
 )
 
@@ -392,4 +394,93 @@ func TestGVisorCheckpointDefault(t *testing.T) {
 		t.Errorf("a refused server left: %v", left)
 	}
 	os.RemoveAll("/run/airlock-e2e-refuse")
+}
+
+// TestGVisorPauseFilesOnly: on a server whose gVisor pauses keep
+// memory, a pause asked for the files only (restores "files") writes no
+// memory image: the paused session says restores "files" and counts its
+// files alone; its resume says restored "files" with no reason, its
+// variable is gone and its file kept, and it says restores "memory"
+// again; a fork of such a paused session has the files; a session
+// created with on_timeout_restores "files" pauses so on its timeout.
+func TestGVisorPauseFilesOnly(t *testing.T) {
+	s := startServer(t, gvisorMemoryConfig(t, nil))
+	ctx := context.Background()
+	a := s.newSession("python", nil)
+	if r := s.exec(a, "x = 41\nopen('/workspace/f', 'w').write('kept')"); r.Error != nil {
+		t.Fatalf("%+v", r.Error)
+	}
+	p, err := s.c.PauseSessionWith(ctx, a, apitype.PauseRequest{Restores: apitype.RestoreFiles})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Restores != apitype.RestoreFiles || p.Paused == nil || p.Paused.MemoryBytes != 0 || p.Paused.MemoryError != "" || p.Paused.Files != 1 {
+		t.Fatalf("a files-only pause: %+v %+v", p, p.Paused)
+	}
+	img := filepath.Join(dataDir(s), "sessions", a)
+	if _, err := os.Stat(filepath.Join(img, "memory")); !os.IsNotExist(err) {
+		t.Errorf("a files-only pause wrote a memory image: %v", err)
+	}
+	if d, err := s.c.Session(ctx, a); err != nil || d.Restores != apitype.RestoreFiles {
+		t.Errorf("described paused: %+v %v", d, err)
+	}
+	goneKept := func(id, what string) {
+		t.Helper()
+		if r := s.exec(id, "x"); r.Error == nil || r.Error.Name != "NameError" {
+			t.Errorf("%s: the variable of a files-only pause: %+v", what, r)
+		}
+		if r := s.exec(id, "print(open('/workspace/f').read())"); r.Error != nil || r.Stdout != "kept\n" {
+			t.Errorf("%s: the file of a files-only pause: %+v", what, r)
+		}
+	}
+	// A fork of the paused session: its files.
+	f, err := s.c.ForkSession(ctx, a)
+	if err != nil || f.Restored != apitype.RestoreFiles || f.RestoredReason != "" {
+		t.Fatalf("a fork of a files-only pause: %+v %v", f, err)
+	}
+	goneKept(f.ID, "the fork")
+	s.c.DeleteSession(ctx, f.ID)
+	res, err := s.c.ResumeSession(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Restored != apitype.RestoreFiles || res.RestoredReason != "" || res.Restores != apitype.RestoreMemory {
+		t.Errorf("resumed: restored %q (%s), restores %q", res.Restored, res.RestoredReason, res.Restores)
+	}
+	goneKept(a, "the resumed session")
+	s.c.DeleteSession(ctx, a)
+
+	// The pause on its timeout, asked for the files only.
+	b, err := s.c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python", Timeout: apitype.Duration(2 * time.Second),
+		OnTimeout: apitype.OnTimeoutPause, OnTimeoutRestores: apitype.RestoreFiles})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.OnTimeoutRestores != apitype.RestoreFiles || b.Restores != apitype.RestoreMemory {
+		t.Errorf("created: %+v", b)
+	}
+	s.exec(b.ID, "y = 1")
+	deadline := time.Now().Add(30 * time.Second)
+	d, err := s.c.Session(ctx, b.ID)
+	for err == nil && d.State != apitype.StatePaused && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		d, err = s.c.Session(ctx, b.ID)
+	}
+	if err != nil || d.State != apitype.StatePaused || d.Restores != apitype.RestoreFiles || d.Paused.MemoryBytes != 0 || d.Paused.MemoryError != "" {
+		t.Fatalf("paused on its timeout: %+v %v", d, err)
+	}
+	s.c.DeleteSession(ctx, b.ID)
+
+	if _, err := s.c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python", OnTimeoutRestores: apitype.RestoreFiles}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("on_timeout_restores without on_timeout pause: %v", err)
+	}
+
+	s.stop()
+	left := append(checkNothingLeft(s.name), runscProcs(s.name)...)
+	if ents, _ := os.ReadDir(filepath.Join(dataDir(s), "sessions")); len(ents) > 0 {
+		left = append(left, "sessions: "+ents[0].Name())
+	}
+	if len(left) > 0 {
+		t.Errorf("left behind:\n%s", strings.Join(left, "\n"))
+	}
 }

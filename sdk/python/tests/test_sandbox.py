@@ -442,11 +442,12 @@ class LifecycleTest(unittest.TestCase):
             Sandbox.create(base_url="ftp://example")
         # pause's restores reaches the server, which reads it before all
         # else; this server cannot pause at all (persistence is off).
-        with self.assertRaises(airlock.InvalidArgumentError) as cm:
-            self.sbx.pause(restores="disk")
-        self.assertIn("restores", str(cm.exception))
-        with self.assertRaises(airlock.UnsupportedError):
-            self.sbx.pause(restores="files")
+        with Sandbox.create() as sbx:
+            with self.assertRaises(airlock.InvalidArgumentError) as cm:
+                sbx.pause(restores="disk")
+            self.assertIn("restores", str(cm.exception))
+            with self.assertRaises(airlock.UnsupportedError):
+                sbx.pause(restores="files")
 
     def test_quota(self):
         token = os.environ.get("AIRLOCK_QUOTA_TOKEN")
