@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"airlock/internal/apitype"
@@ -228,12 +229,14 @@ func commandCell(lang string, e *apitype.HistoryEntry) Cell {
 	return Cell{"id": cellID(e), "cell_type": "code", "metadata": meta, "source": lines(src), "execution_count": nil, "outputs": outputs}
 }
 
-// mimeType is what nbformat's schema takes as a bundle's key.
-var mimeType = regexp.MustCompile(`^[a-zA-Z0-9]+/[a-zA-Z0-9\-\+\.]+$`)
+// mimeType is what nbformat's schema takes as a bundle's key. Compiled
+// on first use, as every package-level pattern of airlock's: this binary
+// runs the initialisers of every package it links at every start.
+var mimeType = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-zA-Z0-9]+/[a-zA-Z0-9\-\+\.]+$`) })
 
 // jsonMIME are the types whose value is JSON of any kind; every other
 // type's value is a string.
-var jsonMIME = regexp.MustCompile(`^application/(.*\+)?json$`)
+var jsonMIME = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^application/(.*\+)?json$`) })
 
 // bundle converts a MIME bundle as the runtime sent it: JSON types keep
 // their value, other types take a string (a string array joined, any
@@ -243,7 +246,7 @@ func bundle(data map[string]json.RawMessage) (map[string]any, []string) {
 	out := map[string]any{}
 	var skipped []string
 	for k, raw := range data {
-		if !mimeType.MatchString(k) {
+		if !mimeType().MatchString(k) {
 			skipped = append(skipped, strconv.QuoteToASCII(truncate(k, 64)))
 			continue
 		}
@@ -252,7 +255,7 @@ func bundle(data map[string]json.RawMessage) (map[string]any, []string) {
 			skipped = append(skipped, k)
 			continue
 		}
-		if jsonMIME.MatchString(k) {
+		if jsonMIME().MatchString(k) {
 			out[k] = raw // as it came (big numbers stay exact)
 			continue
 		}

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -33,7 +34,7 @@ json.dump(out, sys.stdout)
 
 // cacheTag is what an interpreter's bytecode files are named after
 // (sys.implementation.cache_tag).
-var cacheTag = regexp.MustCompile(`^[a-z]+-[0-9]{2,4}$`)
+var cacheTag = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z]+-[0-9]{2,4}$`) })
 
 // Precompile is how the host's root template gets the Python runtime's
 // bytecode for python (the host's interpreter, which sandboxes run):
@@ -102,7 +103,7 @@ func compile(python string, sources map[string]string) (map[string]string, error
 	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
 		return nil, fmt.Errorf("compiling the Python runtime with %s: %v", python, err)
 	}
-	if !cacheTag.MatchString(got.Tag) {
+	if !cacheTag().MatchString(got.Tag) {
 		return nil, fmt.Errorf("compiling the Python runtime with %s: cache tag %q", python, got.Tag)
 	}
 	out := map[string]string{}

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // form is one way an answer may echo a value. The base64 of a value in
@@ -51,11 +52,11 @@ func formsOf(v string) []form {
 	return out
 }
 
-var escapedHex = regexp.MustCompile(`%[0-9A-F]{2}`)
+var escapedHex = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`%[0-9A-F]{2}`) })
 
 // lowerHex is s with its percent-escapes in lower case.
 func lowerHex(s string) string {
-	return escapedHex.ReplaceAllStringFunc(s, strings.ToLower)
+	return escapedHex().ReplaceAllStringFunc(s, strings.ToLower)
 }
 
 // Redact reads r with every form of the session's values replaced by
