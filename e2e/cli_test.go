@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"airlock/internal/apitype"
+	"airlock/internal/exeseal"
 )
 
 // runCLI runs the airlock binary with args and stdin.
@@ -346,9 +347,15 @@ func TestDoctor(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatal(err)
 	}
-	seen := map[string]string{}
+	seen, detail := map[string]string{}, map[string]string{}
 	for _, c := range r.Checks {
-		seen[c.Name] = c.Status
+		seen[c.Name], detail[c.Name] = c.Status, c.Detail
+	}
+	// The way the server takes: the init built into the binary (its copy
+	// in the state directory, or a memfd copy if that is on a noexec
+	// mount), not the binary itself.
+	if d := detail["sealed init"]; !strings.Contains(d, " of "+exeseal.FromEmbedded) {
+		t.Errorf("sealed init: %q", d)
 	}
 	for _, name := range []string{"namespaces", "cgroups", "ptys", "seccomp", "landlock", "sealed init", "jail", "python", "python packages", "bash", "node"} {
 		if seen[name] != "ok" {

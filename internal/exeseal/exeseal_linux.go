@@ -17,6 +17,9 @@ type Exe struct {
 	f      *os.File
 	Method Method
 	From   string // FromSelf or FromEmbedded
+	// Why says why the ways tried before this one were passed over ("" if
+	// none was): a report says it beside Method and From.
+	Why string
 }
 
 // Open seals the executable the host runs as every sandbox's init: the
@@ -99,15 +102,43 @@ func openDetachedFile(path, from string) (*Exe, error) {
 // running it from a detached read-only mount of that file: a process that
 // starts few sandboxes (airlock run --cold) then neither copies nor scans
 // the init each time. The file is written, once per build, only after
-// the stamp check; if it cannot be used, the init is copied as by Open.
+// the stamp check; if it cannot be used (dir on a noexec mount), the init
+// is copied into a sealed memfd as by Open; if that cannot be executed
+// either (vm.memfd_noexec=2), the airlock binary itself is the init, from
+// a detached read-only mount, as in a plain build: slower to start, as
+// safe. Exe.Why says which ways were passed over, and why. An init
+// without this build's stamp is refused whatever the way.
 func OpenIn(dir string) (*Exe, error) {
 	if embeddedInit == nil {
 		return Open()
 	}
-	if e, err := openCached(dir, embeddedInit, initStamp); err == nil {
+	return openIn(dir, embeddedInit, initStamp)
+}
+
+// openIn is OpenIn for init, an executable carrying stamp.
+func openIn(dir string, init []byte, stamp string) (*Exe, error) {
+	e, cached := openCached(dir, init, stamp)
+	if cached == nil {
 		return e, nil
 	}
-	return openInit(embeddedInit, initStamp)
+	if errors.Is(cached, ErrStampMismatch) {
+		return nil, cached
+	}
+	e, memfd := openInit(init, stamp)
+	if memfd == nil {
+		e.Why = fmt.Sprintf("its copy in the state directory cannot be used: %v", cached)
+		return e, nil
+	}
+	if errors.Is(memfd, ErrStampMismatch) {
+		return nil, memfd
+	}
+	why := fmt.Sprintf("the init built into it cannot be run here: its copy in the state directory: %v; a memfd copy: %v", cached, memfd)
+	e, err := openDetached()
+	if err != nil {
+		return nil, fmt.Errorf("exeseal: %s; the airlock binary: %w", why, err)
+	}
+	e.Why = why
+	return e, nil
 }
 
 // cachePrefix starts the name of an init kept in a directory.
@@ -198,26 +229,33 @@ func sealMemfd(src io.Reader) (*Exe, error) {
 		fd, err = unix.MemfdCreate("airlock", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	}
 	if errors.Is(err, unix.EACCES) {
-		return nil, fmt.Errorf("exeseal: memfd_create: %w (vm.memfd_noexec is 2: no memfd may be executed)", err)
+		return nil, fmt.Errorf("memfd_create: %w (vm.memfd_noexec is 2: no memfd may be executed)", err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("exeseal: memfd_create: %w", err)
+		return nil, fmt.Errorf("memfd_create: %w", err)
 	}
 	f := os.NewFile(uintptr(fd), "airlock-exe")
 	if _, err := io.Copy(f, src); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("exeseal: copy: %w", err)
+		return nil, fmt.Errorf("copy: %w", err)
 	}
+	// F_SEAL_EXEC (kernel 6.3) also fixes its mode, so that not even
+	// root can make it non-executable under the sandboxes' feet; kernels
+	// before know no such seal (EINVAL) and take the rest.
 	seals := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
+	_, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals|unix.F_SEAL_EXEC)
+	if errors.Is(err, unix.EINVAL) {
+		_, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals)
+	}
+	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("exeseal: seal: %w", err)
+		return nil, fmt.Errorf("seal: %w", err)
 	}
 	// Refuse here, not at every sandbox's start.
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&0o100 == 0 {
 		f.Close()
-		return nil, fmt.Errorf("exeseal: the sealed memfd is not executable (mode %#o, %v; see vm.memfd_noexec)", st.Mode&0o777, err)
+		return nil, fmt.Errorf("the sealed memfd is not executable (mode %#o, %v; see vm.memfd_noexec)", st.Mode&0o777, err)
 	}
 	return &Exe{f: f, Method: SealedMemfd}, nil
 }

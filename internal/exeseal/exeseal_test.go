@@ -82,6 +82,20 @@ func TestMemfd(t *testing.T) {
 	if seals&want != want {
 		t.Errorf("seals %#x, want %#x", seals, want)
 	}
+	// Where the kernel knows F_SEAL_EXEC (6.3, with vm.memfd_noexec), the
+	// mode is sealed too: not even root can make it non-executable.
+	// checked against a mutant: without the seal, the chmod went through.
+	if _, err := os.Stat("/proc/sys/vm/memfd_noexec"); err == nil {
+		if seals&unix.F_SEAL_EXEC == 0 {
+			t.Errorf("seals %#x lack F_SEAL_EXEC", seals)
+		}
+		if err := unix.Fchmod(e.Fd(), 0o644); !errors.Is(err, unix.EPERM) {
+			t.Errorf("chmod 0644 of the sealed memfd: %v, want EPERM", err)
+		}
+		if err := os.Chmod(e.Path(), 0o444); !errors.Is(err, unix.EPERM) {
+			t.Errorf("chmod 0444 through its path: %v, want EPERM", err)
+		}
+	}
 	// The seals themselves cannot be changed any more.
 	if _, err := unix.FcntlInt(uintptr(e.Fd()), unix.F_ADD_SEALS, unix.F_SEAL_FUTURE_WRITE); !errors.Is(err, unix.EPERM) {
 		t.Errorf("adding a seal: %v, want EPERM", err)
@@ -323,4 +337,96 @@ func TestOpenCached(t *testing.T) {
 		e.Close()
 		t.Error("ran a kept init its group could write")
 	}
+}
+
+// Where vm.memfd_noexec is 2 no memfd may be executed: with the state
+// directory on a noexec mount too, the embedded init has no way to run,
+// and the airlock binary itself (from a read-only detached mount, as in a
+// plain build) is the init instead, and the reason is given; with a state
+// directory that can execute, its copy there is used as everywhere. A
+// stale init is still refused. Run in a child with pid and mount
+// namespaces of its own (the sysctl is per pid namespace; the noexec
+// mount stays in the child's). checked against a mutant: without the
+// fallback to the airlock binary, openIn failed with EACCES.
+func TestOpenInNoexec(t *testing.T) {
+	const child = "AIRLOCK_EXESEAL_NOEXEC2_CHILD"
+	if os.Getenv(child) != "1" {
+		testenv.RequireRoot(t, "pid and mount namespaces need root")
+		if _, err := os.Stat("/proc/sys/vm/memfd_noexec"); err != nil {
+			t.Logf("no vm.memfd_noexec (kernel before 6.3): every memfd is executable")
+			return
+		}
+		// By its path, not /proc/self/exe: that would name a mount of
+		// this namespace, which open_tree cannot clone from the child's.
+		bin, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "-test.run=^TestOpenInNoexec$", "-test.v")
+		cmd.Env = append(os.Environ(), child+"=1")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
+		out, err := cmd.CombinedOutput()
+		if err != nil || !bytes.Contains(out, []byte("--- PASS")) {
+			t.Fatalf("in a pid namespace with vm.memfd_noexec=2: %v\n%s", err, out)
+		}
+		return
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("/proc/sys/vm/memfd_noexec", []byte("2"), 0); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.ReadFile("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The sysctl took: no memfd can be sealed executable.
+	if e, err := openInit(self, testStamp); !errors.Is(err, unix.EACCES) {
+		if e != nil {
+			e.Close()
+		}
+		t.Fatalf("a memfd copy with vm.memfd_noexec=2: %v, want EACCES", err)
+	}
+
+	noexec := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(noexec, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", noexec, "tmpfs", unix.MS_NOEXEC|unix.MS_NOSUID|unix.MS_NODEV, "mode=755"); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(noexec, unix.MNT_DETACH)
+	e, err := openIn(noexec, self, testStamp)
+	if err != nil {
+		t.Fatalf("no way left to run an init: %v", err)
+	}
+	if e.Method != DetachedMount || e.From != FromSelf {
+		t.Errorf("got a %s of %s, want a %s of %s", e.Method, e.From, DetachedMount, FromSelf)
+	}
+	for _, why := range []string{"noexec", "vm.memfd_noexec is 2"} {
+		if !strings.Contains(e.Why, why) {
+			t.Errorf("the reason given does not say %q: %q", why, e.Why)
+		}
+	}
+	checkSealed(t, e)
+	e.Close()
+	other := strings.Replace(testStamp, "0", "f", 1)
+	if e, err := openIn(noexec, self, other); !errors.Is(err, ErrStampMismatch) {
+		if e != nil {
+			e.Close()
+		}
+		t.Errorf("a stale init: %v, want ErrStampMismatch", err)
+	}
+
+	// A state directory that can execute keeps the init as ever.
+	e, err = openIn(t.TempDir(), self, testStamp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if e.Method != DetachedMount || e.From != FromEmbedded || e.Why != "" {
+		t.Errorf("got a %s of %s (%q), want a %s of %s", e.Method, e.From, e.Why, DetachedMount, FromEmbedded)
+	}
+	checkSealed(t, e)
 }

@@ -99,8 +99,7 @@ func NewHost(o Options) (_ *Host, err error) {
 			return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 		}
 	}
-	// The embedded init, if any, is kept in the state directory.
-	if h.exe, err = exeseal.OpenIn(o.StateDir); err != nil {
+	if h.exe, err = SealInit(o.StateDir); err != nil {
 		return nil, fmt.Errorf("%w: cannot seal the init executable: %v; run `airlock doctor` for details", errdefs.ErrUnavailable, err)
 	}
 	undo.Add(h.exe.Close)
@@ -126,6 +125,16 @@ func NewHost(o Options) (_ *Host, err error) {
 	h.baseRoot.LoadFiles, h.baseRoot.FilesKey = nil, ""
 	h.baseRoot.Prepare, h.baseRoot.PrepareKey = nil, ""
 	return h, nil
+}
+
+// SealInit seals the executable every sandbox's init runs, as a host
+// with stateDir does (the embedded init, if any, is kept there), for the
+// host and for reports (airlock doctor).
+func SealInit(stateDir string) (*exeseal.Exe, error) {
+	if err := ensureDir(stateDir, 0o755); err != nil {
+		return nil, err
+	}
+	return exeseal.OpenIn(stateDir)
 }
 
 // rootFiles are all of o's root files, RootFiles over EmbeddedFiles.
@@ -280,6 +289,9 @@ func (h *Host) Protections() map[string]string {
 		"exe":    string(h.exe.Method),
 		"init":   h.exe.From,
 		"cgroup": h.cg.Describe(),
+	}
+	if h.exe.Why != "" {
+		p["init_fallback"] = h.exe.Why
 	}
 	if h.seccomp != nil {
 		p["seccomp"] = "on"
