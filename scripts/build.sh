@@ -20,7 +20,7 @@ version=${VERSION:-$(git describe --always --dirty 2>/dev/null || echo dev)}
 flags="-trimpath -ldflags=-s -w"
 init=internal/exeseal/airlock-init
 work=$(mktemp -d)
-trap 'rm -rf "$init" "$work"' EXIT
+trap 'rm -rf "$work"' EXIT
 tab=$(printf '\t')
 
 # stamp hashes the files the two binaries are compiled from, each named by
@@ -44,6 +44,12 @@ if [ "${1:-}" = --stamp ]; then
 	stamp
 	exit
 fi
+# The init must be at its one embedded path while the airlock binary is
+# built: two builds in one checkout take turns (a lock on the directory
+# itself, released when this shell exits, however it exits).
+exec 9<internal/exeseal
+flock 9
+trap 'rm -rf "$init" "$work"' EXIT
 before=$(stamp)
 go build -trimpath -ldflags "-s -w -X main.stamp=airlock-init-stamp:$before" -o "$init" ./cmd/airlock-init
 go build -trimpath -tags airlock_initexe \
