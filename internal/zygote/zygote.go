@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -94,7 +96,14 @@ type configMsg struct {
 	// Warm: each child runs the template's warm-up before its hello
 	// (pool.warm_runtimes).
 	Warm bool `json:"warm,omitempty"`
+	// DieAfterFork (tests only): the template kills itself after its
+	// first fork, before it replies.
+	DieAfterFork bool `json:"die_after_fork,omitempty"`
 }
+
+// dieAfterFork, set by tests, starts templates that die between a fork
+// and its reply.
+var dieAfterFork bool
 
 // Start launches the template and waits until it has imported preload.
 // root is the root its sandboxes have (nil: the host's); the template is
@@ -124,7 +133,7 @@ func Start(ctx context.Context, h *jail.Host, cfg config.Config, log *slog.Logge
 		return nil, err
 	}
 	z := &Zygote{t: t, log: log, pending: map[int]chan result{}, exits: map[int]chan syscall.WaitStatus{}, pidfds: map[int]*os.File{}, abandoned: map[int]bool{}, reaped: map[int]chan struct{}{}, dead: make(chan struct{})}
-	cm := configMsg{Type: "config", Preload: cfg.Pool.Preload, NrSetns: unix.SYS_SETNS, Warm: cfg.Pool.WarmRuntimes}
+	cm := configMsg{Type: "config", Preload: cfg.Pool.Preload, NrSetns: unix.SYS_SETNS, Warm: cfg.Pool.WarmRuntimes, DieAfterFork: dieAfterFork}
 	b, _ := json.Marshal(cm)
 	start := time.Now()
 	if _, _, err := t.Conn.WriteMsgUnix(b, nil, nil); err != nil {
@@ -194,7 +203,18 @@ func (z *Zygote) read() (message, []*os.File, error) {
 
 func (z *Zygote) loop() {
 	defer func() {
+		// Once the template is gone for good, its runtimes are ours (a
+		// child subreaper), those it forked but never told us of too.
+		z.t.Close()
+		unknown := adoptOrphans()
 		z.mu.Lock()
+		for _, o := range unknown {
+			if _, ok := z.pidfds[o.pid]; ok {
+				o.f.Close() // known: reaped below
+			} else {
+				z.pidfds[o.pid] = o.f
+			}
+		}
 		close(z.dead)
 		for id, ch := range z.pending {
 			ch <- result{err: fmt.Errorf("%w: the python template died", errdefs.ErrUnavailable)}
@@ -425,6 +445,73 @@ func (z *Zygote) reapOrphan(pid int, f *os.File, done chan struct{}) {
 	delete(z.reaped, pid)
 	f.Close()
 	close(done)
+}
+
+// orphan is a runtime a dead template left, with a pidfd of it.
+type orphan struct {
+	pid int
+	f   *os.File
+}
+
+// adoptOrphans returns, each with a pollable pidfd, the runtimes that
+// dead templates left to this process (a child subreaper), whether or
+// not their template told of them: a template that dies between a fork
+// and its reply leaves a runtime nobody else knows, which its sandbox's
+// teardown kills, and whose zombie, never reaped, would hold that
+// sandbox's init in its exit (a pid namespace's init waits for every
+// process of it to be reaped) and the teardown with it. A runtime is the
+// only child of this process that lives in a pid namespace of its own
+// without being its init: this process's other children are inits
+// (pid 1 inside) or run in its own namespace, and a process inside a
+// sandbox is reparented within it. Nothing is reaped here (no wait for
+// any pid: other children have waiters of their own), and a runtime is
+// not killed (one in use may outlive its template): each is reaped
+// through its pidfd once it has ended (reapOrphan).
+func adoptOrphans() []orphan {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	self := os.Getpid()
+	var found []orphan
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !runtimeOrphan(pid, self) {
+			continue
+		}
+		fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+		if err != nil {
+			continue // gone
+		}
+		// Still ours: the pid was not reaped and reused in between (the
+		// pidfd is of whoever has the pid now).
+		if !runtimeOrphan(pid, self) {
+			unix.Close(fd)
+			continue
+		}
+		found = append(found, orphan{pid, os.NewFile(uintptr(fd), "orphan-pidfd")})
+	}
+	return found
+}
+
+// runtimeOrphan says whether process pid is a child of parent in a pid
+// namespace below parent's, not its init. A zombie too.
+func runtimeOrphan(pid, parent int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return false
+	}
+	ppid, nested := false, false
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) == 2 && f[0] == "PPid:":
+			ppid = f[1] == strconv.Itoa(parent)
+		case len(f) > 2 && f[0] == "NSpid:":
+			nested = f[len(f)-1] != "1"
+		}
+	}
+	return ppid && nested
 }
 
 // pidfdExited waits until the process of the pidfd f has ended (a pidfd

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +27,34 @@ func testHost(t *testing.T) (*jail.Host, config.Config) {
 	return jailtest.Host(t, "zygote", func(c *config.Config) {
 		c.Pool.Preload = []string{"json"} // quick to start
 	})
+}
+
+// startTemplate starts a template on h for the rest of the test, with
+// rec's log (nil: one of its own).
+func startTemplate(t *testing.T, h *jail.Host, cfg config.Config, rec *records) *Zygote {
+	t.Helper()
+	if rec == nil {
+		r := newRecords()
+		rec = &r
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	z, err := Start(ctx, h, cfg, slog.New(*rec), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { z.Close() })
+	return z
+}
+
+// subreaper makes the test process a child subreaper, as the server is,
+// for the rest of the test.
+func subreaper(t *testing.T) {
+	t.Helper()
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) })
 }
 
 // records is a slog.Handler that keeps what is logged.
@@ -79,12 +108,7 @@ func TestEndWarnedOnlyWhenUnexpected(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := newRecords()
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			z, err := Start(ctx, h, cfg, slog.New(rec), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			z := startTemplate(t, h, cfg, &rec)
 			tc.end(z) // Close returns once the reader has ended
 			if got := rec.contains("WARN python template ended"); got != tc.warn {
 				t.Errorf("warned of the template's end: %v, want %v; log: %q", got, tc.warn, *rec.msgs)
@@ -99,13 +123,9 @@ func TestEndWarnedOnlyWhenUnexpected(t *testing.T) {
 // anything.
 func TestForkedIntoTheSandboxCgroup(t *testing.T) {
 	h, cfg := testHost(t)
+	z := startTemplate(t, h, cfg, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	z, err := Start(ctx, h, cfg, slog.New(newRecords()), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer z.Close()
 	sb, err := h.Start(ctx, jail.Spec{Name: "zygote-cgroup", Slot: jail.ServerSlotBase + 7, Limits: cfg.Defaults})
 	if err != nil {
 		t.Fatal(err)
@@ -177,18 +197,11 @@ func state(pid int) string {
 // nobody else waiting for it. (Close's single WNOHANG pass left the
 // first running, then a zombie, and the second a zombie.)
 func TestOrphansReaped(t *testing.T) {
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	subreaper(t)
 	h, cfg := testHost(t)
+	z := startTemplate(t, h, cfg, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	z, err := Start(ctx, h, cfg, slog.New(newRecords()), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer z.Close()
 	var sbs [2]*jail.Sandbox
 	var pids [2]int
 	for i := range sbs {
@@ -235,13 +248,9 @@ func TestOrphansReaped(t *testing.T) {
 // and reaped, even while its sandbox lives on.
 func TestAbandonedForkKilled(t *testing.T) {
 	h, cfg := testHost(t)
+	z := startTemplate(t, h, cfg, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	z, err := Start(ctx, h, cfg, slog.New(newRecords()), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer z.Close()
 	abandoned := make(chan int, 1)
 	z.mu.Lock()
 	z.onAbandon = func(pid int) { abandoned <- pid }
@@ -265,4 +274,64 @@ func TestAbandonedForkKilled(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the template's answer to a fork nobody waits for was never taken")
 	}
+}
+
+// TestUnansweredForkReaped: a template that dies after forking a runtime
+// but before telling the server of it leaves a runtime nobody knows,
+// which becomes the server's child (a child subreaper). Its sandbox's
+// teardown kills it; it must not stay a zombie of the server, which
+// would also hold the sandbox's init in its exit (the init of a pid
+// namespace waits for every process of it to be reaped), and the
+// teardown with it. checked against a mutant: without adoptOrphans, the
+// teardown hung on the runtime's zombie.
+func TestUnansweredForkReaped(t *testing.T) {
+	subreaper(t)
+	h, cfg := testHost(t)
+	dieAfterFork = true
+	z := startTemplate(t, h, cfg, nil)
+	dieAfterFork = false
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sb, err := h.Start(ctx, jail.Spec{Name: "zygote-unanswered", Slot: jail.ServerSlotBase + 11, Limits: cfg.Defaults})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := children()
+	stdio, _ := stdioPairs(t)
+	if _, err := z.Fork(ctx, sb, cfg.Defaults, stdio); err == nil {
+		t.Fatal("a fork whose template died before replying was handed over")
+	}
+	<-z.Dead()
+	closed := make(chan struct{})
+	go func() { sb.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Error("the sandbox's teardown hangs on the runtime nobody reaped")
+	}
+	// Whatever was born since, but the template, is the runtime; it must
+	// be gone, not a zombie.
+	for pid := range children() {
+		if before[pid] || pid == z.Pid() {
+			continue
+		}
+		t.Errorf("the runtime %d is left: %s", pid, state(pid))
+		unix.Waitid(unix.P_PID, pid, nil, unix.WEXITED, nil) // for the leak guards
+	}
+	<-closed
+}
+
+// children lists the test process's children, of all its threads.
+func children() map[int]bool {
+	files, _ := filepath.Glob("/proc/self/task/*/children")
+	pids := map[int]bool{}
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		for _, c := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(c); err == nil {
+				pids[pid] = true
+			}
+		}
+	}
+	return pids
 }

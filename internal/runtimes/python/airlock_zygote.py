@@ -231,6 +231,8 @@ class Zygote:
             if pid is None:
                 self.send({"type": "fork_error", "id": msg.get("id"), "error": err})
                 continue
+            if self.cfg.get("die_after_fork"):  # a test's fault: die before the reply
+                os.kill(os.getpid(), signal.SIGKILL)
             pfd = os.pidfd_open(pid)
             try:
                 self.send({"type": "forked", "id": msg["id"], "pid": pid}, [pfd])
