@@ -12,11 +12,9 @@ import (
 
 	"airlock/internal/apitype"
 	"airlock/internal/config"
-	"airlock/internal/gvisor"
 	"airlock/internal/jail"
 	"airlock/internal/jail/jailtest"
 	"airlock/internal/runtimes"
-	"airlock/internal/testenv"
 )
 
 // The test binary is what the jail host re-executes as each sandbox's init.
@@ -33,14 +31,7 @@ func testKernels(t *testing.T, h *jail.Host, cfg config.Config) map[config.Isola
 	return map[config.Isolation]func(*testing.T) Kernel{
 		config.Native: func(*testing.T) Kernel { return Native{Host: h} },
 		config.GVisor: func(t *testing.T) Kernel {
-			opts := gvisor.OptionsFrom(cfg, testenv.Runsc(t))
-			opts.RootFiles = runtimes.RootFiles()
-			gh, err := gvisor.NewHost(context.Background(), opts, h.Cgroups())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { gh.Close() })
-			return GVisor{Host: gh, Preload: []string{"json"}}
+			return GVisor{Host: jailtest.GVisorHost(t, h, cfg), Preload: []string{"json"}}
 		},
 	}
 }

@@ -133,7 +133,7 @@ var rules = map[string]rule{
 	"termtext": {layer: "leaf", noShared: true},
 
 	// Tests' helpers and test-only packages.
-	"jail/jailtest":         {layer: "test", may: []string{"jail", "runtimes", "testenv"}},
+	"jail/jailtest":         {layer: "test", may: []string{"jail", "gvisor", "runtimes", "testenv"}},
 	"image/imagetest":       {layer: "test", may: []string{"image", "testenv"}},
 	"watch/watchtest":       {layer: "test"},
 	"notebook/notebooktest": {layer: "test", may: []string{"testenv"}},

@@ -15,7 +15,6 @@ import (
 	"airlock/internal/instance"
 	"airlock/internal/jail/jailtest"
 	"airlock/internal/runtimes"
-	"airlock/internal/testenv"
 )
 
 // imagePool starts a gVisor pool of one Python sandbox with
@@ -28,13 +27,7 @@ func imagePool(t *testing.T) (*Pool, *gvisor.Host) {
 		c.Pool.Zygote = false
 		c.GVisor.PoolImage = true
 	})
-	opts := gvisor.OptionsFrom(cfg, testenv.Runsc(t))
-	opts.RootFiles = runtimes.RootFiles()
-	gh, err := gvisor.NewHost(context.Background(), opts, h.Cgroups())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { gh.Close() })
+	gh := jailtest.GVisorHost(t, h, cfg)
 	// random imported before the checkpoint: its state is the image's.
 	p := New(cfg, instance.GVisor{Host: gh, Preload: []string{"random"}}, instance.NewSlots(h.Layout()), slog.New(slog.DiscardHandler))
 	t.Cleanup(p.Close)

@@ -13,16 +13,7 @@ import (
 func TestSweepTemplates(t *testing.T) {
 	dir := t.TempDir()
 	old := time.Now().Add(-time.Hour)
-	mk := func(name string, mtime time.Time) string {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Join(p, "etc"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chtimes(p, mtime, mtime); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	mk := func(name string, mtime time.Time) string { return mkTemplate(t, dir, name, mtime) }
 	keep := mk("rootfs-current", old)
 	mk("rootfs-oldversion", old)
 	mk(".rootfs-half1234", old)
@@ -42,11 +33,7 @@ func TestSweepTemplates(t *testing.T) {
 	if err := SweepTemplates(dir, keep); err != nil {
 		t.Fatal(err)
 	}
-	var left []string
-	ents, _ := os.ReadDir(dir)
-	for _, e := range ents {
-		left = append(left, e.Name())
-	}
+	left := names(dir)
 	want := []string{"root", "rootfs-busy", "rootfs-current", "rootfs-justmade"}
 	if os.Geteuid() != 0 {
 		want = []string{"root", "rootfs-current", "rootfs-justmade"}
@@ -59,6 +46,30 @@ func TestSweepTemplates(t *testing.T) {
 			t.Fatalf("left %v, want %v", left, want)
 		}
 	}
+}
+
+// mkTemplate makes a template root named name in dir, last changed at
+// mtime, and returns its path.
+func mkTemplate(t *testing.T, dir, name string, mtime time.Time) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Join(p, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(p, mtime, mtime); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// names lists what dir holds, sorted.
+func names(dir string) []string {
+	var left []string
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	return left
 }
 
 // holdLease holds the lease of the template at p as another process
@@ -85,16 +96,7 @@ func holdLease(t *testing.T, p string, how int) *os.File {
 func TestSweepSparesLeased(t *testing.T) {
 	dir := t.TempDir()
 	old := time.Now().Add(-time.Hour)
-	mk := func(name string) string {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Join(p, "etc"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chtimes(p, old, old); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	mk := func(name string) string { return mkTemplate(t, dir, name, old) }
 	keep := mk("rootfs-current")
 	holdLease(t, mk("rootfs-idleserver"), unix.LOCK_SH)
 	unused := mk("rootfs-unused")
@@ -104,11 +106,7 @@ func TestSweepSparesLeased(t *testing.T) {
 	if err := SweepTemplates(dir, keep); err != nil {
 		t.Fatal(err)
 	}
-	var left []string
-	ents, _ := os.ReadDir(dir)
-	for _, e := range ents {
-		left = append(left, e.Name())
-	}
+	left := names(dir)
 	want := []string{"rootfs-current", "rootfs-idleserver", "rootfs-idleserver.lease", "rootfs-pending.lease"}
 	if strings.Join(left, " ") != strings.Join(want, " ") {
 		t.Errorf("left %v, want %v", left, want)

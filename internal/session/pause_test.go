@@ -32,6 +32,30 @@ func persistConfig(t *testing.T) *config.Config {
 }
 
 // writeFiles puts files into s's workspace as a client would.
+// pausedWith creates a Python session of m holding files, and pauses it.
+func pausedWith(t *testing.T, m *Manager, files map[string]string) *Session {
+	t.Helper()
+	s := create(t, m, "python")
+	writeFiles(t, s, files)
+	if _, err := s.Pause(context.Background(), ""); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// checkClosed fails unless every instance src made from the from-th on
+// has been closed; what says what should have closed it.
+func checkClosed(t *testing.T, src *fakeSource, from int, what string) {
+	t.Helper()
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	for i, f := range src.all[from:] {
+		if !f.closed.Load() {
+			t.Errorf("instance %d outlived %s", from+i, what)
+		}
+	}
+}
+
 func writeFiles(t *testing.T, s *Session, files map[string]string) {
 	t.Helper()
 	for p, content := range files {
@@ -371,11 +395,7 @@ func TestShutdownPausesBusySessions(t *testing.T) {
 func TestCorruptImageKept(t *testing.T) {
 	cfg := persistConfig(t)
 	m, src, _ := newTestManager(t, cfg)
-	s := create(t, m, "python")
-	writeFiles(t, s, someFiles)
-	if _, err := s.Pause(context.Background(), ""); err != nil {
-		t.Fatal(err)
-	}
+	s := pausedWith(t, m, someFiles)
 	tarPath := filepath.Join(cfg.Persistence.Dir, s.ID(), "files.tar")
 	b, _ := os.ReadFile(tarPath)
 	os.WriteFile(tarPath, b[:len(b)/2], 0o600)
@@ -412,11 +432,7 @@ func TestCorruptImageKept(t *testing.T) {
 func TestCorruptFilesNeverHandedOver(t *testing.T) {
 	cfg := persistConfig(t)
 	m, src, _ := newTestManager(t, cfg)
-	s := create(t, m, "python")
-	writeFiles(t, s, someFiles)
-	if _, err := s.Pause(context.Background(), ""); err != nil {
-		t.Fatal(err)
-	}
+	s := pausedWith(t, m, someFiles)
 	tarPath := filepath.Join(cfg.Persistence.Dir, s.ID(), "files.tar")
 	b, _ := os.ReadFile(tarPath)
 	b[len(b)/2] ^= 0x55 // in big.bin's contents: the size is right
@@ -426,13 +442,7 @@ func TestCorruptFilesNeverHandedOver(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrImageCorrupt) || !strings.Contains(err.Error(), "checksum") {
 		t.Fatalf("resume of a damaged image: %v", err)
 	}
-	src.mu.Lock()
-	for _, f := range src.all[before:] {
-		if !f.closed.Load() {
-			t.Error("the sandbox the damaged files went into was not discarded")
-		}
-	}
-	src.mu.Unlock()
+	checkClosed(t, src, before, "the refused resume (the damaged files went into it)")
 	if _, err := m.Get(s.ID()); err == nil {
 		t.Error("the session is live after a refused resume")
 	}
@@ -467,13 +477,7 @@ func TestResumeCancelled(t *testing.T) {
 	if _, err := m.ResumeFor(ctx, s.ID()); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a cancelled resume: %v", err)
 	}
-	src.mu.Lock()
-	for i, f := range src.all {
-		if !f.closed.Load() {
-			t.Errorf("instance %d outlived the cancelled resume", i)
-		}
-	}
-	src.mu.Unlock()
+	checkClosed(t, src, 0, "the cancelled resume")
 	d, err := m.Describe(context.Background(), s.ID())
 	if err != nil || d.State != apitype.StatePaused || d.Paused.Error != "" {
 		t.Errorf("after the cancelled resume: %+v, %v", d.Paused, err)
@@ -498,11 +502,7 @@ func TestShutdownStopsARestore(t *testing.T) {
 	cfg := persistConfig(t)
 	cfg.Persistence.OnShutdown = "end"
 	m, src, _ := newTestManager(t, cfg)
-	s := create(t, m, "python")
-	writeFiles(t, s, someFiles)
-	if _, err := s.Pause(context.Background(), ""); err != nil {
-		t.Fatal(err)
-	}
+	s := pausedWith(t, m, someFiles)
 	closed := make(chan struct{})
 	m.hook = func(point, _ string) {
 		if point == "restoring" {
@@ -514,13 +514,7 @@ func TestShutdownStopsARestore(t *testing.T) {
 		t.Errorf("a resume during a shutdown: %v", err)
 	}
 	<-closed
-	src.mu.Lock()
-	for i, f := range src.all {
-		if !f.closed.Load() {
-			t.Errorf("instance %d outlived the shutdown", i)
-		}
-	}
-	src.mu.Unlock()
+	checkClosed(t, src, 0, "the shutdown")
 	im, err := pauseimage.Open(cfg.Persistence.Dir, s.ID())
 	if err != nil {
 		t.Fatal(err)
@@ -663,11 +657,7 @@ func TestFork(t *testing.T) {
 func TestLoadPausedAtStart(t *testing.T) {
 	cfg := persistConfig(t)
 	m1, _, _ := newTestManager(t, cfg)
-	s := create(t, m1, "python")
-	writeFiles(t, s, map[string]string{"a": "1"})
-	if _, err := s.Pause(context.Background(), ""); err != nil {
-		t.Fatal(err)
-	}
+	s := pausedWith(t, m1, map[string]string{"a": "1"})
 	dir := cfg.Persistence.Dir
 	os.MkdirAll(filepath.Join(dir, ".tmp-s-crashed-123"), 0o700)
 	os.WriteFile(filepath.Join(dir, ".tmp-s-crashed-123", "files.tar"), []byte("partial"), 0o600)
@@ -819,11 +809,7 @@ func TestDeleteWhilePausing(t *testing.T) {
 func TestForkWhileDeleted(t *testing.T) {
 	cfg := persistConfig(t)
 	m, _, _ := newTestManager(t, cfg)
-	s := create(t, m, "python")
-	writeFiles(t, s, someFiles)
-	if _, err := s.Pause(context.Background(), ""); err != nil {
-		t.Fatal(err)
-	}
+	s := pausedWith(t, m, someFiles)
 	m.hook = func(point, id string) {
 		if point == "fork" {
 			if err := m.DeleteFor(context.Background(), id); err != nil {

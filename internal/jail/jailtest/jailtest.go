@@ -1,7 +1,7 @@
 // Package jailtest owns what the privileged tests of the packages above
 // the jail share: a jail host of their own, with the in-sandbox runtimes
 // in its root, under a state directory and cgroup named after the test
-// package, torn down when the test ends.
+// package, and a gVisor host beside it, torn down when the test ends.
 //
 // It must never be imported by anything but tests, and never hand two
 // packages the same state directory or cgroup (their tests may run at
@@ -9,10 +9,12 @@
 package jailtest
 
 import (
+	"context"
 	"os"
 	"testing"
 
 	"airlock/internal/config"
+	"airlock/internal/gvisor"
 	"airlock/internal/jail"
 	"airlock/internal/runtimes"
 	"airlock/internal/testenv"
@@ -46,4 +48,19 @@ func Host(t testing.TB, name string, adjust ...func(*config.Config)) (*jail.Host
 		os.RemoveAll(cfg.StateDir)
 	})
 	return h, cfg
+}
+
+// GVisorHost returns a gVisor host beside h (made by Host from cfg), with
+// the in-sandbox runtimes in its root, closed when the test ends. Without
+// runsc it skips, which fails a strict run.
+func GVisorHost(t testing.TB, h *jail.Host, cfg config.Config) *gvisor.Host {
+	t.Helper()
+	opts := gvisor.OptionsFrom(cfg, testenv.Runsc(t))
+	opts.RootFiles = runtimes.RootFiles()
+	gh, err := gvisor.NewHost(context.Background(), opts, h.Cgroups())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gh.Close() })
+	return gh
 }
