@@ -57,8 +57,9 @@ type Zygote struct {
 	// template has died, not yet reaped); abandoned, those whose fork
 	// nobody took (its caller gave up), killed at once. When the template
 	// dies its runtimes become orphans, the server's children (it is a
-	// child subreaper): each is reaped through its pidfd (never by pid: a
-	// pid may be reused) as it ends (see reapOrphan).
+	// child subreaper), those it never told of too (adoptOrphans): each
+	// is reaped through its pidfd (never by pid: a pid may be reused) as
+	// it ends (see reapOrphan).
 	pidfds    map[int]*os.File
 	abandoned map[int]bool
 	// reaped: of each orphan, closed once reapOrphan has reaped it.
