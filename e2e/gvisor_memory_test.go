@@ -402,7 +402,9 @@ func TestGVisorCheckpointDefault(t *testing.T) {
 // files alone; its resume says restored "files" with no reason, its
 // variable is gone and its file kept, and it says restores "memory"
 // again; a fork of such a paused session has the files; a session
-// created with on_timeout_restores "files" pauses so on its timeout.
+// created with on_timeout_restores "files" pauses so on its timeout; a
+// pause with memory resumed asked for the files only ({"restores":
+// "files"}) has its files, its variable gone.
 func TestGVisorPauseFilesOnly(t *testing.T) {
 	s := startServer(t, gvisorMemoryConfig(t, nil))
 	ctx := context.Background()
@@ -448,6 +450,17 @@ func TestGVisorPauseFilesOnly(t *testing.T) {
 		t.Errorf("resumed: restored %q (%s), restores %q", res.Restored, res.RestoredReason, res.Restores)
 	}
 	goneKept(a, "the resumed session")
+
+	// A pause with its memory, resumed asked for the files only.
+	s.exec(a, "x = 41")
+	if p, err := s.c.PauseSession(ctx, a); err != nil || p.Paused.MemoryBytes == 0 {
+		t.Fatalf("a pause with memory: %+v %v", p, err)
+	}
+	res, err = s.c.ResumeSessionWith(ctx, a, apitype.ResumeRequest{Restores: apitype.RestoreFiles})
+	if err != nil || res.Restored != apitype.RestoreFiles || res.RestoredReason != "" {
+		t.Fatalf("a memory pause resumed with its files: %+v %v", res, err)
+	}
+	goneKept(a, "a memory pause resumed with its files")
 	s.c.DeleteSession(ctx, a)
 
 	// The pause on its timeout, asked for the files only.

@@ -122,6 +122,15 @@ type PauseRequest struct {
 	Restores string `json:"restores,omitempty"`
 }
 
+// ResumeRequest is the optional body of POST /v1/sessions/{id}/resume.
+type ResumeRequest struct {
+	// Restores "files" restores the files only, the interpreters started
+	// afresh (restored "files"), even where the pause kept the memory
+	// (E2B's connect onResume "reboot"; the memory image goes with the
+	// resume); empty: what the pause kept (the session's restores).
+	Restores string `json:"restores,omitempty"`
+}
+
 // TimeoutRequest sets a session's lifetime again, from now
 // (PUT /v1/sessions/{id}/timeout; E2B's set_timeout).
 type TimeoutRequest struct {

@@ -379,8 +379,15 @@ func (c *Client) PauseSessionWith(ctx context.Context, id string, req apitype.Pa
 // (Restored says what came back: "files", or "memory" too under gVisor
 // with gvisor.checkpoint; RestoredReason why less than the pause kept).
 func (c *Client) ResumeSession(ctx context.Context, id string) (*apitype.Session, error) {
+	return c.ResumeSessionWith(ctx, id, apitype.ResumeRequest{})
+}
+
+// ResumeSessionWith resumes a paused session restoring what req asks:
+// Restores "files" brings back its files only, its interpreters started
+// afresh, even where its pause kept its memory.
+func (c *Client) ResumeSessionWith(ctx context.Context, id string, req apitype.ResumeRequest) (*apitype.Session, error) {
 	var s apitype.Session
-	if err := c.call(ctx, "POST", sessionPath(id)+"/resume", nil, &s); err != nil {
+	if err := c.call(ctx, "POST", sessionPath(id)+"/resume", req, &s); err != nil {
 		return nil, err
 	}
 	return &s, nil

@@ -257,18 +257,30 @@ func (m *Manager) Reach(ctx context.Context, id string) (*Session, error) {
 	if !auto {
 		return nil, err
 	}
-	return m.resume(ctx, id)
+	return m.resume(ctx, id, "")
 }
 
 // ResumeFor resumes the paused session id for the caller ctx carries; a
 // live session is returned as it is (a client's retry).
 func (m *Manager) ResumeFor(ctx context.Context, id string) (*Session, error) {
+	return m.ResumeWith(ctx, id, "")
+}
+
+// ResumeWith is ResumeFor restoring what keep asks: RestoreFiles the
+// files only, its interpreters started afresh, even where the pause kept
+// the memory (E2B's connect onResume "reboot": a memory image that
+// would wedge them is left unused, and goes with the resume as any
+// image does); "" what the pause kept.
+func (m *Manager) ResumeWith(ctx context.Context, id, keep string) (*Session, error) {
+	if keep != "" && keep != apitype.RestoreFiles {
+		return nil, fmt.Errorf("%w: restores %q: a resume restores the memory wherever its pause kept it; ask for \"files\" (the files only), or leave restores unset", errdefs.ErrInvalidArgument, keep)
+	}
 	s, err := m.Find(ctx, id)
 	var pe *PausedError
 	if !errors.As(err, &pe) {
 		return s, err
 	}
-	return m.resume(ctx, id)
+	return m.resume(ctx, id, keep)
 }
 
 // PauseFor pauses the session id for the caller ctx carries, keeping
@@ -630,8 +642,9 @@ func (m *Manager) newID(ctx context.Context) string {
 	return m.ids.NewID()
 }
 
-// resume makes the paused session id live again in a fresh sandbox.
-func (m *Manager) resume(ctx context.Context, id string) (*Session, error) {
+// resume makes the paused session id live again in a fresh sandbox,
+// with what keep asks (see ResumeWith).
+func (m *Manager) resume(ctx context.Context, id, keep string) (*Session, error) {
 	if !m.cfg.Persistence.Enabled {
 		return nil, errPersistenceOff()
 	}
@@ -690,6 +703,10 @@ func (m *Manager) resume(ctx context.Context, id string) (*Session, error) {
 		return fail(err)
 	}
 	mr := m.memoryOf(im)
+	if mr != nil && keep == apitype.RestoreFiles {
+		m.log.Info("a session paused with its memory is resumed with its files, as asked", "session", id)
+		mr = nil
+	}
 	s, err := m.createRestored(ctx, req, &restoring{meta: p.meta, image: im, memory: mr})
 	if err != nil {
 		release()

@@ -267,3 +267,36 @@ func TestTimeoutPauseRestores(t *testing.T) {
 		}
 	})
 }
+
+// TestResumeFilesOnly: a resume asked for the files only of a session
+// paused with its memory leaves the memory image unused (restored
+// "files" with no reason: nothing failed, whereas this fake's memory
+// would fail to restore and say so), brings the files back, and leaves
+// no image; asking a resume for "memory" is refused.
+func TestResumeFilesOnly(t *testing.T) {
+	m, cfg, _ := newMemManager(t)
+	ctx := context.Background()
+	s, err := m.Create(ctx, apitype.CreateSessionRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, s, someFiles)
+	if info, err := m.PauseFor(ctx, s.ID(), ""); err != nil || info.Paused.MemoryBytes == 0 {
+		t.Fatalf("paused with its memory: %+v %v", info.Paused, err)
+	}
+	if _, err := m.ResumeWith(ctx, s.ID(), apitype.RestoreMemory); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a resume asked for memory: %v", err)
+	}
+	r, err := m.ResumeWith(ctx, s.ID(), apitype.RestoreFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ri := r.Info(); ri.Restored != apitype.RestoreFiles || ri.RestoredReason != "" {
+		t.Errorf("resumed with the files only: restored %q (%s)", ri.Restored, ri.RestoredReason)
+	}
+	checkFiles(t, r, someFiles)
+	if ents, _ := os.ReadDir(cfg.Persistence.Dir); len(ents) != 0 {
+		t.Errorf("left after the resume: %v", ents)
+	}
+	m.DeleteFor(ctx, s.ID())
+}

@@ -513,9 +513,10 @@ type timeoutRequest struct {
 	Timeout *int64 `json:"timeout"`
 	// Duration is the older refreshes' (seconds).
 	Duration *int64 `json:"duration"`
-	// Memory is connect's and pause's (keepMemory): a pause keeps the
-	// memory where the session's restores says "memory", and asking for
-	// it elsewhere is refused.
+	// Memory is pause's keepMemory (true: the memory, refused where the
+	// session's pause cannot keep it; false: the files only) and
+	// connect's (false, onResume "reboot": the files only, the memory
+	// image unused).
 	Memory *bool `json:"memory"`
 }
 
@@ -592,7 +593,11 @@ func (s *Server) retime(w http.ResponseWriter, r *http.Request, set bool, status
 	if status == http.StatusOK {
 		// connect and resume: a paused sandbox comes back.
 		if _, err := s.m.Get(box.id); errors.Is(err, errdefs.ErrPaused) {
-			if _, err := s.m.ResumeFor(r.Context(), box.id); err != nil {
+			keep := ""
+			if req.Memory != nil && !*req.Memory {
+				keep = apitype.RestoreFiles
+			}
+			if _, err := s.m.ResumeWith(r.Context(), box.id, keep); err != nil {
 				failControl(w, notFoundErr(box.id, err))
 				return
 			}

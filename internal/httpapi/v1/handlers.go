@@ -156,7 +156,12 @@ func (s *Server) pauseSession(w http.ResponseWriter, r *http.Request) {
 // resumeSession is POST /v1/sessions/{id}/resume: a paused session made
 // live again in a fresh sandbox (a live one is described as it is).
 func (s *Server) resumeSession(w http.ResponseWriter, r *http.Request) {
-	sess, err := s.m.ResumeFor(r.Context(), r.PathValue("id"))
+	var req apitype.ResumeRequest
+	if err := s.decode(w, r, &req); err != nil {
+		fail(w, err)
+		return
+	}
+	sess, err := s.m.ResumeWith(r.Context(), r.PathValue("id"), req.Restores)
 	if err != nil {
 		s.denied(w, r, err)
 		return

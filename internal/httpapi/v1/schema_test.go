@@ -32,6 +32,7 @@ var schemaTypes = map[string]reflect.Type{
 	"PauseSkipped":         reflect.TypeFor[apitype.PauseSkipped](),
 	"TimeoutRequest":       reflect.TypeFor[apitype.TimeoutRequest](),
 	"PauseRequest":         reflect.TypeFor[apitype.PauseRequest](),
+	"ResumeRequest":        reflect.TypeFor[apitype.ResumeRequest](),
 	"SessionList":          reflect.TypeFor[apitype.SessionList](),
 	"Output":               reflect.TypeFor[apitype.Output](),
 	"ExecError":            reflect.TypeFor[apitype.ExecError](),

@@ -123,8 +123,8 @@ class AsyncSandbox:
     async def pause(self, restores=None):
         return await _thread(self.sync.pause, restores)
 
-    async def resume(self):
-        return await _thread(self.sync.resume)
+    async def resume(self, restores=None):
+        return await _thread(self.sync.resume, restores)
 
     async def fork(self):
         return type(self)(await _thread(self.sync.fork))

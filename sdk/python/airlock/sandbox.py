@@ -316,12 +316,16 @@ class Sandbox:
         self._info = self._t.call("POST", self._path("/pause"), body)
         return self._info
 
-    def resume(self):
+    def resume(self, restores=None):
         """Makes a paused session live again in a fresh sandbox, with its files (the interpreter starts
         afresh: ``restored: "files"``; or ``restored: "memory"``: it runs on with its variables, and
-        ``restored_reason`` says why a memory image was not used). PauseImageCorruptError if its image
-        was damaged."""
-        self._info = self._t.call("POST", self._path("/resume"))
+        ``restored_reason`` says why a memory image was not used). ``restores="files"`` restores the
+        files only even where the pause kept the memory (E2B's ``on_resume="reboot"``).
+        PauseImageCorruptError if its image was damaged."""
+        body = None
+        if restores is not None:
+            body = {"restores": restores}
+        self._info = self._t.call("POST", self._path("/resume"), body)
         return self._info
 
     def fork(self):
