@@ -56,6 +56,22 @@ func checkClosed(t *testing.T, src *fakeSource, from int, what string) {
 	}
 }
 
+// damageImage rewrites the files of s's image with what damage makes of
+// them, and returns the file's path and what it now holds.
+func damageImage(t *testing.T, cfg *config.Config, s *Session, damage func([]byte) []byte) (string, []byte) {
+	t.Helper()
+	p := filepath.Join(cfg.Persistence.Dir, s.ID(), "files.tar")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = damage(b)
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p, b
+}
+
 func writeFiles(t *testing.T, s *Session, files map[string]string) {
 	t.Helper()
 	for p, content := range files {
@@ -396,9 +412,7 @@ func TestCorruptImageKept(t *testing.T) {
 	cfg := persistConfig(t)
 	m, src, _ := newTestManager(t, cfg)
 	s := pausedWith(t, m, someFiles)
-	tarPath := filepath.Join(cfg.Persistence.Dir, s.ID(), "files.tar")
-	b, _ := os.ReadFile(tarPath)
-	os.WriteFile(tarPath, b[:len(b)/2], 0o600)
+	tarPath, b := damageImage(t, cfg, s, func(b []byte) []byte { return b[:len(b)/2] })
 	before := len(src.all)
 	_, err := m.ResumeFor(context.Background(), s.ID())
 	if !errors.Is(err, errdefs.ErrImageCorrupt) || !strings.Contains(err.Error(), "truncated") {
@@ -411,7 +425,7 @@ func TestCorruptImageKept(t *testing.T) {
 	if err != nil || d.State != apitype.StatePaused || d.Paused.Error == "" {
 		t.Errorf("describe after the failed resume: %+v, %v", d.Paused, err)
 	}
-	if got, _ := os.ReadFile(tarPath); !bytes.Equal(got, b[:len(b)/2]) {
+	if got, _ := os.ReadFile(tarPath); !bytes.Equal(got, b) {
 		t.Error("the corrupt image was not kept as it was")
 	}
 	if err := m.DeleteFor(context.Background(), s.ID()); err != nil {
@@ -433,10 +447,10 @@ func TestCorruptFilesNeverHandedOver(t *testing.T) {
 	cfg := persistConfig(t)
 	m, src, _ := newTestManager(t, cfg)
 	s := pausedWith(t, m, someFiles)
-	tarPath := filepath.Join(cfg.Persistence.Dir, s.ID(), "files.tar")
-	b, _ := os.ReadFile(tarPath)
-	b[len(b)/2] ^= 0x55 // in big.bin's contents: the size is right
-	os.WriteFile(tarPath, b, 0o600)
+	tarPath, b := damageImage(t, cfg, s, func(b []byte) []byte {
+		b[len(b)/2] ^= 0x55 // in big.bin's contents: the size is right
+		return b
+	})
 	before := len(src.all)
 	_, err := m.ResumeFor(context.Background(), s.ID())
 	if !errors.Is(err, errdefs.ErrImageCorrupt) || !strings.Contains(err.Error(), "checksum") {
