@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -13,8 +14,9 @@ import (
 // benchDrained: a burst of n session creations (each + `print(1)`) right
 // after a burst of n one-shots, on a server of the default pool
 // configuration: the first round on a fresh server (the pool at its
-// size, drained by the one-shots), the second once the pool has grown
-// toward what the first asked for and refilled.
+// size, the one-shots taking what it does not keep for sessions), the
+// second once the pool has grown toward what the first asked for and
+// refilled. With -v, each phase's CPU by party and the pool's figures.
 func benchDrained(ctx context.Context, r *Report, o Options, n int) error {
 	srv, err := startServer(ctx, o, 0, "-drained", map[string]any{"pool": map[string]any{}})
 	if err != nil {
@@ -26,15 +28,25 @@ func benchDrained(ctx context.Context, r *Report, o Options, n int) error {
 			return err
 		}
 		before := poolStats(ctx, srv)
+		c0, t0 := srv.cpu(), time.Now()
 		shots, err := oneShotBurst(ctx, srv, n)
 		if err != nil {
 			return err
 		}
 		between := poolStats(ctx, srv)
-		s, err := createBurst(ctx, srv, n)
+		c1, t1 := srv.cpu(), time.Now()
+		sessions, lat, err := openSessions(ctx, srv, n, n, "print(1)")
+		c2, t2 := srv.cpu(), time.Now()
+		after := poolStats(ctx, srv)
+		for _, sess := range sessions {
+			srv.deleteSession(ctx, sess.ID)
+		}
 		if err != nil {
 			return err
 		}
+		s := stats(lat)
+		phase(o, fmt.Sprintf("round %d one-shots", round+1), c0, c1, t1.Sub(t0), before, between)
+		phase(o, fmt.Sprintf("round %d creations", round+1), c1, c2, t2.Sub(t1), between, after)
 		scen := fmt.Sprintf("%d concurrent session creations + `print(1)` right after %d one-shots, default pools: %s", n, n, name)
 		r.add(Row{Scenario: scen, Metric: "p50", Value: s.P50, Unit: "ms"})
 		r.add(Row{Scenario: scen, Metric: "p99", Value: s.P99, Unit: "ms", Target: GoalBurstP99.Text,
@@ -46,6 +58,16 @@ func benchDrained(ctx context.Context, r *Report, o Options, n int) error {
 	after := poolStats(ctx, srv)
 	r.Stats["drained_burst_pool"] = after
 	return nil
+}
+
+// phase says, with -v, what a phase of the drained burst cost: its wall
+// time, the CPU of each party and of the host, and the pool's figures.
+func phase(o Options, name string, a, b cpuSnap, wall time.Duration, pa, pb apitype.PoolStats) {
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	fmt.Fprintf(o.Verbose, "%s: wall %.0f ms; host busy %.0f ms (%.0f%% of the cores); server %.0f, spawner %.0f, inits reaped %.0f, template %.0f, runtimes reaped %.0f, client %.0f ms; pool ready %d->%d target %d->%d building %d->%d, hits +%d misses +%d built +%d\n",
+		name, ms(wall), ms(b.host-a.host), 100*float64(b.host-a.host)/float64(wall)/float64(runtime.NumCPU()),
+		ms(b.server-a.server), ms(b.spawner-a.spawner), ms(b.inits-a.inits), ms(b.template-a.template), ms(b.runtimes-a.runtimes), ms(b.client-a.client),
+		pa.Ready, pb.Ready, pa.Target, pb.Target, pa.Building, pb.Building, pb.Hits-pa.Hits, pb.Misses-pa.Misses, pb.Built-pa.Built)
 }
 
 // oneShotBurst runs n one-shot print(1) at once; their latencies.

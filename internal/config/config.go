@@ -400,6 +400,12 @@ type Pool struct {
 	// Size is the number of ready sandboxes kept per language; 0 disables
 	// the pool for that language.
 	Size map[string]int `json:"size"`
+	// OneShotSize is how many of a language's Size ready sandboxes
+	// one-shot runs and programs may take; the rest are kept for session
+	// creations, so that a burst of one-shots does not leave the sessions
+	// that follow it to build their own. Sandboxes beyond Size (a pool
+	// grown by demand) are open to both. Size or more keeps none apart.
+	OneShotSize map[string]int `json:"oneshot_size"`
 	// NetworkSize is the number of ready sandboxes kept per language for
 	// sessions created with a network, on a kernel that fixes a
 	// sandbox's network when it boots (gVisor); native sandboxes serve
@@ -493,12 +499,17 @@ func Default() Config {
 		E2B:         E2B{Enabled: true},
 		Log:         Log{Format: "text", Level: "info"},
 		Pool: Pool{
-			Size:     map[string]int{"python": 8, "bash": 2, "javascript": 2},
-			Zygote:   true,
-			Preload:  []string{"numpy", "pandas", "matplotlib", "matplotlib.pyplot"},
-			Parallel: runtime.NumCPU(),
+			// 56 Python sandboxes (about 4 MB each when ready) are kept
+			// for session creations: a burst of 50 right after one of
+			// one-shots is served warm, as two cores cannot build them in
+			// time (performance.md, "Pools that follow the load").
+			Size:        map[string]int{"python": 64, "bash": 2, "javascript": 2},
+			OneShotSize: map[string]int{"python": 8, "bash": 2, "javascript": 2},
+			Zygote:      true,
+			Preload:     []string{"numpy", "pandas", "matplotlib", "matplotlib.pyplot"},
+			Parallel:    runtime.NumCPU(),
 			// A burst of 50 sessions after one of one-shots is served
-			// warm, at about 5 MB each.
+			// warm once the pool has grown.
 			MaxSize:     map[string]int{"python": 128, "bash": 16, "javascript": 16},
 			ShrinkAfter: Duration(2 * time.Minute),
 		},
@@ -691,7 +702,7 @@ func (c Config) Validate() error {
 	if s.MaxRichOutput < 64<<10 || s.MaxRichOutput > 1<<30 {
 		errs = append(errs, errors.New("server.max_rich_output must be between 64K and 1G"))
 	}
-	for key, sizes := range map[string]map[string]int{"size": c.Pool.Size, "network_size": c.Pool.NetworkSize, "max_size": c.Pool.MaxSize} {
+	for key, sizes := range map[string]map[string]int{"size": c.Pool.Size, "oneshot_size": c.Pool.OneShotSize, "network_size": c.Pool.NetworkSize, "max_size": c.Pool.MaxSize} {
 		for lang, n := range sizes {
 			if !KnownLanguage(lang) {
 				errs = append(errs, fmt.Errorf("pool.%s: unknown language %q", key, lang))

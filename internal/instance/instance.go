@@ -61,6 +61,20 @@ type Source interface {
 	Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, net bool) (*Instance, error)
 }
 
+type oneShotKey struct{}
+
+// ForOneShot marks ctx as a one-shot's (a run, a program): a Source that
+// keeps sandboxes for session creations serves it without taking those.
+func ForOneShot(ctx context.Context) context.Context {
+	return context.WithValue(ctx, oneShotKey{}, true)
+}
+
+// IsOneShot reports whether ctx was marked by ForOneShot.
+func IsOneShot(ctx context.Context) bool {
+	v, _ := ctx.Value(oneShotKey{}).(bool)
+	return v
+}
+
 // Program is a program file a runtime runs in its place, as `airlock run`
 // would: it gets exactly Env, an empty stdin and /workspace as its
 // directory, and its exit status is the execution's. The runtime ends with

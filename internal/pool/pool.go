@@ -109,7 +109,10 @@ type queue struct {
 	// floor is the configured size, kept whatever the demand; max the
 	// most it grows to.
 	floor, max int
-	profile    config.Limits
+	// reserve of the ready ones are for session creations: a one-shot
+	// takes one only while more are ready (pool.oneshot_size).
+	reserve int
+	profile config.Limits
 	// mu guards ready, pending, target and dem.
 	mu      sync.Mutex
 	ready   []*instance.Instance
@@ -173,6 +176,9 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 		floor := cfg.Pool.Size[lang]
 		// A language without a pool does not grow one.
 		q := newQueue(rt, floor, max(floor, cfg.Pool.MaxSize[lang]*min(floor, 1)), cfg.Defaults)
+		if n, ok := cfg.Pool.OneShotSize[lang]; ok {
+			q.reserve = max(floor-n, 0)
+		}
 		q.template = rt.Template && p.zygTried != nil
 		if q.guess = defaultEstimate[lang]; q.guess == 0 || p.host == nil {
 			q.guess = gVisorEstimate
@@ -227,8 +233,12 @@ func (p *Pool) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, ne
 		return q.handOut(p.newInstance(ctx, rt, l, net, false))
 	}
 	q.noteTake(p.now())
+	keep := 0
+	if instance.IsOneShot(ctx) {
+		keep = q.reserve
+	}
 	for {
-		inst := q.take()
+		inst := q.take(keep)
 		if inst == nil {
 			break
 		}
@@ -362,10 +372,11 @@ func (q *queue) handOut(inst *instance.Instance, err error) (*instance.Instance,
 	return inst, err
 }
 
-func (q *queue) take() *instance.Instance {
+// take takes the oldest ready instance, if more than keep are ready.
+func (q *queue) take(keep int) *instance.Instance {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.ready) == 0 {
+	if len(q.ready) <= keep {
 		return nil
 	}
 	// Oldest first: an instance never waits longer than it must.

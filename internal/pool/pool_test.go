@@ -253,3 +253,57 @@ func TestRefillBuildsInBackground(t *testing.T) {
 		t.Fatalf("a taken sandbox: Background() = %v, %v; want false", bg, err)
 	}
 }
+
+// One-shots leave the ready sandboxes kept for session creations
+// (pool.size beyond pool.oneshot_size): a one-shot finding only those
+// builds its own, a session takes one; with none kept, a one-shot takes
+// it.
+func TestOneShotsLeaveSessionsTheirs(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		oneshot int // pool.oneshot_size.python; the size is 1
+		takes   bool
+	}{
+		{"kept for sessions", 0, false},
+		{"open to one-shots", 1, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h, cfg := jailtest.Host(t, "pool", func(cf *config.Config) {
+				cf.Pool.Size = map[string]int{"python": 1}
+				cf.Pool.OneShotSize = map[string]int{"python": c.oneshot}
+				cf.Pool.MaxSize = nil // it keeps its size
+				cf.Pool.Zygote = false
+			})
+			p := New(cfg, instance.Native{Host: h}, instance.NewSlots(h.Layout()), slog.New(slog.DiscardHandler))
+			t.Cleanup(p.Close)
+			waitFor(t, "a full pool", func() bool { return pythonStats(p).Ready == 1 })
+			q := p.queues["python"]
+			q.mu.Lock()
+			ready := q.ready[0]
+			q.mu.Unlock()
+			rt, err := runtimes.Lookup(cfg, "python")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(instance.ForOneShot(context.Background()), 30*time.Second)
+			defer cancel()
+			shot, err := p.Get(ctx, rt, cfg.Defaults, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { shot.Close() })
+			if took := shot == ready; took != c.takes {
+				t.Fatalf("the one-shot took the ready sandbox: %v, want %v", took, c.takes)
+			}
+			if c.takes {
+				return
+			}
+			if s := pythonStats(p); s.Hits != 0 || s.Misses != 1 {
+				t.Errorf("python pool %+v: want the one-shot counted a miss", s)
+			}
+			if inst := get(t, p); inst != ready {
+				t.Error("a session did not get the sandbox kept for it")
+			}
+		})
+	}
+}

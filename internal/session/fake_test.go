@@ -83,6 +83,7 @@ func (s *fakeSource) Get(ctx context.Context, rt runtimes.Runtime, l config.Limi
 		return nil, s.fail
 	}
 	f := newFakeInstance(s.t, rt, l)
+	f.oneShot = instance.IsOneShot(ctx)
 	if s.setup != nil {
 		s.setup(f)
 	}
@@ -133,9 +134,11 @@ func newTestManager(t *testing.T, cfg *config.Config) (*Manager, *fakeSource, *w
 // started beside the first (besides) are fakeInterps too.
 type fakeInstance struct {
 	limits config.Limits
-	ws     *workspace.Dir
-	dir    string // ws's host path
-	start  time.Time
+	// oneShot: it was asked for by a one-shot (instance.ForOneShot).
+	oneShot bool
+	ws      *workspace.Dir
+	dir     string // ws's host path
+	start   time.Time
 	*fakeInterp
 
 	events chan cgroup.Event

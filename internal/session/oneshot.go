@@ -289,7 +289,9 @@ func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req request, emit
 	}
 	m.bg.Add(1) // under mu: Close waits only after it set closed
 	m.mu.Unlock()
-	s, err := m.start(ctx, o.iso, o.tmpl, o.rt, o.limits, o.runtimeEnv, time.Hour, o.policy, o.net(), o.secrets)
+	// Marked, so that a burst of one-shots leaves the pool's sandboxes
+	// kept for session creations (pool.oneshot_size).
+	s, err := m.start(instance.ForOneShot(ctx), o.iso, o.tmpl, o.rt, o.limits, o.runtimeEnv, time.Hour, o.policy, o.net(), o.secrets)
 	if err != nil {
 		m.bg.Done()
 		release()

@@ -54,3 +54,36 @@ func TestOneShotRuns(t *testing.T) {
 		})
 	}
 }
+
+// One-shots and programs ask their source for a one-shot's sandbox (a
+// pool leaves those it keeps for session creations); sessions do not.
+func TestOneShotsAskForOneShotSandboxes(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		run  func(*Manager) error
+		want bool
+	}{
+		{"a one-shot", func(m *Manager) error {
+			_, err := m.RunOnce(context.Background(), apitype.OneShotRequest{Code: "out hi"}, nil)
+			return err
+		}, true},
+		{"a program", func(m *Manager) error {
+			_, err := m.RunProgram(context.Background(), apitype.ProgramRequest{Code: "out hi"}, nil)
+			return err
+		}, true},
+		{"a session", func(m *Manager) error {
+			_, err := m.Create(context.Background(), apitype.CreateSessionRequest{})
+			return err
+		}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m, src, _ := newTestManager(t, nil)
+			if err := c.run(m); err != nil {
+				t.Fatal(err)
+			}
+			if got := src.last().oneShot; got != c.want {
+				t.Errorf("its sandbox asked for as a one-shot's: %v, want %v", got, c.want)
+			}
+		})
+	}
+}
