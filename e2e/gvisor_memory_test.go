@@ -171,12 +171,174 @@ func TestGVisorPauseKeepsMemory(t *testing.T) {
 	s2.stop()
 	left := append(checkNothingLeft(s2.name), runscProcs(s2.name)...)
 	for _, d := range []string{filepath.Join("/run", s2.name, "gvisor"), filepath.Join(dataDir(s2), "sessions")} {
-		if ents, _ := os.ReadDir(d); len(ents) > 0 {
-			left = append(left, d+": "+ents[0].Name())
+		ents, _ := os.ReadDir(d)
+		for _, e := range ents {
+			if e.Name() != keepersDir { // the keeper's copy, kept for the next start
+				left = append(left, d+": "+e.Name())
+			}
 		}
 	}
 	if len(left) > 0 {
 		t.Errorf("left behind:\n%s", strings.Join(left, "\n"))
+	}
+}
+
+// keepersDir, under persistence.dir, holds the copies of the gVisor
+// keepers sandboxes run, named by their digests.
+const keepersDir = ".gvisor-keepers"
+
+// keeperCopies lists the keeper copies of s's server.
+func keeperCopies(t *testing.T, s *server) []string {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(dataDir(s), "sessions", keepersDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// anotherAirlock builds airlock again, another build than the tests'
+// (a plain go build, its gVisor package, the keeper's, compiled without
+// optimisations): its keeper's code is not the other's.
+func anotherAirlock(t *testing.T) string {
+	t.Helper()
+	airlockBinary(t) // the privileged tier's skip
+	bin := filepath.Join(t.TempDir(), "airlock-next")
+	build := exec.Command("go", "build", "-gcflags=airlock/internal/gvisor=-N -l", "-o", bin, "../cmd/airlock")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// stopAndStart stops s with SIGTERM (its sessions pause) and starts its
+// server again with the binary bin.
+func stopAndStart(t *testing.T, s *server, bin string) *server {
+	t.Helper()
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-s.done:
+		if err != nil {
+			t.Fatalf("server exit: %v\n%s", err, s.stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the server did not stop:\n%s", s.stderr.String())
+	}
+	return startServerNamedBin(t, bin, s.name, s.cfg)
+}
+
+// TestGVisorMemoryAcrossUpgrade: gVisor sessions paused with their
+// memory by one build of airlock resume with it on the next build, whose
+// keeper is another: the resume binds the keeper the pause recorded,
+// whose copy is kept beside the paused sessions while one needs it (a
+// start removes it once none does, and keeps it before); without that
+// copy the resume brings the files back and says why. checked against
+// mutants: the restore binding the server's own keeper (resumed "files":
+// the restored keeper died of SIGSEGV), and a start's sweep ignoring the
+// paused sessions' keepers (the copy was gone, resumed "files").
+func TestGVisorMemoryAcrossUpgrade(t *testing.T) {
+	next := anotherAirlock(t)
+	s := startServer(t, gvisorMemoryConfig(t, nil))
+	ctx := context.Background()
+	a, b := s.newSession("python", nil), s.newSession("python", nil)
+	for _, id := range []string{a, b} {
+		if r := s.exec(id, "x = 41"); r.Error != nil {
+			t.Fatalf("%+v", r.Error)
+		}
+	}
+	first := keeperCopies(t, s)
+	if len(first) != 1 {
+		t.Fatalf("keeper copies %v", first)
+	}
+	old := filepath.Join(dataDir(s), "sessions", keepersDir, first[0])
+	age := func() {
+		t.Helper()
+		then := time.Now().Add(-2 * time.Hour) // past the sweep's grace
+		if err := os.Chtimes(old, then, then); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The upgrade: both pause with their memory; the new server, its
+	// own keeper beside, keeps the old one they need however old.
+	s = stopAndStart(t, s, next)
+	age()
+	s = stopAndStart(t, s, next)
+	if got := keeperCopies(t, s); len(got) != 2 || !slices.Contains(got, first[0]) {
+		t.Fatalf("keeper copies after the upgrade: %v (the old one was %s)", got, first[0])
+	}
+	res, err := s.c.ResumeSession(ctx, a)
+	if err != nil || res.Restored != apitype.RestoreMemory {
+		log := s.stderr.String()
+		t.Fatalf("resumed after the upgrade: %+v %v\n%s", res, err, log[max(0, len(log)-4000):])
+	}
+	if r := s.exec(a, "x += 1\nprint(x)"); r.Error != nil || r.Stdout != "42\n" {
+		t.Errorf("after the upgrade: %q %+v", r.Stdout, r.Error)
+	}
+
+	// Without the old keeper's copy, the files, saying why.
+	aside := filepath.Join(t.TempDir(), "keeper")
+	if err := os.Rename(old, aside); err != nil {
+		t.Fatal(err)
+	}
+	res, err = s.c.ResumeSession(ctx, b)
+	if err != nil || res.Restored != apitype.RestoreFiles || !strings.Contains(res.RestoredReason, "keeper") {
+		t.Fatalf("resumed without its keeper: %+v %v", res, err)
+	}
+	if r := s.exec(b, "x"); r.Error == nil || r.Error.Name != "NameError" {
+		t.Errorf("a variable of a memory image not restored: %+v", r)
+	}
+
+	// Once no paused session needs it, the next start removes it.
+	if err := os.Rename(aside, old); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{a, b} {
+		s.c.DeleteSession(ctx, id)
+	}
+	age()
+	s = stopAndStart(t, s, next)
+	if got := keeperCopies(t, s); len(got) != 1 || got[0] == first[0] {
+		t.Errorf("keeper copies once no paused session needs the old one: %v", got)
+	}
+}
+
+// A gVisor sandbox runs the keeper (a relay per program) only where its
+// session can keep its memory: one with a network has runsc's own init
+// and says restores "files", one without has the keeper and says
+// "memory". checked against mutants: the keeper in every sandbox (the
+// networked one ran it), and in none (restores "files").
+func TestGVisorKeeperOnlyWhereKept(t *testing.T) {
+	cfg := gvisorMemoryConfig(t, nil)
+	cfg["pool"] = map[string]any{"size": map[string]int{"python": 1, "bash": 0, "javascript": 0}, "network_size": map[string]int{"python": 1}, "zygote": false}
+	s := startServer(t, cfg)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		extra  map[string]any
+		keeper bool
+	}{
+		{"no network", nil, true},
+		{"a network", map[string]any{"network": map[string]any{"allow": []string{"example.com"}}}, false},
+	} {
+		id := s.newSession("python", tc.extra)
+		r := s.exec(id, "print(open('/proc/1/cmdline').read().replace('\\0', ' '))")
+		if r.Error != nil {
+			t.Fatalf("%s: %+v", tc.name, r.Error)
+		}
+		if got := strings.Contains(r.Stdout, "__airlock-gvisor-keeper"); got != tc.keeper {
+			t.Errorf("%s: the sandbox's init is %q: the keeper %v, want %v", tc.name, r.Stdout, got, tc.keeper)
+		}
+		want := map[bool]string{true: apitype.RestoreMemory, false: apitype.RestoreFiles}[tc.keeper]
+		if info, err := s.c.Session(ctx, id); err != nil || info.Restores != want {
+			t.Errorf("%s: restores %q %v, want %q", tc.name, info.Restores, err, want)
+		}
+		s.c.DeleteSession(ctx, id)
 	}
 }
 

@@ -313,7 +313,11 @@ func gvisorChecks(ctx context.Context, r *Report, cfg config.Config) {
 		return
 	}
 	defer cg.Close()
-	h, err := gvisor.NewHost(ctx, gvisor.OptionsFrom(cfg, runsc), cg)
+	opts := gvisor.OptionsFrom(cfg, runsc)
+	// Its keeper's copy in the state directory: its checkpoint is the
+	// probe's, never a paused session's (persistence.dir is the server's).
+	opts.KeeperDir = ""
+	h, err := gvisor.NewHost(ctx, opts, cg)
 	if err != nil {
 		r.add("gvisor", Fail, "%v", err)
 		return

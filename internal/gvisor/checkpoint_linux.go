@@ -25,73 +25,24 @@ import (
 	"airlock/internal/workspace"
 )
 
-// copyKeeper copies the keeper binary src into the state directory, once
-// per version of it (a digest of its content names the copy: a size and
-// modification time would name two builds alike where a build system
-// fixes the times, and a stale keeper would run): sandboxes bind the
-// copy, which nothing rewrites under them, and a checkpoint restores only
-// with the keeper it was taken with. Other versions' copies are left (a
-// server or doctor of another version may use them); each is the size of
-// the airlock binary.
-func copyKeeper(stateDir, src string) (string, error) {
-	in, err := os.Open(src)
-	if err != nil {
-		return "", err
-	}
-	defer in.Close()
-	h := sha256.New()
-	size, err := io.Copy(h, in)
-	if err != nil {
-		return "", err
-	}
-	dir := filepath.Join(stateDir, "gvisor-keeper")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", err
-	}
-	dst := filepath.Join(dir, "keeper-"+hex.EncodeToString(h.Sum(nil)))
-	if got, err := os.Stat(dst); err == nil && got.Size() == size {
-		return dst, nil
-	}
-	if _, err := in.Seek(0, io.SeekStart); err != nil {
-		return "", err
-	}
-	tmp, err := os.CreateTemp(dir, ".tmp-")
-	if err != nil {
-		return "", err
-	}
-	defer os.Remove(tmp.Name())
-	// Summed again as copied: the copy is of the content its name says.
-	h.Reset()
-	if _, err := io.Copy(io.MultiWriter(tmp, h), in); err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if filepath.Join(dir, "keeper-"+hex.EncodeToString(h.Sum(nil))) != dst {
-		tmp.Close()
-		return "", fmt.Errorf("%s changed while it was copied", src)
-	}
-	if err := tmp.Chmod(0o500); err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if err := tmp.Close(); err != nil {
-		return "", err
-	}
-	return dst, os.Rename(tmp.Name(), dst)
-}
-
 // Host is the host that started the sandbox.
 func (s *Sandbox) Host() *Host { return s.h }
 
 // Keeps reports whether the host's sandboxes can be checkpointed with
-// their programs (Options.Keeper).
+// their programs (Options.Keeper), those that ask for it (Spec.Keeper).
 func (h *Host) Keeps() bool { return h.keeper != "" }
 
+// Keeps reports whether the sandbox can be checkpointed with its
+// programs: its init is the keeper, and it has no network.
+func (s *Sandbox) Keeps() bool { return s.keeper != "" && s.netns == nil }
+
 // Checkpoint is what Sandbox.Checkpoint wrote: the image's size and
-// digest, which Restore checks the image against.
+// digest, which Restore checks the image against, and the digest of the
+// keeper its sandbox ran, which Restore binds again.
 type Checkpoint struct {
 	Bytes  int64  `json:"bytes"`
 	SHA256 string `json:"sha256"`
+	Keeper string `json:"keeper,omitempty"`
 }
 
 // ErrNoCheckpoint: the sandbox cannot be checkpointed with its programs.
@@ -116,7 +67,7 @@ func (s *Sandbox) Snapshot(ctx context.Context, dir string, max int64) (Checkpoi
 }
 
 func (s *Sandbox) checkpoint(ctx context.Context, dir string, max int64, leave bool) (Checkpoint, error) {
-	if s.h.keeper == "" || s.netns != nil {
+	if !s.Keeps() {
 		return Checkpoint{}, ErrNoCheckpoint
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
@@ -152,6 +103,7 @@ func (s *Sandbox) checkpoint(ctx context.Context, dir string, max int64, leave b
 	if err != nil {
 		return Checkpoint{}, err
 	}
+	c.Keeper = s.keeperDigest
 	ok = true
 	return c, nil
 }
@@ -227,8 +179,10 @@ func copyUntil(ctx context.Context, w io.Writer, r io.Reader) (int64, error) {
 
 // restoreArgs are what start needs to restore a sandbox.
 type restoreArgs struct {
-	dir  string
-	fill func(*workspace.Dir) error
+	dir string
+	// keeper: the keeper copy the checkpoint was taken with, bound again.
+	keeper, keeperDigest string
+	fill                 func(*workspace.Dir) error
 	// verified delivers the image's check (verifyCheckpoint), made while
 	// runsc reads it; times.Verify is set before.
 	verified chan error
@@ -268,10 +222,15 @@ func (s *Sandbox) RestoreTimes() RestoreTimes { return s.restored }
 // its programs run on where they were, and Attach connects to them again.
 // spec must be as the checkpointed sandbox's was, but for its name.
 //
-// The image is summed while runsc reads it (the second read comes from
-// the page cache), not before: the sandbox is returned only once the
-// image has matched, and one that does not match is killed unused and
-// refused as ErrImageCorrupt, whatever runsc made of it.
+// Its init is the keeper copy want names (the checkpointed sandbox's),
+// never the host's own when they differ: without that copy, whole, the
+// restore is refused (ErrKeeperGone).
+//
+// The image and the keeper are summed while runsc reads them (the second
+// read comes from the page cache), not before: the sandbox is returned
+// only once both have matched, and one that does not match is killed
+// unused and refused as ErrImageCorrupt (ErrKeeperGone), whatever runsc
+// made of it.
 func (h *Host) Restore(ctx context.Context, spec Spec, dir string, want Checkpoint, fill func(*workspace.Dir) error) (*Sandbox, error) {
 	if h.keeper == "" || spec.NetNS != nil {
 		if spec.NetNS != nil {
@@ -279,10 +238,17 @@ func (h *Host) Restore(ctx context.Context, spec Spec, dir string, want Checkpoi
 		}
 		return nil, ErrNoCheckpoint
 	}
-	rs := &restoreArgs{dir: dir, fill: fill, verified: make(chan error, 1)}
+	keeper, err := h.keeperFor(want.Keeper)
+	if err != nil {
+		return nil, err
+	}
+	rs := &restoreArgs{dir: dir, keeper: keeper, keeperDigest: want.Keeper, fill: fill, verified: make(chan error, 1)}
 	begun := time.Now()
 	go func() {
 		err := verifyCheckpoint(ctx, dir, want)
+		if err == nil {
+			err = verifyKeeper(ctx, keeper, want.Keeper)
+		}
 		rs.times.Verify = time.Since(begun)
 		rs.verified <- err
 	}()
@@ -293,7 +259,7 @@ func (h *Host) Restore(ctx context.Context, spec Spec, dir string, want Checkpoi
 // (a restore whose client left waits for nothing).
 func verifyCheckpoint(ctx context.Context, dir string, want Checkpoint) error {
 	got, err := sumCheckpoint(ctx, dir, want.Bytes, false)
-	if err == nil && got != want {
+	if err == nil && (got.Bytes != want.Bytes || got.SHA256 != want.SHA256) {
 		err = fmt.Errorf("%w: the memory image does not match the digest recorded when it was written", errdefs.ErrImageCorrupt)
 	}
 	if errors.Is(err, errdefs.ErrTooLarge) {
@@ -307,7 +273,7 @@ func verifyCheckpoint(ctx context.Context, dir string, want Checkpoint) error {
 // the same kinds): what it reads and writes goes through them from now
 // on, and its exit arrives on the returned channel.
 func (s *Sandbox) Attach(pid int, files []*os.File) (<-chan Exit, error) {
-	if s.h.keeper == "" {
+	if s.keeper == "" {
 		return nil, ErrNoCheckpoint
 	}
 	_, exit, err := s.relay(keeperReq{Op: "attach", Pid: pid}, files)
@@ -511,6 +477,7 @@ func (h *Host) ProbeCheckpoint(ctx context.Context, spec Spec) (CheckpointProbe,
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
+	spec.Keeper = true
 	sb, err := h.Start(ctx, spec)
 	if err != nil {
 		return r, err

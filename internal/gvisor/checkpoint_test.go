@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 func keeperSandbox(t *testing.T, name string) (*Host, *Sandbox) {
 	t.Helper()
 	h, _ := keeperHost(t)
-	sb, err := h.Start(context.Background(), Spec{Name: name, Limits: limits()})
+	sb, err := h.Start(context.Background(), Spec{Name: name, Limits: limits(), Keeper: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,17 +3,20 @@ package gvisor
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 )
 
 // The keeper's copy is named by its content: a build of the same size
 // and modification time as an earlier one (a build system fixing the
-// times) gets its own copy, never the earlier build's. checked against a
-// mutant: named by size and time again, the second build got the first's
-// copy.
+// times) gets its own copy, never the earlier build's; a copy whose
+// content is no longer its name's (a flipped bit on disk) is made again.
+// checked against a mutant: named by size and time again, the second
+// build got the first's copy; a copy found by its name alone was bound
+// damaged.
 func TestCopyKeeperByContent(t *testing.T) {
-	state, src := t.TempDir(), filepath.Join(t.TempDir(), "airlock")
+	dir, src := t.TempDir(), filepath.Join(t.TempDir(), "airlock")
 	stamp := time.Unix(1, 0)
 	build := func(content string) string {
 		t.Helper()
@@ -23,9 +26,12 @@ func TestCopyKeeperByContent(t *testing.T) {
 		if err := os.Chtimes(src, stamp, stamp); err != nil {
 			t.Fatal(err)
 		}
-		dst, err := copyKeeper(state, src)
+		dst, digest, err := copyKeeper(dir, src)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if filepath.Base(dst) != keeperPrefix+digest {
+			t.Errorf("the copy %s is not named by its digest %s", dst, digest)
 		}
 		if got, err := os.ReadFile(dst); err != nil || string(got) != content {
 			t.Errorf("the copy of %q holds %q: %v", content, got, err)
@@ -39,5 +45,45 @@ func TestCopyKeeperByContent(t *testing.T) {
 	}
 	if again := build("build one"); again != first {
 		t.Errorf("the first build again: %s, want its copy %s", again, first)
+	}
+	if err := os.WriteFile(first, []byte("build 0ne"), 0o500); err != nil {
+		t.Fatal(err)
+	}
+	build("build one")
+}
+
+// SweepKeepers removes the copies no checkpoint needs and keeps the
+// rest: those named in keep, and those used within keeperGrace (a
+// server or doctor of their version may be starting sandboxes with
+// them). checked against a mutant: a sweep that ignored keep removed a
+// copy a paused session needed.
+func TestSweepKeepers(t *testing.T) {
+	dir := t.TempDir()
+	old := time.Now().Add(-2 * keeperGrace)
+	files := map[string]bool{ // name: old
+		keeperPrefix + "aa": true, keeperPrefix + "bb": true, keeperPrefix + "cc": false,
+		".tmp-1": true, ".tmp-2": false, "other": true,
+	}
+	for name, isOld := range files {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(name), 0o500); err != nil {
+			t.Fatal(err)
+		}
+		if isOld {
+			os.Chtimes(p, old, old)
+		}
+	}
+	gone, err := SweepKeepers(dir, map[string]bool{"aa": true})
+	if err != nil || !slices.Equal(gone, []string{"bb"}) {
+		t.Errorf("swept %v %v, want [bb]", gone, err)
+	}
+	for name := range files {
+		_, err := os.Stat(filepath.Join(dir, name))
+		if want := name == keeperPrefix+"bb" || name == ".tmp-1"; want != os.IsNotExist(err) {
+			t.Errorf("%s: removed %v, want %v", name, os.IsNotExist(err), want)
+		}
+	}
+	if gone, err := SweepKeepers(filepath.Join(dir, "none"), nil); err != nil || gone != nil {
+		t.Errorf("a missing directory: %v %v", gone, err)
 	}
 }

@@ -9,7 +9,8 @@
 // (stdio and the control socket passed as descriptors, never as files
 // runsc would write at an offset) or, with a keeper (Options.Keeper), as
 // children of airlock's keeper, its init, through relays (keeper_linux.go),
-// checkpointing such a sandbox and restoring it into a new one, signalling
+// checkpointing such a sandbox and restoring it into a new one with the
+// keeper it was checkpointed with (keepercopy_linux.go), signalling
 // programs, and tearing everything down: runsc's state, the null-netns
 // mount it leaves, the tmpfs mounts, the cgroups it creates beside
 // airlock's.

@@ -58,6 +58,12 @@ func testHostOn(t *testing.T, platform string) (*Host, *cgroup.Host) {
 // testHostWith is testHostOn whose sandboxes' keeper is keeper ("": none).
 func testHostWith(t *testing.T, platform, keeper string) (*Host, *cgroup.Host) {
 	t.Helper()
+	return testHostOpts(t, platform, func(o *Options) { o.Keeper = keeper })
+}
+
+// testHostOpts is testHostOn with options set by opt.
+func testHostOpts(t *testing.T, platform string, opt func(*Options)) (*Host, *cgroup.Host) {
+	t.Helper()
 	testenv.RequireRoot(t, "gVisor sandboxes")
 	runsc := testenv.Runsc(t)
 	state := t.TempDir()
@@ -66,7 +72,9 @@ func testHostWith(t *testing.T, platform, keeper string) (*Host, *cgroup.Host) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := NewHost(context.Background(), Options{Runsc: runsc, Platform: platform, StateDir: state, CacheDir: t.TempDir(), CgroupParent: parent, Keeper: keeper}, cg)
+	o := Options{Runsc: runsc, Platform: platform, StateDir: state, CacheDir: t.TempDir(), CgroupParent: parent}
+	opt(&o)
+	h, err := NewHost(context.Background(), o, cg)
 	if err != nil {
 		cg.Close()
 		t.Fatal(err)

@@ -44,18 +44,35 @@ type Options struct {
 	// in-sandbox runtimes), as for the native jail.
 	RootFiles map[string]string
 	// Keeper, when set, is a binary that calls MainIfKeeper first (the
-	// server's own): every sandbox's init is then that binary's keeper
-	// and every program its child, so that sandboxes can be
+	// server's own): the init of every sandbox that asks (Spec.Keeper) is
+	// then that binary's keeper and every program its child, so that they can be
 	// checkpointed and restored with their programs (see keeper_linux.go).
 	// Without it, programs are started with `runsc exec` and a restore
-	// would kill them: Checkpoint is refused.
+	// would kill them: Checkpoint is refused. Only sandboxes whose Spec
+	// asks for it (Spec.Keeper) run it.
 	Keeper string
+	// KeeperDir holds the keeper's copies (see keepercopy_linux.go): a
+	// checkpoint restores only with the copy it was taken with, so they
+	// must last as long as the checkpoints do; "" is the state
+	// directory's gvisor-keeper.
+	KeeperDir string
+}
+
+// KeeperDir is where a server with configuration c keeps its keeper's
+// copies: beside the paused sessions (persistence.dir, which outlives the
+// server and its upgrades, where the state directory may not), else in
+// the state directory.
+func KeeperDir(c config.Config) string {
+	if c.Persistence.Enabled {
+		return filepath.Join(c.PersistenceDir(), ".gvisor-keepers")
+	}
+	return filepath.Join(c.StateDir, "gvisor-keeper")
 }
 
 // OptionsFrom derives Options from the configuration; runsc is the
 // binary Find returned.
 func OptionsFrom(c config.Config, runsc string) Options {
-	o := Options{Runsc: runsc, Platform: c.GVisor.Platform, StateDir: c.StateDir, CacheDir: c.CacheDir, CgroupParent: c.CgroupParent}
+	o := Options{Runsc: runsc, Platform: c.GVisor.Platform, StateDir: c.StateDir, CacheDir: c.CacheDir, CgroupParent: c.CgroupParent, KeeperDir: KeeperDir(c)}
 	if on, _ := c.GVisorCheckpoint(); on || c.GVisor.PoolImage {
 		// This binary: its main runs MainIfKeeper first.
 		o.Keeper, _ = os.Executable()
@@ -72,8 +89,9 @@ type Host struct {
 	tmpCopy map[string]string
 	version string
 	seq     atomic.Uint64
-	// keeper is the host's copy of Options.Keeper ("": none).
-	keeper string
+	// keeper is the host's copy of Options.Keeper ("": none), named by
+	// keeperDigest, in keeperDir.
+	keeper, keeperDigest, keeperDir string
 }
 
 // NewHost checks runsc and prepares the root template. cg is the cgroup
@@ -106,8 +124,12 @@ func NewHost(ctx context.Context, o Options, cg *cgroup.Host) (*Host, error) {
 	if h.root.Template, err = rootfs.PrepareTemplate(o.StateDir, h.root); err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
+	h.keeperDir = o.KeeperDir
+	if h.keeperDir == "" {
+		h.keeperDir = filepath.Join(o.StateDir, "gvisor-keeper")
+	}
 	if o.Keeper != "" {
-		if h.keeper, err = copyKeeper(o.StateDir, o.Keeper); err != nil {
+		if h.keeper, h.keeperDigest, err = copyKeeper(h.keeperDir, o.Keeper); err != nil {
 			return nil, fmt.Errorf("%w: the gVisor keeper: %v", errdefs.ErrUnavailable, err)
 		}
 	}
@@ -151,6 +173,13 @@ type Spec struct {
 	// the sandbox has gVisor's own loopback and nothing else
 	// (--network=none). Start takes the handle: the sandbox closes it.
 	NetNS *os.File
+	// Keeper asks for the host's keeper as the sandbox's init, so that
+	// it can be checkpointed with its programs (see Options.Keeper);
+	// without it, or on a host without one, programs are started with
+	// `runsc exec` (no relay) and Checkpoint is refused. Only a sandbox
+	// that may be checkpointed should ask: the relay costs each program.
+	// A restore always runs the keeper its checkpoint was taken with.
+	Keeper bool
 }
 
 // Sandbox is a running gVisor sandbox: `runsc run` of a container whose
@@ -167,6 +196,9 @@ type Sandbox struct {
 	dead   chan struct{} // closed when `runsc run` has exited
 	life   *os.File      // the init exits when this closes
 	netns  *os.File      // Spec.NetNS
+	// keeper is the keeper copy bound as its init ("": none), named by
+	// keeperDigest.
+	keeper, keeperDigest string
 
 	mu     sync.Mutex
 	execs  sync.WaitGroup
@@ -211,6 +243,12 @@ func (h *Host) start(ctx context.Context, spec Spec, rs *restoreArgs) (_ *Sandbo
 	}
 	l := spec.Limits
 	s := &Sandbox{h: h, spec: spec, id: "airlock-" + spec.Name, dir: filepath.Join(h.dir, spec.Name), dead: make(chan struct{}), netns: spec.NetNS}
+	switch {
+	case rs != nil:
+		s.keeper, s.keeperDigest = rs.keeper, rs.keeperDigest
+	case spec.Keeper && spec.NetNS == nil:
+		s.keeper, s.keeperDigest = h.keeper, h.keeperDigest
+	}
 	var undo cleanup.Stack
 	defer func() {
 		if err != nil {
@@ -288,7 +326,7 @@ func (h *Host) start(ctx context.Context, spec Spec, rs *restoreArgs) (_ *Sandbo
 	switch {
 	case rs != nil:
 		s.run = exec.Command(h.opts.Runsc, append(s.globalFlags(), "restore", "--image-path", rs.dir, "--bundle", bundle, s.id)...)
-	case h.keeper != "":
+	case s.keeper != "":
 		s.run = exec.Command(h.opts.Runsc, append(s.globalFlags(), "run", "--bundle", bundle, s.id)...)
 	default:
 		s.run = exec.Command(h.opts.Runsc, append(s.globalFlags(), "run", "--pass-fd=3:3", "--bundle", bundle, s.id)...)
@@ -296,7 +334,7 @@ func (h *Host) start(ctx context.Context, spec Spec, rs *restoreArgs) (_ *Sandbo
 	s.run.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
 	s.run.Stdin, s.run.Stdout, s.run.Stderr = devnull, readyW, s.runErr
 	s.run.ExtraFiles = []*os.File{lifeR}
-	if h.keeper != "" {
+	if s.keeper != "" {
 		// The keeper holds the life pipe as its stdin: the one host
 		// descriptor besides its output a restore gives it again.
 		s.run.Stdin, s.run.ExtraFiles = lifeR, nil
@@ -618,7 +656,7 @@ func (s *Sandbox) Exec(p Process) (pid int, exit <-chan Exit, err error) {
 		return 0, nil, err
 	}
 	proc.Terminal = p.Terminal
-	if s.h.keeper != "" && !p.Terminal {
+	if s.keeper != "" && !p.Terminal {
 		// The keeper's child, through a relay (see keeper_linux.go). A
 		// terminal's program keeps runsc's own tty handling: it does not
 		// outlive a checkpoint, which waits for commands to end anyway.

@@ -10,6 +10,13 @@ package gvisor
 // with `runsc exec` and holding the host's descriptors, copies between
 // the two, and after a restore a new relay attaches to the same program.
 //
+// A restored sandbox runs the keeper it was checkpointed with (see
+// keepercopy_linux.go), and so do the relays started in it after the
+// restore: a newer server then speaks to an older relay. What the host
+// and a relay exchange (the relay's arguments and descriptors,
+// keeperReq, the report lines) must stay what earlier versions speak;
+// what a relay and its keeper exchange is always one build's.
+//
 // Three modes of the binary, inside the sandbox:
 //   - init: the keeper (root inside gVisor, a few capabilities, no host
 //     privilege): listens on a socket only root inside can reach, starts

@@ -166,7 +166,7 @@ func (s *Sandbox) writeBundle() error {
 	// Not the sandbox user: code cannot signal the init (kill(1, SIGKILL)
 	// would end the sandbox), as in the native jail, whose init is root.
 	init.User.UID, init.User.GID = initID, initID
-	if s.h.keeper != "" {
+	if s.keeper != "" {
 		// The keeper starts every program, as root inside gVisor with
 		// only what dropping to the program's user and limits takes (see
 		// entryMain); its binary is the host's copy, read-only.
@@ -175,7 +175,7 @@ func (s *Sandbox) writeBundle() error {
 		init.NoNewPrivileges = false
 		caps := []string{"CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_SYS_RESOURCE"}
 		init.Capabilities = map[string][]string{"bounding": caps, "effective": caps, "permitted": caps, "inheritable": {}, "ambient": {}}
-		mounts = append(mounts, ociMount{Destination: keeperPath, Type: "bind", Source: s.h.keeper, Options: []string{"bind", "ro", "nosuid", "nodev"}})
+		mounts = append(mounts, ociMount{Destination: keeperPath, Type: "bind", Source: s.keeper, Options: []string{"bind", "ro", "nosuid", "nodev"}})
 	}
 	spec := ociSpec{
 		Version:  "1.0.2",

@@ -20,19 +20,15 @@ import (
 // a fresh sandbox, where they are attached to again by pid.
 
 // Keeps reports whether a pause of the instance can keep its memory: a
-// gVisor sandbox with a keeper and without a network (its sockets would
-// be the host's).
+// gVisor sandbox with a keeper (see GVisor.start) and without a network
+// (its sockets would be the host's).
 func (in *Instance) Keeps() bool {
 	g, ok := in.sb.(*gvisorSandbox)
-	if !ok || !g.Host().Keeps() {
-		return false
-	}
-	_, hasNet := g.NetNS()
-	return !hasNet
+	return ok && g.Sandbox.Keeps()
 }
 
 // KeepsMemory reports whether kernel k's sandboxes without a network
-// can be checkpointed with their memory.
+// or template can be checkpointed with their memory.
 func KeepsMemory(k Kernel) bool {
 	g, ok := k.(GVisor)
 	return ok && g.Host.Keeps()

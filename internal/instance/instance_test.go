@@ -172,3 +172,26 @@ func testInstanceLifecycle(t *testing.T, h *jail.Host, cfg config.Config, k Kern
 		})
 	}
 }
+
+// A gVisor sandbox runs the keeper only where it may be checkpointed: no
+// network, no template, unless it is a pool image's. checked against
+// mutants: a keeper always, and never.
+func TestGVisorKeeperWhereKept(t *testing.T) {
+	tmpl := &Root{}
+	for _, tc := range []struct {
+		k    GVisor
+		net  bool
+		want bool
+	}{
+		{GVisor{}, false, true},
+		{GVisor{}, true, false},
+		{GVisor{R: tmpl}, false, false},
+		{GVisor{R: tmpl}, true, false},
+		{GVisor{R: tmpl, Keep: true}, false, true},
+		{GVisor{Keep: true}, true, false},
+	} {
+		if got := tc.k.keeper(tc.net); got != tc.want {
+			t.Errorf("template %v, keep %v, network %v: keeper %v, want %v", tc.k.R != nil, tc.k.Keep, tc.net, got, tc.want)
+		}
+	}
+}

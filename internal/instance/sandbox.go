@@ -169,6 +169,10 @@ type GVisor struct {
 	Preload []string
 	// R is the template root of its sandboxes (nil: the host's).
 	R *Root
+	// Keep gives every sandbox without a network the keeper, a
+	// template's too: a pool's image is a checkpoint of one (see
+	// GVisor.start).
+	Keep bool
 }
 
 // WithRoot implements Kernel.
@@ -188,7 +192,7 @@ func (GVisor) Isolation() config.Isolation { return config.GVisor }
 func (GVisor) NetworkAtStart() bool { return true }
 
 func (k GVisor) start(ctx context.Context, slot uint32, l config.Limits, net bool) (sandbox, error) {
-	spec := gvisor.Spec{Name: GVisorPrefix + strconv.FormatUint(uint64(slot), 10), Limits: l, Root: k.R.Jail()}
+	spec := gvisor.Spec{Name: GVisorPrefix + strconv.FormatUint(uint64(slot), 10), Limits: l, Root: k.R.Jail(), Keeper: k.keeper(net)}
 	if net {
 		ns, err := egress.NewNamespace()
 		if err != nil {
@@ -202,6 +206,13 @@ func (k GVisor) start(ctx context.Context, slot uint32, l config.Limits, net boo
 	}
 	return &gvisorSandbox{Sandbox: sb, exits: make(chan jail.Exit, 16)}, nil
 }
+
+// keeper reports whether a sandbox of k, with a network or not, runs the
+// keeper (its relay costs every program: about a millisecond a warm
+// execution): only where a checkpoint may be taken, with no network (its
+// sockets are the host's) and no template (a session made from one
+// pauses with its files) unless for a pool's image (Keep).
+func (k GVisor) keeper(net bool) bool { return !net && (k.R == nil || k.Keep) }
 
 // preloadStub imports the modules named in its first argument (a failure
 // only costs speed), then runs the runtime package given as its second

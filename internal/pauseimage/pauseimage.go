@@ -734,8 +734,40 @@ type Memory struct {
 	// (gvisor.Checkpoint): the reader checks the files against them.
 	Bytes  int64  `json:"bytes"`
 	SHA256 string `json:"sha256"`
+	// Keeper is the digest of the gVisor keeper the checkpoint's sandbox
+	// ran, which its restore binds again ("": written by an airlock that
+	// did not record it). Keepers lists every image's.
+	Keeper string `json:"keeper,omitempty"`
 	// Session is the caller's (the processes to attach to).
 	Session json.RawMessage `json:"session"`
+}
+
+// Keepers returns the keepers (Memory.Keeper) the memory images under
+// root were taken with, which must be kept as long as the images are. An
+// image whose memory description cannot be read is an error: it may
+// name any.
+func Keepers(root string) (map[string]bool, error) {
+	ents, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return map[string]bool{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, e := range ents {
+		if !ValidID(e.Name()) && !strings.HasPrefix(e.Name(), forkPrefix) {
+			continue
+		}
+		mem, err := (&Image{dir: filepath.Join(root, e.Name())}).Memory()
+		if err != nil {
+			return nil, err
+		}
+		if mem != nil && mem.Keeper != "" {
+			out[mem.Keeper] = true
+		}
+	}
+	return out, nil
 }
 
 // MemoryTemp is where a checkpoint for the image id is written before

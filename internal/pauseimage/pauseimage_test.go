@@ -571,3 +571,43 @@ func TestKeepMemory(t *testing.T) {
 		t.Errorf("List took the kept memory: %v", err)
 	}
 }
+
+// Keepers names the keeper of every image's memory, and refuses when an
+// image's memory description cannot be read (it may name any: a sweep
+// must then remove none). checked against a mutant: an unreadable
+// memory.json skipped, the sweep went on without its keeper.
+func TestKeepers(t *testing.T) {
+	_, ws := tree(t)
+	root := t.TempDir()
+	if got, err := Keepers(filepath.Join(root, "none")); err != nil || len(got) != 0 {
+		t.Fatalf("no root: %v %v", got, err)
+	}
+	for i, keeper := range []string{"aa", "bb", "", "-"} {
+		id := fmt.Sprintf("s-%d", i)
+		if _, err := Write(context.Background(), root, id, []byte(`{}`), ws, 8<<20, func(int64) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if keeper == "-" {
+			continue // files only
+		}
+		tmp, done, err := MemoryTemp(root, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Mkdir(tmp, 0o700)
+		if _, err := AddMemory(root, id, tmp, Memory{Bytes: 0, SHA256: "x", Keeper: keeper, Session: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		done()
+	}
+	got, err := Keepers(root)
+	if err != nil || len(got) != 2 || !got["aa"] || !got["bb"] {
+		t.Errorf("keepers %v %v, want aa and bb", got, err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "s-0", memoryMeta), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Keepers(root); err == nil {
+		t.Errorf("an unreadable memory.json: %v, no error", got)
+	}
+}

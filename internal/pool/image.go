@@ -96,7 +96,10 @@ func (p *Pool) checkpointFresh(ctx context.Context, q *queue) (_ *poolImage, err
 			os.RemoveAll(parent)
 		}
 	}()
-	inst, err := instance.New(ctx, p.kernel, p.slots, q.rt, q.profile, false, nil, false)
+	// With the keeper, a template's sandbox too: the image is its
+	// checkpoint (the sandboxes restored from it run that keeper).
+	g.Keep = true
+	inst, err := instance.New(ctx, g, p.slots, q.rt, q.profile, false, nil, false)
 	if err != nil {
 		return nil, err
 	}

@@ -97,6 +97,9 @@ type Server struct {
 	metrics *metrics.Metrics // nil when metrics.enabled is off
 	// rootExtra are root files of the configuration's (the secrets' CA).
 	rootExtra map[string]string
+	// keeper: the digest of the gVisor keeper this server's sandboxes run
+	// ("": none).
+	keeper string
 
 	listeners []listener
 	tcp       net.Addr
@@ -314,6 +317,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	if err := s.manager.LoadPaused(); err != nil {
 		return nil, err
 	}
+	s.sweepKeepers()
 	if s.dir != nil {
 		// The directory may now take what this pod no longer holds for
 		// gone.
@@ -459,6 +463,7 @@ func (s *Server) kernels(cfg config.Config) (map[config.Isolation]instance.Kerne
 				return nil, err
 			}
 			s.closers.AddFunc(func() { h.Close() })
+			s.keeper = h.KeeperDigest()
 			probe, err := h.Probe(ctx, gvisor.Spec{Name: instance.GVisorPrefix + "probe", Limits: cfg.Defaults})
 			if err != nil {
 				return nil, fmt.Errorf("%w: gVisor is configured but cannot boot a sandbox here (run `airlock doctor`): %v", errdefs.ErrUnavailable, err)
@@ -507,6 +512,33 @@ func (s *Server) sweep() {
 	s.host.Cgroups().Sweep("r-", jail.StaleRun)
 	if err := s.host.SweepTemplates(); err != nil {
 		s.log.Warn("removing old root templates", "err", err)
+	}
+}
+
+// sweepKeepers removes the copies of gVisor keepers nothing needs: not
+// this server's, nor one a paused session's memory image was taken with
+// (its resume binds it again). Before any request: no pause or resume
+// runs.
+func (s *Server) sweepKeepers() {
+	keep := map[string]bool{s.keeper: true}
+	dirs := []string{gvisor.KeeperDir(config.Config{StateDir: s.cfg.StateDir})}
+	if s.cfg.Persistence.Enabled {
+		refs, err := s.manager.PausedKeepers()
+		if err != nil {
+			s.log.Warn("old gVisor keepers are kept: a paused session's memory image cannot be read", "err", err)
+			return
+		}
+		maps.Copy(keep, refs)
+		dirs = append(dirs, gvisor.KeeperDir(s.cfg))
+	}
+	for _, dir := range dirs {
+		gone, err := gvisor.SweepKeepers(dir, keep)
+		if err != nil {
+			s.log.Warn("removing old gVisor keepers", "dir", dir, "err", err)
+		}
+		if len(gone) > 0 {
+			s.log.Info("removed gVisor keepers no paused session needs", "dir", dir, "digests", gone)
+		}
 	}
 }
 

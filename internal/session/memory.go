@@ -201,7 +201,7 @@ func (s *Session) writeMemory(ctx context.Context, id string, filesBytes int64, 
 	if err != nil {
 		return 0, err
 	}
-	n, err := pauseimage.AddMemory(m.persistDir(), id, dir, pauseimage.Memory{Bytes: ck.Bytes, SHA256: ck.SHA256, Session: raw})
+	n, err := pauseimage.AddMemory(m.persistDir(), id, dir, pauseimage.Memory{Bytes: ck.Bytes, SHA256: ck.SHA256, Keeper: ck.Keeper, Session: raw})
 	if err != nil {
 		return 0, err
 	}
@@ -248,7 +248,7 @@ func restoreInstance(ctx context.Context, src Source, rt runtimes.Runtime, l con
 		return nil
 	}
 	fill := func(ws *workspace.Dir) error { return mr.image.Restore(ctx, ws, mr.max) }
-	inst, err := ms.Restore(ctx, rt, l, instance.Memory{Dir: mr.dir, Checkpoint: instance.Checkpoint{Bytes: mr.mem.Bytes, SHA256: mr.mem.SHA256}, Pid: mr.pids.Pid}, fill)
+	inst, err := ms.Restore(ctx, rt, l, instance.Memory{Dir: mr.dir, Checkpoint: instance.Checkpoint{Bytes: mr.mem.Bytes, SHA256: mr.mem.SHA256, Keeper: mr.mem.Keeper}, Pid: mr.pids.Pid}, fill)
 	if err != nil {
 		mr.why = err
 		return nil

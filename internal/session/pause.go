@@ -160,6 +160,14 @@ func (m *Manager) LoadPaused() error {
 	return nil
 }
 
+// PausedKeepers returns the digests of the gVisor keepers the paused
+// sessions' memory images were taken with (their resumes bind them
+// again); an image whose memory description cannot be read is an
+// error, as it may name any.
+func (m *Manager) PausedKeepers() (map[string]bool, error) {
+	return pauseimage.Keepers(m.persistDir())
+}
+
 // sweepPaused deletes the paused sessions kept longer than
 // persistence.keep, then runs again when the next one is due.
 func (m *Manager) sweepPaused() {
