@@ -34,7 +34,8 @@ func gvisorConfig(t testing.TB) map[string]any {
 		"gvisor":          map[string]any{"runsc": testenv.Runsc(t)},
 	}
 	if os.Getenv("AIRLOCK_TEST_GVISOR_CHECKPOINT") != "" {
-		// The whole suite with the keeper starting every program: the
+		// The whole suite with the keeper starting every program of a
+		// sandbox that can keep its memory (no network, no template): the
 		// default of a gVisor server with persistence (gvisor.checkpoint).
 		cfg["persistence"] = map[string]any{"enabled": true}
 	}
