@@ -1,6 +1,7 @@
 // E2B's pause and resume through its official JS SDK, on a server with
 // persistence.enabled: betaPause, Sandbox.connect (which resumes), list
-// by state, and lifecycle {onTimeout: 'pause', autoResume}. A pause keeps
+// by state, and lifecycle {onTimeout: 'pause', autoResume}; a pause with
+// keepMemory false is not auto-resumed (as E2B's API). A pause keeps
 // the sandbox's files (the interpreter restarts). Run by e2e/e2b_test.go.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
@@ -56,6 +57,25 @@ test('lifecycle onTimeout pause: the timeout pauses, autoResume resumes', async 
     assert.equal(await sbx.files.read('/home/user/notes.txt'), 'survives the timeout')
     assert.equal(await state(sbx.sandboxId), 'running')
     await sbx.setTimeout(60_000)
+  } finally {
+    await Sandbox.kill(sbx.sandboxId)
+  }
+})
+
+test('keepMemory false: autoResume refuses the sandbox, connect resumes it', async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 60_000, metadata: { suite: 'pause' }, lifecycle: { onTimeout: 'pause', autoResume: true } })
+  try {
+    await sbx.files.write('/home/user/notes.txt', 'kept')
+    assert.equal(await sbx.pause({ keepMemory: false }), true)
+    // As E2B's API: traffic does not resume a filesystem-only pause.
+    await assert.rejects(sbx.files.read('/home/user/notes.txt'))
+    assert.equal(await state(sbx.sandboxId), 'paused')
+    const back = await Sandbox.connect(sbx.sandboxId)
+    assert.equal(await back.files.read('/home/user/notes.txt'), 'kept')
+    // Paused again by default, traffic resumes it again.
+    assert.equal(await back.pause(), true)
+    assert.equal(await back.files.read('/home/user/notes.txt'), 'kept')
+    assert.equal(await state(sbx.sandboxId), 'running')
   } finally {
     await Sandbox.kill(sbx.sandboxId)
   }

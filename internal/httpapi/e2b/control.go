@@ -576,7 +576,24 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 		box.timer.Stop()
 	}
 	box.mu.Unlock()
+	s.setFilesOnly(r.Context(), box, keep == apitype.RestoreFiles)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// setFilesOnly records whether box was paused with keepMemory false
+// (its auto-resume refuses it, a restart too); a record that cannot be
+// written is logged (the sandbox answers as it says until a restart).
+func (s *Server) setFilesOnly(ctx context.Context, box *sandbox, on bool) {
+	box.mu.Lock()
+	changed := box.filesOnly != on
+	box.filesOnly = on
+	box.mu.Unlock()
+	if !changed || !box.autoResume {
+		return
+	}
+	if err := s.save(context.WithoutCancel(ctx), box); err != nil {
+		s.log().Warn("an E2B sandbox's record could not be updated; after a restart its files-only pause is auto-resumed", "sandbox", box.id, "err", err)
+	}
 }
 
 func (s *Server) retime(w http.ResponseWriter, r *http.Request, set bool, status int) {
@@ -601,6 +618,7 @@ func (s *Server) retime(w http.ResponseWriter, r *http.Request, set bool, status
 				failControl(w, notFoundErr(box.id, err))
 				return
 			}
+			s.setFilesOnly(r.Context(), box, false)
 			// Its timeout starts again (a pause stopped it).
 			s.deadline(box, min(defaultTTL, s.cfg.Server.MaxIdleTimeout.D()), true)
 		}

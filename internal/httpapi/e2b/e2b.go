@@ -99,6 +99,10 @@ type sandbox struct {
 	mu    sync.Mutex
 	end   time.Time
 	timer *time.Timer
+	// filesOnly: paused with keepMemory false, which E2B's auto-resume
+	// refuses (traffic would meet a restarted interpreter): connect
+	// resumes it.
+	filesOnly bool
 	// watches counts its open WatchDir streams, pollers its
 	// CreateWatcher watches; procs are the processes it started.
 	watches int
@@ -241,7 +245,7 @@ func (s *Server) serveData(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	// Reach resumes a paused sandbox created with autoResume.
-	sess, err := s.m.Reach(identity.With(r.Context(), box.owner), id)
+	sess, err := s.reach(identity.With(r.Context(), box.owner), box)
 	if err != nil {
 		if !errors.Is(err, errdefs.ErrPaused) {
 			s.forget(id)
@@ -252,6 +256,24 @@ func (s *Server) serveData(w http.ResponseWriter, r *http.Request, id string) {
 	r = r.WithContext(withSession(identity.With(r.Context(), box.owner), sess, box))
 	httpapi.NoRedirects(w, func(w http.ResponseWriter) { fail(w, fmt.Errorf("%w: no such endpoint", errdefs.ErrNotFound)) })
 	s.data.ServeHTTP(w, r)
+}
+
+// reach is box's session for a call of its data plane or ports: a
+// paused one is resumed when box has autoResume, unless it was paused
+// with keepMemory false.
+func (s *Server) reach(ctx context.Context, box *sandbox) (*session.Session, error) {
+	box.mu.Lock()
+	filesOnly := box.filesOnly
+	box.mu.Unlock()
+	if !filesOnly {
+		return s.m.Reach(ctx, box.id)
+	}
+	sess, err := s.m.Find(ctx, box.id)
+	if err == nil {
+		// Resumed meanwhile (the v1 API): its next pause says again.
+		s.setFilesOnly(ctx, box, false)
+	}
+	return sess, err
 }
 
 // portHost is the port and sandbox id of a request to a port's own host
@@ -291,7 +313,7 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, port, id stri
 		return
 	}
 	ctx := identity.With(r.Context(), box.owner)
-	sess, err := s.m.Reach(ctx, id)
+	sess, err := s.reach(ctx, box)
 	if err != nil {
 		failControl(w, notFoundErr(id, err))
 		return

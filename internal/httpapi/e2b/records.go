@@ -107,12 +107,14 @@ type record struct {
 	Started    time.Time         `json:"started"`
 	Pause      bool              `json:"pause,omitempty"`
 	AutoResume bool              `json:"auto_resume,omitempty"`
+	// FilesOnly: paused with keepMemory false (see sandbox.filesOnly).
+	FilesOnly bool `json:"files_only,omitempty"`
 }
 
 // newBox is the sandbox of session id, its tokens derived.
 func (s *Server) newBox(id string, r record) *sandbox {
 	return &sandbox{id: id, template: r.Template, clientID: "airlock", envdToken: s.derive("envd", id), traffic: s.derive("traffic", id),
-		owner: r.Owner, metadata: r.Metadata, started: r.Started, pause: r.Pause, autoResume: r.AutoResume}
+		owner: r.Owner, metadata: r.Metadata, started: r.Started, pause: r.Pause, autoResume: r.AutoResume, filesOnly: r.FilesOnly}
 }
 
 // save writes box's record (nothing without a store).
@@ -120,7 +122,10 @@ func (s *Server) save(ctx context.Context, box *sandbox) error {
 	if s.Records == nil {
 		return nil
 	}
-	info, _ := json.Marshal(record{Template: box.template, Owner: box.owner, Metadata: box.metadata, Started: box.started, Pause: box.pause, AutoResume: box.autoResume})
+	box.mu.Lock()
+	filesOnly := box.filesOnly
+	box.mu.Unlock()
+	info, _ := json.Marshal(record{Template: box.template, Owner: box.owner, Metadata: box.metadata, Started: box.started, Pause: box.pause, AutoResume: box.autoResume, FilesOnly: filesOnly})
 	return s.Records.PutSandbox(ctx, Record{ID: box.id, Tenant: box.owner.Tenant, Created: box.started, Info: info})
 }
 
