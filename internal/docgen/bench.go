@@ -179,7 +179,7 @@ func benchRows(r *bench.Report) []tableRow {
 			airlock: fmt.Sprintf("p99 **%s**, p50 %s", ms(s.P99), ms(s.P50)),
 			goals:   []judged{{"p99", bench.GoalBurstP99, s.P99}}})
 	}
-	for i, what := range []string{"default pools, a fresh server (the Python pool at its size, drained by the one-shots)",
+	for i, what := range []string{"default pools, a fresh server (the Python pool at its size when the one-shots begin)",
 		"the same once the first round has grown the pool"} {
 		if s, ok := r.Stat(fmt.Sprintf("drained_burst_%d", i+1)); ok {
 			row := tableRow{scenario: fmt.Sprintf("%d concurrent creations + `print(1)` right after %d one-shots: %s", s.N, s.N, what),
