@@ -868,16 +868,49 @@ func (s *Sandbox) Kill() {
 	}
 }
 
+// runscStuck bounds how long stop waits for `runsc run` to end once its
+// sandbox is killed (a variable for tests).
+var runscStuck = 10 * time.Second
+
 // stop kills the sandbox and waits for `runsc run` to clean up after it.
 func (s *Sandbox) stop() {
 	s.cg.Kill()
 	select {
 	case <-s.dead:
-	case <-time.After(10 * time.Second):
-		// runsc itself is stuck; it is not in the cgroup.
+	case <-time.After(runscStuck):
+		// runsc itself is stuck; it is not in the cgroup. Its children
+		// (the Sentry's and the gofer's processes, killed with the
+		// cgroup, which it did not reap) become the server's when it
+		// dies (a child subreaper): they are reaped through pidfds taken
+		// while they were still runsc's, never by a pid.
+		kids := childPidfds(s.run.Process.Pid)
 		s.run.Process.Kill()
 		<-s.dead
+		for _, fd := range kids {
+			go func() {
+				// ECHILD at once if it went to another reaper instead.
+				unix.Waitid(unix.P_PIDFD, fd, nil, unix.WEXITED, nil)
+				unix.Close(fd)
+			}()
+		}
 	}
+}
+
+// childPidfds returns pidfds of the children of process pid.
+func childPidfds(pid int) []int {
+	var fds []int
+	for _, c := range jail.ChildrenOf(pid) {
+		fd, err := unix.PidfdOpen(c, 0)
+		if err != nil {
+			continue // gone
+		}
+		if jail.ParentOf(c) != pid { // reaped, and the pid reused
+			unix.Close(fd)
+			continue
+		}
+		fds = append(fds, fd)
+	}
+	return fds
 }
 
 // Close kills everything in the sandbox, waits until it is gone, and

@@ -469,15 +469,10 @@ type orphan struct {
 // not killed (one in use may outlive its template): each is reaped
 // through its pidfd once it has ended (reapOrphan).
 func adoptOrphans() []orphan {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
 	self := os.Getpid()
 	var found []orphan
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || !runtimeOrphan(pid, self) {
+	for _, pid := range jail.ChildrenOf(self) {
+		if !nestedNotInit(pid) {
 			continue
 		}
 		fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
@@ -486,7 +481,7 @@ func adoptOrphans() []orphan {
 		}
 		// Still ours: the pid was not reaped and reused in between (the
 		// pidfd is of whoever has the pid now).
-		if !runtimeOrphan(pid, self) {
+		if jail.ParentOf(pid) != self || !nestedNotInit(pid) {
 			unix.Close(fd)
 			continue
 		}
@@ -495,24 +490,19 @@ func adoptOrphans() []orphan {
 	return found
 }
 
-// runtimeOrphan says whether process pid is a child of parent in a pid
-// namespace below parent's, not its init. A zombie too.
-func runtimeOrphan(pid, parent int) bool {
+// nestedNotInit says whether process pid lives in a pid namespace below
+// this process's, without being its init. A zombie too.
+func nestedNotInit(pid int) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return false
 	}
-	ppid, nested := false, false
 	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		switch {
-		case len(f) == 2 && f[0] == "PPid:":
-			ppid = f[1] == strconv.Itoa(parent)
-		case len(f) > 2 && f[0] == "NSpid:":
-			nested = f[len(f)-1] != "1"
+		if f := strings.Fields(l); len(f) > 0 && f[0] == "NSpid:" {
+			return len(f) > 2 && f[len(f)-1] != "1"
 		}
 	}
-	return ppid && nested
+	return false
 }
 
 // pidfdExited waits until the process of the pidfd f has ended (a pidfd
