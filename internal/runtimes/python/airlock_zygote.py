@@ -46,6 +46,7 @@ import socket
 import struct
 import sys
 import traceback
+import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -139,8 +140,19 @@ class Zygote:
                 errors[name] = "%s: %s" % (type(e).__name__, e)
         import airlock_runtime
         airlock_runtime.preload()  # loaded once, shared by every child
-        self.warm_up()
-        self.rehearse([n for n in cfg.get("preload", []) if n not in errors])
+        preloaded = [n for n in cfg.get("preload", []) if n not in errors]
+
+        def warm():
+            self.warm_up()
+            self.rehearse(preloaded)
+        warm()
+        try:
+            self.packed = pack_code(warm)
+        except Exception:  # only costs speed
+            traceback.print_exc()
+        # Once more: the copies start cold (not yet specialised), and so
+        # do the call sites that called the functions they replace.
+        warm()
         # Objects that exist now are shared copy-on-write with every child:
         # keep the cycle collector from touching (and so copying) them.
         gc.collect()
@@ -163,7 +175,8 @@ class Zygote:
             pd = sys.modules.get("pandas")
             if pd is not None:
                 df = pd.DataFrame({"a": [1, 2], "b": [0.5, 1.5]})
-                values += [df, df.sum(), df.describe()]
+                ints = pd.DataFrame({"a": [1, 2]})  # a frame of one dtype sums another way
+                values += [df, df.sum(), df.describe(), ints, ints.sum()]
             for v in values:
                 airlock_runtime.format_display_data(v)
         except Exception:  # a warm-up that fails only costs speed
@@ -348,6 +361,52 @@ class Zygote:
         # random state (random reseeds itself on os.fork; numpy does not).
         from airlock_runtime import current
         current.reseed(stdlib=False)
+
+
+def pack_code(run):
+    """Runs run() and gives every function it called a copy of its code
+    object, made now, one after the other, so that the code a session's
+    first executions run sits on few pages instead of being scattered
+    over the template's memory among everything imported with it.
+
+    Calling a function writes its code object (a reference count, the
+    warm-up counter and inline caches of the bytecode), so every page
+    holding one is copied into the child that calls it: measured on a
+    first `pd.DataFrame({'a': [1, 2]}).sum()`, code objects were on 390
+    of its 936 copied pages. Packed, the first execution copies about
+    15 % fewer pages. The copies are equal to the originals (replace()
+    with no changes: same bytecode, constants, names, file and lines);
+    only their identity and address differ. Returns the number of
+    functions given a copy."""
+    hot = {}
+
+    def profile(frame, event, arg):
+        if event == "call":
+            hot[id(frame.f_code)] = frame.f_code
+    sys.setprofile(profile)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+    # The copies go into fresh pools of the allocator, not into holes
+    # left among other objects; kept for good (fill_holes).
+    global _pack_filler
+    _pack_filler = fill_holes()
+    copies = {}
+    n = 0
+    for f in gc.get_objects():
+        if type(f) is not types.FunctionType or id(f.__code__) not in hot:
+            continue
+        code = f.__code__
+        copy = copies.get(id(code))
+        if copy is None:
+            copy = copies[id(code)] = code.replace()
+        f.__code__ = copy
+        n += 1
+    return n
+
+
+_pack_filler = None
 
 
 def malloc_holes():

@@ -16,6 +16,9 @@ import matplotlib.pyplot as plt
 # As airlock_zygote does before it forks: a throwaway session whose names,
 # values, cells and execution count no session may see.
 airlock_runtime.session.rehearse(["import numpy, pandas", "rehearsed = [1, 2]", "sum(rehearsed)", "x = 1", "x"])
+import airlock_zygote                       # its code packed, as airlock_zygote's configure does
+airlock_zygote.pack_code(lambda: airlock_runtime.session.rehearse(
+    ["import pandas as pd", "pd.DataFrame({{'a': [1, 2]}}).sum()", "pd.DataFrame({{'a': [1, 2]}})"]))
 plt.figure(); plt.plot([1, 2])              # an open figure and a loaded backend in the template
 sys.stdout.write("zygote output must not leak\n")  # buffered, never flushed before the fork
 signal.signal(signal.SIGINT, signal.SIG_IGN)  # the template itself ignores interrupts
@@ -177,6 +180,65 @@ class FillHolesTest(unittest.TestCase):
         self.assertGreaterEqual(classes, 32, out.stdout)  # 512 bytes in steps of 16 (8 before 3.8)
         self.assertGreater(holes, 0)
         self.assertEqual(filled, holes)
+
+
+PACK = r"""
+import json, sys
+sys.path.insert(0, {runtime_dir!r})
+import airlock_zygote
+
+def outer(k):
+    def inner(x):
+        return x + k
+    return inner
+
+add1, add2 = outer(1), outer(2)  # two functions, one code object
+
+def ran(x, *, y=3):
+    "a docstring"
+    return [x, y, add1(x)]
+
+def not_ran():
+    return "cold"
+
+class C:
+    def method(self):
+        return ran(1)
+
+funcs = {{"add1": add1, "add2": add2, "ran": ran, "not_ran": not_ran, "method": C.method}}
+before = {{k: f.__code__ for k, f in funcs.items()}}
+n = airlock_zygote.pack_code(lambda: (C().method(), add2(5)))
+after = {{k: f.__code__ for k, f in funcs.items()}}
+fields = ("co_code", "co_consts", "co_names", "co_varnames", "co_freevars", "co_filename", "co_name",
+          "co_qualname", "co_firstlineno", "co_linetable", "co_exceptiontable", "co_flags", "co_argcount",
+          "co_kwonlyargcount", "co_stacksize")
+print(json.dumps({{
+    "n": n,
+    "copied": sorted(k for k in before if after[k] is not before[k]),
+    "same": all(getattr(after[k], a) == getattr(before[k], a) for k in before for a in fields),
+    "shared": add1.__code__ is add2.__code__,
+    "calls": [C().method(), add2(5), not_ran(), ran.__doc__],
+}}))
+"""
+
+
+class PackCodeTest(unittest.TestCase):
+    """airlock_zygote.pack_code gives the functions a run called fresh,
+    equal copies of their code objects, packed together, and leaves the
+    rest alone."""
+
+    def test_copies_what_ran_and_nothing_else(self) -> None:
+        import json
+        import subprocess
+        out = subprocess.run([PYTHON, "-I", "-B", "-c", PACK.format(runtime_dir=harness.RUNTIME_DIR)],
+                             env=harness.base_env(), capture_output=True, text=True, check=True)
+        got = json.loads(out.stdout)
+        # add1 shares its code with add2, which ran; not_ran did not.
+        self.assertEqual(got["copied"], ["add1", "add2", "method", "ran"], got)
+        self.assertTrue(got["same"], got)  # equal copies: bytecode, constants, names, lines
+        self.assertTrue(got["shared"], got)  # one copy for functions that shared a code object
+        self.assertEqual(got["calls"], [[1, 3, 2], 7, "cold", "a docstring"])
+        self.assertGreaterEqual(got["n"], 4)  # add1, add2, ran, C.method (and the lambda)
 
 
 if __name__ == "__main__":
