@@ -377,11 +377,12 @@ func (s *Session) freeze(what string) (thaw func(), err error) {
 // and ends its sandbox. keep is what it keeps: RestoreFiles the files
 // only, even where the memory could be kept; RestoreMemory the memory
 // too, refused (a *NoMemoryError) where the session's pause cannot keep
-// it; "" what its restores says. A session executing code, running a
-// shell command or transferring a file is not paused (ErrConflict: wait,
-// or interrupt it); a pause that fails (a full disk, a quota, a
-// workspace that cannot be kept whole) leaves the session running as it
-// was.
+// it, and a checkpoint that fails is then the pause's failure (asked
+// for, the memory is never silently dropped); "" what its restores says.
+// A session executing code, running a shell command or transferring a
+// file is not paused (ErrConflict: wait, or interrupt it); a pause that
+// fails (a full disk, a quota, a workspace that cannot be kept whole)
+// leaves the session running as it was.
 func (s *Session) Pause(ctx context.Context, keep string) (apitype.Session, error) {
 	if err := s.pausable(); err != nil {
 		return apitype.Session{}, err
@@ -391,7 +392,7 @@ func (s *Session) Pause(ctx context.Context, keep string) (apitype.Session, erro
 			return apitype.Session{}, fmt.Errorf("restores %q: %w; ask for \"files\", or leave restores unset", keep, err)
 		}
 	}
-	return s.pauseIdle(ctx, keep)
+	return s.pauseObserved(ctx, keep, keep == apitype.RestoreMemory)
 }
 
 // pausable refuses a pause of a session that cannot be paused at all.
@@ -407,8 +408,9 @@ func (s *Session) pausable() error {
 
 // pause is Pause, unobserved and unchecked: asked for the memory
 // (RestoreMemory) where it cannot be kept, it keeps the files and says
-// why (a timeout's pause: nothing is lost for it).
-func (s *Session) pause(ctx context.Context, keep string) (apitype.Session, error) {
+// why (a timeout's pause: nothing is lost for it), unless must, where a
+// checkpoint that fails fails the pause (a client's explicit ask).
+func (s *Session) pause(ctx context.Context, keep string, must bool) (apitype.Session, error) {
 	m := s.m
 	thaw, err := s.freeze("pause")
 	if err != nil {
@@ -438,6 +440,13 @@ func (s *Session) pause(ctx context.Context, keep string) (apitype.Session, erro
 	if keep != apitype.RestoreFiles && s.keepsMemory() {
 		// After the files: a checkpoint that fails leaves them standing.
 		n, err := s.writeMemory(ctx, s.id, st.DiskBytes, false)
+		if err != nil && must {
+			if rerr := pauseimage.Remove(m.persistDir(), s.id); rerr != nil {
+				m.log.Error("removing the image of a pause whose memory could not be kept", "session", s.id, "err", rerr)
+			}
+			m.log.Warn("a session's memory could not be kept, as its pause asked; it keeps running", "session", s.id, "err", err)
+			return apitype.Session{}, fmt.Errorf("restores %q: its memory could not be kept (the session keeps running: pause again, or ask for \"files\"): %w", keep, err)
+		}
 		if err != nil {
 			p.memErr = err
 			m.log.Warn("a session's memory could not be kept; it is paused with its files", "session", s.id, "err", err)
@@ -937,11 +946,16 @@ func (s *Session) timedOut(end apitype.End) {
 // pauseIdle is an idle timeout's pause, keeping what keep asks (memory
 // that cannot be kept: the files, saying why).
 func (s *Session) pauseIdle(ctx context.Context, keep string) (info apitype.Session, err error) {
+	return s.pauseObserved(ctx, keep, false)
+}
+
+// pauseObserved is pause, checked and observed.
+func (s *Session) pauseObserved(ctx context.Context, keep string, must bool) (info apitype.Session, err error) {
 	if err := s.pausable(); err != nil {
 		return apitype.Session{}, err
 	}
 	begun := time.Now()
-	info, err = s.pause(ctx, keep)
+	info, err = s.pause(ctx, keep, must)
 	s.m.observePause(OpPause, pausedKind(info), begun, err)
 	return info, err
 }
@@ -957,7 +971,7 @@ func (s *Session) pauseWhenIdle(ctx context.Context, keep string) (info apitype.
 	begun := time.Now()
 	defer func() { s.m.observePause(OpPause, pausedKind(info), begun, err) }()
 	for {
-		info, err := s.pause(ctx, keep)
+		info, err := s.pause(ctx, keep, false)
 		if !errors.Is(err, errdefs.ErrConflict) {
 			return info, err
 		}

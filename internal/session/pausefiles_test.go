@@ -26,6 +26,8 @@ type memSource struct {
 	*fakeSource
 	keeps       *atomic.Bool
 	checkpoints *atomic.Int32
+	// fail makes checkpoints fail (a full disk).
+	fail *atomic.Bool
 }
 
 func (s memSource) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, net bool) (Instance, error) {
@@ -48,6 +50,9 @@ func (f memInstance) Keeps() bool { return f.src.keeps.Load() }
 func (f memInstance) Pid() int    { return 2 }
 func (f memInstance) Checkpoint(ctx context.Context, dir string, max int64) (instance.Checkpoint, error) {
 	f.src.checkpoints.Add(1)
+	if f.src.fail.Load() {
+		return instance.Checkpoint{}, errdefs.ErrUnavailable
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return instance.Checkpoint{}, err
 	}
@@ -70,7 +75,7 @@ func (f memInstance) AttachInterp(runtimes.Runtime, int) (Beside, error) {
 func newMemManager(t *testing.T) (*Manager, *config.Config, memSource) {
 	cfg := persistConfig(t)
 	m, src, _ := newTestManager(t, cfg)
-	ms := memSource{fakeSource: src, keeps: &atomic.Bool{}, checkpoints: &atomic.Int32{}}
+	ms := memSource{fakeSource: src, keeps: &atomic.Bool{}, checkpoints: &atomic.Int32{}, fail: &atomic.Bool{}}
 	ms.keeps.Store(true)
 	m.sources[cfg.Isolation] = ms
 	return m, cfg, ms
@@ -299,4 +304,36 @@ func TestResumeFilesOnly(t *testing.T) {
 		t.Errorf("left after the resume: %v", ents)
 	}
 	m.DeleteFor(ctx, s.ID())
+}
+
+// TestPauseMemoryAskedFails: a pause that asks for the memory (restores
+// "memory", E2B's keepMemory true) whose checkpoint fails is refused,
+// its files image removed, and the session runs on, never paused with
+// its files only; unasked, the same failure pauses with the files and
+// says why. checked against a mutant: with the failure ignored when
+// asked, the session was paused with its files.
+func TestPauseMemoryAskedFails(t *testing.T) {
+	m, cfg, ms := newMemManager(t)
+	ctx := context.Background()
+	s, err := m.Create(ctx, apitype.CreateSessionRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms.fail.Store(true)
+	if _, err := m.PauseFor(ctx, s.ID(), apitype.RestoreMemory); !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "keeps running") {
+		t.Errorf("a pause asked for the memory whose checkpoint failed: %v", err)
+	}
+	if !s.End().Zero() {
+		t.Fatalf("the refused pause ended the session: %+v", s.End())
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Persistence.Dir, s.ID())); !os.IsNotExist(err) {
+		t.Errorf("the refused pause left its image: %v", err)
+	}
+	if _, err := execute(t, s, "out x", nil); err != nil {
+		t.Errorf("the session after the refused pause: %v", err)
+	}
+	info, err := m.PauseFor(ctx, s.ID(), "")
+	if err != nil || info.Restores != apitype.RestoreFiles || info.Paused.MemoryError == "" {
+		t.Errorf("an unasked pause whose checkpoint failed: %+v %v", info, err)
+	}
 }
