@@ -1,9 +1,11 @@
 package gvisor
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -85,5 +87,47 @@ func TestSweepKeepers(t *testing.T) {
 	}
 	if gone, err := SweepKeepers(filepath.Join(dir, "none"), nil); err != nil || gone != nil {
 		t.Errorf("a missing directory: %v %v", gone, err)
+	}
+}
+
+// keeperFor names only a regular file in the keeper directory, by a
+// well-formed digest: what a memory description says is never a path
+// (no traversal out of the directory, no symlink followed), and a copy
+// that is not there is ErrKeeperGone. checked against mutants: without
+// the hex check, a digest of "../" reached a file outside; with Stat for
+// Lstat, a symlink named as a copy was bound.
+func TestKeeperForNamesOnlyCopies(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "keepers")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	good := strings.Repeat("ab", 32)
+	linked := strings.Repeat("cd", 32)
+	// A file outside whose name a traversal of the same length reaches.
+	escape := "/../../" + strings.Repeat("e", 57)
+	for name, target := range map[string]string{keeperPrefix + good: "", keeperPrefix + linked: filepath.Join(root, "elsewhere")} {
+		if target != "" {
+			os.WriteFile(target, []byte("x"), 0o500)
+			if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o500); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, strings.Repeat("e", 57)), []byte("x"), 0o500); err != nil {
+		t.Fatal(err)
+	}
+	h := &Host{keeperDir: dir}
+	if p, err := h.keeperFor(good); err != nil || p != filepath.Join(dir, keeperPrefix+good) {
+		t.Errorf("a copy that is there: %q %v", p, err)
+	}
+	for _, d := range []string{"", escape, strings.ToUpper(good), good[:63], linked, strings.Repeat("01", 32)} {
+		if p, err := h.keeperFor(d); !errors.Is(err, ErrKeeperGone) {
+			t.Errorf("digest %q: %q %v, want ErrKeeperGone", d, p, err)
+		}
 	}
 }
