@@ -4,7 +4,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -65,24 +64,7 @@ func checkGoroutines(fset *token.FileSet, f *ast.File) []string {
 // channel, and the test reports it (a late t.Error panicked once and
 // took the whole e2e package with it).
 func TestGoroutinesReportOnChannels(t *testing.T) {
-	files := 0
-	for _, p := range packages(t) {
-		names, _ := filepath.Glob(filepath.Join(p.dir, "*_test.go"))
-		for _, name := range names {
-			fset := token.NewFileSet()
-			f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
-			if err != nil {
-				t.Fatal(err)
-			}
-			files++
-			for _, msg := range checkGoroutines(fset, f) {
-				t.Error(msg)
-			}
-		}
-	}
-	if files < 100 {
-		t.Fatalf("only %d test files found: the check could not fail", files)
-	}
+	checkFiles(t, packages(t), true, checkGoroutines)
 }
 
 // The goroutine check catches what it is for.

@@ -83,11 +83,19 @@ func linked(all []pkg) []pkg {
 // No package a binary of airlock links compiles a regular expression
 // while it is initialised.
 func TestNoPatternsCompiledAtInit(t *testing.T) {
+	checkFiles(t, linked(packages(t)), false, checkInitRegexps)
+}
+
+// checkFiles runs check on every Go file of pkgs (their tests, or the
+// rest), failing t with what it says; finding too few files to check is
+// a failure too (the check could not fail).
+func checkFiles(t *testing.T, pkgs []pkg, tests bool, check func(*token.FileSet, *ast.File) []string) {
+	t.Helper()
 	files := 0
-	for _, p := range linked(packages(t)) {
+	for _, p := range pkgs {
 		names, _ := filepath.Glob(filepath.Join(p.dir, "*.go"))
 		for _, name := range names {
-			if strings.HasSuffix(name, "_test.go") {
+			if strings.HasSuffix(name, "_test.go") != tests {
 				continue
 			}
 			fset := token.NewFileSet()
@@ -96,7 +104,7 @@ func TestNoPatternsCompiledAtInit(t *testing.T) {
 				t.Fatal(err)
 			}
 			files++
-			for _, msg := range checkInitRegexps(fset, f) {
+			for _, msg := range check(fset, f) {
 				t.Error(msg)
 			}
 		}
