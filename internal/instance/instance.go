@@ -598,13 +598,29 @@ type Cold struct {
 	Slots  *Slots
 }
 
-// Get implements Source.
+// Get implements Source. A sandbox built for this call gets the files of
+// ctx's WithInputs while its runtime starts.
 func (c *Cold) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, net bool) (*Instance, error) {
 	k := c.Kernel
 	if k == nil {
 		k = Native{Host: c.Host}
 	}
-	return New(ctx, k, c.Slots, rt, l, net, nil, false)
+	write, _ := ctx.Value(inputsKey{}).(func(*workspace.Dir) error)
+	return build(ctx, k, c.Slots, rt, l, net, nil, false, write)
+}
+
+type inputsKey struct{}
+
+// WithInputs asks a Cold source to have write put a request's files in the
+// workspace of the sandbox it builds for the request while the sandbox's
+// runtime starts (most of a cold start), rather than after: Get returns
+// once both are done, and fails if write does. Only Cold does it, and
+// only for the sandbox it returns: a pool's sandboxes (built ahead, or on
+// a request's behalf but maybe handed to another) never see the
+// request's files. The caller writes them itself into any other
+// (write is told which workspace it wrote to).
+func WithInputs(ctx context.Context, write func(*workspace.Dir) error) context.Context {
+	return context.WithValue(ctx, inputsKey{}, write)
 }
 
 // New builds a sandbox of kernel k with limits l and starts rt's session
@@ -616,7 +632,13 @@ func (c *Cold) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, ne
 // lowest CPU weight before its runtime starts: its warm-up takes only the
 // CPU that the sandboxes requests wait for leave. Foreground gives it the
 // normal weight back when it is taken.
-func New(ctx context.Context, k Kernel, slots *Slots, rt runtimes.Runtime, l config.Limits, net bool, z *zygote.Zygote, background bool) (_ *Instance, err error) {
+func New(ctx context.Context, k Kernel, slots *Slots, rt runtimes.Runtime, l config.Limits, net bool, z *zygote.Zygote, background bool) (*Instance, error) {
+	return build(ctx, k, slots, rt, l, net, z, background, nil)
+}
+
+// build is New; write, when not nil, writes the request's files into the
+// sandbox while its runtime starts (see WithInputs).
+func build(ctx context.Context, k Kernel, slots *Slots, rt runtimes.Runtime, l config.Limits, net bool, z *zygote.Zygote, background bool, write func(*workspace.Dir) error) (_ *Instance, err error) {
 	slot, err := slots.Get()
 	if err != nil {
 		return nil, err
@@ -640,11 +662,25 @@ func New(ctx context.Context, k Kernel, slots *Slots, rt runtimes.Runtime, l con
 			return nil, err
 		}
 	}
+	var wrote chan error
+	if write != nil {
+		wrote = make(chan error, 1)
+		ws := sb.Workspace()
+		go func() { wrote <- write(ws) }()
+	}
 	var it *Interp
 	if native, ok := sb.(*jail.Sandbox); ok && z != nil && rt.Template {
 		it, err = startZygote(ctx, native, z, rt, l)
 	} else {
 		it, err = start(sb, k.sessionCommand(rt), rt, l)
+	}
+	if wrote != nil {
+		// Waited for on every path: the write uses the sandbox that undo
+		// closes.
+		if werr := <-wrote; err == nil && werr != nil {
+			it.Close() // the sandbox's close (undo) ends it
+			err = werr
+		}
 	}
 	if err != nil {
 		return nil, err

@@ -2,7 +2,9 @@ package instance
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +17,7 @@ import (
 	"airlock/internal/jail"
 	"airlock/internal/jail/jailtest"
 	"airlock/internal/runtimes"
+	"airlock/internal/workspace"
 )
 
 // The test binary is what the jail host re-executes as each sandbox's init.
@@ -194,4 +197,91 @@ func TestGVisorKeeperWhereKept(t *testing.T) {
 			t.Errorf("template %v, keep %v, network %v: keeper %v, want %v", tc.k.R != nil, tc.k.Keep, tc.net, got, tc.want)
 		}
 	}
+}
+
+// A Cold source writes a request's files (WithInputs) into the sandbox
+// it builds for the request, while the runtime starts: they are there
+// when Get returns, in that sandbox's workspace. A write that fails
+// fails the Get and leaves no sandbox behind. A pool's sandboxes (New)
+// never get them: one built on a request's behalf may be handed to
+// another request.
+func TestColdWritesInputsWhileTheRuntimeStarts(t *testing.T) {
+	h, cfg := testHost(t)
+	rt, err := runtimes.Lookup(cfg, "python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := cfg.Defaults
+	l.Memory = 256 << 20
+	slots := &Slots{}
+	var wrote *workspace.Dir
+	ctx := WithInputs(context.Background(), func(ws *workspace.Dir) error {
+		if _, err := ws.Write("in.txt", strings.NewReader("hello"), 5, 0o644); err != nil {
+			return err
+		}
+		wrote = ws
+		return nil
+	})
+	inst, err := (&Cold{Kernel: Native{Host: h}, Slots: slots}).Get(ctx, rt, l, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wrote == nil || wrote != inst.Workspace() {
+		t.Errorf("the inputs were written to %p, the instance's workspace is %p", wrote, inst.Workspace())
+	}
+	f, _, err := inst.Workspace().Open("in.txt")
+	if err != nil {
+		t.Fatalf("the input is not in the workspace: %v", err)
+	}
+	b, _ := io.ReadAll(f)
+	f.Close()
+	if string(b) != "hello" {
+		t.Errorf("the input holds %q", b)
+	}
+	if !inst.Healthy() {
+		t.Error("the instance is not healthy")
+	}
+	inst.Close()
+
+	freeSlots := func() int {
+		slots.mu.Lock()
+		defer slots.mu.Unlock()
+		return len(slots.free)
+	}
+	before := freeSlots()
+	boom := errors.New("boom")
+	failing := WithInputs(context.Background(), func(*workspace.Dir) error { return boom })
+	if inst, err := (&Cold{Kernel: Native{Host: h}, Slots: slots}).Get(failing, rt, l, false); !errors.Is(err, boom) {
+		if err == nil {
+			inst.Close()
+		}
+		t.Fatalf("a failed write: Get returned %v", err)
+	}
+	if free := freeSlots(); free != before {
+		t.Errorf("%d free id slots after a failed write, %d before: the sandbox's was not freed", free, before)
+	}
+	if names := liveCgroups(t, h); len(names) > 0 {
+		t.Errorf("cgroups left after a failed write: %v", names)
+	}
+
+	called := false
+	pooled := WithInputs(context.Background(), func(*workspace.Dir) error { called = true; return nil })
+	inst, err = New(pooled, Native{Host: h}, slots, rt, l, false, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst.Close()
+	if called {
+		t.Error("New (a pool's build) wrote a request's inputs")
+	}
+}
+
+// liveCgroups are the sandbox cgroups under h's parent.
+func liveCgroups(t *testing.T, h *jail.Host) []string {
+	t.Helper()
+	var names []string
+	if err := h.Cgroups().Sweep("", func(name string) bool { names = append(names, name); return false }); err != nil {
+		t.Fatal(err)
+	}
+	return names
 }

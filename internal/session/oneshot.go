@@ -161,6 +161,16 @@ func (o *oneShotPlan) inputBytes() int64 {
 	return n
 }
 
+// writeFiles writes the request's files into ws.
+func (o *oneShotPlan) writeFiles(ws *workspace.Dir) error {
+	for _, f := range o.files {
+		if _, err := ws.Write(f.path, bytes.NewReader(f.data), int64(len(f.data)), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 type inputFile struct {
 	path string
 	data []byte
@@ -290,8 +300,18 @@ func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req request, emit
 	m.bg.Add(1) // under mu: Close waits only after it set closed
 	m.mu.Unlock()
 	// Marked, so that a burst of one-shots leaves the pool's sandboxes
-	// kept for session creations (pool.oneshot_size).
-	s, err := m.start(instance.ForOneShot(ctx), o.iso, o.tmpl, o.rt, o.limits, o.runtimeEnv, time.Hour, o.policy, o.net(), o.secrets)
+	// kept for session creations (pool.oneshot_size). A sandbox built for
+	// the request gets its files while its runtime starts; any other (a
+	// pool's) gets them below.
+	var wrote *workspace.Dir
+	writeInputs := func(ws *workspace.Dir) error {
+		if err := o.writeFiles(ws); err != nil {
+			return err
+		}
+		wrote = ws
+		return nil
+	}
+	s, err := m.start(instance.WithInputs(instance.ForOneShot(ctx), writeInputs), o.iso, o.tmpl, o.rt, o.limits, o.runtimeEnv, time.Hour, o.policy, o.net(), o.secrets)
 	if err != nil {
 		m.bg.Done()
 		release()
@@ -324,8 +344,8 @@ func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req request, emit
 			return nil, err
 		}
 	}
-	for _, f := range o.files {
-		if _, err := s.workspace().Write(f.path, bytes.NewReader(f.data), int64(len(f.data)), 0o644); err != nil {
+	if ws := s.workspace(); ws != wrote {
+		if err := o.writeFiles(ws); err != nil {
 			return nil, err
 		}
 	}
