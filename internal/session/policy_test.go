@@ -101,6 +101,25 @@ func TestPolicyCompiledOnce(t *testing.T) {
 			t.Errorf("%s: got the policy of another configuration", js)
 		}
 	}
+	// A configuration without any redaction or rule shares the empty
+	// policy; one with a tenant's never gets it.
+	empty, err := newPolicy(decode(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := newPolicy(decode(`{"tenants": {"acme": {}}}`)); again != empty {
+		t.Error("an empty configuration's policy was compiled again")
+	}
+	for _, js := range []string{
+		`{"tenants": {"acme": {"code_rules": [{"name": "y", "pattern": "b", "action": "deny"}]}}}`,
+		`{"tenants": {"acme": {"redaction": {"builtin": ["credentials"]}}}}`,
+		`{"redaction": {"rules": [{"name": "r", "pattern": "s"}]}}`,
+	} {
+		newPolicy(decode(`{}`))
+		if p, err := newPolicy(decode(js)); err != nil || p == empty {
+			t.Errorf("%s: got the empty configuration's policy (%v)", js, err)
+		}
+	}
 	if _, err := newPolicy(decode(`{"code_rules": [{"name": "x", "pattern": "(", "action": "deny"}]}`)); err == nil {
 		t.Error("a bad pattern compiled")
 	}
