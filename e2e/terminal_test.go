@@ -396,7 +396,8 @@ func TestPtyBudget(t *testing.T) {
 	if left := checkNothingLeft(name); len(left) > 0 {
 		t.Errorf("a refused server left: %v", left)
 	}
-	os.RemoveAll("/run/" + name)
+	// Doctor seals the init in the state directory as the server would.
+	defer os.RemoveAll("/run/" + name)
 	out, _, code := runCLI(t, "", "doctor", "--json", "--config", path)
 	if code == 0 || !strings.Contains(out, `"name":"ptys","status":"FAIL"`) {
 		t.Errorf("doctor with 512 sessions × 64 ptys: %d %s", code, out)

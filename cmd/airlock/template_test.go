@@ -74,7 +74,7 @@ func writeLayout(t *testing.T, tars ...[]byte) string {
 func TestTemplateCommand(t *testing.T) {
 	testenv.RequireRoot(t, "the template store is root's")
 	store := filepath.Join(t.TempDir(), "templates")
-	withEnv(t, "AIRLOCK_TEMPLATES_DIR="+store, "AIRLOCK_STATE_DIR=/run/airlock-cli-template-test")
+	withEnv(t, "AIRLOCK_TEMPLATES_DIR="+store, "AIRLOCK_STATE_DIR="+cliStateDir(t))
 	src := ociLayout(t, map[string]string{"usr/": "", "usr/bin/": "", "usr/share/hello": "hi\n", "old": "x"}, map[string]string{".wh.old": ""})
 	var out, errb bytes.Buffer
 	if code := templateCmd([]string{"import", "--json", "small", src}, &out, &errb); code != 0 {
@@ -147,7 +147,7 @@ func TestTemplateCommand(t *testing.T) {
 // python recipe has no numpy, which the host may have.
 func TestRunOnTemplate(t *testing.T) {
 	store := imagetest.Store(t, "python")
-	withEnv(t, "AIRLOCK_TEMPLATES_DIR="+store.Dir(), "AIRLOCK_STATE_DIR=/run/airlock-cli-template-test", "AIRLOCK_SERVER_SOCKET=off")
+	withEnv(t, "AIRLOCK_TEMPLATES_DIR="+store.Dir(), "AIRLOCK_STATE_DIR="+cliStateDir(t), "AIRLOCK_SERVER_SOCKET=off")
 	prog := filepath.Join(t.TempDir(), "p.py")
 	os.WriteFile(prog, []byte("import importlib.util, sys\nprint('numpy' if importlib.util.find_spec('numpy') else 'no numpy', sys.version_info[0])\n"), 0o644)
 	var out, errb bytes.Buffer
@@ -207,7 +207,7 @@ func TestTemplateImportHostile(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			store := filepath.Join(t.TempDir(), "templates")
-			withEnv(t, "AIRLOCK_TEMPLATES_DIR="+store, "AIRLOCK_STATE_DIR=/run/airlock-cli-template-test",
+			withEnv(t, "AIRLOCK_TEMPLATES_DIR="+store, "AIRLOCK_STATE_DIR="+cliStateDir(t),
 				"AIRLOCK_TEMPLATES_MAX_BYTES=1048576", "AIRLOCK_TEMPLATES_MAX_LAYER=1048576")
 			var out, errb bytes.Buffer
 			code := templateCmd([]string{"import", "evil", layoutOf(t, tc.layer...)}, &out, &errb)
@@ -227,7 +227,7 @@ func TestTemplateImportHostile(t *testing.T) {
 	}
 	// Device nodes, fifos and setuid bits: left out, and said so.
 	store := filepath.Join(t.TempDir(), "templates")
-	withEnv(t, "AIRLOCK_TEMPLATES_DIR="+store, "AIRLOCK_STATE_DIR=/run/airlock-cli-template-test")
+	withEnv(t, "AIRLOCK_TEMPLATES_DIR="+store, "AIRLOCK_STATE_DIR="+cliStateDir(t))
 	var out, errb bytes.Buffer
 	code := templateCmd([]string{"import", "stripped", layoutOf(t, usr,
 		tarEntry{name: "usr/su", body: "x", typ: tar.TypeReg, mode: 0o4755},
@@ -274,7 +274,7 @@ func TestProgressBar(t *testing.T) {
 // jail made from it, on the path a server's programs take.
 func TestDoctorChecksTemplates(t *testing.T) {
 	store := imagetest.Store(t, "python")
-	withEnv(t, "AIRLOCK_TEMPLATES_DIR="+store.Dir(), "AIRLOCK_STATE_DIR=/run/airlock-cli-template-test", "AIRLOCK_SERVER_SOCKET=off")
+	withEnv(t, "AIRLOCK_TEMPLATES_DIR="+store.Dir(), "AIRLOCK_STATE_DIR="+cliStateDir(t), "AIRLOCK_SERVER_SOCKET=off")
 	var out, errb bytes.Buffer
 	doctorCmd([]string{"--json"}, &out, &errb)
 	var r struct{ Checks []doctor.Check }
@@ -291,4 +291,13 @@ func TestDoctorChecksTemplates(t *testing.T) {
 		}
 	}
 	t.Errorf("no check of template python: %+v", r.Checks)
+}
+
+// cliStateDir is the state directory of the template commands' tests,
+// removed when the test ends: the root templates a cold run leaves there
+// for the next run are the test's, not the host's.
+func cliStateDir(t *testing.T) string {
+	const dir = "/run/airlock-cli-template-test"
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
