@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,8 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -300,7 +297,7 @@ func (s *Sandbox) relay(req keeperReq, files []*os.File) (pid int, exit <-chan E
 			done()
 		}
 	}()
-	rp, err := processSpec([]string{keeperPath, keeperArg, "relay", strconv.Itoa(len(files))}, nil, "/", s.spec.Limits)
+	rp, err := processSpec(relayArgv(len(files)), nil, "/", s.spec.Limits)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -353,15 +350,15 @@ func (s *Sandbox) relay(req keeperReq, files []*os.File) (pid int, exit <-chan E
 		}
 		relayFiles[i] = in
 		outs = append(outs, in, out)
-		req.Duplex[i] = len(files) + 2 + len(joins)
+		req.Duplex[i] = duplexFd(len(files), len(joins))
 		joins = append(joins, join)
 	}
 	defer closeTheirs()
-	all := append(append([]*os.File{}, relayFiles...), reqR, repW)
+	var pipesOut []*os.File
 	for j := 1; j < len(outs); j += 2 {
-		all = append(all, outs[j])
+		pipesOut = append(pipesOut, outs[j])
 	}
-	cmd, said := s.execCommand(procFile, all)
+	cmd, said := s.execCommand(procFile, relayDescriptors(relayFiles, reqR, repW, pipesOut))
 	err = cmd.Start()
 	repW.Close()
 	if err != nil {
@@ -378,17 +375,15 @@ func (s *Sandbox) relay(req keeperReq, files []*os.File) (pid int, exit <-chan E
 	// The request (a program's environment may hold secrets) goes
 	// through a pipe, never a file or a command line.
 	go func() {
-		json.NewEncoder(reqW).Encode(req)
+		writeRelayReq(reqW, req)
 		reqW.Close()
 	}()
 	exited := s.watchExec(cmd, said, done)
 	rep := bufio.NewReader(io.LimitReader(repR, 4<<10))
 	line, rerr := rep.ReadString('\n')
-	line = strings.TrimSpace(line)
-	pid, _ = strconv.Atoi(line)
-	if rerr != nil || pid <= 1 {
+	pid, why := parseStarted(line)
+	if rerr != nil || pid == 0 {
 		e := <-exited
-		why := strings.TrimPrefix(line, "!")
 		if why == "" {
 			why = fmt.Sprintf("the relay ended with %v", e.Status)
 		}
@@ -401,11 +396,9 @@ func (s *Sandbox) relay(req keeperReq, files []*os.File) (pid int, exit <-chan E
 		// copying its output; its own exit says only when it did not.
 		line, err := rep.ReadString('\n')
 		repR.Close()
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "x "); ok && err == nil {
-			if ws, err := strconv.Atoi(v); err == nil {
-				ch <- Exit{Pid: pid, Status: syscall.WaitStatus(ws)}
-				return
-			}
+		if ws, ok := parseEnded(line); ok && err == nil {
+			ch <- Exit{Pid: pid, Status: syscall.WaitStatus(ws)}
+			return
 		}
 		e := <-exited
 		e.Pid = pid

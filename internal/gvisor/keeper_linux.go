@@ -82,6 +82,74 @@ type keeperReq struct {
 	Duplex map[int]int `json:"duplex,omitempty"`
 }
 
+// The host↔relay wire, a contract across versions (see above; pinned by
+// TestRelayWire): the relay's argv (relayArgv); its descriptors 0..n-1
+// the program's, n the request (keeperReq as one JSON line, then end of
+// file), n+1 the report, then the write ends of the sockets' pipes out
+// (duplexFd, named in keeperReq.Duplex); the report's lines are the
+// program's pid once it runs ("!" and a reason when it could not be
+// started), then "x " and its wait status when it ended.
+
+// relayArgv is the argv of a relay for a program of n descriptors.
+func relayArgv(n int) []string {
+	return []string{keeperPath, keeperArg, "relay", strconv.Itoa(n)}
+}
+
+// relayDescriptors are a relay's descriptors, in their order: the
+// program's, the request's, the report's, the sockets' pipes out.
+func relayDescriptors(program []*os.File, request, report *os.File, pipesOut []*os.File) []*os.File {
+	return append(append(append([]*os.File{}, program...), request, report), pipesOut...)
+}
+
+// duplexFd is the relay's descriptor of the j-th socket's pipe out, for
+// a program of n descriptors.
+func duplexFd(n, j int) int { return n + 2 + j }
+
+// writeRelayReq writes the host's request to a relay.
+func writeRelayReq(w io.Writer, req keeperReq) error { return json.NewEncoder(w).Encode(req) }
+
+// readRelayReq reads the host's request, as a relay.
+func readRelayReq(r io.Reader) (keeperReq, error) {
+	var req keeperReq
+	b, err := io.ReadAll(io.LimitReader(r, maxKeeperReq))
+	if err == nil {
+		err = json.Unmarshal(b, &req)
+	}
+	return req, err
+}
+
+// The report's lines, as a relay writes them.
+func reportStarted(w io.Writer, pid int) { fmt.Fprintf(w, "%d\n", pid) }
+func reportFailed(w io.Writer, why string) {
+	fmt.Fprintf(w, "!%s\n", strings.ReplaceAll(why, "\n", " "))
+}
+func reportEnded(w io.Writer, status int) { fmt.Fprintf(w, "x %d\n", status) }
+
+// parseStarted reads the report's first line, as the host: the
+// program's pid (> 1), or why it was not started ("" when the line says
+// neither).
+func parseStarted(line string) (pid int, why string) {
+	line = strings.TrimSpace(line)
+	if r, ok := strings.CutPrefix(line, "!"); ok {
+		return 0, r
+	}
+	if pid, err := strconv.Atoi(line); err == nil && pid > 1 {
+		return pid, ""
+	}
+	return 0, ""
+}
+
+// parseEnded reads the report's second line, as the host: the program's
+// wait status.
+func parseEnded(line string) (status int, ok bool) {
+	v, ok := strings.CutPrefix(strings.TrimSpace(line), "x ")
+	if !ok {
+		return 0, false
+	}
+	status, err := strconv.Atoi(v)
+	return status, err == nil
+}
+
 // keeperMsg is what the keeper sends a relay: the program's pid and
 // descriptors first, its exit status when it ends.
 type keeperMsg struct {
@@ -492,15 +560,12 @@ func relayMain() int {
 	if err != nil || n < 3 {
 		return 2
 	}
+	// As relayDescriptors placed them.
 	report := os.NewFile(uintptr(n+1), "report")
-	fail := func(f string, a ...any) int { fmt.Fprintf(report, "!"+f+"\n", a...); report.Close(); return 128 }
+	fail := func(f string, a ...any) int { reportFailed(report, fmt.Sprintf(f, a...)); report.Close(); return 128 }
 	reqf := os.NewFile(uintptr(n), "request")
-	b, err := io.ReadAll(io.LimitReader(reqf, maxKeeperReq))
+	req, err := readRelayReq(reqf)
 	reqf.Close()
-	var req keeperReq
-	if err == nil {
-		err = json.Unmarshal(b, &req)
-	}
 	if err != nil {
 		return fail("bad request: %v", err)
 	}
@@ -521,7 +586,7 @@ func relayMain() int {
 		return fail("the keeper: %v", err)
 	}
 	uc := c.(*net.UnixConn)
-	b, _ = json.Marshal(req)
+	b, _ := json.Marshal(req)
 	if _, err := c.Write(append(b, '\n')); err != nil {
 		return fail("the keeper: %v", err)
 	}
@@ -571,7 +636,7 @@ func relayMain() int {
 	if len(first.Kinds) != n {
 		return fail("the program has %d descriptors, not %d", len(first.Kinds), n)
 	}
-	fmt.Fprintf(report, "%d\n", first.Pid)
+	reportStarted(report, first.Pid)
 	var wmu sync.Mutex
 	// The outputs are copied in the order the program wrote them (see
 	// copier); the host's side of an output closes only once the
@@ -606,7 +671,7 @@ func relayMain() int {
 			}()
 		case kindDuplex:
 			hout := h
-			if fd, ok := req.Duplex[i]; ok && fd > n+1 {
+			if fd, ok := req.Duplex[i]; ok && fd >= duplexFd(n, 0) {
 				hout = os.NewFile(uintptr(fd), "host-out")
 			}
 			out, err := cp.add(o, hout, true)
@@ -646,7 +711,7 @@ func relayMain() int {
 	// later is copied after, until they close them, as when they held
 	// the host's descriptors themselves.
 	cp.flush()
-	fmt.Fprintf(report, "x %d\n", *end.Exit)
+	reportEnded(report, *end.Exit)
 	report.Close()
 	close(reported)
 	outs.Wait()
