@@ -3,6 +3,7 @@ package doctor
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"airlock/internal/gvisor"
 	"airlock/internal/jail"
 	"airlock/internal/landlock"
+	"airlock/internal/privdir"
 	"airlock/internal/seccomp"
 	"airlock/internal/server"
 	"airlock/internal/store"
@@ -100,6 +102,7 @@ func Run(ctx context.Context, cfg config.Config) *Report {
 		exe.Close()
 	}
 	gvisorChecks(ctx, r, cfg)
+	persistenceChecks(r, cfg)
 	clusterChecks(r, cfg)
 	storeChecks(ctx, r, cfg)
 	secretsChecks(r, cfg, nil)
@@ -365,6 +368,25 @@ func gvisorChecks(ctx context.Context, r *Report, cfg config.Config) {
 	}
 	g, a := gvisor.Layers()
 	r.add("gvisor layers", OK, "gVisor provides:\n- %s\nairlock still applies around it:\n- %s", strings.Join(g, "\n- "), strings.Join(a, "\n- "))
+}
+
+// persistenceChecks reports, with persistence on, whether the paused
+// sessions' directory and the gVisor keeper copies kept beside them are
+// the server's own: nobody else may write them (package privdir).
+func persistenceChecks(r *Report, cfg config.Config) {
+	if !cfg.Persistence.Enabled {
+		return
+	}
+	dir := cfg.PersistenceDir()
+	if _, err := privdir.Dir(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		r.add("persistence", Fail, "%v\nthe server refuses to start: whoever may write there could forge paused sessions", err)
+		return
+	}
+	if err := gvisor.CheckKeepers(gvisor.KeeperDir(cfg)); err != nil {
+		r.add("persistence", Fail, "%v\na paused gVisor session's memory is not restored with a keeper copy another user could write (it resumes with its files, the memory kept for inspection); the server refuses to start if its own copy's directory is one", err)
+		return
+	}
+	r.add("persistence", OK, "paused sessions in %s: the server's own, writable by nobody else (a group the server is in, Kubernetes' fsGroup, may be the directory's)", dir)
 }
 
 // storeChecks reports where keys, quotas' counts, the audit log and the

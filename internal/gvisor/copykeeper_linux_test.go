@@ -1,6 +1,8 @@
 package gvisor
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -8,6 +10,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"airlock/internal/errdefs"
+	"airlock/internal/privdir"
+	"airlock/internal/testenv"
 )
 
 // The keeper's copy is named by its content: a build of the same size
@@ -129,5 +135,98 @@ func TestKeeperForNamesOnlyCopies(t *testing.T) {
 		if p, err := h.keeperFor(d); !errors.Is(err, ErrKeeperGone) {
 			t.Errorf("digest %q: %q %v, want ErrKeeperGone", d, p, err)
 		}
+	}
+}
+
+// A keeper copy, or its directory, that another user could write is
+// never bound (package privdir): the restore is refused with the copy
+// named (errdefs.ErrImageCorrupt: kept for inspection), and falls back
+// to the files; a copy group-writable by the server's own group (what
+// kubelet's fsGroup makes of a volume's files) is bound. copyKeeper
+// makes such a copy of its own keeper again, and refuses a directory
+// another user could write. checked against mutants: keeperFor without
+// the ownership check (a copy of another uid's was bound), copyKeeper
+// touching a sound copy of another owner instead of replacing it.
+func TestKeeperCopiesAreTheServers(t *testing.T) {
+	testenv.RequireRoot(t, "copies of other owners")
+	const other = 54321
+	dir := filepath.Join(t.TempDir(), "keepers")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	h := &Host{keeperDir: dir}
+	copyOf := func(content string, uid int, mode os.FileMode) string {
+		t.Helper()
+		sum := sha256.Sum256([]byte(content))
+		digest := hex.EncodeToString(sum[:])
+		p := filepath.Join(dir, keeperPrefix+digest)
+		if err := os.WriteFile(p, []byte(content), 0o500); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, uid, os.Getegid()); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return digest
+	}
+	for _, c := range []struct {
+		name    string
+		uid     int
+		mode    os.FileMode
+		trusted bool
+	}{
+		{"the server's", os.Geteuid(), 0o500, true},
+		{"fsGroup's", os.Geteuid(), 0o760, true},
+		{"another user's", other, 0o500, false},
+		{"every user's", os.Geteuid(), 0o502, false},
+	} {
+		digest := copyOf(c.name, c.uid, c.mode)
+		p, err := h.keeperFor(digest)
+		if c.trusted {
+			if err != nil {
+				t.Errorf("%s copy: %v", c.name, err)
+			}
+			continue
+		}
+		var ke *KeeperError
+		if !errors.As(err, &ke) || ke.Copy != filepath.Join(dir, keeperPrefix+digest) || !errors.Is(err, errdefs.ErrImageCorrupt) || !errors.Is(err, ErrKeeperGone) {
+			t.Errorf("%s copy: %q %v, want refused, the copy named", c.name, p, err)
+		}
+		if strings.Contains(errdefs.Message(err), dir) {
+			t.Errorf("the client's reason names a host path: %s", errdefs.Message(err))
+		}
+	}
+	// The directory: writable by every user, nothing in it is bound.
+	good := copyOf("good", os.Geteuid(), 0o500)
+	os.Chmod(dir, 0o777)
+	if _, err := h.keeperFor(good); !errors.Is(err, errdefs.ErrImageCorrupt) {
+		t.Errorf("a copy in a world-writable directory: %v", err)
+	}
+	if err := CheckKeepers(dir); !errors.Is(err, privdir.ErrNotPrivate) {
+		t.Errorf("CheckKeepers on a world-writable directory: %v", err)
+	}
+	src := filepath.Join(t.TempDir(), "airlock")
+	os.WriteFile(src, []byte("build"), 0o755)
+	if _, _, err := copyKeeper(dir, src); !errors.Is(err, privdir.ErrNotPrivate) {
+		t.Errorf("copyKeeper into a world-writable directory: %v", err)
+	}
+	os.Chmod(dir, 0o700)
+	if err := CheckKeepers(dir); !errors.Is(err, privdir.ErrNotPrivate) {
+		t.Errorf("CheckKeepers with another user's copy: %v", err)
+	}
+
+	// The server's own keeper, found as another user's copy: made again.
+	sum := sha256.Sum256([]byte("build"))
+	planted := filepath.Join(dir, keeperPrefix+hex.EncodeToString(sum[:]))
+	os.WriteFile(planted, []byte("build"), 0o500)
+	os.Chown(planted, other, other)
+	dst, _, err := copyKeeper(dir, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := privdir.File(dst); err != nil {
+		t.Errorf("the server's copy, after copyKeeper: %v", err)
 	}
 }

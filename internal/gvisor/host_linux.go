@@ -27,6 +27,7 @@ import (
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/jail"
+	"airlock/internal/privdir"
 	"airlock/internal/rootfs"
 	"airlock/internal/workspace"
 )
@@ -113,10 +114,7 @@ func NewHost(ctx context.Context, o Options, cg *cgroup.Host) (*Host, error) {
 	}
 	// 0700: the sandboxes' workspaces are owned by uid 1000, which may be
 	// a real user on the host; nobody but root may reach them.
-	if err := os.Mkdir(h.dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
-	}
-	if err := os.Chmod(h.dir, 0o700); err != nil {
+	if err := privdir.Ensure(h.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
 	h.root = rootfs.DefaultSpec(filepath.Join(o.StateDir, "root"), "sandbox")
@@ -130,7 +128,7 @@ func NewHost(ctx context.Context, o Options, cg *cgroup.Host) (*Host, error) {
 	}
 	if o.Keeper != "" {
 		if h.keeper, h.keeperDigest, err = copyKeeper(h.keeperDir, o.Keeper); err != nil {
-			return nil, fmt.Errorf("%w: the gVisor keeper: %v", errdefs.ErrUnavailable, err)
+			return nil, fmt.Errorf("%w: the gVisor keeper's copy in %s: %v", errdefs.ErrUnavailable, h.keeperDir, err)
 		}
 	}
 	h.tmpCopy = map[string]string{}

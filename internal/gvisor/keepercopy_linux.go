@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"airlock/internal/errdefs"
+	"airlock/internal/privdir"
 )
 
 // The keeper's copies: sandboxes bind a copy of the keeper binary, named
@@ -51,11 +52,13 @@ func copyKeeper(dir, src string) (path, digest string, err error) {
 		return "", "", err
 	}
 	digest = hex.EncodeToString(h.Sum(nil))
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := privdir.Ensure(dir, 0o700); err != nil {
 		return "", "", err
 	}
 	dst := filepath.Join(dir, keeperPrefix+digest)
-	if sumFile(context.Background(), dst) == digest {
+	// A copy another user could write is made again (rename replaces
+	// it: the directory is the server's).
+	if _, err := privdir.File(dst); err == nil && sumFile(context.Background(), dst) == digest {
 		now := time.Now()
 		return dst, digest, os.Chtimes(dst, now, now)
 	}
@@ -114,27 +117,62 @@ func sumFile(ctx context.Context, p string) string {
 // restored here (never with another copy).
 var ErrKeeperGone = errors.New("gvisor: the keeper a checkpoint was taken with is gone")
 
-func keeperGone(digest, what string) error {
-	short := digest
+// KeeperError refuses a restore for its keeper copy (ErrKeeperGone).
+// A copy that is missing (or a digest that names none) leaves nothing
+// to inspect (errdefs.ErrUnavailable); one that is there but refused,
+// damaged or writable by another user, is named by Copy and is
+// errdefs.ErrImageCorrupt: its memory image and the copy are kept for
+// the operator, as a corrupt image is.
+type KeeperError struct {
+	// Digest names the copy the checkpoint was taken with.
+	Digest string
+	// Copy is the refused copy's path ("": missing).
+	Copy string
+	// what says what is wrong with it, for the client; detail, for
+	// the log.
+	what   string
+	detail error
+}
+
+func (e *KeeperError) public() error {
+	short := e.Digest
 	if len(short) > 12 {
 		short = short[:12]
 	}
-	msg := fmt.Sprintf("the airlock keeper binary it was paused with (%s) %s on this server", short, what)
-	if digest == "" {
+	msg := fmt.Sprintf("the airlock keeper binary it was paused with (%s) %s on this server", short, e.what)
+	if e.Digest == "" {
 		msg = "it does not say which airlock keeper binary it was paused with (paused by an older airlock)"
 	}
-	return fmt.Errorf("%w: %w", errdefs.Private(errdefs.ErrUnavailable, "the memory image cannot be restored: "+msg, nil), ErrKeeperGone)
+	kind := errdefs.ErrUnavailable
+	if e.Copy != "" {
+		kind = errdefs.ErrImageCorrupt
+	}
+	return errdefs.Private(kind, "the memory image cannot be restored: "+msg, e.detail)
 }
 
+func (e *KeeperError) Error() string   { return e.public().Error() + ": " + ErrKeeperGone.Error() }
+func (e *KeeperError) Unwrap() []error { return []error{e.public(), ErrKeeperGone} }
+
+func keeperGone(digest, what string) error { return &KeeperError{Digest: digest, what: what} }
+
 // keeperFor is the path of the copy of the keeper named by digest, which
-// a restore binds: an error when there is none.
+// a restore binds: an error when there is none, or it cannot be trusted.
 func (h *Host) keeperFor(digest string) (string, error) {
 	if len(digest) != sha256.Size*2 || strings.Trim(digest, "0123456789abcdef") != "" {
 		return "", keeperGone(digest, "is not named")
 	}
 	p := filepath.Join(h.keeperDir, keeperPrefix+digest)
-	if st, err := os.Lstat(p); err != nil || !st.Mode().IsRegular() {
+	if _, err := os.Lstat(p); err != nil {
 		return "", keeperGone(digest, "is missing")
+	}
+	// Bound as the init of a sandbox: only a copy nobody but the server
+	// could have written (see package privdir), in a directory alike.
+	_, err := privdir.Dir(h.keeperDir)
+	if err == nil {
+		_, err = privdir.File(p)
+	}
+	if err != nil {
+		return "", &KeeperError{Digest: digest, Copy: p, what: "could have been written by another user than the server's", detail: err}
 	}
 	return p, nil
 }
@@ -146,7 +184,7 @@ func verifyKeeper(ctx context.Context, p, digest string) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		return keeperGone(digest, "is damaged (its content is not its digest)")
+		return &KeeperError{Digest: digest, Copy: p, what: "is damaged (its content is not its digest)"}
 	}
 	return nil
 }
@@ -182,6 +220,31 @@ func SweepKeepers(dir string, keep map[string]bool) ([]string, error) {
 		}
 	}
 	return gone, errors.Join(errs...)
+}
+
+// CheckKeepers checks that the keeper copies in dir, and dir, are the
+// server's own (package privdir), as a restore does before it binds
+// one (doctor's check; none there is no error).
+func CheckKeepers(dir string) error {
+	if _, err := privdir.Dir(dir); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), keeperPrefix) {
+			if _, err := privdir.File(filepath.Join(dir, e.Name())); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // KeeperDir is where the host's keeper copies live.

@@ -13,6 +13,7 @@ import (
 
 	"airlock/internal/errdefs"
 	"airlock/internal/lockfile"
+	"airlock/internal/privdir"
 )
 
 // Layout is how the host ids from IDBase are shared out, in slots of two
@@ -65,7 +66,7 @@ func (h *Host) CLISlot() (uint32, error) {
 	}
 	h.cli.once.Do(func() {
 		dir := filepath.Join(h.opts.StateDir, "cli-slots")
-		if err := os.MkdirAll(dir, 0o700); err != nil {
+		if err := privdir.Ensure(dir, 0o700); err != nil {
 			h.cli.err = fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 			return
 		}

@@ -17,8 +17,9 @@ import (
 // shared may be imported by every package but themselves: the wire
 // types, the error vocabulary and configuration data; and the leaves
 // every layer uses (who a request acts for, undo stacks, terminal-safe
-// text), which import nothing of airlock but shared.
-var shared = []string{"apitype", "errdefs", "config", "identity", "cleanup", "termtext"}
+// text, whether a private directory is the server's own), which import
+// nothing of airlock but shared.
+var shared = []string{"apitype", "errdefs", "config", "identity", "cleanup", "termtext", "privdir"}
 
 // rule is what one package may import.
 type rule struct {
@@ -131,6 +132,8 @@ var rules = map[string]rule{
 	"identity": {layer: "leaf", noShared: true, std: true},
 	"cleanup":  {layer: "leaf", noShared: true, std: true},
 	"termtext": {layer: "leaf", noShared: true},
+	// Whether a directory of private state is the server's own.
+	"privdir": {layer: "leaf", noShared: true, std: true},
 
 	// Tests' helpers and test-only packages.
 	"jail/jailtest":         {layer: "test", may: []string{"jail", "gvisor", "runtimes", "testenv"}},

@@ -36,6 +36,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"airlock/internal/errdefs"
+	"airlock/internal/privdir"
 	"airlock/internal/workspace"
 )
 
@@ -138,8 +139,8 @@ func Write(ctx context.Context, root, id string, session []byte, ws *workspace.D
 			return Stats{}, err
 		}
 	}
-	if err := os.MkdirAll(root, 0o700); err != nil {
-		return Stats{}, diskErr(err)
+	if err := EnsureRoot(root); err != nil {
+		return Stats{}, err
 	}
 	tmp, err := os.MkdirTemp(root, tmpPrefix+id+"-")
 	if err != nil {
@@ -182,6 +183,19 @@ func Write(ctx context.Context, root, id string, session []byte, ws *workspace.D
 		return Stats{}, diskErr(err)
 	}
 	return st, nil
+}
+
+// EnsureRoot makes root, the directory images are kept in, when it is
+// missing, and checks that it is the server's own (package privdir):
+// another user who could write there could forge a paused session.
+func EnsureRoot(root string) error {
+	if err := privdir.Ensure(root, 0o700); err != nil {
+		if errors.Is(err, privdir.ErrNotPrivate) {
+			return errdefs.Private(errdefs.ErrUnavailable, "the server's directory for paused sessions (persistence.dir) is not its own; the session keeps running", err)
+		}
+		return diskErr(err)
+	}
+	return nil
 }
 
 // diskErr is the error of the image's disk failing: the server's, never
@@ -778,8 +792,8 @@ func MemoryTemp(root, id string) (dir string, done func(), err error) {
 	if err := checkID(id); err != nil {
 		return "", nil, err
 	}
-	if err := os.MkdirAll(root, 0o700); err != nil {
-		return "", nil, diskErr(err)
+	if err := EnsureRoot(root); err != nil {
+		return "", nil, err
 	}
 	tmp, err := os.MkdirTemp(root, tmpPrefix+"mem-"+id+"-")
 	if err != nil {

@@ -443,7 +443,7 @@ func TestDiskFull(t *testing.T) {
 	testenv.RequireRoot(t, "mounting a small tmpfs")
 	_, ws := tree(t)
 	root := t.TempDir()
-	if err := unix.Mount("tmpfs", root, "tmpfs", 0, "size=256k"); err != nil {
+	if err := unix.Mount("tmpfs", root, "tmpfs", 0, "size=256k,mode=0700"); err != nil {
 		t.Fatal(err)
 	}
 	defer unix.Unmount(root, unix.MNT_DETACH)

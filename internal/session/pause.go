@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"sort"
 	"sync"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"airlock/internal/errdefs"
 	"airlock/internal/identity"
 	"airlock/internal/pauseimage"
+	"airlock/internal/privdir"
 
 	"golang.org/x/sys/unix"
 )
@@ -116,6 +116,11 @@ func (m *Manager) persistDir() string { return m.cfg.PersistenceDir() }
 func (m *Manager) LoadPaused() error {
 	if !m.cfg.Persistence.Enabled {
 		return nil
+	}
+	// Another user who could write there could forge paused sessions
+	// (and their keepers): the server refuses to start.
+	if err := privdir.Ensure(m.persistDir(), 0o700); err != nil {
+		return fmt.Errorf("%w: persistence.dir: %v", errdefs.ErrUnavailable, err)
 	}
 	ids, swept, err := pauseimage.List(m.persistDir())
 	if err != nil {
@@ -590,10 +595,10 @@ func (m *Manager) reserveImage(tenant string, size int64) (release func(), err e
 		limit = int64(t.quotas.Of(identity.Identity{Tenant: tenant}).MaxPausedBytes)
 	}
 	var fs unix.Statfs_t
-	if err := os.MkdirAll(m.persistDir(), 0o700); err == nil {
-		err = unix.Statfs(m.persistDir(), &fs)
+	if err := pauseimage.EnsureRoot(m.persistDir()); err != nil {
+		return nil, err
 	}
-	if err != nil {
+	if err := unix.Statfs(m.persistDir(), &fs); err != nil {
 		return nil, errdefs.Private(errdefs.ErrUnavailable, "the server's disk for paused sessions cannot be read; the session keeps running", err)
 	}
 	free := int64(fs.Bavail) * int64(fs.Bsize)

@@ -1,0 +1,50 @@
+package doctor
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"airlock/internal/config"
+	"airlock/internal/testenv"
+)
+
+// Doctor says why a server would refuse persistence.dir, or not bind a
+// keeper copy: a directory every user may write, a copy of another
+// user's. checked against a mutant: persistenceChecks reporting OK
+// without the checks.
+func TestDoctorPersistence(t *testing.T) {
+	testenv.RequireRoot(t, "a keeper copy of another owner")
+	cfg := config.Default()
+	cfg.Persistence.Enabled = true
+	cfg.Persistence.Dir = filepath.Join(t.TempDir(), "sessions")
+	status := func() Check {
+		r := &Report{}
+		persistenceChecks(r, cfg)
+		if len(r.Checks) != 1 {
+			t.Fatalf("checks %+v", r.Checks)
+		}
+		return r.Checks[0]
+	}
+	if c := status(); c.Status != OK {
+		t.Errorf("no persistence.dir yet: %+v", c)
+	}
+	os.Mkdir(cfg.Persistence.Dir, 0o777)
+	os.Chmod(cfg.Persistence.Dir, 0o777)
+	if c := status(); c.Status != Fail || !strings.Contains(c.Detail, "every user may write it") {
+		t.Errorf("a world-writable persistence.dir: %+v", c)
+	}
+	os.Chmod(cfg.Persistence.Dir, 0o700)
+	keepers := filepath.Join(cfg.Persistence.Dir, ".gvisor-keepers")
+	os.Mkdir(keepers, 0o700)
+	copyPath := filepath.Join(keepers, "keeper-"+strings.Repeat("ab", 32))
+	os.WriteFile(copyPath, []byte("x"), 0o500)
+	if c := status(); c.Status != OK {
+		t.Errorf("the server's own: %+v", c)
+	}
+	os.Chown(copyPath, 54321, 54321)
+	if c := status(); c.Status != Fail || !strings.Contains(c.Detail, "belongs to uid 54321") {
+		t.Errorf("another user's keeper copy: %+v", c)
+	}
+}
