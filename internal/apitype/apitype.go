@@ -161,6 +161,10 @@ type PausedInfo struct {
 	// Error says why it cannot be resumed (a corrupt image, kept for
 	// the operator; DELETE discards it).
 	Error string `json:"error,omitempty"`
+	// ExplicitResume: only a resume makes it live again; a call naming
+	// it answers 409 session_paused even with auto_resume (an E2B pause
+	// with keepMemory false).
+	ExplicitResume bool `json:"explicit_resume,omitempty"`
 }
 
 // PauseSkipped is a workspace entry a pause left out.

@@ -156,12 +156,7 @@ func Write(ctx context.Context, root, id string, session []byte, ws *workspace.D
 	if err != nil {
 		return Stats{}, err
 	}
-	b, err := json.Marshal(body{Session: session, Files: sum, Stats: st})
-	if err != nil {
-		return Stats{}, err
-	}
-	h := sha256.Sum256(b)
-	meta, err := json.Marshal(envelope{Version: version, SHA256: hex.EncodeToString(h[:]), Body: b})
+	meta, err := encodeMeta(body{Session: session, Files: sum, Stats: st})
 	if err != nil {
 		return Stats{}, err
 	}
@@ -427,26 +422,89 @@ func Open(root, id string) (*Image, error) {
 	if !fi.IsDir() {
 		return nil, corrupt(id, "it is not a directory")
 	}
+	b, err := readMeta(dir, id)
+	if err != nil {
+		return nil, err
+	}
+	return &Image{dir: dir, sum: b.Files, Stats: b.Stats, Session: b.Session}, nil
+}
+
+// readMeta reads and checks the meta.json of the image id in dir.
+func readMeta(dir, id string) (body, error) {
 	raw, err := readRegular(filepath.Join(dir, metaName), maxMeta)
 	if err != nil {
-		return nil, corrupt(id, "meta.json: "+err.Error())
+		return body{}, corrupt(id, "meta.json: "+err.Error())
 	}
 	var env envelope
 	if err := json.Unmarshal(raw, &env); err != nil {
-		return nil, corrupt(id, "meta.json is not valid JSON (truncated?)")
+		return body{}, corrupt(id, "meta.json is not valid JSON (truncated?)")
 	}
 	if env.Version != version {
-		return nil, corrupt(id, fmt.Sprintf("meta.json is of version %d, this server reads %d", env.Version, version))
+		return body{}, corrupt(id, fmt.Sprintf("meta.json is of version %d, this server reads %d", env.Version, version))
 	}
 	h := sha256.Sum256(env.Body)
 	if hex.EncodeToString(h[:]) != env.SHA256 {
-		return nil, corrupt(id, "meta.json fails its checksum")
+		return body{}, corrupt(id, "meta.json fails its checksum")
 	}
 	var b body
 	if err := json.Unmarshal(env.Body, &b); err != nil || b.Files.Size < 0 {
-		return nil, corrupt(id, "meta.json's body is malformed")
+		return body{}, corrupt(id, "meta.json's body is malformed")
 	}
-	return &Image{dir: dir, sum: b.Files, Stats: b.Stats, Session: b.Session}, nil
+	return b, nil
+}
+
+// encodeMeta is meta.json of b.
+func encodeMeta(b body) ([]byte, error) {
+	raw, err := json.Marshal(b)
+	if err != nil {
+		return nil, err
+	}
+	h := sha256.Sum256(raw)
+	return json.Marshal(envelope{Version: version, SHA256: hex.EncodeToString(h[:]), Body: raw})
+}
+
+// Redescribe replaces the description (Write's session) of the image
+// of id under root, in one step: a new meta.json is written beside the
+// old, synced and renamed over it, so that a crash leaves one or the
+// other, never a mix. The image's files are untouched; a description
+// that fails its checks is not replaced (ErrImageCorrupt). The caller
+// keeps the image from being resumed, removed or replaced meanwhile.
+func Redescribe(root, id string, session []byte) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	dir := filepath.Join(root, id)
+	if fi, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%w: no paused session %s", errdefs.ErrNotFound, id)
+	} else if err != nil || !fi.IsDir() {
+		return corrupt(id, "it is not a directory")
+	}
+	b, err := readMeta(dir, id)
+	if err != nil {
+		return err
+	}
+	b.Session = session
+	meta, err := encodeMeta(b)
+	if err != nil {
+		return err
+	}
+	if len(meta) > maxMeta {
+		return fmt.Errorf("%w: the paused session's description would take %d bytes, more than %d", errdefs.ErrTooLarge, len(meta), maxMeta)
+	}
+	tmp := filepath.Join(dir, tmpPrefix+metaName)
+	os.Remove(tmp) // an interrupted Redescribe's
+	err = writeSynced(tmp, bytes.NewReader(meta))
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(dir, metaName))
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return errdefs.Private(errdefs.ErrUnavailable, "the paused session's description could not be rewritten (it is as it was)", err)
+	}
+	if err := syncDir(dir); err != nil {
+		return errdefs.Private(errdefs.ErrUnavailable, "the paused session's description was rewritten but perhaps not durably", err)
+	}
+	return nil
 }
 
 // readRegular reads the regular file p (never through a symlink) of at

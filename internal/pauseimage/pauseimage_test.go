@@ -611,3 +611,63 @@ func TestKeepers(t *testing.T) {
 		t.Errorf("an unreadable memory.json: %v, no error", got)
 	}
 }
+
+// TestRedescribe: a description replaced reads back with the image's
+// files and stats as they were, and restores; one that fails its checks
+// is refused and left as it was, as is a missing image; what an
+// interrupted replacement left beside it is ignored and replaced.
+func TestRedescribe(t *testing.T) {
+	_, ws := tree(t)
+	root := t.TempDir()
+	if _, err := Write(context.Background(), root, "s-1", []byte(`{"a":1}`), ws, 8<<20, nil); err != nil {
+		t.Fatal(err)
+	}
+	before, err := Open(root, "s-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before.Close()
+	dir := filepath.Join(root, "s-1")
+	if err := os.WriteFile(filepath.Join(dir, tmpPrefix+metaName), []byte("half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Redescribe(root, "s-1", []byte(`{"a":2}`)); err != nil {
+		t.Fatal(err)
+	}
+	im, err := Open(root, "s-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer im.Close()
+	if string(im.Session) != `{"a":2}` || im.sum != before.sum || im.Stats.Files != before.Stats.Files || im.Stats.Bytes != before.Stats.Bytes {
+		t.Errorf("read back %s %+v %+v, want the files of before", im.Session, im.sum, im.Stats)
+	}
+	if err := im.Restore(context.Background(), outDir(t), 4<<20); err != nil {
+		t.Errorf("restoring a redescribed image: %v", err)
+	}
+	if names, _ := os.ReadDir(dir); len(names) != 2 {
+		t.Errorf("the image holds %d entries, want meta.json and files.tar", len(names))
+	}
+	if ids, swept, err := List(root); err != nil || len(ids) != 1 || swept != 0 {
+		t.Errorf("List: %v %d %v", ids, swept, err)
+	}
+	// Damaged: refused, not replaced.
+	raw, _ := os.ReadFile(filepath.Join(dir, metaName))
+	damaged := bytes.Replace(raw, []byte(`"a":2`), []byte(`"a":3`), 1)
+	if bytes.Equal(damaged, raw) {
+		t.Fatalf("no description to damage in %s", raw)
+	}
+	os.WriteFile(filepath.Join(dir, metaName), damaged, 0o600)
+	if err := Redescribe(root, "s-1", []byte(`{"a":4}`)); !errors.Is(err, errdefs.ErrImageCorrupt) {
+		t.Errorf("a damaged description replaced: %v", err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, metaName)); !bytes.Equal(got, damaged) {
+		t.Error("a damaged description was rewritten")
+	}
+	if err := Redescribe(root, "s-2", []byte(`{}`)); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("a missing image: %v", err)
+	}
+	if err := Redescribe(root, "../s-1", []byte(`{}`)); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a path for an id: %v", err)
+	}
+}

@@ -43,6 +43,9 @@ type pausedMeta struct {
 	// CtxNext numbers those clients create.
 	Contexts []pausedContext `json:"contexts,omitempty"`
 	CtxNext  int             `json:"ctx_next,omitempty"`
+	// ExplicitResume: the pause asked to be undone only by a resume,
+	// never by auto_resume (see PauseAsk).
+	ExplicitResume bool `json:"explicit_resume,omitempty"`
 }
 
 // pausedContext is a code context as a pause keeps it.
@@ -67,10 +70,17 @@ type pausedSession struct {
 	err      error
 }
 
-// PausedError is the error of a call to a paused session (ErrPaused).
-type PausedError struct{ ID string }
+// PausedError is the error of a call to a paused session (ErrPaused);
+// Explicit: its pause asked to be resumed only explicitly (PauseAsk).
+type PausedError struct {
+	ID       string
+	Explicit bool
+}
 
 func (e *PausedError) Error() string {
+	if e.Explicit {
+		return fmt.Sprintf("session %s is paused, and its pause asked for an explicit resume (E2B's keepMemory false): resume it with POST /v1/sessions/%s/resume (E2B: Sandbox.connect)", e.ID, e.ID)
+	}
 	return fmt.Sprintf("session %s is paused: resume it with POST /v1/sessions/%s/resume (or create sessions with auto_resume)", e.ID, e.ID)
 }
 func (e *PausedError) Unwrap() error { return errdefs.ErrPaused }
@@ -87,6 +97,7 @@ func (p *pausedSession) info(keep time.Duration) apitype.Session {
 		Paused: &apitype.PausedInfo{
 			PausedAt: p.meta.PausedAt.UTC(), Files: p.stats.Files, Dirs: p.stats.Dirs,
 			Bytes: p.stats.Bytes, DiskBytes: p.stats.DiskBytes, ExpiresAt: p.meta.PausedAt.Add(keep).UTC(),
+			ExplicitResume: p.meta.ExplicitResume,
 		},
 	}
 	if p.memBytes > 0 {
@@ -256,7 +267,8 @@ func (m *Manager) Describe(ctx context.Context, id string) (apitype.Session, err
 }
 
 // Reach is Find for a call that works in a session: a paused session
-// created with auto_resume is resumed first.
+// created with auto_resume is resumed first, unless its pause asked for
+// an explicit resume (PauseAsk), which Find's error says.
 func (m *Manager) Reach(ctx context.Context, id string) (*Session, error) {
 	s, err := m.Find(ctx, id)
 	var pe *PausedError
@@ -265,9 +277,13 @@ func (m *Manager) Reach(ctx context.Context, id string) (*Session, error) {
 	}
 	m.mu.Lock()
 	p := m.paused[id]
-	auto := p != nil && p.meta.Request.AutoResume
+	auto := p != nil && p.meta.Request.AutoResume && !p.meta.ExplicitResume
 	m.mu.Unlock()
 	if !auto {
+		if p != nil {
+			// Its pause of now (one may have come since Find).
+			err = &PausedError{ID: id, Explicit: p.meta.ExplicitResume}
+		}
 		return nil, err
 	}
 	return m.resume(ctx, id, "")
@@ -300,7 +316,26 @@ func (m *Manager) ResumeWith(ctx context.Context, id, keep string) (*Session, er
 // what keep asks (see Pause); a paused one is described as it is (a
 // client's retry).
 func (m *Manager) PauseFor(ctx context.Context, id, keep string) (apitype.Session, error) {
-	if err := checkRestores("restores", keep); err != nil {
+	return m.PauseWith(ctx, id, PauseAsk{Keep: keep})
+}
+
+// PauseAsk is what a client's pause asks.
+type PauseAsk struct {
+	// Keep is what it keeps (see Session.Pause).
+	Keep string
+	// ExplicitResume: the paused session is made live again only by a
+	// resume (ResumeWith), never by a call naming it (Reach), whatever
+	// its auto_resume says: E2B's pause with keepMemory false, whose
+	// traffic would meet a restarted interpreter. It is written with the
+	// pause's image and listed with it in one step, so that no call ever
+	// finds the session paused without it; it holds until that pause is
+	// resumed (the session's next pause asks again).
+	ExplicitResume bool
+}
+
+// PauseWith is PauseFor asking what ask says.
+func (m *Manager) PauseWith(ctx context.Context, id string, ask PauseAsk) (apitype.Session, error) {
+	if err := checkRestores("restores", ask.Keep); err != nil {
 		return apitype.Session{}, err
 	}
 	s, err := m.Find(ctx, id)
@@ -311,11 +346,43 @@ func (m *Manager) PauseFor(ctx context.Context, id, keep string) (apitype.Sessio
 	if err != nil {
 		return apitype.Session{}, err
 	}
-	info, err := s.Pause(ctx, keep)
+	info, err := s.pauseAsked(ctx, ask)
 	if err == nil {
 		m.settle(ctx, id)
 	}
 	return info, err
+}
+
+// RequireExplicitResume makes the paused session id one that only a
+// resume makes live again (as a pause with PauseAsk.ExplicitResume),
+// in its image's description and here: for a mark an older server kept
+// elsewhere (E2B's records). Not while it is being resumed
+// (ErrConflict).
+func (m *Manager) RequireExplicitResume(id string) error {
+	// Under m.mu: no resume, delete or expiry takes the image while its
+	// description is replaced (each takes it out of m.paused first).
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.paused[id]
+	switch {
+	case p == nil:
+		return m.ids.Unknown(id)
+	case p.resuming != nil:
+		return fmt.Errorf("%w: the session is being resumed", errdefs.ErrConflict)
+	case p.meta.ExplicitResume:
+		return nil
+	}
+	meta := p.meta
+	meta.ExplicitResume = true
+	raw, err := json.Marshal(meta)
+	if err != nil {
+		return err
+	}
+	if err := pauseimage.Redescribe(m.persistDir(), id, raw); err != nil {
+		return err
+	}
+	p.meta = meta
+	return nil
 }
 
 // errPersistenceOff is the error of a pause on a server that cannot.
@@ -389,15 +456,21 @@ func (s *Session) freeze(what string) (thaw func(), err error) {
 // fails (a full disk, a quota, a workspace that cannot be kept whole)
 // leaves the session running as it was.
 func (s *Session) Pause(ctx context.Context, keep string) (apitype.Session, error) {
+	return s.pauseAsked(ctx, PauseAsk{Keep: keep})
+}
+
+// pauseAsked is Pause asking what ask says.
+func (s *Session) pauseAsked(ctx context.Context, ask PauseAsk) (apitype.Session, error) {
 	if err := s.pausable(); err != nil {
 		return apitype.Session{}, err
 	}
+	keep := ask.Keep
 	if keep == apitype.RestoreMemory {
 		if err := s.MemoryRefusal(); err != nil {
 			return apitype.Session{}, fmt.Errorf("restores %q: %w; ask for \"files\", or leave restores unset", keep, err)
 		}
 	}
-	return s.pauseObserved(ctx, keep, keep == apitype.RestoreMemory)
+	return s.pauseObserved(ctx, ask, keep == apitype.RestoreMemory)
 }
 
 // pausable refuses a pause of a session that cannot be paused at all.
@@ -415,8 +488,9 @@ func (s *Session) pausable() error {
 // (RestoreMemory) where it cannot be kept, it keeps the files and says
 // why (a timeout's pause: nothing is lost for it), unless must, where a
 // checkpoint that fails fails the pause (a client's explicit ask).
-func (s *Session) pause(ctx context.Context, keep string, must bool) (apitype.Session, error) {
+func (s *Session) pause(ctx context.Context, ask PauseAsk, must bool) (apitype.Session, error) {
 	m := s.m
+	keep := ask.Keep
 	thaw, err := s.freeze("pause")
 	if err != nil {
 		return apitype.Session{}, err
@@ -425,6 +499,7 @@ func (s *Session) pause(ctx context.Context, keep string, must bool) (apitype.Se
 	// is let go): nothing begins in it either way.
 	defer thaw()
 	meta := s.pausedMeta()
+	meta.ExplicitResume = ask.ExplicitResume
 	raw, err := json.Marshal(meta)
 	if err != nil {
 		return apitype.Session{}, err
@@ -487,6 +562,9 @@ func (s *Session) pause(ctx context.Context, keep string, must bool) (apitype.Se
 		m.hook("listed", s.id)
 	}
 	s.terminate(apitype.Ended(apitype.EndPaused))
+	if m.hook != nil {
+		m.hook("paused", s.id)
+	}
 	m.sweepPaused()
 	m.log.Info("session paused", "session", s.id, "files", st.Files, "bytes", st.Bytes, "disk_bytes", st.DiskBytes, "ms", time.Since(begun).Milliseconds())
 	return info, nil
@@ -876,6 +954,10 @@ func (s *Session) SetTimeout(d time.Duration) error {
 	if !s.end.Zero() {
 		return gone(s.end)
 	}
+	if s.pausing {
+		// Its image has the lifetime of before: this one would be lost.
+		return fmt.Errorf("%w: the session is being paused; set its timeout once it is resumed", errdefs.ErrConflict)
+	}
 	s.lifetime = d
 	s.expires = time.Now().Add(d)
 	if s.lifeTimer == nil {
@@ -941,42 +1023,42 @@ func (s *Session) timedOut(end apitype.End) {
 			// (a conflict); its work is never interrupted for it.
 			pause = s.pauseIdle
 		}
-		if _, err := pause(ctx, s.made.OnTimeoutRestores); err != nil && s.End().Zero() {
+		if _, err := pause(ctx, PauseAsk{Keep: s.made.OnTimeoutRestores}); err != nil && s.End().Zero() {
 			s.m.log.Warn("a session's timeout could not pause it; it keeps running", "session", s.id, "err", err)
 			s.Touch()
 		}
 	}()
 }
 
-// pauseIdle is an idle timeout's pause, keeping what keep asks (memory
+// pauseIdle is an idle timeout's pause, asking what ask says (memory
 // that cannot be kept: the files, saying why).
-func (s *Session) pauseIdle(ctx context.Context, keep string) (info apitype.Session, err error) {
-	return s.pauseObserved(ctx, keep, false)
+func (s *Session) pauseIdle(ctx context.Context, ask PauseAsk) (info apitype.Session, err error) {
+	return s.pauseObserved(ctx, ask, false)
 }
 
 // pauseObserved is pause, checked and observed.
-func (s *Session) pauseObserved(ctx context.Context, keep string, must bool) (info apitype.Session, err error) {
+func (s *Session) pauseObserved(ctx context.Context, ask PauseAsk, must bool) (info apitype.Session, err error) {
 	if err := s.pausable(); err != nil {
 		return apitype.Session{}, err
 	}
 	begun := time.Now()
-	info, err = s.pause(ctx, keep, must)
+	info, err = s.pause(ctx, ask, must)
 	s.m.observePause(OpPause, pausedKind(info), begun, err)
 	return info, err
 }
 
 // pauseWhenIdle pauses the session (a timeout's or a shutdown's), first
 // interrupting what runs in it, killing its shell commands, and waiting
-// (until ctx ends) for them to stop; it keeps what keep asks, as
+// (until ctx ends) for them to stop; it asks what ask says, as
 // pauseIdle.
-func (s *Session) pauseWhenIdle(ctx context.Context, keep string) (info apitype.Session, err error) {
+func (s *Session) pauseWhenIdle(ctx context.Context, ask PauseAsk) (info apitype.Session, err error) {
 	if err := s.pausable(); err != nil {
 		return apitype.Session{}, err
 	}
 	begun := time.Now()
 	defer func() { s.m.observePause(OpPause, pausedKind(info), begun, err) }()
 	for {
-		info, err := s.pause(ctx, keep, false)
+		info, err := s.pause(ctx, ask, false)
 		if !errors.Is(err, errdefs.ErrConflict) {
 			return info, err
 		}
@@ -1017,7 +1099,7 @@ func (m *Manager) pauseAll(all []*Session) {
 			defer func() { <-sem }()
 			// What can be kept is: a shutdown is not the client's
 			// choice (on_timeout_restores is the timeout's).
-			if _, err := s.pauseWhenIdle(ctx, ""); err != nil {
+			if _, err := s.pauseWhenIdle(ctx, PauseAsk{}); err != nil {
 				m.log.Warn("a session could not be paused at shutdown; it ends", "session", s.id, "err", err)
 			}
 		}()

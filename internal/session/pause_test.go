@@ -839,8 +839,9 @@ func TestForkWhileDeleted(t *testing.T) {
 	}
 }
 
-// TestNoChangesWhilePausing: a code context or network policy change
-// while the image is written is refused (409), not lost on resume.
+// TestNoChangesWhilePausing: a code context, network policy or lifetime
+// change while the image is written is refused (409), not lost on
+// resume. Checked against a mutant: SetTimeout not checking.
 func TestNoChangesWhilePausing(t *testing.T) {
 	cfg := persistConfig(t)
 	m, _, _ := newTestManager(t, cfg)
@@ -862,6 +863,9 @@ func TestNoChangesWhilePausing(t *testing.T) {
 		}
 		if _, err := s.SetNetwork(ctx, &apitype.NetworkPolicy{Allow: []string{"pypi.org"}}); !errors.Is(err, errdefs.ErrConflict) {
 			t.Errorf("a network policy set during a pause: %v", err)
+		}
+		if err := s.SetTimeout(time.Hour); !errors.Is(err, errdefs.ErrConflict) {
+			t.Errorf("a lifetime set during a pause: %v", err)
 		}
 	}
 	if _, err := s.Pause(context.Background(), ""); err != nil {
@@ -919,7 +923,7 @@ func TestPauseObserved(t *testing.T) {
 	// A shutdown's pause waits for the execution to stop: one event.
 	go r.Execute(context.Background(), apitype.ExecuteRequest{Code: "sleep"}, nil)
 	busy(t, r)
-	if _, err := r.pauseWhenIdle(context.Background(), ""); err != nil {
+	if _, err := r.pauseWhenIdle(context.Background(), PauseAsk{}); err != nil {
 		t.Fatal(err)
 	}
 	tarPath := filepath.Join(cfg.Persistence.Dir, s.ID(), "files.tar")

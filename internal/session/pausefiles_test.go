@@ -337,3 +337,137 @@ func TestPauseMemoryAskedFails(t *testing.T) {
 		t.Errorf("an unasked pause whose checkpoint failed: %+v %v", info, err)
 	}
 }
+
+// TestExplicitResumeWithItsPause: a pause of an auto_resume session that
+// asks for an explicit resume (E2B's keepMemory false) is never undone
+// by a call naming the session, from the moment it is listed as paused:
+// a call that comes in just then finds it paused, whether it comes as
+// its sandbox is being ended (the "listed" hook: it reaches the ending
+// session, whose calls answer ErrPaused, not ErrGone) or once that is
+// done, before the pause has returned to its caller (the "paused" hook:
+// ErrPaused saying how to resume it); none takes a sandbox. The paused
+// session says so, and a restart reads it back with its image.
+// ResumeWith resumes it; its next pause, asking nothing, is auto-resumed
+// again. Checked against mutants: the choice marked once the pause has
+// returned (as the E2B layer did: the call at "paused" resumed it),
+// Reach ignoring it, and a call on the ending session answering
+// ErrGone.
+func TestExplicitResumeWithItsPause(t *testing.T) {
+	cfg := persistConfig(t)
+	m, src, _ := newTestManager(t, cfg)
+	ctx := context.Background()
+	s, err := m.Create(ctx, apitype.CreateSessionRequest{AutoResume: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, s, someFiles)
+	sandboxes := func() int { src.mu.Lock(); defer src.mu.Unlock(); return len(src.all) }
+	before := sandboxes()
+	inWindow := map[string]error{}
+	m.hook = func(point, id string) {
+		switch point {
+		case "listed":
+			r, err := m.Reach(ctx, id)
+			if err == nil {
+				_, err = r.Execute(ctx, apitype.ExecuteRequest{Code: "out x"}, nil)
+			}
+			inWindow[point] = err
+		case "paused":
+			_, inWindow[point] = m.Reach(ctx, id)
+		}
+	}
+	info, err := m.PauseWith(ctx, s.ID(), PauseAsk{Keep: apitype.RestoreFiles, ExplicitResume: true})
+	m.hook = nil
+	if err != nil {
+		t.Fatal(err)
+	}
+	explicit := func(what string, err error) {
+		t.Helper()
+		var pe *PausedError
+		if !errors.As(err, &pe) || !pe.Explicit || !strings.Contains(err.Error(), "explicit resume") {
+			t.Errorf("%s: %v, want the session paused until an explicit resume", what, err)
+		}
+	}
+	if len(inWindow) != 2 {
+		t.Fatalf("the pause's hooks ran at %v", inWindow)
+	}
+	if err := inWindow["listed"]; !errors.Is(err, errdefs.ErrPaused) || errors.Is(err, errdefs.ErrGone) {
+		t.Errorf("a call as the pause ended the sandbox: %v, want ErrPaused", err)
+	}
+	explicit("a call once paused, before the pause returned", inWindow["paused"])
+	if info.Paused == nil || !info.Paused.ExplicitResume || !info.AutoResume {
+		t.Errorf("the paused session: %+v %+v", info, info.Paused)
+	}
+	explicit("a call once paused", func() error { _, err := m.Reach(ctx, s.ID()); return err }())
+	if n := sandboxes() - before; n != 0 {
+		t.Errorf("calls of a paused session took %d sandboxes", n)
+	}
+
+	// A restart reads it back.
+	m2, _, _ := newTestManager(t, cfg)
+	if err := m2.LoadPaused(); err != nil {
+		t.Fatal(err)
+	}
+	explicit("a call after a restart", func() error { _, err := m2.Reach(ctx, s.ID()); return err }())
+	if d, err := m2.Describe(ctx, s.ID()); err != nil || d.Paused == nil || !d.Paused.ExplicitResume {
+		t.Errorf("after a restart: %+v %v", d, err)
+	}
+
+	r, err := m.ResumeWith(ctx, s.ID(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFiles(t, r, someFiles)
+	if _, err := m.PauseFor(ctx, s.ID(), apitype.RestoreFiles); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := m.Reach(ctx, s.ID()); err != nil {
+		t.Errorf("a pause that asked for nothing is not auto-resumed: %v", err)
+	} else {
+		checkFiles(t, r, someFiles)
+	}
+}
+
+// TestRequireExplicitResume: a mark an older server kept outside the
+// image (E2B's records) is written into the paused session's image: the
+// session is not auto-resumed, now or after a restart; a live or unknown
+// session is refused. Checked against a mutant: the image left as it
+// was (the restart auto-resumed it).
+func TestRequireExplicitResume(t *testing.T) {
+	cfg := persistConfig(t)
+	m, _, _ := newTestManager(t, cfg)
+	ctx := context.Background()
+	s, err := m.Create(ctx, apitype.CreateSessionRequest{AutoResume: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.RequireExplicitResume(s.ID()); err == nil {
+		t.Error("a live session marked")
+	}
+	if _, err := m.PauseFor(ctx, s.ID(), apitype.RestoreFiles); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := m.RequireExplicitResume(s.ID()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.RequireExplicitResume("s-none"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("an unknown session: %v", err)
+	}
+	for i, mm := range []*Manager{m, nil} {
+		if mm == nil {
+			mm, _, _ = newTestManager(t, cfg)
+			if err := mm.LoadPaused(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var pe *PausedError
+		if _, err := mm.Reach(ctx, s.ID()); !errors.As(err, &pe) || !pe.Explicit {
+			t.Errorf("manager %d: a call of the marked session: %v", i, err)
+		}
+	}
+	if r, err := m.ResumeWith(ctx, s.ID(), ""); err != nil || r.ID() != s.ID() {
+		t.Errorf("resume: %v", err)
+	}
+}

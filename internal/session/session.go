@@ -50,11 +50,24 @@ import (
 )
 
 // EndedError is the error of every call to a session that ended: it
-// matches errdefs.ErrGone and carries why.
+// matches errdefs.ErrGone and carries why; one that was paused is not
+// gone: it matches errdefs.ErrPaused (a call that found its sandbox as
+// the pause ended it).
 type EndedError struct{ End apitype.End }
 
-func (e *EndedError) Error() string { return "session ended: " + e.End.Reason }
-func (e *EndedError) Unwrap() error { return errdefs.ErrGone }
+func (e *EndedError) Error() string {
+	if e.End.Code == apitype.EndPaused {
+		return "session paused as the call began: call again (a session created with auto_resume is resumed), or resume it with POST /v1/sessions/{id}/resume"
+	}
+	return "session ended: " + e.End.Reason
+}
+
+func (e *EndedError) Unwrap() error {
+	if e.End.Code == apitype.EndPaused {
+		return errdefs.ErrPaused
+	}
+	return errdefs.ErrGone
+}
 
 func gone(end apitype.End) error { return &EndedError{End: end} }
 
@@ -121,7 +134,8 @@ type Manager struct {
 	// hook, if set (tests), is called at a point of a pause or fork
 	// where another call may come in: "written" (a pause's image is
 	// written, the session not yet listed as paused), "listed" (listed
-	// as paused, its sandbox not yet ended), "fork" (a paused
+	// as paused, its sandbox not yet ended), "paused" (its sandbox
+	// ended, the pause not yet returned to its caller), "fork" (a paused
 	// source found, its image not yet opened), "restoring" (a resumed
 	// or forked session's sandbox made, its files not yet restored).
 	hook func(point, id string)
@@ -767,8 +781,8 @@ func (m *Manager) Get(id string) (*Session, error) {
 	if s, ok := m.sessions[id]; ok {
 		return s, nil
 	}
-	if _, ok := m.paused[id]; ok {
-		return nil, &PausedError{id}
+	if p, ok := m.paused[id]; ok {
+		return nil, &PausedError{ID: id, Explicit: p.meta.ExplicitResume}
 	}
 	if e, ok := m.ended[id]; ok {
 		return nil, gone(e.end)
@@ -794,7 +808,7 @@ func (m *Manager) Find(ctx context.Context, id string) (*Session, error) {
 	}
 	if p, err := m.pausedLocked(id, &who); p != nil || err != nil {
 		if err == nil {
-			err = &PausedError{id}
+			err = &PausedError{ID: id, Explicit: p.meta.ExplicitResume}
 		}
 		return nil, err
 	}
@@ -893,6 +907,15 @@ func (m *Manager) Delete(id string) error {
 	}
 	s.terminate(apitype.Ended(apitype.EndDeleted))
 	return nil
+}
+
+// EndUnlessPaused ends the session for end, as Delete does, unless a
+// pause claimed its end first (it stays paused); it reports whether the
+// session has ended (not paused). For a lifetime its caller keeps
+// itself (E2B's sandbox timeout), which a pause stops.
+func (s *Session) EndUnlessPaused(end apitype.End) bool {
+	s.terminate(end)
+	return s.End().Code != apitype.EndPaused
 }
 
 // Discard ends the session id just made (created or forked) that its
@@ -1175,12 +1198,12 @@ func (s *Session) terminate(end apitype.End) {
 		_, registered := m.sessions[s.id]
 		if registered {
 			delete(m.sessions, s.id)
-			m.ended[s.id] = endedSession{end: end, tenant: s.owner.Tenant}
 			m.keepHistoryLocked(s, end)
-			m.endOrder = append(m.endOrder, s.id)
-			if len(m.endOrder) > 10000 {
-				delete(m.ended, m.endOrder[0])
-				m.endOrder = m.endOrder[1:]
+			// A paused session's record is its listing (m.paused, made
+			// with its end's claim): whoever takes it from there, a
+			// delete or persistence.keep, remembers its end.
+			if end.Code != apitype.EndPaused {
+				m.rememberEndLocked(s.id, end, s.owner.Tenant)
 			}
 		}
 		m.mu.Unlock()

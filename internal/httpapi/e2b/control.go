@@ -297,6 +297,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.boxes[box.id] = box
 	s.mu.Unlock()
+	// Nobody else knows the sandbox yet: its session takes the timeout
+	// (create checked it).
 	s.deadline(box, ttl, true)
 	// E2B's Python SDK reads only a 201.
 	httpapi.WriteJSON(w, http.StatusCreated, s.describe(box, true))
@@ -317,31 +319,47 @@ func (s *Server) ttl(asked *int64) (time.Duration, error) {
 
 // deadline ends box's session ttl from now; unless set, only a later end
 // replaces an earlier one (connect and refreshes extend, set_timeout
-// sets).
-func (s *Server) deadline(box *sandbox, ttl time.Duration, set bool) {
+// sets). A timeout the session does not take (it is being paused) is an
+// error, and box's end stays as it was.
+func (s *Server) deadline(box *sandbox, ttl time.Duration, set bool) error {
 	end := time.Now().Add(ttl)
 	box.mu.Lock()
 	defer box.mu.Unlock()
 	if !set && end.Before(box.end) {
-		return
+		return nil
+	}
+	if box.pause {
+		// The session's lifetime, which pauses it: set at creation, set
+		// again here (a paused one's is set when it resumes).
+		if sess, err := s.m.Get(box.id); err == nil {
+			if err := sess.SetTimeout(ttl); err != nil && !errors.Is(err, errdefs.ErrPaused) && !errors.Is(err, errdefs.ErrGone) {
+				return err
+			}
+		}
+		box.end = end
+		return nil
 	}
 	box.end = end
 	if box.timer != nil {
 		box.timer.Stop()
 	}
-	if box.pause {
-		// The session's lifetime, which pauses it: set at creation, set
-		// again here (a paused one's is set when it resumes).
-		if sess, err := s.m.Get(box.id); err == nil && sess.Info().State != apitype.StatePaused {
-			sess.SetTimeout(ttl)
-		}
+	id := box.id
+	box.timer = time.AfterFunc(ttl, func() { s.expire(id) })
+	return nil
+}
+
+// expire ends sandbox id at its timeout, unless it is paused: a pause
+// stops its timeout, and one that came just before the timer fired
+// (before pause could stop it) wins; its sandbox stays then.
+func (s *Server) expire(id string) {
+	sess, err := s.m.Get(id)
+	switch {
+	case errors.Is(err, errdefs.ErrPaused):
+		return
+	case err == nil && !sess.EndUnlessPaused(apitype.Ended(apitype.EndDeleted)):
 		return
 	}
-	id := box.id
-	box.timer = time.AfterFunc(ttl, func() {
-		s.forget(id)
-		s.m.Delete(id)
-	})
+	s.forget(id)
 }
 
 // describe is box as E2B's API shows it; with secrets, its tokens too
@@ -500,11 +518,16 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
 		failControl(w, err)
 		return
 	}
-	s.forget(box.id)
+	// Forgotten once its session is gone: a kill refused (a paused
+	// sandbox being resumed) leaves the sandbox as it was.
 	if err := s.m.DeleteFor(r.Context(), id); err != nil {
+		if gone(err) {
+			s.forget(box.id)
+		}
 		failControl(w, notFoundErr(id, err))
 		return
 	}
+	s.forget(box.id)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -557,43 +580,30 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// keepMemory: true is refused where the memory cannot be kept;
-	// false pauses with the files only (E2B's filesystem-only snapshot);
-	// unset, what the session's pauses keep (E2B's default is memory).
-	keep := ""
+	// false pauses with the files only (E2B's filesystem-only snapshot),
+	// which traffic never resumes (it would meet a restarted
+	// interpreter): the pause itself says so, from the moment the
+	// sandbox is paused, so no call can resume it in between; unset,
+	// what the session's pauses keep (E2B's default is memory).
+	ask := session.PauseAsk{}
 	if req.Memory != nil {
-		keep = apitype.RestoreFiles
+		ask.Keep, ask.ExplicitResume = apitype.RestoreFiles, true
 		if *req.Memory {
-			keep = apitype.RestoreMemory
+			ask.Keep, ask.ExplicitResume = apitype.RestoreMemory, false
 		}
 	}
-	if _, err := s.m.PauseFor(r.Context(), box.id, keep); err != nil {
+	if _, err := s.m.PauseWith(r.Context(), box.id, ask); err != nil {
 		failControl(w, notFoundErr(box.id, keepMemoryErr(err)))
 		return
 	}
-	// A paused sandbox's timeout stops (persistence.keep bounds it).
+	// A paused sandbox's timeout stops (persistence.keep bounds it);
+	// one firing before this finds it paused (expire).
 	box.mu.Lock()
 	if box.timer != nil {
 		box.timer.Stop()
 	}
 	box.mu.Unlock()
-	s.setFilesOnly(r.Context(), box, keep == apitype.RestoreFiles)
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// setFilesOnly records whether box was paused with keepMemory false
-// (its auto-resume refuses it, a restart too); a record that cannot be
-// written is logged (the sandbox answers as it says until a restart).
-func (s *Server) setFilesOnly(ctx context.Context, box *sandbox, on bool) {
-	box.mu.Lock()
-	changed := box.filesOnly != on
-	box.filesOnly = on
-	box.mu.Unlock()
-	if !changed || !box.autoResume {
-		return
-	}
-	if err := s.save(context.WithoutCancel(ctx), box); err != nil {
-		s.log().Warn("an E2B sandbox's record could not be updated; after a restart its files-only pause is auto-resumed", "sandbox", box.id, "err", err)
-	}
 }
 
 func (s *Server) retime(w http.ResponseWriter, r *http.Request, set bool, status int) {
@@ -618,9 +628,11 @@ func (s *Server) retime(w http.ResponseWriter, r *http.Request, set bool, status
 				failControl(w, notFoundErr(box.id, err))
 				return
 			}
-			s.setFilesOnly(r.Context(), box, false)
 			// Its timeout starts again (a pause stopped it).
-			s.deadline(box, min(defaultTTL, s.cfg.Server.MaxIdleTimeout.D()), true)
+			if err := s.deadline(box, min(defaultTTL, s.cfg.Server.MaxIdleTimeout.D()), true); err != nil {
+				failControl(w, err)
+				return
+			}
 		}
 	} else if _, err := s.m.Get(box.id); errors.Is(err, errdefs.ErrPaused) {
 		failControl(w, fmt.Errorf("%w: sandbox %q is paused: connect to it (Sandbox.connect) to resume it first", errdefs.ErrConflict, box.id))
@@ -636,7 +648,10 @@ func (s *Server) retime(w http.ResponseWriter, r *http.Request, set bool, status
 			failControl(w, err)
 			return
 		}
-		s.deadline(box, ttl, set)
+		if err := s.deadline(box, ttl, set); err != nil {
+			failControl(w, err)
+			return
+		}
 	}
 	if status == http.StatusNoContent {
 		w.WriteHeader(status)

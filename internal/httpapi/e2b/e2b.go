@@ -99,10 +99,6 @@ type sandbox struct {
 	mu    sync.Mutex
 	end   time.Time
 	timer *time.Timer
-	// filesOnly: paused with keepMemory false, which E2B's auto-resume
-	// refuses (traffic would meet a restarted interpreter): connect
-	// resumes it.
-	filesOnly bool
 	// watches counts its open WatchDir streams, pollers its
 	// CreateWatcher watches; procs are the processes it started.
 	watches int
@@ -247,9 +243,11 @@ func (s *Server) serveData(w http.ResponseWriter, r *http.Request, id string) {
 	// Reach resumes a paused sandbox created with autoResume.
 	sess, err := s.reach(identity.With(r.Context(), box.owner), box)
 	if err != nil {
-		if !errors.Is(err, errdefs.ErrPaused) {
+		if gone(err) {
 			s.forget(id)
 		}
+		// Else it is still there (a resume refused for a quota, a
+		// conflict, a full disk): its sandbox and record stay.
 		fail(w, notFoundErr(id, err))
 		return
 	}
@@ -260,20 +258,9 @@ func (s *Server) serveData(w http.ResponseWriter, r *http.Request, id string) {
 
 // reach is box's session for a call of its data plane or ports: a
 // paused one is resumed when box has autoResume, unless it was paused
-// with keepMemory false.
+// with keepMemory false (its pause says so: see pause).
 func (s *Server) reach(ctx context.Context, box *sandbox) (*session.Session, error) {
-	box.mu.Lock()
-	filesOnly := box.filesOnly
-	box.mu.Unlock()
-	if !filesOnly {
-		return s.m.Reach(ctx, box.id)
-	}
-	sess, err := s.m.Find(ctx, box.id)
-	if err == nil {
-		// Resumed meanwhile (the v1 API): its next pause says again.
-		s.setFilesOnly(ctx, box, false)
-	}
-	return sess, err
+	return s.m.Reach(ctx, box.id)
 }
 
 // portHost is the port and sandbox id of a request to a port's own host
@@ -395,10 +382,16 @@ func (s *Server) unknown(id string) error {
 	return fmt.Errorf("%w: sandbox %q not found", errdefs.ErrNotFound, httpapi.Truncate(wireID(id)))
 }
 
+// gone reports whether err says a sandbox's session is gone (ended, or
+// unknown): its sandbox can be forgotten.
+func gone(err error) bool {
+	return errors.Is(err, errdefs.ErrGone) || errors.Is(err, errdefs.ErrNotFound)
+}
+
 // notFoundErr is err of a session that is gone, as E2B says it: not
 // found.
 func notFoundErr(id string, err error) error {
-	if errors.Is(err, errdefs.ErrGone) || errors.Is(err, errdefs.ErrNotFound) {
+	if gone(err) {
 		return fmt.Errorf("%w: sandbox %q not found", errdefs.ErrNotFound, httpapi.Truncate(id))
 	}
 	return err

@@ -2,7 +2,6 @@ package e2b
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"net/http/httptest"
@@ -261,39 +260,5 @@ func TestLifecycleRefusesMemory(t *testing.T) {
 		case c.why != "" && (err == nil || !strings.Contains(err.Error(), c.why)):
 			t.Errorf("%s: %v, want a refusal saying %q", c.body, err, c.why)
 		}
-	}
-}
-
-// oneRecord is Records holding the last record put.
-type oneRecord struct{ last Record }
-
-func (o *oneRecord) PutSandbox(_ context.Context, r Record) error { o.last = r; return nil }
-func (o *oneRecord) Sandbox(context.Context, string) (Record, bool, error) {
-	return o.last, o.last.ID != "", nil
-}
-func (o *oneRecord) Sandboxes(context.Context, string) ([]Record, error) {
-	return []Record{o.last}, nil
-}
-func (o *oneRecord) DeleteSandbox(context.Context, string) error { return nil }
-func (o *oneRecord) ServerPod() string                           { return "" }
-
-// A sandbox paused with keepMemory false stays so in its record: a
-// restart still refuses its auto-resume. Checked against a mutant: the
-// record without the field.
-func TestFilesOnlyRecorded(t *testing.T) {
-	recs := &oneRecord{}
-	s := &Server{key: make([]byte, 32), Records: recs}
-	box := s.newBox("s-1", record{Template: "base", Pause: true, AutoResume: true})
-	s.setFilesOnly(context.Background(), box, true)
-	var r record
-	if err := json.Unmarshal(recs.last.Info, &r); err != nil {
-		t.Fatal(err)
-	}
-	if again := s.newBox("s-1", r); !again.filesOnly || !again.autoResume {
-		t.Errorf("read back: files only %v, auto-resume %v", again.filesOnly, again.autoResume)
-	}
-	s.setFilesOnly(context.Background(), box, false)
-	if r = (record{}); json.Unmarshal(recs.last.Info, &r) != nil || r.FilesOnly || !r.AutoResume {
-		t.Error("a connect's resume left the record files-only")
 	}
 }

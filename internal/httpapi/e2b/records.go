@@ -107,14 +107,16 @@ type record struct {
 	Started    time.Time         `json:"started"`
 	Pause      bool              `json:"pause,omitempty"`
 	AutoResume bool              `json:"auto_resume,omitempty"`
-	// FilesOnly: paused with keepMemory false (see sandbox.filesOnly).
+	// FilesOnly: paused with keepMemory false, as a server of before
+	// the pause kept it (session.PauseAsk) wrote it; Load moves it into
+	// the pause. Never written now.
 	FilesOnly bool `json:"files_only,omitempty"`
 }
 
 // newBox is the sandbox of session id, its tokens derived.
 func (s *Server) newBox(id string, r record) *sandbox {
 	return &sandbox{id: id, template: r.Template, clientID: "airlock", envdToken: s.derive("envd", id), traffic: s.derive("traffic", id),
-		owner: r.Owner, metadata: r.Metadata, started: r.Started, pause: r.Pause, autoResume: r.AutoResume, filesOnly: r.FilesOnly}
+		owner: r.Owner, metadata: r.Metadata, started: r.Started, pause: r.Pause, autoResume: r.AutoResume}
 }
 
 // save writes box's record (nothing without a store).
@@ -122,10 +124,7 @@ func (s *Server) save(ctx context.Context, box *sandbox) error {
 	if s.Records == nil {
 		return nil
 	}
-	box.mu.Lock()
-	filesOnly := box.filesOnly
-	box.mu.Unlock()
-	info, _ := json.Marshal(record{Template: box.template, Owner: box.owner, Metadata: box.metadata, Started: box.started, Pause: box.pause, AutoResume: box.autoResume, FilesOnly: filesOnly})
+	info, _ := json.Marshal(record{Template: box.template, Owner: box.owner, Metadata: box.metadata, Started: box.started, Pause: box.pause, AutoResume: box.autoResume})
 	return s.Records.PutSandbox(ctx, Record{ID: box.id, Tenant: box.owner.Tenant, Created: box.started, Info: info})
 }
 
@@ -166,9 +165,27 @@ func (s *Server) Load(ctx context.Context) error {
 			s.log().Error("an E2B sandbox's record is malformed; its sandbox is reachable through the v1 API only", "sandbox", rec.ID)
 			continue
 		}
-		s.adopt(s.newBox(rec.ID, r))
+		box := s.adopt(s.newBox(rec.ID, r))
+		if r.FilesOnly {
+			s.moveFilesOnly(ctx, box)
+		}
 	}
 	return nil
+}
+
+// moveFilesOnly moves the mark an earlier server kept in box's record
+// (paused with keepMemory false: not auto-resumed) into its paused
+// session, where pauses keep it now, then drops it from the record. A
+// mark that cannot be moved stays in the record for the next start,
+// and is logged.
+func (s *Server) moveFilesOnly(ctx context.Context, box *sandbox) {
+	if err := s.m.RequireExplicitResume(box.id); err != nil {
+		s.log().Error("an E2B sandbox paused with keepMemory false could not be marked so in its paused session; its data plane may resume it", "sandbox", box.id, "err", err)
+		return
+	}
+	if err := s.save(ctx, box); err != nil {
+		s.log().Warn("an E2B sandbox's record could not be updated; the next start marks its pause again", "sandbox", box.id, "err", err)
+	}
 }
 
 // unrecord removes the record of a sandbox whose session is gone.
