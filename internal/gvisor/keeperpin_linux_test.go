@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"airlock/internal/egress"
+	"airlock/internal/errdefs"
 )
 
 // anotherBuild writes a copy of the binary src whose code differs from
@@ -140,20 +141,27 @@ func TestRestoreBindsItsKeeper(t *testing.T) {
 	damaged[len(damaged)/2] ^= 1
 	noKeeper := c
 	noKeeper.Keeper = ""
+	// A copy that is there but refused (damaged, another user's) is
+	// named, and is a corrupt image's error (kept for inspection); a
+	// missing one is not (nothing to inspect).
 	for i, tc := range []struct {
 		name    string
 		content []byte // nil: removed
+		uid     int
 		ck      Checkpoint
+		kept    bool
 	}{
-		{"damaged", damaged, c},
-		{"removed", nil, c},
-		{"not recorded", b, noKeeper},
+		{"damaged", damaged, 0, c, true},
+		{"another user's", b, 54321, c, true},
+		{"removed", nil, 0, c, false},
+		{"not recorded", b, 0, noKeeper, false},
 	} {
 		os.Remove(oldCopy)
 		if tc.content != nil {
 			if err := os.WriteFile(oldCopy, tc.content, 0o500); err != nil {
 				t.Fatal(err)
 			}
+			os.Chown(oldCopy, tc.uid, 0)
 		}
 		name := "g-pin3-" + string(rune('a'+i))
 		got, err := next.Restore(context.Background(), Spec{Name: name, Limits: limits()}, dir, tc.ck, nil)
@@ -162,6 +170,10 @@ func TestRestoreBindsItsKeeper(t *testing.T) {
 		}
 		if !errors.Is(err, ErrKeeperGone) || !strings.Contains(err.Error(), "keeper") {
 			t.Errorf("%s: %v", tc.name, err)
+		}
+		var ke *KeeperError
+		if !errors.As(err, &ke) || errors.Is(err, errdefs.ErrImageCorrupt) != tc.kept || (ke.Copy == oldCopy) != tc.kept {
+			t.Errorf("%s: %#v (corrupt %v), want the copy named and corrupt: %v", tc.name, ke, errors.Is(err, errdefs.ErrImageCorrupt), tc.kept)
 		}
 		if _, err := os.Stat(filepath.Join(next.dir, name)); !os.IsNotExist(err) {
 			t.Errorf("%s: the refused restore left its directory: %v", tc.name, err)

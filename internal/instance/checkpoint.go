@@ -58,6 +58,10 @@ func (in *Instance) Snapshot(ctx context.Context, dir string, max int64) (gvisor
 // Checkpoint is what a checkpoint wrote (its size and digest).
 type Checkpoint = gvisor.Checkpoint
 
+// KeeperError is why a restore refused the keeper copy its checkpoint
+// names (see gvisor.KeeperError).
+type KeeperError = gvisor.KeeperError
+
 // Memory is a checkpoint to restore an instance from.
 type Memory struct {
 	Dir        string

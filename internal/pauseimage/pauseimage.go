@@ -48,7 +48,7 @@ const (
 	// source to: removed once restored, swept by List after a crash.
 	forkPrefix = "fork-"
 	// keptPrefix names a memory image a resume refused, kept for the
-	// operator (List neither sweeps nor lists it).
+	// operator (List neither sweeps nor lists it: ListKept does).
 	keptPrefix = ".kept-memory-"
 	version    = 1
 	// maxMeta caps the meta.json read back.
@@ -936,15 +936,43 @@ func (im *Image) Memory() (*Memory, error) {
 	return &m, nil
 }
 
+// A memory image a resume refused (corrupt, or its keeper copy damaged
+// or not the server's) is kept for the operator to inspect, in a
+// directory of its own under root: its checkpoint and memory.json, the
+// refused keeper copy linked beside them, and kept.json (Kept). It is
+// bounded as the paused session was: its owner's quota counts it, and
+// it goes when Kept.Expires passes (the caller removes it, RemoveKept).
+const keptMeta = "kept.json"
+
+// Kept describes a memory image kept for inspection.
+type Kept struct {
+	ID     string `json:"id"`
+	Tenant string `json:"tenant,omitempty"`
+	// Expires: when it is removed (the paused session's own expiry).
+	Expires time.Time `json:"expires"`
+	// Reason: why the resume refused it.
+	Reason string `json:"reason,omitempty"`
+	// Dir is its directory (not recorded); Bytes what its checkpoint
+	// and memory.json take (not the linked keeper copy, which the
+	// keepers' directory may share).
+	Dir   string `json:"-"`
+	Bytes int64  `json:"-"`
+}
+
 // KeepMemory moves the memory of the image id (its checkpoint and
 // memory.json) out of it into a directory of its own under root, named
-// for id and now, which it returns: a resume that refused the memory
-// goes on with the files, and what it refused is kept for the operator
-// to inspect (and remove; List leaves it). An image without memory
-// returns "".
-func KeepMemory(root, id string, now time.Time) (string, error) {
+// for id and now, with k (kept.json) and a hard link to each of copies
+// (refused keeper copies, linked by their names): a resume that refused
+// the memory goes on with the files, and what it refused is kept for
+// the operator to inspect. An image without memory returns Kept{} (Dir
+// ""). A copy that cannot be linked (another filesystem) is an error
+// once the rest is kept.
+func KeepMemory(root, id string, now time.Time, k Kept, copies ...string) (Kept, error) {
 	if err := checkID(id); err != nil {
-		return "", err
+		return Kept{}, err
+	}
+	if err := EnsureRoot(root); err != nil {
+		return Kept{}, err
 	}
 	dir := filepath.Join(root, id)
 	kept := filepath.Join(root, keptPrefix+id+"-"+now.UTC().Format("20060102T150405.000Z"))
@@ -955,19 +983,104 @@ func KeepMemory(root, id string, now time.Time) (string, error) {
 		}
 		if !moved {
 			if err := os.Mkdir(kept, 0o700); err != nil {
-				return "", diskErr(err)
+				return Kept{}, diskErr(err)
 			}
 			moved = true
 		}
 		if err := os.Rename(filepath.Join(dir, name), filepath.Join(kept, name)); err != nil {
-			return "", diskErr(err)
+			return Kept{}, diskErr(err)
 		}
 	}
 	if !moved {
-		return "", nil
+		return Kept{}, nil
 	}
 	syncDir(dir)
-	return kept, syncDir(root)
+	k.ID, k.Dir, k.Bytes = id, kept, keptBytes(kept)
+	b, err := json.Marshal(k)
+	if err == nil {
+		err = writeSynced(filepath.Join(kept, keptMeta), bytes.NewReader(b))
+	}
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, c := range copies {
+		if err := os.Link(c, filepath.Join(kept, filepath.Base(c))); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, syncDir(kept), syncDir(root))
+	return k, errors.Join(errs...)
+}
+
+// keptBytes is what the checkpoint and memory.json in dir take.
+func keptBytes(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if d.Type().IsRegular() && (rel == memoryMeta || strings.HasPrefix(rel, memoryDir+"/")) {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// ListKept lists the memory images kept for inspection under root. One
+// whose kept.json cannot be read (kept by an airlock that wrote none)
+// says only its id, and expires keep after it was kept (its directory's
+// time).
+func ListKept(root string, keep time.Duration) ([]Kept, error) {
+	ents, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []Kept
+	for _, e := range ents {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), keptPrefix) {
+			continue
+		}
+		dir := filepath.Join(root, e.Name())
+		var k Kept
+		raw, err := readRegular(filepath.Join(dir, keptMeta), maxMemoryMeta)
+		if err == nil {
+			err = json.Unmarshal(raw, &k)
+		}
+		if err != nil || k.Expires.IsZero() {
+			info, ierr := e.Info()
+			if ierr != nil {
+				continue
+			}
+			k = Kept{Expires: info.ModTime().Add(keep)}
+		}
+		k.Dir, k.Bytes = dir, keptBytes(dir)
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+// RemoveKept removes the kept memory image in dir (see ListKept), which
+// must be one under root.
+func RemoveKept(root, dir string) error {
+	if filepath.Dir(dir) != filepath.Clean(root) || !strings.HasPrefix(filepath.Base(dir), keptPrefix) {
+		return fmt.Errorf("%w: %q is not a kept memory image", errdefs.ErrInvalidArgument, dir)
+	}
+	gone := filepath.Join(root, tmpPrefix+"rm"+filepath.Base(dir))
+	if err := os.Rename(dir, gone); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	return os.RemoveAll(gone)
 }
 
 // MemoryDir is the directory of the image's checkpoint.

@@ -524,16 +524,21 @@ func TestAdmittedBeforeWriting(t *testing.T) {
 }
 
 // A memory image a resume refused is moved out of its image, whole, for
-// the operator: the image has no memory left, and List neither lists nor
-// sweeps what was kept.
+// the operator, with what it is (kept.json) and a link to the refused
+// keeper copy: the image has no memory left, List neither lists nor
+// sweeps what was kept, ListKept lists it (with its owner, expiry and
+// size, a copy it links not counted) and RemoveKept removes it. One kept
+// by an older airlock (no kept.json) expires keep after it was kept.
+// checked against mutants: the copy not linked, ListKept skipping a
+// directory without kept.json (kept forever).
 func TestKeepMemory(t *testing.T) {
 	_, ws := tree(t)
 	root := t.TempDir()
 	if _, err := Write(context.Background(), root, "s-1", []byte(`{}`), ws, 8<<20, func(int64) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if kept, err := KeepMemory(root, "s-1", time.Now()); kept != "" || err != nil {
-		t.Fatalf("an image without memory: %q %v", kept, err)
+	if k, err := KeepMemory(root, "s-1", time.Now(), Kept{}); k.Dir != "" || err != nil {
+		t.Fatalf("an image without memory: %+v %v", k, err)
 	}
 	tmp, done, err := MemoryTemp(root, "s-1")
 	if err != nil {
@@ -545,15 +550,27 @@ func TestKeepMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	done()
-	kept, err := KeepMemory(root, "s-1", time.Now())
-	if err != nil || kept == "" {
-		t.Fatalf("keep: %q %v", kept, err)
+	keepers := t.TempDir()
+	copyPath := filepath.Join(keepers, "keeper-abc")
+	os.WriteFile(copyPath, []byte("a damaged keeper"), 0o500)
+	expires := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	k, err := KeepMemory(root, "s-1", time.Now(), Kept{Tenant: "t1", Expires: expires, Reason: "damaged"}, copyPath)
+	if err != nil || k.Dir == "" {
+		t.Fatalf("keep: %+v %v", k, err)
 	}
+	kept := k.Dir
 	if b, err := os.ReadFile(filepath.Join(kept, memoryDir, "checkpoint.img")); string(b) != "pages" {
 		t.Errorf("the kept checkpoint: %q %v", b, err)
 	}
 	if _, err := os.Stat(filepath.Join(kept, memoryMeta)); err != nil {
 		t.Errorf("the kept memory.json: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(kept, "keeper-abc")); string(b) != "a damaged keeper" {
+		t.Errorf("the kept keeper copy: %q %v", b, err)
+	}
+	os.Remove(copyPath) // a sweep of the keepers: the kept link stays
+	if _, err := os.Stat(filepath.Join(kept, "keeper-abc")); err != nil {
+		t.Errorf("the kept copy went with the keepers' one: %v", err)
 	}
 	im, err := Open(root, "s-1")
 	if err != nil {
@@ -569,6 +586,40 @@ func TestKeepMemory(t *testing.T) {
 	}
 	if _, err := os.Stat(kept); err != nil {
 		t.Errorf("List took the kept memory: %v", err)
+	}
+
+	// One an older airlock kept: no kept.json.
+	legacy := filepath.Join(root, keptPrefix+"s-0-20260101T000000.000Z")
+	os.MkdirAll(filepath.Join(legacy, memoryDir), 0o700)
+	os.WriteFile(filepath.Join(legacy, memoryDir, "p"), []byte("123"), 0o600)
+	then := time.Now().Add(-time.Minute).Truncate(time.Second)
+	os.Chtimes(legacy, then, then)
+	all, err := ListKept(root, 2*time.Hour)
+	if err != nil || len(all) != 2 {
+		t.Fatalf("ListKept: %+v %v", all, err)
+	}
+	for _, got := range all {
+		want := Kept{ID: "s-1", Tenant: "t1", Expires: expires, Reason: "damaged", Dir: kept, Bytes: k.Bytes}
+		if got.Dir == legacy {
+			want = Kept{Expires: then.Add(2 * time.Hour), Dir: legacy, Bytes: 3}
+		}
+		if !got.Expires.Equal(want.Expires) || got.ID != want.ID || got.Tenant != want.Tenant || got.Dir != want.Dir || got.Bytes != want.Bytes || got.Reason != want.Reason {
+			t.Errorf("listed %+v, want %+v", got, want)
+		}
+	}
+	if k.Bytes <= 5 || k.Bytes > 5+maxMemoryMeta {
+		t.Errorf("kept bytes %d: the checkpoint and memory.json, not the keeper", k.Bytes)
+	}
+	if err := RemoveKept(root, filepath.Join(root, "s-1")); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("RemoveKept of a paused session's image: %v", err)
+	}
+	for _, got := range all {
+		if err := RemoveKept(root, got.Dir); err != nil {
+			t.Error(err)
+		}
+	}
+	if left, _ := ListKept(root, time.Hour); len(left) != 0 {
+		t.Errorf("left: %+v", left)
 	}
 }
 

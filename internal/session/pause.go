@@ -14,6 +14,7 @@ import (
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/identity"
+	"airlock/internal/instance"
 	"airlock/internal/pauseimage"
 	"airlock/internal/privdir"
 
@@ -172,6 +173,18 @@ func (m *Manager) LoadPaused() error {
 	if loaded > 0 {
 		m.log.Info("paused sessions found", "count", loaded)
 	}
+	kept, err := pauseimage.ListKept(m.persistDir(), m.cfg.Persistence.Keep.D())
+	if err != nil {
+		m.log.Error("the memory images kept for inspection cannot be listed", "dir", m.persistDir(), "err", err)
+	}
+	m.mu.Lock()
+	for _, k := range kept {
+		m.keptLocked(k)
+	}
+	m.mu.Unlock()
+	if len(kept) > 0 {
+		m.log.Info("memory images kept for inspection found", "count", len(kept))
+	}
 	m.sweepPaused()
 	return nil
 }
@@ -206,6 +219,15 @@ func (m *Manager) sweepPaused() {
 			next = left
 		}
 	}
+	var keptDue []pauseimage.Kept
+	for dir, k := range m.kept {
+		if left := k.Expires.Sub(now); left <= 0 {
+			keptDue = append(keptDue, k)
+			delete(m.kept, dir)
+		} else if next == 0 || left < next {
+			next = left
+		}
+	}
 	if next > 0 {
 		if m.sweeper == nil {
 			m.sweeper = time.AfterFunc(next, m.sweepPaused)
@@ -221,6 +243,22 @@ func (m *Manager) sweepPaused() {
 			m.log.Info("paused session expired (persistence.keep)", "session", id)
 		}
 	}
+	for _, k := range keptDue {
+		if err := pauseimage.RemoveKept(m.persistDir(), k.Dir); err != nil {
+			m.log.Error("removing an expired memory image kept for inspection", "dir", k.Dir, "err", err)
+		} else {
+			m.log.Info("a memory image kept for inspection expired (persistence.keep after its pause)", "session", k.ID, "dir", k.Dir)
+		}
+	}
+}
+
+// keptLocked counts the kept memory image k (m.mu is held); sweepPaused
+// deletes it at its expiry.
+func (m *Manager) keptLocked(k pauseimage.Kept) {
+	if m.kept == nil {
+		m.kept = map[string]pauseimage.Kept{}
+	}
+	m.kept[k.Dir] = k
 }
 
 // rememberEndLocked remembers that id ended (a 410 for later calls);
@@ -691,6 +729,11 @@ func (m *Manager) reserveImage(tenant string, size int64) (release func(), err e
 			used += p.stats.DiskBytes
 		}
 	}
+	for _, k := range m.kept {
+		if k.Tenant == tenant {
+			used += k.Bytes
+		}
+	}
 	if limit > 0 && used+size > limit {
 		return nil, fmt.Errorf("%w: the tenant's paused sessions would take up to %d bytes, more than its quota of %d (quotas.max_paused_bytes); delete paused sessions, or keep this one running",
 			errdefs.ErrQuota, used+size, limit)
@@ -818,14 +861,8 @@ func (m *Manager) resume(ctx context.Context, id, keep string) (*Session, error)
 		m.log.Warn("a session paused with its memory resumed with its files", "session", id, "why", s.restoredWhy)
 	}
 	m.observePause(OpResume, kind, begun, nil)
-	if mr != nil && kind != apitype.RestoreMemory && errors.Is(mr.why, errdefs.ErrImageCorrupt) {
-		// The files came back; the memory they came back without is
-		// kept for the operator, as a corrupt image is.
-		if kept, err := pauseimage.KeepMemory(m.persistDir(), id, time.Now()); err != nil {
-			m.log.Error("keeping a refused memory image", "session", id, "err", err)
-		} else if kept != "" {
-			m.log.Error("a paused session's memory image is corrupt; kept for the operator", "session", id, "dir", kept, "err", mr.why)
-		}
+	if mr != nil && kind != apitype.RestoreMemory {
+		m.keepRefused(s, p, mr)
 	}
 	if err := pauseimage.Remove(m.persistDir(), id); err != nil {
 		m.log.Error("removing a resumed session's image", "session", id, "err", err)
@@ -837,6 +874,47 @@ func (m *Manager) resume(ctx context.Context, id, keep string) (*Session, error)
 	m.log.Info("session resumed", attrs...)
 	m.settle(ctx, id)
 	return s, nil
+}
+
+// keepRefused keeps the memory image of the paused session p, which the
+// resume that made s refused, for the operator when something is there
+// to inspect: a corrupt image, or one whose keeper copy is damaged or
+// not the server's (that copy is kept beside it). It stays until the
+// paused session would have expired, counted in its tenant's paused
+// bytes. A memory image whose keeper copy is missing (nothing to
+// inspect but the image itself, which is sound) goes with the image.
+func (m *Manager) keepRefused(s *Session, p *pausedSession, mr *memoryRestore) {
+	id := p.meta.ID
+	if !errors.Is(mr.why, errdefs.ErrImageCorrupt) {
+		var ke *instance.KeeperError
+		if errors.As(mr.why, &ke) {
+			m.log.Warn("a paused session's memory image is removed with its image: the keeper copy it needs is not on this server (nothing to inspect)", "session", id, "keeper", ke.Digest, "err", mr.why)
+		}
+		return
+	}
+	var copies []string
+	if ke := (*instance.KeeperError)(nil); errors.As(mr.why, &ke) && ke.Copy != "" {
+		copies = append(copies, ke.Copy)
+	}
+	expires := p.meta.PausedAt.Add(m.cfg.Persistence.Keep.D())
+	k, err := pauseimage.KeepMemory(m.persistDir(), id, time.Now(), pauseimage.Kept{Tenant: p.meta.Tenant, Expires: expires, Reason: errdefs.Message(mr.why)}, copies...)
+	if k.Dir == "" {
+		if err != nil {
+			m.log.Error("keeping a refused memory image", "session", id, "err", err)
+		}
+		return
+	}
+	if err != nil {
+		m.log.Error("keeping a refused memory image: not all of it", "session", id, "dir", k.Dir, "err", err)
+	}
+	m.log.Error("a paused session's memory image was refused; kept for the operator", "session", id, "dir", k.Dir, "keeper_copies", copies, "expires", expires, "err", mr.why)
+	m.mu.Lock()
+	m.keptLocked(k)
+	m.mu.Unlock()
+	m.sweepPaused() // its expiry may be the next one
+	s.mu.Lock()
+	s.restoredWhy += fmt.Sprintf("; the memory image is kept on the server for inspection until %s", expires.UTC().Format(time.RFC3339))
+	s.mu.Unlock()
 }
 
 // createRestored creates the session r restores (a resume or a fork)

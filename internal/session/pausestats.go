@@ -77,5 +77,10 @@ func (m *Manager) PausedUsage() map[string]PausedUsage {
 		u.DiskBytes += p.stats.DiskBytes
 		out[p.meta.Tenant] = u
 	}
+	for _, k := range m.kept {
+		u := out[k.Tenant]
+		u.DiskBytes += k.Bytes
+		out[k.Tenant] = u
+	}
 	return out
 }

@@ -42,6 +42,7 @@ import (
 	"airlock/internal/image"
 	"airlock/internal/instance"
 	"airlock/internal/packages"
+	"airlock/internal/pauseimage"
 	"airlock/internal/redact"
 	"airlock/internal/runtimes"
 	"airlock/internal/secrets"
@@ -128,6 +129,10 @@ type Manager struct {
 	// those kept longer than persistence.keep.
 	paused  map[string]*pausedSession
 	sweeper *time.Timer
+	// kept: the memory images resumes refused, kept for the operator
+	// (pauseimage.Kept, by directory), under mu: counted in their
+	// tenant's paused bytes until sweeper deletes them at their expiry.
+	kept map[string]pauseimage.Kept
 	// reserved: the bytes of persistence.dir the pauses and forks under
 	// way may write, by tenant, under mu (see reserveImage).
 	reserved map[string]int64

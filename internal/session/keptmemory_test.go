@@ -1,0 +1,155 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"airlock/internal/apitype"
+	"airlock/internal/config"
+	"airlock/internal/errdefs"
+	"airlock/internal/instance"
+	"airlock/internal/pauseimage"
+	"airlock/internal/runtimes"
+	"airlock/internal/workspace"
+)
+
+// refusingSource is a memSource whose memory restores are refused with
+// what refuse says (as a gVisor host refuses a keeper copy).
+type refusingSource struct {
+	memSource
+	refuse func() error
+}
+
+func (s refusingSource) KeepsMemory() bool { return true }
+func (s refusingSource) Restore(context.Context, runtimes.Runtime, config.Limits, instance.Memory, func(*workspace.Dir) error) (Instance, error) {
+	return nil, s.refuse()
+}
+
+// A resume whose memory restore is refused for its keeper copy being
+// damaged (or not the server's) brings the files back and keeps the
+// memory image aside for the operator, as a corrupt one: with the
+// refused copy linked beside it, restored_reason saying so, counted in
+// the tenant's paused bytes (the quota, the metrics) until the paused
+// session would have expired, then removed; a restarted server finds it
+// and counts it too. A copy that is missing leaves nothing to inspect:
+// the memory image goes with the image. checked against mutants: the
+// copy not linked, the kept bytes not counted in the quota, the sweep
+// not removing an expired kept image, LoadPaused not listing them.
+func TestKeeperRefusedMemoryKept(t *testing.T) {
+	m, cfg, ms := newMemManager(t)
+	ctx := context.Background()
+	dir := cfg.Persistence.Dir
+	digest := strings.Repeat("ab", 32)
+	copyPath := filepath.Join(dir, ".gvisor-keepers", "keeper-"+digest)
+	os.MkdirAll(filepath.Dir(copyPath), 0o700)
+	if err := os.WriteFile(copyPath, []byte("a damaged keeper"), 0o500); err != nil {
+		t.Fatal(err)
+	}
+	var refusal error
+	m.sources[cfg.Isolation] = refusingSource{ms, func() error { return refusal }}
+	keptDirs := func() []string {
+		k, _ := filepath.Glob(filepath.Join(dir, ".kept-memory-*"))
+		return k
+	}
+	pausedWithMemory := func() *Session {
+		t.Helper()
+		s, err := m.Create(ctx, apitype.CreateSessionRequest{Language: "python"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFiles(t, s, someFiles)
+		if info, err := m.PauseFor(ctx, s.ID(), apitype.RestoreMemory); err != nil || info.Paused.MemoryBytes == 0 {
+			t.Fatalf("pause: %+v %v", info, err)
+		}
+		return s
+	}
+
+	s := pausedWithMemory()
+	refusal = &instance.KeeperError{Digest: digest, Copy: copyPath}
+	r, err := m.ResumeFor(ctx, s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := r.Info()
+	if info.Restored != apitype.RestoreFiles || !strings.Contains(info.RestoredReason, "keeper") || !strings.Contains(info.RestoredReason, "kept on the server for inspection") {
+		t.Errorf("resumed: %q %q", info.Restored, info.RestoredReason)
+	}
+	checkFiles(t, r, someFiles)
+	kept := keptDirs()
+	if len(kept) != 1 {
+		t.Fatalf("kept %v", kept)
+	}
+	if b, err := os.ReadFile(filepath.Join(kept[0], "memory", "pages")); string(b) != "the sandbox's memory" {
+		t.Errorf("the kept memory: %q %v", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(kept[0], "keeper-"+digest)); string(b) != "a damaged keeper" {
+		t.Errorf("the kept keeper copy: %q %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, s.ID())); !os.IsNotExist(err) {
+		t.Errorf("the resumed session's image stayed: %v", err)
+	}
+	all, err := pauseimage.ListKept(dir, time.Hour)
+	if err != nil || len(all) != 1 || all[0].Bytes == 0 || all[0].Tenant != s.owner.Tenant {
+		t.Fatalf("ListKept %+v %v", all, err)
+	}
+	k := all[0]
+	if u := m.PausedUsage()[k.Tenant]; u.DiskBytes != k.Bytes || u.Sessions != 0 {
+		t.Errorf("paused usage %+v, want the kept %d bytes", u, k.Bytes)
+	}
+	// The tenant's quota counts it.
+	m.cfg.Quotas.MaxPausedBytes = config.Size(k.Bytes + 10)
+	if _, err := m.reserveImage(k.Tenant, 11); !errors.Is(err, errdefs.ErrQuota) {
+		t.Errorf("a reservation past the quota with the kept image: %v", err)
+	}
+	if release, err := m.reserveImage(k.Tenant, 10); err != nil {
+		t.Errorf("a reservation within it: %v", err)
+	} else {
+		release()
+	}
+	m.cfg.Quotas.MaxPausedBytes = 0
+
+	// A restarted server finds it, and counts it.
+	m2, _, _ := newTestManager(t, cfg)
+	if err := m2.LoadPaused(); err != nil {
+		t.Fatal(err)
+	}
+	if u := m2.PausedUsage()[k.Tenant]; u.DiskBytes != k.Bytes {
+		t.Errorf("after a restart: %+v, want the kept %d bytes", u, k.Bytes)
+	}
+
+	// A missing copy: the memory image goes with the image.
+	s2 := pausedWithMemory()
+	refusal = &instance.KeeperError{Digest: strings.Repeat("cd", 32)}
+	r2, err := m.ResumeFor(ctx, s2.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := r2.Info(); info.Restored != apitype.RestoreFiles || !strings.Contains(info.RestoredReason, "keeper") || strings.Contains(info.RestoredReason, "kept") {
+		t.Errorf("resumed without the copy: %q %q", info.Restored, info.RestoredReason)
+	}
+	if got := keptDirs(); len(got) != 1 {
+		t.Errorf("kept for a missing copy: %v", got)
+	}
+	if _, err := os.Stat(filepath.Join(dir, s2.ID())); !os.IsNotExist(err) {
+		t.Errorf("the image stayed: %v", err)
+	}
+
+	// At its expiry (the paused session's), it goes.
+	m.mu.Lock()
+	k = m.kept[kept[0]]
+	k.Expires = time.Now().Add(-time.Second)
+	m.kept[kept[0]] = k
+	m.mu.Unlock()
+	m.sweepPaused()
+	if got := keptDirs(); len(got) != 0 {
+		t.Errorf("an expired kept image stayed: %v", got)
+	}
+	if u := m.PausedUsage()[k.Tenant]; u.DiskBytes != 0 {
+		t.Errorf("after its expiry: %+v", u)
+	}
+}
