@@ -422,35 +422,39 @@ func Open(root, id string) (*Image, error) {
 	if !fi.IsDir() {
 		return nil, corrupt(id, "it is not a directory")
 	}
-	b, err := readMeta(dir, id)
+	b, size, err := readMeta(dir, id)
 	if err != nil {
 		return nil, err
 	}
-	return &Image{dir: dir, sum: b.Files, Stats: b.Stats, Session: b.Session}, nil
+	// What it takes on disk, as Write said (meta.json holds the stats
+	// of before it was written).
+	st := b.Stats
+	st.DiskBytes = b.Files.Size + size
+	return &Image{dir: dir, sum: b.Files, Stats: st, Session: b.Session}, nil
 }
 
-// readMeta reads and checks the meta.json of the image id in dir.
-func readMeta(dir, id string) (body, error) {
+// readMeta reads and checks the meta.json of the image id in dir, and
+// says its size.
+func readMeta(dir, id string) (b body, size int64, err error) {
 	raw, err := readRegular(filepath.Join(dir, metaName), maxMeta)
 	if err != nil {
-		return body{}, corrupt(id, "meta.json: "+err.Error())
+		return body{}, 0, corrupt(id, "meta.json: "+err.Error())
 	}
 	var env envelope
 	if err := json.Unmarshal(raw, &env); err != nil {
-		return body{}, corrupt(id, "meta.json is not valid JSON (truncated?)")
+		return body{}, 0, corrupt(id, "meta.json is not valid JSON (truncated?)")
 	}
 	if env.Version != version {
-		return body{}, corrupt(id, fmt.Sprintf("meta.json is of version %d, this server reads %d", env.Version, version))
+		return body{}, 0, corrupt(id, fmt.Sprintf("meta.json is of version %d, this server reads %d", env.Version, version))
 	}
 	h := sha256.Sum256(env.Body)
 	if hex.EncodeToString(h[:]) != env.SHA256 {
-		return body{}, corrupt(id, "meta.json fails its checksum")
+		return body{}, 0, corrupt(id, "meta.json fails its checksum")
 	}
-	var b body
 	if err := json.Unmarshal(env.Body, &b); err != nil || b.Files.Size < 0 {
-		return body{}, corrupt(id, "meta.json's body is malformed")
+		return body{}, 0, corrupt(id, "meta.json's body is malformed")
 	}
-	return b, nil
+	return b, int64(len(raw)), nil
 }
 
 // encodeMeta is meta.json of b.
@@ -479,7 +483,7 @@ func Redescribe(root, id string, session []byte) error {
 	} else if err != nil || !fi.IsDir() {
 		return corrupt(id, "it is not a directory")
 	}
-	b, err := readMeta(dir, id)
+	b, _, err := readMeta(dir, id)
 	if err != nil {
 		return err
 	}

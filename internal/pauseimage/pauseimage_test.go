@@ -81,6 +81,9 @@ func TestRoundTrip(t *testing.T) {
 	if string(im.Session) != `{"language":"python"}` || im.Stats.Files != 3 {
 		t.Errorf("read back %s %+v", im.Session, im.Stats)
 	}
+	if im.Stats.DiskBytes != st.DiskBytes {
+		t.Errorf("read back: %d bytes on disk, Write said %d", im.Stats.DiskBytes, st.DiskBytes)
+	}
 	dst := outDir(t)
 	if err := im.Restore(context.Background(), dst, 4<<20); err != nil {
 		t.Fatal(err)

@@ -340,8 +340,9 @@ func TestPauseRefused(t *testing.T) {
 }
 
 // TestPausedAcrossRestart: a shutdown pauses every live session; the
-// next manager on the same directory lists them as paused and resumes
-// them with their files, for their tenant only.
+// next manager on the same directory lists them as paused, counting
+// their size on disk, and resumes them with their files, for their
+// tenant only. Checked against a mutant: the size read back as 0.
 func TestPausedAcrossRestart(t *testing.T) {
 	cfg := persistConfig(t)
 	m1, _, _ := newTestManager(t, cfg)
@@ -363,6 +364,19 @@ func TestPausedAcrossRestart(t *testing.T) {
 	l := m2.List()
 	if len(l) != 1 || l[0].ID != s.ID() || l[0].State != apitype.StatePaused || l[0].Tenant != "acme" || l[0].Language != "bash" {
 		t.Fatalf("after the restart: %+v", l)
+	}
+	// What it takes on disk counts after the restart too (the tenant's
+	// quotas.max_paused_bytes).
+	var onDisk int64
+	filepath.WalkDir(filepath.Join(cfg.Persistence.Dir, s.ID()), func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			fi, _ := d.Info()
+			onDisk += fi.Size()
+		}
+		return err
+	})
+	if l[0].Paused.DiskBytes != onDisk || m2.PausedUsage()["acme"].DiskBytes != onDisk {
+		t.Errorf("after the restart: %d bytes on disk counted (usage %+v), the image takes %d", l[0].Paused.DiskBytes, m2.PausedUsage()["acme"], onDisk)
 	}
 	other := identity.With(context.Background(), identity.Identity{Tenant: "other"})
 	if _, err := m2.ResumeFor(other, s.ID()); !errors.Is(err, errdefs.ErrNotFound) && !errors.Is(err, errdefs.ErrSessionLost) {
