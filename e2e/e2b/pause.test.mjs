@@ -62,6 +62,22 @@ test('lifecycle onTimeout pause: the timeout pauses, autoResume resumes', async 
   }
 })
 
+test('autoResume: the resumed sandbox says its new timeout', async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 60_000, metadata: { suite: 'pause' }, lifecycle: { onTimeout: 'pause', autoResume: true } })
+  try {
+    const before = (await sbx.getInfo()).endAt
+    assert.equal(await sbx.betaPause(), true)
+    await sbx.files.write('/home/user/x.txt', 'resumes it')
+    assert.equal(await state(sbx.sandboxId), 'running')
+    // Its timeout started again when traffic resumed it (the session's
+    // lifetime), later than the one it was created with.
+    const after = (await sbx.getInfo()).endAt
+    assert.ok(after > before, `endAt ${after.toISOString()} after the resume, ${before.toISOString()} before`)
+  } finally {
+    await Sandbox.kill(sbx.sandboxId)
+  }
+})
+
 test('keepMemory false: autoResume refuses the sandbox, connect resumes it', async () => {
   const sbx = await Sandbox.create({ timeoutMs: 60_000, metadata: { suite: 'pause' }, lifecycle: { onTimeout: 'pause', autoResume: true } })
   try {

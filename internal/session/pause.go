@@ -1046,6 +1046,13 @@ func (s *Session) SetTimeout(d time.Duration) error {
 	return nil
 }
 
+// Expires is the end of the session's lifetime (ok false: it has none).
+func (s *Session) Expires() (at time.Time, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.expires, s.lifetime > 0
+}
+
 // checkLifetime checks a lifetime a client asks for (0: none).
 func (m *Manager) checkLifetime(d time.Duration) error {
 	if d != 0 && (d < time.Second || d > m.cfg.Server.MaxSessionTimeout.D()) {

@@ -379,6 +379,11 @@ func (s *Server) describe(box *sandbox, secrets bool) sandboxJSON {
 	out.StartedAt, out.EndAt = &started, &end
 	sess, err := s.m.Get(box.id)
 	if err == nil {
+		if at, ok := sess.Expires(); ok && box.pause {
+			// The session's lifetime is its timeout: the session's own
+			// word, whoever resumed it (its data plane, the v1 API).
+			end = at.UTC()
+		}
 		l := sess.Limits()
 		cpus, mem, disk := math.Max(l.CPUs, 0), int64(l.Memory)>>20, int64(l.Disk)>>20
 		out.CPUCount, out.MemoryMB, out.DiskSizeMB = &cpus, &mem, &disk
