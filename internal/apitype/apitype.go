@@ -727,8 +727,16 @@ type PoolStats struct {
 	// Target is the number it keeps now: Min, or more (up to Max) while
 	// the demand of the last seconds asks for more.
 	Target int `json:"target"`
-	Min    int `json:"min"`
-	Max    int `json:"max"`
+	// Size is pool.size; Min what the pool keeps whatever the demand:
+	// Size, or fewer when the pools' sizes together exceed the memory
+	// budget.
+	Size int `json:"size"`
+	Min  int `json:"min"`
+	Max  int `json:"max"`
+	// BudgetCut is how many fewer it keeps now than its size and its
+	// demand ask (within Max), for the memory budget: the pressure the
+	// budget puts on it.
+	BudgetCut int `json:"budget_cut"`
 	// Building are being built to reach the target.
 	Building int `json:"building"`
 	// Waiting are requests building a sandbox themselves now, none being
@@ -742,9 +750,16 @@ type PoolStats struct {
 	// AvgRefillMs is the mean time from the refill deciding to build one
 	// to its being ready, the wait for a build slot included.
 	AvgRefillMs float64 `json:"avg_refill_ms"`
-	// MemoryBytes is the memory one ready sandbox holds (measured from
-	// those built; an estimate until then), what the budget counts.
+	// MemoryBytes is the memory one ready sandbox holds (its processes'
+	// PSS, measured once the pool is full; an estimate until then), what
+	// the budget counts.
 	MemoryBytes int64 `json:"memory_bytes"`
+	// HeldBytes is what its ready sandboxes hold (Ready × MemoryBytes).
+	HeldBytes int64 `json:"held_bytes"`
+	// MemoryBudget is pool.memory_budget as resolved, in bytes: what the
+	// ready sandboxes of every language together may hold (0: none, a
+	// template's pools).
+	MemoryBudget int64 `json:"memory_budget"`
 	// Cold counts sandboxes handed out whose runtime the template could
 	// have forked but that started without it (the template was not up
 	// or could not fork); always 0 for languages it does not start.

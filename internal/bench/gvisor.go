@@ -12,6 +12,11 @@ import (
 	"airlock/internal/gvisor"
 )
 
+// gVisorBudget is the gVisor servers' pool.memory_budget: their pools
+// keep the sizes the scenarios ask for (about 125 MB each) whatever the
+// host's memory.
+const gVisorBudget = "8G"
+
 // benchGVisor runs the session scenarios on a second server whose
 // isolation is gVisor, side by side with the native server's figures
 // (when those scenarios ran) and with a cold `runsc do python3`.
@@ -25,7 +30,7 @@ func benchGVisor(ctx context.Context, r *Report, o Options, n func(full, smoke i
 		"isolation": "gvisor",
 		"gvisor":    map[string]any{"runsc": runsc},
 		"pool": map[string]any{"size": map[string]int{"python": pool, "bash": 0, "javascript": 0}, "zygote": false,
-			"max_size": map[string]int{"python": pool}, "network_size": map[string]int{"python": n(4, 1)}},
+			"max_size": map[string]int{"python": pool}, "network_size": map[string]int{"python": n(4, 1)}, "memory_budget": gVisorBudget},
 	})
 	if err != nil {
 		return err
@@ -158,7 +163,7 @@ func benchDrainedImage(ctx context.Context, r *Report, o Options, runsc string, 
 		"isolation": "gvisor",
 		"gvisor":    map[string]any{"runsc": runsc, "pool_image": true},
 		"pool": map[string]any{"size": map[string]int{"python": pool, "bash": 0, "javascript": 0}, "zygote": false,
-			"max_size": map[string]int{"python": pool}},
+			"max_size": map[string]int{"python": pool}, "memory_budget": gVisorBudget},
 	})
 	if err != nil {
 		return err

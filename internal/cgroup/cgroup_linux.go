@@ -1071,3 +1071,100 @@ func parseKeyed(s, key string) (uint64, error) {
 	}
 	return 0, nil
 }
+
+// MemoryLimit is the lowest memory limit set on the sandboxes' parent, on
+// this process's own cgroup, or on any cgroup above either (a pod's or a
+// systemd unit's MemoryMax), in bytes; 0 when none is set. What pools
+// size themselves from (pool.memory_budget).
+func (h *Host) MemoryLimit() int64 {
+	var dirs []string
+	if h.v2 {
+		const root = "/sys/fs/cgroup"
+		dirs = append(ancestors(h.v2Dir, root), ancestors(selfV2Dir(root), root)...)
+		return lowestLimit(dirs, "memory.max")
+	}
+	mnt := h.v1Mnts["memory"]
+	dirs = ancestors(h.v1Dirs["memory"], mnt)
+	if own, err := cgroups.GetOwnCgroup("memory"); err == nil {
+		// Relative to the cgroup mounted at mnt (in a cgroup
+		// namespace, "/" stands for it).
+		rel, err := filepath.Rel(h.v1Roots["memory"], own)
+		if err == nil && !strings.HasPrefix(rel, "..") {
+			dirs = append(dirs, ancestors(filepath.Join(mnt, rel), mnt)...)
+		}
+	}
+	return lowestLimit(dirs, "memory.limit_in_bytes")
+}
+
+// ancestors lists dir and every directory above it up to root, root
+// included; none when dir is not under root.
+func ancestors(dir, root string) []string {
+	if dir == "" || root == "" || (dir != root && !strings.HasPrefix(dir, root+"/")) {
+		return nil
+	}
+	var out []string
+	for d := dir; ; d = filepath.Dir(d) {
+		out = append(out, d)
+		if d == root || d == "/" {
+			return out
+		}
+	}
+}
+
+// noLimit is what cgroup v1 reports for an unset limit (the largest
+// multiple of the page size): anything at or above it is none.
+const noLimit = 1 << 62
+
+// lowestLimit is the lowest limit file holds in dirs, 0 when none has
+// one (a missing or unreadable file, "max", or v1's unlimited value).
+func lowestLimit(dirs []string, file string) int64 {
+	var low int64
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, file))
+		if err != nil {
+			continue
+		}
+		n, err := parseInt(string(b))
+		if err != nil || n <= 0 || n >= noLimit {
+			continue
+		}
+		if low == 0 || n < low {
+			low = n
+		}
+	}
+	return low
+}
+
+// PSS is the proportional set size of the cgroup's processes, in bytes:
+// their private pages, and their share of the pages they share (with the
+// Python template and its other forks). 0 with no process readable.
+func (c *Cgroup) PSS() (int64, error) {
+	pids, err := c.Pids()
+	if err != nil {
+		return 0, fmt.Errorf("cgroup: processes of %s: %w", c.name, err)
+	}
+	var total int64
+	for _, pid := range pids {
+		// One that exited meanwhile holds nothing.
+		if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup"); err == nil {
+			total += parsePss(string(b))
+		}
+	}
+	return total, nil
+}
+
+// parsePss is the Pss line of a smaps_rollup file, in bytes.
+func parsePss(s string) int64 {
+	for s != "" {
+		var line string
+		line, s, _ = strings.Cut(s, "\n")
+		if v, ok := strings.CutPrefix(line, "Pss:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
+}

@@ -580,3 +580,47 @@ func TestStartInBornThere(t *testing.T) {
 		}
 	}
 }
+
+// The limit pools size themselves from sees one set on the sandboxes'
+// parent (as an operator, or a pod's cgroup above it, would set it), and
+// a sandbox's PSS is its processes'.
+func TestMemoryLimitAndPSS(t *testing.T) {
+	h := testCgroupHost(t)
+	before := h.MemoryLimit()
+	file, dir, none := "memory.limit_in_bytes", h.v1Dirs["memory"], "-1"
+	if h.v2 {
+		file, dir, none = "memory.max", h.v2Dir, "max"
+	}
+	const limit = 3 << 30
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(strconv.Itoa(limit)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.WriteFile(filepath.Join(dir, file), []byte(none), 0o644) })
+	want := int64(limit)
+	if before > 0 && before < want {
+		want = before // this test runs under a lower one
+	}
+	if got := h.MemoryLimit(); got != want {
+		t.Errorf("MemoryLimit with the parent at %d: %d, want %d (before: %d)", limit, got, want, before)
+	}
+	cg, err := h.New("pss", Resources{Memory: 64 << 20, Pids: 16, CPUs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Destroy()
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	if n, err := cg.PSS(); err != nil || n != 0 {
+		t.Fatalf("PSS of an empty cgroup: %d, %v", n, err)
+	}
+	if err := cg.Add(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := cg.PSS(); err != nil || n <= 0 || n > 64<<20 {
+		t.Fatalf("PSS of a sleep: %d, %v", n, err)
+	}
+}

@@ -397,14 +397,16 @@ func CheckMCPContent(list []string) error {
 
 // Pool configures the warm pools of pre-started sandboxes.
 type Pool struct {
-	// Size is the number of ready sandboxes kept per language; 0 disables
-	// the pool for that language.
+	// Size is the number of ready sandboxes kept per language whatever
+	// the demand, as far as MemoryBudget holds them; 0 disables the pool
+	// for that language.
 	Size map[string]int `json:"size"`
 	// OneShotSize is how many of a language's Size ready sandboxes
-	// one-shot runs and programs may take; the rest are kept for session
-	// creations, so that a burst of one-shots does not leave the sessions
-	// that follow it to build their own. Sandboxes beyond Size (a pool
-	// grown by demand) are open to both. Size or more keeps none apart.
+	// (or of fewer, when MemoryBudget cuts the sizes) one-shot runs and
+	// programs may take; the rest are kept for session creations, so
+	// that a burst of one-shots does not leave the sessions that follow
+	// it to build their own. Sandboxes beyond Size (a pool grown by
+	// demand) are open to both. Size or more keeps none apart.
 	OneShotSize map[string]int `json:"oneshot_size"`
 	// NetworkSize is the number of ready sandboxes kept per language for
 	// sessions created with a network, on a kernel that fixes a
@@ -432,11 +434,16 @@ type Pool struct {
 	// after that demand. At most Size is kept when lower; a language
 	// whose Size is 0 has no pool to grow.
 	MaxSize map[string]int `json:"max_size"`
-	// MemoryBudget caps the memory the ready sandboxes of a pool hold when
-	// grown beyond their sizes (measured per language from those built):
-	// the growth of every language is scaled down alike to fit. The sizes
-	// themselves are always kept. 0 (the default) takes a thirty-second of
-	// the host's memory, between 64M and 4G.
+	// MemoryBudget caps the memory the ready sandboxes of every language
+	// hold together, each counted at its processes' PSS (measured per
+	// language once its pool is full). When the sizes alone exceed it,
+	// each is scaled down alike (a language with a size keeps at least
+	// one); growth beyond them gets what they leave, scaled down alike.
+	// A template's pools (templates.pool) are not counted. 0 (the
+	// default) takes a thirty-second of the memory sandboxes may use:
+	// the host's, or the lowest cgroup memory limit above the sandboxes'
+	// parent or the server itself when lower (a pod's), between 32M and
+	// 4G (768M on a 24 GiB host, 64M under a 2 GiB limit).
 	MemoryBudget Size `json:"memory_budget"`
 	// ShrinkAfter is how long a pool grown by a burst keeps its size after
 	// the demand that grew it has passed.
@@ -502,7 +509,8 @@ func Default() Config {
 			// 56 Python sandboxes (about 4 MB each when ready) are kept
 			// for session creations: a burst of 50 right after one of
 			// one-shots is served warm, as two cores cannot build them in
-			// time (performance.md, "Pools that follow the load").
+			// time (performance.md, "Pools that follow the load"). On a
+			// small host the memory budget keeps fewer.
 			Size:        map[string]int{"python": 64, "bash": 2, "javascript": 2},
 			OneShotSize: map[string]int{"python": 8, "bash": 2, "javascript": 2},
 			Zygote:      true,

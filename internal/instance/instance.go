@@ -131,6 +131,22 @@ func (in *Instance) Memory() (int64, error) {
 	return used, err
 }
 
+// PSS is the proportional set size of the sandbox's processes (their
+// private memory, and their share of what they share with the template
+// and its other forks), what a warm pool counts against its memory
+// budget; the cgroup's Memory where none can be read (gVisor's Sentry).
+func (in *Instance) PSS() (int64, error) {
+	cg, err := cgroupOf(in.sb)
+	if err != nil {
+		return 0, err
+	}
+	if n, err := cg.PSS(); err == nil && n > 0 {
+		return n, nil
+	}
+	used, _, err := cg.Memory()
+	return used, err
+}
+
 // cgroupOf is sb's cgroup, for what the sandbox interface does not pass on.
 func cgroupOf(sb sandbox) (*cgroup.Cgroup, error) {
 	cg, ok := sb.(interface{ Cgroup() *cgroup.Cgroup })

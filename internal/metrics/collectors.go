@@ -19,10 +19,13 @@ var (
 
 	poolReady      = poolDesc("pool_ready", "Warm sandboxes ready, by language.")
 	poolTarget     = poolDesc("pool_target", "Warm sandboxes the pool keeps now, by language: pool.size, or more (up to pool.max_size) while the recent demand asks for more.")
-	poolMin        = poolDesc("pool_min", "Warm sandboxes the pool keeps whatever the demand (pool.size), by language.")
+	poolMin        = poolDesc("pool_min", "Warm sandboxes the pool keeps whatever the demand, by language: pool.size, or fewer when the pools' sizes together exceed pool.memory_budget.")
 	poolMax        = poolDesc("pool_max", "Warm sandboxes the pool may grow to under demand (pool.max_size), by language.")
 	poolWaiting    = poolDesc("pool_waiting", "Requests building a sandbox themselves now because the pool had none ready, by language: the pool's pressure.")
-	poolMemory     = poolDesc("pool_sandbox_memory_bytes", "Memory one ready sandbox holds, measured from those built, by language: what pool.memory_budget counts.")
+	poolMemory     = poolDesc("pool_sandbox_memory_bytes", "Memory one ready sandbox holds (its processes' PSS, measured once the pool is full), by language: what pool.memory_budget counts.")
+	poolHeld       = poolDesc("pool_memory_bytes", "Memory the ready sandboxes hold, by language (pool_ready × pool_sandbox_memory_bytes).")
+	poolCut        = poolDesc("pool_budget_cut", "Warm sandboxes the pool keeps fewer than its size and recent demand ask for (within pool.max_size) because of pool.memory_budget, by language: the budget's pressure.")
+	poolBudget     = prometheus.NewDesc(Namespace+"_pool_memory_budget_bytes", "The memory the ready sandboxes of every language may hold together (pool.memory_budget, or its automatic value).", nil, nil)
 	poolRefillSecs = poolDesc("pool_refill_seconds_total", "Time from the refill deciding to build a warm sandbox to its being ready (the wait for a build slot included), by language (divide by pool_built_total for the mean).")
 	poolBuilding   = poolDesc("pool_building", "Warm sandboxes being built, by language.")
 	poolHits       = poolDesc("pool_hits_total", "Sandboxes taken warm from the pool, by language.")
@@ -89,13 +92,14 @@ func (m *Metrics) Pools(stats func() map[string]any) {
 type poolCollector func() map[string]any
 
 func (p poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{poolReady, poolTarget, poolMin, poolMax, poolWaiting, poolMemory, poolRefillSecs, poolBuilding, poolHits, poolMisses, poolBuilt, poolDiscarded,
+	for _, d := range []*prometheus.Desc{poolReady, poolTarget, poolMin, poolMax, poolWaiting, poolMemory, poolHeld, poolCut, poolBudget, poolRefillSecs, poolBuilding, poolHits, poolMisses, poolBuilt, poolDiscarded,
 		poolCold, poolBuildSecs, templateUp, templateFailures, templateRestarts} {
 		ch <- d
 	}
 }
 
 func (p poolCollector) Collect(ch chan<- prometheus.Metric) {
+	var budget int64 // the same in each of the root's pools; 0 in templates'
 	for lang, v := range p() {
 		switch s := v.(type) {
 		case apitype.PoolStats:
@@ -108,6 +112,9 @@ func (p poolCollector) Collect(ch chan<- prometheus.Metric) {
 			g(poolMax, prometheus.GaugeValue, float64(s.Max))
 			g(poolWaiting, prometheus.GaugeValue, float64(s.Waiting))
 			g(poolMemory, prometheus.GaugeValue, float64(s.MemoryBytes))
+			g(poolHeld, prometheus.GaugeValue, float64(s.HeldBytes))
+			g(poolCut, prometheus.GaugeValue, float64(s.BudgetCut))
+			budget = max(budget, s.MemoryBudget)
 			g(poolRefillSecs, prometheus.CounterValue, s.AvgRefillMs*float64(s.Built)/1000)
 			g(poolBuilding, prometheus.GaugeValue, float64(s.Building))
 			g(poolHits, prometheus.CounterValue, float64(s.Hits))
@@ -125,6 +132,9 @@ func (p poolCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(templateFailures, prometheus.CounterValue, float64(s.Failures))
 			ch <- prometheus.MustNewConstMetric(templateRestarts, prometheus.CounterValue, float64(s.Restarts))
 		}
+	}
+	if budget > 0 {
+		ch <- prometheus.MustNewConstMetric(poolBudget, prometheus.GaugeValue, float64(budget))
 	}
 }
 

@@ -61,7 +61,8 @@ func TestExposition(t *testing.T) {
 	m.ExecutionFinished(session.ExecutionEvent{Kind: session.ExecSession, Language: "python", Error: session.DeniedError, CodeFlags: []string{"no-subprocess"}})
 	m.ExecutionFinished(session.ExecutionEvent{Kind: session.ExecSession, Language: "python", CodeFlags: []string{"network"}})
 	m.Pools(func() map[string]any {
-		return map[string]any{"python": apitype.PoolStats{Ready: 3, Target: 4, Hits: 5, Built: 2, AvgBuildMs: 500},
+		return map[string]any{"python": apitype.PoolStats{Ready: 3, Target: 4, Hits: 5, Built: 2, AvgBuildMs: 500, HeldBytes: 12 << 20, BudgetCut: 60, MemoryBudget: 64 << 20},
+			"python@t":          apitype.PoolStats{Ready: 1, Target: 1},
 			apitype.TemplateKey: apitype.TemplateStats{Running: true, Restarts: 1}}
 	})
 	m.Egress(func() egress.SharedStats { return egress.SharedStats{Open: 3, Max: 500, CapRefused: 4, DNSRefused: 5} })
@@ -86,6 +87,9 @@ func TestExposition(t *testing.T) {
 		`airlock_executions_total{kind="session",language="python",outcome="denied"} 1`,
 		`airlock_pool_ready{language="python"} 3`,
 		`airlock_pool_build_seconds_total{language="python"} 1`,
+		`airlock_pool_memory_bytes{language="python"} 1.2582912e+07`,
+		`airlock_pool_budget_cut{language="python"} 60`,
+		`airlock_pool_memory_budget_bytes 6.7108864e+07`,
 		`airlock_template_restarts_total 1`,
 		`airlock_egress_open_connections 3`,
 		`airlock_egress_open_connections_limit 500`,

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -52,7 +53,7 @@ type Pool struct {
 	// rmu serialises resize; order lists every queue for it.
 	rmu    sync.Mutex
 	order  []*queue
-	budget int64         // bytes the ready sandboxes may hold when grown
+	budget int64         // bytes the ready sandboxes may hold together
 	hold   time.Duration // a grown pool shrinks this long after its demand
 	now    func() time.Time
 
@@ -106,20 +107,26 @@ type queue struct {
 	// template: the template is configured and starts rt's runtimes.
 	template bool
 	net      bool // its sandboxes are booted with a network
-	// floor is the configured size, kept whatever the demand; max the
-	// most it grows to.
-	floor, max int
-	// reserve of the ready ones are for session creations: a one-shot
-	// takes one only while more are ready (pool.oneshot_size).
-	reserve int
-	profile config.Limits
-	// mu guards ready, pending, target and dem.
+	// size is the configured size; max the most it grows to.
+	size, max int
+	// oneshots is how many of the ready ones one-shots may take
+	// (pool.oneshot_size; the rest are for session creations), -1 for
+	// all of them.
+	oneshots int
+	profile  config.Limits
+	// mu guards ready, pending, base, target, cut, measured and dem.
 	mu      sync.Mutex
 	ready   []*instance.Instance
 	pending int
-	target  int // the size it keeps now: floor, or more under demand
-	dem     demand
-	kick    chan struct{}
+	// base is the size it keeps whatever the demand: size, or fewer when
+	// the pools' sizes exceed the memory budget; target the number it
+	// keeps now: base, or more under demand; cut how many fewer the
+	// budget lets it keep than its demand asks.
+	base, target, cut int
+	// measured: its estimate was taken since its last build.
+	measured bool
+	dem      demand
+	kick     chan struct{}
 
 	hits, misses, built, discarded atomic.Uint64
 	// cold counts instances handed out whose runtime the template could
@@ -156,8 +163,11 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 		queues: map[string]*queue{}, netQueues: map[string]*queue{},
 		imgs: images{by: map[string]*poolImage{}},
 	}
-	if p.budget == 0 {
-		p.budget = AutoBudget()
+	switch {
+	case p.budget == 0:
+		p.budget = AutoBudget(0)
+	case p.budget < 0:
+		p.budget = math.MaxInt64 // none: a template's pools
 	}
 	p.builds = newBuildSlots(cfg.Pool.Parallel)
 	// The template forks runtimes into native sandboxes only: gVisor's
@@ -173,11 +183,11 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 		if err != nil {
 			panic(err) // the table's own names
 		}
-		floor := cfg.Pool.Size[lang]
+		size := cfg.Pool.Size[lang]
 		// A language without a pool does not grow one.
-		q := newQueue(rt, floor, max(floor, cfg.Pool.MaxSize[lang]*min(floor, 1)), cfg.Defaults)
+		q := newQueue(rt, size, max(size, cfg.Pool.MaxSize[lang]*min(size, 1)), cfg.Defaults)
 		if n, ok := cfg.Pool.OneShotSize[lang]; ok {
-			q.reserve = max(floor-n, 0)
+			q.oneshots = n
 		}
 		q.template = rt.Template && p.zygTried != nil
 		if q.guess = defaultEstimate[lang]; q.guess == 0 || p.host == nil {
@@ -194,9 +204,12 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 			p.order = append(p.order, q)
 		}
 	}
+	// The sizes within the budget, before the first build (with the
+	// estimates until the first are measured).
+	p.resize()
 	// Once order is complete: the build slots read it.
 	for _, q := range p.order {
-		if q.floor > 0 {
+		if q.size > 0 {
 			p.wg.Add(1)
 			go p.refill(q)
 		}
@@ -208,8 +221,8 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 	return p
 }
 
-func newQueue(rt runtimes.Runtime, floor, most int, profile config.Limits) *queue {
-	return &queue{rt: rt, floor: floor, max: most, target: floor, profile: profile, kick: make(chan struct{}, 1)}
+func newQueue(rt runtimes.Runtime, size, most int, profile config.Limits) *queue {
+	return &queue{rt: rt, size: size, max: most, oneshots: -1, base: size, target: size, profile: profile, kick: make(chan struct{}, 1)}
 }
 
 // Get implements instance.Source: a warm instance adapted to l if one is
@@ -235,7 +248,7 @@ func (p *Pool) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, ne
 	q.noteTake(p.now())
 	keep := 0
 	if instance.IsOneShot(ctx) {
-		keep = q.reserve
+		keep = q.reserved()
 	}
 	for {
 		inst := q.take(keep)
@@ -281,6 +294,17 @@ func (p *Pool) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, ne
 	return q.handOut(p.newInstance(ctx, rt, l, net, false))
 }
 
+// reserved is how many ready ones a one-shot leaves for session
+// creations: what its base holds beyond pool.oneshot_size.
+func (q *queue) reserved() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.oneshots < 0 {
+		return 0
+	}
+	return max(q.base-q.oneshots, 0)
+}
+
 // noteTake counts a take in the queue's demand.
 func (q *queue) noteTake(now time.Time) {
 	q.lastTake.Store(time.Now().UnixNano())
@@ -309,14 +333,30 @@ func (q *queue) estimate() int64 {
 	return q.guess
 }
 
-// measure folds inst's memory into q's estimate (a moving average).
-func (q *queue) measure(inst *instance.Instance) {
-	m, err := inst.Memory()
+// measure folds the PSS of q's newest ready sandbox into q's estimate (a
+// moving average), once after each build, when q has reached its target:
+// a forked runtime's PSS includes its share of the template's pages,
+// which falls as the forks sharing them are built, so one measured as
+// soon as it is built would count more than it holds once its pool is
+// full.
+func (q *queue) measure() {
+	q.mu.Lock()
+	var inst *instance.Instance
+	if !q.measured && q.pending == 0 && len(q.ready) > 0 && len(q.ready) >= q.target {
+		inst = q.ready[len(q.ready)-1]
+		q.measured = true
+	}
+	q.mu.Unlock()
+	if inst == nil {
+		return
+	}
+	// Taken and closed meanwhile: no figure, and the next build's.
+	m, err := inst.PSS()
 	if err != nil || m <= 0 {
 		return
 	}
 	if old := q.est.Load(); old > 0 {
-		m = (old*7 + m) / 8
+		m = (old*3 + m) / 4
 	}
 	q.est.Store(m)
 }
@@ -330,17 +370,17 @@ func (p *Pool) resize() {
 	in := make([]sizing, len(p.order))
 	for i, q := range p.order {
 		q.mu.Lock()
-		in[i] = sizing{floor: q.floor, max: q.max, est: q.estimate()}
-		if q.max > q.floor {
+		in[i] = sizing{size: q.size, max: q.max, est: q.estimate()}
+		if q.max > q.size {
 			in[i].want = q.dem.want(now, p.hold)
 		}
 		q.mu.Unlock()
 	}
-	for i, n := range fit(p.budget, in) {
+	for i, f := range fit(p.budget, in) {
 		q := p.order[i]
 		q.mu.Lock()
-		changed := q.target != n
-		q.target = n
+		changed := q.target != f.target
+		q.base, q.target, q.cut = f.base, f.target, f.cut
 		q.mu.Unlock()
 		if changed {
 			q.signal()
@@ -349,18 +389,37 @@ func (p *Pool) resize() {
 }
 
 // AutoBudget is pool.memory_budget's automatic value: a thirty-second of
-// the host's memory, between 64 MiB and 4 GiB.
-func AutoBudget() int64 {
-	total := int64(1 << 30)
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		line, _, _ := strings.Cut(string(b), "\n")
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
-			if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil {
-				total = kb << 10
-			}
+// the memory the server's sandboxes may use, the host's (MemTotal) or
+// limit bytes when that is lower and not 0 (a cgroup's:
+// cgroup.Host.MemoryLimit), between 32 MiB and 4 GiB.
+func AutoBudget(limit int64) int64 {
+	return budgetOf(memTotal(), limit)
+}
+
+// budgetOf is AutoBudget's arithmetic.
+func budgetOf(total, limit int64) int64 {
+	if limit > 0 && (total <= 0 || limit < total) {
+		total = limit
+	}
+	if total <= 0 {
+		total = 1 << 30
+	}
+	return min(max(total/32, 32<<20), 4<<30)
+}
+
+// memTotal is the host's memory in bytes (0 when unknown).
+func memTotal() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+		if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+			return kb << 10
 		}
 	}
-	return min(max(total/32, 64<<20), 4<<30)
+	return 0
 }
 
 // handOut hands out inst, counting it in q's cold figure when the
@@ -417,7 +476,7 @@ func (p *Pool) refill(q *queue) {
 			clear(q.ready[:n])
 			q.ready = q.ready[n:]
 		}
-		grown := q.target > q.floor
+		grown := q.target > q.base
 		q.mu.Unlock()
 		q.discarded.Add(uint64(len(excess)))
 		for _, inst := range excess {
@@ -445,6 +504,7 @@ func (p *Pool) refill(q *queue) {
 			go p.build(q, decided)
 			continue
 		}
+		q.measure()
 		// A grown pool looks again each second: it shrinks once its
 		// demand has passed.
 		var again <-chan time.Time
@@ -468,11 +528,9 @@ func (p *Pool) build(q *queue, decided time.Time) {
 	start := time.Now()
 	runs := p.templateRuns()
 	inst, err := p.newInstance(p.ctx, q.rt, q.profile, q.net, true)
-	if err == nil {
-		q.measure(inst)
-	}
 	q.mu.Lock()
 	q.pending--
+	q.measured = false
 	// One started cold while the template came up is replaced
 	// (as recycleCold replaces those already ready).
 	stale := err == nil && q.template && !inst.Forked() && p.templateRuns() != runs
@@ -511,7 +569,7 @@ func (p *Pool) build(q *queue, decided time.Time) {
 func (p *Pool) awaitQuiet(q *queue) bool {
 	for {
 		q.mu.Lock()
-		enough := len(q.ready) >= q.floor
+		enough := len(q.ready) >= q.base
 		q.mu.Unlock()
 		wait := quietGap - time.Since(time.Unix(0, q.lastTake.Load()))
 		if !enough || wait <= 0 || q.waiting.Load() > 0 {
@@ -714,12 +772,16 @@ func (p *Pool) Stats() map[string]any {
 	out := map[string]any{}
 	for lang, q := range p.allQueues() {
 		q.mu.Lock()
-		s := apitype.PoolStats{Ready: len(q.ready), Target: q.target, Min: q.floor, Max: q.max, Building: q.pending}
+		s := apitype.PoolStats{Ready: len(q.ready), Target: q.target, Size: q.size, Min: q.base, Max: q.max, Building: q.pending, BudgetCut: q.cut}
 		q.mu.Unlock()
 		s.Hits, s.Misses, s.Built, s.Discarded = q.hits.Load(), q.misses.Load(), q.built.Load(), q.discarded.Load()
 		s.Cold = q.cold.Load()
 		s.Waiting = int(q.waiting.Load())
 		s.MemoryBytes = q.estimate()
+		s.HeldBytes = int64(s.Ready) * s.MemoryBytes
+		if p.budget < math.MaxInt64 {
+			s.MemoryBudget = p.budget
+		}
 		if s.Built > 0 {
 			s.AvgBuildMs = float64(q.buildNanos.Load()) / float64(s.Built) / 1e6
 			s.AvgRefillMs = float64(q.refillNanos.Load()) / float64(s.Built) / 1e6

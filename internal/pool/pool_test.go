@@ -307,3 +307,52 @@ func TestOneShotsLeaveSessionsTheirs(t *testing.T) {
 		})
 	}
 }
+
+// The memory budget holds the pools' sizes: a pool measures what its
+// ready sandboxes hold (their PSS), keeps fewer than its size when the
+// budget cannot hold them all (each language at least one) and says so,
+// and fills back to its size when the budget grows again.
+func TestBudgetCutsTheSizes(t *testing.T) {
+	h, cfg := jailtest.Host(t, "pool", func(c *config.Config) {
+		c.Pool.Size = map[string]int{"python": 4, "bash": 1}
+		c.Pool.OneShotSize = map[string]int{"python": 1}
+		c.Pool.MaxSize = nil // they keep their sizes
+		c.Pool.Zygote = false
+		c.Pool.MemoryBudget = 1 << 40
+	})
+	p := New(cfg, instance.Native{Host: h}, instance.NewSlots(h.Layout()), slog.New(slog.DiscardHandler))
+	t.Cleanup(p.Close)
+	py, sh := p.queues["python"], p.queues["bash"]
+	measured := func(q *queue) bool { return q.est.Load() > 0 }
+	waitFor(t, "both pools full and measured", func() bool {
+		return pythonStats(p).Ready == 4 && measured(py) && measured(sh)
+	})
+	est := py.est.Load()
+	// A forked or cold Python runtime and its jail's init: a few MB to a
+	// few tens, never the guess by chance.
+	if est < 1<<20 || est > 256<<20 || est == py.guess {
+		t.Fatalf("python's ready sandboxes measured at %d bytes each", est)
+	}
+	if s := pythonStats(p); s.HeldBytes != 4*est || s.MemoryBudget != 1<<40 || s.BudgetCut != 0 || py.reserved() != 3 {
+		t.Fatalf("python pool %+v (reserved %d): want 4 held at %d, the budget, nothing cut, 3 kept for sessions", s, py.reserved(), est)
+	}
+	setBudget := func(b int64) {
+		p.rmu.Lock()
+		p.budget = b
+		p.rmu.Unlock()
+		py.signal()
+		sh.signal()
+	}
+	// Room for about two and a half Python sandboxes and the Bash one: the
+	// sizes (4 + 1) are scaled alike, to 2 and 1 (at least one).
+	setBudget(est*5/2 + sh.est.Load())
+	waitFor(t, "python cut to 2", func() bool { s := pythonStats(p); return s.Target == 2 && s.Ready == 2 })
+	if s := pythonStats(p); s.Min != 2 || s.Size != 4 || s.BudgetCut != 2 || s.Discarded < 2 || py.reserved() != 1 {
+		t.Errorf("python pool under the budget %+v (reserved %d): want min 2 of size 4, 2 cut, 2 discarded, 1 kept for sessions", s, py.reserved())
+	}
+	if s := p.Stats()["bash"].(apitype.PoolStats); s.Target != 1 || s.Ready != 1 {
+		t.Errorf("bash pool under the budget %+v: want its one kept", s)
+	}
+	setBudget(1 << 40)
+	waitFor(t, "python back to 4", func() bool { s := pythonStats(p); return s.Target == 4 && s.Ready == 4 && s.BudgetCut == 0 })
+}

@@ -62,29 +62,58 @@ func (d *demand) want(now time.Time, hold time.Duration) int {
 
 // sizing is what fit needs of one queue.
 type sizing struct {
-	floor, max, want int
-	est              int64 // bytes one ready sandbox holds
+	size, max, want int   // size: pool.size
+	est             int64 // bytes one ready sandbox holds
 }
 
-// fit returns each queue's target: its want between its floor and its
-// maximum, the growth beyond the floors scaled down alike when their
-// memory together would exceed budget bytes. Floors are configured sizes,
-// kept whatever the budget.
-func fit(budget int64, qs []sizing) []int {
-	out := make([]int, len(qs))
+// fitted is what fit gives one queue.
+type fitted struct {
+	// base is the size it keeps whatever the demand: its size, or fewer
+	// when the sizes together exceed the budget.
+	base int
+	// target is the number it keeps now: base, or more under demand.
+	target int
+	// cut is how many fewer it keeps than its demand and max_size ask,
+	// for the budget: the pools' pressure on it.
+	cut int
+}
+
+// fit returns each queue's base and target within budget bytes. The
+// sizes come first: when they alone exceed the budget, each queue with a
+// size keeps one, and the rest of each size is scaled down alike to fit
+// what those leave. The growth toward each want (within [base, max]) is
+// then scaled down alike to fit what the bases leave.
+func fit(budget int64, qs []sizing) []fitted {
+	out := make([]fitted, len(qs))
+	var ones, rest int64 // the memory of one of each, and of the rest of the sizes
+	for _, q := range qs {
+		ones += int64(min(q.size, 1)) * q.est
+		rest += int64(max(q.size-1, 0)) * q.est
+	}
+	room := max(budget-ones, 0)
 	var base, grow int64
 	for i, q := range qs {
-		out[i] = min(max(q.want, q.floor), max(q.max, q.floor))
-		base += int64(q.floor) * q.est
-		grow += int64(out[i]-q.floor) * q.est
+		b := q.size
+		if ones+rest > budget {
+			b = min(q.size, 1)
+			if rest > 0 {
+				b += int(int64(max(q.size-1, 0)) * room / rest)
+			}
+		}
+		t := min(max(q.want, q.size), max(q.max, q.size))
+		out[i] = fitted{base: b, target: t}
+		base += int64(b) * q.est
+		grow += int64(t-b) * q.est
 	}
 	if base+grow <= budget || grow == 0 {
 		return out
 	}
 	avail := max(budget-base, 0)
-	for i, q := range qs {
-		g := int64(out[i] - q.floor)
-		out[i] = q.floor + int(g*avail/grow)
+	for i := range out {
+		f := &out[i]
+		t := f.base + int(int64(f.target-f.base)*avail/grow)
+		f.cut = f.target - t
+		f.target = t
 	}
 	return out
 }

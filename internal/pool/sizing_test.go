@@ -47,33 +47,75 @@ func TestDemandWant(t *testing.T) {
 	}
 }
 
-// The targets of several queues: wants within [floor, max], the growth
-// scaled to the budget, floors always kept.
+// The bases and targets of several queues: sizes kept while the budget
+// holds them, scaled down alike (at least one each) when it does not;
+// wants within [base, max], their growth scaled to what the bases leave.
 func TestFit(t *testing.T) {
 	const mb = 1 << 20
+	type want struct{ base, target, cut int }
 	for _, c := range []struct {
 		name   string
 		budget int64
 		qs     []sizing
-		want   []int
+		want   []want
 	}{
-		{"no demand keeps the floors", 100 * mb, []sizing{{8, 128, 0, 5 * mb}, {2, 16, 0, 2 * mb}}, []int{8, 2}},
-		{"demand within max and budget", 1000 * mb, []sizing{{8, 128, 63, 5 * mb}, {2, 16, 0, 2 * mb}}, []int{63, 2}},
-		{"capped by max", 1000 * mb, []sizing{{8, 128, 500, 5 * mb}}, []int{128}},
-		{"max below floor keeps the floor", 1000 * mb, []sizing{{8, 4, 50, 5 * mb}}, []int{8}},
-		{"no growth without a max", 1000 * mb, []sizing{{8, 8, 50, 5 * mb}}, []int{8}},
-		{"budget scales growth alike", 8*5*mb + 2*2*mb + 100*mb, []sizing{{8, 128, 48, 5 * mb}, {2, 32, 2 + 25, 2 * mb}}, []int{8 + 16, 2 + 10}},
-		{"budget below the floors keeps the floors", 10 * mb, []sizing{{8, 128, 100, 5 * mb}, {2, 16, 10, 2 * mb}}, []int{8, 2}},
-		{"zero floor stays zero", 1000 * mb, []sizing{{0, 0, 50, 5 * mb}}, []int{0}},
+		{"no demand keeps the sizes", 100 * mb, []sizing{{8, 128, 0, 5 * mb}, {2, 16, 0, 2 * mb}}, []want{{8, 8, 0}, {2, 2, 0}}},
+		{"demand within max and budget", 1000 * mb, []sizing{{8, 128, 63, 5 * mb}, {2, 16, 0, 2 * mb}}, []want{{8, 63, 0}, {2, 2, 0}}},
+		{"capped by max", 1000 * mb, []sizing{{8, 128, 500, 5 * mb}}, []want{{8, 128, 0}}},
+		{"max below size keeps the size", 1000 * mb, []sizing{{8, 4, 50, 5 * mb}}, []want{{8, 8, 0}}},
+		{"no growth without a max", 1000 * mb, []sizing{{8, 8, 50, 5 * mb}}, []want{{8, 8, 0}}},
+		{"budget scales growth alike", 8*5*mb + 2*2*mb + 100*mb, []sizing{{8, 128, 48, 5 * mb}, {2, 32, 2 + 25, 2 * mb}},
+			[]want{{8, 8 + 16, 24}, {2, 2 + 10, 15}}},
+		{"budget just holding the sizes: no growth", 8*5*mb + 2*2*mb, []sizing{{8, 128, 100, 5 * mb}, {2, 16, 10, 2 * mb}},
+			[]want{{8, 8, 92}, {2, 2, 8}}},
+		{"budget below the sizes scales them alike", 32 * mb, []sizing{{64, 128, 0, 4 * mb}, {2, 16, 0, 16 * mb}},
+			// One of each (20 MB), and of the other 268 MB asked, 12.
+			[]want{{3, 3, 61}, {1, 1, 1}}},
+		{"the default sizes under a 2 GiB limit", 64 * mb, []sizing{{64, 128, 0, 52 * mb / 10}, {2, 16, 0, 277 * mb / 10}, {2, 16, 0, 21 * mb / 10}},
+			// As measured on a 24 GiB host: 392 MB asked, 61 held.
+			[]want{{6, 6, 58}, {1, 1, 1}, {1, 1, 1}}},
+		{"each keeps at least one", 4 * mb, []sizing{{64, 128, 0, 4 * mb}, {2, 16, 0, 16 * mb}, {2, 16, 0, 1 * mb}},
+			[]want{{1, 1, 63}, {1, 1, 1}, {1, 1, 1}}},
+		{"sizes of one beyond the budget", 1 * mb, []sizing{{1, 1, 0, 4 * mb}, {1, 4, 3, 16 * mb}}, []want{{1, 1, 0}, {1, 1, 2}}},
+		{"demand does not grow a cut pool", 32 * mb, []sizing{{64, 128, 80, 4 * mb}}, []want{{8, 8, 72}}},
+		{"the default sizes on 24 GiB", 768 * mb, []sizing{{64, 128, 0, 5 * mb}, {2, 16, 0, 24 * mb}, {2, 16, 0, 2 * mb}},
+			[]want{{64, 64, 0}, {2, 2, 0}, {2, 2, 0}}},
+		{"and a drained burst's growth", 768 * mb, []sizing{{64, 128, 125, 5 * mb}, {2, 16, 0, 24 * mb}, {2, 16, 0, 2 * mb}},
+			[]want{{64, 125, 0}, {2, 2, 0}, {2, 2, 0}}},
+		{"zero size stays zero", 1000 * mb, []sizing{{0, 0, 50, 5 * mb}}, []want{{0, 0, 0}}},
+		{"zero size stays zero under a cut", 1 * mb, []sizing{{0, 0, 50, 5 * mb}, {8, 8, 0, 1 * mb}}, []want{{0, 0, 0}, {1, 1, 7}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := fit(c.budget, c.qs)
 			for i := range got {
-				if got[i] != c.want[i] {
-					t.Fatalf("targets %v, want %v", got, c.want)
+				if g := (want{got[i].base, got[i].target, got[i].cut}); g != c.want[i] {
+					t.Fatalf("queue %d: base, target, cut %v, want %v (all: %v)", i, g, c.want[i], got)
 				}
 			}
 		})
+	}
+}
+
+// pool.memory_budget's automatic value: a thirty-second of the host's
+// memory or of a lower cgroup limit, within its bounds.
+func TestBudgetOf(t *testing.T) {
+	const mib, gib = 1 << 20, 1 << 30
+	for _, c := range []struct {
+		name         string
+		total, limit int64
+		want         int64
+	}{
+		{"a 24 GiB host", 24 * gib, 0, 768 * mib},
+		{"a 2 GiB cgroup on it", 24 * gib, 2 * gib, 64 * mib},
+		{"a limit above the host's memory", 8 * gib, 64 * gib, 256 * mib},
+		{"a small host", 512 * mib, 0, 32 * mib},
+		{"a large host", 1024 * gib, 0, 4 * gib},
+		{"no MemTotal: the limit", 0, 4 * gib, 128 * mib},
+		{"nothing known", 0, 0, 32 * mib},
+	} {
+		if got := budgetOf(c.total, c.limit); got != c.want {
+			t.Errorf("%s: %d MiB, want %d MiB", c.name, got/mib, c.want/mib)
+		}
 	}
 }
 

@@ -131,9 +131,10 @@ func (t *Templates) open(k templateKey) (*templateSource, error) {
 	if k.iso == t.cfg.Isolation && anySize(sizes) {
 		pc := t.cfg
 		pc.Runtimes = lease.RuntimesConfig(pc.Runtimes)
-		// A template's pools keep their sizes: they do not grow, and
-		// one-shots may take all of them.
+		// A template's pools keep their sizes, whatever the memory
+		// budget: they do not grow, and one-shots may take all of them.
 		pc.Pool.Size, pc.Pool.NetworkSize, pc.Pool.MaxSize, pc.Pool.OneShotSize = map[string]int{}, nil, nil, nil
+		pc.Pool.MemoryBudget = -1 // none: their sizes are what their owner asked for
 		for lang, n := range sizes {
 			if lease.Runtimes[lang] != "" {
 				pc.Pool.Size[lang] = n

@@ -229,7 +229,12 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	own := kernels[cfg.Isolation]
 	var source instance.Source = &instance.Cold{Kernel: own, Slots: slots}
 	if cfg.Pool.Zygote || anyPool(cfg) {
-		s.pool = pool.New(cfg, own, slots, s.log)
+		pc := cfg
+		if pc.Pool.MemoryBudget == 0 {
+			pc.Pool.MemoryBudget = config.Size(pool.AutoBudget(s.host.Cgroups().MemoryLimit()))
+		}
+		s.log.Info("warm pools", "memory_budget_mb", int64(pc.Pool.MemoryBudget)>>20, "automatic", cfg.Pool.MemoryBudget == 0)
+		s.pool = pool.New(pc, own, slots, s.log)
 		s.closers.AddFunc(s.pool.Close)
 		source = s.pool
 	}
