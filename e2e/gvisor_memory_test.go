@@ -237,13 +237,17 @@ func stopAndStart(t *testing.T, s *server, bin string) *server {
 // keeper is another: the resume binds the keeper the pause recorded,
 // whose copy is kept beside the paused sessions while one needs it (a
 // start removes it once none does, and keeps it before); without that
-// copy the resume brings the files back and says why. checked against
-// mutants: the restore binding the server's own keeper (resumed "files":
-// the restored keeper died of SIGSEGV), and a start's sweep ignoring the
-// paused sessions' keepers (the copy was gone, resumed "files").
+// copy the resume brings the files back and says why; while the server
+// runs, a sweep after an image goes removes the copy once no paused
+// session and no live sandbox needs it. checked against mutants: the
+// restore binding the server's own keeper (resumed "files": the
+// restored keeper died of SIGSEGV), a start's sweep ignoring the paused
+// sessions' keepers (the copy was gone, resumed "files"), the sweep
+// ignoring the live sandboxes' keepers (the copy went under a), no
+// sweep after a delete (the copy stayed).
 func TestGVisorMemoryAcrossUpgrade(t *testing.T) {
 	next := anotherAirlock(t)
-	s := startServer(t, gvisorMemoryConfig(t, nil))
+	s := startServer(t, gvisorMemoryConfig(t, map[string]any{"log": map[string]any{"level": "debug"}}))
 	ctx := context.Background()
 	a, b := s.newSession("python", nil), s.newSession("python", nil)
 	for _, id := range []string{a, b} {
@@ -294,14 +298,45 @@ func TestGVisorMemoryAcrossUpgrade(t *testing.T) {
 		t.Errorf("a variable of a memory image not restored: %+v", r)
 	}
 
-	// Once no paused session needs it, the next start removes it.
+	// While the server runs, a sweep follows every image that goes (a
+	// resume, a delete, an expiry): the old copy stays while a live
+	// sandbox restored from it runs (a is: its next pause names it),
+	// and goes once none does and no paused session needs it.
 	if err := os.Rename(aside, old); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []string{a, b} {
-		s.c.DeleteSession(ctx, id)
-	}
 	age()
+	sweeps := func() int { return strings.Count(s.stderr.String(), "gVisor keepers swept") }
+	pauseAndDelete := func() {
+		t.Helper()
+		n := sweeps()
+		c := s.newSession("python", nil)
+		if _, err := s.c.PauseSession(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.c.DeleteSession(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(time.Minute); sweeps() <= n; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no sweep after a paused session was deleted:\n%s", s.stderr.String())
+			}
+		}
+	}
+	pauseAndDelete()
+	if _, err := os.Stat(old); err != nil {
+		t.Errorf("the old copy went while a sandbox restored from it runs: %v", err)
+	}
+	if err := s.c.DeleteSession(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	pauseAndDelete()
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Errorf("the old copy stayed once nothing needs it: %v", err)
+	}
+
+	// And the next start removes nothing it needs.
+	s.c.DeleteSession(ctx, b)
 	s = stopAndStart(t, s, next)
 	if got := keeperCopies(t, s); len(got) != 1 || got[0] == first[0] {
 		t.Errorf("keeper copies once no paused session needs the old one: %v", got)

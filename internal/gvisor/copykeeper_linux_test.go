@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -81,9 +82,13 @@ func TestSweepKeepers(t *testing.T) {
 			os.Chtimes(p, old, old)
 		}
 	}
-	gone, err := SweepKeepers(dir, map[string]bool{"aa": true})
+	gone, later, err := SweepKeepers(dir, map[string]bool{"aa": true})
 	if err != nil || !slices.Equal(gone, []string{"bb"}) {
 		t.Errorf("swept %v %v, want [bb]", gone, err)
+	}
+	// The copy left for its grace alone is due when that ends.
+	if st, _ := os.Stat(filepath.Join(dir, keeperPrefix+"cc")); !later.Equal(st.ModTime().Add(keeperGrace)) {
+		t.Errorf("next sweep due %v, want the grace's end %v", later, st.ModTime().Add(keeperGrace))
 	}
 	for name := range files {
 		_, err := os.Stat(filepath.Join(dir, name))
@@ -91,7 +96,7 @@ func TestSweepKeepers(t *testing.T) {
 			t.Errorf("%s: removed %v, want %v", name, os.IsNotExist(err), want)
 		}
 	}
-	if gone, err := SweepKeepers(filepath.Join(dir, "none"), nil); err != nil || gone != nil {
+	if gone, _, err := SweepKeepers(filepath.Join(dir, "none"), nil); err != nil || gone != nil {
 		t.Errorf("a missing directory: %v %v", gone, err)
 	}
 }
@@ -228,5 +233,24 @@ func TestKeeperCopiesAreTheServers(t *testing.T) {
 	}
 	if _, err := privdir.File(dst); err != nil {
 		t.Errorf("the server's copy, after copyKeeper: %v", err)
+	}
+}
+
+// The keepers in use are the host's own and every live sandbox's, as
+// long as one is bound to it. checked against a mutant: bind never
+// counting (a restored sandbox's copy was not in use).
+func TestKeepersInUse(t *testing.T) {
+	h := &Host{keeperDigest: "own"}
+	h.bind("old", 1)
+	h.bind("old", 1)
+	h.bind("older", 1)
+	h.bind("older", -1)
+	if got := h.KeepersInUse(); !reflect.DeepEqual(got, map[string]bool{"own": true, "old": true}) {
+		t.Errorf("in use %v", got)
+	}
+	h.bind("old", -1)
+	h.bind("old", -1)
+	if got := h.KeepersInUse(); !reflect.DeepEqual(got, map[string]bool{"own": true}) {
+		t.Errorf("in use once closed %v", got)
 	}
 }

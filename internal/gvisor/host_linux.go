@@ -93,6 +93,11 @@ type Host struct {
 	// keeper is the host's copy of Options.Keeper ("": none), named by
 	// keeperDigest, in keeperDir.
 	keeper, keeperDigest, keeperDir string
+	// bound counts the live sandboxes bound to each keeper copy (by
+	// digest), under boundMu: a sweep never removes one (a restored
+	// sandbox's pause records its copy again).
+	boundMu sync.Mutex
+	bound   map[string]int
 }
 
 // NewHost checks runsc and prepares the root template. cg is the cgroup
@@ -253,6 +258,10 @@ func (h *Host) start(ctx context.Context, spec Spec, rs *restoreArgs) (_ *Sandbo
 			undo.Run()
 		}
 	}()
+	if s.keeper != "" {
+		h.bind(s.keeperDigest, 1)
+		undo.AddFunc(func() { h.bind(s.keeperDigest, -1) })
+	}
 	stage := time.Now()
 	// A directory left by a sandbox of the same name (a crash) goes first.
 	removeDir(s.dir)
@@ -939,6 +948,9 @@ func (s *Sandbox) Close() error {
 		}
 		if err := removeDir(s.dir); err != nil {
 			errs = append(errs, err)
+		}
+		if s.keeper != "" {
+			s.h.bind(s.keeperDigest, -1)
 		}
 		s.closeErr = errors.Join(errs...)
 	})

@@ -189,18 +189,49 @@ func verifyKeeper(ctx context.Context, p, digest string) error {
 	return nil
 }
 
+// bind counts a live sandbox bound to the keeper copy digest (n 1), or
+// one closed (n -1).
+func (h *Host) bind(digest string, n int) {
+	h.boundMu.Lock()
+	defer h.boundMu.Unlock()
+	if h.bound == nil {
+		h.bound = map[string]int{}
+	}
+	if h.bound[digest] += n; h.bound[digest] <= 0 {
+		delete(h.bound, digest)
+	}
+}
+
+// KeepersInUse are the digests of the keeper copies the host's live
+// sandboxes are bound to, and its own: a sweep while the host runs
+// keeps them, as a restored sandbox's next checkpoint names its copy
+// again. Take it before reading what the paused sessions need: a
+// sandbox is closed only after its checkpoint's memory.json is written.
+func (h *Host) KeepersInUse() map[string]bool {
+	h.boundMu.Lock()
+	defer h.boundMu.Unlock()
+	out := map[string]bool{}
+	if h.keeperDigest != "" {
+		out[h.keeperDigest] = true
+	}
+	for d := range h.bound {
+		out[d] = true
+	}
+	return out
+}
+
 // SweepKeepers removes the keeper copies in dir that no checkpoint needs:
 // those keep does not name (by digest) and that were not used within
-// keeperGrace. It returns the digests it removed.
-func SweepKeepers(dir string, keep map[string]bool) ([]string, error) {
+// keeperGrace. It returns the digests it removed, and when the first
+// copy it left for its grace alone may be removed (zero: none).
+func SweepKeepers(dir string, keep map[string]bool) (gone []string, later time.Time, err error) {
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return nil, time.Time{}, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
-	var gone []string
 	var errs []error
 	for _, e := range ents {
 		digest, ok := strings.CutPrefix(e.Name(), keeperPrefix)
@@ -208,7 +239,14 @@ func SweepKeepers(dir string, keep map[string]bool) ([]string, error) {
 		if !ok && !tmp || keep[digest] {
 			continue
 		}
-		if info, err := e.Info(); err != nil || time.Since(info.ModTime()) < keeperGrace {
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		if due := info.ModTime().Add(keeperGrace); time.Now().Before(due) {
+			if later.IsZero() || due.Before(later) {
+				later = due
+			}
 			continue
 		}
 		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -219,7 +257,7 @@ func SweepKeepers(dir string, keep map[string]bool) ([]string, error) {
 			gone = append(gone, digest)
 		}
 	}
-	return gone, errors.Join(errs...)
+	return gone, later, errors.Join(errs...)
 }
 
 // CheckKeepers checks that the keeper copies in dir, and dir, are the

@@ -26,8 +26,10 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -98,8 +100,11 @@ type Server struct {
 	// rootExtra are root files of the configuration's (the secrets' CA).
 	rootExtra map[string]string
 	// keeper: the digest of the gVisor keeper this server's sandboxes run
-	// ("": none).
+	// ("": none); gv, the gVisor host (nil: none), whose live sandboxes'
+	// keepers a sweep keeps too.
 	keeper string
+	gv     *gvisor.Host
+	ks     keeperSweeps
 
 	listeners []listener
 	tcp       net.Addr
@@ -318,7 +323,10 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		s.api.Handle("/mcp", s.mcp.HTTPHandler(mcp.HTTPOptions{Idle: cfg.MCP.IdleTimeout.D(), MaxQuiet: cfg.MCP.SessionTimeout.D()}))
 	}
 	// Sessions an earlier run paused (at its shutdown, say) are listed
-	// as paused from the first request on.
+	// as paused from the first request on. Their keepers are swept now,
+	// and again whenever images go (a resume, a delete, an expiry).
+	s.manager.OnImagesRemoved(s.kickKeeperSweep)
+	s.closers.AddFunc(s.stopKeeperSweeps)
 	if err := s.manager.LoadPaused(); err != nil {
 		return nil, err
 	}
@@ -468,7 +476,7 @@ func (s *Server) kernels(cfg config.Config) (map[config.Isolation]instance.Kerne
 				return nil, err
 			}
 			s.closers.AddFunc(func() { h.Close() })
-			s.keeper = h.KeeperDigest()
+			s.keeper, s.gv = h.KeeperDigest(), h
 			probe, err := h.Probe(ctx, gvisor.Spec{Name: instance.GVisorPrefix + "probe", Limits: cfg.Defaults})
 			if err != nil {
 				return nil, fmt.Errorf("%w: gVisor is configured but cannot boot a sandbox here (run `airlock doctor`): %v", errdefs.ErrUnavailable, err)
@@ -520,12 +528,65 @@ func (s *Server) sweep() {
 	}
 }
 
+// keeperSweeps runs the sweeps of gVisor keeper copies while the server
+// runs: one at a time (run), at most one more waiting (pending), none
+// once stopped; timer sweeps again when a copy's grace ends. lk guards
+// timer and stopped, and is never held across a sweep.
+type keeperSweeps struct {
+	run     sync.Mutex
+	pending atomic.Bool
+	lk      sync.Mutex
+	timer   *time.Timer
+	stopped bool
+	wg      sync.WaitGroup
+}
+
+// kickKeeperSweep sweeps keeper copies in the background (paused
+// sessions' images went: their keepers may be needed no more).
+func (s *Server) kickKeeperSweep() {
+	if !s.ks.pending.CompareAndSwap(false, true) {
+		return // one is waiting, and will see this
+	}
+	s.ks.lk.Lock()
+	defer s.ks.lk.Unlock()
+	if s.ks.stopped {
+		return
+	}
+	s.ks.wg.Add(1)
+	go func() {
+		defer s.ks.wg.Done()
+		s.sweepKeepers()
+	}()
+}
+
+// stopKeeperSweeps stops the sweeps and waits for the one running.
+func (s *Server) stopKeeperSweeps() {
+	s.ks.lk.Lock()
+	s.ks.stopped = true
+	if s.ks.timer != nil {
+		s.ks.timer.Stop()
+	}
+	s.ks.lk.Unlock()
+	s.ks.wg.Wait()
+}
+
 // sweepKeepers removes the copies of gVisor keepers nothing needs: not
-// this server's, nor one a paused session's memory image was taken with
-// (its resume binds it again). Before any request: no pause or resume
-// runs.
+// this server's, nor one a live sandbox is bound to (a restored one's
+// pause names its copy again), nor one a paused session's memory image
+// (or a fork's copy of a live one) was taken with: its resume binds it
+// again. Nothing goes while any memory.json cannot be read, nor a copy
+// used within the grace (gvisor.SweepKeepers), swept again once that
+// ends. The live sandboxes' are read before the images: a sandbox is
+// closed only once its checkpoint's memory.json is written, so a copy
+// is always seen by one or the other.
 func (s *Server) sweepKeepers() {
+	s.ks.run.Lock()
+	defer s.ks.run.Unlock()
+	s.ks.pending.Store(false)
 	keep := map[string]bool{s.keeper: true}
+	if s.gv != nil {
+		maps.Copy(keep, s.gv.KeepersInUse())
+	}
 	dirs := []string{gvisor.KeeperDir(config.Config{StateDir: s.cfg.StateDir})}
 	if s.cfg.Persistence.Enabled {
 		refs, err := s.manager.PausedKeepers()
@@ -536,14 +597,33 @@ func (s *Server) sweepKeepers() {
 		maps.Copy(keep, refs)
 		dirs = append(dirs, gvisor.KeeperDir(s.cfg))
 	}
+	var next time.Time
+	defer func() { s.log.Debug("gVisor keepers swept", "kept", slices.Sorted(maps.Keys(keep))) }()
 	for _, dir := range dirs {
-		gone, err := gvisor.SweepKeepers(dir, keep)
+		gone, later, err := gvisor.SweepKeepers(dir, keep)
 		if err != nil {
 			s.log.Warn("removing old gVisor keepers", "dir", dir, "err", err)
 		}
 		if len(gone) > 0 {
 			s.log.Info("removed gVisor keepers no paused session needs", "dir", dir, "digests", gone)
 		}
+		if !later.IsZero() && (next.IsZero() || later.Before(next)) {
+			next = later
+		}
+	}
+	if next.IsZero() {
+		return
+	}
+	s.ks.lk.Lock()
+	defer s.ks.lk.Unlock()
+	if s.ks.stopped {
+		return
+	}
+	d := time.Until(next) + time.Second
+	if s.ks.timer == nil {
+		s.ks.timer = time.AfterFunc(d, s.kickKeeperSweep)
+	} else {
+		s.ks.timer.Reset(d)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -151,5 +152,40 @@ func TestKeeperRefusedMemoryKept(t *testing.T) {
 	}
 	if u := m.PausedUsage()[k.Tenant]; u.DiskBytes != 0 {
 		t.Errorf("after its expiry: %+v", u)
+	}
+}
+
+// Whoever keeps what paused images refer to (the server, gVisor keeper
+// copies) hears whenever images go: a resume, a delete, an expiry; a
+// pause does not remove one. checked against mutants: each of the three
+// calls removed.
+func TestImagesRemovedHeard(t *testing.T) {
+	m, _, _ := newTestManager(t, persistConfig(t))
+	var heard atomic.Int32
+	m.OnImagesRemoved(func() { heard.Add(1) })
+	ctx := context.Background()
+	check := func(what string, want int32) {
+		t.Helper()
+		if got := heard.Swap(0); got != want {
+			t.Errorf("%s: heard %d times, want %d", what, got, want)
+		}
+	}
+	a, b, c := pausedWith(t, m, someFiles), pausedWith(t, m, someFiles), pausedWith(t, m, someFiles)
+	check("pauses", 0)
+	if _, err := m.ResumeFor(ctx, a.ID()); err != nil {
+		t.Fatal(err)
+	}
+	check("a resume", 1)
+	if err := m.DeleteFor(ctx, b.ID()); err != nil {
+		t.Fatal(err)
+	}
+	check("a delete", 1)
+	m.mu.Lock()
+	m.paused[c.ID()].meta.PausedAt = time.Now().Add(-m.cfg.Persistence.Keep.D() - time.Second)
+	m.mu.Unlock()
+	m.sweepPaused()
+	check("an expiry", 1)
+	if _, err := os.Stat(filepath.Join(m.persistDir(), c.ID())); !os.IsNotExist(err) {
+		t.Errorf("the expired image: %v", err)
 	}
 }

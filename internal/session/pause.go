@@ -189,6 +189,19 @@ func (m *Manager) LoadPaused() error {
 	return nil
 }
 
+// OnImagesRemoved sets f to be called, after the fact, whenever paused
+// sessions' images are removed (a resume, a delete, an expiry): what
+// they referred to (gVisor keeper copies) may be needed no more. Set it
+// before the manager serves anything.
+func (m *Manager) OnImagesRemoved(f func()) { m.imagesGone = f }
+
+// imagesRemoved says that paused sessions' images were removed.
+func (m *Manager) imagesRemoved() {
+	if m.imagesGone != nil {
+		m.imagesGone()
+	}
+}
+
 // PausedKeepers returns the digests of the gVisor keepers the paused
 // sessions' memory images were taken with (their resumes bind them
 // again); an image whose memory description cannot be read is an
@@ -242,6 +255,9 @@ func (m *Manager) sweepPaused() {
 		} else {
 			m.log.Info("paused session expired (persistence.keep)", "session", id)
 		}
+	}
+	if len(due) > 0 {
+		m.imagesRemoved()
 	}
 	for _, k := range keptDue {
 		if err := pauseimage.RemoveKept(m.persistDir(), k.Dir); err != nil {
@@ -588,6 +604,7 @@ func (s *Session) pause(ctx context.Context, ask PauseAsk, must bool) (apitype.S
 		if err := pauseimage.Remove(m.persistDir(), s.id); err != nil {
 			m.log.Error("removing the image of a session that ended while it was paused", "session", s.id, "err", err)
 		}
+		m.imagesRemoved()
 		return apitype.Session{}, gone(end)
 	}
 	if m.paused == nil {
@@ -867,6 +884,7 @@ func (m *Manager) resume(ctx context.Context, id, keep string) (*Session, error)
 	if err := pauseimage.Remove(m.persistDir(), id); err != nil {
 		m.log.Error("removing a resumed session's image", "session", id, "err", err)
 	}
+	m.imagesRemoved()
 	attrs := []any{"session", id, "restored", kind, "ms", time.Since(begun).Milliseconds()}
 	if mr != nil && mr.restored {
 		attrs = append(attrs, mr.logAttrs()...)
@@ -992,6 +1010,7 @@ func (m *Manager) deletePaused(id string, who *identity.Identity) (found bool, e
 	if err := pauseimage.Remove(m.persistDir(), id); err != nil {
 		m.log.Error("removing a deleted paused session's image", "session", id, "err", err)
 	}
+	m.imagesRemoved()
 	return true, nil
 }
 

@@ -146,6 +146,9 @@ type Manager struct {
 	hook func(point, id string)
 	// onPause hears of every pause, resume and fork (OnPause).
 	onPause func(PauseEvent)
+	// imagesGone hears that paused sessions' images were removed
+	// (OnImagesRemoved).
+	imagesGone func()
 }
 
 // NewManager returns a manager that gets the sandboxes of the server's
