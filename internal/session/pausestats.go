@@ -65,8 +65,8 @@ type PausedUsage struct {
 	DiskBytes int64
 }
 
-// PausedUsage is the paused sessions and the disk their images take, by
-// tenant, for metrics.
+// PausedUsage is the paused sessions and the disk their images take
+// (with the memory images kept for inspection), by tenant, for metrics.
 func (m *Manager) PausedUsage() map[string]PausedUsage {
 	m.mu.Lock()
 	defer m.mu.Unlock()
