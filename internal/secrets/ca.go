@@ -20,6 +20,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"airlock/internal/privdir"
 )
 
 // CA issues the certificates the gate presents to a sandbox for bound
@@ -99,15 +101,24 @@ func publicEqual(a, b crypto.PublicKey) bool {
 }
 
 // LoadOrCreateCA reads the CA airlock keeps in dir, making it (an ECDSA
-// P-256 key, readable by the server's user only) the first time.
+// P-256 key, readable by the server's user only) the first time. dir and
+// what it holds must be the server's own (package privdir): whoever else
+// could write them could put in a CA of theirs, and read what sessions
+// send to the hosts their secrets are bound to.
 func LoadOrCreateCA(dir string) (*CA, error) {
-	cp, kp := filepath.Join(dir, certFile), filepath.Join(dir, keyFile)
-	_, cerr := os.Stat(cp)
-	if _, err := os.Stat(kp); err == nil && cerr == nil {
-		return LoadCA(cp, kp)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := privdir.Ensure(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("secrets CA: %v", err)
+	}
+	cp, kp := filepath.Join(dir, certFile), filepath.Join(dir, keyFile)
+	_, cerr := privdir.File(cp)
+	_, kerr := privdir.File(kp)
+	for _, err := range []error{cerr, kerr} {
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("secrets CA: %v", err)
+		}
+	}
+	if kerr == nil && cerr == nil {
+		return LoadCA(cp, kp)
 	}
 	// The certificate is written before the key, each by rename: a crash
 	// leaves no key (made again with a new certificate) or both. A key
@@ -264,7 +275,7 @@ func (ca *CA) StoredAnchor(dir string, hosts []string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := privdir.Ensure(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("secrets CA: %v", err)
 	}
 	return b, writeFile(p, b, 0o644)

@@ -245,3 +245,31 @@ s.on("error", e => { console.error(e.code || e.message); process.exit(1); });`, 
 		t.Error("the anchor's subject is not the CA's")
 	}
 }
+
+// The CA airlock keeps is read only from a directory, and files, of the
+// server's own: one another user could write (every user's write bit,
+// another owner) is refused, never loaded or written into; a directory
+// group-writable by the server's own group (Kubernetes' fsGroup) is
+// taken. checked against mutants: LoadOrCreateCA without the directory
+// check (it wrote its key into a world-writable one), without the
+// files' check (another user's key was loaded).
+func TestCADirIsTheServers(t *testing.T) {
+	testenv.RequireRoot(t, "a key of another owner")
+	dir := filepath.Join(t.TempDir(), "secrets")
+	os.Mkdir(dir, 0o777)
+	os.Chmod(dir, 0o777)
+	if _, err := LoadOrCreateCA(dir); err == nil || !strings.Contains(err.Error(), "another user could write it") {
+		t.Errorf("a world-writable directory: %v", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("written into it: %v", ents)
+	}
+	os.Chmod(dir, 0o770)
+	if _, err := LoadOrCreateCA(dir); err != nil {
+		t.Fatalf("a directory of the server's own group: %v", err)
+	}
+	os.Chown(filepath.Join(dir, keyFile), 54321, 54321)
+	if _, err := LoadOrCreateCA(dir); err == nil || !strings.Contains(err.Error(), "belongs to uid 54321") {
+		t.Errorf("another user's key: %v", err)
+	}
+}
