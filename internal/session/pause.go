@@ -47,6 +47,21 @@ type pausedMeta struct {
 	// ExplicitResume: the pause asked to be undone only by a resume,
 	// never by auto_resume (see PauseAsk).
 	ExplicitResume bool `json:"explicit_resume,omitempty"`
+	// MemoryPending: the pause went on to keep the memory after the
+	// files. An image that says so and has no memory lost it to the
+	// server's end (kill -9, a crash) while it was checkpointed: it
+	// resumes with its files, and says why (memoryLostError).
+	MemoryPending bool `json:"memory_pending,omitempty"`
+	// MemoryError: why the pause kept no memory where it was to keep it
+	// (paused.memory_error), said again after a restart.
+	MemoryError string `json:"memory_error,omitempty"`
+}
+
+// memoryLostError is the memory_error of a paused session whose pause
+// was to keep its memory and whose server ended before the checkpoint
+// was in place.
+func memoryLostError() error {
+	return errdefs.Private(nil, "the server stopped (a crash, kill -9, power loss) while this session's memory was being kept; its files are kept as they were when the pause began, and its interpreters start afresh on resume", nil)
 }
 
 // pausedContext is a code context as a pause keeps it.
@@ -165,6 +180,11 @@ func (m *Manager) LoadPaused() error {
 		} else if mem != nil {
 			p.memBytes = mem.Bytes
 			p.stats.DiskBytes += mem.Bytes
+		} else if meta.MemoryError != "" {
+			p.memErr = errdefs.Private(nil, meta.MemoryError, nil)
+		} else if meta.MemoryPending {
+			p.memErr = memoryLostError()
+			m.log.Warn("a paused session lost its memory to the server's end while it was kept; it will resume with its files", "session", id)
 		}
 		m.paused[id] = p
 		m.mu.Unlock()
@@ -554,6 +574,15 @@ func (s *Session) pause(ctx context.Context, ask PauseAsk, must bool) (apitype.S
 	defer thaw()
 	meta := s.pausedMeta()
 	meta.ExplicitResume = ask.ExplicitResume
+	memory := keep != apitype.RestoreFiles && s.keepsMemory()
+	meta.MemoryPending = memory
+	var memErr error
+	if keep == apitype.RestoreMemory {
+		memErr = s.MemoryRefusal()
+		if memErr != nil {
+			meta.MemoryError = errdefs.Message(memErr)
+		}
+	}
 	raw, err := json.Marshal(meta)
 	if err != nil {
 		return apitype.Session{}, err
@@ -567,11 +596,8 @@ func (s *Session) pause(ctx context.Context, ask PauseAsk, must bool) (apitype.S
 	if m.hook != nil {
 		m.hook("written", s.id)
 	}
-	p := &pausedSession{meta: meta, stats: st}
-	if keep == apitype.RestoreMemory {
-		p.memErr = s.MemoryRefusal()
-	}
-	if keep != apitype.RestoreFiles && s.keepsMemory() {
+	p := &pausedSession{meta: meta, stats: st, memErr: memErr}
+	if memory {
 		// After the files: a checkpoint that fails leaves them standing.
 		n, err := s.writeMemory(ctx, s.id, st.DiskBytes, false)
 		if err != nil && must {
@@ -584,6 +610,14 @@ func (s *Session) pause(ctx context.Context, ask PauseAsk, must bool) (apitype.S
 		if err != nil {
 			p.memErr = err
 			m.log.Warn("a session's memory could not be kept; it is paused with its files", "session", s.id, "err", err)
+			// Its description said the memory would follow: it says why
+			// not instead, for the next start.
+			p.meta.MemoryPending, p.meta.MemoryError = false, errdefs.Message(err)
+			if raw, err := json.Marshal(p.meta); err != nil {
+				m.log.Error("describing why a paused session kept no memory", "session", s.id, "err", err)
+			} else if err := pauseimage.Redescribe(m.persistDir(), s.id, raw); err != nil {
+				m.log.Error("describing why a paused session kept no memory; after a restart it says the server stopped instead", "session", s.id, "err", err)
+			}
 		} else {
 			p.memBytes = n
 			p.stats.DiskBytes += n

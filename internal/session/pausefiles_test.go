@@ -471,3 +471,65 @@ func TestRequireExplicitResume(t *testing.T) {
 		t.Errorf("resume: %v", err)
 	}
 }
+
+// TestMemoryErrorAcrossRestart: why a paused session kept no memory is
+// said after a restart too, never a silent files-only session: a
+// checkpoint that failed (its reason, as the pause said it), and a pause
+// whose server ended while the memory was checkpointed (kill -9, a
+// crash: its files image whole, no memory). checked against mutants:
+// LoadPaused ignoring memory_pending (the crash's session said
+// nothing), the failed checkpoint's reason not written (after the
+// restart it said the server had stopped).
+func TestMemoryErrorAcrossRestart(t *testing.T) {
+	m, cfg, ms := newMemManager(t)
+	ctx := context.Background()
+	a, err := m.Create(ctx, apitype.CreateSessionRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.Create(ctx, apitype.CreateSessionRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, b, someFiles)
+	ms.fail.Store(true)
+	ia, err := m.PauseFor(ctx, a.ID(), "")
+	if err != nil || ia.Paused.MemoryError == "" {
+		t.Fatalf("a pause whose checkpoint failed: %+v %v", ia, err)
+	}
+	ms.fail.Store(false)
+	if ib, err := m.PauseFor(ctx, b.ID(), ""); err != nil || ib.Restores != apitype.RestoreMemory {
+		t.Fatalf("a pause with memory: %+v %v", ib, err)
+	}
+	// What a kill -9 during b's checkpoint leaves: its files image,
+	// whose description says the memory was to follow, and no memory
+	// (the checkpoint's temporary is swept at start).
+	dir := filepath.Join(cfg.Persistence.Dir, b.ID())
+	if err := os.Remove(filepath.Join(dir, "memory.json")); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(filepath.Join(dir, "memory"))
+
+	m2, _, _ := newTestManager(t, cfg)
+	if err := m2.LoadPaused(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]apitype.Session{}
+	for _, s := range m2.List() {
+		got[s.ID] = s
+	}
+	if s := got[a.ID()]; s.Paused == nil || s.Paused.MemoryError != ia.Paused.MemoryError || s.Restores != apitype.RestoreFiles {
+		t.Errorf("the failed checkpoint's session after a restart: %+v, want memory_error %q", s.Paused, ia.Paused.MemoryError)
+	}
+	if s := got[b.ID()]; s.Paused == nil || !strings.Contains(s.Paused.MemoryError, "server stopped") || s.Restores != apitype.RestoreFiles {
+		t.Errorf("the session whose memory a crash took: %+v", s.Paused)
+	}
+	r, err := m2.ResumeFor(ctx, b.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := r.Info(); info.Restored != apitype.RestoreFiles {
+		t.Errorf("resumed: restored %q", info.Restored)
+	}
+	checkFiles(t, r, someFiles)
+}
