@@ -419,6 +419,40 @@ func TestShutdownPausesBusySessions(t *testing.T) {
 	}
 }
 
+// TestShutdownBounded: a shutdown's pauses are bounded by
+// persistence.shutdown_timeout: a session whose code ignores the
+// interrupt is not paused in time and ends (shutdown), with no image
+// left of it, while the others are paused; the shutdown does not wait
+// for it any longer. checked against a mutant: pauseAll without the
+// bound (the shutdown never returned).
+func TestShutdownBounded(t *testing.T) {
+	cfg := persistConfig(t)
+	cfg.Persistence.ShutdownTimeout = config.Duration(300 * time.Millisecond)
+	m, _, _ := newTestManager(t, cfg)
+	stuck, idle := create(t, m, "python"), create(t, m, "python")
+	go stuck.Execute(context.Background(), apitype.ExecuteRequest{Code: "hang"}, nil)
+	busy(t, stuck)
+	closed := make(chan struct{})
+	go func() { defer close(closed); m.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(wait):
+		t.Error("the shutdown waited past persistence.shutdown_timeout for a session that cannot be paused")
+		stuck.terminate(apitype.Ended(apitype.EndShutdown)) // let it return
+		<-closed
+	}
+	if end := ended(t, stuck); end.Code != apitype.EndShutdown {
+		t.Errorf("the stuck session ended for %q, want shutdown", end.Code)
+	}
+	if end := ended(t, idle); end.Code != apitype.EndPaused {
+		t.Errorf("the idle session ended for %q, want paused", end.Code)
+	}
+	ents, _ := os.ReadDir(cfg.Persistence.Dir)
+	if len(ents) != 1 || ents[0].Name() != idle.ID() {
+		t.Errorf("images after the shutdown: %v, want only %s", ents, idle.ID())
+	}
+}
+
 // TestCorruptImageKept: a resume from a damaged image is refused with
 // ErrImageCorrupt, starts nothing, and keeps the image (described with
 // its error) until the session is deleted.
