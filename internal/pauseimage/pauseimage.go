@@ -1063,12 +1063,23 @@ func ListKept(root string, keep time.Duration) ([]Kept, error) {
 			if ierr != nil {
 				continue
 			}
-			k = Kept{Expires: info.ModTime().Add(keep)}
+			k = Kept{ID: keptID(e.Name()), Expires: info.ModTime().Add(keep)}
 		}
 		k.Dir, k.Bytes = dir, keptBytes(dir)
 		out = append(out, k)
 	}
 	return out, nil
+}
+
+// keptID is the session id in the name of a kept memory image's
+// directory (KeepMemory's: the prefix, the id, "-" and a time without
+// "-"); "" when the name holds no valid id.
+func keptID(name string) string {
+	rest, _ := strings.CutPrefix(name, keptPrefix)
+	if i := strings.LastIndexByte(rest, '-'); i > 0 && ValidID(rest[:i]) {
+		return rest[:i]
+	}
+	return ""
 }
 
 // RemoveKept removes the kept memory image in dir (see ListKept), which

@@ -531,9 +531,11 @@ func TestAdmittedBeforeWriting(t *testing.T) {
 // keeper copy: the image has no memory left, List neither lists nor
 // sweeps what was kept, ListKept lists it (with its owner, expiry and
 // size, a copy it links not counted) and RemoveKept removes it. One kept
-// by an older airlock (no kept.json) expires keep after it was kept.
+// by an older airlock (no kept.json) expires keep after it was kept,
+// and says the session id its name holds.
 // checked against mutants: the copy not linked, ListKept skipping a
-// directory without kept.json (kept forever).
+// directory without kept.json (kept forever), the id not read from the
+// name (listed without one).
 func TestKeepMemory(t *testing.T) {
 	_, ws := tree(t)
 	root := t.TempDir()
@@ -604,7 +606,7 @@ func TestKeepMemory(t *testing.T) {
 	for _, got := range all {
 		want := Kept{ID: "s-1", Tenant: "t1", Expires: expires, Reason: "damaged", Dir: kept, Bytes: k.Bytes}
 		if got.Dir == legacy {
-			want = Kept{Expires: then.Add(2 * time.Hour), Dir: legacy, Bytes: 3}
+			want = Kept{ID: "s-0", Expires: then.Add(2 * time.Hour), Dir: legacy, Bytes: 3}
 		}
 		if !got.Expires.Equal(want.Expires) || got.ID != want.ID || got.Tenant != want.Tenant || got.Dir != want.Dir || got.Bytes != want.Bytes || got.Reason != want.Reason {
 			t.Errorf("listed %+v, want %+v", got, want)
