@@ -18,6 +18,7 @@ import (
 	"maps"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -350,9 +351,18 @@ func (q *queue) measure() {
 	if inst == nil {
 		return
 	}
-	// Taken and closed meanwhile: no figure, and the next build's.
-	m, err := inst.PSS()
-	if err != nil || m <= 0 {
+	m, err := readPSS(inst)
+	// Taken meanwhile (by a session, whose code may have run while it
+	// was read): no figure, the next build's instead. Only a sandbox
+	// still ready when read counts: what a client's code holds must not
+	// size the pools.
+	q.mu.Lock()
+	still := slices.Contains(q.ready, inst)
+	if !still {
+		q.measured = false
+	}
+	q.mu.Unlock()
+	if !still || err != nil || m <= 0 {
 		return
 	}
 	if old := q.est.Load(); old > 0 {
@@ -360,6 +370,9 @@ func (q *queue) measure() {
 	}
 	q.est.Store(m)
 }
+
+// readPSS reads what a ready sandbox holds (a test's seam).
+var readPSS = (*instance.Instance).PSS
 
 // resize sets every queue's target from its demand, within the budget,
 // and wakes those whose target changed.

@@ -2,8 +2,13 @@ package pool
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
+
+	"airlock/internal/config"
+	"airlock/internal/instance"
+	"airlock/internal/runtimes"
 )
 
 // The demand a queue's takes make, on a clock the test moves: it grows at
@@ -205,5 +210,38 @@ func TestBuildSlotsHoldWhileRequestsBuild(t *testing.T) {
 	b.release()
 	if b.used != 0 || len(b.wait) != 0 {
 		t.Fatalf("slots left: %d used, %d waiting; want 0 and 0", b.used, len(b.wait))
+	}
+}
+
+// A ready sandbox taken while its PSS is read (a session's, whose code
+// may run meanwhile) gives no figure: what a client's code holds never
+// sizes the pools; the next build is measured instead. One still ready
+// when read is counted.
+// checked against a mutant: the figure kept whether or not the sandbox
+// was still ready (the estimate took the session's 1 GiB).
+func TestMeasureOnlyReady(t *testing.T) {
+	q := newQueue(runtimes.Runtime{}, 1, 1, config.Limits{})
+	inst := &instance.Instance{}
+	q.ready = []*instance.Instance{inst}
+	take := true
+	defer func(f func(*instance.Instance) (int64, error)) { readPSS = f }(readPSS)
+	readPSS = func(in *instance.Instance) (int64, error) {
+		if take {
+			q.mu.Lock()
+			q.ready = slices.DeleteFunc(q.ready, func(r *instance.Instance) bool { return r == in })
+			q.mu.Unlock()
+			return 1 << 30, nil
+		}
+		return 4 << 20, nil
+	}
+	q.measure()
+	if got := q.est.Load(); got != 0 || q.measured {
+		t.Fatalf("a sandbox taken while measured: estimate %d, measured %v; want none, measured again later", got, q.measured)
+	}
+	take = false
+	q.ready = []*instance.Instance{inst}
+	q.measure()
+	if got := q.est.Load(); got != 4<<20 {
+		t.Errorf("a sandbox still ready: estimate %d, want %d", got, 4<<20)
 	}
 }
