@@ -31,7 +31,11 @@ func TestClusterSessionIDs(t *testing.T) {
 	nameFile := filepath.Join(t.TempDir(), "name")
 	os.WriteFile(nameFile, []byte("airlock-1\n"), 0o644)
 	s0 := startServer(t, map[string]any{"cluster": map[string]any{"pod_name": "airlock-0"}, "pool": clusterPool})
-	s1 := startServer(t, map[string]any{"cluster": map[string]any{"pod_name_file": nameFile}, "pool": clusterPool})
+	// airlock-1 can pause: its pause, resume and fork of airlock-0's
+	// session are misdirected too (a paused session is restored only
+	// where its image is).
+	s1 := startServer(t, map[string]any{"cluster": map[string]any{"pod_name_file": nameFile}, "pool": clusterPool,
+		"persistence": map[string]any{"enabled": true}})
 	ctx := context.Background()
 
 	idRE := regexp.MustCompile(`^(airlock-[01])\.([0-9a-z]{1,13})\.[0-9a-z]{24}$`)
@@ -62,6 +66,10 @@ func TestClusterSessionIDs(t *testing.T) {
 		{"GET", "/v1/sessions/" + id0 + "/files"},
 		{"PUT", "/v1/sessions/" + id0 + "/files/a.txt"},
 		{"GET", "/v1/sessions/" + id0 + "/commands"},
+		{"POST", "/v1/sessions/" + id0 + "/pause"},
+		{"POST", "/v1/sessions/" + id0 + "/resume"},
+		{"POST", "/v1/sessions/" + id0 + "/fork"},
+		{"PUT", "/v1/sessions/" + id0 + "/timeout"},
 	} {
 		code, body := s1.raw(c.method, c.path, nil, nil)
 		if code != http.StatusMisdirectedRequest || !strings.Contains(string(body), `"code":"misdirected"`) || !strings.Contains(string(body), "airlock-0") {

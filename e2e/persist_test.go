@@ -156,6 +156,14 @@ func TestPauseResumeAcrossRestart(t *testing.T) {
 	if res := s.exec(a, "import os; print(os.path.islink('/workspace/link'))"); strings.TrimSpace(res.Stdout) != "False" {
 		t.Errorf("the symlink came back: %+v", res)
 	}
+	// PUT timeout: the lifetime again from now, within its bounds.
+	if set, err := s.c.SetTimeout(ctx, a, 30*time.Minute); err != nil || set.ExpiresAt == nil ||
+		time.Until(*set.ExpiresAt) <= 29*time.Minute || time.Until(*set.ExpiresAt) > 30*time.Minute {
+		t.Errorf("PUT timeout 30m: %+v %v", set, err)
+	}
+	if _, err := s.c.SetTimeout(ctx, a, 8*24*time.Hour); errCode(err) != "invalid_argument" {
+		t.Errorf("PUT timeout past server.max_session_timeout: %v", err)
+	}
 
 	// SIGTERM pauses both; the next server has them.
 	s2 := restart(t, s, syscall.SIGTERM)
@@ -201,6 +209,22 @@ func TestPauseResumeAcrossRestart(t *testing.T) {
 	if _, err := os.Stat(filepath.Dir(tarPath)); !os.IsNotExist(err) {
 		t.Errorf("delete kept the image: %v", err)
 	}
+
+	// The network policy as last set comes back with the resume.
+	n := s2.newSession("python", map[string]any{"network": map[string]any{"allow": []string{"example.com"}}})
+	if _, err := s2.c.SetNetwork(ctx, n, []string{"pypi.org", "example.org"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.c.PauseSession(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.c.ResumeSession(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s2.c.Network(ctx, n); err != nil || !slices.Equal(slices.Sorted(slices.Values(st.Allow)), []string{"example.org", "pypi.org"}) {
+		t.Errorf("the network policy after a pause and resume: %+v %v", st, err)
+	}
+	s2.c.DeleteSession(ctx, n)
 }
 
 // fmtTree is writeTree for n files of size bytes.
