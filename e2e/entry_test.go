@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"airlock/internal/apitype"
 	"airlock/internal/exeseal"
 	"airlock/internal/testenv"
 )
@@ -37,10 +40,7 @@ func checkEntryStatus(t *testing.T, s *server) {
 		// the missing CAP_MKNOD (EPERM) is looked at.
 		"mknod": "EACCES",
 	}
-	cases := []struct {
-		lang, code string
-	}{
-		{"python", `
+	pyCode := `
 import errno, os
 print(open("/proc/self/status").read())
 print("cmdline:", open("/proc/self/cmdline").read().replace("\0", " "))
@@ -49,17 +49,37 @@ try:
     print("mknod: ok")
 except OSError as e:
     print("mknod:", errno.errorcode[e.errno])
-`},
-		{"bash", `
+`
+	cases := []struct {
+		name, lang, code string
+		// oneShot: run as a one-shot, whose code needs none of the
+		// preloads: its runtime is forked by the lean template.
+		oneShot bool
+	}{
+		{"python", "python", pyCode, false},
+		{"python lean one-shot", "python", pyCode, true},
+		{"bash", "bash", `
 while IFS= read -r line; do echo "$line"; done < /proc/$$/status
 if python3 -c 'import os; os.mknod("/tmp/dev", 0o20600, os.makedev(1, 3))' 2>/tmp/err; then echo "mknod: ok"
 else grep -q "Permission denied" /tmp/err && echo "mknod: EACCES" || { echo -n "mknod: "; cat /tmp/err; }; fi
-`},
+`, false},
 	}
 	for _, c := range cases {
-		t.Run(c.lang, func(t *testing.T) {
-			id := s.newSession(c.lang, nil)
-			r := s.exec(id, c.code)
+		t.Run(c.name, func(t *testing.T) {
+			var r *apitype.Result
+			if c.oneShot {
+				lean := s.leanUses()
+				res, err := s.c.RunOnce(context.Background(), apitype.OneShotRequest{Language: c.lang, Code: c.code}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s.leanUses() != lean+1 {
+					t.Errorf("the one-shot did not take a lean sandbox (lean pool uses %d, then %d)", lean, s.leanUses())
+				}
+				r = res.Result
+			} else {
+				r = s.exec(s.newSession(c.lang, nil), c.code)
+			}
 			got := map[string]string{}
 			for _, l := range strings.Split(r.Stdout, "\n") {
 				k, v, ok := strings.Cut(l, ":")
@@ -243,4 +263,15 @@ func descendants(t *testing.T, pid int) []int {
 		}
 	}
 	return out
+}
+
+// leanUses counts the sandboxes the server's lean pool has handed out.
+func (s *server) leanUses() uint64 {
+	h, err := s.c.Health(context.Background())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var q apitype.PoolStats
+	json.Unmarshal(h.Pool["python"+apitype.LeanPoolSuffix], &q)
+	return q.Hits + q.Misses
 }

@@ -137,7 +137,8 @@ func templatePid(t *testing.T, s *server) int {
 	return zpid
 }
 
-// findTemplatePid is the host pid of s's template, 0 if none runs.
+// findTemplatePid is the host pid of s's template (the full one, not the
+// lean one beside it), 0 if none runs.
 func findTemplatePid(s *server) int {
 	var zpid int
 	ents, _ := os.ReadDir("/proc")
@@ -150,7 +151,7 @@ func findTemplatePid(s *server) int {
 		st, _ := os.ReadFile("/proc/" + e.Name() + "/status")
 		if strings.Contains(string(cmd), "airlock_zygote") && strings.Contains(string(st), "Uid:\t0\t") {
 			cg, _ := os.ReadFile("/proc/" + e.Name() + "/cgroup")
-			if strings.Contains(string(cg), "/"+s.name+"/") {
+			if strings.Contains(string(cg), "/"+s.name+"/") && !strings.Contains(string(cg), "/zygote-python-lean") {
 				zpid = pid
 			}
 		}

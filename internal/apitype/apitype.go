@@ -772,6 +772,9 @@ type TemplateStats struct {
 	Failures int  `json:"failures"`
 	// Restarts: times it died and was started again.
 	Restarts int `json:"restarts"`
+	// Lean describes the lean template beside it, which preloads nothing
+	// (pool.lean_size); absent without one.
+	Lean *TemplateStats `json:"lean,omitempty"`
 }
 
 // TemplateKey is the key of TemplateStats in Health.Pool.
@@ -782,13 +785,19 @@ const TemplateKey = "python_template"
 // pool.network_size).
 const NetworkPoolSuffix = "+network"
 
+// LeanPoolSuffix ends the Health.Pool key of a language's pool of
+// sandboxes forked from the lean template ("python+lean";
+// pool.lean_size), kept for one-shots whose code needs none of the
+// preloaded modules.
+const LeanPoolSuffix = "+lean"
+
 // Warm reports whether every pool is full and the template runs (true
 // without pools).
 func (h *Health) Warm() bool {
 	for k, raw := range h.Pool {
 		if k == TemplateKey {
 			var t TemplateStats
-			if json.Unmarshal(raw, &t) != nil || !t.Running {
+			if json.Unmarshal(raw, &t) != nil || !t.Running || t.Lean != nil && !t.Lean.Running {
 				return false
 			}
 			continue

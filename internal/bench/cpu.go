@@ -63,30 +63,34 @@ func hostBusy() time.Duration {
 	return time.Duration(busy) * clockTick
 }
 
-// templatePid finds the Python template of server name: the oldest
-// python3 of its template cgroup (children forked from it are there for
-// a moment only). 0 when there is none.
-func templatePid(name string) int {
+// templatePids finds the Python templates of server name (the full one,
+// and the lean one beside it): the oldest python3 of each template
+// cgroup (children forked from it are there for a moment only).
+func templatePids(name string) []int {
 	for _, root := range []string{"/sys/fs/cgroup/pids", "/sys/fs/cgroup"} {
 		ents, err := os.ReadDir(filepath.Join(root, name))
 		if err != nil {
 			continue
 		}
-		best := 0
+		var out []int
 		for _, e := range ents {
 			if !e.IsDir() || !strings.HasPrefix(e.Name(), "zygote-python") {
 				continue
 			}
+			best := 0
 			for _, pid := range cgroupPids(name, e.Name()) {
 				comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 				if strings.HasPrefix(string(comm), "python") && (best == 0 || pid < best) {
 					best = pid
 				}
 			}
+			if best > 0 {
+				out = append(out, best)
+			}
 		}
-		return best
+		return out
 	}
-	return 0
+	return nil
 }
 
 func (s *server) cpu() cpuSnap {
@@ -95,8 +99,10 @@ func (s *server) cpu() cpuSnap {
 	if pid := spawnerPid(s.cmd.Process.Pid); pid > 0 {
 		c.spawner, _ = procCPU(pid)
 	}
-	if pid := templatePid(s.name); pid > 0 {
-		c.template, c.runtimes = procCPU(pid)
+	for _, pid := range templatePids(s.name) {
+		self, children := procCPU(pid)
+		c.template += self
+		c.runtimes += children
 	}
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {

@@ -101,9 +101,15 @@ func oneShotBurst(ctx context.Context, srv *server, n int) (Stat, error) {
 
 // poolStats is the server's python pool figures (zero if it has none).
 func poolStats(ctx context.Context, srv *server) apitype.PoolStats {
+	return poolStatsOf(ctx, srv, "python")
+}
+
+// poolStatsOf is the figures of the server's pool key (zero if it has
+// none).
+func poolStatsOf(ctx context.Context, srv *server, key string) apitype.PoolStats {
 	var s apitype.PoolStats
 	if h, err := srv.health(ctx); err == nil {
-		if raw, ok := h.Pool["python"]; ok {
+		if raw, ok := h.Pool[key]; ok {
 			json.Unmarshal(raw, &s)
 		}
 	}

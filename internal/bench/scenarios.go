@@ -151,6 +151,8 @@ func benchOneShot(ctx context.Context, srv *server, r *Report, o Options, d time
 	var mu sync.Mutex
 	var lat []time.Duration
 	var firstErr error
+	lean := "python" + apitype.LeanPoolSuffix
+	full0, lean0 := poolStats(ctx, srv), poolStatsOf(ctx, srv, lean)
 	cpu0 := srv.cpu()
 	end := time.Now().Add(d)
 	var wg sync.WaitGroup
@@ -188,6 +190,9 @@ func benchOneShot(ctx context.Context, srv *server, r *Report, o Options, d time
 		return err
 	}
 	cpu1 := srv.cpu()
+	full1, lean1 := poolStats(ctx, srv), poolStatsOf(ctx, srv, lean)
+	fmt.Fprintf(o.Verbose, "oneshot: %d runs; python pool hits +%d misses +%d built +%d; %s hits +%d misses +%d built +%d\n",
+		len(lat), full1.Hits-full0.Hits, full1.Misses-full0.Misses, full1.Built-full0.Built, lean, lean1.Hits-lean0.Hits, lean1.Misses-lean0.Misses, lean1.Built-lean0.Built)
 	s := stats(lat)
 	rps := float64(len(lat)) / d.Seconds()
 	// The baselines: as many bare `python3 -c 'print(1)'` as 4 clients can

@@ -185,6 +185,7 @@ func TestConfigValidate(t *testing.T) {
 		{"pool negative", func(c *Config) { c.Pool.Size = map[string]int{"python": -1} }, "pool.size.python"},
 		{"pool huge", func(c *Config) { c.Pool.Size = map[string]int{"bash": 5000} }, "pool.size.bash"},
 		{"pool oneshot negative", func(c *Config) { c.Pool.OneShotSize = map[string]int{"python": -1} }, "pool.oneshot_size.python"},
+		{"pool lean negative", func(c *Config) { c.Pool.LeanSize = -1 }, "pool.lean_size"},
 		{"pool oneshot unknown language", func(c *Config) { c.Pool.OneShotSize = map[string]int{"cobol": 1} }, "unknown language"},
 		{"parallel 0", func(c *Config) { c.Pool.Parallel = 0 }, "pool.parallel"},
 		{"parallel 257", func(c *Config) { c.Pool.Parallel = 257 }, "pool.parallel"},

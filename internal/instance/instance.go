@@ -75,6 +75,22 @@ func IsOneShot(ctx context.Context) bool {
 	return v
 }
 
+type leanKey struct{}
+
+// ForLean marks ctx as a one-shot's whose code needs none of the Python
+// template's preloaded modules (runtimes.Language.Lean): a Source that
+// keeps sandboxes forked from a template that preloads nothing may serve
+// it one of those, or any other.
+func ForLean(ctx context.Context) context.Context {
+	return context.WithValue(ctx, leanKey{}, true)
+}
+
+// IsLean reports whether ctx was marked by ForLean.
+func IsLean(ctx context.Context) bool {
+	v, _ := ctx.Value(leanKey{}).(bool)
+	return v
+}
+
 // Program is a program file a runtime runs in its place, as `airlock run`
 // would: it gets exactly Env, an empty stdin and /workspace as its
 // directory, and its exit status is the execution's. The runtime ends with

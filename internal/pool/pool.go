@@ -1,6 +1,7 @@
 // Package pool owns the warm pools: per language, a number of sandboxes
 // built ahead of time with their runtime started (Python ones forked from
-// the template interpreter, with the heavy libraries already imported),
+// the template interpreter, with the heavy libraries already imported, or,
+// for one-shots whose code needs none of them, from a lean one),
 // refilled in the background (the language being drained first), grown
 // toward the demand within a memory budget and shrunk back when it has
 // passed, adapted to the limits of the session that takes one, and the
@@ -39,7 +40,7 @@ import (
 //
 // Locks, in the order they may be taken: rmu, then builds' (it asks
 // queues how urgent they are), then a queue's mu, then zmu (a build reads
-// templateRuns under its queue's lock), then the template's own (Close
+// templateRuns under its queue's lock), then a template's own (Close
 // ends it under zmu).
 type Pool struct {
 	cfg    config.Config
@@ -67,16 +68,15 @@ type Pool struct {
 	// netQueues keep sandboxes booted with a network, for kernels whose
 	// network is fixed at boot (pool.network_size).
 	netQueues map[string]*queue
+	// leanQueues keep sandboxes forked from the lean template, for
+	// one-shots whose code needs none of the preloads (pool.lean_size).
+	leanQueues map[string]*queue
 
-	// zmu guards the template and its counts (zyg, zygFails, zygRuns).
-	zmu      sync.Mutex
-	zyg      *zygote.Zygote
-	zygFails int
-	zygRuns  int // starts that succeeded
-	// zygTried is closed once the template's first start has succeeded or
-	// failed (nil without a template): builds of the languages it starts
-	// wait for it rather than start cold (see awaitTemplate).
-	zygTried chan struct{}
+	// full is the template interpreter (nil without one); lean the lean
+	// one beside it (nil without one).
+	full, lean *keeper
+	// zmu guards the keepers' templates and counts.
+	zmu sync.Mutex
 
 	// imgs: the images gVisor sandboxes are restored from
 	// (gvisor.pool_image; image.go).
@@ -103,10 +103,24 @@ var defaultEstimate = map[string]int64{"python": 8 << 20, "javascript": 24 << 20
 
 const gVisorEstimate = 128 << 20
 
+// keeper keeps a template interpreter running.
+type keeper struct {
+	cfg config.Config // what it is started with (its preloads)
+	// zyg, fails and runs (starts that succeeded) are guarded by the
+	// pool's zmu.
+	zyg         *zygote.Zygote
+	fails, runs int
+	// tried is closed once its first start has succeeded or failed:
+	// builds of the languages it starts wait for it rather than start
+	// cold (see awaitTemplate).
+	tried chan struct{}
+}
+
 type queue struct {
 	rt runtimes.Runtime
-	// template: the template is configured and starts rt's runtimes.
+	// template: a template is configured and starts rt's runtimes (tk).
 	template bool
+	tk       *keeper
 	net      bool // its sandboxes are booted with a network
 	// size is the configured size; max the most it grows to.
 	size, max int
@@ -161,7 +175,7 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 		cfg: cfg, kernel: k, slots: slots, log: log,
 		budget: int64(cfg.Pool.MemoryBudget), hold: time.Duration(cfg.Pool.ShrinkAfter), now: clock,
 		ctx: ctx, cancel: cancel,
-		queues: map[string]*queue{}, netQueues: map[string]*queue{},
+		queues: map[string]*queue{}, netQueues: map[string]*queue{}, leanQueues: map[string]*queue{},
 		imgs: images{by: map[string]*poolImage{}},
 	}
 	switch {
@@ -177,7 +191,12 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 		p.host = native.Host
 	}
 	if cfg.Pool.Zygote && p.host != nil {
-		p.zygTried = make(chan struct{})
+		p.full = &keeper{cfg: cfg, tried: make(chan struct{})}
+		if cfg.Pool.LeanSize > 0 && len(cfg.Pool.Preload) > 0 {
+			lc := cfg
+			lc.Pool.Preload, lc.Pool.WarmRuntimes = nil, false
+			p.lean = &keeper{cfg: lc, tried: make(chan struct{})}
+		}
 	}
 	for _, lang := range runtimes.Names() {
 		rt, err := runtimes.Lookup(cfg, lang)
@@ -190,7 +209,9 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 		if n, ok := cfg.Pool.OneShotSize[lang]; ok {
 			q.oneshots = n
 		}
-		q.template = rt.Template && p.zygTried != nil
+		if q.template = rt.Template && p.full != nil; q.template {
+			q.tk = p.full
+		}
 		if q.guess = defaultEstimate[lang]; q.guess == 0 || p.host == nil {
 			q.guess = gVisorEstimate
 		}
@@ -199,11 +220,21 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 		// Only where sessions can have a network at all.
 		if n := cfg.Pool.NetworkSize[lang]; n > 0 && k.NetworkAtStart() && cfg.Network.Enabled {
 			q := newQueue(rt, n, n, cfg.Defaults)
-			q.net = true
+			q.net, q.tk = true, p.full
 			q.guess = gVisorEstimate // only gVisor fixes a network at boot
 			p.netQueues[lang] = q
 			p.order = append(p.order, q)
 		}
+		if rt.Template && p.lean != nil && size > 0 {
+			n := min(cfg.Pool.LeanSize, size)
+			q := newQueue(rt, n, n, cfg.Defaults)
+			q.template, q.tk, q.guess = true, p.lean, defaultEstimate[lang]
+			p.leanQueues[lang] = q
+			p.order = append(p.order, q)
+		}
+	}
+	if len(p.leanQueues) == 0 {
+		p.lean = nil // no pool of its language: no lean template either
 	}
 	// The sizes within the budget, before the first build (with the
 	// estimates until the first are measured).
@@ -215,9 +246,11 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 			go p.refill(q)
 		}
 	}
-	if p.zygTried != nil {
-		p.wg.Add(1)
-		go p.keepZygote()
+	for _, k := range []*keeper{p.full, p.lean} {
+		if k != nil {
+			p.wg.Add(1)
+			go p.keepZygote(k)
+		}
 	}
 	return p
 }
@@ -237,24 +270,52 @@ func (p *Pool) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, ne
 		// This kernel's sandboxes cannot be given a network after boot:
 		// one booted with a network, from its own pool if there is one.
 		if q = p.netQueues[rt.Lang]; q == nil {
-			return p.newInstance(ctx, rt, l, true, false)
+			return p.newInstance(ctx, p.full, rt, l, true, false)
 		}
 	}
 	if !rt.Adapts(q.profile, l) {
 		// The pool's runtimes took its limits at start (a flag, a heap
 		// size) and cannot serve these: leave them to sessions they can.
 		q.misses.Add(1)
-		return q.handOut(p.newInstance(ctx, rt, l, net, false))
+		return q.handOut(p.newInstance(ctx, q.tk, rt, l, net, false))
+	}
+	if lq := p.leanQueues[rt.Lang]; lq != nil && !net && instance.IsLean(ctx) {
+		// Code that needs none of the preloads: a lean one, ready or
+		// built now, never a full one (whose refill would cost a full
+		// template's fork again).
+		lq.noteTake(p.now())
+		if inst := p.take(lq, rt, l, 0); inst != nil {
+			return lq.handOut(inst, nil)
+		}
+		lq.misses.Add(1)
+		lq.signal()
+		lq.waiting.Add(1)
+		defer lq.waiting.Add(-1)
+		return lq.handOut(p.newInstance(ctx, lq.tk, rt, l, net, false))
 	}
 	q.noteTake(p.now())
 	keep := 0
 	if instance.IsOneShot(ctx) {
 		keep = q.reserved()
 	}
+	if inst := p.take(q, rt, l, keep); inst != nil {
+		return q.handOut(inst, nil)
+	}
+	q.misses.Add(1)
+	q.signal()
+	q.waiting.Add(1)
+	defer q.waiting.Add(-1)
+	return q.handOut(p.newInstance(ctx, q.tk, rt, l, net, false))
+}
+
+// take takes a ready instance from q, more than keep being ready,
+// adapted to l; nil when none is (or one could not be adapted: the
+// caller builds one).
+func (p *Pool) take(q *queue, rt runtimes.Runtime, l config.Limits, keep int) *instance.Instance {
 	for {
 		inst := q.take(keep)
 		if inst == nil {
-			break
+			return nil
 		}
 		q.signal()
 		if !inst.Healthy() {
@@ -276,23 +337,18 @@ func (p *Pool) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, ne
 				// heap size): build one with the session's own.
 				q.discarded.Add(1)
 				p.closing.Go(func() { inst.Close() })
-				break
+				return nil
 			}
 			if err := inst.Adapt(l); err != nil {
 				p.log.Warn("cannot adapt a pooled sandbox; building one", "err", err)
 				q.discarded.Add(1)
 				p.closing.Go(func() { inst.Close() })
-				break
+				return nil
 			}
 		}
 		q.hits.Add(1)
-		return q.handOut(inst, nil)
+		return inst
 	}
-	q.misses.Add(1)
-	q.signal()
-	q.waiting.Add(1)
-	defer q.waiting.Add(-1)
-	return q.handOut(p.newInstance(ctx, rt, l, net, false))
 }
 
 // reserved is how many ready ones a one-shot leaves for session
@@ -468,7 +524,7 @@ func (q *queue) signal() {
 // queue's first, and closes what a shrunk target leaves over.
 func (p *Pool) refill(q *queue) {
 	defer p.wg.Done()
-	if q.template && !p.awaitTemplate(p.ctx) {
+	if q.template && !p.awaitTemplate(p.ctx, q.tk) {
 		return
 	}
 	if p.usesImage(q) {
@@ -539,14 +595,14 @@ func (p *Pool) build(q *queue, decided time.Time) {
 	defer p.inflight.Done()
 	defer p.builds.release()
 	start := time.Now()
-	runs := p.templateRuns()
-	inst, err := p.newInstance(p.ctx, q.rt, q.profile, q.net, true)
+	runs := p.templateRuns(q.tk)
+	inst, err := p.newInstance(p.ctx, q.tk, q.rt, q.profile, q.net, true)
 	q.mu.Lock()
 	q.pending--
 	q.measured = false
 	// One started cold while the template came up is replaced
 	// (as recycleCold replaces those already ready).
-	stale := err == nil && q.template && !inst.Forked() && p.templateRuns() != runs
+	stale := err == nil && q.template && !inst.Forked() && p.templateRuns(q.tk) != runs
 	if err == nil && p.ctx.Err() == nil && !stale {
 		q.ready = append(q.ready, inst)
 		inst = nil
@@ -598,13 +654,14 @@ func (p *Pool) awaitQuiet(q *queue) bool {
 	}
 }
 
-// newInstance builds one instance from scratch: through the template
-// when it runs, else (or if the template fails) by executing the runtime.
+// newInstance builds one instance from scratch: through the template of
+// tk (nil: none) when it runs, else (or if the template fails) by
+// executing the runtime.
 //
 // The refill's are built in the background (instance.New): they take only
 // the CPU that the sandboxes requests wait for leave (not yet those
 // restored from a pool image).
-func (p *Pool) newInstance(ctx context.Context, rt runtimes.Runtime, l config.Limits, net, background bool) (*instance.Instance, error) {
+func (p *Pool) newInstance(ctx context.Context, tk *keeper, rt runtimes.Runtime, l config.Limits, net, background bool) (*instance.Instance, error) {
 	if !net {
 		inst, ok, err := p.restoreImage(ctx, rt, l)
 		if ok && err == nil {
@@ -617,10 +674,17 @@ func (p *Pool) newInstance(ctx context.Context, rt runtimes.Runtime, l config.Li
 			p.log.Warn("pool: a gVisor sandbox could not be restored from its image; booting it", "language", rt.Lang, "err", err)
 		}
 	}
-	if rt.Template && !p.awaitTemplate(ctx) {
+	if rt.Template && !p.awaitTemplate(ctx, tk) {
 		return nil, ctx.Err()
 	}
-	if z := p.zygote(); z != nil && rt.Template {
+	if tk != nil && tk == p.lean && p.zygote(tk) == nil {
+		// Not up: the full template forks it (as good for lean code; a
+		// cold start would cost far more than the lean template saves).
+		if tk = p.full; !p.awaitTemplate(ctx, tk) {
+			return nil, ctx.Err()
+		}
+	}
+	if z := p.zygote(tk); z != nil && rt.Template {
 		inst, err := instance.New(ctx, p.kernel, p.slots, rt, l, net, z, background)
 		if err == nil {
 			return inst, nil
@@ -633,23 +697,23 @@ func (p *Pool) newInstance(ctx context.Context, rt runtimes.Runtime, l config.Li
 	return instance.New(ctx, p.kernel, p.slots, rt, l, net, nil, background)
 }
 
-// awaitTemplate waits until the template's first start has been tried
+// awaitTemplate waits until tk's template's first start has been tried
 // (at most templateWait), so that the first Python sandboxes after the
 // server starts are forked from it rather than started cold. It is false
 // only when ctx ends first.
-func (p *Pool) awaitTemplate(ctx context.Context) bool {
-	if p.zygTried == nil {
+func (p *Pool) awaitTemplate(ctx context.Context, tk *keeper) bool {
+	if tk == nil {
 		return true
 	}
 	select {
-	case <-p.zygTried:
+	case <-tk.tried:
 		return true
 	default:
 	}
 	t := time.NewTimer(templateWait)
 	defer t.Stop()
 	select {
-	case <-p.zygTried:
+	case <-tk.tried:
 	case <-t.C:
 		p.log.Warn("python template not up yet; starting python sandboxes cold meanwhile", "waited", templateWait)
 	case <-ctx.Done():
@@ -658,42 +722,49 @@ func (p *Pool) awaitTemplate(ctx context.Context) bool {
 	return true
 }
 
-// templateRuns counts the template's successful starts.
-func (p *Pool) templateRuns() int {
+// templateRuns counts tk's template's successful starts (0 for nil).
+func (p *Pool) templateRuns(tk *keeper) int {
+	if tk == nil {
+		return 0
+	}
 	p.zmu.Lock()
 	defer p.zmu.Unlock()
-	return p.zygRuns
+	return tk.runs
 }
 
-func (p *Pool) zygote() *zygote.Zygote {
+// zygote is tk's template if it runs (nil for a nil tk).
+func (p *Pool) zygote(tk *keeper) *zygote.Zygote {
+	if tk == nil {
+		return nil
+	}
 	p.zmu.Lock()
 	defer p.zmu.Unlock()
-	if p.zyg == nil {
+	if tk.zyg == nil {
 		return nil
 	}
 	select {
-	case <-p.zyg.Dead():
+	case <-tk.zyg.Dead():
 		return nil
 	default:
-		return p.zyg
+		return tk.zyg
 	}
 }
 
-// keepZygote starts the Python template and restarts it when it dies,
+// keepZygote starts tk's Python template and restarts it when it dies,
 // backing off when it keeps failing.
-func (p *Pool) keepZygote() {
+func (p *Pool) keepZygote(tk *keeper) {
 	defer p.wg.Done()
 	var tried sync.Once
-	defer tried.Do(func() { close(p.zygTried) })
+	defer tried.Do(func() { close(tk.tried) })
 	backoff := time.Second
 	for p.ctx.Err() == nil {
-		z, err := startTemplate(p.ctx, p.host, p.cfg, p.log, p.kernel.Root().Jail())
+		z, err := startTemplate(p.ctx, p.host, tk.cfg, p.log, p.kernel.Root().Jail())
 		if err != nil {
 			p.zmu.Lock()
-			p.zygFails++
+			tk.fails++
 			p.zmu.Unlock()
 			// Builds waiting for it go on cold.
-			tried.Do(func() { close(p.zygTried) })
+			tried.Do(func() { close(tk.tried) })
 			p.log.Warn("python template failed to start; python sandboxes start cold meanwhile", "err", err, "retry_in", backoff)
 			select {
 			case <-time.After(backoff):
@@ -707,15 +778,15 @@ func (p *Pool) keepZygote() {
 		if len(z.Errors) > 0 {
 			p.log.Warn("python template could not preload some modules", "errors", z.Errors)
 		}
-		p.log.Info("python template ready", "pid", z.Pid(), "preload_ms", z.Started.Milliseconds())
+		p.log.Info("python template ready", "pid", z.Pid(), "preload_ms", z.Started.Milliseconds(), "lean", tk == p.lean)
 		p.zmu.Lock()
-		p.zyg = z
-		p.zygRuns++
+		tk.zyg = z
+		tk.runs++
 		p.zmu.Unlock()
-		tried.Do(func() { close(p.zygTried) })
+		tried.Do(func() { close(tk.tried) })
 		// Instances built while the template was not up started cold;
 		// replace them so that pooled sessions get the warm template.
-		p.recycleCold()
+		p.recycleCold(tk)
 		select {
 		case <-z.Dead():
 			p.log.Warn("python template died; restarting")
@@ -728,17 +799,17 @@ func (p *Pool) keepZygote() {
 		}
 		z.Close()
 		p.zmu.Lock()
-		p.zyg = nil
+		tk.zyg = nil
 		p.zmu.Unlock()
 	}
 }
 
-// recycleCold discards the ready instances of the languages the template
+// recycleCold discards the ready instances of the queues tk's template
 // starts that were started without it (the pools refill). Those it forked
 // stay: a runtime outlives the template that forked it.
-func (p *Pool) recycleCold() {
-	for _, q := range p.queues {
-		if !q.template {
+func (p *Pool) recycleCold(tk *keeper) {
+	for _, q := range p.order {
+		if !q.template || q.tk != tk {
 			continue
 		}
 		q.mu.Lock()
@@ -779,8 +850,8 @@ func (q *queue) discard() {
 }
 
 // Stats reports the pools' state, for /healthz and the benchmark: an
-// apitype.PoolStats per language and, when it is configured, the
-// template's apitype.TemplateStats.
+// apitype.PoolStats per queue (allQueues) and, when it is configured, the
+// template's apitype.TemplateStats (with the lean one's).
 func (p *Pool) Stats() map[string]any {
 	out := map[string]any{}
 	for lang, q := range p.allQueues() {
@@ -803,19 +874,33 @@ func (p *Pool) Stats() map[string]any {
 	}
 	if p.cfg.Pool.Zygote && p.host != nil { // a template that is off is not reported as down
 		p.zmu.Lock()
-		z, fails, runs := p.zyg, p.zygFails, p.zygRuns
+		ts := p.full.stats()
+		if p.lean != nil {
+			l := p.lean.stats()
+			ts.Lean = &l
+		}
 		p.zmu.Unlock()
-		out[apitype.TemplateKey] = apitype.TemplateStats{Running: z != nil, Failures: fails, Restarts: max(runs-1, 0)}
+		out[apitype.TemplateKey] = ts
 	}
 	return out
 }
 
-// allQueues names every queue: a language, or "<language>+network" for
-// sandboxes booted with a network (pool.network_size).
+// stats are tk's template's figures; zmu held.
+func (tk *keeper) stats() apitype.TemplateStats {
+	return apitype.TemplateStats{Running: tk.zyg != nil, Failures: tk.fails, Restarts: max(tk.runs-1, 0)}
+}
+
+// allQueues names every queue: a language, "<language>+network" for
+// sandboxes booted with a network (pool.network_size), or
+// "<language>+lean" for those forked from the lean template
+// (pool.lean_size).
 func (p *Pool) allQueues() map[string]*queue {
 	out := maps.Clone(p.queues)
 	for lang, q := range p.netQueues {
 		out[lang+apitype.NetworkPoolSuffix] = q
+	}
+	for lang, q := range p.leanQueues {
+		out[lang+apitype.LeanPoolSuffix] = q
 	}
 	return out
 }
@@ -834,10 +919,15 @@ func (p *Pool) Close() {
 	for _, q := range p.netQueues {
 		q.discard()
 	}
+	for _, q := range p.leanQueues {
+		q.discard()
+	}
 	p.zmu.Lock()
-	if p.zyg != nil {
-		p.zyg.Close()
-		p.zyg = nil
+	for _, tk := range []*keeper{p.full, p.lean} {
+		if tk != nil && tk.zyg != nil {
+			tk.zyg.Close()
+			tk.zyg = nil
+		}
 	}
 	p.zmu.Unlock()
 }

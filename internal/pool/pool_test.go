@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -355,4 +358,128 @@ func TestBudgetCutsTheSizes(t *testing.T) {
 	}
 	setBudget(1 << 40)
 	waitFor(t, "python back to 4", func() bool { s := pythonStats(p); return s.Target == 4 && s.Ready == 4 && s.BudgetCut == 0 })
+}
+
+// A one-shot whose code needs none of the preloads (instance.ForLean)
+// takes a sandbox forked from the lean template, which preloads nothing;
+// any other takes the full template's; with no lean one ready, a lean
+// one-shot builds a lean one, leaving the full ones be.
+func TestLeanOneShots(t *testing.T) {
+	h, cfg := jailtest.Host(t, "pool", func(c *config.Config) {
+		c.Pool.Preload = []string{"json"} // quick to start
+		c.Pool.Size = map[string]int{"python": 2}
+		c.Pool.OneShotSize = map[string]int{"python": 2}
+		c.Pool.MaxSize = nil // it keeps its size
+		c.Pool.LeanSize = 1
+		c.Pool.Zygote = true
+	})
+	var preloads []string
+	var mu sync.Mutex
+	startTemplate = func(ctx context.Context, h *jail.Host, cfg config.Config, log *slog.Logger, root *jail.Root) (*zygote.Zygote, error) {
+		mu.Lock()
+		preloads = append(preloads, strings.Join(cfg.Pool.Preload, ","))
+		mu.Unlock()
+		return zygote.Start(ctx, h, cfg, log, root)
+	}
+	t.Cleanup(func() { startTemplate = zygote.Start })
+	p := New(cfg, instance.Native{Host: h}, instance.NewSlots(h.Layout()), slog.New(slog.DiscardHandler))
+	t.Cleanup(p.Close)
+	lean := func() apitype.PoolStats { return p.Stats()["python"+apitype.LeanPoolSuffix].(apitype.PoolStats) }
+	waitFor(t, "full pools", func() bool { return pythonStats(p).Ready == 2 && lean().Ready == 1 })
+	mu.Lock()
+	slices.Sort(preloads)
+	if got := strings.Join(preloads, " | "); got != " | json" {
+		t.Errorf("templates started with preloads %q, want none and json", got)
+	}
+	mu.Unlock()
+	ts := p.Stats()[apitype.TemplateKey].(apitype.TemplateStats)
+	if !ts.Running || ts.Lean == nil || !ts.Lean.Running {
+		t.Errorf("template stats %+v (lean %+v): want both running", ts, ts.Lean)
+	}
+	ready := func(q *queue) *instance.Instance {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.ready[0]
+	}
+	rt, err := runtimes.Lookup(cfg, "python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shot := func(ctx context.Context) *instance.Instance {
+		ctx, cancel := context.WithTimeout(instance.ForOneShot(ctx), 30*time.Second)
+		defer cancel()
+		inst, err := p.Get(ctx, rt, cfg.Defaults, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { inst.Close() })
+		return inst
+	}
+	want := ready(p.leanQueues["python"])
+	if got := shot(instance.ForLean(context.Background())); got != want || !got.Forked() {
+		t.Fatalf("a lean one-shot did not take the lean sandbox (forked: %v)", got.Forked())
+	}
+	want = ready(p.queues["python"])
+	if got := shot(context.Background()); got != want {
+		t.Fatal("a one-shot did not take a full sandbox")
+	}
+	if s := lean(); s.Hits != 1 {
+		t.Errorf("lean pool %+v: want one hit", s)
+	}
+	// None lean ready (its refill done, then its size made 0): a full one.
+	lq := p.leanQueues["python"]
+	waitFor(t, "the lean pool refilled", func() bool { s := lean(); return s.Ready == 1 && s.Building == 0 })
+	p.rmu.Lock()
+	lq.mu.Lock()
+	lq.size, lq.max, lq.base, lq.target = 0, 0, 0, 0
+	held := lq.ready
+	lq.ready = nil
+	lq.mu.Unlock()
+	p.rmu.Unlock()
+	t.Cleanup(func() {
+		for _, inst := range held {
+			inst.Close()
+		}
+	})
+	full := ready(p.queues["python"])
+	if got := shot(instance.ForLean(context.Background())); got == full || !got.Forked() {
+		t.Fatalf("a lean one-shot with no lean sandbox ready took a full one (%v) or started one cold (forked: %v)", got == full, got.Forked())
+	}
+	if s := lean(); s.Misses != 1 {
+		t.Errorf("lean pool %+v: want one miss", s)
+	}
+}
+
+// With the lean template down, the lean pool's sandboxes are forked from
+// the full template, never started cold (which would cost far more than
+// the lean template saves).
+func TestLeanTemplateDownForksFull(t *testing.T) {
+	h, cfg := jailtest.Host(t, "pool", func(c *config.Config) {
+		c.Pool.Preload = []string{"json"} // quick to start
+		c.Pool.Size = map[string]int{"python": 1}
+		c.Pool.MaxSize = nil // it keeps its size
+		c.Pool.LeanSize = 1
+		c.Pool.Zygote = true
+	})
+	startTemplate = func(ctx context.Context, h *jail.Host, cfg config.Config, log *slog.Logger, root *jail.Root) (*zygote.Zygote, error) {
+		if len(cfg.Pool.Preload) == 0 {
+			return nil, errors.New("the lean template does not start")
+		}
+		return zygote.Start(ctx, h, cfg, log, root)
+	}
+	t.Cleanup(func() { startTemplate = zygote.Start })
+	p := New(cfg, instance.Native{Host: h}, instance.NewSlots(h.Layout()), slog.New(slog.DiscardHandler))
+	t.Cleanup(p.Close)
+	lean := func() apitype.PoolStats { return p.Stats()["python"+apitype.LeanPoolSuffix].(apitype.PoolStats) }
+	waitFor(t, "a full lean pool", func() bool { return lean().Ready == 1 })
+	lq := p.leanQueues["python"]
+	lq.mu.Lock()
+	forked := lq.ready[0].Forked()
+	lq.mu.Unlock()
+	if !forked {
+		t.Error("the lean pool's sandbox was started cold")
+	}
+	if ts := p.Stats()[apitype.TemplateKey].(apitype.TemplateStats); ts.Lean == nil || ts.Lean.Running || ts.Lean.Failures == 0 {
+		t.Errorf("lean template stats %+v: want it down, failing", ts.Lean)
+	}
 }

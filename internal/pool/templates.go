@@ -135,6 +135,8 @@ func (t *Templates) open(k templateKey) (*templateSource, error) {
 		// budget: they do not grow, and one-shots may take all of them.
 		pc.Pool.Size, pc.Pool.NetworkSize, pc.Pool.MaxSize, pc.Pool.OneShotSize = map[string]int{}, nil, nil, nil
 		pc.Pool.MemoryBudget = -1 // none: their sizes are what their owner asked for
+		// Nor a lean template: one-shots on a template run on its own.
+		pc.Pool.LeanSize = 0
 		for lang, n := range sizes {
 			if lease.Runtimes[lang] != "" {
 				pc.Pool.Size[lang] = n

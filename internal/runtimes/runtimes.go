@@ -73,6 +73,12 @@ type Language struct {
 	// serve a session with limits to once its sandbox is adapted; nil:
 	// every limit adapts in place.
 	AdaptInPlace func(from, to config.Limits) bool
+	// Lean reports whether code, run as a one-shot, needs none of the
+	// template interpreter's preloaded modules and cannot tell whether
+	// they were loaded, so that a runtime forked from a template that
+	// preloaded nothing serves it as the full one would, only faster
+	// (lean.go); false when unsure. A speed hint only. nil: never.
+	Lean func(code string) bool
 	// heap is the size of the heap the interpreter gives itself in a
 	// sandbox with limits l and aborts (SIGABRT) when it is full, before
 	// the sandbox's memory limit is reached (V8); nil: the interpreter
@@ -100,6 +106,7 @@ var languages = []*Language{
 		// the path lets Python programs the session starts find the
 		// backend (outside a session it behaves as plain Agg).
 		sessionEnv: []string{"MPLBACKEND=module://airlock_mpl", "PYTHONPATH=" + RuntimeDir + "/python"},
+		Lean:       pythonLean,
 	},
 	{
 		Lang: "bash", Aliases: []string{"sh", "shell"}, Ext: ".sh", Exts: []string{".sh", ".bash"},

@@ -84,6 +84,7 @@ func (s *fakeSource) Get(ctx context.Context, rt runtimes.Runtime, l config.Limi
 	}
 	f := newFakeInstance(s.t, rt, l)
 	f.oneShot = instance.IsOneShot(ctx)
+	f.lean = instance.IsLean(ctx)
 	if s.setup != nil {
 		s.setup(f)
 	}
@@ -134,11 +135,12 @@ func newTestManager(t *testing.T, cfg *config.Config) (*Manager, *fakeSource, *w
 // started beside the first (besides) are fakeInterps too.
 type fakeInstance struct {
 	limits config.Limits
-	// oneShot: it was asked for by a one-shot (instance.ForOneShot).
-	oneShot bool
-	ws      *workspace.Dir
-	dir     string // ws's host path
-	start   time.Time
+	// oneShot: it was asked for by a one-shot (instance.ForOneShot);
+	// lean: one whose code needs none of the preloads (instance.ForLean).
+	oneShot, lean bool
+	ws            *workspace.Dir
+	dir           string // ws's host path
+	start         time.Time
 	*fakeInterp
 
 	events chan cgroup.Event

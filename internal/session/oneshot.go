@@ -54,6 +54,7 @@ func (m *Manager) runOnce(ctx context.Context, req apitype.OneShotRequest, emit 
 	if o.runtimeEnv, err = o.brokered(m.proxyEnv(sessionEnv(o.rt, o.limits, o.env), o.policy)); err != nil {
 		return nil, err
 	}
+	o.leanable = len(o.files) == 0 && len(o.packages) == 0 && len(o.tools) == 0
 	return m.oneShot(ctx, o, request{code: req.Code, timeout: o.limits.Timeout.D(), kind: ExecOneShot, inBytes: o.inputBytes()}, emit, true, nil)
 }
 
@@ -148,6 +149,7 @@ func (m *Manager) runProgram(ctx context.Context, req apitype.ProgramRequest, em
 	// The runtime gets the program's environment first too: the round trip
 	// also proves it alive, and a pooled one that died is replaced.
 	o.runtimeEnv = env
+	o.leanable = len(o.files) == 1 && len(o.packages) == 0 && !fresh
 	contents := sink == nil && (req.FileContents == nil || *req.FileContents)
 	return m.oneShot(ctx, o, request{timeout: o.limits.Timeout.D(), prog: prog, kind: ExecProgram, source: req.Code, inBytes: o.inputBytes()}, emit, contents, sink)
 }
@@ -195,6 +197,10 @@ type oneShotPlan struct {
 	tenant  string
 	tools   []string
 	secrets *secrets.Session
+	// leanable: the code is all the run brings (no other files, no
+	// packages, no tools), so that what it imports can be read from it
+	// (runtimes.Language.Lean).
+	leanable bool
 }
 
 // brokered adds what the run's tools and secrets need to env.
@@ -311,7 +317,12 @@ func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req request, emit
 		wrote = ws
 		return nil
 	}
-	s, err := m.start(instance.WithInputs(instance.ForOneShot(ctx), writeInputs), o.iso, o.tmpl, o.rt, o.limits, o.runtimeEnv, time.Hour, o.policy, o.net(), o.secrets)
+	sctx := instance.WithInputs(instance.ForOneShot(ctx), writeInputs)
+	if o.leanable && o.rt.Lean != nil && o.rt.Lean(code) {
+		// A speed hint: a sandbox whose runtime preloaded nothing does.
+		sctx = instance.ForLean(sctx)
+	}
+	s, err := m.start(sctx, o.iso, o.tmpl, o.rt, o.limits, o.runtimeEnv, time.Hour, o.policy, o.net(), o.secrets)
 	if err != nil {
 		m.bg.Done()
 		release()

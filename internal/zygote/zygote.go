@@ -1,6 +1,6 @@
 // Package zygote owns the Python template interpreter: starting it (as a
 // jail template process that has imported numpy, pandas and matplotlib
-// once), asking it to fork a runtime into a freshly built sandbox, and
+// once, or nothing: the lean template beside it), asking it to fork a runtime into a freshly built sandbox, and
 // restarting it if it dies.
 //
 // It must never send the template anything but descriptors, numbers and
@@ -117,6 +117,10 @@ func Start(ctx context.Context, h *jail.Host, cfg config.Config, log *slog.Logge
 	rt := tmpl[0]
 	env := append(jail.BaseEnv(), rt.SessionEnv(cfg.Defaults)...)
 	name := "zygote-" + rt.Lang
+	if len(cfg.Pool.Preload) == 0 {
+		// The lean template beside a full one (pool.lean_size).
+		name += "-lean"
+	}
 	if root != nil {
 		// One per template root: cgroup names are unique among live ones.
 		name += "-" + root.Label()
@@ -134,7 +138,11 @@ func Start(ctx context.Context, h *jail.Host, cfg config.Config, log *slog.Logge
 		return nil, err
 	}
 	z := &Zygote{t: t, log: log, pending: map[int]chan result{}, exits: map[int]chan syscall.WaitStatus{}, pidfds: map[int]*os.File{}, abandoned: map[int]bool{}, reaped: map[int]chan struct{}{}, dead: make(chan struct{})}
-	cm := configMsg{Type: "config", Preload: cfg.Pool.Preload, NrSetns: unix.SYS_SETNS, Warm: cfg.Pool.WarmRuntimes, DieAfterFork: dieAfterFork}
+	preload := cfg.Pool.Preload
+	if preload == nil {
+		preload = []string{} // a list, never null
+	}
+	cm := configMsg{Type: "config", Preload: preload, NrSetns: unix.SYS_SETNS, Warm: cfg.Pool.WarmRuntimes, DieAfterFork: dieAfterFork}
 	b, _ := json.Marshal(cm)
 	start := time.Now()
 	if _, _, err := t.Conn.WriteMsgUnix(b, nil, nil); err != nil {

@@ -417,7 +417,9 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		body.Warm = map[string]int{}
 		var langs []string
 		for k, v := range s.Stats() {
-			if q, ok := v.(apitype.PoolStats); ok && q.Target > 0 {
+			// The lean pool is a one-shot's speed hint: one without a
+			// ready sandbox there takes another.
+			if q, ok := v.(apitype.PoolStats); ok && q.Target > 0 && !strings.HasSuffix(k, apitype.LeanPoolSuffix) {
 				body.Warm[k] = q.Ready
 				langs = append(langs, k)
 			}
