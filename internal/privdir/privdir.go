@@ -25,20 +25,42 @@ import (
 var ErrNotPrivate = errors.New("another user could write it")
 
 // Ensure makes dir (and its missing parents) with mode when it is
-// missing, checks it (Dir), and gives a directory that passes mode.
+// missing, checks it (Dir), and gives a directory that passes mode. The
+// check and the change are made on one open descriptor of dir, never
+// through a symlink: a directory swapped for a symlink in between
+// (whoever may write dir's parent) is refused or left alone, never the
+// symlink's target changed.
 func Ensure(dir string, mode os.FileMode) error {
 	if err := os.MkdirAll(dir, mode); err != nil {
 		return err
 	}
-	st, err := Dir(dir)
+	f, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		// A symlink, not a directory, another's: Dir says which.
+		if _, cerr := Dir(dir); cerr != nil {
+			return cerr
+		}
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
 	if err != nil {
 		return err
 	}
+	if err := verify(dir, st, true); err != nil {
+		return err
+	}
+	if afterCheck != nil {
+		afterCheck()
+	}
 	if st.Mode().Perm() != mode.Perm() {
-		return os.Chmod(dir, mode.Perm())
+		return f.Chmod(mode.Perm())
 	}
 	return nil
 }
+
+// afterCheck, if set (tests), runs between Ensure's check and its change.
+var afterCheck func()
 
 // Dir checks that dir is a directory of the server's own (see the
 // package comment), and returns what it found.
@@ -56,8 +78,16 @@ func check(p string, dir bool) (os.FileInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	refuse := func(f string, a ...any) (os.FileInfo, error) {
-		return nil, fmt.Errorf("%s: %w: %s", p, ErrNotPrivate, fmt.Sprintf(f, a...))
+	if err := verify(p, st, dir); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// verify checks st, what p is (never followed), as check does.
+func verify(p string, st os.FileInfo, dir bool) error {
+	refuse := func(f string, a ...any) error {
+		return fmt.Errorf("%s: %w: %s", p, ErrNotPrivate, fmt.Sprintf(f, a...))
 	}
 	switch {
 	case st.Mode()&os.ModeSymlink != 0:
@@ -80,7 +110,7 @@ func check(p string, dir bool) (os.FileInfo, error) {
 	case perm&0o020 != 0 && !ownGroup(int(sys.Gid)):
 		return refuse("group %d may write it (mode %04o), and this server is not in that group: chmod g-w it", sys.Gid, perm)
 	}
-	return st, nil
+	return nil
 }
 
 // ownGroup reports whether the server's process is in group gid.

@@ -109,3 +109,39 @@ func TestPrivate(t *testing.T) {
 		t.Errorf("a refused directory was changed: %v", st.Mode())
 	}
 }
+
+// Ensure checks and narrows one directory, never what a symlink swapped
+// in for it between the check and the change points to (whoever may
+// write its parent could point it at any directory of the server's
+// user's, root's included). checked against a mutant: the change made
+// by path (os.Chmod), as before: the symlink's target was narrowed.
+func TestEnsureNeverFollowsASwap(t *testing.T) {
+	root := t.TempDir()
+	dir, victim := filepath.Join(root, "dir"), filepath.Join(root, "victim")
+	for _, d := range []string{dir, victim} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	afterCheck = func() {
+		if err := os.Rename(dir, dir+".old"); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(victim, dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() { afterCheck = nil }()
+	if err := Ensure(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Stat(victim); st.Mode().Perm() != 0o755 {
+		t.Errorf("the swapped-in symlink's target was changed to %v", st.Mode())
+	}
+	if st, _ := os.Stat(dir + ".old"); st.Mode().Perm() != 0o700 {
+		t.Errorf("the directory checked was left %v, want 0700", st.Mode())
+	}
+}
