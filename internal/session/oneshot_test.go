@@ -55,10 +55,12 @@ func TestOneShotRuns(t *testing.T) {
 	}
 }
 
+// One-shots and programs ask their source for a one-shot's sandbox (a
+// pool leaves those it keeps for session creations); sessions do not.
 // A one-shot or program whose code needs none of the template's preloads,
 // and brings nothing else that could import them, asks for a lean
 // sandbox; anything else for the full template's.
-func TestOneShotsAskForLeanSandboxes(t *testing.T) {
+func TestOneShotsAskForTheirSandboxes(t *testing.T) {
 	py := func(code string) func(*Manager) error {
 		return func(m *Manager) error {
 			_, err := m.RunOnce(context.Background(), apitype.OneShotRequest{Language: "python", Code: code}, nil)
@@ -68,81 +70,53 @@ func TestOneShotsAskForLeanSandboxes(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		run  func(*Manager) error
-		want bool
+		lean bool
+		// oneShot: asked for as a one-shot's sandbox.
+		oneShot bool
 	}{
 		// The fake runtime's steps, read by the scan as Python.
-		{"lean code", py("out 1"), true},
-		{"standard modules", py("out import math, json"), true},
-		{"pandas", py("out import pandas"), false},
-		{"a module looked up by name", py("out __import__"), false},
+		{"lean code", py("out 1"), true, true},
+		{"standard modules", py("out import math, json"), true, true},
+		{"pandas", py("out import pandas"), false, true},
+		{"a module looked up by name", py("out __import__"), false, true},
 		{"with files", func(m *Manager) error {
 			_, err := m.RunOnce(context.Background(), apitype.OneShotRequest{Language: "python", Code: "out 1",
 				Files: []apitype.InputFile{{Path: "helper.py", Content: "import pandas"}}}, nil)
 			return err
-		}, false},
+		}, false, true},
 		{"a program", func(m *Manager) error {
 			_, err := m.RunProgram(context.Background(), apitype.ProgramRequest{Language: "python", Code: "out 1"}, nil)
 			return err
-		}, true},
+		}, true, true},
 		{"a program with files", func(m *Manager) error {
 			_, err := m.RunProgram(context.Background(), apitype.ProgramRequest{Language: "python", Code: "out 1",
 				Files: []apitype.InputFile{{Path: "helper.py", Content: "import pandas"}}}, nil)
 			return err
-		}, false},
+		}, false, true},
 		{"a program in a new interpreter", func(m *Manager) error {
 			_, err := m.RunProgram(context.Background(), apitype.ProgramRequest{Language: "python", Code: "out 1",
 				Env: map[string]string{"PYTHONHASHSEED": "0"}}, nil)
 			return err
-		}, false},
+		}, false, true},
 		{"bash", func(m *Manager) error {
 			_, err := m.RunOnce(context.Background(), apitype.OneShotRequest{Language: "bash", Code: "out 1"}, nil)
 			return err
-		}, false},
+		}, false, true},
 		{"a session", func(m *Manager) error {
 			_, err := m.Create(context.Background(), apitype.CreateSessionRequest{Language: "python"})
 			return err
-		}, false},
+		}, false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m, src, _ := newTestManager(t, nil)
 			if err := c.run(m); err != nil {
 				t.Fatal(err)
 			}
-			if got := src.last().lean; got != c.want {
-				t.Errorf("asked for a lean sandbox: %v, want %v", got, c.want)
+			if got := src.last().lean; got != c.lean {
+				t.Errorf("asked for a lean sandbox: %v, want %v", got, c.lean)
 			}
-		})
-	}
-}
-
-// One-shots and programs ask their source for a one-shot's sandbox (a
-// pool leaves those it keeps for session creations); sessions do not.
-func TestOneShotsAskForOneShotSandboxes(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		run  func(*Manager) error
-		want bool
-	}{
-		{"a one-shot", func(m *Manager) error {
-			_, err := m.RunOnce(context.Background(), apitype.OneShotRequest{Code: "out hi"}, nil)
-			return err
-		}, true},
-		{"a program", func(m *Manager) error {
-			_, err := m.RunProgram(context.Background(), apitype.ProgramRequest{Code: "out hi"}, nil)
-			return err
-		}, true},
-		{"a session", func(m *Manager) error {
-			_, err := m.Create(context.Background(), apitype.CreateSessionRequest{})
-			return err
-		}, false},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			m, src, _ := newTestManager(t, nil)
-			if err := c.run(m); err != nil {
-				t.Fatal(err)
-			}
-			if got := src.last().oneShot; got != c.want {
-				t.Errorf("its sandbox asked for as a one-shot's: %v, want %v", got, c.want)
+			if got := src.last().oneShot; got != c.oneShot {
+				t.Errorf("its sandbox asked for as a one-shot's: %v, want %v", got, c.oneShot)
 			}
 		})
 	}
