@@ -74,8 +74,8 @@ type Pool struct {
 
 	// full is the template interpreter (nil without one); lean the lean
 	// one beside it (nil without one).
-	full, lean *keeper
-	// zmu guards the keepers' templates and counts.
+	full, lean *templateKeeper
+	// zmu guards the template keepers' templates and counts.
 	zmu sync.Mutex
 
 	// imgs: the images gVisor sandboxes are restored from
@@ -103,8 +103,9 @@ var defaultEstimate = map[string]int64{"python": 8 << 20, "javascript": 24 << 20
 
 const gVisorEstimate = 128 << 20
 
-// keeper keeps a template interpreter running.
-type keeper struct {
+// templateKeeper keeps a template interpreter running (not to be confused
+// with gVisor's keeper, the relay a checkpointable sandbox runs).
+type templateKeeper struct {
 	cfg config.Config // what it is started with (its preloads)
 	// zyg, fails and runs (starts that succeeded) are guarded by the
 	// pool's zmu.
@@ -120,7 +121,7 @@ type queue struct {
 	rt runtimes.Runtime
 	// template: a template is configured and starts rt's runtimes (tk).
 	template bool
-	tk       *keeper
+	tk       *templateKeeper
 	net      bool // its sandboxes are booted with a network
 	// size is the configured size; max the most it grows to.
 	size, max int
@@ -191,11 +192,11 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 		p.host = native.Host
 	}
 	if cfg.Pool.Zygote && p.host != nil {
-		p.full = &keeper{cfg: cfg, tried: make(chan struct{})}
+		p.full = &templateKeeper{cfg: cfg, tried: make(chan struct{})}
 		if cfg.Pool.LeanSize > 0 && len(cfg.Pool.Preload) > 0 {
 			lc := cfg
 			lc.Pool.Preload, lc.Pool.WarmRuntimes = nil, false
-			p.lean = &keeper{cfg: lc, tried: make(chan struct{})}
+			p.lean = &templateKeeper{cfg: lc, tried: make(chan struct{})}
 		}
 	}
 	for _, lang := range runtimes.Names() {
@@ -246,7 +247,7 @@ func New(cfg config.Config, k instance.Kernel, slots *instance.Slots, log *slog.
 			go p.refill(q)
 		}
 	}
-	for _, k := range []*keeper{p.full, p.lean} {
+	for _, k := range []*templateKeeper{p.full, p.lean} {
 		if k != nil {
 			p.wg.Add(1)
 			go p.keepZygote(k)
@@ -661,7 +662,7 @@ func (p *Pool) awaitQuiet(q *queue) bool {
 // The refill's are built in the background (instance.New): they take only
 // the CPU that the sandboxes requests wait for leave (not yet those
 // restored from a pool image).
-func (p *Pool) newInstance(ctx context.Context, tk *keeper, rt runtimes.Runtime, l config.Limits, net, background bool) (*instance.Instance, error) {
+func (p *Pool) newInstance(ctx context.Context, tk *templateKeeper, rt runtimes.Runtime, l config.Limits, net, background bool) (*instance.Instance, error) {
 	if !net {
 		inst, ok, err := p.restoreImage(ctx, rt, l)
 		if ok && err == nil {
@@ -701,7 +702,7 @@ func (p *Pool) newInstance(ctx context.Context, tk *keeper, rt runtimes.Runtime,
 // (at most templateWait), so that the first Python sandboxes after the
 // server starts are forked from it rather than started cold. It is false
 // only when ctx ends first.
-func (p *Pool) awaitTemplate(ctx context.Context, tk *keeper) bool {
+func (p *Pool) awaitTemplate(ctx context.Context, tk *templateKeeper) bool {
 	if tk == nil {
 		return true
 	}
@@ -723,7 +724,7 @@ func (p *Pool) awaitTemplate(ctx context.Context, tk *keeper) bool {
 }
 
 // templateRuns counts tk's template's successful starts (0 for nil).
-func (p *Pool) templateRuns(tk *keeper) int {
+func (p *Pool) templateRuns(tk *templateKeeper) int {
 	if tk == nil {
 		return 0
 	}
@@ -733,7 +734,7 @@ func (p *Pool) templateRuns(tk *keeper) int {
 }
 
 // zygote is tk's template if it runs (nil for a nil tk).
-func (p *Pool) zygote(tk *keeper) *zygote.Zygote {
+func (p *Pool) zygote(tk *templateKeeper) *zygote.Zygote {
 	if tk == nil {
 		return nil
 	}
@@ -752,7 +753,7 @@ func (p *Pool) zygote(tk *keeper) *zygote.Zygote {
 
 // keepZygote starts tk's Python template and restarts it when it dies,
 // backing off when it keeps failing.
-func (p *Pool) keepZygote(tk *keeper) {
+func (p *Pool) keepZygote(tk *templateKeeper) {
 	defer p.wg.Done()
 	var tried sync.Once
 	defer tried.Do(func() { close(tk.tried) })
@@ -807,7 +808,7 @@ func (p *Pool) keepZygote(tk *keeper) {
 // recycleCold discards the ready instances of the queues tk's template
 // starts that were started without it (the pools refill). Those it forked
 // stay: a runtime outlives the template that forked it.
-func (p *Pool) recycleCold(tk *keeper) {
+func (p *Pool) recycleCold(tk *templateKeeper) {
 	for _, q := range p.order {
 		if !q.template || q.tk != tk {
 			continue
@@ -886,7 +887,7 @@ func (p *Pool) Stats() map[string]any {
 }
 
 // stats are tk's template's figures; zmu held.
-func (tk *keeper) stats() apitype.TemplateStats {
+func (tk *templateKeeper) stats() apitype.TemplateStats {
 	return apitype.TemplateStats{Running: tk.zyg != nil, Failures: tk.fails, Restarts: max(tk.runs-1, 0)}
 }
 
@@ -923,7 +924,7 @@ func (p *Pool) Close() {
 		q.discard()
 	}
 	p.zmu.Lock()
-	for _, tk := range []*keeper{p.full, p.lean} {
+	for _, tk := range []*templateKeeper{p.full, p.lean} {
 		if tk != nil && tk.zyg != nil {
 			tk.zyg.Close()
 			tk.zyg = nil
