@@ -641,7 +641,7 @@ func (im *Image) extract(ctx context.Context, tr *tar.Reader, ws *workspace.Dir,
 			return corrupt(id, "files.tar is malformed")
 		}
 		name := strings.TrimSuffix(hdr.Name, "/")
-		if clean, err := workspace.Clean(name); err != nil || clean != name || name == "" {
+		if !entryPath(name) {
 			return corrupt(id, fmt.Sprintf("files.tar names %q, not a path in a workspace", clip(hdr.Name)))
 		}
 		switch hdr.Typeflag {
@@ -660,6 +660,28 @@ func (im *Image) extract(ctx context.Context, tr *tar.Reader, ws *workspace.Dir,
 			return corrupt(id, fmt.Sprintf("files.tar holds %q of type %q, not a file or directory", clip(name), hdr.Typeflag))
 		}
 	}
+}
+
+// entryPath: p can name an entry of a workspace as a pause keeps it:
+// relative, each component a name, within the listing's limits. Code in
+// a sandbox may put any character in a name but "/" and NUL, control
+// characters too, which no client may name (workspace.Clean): a pause
+// keeps such files, and its resume writes them back (beneath the root,
+// as any).
+func entryPath(p string) bool {
+	if p == "" || len(p) > workspace.MaxPathLen || strings.ContainsRune(p, 0) {
+		return false
+	}
+	parts := strings.Split(p, "/")
+	if len(parts) > workspace.MaxPathDepth {
+		return false
+	}
+	for _, part := range parts {
+		if part == "" || part == "." || part == ".." || len(part) > workspace.MaxNameLen {
+			return false
+		}
+	}
+	return true
 }
 
 // summer sums what is read through it in a goroutine of its own,

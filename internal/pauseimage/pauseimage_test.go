@@ -727,3 +727,53 @@ func TestRedescribe(t *testing.T) {
 		t.Errorf("a path for an id: %v", err)
 	}
 }
+
+// TestControlNamesKept: a file whose name holds control characters
+// (code may make one; no client may name it) is kept by a pause and
+// written back by its resume: it made the whole image unrestorable
+// before. Names that are not a workspace's paths are still refused.
+// Checked against a mutant: extract's old check (workspace.Clean).
+func TestControlNamesKept(t *testing.T) {
+	dir := t.TempDir()
+	names := []string{"a\nb", "esc\x1b[31m", "del\x7f"}
+	for _, n := range names {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte(n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ws, err := workspace.OpenOut(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	root := t.TempDir()
+	if _, err := Write(context.Background(), root, "s-c", []byte(`{}`), ws, 1<<20, nil); err != nil {
+		t.Fatal(err)
+	}
+	im, err := Open(root, "s-c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer im.Close()
+	dst := outDir(t)
+	if err := im.Restore(context.Background(), dst, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		f, _, err := dst.Open(n)
+		if err != nil {
+			t.Errorf("%q: %v", n, err)
+			continue
+		}
+		got, _ := io.ReadAll(f)
+		f.Close()
+		if string(got) != n {
+			t.Errorf("%q: restored %q", n, got)
+		}
+	}
+	for _, bad := range []string{"../x", "/abs", "a//b", "./a", "a/../b", "x/.", strings.Repeat("d/", 40) + "f"} {
+		if entryPath(bad) {
+			t.Errorf("entryPath(%q) accepted", bad)
+		}
+	}
+}
