@@ -91,6 +91,23 @@ func IsLean(ctx context.Context) bool {
 	return v
 }
 
+type freshKey struct{}
+
+// ForFresh marks ctx as a request whose sandbox must be built for it: the
+// ready ones it was handed died before it could use them (a runtime's
+// death is noticed a moment after it happens, so a pool's check when it
+// hands one out can miss it, and ready sandboxes often die together). A
+// Source that keeps sandboxes ready builds one instead of taking one.
+func ForFresh(ctx context.Context) context.Context {
+	return context.WithValue(ctx, freshKey{}, true)
+}
+
+// IsFresh reports whether ctx was marked by ForFresh.
+func IsFresh(ctx context.Context) bool {
+	v, _ := ctx.Value(freshKey{}).(bool)
+	return v
+}
+
 // Program is a program file a runtime runs in its place, as `airlock run`
 // would: it gets exactly Env, an empty stdin and /workspace as its
 // directory, and its exit status is the execution's. The runtime ends with

@@ -284,23 +284,25 @@ func (p *Pool) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, ne
 		// Code that needs none of the preloads: a lean one, ready or
 		// built now, never a full one (whose refill would cost a full
 		// template's fork again).
-		lq.noteTake(p.now())
-		if inst := p.take(lq, rt, l, 0); inst != nil {
-			return lq.handOut(inst, nil)
-		}
-		lq.misses.Add(1)
-		lq.signal()
-		lq.waiting.Add(1)
-		defer lq.waiting.Add(-1)
-		return lq.handOut(p.newInstance(ctx, lq.tk, rt, l, net, false))
+		return p.takeOrBuild(ctx, lq, rt, l, net, 0)
 	}
-	q.noteTake(p.now())
 	keep := 0
 	if instance.IsOneShot(ctx) {
 		keep = q.reserved()
 	}
-	if inst := p.take(q, rt, l, keep); inst != nil {
-		return q.handOut(inst, nil)
+	return p.takeOrBuild(ctx, q, rt, l, net, keep)
+}
+
+// takeOrBuild takes a ready instance of q adapted to l, more than keep
+// being ready, or builds one now: always for a request marked
+// instance.ForFresh (those it was handed died, and so may the others
+// ready beside them, their deaths not noticed yet).
+func (p *Pool) takeOrBuild(ctx context.Context, q *queue, rt runtimes.Runtime, l config.Limits, net bool, keep int) (*instance.Instance, error) {
+	q.noteTake(p.now())
+	if !instance.IsFresh(ctx) {
+		if inst := p.take(q, rt, l, keep); inst != nil {
+			return q.handOut(inst, nil)
+		}
 	}
 	q.misses.Add(1)
 	q.signal()

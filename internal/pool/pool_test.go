@@ -257,6 +257,42 @@ func TestRefillBuildsInBackground(t *testing.T) {
 	}
 }
 
+// A request marked instance.ForFresh (the ready sandboxes it was handed
+// had died, and those beside them may have too, their deaths not noticed
+// yet) gets one built for it, forked from the template; the ready ones
+// stay.
+func TestFreshRequestBuildsOne(t *testing.T) {
+	p := testPool(t, zygote.Start)
+	waitFor(t, "a forked sandbox ready", func() bool { return readyForked(p) })
+	q := p.queues["python"]
+	q.mu.Lock()
+	ready := q.ready[0]
+	q.mu.Unlock()
+	rt, err := runtimes.Lookup(p.cfg, "python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(instance.ForFresh(context.Background()), 30*time.Second)
+	defer cancel()
+	inst, err := p.Get(ctx, rt, p.cfg.Defaults, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inst.Close() })
+	if inst == ready || !inst.Forked() {
+		t.Fatalf("a fresh request took the ready sandbox (%v), or one started cold (forked: %v)", inst == ready, inst.Forked())
+	}
+	q.mu.Lock()
+	still := slices.Contains(q.ready, ready)
+	q.mu.Unlock()
+	if !still {
+		t.Error("a fresh request took the ready sandbox out of the pool")
+	}
+	if s := pythonStats(p); s.Hits != 0 || s.Misses != 1 {
+		t.Errorf("python pool %+v: want one miss, no hit", s)
+	}
+}
+
 // One-shots leave the ready sandboxes kept for session creations
 // (pool.size beyond pool.oneshot_size): a one-shot finding only those
 // builds its own, a session takes one; with none kept, a one-shot takes

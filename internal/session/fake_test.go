@@ -85,6 +85,7 @@ func (s *fakeSource) Get(ctx context.Context, rt runtimes.Runtime, l config.Limi
 	f := newFakeInstance(s.t, rt, l)
 	f.oneShot = instance.IsOneShot(ctx)
 	f.lean = instance.IsLean(ctx)
+	f.fresh = instance.IsFresh(ctx)
 	if s.setup != nil {
 		s.setup(f)
 	}
@@ -136,11 +137,13 @@ func newTestManager(t *testing.T, cfg *config.Config) (*Manager, *fakeSource, *w
 type fakeInstance struct {
 	limits config.Limits
 	// oneShot: it was asked for by a one-shot (instance.ForOneShot);
-	// lean: one whose code needs none of the preloads (instance.ForLean).
-	oneShot, lean bool
-	ws            *workspace.Dir
-	dir           string // ws's host path
-	start         time.Time
+	// lean: one whose code needs none of the preloads (instance.ForLean);
+	// fresh: one built for its request, not taken ready
+	// (instance.ForFresh).
+	oneShot, lean, fresh bool
+	ws                   *workspace.Dir
+	dir                  string // ws's host path
+	start                time.Time
 	*fakeInterp
 
 	events chan cgroup.Event
@@ -195,9 +198,10 @@ type fakeInterp struct {
 	reseeds  int
 	execs    []string
 	execEnv  map[string]string // the last execution's env
-	// sendErr fails every Execute and Run.
-	sendErr error
-	freed   atomic.Bool // a runtime beside the first was closed
+	// sendErr fails every Execute and Run; configErr every Configure
+	// (a runtime that died before it was configured).
+	sendErr, configErr error
+	freed              atomic.Bool // a runtime beside the first was closed
 }
 
 func newFakeInstance(t *testing.T, rt runtimes.Runtime, l config.Limits) *fakeInstance {
@@ -249,7 +253,11 @@ func (it *fakeInterp) Messages() <-chan runtimes.Message {
 func (it *fakeInterp) Configure(ctx context.Context, env map[string]string, cwd string) error {
 	it.mu.Lock()
 	it.env, it.cwd = env, cwd
+	err := it.configErr
 	it.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	if cwd == "/nope" { // a directory the sandbox user cannot enter
 		return errors.New("cannot change directory")
 	}

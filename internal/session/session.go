@@ -699,21 +699,31 @@ func sessionEnv(rt runtimes.Runtime, limits config.Limits, userEnv map[string]st
 
 // start gets an instance and turns it into an unregistered session whose
 // runtime has env. The configuration round trip also shows the runtime
-// alive: one that died just before it was handed out (it passed the
-// health check a moment earlier) is replaced. net asks for a sandbox that
-// can be given a network (always so when policy is not empty).
+// alive: one that died before it was handed out is replaced, once from
+// the source's ready ones, then by one built for this request
+// (instance.ForFresh). A pool's check when it hands one out sees a death
+// only a moment after it happens, and ready sandboxes often die together
+// (the host's OOM killer, a kill of the server's processes): however many
+// it holds dead, a creation never fails for them. net asks for a sandbox
+// that can be given a network (always so when policy is not empty).
 func (m *Manager) start(ctx context.Context, iso config.Isolation, tmpl string, rt runtimes.Runtime, limits config.Limits, env map[string]string, idle time.Duration, policy egress.Policy, net bool, ss *secrets.Session) (*Session, error) {
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		var s *Session
-		s, err = m.startOnce(ctx, iso, tmpl, rt, limits, env, idle, policy, net, ss)
-		if err == nil || ctx.Err() != nil || !errors.Is(err, errRuntimeGone) {
+	for attempt := 1; ; attempt++ {
+		actx := ctx
+		last := attempt > readyAttempts
+		if last {
+			actx = instance.ForFresh(ctx)
+		}
+		s, err := m.startOnce(actx, iso, tmpl, rt, limits, env, idle, policy, net, ss)
+		if err == nil || last || ctx.Err() != nil || !errors.Is(err, errRuntimeGone) {
 			return s, err
 		}
-		m.log.Warn("a sandbox's runtime died before its session started; trying another", "err", err)
+		m.log.Warn("a sandbox's runtime died before its session started; trying another", "err", err, "attempt", attempt)
 	}
-	return nil, err
 }
+
+// readyAttempts is how many sandboxes start takes from its source's ready
+// ones before it asks for one built for it.
+const readyAttempts = 2
 
 var errRuntimeGone = errors.New("runtime gone")
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -414,6 +415,63 @@ func TestCreateRefused(t *testing.T) {
 	}
 	if len(src.all) != n {
 		t.Errorf("refused creations took %d sandboxes", len(src.all)-n)
+	}
+}
+
+// Sandboxes handed out dead (their runtime gone before it could be
+// configured: a pool's ready ones killed together, their deaths not
+// noticed yet) are replaced: however many the source holds dead, a
+// creation, a one-shot and a program succeed, on a sandbox built for them
+// (instance.ForFresh) once the ready ones have failed them, and every
+// dead one is closed. A dead one built for the request fails it.
+func TestDeadReadySandboxesReplaced(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		do   func(m *Manager) error
+	}{
+		{"a session", func(m *Manager) error {
+			_, err := m.Create(context.Background(), apitype.CreateSessionRequest{})
+			return err
+		}},
+		{"a one-shot", func(m *Manager) error {
+			_, err := m.RunOnce(context.Background(), apitype.OneShotRequest{Code: "out hi"}, nil)
+			return err
+		}},
+		{"a program", func(m *Manager) error {
+			_, err := m.RunProgram(context.Background(), apitype.ProgramRequest{Code: "out hi"}, nil)
+			return err
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m, src, _ := newTestManager(t, nil)
+			src.setup = func(f *fakeInstance) {
+				if !f.fresh {
+					f.configErr = errors.New("the runtime went away")
+				}
+			}
+			if err := c.do(m); err != nil {
+				t.Fatalf("with every ready sandbox dead: %v", err)
+			}
+			src.mu.Lock()
+			var took []bool
+			for _, f := range src.all {
+				took = append(took, f.fresh)
+			}
+			src.mu.Unlock()
+			if want := []bool{false, false, true}; !slices.Equal(took, want) {
+				t.Errorf("sandboxes built for the request: %v, want %v (the ready ones first, then one built)", took, want)
+			}
+			// One built for the request that dies too: the request fails,
+			// saying so, and tries no further.
+			src.setup = func(f *fakeInstance) { f.configErr = errors.New("the runtime went away") }
+			n := len(src.all)
+			if err := c.do(m); !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "did not answer its configuration") {
+				t.Errorf("with every sandbox dead: %v, want unavailable", err)
+			}
+			if got := len(src.all) - n; got != readyAttempts+1 {
+				t.Errorf("with every sandbox dead: %d taken, want %d", got, readyAttempts+1)
+			}
+		})
 	}
 }
 
