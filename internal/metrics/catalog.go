@@ -25,7 +25,7 @@ type Family struct {
 func Catalog() []Family {
 	m := New()
 	m.Pools(func() map[string]any {
-		return map[string]any{"python": apitype.PoolStats{MemoryBudget: 1}, apitype.TemplateKey: apitype.TemplateStats{}}
+		return map[string]any{"python": apitype.PoolStats{MemoryBudget: 1}, apitype.TemplateKey: apitype.TemplateStats{Lean: &apitype.TemplateStats{}}}
 	})
 	m.Quotas(func() map[string]map[string]uint64 { return map[string]map[string]uint64{"t": {"q": 1}} })
 	m.Egress(func() egress.SharedStats { return egress.SharedStats{} })

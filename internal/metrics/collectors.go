@@ -44,6 +44,11 @@ var (
 	templateUp       = prometheus.NewDesc(Namespace+"_template_up", "1 when the Python template interpreter runs.", nil, nil)
 	templateFailures = prometheus.NewDesc(Namespace+"_template_start_failures_total", "Failed starts of the Python template interpreter.", nil, nil)
 	templateRestarts = prometheus.NewDesc(Namespace+"_template_restarts_total", "Restarts of the Python template interpreter after it died.", nil, nil)
+
+	// The lean template's (pool.lean_size), exported when a server runs one.
+	leanUp       = prometheus.NewDesc(Namespace+"_lean_template_up", "1 when the lean Python template interpreter (pool.lean_size: one-shots whose code needs none of the preloads) runs.", nil, nil)
+	leanFailures = prometheus.NewDesc(Namespace+"_lean_template_start_failures_total", "Failed starts of the lean Python template interpreter.", nil, nil)
+	leanRestarts = prometheus.NewDesc(Namespace+"_lean_template_restarts_total", "Restarts of the lean Python template interpreter after it died.", nil, nil)
 )
 
 var (
@@ -93,7 +98,7 @@ type poolCollector func() map[string]any
 
 func (p poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{poolReady, poolTarget, poolMin, poolMax, poolWaiting, poolMemory, poolHeld, poolCut, poolBudget, poolRefillSecs, poolBuilding, poolHits, poolMisses, poolBuilt, poolDiscarded,
-		poolCold, poolBuildSecs, templateUp, templateFailures, templateRestarts} {
+		poolCold, poolBuildSecs, templateUp, templateFailures, templateRestarts, leanUp, leanFailures, leanRestarts} {
 		ch <- d
 	}
 }
@@ -124,18 +129,27 @@ func (p poolCollector) Collect(ch chan<- prometheus.Metric) {
 			g(poolCold, prometheus.CounterValue, float64(s.Cold))
 			g(poolBuildSecs, prometheus.CounterValue, s.AvgBuildMs*float64(s.Built)/1000)
 		case apitype.TemplateStats:
-			up := 0.0
-			if s.Running {
-				up = 1
+			template(ch, s, templateUp, templateFailures, templateRestarts)
+			if s.Lean != nil {
+				template(ch, *s.Lean, leanUp, leanFailures, leanRestarts)
 			}
-			ch <- prometheus.MustNewConstMetric(templateUp, prometheus.GaugeValue, up)
-			ch <- prometheus.MustNewConstMetric(templateFailures, prometheus.CounterValue, float64(s.Failures))
-			ch <- prometheus.MustNewConstMetric(templateRestarts, prometheus.CounterValue, float64(s.Restarts))
 		}
 	}
 	if budget > 0 {
 		ch <- prometheus.MustNewConstMetric(poolBudget, prometheus.GaugeValue, float64(budget))
 	}
+}
+
+// template sends a template interpreter's figures as up, failures and
+// restarts.
+func template(ch chan<- prometheus.Metric, s apitype.TemplateStats, up, failures, restarts *prometheus.Desc) {
+	v := 0.0
+	if s.Running {
+		v = 1
+	}
+	ch <- prometheus.MustNewConstMetric(up, prometheus.GaugeValue, v)
+	ch <- prometheus.MustNewConstMetric(failures, prometheus.CounterValue, float64(s.Failures))
+	ch <- prometheus.MustNewConstMetric(restarts, prometheus.CounterValue, float64(s.Restarts))
 }
 
 // Quotas exports the refusals of tenants' quotas, read from refused

@@ -63,7 +63,7 @@ func TestExposition(t *testing.T) {
 	m.Pools(func() map[string]any {
 		return map[string]any{"python": apitype.PoolStats{Ready: 3, Target: 4, Hits: 5, Built: 2, AvgBuildMs: 500, HeldBytes: 12 << 20, BudgetCut: 60, MemoryBudget: 64 << 20},
 			"python@t":          apitype.PoolStats{Ready: 1, Target: 1},
-			apitype.TemplateKey: apitype.TemplateStats{Running: true, Restarts: 1}}
+			apitype.TemplateKey: apitype.TemplateStats{Running: true, Restarts: 1, Lean: &apitype.TemplateStats{Failures: 2}}}
 	})
 	m.Egress(func() egress.SharedStats { return egress.SharedStats{Open: 3, Max: 500, CapRefused: 4, DNSRefused: 5} })
 	rec := httptest.NewRecorder()
@@ -91,6 +91,10 @@ func TestExposition(t *testing.T) {
 		`airlock_pool_budget_cut{language="python"} 60`,
 		`airlock_pool_memory_budget_bytes 6.7108864e+07`,
 		`airlock_template_restarts_total 1`,
+		`airlock_template_up 1`,
+		`airlock_lean_template_up 0`,
+		`airlock_lean_template_start_failures_total 2`,
+		`airlock_lean_template_restarts_total 0`,
 		`airlock_egress_open_connections 3`,
 		`airlock_egress_open_connections_limit 500`,
 		`airlock_egress_refusals_total{limit="server_cap"} 4`,
@@ -102,5 +106,22 @@ func TestExposition(t *testing.T) {
 	}
 	if fams["go_goroutines"] == nil || fams["process_cpu_seconds_total"] == nil {
 		t.Error("no Go runtime or process metrics")
+	}
+}
+
+// A server without a lean template (pool.lean_size 0) exports none of its
+// metrics; the full template's are there either way.
+func TestNoLeanTemplate(t *testing.T) {
+	m := New()
+	m.Pools(func() map[string]any {
+		return map[string]any{apitype.TemplateKey: apitype.TemplateStats{Running: true}}
+	})
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if !strings.Contains(rec.Body.String(), "\nairlock_template_up 1\n") {
+		t.Error("no airlock_template_up 1")
+	}
+	if strings.Contains(rec.Body.String(), "airlock_lean_template") {
+		t.Errorf("lean template metrics without one:\n%s", rec.Body.String())
 	}
 }
