@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -148,6 +149,7 @@ func TestChartShape(t *testing.T) {
 	var cfg struct {
 		StateDir string `json:"state_dir"`
 		CacheDir string `json:"cache_dir"`
+		DataDir  string `json:"data_dir"`
 		Server   struct {
 			Listen    string `json:"listen"`
 			Token     string `json:"token"`
@@ -180,6 +182,27 @@ func TestChartShape(t *testing.T) {
 	if v := volumeAt(cfg.Cluster.PodNameFile); get(v, "downwardAPI", "items", 0, "fieldRef", "fieldPath") != "metadata.name" ||
 		get(v, "downwardAPI", "items", 0, "path") != filepath.Base(cfg.Cluster.PodNameFile) {
 		t.Errorf("cluster.pod_name_file %q is not the pod's name from the downward API: %v", cfg.Cluster.PodNameFile, v)
+	}
+	// kubelet makes an emptyDir 0777, and airlock refuses private state
+	// below a directory another user could write (package privdir): the
+	// init container narrows each directory airlock owns, mounted from
+	// the same volume, before airlock starts.
+	initc := get(pod, "spec", "initContainers", 0)
+	var narrows []string
+	for _, a := range get(initc, "command").([]any) {
+		narrows = append(narrows, a.(string))
+	}
+	initMounts := map[string]string{}
+	for _, m := range get(initc, "volumeMounts").([]any) {
+		initMounts[get(m, "mountPath").(string)] = get(m, "name").(string)
+	}
+	if len(narrows) < 2 || narrows[0] != "chmod" || narrows[1] != "0755" || get(initc, "image") != get(pod, "spec", "containers", 0, "image") {
+		t.Errorf("the init container: %v", initc)
+	}
+	for _, d := range []string{cfg.StateDir, cfg.CacheDir, cfg.DataDir} {
+		if !slices.Contains(narrows, d) || initMounts[d] == "" || initMounts[d] != mounts[d] {
+			t.Errorf("%s (volume %q) is not narrowed by the init container (%v, mounts %v)", d, mounts[d], narrows, initMounts)
+		}
 	}
 	if v := volumes[mounts[cfg.StateDir]]; get(v, "emptyDir", "medium") != "Memory" {
 		t.Errorf("state_dir %s is not a memory emptyDir: %v", cfg.StateDir, v)

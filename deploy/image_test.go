@@ -87,14 +87,19 @@ func TestImage(t *testing.T) {
 		"id_base":       imageIDBase,
 		"server":        map[string]any{"listen": fmt.Sprintf("127.0.0.1:%d", port)},
 		"pool":          map[string]any{"size": map[string]any{"python": 2, "bash": 1, "javascript": 1}},
+		// As ci/persistence-values.yaml: paused sessions in data_dir,
+		// below a volume's root kubelet (or its provisioner) made 0777.
+		"persistence": map[string]any{"enabled": true},
 	})
 	b, _ := json.MarshalIndent(cfg, "", "  ")
 	if err := os.WriteFile(filepath.Join(cfgDir, "config.json"), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { checkImageLeftovers(t, rootfs) })
+	// The emptyDirs are 0777, as kubelet makes them: the chart's init
+	// container narrows them first.
 	jail := func(extra ...string) []string {
-		args := []string{"deploy/image/run-rootfs.sh",
+		args := []string{"deploy/image/run-rootfs.sh", "-i", chartInit(t),
 			"-v", cfgDir + ":/etc/airlock/config", "-v", podDir + ":/etc/airlock/pod", "-v", secretDir + ":/etc/airlock/secret"}
 		return append(append(args, extra...), rootfs)
 	}
@@ -110,6 +115,7 @@ func TestImage(t *testing.T) {
 			"ok    jail ", "ok    python ", "ok    python packages   numpy", "sklearn",
 			"ok    bash ", "ok    node ", "airlock can run code on this host with every configured protection",
 			"ok    cluster           server airlock-0: session ids are airlock-0.<boot epoch>.<random>",
+			"ok    persistence       paused sessions in /var/lib/airlock/sessions",
 		} {
 			if !strings.Contains(out, want) {
 				t.Errorf("doctor's report lacks %q:\n%s", want, out)
@@ -246,6 +252,18 @@ func chartConfig(t *testing.T) map[string]any {
 		delete(m, k[len(k)-1])
 	}
 	return cfg
+}
+
+// chartInit is the command of the chart's init container, words joined
+// by spaces (run-rootfs.sh's -i).
+func chartInit(t *testing.T) string {
+	t.Helper()
+	objs := objects(t, render(t, "airlock", "-f", chartDir+"/ci/default-values.yaml"))
+	var words []string
+	for _, w := range get(find(t, objs, "StatefulSet", "airlock"), "spec", "template", "spec", "initContainers", 0, "command").([]any) {
+		words = append(words, w.(string))
+	}
+	return strings.Join(words, " ")
 }
 
 func merge(dst, src map[string]any) {

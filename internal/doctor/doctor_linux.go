@@ -372,7 +372,8 @@ func gvisorChecks(ctx context.Context, r *Report, cfg config.Config) {
 
 // persistenceChecks reports, with persistence on, whether the paused
 // sessions' directory and the gVisor keeper copies kept beside them are
-// the server's own: nobody else may write them (package privdir).
+// the server's own, and every directory above them: nobody else may
+// write or replace them (package privdir).
 func persistenceChecks(r *Report, cfg config.Config) {
 	if !cfg.Persistence.Enabled {
 		return
@@ -386,7 +387,7 @@ func persistenceChecks(r *Report, cfg config.Config) {
 		r.add("persistence", Fail, "%v\na paused gVisor session's memory is not restored with a keeper copy another user could write (it resumes with its files, the memory kept for inspection); the server refuses to start if its own copy's directory is one", err)
 		return
 	}
-	r.add("persistence", OK, "paused sessions in %s: the server's own, writable by nobody else (a group the server is in, Kubernetes' fsGroup, may be the directory's)", dir)
+	r.add("persistence", OK, "paused sessions in %s: the server's own, and every directory above it root's or the server's, writable by nobody else (but sticky ones, as /tmp, and Kubernetes' fsGroup: a setgid directory of a group the server is in)", dir)
 }
 
 // storeChecks reports where keys, quotas' counts, the audit log and the

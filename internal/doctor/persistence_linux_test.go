@@ -11,9 +11,11 @@ import (
 )
 
 // Doctor says why a server would refuse persistence.dir, or not bind a
-// keeper copy: a directory every user may write, a copy of another
-// user's. checked against a mutant: persistenceChecks reporting OK
-// without the checks.
+// keeper copy: a directory every user may write, one above it every
+// user may write (named, with the chmod that mends it, even before
+// persistence.dir is made), a copy of another user's. checked against
+// mutants: persistenceChecks reporting OK without the checks, privdir's
+// walk not checking the directories above (the parent passed).
 func TestDoctorPersistence(t *testing.T) {
 	testenv.RequireRoot(t, "a keeper copy of another owner")
 	cfg := config.Default()
@@ -30,6 +32,12 @@ func TestDoctorPersistence(t *testing.T) {
 	if c := status(); c.Status != OK {
 		t.Errorf("no persistence.dir yet: %+v", c)
 	}
+	parent := filepath.Dir(cfg.Persistence.Dir)
+	os.Chmod(parent, 0o777)
+	if c := status(); c.Status != Fail || !strings.Contains(c.Detail, parent+" above it") || !strings.Contains(c.Detail, "chmod o-w "+parent) {
+		t.Errorf("no persistence.dir yet, its parent every user's: %+v", c)
+	}
+	os.Chmod(parent, 0o700)
 	os.Mkdir(cfg.Persistence.Dir, 0o777)
 	os.Chmod(cfg.Persistence.Dir, 0o777)
 	if c := status(); c.Status != Fail || !strings.Contains(c.Detail, "every user may write it") {

@@ -159,6 +159,10 @@ func TestKeeperCopiesAreTheServers(t *testing.T) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	// kubelet's fsGroup layout: a setgid directory of the server's group.
+	if err := os.Chmod(dir, 0o700|os.ModeSetgid); err != nil {
+		t.Fatal(err)
+	}
 	h := &Host{keeperDir: dir}
 	copyOf := func(content string, uid int, mode os.FileMode) string {
 		t.Helper()

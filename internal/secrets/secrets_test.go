@@ -248,8 +248,9 @@ s.on("error", e => { console.error(e.code || e.message); process.exit(1); });`, 
 
 // The CA airlock keeps is read only from a directory, and files, of the
 // server's own: one another user could write (every user's write bit,
-// another owner) is refused, never loaded or written into; a directory
-// group-writable by the server's own group (Kubernetes' fsGroup) is
+// another owner, a group's write outside Kubernetes' fsGroup layout) is
+// refused, never loaded or written into; a setgid directory
+// group-writable by the server's own group, and its files (fsGroup), are
 // taken. checked against mutants: LoadOrCreateCA without the directory
 // check (it wrote its key into a world-writable one), without the
 // files' check (another user's key was loaded).
@@ -265,8 +266,17 @@ func TestCADirIsTheServers(t *testing.T) {
 		t.Errorf("written into it: %v", ents)
 	}
 	os.Chmod(dir, 0o770)
+	if _, err := LoadOrCreateCA(dir); err == nil || !strings.Contains(err.Error(), "chmod g-w") {
+		t.Errorf("a group-writable directory, not setgid: %v", err)
+	}
+	os.Chmod(dir, 0o770|os.ModeSetgid)
 	if _, err := LoadOrCreateCA(dir); err != nil {
-		t.Fatalf("a directory of the server's own group: %v", err)
+		t.Fatalf("a setgid directory of the server's own group: %v", err)
+	}
+	// kubelet's fsGroup again at the next mount: the files group-writable.
+	os.Chmod(filepath.Join(dir, keyFile), 0o660)
+	if _, err := LoadOrCreateCA(dir); err != nil {
+		t.Fatalf("the fsGroup's key: %v", err)
 	}
 	os.Chown(filepath.Join(dir, keyFile), 54321, 54321)
 	if _, err := LoadOrCreateCA(dir); err == nil || !strings.Contains(err.Error(), "belongs to uid 54321") {
