@@ -432,6 +432,13 @@ func (m *Manager) PauseWith(ctx context.Context, id string, ask PauseAsk) (apity
 // in its image's description and here: for a mark an older server kept
 // elsewhere (E2B's records). Not while it is being resumed
 // (ErrConflict).
+//
+// Start only: it holds m.mu across the description's rewrite (a write,
+// two fsyncs and a rename), which would stall every call of every
+// session meanwhile; at start (LoadPaused done, nothing served yet)
+// nothing waits for m.mu. It refuses (ErrConflict) once the manager has
+// a live session, a creation or a one-shot run: a server serving
+// already.
 func (m *Manager) RequireExplicitResume(id string) error {
 	// Under m.mu: no resume, delete or expiry takes the image while its
 	// description is replaced (each takes it out of m.paused first).
@@ -439,6 +446,8 @@ func (m *Manager) RequireExplicitResume(id string) error {
 	defer m.mu.Unlock()
 	p := m.paused[id]
 	switch {
+	case len(m.sessions) > 0 || m.creating > 0 || len(m.oneShots) > 0:
+		return fmt.Errorf("%w: a paused session's mark is moved at start only, before the server serves (it has sessions)", errdefs.ErrConflict)
 	case p == nil:
 		return m.ids.Unknown(id)
 	case p.resuming != nil:

@@ -431,8 +431,10 @@ func TestExplicitResumeWithItsPause(t *testing.T) {
 // TestRequireExplicitResume: a mark an older server kept outside the
 // image (E2B's records) is written into the paused session's image: the
 // session is not auto-resumed, now or after a restart; a live or unknown
-// session is refused. Checked against a mutant: the image left as it
-// was (the restart auto-resumed it).
+// session is refused, and so is any once the manager serves (it has a
+// live session: the rewrite holds the manager's lock across its fsyncs,
+// start only). Checked against mutants: the image left as it was (the
+// restart auto-resumed it), the start-only check removed.
 func TestRequireExplicitResume(t *testing.T) {
 	cfg := persistConfig(t)
 	m, _, _ := newTestManager(t, cfg)
@@ -445,6 +447,18 @@ func TestRequireExplicitResume(t *testing.T) {
 		t.Error("a live session marked")
 	}
 	if _, err := m.PauseFor(ctx, s.ID(), apitype.RestoreFiles); err != nil {
+		t.Fatal(err)
+	}
+	// Start only (it holds the manager's lock across its fsyncs): refused
+	// while the manager has a live session.
+	other, err := m.Create(ctx, apitype.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.RequireExplicitResume(s.ID()); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "at start only") {
+		t.Errorf("with a live session: %v", err)
+	}
+	if err := m.Delete(other.ID()); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
