@@ -55,19 +55,33 @@ except OSError as e:
 		// oneShot: run as a one-shot, whose code needs none of the
 		// preloads: its runtime is forked by the lean template.
 		oneShot bool
+		// cold: run as a program by `airlock run --cold`, whose runtime,
+		// started for it, runs without site (the code is lean).
+		cold bool
 	}{
-		{"python", "python", pyCode, false},
-		{"python lean one-shot", "python", pyCode, true},
+		{"python", "python", pyCode, false, false},
+		{"python lean one-shot", "python", pyCode, true, false},
+		{"python lean program, cold", "python", pyCode, false, true},
 		{"bash", "bash", `
 while IFS= read -r line; do echo "$line"; done < /proc/$$/status
 if python3 -c 'import os; os.mknod("/tmp/dev", 0o20600, os.makedev(1, 3))' 2>/tmp/err; then echo "mknod: ok"
 else grep -q "Permission denied" /tmp/err && echo "mknod: EACCES" || { echo -n "mknod: "; cat /tmp/err; }; fi
-`, false},
+`, false, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var r *apitype.Result
-			if c.oneShot {
+			if c.cold {
+				prog := filepath.Join(t.TempDir(), "entry.py")
+				if err := os.WriteFile(prog, []byte(c.code), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				out, errOut, code := runCLI(t, "", "run", "--cold", prog)
+				if code != 0 {
+					t.Fatalf("airlock run --cold: status %d\n%s", code, errOut)
+				}
+				r = &apitype.Result{Stdout: out, Stderr: errOut}
+			} else if c.oneShot {
 				lean := s.leanUses()
 				res, err := s.c.RunOnce(context.Background(), apitype.OneShotRequest{Language: c.lang, Code: c.code}, nil)
 				if err != nil {
@@ -94,7 +108,11 @@ else grep -q "Permission denied" /tmp/err && echo "mknod: EACCES" || { echo -n "
 			}
 			// The Python session is the template's child: the start path
 			// this test is about.
-			if c.lang == "python" && !strings.Contains(got["cmdline"], "airlock_zygote") {
+			if c.cold {
+				if !strings.Contains(got["cmdline"], " -S ") {
+					t.Errorf("the cold lean program's runtime was not started without site: cmdline %q", got["cmdline"])
+				}
+			} else if c.lang == "python" && !strings.Contains(got["cmdline"], "airlock_zygote") {
 				t.Errorf("the python session was not forked by the template: cmdline %q\n%s", got["cmdline"], s.stderr.String())
 			}
 		})

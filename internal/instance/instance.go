@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -105,6 +106,22 @@ func ForFresh(ctx context.Context) context.Context {
 // IsFresh reports whether ctx was marked by ForFresh.
 func IsFresh(ctx context.Context) bool {
 	v, _ := ctx.Value(freshKey{}).(bool)
+	return v
+}
+
+type leanProgramKey struct{}
+
+// ForLeanProgram marks ctx as a program run's whose code
+// runtimes.Language.LeanProgram accepts: a Cold source starts the runtime
+// it builds for it with the language's LeanProgramCommand. Same sandbox,
+// same layers; only the interpreter's start differs.
+func ForLeanProgram(ctx context.Context) context.Context {
+	return context.WithValue(ctx, leanProgramKey{}, true)
+}
+
+// IsLeanProgram reports whether ctx was marked by ForLeanProgram.
+func IsLeanProgram(ctx context.Context) bool {
+	v, _ := ctx.Value(leanProgramKey{}).(bool)
 	return v
 }
 
@@ -655,7 +672,11 @@ func (c *Cold) Get(ctx context.Context, rt runtimes.Runtime, l config.Limits, ne
 		k = Native{Host: c.Host}
 	}
 	write, _ := ctx.Value(inputsKey{}).(func(*workspace.Dir) error)
-	return build(ctx, k, c.Slots, rt, l, net, nil, false, write)
+	argv := k.sessionCommand(rt)
+	if lean := rt.LeanProgramCommand(); lean != nil && IsLeanProgram(ctx) && slices.Equal(argv, rt.SessionCommand()) {
+		argv = lean // not when the kernel preloads modules: they need site
+	}
+	return build(ctx, k, c.Slots, rt, l, net, nil, false, write, argv)
 }
 
 type inputsKey struct{}
@@ -682,12 +703,13 @@ func WithInputs(ctx context.Context, write func(*workspace.Dir) error) context.C
 // CPU that the sandboxes requests wait for leave. Foreground gives it the
 // normal weight back when it is taken.
 func New(ctx context.Context, k Kernel, slots *Slots, rt runtimes.Runtime, l config.Limits, net bool, z *zygote.Zygote, background bool) (*Instance, error) {
-	return build(ctx, k, slots, rt, l, net, z, background, nil)
+	return build(ctx, k, slots, rt, l, net, z, background, nil, nil)
 }
 
 // build is New; write, when not nil, writes the request's files into the
-// sandbox while its runtime starts (see WithInputs).
-func build(ctx context.Context, k Kernel, slots *Slots, rt runtimes.Runtime, l config.Limits, net bool, z *zygote.Zygote, background bool, write func(*workspace.Dir) error) (_ *Instance, err error) {
+// sandbox while its runtime starts (see WithInputs); argv, when not nil,
+// is the runtime's command when it is not forked from z.
+func build(ctx context.Context, k Kernel, slots *Slots, rt runtimes.Runtime, l config.Limits, net bool, z *zygote.Zygote, background bool, write func(*workspace.Dir) error, argv []string) (_ *Instance, err error) {
 	slot, err := slots.Get()
 	if err != nil {
 		return nil, err
@@ -721,7 +743,10 @@ func build(ctx context.Context, k Kernel, slots *Slots, rt runtimes.Runtime, l c
 	if native, ok := sb.(*jail.Sandbox); ok && z != nil && rt.Template {
 		it, err = startZygote(ctx, native, z, rt, l)
 	} else {
-		it, err = start(sb, k.sessionCommand(rt), rt, l)
+		if argv == nil {
+			argv = k.sessionCommand(rt)
+		}
+		it, err = start(sb, argv, rt, l)
 	}
 	if wrote != nil {
 		// Waited for on every path: the write uses the sandbox that undo

@@ -59,6 +59,30 @@ var leanDunders = setOf(
 	"__neg__", "__abs__", "__slots__", "__doc__",
 )
 
+// leanProgramDenied are words a lean program must not use either to run
+// on an interpreter started without site (leanProgramArgs): sys.flags
+// shows it.
+var leanProgramDenied = setOf("flags", "no_site")
+
+// pythonLeanProgram reports whether a program file's code may run on an
+// interpreter started without site (python3 -S, the runtime then giving
+// it site's builtins and directories): lean code (pythonLean) imports only
+// standard modules and cannot list what is loaded, so what site's .pth
+// files and sitecustomize set up (import hooks, namespace packages) is out
+// of its reach; the flag itself is not, so code that names sys.flags is
+// not lean here. False when unsure.
+func pythonLeanProgram(code string) bool {
+	if !pythonLean(code) {
+		return false
+	}
+	for _, w := range scanWords(code) {
+		if leanProgramDenied[w.text] {
+			return false
+		}
+	}
+	return true
+}
+
 func setOf(words ...string) map[string]bool {
 	m := make(map[string]bool, len(words))
 	for _, w := range words {

@@ -74,3 +74,26 @@ func FuzzPythonLean(f *testing.F) {
 		pythonLean(code) // never panics
 	})
 }
+
+// A lean program may start on an interpreter without site unless it names
+// what shows it (sys.flags); never when it is not lean.
+func TestPythonLeanProgram(t *testing.T) {
+	for _, c := range []struct {
+		code string
+		want bool
+	}{
+		{"print(1)", true},
+		{"import sys\nprint(sys.argv)\nexit(2)", true},
+		{"import sys\nprint(sys.path)", true},
+		{"import sys\nprint(sys.flags)", false},
+		{"import sys\nprint(sys.flags.no_site)", false},
+		{"import sys\nf = 'no_site'", false},
+		{"import pandas", false},
+		{"import site", false},
+		{"print(__import__('site'))", false},
+	} {
+		if got := pythonLeanProgram(c.code); got != c.want {
+			t.Errorf("pythonLeanProgram(%q) = %v, want %v", c.code, got, c.want)
+		}
+	}
+}

@@ -79,6 +79,17 @@ type Language struct {
 	// preloaded nothing serves it as the full one would, only faster
 	// (lean.go); false when unsure. A speed hint only. nil: never.
 	Lean func(code string) bool
+	// LeanProgram reports whether a program file's code is lean (Lean)
+	// and cannot tell either whether its interpreter was started with
+	// leanProgramArgs. A speed hint only. nil: never.
+	LeanProgram func(code string) bool
+	// leanProgramArgs follow the binary in the argv of a session runtime
+	// started for one program run alone (cold, not forked from a
+	// template) whose code LeanProgram accepts: they leave out start-up
+	// work such code cannot see (Python's site: its .pth files and
+	// sitecustomize), and the runtime gives the program what it can see
+	// of it (program.py's _what_site_gives).
+	leanProgramArgs []string
 	// heap is the size of the heap the interpreter gives itself in a
 	// sandbox with limits l and aborts (SIGABRT) when it is full, before
 	// the sandbox's memory limit is reached (V8); nil: the interpreter
@@ -107,6 +118,10 @@ var languages = []*Language{
 		// backend (outside a session it behaves as plain Agg).
 		sessionEnv: []string{"MPLBACKEND=module://airlock_mpl", "PYTHONPATH=" + RuntimeDir + "/python"},
 		Lean:       pythonLean,
+		// A bare `python3 p.py` spends about half its start in site on a
+		// Debian host with matplotlib and setuptools (their .pth files).
+		LeanProgram:     pythonLeanProgram,
+		leanProgramArgs: []string{"-I", "-S", "-B", RuntimeDir + "/python/airlock_runtime/__main__.py"},
 	},
 	{
 		Lang: "bash", Aliases: []string{"sh", "shell"}, Ext: ".sh", Exts: []string{".sh", ".bash"},
@@ -248,6 +263,15 @@ func (r Runtime) Env(l config.Limits) []string {
 // SessionCommand is the argv of the language's session runtime.
 func (r Runtime) SessionCommand() []string {
 	return append([]string{r.Binary}, r.sessionArgs...)
+}
+
+// LeanProgramCommand is the argv of the session runtime started for one
+// program run whose code LeanProgram accepts; nil if the language has none.
+func (r Runtime) LeanProgramCommand() []string {
+	if r.leanProgramArgs == nil {
+		return nil
+	}
+	return append([]string{r.Binary}, r.leanProgramArgs...)
 }
 
 // TemplateCommand is the argv of the template interpreter (Template

@@ -86,6 +86,7 @@ func (s *fakeSource) Get(ctx context.Context, rt runtimes.Runtime, l config.Limi
 	f.oneShot = instance.IsOneShot(ctx)
 	f.lean = instance.IsLean(ctx)
 	f.fresh = instance.IsFresh(ctx)
+	f.leanProgram = instance.IsLeanProgram(ctx)
 	if s.setup != nil {
 		s.setup(f)
 	}
@@ -139,11 +140,13 @@ type fakeInstance struct {
 	// oneShot: it was asked for by a one-shot (instance.ForOneShot);
 	// lean: one whose code needs none of the preloads (instance.ForLean);
 	// fresh: one built for its request, not taken ready
-	// (instance.ForFresh).
-	oneShot, lean, fresh bool
-	ws                   *workspace.Dir
-	dir                  string // ws's host path
-	start                time.Time
+	// (instance.ForFresh); leanProgram: a program run whose code cannot
+	// tell either whether its interpreter ran site
+	// (instance.ForLeanProgram).
+	oneShot, lean, fresh, leanProgram bool
+	ws                                *workspace.Dir
+	dir                               string // ws's host path
+	start                             time.Time
 	*fakeInterp
 
 	events chan cgroup.Event

@@ -321,6 +321,9 @@ func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req request, emit
 	if o.leanable && o.rt.Lean != nil && o.rt.Lean(code) {
 		// A speed hint: a sandbox whose runtime preloaded nothing does.
 		sctx = instance.ForLean(sctx)
+		if req.prog != nil && o.rt.LeanProgram != nil && o.rt.LeanProgram(code) {
+			sctx = instance.ForLeanProgram(sctx)
+		}
 	}
 	s, err := m.start(sctx, o.iso, o.tmpl, o.rt, o.limits, o.runtimeEnv, time.Hour, o.policy, o.net(), o.secrets)
 	if err != nil {

@@ -59,7 +59,8 @@ func TestOneShotRuns(t *testing.T) {
 // pool leaves those it keeps for session creations); sessions do not.
 // A one-shot or program whose code needs none of the template's preloads,
 // and brings nothing else that could import them, asks for a lean
-// sandbox; anything else for the full template's.
+// sandbox; anything else for the full template's. A program run of such
+// code that does not read sys.flags asks for a runtime without site.
 func TestOneShotsAskForTheirSandboxes(t *testing.T) {
 	py := func(code string) func(*Manager) error {
 		return func(m *Manager) error {
@@ -73,39 +74,49 @@ func TestOneShotsAskForTheirSandboxes(t *testing.T) {
 		lean bool
 		// oneShot: asked for as a one-shot's sandbox.
 		oneShot bool
+		// leanProgram: its runtime may start without site.
+		leanProgram bool
 	}{
 		// The fake runtime's steps, read by the scan as Python.
-		{"lean code", py("out 1"), true, true},
-		{"standard modules", py("out import math, json"), true, true},
-		{"pandas", py("out import pandas"), false, true},
-		{"a module looked up by name", py("out __import__"), false, true},
+		{"lean code", py("out 1"), true, true, false},
+		{"standard modules", py("out import math, json"), true, true, false},
+		{"pandas", py("out import pandas"), false, true, false},
+		{"a module looked up by name", py("out __import__"), false, true, false},
 		{"with files", func(m *Manager) error {
 			_, err := m.RunOnce(context.Background(), apitype.OneShotRequest{Language: "python", Code: "out 1",
 				Files: []apitype.InputFile{{Path: "helper.py", Content: "import pandas"}}}, nil)
 			return err
-		}, false, true},
+		}, false, true, false},
 		{"a program", func(m *Manager) error {
 			_, err := m.RunProgram(context.Background(), apitype.ProgramRequest{Language: "python", Code: "out 1"}, nil)
 			return err
-		}, true, true},
+		}, true, true, true},
+		{"a program that reads sys.flags", func(m *Manager) error {
+			_, err := m.RunProgram(context.Background(), apitype.ProgramRequest{Language: "python", Code: "out sys.flags"}, nil)
+			return err
+		}, true, true, false},
+		{"a program importing pandas", func(m *Manager) error {
+			_, err := m.RunProgram(context.Background(), apitype.ProgramRequest{Language: "python", Code: "out import pandas"}, nil)
+			return err
+		}, false, true, false},
 		{"a program with files", func(m *Manager) error {
 			_, err := m.RunProgram(context.Background(), apitype.ProgramRequest{Language: "python", Code: "out 1",
 				Files: []apitype.InputFile{{Path: "helper.py", Content: "import pandas"}}}, nil)
 			return err
-		}, false, true},
+		}, false, true, false},
 		{"a program in a new interpreter", func(m *Manager) error {
 			_, err := m.RunProgram(context.Background(), apitype.ProgramRequest{Language: "python", Code: "out 1",
 				Env: map[string]string{"PYTHONHASHSEED": "0"}}, nil)
 			return err
-		}, false, true},
+		}, false, true, false},
 		{"bash", func(m *Manager) error {
 			_, err := m.RunOnce(context.Background(), apitype.OneShotRequest{Language: "bash", Code: "out 1"}, nil)
 			return err
-		}, false, true},
+		}, false, true, false},
 		{"a session", func(m *Manager) error {
 			_, err := m.Create(context.Background(), apitype.CreateSessionRequest{Language: "python"})
 			return err
-		}, false, false},
+		}, false, false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m, src, _ := newTestManager(t, nil)
@@ -117,6 +128,9 @@ func TestOneShotsAskForTheirSandboxes(t *testing.T) {
 			}
 			if got := src.last().oneShot; got != c.oneShot {
 				t.Errorf("its sandbox asked for as a one-shot's: %v, want %v", got, c.oneShot)
+			}
+			if got := src.last().leanProgram; got != c.leanProgram {
+				t.Errorf("asked for a runtime without site: %v, want %v", got, c.leanProgram)
 			}
 		})
 	}

@@ -126,6 +126,8 @@ def plain_interpreter(path: str, argv: list) -> types.ModuleType:
         io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace", write_through=True)
     sys.stdin = sys.__stdin__ = current.text_stream(0, "r")
     sys.path[:] = [os.path.dirname(path)] + [p for p in sys.path if p not in ("", current.RUNTIME_DIR)]
+    if sys.flags.no_site:
+        _what_site_gives()
     sys.argv = list(argv)
     _plain_matplotlib(os.environ.get("MPLBACKEND") or "agg")
     main = types.ModuleType("__main__")
@@ -139,6 +141,26 @@ def plain_interpreter(path: str, argv: list) -> types.ModuleType:
         pass
     sys.modules["__main__"] = main
     return main
+
+
+def _what_site_gives() -> None:
+    """What ``site`` gives a program that it can see, in an interpreter
+    started without it (``-S``: a lean program run on a runtime started for
+    it, runtimes.Language.Lean): the builtins it adds (exit, quit, help,
+    copyright, credits, license) and its site directories at the end of
+    ``sys.path``, in its order. Its ``.pth`` files and ``sitecustomize`` are
+    not run: what they set up (import hooks, namespace packages) is out of
+    reach of code that imports only standard modules."""
+    import site  # frozen; with -S, importing it runs nothing
+    if sys.prefix != sys.base_prefix:
+        site.main()  # a virtual environment's: as python3 FILE has it, exactly
+        return
+    site.setquit()
+    site.setcopyright()
+    site.sethelper()
+    for d in site.getsitepackages():
+        if d not in sys.path and os.path.isdir(d):
+            sys.path.append(d)
 
 
 def _plain_matplotlib(backend: str) -> None:

@@ -16,7 +16,7 @@ import textwrap
 import unittest
 from typing import Optional
 
-from harness import PYTHON, RUNTIME_DIR, Runtime, base_env, has_module
+from harness import PYTHON, RUNTIME, RUNTIME_DIR, Runtime, base_env, has_module
 
 
 def program_env(**extra: str) -> dict:
@@ -125,6 +125,20 @@ class ProgramModeTest(unittest.TestCase):
             with self.subTest(source=source):
                 _, _, code = self.same(source)
                 self.assertEqual(code, want)
+
+    def test_what_site_gives(self) -> None:
+        # The builtins site adds and its directories on sys.path, as
+        # python3 FILE has them (LeanProgramModeTest: without site).
+        _, _, code = self.same("""
+            import builtins, sys
+            print([p for p in sys.path if p.endswith('-packages')])  # site's directories
+            for name in ('exit', 'quit', 'copyright', 'credits', 'license', 'help'):
+                print(name, type(getattr(builtins, name)).__name__)
+            print(repr(exit), repr(quit), repr(help))
+            print(repr(copyright))
+            quit(4)
+        """)
+        self.assertEqual(code, 4)
 
     def test_uncaught_exception_traceback_matches(self) -> None:
         _, err, code = self.same("""
@@ -288,3 +302,12 @@ class PooledProgramModeTest(ProgramModeTest):
         bare = subprocess.run([PYTHON, "-I", "-c", probe], capture_output=True, timeout=60, check=True).stdout
         out, _, code = self.via_runtime(self.write(probe), [], program_env())
         self.assertEqual((out, code), (bare, 0))
+
+
+class LeanProgramModeTest(ProgramModeTest):
+    """The same programs on a runtime started without site (python3 -S) and
+    as a file (no runpy), as one started for a lean program run alone is
+    (runtimes.Language.LeanProgram): the runtime gives the program what
+    site would have given it that it can see."""
+
+    runtime_argv = [PYTHON, "-I", "-S", "-B", os.path.join(RUNTIME, "__main__.py")]
