@@ -13,7 +13,7 @@ import (
 )
 
 // gVisorBudget is the gVisor servers' pool.memory_budget: their pools
-// keep the sizes the scenarios ask for (about 125 MB each) whatever the
+// keep the sizes the scenarios ask for (about 95 MiB each) whatever the
 // host's memory.
 const gVisorBudget = "8G"
 
@@ -132,7 +132,8 @@ func benchGVisor(ctx context.Context, r *Report, o Options, n func(full, smoke i
 	r.Stats["gvisor_exec"] = s
 
 	// Memory of idle sessions with numpy and pandas imported: every
-	// process of the sandbox's cgroup (Sentry, gofer) counted.
+	// process of the sandbox's cgroup (Sentry, gofer, stubs) counted,
+	// each address space once.
 	sessions, _, err := openSessions(ctx, srv, n(10, 2), 2, "import numpy, pandas")
 	defer func() {
 		for _, s := range sessions {
@@ -148,7 +149,7 @@ func benchGVisor(ctx context.Context, r *Report, o Options, n func(full, smoke i
 		base = fmt.Sprintf("native: %.1f MB", v)
 	}
 	r.add(Row{Scenario: "gVisor: idle Python sessions with numpy and pandas imported", Metric: "PSS per session", Value: p.per, Unit: "MB", Baseline: base,
-		Note: fmt.Sprintf("%d processes: Sentry, gofer", p.procs)})
+		Note: fmt.Sprintf("%d processes (Sentry, gofer, stubs), each address space counted once", p.procs)})
 	r.Stats["gvisor_pss_mb"] = p.per
 	srv.stop()
 	return benchGVisorPersist(ctx, r, o, runsc, n(10, 2))

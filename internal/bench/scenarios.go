@@ -7,12 +7,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"airlock/internal/apitype"
+	"airlock/internal/cgroup"
 )
 
 const pandasCode = "import pandas as pd; pd.DataFrame({'a': [1, 2]}).sum()"
@@ -350,13 +352,20 @@ func sessionsPSS(srv *server, sessions []*apitype.Session) sandboxPSS {
 	var total, init int64
 	procs := 0
 	for _, s := range sessions {
+		var counted []int
 		for _, pid := range cgroupPids(srv.name, s.Sandbox) {
+			procs++
+			// An address space counts once (gVisor's systrap stubs come
+			// in pairs sharing one), as pool.memory_budget counts it.
+			if slices.ContainsFunc(counted, func(c int) bool { return cgroup.SameAddressSpace(pid, c) }) {
+				continue
+			}
+			counted = append(counted, pid)
 			kb := pss(pid)
 			total += kb
 			if nsPid(pid) == 1 {
 				init += kb
 			}
-			procs++
 		}
 	}
 	n := float64(max(1, len(sessions))) * 1024

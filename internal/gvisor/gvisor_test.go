@@ -186,6 +186,41 @@ func testSandbox(t *testing.T, platform string) {
 		}
 	})
 
+	t.Run("address spaces shared by processes count once", func(t *testing.T) {
+		// A running program has its stubs; systrap's come in pairs
+		// sharing one address space, each reporting all of it.
+		devnull, _ := os.Open(os.DevNull)
+		defer devnull.Close()
+		outR, outW, _ := os.Pipe()
+		defer outR.Close()
+		pid, exit, err := sb.Exec(Process{Argv: []string{"/bin/sh", "-c", "echo up; exec sleep 60"}, Files: []*os.File{devnull, outW, outW}})
+		outW.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { sb.Signal(pid, syscall.SIGKILL, false); <-exit }()
+		io.ReadFull(outR, make([]byte, 3))
+		pids, err := sb.cg.Pids()
+		if err != nil {
+			t.Fatal(err)
+		}
+		shared := 0
+		for i, a := range pids {
+			for _, b := range pids[:i] {
+				if cgroup.SameAddressSpace(a, b) {
+					shared++
+					break
+				}
+			}
+		}
+		if platform == "systrap" && shared == 0 {
+			t.Errorf("none of the sandbox's %d processes shares an address space: systrap's stubs changed, and what PSS deduplicates with them", len(pids))
+		}
+		if n, err := sb.cg.PSS(); err != nil || n <= 0 {
+			t.Errorf("PSS %d, %v", n, err)
+		}
+	})
+
 	t.Run("workspace files reach the host, owned by the sandbox user", func(t *testing.T) {
 		e, _, errs := runIn(t, sb, []string{"/bin/sh", "-c", "echo data > /workspace/f && touch /tmp/t"})
 		if e.Status.ExitStatus() != 0 {

@@ -53,7 +53,7 @@ var rules = map[string]rule{
 	"../cmd/airlock-init": {layer: "command", noShared: true, may: []string{"jailinit"}},
 
 	// Tools built on the root or on a client.
-	"bench":   {layer: "tool", may: []string{"client", "egress", "gvisor", "image", "secrets"}},
+	"bench":   {layer: "tool", may: []string{"client", "cgroup", "egress", "gvisor", "image", "secrets"}},
 	"doctor":  {layer: "tool", may: []string{"server", "store", "cgroup", "cluster", "egress", "exeseal", "fontcache", "gvisor", "image", "jail", "landlock", "seccomp"}},
 	"docgen":  {layer: "tool", may: []string{"metrics", "bench"}},
 	"layers":  {layer: "tool"},
