@@ -983,6 +983,9 @@ type Kept struct {
 	// keepers' directory may share).
 	Dir   string `json:"-"`
 	Bytes int64  `json:"-"`
+	// Unrecorded: its kept.json could not be read (kept by an airlock
+	// that wrote it last, or none), so Tenant is not known (ListKept).
+	Unrecorded bool `json:"-"`
 }
 
 // KeepMemory moves the memory of the image id (its checkpoint and
@@ -1002,34 +1005,43 @@ func KeepMemory(root, id string, now time.Time, k Kept, copies ...string) (Kept,
 	}
 	dir := filepath.Join(root, id)
 	kept := filepath.Join(root, keptPrefix+id+"-"+now.UTC().Format("20060102T150405.000Z"))
-	moved := false
+	var names []string
 	for _, name := range []string{memoryMeta, memoryDir} {
-		if _, err := os.Lstat(filepath.Join(dir, name)); errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if !moved {
-			if err := os.Mkdir(kept, 0o700); err != nil {
-				return Kept{}, diskErr(err)
-			}
-			moved = true
-		}
-		if err := os.Rename(filepath.Join(dir, name), filepath.Join(kept, name)); err != nil {
-			return Kept{}, diskErr(err)
+		if _, err := os.Lstat(filepath.Join(dir, name)); !errors.Is(err, os.ErrNotExist) {
+			names = append(names, name)
 		}
 	}
-	if !moved {
+	if len(names) == 0 {
 		return Kept{}, nil
 	}
-	syncDir(dir)
-	k.ID, k.Dir, k.Bytes = id, kept, keptBytes(kept)
+	// kept.json first, synced: no memory is ever in a kept directory
+	// that does not say whose it is (its tenant's quota counts it).
+	if err := os.Mkdir(kept, 0o700); err != nil {
+		return Kept{}, diskErr(err)
+	}
+	k.ID, k.Dir = id, kept
 	b, err := json.Marshal(k)
 	if err == nil {
 		err = writeSynced(filepath.Join(kept, keptMeta), bytes.NewReader(b))
 	}
-	var errs []error
 	if err != nil {
-		errs = append(errs, err)
+		os.RemoveAll(kept)
+		return Kept{}, diskErr(err)
 	}
+	syncDir(kept)
+	for _, name := range names {
+		if beforeKeep != nil {
+			beforeKeep(kept)
+		}
+		if err := os.Rename(filepath.Join(dir, name), filepath.Join(kept, name)); err != nil {
+			// What was moved is kept, and counted.
+			k.Bytes = keptBytes(kept)
+			return k, diskErr(err)
+		}
+	}
+	syncDir(dir)
+	k.Bytes = keptBytes(kept)
+	var errs []error
 	for _, c := range copies {
 		if err := os.Link(c, filepath.Join(kept, filepath.Base(c))); err != nil {
 			errs = append(errs, err)
@@ -1038,6 +1050,10 @@ func KeepMemory(root, id string, now time.Time, k Kept, copies ...string) (Kept,
 	errs = append(errs, syncDir(kept), syncDir(root))
 	return k, errors.Join(errs...)
 }
+
+// beforeKeep, if set (tests), runs before KeepMemory moves each part of
+// a memory image into its kept directory.
+var beforeKeep func(kept string)
 
 // keptBytes is what the checkpoint and memory.json in dir take.
 func keptBytes(dir string) int64 {
@@ -1058,9 +1074,10 @@ func keptBytes(dir string) int64 {
 }
 
 // ListKept lists the memory images kept for inspection under root. One
-// whose kept.json cannot be read (kept by an airlock that wrote none)
-// says only its id, and expires keep after it was kept (its directory's
-// time).
+// whose kept.json cannot be read (kept by an airlock that wrote none, or
+// wrote it last and ended first) says only its id (Unrecorded: whose it
+// is, the caller may know from the paused session's description), and
+// expires keep after it was kept (its directory's time).
 func ListKept(root string, keep time.Duration) ([]Kept, error) {
 	ents, err := os.ReadDir(root)
 	if errors.Is(err, os.ErrNotExist) {
@@ -1085,7 +1102,7 @@ func ListKept(root string, keep time.Duration) ([]Kept, error) {
 			if ierr != nil {
 				continue
 			}
-			k = Kept{ID: keptID(e.Name()), Expires: info.ModTime().Add(keep)}
+			k = Kept{ID: keptID(e.Name()), Expires: info.ModTime().Add(keep), Unrecorded: true}
 		}
 		k.Dir, k.Bytes = dir, keptBytes(dir)
 		out = append(out, k)
@@ -1105,16 +1122,14 @@ func keptID(name string) string {
 }
 
 // RemoveKept removes the kept memory image in dir (see ListKept), which
-// must be one under root.
+// must be one under root. Called again after it failed, it finishes what
+// is left (the directory, or what was renamed out of the way).
 func RemoveKept(root, dir string) error {
 	if filepath.Dir(dir) != filepath.Clean(root) || !strings.HasPrefix(filepath.Base(dir), keptPrefix) {
 		return fmt.Errorf("%w: %q is not a kept memory image", errdefs.ErrInvalidArgument, dir)
 	}
 	gone := filepath.Join(root, tmpPrefix+"rm"+filepath.Base(dir))
-	if err := os.Rename(dir, gone); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
+	if err := os.Rename(dir, gone); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	return os.RemoveAll(gone)

@@ -532,10 +532,16 @@ func TestAdmittedBeforeWriting(t *testing.T) {
 // sweeps what was kept, ListKept lists it (with its owner, expiry and
 // size, a copy it links not counted) and RemoveKept removes it. One kept
 // by an older airlock (no kept.json) expires keep after it was kept,
-// and says the session id its name holds.
+// says the session id its name holds, and that whose it is was not
+// recorded (Unrecorded). kept.json is written before any memory is moved
+// into the kept directory (a crash in between never leaves memory that
+// says nobody's), and RemoveKept called again after it failed half-way
+// (renamed, not removed) finishes.
 // checked against mutants: the copy not linked, ListKept skipping a
 // directory without kept.json (kept forever), the id not read from the
-// name (listed without one).
+// name (listed without one), kept.json written after the memory is
+// moved, Unrecorded not set, RemoveKept returning at a directory
+// already renamed away (the leftover stayed).
 func TestKeepMemory(t *testing.T) {
 	_, ws := tree(t)
 	root := t.TempDir()
@@ -559,7 +565,20 @@ func TestKeepMemory(t *testing.T) {
 	copyPath := filepath.Join(keepers, "keeper-abc")
 	os.WriteFile(copyPath, []byte("a damaged keeper"), 0o500)
 	expires := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	moves := 0
+	beforeKeep = func(dir string) {
+		moves++
+		got, err := ListKept(root, time.Hour)
+		if err != nil || len(got) != 1 || got[0].Unrecorded || got[0].Tenant != "t1" {
+			t.Errorf("before a part of the memory is moved into %s: %+v %v, want its kept.json there", dir, got, err)
+		}
+	}
+	defer func() { beforeKeep = nil }()
 	k, err := KeepMemory(root, "s-1", time.Now(), Kept{Tenant: "t1", Expires: expires, Reason: "damaged"}, copyPath)
+	beforeKeep = nil
+	if moves != 2 {
+		t.Errorf("%d parts moved, want memory.json and the checkpoint", moves)
+	}
 	if err != nil || k.Dir == "" {
 		t.Fatalf("keep: %+v %v", k, err)
 	}
@@ -606,9 +625,9 @@ func TestKeepMemory(t *testing.T) {
 	for _, got := range all {
 		want := Kept{ID: "s-1", Tenant: "t1", Expires: expires, Reason: "damaged", Dir: kept, Bytes: k.Bytes}
 		if got.Dir == legacy {
-			want = Kept{ID: "s-0", Expires: then.Add(2 * time.Hour), Dir: legacy, Bytes: 3}
+			want = Kept{ID: "s-0", Expires: then.Add(2 * time.Hour), Dir: legacy, Bytes: 3, Unrecorded: true}
 		}
-		if !got.Expires.Equal(want.Expires) || got.ID != want.ID || got.Tenant != want.Tenant || got.Dir != want.Dir || got.Bytes != want.Bytes || got.Reason != want.Reason {
+		if !got.Expires.Equal(want.Expires) || got.ID != want.ID || got.Tenant != want.Tenant || got.Dir != want.Dir || got.Bytes != want.Bytes || got.Reason != want.Reason || got.Unrecorded != want.Unrecorded {
 			t.Errorf("listed %+v, want %+v", got, want)
 		}
 	}
@@ -618,6 +637,12 @@ func TestKeepMemory(t *testing.T) {
 	if err := RemoveKept(root, filepath.Join(root, "s-1")); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("RemoveKept of a paused session's image: %v", err)
 	}
+	// A removal that failed half-way (renamed out of the way, not
+	// removed): called again, it finishes.
+	half := filepath.Join(root, tmpPrefix+"rm"+filepath.Base(legacy))
+	if err := os.Rename(legacy, half); err != nil {
+		t.Fatal(err)
+	}
 	for _, got := range all {
 		if err := RemoveKept(root, got.Dir); err != nil {
 			t.Error(err)
@@ -625,6 +650,9 @@ func TestKeepMemory(t *testing.T) {
 	}
 	if left, _ := ListKept(root, time.Hour); len(left) != 0 {
 		t.Errorf("left: %+v", left)
+	}
+	if _, err := os.Lstat(half); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the half-removed one stayed: %v", err)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"airlock/internal/apitype"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
+	"airlock/internal/identity"
 	"airlock/internal/instance"
 	"airlock/internal/pauseimage"
 	"airlock/internal/runtimes"
@@ -187,5 +188,100 @@ func TestImagesRemovedHeard(t *testing.T) {
 	check("an expiry", 1)
 	if _, err := os.Stat(filepath.Join(m.persistDir(), c.ID())); !os.IsNotExist(err) {
 		t.Errorf("the expired image: %v", err)
+	}
+}
+
+// A memory image kept by an older airlock (no kept.json: whose it is not
+// recorded) is counted for its paused session's tenant when that session
+// is still paused, else for UnknownTenant, never for the tenant "" (nor
+// any tenant's quota). An expired kept image whose removal fails stays
+// counted and is removed by a later sweep while the server runs, not at
+// its next start. checked against mutants: LoadPaused not attributing
+// (both counted for ""), the failed removal dropped from the count and
+// not tried again (the usage fell to 0, no later sweep removed it).
+func TestKeptAttributedAndRetried(t *testing.T) {
+	cfg := persistConfig(t)
+	m, _, _ := newTestManager(t, cfg)
+	ctx := identity.With(context.Background(), identity.Identity{Tenant: "acme", KeyID: "k1"})
+	paused, err := m.Create(ctx, apitype.CreateSessionRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.PauseFor(ctx, paused.ID(), apitype.RestoreFiles); err != nil {
+		t.Fatal(err)
+	}
+	gone, err := m.Create(ctx, apitype.CreateSessionRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Delete(gone.ID()); err != nil {
+		t.Fatal(err)
+	}
+	before := m.PausedUsage()["acme"].DiskBytes
+	legacy := func(id string) string {
+		t.Helper()
+		p := filepath.Join(cfg.Persistence.Dir, ".kept-memory-"+id+"-20260101T000000.000Z")
+		if err := os.MkdirAll(filepath.Join(p, "memory"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(p, "memory", "pages"), []byte("12345"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	legacy(paused.ID())
+	orphan := legacy(gone.ID())
+
+	m2, _, _ := newTestManager(t, cfg)
+	removed := make(chan string, 10)
+	m2.hook = func(point, id string) {
+		if point == "kept-removed" {
+			removed <- id
+		}
+	}
+	if err := m2.LoadPaused(); err != nil {
+		t.Fatal(err)
+	}
+	u := m2.PausedUsage()
+	if u["acme"].DiskBytes != before+5 || u[UnknownTenant].DiskBytes != 5 || u[""].DiskBytes != 0 {
+		t.Errorf("usage %+v: want acme %d + 5 (its paused session's), %s 5, \"\" none", u, before, UnknownTenant)
+	}
+
+	// Its removal fails (something in the way of its rename): still
+	// counted, and removed by a later sweep once it can be.
+	defer func(d time.Duration) { removeRetry = d }(removeRetry)
+	removeRetry = 10 * time.Millisecond
+	obstacle := filepath.Join(cfg.Persistence.Dir, ".tmp-rm"+filepath.Base(orphan))
+	if err := os.MkdirAll(filepath.Join(obstacle, "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	m2.mu.Lock()
+	k := m2.kept[orphan]
+	k.Expires = time.Now().Add(-time.Second)
+	m2.kept[orphan] = k
+	m2.mu.Unlock()
+	m2.sweepPaused()
+	if _, err := os.Stat(orphan); err != nil {
+		t.Fatalf("removed despite the obstacle: %v", err)
+	}
+	if u := m2.PausedUsage()[UnknownTenant]; u.DiskBytes != 5 {
+		t.Errorf("not removed, yet not counted: %+v", u)
+	}
+	if err := os.RemoveAll(obstacle); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-removed:
+		if id != gone.ID() {
+			t.Errorf("removed %s, want %s", id, gone.ID())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no later sweep removed it")
+	}
+	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
+		t.Errorf("still there: %v", err)
+	}
+	if u := m2.PausedUsage()[UnknownTenant]; u.DiskBytes != 0 {
+		t.Errorf("still counted: %+v", u)
 	}
 }

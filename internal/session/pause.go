@@ -199,6 +199,14 @@ func (m *Manager) LoadPaused() error {
 	}
 	m.mu.Lock()
 	for _, k := range kept {
+		if k.Unrecorded {
+			// Whose: its paused session's, when that is still here;
+			// else nobody's quota (bounded by its expiry).
+			k.Tenant = UnknownTenant
+			if p := m.paused[k.ID]; p != nil {
+				k.Tenant = p.meta.Tenant
+			}
+		}
 		m.keptLocked(k)
 	}
 	m.mu.Unlock()
@@ -279,14 +287,53 @@ func (m *Manager) sweepPaused() {
 	if len(due) > 0 {
 		m.imagesRemoved()
 	}
+	var failed []pauseimage.Kept
 	for _, k := range keptDue {
 		if err := pauseimage.RemoveKept(m.persistDir(), k.Dir); err != nil {
-			m.log.Error("removing an expired memory image kept for inspection", "dir", k.Dir, "err", err)
+			m.log.Error("removing an expired memory image kept for inspection; tried again in a while", "dir", k.Dir, "retry", removeRetry, "err", err)
+			failed = append(failed, k)
 		} else {
 			m.log.Info("a memory image kept for inspection expired (persistence.keep after its pause)", "session", k.ID, "dir", k.Dir)
+			if m.hook != nil {
+				m.hook("kept-removed", k.ID)
+			}
+		}
+	}
+	if len(failed) > 0 {
+		// Still on the disk: still counted, and removed by a sweep
+		// removeRetry from now (or sooner, when one is due sooner).
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.closed {
+			return
+		}
+		for _, k := range failed {
+			k.Expires = now.Add(removeRetry)
+			m.keptLocked(k)
+		}
+		retry := removeRetry
+		if next > 0 && next < retry {
+			retry = next
+		}
+		if m.sweeper == nil {
+			m.sweeper = time.AfterFunc(retry, m.sweepPaused)
+		} else {
+			m.sweeper.Reset(retry)
 		}
 	}
 }
+
+// UnknownTenant is the tenant a memory image kept for inspection is
+// counted for (PausedUsage, the metric airlock_paused_disk_bytes) when
+// its description does not say whose it is, nor its paused session
+// does: one an older airlock kept (it wrote none) whose paused session
+// is gone. It is never a tenant's name (store.ValidTenant), so no
+// tenant's quota counts it; persistence.keep bounds it.
+const UnknownTenant = "(unknown)"
+
+// removeRetry is how soon a sweep tries again to remove what it could
+// not (a kept memory image).
+var removeRetry = time.Minute
 
 // keptLocked counts the kept memory image k (m.mu is held); sweepPaused
 // deletes it at its expiry.

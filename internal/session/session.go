@@ -142,7 +142,8 @@ type Manager struct {
 	// as paused, its sandbox not yet ended), "paused" (its sandbox
 	// ended, the pause not yet returned to its caller), "fork" (a paused
 	// source found, its image not yet opened), "restoring" (a resumed
-	// or forked session's sandbox made, its files not yet restored).
+	// or forked session's sandbox made, its files not yet restored),
+	// "kept-removed" (a sweep removed an expired kept memory image).
 	hook func(point, id string)
 	// onPause hears of every pause, resume and fork (OnPause).
 	onPause func(PauseEvent)
