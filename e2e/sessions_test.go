@@ -621,29 +621,51 @@ func TestConcurrentExecutionConflicts(t *testing.T) {
 
 func testConcurrentExecutionConflicts(t *testing.T, s *server) {
 	id := s.newSession("python", nil)
-	first := make(chan int, 1)
-	go func() {
-		status, _ := s.raw("POST", "/v1/sessions/"+id+"/execute", map[string]any{"code": "import time\ntime.sleep(2)"}, nil)
-		first <- status
-	}()
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		info, err := s.c.Session(context.Background(), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if info.State == "busy" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the session never became busy")
-		}
-		time.Sleep(10 * time.Millisecond)
+	// The first execution runs until the test lets it end (a file in its
+	// workspace), so the second one meets it running however slow the
+	// host is; the bound only ends it should the test never get there.
+	type answer struct {
+		r   *apitype.Result
+		err error
 	}
-	_, err := s.execute(id, apitype.ExecuteRequest{Code: "1"})
+	first := make(chan answer, 1)
+	running := make(chan struct{})
+	go func() {
+		// Not s.execute, nor t: the test may have ended when it does.
+		var once sync.Once
+		r, err := s.c.Execute(context.Background(), id, apitype.ExecuteRequest{Code: `import os, time
+print('running', flush=True)
+for _ in range(12000):
+    if os.path.exists('/workspace/go'):
+        break
+    time.sleep(0.01)
+else:
+    raise TimeoutError('the test never said go')
+print('released')`}, func(ev apitype.Event) {
+			if ev.Type == apitype.EventStdout {
+				once.Do(func() { close(running) })
+			}
+		})
+		first <- answer{r, err}
+	}()
+	select {
+	case <-running:
+	case a := <-first:
+		t.Fatalf("the first execution ended before it ran: %+v %v", a.r, a.err)
+	}
+	info, err := s.c.Session(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State != "busy" {
+		t.Fatalf("a session executing code is %q, want busy", info.State)
+	}
+	_, err = s.execute(id, apitype.ExecuteRequest{Code: "1"})
 	wantError(t, "second execution", err, 409, "conflict")
-	if status := <-first; status != 200 {
-		t.Fatalf("first execution: %d", status)
+	upload(t, s.c, id, "go", "1")
+	a := <-first
+	if a.err != nil || a.r == nil || a.r.Error != nil || !strings.Contains(a.r.Stdout, "released") {
+		t.Fatalf("first execution: %+v %v", a.r, a.err)
 	}
 }
 
