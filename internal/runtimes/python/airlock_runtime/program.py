@@ -16,7 +16,6 @@ import builtins
 import io
 import os
 import sys
-import types
 
 from . import current
 
@@ -106,7 +105,7 @@ def run_fresh(argv: list, env: dict) -> int:
     return 128 - code if code < 0 else code
 
 
-def plain_interpreter(path: str, argv: list) -> types.ModuleType:
+def plain_interpreter(path: str, argv: list) -> ModuleType:
     """Take the session's conveniences away and return a fresh ``__main__``."""
     for name in ("display", "__airlock__"):
         builtins.__dict__.pop(name, None)
@@ -130,12 +129,13 @@ def plain_interpreter(path: str, argv: list) -> types.ModuleType:
         _what_site_gives()
     sys.argv = list(argv)
     _plain_matplotlib(os.environ.get("MPLBACKEND") or "agg")
-    main = types.ModuleType("__main__")
+    main = type(sys)("__main__")  # types.ModuleType, without importing types
     main.__file__ = path
     main.__cached__ = None
     main.__builtins__ = builtins
     try:
-        from importlib.machinery import SourceFileLoader
+        # importlib.machinery's, without importing importlib.
+        from _frozen_importlib_external import SourceFileLoader
         main.__loader__ = SourceFileLoader("__main__", path)
     except ImportError:
         pass

@@ -16,7 +16,6 @@ import builtins
 import io
 import os
 import sys
-import types
 
 from . import current, wire
 
@@ -132,7 +131,7 @@ class Session:
 
         # The user's namespace is a real __main__ module, so that classes and
         # functions defined in cells pickle and `if __name__ == "__main__":` runs.
-        self.main = types.ModuleType("__main__")
+        self.main = type(sys)("__main__")  # types.ModuleType, without importing types
         self.main.__dict__["__builtins__"] = builtins
         self.ns = self.main.__dict__
         sys.modules["__main__"] = self.main

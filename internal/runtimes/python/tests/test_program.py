@@ -52,9 +52,11 @@ class ProgramModeTest(unittest.TestCase):
     #: How the runtime starts: standalone (None), or as a template's
     #: child does (PooledProgramModeTest).
     runtime_argv: Optional[list] = None
+    #: Added to the runtime's environment (and its configure).
+    runtime_env: dict = {}
 
     def via_runtime(self, path: str, args: list, env: dict, fresh: bool = False) -> tuple[bytes, bytes, int]:
-        rt = Runtime(argv=self.runtime_argv, env=base_env())
+        rt = Runtime(argv=self.runtime_argv, env=base_env(**self.runtime_env))
         self.runtime_pid = rt.hello["pid"]
         try:
             rt.send({"type": "run", "id": "p1", "argv": [PYTHON, path, *args], "env": env,
@@ -311,3 +313,17 @@ class LeanProgramModeTest(ProgramModeTest):
     site would have given it that it can see."""
 
     runtime_argv = [PYTHON, "-I", "-S", "-B", os.path.join(RUNTIME, "__main__.py")]
+
+    def test_program_run_imports_no_session_modules(self) -> None:
+        # Started without site, a program run loads no more of these than a
+        # bare python3 -S does: not runpy (the runtime starts as a file),
+        # not importlib (and warnings) or types, which the runtime needs
+        # only for what it does without them.
+        probe = ("import sys\nprint(sorted(m for m in ('ast', 'enum', 'importlib', 'json', 'linecache', 're', "
+                 "'runpy', 'tokenize', 'types', 'typing', 'warnings') if m in sys.modules))\n")
+        bare = subprocess.run([PYTHON, "-I", "-S", "-c", probe], capture_output=True, timeout=60, check=True).stdout
+        # A configure without PYTHONPATH, as a program run's is (one the
+        # client gave runs in a new interpreter).
+        self.runtime_env = {"PYTHONPATH": ""}
+        out, _, code = self.via_runtime(self.write(probe), [], program_env())
+        self.assertEqual((out, code), (bare, 0))
