@@ -130,12 +130,17 @@ func TestSandbox(t *testing.T) {
 
 func testSandbox(t *testing.T, platform string) {
 	h, _ := testHostOn(t, platform)
-	sb, err := h.Start(context.Background(), Spec{Name: "g-test", Limits: limits()})
+	sb, err := h.Start(context.Background(), Spec{Name: "g-test", Limits: limits(), Background: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sb.Close()
 	dir := sb.dir
+	// Booted in the background (a pool's refill): its cgroup had the
+	// lowest CPU weight before runsc started.
+	if bg, err := sb.cg.Background(); err != nil || !bg {
+		t.Errorf("a sandbox started with Background: Background() = %v, %v; want true", bg, err)
+	}
 
 	t.Run("a different kernel, the sandbox user, no capabilities", func(t *testing.T) {
 		var host unix.Utsname

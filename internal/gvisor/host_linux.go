@@ -183,6 +183,13 @@ type Spec struct {
 	// that may be checkpointed should ask: the relay costs each program.
 	// A restore always runs the keeper its checkpoint was taken with.
 	Keeper bool
+	// Background makes the sandbox's cgroup with the lowest CPU weight
+	// (cgroup.SetBackground) before runsc starts, so that its boot or
+	// restore (the runsc commands, the Sentry's load, the gofer) takes
+	// only the CPU that others leave: a pool's refill, not a restore a
+	// request waits for. Whoever hands it to a session gives it the
+	// normal weight.
+	Background bool
 }
 
 // Sandbox is a running gVisor sandbox: `runsc run` of a container whose
@@ -277,6 +284,11 @@ func (h *Host) start(ctx context.Context, spec Spec, rs *restoreArgs) (_ *Sandbo
 	}
 	s.cg = cg
 	undo.AddFunc(func() { cg.Kill(); cg.Destroy(); removeRunscCgroups(h.opts.CgroupParent, spec.Name) })
+	if spec.Background {
+		if err := cg.SetBackground(true); err != nil {
+			return nil, errdefs.Private(errdefs.ErrUnavailable, "the sandbox's cgroup could not be made", err)
+		}
+	}
 	for _, d := range []string{"workspace", "tmp", "runsc"} {
 		if err := os.Mkdir(filepath.Join(s.dir, d), 0o700); err != nil {
 			return nil, errdefs.Private(errdefs.ErrUnavailable, "the gVisor sandbox could not be prepared", err)

@@ -73,8 +73,10 @@ type Memory struct {
 // Restore builds an instance of rt with limits l from the checkpoint mem
 // on kernel k (a gVisor one with a keeper), fill having put its files
 // back first, and attaches to its first runtime. Closing it frees its
-// slot.
-func Restore(ctx context.Context, k Kernel, slots *Slots, rt runtimes.Runtime, l config.Limits, mem Memory, fill func(*workspace.Dir) error) (_ *Instance, err error) {
+// slot. With background (a pool's refill), the restore takes only the
+// CPU others leave, as New's builds do: Foreground gives it the normal
+// weight back.
+func Restore(ctx context.Context, k Kernel, slots *Slots, rt runtimes.Runtime, l config.Limits, mem Memory, fill func(*workspace.Dir) error, background bool) (_ *Instance, err error) {
 	g, ok := k.(GVisor)
 	if !ok || !g.Host.Keeps() {
 		return nil, gvisor.ErrNoCheckpoint
@@ -92,7 +94,7 @@ func Restore(ctx context.Context, k Kernel, slots *Slots, rt runtimes.Runtime, l
 	undo.AddFunc(func() { slots.Put(slot) })
 	unhold := k.Root().hold()
 	undo.AddFunc(unhold)
-	spec := gvisor.Spec{Name: GVisorPrefix + strconv.FormatUint(uint64(slot), 10), Limits: l, Root: k.Root().Jail()}
+	spec := gvisor.Spec{Name: GVisorPrefix + strconv.FormatUint(uint64(slot), 10), Limits: l, Root: k.Root().Jail(), Background: background}
 	gsb, err := g.Host.Restore(ctx, spec, mem.Dir, mem.Checkpoint, fill)
 	if err != nil {
 		return nil, err

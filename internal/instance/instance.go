@@ -723,7 +723,7 @@ func build(ctx context.Context, k Kernel, slots *Slots, rt runtimes.Runtime, l c
 	undo.AddFunc(func() { slots.Put(slot) })
 	unhold := k.Root().hold()
 	undo.AddFunc(unhold)
-	sb, err := k.start(ctx, slot, l, net)
+	sb, err := k.start(ctx, slot, l, net, background)
 	if err != nil {
 		return nil, err
 	}

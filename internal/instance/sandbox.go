@@ -57,8 +57,10 @@ type Kernel interface {
 	NetworkAtStart() bool
 	// start builds an empty sandbox for slot with limits l; with net, one
 	// that can reach a network through an egress gate (see
-	// NetworkAtStart).
-	start(ctx context.Context, slot uint32, l config.Limits, net bool) (sandbox, error)
+	// NetworkAtStart); with background, one whose start may already take
+	// only the CPU others leave (gVisor's boot; a native sandbox starts
+	// in a few milliseconds, and build lowers its weight after).
+	start(ctx context.Context, slot uint32, l config.Limits, net, background bool) (sandbox, error)
 	// sessionCommand is rt's session runtime's argv in this kernel.
 	sessionCommand(rt runtimes.Runtime) []string
 	// WithRoot is the same kernel building its sandboxes on r (nil: the
@@ -136,7 +138,7 @@ func (Native) Isolation() config.Isolation { return config.Native }
 // NetworkAtStart implements Kernel.
 func (Native) NetworkAtStart() bool { return false }
 
-func (k Native) start(ctx context.Context, slot uint32, l config.Limits, _ bool) (sandbox, error) {
+func (k Native) start(ctx context.Context, slot uint32, l config.Limits, _, _ bool) (sandbox, error) {
 	name := "s-" + strconv.FormatUint(uint64(slot), 10)
 	if k.Run {
 		name = jail.RunName()
@@ -191,8 +193,8 @@ func (GVisor) Isolation() config.Isolation { return config.GVisor }
 // sandbox boots.
 func (GVisor) NetworkAtStart() bool { return true }
 
-func (k GVisor) start(ctx context.Context, slot uint32, l config.Limits, net bool) (sandbox, error) {
-	spec := gvisor.Spec{Name: GVisorPrefix + strconv.FormatUint(uint64(slot), 10), Limits: l, Root: k.R.Jail(), Keeper: k.keeper(net)}
+func (k GVisor) start(ctx context.Context, slot uint32, l config.Limits, net, background bool) (sandbox, error) {
+	spec := gvisor.Spec{Name: GVisorPrefix + strconv.FormatUint(uint64(slot), 10), Limits: l, Root: k.R.Jail(), Keeper: k.keeper(net), Background: background}
 	if net {
 		ns, err := egress.NewNamespace()
 		if err != nil {

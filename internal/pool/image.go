@@ -116,14 +116,15 @@ func (p *Pool) checkpointFresh(ctx context.Context, q *queue) (_ *poolImage, err
 func imageMax(l config.Limits) int64 { return int64(l.Memory) + 96<<20 }
 
 // restoreImage builds an instance of rt with limits l from its image:
-// restored with the image's limits, its generators reseeded, then
-// adapted to l. ok is false when there is no image for these.
-func (p *Pool) restoreImage(ctx context.Context, rt runtimes.Runtime, l config.Limits) (_ *instance.Instance, ok bool, err error) {
+// restored with the image's limits (in the background for a refill, as
+// newInstance's builds), its generators reseeded, then adapted to l. ok
+// is false when there is no image for these.
+func (p *Pool) restoreImage(ctx context.Context, rt runtimes.Runtime, l config.Limits, background bool) (_ *instance.Instance, ok bool, err error) {
 	img := p.image(rt.Lang)
 	if img == nil || (l != img.profile && !rt.Adapts(img.profile, l)) {
 		return nil, false, nil
 	}
-	inst, err := instance.Restore(ctx, p.kernel, p.slots, rt, img.profile, instance.Memory{Dir: img.dir, Checkpoint: img.ck, Pid: img.pid}, nil)
+	inst, err := instance.Restore(ctx, p.kernel, p.slots, rt, img.profile, instance.Memory{Dir: img.dir, Checkpoint: img.ck, Pid: img.pid}, nil, background)
 	if err != nil {
 		if errors.Is(err, errdefs.ErrImageCorrupt) {
 			// Changed on disk under the server: never read again.

@@ -82,11 +82,24 @@ func TestPoolImage(t *testing.T) {
 	p, gh := imagePool(t)
 	waitFor(t, "the image and a ready sandbox", func() bool { return p.image("python") != nil && pythonStats(p).Ready == 1 })
 	img := p.image("python")
+	// The refill restores in the background (the lowest CPU weight, from
+	// before runsc starts), a request's own restore does not; the one
+	// taken gets the normal weight.
+	q := p.queues["python"]
+	q.mu.Lock()
+	ready := q.ready[0]
+	q.mu.Unlock()
+	if bg, err := ready.Background(); err != nil || !bg {
+		t.Errorf("a sandbox the refill restored: Background() = %v, %v; want true", bg, err)
+	}
 	pooled := get(t, p)
 	drained := get(t, p) // none ready: restored on the request's path
 	for name, inst := range map[string]*instance.Instance{"pooled": pooled, "drained": drained} {
 		if inst.RestoreTimes().Runsc == 0 {
 			t.Errorf("the %s sandbox was not restored from the image", name)
+		}
+		if bg, err := inst.Background(); err != nil || bg {
+			t.Errorf("the %s sandbox, taken: Background() = %v, %v; want false", name, bg, err)
 		}
 	}
 	a, b := draw(t, pooled), draw(t, drained)

@@ -662,12 +662,12 @@ func (p *Pool) awaitQuiet(q *queue) bool {
 // tk (nil: none) when it runs, else (or if the template fails) by
 // executing the runtime.
 //
-// The refill's are built in the background (instance.New): they take only
-// the CPU that the sandboxes requests wait for leave (not yet those
-// restored from a pool image).
+// The refill's are built in the background (instance.New, or restored
+// from a pool image): they take only the CPU that the sandboxes requests
+// wait for leave.
 func (p *Pool) newInstance(ctx context.Context, tk *templateKeeper, rt runtimes.Runtime, l config.Limits, net, background bool) (*instance.Instance, error) {
 	if !net {
-		inst, ok, err := p.restoreImage(ctx, rt, l)
+		inst, ok, err := p.restoreImage(ctx, rt, l, background)
 		if ok && err == nil {
 			return inst, nil
 		}
@@ -944,5 +944,5 @@ func (p *Pool) KeepsMemory() bool { return instance.KeepsMemory(p.kernel) }
 // (instance.Restore), outside the pool: a restored sandbox is its
 // session's from the start.
 func (p *Pool) Restore(ctx context.Context, rt runtimes.Runtime, l config.Limits, mem instance.Memory, fill func(*workspace.Dir) error) (*instance.Instance, error) {
-	return instance.Restore(ctx, p.kernel, p.slots, rt, l, mem, fill)
+	return instance.Restore(ctx, p.kernel, p.slots, rt, l, mem, fill, false)
 }
