@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -241,50 +242,94 @@ func skipped(sk []apitype.PauseSkipped, path string) bool {
 
 func dataDir(s *server) string { return s.cfg["data_dir"].(string) }
 
-// TestKillDuringPause: the server is killed (SIGKILL) at random points of
-// a pause; after each restart the session is either paused whole (every
+// TestKillDuringPause: the server is killed (SIGKILL) at points of a
+// pause; after each restart the session is either paused whole (every
 // file resumes intact) or not there at all, and nothing of the
-// interrupted pause is left on disk.
+// interrupted pause is left on disk. Two rounds kill it at points that
+// decide the outcome, so that both occur: while its image is written
+// (its temporary directory there: not paused), and once the image is
+// in place (renamed: paused whole, though the pause had not answered);
+// two more at random points. checked against a mutant: the two rounds'
+// kill points swapped (each failed its expectation).
 func TestKillDuringPause(t *testing.T) {
 	s := persistServer(t)
 	ctx := context.Background()
+	const (
+		writing = "writing" // its image is being written: not paused
+		written = "written" // its image is in place: paused whole
+		random  = "random"
+	)
 	whole, gone := 0, 0
-	for round := 0; round < 4; round++ {
+	for round, at := range []string{writing, written, random, random} {
 		id := s.newSession("python", nil)
 		if r := s.exec(id, fmtTree(100, 200000)); r.Error != nil {
 			t.Fatalf("writing the tree: %+v", r.Error)
 		}
 		want := strings.TrimSpace(s.exec(id, digest).Stdout)
+		sessions := filepath.Join(dataDir(s), "sessions")
 		go s.c.PauseSession(ctx, id)
-		time.Sleep(time.Duration(rand.IntN(200)) * time.Millisecond)
+		switch at {
+		case writing:
+			waitEntry(t, sessions, func(name string) bool { return strings.HasPrefix(name, ".tmp-"+id+"-") })
+		case written:
+			waitEntry(t, sessions, func(name string) bool { return name == id })
+		default:
+			time.Sleep(time.Duration(rand.IntN(200)) * time.Millisecond)
+		}
 		s = restart(t, s, syscall.SIGKILL)
-		ents, _ := os.ReadDir(filepath.Join(dataDir(s), "sessions"))
+		ents, _ := os.ReadDir(sessions)
 		for _, e := range ents {
 			if strings.HasPrefix(e.Name(), ".") {
-				t.Errorf("round %d: the interrupted pause left %s", round, e.Name())
+				t.Errorf("round %d (%s): the interrupted pause left %s", round, at, e.Name())
 			}
 		}
 		info, err := s.c.Session(ctx, id)
 		if err != nil {
 			if c := errCode(err); c != "session_lost" && c != "not_found" && c != "session_ended" {
-				t.Fatalf("round %d: %v", round, err)
+				t.Fatalf("round %d (%s): %v", round, at, err)
+			}
+			if at == written {
+				t.Errorf("round %d: killed once its image was in place, the session is gone (%v), want it paused", round, err)
 			}
 			gone++
 			continue
 		}
 		if info.State != apitype.StatePaused {
-			t.Fatalf("round %d: %+v", round, info)
+			t.Fatalf("round %d (%s): %+v", round, at, info)
+		}
+		if at == writing {
+			t.Errorf("round %d: killed while its image was written, the session is paused, want it gone", round)
 		}
 		whole++
 		if _, err := s.c.ResumeSession(ctx, id); err != nil {
-			t.Fatalf("round %d: resume: %v", round, err)
+			t.Fatalf("round %d (%s): resume: %v", round, at, err)
 		}
 		if got := strings.TrimSpace(s.exec(id, digest).Stdout); got != want {
-			t.Errorf("round %d: files %s, want %s", round, got, want)
+			t.Errorf("round %d (%s): files %s, want %s", round, at, got, want)
 		}
 		s.c.DeleteSession(ctx, id)
 	}
+	if whole == 0 || gone == 0 {
+		t.Errorf("killed during pauses: %d paused whole, %d not paused; want both outcomes", whole, gone)
+	}
 	t.Logf("killed during pauses: %d paused whole, %d not paused", whole, gone)
+}
+
+// waitEntry returns as soon as dir holds an entry match accepts (polled
+// without a pause: the window it waits for may be short).
+func waitEntry(t *testing.T, dir string, match func(string) bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if match(e.Name()) {
+				return
+			}
+		}
+		runtime.Gosched()
+	}
+	t.Fatalf("no such entry appeared in %s", dir)
 }
 
 // TestPauseSparseRefused: a sparse file (free on the sandbox's tmpfs)
