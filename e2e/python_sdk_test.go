@@ -31,7 +31,8 @@ func requirePython(t *testing.T) {
 
 // The Python SDK (sdk/python) against a real server: its unittest suite
 // (sessions, state, plots, files, commands, typed errors, streaming,
-// ports, cleanup, one-shot runs, the unix socket, the LangChain tool with a stub
+// ports, cleanup, one-shot runs, the unix socket, pause, resume and fork
+// on a second server with persistence on, the LangChain tool with a stub
 // langchain_core, the agents guide's snippets, and the wheel built and installed
 // offline). In a strict run (CI) a test it cannot run fails.
 func TestPythonSDK(t *testing.T) {
@@ -89,11 +90,21 @@ func testPythonSDK(t *testing.T, template string, cfg map[string]any) {
 	// second key with a one-session quota meets QuotaExceededError.
 	apiKey := s.newKey("python-sdk")
 	quotaToken := s.newKey("python-sdk-quota", "--max-sessions", "1")
+	// Pause, resume and fork (test_persistence): a server with
+	// persistence on (this one has it off: test_sandbox checks what a
+	// pause meets there).
+	ps := keysServer(t, map[string]any{
+		"persistence": map[string]any{"enabled": true},
+		"pool":        map[string]any{"size": map[string]int{"python": 1, "bash": 0, "javascript": 0}},
+	})
+	defer ps.stop()
+	persistKey := ps.newKey("python-sdk-persist")
 	sdk, _ := filepath.Abs("../sdk/python")
 	cmd := exec.Command(python3, "-m", "unittest", "discover", "-v", "-s", "tests", "-t", "tests")
 	cmd.Dir = sdk
 	cmd.Env = append(os.Environ(),
 		"AIRLOCK_URL="+s.URL, "AIRLOCK_TOKEN="+apiKey, "AIRLOCK_QUOTA_TOKEN="+quotaToken,
+		"AIRLOCK_PERSIST_URL="+ps.URL, "AIRLOCK_PERSIST_TOKEN="+persistKey,
 		"AIRLOCK_SOCKET="+filepath.Join(s.cfg["state_dir"].(string), "airlock.sock"),
 		"PYTHONDONTWRITEBYTECODE=1", "PYTHONPATH="+sdk, "AIRLOCK_TEST_TEMPLATE="+template)
 	if testenv.Strict() {
