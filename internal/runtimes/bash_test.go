@@ -174,12 +174,14 @@ func TestBashInterrupt(t *testing.T) {
 	} {
 		b.send(c.code)
 		sent := b.sigintWhenRunning()
-		st := b.status(10 * time.Second)
+		st := b.status(60 * time.Second)
 		out, _ := b.output()
 		if st != 130 || out != c.stdout {
 			t.Errorf("%q: status %d stdout %q; want 130 %q", c.code, st, out, c.stdout)
 		}
-		if d := time.Since(sent); d > 5*time.Second {
+		// (what an interrupt missed runs for 100 s; a loaded host may
+		// take seconds to deliver one that works)
+		if d := time.Since(sent); d > 30*time.Second {
 			t.Errorf("%q: the interrupt took %v", c.code, d)
 		}
 	}
@@ -258,10 +260,10 @@ func TestBashFatalError(t *testing.T) {
 	// bash ends a non-interactive shell on an unset variable under set -u;
 	// the runtime reports the block's status before it goes.
 	b.send("set -u; echo \"$undefined_variable\"")
-	if st := b.status(10 * time.Second); st != 1 {
+	if st := b.status(30 * time.Second); st != 1 {
 		t.Errorf("status %d, want 1", st)
 	}
-	if code := b.waitExit(10 * time.Second); code != 1 {
+	if code := b.waitExit(30 * time.Second); code != 1 {
 		t.Errorf("exit status %d, want 1", code)
 	}
 	if _, stderr := b.output(); !strings.Contains(stderr, "undefined_variable: unbound variable") {
@@ -274,7 +276,7 @@ func TestBashEndOfInput(t *testing.T) {
 	b, _ := startBash(t)
 	b.expect("trap 'echo bye' EXIT", 0, "")
 	b.ctl.(interface{ CloseWrite() error }).CloseWrite()
-	if code := b.waitExit(10 * time.Second); code != 0 {
+	if code := b.waitExit(30 * time.Second); code != 0 {
 		t.Errorf("exit status %d, want 0", code)
 	}
 	if out, _ := b.output(); out != "bye\n" {

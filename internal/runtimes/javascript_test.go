@@ -169,7 +169,7 @@ func startRuntimeProc(t *testing.T, dir string, env []string, argv ...string) *r
 		ctl.Close()
 		select {
 		case <-p.exited:
-		case <-time.After(10 * time.Second):
+		case <-time.After(30 * time.Second):
 			t.Errorf("runtime %d did not exit after SIGKILL", cmd.Process.Pid)
 		}
 	})
@@ -614,7 +614,7 @@ console.error('to stderr'); process.exitCode = 3;`, "", 3, "a|b c| only 1 true u
 			if m.Type != "done" || m.ID != "p1" || m.Status != "exited" || m.ExitCode == nil || *m.ExitCode != c.want {
 				t.Fatalf("done: %+v, want exit code %d", m, c.want)
 			}
-			if code := p.waitExit(10 * time.Second); code != c.want&0xff {
+			if code := p.waitExit(30 * time.Second); code != c.want&0xff {
 				t.Errorf("runtime exit status %d, want %d", code, c.want)
 			}
 			stdout, stderr := p.output()
@@ -1098,7 +1098,7 @@ func TestJavaScriptProtocol(t *testing.T) {
 			if name == "truncated" {
 				p.ctl.(*net.UnixConn).CloseWrite()
 			}
-			if code := p.waitExit(10 * time.Second); code != 2 {
+			if code := p.waitExit(30 * time.Second); code != 2 {
 				t.Errorf("exit status %d, want 2", code)
 			}
 			want := "airlock runtime: fatal protocol error: " + bad[name].why
@@ -1110,14 +1110,14 @@ func TestJavaScriptProtocol(t *testing.T) {
 	t.Run("shutdown", func(t *testing.T) {
 		p := start(t)
 		p.sendJS(jsMsg{Type: "shutdown"})
-		if code := p.waitExit(10 * time.Second); code != 0 {
+		if code := p.waitExit(30 * time.Second); code != 0 {
 			t.Errorf("exit status %d, want 0", code)
 		}
 	})
 	t.Run("end_of_input", func(t *testing.T) {
 		p := start(t)
 		p.ctl.(*net.UnixConn).CloseWrite()
-		if code := p.waitExit(10 * time.Second); code != 0 {
+		if code := p.waitExit(30 * time.Second); code != 0 {
 			t.Errorf("exit status %d, want 0", code)
 		}
 	})
