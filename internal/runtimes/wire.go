@@ -2,6 +2,7 @@ package runtimes
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -195,6 +196,9 @@ func (fr *FrameReader) Read() (Message, error) {
 
 // DecodeMessage parses one frame body.
 func DecodeMessage(b []byte) (Message, error) {
+	if m, ok := decodeDone(b); ok {
+		return m, nil
+	}
 	var m Message
 	if err := json.Unmarshal(b, &m); err != nil {
 		return Message{}, fmt.Errorf("%w: %v", ErrFrame, err)
@@ -235,4 +239,81 @@ func truncate(s string, n int) string {
 		return s[:n] + "..."
 	}
 	return s
+}
+
+// decodeDone parses the done message every execution ends with, in the
+// one form the Python runtime writes it (wire.encode_done), without
+// encoding/json: {"type":"done","id":ID,"status":STATUS,
+// "execution_count":N,"exit_code":N} exactly, no space, ID of letters,
+// digits, '-', '_' and '.', STATUS of lower-case letters, each N an
+// integer of at most 9 digits. Anything else (another order, an escape, a
+// field more) is not taken here, and json.Unmarshal reads it as ever: ok
+// reports that m is what json.Unmarshal makes of b (FuzzDecodeDone).
+func decodeDone(b []byte) (m Message, ok bool) {
+	rest, ok := bytes.CutPrefix(b, []byte(`{"type":"done","id":"`))
+	if !ok {
+		return Message{}, false
+	}
+	var id, status []byte
+	var count, code int
+	if id, rest, ok = cutToken(rest, idByte); !ok {
+		return Message{}, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(`","status":"`)); !ok {
+		return Message{}, false
+	}
+	if status, rest, ok = cutToken(rest, func(c byte) bool { return c >= 'a' && c <= 'z' }); !ok {
+		return Message{}, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(`","execution_count":`)); !ok {
+		return Message{}, false
+	}
+	if count, rest, ok = cutInt(rest); !ok {
+		return Message{}, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"exit_code":`)); !ok {
+		return Message{}, false
+	}
+	if code, rest, ok = cutInt(rest); !ok || string(rest) != "}" {
+		return Message{}, false
+	}
+	return Message{Type: TypeDone, ID: string(id), Status: string(status), ExecutionCount: count, ExitCode: code}, true
+}
+
+// idByte is a byte an execution id may hold in decodeDone's form (the
+// server's ids are e1, e2, ...).
+func idByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.'
+}
+
+// cutToken cuts the bytes b starts with that are all in, up to the
+// first that is not, which must exist.
+func cutToken(b []byte, in func(byte) bool) (tok, rest []byte, ok bool) {
+	for i, c := range b {
+		if !in(c) {
+			return b[:i], b[i:], true
+		}
+	}
+	return nil, nil, false
+}
+
+// cutInt cuts a JSON integer of at most 9 digits (no leading zero, no
+// fraction or exponent) from the start of b.
+func cutInt(b []byte) (n int, rest []byte, ok bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	i := 0
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		n = n*10 + int(b[i]-'0')
+		i++
+	}
+	if i == 0 || i > 9 || (b[0] == '0' && i > 1) || (i < len(b) && (b[i] == '.' || b[i] == 'e' || b[i] == 'E')) {
+		return 0, nil, false
+	}
+	if neg {
+		n = -n
+	}
+	return n, b[i:], true
 }

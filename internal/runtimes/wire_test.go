@@ -3,6 +3,7 @@ package runtimes
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"io"
 	"reflect"
@@ -189,6 +190,74 @@ func TestExecuteAlwaysCarriesCode(t *testing.T) {
 		}
 		if got := string(buf.Bytes()[4:]); got != tc.want {
 			t.Errorf("%s: wrote %s, want %s", tc.m.Type, got, tc.want)
+		}
+	}
+}
+
+// FuzzDecodeDone: whatever decodeDone takes, json.Unmarshal (DecodeMessage's
+// way for every other message) reads the same way.
+func FuzzDecodeDone(f *testing.F) {
+	f.Add([]byte(`{"type":"done","id":"e1","status":"ok","execution_count":1,"exit_code":0}`))
+	f.Add([]byte(`{"type":"done","id":"e12","status":"interrupted","execution_count":12,"exit_code":-1}`))
+	f.Add([]byte(`{"type":"done","id":"","status":"","execution_count":0,"exit_code":-0}`))
+	f.Add([]byte(`{"type":"done","id":"e1","status":"ok","execution_count":01,"exit_code":0}`))
+	f.Add([]byte(`{"type":"done","id":"e1","status":"ok","execution_count":1.5,"exit_code":0}`))
+	f.Add([]byte(`{"type":"done","id":"e1","status":"ok","execution_count":1,"exit_code":0} `))
+	f.Add([]byte(`{"type":"done","id":"e\u0031","status":"ok","execution_count":1,"exit_code":0}`))
+	f.Add([]byte(`{"type":"done","id":"e1","status":"ok","execution_count":1234567890,"exit_code":0}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, ok := decodeDone(b)
+		if !ok {
+			return
+		}
+		var want Message
+		if err := json.Unmarshal(b, &want); err != nil {
+			t.Fatalf("decodeDone took %q, json.Unmarshal refuses it: %v", b, err)
+		}
+		if !reflect.DeepEqual(m, want) {
+			t.Fatalf("%q: decodeDone %+v, json.Unmarshal %+v", b, m, want)
+		}
+	})
+}
+
+// TestDecodeDone: the Python runtime's done takes the fast way; other
+// forms of it are still read (by json.Unmarshal), and malformed ones
+// still refused.
+func TestDecodeDone(t *testing.T) {
+	want := Message{Type: TypeDone, ID: "e7", Status: "ok", ExecutionCount: 7, ExitCode: 0}
+	for _, b := range []string{
+		`{"type":"done","id":"e7","status":"ok","execution_count":7,"exit_code":0}`,
+		`{"id":"e7","type":"done","status":"ok","execution_count":7,"exit_code":0}`,
+		`{"type": "done", "id": "e\u0037", "status": "ok", "execution_count": 7, "exit_code": 0}`,
+		`{"type":"done","id":"e7","status":"ok","execution_count":7}`,
+	} {
+		m, err := DecodeMessage([]byte(b))
+		if err != nil || !reflect.DeepEqual(m, want) {
+			t.Errorf("%s: %+v, %v", b, m, err)
+		}
+	}
+	if _, ok := decodeDone([]byte(`{"type":"done","id":"e7","status":"ok","execution_count":7,"exit_code":0}`)); !ok {
+		t.Error("the Python runtime's done is not taken by decodeDone")
+	}
+	for _, b := range []string{
+		`{"type":"done","id":"e7","status":"ok","execution_count":7,"exit_code":0}}`,
+		`{"type":"done","id":"e7","status":"ok","execution_count":99999999999999999999,"exit_code":0}`,
+		`{"type":"done","id":"e7","status":"ok","execution_count":07,"exit_code":0}`,
+	} {
+		if m, err := DecodeMessage([]byte(b)); !errors.Is(err, ErrFrame) {
+			t.Errorf("%s: %+v, %v; want ErrFrame", b, m, err)
+		}
+	}
+}
+
+// BenchmarkDecodeDone is what the server reads at the end of every
+// Python execution.
+func BenchmarkDecodeDone(b *testing.B) {
+	frame := []byte(`{"type":"done","id":"e123","status":"ok","execution_count":123,"exit_code":0}`)
+	b.ReportAllocs()
+	for range b.N {
+		if _, err := DecodeMessage(frame); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

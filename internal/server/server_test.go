@@ -92,7 +92,7 @@ func anyOf[E any](E) bool { return true }
 
 // testConfig is the configuration of the tests' servers: their own
 // state directory and cgroup parent, loopback, no authentication.
-func testConfig(t *testing.T) config.Config {
+func testConfig(t testing.TB) config.Config {
 	cfg := config.Default()
 	cfg.StateDir = "/run/airlock-server-test"
 	cfg.CgroupParent = "airlock-server-test"
@@ -107,7 +107,7 @@ func testConfig(t *testing.T) config.Config {
 
 // testServer starts a server of its own (state directory, cgroup parent,
 // socket) with a small bash pool, the recorder and an extra handler.
-func testServer(t *testing.T, rec *recorder, adjust ...func(*config.Config)) (*Server, config.Config) {
+func testServer(t testing.TB, rec *recorder, adjust ...func(*config.Config)) (*Server, config.Config) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		testenv.Skip(t, "privileged test: needs root to build jails (CI runs as root)")
@@ -125,8 +125,12 @@ func testServer(t *testing.T, rec *recorder, adjust ...func(*config.Config)) (*S
 		defer logMu.Unlock()
 		return logs.Write(p)
 	}), nil))
+	var obs []session.Observer
+	if rec != nil {
+		obs = append(obs, rec)
+	}
 	s, err := New(cfg, Options{
-		Version: "test", Log: log, Observers: []session.Observer{rec},
+		Version: "test", Log: log, Observers: obs,
 		Handlers: map[string]http.Handler{"GET /x-test": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, "extra")
 		})},

@@ -106,6 +106,7 @@ class Session:
         # stdout/stderr: line-buffered UTF-8 straight on fds 1/2; keep copies
         # of the descriptors to restore them if user code closes them.
         self.saved_fds = {}
+        self._stdio_poll: Any = None  # made by the first _closed_fds()
         for n in (0, 1, 2):
             try:
                 self.saved_fds[n] = os.dup(n)
@@ -244,12 +245,14 @@ class Session:
         with self.chan.lock:
             self.exec_id = msg_id
 
-    def send_done(self, done: dict) -> None:
-        """Send an execution's ``done``, its last message: nothing displayed
-        after it is attributed to it."""
+    def send_done(self, done: Union[dict, bytes]) -> None:
+        """Send an execution's ``done`` (a message, or one encoded by
+        wire.encode_done), its last message: nothing displayed after it is
+        attributed to it."""
+        payload = done if type(done) is bytes else self._payload(done)
         with self.chan.lock:
             self.exec_id = None
-            self._write(self._payload(done))
+            self._write(payload)
 
     def publish(self, data: dict, metadata: dict) -> None:
         """Send a display message for the running execution (any thread)."""
@@ -399,6 +402,10 @@ class Session:
         builtins.__airlock__ = self.magics
         display.install_ipython_shim()
         self.compiler = compilerop.CellCompiler()
+        # The polls executions make (an interrupt waiting, fds 0-2 closed),
+        # set up now, before any user code could replace select.
+        self.chan.pending()
+        self._closed_fds()
 
     def execute(self, msg_id: str, code: str) -> None:
         """Run one cell and send its messages; always ends with ``done``."""
@@ -471,8 +478,7 @@ class Session:
                 self.send({"type": "error", "id": msg_id, "name": name, "value": value,
                            "traceback": tb})
         finally:
-            done = {"type": "done", "id": msg_id, "status": status,
-                    "execution_count": count, "exit_code": exit_code}
+            done = wire.encode_done(msg_id, status, count, exit_code)
             current.flush_stdio()
             self.send_done(done)
 
@@ -611,13 +617,32 @@ class Session:
         except (ValueError, OSError):
             pass
 
+    def _closed_fds(self) -> Container[int]:
+        """Which of fds 0-2 are closed: one poll(2) for the three (an fd
+        that is not open is POLLNVAL), instead of an fstat each."""
+        try:
+            if self._stdio_poll is None:
+                import select
+                self._stdio_poll = select.poll()
+                for fd in self.saved_fds:
+                    self._stdio_poll.register(fd, 0)
+                self._pollnval = select.POLLNVAL
+            return {fd for fd, ev in self._stdio_poll.poll(0) if ev & self._pollnval}
+        except (OSError, ValueError):
+            closed = set()
+            for fd in self.saved_fds:
+                try:
+                    os.fstat(fd)
+                except OSError:
+                    closed.add(fd)
+            return closed
+
     def _repair_stdio(self) -> None:
         """Repair what user code may have broken before the next message:
         closed fds 0-2, closed or missing sys streams, a tiny recursion limit."""
+        closed = self._closed_fds()
         for fd, saved in self.saved_fds.items():
-            try:
-                os.fstat(fd)
-            except OSError:
+            if fd in closed:
                 try:
                     os.dup2(saved, fd)
                 except OSError:

@@ -144,6 +144,7 @@ class Channel:
         self.fd = fd
         self._buf = bytearray()
         self.lock = _thread.allocate_lock()
+        self._poll: Any = None  # made by the first pending()
 
     def _take(self, n: int, eof_ok: bool = False) -> Optional[bytes]:
         buf = self._buf
@@ -162,8 +163,13 @@ class Channel:
         """Whether input is waiting (buffered, or on the socket)."""
         if self._buf:
             return True
-        import select
-        return bool(select.select([self.fd], [], [], 0)[0])
+        if self._poll is None:
+            import select
+            self._poll = select.poll()
+            self._poll.register(self.fd, select.POLLIN)
+        # Any event: input, end of file or an error, each of which recv
+        # reads or raises (select() called all three readable).
+        return bool(self._poll.poll(0))
 
     def recv(self) -> Optional[dict]:
         """Return the next message, or None at end of file."""
@@ -189,6 +195,21 @@ class Channel:
         while view:
             n = os.write(self.fd, view)
             view = view[n:]
+
+
+#: The statuses a done message carries.
+DONE_STATUSES = frozenset({"ok", "error", "interrupted", "exited"})
+
+
+def encode_done(msg_id: str, status: str, count: int, exit_code: int) -> bytes:
+    """encode() of an execution's done message, written out directly: every
+    execution sends one, and the generic encoder walks it key by key."""
+    if type(msg_id) is not str or status not in DONE_STATUSES or type(count) is not int or type(exit_code) is not int:
+        return encode({"type": "done", "id": msg_id, "status": status,
+                       "execution_count": count, "exit_code": exit_code})
+    return ('{"type":"done","id":' + _json_str(msg_id) + ',"status":"' + status +
+            '","execution_count":' + int.__repr__(count) + ',"exit_code":' +
+            int.__repr__(exit_code) + "}").encode("utf-8", "backslashreplace")
 
 
 def encode(msg: dict) -> bytes:

@@ -176,6 +176,24 @@ class MalformedFrameWithoutAcceleratorTest(MalformedFrameTest):
             f"sys.path.insert(0, {harness.RUNTIME_DIR!r}); import airlock_runtime; airlock_runtime.main()"]
 
 
+class EncodeDoneTest(unittest.TestCase):
+    """A done message written out directly is the generic encoder's."""
+
+    def test_same_bytes(self) -> None:
+        sys.path.insert(0, harness.RUNTIME_DIR)
+        try:
+            from airlock_runtime import wire
+        finally:
+            sys.path.remove(harness.RUNTIME_DIR)
+        for msg_id in ("e1", "", "é\u2028\"\\\n", "\ud800", "x" * 300):
+            for status in ("ok", "error", "interrupted", "exited", "odd"):
+                for count, code in ((1, 0), (0, 1), (2**70, -3), (True, 0)):
+                    msg = {"type": "done", "id": msg_id, "status": status,
+                           "execution_count": count, "exit_code": code}
+                    with self.subTest(msg=msg):
+                        self.assertEqual(wire.encode_done(msg_id, status, count, code), wire.encode(msg))
+
+
 class ExecuteTest(SessionMixin, unittest.TestCase):
     def test_state_persists(self) -> None:
         self.ok("import math\ncounter = 40\ndef bump(n):\n    global counter\n    counter += n\n    return counter")

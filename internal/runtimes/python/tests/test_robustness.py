@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import struct
 import time
 import unittest
 
@@ -39,6 +41,41 @@ class StdioSabotageTest(SessionMixin, unittest.TestCase):
         self.assertIn(ex.status, ("ok", "error"))
         ex = self.ok("print('after')\n!echo shell")
         self.assertEqual(ex.out, "after\nshell\n")
+
+    def test_closing_fds_0_to_2(self) -> None:
+        # The runtime finds them closed (one poll for the three) and opens
+        # them again; stdin reads end of file as before. (A runtime of its
+        # own: test_closing_fd_3 may have closed a saved copy.)
+        rt = Runtime()
+        try:
+            ex = rt.execute("import os\nos.close(0)\nos.close(1)\nos.close(2)")
+            self.assertEqual(ex.status, "ok", ex.messages)
+            ex = rt.execute("import os\nprint(os.read(0, 1))\n!echo shell")
+            self.assertEqual((ex.status, ex.out), ("ok", "b''\nshell\n"), ex.messages)
+        finally:
+            rt.close()
+
+    def test_select_replaced(self) -> None:
+        # The runtime's polls (an interrupt waiting, fds 0-2 closed) were
+        # made before any cell: a cell replacing select breaks neither.
+        rt = Runtime()
+        try:
+            ex = rt.execute("import sys\nsys.modules['select'] = None\nran = 'no'")
+            self.assertEqual(ex.status, "ok", ex.messages)
+            frames = b""
+            for msg in ({"type": "execute", "id": "early", "code": "ran = 'yes'"},
+                        {"type": "interrupt", "id": "early"}):
+                body = json.dumps(msg).encode()
+                frames += struct.pack(">I", len(body)) + body
+            rt.send_raw(frames)
+            ex = rt.wait("early", timeout=30)
+            self.assertEqual(ex.status, "interrupted", ex.messages)
+            ex = rt.execute("import os\nos.close(1)")
+            self.assertEqual(ex.status, "ok", ex.messages)
+            ex = rt.execute("print(ran)")
+            self.assertEqual((ex.status, ex.out), ("ok", "no\n"), ex.messages)
+        finally:
+            rt.close()
 
     def test_closing_fd_3(self) -> None:
         # fd 3 is not the control socket any more once the runtime runs.
