@@ -4,7 +4,8 @@
 // (the regular files and directories of its workspace). An image is
 // written under a temporary name, synced, and renamed into place only
 // when whole, so that a crash at any point leaves either the whole image
-// or none (temporaries are swept by List).
+// or none (temporaries are swept by List). It also owns a live session's
+// recovery point (live.go), which the next start makes such an image.
 //
 // It must never follow a symlink or read anything but regular files and
 // directories of a workspace (it reads them through package workspace,
@@ -321,12 +322,15 @@ func writeFile(tw *tar.Writer, ws *workspace.Dir, rel string, left int64) (int64
 type strictReader struct {
 	r    io.Reader
 	left int64
+	// changed: it returned errChanged.
+	changed bool
 }
 
 func (s *strictReader) Read(p []byte) (int, error) {
 	if s.left == 0 {
 		var one [1]byte
 		if n, _ := s.r.Read(one[:]); n > 0 {
+			s.changed = true
 			return 0, errChanged
 		}
 		return 0, io.EOF
@@ -337,6 +341,7 @@ func (s *strictReader) Read(p []byte) (int, error) {
 	n, err := s.r.Read(p)
 	s.left -= int64(n)
 	if err == io.EOF && s.left > 0 {
+		s.changed = true
 		return n, errChanged
 	}
 	return n, err

@@ -31,6 +31,12 @@ func TakeSnapshot(d *Dir) Snapshot {
 	if err != nil {
 		return Snapshot{Truncated: true}
 	}
+	return SnapshotOf(ents, truncated)
+}
+
+// SnapshotOf is the snapshot of a listing (List's entries and whether
+// it was truncated).
+func SnapshotOf(ents []Entry, truncated bool) Snapshot {
 	out := Snapshot{files: make(map[string]fileState, len(ents)), Truncated: truncated}
 	for _, e := range ents {
 		if e.Type == "file" {
@@ -38,6 +44,21 @@ func TakeSnapshot(d *Dir) Snapshot {
 		}
 	}
 	return out
+}
+
+// Same reports whether o records the same files as s, each of the same
+// size, time stamp and inode (what Changes would call no change), and
+// neither is truncated.
+func (s Snapshot) Same(o Snapshot) bool {
+	if s.Truncated || o.Truncated || s.files == nil || len(s.files) != len(o.files) {
+		return false
+	}
+	for p, a := range s.files {
+		if b, ok := o.files[p]; !ok || a != b {
+			return false
+		}
+	}
+	return true
 }
 
 // Changes lists what differs in after, sorted by path. A file rewritten in

@@ -640,3 +640,64 @@ func (d *Dir) Rename(from, to string) error {
 		return nil
 	})
 }
+
+// MoveFrom moves the entry from beneath src's root to to beneath d's
+// (both on one filesystem), making to's missing parent directories and
+// replacing a file there: neither side is reached through a symlink or
+// a mount. For host directories that hold copies of a workspace (a live
+// session's recovery point), never a sandbox's own.
+func (d *Dir) MoveFrom(src *Dir, from, to string) error {
+	if from == "" || to == "" {
+		return fmt.Errorf("%w: refusing to move %s itself", errdefs.ErrInvalidArgument, d.root)
+	}
+	src.mu.Lock()
+	if src.fd < 0 {
+		src.mu.Unlock()
+		return fmt.Errorf("%w: %s is closed", errdefs.ErrGone, src.root)
+	}
+	sfd, err := unix.FcntlInt(uintptr(src.fd), unix.F_DUPFD_CLOEXEC, 0)
+	src.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	from_ := &Dir{fd: sfd, uid: src.uid, gid: src.gid, root: src.root}
+	defer from_.Close()
+	return d.asUser(func(d *Dir) error {
+		fdir, fname := path.Split(from)
+		tdir, tname := path.Split(to)
+		fp, err := from_.open(strings.TrimSuffix(fdir, "/"), unix.O_PATH|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fp)
+		tp, err := d.mkdirAll(strings.TrimSuffix(tdir, "/"))
+		if err != nil {
+			return err
+		}
+		defer unix.Close(tp)
+		if err := unix.Renameat(fp, fname, tp, tname); err != nil {
+			return mapErr(d.shown(to), err)
+		}
+		return nil
+	})
+}
+
+// Sync flushes the filesystem d is on to its disk (syncfs): what was
+// written and renamed beneath d is durable once it returns.
+func (d *Dir) Sync() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.fd < 0 {
+		return fmt.Errorf("%w: %s is closed", errdefs.ErrGone, d.root)
+	}
+	// syncfs needs a descriptor that is not O_PATH.
+	fd, err := unix.Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return mapErr(d.root, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Syncfs(fd); err != nil {
+		return mapErr(d.root, err)
+	}
+	return nil
+}

@@ -1,0 +1,621 @@
+package pauseimage
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"airlock/internal/errdefs"
+	"airlock/internal/workspace"
+)
+
+// A live session's recovery point: what a session that never paused
+// leaves when its server ends without a pause (kill -9, a crash, power
+// loss), its workspace as of its last completed operation. It is a
+// directory <root>/.live-<id> holding tree/ (a copy of the workspace's
+// regular files and directories), point.json (the point: what tree/
+// holds, file by file, and the caller's description of the session;
+// checksummed like meta.json) and stage/ (the files of the next point,
+// copied before it is sealed).
+//
+// A seal copies the files that changed since the last point into
+// stage/, syncs them, then writes point.json under a temporary name,
+// syncs it and renames it into place: that rename is the point. Only
+// then are the staged files moved into tree/ and what went removed from
+// it. Every step of that is redone by Recover, so a crash at any moment
+// leaves the last sealed point whole: never a mix of two. Recover turns
+// a point into an image Write writes (the one format of a paused
+// session), and removes it.
+const (
+	livePrefix = ".live-"
+	liveTree   = "tree"
+	liveStage  = "stage"
+	livePoint  = "point.json"
+	// maxPoint caps the point.json read back: MaxListLength entries of
+	// MaxPathLen bytes, and the description.
+	maxPoint = 16 << 20
+)
+
+// Point is what a recovery point says besides its files.
+type Point struct {
+	// Seq numbers the points of one session (from 1).
+	Seq int `json:"seq"`
+	// At is when the operation whose end the point keeps completed.
+	At time.Time `json:"at"`
+	// Session is the caller's description.
+	Session json.RawMessage `json:"session"`
+	// Behind says why a later completed operation could not be sealed,
+	// and BehindAt when (empty: the point is the last one).
+	Behind   string    `json:"behind,omitempty"`
+	BehindAt time.Time `json:"behind_at,omitzero"`
+}
+
+// liveEntry is one entry of a point: a directory, or a file whose
+// contents are in tree/, or (Stage) staged under that name until the
+// point is applied.
+type liveEntry struct {
+	Path  string `json:"path"`
+	Dir   bool   `json:"dir,omitempty"`
+	Mode  uint32 `json:"mode"`
+	Size  int64  `json:"size"`
+	Stage string `json:"stage,omitempty"`
+}
+
+// pointBody is point.json's checksummed part.
+type pointBody struct {
+	Point
+	Entries []liveEntry `json:"entries"`
+}
+
+// held is what a point holds of a workspace file: its state in the
+// workspace when it was copied (not recorded: a point outlives no
+// server that could compare it with its sandbox).
+type held struct {
+	dir         bool
+	mode        uint32
+	size, mtime int64
+	ino         uint64
+}
+
+// sealHook, if set (tests), is called at each step of a seal where a
+// crash may stop it: "listed", "staged" (each file copied), "synced",
+// "sealed" (point.json in place), "removed" (each entry gone from
+// tree/), "moved" (each file moved into tree/),
+// "applied".
+var sealHook func(step string)
+
+func hook(step string) {
+	if sealHook != nil {
+		sealHook(step)
+	}
+}
+
+// Live is a live session's recovery point, sealed by one goroutine at a
+// time.
+type Live struct {
+	root, id, dir string
+	tree, stage   *workspace.Dir
+	body          pointBody
+	held          map[string]held
+}
+
+// LiveDir is the directory of the recovery point of id under root.
+func LiveDir(root, id string) string { return filepath.Join(root, livePrefix+id) }
+
+// NewLive makes the recovery point of the live session id under root,
+// empty (nothing is recovered of it until its first Seal). One left by
+// an earlier session of that id is removed first.
+func NewLive(root, id string) (*Live, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	if err := EnsureRoot(root); err != nil {
+		return nil, err
+	}
+	if err := RemoveLive(root, id); err != nil {
+		return nil, diskErr(err)
+	}
+	dir := LiveDir(root, id)
+	for _, d := range []string{dir, filepath.Join(dir, liveTree), filepath.Join(dir, liveStage)} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			os.RemoveAll(dir)
+			return nil, diskErr(err)
+		}
+	}
+	l := &Live{root: root, id: id, dir: dir, held: map[string]held{}}
+	var err error
+	if l.tree, err = workspace.OpenOut(filepath.Join(dir, liveTree)); err == nil {
+		l.stage, err = workspace.OpenOut(filepath.Join(dir, liveStage))
+	}
+	if err != nil {
+		l.Remove()
+		return nil, diskErr(err)
+	}
+	return l, nil
+}
+
+// Seal makes ws's files as they are now, and session (the caller's
+// description), the recovery point of the operation that completed at
+// at; it returns the snapshot of ws it kept. Only the files that
+// changed since the last point are copied; captured, if set, is called
+// with that snapshot once they are (the rest of the seal reads nothing
+// of ws: the workspace may change from then on). A workspace that cannot be
+// kept whole (more than a listing holds, files over max bytes in all,
+// a file changing while it is copied, no room on the disk: room is
+// asked for the bytes to copy) is an error, and the last point stays,
+// saying why it is behind (Point.Behind) when it can.
+func (l *Live) Seal(ctx context.Context, at time.Time, session []byte, ws *workspace.Dir, max int64, room func(int64) error, captured func(workspace.Snapshot)) (workspace.Snapshot, error) {
+	snap, err := l.seal(ctx, at, session, ws, max, room, captured)
+	if err != nil && l.body.Seq > 0 && !errors.Is(err, errdefs.ErrGone) && ctx.Err() == nil {
+		b := l.body
+		b.Behind, b.BehindAt = errdefs.Message(err), at
+		if werr := l.writePoint(b); werr == nil {
+			l.body = b
+		}
+	}
+	return snap, err
+}
+
+func (l *Live) seal(ctx context.Context, at time.Time, session []byte, ws *workspace.Dir, max int64, room func(int64) error, captured func(workspace.Snapshot)) (workspace.Snapshot, error) {
+	// The directory may have become another user's to write since
+	// (package privdir): nothing more is sealed there.
+	if err := EnsureRoot(l.root); err != nil {
+		return workspace.Snapshot{}, err
+	}
+	entries, truncated, err := ws.List("", true)
+	if err != nil {
+		return workspace.Snapshot{}, err
+	}
+	snap := workspace.SnapshotOf(entries, truncated)
+	hook("listed")
+	if truncated {
+		return snap, fmt.Errorf("%w: the workspace has more than %d entries, or paths deeper than %d levels or longer than %d bytes: it cannot be kept whole",
+			errdefs.ErrTooLarge, workspace.MaxListLength, workspace.MaxPathDepth, workspace.MaxPathLen)
+	}
+	next := pointBody{Point: Point{Seq: l.body.Seq + 1, At: at, Session: session}, Entries: make([]liveEntry, 0, len(entries))}
+	nextHeld := make(map[string]held, len(entries))
+	var contents, toCopy int64
+	var copies []int
+	for _, e := range entries {
+		mode := uint32(modeOf(e.Mode))
+		switch e.Type {
+		case "dir":
+			next.Entries = append(next.Entries, liveEntry{Path: e.Path, Dir: true, Mode: mode})
+			nextHeld[e.Path] = held{dir: true, mode: mode}
+		case "file":
+			contents += e.Size
+			h := held{mode: mode, size: e.Size, mtime: e.ModTime.UnixNano(), ino: e.Ino}
+			if l.held[e.Path] != h {
+				copies = append(copies, len(next.Entries))
+				toCopy += e.Size
+			}
+			next.Entries = append(next.Entries, liveEntry{Path: e.Path, Mode: mode, Size: e.Size})
+			nextHeld[e.Path] = h
+		}
+	}
+	if contents > max {
+		return snap, fmt.Errorf("%w: the workspace's files come to %d bytes (a sparse file's holes count in full), more than a paused session may hold (%d)", errdefs.ErrTooLarge, contents, max)
+	}
+	if room != nil {
+		if err := room(toCopy); err != nil {
+			return snap, err
+		}
+	}
+	var staged []string
+	ok := false
+	defer func() {
+		if !ok {
+			for _, name := range staged {
+				l.stage.Remove(name, false)
+			}
+		}
+	}()
+	for i, idx := range copies {
+		if err := ctx.Err(); err != nil {
+			return snap, err
+		}
+		e := &next.Entries[idx]
+		name := strconv.Itoa(next.Seq) + "-" + strconv.Itoa(i)
+		st, err := l.copyIn(ctx, ws, e.Path, name, max)
+		if err != nil {
+			return snap, err
+		}
+		staged = append(staged, name)
+		e.Stage, e.Size, e.Mode = name, st.size, st.mode
+		nextHeld[e.Path] = st
+		hook("staged")
+	}
+	if captured != nil {
+		captured(snap)
+	}
+	// The staged files, and the last point's moves into tree/, are on
+	// the disk before the point that names them.
+	if err := l.stage.Sync(); err != nil {
+		return snap, liveDiskErr(err)
+	}
+	hook("synced")
+	if err := l.writePoint(next); err != nil {
+		return snap, err
+	}
+	ok = true
+	hook("sealed")
+	l.body = next
+	if err := l.apply(nextHeld); err != nil {
+		// Sealed, not applied: Recover applies it, and the next seal
+		// copies afresh what this one could not move.
+		l.held = map[string]held{}
+		return snap, liveDiskErr(err)
+	}
+	l.held = nextHeld
+	hook("applied")
+	return snap, nil
+}
+
+// copyIn copies the regular file rel of ws into stage/name: only what
+// ws.Open opens (beneath its root, never through a symlink, only a
+// regular file), exactly its size, and only if it did not change while
+// it was read (its size and time stamp, from its descriptor, before and
+// after), tried twice.
+func (l *Live) copyIn(ctx context.Context, ws *workspace.Dir, rel, name string, max int64) (held, error) {
+	for try := 0; try < 2; try++ {
+		h, err := l.copyOnce(ctx, ws, rel, name, max)
+		if !errors.Is(err, errChanged) {
+			return h, err
+		}
+	}
+	return held{}, fmt.Errorf("%w: /workspace/%s kept changing while it was copied (a background process?)", errdefs.ErrConflict, rel)
+}
+
+func (l *Live) copyOnce(ctx context.Context, ws *workspace.Dir, rel, name string, max int64) (held, error) {
+	f, e, err := ws.Open(rel)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return held{}, fmt.Errorf("%w: /workspace/%s was removed while it was copied", errdefs.ErrConflict, rel)
+	}
+	if err != nil {
+		return held{}, err
+	}
+	defer f.Close()
+	if e.Size > max {
+		return held{}, errChanged
+	}
+	sr := &strictReader{r: f, left: e.Size}
+	mode := uint32(modeOf(e.Mode))
+	n, werr := l.stage.Write(name, &ctxReader{ctx: ctx, r: sr}, e.Size, os.FileMode(mode))
+	if err := ctx.Err(); err != nil {
+		return held{}, err
+	}
+	after, serr := f.Stat()
+	if sr.changed || werr == nil && (serr != nil || n != e.Size || after.Size() != e.Size || !after.ModTime().Equal(e.ModTime)) {
+		if werr == nil {
+			l.stage.Remove(name, false)
+		}
+		return held{}, errChanged
+	}
+	if werr != nil {
+		return held{}, liveDiskErr(werr)
+	}
+	return held{mode: mode, size: e.Size, mtime: e.ModTime.UnixNano(), ino: e.Ino}, nil
+}
+
+// liveDiskErr is the error of a recovery point's disk failing (full,
+// or failing): the server's; the session runs on, its point behind.
+func liveDiskErr(err error) error {
+	return errdefs.Private(errdefs.ErrUnavailable, "the server's disk for recovery points (persistence.dir) is full or failing", err)
+}
+
+// apply makes tree/ what the sealed point l.body says, knowing it held
+// what l.held says: what went is removed, directories made, staged
+// files moved in.
+func (l *Live) apply(next map[string]held) error {
+	for p, h := range l.held {
+		if n, ok := next[p]; !ok || n.dir != h.dir {
+			if err := l.tree.Remove(p, true); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+				return err
+			}
+			hook("removed")
+		}
+	}
+	return l.applyStaged()
+}
+
+// applyStaged makes the point's directories in tree/ and moves its
+// staged files there (a file already moved is left).
+func (l *Live) applyStaged() error {
+	for _, e := range l.body.Entries {
+		if e.Dir {
+			if err := l.tree.Mkdir(e.Path); err != nil {
+				return err
+			}
+		}
+	}
+	for _, e := range l.body.Entries {
+		if e.Dir || e.Stage == "" {
+			continue
+		}
+		if err := l.tree.MoveFrom(l.stage, e.Stage, e.Path); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return err
+		}
+		hook("moved")
+	}
+	return nil
+}
+
+// writePoint writes b as point.json: a temporary, synced, renamed into
+// place, the directory synced.
+func (l *Live) writePoint(b pointBody) error {
+	raw, err := encodePoint(b)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(l.dir, tmpPrefix+livePoint)
+	os.Remove(tmp)
+	if err := writeSynced(tmp, bytes.NewReader(raw)); err != nil {
+		os.Remove(tmp)
+		return liveDiskErr(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(l.dir, livePoint)); err != nil {
+		os.Remove(tmp)
+		return liveDiskErr(err)
+	}
+	if err := syncDir(l.dir); err != nil {
+		return liveDiskErr(err)
+	}
+	return nil
+}
+
+func encodePoint(b pointBody) ([]byte, error) {
+	raw, err := json.Marshal(b)
+	if err != nil {
+		return nil, err
+	}
+	h := sha256.Sum256(raw)
+	return json.Marshal(envelope{Version: version, SHA256: hex.EncodeToString(h[:]), Body: raw})
+}
+
+// Sealed is the last point sealed (Seq 0: none yet).
+func (l *Live) Sealed() Point { return l.body.Point }
+
+// Close releases the point's descriptors; its files stay.
+func (l *Live) Close() {
+	if l.tree != nil {
+		l.tree.Close()
+	}
+	if l.stage != nil {
+		l.stage.Close()
+	}
+}
+
+// Remove closes the point and removes its files: the session ended, or
+// paused (its image supersedes it).
+func (l *Live) Remove() error {
+	l.Close()
+	return RemoveLive(l.root, l.id)
+}
+
+// RemoveLive removes the recovery point of id under root (none is not
+// an error): renamed out of the way first, so that a crash in the
+// middle leaves a temporary List sweeps, never half a point.
+func RemoveLive(root, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	gone := filepath.Join(root, tmpPrefix+"rmlive-"+id)
+	if err := os.Rename(LiveDir(root, id), gone); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	return os.RemoveAll(gone)
+}
+
+// ListLive returns the ids of the recovery points under root: the live
+// sessions of a server that ended without pausing them.
+func ListLive(root string) ([]string, error) {
+	ents, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range ents {
+		if id, ok := strings.CutPrefix(e.Name(), livePrefix); ok && e.IsDir() && ValidID(id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+// Recover makes the recovery point of id under root the image of a
+// paused session (Write's), described by what describe makes of the
+// point, and removes the point. A point never sealed (its session ended
+// before its first seal completed) is removed, and ErrNotFound. One
+// that fails a check (point.json damaged, a file of tree/ missing or of
+// another size: the disk lost what was synced) is ErrImageCorrupt and
+// left in place for the operator. An image of id in place already (the
+// server ended between a pause's image and its point's removal)
+// supersedes the point, which is removed (ErrConflict).
+func Recover(ctx context.Context, root, id string, max int64, describe func(Point) ([]byte, error)) (Point, Stats, error) {
+	if err := checkID(id); err != nil {
+		return Point{}, Stats{}, err
+	}
+	dir := LiveDir(root, id)
+	if _, err := os.Lstat(filepath.Join(root, id)); err == nil {
+		return Point{}, Stats{}, errors.Join(fmt.Errorf("%w: the session %s was paused; its recovery point is not needed", errdefs.ErrConflict, id), RemoveLive(root, id))
+	}
+	raw, err := readRegular(filepath.Join(dir, livePoint), maxPoint)
+	if err != nil && err.Error() == "missing" {
+		return Point{}, Stats{}, errors.Join(fmt.Errorf("%w: the session %s ended before its first recovery point", errdefs.ErrNotFound, id), RemoveLive(root, id))
+	}
+	bad := func(why string) error {
+		return fmt.Errorf("%w: the recovery point of session %s (%s) cannot be used: %s; it is left for the operator to inspect", errdefs.ErrImageCorrupt, id, dir, why)
+	}
+	if err != nil {
+		return Point{}, Stats{}, bad("point.json: " + err.Error())
+	}
+	var env envelope
+	if err := json.Unmarshal(raw, &env); err != nil || env.Version != version {
+		return Point{}, Stats{}, bad("point.json is malformed (truncated?)")
+	}
+	h := sha256.Sum256(env.Body)
+	if hex.EncodeToString(h[:]) != env.SHA256 {
+		return Point{}, Stats{}, bad("point.json fails its checksum")
+	}
+	var b pointBody
+	if err := json.Unmarshal(env.Body, &b); err != nil || b.Seq < 1 {
+		return Point{}, Stats{}, bad("point.json's body is malformed")
+	}
+	want := make(map[string]liveEntry, len(b.Entries))
+	for _, e := range b.Entries {
+		if !entryPath(e.Path) {
+			return Point{}, Stats{}, bad(fmt.Sprintf("it names %q, not a path in a workspace", clip(e.Path)))
+		}
+		if strings.Contains(e.Stage, "/") {
+			return Point{}, Stats{}, bad(fmt.Sprintf("it names the staged file %q", clip(e.Stage)))
+		}
+		want[e.Path] = e
+	}
+	l := &Live{root: root, id: id, dir: dir, body: b}
+	if l.tree, err = workspace.OpenOut(filepath.Join(dir, liveTree)); err == nil {
+		l.stage, err = workspace.OpenOut(filepath.Join(dir, liveStage))
+	}
+	defer l.Close()
+	if err != nil {
+		return Point{}, Stats{}, bad(err.Error())
+	}
+	// What tree/ holds beyond the point (the removals of its apply, cut
+	// short) goes; what is missing is made or moved in from stage/.
+	have, truncated, err := l.tree.List("", true)
+	if err != nil || truncated {
+		return Point{}, Stats{}, bad("tree/ cannot be listed whole")
+	}
+	for _, e := range have {
+		w, ok := want[e.Path]
+		if !ok || w.Dir != (e.Type == "dir") || e.Type != "dir" && e.Type != "file" {
+			if err := l.tree.Remove(e.Path, true); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+				return Point{}, Stats{}, diskErr(err)
+			}
+		}
+	}
+	if err := l.applyStaged(); err != nil {
+		return Point{}, Stats{}, bad("applying its staged files: " + err.Error())
+	}
+	have, _, err = l.tree.List("", true)
+	if err != nil {
+		return Point{}, Stats{}, bad("tree/ cannot be listed")
+	}
+	got := make(map[string]workspace.Entry, len(have))
+	for _, e := range have {
+		got[e.Path] = e
+	}
+	for _, w := range b.Entries {
+		e, ok := got[w.Path]
+		switch {
+		case !ok:
+			return Point{}, Stats{}, bad(fmt.Sprintf("%q is missing", clip(w.Path)))
+		case w.Dir != (e.Type == "dir"), !w.Dir && e.Type != "file":
+			return Point{}, Stats{}, bad(fmt.Sprintf("%q is a %s", clip(w.Path), e.Type))
+		case !w.Dir && e.Size != w.Size:
+			return Point{}, Stats{}, bad(fmt.Sprintf("%q has %d bytes, not %d", clip(w.Path), e.Size, w.Size))
+		}
+	}
+	session, err := describe(b.Point)
+	if err != nil {
+		return Point{}, Stats{}, err
+	}
+	st, err := Write(ctx, root, id, session, l.tree, max, nil)
+	if err != nil {
+		return Point{}, Stats{}, err
+	}
+	l.Close()
+	if err := RemoveLive(root, id); err != nil {
+		return b.Point, st, fmt.Errorf("the recovery point of %s is an image now, but could not be removed: %w", id, err)
+	}
+	return b.Point, st, nil
+}
+
+// Archive opens the image's files once more, for a reader beside
+// Restore's (Live.SealFromImage): the same file, whatever becomes of
+// the image once it is open.
+func (im *Image) Archive() (*os.File, error) {
+	f, err := openRegular(filepath.Join(im.dir, filesName))
+	if err != nil {
+		return nil, corrupt(filepath.Base(im.dir), "files.tar: "+err.Error())
+	}
+	return f, nil
+}
+
+// SealFromImage makes the first point of l the workspace a paused
+// session's image was just restored into, without reading the
+// workspace (whose session may already change it): the files come from
+// the image's archive (files, see Archive), what the point holds from
+// entries (the workspace listed right after the restore, truncated
+// saying whether all of it was). A file of another size than its entry
+// (code that ran already) is an error: the caller then seals from the
+// workspace.
+func (l *Live) SealFromImage(ctx context.Context, at time.Time, session []byte, entries []workspace.Entry, truncated bool, files io.Reader, max int64) (workspace.Snapshot, error) {
+	snap := workspace.SnapshotOf(entries, truncated)
+	if l.body.Seq != 0 {
+		return snap, fmt.Errorf("%w: the recovery point of %s is sealed already", errdefs.ErrConflict, l.id)
+	}
+	if truncated {
+		return snap, fmt.Errorf("%w: the workspace has more entries than a listing holds: it cannot be kept whole", errdefs.ErrTooLarge)
+	}
+	if err := EnsureRoot(l.root); err != nil {
+		return snap, err
+	}
+	im := &Image{dir: filepath.Join(l.root, l.id)}
+	if err := im.extract(ctx, tar.NewReader(bufio.NewReader(files)), l.tree, max); err != nil {
+		return snap, err
+	}
+	have, _, err := l.tree.List("", true)
+	if err != nil {
+		return snap, liveDiskErr(err)
+	}
+	got := make(map[string]workspace.Entry, len(have))
+	for _, e := range have {
+		got[e.Path] = e
+	}
+	next := pointBody{Point: Point{Seq: 1, At: at, Session: session}, Entries: make([]liveEntry, 0, len(entries))}
+	hs := make(map[string]held, len(entries))
+	for _, e := range entries {
+		mode := uint32(modeOf(e.Mode))
+		g, ok := got[e.Path]
+		switch e.Type {
+		case "dir":
+			if !ok || g.Type != "dir" {
+				return snap, fmt.Errorf("%w: /workspace/%s is not in the image", errdefs.ErrConflict, e.Path)
+			}
+			next.Entries = append(next.Entries, liveEntry{Path: e.Path, Dir: true, Mode: mode})
+			hs[e.Path] = held{dir: true, mode: mode}
+		case "file":
+			if !ok || g.Type != "file" || g.Size != e.Size {
+				return snap, fmt.Errorf("%w: /workspace/%s is not as the image holds it", errdefs.ErrConflict, e.Path)
+			}
+			next.Entries = append(next.Entries, liveEntry{Path: e.Path, Mode: mode, Size: e.Size})
+			hs[e.Path] = held{mode: mode, size: e.Size, mtime: e.ModTime.UnixNano(), ino: e.Ino}
+		}
+	}
+	if err := l.tree.Sync(); err != nil {
+		return snap, liveDiskErr(err)
+	}
+	if err := l.writePoint(next); err != nil {
+		return snap, err
+	}
+	l.body, l.held = next, hs
+	return snap, nil
+}
