@@ -243,23 +243,25 @@ func skipped(sk []apitype.PauseSkipped, path string) bool {
 func dataDir(s *server) string { return s.cfg["data_dir"].(string) }
 
 // TestKillDuringPause: the server is killed (SIGKILL) at points of a
-// pause; after each restart the session is either paused whole (every
-// file resumes intact) or not there at all, and nothing of the
-// interrupted pause is left on disk. Two rounds kill it at points that
-// decide the outcome, so that both occur: while its image is written
-// (its temporary directory there: not paused), and once the image is
-// in place (renamed: paused whole, though the pause had not answered);
-// two more at random points. checked against a mutant: the two rounds'
-// kill points swapped (each failed its expectation).
+// pause; after each restart the session is paused whole: by its pause
+// when its image was in place, else recovered from its recovery point
+// (its last completed execution, which wrote the same files); every
+// file resumes intact, and nothing of the interrupted pause is left on
+// disk. Two rounds kill it at points that decide the outcome, so that
+// both occur: while its image is written (its temporary directory
+// there: recovered from its point), and once the image is in place
+// (renamed: paused whole, though the pause had not answered); two more
+// at random points. checked against a mutant: the two rounds' kill
+// points swapped (each failed its expectation).
 func TestKillDuringPause(t *testing.T) {
 	s := persistServer(t)
 	ctx := context.Background()
 	const (
-		writing = "writing" // its image is being written: not paused
+		writing = "writing" // its image is being written: recovered
 		written = "written" // its image is in place: paused whole
 		random  = "random"
 	)
-	whole, gone := 0, 0
+	whole, recovered := 0, 0
 	for round, at := range []string{writing, written, random, random} {
 		id := s.newSession("python", nil)
 		if r := s.exec(id, fmtTree(100, 200000)); r.Error != nil {
@@ -285,22 +287,22 @@ func TestKillDuringPause(t *testing.T) {
 		}
 		info, err := s.c.Session(ctx, id)
 		if err != nil {
-			if c := errCode(err); c != "session_lost" && c != "not_found" && c != "session_ended" {
-				t.Fatalf("round %d (%s): %v", round, at, err)
-			}
-			if at == written {
-				t.Errorf("round %d: killed once its image was in place, the session is gone (%v), want it paused", round, err)
-			}
-			gone++
-			continue
+			t.Fatalf("round %d (%s): %v", round, at, err)
 		}
 		if info.State != apitype.StatePaused {
 			t.Fatalf("round %d (%s): %+v", round, at, info)
 		}
-		if at == writing {
-			t.Errorf("round %d: killed while its image was written, the session is paused, want it gone", round)
+		if info.Paused.Recovered != "" {
+			recovered++
+			if at == written {
+				t.Errorf("round %d: killed once its image was in place, the session was recovered from its point, want it paused whole", round)
+			}
+		} else {
+			whole++
+			if at == writing {
+				t.Errorf("round %d: killed while its image was written, the session is paused whole, want it recovered from its point", round)
+			}
 		}
-		whole++
 		if _, err := s.c.ResumeSession(ctx, id); err != nil {
 			t.Fatalf("round %d (%s): resume: %v", round, at, err)
 		}
@@ -309,10 +311,10 @@ func TestKillDuringPause(t *testing.T) {
 		}
 		s.c.DeleteSession(ctx, id)
 	}
-	if whole == 0 || gone == 0 {
-		t.Errorf("killed during pauses: %d paused whole, %d not paused; want both outcomes", whole, gone)
+	if whole == 0 || recovered == 0 {
+		t.Errorf("killed during pauses: %d paused whole, %d recovered; want both outcomes", whole, recovered)
 	}
-	t.Logf("killed during pauses: %d paused whole, %d not paused", whole, gone)
+	t.Logf("killed during pauses: %d paused whole, %d recovered from their last execution", whole, recovered)
 }
 
 // waitEntry returns as soon as dir holds an entry match accepts (polled
@@ -352,7 +354,9 @@ func TestPauseSparseRefused(t *testing.T) {
 	if r := s.exec(id, "print(1 + 1)"); r.Error != nil || strings.TrimSpace(r.Stdout) != "2" {
 		t.Errorf("the session after a refused pause: %+v", r)
 	}
+	// (The live session's recovery point, .live-<id>, is its own.)
 	ents, _ := os.ReadDir(filepath.Join(dataDir(s), "sessions"))
+	ents = slices.DeleteFunc(ents, func(e os.DirEntry) bool { return e.Name() == ".live-"+id })
 	if len(ents) != 0 {
 		t.Errorf("a refused pause left %v", ents)
 	}
@@ -444,5 +448,83 @@ func TestSessionMetadata(t *testing.T) {
 	}
 	for _, id := range []string{a, b, c} {
 		s.c.DeleteSession(ctx, id)
+	}
+}
+
+// TestKilledServerRecoversLiveSessions: a server killed with SIGKILL
+// while sessions run (never paused) comes back with them paused, their
+// workspace as of their last completed execution or upload, saying so
+// (paused.recovered, then restored_reason); one resumes on its first
+// call (auto_resume), another with POST .../resume, a third forks.
+// What an execution still running at the kill wrote is not in it.
+func TestKilledServerRecoversLiveSessions(t *testing.T) {
+	s := persistServer(t)
+	ctx := context.Background()
+	a := s.newSession("python", map[string]any{"auto_resume": true})
+	b := s.newSession("python", nil)
+	for _, id := range []string{a, b} {
+		if r := s.exec(id, fmtTree(20, 50000)); r.Error != nil {
+			t.Fatalf("writing the tree: %+v", r.Error)
+		}
+	}
+	want := strings.TrimSpace(s.exec(a, digest).Stdout)
+	if got := strings.TrimSpace(s.exec(b, digest).Stdout); len(want) != 64 || got == want {
+		t.Fatalf("digests: %q %q", want, got)
+	}
+	wantB := strings.TrimSpace(s.exec(b, digest).Stdout)
+	if _, err := s.c.Upload(ctx, b, "up.txt", strings.NewReader("uploaded"), 8); err != nil {
+		t.Fatal(err)
+	}
+	// Warm executions that change nothing, then one that never completes.
+	for range 3 {
+		if r := s.exec(a, "x = 1"); r.Error != nil {
+			t.Fatal(r.Error)
+		}
+	}
+	written := make(chan struct{}, 1)
+	go s.c.Execute(ctx, a, apitype.ExecuteRequest{Code: "open('/workspace/notes.txt', 'w').write('half'); print('written', flush=True); import time; time.sleep(600)"}, func(e apitype.Event) {
+		if e.Type == apitype.EventStdout && strings.Contains(e.Text, "written") {
+			select {
+			case written <- struct{}{}:
+			default:
+			}
+		}
+	})
+	<-written
+	s = restart(t, s, syscall.SIGKILL)
+
+	for _, id := range []string{a, b} {
+		info, err := s.c.Session(ctx, id)
+		if err != nil {
+			t.Fatalf("%s after the kill: %v", id, err)
+		}
+		if info.State != apitype.StatePaused || info.Paused == nil || !strings.Contains(info.Paused.Recovered, "recovered after the server ended unexpectedly: workspace as of the last completed execution at ") {
+			t.Fatalf("%s after the kill: %+v %+v", id, info, info.Paused)
+		}
+	}
+	// a: auto_resume on its first call; the running execution's write is
+	// not there.
+	if got := strings.TrimSpace(s.exec(a, digest).Stdout); got != want {
+		t.Errorf("a's files: %s, want %s", got, want)
+	}
+	info, err := s.c.Session(ctx, a)
+	if err != nil || info.State == apitype.StatePaused || !strings.HasPrefix(info.RestoredReason, "recovered after the server ended unexpectedly") {
+		t.Errorf("a resumed: %+v %v", info, err)
+	}
+	// b: a fork, then an explicit resume; the upload is there.
+	f, err := s.c.ForkSession(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.c.ResumeSession(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{b, f.ID} {
+		if got := strings.TrimSpace(s.exec(id, digest).Stdout); got != wantB {
+			t.Errorf("%s's files: %s, want %s", id, got, wantB)
+		}
+		if r := s.exec(id, "print(open('/workspace/up.txt').read())"); strings.TrimSpace(r.Stdout) != "uploaded" {
+			t.Errorf("%s's upload: %+v", id, r)
+		}
 	}
 }

@@ -165,6 +165,11 @@ type PausedInfo struct {
 	// it answers 409 session_paused even with auto_resume (an E2B pause
 	// with keepMemory false).
 	ExplicitResume bool `json:"explicit_resume,omitempty"`
+	// Recovered says the session was live when its server ended without
+	// pausing it (kill -9, a crash, power loss), and what was recovered:
+	// its workspace as of its last completed execution, at a time (its
+	// resume's RestoredReason says it again).
+	Recovered string `json:"recovered,omitempty"`
 }
 
 // PauseSkipped is a workspace entry a pause left out.
@@ -281,7 +286,9 @@ type Session struct {
 	// last resume (or, for a fork, its fork) restored (absent: never
 	// paused nor forked); RestoredReason says
 	// why that is less than its pause kept (a memory image that failed
-	// its checks or did not restore: the files were restored instead).
+	// its checks or did not restore: the files were restored instead),
+	// or what a session recovered after its server's end kept
+	// (PausedInfo.Recovered).
 	Restores       string `json:"restores,omitempty"`
 	Restored       string `json:"restored,omitempty"`
 	RestoredReason string `json:"restored_reason,omitempty"`

@@ -436,6 +436,8 @@ func (s *Session) watchCommand(ctx context.Context, cmd *command, timeout time.D
 	cmd.mu.Lock()
 	cmd.endLocked()
 	cmd.mu.Unlock()
+	// What it wrote is kept by the next point.
+	s.live.request(time.Now())
 	close(cmd.done)
 
 	s.cmds.mu.Lock()

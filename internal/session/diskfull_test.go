@@ -3,7 +3,6 @@ package session
 import (
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 
@@ -49,7 +48,7 @@ func TestPauseDiskFull(t *testing.T) {
 			if !s.End().Zero() {
 				t.Fatalf("the session ended: %v", s.End())
 			}
-			if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+			if ents, _ := persisted(dir); len(ents) != 0 {
 				t.Errorf("the failed pause left %v", ents)
 			}
 			if _, err := execute(t, s, "out x", nil); err != nil {

@@ -377,6 +377,10 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 	if err := s.contextLive(c); err != nil {
 		return nil, err
 	}
+	// The last operation's point is sealed before this one writes.
+	if err := s.live.wait(ctx); err != nil {
+		return nil, err
+	}
 	if err := s.takeEnvPending(ctx, c); err != nil {
 		return nil, err
 	}
@@ -684,6 +688,7 @@ func (s *Session) finishExecution(r *running, o watch.Outcome) *apitype.Result {
 		r.emit(apitype.Event{Type: apitype.EventError, Error: res.Error})
 	}
 	after := workspace.TakeSnapshot(s.workspace())
+	s.live.changed(after, time.Now())
 	for _, c := range r.before.Changes(after) {
 		res.FilesChanged = append(res.FilesChanged, apitype.FileChange{Path: c.Path, Size: c.Size, Change: c.Change})
 	}

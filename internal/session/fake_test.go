@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,6 +44,8 @@ import (
 //	           (SIGABRT), as V8 does at the end of its heap
 //	install M P  ask the server to install P with manager M (a cell's
 //	           %pip install), wait for its answer, print its error
+//	write P C  write C into the workspace file P
+//	mark       tell the test (the instance's marks) it got there
 //
 // and then says done. A command line is run by the same steps, "exit N"
 // being its status; "cat" copies its stdin to its stdout.
@@ -155,9 +158,11 @@ type fakeInstance struct {
 	cpu      atomic.Int64
 	peak     atomic.Int64
 	oomKills atomic.Uint64
-	closed   atomic.Bool
-	killed   atomic.Bool
-	retired  atomic.Bool // the first runtime was ended for good
+	// marks hears a "mark" step (a test waits for code to get there).
+	marks   chan struct{}
+	closed  atomic.Bool
+	killed  atomic.Bool
+	retired atomic.Bool // the first runtime was ended for good
 
 	// bmu guards besides and deadDone.
 	bmu      sync.Mutex
@@ -217,7 +222,7 @@ func newFakeInstance(t *testing.T, rt runtimes.Runtime, l config.Limits) *fakeIn
 		t.Fatal(err)
 	}
 	f := &fakeInstance{
-		limits: l, ws: ws, dir: dir, start: time.Now(),
+		limits: l, ws: ws, dir: dir, start: time.Now(), marks: make(chan struct{}, 8),
 		events: make(chan cgroup.Event, 4), dead: make(chan struct{}),
 	}
 	f.fakeInterp = newFakeInterp(f, rt, f.dead, false)
@@ -477,6 +482,13 @@ func (it *fakeInterp) run(id, code string, prog bool) {
 			return
 		case "cpu":
 			f.cpu.Add(int64(24 * time.Hour))
+		case "write":
+			p, c, _ := strings.Cut(arg, " ")
+			if err := os.WriteFile(filepath.Join(f.dir, p), []byte(c), 0o644); err != nil {
+				f.misused("fake runtime: write: %v", err)
+			}
+		case "mark":
+			f.marks <- struct{}{}
 		case "oom":
 			f.oomKills.Add(1)
 			f.events <- cgroup.EventOOM

@@ -26,6 +26,13 @@ func (f Files) report(op, path string, n int64, start time.Time, err error) {
 	}
 }
 
+// done asks for a recovery point of the files a change (err nil) left.
+func (f Files) done(err error) {
+	if err == nil {
+		f.s.live.request(time.Now())
+	}
+}
+
 // Write writes the file at p from r, at most max bytes.
 func (f Files) Write(p string, r io.Reader, max int64, mode os.FileMode) (int64, error) {
 	start := time.Now()
@@ -34,6 +41,7 @@ func (f Files) Write(p string, r io.Reader, max int64, mode os.FileMode) (int64,
 		return 0, err
 	}
 	n, err := f.s.workspace().Write(p, r, max, mode)
+	f.done(err)
 	f.report(FileUpload, p, n, start, err)
 	return n, err
 }
@@ -92,6 +100,7 @@ func (f Files) Remove(p string, recursive bool) error {
 		return err
 	}
 	err := f.s.workspace().Remove(p, recursive)
+	f.done(err)
 	f.report(FileRemove, p, 0, start, err)
 	return err
 }
@@ -103,6 +112,7 @@ func (f Files) Stat(p string) (workspace.Entry, error) { return f.s.workspace().
 func (f Files) Mkdir(p string) error {
 	start := time.Now()
 	err := f.s.workspace().Mkdir(p)
+	f.done(err)
 	f.report(FileMkdir, p, 0, start, err)
 	return err
 }
@@ -111,6 +121,7 @@ func (f Files) Mkdir(p string) error {
 func (f Files) Move(from, to string) error {
 	start := time.Now()
 	err := f.s.workspace().Rename(from, to)
+	f.done(err)
 	f.report(FileMove, from+" -> "+to, 0, start, err)
 	return err
 }

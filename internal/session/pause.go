@@ -55,6 +55,10 @@ type pausedMeta struct {
 	// MemoryError: why the pause kept no memory where it was to keep it
 	// (paused.memory_error), said again after a restart.
 	MemoryError string `json:"memory_error,omitempty"`
+	// Recovered: the session was live when its server ended without
+	// pausing it, and this image was made of its recovery point (see
+	// live.go): what that kept (paused.recovered, then restored_reason).
+	Recovered string `json:"recovered,omitempty"`
 }
 
 // memoryLostError is the memory_error of a paused session whose pause
@@ -113,7 +117,7 @@ func (p *pausedSession) info(keep time.Duration) apitype.Session {
 		Paused: &apitype.PausedInfo{
 			PausedAt: p.meta.PausedAt.UTC(), Files: p.stats.Files, Dirs: p.stats.Dirs,
 			Bytes: p.stats.Bytes, DiskBytes: p.stats.DiskBytes, ExpiresAt: p.meta.PausedAt.Add(keep).UTC(),
-			ExplicitResume: p.meta.ExplicitResume,
+			ExplicitResume: p.meta.ExplicitResume, Recovered: p.meta.Recovered,
 		},
 	}
 	if p.memBytes > 0 {
@@ -149,6 +153,9 @@ func (m *Manager) LoadPaused() error {
 	if err := privdir.Ensure(m.persistDir(), 0o700); err != nil {
 		return fmt.Errorf("%w: persistence.dir: %v", errdefs.ErrUnavailable, err)
 	}
+	// Live sessions a server that ended without pausing them left
+	// recovery points of are paused sessions from now on.
+	m.recoverLive()
 	ids, swept, err := pauseimage.List(m.persistDir())
 	if err != nil {
 		return fmt.Errorf("%w: persistence.dir: %v", errdefs.ErrUnavailable, err)

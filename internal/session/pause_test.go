@@ -174,7 +174,7 @@ func TestPauseResume(t *testing.T) {
 	if again, err := m.ResumeFor(context.Background(), s.ID()); err != nil || again != r {
 		t.Errorf("a second resume: %v", err)
 	}
-	if ents, _ := os.ReadDir(cfg.Persistence.Dir); len(ents) != 0 {
+	if ents, _ := persisted(cfg.Persistence.Dir); len(ents) != 0 {
 		t.Errorf("the image outlived the resume: %v", ents)
 	}
 	if _, err := execute(t, r, "out y", nil); err != nil {
@@ -333,7 +333,7 @@ func TestPauseRefused(t *testing.T) {
 		if _, err := execute(t, s, "out x", nil); err != nil {
 			t.Errorf("the session does not run after a refused pause: %v", err)
 		}
-		if ents, _ := os.ReadDir(cfg.Persistence.Dir); len(ents) != 0 {
+		if ents, _ := persisted(cfg.Persistence.Dir); len(ents) != 0 {
 			t.Errorf("a refused pause left %v", ents)
 		}
 	})
@@ -414,7 +414,7 @@ func TestShutdownPausesBusySessions(t *testing.T) {
 			t.Errorf("%s ended for %q at shutdown, want paused", s.ID(), end.Code)
 		}
 	}
-	if ents, _ := os.ReadDir(cfg.Persistence.Dir); len(ents) != 2 {
+	if ents, _ := persisted(cfg.Persistence.Dir); len(ents) != 2 {
 		t.Errorf("%d images after the shutdown, want 2", len(ents))
 	}
 }
@@ -447,7 +447,7 @@ func TestShutdownBounded(t *testing.T) {
 	if end := ended(t, idle); end.Code != apitype.EndPaused {
 		t.Errorf("the idle session ended for %q, want paused", end.Code)
 	}
-	ents, _ := os.ReadDir(cfg.Persistence.Dir)
+	ents, _ := persisted(cfg.Persistence.Dir)
 	if len(ents) != 1 || ents[0].Name() != idle.ID() {
 		t.Errorf("images after the shutdown: %v, want only %s", ents, idle.ID())
 	}
@@ -544,7 +544,7 @@ func TestResumeCancelled(t *testing.T) {
 	if err != nil || d.State != apitype.StatePaused || d.Paused.Error != "" {
 		t.Errorf("after the cancelled resume: %+v, %v", d.Paused, err)
 	}
-	if ents, _ := os.ReadDir(cfg.Persistence.Dir); len(ents) != 1 {
+	if ents, _ := persisted(cfg.Persistence.Dir); len(ents) != 1 {
 		t.Errorf("beside the image: %v", ents)
 	}
 	if got, _ := os.ReadFile(tarPath); !bytes.Equal(got, image) {
@@ -683,7 +683,7 @@ func TestFork(t *testing.T) {
 	if _, err := execute(t, s, "out x", nil); err != nil {
 		t.Errorf("the source after a fork: %v", err)
 	}
-	if ents, _ := os.ReadDir(cfg.Persistence.Dir); len(ents) != 0 {
+	if ents, _ := persisted(cfg.Persistence.Dir); len(ents) != 0 {
 		t.Errorf("a fork left %v", ents)
 	}
 
@@ -764,7 +764,7 @@ func TestPauseBounded(t *testing.T) {
 		if _, err := execute(t, s, "out x", nil); err != nil {
 			t.Errorf("the session does not run after a refused pause: %v", err)
 		}
-		if ents, _ := os.ReadDir(cfg.Persistence.Dir); len(ents) != 0 {
+		if ents, _ := persisted(cfg.Persistence.Dir); len(ents) != 0 {
 			t.Errorf("a refused pause left %v", ents)
 		}
 	})
@@ -839,7 +839,7 @@ func TestDeleteWhilePausing(t *testing.T) {
 	if _, err := m.Find(context.Background(), s.ID()); !errors.Is(err, errdefs.ErrGone) {
 		t.Errorf("the deleted session: %v", err)
 	}
-	if ents, _ := os.ReadDir(cfg.Persistence.Dir); len(ents) != 0 {
+	if ents, _ := persisted(cfg.Persistence.Dir); len(ents) != 0 {
 		t.Errorf("a deleted session's image was kept: %v", ents)
 	}
 
@@ -861,7 +861,7 @@ func TestDeleteWhilePausing(t *testing.T) {
 	if _, err := m.Find(context.Background(), s2.ID()); !errors.Is(err, errdefs.ErrGone) {
 		t.Errorf("the session deleted as its pause ended: %v", err)
 	}
-	if ents, _ := os.ReadDir(cfg.Persistence.Dir); len(ents) != 0 {
+	if ents, _ := persisted(cfg.Persistence.Dir); len(ents) != 0 {
 		t.Errorf("its image was kept: %v", ents)
 	}
 }

@@ -154,7 +154,7 @@ func TestPauseFilesOnly(t *testing.T) {
 		t.Errorf("resumed: restored %q (%s), restores %q", ri.Restored, ri.RestoredReason, ri.Restores)
 	}
 	checkFiles(t, r, someFiles)
-	if ents, _ := os.ReadDir(cfg.Persistence.Dir); len(ents) != 0 {
+	if ents, _ := persisted(cfg.Persistence.Dir); len(ents) != 0 {
 		t.Errorf("left after the resume: %v", ents)
 	}
 	if n := ms.checkpoints.Load(); n != 0 {
@@ -300,7 +300,7 @@ func TestResumeFilesOnly(t *testing.T) {
 		t.Errorf("resumed with the files only: restored %q (%s)", ri.Restored, ri.RestoredReason)
 	}
 	checkFiles(t, r, someFiles)
-	if ents, _ := os.ReadDir(cfg.Persistence.Dir); len(ents) != 0 {
+	if ents, _ := persisted(cfg.Persistence.Dir); len(ents) != 0 {
 		t.Errorf("left after the resume: %v", ents)
 	}
 	m.DeleteFor(ctx, s.ID())

@@ -58,7 +58,7 @@ func TestPersistenceDirIsTheServers(t *testing.T) {
 	if !s.End().Zero() {
 		t.Errorf("the session ended: %v", s.End())
 	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+	if ents, _ := persisted(dir); len(ents) != 0 {
 		t.Errorf("written into it: %v", ents)
 	}
 	os.Chmod(dir, 0o700)

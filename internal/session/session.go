@@ -104,8 +104,13 @@ type Manager struct {
 	creates  sync.WaitGroup // creations under way, waited for by Close
 	closed   bool
 	oneShots map[*Session]struct{} // running one-shot and program runs
-	bg       sync.WaitGroup        // one-shot runs and their teardowns
-	lastFree atomic.Int64          // unix nanoseconds of the last returnMemory
+	// going: sessions ended and no longer listed whose teardown has not
+	// finished (their sandbox closing, their recovery point removed):
+	// Close waits for them too.
+	going    map[*Session]struct{}
+	bg       sync.WaitGroup // one-shot runs and their teardowns
+	seals    sync.WaitGroup // sessions' seals of their recovery points
+	lastFree atomic.Int64   // unix nanoseconds of the last returnMemory
 	// policy: tenants' output redaction and code rules (nil: none).
 	policy *policy
 	// packages installs packages into sessions and runs.
@@ -398,6 +403,10 @@ type Session struct {
 
 	teardownOnce sync.Once
 	gone         chan struct{} // closed when everything is freed
+
+	// live is its recovery point (live.go; nil: persistence off, or not
+	// a client's session), set before the session is visible.
+	live *livePoint
 }
 
 // ValidateEnv checks client environment variables against the caps.
@@ -596,6 +605,7 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest, 
 		return nil, err
 	}
 	s.made = req
+	s.live = m.newLive(s)
 	if r == nil && req.OnTimeoutRestores == apitype.RestoreMemory {
 		// Known once its sandbox is made: a session that cannot keep
 		// what its timeout is to keep is not handed over.
@@ -620,6 +630,9 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest, 
 			if r.memory != nil {
 				s.restoredWhy = "the memory image was not restored (" + errdefs.Message(r.memory.why) + "); the files were"
 			}
+			if r.meta.Recovered != "" {
+				s.restoredWhy = r.meta.Recovered
+			}
 			if m.hook != nil {
 				m.hook("restoring", r.meta.ID)
 			}
@@ -634,6 +647,10 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest, 
 		if err != nil {
 			s.teardownOnce.Do(s.teardown)
 			return nil, err
+		}
+		if !r.fork {
+			// Its first recovery point is made of the image it came from.
+			s.live.fromImage(s.workspace(), r.image)
 		}
 	}
 	if len(tools) > 0 {
@@ -675,6 +692,8 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest, 
 	}
 	m.sessions[s.id] = s
 	m.mu.Unlock()
+	// Its first point: the workspace as it was made (or restored).
+	s.live.first(time.Now())
 	go s.monitor()
 	m.log.Info("session created", "session", s.id, "language", s.lang.Lang, "sandbox", s.inst.Name(), "ms", time.Since(s.inst.Started()).Milliseconds())
 	if m.obs != nil {
@@ -1029,7 +1048,17 @@ func (m *Manager) Close() {
 		go func() { defer wg.Done(); s.terminate(apitype.Ended(apitype.EndShutdown)); <-s.gone }()
 	}
 	wg.Wait()
+	m.mu.Lock()
+	going := make([]*Session, 0, len(m.going))
+	for s := range m.going {
+		going = append(going, s)
+	}
+	m.mu.Unlock()
+	for _, s := range going {
+		<-s.gone
+	}
 	m.bg.Wait()
+	m.seals.Wait()
 }
 
 // acquire takes an execution slot, waiting up to the queue timeout.
@@ -1217,6 +1246,14 @@ func (s *Session) terminate(end apitype.End) {
 		_, registered := m.sessions[s.id]
 		if registered {
 			delete(m.sessions, s.id)
+			select {
+			case <-s.gone:
+			default:
+				if m.going == nil {
+					m.going = map[*Session]struct{}{}
+				}
+				m.going[s] = struct{}{}
+			}
 			m.keepHistoryLocked(s, end)
 			// A paused session's record is its listing (m.paused, made
 			// with its end's claim): whoever takes it from there, a
@@ -1264,7 +1301,13 @@ func (s *Session) terminate(end apitype.End) {
 }
 
 func (s *Session) teardown() {
-	defer close(s.gone)
+	defer func() {
+		m := s.m
+		m.mu.Lock()
+		close(s.gone)
+		delete(m.going, s)
+		m.mu.Unlock()
+	}()
 	s.attachMu.Lock()
 	defer s.attachMu.Unlock()
 	s.closeEgress()
@@ -1272,6 +1315,8 @@ func (s *Session) teardown() {
 	if err := s.inst.Close(); err != nil {
 		s.m.log.Error("session teardown", "session", s.id, "err", err)
 	}
+	// Ended (a pause's image is in place already): nothing to recover.
+	s.live.close()
 	// Their processes went with the sandbox.
 	for _, c := range s.besides() {
 		c.beside.Close()

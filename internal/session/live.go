@@ -1,0 +1,387 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/internal/errdefs"
+	"airlock/internal/pauseimage"
+	"airlock/internal/workspace"
+)
+
+// Recovery points (persistence on): a client's session keeps, on
+// persistence.dir, a copy of its workspace as of its last completed
+// operation (an execution, a command, a file written, removed or moved
+// through the API), sealed whole (pauseimage.Live). A server that ends
+// without pausing it (kill -9, a crash, power loss) finds the point at
+// its next start and lists the session as paused with those files
+// (Manager.recoverLive). A seal runs after the operation, off its
+// request's path; the session's next execution waits until the seal has
+// copied what changed (not for its syncs), so that no point mixes the
+// files of two executions. One whose files did not change since the
+// last point (a warm "x = 1") seals nothing.
+
+// livePoint is a session's recovery point and its sealing, one seal at
+// a time.
+type livePoint struct {
+	s      *Session
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// mu guards the fields below. l is the point (nil until the first
+	// seal makes it); last the snapshot of what its last seal copied;
+	// pending: an operation completed at at since the running seal
+	// listed the files; ready is closed once the workspace needs no copy
+	// (nothing pending, the running seal's copy done; nil: it needs
+	// none); idle is closed once no seal runs (nil: none does); closed:
+	// the session ended (close removes the point).
+	mu      sync.Mutex
+	l       *pauseimage.Live
+	last    workspace.Snapshot
+	pending bool
+	at      time.Time
+	ready   chan struct{}
+	idle    chan struct{}
+	closed  bool
+	// from: the first point is made of the image a resume restored
+	// (nil: of the workspace).
+	from *liveFrom
+}
+
+// liveFrom is what a resumed session's first point is made of: the
+// workspace as listed right after its files were restored, and the
+// image's archive they were restored from.
+type liveFrom struct {
+	entries   []workspace.Entry
+	truncated bool
+	files     *os.File
+}
+
+// fromImage makes lp's first point of im, which ws was just restored
+// from (before the session is visible): a resume's first execution
+// does not wait for a copy of the files it brought back. Without a
+// listing or the archive, the first point is copied from ws.
+func (lp *livePoint) fromImage(ws *workspace.Dir, im *pauseimage.Image) {
+	if lp == nil {
+		return
+	}
+	ents, truncated, err := ws.List("", true)
+	if err != nil {
+		return
+	}
+	f, err := im.Archive()
+	if err != nil {
+		return
+	}
+	lp.mu.Lock()
+	lp.from = &liveFrom{entries: ents, truncated: truncated, files: f}
+	lp.mu.Unlock()
+}
+
+// newLive is the recovery point of s, a client's session being made
+// (nil with persistence off); its first seal is asked for once the
+// session is registered.
+func (m *Manager) newLive(s *Session) *livePoint {
+	if !m.cfg.Persistence.Enabled {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &livePoint{s: s, ctx: ctx, cancel: cancel}
+}
+
+// changed asks for a seal when after (the workspace as an execution
+// left it, completed at at) is not what the point keeps.
+func (lp *livePoint) changed(after workspace.Snapshot, at time.Time) {
+	if lp == nil {
+		return
+	}
+	lp.mu.Lock()
+	same := lp.ready == nil && lp.last.Same(after)
+	lp.mu.Unlock()
+	if !same {
+		lp.request(at)
+	}
+}
+
+// request asks for a seal of the workspace as an operation that
+// completed at at left it.
+func (lp *livePoint) request(at time.Time) { lp.requestAt(at, true) }
+
+// first asks for the session's first point, as it is registered: one
+// made of the image a resume restored reads nothing of the workspace,
+// and no execution waits for it.
+func (lp *livePoint) first(at time.Time) {
+	if lp == nil {
+		return
+	}
+	lp.mu.Lock()
+	copies := lp.from == nil
+	lp.mu.Unlock()
+	lp.requestAt(at, copies)
+}
+
+// requestAt asks for a seal; copies: it reads the workspace, which the
+// next execution waits for.
+func (lp *livePoint) requestAt(at time.Time, copies bool) {
+	if lp == nil {
+		return
+	}
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	if lp.closed {
+		return
+	}
+	lp.pending, lp.at = true, at
+	if lp.ready == nil && copies {
+		lp.ready = make(chan struct{})
+	}
+	if lp.idle != nil {
+		return // the running seal seals again
+	}
+	lp.idle = make(chan struct{})
+	m := lp.s.m
+	m.seals.Add(1)
+	go func() {
+		defer m.seals.Done()
+		lp.run()
+	}()
+}
+
+// run seals until nothing is pending.
+func (lp *livePoint) run() {
+	for {
+		lp.mu.Lock()
+		if lp.closed || !lp.pending {
+			lp.readyLocked()
+			close(lp.idle)
+			lp.idle = nil
+			lp.mu.Unlock()
+			return
+		}
+		lp.pending = false
+		at := lp.at
+		lp.mu.Unlock()
+		lp.seal(at)
+	}
+}
+
+// readyLocked says the workspace needs no copy, unless one is pending
+// (mu is held).
+func (lp *livePoint) readyLocked() {
+	if lp.ready != nil && (!lp.pending || lp.closed) {
+		close(lp.ready)
+		lp.ready = nil
+	}
+}
+
+// seal makes the workspace as it is now the point of the operation
+// that completed at at.
+func (lp *livePoint) seal(at time.Time) {
+	s, m := lp.s, lp.s.m
+	if liveHook != nil {
+		liveHook("sealing", s.id)
+	}
+	lp.mu.Lock()
+	l := lp.l
+	lp.mu.Unlock()
+	if l == nil {
+		var err error
+		if l, err = pauseimage.NewLive(m.persistDir(), s.id); err != nil {
+			m.log.Warn("a session's recovery point could not be made; a kill -9 of the server would lose its files", "session", s.id, "err", err)
+			return
+		}
+		lp.mu.Lock()
+		lp.l = l
+		lp.mu.Unlock()
+	}
+	meta := s.pausedMeta()
+	meta.PausedAt = at
+	raw, err := json.Marshal(meta)
+	if err != nil {
+		return
+	}
+	max := min(int64(m.cfg.Persistence.MaxImageBytes), int64(s.limits.Disk))
+	lp.mu.Lock()
+	from := lp.from
+	lp.from = nil
+	if from != nil {
+		// Made of the image: nothing of the workspace is read, the next
+		// execution may write at once.
+		lp.last = workspace.SnapshotOf(from.entries, from.truncated)
+		lp.readyLocked()
+	}
+	lp.mu.Unlock()
+	if from != nil {
+		_, err := l.SealFromImage(lp.ctx, at, raw, from.entries, from.truncated, from.files, max)
+		from.files.Close()
+		if err == nil {
+			if liveHook != nil {
+				liveHook("sealed", s.id)
+			}
+			return
+		}
+		if lp.ctx.Err() == nil {
+			m.log.Info("a resumed session's first recovery point could not be made of its image; copying its workspace", "session", s.id, "err", err)
+		}
+		// Copied from the workspace instead, at once (waited for).
+		lp.mu.Lock()
+		lp.last = workspace.Snapshot{}
+		if !lp.closed {
+			lp.pending = true
+			if lp.ready == nil {
+				lp.ready = make(chan struct{})
+			}
+		}
+		lp.mu.Unlock()
+		return
+	}
+	_, err = l.Seal(lp.ctx, at, raw, s.workspace(), max, m.liveRoom, func(snap workspace.Snapshot) {
+		// Copied: the next execution may write.
+		lp.mu.Lock()
+		lp.last = snap
+		lp.readyLocked()
+		lp.mu.Unlock()
+	})
+	if err != nil {
+		lp.mu.Lock()
+		lp.last = workspace.Snapshot{} // the next execution seals again
+		lp.mu.Unlock()
+		if !errors.Is(err, errdefs.ErrGone) && lp.ctx.Err() == nil {
+			m.log.Warn("a session's recovery point could not be sealed; it stays at the last one", "session", s.id, "point_at", l.Sealed().At, "err", err)
+		}
+		return
+	}
+	if liveHook != nil {
+		liveHook("sealed", s.id)
+	}
+}
+
+// wait waits until the workspace needs no copy for a point: the next
+// execution's files are not those of the point being sealed.
+func (lp *livePoint) wait(ctx context.Context) error {
+	if lp == nil {
+		return nil
+	}
+	lp.mu.Lock()
+	ready := lp.ready
+	lp.mu.Unlock()
+	if ready == nil {
+		return nil
+	}
+	if liveHook != nil {
+		liveHook("waiting", lp.s.id)
+	}
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// close ends the point with its session: a seal under way is stopped
+// (at its next read) and waited for, and the point removed.
+func (lp *livePoint) close() {
+	if lp == nil {
+		return
+	}
+	lp.mu.Lock()
+	lp.closed = true
+	lp.cancel()
+	idle := lp.idle
+	lp.mu.Unlock()
+	if idle != nil {
+		<-idle
+	}
+	// No seal runs or starts now: l is the last word.
+	lp.mu.Lock()
+	l, from := lp.l, lp.from
+	lp.l, lp.from = nil, nil
+	lp.mu.Unlock()
+	if from != nil {
+		from.files.Close()
+	}
+	if l != nil {
+		lp.remove(l)
+	}
+}
+
+func (lp *livePoint) remove(l *pauseimage.Live) {
+	if err := l.Remove(); err != nil {
+		lp.s.m.log.Error("removing an ended session's recovery point; the next start would list it as paused", "session", lp.s.id, "err", err)
+	}
+}
+
+// liveHook, if set (tests), is called as a seal begins ("sealing"),
+// once it is sealed ("sealed"), and as an execution waits for one
+// ("waiting").
+var liveHook func(point, id string)
+
+// liveRoom refuses a seal that would copy n bytes onto persistence.dir
+// with less than imageHeadroom left beside them and the pauses under
+// way.
+func (m *Manager) liveRoom(n int64) error {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(m.persistDir(), &fs); err != nil {
+		return errdefs.Private(errdefs.ErrUnavailable, "the server's disk for recovery points cannot be read", err)
+	}
+	free := int64(fs.Bavail) * int64(fs.Bsize)
+	m.mu.Lock()
+	var reserved int64
+	for _, r := range m.reserved {
+		reserved += r
+	}
+	m.mu.Unlock()
+	if n+reserved+imageHeadroom > free {
+		return fmt.Errorf("%w: the server's disk for paused sessions has no room for this session's changed files (%d bytes)", errdefs.ErrUnavailable, n)
+	}
+	return nil
+}
+
+// recoveredReason is what a session recovered from its point says
+// (paused.recovered, then its resume's restored_reason).
+func recoveredReason(p pauseimage.Point) string {
+	r := "recovered after the server ended unexpectedly: workspace as of the last completed execution at " + p.At.UTC().Format(time.RFC3339Nano)
+	if p.Behind != "" {
+		r += fmt.Sprintf("; what completed after it (at %s) could not be kept: %s", p.BehindAt.UTC().Format(time.RFC3339Nano), p.Behind)
+	}
+	return r + "; its interpreters start afresh"
+}
+
+// recoverLive makes the recovery points a server that ended without
+// pausing its sessions left under persistence.dir paused sessions'
+// images, which LoadPaused then lists. A point that cannot be used is
+// left for the operator, and logged.
+func (m *Manager) recoverLive() {
+	ids, err := pauseimage.ListLive(m.persistDir())
+	if err != nil {
+		m.log.Error("the recovery points of live sessions cannot be listed", "dir", m.persistDir(), "err", err)
+		return
+	}
+	for _, id := range ids {
+		p, st, err := pauseimage.Recover(context.Background(), m.persistDir(), id, int64(m.cfg.Persistence.MaxImageBytes), func(p pauseimage.Point) ([]byte, error) {
+			var meta pausedMeta
+			if err := json.Unmarshal(p.Session, &meta); err != nil || meta.ID != id {
+				return nil, fmt.Errorf("%w: the recovery point of %s describes another session, or is malformed", errdefs.ErrImageCorrupt, id)
+			}
+			meta.PausedAt, meta.Recovered = p.At, recoveredReason(p)
+			meta.MemoryPending, meta.MemoryError, meta.ExplicitResume = false, "", false
+			return json.Marshal(meta)
+		})
+		switch {
+		case errors.Is(err, errdefs.ErrNotFound), errors.Is(err, errdefs.ErrConflict):
+			m.log.Info("a recovery point was not needed", "session", id, "why", err)
+		case err != nil:
+			m.log.Error("a live session's recovery point cannot be recovered; it is left for the operator", "session", id, "dir", pauseimage.LiveDir(m.persistDir(), id), "err", err)
+		default:
+			m.log.Warn("a live session lost to the server's end is recovered as paused, its workspace as of its last completed execution", "session", id, "point_at", p.At, "files", st.Files, "bytes", st.Bytes, "behind", p.Behind)
+		}
+	}
+}
