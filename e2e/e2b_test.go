@@ -92,6 +92,22 @@ func runE2BScript(t *testing.T, script string, cfg map[string]any) {
 // metadata, a call resumes the autoResume one, connect the other with
 // the same tokens. A wrong token is still refused after the restart.
 func TestE2BSDKRestart(t *testing.T) {
+	e2bAcrossRestart(t, "restart.mjs", "PAUSED ", syscall.SIGTERM)
+}
+
+// TestE2BSDKKilled: E2B sandboxes that were never paused outlive a
+// server killed with SIGKILL (e2b/killed.mjs): the next start lists
+// them paused, recovered from their last completed operation, and the
+// SDK's objects of before resume them (a call, connect) with their
+// files and tokens.
+func TestE2BSDKKilled(t *testing.T) {
+	e2bAcrossRestart(t, "killed.mjs", "LIVE ", syscall.SIGKILL)
+}
+
+// e2bAcrossRestart runs the SDK script, which prints ready and the
+// sandboxes' ids, stops the server with sig, starts it again on the
+// same address, data_dir and store, and lets the script finish.
+func e2bAcrossRestart(t *testing.T, script, ready string, sig syscall.Signal) {
 	node, dir := e2bSDK(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -103,7 +119,7 @@ func TestE2BSDKRestart(t *testing.T) {
 		"persistence": map[string]any{"enabled": true},
 		"pool":        map[string]any{"size": map[string]int{"python": 1, "bash": 0, "javascript": 0}}})
 	key := s.newKey("e2b-team")
-	cmd := exec.Command(node, "restart.mjs")
+	cmd := exec.Command(node, script)
 	cmd.Dir, cmd.Env = dir, e2bEnv(s, key)
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
@@ -140,8 +156,8 @@ func TestE2BSDKRestart(t *testing.T) {
 			}
 		}
 	}
-	ids := strings.Fields(next("PAUSED "))[1:]
-	s = restart(t, s, syscall.SIGTERM)
+	ids := strings.Fields(next(ready))[1:]
+	s = restart(t, s, sig)
 	if s.URL != "http://"+addr {
 		t.Fatalf("the server came back on %s, not %s", s.URL, addr)
 	}
