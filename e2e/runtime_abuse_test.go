@@ -103,10 +103,20 @@ print("started")
 func TestStoppedRuntimeDoesNotHangExecute(t *testing.T) {
 	s := startServer(t, nil)
 	id := s.newSession("python", nil)
+	// The runtime stops itself once its execution has ended, when the
+	// test says so (a file it uploads), not after a time a loaded host
+	// may take to send the execution's end.
 	s.exec(id, `
 import os, signal, threading, time
-threading.Thread(target=lambda: (time.sleep(0.3), os.kill(os.getpid(), signal.SIGSTOP)), daemon=True).start()
+def stop():
+    for _ in range(3000):
+        if os.path.exists('/workspace/stop'):
+            break
+        time.sleep(0.01)
+    os.kill(os.getpid(), signal.SIGSTOP)
+threading.Thread(target=stop, daemon=True).start()
 `)
+	upload(t, s.c, id, "stop", "1")
 	// Wait until the runtime is stopped.
 	for deadline := time.Now().Add(30 * time.Second); !anyStopped(s.name); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
