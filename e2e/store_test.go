@@ -212,7 +212,9 @@ func TestSharedStoreCluster(t *testing.T) {
 		if ended {
 			break
 		}
-		if time.Since(killed) > 3*time.Second+2*time.Second {
+		// (the others notice at their next heartbeats, which a loaded
+		// host delays: a session never marked stays so)
+		if time.Since(killed) > 30*time.Second {
 			t.Fatalf("airlock-2's session is not marked ended %s after its kill (lease_timeout 3s): %+v", time.Since(killed), l)
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -232,14 +234,17 @@ func TestSharedStoreCluster(t *testing.T) {
 	if _, err := s1.airlockCLI("keys", "revoke", id); err != nil {
 		t.Fatal(err)
 	}
+	// What a server cached it read before the revocation: a request that
+	// begins KeyTTL (1 s) after it must be refused, however slow the host.
 	revoked := time.Now()
 	for _, s := range []*server{s0, s1, s2b} {
 		for {
+			late := time.Since(revoked) >= time.Second
 			_, err := s.as(key).Sessions(ctx)
 			if e := apiError(err); e != nil && e.Status == 401 {
 				break
 			}
-			if time.Since(revoked) > 1500*time.Millisecond {
+			if late {
 				t.Fatalf("the revoked key still works on %s %s after the revocation: %v", s.name, time.Since(revoked), err)
 			}
 			time.Sleep(10 * time.Millisecond)
@@ -500,10 +505,11 @@ func TestSharedStorePaused(t *testing.T) {
 		return info.ID
 	}
 	// seen waits until airlock-0 lists the sessions as want says (state,
-	// or "" for not listed); it fails after 10 s (lease_timeout is 3 s).
+	// or "" for not listed); it fails after 30 s (lease_timeout is 3 s:
+	// a loaded host may take a few leases to get there).
 	seen := func(what string, want map[string]string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(30 * time.Second)
 		for {
 			l, err := s0.as(key).Sessions(ctx)
 			got := map[string]string{}
