@@ -19,7 +19,7 @@ import (
 // q (they are committed by then: the API reads the database).
 func (s *server) waitAudit(key string, q url.Values, n int) []apitype.AuditRecord {
 	s.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		l, err := s.as(key).Audit(context.Background(), q)
 		if err != nil {

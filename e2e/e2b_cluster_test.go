@@ -104,7 +104,7 @@ func TestE2BCluster(t *testing.T) {
 	if code, body := s0.raw("POST", "/sandboxes/"+box.SandboxID+"/pause", nil, ctl); code != 204 {
 		t.Fatalf("pause on airlock-0: %d %s", code, body)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for listed(s1, "state=paused")[box.SandboxID] != "paused/cluster" {
 		if time.Now().After(deadline) {
 			t.Fatalf("airlock-1 does not list the paused sandbox: %v", listed(s1, ""))

@@ -40,7 +40,7 @@ func TestErrorsKeepHostInternalsInTheLog(t *testing.T) {
 		}
 		return false
 	}
-	for deadline := time.Now().Add(10 * time.Second); !logged() && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(30 * time.Second); !logged() && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if !logged() {

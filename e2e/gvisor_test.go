@@ -246,7 +246,7 @@ func TestGVisorLeavesNothing(t *testing.T) {
 			}
 			<-s.done
 			if sig == syscall.SIGKILL {
-				deadline := time.Now().Add(15 * time.Second)
+				deadline := time.Now().Add(30 * time.Second)
 				for len(runscProcs(s.name)) > 0 && time.Now().Before(deadline) {
 					time.Sleep(100 * time.Millisecond)
 				}

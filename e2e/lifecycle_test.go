@@ -66,7 +66,7 @@ func isCgroup2() bool {
 // cgroup parent and /run/parent as its state directory.
 func checkNothingLeft(parent string) []string {
 	var left []string
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // a loaded host ends them late; a leak never
 	for {
 		left = nil
 		if p := sandboxProcs(parent); len(p) > 0 {
@@ -173,7 +173,9 @@ func TestSIGTERMLeavesNothing(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Error("a running execution did not end with the server")
 	}
-	if took := time.Since(start); took > 5*time.Second {
+	// An execution that held the shutdown would end only at its 10 s
+	// bound; a loaded host may take seconds to stop without it.
+	if took := time.Since(start); took >= 10*time.Second {
 		t.Errorf("SIGTERM with an execution running took %v: the execution held the shutdown", took)
 	}
 	if left := checkNothingLeft(s.name); len(left) > 0 {
@@ -208,8 +210,9 @@ func TestSIGKILLThenRestartCleansUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-s.done
-	// The inits notice their server is gone and end their sandboxes.
-	deadline := time.Now().Add(10 * time.Second)
+	// The inits notice their server is gone and end their sandboxes
+	// (late on a loaded host; never, were they broken).
+	deadline := time.Now().Add(30 * time.Second)
 	for len(sandboxProcs(s.name)) > 0 && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}

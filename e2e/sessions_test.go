@@ -192,7 +192,9 @@ func testTimeoutKeepsState(t *testing.T, s *server) {
 		if err != nil || !r.Killed || r.KillReason != "timeout" || r.Error == nil || r.Error.Name != "TimeoutError" {
 			t.Fatalf("%q: %v, result %+v", code, err, r)
 		}
-		if d := time.Since(start); d > 5*time.Second {
+		// (a timeout not applied lasts the code's 60 s; a loaded host
+		// may take seconds to apply one)
+		if d := time.Since(start); d > 30*time.Second {
 			t.Fatalf("timeout took %v", d)
 		}
 		if r := s.exec(id, "kept"); text(r, "result") != "'still here'" {

@@ -190,7 +190,7 @@ func TestTerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	// No terminal outlives its session: the server holds no master.
-	for deadline := time.Now().Add(10 * time.Second); s.ptyMasters() != 0; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); s.ptyMasters() != 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the server still holds %d pty masters after the session ended", s.ptyMasters())
 		}
