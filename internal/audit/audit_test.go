@@ -318,7 +318,7 @@ func TestWriteFailureHoldsAndRefuses(t *testing.T) {
 		}
 		broken.Store(false)
 		// The retry (every second) writes them without a new record.
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(30 * time.Second)
 		for l.Health().Status != "ok" && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}

@@ -135,7 +135,7 @@ func TestCommandTools(t *testing.T) {
 	}
 	// SIGKILL is sent to the group when the call ends; the kernel takes
 	// a moment to remove what it killed.
-	for deadline := time.Now().Add(10 * time.Second); processesWith(marker) != 0; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); processesWith(marker) != 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d processes of command tools outlived their calls", processesWith(marker))
 		}

@@ -27,7 +27,7 @@ func TestInitReapsOrphans(t *testing.T) {
 	if e.Status.ExitStatus() != 0 {
 		t.Fatal(e)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, out, _ := runIn(t, sb, []string{"/bin/sh", "-c", "ps -eo stat,comm | grep sleep || true"})
 		if strings.TrimSpace(out) == "" {

@@ -288,7 +288,7 @@ func TestRunCancelled(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrTimeout) {
 		t.Errorf("Run: %v, want ErrTimeout", err)
 	}
-	if d := time.Since(start); d > 5*time.Second {
+	if d := time.Since(start); d > 30*time.Second { // not the program's 60 s; a loaded host may take seconds
 		t.Errorf("cancelling took %v", d)
 	}
 }

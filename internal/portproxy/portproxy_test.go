@@ -293,7 +293,7 @@ func TestWebSocket(t *testing.T) {
 // test servers' own may come and go).
 func waitGoroutines(t *testing.T, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for runtime.NumGoroutine() > n+2 {
 		if time.Now().After(deadline) {
 			buf := make([]byte, 1<<20)

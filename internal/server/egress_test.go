@@ -303,7 +303,7 @@ print(try_(lambda: os.kill(1, 9)))
 	if n := netnsFDs(); n != nsBefore {
 		t.Errorf("the server holds %d network namespace handles after the session ended, %d before", n, nsBefore)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for fds() > before && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
