@@ -30,7 +30,7 @@ const testUID = 1_999_000
 // testDir returns a Dir on a fresh tmpfs mounted with opts, and a second
 // O_PATH descriptor of its root through which the test (as root) plays
 // the sandbox and sets traps.
-func testDir(t *testing.T, opts string) (*Dir, int) {
+func testDir(t testing.TB, opts string) (*Dir, int) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		testenv.Skip(t, "privileged test: needs root to mount a tmpfs and take the sandbox user's ids")
@@ -776,4 +776,117 @@ type stalledClient struct{}
 
 func (stalledClient) Read([]byte) (int, error) {
 	return 0, fmt.Errorf("%w: the client stalled", errdefs.ErrInvalidArgument)
+}
+
+// BenchmarkSnapshot is what a warm execution pays twice: a snapshot of a
+// small workspace.
+func BenchmarkSnapshot(b *testing.B) {
+	for _, files := range []int{0, 1} {
+		b.Run(fmt.Sprintf("files=%d", files), func(b *testing.B) {
+			d, _ := testDir(b, "size=1m")
+			for i := range files {
+				if _, err := d.Write(fmt.Sprintf("f%d", i), strings.NewReader("a"), 1, 0o644); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			for range b.N {
+				if s := TakeSnapshot(d); s.Truncated || len(s.files) != files {
+					b.Fatalf("%+v", s)
+				}
+			}
+		})
+	}
+}
+
+// An empty workspace is seen empty from its root's size alone (tmpfs
+// counts the entries), and a snapshot of it is what a listing gives;
+// any entry, of any kind, or a root its user may not list, sends the
+// snapshot to the listing as before.
+func TestSnapshotOfAnEmptyWorkspace(t *testing.T) {
+	d, ctl := testDir(t, "size=1m")
+	empty := func(want bool) {
+		t.Helper()
+		if got := d.Empty(); got != want {
+			t.Fatalf("Empty() = %v, want %v", got, want)
+		}
+		ents, truncated, err := d.List("", true)
+		if want && (err != nil || truncated || len(ents) != 0) {
+			t.Fatalf("Empty() with a listing of %v (truncated %v, %v)", ents, truncated, err)
+		}
+	}
+	empty(true)
+	before := TakeSnapshot(d)
+	if before.Truncated || len(before.files) != 0 {
+		t.Fatalf("snapshot of an empty workspace: %+v", before)
+	}
+	// The sandbox makes each kind of entry, then removes it.
+	for _, tc := range []struct {
+		name       string
+		make, undo func() error
+	}{
+		{"file", func() error { return mkfile(ctl, "a") }, func() error { return unix.Unlinkat(ctl, "a", 0) }},
+		{"hidden file", func() error { return mkfile(ctl, ".h") }, func() error { return unix.Unlinkat(ctl, ".h", 0) }},
+		{"directory", func() error { return unix.Mkdirat(ctl, "d", 0o755) }, func() error { return unix.Unlinkat(ctl, "d", unix.AT_REMOVEDIR) }},
+		{"symlink", func() error { return unix.Symlinkat("/etc/passwd", ctl, "l") }, func() error { return unix.Unlinkat(ctl, "l", 0) }},
+		{"fifo", func() error { return unix.Mkfifoat(ctl, "f", 0o644) }, func() error { return unix.Unlinkat(ctl, "f", 0) }},
+		{"file renamed", func() error {
+			if err := mkfile(ctl, "x"); err != nil {
+				return err
+			}
+			return unix.Renameat(ctl, "x", ctl, "y")
+		}, func() error { return unix.Unlinkat(ctl, "y", 0) }},
+	} {
+		if err := tc.make(); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		empty(false)
+		if tc.name == "file" {
+			if ch := before.Changes(TakeSnapshot(d)); len(ch) != 1 || ch[0].Path != "a" || ch[0].Change != "created" {
+				t.Errorf("a file made in an empty workspace: %+v", ch)
+			}
+		}
+		if err := tc.undo(); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		empty(true)
+	}
+	// A root its user may not list: the listing fails (a truncated
+	// snapshot), and Empty says nothing.
+	if err := unix.Fchmodat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", ctl), 0o300, 0); err != nil {
+		t.Fatal(err)
+	}
+	if d.Empty() {
+		t.Error("Empty() of a root its user may not read")
+	}
+	if s := TakeSnapshot(d); !s.Truncated {
+		t.Errorf("snapshot of a root its user may not read: %+v", s)
+	}
+	if err := unix.Fchmodat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", ctl), 0o755, 0); err != nil {
+		t.Fatal(err)
+	}
+	empty(true)
+	// Not a tmpfs: never taken as empty.
+	hfd, err := unix.Open(t.TempDir(), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := New(hfd, os.Getuid(), os.Getgid(), hostCopy)
+	defer host.Close()
+	if host.Empty() {
+		t.Error("Empty() of a host directory")
+	}
+	d.Close()
+	if d.Empty() {
+		t.Error("Empty() of a closed workspace")
+	}
+}
+
+// mkfile makes an empty regular file rel beneath dirfd.
+func mkfile(dirfd int, rel string) error {
+	fd, err := unix.Openat(dirfd, rel, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return err
+	}
+	return unix.Close(fd)
 }

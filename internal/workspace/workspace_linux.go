@@ -30,6 +30,9 @@ type Dir struct {
 	uid, gid int // host ids of the sandbox user, who owns what we create
 	copy     Copier
 	root     string // how paths beneath are shown: "/workspace", or a host directory
+	// tmpfs: the root is a tmpfs directory, whose size counts its
+	// entries (Empty). Set by New, never changed.
+	tmpfs bool
 }
 
 // A Copier writes everything src yields into dst, a regular file Write
@@ -49,7 +52,37 @@ type Copier func(dst *os.File, src io.Reader) (int64, error)
 // Files the host creates are given to uid:gid (host ids); copy writes
 // their contents.
 func New(fd, uid, gid int, copy Copier) *Dir {
-	return &Dir{fd: fd, uid: uid, gid: gid, copy: copy, root: "/workspace"}
+	var fs unix.Statfs_t
+	tmpfs := unix.Fstatfs(fd, &fs) == nil && fs.Type == unix.TMPFS_MAGIC
+	return &Dir{fd: fd, uid: uid, gid: gid, copy: copy, root: "/workspace", tmpfs: tmpfs}
+}
+
+// emptyDirSize is the size tmpfs gives a directory with no entries: it
+// counts every entry in the size (BOGO_DIRENT_SIZE, 20 bytes), "." and
+// ".." included, and adjusts it on every link, unlink, rename and
+// whiteout.
+const emptyDirSize = 40
+
+// Empty reports whether the workspace certainly has no entries, for the
+// price of one fstat of the root: it is a tmpfs directory of tmpfs's
+// empty size with no subdirectory, which the sandbox user owns and may
+// read and search (so that a listing as that user would succeed, and
+// find nothing). False means nothing: list it.
+func (d *Dir) Empty() bool {
+	if !d.tmpfs {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.fd < 0 {
+		return false
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(d.fd, &st); err != nil {
+		return false
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFDIR && st.Size == emptyDirSize && st.Nlink == 2 &&
+		int(st.Uid) == d.uid && st.Mode&0o500 == 0o500
 }
 
 // OpenOut opens the host directory dir (made if missing), into which
