@@ -222,16 +222,21 @@ func (l *Live) seal(ctx context.Context, at time.Time, session []byte, ws *works
 			}
 		}
 	}()
+	// What the copies may take in all: a file may have grown since it
+	// was listed (code still running in the sandbox), and the point
+	// holds no more than max whatever it does.
+	left := max - (contents - toCopy)
 	for i, idx := range copies {
 		if err := ctx.Err(); err != nil {
 			return snap, err
 		}
 		e := &next.Entries[idx]
 		name := strconv.Itoa(next.Seq) + "-" + strconv.Itoa(i)
-		st, err := l.copyIn(ctx, ws, e.Path, name, max)
+		st, err := l.copyIn(ctx, ws, e.Path, name, left, max)
 		if err != nil {
 			return snap, err
 		}
+		left -= st.size
 		staged = append(staged, name)
 		e.Stage, e.Size, e.Mode = name, st.size, st.mode
 		nextHeld[e.Path] = st
@@ -265,12 +270,13 @@ func (l *Live) seal(ctx context.Context, at time.Time, session []byte, ws *works
 
 // copyIn copies the regular file rel of ws into stage/name: only what
 // ws.Open opens (beneath its root, never through a symlink, only a
-// regular file), exactly its size, and only if it did not change while
-// it was read (its size and time stamp, from its descriptor, before and
-// after), tried twice.
-func (l *Live) copyIn(ctx context.Context, ws *workspace.Dir, rel, name string, max int64) (held, error) {
+// regular file), exactly its size, at most left bytes (what the point
+// has left of max: a file may have grown since it was listed), and only
+// if it did not change while it was read (its size and time stamp, from
+// its descriptor, before and after), tried twice.
+func (l *Live) copyIn(ctx context.Context, ws *workspace.Dir, rel, name string, left, max int64) (held, error) {
 	for try := 0; try < 2; try++ {
-		h, err := l.copyOnce(ctx, ws, rel, name, max)
+		h, err := l.copyOnce(ctx, ws, rel, name, left, max)
 		if !errors.Is(err, errChanged) {
 			return h, err
 		}
@@ -278,7 +284,7 @@ func (l *Live) copyIn(ctx context.Context, ws *workspace.Dir, rel, name string, 
 	return held{}, fmt.Errorf("%w: /workspace/%s kept changing while it was copied (a background process?)", errdefs.ErrConflict, rel)
 }
 
-func (l *Live) copyOnce(ctx context.Context, ws *workspace.Dir, rel, name string, max int64) (held, error) {
+func (l *Live) copyOnce(ctx context.Context, ws *workspace.Dir, rel, name string, left, max int64) (held, error) {
 	f, e, err := ws.Open(rel)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return held{}, fmt.Errorf("%w: /workspace/%s was removed while it was copied", errdefs.ErrConflict, rel)
@@ -287,8 +293,9 @@ func (l *Live) copyOnce(ctx context.Context, ws *workspace.Dir, rel, name string
 		return held{}, err
 	}
 	defer f.Close()
-	if e.Size > max {
-		return held{}, errChanged
+	if e.Size > left {
+		return held{}, fmt.Errorf("%w: /workspace/%s grew to %d bytes while the workspace was copied: its files would come to more than a paused session may hold (%d)",
+			errdefs.ErrTooLarge, rel, e.Size, max)
 	}
 	sr := &strictReader{r: f, left: e.Size}
 	mode := uint32(modeOf(e.Mode))

@@ -378,6 +378,43 @@ func TestLiveBounded(t *testing.T) {
 	}
 }
 
+// TestLiveBoundedWhileCopied: files that grow after the listing (code
+// still running in the sandbox: here, each grown sparse to 3 MiB, each
+// under the cap, together over it) are not copied past the cap: the
+// seal is refused, nothing it staged stays, and the last point stands
+// saying why. Checked against a mutant: each file bounded by the cap
+// alone (9 MiB copied, the point sealed over its 4 MiB).
+func TestLiveBoundedWhileCopied(t *testing.T) {
+	src, ws, root, l := liveWith(t, "s-8")
+	grown := []string{"a.txt", "sub/b.txt", "gone.txt"}
+	for _, p := range grown {
+		if err := os.WriteFile(filepath.Join(src, p), []byte("changed"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sealHook = func(step string) {
+		if step != "listed" {
+			return
+		}
+		for _, p := range grown {
+			os.Truncate(filepath.Join(src, p), 3<<20)
+		}
+	}
+	defer func() { sealHook = nil }()
+	_, err := l.Seal(context.Background(), time.Now(), []byte(`{}`), ws, 4<<20, nil, nil)
+	sealHook = nil
+	if !errors.Is(err, errdefs.ErrTooLarge) || !strings.Contains(err.Error(), "grew") {
+		t.Fatalf("files grown past the cap while copied: %v", err)
+	}
+	if ents, err := os.ReadDir(filepath.Join(LiveDir(root, "s-8"), liveStage)); err != nil || len(ents) != 0 {
+		t.Errorf("staged files left: %v %v", ents, err)
+	}
+	pt, got, err := recovered(t, crashCopy(t, root), "s-8")
+	if err != nil || pt.Seq != 1 || !sameFiles(got, stateA) || !strings.Contains(pt.Behind, "grew") {
+		t.Errorf("recovered point %d (behind %q): %v %v", pt.Seq, pt.Behind, short(got), err)
+	}
+}
+
 // TestLiveDamaged: a point whose files the disk lost (a file of tree/
 // truncated) or whose point.json is damaged is refused and left for
 // the operator; one superseded by a pause image is removed.
