@@ -124,7 +124,7 @@ func NewLive(root, id string) (*Live, error) {
 	if err := EnsureRoot(root); err != nil {
 		return nil, err
 	}
-	if err := RemoveLive(root, id); err != nil {
+	if err := RemoveLive(root, id); err != nil && !errors.Is(err, ErrLeftBehind) {
 		return nil, diskErr(err)
 	}
 	dir := LiveDir(root, id)
@@ -412,20 +412,13 @@ func (l *Live) Remove() error {
 }
 
 // RemoveLive removes the recovery point of id under root (none is not
-// an error): renamed out of the way first, so that a crash in the
-// middle leaves a temporary List sweeps, never half a point.
+// an error) durably (see end): once it returns nil or ErrLeftBehind, no
+// later start recovers it; any other error leaves it whole.
 func RemoveLive(root, id string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
-	gone := filepath.Join(root, tmpPrefix+"rmlive-"+id)
-	if err := os.Rename(LiveDir(root, id), gone); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-		return err
-	}
-	return os.RemoveAll(gone)
+	return end(root, LiveDir(root, id))
 }
 
 // ListLive returns the ids of the recovery points under root: the live
@@ -549,7 +542,7 @@ func Recover(ctx context.Context, root, id string, max int64, describe func(Poin
 		return Point{}, Stats{}, err
 	}
 	l.Close()
-	if err := RemoveLive(root, id); err != nil {
+	if err := RemoveLive(root, id); err != nil && !errors.Is(err, ErrLeftBehind) {
 		return b.Point, st, fmt.Errorf("the recovery point of %s is an image now, but could not be removed: %w", id, err)
 	}
 	return b.Point, st, nil

@@ -31,6 +31,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -801,22 +802,127 @@ func List(root string) (ids []string, swept int, err error) {
 	return ids, swept, nil
 }
 
-// Remove deletes the image of id (none is not an error).
+// Remove ends the image of id (none is not an error) durably: once it
+// returns nil, no later List (no restart, not after a crash or power
+// loss) lists it again. An error other than ErrLeftBehind means the
+// image stands, whole, where it was: the caller must not report it
+// ended. See end.
 func Remove(root, id string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
-	// Renamed out of the way first: a crash in the middle of removing it
-	// leaves a temporary to sweep, not a half image.
-	dir := filepath.Join(root, id)
-	gone := filepath.Join(root, tmpPrefix+"rm-"+id)
-	if err := os.Rename(dir, gone); err != nil {
+	return end(root, filepath.Join(root, id))
+}
+
+// rmPrefix names what an end (Remove, RemoveLive, RemoveKept) marked
+// removed: the marker is the rename, made durable before anything is
+// deleted. List and SweepRemoved delete such remains; nothing lists
+// them. (Older airlocks' ".tmp-rm<name>" and ".tmp-rmlive-<id>" share
+// the prefix.)
+const rmPrefix = tmpPrefix + "rm"
+
+// ErrLeftBehind: an end is durable (what it ended is marked removed on
+// disk, synced, and never listed again) but its remains could not all
+// be deleted, or the marker's sync failed and could not be undone (a
+// later sync makes it durable): SweepRemoved deletes them and syncs, as
+// the next start's List does. Callers count the thing ended and sweep
+// later.
+var ErrLeftBehind = errors.New("ended; its remains are left for a later sweep")
+
+// removeFault, when set (tests), is called before each step of an end
+// ("mark", "sync", "delete") with the name of what ends; an error it
+// returns is that step's.
+var removeFault atomic.Pointer[func(step, name string) error]
+
+// SetRemoveFault sets f as the fault a test injects into each step of
+// an end (see removeFault) and returns what undoes it. For tests only
+// (of this package and the session manager's).
+func SetRemoveFault(f func(step, name string) error) (undo func()) {
+	old := removeFault.Swap(&f)
+	return func() { removeFault.Store(old) }
+}
+
+func fault(step, name string) error {
+	if f := removeFault.Load(); f != nil && *f != nil {
+		return (*f)(step, name)
+	}
+	return nil
+}
+
+// end removes dir, a directory of root, durably and never half: it is
+// first renamed to a marker name of its own (rmPrefix, unique: the
+// remains of an earlier end of the same name are never in the way) and
+// root synced, so that a crash afterwards, or a failed deletion, leaves
+// remains no List loads; only then is it deleted. When the rename or
+// the sync fails, it is put back and the error returned: nothing ended.
+func end(root, dir string) error {
+	name := filepath.Base(dir)
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	gone, err := os.MkdirTemp(root, rmPrefix+"-"+name+"-")
+	if err != nil {
+		return fmt.Errorf("marking %s removed: %w", name, err)
+	}
+	if err = fault("mark", name); err == nil {
+		// Onto the empty directory just made: rename(2) replaces it
+		// (os.Rename refuses to).
+		if err = unix.Rename(dir, gone); err != nil {
+			err = &os.LinkError{Op: "rename", Old: dir, New: gone, Err: err}
+		}
+	}
+	if err != nil {
+		os.Remove(gone)
 		if errors.Is(err, os.ErrNotExist) {
 			return nil
 		}
-		return err
+		return fmt.Errorf("marking %s removed: %w", name, err)
 	}
-	return os.RemoveAll(gone)
+	if err = fault("sync", name); err == nil {
+		err = syncDir(root)
+	}
+	if err != nil {
+		if rerr := os.Rename(gone, dir); rerr != nil {
+			return fmt.Errorf("%w: %s is marked removed but the mark is not synced (%v), nor could it be undone: %v", ErrLeftBehind, name, err, rerr)
+		}
+		return fmt.Errorf("syncing the removal of %s (undone): %w", name, err)
+	}
+	if err = fault("delete", name); err == nil {
+		err = os.RemoveAll(gone)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrLeftBehind, name, err)
+	}
+	return nil
+}
+
+// SweepRemoved deletes the remains of ends (see end) under root, then
+// syncs root; swept counts what it deleted.
+func SweepRemoved(root string) (swept int, err error) {
+	ents, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var errs []error
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), rmPrefix) {
+			continue
+		}
+		if err := fault("delete", e.Name()); err != nil {
+			errs = append(errs, err)
+		} else if err := os.RemoveAll(filepath.Join(root, e.Name())); err != nil {
+			errs = append(errs, err)
+		} else {
+			swept++
+		}
+	}
+	if err := syncDir(root); err != nil {
+		errs = append(errs, err)
+	}
+	return swept, errors.Join(errs...)
 }
 
 // A paused session's memory (a gVisor checkpoint, written after its
@@ -1127,17 +1233,13 @@ func keptID(name string) string {
 }
 
 // RemoveKept removes the kept memory image in dir (see ListKept), which
-// must be one under root. Called again after it failed, it finishes what
-// is left (the directory, or what was renamed out of the way).
+// must be one under root, durably (see end): ErrLeftBehind leaves
+// remains for SweepRemoved.
 func RemoveKept(root, dir string) error {
 	if filepath.Dir(dir) != filepath.Clean(root) || !strings.HasPrefix(filepath.Base(dir), keptPrefix) {
 		return fmt.Errorf("%w: %q is not a kept memory image", errdefs.ErrInvalidArgument, dir)
 	}
-	gone := filepath.Join(root, tmpPrefix+"rm"+filepath.Base(dir))
-	if err := os.Rename(dir, gone); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return os.RemoveAll(gone)
+	return end(root, dir)
 }
 
 // MemoryDir is the directory of the image's checkpoint.

@@ -638,7 +638,7 @@ func TestKeepMemory(t *testing.T) {
 		t.Errorf("RemoveKept of a paused session's image: %v", err)
 	}
 	// A removal that failed half-way (renamed out of the way, not
-	// removed): called again, it finishes.
+	// removed): SweepRemoved finishes it.
 	half := filepath.Join(root, tmpPrefix+"rm"+filepath.Base(legacy))
 	if err := os.Rename(legacy, half); err != nil {
 		t.Fatal(err)
@@ -650,6 +650,9 @@ func TestKeepMemory(t *testing.T) {
 	}
 	if left, _ := ListKept(root, time.Hour); len(left) != 0 {
 		t.Errorf("left: %+v", left)
+	}
+	if n, err := SweepRemoved(root); n != 1 || err != nil {
+		t.Errorf("SweepRemoved: %d, %v", n, err)
 	}
 	if _, err := os.Lstat(half); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the half-removed one stayed: %v", err)
@@ -803,5 +806,79 @@ func TestControlNamesKept(t *testing.T) {
 		if entryPath(bad) {
 			t.Errorf("entryPath(%q) accepted", bad)
 		}
+	}
+}
+
+// TestRemoveNeverHalf: an end that fails at any step either leaves the
+// image whole and listed (an error: the caller reports the session
+// paused still) or ends it durably (nil, or ErrLeftBehind: the marker
+// is synced, List never lists it again, and SweepRemoved or the next
+// List deletes its remains). An image of the same id written after the
+// remains of an earlier end is not in the way of its own end.
+func TestRemoveNeverHalf(t *testing.T) {
+	_, ws := tree(t)
+	boom := errors.New("EIO (injected)")
+	for _, tc := range []struct {
+		step  string
+		ended bool
+	}{{"mark", false}, {"sync", false}, {"delete", true}, {"", true}} {
+		t.Run("fail-"+tc.step, func(t *testing.T) {
+			root := t.TempDir()
+			for i := 0; i < 2; i++ {
+				if _, err := Write(context.Background(), root, "s-1", []byte(`{}`), ws, 8<<20, nil); err != nil {
+					t.Fatal(err)
+				}
+				var steps []string
+				defer SetRemoveFault(func(step, name string) error {
+					steps = append(steps, step)
+					if step == tc.step {
+						return boom
+					}
+					return nil
+				})()
+				err := Remove(root, "s-1")
+				ids, _, lerr := List(root)
+				if lerr != nil {
+					t.Fatal(lerr)
+				}
+				switch {
+				case !tc.ended:
+					if err == nil || errors.Is(err, ErrLeftBehind) || !errors.Is(err, boom) {
+						t.Fatalf("failed at %q: %v, want the failure, not ended", tc.step, err)
+					}
+					if len(ids) != 1 {
+						t.Fatalf("failed at %q, yet the image is not listed whole: %v", tc.step, ids)
+					}
+					if _, err := Open(root, "s-1"); err != nil {
+						t.Fatalf("failed at %q, the image is not whole: %v", tc.step, err)
+					}
+					SetRemoveFault(nil)
+					if err := Remove(root, "s-1"); err != nil {
+						t.Fatalf("again: %v", err)
+					}
+				case tc.step == "delete":
+					if !errors.Is(err, ErrLeftBehind) {
+						t.Fatalf("failed at delete: %v, want ErrLeftBehind", err)
+					}
+					if len(ids) != 0 {
+						t.Fatalf("ended, yet listed: %v", ids)
+					}
+				default:
+					if err != nil || len(ids) != 0 {
+						t.Fatalf("Remove %v, listed %v", err, ids)
+					}
+				}
+				if want := []string{"mark", "sync", "delete"}; len(steps) > 3 || strings.Join(steps, ",") != strings.Join(want[:len(steps)], ",") {
+					t.Errorf("steps %v: the mark is synced before anything is deleted", steps)
+				}
+				SetRemoveFault(nil)
+			}
+			if _, err := SweepRemoved(root); err != nil {
+				t.Fatal(err)
+			}
+			if ents, _ := os.ReadDir(root); len(ents) != 0 {
+				t.Errorf("left behind: %v", ents)
+			}
+		})
 	}
 }

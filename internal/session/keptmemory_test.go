@@ -252,14 +252,18 @@ func TestKeptAttributedAndRetried(t *testing.T) {
 		t.Errorf("usage %+v: want acme %d + 5 (its paused session's), %s 5, \"\" none", u, before, UnknownTenant)
 	}
 
-	// Its removal fails (something in the way of its rename): still
+	// Its removal fails (its rename, marking it removed, fails): still
 	// counted, and removed by a later sweep once it can be.
 	defer func(d time.Duration) { removeRetry = d }(removeRetry)
 	removeRetry = 10 * time.Millisecond
-	obstacle := filepath.Join(cfg.Persistence.Dir, ".tmp-rm"+filepath.Base(orphan))
-	if err := os.MkdirAll(filepath.Join(obstacle, "x"), 0o700); err != nil {
-		t.Fatal(err)
-	}
+	var blocked atomic.Bool
+	blocked.Store(true)
+	defer pauseimage.SetRemoveFault(func(step, name string) error {
+		if step == "mark" && name == filepath.Base(orphan) && blocked.Load() {
+			return errors.New("EIO (injected)")
+		}
+		return nil
+	})()
 	m2.mu.Lock()
 	k := m2.kept[orphan]
 	k.Expires = time.Now().Add(-time.Second)
@@ -272,9 +276,7 @@ func TestKeptAttributedAndRetried(t *testing.T) {
 	if u := m2.PausedUsage()[UnknownTenant]; u.DiskBytes != 5 {
 		t.Errorf("not removed, yet not counted: %+v", u)
 	}
-	if err := os.RemoveAll(obstacle); err != nil {
-		t.Fatal(err)
-	}
+	blocked.Store(false)
 	select {
 	case id := <-removed:
 		if id != gone.ID() {

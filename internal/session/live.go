@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -313,10 +314,27 @@ func (lp *livePoint) close() {
 	}
 }
 
+// remove ends the recovery point of an ended or paused session; when
+// it cannot (its end is not durable), the sweep tries again, or the next
+// start would list the session as paused.
 func (lp *livePoint) remove(l *pauseimage.Live) {
-	if err := l.Remove(); err != nil {
-		lp.s.m.log.Error("removing an ended session's recovery point; the next start would list it as paused", "session", lp.s.id, "err", err)
+	m, id := lp.s.m, lp.s.id
+	err := m.leftOK(l.Remove())
+	if err == nil {
+		return
 	}
+	m.log.Error("removing an ended session's recovery point failed; tried again in a while (until then the next start would list it as paused)", "session", id, "retry", removeRetry, "err", err)
+	name := filepath.Base(pauseimage.LiveDir(m.persistDir(), id))
+	m.removeLater(name, func() error {
+		m.mu.Lock()
+		_, live := m.sessions[id]
+		m.mu.Unlock()
+		if live {
+			// Resumed meanwhile: the point is its own now.
+			return nil
+		}
+		return m.leftOK(pauseimage.RemoveLive(m.persistDir(), id))
+	})
 }
 
 // liveHook, if set (tests), is called as a seal begins ("sealing"),

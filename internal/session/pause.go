@@ -246,11 +246,20 @@ func (m *Manager) PausedKeepers() (map[string]bool, error) {
 }
 
 // sweepPaused deletes the paused sessions kept longer than
-// persistence.keep, then runs again when the next one is due.
+// persistence.keep, then runs again when the next one is due. An expired
+// session whose image cannot be removed stays listed (and counted) as
+// paused, as it stays on disk, and is tried again removeRetry later, as
+// are kept memory images, what ended elsewhere but could not be removed
+// (endLater) and the remains of ends (leftBehind).
 func (m *Manager) sweepPaused() {
 	keep := m.cfg.Persistence.Keep.D()
 	now := time.Now()
-	var due []string
+	type expiring struct {
+		id   string
+		p    *pausedSession
+		done chan struct{}
+	}
+	var due []expiring
 	next := time.Duration(0)
 	m.mu.Lock()
 	if m.closed {
@@ -260,9 +269,11 @@ func (m *Manager) sweepPaused() {
 	for id, p := range m.paused {
 		left := p.meta.PausedAt.Add(keep).Sub(now)
 		if left <= 0 && p.resuming == nil {
-			due = append(due, id)
-			delete(m.paused, id)
-			m.rememberEndLocked(id, apitype.Ended(apitype.EndLifetime), p.meta.Tenant)
+			// Busy while its image goes: a resume waits, a delete
+			// conflicts, another sweep skips it.
+			done := make(chan struct{})
+			p.resuming = done
+			due = append(due, expiring{id, p, done})
 		} else if next == 0 || left < next {
 			next = left
 		}
@@ -276,6 +287,10 @@ func (m *Manager) sweepPaused() {
 			next = left
 		}
 	}
+	later := m.endLater
+	m.endLater = nil
+	leftBehind := m.leftBehind
+	m.leftBehind = false
 	if next > 0 {
 		if m.sweeper == nil {
 			m.sweeper = time.AfterFunc(next, m.sweepPaused)
@@ -284,19 +299,42 @@ func (m *Manager) sweepPaused() {
 		}
 	}
 	m.mu.Unlock()
-	for _, id := range due {
-		if err := pauseimage.Remove(m.persistDir(), id); err != nil {
-			m.log.Error("removing an expired paused session", "session", id, "err", err)
+	retry := false
+	removed := false
+	for _, e := range due {
+		err := m.endImage(e.id)
+		m.mu.Lock()
+		e.p.resuming = nil
+		if err == nil {
+			delete(m.paused, e.id)
+			m.rememberEndLocked(e.id, apitype.Ended(apitype.EndLifetime), e.p.meta.Tenant)
+		}
+		m.mu.Unlock()
+		close(e.done)
+		if err != nil {
+			m.log.Error("removing an expired paused session failed; it stays paused (and counted) until it can be removed, tried again in a while", "session", e.id, "retry", removeRetry, "err", err)
+			retry = true
 		} else {
-			m.log.Info("paused session expired (persistence.keep)", "session", id)
+			removed = true
+			m.log.Info("paused session expired (persistence.keep)", "session", e.id)
 		}
 	}
-	if len(due) > 0 {
+	for name, remove := range later {
+		if err := remove(); err != nil {
+			m.log.Error("removing what ended failed again; tried again in a while", "name", name, "retry", removeRetry, "err", err)
+			m.removeLater(name, remove)
+			retry = true
+		} else {
+			removed = true
+			m.log.Info("removed what ended earlier but could not be removed then", "name", name)
+		}
+	}
+	if removed {
 		m.imagesRemoved()
 	}
 	var failed []pauseimage.Kept
 	for _, k := range keptDue {
-		if err := pauseimage.RemoveKept(m.persistDir(), k.Dir); err != nil {
+		if err := m.leftOK(pauseimage.RemoveKept(m.persistDir(), k.Dir)); err != nil {
 			m.log.Error("removing an expired memory image kept for inspection; tried again in a while", "dir", k.Dir, "retry", removeRetry, "err", err)
 			failed = append(failed, k)
 		} else {
@@ -306,27 +344,116 @@ func (m *Manager) sweepPaused() {
 			}
 		}
 	}
-	if len(failed) > 0 {
-		// Still on the disk: still counted, and removed by a sweep
-		// removeRetry from now (or sooner, when one is due sooner).
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if m.closed {
-			return
+	if leftBehind {
+		if n, err := pauseimage.SweepRemoved(m.persistDir()); err != nil {
+			m.log.Error("deleting the remains of ended sessions' images; tried again in a while", "dir", m.persistDir(), "retry", removeRetry, "err", err)
+			m.mu.Lock()
+			m.leftBehind = true
+			m.mu.Unlock()
+		} else if n > 0 {
+			m.log.Info("deleted the remains of ended sessions' images", "count", n)
 		}
-		for _, k := range failed {
-			k.Expires = now.Add(removeRetry)
-			m.keptLocked(k)
-		}
-		retry := removeRetry
-		if next > 0 && next < retry {
-			retry = next
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	for _, k := range failed {
+		// Still on the disk: still counted, and removed by a later
+		// sweep.
+		k.Expires = now.Add(removeRetry)
+		m.keptLocked(k)
+	}
+	if len(failed) > 0 || retry || m.leftBehind || len(m.endLater) > 0 {
+		if next == 0 || removeRetry < next {
+			next = removeRetry
 		}
 		if m.sweeper == nil {
-			m.sweeper = time.AfterFunc(retry, m.sweepPaused)
+			m.sweeper = time.AfterFunc(next, m.sweepPaused)
 		} else {
-			m.sweeper.Reset(retry)
+			m.sweeper.Reset(next)
 		}
+	}
+	m.mu.Unlock()
+	if m.hook != nil {
+		m.hook("swept", "")
+	}
+}
+
+// endImage ends the image of the paused session (or the fork's copy) id
+// durably (pauseimage.Remove). nil: it is ended, and no start lists it
+// again (its remains, if any, are deleted by a later sweep). An error:
+// it stands whole, and the caller must say the session is still paused.
+func (m *Manager) endImage(id string) error {
+	if err := m.leftOK(pauseimage.Remove(m.persistDir(), id)); err != nil {
+		return errdefs.Private(errdefs.ErrUnavailable, "the server could not remove the paused session's image from its disk; it stays paused: try again", err)
+	}
+	return nil
+}
+
+// leftOK makes err, an end's, nil when the end is durable but its
+// remains are left (pauseimage.ErrLeftBehind): a later sweep deletes
+// them.
+func (m *Manager) leftOK(err error) error {
+	if !errors.Is(err, pauseimage.ErrLeftBehind) {
+		return err
+	}
+	m.log.Warn("ended, but its remains could not all be deleted from the disk; tried again in a while", "retry", removeRetry, "err", err)
+	m.mu.Lock()
+	m.leftBehind = true
+	m.mu.Unlock()
+	m.sweepSoon()
+	return nil
+}
+
+// removeLater has the sweep remove name (with remove), which ended but
+// could not be removed where nobody could be told, every removeRetry
+// until it is gone.
+func (m *Manager) removeLater(name string, remove func() error) {
+	m.mu.Lock()
+	if m.endLater == nil {
+		m.endLater = map[string]func() error{}
+	}
+	m.endLater[name] = remove
+	m.mu.Unlock()
+	m.sweepSoon()
+}
+
+// endImageLater ends the image id where a failure cannot be reported
+// (its session ended otherwise, or is running on): when it cannot, the
+// sweep tries again, unless the session id is live or paused again by
+// then (its image is its own).
+func (m *Manager) endImageLater(id string) {
+	var remove func() error
+	remove = func() error {
+		m.mu.Lock()
+		_, live := m.sessions[id]
+		_, paused := m.paused[id]
+		m.mu.Unlock()
+		if live || paused {
+			return fmt.Errorf("%w: the session %s is live or paused again; its stale image is removed once it is neither", errdefs.ErrConflict, id)
+		}
+		return m.leftOK(pauseimage.Remove(m.persistDir(), id))
+	}
+	if err := m.leftOK(pauseimage.Remove(m.persistDir(), id)); err != nil {
+		m.log.Error("removing an image that is no longer needed failed; tried again in a while (until then a restart would list it as paused)", "image", id, "retry", removeRetry, "err", err)
+		m.removeLater(id, remove)
+	}
+}
+
+// sweepSoon has the sweep run removeRetry from now, or sooner when it
+// is due sooner.
+func (m *Manager) sweepSoon() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	if m.sweeper == nil {
+		m.sweeper = time.AfterFunc(removeRetry, m.sweepPaused)
+	} else {
+		m.sweeper.Reset(removeRetry)
 	}
 }
 
@@ -339,7 +466,7 @@ func (m *Manager) sweepPaused() {
 const UnknownTenant = "(unknown)"
 
 // removeRetry is how soon a sweep tries again to remove what it could
-// not (a kept memory image).
+// not (an expired paused session, a kept memory image, see sweepPaused).
 var removeRetry = time.Minute
 
 // keptLocked counts the kept memory image k (m.mu is held); sweepPaused
@@ -664,9 +791,7 @@ func (s *Session) pause(ctx context.Context, ask PauseAsk, must bool) (apitype.S
 		// After the files: a checkpoint that fails leaves them standing.
 		n, err := s.writeMemory(ctx, s.id, st.DiskBytes, false)
 		if err != nil && must {
-			if rerr := pauseimage.Remove(m.persistDir(), s.id); rerr != nil {
-				m.log.Error("removing the image of a pause whose memory could not be kept", "session", s.id, "err", rerr)
-			}
+			m.endImageLater(s.id)
 			m.log.Warn("a session's memory could not be kept, as its pause asked; it keeps running", "session", s.id, "err", err)
 			return apitype.Session{}, fmt.Errorf("restores %q: its memory could not be kept (the session keeps running: pause again, or ask for \"files\"): %w", keep, err)
 		}
@@ -698,9 +823,7 @@ func (s *Session) pause(ctx context.Context, ask PauseAsk, must bool) (apitype.S
 	s.mu.Unlock()
 	if !end.Zero() {
 		m.mu.Unlock()
-		if err := pauseimage.Remove(m.persistDir(), s.id); err != nil {
-			m.log.Error("removing the image of a session that ended while it was paused", "session", s.id, "err", err)
-		}
+		m.endImageLater(s.id)
 		m.imagesRemoved()
 		return apitype.Session{}, gone(end)
 	}
@@ -877,7 +1000,17 @@ type restoring struct {
 	// fork: the session is a new one (a fork), not the paused one
 	// resumed.
 	fork bool
+	// commit, if set, is the last step of the session's making before
+	// it is visible (see resume); its error (notCommitted) fails
+	// the making, with no other try.
+	commit func(*Session) error
 }
+
+// notCommitted is the error of a restore's commit (restoring.commit),
+// which says nothing more than it.
+type notCommitted struct{ error }
+
+func (e notCommitted) Unwrap() error { return e.error }
 
 // owner is ctx acting for the session's owner: a session resumed or
 // forked is its owner's tenant's, whoever asks (an admin, the operator),
@@ -964,7 +1097,28 @@ func (m *Manager) resume(ctx context.Context, id, keep string) (*Session, error)
 		m.log.Info("a session paused with its memory is resumed with its files, as asked", "session", id)
 		mr = nil
 	}
-	s, err := m.createRestored(ctx, req, &restoring{meta: p.meta, image: im, memory: mr})
+	// The resume is done once its image's end is durable, before the
+	// session is visible: else the next start would list the session
+	// paused again (its image as it was, the recovery point of its live
+	// changes discarded beside it). When the image cannot be ended, the
+	// resumed sandbox goes and the session stays paused, whole.
+	commit := func(s *Session) error {
+		refused := mr != nil && s.restored != apitype.RestoreMemory
+		if refused {
+			m.keepRefused(s, p, mr)
+		}
+		if err := m.endImage(id); err != nil {
+			m.log.Error("a resumed session's image could not be removed; the resume fails, the session stays paused", "session", id, "err", err)
+			if refused {
+				m.mu.Lock()
+				p.memErr = mr.why
+				m.mu.Unlock()
+			}
+			return notCommitted{err}
+		}
+		return nil
+	}
+	s, err := m.createRestored(ctx, req, &restoring{meta: p.meta, image: im, memory: mr, commit: commit})
 	if err != nil {
 		release()
 		return fail(m.resumeFailed(p, err))
@@ -975,12 +1129,6 @@ func (m *Manager) resume(ctx context.Context, id, keep string) (*Session, error)
 		m.log.Warn("a session paused with its memory resumed with its files", "session", id, "why", s.restoredWhy)
 	}
 	m.observePause(OpResume, kind, begun, nil)
-	if mr != nil && kind != apitype.RestoreMemory {
-		m.keepRefused(s, p, mr)
-	}
-	if err := pauseimage.Remove(m.persistDir(), id); err != nil {
-		m.log.Error("removing a resumed session's image", "session", id, "err", err)
-	}
 	m.imagesRemoved()
 	attrs := []any{"session", id, "restored", kind, "ms", time.Since(begun).Milliseconds()}
 	if mr != nil && mr.restored {
@@ -1046,7 +1194,7 @@ func (m *Manager) createRestored(ctx context.Context, req apitype.CreateSessionR
 		return m.create(ctx, req, r)
 	}
 	s, err := m.create(context.WithValue(ctx, resumeMemory{}, mr), req, r)
-	if err != nil && mr.restored && ctx.Err() == nil {
+	if err != nil && mr.restored && ctx.Err() == nil && !errors.As(err, new(notCommitted)) {
 		// Its memory came back but the session could not be made of it:
 		// its files, then, and it says why.
 		m.log.Warn("a session restored with its memory could not be made of it; restoring its files", "session", r.meta.ID, "err", err)
@@ -1099,13 +1247,28 @@ func (m *Manager) deletePaused(id string, who *identity.Identity) (found bool, e
 	}
 	if p.resuming != nil {
 		m.mu.Unlock()
-		return true, fmt.Errorf("%w: the session is being resumed; delete it once it is live", errdefs.ErrConflict)
+		return true, fmt.Errorf("%w: the session is being resumed (or removed); delete it once it is live", errdefs.ErrConflict)
 	}
-	delete(m.paused, id)
-	m.rememberEndLocked(id, apitype.Ended(apitype.EndDeleted), p.meta.Tenant)
+	// Busy while its image goes (a resume waits, another delete
+	// conflicts); it ends only once its image's end is durable, else
+	// it stays paused and the client is told (never deleted half: an
+	// image left in place would be listed paused again at the next
+	// start).
+	done := make(chan struct{})
+	p.resuming = done
 	m.mu.Unlock()
-	if err := pauseimage.Remove(m.persistDir(), id); err != nil {
-		m.log.Error("removing a deleted paused session's image", "session", id, "err", err)
+	err = m.endImage(id)
+	m.mu.Lock()
+	p.resuming = nil
+	if err == nil {
+		delete(m.paused, id)
+		m.rememberEndLocked(id, apitype.Ended(apitype.EndDeleted), p.meta.Tenant)
+	}
+	m.mu.Unlock()
+	close(done)
+	if err != nil {
+		m.log.Error("deleting a paused session failed: its image could not be removed; it stays paused", "session", id, "err", err)
+		return true, err
 	}
 	m.imagesRemoved()
 	return true, nil
@@ -1385,7 +1548,7 @@ func (m *Manager) fork(ctx context.Context, id string, src *Session, paused bool
 		if err != nil {
 			return nil, err
 		}
-		defer pauseimage.Remove(m.persistDir(), imageID)
+		defer m.endImageLater(imageID)
 	}
 	im, err := pauseimage.Open(m.persistDir(), imageID)
 	if err == nil {

@@ -138,6 +138,14 @@ type Manager struct {
 	// (pauseimage.Kept, by directory), under mu: counted in their
 	// tenant's paused bytes until sweeper deletes them at their expiry.
 	kept map[string]pauseimage.Kept
+	// endLater: what ended but is still on persistence.dir (its
+	// removal failed where nobody could be told: a pause that lost a
+	// race with a delete, a fork's copy, an ended session's recovery
+	// point), by name, with what removes it; sweeper tries again every
+	// removeRetry. leftBehind: ends whose remains are left to delete
+	// (pauseimage.ErrLeftBehind). Both under mu.
+	endLater   map[string]func() error
+	leftBehind bool
 	// reserved: the bytes of persistence.dir the pauses and forks under
 	// way may write, by tenant, under mu (see reserveImage).
 	reserved map[string]int64
@@ -664,6 +672,14 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest, 
 		// would ever learn this session's id.
 		s.teardownOnce.Do(s.teardown)
 		return nil, err
+	}
+	if r != nil && r.commit != nil {
+		// The last step before the session is visible (a resume's
+		// image ends here, or the resume fails and it stays paused).
+		if err := r.commit(s); err != nil {
+			s.teardownOnce.Do(s.teardown)
+			return nil, err
+		}
 	}
 	s.userEnv = req.Env
 	// The timers exist before the session is visible: end and Touch,
