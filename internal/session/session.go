@@ -673,6 +673,7 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest, 
 		s.teardownOnce.Do(s.teardown)
 		return nil, err
 	}
+	committed := false
 	if r != nil && r.commit != nil {
 		// The last step before the session is visible (a resume's
 		// image ends here, or the resume fails and it stays paused).
@@ -680,6 +681,7 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest, 
 			s.teardownOnce.Do(s.teardown)
 			return nil, err
 		}
+		committed = true
 	}
 	s.userEnv = req.Env
 	// The timers exist before the session is visible: end and Touch,
@@ -691,7 +693,11 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest, 
 	}
 	s.hist = newHistory(histLimits)
 	m.mu.Lock()
-	if m.closed {
+	// A resume whose image has ended is the only copy of its session:
+	// it is listed even when a shutdown began meanwhile, and the
+	// shutdown (which waits for creations under way before it lists
+	// what to pause) treats it as any other live session.
+	if m.closed && !committed {
 		m.mu.Unlock()
 		s.idleTimer.Stop()
 		if s.lifeTimer != nil {

@@ -207,3 +207,58 @@ func TestEndRetried(t *testing.T) {
 		t.Fatalf("the next start lists it: %+v", l)
 	}
 }
+
+// TestResumeMeetsShutdown: a shutdown that begins once a resume has ended
+// its image (the resumed session is its only copy) pauses the resumed
+// session like any other, files and all; it was torn down and lost.
+func TestResumeMeetsShutdown(t *testing.T) {
+	ctx := identity.With(context.Background(), identity.Identity{Tenant: "acme", KeyID: "k1"})
+	cfg := persistConfig(t)
+	m1, _, _ := newTestManager(t, cfg)
+	s, err := m1.Create(ctx, apitype.CreateSessionRequest{Language: "bash"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := s.ID()
+	writeFiles(t, s, someFiles)
+	m1.Close()
+
+	m2, _, _ := newTestManager(t, cfg)
+	if err := m2.LoadPaused(); err != nil {
+		t.Fatal(err)
+	}
+	// The image's end is durable once its mark is synced: the shutdown
+	// begins right then (Close's first step; the rest of Close waits for
+	// this creation).
+	undo := pauseimage.SetRemoveFault(func(at, name string) error {
+		if at == "delete" {
+			m2.mu.Lock()
+			m2.closed = true
+			m2.mu.Unlock()
+		}
+		return nil
+	})
+	defer undo()
+	if _, err := m2.ResumeFor(ctx, id); err != nil {
+		t.Fatalf("a resume whose image had ended failed: %v", err)
+	}
+	undo()
+	m2.Close()
+
+	m3, _, _ := newTestManager(t, cfg)
+	if err := m3.LoadPaused(); err != nil {
+		t.Fatal(err)
+	}
+	l := m3.List()
+	if len(l) != 1 || l[0].ID != id || l[0].State != apitype.StatePaused {
+		t.Fatalf("after the restart: %+v, want %s paused", l, id)
+	}
+	r, err := m3.ResumeFor(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFiles(t, r, someFiles)
+	if err := m3.DeleteFor(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+}
