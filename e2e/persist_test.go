@@ -498,7 +498,7 @@ func TestKilledServerRecoversLiveSessions(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s after the kill: %v", id, err)
 		}
-		if info.State != apitype.StatePaused || info.Paused == nil || !strings.Contains(info.Paused.Recovered, "recovered after the server ended unexpectedly: workspace as of the last completed execution at ") {
+		if info.State != apitype.StatePaused || info.Paused == nil || !strings.Contains(info.Paused.Recovered, "recovered after the server ended unexpectedly: workspace as of its last completed operation (an execution, a command or a file change) at ") {
 			t.Fatalf("%s after the kill: %+v %+v", id, info, info.Paused)
 		}
 	}

@@ -167,7 +167,8 @@ type PausedInfo struct {
 	ExplicitResume bool `json:"explicit_resume,omitempty"`
 	// Recovered says the session was live when its server ended without
 	// pausing it (kill -9, a crash, power loss), and what was recovered:
-	// its workspace as of its last completed execution, at a time (its
+	// its workspace as of its last completed operation (an execution, a
+	// command or a file change), at a time (its
 	// resume's RestoredReason says it again).
 	Recovered string `json:"recovered,omitempty"`
 }

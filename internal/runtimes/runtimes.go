@@ -80,8 +80,9 @@ type Language struct {
 	// (lean.go); false when unsure. A speed hint only. nil: never.
 	Lean func(code string) bool
 	// LeanProgram reports whether a program file's code is lean (Lean)
-	// and cannot tell either whether its interpreter was started with
-	// leanProgramArgs. A speed hint only. nil: never.
+	// and needs nothing that leanProgramArgs leave out (it can still see
+	// them in its own command line: sys.orig_argv, /proc/self/cmdline).
+	// A speed hint only. nil: never.
 	LeanProgram func(code string) bool
 	// leanProgramArgs follow the binary in the argv of a session runtime
 	// started for one program run alone (cold, not forked from a

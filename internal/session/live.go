@@ -366,7 +366,7 @@ func (m *Manager) liveRoom(n int64) error {
 // recoveredReason is what a session recovered from its point says
 // (paused.recovered, then its resume's restored_reason).
 func recoveredReason(p pauseimage.Point) string {
-	r := "recovered after the server ended unexpectedly: workspace as of the last completed execution at " + p.At.UTC().Format(time.RFC3339Nano)
+	r := "recovered after the server ended unexpectedly: workspace as of its last completed operation (an execution, a command or a file change) at " + p.At.UTC().Format(time.RFC3339Nano)
 	if p.Behind != "" {
 		r += fmt.Sprintf("; what completed after it (at %s) could not be kept: %s", p.BehindAt.UTC().Format(time.RFC3339Nano), p.Behind)
 	}
@@ -399,7 +399,7 @@ func (m *Manager) recoverLive() {
 		case err != nil:
 			m.log.Error("a live session's recovery point cannot be recovered; it is left for the operator", "session", id, "dir", pauseimage.LiveDir(m.persistDir(), id), "err", err)
 		default:
-			m.log.Warn("a live session lost to the server's end is recovered as paused, its workspace as of its last completed execution", "session", id, "point_at", p.At, "files", st.Files, "bytes", st.Bytes, "behind", p.Behind)
+			m.log.Warn("a live session lost to the server's end is recovered as paused, its workspace as of its last completed operation", "session", id, "point_at", p.At, "files", st.Files, "bytes", st.Bytes, "behind", p.Behind)
 		}
 	}
 }

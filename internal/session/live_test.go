@@ -71,7 +71,7 @@ func recoveredFiles(t *testing.T, m *Manager, id string, files map[string]string
 	t.Helper()
 	l := m.List()
 	if len(l) != 1 || l[0].ID != id || l[0].State != apitype.StatePaused || l[0].Paused == nil ||
-		!strings.Contains(l[0].Paused.Recovered, "recovered after the server ended unexpectedly: workspace as of the last completed execution at ") {
+		!strings.Contains(l[0].Paused.Recovered, "recovered after the server ended unexpectedly: workspace as of its last completed operation (an execution, a command or a file change) at ") {
 		t.Fatalf("after the kill: %+v", l)
 	}
 	if l[0].Executions != execs || l[0].Tenant != "acme" {
