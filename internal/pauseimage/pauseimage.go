@@ -1244,3 +1244,97 @@ func RemoveKept(root, dir string) error {
 
 // MemoryDir is the directory of the image's checkpoint.
 func (im *Image) MemoryDir() string { return filepath.Join(im.dir, memoryDir) }
+
+// resumedPrefix names the image of a session being resumed (MarkResumed)
+// until its first recovery point is sealed: List never loads it as a
+// paused session (a dot name), and SettleResumed decides at the next
+// start what becomes of it.
+const resumedPrefix = ".resumed-"
+
+// ResumedDir is where MarkResumed moves the image of id under root.
+func ResumedDir(root, id string) string { return filepath.Join(root, resumedPrefix+id) }
+
+// MarkResumed moves the image of id to its resumed marker, durably (the
+// rename and root synced), in place of ending it: a server killed before
+// the resumed session's first recovery point is sealed finds the image
+// there at its next start (ResolveResumed). A marker of id left by an
+// earlier resume is stale (the image of id is newer) and ends first. An
+// error: the image stands, whole, where it was (the rename is undone),
+// unless it is ErrLeftBehind (the rename stands, not yet synced: the
+// next start resolves either).
+func MarkResumed(root, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	dir, marker := filepath.Join(root, id), ResumedDir(root, id)
+	if err := end(root, marker); err != nil && !errors.Is(err, ErrLeftBehind) {
+		return err
+	}
+	err := fault("mark", id)
+	if err == nil {
+		err = os.Rename(dir, marker)
+	}
+	if err != nil {
+		return fmt.Errorf("marking %s resumed: %w", id, err)
+	}
+	if err = fault("sync", id); err == nil {
+		err = syncDir(root)
+	}
+	if err != nil {
+		if rerr := os.Rename(marker, dir); rerr != nil {
+			return fmt.Errorf("%w: %s is marked resumed but the mark is not synced (%v), nor could it be undone: %v", ErrLeftBehind, id, err, rerr)
+		}
+		return fmt.Errorf("syncing the resume of %s (undone): %w", id, err)
+	}
+	return nil
+}
+
+// EndResumed ends the resumed marker of id under root (none is not an
+// error) durably (see end): its session has a sealed recovery point, a
+// newer image, or ended.
+func EndResumed(root, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	return end(root, ResumedDir(root, id))
+}
+
+// ListResumed returns the ids of the resumed markers under root.
+func ListResumed(root string) ([]string, error) {
+	ents, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range ents {
+		if id, ok := strings.CutPrefix(e.Name(), resumedPrefix); ok && e.IsDir() && ValidID(id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+// ResolveResumed settles the resumed marker of id at a start, after the
+// recovery points were recovered (Recover): when an image of id is in
+// place (a later pause's, or the one Recover made of a point sealed
+// after the resume), the marker is stale and ends; else its session's
+// resume never sealed a point, and the marker is its image again,
+// durably: the session comes back paused, whole. It says which.
+func ResolveResumed(root, id string) (restored bool, err error) {
+	if err := checkID(id); err != nil {
+		return false, err
+	}
+	dir := filepath.Join(root, id)
+	if _, err := os.Lstat(dir); err == nil {
+		return false, EndResumed(root, id)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return false, err
+	}
+	if err := os.Rename(ResumedDir(root, id), dir); err != nil {
+		return false, err
+	}
+	return true, syncDir(root)
+}

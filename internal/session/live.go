@@ -54,6 +54,48 @@ type livePoint struct {
 	// from: the first point is made of the image a resume restored
 	// (nil: of the workspace).
 	from *liveFrom
+	// resumed: the image the session was resumed from stands, set
+	// aside (pauseimage.MarkResumed), until a point is sealed or the
+	// session ends; then it ends (Manager.endResumed).
+	resumed bool
+}
+
+// resumedFrom says the session's resumed marker stands until its first
+// point is sealed (a resume's commit, before the session is visible).
+func (lp *livePoint) resumedFrom() {
+	if lp == nil {
+		return
+	}
+	lp.mu.Lock()
+	lp.resumed = true
+	lp.mu.Unlock()
+}
+
+// resumedPending: the session's resumed marker is still its only
+// durable copy (no point sealed yet).
+func (lp *livePoint) resumedPending() bool {
+	if lp == nil {
+		return false
+	}
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	return lp.resumed
+}
+
+// endResumed ends the session's resumed marker, if it still stands: a
+// point is sealed (or the session ended, or was paused: its image is in
+// place).
+func (lp *livePoint) endResumed() {
+	if lp == nil {
+		return
+	}
+	lp.mu.Lock()
+	resumed := lp.resumed
+	lp.resumed = false
+	lp.mu.Unlock()
+	if resumed {
+		lp.s.m.endResumed(lp.s.id)
+	}
 }
 
 // liveFrom is what a resumed session's first point is made of: the
@@ -223,6 +265,7 @@ func (lp *livePoint) seal(at time.Time) {
 		_, err := l.SealFromImage(lp.ctx, at, raw, from.entries, from.truncated, from.files, max)
 		from.files.Close()
 		if err == nil {
+			lp.endResumed()
 			if liveHook != nil {
 				liveHook("sealed", s.id)
 			}
@@ -259,6 +302,7 @@ func (lp *livePoint) seal(at time.Time) {
 		}
 		return
 	}
+	lp.endResumed()
 	if liveHook != nil {
 		liveHook("sealed", s.id)
 	}
@@ -309,6 +353,9 @@ func (lp *livePoint) close() {
 	if from != nil {
 		from.files.Close()
 	}
+	// The resumed marker first: a point removed before it would leave
+	// it to come back as the session's image at the next start.
+	lp.endResumed()
 	if l != nil {
 		lp.remove(l)
 	}

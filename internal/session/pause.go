@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -138,6 +139,29 @@ func (p *pausedSession) info(keep time.Duration) apitype.Session {
 // persistDir is where images are kept.
 func (m *Manager) persistDir() string { return m.cfg.PersistenceDir() }
 
+// resolveResumed settles the resumed markers (MarkResumed) a server left
+// under persistence.dir, once the recovery points are images: a marker
+// whose session has an image (a later pause's, or its point's) ends; one
+// whose session has none is its image again, and the session paused.
+func (m *Manager) resolveResumed() {
+	ids, err := pauseimage.ListResumed(m.persistDir())
+	if err != nil {
+		m.log.Error("the images of resumed sessions cannot be listed", "dir", m.persistDir(), "err", err)
+		return
+	}
+	for _, id := range ids {
+		restored, err := pauseimage.ResolveResumed(m.persistDir(), id)
+		switch err = m.leftOK(err); {
+		case err != nil:
+			m.log.Error("a resumed session's set-aside image cannot be settled; it is left for the next start", "session", id, "err", err)
+		case restored:
+			m.log.Warn("a session resumed before the server ended, with no recovery point sealed since, is paused again as it was", "session", id)
+		default:
+			m.log.Info("a resumed session's set-aside image was not needed (it has a later image)", "session", id)
+		}
+	}
+}
+
 // LoadPaused lists the sessions paused under persistence.dir (by an
 // earlier run of the server, which paused them when it shut down) as
 // paused, sweeps what interrupted pauses left behind, and starts
@@ -156,6 +180,9 @@ func (m *Manager) LoadPaused() error {
 	// Live sessions a server that ended without pausing them left
 	// recovery points of are paused sessions from now on.
 	m.recoverLive()
+	// Then the images of resumes the server ended before their first
+	// point was sealed.
+	m.resolveResumed()
 	ids, swept, err := pauseimage.List(m.persistDir())
 	if err != nil {
 		return fmt.Errorf("%w: persistence.dir: %v", errdefs.ErrUnavailable, err)
@@ -386,10 +413,54 @@ func (m *Manager) sweepPaused() {
 // again (its remains, if any, are deleted by a later sweep). An error:
 // it stands whole, and the caller must say the session is still paused.
 func (m *Manager) endImage(id string) error {
-	if err := m.leftOK(pauseimage.Remove(m.persistDir(), id)); err != nil {
+	// A resumed marker of id left (its end failed, retried by the
+	// sweep) ends first: else the next start would make it the
+	// session's image again.
+	err := m.leftOK(pauseimage.EndResumed(m.persistDir(), id))
+	if err == nil {
+		err = m.leftOK(pauseimage.Remove(m.persistDir(), id))
+	}
+	if err != nil {
 		return errdefs.Private(errdefs.ErrUnavailable, "the server could not remove the paused session's image from its disk; it stays paused: try again", err)
 	}
 	return nil
+}
+
+// markResumed moves the image of id, a session being resumed, to its
+// resumed marker durably (pauseimage.MarkResumed). nil: no start lists
+// it paused while its live session's recovery point is sealed. An
+// error: it stands whole, and the session stays paused.
+//
+// The marker's bytes are not counted in its tenant's quota: it lives
+// only until the resumed session's first point, which is made of it
+// (no copy of the workspace), is sealed.
+func (m *Manager) markResumed(id string) error {
+	if err := m.leftOK(pauseimage.MarkResumed(m.persistDir(), id)); err != nil {
+		return errdefs.Private(errdefs.ErrUnavailable, "the server could not set the paused session's image aside on its disk; it stays paused: try again", err)
+	}
+	return nil
+}
+
+// endResumed ends the resumed marker of id, whose session has a sealed
+// recovery point, a newer image, or ended; when it cannot, the sweep
+// tries again (until then the next start resolves the marker as
+// LoadPaused does), unless a later resume of id owns the marker by then.
+func (m *Manager) endResumed(id string) {
+	err := m.leftOK(pauseimage.EndResumed(m.persistDir(), id))
+	if err == nil {
+		return
+	}
+	m.log.Error("removing a resumed session's set-aside image failed; tried again in a while", "session", id, "retry", removeRetry, "err", err)
+	m.removeLater(filepath.Base(pauseimage.ResumedDir(m.persistDir(), id)), func() error {
+		m.mu.Lock()
+		s := m.sessions[id]
+		m.mu.Unlock()
+		if s != nil && s.live.resumedPending() {
+			// Resumed again: the marker is the new resume's.
+			return nil
+		}
+		return m.leftOK(pauseimage.EndResumed(m.persistDir(), id))
+	})
 }
 
 // leftOK makes err, an end's, nil when the end is durable but its
@@ -1097,18 +1168,21 @@ func (m *Manager) resume(ctx context.Context, id, keep string) (*Session, error)
 		m.log.Info("a session paused with its memory is resumed with its files, as asked", "session", id)
 		mr = nil
 	}
-	// The resume is done once its image's end is durable, before the
-	// session is visible: else the next start would list the session
-	// paused again (its image as it was, the recovery point of its live
-	// changes discarded beside it). When the image cannot be ended, the
-	// resumed sandbox goes and the session stays paused, whole.
+	// The resume is done once its image is durably moved to its resumed
+	// marker, before the session is visible: else the next start would
+	// list the session paused again (its image as it was, the recovery
+	// point of its live changes discarded beside it). The marker stays
+	// until the session's first recovery point is sealed (livePoint), so
+	// that a kill -9 before it finds the session's files still (issue
+	// #21; LoadPaused). When the image cannot be moved, the resumed
+	// sandbox goes and the session stays paused, whole.
 	commit := func(s *Session) error {
 		refused := mr != nil && s.restored != apitype.RestoreMemory
 		if refused {
 			m.keepRefused(s, p, mr)
 		}
-		if err := m.endImage(id); err != nil {
-			m.log.Error("a resumed session's image could not be removed; the resume fails, the session stays paused", "session", id, "err", err)
+		if err := m.markResumed(id); err != nil {
+			m.log.Error("a resumed session's image could not be set aside; the resume fails, the session stays paused", "session", id, "err", err)
 			if refused {
 				m.mu.Lock()
 				p.memErr = mr.why
@@ -1116,6 +1190,7 @@ func (m *Manager) resume(ctx context.Context, id, keep string) (*Session, error)
 			}
 			return notCommitted{err}
 		}
+		s.live.resumedFrom()
 		return nil
 	}
 	s, err := m.createRestored(ctx, req, &restoring{meta: p.meta, image: im, memory: mr, commit: commit})

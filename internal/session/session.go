@@ -1020,6 +1020,9 @@ func (m *Manager) DeleteFor(ctx context.Context, id string) error {
 	}
 	s.mu.Unlock()
 	s.terminate(apitype.Ended(apitype.EndDeleted))
+	// The image it was resumed from, if set aside still, ends before the
+	// delete is reported (its teardown may wait for an execution).
+	s.live.endResumed()
 	if s.End().Code == apitype.EndPaused {
 		// A pause completed first (its end and its listing are one
 		// step): the client asked for the session gone, so it goes.
