@@ -157,6 +157,13 @@ func e2bAcrossRestart(t *testing.T, script, ready string, sig syscall.Signal) {
 		}
 	}
 	ids := strings.Fields(next(ready))[1:]
+	if sig == syscall.SIGKILL {
+		// What each wrote is in its recovery point before the kill
+		// (killed.mjs: a.txt in the first, b.txt in the second).
+		for i, name := range []string{"a.txt", "b.txt"} {
+			waitPoint(t, s, ids[i], name)
+		}
+	}
 	s = restart(t, s, sig)
 	if s.URL != "http://"+addr {
 		t.Fatalf("the server came back on %s, not %s", s.URL, addr)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -242,6 +243,39 @@ func skipped(sk []apitype.PauseSkipped, path string) bool {
 
 func dataDir(s *server) string { return s.cfg["data_dir"].(string) }
 
+// waitPoint waits until the recovery point of session id lists path (in
+// its workspace): a point is sealed shortly after the operation that
+// wrote it, beside the next request (docs/guides/persistence.md), and a
+// kill -9 before that recovers the point before it, as documented. A
+// test that kills a server to check what an operation wrote is
+// recovered waits for that operation's point first.
+func waitPoint(t *testing.T, s *server, id, path string) {
+	t.Helper()
+	p := filepath.Join(dataDir(s), "sessions", ".live-"+id, "point.json")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var point struct {
+			Body struct {
+				Entries []struct {
+					Path string `json:"path"`
+				} `json:"entries"`
+			} `json:"body"`
+		}
+		if b, err := os.ReadFile(p); err == nil && json.Unmarshal(b, &point) == nil {
+			for _, e := range point.Body.Entries {
+				if e.Path == path {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			b, err := os.ReadFile(p)
+			t.Fatalf("the recovery point of %s never listed %s: %s %v", id, path, b, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // TestKillDuringPause: the server is killed (SIGKILL) at points of a
 // pause; after each restart the session is paused whole: by its pause
 // when its image was in place, else recovered from its recovery point
@@ -481,6 +515,7 @@ func TestKilledServerRecoversLiveSessions(t *testing.T) {
 			t.Fatal(r.Error)
 		}
 	}
+	waitPoint(t, s, b, "up.txt")
 	written := make(chan struct{}, 1)
 	go s.c.Execute(ctx, a, apitype.ExecuteRequest{Code: "open('/workspace/notes.txt', 'w').write('half'); print('written', flush=True); import time; time.sleep(600)"}, func(e apitype.Event) {
 		if e.Type == apitype.EventStdout && strings.Contains(e.Text, "written") {
