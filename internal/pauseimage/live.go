@@ -423,7 +423,11 @@ func RemoveLive(root, id string) error {
 
 // ListLive returns the ids of the recovery points under root: the live
 // sessions of a server that ended without pausing them.
-func ListLive(root string) ([]string, error) {
+func ListLive(root string) ([]string, error) { return listMarked(root, livePrefix) }
+
+// listMarked returns the ids of the directories under root named
+// prefix followed by a valid id (none, and no root: nil).
+func listMarked(root, prefix string) ([]string, error) {
 	ents, err := os.ReadDir(root)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -433,7 +437,7 @@ func ListLive(root string) ([]string, error) {
 	}
 	var ids []string
 	for _, e := range ents {
-		if id, ok := strings.CutPrefix(e.Name(), livePrefix); ok && e.IsDir() && ValidID(id) {
+		if id, ok := strings.CutPrefix(e.Name(), prefix); ok && e.IsDir() && ValidID(id) {
 			ids = append(ids, id)
 		}
 	}

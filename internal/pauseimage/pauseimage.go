@@ -1300,22 +1300,7 @@ func EndResumed(root, id string) error {
 }
 
 // ListResumed returns the ids of the resumed markers under root.
-func ListResumed(root string) ([]string, error) {
-	ents, err := os.ReadDir(root)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var ids []string
-	for _, e := range ents {
-		if id, ok := strings.CutPrefix(e.Name(), resumedPrefix); ok && e.IsDir() && ValidID(id) {
-			ids = append(ids, id)
-		}
-	}
-	return ids, nil
-}
+func ListResumed(root string) ([]string, error) { return listMarked(root, resumedPrefix) }
 
 // ResolveResumed settles the resumed marker of id at a start, after the
 // recovery points were recovered (Recover): when an image of id is in
