@@ -303,14 +303,7 @@ func TestResumedPointFromImage(t *testing.T) {
 	cfg := persistConfig(t)
 	m, _, _ := newTestManager(t, cfg)
 	ctx := identity.With(context.Background(), identity.Identity{Tenant: "acme"})
-	s, err := m.Create(ctx, apitype.CreateSessionRequest{Language: "python"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeFiles(t, s, someFiles)
-	if _, err := s.Pause(context.Background(), ""); err != nil {
-		t.Fatal(err)
-	}
+	s := pausedWithFiles(t, m, ctx)
 	// Its first seal is held until the first execution is over, or
 	// waits for it.
 	waited, release := make(chan struct{}, 8), make(chan struct{})

@@ -72,6 +72,21 @@ func damageImage(t *testing.T, cfg *config.Config, s *Session, damage func([]byt
 	return p, b
 }
 
+// pausedWithFiles creates a Python session of ctx's caller on m, writes
+// someFiles into it and pauses it.
+func pausedWithFiles(t *testing.T, m *Manager, ctx context.Context) *Session {
+	t.Helper()
+	s, err := m.Create(ctx, apitype.CreateSessionRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, s, someFiles)
+	if _, err := s.Pause(context.Background(), ""); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func writeFiles(t *testing.T, s *Session, files map[string]string) {
 	t.Helper()
 	for p, content := range files {

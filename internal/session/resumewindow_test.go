@@ -21,14 +21,7 @@ func TestResumeKilledBeforeFirstPoint(t *testing.T) {
 	cfg := persistConfig(t)
 	m, _, _ := newTestManager(t, cfg)
 	ctx := identity.With(context.Background(), identity.Identity{Tenant: "acme"})
-	s, err := m.Create(ctx, apitype.CreateSessionRequest{Language: "python"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeFiles(t, s, someFiles)
-	if _, err := s.Pause(context.Background(), ""); err != nil {
-		t.Fatal(err)
-	}
+	s := pausedWithFiles(t, m, ctx)
 	var at *config.Config
 	var cerr error
 	dir := t.TempDir()
@@ -66,14 +59,7 @@ func TestResumedMarkerAtStart(t *testing.T) {
 			cfg := persistConfig(t)
 			m, _, _ := newTestManager(t, cfg)
 			ctx := identity.With(context.Background(), identity.Identity{Tenant: "acme"})
-			s, err := m.Create(ctx, apitype.CreateSessionRequest{Language: "python"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			writeFiles(t, s, someFiles)
-			if _, err := s.Pause(context.Background(), ""); err != nil {
-				t.Fatal(err)
-			}
+			s := pausedWithFiles(t, m, ctx)
 			// The marker's end fails: it stays beside what follows.
 			undo := pauseimage.SetRemoveFault(func(step, name string) error {
 				if step == "mark" && strings.HasPrefix(name, ".resumed-") {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"airlock/internal/apitype"
+	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/identity"
 	"airlock/internal/pauseimage"
@@ -29,19 +30,7 @@ func TestEndedPausedNeverComesBack(t *testing.T) {
 		for _, step := range []string{"mark", "sync", "delete"} {
 			t.Run(how+"/"+step, func(t *testing.T) {
 				cfg := persistConfig(t)
-				m1, _, _ := newTestManager(t, cfg)
-				s, err := m1.Create(ctx, apitype.CreateSessionRequest{Language: "bash"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				id := s.ID()
-				writeFiles(t, s, someFiles)
-				m1.Close()
-
-				m2, _, _ := newTestManager(t, cfg)
-				if err := m2.LoadPaused(); err != nil {
-					t.Fatal(err)
-				}
+				id, m2 := pausedByRestart(t, cfg, ctx)
 				undo := pauseimage.SetRemoveFault(func(at, name string) error {
 					if at == step {
 						return boom
@@ -51,6 +40,7 @@ func TestEndedPausedNeverComesBack(t *testing.T) {
 				defer undo()
 				durable := step == "delete"
 				var r *Session
+				var err error
 				switch how {
 				case "delete":
 					err = m2.DeleteFor(ctx, id)
@@ -214,24 +204,12 @@ func TestEndRetried(t *testing.T) {
 func TestResumeMeetsShutdown(t *testing.T) {
 	ctx := identity.With(context.Background(), identity.Identity{Tenant: "acme", KeyID: "k1"})
 	cfg := persistConfig(t)
-	m1, _, _ := newTestManager(t, cfg)
-	s, err := m1.Create(ctx, apitype.CreateSessionRequest{Language: "bash"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := s.ID()
-	writeFiles(t, s, someFiles)
-	m1.Close()
-
-	m2, _, _ := newTestManager(t, cfg)
-	if err := m2.LoadPaused(); err != nil {
-		t.Fatal(err)
-	}
-	// The image's end is durable once its mark is synced: the shutdown
-	// begins right then (Close's first step; the rest of Close waits for
-	// this creation).
+	id, m2 := pausedByRestart(t, cfg, ctx)
+	// The resume's commit sets its image aside (a rename, then a sync):
+	// the shutdown begins right then (Close's first step; the rest of
+	// Close waits for this creation).
 	undo := pauseimage.SetRemoveFault(func(at, name string) error {
-		if at == "delete" {
+		if at == "sync" && name == id {
 			m2.mu.Lock()
 			m2.closed = true
 			m2.mu.Unlock()
@@ -240,7 +218,7 @@ func TestResumeMeetsShutdown(t *testing.T) {
 	})
 	defer undo()
 	if _, err := m2.ResumeFor(ctx, id); err != nil {
-		t.Fatalf("a resume whose image had ended failed: %v", err)
+		t.Fatalf("a resume whose image was set aside failed: %v", err)
 	}
 	undo()
 	m2.Close()
@@ -261,4 +239,23 @@ func TestResumeMeetsShutdown(t *testing.T) {
 	if err := m3.DeleteFor(ctx, id); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// pausedByRestart creates a bash session of ctx's caller with someFiles
+// in it, then shuts its manager down (which pauses it) and starts
+// another on cfg, which lists it paused.
+func pausedByRestart(t *testing.T, cfg *config.Config, ctx context.Context) (string, *Manager) {
+	t.Helper()
+	m1, _, _ := newTestManager(t, cfg)
+	s, err := m1.Create(ctx, apitype.CreateSessionRequest{Language: "bash"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, s, someFiles)
+	m1.Close()
+	m2, _, _ := newTestManager(t, cfg)
+	if err := m2.LoadPaused(); err != nil {
+		t.Fatal(err)
+	}
+	return s.ID(), m2
 }
