@@ -19,30 +19,68 @@ import (
 
 const pandasCode = "import pandas as pd; pd.DataFrame({'a': [1, 2]}).sum()"
 
-// benchExec: `x = 1` in a warm session over HTTP.
+// benchExec: `x = 1` in a warm session over HTTP, in sessions whose
+// workspace is empty (the snapshot's one-fstat shortcut), holds one file,
+// and holds 100 (each execution lists it twice, before and after), in
+// interleaved batches on the same server so that all see the same machine.
 func benchExec(ctx context.Context, srv *server, r *Report, n int) error {
-	sess, err := srv.newSession(ctx)
-	if err != nil {
-		return err
-	}
-	defer srv.deleteSession(ctx, sess.ID)
-	for i := 0; i < 20; i++ { // warm the connection and the interpreter
-		if _, err := srv.exec(ctx, sess.ID, "x = 1"); err != nil {
+	variants := []struct {
+		key   string
+		files int
+	}{{"exec", 0}, {"exec_files_1", 1}, {"exec_files_100", 100}}
+	ids := make([]string, len(variants))
+	lat := make([][]time.Duration, len(variants))
+	for i, v := range variants {
+		sess, err := srv.newSession(ctx)
+		if err != nil {
 			return err
 		}
-	}
-	lat := make([]time.Duration, 0, n)
-	for i := 0; i < n; i++ {
-		start := time.Now()
-		if _, err := srv.exec(ctx, sess.ID, "x = 1"); err != nil {
-			return err
+		defer srv.deleteSession(ctx, sess.ID)
+		ids[i] = sess.ID
+		if v.files > 0 {
+			code := fmt.Sprintf("for i in range(%d):\n    with open(f'/workspace/data{i}.csv', 'w') as f: f.write('a,b\\n1,2\\n')", v.files)
+			if _, err := srv.exec(ctx, sess.ID, code); err != nil {
+				return err
+			}
 		}
-		lat = append(lat, time.Since(start))
+		for j := 0; j < 20; j++ { // warm the connection and the interpreter
+			if _, err := srv.exec(ctx, sess.ID, "x = 1"); err != nil {
+				return err
+			}
+		}
 	}
-	s := stats(lat)
-	r.add(Row{Scenario: "warm session: execute `x = 1` over HTTP", Metric: "p50", Value: s.P50, Unit: "ms", Target: GoalExecP50.Text})
-	r.add(Row{Scenario: "warm session: execute `x = 1` over HTTP", Metric: "p99", Value: s.P99, Unit: "ms", Target: GoalExecP99.Text})
-	r.Stats["exec"] = s
+	const batch = 100
+	for done := 0; done < n; done += batch {
+		for i := range variants {
+			for j := 0; j < min(batch, n-done); j++ {
+				start := time.Now()
+				res, err := srv.exec(ctx, ids[i], "x = 1")
+				if err != nil {
+					return err
+				}
+				lat[i] = append(lat[i], time.Since(start))
+				if len(res.FilesChanged) > 0 {
+					return fmt.Errorf("x = 1 reported files changed: %v", res.FilesChanged)
+				}
+			}
+		}
+	}
+	empty := stats(lat[0])
+	for i, v := range variants {
+		s := stats(lat[i])
+		name := "warm session: execute `x = 1` over HTTP"
+		if v.files > 0 {
+			name = fmt.Sprintf("warm session, %d file(s) in its workspace: execute `x = 1` over HTTP", v.files)
+		}
+		row := Row{Scenario: name, Metric: "p50", Value: s.P50, Unit: "ms", Target: GoalExecP50.Text}
+		if v.files > 0 {
+			row.Baseline = fmt.Sprintf("empty workspace: %.3f ms", empty.P50)
+			row.Ratio = fmt.Sprintf("%+.3f ms", s.P50-empty.P50)
+		}
+		r.add(row)
+		r.add(Row{Scenario: name, Metric: "p99", Value: s.P99, Unit: "ms", Target: GoalExecP99.Text})
+		r.Stats[v.key] = s
+	}
 	return nil
 }
 
@@ -423,11 +461,17 @@ func pss(pid int) int64 {
 	return 0
 }
 
+// fullProgram is a program the lean scan sends to the full path (it
+// imports a standard module outside runtimes' leanModules): a cold run
+// of it starts the session runtime with site, as a bare python3 does.
+const fullProgram = "import logging\nprint(1)\n"
+
 // benchRun: `airlock run` of print(1), through the server and building its
 // own jail, against bare python3 and bubblewrap + python3, interleaved so
-// that all see the same machine. Every run starts on an idle machine: the
-// pool has refilled from the previous server run, so refills neither slow
-// the baselines nor help airlock.
+// that all see the same machine; and `airlock run --cold` of fullProgram
+// against bare python3 of the same. Every run starts on an idle machine:
+// the pool has refilled from the previous server run, so refills neither
+// slow the baselines nor help airlock.
 func benchRun(ctx context.Context, srv *server, r *Report, o Options, n int) error {
 	dir, err := os.MkdirTemp("", "airlock-bench-run")
 	if err != nil {
@@ -438,18 +482,27 @@ func benchRun(ctx context.Context, srv *server, r *Report, o Options, n int) err
 	if err := os.WriteFile(prog, []byte("print(1)\n"), 0o644); err != nil {
 		return err
 	}
+	full := filepath.Join(dir, "q.py")
+	if err := os.WriteFile(full, []byte(fullProgram), 0o644); err != nil {
+		return err
+	}
 	const viaServer = "airlock run p.py (server running)"
 	type variant struct {
 		key, name string // key: its figures' in Stats
 		argv      []string
+		base      int  // the index of its baseline's variant
+		bare      bool // a baseline itself
+		goal      Goal
 	}
 	variants := []variant{
-		{"run_bare_python", "bare python3 p.py", []string{o.Python, prog}},
-		{"run_server", viaServer, []string{o.Binary, "run", "--config", srv.cfgPath, prog}},
-		{"run_cold", "airlock run --cold p.py (no server)", []string{o.Binary, "run", "--cold", "--config", srv.cfgPath, prog}},
+		{key: "run_bare_python", name: "bare python3 p.py", argv: []string{o.Python, prog}, bare: true},
+		{key: "run_server", name: viaServer, argv: []string{o.Binary, "run", "--config", srv.cfgPath, prog}, goal: GoalRunServer},
+		{key: "run_cold", name: "airlock run --cold p.py (no server)", argv: []string{o.Binary, "run", "--cold", "--config", srv.cfgPath, prog}, goal: GoalRunCold},
+		{key: "run_bare_python_full", name: "bare python3 q.py (`import logging`: not lean)", argv: []string{o.Python, full}, bare: true},
+		{key: "run_cold_full", name: "airlock run --cold q.py (`import logging`: not lean; no server)", argv: []string{o.Binary, "run", "--cold", "--config", srv.cfgPath, full}, base: 3},
 	}
 	if bw := bwrapArgv(prog); bw != nil {
-		variants = append(variants, variant{"run_bwrap_python", "bwrap + python3 p.py", append(bw, o.Python, prog)})
+		variants = append(variants, variant{key: "run_bwrap_python", name: "bwrap + python3 p.py", argv: append(bw, o.Python, prog)})
 	}
 	times := make([][]time.Duration, len(variants))
 	for i := 0; i < n+3; i++ {
@@ -467,31 +520,31 @@ func benchRun(ctx context.Context, srv *server, r *Report, o Options, n int) err
 			}
 		}
 	}
-	base := stats(times[0])
 	for j, v := range variants {
 		s := stats(times[j])
-		row := Row{Scenario: "one program run from the command line: " + v.name, Metric: "median", Value: s.P50, Unit: "ms"}
-		if j > 0 {
-			row.Baseline = fmt.Sprintf("bare python3: %.1f ms", base.P50)
+		row := Row{Scenario: "one program run from the command line: " + v.name, Metric: "median", Value: s.P50, Unit: "ms", Target: v.goal.Text}
+		if !v.bare {
+			base := stats(times[v.base])
+			row.Baseline = fmt.Sprintf("%s: %.1f ms", variants[v.base].name, base.P50)
 			row.Ratio = fmt.Sprintf("%+.1f ms", s.P50-base.P50)
 		}
-		switch {
-		case v.name == viaServer:
-			row.Target = GoalRunServer.Text
-		case strings.Contains(v.name, "--cold"):
-			row.Target = GoalRunCold.Text
+		if v.key == "run_cold_full" {
+			row.Target = "for information (" + GoalRunCold.Text + " is print(1)'s)"
 		}
 		r.add(row)
 		r.Stats[v.key] = s
 	}
-	return coldPhases(ctx, r, o, srv.cfgPath, prog, n)
+	if err := coldPhases(ctx, r, o, srv.cfgPath, prog, "p.py", n); err != nil {
+		return err
+	}
+	return coldPhases(ctx, r, o, srv.cfgPath, full, "q.py (not lean)", n)
 }
 
 // coldPhases runs `airlock run --cold` n times more with AIRLOCK_TRACE
 // set and reports the median time of each phase it traces (each from the
 // previous one) and the rest of the wall time: where a cold run's time
 // goes.
-func coldPhases(ctx context.Context, r *Report, o Options, cfgPath, prog string, n int) error {
+func coldPhases(ctx context.Context, r *Report, o Options, cfgPath, prog, what string, n int) error {
 	var order []string
 	phases := map[string][]time.Duration{}
 	for i := 0; i < n; i++ {
@@ -535,7 +588,7 @@ func coldPhases(ctx context.Context, r *Report, o Options, cfgPath, prog string,
 		phases[name] = append(phases[name], max(wall-last, 0))
 	}
 	for _, name := range order {
-		r.add(Row{Scenario: "airlock run --cold p.py, phase by phase (AIRLOCK_TRACE)", Metric: name, Value: stats(phases[name]).P50, Unit: "ms"})
+		r.add(Row{Scenario: "airlock run --cold " + what + ", phase by phase (AIRLOCK_TRACE)", Metric: name, Value: stats(phases[name]).P50, Unit: "ms"})
 	}
 	return nil
 }

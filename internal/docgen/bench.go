@@ -65,6 +65,7 @@ func splice(page []byte, text string) ([]byte, error) {
 type tableRow struct {
 	scenario, airlock, baseline, ratio string
 	goals                              []judged
+	info                               string // the target cell of a row with no goal of its own
 }
 
 // judged is a goal and the figure it judges.
@@ -119,6 +120,9 @@ func BenchTable(r *bench.Report) (string, error) {
 		for _, j := range row.goals {
 			goals = append(goals, j.String())
 		}
+		if row.info != "" {
+			goals = append(goals, row.info)
+		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", row.scenario, row.airlock, row.baseline, row.ratio, strings.Join(goals, "; "))
 	}
 	if len(r.Errors) > 0 {
@@ -160,9 +164,30 @@ func benchRows(r *bench.Report) []tableRow {
 	const pandas = "`import pandas as pd; pd.DataFrame({'a': [1, 2]}).sum()`"
 
 	if s, ok := r.Stat("exec"); ok {
-		add(tableRow{scenario: "execute `x = 1` in a warm session, over HTTP",
+		add(tableRow{scenario: "execute `x = 1` in a warm session, over HTTP, its workspace empty",
 			airlock: fmt.Sprintf("p50 **%s**, p99 %s", ms(s.P50), ms(s.P99)),
 			goals:   []judged{{"p50", bench.GoalExecP50, s.P50}, {"p99", bench.GoalExecP99, s.P99}}})
+	}
+	// The same with files in the workspace, which each execution lists
+	// before and after (an empty one is one fstat): against the same goal.
+	if s1, ok := r.Stat("exec_files_1"); ok {
+		row := tableRow{scenario: "the same, 1 file in the workspace; 100 files ([the snapshots](#the-workspaces-snapshots))",
+			airlock: fmt.Sprintf("p50 **%s**, p99 %s", ms(s1.P50), ms(s1.P99)),
+			goals:   []judged{{"1 file p50", bench.GoalExecP50, s1.P50}, {"p99", bench.GoalExecP99, s1.P99}}}
+		var ratios []string
+		if e, ok := r.Stat("exec"); ok {
+			row.baseline = "empty workspace: p50 " + ms(e.P50)
+			ratios = append(ratios, fmt.Sprintf("%+.3f ms", s1.P50-e.P50))
+		}
+		if s100, ok := r.Stat("exec_files_100"); ok {
+			row.airlock += fmt.Sprintf("; p50 **%s**, p99 %s", ms(s100.P50), ms(s100.P99))
+			row.goals = append(row.goals, judged{"100 files p50", bench.GoalExecP50, s100.P50}, judged{"p99", bench.GoalExecP99, s100.P99})
+			if e, ok := r.Stat("exec"); ok {
+				ratios = append(ratios, fmt.Sprintf("%+.3f ms", s100.P50-e.P50))
+			}
+		}
+		row.ratio = strings.Join(ratios, "; ")
+		add(row)
 	}
 	if s, ok := r.Stat("create_pandas"); ok {
 		row := tableRow{scenario: "create a session, then " + pandas + " as its first execution, create to result",
@@ -267,6 +292,16 @@ func benchRows(r *bench.Report) []tableRow {
 				add(tableRow{scenario: v.what, airlock: "**" + ms(s.P50) + "**", baseline: base,
 					ratio: fmt.Sprintf("**%+.1f ms**", s.P50-bare.P50), goals: []judged{{"", v.goal, s.P50 - bare.P50}}})
 			}
+		}
+	}
+	// A program the lean scan sends to the full path (the session
+	// runtime started with site), against bare python3 of the same: the
+	// goal is print(1)'s, shown for comparison, not judged.
+	if s, ok := r.Stat("run_cold_full"); ok {
+		if bare, ok := r.Stat("run_bare_python_full"); ok {
+			add(tableRow{scenario: "`airlock run --cold` of `import logging; print(1)`, a program [the lean scan](#a-lean-template-for-one-shots-2026-11-28) sends to the full path (median)",
+				airlock: "**" + ms(s.P50) + "**", baseline: "bare `python3 q.py` of the same: " + ms(bare.P50),
+				ratio: fmt.Sprintf("**%+.1f ms**", s.P50-bare.P50), info: "for information (" + bench.GoalRunCold.Text + " is `print(1)`'s)"})
 		}
 	}
 	for _, ab := range []struct {

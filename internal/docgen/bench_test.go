@@ -20,6 +20,8 @@ func report(execP50, oneshotRPS float64) *bench.Report {
 		LoadStart: [3]float64{0.7, 1, 1}, LoadEnd: [3]float64{6.4, 3, 2},
 		Stats: map[string]any{
 			"exec":                         bench.Stat{N: 2000, P50: execP50, P99: 1.81},
+			"exec_files_1":                 bench.Stat{N: 2000, P50: 0.45, P99: 1.5},
+			"exec_files_100":               bench.Stat{N: 2000, P50: 0.62, P99: 2.5},
 			"create_pandas":                bench.Stat{N: 100, P50: 10, P99: 30},
 			"cold_python_pandas":           bench.Stat{N: 10, P50: 418},
 			"concurrent_create":            bench.Stat{N: 50, P50: 132, P99: 147},
@@ -32,6 +34,8 @@ func report(execP50, oneshotRPS float64) *bench.Report {
 			"density_sessions":             300,
 			"run_bare_python":              bench.Stat{P50: 24.7},
 			"run_cold":                     bench.Stat{P50: 82.7},
+			"run_bare_python_full":         bench.Stat{P50: 27.0},
+			"run_cold_full":                bench.Stat{P50: 48.5},
 			"audit_off":                    bench.Stat{P50: 0.76},
 			"audit_on":                     bench.Stat{P50: 0.72},
 			"audit_on_change_pct":          -6.2,
@@ -66,7 +70,11 @@ func TestBenchTableJudgesGoals(t *testing.T) {
 			"the one-shots before them: p50 850 ms, p99 1580 ms",
 			"≤ 5 MB: met", "alive ≥ 300: met", // 4.9 MB, 300
 			"≤ 15 ms over bare python: **not met**", // +58.0
-			"audit on ≤ +10%: met", "**-6.2 %**",    // −6.2 %
+			// The not-lean program's row: its own baseline, no verdict.
+			"bare `python3 q.py` of the same: 27.0 ms | **+21.5 ms** | for information (≤ 15 ms over bare python is `print(1)`'s) |",
+			// Files in the workspace, against the warm goal.
+			"1 file p50 ≤ 0.5 ms: met; p99 ≤ 2 ms: met; 100 files p50 ≤ 0.5 ms: **not met**; p99 ≤ 2 ms: **not met**",
+			"audit on ≤ +10%: met", "**-6.2 %**", // −6.2 %
 			"≤ 3× native: **not met**", "**57.5×** native", // 2300 / 40
 			"≤ 40 MB: **not met**",
 			"2026-11-27, 17:02–17:14 UTC, airlock abc1234, on 2 cores, 24 GiB, Linux 6.18.44, cgroup v1 (hybrid), go1.26.8, Python 3.11.2; load average 0.7 when it started, 6.4 when it ended; gVisor: runsc version",
