@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"airlock/internal/errdefs"
@@ -103,12 +104,20 @@ func hook(step string) {
 }
 
 // Live is a live session's recovery point, sealed by one goroutine at a
-// time.
+// time; End may be called from any goroutine, at any moment.
 type Live struct {
 	root, id, dir string
 	tree, stage   *workspace.Dir
 	body          pointBody
 	held          map[string]held
+
+	// mu orders End with a seal's commit (writePoint): once ended (the
+	// point marked removed, durably, at gone: "" when nothing was
+	// there), no point.json is written, so no seal racing with its
+	// session's end brings the point back.
+	mu    sync.Mutex
+	ended bool
+	gone  string
 }
 
 // LiveDir is the directory of the recovery point of id under root.
@@ -360,11 +369,16 @@ func (l *Live) applyStaged() error {
 }
 
 // writePoint writes b as point.json: a temporary, synced, renamed into
-// place, the directory synced.
+// place, the directory synced; never once the point is ended (ErrGone).
 func (l *Live) writePoint(b pointBody) error {
 	raw, err := encodePoint(b)
 	if err != nil {
 		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return fmt.Errorf("%w: the session %s ended; its recovery point is not written", errdefs.ErrGone, l.id)
 	}
 	tmp := filepath.Join(l.dir, tmpPrefix+livePoint)
 	os.Remove(tmp)
@@ -404,11 +418,41 @@ func (l *Live) Close() {
 	}
 }
 
-// Remove closes the point and removes its files: the session ended, or
-// paused (its image supersedes it).
+// End ends the point durably (see end: renamed to a removal marker,
+// root synced) without deleting its files, which Remove does once no
+// seal of it runs: from then on no start recovers it and no seal
+// commits (a seal under way fails with ErrGone). Any goroutine may call
+// it, during a seal too. An error other than ErrLeftBehind: the point
+// stands, whole, and seals go on.
+func (l *Live) End() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return nil
+	}
+	gone, err := markEnded(l.root, l.dir)
+	if err != nil && !errors.Is(err, ErrLeftBehind) {
+		return err
+	}
+	l.ended, l.gone = true, gone
+	return err
+}
+
+// Remove closes the point, ends it (End) and deletes its files: the
+// session ended, or paused (its image supersedes it). No seal may run.
 func (l *Live) Remove() error {
 	l.Close()
-	return RemoveLive(l.root, l.id)
+	if err := l.End(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	gone := l.gone
+	l.gone = ""
+	l.mu.Unlock()
+	if gone == "" {
+		return nil
+	}
+	return deleteEnded(filepath.Base(l.dir), gone)
 }
 
 // RemoveLive removes the recovery point of id under root (none is not

@@ -519,3 +519,49 @@ func TestLiveFromImage(t *testing.T) {
 		l.Remove()
 	}
 }
+
+// TestLiveEndDuringSeal (issue #21): a point ended (End: its session
+// deleted) at any step of a seal under way is never written again: the
+// seal fails with ErrGone, nothing is left to recover (as a kill at
+// that moment would find it) and Remove deletes the remains. Checked
+// against a mutant: writePoint not refusing an ended point (the seal
+// failed on its disk instead, not ErrGone).
+func TestLiveEndDuringSeal(t *testing.T) {
+	for _, at := range []string{"listed", "staged", "synced"} {
+		t.Run(at, func(t *testing.T) {
+			src, ws, root, l := liveWith(t, "s-end")
+			setTree(t, src, stateB)
+			var endErr error
+			var crashed string
+			sealHook = func(step string) {
+				if step == at && crashed == "" {
+					endErr = l.End()
+					crashed = crashCopy(t, root)
+				}
+			}
+			defer func() { sealHook = nil }()
+			_, err := l.Seal(context.Background(), time.Now(), []byte(`{}`), ws, 1<<30, nil, nil)
+			sealHook = nil
+			if endErr != nil {
+				t.Fatal(endErr)
+			}
+			if !errors.Is(err, errdefs.ErrGone) {
+				t.Errorf("a seal of an ended point: %v, want gone", err)
+			}
+			for _, dir := range []string{root, crashed} {
+				if ids, _ := ListLive(dir); len(ids) != 0 {
+					t.Errorf("ended, the point is still listed: %v", ids)
+				}
+				if _, _, err := Recover(context.Background(), dir, "s-end", 1<<30, nil); !errors.Is(err, errdefs.ErrNotFound) {
+					t.Errorf("ended, its recovery: %v", err)
+				}
+			}
+			if err := l.Remove(); err != nil {
+				t.Fatal(err)
+			}
+			if ents, _ := os.ReadDir(root); len(ents) != 0 {
+				t.Errorf("after Remove: %v", ents)
+			}
+		})
+	}
+}

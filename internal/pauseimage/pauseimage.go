@@ -850,19 +850,30 @@ func fault(step, name string) error {
 }
 
 // end removes dir, a directory of root, durably and never half: it is
-// first renamed to a marker name of its own (rmPrefix, unique: the
-// remains of an earlier end of the same name are never in the way) and
-// root synced, so that a crash afterwards, or a failed deletion, leaves
-// remains no List loads; only then is it deleted. When the rename or
-// the sync fails, it is put back and the error returned: nothing ended.
+// first marked removed (markEnded), then deleted (deleteEnded).
 func end(root, dir string) error {
+	gone, err := markEnded(root, dir)
+	if err != nil || gone == "" {
+		return err
+	}
+	return deleteEnded(filepath.Base(dir), gone)
+}
+
+// markEnded is the durable half of an end: dir is renamed to a marker
+// name of its own (rmPrefix, unique: the remains of an earlier end of
+// the same name are never in the way) and root synced, so that a crash
+// afterwards, or a failed deletion, leaves remains no List loads. It
+// returns the marker ("": dir was not there). When the rename or the
+// sync fails, it is put back and the error returned: nothing ended
+// (unless the error is ErrLeftBehind: the mark stands, not synced).
+func markEnded(root, dir string) (gone string, err error) {
 	name := filepath.Base(dir)
 	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
-		return nil
+		return "", nil
 	}
-	gone, err := os.MkdirTemp(root, rmPrefix+"-"+name+"-")
+	gone, err = os.MkdirTemp(root, rmPrefix+"-"+name+"-")
 	if err != nil {
-		return fmt.Errorf("marking %s removed: %w", name, err)
+		return "", fmt.Errorf("marking %s removed: %w", name, err)
 	}
 	if err = fault("mark", name); err == nil {
 		// Onto the empty directory just made: rename(2) replaces it
@@ -874,20 +885,27 @@ func end(root, dir string) error {
 	if err != nil {
 		os.Remove(gone)
 		if errors.Is(err, os.ErrNotExist) {
-			return nil
+			return "", nil
 		}
-		return fmt.Errorf("marking %s removed: %w", name, err)
+		return "", fmt.Errorf("marking %s removed: %w", name, err)
 	}
 	if err = fault("sync", name); err == nil {
 		err = syncDir(root)
 	}
 	if err != nil {
 		if rerr := os.Rename(gone, dir); rerr != nil {
-			return fmt.Errorf("%w: %s is marked removed but the mark is not synced (%v), nor could it be undone: %v", ErrLeftBehind, name, err, rerr)
+			return "", fmt.Errorf("%w: %s is marked removed but the mark is not synced (%v), nor could it be undone: %v", ErrLeftBehind, name, err, rerr)
 		}
-		return fmt.Errorf("syncing the removal of %s (undone): %w", name, err)
+		return "", fmt.Errorf("syncing the removal of %s (undone): %w", name, err)
 	}
-	if err = fault("delete", name); err == nil {
+	return gone, nil
+}
+
+// deleteEnded deletes gone, what markEnded marked of name; what cannot
+// be is ErrLeftBehind (SweepRemoved deletes it).
+func deleteEnded(name, gone string) error {
+	err := fault("delete", name)
+	if err == nil {
 		err = os.RemoveAll(gone)
 	}
 	if err != nil {

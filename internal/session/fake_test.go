@@ -159,10 +159,13 @@ type fakeInstance struct {
 	peak     atomic.Int64
 	oomKills atomic.Uint64
 	// marks hears a "mark" step (a test waits for code to get there).
-	marks   chan struct{}
-	closed  atomic.Bool
-	killed  atomic.Bool
-	retired atomic.Bool // the first runtime was ended for good
+	marks  chan struct{}
+	closed atomic.Bool
+	killed atomic.Bool
+	// closeHook, if set, is called as Close begins (a teardown held, as
+	// a real sandbox's can take a while).
+	closeHook atomic.Pointer[func()]
+	retired   atomic.Bool // the first runtime was ended for good
 
 	// bmu guards besides and deadDone.
 	bmu      sync.Mutex
@@ -376,6 +379,9 @@ func (f *fakeInstance) Kill() {
 }
 
 func (f *fakeInstance) Close() error {
+	if h := f.closeHook.Load(); h != nil {
+		(*h)()
+	}
 	f.closed.Store(true)
 	f.die(apitype.End{})
 	return f.ws.Close()

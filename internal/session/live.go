@@ -42,7 +42,8 @@ type livePoint struct {
 	// listed the files; ready is closed once the workspace needs no copy
 	// (nothing pending, the running seal's copy done; nil: it needs
 	// none); idle is closed once no seal runs (nil: none does); closed:
-	// the session ended (close removes the point).
+	// the session ended, no seal starts or commits; ended: its point is
+	// ended too (end; else a shutdown keeps it, see stop).
 	mu      sync.Mutex
 	l       *pauseimage.Live
 	last    workspace.Snapshot
@@ -51,6 +52,7 @@ type livePoint struct {
 	ready   chan struct{}
 	idle    chan struct{}
 	closed  bool
+	ended   bool
 	// from: the first point is made of the image a resume restored
 	// (nil: of the workspace).
 	from *liveFrom
@@ -241,8 +243,20 @@ func (lp *livePoint) seal(at time.Time) {
 			return
 		}
 		lp.mu.Lock()
-		lp.l = l
+		closed := lp.closed
+		if !closed {
+			lp.l = l
+		}
 		lp.mu.Unlock()
+		if closed {
+			// The session ended meanwhile, and end saw no point: this
+			// one, never sealed, goes (nothing recovers it meanwhile:
+			// it has no point.json).
+			if err := m.leftOK(l.Remove()); err != nil {
+				m.log.Error("removing an ended session's unsealed recovery point failed; the next start removes it", "session", s.id, "err", err)
+			}
+			return
+		}
 	}
 	meta := s.pausedMeta()
 	meta.PausedAt = at
@@ -331,8 +345,60 @@ func (lp *livePoint) wait(ctx context.Context) error {
 	}
 }
 
-// close ends the point with its session: a seal under way is stopped
-// (at its next read) and waited for, and the point removed.
+// stop stops the point's seals with its session, keeping the point
+// (a shutdown that could not pause the session: the next start
+// recovers it, as after a crash): no seal starts, one under way stops
+// at its next read, and none commits after close.
+func (lp *livePoint) stop() {
+	if lp == nil {
+		return
+	}
+	lp.mu.Lock()
+	lp.closed = true
+	lp.cancel()
+	lp.mu.Unlock()
+}
+
+// end ends the point with its session (terminate, before it reports
+// the end), durably and before anything else can seal: no seal starts
+// after it, none under way commits (pauseimage.Live.End), and no start
+// recovers the session from it. The resumed marker ends first: a point
+// ended before it would leave it to come back as the session's image at
+// the next start. Its files are deleted by close, once no seal runs.
+// Idempotent; after stop too (a delete that raced with a shutdown).
+func (lp *livePoint) end() {
+	if lp == nil {
+		return
+	}
+	lp.mu.Lock()
+	lp.closed = true
+	lp.cancel()
+	done := lp.ended
+	lp.ended = true
+	l := lp.l
+	lp.mu.Unlock()
+	if done {
+		return
+	}
+	lp.endResumed()
+	m, id := lp.s.m, lp.s.id
+	var err error
+	if l != nil {
+		err = l.End()
+	} else {
+		// None made yet (a seal making one removes it, seeing closed),
+		// or one a shutdown kept (stop, then close).
+		err = pauseimage.RemoveLive(m.persistDir(), id)
+	}
+	if err = m.leftOK(err); err != nil {
+		lp.removeLater(err)
+	}
+}
+
+// close releases the point once its session is torn down: a seal under
+// way (stopped at its next read) is waited for, then an ended point's
+// files are deleted (end made its end durable already), a kept one's
+// descriptors closed.
 func (lp *livePoint) close() {
 	if lp == nil {
 		return
@@ -345,31 +411,41 @@ func (lp *livePoint) close() {
 	if idle != nil {
 		<-idle
 	}
-	// No seal runs or starts now: l is the last word.
+	lp.release()
+}
+
+// release is close once no seal runs or starts: l is the last word.
+func (lp *livePoint) release() {
 	lp.mu.Lock()
-	l, from := lp.l, lp.from
+	l, from, ended := lp.l, lp.from, lp.ended
 	lp.l, lp.from = nil, nil
 	lp.mu.Unlock()
 	if from != nil {
 		from.files.Close()
 	}
-	// The resumed marker first: a point removed before it would leave
-	// it to come back as the session's image at the next start.
-	lp.endResumed()
-	if l != nil {
-		lp.remove(l)
+	if l == nil {
+		return
+	}
+	if !ended {
+		l.Close()
+		return
+	}
+	lp.remove(l)
+}
+
+// remove deletes the recovery point of an ended or paused session; when
+// its end is not durable, the sweep tries again, or the next start would
+// list the session as paused.
+func (lp *livePoint) remove(l *pauseimage.Live) {
+	if err := lp.s.m.leftOK(l.Remove()); err != nil {
+		lp.removeLater(err)
 	}
 }
 
-// remove ends the recovery point of an ended or paused session; when
-// it cannot (its end is not durable), the sweep tries again, or the next
-// start would list the session as paused.
-func (lp *livePoint) remove(l *pauseimage.Live) {
+// removeLater has the sweep end the point of the ended session, whose
+// end failed (err).
+func (lp *livePoint) removeLater(err error) {
 	m, id := lp.s.m, lp.s.id
-	err := m.leftOK(l.Remove())
-	if err == nil {
-		return
-	}
 	m.log.Error("removing an ended session's recovery point failed; tried again in a while (until then the next start would list it as paused)", "session", id, "retry", removeRetry, "err", err)
 	name := filepath.Base(pauseimage.LiveDir(m.persistDir(), id))
 	m.removeLater(name, func() error {

@@ -882,6 +882,10 @@ func (s *Session) pause(ctx context.Context, ask PauseAsk, must bool) (apitype.S
 			p.stats.DiskBytes += n
 		}
 	}
+	// The image supersedes the recovery point, which ends (durably)
+	// before the session is listed paused: a resume of it then makes a
+	// point of its own, which no end of this one touches.
+	s.live.end()
 	// The end is claimed and the session listed as paused in one step: a
 	// delete (or any end) while the image was written wins, and its
 	// image goes; one after it finds the session paused (DeleteFor).

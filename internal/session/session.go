@@ -1007,6 +1007,11 @@ func (m *Manager) DeleteFor(ctx context.Context, id string) error {
 		}
 		return err
 	}
+	if ee := (*EndedError)(nil); errors.As(err, &ee) && m.cfg.Persistence.Enabled && ee.End.Code == apitype.EndShutdown && m.cfg.Persistence.OnShutdown == "pause" {
+		// Ended by this shutdown, its recovery point kept: the next
+		// start lists it paused. Never told deleted, then back.
+		return fmt.Errorf("%w: the server is shutting down; the session is kept and listed paused at its next start: delete it then", errdefs.ErrUnavailable)
+	}
 	if errors.Is(err, errdefs.ErrGone) || errors.Is(err, errdefs.ErrSessionLost) {
 		return nil
 	}
@@ -1020,9 +1025,10 @@ func (m *Manager) DeleteFor(ctx context.Context, id string) error {
 	}
 	s.mu.Unlock()
 	s.terminate(apitype.Ended(apitype.EndDeleted))
-	// The image it was resumed from, if set aside still, ends before the
-	// delete is reported (its teardown may wait for an execution).
-	s.live.endResumed()
+	// Its recovery point (and the image it was resumed from, if set
+	// aside still) ended before the delete is reported, also when a
+	// shutdown ended it first and kept them.
+	s.live.end()
 	if s.End().Code == apitype.EndPaused {
 		// A pause completed first (its end and its listing are one
 		// step): the client asked for the session gone, so it goes.
@@ -1263,6 +1269,15 @@ func (s *Session) terminate(end apitype.End) {
 			s.lifeTimer.Stop()
 		}
 		s.mu.Unlock()
+		// The recovery point before anything the end lets go (an
+		// execution returning, its seal) can seal it again: ended
+		// durably, or kept by a shutdown that could not pause the
+		// session (the next start recovers it, as after a crash).
+		if s.keepsPoint(end) {
+			s.live.stop()
+		} else {
+			s.live.end()
+		}
 		close(s.ended)
 		m := s.m
 		m.mu.Lock()
@@ -1325,6 +1340,14 @@ func (s *Session) terminate(end apitype.End) {
 	})
 }
 
+// keepsPoint says whether the session's end keeps its recovery point: a
+// shutdown's (with persistence.on_shutdown "pause") that could not
+// pause it (refused, failed, out of time), so that a clean shutdown
+// never loses what a kill -9 would have kept.
+func (s *Session) keepsPoint(end apitype.End) bool {
+	return end.Code == apitype.EndShutdown && s.m.cfg.Persistence.OnShutdown == "pause"
+}
+
 func (s *Session) teardown() {
 	defer func() {
 		m := s.m
@@ -1340,7 +1363,8 @@ func (s *Session) teardown() {
 	if err := s.inst.Close(); err != nil {
 		s.m.log.Error("session teardown", "session", s.id, "err", err)
 	}
-	// Ended (a pause's image is in place already): nothing to recover.
+	// Its end (terminate) ended or kept its recovery point: its files
+	// go, or its descriptors.
 	s.live.close()
 	// Their processes went with the sandbox.
 	for _, c := range s.besides() {

@@ -134,13 +134,17 @@ const EndPausedExpired = "lifetime"
 // volume).
 const EndPausedGone = "paused_gone"
 
+// endServerStopped is the end reason of a live session still listed
+// when its server stopped.
+const endServerStopped = "server_stopped"
+
 // stopServer marks this server stopped: its live sessions that are still
 // listed end now (a clean shutdown has ended or paused them already);
 // paused ones stay listed, on its pod.
 func (d *DB) stopServer(ctx context.Context) {
 	now := unixNano(time.Now())
 	d.dir.ExecContext(ctx, d.q(`UPDATE servers SET stopped_at = ? WHERE id = ?`), now, d.server.ID)
-	d.dir.ExecContext(ctx, d.q(`UPDATE sessions SET ended_at = ?, end_reason = ? WHERE server = ? AND ended_at IS NULL AND NOT paused`), now, "server_stopped", d.server.ID)
+	d.dir.ExecContext(ctx, d.q(`UPDATE sessions SET ended_at = ?, end_reason = ? WHERE server = ? AND ended_at IS NULL AND NOT paused`), now, endServerStopped, d.server.ID)
 }
 
 // SyncPaused ends the directory's paused sessions of this server's pod
@@ -186,7 +190,9 @@ func (d *DB) SyncPaused(ctx context.Context, held map[string]bool) (int, error) 
 // PutSessions writes sessions of this server to the directory, live or
 // ended (an ended one with its EndReason), in one statement: one round
 // trip. A session ended otherwise than with its server is never made
-// live again by a later write of it.
+// live again by a later write of it; one ended with its server (lost,
+// stopped, or ended by its shutdown, which kept its recovery point) is
+// listed again when its pod, started again, holds it paused.
 func (d *DB) PutSessions(ctx context.Context, sessions []apitype.Session) error {
 	if d.server.ID == "" || len(sessions) == 0 {
 		return nil
@@ -230,8 +236,8 @@ func (d *DB) PutSessions(ctx context.Context, sessions []apitype.Session) error 
 		}
 		q.WriteString(` ON CONFLICT (id) DO UPDATE SET ended_at = excluded.ended_at, end_reason = excluded.end_reason, info = excluded.info, server = excluded.server,
 			paused = excluded.paused, expires_at = excluded.expires_at
-			WHERE sessions.ended_at IS NULL OR sessions.end_reason IN (?, ?) OR excluded.ended_at IS NOT NULL`)
-		args = append(args, EndServerLost, EndPausedGone)
+			WHERE sessions.ended_at IS NULL OR sessions.end_reason IN (?, ?, ?, ?) OR excluded.ended_at IS NOT NULL`)
+		args = append(args, EndServerLost, EndPausedGone, endServerStopped, apitype.Ended(apitype.EndShutdown).Reason)
 		if _, err := d.dir.ExecContext(ctx, d.q(q.String()), args...); err != nil {
 			return d.unavailable("writing the sessions directory", err)
 		}

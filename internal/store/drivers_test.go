@@ -739,6 +739,68 @@ func TestDirectoryPaused(t *testing.T) {
 	})
 }
 
+// A live session its server ended at shutdown while keeping its
+// recovery point (the shutdown could not pause it), or that was still
+// listed when its server stopped, is listed paused on its pod again once
+// the pod's next server holds it (issue #21: recovered at the start);
+// one ended otherwise (deleted) is never listed again, and the other
+// pod never takes any of them over. Checked against a mutant: the
+// directory's rewrite refused for the shutdown's end (the recovered
+// session was never listed elsewhere).
+func TestDirectoryRecoveredAfterShutdown(t *testing.T) {
+	drivers(t, func(t *testing.T, open opener) {
+		ctx := context.Background()
+		a, b := twoPods(t, open)
+		now := time.Now().UTC()
+		shutdown := apitype.Ended(apitype.EndShutdown).Reason
+		if err := a.PutSessions(ctx, []apitype.Session{
+			{ID: "kept", Tenant: "t1", State: apitype.StateEnded, EndReason: shutdown, CreatedAt: now},
+			{ID: "stopped", Tenant: "t1", State: apitype.StateIdle, CreatedAt: now},
+			{ID: "deleted", Tenant: "t1", State: apitype.StateEnded, EndReason: apitype.Ended(apitype.EndDeleted).Reason, CreatedAt: now},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		a.Close()
+		listed := func() map[string]string {
+			t.Helper()
+			got, err := b.ListSessions(ctx, "t1", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := map[string]string{}
+			for _, s := range got {
+				out[s.ID] = s.State + "@" + s.Pod
+			}
+			return out
+		}
+		if got := listed(); len(got) != 0 {
+			t.Errorf("while pod-a is away: %v", got)
+		}
+		// b's own beat and sync touch none of them.
+		b.Heartbeat(ctx)
+		if n, err := b.SyncPaused(ctx, map[string]bool{}); err != nil || n != 0 {
+			t.Errorf("pod-b's SyncPaused: %d %v", n, err)
+		}
+		a2 := open(t)
+		if _, err := a2.Serve(ctx, "pod-a"); err != nil {
+			t.Fatal(err)
+		}
+		paused := func(id string) apitype.Session {
+			return apitype.Session{ID: id, Tenant: "t1", State: apitype.StatePaused, CreatedAt: now, Paused: &apitype.PausedInfo{PausedAt: now, ExpiresAt: now.Add(time.Hour)}}
+		}
+		if err := a2.PutSessions(ctx, []apitype.Session{paused("kept"), paused("stopped"), paused("deleted")}); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := a2.SyncPaused(ctx, map[string]bool{"kept": true, "stopped": true, "deleted": true}); err != nil || n != 0 {
+			t.Errorf("pod-a's SyncPaused: %d %v", n, err)
+		}
+		want := map[string]string{"kept": "paused@pod-a", "stopped": "paused@pod-a"}
+		if got := listed(); !maps.Equal(got, want) {
+			t.Errorf("pod-a back: pod-b lists %v, want %v", got, want)
+		}
+	})
+}
+
 // EndSessions ends the sessions named of this server's pod, live or
 // paused, and only those: an end already written keeps its reason, and
 // another pod's session is not touched.
