@@ -110,6 +110,10 @@ type Live struct {
 	tree, stage   *workspace.Dir
 	body          pointBody
 	held          map[string]held
+	// unapplied: the sealed point's apply was cut short (a disk failing
+	// midway); tree/ and stage/ are put right (settle) before anything
+	// else, and this is then what tree/ holds (nil: nothing pending).
+	unapplied map[string]held
 
 	// mu orders End with a seal's commit (writePoint): once ended (the
 	// point marked removed, durably, at gone: "" when nothing was
@@ -167,7 +171,7 @@ func NewLive(root, id string) (*Live, error) {
 // saying why it is behind (Point.Behind) when it can.
 func (l *Live) Seal(ctx context.Context, at time.Time, session []byte, ws *workspace.Dir, max int64, room func(int64) error, captured func(workspace.Snapshot)) (workspace.Snapshot, error) {
 	snap, err := l.seal(ctx, at, session, ws, max, room, captured)
-	if err != nil && l.body.Seq > 0 && !errors.Is(err, errdefs.ErrGone) && ctx.Err() == nil {
+	if err != nil && l.body.Seq > 0 && !errors.Is(err, errdefs.ErrGone) && !errors.As(err, new(errUnapplied)) && ctx.Err() == nil {
 		b := l.body
 		b.Behind, b.BehindAt = errdefs.Message(err), at
 		if werr := l.writePoint(b); werr == nil {
@@ -182,6 +186,13 @@ func (l *Live) seal(ctx context.Context, at time.Time, session []byte, ws *works
 	// (package privdir): nothing more is sealed there.
 	if err := EnsureRoot(l.root); err != nil {
 		return workspace.Snapshot{}, err
+	}
+	// The last point's apply, cut short: put right first, so that its
+	// staged files never linger beside this one's.
+	if l.unapplied != nil {
+		if err := l.settle(); err != nil {
+			return workspace.Snapshot{}, liveDiskErr(err)
+		}
 	}
 	entries, truncated, err := ws.List("", true)
 	if err != nil {
@@ -267,10 +278,16 @@ func (l *Live) seal(ctx context.Context, at time.Time, session []byte, ws *works
 	hook("sealed")
 	l.body = next
 	if err := l.apply(nextHeld); err != nil {
-		// Sealed, not applied: Recover applies it, and the next seal
-		// copies afresh what this one could not move.
-		l.held = map[string]held{}
-		return snap, liveDiskErr(err)
+		// Sealed, not applied (Recover applies it after a crash): put
+		// right at once, else by the next seal, before it copies
+		// anything (the staged files are moved in, what else stage/
+		// holds goes: nothing is kept twice).
+		l.unapplied = nextHeld
+		if serr := l.settle(); serr != nil {
+			return snap, errUnapplied{liveDiskErr(errors.Join(err, serr))}
+		}
+		hook("applied")
+		return snap, nil
 	}
 	l.held = nextHeld
 	hook("applied")
@@ -346,6 +363,58 @@ func (l *Live) apply(next map[string]held) error {
 	return l.applyStaged()
 }
 
+// errUnapplied is the error of a seal whose point is sealed but whose
+// tree/ could not be put right (settle): it is not behind.
+type errUnapplied struct{ error }
+
+func (e errUnapplied) Unwrap() error { return e.error }
+
+// settle puts tree/ and stage/ right after an apply cut short: what
+// tree/ holds beyond the sealed point goes, the rest of the apply is
+// done, then whatever stage/ still holds (staged for no point now) is
+// removed; tree/ then holds l.unapplied. Bounded: one listing of each
+// (at most workspace.MaxListLength entries), removals within the
+// workspace's own budget.
+func (l *Live) settle() error {
+	want := make(map[string]bool, len(l.body.Entries))
+	for _, e := range l.body.Entries {
+		want[e.Path] = e.Dir
+	}
+	have, truncated, err := l.tree.List("", true)
+	if err != nil {
+		return err
+	}
+	if truncated {
+		return fmt.Errorf("%w: the recovery point's tree cannot be listed whole", errdefs.ErrUnavailable)
+	}
+	for _, e := range have {
+		dir, ok := want[e.Path]
+		if !ok || dir != (e.Type == "dir") || e.Type != "dir" && e.Type != "file" {
+			if err := l.tree.Remove(e.Path, true); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+				return err
+			}
+		}
+	}
+	if err := l.apply(l.unapplied); err != nil {
+		return err
+	}
+	left, _, err := l.stage.List("", false)
+	if err != nil {
+		return err
+	}
+	for _, e := range left {
+		if err := l.stage.Remove(e.Path, true); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return err
+		}
+	}
+	l.held, l.unapplied = l.unapplied, nil
+	return nil
+}
+
+// moveFault, if set (tests), is called before each staged file is moved
+// into tree/; an error it returns is that move's.
+var moveFault func() error
+
 // applyStaged makes the point's directories in tree/ and moves its
 // staged files there (a file already moved is left).
 func (l *Live) applyStaged() error {
@@ -359,6 +428,11 @@ func (l *Live) applyStaged() error {
 	for _, e := range l.body.Entries {
 		if e.Dir || e.Stage == "" {
 			continue
+		}
+		if moveFault != nil {
+			if err := moveFault(); err != nil {
+				return err
+			}
 		}
 		if err := l.tree.MoveFrom(l.stage, e.Stage, e.Path); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			return err

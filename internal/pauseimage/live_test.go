@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -564,4 +565,91 @@ func TestLiveEndDuringSeal(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLiveApplyCutShort (issue #21): a seal whose apply fails midway (a
+// disk failing as staged files are moved into tree/) leaves nothing
+// staged behind: put right at once when it can be, else by the next
+// seal before it copies anything, which then copies only what changed
+// (nothing is kept twice: stage/ ends empty, tree/ the workspace); the
+// point sealed meanwhile recovers whole. Checked against a mutant: the
+// apply's failure left as before (the next seal copied every file
+// again and the first one's staged files stayed in stage/).
+func TestLiveApplyCutShort(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		fails int // moves that fail
+	}{{"put right at once", 1}, {"put right by the next seal", 2}} {
+		t.Run(c.name, func(t *testing.T) {
+			src, ws, root, l := liveWith(t, "s-apply")
+			dir := LiveDir(root, "s-apply")
+			setTree(t, src, stateB)
+			failed := 0
+			moveFault = func() error {
+				if failed < c.fails {
+					failed++
+					return errors.New("injected: the disk fails")
+				}
+				return nil
+			}
+			defer func() { moveFault = nil }()
+			_, err := l.Seal(context.Background(), time.Now(), []byte(`"B"`), ws, 1<<30, nil, nil)
+			if c.fails == 1 && err != nil {
+				t.Fatalf("a seal whose apply was put right at once: %v", err)
+			}
+			if c.fails > 1 && err == nil {
+				t.Fatal("a seal whose apply could not be put right says nothing")
+			}
+			if _, got, err := recovered(t, crashCopy(t, root), "s-apply"); err != nil || !sameFiles(got, stateB) {
+				t.Errorf("recovered after the cut-short apply: %v %v", short(got), err)
+			}
+			if c.fails == 1 {
+				if left := leftIn(t, filepath.Join(dir, liveStage)); len(left) != 0 {
+					t.Errorf("staged files left after the apply was put right: %v", left)
+				}
+			}
+			moveFault = nil
+			stateC := maps.Clone(stateB)
+			stateC["a.txt"] = "three"
+			if err := os.WriteFile(filepath.Join(src, "a.txt"), []byte("three"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			staged := 0
+			sealHook = func(step string) {
+				if step == "staged" {
+					staged++
+				}
+			}
+			defer func() { sealHook = nil }()
+			if _, err := l.Seal(context.Background(), time.Now(), []byte(`"C"`), ws, 1<<30, nil, nil); err != nil {
+				t.Fatal(err)
+			}
+			sealHook = nil
+			if staged != 1 {
+				t.Errorf("the next seal copied %d files, want 1 (a.txt)", staged)
+			}
+			if left := leftIn(t, filepath.Join(dir, liveStage)); len(left) != 0 {
+				t.Errorf("staged files left after the next seal: %v", left)
+			}
+			tree, _ := workspace.OpenOut(filepath.Join(dir, liveTree))
+			defer tree.Close()
+			if got := readTree(t, tree); !sameFiles(got, stateC) {
+				t.Errorf("tree/ after the next seal: %v, want %v", short(got), short(stateC))
+			}
+		})
+	}
+}
+
+// leftIn is what dir holds, by name.
+func leftIn(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
 }
