@@ -970,9 +970,11 @@ type Memory struct {
 }
 
 // Keepers returns the keepers (Memory.Keeper) the memory images under
-// root were taken with, which must be kept as long as the images are. An
-// image whose memory description cannot be read is an error: it may
-// name any.
+// root were taken with, which must be kept as long as the images are:
+// the paused sessions', the fork copies', and those set aside by a
+// resume (MarkResumed), which a start after a crash makes a paused
+// session's image again (ResolveResumed). An image whose memory
+// description cannot be read is an error: it may name any.
 func Keepers(root string) (map[string]bool, error) {
 	ents, err := os.ReadDir(root)
 	if errors.Is(err, os.ErrNotExist) {
@@ -983,7 +985,8 @@ func Keepers(root string) (map[string]bool, error) {
 	}
 	out := map[string]bool{}
 	for _, e := range ents {
-		if !ValidID(e.Name()) && !strings.HasPrefix(e.Name(), forkPrefix) {
+		resumed, ok := strings.CutPrefix(e.Name(), resumedPrefix)
+		if !ValidID(e.Name()) && !strings.HasPrefix(e.Name(), forkPrefix) && !(ok && ValidID(resumed)) {
 			continue
 		}
 		mem, err := (&Image{dir: filepath.Join(root, e.Name())}).Memory()
@@ -1315,6 +1318,16 @@ func EndResumed(root, id string) error {
 		return err
 	}
 	return end(root, ResumedDir(root, id))
+}
+
+// ResumedHasMemory says whether the resumed marker of id under root
+// holds a memory image (whose keeper Keepers counts while it stands).
+func ResumedHasMemory(root, id string) bool {
+	if checkID(id) != nil {
+		return false
+	}
+	_, err := os.Lstat(filepath.Join(ResumedDir(root, id), memoryMeta))
+	return err == nil
 }
 
 // ListResumed returns the ids of the resumed markers under root.

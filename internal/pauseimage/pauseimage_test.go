@@ -659,10 +659,13 @@ func TestKeepMemory(t *testing.T) {
 	}
 }
 
-// Keepers names the keeper of every image's memory, and refuses when an
+// Keepers names the keeper of every image's memory, a resumed one's
+// set aside until its first recovery point too, and refuses when an
 // image's memory description cannot be read (it may name any: a sweep
-// must then remove none). checked against a mutant: an unreadable
-// memory.json skipped, the sweep went on without its keeper.
+// must then remove none). checked against mutants: an unreadable
+// memory.json skipped, the sweep went on without its keeper; the
+// resumed marker not counted (issue #21: bb was missing while s-1 was
+// set aside).
 func TestKeepers(t *testing.T) {
 	_, ws := tree(t)
 	root := t.TempDir()
@@ -690,6 +693,21 @@ func TestKeepers(t *testing.T) {
 	got, err := Keepers(root)
 	if err != nil || len(got) != 2 || !got["aa"] || !got["bb"] {
 		t.Errorf("keepers %v %v, want aa and bb", got, err)
+	}
+	// Set aside by a resume (issue #21): a start after a crash makes it
+	// the paused session's image again, memory and all, so its keeper
+	// stays; once the marker ends, it may go.
+	if err := MarkResumed(root, "s-1"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Keepers(root); err != nil || len(got) != 2 || !got["bb"] {
+		t.Errorf("keepers with s-1 set aside %v %v, want aa and bb", got, err)
+	}
+	if err := EndResumed(root, "s-1"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Keepers(root); err != nil || len(got) != 1 || !got["aa"] {
+		t.Errorf("keepers with s-1's marker ended %v %v, want aa", got, err)
 	}
 	if err := os.WriteFile(filepath.Join(root, "s-0", memoryMeta), []byte("{"), 0o600); err != nil {
 		t.Fatal(err)

@@ -574,8 +574,9 @@ func (s *Server) stopKeeperSweeps() {
 // sweepKeepers removes the copies of gVisor keepers nothing needs: not
 // this server's, nor one a live sandbox is bound to (a restored one's
 // pause names its copy again), nor one a paused session's memory image
-// (or a fork's copy of a live one) was taken with: its resume binds it
-// again. Nothing goes while any memory.json cannot be read, nor a copy
+// (or a fork's copy of a live one, or an image a resume set aside until
+// its session's first recovery point) was taken with: its resume binds
+// it again. Nothing goes while any memory.json cannot be read, nor a copy
 // used within the grace (gvisor.SweepKeepers), swept again once that
 // ends. The live sandboxes' are read before the images: a sandbox is
 // closed only once its checkpoint's memory.json is written, so a copy

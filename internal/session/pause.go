@@ -446,8 +446,14 @@ func (m *Manager) markResumed(id string) error {
 // tries again (until then the next start resolves the marker as
 // LoadPaused does), unless a later resume of id owns the marker by then.
 func (m *Manager) endResumed(id string) {
+	memory := pauseimage.ResumedHasMemory(m.persistDir(), id)
 	err := m.leftOK(pauseimage.EndResumed(m.persistDir(), id))
 	if err == nil {
+		if memory {
+			// Its keeper copy (pauseimage.Keepers) may be needed no
+			// more.
+			m.imagesRemoved()
+		}
 		return
 	}
 	m.log.Error("removing a resumed session's set-aside image failed; tried again in a while", "session", id, "retry", removeRetry, "err", err)
