@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,11 +33,17 @@ import (
 // copied before it is sealed).
 //
 // A seal copies the files that changed since the last point into
-// stage/, syncs them, then writes point.json under a temporary name,
-// syncs it and renames it into place: that rename is the point. Only
-// then are the staged files moved into tree/ and what went removed from
-// it. Every step of that is redone by Recover, so a crash at any moment
-// leaves the last sealed point whole: never a mix of two. Recover turns
+// stage/, fsyncs them and stage/, then writes point.json under a
+// temporary name, fsyncs it, renames it into place and fsyncs the
+// point's directory: that rename is the point. Only then are the staged
+// files moved into tree/ and what went removed from it; the directories
+// moved into (and stage/, moved out of) are fsynced before the seal
+// returns, so the next point, which names those files in tree/, is
+// never on the disk before them. Every step of that is redone by
+// Recover, so a crash at any moment leaves the last sealed point whole:
+// never a mix of two. Only what a seal wrote is flushed, never the
+// whole filesystem (syncfs would flush every other tenant's data on it
+// too, at each seal). Recover turns
 // a point into an image Write writes (the one format of a paused
 // session), and removes it.
 const (
@@ -94,7 +101,10 @@ type held struct {
 // crash may stop it: "listed", "staged" (each file copied), "synced",
 // "sealed" (point.json in place), "removed" (each entry gone from
 // tree/), "moved" (each file moved into tree/),
-// "applied".
+// "applied"; and, as each fsync is asked for, "fsync stage/NAME" or
+// "fsync tree/PATH" (the directory itself: "fsync stage/",
+// "fsync tree/"), "fsync point" (point.json), "fsync dir" (the point's
+// directory) and "fsync root" (the directory of the points).
 var sealHook func(step string)
 
 func hook(step string) {
@@ -146,6 +156,13 @@ func NewLive(root, id string) (*Live, error) {
 			os.RemoveAll(dir)
 			return nil, diskErr(err)
 		}
+	}
+	// The point's directory is in root for good (tree/ and stage/ in
+	// it are, with its first point.json: writePoint).
+	hook("fsync root")
+	if err := syncDir(root); err != nil {
+		os.RemoveAll(dir)
+		return nil, diskErr(err)
 	}
 	l := &Live{root: root, id: id, dir: dir, held: map[string]held{}}
 	var err error
@@ -265,9 +282,9 @@ func (l *Live) seal(ctx context.Context, at time.Time, session []byte, ws *works
 	if captured != nil {
 		captured(snap)
 	}
-	// The staged files, and the last point's moves into tree/, are on
-	// the disk before the point that names them.
-	if err := l.stage.Sync(); err != nil {
+	// The staged files and their names are on the disk before the point
+	// that names them (the last point's moves into tree/ are: apply).
+	if err := l.fsync(l.stage, liveStage, append(staged, "")...); err != nil {
 		return snap, liveDiskErr(err)
 	}
 	hook("synced")
@@ -350,7 +367,9 @@ func liveDiskErr(err error) error {
 
 // apply makes tree/ what the sealed point l.body says, knowing it held
 // what l.held says: what went is removed, directories made, staged
-// files moved in.
+// files moved in; the directories moved into, made in, and stage/ are
+// fsynced (the next point names the moved files in tree/; a removal
+// lost to a crash is redone by Recover).
 func (l *Live) apply(next map[string]held) error {
 	for p, h := range l.held {
 		if n, ok := next[p]; !ok || n.dir != h.dir {
@@ -360,7 +379,43 @@ func (l *Live) apply(next map[string]held) error {
 			hook("removed")
 		}
 	}
-	return l.applyStaged()
+	if err := l.applyStaged(); err != nil {
+		return err
+	}
+	dirs := map[string]bool{}
+	for _, e := range l.body.Entries {
+		if e.Stage != "" || e.Dir && !l.held[e.Path].dir {
+			dirs[parent(e.Path)] = true
+		}
+	}
+	if len(dirs) == 0 {
+		return nil
+	}
+	rels := make([]string, 0, len(dirs))
+	for d := range dirs {
+		rels = append(rels, d)
+	}
+	slices.Sort(rels)
+	if err := l.fsync(l.tree, liveTree, rels...); err != nil {
+		return err
+	}
+	return l.fsync(l.stage, liveStage, "")
+}
+
+// parent is the directory of the workspace path p ("": the root).
+func parent(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[:i]
+	}
+	return ""
+}
+
+// fsync fsyncs rels beneath d, the point's directory name.
+func (l *Live) fsync(d *workspace.Dir, name string, rels ...string) error {
+	for _, rel := range rels {
+		hook("fsync " + name + "/" + rel)
+	}
+	return d.Fsync(rels...)
 }
 
 // errUnapplied is the error of a seal whose point is sealed but whose
@@ -456,6 +511,7 @@ func (l *Live) writePoint(b pointBody) error {
 	}
 	tmp := filepath.Join(l.dir, tmpPrefix+livePoint)
 	os.Remove(tmp)
+	hook("fsync point")
 	if err := writeSynced(tmp, bytes.NewReader(raw)); err != nil {
 		os.Remove(tmp)
 		return liveDiskErr(err)
@@ -464,6 +520,7 @@ func (l *Live) writePoint(b pointBody) error {
 		os.Remove(tmp)
 		return liveDiskErr(err)
 	}
+	hook("fsync dir")
 	if err := syncDir(l.dir); err != nil {
 		return liveDiskErr(err)
 	}
@@ -732,7 +789,15 @@ func (l *Live) SealFromImage(ctx context.Context, at time.Time, session []byte, 
 			hs[e.Path] = held{mode: mode, size: e.Size, mtime: e.ModTime.UnixNano(), ino: e.Ino}
 		}
 	}
-	if err := l.tree.Sync(); err != nil {
+	// What the extraction wrote, file by file and directory by
+	// directory, is on the disk before the point that names it.
+	rels := make([]string, 0, len(have)+1)
+	for _, e := range have {
+		if e.Type == "file" || e.Type == "dir" {
+			rels = append(rels, e.Path)
+		}
+	}
+	if err := l.fsync(l.tree, liveTree, append(rels, "")...); err != nil {
 		return snap, liveDiskErr(err)
 	}
 	if err := l.writePoint(next); err != nil {

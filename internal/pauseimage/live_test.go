@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -169,8 +170,8 @@ func TestLiveCrashAtEveryStep(t *testing.T) {
 	steps := map[string]int{}
 	for _, c := range crashes {
 		steps[c.step]++
-		if c.step == "sealed" {
-			sealed = true
+		if c.step == "sealed" || c.step == "fsync dir" {
+			sealed = true // point.json renamed in
 		}
 		want, seq := stateA, 1
 		if sealed {
@@ -652,4 +653,69 @@ func leftIn(t *testing.T, dir string) []string {
 		names = append(names, e.Name())
 	}
 	return names
+}
+
+// TestLiveSyncsWhatItWrote: a seal fsyncs the files it staged and
+// stage/ before its point is renamed in, point.json and its directory,
+// and, once the staged files are moved, the directories of tree/ they
+// went to (and made) before it returns: nothing else (never the whole
+// filesystem, never a directory it did not write). Checked against
+// mutants: the staged files not fsynced before the point; the
+// directories moved into not fsynced after the apply.
+func TestLiveSyncsWhatItWrote(t *testing.T) {
+	src, ws, root, l := liveWith(t, "s-sync")
+	stateC := files{"sub/c.txt": "c", "deep": "/", "deep/er": "/", "deep/er/f": "f"}
+	for k, v := range stateB {
+		stateC[k] = v
+	}
+	setTree(t, src, stateC)
+	var steps []string
+	sealHook = func(step string) { steps = append(steps, step) }
+	defer func() { sealHook = nil }()
+	if _, err := l.Seal(context.Background(), time.Now(), []byte(`{}`), ws, 1<<30, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	sealHook = nil
+	at := func(step string) int {
+		t.Helper()
+		i := slices.Index(steps, step)
+		if i < 0 {
+			t.Errorf("no %q in %v", step, steps)
+		}
+		return i
+	}
+	sealed, applied := at("sealed"), at("applied")
+	want := map[string]bool{}
+	for _, e := range l.body.Entries {
+		if e.Stage != "" {
+			want["fsync stage/"+e.Stage] = true
+			if i := at("fsync stage/" + e.Stage); i > sealed {
+				t.Errorf("%s (staged as %s) fsynced after the point was sealed", e.Path, e.Stage)
+			}
+		}
+	}
+	if len(want) != 7 {
+		t.Errorf("%d files staged, want 7 (setTree rewrites every file)", len(want))
+	}
+	for _, s := range []string{"fsync stage/", "fsync point", "fsync dir"} {
+		want[s] = true
+		if at(s) > sealed {
+			t.Errorf("%q after the point was sealed: %v", s, steps)
+		}
+	}
+	for _, d := range []string{"", "sub", "deep", "deep/er"} {
+		s := "fsync tree/" + d
+		want[s] = true
+		if i := slices.Index(steps[sealed:], s); i < 0 || sealed+i > applied {
+			t.Errorf("%q not between the seal and the apply's end: %v", s, steps)
+		}
+	}
+	for _, s := range steps {
+		if strings.HasPrefix(s, "fsync ") && !want[s] && s != "fsync stage/" {
+			t.Errorf("fsynced %q, which the seal did not write", s)
+		}
+	}
+	if pt, got, err := recovered(t, crashCopy(t, root), "s-sync"); err != nil || !sameFiles(got, stateC) {
+		t.Errorf("recovered %d %v %v", pt.Seq, short(got), err)
+	}
 }

@@ -50,7 +50,7 @@ func TestMoveFrom(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(out, "escaped")); err == nil {
 		t.Error("moved through the symlink, out of the root")
 	}
-	if err := dst.Sync(); err != nil {
+	if err := dst.Fsync("", "x/y", "new/deep"); err != nil {
 		t.Error(err)
 	}
 }

@@ -715,22 +715,35 @@ func (d *Dir) MoveFrom(src *Dir, from, to string) error {
 	})
 }
 
-// Sync flushes the filesystem d is on to its disk (syncfs): what was
-// written and renamed beneath d is durable once it returns.
-func (d *Dir) Sync() error {
+// Fsync flushes each of rels beneath d (a file or a directory; ""
+// is d itself) to its disk: a file's contents, a directory's names.
+// Only what is named is flushed, never the whole filesystem (syncfs
+// would write back every other writer's data on it too, at the cost of
+// whoever asked). Never through a symlink; a FIFO is not waited for.
+func (d *Dir) Fsync(rels ...string) error {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if d.fd < 0 {
+		d.mu.Unlock()
 		return fmt.Errorf("%w: %s is closed", errdefs.ErrGone, d.root)
 	}
-	// syncfs needs a descriptor that is not O_PATH.
-	fd, err := unix.Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := unix.FcntlInt(uintptr(d.fd), unix.F_DUPFD_CLOEXEC, 0)
+	d.mu.Unlock()
 	if err != nil {
-		return mapErr(d.root, err)
+		return fmt.Errorf("workspace: %w", err)
 	}
-	defer unix.Close(fd)
-	if err := unix.Syncfs(fd); err != nil {
-		return mapErr(d.root, err)
+	dup := &Dir{fd: fd, uid: d.uid, gid: d.gid, root: d.root}
+	defer dup.Close()
+	for _, rel := range rels {
+		// fsync needs a descriptor that is not O_PATH.
+		fd, err := dup.open(rel, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+		if err != nil {
+			return err
+		}
+		err = unix.Fsync(fd)
+		unix.Close(fd)
+		if err != nil {
+			return mapErr(d.shown(rel), err)
+		}
 	}
 	return nil
 }
