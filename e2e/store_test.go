@@ -487,12 +487,20 @@ func TestSQLiteDirectoryOffCreationPath(t *testing.T) {
 // Paused sessions in a cluster's directory (two servers on one
 // PostgreSQL, persistence on): a session paused on airlock-1 is listed
 // paused, on airlock-1, by airlock-0; SIGTERM pauses airlock-1's live
-// session and both stay listed paused while it is down; kill -9 ends a
-// live session (server_lost) and keeps the paused ones paused; airlock-1
-// started again on its volume holds them (listed once), resumes one, and
-// a paused session deleted there leaves the directory.
+// session and both stay listed paused while it is down; one SIGTERM
+// cannot pause (over persistence.max_image_bytes) keeps its recovery
+// point: not listed while airlock-1 is down, listed paused (recovered)
+// on airlock-1 once it is back (issue #21); kill -9 ends a live session
+// (server_lost) and keeps the paused ones paused; airlock-1 started
+// again on its volume holds them (listed once), the live ones recovered
+// from their points and listed paused on airlock-1 by airlock-0 too
+// (issue #21), resumes one, and a paused session deleted there leaves
+// the directory.
 func TestSharedStorePaused(t *testing.T) {
-	_, servers := sharedCluster(t, 2, withPersistence)
+	_, servers := sharedCluster(t, 2, func(cfg map[string]any) {
+		withPersistence(cfg)
+		cfg["persistence"].(map[string]any)["max_image_bytes"] = "1M"
+	})
 	s0, s1 := servers[0], servers[1]
 	ctx := context.Background()
 	key := s0.newKey("team-p")
@@ -553,19 +561,34 @@ func TestSharedStorePaused(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen("a paused on airlock-1", map[string]string{a: "paused", b: "idle"})
+	// d cannot be paused: over max_image_bytes (its point stays at its
+	// small file).
+	d := create(s1)
+	if r := exec(d, "open('/workspace/small.txt','w').write('d')"); r.Error != nil {
+		t.Fatal(r.Error)
+	}
+	waitPoint(t, s1, d, "small.txt")
+	if r := exec(d, "open('/workspace/big.bin','wb').write(b'x' * (2 << 20))"); r.Error != nil {
+		t.Fatal(r.Error)
+	}
 
-	// SIGTERM: b is paused too; both stay listed while airlock-1 is down.
+	// SIGTERM: b is paused too; both stay listed while airlock-1 is down;
+	// d ends (shutdown), its point kept.
 	if err := s1.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-s1.done; err != nil {
 		t.Fatalf("airlock-1's exit: %v", err)
 	}
-	seen("airlock-1 stopped", map[string]string{a: "paused", b: "paused"})
+	seen("airlock-1 stopped", map[string]string{a: "paused", b: "paused", d: ""})
 
-	// Back on its volume: it holds both; a resumes; c is live when it
-	// is killed -9.
+	// Back on its volume: it holds all three (d recovered); a resumes;
+	// c is live when it is killed -9.
 	s1 = startServerNamed(t, s1.name, s1.cfg)
+	seen("airlock-1 back after SIGTERM", map[string]string{a: "paused", b: "paused", d: "paused"})
+	if info, err := s1.as(key).Session(ctx, d); err != nil || info.Paused == nil || !strings.HasPrefix(info.Paused.Recovered, "recovered after the server ended unexpectedly") {
+		t.Errorf("d after the SIGTERM that could not pause it: %+v %v", info, err)
+	}
 	if _, err := s1.as(key).ResumeSession(ctx, a); err != nil {
 		t.Fatal(err)
 	}
@@ -573,16 +596,28 @@ func TestSharedStorePaused(t *testing.T) {
 		t.Errorf("a's file after pause, restart and resume: %+v", r)
 	}
 	c := create(s1)
+	if r := exec(c, "open('/workspace/c.txt','w').write('c')"); r.Error != nil {
+		t.Fatal(r.Error)
+	}
 	seen("airlock-1 back", map[string]string{a: "idle", b: "paused", c: "idle"})
+	waitPoint(t, s1, a, "kept.txt")
+	waitPoint(t, s1, c, "c.txt")
 	if err := s1.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	<-s1.done
 	seen("airlock-1 killed", map[string]string{a: "ended:server_lost", b: "paused", c: "ended:server_lost"})
 
-	// Back once more: b is still its; deleted there, it leaves the
-	// directory.
+	// Back once more: b is still its, a and c recovered from their
+	// points, all listed paused on airlock-1 by airlock-0 (never
+	// claimed by it); b deleted there leaves the directory.
 	s1 = startServerNamed(t, s1.name, s1.cfg)
+	seen("airlock-1 back after kill -9", map[string]string{a: "paused", b: "paused", c: "paused"})
+	for _, id := range []string{a, c} {
+		if info, err := s1.as(key).Session(ctx, id); err != nil || info.Paused == nil || !strings.HasPrefix(info.Paused.Recovered, "recovered after the server ended unexpectedly") {
+			t.Errorf("%s on airlock-1 after kill -9: %+v %v", id, info, err)
+		}
+	}
 	if info, err := s1.as(key).Session(ctx, b); err != nil || info.State != apitype.StatePaused {
 		t.Fatalf("b on airlock-1 after kill -9: %+v %v", info, err)
 	}

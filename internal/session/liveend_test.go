@@ -3,16 +3,20 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"airlock/internal/apitype"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
 	"airlock/internal/pauseimage"
+	"airlock/internal/testenv"
 )
 
 // holdSeals holds every seal of a session id (every session's: "") as
@@ -278,4 +282,48 @@ func TestShutdownKeepsWhatItCannotPause(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestShutdownOnFullDiskKeepsPoint (issue #21): a shutdown whose pause
+// of a session fails because persistence.dir's disk is full (no inode
+// left for the image's description) keeps the session's recovery
+// point: the next start lists it paused, recovered, with its files.
+// Checked against a mutant: a shutdown's end removing the point (listed
+// nothing after the restart).
+func TestShutdownOnFullDiskKeepsPoint(t *testing.T) {
+	testenv.RequireRoot(t, "mounting a small tmpfs as persistence.dir")
+	cfg := persistConfig(t)
+	dir := cfg.Persistence.Dir
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=128m,nr_inodes=1000,mode=0700"); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(dir, unix.MNT_DETACH)
+	m, _, _ := newTestManager(t, cfg)
+	s := create(t, m, "python")
+	writeFiles(t, s, smallFiles)
+	sealed(t, s)
+	// The disk full from now on: the image's temporary directory and
+	// files.tar get the last two inodes, its description none.
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		t.Fatal(err)
+	}
+	used := fs.Files - fs.Ffree
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_REMOUNT, fmt.Sprintf("size=128m,nr_inodes=%d,mode=0700", used+2)); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	if end := ended(t, s); end.Code != apitype.EndShutdown {
+		t.Fatalf("the session ended for %q, want shutdown (its pause onto the full disk failing)", end.Code)
+	}
+	m2 := restarted(t, killedAt(t, cfg))
+	l := m2.List()
+	if len(l) != 1 || l[0].ID != s.ID() || l[0].Paused == nil || !strings.HasPrefix(l[0].Paused.Recovered, "recovered after the server ended unexpectedly") {
+		t.Fatalf("after the restart: %+v", l)
+	}
+	r, err := m2.ResumeFor(context.Background(), s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFiles(t, r, smallFiles)
 }
