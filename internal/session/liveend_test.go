@@ -15,6 +15,7 @@ import (
 	"airlock/internal/apitype"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
+	"airlock/internal/identity"
 	"airlock/internal/pauseimage"
 	"airlock/internal/testenv"
 )
@@ -326,4 +327,47 @@ func TestShutdownOnFullDiskKeepsPoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkFiles(t, r, smallFiles)
+}
+
+// TestShutdownKeepsResumedImage (issue #21): a resumed session the
+// shutdown cannot pause before its first recovery point is sealed (the
+// seal held; its code ignores the interrupt) keeps the image its resume
+// set aside: the next start lists it paused as it was before the resume,
+// its files whole, whether the server then ended cleanly or was killed
+// as the session ended. Checked against a mutant: a shutdown's end
+// ending the point and the set-aside image (nothing listed).
+func TestShutdownKeepsResumedImage(t *testing.T) {
+	cfg := persistConfig(t)
+	cfg.Persistence.ShutdownTimeout = config.Duration(300 * time.Millisecond)
+	m, _, _ := newTestManager(t, cfg)
+	ctx := identity.With(context.Background(), identity.Identity{Tenant: "acme"})
+	s := pausedWithFiles(t, m, ctx)
+	_, release := holdSeals(t, s.ID(), nil)
+	r, err := m.ResumeFor(ctx, s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	go r.Execute(context.Background(), apitype.ExecuteRequest{Code: "hang"}, nil)
+	busy(t, r)
+	closed := make(chan struct{})
+	go func() { defer close(closed); m.Close() }()
+	if end := ended(t, r); end.Code != apitype.EndShutdown {
+		t.Fatalf("the resumed session ended for %q, want shutdown", end.Code)
+	}
+	killed := killedAt(t, cfg)
+	release()
+	<-closed
+	for name, c := range map[string]*config.Config{"killed as it ended": killed, "after the shutdown": cfg} {
+		m2 := restarted(t, c)
+		l := m2.List()
+		if len(l) != 1 || l[0].ID != s.ID() || l[0].State != apitype.StatePaused {
+			t.Errorf("%s: listed %+v", name, l)
+			continue
+		}
+		r2, err := m2.ResumeFor(ctx, s.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkFiles(t, r2, someFiles)
+	}
 }
