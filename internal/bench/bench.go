@@ -259,7 +259,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	try("exec", func() error { return benchExec(ctx, srv, r, n(2000, 30)) })
 	try("create_pandas", func() error { return benchCreatePandas(ctx, srv, r, o, n(100, 3), n(10, 1)) })
-	try("concurrent_create", func() error { return benchConcurrent(ctx, srv, r, n(50, 4)) })
+	try("concurrent_create", func() error { return benchConcurrent(ctx, r, o, n(50, 4)) })
 	if want("drained_burst") {
 		// A server of its own, of the default pool configuration.
 		fmt.Fprintf(o.Verbose, "running drained_burst\n")
@@ -377,7 +377,8 @@ func nextIDBase() int { return benchIDBase + int(idSeq.Add(1))*benchIDStep }
 // sets top-level keys of its configuration (and "server" keys). Unless
 // extra says otherwise it runs without authentication (on loopback) and
 // without the audit log: the scenarios measure sandboxes, and the audit
-// scenario measures those two. hosts, when given, is the server's
+// scenario measures those two; a nil value in extra removes the key, for
+// the server's default. hosts, when given, is the server's
 // /etc/hosts (startWithHosts).
 func startServer(ctx context.Context, o Options, poolSize int, suffix string, extra map[string]any, hosts ...string) (*server, error) {
 	return startServerWith(ctx, o, poolSize, suffix, extra, nil, hosts...)
@@ -403,14 +404,21 @@ func startServerWith(ctx context.Context, o Options, poolSize int, suffix string
 		"server":        srvCfg,
 		"pool":          map[string]any{"size": map[string]int{"python": poolSize, "bash": 1, "javascript": 1}, "zygote": true},
 	}
+	// A nil value removes the key: the server's default applies.
 	for k, v := range extra {
 		if m, ok := v.(map[string]any); ok && k == "server" {
 			for kk, vv := range m {
 				srvCfg[kk] = vv
+				if vv == nil {
+					delete(srvCfg, kk)
+				}
 			}
 			continue
 		}
 		cfg[k] = v
+		if v == nil {
+			delete(cfg, k)
+		}
 	}
 	b, _ := json.Marshal(cfg)
 	cfgPath := filepath.Join(dir, "config.json")
@@ -492,6 +500,17 @@ func (s *server) stop() {
 		}
 		os.Remove(parent)
 	}
+}
+
+// createKey creates an API key of tenant "bench" on the server (of
+// auth "keys") and makes its client send it.
+func (s *server) createKey(ctx context.Context, o Options) error {
+	out, err := exec.CommandContext(ctx, o.Binary, "keys", "create", "--config", s.cfgPath, "--tenant", "bench").Output()
+	if err != nil {
+		return fmt.Errorf("keys create: %v", err)
+	}
+	s.useKey(strings.TrimSpace(string(out)))
+	return nil
 }
 
 // useKey makes the server's client send key.

@@ -93,6 +93,12 @@ func templatePids(name string) []int {
 	return nil
 }
 
+// parties is the CPU of every party of a one-shot together (the host's
+// remainder not included).
+func (c cpuSnap) parties() time.Duration {
+	return c.server + c.spawner + c.inits + c.template + c.runtimes + c.client
+}
+
 func (s *server) cpu() cpuSnap {
 	var c cpuSnap
 	c.server, c.inits = procCPU(s.cmd.Process.Pid)

@@ -23,6 +23,9 @@ func (r *Report) Stat(key string) (Stat, bool) { return figure[Stat](r, key) }
 // Number is the number stored under key, and whether the report has it.
 func (r *Report) Number(key string) (float64, bool) { return figure[float64](r, key) }
 
+// Text is the text stored under key, and whether the report has it.
+func (r *Report) Text(key string) (string, bool) { return figure[string](r, key) }
+
 // Numbers is the named numbers stored under key, and whether the report
 // has them.
 func (r *Report) Numbers(key string) (map[string]float64, bool) {

@@ -182,3 +182,54 @@ func TestStaleTableIsCaught(t *testing.T) {
 		t.Errorf("a changed report left the page current: %v", stale)
 	}
 }
+
+// The drained burst's second round is called grown only when its pool's
+// target exceeded its size before it; its rows say what the one-shots
+// ran and on what configuration, and the full template's one-shot row
+// is shown for information beside the goal's.
+func TestBenchTableDrainedRounds(t *testing.T) {
+	pool := func(target float64) map[string]float64 {
+		return map[string]float64{"size": 64, "ready_before_oneshots": target, "target_before_oneshots": target,
+			"ready_before_creations": target - 8, "target_before_creations": target}
+	}
+	for _, c := range []struct {
+		name      string
+		stats     map[string]any
+		want, not []string
+	}{
+		{"grown", map[string]any{"drained_pool_2": pool(125), "drained_oneshot_code": bench.DrainedOneShotCode, "drained_config": "the default configuration (X)"},
+			[]string{"has grown the pool (to 125, its size 64)", "50 one-shots of `" + bench.DrainedOneShotCode + "`, the default configuration (X): a fresh server",
+				"the Python pool 125 ready of 125 before the one-shots, 117 of 125 before the creations"},
+			[]string{"did not grow"}},
+		{"at its size", map[string]any{"drained_pool_2": pool(64)},
+			[]string{"the first did not grow the pool (target 64, its size 64)"},
+			[]string{"has grown"}},
+		{"an older report", nil,
+			[]string{"not in the report", "of `print(1)` (served by the lean template: the Python pool untouched), default pools, no API keys, the audit log off"},
+			[]string{"has grown"}},
+		{"the full template's one-shots", map[string]any{"oneshot_full_rps": 45.0, "oneshot_full_cpu_ms": 30.0, "oneshot_full_code": "import numpy; print(1)"},
+			[]string{"of `import numpy; print(1)`, code the lean template does not serve", "**45.0/s**", "**0.50×** bare python; CPU 1.5×",
+				"for information (≥ 1.0× bare python3 -c is `print(1)`'s)"},
+			nil},
+	} {
+		r := report(0.4, 95)
+		r.Stats["drained_burst_2"] = bench.Stat{N: 50, P50: 60, P99: 90}
+		for k, v := range c.stats {
+			r.Stats[k] = v
+		}
+		got, err := BenchTable(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: the table lacks %q:\n%s", c.name, w, got)
+			}
+		}
+		for _, w := range c.not {
+			if strings.Contains(got, w) {
+				t.Errorf("%s: the table says %q:\n%s", c.name, w, got)
+			}
+		}
+	}
+}
