@@ -258,7 +258,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	try("exec", func() error { return benchExec(ctx, srv, r, n(2000, 30)) })
-	try("create_pandas", func() error { return benchCreatePandas(ctx, srv, r, o, n(100, 3), n(10, 1)) })
+	try("create_pandas", func() error { return benchCreatePandas(ctx, srv, r, o, n(25, 1), n(4, 3)) })
 	try("concurrent_create", func() error { return benchConcurrent(ctx, r, o, n(50, 4)) })
 	if want("drained_burst") {
 		// A server of its own, of the default pool configuration.

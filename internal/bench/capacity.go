@@ -37,6 +37,7 @@ func benchCapacity(ctx context.Context, r *Report, o Options, n, execs int) erro
 	}
 	pid := srv.cmd.Process.Pid
 	base := hostSide(ctx, srv, pid)
+	memBefore := meminfo()
 	var sessions []*apitype.Session
 	defer func() {
 		var wg sync.WaitGroup
@@ -57,6 +58,7 @@ func benchCapacity(ctx context.Context, r *Report, o Options, n, execs int) erro
 	// Let the creations' garbage go before measuring what stays.
 	time.Sleep(2 * time.Second)
 	loaded := hostSide(ctx, srv, pid)
+	memAfter := meminfo()
 	idle := idleCPU(srv, 10*time.Second)
 	pss := sessionsPSS(srv, sessions)
 	// The server stays responsive: warm `x = 1` in one more session.
@@ -100,6 +102,21 @@ func benchCapacity(ctx context.Context, r *Report, o Options, n, execs int) erro
 		Note: fmt.Sprintf("opened in %.0f s, 8 at a time", opened.Seconds())})
 	r.add(Row{Scenario: scen, Metric: "PSS per session (sandbox)", Value: pss.per, Unit: "MB", Target: GoalIdlePSS.Text,
 		Note: pss.note("init and interpreter")})
+	// What PSS does not show: the kernel's memory for each session (its
+	// processes' page tables and kernel stacks, the slab of its
+	// namespaces, mounts, cgroups and descriptors), read as the host's
+	// /proc/meminfo before and after; for information (anything else
+	// running on the host moves it too).
+	kernel := map[string]float64{}
+	for _, f := range meminfoFields {
+		d := per(memBefore[f.key], memAfter[f.key]) / 1024
+		if f.key == "MemAvailable" {
+			d = -d // what the sessions took
+		}
+		kernel[f.stat] = d
+		r.add(Row{Scenario: scen, Metric: "host /proc/meminfo per session: " + f.what, Value: d, Unit: "MB", Target: "for information"})
+	}
+	r.Stats["capacity_meminfo_mb"] = kernel
 	r.add(Row{Scenario: scen, Metric: "server PSS per session (host side)", Value: per(base.pssKB, loaded.pssKB) / 1024, Unit: "MB"})
 	r.add(Row{Scenario: scen, Metric: "server descriptors per session", Value: per(base.fds, loaded.fds), Unit: "fds",
 		Note: fmt.Sprintf("%.0f open of a limit of %.0f", loaded.fds, loaded.fdLimit)})
@@ -196,4 +213,30 @@ func cgroupCPU(name string) time.Duration {
 		return time.Duration(ns)
 	}
 	return time.Duration(procField(fmt.Sprintf("/sys/fs/cgroup/%s/cpu.stat", name), "usage_usec", 0)) * time.Microsecond
+}
+
+// meminfoFields are the /proc/meminfo lines the capacity scenario reports
+// per session: the memory the host lost, and the kernel's own parts of
+// it that no process's PSS counts.
+var meminfoFields = []struct{ key, stat, what string }{
+	{"MemAvailable", "mem_available", "MemAvailable fell by"},
+	{"PageTables", "page_tables", "PageTables rose by"},
+	{"SUnreclaim", "sunreclaim", "SUnreclaim (unreclaimable slab) rose by"},
+	{"KernelStack", "kernel_stack", "KernelStack rose by"},
+}
+
+// meminfo is the host's /proc/meminfo in kB, by name.
+func meminfo() map[string]float64 {
+	out := map[string]float64{}
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return out
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, rest, ok := strings.Cut(line, ":")
+		if f := strings.Fields(rest); ok && len(f) > 0 {
+			out[name], _ = strconv.ParseFloat(f[0], 64)
+		}
+	}
+	return out
 }

@@ -233,3 +233,45 @@ func TestBenchTableDrainedRounds(t *testing.T) {
 		}
 	}
 }
+
+// With the cold python interleaved, the create + first pandas goal is
+// judged on the median of the rounds' ratios, not on the ratio of the
+// two medians, and the spread is shown.
+func TestBenchTableCreatePandasRounds(t *testing.T) {
+	r := report(0.4, 95) // the medians' ratio: 418 / 10, met
+	r.Stats["create_pandas_ratio"] = map[string]float64{"median": 35, "p25": 31, "p75": 44, "min": 22, "max": 58, "n": 25}
+	r.Stats["cold_python_pandas_spread"] = map[string]float64{"min": 350, "max": 610, "n": 25}
+	got, err := BenchTable(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{
+		"median ≥ 40× faster than cold python: **not met**",
+		"**35.0×** faster (the median of 25 rounds' ratios; quartiles 31.0×–44.0×, all 22.0×–58.0×)",
+		"cold `python3 -c` of the same: 418 ms (25 runs interleaved with the creations, 350 ms–610 ms)",
+	} {
+		if !strings.Contains(got, w) {
+			t.Errorf("the table lacks %q:\n%s", w, got)
+		}
+	}
+}
+
+// The capacity row shows the kernel's memory per session beside PSS,
+// for information.
+func TestBenchTableCapacityKernel(t *testing.T) {
+	r := report(0.4, 95)
+	r.Stats["capacity_sessions"] = 1000
+	r.Stats["capacity_pss_mb"] = 4.66
+	r.Stats["capacity_meminfo_mb"] = map[string]float64{"mem_available": 6.1, "page_tables": 0.356, "sunreclaim": 0.816, "kernel_stack": 0.122}
+	got, err := BenchTable(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"**1000** alive, PSS 4.66 MB each",
+		"MemAvailable −6.10 MB; PageTables +0.36, SUnreclaim +0.82, KernelStack +0.12 MB",
+		"PSS ≤ 5 MB: met; the kernel's share: for information"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("the table lacks %q:\n%s", w, got)
+		}
+	}
+}
