@@ -302,6 +302,11 @@ func TestKillDuringPause(t *testing.T) {
 			t.Fatalf("writing the tree: %+v", r.Error)
 		}
 		want := strings.TrimSpace(s.exec(id, digest).Stdout)
+		// What a kill before the pause's image is in place recovers is
+		// the tree's recovery point: it is sealed a few ms after the
+		// execution, so wait for it (else a kill first recovers the
+		// point before it, empty, as documented).
+		waitPoint(t, s, id, "notes.txt")
 		sessions := filepath.Join(dataDir(s), "sessions")
 		go s.c.PauseSession(ctx, id)
 		switch at {
@@ -515,6 +520,7 @@ func TestKilledServerRecoversLiveSessions(t *testing.T) {
 			t.Fatal(r.Error)
 		}
 	}
+	waitPoint(t, s, a, "notes.txt")
 	waitPoint(t, s, b, "up.txt")
 	written := make(chan struct{}, 1)
 	go s.c.Execute(ctx, a, apitype.ExecuteRequest{Code: "open('/workspace/notes.txt', 'w').write('half'); print('written', flush=True); import time; time.sleep(600)"}, func(e apitype.Event) {

@@ -293,6 +293,12 @@ type Session struct {
 	Restores       string `json:"restores,omitempty"`
 	Restored       string `json:"restored,omitempty"`
 	RestoredReason string `json:"restored_reason,omitempty"`
+	// RecoveryPointAt is, for a live session on a server with
+	// persistence, the end of the operation its recovery point keeps:
+	// what a kill -9 of the server now would recover its workspace as
+	// of (absent: no point sealed yet, or no persistence). It trails
+	// the last operation by the few ms its seal takes.
+	RecoveryPointAt *time.Time `json:"recovery_point_at,omitempty"`
 	// Reseeded says, for a fork restored with its memory (restored
 	// "memory"), whether every interpreter confirmed that it reseeded
 	// its random generators from the kernel (absent: not such a fork);

@@ -60,6 +60,32 @@ type livePoint struct {
 	// aside (pauseimage.MarkResumed), until a point is sealed or the
 	// session ends; then it ends (Manager.endResumed).
 	resumed bool
+	// sealedAt: the operation's end the sealed point keeps (zero: none
+	// sealed yet).
+	sealedAt time.Time
+}
+
+// pointAt is the end of the operation the session's sealed point keeps
+// (zero: none yet, or no persistence).
+func (lp *livePoint) pointAt() time.Time {
+	if lp == nil {
+		return time.Time{}
+	}
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	return lp.sealedAt
+}
+
+// noteSealed records the point l now keeps (on the seal's goroutine:
+// the one seal that runs).
+func (lp *livePoint) noteSealed(l *pauseimage.Live) {
+	var at time.Time
+	if p := l.Sealed(); p.Seq > 0 {
+		at = p.At
+	}
+	lp.mu.Lock()
+	lp.sealedAt = at
+	lp.mu.Unlock()
 }
 
 // resumedFrom says the session's resumed marker stands until its first
@@ -278,6 +304,7 @@ func (lp *livePoint) seal(at time.Time) {
 	if from != nil {
 		_, err := l.SealFromImage(lp.ctx, at, raw, from.entries, from.truncated, from.files, max)
 		from.files.Close()
+		lp.noteSealed(l)
 		if err == nil {
 			lp.endResumed()
 			if liveHook != nil {
@@ -307,6 +334,7 @@ func (lp *livePoint) seal(at time.Time) {
 		lp.readyLocked()
 		lp.mu.Unlock()
 	})
+	lp.noteSealed(l)
 	if err != nil {
 		lp.mu.Lock()
 		lp.last = workspace.Snapshot{} // the next execution seals again

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"airlock/internal/apitype"
 	"airlock/internal/config"
@@ -131,9 +132,16 @@ func TestRecoveredAfterKill(t *testing.T) {
 	}
 	writeFiles(t, s, map[string]string{"up.txt": "uploaded"})
 	run("write a.txt 1")
+	beforeLast := time.Now()
 	run("write a.txt 2; write b.txt 2")
 	sealed(t, s)
 	between := killedAt(t, cfg)
+	// The session says what a kill now recovers: the last operation's
+	// point (checked against the recovered session's paused_at below).
+	pointAt := s.Info().RecoveryPointAt
+	if pointAt == nil || pointAt.Before(beforeLast) || pointAt.After(time.Now()) {
+		t.Fatalf("recovery_point_at %v, want the last execution's end (after %v)", pointAt, beforeLast)
+	}
 	want := map[string]string{"up.txt": "uploaded", "a.txt": "2", "b.txt": "2"}
 
 	// An execution under way when the server is killed.
@@ -235,7 +243,11 @@ func TestRecoveredAfterKill(t *testing.T) {
 		{"as the seal the next execution waited for ended", atMixed.cfg, map[string]string{"up.txt": "uploaded", "a.txt": "5", "b.txt": "2", "c.txt": "4", "d.txt": "5"}, 5},
 	} {
 		t.Run(k.name, func(t *testing.T) {
-			recoveredFiles(t, restarted(t, k.cfg), s.ID(), k.files, k.execs)
+			m := restarted(t, k.cfg)
+			if l := m.List(); k.cfg == between && (len(l) != 1 || l[0].Paused == nil || !l[0].Paused.PausedAt.Equal(*pointAt)) {
+				t.Errorf("recovered as of %+v, the live session said its recovery point was at %v", l, pointAt)
+			}
+			recoveredFiles(t, m, s.ID(), k.files, k.execs)
 		})
 	}
 }

@@ -1130,6 +1130,7 @@ func (s *Session) Info() (info apitype.Session) {
 	}()
 	cpu, cerr := s.inst.CPU()
 	mem, merr := s.inst.Memory()
+	pointAt := s.live.pointAt()
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -1153,6 +1154,10 @@ func (s *Session) Info() (info apitype.Session) {
 	}
 	if s.client && state != apitype.StateEnded {
 		info.Restores = s.restores()
+		if !pointAt.IsZero() {
+			at := pointAt.UTC()
+			info.RecoveryPointAt = &at
+		}
 	}
 	if s.lifetime > 0 {
 		exp := s.expires.UTC()
