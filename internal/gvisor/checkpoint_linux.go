@@ -242,7 +242,7 @@ func (h *Host) Restore(ctx context.Context, spec Spec, dir string, want Checkpoi
 	rs := &restoreArgs{dir: dir, keeper: keeper, keeperDigest: want.Keeper, fill: fill, verified: make(chan error, 1)}
 	begun := time.Now()
 	go func() {
-		err := verifyCheckpoint(ctx, dir, want)
+		err := h.verifyCheckpoint(ctx, dir, want)
 		// The host's own copy was summed when the host started, and every
 		// fresh sandbox binds it unchecked; only an older copy is summed
 		// here (~40 ms of CPU a pool-image refill no longer pays).
@@ -255,9 +255,9 @@ func (h *Host) Restore(ctx context.Context, spec Spec, dir string, want Checkpoi
 	return h.start(ctx, spec, rs)
 }
 
-// verifyCheckpoint checks the image in dir against want, until ctx ends
-// (a restore whose client left waits for nothing).
-func verifyCheckpoint(ctx context.Context, dir string, want Checkpoint) error {
+// checkDigest sums the image in dir and checks it against want, until
+// ctx ends (a restore whose client left waits for nothing).
+func checkDigest(ctx context.Context, dir string, want Checkpoint) error {
 	got, err := sumCheckpoint(ctx, dir, want.Bytes, false)
 	if err == nil && (got.Bytes != want.Bytes || got.SHA256 != want.SHA256) {
 		err = fmt.Errorf("%w: the memory image does not match the digest recorded when it was written", errdefs.ErrImageCorrupt)

@@ -98,6 +98,9 @@ type Host struct {
 	// sandbox's pause records its copy again).
 	boundMu sync.Mutex
 	bound   map[string]int
+	// sealed: the images Seal marked, by directory, under sealMu.
+	sealMu sync.Mutex
+	sealed map[string]*imageSeal
 }
 
 // NewHost checks runsc and prepares the root template. cg is the cgroup

@@ -24,17 +24,17 @@ func TestVerifyStopsWithItsContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := verifyCheckpoint(context.Background(), dir, want); err != nil {
+	if err := checkDigest(context.Background(), dir, want); err != nil {
 		t.Errorf("the image as written: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := verifyCheckpoint(ctx, dir, want); !errors.Is(err, context.Canceled) {
+	if err := checkDigest(ctx, dir, want); !errors.Is(err, context.Canceled) {
 		t.Errorf("a cancelled check: %v", err)
 	}
 	wrong := want
 	wrong.SHA256 = "00"
-	if err := verifyCheckpoint(context.Background(), dir, wrong); !errors.Is(err, errdefs.ErrImageCorrupt) {
+	if err := checkDigest(context.Background(), dir, wrong); !errors.Is(err, errdefs.ErrImageCorrupt) {
 		t.Errorf("an image that does not match: %v", err)
 	}
 }

@@ -55,6 +55,26 @@ func (in *Instance) Snapshot(ctx context.Context, dir string, max int64) (gvisor
 	return g.Snapshot(ctx, dir, max)
 }
 
+// SealMemory marks mem's image, written by a checkpoint of an instance
+// of kernel k that never ran a client's code and is closed, as one only
+// root on the host can change: its restores skip summing it while its
+// files' identity stays as it was when this summed it (see
+// gvisor.Host.Seal). ForgetMemory undoes it.
+func SealMemory(ctx context.Context, k Kernel, mem Memory) error {
+	g, ok := k.(GVisor)
+	if !ok {
+		return gvisor.ErrNoCheckpoint
+	}
+	return g.Host.Seal(ctx, mem.Dir, mem.Checkpoint)
+}
+
+// ForgetMemory unseals the image in dir (see SealMemory).
+func ForgetMemory(k Kernel, dir string) {
+	if g, ok := k.(GVisor); ok {
+		g.Host.Forget(dir)
+	}
+}
+
 // Checkpoint is what a checkpoint wrote (its size and digest).
 type Checkpoint = gvisor.Checkpoint
 

@@ -27,8 +27,10 @@ import (
 // other, as the template's forks do natively: the interpreter's hash seed
 // and its address-space layout (see the threat model). runsc reads the
 // image only while its size and digest, summed beside it, match what the
-// checkpoint returned; the image lives in the gVisor state directory,
-// owner-only, and goes with the pool.
+// checkpoint returned (summed once more when the image is made, and
+// again only when its files' identity changed: gvisor.Host.Seal); the
+// image lives in the gVisor state directory, owner-only, and goes with
+// the pool.
 
 // imageLangs are the languages whose sandboxes may come from an image:
 // their runtimes reseed their generators (Interp.Reseed). Node's cannot
@@ -69,6 +71,14 @@ func (p *Pool) image(lang string) *poolImage {
 func (p *Pool) makeImage(ctx context.Context, q *queue) {
 	begun := time.Now()
 	img, err := p.checkpointFresh(ctx, q)
+	if err == nil {
+		// Its sandbox is closed: only root on the host can change the
+		// image now, and its restores check it by its files' identity
+		// while that stays as it is.
+		if err = instance.SealMemory(ctx, p.kernel, img.memory()); err != nil {
+			os.RemoveAll(img.parent)
+		}
+	}
 	p.imgs.mu.Lock()
 	defer p.imgs.mu.Unlock()
 	if err != nil {
@@ -111,6 +121,11 @@ func (p *Pool) checkpointFresh(ctx context.Context, q *queue) (_ *poolImage, err
 	return img, nil
 }
 
+// memory is the image as a restore takes it.
+func (img *poolImage) memory() instance.Memory {
+	return instance.Memory{Dir: img.dir, Checkpoint: img.ck, Pid: img.pid}
+}
+
 // imageMax is what an image of a sandbox with limits l may take on disk:
 // its memory, gVisor's own, the keeper's.
 func imageMax(l config.Limits) int64 { return int64(l.Memory) + 96<<20 }
@@ -124,7 +139,7 @@ func (p *Pool) restoreImage(ctx context.Context, rt runtimes.Runtime, l config.L
 	if img == nil || (l != img.profile && !rt.Adapts(img.profile, l)) {
 		return nil, false, nil
 	}
-	inst, err := instance.Restore(ctx, p.kernel, p.slots, rt, img.profile, instance.Memory{Dir: img.dir, Checkpoint: img.ck, Pid: img.pid}, nil, background)
+	inst, err := instance.Restore(ctx, p.kernel, p.slots, rt, img.profile, img.memory(), nil, background)
 	if err != nil {
 		if errors.Is(err, errdefs.ErrImageCorrupt) {
 			// Changed on disk under the server: never read again.
@@ -163,6 +178,7 @@ func (p *Pool) dropImage(lang string, img *poolImage, why error) {
 	}
 	p.imgs.mu.Unlock()
 	p.log.Error("pool: the gVisor image cannot be used; booting sandboxes", "language", lang, "err", why)
+	instance.ForgetMemory(p.kernel, img.dir)
 	// A restore reading it may still run: runsc holds its files open.
 	os.RemoveAll(img.parent)
 }
@@ -172,6 +188,7 @@ func (p *Pool) closeImages() {
 	p.imgs.mu.Lock()
 	defer p.imgs.mu.Unlock()
 	for lang, img := range p.imgs.by {
+		instance.ForgetMemory(p.kernel, img.dir)
 		os.RemoveAll(img.parent)
 		delete(p.imgs.by, lang)
 	}

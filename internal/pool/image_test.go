@@ -82,6 +82,10 @@ func TestPoolImage(t *testing.T) {
 	p, gh := imagePool(t)
 	waitFor(t, "the image and a ready sandbox", func() bool { return p.image("python") != nil && pythonStats(p).Ready == 1 })
 	img := p.image("python")
+	// Its restores check it by its files' identity once summed.
+	if !gh.Sealed(img.dir) {
+		t.Error("the pool's image is not sealed")
+	}
 	// The refill restores in the background (the lowest CPU weight, from
 	// before runsc starts), a request's own restore does not; the one
 	// taken gets the normal weight.
@@ -140,6 +144,9 @@ func TestPoolImage(t *testing.T) {
 		t.Error("the booted sandbox runs no code")
 	}
 	waitFor(t, "the changed image dropped", func() bool { return p.image("python") == nil })
+	if gh.Sealed(img.dir) {
+		t.Error("the dropped image is still sealed")
+	}
 	if _, err := os.Stat(img.parent); !os.IsNotExist(err) {
 		t.Errorf("the changed image is still on disk: %v", err)
 	}
@@ -154,9 +161,13 @@ func TestPoolImage(t *testing.T) {
 func TestPoolImageRemovedOnClose(t *testing.T) {
 	p, gh := imagePool(t)
 	waitFor(t, "the image", func() bool { return p.image("python") != nil })
+	dir := p.image("python").dir
 	p.Close()
 	left, _ := filepath.Glob(filepath.Join(gh.Dir(), ".pool-image-*"))
 	if len(left) > 0 {
 		t.Errorf("images left after the pool closed: %v", left)
+	}
+	if gh.Sealed(dir) {
+		t.Error("the closed pool's image is still sealed")
 	}
 }
