@@ -203,7 +203,9 @@ type GVisorConfig struct {
 	// /usr/local/bin.
 	Runsc string `json:"runsc"`
 	// Platform is runsc's platform: "systrap" (the default) or "ptrace".
-	// KVM is not offered: it needs hardware virtualisation.
+	// KVM is not offered: where /dev/kvm works (a VM and a vCPU can be
+	// made), the pinned runsc's KVM platform still panics setting up its
+	// vCPU ("error setting system registers: invalid argument").
 	Platform string `json:"platform"`
 	// Checkpoint makes a pause of a gVisor session without a network
 	// keep its memory (interpreter variables, running processes:
@@ -452,7 +454,8 @@ type Pool struct {
 	// default) takes a thirty-second of the memory sandboxes may use:
 	// the host's, or the lowest cgroup memory limit above the sandboxes'
 	// parent or the server itself when lower (a pod's), between 32M and
-	// 4G (768M on a 24 GiB host, 64M under a 2 GiB limit).
+	// 4G (753M on the development machine, whose 24 GiB the kernel
+	// reports as a MemTotal of 23.5 GiB; 64M under a 2 GiB limit).
 	MemoryBudget Size `json:"memory_budget"`
 	// ShrinkAfter is how long a pool grown by a burst keeps its size after
 	// the demand that grew it has passed.
