@@ -163,17 +163,26 @@ func TestBashInterrupt(t *testing.T) {
 	t.Parallel()
 	b, _ := startBash(t)
 	b.expect("v=kept", 0, "")
-	for _, c := range []struct{ code, stdout string }{
+	// A SIGINT that comes while the shell's child is forked but not yet
+	// sleep (the child still bash, with its traps) is lost: bash waits
+	// for a child that did not die of it. The SIGINT waits for sleep.
+	const sleeping = "sleep\x00100\x00"
+	for _, c := range []struct{ code, stdout, child string }{
 		// Each says it runs (on stderr) right before what is interrupted.
-		{"echo '<running>' >&2; sleep 100; echo not reached", ""},
-		{"echo start; echo '<running>' >&2; while :; do sleep 1; done; echo not reached", "start\n"},
-		{"echo '<running>' >&2; while :; do :; done", ""},
-		{"spin() { while :; do :; done; }; echo '<running>' >&2; spin; echo not reached", ""},
-		{"echo '<running>' >&2; sleep 100 | cat; echo not reached", ""},
-		{"trap 'echo cleanup' INT; echo '<running>' >&2; sleep 100; echo not reached", "cleanup\n"}, // user traps run first
+		{"echo '<running>' >&2; sleep 100; echo not reached", "", sleeping},
+		{"echo start; echo '<running>' >&2; while :; do sleep 1; done; echo not reached", "start\n", ""},
+		{"echo '<running>' >&2; while :; do :; done", "", ""},
+		{"spin() { while :; do :; done; }; echo '<running>' >&2; spin; echo not reached", "", ""},
+		{"echo '<running>' >&2; sleep 100 | cat; echo not reached", "", sleeping},
+		{"trap 'echo cleanup' INT; echo '<running>' >&2; sleep 100; echo not reached", "cleanup\n", sleeping}, // user traps run first
 	} {
 		b.send(c.code)
-		sent := b.sigintWhenRunning()
+		b.stderr.await(b.t, runningMarker, 30*time.Second)
+		if c.child != "" {
+			b.awaitGroupMember(c.child, 30*time.Second)
+		}
+		sent := time.Now()
+		b.sigint()
 		st := b.status(60 * time.Second)
 		out, _ := b.output()
 		if st != 130 || out != c.stdout {
