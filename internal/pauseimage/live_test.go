@@ -98,15 +98,8 @@ func recovered(t *testing.T, root, id string) (Point, files, error) {
 	if _, err := os.Stat(LiveDir(root, id)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the point is still there after Recover: %v", err)
 	}
-	im, err := Open(root, id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	im, dst := restoredImage(t, root, id, 1<<30)
 	defer im.Close()
-	dst := outDir(t)
-	if err := im.Restore(context.Background(), dst, 1<<30); err != nil {
-		t.Fatal(err)
-	}
 	return pt, readTree(t, dst), nil
 }
 
@@ -135,11 +128,7 @@ var (
 // moving the staged files in (a crash after "sealed" is refused).
 func TestLiveCrashAtEveryStep(t *testing.T) {
 	src := t.TempDir()
-	ws, err := workspace.OpenOut(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ws.Close()
+	ws := outOf(t, src)
 	root := t.TempDir()
 	l, err := NewLive(root, "s-1")
 	if err != nil {
@@ -212,8 +201,7 @@ func short(f files) files {
 // the last point, and none when nothing did.
 func TestLiveCopiesOnlyChanges(t *testing.T) {
 	src := t.TempDir()
-	ws, _ := workspace.OpenOut(src)
-	defer ws.Close()
+	ws := outOf(t, src)
 	root := t.TempDir()
 	l, err := NewLive(root, "s-2")
 	if err != nil {
@@ -457,21 +445,11 @@ func TestLiveDamaged(t *testing.T) {
 func TestLiveFromImage(t *testing.T) {
 	src := t.TempDir()
 	setTree(t, src, stateA)
-	ws, _ := workspace.OpenOut(src)
-	defer ws.Close()
+	ws := outOf(t, src)
 	root := t.TempDir()
-	if _, err := Write(context.Background(), root, "s-7", []byte(`{}`), ws, 1<<30, nil); err != nil {
-		t.Fatal(err)
-	}
-	im, err := Open(root, "s-7")
-	if err != nil {
-		t.Fatal(err)
-	}
+	written(t, root, "s-7", ws, 1<<30)
+	im, dst := restoredImage(t, root, "s-7", 1<<30)
 	defer im.Close()
-	dst := outDir(t)
-	if err := im.Restore(context.Background(), dst, 1<<30); err != nil {
-		t.Fatal(err)
-	}
 	ents, truncated, _ := dst.List("", true)
 	for _, bad := range []bool{true, false} {
 		f, err := im.Archive()

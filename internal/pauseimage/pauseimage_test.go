@@ -46,13 +46,56 @@ func tree(t *testing.T) (string, *workspace.Dir) {
 	return dir, ws
 }
 
+// outDir is an empty workspace to restore to.
 func outDir(t *testing.T) *workspace.Dir {
-	ws, err := workspace.OpenOut(t.TempDir())
+	t.Helper()
+	return outOf(t, t.TempDir())
+}
+
+// outOf is the workspace of the host directory dir, closed when the test
+// ends.
+func outOf(t *testing.T, dir string) *workspace.Dir {
+	t.Helper()
+	ws, err := workspace.OpenOut(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ws.Close() })
 	return ws
+}
+
+// written writes ws as the image of id under root (files of maxFile bytes
+// at most, an empty description, nothing to admit), failing the test if
+// it cannot.
+func written(t *testing.T, root, id string, ws *workspace.Dir, maxFile int64) {
+	t.Helper()
+	if _, err := Write(context.Background(), root, id, []byte(`{}`), ws, maxFile, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// opened opens the image of id under root; the caller closes it.
+func opened(t *testing.T, root, id string) *Image {
+	t.Helper()
+	im, err := Open(root, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return im
+}
+
+// restoredImage opens the image of id under root and restores it to a
+// fresh workspace (files of maxFile bytes at most): the image, which the
+// caller closes, and the workspace.
+func restoredImage(t *testing.T, root, id string, maxFile int64) (*Image, *workspace.Dir) {
+	t.Helper()
+	im := opened(t, root, id)
+	dst := outDir(t)
+	if err := im.Restore(context.Background(), dst, maxFile); err != nil {
+		im.Close()
+		t.Fatal(err)
+	}
+	return im, dst
 }
 
 func TestRoundTrip(t *testing.T) {
@@ -73,10 +116,7 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil || len(ids) != 1 || ids[0] != "s-1" || swept != 0 {
 		t.Fatalf("List: %v %d %v", ids, swept, err)
 	}
-	im, err := Open(root, "s-1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	im := opened(t, root, "s-1")
 	defer im.Close()
 	if string(im.Session) != `{"language":"python"}` || im.Stats.Files != 3 {
 		t.Errorf("read back %s %+v", im.Session, im.Stats)
@@ -235,13 +275,8 @@ func TestCorruptRefused(t *testing.T) {
 func TestRestoreReadsOnce(t *testing.T) {
 	_, ws := tree(t)
 	root := t.TempDir()
-	if _, err := Write(context.Background(), root, "s-1", []byte(`{}`), ws, 8<<20, nil); err != nil {
-		t.Fatal(err)
-	}
-	im, err := Open(root, "s-1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	written(t, root, "s-1", ws, 8<<20)
+	im := opened(t, root, "s-1")
 	defer im.Close()
 	if err := im.OpenFiles(); err != nil {
 		t.Fatal(err)
@@ -279,15 +314,9 @@ func TestRestoreCancelled(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ws, err := workspace.OpenOut(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ws.Close()
+	ws := outOf(t, dir)
 	root := t.TempDir()
-	if _, err := Write(context.Background(), root, "s-1", []byte(`{}`), ws, 64<<20, nil); err != nil {
-		t.Fatal(err)
-	}
+	written(t, root, "s-1", ws, 64<<20)
 	for _, tc := range []struct {
 		name string
 		ctx  func() context.Context
@@ -301,12 +330,9 @@ func TestRestoreCancelled(t *testing.T) {
 		{"during", func() context.Context { return &endsAfter{Context: context.Background(), left: 20} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			im, err := Open(root, "s-1")
-			if err != nil {
-				t.Fatal(err)
-			}
+			im := opened(t, root, "s-1")
 			defer im.Close()
-			err = im.Restore(tc.ctx(), outDir(t), 4<<20)
+			err := im.Restore(tc.ctx(), outDir(t), 4<<20)
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("a cancelled restore: %v", err)
 			}
@@ -345,9 +371,7 @@ func TestDamageNamedForWhatItIs(t *testing.T) {
 		t.Run(fmt.Sprint("damaged=", damaged), func(t *testing.T) {
 			_, ws := tree(t)
 			root := t.TempDir()
-			if _, err := Write(context.Background(), root, "s-1", []byte(`{}`), ws, 8<<20, nil); err != nil {
-				t.Fatal(err)
-			}
+			written(t, root, "s-1", ws, 8<<20)
 			if damaged {
 				// In big.bin's contents, before sub/.
 				if err := flip(filepath.Join(root, "s-1", filesName), 512*3+1000); err != nil {
@@ -363,10 +387,7 @@ func TestDamageNamedForWhatItIs(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer dst.Close()
-			im, err := Open(root, "s-1")
-			if err != nil {
-				t.Fatal(err)
-			}
+			im := opened(t, root, "s-1")
 			defer im.Close()
 			err = im.Restore(context.Background(), dst, 4<<20)
 			if err == nil || errors.Is(err, errdefs.ErrImageCorrupt) != damaged {
@@ -394,9 +415,7 @@ func flip(p string, at int64) error {
 func TestHostileTarRefused(t *testing.T) {
 	_, ws := tree(t)
 	root := t.TempDir()
-	if _, err := Write(context.Background(), root, "s-3", []byte(`{}`), ws, 8<<20, nil); err != nil {
-		t.Fatal(err)
-	}
+	written(t, root, "s-3", ws, 8<<20)
 	// Rewrite the image with a tar naming ../escape, checksums to match.
 	dir := filepath.Join(root, "s-3")
 	var tb bytes.Buffer
@@ -405,10 +424,7 @@ func TestHostileTarRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	rewriteSum(t, dir, tb.Bytes())
-	im, err := Open(root, "s-3")
-	if err != nil {
-		t.Fatal(err)
-	}
+	im := opened(t, root, "s-3")
 	defer im.Close()
 	dst := outDir(t)
 	if err := im.Restore(context.Background(), dst, 4<<20); !errors.Is(err, errdefs.ErrImageCorrupt) {
@@ -466,9 +482,7 @@ func TestDiskFull(t *testing.T) {
 func TestCrashLeavesAllOrNothing(t *testing.T) {
 	_, ws := tree(t)
 	root := t.TempDir()
-	if _, err := Write(context.Background(), root, "s-6", []byte(`{}`), ws, 8<<20, nil); err != nil {
-		t.Fatal(err)
-	}
+	written(t, root, "s-6", ws, 8<<20)
 	// What a crash leaves: a temporary directory at each step.
 	for i, files := range [][]string{nil, {filesName}, {filesName, metaName}} {
 		d := filepath.Join(root, tmpPrefix+"s-7-"+string(rune('a'+i)))
@@ -479,9 +493,7 @@ func TestCrashLeavesAllOrNothing(t *testing.T) {
 	}
 	os.Mkdir(filepath.Join(root, tmpPrefix+"rm-s-8"), 0o700)
 	// A fork's copy of its live source, whole: the fork never completed.
-	if _, err := Write(context.Background(), root, ForkID("s-9"), []byte(`{}`), ws, 8<<20, nil); err != nil {
-		t.Fatal(err)
-	}
+	written(t, root, ForkID("s-9"), ws, 8<<20)
 	ids, swept, err := List(root)
 	if err != nil || len(ids) != 1 || ids[0] != "s-6" || swept != 5 {
 		t.Fatalf("List: %v, %d swept, %v", ids, swept, err)
@@ -596,10 +608,7 @@ func TestKeepMemory(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(kept, "keeper-abc")); err != nil {
 		t.Errorf("the kept copy went with the keepers' one: %v", err)
 	}
-	im, err := Open(root, "s-1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	im := opened(t, root, "s-1")
 	defer im.Close()
 	if m, err := im.Memory(); m != nil || err != nil {
 		t.Errorf("the image's memory after it was kept aside: %+v %v", m, err)
@@ -739,10 +748,7 @@ func TestRedescribe(t *testing.T) {
 	if err := Redescribe(root, "s-1", []byte(`{"a":2}`)); err != nil {
 		t.Fatal(err)
 	}
-	im, err := Open(root, "s-1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	im := opened(t, root, "s-1")
 	defer im.Close()
 	if string(im.Session) != `{"a":2}` || im.sum != before.sum || im.Stats.Files != before.Stats.Files || im.Stats.Bytes != before.Stats.Bytes {
 		t.Errorf("read back %s %+v %+v, want the files of before", im.Session, im.sum, im.Stats)
@@ -790,24 +796,11 @@ func TestControlNamesKept(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ws, err := workspace.OpenOut(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ws.Close()
+	ws := outOf(t, dir)
 	root := t.TempDir()
-	if _, err := Write(context.Background(), root, "s-c", []byte(`{}`), ws, 1<<20, nil); err != nil {
-		t.Fatal(err)
-	}
-	im, err := Open(root, "s-c")
-	if err != nil {
-		t.Fatal(err)
-	}
+	written(t, root, "s-c", ws, 1<<20)
+	im, dst := restoredImage(t, root, "s-c", 1<<20)
 	defer im.Close()
-	dst := outDir(t)
-	if err := im.Restore(context.Background(), dst, 1<<20); err != nil {
-		t.Fatal(err)
-	}
 	for _, n := range names {
 		f, _, err := dst.Open(n)
 		if err != nil {
@@ -843,9 +836,7 @@ func TestRemoveNeverHalf(t *testing.T) {
 		t.Run("fail-"+tc.step, func(t *testing.T) {
 			root := t.TempDir()
 			for i := 0; i < 2; i++ {
-				if _, err := Write(context.Background(), root, "s-1", []byte(`{}`), ws, 8<<20, nil); err != nil {
-					t.Fatal(err)
-				}
+				written(t, root, "s-1", ws, 8<<20)
 				var steps []string
 				defer SetRemoveFault(func(step, name string) error {
 					steps = append(steps, step)
