@@ -396,7 +396,7 @@ func expectReset(t *testing.T, c net.Conn, err error, what string) {
 		t.Fatalf("%s: connect: %v", what, err)
 	}
 	defer c.Close()
-	c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	c.Write([]byte("GET / HTTP/1.1\r\nHost: a.test\r\n\r\n"))
 	_, err = c.Read(make([]byte, 1))
 	if !errors.Is(err, syscall.ECONNRESET) && err != io.EOF {
@@ -690,7 +690,7 @@ func TestGatePolicyChangeAndClose(t *testing.T) {
 	// the listener is decided, under the policy of the moment, when its
 	// request arrives).
 	c1.Write([]byte("GET / HTTP/1.1\r\nHost: a.test\r\n\r\n"))
-	c1.SetReadDeadline(time.Now().Add(3 * time.Second))
+	c1.SetReadDeadline(time.Now().Add(30 * time.Second))
 	if resp, err := http.ReadResponse(bufio.NewReader(c1), nil); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("open connection before a policy change: %v", err)
 	} else {
@@ -702,7 +702,7 @@ func TestGatePolicyChangeAndClose(t *testing.T) {
 	}
 	// ... it still works after it.
 	c1.Write([]byte("GET / HTTP/1.1\r\nHost: a.test\r\n\r\n"))
-	c1.SetReadDeadline(time.Now().Add(3 * time.Second))
+	c1.SetReadDeadline(time.Now().Add(30 * time.Second))
 	if n, err := c1.Read(make([]byte, 100)); err != nil || n == 0 {
 		t.Errorf("open connection after a policy change: %v", err)
 	}

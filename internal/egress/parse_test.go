@@ -17,30 +17,31 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 )
 
-// clientHello returns the first flight a Go TLS client sends for sni.
+// clientHello returns the first flight a Go TLS client sends for sni: its
+// TLS records up to the end of the ClientHello they carry, however many
+// writes that takes (one with post-quantum shares may take several).
 func clientHello(t testing.TB, sni string) []byte {
 	c, s := net.Pipe()
 	go func() {
 		tls.Client(c, &tls.Config{ServerName: sni, InsecureSkipVerify: sni == ""}).Handshake()
 		c.Close()
 	}()
-	s.SetReadDeadline(time.Now().Add(5 * time.Second))
-	buf := make([]byte, 64<<10)
-	n, err := s.Read(buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A hello with post-quantum shares may come in more than one write.
-	for {
-		s.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
-		m, err := s.Read(buf[n:])
-		n += m
-		if err != nil {
-			break
+	defer s.Close()
+	s.SetReadDeadline(time.Now().Add(30 * time.Second))
+	var flight, msg []byte
+	for len(msg) < 4 || len(msg) < 4+int(msg[1])<<16|int(msg[2])<<8|int(msg[3]) {
+		hdr := make([]byte, 5)
+		if _, err := io.ReadFull(s, hdr); err != nil {
+			t.Fatalf("the client's record header: %v", err)
 		}
+		body := make([]byte, int(hdr[3])<<8|int(hdr[4]))
+		if _, err := io.ReadFull(s, body); err != nil {
+			t.Fatalf("the client's record: %v", err)
+		}
+		flight = append(append(flight, hdr...), body...)
+		msg = append(msg, body...)
 	}
-	s.Close()
-	return buf[:n]
+	return flight
 }
 
 func TestClientHelloSNI(t *testing.T) {

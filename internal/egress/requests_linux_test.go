@@ -316,7 +316,7 @@ func TestGateOpaqueOnlyWhenSaid(t *testing.T) {
 	// silent, directly and through the proxy.
 	greet := func(c net.Conn, br *bufio.Reader) {
 		t.Helper()
-		c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
 		if line, err := br.ReadString('\n'); err != nil || line != "220 smtp.test ready\r\n" {
 			t.Fatalf("greeting %q, %v", line, err)
 		}

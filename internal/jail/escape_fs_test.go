@@ -305,7 +305,7 @@ print("DONE")
 			}()
 			select {
 			case <-done:
-			case <-time.After(5 * time.Second):
+			case <-time.After(30 * time.Second):
 				t.Errorf("Workspace().Open(%q) blocked", p)
 				return
 			}

@@ -391,7 +391,7 @@ func TestDirRefusesSpecialFiles(t *testing.T) {
 			if !errors.Is(err, errdefs.ErrInvalidArgument) && !errors.Is(err, errdefs.ErrPermission) {
 				t.Errorf("Open(%s) = %v, want an invalid-argument or permission error", name, err)
 			}
-		case <-time.After(5 * time.Second):
+		case <-time.After(30 * time.Second):
 			t.Fatalf("Open(%s) blocked", name)
 		}
 		if e, err := d.Stat(name); err != nil || e.Type != "other" || e.Size != 0 {
