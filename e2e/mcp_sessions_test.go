@@ -209,9 +209,15 @@ func TestMCPHTTPClientGone(t *testing.T) {
 	def := mcpCall(t, cs, "execute_code", map[string]any{"code": "x = 1"})["session_id"].(string)
 	made := mcpCall(t, cs, "create_session", map[string]any{"language": "bash"})["session_id"].(string)
 
-	// The SDK's client holds a GET stream open: three idle timeouts
-	// later the session is still there, with its state.
-	time.Sleep(3 * time.Second)
+	// The SDK's client holds a GET stream open: its session outlives
+	// that of a client that came after it and went away. Each idle clock
+	// starts at its session's last request, so without the stream this
+	// session's would have ended first: the test waits for that other
+	// end (an event), not for a time a loaded host may stretch.
+	gone := newDropper()
+	other := mcpCall(t, s.mcpHTTP("", gone), "execute_code", map[string]any{"code": "y = 2"})["session_id"].(string)
+	gone.vanish()
+	s.waitEnded(nil, other, 30*time.Second)
 	if out := mcpCall(t, cs, "execute_code", map[string]any{"code": "x"}); out["session_id"] != def || out["result"] != "1" {
 		t.Fatalf("a client with its stream open lost its session: %v", out)
 	}
