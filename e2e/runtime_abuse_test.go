@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -43,11 +44,17 @@ func TestStrayFramesAreNotQueued(t *testing.T) {
 	id := s.newSession("python", nil)
 	// After the execution ends, a forked child (the runtime's own threads
 	// do not run between executions) writes 96 frames of 4 MiB each, for
-	// an execution that does not exist, to every socket it inherited.
+	// an execution that does not exist, to every socket it inherited. It
+	// starts when the test says so (a file it uploads once it has measured
+	// the server), not after a time a loaded host may stretch: a flood
+	// under way before that measure would hide what it costs.
 	r := s.exec(id, `
 import json, os, struct, time
 if os.fork() == 0:
-    time.sleep(0.3)
+    for _ in range(12000):
+        if os.path.exists("/workspace/go"):
+            break
+        time.sleep(0.01)
     body = json.dumps({"type": "display", "id": "stray", "data": {"text/plain": "x" * (4 << 20)}}).encode()
     frame = struct.pack(">I", len(body)) + body
     fds = []
@@ -73,6 +80,7 @@ print("started")
 		t.Fatalf("setup failed: %+v", r)
 	}
 	before := serverRSS(t, s)
+	upload(t, s.c, id, "go", "1")
 	// The flood is over when its child writes what it sent.
 	var body []byte
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
@@ -134,7 +142,9 @@ threading.Thread(target=stop, daemon=True).start()
 	if ctx.Err() != nil {
 		t.Fatal("execute against a stopped runtime hung")
 	}
-	if took > 15*time.Second {
+	// Generous: only an execute held far past its timeout fails (a loaded
+	// host takes seconds to end the session).
+	if took > 25*time.Second {
 		t.Errorf("execute against a stopped runtime took %v with a 2s timeout", took)
 	}
 	if status != 410 {
@@ -230,7 +240,9 @@ func serverCPU(t *testing.T, s *server) time.Duration {
 // Code that floods its stdout past max_output runs on (Jupyter drops the
 // excess too): what is past the cap is dropped unread and counted, exactly.
 // The flood costs the server neither memory nor much CPU (the pipe's pages
-// go to /dev/null uncopied), and the server answers others meanwhile.
+// go to /dev/null uncopied, a pipeful at a time with a pause between), and
+// the server answers others meanwhile. What is bounded is the flood's
+// work, not its time: a loaded host stretches the flood, never the bounds.
 func TestOutputFloodIsDroppedCheaply(t *testing.T) {
 	s := startServer(t, nil)
 	id := s.newSession("python", map[string]any{"limits": map[string]any{"max_output": "1M"}})
@@ -244,12 +256,13 @@ func TestOutputFloodIsDroppedCheaply(t *testing.T) {
 	var events []apitype.Event
 	go func() {
 		r, err := s.c.Execute(context.Background(), id, apitype.ExecuteRequest{Code: `
-import os, time
-chunk, n, end = b'x' * 65536, 0, time.monotonic() + 4
-while time.monotonic() < end:
+import fcntl, os, time
+chunk, n, start = b'x' * 65536, 0, time.monotonic()
+while n < 128 << 20:
     n += os.write(1, chunk)
+took_ms = (time.monotonic() - start) * 1000
 os.write(2, b'end\n')
-flooded = n
+pipe = fcntl.fcntl(1, getattr(fcntl, 'F_GETPIPE_SZ', 1032))
 `}, func(ev apitype.Event) {
 			if ev.Type != apitype.EventStdout {
 				events = append(events, ev)
@@ -266,18 +279,22 @@ flooded = n
 		}
 	}
 	fl := <-done
-	if fl.err != nil {
-		t.Error(fl.err)
+	if fl.err != nil || fl.r == nil {
+		t.Fatalf("the flood: %v", fl.err)
 	}
 	r := fl.r
 	used, grown := serverCPU(t, s)-cpu, serverRSS(t, s)-rss
-	n, _ := strconv.ParseInt(strings.TrimSpace(text(s.exec(id, "flooded"), "result")), 10, 64)
-	t.Logf("flooded %d MiB in %.0f ms of the sandbox's CPU; the server used %v of CPU and grew by %d MiB; another session answered %d times",
-		n>>20, r.CPUMs, used, grown>>20, answered)
-	if r == nil || r.Killed || r.Error != nil || !r.StdoutTruncated || len(r.Stdout) != 1<<20 || r.Stderr != "end\n" {
+	var n, tookMs, pipe int64
+	if got := s.exec(id, "print(n, int(took_ms), pipe)").Stdout; !scanInts(got, &n, &tookMs, &pipe) || tookMs <= 0 || pipe <= 0 {
+		t.Fatalf("the flood's figures: %q", got)
+	}
+	took := time.Duration(tookMs) * time.Millisecond
+	t.Logf("flooded %d MiB in %v (%.0f ms of the sandbox's CPU, a pipe of %d KiB); the server used %v of CPU and grew by %d MiB; another session answered %d times",
+		n>>20, took, r.CPUMs, pipe>>10, used, grown>>20, answered)
+	if r.Killed || r.Error != nil || !r.StdoutTruncated || len(r.Stdout) != 1<<20 || r.Stderr != "end\n" {
 		t.Fatalf("the flood: %+v", r)
 	}
-	if n < 64<<20 || r.StdoutDroppedBytes != n-1<<20 {
+	if n != 128<<20 || r.StdoutDroppedBytes != n-1<<20 {
 		t.Errorf("flooded %d bytes: %d dropped, want %d", n, r.StdoutDroppedBytes, n-1<<20)
 	}
 	if len(events) < 3 || events[0].Type != apitype.EventTruncated || events[0].Stream != "stdout" || !strings.Contains(events[0].Text, "max_output") {
@@ -286,10 +303,28 @@ flooded = n
 	if grown > 64<<20 {
 		t.Errorf("the server grew by %d MiB during the flood", grown>>20)
 	}
-	// Reading what is dropped as fast as it comes would cost the server
-	// about a core for the flood's 4 s; dropping it unread, a pipeful at
-	// a time, costs a small fraction.
-	if used > 1250*time.Millisecond {
-		t.Errorf("the server used %v of CPU during a 4 s flood", used)
+	// Past the cap the server takes at most a pipeful, then pauses a
+	// millisecond (instance's dropPause): the writer waits on a full
+	// pipe. The first MiB is read and kept; a pipeful is there before the
+	// first drop and one after the last. A load can only slow the flood.
+	if most := 1<<20 + pipe*(tookMs+2); n > most {
+		t.Errorf("%d MiB went through the pipe in %v (at most %d MiB with a pause after each pipeful): the server drops without pausing",
+			n>>20, took, most>>20)
 	}
+	// Reading what is dropped as fast as it comes would cost the server
+	// about a core while the flood runs; dropping it a pipeful a
+	// millisecond, a small fraction of one.
+	if used > took/3 {
+		t.Errorf("the server used %v of CPU during a flood of %v", used, took)
+	}
+}
+
+// scanInts parses s (blank-separated) into the integers ps, all or none.
+func scanInts(s string, ps ...*int64) bool {
+	a := make([]any, len(ps))
+	for i, p := range ps {
+		a[i] = p
+	}
+	n, err := fmt.Sscan(s, a...)
+	return err == nil && n == len(ps)
 }
