@@ -70,7 +70,9 @@ type CreateSessionRequest struct {
 	// execution.
 	Timeout Duration `json:"timeout,omitempty"`
 	// OnTimeout is what its lifetime's or idle timeout's end does: "end"
-	// (the default) or "pause" (a server with persistence.enabled).
+	// (the default) or "pause" (a server with persistence.enabled); a
+	// timeout's pause that is refused or fails ends the session all the
+	// same (its reason says why).
 	OnTimeout string `json:"on_timeout,omitempty"`
 	// AutoResume: a call naming the session while it is paused (execute,
 	// files, commands...) resumes it first, instead of answering 409

@@ -1455,9 +1455,14 @@ func (s *Session) expire() {
 
 // timedOut is a timeout's end of the session: a pause (on_timeout
 // "pause"; at the end of its lifetime, what runs is interrupted first) or
-// its end. A pause
-// that fails leaves the session running, its idle timer armed again:
-// nothing is lost for a timeout.
+// its end. A timeout is a bound on what the session holds, never a
+// wish: a pause that is refused (a quota, a workspace over
+// max_image_bytes, persistence off) ends the session at once, one that
+// fails otherwise is tried again until persistence.shutdown_timeout
+// after the timeout, then ends it; the end keeps the timeout's code, its
+// reason says why it was not paused. Only an idle timeout's pause that
+// meets a request (a conflict: the session is in use again) leaves the
+// session running, its idle timer armed again.
 func (s *Session) timedOut(end apitype.End) {
 	if s.made.OnTimeout != apitype.OnTimeoutPause {
 		s.terminate(end)
@@ -1466,17 +1471,49 @@ func (s *Session) timedOut(end apitype.End) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), s.m.cfg.Persistence.ShutdownTimeout.D())
 		defer cancel()
+		idle := end.Code == apitype.EndIdle
 		pause := s.pauseWhenIdle
-		if end.Code == apitype.EndIdle {
+		if idle {
 			// Idle: a request that came in meanwhile keeps the session
 			// (a conflict); its work is never interrupted for it.
 			pause = s.pauseIdle
 		}
-		if _, err := pause(ctx, PauseAsk{Keep: s.made.OnTimeoutRestores}); err != nil && s.End().Zero() {
-			s.m.log.Warn("a session's timeout could not pause it; it keeps running", "session", s.id, "err", err)
-			s.Touch()
+		for {
+			_, err := pause(ctx, PauseAsk{Keep: s.made.OnTimeoutRestores})
+			if err == nil || !s.End().Zero() {
+				return
+			}
+			if idle && errors.Is(err, errdefs.ErrConflict) {
+				s.Touch()
+				return
+			}
+			if !pauseRefused(err) && ctx.Err() == nil {
+				select {
+				case <-time.After(time.Second):
+					continue
+				case <-ctx.Done():
+				case <-s.ended:
+					return
+				}
+			}
+			why := end
+			why.Reason += "; it could not be paused: " + errdefs.Message(err)
+			s.m.log.Warn("a session's timeout could not pause it; it ends", "session", s.id, "code", end.Code, "err", err)
+			s.terminate(why)
+			return
 		}
 	}()
+}
+
+// pauseRefused: a pause failed for what trying again does not change
+// (a quota, a size, persistence off).
+func pauseRefused(err error) bool {
+	for _, e := range []error{errdefs.ErrQuota, errdefs.ErrTooLarge, errdefs.ErrUnsupported, errdefs.ErrInvalidArgument, errdefs.ErrGone} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // pauseIdle is an idle timeout's pause, asking what ask says (memory

@@ -652,6 +652,48 @@ func TestLifetime(t *testing.T) {
 			t.Errorf("idle ended for %q, want paused", end.Code)
 		}
 	})
+	// A timeout is a bound, not a wish: a pause refused (here the
+	// tenant's quota) ends the session with the timeout's code, saying
+	// why it was not paused, and leaves nothing; it never runs on.
+	// Checked against a mutant: the refused pause touching the session
+	// (it ran on past its lifetime, "the session never ended").
+	for _, c := range []struct {
+		name string
+		code apitype.EndCode
+	}{{"pause refused", apitype.EndLifetime}, {"idle pause refused", apitype.EndIdle}} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := persistConfig(t)
+			cfg.Quotas.MaxPausedBytes = 4096
+			m, _, _ := newTestManager(t, cfg)
+			req := apitype.CreateSessionRequest{OnTimeout: "pause"}
+			if c.code == apitype.EndLifetime {
+				req.Timeout = config.Duration(time.Second)
+			}
+			s, err := m.Create(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeFiles(t, s, map[string]string{"big": strings.Repeat("x", 8192)})
+			if c.code == apitype.EndIdle {
+				s.mu.Lock()
+				s.lastUsed = time.Now().Add(-2 * s.idle)
+				s.mu.Unlock()
+				s.checkIdle()
+			}
+			end := ended(t, s)
+			if end.Code != c.code || !strings.Contains(end.Reason, "it could not be paused: ") || !strings.Contains(end.Reason, "quotas.max_paused_bytes") {
+				t.Errorf("ended %+v, want %s saying the pause was refused for the quota", end, c.code)
+			}
+			if _, err := execute(t, s, "out x", nil); !errors.Is(err, errdefs.ErrGone) || !strings.Contains(err.Error(), "max_paused_bytes") {
+				t.Errorf("the next call: %v, want gone, saying why", err)
+			}
+			<-s.gone
+			m.seals.Wait()
+			if ents, _ := persisted(cfg.Persistence.Dir); len(ents) != 0 {
+				t.Errorf("the refused pause left %v", ents)
+			}
+		})
+	}
 	t.Run("set", func(t *testing.T) {
 		m, _, _ := newTestManager(t, nil)
 		s := create(t, m, "")
