@@ -75,3 +75,62 @@ var builtin = map[string][]Rule{
 		{"ipv6", `\b(?:` + hex4 + `:){7}` + hex4 + `\b|\b(?:` + hex4 + `:){2,6}:(?:` + hex4 + `(?::` + hex4 + `){0,5})?|\b` + hex4 + `::` + hex4 + `(?::` + hex4 + `){0,5}\b|\B::(?:` + hex4 + `(?::` + hex4 + `){0,6})\b`, []string{":"}, 5},
 	},
 }
+
+// shapes are what every match of some built-in rules has, cheaper to look
+// for than their literals (a dot and a colon are in most output) and far
+// cheaper than a search: matching a line of output against the IP rules
+// took 12 µs, most of a warm execution's redaction.
+var shapes = map[string]func([]byte) bool{
+	"ipv4": hasDottedQuad,
+	"ipv6": hasColonGroup,
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+func isHex(c byte) bool { return isDigit(c) || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
+
+// hasDottedQuad reports whether b has a digit, a dot, 1 to 3 digits, a
+// dot, 1 to 3 digits, a dot and a digit: every IPv4 match does (its
+// octets are 1 to 3 ASCII digits).
+func hasDottedQuad(b []byte) bool {
+	for i := 1; i+1 < len(b); i++ {
+		if b[i] != '.' || !isDigit(b[i-1]) {
+			continue
+		}
+		j, ok := i, true
+		for range 2 { // the two middle octets, each followed by a dot
+			k := j + 1
+			for k < len(b) && k-j-1 < 3 && isDigit(b[k]) {
+				k++
+			}
+			if k == j+1 || k >= len(b) || b[k] != '.' {
+				ok = false
+				break
+			}
+			j = k
+		}
+		if ok && j+1 < len(b) && isDigit(b[j+1]) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasColonGroup reports whether b has two colons with at most 4 hex
+// digits between them: every IPv6 match does (a full address has seven
+// colons, a compressed one "::").
+func hasColonGroup(b []byte) bool {
+	for i := 0; i < len(b); i++ {
+		if b[i] != ':' {
+			continue
+		}
+		k := i + 1
+		for k < len(b) && k-i-1 < 4 && isHex(b[k]) {
+			k++
+		}
+		if k < len(b) && b[k] == ':' {
+			return true
+		}
+	}
+	return false
+}

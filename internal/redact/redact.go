@@ -70,6 +70,11 @@ type rule struct {
 	max           int      // the most bytes a match spans
 	nsub          int      // its own groups
 	secret        int      // its "secret" group among them (0: none)
+	// needs, when set, is true of every text a match of the rule lies
+	// in: a shape every match has, cheap to look for (a built-in rule's,
+	// see shapes). A text without it is not searched for the rule, as
+	// with its literals; it narrows only which rules a search runs.
+	needs func([]byte) bool
 }
 
 // combo is the rules a text may match, compiled into one alternation:
@@ -100,7 +105,13 @@ func New(sets []string, rules []Rule) (*Redactor, error) {
 		all = append(all, set...)
 	}
 	errs = append(errs, checkNames(rules, nil)...)
-	return build(nil, append(all, rules...), errs)
+	rd, err := build(nil, append(all, rules...), errs)
+	if rd != nil {
+		for i := range all { // the built-in rules come first
+			rd.rules[i].needs = shapes[rd.rules[i].name]
+		}
+	}
+	return rd, err
 }
 
 // With is r with rules added after its own (r nil: rules alone): a
@@ -284,6 +295,9 @@ func (r *Redactor) combo(text []byte) *combo {
 	var lower []byte
 	var mask uint64
 	for i, c := range r.rules {
+		if c.needs != nil && !c.needs(text) {
+			continue
+		}
 		if c.lits == nil {
 			mask |= 1 << i
 			continue
