@@ -275,7 +275,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	try("audit", func() error { return benchAudit(ctx, r, o, n(3000, 30)) })
 	try("observe", func() error { return benchObserve(ctx, r, o, n(3000, 30)) })
 	try("history", func() error { return benchHistory(ctx, r, o, n(3000, 30)) })
-	try("egress", func() error { return benchEgress(ctx, r, o, n(7, 1), n(100e6, 10e6)) })
+	try("egress", func() error { return benchEgress(ctx, r, o, n(15, 1), n(100e6, 10e6)) })
 	try("store", func() error { return benchStore(ctx, r, o, n(3000, 30)) })
 	try("persist", func() error { return benchPersist(ctx, r, o, n(20, 2)) })
 	try("ports", func() error { return benchPorts(ctx, srv, r, o, n(2000, 20), n(256, 4)) })

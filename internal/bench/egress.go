@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"time"
 
@@ -34,13 +33,13 @@ var (
 const worldName = "download.bench.airlock.test"
 
 // downloadCode downloads SIZE bytes from HOST:80 asking for NAME, reading
-// into one 1 MiB buffer, and prints the bytes and the seconds it took
-// (connect included): the same code runs in a session, through the
-// gate, and on the host, direct.
+// into one 1 MiB buffer, and prints the bytes, the seconds it took
+// (connect included) and its own CPU seconds: the same code runs in a
+// session, through the gate, and on the host, direct.
 const downloadCode = `
 import socket, time
 def download(host, name):
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     s = socket.create_connection((host, 80), timeout=60)
     s.sendall(b"GET /download HTTP/1.1\r\nHost: " + name.encode() + b"\r\nConnection: close\r\n\r\n")
     buf = bytearray(1 << 20)
@@ -51,9 +50,9 @@ def download(host, name):
             break
         n += k
     s.close()
-    return n, time.perf_counter() - t
-n, secs = download(HOST, NAME)
-print(n, secs)
+    return n, time.perf_counter() - t, time.process_time() - c
+n, secs, cpu = download(HOST, NAME)
+print(n, secs, cpu)
 `
 
 // world is the upstream's namespace, its veth pair and its HTTP server.
@@ -167,7 +166,10 @@ func startWithHosts(cmd *exec.Cmd, hosts string) error {
 
 // benchEgress downloads size bytes with the same Python code from a
 // session, through the egress gate, and from the host, direct, rounds
-// times each, interleaved, and reports the medians and their ratio.
+// times each in pairs (which goes first alternates), and reports the
+// median of each and the median of the pairs' ratios with their spread:
+// the direct rate moves by 2× between runs on a shared machine, and a
+// ratio within a pair sees the same moment's load on both sides.
 func benchEgress(ctx context.Context, r *Report, o Options, rounds, size int) error {
 	w, err := newWorld(size)
 	if err != nil {
@@ -202,44 +204,111 @@ func benchEgress(ctx context.Context, r *Report, o Options, rounds, size int) er
 		return err
 	}
 	defer srv.deleteSession(ctx, sess.ID)
-	parse := func(out string) (float64, error) {
+	// The pool's refill after the session took its sandbox would share
+	// the cores with the first rounds.
+	if err := srv.waitWarm(ctx, 3*time.Minute); err != nil {
+		return err
+	}
+	// The CPU each side spent, by party: the Pythons' own (as they
+	// report it), the server's (the gate) and this process's (the
+	// upstream).
+	var cpu struct{ server, sandbox, gateUp, python, directUp time.Duration }
+	parse := func(out string, py *time.Duration) (float64, error) {
 		var n int
-		var secs float64
-		if _, err := fmt.Sscan(out, &n, &secs); err != nil || n < size {
+		var secs, pyCPU float64
+		if _, err := fmt.Sscan(out, &n, &secs, &pyCPU); err != nil || n < size {
 			return 0, fmt.Errorf("download: %q", out)
 		}
+		*py += time.Duration(pyCPU * float64(time.Second))
 		return secs, nil
 	}
 	code := func(host string) string {
 		return fmt.Sprintf("HOST, NAME = %q, %q\n", host, worldName) + downloadCode
 	}
-	var gate, direct []float64
-	for range rounds {
+	viaGate := func() (float64, error) {
+		srv0, _ := procCPU(srv.cmd.Process.Pid)
+		up0 := selfCPU()
+		defer func() {
+			srv1, _ := procCPU(srv.cmd.Process.Pid)
+			cpu.server += srv1 - srv0
+			cpu.gateUp += selfCPU() - up0
+		}()
 		res, err := srv.exec(ctx, sess.ID, code(worldName))
+		if err != nil {
+			return 0, err
+		}
+		g, err := parse(res.Stdout, &cpu.sandbox)
+		if err != nil {
+			return 0, fmt.Errorf("through the gate: %w (%s)", err, res.Stderr)
+		}
+		return g, nil
+	}
+	direct := func() (float64, error) {
+		up0 := selfCPU()
+		defer func() { cpu.directUp += selfCPU() - up0 }()
+		out, err := exec.CommandContext(ctx, o.Python, "-c", code(worldPeer.Addr().String())).CombinedOutput()
+		if err != nil {
+			return 0, fmt.Errorf("direct: %v: %s", err, out)
+		}
+		d, err := parse(string(out), &cpu.python)
+		if err != nil {
+			return 0, fmt.Errorf("direct: %w", err)
+		}
+		return d, nil
+	}
+	// One of each first, unmeasured: the upstream's and the session's
+	// first connection.
+	if _, err := viaGate(); err != nil {
+		return err
+	}
+	if _, err := direct(); err != nil {
+		return err
+	}
+	var gates, directs []float64
+	cpu = struct{ server, sandbox, gateUp, python, directUp time.Duration }{}
+	for i := range rounds {
+		first, second := viaGate, direct
+		if i%2 == 1 {
+			first, second = direct, viaGate
+		}
+		a, err := first()
 		if err != nil {
 			return err
 		}
-		g, err := parse(res.Stdout)
+		b, err := second()
 		if err != nil {
-			return fmt.Errorf("through the gate: %w (%s)", err, res.Stderr)
+			return err
 		}
-		out, err := exec.CommandContext(ctx, o.Python, "-c", code(worldPeer.Addr().String())).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("direct: %v: %s", err, out)
+		if i%2 == 1 {
+			a, b = b, a
 		}
-		d, err := parse(string(out))
-		if err != nil {
-			return fmt.Errorf("direct: %w", err)
-		}
-		gate, direct = append(gate, g), append(direct, d)
+		gates, directs = append(gates, a), append(directs, b)
 	}
-	slices.Sort(gate)
-	slices.Sort(direct)
-	g, d := gate[len(gate)/2], direct[len(direct)/2]
 	mbs := func(secs float64) float64 { return float64(size) / secs / 1e6 }
+	var ratios []float64 // the gate's rate over the direct one's, by pair
+	for i := range gates {
+		ratios = append(ratios, directs[i]/gates[i])
+	}
+	p := spreadOf(ratios)
+	g, d := mbs(spreadOf(gates).Median), mbs(spreadOf(directs).Median)
 	name := fmt.Sprintf("a %d MB download from a session through the egress gate (Python, veth upstream)", size/1e6)
-	r.add(Row{Scenario: name, Metric: "median", Value: mbs(g), Unit: "MB/s", Target: GoalEgress.Text,
-		Baseline: fmt.Sprintf("the same code on the host, direct: %.0f MB/s", mbs(d)), Ratio: fmt.Sprintf("%.2f× direct", d/g)})
-	r.Stats["egress_download_mbs"] = map[string]float64{"gate": mbs(g), "direct": mbs(d)}
+	r.add(Row{Scenario: name, Metric: "median", Value: g, Unit: "MB/s", Target: GoalEgress.Text,
+		Baseline: fmt.Sprintf("the same code on the host, direct: %.0f MB/s", d),
+		Ratio:    fmt.Sprintf("%.2f× direct (median of %d pairs; %.2f to %.2f)", p.Median, len(ratios), p.Min, p.Max),
+		Note: fmt.Sprintf("CPU per download: through the gate %.0f ms (the server %.0f, the sandbox %.0f, the upstream %.0f); direct %.0f ms (Python %.0f, the upstream %.0f)",
+			perRun(cpu.server+cpu.sandbox+cpu.gateUp, rounds), perRun(cpu.server, rounds), perRun(cpu.sandbox, rounds), perRun(cpu.gateUp, rounds),
+			perRun(cpu.python+cpu.directUp, rounds), perRun(cpu.python, rounds), perRun(cpu.directUp, rounds))})
+	r.Stats["egress_download_mbs"] = map[string]float64{"gate": g, "direct": d,
+		"ratio": p.Median, "ratio_min": p.Min, "ratio_max": p.Max, "pairs": float64(len(ratios)),
+		"cpu_ms_gate_server": perRun(cpu.server, rounds), "cpu_ms_gate_sandbox": perRun(cpu.sandbox, rounds), "cpu_ms_gate_upstream": perRun(cpu.gateUp, rounds),
+		"cpu_ms_direct_python": perRun(cpu.python, rounds), "cpu_ms_direct_upstream": perRun(cpu.directUp, rounds)}
 	return nil
+}
+
+// selfCPU is this process's CPU time so far (nanoseconds, unlike
+// procCPU's ticks).
+func selfCPU() time.Duration {
+	var ru unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -32,6 +32,10 @@ func (r *Report) Numbers(key string) (map[string]float64, bool) {
 	return figure[map[string]float64](r, key)
 }
 
+// Floats is the list of numbers stored under key, and whether the report
+// has it.
+func (r *Report) Floats(key string) ([]float64, bool) { return figure[[]float64](r, key) }
+
 // figure is the value of Stats[key] as a T: as stored by a run, or as
 // decoded from its JSON.
 func figure[T any](r *Report, key string) (T, bool) {

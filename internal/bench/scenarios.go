@@ -823,24 +823,62 @@ func consoleWatch(ctx context.Context, srv *server, id string) {
 }
 
 // reportAB adds a row per variant of an A/B scenario: its p50, and for
-// each after the first its change from the first's against its goal;
-// stats go under each variant's key, each change in percent under its
-// key_change_pct.
+// each after the first its change from the first's against its goal:
+// the median of the rounds' changes (each round's p50 against the first
+// variant's p50 of the same round), with their interquartile range. Stats
+// go under each variant's key (all its latencies), each change in percent
+// under its key_change_pct, and the range under key_change_iqr.
 func reportAB(r *Report, vs []*abVariant, scenario string) {
 	base := stats(vs[0].lat)
 	for i, v := range vs {
 		s := stats(v.lat)
 		row := Row{Scenario: scenario + v.label, Metric: "p50", Value: s.P50, Unit: "ms"}
 		if i > 0 {
-			change := (s.P50/base.P50 - 1) * 100
+			c := roundChanges(vs[0].rounds, v.rounds)
 			row.Target = v.goal.Text + " of " + vs[0].label
 			row.Baseline = fmt.Sprintf("%.3f ms (%s)", base.P50, vs[0].label)
-			row.Ratio = fmt.Sprintf("%+.1f%%", change)
-			r.Stats[v.key+"_change_pct"] = change
+			row.Ratio = fmt.Sprintf("%+.1f%% (median of %d rounds; IQR %+.1f to %+.1f%%)", c.Median, len(v.rounds), c.Q1, c.Q3)
+			r.Stats[v.key+"_change_pct"] = c.Median
+			r.Stats[v.key+"_change_iqr"] = []float64{c.Q1, c.Q3}
 		}
 		r.add(row)
 		r.Stats[v.key] = s
 	}
+}
+
+// quartiles are the median of a set of figures, its quartiles and ends.
+type quartiles struct {
+	Median, Q1, Q3, Min, Max float64
+}
+
+// spreadOf is the spread of v (zero when empty).
+func spreadOf(v []float64) quartiles {
+	if len(v) == 0 {
+		return quartiles{}
+	}
+	s := slices.Sorted(slices.Values(v))
+	q := func(f float64) float64 { // linear between the closest ranks
+		x := f * float64(len(s)-1)
+		i := int(x)
+		if i+1 >= len(s) {
+			return s[len(s)-1]
+		}
+		return s[i] + (x-float64(i))*(s[i+1]-s[i])
+	}
+	return quartiles{Median: q(0.5), Q1: q(0.25), Q3: q(0.75), Min: s[0], Max: s[len(s)-1]}
+}
+
+// roundChanges is the spread of the rounds' changes of b's p50 from a's,
+// in percent; the rounds are paired by index.
+func roundChanges(a, b [][]time.Duration) quartiles {
+	var c []float64
+	for i := range min(len(a), len(b)) {
+		pa, pb := stats(a[i]).P50, stats(b[i]).P50
+		if pa > 0 {
+			c = append(c, (pb/pa-1)*100)
+		}
+	}
+	return spreadOf(c)
 }
 
 // abVariant is one server configuration of an A/B scenario.
@@ -854,39 +892,54 @@ type abVariant struct {
 	apiKey bool // the requests carry a tenant's API key
 	// watch, if set, runs beside the variant's executions (a client
 	// reading the server meanwhile) until they end.
-	watch func(ctx context.Context, srv *server, id string)
-	lat   []time.Duration
+	watch  func(ctx context.Context, srv *server, id string)
+	lat    []time.Duration
+	rounds [][]time.Duration // lat, by round
 }
 
-// runAB starts a server per variant, warms a session on each, then runs
-// code n times on each in interleaved batches (so that the machine's
-// drift falls on every variant alike), filling each variant's latencies.
+// abSets is how many servers each variant of an A/B scenario gets: a
+// server's own luck (where its interpreter's memory and threads landed)
+// moved one variant by several percent for a whole run.
+const abSets = 2
+
+// runAB starts abSets servers per variant, warms a session on each, then
+// runs code n times for each variant in rounds of abRound executions:
+// within a round the variants take turns execution by execution (the
+// order rotating), so that the machine's drift falls on every variant
+// alike, and the rounds take the servers' sets in turn. It fills each
+// variant's latencies, whole and by round.
 func runAB(ctx context.Context, o Options, vs []*abVariant, suffix, code string, n int) error {
-	srvs := make([]*server, len(vs))
-	sess := make([]string, len(vs))
-	for i, v := range vs {
-		srv, err := startServer(ctx, o, 1, fmt.Sprintf("%s%d", suffix, i), v.extra)
-		if err != nil {
-			return err
-		}
-		defer srv.stop()
-		srvs[i] = srv
-		if v.apiKey {
-			if err := srv.createKey(ctx, o); err != nil {
+	sets := abSets
+	if n < 2*abRound {
+		sets = 1
+	}
+	srvs := make([][]*server, len(vs))
+	sess := make([][]string, len(vs))
+	for set := range sets {
+		for i, v := range vs {
+			srv, err := startServer(ctx, o, 1, fmt.Sprintf("%s%d-%d", suffix, i, set), v.extra)
+			if err != nil {
 				return err
 			}
-		}
-		if err := srv.waitWarm(ctx, 3*time.Minute); err != nil {
-			return err
-		}
-		s, err := srv.newSession(ctx)
-		if err != nil {
-			return err
-		}
-		sess[i] = s.ID
-		for j := 0; j < 50; j++ {
-			if _, err := srv.exec(ctx, s.ID, code); err != nil {
+			defer srv.stop()
+			srvs[i] = append(srvs[i], srv)
+			if v.apiKey {
+				if err := srv.createKey(ctx, o); err != nil {
+					return err
+				}
+			}
+			if err := srv.waitWarm(ctx, 3*time.Minute); err != nil {
 				return err
+			}
+			s, err := srv.newSession(ctx)
+			if err != nil {
+				return err
+			}
+			sess[i] = append(sess[i], s.ID)
+			for j := 0; j < 50; j++ {
+				if _, err := srv.exec(ctx, s.ID, code); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -895,20 +948,33 @@ func runAB(ctx context.Context, o Options, vs []*abVariant, suffix, code string,
 	defer func() { stopWatch(); watching.Wait() }()
 	for i, v := range vs {
 		if v.watch != nil {
-			watching.Go(func() { v.watch(wctx, srvs[i], sess[i]) })
+			for set := range sets {
+				watching.Go(func() { v.watch(wctx, srvs[i][set], sess[i][set]) })
+			}
 		}
 	}
-	const batch = 100
-	for done := 0; done < n; done += batch {
-		for i, v := range vs {
-			for j := 0; j < min(batch, n-done); j++ {
+	for round, done := 0, 0; done < n; round, done = round+1, done+abRound {
+		set := round % sets
+		for _, v := range vs {
+			v.rounds = append(v.rounds, nil)
+		}
+		for j := range min(abRound, n-done) {
+			for k := range vs {
+				i := (j + k) % len(vs)
+				v := vs[i]
 				start := time.Now()
-				if _, err := srvs[i].exec(ctx, sess[i], code); err != nil {
+				if _, err := srvs[i][set].exec(ctx, sess[i][set], code); err != nil {
 					return err
 				}
-				v.lat = append(v.lat, time.Since(start))
+				d := time.Since(start)
+				v.lat = append(v.lat, d)
+				v.rounds[round] = append(v.rounds[round], d)
 			}
 		}
 	}
 	return nil
 }
+
+// abRound is the executions of each variant in one round of an A/B
+// scenario.
+const abRound = 100

@@ -381,16 +381,26 @@ func benchRows(r *bench.Report) []tableRow {
 				continue
 			}
 			figs = append(figs, "p50 "+ms(s.P50))
-			changes = append(changes, fmt.Sprintf("**%+.1f %%**", c))
+			change := fmt.Sprintf("**%+.1f %%**", c)
+			if iqr, ok := r.Floats(on.key + "_change_iqr"); ok && len(iqr) == 2 {
+				change += fmt.Sprintf(" (rounds' IQR %+.1f to %+.1f %%)", iqr[0], iqr[1])
+			}
+			changes = append(changes, change)
 			row.goals = append(row.goals, judged{on.what, ab.goals[i], c})
 		}
 		row.airlock, row.ratio = strings.Join(figs, "; "), strings.Join(changes, "; ")
 		add(row)
 	}
 	if mbs, ok := r.Numbers("egress_download_mbs"); ok && mbs["direct"] > 0 {
-		add(tableRow{scenario: "a 100 MB download from a session through the egress gate ([egress](#egress))",
+		row := tableRow{scenario: "a 100 MB download from a session through the egress gate ([egress](#egress))",
 			airlock: fmt.Sprintf("**%.0f MB/s**", mbs["gate"]), baseline: fmt.Sprintf("the same Python on the host, direct: %.0f MB/s", mbs["direct"]),
-			ratio: "**" + times(mbs["gate"], mbs["direct"]) + "** direct", goals: []judged{{"", bench.GoalEgress, mbs["gate"] / mbs["direct"]}}})
+			ratio: "**" + times(mbs["gate"], mbs["direct"]) + "** direct", goals: []judged{{"", bench.GoalEgress, mbs["gate"] / mbs["direct"]}}}
+		if q, ok := mbs["ratio"]; ok {
+			// Runs since the pairs' ratio: its median, and its range.
+			row.ratio = fmt.Sprintf("**%.2f×** direct (median of %.0f pairs' ratios, %.2f to %.2f)", q, mbs["pairs"], mbs["ratio_min"], mbs["ratio_max"])
+			row.goals = []judged{{"", bench.GoalEgress, q}}
+		}
+		add(row)
 	}
 	for _, v := range []struct {
 		key, base, what, baseWhat string

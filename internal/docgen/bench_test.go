@@ -39,6 +39,8 @@ func report(execP50, oneshotRPS float64) *bench.Report {
 			"audit_off":                    bench.Stat{P50: 0.76},
 			"audit_on":                     bench.Stat{P50: 0.72},
 			"audit_on_change_pct":          -6.2,
+			"audit_on_change_iqr":          []float64{-8, -3},
+			"egress_download_mbs":          map[string]float64{"gate": 1200, "direct": 1600, "ratio": 0.82, "ratio_min": 0.7, "ratio_max": 0.9, "pairs": 15},
 			"gvisor_drained_create_pandas": bench.Stat{P50: 2300},
 			"native_drained_create_pandas": bench.Stat{P50: 40},
 			"gvisor_pss_mb":                121.5,
@@ -74,7 +76,9 @@ func TestBenchTableJudgesGoals(t *testing.T) {
 			"bare `python3 q.py` of the same: 27.0 ms | **+21.5 ms** | for information (≤ 15 ms over bare python is `print(1)`'s) |",
 			// Files in the workspace, against the warm goal.
 			"1 file p50 ≤ 0.5 ms: met; p99 ≤ 2 ms: met; 100 files p50 ≤ 0.5 ms: **not met**; p99 ≤ 2 ms: **not met**",
-			"audit on ≤ +10%: met", "**-6.2 %**", // −6.2 %
+			"audit on ≤ +10%: met", "**-6.2 %** (rounds' IQR -8.0 to -3.0 %)", // −6.2 %
+			// The median of the pairs' ratios, not the ratio of the medians (0.75).
+			"**0.82×** direct (median of 15 pairs' ratios, 0.70 to 0.90)", "≥ 0.8× direct: met",
 			"≤ 3× native: **not met**", "**57.5×** native", // 2300 / 40
 			"≤ 40 MB: **not met**",
 			"2026-11-27, 17:02–17:14 UTC, airlock abc1234, on 2 cores, 24 GiB, Linux 6.18.44, cgroup v1 (hybrid), go1.26.8, Python 3.11.2; load average 0.7 when it started, 6.4 when it ended; gVisor: runsc version",

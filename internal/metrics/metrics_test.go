@@ -125,3 +125,16 @@ func TestNoLeanTemplate(t *testing.T) {
 		t.Errorf("lean template metrics without one:\n%s", rec.Body.String())
 	}
 }
+
+// BenchmarkWarmExecution is what metrics add to one warm execution over
+// HTTP: the API's hook and the observer's ExecutionFinished (0.5-1.1 µs
+// here, 2026-11-28: a quarter of a per cent of a 0.4 ms execution).
+func BenchmarkWarmExecution(b *testing.B) {
+	m := New()
+	e := session.ExecutionEvent{Kind: session.ExecSession, Language: "python", Duration: time.Millisecond}
+	b.ReportAllocs()
+	for b.Loop() {
+		m.HTTP("POST /v1/sessions/{id}/execute", 200, time.Millisecond)
+		m.ExecutionFinished(e)
+	}
+}
