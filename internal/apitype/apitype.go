@@ -284,7 +284,8 @@ type Session struct {
 	OnTimeoutRestores string     `json:"on_timeout_restores,omitempty"`
 	AutoResume        bool       `json:"auto_resume,omitempty"`
 	// Restores is what a pause of the session would keep ("files" or
-	// "memory"), absent on a server that cannot pause; for a paused
+	// "memory"; "files" too while its tenant's quota has no room for its
+	// memory as it is now), absent on a server that cannot pause; for a paused
 	// session, what a resume will try to restore. Restored is what its
 	// last resume (or, for a fork, its fork) restored (absent: never
 	// paused nor forked); RestoredReason says

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -127,20 +128,42 @@ func checkRestores(what, v string) error {
 	return fmt.Errorf("%w: %s %q must be \"files\" or \"memory\" (or unset: what the session's restores says)", errdefs.ErrInvalidArgument, what, v)
 }
 
-// restores is what a pause of the session would keep.
+// restores is what a pause of the session would keep: the memory only
+// where its checkpoint, as large as the sandbox is now
+// (memoryReserve), fits in what is left of its tenant's
+// quotas.max_paused_bytes (a pause then keeps the files, saying why).
+// It reads the sandbox's cgroup: never call it with s.mu held.
 func (s *Session) restores() string {
 	if !s.m.cfg.Persistence.Enabled {
 		return ""
 	}
-	if s.keepsMemory() {
+	if room := s.m.pausedRoom(s.owner.Tenant); s.keepsMemory() && (room == math.MaxInt64 || room >= s.memoryReserve()) {
 		return apitype.RestoreMemory
 	}
 	return apitype.RestoreFiles
 }
 
-// memoryReserve is what a checkpoint of a sandbox with limits l may take
-// on disk: its memory, gVisor's own, and the keeper's.
-func memoryReserve(l config.Limits) int64 { return int64(l.Memory) + 96<<20 }
+// memoryCeiling is the most a checkpoint of a sandbox with limits l may
+// take on disk: its memory, gVisor's own, and the keeper's.
+func memoryCeiling(l config.Limits) int64 { return int64(l.Memory) + 96<<20 }
+
+// memoryReserve is what a checkpoint of the session's sandbox may take
+// on disk, reserved against the quota and the disk before it is taken:
+// what the sandbox's cgroup holds now (its processes' memory and
+// gVisor's own; a checkpoint saves the pages in use, compressed), with
+// a margin for what its processes may still allocate until runsc
+// checkpoint stops its kernel (the session's executions and commands
+// are already stopped by the pause; a background process may run on),
+// at most memoryCeiling. A checkpoint larger than that fails its size
+// check, and the pause keeps the files, saying why.
+func (s *Session) memoryReserve() int64 {
+	ceiling := memoryCeiling(s.limits)
+	used, err := s.inst.Memory()
+	if err != nil || used <= 0 {
+		return ceiling
+	}
+	return min(ceiling, used+used/2+64<<20)
+}
 
 // writeMemory checkpoints the session's sandbox into the image id its
 // pause wrote (whose files take filesBytes on disk), and returns what the
@@ -173,7 +196,7 @@ func (s *Session) writeMemory(ctx context.Context, id string, filesBytes int64, 
 	if err != nil {
 		return 0, err
 	}
-	max := min(memoryReserve(s.limits), int64(m.cfg.Persistence.MaxImageBytes)-filesBytes)
+	max := min(s.memoryReserve(), int64(m.cfg.Persistence.MaxImageBytes)-filesBytes)
 	if max <= 0 {
 		return 0, fmt.Errorf("%w: the files take all of persistence.max_image_bytes", errdefs.ErrTooLarge)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -1024,10 +1025,7 @@ const imageHeadroom = 64 << 20
 // under way) or when the disk has not that much free beside those under
 // way and imageHeadroom.
 func (m *Manager) reserveImage(tenant string, size int64) (release func(), err error) {
-	limit := int64(m.cfg.Quotas.MaxPausedBytes)
-	if t, ok := m.admit.(*Tenants); ok && t.quotas != nil {
-		limit = int64(t.quotas.Of(identity.Identity{Tenant: tenant}).MaxPausedBytes)
-	}
+	limit := m.pausedLimit(tenant)
 	var fs unix.Statfs_t
 	if err := pauseimage.EnsureRoot(m.persistDir()); err != nil {
 		return nil, err
@@ -1038,19 +1036,9 @@ func (m *Manager) reserveImage(tenant string, size int64) (release func(), err e
 	free := int64(fs.Bavail) * int64(fs.Bsize)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	used, all := m.reserved[tenant], int64(0)
+	used, all := m.pausedUsedLocked(tenant), int64(0)
 	for _, n := range m.reserved {
 		all += n
-	}
-	for _, p := range m.paused {
-		if p.meta.Tenant == tenant {
-			used += p.stats.DiskBytes
-		}
-	}
-	for _, k := range m.kept {
-		if k.Tenant == tenant {
-			used += k.Bytes
-		}
 	}
 	if limit > 0 && used+size > limit {
 		return nil, fmt.Errorf("%w: the tenant's paused sessions would take up to %d bytes, more than its quota of %d (quotas.max_paused_bytes); delete paused sessions, or keep this one running",
@@ -1070,6 +1058,44 @@ func (m *Manager) reserveImage(tenant string, size int64) (release func(), err e
 			delete(m.reserved, tenant)
 		}
 	}, nil
+}
+
+// pausedLimit is tenant's quotas.max_paused_bytes (0: none).
+func (m *Manager) pausedLimit(tenant string) int64 {
+	limit := int64(m.cfg.Quotas.MaxPausedBytes)
+	if t, ok := m.admit.(*Tenants); ok && t.quotas != nil {
+		limit = int64(t.quotas.Of(identity.Identity{Tenant: tenant}).MaxPausedBytes)
+	}
+	return limit
+}
+
+// pausedUsedLocked is what tenant's paused sessions, kept images and
+// the pauses and forks under way take against its quota (m.mu held).
+func (m *Manager) pausedUsedLocked(tenant string) int64 {
+	used := m.reserved[tenant]
+	for _, p := range m.paused {
+		if p.meta.Tenant == tenant {
+			used += p.stats.DiskBytes
+		}
+	}
+	for _, k := range m.kept {
+		if k.Tenant == tenant {
+			used += k.Bytes
+		}
+	}
+	return used
+}
+
+// pausedRoom is what is left of tenant's quotas.max_paused_bytes
+// (math.MaxInt64: no quota).
+func (m *Manager) pausedRoom(tenant string) int64 {
+	limit := m.pausedLimit(tenant)
+	if limit <= 0 {
+		return math.MaxInt64
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return limit - m.pausedUsedLocked(tenant)
 }
 
 // restoring is what create needs to make a paused session live again.

@@ -551,3 +551,45 @@ func TestMemoryErrorAcrossRestart(t *testing.T) {
 	}
 	checkFiles(t, r, someFiles)
 }
+
+// TestMemoryReservedByUse: a memory pause reserves, against the
+// tenant's quota, what its sandbox holds now (its cgroup's memory, 1 MiB
+// here, and a margin), not its memory limit plus 96 MiB; and a session
+// says restores "files" before it pauses once what is left of its
+// tenant's quota cannot take that. Checked against mutants: the
+// reservation by the memory limit (the pause within a 100 MiB quota
+// refused), and restores ignoring the quota (it said "memory").
+func TestMemoryReservedByUse(t *testing.T) {
+	m, _, _ := newMemManager(t)
+	ctx := context.Background()
+	m.cfg.Quotas.MaxPausedBytes = 100 << 20
+	s, err := m.Create(ctx, apitype.CreateSessionRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.limits.Memory+96<<20 <= 100<<20 {
+		t.Fatalf("the test's memory limit %d fits the quota anyway", s.limits.Memory)
+	}
+	if r := s.Info().Restores; r != apitype.RestoreMemory {
+		t.Fatalf("within the quota, restores %q", r)
+	}
+	writeFiles(t, s, someFiles)
+	info, err := m.PauseFor(ctx, s.ID(), apitype.RestoreMemory)
+	if err != nil || info.Paused.MemoryBytes == 0 {
+		t.Fatalf("a memory pause of a sandbox holding 1 MiB within a 100 MiB quota: %+v %v", info, err)
+	}
+
+	m.cfg.Quotas.MaxPausedBytes = 50 << 20
+	s2, err := m.Create(ctx, apitype.CreateSessionRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := s2.Info().Restores; r != apitype.RestoreFiles {
+		t.Errorf("with less left of the quota than its memory takes, restores %q, want files", r)
+	}
+	writeFiles(t, s2, someFiles)
+	info, err = s2.Pause(ctx, "")
+	if err != nil || info.Restores != apitype.RestoreFiles || info.Paused.MemoryError == "" {
+		t.Errorf("its pause: %+v %v, want the files, saying why not the memory", info, err)
+	}
+}

@@ -1131,6 +1131,10 @@ func (s *Session) Info() (info apitype.Session) {
 	cpu, cerr := s.inst.CPU()
 	mem, merr := s.inst.Memory()
 	pointAt := s.live.pointAt()
+	restores := ""
+	if s.client {
+		restores = s.restores()
+	}
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -1153,7 +1157,7 @@ func (s *Session) Info() (info apitype.Session) {
 		Metadata: s.made.Metadata, Reseeded: s.reseeded, NotReseeded: s.notReseeded,
 	}
 	if s.client && state != apitype.StateEnded {
-		info.Restores = s.restores()
+		info.Restores = restores
 		if !pointAt.IsZero() {
 			at := pointAt.UTC()
 			info.RecoveryPointAt = &at
