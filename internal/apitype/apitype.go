@@ -290,7 +290,8 @@ type Session struct {
 	// last resume (or, for a fork, its fork) restored (absent: never
 	// paused nor forked); RestoredReason says
 	// why that is less than its pause kept (a memory image that failed
-	// its checks or did not restore: the files were restored instead),
+	// its checks or did not restore, or that its server's end took
+	// while the pause was keeping it: the files were restored instead),
 	// or what a session recovered after its server's end kept
 	// (PausedInfo.Recovered).
 	Restores       string `json:"restores,omitempty"`

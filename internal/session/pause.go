@@ -1104,6 +1104,9 @@ type restoring struct {
 	image *pauseimage.Image
 	// memory: its memory image (nil: none).
 	memory *memoryRestore
+	// lost: why the memory its pause was keeping is not there (nil:
+	// none was lost), for restored_reason.
+	lost error
 	// fork: the session is a new one (a fork), not the paused one
 	// resumed.
 	fork bool
@@ -1204,6 +1207,15 @@ func (m *Manager) resume(ctx context.Context, id, keep string) (*Session, error)
 		m.log.Info("a session paused with its memory is resumed with its files, as asked", "session", id)
 		mr = nil
 	}
+	var lost error
+	if mr == nil && p.meta.MemoryPending && keep != apitype.RestoreFiles {
+		// Its pause was keeping its memory, which its server's end (or
+		// a damaged image) took: the resume says so, as a refused
+		// image's does.
+		m.mu.Lock()
+		lost = p.memErr
+		m.mu.Unlock()
+	}
 	// The resume is done once its image is durably moved to its resumed
 	// marker, before the session is visible: else the next start would
 	// list the session paused again (its image as it was, the recovery
@@ -1229,14 +1241,14 @@ func (m *Manager) resume(ctx context.Context, id, keep string) (*Session, error)
 		s.live.resumedFrom()
 		return nil
 	}
-	s, err := m.createRestored(ctx, req, &restoring{meta: p.meta, image: im, memory: mr, commit: commit})
+	s, err := m.createRestored(ctx, req, &restoring{meta: p.meta, image: im, memory: mr, lost: lost, commit: commit})
 	if err != nil {
 		release()
 		return fail(m.resumeFailed(p, err))
 	}
 	resumed = true
 	kind := s.restored
-	if mr != nil && kind != apitype.RestoreMemory {
+	if (mr != nil || lost != nil) && kind != apitype.RestoreMemory {
 		m.log.Warn("a session paused with its memory resumed with its files", "session", id, "why", s.restoredWhy)
 	}
 	m.observePause(OpResume, kind, begun, nil)

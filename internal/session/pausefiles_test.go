@@ -497,7 +497,8 @@ func TestRequireExplicitResume(t *testing.T) {
 // crash: its files image whole, no memory). checked against mutants:
 // LoadPaused ignoring memory_pending (the crash's session said
 // nothing), the failed checkpoint's reason not written (after the
-// restart it said the server had stopped).
+// restart it said the server had stopped), the resume's lost memory
+// not passed on (restored_reason empty).
 func TestMemoryErrorAcrossRestart(t *testing.T) {
 	m, cfg, ms := newMemManager(t)
 	ctx := context.Background()
@@ -546,8 +547,9 @@ func TestMemoryErrorAcrossRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info := r.Info(); info.Restored != apitype.RestoreFiles {
-		t.Errorf("resumed: restored %q", info.Restored)
+	// And the resumed session says why its memory did not come back.
+	if info := r.Info(); info.Restored != apitype.RestoreFiles || !strings.Contains(info.RestoredReason, "server stopped") || !strings.Contains(info.RestoredReason, "as of ") {
+		t.Errorf("resumed: restored %q, restored_reason %q", info.Restored, info.RestoredReason)
 	}
 	checkFiles(t, r, someFiles)
 }

@@ -635,8 +635,11 @@ func (m *Manager) create(ctx context.Context, req apitype.CreateSessionRequest, 
 				err = s.reseed(ctx)
 			}
 		} else {
-			if r.memory != nil {
+			switch {
+			case r.memory != nil:
 				s.restoredWhy = "the memory image was not restored (" + errdefs.Message(r.memory.why) + "); the files were"
+			case r.lost != nil:
+				s.restoredWhy = "the memory was not restored (" + errdefs.Message(r.lost) + "); the files were, as of " + r.meta.PausedAt.UTC().Format(time.RFC3339)
 			}
 			if r.meta.Recovered != "" {
 				s.restoredWhy = r.meta.Recovered
