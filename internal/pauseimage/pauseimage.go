@@ -1205,7 +1205,8 @@ func keptBytes(dir string) int64 {
 	return n
 }
 
-// ListKept lists the memory images kept for inspection under root. One
+// ListKept lists the memory images (and the images, KeepImage) kept for
+// inspection under root. One
 // whose kept.json cannot be read (kept by an airlock that wrote none, or
 // wrote it last and ended first) says only its id (Unrecorded: whose it
 // is, the caller may know from the paused session's description), and
@@ -1220,7 +1221,8 @@ func ListKept(root string, keep time.Duration) ([]Kept, error) {
 	}
 	var out []Kept
 	for _, e := range ents {
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), keptPrefix) {
+		prefix, ok := keptKind(e.Name())
+		if !e.IsDir() || !ok {
 			continue
 		}
 		dir := filepath.Join(root, e.Name())
@@ -1237,6 +1239,9 @@ func ListKept(root string, keep time.Duration) ([]Kept, error) {
 			k = Kept{ID: keptID(e.Name()), Expires: info.ModTime().Add(keep), Unrecorded: true}
 		}
 		k.Dir, k.Bytes = dir, keptBytes(dir)
+		if prefix == keptImagePrefix {
+			k.Bytes = keptImageBytes(dir)
+		}
 		out = append(out, k)
 	}
 	return out, nil
@@ -1246,7 +1251,8 @@ func ListKept(root string, keep time.Duration) ([]Kept, error) {
 // directory (KeepMemory's: the prefix, the id, "-" and a time without
 // "-"); "" when the name holds no valid id.
 func keptID(name string) string {
-	rest, _ := strings.CutPrefix(name, keptPrefix)
+	prefix, _ := keptKind(name)
+	rest, _ := strings.CutPrefix(name, prefix)
 	if i := strings.LastIndexByte(rest, '-'); i > 0 && ValidID(rest[:i]) {
 		return rest[:i]
 	}
@@ -1257,7 +1263,7 @@ func keptID(name string) string {
 // must be one under root, durably (see end): ErrLeftBehind leaves
 // remains for SweepRemoved.
 func RemoveKept(root, dir string) error {
-	if filepath.Dir(dir) != filepath.Clean(root) || !strings.HasPrefix(filepath.Base(dir), keptPrefix) {
+	if _, ok := keptKind(filepath.Base(dir)); filepath.Dir(dir) != filepath.Clean(root) || !ok {
 		return fmt.Errorf("%w: %q is not a kept memory image", errdefs.ErrInvalidArgument, dir)
 	}
 	return end(root, dir)

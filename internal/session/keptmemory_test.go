@@ -292,3 +292,80 @@ func TestKeptAttributedAndRetried(t *testing.T) {
 		t.Errorf("still counted: %+v", u)
 	}
 }
+
+// A paused session whose description (meta.json) is damaged is not
+// listed at the next start, but never left where nothing counts or
+// removes it: its image is kept for inspection (.kept-image-<id>-<time>,
+// kept.json saying why), counted against the unknown tenant's quota and
+// in the paused sessions' metrics, and removed by the sweep once it
+// expires (persistence.keep after the start that found it). Checked
+// against mutants: LoadPaused skipping it as before (nothing kept,
+// nothing counted), and its bytes not counted (the usage 0).
+func TestDamagedDescriptionKept(t *testing.T) {
+	cfg := persistConfig(t)
+	m1, _, _ := newTestManager(t, cfg)
+	ctx := identity.With(context.Background(), identity.Identity{Tenant: "acme"})
+	s, err := m1.Create(ctx, apitype.CreateSessionRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, s, someFiles)
+	if _, err := s.Pause(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	m1.Close()
+	dir := cfg.Persistence.Dir
+	if err := os.WriteFile(filepath.Join(dir, s.ID(), "meta.json"), []byte(`{"version":1,"sha256":"00","body":{}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	m, _, _ := newTestManager(t, cfg)
+	if err := m.LoadPaused(); err != nil {
+		t.Fatal(err)
+	}
+	if l := m.List(); len(l) != 0 {
+		t.Errorf("a damaged description listed: %+v", l)
+	}
+	kept, _ := filepath.Glob(filepath.Join(dir, ".kept-image-"+s.ID()+"-*"))
+	if len(kept) != 1 {
+		t.Fatalf("kept %v", kept)
+	}
+	if _, err := os.Stat(filepath.Join(dir, s.ID())); !os.IsNotExist(err) {
+		t.Errorf("the image stayed where a paused session's is: %v", err)
+	}
+	all, err := pauseimage.ListKept(dir, time.Hour)
+	if err != nil || len(all) != 1 || all[0].ID != s.ID() || all[0].Tenant != UnknownTenant || all[0].Bytes == 0 || !strings.Contains(all[0].Reason, "corrupt") {
+		t.Fatalf("ListKept %+v %v", all, err)
+	}
+	if u := m.PausedUsage()[UnknownTenant]; u.DiskBytes != all[0].Bytes {
+		t.Errorf("paused usage %+v, want the kept %d bytes", u, all[0].Bytes)
+	}
+	m.cfg.Quotas.MaxPausedBytes = config.Size(all[0].Bytes + 10)
+	if _, err := m.reserveImage(UnknownTenant, 11); !errors.Is(err, errdefs.ErrQuota) {
+		t.Errorf("a reservation past the quota with the kept image: %v", err)
+	}
+	m.cfg.Quotas.MaxPausedBytes = 0
+
+	// A restart finds it kept, counted the same.
+	m2, _, _ := newTestManager(t, cfg)
+	if err := m2.LoadPaused(); err != nil {
+		t.Fatal(err)
+	}
+	if u := m2.PausedUsage()[UnknownTenant]; u.DiskBytes != all[0].Bytes {
+		t.Errorf("after a restart: %+v", u)
+	}
+
+	// At its expiry, the sweep removes it.
+	m.mu.Lock()
+	k := m.kept[kept[0]]
+	k.Expires = time.Now().Add(-time.Second)
+	m.kept[kept[0]] = k
+	m.mu.Unlock()
+	m.sweepPaused()
+	if got, _ := filepath.Glob(filepath.Join(dir, ".kept-image-*")); len(got) != 0 {
+		t.Errorf("an expired kept image stayed: %v", got)
+	}
+	if u := m.PausedUsage()[UnknownTenant]; u.DiskBytes != 0 {
+		t.Errorf("after its expiry: %+v", u)
+	}
+}

@@ -200,8 +200,16 @@ func (m *Manager) LoadPaused() error {
 				err = fmt.Errorf("%w: its description names another session or is malformed", errdefs.ErrImageCorrupt)
 			}
 		}
+		if errors.Is(err, errdefs.ErrImageCorrupt) {
+			tenant := "" // whose it is, only from a description of its own
+			if meta.ID == id {
+				tenant = meta.Tenant
+			}
+			m.keepDamaged(id, tenant, err)
+			continue
+		}
 		if err != nil {
-			m.log.Error("a paused session cannot be read; its image is left for the operator", "session", id, "dir", m.persistDir(), "err", err)
+			m.log.Error("a paused session cannot be read; its image is left for the next start", "session", id, "dir", m.persistDir(), "err", err)
 			continue
 		}
 		m.mu.Lock()
@@ -250,6 +258,31 @@ func (m *Manager) LoadPaused() error {
 	}
 	m.sweepPaused()
 	return nil
+}
+
+// keepDamaged keeps the image of id, whose description is damaged (it
+// cannot be listed as a paused session), for the operator to inspect
+// until persistence.keep from now: counted against tenant's quota
+// (what its description said, when it could be read; else
+// UnknownTenant's) and in the paused sessions' metrics, and removed by
+// the sweep when it expires, as a refused memory image is (never left
+// where nothing counts or removes it). One that cannot be moved stays
+// where it was, logged, until the next start tries again.
+func (m *Manager) keepDamaged(id, tenant string, why error) {
+	if tenant == "" {
+		tenant = UnknownTenant
+	}
+	now := time.Now()
+	k, err := pauseimage.KeepImage(m.persistDir(), id, now, pauseimage.Kept{
+		Tenant: tenant, Expires: now.Add(m.cfg.Persistence.Keep.D()), Reason: errdefs.Message(why),
+	})
+	if k.Dir == "" {
+		m.log.Error("a paused session's description is damaged, and its image could not be kept aside; it is left where it is for the operator until the next start", "session", id, "dir", m.persistDir(), "why", why, "err", err)
+		return
+	}
+	// Counted from here on: LoadPaused lists the kept directories next
+	// (ListKept), this one with them.
+	m.log.Error("a paused session's description is damaged; its image is kept for inspection, counted against its tenant's quota, until it expires", "session", id, "tenant", tenant, "dir", k.Dir, "bytes", k.Bytes, "expires", k.Expires, "why", why, "err", err)
 }
 
 // OnImagesRemoved sets f to be called, after the fact, whenever paused
@@ -363,10 +396,10 @@ func (m *Manager) sweepPaused() {
 	var failed []pauseimage.Kept
 	for _, k := range keptDue {
 		if err := m.leftOK(pauseimage.RemoveKept(m.persistDir(), k.Dir)); err != nil {
-			m.log.Error("removing an expired memory image kept for inspection; tried again in a while", "dir", k.Dir, "retry", removeRetry, "err", err)
+			m.log.Error("removing an expired image (or memory image) kept for inspection; tried again in a while", "dir", k.Dir, "retry", removeRetry, "err", err)
 			failed = append(failed, k)
 		} else {
-			m.log.Info("a memory image kept for inspection expired (persistence.keep after its pause)", "session", k.ID, "dir", k.Dir)
+			m.log.Info("an image (or memory image) kept for inspection expired (persistence.keep)", "session", k.ID, "dir", k.Dir)
 			if m.hook != nil {
 				m.hook("kept-removed", k.ID)
 			}

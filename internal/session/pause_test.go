@@ -773,7 +773,7 @@ func TestFork(t *testing.T) {
 
 // TestLoadPausedAtStart: what a start finds under persistence.dir: the
 // remains of a pause a crash interrupted are removed, an image whose
-// description is damaged is left for the operator and not listed, a
+// description is damaged is kept for the operator and not listed, a
 // good one is listed.
 func TestLoadPausedAtStart(t *testing.T) {
 	cfg := persistConfig(t)
@@ -795,8 +795,10 @@ func TestLoadPausedAtStart(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, ".tmp-s-crashed-123")); !os.IsNotExist(err) {
 		t.Errorf("the interrupted pause's remains were kept: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "s-damaged", "meta.json")); err != nil {
-		t.Errorf("the damaged image was not left in place: %v", err)
+	// The damaged one is kept aside for the operator, whole
+	// (TestDamagedDescriptionKept).
+	if kept, _ := filepath.Glob(filepath.Join(dir, ".kept-image-s-damaged-*", "image", "meta.json")); len(kept) != 1 {
+		t.Errorf("the damaged image was not kept for inspection: %v", kept)
 	}
 }
 
