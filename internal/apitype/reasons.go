@@ -10,6 +10,12 @@ const (
 	KillCPUTime KillReason = "cpu_time"
 	KillMemory  KillReason = "memory"
 	KillPids    KillReason = "pids"
+	// KillShutdown and KillLifetime: the session was paused, for the
+	// server's shutdown or at the end of its lifetime (on_timeout
+	// "pause"): its execution was interrupted, its shell commands were
+	// killed (they would not outlive the sandbox).
+	KillShutdown KillReason = "shutdown"
+	KillLifetime KillReason = "lifetime"
 )
 
 // Output past max_output is not a kill reason: it is dropped and counted
@@ -17,7 +23,7 @@ const (
 
 // KillReasons lists every kill reason.
 func KillReasons() []KillReason {
-	return []KillReason{KillTimeout, KillCPUTime, KillMemory, KillPids}
+	return []KillReason{KillTimeout, KillCPUTime, KillMemory, KillPids, KillShutdown, KillLifetime}
 }
 
 // EndCode says, machine-readably, why a session (or one of its code

@@ -503,7 +503,7 @@ func (s *Session) InterruptContext(id string) (bool, error) {
 	if c == nil {
 		return false, fmt.Errorf("%w: no context %q in this session", errdefs.ErrNotFound, truncateID(id))
 	}
-	return ex != nil && ex.interruptNow(), nil
+	return ex != nil && ex.interruptNow(""), nil
 }
 
 // besides are the contexts started beside the sandbox's first, for the

@@ -103,8 +103,9 @@ type execution struct {
 	maxRich     int
 	err         *apitype.ExecError
 	emit        func(apitype.Event)
-	// interrupt carries a client's request to interrupt this execution.
-	interrupt chan struct{}
+	// interrupt carries a request to interrupt this execution: a
+	// client's (""), or a pause's (its kill reason).
+	interrupt chan apitype.KillReason
 	// red redacts what goes back (nil: nothing is); redacted counts the
 	// matches replaced in rich outputs and the error so far.
 	red      *redact.Redactor
@@ -145,7 +146,7 @@ func (ex *execution) redactWith(r *redact.Redactor) {
 // rich outputs up to maxRich in all. lossless streams bytes that are not
 // UTF-8 as data_base64 instead of replacing them.
 func newExecution(maxOutput, maxRich int, emit func(apitype.Event), lossless bool) *execution {
-	ex := &execution{emit: emit, interrupt: make(chan struct{}, 1), maxRich: maxRich}
+	ex := &execution{emit: emit, interrupt: make(chan apitype.KillReason, 1), maxRich: maxRich}
 	ex.stdout = stream{max: maxOutput, name: apitype.EventStdout}
 	ex.stderr = stream{max: maxOutput, name: apitype.EventStderr}
 	if emit != nil {
@@ -770,6 +771,9 @@ var limitErrors = map[apitype.KillReason]string{
 	apitype.KillCPUTime: "CPUTimeError",
 	apitype.KillMemory:  "MemoryError",
 	apitype.KillPids:    "ProcessLimitError",
+	// Not limits: the session was paused under the code.
+	apitype.KillShutdown: "SessionPaused",
+	apitype.KillLifetime: "SessionPaused",
 }
 
 // limitError says what a limit did, in words an agent acts on: which limit
@@ -787,6 +791,10 @@ func (v verdict) limitError(res *apitype.Result) *apitype.ExecError {
 		what = fmt.Sprintf("the sandbox ran out of memory (memory %s)", v.limits.Memory)
 	case apitype.KillPids:
 		what = fmt.Sprintf("the sandbox reached its process limit (pids %d)", v.limits.Pids)
+	case apitype.KillShutdown:
+		what = "the session was paused for the server's shutdown (its code would not outlive the sandbox)"
+	case apitype.KillLifetime:
+		what = "the session's lifetime (timeout) ran out and it was paused (on_timeout pause; its code would not outlive the sandbox)"
 	default:
 		return res.Error
 	}
@@ -808,6 +816,8 @@ func (v verdict) limitError(res *apitype.Result) *apitype.ExecError {
 	switch {
 	case v.prog || v.oneShot:
 		state = "a one-shot run keeps no state"
+	case res.KillReason == apitype.KillShutdown || res.KillReason == apitype.KillLifetime:
+		state = "what the pause keeps (the files, and the variables where it keeps the memory) comes back on resume"
 	case res.SessionEnded:
 		state = "the session ended and its state (variables, files) is lost"
 	case res.ContextEnded:

@@ -697,6 +697,9 @@ type PauseAsk struct {
 	// finds the session paused without it; it holds until that pause is
 	// resumed (the session's next pause asks again).
 	ExplicitResume bool
+	// Why is the kill reason what a pause interrupts or kills reports
+	// (pauseWhenIdle: a shutdown's, a lifetime's).
+	Why apitype.KillReason
 }
 
 // PauseWith is PauseFor asking what ask says.
@@ -1550,7 +1553,7 @@ func (s *Session) timedOut(end apitype.End) {
 			pause = s.pauseIdle
 		}
 		for {
-			_, err := pause(ctx, PauseAsk{Keep: s.made.OnTimeoutRestores})
+			_, err := pause(ctx, PauseAsk{Keep: s.made.OnTimeoutRestores, Why: apitype.KillLifetime})
 			if err == nil || !s.End().Zero() {
 				return
 			}
@@ -1620,11 +1623,15 @@ func (s *Session) pauseWhenIdle(ctx context.Context, ask PauseAsk) (info apitype
 			return info, err
 		}
 		// What runs would not outlive the sandbox anyway: executions
-		// are interrupted, shell commands killed, then the pause again.
-		s.Interrupt()
+		// are interrupted, shell commands killed, then the pause again;
+		// their results say why (ask.Why).
+		s.interruptFor(ask.Why)
 		for _, c := range s.Commands() {
-			if c.State == apitype.CommandRunning {
-				s.SignalCommand(c.ID, "SIGKILL")
+			if c.State != apitype.CommandRunning {
+				continue
+			}
+			if cmd, err := s.command(c.ID); err == nil && !cmd.ended() {
+				cmd.kill(ask.Why)
 			}
 		}
 		select {
@@ -1656,7 +1663,7 @@ func (m *Manager) pauseAll(all []*Session) {
 			defer func() { <-sem }()
 			// What can be kept is: a shutdown is not the client's
 			// choice (on_timeout_restores is the timeout's).
-			if _, err := s.pauseWhenIdle(ctx, PauseAsk{}); err != nil {
+			if _, err := s.pauseWhenIdle(ctx, PauseAsk{Why: apitype.KillShutdown}); err != nil {
 				m.log.Warn("a session could not be paused at shutdown; it ends", "session", s.id, "err", err)
 			}
 		}()

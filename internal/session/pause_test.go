@@ -436,6 +436,68 @@ func TestShutdownPausesBusySessions(t *testing.T) {
 	}
 }
 
+// TestPauseKillsSayWhy: what a shutdown's pause or a lifetime's pause
+// interrupts or kills says why: the execution killed, kill_reason
+// "shutdown" or "lifetime", its error SessionPaused (not a bare
+// KeyboardInterrupt with killed false); the shell command killed with
+// the same reason (not a bare SIGKILL). Checked against a mutant: the
+// pause interrupting and killing as a client would ("" reasons: the
+// execution not killed, the command's kill_reason empty).
+func TestPauseKillsSayWhy(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		why  apitype.KillReason
+	}{{"shutdown", apitype.KillShutdown}, {"lifetime", apitype.KillLifetime}} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := persistConfig(t)
+			cfg.Persistence.ShutdownTimeout = config.Duration(5 * time.Second)
+			m, _, _ := newTestManager(t, cfg)
+			req := apitype.CreateSessionRequest{Language: "python"}
+			if c.why == apitype.KillLifetime {
+				req.Timeout, req.OnTimeout = config.Duration(time.Second), apitype.OnTimeoutPause
+			}
+			s, err := m.Create(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cr, err := s.RunCommand(context.Background(), apitype.CommandRequest{Command: "sleep", Background: true}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.cmds.mu.Lock()
+			cmd := s.cmds.byID[cr.ID]
+			s.cmds.mu.Unlock()
+			type result struct {
+				res *apitype.Result
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				res, err := s.Execute(context.Background(), apitype.ExecuteRequest{Code: "sleep"}, nil)
+				done <- result{res, err}
+			}()
+			busy(t, s)
+			if c.why == apitype.KillShutdown {
+				m.Close()
+			}
+			if end := ended(t, s); end.Code != apitype.EndPaused {
+				t.Fatalf("ended for %q, want paused", end.Code)
+			}
+			r := <-done
+			if r.err != nil || r.res == nil || !r.res.Killed || r.res.KillReason != c.why || r.res.Error == nil || r.res.Error.Name != "SessionPaused" {
+				t.Errorf("the execution: %+v %v, want killed for %s", r.res, r.err, c.why)
+			}
+			<-cmd.done
+			cmd.mu.Lock()
+			res := cmd.res
+			cmd.mu.Unlock()
+			if res == nil || !res.Killed || res.KillReason != c.why {
+				t.Errorf("the command: %+v, want killed for %s", res, c.why)
+			}
+		})
+	}
+}
+
 // TestShutdownBounded: a shutdown's pauses are bounded by
 // persistence.shutdown_timeout: a session whose code ignores the
 // interrupt is not paused in time and ends (shutdown), with no image

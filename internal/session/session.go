@@ -1398,7 +1398,11 @@ func (s *Session) currentLocked() *execution {
 
 // Interrupt interrupts every execution running in the session (one per
 // context at most), and reports whether there was one.
-func (s *Session) Interrupt() (bool, error) {
+func (s *Session) Interrupt() (bool, error) { return s.interruptFor("") }
+
+// interruptFor is Interrupt for reason ("": a client's; a pause's kill
+// reason, which its result reports).
+func (s *Session) interruptFor(reason apitype.KillReason) (bool, error) {
 	s.mu.Lock()
 	end := s.end
 	var running []*execution
@@ -1413,17 +1417,17 @@ func (s *Session) Interrupt() (bool, error) {
 	}
 	any := false
 	for _, ex := range running {
-		any = ex.interruptNow() || any
+		any = ex.interruptNow(reason) || any
 	}
 	return any, nil
 }
 
 // interruptNow asks the execution to stop (its watch interrupts the
-// code). Each execution has its own channel: a request for one can never
-// land on the next.
-func (ex *execution) interruptNow() bool {
+// code) for reason ("": a client's). Each execution has its own channel:
+// a request for one can never land on the next.
+func (ex *execution) interruptNow(reason apitype.KillReason) bool {
 	select {
-	case ex.interrupt <- struct{}{}:
+	case ex.interrupt <- reason:
 	default:
 	}
 	return true

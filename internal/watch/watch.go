@@ -73,8 +73,9 @@ type Spec struct {
 	CPUs             float64
 	// Grace is how long interrupted code has to finish (Interrupt).
 	Grace time.Duration
-	// Interrupts delivers a client's requests to interrupt.
-	Interrupts <-chan struct{}
+	// Interrupts delivers requests to interrupt: a client's (""), or
+	// the server's, for a reason (a pause's: KillShutdown, KillLifetime).
+	Interrupts <-chan apitype.KillReason
 	// Ended is closed when the sandbox was ended by someone else;
 	// EndedBy then says why.
 	Ended   <-chan struct{}
@@ -219,8 +220,11 @@ func Watch[M any](ctx context.Context, sb Sandbox, code Code[M], s Spec) (o Outc
 				stopPids()
 				pidsPoll, stopPids = clock.Timer(again)
 			}
-		case <-s.Interrupts:
-			if stopFor(ByClient) {
+		case reason := <-s.Interrupts:
+			if reason == "" {
+				reason = ByClient
+			}
+			if stopFor(reason) {
 				return o
 			}
 		case <-clientGone:

@@ -56,7 +56,7 @@ type harness struct {
 	sb        *fakeSandbox
 	code      *fakeCode
 	cancel    context.CancelFunc
-	interrupt chan struct{}
+	interrupt chan apitype.KillReason
 	ended     chan struct{}
 	endedBy   apitype.End
 }
@@ -119,7 +119,7 @@ func TestWatch(t *testing.T) {
 		{name: "client gone", steps: func(h *harness) { h.cancel(); h.interrupted(); h.report("done") },
 			want: Outcome{Finished: true, Stopped: ByClient}, interrupts: 1, handled: []string{"done"}},
 		{name: "client interrupt, then timeout: one interrupt, the first reason", steps: func(h *harness) {
-			h.interrupt <- struct{}{}
+			h.interrupt <- ""
 			h.interrupted()
 			h.timeout()
 			h.grace()
@@ -142,7 +142,7 @@ func TestWatch(t *testing.T) {
 				t: t, clock: watchtest.NewClock(), cancel: cancel,
 				sb:        &fakeSandbox{events: make(chan cgroup.Event)},
 				code:      &fakeCode{reports: make(chan string), interrupts: make(chan struct{}, 8)},
-				interrupt: make(chan struct{}),
+				interrupt: make(chan apitype.KillReason),
 				ended:     make(chan struct{}),
 			}
 			spec := Spec{

@@ -333,8 +333,13 @@ func endEvent(res *apitype.CommandResult) map[string]any {
 
 // killWhy says why airlock killed a command, in E2B's words.
 func killWhy(r apitype.KillReason) string {
-	if r == apitype.KillTimeout {
+	switch r {
+	case apitype.KillTimeout:
 		return "it ran past its timeoutMs"
+	case apitype.KillShutdown:
+		return "the sandbox was paused for the server's shutdown"
+	case apitype.KillLifetime:
+		return "the sandbox was paused at the end of its timeout"
 	}
 	return string(r)
 }

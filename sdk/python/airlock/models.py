@@ -78,6 +78,7 @@ class ExecutionError:
     """An uncaught exception (or why an execution stopped): ``name``
     ("ZeroDivisionError"; a limit's "TimeoutError", "CPUTimeError",
     "MemoryError", "ProcessLimitError", whose value says what happened;
+    "SessionPaused" when a shutdown's or a lifetime's pause interrupted it;
     "KeyboardInterrupt" after ``interrupt()``), ``value`` (its message),
     ``traceback`` (str, the user's code only) and ``traceback_lines``."""
 
