@@ -35,6 +35,7 @@ func benchPersist(ctx context.Context, r *Report, o Options, n int) error {
 	r.add(Row{Scenario: name, Metric: "p50", Value: rs.P50, Unit: "ms", Target: GoalResume.Text, Baseline: base, Ratio: ratio(rs.P50, cs.P50)})
 	r.add(Row{Scenario: name, Metric: "p99", Value: rs.P99, Unit: "ms"})
 	r.Stats["persist_pause"], r.Stats["persist_resume"], r.Stats["persist_create"] = ps, rs, cs
+	r.Stats["persist_disk_mib"] = float64(p.DiskBytes) / (1 << 20)
 	return nil
 }
 

@@ -422,12 +422,30 @@ func benchRows(r *bench.Report) []tableRow {
 		if p, ok := r.Stat("persist_pause"); ok {
 			row.airlock += "; the pause p50 " + ms(p.P50)
 		}
+		if d, ok := persistDisk(r); ok {
+			row.airlock += fmt.Sprintf(", %.1f MiB on disk per paused session", d)
+		}
 		if c, ok := r.Stat("persist_create"); ok {
 			row.baseline, row.ratio = "create + the same: "+ms(c.P50), times(s.P50, c.P50)
 		}
 		add(row)
 	}
 	return append(rows, gvisorRows(r, pandas)...)
+}
+
+// persistDisk is what a native paused session of the pause scenario
+// takes on disk, in MiB: its figure, or (a report from before it was
+// one) its row.
+func persistDisk(r *bench.Report) (float64, bool) {
+	if d, ok := r.Number("persist_disk_mib"); ok {
+		return d, true
+	}
+	for _, row := range r.Rows {
+		if row.Metric == "disk per paused session" && strings.HasPrefix(row.Scenario, "native: pause") {
+			return row.Value, true
+		}
+	}
+	return 0, false
 }
 
 // gvisorRows are the table's rows of `--isolation gvisor`'s scenarios.

@@ -279,3 +279,26 @@ func TestBenchTableCapacityKernel(t *testing.T) {
 		}
 	}
 }
+
+// The resume row shows what a native paused session takes on disk: its
+// figure, or in a report from before it was one, its row. Checked
+// against a mutant: persistDisk not called (the row lacked it).
+func TestBenchTablePausedDisk(t *testing.T) {
+	for _, fromRow := range []bool{false, true} {
+		r := report(0.4, 95)
+		r.Stats["persist_resume"] = bench.Stat{P50: 85.8, P99: 152}
+		r.Stats["persist_pause"] = bench.Stat{P50: 105}
+		if fromRow {
+			r.Rows = append(r.Rows, bench.Row{Scenario: "native: pause an idle pandas session (10 MB CSV in /workspace)", Metric: "disk per paused session", Value: 19.61, Unit: "MiB"})
+		} else {
+			r.Stats["persist_disk_mib"] = 19.61
+		}
+		got, err := BenchTable(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := "the pause p50 105 ms, 19.6 MiB on disk per paused session"; !strings.Contains(got, w) {
+			t.Errorf("from its row %v: the table lacks %q:\n%s", fromRow, w, got)
+		}
+	}
+}

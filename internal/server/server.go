@@ -651,7 +651,8 @@ func (s *Server) Start() {
 // Done delivers the error of a listener that failed (after Start).
 func (s *Server) Done() <-chan error { return s.errc }
 
-// Shutdown stops listening and ends every session; it returns when every
+// Shutdown stops listening and ends every session (with persistence,
+// pausing each first: Manager.Close); it returns when every
 // sandbox is gone, or ctx ends the HTTP drain early.
 func (s *Server) Shutdown(ctx context.Context) {
 	s.once.Do(func() {

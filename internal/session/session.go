@@ -1043,7 +1043,8 @@ func (m *Manager) DeleteFor(ctx context.Context, id string) error {
 	return nil
 }
 
-// Close ends every session and refuses new ones. It returns when every
+// Close ends every session (with persistence and on_shutdown "pause",
+// pausing each first) and refuses new ones. It returns when every
 // sandbox is gone.
 func (m *Manager) Close() {
 	m.mu.Lock()
