@@ -137,7 +137,10 @@ func (s *Session) restores() string {
 	if !s.m.cfg.Persistence.Enabled {
 		return ""
 	}
-	if room := s.m.pausedRoom(s.owner.Tenant); s.keepsMemory() && (room == math.MaxInt64 || room >= s.memoryReserve()) {
+	if !s.keepsMemory() {
+		return apitype.RestoreFiles
+	}
+	if room := s.m.pausedRoom(s.owner.Tenant); room == math.MaxInt64 || room >= s.memoryReserve() {
 		return apitype.RestoreMemory
 	}
 	return apitype.RestoreFiles
