@@ -194,7 +194,7 @@ func (d *DB) Authenticate(ctx context.Context, secret string) (Key, bool, error)
 	if changed || c.keys == nil || len(c.keys) >= maxCachedKeys {
 		c.keys = map[string]cachedKey{}
 	}
-	now := time.Now()
+	now := d.clock()
 	e, ok := c.keys[hash]
 	if ttl := d.drv.keyTTL(); ok && ttl > 0 && now.Sub(e.at) >= ttl {
 		ok = false

@@ -46,6 +46,17 @@ type DB struct {
 	ledger Ledger
 	// server is this server's row in the directory (see Serve).
 	server Server
+	// now is the clock keys' expiry is judged by; nil: time.Now. Tests
+	// move it past an expiry instead of waiting for one.
+	now func() time.Time
+}
+
+// clock is the time keys' expiry is judged at.
+func (d *DB) clock() time.Time {
+	if d.now != nil {
+		return d.now()
+	}
+	return time.Now()
 }
 
 // Open opens the store the configuration names (cfg.Driver; data_dir
