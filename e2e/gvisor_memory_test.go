@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -692,6 +693,97 @@ func TestGVisorPauseFilesOnly(t *testing.T) {
 	left := append(checkNothingLeft(s.name), runscProcs(s.name)...)
 	if ents, _ := os.ReadDir(filepath.Join(dataDir(s), "sessions")); len(ents) > 0 {
 		left = append(left, "sessions: "+ents[0].Name())
+	}
+	if len(left) > 0 {
+		t.Errorf("left behind:\n%s", strings.Join(left, "\n"))
+	}
+}
+
+// TestGVisorKillDuringMemoryPause: the server is killed (SIGKILL) during
+// pauses that keep a gVisor session's memory; after each restart the
+// session is paused, either with its memory or with its files and a
+// memory_error saying the memory was lost (or, killed before its image
+// was in place, recovered from its recovery point); its files resume
+// intact, its variables too when its memory came back, and a resume
+// that lost the memory says why in restored_reason. One round kills it
+// while the checkpoint is written (its temporary directory there: the
+// memory is lost), two at random points. Nothing is left behind: no
+// runsc process, cgroup, mount or directory of the killed sandboxes.
+func TestGVisorKillDuringMemoryPause(t *testing.T) {
+	s := startServer(t, gvisorMemoryConfig(t, nil))
+	ctx := context.Background()
+	const checkpointing, random = "checkpointing", "random"
+	outcomes := map[string]int{}
+	for round, at := range []string{checkpointing, random, random} {
+		id := s.newSession("python", nil)
+		if r := s.exec(id, "x = 41\nopen('/workspace/f', 'w').write('kept')"); r.Error != nil {
+			t.Fatalf("round %d: %+v", round, r.Error)
+		}
+		waitPoint(t, s, id, "f")
+		sessions := filepath.Join(dataDir(s), "sessions")
+		go s.c.PauseSession(ctx, id)
+		switch at {
+		case checkpointing:
+			waitEntry(t, sessions, func(name string) bool { return strings.HasPrefix(name, ".tmp-mem-"+id+"-") })
+		default:
+			time.Sleep(time.Duration(rand.IntN(1500)) * time.Millisecond)
+		}
+		s = restart(t, s, syscall.SIGKILL)
+		info, err := s.c.Session(ctx, id)
+		if err != nil || info.State != apitype.StatePaused || info.Paused == nil {
+			t.Fatalf("round %d (%s): after the restart: %+v %v", round, at, info, err)
+		}
+		var outcome string
+		switch {
+		case info.Paused.Recovered != "":
+			outcome = "recovered"
+		case info.Paused.MemoryError != "":
+			outcome = "files"
+			if info.Restores != apitype.RestoreFiles {
+				t.Errorf("round %d (%s): memory lost (%s), yet restores %q", round, at, info.Paused.MemoryError, info.Restores)
+			}
+		default:
+			outcome = "memory"
+			if info.Restores != apitype.RestoreMemory || info.Paused.MemoryBytes <= 0 {
+				t.Errorf("round %d (%s): neither memory nor a memory_error: %+v %+v", round, at, info, info.Paused)
+			}
+		}
+		outcomes[outcome]++
+		if at == checkpointing && outcome != "files" {
+			t.Errorf("round %d: killed while the checkpoint was written, the session is %s, want its files with a memory_error", round, outcome)
+		}
+		res, err := s.c.ResumeSession(ctx, id)
+		if err != nil {
+			t.Fatalf("round %d (%s): resume: %v", round, at, err)
+		}
+		want := "kept\n"
+		if outcome == "memory" {
+			if res.Restored != apitype.RestoreMemory {
+				t.Errorf("round %d (%s): a memory image resumed as %q (%s)", round, at, res.Restored, res.RestoredReason)
+			}
+			want = "42 kept\n"
+		} else if res.Restored != apitype.RestoreFiles || res.RestoredReason == "" {
+			t.Errorf("round %d (%s, %s): resumed %q with no restored_reason saying what was lost", round, at, outcome, res.Restored)
+		}
+		code := "print(open('/workspace/f').read())"
+		if outcome == "memory" {
+			code = "x += 1\nprint(x, open('/workspace/f').read())"
+		}
+		if r := s.exec(id, code); r.Error != nil || r.Stdout != want {
+			t.Errorf("round %d (%s, %s): after the resume %q %+v, want %q", round, at, outcome, r.Stdout, r.Error, want)
+		}
+		s.c.DeleteSession(ctx, id)
+	}
+	t.Logf("killed during memory pauses: %v", outcomes)
+	s.stop()
+	left := append(checkNothingLeft(s.name), runscProcs(s.name)...)
+	for _, d := range []string{filepath.Join("/run", s.name, "gvisor"), filepath.Join(dataDir(s), "sessions")} {
+		ents, _ := os.ReadDir(d)
+		for _, e := range ents {
+			if e.Name() != keepersDir {
+				left = append(left, d+": "+e.Name())
+			}
+		}
 	}
 	if len(left) > 0 {
 		t.Errorf("left behind:\n%s", strings.Join(left, "\n"))
