@@ -363,7 +363,9 @@ type MCP struct {
 	// API's authentication.
 	Enabled bool `json:"enabled"`
 	// SessionTimeout ends an MCP session (and its sessions) after this
-	// long without a request, even with a stream open.
+	// long without a request, even with a stream open; and, after a
+	// restart, the paused sessions of the last run's MCP connections
+	// that no connection has named this long after the start.
 	SessionTimeout Duration `json:"session_timeout"`
 	// IdleTimeout ends an MCP session whose client has no request in
 	// flight and no stream open (it went away without DELETE), with its

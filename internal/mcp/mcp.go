@@ -1,6 +1,7 @@
 // Package mcp owns airlock's Model Context Protocol server: the tools an
 // agent calls (execute_code, run_command, write_file, read_file,
-// list_files, create_session, close_session), the resources it reads
+// list_files, create_session, close_session, pause_session,
+// resume_session, fork_session, list_sessions), the resources it reads
 // (a session's files, the list of sessions), a default session per MCP
 // connection so that state persists with no id juggling, progress
 // notifications while code runs, and the two transports: stdio (`airlock
@@ -63,6 +64,14 @@ type Options struct {
 	// (mcp.content: config.MCPContent); an HTTP client's ?content=
 	// overrides it.
 	Content []string
+	// Durable: the server's own /mcp, whose connections end with it
+	// while the sessions create_session and fork_session made are paused
+	// with the server's other sessions (persistence): they are marked
+	// (DurableKey) for the next start to adopt (Shutdown, Adopt).
+	Durable bool
+	// Pod is the server's name in a cluster (empty: not one): Adopt
+	// takes in its own paused sessions only.
+	Pod string
 	// MaxQueued bounds the execute_code calls of one connection that
 	// wait for one session (0: DefaultMaxQueued).
 	MaxQueued int
@@ -82,8 +91,12 @@ type Server struct {
 	// mu guards conns and shut; no connection's lock is taken under it.
 	mu      sync.Mutex
 	conns   map[*mcp.ServerSession]*connection
-	shut    bool           // CloseAll ran: no connection may open sessions
+	shut    bool           // CloseAll or Shutdown ran: no connection may open sessions
 	closing sync.WaitGroup // connections whose sessions are being ended
+	// orphans are the paused sessions of the last run's connections
+	// (Adopt) that no connection has named yet; sweep ends them.
+	orphans map[string]struct{}
+	sweep   *time.Timer
 }
 
 // connection is one MCP connection's state: its default session per
@@ -123,7 +136,7 @@ func New(o Options) *Server {
 	if o.MaxQueued <= 0 {
 		o.MaxQueued = DefaultMaxQueued
 	}
-	s := &Server{o: o, conns: map[*mcp.ServerSession]*connection{}}
+	s := &Server{o: o, conns: map[*mcp.ServerSession]*connection{}, orphans: map[string]struct{}{}}
 	s.srv = mcp.NewServer(&mcp.Implementation{Name: "airlock", Title: "airlock code sandbox", Version: o.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
 		Logger:       o.Log,
@@ -132,6 +145,7 @@ func New(o Options) *Server {
 		GetSessionID: o.SessionID,
 	})
 	s.addTools()
+	s.addDurableTools()
 	s.addInstallTool()
 	s.addResources()
 	return s
@@ -168,6 +182,9 @@ func (s *Server) RunStdio(ctx context.Context) error {
 func (s *Server) CloseAll() {
 	s.mu.Lock()
 	s.shut = true
+	if s.sweep != nil {
+		s.sweep.Stop()
+	}
 	open := make([]*mcp.ServerSession, 0, len(s.conns))
 	for ss := range s.conns {
 		open = append(open, ss)
@@ -226,17 +243,7 @@ func (s *Server) closeConnection(ss *mcp.ServerSession) {
 	header := c.header
 	c.sessions, c.created = map[string]string{}, map[string]struct{}{}
 	c.mu.Unlock()
-	api := s.o.Ender
-	if api == nil {
-		api = s.o.Client(header)
-	}
-	for _, id := range ids {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if err := api.DeleteSession(ctx, id); err != nil && client.StatusOf(err) != http.StatusGone && client.StatusOf(err) != http.StatusNotFound {
-			s.o.Log.Warn("mcp: ending a session of a closed connection", "session", id, "err", err)
-		}
-		cancel()
-	}
+	s.end(header, ids)
 }
 
 // errClosing refuses work on a connection that is ending.
@@ -254,10 +261,22 @@ func header(extra *mcp.RequestExtra) http.Header {
 // the connection's default session, created if it has none (or if it
 // ended: said in note). The default session is one sandbox for every
 // language: code in another language runs in a context of it, beside
-// the same files.
+// the same files. A paused session is resumed (the sessions MCP makes
+// resume themselves, auto_resume; here, so that note says what came
+// back); one the last run's connections made is adopted (Adopt).
 func (s *Server) session(ctx context.Context, req *mcp.CallToolRequest, api *client.Client, id string) (sid, note string, err error) {
 	if id != "" {
-		return id, "", sessionArg(id)
+		if err := sessionArg(id); err != nil {
+			return id, "", err
+		}
+		c := s.conn(req.Session)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.closed {
+			return id, "", nil
+		}
+		note, err := s.adopt(ctx, api, c, id, header(req.Extra))
+		return id, note, err
 	}
 	var lang string
 	if len(s.o.Languages) > 0 {
@@ -271,6 +290,14 @@ func (s *Server) session(ctx context.Context, req *mcp.CallToolRequest, api *cli
 	}
 	if old := c.sessions[lang]; old != "" {
 		info, err := api.Session(ctx, old)
+		if err == nil && info.State == apitype.StatePaused {
+			// Paused by pause_session, or by a restart of the server
+			// this connection reaches through its API (airlock mcp).
+			if info, err = api.ResumeSession(ctx, old); err != nil {
+				return "", "", err
+			}
+			return old, "this connection's default session was paused and is resumed: " + restoredNote(info), nil
+		}
 		if err == nil && info.State != apitype.StateEnded {
 			return old, "", nil
 		}
@@ -283,7 +310,7 @@ func (s *Server) session(ctx context.Context, req *mcp.CallToolRequest, api *cli
 		}
 		note += "; a new one was started, and its state is empty"
 	}
-	info, err := api.CreateSession(ctx, apitype.CreateSessionRequest{Language: lang})
+	info, err := api.CreateSession(ctx, apitype.CreateSessionRequest{Language: lang, AutoResume: true, Metadata: s.metadata()})
 	if err != nil {
 		return "", "", err
 	}

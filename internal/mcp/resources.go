@@ -19,7 +19,7 @@ const sessionsURI = "airlock://sessions"
 func (s *Server) addResources() {
 	s.srv.AddResource(&mcp.Resource{
 		URI: sessionsURI, Name: "sessions", Title: "Sessions",
-		Description: "The live sessions the caller may use, as JSON.",
+		Description: "The sessions the caller may use, live and paused (state), as JSON.",
 		MIMEType:    "application/json",
 	}, s.readSessions)
 	s.srv.AddResourceTemplate(&mcp.ResourceTemplate{

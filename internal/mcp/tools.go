@@ -314,7 +314,8 @@ func (s *Server) addTools() {
 			"(the hosts it may reach, within the server's policy; sessions have no network otherwise), template (the root " +
 			"filesystem with its packages, as the operator registered it, e.g. code-interpreter), tools (list_tools) and " +
 			"secrets (list_secrets: API keys its code uses through placeholders, never seeing them), and returns its " +
-			"session_id for the other tools. Not needed for a single conversation: every tool has a default session. It ends with this connection, like the default sessions.",
+			"session_id for the other tools. Not needed for a single conversation: every tool has a default session. It ends with this connection, like the default sessions; " +
+			"a restart of the server pauses it instead (the default sessions end), and naming its session_id from a new connection resumes it.",
 		InputSchema: withEnum[CreateIn]("language", anys(s.o.Languages)),
 		Annotations: &mcp.ToolAnnotations{Title: "Create a session", DestructiveHint: &no, OpenWorldHint: &no},
 	}, s.createSession)
@@ -713,6 +714,9 @@ func (s *Server) createSession(ctx context.Context, req *mcp.CallToolRequest, in
 	if err := config.Decode(body, &cr); err != nil {
 		return failed(err), out, nil
 	}
+	// A paused session resumes when a tool names it (pause_session, or
+	// a restart of the server).
+	cr.AutoResume, cr.Metadata = true, s.metadata()
 	api := s.o.Client(header(req.Extra))
 	c := s.conn(req.Session)
 	c.mu.Lock()

@@ -315,10 +315,14 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		// What a closed MCP connection opened is ended by the server
 		// itself: the caller's key may have been revoked meanwhile.
 		mo := mcp.Options{Client: s.inProcessClient, Ender: client.InProcess(s.api.Local()), Version: opts.Version, Installs: cfg.Packages.Managers(), Languages: runtimes.Names(), Managers: runtimes.ManagerLanguages(), Content: cfg.MCP.Content, Log: s.log}
+		// Its connections end with this process; the sessions they
+		// made by name are paused with the others, for the next start.
+		// (Marked by a metadata entry: not where none is allowed.)
+		mo.Durable = cfg.Persistence.Enabled && cfg.Server.MaxMetadata > 0
 		if ident != nil {
 			// MCP sessions live in this server too: their ids carry
 			// it, for the router (Mcp-Session-Id).
-			mo.SessionID = ident.NewID
+			mo.SessionID, mo.Pod = ident.NewID, ident.Pod
 		}
 		s.mcp = mcp.New(mo)
 		s.api.Handle("/mcp", s.mcp.HTTPHandler(mcp.HTTPOptions{Idle: cfg.MCP.IdleTimeout.D(), MaxQuiet: cfg.MCP.SessionTimeout.D()}))
@@ -340,6 +344,13 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	if s.e2b != nil {
 		// Their E2B sandboxes too, with the same tokens.
 		if err := s.e2b.Load(context.Background()); err != nil {
+			return nil, err
+		}
+	}
+	if s.mcp != nil && cfg.Persistence.Enabled {
+		// And the sessions its MCP connections made, which no
+		// connection holds any more: theirs are gone with that run.
+		if err := s.mcp.Adopt(context.Background(), cfg.MCP.SessionTimeout.D()); err != nil {
 			return nil, err
 		}
 	}
@@ -662,6 +673,11 @@ func (s *Server) Shutdown(ctx context.Context) {
 		var drained sync.WaitGroup
 		for _, l := range s.listeners {
 			drained.Go(func() { l.http.Shutdown(ctx) })
+		}
+		if s.mcp != nil {
+			// MCP connections do not outlive this process: their
+			// default sessions end, before the others pause.
+			s.mcp.Shutdown()
 		}
 		s.manager.Close()
 		drained.Wait()
