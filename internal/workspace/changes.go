@@ -33,11 +33,11 @@ func TakeSnapshot(d *Dir) Snapshot {
 		// a dozen system calls on a thread of its own.
 		return Snapshot{}
 	}
-	ents, truncated, err := d.List("", true)
+	s, err := d.snapshot()
 	if err != nil {
 		return Snapshot{Truncated: true}
 	}
-	return SnapshotOf(ents, truncated)
+	return s
 }
 
 // SnapshotOf is the snapshot of a listing (List's entries and whether

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
@@ -781,7 +782,7 @@ func (stalledClient) Read([]byte) (int, error) {
 // BenchmarkSnapshot is what a warm execution pays twice: a snapshot of a
 // small workspace.
 func BenchmarkSnapshot(b *testing.B) {
-	for _, files := range []int{0, 1} {
+	for _, files := range []int{0, 1, 100} {
 		b.Run(fmt.Sprintf("files=%d", files), func(b *testing.B) {
 			d, _ := testDir(b, "size=1m")
 			for i := range files {
@@ -796,6 +797,72 @@ func BenchmarkSnapshot(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A snapshot is what the snapshot of a listing is (the warm path takes
+// it without List's entries): every regular file at any depth, by path,
+// with its size, time stamp and inode; nothing else; truncated alike
+// where a directory cannot be read, the tree is too deep or a path too
+// long, or there are more entries than a listing holds.
+func TestSnapshotIsTheListings(t *testing.T) {
+	d, ctl := testDir(t, "size=16m,nr_inodes=20000")
+	same := func(what string) {
+		t.Helper()
+		got := TakeSnapshot(d)
+		ents, truncated, err := d.List("", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := SnapshotOf(ents, truncated)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: the snapshot\n%+v\nnot the listing's\n%+v", what, got, want)
+		}
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(mkfile(ctl, "top.csv"))
+	must(mkfile(ctl, ".hidden"))
+	must(unix.Mkdirat(ctl, "a", 0o755))
+	must(unix.Mkdirat(ctl, "a/b", 0o755))
+	must(mkfile(ctl, "a/b/c.txt"))
+	must(mkfile(ctl, "a/x"))
+	must(unix.Symlinkat("top.csv", ctl, "link"))
+	must(unix.Mkfifoat(ctl, "fifo", 0o644))
+	same("files, directories, a symlink, a fifo")
+	if s := TakeSnapshot(d); len(s.files) != 4 || s.Truncated {
+		t.Fatalf("want the 4 regular files: %+v", s)
+	}
+	must(unix.Mkdirat(ctl, "closed", 0o700)) // root's: the sandbox user cannot read it
+	must(mkfile(ctl, "closed/f"))
+	same("an unreadable directory")
+	deep := "d"
+	for range MaxPathDepth + 1 {
+		must(unix.Mkdirat(ctl, deep, 0o755))
+		must(mkfile(ctl, deep+"/f"))
+		deep += "/d"
+	}
+	same("deeper than a listing goes")
+	long := strings.Repeat("l", 250)
+	dir := long
+	for range 4 {
+		must(unix.Mkdirat(ctl, dir, 0o755))
+		dir += "/" + long
+	}
+	must(mkfile(ctl, dir[:len(dir)-len(long)]+"f"))
+	must(mkfile(ctl, dir[:len(dir)-len(long)]+strings.Repeat("f", 100)))
+	same("paths longer than a listing shows")
+	must(unix.Mkdirat(ctl, "many", 0o755))
+	for i := range MaxListLength {
+		must(mkfile(ctl, fmt.Sprintf("many/%d", i)))
+	}
+	same("more entries than a listing holds")
+	if !TakeSnapshot(d).Truncated {
+		t.Fatal("a snapshot of more entries than a listing holds is not truncated")
 	}
 }
 

@@ -534,13 +534,40 @@ func (d *Dir) List(rel string, recursive bool) (entries []Entry, truncated bool,
 }
 
 func (d *Dir) list(rel string, recursive bool) (entries []Entry, truncated bool, err error) {
+	var out []Entry
+	truncated, err = d.walk(rel, recursive, func(p string, st *unix.Stat_t) { out = append(out, entryOf(p, st)) })
+	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(a.Path, b.Path) })
+	return out, truncated, err
+}
+
+// snapshot is TakeSnapshot's listing: List's walk, recursive, keeping
+// only what a Snapshot holds of each regular file (no Entry, no mode
+// string, no sort: a warm execution takes two).
+func (d *Dir) snapshot() (s Snapshot, err error) {
+	err = d.asUser(func(d *Dir) error {
+		files := map[string]fileState{}
+		truncated, err := d.walk("", true, func(p string, st *unix.Stat_t) {
+			if st.Mode&unix.S_IFMT == unix.S_IFREG {
+				files[p] = fileState{size: st.Size, mtime: st.Mtim.Nano(), ino: st.Ino}
+			}
+		})
+		s = Snapshot{files: files, Truncated: truncated}
+		return err
+	})
+	return s, err
+}
+
+// walk calls add for each entry under rel (recursively if asked), in
+// no order, without following symlinks: at most MaxListLength entries;
+// truncated says whether there were more.
+func (d *Dir) walk(rel string, recursive bool, add func(p string, st *unix.Stat_t)) (truncated bool, err error) {
 	fd, err := d.open(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
-		return nil, false, err
+		return false, err
 	}
 	buf := direntBufs.Get().(*[]byte)
 	defer direntBufs.Put(buf)
-	l := lister{root: d.root, recursive: recursive, buf: *buf}
+	l := lister{root: d.root, recursive: recursive, buf: *buf, add: add}
 	depth := 1 // components in the path of rel's entries
 	if rel != "" {
 		depth += strings.Count(rel, "/") + 1
@@ -549,8 +576,7 @@ func (d *Dir) list(rel string, recursive bool) (entries []Entry, truncated bool,
 	if errors.Is(err, errFull) {
 		l.truncated, err = true, nil
 	}
-	slices.SortFunc(l.out, func(a, b Entry) int { return strings.Compare(a.Path, b.Path) })
-	return l.out, l.truncated, err
+	return l.truncated, err
 }
 
 var errFull = errors.New("list full")
@@ -564,9 +590,10 @@ var direntBufs = sync.Pool{New: func() any { b := make([]byte, 8192); return &b 
 type lister struct {
 	root      string // how paths are shown
 	recursive bool
-	out       []Entry
-	truncated bool   // something was left out
-	buf       []byte // getdents' buffer, parsed before anything recurses
+	add       func(p string, st *unix.Stat_t) // each entry kept
+	n         int                             // entries kept
+	truncated bool                            // something was left out
+	buf       []byte                          // getdents' buffer, parsed before anything recurses
 }
 
 // list reads the directory fd (and closes it); depth counts the
@@ -589,10 +616,15 @@ func (l *lister) list(fd int, rel string, depth int) error {
 		// is free again for the directories beneath.
 		_, _, names = unix.ParseDirent(l.buf[:n], -1, names[:0])
 		for _, name := range names {
-			if len(l.out) >= MaxListLength {
+			if l.n >= MaxListLength {
 				return errFull
 			}
-			p := path.Join(rel, name)
+			// path.Join(rel, name), without its copies: rel is clean
+			// and a name is one component, never "." or "..".
+			p := name
+			if rel != "" {
+				p = rel + "/" + name
+			}
 			if len(p) > MaxPathLen {
 				// No client could name it anyway.
 				l.truncated = true
@@ -602,9 +634,9 @@ func (l *lister) list(fd int, rel string, depth int) error {
 			if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 				continue // vanished meanwhile
 			}
-			e := entryOf(p, &st)
-			l.out = append(l.out, e)
-			if !l.recursive || e.Type != "dir" {
+			l.n++
+			l.add(p, &st)
+			if !l.recursive || st.Mode&unix.S_IFMT != unix.S_IFDIR {
 				continue
 			}
 			if depth >= MaxPathDepth {
