@@ -7,24 +7,28 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
 // A carried connection's bytes move through a buffer of the mover's: 64
-// KiB, and 1 MiB while a read fills the small one (a bulk transfer: the
-// gate then costs about half the CPU per byte it did with 32 KiB reads).
-// splice(2) through a pipe was measured too and cost more CPU per byte
-// here than a 1 MiB copy (page-sized pieces both ways). The large buffers
-// are bounded server-wide (maxBulk, 1 MiB each): past the bound a
-// transfer keeps its small buffer, and a mover gives its large one back
-// as soon as a read would have fit the small one, and at its end.
+// KiB while reads fit it; once a read fills it (a bulk transfer), through
+// a pipe with splice(2) when both ends are TCP sockets (splice.go), else
+// through a 1 MiB buffer (the gate then costs about half the CPU per byte
+// it did with 32 KiB reads). Pipes and large buffers are bounded
+// server-wide (maxBulk): past the bound a transfer keeps its small
+// buffer, and a mover gives its pipe or large buffer back as soon as a
+// read would have fit the small one, and at its end.
 const (
 	copySize = 64 << 10
 	bulkSize = 1 << 20
 )
 
+// maxBulkPipes bounds the pipes and large buffers in use server-wide.
+const maxBulkPipes = 64
+
 var (
-	maxBulk     int64 = 64 // a variable for tests
+	maxBulk     int64 = maxBulkPipes // a variable for tests
 	bulkInUse   atomic.Int64
 	bulkBuffers = sync.Pool{New: func() any { return new([bulkSize]byte) }}
 )
@@ -47,7 +51,12 @@ type mover struct {
 	last     *atomic.Int64 // unix nanoseconds of the last byte, either way
 	buf      []byte        // made on first use
 	bulk     *[bulkSize]byte
-	werr     error // the last write's failure
+	pipe     *bulkPipe // instead of bulk, when both ends are TCP
+	// rsrc and rdst are src's and dst's sockets when both are TCP (found
+	// on the first bulk read: checked says it was looked for).
+	rsrc, rdst syscall.RawConn
+	checked    bool
+	werr       error // the last write's failure
 }
 
 // done gives back what the mover holds.
@@ -57,6 +66,31 @@ func (m *mover) done() {
 		m.bulk = nil
 		bulkInUse.Add(-1)
 	}
+	if m.pipe != nil {
+		m.pipe.close()
+		m.pipe = nil
+		bulkInUse.Add(-1)
+	}
+}
+
+// takeBulk takes a pipe or a large buffer for a bulk transfer, if the
+// server's bound leaves one.
+func (m *mover) takeBulk() {
+	if bulkInUse.Add(1) > maxBulk {
+		bulkInUse.Add(-1)
+		return
+	}
+	if !m.checked {
+		m.checked = true
+		m.rsrc, m.rdst = spliceEnds(m.src, m.dst)
+	}
+	if m.rsrc != nil && !noSplice.Load() {
+		if p, err := newBulkPipe(); err == nil {
+			m.pipe = p
+			return
+		}
+	}
+	m.bulk = bulkBuffers.Get().(*[bulkSize]byte)
 }
 
 // copyAll moves everything until src ends (nil), the budget is used up
@@ -228,6 +262,9 @@ func (m *mover) copyResponse(head bool, quit <-chan struct{}) error {
 
 // move moves at least one and at most limit bytes; io.EOF at src's end.
 func (m *mover) move(limit int) (int, error) {
+	if m.pipe != nil {
+		return m.splice(limit)
+	}
 	b, err := m.read(limit)
 	if len(b) > 0 {
 		if werr := m.write(b); werr != nil {
@@ -257,14 +294,12 @@ func (m *mover) read(limit int) ([]byte, error) {
 		m.last.Store(time.Now().UnixNano())
 	}
 	switch {
-	case m.bulk == nil && n == copySize:
-		if bulkInUse.Add(1) <= maxBulk {
-			// The bytes read stay in the small buffer: the caller has
-			// them; the next read uses the large one.
-			m.bulk = bulkBuffers.Get().(*[bulkSize]byte)
-		} else {
-			bulkInUse.Add(-1)
-		}
+	case m.bulk == nil && m.pipe == nil && n == copySize:
+		// The bytes read stay in the small buffer: the caller has them;
+		// the next move splices, or the next read uses the large buffer.
+		m.takeBulk()
+	case m.pipe != nil && n < copySize:
+		m.done()
 	case m.bulk != nil && n < copySize:
 		// Copied out first: the caller's bytes are in the large buffer.
 		small := m.bufSmall()
@@ -273,6 +308,38 @@ func (m *mover) read(limit int) ([]byte, error) {
 		return small[:n], err
 	}
 	return buf[:n], err
+}
+
+// splice is move through the mover's pipe: one splice from src into it,
+// charged, then what the charge allowed spliced out to dst. A pipe that
+// may still hold bytes (a failed write, the budget's end) is closed.
+func (m *mover) splice(limit int) (int, error) {
+	n, err := m.pipe.fill(m.rsrc, min(limit, pipeSize))
+	if n == 0 {
+		if spliceFailed(err) {
+			m.done() // nothing moved: copy instead
+			return m.move(limit)
+		}
+		return 0, err
+	}
+	m.last.Store(time.Now().UnixNano())
+	ok := m.g.charge(n)
+	k, werr := m.pipe.drain(m.rdst, ok)
+	spliced.Add(int64(k))
+	m.ctr.Add(int64(k))
+	m.g.refund(ok - k)
+	switch {
+	case werr != nil:
+		m.werr = werr
+		m.done()
+		return 0, werr
+	case ok < n:
+		m.done()
+		return 0, errBudget
+	case n < copySize:
+		m.done()
+	}
+	return n, nil
 }
 
 func (m *mover) bufSmall() []byte {

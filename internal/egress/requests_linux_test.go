@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -316,7 +317,7 @@ func TestGateOpaqueOnlyWhenSaid(t *testing.T) {
 	// silent, directly and through the proxy.
 	greet := func(c net.Conn, br *bufio.Reader) {
 		t.Helper()
-		c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		c.SetReadDeadline(time.Now().Add(3 * time.Second))
 		if line, err := br.ReadString('\n'); err != nil || line != "220 smtp.test ready\r\n" {
 			t.Fatalf("greeting %q, %v", line, err)
 		}
@@ -399,6 +400,84 @@ func TestGateBulkBuffers(t *testing.T) {
 	if s := f.gate.Stats(); s.BytesUsed < 4*size {
 		t.Errorf("bytes used %d, want at least %d", s.BytesUsed, 4*size)
 	}
+}
+
+// A bulk download between two TCP sockets is spliced, arrives whole and
+// in order, and a byte budget that ends in the middle of it forwards
+// exactly the budget, every counter agreeing.
+func TestGateSplice(t *testing.T) {
+	pattern := func(i int) byte { return byte(i*7 + i>>12) }
+	more := func(mux *http.ServeMux) {
+		mux.HandleFunc("/pattern", func(w http.ResponseWriter, r *http.Request) {
+			n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+			w.Header().Set("Content-Length", strconv.Itoa(n))
+			b := make([]byte, n)
+			for i := range b {
+				b[i] = pattern(i)
+			}
+			w.Write(b)
+		})
+	}
+	const size = 16<<20 + 5
+	t.Run("whole", func(t *testing.T) {
+		f := newFixtureWith(t, []string{"a.test:PORT"}, Limits{}, Options{}, more)
+		_, fake, _ := f.ns.lookup("a.test")
+		c, err := f.ns.dial(fmt.Sprintf("%s:%d", fake, f.port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		before := spliced.Load()
+		fmt.Fprintf(c, "GET /pattern?n=%d HTTP/1.1\r\nHost: a.test\r\n\r\n", size)
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		if len(body) != size || err != nil {
+			t.Fatalf("downloaded %d bytes, %v; want %d", len(body), err, size)
+		}
+		for i, b := range body {
+			if b != pattern(i) {
+				t.Fatalf("byte %d is %d, want %d", i, b, pattern(i))
+			}
+		}
+		if n := spliced.Load() - before; n < size/2 {
+			t.Errorf("%d bytes spliced of %d", n, size)
+		}
+	})
+	t.Run("budget", func(t *testing.T) {
+		const budget = 3<<20 + 7
+		f := newFixtureWith(t, []string{"a.test:PORT"}, Limits{Bytes: budget}, Options{}, more)
+		_, fake, _ := f.ns.lookup("a.test")
+		c, err := f.ns.dial(fmt.Sprintf("%s:%d", fake, f.port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		before := spliced.Load()
+		fmt.Fprintf(c, "GET /pattern?n=%d HTTP/1.1\r\nHost: a.test\r\n\r\n", size)
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		down, _ := io.Copy(io.Discard, c)
+		waitFor(t, func() bool { return strings.Contains(fmt.Sprint(f.log.lines()), "byte budget") })
+		if up := f.read.Load(); down+up != budget {
+			t.Errorf("%d bytes forwarded (%d down, %d up), want exactly the budget %d", down+up, down, up, budget)
+		}
+		if s := f.gate.Stats(); s.BytesUsed != budget {
+			t.Errorf("bytes_used %d, want exactly the budget %d", s.BytesUsed, budget)
+		}
+		var sum int64
+		for _, r := range f.gate.Records("") {
+			sum += r.BytesUp + r.BytesDown
+		}
+		if sum != budget {
+			t.Errorf("the decision counts %d bytes, want %d", sum, budget)
+		}
+		if spliced.Load() == before {
+			t.Error("nothing was spliced")
+		}
+	})
 }
 
 // The gate's leg of every connection, the sandbox's lo, carries packets

@@ -79,23 +79,27 @@ func (s *Shared) Stats() SharedStats {
 // listeners) when an operator sets the cap explicitly.
 const reservedFDs = 512
 
+// bulkFDs are the descriptors bulk transfers' pipes may hold at once,
+// server-wide (two per pipe, at most maxBulkPipes of them).
+const bulkFDs = 2 * maxBulkPipes
+
 // OpenConnectionsCap returns the server-wide cap for a process whose
 // RLIMIT_NOFILE soft limit is nofile: configured when set (0: derived),
 // else a quarter of nofile (half the descriptors for egress, two per
 // connection). A configured value whose descriptors would not leave
-// reservedFDs under nofile is an error: the operator asked for more than
-// the process can hold.
+// reservedFDs and the bulk pipes' under nofile is an error: the operator
+// asked for more than the process can hold.
 func OpenConnectionsCap(configured int, nofile uint64) (int, error) {
 	if configured == 0 {
 		return int(max(min(nofile/4, 1<<20), 1)), nil
 	}
 	limit := int64(0)
-	if nofile > reservedFDs {
-		limit = int64(min(nofile-reservedFDs, 2<<20) / 2)
+	if nofile > reservedFDs+bulkFDs {
+		limit = int64(min(nofile-reservedFDs-bulkFDs, 2<<20) / 2)
 	}
 	if int64(configured) > limit {
-		return 0, fmt.Errorf("%d connections need %d file descriptors, and RLIMIT_NOFILE (%d) leaves room for %d (%d descriptors kept for the rest of the server); raise the limit (LimitNOFILE=, ulimit -n) or lower the cap",
-			configured, 2*configured, nofile, limit, reservedFDs)
+		return 0, fmt.Errorf("%d connections need %d file descriptors, and RLIMIT_NOFILE (%d) leaves room for %d (%d descriptors kept for the rest of the server, %d for bulk transfers' pipes); raise the limit (LimitNOFILE=, ulimit -n) or lower the cap",
+			configured, 2*configured, nofile, limit, reservedFDs, bulkFDs)
 	}
 	return configured, nil
 }

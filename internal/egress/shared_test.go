@@ -21,10 +21,10 @@ func TestOpenConnectionsCap(t *testing.T) {
 		{0, 20000, 5000, false},
 		{0, 1 << 30, 1 << 20, false},
 		{0, 2, 1, false},
-		{256, 1024, 256, false},
-		{257, 1024, 0, true},
-		{9744, 20000, 9744, false},
-		{9745, 20000, 0, true},
+		{192, 1024, 192, false}, // 512 kept, 128 for the bulk pipes
+		{193, 1024, 0, true},
+		{9680, 20000, 9680, false},
+		{9681, 20000, 0, true},
 		{1, 100, 0, true}, // nothing left for egress under the reserve
 	} {
 		got, err := OpenConnectionsCap(tc.configured, tc.nofile)
