@@ -143,8 +143,16 @@ func TestPauseResumeAcrossRestart(t *testing.T) {
 	if v := sc.value("airlock_session_pauses_total", map[string]string{"op": "resume", "kind": "files", "outcome": "ok"}); v != 1 {
 		t.Errorf("airlock_session_pauses_total{op=resume,outcome=ok}: %v, want 1", v)
 	}
-	if v := sc.value("airlock_paused_disk_bytes", nil); v > 0 {
-		t.Errorf("airlock_paused_disk_bytes after the resume: %v", v)
+	// What stays counted: the resumed session's recovery point, and
+	// its set-aside image until that point is sealed.
+	if v := sc.value("airlock_paused_sessions", nil); v != 0 {
+		t.Errorf("airlock_paused_sessions after the resume: %v", v)
+	}
+	if v := sc.value("airlock_paused_disk_bytes", nil); v > float64(2*p.Paused.DiskBytes+1<<20) {
+		t.Errorf("airlock_paused_disk_bytes after the resume: %v, more than its point and its set-aside image", v)
+	}
+	if r.RecoveryPoint == nil {
+		t.Errorf("the resumed session has no recovery_point: %+v", r)
 	}
 	if r.Restored != apitype.RestoreFiles || r.State != apitype.StateIdle || r.ID != a {
 		t.Errorf("resumed: %+v", r)

@@ -175,6 +175,26 @@ type PausedInfo struct {
 	Recovered string `json:"recovered,omitempty"`
 }
 
+// RecoveryPoint is a live session's recovery point (persistence on):
+// the copy of its workspace a server that ends without pausing it
+// (kill -9, a crash, power loss) recovers it from, as of its last
+// sealed operation (Session.RecoveryPointAt).
+type RecoveryPoint struct {
+	// DiskBytes is what it takes on the server's disk, with the image a
+	// resume set aside until the first point (counted against
+	// quotas.max_paused_bytes).
+	DiskBytes int64 `json:"disk_bytes"`
+	// Stale: the operations completed since StaleSince are not in it;
+	// StaleReason says why (the tenant's quotas.max_paused_bytes, its
+	// seal budget persistence.seal_bytes_per_second, the disk, a
+	// workspace that cannot be kept whole). It stays at RecoveryPointAt until
+	// a seal succeeds: after the next operation, or, deferred by the
+	// budget, once that has refilled.
+	Stale       bool       `json:"stale,omitempty"`
+	StaleSince  *time.Time `json:"stale_since,omitempty"`
+	StaleReason string     `json:"stale_reason,omitempty"`
+}
+
 // PauseSkipped is a workspace entry a pause left out.
 type PauseSkipped struct {
 	Path string `json:"path"`
@@ -314,6 +334,9 @@ type Session struct {
 	NotReseeded []string `json:"not_reseeded,omitempty"`
 	// Paused describes a paused session (state "paused").
 	Paused *PausedInfo `json:"paused,omitempty"`
+	// RecoveryPoint describes a live session's recovery point (absent:
+	// none, persistence off).
+	RecoveryPoint *RecoveryPoint `json:"recovery_point,omitempty"`
 	// Tools are those the session opted in to.
 	Tools []string `json:"tools,omitempty"`
 	// Metadata is the client's labels, as created.

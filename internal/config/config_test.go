@@ -161,6 +161,8 @@ func TestConfigValidate(t *testing.T) {
 		{"runsc unclean", func(c *Config) { c.GVisor.Runsc = "/usr/../bin/runsc" }, "gvisor.runsc"},
 		{"platform kvm", func(c *Config) { c.GVisor.Platform = "kvm" }, "gvisor.platform"},
 		{"checkpoint without persistence", func(c *Config) { on := true; c.GVisor.Checkpoint = &on }, "gvisor.checkpoint"},
+		{"seal rate below 1 MiB", func(c *Config) { c.Persistence.SealBytesPerSecond = 1 << 19 }, "persistence.seal_bytes_per_second"},
+		{"seal burst below the rate", func(c *Config) { c.Persistence.SealBurstBytes = c.Persistence.SealBytesPerSecond - 1 }, "persistence.seal_burst_bytes"},
 		{"pool image without the keeper", func(c *Config) { off := false; c.GVisor.Checkpoint = &off; c.GVisor.PoolImage = true }, "gvisor.pool_image"},
 		{"max below floors", func(c *Config) { c.Max.Memory = 1 }, "max: memory 1 is below the minimum"},
 		{"defaults over max", func(c *Config) { c.Defaults.Memory = c.Max.Memory + 1 }, "defaults"},

@@ -33,11 +33,25 @@ type Persistence struct {
 	// MaxImageBytes caps what one paused session may take on disk (its
 	// files); a pause over it is refused and the session keeps running.
 	MaxImageBytes Size `json:"max_image_bytes"`
+	// SealBytesPerSecond is what the recovery points of one tenant's
+	// live sessions may write on average, in bytes a second: each seal
+	// (after every operation that changed files) is charged the bytes it
+	// copies and its point.json. A tenant past its budget (see
+	// SealBurstBytes) has its seals deferred: its points stay at their
+	// last sealed operation (the session's info says so) and catch up,
+	// coalesced, once the budget refills. At least 1 MiB.
+	SealBytesPerSecond Size `json:"seal_bytes_per_second"`
+	// SealBurstBytes is what a tenant's seals may write at once beyond
+	// SealBytesPerSecond (the bucket's size; a seal that starts within
+	// it copies what it must, whatever its size). At least
+	// persistence.seal_bytes_per_second.
+	SealBurstBytes Size `json:"seal_burst_bytes"`
 }
 
 // DefaultPersistence is persistence's defaults (off).
 func DefaultPersistence() Persistence {
-	return Persistence{Keep: Duration(7 * 24 * time.Hour), OnShutdown: "pause", ShutdownTimeout: Duration(30 * time.Second), MaxImageBytes: 4 << 30}
+	return Persistence{Keep: Duration(7 * 24 * time.Hour), OnShutdown: "pause", ShutdownTimeout: Duration(30 * time.Second), MaxImageBytes: 4 << 30,
+		SealBytesPerSecond: 64 << 20, SealBurstBytes: 1 << 30}
 }
 
 // PersistenceDir is where paused sessions are kept.
@@ -64,6 +78,12 @@ func (p Persistence) validate() []error {
 	}
 	if p.MaxImageBytes < 1<<20 {
 		errs = append(errs, errors.New("persistence.max_image_bytes must be at least 1 MiB"))
+	}
+	if p.SealBytesPerSecond < 1<<20 {
+		errs = append(errs, errors.New("persistence.seal_bytes_per_second must be at least 1 MiB"))
+	}
+	if p.SealBurstBytes < p.SealBytesPerSecond {
+		errs = append(errs, errors.New("persistence.seal_burst_bytes must be at least persistence.seal_bytes_per_second"))
 	}
 	return errs
 }

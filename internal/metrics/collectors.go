@@ -54,7 +54,7 @@ var (
 var (
 	pausedSessions = prometheus.NewDesc(Namespace+"_paused_sessions", "Paused sessions kept on the server's disk, by tenant.", []string{"tenant"}, nil)
 	pausedBytes    = prometheus.NewDesc(Namespace+"_paused_disk_bytes",
-		"Disk the paused sessions' images take, and the images and memory images kept for inspection, by tenant (what counts against quotas.max_paused_bytes).", []string{"tenant"}, nil)
+		"Disk the paused sessions' images take, with the images and memory images kept for inspection and the live sessions' recovery points and resumed images, by tenant (what counts against quotas.max_paused_bytes).", []string{"tenant"}, nil)
 )
 
 // Paused exports the paused sessions and their disk, read from usage

@@ -57,6 +57,8 @@ type Metrics struct {
 	toolDuration    *prometheus.HistogramVec
 	pauses          *prometheus.CounterVec
 	pauseDuration   *prometheus.HistogramVec
+	seals           *prometheus.CounterVec
+	sealBytes       prometheus.Counter
 
 	// own are the collectors above, in the order they are registered
 	// (Catalog describes them).
@@ -125,17 +127,25 @@ func New() *Metrics {
 	m.pauseDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "session_pause_duration_seconds",
 		Help:    "Time successful pauses, resumes and forks of sessions took, by operation and kind (a shutdown's or timeout's pause includes waiting for the session to stop working).",
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"op", "kind"})
+	m.seals = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "recovery_point_seals_total",
+		Help: "Seals of live sessions' recovery points tried (persistence), by outcome (sealed; deferred: the tenant's persistence.seal_bytes_per_second, caught up later; quota: its quotas.max_paused_bytes; failed: the disk, a workspace that cannot be kept whole). A point not sealed stays at its last sealed operation, stale."},
+		[]string{"outcome"})
+	m.sealBytes = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "recovery_point_seal_bytes_total",
+		Help: "Bytes the sealed recovery points wrote: the changed files they copied and their point.json (what persistence.seal_bytes_per_second charges)."})
 	m.own = []prometheus.Collector{m.refused, m.sessionsActive, m.sessionsCreated, m.sessionsEnded, m.executions, m.execDuration,
 		m.kills, m.files, m.fileBytes, m.httpRequests, m.httpDuration, m.quotas, m.egressDecisions, m.egressBytes,
 		m.redactions, m.codeRules, m.portsOpen, m.portConns, m.portBytes,
-		m.toolCalls, m.toolDuration, m.pauses, m.pauseDuration}
+		m.toolCalls, m.toolDuration, m.pauses, m.pauseDuration, m.seals, m.sealBytes}
 	for _, c := range m.own {
 		f(c)
 	}
 	// Every kill reason is exported from the start, so that a rate over
-	// it is defined before the first kill.
+	// it is defined before the first kill; every seal outcome too.
 	for _, r := range apitype.KillReasons() {
 		m.kills.WithLabelValues(string(r))
+	}
+	for _, o := range session.SealOutcomes() {
+		m.seals.WithLabelValues(o)
 	}
 	return m
 }
@@ -158,6 +168,15 @@ func (m *Metrics) Pause(e session.PauseEvent) {
 	if e.Outcome == "ok" {
 		m.pauseDuration.WithLabelValues(e.Op, e.Kind).Observe(e.Duration.Seconds())
 	}
+}
+
+// Seal counts a seal of a recovery point (session.Manager.OnSeal).
+func (m *Metrics) Seal(e session.SealEvent) {
+	if m == nil {
+		return
+	}
+	m.seals.WithLabelValues(e.Outcome).Inc()
+	m.sealBytes.Add(float64(e.Bytes))
 }
 
 // The session.Observer.

@@ -124,6 +124,9 @@ type Live struct {
 	// midway); tree/ and stage/ are put right (settle) before anything
 	// else, and this is then what tree/ holds (nil: nothing pending).
 	unapplied map[string]held
+	// files and pointSize: what the sealed point's files and its
+	// point.json take.
+	files, pointSize int64
 
 	// mu orders End with a seal's commit (writePoint): once ended (the
 	// point marked removed, durably, at gone: "" when nothing was
@@ -183,12 +186,15 @@ func NewLive(root, id string) (*Live, error) {
 // with that snapshot once they are (the rest of the seal reads nothing
 // of ws: the workspace may change from then on). A workspace that cannot be
 // kept whole (more than a listing holds, files over max bytes in all,
-// a file changing while it is copied, no room on the disk: room is
-// asked for the bytes to copy) is an error, and the last point stays,
-// saying why it is behind (Point.Behind) when it can.
-func (l *Live) Seal(ctx context.Context, at time.Time, session []byte, ws *workspace.Dir, max int64, room func(int64) error, captured func(workspace.Snapshot)) (workspace.Snapshot, error) {
-	snap, err := l.seal(ctx, at, session, ws, max, room, captured)
-	if err != nil && l.body.Seq > 0 && !errors.Is(err, errdefs.ErrGone) && !errors.As(err, new(errUnapplied)) && ctx.Err() == nil {
+// a file changing while it is copied), or whose cost admit refuses
+// (asked before anything is written: no room on the disk, a quota, a
+// budget), is an error, and the last point stays, saying why it is
+// behind (Point.Behind) when it can: once, at the first operation it
+// could not keep (a point that stays behind is not rewritten at every
+// operation after it).
+func (l *Live) Seal(ctx context.Context, at time.Time, session []byte, ws *workspace.Dir, max int64, admit func(Cost) error, captured func(workspace.Snapshot)) (workspace.Snapshot, error) {
+	snap, err := l.seal(ctx, at, session, ws, max, admit, captured)
+	if err != nil && l.body.Seq > 0 && l.body.Behind == "" && !errors.Is(err, errdefs.ErrGone) && !errors.As(err, new(errUnapplied)) && ctx.Err() == nil {
 		b := l.body
 		b.Behind, b.BehindAt = errdefs.Message(err), at
 		if werr := l.writePoint(b); werr == nil {
@@ -198,7 +204,33 @@ func (l *Live) Seal(ctx context.Context, at time.Time, session []byte, ws *works
 	return snap, err
 }
 
-func (l *Live) seal(ctx context.Context, at time.Time, session []byte, ws *workspace.Dir, max int64, room func(int64) error, captured func(workspace.Snapshot)) (workspace.Snapshot, error) {
+// Cost is what a seal is about to write, asked of its caller before
+// anything is (admit): Copy bytes of files copied into the point, about
+// Point bytes of point.json, and Held bytes of files in the point once
+// it is sealed (what it then takes on the disk, beside point.json).
+type Cost struct {
+	Copy, Point, Held int64
+}
+
+// pointCost is about what point.json takes for entries and session.
+func pointCost(entries []liveEntry, session []byte) int64 {
+	n := int64(len(session)) + 256
+	for _, e := range entries {
+		n += int64(len(e.Path)) + 64
+	}
+	return n
+}
+
+// Bytes is what the sealed point takes on the disk: its files and
+// point.json (0: none sealed).
+func (l *Live) Bytes() int64 {
+	if l.body.Seq == 0 {
+		return 0
+	}
+	return l.files + l.pointSize
+}
+
+func (l *Live) seal(ctx context.Context, at time.Time, session []byte, ws *workspace.Dir, max int64, admit func(Cost) error, captured func(workspace.Snapshot)) (workspace.Snapshot, error) {
 	// The directory may have become another user's to write since
 	// (package privdir): nothing more is sealed there.
 	if err := EnsureRoot(l.root); err != nil {
@@ -245,8 +277,8 @@ func (l *Live) seal(ctx context.Context, at time.Time, session []byte, ws *works
 	if contents > max {
 		return snap, fmt.Errorf("%w: the workspace's files come to %d bytes (a sparse file's holes count in full), more than a paused session may hold (%d)", errdefs.ErrTooLarge, contents, max)
 	}
-	if room != nil {
-		if err := room(toCopy); err != nil {
+	if admit != nil {
+		if err := admit(Cost{Copy: toCopy, Point: pointCost(next.Entries, session), Held: contents}); err != nil {
 			return snap, err
 		}
 	}
@@ -293,7 +325,7 @@ func (l *Live) seal(ctx context.Context, at time.Time, session []byte, ws *works
 	}
 	ok = true
 	hook("sealed")
-	l.body = next
+	l.body, l.files = next, contents
 	if err := l.apply(nextHeld); err != nil {
 		// Sealed, not applied (Recover applies it after a crash): put
 		// right at once, else by the next seal, before it copies
@@ -520,6 +552,7 @@ func (l *Live) writePoint(b pointBody) error {
 		os.Remove(tmp)
 		return liveDiskErr(err)
 	}
+	l.pointSize = int64(len(raw))
 	hook("fsync dir")
 	if err := syncDir(l.dir); err != nil {
 		return liveDiskErr(err)
@@ -745,8 +778,9 @@ func (im *Image) Archive() (*os.File, error) {
 // entries (the workspace listed right after the restore, truncated
 // saying whether all of it was). A file of another size than its entry
 // (code that ran already) is an error: the caller then seals from the
-// workspace.
-func (l *Live) SealFromImage(ctx context.Context, at time.Time, session []byte, entries []workspace.Entry, truncated bool, files io.Reader, max int64) (workspace.Snapshot, error) {
+// workspace. admit is asked for the cost (every file copied) first, as
+// by Seal.
+func (l *Live) SealFromImage(ctx context.Context, at time.Time, session []byte, entries []workspace.Entry, truncated bool, files io.Reader, max int64, admit func(Cost) error) (workspace.Snapshot, error) {
 	snap := workspace.SnapshotOf(entries, truncated)
 	if l.body.Seq != 0 {
 		return snap, fmt.Errorf("%w: the recovery point of %s is sealed already", errdefs.ErrConflict, l.id)
@@ -756,6 +790,21 @@ func (l *Live) SealFromImage(ctx context.Context, at time.Time, session []byte, 
 	}
 	if err := EnsureRoot(l.root); err != nil {
 		return snap, err
+	}
+	if admit != nil {
+		var contents int64
+		for _, e := range entries {
+			if e.Type == "file" {
+				contents += e.Size
+			}
+		}
+		n := int64(len(session)) + 256
+		for _, e := range entries {
+			n += int64(len(e.Path)) + 64
+		}
+		if err := admit(Cost{Copy: contents, Point: n, Held: contents}); err != nil {
+			return snap, err
+		}
 	}
 	im := &Image{dir: filepath.Join(l.root, l.id)}
 	if err := im.extract(ctx, tar.NewReader(bufio.NewReader(files)), l.tree, max); err != nil {
@@ -803,6 +852,10 @@ func (l *Live) SealFromImage(ctx context.Context, at time.Time, session []byte, 
 	if err := l.writePoint(next); err != nil {
 		return snap, err
 	}
-	l.body, l.held = next, hs
+	var contents int64
+	for _, e := range next.Entries {
+		contents += e.Size
+	}
+	l.body, l.held, l.files = next, hs, contents
 	return snap, nil
 }

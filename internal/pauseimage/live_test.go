@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"os"
@@ -469,7 +470,7 @@ func TestLiveFromImage(t *testing.T) {
 				}
 			}
 		}
-		_, err = l.SealFromImage(context.Background(), time.Now(), []byte(`{}`), use, truncated, f, 1<<30)
+		_, err = l.SealFromImage(context.Background(), time.Now(), []byte(`{}`), use, truncated, f, 1<<30, nil)
 		f.Close()
 		if bad {
 			if !errors.Is(err, errdefs.ErrConflict) {
@@ -695,5 +696,62 @@ func TestLiveSyncsWhatItWrote(t *testing.T) {
 	}
 	if pt, got, err := recovered(t, crashCopy(t, root), "s-sync"); err != nil || !sameFiles(got, stateC) {
 		t.Errorf("recovered %d %v %v", pt.Seq, short(got), err)
+	}
+}
+
+// TestLiveAdmit: a seal asks admit for what it is about to write (the
+// changed files' bytes, the point's files once sealed) before writing
+// anything; a refusal leaves the point as it was and says it is behind
+// once: the refused seals after it do not rewrite point.json (a point
+// kept behind costs no write per operation). Bytes is what the point
+// takes. Checked against a mutant: Behind written at every refused
+// seal.
+func TestLiveAdmit(t *testing.T) {
+	src, ws, root, l := liveWith(t, "s-admit")
+	var files int64
+	for _, c := range stateA {
+		if c != "/" {
+			files += int64(len(c))
+		}
+	}
+	if b := l.Bytes(); b <= files || b > files+4096 {
+		t.Errorf("the point takes %d bytes, want its files' %d and point.json", b, files)
+	}
+	os.WriteFile(filepath.Join(src, "a.txt"), []byte("changed!"), 0o644)
+	var asked []Cost
+	refuse := fmt.Errorf("%w: over budget", errdefs.ErrQuota)
+	admit := func(c Cost) error { asked = append(asked, c); return refuse }
+	writes := 0
+	sealHook = func(step string) {
+		if step == "fsync point" || step == "staged" {
+			writes++
+		}
+	}
+	defer func() { sealHook = nil }()
+	for i := range 3 {
+		_, err := l.Seal(context.Background(), time.Now(), []byte(`{}`), ws, 1<<30, admit, nil)
+		if !errors.Is(err, refuse) {
+			t.Fatalf("seal %d: %v", i, err)
+		}
+	}
+	if writes != 1 {
+		t.Errorf("3 refused seals wrote %d times, want once (Behind)", writes)
+	}
+	want := Cost{Copy: 8, Held: files - 3 + 8}
+	for _, c := range asked {
+		if c.Copy != want.Copy || c.Held != want.Held || c.Point < 256 {
+			t.Errorf("asked %+v, want %+v", c, want)
+		}
+	}
+	pt, got, err := recovered(t, crashCopy(t, root), "s-admit")
+	if err != nil || pt.Seq != 1 || !sameFiles(got, stateA) || !strings.Contains(pt.Behind, "over budget") {
+		t.Errorf("after refusals: point %d %q %v %v", pt.Seq, pt.Behind, short(got), err)
+	}
+	sealHook = nil
+	if _, err := l.Seal(context.Background(), time.Now(), []byte(`{}`), ws, 1<<30, func(Cost) error { return nil }, nil); err != nil {
+		t.Fatal(err)
+	}
+	if pt := l.Sealed(); pt.Seq != 2 || pt.Behind != "" {
+		t.Errorf("admitted: %+v", pt)
 	}
 }

@@ -397,6 +397,7 @@ func (s *Server) observe(ln net.Listener) {
 	}
 	if s.cfg.Persistence.Enabled {
 		s.manager.OnPause(s.metrics.Pause)
+		s.manager.OnSeal(s.metrics.Seal)
 		s.metrics.Paused(s.manager.PausedUsage)
 	}
 	if budget, per, err := s.cfg.Ptys(kernelPtys().ForSandboxes()); err == nil {

@@ -378,10 +378,13 @@ func (s *Session) begin(ctx context.Context, req request, emit func(apitype.Even
 	if err := s.contextLive(c); err != nil {
 		return nil, err
 	}
-	// The last operation's point is sealed before this one writes.
-	if err := s.live.wait(ctx); err != nil {
+	// The last operation's point is sealed before this one writes, and
+	// no deferred seal starts while it runs.
+	leave, err := s.live.enter(ctx)
+	if err != nil {
 		return nil, err
 	}
+	held = append(held, leave)
 	if err := s.takeEnvPending(ctx, c); err != nil {
 		return nil, err
 	}

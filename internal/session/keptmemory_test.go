@@ -100,15 +100,16 @@ func TestKeeperRefusedMemoryKept(t *testing.T) {
 		t.Fatalf("ListKept %+v %v", all, err)
 	}
 	k := all[0]
-	if u := m.PausedUsage()[k.Tenant]; u.DiskBytes != k.Bytes || u.Sessions != 0 {
-		t.Errorf("paused usage %+v, want the kept %d bytes", u, k.Bytes)
+	sealed(t, r)
+	if u, live := m.PausedUsage()[k.Tenant], liveBytes(m, k.Tenant); u.DiskBytes != k.Bytes+live || u.Sessions != 0 {
+		t.Errorf("paused usage %+v, want the kept %d bytes and the live point's %d", u, k.Bytes, live)
 	}
-	// The tenant's quota counts it.
-	m.cfg.Quotas.MaxPausedBytes = config.Size(k.Bytes + 10)
-	if _, err := m.reserveImage(k.Tenant, 11); !errors.Is(err, errdefs.ErrQuota) {
+	// The tenant's quota counts it (beside the resumed session's point).
+	m.cfg.Quotas.MaxPausedBytes = config.Size(k.Bytes + liveBytes(m, k.Tenant) + 10)
+	if _, err := m.reserveImage(k.Tenant, "", 11); !errors.Is(err, errdefs.ErrQuota) {
 		t.Errorf("a reservation past the quota with the kept image: %v", err)
 	}
-	if release, err := m.reserveImage(k.Tenant, 10); err != nil {
+	if release, err := m.reserveImage(k.Tenant, "", 10); err != nil {
 		t.Errorf("a reservation within it: %v", err)
 	} else {
 		release()
@@ -156,9 +157,24 @@ func TestKeeperRefusedMemoryKept(t *testing.T) {
 	if got := keptDirs(); len(got) != 0 {
 		t.Errorf("an expired kept image stayed: %v", got)
 	}
-	if u := m.PausedUsage()[k.Tenant]; u.DiskBytes != 0 {
-		t.Errorf("after its expiry: %+v", u)
+	sealed(t, r2)
+	if u := m.PausedUsage()[k.Tenant]; u.DiskBytes != liveBytes(m, k.Tenant) {
+		t.Errorf("after its expiry: %+v, want the live point's %d", u, liveBytes(m, k.Tenant))
 	}
+}
+
+// liveBytes is what tenant's live sessions' recovery points (and
+// set-aside images) take: counted in its paused usage.
+func liveBytes(m *Manager, tenant string) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var n int64
+	for _, l := range m.liveUsageLocked() {
+		if l.tenant == tenant {
+			n += l.bytes
+		}
+	}
+	return n
 }
 
 // Whoever keeps what paused images refer to (the server, gVisor keeper
@@ -341,7 +357,7 @@ func TestDamagedDescriptionKept(t *testing.T) {
 		t.Errorf("paused usage %+v, want the kept %d bytes", u, all[0].Bytes)
 	}
 	m.cfg.Quotas.MaxPausedBytes = config.Size(all[0].Bytes + 10)
-	if _, err := m.reserveImage(UnknownTenant, 11); !errors.Is(err, errdefs.ErrQuota) {
+	if _, err := m.reserveImage(UnknownTenant, "", 11); !errors.Is(err, errdefs.ErrQuota) {
 		t.Errorf("a reservation past the quota with the kept image: %v", err)
 	}
 	m.cfg.Quotas.MaxPausedBytes = 0

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -63,6 +64,17 @@ type livePoint struct {
 	// sealedAt: the operation's end the sealed point keeps (zero: none
 	// sealed yet).
 	sealedAt time.Time
+	// What its seals cost and whether it is behind (sealbudget.go):
+	// behind, why the operations since behindAt are not in it (""; it
+	// is the last), behindKind its outcome; catchUp, the retry of a
+	// seal its budget deferred; execs, the executions running (entered).
+	behindAt           time.Time
+	behind, behindKind string
+	catchUp            *time.Timer
+	execs              int
+	// bytes and marker: what the sealed point and the resumed marker
+	// take on the disk (read under the manager's lock, without mu).
+	bytes, marker atomic.Int64
 }
 
 // pointAt is the end of the operation the session's sealed point keeps
@@ -90,12 +102,14 @@ func (lp *livePoint) noteSealed(l *pauseimage.Live) {
 
 // resumedFrom says the session's resumed marker stands until its first
 // point is sealed (a resume's commit, before the session is visible).
-func (lp *livePoint) resumedFrom() {
+// bytes is what the marker (the image set aside) takes.
+func (lp *livePoint) resumedFrom(bytes int64) {
 	if lp == nil {
 		return
 	}
 	lp.mu.Lock()
 	lp.resumed = true
+	lp.marker.Store(bytes)
 	lp.mu.Unlock()
 }
 
@@ -123,6 +137,7 @@ func (lp *livePoint) endResumed() {
 	lp.mu.Unlock()
 	if resumed {
 		lp.s.m.endResumed(lp.s.id)
+		lp.marker.Store(0)
 	}
 }
 
@@ -206,6 +221,11 @@ func (lp *livePoint) requestAt(at time.Time, copies bool) {
 	}
 	lp.mu.Lock()
 	defer lp.mu.Unlock()
+	lp.requestLocked(at, copies)
+}
+
+// requestLocked is requestAt with mu held.
+func (lp *livePoint) requestLocked(at time.Time, copies bool) {
 	if lp.closed {
 		return
 	}
@@ -301,10 +321,33 @@ func (lp *livePoint) seal(at time.Time) {
 		lp.readyLocked()
 	}
 	lp.mu.Unlock()
+	// Every seal is admitted first (admitSeal); what it reserves is
+	// given back once it is done, and its outcome recorded (sealed).
+	var release func()
+	var wrote int64
+	admit := func(c pauseimage.Cost) error {
+		r, err := m.admitSeal(lp, c)
+		if err == nil {
+			release, wrote = r, c.Copy+c.Point
+		}
+		return err
+	}
+	done := func(err error) (news bool) {
+		if release != nil {
+			release()
+			release = nil
+		}
+		if !errors.Is(err, errdefs.ErrGone) && lp.ctx.Err() == nil {
+			news = lp.sealed(l, at, err, wrote)
+		}
+		wrote = 0
+		return news
+	}
 	if from != nil {
-		_, err := l.SealFromImage(lp.ctx, at, raw, from.entries, from.truncated, from.files, max)
+		_, err := l.SealFromImage(lp.ctx, at, raw, from.entries, from.truncated, from.files, max, admit)
 		from.files.Close()
 		lp.noteSealed(l)
+		done(err)
 		if err == nil {
 			lp.endResumed()
 			if liveHook != nil {
@@ -327,7 +370,7 @@ func (lp *livePoint) seal(at time.Time) {
 		lp.mu.Unlock()
 		return
 	}
-	_, err = l.Seal(lp.ctx, at, raw, s.workspace(), max, m.liveRoom, func(snap workspace.Snapshot) {
+	_, err = l.Seal(lp.ctx, at, raw, s.workspace(), max, admit, func(snap workspace.Snapshot) {
 		// Copied: the next execution may write.
 		lp.mu.Lock()
 		lp.last = snap
@@ -335,12 +378,15 @@ func (lp *livePoint) seal(at time.Time) {
 		lp.mu.Unlock()
 	})
 	lp.noteSealed(l)
+	news := done(err)
 	if err != nil {
 		lp.mu.Lock()
 		lp.last = workspace.Snapshot{} // the next execution seals again
 		lp.mu.Unlock()
-		if !errors.Is(err, errdefs.ErrGone) && lp.ctx.Err() == nil {
-			m.log.Warn("a session's recovery point could not be sealed; it stays at the last one", "session", s.id, "point_at", l.Sealed().At, "err", err)
+		if news {
+			// Once a kind of failure, not at every operation it keeps
+			// refusing (a sandbox could fill the log so).
+			m.log.Warn("a session's recovery point could not be sealed; it stays at the last one, stale, until a seal succeeds", "session", s.id, "point_at", l.Sealed().At, "outcome", sealOutcome(err), "err", err)
 		}
 		return
 	}

@@ -140,7 +140,7 @@ func (s *Session) restores() string {
 	if !s.keepsMemory() {
 		return apitype.RestoreFiles
 	}
-	if room := s.m.pausedRoom(s.owner.Tenant); room == math.MaxInt64 || room >= s.memoryReserve() {
+	if room := s.m.pausedRoom(s.owner.Tenant, s.id); room == math.MaxInt64 || room >= s.memoryReserve() {
 		return apitype.RestoreMemory
 	}
 	return apitype.RestoreFiles
@@ -205,7 +205,7 @@ func (s *Session) writeMemory(ctx context.Context, id string, filesBytes int64, 
 	}
 	// With the files just written: the session is not listed as paused
 	// yet, so they are not counted otherwise.
-	release, err := m.reserveImage(s.owner.Tenant, filesBytes+max)
+	release, err := m.reserveImage(s.owner.Tenant, id, filesBytes+max)
 	if err != nil {
 		return 0, err
 	}

@@ -1046,7 +1046,7 @@ func (s *Session) writeImage(ctx context.Context, id string, raw []byte) (pausei
 		}
 	}()
 	return pauseimage.Write(ctx, m.persistDir(), id, raw, s.workspace(), max, func(size int64) (err error) {
-		release, err = m.reserveImage(s.owner.Tenant, size)
+		release, err = m.reserveImage(s.owner.Tenant, id, size)
 		return err
 	})
 }
@@ -1055,12 +1055,13 @@ func (s *Session) writeImage(ctx context.Context, id string, raw []byte) (pausei
 // disk (for the audit log, the server's own writes).
 const imageHeadroom = 64 << 20
 
-// reserveImage reserves size bytes of persistence.dir for an image of
-// tenant's, counted until release: refused over the tenant's
-// quotas.max_paused_bytes (its paused sessions and the pauses and forks
-// under way) or when the disk has not that much free beside those under
-// way and imageHeadroom.
-func (m *Manager) reserveImage(tenant string, size int64) (release func(), err error) {
+// reserveImage reserves size bytes of persistence.dir for the image id
+// of tenant's, counted until release: refused over the tenant's
+// quotas.max_paused_bytes (its paused sessions, the pauses and forks
+// under way, its live sessions' recovery points and resumed markers but
+// id's own, which its image supersedes) or when the disk has not that
+// much free beside those under way and imageHeadroom.
+func (m *Manager) reserveImage(tenant, id string, size int64) (release func(), err error) {
 	limit := m.pausedLimit(tenant)
 	var fs unix.Statfs_t
 	if err := pauseimage.EnsureRoot(m.persistDir()); err != nil {
@@ -1072,7 +1073,7 @@ func (m *Manager) reserveImage(tenant string, size int64) (release func(), err e
 	free := int64(fs.Bavail) * int64(fs.Bsize)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	used, all := m.pausedUsedLocked(tenant), int64(0)
+	used, all := m.pausedUsedLocked(tenant, id), int64(0)
 	for _, n := range m.reserved {
 		all += n
 	}
@@ -1105,33 +1106,17 @@ func (m *Manager) pausedLimit(tenant string) int64 {
 	return limit
 }
 
-// pausedUsedLocked is what tenant's paused sessions, kept images and
-// the pauses and forks under way take against its quota (m.mu held).
-func (m *Manager) pausedUsedLocked(tenant string) int64 {
-	used := m.reserved[tenant]
-	for _, p := range m.paused {
-		if p.meta.Tenant == tenant {
-			used += p.stats.DiskBytes
-		}
-	}
-	for _, k := range m.kept {
-		if k.Tenant == tenant {
-			used += k.Bytes
-		}
-	}
-	return used
-}
-
-// pausedRoom is what is left of tenant's quotas.max_paused_bytes
-// (math.MaxInt64: no quota).
-func (m *Manager) pausedRoom(tenant string) int64 {
+// pausedRoom is what is left of tenant's quotas.max_paused_bytes for
+// a pause of the session id (whose own recovery point its image
+// replaces; math.MaxInt64: no quota).
+func (m *Manager) pausedRoom(tenant, id string) int64 {
 	limit := m.pausedLimit(tenant)
 	if limit <= 0 {
 		return math.MaxInt64
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return limit - m.pausedUsedLocked(tenant)
+	return limit - m.pausedUsedLocked(tenant, id)
 }
 
 // restoring is what create needs to make a paused session live again.
@@ -1274,7 +1259,7 @@ func (m *Manager) resume(ctx context.Context, id, keep string) (*Session, error)
 			}
 			return notCommitted{err}
 		}
-		s.live.resumedFrom()
+		s.live.resumedFrom(p.stats.DiskBytes)
 		return nil
 	}
 	s, err := m.createRestored(ctx, req, &restoring{meta: p.meta, image: im, memory: mr, lost: lost, commit: commit})

@@ -913,11 +913,11 @@ func TestPauseBounded(t *testing.T) {
 		m, _, _ := newTestManager(t, cfg)
 		s := create(t, m, "python")
 		writeFiles(t, s, map[string]string{"a": "hello"})
-		release, err := m.reserveImage("", 1<<20-1024)
+		release, err := m.reserveImage("", "", 1<<20-1024)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := m.reserveImage("", 4096); !errors.Is(err, errdefs.ErrQuota) {
+		if _, err := m.reserveImage("", "", 4096); !errors.Is(err, errdefs.ErrQuota) {
 			t.Errorf("a second reservation past the quota: %v", err)
 		}
 		if _, err := s.Pause(context.Background(), ""); !errors.Is(err, errdefs.ErrQuota) {
@@ -1088,8 +1088,9 @@ func TestPauseObserved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u := m.PausedUsage(); len(u) != 0 {
-		t.Errorf("paused usage after the resume: %+v", u)
+	sealed(t, r)
+	if u := m.PausedUsage()[""]; u.Sessions != 0 || u.DiskBytes != liveBytes(m, "") {
+		t.Errorf("paused usage after the resume: %+v, want the live point's %d bytes only", u, liveBytes(m, ""))
 	}
 	// A shutdown's pause waits for the execution to stop: one event.
 	go r.Execute(context.Background(), apitype.ExecuteRequest{Code: "sleep"}, nil)

@@ -66,7 +66,9 @@ type PausedUsage struct {
 }
 
 // PausedUsage is the paused sessions and the disk their images take
-// (with the memory images kept for inspection), by tenant, for metrics.
+// (with the memory images kept for inspection, and the live sessions'
+// recovery points and resumed markers: what counts against
+// quotas.max_paused_bytes), by tenant, for metrics.
 func (m *Manager) PausedUsage() map[string]PausedUsage {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -81,6 +83,11 @@ func (m *Manager) PausedUsage() map[string]PausedUsage {
 		u := out[k.Tenant]
 		u.DiskBytes += k.Bytes
 		out[k.Tenant] = u
+	}
+	for _, l := range m.liveUsageLocked() {
+		u := out[l.tenant]
+		u.DiskBytes += l.bytes
+		out[l.tenant] = u
 	}
 	return out
 }

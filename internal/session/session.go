@@ -160,6 +160,10 @@ type Manager struct {
 	hook func(point, id string)
 	// onPause hears of every pause, resume and fork (OnPause).
 	onPause func(PauseEvent)
+	// onSeal hears of every seal of a recovery point (OnSeal).
+	onSeal func(SealEvent)
+	// budget is what the tenants' seals may write (sealbudget.go).
+	budget *sealBudget
 	// imagesGone hears that paused sessions' images were removed
 	// (OnImagesRemoved).
 	imagesGone func()
@@ -192,6 +196,7 @@ func newManager(cfg config.Config, source Source, log *slog.Logger) *Manager {
 		sessions: map[string]*Session{},
 		ended:    map[string]endedSession{},
 		oneShots: map[*Session]struct{}{},
+		budget:   newSealBudget(int64(cfg.Persistence.SealBytesPerSecond), int64(cfg.Persistence.SealBurstBytes)),
 	}
 }
 
@@ -1139,6 +1144,7 @@ func (s *Session) Info() (info apitype.Session) {
 	if s.client {
 		restores = s.restores()
 	}
+	rp := s.live.info()
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -1166,6 +1172,7 @@ func (s *Session) Info() (info apitype.Session) {
 			at := pointAt.UTC()
 			info.RecoveryPointAt = &at
 		}
+		info.RecoveryPoint = rp
 	}
 	if s.lifetime > 0 {
 		exp := s.expires.UTC()

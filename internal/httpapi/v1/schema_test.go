@@ -29,6 +29,7 @@ var schemaTypes = map[string]reflect.Type{
 	"CreateSessionRequest": reflect.TypeFor[apitype.CreateSessionRequest](),
 	"Session":              reflect.TypeFor[apitype.Session](),
 	"PausedInfo":           reflect.TypeFor[apitype.PausedInfo](),
+	"RecoveryPoint":        reflect.TypeFor[apitype.RecoveryPoint](),
 	"PauseSkipped":         reflect.TypeFor[apitype.PauseSkipped](),
 	"TimeoutRequest":       reflect.TypeFor[apitype.TimeoutRequest](),
 	"PauseRequest":         reflect.TypeFor[apitype.PauseRequest](),
