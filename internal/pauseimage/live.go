@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"airlock/internal/errdefs"
 	"airlock/internal/workspace"
@@ -79,6 +80,65 @@ type liveEntry struct {
 	Mode  uint32 `json:"mode"`
 	Size  int64  `json:"size"`
 	Stage string `json:"stage,omitempty"`
+}
+
+// liveEntryJSON is liveEntry in point.json. A path that is not UTF-8
+// (a Linux file name is any bytes) is kept in PathB64, whole: JSON
+// strings would replace its bytes with U+FFFD, and the recovery would
+// then miss the file and keep nothing. Points without PathB64 read as
+// before.
+type liveEntryJSON struct {
+	Path    string `json:"path,omitempty"`
+	PathB64 []byte `json:"path_b64,omitempty"`
+	Dir     bool   `json:"dir,omitempty"`
+	Mode    uint32 `json:"mode"`
+	Size    int64  `json:"size"`
+	Stage   string `json:"stage,omitempty"`
+}
+
+func (e liveEntry) MarshalJSON() ([]byte, error) {
+	j := liveEntryJSON{Path: e.Path, Dir: e.Dir, Mode: e.Mode, Size: e.Size, Stage: e.Stage}
+	if !utf8.ValidString(e.Path) {
+		j.Path, j.PathB64 = "", []byte(e.Path)
+	}
+	return json.Marshal(j)
+}
+
+func (e *liveEntry) UnmarshalJSON(raw []byte) error {
+	var j liveEntryJSON
+	if err := json.Unmarshal(raw, &j); err != nil {
+		return err
+	}
+	*e = liveEntry{Path: j.Path, Dir: j.Dir, Mode: j.Mode, Size: j.Size, Stage: j.Stage}
+	if j.PathB64 != nil {
+		if j.Path != "" {
+			return errors.New("an entry has both path and path_b64")
+		}
+		e.Path = string(j.PathB64)
+	}
+	return nil
+}
+
+// entryCost is about what an entry takes in point.json: its path as
+// encoded there (escaped: up to 6 bytes a byte; or base64) and the rest.
+func entryCost(p string) int64 {
+	if !utf8.ValidString(p) {
+		return int64(len(p)+2)/3*4 + 120
+	}
+	n := int64(104)
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; {
+		case c < 0x20 || c == '<' || c == '>' || c == '&':
+			n += 6
+		case c == '"' || c == '\\':
+			n += 2
+		default:
+			n++
+		}
+	}
+	// U+2028 and U+2029 are escaped too (3 bytes become 6).
+	n += 3 * int64(strings.Count(p, "\u2028")+strings.Count(p, "\u2029"))
+	return n
 }
 
 // pointBody is point.json's checksummed part.
@@ -216,7 +276,7 @@ type Cost struct {
 func pointCost(entries []liveEntry, session []byte) int64 {
 	n := int64(len(session)) + 256
 	for _, e := range entries {
-		n += int64(len(e.Path)) + 64
+		n += entryCost(e.Path)
 	}
 	return n
 }
@@ -800,7 +860,7 @@ func (l *Live) SealFromImage(ctx context.Context, at time.Time, session []byte, 
 		}
 		n := int64(len(session)) + 256
 		for _, e := range entries {
-			n += int64(len(e.Path)) + 64
+			n += entryCost(e.Path)
 		}
 		if err := admit(Cost{Copy: contents, Point: n, Held: contents}); err != nil {
 			return snap, err

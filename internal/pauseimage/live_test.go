@@ -755,3 +755,72 @@ func TestLiveAdmit(t *testing.T) {
 		t.Errorf("admitted: %+v", pt)
 	}
 }
+
+// TestLiveOddNames: a recovery point keeps files whose names are not
+// UTF-8 or hold control characters, sealed from a workspace and from a
+// pause image, and recovers them under their own names (a JSON string
+// replaced the bytes with U+FFFD: every seal succeeded, and the
+// recovery found the file missing and kept nothing). Checked against a
+// mutant: liveEntry without its MarshalJSON (the recovery refused
+// "lat\ufffd.txt" as missing).
+func TestLiveOddNames(t *testing.T) {
+	want := files{"lat\xe9.txt": "latin-1", "d\xff": "/", "d\xff/f\x1b": "esc", "ok.txt": "ok"}
+	src := t.TempDir()
+	setTree(t, src, want)
+	ws := outOf(t, src)
+	root := t.TempDir()
+	l, err := NewLive(root, "s-odd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Seal(context.Background(), time.Now(), []byte(`{}`), ws, 1<<30, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, got, err := recovered(t, crashCopy(t, root), "s-odd"); err != nil || !sameFiles(got, want) {
+		t.Errorf("sealed from the workspace, recovered %q %v", got, err)
+	}
+	l.Remove()
+
+	written(t, root, "s-odd", ws, 1<<30)
+	im, dst := restoredImage(t, root, "s-odd", 1<<30)
+	defer im.Close()
+	if got := readTree(t, dst); !sameFiles(got, want) {
+		t.Errorf("restored from a pause image: %q", got)
+	}
+	ents, truncated, _ := dst.List("", true)
+	f, err := im.Archive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	root2 := t.TempDir()
+	l2, err := NewLive(root2, "s-odd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Remove()
+	if _, err := l2.SealFromImage(context.Background(), time.Now(), []byte(`{}`), ents, truncated, f, 1<<30, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, got, err := recovered(t, crashCopy(t, root2), "s-odd"); err != nil || !sameFiles(got, want) {
+		t.Errorf("sealed from a pause image, recovered %q %v", got, err)
+	}
+}
+
+// TestLiveEntryCost: what a seal asks admit for point.json covers each
+// entry as encoded there, escapes and base64 included. Checked against
+// a mutant: the path's length plus 64 (a name of control characters
+// is escaped 6 bytes a byte).
+func TestLiveEntryCost(t *testing.T) {
+	for _, p := range []string{"a.txt", strings.Repeat("\x01", 200), strings.Repeat("<&>", 80),
+		strings.Repeat("\"\\", 100), strings.Repeat("\u2028", 60), strings.Repeat("\xe9", 250), "d/\x1b[31m"} {
+		e := liveEntry{Path: p, Mode: 0o100644, Size: 1 << 40, Stage: "2147483647-2147483647"}
+		raw, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := entryCost(p); got < int64(len(raw))+1 {
+			t.Errorf("%q: costed %d, takes %d", clip(p), got, len(raw)+1)
+		}
+	}
+}

@@ -790,7 +790,7 @@ func TestRedescribe(t *testing.T) {
 // Checked against a mutant: extract's old check (workspace.Clean).
 func TestControlNamesKept(t *testing.T) {
 	dir := t.TempDir()
-	names := []string{"a\nb", "esc\x1b[31m", "del\x7f"}
+	names := []string{"a\nb", "esc\x1b[31m", "del\x7f", "lat\xe9.txt", "\xff\xfe"}
 	for _, n := range names {
 		if err := os.WriteFile(filepath.Join(dir, n), []byte(n), 0o644); err != nil {
 			t.Fatal(err)
