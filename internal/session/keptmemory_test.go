@@ -106,10 +106,10 @@ func TestKeeperRefusedMemoryKept(t *testing.T) {
 	}
 	// The tenant's quota counts it (beside the resumed session's point).
 	m.cfg.Quotas.MaxPausedBytes = config.Size(k.Bytes + liveBytes(m, k.Tenant) + 10)
-	if _, err := m.reserveImage(k.Tenant, "", 11); !errors.Is(err, errdefs.ErrQuota) {
+	if _, err := m.reserveImage(k.Tenant, "", 11, 11); !errors.Is(err, errdefs.ErrQuota) {
 		t.Errorf("a reservation past the quota with the kept image: %v", err)
 	}
-	if release, err := m.reserveImage(k.Tenant, "", 10); err != nil {
+	if release, err := m.reserveImage(k.Tenant, "", 10, 10); err != nil {
 		t.Errorf("a reservation within it: %v", err)
 	} else {
 		release()
@@ -357,7 +357,7 @@ func TestDamagedDescriptionKept(t *testing.T) {
 		t.Errorf("paused usage %+v, want the kept %d bytes", u, all[0].Bytes)
 	}
 	m.cfg.Quotas.MaxPausedBytes = config.Size(all[0].Bytes + 10)
-	if _, err := m.reserveImage(UnknownTenant, "", 11); !errors.Is(err, errdefs.ErrQuota) {
+	if _, err := m.reserveImage(UnknownTenant, "", 11, 11); !errors.Is(err, errdefs.ErrQuota) {
 		t.Errorf("a reservation past the quota with the kept image: %v", err)
 	}
 	m.cfg.Quotas.MaxPausedBytes = 0

@@ -549,10 +549,7 @@ func (m *Manager) liveRoom(n int64) error {
 	}
 	free := int64(fs.Bavail) * int64(fs.Bsize)
 	m.mu.Lock()
-	var reserved int64
-	for _, r := range m.reserved {
-		reserved += r
-	}
+	reserved := m.reservedDiskLocked()
 	m.mu.Unlock()
 	if n+reserved+imageHeadroom > free {
 		return fmt.Errorf("%w: the server's disk for paused sessions has no room for this session's changed files (%d bytes)", errdefs.ErrUnavailable, n)

@@ -150,8 +150,10 @@ func (s *Session) restores() string {
 // take on disk: its memory, gVisor's own, and the keeper's.
 func memoryCeiling(l config.Limits) int64 { return int64(l.Memory) + 96<<20 }
 
-// memoryReserve is what a checkpoint of the session's sandbox may take
-// on disk, reserved against the quota and the disk before it is taken:
+// memoryReserve is what a checkpoint of the session's sandbox may keep
+// on disk, reserved against the quota before it is taken (the disk is
+// reserved for memoryCeiling, which runsc may write before the size is
+// checked):
 // what the sandbox's cgroup holds now (its processes' memory and
 // gVisor's own; a checkpoint saves the pages in use, compressed), with
 // a margin for what its processes may still allocate until runsc
@@ -205,7 +207,11 @@ func (s *Session) writeMemory(ctx context.Context, id string, filesBytes int64, 
 	}
 	// With the files just written: the session is not listed as paused
 	// yet, so they are not counted otherwise.
-	release, err := m.reserveImage(s.owner.Tenant, id, filesBytes+max)
+	// The quota counts what the image may keep (max, checked after the
+	// checkpoint); the disk, what runsc may write before that check: a
+	// checkpoint as large as the sandbox may make (memoryCeiling). At a
+	// shutdown every session pauses at once.
+	release, err := m.reserveImage(s.owner.Tenant, id, filesBytes+max, filesBytes+memoryCeiling(s.limits))
 	if err != nil {
 		return 0, err
 	}

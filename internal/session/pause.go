@@ -1046,7 +1046,7 @@ func (s *Session) writeImage(ctx context.Context, id string, raw []byte) (pausei
 		}
 	}()
 	return pauseimage.Write(ctx, m.persistDir(), id, raw, s.workspace(), max, func(size int64) (err error) {
-		release, err = m.reserveImage(s.owner.Tenant, id, size)
+		release, err = m.reserveImage(s.owner.Tenant, id, size, size)
 		return err
 	})
 }
@@ -1055,13 +1055,16 @@ func (s *Session) writeImage(ctx context.Context, id string, raw []byte) (pausei
 // disk (for the audit log, the server's own writes).
 const imageHeadroom = 64 << 20
 
-// reserveImage reserves size bytes of persistence.dir for the image id
-// of tenant's, counted until release: refused over the tenant's
-// quotas.max_paused_bytes (its paused sessions, the pauses and forks
-// under way, its live sessions' recovery points and resumed markers but
-// id's own, which its image supersedes) or when the disk has not that
-// much free beside those under way and imageHeadroom.
-func (m *Manager) reserveImage(tenant, id string, size int64) (release func(), err error) {
+// reserveImage reserves size bytes of tenant's quotas.max_paused_bytes
+// and disk bytes (at least size) of persistence.dir for the image id,
+// counted until release: refused over the quota (its paused sessions,
+// the pauses and forks under way, its live sessions' recovery points and
+// resumed markers but id's own, which its image supersedes) or when the
+// disk has not disk bytes free beside those under way and imageHeadroom.
+// disk is the most the write can put on the disk before its size is
+// checked; size, the most it can keep.
+func (m *Manager) reserveImage(tenant, id string, size, disk int64) (release func(), err error) {
+	disk = max(disk, size)
 	limit := m.pausedLimit(tenant)
 	var fs unix.Statfs_t
 	if err := pauseimage.EnsureRoot(m.persistDir()); err != nil {
@@ -1073,28 +1076,37 @@ func (m *Manager) reserveImage(tenant, id string, size int64) (release func(), e
 	free := int64(fs.Bavail) * int64(fs.Bsize)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	used, all := m.pausedUsedLocked(tenant, id), int64(0)
-	for _, n := range m.reserved {
-		all += n
-	}
+	used, all := m.pausedUsedLocked(tenant, id), m.reservedDiskLocked()
 	if limit > 0 && used+size > limit {
 		return nil, fmt.Errorf("%w: the tenant's paused sessions would take up to %d bytes, more than its quota of %d (quotas.max_paused_bytes); delete paused sessions, or keep this one running",
 			errdefs.ErrQuota, used+size, limit)
 	}
-	if size+all+imageHeadroom > free {
-		return nil, fmt.Errorf("%w: the server's disk for paused sessions has no room for this session's files (up to %d bytes); the session keeps running", errdefs.ErrUnavailable, size)
+	if disk+all+imageHeadroom > free {
+		return nil, fmt.Errorf("%w: the server's disk for paused sessions has no room for this session's files (up to %d bytes); the session keeps running", errdefs.ErrUnavailable, disk)
 	}
 	if m.reserved == nil {
 		m.reserved = map[string]int64{}
 	}
 	m.reserved[tenant] += size
+	m.reservedDisk += disk - size
 	return func() {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if m.reserved[tenant] -= size; m.reserved[tenant] <= 0 {
 			delete(m.reserved, tenant)
 		}
+		m.reservedDisk -= disk - size
 	}, nil
+}
+
+// reservedDiskLocked is what the writes under way may put on
+// persistence.dir (m.mu is held).
+func (m *Manager) reservedDiskLocked() int64 {
+	all := m.reservedDisk
+	for _, n := range m.reserved {
+		all += n
+	}
+	return all
 }
 
 // pausedLimit is tenant's quotas.max_paused_bytes (0: none).

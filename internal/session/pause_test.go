@@ -913,11 +913,11 @@ func TestPauseBounded(t *testing.T) {
 		m, _, _ := newTestManager(t, cfg)
 		s := create(t, m, "python")
 		writeFiles(t, s, map[string]string{"a": "hello"})
-		release, err := m.reserveImage("", "", 1<<20-1024)
+		release, err := m.reserveImage("", "", 1<<20-1024, 1<<20-1024)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := m.reserveImage("", "", 4096); !errors.Is(err, errdefs.ErrQuota) {
+		if _, err := m.reserveImage("", "", 4096, 4096); !errors.Is(err, errdefs.ErrQuota) {
 			t.Errorf("a second reservation past the quota: %v", err)
 		}
 		if _, err := s.Pause(context.Background(), ""); !errors.Is(err, errdefs.ErrQuota) {

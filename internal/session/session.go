@@ -149,6 +149,10 @@ type Manager struct {
 	// reserved: the bytes of persistence.dir the pauses and forks under
 	// way may write, by tenant, under mu (see reserveImage).
 	reserved map[string]int64
+	// reservedDisk: what the writes under way may write on
+	// persistence.dir beyond what reserved counts against the quotas
+	// (a checkpoint is written whole before its size is checked), under mu.
+	reservedDisk int64
 	// hook, if set (tests), is called at a point of a pause or fork
 	// where another call may come in: "written" (a pause's image is
 	// written, the session not yet listed as paused), "listed" (listed
