@@ -371,3 +371,26 @@ func TestShutdownKeepsResumedImage(t *testing.T) {
 		checkFiles(t, r2, someFiles)
 	}
 }
+
+// TestDiscardAfterShutdown: a session its creator never hears of that a
+// shutdown ended first, its recovery point kept, is discarded for good:
+// the next start does not list it paused. checked against a mutant: with
+// Delete doing nothing for an ended session (as before), the restart
+// listed it paused.
+func TestDiscardAfterShutdown(t *testing.T) {
+	cfg := persistConfig(t)
+	m, _, _ := newTestManager(t, cfg)
+	s := create(t, m, "python")
+	writeFiles(t, s, smallFiles)
+	sealed(t, s)
+	s.terminate(apitype.Ended(apitype.EndShutdown))
+	<-s.gone
+	if _, err := m.Get(s.ID()); err == nil {
+		t.Fatal("the session ended by the shutdown is still live")
+	}
+	m.Discard(context.Background(), s.ID())
+	m.Close()
+	if l := restarted(t, cfg).List(); len(l) != 0 {
+		t.Fatalf("a discarded session after the restart: %+v", l)
+	}
+}

@@ -971,14 +971,33 @@ func (m *Manager) Count() int {
 	return len(m.sessions)
 }
 
-// Delete ends a session.
-func (m *Manager) Delete(id string) error {
-	s, err := m.Get(id)
-	if err != nil {
+// Delete ends the session id for the server itself (Discard): as
+// DeleteFor, but a session a shutdown ended with its recovery point kept
+// (listed paused at the next start) has its point ended here rather than
+// refused: its creator was told it failed, so it never comes back.
+// A session ended otherwise is an error, as for Get; one done is settled
+// (see DeleteFor).
+func (m *Manager) Delete(id string) error { return m.deleteKept(context.Background(), id) }
+
+func (m *Manager) deleteKept(ctx context.Context, id string) error {
+	_, err := m.Get(id)
+	if ee := (*EndedError)(nil); errors.As(err, &ee) && m.keptAtShutdown(ee.End) {
+		m.endResumed(id)
+		if err := m.leftOK(pauseimage.RemoveLive(m.persistDir(), id)); err != nil {
+			return errdefs.Private(errdefs.ErrUnavailable, "the session's recovery point cannot be removed", err)
+		}
+		return nil
+	}
+	if pe := (*PausedError)(nil); err != nil && !errors.As(err, &pe) {
 		return err
 	}
-	s.terminate(apitype.Ended(apitype.EndDeleted))
-	return nil
+	return m.DeleteFor(ctx, id)
+}
+
+// keptAtShutdown says whether a session that ended for end had its
+// recovery point kept, to be listed paused at the next start.
+func (m *Manager) keptAtShutdown(end apitype.End) bool {
+	return m.cfg.Persistence.Enabled && end.Code == apitype.EndShutdown && m.cfg.Persistence.OnShutdown == "pause"
 }
 
 // EndUnlessPaused ends the session for end, as Delete does, unless a
@@ -997,9 +1016,7 @@ func (s *Session) EndUnlessPaused(end apitype.End) bool {
 // it meanwhile (a partial write, a beat) never lists it live after the
 // creator's error.
 func (m *Manager) Discard(ctx context.Context, id string) {
-	if m.Delete(id) == nil {
-		m.settle(ctx, id)
-	}
+	m.deleteKept(ctx, id)
 }
 
 // DeleteFor ends the session id for the caller ctx carries (who must see
@@ -1019,7 +1036,7 @@ func (m *Manager) DeleteFor(ctx context.Context, id string) error {
 		}
 		return err
 	}
-	if ee := (*EndedError)(nil); errors.As(err, &ee) && m.cfg.Persistence.Enabled && ee.End.Code == apitype.EndShutdown && m.cfg.Persistence.OnShutdown == "pause" {
+	if ee := (*EndedError)(nil); errors.As(err, &ee) && m.keptAtShutdown(ee.End) {
 		// Ended by this shutdown, its recovery point kept: the next
 		// start lists it paused. Never told deleted, then back.
 		return fmt.Errorf("%w: the server is shutting down; the session is kept and listed paused at its next start: delete it then", errdefs.ErrUnavailable)
