@@ -66,12 +66,13 @@ type livePoint struct {
 	sealedAt time.Time
 	// What its seals cost and whether it is behind (sealbudget.go):
 	// behind, why the operations since behindAt are not in it (""; it
-	// is the last), behindKind its outcome; catchUp, the retry of a
-	// seal its budget deferred; execs, the executions running (entered).
-	behindAt           time.Time
-	behind, behindKind string
-	catchUp            *time.Timer
-	execs              int
+	// is the last), behindLast the last of them, behindKind its outcome;
+	// catchUp, the retry of a seal its budget deferred; execs, the
+	// executions running (entered).
+	behindAt, behindLast time.Time
+	behind, behindKind   string
+	catchUp              *time.Timer
+	execs                int
 	// bytes and marker: what the sealed point and the resumed marker
 	// take on the disk (read under the manager's lock, without mu).
 	bytes, marker atomic.Int64

@@ -232,11 +232,14 @@ func (lp *livePoint) sealed(l *pauseimage.Live, at time.Time, err error, wrote i
 	defer lp.mu.Unlock()
 	if err == nil {
 		lp.bytes.Store(l.Bytes())
-		lp.behind, lp.behindAt, lp.behindKind = "", time.Time{}, ""
+		lp.behind, lp.behindAt, lp.behindLast, lp.behindKind = "", time.Time{}, time.Time{}, ""
 		return false
 	}
 	if lp.behind == "" {
 		lp.behindAt = at
+	}
+	if at.After(lp.behindLast) {
+		lp.behindLast = at
 	}
 	news = lp.behindKind != outcome
 	lp.behind, lp.behindKind = errdefs.Message(err), outcome
@@ -248,17 +251,24 @@ func (lp *livePoint) sealed(l *pauseimage.Live, at time.Time, err error, wrote i
 }
 
 // caughtUp seals a point its budget deferred, once the budget has
-// refilled: unless a seal runs or an execution does (its end asks for
-// one), or the point is not behind any more, or the session ended.
-// The seal it asks for is waited for by the next execution, like any.
+// refilled: unless a seal runs or an execution does (its leave asks
+// for one: it may fail before it runs, and ask for none), or the point
+// is not behind any more, or the session ended. The seal it asks for
+// is waited for by the next execution, like any, and keeps the last
+// operation the point missed (behindLast).
 func (lp *livePoint) caughtUp() {
 	lp.mu.Lock()
 	defer lp.mu.Unlock()
 	lp.catchUp = nil
+	lp.catchUpLocked()
+}
+
+// catchUpLocked is caughtUp with mu held.
+func (lp *livePoint) catchUpLocked() {
 	if lp.closed || lp.behind == "" || lp.execs > 0 || lp.idle != nil {
 		return
 	}
-	lp.requestLocked(lp.behindAt, true)
+	lp.requestLocked(lp.behindLast, true)
 }
 
 // enter waits, as an execution begins, until the workspace needs no
@@ -278,8 +288,13 @@ func (lp *livePoint) enter(ctx context.Context) (leave func(), err error) {
 			lp.mu.Unlock()
 			return sync.OnceFunc(func() {
 				lp.mu.Lock()
+				defer lp.mu.Unlock()
 				lp.execs--
-				lp.mu.Unlock()
+				if lp.execs == 0 && lp.behindKind == SealDeferred && lp.catchUp == nil {
+					// Its catch-up came while it ran (its timer is
+					// spent).
+					lp.catchUpLocked()
+				}
 			}), nil
 		}
 		lp.mu.Unlock()

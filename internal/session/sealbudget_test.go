@@ -243,3 +243,47 @@ func TestSealQuota(t *testing.T) {
 		t.Errorf("a's pause over its own point: %v", err)
 	}
 }
+
+// TestSealCatchUpAfterExecution: a deferred point whose catch-up comes
+// while an execution is entered catches up as that execution leaves,
+// even when it fails before it runs (and asks for no seal); the seal
+// keeps the last operation the point missed, and says so (its
+// recovery_point_at), not the first. Checked against mutants: leave
+// not asking for the catch-up (the point stays stale); the catch-up
+// labelled with behindAt (recovery_point_at before the last write).
+func TestSealCatchUpAfterExecution(t *testing.T) {
+	cfg := persistConfig(t)
+	m, _, _ := newTestManager(t, cfg)
+	s := createFor(t, m)
+	writeFiles(t, s, map[string]string{"a.txt": "1"})
+	sealed(t, s)
+	if _, ok := m.budget.take("acme", int64(m.budget.rate)*3600+int64(m.budget.burst), time.Now()); !ok {
+		t.Fatal("the budget refused its first take")
+	}
+	writeFiles(t, s, map[string]string{"a.txt": "2"})
+	sealed(t, s)
+	last := time.Now()
+	writeFiles(t, s, map[string]string{"b.txt": "3"})
+	sealed(t, s)
+	if rp := s.Info().RecoveryPoint; rp == nil || !rp.Stale {
+		t.Fatalf("deferred: %+v", rp)
+	}
+	m.budget.mu.Lock()
+	m.budget.by["acme"].tokens = m.budget.burst
+	m.budget.mu.Unlock()
+	leave, err := s.live.enter(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.live.caughtUp() // the timer, while the execution is entered
+	leave()           // it failed before it ran: no changed()
+	sealed(t, s)
+	info := s.Info()
+	if rp := info.RecoveryPoint; rp == nil || rp.Stale {
+		t.Fatalf("after the execution left: %+v", rp)
+	}
+	if at := info.RecoveryPointAt; at == nil || at.Before(last) {
+		t.Errorf("the caught-up point keeps the write at or after %s, says %v", last, at)
+	}
+	recoveredFiles(t, restarted(t, killedAt(t, cfg)), s.ID(), map[string]string{"a.txt": "2", "b.txt": "3"}, 0)
+}
