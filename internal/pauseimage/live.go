@@ -516,6 +516,14 @@ type errUnapplied struct{ error }
 
 func (e errUnapplied) Unwrap() error { return e.error }
 
+func (e errUnapplied) Is(target error) bool { return target == ErrUnapplied }
+
+// ErrUnapplied is matched (errors.Is) by the error of a seal whose point
+// is sealed, whole (a crash recovers it; Bytes counts it), but whose
+// files could not be put in place (the next seal does, first): the
+// point is not behind.
+var ErrUnapplied = errors.New("the point is sealed; its files are put in place by the next seal")
+
 // settle puts tree/ and stage/ right after an apply cut short: what
 // tree/ holds beyond the sealed point goes, the rest of the apply is
 // done, then whatever stage/ still holds (staged for no point now) is

@@ -136,8 +136,8 @@ func (lp *livePoint) endResumed() {
 	resumed := lp.resumed
 	lp.resumed = false
 	lp.mu.Unlock()
-	if resumed {
-		lp.s.m.endResumed(lp.s.id)
+	if resumed && lp.s.m.endResumed(lp.s.id) {
+		// (Not ended: it counts until the retry ends it.)
 		lp.marker.Store(0)
 	}
 }
@@ -380,6 +380,9 @@ func (lp *livePoint) seal(at time.Time) {
 	})
 	lp.noteSealed(l)
 	news := done(err)
+	if errors.Is(err, pauseimage.ErrUnapplied) {
+		m.log.Warn("a session's recovery point is sealed, but its files could not be put in place; the next seal does", "session", s.id, "err", err)
+	}
 	if err != nil {
 		lp.mu.Lock()
 		lp.last = workspace.Snapshot{} // the next execution seals again

@@ -479,7 +479,9 @@ func (m *Manager) markResumed(id string) error {
 // recovery point, a newer image, or ended; when it cannot, the sweep
 // tries again (until then the next start resolves the marker as
 // LoadPaused does), unless a later resume of id owns the marker by then.
-func (m *Manager) endResumed(id string) {
+// ended: it is ended now (else it still takes the disk, and counts in
+// the quota until the sweep ends it).
+func (m *Manager) endResumed(id string) (ended bool) {
 	memory := pauseimage.ResumedHasMemory(m.persistDir(), id)
 	err := m.leftOK(pauseimage.EndResumed(m.persistDir(), id))
 	if err == nil {
@@ -488,7 +490,7 @@ func (m *Manager) endResumed(id string) {
 			// more.
 			m.imagesRemoved()
 		}
-		return
+		return true
 	}
 	m.log.Error("removing a resumed session's set-aside image failed; tried again in a while", "session", id, "retry", removeRetry, "err", err)
 	m.removeLater(filepath.Base(pauseimage.ResumedDir(m.persistDir(), id)), func() error {
@@ -499,8 +501,13 @@ func (m *Manager) endResumed(id string) {
 			// Resumed again: the marker is the new resume's.
 			return nil
 		}
-		return m.leftOK(pauseimage.EndResumed(m.persistDir(), id))
+		err := m.leftOK(pauseimage.EndResumed(m.persistDir(), id))
+		if err == nil && s != nil && s.live != nil {
+			s.live.marker.Store(0) // it counted till now
+		}
+		return err
 	})
+	return false
 }
 
 // leftOK makes err, an end's, nil when the end is durable but its

@@ -51,6 +51,7 @@ func TestResumeKilledBeforeFirstPoint(t *testing.T) {
 // set-aside image (its end failed, or the server was killed before it)
 // beside a later copy of the session, a sealed recovery point or a later
 // pause's image, keeps the later copy and ends the set-aside image.
+// Until its end succeeds, the marker counts in the quota.
 func TestResumedMarkerAtStart(t *testing.T) {
 	defer func(d time.Duration) { removeRetry = d }(removeRetry)
 	removeRetry = time.Hour // nothing retries the marker's end meanwhile
@@ -73,6 +74,11 @@ func TestResumedMarkerAtStart(t *testing.T) {
 				t.Fatal(err)
 			}
 			sealed(t, r)
+			// Its end failed: it still counts (checked against a
+			// mutant: the marker's count zeroed all the same).
+			if r.live.marker.Load() == 0 {
+				t.Error("the marker, not ended, counts no more in the quota")
+			}
 			if _, err := execute(t, r, "write after resume", nil); err != nil {
 				t.Fatal(err)
 			}

@@ -119,7 +119,7 @@ func (m *Manager) observeSeal(outcome string, bytes int64) {
 func sealOutcome(err error) string {
 	var d sealDeferred
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, pauseimage.ErrUnapplied):
 		return SealOK
 	case errors.As(err, &d):
 		return SealDeferred
@@ -230,7 +230,9 @@ func (lp *livePoint) sealed(l *pauseimage.Live, at time.Time, err error, wrote i
 	m.observeSeal(outcome, wrote)
 	lp.mu.Lock()
 	defer lp.mu.Unlock()
-	if err == nil {
+	if err == nil || errors.Is(err, pauseimage.ErrUnapplied) {
+		// (Unapplied: sealed all the same, its files put in place by
+		// the next seal; seal logs it.)
 		lp.bytes.Store(l.Bytes())
 		lp.behind, lp.behindAt, lp.behindLast, lp.behindKind = "", time.Time{}, time.Time{}, ""
 		return false

@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"airlock/internal/apitype"
 	"airlock/internal/errdefs"
 	"airlock/internal/identity"
+	"airlock/internal/pauseimage"
 )
 
 // TestSealBudgetTake: a tenant's bucket starts full; a seal is let
@@ -286,4 +288,33 @@ func TestSealCatchUpAfterExecution(t *testing.T) {
 		t.Errorf("the caught-up point keeps the write at or after %s, says %v", last, at)
 	}
 	recoveredFiles(t, restarted(t, killedAt(t, cfg)), s.ID(), map[string]string{"a.txt": "2", "b.txt": "3"}, 0)
+}
+
+// TestSealUnappliedCounts: a seal whose point committed but whose files
+// could not be put in place (pauseimage.ErrUnapplied) is recorded as
+// sealed: what the point takes now counts in the quota, the point is
+// not stale, the metric says "sealed". Checked against a mutant:
+// sealed treating it as a failure (the old size kept, stale).
+func TestSealUnappliedCounts(t *testing.T) {
+	cfg := persistConfig(t)
+	m, _, _ := newTestManager(t, cfg)
+	events := seals(m)
+	s := createFor(t, m)
+	writeFiles(t, s, map[string]string{"a.txt": strings.Repeat("a", 4<<10)})
+	sealed(t, s)
+	events()
+	s.live.mu.Lock()
+	l := s.live.l
+	s.live.mu.Unlock()
+	s.live.bytes.Store(1) // what the point took before this seal
+	s.live.sealed(l, time.Now(), fmt.Errorf("%w: EIO (injected)", pauseimage.ErrUnapplied), 4<<10)
+	if got := s.live.bytes.Load(); got != l.Bytes() || got < 4<<10 {
+		t.Errorf("the point takes %d bytes, counted %d", l.Bytes(), got)
+	}
+	if rp := s.Info().RecoveryPoint; rp == nil || rp.Stale {
+		t.Errorf("an unapplied seal: %+v", rp)
+	}
+	if e := events(); len(e) != 1 || e[0].Outcome != SealOK {
+		t.Errorf("metric: %+v", e)
+	}
 }
