@@ -973,8 +973,10 @@ type Memory struct {
 // root were taken with, which must be kept as long as the images are:
 // the paused sessions', the fork copies', and those set aside by a
 // resume (MarkResumed), which a start after a crash makes a paused
-// session's image again (ResolveResumed). An image whose memory
-// description cannot be read is an error: it may name any.
+// session's image again (ResolveResumed), and the damaged images kept
+// for the operator (KeepImage: their memory is kept with them). An
+// image whose memory description cannot be read is an error: it may
+// name any.
 func Keepers(root string) (map[string]bool, error) {
 	ents, err := os.ReadDir(root)
 	if errors.Is(err, os.ErrNotExist) {
@@ -985,11 +987,17 @@ func Keepers(root string) (map[string]bool, error) {
 	}
 	out := map[string]bool{}
 	for _, e := range ents {
+		dir := filepath.Join(root, e.Name())
 		resumed, ok := strings.CutPrefix(e.Name(), resumedPrefix)
-		if !ValidID(e.Name()) && !strings.HasPrefix(e.Name(), forkPrefix) && !(ok && ValidID(resumed)) {
+		if strings.HasPrefix(e.Name(), keptImagePrefix) {
+			dir = filepath.Join(dir, keptImageDir)
+			if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+				continue // (its kept.json only, as a crash in KeepImage leaves it)
+			}
+		} else if !ValidID(e.Name()) && !strings.HasPrefix(e.Name(), forkPrefix) && !(ok && ValidID(resumed)) {
 			continue
 		}
-		mem, err := (&Image{dir: filepath.Join(root, e.Name())}).Memory()
+		mem, err := (&Image{dir: dir}).Memory()
 		if err != nil {
 			return nil, err
 		}

@@ -718,7 +718,21 @@ func TestKeepers(t *testing.T) {
 	if got, err := Keepers(root); err != nil || len(got) != 1 || !got["aa"] {
 		t.Errorf("keepers with s-1's marker ended %v %v, want aa", got, err)
 	}
-	if err := os.WriteFile(filepath.Join(root, "s-0", memoryMeta), []byte("{"), 0o600); err != nil {
+	// A damaged image kept for the operator keeps its memory, and its
+	// keeper (checked against a mutant: .kept-image-* skipped).
+	if _, err := KeepImage(root, "s-0", time.Now(), Kept{Reason: "damaged"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Keepers(root); err != nil || len(got) != 1 || !got["aa"] {
+		t.Errorf("keepers with s-0 kept damaged %v %v, want aa", got, err)
+	}
+	keptDir := filepath.Join(root, "s-0")
+	if ks, _ := filepath.Glob(filepath.Join(root, keptImagePrefix+"s-0-*")); len(ks) == 1 {
+		keptDir = filepath.Join(ks[0], keptImageDir)
+	} else {
+		t.Fatalf("kept: %v", ks)
+	}
+	if err := os.WriteFile(filepath.Join(keptDir, memoryMeta), []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := Keepers(root); err == nil {
