@@ -89,7 +89,8 @@ type CreateSessionRequest struct {
 	// pauses and restarts, returned in its description, and filtered on
 	// by GET /v1/sessions?metadata.KEY=VALUE): at most
 	// server.max_metadata entries, keys of 1-256 bytes without control
-	// characters, values of at most 2 KiB, 32 KiB in all.
+	// characters, values of at most 2 KiB, 32 KiB in all. Keys starting
+	// with "airlock." are the server's own: a client's are refused.
 	Metadata map[string]string `json:"metadata,omitempty"`
 }
 

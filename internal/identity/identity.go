@@ -51,3 +51,22 @@ func Request(ctx context.Context) string {
 	id, _ := ctx.Value(requestKey{}).(string)
 	return id
 }
+
+// ReservedMetadataPrefix starts the session metadata keys the server
+// sets itself (its /mcp's "airlock.mcp"): a client's are refused.
+const ReservedMetadataPrefix = "airlock."
+
+type ownMetadataKey struct{}
+
+// WithOwnMetadata marks ctx as the server's own call (its /mcp, in
+// process), which may set metadata keys under ReservedMetadataPrefix. No
+// HTTP request carries it.
+func WithOwnMetadata(ctx context.Context) context.Context {
+	return context.WithValue(ctx, ownMetadataKey{}, true)
+}
+
+// OwnMetadata says whether ctx is the server's own call (WithOwnMetadata).
+func OwnMetadata(ctx context.Context) bool {
+	own, _ := ctx.Value(ownMetadataKey{}).(bool)
+	return own
+}

@@ -31,6 +31,7 @@ import (
 	"airlock/internal/apitype"
 	"airlock/internal/client"
 	"airlock/internal/errdefs"
+	"airlock/internal/identity"
 )
 
 // Options configure the MCP server.
@@ -310,7 +311,7 @@ func (s *Server) session(ctx context.Context, req *mcp.CallToolRequest, api *cli
 		}
 		note += "; a new one was started, and its state is empty"
 	}
-	info, err := api.CreateSession(ctx, apitype.CreateSessionRequest{Language: lang, AutoResume: true, Metadata: s.metadata()})
+	info, err := api.CreateSession(identity.WithOwnMetadata(ctx), apitype.CreateSessionRequest{Language: lang, AutoResume: true, Metadata: s.metadata()})
 	if err != nil {
 		return "", "", err
 	}

@@ -21,6 +21,7 @@ import (
 	"airlock/internal/client"
 	"airlock/internal/config"
 	"airlock/internal/errdefs"
+	"airlock/internal/identity"
 	"airlock/internal/workspace"
 )
 
@@ -724,7 +725,7 @@ func (s *Server) createSession(ctx context.Context, req *mcp.CallToolRequest, in
 	if c.closed {
 		return failed(errClosing), out, nil
 	}
-	info, err := api.CreateSession(ctx, cr)
+	info, err := api.CreateSession(identity.WithOwnMetadata(ctx), cr)
 	if err != nil {
 		return failed(err), out, nil
 	}

@@ -476,6 +476,23 @@ func ValidateMetadata(md map[string]string, maxN int) error {
 	return nil
 }
 
+// ClientMetadata refuses, in a client's request to create a session (the
+// v1 API's, E2B's), metadata keys under identity.ReservedMetadataPrefix:
+// the server's own marks (its /mcp's, which a restart adopts), which
+// only its own calls (identity.WithOwnMetadata) set. A resume or fork
+// keeps the marks its session has.
+func ClientMetadata(ctx context.Context, md map[string]string) error {
+	if identity.OwnMetadata(ctx) {
+		return nil
+	}
+	for k := range md {
+		if strings.HasPrefix(k, identity.ReservedMetadataPrefix) {
+			return fmt.Errorf("%w: metadata key %q: keys starting with %q are reserved for the server's own", errdefs.ErrInvalidArgument, truncateID(k), identity.ReservedMetadataPrefix)
+		}
+	}
+	return nil
+}
+
 // printable: valid UTF-8 without control characters.
 func printable(s string) bool {
 	if !utf8.ValidString(s) {
