@@ -357,6 +357,13 @@ func (c *Client) DeleteSession(ctx context.Context, id string) error {
 	return c.call(ctx, "DELETE", sessionPath(id), nil, nil)
 }
 
+// DeletePausedSession deletes a session only if it is paused: one that
+// is live (resumed meanwhile) or being resumed is a 409 conflict and
+// runs on.
+func (c *Client) DeletePausedSession(ctx context.Context, id string) error {
+	return c.call(ctx, "DELETE", sessionPath(id)+"?state=paused", nil, nil)
+}
+
 // PauseSession pauses a session: its files and settings are kept on the
 // server's disk (and its memory where it says Restores "memory"), its
 // sandbox freed (ErrConflict while it executes code).

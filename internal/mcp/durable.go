@@ -132,7 +132,13 @@ func (s *Server) endOrphans() {
 		info, err := s.o.Ender.Session(ctx, id)
 		if err == nil && info.State == apitype.StatePaused {
 			s.o.Log.Info("mcp: a paused session of a connection of the last run was not named again: it ends", "session", id)
-			err = s.o.Ender.DeleteSession(ctx, id)
+			// Only if it is paused still: a resume in between (a
+			// REST client's) keeps it running (409).
+			err = s.o.Ender.DeletePausedSession(ctx, id)
+		}
+		if client.StatusOf(err) == http.StatusConflict {
+			s.o.Log.Info("mcp: a session of a connection of the last run was resumed meanwhile: it runs on", "session", id)
+			err = nil
 		}
 		if err != nil && client.StatusOf(err) != http.StatusGone && client.StatusOf(err) != http.StatusNotFound {
 			s.o.Log.Warn("mcp: ending a session of a connection of the last run", "session", id, "err", err)

@@ -1086,6 +1086,34 @@ func (m *Manager) DeleteFor(ctx context.Context, id string) error {
 	return nil
 }
 
+// DeletePausedFor deletes the session id for the caller ctx carries only
+// if it is paused: a live one (resumed meanwhile), or one being resumed,
+// is ErrConflict and runs on; one ended already is done, as DeleteFor's.
+func (m *Manager) DeletePausedFor(ctx context.Context, id string) error {
+	_, err := m.Find(ctx, id)
+	if pe := (*PausedError)(nil); errors.As(err, &pe) {
+		var who *identity.Identity
+		if w, ok := identity.From(ctx); ok {
+			who = &w
+		}
+		found, err := m.deletePaused(id, who)
+		if found && err == nil {
+			m.settle(ctx, id)
+		}
+		if !found && err == nil {
+			return fmt.Errorf("%w: the session is not paused (resumed meanwhile); it runs on", errdefs.ErrConflict)
+		}
+		return err
+	}
+	if errors.Is(err, errdefs.ErrGone) || errors.Is(err, errdefs.ErrSessionLost) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: the session is not paused; it runs on", errdefs.ErrConflict)
+}
+
 // Close ends every session (with persistence and on_shutdown "pause",
 // pausing each first) and refuses new ones. It returns when every
 // sandbox is gone.

@@ -260,7 +260,18 @@ func (s *Server) installPackages(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
-	if err := s.m.DeleteFor(r.Context(), r.PathValue("id")); err != nil {
+	del := s.m.DeleteFor
+	switch st := r.URL.Query().Get("state"); st {
+	case "":
+	case apitype.StatePaused:
+		// Only if it is paused still (the MCP sweep of sessions no
+		// connection named): one resumed meanwhile runs on.
+		del = s.m.DeletePausedFor
+	default:
+		fail(w, fmt.Errorf("%w: state %q: only \"paused\" (delete it only if it is paused)", errdefs.ErrInvalidArgument, httpapi.Truncate(st)))
+		return
+	}
+	if err := del(r.Context(), r.PathValue("id")); err != nil {
 		s.denied(w, r, err)
 		return
 	}
