@@ -168,6 +168,10 @@ type PausedInfo struct {
 	// it answers 409 session_paused even with auto_resume (an E2B pause
 	// with keepMemory false).
 	ExplicitResume bool `json:"explicit_resume,omitempty"`
+	// ByShutdown: its server's shutdown paused it (persistence
+	// on_shutdown "pause"), not its client nor a timeout: what the MCP
+	// endpoint adopts after a restart.
+	ByShutdown bool `json:"by_shutdown,omitempty"`
 	// Recovered says the session was live when its server ended without
 	// pausing it (kill -9, a crash, power loss), and what was recovered:
 	// its workspace as of its last completed operation (an execution, a

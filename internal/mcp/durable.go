@@ -108,6 +108,11 @@ func (s *Server) Adopt(ctx context.Context, grace time.Duration) error {
 		if sess.Pod != "" && s.o.Pod != "" && sess.Pod != s.o.Pod {
 			continue
 		}
+		if p := sess.Paused; p == nil || (!p.ByShutdown && p.Recovered == "") {
+			// Paused on purpose (pause_session, a client, a
+			// timeout): not its connection's end, left as any.
+			continue
+		}
 		s.orphans[sess.ID] = struct{}{}
 	}
 	if len(s.orphans) > 0 && !s.shut {

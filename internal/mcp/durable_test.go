@@ -72,7 +72,10 @@ func httpClient(t *testing.T, url string) *sdk.ClientSession {
 // with the others; a new connection that names one resumes it, with its
 // files, and it is that connection's from then on (it ends with it).
 // One no connection names ends after mcp.session_timeout: nothing is
-// left paused with no client to come back for it.
+// left paused with no client to come back for it; one the model paused
+// on purpose before the restart is left paused (not the shutdown's).
+// checked against a mutant: with every paused airlock.mcp session
+// adopted (as before), the purposely paused one ended after the grace.
 func TestRestartKeepsNamedSessions(t *testing.T) {
 	data := t.TempDir()
 	ctx := context.Background()
@@ -88,6 +91,13 @@ func TestRestartKeepsNamedSessions(t *testing.T) {
 		t.Fatalf("sessions: %q %q %q", def, made, other)
 	}
 	if res, _ := call(t, cs, "write_file", map[string]any{"path": "keep.txt", "content": "kept", "session_id": made}); res.IsError {
+		t.Fatal(text(res))
+	}
+	// Paused on purpose before the restart: not the shutdown's, so not
+	// adopted (nor ended after the grace).
+	_, out = call(t, cs, "create_session", nil)
+	purposed, _ := out["session_id"].(string)
+	if res, _ := call(t, cs, "pause_session", map[string]any{"session_id": purposed}); res.IsError {
 		t.Fatal(text(res))
 	}
 	stop()
@@ -129,6 +139,9 @@ func TestRestartKeepsNamedSessions(t *testing.T) {
 	}
 	if _, err := api.Session(ctx, other); client.StatusOf(err) != http.StatusGone && client.StatusOf(err) != http.StatusNotFound {
 		t.Errorf("the session no connection named after the grace: %v", err)
+	}
+	if info, err := api.Session(ctx, purposed); err != nil || info.State != apitype.StatePaused || info.Paused.ByShutdown {
+		t.Errorf("the session paused on purpose before the restart, after the grace: %v %+v (want it paused, left alone)", err, info)
 	}
 	if info, err := api.Session(ctx, made); err != nil || info.State == apitype.StateEnded || info.State == apitype.StatePaused {
 		t.Fatalf("the adopted session after the grace: %v %+v", err, info)

@@ -49,6 +49,8 @@ type pausedMeta struct {
 	// ExplicitResume: the pause asked to be undone only by a resume,
 	// never by auto_resume (see PauseAsk).
 	ExplicitResume bool `json:"explicit_resume,omitempty"`
+	// ByShutdown: the server's shutdown paused it (PauseAsk.ByShutdown).
+	ByShutdown bool `json:"by_shutdown,omitempty"`
 	// MemoryPending: the pause went on to keep the memory after the
 	// files. An image that says so and has no memory lost it to the
 	// server's end (kill -9, a crash) while it was checkpointed: it
@@ -119,7 +121,7 @@ func (p *pausedSession) info(keep time.Duration) apitype.Session {
 		Paused: &apitype.PausedInfo{
 			PausedAt: p.meta.PausedAt.UTC(), Files: p.stats.Files, Dirs: p.stats.Dirs,
 			Bytes: p.stats.Bytes, DiskBytes: p.stats.DiskBytes, ExpiresAt: p.meta.PausedAt.Add(keep).UTC(),
-			ExplicitResume: p.meta.ExplicitResume, Recovered: p.meta.Recovered,
+			ExplicitResume: p.meta.ExplicitResume, ByShutdown: p.meta.ByShutdown, Recovered: p.meta.Recovered,
 		},
 	}
 	if p.memBytes > 0 {
@@ -704,6 +706,9 @@ type PauseAsk struct {
 	// finds the session paused without it; it holds until that pause is
 	// resumed (the session's next pause asks again).
 	ExplicitResume bool
+	// ByShutdown: the server's shutdown pauses it (listed so:
+	// PausedInfo.ByShutdown).
+	ByShutdown bool
 	// Why is the kill reason what a pause interrupts or kills reports
 	// (pauseWhenIdle: a shutdown's, a lifetime's).
 	Why apitype.KillReason
@@ -885,6 +890,7 @@ func (s *Session) pause(ctx context.Context, ask PauseAsk, must bool) (apitype.S
 	defer thaw()
 	meta := s.pausedMeta()
 	meta.ExplicitResume = ask.ExplicitResume
+	meta.ByShutdown = ask.ByShutdown
 	memory := keep != apitype.RestoreFiles && s.keepsMemory()
 	meta.MemoryPending = memory
 	var memErr error
@@ -1667,7 +1673,7 @@ func (m *Manager) pauseAll(all []*Session) {
 			defer func() { <-sem }()
 			// What can be kept is: a shutdown is not the client's
 			// choice (on_timeout_restores is the timeout's).
-			if _, err := s.pauseWhenIdle(ctx, PauseAsk{Why: apitype.KillShutdown}); err != nil {
+			if _, err := s.pauseWhenIdle(ctx, PauseAsk{Why: apitype.KillShutdown, ByShutdown: true}); err != nil {
 				m.log.Warn("a session could not be paused at shutdown; it ends", "session", s.id, "err", err)
 			}
 		}()
