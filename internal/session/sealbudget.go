@@ -133,10 +133,11 @@ func sealOutcome(err error) string {
 // quotas.max_paused_bytes now (m.mu is held): its paused sessions'
 // images, the memory images kept for the operator, the writes reserved
 // under way, and its live sessions' recovery points and resumed markers
-// but those of except (a session whose point or marker the write asked
-// for supersedes: its pause's image, its point's next seal).
+// but those of except (a session whose point, marker and seal under way
+// the write asked for supersedes: its pause's image, its point's next
+// seal; the seal's bytes still count for the disk).
 func (m *Manager) pausedUsedLocked(tenant, except string) int64 {
-	used := m.reserved[tenant]
+	used := m.reserved[tenant] - m.sealing[except]
 	for _, p := range m.paused {
 		if p.meta.Tenant == tenant {
 			used += p.stats.DiskBytes
@@ -210,12 +211,19 @@ func (m *Manager) admitSeal(lp *livePoint, c pauseimage.Cost) (release func(), e
 		m.reserved = map[string]int64{}
 	}
 	m.reserved[tenant] += write
+	if m.sealing == nil {
+		m.sealing = map[string]int64{}
+	}
+	m.sealing[id] += write
 	m.mu.Unlock()
 	return func() {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if m.reserved[tenant] -= write; m.reserved[tenant] <= 0 {
 			delete(m.reserved, tenant)
+		}
+		if m.sealing[id] -= write; m.sealing[id] <= 0 {
+			delete(m.sealing, id)
 		}
 	}, nil
 }

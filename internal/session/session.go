@@ -153,6 +153,10 @@ type Manager struct {
 	// persistence.dir beyond what reserved counts against the quotas
 	// (a checkpoint is written whole before its size is checked), under mu.
 	reservedDisk int64
+	// sealing: the part of reserved that each session's seal under way
+	// holds, by session id, under mu: a pause of that session does not
+	// count it against the quota, since its image replaces the point.
+	sealing map[string]int64
 	// hook, if set (tests), is called at a point of a pause or fork
 	// where another call may come in: "written" (a pause's image is
 	// written, the session not yet listed as paused), "listed" (listed
