@@ -1246,9 +1246,11 @@ func ListKept(root string, keep time.Duration) ([]Kept, error) {
 			}
 			k = Kept{ID: keptID(e.Name()), Expires: info.ModTime().Add(keep), Unrecorded: true}
 		}
-		k.Dir, k.Bytes = dir, keptBytes(dir)
+		k.Dir = dir
 		if prefix == keptImagePrefix {
 			k.Bytes = keptImageBytes(dir)
+		} else {
+			k.Bytes = keptBytes(dir)
 		}
 		out = append(out, k)
 	}

@@ -467,9 +467,9 @@ func (m *Manager) endImage(id string) error {
 // it paused while its live session's recovery point is sealed. An
 // error: it stands whole, and the session stays paused.
 //
-// The marker's bytes are not counted in its tenant's quota: it lives
-// only until the resumed session's first point, which is made of it
-// (no copy of the workspace), is sealed.
+// The marker's bytes count in its tenant's quota (the live session's
+// lp.marker, see pausedUsedLocked) until the resumed session's first
+// point, which is made of it (no copy of the workspace), is sealed.
 func (m *Manager) markResumed(id string) error {
 	if err := m.leftOK(pauseimage.MarkResumed(m.persistDir(), id)); err != nil {
 		return errdefs.Private(errdefs.ErrUnavailable, "the server could not set the paused session's image aside on its disk; it stays paused: try again", err)

@@ -1047,14 +1047,7 @@ func (m *Manager) Discard(ctx context.Context, id string) {
 func (m *Manager) DeleteFor(ctx context.Context, id string) error {
 	s, err := m.Find(ctx, id)
 	if pe := (*PausedError)(nil); errors.As(err, &pe) {
-		var who *identity.Identity
-		if w, ok := identity.From(ctx); ok {
-			who = &w
-		}
-		found, err := m.deletePaused(id, who)
-		if found && err == nil {
-			m.settle(ctx, id)
-		}
+		_, err := m.deletePausedAs(ctx, id)
 		return err
 	}
 	if ee := (*EndedError)(nil); errors.As(err, &ee) && m.keptAtShutdown(ee.End) {
@@ -1096,14 +1089,7 @@ func (m *Manager) DeleteFor(ctx context.Context, id string) error {
 func (m *Manager) DeletePausedFor(ctx context.Context, id string) error {
 	_, err := m.Find(ctx, id)
 	if pe := (*PausedError)(nil); errors.As(err, &pe) {
-		var who *identity.Identity
-		if w, ok := identity.From(ctx); ok {
-			who = &w
-		}
-		found, err := m.deletePaused(id, who)
-		if found && err == nil {
-			m.settle(ctx, id)
-		}
+		found, err := m.deletePausedAs(ctx, id)
 		if !found && err == nil {
 			return fmt.Errorf("%w: the session is not paused (resumed meanwhile); it runs on", errdefs.ErrConflict)
 		}
@@ -1116,6 +1102,20 @@ func (m *Manager) DeletePausedFor(ctx context.Context, id string) error {
 		return err
 	}
 	return fmt.Errorf("%w: the session is not paused; it runs on", errdefs.ErrConflict)
+}
+
+// deletePausedAs deletes the paused session id for the caller ctx
+// carries, who the deletion names, and settles it if it was there.
+func (m *Manager) deletePausedAs(ctx context.Context, id string) (found bool, err error) {
+	var who *identity.Identity
+	if w, ok := identity.From(ctx); ok {
+		who = &w
+	}
+	found, err = m.deletePaused(id, who)
+	if found && err == nil {
+		m.settle(ctx, id)
+	}
+	return found, err
 }
 
 // Close ends every session (with persistence and on_shutdown "pause",
@@ -1435,7 +1435,7 @@ func (s *Session) terminate(end apitype.End) {
 // pause it (refused, failed, out of time), so that a clean shutdown
 // never loses what a kill -9 would have kept.
 func (s *Session) keepsPoint(end apitype.End) bool {
-	return end.Code == apitype.EndShutdown && s.m.cfg.Persistence.OnShutdown == "pause"
+	return s.m.keptAtShutdown(end)
 }
 
 func (s *Session) teardown() {
