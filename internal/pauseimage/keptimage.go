@@ -3,6 +3,7 @@ package pauseimage
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,7 +33,35 @@ func KeepImage(root, id string, now time.Time, k Kept) (Kept, error) {
 	if err := checkID(id); err != nil {
 		return Kept{}, err
 	}
-	kept := filepath.Join(root, keptImagePrefix+id+"-"+now.UTC().Format("20060102T150405.000Z"))
+	return keepWhole(root, filepath.Join(root, id), keptImagePrefix+id, keptImageDir, id, now, k)
+}
+
+// A live session's recovery point that cannot be recovered (damaged,
+// or over persistence.max_image_bytes) is kept the same way, whole,
+// under keptPointPrefix (its directory moved under "point"): its files
+// are never read into an image, and it is counted and expires as a
+// kept image does.
+const (
+	keptPointPrefix = ".kept-point-"
+	keptPointDir    = "point"
+)
+
+// KeepPoint moves the recovery point of id (LiveDir), which Recover
+// refused, into a kept directory of its own (see keptPointPrefix) with
+// k as its kept.json, as KeepImage does an image. Whatever the point
+// holds (a symlink in place of its tree, a FIFO) is moved, never
+// followed or opened.
+func KeepPoint(root, id string, now time.Time, k Kept) (Kept, error) {
+	if err := checkID(id); err != nil {
+		return Kept{}, err
+	}
+	return keepWhole(root, LiveDir(root, id), keptPointPrefix+id, keptPointDir, id, now, k)
+}
+
+// keepWhole moves src into <root>/<name>-<now>/<sub> with k as its
+// kept.json (see KeepImage).
+func keepWhole(root, src, name, sub, id string, now time.Time, k Kept) (Kept, error) {
+	kept := filepath.Join(root, name+"-"+now.UTC().Format("20060102T150405.000Z"))
 	if err := os.Mkdir(kept, 0o700); err != nil {
 		return Kept{}, diskErr(err)
 	}
@@ -45,23 +74,24 @@ func KeepImage(root, id string, now time.Time, k Kept) (Kept, error) {
 		err = syncDir(kept)
 	}
 	if err == nil {
-		err = os.Rename(filepath.Join(root, id), filepath.Join(kept, keptImageDir))
+		err = os.Rename(src, filepath.Join(kept, sub))
 	}
 	if err != nil {
 		os.RemoveAll(kept)
 		return Kept{}, diskErr(err)
 	}
-	k.Bytes = keptImageBytes(kept)
+	k.Bytes = keptWholeBytes(kept, sub)
 	if err := syncDir(root); err != nil {
 		return k, diskErr(err)
 	}
 	return k, nil
 }
 
-// keptImageBytes is what the image in a kept image's directory takes.
-func keptImageBytes(dir string) int64 {
+// keptWholeBytes is what the regular files under sub of a kept
+// directory take (never through a symlink).
+func keptWholeBytes(dir, sub string) int64 {
 	var n int64
-	filepath.WalkDir(filepath.Join(dir, keptImageDir), func(p string, d os.DirEntry, err error) error {
+	filepath.WalkDir(filepath.Join(dir, sub), func(p string, d os.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {
 			if fi, err := d.Info(); err == nil {
 				n += fi.Size()
@@ -75,10 +105,51 @@ func keptImageBytes(dir string) int64 {
 // keptKind says whether name is a kept directory's (a memory image's or
 // a whole image's), and its prefix.
 func keptKind(name string) (prefix string, ok bool) {
-	for _, p := range []string{keptPrefix, keptImagePrefix} {
+	for _, p := range []string{keptPrefix, keptImagePrefix, keptPointPrefix} {
 		if strings.HasPrefix(name, p) {
 			return p, true
 		}
 	}
 	return "", false
+}
+
+// Contents is what a directory of images holds, counted without
+// changing anything (Census).
+type Contents struct {
+	// Images: paused sessions' images (and resumed markers); Points:
+	// live sessions' recovery points; Kept: what is kept for
+	// inspection.
+	Images, Points, Kept int
+}
+
+// Any says whether it holds anything.
+func (c Contents) Any() bool { return c.Images+c.Points+c.Kept > 0 }
+
+// Census counts what root holds, reading its names only (no root:
+// nothing): what a server with persistence off leaves alone, and says
+// so.
+func Census(root string) (Contents, error) {
+	var c Contents
+	ents, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return c, nil
+	}
+	if err != nil {
+		return c, err
+	}
+	for _, e := range ents {
+		name := e.Name()
+		_, kept := keptKind(name)
+		point, isPoint := strings.CutPrefix(name, livePrefix)
+		resumed, isResumed := strings.CutPrefix(name, resumedPrefix)
+		switch {
+		case kept:
+			c.Kept++
+		case isPoint && ValidID(point):
+			c.Points++
+		case ValidID(name) && !strings.HasPrefix(name, forkPrefix), isResumed && ValidID(resumed):
+			c.Images++
+		}
+	}
+	return c, nil
 }

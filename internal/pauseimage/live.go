@@ -229,8 +229,8 @@ func NewLive(root, id string) (*Live, error) {
 	}
 	l := &Live{root: root, id: id, dir: dir, held: map[string]held{}}
 	var err error
-	if l.tree, err = workspace.OpenOut(filepath.Join(dir, liveTree)); err == nil {
-		l.stage, err = workspace.OpenOut(filepath.Join(dir, liveStage))
+	if l.tree, err = workspace.OpenOutBeneath(dir, liveTree); err == nil {
+		l.stage, err = workspace.OpenOutBeneath(dir, liveStage)
 	}
 	if err != nil {
 		l.Remove()
@@ -701,8 +701,10 @@ func RemoveLive(root, id string) error {
 // sessions of a server that ended without pausing them.
 func ListLive(root string) ([]string, error) { return listMarked(root, livePrefix) }
 
-// listMarked returns the ids of the directories under root named
-// prefix followed by a valid id (none, and no root: nil).
+// listMarked returns the ids of the entries under root named prefix
+// followed by a valid id (none, and no root: nil): directories, and
+// whatever else has such a name (a symlink, a file), which its reader
+// refuses as damage rather than leave it where nothing counts it.
 func listMarked(root, prefix string) ([]string, error) {
 	ents, err := os.ReadDir(root)
 	if errors.Is(err, os.ErrNotExist) {
@@ -713,7 +715,7 @@ func listMarked(root, prefix string) ([]string, error) {
 	}
 	var ids []string
 	for _, e := range ents {
-		if id, ok := strings.CutPrefix(e.Name(), prefix); ok && e.IsDir() && ValidID(id) {
+		if id, ok := strings.CutPrefix(e.Name(), prefix); ok && ValidID(id) {
 			ids = append(ids, id)
 		}
 	}
@@ -725,10 +727,16 @@ func listMarked(root, prefix string) ([]string, error) {
 // point, and removes the point. A point never sealed (its session ended
 // before its first seal completed) is removed, and ErrNotFound. One
 // that fails a check (point.json damaged, a file of tree/ missing or of
-// another size: the disk lost what was synced) is ErrImageCorrupt and
-// left in place for the operator. An image of id in place already (the
-// server ended between a pause's image and its point's removal)
-// supersedes the point, which is removed (ErrConflict).
+// another size: the disk lost what was synced; anything in it that a
+// seal never writes: a symlink, a FIFO, a device, a path out of the
+// workspace) is ErrImageCorrupt, and one over max ErrTooLarge: both are
+// left in place, never read beyond the check, for the caller to keep
+// aside (KeepPoint); the Point returned then is what point.json says
+// when it passed its checksum (Seq 0: not even that). An image of id
+// in place already (the server ended between a pause's image and its
+// point's removal) supersedes the point, which is removed
+// (ErrConflict). Nothing is followed: a directory of the point
+// replaced by a symlink is damage, never a way out of root.
 func Recover(ctx context.Context, root, id string, max int64, describe func(Point) ([]byte, error)) (Point, Stats, error) {
 	if err := checkID(id); err != nil {
 		return Point{}, Stats{}, err
@@ -737,66 +745,74 @@ func Recover(ctx context.Context, root, id string, max int64, describe func(Poin
 	if _, err := os.Lstat(filepath.Join(root, id)); err == nil {
 		return Point{}, Stats{}, errors.Join(fmt.Errorf("%w: the session %s was paused; its recovery point is not needed", errdefs.ErrConflict, id), RemoveLive(root, id))
 	}
+	bad := func(why string) error {
+		return fmt.Errorf("%w: the recovery point of session %s (%s) cannot be used: %s", errdefs.ErrImageCorrupt, id, dir, why)
+	}
+	if fi, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		return Point{}, Stats{}, fmt.Errorf("%w: no recovery point of %s", errdefs.ErrNotFound, id)
+	} else if err != nil {
+		return Point{}, Stats{}, diskErr(err)
+	} else if !fi.IsDir() {
+		return Point{}, Stats{}, bad("it is not a directory (a symlink?)")
+	}
 	raw, err := readRegular(filepath.Join(dir, livePoint), maxPoint)
 	if err != nil && err.Error() == "missing" {
 		return Point{}, Stats{}, errors.Join(fmt.Errorf("%w: the session %s ended before its first recovery point", errdefs.ErrNotFound, id), RemoveLive(root, id))
 	}
-	bad := func(why string) error {
-		return fmt.Errorf("%w: the recovery point of session %s (%s) cannot be used: %s; it is left for the operator to inspect", errdefs.ErrImageCorrupt, id, dir, why)
-	}
 	if err != nil {
 		return Point{}, Stats{}, bad("point.json: " + err.Error())
 	}
-	var env envelope
-	if err := json.Unmarshal(raw, &env); err != nil || env.Version != version {
-		return Point{}, Stats{}, bad("point.json is malformed (truncated?)")
-	}
-	h := sha256.Sum256(env.Body)
-	if hex.EncodeToString(h[:]) != env.SHA256 {
-		return Point{}, Stats{}, bad("point.json fails its checksum")
-	}
-	var b pointBody
-	if err := json.Unmarshal(env.Body, &b); err != nil || b.Seq < 1 {
-		return Point{}, Stats{}, bad("point.json's body is malformed")
+	b, err := decodePoint(raw)
+	if err != nil {
+		return b.Point, Stats{}, bad(err.Error())
 	}
 	want := make(map[string]liveEntry, len(b.Entries))
 	for _, e := range b.Entries {
-		if !entryPath(e.Path) {
-			return Point{}, Stats{}, bad(fmt.Sprintf("it names %q, not a path in a workspace", clip(e.Path)))
-		}
-		if strings.Contains(e.Stage, "/") {
-			return Point{}, Stats{}, bad(fmt.Sprintf("it names the staged file %q", clip(e.Stage)))
-		}
 		want[e.Path] = e
 	}
 	l := &Live{root: root, id: id, dir: dir, body: b}
-	if l.tree, err = workspace.OpenOut(filepath.Join(dir, liveTree)); err == nil {
-		l.stage, err = workspace.OpenOut(filepath.Join(dir, liveStage))
+	if l.tree, err = workspace.OpenOutBeneath(dir, liveTree); err == nil {
+		l.stage, err = workspace.OpenOutBeneath(dir, liveStage)
 	}
 	defer l.Close()
 	if err != nil {
-		return Point{}, Stats{}, bad(err.Error())
+		return b.Point, Stats{}, bad(err.Error())
 	}
 	// What tree/ holds beyond the point (the removals of its apply, cut
-	// short) goes; what is missing is made or moved in from stage/.
+	// short) goes; what is missing is moved in from stage/. Anything
+	// but a file or a directory (which no seal writes) is damage, left
+	// as it is.
 	have, truncated, err := l.tree.List("", true)
 	if err != nil || truncated {
-		return Point{}, Stats{}, bad("tree/ cannot be listed whole")
+		return b.Point, Stats{}, bad("tree/ cannot be listed whole")
 	}
 	for _, e := range have {
-		w, ok := want[e.Path]
-		if !ok || w.Dir != (e.Type == "dir") || e.Type != "dir" && e.Type != "file" {
+		if e.Type != "dir" && e.Type != "file" {
+			return b.Point, Stats{}, bad(fmt.Sprintf("tree/ holds %q, a %s", clip(e.Path), e.Type))
+		}
+	}
+	staged, _, err := l.stage.List("", false)
+	if err != nil {
+		return b.Point, Stats{}, bad("stage/ cannot be listed")
+	}
+	for _, e := range staged {
+		if e.Type != "file" {
+			return b.Point, Stats{}, bad(fmt.Sprintf("stage/ holds %q, a %s", clip(e.Path), e.Type))
+		}
+	}
+	for _, e := range have {
+		if w, ok := want[e.Path]; !ok || w.Dir != (e.Type == "dir") {
 			if err := l.tree.Remove(e.Path, true); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-				return Point{}, Stats{}, diskErr(err)
+				return b.Point, Stats{}, diskErr(err)
 			}
 		}
 	}
 	if err := l.applyStaged(); err != nil {
-		return Point{}, Stats{}, bad("applying its staged files: " + err.Error())
+		return b.Point, Stats{}, bad("applying its staged files: " + err.Error())
 	}
 	have, _, err = l.tree.List("", true)
 	if err != nil {
-		return Point{}, Stats{}, bad("tree/ cannot be listed")
+		return b.Point, Stats{}, bad("tree/ cannot be listed")
 	}
 	got := make(map[string]workspace.Entry, len(have))
 	for _, e := range have {
@@ -806,26 +822,81 @@ func Recover(ctx context.Context, root, id string, max int64, describe func(Poin
 		e, ok := got[w.Path]
 		switch {
 		case !ok:
-			return Point{}, Stats{}, bad(fmt.Sprintf("%q is missing", clip(w.Path)))
+			return b.Point, Stats{}, bad(fmt.Sprintf("%q is missing", clip(w.Path)))
 		case w.Dir != (e.Type == "dir"), !w.Dir && e.Type != "file":
-			return Point{}, Stats{}, bad(fmt.Sprintf("%q is a %s", clip(w.Path), e.Type))
+			return b.Point, Stats{}, bad(fmt.Sprintf("%q is a %s", clip(w.Path), e.Type))
 		case !w.Dir && e.Size != w.Size:
-			return Point{}, Stats{}, bad(fmt.Sprintf("%q has %d bytes, not %d", clip(w.Path), e.Size, w.Size))
+			return b.Point, Stats{}, bad(fmt.Sprintf("%q has %d bytes, not %d", clip(w.Path), e.Size, w.Size))
 		}
 	}
 	session, err := describe(b.Point)
 	if err != nil {
-		return Point{}, Stats{}, err
+		return b.Point, Stats{}, err
 	}
 	st, err := Write(ctx, root, id, session, l.tree, max, nil)
 	if err != nil {
-		return Point{}, Stats{}, err
+		return b.Point, Stats{}, err
 	}
 	l.Close()
 	if err := RemoveLive(root, id); err != nil && !errors.Is(err, ErrLeftBehind) {
 		return b.Point, st, fmt.Errorf("the recovery point of %s is an image now, but could not be removed: %w", id, err)
 	}
 	return b.Point, st, nil
+}
+
+// decodePoint reads point.json (raw) back, trusting nothing in it: its
+// checksum, then every entry (a path in a workspace, named once, a size
+// that is not negative, a staged name a seal makes). A point.json whose
+// checksum passes but whose entries fail is returned with the error
+// (its Point: whose session it was).
+func decodePoint(raw []byte) (pointBody, error) {
+	var env envelope
+	if err := json.Unmarshal(raw, &env); err != nil || env.Version != version {
+		return pointBody{}, errors.New("point.json is malformed (truncated?)")
+	}
+	h := sha256.Sum256(env.Body)
+	if hex.EncodeToString(h[:]) != env.SHA256 {
+		return pointBody{}, errors.New("point.json fails its checksum")
+	}
+	var b pointBody
+	if err := json.Unmarshal(env.Body, &b); err != nil || b.Seq < 1 {
+		return pointBody{}, errors.New("point.json's body is malformed")
+	}
+	if len(b.Entries) > workspace.MaxListLength {
+		return b, fmt.Errorf("it names %d entries, more than a seal keeps (%d)", len(b.Entries), workspace.MaxListLength)
+	}
+	seen := make(map[string]bool, len(b.Entries))
+	for _, e := range b.Entries {
+		switch {
+		case !entryPath(e.Path):
+			return b, fmt.Errorf("it names %q, not a path in a workspace", clip(e.Path))
+		case seen[e.Path]:
+			return b, fmt.Errorf("it names %q twice", clip(e.Path))
+		case e.Size < 0 || e.Dir && (e.Size != 0 || e.Stage != ""):
+			return b, fmt.Errorf("its entry %q is malformed", clip(e.Path))
+		case e.Stage != "" && !stageName(e.Stage):
+			return b, fmt.Errorf("it names the staged file %q", clip(e.Stage))
+		}
+		seen[e.Path] = true
+	}
+	return b, nil
+}
+
+// stageName: s is a name a seal stages a file under (<seq>-<n>).
+func stageName(s string) bool {
+	a, b, ok := strings.Cut(s, "-")
+	digits := func(p string) bool {
+		if p == "" || len(p) > 20 {
+			return false
+		}
+		for _, c := range []byte(p) {
+			if c < '0' || c > '9' {
+				return false
+			}
+		}
+		return true
+	}
+	return ok && digits(a) && digits(b)
 }
 
 // Archive opens the image's files once more, for a reader beside

@@ -446,21 +446,31 @@ func readMeta(dir, id string) (b body, size int64, err error) {
 	if err != nil {
 		return body{}, 0, corrupt(id, "meta.json: "+err.Error())
 	}
+	if b, err = decodeMeta(raw); err != nil {
+		return body{}, 0, corrupt(id, err.Error())
+	}
+	return b, int64(len(raw)), nil
+}
+
+// decodeMeta reads meta.json (raw) back and checks it: its version,
+// its checksum, a body of the right form.
+func decodeMeta(raw []byte) (body, error) {
 	var env envelope
 	if err := json.Unmarshal(raw, &env); err != nil {
-		return body{}, 0, corrupt(id, "meta.json is not valid JSON (truncated?)")
+		return body{}, errors.New("meta.json is not valid JSON (truncated?)")
 	}
 	if env.Version != version {
-		return body{}, 0, corrupt(id, fmt.Sprintf("meta.json is of version %d, this server reads %d", env.Version, version))
+		return body{}, fmt.Errorf("meta.json is of version %d, this server reads %d", env.Version, version)
 	}
 	h := sha256.Sum256(env.Body)
 	if hex.EncodeToString(h[:]) != env.SHA256 {
-		return body{}, 0, corrupt(id, "meta.json fails its checksum")
+		return body{}, errors.New("meta.json fails its checksum")
 	}
-	if err := json.Unmarshal(env.Body, &b); err != nil || b.Files.Size < 0 {
-		return body{}, 0, corrupt(id, "meta.json's body is malformed")
+	var b body
+	if err := json.Unmarshal(env.Body, &b); err != nil || b.Files.Size < 0 || b.Stats.Bytes < 0 || b.Stats.Files < 0 || b.Stats.Dirs < 0 {
+		return body{}, errors.New("meta.json's body is malformed")
 	}
-	return b, int64(len(raw)), nil
+	return b, nil
 }
 
 // encodeMeta is meta.json of b.
@@ -1087,17 +1097,26 @@ func (im *Image) Memory() (*Memory, error) {
 	if err != nil {
 		return nil, corrupt(id, "memory.json: "+err.Error())
 	}
+	m, err := decodeMemory(raw)
+	if err != nil {
+		return nil, corrupt(id, err.Error())
+	}
+	return m, nil
+}
+
+// decodeMemory reads memory.json (raw) back and checks it.
+func decodeMemory(raw []byte) (*Memory, error) {
 	var env envelope
 	if err := json.Unmarshal(raw, &env); err != nil || env.Version != version {
-		return nil, corrupt(id, "memory.json is malformed (truncated?)")
+		return nil, errors.New("memory.json is malformed (truncated?)")
 	}
 	h := sha256.Sum256(env.Body)
 	if hex.EncodeToString(h[:]) != env.SHA256 {
-		return nil, corrupt(id, "memory.json fails its checksum")
+		return nil, errors.New("memory.json fails its checksum")
 	}
 	var m Memory
 	if err := json.Unmarshal(env.Body, &m); err != nil || m.Bytes < 0 {
-		return nil, corrupt(id, "memory.json's body is malformed")
+		return nil, errors.New("memory.json's body is malformed")
 	}
 	return &m, nil
 }
@@ -1247,9 +1266,12 @@ func ListKept(root string, keep time.Duration) ([]Kept, error) {
 			k = Kept{ID: keptID(e.Name()), Expires: info.ModTime().Add(keep), Unrecorded: true}
 		}
 		k.Dir = dir
-		if prefix == keptImagePrefix {
-			k.Bytes = keptImageBytes(dir)
-		} else {
+		switch prefix {
+		case keptImagePrefix:
+			k.Bytes = keptWholeBytes(dir, keptImageDir)
+		case keptPointPrefix:
+			k.Bytes = keptWholeBytes(dir, keptPointDir)
+		default:
 			k.Bytes = keptBytes(dir)
 		}
 		out = append(out, k)

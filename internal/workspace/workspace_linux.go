@@ -102,6 +102,28 @@ func OpenOut(dir string) (*Dir, error) {
 	return &Dir{fd: fd, uid: os.Getuid(), gid: os.Getgid(), copy: copy, root: dir}, nil
 }
 
+// OpenOutBeneath opens rel, a directory beneath the host directory
+// parent, as OpenOut opens a directory, but makes nothing and follows
+// nothing on the way from parent: rel is resolved beneath it, never
+// through a symlink or a mount, and must be a directory. For host
+// directories read back that someone may have tampered with (a live
+// session's recovery point after a crash): one of their directories
+// replaced by a symlink to a host directory is refused, never used.
+func OpenOutBeneath(parent, rel string) (*Dir, error) {
+	pfd, err := unix.Open(parent, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", errdefs.ErrUnavailable, parent, err)
+	}
+	defer unix.Close(pfd)
+	shown := path.Join(parent, rel)
+	fd, err := unix.Openat2(pfd, rel, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: resolve})
+	if err != nil {
+		return nil, mapErr(shown, err)
+	}
+	copy := func(dst *os.File, src io.Reader) (int64, error) { return io.Copy(dst, src) }
+	return &Dir{fd: fd, uid: os.Getuid(), gid: os.Getgid(), copy: copy, root: shown}, nil
+}
+
 // Close releases the descriptor; the tmpfs goes away with its last user.
 func (d *Dir) Close() error {
 	d.mu.Lock()
