@@ -74,7 +74,7 @@ func testConfig() config.Config {
 // fakeSource builds fake instances and remembers them, to check that
 // each was closed.
 type fakeSource struct {
-	t     *testing.T
+	t     testing.TB
 	mu    sync.Mutex
 	all   []*fakeInstance
 	fail  error // Get's error, if set
@@ -108,7 +108,7 @@ func (s *fakeSource) last() *fakeInstance {
 // newTestManager returns a manager on fake instances with cfg (the test
 // configuration when nil) and a fake clock. At the test's end it is
 // closed, and every instance it took must have been closed too.
-func newTestManager(t *testing.T, cfg *config.Config) (*Manager, *fakeSource, *watchtest.Clock) {
+func newTestManager(t testing.TB, cfg *config.Config) (*Manager, *fakeSource, *watchtest.Clock) {
 	t.Helper()
 	c := testConfig()
 	if cfg != nil {
@@ -156,6 +156,7 @@ type fakeInstance struct {
 	dead   chan struct{}
 
 	cpu      atomic.Int64
+	memReads atomic.Int64 // Memory's calls
 	peak     atomic.Int64
 	oomKills atomic.Uint64
 	// marks hears a "mark" step (a test waits for code to get there).
@@ -215,7 +216,7 @@ type fakeInterp struct {
 	freed              atomic.Bool // a runtime beside the first was closed
 }
 
-func newFakeInstance(t *testing.T, rt runtimes.Runtime, l config.Limits) *fakeInstance {
+func newFakeInstance(t testing.TB, rt runtimes.Runtime, l config.Limits) *fakeInstance {
 	dir, err := os.MkdirTemp(t.TempDir(), "ws")
 	if err != nil {
 		t.Fatal(err)
@@ -242,7 +243,7 @@ func (f *fakeInstance) Isolation() config.Isolation { return config.Native }
 func (f *fakeInstance) Started() time.Time          { return f.start }
 func (f *fakeInstance) Workspace() *workspace.Dir   { return f.ws }
 func (f *fakeInstance) CPU() (time.Duration, error) { return time.Duration(f.cpu.Load()), nil }
-func (f *fakeInstance) Memory() (int64, error)      { return 1 << 20, nil }
+func (f *fakeInstance) Memory() (int64, error)      { f.memReads.Add(1); return 1 << 20, nil }
 func (f *fakeInstance) Events() <-chan cgroup.Event { return f.events }
 func (f *fakeInstance) PollPids() time.Duration     { return 0 }
 func (f *fakeInstance) NetNS() (int, bool)          { return -1, false }

@@ -169,11 +169,11 @@ func liveBytes(m *Manager, tenant string) int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var n int64
-	for _, l := range m.liveUsageLocked() {
-		if l.tenant == tenant {
-			n += l.bytes
+	m.eachPausedLocked(func(b pausedBytes) {
+		if b.live != "" && b.tenant == tenant {
+			n += b.bytes
 		}
-	}
+	})
 	return n
 }
 

@@ -129,18 +129,19 @@ func checkRestores(what, v string) error {
 }
 
 // restores is what a pause of the session would keep: the memory only
-// where its checkpoint, as large as the sandbox is now
-// (memoryReserve), fits in what is left of its tenant's
-// quotas.max_paused_bytes (a pause then keeps the files, saying why).
-// It reads the sandbox's cgroup: never call it with s.mu held.
-func (s *Session) restores() string {
+// where its checkpoint, as large as the sandbox is now (memoryReserve
+// of mem, the sandbox's cgroup read, merr its error), fits in what is
+// left of its tenant's quotas.max_paused_bytes (a pause then keeps the
+// files, saying why); usage, if set, is that quota's use read once for
+// a listing (nil: read now).
+func (s *Session) restores(usage func() *pausedUsage, mem int64, merr error) string {
 	if !s.m.cfg.Persistence.Enabled {
 		return ""
 	}
 	if !s.keepsMemory() {
 		return apitype.RestoreFiles
 	}
-	if room := s.m.pausedRoom(s.owner.Tenant, s.id); room == math.MaxInt64 || room >= s.memoryReserve() {
+	if room := s.m.pausedRoom(s.owner.Tenant, s.id, usage); room == math.MaxInt64 || room >= s.memoryReserve(mem, merr) {
 		return apitype.RestoreMemory
 	}
 	return apitype.RestoreFiles
@@ -160,10 +161,10 @@ func memoryCeiling(l config.Limits) int64 { return int64(l.Memory) + 96<<20 }
 // checkpoint stops its kernel (the session's executions and commands
 // are already stopped by the pause; a background process may run on),
 // at most memoryCeiling. A checkpoint larger than that fails its size
-// check, and the pause keeps the files, saying why.
-func (s *Session) memoryReserve() int64 {
+// check, and the pause keeps the files, saying why. used is what the
+// cgroup holds (s.inst.Memory, err its error: then the ceiling).
+func (s *Session) memoryReserve(used int64, err error) int64 {
 	ceiling := memoryCeiling(s.limits)
-	used, err := s.inst.Memory()
 	if err != nil || used <= 0 {
 		return ceiling
 	}
@@ -201,7 +202,7 @@ func (s *Session) writeMemory(ctx context.Context, id string, filesBytes int64, 
 	if err != nil {
 		return 0, err
 	}
-	max := min(s.memoryReserve(), int64(m.cfg.Persistence.MaxImageBytes)-filesBytes)
+	max := min(s.memoryReserve(s.inst.Memory()), int64(m.cfg.Persistence.MaxImageBytes)-filesBytes)
 	if max <= 0 {
 		return 0, fmt.Errorf("%w: the files take all of persistence.max_image_bytes", errdefs.ErrTooLarge)
 	}

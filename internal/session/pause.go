@@ -1133,11 +1133,15 @@ func (m *Manager) pausedLimit(tenant string) int64 {
 
 // pausedRoom is what is left of tenant's quotas.max_paused_bytes for
 // a pause of the session id (whose own recovery point its image
-// replaces; math.MaxInt64: no quota).
-func (m *Manager) pausedRoom(tenant, id string) int64 {
+// replaces; math.MaxInt64: no quota); usage, if set, is the quotas'
+// use read once for a listing (nil: read now).
+func (m *Manager) pausedRoom(tenant, id string, usage func() *pausedUsage) int64 {
 	limit := m.pausedLimit(tenant)
 	if limit <= 0 {
 		return math.MaxInt64
+	}
+	if usage != nil {
+		return limit - usage().used(tenant, id)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

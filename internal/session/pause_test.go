@@ -24,7 +24,7 @@ import (
 
 // persistConfig is the test configuration with persistence on, in a
 // directory of the test's.
-func persistConfig(t *testing.T) *config.Config {
+func persistConfig(t testing.TB) *config.Config {
 	c := testConfig()
 	c.Persistence.Enabled = true
 	c.Persistence.Dir = t.TempDir()

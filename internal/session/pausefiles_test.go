@@ -73,7 +73,11 @@ func (f memInstance) AttachInterp(runtimes.Runtime, int) (Beside, error) {
 // newMemManager is newTestManager (persistence on) whose sandboxes can
 // keep their memory while keeps is set.
 func newMemManager(t *testing.T) (*Manager, *config.Config, memSource) {
-	cfg := persistConfig(t)
+	return newMemManagerWith(t, persistConfig(t))
+}
+
+// newMemManagerWith is newMemManager with cfg (persistence on).
+func newMemManagerWith(t testing.TB, cfg *config.Config) (*Manager, *config.Config, memSource) {
 	m, src, _ := newTestManager(t, cfg)
 	ms := memSource{fakeSource: src, keeps: &atomic.Bool{}, checkpoints: &atomic.Int32{}, fail: &atomic.Bool{}}
 	ms.keeps.Store(true)

@@ -73,21 +73,13 @@ func (m *Manager) PausedUsage() map[string]PausedUsage {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := map[string]PausedUsage{}
-	for _, p := range m.paused {
-		u := out[p.meta.Tenant]
-		u.Sessions++
-		u.DiskBytes += p.stats.DiskBytes
-		out[p.meta.Tenant] = u
-	}
-	for _, k := range m.kept {
-		u := out[k.Tenant]
-		u.DiskBytes += k.Bytes
-		out[k.Tenant] = u
-	}
-	for _, l := range m.liveUsageLocked() {
-		u := out[l.tenant]
-		u.DiskBytes += l.bytes
-		out[l.tenant] = u
-	}
+	m.eachPausedLocked(func(b pausedBytes) {
+		u := out[b.tenant]
+		if b.paused {
+			u.Sessions++
+		}
+		u.DiskBytes += b.bytes
+		out[b.tenant] = u
+	})
 	return out
 }

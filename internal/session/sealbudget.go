@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -135,52 +136,110 @@ func sealOutcome(err error) string {
 // under way, and its live sessions' recovery points and resumed markers
 // but those of except (a session whose point, marker and seal under way
 // the write asked for supersedes: its pause's image, its point's next
-// seal; the seal's bytes still count for the disk).
+// seal; the seal's bytes still count for the disk). One pass over the
+// sessions, with no map of them: a seal asks it each time.
 func (m *Manager) pausedUsedLocked(tenant, except string) int64 {
 	used := m.reserved[tenant] - m.sealing[except]
-	for _, p := range m.paused {
-		if p.meta.Tenant == tenant {
-			used += p.stats.DiskBytes
-		}
-	}
-	for _, k := range m.kept {
-		if k.Tenant == tenant {
-			used += k.Bytes
-		}
-	}
-	for id, b := range m.liveUsageLocked() {
-		if b.tenant == tenant && id != except {
+	m.eachPausedLocked(func(b pausedBytes) {
+		if b.tenant == tenant && (b.live == "" || b.live != except) {
 			used += b.bytes
 		}
-	}
+	})
 	return used
 }
 
-type liveUsage struct {
+// pausedBytes is one thing counted in its tenant's
+// quotas.max_paused_bytes: a paused session's image (paused), a memory
+// image kept for the operator, or a live session's recovery point and
+// resumed marker (live: the session's id).
+type pausedBytes struct {
 	tenant string
 	bytes  int64
+	paused bool
+	live   string
 }
 
-// liveUsageLocked is what the live sessions' recovery points and
-// resumed markers take, by session (those ended whose point is not
-// removed yet included); m.mu is held.
-func (m *Manager) liveUsageLocked() map[string]liveUsage {
-	out := map[string]liveUsage{}
-	add := func(s *Session) {
-		if s.live == nil {
-			return
-		}
-		if b := s.live.bytes.Load() + s.live.marker.Load(); b > 0 {
-			out[s.id] = liveUsage{tenant: s.owner.Tenant, bytes: b}
-		}
+// eachPausedLocked calls f with each thing counted in tenants'
+// quotas.max_paused_bytes but the writes reserved (m.mu is held). A
+// session's point and marker count once by id (one directory each on
+// the disk): a session resumed while its old self tears down (going,
+// under the same id) counts as the listed one when that has a point or
+// a marker, else as the old one.
+func (m *Manager) eachPausedLocked(f func(pausedBytes)) {
+	for _, p := range m.paused {
+		f(pausedBytes{tenant: p.meta.Tenant, bytes: p.stats.DiskBytes, paused: true})
 	}
+	for _, k := range m.kept {
+		f(pausedBytes{tenant: k.Tenant, bytes: k.Bytes})
+	}
+	// The ones going first: a listed one's first seal between its two
+	// readings counts both (never neither).
+	var seen map[string]bool
 	for s := range m.going {
-		add(s)
+		b := s.liveBytes()
+		if b <= 0 || seen[s.id] {
+			continue
+		}
+		if l := m.sessions[s.id]; l != nil && l.liveBytes() > 0 {
+			continue
+		}
+		if seen == nil {
+			seen = map[string]bool{}
+		}
+		seen[s.id] = true
+		f(pausedBytes{tenant: s.owner.Tenant, bytes: b, live: s.id})
 	}
-	for _, s := range m.sessions {
-		add(s)
+	for id, s := range m.sessions {
+		if b := s.liveBytes(); b > 0 {
+			f(pausedBytes{tenant: s.owner.Tenant, bytes: b, live: id})
+		}
 	}
-	return out
+}
+
+// liveBytes is what the session's recovery point and resumed marker
+// take on the disk (ended ones whose point is not removed yet included).
+func (s *Session) liveBytes() int64 {
+	if s.live == nil {
+		return 0
+	}
+	return s.live.bytes.Load() + s.live.marker.Load()
+}
+
+// pausedUsage is what counts against every tenant's
+// quotas.max_paused_bytes, read once: what a listing asks of each of
+// its sessions (pausedUsedLocked, for each, would read them all each
+// time, under m.mu).
+type pausedUsage struct {
+	// tenant: everything, by tenant; live: a live session's point and
+	// marker, by id (as eachPausedLocked counts them); sealing: the
+	// seals under way, by session id.
+	tenant  map[string]int64
+	live    map[string]pausedBytes
+	sealing map[string]int64
+}
+
+// pausedUsageLocked reads pausedUsage (m.mu is held).
+func (m *Manager) pausedUsageLocked() *pausedUsage {
+	u := &pausedUsage{tenant: maps.Clone(m.reserved), live: map[string]pausedBytes{}, sealing: maps.Clone(m.sealing)}
+	if u.tenant == nil {
+		u.tenant = map[string]int64{}
+	}
+	m.eachPausedLocked(func(b pausedBytes) {
+		u.tenant[b.tenant] += b.bytes
+		if b.live != "" {
+			u.live[b.live] = b
+		}
+	})
+	return u
+}
+
+// used is pausedUsedLocked(tenant, except) as it was when u was read.
+func (u *pausedUsage) used(tenant, except string) int64 {
+	used := u.tenant[tenant] - u.sealing[except]
+	if b, ok := u.live[except]; ok && b.tenant == tenant {
+		used -= b.bytes
+	}
+	return used
 }
 
 // admitSeal admits a seal of lp's point that costs c, or says why not:

@@ -947,13 +947,20 @@ func (m *Manager) List() []apitype.Session {
 	}
 	m.mu.Unlock()
 	out := make([]apitype.Session, len(all))
+	// What counts against the tenants' paused quotas (for each
+	// session's restores) is read once, when the first needs it.
+	usage := sync.OnceValue(func() *pausedUsage {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.pausedUsageLocked()
+	})
 	// Each description reads its sandbox's cgroup (two files): with a
 	// thousand sessions that is most of a listing's time, so a large one
 	// is read by a few workers at once.
 	var next atomic.Int64
 	describe := func() {
 		for i := int(next.Add(1)) - 1; i < len(all); i = int(next.Add(1)) - 1 {
-			out[i] = all[i].Info()
+			out[i] = all[i].info(usage)
 		}
 	}
 	var wg sync.WaitGroup
@@ -1198,7 +1205,11 @@ func (s *Session) Limits() config.Limits { return s.limits }
 
 // Info describes the session: what it is, and what it does and uses now
 // (the sandbox's cgroup read, outside any lock).
-func (s *Session) Info() (info apitype.Session) {
+func (s *Session) Info() apitype.Session { return s.info(nil) }
+
+// info is Info; usage, if set, is the paused quotas' use read once for
+// a listing (see restores).
+func (s *Session) info(usage func() *pausedUsage) (info apitype.Session) {
 	defer func() {
 		if s.egressGate() != nil {
 			info.Network = s.Network()
@@ -1212,7 +1223,7 @@ func (s *Session) Info() (info apitype.Session) {
 	pointAt := s.live.pointAt()
 	restores := ""
 	if s.client {
-		restores = s.restores()
+		restores = s.restores(usage, mem, merr)
 	}
 	rp := s.live.info()
 	now := time.Now()
