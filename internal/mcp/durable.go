@@ -88,8 +88,8 @@ func (s *Server) end(header http.Header, ids []string) {
 // its earlier run made (DurableKey) and that its end paused: their
 // connections are gone with it. A tool call of any connection that names
 // one (with the caller's credentials: the API decides whether it may)
-// resumes it and makes it that connection's, ending with it as the
-// sessions it made do. One that no connection has named within grace and
+// resumes it (pause_session and fork_session leave it paused: claim) and
+// makes it that connection's, ending with it as the sessions it made do. One that no connection has named within grace and
 // is still paused then ends, so that no session is left paused, holding
 // its tenant's quota, with no connection that would end it. Those of
 // other servers of a cluster (Options.Pod) are theirs to adopt.
@@ -154,20 +154,29 @@ func (s *Server) endOrphans() {
 
 // adopt makes session id, if Adopt took it in, the connection c's (its
 // mu held): it resumes it now, so that the result can say what came
-// back (note).
-func (s *Server) adopt(ctx context.Context, api *client.Client, c *connection, id string, h http.Header) (note string, err error) {
+// back (note), and returns what the resume answered (nil: id was not
+// one Adopt took in, and is left as it is).
+func (s *Server) adopt(ctx context.Context, api *client.Client, c *connection, id string, h http.Header) (info *apitype.Session, note string, err error) {
 	s.mu.Lock()
 	_, orphan := s.orphans[id]
 	s.mu.Unlock()
 	if !orphan {
-		return "", nil
+		return nil, "", nil
 	}
-	info, err := api.ResumeSession(ctx, id)
+	info, err = api.ResumeSession(ctx, id)
 	if err != nil {
 		// The caller's: not adopted (another tenant's gets the API's
 		// 404; a broken image is kept for inspection).
-		return "", err
+		return nil, "", err
 	}
+	s.claimLocked(c, id, h)
+	return info, "session " + id + " was paused when the server restarted and is resumed: " + restoredNote(info), nil
+}
+
+// claimLocked makes session id, if Adopt took it in and no other
+// connection has claimed it since, the connection c's (its mu held): it
+// ends with c from then on, and the sweep leaves it.
+func (s *Server) claimLocked(c *connection, id string, h http.Header) {
 	s.mu.Lock()
 	_, still := s.orphans[id]
 	delete(s.orphans, id)
@@ -178,7 +187,19 @@ func (s *Server) adopt(ctx context.Context, api *client.Client, c *connection, i
 			c.header = h
 		}
 	}
-	return "session " + id + " was paused when the server restarted and is resumed: " + restoredNote(info), nil
+}
+
+// claim is claimLocked for a call that named id and worked on it as it
+// is, paused, with the caller's credentials (pause_session,
+// fork_session): named, it is that connection's, not resumed for it.
+// On a connection that closed meanwhile it is left to the sweep.
+func (s *Server) claim(req *mcp.CallToolRequest, id string) {
+	c := s.conn(req.Session)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed {
+		s.claimLocked(c, id, header(req.Extra))
+	}
 }
 
 // restoredNote says what a resume brought back, for the model.
@@ -313,6 +334,9 @@ func (s *Server) pauseSession(ctx context.Context, req *mcp.CallToolRequest, in 
 	if err != nil {
 		return failed(err), out, nil
 	}
+	// Named (a session of the last run's connections): this
+	// connection's now, kept paused as asked, not swept.
+	s.claim(req, id)
 	out = stateOut(info)
 	msg := fmt.Sprintf("paused session %s: a resume brings back its files", id)
 	if info.Restores == "memory" && (info.Paused == nil || info.Paused.MemoryError == "") {
@@ -335,13 +359,17 @@ func (s *Server) resumeSession(ctx context.Context, req *mcp.CallToolRequest, in
 	if in.SessionID == "" {
 		return failed(argError("session_id is required: the session to resume (list_sessions lists them)")), out, nil
 	}
-	api := s.o.Client(header(req.Extra))
-	// A session of the last run's connections is adopted on the way.
-	id, note, err := s.session(ctx, req, api, in.SessionID)
-	if err != nil {
+	if err := sessionArg(in.SessionID); err != nil {
 		return failed(err), out, nil
 	}
-	info, err := api.ResumeSession(ctx, id)
+	api := s.o.Client(header(req.Extra))
+	id := in.SessionID
+	// A session of the last run's connections is adopted, which resumes
+	// it: resumed once, not again.
+	info, note, err := s.named(ctx, req, api, id)
+	if err == nil && info == nil {
+		info, err = api.ResumeSession(ctx, id)
+	}
 	if err != nil {
 		return failed(err), out, nil
 	}
@@ -370,11 +398,14 @@ func (s *Server) forkSession(ctx context.Context, req *mcp.CallToolRequest, in F
 	if err != nil {
 		return failed(err), out, nil
 	}
-	// It ends with the connection, like create_session's.
+	// It ends with the connection, like create_session's; so does the
+	// original if it was a session of the last run's connections
+	// (named: claimed, left paused).
 	c.created[info.ID] = struct{}{}
 	if c.header == nil {
 		c.header = header(req.Extra)
 	}
+	s.claimLocked(c, id, header(req.Extra))
 	out = stateOut(info)
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("forked session %s into %s (pass it as session_id): %s", id, info.ID, restoredNote(info))}}}, out, nil
 }

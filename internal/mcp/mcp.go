@@ -247,6 +247,20 @@ func (s *Server) closeConnection(ss *mcp.ServerSession) {
 	s.end(header, ids)
 }
 
+// named readies the session id a tool call names: one the last run's
+// connections made is adopted (Adopt), which resumes it, and info is
+// what that resume answered; nil for any other (left as it is: a
+// paused one resumes itself, auto_resume).
+func (s *Server) named(ctx context.Context, req *mcp.CallToolRequest, api *client.Client, id string) (info *apitype.Session, note string, err error) {
+	c := s.conn(req.Session)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, "", nil
+	}
+	return s.adopt(ctx, api, c, id, header(req.Extra))
+}
+
 // errClosing refuses work on a connection that is ending.
 var errClosing = fmt.Errorf("%w: the MCP connection is closing; open a new one", errdefs.ErrUnavailable)
 
@@ -270,13 +284,7 @@ func (s *Server) session(ctx context.Context, req *mcp.CallToolRequest, api *cli
 		if err := sessionArg(id); err != nil {
 			return id, "", err
 		}
-		c := s.conn(req.Session)
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.closed {
-			return id, "", nil
-		}
-		note, err := s.adopt(ctx, api, c, id, header(req.Extra))
+		_, note, err := s.named(ctx, req, api, id)
 		return id, note, err
 	}
 	var lang string
