@@ -40,33 +40,7 @@ func (s *Server) metadata() map[string]string {
 // pauses them as every other session, and a tool call of a new
 // connection that names one resumes it (Adopt). No connection opens a
 // session after it.
-func (s *Server) Shutdown() {
-	s.mu.Lock()
-	s.shut = true
-	if s.sweep != nil {
-		s.sweep.Stop()
-	}
-	conns := make([]*connection, 0, len(s.conns))
-	for ss, c := range s.conns {
-		conns = append(conns, c)
-		delete(s.conns, ss) // their close ends nothing more
-	}
-	s.mu.Unlock()
-	for _, c := range conns {
-		c.mu.Lock()
-		c.closed = true
-		ids := make([]string, 0, len(c.sessions))
-		for _, id := range c.sessions {
-			ids = append(ids, id)
-		}
-		header := c.header
-		c.sessions, c.created = map[string]string{}, map[string]struct{}{}
-		c.mu.Unlock()
-		s.end(header, ids)
-	}
-	// And the connections that closed just before.
-	s.closing.Wait()
-}
+func (s *Server) Shutdown() { s.closeAll(true) }
 
 // end ends sessions of a connection (header: its credentials) that
 // closed or whose server stops.

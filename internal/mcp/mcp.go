@@ -180,19 +180,27 @@ func (s *Server) RunStdio(ctx context.Context) error {
 
 // CloseAll ends the sessions of every connection, returns once they have
 // ended (or failed to), and lets no connection open more.
-func (s *Server) CloseAll() {
+func (s *Server) CloseAll() { s.closeAll(false) }
+
+// closeAll ends every connection (CloseAll, Shutdown: keep leaves the
+// sessions they made to the server's shutdown) and those that closed
+// just before, and lets no connection open more.
+func (s *Server) closeAll(keep bool) {
 	s.mu.Lock()
 	s.shut = true
 	if s.sweep != nil {
 		s.sweep.Stop()
 	}
-	open := make([]*mcp.ServerSession, 0, len(s.conns))
-	for ss := range s.conns {
-		open = append(open, ss)
+	// Taken out at once: their close ends nothing more.
+	conns := make([]*connection, 0, len(s.conns))
+	for ss, c := range s.conns {
+		conns = append(conns, c)
+		delete(s.conns, ss)
 	}
+	s.closing.Add(len(conns))
 	s.mu.Unlock()
-	for _, ss := range open {
-		s.closeConnection(ss)
+	for _, c := range conns {
+		s.endConnection(c, keep)
 	}
 	s.closing.Wait()
 }
@@ -227,9 +235,16 @@ func (s *Server) closeConnection(ss *mcp.ServerSession) {
 		s.closing.Add(1)
 	}
 	s.mu.Unlock()
-	if c == nil {
-		return
+	if c != nil {
+		s.endConnection(c, false)
 	}
+}
+
+// endConnection ends the connection c, taken out of s.conns (and counted
+// in s.closing, which it marks done): nothing more may be created on it,
+// and its sessions end, its default ones and, unless keep, those it
+// made.
+func (s *Server) endConnection(c *connection, keep bool) {
 	defer s.closing.Done()
 	// A session being created holds c.mu until it is in the maps.
 	c.mu.Lock()
@@ -238,8 +253,10 @@ func (s *Server) closeConnection(ss *mcp.ServerSession) {
 	for _, id := range c.sessions {
 		ids = append(ids, id)
 	}
-	for id := range c.created {
-		ids = append(ids, id)
+	if !keep {
+		for id := range c.created {
+			ids = append(ids, id)
+		}
 	}
 	header := c.header
 	c.sessions, c.created = map[string]string{}, map[string]struct{}{}
