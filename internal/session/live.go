@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"airlock/internal/errdefs"
 	"airlock/internal/pauseimage"
 	"airlock/internal/workspace"
@@ -547,15 +545,14 @@ var liveHook func(point, id string)
 // with less than imageHeadroom left beside them and the pauses under
 // way.
 func (m *Manager) liveRoom(n int64) error {
-	var fs unix.Statfs_t
-	if err := unix.Statfs(m.persistDir(), &fs); err != nil {
-		return errdefs.Private(errdefs.ErrUnavailable, "the server's disk for recovery points cannot be read", err)
+	free, err := m.diskFree("the server's disk for recovery points cannot be read")
+	if err != nil {
+		return err
 	}
-	free := int64(fs.Bavail) * int64(fs.Bsize)
 	m.mu.Lock()
-	reserved := m.reservedDiskLocked()
+	room := m.roomLocked(free, n)
 	m.mu.Unlock()
-	if n+reserved+imageHeadroom > free {
+	if !room {
 		return fmt.Errorf("%w: the server's disk for paused sessions has no room for this session's changed files (%d bytes)", errdefs.ErrUnavailable, n)
 	}
 	return nil

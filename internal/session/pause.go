@@ -1078,38 +1078,81 @@ const imageHeadroom = 64 << 20
 // checked; size, the most it can keep.
 func (m *Manager) reserveImage(tenant, id string, size, disk int64) (release func(), err error) {
 	disk = max(disk, size)
-	limit := m.pausedLimit(tenant)
-	var fs unix.Statfs_t
 	if err := pauseimage.EnsureRoot(m.persistDir()); err != nil {
 		return nil, err
 	}
-	if err := unix.Statfs(m.persistDir(), &fs); err != nil {
-		return nil, errdefs.Private(errdefs.ErrUnavailable, "the server's disk for paused sessions cannot be read; the session keeps running", err)
+	free, err := m.diskFree("the server's disk for paused sessions cannot be read; the session keeps running")
+	if err != nil {
+		return nil, err
 	}
-	free := int64(fs.Bavail) * int64(fs.Bsize)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	used, all := m.pausedUsedLocked(tenant, id), m.reservedDiskLocked()
-	if limit > 0 && used+size > limit {
+	if used, limit, over := m.overQuotaLocked(tenant, id, size); over {
 		return nil, fmt.Errorf("%w: the tenant's paused sessions would take up to %d bytes, more than its quota of %d (quotas.max_paused_bytes); delete paused sessions, or keep this one running",
-			errdefs.ErrQuota, used+size, limit)
+			errdefs.ErrQuota, used, limit)
 	}
-	if disk+all+imageHeadroom > free {
+	if !m.roomLocked(free, disk) {
 		return nil, fmt.Errorf("%w: the server's disk for paused sessions has no room for this session's files (up to %d bytes); the session keeps running", errdefs.ErrUnavailable, disk)
 	}
+	return m.reserveLocked(tenant, id, size, disk, false), nil
+}
+
+// diskFree is what persistence.dir's disk has free; unreadable, it is
+// ErrUnavailable, saying so (msg).
+func (m *Manager) diskFree(msg string) (int64, error) {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(m.persistDir(), &fs); err != nil {
+		return 0, errdefs.Private(errdefs.ErrUnavailable, msg, err)
+	}
+	return int64(fs.Bavail) * int64(fs.Bsize), nil
+}
+
+// roomLocked says whether persistence.dir's disk, with free bytes free,
+// takes n bytes more beside the writes under way and imageHeadroom
+// (m.mu is held).
+func (m *Manager) roomLocked(free, n int64) bool {
+	return n+m.reservedDiskLocked()+imageHeadroom <= free
+}
+
+// overQuotaLocked is what tenant's quotas.max_paused_bytes would count
+// with n bytes more written for the session id (see pausedUsedLocked),
+// and that quota (0: none); over says whether that is more than it
+// (m.mu is held).
+func (m *Manager) overQuotaLocked(tenant, id string, n int64) (used, limit int64, over bool) {
+	used, limit = m.pausedUsedLocked(tenant, id)+n, m.pausedLimit(tenant)
+	return used, limit, limit > 0 && used > limit
+}
+
+// reserveLocked counts a write under way for tenant until release: quota
+// bytes in its paused bytes, disk bytes (at least quota) on
+// persistence.dir's disk, and, for a seal, quota bytes in the session
+// id's seal under way (m.mu is held).
+func (m *Manager) reserveLocked(tenant, id string, quota, disk int64, seal bool) (release func()) {
 	if m.reserved == nil {
 		m.reserved = map[string]int64{}
 	}
-	m.reserved[tenant] += size
-	m.reservedDisk += disk - size
+	m.reserved[tenant] += quota
+	m.reservedDisk += disk - quota
+	if seal {
+		if m.sealing == nil {
+			m.sealing = map[string]int64{}
+		}
+		m.sealing[id] += quota
+	}
 	return func() {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		if m.reserved[tenant] -= size; m.reserved[tenant] <= 0 {
+		if m.reserved[tenant] -= quota; m.reserved[tenant] <= 0 {
 			delete(m.reserved, tenant)
 		}
-		m.reservedDisk -= disk - size
-	}, nil
+		m.reservedDisk -= disk - quota
+		if !seal {
+			return
+		}
+		if m.sealing[id] -= quota; m.sealing[id] <= 0 {
+			delete(m.sealing, id)
+		}
+	}
 }
 
 // reservedDiskLocked is what the writes under way may put on

@@ -253,38 +253,18 @@ func (m *Manager) admitSeal(lp *livePoint, c pauseimage.Cost) (release func(), e
 		return nil, err
 	}
 	m.mu.Lock()
-	limit := m.pausedLimit(tenant)
+	defer m.mu.Unlock()
 	// The point once sealed replaces the last one, and the resumed
 	// marker (which ends with it).
-	if used := m.pausedUsedLocked(tenant, id) + c.Held + c.Point; limit > 0 && used > limit {
-		m.mu.Unlock()
+	if used, limit, over := m.overQuotaLocked(tenant, id, c.Held+c.Point); over {
 		return nil, fmt.Errorf("%w: this session's recovery point would take %d bytes, and its tenant's paused sessions and recovery points %d in all, more than its quota of %d (quotas.max_paused_bytes): the point stays at its last sealed operation until paused sessions are deleted or the workspace shrinks",
 			errdefs.ErrQuota, c.Held+c.Point, used, limit)
 	}
 	if wait, ok := m.budget.take(tenant, write, time.Now()); !ok {
-		m.mu.Unlock()
 		return nil, sealDeferred{fmt.Errorf("%w: the tenant's recovery points wrote more than persistence.seal_bytes_per_second allows: this one is deferred, and catches up once the budget has refilled (in about %s)",
 			errdefs.ErrUnavailable, wait.Round(time.Millisecond)), wait}
 	}
-	if m.reserved == nil {
-		m.reserved = map[string]int64{}
-	}
-	m.reserved[tenant] += write
-	if m.sealing == nil {
-		m.sealing = map[string]int64{}
-	}
-	m.sealing[id] += write
-	m.mu.Unlock()
-	return func() {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if m.reserved[tenant] -= write; m.reserved[tenant] <= 0 {
-			delete(m.reserved, tenant)
-		}
-		if m.sealing[id] -= write; m.sealing[id] <= 0 {
-			delete(m.sealing, id)
-		}
-	}, nil
+	return m.reserveLocked(tenant, id, write, write, true), nil
 }
 
 // sealed records a seal's outcome on lp: what the point
