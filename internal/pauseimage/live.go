@@ -272,11 +272,12 @@ type Cost struct {
 	Copy, Point, Held int64
 }
 
-// pointCost is about what point.json takes for entries and session.
-func pointCost(entries []liveEntry, session []byte) int64 {
+// pointCost is about what point.json takes for entries (path: an
+// entry's path) and session.
+func pointCost[E any](entries []E, path func(E) string, session []byte) int64 {
 	n := int64(len(session)) + 256
 	for _, e := range entries {
-		n += entryCost(e.Path)
+		n += entryCost(path(e))
 	}
 	return n
 }
@@ -338,7 +339,7 @@ func (l *Live) seal(ctx context.Context, at time.Time, session []byte, ws *works
 		return snap, fmt.Errorf("%w: the workspace's files come to %d bytes (a sparse file's holes count in full), more than a paused session may hold (%d)", errdefs.ErrTooLarge, contents, max)
 	}
 	if admit != nil {
-		if err := admit(Cost{Copy: toCopy, Point: pointCost(next.Entries, session), Held: contents}); err != nil {
+		if err := admit(Cost{Copy: toCopy, Point: pointCost(next.Entries, func(e liveEntry) string { return e.Path }, session), Held: contents}); err != nil {
 			return snap, err
 		}
 	}
@@ -937,10 +938,7 @@ func (l *Live) SealFromImage(ctx context.Context, at time.Time, session []byte, 
 				contents += e.Size
 			}
 		}
-		n := int64(len(session)) + 256
-		for _, e := range entries {
-			n += entryCost(e.Path)
-		}
+		n := pointCost(entries, func(e workspace.Entry) string { return e.Path }, session)
 		if err := admit(Cost{Copy: contents, Point: n, Held: contents}); err != nil {
 			return snap, err
 		}

@@ -885,30 +885,50 @@ func markEnded(root, dir string) (gone string, err error) {
 	if err != nil {
 		return "", fmt.Errorf("marking %s removed: %w", name, err)
 	}
-	if err = fault("mark", name); err == nil {
-		// Onto the empty directory just made: rename(2) replaces it
-		// (os.Rename refuses to).
-		if err = unix.Rename(dir, gone); err != nil {
-			err = &os.LinkError{Op: "rename", Old: dir, New: gone, Err: err}
+	// Onto the empty directory just made: rename(2) replaces it
+	// (os.Rename refuses to).
+	onto := func(old, new string) error {
+		if err := unix.Rename(old, new); err != nil {
+			return &os.LinkError{Op: "rename", Old: old, New: new, Err: err}
 		}
+		return nil
 	}
-	if err != nil {
+	moved, err := mark(root, name, "removed", "removal", dir, gone, onto)
+	if !moved {
 		os.Remove(gone)
 		if errors.Is(err, os.ErrNotExist) {
 			return "", nil
 		}
-		return "", fmt.Errorf("marking %s removed: %w", name, err)
+	}
+	if err != nil {
+		return "", err
+	}
+	return gone, nil
+}
+
+// mark moves old, name's, to new by rename and syncs root: a mark (what:
+// "removed", "resumed") that a crash afterwards finds. moved says
+// whether the rename was made (a failed one, the error, wrapped, moved
+// nothing). When the sync fails, the rename is undone and the error says
+// so (doing: "removal", "resume"), or is ErrLeftBehind when the undo
+// fails too: the mark stands, not synced.
+func mark(root, name, what, doing, old, new string, rename func(old, new string) error) (moved bool, err error) {
+	if err = fault("mark", name); err == nil {
+		err = rename(old, new)
+	}
+	if err != nil {
+		return false, fmt.Errorf("marking %s %s: %w", name, what, err)
 	}
 	if err = fault("sync", name); err == nil {
 		err = syncDir(root)
 	}
 	if err != nil {
-		if rerr := os.Rename(gone, dir); rerr != nil {
-			return "", fmt.Errorf("%w: %s is marked removed but the mark is not synced (%v), nor could it be undone: %v", ErrLeftBehind, name, err, rerr)
+		if rerr := os.Rename(new, old); rerr != nil {
+			return true, fmt.Errorf("%w: %s is marked %s but the mark is not synced (%v), nor could it be undone: %v", ErrLeftBehind, name, what, err, rerr)
 		}
-		return "", fmt.Errorf("syncing the removal of %s (undone): %w", name, err)
+		return true, fmt.Errorf("syncing the %s of %s (undone): %w", doing, name, err)
 	}
-	return gone, nil
+	return true, nil
 }
 
 // deleteEnded deletes gone, what markEnded marked of name; what cannot
@@ -1329,23 +1349,8 @@ func MarkResumed(root, id string) error {
 	if err := end(root, marker); err != nil && !errors.Is(err, ErrLeftBehind) {
 		return err
 	}
-	err := fault("mark", id)
-	if err == nil {
-		err = os.Rename(dir, marker)
-	}
-	if err != nil {
-		return fmt.Errorf("marking %s resumed: %w", id, err)
-	}
-	if err = fault("sync", id); err == nil {
-		err = syncDir(root)
-	}
-	if err != nil {
-		if rerr := os.Rename(marker, dir); rerr != nil {
-			return fmt.Errorf("%w: %s is marked resumed but the mark is not synced (%v), nor could it be undone: %v", ErrLeftBehind, id, err, rerr)
-		}
-		return fmt.Errorf("syncing the resume of %s (undone): %w", id, err)
-	}
-	return nil
+	_, err := mark(root, id, "resumed", "resume", dir, marker, os.Rename)
+	return err
 }
 
 // EndResumed ends the resumed marker of id under root (none is not an
