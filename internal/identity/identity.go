@@ -58,15 +58,17 @@ const ReservedMetadataPrefix = "airlock."
 
 type ownMetadataKey struct{}
 
-// WithOwnMetadata marks ctx as the server's own call (its /mcp, in
-// process), which may set metadata keys under ReservedMetadataPrefix. No
-// HTTP request carries it.
-func WithOwnMetadata(ctx context.Context) context.Context {
-	return context.WithValue(ctx, ownMetadataKey{}, true)
+// WithOwnMetadata is ctx carrying the server's own marks md (keys under
+// ReservedMetadataPrefix: its /mcp's, in process) for the session a
+// create or fork in ctx makes. No HTTP request carries them: a client's
+// metadata is its request's, where such keys are refused.
+func WithOwnMetadata(ctx context.Context, md map[string]string) context.Context {
+	return context.WithValue(ctx, ownMetadataKey{}, md)
 }
 
-// OwnMetadata says whether ctx is the server's own call (WithOwnMetadata).
-func OwnMetadata(ctx context.Context) bool {
-	own, _ := ctx.Value(ownMetadataKey{}).(bool)
-	return own
+// OwnMetadata is the server's own marks ctx carries (WithOwnMetadata;
+// nil: none).
+func OwnMetadata(ctx context.Context) map[string]string {
+	md, _ := ctx.Value(ownMetadataKey{}).(map[string]string)
+	return md
 }

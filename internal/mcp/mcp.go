@@ -336,7 +336,7 @@ func (s *Server) session(ctx context.Context, req *mcp.CallToolRequest, api *cli
 		}
 		note += "; a new one was started, and its state is empty"
 	}
-	info, err := api.CreateSession(identity.WithOwnMetadata(ctx), apitype.CreateSessionRequest{Language: lang, AutoResume: true, Metadata: s.metadata()})
+	info, err := api.CreateSession(identity.WithOwnMetadata(ctx, s.metadata()), apitype.CreateSessionRequest{Language: lang, AutoResume: true})
 	if err != nil {
 		return "", "", err
 	}

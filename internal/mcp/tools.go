@@ -717,7 +717,7 @@ func (s *Server) createSession(ctx context.Context, req *mcp.CallToolRequest, in
 	}
 	// A paused session resumes when a tool names it (pause_session, or
 	// a restart of the server).
-	cr.AutoResume, cr.Metadata = true, s.metadata()
+	cr.AutoResume = true
 	api := s.o.Client(header(req.Extra))
 	c := s.conn(req.Session)
 	c.mu.Lock()
@@ -725,7 +725,7 @@ func (s *Server) createSession(ctx context.Context, req *mcp.CallToolRequest, in
 	if c.closed {
 		return failed(errClosing), out, nil
 	}
-	info, err := api.CreateSession(identity.WithOwnMetadata(ctx), cr)
+	info, err := api.CreateSession(identity.WithOwnMetadata(ctx, s.metadata()), cr)
 	if err != nil {
 		return failed(err), out, nil
 	}

@@ -3,30 +3,46 @@ package session
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 
+	"airlock/internal/apitype"
 	"airlock/internal/errdefs"
 	"airlock/internal/identity"
 )
 
-// TestReservedMetadataRefused: a client's metadata key under "airlock."
-// (the server's own marks: its /mcp's airlock.mcp, which a restart
-// adopts) is refused with 400; the server's own call
-// (identity.WithOwnMetadata) sets it. checked against a mutant: without
-// the check, a client's airlock.mcp was taken.
+// TestReservedMetadataRefused: Manager.Create, every API's way to make a
+// session, refuses a request's metadata key under "airlock." (the
+// server's own marks: its /mcp's airlock.mcp, which a restart adopts)
+// with 400, whoever calls it: a server's own call's marks come beside
+// the request (identity.WithOwnMetadata), never in it, and are set.
+// checked against a mutant: Create without its check (the client's
+// airlock.mcp was taken).
 func TestReservedMetadataRefused(t *testing.T) {
-	ctx := tenantCtx("a")
-	for _, k := range []string{"airlock.mcp", "airlock.x"} {
-		err := ClientMetadata(ctx, map[string]string{k: "connection"})
-		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "reserved") {
-			t.Errorf("a client's metadata %q: %v, want invalid argument", k, err)
+	m, _, _ := newTestManager(t, nil)
+	own := identity.WithOwnMetadata(tenantCtx("a"), map[string]string{"airlock.mcp": "connection"})
+	for _, ctx := range []context.Context{tenantCtx("a"), own} {
+		for _, k := range []string{"airlock.mcp", "airlock.x"} {
+			_, err := m.Create(ctx, apitype.CreateSessionRequest{Language: "python", Metadata: map[string]string{k: "connection"}})
+			if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "reserved") {
+				t.Errorf("a request's metadata %q: %v, want invalid argument", k, err)
+			}
 		}
 	}
-	if err := ClientMetadata(ctx, map[string]string{"airlockx": "1", "my.airlock.key": "1"}); err != nil {
-		t.Errorf("metadata outside the prefix: %v", err)
+	s, err := m.Create(tenantCtx("a"), apitype.CreateSessionRequest{Language: "python", Metadata: map[string]string{"airlockx": "1", "my.airlock.key": "1"}})
+	if err != nil {
+		t.Fatalf("metadata outside the prefix: %v", err)
 	}
-	if err := ClientMetadata(identity.WithOwnMetadata(context.Background()), map[string]string{"airlock.mcp": "connection"}); err != nil {
-		t.Errorf("the server's own airlock.mcp: %v", err)
+	md := map[string]string{"team": "a"}
+	s, err = m.Create(own, apitype.CreateSessionRequest{Language: "python", Metadata: md})
+	if err != nil {
+		t.Fatalf("the server's own airlock.mcp: %v", err)
+	}
+	if got, want := s.Info().Metadata, map[string]string{"team": "a", "airlock.mcp": "connection"}; !maps.Equal(got, want) {
+		t.Errorf("metadata %v, want %v", got, want)
+	}
+	if len(md) != 1 {
+		t.Errorf("the request's metadata was changed: %v", md)
 	}
 }

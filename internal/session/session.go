@@ -480,21 +480,43 @@ func ValidateMetadata(md map[string]string, maxN int) error {
 	return nil
 }
 
-// ClientMetadata refuses, in a client's request to create a session (the
-// v1 API's, E2B's), metadata keys under identity.ReservedMetadataPrefix:
-// the server's own marks (its /mcp's, which a restart adopts), which
-// only its own calls (identity.WithOwnMetadata) set. A resume or fork
-// keeps the marks its session has.
-func ClientMetadata(ctx context.Context, md map[string]string) error {
-	if identity.OwnMetadata(ctx) {
-		return nil
-	}
+// clientMetadata refuses, in a request to create a session, metadata
+// keys under identity.ReservedMetadataPrefix: the server's own marks
+// (its /mcp's, which a restart adopts), which come only from its own
+// calls, beside the request (identity.WithOwnMetadata: see
+// withOwnMetadata), never in it.
+func clientMetadata(md map[string]string) error {
 	for k := range md {
-		if strings.HasPrefix(k, identity.ReservedMetadataPrefix) {
+		if reservedKey(k) {
 			return fmt.Errorf("%w: metadata key %q: keys starting with %q are reserved for the server's own", errdefs.ErrInvalidArgument, truncateID(k), identity.ReservedMetadataPrefix)
 		}
 	}
 	return nil
+}
+
+func reservedKey(k string) bool { return strings.HasPrefix(k, identity.ReservedMetadataPrefix) }
+
+// withOwnMetadata is md, a new session's metadata, with the server's own
+// marks that ctx carries (identity.WithOwnMetadata) in place of md's
+// (a fork's source's): a session made by a client has none, whoever's
+// session it was made from. md is not changed.
+func withOwnMetadata(ctx context.Context, md map[string]string) map[string]string {
+	own := identity.OwnMetadata(ctx)
+	if len(own) == 0 && clientMetadata(md) == nil {
+		return md
+	}
+	out := make(map[string]string, len(md)+len(own))
+	for k, v := range md {
+		if !reservedKey(k) {
+			out[k] = v
+		}
+	}
+	for k, v := range own {
+		if reservedKey(k) {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // printable: valid UTF-8 without control characters.
@@ -519,8 +541,15 @@ func (m *Manager) lookup(lang string) (runtimes.Runtime, error) {
 	return runtimes.Lookup(m.cfg, lang)
 }
 
-// Create starts a session, once the caller is admitted to.
+// Create starts a session, once the caller is admitted to: every API's
+// way to create one (a resume or fork makes it otherwise). Its metadata
+// is the client's (refused under identity.ReservedMetadataPrefix), with
+// the server's own marks when ctx carries some.
 func (m *Manager) Create(ctx context.Context, req apitype.CreateSessionRequest) (*Session, error) {
+	if err := clientMetadata(req.Metadata); err != nil {
+		return nil, err
+	}
+	req.Metadata = withOwnMetadata(ctx, req.Metadata)
 	release, err := m.admit.AdmitSession(ctx, &Ask{Limits: &req.Limits, Isolation: &req.Isolation, Network: req.Network, Template: req.Template})
 	if err != nil {
 		return nil, err

@@ -270,10 +270,6 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	if req.Network != nil && len(req.Network.AllowOut) > 0 {
 		cr.Network = &apitype.NetworkPolicy{Allow: req.Network.AllowOut}
 	}
-	if err := session.ClientMetadata(r.Context(), cr.Metadata); err != nil {
-		failControl(w, err)
-		return
-	}
 	sess, err := s.m.Create(r.Context(), cr)
 	if err != nil {
 		failControl(w, keepMemoryErr(err))

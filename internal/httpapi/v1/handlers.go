@@ -24,10 +24,6 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	if err := session.ClientMetadata(r.Context(), req.Metadata); err != nil {
-		fail(w, err)
-		return
-	}
 	sess, err := s.m.Create(r.Context(), req)
 	if err != nil {
 		fail(w, err)
