@@ -55,6 +55,8 @@ var (
 	pausedSessions = prometheus.NewDesc(Namespace+"_paused_sessions", "Paused sessions kept on the server's disk, by tenant.", []string{"tenant"}, nil)
 	pausedBytes    = prometheus.NewDesc(Namespace+"_paused_disk_bytes",
 		"Disk the paused sessions' images take, with the images and memory images kept for inspection and the live sessions' recovery points and resumed images, by tenant (what counts against quotas.max_paused_bytes).", []string{"tenant"}, nil)
+	pausedKept = prometheus.NewDesc(Namespace+"_paused_kept",
+		"Images, memory images and live sessions' recovery points kept for inspection under persistence.dir (damaged, over persistence.max_image_bytes, or refused by a resume; removed persistence.keep after they were kept), by tenant ((unknown) when the damage hid whose).", []string{"tenant"}, nil)
 )
 
 // Paused exports the paused sessions and their disk, read from usage
@@ -71,12 +73,14 @@ type pausedCollector func() map[string]session.PausedUsage
 func (p pausedCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- pausedSessions
 	ch <- pausedBytes
+	ch <- pausedKept
 }
 
 func (p pausedCollector) Collect(ch chan<- prometheus.Metric) {
 	for tenant, u := range p() {
 		ch <- prometheus.MustNewConstMetric(pausedSessions, prometheus.GaugeValue, float64(u.Sessions), tenant)
 		ch <- prometheus.MustNewConstMetric(pausedBytes, prometheus.GaugeValue, float64(u.DiskBytes), tenant)
+		ch <- prometheus.MustNewConstMetric(pausedKept, prometheus.GaugeValue, float64(u.Kept), tenant)
 	}
 }
 

@@ -789,7 +789,7 @@ func Recover(ctx context.Context, root, id string, max int64, describe func(Poin
 	}
 	for _, e := range have {
 		if e.Type != "dir" && e.Type != "file" {
-			return b.Point, Stats{}, bad(fmt.Sprintf("tree/ holds %q, a %s", clip(e.Path), e.Type))
+			return b.Point, Stats{}, bad(fmt.Sprintf("tree/ holds %q, which is not a file or directory (%s)", clip(e.Path), e.Type))
 		}
 	}
 	staged, _, err := l.stage.List("", false)
@@ -798,7 +798,7 @@ func Recover(ctx context.Context, root, id string, max int64, describe func(Poin
 	}
 	for _, e := range staged {
 		if e.Type != "file" {
-			return b.Point, Stats{}, bad(fmt.Sprintf("stage/ holds %q, a %s", clip(e.Path), e.Type))
+			return b.Point, Stats{}, bad(fmt.Sprintf("stage/ holds %q, which is not a file (%s)", clip(e.Path), e.Type))
 		}
 	}
 	for _, e := range have {

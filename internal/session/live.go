@@ -570,8 +570,11 @@ func recoveredReason(p pauseimage.Point) string {
 
 // recoverLive makes the recovery points a server that ended without
 // pausing its sessions left under persistence.dir paused sessions'
-// images, which LoadPaused then lists. A point that cannot be used is
-// left for the operator, and logged.
+// images, which LoadPaused then lists. A point that cannot be recovered
+// (damaged, or over persistence.max_image_bytes) is kept aside for the
+// operator (keepDamagedPoint), counted and expired as a damaged image
+// is; one the disk could not recover (full) stays in place, logged,
+// and is tried again at the next start: nothing is lost either way.
 func (m *Manager) recoverLive() {
 	ids, err := pauseimage.ListLive(m.persistDir())
 	if err != nil {
@@ -579,6 +582,16 @@ func (m *Manager) recoverLive() {
 		return
 	}
 	for _, id := range ids {
+		// An image beside the point supersedes it (a pause completed),
+		// unless the image cannot be read: it is kept aside, and the
+		// point, the session's files as the pause found them, recovered.
+		if _, meta, err := m.openImage(id); errors.Is(err, errdefs.ErrImageCorrupt) {
+			tenant := ""
+			if meta.ID == id {
+				tenant = meta.Tenant
+			}
+			m.keepDamaged(id, tenant, err)
+		}
 		p, st, err := pauseimage.Recover(context.Background(), m.persistDir(), id, int64(m.cfg.Persistence.MaxImageBytes), func(p pauseimage.Point) ([]byte, error) {
 			var meta pausedMeta
 			if err := json.Unmarshal(p.Session, &meta); err != nil || meta.ID != id {
@@ -591,10 +604,38 @@ func (m *Manager) recoverLive() {
 		switch {
 		case errors.Is(err, errdefs.ErrNotFound), errors.Is(err, errdefs.ErrConflict):
 			m.log.Info("a recovery point was not needed", "session", id, "why", err)
+		case errors.Is(err, errdefs.ErrImageCorrupt), errors.Is(err, errdefs.ErrTooLarge):
+			m.keepDamagedPoint(id, p, err)
 		case err != nil:
-			m.log.Error("a live session's recovery point cannot be recovered; it is left for the operator", "session", id, "dir", pauseimage.LiveDir(m.persistDir(), id), "err", err)
+			m.log.Error("a live session's recovery point cannot be recovered now (the server's disk); it is left in place and tried again at the next start", "session", id, "dir", pauseimage.LiveDir(m.persistDir(), id), "err", err)
 		default:
 			m.log.Warn("a live session lost to the server's end is recovered as paused, its workspace as of its last completed operation", "session", id, "point_at", p.At, "files", st.Files, "bytes", st.Bytes, "behind", p.Behind)
 		}
 	}
+}
+
+// keepDamagedPoint keeps the recovery point of id, which cannot be
+// recovered (why), for the operator to inspect until persistence.keep
+// from now, as keepDamaged keeps a damaged image: counted against its
+// tenant's quota (what its point.json said, when that passed its
+// checksum and names this session; else UnknownTenant's), and removed
+// when it expires. One that cannot be moved stays where it was, logged,
+// until the next start tries again.
+func (m *Manager) keepDamagedPoint(id string, p pauseimage.Point, why error) {
+	tenant := UnknownTenant
+	var meta pausedMeta
+	if p.Seq > 0 && json.Unmarshal(p.Session, &meta) == nil && meta.ID == id && meta.Tenant != "" {
+		tenant = meta.Tenant
+	}
+	now := time.Now()
+	k, err := pauseimage.KeepPoint(m.persistDir(), id, now, pauseimage.Kept{
+		Tenant: tenant, Expires: now.Add(m.cfg.Persistence.Keep.D()), Reason: errdefs.Message(why),
+	})
+	if k.Dir == "" {
+		m.log.Error("a live session's recovery point cannot be recovered, and could not be kept aside; it is left where it is for the operator until the next start", "session", id, "dir", pauseimage.LiveDir(m.persistDir(), id), "why", why, "err", err)
+		return
+	}
+	// Counted from here on: LoadPaused lists the kept directories
+	// (ListKept), this one with them.
+	m.log.Error("a live session's recovery point cannot be recovered; it is kept for inspection, counted against its tenant's quota, until it expires", "session", id, "tenant", tenant, "dir", k.Dir, "bytes", k.Bytes, "expires", k.Expires, "why", why, "err", err)
 }

@@ -173,6 +173,12 @@ func (m *Manager) resolveResumed() {
 // logged. Call it before the manager serves anything.
 func (m *Manager) LoadPaused() error {
 	if !m.cfg.Persistence.Enabled {
+		// Never silently: what an earlier run with persistence on left
+		// is neither listed nor removed (nor counted) while it is off.
+		if c, err := pauseimage.Census(m.persistDir()); err == nil && c.Any() {
+			m.log.Warn("persistence is off, but persistence.dir holds paused sessions, recovery points of live sessions or images kept for inspection from an earlier run: they are neither listed, resumed nor removed until persistence.enabled is on again (or the directory is removed)",
+				"dir", m.persistDir(), "paused", c.Images, "recovery_points", c.Points, "kept", c.Kept)
+		}
 		return nil
 	}
 	// Another user who could write there could forge paused sessions
@@ -195,13 +201,7 @@ func (m *Manager) LoadPaused() error {
 	}
 	loaded := 0
 	for _, id := range ids {
-		im, err := pauseimage.Open(m.persistDir(), id)
-		var meta pausedMeta
-		if err == nil {
-			if jerr := json.Unmarshal(im.Session, &meta); jerr != nil || meta.ID != id {
-				err = fmt.Errorf("%w: its description names another session or is malformed", errdefs.ErrImageCorrupt)
-			}
-		}
+		im, meta, err := m.openImage(id)
 		if errors.Is(err, errdefs.ErrImageCorrupt) {
 			tenant := "" // whose it is, only from a description of its own
 			if meta.ID == id {
@@ -260,6 +260,19 @@ func (m *Manager) LoadPaused() error {
 	}
 	m.sweepPaused()
 	return nil
+}
+
+// openImage opens the image of id and reads its description, which
+// must name id.
+func (m *Manager) openImage(id string) (*pauseimage.Image, pausedMeta, error) {
+	im, err := pauseimage.Open(m.persistDir(), id)
+	var meta pausedMeta
+	if err == nil {
+		if jerr := json.Unmarshal(im.Session, &meta); jerr != nil || meta.ID != id {
+			err = fmt.Errorf("%w: its description names another session or is malformed", errdefs.ErrImageCorrupt)
+		}
+	}
+	return im, meta, err
 }
 
 // keepDamaged keeps the image of id, whose description is damaged (it

@@ -63,6 +63,9 @@ func (m *Manager) observePause(op, kind string, begun time.Time, err error) {
 type PausedUsage struct {
 	Sessions  int
 	DiskBytes int64
+	// Kept: what is kept for inspection (images, memory images and
+	// recovery points refused as damaged), in DiskBytes too.
+	Kept int
 }
 
 // PausedUsage is the paused sessions and the disk their images take
@@ -77,6 +80,9 @@ func (m *Manager) PausedUsage() map[string]PausedUsage {
 		u := out[b.tenant]
 		if b.paused {
 			u.Sessions++
+		}
+		if b.kept {
+			u.Kept++
 		}
 		u.DiskBytes += b.bytes
 		out[b.tenant] = u

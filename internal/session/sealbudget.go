@@ -156,7 +156,10 @@ type pausedBytes struct {
 	tenant string
 	bytes  int64
 	paused bool
-	live   string
+	// kept: an image, memory image or recovery point kept for
+	// inspection.
+	kept bool
+	live string
 }
 
 // eachPausedLocked calls f with each thing counted in tenants'
@@ -170,7 +173,7 @@ func (m *Manager) eachPausedLocked(f func(pausedBytes)) {
 		f(pausedBytes{tenant: p.meta.Tenant, bytes: p.stats.DiskBytes, paused: true})
 	}
 	for _, k := range m.kept {
-		f(pausedBytes{tenant: k.Tenant, bytes: k.Bytes})
+		f(pausedBytes{tenant: k.Tenant, bytes: k.Bytes, kept: true})
 	}
 	// The ones going first: a listed one's first seal between its two
 	// readings counts both (never neither).

@@ -1,0 +1,404 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/internal/apitype"
+	"airlock/internal/config"
+	"airlock/internal/identity"
+	"airlock/internal/pauseimage"
+	"airlock/internal/testenv"
+)
+
+// liveSealed creates a session of tenant holding files, its recovery
+// point sealed.
+func liveSealed(t *testing.T, m *Manager, tenant string, files map[string]string) *Session {
+	t.Helper()
+	ctx := identity.With(context.Background(), identity.Identity{Tenant: tenant, KeyID: "k-" + tenant})
+	s, err := m.Create(ctx, apitype.CreateSessionRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, s, files)
+	sealed(t, s)
+	return s
+}
+
+// logged is a manager's log, kept for a test to read.
+func logged(m *Manager) *bytes.Buffer {
+	var buf bytes.Buffer
+	m.log = slog.New(slog.NewTextHandler(&buf, nil))
+	return &buf
+}
+
+// keptPoints are the recovery points kept for inspection under dir.
+func keptPoints(dir, id string) []string {
+	got, _ := filepath.Glob(filepath.Join(dir, ".kept-point-"+id+"-*"))
+	return got
+}
+
+// TestDamagedPointKept: a recovery point that cannot be recovered after
+// a kill -9 (its point.json garbage, emptied, of another session; a file
+// of its tree lost, a symlink to a host file or a FIFO in its place; its
+// tree a symlink to a host directory; over persistence.max_image_bytes
+// as configured now) is never left where nothing counts or removes it:
+// it is kept aside whole (.kept-point-<id>-<time>, kept.json saying
+// why), counted against its tenant's quota when point.json still says
+// whose it is (else the unknown tenant's) and in airlock_paused_kept,
+// logged once, removed by the sweep when it expires; the other
+// sessions of the same server are recovered as usual, and no host file
+// is read or touched. Checked against mutants: recoverLive leaving a
+// damaged point in place as before (nothing kept, nothing counted), and
+// the tenant never read from a point.json that passes its checksum
+// (counted as unknown).
+func TestDamagedPointKept(t *testing.T) {
+	secret := "root:$6$secret-hash:19000:0:99999:7:::"
+	for _, c := range []struct {
+		name   string
+		damage func(t *testing.T, point string)
+		tenant string // whose it is counted for
+		why    string
+		max    config.Size // persistence.max_image_bytes at the restart (0: as before)
+	}{
+		{"point.json garbage", func(t *testing.T, point string) {
+			os.WriteFile(filepath.Join(point, "point.json"), []byte("{{{garbage"), 0o600)
+		}, UnknownTenant, "malformed", 0},
+		{"point.json empty", func(t *testing.T, point string) {
+			os.WriteFile(filepath.Join(point, "point.json"), nil, 0o600)
+		}, UnknownTenant, "malformed", 0},
+		{"a file lost", func(t *testing.T, point string) {
+			os.Remove(filepath.Join(point, "tree", "a.txt"))
+		}, "acme", "missing", 0},
+		{"a file a symlink to a host file", func(t *testing.T, point string) {
+			host := filepath.Join(t.TempDir(), "shadow")
+			os.WriteFile(host, []byte(secret[:3]), 0o600) // a.txt's size
+			os.Remove(filepath.Join(point, "tree", "a.txt"))
+			os.Symlink(host, filepath.Join(point, "tree", "a.txt"))
+		}, "acme", "not a file or directory (symlink)", 0},
+		{"a file a FIFO", func(t *testing.T, point string) {
+			os.Remove(filepath.Join(point, "tree", "a.txt"))
+			unix.Mkfifo(filepath.Join(point, "tree", "a.txt"), 0o600)
+		}, "acme", "not a file or directory", 0},
+		{"tree a symlink to a host directory", func(t *testing.T, point string) {
+			host := t.TempDir()
+			os.WriteFile(filepath.Join(host, "victim"), []byte(secret), 0o600)
+			os.RemoveAll(filepath.Join(point, "tree"))
+			os.Symlink(host, filepath.Join(point, "tree"))
+			t.Cleanup(func() {
+				if b, err := os.ReadFile(filepath.Join(host, "victim")); err != nil || string(b) != secret {
+					t.Errorf("the host directory behind tree/ was touched: %v", err)
+				}
+			})
+		}, "acme", "symlink", 0},
+		{"over max_image_bytes", func(t *testing.T, point string) {}, "acme", "more than a paused session may hold", 4},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := persistConfig(t)
+			m1, _, _ := newTestManager(t, cfg)
+			bad := liveSealed(t, m1, "acme", map[string]string{"a.txt": "one", "sub/b.txt": "bee"})
+			good := liveSealed(t, m1, "acme", map[string]string{"ok.txt": "fine"})
+			killed := killedAt(t, cfg)
+			if c.max != 0 {
+				// bad's 6 bytes over it, good's 4 not.
+				killed.Persistence.MaxImageBytes = c.max
+			}
+			dir := killed.Persistence.Dir
+			c.damage(t, pauseimage.LiveDir(dir, bad.ID()))
+
+			m, _, _ := newTestManager(t, killed)
+			log := logged(m)
+			if err := m.LoadPaused(); err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]apitype.Session{}
+			for _, s := range m.List() {
+				got[s.ID] = s
+			}
+			if _, ok := got[bad.ID()]; ok {
+				t.Errorf("the damaged point was recovered: %+v", got[bad.ID()])
+			}
+			if g, ok := got[good.ID()]; !ok || g.State != apitype.StatePaused {
+				t.Fatalf("the whole point beside it was not recovered: %+v", got)
+			}
+			kept := keptPoints(dir, bad.ID())
+			if len(kept) != 1 {
+				t.Fatalf("kept %v", kept)
+			}
+			if _, err := os.Lstat(pauseimage.LiveDir(dir, bad.ID())); !os.IsNotExist(err) {
+				t.Errorf("the point stayed where a start recovers it: %v", err)
+			}
+			all, err := pauseimage.ListKept(dir, time.Hour)
+			if err != nil || len(all) != 1 || all[0].ID != bad.ID() || all[0].Tenant != c.tenant || !strings.Contains(strings.ToLower(all[0].Reason), c.why) {
+				t.Fatalf("ListKept %+v %v, want tenant %q, why %q", all, err, c.tenant, c.why)
+			}
+			u := m.PausedUsage()[c.tenant]
+			if u.Kept != 1 || u.DiskBytes < all[0].Bytes || all[0].Bytes == 0 && c.name == "a file lost" {
+				t.Errorf("paused usage of %s %+v, want the kept point's %d bytes", c.tenant, u, all[0].Bytes)
+			}
+			if !strings.Contains(log.String(), "recovery point cannot be recovered; it is kept for inspection") || !strings.Contains(log.String(), bad.ID()) {
+				t.Errorf("not logged: %s", log)
+			}
+			noneOf(t, dir, secret)
+
+			// A restart finds it kept, counted the same; never as a point.
+			m2 := restarted(t, killedAt(t, killed))
+			if u2 := m2.PausedUsage()[c.tenant]; u2.Kept != 1 {
+				t.Errorf("after a restart: %+v", u2)
+			}
+			for _, s := range m2.List() {
+				if s.ID == bad.ID() {
+					t.Errorf("listed after a restart: %+v", s)
+				}
+			}
+
+			r, err := m.ResumeFor(context.Background(), good.ID())
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkFiles(t, r, map[string]string{"ok.txt": "fine"})
+
+			// At its expiry, the sweep removes it.
+			m.mu.Lock()
+			k := m.kept[kept[0]]
+			k.Expires = time.Now().Add(-time.Second)
+			m.kept[kept[0]] = k
+			m.mu.Unlock()
+			m.sweepPaused()
+			if got := keptPoints(dir, bad.ID()); len(got) != 0 {
+				t.Errorf("an expired kept point stayed: %v", got)
+			}
+			if u := m.PausedUsage()[c.tenant]; u.Kept != 0 {
+				t.Errorf("after its expiry: %+v", u)
+			}
+		})
+	}
+}
+
+// noneOf fails if a regular file under dir holds secret.
+func noneOf(t *testing.T, dir, secret string) {
+	t.Helper()
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if b, _ := os.ReadFile(p); bytes.Contains(b, []byte(secret)) {
+				t.Errorf("%s holds the host's secret", p)
+			}
+		}
+		return nil
+	})
+}
+
+// TestPointsOfOneID: two recovery points that say they are of one
+// session (a point copied under another session's name: its point.json
+// names the first) and a point whose session collides with a paused
+// session's image. The copy is kept aside (counted as the unknown
+// tenant's: its description is not its own), the original recovered;
+// a point beside a whole image of its session is not needed (the pause
+// completed) and removed; a point beside an image whose description is
+// damaged is recovered, the image kept aside. Checked against mutants:
+// the image beside a point not checked first (the point removed, the
+// session lost), and a point.json naming another session trusted for
+// its tenant (the copy counted as acme's).
+func TestPointsOfOneID(t *testing.T) {
+	cfg := persistConfig(t)
+	m1, _, _ := newTestManager(t, cfg)
+	a := liveSealed(t, m1, "acme", map[string]string{"a.txt": "A"})
+	b := liveSealed(t, m1, "acme", map[string]string{"b.txt": "B"})
+	c := liveSealed(t, m1, "acme", map[string]string{"c.txt": "C"})
+	killed := killedAt(t, cfg)
+	dir := killed.Persistence.Dir
+	// A copy of a's point under the name of a session that never was.
+	copyID := "s-copy0000000000"
+	if err := os.Rename(pauseimage.LiveDir(dir, b.ID()), filepath.Join(t.TempDir(), "b")); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", "-a", pauseimage.LiveDir(dir, a.ID()), pauseimage.LiveDir(dir, copyID)).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	// c has a damaged image beside its point.
+	os.Mkdir(filepath.Join(dir, c.ID()), 0o700)
+	os.WriteFile(filepath.Join(dir, c.ID(), "meta.json"), []byte("garbage"), 0o600)
+
+	m := restarted(t, killed)
+	got := map[string]apitype.Session{}
+	for _, s := range m.List() {
+		got[s.ID] = s
+	}
+	if len(got) != 2 || got[a.ID()].State != apitype.StatePaused || got[c.ID()].State != apitype.StatePaused {
+		t.Fatalf("listed %+v, want %s and %s paused", got, a.ID(), c.ID())
+	}
+	if len(keptPoints(dir, copyID)) != 1 {
+		t.Errorf("the copy was not kept aside")
+	}
+	if k, _ := filepath.Glob(filepath.Join(dir, ".kept-image-"+c.ID()+"-*")); len(k) != 1 {
+		t.Errorf("the damaged image beside c's point was not kept aside: %v", k)
+	}
+	if u := m.PausedUsage()[UnknownTenant]; u.Kept != 2 {
+		t.Errorf("the unknown tenant's kept: %+v, want the copy and the damaged image", u)
+	}
+	if u := m.PausedUsage()["acme"]; u.Kept != 0 || u.Sessions != 2 {
+		t.Errorf("acme's: %+v", u)
+	}
+	for id, want := range map[string]map[string]string{a.ID(): {"a.txt": "A"}, c.ID(): {"c.txt": "C"}} {
+		r, err := m.ResumeFor(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkFiles(t, r, want)
+	}
+}
+
+// TestRecoveredForAGoneTenant: a point of a tenant whose key (or the
+// tenant itself) no longer exists is recovered as its tenant's paused
+// session all the same: listed and resumable for that tenant only,
+// counted against its quota, and expiring persistence.keep after its
+// point as any paused session (not left on the disk for ever).
+func TestRecoveredForAGoneTenant(t *testing.T) {
+	cfg := persistConfig(t)
+	m1, _, _ := newTestManager(t, cfg)
+	s := liveSealed(t, m1, "gone", map[string]string{"a.txt": "A"})
+	killed := killedAt(t, cfg)
+	m := restarted(t, killed)
+	other := identity.With(context.Background(), identity.Identity{Tenant: "acme"})
+	if l := m.List(); len(l) != 1 || l[0].Tenant != "gone" || l[0].State != apitype.StatePaused {
+		t.Errorf("listed %+v", l)
+	}
+	if _, err := m.ResumeFor(other, s.ID()); err == nil {
+		t.Errorf("another tenant resumed it")
+	}
+	if u := m.PausedUsage()["gone"]; u.Sessions != 1 || u.DiskBytes == 0 {
+		t.Errorf("not counted for its tenant: %+v", u)
+	}
+	m.mu.Lock()
+	m.paused[s.ID()].meta.PausedAt = time.Now().Add(-killed.Persistence.Keep.D() - time.Second)
+	m.mu.Unlock()
+	m.sweepPaused()
+	if l := m.List(); len(l) != 0 {
+		t.Errorf("not expired: %+v", l)
+	}
+	if ents, _ := os.ReadDir(killed.Persistence.Dir); len(ents) != 0 {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Errorf("left on the disk: %v", names)
+	}
+}
+
+// TestPersistenceOffSaysWhatItLeaves: a server started with persistence
+// off on a persistence.dir that holds paused sessions, recovery points
+// and kept images (an earlier run's, with it on) touches none of them
+// and says so in its log, with their counts: never a silent loss.
+// Checked against a mutant: LoadPaused returning at once as before
+// (nothing logged).
+func TestPersistenceOffSaysWhatItLeaves(t *testing.T) {
+	cfg := persistConfig(t)
+	m1, _, _ := newTestManager(t, cfg)
+	liveSealed(t, m1, "acme", map[string]string{"a.txt": "A"})
+	liveSealed(t, m1, "acme", map[string]string{"b.txt": "B"})
+	pausedWith(t, m1, map[string]string{"c.txt": "C"})
+	killed := killedAt(t, cfg)
+	before, _ := os.ReadDir(killed.Persistence.Dir)
+	off := *killed
+	off.Persistence.Enabled = false
+	m, _, _ := newTestManager(t, &off)
+	log := logged(m)
+	if err := m.LoadPaused(); err != nil {
+		t.Fatal(err)
+	}
+	if l := m.List(); len(l) != 0 {
+		t.Errorf("listed with persistence off: %+v", l)
+	}
+	if !strings.Contains(log.String(), "persistence is off, but persistence.dir holds") || !strings.Contains(log.String(), "paused=1 recovery_points=2 kept=0") {
+		t.Errorf("log: %s", log)
+	}
+	after, _ := os.ReadDir(killed.Persistence.Dir)
+	if fmt.Sprint(names(before)) != fmt.Sprint(names(after)) {
+		t.Errorf("persistence.dir changed: %v, was %v", names(after), names(before))
+	}
+	// Turned on again, all of it comes back.
+	if l := restarted(t, killed).List(); len(l) != 3 {
+		t.Errorf("with persistence on again: %+v", l)
+	}
+}
+
+func names(ents []os.DirEntry) []string {
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// TestRecoveryOnFullDisk: a recovery the disk has no room for (the
+// image of a point is written beside it: a tmpfs with no inode left for
+// it) loses nothing: the point stays in place, whole, neither recovered
+// nor kept aside, the log says it is tried again at the next start; the
+// next start with room recovers it. Checked against a mutant: a disk
+// error treated as damage (the point kept aside, the session lost).
+func TestRecoveryOnFullDisk(t *testing.T) {
+	testenv.RequireRoot(t, "mounting a small tmpfs as persistence.dir")
+	cfg := persistConfig(t)
+	m1, _, _ := newTestManager(t, cfg)
+	s := liveSealed(t, m1, "acme", map[string]string{"a.txt": "A", "sub/b.txt": "B"})
+	src := killedAt(t, cfg)
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=128m,nr_inodes=1000,mode=0700"); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(dir, unix.MNT_DETACH)
+	killed, err := copyPersistence(src, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		t.Fatal(err)
+	}
+	// The image's temporary directory gets the last inode; its files
+	// none.
+	used := fs.Files - fs.Ffree
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_REMOUNT, fmt.Sprintf("size=128m,nr_inodes=%d,mode=0700", used+1)); err != nil {
+		t.Fatal(err)
+	}
+	m, _, _ := newTestManager(t, killed)
+	log := logged(m)
+	if err := m.LoadPaused(); err != nil {
+		t.Fatal(err)
+	}
+	if l := m.List(); len(l) != 0 {
+		t.Errorf("listed without room to recover: %+v", l)
+	}
+	if _, err := os.Stat(filepath.Join(pauseimage.LiveDir(dir, s.ID()), "point.json")); err != nil {
+		t.Errorf("the point is not in place: %v", err)
+	}
+	if k := keptPoints(dir, s.ID()); len(k) != 0 {
+		t.Errorf("kept aside for a full disk: %v", k)
+	}
+	if !strings.Contains(log.String(), "tried again at the next start") {
+		t.Errorf("log: %s", log)
+	}
+	m.Close()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_REMOUNT, "size=128m,nr_inodes=1000,mode=0700"); err != nil {
+		t.Fatal(err)
+	}
+	m2 := restarted(t, killed)
+	if l := m2.List(); len(l) != 1 || l[0].ID != s.ID() {
+		t.Fatalf("with room again: %+v", l)
+	}
+	r, err := m2.ResumeFor(context.Background(), s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFiles(t, r, map[string]string{"a.txt": "A", "sub/b.txt": "B"})
+}
