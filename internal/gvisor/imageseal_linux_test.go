@@ -71,28 +71,66 @@ func waitTick(t *testing.T, dir string) {
 	}
 }
 
-// A sealed image whose identity is unchanged is not summed again; any
+// sealCheck makes the check Seal arranges run at once (fire) or never,
+// whatever the clock says, for the rest of the test.
+func sealCheck(t *testing.T, fire bool) {
+	after := sealAfter
+	sealAfter = func(time.Duration) <-chan time.Time {
+		if !fire {
+			return nil
+		}
+		c := make(chan time.Time, 1)
+		c <- time.Now()
+		return c
+	}
+	t.Cleanup(func() { sealAfter = after })
+}
+
+// settledClock puts sealNow 2*sealSettled ahead for the rest of the test:
+// every image is settled.
+func settledClock(t *testing.T) {
+	now := sealNow
+	sealNow = func() time.Time { return time.Now().Add(2 * sealSettled) }
+	t.Cleanup(func() { sealNow = now })
+}
+
+// seal seals dir on h for want, to be forgotten as the test ends, and
+// waits until the check Seal arranged has ended when it fires.
+func seal(t *testing.T, h *Host, dir string, want Checkpoint, fire bool) {
+	t.Helper()
+	if err := h.Seal(context.Background(), dir, want); err != nil {
+		t.Fatalf("sealing the image: %v", err)
+	}
+	t.Cleanup(func() { h.Forget(dir) })
+	if fire {
+		h.sealMu.Lock()
+		s := h.sealed[dir]
+		h.sealMu.Unlock()
+		<-s.done
+	}
+}
+
+// A sealed image whose identity is unchanged is not summed again once a
+// check has recorded it (the one Seal arranges, or a restore's); any
 // change to a file's or the directory's identity brings the sum back,
 // which finds what changed; so does an image whose change times were
-// too recent when it was sealed, or one never sealed.
+// too recent when it was checked, or one never sealed.
 func TestSealedImageSkipsTheSumUntilItChanges(t *testing.T) {
-	settled := func(t *testing.T) {
-		now := sealNow
-		sealNow = func() time.Time { return time.Now().Add(2 * sealSettled) }
-		t.Cleanup(func() { sealNow = now })
-	}
 	ctx := context.Background()
 	pages := func(dir string) string { return filepath.Join(dir, "pages.img") }
 	for _, c := range []struct {
 		name    string
-		settled bool // the image is older than sealSettled when sealed
+		settled bool // the image is older than sealSettled when checked
 		seal    bool
+		restore bool // a restore checks it before the change (Seal's check is not due)
 		change  func(t *testing.T, dir string)
 		want    error // nil: the sum was skipped
 	}{
 		{name: "unchanged", settled: true, seal: true},
-		{name: "never sealed", settled: true, want: errdefs.ErrImageCorrupt},
-		{name: "sealed too soon after it was written", seal: true, want: errdefs.ErrImageCorrupt},
+		{name: "unchanged, recorded by a restore", settled: true, seal: true, restore: true},
+		{name: "never sealed", settled: true, restore: true, want: errdefs.ErrImageCorrupt},
+		{name: "checked too soon after it was written", seal: true, want: errdefs.ErrImageCorrupt},
+		{name: "checked by a restore too soon after it was written", seal: true, restore: true, want: errdefs.ErrImageCorrupt},
 		{name: "written in place, same size, its time set back", settled: true, seal: true, want: errdefs.ErrImageCorrupt, change: func(t *testing.T, dir string) {
 			st, _ := os.Stat(pages(dir))
 			f, err := os.OpenFile(pages(dir), os.O_WRONLY, 0)
@@ -139,54 +177,99 @@ func TestSealedImageSkipsTheSumUntilItChanges(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir, want, m := sealedImage(t)
 			if c.settled {
-				settled(t)
+				settledClock(t)
 			}
+			sealCheck(t, !c.restore)
 			h := &Host{}
 			if c.seal {
-				if err := h.Seal(ctx, dir, want); err != nil {
-					t.Fatalf("sealing the image as written: %v", err)
+				seal(t, h, dir, want, !c.restore)
+			}
+			if c.restore {
+				summed, err := h.verifyCheckpoint(ctx, dir, want)
+				if err != nil || !summed {
+					t.Fatalf("the image as written: summed %v, %v", summed, err)
 				}
 			}
-			if err := h.verifyCheckpoint(ctx, dir, want); err != nil {
-				t.Fatalf("the image as written: %v", err)
+			if got, recorded := h.Settled(dir), c.seal && c.settled; got != recorded {
+				t.Errorf("Settled() = %v before the change, want %v", got, recorded)
 			}
 			m[100] = 8 // unseen by the identity
 			if c.change != nil {
 				c.change(t, dir)
 			}
-			if err := h.verifyCheckpoint(ctx, dir, want); !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
-				t.Errorf("after the change: %v, want %v", err, c.want)
+			summed, err := h.verifyCheckpoint(ctx, dir, want)
+			if !errors.Is(err, c.want) || (c.want == nil) != (err == nil) || summed != (c.want != nil) {
+				t.Errorf("after the change: summed %v, %v; want %v", summed, err, c.want)
 			}
 		})
 	}
 }
 
-// An image that does not match its digest is not sealed, a forgotten
-// one is summed again, and a seal is for one digest.
+// Seal sums nothing: it trusts the digest the checkpoint has just summed
+// (a change before it is the restores' to find, which sum the image
+// until it is settled). The check it arranges sums it: one that does
+// not match is not recorded, and its restores go on summing.
+func TestSealLeavesTheSumToItsCheck(t *testing.T) {
+	ctx := context.Background()
+	settledClock(t)
+	for _, fire := range []bool{false, true} {
+		dir, want, m := sealedImage(t)
+		m[100] = 8 // unseen by the identity: only a sum finds it
+		sealCheck(t, fire)
+		h := &Host{}
+		seal(t, h, dir, want, fire)
+		if !h.Sealed(dir) || h.Settled(dir) {
+			t.Errorf("check fired %v: Sealed() %v, Settled() %v; want true, false", fire, h.Sealed(dir), h.Settled(dir))
+		}
+		if summed, err := h.verifyCheckpoint(ctx, dir, want); !errors.Is(err, errdefs.ErrImageCorrupt) || !summed {
+			t.Errorf("check fired %v: a restore of an image changed before its check: summed %v, %v", fire, summed, err)
+		}
+	}
+}
+
+// Seal's check is due once the image's change times are sealSettled old.
+func TestSealCheckDueWhenSettled(t *testing.T) {
+	dir, _, _ := sealedImage(t)
+	id, err := identify(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := id.settlesIn(); d <= 0 || d > sealSettled+10*time.Millisecond {
+		t.Errorf("an image just written settles in %v, want (0, %v]", d, sealSettled+10*time.Millisecond)
+	}
+	settledClock(t)
+	if d := id.settlesIn(); d > 0 {
+		t.Errorf("an image %v old settles in %v", 2*sealSettled, d)
+	}
+}
+
+// A seal is for one digest, a forgotten image is summed again, and
+// Forget ends the check Seal arranged.
 func TestSealRefusesAndForgets(t *testing.T) {
-	now := sealNow
-	sealNow = func() time.Time { return time.Now().Add(2 * sealSettled) }
-	defer func() { sealNow = now }()
+	settledClock(t)
 	ctx := context.Background()
 	dir, want, m := sealedImage(t)
 	h := &Host{}
 	wrong := want
 	wrong.SHA256 = "00"
-	if err := h.Seal(ctx, dir, wrong); !errors.Is(err, errdefs.ErrImageCorrupt) {
-		t.Errorf("sealing an image that does not match: %v", err)
+	sealCheck(t, false)
+	seal(t, h, dir, wrong, false)
+	h.Forget(dir) // its check, never due, ends
+	sealCheck(t, true)
+	seal(t, h, dir, wrong, true)
+	if h.Settled(dir) {
+		t.Error("an image that does not match its seal's digest was settled")
 	}
-	if err := h.Seal(ctx, dir, want); err != nil {
-		t.Fatal(err)
-	}
+	seal(t, h, dir, want, true)
 	m[100] = 8
-	if err := h.verifyCheckpoint(ctx, dir, wrong); !errors.Is(err, errdefs.ErrImageCorrupt) {
+	if _, err := h.verifyCheckpoint(ctx, dir, wrong); !errors.Is(err, errdefs.ErrImageCorrupt) {
 		t.Errorf("another digest than the seal's: %v", err)
 	}
-	if err := h.verifyCheckpoint(ctx, dir, want); err != nil {
-		t.Errorf("the sealed image: %v", err)
+	if summed, err := h.verifyCheckpoint(ctx, dir, want); err != nil || summed {
+		t.Errorf("the sealed image: summed %v, %v", summed, err)
 	}
 	h.Forget(dir)
-	if err := h.verifyCheckpoint(ctx, dir, want); !errors.Is(err, errdefs.ErrImageCorrupt) {
+	if _, err := h.verifyCheckpoint(ctx, dir, want); !errors.Is(err, errdefs.ErrImageCorrupt) {
 		t.Errorf("a forgotten image: %v", err)
 	}
 }

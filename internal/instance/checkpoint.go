@@ -57,9 +57,10 @@ func (in *Instance) Snapshot(ctx context.Context, dir string, max int64) (gvisor
 
 // SealMemory marks mem's image, written by a checkpoint of an instance
 // of kernel k that never ran a client's code and is closed, as one only
-// root on the host can change: its restores skip summing it while its
-// files' identity stays as it was when this summed it (see
-// gvisor.Host.Seal). ForgetMemory undoes it.
+// root on the host can change: once a check has summed it again, when
+// its files' change times have settled, its restores skip summing it
+// while their identity stays as it was then (see gvisor.Host.Seal).
+// ForgetMemory undoes it.
 func SealMemory(ctx context.Context, k Kernel, mem Memory) error {
 	g, ok := k.(GVisor)
 	if !ok {

@@ -27,10 +27,11 @@ import (
 // other, as the template's forks do natively: the interpreter's hash seed
 // and its address-space layout (see the threat model). runsc reads the
 // image only while its size and digest, summed beside it, match what the
-// checkpoint returned (summed once more when the image is made, and
-// again only when its files' identity changed: gvisor.Host.Seal); the
-// image lives in the gVisor state directory, owner-only, and goes with
-// the pool.
+// checkpoint returned (summed by the restores until a check has summed it
+// once its files' change times settled, a second after it was made, then
+// only when its files' identity changed: gvisor.Host.Seal); the image
+// lives in the gVisor state directory, owner-only, and goes with the
+// pool.
 
 // imageLangs are the languages whose sandboxes may come from an image:
 // their runtimes reseed their generators (Interp.Reseed). Node's cannot
@@ -74,7 +75,7 @@ func (p *Pool) makeImage(ctx context.Context, q *queue) {
 	if err == nil {
 		// Its sandbox is closed: only root on the host can change the
 		// image now, and its restores check it by its files' identity
-		// while that stays as it is.
+		// once that is recorded, while it stays as it is.
 		if err = instance.SealMemory(ctx, p.kernel, img.memory()); err != nil {
 			os.RemoveAll(img.parent)
 		}

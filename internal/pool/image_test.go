@@ -75,17 +75,20 @@ func draw(t *testing.T, inst *instance.Instance) string {
 
 // A gVisor pool with pool_image restores its sandboxes from a checkpoint
 // of a fresh one, the pooled one and one a drained pool builds alike,
-// each with random state of its own; an image changed on disk is never
+// each with random state of its own, and without summing the image
+// again once its identity is recorded; an image changed on disk is never
 // used again (the sandbox is booted instead) and removed, as is the
 // image when the pool closes.
 func TestPoolImage(t *testing.T) {
 	p, gh := imagePool(t)
 	waitFor(t, "the image and a ready sandbox", func() bool { return p.image("python") != nil && pythonStats(p).Ready == 1 })
 	img := p.image("python")
-	// Its restores check it by its files' identity once summed.
+	// Its restores check it by its files' identity once a check has
+	// summed it, its change times settled (a second after it was made).
 	if !gh.Sealed(img.dir) {
 		t.Error("the pool's image is not sealed")
 	}
+	waitFor(t, "the image's identity recorded", func() bool { return gh.Settled(img.dir) })
 	// The refill restores in the background (the lowest CPU weight, from
 	// before runsc starts), a request's own restore does not; the one
 	// taken gets the normal weight.
@@ -101,6 +104,9 @@ func TestPoolImage(t *testing.T) {
 	for name, inst := range map[string]*instance.Instance{"pooled": pooled, "drained": drained} {
 		if inst.RestoreTimes().Runsc == 0 {
 			t.Errorf("the %s sandbox was not restored from the image", name)
+		}
+		if name == "drained" && inst.RestoreTimes().Summed {
+			t.Error("a restore of the settled image summed it: its identity was not trusted")
 		}
 		if bg, err := inst.Background(); err != nil || bg {
 			t.Errorf("the %s sandbox, taken: Background() = %v, %v; want false", name, bg, err)
