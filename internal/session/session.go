@@ -1038,7 +1038,7 @@ func (m *Manager) Delete(id string) error { return m.deleteKept(context.Backgrou
 
 func (m *Manager) deleteKept(ctx context.Context, id string) error {
 	_, err := m.Get(id)
-	if ee := (*EndedError)(nil); errors.As(err, &ee) && m.keptAtShutdown(ee.End) {
+	if m.KeptAtShutdown(err) {
 		m.endResumed(id)
 		if err := m.leftOK(pauseimage.RemoveLive(m.persistDir(), id)); err != nil {
 			return errdefs.Private(errdefs.ErrUnavailable, "the session's recovery point cannot be removed", err)
@@ -1049,6 +1049,16 @@ func (m *Manager) deleteKept(ctx context.Context, id string) error {
 		return err
 	}
 	return m.DeleteFor(ctx, id)
+}
+
+// KeptAtShutdown says whether err, of a call naming a session (Get,
+// Find), is the end of one this server's shutdown ended with its
+// recovery point kept: gone for now, but listed paused at the next
+// start, so that nothing that belongs to it (an E2B sandbox's record)
+// may be dropped as for a session gone for good.
+func (m *Manager) KeptAtShutdown(err error) bool {
+	ee := (*EndedError)(nil)
+	return errors.As(err, &ee) && m.keptAtShutdown(ee.End)
 }
 
 // keptAtShutdown says whether a session that ended for end had its
@@ -1086,7 +1096,7 @@ func (m *Manager) DeleteFor(ctx context.Context, id string) error {
 		_, err := m.deletePausedAs(ctx, id)
 		return err
 	}
-	if ee := (*EndedError)(nil); errors.As(err, &ee) && m.keptAtShutdown(ee.End) {
+	if m.KeptAtShutdown(err) {
 		// Ended by this shutdown, its recovery point kept: the next
 		// start lists it paused. Never told deleted, then back.
 		return fmt.Errorf("%w: the server is shutting down; the session is kept and listed paused at its next start: delete it then", errdefs.ErrUnavailable)

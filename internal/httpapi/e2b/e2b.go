@@ -243,12 +243,12 @@ func (s *Server) serveData(w http.ResponseWriter, r *http.Request, id string) {
 	// Reach resumes a paused sandbox created with autoResume.
 	sess, err := s.reach(identity.With(r.Context(), box.owner), box)
 	if err != nil {
-		if gone(err) {
+		if s.lost(err) {
 			s.forget(id)
 		}
 		// Else it is still there (a resume refused for a quota, a
 		// conflict, a full disk): its sandbox and record stay.
-		fail(w, notFoundErr(id, err))
+		fail(w, s.notFoundErr(id, err))
 		return
 	}
 	r = r.WithContext(withSession(identity.With(r.Context(), box.owner), sess, box))
@@ -302,7 +302,7 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, port, id stri
 	ctx := identity.With(r.Context(), box.owner)
 	sess, err := s.reach(ctx, box)
 	if err != nil {
-		failControl(w, notFoundErr(id, err))
+		failControl(w, s.notFoundErr(id, err))
 		return
 	}
 	n, _ := strconv.Atoi(port)
@@ -388,9 +388,24 @@ func gone(err error) bool {
 	return errors.Is(err, errdefs.ErrGone) || errors.Is(err, errdefs.ErrNotFound)
 }
 
+// lost says whether err, of a call naming a sandbox's session, means
+// the session is gone for good, and the sandbox with it (its record
+// dropped: forget). Not one this server's shutdown ended with its
+// recovery point kept: the next start lists it paused, and its record
+// must be there for it (its tokens, its metadata).
+func (s *Server) lost(err error) bool { return gone(err) && !s.m.KeptAtShutdown(err) }
+
+// errKept answers a call naming a sandbox whose session the server's
+// shutdown under way ended with its recovery point kept: as v1's delete
+// of it, unavailable, never E2B's "not found".
+var errKept = fmt.Errorf("%w: the server is shutting down; the sandbox is kept and listed paused at its next start", errdefs.ErrUnavailable)
+
 // notFoundErr is err of a session that is gone, as E2B says it: not
-// found.
-func notFoundErr(id string, err error) error {
+// found; one a shutdown under way kept, errKept.
+func (s *Server) notFoundErr(id string, err error) error {
+	if s.m.KeptAtShutdown(err) {
+		return errKept
+	}
 	if gone(err) {
 		return fmt.Errorf("%w: sandbox %q not found", errdefs.ErrNotFound, httpapi.Truncate(id))
 	}
