@@ -1064,6 +1064,11 @@ func (s *Session) restoreContexts(ctx context.Context, meta pausedMeta) error {
 // reserveImage grants before anything is written.
 func (s *Session) writeImage(ctx context.Context, id string, raw []byte) (pauseimage.Stats, error) {
 	m := s.m
+	if m.imageFault != nil {
+		if err := m.imageFault(id); err != nil {
+			return pauseimage.Stats{}, err
+		}
+	}
 	max := min(int64(m.cfg.Persistence.MaxImageBytes), int64(s.limits.Disk))
 	var release func()
 	defer func() {
@@ -1613,7 +1618,9 @@ func (s *Session) timedOut(end apitype.End) {
 		return
 	}
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), s.m.cfg.Persistence.ShutdownTimeout.D())
+		// Tried until persistence.shutdown_timeout after the timeout
+		// (on the manager's clock, as the retries).
+		ctx, cancel := s.m.deadline(s.m.cfg.Persistence.ShutdownTimeout.D())
 		defer cancel()
 		idle := end.Code == apitype.EndIdle
 		pause := s.pauseWhenIdle
@@ -1632,11 +1639,14 @@ func (s *Session) timedOut(end apitype.End) {
 				return
 			}
 			if !pauseRefused(err) && ctx.Err() == nil {
+				retry, stop := s.m.timer(pauseRetry)
 				select {
-				case <-time.After(time.Second):
+				case <-retry:
 					continue
 				case <-ctx.Done():
+					stop()
 				case <-s.ended:
+					stop()
 					return
 				}
 			}
@@ -1647,6 +1657,38 @@ func (s *Session) timedOut(end apitype.End) {
 			return
 		}
 	}()
+}
+
+// pauseRetry is how soon a timeout's pause that failed (not refused)
+// is tried again.
+const pauseRetry = time.Second
+
+// timer is a timer of the manager's clock (the real one unless a test
+// set it).
+func (m *Manager) timer(d time.Duration) (<-chan time.Time, func()) {
+	if m.clock == nil {
+		t := time.NewTimer(d)
+		return t.C, func() { t.Stop() }
+	}
+	return m.clock.Timer(d)
+}
+
+// deadline is a context that ends d from now on the manager's clock.
+func (m *Manager) deadline(d time.Duration) (context.Context, context.CancelFunc) {
+	if m.clock == nil {
+		return context.WithTimeout(context.Background(), d)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	at, stop := m.clock.Timer(d)
+	go func() {
+		select {
+		case <-at:
+			cancel()
+		case <-ctx.Done():
+			stop()
+		}
+	}()
+	return ctx, cancel
 }
 
 // pauseRefused: a pause failed for what trying again does not change

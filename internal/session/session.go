@@ -166,6 +166,11 @@ type Manager struct {
 	// or forked session's sandbox made, its files not yet restored),
 	// "kept-removed" (a sweep removed an expired kept memory image).
 	hook func(point, id string)
+	// imageFault, if set (tests), fails the write of an image (a pause's,
+	// a fork's) before it begins with what it returns: a disk's failure,
+	// transient or not, which the fake sandboxes cannot cause (a pause
+	// reads only their workspace).
+	imageFault func(id string) error
 	// onPause hears of every pause, resume and fork (OnPause).
 	onPause func(PauseEvent)
 	// onSeal hears of every seal of a recovery point (OnSeal).
