@@ -3,11 +3,13 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"strings"
 	"testing"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"airlock/internal/apitype"
 	"airlock/internal/client"
 )
 
@@ -16,9 +18,11 @@ import (
 // refused with 400 on every transport that takes a client's metadata,
 // over real HTTP: the v1 API's create, E2B's (both paths), and MCP's
 // create_session (which takes none: an argument it does not know is
-// refused). The sessions MCP makes carry the mark, set by the server.
-// checked against a mutant: Manager.Create without its check (both
-// creates answered 201).
+// refused). The sessions MCP makes carry the mark, set by the server,
+// and a fork does not inherit it: a REST fork of MCP's session has
+// none, MCP's fork of a REST session has it. checked against mutants:
+// Manager.Create without its check (every create answered 201), the
+// fork's metadata left as its source's (the REST fork kept the mark).
 func TestReservedMetadataOverHTTP(t *testing.T) {
 	s := keysServer(t, map[string]any{"persistence": map[string]any{"enabled": true},
 		"pool": map[string]any{"size": map[string]int{"python": 1, "bash": 0, "javascript": 0}}})
@@ -60,5 +64,27 @@ func TestReservedMetadataOverHTTP(t *testing.T) {
 	info, err := c.Session(context.Background(), id)
 	if err != nil || info.Metadata["airlock.mcp"] != "connection" || len(info.Metadata) != 1 {
 		t.Fatalf("MCP's session %q: %+v %v, want its mark", id, info, err)
+	}
+
+	// A fork through the v1 API is its client's: not the MCP
+	// connection's (whose restart would adopt it, or end it unnamed).
+	ctx := context.Background()
+	f, err := c.ForkSession(ctx, id)
+	if err != nil || len(f.Metadata) != 0 {
+		t.Errorf("a REST fork of MCP's session: %+v %v, want no marks", f, err)
+	}
+	// A client's labels go with its fork; MCP's fork_session marks its
+	// fork as its own.
+	rest, err := c.CreateSession(ctx, apitype.CreateSessionRequest{Language: "python", Metadata: map[string]string{"team": "a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, err := c.ForkSession(ctx, rest.ID); err != nil || !maps.Equal(f.Metadata, map[string]string{"team": "a"}) {
+		t.Errorf("a REST fork of a REST session: %+v %v, want its labels", f, err)
+	}
+	mf := mcpCall(t, cs, "fork_session", map[string]any{"session_id": rest.ID})
+	fid, _ := mf["session_id"].(string)
+	if info, err := c.Session(ctx, fid); err != nil || !maps.Equal(info.Metadata, map[string]string{"team": "a", "airlock.mcp": "connection"}) {
+		t.Errorf("MCP's fork %q of a REST session: %+v %v, want its labels and MCP's mark", fid, info, err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"airlock/internal/apitype"
 	"airlock/internal/client"
+	"airlock/internal/identity"
 )
 
 // DurableKey is the metadata key that marks a session an MCP connection
@@ -368,7 +369,9 @@ func (s *Server) forkSession(ctx context.Context, req *mcp.CallToolRequest, in F
 	if c.closed {
 		return failed(errClosing), out, nil
 	}
-	info, err := api.ForkSession(ctx, id)
+	// Marked as create_session's are (a fork does not inherit its
+	// source's marks).
+	info, err := api.ForkSession(identity.WithOwnMetadata(ctx, s.metadata()), id)
 	if err != nil {
 		return failed(err), out, nil
 	}

@@ -46,3 +46,41 @@ func TestReservedMetadataRefused(t *testing.T) {
 		t.Errorf("the request's metadata was changed: %v", md)
 	}
 }
+
+// TestForkDropsServerMarks: a fork keeps its source's client metadata
+// but not the server's marks of it (airlock.mcp: the source is an MCP
+// connection's, which a restart would adopt, and end if no connection
+// names it; a fork made through the v1 API is its client's): a live
+// source's fork and a paused one's. The server's own fork (MCP's
+// fork_session) marks it with its own marks. checked against a mutant:
+// the fork's metadata left as its source's (a client's fork kept
+// airlock.mcp).
+func TestForkDropsServerMarks(t *testing.T) {
+	m, _, _ := newTestManager(t, persistConfig(t))
+	own := identity.WithOwnMetadata(tenantCtx("a"), map[string]string{"airlock.mcp": "connection"})
+	src, err := m.Create(own, apitype.CreateSessionRequest{Language: "python", Metadata: map[string]string{"team": "a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	marked := map[string]string{"team": "a", "airlock.mcp": "connection"}
+	fork := func(ctx context.Context, want map[string]string) {
+		t.Helper()
+		f, err := m.ForkFor(ctx, src.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := f.Info().Metadata; !maps.Equal(got, want) {
+			t.Errorf("the fork's metadata %v, want %v", got, want)
+		}
+		m.Delete(f.ID())
+	}
+	fork(tenantCtx("a"), map[string]string{"team": "a"})
+	fork(own, marked)
+	if _, err := src.Pause(context.Background(), ""); err != nil {
+		t.Fatal(err)
+	}
+	fork(tenantCtx("a"), map[string]string{"team": "a"})
+	if d, err := m.Describe(tenantCtx("a"), src.ID()); err != nil || !maps.Equal(d.Metadata, marked) {
+		t.Errorf("the paused source: %+v %v, want its marks kept", d.Metadata, err)
+	}
+}

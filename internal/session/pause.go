@@ -1792,7 +1792,9 @@ func (m *Manager) pauseAll(all []*Session) {
 // (restored_reason says why), its interpreters start afresh (restored
 // "files"). A live source keeps running; it is refused (ErrConflict)
 // while it executes code, runs a command or install, or transfers a
-// file, as a pause is. The fork belongs to the source's tenant.
+// file, as a pause is. The fork belongs to the source's tenant. Its
+// metadata is the source's without the server's marks
+// (identity.ReservedMetadataPrefix): those ctx carries instead.
 func (m *Manager) ForkFor(ctx context.Context, id string) (*Session, error) {
 	// Whose session it is decides first: another tenant gets the same
 	// 404 on every route, whatever this server supports.
@@ -1882,6 +1884,11 @@ func (m *Manager) fork(ctx context.Context, id string, src *Session, paused bool
 		return nil, err
 	}
 	meta.ID, meta.Created, meta.Executions = newID, time.Now(), 0
+	// The source's client metadata, but not the server's marks of it
+	// (airlock.mcp: a connection's): the fork is its caller's, with
+	// the caller's own marks if it is the server (its /mcp's
+	// fork_session).
+	meta.Request.Metadata = withOwnMetadata(ctx, meta.Request.Metadata)
 	req := meta.Request
 	release, err := m.admit.AdmitSession(meta.owner(ctx), &Ask{Limits: &req.Limits, Isolation: &req.Isolation, Network: req.Network})
 	if err != nil {
