@@ -1017,12 +1017,17 @@ func Keepers(root string) (map[string]bool, error) {
 	}
 	out := map[string]bool{}
 	for _, e := range ents {
+		// Never through a symlink: what is not a directory is no image
+		// (one that should be is kept aside as damaged, never read).
+		if !e.IsDir() {
+			continue
+		}
 		dir := filepath.Join(root, e.Name())
 		resumed, ok := strings.CutPrefix(e.Name(), resumedPrefix)
 		if strings.HasPrefix(e.Name(), keptImagePrefix) {
 			dir = filepath.Join(dir, keptImageDir)
-			if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
-				continue // (its kept.json only, as a crash in KeepImage leaves it)
+			if fi, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) || err == nil && !fi.IsDir() {
+				continue // (its kept.json only, as a crash in KeepImage leaves it; or no image)
 			}
 		} else if !ValidID(e.Name()) && !strings.HasPrefix(e.Name(), forkPrefix) && !(ok && ValidID(resumed)) {
 			continue

@@ -732,6 +732,33 @@ func TestKeepers(t *testing.T) {
 	} else {
 		t.Fatalf("kept: %v", ks)
 	}
+	// An image (or a kept image's image) that is a symlink to a
+	// directory elsewhere is never read through: its memory.json names
+	// no keeper (checked against a mutant: Keepers without its type
+	// checks, which reads zz through both).
+	elsewhere := filepath.Join(t.TempDir(), "img")
+	os.Mkdir(elsewhere, 0o700)
+	if _, err := Write(context.Background(), elsewhere, "s-9", []byte(`{}`), ws, 8<<20, nil); err != nil {
+		t.Fatal(err)
+	}
+	tmp, done, err := MemoryTemp(elsewhere, "s-9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Mkdir(tmp, 0o700)
+	if _, err := AddMemory(elsewhere, "s-9", tmp, Memory{SHA256: "x", Keeper: "zz", Session: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	done()
+	os.Symlink(filepath.Join(elsewhere, "s-9"), filepath.Join(root, "s-9"))
+	symKept := filepath.Join(root, keptImagePrefix+"s-8-20260101T000000.000Z")
+	os.Mkdir(symKept, 0o700)
+	os.Symlink(filepath.Join(elsewhere, "s-9"), filepath.Join(symKept, keptImageDir))
+	if got, err := Keepers(root); err != nil || len(got) != 1 || !got["aa"] {
+		t.Errorf("keepers with images that are symlinks %v %v, want aa", got, err)
+	}
+	os.Remove(filepath.Join(root, "s-9"))
+	os.RemoveAll(symKept)
 	if err := os.WriteFile(filepath.Join(keptDir, memoryMeta), []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}

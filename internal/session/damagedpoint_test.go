@@ -3,6 +3,7 @@ package session
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"airlock/internal/apitype"
 	"airlock/internal/config"
+	"airlock/internal/errdefs"
 	"airlock/internal/identity"
 	"airlock/internal/pauseimage"
 	"airlock/internal/testenv"
@@ -401,4 +403,229 @@ func TestRecoveryOnFullDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkFiles(t, r, map[string]string{"a.txt": "A", "sub/b.txt": "B"})
+}
+
+// TestDamagedImagesAtStart: a paused session's image damaged or edited
+// on the disk, as a start finds it. Its description (meta.json)
+// emptied, truncated, garbage, a FIFO, a symlink to a whole meta.json;
+// the image's directory a symlink to a whole image elsewhere; a resumed
+// marker (.resumed-<id>, a resume the server ended before its first
+// point) that is a symlink to a whole image or whose description is
+// garbage: none is listed, each is kept aside whole (.kept-image-…),
+// counted and expiring, nothing read through a symlink. Its files
+// (files.tar) a FIFO or a symlink to a host file: listed paused, and a
+// resume refuses it at once as corrupt (no hang), starting no sandbox.
+// A kept directory a crash left half made (kept.json only) is counted
+// and expires. Every other paused session is listed and resumes.
+// Checked against mutants: ListResumed skipping what is not a
+// directory (the symlinked marker left where nothing counts it), and
+// openRegular without O_NONBLOCK (the FIFO files.tar hangs the resume).
+func TestDamagedImagesAtStart(t *testing.T) {
+	secret := "root:$6$secret-hash:19000:0:99999:7:::"
+	type result int
+	const (
+		keptAside result = iota
+		refusedOnResume
+	)
+	for _, c := range []struct {
+		name    string
+		damage  func(t *testing.T, root, id string)
+		outcome result
+	}{
+		{"meta.json empty", func(t *testing.T, root, id string) {
+			os.WriteFile(filepath.Join(root, id, "meta.json"), nil, 0o600)
+		}, keptAside},
+		{"meta.json truncated", func(t *testing.T, root, id string) {
+			p := filepath.Join(root, id, "meta.json")
+			fi, _ := os.Stat(p)
+			os.Truncate(p, fi.Size()/2)
+		}, keptAside},
+		{"meta.json garbage", func(t *testing.T, root, id string) {
+			os.WriteFile(filepath.Join(root, id, "meta.json"), []byte("\x00\xffgarbage"), 0o600)
+		}, keptAside},
+		{"meta.json a FIFO", func(t *testing.T, root, id string) {
+			os.Remove(filepath.Join(root, id, "meta.json"))
+			unix.Mkfifo(filepath.Join(root, id, "meta.json"), 0o600)
+		}, keptAside},
+		{"meta.json a symlink to a whole one", func(t *testing.T, root, id string) {
+			whole := filepath.Join(t.TempDir(), "meta.json")
+			os.Rename(filepath.Join(root, id, "meta.json"), whole)
+			os.Symlink(whole, filepath.Join(root, id, "meta.json"))
+		}, keptAside},
+		{"the image a symlink to a whole image", func(t *testing.T, root, id string) {
+			elsewhere := filepath.Join(t.TempDir(), id)
+			os.Rename(filepath.Join(root, id), elsewhere)
+			os.Symlink(elsewhere, filepath.Join(root, id))
+		}, keptAside},
+		{"a resumed marker a symlink to a whole image", func(t *testing.T, root, id string) {
+			elsewhere := filepath.Join(t.TempDir(), id)
+			os.Rename(filepath.Join(root, id), elsewhere)
+			os.Symlink(elsewhere, pauseimage.ResumedDir(root, id))
+		}, keptAside},
+		{"a resumed marker with its description garbage", func(t *testing.T, root, id string) {
+			os.Rename(filepath.Join(root, id), pauseimage.ResumedDir(root, id))
+			os.WriteFile(filepath.Join(pauseimage.ResumedDir(root, id), "meta.json"), []byte("garbage"), 0o600)
+		}, keptAside},
+		{"files.tar a FIFO", func(t *testing.T, root, id string) {
+			os.Remove(filepath.Join(root, id, "files.tar"))
+			unix.Mkfifo(filepath.Join(root, id, "files.tar"), 0o600)
+		}, refusedOnResume},
+		{"files.tar a symlink to a host file", func(t *testing.T, root, id string) {
+			host := filepath.Join(t.TempDir(), "shadow")
+			os.WriteFile(host, []byte(secret), 0o600)
+			os.Remove(filepath.Join(root, id, "files.tar"))
+			os.Symlink(host, filepath.Join(root, id, "files.tar"))
+		}, refusedOnResume},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := persistConfig(t)
+			m1, _, _ := newTestManager(t, cfg)
+			bad := pausedWith(t, m1, map[string]string{"a.txt": "A"})
+			good := pausedWith(t, m1, map[string]string{"ok.txt": "fine"})
+			m1.Close()
+			root := cfg.Persistence.Dir
+			c.damage(t, root, bad.ID())
+			// A kept directory a crash in KeepImage left (kept.json only).
+			half := filepath.Join(root, ".kept-image-s-half-20260101T000000.000Z")
+			os.Mkdir(half, 0o700)
+			os.WriteFile(filepath.Join(half, "kept.json"), []byte(`{"id":"s-half","tenant":"acme","expires":"2000-01-01T00:00:00Z"}`), 0o600)
+
+			m, src, _ := newTestManager(t, cfg)
+			if err := m.LoadPaused(); err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]apitype.Session{}
+			for _, s := range m.List() {
+				got[s.ID] = s
+			}
+			if _, ok := got[good.ID()]; !ok {
+				t.Fatalf("the whole paused session beside it is not listed: %+v", got)
+			}
+			switch c.outcome {
+			case keptAside:
+				if _, ok := got[bad.ID()]; ok {
+					t.Errorf("listed: %+v", got[bad.ID()])
+				}
+				if k, _ := filepath.Glob(filepath.Join(root, ".kept-image-"+bad.ID()+"-*")); len(k) != 1 {
+					t.Errorf("not kept aside: %v", k)
+				}
+				if u := m.PausedUsage()[UnknownTenant]; u.Kept != 1 {
+					t.Errorf("the unknown tenant's kept: %+v", u)
+				}
+				for _, p := range []string{filepath.Join(root, bad.ID()), pauseimage.ResumedDir(root, bad.ID())} {
+					if _, err := os.Lstat(p); !os.IsNotExist(err) {
+						t.Errorf("%s stays: %v", p, err)
+					}
+				}
+			case refusedOnResume:
+				if g, ok := got[bad.ID()]; !ok || g.State != apitype.StatePaused {
+					t.Fatalf("not listed paused: %+v", got)
+				}
+				before := len(src.all)
+				done := make(chan error, 1)
+				go func() {
+					_, err := m.ResumeFor(context.Background(), bad.ID())
+					done <- err
+				}()
+				select {
+				case err := <-done:
+					if !errors.Is(err, errdefs.ErrImageCorrupt) {
+						t.Errorf("resume: %v", err)
+					}
+				case <-time.After(time.Minute):
+					t.Fatal("the resume hangs")
+				}
+				if len(src.all) != before {
+					t.Error("a sandbox was started for it")
+				}
+			}
+			noneOf(t, root, secret)
+			// The half-made kept directory is counted for its tenant
+			// (0 bytes), and expired.
+			m.sweepPaused()
+			if _, err := os.Stat(half); !os.IsNotExist(err) {
+				t.Errorf("an expired half-made kept directory stays: %v", err)
+			}
+			r, err := m.ResumeFor(context.Background(), good.ID())
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkFiles(t, r, map[string]string{"ok.txt": "fine"})
+		})
+	}
+}
+
+// TestSealOnFullDisk: a seal that meets a full disk in the middle (room
+// in bytes, no inode left for the staged file: ENOSPC) loses nothing:
+// the execution succeeds and the session runs on, its point stays the
+// last sealed one, whole (a kill now recovers it), the session says
+// its point is stale and why, the seal counts as failed; once there is
+// room, the next operation seals, and a kill then recovers it. Checked
+// against a mutant: a seal failing for the disk taken for sealed (the
+// point not said stale).
+func TestSealOnFullDisk(t *testing.T) {
+	testenv.RequireRoot(t, "mounting a small tmpfs as persistence.dir")
+	cfg := persistConfig(t)
+	dir := cfg.Persistence.Dir
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=128m,nr_inodes=1000,mode=0700"); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(dir, unix.MNT_DETACH)
+	m, _, _ := newTestManager(t, cfg)
+	outcomes := make(chan string, 100)
+	m.OnSeal(func(e SealEvent) { outcomes <- e.Outcome })
+	s := liveSealed(t, m, "acme", map[string]string{"a.txt": "1"})
+	for len(outcomes) > 0 {
+		<-outcomes
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_REMOUNT, fmt.Sprintf("size=128m,nr_inodes=%d,mode=0700", fs.Files-fs.Ffree)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execute(t, s, "write b.txt 2", nil); err != nil {
+		t.Fatalf("an execution on a full disk: %v", err)
+	}
+	sealed(t, s)
+	if o := <-outcomes; o != "failed" {
+		t.Errorf("the seal on a full disk: %q", o)
+	}
+	info := s.Info()
+	if info.RecoveryPoint == nil || !info.RecoveryPoint.Stale || !strings.Contains(info.RecoveryPoint.StaleReason, "full or failing") {
+		t.Errorf("the point does not say it is stale: %+v", info.RecoveryPoint)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(pauseimage.LiveDir(dir, s.ID()), "stage")); len(ents) != 0 {
+		t.Errorf("the failed seal left %d staged files", len(ents))
+	}
+	checkRecovered := func(want map[string]string) {
+		t.Helper()
+		m2 := restarted(t, killedAt(t, cfg))
+		r, err := m2.ResumeFor(context.Background(), s.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkFiles(t, r, want)
+		ents, _, _ := r.Files(context.Background()).List("", true)
+		if len(ents) != len(want) {
+			t.Errorf("recovered %d entries, want %v", len(ents), want)
+		}
+	}
+	checkRecovered(map[string]string{"a.txt": "1"})
+
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_REMOUNT, "size=128m,nr_inodes=1000,mode=0700"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execute(t, s, "write c.txt 3", nil); err != nil {
+		t.Fatal(err)
+	}
+	sealed(t, s)
+	if o := <-outcomes; o != "sealed" {
+		t.Errorf("the seal with room again: %q", o)
+	}
+	if info := s.Info(); info.RecoveryPoint == nil || info.RecoveryPoint.Stale {
+		t.Errorf("still stale: %+v", info.RecoveryPoint)
+	}
+	checkRecovered(map[string]string{"a.txt": "1", "b.txt": "2", "c.txt": "3"})
 }
