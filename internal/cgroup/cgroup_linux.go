@@ -12,7 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/cgroups/fs"
@@ -230,7 +229,7 @@ func (h *Host) Close() error {
 	h.notifyOnce.Do(func() {}) // no watcher can start after this
 	var err error
 	if h.notify != nil {
-		err = h.notify.f.Close()
+		err = h.notify.close()
 	}
 	dirs := uniq(h.v1Dirs)
 	if h.v2 {
@@ -676,8 +675,8 @@ func (c *Cgroup) CPU() (time.Duration, error) {
 // channel is never closed; stop reading after Destroy.
 func (c *Cgroup) Events() <-chan Event { return c.events }
 
-// watch arms kernel notifications: inotify on pids.events (both versions)
-// and memory.events (v2), an eventfd on memory.oom_control (v1).
+// watch arms kernel notifications: the notifier on pids.events (both
+// versions) and memory.events (v2), an eventfd on memory.oom_control (v1).
 func (c *Cgroup) watch() error {
 	type target struct {
 		dir, file, key string
@@ -694,7 +693,11 @@ func (c *Cgroup) watch() error {
 	for _, t := range targets {
 		last, _ := keyed(t.dir, t.file, t.key)
 		var mu sync.Mutex
-		wd, err := n.add(filepath.Join(t.dir, t.file), func() {
+		f, err := cgroups.OpenFile(t.dir, t.file, os.O_RDONLY)
+		if err != nil {
+			return fmt.Errorf("cgroup: watch: %w", err)
+		}
+		wd, err := n.add(f, func() {
 			v, err := keyed(t.dir, t.file, t.key)
 			mu.Lock()
 			up := err == nil && v > last
@@ -773,7 +776,7 @@ const PidsPollInterval = 50 * time.Millisecond
 // every again (PidsPollInterval) instead, from a timer of its own loop
 // rather than a goroutine per execution. It reads it once, emits
 // EventPidsMax if it rose, and says when to read it again: 0 on v2,
-// where inotify works, or once the cgroup is gone.
+// where the notifier works, or once the cgroup is gone.
 func (c *Cgroup) PollPids() (again time.Duration) {
 	if c.h.v2 {
 		return 0
@@ -798,66 +801,135 @@ func (c *Cgroup) emit(ev Event) {
 	}
 }
 
-// notifier is one inotify instance shared by every cgroup of the host:
-// closing an inotify instance waits for an SRCU grace period (milliseconds),
-// removing a watch from a live one does not.
+// notifier is one epoll instance shared by every cgroup of the host, in
+// which each watched cgroup file is open: the kernel signals a change of
+// one with EPOLLPRI, as it signals inotify. Not inotify: closing an
+// inotify instance that has had watches waits for an SRCU grace period
+// (1 to 20 ms, the longer the busier the host), which every process that
+// builds a sandbox and exits (airlock run --cold, doctor) paid on its way
+// out, its exit included; closing an epoll instance or a file in one waits
+// for nothing. Its loop waits in epoll_wait on a thread of its own (not
+// in Go's poller, whose own poll of the instance would consume the change
+// of a file whose poll does, such as a mount table).
 type notifier struct {
-	f       *os.File
-	mu      sync.Mutex
-	watches map[int32]func()
+	fd   int // the epoll instance
+	wake int // an eventfd in it: written, the loop ends
+	done chan struct{}
+
+	closeOnce sync.Once
+	mu        sync.Mutex
+	watches   map[int32]watched // by the watched file's descriptor
+}
+
+type watched struct {
+	f  *os.File
+	fn func()
 }
 
 func (h *Host) notifier() (*notifier, error) {
 	h.notifyOnce.Do(func() {
-		fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+		n, err := newNotifier()
 		if err != nil {
-			h.notifyErr = fmt.Errorf("cgroup: inotify: %w", err)
+			h.notifyErr = fmt.Errorf("cgroup: epoll: %w", err)
 			return
 		}
-		h.notify = &notifier{f: os.NewFile(uintptr(fd), "inotify"), watches: map[int32]func(){}}
-		go h.notify.loop()
+		h.notify = n
+		go n.loop()
 	})
 	return h.notify, h.notifyErr
 }
 
-func (n *notifier) add(path string, fn func()) (int32, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	wd, err := unix.InotifyAddWatch(int(n.f.Fd()), path, unix.IN_MODIFY)
+func newNotifier() (*notifier, error) {
+	fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
-		return -1, fmt.Errorf("cgroup: watch %s: %w", path, err)
+		return nil, err
 	}
-	n.watches[int32(wd)] = fn
-	return int32(wd), nil
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err == nil {
+		err = unix.EpollCtl(fd, unix.EPOLL_CTL_ADD, wake, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wake)})
+		if err != nil {
+			unix.Close(wake)
+		}
+	}
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return &notifier{fd: fd, wake: wake, done: make(chan struct{}), watches: map[int32]watched{}}, nil
 }
 
-func (n *notifier) remove(wd int32) {
+// add calls fn whenever the kernel signals a change of f (a cgroup
+// file, opened for reading), perhaps once more soon after it is added
+// (fn must find out itself whether anything changed). The notifier owns f
+// from then on, even on error; the returned id is for remove.
+func (n *notifier) add(f *os.File, fn func()) (int32, error) {
+	fd := int32(f.Fd())
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if _, ok := n.watches[wd]; ok {
-		delete(n.watches, wd)
-		unix.InotifyRmWatch(int(n.f.Fd()), uint32(wd))
+	// Edge-triggered: an event per notification, without reading the
+	// file through this descriptor (fn reads it afresh).
+	if err := unix.EpollCtl(n.fd, unix.EPOLL_CTL_ADD, int(fd), &unix.EpollEvent{Events: unix.EPOLLPRI | unix.EPOLLET, Fd: fd}); err != nil {
+		f.Close()
+		return -1, fmt.Errorf("cgroup: watch %s: %w", f.Name(), err)
 	}
+	n.watches[fd] = watched{f: f, fn: fn}
+	return fd, nil
+}
+
+func (n *notifier) remove(id int32) {
+	n.mu.Lock()
+	w, ok := n.watches[id]
+	delete(n.watches, id)
+	n.mu.Unlock()
+	if ok {
+		w.f.Close() // its last descriptor: it leaves the epoll instance
+	}
+}
+
+// close ends the loop, then closes the epoll instance and what is still
+// watched.
+func (n *notifier) close() (err error) {
+	n.closeOnce.Do(func() { err = n.closeNow() })
+	return err
+}
+
+func (n *notifier) closeNow() error {
+	var one [8]byte
+	one[0] = 1 // the eventfd's counter, in the host's byte order (little-endian on every GOARCH airlock builds for)
+	unix.Write(n.wake, one[:])
+	<-n.done
+	n.mu.Lock()
+	for id, w := range n.watches {
+		w.f.Close()
+		delete(n.watches, id)
+	}
+	n.mu.Unlock()
+	unix.Close(n.wake)
+	return unix.Close(n.fd)
 }
 
 func (n *notifier) loop() {
-	buf := make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))
+	defer close(n.done)
+	evs := make([]unix.EpollEvent, 64)
 	for {
-		r, err := n.f.Read(buf)
+		got, err := unix.EpollWait(n.fd, evs, -1)
+		if err == unix.EINTR {
+			continue
+		}
 		if err != nil {
 			return
 		}
-		for off := 0; off+unix.SizeofInotifyEvent <= r; {
-			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
-			off += unix.SizeofInotifyEvent + int(ev.Len)
-			n.mu.Lock()
-			fn := n.watches[ev.Wd]
-			if ev.Mask&unix.IN_IGNORED != 0 {
-				delete(n.watches, ev.Wd)
+		for _, ev := range evs[:got] {
+			if ev.Fd == int32(n.wake) {
+				return
 			}
+			// An event of a descriptor removed meanwhile may find
+			// another watch under its number: a call fn tolerates.
+			n.mu.Lock()
+			w, ok := n.watches[ev.Fd]
 			n.mu.Unlock()
-			if fn != nil && ev.Mask&unix.IN_MODIFY != 0 {
-				fn()
+			if ok {
+				w.fn()
 			}
 		}
 	}

@@ -40,7 +40,7 @@ var shared struct {
 
 // sharedHost builds the one Host every test uses, sweeps what killed test
 // runs left behind, and warms it up with one sandbox, so that what the
-// Host and the Go runtime create once and keep (the cgroup inotify
+// Host and the Go runtime create once and keep (the cgroup notifier's epoll
 // instance and its goroutine, the netpoller) exists before any test takes
 // its leak snapshot.
 func sharedHost() (*Host, error) {
