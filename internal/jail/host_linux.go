@@ -56,6 +56,7 @@ func NewHost(o Options) (_ *Host, err error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("%w: airlock must run as root to build jails (it maps every sandbox to an unprivileged host uid)", errdefs.ErrUnavailable)
 	}
+	warmStartProcess()
 	var undo cleanup.Stack
 	defer func() {
 		if err != nil {
@@ -125,6 +126,21 @@ func NewHost(o Options) (_ *Host, err error) {
 	h.baseRoot.LoadFiles, h.baseRoot.FilesKey = nil, ""
 	h.baseRoot.Prepare, h.baseRoot.PrepareKey = nil, ""
 	return h, nil
+}
+
+// warmStartProcess has package os make, off the caller's path, the check it
+// makes once before its first process start: whether pidfds work, for
+// which it clones a child and waits for it to exit. Left to the first
+// init's start, that round trip through the scheduler (a millisecond on
+// an idle host, tens under load) would be on a cold run's path, and the
+// child would be born in the sandbox's cgroup, where the thread that
+// clones the init stands.
+func warmStartProcess() {
+	go func() {
+		if p, err := os.FindProcess(os.Getpid()); err == nil {
+			p.Release()
+		}
+	}()
 }
 
 // SealInit seals the executable every sandbox's init runs, as a host
