@@ -577,3 +577,76 @@ func TestKilledServerRecoversLiveSessions(t *testing.T) {
 		}
 	}
 }
+
+// TestKilledServerKeepsDamagedPoints: a server killed with SIGKILL whose
+// sessions' recovery points are then damaged on the disk (one's file
+// replaced by a symlink to a host file, one's point.json garbage) comes
+// back with the third session recovered as usual, and the two damaged
+// ones not listed (404), kept aside whole (.kept-point-…), shown in
+// /metrics (airlock_paused_kept) and named in the log; the host file is
+// never read into anything. Checked against a mutant: recoverLive
+// leaving a damaged point in place (the test's kept and metric checks).
+func TestKilledServerKeepsDamagedPoints(t *testing.T) {
+	s := persistServer(t)
+	ctx := context.Background()
+	ids := map[string]string{}
+	for _, name := range []string{"link", "garbage", "whole"} {
+		ids[name] = s.newSession("python", nil)
+		if r := s.exec(ids[name], "open('/workspace/notes.txt', 'w').write('"+name+"')"); r.Error != nil {
+			t.Fatal(r.Error)
+		}
+		waitPoint(t, s, ids[name], "notes.txt")
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-s.done
+	dir := filepath.Join(dataDir(s), "sessions")
+	secret := "Zq9!" // notes.txt's size in "link"
+	host := filepath.Join(t.TempDir(), "shadow")
+	os.WriteFile(host, []byte(secret), 0o600)
+	note := filepath.Join(dir, ".live-"+ids["link"], "tree", "notes.txt")
+	if err := os.Remove(note); err != nil {
+		t.Fatal(err)
+	}
+	os.Symlink(host, note)
+	os.WriteFile(filepath.Join(dir, ".live-"+ids["garbage"], "point.json"), []byte("{garbage"), 0o600)
+
+	s = startServerNamed(t, s.name, s.cfg)
+	info, err := s.c.Session(ctx, ids["whole"])
+	if err != nil || info.State != apitype.StatePaused || info.Paused == nil || info.Paused.Recovered == "" {
+		t.Fatalf("the whole session after the kill: %+v %v", info, err)
+	}
+	if _, err := s.c.ResumeSession(ctx, ids["whole"]); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.exec(ids["whole"], "print(open('/workspace/notes.txt').read())"); strings.TrimSpace(r.Stdout) != "whole" {
+		t.Errorf("the whole session's files: %+v", r)
+	}
+	for _, name := range []string{"link", "garbage"} {
+		if _, err := s.c.Session(ctx, ids[name]); errCode(err) != "not_found" {
+			t.Errorf("%s after the kill: %v, want not_found", name, err)
+		}
+		if k, _ := filepath.Glob(filepath.Join(dir, ".kept-point-"+ids[name]+"-*", "point", "point.json")); len(k) != 1 {
+			t.Errorf("%s's point is not kept aside: %v", name, k)
+		}
+		if !strings.Contains(s.stderr.String(), ids[name]) || !strings.Contains(s.stderr.String(), "kept for inspection") {
+			t.Errorf("%s's point is not logged:\n%s", name, s.stderr.String())
+		}
+	}
+	m := s.scrape(s.URL+"/metrics", nil)
+	if v := m.value("airlock_paused_kept", map[string]string{"tenant": "(unknown)"}); v != 1 {
+		t.Errorf("airlock_paused_kept{tenant=(unknown)} = %v, want 1 (the garbage point.json)", v)
+	}
+	if v := m.value("airlock_paused_kept", map[string]string{"tenant": ""}); v != 1 {
+		t.Errorf("airlock_paused_kept{tenant=\"\"} = %v, want 1 (the symlinked file's point)", v)
+	}
+	filepath.WalkDir(dataDir(s), func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if b, _ := os.ReadFile(p); strings.Contains(string(b), secret) {
+				t.Errorf("%s holds the host file", p)
+			}
+		}
+		return nil
+	})
+}

@@ -622,9 +622,11 @@ func (m *Manager) recoverLive() {
 // when it expires. One that cannot be moved stays where it was, logged,
 // until the next start tries again.
 func (m *Manager) keepDamagedPoint(id string, p pauseimage.Point, why error) {
+	// (A session of no tenant, server.auth "none", is counted as
+	// such: "", as its paused sessions are.)
 	tenant := UnknownTenant
 	var meta pausedMeta
-	if p.Seq > 0 && json.Unmarshal(p.Session, &meta) == nil && meta.ID == id && meta.Tenant != "" {
+	if p.Seq > 0 && json.Unmarshal(p.Session, &meta) == nil && meta.ID == id {
 		tenant = meta.Tenant
 	}
 	now := time.Now()
