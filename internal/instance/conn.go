@@ -37,6 +37,10 @@ type conn interface {
 	// current reports whether execution id is under way: sent, and its
 	// done not read yet.
 	current(id string) bool
+	// whileCurrent runs f if execution id is under way, before its done
+	// is read (bash: and before anything else is sent to the runtime),
+	// and reports whether it was.
+	whileCurrent(id string, f func()) bool
 	// reply sends a message answering one of the runtime's requests
 	// during an execution (installed).
 	reply(m runtimes.Message) error
@@ -187,6 +191,14 @@ func (c *framedConn) current(id string) bool {
 	return cur != nil && *cur == id
 }
 
+func (c *framedConn) whileCurrent(id string, f func()) bool {
+	if !c.current(id) {
+		return false
+	}
+	f()
+	return true
+}
+
 func (c *framedConn) events() <-chan runtimes.Message { return c.ch }
 func (c *framedConn) sendBy(t time.Time)              { c.f.SetWriteDeadline(t) }
 func (c *framedConn) err() error                      { return c.rerr }
@@ -216,6 +228,11 @@ func newBashConn(f *os.File) *bashConn {
 	c := &bashConn{f: f, ch: make(chan runtimes.Message, 4), ids: make(chan string, 1)}
 	go func() {
 		defer close(c.ch)
+		defer func() {
+			c.marks.Lock()
+			c.running = "" // no status comes any more
+			c.marks.Unlock()
+		}()
 		r := bufio.NewReader(f)
 		for {
 			s, err := r.ReadString(0)
@@ -396,6 +413,16 @@ func (c *bashConn) current(id string) bool {
 	c.marks.Lock()
 	defer c.marks.Unlock()
 	return c.running == id
+}
+
+func (c *bashConn) whileCurrent(id string, f func()) bool {
+	c.marks.Lock()
+	defer c.marks.Unlock()
+	if c.running != id {
+		return false
+	}
+	f()
+	return true
 }
 
 func (c *bashConn) events() <-chan runtimes.Message { return c.ch }

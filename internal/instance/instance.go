@@ -288,6 +288,33 @@ func (in *Interp) Interrupt(id string) {
 func (in *Interp) interruptLocked(id string) {
 	in.conn.interrupt(id) // failed: the runtime is gone or stuck; SIGINT regardless
 	in.sb.Signal(in.pid, syscall.SIGINT, true)
+	if in.rt.Language != nil && in.rt.RepeatsSIGINT {
+		go in.repeatSIGINT(id)
+	}
+}
+
+// sigintRepeat is how often an interrupt's SIGINT is repeated for a
+// runtime that can lose one (runtimes.Language.RepeatsSIGINT).
+var sigintRepeat = 100 * time.Millisecond
+
+// repeatSIGINT sends SIGINT to the runtime's process group again every
+// sigintRepeat while execution id is under way: a single one can be lost
+// (bash: see RepeatsSIGINT). It ends with the execution (its done read,
+// or the runtime gone), never signalling what is sent after it; the
+// watch's grace bounds how long an execution that ignores it lasts.
+func (in *Interp) repeatSIGINT(id string) {
+	t := time.NewTicker(sigintRepeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-in.sb.Dead():
+			return
+		}
+		if !in.conn.whileCurrent(id, func() { in.sb.Signal(in.pid, syscall.SIGINT, true) }) {
+			return
+		}
+	}
 }
 
 // sentLocked notes that execution id has been sent, and sends the

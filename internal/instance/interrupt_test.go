@@ -22,6 +22,8 @@ type orderConn struct {
 	// interrupt (a test holds the write there).
 	calls chan string
 	hold  func()
+	// checks, if set, tells each whileCurrent's answer.
+	checks chan bool
 }
 
 func (c *orderConn) record(s string) {
@@ -57,6 +59,19 @@ func (c *orderConn) current(id string) bool {
 	return c.cur == id
 }
 
+func (c *orderConn) whileCurrent(id string, f func()) bool {
+	c.mu.Lock()
+	cur := c.cur == id
+	c.mu.Unlock()
+	if cur {
+		f()
+	}
+	if c.checks != nil {
+		c.checks <- cur
+	}
+	return cur
+}
+
 // done is the runtime's done for the execution under way.
 func (c *orderConn) done() {
 	c.mu.Lock()
@@ -77,6 +92,8 @@ type orderSandbox struct {
 	c       *orderConn
 	signals chan struct{}
 }
+
+func (s orderSandbox) Dead() <-chan struct{} { return nil }
 
 func (s orderSandbox) Signal(pid int, sig syscall.Signal, group bool) error {
 	s.c.record("SIGINT")
@@ -163,4 +180,36 @@ func TestInterruptLandsOnItsExecution(t *testing.T) {
 			t.Errorf("sent %q, want %q", got, want)
 		}
 	})
+}
+
+// An interrupt of a runtime that can lose a SIGINT (bash) repeats it while
+// its execution is under way, and stops once the execution has ended
+// (checked against a mutant that sends it once).
+func TestInterruptRepeatsSIGINT(t *testing.T) {
+	repeat := sigintRepeat
+	sigintRepeat = time.Millisecond
+	defer func() { sigintRepeat = repeat }()
+	in, c, signals := newOrderInterp()
+	c.checks = make(chan bool, 1)
+	in.rt = runtimes.Runtime{Language: &runtimes.Language{RepeatsSIGINT: true}}
+	in.Execute("e1", "sleep 100", nil, time.Time{})
+	<-c.calls
+	in.Interrupt("e1")
+	for range 3 { // its SIGINT, and two repeats
+		select {
+		case <-signals:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("SIGINT was not repeated: %q", c.sent())
+		}
+	}
+	c.done()
+	for <-c.checks { // the repeats look until the execution has ended
+		select {
+		case <-signals:
+		default:
+		}
+	}
+	if got := c.sent(); len(got) < 5 || !slices.Equal(got[:3], []string{"execute e1", "interrupt e1", "SIGINT"}) || slices.ContainsFunc(got[3:], func(s string) bool { return s != "SIGINT" }) {
+		t.Errorf("sent %q, want the execution, its interrupt and SIGINTs", got)
+	}
 }

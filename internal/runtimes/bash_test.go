@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -197,6 +198,63 @@ func TestBashInterrupt(t *testing.T) {
 	b.expect("trap - INT; echo \"$v\"", 0, "kept\n")
 	b.ignoresIdleSIGINT()
 	b.expect("echo \"$v\"", 0, "kept\n")
+}
+
+// The server repeats an interrupt's SIGINT until the block's status is
+// read, as a single one can be lost (see runtime.sh): a child of the
+// shell that takes the first SIGINT (here a subshell with a trap, as the
+// shell's child between its fork and its exec does) and then runs a
+// program is stopped by a repeat, and the shell takes the repeats as one:
+// the user's INT trap runs once, and the command it runs is not
+// interrupted by them. Interrupts work as before in the next block.
+func TestBashRepeatedSIGINT(t *testing.T) {
+	t.Parallel()
+	b, dir := startBash(t)
+	b.send("( trap 'exec sleep 100' INT; echo '<running>' >&2; while :; do :; done ); echo not reached")
+	b.stderr.await(b.t, runningMarker, 30*time.Second)
+	b.sigint() // taken by the subshell's trap, which then runs sleep
+	b.awaitGroupMember("sleep\x00100\x00", 30*time.Second)
+	b.sigint() // the server's repeat
+	if st := b.status(30 * time.Second); st != 130 {
+		t.Errorf("a block whose first SIGINT a child took: status %d, want 130", st)
+	}
+	if out, _ := b.output(); out != "" {
+		t.Errorf("stdout %q", out)
+	}
+
+	fifo := filepath.Join(dir, "go")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b.send(`trap 'echo "<trapped>" >&2; cat go; echo cleanup' INT; echo '<running>' >&2; sleep 100; echo not reached`)
+	b.stderr.await(b.t, runningMarker, 30*time.Second)
+	b.awaitGroupMember("sleep\x00100\x00", 30*time.Second)
+	b.sigint()
+	b.stderr.await(b.t, "<trapped>\n", 30*time.Second)
+	b.awaitGroupMember("cat\x00go\x00", 30*time.Second)
+	b.sigint() // repeats, while the user's trap runs cat
+	b.sigint()
+	f, err := os.OpenFile(fifo, os.O_RDWR, 0) // never blocks, even with no reader left
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("go\n")
+	f.Close()
+	if st := b.status(30 * time.Second); st != 130 {
+		t.Errorf("interrupted, its trap's command running through the repeats: status %d, want 130", st)
+	}
+	if out, errOut := b.output(); out != "go\ncleanup\n" || strings.Contains(errOut, "<trapped>") {
+		t.Errorf("the user's INT trap through the repeats: stdout %q (want \"go\\ncleanup\\n\"), stderr %q (want no second <trapped>)", out, errOut)
+	}
+	b.send("trap - INT; echo '<running>' >&2; sleep 100; echo not reached")
+	b.stderr.await(b.t, runningMarker, 30*time.Second)
+	b.awaitGroupMember("sleep\x00100\x00", 30*time.Second)
+	b.sigint()
+	if st := b.status(30 * time.Second); st != 130 {
+		t.Errorf("the next block, interrupted: status %d, want 130", st)
+	}
+	b.ignoresIdleSIGINT()
+	b.expect("echo still", 0, "still\n")
 }
 
 // TestBashInterruptBeforeStart: the server's interrupt mark (a block of no

@@ -57,6 +57,16 @@ type Language struct {
 	// an error itself (KeyboardInterrupt); for the others the server adds
 	// that error.
 	ReportsInterrupt bool
+	// RepeatsSIGINT: the server repeats an interrupt's SIGINT until the
+	// execution ends, as a single one can be lost, and the runtime takes
+	// the repeats as one. Bash's: a SIGINT that lands in a command's
+	// child between its fork and its exec is taken by the child's copy of
+	// the runtime's trap, the program it then runs never sees it, and
+	// bash waits for that program before it runs its own trap. Not for
+	// runtimes that take each SIGINT as an interrupt of its own (Python's
+	// raises KeyboardInterrupt again, in the user's handler of the first;
+	// JavaScript's counts them against the interrupt messages).
+	RepeatsSIGINT bool
 	// PackageManager installs packages into the language's sessions and
 	// runs (package packages); "" for none.
 	PackageManager string
@@ -126,9 +136,10 @@ var languages = []*Language{
 	},
 	{
 		Lang: "bash", Aliases: []string{"sh", "shell"}, Ext: ".sh", Exts: []string{".sh", ".bash"},
-		binary:      func(r config.Runtimes) string { return r.Bash },
-		sessionArgs: []string{"--noprofile", "--norc", RuntimeDir + "/bash/runtime.sh"},
-		env:         func(config.Limits) []string { return nil },
+		binary:        func(r config.Runtimes) string { return r.Bash },
+		sessionArgs:   []string{"--noprofile", "--norc", RuntimeDir + "/bash/runtime.sh"},
+		env:           func(config.Limits) []string { return nil },
+		RepeatsSIGINT: true,
 	},
 	{
 		Lang: "javascript", Aliases: []string{"js", "node"}, Ext: ".js", Exts: []string{".js", ".mjs", ".cjs"},

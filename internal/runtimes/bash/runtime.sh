@@ -29,6 +29,12 @@
 #   reports 130 without running the block; one read between blocks (its
 #   block had ended) is skipped. Background jobs (`cmd &`) ignore SIGINT, as in
 #   any non-interactive shell, and keep running.
+#   A SIGINT that lands in a command's child between its fork and its exec
+#   is taken by the child's copy of the INT trap, and the program never
+#   sees it; bash runs its own trap only once that program ends. So the
+#   server repeats SIGINT until the block's status is read, and the trap,
+#   once it has run, ignores SIGINT for the rest of the block (the user's
+#   INT trap runs once; the commands it starts inherit the ignoring).
 #
 # exit and set -e
 #   `exit [n]` in a block ends the block with status n (default: the last
@@ -111,6 +117,7 @@ __airlock_unwind() {
 # __airlock_on_int is the INT trap.
 __airlock_on_int() {
     [[ ${__airlock_running-} && $BASHPID == "$__airlock_pid" ]] || builtin return 0
+    builtin trap '' INT # the server's repeats (see Interrupts), until the block ends
     __airlock_run_utrap INT 130
     __airlock_interrupted=1
     if [[ $- == *e* ]]; then __airlock_errexit=1; builtin set +e; fi
@@ -262,6 +269,7 @@ while :; do
         [[ $__airlock_flags == *e* ]] && __airlock_errexit=1
         builtin set +euxvE
         __airlock_running=
+        builtin trap __airlock_on_int INT
         if [[ $__airlock_unwinding ]]; then
             if [[ -n ${__airlock_utrap[DEBUG]-} ]]; then
                 builtin trap -- "${__airlock_utrap[DEBUG]}" DEBUG
