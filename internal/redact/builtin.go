@@ -46,44 +46,40 @@ var pemBody = strings.Repeat(pemChar+`{0,1000}?`, 8)
 
 var builtin = map[string][]Rule{
 	Credentials: {
-		{"private_key", `-----BEGIN (?:[A-Z0-9]{1,16} ){0,3}PRIVATE KEY( BLOCK)?-----` + pemBody + `-----END (?:[A-Z0-9]{1,16} ){0,3}PRIVATE KEY( BLOCK)?-----`, []string{"PRIVATE KEY"}, 70},
-		{"aws_access_key_id", `\b(?:AKIA|ASIA|ABIA|ACCA|AROA|AIDA)[0-9A-Z]{16}\b`, []string{"AKIA", "ASIA", "ABIA", "ACCA", "AROA", "AIDA"}, 0},
-		{"aws_secret_access_key", `(?i)aws_?secret_?(?:access_?)?key["']?\s{0,4}[:=]\s{0,4}["']?(?P<secret>[A-Za-z0-9/+=]{40})\b`, []string{"secret"}, 8},
-		{"gcp_api_key", `\bAIza[0-9A-Za-z_-]{35}\b`, []string{"AIza"}, 0},
-		{"gcp_oauth_token", `\bya29\.[0-9A-Za-z_-]{20,512}`, []string{"ya29."}, 0},
-		{"azure_storage_key", `(?i)AccountKey=(?P<secret>[A-Za-z0-9+/]{86}==)`, []string{"AccountKey="}, 0},
-		{"azure_sas_signature", `(?i)\bsig=(?P<secret>[A-Za-z0-9%+/]{40,128}(?:%3D|=){0,2})`, []string{"sig="}, 0},
-		{"github_token", `\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,255}\b`, []string{"ghp_", "gho_", "ghu_", "ghs_", "ghr_"}, 0},
-		{"github_pat", `\bgithub_pat_[A-Za-z0-9_]{22,255}\b`, []string{"github_pat_"}, 0},
-		{"slack_token", `\bxox[abposre]-[A-Za-z0-9-]{10,250}`, []string{"xox"}, 0},
-		{"slack_webhook", `https://hooks\.slack\.com/(?:services|workflows)/[A-Za-z0-9/_-]{20,200}`, []string{"hooks.slack.com"}, 8},
-		{"openai_key", `\bsk-(?:proj-|svcacct-|admin-|ant-)?[A-Za-z0-9_-]{20,200}`, []string{"sk-"}, 0},
-		{"jwt", `\beyJ[A-Za-z0-9_-]{8,1000}[A-Za-z0-9_-]{0,1000}\.eyJ[A-Za-z0-9_-]{8,1000}[A-Za-z0-9_-]{0,1000}\.[A-Za-z0-9_-]{0,1000}`, []string{"eyJ"}, 0},
-		{"bearer_token", `(?i)\bbearer\s{1,4}(?P<secret>[A-Za-z0-9._~+/-]{8,1000}={0,2})`, []string{"bearer"}, 0},
-		{"secret_pair", `(?i)\b(?:password|passwd|pwd|secret|client_?secret|token|access_?token|api_?key|access_?key|private_?key)["']?\s{0,4}[:=]\s{0,4}["']?` + pairValue, []string{"pass", "pwd", "secret", "token", "key"}, 10},
+		{"private_key", `-----BEGIN (?:[A-Z0-9]{1,16} ){0,3}PRIVATE KEY( BLOCK)?-----` + pemBody + `-----END (?:[A-Z0-9]{1,16} ){0,3}PRIVATE KEY( BLOCK)?-----`, []string{"PRIVATE KEY"}, 70, nil},
+		{"aws_access_key_id", `\b(?:AKIA|ASIA|ABIA|ACCA|AROA|AIDA)[0-9A-Z]{16}\b`, []string{"AKIA", "ASIA", "ABIA", "ACCA", "AROA", "AIDA"}, 0, nil},
+		{"aws_secret_access_key", `(?i)aws_?secret_?(?:access_?)?key["']?\s{0,4}[:=]\s{0,4}["']?(?P<secret>[A-Za-z0-9/+=]{40})\b`, []string{"secret"}, 8, nil},
+		{"gcp_api_key", `\bAIza[0-9A-Za-z_-]{35}\b`, []string{"AIza"}, 0, nil},
+		{"gcp_oauth_token", `\bya29\.[0-9A-Za-z_-]{20,512}`, []string{"ya29."}, 0, nil},
+		{"azure_storage_key", `(?i)AccountKey=(?P<secret>[A-Za-z0-9+/]{86}==)`, []string{"AccountKey="}, 0, nil},
+		{"azure_sas_signature", `(?i)\bsig=(?P<secret>[A-Za-z0-9%+/]{40,128}(?:%3D|=){0,2})`, []string{"sig="}, 0, nil},
+		{"github_token", `\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,255}\b`, []string{"ghp_", "gho_", "ghu_", "ghs_", "ghr_"}, 0, nil},
+		{"github_pat", `\bgithub_pat_[A-Za-z0-9_]{22,255}\b`, []string{"github_pat_"}, 0, nil},
+		{"slack_token", `\bxox[abposre]-[A-Za-z0-9-]{10,250}`, []string{"xox"}, 0, nil},
+		{"slack_webhook", `https://hooks\.slack\.com/(?:services|workflows)/[A-Za-z0-9/_-]{20,200}`, []string{"hooks.slack.com"}, 8, nil},
+		{"openai_key", `\bsk-(?:proj-|svcacct-|admin-|ant-)?[A-Za-z0-9_-]{20,200}`, []string{"sk-"}, 0, nil},
+		{"jwt", `\beyJ[A-Za-z0-9_-]{8,1000}[A-Za-z0-9_-]{0,1000}\.eyJ[A-Za-z0-9_-]{8,1000}[A-Za-z0-9_-]{0,1000}\.[A-Za-z0-9_-]{0,1000}`, []string{"eyJ"}, 0, nil},
+		{"bearer_token", `(?i)\bbearer\s{1,4}(?P<secret>[A-Za-z0-9._~+/-]{8,1000}={0,2})`, []string{"bearer"}, 0, nil},
+		{"secret_pair", `(?i)\b(?:password|passwd|pwd|secret|client_?secret|token|access_?token|api_?key|access_?key|private_?key)["']?\s{0,4}[:=]\s{0,4}["']?` + pairValue, []string{"pass", "pwd", "secret", "token", "key"}, 10, nil},
 	},
 	HostPaths: {
 		// Not preceded by a word character (\B before /): "a/etc/x" is
 		// not a host path, " /etc/x" and "(/etc/x" are.
-		{"host_path", `\B/(?:home|root|Users|etc|var|opt|srv|run|mnt|media|proc|sys|usr|tmp|boot|lib|lib64|bin|sbin|dev|nix|snap)(?:/` + seg + `){1,15}/?`, []string{"/home/", "/root/", "/users/", "/etc/", "/var/", "/opt/", "/srv/", "/run/", "/mnt/", "/media/", "/proc/", "/sys/", "/usr/", "/tmp/", "/boot/", "/lib/", "/lib64/", "/bin/", "/sbin/", "/dev/", "/nix/", "/snap/"}, 0},
-		{"windows_path", `\b[A-Za-z]:\\(?:[A-Za-z0-9._ -]{1,64}\\){0,15}[A-Za-z0-9._-]{1,64}`, []string{":\\"}, 2},
+		{"host_path", `\B/(?:home|root|Users|etc|var|opt|srv|run|mnt|media|proc|sys|usr|tmp|boot|lib|lib64|bin|sbin|dev|nix|snap)(?:/` + seg + `){1,15}/?`, []string{"/home/", "/root/", "/users/", "/etc/", "/var/", "/opt/", "/srv/", "/run/", "/mnt/", "/media/", "/proc/", "/sys/", "/usr/", "/tmp/", "/boot/", "/lib/", "/lib64/", "/bin/", "/sbin/", "/dev/", "/nix/", "/snap/"}, 0, nil},
+		{"windows_path", `\b[A-Za-z]:\\(?:[A-Za-z0-9._ -]{1,64}\\){0,15}[A-Za-z0-9._-]{1,64}`, []string{":\\"}, 2, nil},
 	},
 	IPAddresses: {
-		{"ipv4", `\b` + ipv4Octet + `(?:\.` + ipv4Octet + `){3}\b`, []string{"."}, 4},
+		{"ipv4", `\b` + ipv4Octet + `(?:\.` + ipv4Octet + `){3}\b`, []string{"."}, 4, hasDottedQuad},
 		// Full; compressed with two groups or more before ::, or one on
 		// each side (not "Abc::"), or a leading ::.
-		{"ipv6", `\b(?:` + hex4 + `:){7}` + hex4 + `\b|\b(?:` + hex4 + `:){2,6}:(?:` + hex4 + `(?::` + hex4 + `){0,5})?|\b` + hex4 + `::` + hex4 + `(?::` + hex4 + `){0,5}\b|\B::(?:` + hex4 + `(?::` + hex4 + `){0,6})\b`, []string{":"}, 5},
+		{"ipv6", `\b(?:` + hex4 + `:){7}` + hex4 + `\b|\b(?:` + hex4 + `:){2,6}:(?:` + hex4 + `(?::` + hex4 + `){0,5})?|\b` + hex4 + `::` + hex4 + `(?::` + hex4 + `){0,5}\b|\B::(?:` + hex4 + `(?::` + hex4 + `){0,6})\b`, []string{":"}, 5, hasColonGroup},
 	},
 }
 
-// shapes are what every match of some built-in rules has, cheaper to look
-// for than their literals (a dot and a colon are in most output) and far
-// cheaper than a search: matching a line of output against the IP rules
-// took 12 µs, most of a warm execution's redaction.
-var shapes = map[string]func([]byte) bool{
-	"ipv4": hasDottedQuad,
-	"ipv6": hasColonGroup,
-}
+// The IP rules' shapes (Rule.needs): four digit runs joined by dots, or
+// two colons with at most four hex digits between, are not in most output
+// though a dot and a colon are; matching a line of output against the IP
+// rules took 12 µs, most of a warm execution's redaction.
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 

@@ -41,6 +41,11 @@ type Rule struct {
 	// start a match. Without them, a pattern's literal prefix serves.
 	Literals []string
 	Offset   int
+	// needs, when set, is true of every text a match of the rule lies in:
+	// a shape every match has, far cheaper to look for than a search
+	// (the IP rules' literals, a dot and a colon, are in most output).
+	// Only built-in rules have one.
+	needs func([]byte) bool
 }
 
 // MaxMatch bounds the bytes one rule may match: a stream holds back this
@@ -70,10 +75,9 @@ type rule struct {
 	max           int      // the most bytes a match spans
 	nsub          int      // its own groups
 	secret        int      // its "secret" group among them (0: none)
-	// needs, when set, is true of every text a match of the rule lies
-	// in: a shape every match has, cheap to look for (a built-in rule's,
-	// see shapes). A text without it is not searched for the rule, as
-	// with its literals; it narrows only which rules a search runs.
+	// needs is Rule.needs: a text without it is not searched for the
+	// rule, as with its literals; it narrows only which rules a search
+	// runs.
 	needs func([]byte) bool
 }
 
@@ -105,13 +109,7 @@ func New(sets []string, rules []Rule) (*Redactor, error) {
 		all = append(all, set...)
 	}
 	errs = append(errs, checkNames(rules, nil)...)
-	rd, err := build(nil, append(all, rules...), errs)
-	if rd != nil {
-		for i := range all { // the built-in rules come first
-			rd.rules[i].needs = shapes[rd.rules[i].name]
-		}
-	}
-	return rd, err
+	return build(nil, append(all, rules...), errs)
 }
 
 // With is r with rules added after its own (r nil: rules alone): a
@@ -181,7 +179,7 @@ func compile(r Rule) (rule, error) {
 	if err != nil {
 		return rule{}, err
 	}
-	c := rule{name: r.Name, pattern: r.Pattern, nsub: re.NumSubexp(), secret: max(re.SubexpIndex("secret"), 0), max: n, off: r.Offset, ascii: true}
+	c := rule{name: r.Name, pattern: r.Pattern, nsub: re.NumSubexp(), secret: max(re.SubexpIndex("secret"), 0), max: n, off: r.Offset, ascii: true, needs: r.needs}
 	lits := r.Literals
 	if prefix, _ := re.LiteralPrefix(); len(lits) == 0 && prefix != "" && !strings.HasPrefix(r.Pattern, "(?i)") {
 		lits = []string{prefix}

@@ -15,10 +15,30 @@ var shapeTexts = []string{
 	"epoch 3: loss=0.25 on host-7", "", ":", "::::", "1.2.3.4::5:6",
 }
 
+// shapes are the built-in rules' shapes (Rule.needs), by rule name.
+func shapes() map[string]func([]byte) bool {
+	m := map[string]func([]byte) bool{}
+	for _, set := range builtin {
+		for _, r := range set {
+			if r.needs != nil {
+				m[r.Name] = r.needs
+			}
+		}
+	}
+	return m
+}
+
 // A built-in rule's shape must be in every text the rule matches in:
 // otherwise a text that holds an address but not the shape would keep
-// its address.
+// its address. The IP rules have one, and a Redactor built with them
+// looks for it.
 func TestShapesAreNecessary(t *testing.T) {
+	shapes := shapes()
+	for _, r := range builtin[IPAddresses] {
+		if shapes[r.Name] == nil {
+			t.Errorf("the built-in rule %s has no shape", r.Name)
+		}
+	}
 	for name, has := range shapes {
 		re := builtinRule(t, name)
 		for _, s := range shapeTexts {
@@ -37,6 +57,11 @@ func TestShapesAreNecessary(t *testing.T) {
 	}
 	// Redacting goes on finding them.
 	r := mustNew(t, []string{IPAddresses})
+	for _, x := range r.rules {
+		if x.needs == nil {
+			t.Errorf("the Redactor's rule %s looks for no shape", x.name)
+		}
+	}
 	if got, n := r.String("from 10.0.0.1 and fe80::1, epoch 3: loss=0.25"); n != 2 || got != "from [REDACTED:ipv4] and [REDACTED:ipv6], epoch 3: loss=0.25" {
 		t.Errorf("redacted %q, %d", got, n)
 	}
@@ -47,6 +72,7 @@ func FuzzShapesAreNecessary(f *testing.F) {
 	for _, s := range shapeTexts {
 		f.Add(s)
 	}
+	shapes := shapes()
 	res := map[string]*regexp.Regexp{}
 	for name := range shapes {
 		res[name] = builtinRule(f, name)
