@@ -373,9 +373,14 @@ func gvisorChecks(ctx context.Context, r *Report, cfg config.Config) {
 // persistenceChecks reports, with persistence on, whether the paused
 // sessions' directory and the gVisor keeper copies kept beside them are
 // the server's own, and every directory above them: nobody else may
-// write or replace them (package privdir).
+// write or replace them (package privdir); with it off, what an earlier
+// run left there, which the server leaves alone.
 func persistenceChecks(r *Report, cfg config.Config) {
 	if !cfg.Persistence.Enabled {
+		// What an earlier run with it on left is kept, untouched: said.
+		if left := server.PersistenceLeft(cfg); left != "" {
+			r.add("persistence", Warn, "%s", left)
+		}
 		return
 	}
 	dir := cfg.PersistenceDir()

@@ -56,3 +56,29 @@ func TestDoctorPersistence(t *testing.T) {
 		t.Errorf("another user's keeper copy: %+v", c)
 	}
 }
+
+// TestDoctorPersistenceOffLeftovers: with persistence off, doctor says
+// nothing of a persistence.dir that holds nothing, and warns of one
+// that holds paused sessions, recovery points and kept images from an
+// earlier run (the server leaves them untouched), with their counts.
+// Checked against a mutant: persistenceChecks returning at once with
+// persistence off, as before.
+func TestDoctorPersistenceOffLeftovers(t *testing.T) {
+	cfg := config.Default()
+	cfg.Persistence.Dir = filepath.Join(t.TempDir(), "sessions")
+	checks := func() []Check {
+		r := &Report{}
+		persistenceChecks(r, cfg)
+		return r.Checks
+	}
+	if c := checks(); len(c) != 0 {
+		t.Errorf("nothing left: %+v", c)
+	}
+	for _, d := range []string{"s-1", "s-2", ".live-s-3", ".kept-point-s-4-20260101T000000.000Z", ".gvisor-keepers", ".tmp-rm-x"} {
+		os.MkdirAll(filepath.Join(cfg.Persistence.Dir, d), 0o700)
+	}
+	c := checks()
+	if len(c) != 1 || c[0].Status != Warn || !strings.Contains(c[0].Detail, "persistence is off, but "+cfg.Persistence.Dir+" holds 2 paused sessions, 1 recovery points of live sessions and 1 images kept for inspection") {
+		t.Errorf("leftovers: %+v", c)
+	}
+}

@@ -7,6 +7,7 @@ import (
 
 	"airlock/internal/apitype"
 	"airlock/internal/config"
+	"airlock/internal/session"
 	"airlock/internal/store"
 )
 
@@ -184,3 +185,8 @@ func follow(after int64, read func(after int64, each func(apitype.AuditRecord)) 
 		}
 	}
 }
+
+// PersistenceLeft says what persistence.dir holds that a server with
+// persistence off leaves as it is ("" when nothing; see
+// session.LeftWhileOff), for airlock doctor.
+func PersistenceLeft(cfg config.Config) string { return session.LeftWhileOff(cfg) }

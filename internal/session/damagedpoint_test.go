@@ -321,7 +321,7 @@ func TestPersistenceOffSaysWhatItLeaves(t *testing.T) {
 	if l := m.List(); len(l) != 0 {
 		t.Errorf("listed with persistence off: %+v", l)
 	}
-	if !strings.Contains(log.String(), "persistence is off, but persistence.dir holds") || !strings.Contains(log.String(), "paused=1 recovery_points=2 kept=0") {
+	if !strings.Contains(log.String(), "persistence is off, but "+off.Persistence.Dir+" holds 1 paused sessions, 2 recovery points of live sessions and 0 images kept for inspection") {
 		t.Errorf("log: %s", log)
 	}
 	after, _ := os.ReadDir(killed.Persistence.Dir)

@@ -165,6 +165,22 @@ func (m *Manager) resolveResumed() {
 	}
 }
 
+// LeftWhileOff says what persistence.dir holds from an earlier run
+// with persistence on, which a server with it off leaves as it is (not
+// listed, resumed, counted or removed): "" when nothing (or when
+// persistence is on). For the log and airlock doctor.
+func LeftWhileOff(cfg config.Config) string {
+	if cfg.Persistence.Enabled {
+		return ""
+	}
+	c, err := pauseimage.Census(cfg.PersistenceDir())
+	if err != nil || !c.Any() {
+		return ""
+	}
+	return fmt.Sprintf("persistence is off, but %s holds %d paused sessions, %d recovery points of live sessions and %d images kept for inspection from an earlier run: they are neither listed, resumed nor removed until persistence.enabled is on again (or the directory is removed)",
+		cfg.PersistenceDir(), c.Images, c.Points, c.Kept)
+}
+
 // LoadPaused lists the sessions paused under persistence.dir (by an
 // earlier run of the server, which paused them when it shut down) as
 // paused, sweeps what interrupted pauses left behind, and starts
@@ -175,9 +191,8 @@ func (m *Manager) LoadPaused() error {
 	if !m.cfg.Persistence.Enabled {
 		// Never silently: what an earlier run with persistence on left
 		// is neither listed nor removed (nor counted) while it is off.
-		if c, err := pauseimage.Census(m.persistDir()); err == nil && c.Any() {
-			m.log.Warn("persistence is off, but persistence.dir holds paused sessions, recovery points of live sessions or images kept for inspection from an earlier run: they are neither listed, resumed nor removed until persistence.enabled is on again (or the directory is removed)",
-				"dir", m.persistDir(), "paused", c.Images, "recovery_points", c.Points, "kept", c.Kept)
+		if left := LeftWhileOff(m.cfg); left != "" {
+			m.log.Warn(left)
 		}
 		return nil
 	}
