@@ -374,9 +374,10 @@ func TestShutdownKeepsResumedImage(t *testing.T) {
 
 // TestDiscardAfterShutdown: a session its creator never hears of that a
 // shutdown ended first, its recovery point kept, is discarded for good:
-// the next start does not list it paused. checked against a mutant: with
-// Delete doing nothing for an ended session (as before), the restart
-// listed it paused.
+// the next start does not list it paused, and a delete after it is done
+// (not 503 "kept"). checked against mutants: with Delete doing nothing
+// for an ended session (as before), the restart listed it paused; with
+// the discard not recording the end as deleted, the delete said 503.
 func TestDiscardAfterShutdown(t *testing.T) {
 	cfg := persistConfig(t)
 	m, _, _ := newTestManager(t, cfg)
@@ -389,6 +390,10 @@ func TestDiscardAfterShutdown(t *testing.T) {
 		t.Fatal("the session ended by the shutdown is still live")
 	}
 	m.Discard(context.Background(), s.ID())
+	// Deleted, no longer kept: a delete now is done, not 503.
+	if err := m.DeleteFor(context.Background(), s.ID()); err != nil {
+		t.Errorf("a delete after the discard: %v", err)
+	}
 	m.Close()
 	if l := restarted(t, cfg).List(); len(l) != 0 {
 		t.Fatalf("a discarded session after the restart: %+v", l)

@@ -164,7 +164,8 @@ type Manager struct {
 	// ended, the pause not yet returned to its caller), "fork" (a paused
 	// source found, its image not yet opened), "restoring" (a resumed
 	// or forked session's sandbox made, its files not yet restored),
-	// "kept-removed" (a sweep removed an expired kept memory image).
+	// "kept-removed" (a sweep removed an expired kept memory image),
+	// "deleting" (a delete found the session live, not yet ended it).
 	hook func(point, id string)
 	// imageFault, if set (tests), fails the write of an image (a pause's,
 	// a fork's) before it begins with what it returns: a disk's failure,
@@ -1048,6 +1049,7 @@ func (m *Manager) deleteKept(ctx context.Context, id string) error {
 		if err := m.leftOK(pauseimage.RemoveLive(m.persistDir(), id)); err != nil {
 			return errdefs.Private(errdefs.ErrUnavailable, "the session's recovery point cannot be removed", err)
 		}
+		m.unkeep(id)
 		return nil
 	}
 	if pe := (*PausedError)(nil); err != nil && !errors.As(err, &pe) {
@@ -1064,6 +1066,18 @@ func (m *Manager) deleteKept(ctx context.Context, id string) error {
 func (m *Manager) KeptAtShutdown(err error) bool {
 	ee := (*EndedError)(nil)
 	return errors.As(err, &ee) && m.keptAtShutdown(ee.End)
+}
+
+// unkeep records that the session id, if this shutdown ended it
+// keeping its recovery point, had that point ended since (a delete): it
+// is deleted, no longer kept for the next start (KeptAtShutdown).
+func (m *Manager) unkeep(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e, ok := m.ended[id]; ok && m.keptAtShutdown(e.end) {
+		e.end = apitype.Ended(apitype.EndDeleted)
+		m.ended[id] = e
+	}
 }
 
 // keptAtShutdown says whether a session that ended for end had its
@@ -1112,6 +1126,9 @@ func (m *Manager) DeleteFor(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	if m.hook != nil {
+		m.hook("deleting", id)
+	}
 	s.mu.Lock()
 	if s.deletedBy == nil {
 		by := s.callerOf(ctx)
@@ -1121,8 +1138,10 @@ func (m *Manager) DeleteFor(ctx context.Context, id string) error {
 	s.terminate(apitype.Ended(apitype.EndDeleted))
 	// Its recovery point (and the image it was resumed from, if set
 	// aside still) ended before the delete is reported, also when a
-	// shutdown ended it first and kept them.
+	// shutdown ended it first and kept them: then it is deleted, not
+	// kept, for every later call too (a client's retry).
 	s.live.end()
+	m.unkeep(id)
 	if s.End().Code == apitype.EndPaused {
 		// A pause completed first (its end and its listing are one
 		// step): the client asked for the session gone, so it goes.
