@@ -250,6 +250,23 @@ func (d *Dir) stat(rel string) (Entry, error) {
 	return entryOf(rel, &st), nil
 }
 
+// dup is a Dir of its own on a duplicate of d's root descriptor, which
+// the caller closes: d may be closed meanwhile, and a descriptor number
+// closed under the caller could be reused for another sandbox's
+// workspace. A closed d is ErrGone, saying gone.
+func (d *Dir) dup(gone string) (*Dir, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.fd < 0 {
+		return nil, fmt.Errorf("%w: %s", errdefs.ErrGone, gone)
+	}
+	fd, err := unix.FcntlInt(uintptr(d.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("workspace: %w", err)
+	}
+	return &Dir{fd: fd, uid: d.uid, gid: d.gid, root: d.root}, nil
+}
+
 // asUser runs fn on a thread whose filesystem ids are the sandbox user's.
 // Files it creates belong to that user (the tmpfs belongs to the sandbox's
 // user namespace, where host root has no id), and it can write only where
@@ -260,17 +277,10 @@ func (d *Dir) stat(rel string) (Entry, error) {
 // session may end (and Close run) meanwhile, and a descriptor number
 // closed under fn could be reused for another sandbox's workspace.
 func (d *Dir) asUser(fn func(root *Dir) error) error {
-	d.mu.Lock()
-	if d.fd < 0 {
-		d.mu.Unlock()
-		return fmt.Errorf("%w: its workspace is gone", errdefs.ErrGone)
-	}
-	fd, err := unix.FcntlInt(uintptr(d.fd), unix.F_DUPFD_CLOEXEC, 0)
-	d.mu.Unlock()
+	root, err := d.dup("its workspace is gone")
 	if err != nil {
-		return fmt.Errorf("workspace: %w", err)
+		return err
 	}
-	root := &Dir{fd: fd, uid: d.uid, gid: d.gid, root: d.root}
 	defer root.Close()
 	errc := make(chan error, 1)
 	go func() {
@@ -737,17 +747,10 @@ func (d *Dir) MoveFrom(src *Dir, from, to string) error {
 	if from == "" || to == "" {
 		return fmt.Errorf("%w: refusing to move %s itself", errdefs.ErrInvalidArgument, d.root)
 	}
-	src.mu.Lock()
-	if src.fd < 0 {
-		src.mu.Unlock()
-		return fmt.Errorf("%w: %s is closed", errdefs.ErrGone, src.root)
-	}
-	sfd, err := unix.FcntlInt(uintptr(src.fd), unix.F_DUPFD_CLOEXEC, 0)
-	src.mu.Unlock()
+	from_, err := src.dup(src.root + " is closed")
 	if err != nil {
-		return fmt.Errorf("workspace: %w", err)
+		return err
 	}
-	from_ := &Dir{fd: sfd, uid: src.uid, gid: src.gid, root: src.root}
 	defer from_.Close()
 	return d.asUser(func(d *Dir) error {
 		fdir, fname := path.Split(from)
@@ -775,17 +778,10 @@ func (d *Dir) MoveFrom(src *Dir, from, to string) error {
 // would write back every other writer's data on it too, at the cost of
 // whoever asked). Never through a symlink; a FIFO is not waited for.
 func (d *Dir) Fsync(rels ...string) error {
-	d.mu.Lock()
-	if d.fd < 0 {
-		d.mu.Unlock()
-		return fmt.Errorf("%w: %s is closed", errdefs.ErrGone, d.root)
-	}
-	fd, err := unix.FcntlInt(uintptr(d.fd), unix.F_DUPFD_CLOEXEC, 0)
-	d.mu.Unlock()
+	dup, err := d.dup(d.root + " is closed")
 	if err != nil {
-		return fmt.Errorf("workspace: %w", err)
+		return err
 	}
-	dup := &Dir{fd: fd, uid: d.uid, gid: d.gid, root: d.root}
 	defer dup.Close()
 	for _, rel := range rels {
 		// fsync needs a descriptor that is not O_PATH.
