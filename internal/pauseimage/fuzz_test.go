@@ -71,7 +71,7 @@ func FuzzDecodePoint(f *testing.F) {
 			}
 			seen := map[string]bool{}
 			for _, e := range b.Entries {
-				if !entryPath(e.Path) || seen[e.Path] || e.Size < 0 || e.Stage != "" && (!stageName(e.Stage) || strings.ContainsAny(e.Stage, "/.")) {
+				if !entryPath(e.Path) || seen[e.Path] || e.Size < 0 || e.Size > maxRecorded || e.Stage != "" && (!stageName(e.Stage) || strings.ContainsAny(e.Stage, "/.")) {
 					t.Fatalf("accepted the entry %+v", e)
 				}
 				seen[e.Path] = true
@@ -97,6 +97,7 @@ func FuzzDecodeMeta(f *testing.F) {
 	f.Add([]byte(env.Body))
 	for _, body := range []string{
 		`{"files":{"size":-1}}`,
+		`{"files":{"size":9223372036854775807}}`,
 		`{"stats":{"bytes":-5}}`,
 		`{"session":null,"files":{"size":0,"sha256":""}}`,
 		`{"version":2}`,
@@ -107,7 +108,7 @@ func FuzzDecodeMeta(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		for _, in := range [][]byte{raw, enveloped(raw)} {
 			b, err := decodeMeta(in)
-			if err == nil && (b.Files.Size < 0 || b.Stats.Bytes < 0 || b.Stats.Files < 0 || b.Stats.Dirs < 0) {
+			if err == nil && (b.Files.Size < 0 || b.Stats.Bytes < 0 || b.Stats.Files < 0 || b.Stats.Dirs < 0 || b.Files.Size > maxRecorded || b.Stats.Bytes > maxRecorded) {
 				t.Fatalf("accepted %+v", b)
 			}
 		}
@@ -119,9 +120,10 @@ func FuzzDecodeMemory(f *testing.F) {
 	f.Add(whole)
 	f.Add(enveloped(whole))
 	f.Add([]byte(`{"bytes":-1}`))
+	f.Add([]byte(`{"bytes":4611686018427387904}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		for _, in := range [][]byte{raw, enveloped(raw)} {
-			if m, err := decodeMemory(in); err == nil && (m == nil || m.Bytes < 0) {
+			if m, err := decodeMemory(in); err == nil && (m == nil || m.Bytes < 0 || m.Bytes > maxRecorded) {
 				t.Fatalf("accepted %+v", m)
 			}
 		}

@@ -873,7 +873,7 @@ func decodePoint(raw []byte) (pointBody, error) {
 			return b, fmt.Errorf("it names %q, not a path in a workspace", clip(e.Path))
 		case seen[e.Path]:
 			return b, fmt.Errorf("it names %q twice", clip(e.Path))
-		case e.Size < 0 || e.Dir && (e.Size != 0 || e.Stage != ""):
+		case !recorded(e.Size) || e.Dir && (e.Size != 0 || e.Stage != ""):
 			return b, fmt.Errorf("its entry %q is malformed", clip(e.Path))
 		case e.Stage != "" && !stageName(e.Stage):
 			return b, fmt.Errorf("it names the staged file %q", clip(e.Stage))

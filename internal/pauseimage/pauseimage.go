@@ -55,6 +55,10 @@ const (
 	version    = 1
 	// maxMeta caps the meta.json read back.
 	maxMeta = 4 << 20
+	// maxRecorded caps every size a description read back records (1
+	// PiB: more than any disk an image is written to): a larger one is
+	// damage, never summed (a quota's sum of such sizes would overflow).
+	maxRecorded = 1 << 50
 )
 
 // Stats is what a pause wrote.
@@ -467,11 +471,14 @@ func decodeMeta(raw []byte) (body, error) {
 		return body{}, errors.New("meta.json fails its checksum")
 	}
 	var b body
-	if err := json.Unmarshal(env.Body, &b); err != nil || b.Files.Size < 0 || b.Stats.Bytes < 0 || b.Stats.Files < 0 || b.Stats.Dirs < 0 {
+	if err := json.Unmarshal(env.Body, &b); err != nil || !recorded(b.Files.Size) || !recorded(b.Stats.Bytes) || b.Stats.Files < 0 || b.Stats.Dirs < 0 {
 		return body{}, errors.New("meta.json's body is malformed")
 	}
 	return b, nil
 }
+
+// recorded: n is a size a description may record (see maxRecorded).
+func recorded(n int64) bool { return n >= 0 && n <= maxRecorded }
 
 // encodeMeta is meta.json of b.
 func encodeMeta(b body) ([]byte, error) {
@@ -1140,7 +1147,7 @@ func decodeMemory(raw []byte) (*Memory, error) {
 		return nil, errors.New("memory.json fails its checksum")
 	}
 	var m Memory
-	if err := json.Unmarshal(env.Body, &m); err != nil || m.Bytes < 0 {
+	if err := json.Unmarshal(env.Body, &m); err != nil || !recorded(m.Bytes) {
 		return nil, errors.New("memory.json's body is malformed")
 	}
 	return &m, nil

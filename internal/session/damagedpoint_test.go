@@ -3,6 +3,9 @@ package session
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -628,4 +631,55 @@ func TestSealOnFullDisk(t *testing.T) {
 		t.Errorf("still stale: %+v", info.RecoveryPoint)
 	}
 	checkRecovered(map[string]string{"a.txt": "1", "b.txt": "2", "c.txt": "3"})
+}
+
+// TestHugeRecordedSizesRefused: paused images whose description records
+// files of an impossible size (2^62 bytes, the checksum rewritten to
+// match: an edited meta.json) are refused as damaged and kept aside,
+// counted by what they take on the disk: listed as recorded, two of
+// them overflowed the tenant's sum and let it pause past its quota.
+// Checked against a mutant: decodeMeta without its bound (both listed;
+// the tenant's usage negative).
+func TestHugeRecordedSizesRefused(t *testing.T) {
+	cfg := persistConfig(t)
+	m1, _, _ := newTestManager(t, cfg)
+	var ids []string
+	for range 2 {
+		ids = append(ids, pausedWith(t, m1, map[string]string{"a.txt": "A"}).ID())
+	}
+	m1.Close()
+	for _, id := range ids {
+		p := filepath.Join(cfg.Persistence.Dir, id, "meta.json")
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var env struct {
+			Version int             `json:"version"`
+			SHA256  string          `json:"sha256"`
+			Body    json.RawMessage `json:"body"`
+		}
+		var body map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &env); err != nil || json.Unmarshal(env.Body, &body) != nil {
+			t.Fatalf("meta.json: %v", err)
+		}
+		body["files"] = json.RawMessage(`{"size":4611686018427387904,"sha256":"00"}`)
+		env.Body, _ = json.Marshal(body)
+		h := sha256.Sum256(env.Body)
+		env.SHA256 = hex.EncodeToString(h[:])
+		raw, _ = json.Marshal(env)
+		os.WriteFile(p, raw, 0o600)
+	}
+	m := restarted(t, cfg)
+	if l := m.List(); len(l) != 0 {
+		t.Errorf("listed: %+v", l)
+	}
+	for tenant, u := range m.PausedUsage() {
+		if u.DiskBytes < 0 || u.DiskBytes > 1<<30 {
+			t.Errorf("%q's usage %+v", tenant, u)
+		}
+	}
+	if u := m.PausedUsage()[UnknownTenant]; u.Kept != 2 {
+		t.Errorf("kept: %+v", u)
+	}
 }

@@ -185,8 +185,11 @@ func LeftWhileOff(cfg config.Config) string {
 // earlier run of the server, which paused them when it shut down) as
 // paused, sweeps what interrupted pauses left behind, and starts
 // deleting those kept longer than persistence.keep. An image whose
-// description fails its checks is left in place for the operator, and
-// logged. Call it before the manager serves anything.
+// description fails its checks, and a recovery point that cannot be
+// recovered, is kept aside for the operator (counted, and removed when
+// it expires), and logged; with persistence off, what the directory
+// holds is left as it is, and logged. Call it before the manager
+// serves anything.
 func (m *Manager) LoadPaused() error {
 	if !m.cfg.Persistence.Enabled {
 		// Never silently: what an earlier run with persistence on left
