@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"maps"
 	"testing"
 	"time"
 )
@@ -17,6 +18,14 @@ func TestSpreadOf(t *testing.T) {
 	} {
 		if got := spreadOf(c.in); got != c.want {
 			t.Errorf("spreadOf(%v) = %+v, want %+v", c.in, got, c.want)
+		}
+		// The report's form of it.
+		want := map[string]float64{}
+		if len(c.in) > 0 {
+			want = map[string]float64{"median": c.want.Median, "p25": c.want.Q1, "p75": c.want.Q3, "min": c.want.Min, "max": c.want.Max, "n": float64(len(c.in))}
+		}
+		if got := spread(c.in); !maps.Equal(got, want) {
+			t.Errorf("spread(%v) = %v, want %v", c.in, got, want)
 		}
 	}
 }

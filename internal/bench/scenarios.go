@@ -138,20 +138,14 @@ func benchCreatePandas(ctx context.Context, srv *server, r *Report, o Options, r
 	return nil
 }
 
-// spread is the median, quartiles and extremes of v, and how many there
-// are ("n"); empty for none.
+// spread is spreadOf(v) as the report's Stats keep it ("median", "p25",
+// "p75", "min", "max"), with how many there are ("n"); empty for none.
 func spread(v []float64) map[string]float64 {
 	if len(v) == 0 {
 		return map[string]float64{}
 	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	at := func(p float64) float64 { return s[min(len(s)-1, int(p*float64(len(s)-1)+0.5))] }
-	med := s[len(s)/2]
-	if len(s)%2 == 0 {
-		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return map[string]float64{"median": med, "p25": at(0.25), "p75": at(0.75), "min": s[0], "max": s[len(s)-1], "n": float64(len(s))}
+	q := spreadOf(v)
+	return map[string]float64{"median": q.Median, "p25": q.Q1, "p75": q.Q3, "min": q.Min, "max": q.Max, "n": float64(len(v))}
 }
 
 // msOf is d in milliseconds.
