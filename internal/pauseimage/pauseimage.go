@@ -1177,6 +1177,11 @@ type Kept struct {
 	// Unrecorded: its kept.json could not be read (kept by an airlock
 	// that wrote it last, or none), so Tenant is not known (ListKept).
 	Unrecorded bool `json:"-"`
+	// Pending: not kept for inspection but a recovery point left in
+	// place (its recovery failed for the disk, tried again at the next
+	// start), counted meanwhile and removed when its session would have
+	// expired (not recorded: the caller's, for one run).
+	Pending bool `json:"-"`
 }
 
 // KeepMemory moves the memory of the image id (its checkpoint and
@@ -1326,11 +1331,26 @@ func keptID(name string) string {
 // RemoveKept removes the kept memory image in dir (see ListKept), which
 // must be one under root, durably (see end): ErrLeftBehind leaves
 // remains for SweepRemoved.
+// A recovery point left pending (Kept.Pending) is removed the same way.
 func RemoveKept(root, dir string) error {
-	if _, ok := keptKind(filepath.Base(dir)); filepath.Dir(dir) != filepath.Clean(root) || !ok {
+	name := filepath.Base(dir)
+	_, ok := keptKind(name)
+	if id, live := strings.CutPrefix(name, livePrefix); live && ValidID(id) {
+		ok = true
+	}
+	if filepath.Dir(dir) != filepath.Clean(root) || !ok {
 		return fmt.Errorf("%w: %q is not a kept memory image", errdefs.ErrInvalidArgument, dir)
 	}
 	return end(root, dir)
+}
+
+// PointBytes is what the recovery point of id under root takes on the
+// disk: its regular files (never through a symlink).
+func PointBytes(root, id string) int64 {
+	if checkID(id) != nil {
+		return 0
+	}
+	return keptWholeBytes(root, livePrefix+id)
 }
 
 // MemoryDir is the directory of the image's checkpoint.

@@ -348,9 +348,12 @@ func names(ents []os.DirEntry) []string {
 // TestRecoveryOnFullDisk: a recovery the disk has no room for (the
 // image of a point is written beside it: a tmpfs with no inode left for
 // it) loses nothing: the point stays in place, whole, neither recovered
-// nor kept aside, the log says it is tried again at the next start; the
-// next start with room recovers it. Checked against a mutant: a disk
-// error treated as damage (the point kept aside, the session lost).
+// nor kept aside, counted against its tenant's quota meanwhile, the log
+// says it is tried again at the next start; the next start with room
+// recovers it; one still there when its session would have expired is
+// removed by the sweep. Checked against mutants: a disk error treated
+// as damage (the point kept aside, the session lost), and the pending
+// point not counted (acme's usage 0).
 func TestRecoveryOnFullDisk(t *testing.T) {
 	testenv.RequireRoot(t, "mounting a small tmpfs as persistence.dir")
 	cfg := persistConfig(t)
@@ -393,11 +396,31 @@ func TestRecoveryOnFullDisk(t *testing.T) {
 	if !strings.Contains(log.String(), "tried again at the next start") {
 		t.Errorf("log: %s", log)
 	}
-	m.Close()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_REMOUNT, "size=128m,nr_inodes=1000,mode=0700"); err != nil {
-		t.Fatal(err)
+	// Counted meanwhile (it takes the disk), not as kept for inspection.
+	if u := m.PausedUsage()["acme"]; u.DiskBytes < 2 || u.Kept != 0 || u.Sessions != 0 {
+		t.Errorf("acme's usage with the point pending: %+v", u)
 	}
-	m2 := restarted(t, killed)
+	// The next start, with room (a copy of the disk as it is now).
+	later := killedAt(t, killed)
+	// Still here when its session would have expired: removed.
+	m.mu.Lock()
+	k, ok := m.kept[pauseimage.LiveDir(dir, s.ID())]
+	if !ok || !k.Pending || k.Expires.After(time.Now().Add(killed.Persistence.Keep.D())) {
+		m.mu.Unlock()
+		t.Fatalf("the pending point: %+v %v", k, ok)
+	}
+	k.Expires = time.Now().Add(-time.Second)
+	m.kept[k.Dir] = k
+	m.mu.Unlock()
+	m.sweepPaused()
+	if _, err := os.Lstat(pauseimage.LiveDir(dir, s.ID())); !os.IsNotExist(err) {
+		t.Errorf("an expired pending point stays: %v", err)
+	}
+	if u := m.PausedUsage()["acme"]; u.DiskBytes != 0 {
+		t.Errorf("acme's usage once it expired: %+v", u)
+	}
+	m.Close()
+	m2 := restarted(t, later)
 	if l := m2.List(); len(l) != 1 || l[0].ID != s.ID() {
 		t.Fatalf("with room again: %+v", l)
 	}

@@ -607,7 +607,7 @@ func (m *Manager) recoverLive() {
 		case errors.Is(err, errdefs.ErrImageCorrupt), errors.Is(err, errdefs.ErrTooLarge):
 			m.keepDamagedPoint(id, p, err)
 		case err != nil:
-			m.log.Error("a live session's recovery point cannot be recovered now (the server's disk); it is left in place and tried again at the next start", "session", id, "dir", pauseimage.LiveDir(m.persistDir(), id), "err", err)
+			m.pendingPoint(id, p, err)
 		default:
 			m.log.Warn("a live session lost to the server's end is recovered as paused, its workspace as of its last completed operation", "session", id, "point_at", p.At, "files", st.Files, "bytes", st.Bytes, "behind", p.Behind)
 		}
@@ -622,13 +622,7 @@ func (m *Manager) recoverLive() {
 // when it expires. One that cannot be moved stays where it was, logged,
 // until the next start tries again.
 func (m *Manager) keepDamagedPoint(id string, p pauseimage.Point, why error) {
-	// (A session of no tenant, server.auth "none", is counted as
-	// such: "", as its paused sessions are.)
-	tenant := UnknownTenant
-	var meta pausedMeta
-	if p.Seq > 0 && json.Unmarshal(p.Session, &meta) == nil && meta.ID == id {
-		tenant = meta.Tenant
-	}
+	tenant := pointTenant(id, p)
 	now := time.Now()
 	k, err := pauseimage.KeepPoint(m.persistDir(), id, now, pauseimage.Kept{
 		Tenant: tenant, Expires: now.Add(m.cfg.Persistence.Keep.D()), Reason: errdefs.Message(why),
@@ -640,4 +634,37 @@ func (m *Manager) keepDamagedPoint(id string, p pauseimage.Point, why error) {
 	// Counted from here on: LoadPaused lists the kept directories
 	// (ListKept), this one with them.
 	m.log.Error("a live session's recovery point cannot be recovered; it is kept for inspection, counted against its tenant's quota, until it expires", "session", id, "tenant", tenant, "dir", k.Dir, "bytes", k.Bytes, "expires", k.Expires, "why", why, "err", err)
+}
+
+// pointTenant is whose the point of id is: what its point.json says
+// when that passed its checksum and names this session (a session of
+// no tenant, server.auth "none", is counted as such: "", as its paused
+// sessions are), else UnknownTenant.
+func pointTenant(id string, p pauseimage.Point) string {
+	var meta pausedMeta
+	if p.Seq > 0 && json.Unmarshal(p.Session, &meta) == nil && meta.ID == id {
+		return meta.Tenant
+	}
+	return UnknownTenant
+}
+
+// pendingPoint leaves the recovery point of id, which the disk could
+// not recover now (why: full, failing), in place for the next start,
+// whole; meanwhile it is counted against its tenant's quota (it takes
+// the disk all the same), and removed by the sweep if it is still here
+// when its session would have expired (persistence.keep after its
+// point), as that paused session would have been.
+func (m *Manager) pendingPoint(id string, p pauseimage.Point, why error) {
+	now := time.Now()
+	expires := now.Add(m.cfg.Persistence.Keep.D())
+	if p.Seq > 0 {
+		expires = p.At.Add(m.cfg.Persistence.Keep.D())
+	}
+	k := pauseimage.Kept{ID: id, Tenant: pointTenant(id, p), Expires: expires, Reason: errdefs.Message(why),
+		Dir: pauseimage.LiveDir(m.persistDir(), id), Bytes: pauseimage.PointBytes(m.persistDir(), id), Pending: true}
+	m.mu.Lock()
+	m.keptLocked(k)
+	m.mu.Unlock()
+	m.log.Error("a live session's recovery point cannot be recovered now (the server's disk); it is left in place, counted against its tenant's quota, and tried again at the next start (removed if still here when its session would have expired)",
+		"session", id, "tenant", k.Tenant, "dir", k.Dir, "bytes", k.Bytes, "expires", k.Expires, "err", why)
 }

@@ -173,7 +173,7 @@ func (m *Manager) eachPausedLocked(f func(pausedBytes)) {
 		f(pausedBytes{tenant: p.meta.Tenant, bytes: p.stats.DiskBytes, paused: true})
 	}
 	for _, k := range m.kept {
-		f(pausedBytes{tenant: k.Tenant, bytes: k.Bytes, kept: true})
+		f(pausedBytes{tenant: k.Tenant, bytes: k.Bytes, kept: !k.Pending})
 	}
 	// The ones going first: a listed one's first seal between its two
 	// readings counts both (never neither).
