@@ -894,8 +894,7 @@ func (n *notifier) close() (err error) {
 }
 
 func (n *notifier) closeNow() error {
-	var one [8]byte
-	one[0] = 1 // the eventfd's counter, in the host's byte order (little-endian on every GOARCH airlock builds for)
+	one := [8]byte{1} // adds to the eventfd's counter: any count wakes the loop
 	unix.Write(n.wake, one[:])
 	<-n.done
 	n.mu.Lock()
