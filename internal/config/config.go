@@ -288,7 +288,9 @@ type Server struct {
 	// MaxSessions caps live sessions (pooled sandboxes not counted).
 	MaxSessions int `json:"max_sessions"`
 	// MaxConcurrentExecutions caps executions running at once, one-shot
-	// ones included. Further requests wait up to QueueTimeout.
+	// ones included, and, apart, the sandboxes of one-shot and program
+	// runs alive at once (running, or being torn down after their
+	// answer). Further requests wait up to QueueTimeout.
 	MaxConcurrentExecutions int      `json:"max_concurrent_executions"`
 	QueueTimeout            Duration `json:"queue_timeout"`
 	// MaxBodyBytes caps JSON request bodies; file uploads are capped by

@@ -211,6 +211,13 @@ func cgroupOf(sb sandbox) (*cgroup.Cgroup, error) {
 // the limits Adapt sets, before or after, stay.
 func (in *Instance) Foreground() error { return setBackground(in.sb, false) }
 
+// Yield gives the sandbox the background CPU weight again: what is left
+// of it, its end included (the runtime's exit unmapping its memory, the
+// init's), takes only the CPU the others leave. For a sandbox about to be
+// torn down that nobody waits for; Foreground gives the normal weight
+// back.
+func (in *Instance) Yield() error { return setBackground(in.sb, true) }
+
 // Background reports whether the sandbox has the background CPU weight.
 func (in *Instance) Background() (bool, error) {
 	cg, err := cgroupOf(in.sb)

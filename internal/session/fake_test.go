@@ -167,6 +167,10 @@ type fakeInstance struct {
 	// a real sandbox's can take a while).
 	closeHook atomic.Pointer[func()]
 	retired   atomic.Bool // the first runtime was ended for good
+	// yielding: it has the lowest CPU weight (Yield, until Foreground);
+	// foregrounded hears each Foreground.
+	yielding     atomic.Bool
+	foregrounded chan struct{}
 
 	// bmu guards besides and deadDone.
 	bmu      sync.Mutex
@@ -227,7 +231,7 @@ func newFakeInstance(t testing.TB, rt runtimes.Runtime, l config.Limits) *fakeIn
 	}
 	f := &fakeInstance{
 		limits: l, ws: ws, dir: dir, start: time.Now(), marks: make(chan struct{}, 8),
-		events: make(chan cgroup.Event, 4), dead: make(chan struct{}),
+		events: make(chan cgroup.Event, 4), dead: make(chan struct{}), foregrounded: make(chan struct{}, 1),
 	}
 	f.fakeInterp = newFakeInterp(f, rt, f.dead, false)
 	return f
@@ -377,6 +381,16 @@ func (f *fakeInstance) RetireFirst() { f.retired.Store(true) }
 func (f *fakeInstance) Kill() {
 	f.killed.Store(true)
 	f.die(apitype.End{})
+}
+
+func (f *fakeInstance) Yield() error { f.yielding.Store(true); return nil }
+func (f *fakeInstance) Foreground() error {
+	f.yielding.Store(false)
+	select {
+	case f.foregrounded <- struct{}{}:
+	default:
+	}
+	return nil
 }
 
 func (f *fakeInstance) Close() error {

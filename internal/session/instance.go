@@ -93,6 +93,10 @@ type Instance interface {
 	Dead() <-chan struct{}
 	Kill()
 	Close() error
+	// Yield gives the sandbox the lowest CPU weight (its teardown
+	// taking only spare CPU), Foreground the normal one back.
+	Yield() error
+	Foreground() error
 }
 
 // Process is a command started in a session's sandbox beside its

@@ -277,8 +277,9 @@ func (m *Manager) prepareOneShot(ctx context.Context, lang string, iso config.Is
 
 // oneShot runs one execution in a fresh session and returns the result
 // with the files it created or modified. The response does not wait for
-// the jail's teardown; the execution slot does, so a burst of requests
-// cannot outrun the cleanup.
+// the jail's teardown, nor does the execution slot; the one-shot's
+// teardown slot does, so a burst of requests cannot outrun the cleanup,
+// and the teardowns hold no slot the executions that follow need.
 func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req request, emit func(apitype.Event), contents bool, sink FileSink) (*apitype.OneShotResult, error) {
 	// Code rules first: denied code builds no jail.
 	req.who = callerOf(ctx)
@@ -291,16 +292,22 @@ func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req request, emit
 		return nil, err
 	}
 	req.flags, req.screened = flags, true
-	// Take the execution slot first: a burst of one-shot requests must
-	// queue before it builds jails, not after.
+	// Take the slots first: a burst of one-shot requests must queue
+	// before it builds jails, not after.
+	freeTeardown, err := m.acquireTeardown(ctx)
+	if err != nil {
+		return nil, err
+	}
 	release, err := m.acquire(ctx)
 	if err != nil {
+		freeTeardown()
 		return nil, err
 	}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
 		release()
+		freeTeardown()
 		return nil, fmt.Errorf("%w: the server is shutting down", errdefs.ErrUnavailable)
 	}
 	m.bg.Add(1) // under mu: Close waits only after it set closed
@@ -329,6 +336,7 @@ func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req request, emit
 	if err != nil {
 		m.bg.Done()
 		release()
+		freeTeardown()
 		return nil, err
 	}
 	// Registered so that Close ends it with the sessions; if Close came
@@ -343,14 +351,14 @@ func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req request, emit
 		s.terminate(apitype.Ended(apitype.EndShutdown))
 	}
 	defer func() {
+		release()
 		go func() {
 			defer m.bg.Done()
+			m.yieldTeardown(s)
 			s.terminate(apitype.Ended(apitype.EndFinished))
 			<-s.gone
-			m.mu.Lock()
-			delete(m.oneShots, s)
-			m.mu.Unlock()
-			release()
+			m.tornDown(s)
+			freeTeardown()
 		}()
 	}()
 	if len(o.tools) > 0 {

@@ -2,9 +2,11 @@ package session
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"airlock/internal/apitype"
+	"airlock/internal/errdefs"
 )
 
 // One-shot and program runs: each in a sandbox of its own, freed after;
@@ -134,4 +136,82 @@ func TestOneShotsAskForTheirSandboxes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A one-shot's teardown, which nobody waits for, takes only spare CPU
+// (its sandbox yields before the kill) and holds no execution slot: with
+// one slot on the server, a session's execution runs while a one-shot's
+// teardown goes on. A one-shot that must wait for a teardown (one-shot
+// sandboxes at the maximum) first gives those teardowns the normal CPU
+// weight back. Checked against mutants: the execution slot held until
+// the teardown ended (as before: the session's execution got ErrLimit);
+// no Yield (the teardown at the normal weight); no hurry when a one-shot
+// waits (the teardown kept yielding).
+func TestOneShotTeardownsStandAside(t *testing.T) {
+	cfg := testConfig()
+	cfg.Server.MaxConcurrentExecutions = 1
+	m, src, _ := newTestManager(t, &cfg)
+	s := create(t, m, "python")
+	var (
+		first   *fakeInstance
+		reached <-chan struct{}
+		release func()
+	)
+	src.setup = func(f *fakeInstance) {
+		if f.oneShot && first == nil {
+			first = f
+			reached, release = holdClose(t, f)
+		}
+	}
+	res, err := m.RunOnce(context.Background(), apitype.OneShotRequest{Code: "out 1"}, nil)
+	if err != nil || res.Stdout != "1" {
+		t.Fatalf("the one-shot: %v, %+v", err, res)
+	}
+	<-reached
+	if !first.yielding.Load() {
+		t.Error("the one-shot's sandbox was torn down at the normal CPU weight")
+	}
+	if r, err := s.Execute(context.Background(), apitype.ExecuteRequest{Code: "out 2"}, nil); err != nil || r.Stdout != "2" {
+		t.Errorf("a session's execution while a one-shot is torn down: %v, %+v", err, r)
+	}
+	// The one-shot sandboxes at their maximum: the next one-shot waits
+	// (up to the queue timeout), hurrying the teardown.
+	if _, err := m.RunOnce(context.Background(), apitype.OneShotRequest{Code: "out 3"}, nil); !errors.Is(err, errdefs.ErrLimit) {
+		t.Errorf("a one-shot while the one before is torn down, one at most: %v, want ErrLimit", err)
+	}
+	if first.yielding.Load() {
+		t.Error("a one-shot waited for a teardown that kept the lowest CPU weight")
+	}
+	release()
+}
+
+// A one-shot's teardown yields for a while only: then it gets the normal
+// CPU weight back, whether or not anything waits. Checked against a
+// mutant: no timer (the teardown yielded for good).
+func TestOneShotTeardownYieldsForAWhile(t *testing.T) {
+	m, src, clock := newTestManager(t, nil)
+	var (
+		first   *fakeInstance
+		reached <-chan struct{}
+		release func()
+	)
+	src.setup = func(f *fakeInstance) {
+		if first == nil {
+			first = f
+			reached, release = holdClose(t, f)
+		}
+	}
+	if _, err := m.RunOnce(context.Background(), apitype.OneShotRequest{Code: "out 1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	<-reached
+	if !first.yielding.Load() {
+		t.Fatal("the one-shot's sandbox was torn down at the normal CPU weight")
+	}
+	clock.Fire(oneShotYield)
+	<-first.foregrounded
+	if first.yielding.Load() {
+		t.Error("the teardown yields on")
+	}
+	release()
 }

@@ -87,15 +87,19 @@ type Manager struct {
 	obs       Observer      // nil: nobody listens
 	egress    *Egress       // nil: no client may ask for a network
 	execs     chan struct{} // bounds concurrent executions, one-shot included
+	// teardowns bounds the one-shot sandboxes alive, running or being
+	// torn down (as many as executions): a burst of one-shots cannot
+	// outrun their cleanup, and a teardown holds no execution slot.
+	teardowns chan struct{}
 	// ids makes session ids and judges unknown ones (nil: a server on
 	// its own).
 	ids *cluster.Identity
-	// clock times executions and commands (nil: the real one; tests
-	// replace it).
+	// clock times executions, commands and yielding teardowns (nil:
+	// the real one; tests replace it).
 	clock watch.Clock
 
-	// mu guards sessions, ended, endOrder, creating, closed, oneShots
-	// and endedHist; no session's lock is ever taken under it.
+	// mu guards sessions, ended, endOrder, creating, closed, oneShots,
+	// yielded and endedHist; no session's lock is ever taken under it.
 	mu       sync.Mutex
 	sessions map[string]*Session
 	ended    map[string]endedSession // recently ended id -> why
@@ -104,6 +108,9 @@ type Manager struct {
 	creates  sync.WaitGroup // creations under way, waited for by Close
 	closed   bool
 	oneShots map[*Session]struct{} // running one-shot and program runs
+	// yielded: one-shots whose teardown takes only spare CPU (see
+	// yieldTeardown).
+	yielded map[*Session]struct{}
 	// going: sessions ended and no longer listed whose teardown has not
 	// finished (their sandbox closing, their recovery point removed):
 	// Close waits for them too.
@@ -204,13 +211,15 @@ func newManager(cfg config.Config, source Source, log *slog.Logger) *Manager {
 	return &Manager{
 		cfg: cfg, stopping: stopping, stop: stop,
 		sources: map[config.Isolation]Source{cfg.Isolation: source}, log: log, policy: p,
-		packages: packages.New(cfg.Packages, log),
-		admit:    NewTenants(cfg, nil),
-		execs:    make(chan struct{}, cfg.Server.MaxConcurrentExecutions),
-		sessions: map[string]*Session{},
-		ended:    map[string]endedSession{},
-		oneShots: map[*Session]struct{}{},
-		budget:   newSealBudget(int64(cfg.Persistence.SealBytesPerSecond), int64(cfg.Persistence.SealBurstBytes)),
+		packages:  packages.New(cfg.Packages, log),
+		admit:     NewTenants(cfg, nil),
+		execs:     make(chan struct{}, cfg.Server.MaxConcurrentExecutions),
+		teardowns: make(chan struct{}, cfg.Server.MaxConcurrentExecutions),
+		sessions:  map[string]*Session{},
+		ended:     map[string]endedSession{},
+		oneShots:  map[*Session]struct{}{},
+		yielded:   map[*Session]struct{}{},
+		budget:    newSealBudget(int64(cfg.Persistence.SealBytesPerSecond), int64(cfg.Persistence.SealBurstBytes)),
 	}
 }
 
@@ -1195,6 +1204,8 @@ func (m *Manager) Close() {
 	m.mu.Lock()
 	m.closed = true
 	m.mu.Unlock()
+	// The shutdown waits for every teardown: none takes spare CPU alone.
+	m.hurryTeardowns()
 	// A creation under way sees closed when it is done and tears its
 	// sandbox down itself; none may outlive Close. A restore under way
 	// stops reading its image (its session stays paused) rather than
@@ -1243,21 +1254,118 @@ func (m *Manager) Close() {
 
 // acquire takes an execution slot, waiting up to the queue timeout.
 func (m *Manager) acquire(ctx context.Context) (func(), error) {
+	return m.take(ctx, m.execs, nil, "executions are running")
+}
+
+// acquireTeardown takes a one-shot's place among the sandboxes one-shots
+// may have alive, waiting up to the queue timeout; the teardowns it waits
+// for take all the CPU they need meanwhile.
+func (m *Manager) acquireTeardown(ctx context.Context) (func(), error) {
+	return m.take(ctx, m.teardowns, m.hurryTeardowns, "one-shot sandboxes are running or being torn down")
+}
+
+// take takes a slot of sem, waiting up to the queue timeout (full says
+// so first, unless nil); what is said of its capacity when that runs out.
+func (m *Manager) take(ctx context.Context, sem chan struct{}, full func(), what string) (func(), error) {
 	select {
-	case m.execs <- struct{}{}:
-		return func() { <-m.execs }, nil
+	case sem <- struct{}{}:
+		return func() { <-sem }, nil
 	default:
+	}
+	if full != nil {
+		full()
 	}
 	t := time.NewTimer(m.cfg.Server.QueueTimeout.D())
 	defer t.Stop()
 	select {
-	case m.execs <- struct{}{}:
-		return func() { <-m.execs }, nil
+	case sem <- struct{}{}:
+		return func() { <-sem }, nil
 	case <-t.C:
-		return nil, fmt.Errorf("%w: %d executions are running, the server maximum", errdefs.ErrLimit, cap(m.execs))
+		return nil, fmt.Errorf("%w: %d %s, the server maximum", errdefs.ErrLimit, cap(sem), what)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// oneShotYield is how long at most a one-shot's teardown takes only spare
+// CPU (see yieldTeardown): long enough to stay out of the way of a burst
+// of requests right after the one-shots', short enough that a busy
+// server never holds dead sandboxes' memory for long.
+const oneShotYield = 2 * time.Second
+
+// yieldTeardown gives the one-shot s's sandbox the lowest CPU weight
+// before its teardown: nobody waits for it (its answer has gone), so the
+// runtime's and the init's exits, which unmap their memory, take only
+// the CPU that requests leave, rather than compete with those that
+// follow a burst of one-shots (the creations right after one, above
+// all). For at most oneShotYield, and never while a request waits for a
+// teardown slot (acquireTeardown) or the server shuts down.
+func (m *Manager) yieldTeardown(s *Session) {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.yielded[s] = struct{}{}
+	m.mu.Unlock()
+	if s.inst.Yield() != nil {
+		// Its weight cannot be set: torn down as it is.
+		m.mu.Lock()
+		delete(m.yielded, s)
+		m.mu.Unlock()
+		return
+	}
+	m.mu.Lock()
+	_, still := m.yielded[s]
+	m.mu.Unlock()
+	if !still {
+		// Hurried before it yielded.
+		s.inst.Foreground()
+		return
+	}
+	fire, stop := m.timer(oneShotYield)
+	go func() {
+		defer stop()
+		select {
+		case <-fire:
+			m.hurryTeardown(s)
+		case <-s.gone:
+		}
+	}()
+}
+
+// hurryTeardown gives the one-shot s's sandbox, if it yields, the normal
+// CPU weight back.
+func (m *Manager) hurryTeardown(s *Session) {
+	m.mu.Lock()
+	_, ok := m.yielded[s]
+	delete(m.yielded, s)
+	m.mu.Unlock()
+	if ok {
+		s.inst.Foreground()
+	}
+}
+
+// hurryTeardowns gives every yielding one-shot's sandbox the normal CPU
+// weight back.
+func (m *Manager) hurryTeardowns() {
+	m.mu.Lock()
+	all := make([]*Session, 0, len(m.yielded))
+	for s := range m.yielded {
+		all = append(all, s)
+	}
+	m.mu.Unlock()
+	for _, s := range all {
+		m.hurryTeardown(s)
+	}
+}
+
+// tornDown forgets the one-shot s, its sandbox gone.
+func (m *Manager) tornDown(s *Session) {
+	m.mu.Lock()
+	delete(m.yielded, s)
+	delete(m.oneShots, s)
+	m.mu.Unlock()
 }
 
 // ID is the session's id.
