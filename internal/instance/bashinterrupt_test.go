@@ -56,21 +56,7 @@ func TestBashInterruptWhoseSIGINTAChildTook(t *testing.T) {
 		t.Fatal("the block did not start")
 	}
 	inst.Interp.Interrupt("e1")
-	for {
-		select {
-		case m, ok := <-inst.Messages():
-			if !ok {
-				end, err := inst.Lost()
-				t.Fatalf("the runtime went away: %+v %v", end, err)
-			}
-			if m.ID == "e1" && m.Type == "done" {
-				if m.ExitCode != 130 {
-					t.Errorf("the interrupted block: exit code %d, want 130", m.ExitCode)
-				}
-				return
-			}
-		case <-timeout:
-			t.Fatal("the interrupted block ran on: its SIGINT was lost")
-		}
+	if m := awaitDone(t, inst, "e1", timeout, "the interrupted block ran on: its SIGINT was lost"); m.ExitCode != 130 {
+		t.Errorf("the interrupted block: exit code %d, want 130", m.ExitCode)
 	}
 }

@@ -301,8 +301,11 @@ func (in *Interp) interruptLocked(id string) {
 }
 
 // sigintRepeat is how often an interrupt's SIGINT is repeated for a
-// runtime that can lose one (runtimes.Language.RepeatsSIGINT).
-var sigintRepeat = 100 * time.Millisecond
+// runtime that can lose one (runtimes.Language.RepeatsSIGINT): long
+// enough for a program that takes a SIGINT to clean up before it ends
+// (a repeat would interrupt that too), short against the grace period
+// (interrupt_grace, 2 s by default), after which the session ends.
+var sigintRepeat = 500 * time.Millisecond
 
 // repeatSIGINT sends SIGINT to the runtime's process group again every
 // sigintRepeat while execution id is under way: a single one can be lost

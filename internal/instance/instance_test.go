@@ -120,22 +120,7 @@ func testInstanceLifecycle(t *testing.T, h *jail.Host, cfg config.Config, k Kern
 				if err := inst.Execute(id, code[lang], c.env, time.Now().Add(10*time.Second)); err != nil {
 					t.Fatal(err)
 				}
-				timeout := time.After(20 * time.Second)
-			wait:
-				for {
-					select {
-					case m, ok := <-inst.Messages():
-						if !ok {
-							end, err := inst.Lost()
-							t.Fatalf("the runtime went away: %+v %v", end, err)
-						}
-						if m.ID == id && m.Type == "done" {
-							break wait
-						}
-					case <-timeout:
-						t.Fatal("no done")
-					}
-				}
+				awaitDone(t, inst, id, time.After(20*time.Second), "no done")
 				inst.Drain()
 				mu.Lock()
 				got := out.String()
@@ -173,6 +158,26 @@ func testInstanceLifecycle(t *testing.T, h *jail.Host, cfg config.Config, k Kern
 				}
 			}
 		})
+	}
+}
+
+// awaitDone waits for execution id's done on inst, failing the test with
+// what if timeout fires first.
+func awaitDone(t *testing.T, inst *Instance, id string, timeout <-chan time.Time, what string) runtimes.Message {
+	t.Helper()
+	for {
+		select {
+		case m, ok := <-inst.Messages():
+			if !ok {
+				end, err := inst.Lost()
+				t.Fatalf("the runtime went away: %+v %v", end, err)
+			}
+			if m.ID == id && m.Type == "done" {
+				return m
+			}
+		case <-timeout:
+			t.Fatal(what)
+		}
 	}
 }
 
