@@ -21,7 +21,7 @@ export AIRLOCK_TEST_STRICT=1
 # module proxy into a directory of the tests' own: minutes the first time,
 # a build-cache hit afterwards. It never enters airlock's go.mod. The
 # gVisor tests run against it (and, strict, fail without it).
-RUNSC_BIN="${AIRLOCK_TOOLS:-$HOME/.cache/airlock-tools}/bin"
+RUNSC_BIN="${AIRLOCK_TEST_TOOLS:-$HOME/.cache/airlock-tools}/bin"
 mkdir -p "$RUNSC_BIN"
 GOBIN="$RUNSC_BIN" go install "gvisor.dev/gvisor/runsc@$(sed -n 's/^const PinnedVersion = "\(.*\)"$/\1/p' internal/gvisor/gvisor.go)"
 export AIRLOCK_TEST_RUNSC="$RUNSC_BIN/runsc"

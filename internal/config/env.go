@@ -52,7 +52,7 @@ var OtherEnv = map[string]string{
 	"AIRLOCK_TRACE":      "print the phases of airlock run and a jail's start, with their times",
 	"AIRLOCK_CPUPROFILE": "write a CPU profile of airlock serve to this file",
 	// The development scripts' own.
-	"AIRLOCK_TOOLS":        "scripts/test.sh: where the test tools (runsc) are kept",
+	"AIRLOCK_TEST_TOOLS":   "scripts/test.sh: where the test tools (runsc) are kept",
 	"AIRLOCK_DEPLOY_CACHE": "deploy/image/build.sh: the image build's cache",
 }
 

@@ -119,3 +119,22 @@ func TestAuthAndVersion(t *testing.T) {
 		}
 	}
 }
+
+// A variable listed as naming no key must name none: set, it would
+// otherwise be read as that key's value (AIRLOCK_TOOLS, scripts/test.sh's
+// tools directory, was the tools key's variable, so with it set every
+// airlock command refused its configuration), and it must be accepted
+// alone.
+func TestOtherEnvNamesNoKey(t *testing.T) {
+	keys := envKeys()
+	for name := range OtherEnv {
+		if path, ok := keys[name]; ok {
+			t.Errorf("%s is listed as naming no key, but it is the variable of %s", name, strings.Join(path, "."))
+			continue
+		}
+		c := Default()
+		if err := c.ApplyEnv([]string{name + "=/some/value"}); err != nil {
+			t.Errorf("%s set: %v", name, err)
+		}
+	}
+}
