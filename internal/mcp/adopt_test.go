@@ -23,6 +23,9 @@ type fakeAPI struct {
 	mu    sync.Mutex
 	calls map[string]int // "METHOD path" -> calls
 	state string
+	// after, if set, runs after a call of a route ("METHOD path") is
+	// done and before it answers (f.mu not held).
+	after map[string]func()
 }
 
 func newFakeAPI() (*fakeAPI, *client.Client) {
@@ -33,7 +36,11 @@ func newFakeAPI() (*fakeAPI, *client.Client) {
 			f.mu.Lock()
 			f.calls[r.Method+" "+r.URL.Path]++
 			body := h()
+			hook := f.after[r.Method+" "+r.URL.Path]
 			f.mu.Unlock()
+			if hook != nil {
+				hook()
+			}
 			if body == nil {
 				w.WriteHeader(http.StatusNoContent)
 				return
@@ -87,9 +94,15 @@ func (f *fakeAPI) count(call string) int {
 // sweep an hour away), and a connection to it; closed ends the
 // connection and returns once its sessions have ended.
 func adopting(t *testing.T) (f *fakeAPI, cs *sdk.ClientSession, closed func()) {
+	f, _, cs, closed = adoptingServer(t)
+	return f, cs, closed
+}
+
+// adoptingServer is adopting, with the MCP server.
+func adoptingServer(t *testing.T) (f *fakeAPI, srv *mcp.Server, cs *sdk.ClientSession, closed func()) {
 	t.Helper()
 	f, api := newFakeAPI()
-	srv := mcp.New(mcp.Options{
+	srv = mcp.New(mcp.Options{
 		Client: func(http.Header) *client.Client { return api }, Ender: api, Durable: true,
 		Languages: []string{"python"}, Version: "test", Log: slog.New(slog.DiscardHandler),
 	})
@@ -104,7 +117,7 @@ func adopting(t *testing.T) (f *fakeAPI, cs *sdk.ClientSession, closed func()) {
 		t.Fatal(err)
 	}
 	cs = clientOn(t, ct)
-	return f, cs, func() {
+	return f, srv, cs, func() {
 		cs.Close()
 		ss.Wait()
 		srv.CloseAll()
@@ -153,6 +166,46 @@ func TestNamingClaimsWithoutResume(t *testing.T) {
 			closed()
 			if n := f.count("DELETE /v1/sessions/s-1"); n != 1 {
 				t.Errorf("the session %s named was ended %d times with the connection, want once", tool, n)
+			}
+		})
+	}
+}
+
+// The sweep of the sessions nobody named, running while a call that
+// named one works on it (its timer fires then: the grace is over while
+// the resume, pause or fork is under way), leaves it to that call: it
+// is the connection's, ends with it and not before. checked against a
+// mutant: taken out of the orphans only once the call was done (as
+// before), the resumed and the forked session outlived the connection
+// (the sweep found them running or gone from its list, and the claim
+// found them no longer orphans), and the paused one was ended by the
+// sweep under the model that had just named it.
+func TestSweepDuringNamingCall(t *testing.T) {
+	for _, c := range []struct{ tool, route string }{
+		{"execute_code", "POST /v1/sessions/s-1/resume"},
+		{"resume_session", "POST /v1/sessions/s-1/resume"},
+		{"pause_session", "POST /v1/sessions/s-1/pause"},
+		{"fork_session", "POST /v1/sessions/s-1/fork"},
+	} {
+		t.Run(c.tool, func(t *testing.T) {
+			f, srv, cs, closed := adoptingServer(t)
+			f.mu.Lock()
+			f.after = map[string]func(){c.route: srv.Sweep}
+			f.mu.Unlock()
+			args := map[string]any{"session_id": "s-1"}
+			if c.tool == "execute_code" {
+				args["code"] = "x = 1"
+			}
+			call(t, cs, c.tool, args)
+			if n := f.count(c.route); n != 1 {
+				t.Fatalf("%s: %s called %d times, want once", c.tool, c.route, n)
+			}
+			if n := f.count("DELETE /v1/sessions/s-1"); n != 0 {
+				t.Errorf("%s: the sweep ended the session the call named (%d)", c.tool, n)
+			}
+			closed()
+			if n := f.count("DELETE /v1/sessions/s-1"); n != 1 {
+				t.Errorf("%s: the named session was ended %d times with the connection, want once", c.tool, n)
 			}
 		})
 	}

@@ -101,6 +101,7 @@ func (s *Server) Adopt(ctx context.Context, grace time.Duration) error {
 // and that are still paused.
 func (s *Server) endOrphans() {
 	s.mu.Lock()
+	s.swept = true
 	ids := make([]string, 0, len(s.orphans))
 	for id := range s.orphans {
 		ids = append(ids, id)
@@ -127,53 +128,82 @@ func (s *Server) endOrphans() {
 	}
 }
 
+// take takes session id out of the orphans, if Adopt took it in and no
+// other call has taken it since, for a call that names it: from then on
+// the sweep leaves it, while the call works on it (a resume, a pause, a
+// fork: seconds). The call then keeps it (keep) or gives it back
+// (release). Taken only once the call is done, a sweep in between
+// found it gone or running and left it, and the claim found it no
+// longer an orphan: nobody's, it outlived the connection that named it.
+func (s *Server) take(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, orphan := s.orphans[id]
+	delete(s.orphans, id)
+	return orphan
+}
+
+// keep makes session id, taken (take), the connection c's (its mu
+// held): it ends with c from then on.
+func keep(c *connection, id string, h http.Header) {
+	c.created[id] = struct{}{}
+	if c.header == nil {
+		c.header = h
+	}
+}
+
+// release gives session id, taken (take) by a call that failed on it
+// or whose connection closed meanwhile, back to the sweep; if the sweep
+// has run already, it ends now (if it is paused still).
+func (s *Server) release(id string) {
+	s.mu.Lock()
+	s.orphans[id] = struct{}{}
+	now := s.swept && !s.shut
+	s.mu.Unlock()
+	if now {
+		s.endOrphans()
+	}
+}
+
 // adopt makes session id, if Adopt took it in, the connection c's (its
 // mu held): it resumes it now, so that the result can say what came
 // back (note), and returns what the resume answered (nil: id was not
 // one Adopt took in, and is left as it is).
 func (s *Server) adopt(ctx context.Context, api *client.Client, c *connection, id string, h http.Header) (info *apitype.Session, note string, err error) {
-	s.mu.Lock()
-	_, orphan := s.orphans[id]
-	s.mu.Unlock()
-	if !orphan {
+	if !s.take(id) {
 		return nil, "", nil
 	}
 	info, err = api.ResumeSession(ctx, id)
 	if err != nil {
 		// The caller's: not adopted (another tenant's gets the API's
 		// 404; a broken image is kept for inspection).
+		s.release(id)
 		return nil, "", err
 	}
-	s.claimLocked(c, id, h)
+	keep(c, id, h)
 	return info, "session " + id + " was paused when the server restarted and is resumed: " + restoredNote(info), nil
 }
 
-// claimLocked makes session id, if Adopt took it in and no other
-// connection has claimed it since, the connection c's (its mu held): it
-// ends with c from then on, and the sweep leaves it.
-func (s *Server) claimLocked(c *connection, id string, h http.Header) {
-	s.mu.Lock()
-	_, still := s.orphans[id]
-	delete(s.orphans, id)
-	s.mu.Unlock()
-	if still {
-		c.created[id] = struct{}{}
-		if c.header == nil {
-			c.header = h
-		}
-	}
-}
-
-// claim is claimLocked for a call that named id and worked on it as it
-// is, paused, with the caller's credentials (pause_session,
+// claim takes session id (take) for a call that names it and works on
+// it as it is, paused, with the caller's credentials (pause_session,
 // fork_session): named, it is that connection's, not resumed for it.
-// On a connection that closed meanwhile it is left to the sweep.
-func (s *Server) claim(req *mcp.CallToolRequest, id string) {
-	c := s.conn(req.Session)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.closed {
-		s.claimLocked(c, id, header(req.Extra))
+// done, once the call's work is over, keeps it if the work did (ok) and
+// the connection is open still, else gives it back to the sweep.
+func (s *Server) claim(req *mcp.CallToolRequest, id string) (done func(ok bool)) {
+	if !s.take(id) {
+		return func(bool) {}
+	}
+	return func(ok bool) {
+		c := s.conn(req.Session)
+		c.mu.Lock()
+		ok = ok && !c.closed
+		if ok {
+			keep(c, id, header(req.Extra))
+		}
+		c.mu.Unlock()
+		if !ok {
+			s.release(id)
+		}
 	}
 }
 
@@ -305,13 +335,14 @@ func (s *Server) pauseSession(ctx context.Context, req *mcp.CallToolRequest, in 
 	if err != nil {
 		return failed(err), out, nil
 	}
+	// Named (a session of the last run's connections): this
+	// connection's now, kept paused as asked, not swept.
+	done := s.claim(req, id)
 	info, err := api.PauseSessionWith(ctx, id, apitype.PauseRequest{Restores: in.Restores})
+	done(err == nil)
 	if err != nil {
 		return failed(err), out, nil
 	}
-	// Named (a session of the last run's connections): this
-	// connection's now, kept paused as asked, not swept.
-	s.claim(req, id)
 	out = stateOut(info)
 	msg := fmt.Sprintf("paused session %s: a resume brings back its files", id)
 	if info.Restores == "memory" && (info.Paused == nil || info.Paused.MemoryError == "") {
@@ -369,20 +400,25 @@ func (s *Server) forkSession(ctx context.Context, req *mcp.CallToolRequest, in F
 	if c.closed {
 		return failed(errClosing), out, nil
 	}
+	// The original, if it was a session of the last run's connections,
+	// is this connection's (named: claimed, left paused), taken before
+	// the fork so that the sweep leaves it meanwhile.
+	orphan := s.take(id)
 	// Marked as create_session's are (a fork does not inherit its
 	// source's marks).
 	info, err := api.ForkSession(identity.WithOwnMetadata(ctx, s.metadata()), id)
 	if err != nil {
+		if orphan {
+			s.release(id)
+		}
 		return failed(err), out, nil
 	}
 	// It ends with the connection, like create_session's; so does the
-	// original if it was a session of the last run's connections
-	// (named: claimed, left paused).
-	c.created[info.ID] = struct{}{}
-	if c.header == nil {
-		c.header = header(req.Extra)
+	// original if it was an orphan.
+	keep(c, info.ID, header(req.Extra))
+	if orphan {
+		keep(c, id, header(req.Extra))
 	}
-	s.claimLocked(c, id, header(req.Extra))
 	out = stateOut(info)
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("forked session %s into %s (pass it as session_id): %s", id, info.ID, restoredNote(info))}}}, out, nil
 }

@@ -89,15 +89,20 @@ type Server struct {
 	o   Options
 	srv *mcp.Server
 
-	// mu guards conns and shut; no connection's lock is taken under it.
+	// mu guards conns, shut, orphans and swept; no connection's lock is
+	// taken under it.
 	mu      sync.Mutex
 	conns   map[*mcp.ServerSession]*connection
 	shut    bool           // CloseAll or Shutdown ran: no connection may open sessions
 	closing sync.WaitGroup // connections whose sessions are being ended
 	// orphans are the paused sessions of the last run's connections
-	// (Adopt) that no connection has named yet; sweep ends them.
+	// (Adopt) that no connection has named yet; sweep ends them. A
+	// call that names one takes it out before it works on it (take),
+	// so that the sweep cannot end it, nor leave it to no connection,
+	// meanwhile.
 	orphans map[string]struct{}
 	sweep   *time.Timer
+	swept   bool // the sweep has run: an orphan given back ends now
 }
 
 // connection is one MCP connection's state: its default session per
