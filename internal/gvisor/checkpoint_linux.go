@@ -105,50 +105,127 @@ func (s *Sandbox) checkpoint(ctx context.Context, dir string, max int64, leave b
 	return c, nil
 }
 
+// imageResolve is how a checkpoint's directory and files are opened
+// beneath their parent: never through a symlink or a mount. The image
+// lives in a host directory (persistence.dir) read back after a restart,
+// which someone may have tampered with.
+const imageResolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
+
+// openImage opens the checkpoint's directory dir for reading, following
+// nothing on the way from its parent and without blocking (O_NONBLOCK):
+// a dir that is a symlink, a FIFO, a device or a mount point is
+// ErrImageCorrupt, never read through. A missing dir is its error.
+func openImage(dir string) (*os.File, error) {
+	pfd, err := unix.Open(filepath.Dir(dir), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: filepath.Dir(dir), Err: err}
+	}
+	defer unix.Close(pfd)
+	fd, err := unix.Openat2(pfd, filepath.Base(dir), &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC, Resolve: imageResolve})
+	if errors.Is(err, unix.ENOENT) {
+		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: the checkpoint's directory is not a plain directory (%v)", errdefs.ErrImageCorrupt, err)
+	}
+	return os.NewFile(uintptr(fd), dir), nil
+}
+
+// checkImage checks that the checkpoint's directory dir is a plain
+// directory holding only regular files, as sumCheckpoint does, without
+// reading them: what runsc restore is given to read.
+func checkImage(dir string) error {
+	d, err := openImage(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if _, err := statImageFile(int(d.Fd()), name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// statImageFile stats name in the checkpoint's directory dfd without
+// following it: anything but a regular file is ErrImageCorrupt.
+func statImageFile(dfd int, name string) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return st, &os.PathError{Op: "stat", Path: name, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return st, fmt.Errorf("%w: %s in the checkpoint is not a regular file", errdefs.ErrImageCorrupt, name)
+	}
+	return st, nil
+}
+
+// openImageFile opens name, a regular file in the checkpoint's directory
+// dfd (statImageFile), for reading: beneath it, following nothing and
+// without blocking; one that is not the regular file st was is
+// ErrImageCorrupt.
+func openImageFile(dfd int, name string, st unix.Stat_t) (*os.File, error) {
+	fd, err := unix.Openat2(dfd, name, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC, Resolve: imageResolve})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s in the checkpoint cannot be opened as a regular file (%v)", errdefs.ErrImageCorrupt, name, err)
+	}
+	var fst unix.Stat_t
+	if err := unix.Fstat(fd, &fst); err != nil || fst.Mode&unix.S_IFMT != unix.S_IFREG || fst.Dev != st.Dev || fst.Ino != st.Ino {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%w: %s in the checkpoint changed while it was read", errdefs.ErrImageCorrupt, name)
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
 // sumCheckpoint sums the size and digest of the image in dir: its
-// regular files by name (anything else is refused), at most max bytes;
-// own makes them owner-only first. It stops when ctx ends (a memory
-// image may take seconds to read), with ctx's error.
+// regular files by name (anything else, or a dir that is not a plain
+// directory, is refused: openImage), at most max bytes; own makes them
+// owner-only first. It stops when ctx ends (a memory image may take
+// seconds to read), with ctx's error.
 func sumCheckpoint(ctx context.Context, dir string, max int64, own bool) (Checkpoint, error) {
-	ents, err := os.ReadDir(dir)
+	d, err := openImage(dir)
 	if err != nil {
 		return Checkpoint{}, err
 	}
-	names := make([]string, 0, len(ents))
-	for _, e := range ents {
-		names = append(names, e.Name())
+	defer d.Close()
+	dfd := int(d.Fd())
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return Checkpoint{}, err
 	}
 	sort.Strings(names)
 	h := sha256.New()
 	var c Checkpoint
 	for _, name := range names {
-		p := filepath.Join(dir, name)
-		st, err := os.Lstat(p)
+		st, err := statImageFile(dfd, name)
 		if err != nil {
 			return Checkpoint{}, err
 		}
-		if !st.Mode().IsRegular() {
-			return Checkpoint{}, fmt.Errorf("%w: %s in the checkpoint is not a regular file", errdefs.ErrImageCorrupt, name)
+		if c.Bytes += st.Size; c.Bytes > max {
+			return Checkpoint{}, fmt.Errorf("%w: the sandbox's memory image is larger than %d bytes", errdefs.ErrTooLarge, max)
+		}
+		f, err := openImageFile(dfd, name, st)
+		if err != nil {
+			return Checkpoint{}, err
 		}
 		if own {
-			if err := os.Chmod(p, 0o600); err != nil {
+			if err := f.Chmod(0o600); err != nil {
+				f.Close()
 				return Checkpoint{}, err
 			}
 		}
-		if c.Bytes += st.Size(); c.Bytes > max {
-			return Checkpoint{}, fmt.Errorf("%w: the sandbox's memory image is larger than %d bytes", errdefs.ErrTooLarge, max)
-		}
-		f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-		if err != nil {
-			return Checkpoint{}, err
-		}
-		fmt.Fprintf(h, "%q %d\n", name, st.Size())
-		n, err := copyUntil(ctx, h, io.LimitReader(f, st.Size()+1))
+		fmt.Fprintf(h, "%q %d\n", name, st.Size)
+		n, err := copyUntil(ctx, h, io.LimitReader(f, st.Size+1))
 		f.Close()
 		if err != nil {
 			return Checkpoint{}, err
 		}
-		if n != st.Size() {
+		if n != st.Size {
 			return Checkpoint{}, fmt.Errorf("%w: %s in the checkpoint changed while it was read", errdefs.ErrImageCorrupt, name)
 		}
 	}
@@ -240,6 +317,12 @@ func (h *Host) Restore(ctx context.Context, spec Spec, dir string, want Checkpoi
 	}
 	keeper, err := h.keeperFor(want.Keeper)
 	if err != nil {
+		return nil, err
+	}
+	// runsc reads the image by its path: one that is not a plain
+	// directory of regular files (a symlink to a host directory, a FIFO)
+	// is refused before it is given any.
+	if err := checkImage(dir); err != nil {
 		return nil, err
 	}
 	rs := &restoreArgs{dir: dir, keeper: keeper, keeperDigest: want.Keeper, fill: fill, verified: make(chan error, 1)}

@@ -2,8 +2,6 @@ package gvisor
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -70,28 +68,34 @@ type imageSeal struct {
 	done chan struct{}
 }
 
-// identify reads dir's identity (never following a link).
+// identify reads dir's identity (never following a link, nor opening
+// what is not a plain directory: openImage).
 func identify(dir string) (imageID, error) {
-	var id imageID
-	add := func(name, p string) error {
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			return err
-		}
-		id = append(id, fileID{name: name, dev: st.Dev, ino: st.Ino, mode: st.Mode, size: st.Size, mtime: st.Mtim, ctime: st.Ctim})
-		return nil
-	}
-	if err := add("", dir); err != nil {
-		return nil, err
-	}
-	ents, err := os.ReadDir(dir)
+	d, err := openImage(dir)
 	if err != nil {
 		return nil, err
 	}
-	for _, e := range ents { // sorted by name
-		if err := add(e.Name(), filepath.Join(dir, e.Name())); err != nil {
+	defer d.Close()
+	dfd := int(d.Fd())
+	var id imageID
+	add := func(name string, st *unix.Stat_t) {
+		id = append(id, fileID{name: name, dev: st.Dev, ino: st.Ino, mode: st.Mode, size: st.Size, mtime: st.Mtim, ctime: st.Ctim})
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(dfd, &st); err != nil {
+		return nil, err
+	}
+	add("", &st)
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return nil, err
 		}
+		add(name, &st)
 	}
 	return id, nil
 }
