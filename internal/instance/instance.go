@@ -294,7 +294,12 @@ func (in *Interp) Interrupt(id string) {
 
 func (in *Interp) interruptLocked(id string) {
 	in.conn.interrupt(id) // failed: the runtime is gone or stuck; SIGINT regardless
-	in.sb.Signal(in.pid, syscall.SIGINT, true)
+	// Only while the execution is under way (Signal returns once the
+	// signal is sent): one sent after its done would land in what the
+	// runtime runs next (bash: the block restoring its env, or the next).
+	if !in.conn.whileCurrent(id, func() { in.sb.Signal(in.pid, syscall.SIGINT, true) }) {
+		return
+	}
 	if in.rt.Language != nil && in.rt.RepeatsSIGINT {
 		go in.repeatSIGINT(id)
 	}

@@ -421,8 +421,12 @@ type Sandbox struct {
 	// Adapt, before the sandbox is handed out.)
 	reqMu   sync.Mutex
 	replies chan jailinit.Message
-	copies  copies // files the init is writing (see writeFile)
-	exits   chan Exit
+	// sigMu makes one Signal at a time, from its send to its reply on
+	// signaled.
+	sigMu    sync.Mutex
+	signaled chan jailinit.Message
+	copies   copies // files the init is writing (see writeFile)
+	exits    chan Exit
 	// waiters get the exits of the programs SpawnWait started, instead
 	// of exits; watchNext is the waiter of the spawn under way. waitMu
 	// guards both.
@@ -447,7 +451,7 @@ func (h *Host) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 			undo.Run()
 		}
 	}()
-	s := &Sandbox{h: h, spec: spec, pidfd: -1, replies: make(chan jailinit.Message, 1), exits: make(chan Exit, 16), waiters: map[int]chan Exit{},
+	s := &Sandbox{h: h, spec: spec, pidfd: -1, replies: make(chan jailinit.Message, 1), signaled: make(chan jailinit.Message, 1), exits: make(chan Exit, 16), waiters: map[int]chan Exit{},
 		dead: make(chan struct{}), started: time.Now()}
 
 	trace("start")
@@ -624,6 +628,11 @@ func (s *Sandbox) readLoop() {
 			case s.replies <- m:
 			default:
 			}
+		case jailinit.MsgSignaled:
+			select {
+			case s.signaled <- m:
+			default:
+			}
 		case jailinit.MsgCopied:
 			s.copies.deliver(m)
 		case jailinit.MsgExit:
@@ -706,9 +715,31 @@ func (s *Sandbox) SpawnWait(p Process) (int, <-chan Exit, error) {
 }
 
 // Signal sends sig to the process pid inside the sandbox, or to its
-// process group. The init refuses pid 1 and below.
+// process group. The init refuses pid 1 and below. It returns once the
+// init's kill(2) has: the signal is pending in its targets then, before
+// anything the caller sends them next (as with gVisor's, whose runsc kill
+// has returned). A target already gone is no error.
 func (s *Sandbox) Signal(pid int, sig syscall.Signal, group bool) error {
-	return s.ctl.send(jailinit.Message{Op: jailinit.MsgSignal, Pid: pid, Signal: int(sig), Group: group})
+	s.sigMu.Lock()
+	defer s.sigMu.Unlock()
+	select {
+	case <-s.signaled: // the late answer of one that timed out
+	default:
+	}
+	if err := s.ctl.send(jailinit.Message{Op: jailinit.MsgSignal, Pid: pid, Signal: int(sig), Group: group}); err != nil {
+		return fmt.Errorf("jail: signal: %w", err)
+	}
+	select {
+	case m := <-s.signaled:
+		if m.Error != "" {
+			return fmt.Errorf("jail: signal: %s", m.Error)
+		}
+		return nil
+	case <-s.dead:
+		return fmt.Errorf("%w: the sandbox ended", errdefs.ErrGone)
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("jail: signal: no answer from the sandbox init")
+	}
 }
 
 // Adapt gives a pre-started sandbox new limits: the cgroup's memory, pids

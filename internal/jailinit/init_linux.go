@@ -290,14 +290,20 @@ func serve(ctl *conn, st *initState) {
 				ctl.send(Message{Op: MsgSpawned, Pid: pid})
 			case MsgSignal:
 				closeFiles(in.files)
+				// Answered once kill(2) has returned: the signal is then
+				// pending in its targets, and the host may rely on it
+				// arriving before anything it sends them next.
 				target := in.m.Pid
 				if target <= 1 {
-					continue // never ourselves, never everyone
+					// Never ourselves, never everyone.
+					ctl.send(Message{Op: MsgSignaled, Error: "refusing to signal pid " + strconv.Itoa(target)})
+					continue
 				}
 				if in.m.Group {
 					target = -target
 				}
-				syscall.Kill(target, syscall.Signal(in.m.Signal))
+				syscall.Kill(target, syscall.Signal(in.m.Signal)) // a target gone (ESRCH) is no error
+				ctl.send(Message{Op: MsgSignaled})
 			case MsgCopy:
 				// The copy owns the descriptors from here; it answers
 				// with MsgCopied when the host closes the pipe.

@@ -9,17 +9,18 @@ import "airlock/internal/rootfs"
 // before any sandboxed code ran.
 
 const (
-	MsgSetup   = "setup"   // host -> init: build the jail
-	MsgReady   = "ready"   // init -> host: built; fds: workspace, devpts ptmx, landlock ruleset
-	MsgSpawn   = "spawn"   // host -> init: start a program; fds: its stdio and extras
-	MsgSpawned = "spawned" // init -> host: the program's pid (inside)
-	MsgExit    = "exit"    // init -> host: a spawned program ended
-	MsgSignal  = "signal"  // host -> init: signal a process (group) inside
-	MsgAdapt   = "adapt"   // host -> init: resize the scratch trees, set a program's rlimits
-	MsgAdapted = "adapted" // init -> host: done
-	MsgError   = "error"   // init -> host: a request failed
-	MsgCopy    = "copy"    // host -> init: copy a pipe into a file; fds: the file, the pipe's read end
-	MsgCopied  = "copied"  // init -> host: a copy ended (how many bytes, which error)
+	MsgSetup    = "setup"    // host -> init: build the jail
+	MsgReady    = "ready"    // init -> host: built; fds: workspace, devpts ptmx, landlock ruleset
+	MsgSpawn    = "spawn"    // host -> init: start a program; fds: its stdio and extras
+	MsgSpawned  = "spawned"  // init -> host: the program's pid (inside)
+	MsgExit     = "exit"     // init -> host: a spawned program ended
+	MsgSignal   = "signal"   // host -> init: signal a process (group) inside
+	MsgSignaled = "signaled" // init -> host: the signal is sent (kill(2) returned), or refused (Error)
+	MsgAdapt    = "adapt"    // host -> init: resize the scratch trees, set a program's rlimits
+	MsgAdapted  = "adapted"  // init -> host: done
+	MsgError    = "error"    // init -> host: a request failed
+	MsgCopy     = "copy"     // host -> init: copy a pipe into a file; fds: the file, the pipe's read end
+	MsgCopied   = "copied"   // init -> host: a copy ended (how many bytes, which error)
 
 	// A server's spawner (see Spawner) speaks the same wire.
 	MsgClone  = "clone"  // host -> spawner: start an init; fds: see CloneMsg
