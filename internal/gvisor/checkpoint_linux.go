@@ -114,7 +114,8 @@ const imageResolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESO
 // openImage opens the checkpoint's directory dir for reading, following
 // nothing on the way from its parent and without blocking (O_NONBLOCK):
 // a dir that is a symlink, a FIFO, a device or a mount point is
-// ErrImageCorrupt, never read through. A missing dir is its error.
+// ErrImageCorrupt, never read through. Any other failure (a missing dir,
+// descriptors run out) is its error as it is (imageOpenError).
 func openImage(dir string) (*os.File, error) {
 	pfd, err := unix.Open(filepath.Dir(dir), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -122,13 +123,29 @@ func openImage(dir string) (*os.File, error) {
 	}
 	defer unix.Close(pfd)
 	fd, err := unix.Openat2(pfd, filepath.Base(dir), &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC, Resolve: imageResolve})
-	if errors.Is(err, unix.ENOENT) {
-		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
-	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: the checkpoint's directory is not a plain directory (%v)", errdefs.ErrImageCorrupt, err)
+		return nil, imageOpenError(dir, err, "the checkpoint's directory is not a plain directory")
 	}
 	return os.NewFile(uintptr(fd), dir), nil
+}
+
+// imageOpenError is the error of an openat2 of path in a checkpoint that
+// failed with err: ErrImageCorrupt (saying corrupt) when err says that
+// what is there is not what an image holds (a symlink, a mount point, a
+// non-directory, a special file); any other error (a missing file,
+// EMFILE, ENFILE, ENOMEM, EACCES, EAGAIN, ...) as it is, for a sound
+// image opened while descriptors or memory ran out must not be set aside
+// as damaged.
+func imageOpenError(path string, err error, corrupt string) error {
+	switch {
+	case errors.Is(err, unix.ELOOP), // a symlink: O_NOFOLLOW, RESOLVE_NO_SYMLINKS
+		errors.Is(err, unix.ENOTDIR), // O_DIRECTORY on a non-directory
+		errors.Is(err, unix.EXDEV),   // a mount point: RESOLVE_NO_XDEV
+		errors.Is(err, unix.ENXIO),   // a socket, a device without its driver
+		errors.Is(err, unix.ENODEV):  // a device without its driver
+		return fmt.Errorf("%w: %s (%v)", errdefs.ErrImageCorrupt, corrupt, err)
+	}
+	return &os.PathError{Op: "open", Path: path, Err: err}
 }
 
 // checkImage checks that the checkpoint's directory dir is a plain
@@ -172,7 +189,7 @@ func statImageFile(dfd int, name string) (unix.Stat_t, error) {
 func openImageFile(dfd int, name string, st unix.Stat_t) (*os.File, error) {
 	fd, err := unix.Openat2(dfd, name, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC, Resolve: imageResolve})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s in the checkpoint cannot be opened as a regular file (%v)", errdefs.ErrImageCorrupt, name, err)
+		return nil, imageOpenError(name, err, name+" in the checkpoint cannot be opened as a regular file")
 	}
 	var fst unix.Stat_t
 	if err := unix.Fstat(fd, &fst); err != nil || fst.Mode&unix.S_IFMT != unix.S_IFREG || fst.Dev != st.Dev || fst.Ino != st.Ino {

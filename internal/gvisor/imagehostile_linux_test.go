@@ -165,3 +165,31 @@ func TestImageNotPlainRefused(t *testing.T) {
 		})
 	}
 }
+
+// An image that cannot be opened is corrupt only when what is there is
+// not what an image holds; one that cannot be opened for want of
+// descriptors, memory or permission is sound, and its error says why
+// (the image is not to be set aside as damaged).
+// checked against a mutant: every failure but ENOENT corrupt (EMFILE,
+// ENFILE, ENOMEM, EACCES and EAGAIN were).
+func TestImageOpenErrorCorruptOnlyForShape(t *testing.T) {
+	for _, c := range []struct {
+		err     unix.Errno
+		corrupt bool
+	}{
+		{unix.ELOOP, true}, {unix.ENOTDIR, true}, {unix.EXDEV, true}, {unix.ENXIO, true}, {unix.ENODEV, true},
+		{unix.ENOENT, false}, {unix.EMFILE, false}, {unix.ENFILE, false}, {unix.ENOMEM, false},
+		{unix.EACCES, false}, {unix.EPERM, false}, {unix.EAGAIN, false}, {unix.EINTR, false},
+	} {
+		err := imageOpenError("memory/pages.img", c.err, "pages.img is not a regular file")
+		if got := errors.Is(err, errdefs.ErrImageCorrupt); got != c.corrupt {
+			t.Errorf("%v: %v, corrupt = %v, want %v", c.err, err, got, c.corrupt)
+		}
+		if !c.corrupt && !errors.Is(err, c.err) {
+			t.Errorf("%v: %v does not say it", c.err, err)
+		}
+	}
+	if _, err := openImage(filepath.Join(t.TempDir(), "gone")); !errors.Is(err, os.ErrNotExist) || errors.Is(err, errdefs.ErrImageCorrupt) {
+		t.Errorf("openImage of a missing directory: %v, want ErrNotExist", err)
+	}
+}
