@@ -675,20 +675,29 @@ func (c *Cgroup) CPU() (time.Duration, error) {
 // channel is never closed; stop reading after Destroy.
 func (c *Cgroup) Events() <-chan Event { return c.events }
 
-// watch arms kernel notifications: the notifier on pids.events (both
-// versions) and memory.events (v2), an eventfd on memory.oom_control (v1).
+// watch arms kernel notifications: the notifier on pids.events and
+// memory.events (v2), an eventfd on memory.oom_control (v1; PollPids
+// reads v1's pids.events).
 func (c *Cgroup) watch() error {
 	type target struct {
 		dir, file, key string
 		ev             Event
 	}
-	targets := []target{{c.dir("pids"), "pids.events", "max", EventPidsMax}}
+	// v1 never signals a change of pids.events (PollPids covers it):
+	// watching it there would only keep a descriptor per cgroup open.
+	var targets []target
 	if c.h.v2 {
-		targets = append(targets, target{c.dir(""), "memory.events", "oom_kill", EventOOM})
+		targets = []target{
+			{c.dir("pids"), "pids.events", "max", EventPidsMax},
+			{c.dir(""), "memory.events", "oom_kill", EventOOM},
+		}
 	}
-	n, err := c.h.notifier()
-	if err != nil {
-		return err
+	var n *notifier
+	if len(targets) > 0 { // v1 needs no notifier at all
+		var err error
+		if n, err = c.h.notifier(); err != nil {
+			return err
+		}
 	}
 	for _, t := range targets {
 		last, _ := keyed(t.dir, t.file, t.key)
@@ -866,6 +875,11 @@ func (n *notifier) add(f *os.File, fn func()) (int32, error) {
 	fd := int32(f.Fd())
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.fd < 0 {
+		// Closed: its number may be another file's by now.
+		f.Close()
+		return -1, fmt.Errorf("cgroup: watch %s: %w", f.Name(), errNotifierClosed)
+	}
 	// Edge-triggered: an event per notification, without reading the
 	// file through this descriptor (fn reads it afresh).
 	if err := unix.EpollCtl(n.fd, unix.EPOLL_CTL_ADD, int(fd), &unix.EpollEvent{Events: unix.EPOLLPRI | unix.EPOLLET, Fd: fd}); err != nil {
@@ -898,14 +912,19 @@ func (n *notifier) closeNow() error {
 	unix.Write(n.wake, one[:])
 	<-n.done
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	for id, w := range n.watches {
 		w.f.Close()
 		delete(n.watches, id)
 	}
-	n.mu.Unlock()
 	unix.Close(n.wake)
-	return unix.Close(n.fd)
+	err := unix.Close(n.fd)
+	n.fd, n.wake = -1, -1 // add refuses from now on
+	return err
 }
+
+// errNotifierClosed is add's error once the notifier is closed (Host.Close).
+var errNotifierClosed = errors.New("the notifier is closed")
 
 func (n *notifier) loop() {
 	defer close(n.done)

@@ -445,6 +445,11 @@ func TestCountersReadAfresh(t *testing.T) {
 	}
 	c = newCgroup(t, h, Resources{Memory: 64 << 20, Pids: 8, CPUs: 1})
 	before := fds()
+	// The watched files: pids.events and memory.events on v2, none on
+	// v1 (which never signals pids.events: PollPids reads it).
+	if want := map[bool]int{true: 2, false: 0}[h.v2]; before != want {
+		t.Errorf("%d descriptors of watched files, want %d", before, want)
+	}
 	first, err := c.CPU()
 	if err != nil {
 		t.Fatal(err)
