@@ -151,3 +151,36 @@ func TestDeleteRacesShutdown(t *testing.T) {
 		}
 	})
 }
+
+// TestEndUnlessPausedKeptAtShutdown: a caller that found the session
+// live (E2B's sandbox timer) and ends it after this server's shutdown
+// ended it keeping its recovery point is told it did not end for good:
+// the next start lists it paused, and the caller's record of it (an E2B
+// sandbox's) must stay. One it ends itself has ended for good.
+// Checked against a mutant: EndUnlessPaused telling only a pause apart
+// (as before) reported the kept session ended, and E2B's timer dropped
+// its sandbox's record.
+func TestEndUnlessPausedKeptAtShutdown(t *testing.T) {
+	cfg := persistConfig(t)
+	m, _, _ := newTestManager(t, cfg)
+	s := create(t, m, "python")
+	other := create(t, m, "python")
+	writeFiles(t, s, smallFiles)
+	sealed(t, s)
+	if !other.EndUnlessPaused(apitype.Ended(apitype.EndDeleted)) {
+		t.Fatal("a session ended by its caller: not ended for good")
+	}
+	// The shutdown's pause fails: it ends the session keeping its point,
+	// after the caller found it live (s, held) and before it ends it.
+	m.imageFault = func(string) error { return fmt.Errorf("%w: the disk failed (a test's fault)", errdefs.ErrUnavailable) }
+	m.Close()
+	if end := ended(t, s); end.Code != apitype.EndShutdown {
+		t.Fatalf("ended %+v, want shutdown (its pause failed)", end)
+	}
+	if s.EndUnlessPaused(apitype.Ended(apitype.EndDeleted)) {
+		t.Error("a session the shutdown kept: reported ended for good")
+	}
+	if l := restarted(t, cfg).List(); len(l) != 1 || l[0].ID != s.ID() || l[0].State != apitype.StatePaused {
+		t.Fatalf("kept, after the restart: %+v", l)
+	}
+}

@@ -1096,12 +1096,21 @@ func (m *Manager) keptAtShutdown(end apitype.End) bool {
 }
 
 // EndUnlessPaused ends the session for end, as Delete does, unless a
-// pause claimed its end first (it stays paused); it reports whether the
-// session has ended (not paused). For a lifetime its caller keeps
-// itself (E2B's sandbox timeout), which a pause stops.
+// pause claimed its end first (it stays paused) or this server's
+// shutdown ended it first keeping its recovery point (listed paused at
+// the next start, see KeptAtShutdown); it reports whether the session
+// has ended for good (neither). For a lifetime its caller keeps itself
+// (E2B's sandbox timeout), which a pause stops: its caller drops what
+// belongs to the session only on true.
 func (s *Session) EndUnlessPaused(end apitype.End) bool {
 	s.terminate(end)
-	return s.End().Code != apitype.EndPaused
+	if s.End().Code == apitype.EndPaused {
+		return false
+	}
+	// The manager's word, not s.End(): a delete since may have ended
+	// the point a shutdown kept (unkeep).
+	_, err := s.m.Get(s.id)
+	return !s.m.KeptAtShutdown(err)
 }
 
 // Discard ends the session id just made (created or forked) that its

@@ -350,7 +350,10 @@ func (s *Server) deadline(box *sandbox, ttl time.Duration, set bool) error {
 
 // expire ends sandbox id at its timeout, unless it is paused: a pause
 // stops its timeout, and one that came just before the timer fired
-// (before pause could stop it) wins; its sandbox stays then.
+// (before pause could stop it) wins; its sandbox stays then. So does
+// one the server's shutdown ended keeping its recovery point, before
+// Get or after it (EndUnlessPaused says so): listed paused after the
+// restart, it needs its record.
 func (s *Server) expire(id string) {
 	sess, err := s.m.Get(id)
 	switch {
