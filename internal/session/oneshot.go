@@ -293,12 +293,16 @@ func (m *Manager) oneShot(ctx context.Context, o *oneShotPlan, req request, emit
 	}
 	req.flags, req.screened = flags, true
 	// Take the slots first: a burst of one-shot requests must queue
-	// before it builds jails, not after.
-	freeTeardown, err := m.acquireTeardown(ctx)
+	// before it builds jails, not after. Both within one queue timeout
+	// (server.queue_timeout), not one each.
+	wait, stopWait := m.queueWait()
+	freeTeardown, err := m.acquireTeardownBy(ctx, wait)
 	if err != nil {
+		stopWait()
 		return nil, err
 	}
-	release, err := m.acquire(ctx)
+	release, err := m.acquireBy(ctx, wait)
+	stopWait()
 	if err != nil {
 		freeTeardown()
 		return nil, err

@@ -3,7 +3,10 @@ package session
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strings"
 	"testing"
+	"time"
 
 	"airlock/internal/apitype"
 	"airlock/internal/errdefs"
@@ -214,4 +217,59 @@ func TestOneShotTeardownYieldsForAWhile(t *testing.T) {
 		t.Error("the teardown yields on")
 	}
 	release()
+}
+
+// TestOneShotQueueTimeoutShared: a one-shot waits for its teardown slot
+// and its execution slot within one server.queue_timeout (as the
+// configuration and executeOnce say), not one each: the timeout that
+// ran while it waited for the first refuses it while it waits for the
+// second. Checked against a mutant: each slot's wait with its own timer
+// (as before) made a second timer, and firing the first left the
+// one-shot waiting.
+func TestOneShotQueueTimeoutShared(t *testing.T) {
+	m, _, _ := newTestManager(t, nil)
+	made := make(chan chan time.Time, 4)
+	m.queueTimer = func(time.Duration) (<-chan time.Time, func()) {
+		c := make(chan time.Time, 1)
+		made <- c
+		return c, func() {}
+	}
+	// Every slot of both kinds taken.
+	for range cap(m.teardowns) {
+		m.teardowns <- struct{}{}
+	}
+	for range cap(m.execs) {
+		m.execs <- struct{}{}
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.RunOnce(context.Background(), apitype.OneShotRequest{Code: "out x"}, nil)
+		done <- err
+	}()
+	first := <-made
+	// Its teardown slot freed: it waits for an execution slot now, as
+	// long as its queue timeout has left.
+	<-m.teardowns
+	for len(m.teardowns) < cap(m.teardowns) {
+		runtime.Gosched() // until it has taken the slot freed
+	}
+	first <- time.Now()
+	select {
+	case err := <-done:
+		if !errors.Is(err, errdefs.ErrLimit) || !strings.Contains(err.Error(), "executions are running") {
+			t.Fatalf("refused with %v, want the execution slots' limit", err)
+		}
+	case c := <-made:
+		c <- time.Now()
+		t.Fatalf("a second queue timeout for the execution slot: %v", <-done)
+	}
+	for range cap(m.execs) {
+		<-m.execs
+	}
+	for range cap(m.teardowns) - 1 {
+		<-m.teardowns
+	}
+	if len(m.teardowns) != 0 || len(m.execs) != 0 {
+		t.Errorf("slots left taken: %d teardowns, %d executions", len(m.teardowns), len(m.execs))
+	}
 }

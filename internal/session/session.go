@@ -174,6 +174,9 @@ type Manager struct {
 	// "kept-removed" (a sweep removed an expired kept memory image),
 	// "deleting" (a delete found the session live, not yet ended it).
 	hook func(point, id string)
+	// queueTimer, if set (tests), makes the queue timeout's timers
+	// (queueWait) in place of real ones.
+	queueTimer func(d time.Duration) (<-chan time.Time, func())
 	// imageFault, if set (tests), fails the write of an image (a pause's,
 	// a fork's) before it begins with what it returns: a disk's failure,
 	// transient or not, which the fake sandboxes cannot cause (a pause
@@ -1263,19 +1266,38 @@ func (m *Manager) Close() {
 
 // acquire takes an execution slot, waiting up to the queue timeout.
 func (m *Manager) acquire(ctx context.Context) (func(), error) {
-	return m.take(ctx, m.execs, nil, "executions are running")
+	wait, stop := m.queueWait()
+	defer stop()
+	return m.acquireBy(ctx, wait)
 }
 
-// acquireTeardown takes a one-shot's place among the sandboxes one-shots
-// may have alive, waiting up to the queue timeout; the teardowns it waits
-// for take all the CPU they need meanwhile.
-func (m *Manager) acquireTeardown(ctx context.Context) (func(), error) {
-	return m.take(ctx, m.teardowns, m.hurryTeardowns, "one-shot sandboxes are running or being torn down")
+// acquireBy takes an execution slot, waiting until wait fires (a queue
+// timeout its caller shares with another slot it took: a one-shot's).
+func (m *Manager) acquireBy(ctx context.Context, wait <-chan time.Time) (func(), error) {
+	return m.take(ctx, m.execs, nil, "executions are running", wait)
 }
 
-// take takes a slot of sem, waiting up to the queue timeout (full says
-// so first, unless nil); what is said of its capacity when that runs out.
-func (m *Manager) take(ctx context.Context, sem chan struct{}, full func(), what string) (func(), error) {
+// acquireTeardownBy takes a one-shot's place among the sandboxes
+// one-shots may have alive, waiting until wait fires (the one-shot's
+// queue timeout, which its execution slot's wait shares); the teardowns
+// it waits for take all the CPU they need meanwhile.
+func (m *Manager) acquireTeardownBy(ctx context.Context, wait <-chan time.Time) (func(), error) {
+	return m.take(ctx, m.teardowns, m.hurryTeardowns, "one-shot sandboxes are running or being torn down", wait)
+}
+
+// queueWait fires once the queue timeout (server.queue_timeout) has
+// passed from now; stop releases it.
+func (m *Manager) queueWait() (<-chan time.Time, func()) {
+	if m.queueTimer != nil {
+		return m.queueTimer(m.cfg.Server.QueueTimeout.D())
+	}
+	t := time.NewTimer(m.cfg.Server.QueueTimeout.D())
+	return t.C, func() { t.Stop() }
+}
+
+// take takes a slot of sem, waiting until wait fires (full says so
+// first, unless nil); what is said of its capacity when that runs out.
+func (m *Manager) take(ctx context.Context, sem chan struct{}, full func(), what string, wait <-chan time.Time) (func(), error) {
 	select {
 	case sem <- struct{}{}:
 		return func() { <-sem }, nil
@@ -1284,12 +1306,10 @@ func (m *Manager) take(ctx context.Context, sem chan struct{}, full func(), what
 	if full != nil {
 		full()
 	}
-	t := time.NewTimer(m.cfg.Server.QueueTimeout.D())
-	defer t.Stop()
 	select {
 	case sem <- struct{}{}:
 		return func() { <-sem }, nil
-	case <-t.C:
+	case <-wait:
 		return nil, fmt.Errorf("%w: %d %s, the server maximum", errdefs.ErrLimit, cap(sem), what)
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -1308,7 +1328,7 @@ const oneShotYield = 2 * time.Second
 // the CPU that requests leave, rather than compete with those that
 // follow a burst of one-shots (the creations right after one, above
 // all). For at most oneShotYield, and never while a request waits for a
-// teardown slot (acquireTeardown) or the server shuts down.
+// teardown slot (acquireTeardownBy) or the server shuts down.
 func (m *Manager) yieldTeardown(s *Session) {
 	m.mu.Lock()
 	if m.closed {
