@@ -408,3 +408,71 @@ func TestKeepPoint(t *testing.T) {
 		t.Errorf("removing the kept point reached through its symlink: %v", err)
 	}
 }
+
+// TestMarkerNotADirectoryBesideImage: a recovery point or a resumed
+// marker that is not a directory (a symlink to a host directory, a
+// file) beside an image of its session is never left in place
+// uncounted, nor followed: Recover refuses the point as damage (its
+// caller keeps it aside, counted: KeepPoint), and the stale resumed
+// marker ends (ResolveResumed), the host directory untouched. Checked
+// against mutants: Recover checking for an image first ended the point
+// through markEnded, which failed (EISDIR) and left it; markEnded
+// renaming a non-directory onto its empty marker directory failed the
+// same way for the resumed marker.
+func TestMarkerNotADirectoryBesideImage(t *testing.T) {
+	for _, kind := range []string{"symlink", "file"} {
+		t.Run(kind, func(t *testing.T) {
+			root := t.TempDir()
+			_, ws := tree(t)
+			written(t, root, "s-m", ws, 1<<30)
+			host := t.TempDir()
+			victim := filepath.Join(host, "victim")
+			os.WriteFile(victim, []byte("keep me"), 0o600)
+			put := func(p string) {
+				t.Helper()
+				var err error
+				if kind == "symlink" {
+					err = os.Symlink(host, p)
+				} else {
+					err = os.WriteFile(p, []byte("odd"), 0o600)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			put(LiveDir(root, "s-m"))
+			put(ResumedDir(root, "s-m"))
+
+			_, _, err := Recover(context.Background(), root, "s-m", 1<<30, func(Point) ([]byte, error) { return []byte(`{}`), nil })
+			if !errors.Is(err, errdefs.ErrImageCorrupt) {
+				t.Fatalf("Recover of a point that is a %s beside an image: %v, want it refused as damage (kept aside)", kind, err)
+			}
+			now := time.Now()
+			if k, err := KeepPoint(root, "s-m", now, Kept{Expires: now.Add(time.Hour), Reason: "damaged"}); err != nil || k.Dir == "" {
+				t.Fatalf("KeepPoint: %+v %v", k, err)
+			}
+			if ids, _ := ListLive(root); len(ids) != 0 {
+				t.Errorf("the point is left in place: %v", ids)
+			}
+
+			restored, err := ResolveResumed(root, "s-m")
+			if err != nil || restored {
+				t.Fatalf("ResolveResumed of a marker that is a %s beside an image: restored %v, %v", kind, restored, err)
+			}
+			if ids, _ := ListResumed(root); len(ids) != 0 {
+				t.Errorf("the resumed marker is left in place: %v", ids)
+			}
+			if b, err := os.ReadFile(victim); err != nil || string(b) != "keep me" {
+				t.Errorf("the host directory behind the symlink was touched: %q %v", b, err)
+			}
+			ents, _ := os.ReadDir(root)
+			for _, e := range ents {
+				if strings.HasPrefix(e.Name(), rmPrefix) {
+					t.Errorf("an end's remains are left: %s", e.Name())
+				}
+			}
+			im := opened(t, root, "s-m")
+			im.Close()
+		})
+	}
+}

@@ -743,18 +743,20 @@ func Recover(ctx context.Context, root, id string, max int64, describe func(Poin
 		return Point{}, Stats{}, err
 	}
 	dir := LiveDir(root, id)
-	if _, err := os.Lstat(filepath.Join(root, id)); err == nil {
-		return Point{}, Stats{}, errors.Join(fmt.Errorf("%w: the session %s was paused; its recovery point is not needed", errdefs.ErrConflict, id), RemoveLive(root, id))
-	}
 	bad := func(why string) error {
 		return fmt.Errorf("%w: the recovery point of session %s (%s) cannot be used: %s", errdefs.ErrImageCorrupt, id, dir, why)
 	}
+	// Damage first, an image beside it or not: kept aside (KeepPoint),
+	// counted, never left in place uncounted.
 	if fi, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
 		return Point{}, Stats{}, fmt.Errorf("%w: no recovery point of %s", errdefs.ErrNotFound, id)
 	} else if err != nil {
 		return Point{}, Stats{}, diskErr(err)
 	} else if !fi.IsDir() {
 		return Point{}, Stats{}, bad("it is not a directory (a symlink?)")
+	}
+	if _, err := os.Lstat(filepath.Join(root, id)); err == nil {
+		return Point{}, Stats{}, errors.Join(fmt.Errorf("%w: the session %s was paused; its recovery point is not needed", errdefs.ErrConflict, id), RemoveLive(root, id))
 	}
 	raw, err := readRegular(filepath.Join(dir, livePoint), maxPoint)
 	if err != nil && err.Error() == "missing" {

@@ -885,7 +885,8 @@ func end(root, dir string) error {
 // (unless the error is ErrLeftBehind: the mark stands, not synced).
 func markEnded(root, dir string) (gone string, err error) {
 	name := filepath.Base(dir)
-	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+	fi, err := os.Lstat(dir)
+	if errors.Is(err, os.ErrNotExist) {
 		return "", nil
 	}
 	gone, err = os.MkdirTemp(root, rmPrefix+"-"+name+"-")
@@ -900,7 +901,18 @@ func markEnded(root, dir string) (gone string, err error) {
 		}
 		return nil
 	}
-	moved, err := mark(root, name, "removed", "removal", dir, gone, onto)
+	to := gone
+	if fi != nil && !fi.IsDir() {
+		// Not a directory (a symlink, a file where a directory
+		// belongs: damage): moved as it is into the marker, never
+		// followed (rename(2) moves the link itself).
+		to = filepath.Join(gone, name)
+	}
+	moved, err := mark(root, name, "removed", "removal", dir, to, onto)
+	if to != gone && (!moved || err != nil) {
+		// Its marker is empty: nothing to leave behind.
+		os.Remove(gone)
+	}
 	if !moved {
 		os.Remove(gone)
 		if errors.Is(err, os.ErrNotExist) {
