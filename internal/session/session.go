@@ -1328,7 +1328,8 @@ const oneShotYield = 2 * time.Second
 // the CPU that requests leave, rather than compete with those that
 // follow a burst of one-shots (the creations right after one, above
 // all). For at most oneShotYield, and never while a request waits for a
-// teardown slot (acquireTeardownBy) or the server shuts down.
+// teardown slot (acquireTeardownBy) or the server shuts down. Its caller
+// holds m.bg (the one-shot's teardown).
 func (m *Manager) yieldTeardown(s *Session) {
 	m.mu.Lock()
 	if m.closed {
@@ -1353,11 +1354,21 @@ func (m *Manager) yieldTeardown(s *Session) {
 		return
 	}
 	fire, stop := m.timer(oneShotYield)
+	// Its caller, the one-shot's teardown, holds m.bg: Close waits for
+	// this one too.
+	m.bg.Add(1)
 	go func() {
+		defer m.bg.Done()
 		defer stop()
 		select {
 		case <-fire:
-			m.hurryTeardown(s)
+			select {
+			case <-s.gone:
+				// Gone as the timer fired: its cgroup with it, nothing
+				// to give the weight back to.
+			default:
+				m.hurryTeardown(s)
+			}
 		case <-s.gone:
 		}
 	}()
