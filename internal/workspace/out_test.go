@@ -50,3 +50,31 @@ func TestOpenOut(t *testing.T) {
 		t.Errorf("a file as the directory: %v", err)
 	}
 }
+
+// OpenOutBeneath refuses a parent that is a symlink (to a host
+// directory holding rel), never following it. Checked against a mutant:
+// the parent opened without O_NOFOLLOW (as before) opened the host
+// directory's rel.
+func TestOpenOutBeneathParentSymlink(t *testing.T) {
+	host := t.TempDir()
+	if err := os.Mkdir(filepath.Join(host, "tree"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "point")
+	if err := os.Symlink(host, link); err != nil {
+		t.Fatal(err)
+	}
+	d, err := OpenOutBeneath(link, "tree")
+	if err == nil {
+		d.Close()
+		t.Fatal("a symlinked parent was followed")
+	}
+	if !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("refused with %v, want invalid (not a directory: a symlink)", err)
+	}
+	d, err = OpenOutBeneath(host, "tree")
+	if err != nil {
+		t.Fatalf("a real parent: %v", err)
+	}
+	d.Close()
+}

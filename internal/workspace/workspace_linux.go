@@ -108,9 +108,15 @@ func OpenOut(dir string) (*Dir, error) {
 // through a symlink or a mount, and must be a directory. For host
 // directories read back that someone may have tampered with (a live
 // session's recovery point after a crash): one of their directories
-// replaced by a symlink to a host directory is refused, never used.
+// replaced by a symlink to a host directory is refused, never used, and
+// so is parent replaced by one.
 func OpenOutBeneath(parent, rel string) (*Dir, error) {
-	pfd, err := unix.Open(parent, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	// parent itself a symlink is refused too (O_NOFOLLOW: its last
+	// component; what leads to it is the server's own configuration).
+	pfd, err := unix.Open(parent, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+		return nil, mapErr(parent, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", errdefs.ErrUnavailable, parent, err)
 	}
