@@ -476,3 +476,18 @@ func TestMarkerNotADirectoryBesideImage(t *testing.T) {
 		})
 	}
 }
+
+// Census counts a paused session once: its image, or its resumed
+// marker when it has no image (one beside an image is stale). Checked
+// against a mutant: both counted (as before) said 3 paused sessions.
+func TestCensusCountsASessionOnce(t *testing.T) {
+	root := t.TempDir()
+	for _, name := range []string{"s-a", resumedPrefix + "s-a", resumedPrefix + "s-b", livePrefix + "s-c"} {
+		if err := os.Mkdir(filepath.Join(root, name), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c, err := Census(root); err != nil || c.Images != 2 || c.Points != 1 || c.Kept != 0 {
+		t.Errorf("Census: %+v %v, want 2 paused sessions (s-a, s-b) and 1 point", c, err)
+	}
+}

@@ -116,9 +116,9 @@ func keptKind(name string) (prefix string, ok bool) {
 // Contents is what a directory of images holds, counted without
 // changing anything (Census).
 type Contents struct {
-	// Images: paused sessions' images (and resumed markers); Points:
-	// live sessions' recovery points; Kept: what is kept for
-	// inspection.
+	// Images: paused sessions (an image, or a resumed marker of a
+	// session with none: each once); Points: live sessions' recovery
+	// points; Kept: what is kept for inspection.
 	Images, Points, Kept int
 }
 
@@ -137,6 +137,10 @@ func Census(root string) (Contents, error) {
 	if err != nil {
 		return c, err
 	}
+	names := make(map[string]bool, len(ents))
+	for _, e := range ents {
+		names[e.Name()] = true
+	}
 	for _, e := range ents {
 		name := e.Name()
 		_, kept := keptKind(name)
@@ -147,7 +151,11 @@ func Census(root string) (Contents, error) {
 			c.Kept++
 		case isPoint && ValidID(point):
 			c.Points++
-		case ValidID(name) && !strings.HasPrefix(name, forkPrefix), isResumed && ValidID(resumed):
+		case ValidID(name) && !strings.HasPrefix(name, forkPrefix):
+			c.Images++
+		case isResumed && ValidID(resumed) && !names[resumed]:
+			// A resumed session's image set aside: its session, once
+			// (one beside an image of it is stale: ResolveResumed).
 			c.Images++
 		}
 	}
