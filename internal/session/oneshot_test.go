@@ -273,3 +273,57 @@ func TestOneShotQueueTimeoutShared(t *testing.T) {
 		t.Errorf("slots left taken: %d teardowns, %d executions", len(m.teardowns), len(m.execs))
 	}
 }
+
+// While a one-shot waits for a teardown slot, a teardown that begins
+// meanwhile does not yield: the waiter's hurry reached only the
+// teardowns already yielding, and one that began after it would
+// otherwise hold the slot at the lowest weight for up to oneShotYield.
+// Checked against a mutant: yieldTeardown not reading the waiters (the
+// late teardown yielded).
+func TestOneShotTeardownNoYieldWhileWaited(t *testing.T) {
+	m, _, _ := newTestManager(t, nil)
+	s := create(t, m, "python")
+	late := s.inst.(*fakeInstance)
+	fired := make(chan time.Time, 1)
+	m.queueTimer = func(time.Duration) (<-chan time.Time, func()) { return fired, func() {} }
+	for range cap(m.teardowns) {
+		m.teardowns <- struct{}{}
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.acquireTeardownBy(context.Background(), fired)
+		done <- err
+	}()
+	for {
+		m.mu.Lock()
+		n := m.teardownWaiters
+		m.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		runtime.Gosched() // until it waits
+	}
+	m.yieldTeardown(s)
+	if late.yielding.Load() {
+		t.Error("a teardown yielded while a one-shot waited for a teardown slot")
+	}
+	fired <- time.Now()
+	if err := <-done; !errors.Is(err, errdefs.ErrLimit) {
+		t.Errorf("the waiter: %v, want ErrLimit", err)
+	}
+	m.mu.Lock()
+	n := m.teardownWaiters
+	m.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d teardown waiters counted after the wait", n)
+	}
+	for range cap(m.teardowns) {
+		<-m.teardowns
+	}
+	// Nobody waits: a teardown yields again.
+	m.yieldTeardown(s)
+	if !late.yielding.Load() {
+		t.Error("a teardown did not yield with nobody waiting")
+	}
+	m.hurryTeardown(s)
+}

@@ -111,6 +111,9 @@ type Manager struct {
 	// yielded: one-shots whose teardown takes only spare CPU (see
 	// yieldTeardown).
 	yielded map[*Session]struct{}
+	// teardownWaiters: one-shots waiting for a teardown slot; while
+	// there are any, no teardown yields.
+	teardownWaiters int
 	// going: sessions ended and no longer listed whose teardown has not
 	// finished (their sandbox closing, their recovery point removed):
 	// Close waits for them too.
@@ -1282,7 +1285,24 @@ func (m *Manager) acquireBy(ctx context.Context, wait <-chan time.Time) (func(),
 // queue timeout, which its execution slot's wait shares); the teardowns
 // it waits for take all the CPU they need meanwhile.
 func (m *Manager) acquireTeardownBy(ctx context.Context, wait <-chan time.Time) (func(), error) {
-	return m.take(ctx, m.teardowns, m.hurryTeardowns, "one-shot sandboxes are running or being torn down", wait)
+	waiting := false
+	full := func() {
+		// Counted before the hurry: a teardown that starts yielding
+		// after it sees the waiter (yieldTeardown), one before it is
+		// hurried here.
+		m.mu.Lock()
+		m.teardownWaiters++
+		m.mu.Unlock()
+		waiting = true
+		m.hurryTeardowns()
+	}
+	release, err := m.take(ctx, m.teardowns, full, "one-shot sandboxes are running or being torn down", wait)
+	if waiting {
+		m.mu.Lock()
+		m.teardownWaiters--
+		m.mu.Unlock()
+	}
+	return release, err
 }
 
 // queueWait fires once the queue timeout (server.queue_timeout) has
@@ -1332,7 +1352,7 @@ const oneShotYield = 2 * time.Second
 // holds m.bg (the one-shot's teardown).
 func (m *Manager) yieldTeardown(s *Session) {
 	m.mu.Lock()
-	if m.closed {
+	if m.closed || m.teardownWaiters > 0 {
 		m.mu.Unlock()
 		return
 	}
